@@ -1,1 +1,41 @@
-//! placeholder
+//! # k3k-ir: the tile program
+//!
+//! Operators are written as block-level *tile programs*: register tiles spread over warps, shared-memory
+//! tiles, masked global views, asynchronous copies, tensor-core products, element-wise maps and row
+//! reductions, inside block-uniform loops and conditionals. The same program is rendered to CUDA C by
+//! `k3k-codegen` and executed on the CPU by its interpreter.
+//!
+//! ```
+//! use k3k_ir::*;
+//! let mut b = KernelBuilder::new("scale", 128);
+//! let n = b.dim("N");
+//! let x = b.tensor("x", DType::F32, &[n.clone()], Access::Read);
+//! let y = b.tensor("y", DType::F32, &[n.clone()], Access::Write);
+//! let t = b.tile("t", DType::F32, 64, 64, [4, 1]);
+//! b.grid(n.ceil_div(4096i64), 1i64, 1i64);
+//! let base = Expr::block_idx(0) * 4096i64;
+//! let rows = (n.clone() - base.clone()).ceil_div(64i64);
+//! b.load(t, Place::Global(view(x, base.clone(), 64i64, rows.clone(), n.clone() - base.clone(), 1)));
+//! b.map(t, Expr::Elem(t) * 2.0);
+//! b.store(t, Place::Global(view(y, base.clone(), 64i64, rows, n - base, 1)));
+//! let k = b.finish().unwrap();
+//! assert!(print::kernel(&k).contains("t[r,c] = (t[r,c] * 2.0)"));
+//! assert_eq!(stable_hash(&k).len(), 16);
+//! ```
+
+pub mod builder;
+pub mod dtype;
+pub mod expr;
+pub mod hash;
+pub mod kernel;
+pub mod knob;
+pub mod print;
+pub mod validate;
+
+pub use builder::{KernelBuilder, vec_view, view};
+pub use dtype::{DType, ScalarTy};
+pub use expr::{BinOp, Expr, SharedId, Special, SymId, TensorId, TileId, UnOp, VarId, VecId};
+pub use hash::stable_hash;
+pub use kernel::*;
+pub use knob::{KnobAxis, KnobError, KnobSpace, KnobValue, Knobs};
+pub use validate::{IrError, IrErrorKind, MAX_SHARED_BYTES, validate};

@@ -1,0 +1,288 @@
+//! An ergonomic way for operators to write kernels: declare arguments and tiles, then emit statements with
+//! closures for nested bodies. `finish` validates the result.
+
+use crate::dtype::DType;
+use crate::expr::{Expr, SharedId, SymId, TensorId, TileId, VarId, VecId};
+use crate::kernel::*;
+use crate::knob::Knobs;
+use crate::validate::{IrError, validate};
+
+/// Builds one [`Kernel`].
+pub struct KernelBuilder {
+    k: Kernel,
+    stack: Vec<Vec<Stmt>>,
+}
+
+impl KernelBuilder {
+    /// Start a kernel named `name` with `threads` threads per block.
+    pub fn new(name: &str, threads: u32) -> Self {
+        KernelBuilder {
+            k: Kernel {
+                name: name.to_string(),
+                threads,
+                tensors: vec![],
+                syms: vec![],
+                grid: [Expr::Int(1), Expr::Int(1), Expr::Int(1)],
+                vars: vec![],
+                tiles: vec![],
+                vecs: vec![],
+                shared: vec![],
+                body: vec![],
+                knobs: Knobs::new(),
+            },
+            stack: vec![vec![]],
+        }
+    }
+
+    fn sym(&mut self, name: &str, kind: SymKind) -> Expr {
+        if let Some(i) = self.k.syms.iter().position(|s| s.name == name) {
+            return Expr::Sym(SymId(i as u32));
+        }
+        self.k.syms.push(SymDecl { name: name.into(), kind });
+        Expr::Sym(SymId(self.k.syms.len() as u32 - 1))
+    }
+
+    /// A shape dimension symbol (bound from tensor shapes at launch).
+    pub fn dim(&mut self, name: &str) -> Expr {
+        self.sym(name, SymKind::Dim)
+    }
+    /// An integer scalar argument.
+    pub fn int_arg(&mut self, name: &str) -> Expr {
+        self.sym(name, SymKind::Int)
+    }
+    /// A float scalar argument.
+    pub fn float_arg(&mut self, name: &str) -> Expr {
+        self.sym(name, SymKind::Float)
+    }
+
+    /// A tensor argument; each dim is a constant (`Expr::Int`) or a dim symbol (`Expr::Sym`).
+    pub fn tensor(&mut self, name: &str, dtype: DType, dims: &[Expr], access: Access) -> TensorId {
+        let dims = dims
+            .iter()
+            .map(|d| match d {
+                Expr::Int(v) => Dim::Const(*v),
+                Expr::Sym(s) => Dim::Sym(*s),
+                other => panic!("tensor `{name}`: dims must be constants or symbols, got {other:?}"),
+            })
+            .collect();
+        self.k.tensors.push(TensorParam { name: name.into(), dtype, dims, access });
+        TensorId(self.k.tensors.len() as u32 - 1)
+    }
+
+    /// Set the grid.
+    pub fn grid(&mut self, x: impl Into<Expr>, y: impl Into<Expr>, z: impl Into<Expr>) {
+        self.k.grid = [x.into(), y.into(), z.into()];
+    }
+
+    /// Record the knob values the kernel is built with.
+    pub fn knobs(&mut self, knobs: Knobs) {
+        self.k.knobs = knobs;
+    }
+
+    /// A register tile spread over a `warps[0] x warps[1]` warp grid.
+    pub fn tile(&mut self, name: &str, dtype: DType, rows: u32, cols: u32, warps: [u32; 2]) -> TileId {
+        self.k.tiles.push(RegTileDecl { name: name.into(), dtype, rows, cols, warps });
+        TileId(self.k.tiles.len() as u32 - 1)
+    }
+
+    /// A row vector matching tiles of `rows` rows on `warps`.
+    pub fn vec(&mut self, name: &str, rows: u32, warps: [u32; 2]) -> VecId {
+        self.k.vecs.push(VecDecl { name: name.into(), rows, warps });
+        VecId(self.k.vecs.len() as u32 - 1)
+    }
+
+    /// `count` shared tiles of `rows x cols`.
+    pub fn shared(&mut self, name: &str, dtype: DType, rows: u32, cols: u32, count: u32, swizzle: Swizzle) -> SharedId {
+        self.k.shared.push(SharedDecl { name: name.into(), dtype, rows, cols, count, swizzle });
+        SharedId(self.k.shared.len() as u32 - 1)
+    }
+
+    /// The whole tile `index` of a shared buffer.
+    pub fn slot(&self, buf: SharedId, index: impl Into<Expr>) -> SharedRef {
+        let d = &self.k.shared[buf.0 as usize];
+        SharedRef { buf, index: index.into(), row0: 0, col0: 0, rows: d.rows, cols: d.cols }
+    }
+
+    /// A window of tile `index` of a shared buffer.
+    pub fn window(
+        &self,
+        buf: SharedId,
+        index: impl Into<Expr>,
+        row0: u32,
+        col0: u32,
+        rows: u32,
+        cols: u32,
+    ) -> SharedRef {
+        SharedRef { buf, index: index.into(), row0, col0, rows, cols }
+    }
+
+    fn push(&mut self, s: Stmt) {
+        self.stack.last_mut().expect("body stack").push(s);
+    }
+
+    fn new_var(&mut self, name: &str) -> VarId {
+        self.k.vars.push(VarDecl { name: name.into() });
+        VarId(self.k.vars.len() as u32 - 1)
+    }
+
+    /// Introduce a variable; returns its id (usable as an expression through `Expr::from`).
+    pub fn let_var(&mut self, name: &str, value: impl Into<Expr>) -> VarId {
+        let var = self.new_var(name);
+        self.push(Stmt::Let { var, value: value.into() });
+        var
+    }
+
+    /// Introduce an immutable variable and return it as an expression.
+    pub fn let_(&mut self, name: &str, value: impl Into<Expr>) -> Expr {
+        Expr::Var(self.let_var(name, value))
+    }
+
+    /// Update a variable.
+    pub fn assign(&mut self, var: VarId, value: impl Into<Expr>) {
+        self.push(Stmt::Assign { var, value: value.into() });
+    }
+
+    fn body(&mut self, f: impl FnOnce(&mut Self)) -> Vec<Stmt> {
+        self.stack.push(vec![]);
+        f(self);
+        self.stack.pop().expect("body stack")
+    }
+
+    fn for_impl(
+        &mut self,
+        name: &str,
+        start: Expr,
+        end: Expr,
+        step: Expr,
+        unroll: bool,
+        f: impl FnOnce(&mut Self, Expr),
+    ) {
+        let var = self.new_var(name);
+        let body = self.body(|b| f(b, Expr::Var(var)));
+        self.push(Stmt::For { var, start, end, step, body, unroll });
+    }
+
+    /// `for name in (start..end).step_by(step) { f }`.
+    pub fn for_(
+        &mut self,
+        name: &str,
+        start: impl Into<Expr>,
+        end: impl Into<Expr>,
+        step: impl Into<Expr>,
+        f: impl FnOnce(&mut Self, Expr),
+    ) {
+        self.for_impl(name, start.into(), end.into(), step.into(), false, f)
+    }
+
+    /// Like [`Self::for_`], asking the code generator to unroll (bounds should be constants).
+    pub fn for_unrolled(
+        &mut self,
+        name: &str,
+        start: impl Into<Expr>,
+        end: impl Into<Expr>,
+        step: impl Into<Expr>,
+        f: impl FnOnce(&mut Self, Expr),
+    ) {
+        self.for_impl(name, start.into(), end.into(), step.into(), true, f)
+    }
+
+    /// `if cond { f }`.
+    pub fn if_(&mut self, cond: impl Into<Expr>, f: impl FnOnce(&mut Self)) {
+        let then_body = self.body(f);
+        self.push(Stmt::If { cond: cond.into(), then_body, else_body: vec![] });
+    }
+
+    /// `if cond { t } else { e }`.
+    pub fn if_else(&mut self, cond: impl Into<Expr>, t: impl FnOnce(&mut Self), e: impl FnOnce(&mut Self)) {
+        let then_body = self.body(t);
+        let else_body = self.body(e);
+        self.push(Stmt::If { cond: cond.into(), then_body, else_body });
+    }
+
+    /// Block-wide barrier.
+    pub fn barrier(&mut self) {
+        self.push(Stmt::Barrier);
+    }
+    /// Element-wise `tile = value`.
+    pub fn map(&mut self, tile: TileId, value: impl Into<Expr>) {
+        self.push(Stmt::Map { tile, value: value.into() });
+    }
+    /// Row-wise `vec = value`.
+    pub fn vec_map(&mut self, vec: VecId, value: impl Into<Expr>) {
+        self.push(Stmt::VecMap { vec, value: value.into() });
+    }
+    /// Row reduction.
+    pub fn reduce(&mut self, vec: VecId, tile: TileId, op: ReduceOp, accumulate: bool) {
+        self.push(Stmt::Reduce { vec, tile, op, accumulate });
+    }
+    /// `acc += a @ b`.
+    pub fn mma(&mut self, acc: TileId, a: Operand, b: Operand) {
+        self.push(Stmt::Mma { acc, a, b });
+    }
+    /// Asynchronous global -> shared tile copy.
+    pub fn copy_async(&mut self, dst: SharedRef, src: GlobalView) {
+        self.push(Stmt::CopyAsync { dst, src });
+    }
+    /// Commit the pending asynchronous copies as one group.
+    pub fn commit(&mut self) {
+        self.push(Stmt::AsyncCommit);
+    }
+    /// Wait until at most `pending` groups are in flight.
+    pub fn wait(&mut self, pending: u32) {
+        self.push(Stmt::AsyncWait { pending });
+    }
+    /// Load a register tile.
+    pub fn load(&mut self, tile: TileId, src: Place) {
+        self.push(Stmt::Load { tile, src });
+    }
+    /// Store a register tile.
+    pub fn store(&mut self, tile: TileId, dst: Place) {
+        self.push(Stmt::Store { tile, dst });
+    }
+    /// Load a row vector.
+    pub fn load_vec(&mut self, vec: VecId, src: VecView) {
+        self.push(Stmt::LoadVec { vec, src });
+    }
+    /// Store a row vector.
+    pub fn store_vec(&mut self, vec: VecId, dst: VecView) {
+        self.push(Stmt::StoreVec { vec, dst });
+    }
+
+    /// Validate and return the kernel.
+    pub fn finish(mut self) -> Result<Kernel, IrError> {
+        assert_eq!(self.stack.len(), 1, "unbalanced body stack");
+        self.k.body = self.stack.pop().unwrap();
+        validate(&self.k)?;
+        Ok(self.k)
+    }
+
+    /// Return the kernel without validating (for tests of the validator).
+    pub fn finish_unchecked(mut self) -> Kernel {
+        self.k.body = self.stack.pop().unwrap();
+        self.k
+    }
+}
+
+/// Shorthand for a [`GlobalView`].
+pub fn view(
+    tensor: TensorId,
+    offset: impl Into<Expr>,
+    row_stride: impl Into<Expr>,
+    rows: impl Into<Expr>,
+    cols: impl Into<Expr>,
+    vec: u32,
+) -> GlobalView {
+    GlobalView {
+        tensor,
+        offset: offset.into(),
+        row_stride: row_stride.into(),
+        rows: rows.into(),
+        cols: cols.into(),
+        vec,
+    }
+}
+
+/// Shorthand for a [`VecView`].
+pub fn vec_view(tensor: TensorId, offset: impl Into<Expr>, stride: impl Into<Expr>, rows: impl Into<Expr>) -> VecView {
+    VecView { tensor, offset: offset.into(), stride: stride.into(), rows: rows.into() }
+}

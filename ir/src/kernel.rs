@@ -1,0 +1,286 @@
+//! The tile program: a kernel's arguments, its register tiles, row vectors and shared buffers, and its body.
+//!
+//! A kernel runs as a grid of blocks of `threads` threads. Its body is written at *block level*: every
+//! statement is executed by the whole block, and tile statements operate on whole tiles whose elements are
+//! spread over the block's warps by a fixed layout (see [`RegTileDecl`]). Control flow must be block-uniform:
+//! loop bounds and `if` conditions may depend on symbols, variables, block indices and scalar loads only.
+//! That restriction is what lets one program run on a GPU, in the CPU interpreter and in a CPU JIT alike.
+
+use crate::dtype::DType;
+use crate::expr::{Expr, SharedId, SymId, TensorId, TileId, VarId, VecId};
+use crate::knob::Knobs;
+use serde::{Deserialize, Serialize};
+
+/// How a kernel uses a tensor argument.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Access {
+    Read,
+    Write,
+    ReadWrite,
+}
+
+/// One dimension of a tensor argument: a constant or a shape symbol bound at launch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Dim {
+    Const(i64),
+    Sym(SymId),
+}
+
+/// A tensor argument: contiguous, row-major, with symbolic dims. Its base must be 16-byte aligned.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TensorParam {
+    pub name: String,
+    pub dtype: DType,
+    pub dims: Vec<Dim>,
+    pub access: Access,
+}
+
+/// What a symbol stands for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum SymKind {
+    /// A tensor dimension (bound from the shapes of the tensors at launch).
+    Dim,
+    /// An integer scalar argument.
+    Int,
+    /// A float scalar argument (f32).
+    Float,
+}
+
+/// A named symbol: shape dimension or scalar argument. Each becomes one kernel argument.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SymDecl {
+    pub name: String,
+    pub kind: SymKind,
+}
+
+/// A named variable, introduced by [`Stmt::Let`] or [`Stmt::For`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct VarDecl {
+    pub name: String,
+}
+
+/// A register tile of `rows x cols` elements spread over a `warps[0] x warps[1]` grid of warps.
+///
+/// Warp (i, j) owns rows `[i*rows/warps[0], (i+1)*rows/warps[0])` and the matching column band. Inside a
+/// warp the elements follow the m16n8 accumulator layout of `mma.sync`: lane `l` holds, in each 16x8
+/// fragment, rows `l/4` and `l/4 + 8` and columns `2*(l%4)` and `2*(l%4)+1`. When the tile uses fewer warps
+/// than the block has, it is replicated over the remaining warps (each replica holds the same values).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RegTileDecl {
+    pub name: String,
+    /// `F32`, `Bf16`, `F16` or `I32`.
+    pub dtype: DType,
+    pub rows: u32,
+    pub cols: u32,
+    pub warps: [u32; 2],
+}
+
+/// A vector of f32 values, one per row of a register tile with the same `rows` and `warps` (the result of a
+/// row reduction, or a per-row scale such as a softmax max or a routing weight).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct VecDecl {
+    pub name: String,
+    pub rows: u32,
+    pub warps: [u32; 2],
+}
+
+/// Bank-conflict avoidance for shared tiles.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Swizzle {
+    /// Plain row-major.
+    None,
+    /// 16-byte chunk `c` of row `r` is stored at chunk `c ^ (r % min(8, chunks_per_row))`.
+    Xor16B,
+}
+
+/// `count` shared-memory tiles of `rows x cols` elements (e.g. the stages of a pipeline).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SharedDecl {
+    pub name: String,
+    pub dtype: DType,
+    pub rows: u32,
+    pub cols: u32,
+    pub count: u32,
+    pub swizzle: Swizzle,
+}
+
+impl SharedDecl {
+    /// Bytes of one tile.
+    pub fn tile_bytes(&self) -> usize {
+        self.dtype.storage_bytes((self.rows * self.cols) as usize)
+    }
+    /// Bytes of all `count` tiles.
+    pub fn bytes(&self) -> usize {
+        self.tile_bytes() * self.count as usize
+    }
+}
+
+/// A window of one shared tile: tile `index` of buffer `buf`, rows `row0..row0+rows`, cols `col0..col0+cols`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SharedRef {
+    pub buf: SharedId,
+    pub index: Expr,
+    pub row0: u32,
+    pub col0: u32,
+    pub rows: u32,
+    pub cols: u32,
+}
+
+/// A 2-D window of a global tensor: element (r, c) is `tensor[offset + r*row_stride + c]`, valid when
+/// `r < rows && c < cols`. Loads fill invalid elements with 0; stores skip them. `vec` is the number of
+/// consecutive elements moved per access (1, 2, 4 or 8; at most 16 bytes); the program promises that
+/// `offset` and `row_stride` are multiples of `vec` (the launcher checks the alignment class).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GlobalView {
+    pub tensor: TensorId,
+    pub offset: Expr,
+    pub row_stride: Expr,
+    pub rows: Expr,
+    pub cols: Expr,
+    pub vec: u32,
+}
+
+/// A 1-D strided window of a global tensor for row vectors: row r is `tensor[offset + r*stride]`, valid when
+/// `r < rows`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct VecView {
+    pub tensor: TensorId,
+    pub offset: Expr,
+    pub stride: Expr,
+    pub rows: Expr,
+}
+
+/// Where a register tile is loaded from or stored to.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Place {
+    Global(GlobalView),
+    Shared(SharedRef),
+}
+
+/// A matrix-product operand. `transpose` reads a shared window as its transpose (stored `[K, M]` for A or
+/// `[N, K]` for B); register operands are never transposed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Operand {
+    Reg(TileId),
+    Shared { src: SharedRef, transpose: bool },
+}
+
+/// Row-reduction operators.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ReduceOp {
+    Sum,
+    Max,
+    Min,
+}
+
+/// A block-level statement.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Stmt {
+    /// Introduce a scalar variable (mutable through [`Stmt::Assign`]).
+    Let { var: VarId, value: Expr },
+    /// Update a variable introduced by `Let`.
+    Assign { var: VarId, value: Expr },
+    /// `for var in (start..end).step_by(step)`; `step > 0`.
+    For { var: VarId, start: Expr, end: Expr, step: Expr, body: Vec<Stmt>, unroll: bool },
+    /// Block-uniform conditional.
+    If { cond: Expr, then_body: Vec<Stmt>, else_body: Vec<Stmt> },
+    /// `__syncthreads()`: orders shared-memory accesses of the whole block.
+    Barrier,
+    /// `tile[r, c] = value` for every element (element context).
+    Map { tile: TileId, value: Expr },
+    /// `vec[r] = value` for every row (row context: `RowVal`, `RowIdx` and scalars).
+    VecMap { vec: VecId, value: Expr },
+    /// `vec[r] = op_c tile[r, c]` (or `op(vec[r], ...)` when `accumulate`).
+    Reduce { vec: VecId, tile: TileId, op: ReduceOp, accumulate: bool },
+    /// `acc += a @ b` with f32 accumulation; a is `[M, K]`, b is `[K, N]`, acc is `[M, N]`, K a multiple of 16.
+    Mma { acc: TileId, a: Operand, b: Operand },
+    /// Start an asynchronous global -> shared copy of a tile (invalid elements become 0).
+    CopyAsync { dst: SharedRef, src: GlobalView },
+    /// Close the current group of asynchronous copies.
+    AsyncCommit,
+    /// Wait until at most `pending` committed groups are still in flight (this thread's copies; follow with a
+    /// barrier before reading what other threads copied).
+    AsyncWait { pending: u32 },
+    /// Load a register tile (converting to the tile's dtype).
+    Load { tile: TileId, src: Place },
+    /// Store a register tile (converting to the destination's dtype; invalid elements skipped).
+    Store { tile: TileId, dst: Place },
+    /// Load a row vector from global memory (invalid rows get 0).
+    LoadVec { vec: VecId, src: VecView },
+    /// Store a row vector to global memory (invalid rows skipped).
+    StoreVec { vec: VecId, dst: VecView },
+}
+
+/// A complete kernel.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Kernel {
+    pub name: String,
+    /// Threads per block (a multiple of 32).
+    pub threads: u32,
+    pub tensors: Vec<TensorParam>,
+    pub syms: Vec<SymDecl>,
+    /// Grid size; expressions over symbols only (plus [`Expr::Sym`] of the launcher-provided `NUM_SMS`
+    /// symbol when the program declares one).
+    pub grid: [Expr; 3],
+    pub vars: Vec<VarDecl>,
+    pub tiles: Vec<RegTileDecl>,
+    pub vecs: Vec<VecDecl>,
+    pub shared: Vec<SharedDecl>,
+    pub body: Vec<Stmt>,
+    /// The knob values this kernel was built with (for printing, hashing and results).
+    pub knobs: Knobs,
+}
+
+/// Shared buffers start at multiples of this many bytes.
+pub const SHARED_ALIGN: usize = 128;
+
+impl Kernel {
+    /// Warps per block.
+    pub fn warps(&self) -> u32 {
+        self.threads / 32
+    }
+
+    /// Byte offset of each shared buffer in the block's dynamic shared memory, and the total.
+    pub fn shared_layout(&self) -> (Vec<usize>, usize) {
+        let mut offsets = Vec::with_capacity(self.shared.len());
+        let mut at = 0usize;
+        for s in &self.shared {
+            offsets.push(at);
+            at += s.bytes().next_multiple_of(SHARED_ALIGN);
+        }
+        (offsets, at)
+    }
+
+    /// Dynamic shared memory the kernel needs per block.
+    pub fn shared_bytes(&self) -> usize {
+        self.shared_layout().1
+    }
+
+    /// Look up a symbol by name.
+    pub fn sym(&self, name: &str) -> Option<SymId> {
+        self.syms.iter().position(|s| s.name == name).map(|i| SymId(i as u32))
+    }
+
+    /// Look up a tensor by name.
+    pub fn tensor(&self, name: &str) -> Option<TensorId> {
+        self.tensors.iter().position(|t| t.name == name).map(|i| TensorId(i as u32))
+    }
+
+    /// Visit every statement, parents before children.
+    pub fn visit_stmts(&self, f: &mut impl FnMut(&Stmt)) {
+        fn walk(body: &[Stmt], f: &mut impl FnMut(&Stmt)) {
+            for s in body {
+                f(s);
+                match s {
+                    Stmt::For { body, .. } => walk(body, f),
+                    Stmt::If { then_body, else_body, .. } => {
+                        walk(then_body, f);
+                        walk(else_body, f);
+                    }
+                    _ => {}
+                }
+            }
+        }
+        walk(&self.body, f);
+    }
+}

@@ -1,0 +1,214 @@
+//! Named tuning knobs: the values a kernel was built with, and the spaces an operator declares.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// One knob value.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum KnobValue {
+    Bool(bool),
+    Int(i64),
+    Str(String),
+}
+
+impl fmt::Display for KnobValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KnobValue::Int(v) => write!(f, "{v}"),
+            KnobValue::Bool(v) => write!(f, "{v}"),
+            KnobValue::Str(v) => f.write_str(v),
+        }
+    }
+}
+
+impl From<i64> for KnobValue {
+    fn from(v: i64) -> Self {
+        KnobValue::Int(v)
+    }
+}
+impl From<u32> for KnobValue {
+    fn from(v: u32) -> Self {
+        KnobValue::Int(v as i64)
+    }
+}
+impl From<bool> for KnobValue {
+    fn from(v: bool) -> Self {
+        KnobValue::Bool(v)
+    }
+}
+impl From<&str> for KnobValue {
+    fn from(v: &str) -> Self {
+        KnobValue::Str(v.to_string())
+    }
+}
+
+/// Why a knob set cannot be read as an operator expects.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum KnobError {
+    #[error("knob `{name}` is missing")]
+    Missing { name: String },
+    #[error("knob `{name}` has value `{value}`, expected {expected}")]
+    Invalid { name: String, value: String, expected: String },
+}
+
+/// A set of knob values, ordered by name (stable for hashing and printing).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Knobs(pub BTreeMap<String, KnobValue>);
+
+impl Knobs {
+    /// An empty set.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Builder-style insert.
+    pub fn with(mut self, name: &str, v: impl Into<KnobValue>) -> Self {
+        self.0.insert(name.to_string(), v.into());
+        self
+    }
+    /// Insert or replace.
+    pub fn set(&mut self, name: &str, v: impl Into<KnobValue>) {
+        self.0.insert(name.to_string(), v.into());
+    }
+    /// Read an integer knob.
+    pub fn int(&self, name: &str) -> Result<i64, KnobError> {
+        match self.0.get(name) {
+            Some(KnobValue::Int(v)) => Ok(*v),
+            Some(other) => {
+                Err(KnobError::Invalid { name: name.into(), value: other.to_string(), expected: "an integer".into() })
+            }
+            None => Err(KnobError::Missing { name: name.into() }),
+        }
+    }
+    /// Read an integer knob as u32.
+    pub fn u32(&self, name: &str) -> Result<u32, KnobError> {
+        let v = self.int(name)?;
+        u32::try_from(v).map_err(|_| KnobError::Invalid {
+            name: name.into(),
+            value: v.to_string(),
+            expected: "a non-negative 32-bit integer".into(),
+        })
+    }
+    /// Read a bool knob.
+    pub fn bool(&self, name: &str) -> Result<bool, KnobError> {
+        match self.0.get(name) {
+            Some(KnobValue::Bool(v)) => Ok(*v),
+            Some(other) => Err(KnobError::Invalid {
+                name: name.into(),
+                value: other.to_string(),
+                expected: "true or false".into(),
+            }),
+            None => Err(KnobError::Missing { name: name.into() }),
+        }
+    }
+    /// Read a string knob.
+    pub fn str(&self, name: &str) -> Result<&str, KnobError> {
+        match self.0.get(name) {
+            Some(KnobValue::Str(v)) => Ok(v),
+            Some(other) => {
+                Err(KnobError::Invalid { name: name.into(), value: other.to_string(), expected: "a string".into() })
+            }
+            None => Err(KnobError::Missing { name: name.into() }),
+        }
+    }
+    /// A short stable id such as `BM128_BN128_BK32_STAGES3` (used as a candidate id).
+    pub fn id(&self) -> String {
+        let parts: Vec<String> = self.0.iter().map(|(k, v)| format!("{k}{v}")).collect();
+        parts.join("_")
+    }
+}
+
+impl fmt::Display for Knobs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let parts: Vec<String> = self.0.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        f.write_str(&parts.join(","))
+    }
+}
+
+/// One axis of a knob space.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct KnobAxis {
+    pub name: String,
+    pub values: Vec<KnobValue>,
+    /// What the knob changes, for `k3k list`.
+    pub doc: String,
+}
+
+/// The Cartesian product of knob axes an operator offers the tuner. Invalid combinations are removed by the
+/// operator's own pruning (shared memory, registers, divisibility) before anything is compiled.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct KnobSpace {
+    pub axes: Vec<KnobAxis>,
+}
+
+impl KnobSpace {
+    /// Add an axis.
+    pub fn axis<V: Into<KnobValue>>(mut self, name: &str, doc: &str, values: impl IntoIterator<Item = V>) -> Self {
+        self.axes.push(KnobAxis {
+            name: name.into(),
+            values: values.into_iter().map(Into::into).collect(),
+            doc: doc.into(),
+        });
+        self
+    }
+
+    /// Number of points (before pruning).
+    pub fn size(&self) -> usize {
+        self.axes.iter().map(|a| a.values.len()).product()
+    }
+
+    /// Every point of the space, in a deterministic order.
+    pub fn points(&self) -> Vec<Knobs> {
+        let mut out = vec![Knobs::new()];
+        for axis in &self.axes {
+            let mut next = Vec::with_capacity(out.len() * axis.values.len());
+            for base in &out {
+                for v in &axis.values {
+                    let mut k = base.clone();
+                    k.set(&axis.name, v.clone());
+                    next.push(k);
+                }
+            }
+            out = next;
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn space_enumerates_product() {
+        let s = KnobSpace::default().axis("BM", "", [64i64, 128]).axis("STAGES", "", [2i64, 3, 4]);
+        let pts = s.points();
+        assert_eq!(pts.len(), 6);
+        assert_eq!(s.size(), 6);
+        assert_eq!(pts[0].int("BM").unwrap(), 64);
+        assert_eq!(pts[5].int("STAGES").unwrap(), 4);
+        let mut ids: Vec<_> = pts.iter().map(|k| k.id()).collect();
+        ids.dedup();
+        assert_eq!(ids.len(), 6);
+    }
+
+    #[test]
+    fn typed_reads_report_the_knob() {
+        let k = Knobs::new().with("BM", 64i64).with("swz", "xor");
+        assert_eq!(k.int("BM").unwrap(), 64);
+        let e = k.int("swz").unwrap_err();
+        assert!(e.to_string().contains("`swz`"), "{e}");
+        assert!(matches!(k.bool("nope"), Err(KnobError::Missing { .. })));
+    }
+
+    #[test]
+    fn knobs_roundtrip_json() {
+        let k = Knobs::new().with("BM", 64i64).with("fast", true).with("raster", "row");
+        let s = serde_json::to_string(&k).unwrap();
+        assert_eq!(s, r#"{"BM":64,"fast":true,"raster":"row"}"#);
+        let back: Knobs = serde_json::from_str(&s).unwrap();
+        assert_eq!(back, k);
+    }
+}

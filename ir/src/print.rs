@@ -1,0 +1,198 @@
+//! A readable, deterministic text form of a kernel (`k3k emit --emit ir`); also the input of the stable hash.
+
+use crate::expr::{Expr, Special};
+use crate::kernel::*;
+use std::fmt::Write;
+
+/// Print an expression.
+pub fn expr(k: &Kernel, e: &Expr) -> String {
+    match e {
+        Expr::Int(v) => v.to_string(),
+        Expr::Float(v) => {
+            let s = format!("{v:?}");
+            if s.contains('.') || s.contains('e') || s.contains("inf") || s.contains("NaN") {
+                s
+            } else {
+                format!("{s}.0")
+            }
+        }
+        Expr::Bool(v) => v.to_string(),
+        Expr::Sym(s) => k.syms.get(s.0 as usize).map_or(format!("sym#{}", s.0), |d| d.name.clone()),
+        Expr::Var(v) => k.vars.get(v.0 as usize).map_or(format!("var#{}", v.0), |d| format!("{}%{}", d.name, v.0)),
+        Expr::Special(Special::BlockIdx(a)) => format!("block.{}", axis(*a)),
+        Expr::Special(Special::GridDim(a)) => format!("grid.{}", axis(*a)),
+        Expr::Un(op, a) => format!("{}({})", op.name(), expr(k, a)),
+        Expr::Bin(op, a, b) if op.is_call() => format!("{}({}, {})", op.symbol(), expr(k, a), expr(k, b)),
+        Expr::Bin(op, a, b) => format!("({} {} {})", expr(k, a), op.symbol(), expr(k, b)),
+        Expr::Select(c, a, b) => format!("select({}, {}, {})", expr(k, c), expr(k, a), expr(k, b)),
+        Expr::Cast(t, a) => format!("{t}({})", expr(k, a)),
+        Expr::Load { tensor, index } => format!("{}[{}]", tensor_name(k, tensor.0), expr(k, index)),
+        Expr::Elem(t) => format!("{}[r,c]", k.tiles.get(t.0 as usize).map_or("?", |t| &t.name)),
+        Expr::RowVal(v) => format!("{}[r]", k.vecs.get(v.0 as usize).map_or("?", |v| &v.name)),
+        Expr::RowIdx => "r".into(),
+        Expr::ColIdx => "c".into(),
+    }
+}
+
+fn axis(a: u8) -> char {
+    ['x', 'y', 'z'].get(a as usize).copied().unwrap_or('?')
+}
+
+fn tensor_name(k: &Kernel, i: u32) -> String {
+    k.tensors.get(i as usize).map_or(format!("tensor#{i}"), |t| t.name.clone())
+}
+
+fn shared_ref(k: &Kernel, r: &SharedRef) -> String {
+    let name = k.shared.get(r.buf.0 as usize).map_or("?", |s| &s.name);
+    format!("{name}[{}][{}..{}, {}..{}]", expr(k, &r.index), r.row0, r.row0 + r.rows, r.col0, r.col0 + r.cols)
+}
+
+fn global_view(k: &Kernel, v: &GlobalView) -> String {
+    format!(
+        "{}{{off={}, stride={}, rows<{}, cols<{}, vec={}}}",
+        tensor_name(k, v.tensor.0),
+        expr(k, &v.offset),
+        expr(k, &v.row_stride),
+        expr(k, &v.rows),
+        expr(k, &v.cols),
+        v.vec
+    )
+}
+
+fn vec_view(k: &Kernel, v: &VecView) -> String {
+    format!(
+        "{}{{off={}, stride={}, rows<{}}}",
+        tensor_name(k, v.tensor.0),
+        expr(k, &v.offset),
+        expr(k, &v.stride),
+        expr(k, &v.rows)
+    )
+}
+
+fn place(k: &Kernel, p: &Place) -> String {
+    match p {
+        Place::Global(v) => global_view(k, v),
+        Place::Shared(r) => shared_ref(k, r),
+    }
+}
+
+fn operand(k: &Kernel, o: &Operand) -> String {
+    match o {
+        Operand::Reg(t) => k.tiles[t.0 as usize].name.clone(),
+        Operand::Shared { src, transpose } => format!("{}{}", shared_ref(k, src), if *transpose { "^T" } else { "" }),
+    }
+}
+
+/// Print a whole kernel.
+pub fn kernel(k: &Kernel) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "kernel {} threads={} knobs{{{}}}", k.name, k.threads, k.knobs);
+    for sym in &k.syms {
+        let _ = writeln!(s, "  sym {}: {:?}", sym.name, sym.kind);
+    }
+    for t in &k.tensors {
+        let dims: Vec<String> = t
+            .dims
+            .iter()
+            .map(|d| match d {
+                Dim::Const(v) => v.to_string(),
+                Dim::Sym(id) => k.syms.get(id.0 as usize).map_or("?".into(), |d| d.name.clone()),
+            })
+            .collect();
+        let _ = writeln!(s, "  tensor {}: {}[{}] {:?}", t.name, t.dtype, dims.join(", "), t.access);
+    }
+    let _ = writeln!(s, "  grid = ({}, {}, {})", expr(k, &k.grid[0]), expr(k, &k.grid[1]), expr(k, &k.grid[2]));
+    for t in &k.tiles {
+        let _ = writeln!(s, "  reg {}: {}[{}x{}] warps={}x{}", t.name, t.dtype, t.rows, t.cols, t.warps[0], t.warps[1]);
+    }
+    for v in &k.vecs {
+        let _ = writeln!(s, "  vec {}: f32[{}] warps={}x{}", v.name, v.rows, v.warps[0], v.warps[1]);
+    }
+    for sh in &k.shared {
+        let _ =
+            writeln!(s, "  shared {}: {}[{} x {}x{}] {:?}", sh.name, sh.dtype, sh.count, sh.rows, sh.cols, sh.swizzle);
+    }
+    let _ = writeln!(s, "  shared_bytes = {}", k.shared_bytes());
+    let _ = writeln!(s, "body:");
+    body(k, &k.body, 1, &mut s);
+    s
+}
+
+fn body(k: &Kernel, b: &[Stmt], depth: usize, s: &mut String) {
+    let pad = "  ".repeat(depth);
+    for st in b {
+        match st {
+            Stmt::Let { var, value } => {
+                let _ = writeln!(s, "{pad}let {} = {}", expr(k, &Expr::Var(*var)), expr(k, value));
+            }
+            Stmt::Assign { var, value } => {
+                let _ = writeln!(s, "{pad}{} := {}", expr(k, &Expr::Var(*var)), expr(k, value));
+            }
+            Stmt::For { var, start, end, step, body: inner, unroll } => {
+                let _ = writeln!(
+                    s,
+                    "{pad}for {} in {}..{} step {}{} {{",
+                    expr(k, &Expr::Var(*var)),
+                    expr(k, start),
+                    expr(k, end),
+                    expr(k, step),
+                    if *unroll { " unroll" } else { "" }
+                );
+                body(k, inner, depth + 1, s);
+                let _ = writeln!(s, "{pad}}}");
+            }
+            Stmt::If { cond, then_body, else_body } => {
+                let _ = writeln!(s, "{pad}if {} {{", expr(k, cond));
+                body(k, then_body, depth + 1, s);
+                if !else_body.is_empty() {
+                    let _ = writeln!(s, "{pad}}} else {{");
+                    body(k, else_body, depth + 1, s);
+                }
+                let _ = writeln!(s, "{pad}}}");
+            }
+            Stmt::Barrier => {
+                let _ = writeln!(s, "{pad}barrier");
+            }
+            Stmt::Map { tile, value } => {
+                let _ = writeln!(s, "{pad}{}[r,c] = {}", k.tiles[tile.0 as usize].name, expr(k, value));
+            }
+            Stmt::VecMap { vec, value } => {
+                let _ = writeln!(s, "{pad}{}[r] = {}", k.vecs[vec.0 as usize].name, expr(k, value));
+            }
+            Stmt::Reduce { vec, tile, op, accumulate } => {
+                let _ = writeln!(
+                    s,
+                    "{pad}{}[r] {}= reduce_{:?}_c {}[r,c]",
+                    k.vecs[vec.0 as usize].name,
+                    if *accumulate { "op" } else { "" },
+                    op,
+                    k.tiles[tile.0 as usize].name
+                );
+            }
+            Stmt::Mma { acc, a, b } => {
+                let _ = writeln!(s, "{pad}{} += {} @ {}", k.tiles[acc.0 as usize].name, operand(k, a), operand(k, b));
+            }
+            Stmt::CopyAsync { dst, src } => {
+                let _ = writeln!(s, "{pad}{} <~ {}", shared_ref(k, dst), global_view(k, src));
+            }
+            Stmt::AsyncCommit => {
+                let _ = writeln!(s, "{pad}commit");
+            }
+            Stmt::AsyncWait { pending } => {
+                let _ = writeln!(s, "{pad}wait pending<={pending}");
+            }
+            Stmt::Load { tile, src } => {
+                let _ = writeln!(s, "{pad}{} <- {}", k.tiles[tile.0 as usize].name, place(k, src));
+            }
+            Stmt::Store { tile, dst } => {
+                let _ = writeln!(s, "{pad}{} -> {}", k.tiles[tile.0 as usize].name, place(k, dst));
+            }
+            Stmt::LoadVec { vec, src } => {
+                let _ = writeln!(s, "{pad}{} <- {}", k.vecs[vec.0 as usize].name, vec_view(k, src));
+            }
+            Stmt::StoreVec { vec, dst } => {
+                let _ = writeln!(s, "{pad}{} -> {}", k.vecs[vec.0 as usize].name, vec_view(k, dst));
+            }
+        }
+    }
+}

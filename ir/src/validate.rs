@@ -1,0 +1,713 @@
+//! Static checks of a kernel: scopes, expression types, tile shapes and layouts, resources.
+
+use crate::dtype::{DType, ScalarTy};
+use crate::expr::{BinOp, Expr, SharedId, TileId, UnOp, VarId, VecId};
+use crate::kernel::*;
+use std::collections::HashMap;
+
+/// Largest dynamic shared memory one block may opt into on sm_90 (227 KiB).
+pub const MAX_SHARED_BYTES: usize = 232_448;
+
+/// What kind of rule a kernel broke.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IrErrorKind {
+    /// An expression has the wrong type, or a leaf is used where it is not allowed.
+    Type,
+    /// Tile, window or operand shapes do not fit together.
+    Shape,
+    /// Warp layouts of tiles do not fit together.
+    Layout,
+    /// A variable, tile, tensor or symbol id does not exist or is out of scope.
+    Scope,
+    /// Threads, shared memory or similar limits are exceeded.
+    Resource,
+}
+
+/// A validation failure: which kernel, where in it, and what is wrong.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("kernel `{kernel}` at {at}: {kind:?} error: {msg}")]
+pub struct IrError {
+    pub kernel: String,
+    pub at: String,
+    pub kind: IrErrorKind,
+    pub msg: String,
+}
+
+#[derive(Clone, Copy)]
+enum Ctx<'a> {
+    /// Loop bounds, offsets, conditions.
+    Scalar { allow_special: bool },
+    /// Per-row of a vector with these rows/warps.
+    Row { vec: &'a VecDecl },
+    /// Per-element of this tile.
+    Elem { tile: &'a RegTileDecl },
+}
+
+struct Checker<'a> {
+    k: &'a Kernel,
+    scopes: Vec<HashMap<VarId, ScalarTy>>,
+    path: Vec<String>,
+}
+
+/// Check a kernel; returns the first problem found.
+pub fn validate(k: &Kernel) -> Result<(), IrError> {
+    let mut c = Checker { k, scopes: vec![HashMap::new()], path: vec![] };
+    c.kernel_level()?;
+    c.body(&k.body)?;
+    Ok(())
+}
+
+impl<'a> Checker<'a> {
+    fn err(&self, kind: IrErrorKind, msg: impl Into<String>) -> IrError {
+        IrError {
+            kernel: self.k.name.clone(),
+            at: if self.path.is_empty() { "kernel".into() } else { self.path.join(" > ") },
+            kind,
+            msg: msg.into(),
+        }
+    }
+
+    fn kernel_level(&mut self) -> Result<(), IrError> {
+        let k = self.k;
+        if k.threads == 0 || k.threads % 32 != 0 || k.threads > 1024 {
+            return Err(self
+                .err(IrErrorKind::Resource, format!("threads = {} must be a multiple of 32 in 32..=1024", k.threads)));
+        }
+        for (i, t) in k.tensors.iter().enumerate() {
+            for d in &t.dims {
+                if let Dim::Sym(s) = d
+                    && k.syms.get(s.0 as usize).map(|d| d.kind) != Some(SymKind::Dim)
+                {
+                    return Err(self.err(
+                        IrErrorKind::Scope,
+                        format!("tensor #{i} `{}`: dim {:?} is not a dim symbol", t.name, s),
+                    ));
+                }
+            }
+        }
+        self.path.push("grid".into());
+        for g in &k.grid {
+            let ty = self.ty(g, Ctx::Scalar { allow_special: false })?;
+            if ty != ScalarTy::Int {
+                return Err(self.err(IrErrorKind::Type, format!("grid size must be int, got {ty}")));
+            }
+            let mut bad = false;
+            g.visit(&mut |e| bad |= matches!(e, Expr::Var(_) | Expr::Load { .. }));
+            if bad {
+                return Err(self.err(IrErrorKind::Type, "grid sizes may use symbols and constants only"));
+            }
+        }
+        self.path.pop();
+        let warps = k.warps();
+        for t in &k.tiles {
+            self.path.push(format!("tile `{}`", t.name));
+            if !matches!(t.dtype, DType::F32 | DType::Bf16 | DType::F16 | DType::I32) {
+                return Err(
+                    self.err(IrErrorKind::Type, format!("register tiles hold f32, bf16, f16 or i32, not {}", t.dtype))
+                );
+            }
+            self.check_warps(t.warps, warps)?;
+            if t.rows == 0 || t.rows % (16 * t.warps[0]) != 0 {
+                return Err(self.err(
+                    IrErrorKind::Layout,
+                    format!("rows = {} must be a positive multiple of 16 * warps[0] = {}", t.rows, 16 * t.warps[0]),
+                ));
+            }
+            if t.cols == 0 || t.cols % (8 * t.warps[1]) != 0 {
+                return Err(self.err(
+                    IrErrorKind::Layout,
+                    format!("cols = {} must be a positive multiple of 8 * warps[1] = {}", t.cols, 8 * t.warps[1]),
+                ));
+            }
+            self.path.pop();
+        }
+        for v in &k.vecs {
+            self.path.push(format!("vec `{}`", v.name));
+            self.check_warps(v.warps, warps)?;
+            if v.rows == 0 || v.rows % (16 * v.warps[0]) != 0 {
+                return Err(self.err(
+                    IrErrorKind::Layout,
+                    format!("rows = {} must be a positive multiple of 16 * warps[0] = {}", v.rows, 16 * v.warps[0]),
+                ));
+            }
+            self.path.pop();
+        }
+        for s in &k.shared {
+            self.path.push(format!("shared `{}`", s.name));
+            if s.count == 0 || s.rows == 0 || s.cols == 0 {
+                return Err(self.err(IrErrorKind::Shape, "shared buffers need rows, cols and count >= 1"));
+            }
+            if s.swizzle == Swizzle::Xor16B && (s.dtype.storage_bytes(s.cols as usize) % 16 != 0) {
+                return Err(self.err(IrErrorKind::Layout, "Xor16B swizzle needs rows of a multiple of 16 bytes"));
+            }
+            self.path.pop();
+        }
+        if k.shared_bytes() > MAX_SHARED_BYTES {
+            return Err(self.err(
+                IrErrorKind::Resource,
+                format!("{} bytes of shared memory exceed the sm_90 limit of {MAX_SHARED_BYTES}", k.shared_bytes()),
+            ));
+        }
+        Ok(())
+    }
+
+    fn check_warps(&self, w: [u32; 2], warps: u32) -> Result<(), IrError> {
+        if w[0] == 0 || w[1] == 0 || warps % (w[0] * w[1]) != 0 {
+            return Err(self.err(
+                IrErrorKind::Layout,
+                format!("warp grid {}x{} must divide the block's {} warps", w[0], w[1], warps),
+            ));
+        }
+        Ok(())
+    }
+
+    fn tile(&self, id: TileId) -> Result<&'a RegTileDecl, IrError> {
+        self.k
+            .tiles
+            .get(id.0 as usize)
+            .ok_or_else(|| self.err(IrErrorKind::Scope, format!("no register tile #{}", id.0)))
+    }
+    fn vec(&self, id: VecId) -> Result<&'a VecDecl, IrError> {
+        self.k.vecs.get(id.0 as usize).ok_or_else(|| self.err(IrErrorKind::Scope, format!("no row vector #{}", id.0)))
+    }
+    fn shared(&self, id: SharedId) -> Result<&'a SharedDecl, IrError> {
+        self.k
+            .shared
+            .get(id.0 as usize)
+            .ok_or_else(|| self.err(IrErrorKind::Scope, format!("no shared buffer #{}", id.0)))
+    }
+    fn var_ty(&self, v: VarId) -> Option<ScalarTy> {
+        self.scopes.iter().rev().find_map(|s| s.get(&v).copied())
+    }
+
+    /// The type of an expression in a context.
+    fn ty(&self, e: &Expr, ctx: Ctx<'_>) -> Result<ScalarTy, IrError> {
+        use ScalarTy::*;
+        Ok(match e {
+            Expr::Int(_) => Int,
+            Expr::Float(_) => Float,
+            Expr::Bool(_) => Bool,
+            Expr::Sym(s) => match self.k.syms.get(s.0 as usize) {
+                Some(d) if d.kind == SymKind::Float => Float,
+                Some(_) => Int,
+                None => return Err(self.err(IrErrorKind::Scope, format!("no symbol #{}", s.0))),
+            },
+            Expr::Var(v) => self
+                .var_ty(*v)
+                .ok_or_else(|| self.err(IrErrorKind::Scope, format!("variable #{} used out of scope", v.0)))?,
+            Expr::Special(_) => match ctx {
+                Ctx::Scalar { allow_special: false } => {
+                    return Err(self.err(IrErrorKind::Type, "block indices are not allowed here"));
+                }
+                _ => Int,
+            },
+            Expr::Load { tensor, index } => {
+                let t = self
+                    .k
+                    .tensors
+                    .get(tensor.0 as usize)
+                    .ok_or_else(|| self.err(IrErrorKind::Scope, format!("no tensor #{}", tensor.0)))?;
+                if self.ty(index, Ctx::Scalar { allow_special: true })? != Int {
+                    return Err(self.err(IrErrorKind::Type, "load index must be int"));
+                }
+                if t.dtype.bits() < 8 {
+                    return Err(
+                        self.err(IrErrorKind::Type, "scalar loads of 4-bit types are not supported; view as u8")
+                    );
+                }
+                ScalarTy::of_dtype(t.dtype)
+            }
+            Expr::Elem(t) => {
+                let decl = self.tile(*t)?;
+                match ctx {
+                    Ctx::Elem { tile } => {
+                        if decl.rows != tile.rows || decl.cols != tile.cols || decl.warps != tile.warps {
+                            return Err(self.err(
+                                IrErrorKind::Layout,
+                                format!(
+                                    "tile `{}` ({}x{} on {:?}) read while mapping `{}` ({}x{} on {:?}): shapes and warps must match",
+                                    decl.name, decl.rows, decl.cols, decl.warps, tile.name, tile.rows, tile.cols, tile.warps
+                                ),
+                            ));
+                        }
+                    }
+                    _ => return Err(self.err(IrErrorKind::Type, "tile elements can only be read inside a map")),
+                }
+                if decl.dtype == DType::I32 { Int } else { Float }
+            }
+            Expr::RowVal(v) => {
+                let vd = self.vec(*v)?;
+                let (rows, warps) = match ctx {
+                    Ctx::Elem { tile } => (tile.rows, tile.warps),
+                    Ctx::Row { vec } => (vec.rows, vec.warps),
+                    Ctx::Scalar { .. } => {
+                        return Err(self.err(IrErrorKind::Type, "row vectors can only be read inside a map"));
+                    }
+                };
+                if vd.rows != rows || vd.warps[0] != warps[0] {
+                    return Err(self.err(
+                        IrErrorKind::Layout,
+                        format!(
+                            "row vector `{}` ({} rows on {:?}) does not match {} rows on {:?}",
+                            vd.name, vd.rows, vd.warps, rows, warps
+                        ),
+                    ));
+                }
+                if let Ctx::Elem { tile } = ctx
+                    && vd.warps[1] != tile.warps[1]
+                {
+                    return Err(
+                        self.err(IrErrorKind::Layout, format!("row vector `{}` warps differ from the tile's", vd.name))
+                    );
+                }
+                Float
+            }
+            Expr::RowIdx => match ctx {
+                Ctx::Scalar { .. } => return Err(self.err(IrErrorKind::Type, "RowIdx is only valid inside a map")),
+                _ => Int,
+            },
+            Expr::ColIdx => match ctx {
+                Ctx::Elem { .. } => Int,
+                _ => return Err(self.err(IrErrorKind::Type, "ColIdx is only valid inside a tile map")),
+            },
+            Expr::Cast(to, a) => {
+                let from = self.ty(a, ctx)?;
+                if *to == Bool && from != Bool {
+                    return Err(self.err(IrErrorKind::Type, "use a comparison to make a bool"));
+                }
+                *to
+            }
+            Expr::Select(c, a, b) => {
+                if self.ty(c, ctx)? != Bool {
+                    return Err(self.err(IrErrorKind::Type, "select condition must be bool"));
+                }
+                let (ta, tb) = (self.ty(a, ctx)?, self.ty(b, ctx)?);
+                if ta != tb {
+                    return Err(self.err(IrErrorKind::Type, format!("select arms differ: {ta} vs {tb}")));
+                }
+                ta
+            }
+            Expr::Un(op, a) => {
+                let t = self.ty(a, ctx)?;
+                match op {
+                    UnOp::Not => {
+                        if t != Bool {
+                            return Err(self.err(IrErrorKind::Type, "`not` needs a bool"));
+                        }
+                        Bool
+                    }
+                    UnOp::Neg | UnOp::Abs => {
+                        if t == Bool {
+                            return Err(self.err(IrErrorKind::Type, format!("`{}` needs a number", op.name())));
+                        }
+                        t
+                    }
+                    UnOp::IsNan | UnOp::IsFinite => {
+                        if t != Float {
+                            return Err(self.err(IrErrorKind::Type, format!("`{}` needs a float", op.name())));
+                        }
+                        Bool
+                    }
+                    _ => {
+                        if t != Float {
+                            return Err(self.err(IrErrorKind::Type, format!("`{}` needs a float, got {t}", op.name())));
+                        }
+                        Float
+                    }
+                }
+            }
+            Expr::Bin(op, a, b) => {
+                let (ta, tb) = (self.ty(a, ctx)?, self.ty(b, ctx)?);
+                match op {
+                    BinOp::Ldexp => {
+                        if ta != Float || tb != Int {
+                            return Err(self.err(IrErrorKind::Type, "ldexp takes (float, int)"));
+                        }
+                        Float
+                    }
+                    BinOp::And | BinOp::Or => {
+                        if ta != Bool || tb != Bool {
+                            return Err(self.err(IrErrorKind::Type, format!("`{}` takes bools", op.symbol())));
+                        }
+                        Bool
+                    }
+                    BinOp::Rem | BinOp::Shl | BinOp::Shr | BinOp::BitAnd | BinOp::BitOr | BinOp::BitXor => {
+                        if ta != Int || tb != Int {
+                            return Err(
+                                self.err(IrErrorKind::Type, format!("`{}` takes ints, got {ta} and {tb}", op.symbol()))
+                            );
+                        }
+                        Int
+                    }
+                    _ => {
+                        if ta != tb || ta == Bool && !matches!(op, BinOp::Eq | BinOp::Ne) {
+                            return Err(self.err(
+                                IrErrorKind::Type,
+                                format!(
+                                    "`{}` needs two numbers of one type, got {ta} and {tb} (cast explicitly)",
+                                    op.symbol()
+                                ),
+                            ));
+                        }
+                        if op.is_comparison() { Bool } else { ta }
+                    }
+                }
+            }
+        })
+    }
+
+    fn expect(&self, e: &Expr, ctx: Ctx<'_>, want: ScalarTy, what: &str) -> Result<(), IrError> {
+        let t = self.ty(e, ctx)?;
+        if t != want {
+            return Err(self.err(IrErrorKind::Type, format!("{what} must be {want}, got {t}")));
+        }
+        Ok(())
+    }
+
+    fn scalar(&self, e: &Expr, want: ScalarTy, what: &str) -> Result<(), IrError> {
+        self.expect(e, Ctx::Scalar { allow_special: true }, want, what)
+    }
+
+    fn shared_ref(&self, r: &SharedRef) -> Result<&'a SharedDecl, IrError> {
+        let d = self.shared(r.buf)?;
+        self.scalar(&r.index, ScalarTy::Int, "shared tile index")?;
+        if let Some(i) = r.index.as_const_int()
+            && (i < 0 || i >= d.count as i64)
+        {
+            return Err(self.err(IrErrorKind::Shape, format!("shared `{}` has {} tiles, index {i}", d.name, d.count)));
+        }
+        if r.rows == 0 || r.cols == 0 || r.row0 + r.rows > d.rows || r.col0 + r.cols > d.cols {
+            return Err(self.err(
+                IrErrorKind::Shape,
+                format!(
+                    "window rows {}..{} cols {}..{} is outside shared `{}` ({}x{})",
+                    r.row0,
+                    r.row0 + r.rows,
+                    r.col0,
+                    r.col0 + r.cols,
+                    d.name,
+                    d.rows,
+                    d.cols
+                ),
+            ));
+        }
+        Ok(d)
+    }
+
+    fn global_view(&self, v: &GlobalView) -> Result<&'a TensorParam, IrError> {
+        let t = self
+            .k
+            .tensors
+            .get(v.tensor.0 as usize)
+            .ok_or_else(|| self.err(IrErrorKind::Scope, format!("no tensor #{}", v.tensor.0)))?;
+        for (e, what) in [
+            (&v.offset, "view offset"),
+            (&v.row_stride, "view row stride"),
+            (&v.rows, "view rows"),
+            (&v.cols, "view cols"),
+        ] {
+            self.scalar(e, ScalarTy::Int, what)?;
+        }
+        if !matches!(v.vec, 1 | 2 | 4 | 8 | 16) || t.dtype.storage_bytes(v.vec as usize) > 16 {
+            return Err(self.err(
+                IrErrorKind::Shape,
+                format!("view of `{}`: vec = {} must be 1, 2, 4, 8 or 16 and at most 16 bytes", t.name, v.vec),
+            ));
+        }
+        if t.dtype.bits() < 8 {
+            return Err(self.err(IrErrorKind::Type, format!("tensor `{}`: view 4-bit storage as u8", t.name)));
+        }
+        Ok(t)
+    }
+
+    fn body(&mut self, body: &[Stmt]) -> Result<(), IrError> {
+        for (i, s) in body.iter().enumerate() {
+            self.path.push(format!("[{i}]"));
+            self.stmt(s)?;
+            self.path.pop();
+        }
+        Ok(())
+    }
+
+    fn stmt(&mut self, s: &Stmt) -> Result<(), IrError> {
+        match s {
+            Stmt::Let { var, value } => {
+                if var.0 as usize >= self.k.vars.len() {
+                    return Err(self.err(IrErrorKind::Scope, format!("no variable #{}", var.0)));
+                }
+                let t = self.ty(value, Ctx::Scalar { allow_special: true })?;
+                self.scopes.last_mut().unwrap().insert(*var, t);
+            }
+            Stmt::Assign { var, value } => {
+                let want = self.var_ty(*var).ok_or_else(|| {
+                    self.err(IrErrorKind::Scope, format!("assignment to variable #{} out of scope", var.0))
+                })?;
+                self.scalar(value, want, "assigned value")?;
+            }
+            Stmt::For { var, start, end, step, body, .. } => {
+                self.path.push(format!("for `{}`", self.k.vars.get(var.0 as usize).map_or("?", |v| &v.name)));
+                for (e, what) in [(start, "loop start"), (end, "loop end"), (step, "loop step")] {
+                    self.scalar(e, ScalarTy::Int, what)?;
+                }
+                if let Some(st) = step.as_const_int()
+                    && st <= 0
+                {
+                    return Err(self.err(IrErrorKind::Shape, "loop step must be positive"));
+                }
+                self.scopes.push(HashMap::from([(*var, ScalarTy::Int)]));
+                self.body(body)?;
+                self.scopes.pop();
+                self.path.pop();
+            }
+            Stmt::If { cond, then_body, else_body } => {
+                self.scalar(cond, ScalarTy::Bool, "if condition")?;
+                self.path.push("then".into());
+                self.scopes.push(HashMap::new());
+                self.body(then_body)?;
+                self.scopes.pop();
+                self.path.pop();
+                self.path.push("else".into());
+                self.scopes.push(HashMap::new());
+                self.body(else_body)?;
+                self.scopes.pop();
+                self.path.pop();
+            }
+            Stmt::Barrier | Stmt::AsyncCommit | Stmt::AsyncWait { .. } => {}
+            Stmt::Map { tile, value } => {
+                let t = self.tile(*tile)?;
+                self.path.push(format!("map `{}`", t.name));
+                let want = if t.dtype == DType::I32 { ScalarTy::Int } else { ScalarTy::Float };
+                self.expect(value, Ctx::Elem { tile: t }, want, "mapped value")?;
+                self.path.pop();
+            }
+            Stmt::VecMap { vec, value } => {
+                let v = self.vec(*vec)?;
+                self.path.push(format!("vec_map `{}`", v.name));
+                self.expect(value, Ctx::Row { vec: v }, ScalarTy::Float, "row value")?;
+                self.path.pop();
+            }
+            Stmt::Reduce { vec, tile, .. } => {
+                let (v, t) = (self.vec(*vec)?, self.tile(*tile)?);
+                if t.warps[1] != 1 {
+                    return Err(
+                        self.err(IrErrorKind::Layout, format!("row reduction of `{}` needs warps[1] = 1", t.name))
+                    );
+                }
+                if v.rows != t.rows || v.warps != t.warps {
+                    return Err(self.err(
+                        IrErrorKind::Layout,
+                        format!("vector `{}` must match tile `{}` rows and warps", v.name, t.name),
+                    ));
+                }
+                if t.dtype == DType::I32 {
+                    return Err(self.err(IrErrorKind::Type, "row reductions are over float tiles"));
+                }
+            }
+            Stmt::Mma { acc, a, b } => self.mma(*acc, a, b)?,
+            Stmt::CopyAsync { dst, src } => {
+                let d = self.shared_ref(dst)?;
+                let t = self.global_view(src)?;
+                if t.dtype != d.dtype {
+                    return Err(self.err(
+                        IrErrorKind::Type,
+                        format!(
+                            "async copy from `{}` ({}) into shared `{}` ({}) cannot convert",
+                            t.name, t.dtype, d.name, d.dtype
+                        ),
+                    ));
+                }
+                if dst.cols % src.vec != 0 || dst.col0 % src.vec != 0 {
+                    return Err(self.err(
+                        IrErrorKind::Shape,
+                        format!("window cols {} not a multiple of vec {}", dst.cols, src.vec),
+                    ));
+                }
+            }
+            Stmt::Load { tile, src: place } | Stmt::Store { tile, dst: place } => {
+                let t = self.tile(*tile)?;
+                match place {
+                    Place::Shared(r) => {
+                        let d = self.shared_ref(r)?;
+                        if r.rows != t.rows || r.cols != t.cols {
+                            return Err(self.err(
+                                IrErrorKind::Shape,
+                                format!(
+                                    "tile `{}` is {}x{}, shared window is {}x{}",
+                                    t.name, t.rows, t.cols, r.rows, r.cols
+                                ),
+                            ));
+                        }
+                        if (t.dtype == DType::I32) != d.dtype.is_int() {
+                            return Err(self.err(IrErrorKind::Type, "int tiles move to and from int storage only"));
+                        }
+                    }
+                    Place::Global(v) => {
+                        let g = self.global_view(v)?;
+                        if (t.dtype == DType::I32) != g.dtype.is_int() {
+                            return Err(self.err(IrErrorKind::Type, "int tiles move to and from int tensors only"));
+                        }
+                        if matches!(s, Stmt::Store { .. }) && g.access == Access::Read {
+                            return Err(self.err(IrErrorKind::Type, format!("tensor `{}` is read-only", g.name)));
+                        }
+                        if v.vec > 2 && matches!(s, Stmt::Store { .. }) {
+                            return Err(self.err(
+                                IrErrorKind::Shape,
+                                "tile stores move at most 2 consecutive elements per access",
+                            ));
+                        }
+                    }
+                }
+            }
+            Stmt::LoadVec { vec, src: view } | Stmt::StoreVec { vec, dst: view } => {
+                self.vec(*vec)?;
+                let t = self
+                    .k
+                    .tensors
+                    .get(view.tensor.0 as usize)
+                    .ok_or_else(|| self.err(IrErrorKind::Scope, format!("no tensor #{}", view.tensor.0)))?;
+                if !t.dtype.is_float() {
+                    return Err(self.err(
+                        IrErrorKind::Type,
+                        format!("row vectors move to and from float tensors, `{}` is {}", t.name, t.dtype),
+                    ));
+                }
+                for (e, what) in [(&view.offset, "offset"), (&view.stride, "stride"), (&view.rows, "rows")] {
+                    self.scalar(e, ScalarTy::Int, what)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn mma(&self, acc: TileId, a: &Operand, b: &Operand) -> Result<(), IrError> {
+        let c = self.tile(acc)?;
+        if c.dtype != DType::F32 {
+            return Err(self.err(IrErrorKind::Type, format!("mma accumulator `{}` must be f32", c.name)));
+        }
+        if (c.cols / c.warps[1]) % 16 != 0 {
+            return Err(self.err(
+                IrErrorKind::Layout,
+                format!(
+                    "mma accumulator `{}`: each warp's column band ({}) must be a multiple of 16",
+                    c.name,
+                    c.cols / c.warps[1]
+                ),
+            ));
+        }
+        // Logical [rows, cols] of each operand and its element type.
+        let (am, ak, adt) = match a {
+            Operand::Reg(t) => {
+                let t = self.tile(*t)?;
+                if t.warps != [c.warps[0], 1] {
+                    return Err(self.err(
+                        IrErrorKind::Layout,
+                        format!(
+                            "register A operand `{}` must use warps [{}, 1] to match the accumulator's row bands",
+                            t.name, c.warps[0]
+                        ),
+                    ));
+                }
+                (t.rows, t.cols, t.dtype)
+            }
+            Operand::Shared { src, transpose } => {
+                let d = self.shared_ref(src)?;
+                if *transpose { (src.cols, src.rows, d.dtype) } else { (src.rows, src.cols, d.dtype) }
+            }
+        };
+        let (bk, bn, bdt) = match b {
+            Operand::Reg(_) => return Err(self.err(IrErrorKind::Layout, "the B operand must come from shared memory")),
+            Operand::Shared { src, transpose } => {
+                let d = self.shared_ref(src)?;
+                if *transpose { (src.cols, src.rows, d.dtype) } else { (src.rows, src.cols, d.dtype) }
+            }
+        };
+        if !matches!(adt, DType::Bf16 | DType::F16) || adt != bdt {
+            return Err(
+                self.err(IrErrorKind::Type, format!("mma operands must both be bf16 or both f16, got {adt} and {bdt}"))
+            );
+        }
+        if am != c.rows || bn != c.cols || ak != bk || ak % 16 != 0 {
+            return Err(self.err(
+                IrErrorKind::Shape,
+                format!(
+                    "mma shapes: acc {}x{}, a {am}x{ak}, b {bk}x{bn} (K must match and be a multiple of 16)",
+                    c.rows, c.cols
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::builder::{KernelBuilder, view};
+
+    fn small() -> KernelBuilder {
+        let mut b = KernelBuilder::new("t", 128);
+        let m = b.dim("M");
+        b.tensor("x", DType::F32, &[m], Access::Read);
+        b
+    }
+
+    #[test]
+    fn type_errors_name_the_place() {
+        let mut b = small();
+        let acc = b.tile("acc", DType::F32, 64, 64, [2, 2]);
+        b.for_("i", 0i64, 4i64, 1i64, |b, i| b.map(acc, i)); // int into a float tile
+        let e = b.finish().unwrap_err();
+        assert_eq!(e.kind, IrErrorKind::Type);
+        assert!(e.at.contains("for `i`") && e.at.contains("map `acc`"), "{e}");
+    }
+
+    #[test]
+    fn layout_rules() {
+        let mut b = small();
+        b.tile("bad", DType::F32, 24, 64, [2, 2]);
+        assert_eq!(b.finish().unwrap_err().kind, IrErrorKind::Layout);
+        let mut b = small();
+        let t = b.tile("t", DType::F32, 64, 64, [2, 2]);
+        let v = b.vec("v", 64, [2, 2]);
+        b.reduce(v, t, ReduceOp::Max, false);
+        assert_eq!(b.finish().unwrap_err().kind, IrErrorKind::Layout);
+    }
+
+    #[test]
+    fn scope_rules() {
+        let mut b = small();
+        let mut inner = None;
+        b.for_("i", 0i64, 4i64, 1i64, |b, _| inner = Some(b.let_var("x", 1i64)));
+        b.assign(inner.unwrap(), 2i64);
+        assert_eq!(b.finish().unwrap_err().kind, IrErrorKind::Scope);
+    }
+
+    #[test]
+    fn mma_shapes_checked() {
+        let mut b = small();
+        let acc = b.tile("acc", DType::F32, 64, 64, [2, 2]);
+        let sa = b.shared("sa", DType::Bf16, 64, 32, 1, Swizzle::Xor16B);
+        let sb = b.shared("sb", DType::Bf16, 64, 48, 1, Swizzle::None);
+        let (ra, rb) = (b.slot(sa, 0i64), b.slot(sb, 0i64));
+        b.mma(acc, Operand::Shared { src: ra, transpose: false }, Operand::Shared { src: rb, transpose: true });
+        let e = b.finish().unwrap_err();
+        assert_eq!(e.kind, IrErrorKind::Shape, "{e}");
+    }
+
+    #[test]
+    fn shared_limit() {
+        let mut b = small();
+        b.shared("huge", DType::F32, 256, 256, 1, Swizzle::None);
+        assert_eq!(b.finish().unwrap_err().kind, IrErrorKind::Resource);
+    }
+
+    #[test]
+    fn read_only_store_rejected() {
+        let mut b = KernelBuilder::new("t", 32);
+        let m = b.dim("M");
+        let x = b.tensor("x", DType::F32, &[m.clone(), m.clone()], Access::Read);
+        let t = b.tile("t", DType::F32, 16, 8, [1, 1]);
+        b.store(t, Place::Global(view(x, 0i64, m.clone(), m.clone(), m, 1)));
+        assert_eq!(b.finish().unwrap_err().kind, IrErrorKind::Type);
+    }
+}
