@@ -69,7 +69,7 @@ impl<'a> Checker<'a> {
 
     fn kernel_level(&mut self) -> Result<(), IrError> {
         let k = self.k;
-        if k.threads == 0 || k.threads % 32 != 0 || k.threads > 1024 {
+        if k.threads == 0 || !k.threads.is_multiple_of(32) || k.threads > 1024 {
             return Err(self
                 .err(IrErrorKind::Resource, format!("threads = {} must be a multiple of 32 in 32..=1024", k.threads)));
         }
@@ -152,7 +152,7 @@ impl<'a> Checker<'a> {
     }
 
     fn check_warps(&self, w: [u32; 2], warps: u32) -> Result<(), IrError> {
-        if w[0] == 0 || w[1] == 0 || warps % (w[0] * w[1]) != 0 {
+        if w[0] == 0 || w[1] == 0 || !warps.is_multiple_of(w[0] * w[1]) {
             return Err(self.err(
                 IrErrorKind::Layout,
                 format!("warp grid {}x{} must divide the block's {} warps", w[0], w[1], warps),
