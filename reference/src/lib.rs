@@ -1,1 +1,11 @@
-//! placeholder
+//! k3k-reference: straightforward CPU ground truth (f64 accumulation) for every k3k operator and
+//! for the MX number formats (see SPEC sections 1-3). Clarity over speed: simple loops, every
+//! public entry point validates its inputs and returns [`RefError`] instead of panicking.
+
+pub mod error;
+pub mod gemm;
+pub mod metrics;
+pub mod mx;
+pub mod random;
+
+pub use error::RefError;
