@@ -117,7 +117,7 @@ pub fn grouped_gemm(
     if let Some(p) = row_scale {
         check_len("row_scale", p.len(), "[m_total]", &[m_total])?;
     }
-    if epi != Epilogue::None && n % 2 != 0 {
+    if epi != Epilogue::None && !n.is_multiple_of(2) {
         return Err(RefError::Invalid {
             arg: "n",
             reason: format!("a GLU epilogue needs an even N (gate | up halves), got {n}"),
@@ -165,7 +165,7 @@ pub fn grouped_gemm_mx(
     row_scale: Option<&[f32]>,
     epi: Epilogue,
 ) -> Result<Vec<f64>, RefError> {
-    if g == 0 || w.rows % g != 0 {
+    if g == 0 || !w.rows.is_multiple_of(g) {
         return Err(RefError::Shape {
             arg: "w",
             expected: format!("rows a positive multiple of g = {g} ([g * n, k])"),

@@ -2,8 +2,12 @@
 //! for the MX number formats (see SPEC sections 1-3). Clarity over speed: simple loops, every
 //! public entry point validates its inputs and returns [`RefError`] instead of panicking.
 
+// Index loops mirror the math (S[i][j], L[r][c]) and read more clearly than iterator chains.
+#![allow(clippy::needless_range_loop)]
+
 pub mod error;
 pub mod gemm;
+pub mod kda;
 pub mod metrics;
 pub mod mx;
 pub mod random;

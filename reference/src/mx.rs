@@ -516,7 +516,8 @@ mod tests {
         use MxFormat::*;
         use ScaleRule::*;
         let p = |e: i32| 2f32.powi(e);
-        let cases: Vec<(Vec<f32>, MxFormat, ScaleRule, u8, Vec<u8>)> = vec![
+        type Case = (Vec<f32>, MxFormat, ScaleRule, u8, Vec<u8>);
+        let cases: Vec<Case> = vec![
             // amax exactly a power of two: X = 1 under both rules; RNE ties; sign kept
             (vec![4.0, 0.25, 0.75, -1.25, 2.5, 3.5, 1.75, -0.1], Fp4, Floor, 127, vec![6, 0, 2, 10, 4, 6, 4, 8]),
             (vec![4.0, 0.25, 0.75, -1.25, 2.5, 3.5, 1.75, -0.1], Fp4, Ceil, 127, vec![6, 0, 2, 10, 4, 6, 4, 8]),
