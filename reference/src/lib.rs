@@ -9,6 +9,7 @@ pub mod error;
 pub mod gemm;
 pub mod kda;
 pub mod metrics;
+pub mod mla;
 pub mod mx;
 pub mod random;
 
