@@ -183,7 +183,7 @@ pub fn mla_decode_paged(
     ensure(b == 0 || block_table.len().is_multiple_of(b), "block_table", || {
         format!("length {} is not a multiple of B = {b}", block_table.len())
     })?;
-    let max_blocks = if b == 0 { 0 } else { block_table.len() / b };
+    let max_blocks = block_table.len().checked_div(b).unwrap_or(0);
     // Resolve every key's cache row up front (validating lengths and block indices).
     let mut rows: Vec<Vec<usize>> = Vec::with_capacity(b);
     for (r, &len) in cache_seqlens.iter().enumerate() {
