@@ -1,0 +1,433 @@
+//! The tuning loop for one key, independent of how candidates are measured.
+//!
+//! 1. Keep the candidates of this shard ([`Shard::owns`]); with `resume`, drop those the store has
+//!    already finished ([`remaining`]).
+//! 2. Measure each one and record it in the store at once (a `kill -9` loses at most the one in
+//!    flight). A failure is recorded too and scores +inf.
+//! 3. Re-time the `retime_top` best of this shard back to back and record the new timings (first-pass
+//!    timings of the leaders are the ones most likely flattered by noise).
+//! 4. Check the best unchecked candidate against the reference; if it fails, the next one; until the
+//!    winner is the fastest candidate whose check passed ([`crate::TuneEntry::next_to_check`]).
+//!
+//! The [`Measurer`] does the GPU work; [`WorkerMeasurer`] forwards it to a worker process.
+
+use crate::error::StoreError;
+use crate::isolate::{IsolationFailure, Worker};
+use crate::key::TuneKey;
+use crate::protocol::{BenchSettings, MeasureRequest, MeasureResponse, Task};
+use crate::record::{CandidateResult, CheckRecord, FailStage, Outcome, TuneEntry};
+use crate::resume::{CandidateSpec, ResumeOptions, remaining};
+use crate::shard::Shard;
+use crate::stats::retime_top_k;
+use crate::store::ResultsStore;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Stop the whole run (nothing is recorded for the candidate at hand): the setup is broken, not the
+/// candidate (no GPU, worker binary missing, ...).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{0}")]
+pub struct Abort(pub String);
+
+/// Measures candidates. Candidate failures are `Ok(Outcome::Failed{..})`; `Err` aborts the run.
+pub trait Measurer {
+    fn measure(&mut self, key: &TuneKey, candidate: &CandidateSpec) -> Result<Outcome, Abort>;
+
+    /// Time a leader again (default: the same as [`Measurer::measure`]).
+    fn retime(&mut self, key: &TuneKey, candidate: &CandidateSpec) -> Result<Outcome, Abort> {
+        self.measure(key, candidate)
+    }
+
+    /// Compare the candidate's output with the reference.
+    fn check(&mut self, key: &TuneKey, candidate: &CandidateSpec) -> Result<CheckRecord, Abort>;
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum TuneError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("tuning {key} aborted: {reason}")]
+    Aborted { key: String, reason: String },
+    #[error("the plan for {key} lists candidate `{id}` twice")]
+    DuplicateCandidate { key: String, id: String },
+}
+
+/// Options of [`tune`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct TuneOptions {
+    pub shard: Shard,
+    /// Skip candidates the store has already finished for this key.
+    pub resume: bool,
+    /// With `resume`, measure timed-out and crashed candidates again.
+    pub retry_transient: bool,
+    /// How many leaders to re-time before choosing (0: none).
+    pub retime_top: usize,
+    /// At most this many reference checks (each failed check costs one).
+    pub max_checks: usize,
+    /// Id of the operator's default knobs, whose median becomes the entry's `default_ms`.
+    pub default_candidate: Option<String>,
+    /// Abort after this many timeouts or crashes in a row (0: never): a dead GPU looks like every
+    /// candidate crashing. Those already recorded can be retried with `resume` + `retry_transient`.
+    pub max_consecutive_transient: usize,
+}
+
+impl Default for TuneOptions {
+    fn default() -> Self {
+        Self {
+            shard: Shard::ALL,
+            resume: false,
+            retry_transient: false,
+            retime_top: 3,
+            max_checks: 8,
+            default_candidate: None,
+            max_consecutive_transient: 0,
+        }
+    }
+}
+
+/// Progress, reported as it happens.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TuneEvent<'a> {
+    /// Candidates of this shard already finished in the store (`resume`).
+    Skipped {
+        count: usize,
+    },
+    Measured {
+        id: &'a str,
+        outcome: &'a Outcome,
+    },
+    Retimed {
+        id: &'a str,
+        outcome: &'a Outcome,
+    },
+    Checked {
+        id: &'a str,
+        check: &'a CheckRecord,
+    },
+}
+
+/// What a [`tune`] run did.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct TuneReport {
+    /// Candidates of this shard.
+    pub planned: usize,
+    pub skipped: usize,
+    pub measured: usize,
+    /// Measured with a failure.
+    pub failed: usize,
+    pub retimed: usize,
+    pub checked: usize,
+    /// The entry's winner after the run (over every candidate in the store, other shards included).
+    pub winner: Option<String>,
+    pub winner_ms: Option<f64>,
+}
+
+/// Tune one key (see the module doc). Every result is in `store` before this returns, and before the
+/// next candidate starts.
+pub fn tune(
+    store: &ResultsStore,
+    key: &TuneKey,
+    candidates: &[CandidateSpec],
+    opts: &TuneOptions,
+    measurer: &mut dyn Measurer,
+    on_event: &mut dyn FnMut(TuneEvent<'_>),
+) -> Result<TuneReport, TuneError> {
+    let mut seen = BTreeSet::new();
+    if let Some(dup) = candidates.iter().find(|c| !seen.insert(c.id.as_str())) {
+        return Err(TuneError::DuplicateCandidate { key: key.to_string(), id: dup.id.clone() });
+    }
+    let aborted = |a: Abort| TuneError::Aborted { key: key.to_string(), reason: a.0 };
+    let mine: Vec<CandidateSpec> = opts.shard.select(candidates, |c| &c.id).into_iter().cloned().collect();
+    let specs: BTreeMap<&str, &CandidateSpec> = mine.iter().map(|c| (c.id.as_str(), c)).collect();
+    let mut report = TuneReport { planned: mine.len(), ..TuneReport::default() };
+
+    // 1-2: measure what is left, persisting each result.
+    let todo: Vec<&CandidateSpec> = if opts.resume {
+        let entry = load_entry(store, key)?;
+        remaining(&mine, entry.as_ref(), ResumeOptions { retry_transient: opts.retry_transient })
+    } else {
+        mine.iter().collect()
+    };
+    report.skipped = mine.len() - todo.len();
+    if report.skipped > 0 {
+        on_event(TuneEvent::Skipped { count: report.skipped });
+    }
+    let mut transient_in_a_row = 0;
+    for spec in todo {
+        let outcome = measurer.measure(key, spec).map_err(aborted)?;
+        store.record_candidate(key, CandidateResult::new(&spec.id, spec.knobs.clone(), outcome.clone()))?;
+        report.measured += 1;
+        match &outcome {
+            Outcome::Failed { stage, .. } => {
+                report.failed += 1;
+                if stage.is_transient() {
+                    transient_in_a_row += 1;
+                }
+            }
+            Outcome::Timed(_) => transient_in_a_row = 0,
+        }
+        on_event(TuneEvent::Measured { id: &spec.id, outcome: &outcome });
+        if opts.max_consecutive_transient > 0 && transient_in_a_row >= opts.max_consecutive_transient {
+            return Err(aborted(Abort(format!(
+                "{transient_in_a_row} candidates in a row timed out or crashed; is the GPU healthy? \
+                 (finished results are stored; retry with --resume --retry-transient)"
+            ))));
+        }
+    }
+
+    // 3: re-time the leaders of this shard.
+    if opts.retime_top > 0
+        && let Some(entry) = load_entry(store, key)?
+    {
+        let leaders: Vec<String> = retime_top_k(
+            entry
+                .candidates
+                .iter()
+                .filter(|c| specs.contains_key(c.id.as_str()))
+                .filter_map(|c| c.outcome.timing().map(|t| (c.id.as_str(), t))),
+            opts.retime_top,
+        )
+        .into_iter()
+        .map(String::from)
+        .collect();
+        for id in &leaders {
+            let spec = specs[id.as_str()];
+            let outcome = measurer.retime(key, spec).map_err(aborted)?;
+            store.record_candidate(key, CandidateResult::new(id, spec.knobs.clone(), outcome.clone()))?;
+            report.retimed += 1;
+            on_event(TuneEvent::Retimed { id, outcome: &outcome });
+        }
+    }
+
+    if let Some(default_id) = &opts.default_candidate
+        && let Some(entry) = load_entry(store, key)?
+        && let Some(t) = entry.candidate(default_id).and_then(|c| c.outcome.timing())
+    {
+        store.record_default_ms(key, t.median_ms)?;
+    }
+
+    // 4: check until the fastest checked candidate of this shard is the winner.
+    while report.checked < opts.max_checks {
+        let Some(entry) = load_entry(store, key)? else { break };
+        let Some(next) = entry.next_to_check_among(|id| specs.contains_key(id)) else {
+            break;
+        };
+        let spec = specs[next.id.as_str()];
+        let check = measurer.check(key, spec).map_err(aborted)?;
+        store.record_check(key, &spec.id, check)?;
+        report.checked += 1;
+        on_event(TuneEvent::Checked { id: &spec.id, check: &check });
+    }
+
+    if let Some(entry) = load_entry(store, key)? {
+        report.winner_ms = entry
+            .winner
+            .as_deref()
+            .and_then(|w| entry.candidate(w))
+            .and_then(|c| c.outcome.timing())
+            .map(|t| t.median_ms);
+        report.winner = entry.winner;
+    }
+    Ok(report)
+}
+
+fn load_entry(store: &ResultsStore, key: &TuneKey) -> Result<Option<TuneEntry>, StoreError> {
+    Ok(store.load(&key.gpu().slug(), &key.op)?.and_then(|f| f.entry(key).cloned()))
+}
+
+/// A [`Measurer`] that sends [`MeasureRequest`]s to a worker process (see [`crate::protocol`]).
+/// A worker crash or timeout becomes the candidate's `Failed` outcome (or a failed check); a worker
+/// that cannot be started aborts the run.
+pub struct WorkerMeasurer {
+    pub worker: Worker,
+    /// The exact problem sizes sent with every request.
+    pub dims: BTreeMap<String, u64>,
+    pub bench: BenchSettings,
+    /// Settings for re-timing the leaders (typically more samples).
+    pub retime_bench: BenchSettings,
+}
+
+impl WorkerMeasurer {
+    pub fn new(worker: Worker, dims: BTreeMap<String, u64>) -> Self {
+        let bench = BenchSettings::default();
+        Self { worker, dims, bench, retime_bench: BenchSettings { rep_ms: bench.rep_ms * 3.0, ..bench } }
+    }
+
+    fn call(
+        &mut self,
+        task: Task,
+        key: &TuneKey,
+        candidate: &CandidateSpec,
+        bench: BenchSettings,
+    ) -> Result<Result<MeasureResponse, IsolationFailure>, Abort> {
+        let req =
+            MeasureRequest { task, key: key.clone(), candidate: candidate.clone(), dims: self.dims.clone(), bench };
+        match self.worker.call::<_, MeasureResponse>(&req) {
+            Err(f) if f.is_setup_error() => Err(Abort(f.to_string())),
+            other => Ok(other),
+        }
+    }
+
+    fn timed(&mut self, key: &TuneKey, c: &CandidateSpec, bench: BenchSettings) -> Result<Outcome, Abort> {
+        Ok(match self.call(Task::Time, key, c, bench)? {
+            Ok(MeasureResponse { outcome: Some(o), .. }) => o,
+            Ok(_) => Outcome::failed(FailStage::Crash, "the worker answered a time request without an outcome"),
+            Err(f) => f.to_outcome(),
+        })
+    }
+}
+
+impl Measurer for WorkerMeasurer {
+    fn measure(&mut self, key: &TuneKey, c: &CandidateSpec) -> Result<Outcome, Abort> {
+        let bench = self.bench;
+        self.timed(key, c, bench)
+    }
+
+    fn retime(&mut self, key: &TuneKey, c: &CandidateSpec) -> Result<Outcome, Abort> {
+        let bench = self.retime_bench;
+        self.timed(key, c, bench)
+    }
+
+    fn check(&mut self, key: &TuneKey, c: &CandidateSpec) -> Result<CheckRecord, Abort> {
+        let bench = self.bench;
+        Ok(match self.call(Task::Check, key, c, bench)? {
+            Ok(MeasureResponse { check: Some(ch), .. }) => ch,
+            // A crash while checking is a failed check.
+            _ => CheckRecord { max_rel_err: f64::INFINITY, passed: false },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::key::tests::key;
+    use crate::record::KnobMap;
+    use crate::stats::TimingStats;
+
+    /// Candidate `i` takes `1 + (i * 7 % 10)` ms; ids listed in `wrong` fail their check; ids in
+    /// `crash` fail with a crash.
+    struct Fake {
+        measured: Vec<String>,
+        retimed: Vec<String>,
+        checked: Vec<String>,
+        wrong: Vec<String>,
+        crash: Vec<String>,
+    }
+
+    impl Fake {
+        fn new() -> Self {
+            Self { measured: vec![], retimed: vec![], checked: vec![], wrong: vec![], crash: vec![] }
+        }
+        fn ms(c: &CandidateSpec) -> f64 {
+            let i = c.knobs["i"].as_u64().unwrap();
+            1.0 + (i * 7 % 10) as f64
+        }
+    }
+
+    impl Measurer for Fake {
+        fn measure(&mut self, _: &TuneKey, c: &CandidateSpec) -> Result<Outcome, Abort> {
+            self.measured.push(c.id.clone());
+            if self.crash.contains(&c.id) {
+                return Ok(Outcome::failed(FailStage::Crash, "illegal address"));
+            }
+            Ok(Outcome::Timed(TimingStats::from_samples(&[Self::ms(c)]).unwrap()))
+        }
+        fn retime(&mut self, _: &TuneKey, c: &CandidateSpec) -> Result<Outcome, Abort> {
+            self.retimed.push(c.id.clone());
+            Ok(Outcome::Timed(TimingStats::from_samples(&[Self::ms(c); 3]).unwrap()))
+        }
+        fn check(&mut self, _: &TuneKey, c: &CandidateSpec) -> Result<CheckRecord, Abort> {
+            self.checked.push(c.id.clone());
+            let passed = !self.wrong.contains(&c.id);
+            Ok(CheckRecord { max_rel_err: if passed { 1e-4 } else { 0.5 }, passed })
+        }
+    }
+
+    fn plan(n: u64) -> Vec<CandidateSpec> {
+        (0..n)
+            .map(|i| {
+                let mut k = KnobMap::new();
+                k.insert("i".into(), serde_json::json!(i));
+                CandidateSpec::from_knobs(k)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn tune_measures_retimes_checks_and_picks_the_fastest_correct() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ResultsStore::open(dir.path()).unwrap();
+        let k = key("gemm", &[("m", 64)]);
+        let mut m = Fake::new();
+        // i=0 and i=10 take 1 ms, i=3 takes 2 ms
+        m.wrong = vec!["i=0".into()];
+        m.crash = vec!["i=10".into()];
+        let mut events = 0;
+        let r = tune(&store, &k, &plan(12), &TuneOptions::default(), &mut m, &mut |_| events += 1).unwrap();
+        assert_eq!((r.planned, r.measured, r.failed, r.retimed), (12, 12, 1, 3));
+        assert_eq!(m.retimed, ["i=0", "i=3", "i=6"]);
+        assert_eq!(m.checked, ["i=0", "i=3"]);
+        assert_eq!(r.winner.as_deref(), Some("i=3"));
+        assert_eq!(r.winner_ms, Some(2.0));
+        assert_eq!(events, 12 + 3 + 2);
+        let f = store.load("nvidia-h200", "gemm").unwrap().unwrap();
+        let e = f.entry(&k).unwrap();
+        assert_eq!(e.candidates.len(), 12);
+        assert_eq!(e.candidate("i=3").unwrap().outcome.timing().unwrap().samples, 3);
+
+        // resume: nothing left to measure, nothing new to check
+        let mut again = Fake::new();
+        let opts = TuneOptions { resume: true, ..TuneOptions::default() };
+        let r = tune(&store, &k, &plan(12), &opts, &mut again, &mut |_| {}).unwrap();
+        assert_eq!((r.skipped, r.measured, r.checked), (12, 0, 0));
+        assert!(again.measured.is_empty());
+        // retrying transient failures re-measures only the crashed one
+        let opts = TuneOptions { resume: true, retry_transient: true, retime_top: 0, ..TuneOptions::default() };
+        let mut retry = Fake::new();
+        tune(&store, &k, &plan(12), &opts, &mut retry, &mut |_| {}).unwrap();
+        assert_eq!(retry.measured, ["i=10"]);
+        // now i=10 (1 ms) beats the winner and gets checked
+        assert_eq!(retry.checked, ["i=10"]);
+    }
+
+    #[test]
+    fn shards_split_the_work_and_merge_to_the_unsharded_result() {
+        let k = key("gemm", &[("m", 64)]);
+        let n = 3;
+        let mut files = vec![];
+        let mut total = 0;
+        for i in 0..n {
+            let dir = tempfile::tempdir().unwrap();
+            let store = ResultsStore::open(dir.path()).unwrap();
+            let opts = TuneOptions { shard: Shard::new(i, n).unwrap(), retime_top: 0, ..TuneOptions::default() };
+            let r = tune(&store, &k, &plan(30), &opts, &mut Fake::new(), &mut |_| {}).unwrap();
+            total += r.measured;
+            files.push(store.load("nvidia-h200", "gemm").unwrap().unwrap());
+        }
+        assert_eq!(total, 30);
+        let merged = crate::merge::merge(&files).unwrap();
+        let e = merged.entry(&k).unwrap();
+        assert_eq!(e.candidates.len(), 30);
+        // the 1 ms candidates are i=0,10,20; ties break by id
+        assert_eq!(e.winner.as_deref(), Some("i=0"));
+    }
+
+    #[test]
+    fn consecutive_crashes_abort_and_duplicates_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ResultsStore::open(dir.path()).unwrap();
+        let k = key("gemm", &[("m", 64)]);
+        let mut m = Fake::new();
+        m.crash = plan(10).into_iter().map(|c| c.id).collect();
+        let opts = TuneOptions { max_consecutive_transient: 3, ..TuneOptions::default() };
+        let err = tune(&store, &k, &plan(10), &opts, &mut m, &mut |_| {}).unwrap_err();
+        assert!(matches!(err, TuneError::Aborted { .. }), "{err}");
+        assert_eq!(m.measured.len(), 3);
+        let mut dup = plan(3);
+        dup.push(dup[0].clone());
+        assert!(matches!(
+            tune(&store, &k, &dup, &TuneOptions::default(), &mut Fake::new(), &mut |_| {}),
+            Err(TuneError::DuplicateCandidate { .. })
+        ));
+    }
+}
