@@ -23,6 +23,7 @@
 //! assert_eq!(stable_hash(&k).len(), 16);
 //! ```
 
+pub mod bind;
 pub mod builder;
 pub mod dtype;
 pub mod expr;
@@ -32,10 +33,11 @@ pub mod knob;
 pub mod print;
 pub mod validate;
 
+pub use bind::{BindError, NUM_SMS, SymValue, TensorShape, bind, eval_grid, eval_int};
 pub use builder::{KernelBuilder, vec_view, view};
 pub use dtype::{DType, ScalarTy};
 pub use expr::{BinOp, Expr, SharedId, Special, SymId, TensorId, TileId, UnOp, VarId, VecId};
 pub use hash::stable_hash;
 pub use kernel::*;
 pub use knob::{KnobAxis, KnobError, KnobSpace, KnobValue, Knobs};
-pub use validate::{IrError, IrErrorKind, MAX_SHARED_BYTES, validate};
+pub use validate::{IrError, IrErrorKind, MAX_SHARED_BYTES, validate, var_types};

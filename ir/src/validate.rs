@@ -47,14 +47,21 @@ struct Checker<'a> {
     k: &'a Kernel,
     scopes: Vec<HashMap<VarId, ScalarTy>>,
     path: Vec<String>,
+    var_types: Vec<Option<ScalarTy>>,
 }
 
 /// Check a kernel; returns the first problem found.
 pub fn validate(k: &Kernel) -> Result<(), IrError> {
-    let mut c = Checker { k, scopes: vec![HashMap::new()], path: vec![] };
+    var_types(k).map(|_| ())
+}
+
+/// Check a kernel and return the type of every variable (indexed by [`VarId`]; `None` for a declared variable
+/// that no statement introduces). Code generators use this to declare variables.
+pub fn var_types(k: &Kernel) -> Result<Vec<Option<ScalarTy>>, IrError> {
+    let mut c = Checker { k, scopes: vec![HashMap::new()], path: vec![], var_types: vec![None; k.vars.len()] };
     c.kernel_level()?;
     c.body(&k.body)?;
-    Ok(())
+    Ok(c.var_types)
 }
 
 impl<'a> Checker<'a> {
@@ -436,6 +443,9 @@ impl<'a> Checker<'a> {
                     return Err(self.err(IrErrorKind::Scope, format!("no variable #{}", var.0)));
                 }
                 let t = self.ty(value, Ctx::Scalar { allow_special: true })?;
+                if self.var_types[var.0 as usize].replace(t).is_some() {
+                    return Err(self.err(IrErrorKind::Scope, format!("variable #{} is introduced twice", var.0)));
+                }
                 self.scopes.last_mut().unwrap().insert(*var, t);
             }
             Stmt::Assign { var, value } => {
@@ -453,6 +463,11 @@ impl<'a> Checker<'a> {
                     && st <= 0
                 {
                     return Err(self.err(IrErrorKind::Shape, "loop step must be positive"));
+                }
+                if var.0 as usize >= self.k.vars.len()
+                    || self.var_types[var.0 as usize].replace(ScalarTy::Int).is_some()
+                {
+                    return Err(self.err(IrErrorKind::Scope, format!("loop variable #{} is missing or reused", var.0)));
                 }
                 self.scopes.push(HashMap::from([(*var, ScalarTy::Int)]));
                 self.body(body)?;

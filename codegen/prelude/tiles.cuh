@@ -1,0 +1,346 @@
+// k3k device prelude, part 2: register tiles, row vectors, shared tiles, copies, reductions, tensor-core
+// products. Generic primitives only (ThunderKittens-style); the IR decides what runs on which tiles.
+namespace k3k {
+
+__device__ __forceinline__ unsigned smem_u32(const void* p) {
+  unsigned long long a;
+  asm("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(p));
+  return (unsigned)a;
+}
+__device__ __forceinline__ float shfl_xor(float v, int m) {
+  float r;
+  asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(r) : "f"(v), "r"(m));
+  return r;
+}
+__device__ __forceinline__ void barrier() { __syncthreads(); }
+
+// ---------------------------------------------------------------------------------------------------------
+// Warp grid: the warp's position in a WM x WN grid, column-major so that a [WM, 1] tile's row bands line up
+// with those of any [WM, WN] tile; warps beyond WM*WN hold replicas.
+template <int WM, int WN> struct WarpGrid {
+  __device__ static int p() { return warp_id() % (WM * WN); }
+  __device__ static int wi() { return p() % WM; }
+  __device__ static int wj() { return p() / WM; }
+  __device__ static int replica() { return warp_id() / (WM * WN); }
+};
+
+// Register tile layout: per warp a (R/WM) x (C/WN) band of 16x8 fragments in the m16n8 accumulator layout.
+// Element j (0..3) of fragment (b, f): row b*16 + lane/4 + 8*(j/2), col f*8 + 2*(lane%4) + j%2.
+template <int R, int C, int WM, int WN> struct RTLayout {
+  static constexpr int WR = R / WM, WC = C / WN, NB = WR / 16, NF = WC / 8;
+  typedef WarpGrid<WM, WN> G;
+  __device__ static int row(int b, int j) { return G::wi() * WR + b * 16 + (lane_id() >> 2) + ((j >> 1) << 3); }
+  __device__ static int col(int f, int j) { return G::wj() * WC + f * 8 + ((lane_id() & 3) << 1) + (j & 1); }
+};
+
+// f32 register tile.
+template <class T, int R, int C, int WM, int WN> struct RT : RTLayout<R, C, WM, WN> {
+  typedef RTLayout<R, C, WM, WN> L;
+  typedef float elem_t;
+  float v[L::NB][L::NF][4];
+  __device__ __forceinline__ float get(int b, int f, int j) const { return v[b][f][j]; }
+  __device__ __forceinline__ void set2(int b, int f, int jp, float e0, float e1) {
+    v[b][f][2 * jp] = e0;
+    v[b][f][2 * jp + 1] = e1;
+  }
+};
+// i32 register tile (expressions see 64-bit ints).
+template <int R, int C, int WM, int WN> struct RT<int, R, C, WM, WN> : RTLayout<R, C, WM, WN> {
+  typedef RTLayout<R, C, WM, WN> L;
+  typedef long long elem_t;
+  int v[L::NB][L::NF][4];
+  __device__ __forceinline__ long long get(int b, int f, int j) const { return v[b][f][j]; }
+  __device__ __forceinline__ void set2(int b, int f, int jp, long long e0, long long e1) {
+    v[b][f][2 * jp] = (int)e0;
+    v[b][f][2 * jp + 1] = (int)e1;
+  }
+};
+// 16-bit register tiles: pairs of neighbouring columns packed in one register (directly an mma A fragment).
+template <class H, int R, int C, int WM, int WN> struct RT16 : RTLayout<R, C, WM, WN> {
+  typedef RTLayout<R, C, WM, WN> L;
+  typedef float elem_t;
+  unsigned v[L::NB][L::NF][2];
+  __device__ __forceinline__ float get(int b, int f, int j) const {
+    return (j & 1) ? unpack_hi((H*)0, v[b][f][j >> 1]) : unpack_lo((H*)0, v[b][f][j >> 1]);
+  }
+  __device__ __forceinline__ void set2(int b, int f, int jp, float e0, float e1) { v[b][f][jp] = pack2((H*)0, e0, e1); }
+};
+template <int R, int C, int WM, int WN> struct RT<bf16, R, C, WM, WN> : RT16<bf16, R, C, WM, WN> {};
+template <int R, int C, int WM, int WN> struct RT<f16, R, C, WM, WN> : RT16<f16, R, C, WM, WN> {};
+
+// Row vector: the values of the rows a thread holds in a matching [R, *] tile on WM x WN warps.
+template <int R, int WM, int WN> struct RV {
+  static constexpr int NB = R / WM / 16;
+  typedef WarpGrid<WM, WN> G;
+  float v[NB][2];
+  __device__ static int row(int b, int h) { return G::wi() * (R / WM) + b * 16 + (lane_id() >> 2) + h * 8; }
+};
+
+// ---------------------------------------------------------------------------------------------------------
+// Shared tile layout: row-major, optionally with the 16-byte chunks of row r XOR-ed by r mod M, where M is the
+// largest power of two (<= 8) dividing the chunks per row (so a swizzled chunk stays inside its row).
+__host__ __device__ constexpr int swizzle_group(int chunks) {
+  return chunks % 8 == 0 ? 8 : chunks % 4 == 0 ? 4 : chunks % 2 == 0 ? 2 : 1;
+}
+template <class T, int ROWS, int COLS, int SWZ> struct SL {
+  static constexpr int ROW_BYTES = COLS * (int)sizeof(T);
+  static constexpr int M = SWZ ? swizzle_group(ROW_BYTES / 16) : 1;
+  static constexpr int TILE_BYTES = ROWS * ROW_BYTES;
+  __device__ __forceinline__ static int off(int r, int c) {
+    int byte = c * (int)sizeof(T);
+    if (M > 1) byte ^= (r % M) << 4;
+    return r * ROW_BYTES + byte;
+  }
+};
+
+// ---------------------------------------------------------------------------------------------------------
+// Global -> shared copy of a WR x WC window, VEC elements per access; invalid elements become zero.
+template <class T, int VEC, int THREADS, class L, int WR, int WC>
+__device__ __forceinline__ void copy_async(unsigned char* tile, int row0, int col0, const T* __restrict__ g,
+                                           long long off, long long stride, long long rows, long long cols) {
+  constexpr int VPR = WC / VEC, NV = WR * VPR, BYTES = VEC * (int)sizeof(T);
+#pragma unroll
+  for (int i0 = 0; i0 < NV; i0 += THREADS) {
+    const int i = i0 + (int)threadIdx.x;
+    if (NV % THREADS == 0 || i < NV) {
+      const int r = i / VPR, c = (i % VPR) * VEC;
+      unsigned char* dst = tile + L::off(row0 + r, col0 + c);
+      const long long cv = cols - c;
+      const int n = (r < rows && cv > 0) ? (cv >= VEC ? VEC : (int)cv) : 0;
+      const T* src = n > 0 ? g + off + (long long)r * stride + c : g;
+      if constexpr (BYTES == 16) {
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
+                     "r"(n * (int)sizeof(T)));
+      } else if constexpr (BYTES == 8 || BYTES == 4) {
+        asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(smem_u32(dst)), "l"(src), "n"(BYTES),
+                     "r"(n * (int)sizeof(T)));
+      } else {
+        const unsigned char* s = (const unsigned char*)src;
+#pragma unroll
+        for (int e = 0; e < BYTES; ++e) dst[e] = e < n * (int)sizeof(T) ? s[e] : (unsigned char)0;
+      }
+    }
+  }
+}
+__device__ __forceinline__ void async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+// ---------------------------------------------------------------------------------------------------------
+// Element moves between register tiles and memory. Each thread moves its own neighbouring-column pairs.
+template <class T> __device__ __forceinline__ float ld_elem(const T* p, float*) { return to_f32(*p); }
+template <class T> __device__ __forceinline__ long long ld_elem(const T* p, long long*) { return to_i64(*p); }
+template <class T> __device__ __forceinline__ void st_elem(T* p, float v) { *p = from_f32<T>::cvt(v); }
+template <class T> __device__ __forceinline__ void st_elem(T* p, long long v) { *p = from_i64<T>::cvt(v); }
+
+template <class TT, class T, int VEC>
+__device__ __forceinline__ void load_global(TT& t, const T* __restrict__ g, long long off, long long stride,
+                                            long long rows, long long cols) {
+  typedef typename TT::elem_t E;
+#pragma unroll
+  for (int b = 0; b < TT::L::NB; ++b)
+#pragma unroll
+    for (int f = 0; f < TT::L::NF; ++f)
+#pragma unroll
+      for (int jp = 0; jp < 2; ++jp) {
+        const int r = TT::L::row(b, 2 * jp), c = TT::L::col(f, 2 * jp);
+        E e0 = 0, e1 = 0;
+        if (r < rows) {
+          const T* p = g + off + (long long)r * stride + c;
+          if (c < cols) e0 = ld_elem(p, (E*)0);
+          if (c + 1 < cols) e1 = ld_elem(p + 1, (E*)0);
+        }
+        t.set2(b, f, jp, e0, e1);
+      }
+}
+
+template <class TT, class T, int VEC>
+__device__ __forceinline__ void store_global(const TT& t, T* __restrict__ g, long long off, long long stride,
+                                             long long rows, long long cols) {
+  if (TT::L::G::replica() != 0) return;
+#pragma unroll
+  for (int b = 0; b < TT::L::NB; ++b)
+#pragma unroll
+    for (int f = 0; f < TT::L::NF; ++f)
+#pragma unroll
+      for (int jp = 0; jp < 2; ++jp) {
+        const int r = TT::L::row(b, 2 * jp), c = TT::L::col(f, 2 * jp);
+        if (r < rows) {
+          T* p = g + off + (long long)r * stride + c;
+          if (VEC >= 2 && sizeof(T) == 2 && c + 1 < cols) {
+            // Both halves valid and 4-byte aligned (the program promised offset and stride are multiples of VEC).
+            unsigned short lo, hi;
+            T a = from_f32<T>::cvt((float)t.get(b, f, 2 * jp)), bb = from_f32<T>::cvt((float)t.get(b, f, 2 * jp + 1));
+            lo = *(unsigned short*)&a;
+            hi = *(unsigned short*)&bb;
+            *(unsigned*)p = (unsigned)lo | ((unsigned)hi << 16);
+          } else {
+            if (c < cols) st_elem(p, t.get(b, f, 2 * jp));
+            if (c + 1 < cols) st_elem(p + 1, t.get(b, f, 2 * jp + 1));
+          }
+        }
+      }
+}
+
+template <class TT, class T, class L>
+__device__ __forceinline__ void load_shared(TT& t, const unsigned char* tile, int row0, int col0) {
+  typedef typename TT::elem_t E;
+#pragma unroll
+  for (int b = 0; b < TT::L::NB; ++b)
+#pragma unroll
+    for (int f = 0; f < TT::L::NF; ++f)
+#pragma unroll
+      for (int jp = 0; jp < 2; ++jp) {
+        const int r = row0 + TT::L::row(b, 2 * jp), c = col0 + TT::L::col(f, 2 * jp);
+        t.set2(b, f, jp, ld_elem((const T*)(tile + L::off(r, c)), (E*)0),
+               ld_elem((const T*)(tile + L::off(r, c + 1)), (E*)0));
+      }
+}
+
+template <class TT, class T, class L>
+__device__ __forceinline__ void store_shared(const TT& t, unsigned char* tile, int row0, int col0) {
+  if (TT::L::G::replica() != 0) return;
+#pragma unroll
+  for (int b = 0; b < TT::L::NB; ++b)
+#pragma unroll
+    for (int f = 0; f < TT::L::NF; ++f)
+#pragma unroll
+      for (int jp = 0; jp < 2; ++jp) {
+        const int r = row0 + TT::L::row(b, 2 * jp), c = col0 + TT::L::col(f, 2 * jp);
+        st_elem((T*)(tile + L::off(r, c)), t.get(b, f, 2 * jp));
+        st_elem((T*)(tile + L::off(r, c + 1)), t.get(b, f, 2 * jp + 1));
+      }
+}
+
+template <class V, class T>
+__device__ __forceinline__ void load_vec(V& v, const T* __restrict__ g, long long off, long long stride, long long rows) {
+#pragma unroll
+  for (int b = 0; b < V::NB; ++b)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = V::row(b, h);
+      v.v[b][h] = r < rows ? to_f32(g[off + (long long)r * stride]) : 0.0f;
+    }
+}
+
+template <class V, class T>
+__device__ __forceinline__ void store_vec(const V& v, T* __restrict__ g, long long off, long long stride, long long rows) {
+  if (V::G::replica() != 0 || V::G::wj() != 0 || (lane_id() & 3) != 0) return;
+#pragma unroll
+  for (int b = 0; b < V::NB; ++b)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = V::row(b, h);
+      if (r < rows) g[off + (long long)r * stride] = from_f32<T>::cvt(v.v[b][h]);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Row reductions (over a warp's whole column band; the tile must have WN = 1).
+struct OpSum { __device__ static float f(float a, float b) { return a + b; } };
+struct OpMax { __device__ static float f(float a, float b) { return fmaxf(a, b); } };
+struct OpMin { __device__ static float f(float a, float b) { return fminf(a, b); } };
+
+template <class OP, class V, class TT>
+__device__ __forceinline__ void reduce_rows(V& out, const TT& t, bool accumulate) {
+#pragma unroll
+  for (int b = 0; b < TT::L::NB; ++b)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float a = OP::f(t.get(b, 0, 2 * h), t.get(b, 0, 2 * h + 1));
+#pragma unroll
+      for (int f = 1; f < TT::L::NF; ++f) a = OP::f(a, OP::f(t.get(b, f, 2 * h), t.get(b, f, 2 * h + 1)));
+      a = OP::f(a, shfl_xor(a, 1));
+      a = OP::f(a, shfl_xor(a, 2));
+      out.v[b][h] = accumulate ? OP::f(out.v[b][h], a) : a;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Tensor cores: mma.sync m16n8k16 with ldmatrix operand loads.
+__device__ __forceinline__ void ldsm_x4(unsigned* r, unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x4_t(unsigned* r, unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+__device__ __forceinline__ void mma16816(bf16*, float* d, const unsigned* a, const unsigned* b) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+__device__ __forceinline__ void mma16816(f16*, float* d, const unsigned* a, const unsigned* b) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// B fragments for two neighbouring n8 fragments at (k0, n0) from a shared window stored [N][K] (TB) or [K][N].
+template <bool TB, class LB>
+__device__ __forceinline__ void ld_b_pair(unsigned* bb, const unsigned char* tb, int br0, int bc0, int k0, int n0) {
+  const int lane = lane_id(), idx = lane >> 3, i = lane & 7;
+  if (TB) {
+    ldsm_x4(bb, smem_u32(tb + LB::off(br0 + n0 + i + ((idx >> 1) << 3), bc0 + k0 + ((idx & 1) << 3))));
+  } else {
+    ldsm_x4_t(bb, smem_u32(tb + LB::off(br0 + k0 + i + ((idx & 1) << 3), bc0 + n0 + ((idx >> 1) << 3))));
+  }
+}
+
+// acc[M,N] += A[M,K] @ B[K,N]; A from a shared window stored [M][K] (or [K][M] when TA), B stored [K][N] (or
+// [N][K] when TB). Each warp computes its own band of acc.
+template <class H, int K, bool TA, class LA, bool TB, class LB, class ACC>
+__device__ __forceinline__ void mma_ss(ACC& acc, const unsigned char* ta, int ar0, int ac0, const unsigned char* tb,
+                                       int br0, int bc0) {
+  typedef typename ACC::L L;
+  const int lane = lane_id();
+  const int m_base = L::G::wi() * L::WR, n_base = L::G::wj() * L::WC;
+#pragma unroll
+  for (int kk = 0; kk < K; kk += 16) {
+    unsigned a[L::NB][4];
+#pragma unroll
+    for (int b = 0; b < L::NB; ++b) {
+      const int m0 = m_base + b * 16;
+      if (!TA) {
+        ldsm_x4(a[b], smem_u32(ta + LA::off(ar0 + m0 + (lane & 15), ac0 + kk + ((lane >> 4) << 3))));
+      } else {
+        const int idx = lane >> 3, i = lane & 7;
+        ldsm_x4_t(a[b], smem_u32(ta + LA::off(ar0 + kk + i + ((idx >> 1) << 3), ac0 + m0 + ((idx & 1) << 3))));
+      }
+    }
+#pragma unroll
+    for (int nf = 0; nf < L::NF; nf += 2) {
+      unsigned bb[4];
+      ld_b_pair<TB, LB>(bb, tb, br0, bc0, kk, n_base + nf * 8);
+#pragma unroll
+      for (int b = 0; b < L::NB; ++b) {
+        mma16816((H*)0, acc.v[b][nf], a[b], bb);
+        mma16816((H*)0, acc.v[b][nf + 1], a[b], bb + 2);
+      }
+    }
+  }
+}
+
+// acc[M,N] += A[M,K] @ B[K,N] with A a 16-bit register tile on [WM, 1] warps (its packed pairs are the A
+// fragments), B from shared memory as in mma_ss.
+template <class H, int K, bool TB, class LB, class ACC, class AT>
+__device__ __forceinline__ void mma_rs(ACC& acc, const AT& at, const unsigned char* tb, int br0, int bc0) {
+  typedef typename ACC::L L;
+  const int n_base = L::G::wj() * L::WC;
+#pragma unroll
+  for (int ks = 0; ks < K / 16; ++ks) {
+#pragma unroll
+    for (int nf = 0; nf < L::NF; nf += 2) {
+      unsigned bb[4];
+      ld_b_pair<TB, LB>(bb, tb, br0, bc0, ks * 16, n_base + nf * 8);
+#pragma unroll
+      for (int b = 0; b < L::NB; ++b) {
+        const unsigned a[4] = {at.v[b][2 * ks][0], at.v[b][2 * ks][1], at.v[b][2 * ks + 1][0], at.v[b][2 * ks + 1][1]};
+        mma16816((H*)0, acc.v[b][nf], a, bb);
+        mma16816((H*)0, acc.v[b][nf + 1], a, bb + 2);
+      }
+    }
+  }
+}
+
+}  // namespace k3k

@@ -1,0 +1,2 @@
+//! CPU execution of IR kernels.
+pub mod interp;

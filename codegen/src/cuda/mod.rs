@@ -1,0 +1,2 @@
+//! The CUDA C backend: renderer and device prelude.
+pub mod render;

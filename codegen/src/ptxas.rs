@@ -1,0 +1,119 @@
+//! PTX -> CUBIN through ptxas, and the resource report (registers, shared memory, spills) it prints.
+
+use crate::toolchain::{ToolchainError, find_ptxas};
+use serde::{Deserialize, Serialize};
+use std::process::Command;
+
+/// What ptxas says one kernel uses.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Resources {
+    pub registers: u32,
+    pub static_shared_bytes: u32,
+    pub stack_frame_bytes: u32,
+    pub spill_store_bytes: u32,
+    pub spill_load_bytes: u32,
+}
+
+impl Resources {
+    /// True when registers spilled to local memory.
+    pub fn spills(&self) -> bool {
+        self.spill_store_bytes > 0 || self.spill_load_bytes > 0
+    }
+}
+
+/// Why assembling failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum PtxasError {
+    #[error(transparent)]
+    Toolchain(#[from] ToolchainError),
+    #[error("ptxas failed for `{kernel}`:\n{log}")]
+    Failed { kernel: String, log: String },
+    #[error("could not run ptxas: {0}")]
+    Io(String),
+    #[error("ptxas printed no resource line for `{kernel}`:\n{log}")]
+    NoReport { kernel: String, log: String },
+}
+
+/// ptxas output: the CUBIN and the parsed resource report.
+#[derive(Debug, Clone)]
+pub struct Assembled {
+    pub cubin: Vec<u8>,
+    pub resources: Resources,
+    pub log: String,
+}
+
+/// Assemble PTX for `arch` with `-v` and parse its report.
+pub fn assemble(kernel: &str, ptx: &str, arch: &str) -> Result<Assembled, PtxasError> {
+    let ptxas = find_ptxas()?;
+    let dir = tempfile::tempdir().map_err(|e| PtxasError::Io(e.to_string()))?;
+    let src = dir.path().join("k.ptx");
+    let out = dir.path().join("k.cubin");
+    std::fs::write(&src, ptx).map_err(|e| PtxasError::Io(e.to_string()))?;
+    let o = Command::new(&ptxas)
+        .arg(format!("-arch={arch}"))
+        .arg("-v")
+        .arg("-O3")
+        .arg(&src)
+        .arg("-o")
+        .arg(&out)
+        .output()
+        .map_err(|e| PtxasError::Io(format!("{}: {e}", ptxas.display())))?;
+    let log = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    if !o.status.success() {
+        return Err(PtxasError::Failed { kernel: kernel.into(), log });
+    }
+    let resources =
+        parse_report(&log).ok_or_else(|| PtxasError::NoReport { kernel: kernel.into(), log: log.clone() })?;
+    let cubin = std::fs::read(&out).map_err(|e| PtxasError::Io(e.to_string()))?;
+    Ok(Assembled { cubin, resources, log })
+}
+
+fn number_before(s: &str, suffix: &str) -> Option<u32> {
+    let i = s.find(suffix)?;
+    s[..i].split_whitespace().last()?.parse().ok()
+}
+
+/// Parse ptxas -v output (`Used N registers, ... M bytes smem`, `F bytes stack frame, S bytes spill stores, L bytes
+/// spill loads`).
+pub fn parse_report(log: &str) -> Option<Resources> {
+    let mut r = Resources::default();
+    let mut seen = false;
+    for line in log.lines() {
+        if line.contains("Used") && line.contains("registers") {
+            seen = true;
+            r.registers = number_before(line, " registers")?;
+            r.static_shared_bytes = number_before(line, " bytes smem").unwrap_or(0);
+        }
+        if line.contains("stack frame") {
+            r.stack_frame_bytes = number_before(line, " bytes stack frame").unwrap_or(0);
+            r.spill_store_bytes = number_before(line, " bytes spill stores").unwrap_or(0);
+            r.spill_load_bytes = number_before(line, " bytes spill loads").unwrap_or(0);
+        }
+    }
+    seen.then_some(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_ptxas_v() {
+        let log = "ptxas info    : 0 bytes gmem\nptxas info    : Compiling entry function 'g' for 'sm_90a'\n\
+                   ptxas info    : Function properties for g\n    24 bytes stack frame, 8 bytes spill stores, 12 bytes spill loads\n\
+                   ptxas info    : Used 168 registers, used 1 barriers, 32 bytes smem, 400 bytes cmem[0]\n";
+        let r = parse_report(log).unwrap();
+        assert_eq!(
+            r,
+            Resources {
+                registers: 168,
+                static_shared_bytes: 32,
+                stack_frame_bytes: 24,
+                spill_store_bytes: 8,
+                spill_load_bytes: 12
+            }
+        );
+        assert!(r.spills());
+        assert!(parse_report("nothing here").is_none());
+    }
+}

@@ -1,0 +1,330 @@
+//! `latent_moe_gemm`: the grouped GEMM over routed experts of SPEC 2.1 (and the dense GEMM as its one-group
+//! case), written as an IR tile program.
+//!
+//! `y[r, n] = p[r]? * sum_k x[r, k] * w[g(r), n, k]`, where expert g owns rows `offs[g-1]..offs[g]`
+//! (inclusive cumulative ends, groups may be empty), optionally followed by the SiTU-GLU or SwiGLU epilogue
+//! over the two halves of N. One persistent program walks the (group, m-tile, n-tile) space: each block takes
+//! every `grid.x`-th tile, so empty and tiny groups cost no blocks. The K loop is a `STAGES`-deep `cp.async`
+//! pipeline feeding `mma.sync` from swizzled shared tiles.
+
+use crate::OpError;
+use k3k_ir::*;
+
+/// The fused epilogue over the two halves of N (gate = first N/2 columns, up = last N/2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum Epilogue {
+    None,
+    /// `h = [4 tanh(a/4) sigmoid(a)] * [25 tanh(b/25)]`.
+    SituGlu,
+    /// `h = silu(a) * b`.
+    SwiGlu,
+}
+
+impl Epilogue {
+    /// True for the gated forms (output has N/2 columns).
+    pub fn is_glu(self) -> bool {
+        self != Epilogue::None
+    }
+    /// Short name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Epilogue::None => "none",
+            Epilogue::SituGlu => "situ_glu",
+            Epilogue::SwiGlu => "swiglu",
+        }
+    }
+}
+
+/// What a kernel variant computes (fixed by the problem, not tuned).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub struct GemmSpec {
+    /// Grouped over `offs` (false: one dense [M, K] x [N, K]^T product).
+    pub grouped: bool,
+    pub epilogue: Epilogue,
+    /// Multiply each output row by a routing weight `p[r]`.
+    pub row_scale: bool,
+    /// Elements per global load of x and w: 8 when K % 8 == 0 (16-byte cp.async), else 4, 2 or 1.
+    pub in_vec: u32,
+    /// Elements per store of y: 2 when the output width is even, else 1.
+    pub out_vec: u32,
+}
+
+impl GemmSpec {
+    /// The variant for a problem shape: the widest accesses K and the output width allow.
+    pub fn for_shape(grouped: bool, epilogue: Epilogue, row_scale: bool, k: usize, n_out: usize) -> Self {
+        let in_vec = [8u32, 4, 2, 1].into_iter().find(|v| k % *v as usize == 0).unwrap_or(1);
+        let out_vec = if n_out % 2 == 0 { 2 } else { 1 };
+        GemmSpec { grouped, epilogue, row_scale, in_vec, out_vec }
+    }
+    /// The alignment class, part of the tuning key.
+    pub fn alignment(&self) -> String {
+        format!("in{}_out{}", self.in_vec, self.out_vec)
+    }
+}
+
+/// The tuning knobs and their meaning.
+pub fn knob_space() -> KnobSpace {
+    KnobSpace::default()
+        .axis("BM", "rows of x per block tile", [64i64, 128])
+        .axis("BN", "columns of w per block tile (gate+up together for GLU)", [64i64, 128, 256])
+        .axis("BK", "K slice per pipeline stage", [32i64, 64])
+        .axis("STAGES", "cp.async pipeline depth", [2i64, 3, 4])
+        .axis("WM", "warps along M", [1i64, 2, 4])
+        .axis("WN", "warps along N", [1i64, 2, 4])
+        .axis("RASTER", "tile order inside a group: m (neighbouring blocks share a weight tile) or n", ["m", "n"])
+}
+
+/// The knobs used when no tuning record exists.
+pub fn default_knobs() -> Knobs {
+    Knobs::new()
+        .with("BM", 128i64)
+        .with("BN", 128i64)
+        .with("BK", 32i64)
+        .with("STAGES", 3i64)
+        .with("WM", 2i64)
+        .with("WN", 2i64)
+        .with("RASTER", "m")
+}
+
+struct Cfg {
+    bm: u32,
+    bn: u32,
+    bk: u32,
+    stages: u32,
+    wm: u32,
+    wn: u32,
+    raster_m: bool,
+}
+
+fn cfg(spec: &GemmSpec, k: &Knobs) -> Result<Cfg, OpError> {
+    let c = Cfg {
+        bm: k.u32("BM")?,
+        bn: k.u32("BN")?,
+        bk: k.u32("BK")?,
+        stages: k.u32("STAGES")?,
+        wm: k.u32("WM")?,
+        wn: k.u32("WN")?,
+        raster_m: k.str("RASTER")? == "m",
+    };
+    let invalid = |why: String| Err(OpError::InvalidKnobs { op: "latent_moe_gemm", knobs: k.to_string(), why });
+    let acc_cols = if spec.epilogue.is_glu() { c.bn / 2 } else { c.bn };
+    if c.bm % (16 * c.wm) != 0 {
+        return invalid(format!("BM={} is not a multiple of 16*WM={}", c.bm, 16 * c.wm));
+    }
+    if acc_cols % (16 * c.wn) != 0 {
+        return invalid(format!("accumulator width {acc_cols} is not a multiple of 16*WN={}", 16 * c.wn));
+    }
+    if c.stages < 2 || c.bk % 16 != 0 {
+        return invalid("STAGES >= 2 and BK a multiple of 16 are required".into());
+    }
+    let warps = c.wm * c.wn;
+    if warps > 8 {
+        return invalid(format!("{warps} warps: at most 8"));
+    }
+    // Accumulator registers per thread (f32): keep well under the 255-register cap.
+    let acc_regs = c.bm * c.bn / (32 * warps);
+    if acc_regs > 128 {
+        return invalid(format!("{acc_regs} accumulator registers per thread (max 128)"));
+    }
+    Ok(c)
+}
+
+/// Build the kernel for a variant and a knob set.
+pub fn build_kernel(spec: &GemmSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
+    let c = cfg(spec, knobs)?;
+    let glu = spec.epilogue.is_glu();
+    let threads = 32 * c.wm * c.wn;
+    let name = format!(
+        "k3k_gemm_{}{}_{}_{}",
+        if spec.grouped { "grouped" } else { "dense" },
+        if spec.row_scale { "_p" } else { "" },
+        spec.epilogue.name(),
+        knobs.id().to_lowercase()
+    );
+    let mut b = KernelBuilder::new(&name, threads);
+    b.knobs(knobs.clone());
+    let m = b.dim("M");
+    let kd = b.dim("K");
+    let n = b.dim("N");
+    let x = b.tensor("x", DType::Bf16, &[m.clone(), kd.clone()], Access::Read);
+    let (g_count, w, offs) = if spec.grouped {
+        let g = b.dim("G");
+        let w = b.tensor("w", DType::Bf16, &[g.clone(), n.clone(), kd.clone()], Access::Read);
+        let offs = b.tensor("offs", DType::I32, &[g.clone()], Access::Read);
+        (g, w, Some(offs))
+    } else {
+        let w = b.tensor("w", DType::Bf16, &[n.clone(), kd.clone()], Access::Read);
+        (Expr::Int(1), w, None)
+    };
+    let p = spec.row_scale.then(|| b.tensor("p", DType::F32, &[m.clone()], Access::Read));
+    // Output width: N, or N/2 = NH for the GLU forms (the launcher checks N == 2*NH).
+    let n_out = if glu { b.dim("NH") } else { n.clone() };
+    let y = b.tensor("y", DType::Bf16, &[m.clone(), n_out.clone()], Access::Write);
+    let num_sms = b.int_arg(NUM_SMS);
+    b.grid(num_sms, 1i64, 1i64);
+
+    let (bm, bn, bk, st) = (c.bm, c.bn, c.bk, c.stages);
+    let acc_n = if glu { bn / 2 } else { bn };
+    let warps = [c.wm, c.wn];
+    let sa = b.shared("sA", DType::Bf16, bm, bk, st, Swizzle::Xor16B);
+    let sb = b.shared("sB", DType::Bf16, bn, bk, st, Swizzle::Xor16B);
+    let acc = b.tile("acc", DType::F32, bm, acc_n, warps);
+    let acc_up = glu.then(|| b.tile("acc_up", DType::F32, bm, acc_n, warps));
+    let pv = spec.row_scale.then(|| b.vec("p_rows", bm, warps));
+
+    let group_start = |g: &Expr| -> Expr {
+        match offs {
+            Some(o) => Expr::select(g.gt(0i64), Expr::Load { tensor: o, index: Box::new(g - 1i64) }, Expr::Int(0)),
+            None => Expr::Int(0),
+        }
+    };
+    let group_end = |g: &Expr| -> Expr {
+        match offs {
+            Some(o) => Expr::Load { tensor: o, index: Box::new(g.clone()) },
+            None => m.clone(),
+        }
+    };
+    let n_tiles = n_out.ceil_div(acc_n as i64);
+    // Total tiles over all groups.
+    let total = b.let_var("total", 0i64);
+    b.for_("g", 0i64, g_count.clone(), 1i64, |b, g| {
+        let rows = group_end(&g) - group_start(&g);
+        b.assign(total, Expr::Var(total) + rows.ceil_div(bm as i64) * n_tiles.clone());
+    });
+    b.for_("tile", Expr::block_idx(0), total, Expr::grid_dim(0), |b, t| {
+        // Find the tile's group.
+        let grp = b.let_var("grp", 0i64);
+        let local = b.let_var("local", 0i64);
+        let seen = b.let_var("seen", 0i64);
+        b.for_("g", 0i64, g_count.clone(), 1i64, |b, g| {
+            let rows = group_end(&g) - group_start(&g);
+            let tg = b.let_("tg", rows.ceil_div(bm as i64) * n_tiles.clone());
+            b.if_(t.ge(Expr::Var(seen)).and(t.lt(Expr::Var(seen) + tg.clone())), |b| {
+                b.assign(grp, g.clone());
+                b.assign(local, &t - Expr::Var(seen));
+            });
+            b.assign(seen, Expr::Var(seen) + tg);
+        });
+        let gsel = Expr::Var(grp);
+        let row0 = b.let_("row0", group_start(&gsel));
+        let rows_g = b.let_("rows_g", group_end(&gsel) - row0.clone());
+        let m_tiles = rows_g.ceil_div(bm as i64);
+        let (mt, nt) = if c.raster_m {
+            (Expr::Var(local) % m_tiles.clone(), Expr::Var(local) / m_tiles)
+        } else {
+            (Expr::Var(local) / n_tiles.clone(), Expr::Var(local) % n_tiles.clone())
+        };
+        let m0 = b.let_("m0", mt * bm as i64);
+        let n0 = b.let_("n0", nt * acc_n as i64);
+        let rows_valid = b.let_("rows_valid", rows_g - m0.clone());
+        let w_base = b.let_("w_base", gsel.clone() * n.clone() * kd.clone());
+        let k_tiles = b.let_("k_tiles", kd.ceil_div(bk as i64));
+
+        let load_stage = |b: &mut KernelBuilder, kt: Expr| {
+            let slot = kt.clone() % st as i64;
+            let k0 = kt * bk as i64;
+            let a_src = view(
+                x,
+                (row0.clone() + m0.clone()) * kd.clone() + k0.clone(),
+                kd.clone(),
+                rows_valid.clone(),
+                kd.clone() - k0.clone(),
+                spec.in_vec,
+            );
+            let a_dst = b.slot(sa, slot.clone());
+            b.copy_async(a_dst, a_src);
+            if glu {
+                // Gate rows n0.. and up rows NH+n0.. share one shared tile (top and bottom halves).
+                let half = bn / 2;
+                let g_src = view(
+                    w,
+                    w_base.clone() + n0.clone() * kd.clone() + k0.clone(),
+                    kd.clone(),
+                    n_out.clone() - n0.clone(),
+                    kd.clone() - k0.clone(),
+                    spec.in_vec,
+                );
+                let u_src = view(
+                    w,
+                    w_base.clone() + (n_out.clone() + n0.clone()) * kd.clone() + k0.clone(),
+                    kd.clone(),
+                    n_out.clone() - n0.clone(),
+                    kd.clone() - k0.clone(),
+                    spec.in_vec,
+                );
+                let g_dst = b.window(sb, slot.clone(), 0, 0, half, bk);
+                let u_dst = b.window(sb, slot, half, 0, half, bk);
+                b.copy_async(g_dst, g_src);
+                b.copy_async(u_dst, u_src);
+            } else {
+                let b_src = view(
+                    w,
+                    w_base.clone() + n0.clone() * kd.clone() + k0.clone(),
+                    kd.clone(),
+                    n.clone() - n0.clone(),
+                    kd.clone() - k0,
+                    spec.in_vec,
+                );
+                let b_dst = b.slot(sb, slot);
+                b.copy_async(b_dst, b_src);
+            }
+        };
+
+        b.map(acc, 0.0f64);
+        if let Some(u) = acc_up {
+            b.map(u, 0.0f64);
+        }
+        // Pipeline prologue: stages 0..STAGES-1.
+        for s in 0..st - 1 {
+            b.if_(Expr::Int(s as i64).lt(k_tiles.clone()), |b| load_stage(b, Expr::Int(s as i64)));
+            b.commit();
+        }
+        b.for_("kt", 0i64, k_tiles.clone(), 1i64, |b, kt| {
+            b.wait(st - 2);
+            b.barrier();
+            let next = &kt + (st - 1) as i64;
+            b.if_(next.lt(k_tiles.clone()), |b| load_stage(b, next.clone()));
+            b.commit();
+            let slot = &kt % st as i64;
+            let a = Operand::Shared { src: b.slot(sa, slot.clone()), transpose: false };
+            if let Some(u) = acc_up {
+                let half = bn / 2;
+                let bg = Operand::Shared { src: b.window(sb, slot.clone(), 0, 0, half, bk), transpose: true };
+                let bu = Operand::Shared { src: b.window(sb, slot, half, 0, half, bk), transpose: true };
+                b.mma(acc, a.clone(), bg);
+                b.mma(u, a, bu);
+            } else {
+                let bt = Operand::Shared { src: b.slot(sb, slot), transpose: true };
+                b.mma(acc, a, bt);
+            }
+        });
+        b.wait(0);
+        // Epilogue.
+        let out_rows = view(
+            y,
+            (row0.clone() + m0.clone()) * n_out.clone() + n0.clone(),
+            n_out.clone(),
+            rows_valid.clone(),
+            n_out.clone() - n0.clone(),
+            spec.out_vec,
+        );
+        if let Some(u) = acc_up {
+            let a = Expr::Elem(acc);
+            let bb = Expr::Elem(u);
+            let h = match spec.epilogue {
+                Epilogue::SituGlu => (&a * 0.25f64).tanh() * 4.0f64 * a.sigmoid() * ((&bb * 0.04f64).tanh() * 25.0f64),
+                Epilogue::SwiGlu => a.silu() * bb,
+                Epilogue::None => unreachable!(),
+            };
+            b.map(acc, h);
+        }
+        if let (Some(pv), Some(p)) = (pv, p) {
+            b.load_vec(pv, vec_view(p, row0.clone() + m0.clone(), 1i64, rows_valid.clone()));
+            b.map(acc, Expr::Elem(acc) * Expr::RowVal(pv));
+        }
+        b.store(acc, Place::Global(out_rows));
+        // Every warp must be done reading shared tiles before the next tile's prologue overwrites them.
+        b.barrier();
+    });
+    Ok(b.finish()?)
+}
