@@ -48,3 +48,8 @@ pub use shard::{Shard, ShardParseError, stable_hash};
 pub use stats::{StatsError, TimingStats, pick_winner, retime_top_k, winner_order};
 pub use store::{ResultsStore, read_results_file, write_results_file};
 pub use tune::{Abort, Measurer, TuneError, TuneEvent, TuneOptions, TuneReport, WorkerMeasurer, tune};
+
+/// The README's example, compiled and run as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
