@@ -11,6 +11,7 @@ pub mod kda;
 pub mod metrics;
 pub mod mla;
 pub mod mx;
+pub mod quantile;
 pub mod random;
 
 pub use error::RefError;
