@@ -13,9 +13,9 @@
 //! - **Why child processes** ([`isolate`]): an illegal address poisons the CUDA context and a hung
 //!   kernel blocks its stream forever; measuring in a worker process that is killed and respawned
 //!   makes a bad candidate cost one candidate, not the run.
-//! - **Choosing** ([`stats`], [`tune`]): median of repeated runs, re-time the top few, break ties
+//! - **Choosing** ([`stats`], [`mod@tune`]): median of repeated runs, re-time the top few, break ties
 //!   deterministically, and only a candidate whose output matched the reference can win.
-//! - **Scaling out** ([`Shard`], [`merge`]): `--shard i/n` splits candidates by a stable hash of their
+//! - **Scaling out** ([`Shard`], [`mod@merge`]): `--shard i/n` splits candidates by a stable hash of their
 //!   id; shards tuned on different hosts merge associatively and commutatively.
 //!
 //! The GPU parts (CUDA events, L2 flush, compiling, comparing with the reference) live in the crates
