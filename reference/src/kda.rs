@@ -353,14 +353,56 @@ fn unit_lower_inverse(l: &[f64], n: usize) -> Vec<f64> {
     a
 }
 
-/// Shared chunked driver (SPEC 2.3) for both intra modes.
-fn chunked(x: &KdaInputs, chunk: usize, mode: Intra) -> Result<KdaOutput, RefError> {
+/// The intermediates of one chunk of one (sequence, value head), for debugging kernels stage by
+/// stage (fla names in brackets). All row-major f64; `len` = rows in this chunk (<= chunk).
+#[derive(Debug, Clone, PartialEq)]
+pub struct KdaChunkTrace {
+    /// Token index (within the batch row) of the chunk's first row.
+    pub t0: usize,
+    /// Valid rows in this chunk.
+    pub len: usize,
+    /// In-chunk inclusive cumsum of g, `[len, K]` (natural log; fla stores it / ln 2).
+    pub g_cum: Vec<f64>,
+    /// `L` before the solve, strictly lower, `[len, len]`.
+    pub l: Vec<f64>,
+    /// `P` including the scale, lower with diagonal, `[len, len]` ("Aqk").
+    pub p: Vec<f64>,
+    /// `A = (I + L)^-1`, unit lower, `[len, len]` ("Akk").
+    pub a: Vec<f64>,
+    /// `W = A Diag(beta) (Gamma . K)`, `[len, K]` ("w").
+    pub w: Vec<f64>,
+    /// `U = A Diag(beta) V`, `[len, V]` ("u").
+    pub u: Vec<f64>,
+    /// `Vt = U - W S`, `[len, V]` ("v_new").
+    pub v_new: Vec<f64>,
+    /// The state S at the start of the chunk, `[K, V]` ("h").
+    pub state_in: Vec<f64>,
+}
+
+/// The per-chunk intermediates of the exact chunked algorithm ([`kda_chunked`]) for sequence
+/// `seq` (0..N) and value head `hv`, in chunk order.
+pub fn kda_chunk_trace(x: &KdaInputs, chunk: usize, seq: usize, hv: usize) -> Result<Vec<KdaChunkTrace>, RefError> {
+    ensure(seq < x.num_seqs(), "seq", || format!("sequence {seq} is outside 0..{}", x.num_seqs()))?;
+    ensure(hv < x.hv, "hv", || format!("value head {hv} is outside 0..{}", x.hv))?;
+    Ok(chunked(x, chunk, Intra::Exact, Some((seq, hv)))?.1)
+}
+
+/// Shared chunked driver (SPEC 2.3) for both intra modes; records the intermediates of the
+/// (sequence, value head) in `trace`.
+fn chunked(
+    x: &KdaInputs,
+    chunk: usize,
+    mode: Intra,
+    trace: Option<(usize, usize)>,
+) -> Result<(KdaOutput, Vec<KdaChunkTrace>), RefError> {
     ensure(chunk > 0, "chunk", || "chunk size must be positive".into())?;
     let p = Prep::new(x)?;
     let (dk, dv) = (x.dk, x.dv);
     let mut out = p.alloc();
+    let mut traces = Vec::new();
     for seq in x.seqs() {
         for hv in 0..x.hv {
+            let tracing = trace == Some((seq.n, hv));
             let mut s = p.init_state(seq.n, hv);
             let mut t0 = seq.start;
             while t0 < seq.end {
@@ -384,7 +426,7 @@ fn chunked(x: &KdaInputs, chunk: usize, mode: Intra) -> Result<KdaOutput, RefErr
                     }
                 }
                 // Vt = U - W S  [len, V]
-                let mut vt = u;
+                let mut vt = u.clone();
                 for r in 0..len {
                     for i in 0..dk {
                         let wi = w[r * dk + i];
@@ -392,6 +434,20 @@ fn chunked(x: &KdaInputs, chunk: usize, mode: Intra) -> Result<KdaOutput, RefErr
                             vt[r * dv + j] -= wi * s[i * dv + j];
                         }
                     }
+                }
+                if tracing {
+                    traces.push(KdaChunkTrace {
+                        t0,
+                        len,
+                        g_cum: ch.gc.clone(),
+                        l: l.clone(),
+                        p: pm.clone(),
+                        a: a.clone(),
+                        w: w.clone(),
+                        u,
+                        v_new: vt.clone(),
+                        state_in: s.clone(),
+                    });
                 }
                 // O = s (Gamma . Q) S + P Vt
                 for r in 0..len {
@@ -430,7 +486,7 @@ fn chunked(x: &KdaInputs, chunk: usize, mode: Intra) -> Result<KdaOutput, RefErr
             out.final_state[so..so + dk * dv].copy_from_slice(&s);
         }
     }
-    Ok(out)
+    Ok((out, traces))
 }
 
 /// The chunked KDA forward exactly as SPEC 2.3 writes it, with chunk size `chunk` (64 or 32 in
@@ -440,7 +496,7 @@ fn chunked(x: &KdaInputs, chunk: usize, mode: Intra) -> Result<KdaOutput, RefErr
 /// `S <- Diag(Gamma_last) S + (exp(G_last - G) . K)^T Vt`. Chunks never cross a sequence boundary;
 /// the last chunk of a sequence may be partial (Gamma_last at its last valid row).
 pub fn kda_chunked(x: &KdaInputs, chunk: usize) -> Result<KdaOutput, RefError> {
-    chunked(x, chunk, Intra::Exact)
+    Ok(chunked(x, chunk, Intra::Exact, None)?.0)
 }
 
 /// The safe-gate chunked variant: as [`kda_chunked`], but L and P are formed from `tile`-row tiles
@@ -465,7 +521,7 @@ pub fn kda_chunked_safe_tiles(
     if let Some((index, &v)) = x.g.iter().enumerate().find(|&(_, &v)| (v as f64) < lower_bound) {
         return Err(RefError::GateBelowBound { arg: "g", index, value: v as f64, bound: lower_bound });
     }
-    chunked(x, chunk, Intra::SafeTiles { tile })
+    Ok(chunked(x, chunk, Intra::SafeTiles { tile }, None)?.0)
 }
 
 /// Safe-form gate: `lb * sigmoid(x + bias)`, in (lb, 0).
@@ -812,6 +868,35 @@ mod tests {
         assert_eq!(gt[5], gate_standard(1.0, 2.0, 0.0));
         assert!(gate_safe_tensor(&x, 4, 1, None, -5.0).is_err());
         assert!(gate_standard_tensor(&x, 3, 1, &[0.0], None).is_err());
+    }
+
+    #[test]
+    fn chunk_trace_is_consistent() {
+        let seed = fresh_seed();
+        let c = Cfg { h0: true, cu: Some(vec![0, 10, 90]), ..cfg(1, 90, 1, 2, 6, 5) };
+        let x = inputs(seed, &c, &default_gate);
+        let tr = kda_chunk_trace(&x, 32, 1, 1).unwrap();
+        assert_eq!(tr.iter().map(|t| (t.t0, t.len)).collect::<Vec<_>>(), vec![(10, 32), (42, 32), (74, 16)]);
+        let h0 = x.h0.as_ref().unwrap();
+        let kv = 6 * 5;
+        let want: Vec<f64> = h0[3 * kv..4 * kv].iter().map(|&v| v as f64).collect();
+        assert_eq!(tr[0].state_in, want, "state index n = 1, hv = 1");
+        for t in &tr {
+            let n = t.len;
+            // (I + L) A = I
+            for r in 0..n {
+                for cc in 0..n {
+                    let mut v = t.a[r * n + cc];
+                    for m in 0..n {
+                        v += t.l[r * n + m] * t.a[m * n + cc];
+                    }
+                    let id = if r == cc { 1.0 } else { 0.0 };
+                    assert!((v - id).abs() < 1e-10, "seed {seed}");
+                }
+            }
+        }
+        assert!(kda_chunk_trace(&x, 32, 2, 0).is_err());
+        assert!(kda_chunk_trace(&x, 32, 0, 2).is_err());
     }
 
     /// Speed check for the brief's requirement (run with --release --ignored).
