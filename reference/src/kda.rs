@@ -40,7 +40,7 @@ pub struct KdaInputs {
     pub h0: Option<Vec<f32>>,
     /// Query scale s; `None` means K^-1/2.
     pub scale: Option<f64>,
-    /// Varlen boundaries `[N + 1]` (0 = cu[0] <= ... <= cu[N] = T; requires B = 1).
+    /// Varlen boundaries `[N + 1]` (`0 = cu[0] <= ... <= cu[N] = T`; requires B = 1).
     pub cu_seqlens: Option<Vec<usize>>,
     /// L2-normalise q and k rows in f64 first (`x / sqrt(sum x^2 + 1e-6)`, the in-kernel option).
     pub use_qk_l2norm: bool,

@@ -244,7 +244,7 @@ impl MxTensor {
     }
 }
 
-/// Packs fp4 codes two per byte: byte i = codes[2i] & 0xF | (codes[2i+1] & 0xF) << 4.
+/// Packs fp4 codes two per byte: `byte[i] = codes[2i] & 0xF | (codes[2i+1] & 0xF) << 4`.
 /// `codes` must have even length.
 pub fn pack_nibbles(codes: &[u8]) -> Result<Vec<u8>, RefError> {
     if !codes.len().is_multiple_of(2) {
@@ -257,7 +257,7 @@ pub fn pack_nibbles(codes: &[u8]) -> Result<Vec<u8>, RefError> {
     Ok(codes.chunks_exact(2).map(|p| (p[0] & 0xF) | ((p[1] & 0xF) << 4)).collect())
 }
 
-/// Unpacks bytes into 2 codes each: output[2i] = low nibble of byte i, output[2i+1] = high nibble.
+/// Unpacks bytes into 2 codes each: `out[2i]` = low nibble of byte i, `out[2i+1]` = high nibble.
 pub fn unpack_nibbles(packed: &[u8]) -> Vec<u8> {
     packed.iter().flat_map(|&b| [b & 0xF, b >> 4]).collect()
 }

@@ -303,8 +303,8 @@ pub fn qb_bias_exact(s: &[f32], b: &[f32], t: usize, e: usize, k: usize) -> Resu
 
 /// Exact per-column quantile of `x: [t, e]` at `fraction` in [0, 1], with linear interpolation
 /// between order statistics (the numpy / `torch.quantile` "linear" convention): sort the column
-/// ascending into a, `pos = fraction * (t - 1)`, result `a[floor pos] + (a[ceil pos] - a[floor pos])
-/// * (pos - floor pos)`. Returns `[e]`.
+/// ascending into a, `pos = fraction * (t - 1)`, result
+/// `a[floor pos] + (a[ceil pos] - a[floor pos]) * (pos - floor pos)`. Returns `[e]`.
 pub fn column_quantile(x: &[f32], t: usize, e: usize, fraction: f64) -> Result<Vec<f64>, RefError> {
     check_len("x", x.len(), "[T, E]", &[t, e])?;
     check_no_nan("x", x)?;
