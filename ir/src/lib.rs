@@ -31,6 +31,7 @@ pub mod hash;
 pub mod kernel;
 pub mod knob;
 pub mod print;
+pub mod tensor;
 pub mod validate;
 
 pub use bind::{BindError, NUM_SMS, SymValue, TensorShape, bind, eval_grid, eval_int};
@@ -40,4 +41,5 @@ pub use expr::{BinOp, Expr, SharedId, Special, SymId, TensorId, TileId, UnOp, Va
 pub use hash::stable_hash;
 pub use kernel::*;
 pub use knob::{KnobAxis, KnobError, KnobSpace, KnobValue, Knobs};
+pub use tensor::HostTensor;
 pub use validate::{IrError, IrErrorKind, MAX_SHARED_BYTES, validate, var_types};
