@@ -131,7 +131,8 @@ impl Histogram {
         self.bins as f32 / (self.hi as f32 - self.lo as f32)
     }
 
-    /// The slot of value `x` (not NaN), all in f32: `x < lo` -> 0; `x >= hi` -> bins + 1; otherwise
+    /// The slot of value `x`, all in f32 (NaN is rejected by [`Histogram::build`]; passed here
+    /// it would land in slot 1): `x < lo` -> 0; `x >= hi` -> bins + 1; otherwise
     /// `1 + clamp(floor((x - lo) * scale), 0, bins - 1)` with `scale` = [`Histogram::bin_scale_f32`],
     /// the subtraction and the multiplication each rounded to nearest f32 (no FMA).
     pub fn slot(&self, x: f32) -> usize {
