@@ -328,3 +328,313 @@ pub fn build_kernel(spec: &GemmSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
     });
     Ok(b.finish()?)
 }
+
+// ------------------------------------------------------------------------------------------------------------
+// Problems, inputs, checks.
+
+use crate::data;
+use crate::op::{CheckReport, Instance, Operator, Preset, Work};
+use crate::plan::{Outputs, Plan};
+use k3k_reference::gemm as refgemm;
+use k3k_reference::metrics::Tolerance;
+use rand::Rng;
+use rand::rngs::StdRng;
+
+/// The `latent_moe_gemm` operator.
+pub struct LatentMoeGemm;
+
+/// Ragged group sizes drawn around `mean` (first group empty, multiples of `align`), deterministic for a seed.
+pub fn ragged_counts(g: usize, mean: usize, align: usize, seed: u64) -> Vec<usize> {
+    let u = data::uniform(g, 0.0, 2.0, seed);
+    u.iter()
+        .enumerate()
+        .map(|(i, v)| if i == 0 { 0 } else { ((v * mean as f32).round() as usize / align) * align })
+        .collect()
+}
+
+fn epilogue_of(code: i64) -> Result<Epilogue, OpError> {
+    match code {
+        0 => Ok(Epilogue::None),
+        1 => Ok(Epilogue::SituGlu),
+        2 => Ok(Epilogue::SwiGlu),
+        _ => Err(OpError::BadInput {
+            op: "latent_moe_gemm",
+            arg: "epilogue".into(),
+            why: format!("unknown code {code}"),
+        }),
+    }
+}
+
+/// A concrete problem.
+#[derive(Clone, Debug)]
+pub struct GemmProblem {
+    pub grouped: bool,
+    pub counts: Vec<usize>,
+    pub k: usize,
+    pub n: usize,
+    pub epilogue: Epilogue,
+    pub row_scale: bool,
+}
+
+impl GemmProblem {
+    /// Resolve a preset: dims `G`, `K`, `N`, and either `mean` (+ `seed`) for drawn ragged counts or `M` for a
+    /// dense product; optional `epilogue` (0 none, 1 SiTU-GLU, 2 SwiGLU) and `p` (1 = routing weights).
+    pub fn from_preset(p: &Preset) -> Result<Self, OpError> {
+        let k = p.get("K")? as usize;
+        let n = p.get("N")? as usize;
+        let epilogue = epilogue_of(p.get_or("epilogue", 0))?;
+        let row_scale = p.get_or("p", 0) == 1;
+        let (grouped, counts) = if let Some(&m) = p.dims.get("M") {
+            (false, vec![m as usize])
+        } else if p.dims.contains_key("c0") {
+            let g = p.get("G")? as usize;
+            (true, (0..g).map(|i| p.get_or(&format!("c{i}"), 0) as usize).collect())
+        } else {
+            let g = p.get("G")? as usize;
+            (true, ragged_counts(g, p.get("mean")? as usize, 8, p.get_or("seed", 1) as u64))
+        };
+        if epilogue.is_glu() && n % 2 != 0 {
+            return Err(OpError::BadInput {
+                op: "latent_moe_gemm",
+                arg: "N".into(),
+                why: format!("a GLU epilogue needs an even N, got {n}"),
+            });
+        }
+        Ok(GemmProblem { grouped, counts, k, n, epilogue, row_scale })
+    }
+    /// Total rows.
+    pub fn m(&self) -> usize {
+        self.counts.iter().sum()
+    }
+    /// Output columns.
+    pub fn n_out(&self) -> usize {
+        if self.epilogue.is_glu() { self.n / 2 } else { self.n }
+    }
+    /// The kernel variant.
+    pub fn spec(&self) -> GemmSpec {
+        GemmSpec::for_shape(self.grouped, self.epilogue, self.row_scale, self.k, self.n_out())
+    }
+    /// Inclusive cumulative group ends.
+    pub fn offs(&self) -> Vec<i64> {
+        self.counts
+            .iter()
+            .scan(0i64, |s, c| {
+                *s += *c as i64;
+                Some(*s)
+            })
+            .collect()
+    }
+}
+
+struct GemmInstance {
+    pb: GemmProblem,
+    x: Vec<f32>,
+    w: Vec<f32>,
+    p: Option<Vec<f32>>,
+    plan_inputs: Vec<(String, k3k_ir::HostTensor)>,
+    seed: u64,
+}
+
+impl Operator for LatentMoeGemm {
+    fn name(&self) -> &'static str {
+        "latent_moe_gemm"
+    }
+    fn summary(&self) -> &'static str {
+        "grouped GEMM over ragged routed experts (and dense GEMM), bf16 in, f32 accumulate, fused SiTU-GLU/SwiGLU and routing weight"
+    }
+    fn knob_space(&self) -> KnobSpace {
+        knob_space()
+    }
+    fn default_knobs(&self) -> Knobs {
+        default_knobs()
+    }
+    fn bench_presets(&self) -> Vec<Preset> {
+        vec![
+            Preset::new("G28 mean256 K3584 N6144", &[("G", 28), ("mean", 256), ("K", 3584), ("N", 6144)]),
+            Preset::new("G28 mean1024 K3584 N6144", &[("G", 28), ("mean", 1024), ("K", 3584), ("N", 6144)]),
+            Preset::new("G28 mean1024 K3072 N3584", &[("G", 28), ("mean", 1024), ("K", 3072), ("N", 3584)]),
+            Preset::new("G56 mean64 K3584 N6144", &[("G", 56), ("mean", 64), ("K", 3584), ("N", 6144)]),
+            Preset::new(
+                "G28 mean256 K3584 N6144 situ_glu+p",
+                &[("G", 28), ("mean", 256), ("K", 3584), ("N", 6144), ("epilogue", 1), ("p", 1)],
+            ),
+        ]
+    }
+    fn random_case(&self, rng: &mut StdRng) -> Preset {
+        const EDGE: [i64; 9] = [1, 15, 16, 17, 31, 63, 64, 65, 130];
+        let pick = |rng: &mut StdRng| -> i64 {
+            if rng.random_bool(0.5) { EDGE[rng.random_range(0..EDGE.len())] } else { rng.random_range(1..=160) }
+        };
+        let k = pick(rng);
+        let epilogue = rng.random_range(0..3i64);
+        let mut n = pick(rng);
+        if epilogue != 0 && n % 2 == 1 {
+            n += 1;
+        }
+        let p = rng.random_bool(0.5) as i64;
+        if rng.random_bool(0.15) {
+            let m = pick(rng);
+            return Preset::new(
+                &format!("dense M{m} K{k} N{n} epi{epilogue} p{p}"),
+                &[("M", m), ("K", k), ("N", n), ("epilogue", epilogue), ("p", p)],
+            );
+        }
+        let g = rng.random_range(1..=6i64);
+        let mut dims = vec![
+            ("G".to_string(), g),
+            ("K".to_string(), k),
+            ("N".to_string(), n),
+            ("epilogue".to_string(), epilogue),
+            ("p".to_string(), p),
+        ];
+        let mut desc = String::new();
+        for i in 0..g {
+            let c = if rng.random_bool(0.25) { 0 } else { pick(rng) };
+            dims.push((format!("c{i}"), c));
+            desc.push_str(&format!("{c},"));
+        }
+        Preset { name: format!("G{g} [{desc}] K{k} N{n} epi{epilogue} p{p}"), dims: dims.into_iter().collect() }
+    }
+    fn instance(&self, p: &Preset, seed: u64) -> Result<Box<dyn Instance>, OpError> {
+        let pb = GemmProblem::from_preset(p)?;
+        let (m, k, n, g) = (pb.m(), pb.k, pb.n, pb.counts.len());
+        let mut x = data::normal(m * k, 1.0, seed);
+        data::round_bf16(&mut x);
+        let mut w = data::normal(g * n * k, (k as f32).powf(-0.5), seed ^ 0x5151);
+        data::round_bf16(&mut w);
+        let p = pb.row_scale.then(|| data::uniform(m, 0.1, 1.0, seed ^ 0x7a7a));
+        let mut plan_inputs = vec![("x".to_string(), data::tensor(DType::Bf16, &[m, k], &x))];
+        if pb.grouped {
+            plan_inputs.push(("w".into(), data::tensor(DType::Bf16, &[g, n, k], &w)));
+            plan_inputs.push(("offs".into(), HostTensor::from_i64(DType::I32, &[g], &pb.offs())));
+        } else {
+            plan_inputs.push(("w".into(), data::tensor(DType::Bf16, &[n, k], &w)));
+        }
+        if let Some(p) = &p {
+            plan_inputs.push(("p".into(), data::tensor(DType::F32, &[m], p)));
+        }
+        Ok(Box::new(GemmInstance { pb, x, w, p, plan_inputs, seed }))
+    }
+    fn kernels(&self, p: &Preset, knobs: &Knobs) -> Result<Vec<Kernel>, OpError> {
+        let pb = GemmProblem::from_preset(p)?;
+        Ok(vec![build_kernel(&pb.spec(), knobs)?])
+    }
+    fn bucket_dims(&self, p: &Preset) -> Vec<(String, u64)> {
+        let pb = match GemmProblem::from_preset(p) {
+            Ok(pb) => pb,
+            Err(_) => return vec![],
+        };
+        let nonempty = pb.counts.iter().filter(|c| **c > 0).count().max(1);
+        vec![
+            ("rows_per_group".into(), (pb.m() / nonempty) as u64),
+            ("K".into(), pb.k as u64),
+            ("N".into(), pb.n as u64),
+            ("groups".into(), pb.counts.len() as u64),
+        ]
+    }
+}
+
+use k3k_ir::HostTensor;
+
+impl Instance for GemmInstance {
+    fn describe(&self) -> String {
+        let pb = &self.pb;
+        format!(
+            "{} M={} K={} N={} groups={} epilogue={} p={} seed={}",
+            if pb.grouped { "grouped" } else { "dense" },
+            pb.m(),
+            pb.k,
+            pb.n,
+            if pb.counts.len() <= 8 { format!("{:?}", pb.counts) } else { format!("{} groups", pb.counts.len()) },
+            pb.epilogue.name(),
+            pb.row_scale,
+            self.seed
+        )
+    }
+
+    fn plan(&self, knobs: &Knobs) -> Result<Plan, OpError> {
+        let pb = &self.pb;
+        let kernel = build_kernel(&pb.spec(), knobs)?;
+        let mut plan = Plan::default();
+        let mut args = vec![];
+        for (name, t) in &self.plan_inputs {
+            args.push(plan.input(name, t.clone()));
+        }
+        args.push(plan.output("y", DType::Bf16, &[pb.m(), pb.n_out()]));
+        plan.step(kernel, &args, &[]);
+        Ok(plan)
+    }
+
+    fn check(&self, out: &Outputs) -> Result<CheckReport, OpError> {
+        let pb = &self.pb;
+        let y = out.get("y")?.to_f64_vec();
+        let (m, k, n, no) = (pb.m(), pb.k, pb.n, pb.n_out());
+        // Every row for small problems, a sample of rows (each group's first and last included) for big ones.
+        let rows: Vec<usize> = if m * n * k <= 1 << 26 {
+            (0..m).collect()
+        } else {
+            let mut rows = vec![];
+            let mut start = 0;
+            for &c in &pb.counts {
+                if c > 0 {
+                    rows.extend([start, start + c - 1, start + c / 2]);
+                }
+                start += c;
+            }
+            let mut s = self.seed;
+            for _ in 0..64 {
+                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                rows.push((s >> 33) as usize % m.max(1));
+            }
+            rows.sort();
+            rows.dedup();
+            rows
+        };
+        let mut group_of = vec![0usize; m];
+        let mut start = 0;
+        for (g, &c) in pb.counts.iter().enumerate() {
+            group_of[start..start + c].fill(g);
+            start += c;
+        }
+        let mut want = Vec::with_capacity(rows.len() * no);
+        let mut got = Vec::with_capacity(rows.len() * no);
+        for &r in &rows {
+            let g = group_of[r];
+            let wg = &self.w[g * n * k..(g + 1) * n * k];
+            let acc = refgemm::matmul_nt(&self.x[r * k..(r + 1) * k], 1, k, wg, n)
+                .map_err(|e| OpError::Internal(e.to_string()))?;
+            let scale = self.p.as_ref().map_or(1.0, |p| p[r] as f64);
+            for j in 0..no {
+                let v = match pb.epilogue {
+                    Epilogue::None => acc[j],
+                    Epilogue::SituGlu => refgemm::situ_glu(acc[j], acc[j + no]),
+                    Epilogue::SwiGlu => refgemm::swiglu(acc[j], acc[j + no]),
+                };
+                want.push(v * scale);
+                got.push(y[r * no + j]);
+            }
+        }
+        let scope =
+            if rows.len() == m { format!("all {m} rows") } else { format!("{} sampled rows of {m}", rows.len()) };
+        Ok(crate::check::compare("y", &got, &want, Tolerance::Bf16, scope))
+    }
+
+    fn work(&self) -> Work {
+        let pb = &self.pb;
+        let (m, k, n) = (pb.m() as f64, pb.k as f64, pb.n as f64);
+        let groups_used = pb.counts.iter().filter(|c| **c > 0).count() as f64;
+        Work {
+            flops: 2.0 * m * n * k,
+            bytes: 2.0 * (m * k + groups_used * n * k + m * pb.n_out() as f64)
+                + if pb.row_scale { 4.0 * m } else { 0.0 },
+        }
+    }
+
+    fn problem(&self) -> serde_json::Value {
+        let pb = &self.pb;
+        serde_json::json!({
+            "grouped": pb.grouped, "counts": pb.counts, "K": pb.k, "N": pb.n,
+            "epilogue": pb.epilogue.name(), "p": pb.row_scale, "M": pb.m(),
+        })
+    }
+}

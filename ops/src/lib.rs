@@ -1,9 +1,16 @@
 //! # k3k-ops: the K3 operators, written in the IR
 //!
 //! One module per operator. Each declares its kernel variants (what the problem fixes), its knob space
-//! (what the tuner may change), its default knobs, and builds IR kernels from the two.
+//! (what the tuner may change) and its default knobs, builds IR kernels from the two, and implements
+//! [`op::Operator`]: benchmark presets, random check cases, seeded inputs, a [`plan::Plan`] of launches and a
+//! check against the f64 reference. [`plan::Executor`] runs any plan on the CPU interpreter or a GPU.
 
+pub mod check;
+pub mod data;
 pub mod latent_moe_gemm;
+pub mod op;
+pub mod plan;
+pub mod registry;
 
 use k3k_ir::{IrError, KnobError};
 
@@ -18,4 +25,12 @@ pub enum OpError {
     Ir(#[from] IrError),
     #[error("{op}: argument `{arg}`: {why}")]
     BadInput { op: &'static str, arg: String, why: String },
+    #[error(transparent)]
+    Codegen(#[from] k3k_codegen::CodegenError),
+    #[error(transparent)]
+    Runtime(#[from] k3k_runtime::RuntimeError),
+    #[error(transparent)]
+    Interp(#[from] k3k_codegen::cpu::interp::InterpError),
+    #[error("internal error: {0}")]
+    Internal(String),
 }

@@ -16,7 +16,13 @@ fn grouped_gemm_small_matches_f64() {
     let counts = [5usize, 0, 17, 1];
     let g = counts.len();
     let m: usize = counts.iter().sum();
-    let offs: Vec<i64> = counts.iter().scan(0i64, |s, c| { *s += *c as i64; Some(*s) }).collect();
+    let offs: Vec<i64> = counts
+        .iter()
+        .scan(0i64, |s, c| {
+            *s += *c as i64;
+            Some(*s)
+        })
+        .collect();
     let x: Vec<f32> = (0..m * k).map(|_| bf(rng.random_range(-1.0..1.0))).collect();
     let w: Vec<f32> = (0..g * n * k).map(|_| bf(rng.random_range(-1.0..1.0))).collect();
     let spec = GemmSpec::for_shape(true, Epilogue::None, false, k, n);

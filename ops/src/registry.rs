@@ -1,0 +1,19 @@
+//! All operators, by name.
+
+use crate::op::Operator;
+
+/// Every operator k3k knows, in a stable order.
+pub fn all() -> Vec<Box<dyn Operator>> {
+    vec![Box::new(crate::latent_moe_gemm::LatentMoeGemm)]
+}
+
+/// Operators whose name equals `sel` or starts with `sel.` (so `gated_mla` selects `gated_mla.prefill` and
+/// `gated_mla.decode`); `all` selects every operator.
+pub fn select(sel: &str) -> Vec<Box<dyn Operator>> {
+    all().into_iter().filter(|o| sel == "all" || o.name() == sel || o.name().starts_with(&format!("{sel}."))).collect()
+}
+
+/// The names of every operator.
+pub fn names() -> Vec<&'static str> {
+    all().iter().map(|o| o.name()).collect()
+}

@@ -1,0 +1,227 @@
+//! Device, buffers, modules and launches.
+
+use crate::{RuntimeError, cuda};
+use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute_enum};
+use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, PushKernelArg};
+use k3k_codegen::CompiledModule;
+use k3k_ir::{HostTensor, Kernel, SymValue, TensorShape, bind, eval_grid};
+use std::sync::Arc;
+
+/// What a GPU is (part of tuning keys and reports).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct GpuInfo {
+    pub ordinal: usize,
+    pub name: String,
+    pub compute_capability: (u32, u32),
+    pub sm_count: u32,
+    pub shared_optin_bytes: usize,
+    pub l2_bytes: usize,
+    pub memory_bytes: usize,
+    pub driver_version: i32,
+}
+
+/// An open GPU with one stream.
+pub struct Gpu {
+    pub ctx: Arc<CudaContext>,
+    pub stream: Arc<CudaStream>,
+    pub info: GpuInfo,
+}
+
+/// A tensor in device memory.
+pub struct DeviceTensor {
+    pub buf: CudaSlice<u8>,
+    pub dtype: k3k_ir::DType,
+    pub shape: Vec<usize>,
+    pub ptr: u64,
+}
+
+impl DeviceTensor {
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.shape.iter().product()
+    }
+    /// True when the tensor has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Bytes of payload.
+    pub fn bytes(&self) -> usize {
+        self.dtype.storage_bytes(self.len())
+    }
+}
+
+/// A kernel loaded into the context, ready to launch.
+pub struct LoadedKernel {
+    pub kernel: Kernel,
+    pub func: CudaFunction,
+    pub shared_bytes: usize,
+    pub registers: i32,
+    pub local_bytes: i32,
+}
+
+impl Gpu {
+    /// True when a CUDA driver library can be loaded on this machine.
+    pub fn driver_present() -> bool {
+        // SAFETY: probing dlopen; no CUDA call is made.
+        unsafe { cudarc::driver::sys::is_culib_present() }
+    }
+
+    /// Open GPU `ordinal`.
+    pub fn open(ordinal: usize) -> Result<Gpu, RuntimeError> {
+        if !Self::driver_present() {
+            return Err(RuntimeError::NoDriver);
+        }
+        let count =
+            CudaContext::device_count().map_err(|e| RuntimeError::NoGpu { count: 0, extra: format!(": {e:?}") })?;
+        if count <= ordinal as i32 {
+            return Err(RuntimeError::NoGpu { count, extra: format!(", ordinal {ordinal} requested") });
+        }
+        let ctx = cuda("create context", CudaContext::new(ordinal))?;
+        // One stream, no cross-stream hazards: skip cudarc's per-buffer event bookkeeping (it would add work
+        // between timed launches).
+        // SAFETY: all k3k work on this context goes through `stream`.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx.default_stream();
+        let attr = |a| cuda("device attribute", ctx.attribute(a));
+        let (maj, min) = cuda("compute capability", ctx.compute_capability())?;
+        let mut driver_version = 0i32;
+        // SAFETY: valid out-pointer.
+        unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut driver_version) };
+        let info = GpuInfo {
+            ordinal,
+            name: cuda("device name", ctx.name())?,
+            compute_capability: (maj as u32, min as u32),
+            sm_count: attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32,
+            shared_optin_bytes: attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?
+                as usize,
+            l2_bytes: attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)? as usize,
+            memory_bytes: cuda("total memory", ctx.total_mem())?,
+            driver_version,
+        };
+        Ok(Gpu { ctx, stream, info })
+    }
+
+    /// Number of GPUs the driver reports (0 when there is no driver).
+    pub fn count() -> usize {
+        if !Self::driver_present() {
+            return 0;
+        }
+        CudaContext::device_count().map(|c| c.max(0) as usize).unwrap_or(0)
+    }
+
+    fn wrap(&self, buf: CudaSlice<u8>, dtype: k3k_ir::DType, shape: &[usize]) -> DeviceTensor {
+        let ptr = {
+            let (ptr, _sync) = buf.device_ptr(&self.stream);
+            ptr
+        };
+        DeviceTensor { buf, dtype, shape: shape.to_vec(), ptr }
+    }
+
+    /// Copy a host tensor to the device.
+    pub fn upload(&self, t: &HostTensor) -> Result<DeviceTensor, RuntimeError> {
+        let buf = if t.data.is_empty() {
+            cuda("alloc", self.stream.alloc_zeros::<u8>(16))?
+        } else {
+            cuda("upload", self.stream.clone_htod(&t.data))?
+        };
+        Ok(self.wrap(buf, t.dtype, &t.shape))
+    }
+
+    /// A device tensor filled with 0xFF bytes: NaN in every float format (bf16, f16, f32), -1 in ints.
+    pub fn poisoned(&self, dtype: k3k_ir::DType, shape: &[usize]) -> Result<DeviceTensor, RuntimeError> {
+        let n: usize = shape.iter().product();
+        let bytes = dtype.storage_bytes(n).max(16);
+        let buf = cuda("alloc", self.stream.alloc_zeros::<u8>(bytes))?;
+        let t = self.wrap(buf, dtype, shape);
+        self.poison(&t)?;
+        Ok(t)
+    }
+
+    /// Overwrite a tensor with 0xFF bytes.
+    pub fn poison(&self, t: &DeviceTensor) -> Result<(), RuntimeError> {
+        // SAFETY: the range is inside the allocation; the stream orders it with later launches.
+        cuda("memset", unsafe {
+            cudarc::driver::result::memset_d8_async(t.ptr, 0xff, t.buf.len(), self.stream.cu_stream())
+        })
+    }
+
+    /// Copy a device tensor back.
+    pub fn download(&self, t: &DeviceTensor) -> Result<HostTensor, RuntimeError> {
+        let mut data = cuda("download", self.stream.clone_dtoh(&t.buf))?;
+        data.truncate(t.bytes());
+        Ok(HostTensor { dtype: t.dtype, shape: t.shape.clone(), data })
+    }
+
+    /// Wait for all queued work and surface any asynchronous error (e.g. an illegal address in a kernel).
+    pub fn sync(&self) -> Result<(), RuntimeError> {
+        cuda("synchronize", self.stream.synchronize())
+    }
+
+    /// Load a compiled kernel (CUBIN when present, else PTX that the driver JIT-compiles).
+    pub fn load(&self, kernel: &Kernel, m: &CompiledModule) -> Result<LoadedKernel, RuntimeError> {
+        let image = match &m.cubin {
+            Some(c) => cudarc::nvrtc::Ptx::from_binary(c.clone()),
+            None => cudarc::nvrtc::Ptx::from_src(m.ptx.clone()),
+        };
+        let module = cuda(&format!("load module of `{}`", kernel.name), self.ctx.load_module(image))?;
+        let func = cuda(&format!("load function `{}`", kernel.name), module.load_function(&kernel.name))?;
+        let shared_bytes = kernel.shared_bytes();
+        if shared_bytes > self.info.shared_optin_bytes {
+            return Err(RuntimeError::SharedMemory {
+                kernel: kernel.name.clone(),
+                need: shared_bytes,
+                limit: self.info.shared_optin_bytes,
+            });
+        }
+        cuda(
+            "set max dynamic shared memory",
+            func.set_attribute(
+                CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                shared_bytes as i32,
+            ),
+        )?;
+        let registers = cuda("function registers", func.num_regs())?;
+        let local_bytes = cuda("function local memory", func.local_size_bytes())?;
+        Ok(LoadedKernel { kernel: kernel.clone(), func, shared_bytes, registers, local_bytes })
+    }
+
+    /// Launch a kernel: tensors in kernel order, named scalars. Shapes are checked against the kernel first.
+    pub fn launch(
+        &self,
+        lk: &LoadedKernel,
+        tensors: &[&DeviceTensor],
+        scalars: &[(&str, SymValue)],
+    ) -> Result<(), RuntimeError> {
+        let k = &lk.kernel;
+        let shapes: Vec<TensorShape<'_>> =
+            tensors.iter().map(|t| TensorShape { dtype: t.dtype, shape: &t.shape }).collect();
+        let syms = bind(k, &shapes, scalars, self.info.sm_count as i64)?;
+        let Some(grid) = eval_grid(k, &syms)? else { return Ok(()) };
+        for (p, t) in k.tensors.iter().zip(tensors) {
+            if t.ptr % 16 != 0 {
+                return Err(RuntimeError::Misaligned { arg: p.name.clone(), addr: t.ptr });
+            }
+        }
+        let ptrs: Vec<u64> = tensors.iter().map(|t| t.ptr).collect();
+        let ints: Vec<i64> = syms.iter().map(|s| s.as_int()).collect();
+        let floats: Vec<f32> = syms.iter().map(|s| if let SymValue::Float(f) = s { *f } else { 0.0 }).collect();
+        let mut b = self.stream.launch_builder(&lk.func);
+        for p in &ptrs {
+            b.arg(p);
+        }
+        for (i, s) in syms.iter().enumerate() {
+            match s {
+                SymValue::Int(_) => b.arg(&ints[i]),
+                SymValue::Float(_) => b.arg(&floats[i]),
+            };
+        }
+        let cfg = cudarc::driver::LaunchConfig {
+            grid_dim: (grid[0], grid[1], grid[2]),
+            block_dim: (k.threads, 1, 1),
+            shared_mem_bytes: lk.shared_bytes as u32,
+        };
+        // SAFETY: argument count, order and types follow the kernel signature the renderer emitted for `k`
+        // (tensor pointers, then one i64/f32 per symbol), and every shape was checked by `bind`.
+        cuda(&format!("launch `{}`", k.name), unsafe { b.launch(cfg) }.map(|_| ()))
+    }
+}
