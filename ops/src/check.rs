@@ -15,3 +15,29 @@ pub fn compare(name: &str, got: &[f64], want: &[f64], tol: Tolerance, scope: Str
         },
     }
 }
+
+/// Where a failed `[rows, cols]` output is wrong: the fraction of bad elements and which row/column residues
+/// (mod 16) they fall on, which points at a fragment-layout or masking bug.
+pub fn error_pattern(got: &[f64], want: &[f64], rows: usize, cols: usize) -> String {
+    let rms = (want.iter().map(|v| v * v).sum::<f64>() / want.len().max(1) as f64).sqrt();
+    let tol = 0.05 * rms.max(1e-30);
+    let (mut bad, mut by_r, mut by_c) = (0usize, [0usize; 16], [0usize; 16]);
+    let mut first_rows = vec![];
+    for r in 0..rows {
+        for c in 0..cols {
+            let i = r * cols + c;
+            if !((got[i] - want[i]).abs() <= tol) {
+                bad += 1;
+                by_r[r % 16] += 1;
+                by_c[c % 16] += 1;
+                if first_rows.len() < 8 && !first_rows.contains(&r) {
+                    first_rows.push(r);
+                }
+            }
+        }
+    }
+    format!(
+        "; {bad} of {} elements off by > 5% of rms; bad by row%16 {by_r:?}; by col%16 {by_c:?}; first bad rows {first_rows:?}",
+        rows * cols
+    )
+}

@@ -30,11 +30,22 @@ pub fn uniform(n: usize, lo: f32, hi: f32, seed: u64) -> Vec<f32> {
     v
 }
 
-/// Approximately normal values (sum of 4 uniforms, scaled to unit variance) times `std`.
+/// Approximately normal values (a sum of 4 uniforms in [-1, 1), scaled to unit variance) times `std`.
 pub fn normal(n: usize, std: f32, seed: u64) -> Vec<f32> {
-    let parts: Vec<Vec<f32>> = (0..4).map(|i| uniform(n, -1.0, 1.0, splitmix(seed.wrapping_add(i)))).collect();
     let scale = std * (3.0f32 / 4.0).sqrt();
-    (0..n).into_par_iter().map(|i| (parts[0][i] + parts[1][i] + parts[2][i] + parts[3][i]) * scale).collect()
+    let mut out = vec![0f32; n];
+    out.par_chunks_mut(CHUNK).enumerate().for_each(|(ci, chunk)| {
+        let mut s = splitmix(seed ^ splitmix(ci as u64 ^ 0x6e6f726d));
+        for v in chunk.iter_mut() {
+            let mut acc = 0f32;
+            for _ in 0..4 {
+                s = splitmix(s);
+                acc += (s >> 40) as f32 * (2.0 / (1u64 << 24) as f32) - 1.0;
+            }
+            *v = acc * scale;
+        }
+    });
+    out
 }
 
 /// A tensor from f32 values rounded to `dtype`, converted in parallel.

@@ -596,27 +596,42 @@ impl Instance for GemmInstance {
             group_of[start..start + c].fill(g);
             start += c;
         }
+        use rayon::prelude::*;
+        let per_row: Vec<Result<(Vec<f64>, Vec<f64>), OpError>> = rows
+            .par_iter()
+            .map(|&r| {
+                let g = group_of[r];
+                let wg = &self.w[g * n * k..(g + 1) * n * k];
+                let acc = refgemm::matmul_nt(&self.x[r * k..(r + 1) * k], 1, k, wg, n)
+                    .map_err(|e| OpError::Internal(e.to_string()))?;
+                let scale = self.p.as_ref().map_or(1.0, |p| p[r] as f64);
+                let want: Vec<f64> = (0..no)
+                    .map(|j| {
+                        scale
+                            * match pb.epilogue {
+                                Epilogue::None => acc[j],
+                                Epilogue::SituGlu => refgemm::situ_glu(acc[j], acc[j + no]),
+                                Epilogue::SwiGlu => refgemm::swiglu(acc[j], acc[j + no]),
+                            }
+                    })
+                    .collect();
+                Ok((want, y[r * no..(r + 1) * no].to_vec()))
+            })
+            .collect();
         let mut want = Vec::with_capacity(rows.len() * no);
         let mut got = Vec::with_capacity(rows.len() * no);
-        for &r in &rows {
-            let g = group_of[r];
-            let wg = &self.w[g * n * k..(g + 1) * n * k];
-            let acc = refgemm::matmul_nt(&self.x[r * k..(r + 1) * k], 1, k, wg, n)
-                .map_err(|e| OpError::Internal(e.to_string()))?;
-            let scale = self.p.as_ref().map_or(1.0, |p| p[r] as f64);
-            for j in 0..no {
-                let v = match pb.epilogue {
-                    Epilogue::None => acc[j],
-                    Epilogue::SituGlu => refgemm::situ_glu(acc[j], acc[j + no]),
-                    Epilogue::SwiGlu => refgemm::swiglu(acc[j], acc[j + no]),
-                };
-                want.push(v * scale);
-                got.push(y[r * no + j]);
-            }
+        for r in per_row {
+            let (w, g) = r?;
+            want.extend(w);
+            got.extend(g);
         }
         let scope =
             if rows.len() == m { format!("all {m} rows") } else { format!("{} sampled rows of {m}", rows.len()) };
-        Ok(crate::check::compare("y", &got, &want, Tolerance::Bf16, scope))
+        let mut report = crate::check::compare("y", &got, &want, Tolerance::Bf16, scope);
+        if !report.passed {
+            report.detail.push_str(&crate::check::error_pattern(&got, &want, rows.len(), no));
+        }
+        Ok(report)
     }
 
     fn work(&self) -> Work {

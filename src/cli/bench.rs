@@ -1,0 +1,81 @@
+//! `k3k bench`: GPU benchmarks in the SPEC section 5 format.
+
+use k3k::bench::{self, BenchReport, Ceilings, PeerFile};
+use k3k::ops::plan::GpuExec;
+use k3k::runtime::{Gpu, TimingOptions};
+use std::path::PathBuf;
+
+/// Arguments of `k3k bench`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Operator (or family, or `all`).
+    #[arg(long, default_value = "all")]
+    pub op: String,
+    /// Only this preset (default: every benchmark preset of the operator).
+    #[arg(long)]
+    pub preset: Option<String>,
+    /// Knob overrides (default: tuned configs when present, else the defaults). Several sets separated by `;`
+    /// are all timed and the fastest that passes its check is reported (every set's time is kept in the JSON).
+    #[arg(long)]
+    pub knobs: Option<String>,
+    /// Timed repetitions per preset.
+    #[arg(long, default_value_t = 30)]
+    pub reps: usize,
+    /// Where reports go.
+    #[arg(long, default_value = "results/bench")]
+    pub out: PathBuf,
+    /// Instead of running: merge peer timings (from scripts/peers.py) into the existing reports.
+    #[arg(long)]
+    pub merge_peers: Option<PathBuf>,
+}
+
+pub fn run(a: Args) -> anyhow::Result<i32> {
+    if let Some(peers) = &a.merge_peers {
+        let pf: PeerFile = serde_json::from_slice(&std::fs::read(peers)?)
+            .map_err(|e| anyhow::anyhow!("{}: not a peers file: {e}", peers.display()))?;
+        let mut n = 0;
+        for entry in std::fs::read_dir(&a.out)? {
+            let dir = entry?.path();
+            if !dir.is_dir() {
+                continue;
+            }
+            for f in std::fs::read_dir(&dir)? {
+                let f = f?.path();
+                if f.extension().is_some_and(|e| e == "json") {
+                    let mut r: BenchReport = serde_json::from_slice(&std::fs::read(&f)?)?;
+                    bench::merge_peers(&mut r, &pf);
+                    bench::write_report(&a.out, &r)?;
+                    n += 1;
+                }
+            }
+        }
+        println!("merged peer timings into {n} reports under {}", a.out.display());
+        return Ok(0);
+    }
+    let gpu = Gpu::open(0)?;
+    let mut exec = GpuExec::new(gpu);
+    let timing = TimingOptions { reps: a.reps, ..Default::default() };
+    for op in super::select_ops(&a.op)? {
+        let presets: Vec<_> =
+            op.bench_presets().into_iter().filter(|p| a.preset.as_ref().is_none_or(|n| &p.name == n)).collect();
+        let sets: Vec<_> = match &a.knobs {
+            None => vec![op.default_knobs()],
+            Some(s) => {
+                s.split(';').map(|one| super::parse_knobs(op.default_knobs(), Some(one))).collect::<Result<_, _>>()?
+            }
+        };
+        println!("== {} on {}", op.name(), exec.gpu.info.name);
+        let report = bench::bench_op(
+            &mut exec,
+            op.as_ref(),
+            &presets,
+            &|_| sets.clone(),
+            timing,
+            &Ceilings::default(),
+            &mut |l| println!("{l}"),
+        )?;
+        let path = bench::write_report(&a.out, &report)?;
+        println!("wrote {}", path.display());
+    }
+    Ok(0)
+}

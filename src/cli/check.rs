@@ -1,0 +1,142 @@
+//! `k3k check`: correctness on fresh random problems.
+
+use k3k::ops::plan::{Executor, GpuExec};
+use k3k::runtime::Gpu;
+use rand::{Rng, SeedableRng, rngs::StdRng};
+
+/// Where to run.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// The GPU when there is one, else the CPU interpreter.
+    Auto,
+    /// The CPU interpreter of the IR.
+    Cpu,
+    /// The GPU (an error when there is none).
+    Cuda,
+}
+
+/// Arguments of `k3k check`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Operator (or family, or `all`).
+    #[arg(long, default_value = "all")]
+    pub op: String,
+    /// Random problems per operator.
+    #[arg(long, default_value_t = 50)]
+    pub cases: usize,
+    #[arg(long, value_enum, default_value = "auto")]
+    pub backend: Backend,
+    /// Knob overrides (default: the operator's defaults).
+    #[arg(long)]
+    pub knobs: Option<String>,
+    /// Seed of the case generator (default: fresh; printed so a failure can be replayed).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Replay only case number I of the seed's sequence (with `--seed`).
+    #[arg(long)]
+    pub only: Option<usize>,
+    /// A fixed problem instead of random cases, e.g. `M=16,K=15,N=16` (each case draws fresh data).
+    #[arg(long)]
+    pub dims: Option<String>,
+}
+
+/// One operator's check summary.
+pub struct Summary {
+    pub op: String,
+    pub backend: &'static str,
+    pub cases: usize,
+    pub failed: usize,
+    pub max_rel_err: f64,
+}
+
+pub fn executor(b: Backend) -> anyhow::Result<Executor> {
+    Ok(match b {
+        Backend::Cpu => Executor::Cpu,
+        Backend::Cuda => Executor::Gpu(Box::new(GpuExec::new(Gpu::open(0)?))),
+        Backend::Auto => match Gpu::open(0) {
+            Ok(g) => Executor::Gpu(Box::new(GpuExec::new(g))),
+            Err(e) => {
+                eprintln!("no GPU ({e}); checking on the CPU interpreter");
+                Executor::Cpu
+            }
+        },
+    })
+}
+
+/// Check `cases` random problems of every selected operator.
+/// Which problems to check.
+#[derive(Default)]
+pub struct Selection<'a> {
+    /// Only this case index of the random sequence.
+    pub only: Option<usize>,
+    /// A fixed problem instead of random ones.
+    pub dims: Option<&'a str>,
+}
+
+pub fn check_ops(
+    exec: &mut Executor,
+    sel: &str,
+    cases: usize,
+    knobs: Option<&str>,
+    seed: u64,
+    which: &Selection<'_>,
+) -> anyhow::Result<Vec<Summary>> {
+    let mut out = vec![];
+    for op in super::select_ops(sel)? {
+        let knobs = super::parse_knobs(op.default_knobs(), knobs)?;
+        let mut rng = StdRng::seed_from_u64(seed);
+        let mut s = Summary { op: op.name().into(), backend: exec.name(), cases: 0, failed: 0, max_rel_err: 0.0 };
+        for i in 0..cases {
+            let mut preset = op.random_case(&mut rng);
+            let data_seed: u64 = rng.random();
+            if which.only.is_some_and(|o| o != i) {
+                continue;
+            }
+            if which.dims.is_some() {
+                preset = super::pick_preset(op.as_ref(), None, which.dims)?;
+            }
+            let inst = op.instance(&preset, data_seed)?;
+            let plan = inst.plan(&knobs)?;
+            s.cases += 1;
+            if std::env::var_os("K3K_VERBOSE").is_some() {
+                eprintln!("case {i}: {}", inst.describe());
+            }
+            match exec.run(&plan).map_err(anyhow::Error::from).and_then(|o| Ok(inst.check(&o)?)) {
+                Ok(r) if r.passed => s.max_rel_err = s.max_rel_err.max(r.max_rel_err),
+                Ok(r) => {
+                    s.failed += 1;
+                    eprintln!(
+                        "FAIL {} case {i} (--seed {seed}): {}: {} ({})",
+                        op.name(),
+                        inst.describe(),
+                        r.detail,
+                        r.scope
+                    );
+                }
+                Err(e) => {
+                    s.failed += 1;
+                    eprintln!("FAIL {} case {i} (--seed {seed}): {}: {e:#}", op.name(), inst.describe());
+                }
+            }
+        }
+        out.push(s);
+    }
+    Ok(out)
+}
+
+pub fn print_table(rows: &[Summary]) {
+    println!("{:<24} {:<10} {:>6} {:>8} {:>12}", "op", "backend", "cases", "failed", "max rel err");
+    for r in rows {
+        println!("{:<24} {:<10} {:>6} {:>8} {:>12.3e}", r.op, r.backend, r.cases, r.failed, r.max_rel_err);
+    }
+}
+
+pub fn run(a: Args) -> anyhow::Result<i32> {
+    let seed = a.seed.unwrap_or_else(|| rand::rng().random());
+    println!("k3k check: seed {seed}");
+    let mut exec = executor(a.backend)?;
+    let which = Selection { only: a.only, dims: a.dims.as_deref() };
+    let rows = check_ops(&mut exec, &a.op, a.cases, a.knobs.as_deref(), seed, &which)?;
+    print_table(&rows);
+    Ok(if rows.iter().any(|r| r.failed > 0) { 1 } else { 0 })
+}

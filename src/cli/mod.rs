@@ -1,0 +1,103 @@
+//! Command-line interface: one module per command.
+
+mod bench;
+mod check;
+mod doctor;
+mod emit;
+mod list;
+mod run;
+
+use clap::{Parser, Subcommand};
+use k3k::ops::op::{Operator, Preset};
+use k3k::ops::registry;
+
+/// k3k compiles the Kimi K3 operators from a tile IR to CUDA (NVRTC -> PTX), checks every kernel against an
+/// f64 CPU reference, autotunes tile shapes per GPU and benchmarks against the peers a user would pick.
+#[derive(Parser, Debug)]
+#[command(name = "k3k", version, about, long_about = None, propagate_version = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Cmd {
+    /// The main job: on a GPU, check, tune and benchmark every operator and report; without one, compile every
+    /// kernel with NVRTC + ptxas and check every operator on the CPU interpreter.
+    Run(run::Args),
+    /// List operators, their knobs (with meaning and values), defaults and benchmark presets.
+    List(list::Args),
+    /// Print one stage of the pipeline for an operator's kernels: the IR, CUDA C, PTX or SASS.
+    Emit(emit::Args),
+    /// Report what this machine offers: GPU, driver, NVRTC, ptxas, and which results files would apply.
+    Doctor(doctor::Args),
+    /// Run fresh random problems (edge sizes included) on the GPU or the CPU interpreter against the f64 reference.
+    Check(check::Args),
+    /// Time the benchmark presets on the GPU, check each run, write results/bench/<gpu>/<op>.{json,md}.
+    Bench(bench::Args),
+}
+
+/// Run a parsed command; returns the process exit code.
+pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
+    match cli.cmd {
+        Cmd::Run(a) => run::run(a),
+        Cmd::List(a) => list::run(a),
+        Cmd::Emit(a) => emit::run(a),
+        Cmd::Doctor(a) => doctor::run(a),
+        Cmd::Check(a) => check::run(a),
+        Cmd::Bench(a) => bench::run(a),
+    }
+}
+
+/// Operators selected by `--op` (an exact name, a family prefix like `gated_mla`, or `all`).
+pub fn select_ops(sel: &str) -> anyhow::Result<Vec<Box<dyn Operator>>> {
+    let ops = registry::select(sel);
+    if ops.is_empty() {
+        anyhow::bail!("no operator matches `--op {sel}`; known: {}", registry::names().join(", "));
+    }
+    Ok(ops)
+}
+
+/// Parse `k=v,k=v` into knobs (ints, bools, else strings), on top of `base`.
+pub fn parse_knobs(base: k3k::ir::Knobs, s: Option<&str>) -> anyhow::Result<k3k::ir::Knobs> {
+    let mut k = base;
+    for part in s.unwrap_or("").split(',').filter(|p| !p.is_empty()) {
+        let (name, v) =
+            part.split_once('=').ok_or_else(|| anyhow::anyhow!("--knobs: expected NAME=VALUE, got `{part}`"))?;
+        if let Ok(i) = v.parse::<i64>() {
+            k.set(name, i);
+        } else if let Ok(b) = v.parse::<bool>() {
+            k.set(name, b);
+        } else {
+            k.set(name, v);
+        }
+    }
+    Ok(k)
+}
+
+/// A preset by name, or from `--dims k=v,...`, or the operator's first benchmark preset.
+pub fn pick_preset(op: &dyn Operator, name: Option<&str>, dims: Option<&str>) -> anyhow::Result<Preset> {
+    if let Some(d) = dims {
+        let mut pairs = vec![];
+        for part in d.split(',').filter(|p| !p.is_empty()) {
+            let (k, v) =
+                part.split_once('=').ok_or_else(|| anyhow::anyhow!("--dims: expected NAME=INT, got `{part}`"))?;
+            pairs.push((
+                k.to_string(),
+                v.parse::<i64>().map_err(|_| anyhow::anyhow!("--dims: `{v}` is not an integer"))?,
+            ));
+        }
+        return Ok(Preset { name: format!("custom {d}"), dims: pairs.into_iter().collect() });
+    }
+    let presets = op.bench_presets();
+    match name {
+        None => presets.into_iter().next().ok_or_else(|| anyhow::anyhow!("{} has no presets", op.name())),
+        Some(n) => presets.into_iter().find(|p| p.name == n).ok_or_else(|| {
+            anyhow::anyhow!(
+                "{} has no preset `{n}`; presets: {}",
+                op.name(),
+                op.bench_presets().iter().map(|p| format!("`{}`", p.name)).collect::<Vec<_>>().join(", ")
+            )
+        }),
+    }
+}

@@ -1,0 +1,108 @@
+//! `k3k run`: the main job.
+
+use super::check::{Backend, check_ops, executor, print_table};
+use k3k::codegen::{BuildOptions, build};
+use k3k::environment::Environment;
+use k3k::ops::registry;
+use rand::Rng;
+
+/// Arguments of `k3k run`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Random correctness cases per operator.
+    #[arg(long, default_value_t = 20)]
+    pub cases: usize,
+    /// Results folder (benchmark reports go to `<results>/bench`).
+    #[arg(long, default_value = "results")]
+    pub results: std::path::PathBuf,
+}
+
+/// Compile and assemble every kernel of every benchmark preset at default knobs; returns failures.
+fn compile_all() -> anyhow::Result<usize> {
+    println!("{:<72} {:>5} {:>8} {:>7} {:>8}", "kernel", "regs", "smem B", "spills", "nvrtc ms");
+    let mut bad = 0;
+    let mut seen = std::collections::HashSet::new();
+    for op in registry::all() {
+        for p in op.bench_presets() {
+            for k in op.kernels(&p, &op.default_knobs())? {
+                if !seen.insert(k.name.clone()) {
+                    continue;
+                }
+                match build(&k, BuildOptions { assemble: true }) {
+                    Ok(m) => {
+                        let r = m.resources.clone().unwrap_or_default();
+                        let spill = r.spill_store_bytes + r.spill_load_bytes;
+                        if spill > 0 {
+                            bad += 1;
+                        }
+                        println!(
+                            "{:<72} {:>5} {:>8} {:>7} {:>8.0}",
+                            k.name,
+                            r.registers,
+                            k.shared_bytes(),
+                            spill,
+                            m.nvrtc_ms
+                        );
+                    }
+                    Err(e) => {
+                        bad += 1;
+                        println!("{:<72} FAILED: {e}", k.name);
+                    }
+                }
+            }
+        }
+    }
+    Ok(bad)
+}
+
+pub fn run(a: Args) -> anyhow::Result<i32> {
+    let env = Environment::probe();
+    if let Err(e) = &env.nvrtc {
+        anyhow::bail!("{e}");
+    }
+    let seed: u64 = rand::rng().random();
+    match &env.gpu {
+        Err(why) => {
+            println!("NO GPU FOUND ({why}).");
+            println!(
+                "Compiling every kernel with NVRTC + ptxas for sm_90a and checking every operator on the CPU interpreter.\n"
+            );
+            let bad = compile_all()?;
+            println!();
+            let mut exec = executor(Backend::Cpu)?;
+            let rows = check_ops(&mut exec, "all", a.cases, None, seed, &Default::default())?;
+            print_table(&rows);
+            let failed = rows.iter().map(|r| r.failed).sum::<usize>();
+            println!(
+                "\nNo GPU: compiled {} (failures or spills: {bad}); CPU check seed {seed}: {} failures. Run on a GPU to tune and benchmark.",
+                if bad == 0 { "every kernel" } else { "kernels" },
+                failed
+            );
+            Ok(if bad + failed > 0 { 1 } else { 0 })
+        }
+        Ok(g) => {
+            println!("GPU: {} ({} SMs)", g.name, g.sm_count);
+            let mut exec = executor(Backend::Cuda)?;
+            let rows = check_ops(&mut exec, "all", a.cases, None, seed, &Default::default())?;
+            print_table(&rows);
+            let failed: usize = rows.iter().map(|r| r.failed).sum();
+            let k3k::ops::plan::Executor::Gpu(g) = exec else { unreachable!() };
+            let mut g = *g;
+            for op in registry::all() {
+                let knobs = op.default_knobs();
+                let report = k3k::bench::bench_op(
+                    &mut g,
+                    op.as_ref(),
+                    &op.bench_presets(),
+                    &|_| vec![knobs.clone()],
+                    Default::default(),
+                    &Default::default(),
+                    &mut |l| println!("{l}"),
+                )?;
+                let path = k3k::bench::write_report(&a.results.join("bench"), &report)?;
+                println!("wrote {}", path.display());
+            }
+            Ok(if failed > 0 { 1 } else { 0 })
+        }
+    }
+}
