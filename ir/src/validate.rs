@@ -1000,6 +1000,7 @@ impl<'a> Checker<'a> {
 mod tests {
     use super::*;
     use crate::builder::{KernelBuilder, view};
+    use crate::expr::TensorId;
 
     fn small() -> KernelBuilder {
         let mut b = KernelBuilder::new("t", 128);
@@ -1066,5 +1067,230 @@ mod tests {
         let t = b.tile("t", DType::F32, 16, 8, [1, 1]);
         b.store(t, Place::Global(view(x, 0i64, m.clone(), m.clone(), m, 1)));
         assert_eq!(b.finish().unwrap_err().kind, IrErrorKind::Type);
+    }
+
+    fn region_kernel() -> (KernelBuilder, TensorId, SharedId) {
+        let mut b = KernelBuilder::new("t", 64);
+        let m = b.dim("M");
+        let y = b.tensor("y", DType::F32, &[m], Access::Write);
+        let s = b.shared("s", DType::U32, 4, 8, 2, Swizzle::None);
+        (b, y, s)
+    }
+
+    fn fails(b: KernelBuilder, kind: IrErrorKind, needle: &str) {
+        let e = b.finish().unwrap_err();
+        assert_eq!(e.kind, kind, "{e}");
+        assert!(e.to_string().contains(needle), "expected `{needle}` in: {e}");
+    }
+
+    #[test]
+    fn regions_accept_per_thread_code() {
+        let (mut b, y, s) = region_kernel();
+        let outer = b.let_("outer", 3i64);
+        b.threads(|b| {
+            let t = Expr::thread_idx();
+            let acc = b.let_var("acc", 0i64);
+            b.for_("i", 0i64, &t % 4i64, 1i64, |b, i| b.assign(acc, Expr::Var(acc) + i + outer.clone()));
+            let a = b.let_array("a", 4, ScalarTy::Float, 0.0);
+            b.array_set(a, 1i64, Expr::lane_idx().to_float());
+            b.if_(Expr::warp_idx().eq(1i64), |b| {
+                b.store_scalar(y, t.clone(), Expr::array_get(a, 1i64));
+            });
+            b.atomic_add_shared(s, 1i64, &t / 8i64 % 4i64, &t % 8i64, acc);
+            let old = b.atomic_fetch(
+                "old",
+                AtomicTarget::Shared { buf: s, index: 0i64.into(), row: 0i64.into(), col: 0i64.into() },
+                AtomicOp::Max,
+                5i64,
+            );
+            b.shared_store(s, 0i64, 1i64, 1i64, old);
+        });
+        b.barrier();
+        let k = b.finish().unwrap();
+        let text = crate::print::kernel(&k);
+        assert!(text.contains("threads {") && text.contains("atomic_add(s[1]"), "{text}");
+        assert!(text.contains("let old%") && text.contains("a@0[1] := float(lane)"), "{text}");
+    }
+
+    #[test]
+    fn block_level_statements_are_rejected_in_regions() {
+        let (mut b, _, _) = region_kernel();
+        b.threads(|b| b.barrier());
+        fails(b, IrErrorKind::Scope, "`barrier` is a block-level statement");
+        let (mut b, _, _) = region_kernel();
+        let t = b.tile("t", DType::F32, 16, 8, [1, 1]);
+        b.threads(|b| b.if_(Expr::thread_idx().lt(3i64), |b| b.map(t, 1.0)));
+        fails(b, IrErrorKind::Scope, "`map` is a block-level statement");
+        let (mut b, _, _) = region_kernel();
+        b.threads(|b| b.threads(|_| {}));
+        fails(b, IrErrorKind::Scope, "`threads region` is a block-level statement");
+        let (mut b, _, _) = region_kernel();
+        b.threads(|b| b.commit());
+        fails(b, IrErrorKind::Scope, "`async commit`");
+    }
+
+    #[test]
+    fn per_thread_code_is_rejected_outside_regions() {
+        let (mut b, y, _) = region_kernel();
+        b.store_scalar(y, 0i64, 1.0);
+        fails(b, IrErrorKind::Scope, "only valid inside a threads region");
+        let (mut b, _, _) = region_kernel();
+        b.let_array("a", 2, ScalarTy::Int, 0i64);
+        fails(b, IrErrorKind::Scope, "`let_array` is per-thread code");
+        let (mut b, _, _) = region_kernel();
+        b.let_("t", Expr::thread_idx());
+        fails(b, IrErrorKind::Type, "ThreadIdx differs between threads");
+        let (mut b, _, _) = region_kernel();
+        let t = b.tile("t", DType::I32, 16, 8, [1, 1]);
+        b.map(t, Expr::lane_idx());
+        fails(b, IrErrorKind::Type, "LaneIdx");
+    }
+
+    #[test]
+    fn regions_cannot_assign_block_variables() {
+        let (mut b, _, _) = region_kernel();
+        let v = b.let_var("v", 0i64);
+        b.threads(|b| b.assign(v, Expr::thread_idx()));
+        fails(b, IrErrorKind::Scope, "variable `v` is introduced outside the threads region");
+        // A loop variable of an enclosing block-level loop is block-level too.
+        let (mut b, _, _) = region_kernel();
+        b.for_("i", 0i64, 2i64, 1i64, |b, _| {
+            let w = b.let_var("w", 0i64);
+            b.threads(|b| b.assign(w, 1i64));
+        });
+        fails(b, IrErrorKind::Scope, "`w`");
+    }
+
+    #[test]
+    fn region_stores_and_atomics_are_typed() {
+        let (mut b, y, _) = region_kernel();
+        b.threads(|b| b.store_scalar(y, 0i64, 1i64));
+        fails(b, IrErrorKind::Type, "stored value must be float");
+        let mut b = KernelBuilder::new("t", 32);
+        let x = b.tensor("x", DType::F32, &[Expr::Int(4)], Access::Read);
+        b.threads(|b| b.store_scalar(x, 0i64, 1.0));
+        fails(b, IrErrorKind::Type, "read-only");
+        let mut b = KernelBuilder::new("t", 32);
+        let x = b.tensor("x", DType::E8m0, &[Expr::Int(4)], Access::Write);
+        b.threads(|b| b.store_scalar(x, 0i64, 1.0));
+        fails(b, IrErrorKind::Type, "view it as u8");
+        let mut b = KernelBuilder::new("t", 32);
+        let s = b.shared("s", DType::Bf16, 1, 8, 1, Swizzle::None);
+        b.threads(|b| b.atomic_add_shared(s, 0i64, 0i64, 0i64, 1.0));
+        fails(b, IrErrorKind::Type, "atomics update i32, u32, i64, u64 or f32");
+        let (mut b, _, s) = region_kernel();
+        b.threads(|b| b.atomic_add_shared(s, 0i64, 0i64, 8i64, 1i64));
+        fails(b, IrErrorKind::Shape, "col 8 is outside 0..8");
+        let (mut b, _, s) = region_kernel();
+        b.threads(|b| b.atomic_add_shared(s, 0i64, 0i64, 1i64, 1.0));
+        fails(b, IrErrorKind::Type, "atomic operand must be int");
+    }
+
+    #[test]
+    fn arrays_are_scoped_and_bounded() {
+        let (mut b, y, _) = region_kernel();
+        let mut arr = None;
+        b.threads(|b| arr = Some(b.let_array("a", 4, ScalarTy::Float, 0.0)));
+        b.threads(|b| b.store_scalar(y, 0i64, Expr::array_get(arr.unwrap(), 0i64)));
+        fails(b, IrErrorKind::Scope, "array #0 `a` used out of scope");
+        let (mut b, _, _) = region_kernel();
+        b.threads(|b| {
+            let a = b.let_array("a", 4, ScalarTy::Float, 0.0);
+            b.array_set(a, 4i64, 1.0);
+        });
+        fails(b, IrErrorKind::Shape, "indexed at 4");
+        let (mut b, _, _) = region_kernel();
+        b.threads(|b| {
+            b.let_array("a", 0, ScalarTy::Int, 0i64);
+        });
+        fails(b, IrErrorKind::Resource, "array length 0");
+        let (mut b, _, _) = region_kernel();
+        b.threads(|b| {
+            let a = b.let_array("a", 2, ScalarTy::Int, 0i64);
+            b.array_set(a, 0i64, 1.5);
+        });
+        fails(b, IrErrorKind::Type, "array element must be int");
+    }
+
+    #[test]
+    fn shared_loads_and_bit_ops_are_typed() {
+        let (mut b, _, s) = region_kernel();
+        let t = b.tile("t", DType::I32, 16, 8, [1, 1]);
+        b.map(t, Expr::shared_load(s, 1i64, Expr::RowIdx % 4i64, Expr::ColIdx));
+        b.finish().unwrap();
+        let (mut b, _, s) = region_kernel();
+        b.grid(Expr::shared_load(s, 0i64, 0i64, 0i64), 1i64, 1i64);
+        fails(b, IrErrorKind::Type, "grid sizes");
+        let (mut b, _, s) = region_kernel();
+        b.let_("v", Expr::shared_load(s, 2i64, 0i64, 0i64));
+        fails(b, IrErrorKind::Shape, "tile index 2 is outside 0..2");
+        let (mut b, _, _) = region_kernel();
+        b.let_("v", Expr::Int(3).bits());
+        fails(b, IrErrorKind::Type, "`bits` needs a float");
+        let (mut b, _, _) = region_kernel();
+        b.let_("v", Expr::Float(3.0).from_bits());
+        fails(b, IrErrorKind::Type, "`from_bits` needs an int");
+        let (mut b, _, _) = region_kernel();
+        let f = b.let_("f", Expr::Int(0x3f80_0000).from_bits().round().trunc());
+        b.let_("i", f.bits());
+        b.finish().unwrap();
+    }
+
+    #[test]
+    fn scan_scratch_is_checked() {
+        let mut b = KernelBuilder::new("t", 64);
+        let t = b.tile("t", DType::F32, 32, 16, [2, 1]);
+        let s = b.shared("s", DType::F32, 32, 8, 1, Swizzle::None);
+        b.scan_rows(t, s);
+        fails(b, IrErrorKind::Shape, "at least 32x16");
+        let mut b = KernelBuilder::new("t", 64);
+        let t = b.tile("t", DType::F32, 32, 16, [2, 1]);
+        let s = b.shared("s", DType::Bf16, 32, 16, 1, Swizzle::None);
+        b.scan_rows(t, s);
+        fails(b, IrErrorKind::Shape, "must be f32");
+        let mut b = KernelBuilder::new("t", 64);
+        let t = b.tile("t", DType::Bf16, 32, 16, [2, 1]);
+        let s = b.shared("s", DType::F32, 32, 16, 1, Swizzle::None);
+        b.scan_rows(t, s);
+        fails(b, IrErrorKind::Type, "scans run on f32 tiles");
+        let mut b = KernelBuilder::new("t", 64);
+        let t = b.tile("t", DType::F32, 32, 16, [2, 1]);
+        let s = b.shared("s", DType::F32, 40, 24, 1, Swizzle::None);
+        b.threads(|b| b.scan_rows(t, s));
+        fails(b, IrErrorKind::Scope, "`scan` is a block-level statement");
+    }
+
+    #[test]
+    fn ldmatrix_and_cp_async_alignment() {
+        let mut b = small();
+        let acc = b.tile("acc", DType::F32, 32, 32, [2, 2]);
+        let sa = b.shared("sa", DType::Bf16, 32, 40, 1, Swizzle::None);
+        let sb = b.shared("sb", DType::Bf16, 32, 32, 1, Swizzle::None);
+        let (ra, rb) = (b.window(sa, 0i64, 0, 4, 32, 32), b.slot(sb, 0i64));
+        b.mma(acc, Operand::Shared { src: ra, transpose: false }, Operand::Shared { src: rb, transpose: true });
+        fails(b, IrErrorKind::Layout, "16-byte aligned");
+        let mut b = small();
+        let acc = b.tile("acc", DType::F32, 32, 32, [2, 2]);
+        let sa = b.shared("sa", DType::Bf16, 32, 36, 1, Swizzle::None);
+        let sb = b.shared("sb", DType::Bf16, 32, 32, 1, Swizzle::None);
+        let (ra, rb) = (b.window(sa, 0i64, 0, 0, 32, 32), b.slot(sb, 0i64));
+        b.mma(acc, Operand::Shared { src: ra, transpose: false }, Operand::Shared { src: rb, transpose: true });
+        fails(b, IrErrorKind::Layout, "rows of 72 bytes");
+        let mut b = KernelBuilder::new("t", 32);
+        let x = b.tensor("x", DType::Bf16, &[Expr::Int(64)], Access::Read);
+        let s = b.shared("s", DType::Bf16, 4, 12, 1, Swizzle::None);
+        let d = b.window(s, 0i64, 0, 0, 4, 8);
+        b.copy_async(d, view(x, 0i64, 8i64, 4i64, 8i64, 8));
+        fails(b, IrErrorKind::Layout, "not a multiple of the copy's vec 8");
+    }
+
+    #[test]
+    fn kernels_without_arrays_field_deserialize() {
+        let (b, _, _) = region_kernel();
+        let k = b.finish().unwrap();
+        let mut v: serde_json::Value = serde_json::to_value(&k).unwrap();
+        v.as_object_mut().unwrap().remove("arrays");
+        let back: Kernel = serde_json::from_value(v).unwrap();
+        assert_eq!(back, k);
     }
 }
