@@ -1,12 +1,15 @@
 //! Scalar and element-wise expressions.
 //!
-//! One expression type serves two contexts. In a *scalar* context (loop bounds, offsets, conditions) the
-//! leaves are constants, symbols (shape dims and scalar kernel arguments), variables, block indices and scalar
-//! loads from global tensors. In an *element* context (the body of [`crate::Stmt::Map`]) it may also read the
-//! current element of a register tile ([`Expr::Elem`]), the current row's value of a row vector
-//! ([`Expr::RowVal`]) and the element's tile-local coordinates ([`Expr::RowIdx`], [`Expr::ColIdx`]). The
-//! validator checks which leaves are allowed where. Integers are 64-bit, floats f32, and there are no implicit
-//! conversions: use [`Expr::to_float`] / [`Expr::to_int`].
+//! One expression type serves three contexts. In a *scalar* context (loop bounds, offsets, conditions) the
+//! leaves are constants, symbols (shape dims and scalar kernel arguments), variables, block indices, scalar
+//! loads from global tensors ([`Expr::Load`]) and from shared tiles ([`Expr::SharedLoad`]). In an *element*
+//! context (the body of [`crate::Stmt::Map`]) it may also read the current element of a register tile
+//! ([`Expr::Elem`]), the current row's value of a row vector ([`Expr::RowVal`]) and the element's tile-local
+//! coordinates ([`Expr::RowIdx`], [`Expr::ColIdx`]). Inside a [`crate::Stmt::Threads`] region (a *thread*
+//! context) it may read the thread's coordinates ([`Expr::thread_idx`], [`Expr::lane_idx`],
+//! [`Expr::warp_idx`]) and its register arrays ([`Expr::ArrayGet`]). The validator checks which leaves are
+//! allowed where. Integers are 64-bit, floats f32, and there are no implicit conversions: use
+//! [`Expr::to_float`] / [`Expr::to_int`], or [`Expr::bits`] / [`Expr::from_bits`] for exact bit patterns.
 
 use crate::dtype::ScalarTy;
 use serde::{Deserialize, Serialize};
