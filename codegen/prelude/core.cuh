@@ -45,6 +45,14 @@ template <> struct from_f32<bf16> {
 template <> struct from_f32<f16> {
   __device__ static f16 cvt(float f) { f16 r; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r.x) : "f"(f)); return r; }
 };
+// f32 -> E4M3: round to nearest even, saturating to +-448 (the `satfinite` rule the host encoder follows).
+template <> struct from_f32<e4m3> {
+  __device__ static e4m3 cvt(float f) {
+    unsigned short h;
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(h) : "f"(0.0f), "f"(f));
+    e4m3 r; r.x = (unsigned char)(h & 0xff); return r;
+  }
+};
 template <class T> struct from_i64 { __device__ static T cvt(long long v) { return (T)v; } };
 
 // Two floats -> one 32-bit register of two 16-bit values, `lo` in the low half.

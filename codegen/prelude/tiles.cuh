@@ -131,6 +131,8 @@ template <class T> __device__ __forceinline__ float ld_elem(const T* p, float*) 
 template <class T> __device__ __forceinline__ long long ld_elem(const T* p, long long*) { return to_i64(*p); }
 template <class T> __device__ __forceinline__ void st_elem(T* p, float v) { *p = from_f32<T>::cvt(v); }
 template <class T> __device__ __forceinline__ void st_elem(T* p, long long v) { *p = from_i64<T>::cvt(v); }
+// Two neighbouring elements moved as one access (the view's VEC >= 2 promises the alignment).
+template <class T> struct alignas(2 * sizeof(T)) Pair { T a, b; };
 
 template <class TT, class T, int VEC>
 __device__ __forceinline__ void load_global(TT& t, const T* __restrict__ g, long long off, long long stride,
@@ -146,8 +148,14 @@ __device__ __forceinline__ void load_global(TT& t, const T* __restrict__ g, long
         E e0 = 0, e1 = 0;
         if (r < rows) {
           const T* p = g + off + (long long)r * stride + c;
-          if (c < cols) e0 = ld_elem(p, (E*)0);
-          if (c + 1 < cols) e1 = ld_elem(p + 1, (E*)0);
+          if (VEC >= 2 && c + 1 < cols) {
+            const Pair<T> pr = *(const Pair<T>*)p;
+            e0 = ld_elem(&pr.a, (E*)0);
+            e1 = ld_elem(&pr.b, (E*)0);
+          } else {
+            if (c < cols) e0 = ld_elem(p, (E*)0);
+            if (c + 1 < cols) e1 = ld_elem(p + 1, (E*)0);
+          }
         }
         t.set2(b, f, jp, e0, e1);
       }
@@ -166,13 +174,12 @@ __device__ __forceinline__ void store_global(const TT& t, T* __restrict__ g, lon
         const int r = TT::L::row(b, 2 * jp), c = TT::L::col(f, 2 * jp);
         if (r < rows) {
           T* p = g + off + (long long)r * stride + c;
-          if (VEC >= 2 && sizeof(T) == 2 && c + 1 < cols) {
-            // Both halves valid and 4-byte aligned (the program promised offset and stride are multiples of VEC).
-            unsigned short lo, hi;
-            T a = from_f32<T>::cvt((float)t.get(b, f, 2 * jp)), bb = from_f32<T>::cvt((float)t.get(b, f, 2 * jp + 1));
-            lo = *(unsigned short*)&a;
-            hi = *(unsigned short*)&bb;
-            *(unsigned*)p = (unsigned)lo | ((unsigned)hi << 16);
+          if (VEC >= 2 && c + 1 < cols) {
+            // Both elements valid and pair-aligned (the program promised offset and stride are multiples of VEC).
+            Pair<T> pr;
+            st_elem(&pr.a, t.get(b, f, 2 * jp));
+            st_elem(&pr.b, t.get(b, f, 2 * jp + 1));
+            *(Pair<T>*)p = pr;
           } else {
             if (c < cols) st_elem(p, t.get(b, f, 2 * jp));
             if (c + 1 < cols) st_elem(p + 1, t.get(b, f, 2 * jp + 1));
@@ -253,6 +260,28 @@ __device__ __forceinline__ void reduce_rows(V& out, const TT& t, bool accumulate
       a = OP::f(a, shfl_xor(a, 2));
       out.v[b][h] = accumulate ? OP::f(out.v[b][h], a) : a;
     }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Inclusive scan down the rows of each column of an f32 R x C register tile, through an f32 shared scratch
+// tile of layout L: store, one thread per column scans sequentially (row 0 first, so the result is bitwise
+// the interpreter's), reload. Begins with a barrier so earlier readers of the scratch are done.
+template <class OP, class L, int R, int C, int THREADS, class TT>
+__device__ __forceinline__ void scan_cols(TT& t, unsigned char* scratch) {
+  __syncthreads();
+  store_shared<TT, float, L>(t, scratch, 0, 0);
+  __syncthreads();
+  for (int c = (int)threadIdx.x; c < C; c += THREADS) {
+    float s = *(const float*)(scratch + L::off(0, c));
+#pragma unroll
+    for (int r = 1; r < R; ++r) {
+      float* p = (float*)(scratch + L::off(r, c));
+      s = OP::f(s, *p);
+      *p = s;
+    }
+  }
+  __syncthreads();
+  load_shared<TT, float, L>(t, scratch, 0, 0);
 }
 
 // ---------------------------------------------------------------------------------------------------------

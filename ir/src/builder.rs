@@ -1,8 +1,8 @@
 //! An ergonomic way for operators to write kernels: declare arguments and tiles, then emit statements with
 //! closures for nested bodies. `finish` validates the result.
 
-use crate::dtype::DType;
-use crate::expr::{Expr, SharedId, SymId, TensorId, TileId, VarId, VecId};
+use crate::dtype::{DType, ScalarTy};
+use crate::expr::{ArrId, Expr, SharedId, SymId, TensorId, TileId, VarId, VecId};
 use crate::kernel::*;
 use crate::knob::Knobs;
 use crate::validate::{IrError, validate};
@@ -27,6 +27,7 @@ impl KernelBuilder {
                 tiles: vec![],
                 vecs: vec![],
                 shared: vec![],
+                arrays: vec![],
                 body: vec![],
                 knobs: Knobs::new(),
             },
@@ -246,6 +247,82 @@ impl KernelBuilder {
     /// Store a row vector.
     pub fn store_vec(&mut self, vec: VecId, dst: VecView) {
         self.push(Stmt::StoreVec { vec, dst });
+    }
+
+    /// Inclusive prefix sum down the rows of each column of an f32 tile, through `scratch` (see [`Stmt::Scan`]).
+    pub fn scan_rows(&mut self, tile: TileId, scratch: SharedId) {
+        self.scan(tile, scratch, ScanOp::Sum);
+    }
+    /// Inclusive column scan with any [`ScanOp`].
+    pub fn scan(&mut self, tile: TileId, scratch: SharedId, op: ScanOp) {
+        self.push(Stmt::Scan { tile, scratch, op });
+    }
+
+    /// A SIMT region: `f` emits statements every thread runs on its own (see [`Stmt::Threads`]). Read the
+    /// thread's coordinates with [`Expr::thread_idx`], [`Expr::lane_idx`] and [`Expr::warp_idx`].
+    pub fn threads(&mut self, f: impl FnOnce(&mut Self)) {
+        let body = self.body(f);
+        self.push(Stmt::Threads { body });
+    }
+    /// Threads regions: `tensor[index] = value` (converted to the tensor's dtype).
+    pub fn store_scalar(&mut self, tensor: TensorId, index: impl Into<Expr>, value: impl Into<Expr>) {
+        self.push(Stmt::StoreScalar { tensor, index: index.into(), value: value.into() });
+    }
+    /// Threads regions: element (row, col) of tile `index` of a shared buffer `= value`.
+    pub fn shared_store(
+        &mut self,
+        buf: SharedId,
+        index: impl Into<Expr>,
+        row: impl Into<Expr>,
+        col: impl Into<Expr>,
+        value: impl Into<Expr>,
+    ) {
+        self.push(Stmt::SharedStore {
+            buf,
+            index: index.into(),
+            row: row.into(),
+            col: col.into(),
+            value: value.into(),
+        });
+    }
+    /// Threads regions: an atomic update of `target` with `op` (no result).
+    pub fn atomic(&mut self, target: AtomicTarget, op: AtomicOp, value: impl Into<Expr>) {
+        self.push(Stmt::Atomic { target, op, value: value.into(), fetch: None });
+    }
+    /// Threads regions: an atomic update that also returns the element's previous value (as a new
+    /// per-thread variable named `name`).
+    pub fn atomic_fetch(&mut self, name: &str, target: AtomicTarget, op: AtomicOp, value: impl Into<Expr>) -> Expr {
+        let var = self.new_var(name);
+        self.push(Stmt::Atomic { target, op, value: value.into(), fetch: Some(var) });
+        Expr::Var(var)
+    }
+    /// Threads regions: `shared[index][row, col] += value` atomically (histograms).
+    pub fn atomic_add_shared(
+        &mut self,
+        buf: SharedId,
+        index: impl Into<Expr>,
+        row: impl Into<Expr>,
+        col: impl Into<Expr>,
+        value: impl Into<Expr>,
+    ) {
+        let target = AtomicTarget::Shared { buf, index: index.into(), row: row.into(), col: col.into() };
+        self.atomic(target, AtomicOp::Add, value);
+    }
+    /// Threads regions: `tensor[index] += value` atomically.
+    pub fn atomic_add_global(&mut self, tensor: TensorId, index: impl Into<Expr>, value: impl Into<Expr>) {
+        self.atomic(AtomicTarget::Global { tensor, index: index.into() }, AtomicOp::Add, value);
+    }
+    /// Threads regions: introduce a per-thread array of `len` elements of type `ty`, all `init` (see
+    /// [`Stmt::LetArray`]). Read it with [`Expr::array_get`].
+    pub fn let_array(&mut self, name: &str, len: u32, ty: ScalarTy, init: impl Into<Expr>) -> ArrId {
+        self.k.arrays.push(ArrayDecl { name: name.into() });
+        let arr = ArrId(self.k.arrays.len() as u32 - 1);
+        self.push(Stmt::LetArray { arr, len, ty, init: init.into() });
+        arr
+    }
+    /// Threads regions: `arr[index] = value`.
+    pub fn array_set(&mut self, arr: ArrId, index: impl Into<Expr>, value: impl Into<Expr>) {
+        self.push(Stmt::ArraySet { arr, index: index.into(), value: value.into() });
     }
 
     /// Validate and return the kernel.

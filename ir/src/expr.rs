@@ -1,12 +1,15 @@
 //! Scalar and element-wise expressions.
 //!
-//! One expression type serves two contexts. In a *scalar* context (loop bounds, offsets, conditions) the
-//! leaves are constants, symbols (shape dims and scalar kernel arguments), variables, block indices and scalar
-//! loads from global tensors. In an *element* context (the body of [`crate::Stmt::Map`]) it may also read the
-//! current element of a register tile ([`Expr::Elem`]), the current row's value of a row vector
-//! ([`Expr::RowVal`]) and the element's tile-local coordinates ([`Expr::RowIdx`], [`Expr::ColIdx`]). The
-//! validator checks which leaves are allowed where. Integers are 64-bit, floats f32, and there are no implicit
-//! conversions: use [`Expr::to_float`] / [`Expr::to_int`].
+//! One expression type serves three contexts. In a *scalar* context (loop bounds, offsets, conditions) the
+//! leaves are constants, symbols (shape dims and scalar kernel arguments), variables, block indices, scalar
+//! loads from global tensors ([`Expr::Load`]) and from shared tiles ([`Expr::SharedLoad`]). In an *element*
+//! context (the body of [`crate::Stmt::Map`]) it may also read the current element of a register tile
+//! ([`Expr::Elem`]), the current row's value of a row vector ([`Expr::RowVal`]) and the element's tile-local
+//! coordinates ([`Expr::RowIdx`], [`Expr::ColIdx`]). Inside a [`crate::Stmt::Threads`] region (a *thread*
+//! context) it may read the thread's coordinates ([`Expr::thread_idx`], [`Expr::lane_idx`],
+//! [`Expr::warp_idx`]) and its register arrays ([`Expr::ArrayGet`]). The validator checks which leaves are
+//! allowed where. Integers are 64-bit, floats f32, and there are no implicit conversions: use
+//! [`Expr::to_float`] / [`Expr::to_int`], or [`Expr::bits`] / [`Expr::from_bits`] for exact bit patterns.
 
 use crate::dtype::ScalarTy;
 use serde::{Deserialize, Serialize};
@@ -29,17 +32,38 @@ pub struct VecId(pub u32);
 /// Index of a shared-memory buffer in [`crate::Kernel::shared`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct SharedId(pub u32);
+/// Index of a per-thread register array in [`crate::Kernel::arrays`] (introduced by [`crate::Stmt::LetArray`]
+/// inside a [`crate::Stmt::Threads`] region).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ArrId(pub u32);
 
 /// Built-in launch coordinates.
+///
+/// The block coordinates are block-uniform and valid in any scalar context. The thread coordinates differ
+/// between the threads of a block, so they are only valid inside a [`crate::Stmt::Threads`] region.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Special {
     /// `blockIdx.{x,y,z}`.
     BlockIdx(u8),
     /// `gridDim.{x,y,z}`.
     GridDim(u8),
+    /// `threadIdx.x`, in `0..threads` (threads regions only).
+    ThreadIdx,
+    /// The thread's lane in its warp, `threadIdx.x % 32` (threads regions only).
+    LaneIdx,
+    /// The thread's warp in the block, `threadIdx.x / 32` (threads regions only).
+    WarpIdx,
 }
 
-/// Unary operators. Float ops take and give floats; `Not` takes bool; `Neg`/`Abs` work on ints and floats.
+impl Special {
+    /// True for the per-thread coordinates, which only threads regions may read.
+    pub fn is_per_thread(self) -> bool {
+        matches!(self, Special::ThreadIdx | Special::LaneIdx | Special::WarpIdx)
+    }
+}
+
+/// Unary operators. Float ops take and give floats; `Not` takes bool; `Neg`/`Abs` work on ints and floats;
+/// `Bits` takes a float and gives an int, `FromBits` the reverse.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum UnOp {
     Neg,
@@ -66,6 +90,14 @@ pub enum UnOp {
     RoundBf16,
     /// The unbiased exponent e of a finite nonzero float with 2^e <= |x| < 2^(e+1) (as a float); exact, from the bits.
     Ilogb,
+    /// Float -> int: the IEEE-754 bits of the f32, zero-extended (`0..2^32`); exact.
+    Bits,
+    /// Int -> float: the f32 whose bits are the low 32 bits of the int; exact (inverse of [`UnOp::Bits`]).
+    FromBits,
+    /// Round toward zero to an integral float (`truncf`).
+    Trunc,
+    /// Round to the nearest integral float, ties to even (`rintf`).
+    Round,
 }
 
 impl UnOp {
@@ -92,6 +124,10 @@ impl UnOp {
             UnOp::IsFinite => "isfinite",
             UnOp::RoundBf16 => "round_bf16",
             UnOp::Ilogb => "ilogb",
+            UnOp::Bits => "bits",
+            UnOp::FromBits => "from_bits",
+            UnOp::Trunc => "trunc",
+            UnOp::Round => "round",
         }
     }
 }
@@ -189,6 +225,18 @@ pub enum Expr {
     RowIdx,
     /// Element context: the tile-local column of the current element.
     ColIdx,
+    /// Element (row, col) of tile `index` of a shared buffer (any context; int buffers give ints, float
+    /// buffers floats). The GPU reads through the buffer's swizzled layout; the sub-expressions are
+    /// evaluated in the surrounding context, so a map may read `shared[0][RowIdx, ColIdx]`. What other
+    /// threads wrote is only visible after a barrier.
+    SharedLoad {
+        buf: SharedId,
+        index: Box<Expr>,
+        row: Box<Expr>,
+        col: Box<Expr>,
+    },
+    /// Element `index` of a per-thread register array (threads regions only).
+    ArrayGet(ArrId, Box<Expr>),
 }
 
 impl From<i64> for Expr {
@@ -315,6 +363,30 @@ impl Expr {
     pub fn grid_dim(axis: u8) -> Expr {
         Expr::Special(Special::GridDim(axis))
     }
+    /// `threadIdx.x` (threads regions only).
+    pub fn thread_idx() -> Expr {
+        Expr::Special(Special::ThreadIdx)
+    }
+    /// The thread's lane, `threadIdx.x % 32` (threads regions only).
+    pub fn lane_idx() -> Expr {
+        Expr::Special(Special::LaneIdx)
+    }
+    /// The thread's warp, `threadIdx.x / 32` (threads regions only).
+    pub fn warp_idx() -> Expr {
+        Expr::Special(Special::WarpIdx)
+    }
+    /// Element (row, col) of tile `index` of shared buffer `buf` (see [`Expr::SharedLoad`]).
+    pub fn shared_load(buf: SharedId, index: impl Into<Expr>, row: impl Into<Expr>, col: impl Into<Expr>) -> Expr {
+        Expr::SharedLoad { buf, index: Box::new(index.into()), row: Box::new(row.into()), col: Box::new(col.into()) }
+    }
+    /// Element `index` of a per-thread register array (see [`Expr::ArrayGet`]).
+    pub fn array_get(arr: ArrId, index: impl Into<Expr>) -> Expr {
+        Expr::ArrayGet(arr, Box::new(index.into()))
+    }
+    /// `tensor[index]` read from global memory (see [`Expr::Load`]).
+    pub fn load(tensor: TensorId, index: impl Into<Expr>) -> Expr {
+        Expr::Load { tensor, index: Box::new(index.into()) }
+    }
     /// Convert an int or bool to float.
     pub fn to_float(&self) -> Expr {
         Expr::Cast(ScalarTy::Float, Box::new(self.clone()))
@@ -331,7 +403,8 @@ impl Expr {
     un_method!(exp => Exp, exp2 => Exp2, log => Log, log2 => Log2, sqrt => Sqrt, rsqrt => Rsqrt,
         recip => Recip, tanh => Tanh, sigmoid => Sigmoid, softplus => Softplus, silu => Silu,
         floor => Floor, ceil => Ceil, abs => Abs, not => Not, is_nan => IsNan, is_finite => IsFinite,
-        round_bf16 => RoundBf16, ilogb => Ilogb);
+        round_bf16 => RoundBf16, ilogb => Ilogb, bits => Bits, from_bits => FromBits, trunc => Trunc,
+        round => Round);
     bin_method!(min => Min, max => Max, lt => Lt, le => Le, gt => Gt, ge => Ge, eq => Eq, ne => Ne,
         and => And, or => Or, shl => Shl, shr => Shr, bitand => BitAnd, bitor => BitOr, bitxor => BitXor,
         ldexp => Ldexp);
@@ -350,7 +423,12 @@ impl Expr {
                 a.visit(f);
                 b.visit(f);
             }
-            Expr::Load { index, .. } => index.visit(f),
+            Expr::Load { index, .. } | Expr::ArrayGet(_, index) => index.visit(f),
+            Expr::SharedLoad { index, row, col, .. } => {
+                index.visit(f);
+                row.visit(f);
+                col.visit(f);
+            }
             _ => {}
         }
     }

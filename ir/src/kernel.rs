@@ -3,11 +3,19 @@
 //! A kernel runs as a grid of blocks of `threads` threads. Its body is written at *block level*: every
 //! statement is executed by the whole block, and tile statements operate on whole tiles whose elements are
 //! spread over the block's warps by a fixed layout (see [`RegTileDecl`]). Control flow must be block-uniform:
-//! loop bounds and `if` conditions may depend on symbols, variables, block indices and scalar loads only.
-//! That restriction is what lets one program run on a GPU, in the CPU interpreter and in a CPU JIT alike.
+//! loop bounds and `if` conditions may depend on symbols, variables, block indices, scalar loads and shared
+//! loads only. That restriction is what lets one program run on a GPU, in the CPU interpreter and in a CPU JIT
+//! alike.
+//!
+//! The one exception is a [`Stmt::Threads`] region: plain per-thread (SIMT) code, where every thread of the
+//! block runs the body on its own, may branch on [`crate::Special::ThreadIdx`], and owns the variables and
+//! register arrays it introduces. Regions are how programs write scalars, scatter into shared memory, build
+//! histograms with atomics and run per-thread loops; block-level statements (tiles, barriers, async copies)
+//! stay outside them.
 
 use crate::dtype::DType;
-use crate::expr::{Expr, SharedId, SymId, TensorId, TileId, VarId, VecId};
+use crate::dtype::ScalarTy;
+use crate::expr::{ArrId, Expr, SharedId, SymId, TensorId, TileId, VarId, VecId};
 use crate::knob::Knobs;
 use serde::{Deserialize, Serialize};
 
@@ -56,6 +64,12 @@ pub struct SymDecl {
 /// A named variable, introduced by [`Stmt::Let`] or [`Stmt::For`].
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct VarDecl {
+    pub name: String,
+}
+
+/// A named per-thread register array, introduced by [`Stmt::LetArray`] (which fixes its length and type).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ArrayDecl {
     pub name: String,
 }
 
@@ -173,7 +187,52 @@ pub enum ReduceOp {
     Min,
 }
 
-/// A block-level statement.
+/// Read-modify-write operators of [`Stmt::Atomic`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum AtomicOp {
+    /// `*p += v` (integers wrap at the storage width).
+    Add,
+    /// `*p = max(*p, v)`, compared in the storage type (unsigned for u32/u64; for f32 like `fmaxf`: a NaN
+    /// operand is ignored).
+    Max,
+    /// `*p = min(*p, v)`, as `Max`.
+    Min,
+}
+
+impl AtomicOp {
+    /// The printer's name of the operator.
+    pub fn name(self) -> &'static str {
+        match self {
+            AtomicOp::Add => "add",
+            AtomicOp::Max => "max",
+            AtomicOp::Min => "min",
+        }
+    }
+}
+
+/// The memory element an atomic statement updates. The storage type must be `I32`, `U32`, `I64`, `U64` or
+/// `F32`; the value is an int for the integer types and a float for `F32`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum AtomicTarget {
+    /// `tensor[index]` (flat element index) of a writable global tensor.
+    Global { tensor: TensorId, index: Expr },
+    /// Element (row, col) of tile `index` of a shared buffer (the histogram case).
+    Shared { buf: SharedId, index: Expr, row: Expr, col: Expr },
+}
+
+/// Column-scan operators of [`Stmt::Scan`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ScanOp {
+    /// Inclusive prefix sum in f32, row 0 first: `out[r] = out[r-1] + in[r]`.
+    Sum,
+}
+
+/// A statement. Every statement is block-level (executed by the whole block) except inside a
+/// [`Stmt::Threads`] region, whose statements each thread executes on its own. Which statements are valid
+/// where is checked by [`crate::validate`]:
+/// - anywhere: `Let`, `Assign`, `For`, `If`;
+/// - block level only: `Threads`, `Barrier`, the async copies, the tile and vector statements, `Scan`;
+/// - inside regions only: `StoreScalar`, `SharedStore`, `Atomic`, `LetArray`, `ArraySet`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Stmt {
     /// Introduce a scalar variable (mutable through [`Stmt::Assign`]).
@@ -209,6 +268,40 @@ pub enum Stmt {
     LoadVec { vec: VecId, src: VecView },
     /// Store a row vector to global memory (invalid rows skipped).
     StoreVec { vec: VecId, dst: VecView },
+    /// Inclusive scan down the rows of every column of an f32 register tile (row r becomes `op` over rows
+    /// `0..=r` of its column). `scratch` is an f32 shared buffer of at least the tile's rows and cols; the scan
+    /// goes through its tile 0, which holds the scanned tile afterwards. The statement orders itself against
+    /// earlier accesses of the scratch (it begins with a barrier); a later write to the scratch by the program
+    /// needs a barrier first.
+    Scan { tile: TileId, scratch: SharedId, op: ScanOp },
+    /// A SIMT region: every thread of the block runs `body` independently, like plain CUDA code.
+    ///
+    /// Inside, [`crate::Special::ThreadIdx`] / `LaneIdx` / `WarpIdx` are valid, control flow may diverge,
+    /// and variables and arrays introduced in the body are per-thread. Variables from outside may be read but
+    /// not assigned (each thread would end up with its own value of a block-uniform variable). Block-level
+    /// statements (barriers, async copies, tile and vector statements, nested regions) are not allowed.
+    ///
+    /// Memory ordering: the CPU interpreter runs the threads one after another, so it sees every earlier
+    /// thread's writes; a GPU does not. A program must put a [`Stmt::Barrier`] between a region that writes
+    /// shared memory and any statement (including a later region) that reads what other threads wrote, and
+    /// must not read, in one region, shared data other threads of that region write.
+    Threads { body: Vec<Stmt> },
+    /// Threads regions only: `tensor[index] = value` (flat element index; the value converts to the tensor's
+    /// dtype: floats round to nearest even, E4M3 saturates, ints wrap).
+    StoreScalar { tensor: TensorId, index: Expr, value: Expr },
+    /// Threads regions only: element (row, col) of tile `index` of a shared buffer `= value` (converted to the
+    /// buffer's dtype as by `StoreScalar`).
+    SharedStore { buf: SharedId, index: Expr, row: Expr, col: Expr, value: Expr },
+    /// Threads regions only: an atomic read-modify-write of one element. With `fetch`, the statement also
+    /// introduces that (per-thread) variable holding the element's value before the update.
+    Atomic { target: AtomicTarget, op: AtomicOp, value: Expr, fetch: Option<VarId> },
+    /// Threads regions only: introduce a per-thread array of `len` elements of type `ty`, all set to `init`.
+    /// On the GPU it is a local C array (`float a[len]`): it stays in registers only when every index is a
+    /// compile-time constant after unrolling (use unrolled loops with constant bounds), else it lives in
+    /// local memory (slow, reported as stack frame by ptxas).
+    LetArray { arr: ArrId, len: u32, ty: ScalarTy, init: Expr },
+    /// Threads regions only: `arr[index] = value`.
+    ArraySet { arr: ArrId, index: Expr, value: Expr },
 }
 
 /// A complete kernel.
@@ -226,6 +319,9 @@ pub struct Kernel {
     pub tiles: Vec<RegTileDecl>,
     pub vecs: Vec<VecDecl>,
     pub shared: Vec<SharedDecl>,
+    /// Per-thread register arrays (declared by [`Stmt::LetArray`] inside threads regions).
+    #[serde(default)]
+    pub arrays: Vec<ArrayDecl>,
     pub body: Vec<Stmt>,
     /// The knob values this kernel was built with (for printing, hashing and results).
     pub knobs: Knobs,
@@ -277,6 +373,7 @@ impl Kernel {
                         walk(then_body, f);
                         walk(else_body, f);
                     }
+                    Stmt::Threads { body } => walk(body, f),
                     _ => {}
                 }
             }

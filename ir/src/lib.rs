@@ -1,9 +1,10 @@
 //! # k3k-ir: the tile program
 //!
 //! Operators are written as block-level *tile programs*: register tiles spread over warps, shared-memory
-//! tiles, masked global views, asynchronous copies, tensor-core products, element-wise maps and row
-//! reductions, inside block-uniform loops and conditionals. The same program is rendered to CUDA C by
-//! `k3k-codegen` and executed on the CPU by its interpreter.
+//! tiles, masked global views, asynchronous copies, tensor-core products, element-wise maps, row reductions
+//! and column scans, inside block-uniform loops and conditionals; plus *threads regions* of plain per-thread
+//! code (scalar and shared stores, atomics, register arrays) for what tiles do not express. The same program
+//! is rendered to CUDA C by `k3k-codegen` and executed on the CPU by its interpreter.
 //!
 //! ```
 //! use k3k_ir::*;
@@ -22,6 +23,35 @@
 //! assert!(print::kernel(&k).contains("t[r,c] = (t[r,c] * 2.0)"));
 //! assert_eq!(stable_hash(&k).len(), 16);
 //! ```
+//!
+//! A histogram in shared memory: per-thread code inside [`KernelBuilder::threads`] regions, separated by
+//! barriers wherever one thread reads what another wrote.
+//!
+//! ```
+//! use k3k_ir::*;
+//! let mut b = KernelBuilder::new("hist", 256);
+//! let n = b.dim("N");
+//! let x = b.tensor("x", DType::U8, &[n.clone()], Access::Read);
+//! let h = b.tensor("h", DType::U32, &[Expr::Int(256)], Access::ReadWrite);
+//! let s = b.shared("bins", DType::U32, 1, 256, 1, Swizzle::None);
+//! b.grid(n.ceil_div(4096i64), 1i64, 1i64);
+//! b.threads(|b| b.shared_store(s, 0i64, 0i64, Expr::thread_idx(), 0i64));
+//! b.barrier();
+//! b.threads(|b| {
+//!     let start = Expr::block_idx(0) * 4096i64 + Expr::thread_idx();
+//!     let end = (Expr::block_idx(0) + 1i64) * 4096i64;
+//!     b.for_("i", start, end.min(n.clone()), 256i64, |b, i| {
+//!         b.atomic_add_shared(s, 0i64, 0i64, Expr::load(x, i), 1i64);
+//!     });
+//! });
+//! b.barrier();
+//! b.threads(|b| {
+//!     let t = Expr::thread_idx();
+//!     b.atomic_add_global(h, t.clone(), Expr::shared_load(s, 0i64, 0i64, t));
+//! });
+//! let k = b.finish().unwrap();
+//! assert!(print::kernel(&k).contains("atomic_add(bins[0][0, x[i%"));
+//! ```
 
 pub mod bind;
 pub mod builder;
@@ -37,9 +67,9 @@ pub mod validate;
 pub use bind::{BindError, NUM_SMS, SymValue, TensorShape, bind, eval_grid, eval_int};
 pub use builder::{KernelBuilder, vec_view, view};
 pub use dtype::{DType, ScalarTy};
-pub use expr::{BinOp, Expr, SharedId, Special, SymId, TensorId, TileId, UnOp, VarId, VecId};
+pub use expr::{ArrId, BinOp, Expr, SharedId, Special, SymId, TensorId, TileId, UnOp, VarId, VecId};
 pub use hash::stable_hash;
 pub use kernel::*;
 pub use knob::{KnobAxis, KnobError, KnobSpace, KnobValue, Knobs};
 pub use tensor::HostTensor;
-pub use validate::{IrError, IrErrorKind, MAX_SHARED_BYTES, validate, var_types};
+pub use validate::{IrError, IrErrorKind, MAX_ARRAY_LEN, MAX_SHARED_BYTES, validate, var_types};

@@ -1,6 +1,6 @@
 //! A readable, deterministic text form of a kernel (`k3k emit --emit ir`); also the input of the stable hash.
 
-use crate::expr::{Expr, Special};
+use crate::expr::{ArrId, Expr, SharedId, Special};
 use crate::kernel::*;
 use std::fmt::Write;
 
@@ -21,6 +21,9 @@ pub fn expr(k: &Kernel, e: &Expr) -> String {
         Expr::Var(v) => k.vars.get(v.0 as usize).map_or(format!("var#{}", v.0), |d| format!("{}%{}", d.name, v.0)),
         Expr::Special(Special::BlockIdx(a)) => format!("block.{}", axis(*a)),
         Expr::Special(Special::GridDim(a)) => format!("grid.{}", axis(*a)),
+        Expr::Special(Special::ThreadIdx) => "thread".into(),
+        Expr::Special(Special::LaneIdx) => "lane".into(),
+        Expr::Special(Special::WarpIdx) => "warp".into(),
         Expr::Un(op, a) => format!("{}({})", op.name(), expr(k, a)),
         Expr::Bin(op, a, b) if op.is_call() => format!("{}({}, {})", op.symbol(), expr(k, a), expr(k, b)),
         Expr::Bin(op, a, b) => format!("({} {} {})", expr(k, a), op.symbol(), expr(k, b)),
@@ -31,7 +34,18 @@ pub fn expr(k: &Kernel, e: &Expr) -> String {
         Expr::RowVal(v) => format!("{}[r]", k.vecs.get(v.0 as usize).map_or("?", |v| &v.name)),
         Expr::RowIdx => "r".into(),
         Expr::ColIdx => "c".into(),
+        Expr::SharedLoad { buf, index, row, col } => shared_elem(k, *buf, index, row, col),
+        Expr::ArrayGet(a, i) => format!("{}[{}]", array_name(k, *a), expr(k, i)),
     }
+}
+
+fn shared_elem(k: &Kernel, buf: SharedId, index: &Expr, row: &Expr, col: &Expr) -> String {
+    let name = k.shared.get(buf.0 as usize).map_or("?", |s| &s.name);
+    format!("{name}[{}][{}, {}]", expr(k, index), expr(k, row), expr(k, col))
+}
+
+fn array_name(k: &Kernel, a: ArrId) -> String {
+    k.arrays.get(a.0 as usize).map_or(format!("arr#{}", a.0), |d| format!("{}@{}", d.name, a.0))
 }
 
 fn axis(a: u8) -> char {
@@ -192,6 +206,38 @@ fn body(k: &Kernel, b: &[Stmt], depth: usize, s: &mut String) {
             }
             Stmt::StoreVec { vec, dst } => {
                 let _ = writeln!(s, "{pad}{} -> {}", k.vecs[vec.0 as usize].name, vec_view(k, dst));
+            }
+            Stmt::Scan { tile, scratch, op } => {
+                let sname = k.shared.get(scratch.0 as usize).map_or("?", |d| &d.name);
+                let _ =
+                    writeln!(s, "{pad}{}[r,c] = scan_{op:?}_r {0}[..=r,c] via {sname}", k.tiles[tile.0 as usize].name);
+            }
+            Stmt::Threads { body: inner } => {
+                let _ = writeln!(s, "{pad}threads {{");
+                body(k, inner, depth + 1, s);
+                let _ = writeln!(s, "{pad}}}");
+            }
+            Stmt::StoreScalar { tensor, index, value } => {
+                let _ = writeln!(s, "{pad}{}[{}] := {}", tensor_name(k, tensor.0), expr(k, index), expr(k, value));
+            }
+            Stmt::SharedStore { buf, index, row, col, value } => {
+                let _ = writeln!(s, "{pad}{} := {}", shared_elem(k, *buf, index, row, col), expr(k, value));
+            }
+            Stmt::Atomic { target, op, value, fetch } => {
+                let t = match target {
+                    AtomicTarget::Global { tensor, index } => {
+                        format!("{}[{}]", tensor_name(k, tensor.0), expr(k, index))
+                    }
+                    AtomicTarget::Shared { buf, index, row, col } => shared_elem(k, *buf, index, row, col),
+                };
+                let lhs = fetch.map_or(String::new(), |v| format!("let {} = ", expr(k, &Expr::Var(v))));
+                let _ = writeln!(s, "{pad}{lhs}atomic_{}({t}, {})", op.name(), expr(k, value));
+            }
+            Stmt::LetArray { arr, len, ty, init } => {
+                let _ = writeln!(s, "{pad}let {}: {ty}[{len}] = {}", array_name(k, *arr), expr(k, init));
+            }
+            Stmt::ArraySet { arr, index, value } => {
+                let _ = writeln!(s, "{pad}{}[{}] := {}", array_name(k, *arr), expr(k, index), expr(k, value));
             }
         }
     }

@@ -1,7 +1,7 @@
 //! Static checks of a kernel: scopes, expression types, tile shapes and layouts, resources.
 
 use crate::dtype::{DType, ScalarTy};
-use crate::expr::{BinOp, Expr, SharedId, TileId, UnOp, VarId, VecId};
+use crate::expr::{ArrId, BinOp, Expr, SharedId, Special, TileId, UnOp, VarId, VecId};
 use crate::kernel::*;
 use std::collections::HashMap;
 
@@ -33,6 +33,14 @@ pub struct IrError {
     pub msg: String,
 }
 
+/// Where a statement may appear.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Placement {
+    Anywhere,
+    BlockOnly,
+    RegionOnly,
+}
+
 #[derive(Clone, Copy)]
 enum Ctx<'a> {
     /// Loop bounds, offsets, conditions.
@@ -43,11 +51,31 @@ enum Ctx<'a> {
     Elem { tile: &'a RegTileDecl },
 }
 
+/// The variables and arrays one block of statements introduces.
+#[derive(Default)]
+struct Scope {
+    vars: HashMap<VarId, ScalarTy>,
+    arrays: HashMap<ArrId, (ScalarTy, u32)>,
+}
+
+impl Scope {
+    fn with_var(v: VarId, t: ScalarTy) -> Self {
+        Scope { vars: HashMap::from([(v, t)]), arrays: HashMap::new() }
+    }
+}
+
+/// Longest per-thread array (elements); longer ones could never live in registers.
+pub const MAX_ARRAY_LEN: u32 = 1024;
+
 struct Checker<'a> {
     k: &'a Kernel,
-    scopes: Vec<HashMap<VarId, ScalarTy>>,
+    scopes: Vec<Scope>,
     path: Vec<String>,
     var_types: Vec<Option<ScalarTy>>,
+    array_seen: Vec<bool>,
+    /// Inside a threads region: the number of scopes that were open at its start (variables of those
+    /// scopes are block-level and must not be assigned).
+    region: Option<usize>,
 }
 
 /// Check a kernel; returns the first problem found.
@@ -58,7 +86,14 @@ pub fn validate(k: &Kernel) -> Result<(), IrError> {
 /// Check a kernel and return the type of every variable (indexed by [`VarId`]; `None` for a declared variable
 /// that no statement introduces). Code generators use this to declare variables.
 pub fn var_types(k: &Kernel) -> Result<Vec<Option<ScalarTy>>, IrError> {
-    let mut c = Checker { k, scopes: vec![HashMap::new()], path: vec![], var_types: vec![None; k.vars.len()] };
+    let mut c = Checker {
+        k,
+        scopes: vec![Scope::default()],
+        path: vec![],
+        var_types: vec![None; k.vars.len()],
+        array_seen: vec![false; k.arrays.len()],
+        region: None,
+    };
     c.kernel_level()?;
     c.body(&k.body)?;
     Ok(c.var_types)
@@ -99,7 +134,9 @@ impl<'a> Checker<'a> {
                 return Err(self.err(IrErrorKind::Type, format!("grid size must be int, got {ty}")));
             }
             let mut bad = false;
-            g.visit(&mut |e| bad |= matches!(e, Expr::Var(_) | Expr::Load { .. }));
+            g.visit(&mut |e| {
+                bad |= matches!(e, Expr::Var(_) | Expr::Load { .. } | Expr::SharedLoad { .. } | Expr::ArrayGet(..))
+            });
             if bad {
                 return Err(self.err(IrErrorKind::Type, "grid sizes may use symbols and constants only"));
             }
@@ -184,7 +221,31 @@ impl<'a> Checker<'a> {
             .ok_or_else(|| self.err(IrErrorKind::Scope, format!("no shared buffer #{}", id.0)))
     }
     fn var_ty(&self, v: VarId) -> Option<ScalarTy> {
-        self.scopes.iter().rev().find_map(|s| s.get(&v).copied())
+        self.scopes.iter().rev().find_map(|s| s.vars.get(&v).copied())
+    }
+    /// The index of the scope that introduced a variable.
+    fn var_scope(&self, v: VarId) -> Option<usize> {
+        self.scopes.iter().rposition(|s| s.vars.contains_key(&v))
+    }
+    fn array(&self, a: ArrId) -> Result<(ScalarTy, u32), IrError> {
+        self.scopes.iter().rev().find_map(|s| s.arrays.get(&a).copied()).ok_or_else(|| {
+            let name = self.k.arrays.get(a.0 as usize).map_or("?", |d| &d.name);
+            self.err(IrErrorKind::Scope, format!("array #{} `{name}` used out of scope", a.0))
+        })
+    }
+    fn var_name(&self, v: VarId) -> &str {
+        self.k.vars.get(v.0 as usize).map_or("?", |d| &d.name)
+    }
+    /// Introduce a variable in the innermost scope.
+    fn introduce(&mut self, var: VarId, t: ScalarTy, what: &str) -> Result<(), IrError> {
+        if var.0 as usize >= self.k.vars.len() {
+            return Err(self.err(IrErrorKind::Scope, format!("no variable #{}", var.0)));
+        }
+        if self.var_types[var.0 as usize].replace(t).is_some() {
+            return Err(self.err(IrErrorKind::Scope, format!("{what} #{} is introduced twice", var.0)));
+        }
+        self.scopes.last_mut().unwrap().vars.insert(var, t);
+        Ok(())
     }
 
     /// The type of an expression in a context.
@@ -202,12 +263,51 @@ impl<'a> Checker<'a> {
             Expr::Var(v) => self
                 .var_ty(*v)
                 .ok_or_else(|| self.err(IrErrorKind::Scope, format!("variable #{} used out of scope", v.0)))?,
-            Expr::Special(_) => match ctx {
+            Expr::Special(sp) => match ctx {
                 Ctx::Scalar { allow_special: false } => {
                     return Err(self.err(IrErrorKind::Type, "block indices are not allowed here"));
                 }
+                _ if sp.is_per_thread() && self.region.is_none() => {
+                    let name = match sp {
+                        Special::ThreadIdx => "ThreadIdx",
+                        Special::LaneIdx => "LaneIdx",
+                        _ => "WarpIdx",
+                    };
+                    return Err(self.err(
+                        IrErrorKind::Type,
+                        format!("{name} differs between threads: it is only valid inside a threads region"),
+                    ));
+                }
                 _ => Int,
             },
+            Expr::SharedLoad { buf, index, row, col } => {
+                let d = self.shared(*buf)?;
+                if d.dtype.bits() < 8 {
+                    return Err(self.err(
+                        IrErrorKind::Type,
+                        format!("shared `{}`: 4-bit elements cannot be read one by one", d.name),
+                    ));
+                }
+                for (e, what) in
+                    [(&**index, "shared load tile index"), (&**row, "shared load row"), (&**col, "shared load col")]
+                {
+                    let t = self.ty(e, ctx)?;
+                    if t != Int {
+                        return Err(self.err(IrErrorKind::Type, format!("{what} must be int, got {t}")));
+                    }
+                }
+                self.shared_coords(d, index, row, col)?;
+                ScalarTy::of_dtype(d.dtype)
+            }
+            Expr::ArrayGet(a, index) => {
+                let (t, len) = self.array(*a)?;
+                let it = self.ty(index, ctx)?;
+                if it != Int {
+                    return Err(self.err(IrErrorKind::Type, format!("array index must be int, got {it}")));
+                }
+                self.array_index(*a, index, len)?;
+                t
+            }
             Expr::Load { tensor, index } => {
                 let t = self
                     .k
@@ -314,6 +414,18 @@ impl<'a> Checker<'a> {
                             return Err(self.err(IrErrorKind::Type, format!("`{}` needs a float", op.name())));
                         }
                         Bool
+                    }
+                    UnOp::Bits => {
+                        if t != Float {
+                            return Err(self.err(IrErrorKind::Type, format!("`bits` needs a float, got {t}")));
+                        }
+                        Int
+                    }
+                    UnOp::FromBits => {
+                        if t != Int {
+                            return Err(self.err(IrErrorKind::Type, format!("`from_bits` needs an int, got {t}")));
+                        }
+                        Float
                     }
                     _ => {
                         if t != Float {
@@ -436,22 +548,80 @@ impl<'a> Checker<'a> {
         Ok(())
     }
 
+    /// The statement's name in messages, and where it may appear.
+    fn placement(s: &Stmt) -> (&'static str, Placement) {
+        use Placement::*;
+        match s {
+            Stmt::Let { .. } => ("let", Anywhere),
+            Stmt::Assign { .. } => ("assign", Anywhere),
+            Stmt::For { .. } => ("for", Anywhere),
+            Stmt::If { .. } => ("if", Anywhere),
+            Stmt::Barrier => ("barrier", BlockOnly),
+            Stmt::Map { .. } => ("map", BlockOnly),
+            Stmt::VecMap { .. } => ("vec_map", BlockOnly),
+            Stmt::Reduce { .. } => ("reduce", BlockOnly),
+            Stmt::Mma { .. } => ("mma", BlockOnly),
+            Stmt::CopyAsync { .. } => ("copy_async", BlockOnly),
+            Stmt::AsyncCommit => ("async commit", BlockOnly),
+            Stmt::AsyncWait { .. } => ("async wait", BlockOnly),
+            Stmt::Load { .. } => ("tile load", BlockOnly),
+            Stmt::Store { .. } => ("tile store", BlockOnly),
+            Stmt::LoadVec { .. } => ("vector load", BlockOnly),
+            Stmt::StoreVec { .. } => ("vector store", BlockOnly),
+            Stmt::Scan { .. } => ("scan", BlockOnly),
+            Stmt::Threads { .. } => ("threads region", BlockOnly),
+            Stmt::StoreScalar { .. } => ("store_scalar", RegionOnly),
+            Stmt::SharedStore { .. } => ("shared_store", RegionOnly),
+            Stmt::Atomic { .. } => ("atomic", RegionOnly),
+            Stmt::LetArray { .. } => ("let_array", RegionOnly),
+            Stmt::ArraySet { .. } => ("array_set", RegionOnly),
+        }
+    }
+
     fn stmt(&mut self, s: &Stmt) -> Result<(), IrError> {
+        match (Self::placement(s), self.region.is_some()) {
+            ((name, Placement::BlockOnly), true) => {
+                return Err(self.err(
+                    IrErrorKind::Scope,
+                    format!(
+                        "`{name}` is a block-level statement and cannot appear inside a threads region \
+                         (end the region before it and start a new one after it)"
+                    ),
+                ));
+            }
+            ((name, Placement::RegionOnly), false) => {
+                return Err(self.err(
+                    IrErrorKind::Scope,
+                    format!("`{name}` is per-thread code: it is only valid inside a threads region"),
+                ));
+            }
+            _ => {}
+        }
         match s {
             Stmt::Let { var, value } => {
                 if var.0 as usize >= self.k.vars.len() {
                     return Err(self.err(IrErrorKind::Scope, format!("no variable #{}", var.0)));
                 }
                 let t = self.ty(value, Ctx::Scalar { allow_special: true })?;
-                if self.var_types[var.0 as usize].replace(t).is_some() {
-                    return Err(self.err(IrErrorKind::Scope, format!("variable #{} is introduced twice", var.0)));
-                }
-                self.scopes.last_mut().unwrap().insert(*var, t);
+                self.introduce(*var, t, "variable")?;
             }
             Stmt::Assign { var, value } => {
                 let want = self.var_ty(*var).ok_or_else(|| {
                     self.err(IrErrorKind::Scope, format!("assignment to variable #{} out of scope", var.0))
                 })?;
+                if let (Some(base), Some(at)) = (self.region, self.var_scope(*var))
+                    && at < base
+                {
+                    return Err(self.err(
+                        IrErrorKind::Scope,
+                        format!(
+                            "variable `{}` is introduced outside the threads region: assigning it inside would give \
+                             every thread its own value of a block-level variable (introduce a per-thread variable, \
+                             or write through shared memory)",
+                            self.var_name(*var)
+                        ),
+                    ));
+                }
                 self.scalar(value, want, "assigned value")?;
             }
             Stmt::For { var, start, end, step, body, .. } => {
@@ -469,7 +639,7 @@ impl<'a> Checker<'a> {
                 {
                     return Err(self.err(IrErrorKind::Scope, format!("loop variable #{} is missing or reused", var.0)));
                 }
-                self.scopes.push(HashMap::from([(*var, ScalarTy::Int)]));
+                self.scopes.push(Scope::with_var(*var, ScalarTy::Int));
                 self.body(body)?;
                 self.scopes.pop();
                 self.path.pop();
@@ -477,14 +647,123 @@ impl<'a> Checker<'a> {
             Stmt::If { cond, then_body, else_body } => {
                 self.scalar(cond, ScalarTy::Bool, "if condition")?;
                 self.path.push("then".into());
-                self.scopes.push(HashMap::new());
+                self.scopes.push(Scope::default());
                 self.body(then_body)?;
                 self.scopes.pop();
                 self.path.pop();
                 self.path.push("else".into());
-                self.scopes.push(HashMap::new());
+                self.scopes.push(Scope::default());
                 self.body(else_body)?;
                 self.scopes.pop();
+                self.path.pop();
+            }
+            Stmt::Threads { body } => {
+                self.path.push("threads".into());
+                self.region = Some(self.scopes.len());
+                self.scopes.push(Scope::default());
+                self.body(body)?;
+                self.scopes.pop();
+                self.region = None;
+                self.path.pop();
+            }
+            Stmt::StoreScalar { tensor, index, value } => {
+                let t = self
+                    .k
+                    .tensors
+                    .get(tensor.0 as usize)
+                    .ok_or_else(|| self.err(IrErrorKind::Scope, format!("no tensor #{}", tensor.0)))?;
+                if t.access == Access::Read {
+                    return Err(self.err(IrErrorKind::Type, format!("tensor `{}` is read-only", t.name)));
+                }
+                let want = self.scalar_storage(t.dtype, &format!("tensor `{}`", t.name))?;
+                self.scalar(index, ScalarTy::Int, "store index")?;
+                self.scalar(value, want, "stored value")?;
+            }
+            Stmt::SharedStore { buf, index, row, col, value } => {
+                let d = self.shared(*buf)?;
+                let want = self.scalar_storage(d.dtype, &format!("shared `{}`", d.name))?;
+                for (e, what) in
+                    [(index, "shared store tile index"), (row, "shared store row"), (col, "shared store col")]
+                {
+                    self.scalar(e, ScalarTy::Int, what)?;
+                }
+                self.shared_coords(d, index, row, col)?;
+                self.scalar(value, want, "stored value")?;
+            }
+            Stmt::Atomic { target, op: _, value, fetch } => {
+                let (dtype, what) = match target {
+                    AtomicTarget::Global { tensor, index } => {
+                        let t = self
+                            .k
+                            .tensors
+                            .get(tensor.0 as usize)
+                            .ok_or_else(|| self.err(IrErrorKind::Scope, format!("no tensor #{}", tensor.0)))?;
+                        if t.access == Access::Read {
+                            return Err(self.err(IrErrorKind::Type, format!("tensor `{}` is read-only", t.name)));
+                        }
+                        self.scalar(index, ScalarTy::Int, "atomic index")?;
+                        (t.dtype, format!("tensor `{}`", t.name))
+                    }
+                    AtomicTarget::Shared { buf, index, row, col } => {
+                        let d = self.shared(*buf)?;
+                        for (e, what) in [(index, "atomic tile index"), (row, "atomic row"), (col, "atomic col")] {
+                            self.scalar(e, ScalarTy::Int, what)?;
+                        }
+                        self.shared_coords(d, index, row, col)?;
+                        (d.dtype, format!("shared `{}`", d.name))
+                    }
+                };
+                if !matches!(dtype, DType::I32 | DType::U32 | DType::I64 | DType::U64 | DType::F32) {
+                    return Err(self.err(
+                        IrErrorKind::Type,
+                        format!("atomics update i32, u32, i64, u64 or f32 storage; {what} is {dtype}"),
+                    ));
+                }
+                let want = ScalarTy::of_dtype(dtype);
+                self.scalar(value, want, "atomic operand")?;
+                if let Some(v) = fetch {
+                    self.introduce(*v, want, "atomic result variable")?;
+                }
+            }
+            Stmt::LetArray { arr, len, ty, init } => {
+                if arr.0 as usize >= self.k.arrays.len() {
+                    return Err(self.err(IrErrorKind::Scope, format!("no array #{}", arr.0)));
+                }
+                if std::mem::replace(&mut self.array_seen[arr.0 as usize], true) {
+                    return Err(self.err(IrErrorKind::Scope, format!("array #{} is introduced twice", arr.0)));
+                }
+                if *len == 0 || *len > MAX_ARRAY_LEN {
+                    return Err(
+                        self.err(IrErrorKind::Resource, format!("array length {len} must be in 1..={MAX_ARRAY_LEN}"))
+                    );
+                }
+                self.scalar(init, *ty, "array initial value")?;
+                self.scopes.last_mut().unwrap().arrays.insert(*arr, (*ty, *len));
+            }
+            Stmt::ArraySet { arr, index, value } => {
+                let (t, len) = self.array(*arr)?;
+                self.scalar(index, ScalarTy::Int, "array index")?;
+                self.array_index(*arr, index, len)?;
+                self.scalar(value, t, "array element")?;
+            }
+            Stmt::Scan { tile, scratch, op: _ } => {
+                let t = self.tile(*tile)?;
+                let d = self.shared(*scratch)?;
+                self.path.push(format!("scan `{}`", t.name));
+                if t.dtype != DType::F32 {
+                    return Err(
+                        self.err(IrErrorKind::Type, format!("scans run on f32 tiles, `{}` is {}", t.name, t.dtype))
+                    );
+                }
+                if d.dtype != DType::F32 || d.rows < t.rows || d.cols < t.cols {
+                    return Err(self.err(
+                        IrErrorKind::Shape,
+                        format!(
+                            "scan scratch `{}` ({} {}x{}) must be f32 and at least {}x{}",
+                            d.name, d.dtype, d.rows, d.cols, t.rows, t.cols
+                        ),
+                    ));
+                }
                 self.path.pop();
             }
             Stmt::Barrier | Stmt::AsyncCommit | Stmt::AsyncWait { .. } => {}
@@ -535,6 +814,16 @@ impl<'a> Checker<'a> {
                     return Err(self.err(
                         IrErrorKind::Shape,
                         format!("window cols {} not a multiple of vec {}", dst.cols, src.vec),
+                    ));
+                }
+                // Every access lands on a multiple of its size only if the shared rows are.
+                if d.dtype.storage_bytes(d.cols as usize) % d.dtype.storage_bytes(src.vec as usize) != 0 {
+                    return Err(self.err(
+                        IrErrorKind::Layout,
+                        format!(
+                            "shared `{}` rows ({} elements) are not a multiple of the copy's vec {}",
+                            d.name, d.cols, src.vec
+                        ),
                     ));
                 }
             }
@@ -594,6 +883,59 @@ impl<'a> Checker<'a> {
         Ok(())
     }
 
+    /// The value type of a scalar store into `dtype` storage.
+    fn scalar_storage(&self, dtype: DType, what: &str) -> Result<ScalarTy, IrError> {
+        match dtype {
+            DType::F32 | DType::Bf16 | DType::F16 | DType::E4m3 => Ok(ScalarTy::Float),
+            DType::U8 | DType::I32 | DType::U32 | DType::I64 | DType::U64 => Ok(ScalarTy::Int),
+            DType::E2m1 | DType::E8m0 => Err(self.err(
+                IrErrorKind::Type,
+                format!("{what}: scalar stores of {dtype} are not supported (compute the bits and view it as u8)"),
+            )),
+        }
+    }
+
+    /// Constant shared coordinates must be inside the buffer.
+    fn shared_coords(&self, d: &SharedDecl, index: &Expr, row: &Expr, col: &Expr) -> Result<(), IrError> {
+        for (e, n, what) in [(index, d.count, "tile index"), (row, d.rows, "row"), (col, d.cols, "col")] {
+            if let Some(v) = e.as_const_int()
+                && (v < 0 || v >= n as i64)
+            {
+                return Err(self.err(IrErrorKind::Shape, format!("shared `{}`: {what} {v} is outside 0..{n}", d.name)));
+            }
+        }
+        Ok(())
+    }
+
+    /// A constant array index must be inside the array.
+    fn array_index(&self, a: ArrId, index: &Expr, len: u32) -> Result<(), IrError> {
+        if let Some(v) = index.as_const_int()
+            && (v < 0 || v >= len as i64)
+        {
+            let name = self.k.arrays.get(a.0 as usize).map_or("?", |d| &d.name);
+            return Err(self.err(IrErrorKind::Shape, format!("array `{name}` of {len} elements indexed at {v}")));
+        }
+        Ok(())
+    }
+
+    /// A shared mma operand is read with `ldmatrix`, 16-byte rows of 8 elements at a time: its rows and its
+    /// first column must sit on 16-byte boundaries.
+    fn mma_shared(&self, src: &SharedRef) -> Result<&'a SharedDecl, IrError> {
+        let d = self.shared_ref(src)?;
+        if !d.dtype.storage_bytes(d.cols as usize).is_multiple_of(16) || !src.col0.is_multiple_of(8) {
+            return Err(self.err(
+                IrErrorKind::Layout,
+                format!(
+                    "mma operand in shared `{}`: rows of {} bytes and window col0 = {} must be 16-byte aligned",
+                    d.name,
+                    d.dtype.storage_bytes(d.cols as usize),
+                    src.col0
+                ),
+            ));
+        }
+        Ok(d)
+    }
+
     fn mma(&self, acc: TileId, a: &Operand, b: &Operand) -> Result<(), IrError> {
         let c = self.tile(acc)?;
         if c.dtype != DType::F32 {
@@ -625,14 +967,14 @@ impl<'a> Checker<'a> {
                 (t.rows, t.cols, t.dtype)
             }
             Operand::Shared { src, transpose } => {
-                let d = self.shared_ref(src)?;
+                let d = self.mma_shared(src)?;
                 if *transpose { (src.cols, src.rows, d.dtype) } else { (src.rows, src.cols, d.dtype) }
             }
         };
         let (bk, bn, bdt) = match b {
             Operand::Reg(_) => return Err(self.err(IrErrorKind::Layout, "the B operand must come from shared memory")),
             Operand::Shared { src, transpose } => {
-                let d = self.shared_ref(src)?;
+                let d = self.mma_shared(src)?;
                 if *transpose { (src.cols, src.rows, d.dtype) } else { (src.rows, src.cols, d.dtype) }
             }
         };
@@ -658,6 +1000,7 @@ impl<'a> Checker<'a> {
 mod tests {
     use super::*;
     use crate::builder::{KernelBuilder, view};
+    use crate::expr::TensorId;
 
     fn small() -> KernelBuilder {
         let mut b = KernelBuilder::new("t", 128);
@@ -724,5 +1067,230 @@ mod tests {
         let t = b.tile("t", DType::F32, 16, 8, [1, 1]);
         b.store(t, Place::Global(view(x, 0i64, m.clone(), m.clone(), m, 1)));
         assert_eq!(b.finish().unwrap_err().kind, IrErrorKind::Type);
+    }
+
+    fn region_kernel() -> (KernelBuilder, TensorId, SharedId) {
+        let mut b = KernelBuilder::new("t", 64);
+        let m = b.dim("M");
+        let y = b.tensor("y", DType::F32, &[m], Access::Write);
+        let s = b.shared("s", DType::U32, 4, 8, 2, Swizzle::None);
+        (b, y, s)
+    }
+
+    fn fails(b: KernelBuilder, kind: IrErrorKind, needle: &str) {
+        let e = b.finish().unwrap_err();
+        assert_eq!(e.kind, kind, "{e}");
+        assert!(e.to_string().contains(needle), "expected `{needle}` in: {e}");
+    }
+
+    #[test]
+    fn regions_accept_per_thread_code() {
+        let (mut b, y, s) = region_kernel();
+        let outer = b.let_("outer", 3i64);
+        b.threads(|b| {
+            let t = Expr::thread_idx();
+            let acc = b.let_var("acc", 0i64);
+            b.for_("i", 0i64, &t % 4i64, 1i64, |b, i| b.assign(acc, Expr::Var(acc) + i + outer.clone()));
+            let a = b.let_array("a", 4, ScalarTy::Float, 0.0);
+            b.array_set(a, 1i64, Expr::lane_idx().to_float());
+            b.if_(Expr::warp_idx().eq(1i64), |b| {
+                b.store_scalar(y, t.clone(), Expr::array_get(a, 1i64));
+            });
+            b.atomic_add_shared(s, 1i64, &t / 8i64 % 4i64, &t % 8i64, acc);
+            let old = b.atomic_fetch(
+                "old",
+                AtomicTarget::Shared { buf: s, index: 0i64.into(), row: 0i64.into(), col: 0i64.into() },
+                AtomicOp::Max,
+                5i64,
+            );
+            b.shared_store(s, 0i64, 1i64, 1i64, old);
+        });
+        b.barrier();
+        let k = b.finish().unwrap();
+        let text = crate::print::kernel(&k);
+        assert!(text.contains("threads {") && text.contains("atomic_add(s[1]"), "{text}");
+        assert!(text.contains("let old%") && text.contains("a@0[1] := float(lane)"), "{text}");
+    }
+
+    #[test]
+    fn block_level_statements_are_rejected_in_regions() {
+        let (mut b, _, _) = region_kernel();
+        b.threads(|b| b.barrier());
+        fails(b, IrErrorKind::Scope, "`barrier` is a block-level statement");
+        let (mut b, _, _) = region_kernel();
+        let t = b.tile("t", DType::F32, 16, 8, [1, 1]);
+        b.threads(|b| b.if_(Expr::thread_idx().lt(3i64), |b| b.map(t, 1.0)));
+        fails(b, IrErrorKind::Scope, "`map` is a block-level statement");
+        let (mut b, _, _) = region_kernel();
+        b.threads(|b| b.threads(|_| {}));
+        fails(b, IrErrorKind::Scope, "`threads region` is a block-level statement");
+        let (mut b, _, _) = region_kernel();
+        b.threads(|b| b.commit());
+        fails(b, IrErrorKind::Scope, "`async commit`");
+    }
+
+    #[test]
+    fn per_thread_code_is_rejected_outside_regions() {
+        let (mut b, y, _) = region_kernel();
+        b.store_scalar(y, 0i64, 1.0);
+        fails(b, IrErrorKind::Scope, "only valid inside a threads region");
+        let (mut b, _, _) = region_kernel();
+        b.let_array("a", 2, ScalarTy::Int, 0i64);
+        fails(b, IrErrorKind::Scope, "`let_array` is per-thread code");
+        let (mut b, _, _) = region_kernel();
+        b.let_("t", Expr::thread_idx());
+        fails(b, IrErrorKind::Type, "ThreadIdx differs between threads");
+        let (mut b, _, _) = region_kernel();
+        let t = b.tile("t", DType::I32, 16, 8, [1, 1]);
+        b.map(t, Expr::lane_idx());
+        fails(b, IrErrorKind::Type, "LaneIdx");
+    }
+
+    #[test]
+    fn regions_cannot_assign_block_variables() {
+        let (mut b, _, _) = region_kernel();
+        let v = b.let_var("v", 0i64);
+        b.threads(|b| b.assign(v, Expr::thread_idx()));
+        fails(b, IrErrorKind::Scope, "variable `v` is introduced outside the threads region");
+        // A loop variable of an enclosing block-level loop is block-level too.
+        let (mut b, _, _) = region_kernel();
+        b.for_("i", 0i64, 2i64, 1i64, |b, _| {
+            let w = b.let_var("w", 0i64);
+            b.threads(|b| b.assign(w, 1i64));
+        });
+        fails(b, IrErrorKind::Scope, "`w`");
+    }
+
+    #[test]
+    fn region_stores_and_atomics_are_typed() {
+        let (mut b, y, _) = region_kernel();
+        b.threads(|b| b.store_scalar(y, 0i64, 1i64));
+        fails(b, IrErrorKind::Type, "stored value must be float");
+        let mut b = KernelBuilder::new("t", 32);
+        let x = b.tensor("x", DType::F32, &[Expr::Int(4)], Access::Read);
+        b.threads(|b| b.store_scalar(x, 0i64, 1.0));
+        fails(b, IrErrorKind::Type, "read-only");
+        let mut b = KernelBuilder::new("t", 32);
+        let x = b.tensor("x", DType::E8m0, &[Expr::Int(4)], Access::Write);
+        b.threads(|b| b.store_scalar(x, 0i64, 1.0));
+        fails(b, IrErrorKind::Type, "view it as u8");
+        let mut b = KernelBuilder::new("t", 32);
+        let s = b.shared("s", DType::Bf16, 1, 8, 1, Swizzle::None);
+        b.threads(|b| b.atomic_add_shared(s, 0i64, 0i64, 0i64, 1.0));
+        fails(b, IrErrorKind::Type, "atomics update i32, u32, i64, u64 or f32");
+        let (mut b, _, s) = region_kernel();
+        b.threads(|b| b.atomic_add_shared(s, 0i64, 0i64, 8i64, 1i64));
+        fails(b, IrErrorKind::Shape, "col 8 is outside 0..8");
+        let (mut b, _, s) = region_kernel();
+        b.threads(|b| b.atomic_add_shared(s, 0i64, 0i64, 1i64, 1.0));
+        fails(b, IrErrorKind::Type, "atomic operand must be int");
+    }
+
+    #[test]
+    fn arrays_are_scoped_and_bounded() {
+        let (mut b, y, _) = region_kernel();
+        let mut arr = None;
+        b.threads(|b| arr = Some(b.let_array("a", 4, ScalarTy::Float, 0.0)));
+        b.threads(|b| b.store_scalar(y, 0i64, Expr::array_get(arr.unwrap(), 0i64)));
+        fails(b, IrErrorKind::Scope, "array #0 `a` used out of scope");
+        let (mut b, _, _) = region_kernel();
+        b.threads(|b| {
+            let a = b.let_array("a", 4, ScalarTy::Float, 0.0);
+            b.array_set(a, 4i64, 1.0);
+        });
+        fails(b, IrErrorKind::Shape, "indexed at 4");
+        let (mut b, _, _) = region_kernel();
+        b.threads(|b| {
+            b.let_array("a", 0, ScalarTy::Int, 0i64);
+        });
+        fails(b, IrErrorKind::Resource, "array length 0");
+        let (mut b, _, _) = region_kernel();
+        b.threads(|b| {
+            let a = b.let_array("a", 2, ScalarTy::Int, 0i64);
+            b.array_set(a, 0i64, 1.5);
+        });
+        fails(b, IrErrorKind::Type, "array element must be int");
+    }
+
+    #[test]
+    fn shared_loads_and_bit_ops_are_typed() {
+        let (mut b, _, s) = region_kernel();
+        let t = b.tile("t", DType::I32, 16, 8, [1, 1]);
+        b.map(t, Expr::shared_load(s, 1i64, Expr::RowIdx % 4i64, Expr::ColIdx));
+        b.finish().unwrap();
+        let (mut b, _, s) = region_kernel();
+        b.grid(Expr::shared_load(s, 0i64, 0i64, 0i64), 1i64, 1i64);
+        fails(b, IrErrorKind::Type, "grid sizes");
+        let (mut b, _, s) = region_kernel();
+        b.let_("v", Expr::shared_load(s, 2i64, 0i64, 0i64));
+        fails(b, IrErrorKind::Shape, "tile index 2 is outside 0..2");
+        let (mut b, _, _) = region_kernel();
+        b.let_("v", Expr::Int(3).bits());
+        fails(b, IrErrorKind::Type, "`bits` needs a float");
+        let (mut b, _, _) = region_kernel();
+        b.let_("v", Expr::Float(3.0).from_bits());
+        fails(b, IrErrorKind::Type, "`from_bits` needs an int");
+        let (mut b, _, _) = region_kernel();
+        let f = b.let_("f", Expr::Int(0x3f80_0000).from_bits().round().trunc());
+        b.let_("i", f.bits());
+        b.finish().unwrap();
+    }
+
+    #[test]
+    fn scan_scratch_is_checked() {
+        let mut b = KernelBuilder::new("t", 64);
+        let t = b.tile("t", DType::F32, 32, 16, [2, 1]);
+        let s = b.shared("s", DType::F32, 32, 8, 1, Swizzle::None);
+        b.scan_rows(t, s);
+        fails(b, IrErrorKind::Shape, "at least 32x16");
+        let mut b = KernelBuilder::new("t", 64);
+        let t = b.tile("t", DType::F32, 32, 16, [2, 1]);
+        let s = b.shared("s", DType::Bf16, 32, 16, 1, Swizzle::None);
+        b.scan_rows(t, s);
+        fails(b, IrErrorKind::Shape, "must be f32");
+        let mut b = KernelBuilder::new("t", 64);
+        let t = b.tile("t", DType::Bf16, 32, 16, [2, 1]);
+        let s = b.shared("s", DType::F32, 32, 16, 1, Swizzle::None);
+        b.scan_rows(t, s);
+        fails(b, IrErrorKind::Type, "scans run on f32 tiles");
+        let mut b = KernelBuilder::new("t", 64);
+        let t = b.tile("t", DType::F32, 32, 16, [2, 1]);
+        let s = b.shared("s", DType::F32, 40, 24, 1, Swizzle::None);
+        b.threads(|b| b.scan_rows(t, s));
+        fails(b, IrErrorKind::Scope, "`scan` is a block-level statement");
+    }
+
+    #[test]
+    fn ldmatrix_and_cp_async_alignment() {
+        let mut b = small();
+        let acc = b.tile("acc", DType::F32, 32, 32, [2, 2]);
+        let sa = b.shared("sa", DType::Bf16, 32, 40, 1, Swizzle::None);
+        let sb = b.shared("sb", DType::Bf16, 32, 32, 1, Swizzle::None);
+        let (ra, rb) = (b.window(sa, 0i64, 0, 4, 32, 32), b.slot(sb, 0i64));
+        b.mma(acc, Operand::Shared { src: ra, transpose: false }, Operand::Shared { src: rb, transpose: true });
+        fails(b, IrErrorKind::Layout, "16-byte aligned");
+        let mut b = small();
+        let acc = b.tile("acc", DType::F32, 32, 32, [2, 2]);
+        let sa = b.shared("sa", DType::Bf16, 32, 36, 1, Swizzle::None);
+        let sb = b.shared("sb", DType::Bf16, 32, 32, 1, Swizzle::None);
+        let (ra, rb) = (b.window(sa, 0i64, 0, 0, 32, 32), b.slot(sb, 0i64));
+        b.mma(acc, Operand::Shared { src: ra, transpose: false }, Operand::Shared { src: rb, transpose: true });
+        fails(b, IrErrorKind::Layout, "rows of 72 bytes");
+        let mut b = KernelBuilder::new("t", 32);
+        let x = b.tensor("x", DType::Bf16, &[Expr::Int(64)], Access::Read);
+        let s = b.shared("s", DType::Bf16, 4, 12, 1, Swizzle::None);
+        let d = b.window(s, 0i64, 0, 0, 4, 8);
+        b.copy_async(d, view(x, 0i64, 8i64, 4i64, 8i64, 8));
+        fails(b, IrErrorKind::Layout, "not a multiple of the copy's vec 8");
+    }
+
+    #[test]
+    fn kernels_without_arrays_field_deserialize() {
+        let (b, _, _) = region_kernel();
+        let k = b.finish().unwrap();
+        let mut v: serde_json::Value = serde_json::to_value(&k).unwrap();
+        v.as_object_mut().unwrap().remove("arrays");
+        let back: Kernel = serde_json::from_value(v).unwrap();
+        assert_eq!(back, k);
     }
 }

@@ -1,15 +1,26 @@
 //! IR -> self-contained CUDA C. Every statement maps onto one generic primitive of the device prelude
 //! (`prelude/*.cuh`); no per-operator CUDA exists anywhere.
+//!
+//! This module renders the kernel signature, declarations, control flow and the block-level tile statements;
+//! `expr` renders expressions and `threads` the statements of threads regions (plain per-thread C).
+
+mod expr;
+mod threads;
 
 use k3k_ir::*;
 use std::fmt::Write;
 
 /// Version of the renderer + prelude; part of every cache and tuning key. Bump on any change of output.
-pub const CODEGEN_VERSION: u32 = 1;
+pub const CODEGEN_VERSION: u32 = 2;
 
 /// The device prelude, concatenated.
-pub const PRELUDE: &str =
-    concat!(include_str!("../../prelude/core.cuh"), "\n", include_str!("../../prelude/tiles.cuh"));
+pub const PRELUDE: &str = concat!(
+    include_str!("../../prelude/core.cuh"),
+    "\n",
+    include_str!("../../prelude/tiles.cuh"),
+    "\n",
+    include_str!("../../prelude/simt.cuh")
+);
 
 /// The C type of a dtype in generated code.
 pub fn c_type(d: DType) -> &'static str {
@@ -27,6 +38,7 @@ pub fn c_type(d: DType) -> &'static str {
     }
 }
 
+/// The C type of an expression type in generated code.
 fn scalar_c_type(t: ScalarTy) -> &'static str {
     match t {
         ScalarTy::Int => "long long",
@@ -158,70 +170,6 @@ impl<'a> Renderer<'a> {
     fn body(&mut self, b: &[Stmt]) {
         for s in b {
             self.stmt(s);
-        }
-    }
-
-    fn e(&self, e: &Expr, ctx: Ctx) -> String {
-        let k = self.k;
-        match e {
-            Expr::Int(v) => format!("{v}LL"),
-            Expr::Float(v) => float_lit(*v),
-            Expr::Bool(v) => v.to_string(),
-            Expr::Sym(s) => sym_arg(k, *s),
-            Expr::Var(v) => format!("x{}", v.0),
-            Expr::Special(Special::BlockIdx(a)) => format!("((long long)blockIdx.{})", ["x", "y", "z"][*a as usize]),
-            Expr::Special(Special::GridDim(a)) => format!("((long long)gridDim.{})", ["x", "y", "z"][*a as usize]),
-            Expr::Un(op, a) => {
-                let a = self.e(a, ctx);
-                match op {
-                    UnOp::Neg => format!("(-{a})"),
-                    UnOp::Not => format!("(!{a})"),
-                    UnOp::Abs => format!("k3k::abs_({a})"),
-                    UnOp::Exp => format!("expf({a})"),
-                    UnOp::Exp2 => format!("exp2f({a})"),
-                    UnOp::Log => format!("logf({a})"),
-                    UnOp::Log2 => format!("log2f({a})"),
-                    UnOp::Sqrt => format!("sqrtf({a})"),
-                    UnOp::Rsqrt => format!("rsqrtf({a})"),
-                    UnOp::Recip => format!("k3k::recip({a})"),
-                    UnOp::Tanh => format!("tanhf({a})"),
-                    UnOp::Sigmoid => format!("k3k::sigmoid({a})"),
-                    UnOp::Softplus => format!("k3k::softplus({a})"),
-                    UnOp::Silu => format!("k3k::silu({a})"),
-                    UnOp::Floor => format!("floorf({a})"),
-                    UnOp::Ceil => format!("ceilf({a})"),
-                    UnOp::IsNan => format!("k3k::isnan_({a})"),
-                    UnOp::IsFinite => format!("k3k::isfinite_({a})"),
-                    UnOp::RoundBf16 => format!("k3k::round_bf16({a})"),
-                    UnOp::Ilogb => format!("k3k::ilogb_exact({a})"),
-                }
-            }
-            Expr::Bin(op, a, b) => {
-                let (a, b) = (self.e(a, ctx), self.e(b, ctx));
-                match op {
-                    BinOp::Min => format!("k3k::min_({a}, {b})"),
-                    BinOp::Max => format!("k3k::max_({a}, {b})"),
-                    BinOp::Ldexp => format!("k3k::ldexp_f({a}, {b})"),
-                    _ => format!("({a} {} {b})", op.symbol()),
-                }
-            }
-            Expr::Select(c, a, b) => format!("({} ? {} : {})", self.e(c, ctx), self.e(a, ctx), self.e(b, ctx)),
-            Expr::Cast(t, a) => format!("(({}){})", scalar_c_type(*t), self.e(a, ctx)),
-            Expr::Load { tensor, index } => {
-                let conv = if ScalarTy::of_dtype(k.tensors[tensor.0 as usize].dtype) == ScalarTy::Float {
-                    "to_f32"
-                } else {
-                    "to_i64"
-                };
-                format!("k3k::{conv}({}[{}])", tensor_arg(k, *tensor), self.e(index, Ctx::Scalar))
-            }
-            Expr::Elem(t) => format!("t{}.get(b_, f_, j_)", t.0),
-            Expr::RowVal(v) => match ctx {
-                Ctx::Row => format!("v{}.v[b_][h_]", v.0),
-                _ => format!("v{}.v[b_][j_ >> 1]", v.0),
-            },
-            Expr::RowIdx => "((long long)r_)".into(),
-            Expr::ColIdx => "((long long)c_)".into(),
         }
     }
 
@@ -431,6 +379,28 @@ impl<'a> Renderer<'a> {
                 };
                 self.line(&line);
             }
+            Stmt::Scan { tile, scratch, op } => {
+                let d = &k.tiles[tile.0 as usize];
+                let op = match op {
+                    ScanOp::Sum => "OpSum",
+                };
+                let line = format!(
+                    "k3k::scan_cols<k3k::{op}, {}, {}, {}, {}>(t{}, s{});",
+                    self.shared_layout(*scratch),
+                    d.rows,
+                    d.cols,
+                    k.threads,
+                    tile.0,
+                    scratch.0
+                );
+                self.line(&line);
+            }
+            Stmt::Threads { .. }
+            | Stmt::StoreScalar { .. }
+            | Stmt::SharedStore { .. }
+            | Stmt::Atomic { .. }
+            | Stmt::LetArray { .. }
+            | Stmt::ArraySet { .. } => self.thread_stmt(s),
             Stmt::LoadVec { vec, src: v } | Stmt::StoreVec { vec, dst: v } => {
                 let f = if matches!(s, Stmt::LoadVec { .. }) { "load_vec" } else { "store_vec" };
                 let line = format!(

@@ -1,0 +1,282 @@
+//! The reference semantics of the IR: a straightforward interpreter over logical tiles.
+//!
+//! Blocks run one after another; inside a block each statement runs to completion for the whole block, so
+//! asynchronous copies are immediate and barriers are no-ops. Tiles hold logical row-major values (a bf16 tile
+//! holds f32 values rounded to bf16, as its registers would). A [`Stmt::Threads`] region runs its body once
+//! per thread, threads `0..threads` one after another, each with its own variables and arrays; this is more
+//! forgiving than a GPU (a thread sees what earlier threads of the same region wrote), so programs must still
+//! put barriers where the IR documentation asks for them. Every memory access is bounds-checked: an index
+//! outside a tensor, a shared buffer or an array is an error here, where a GPU would read garbage or fault.
+//!
+//! Modules: [`memory`] (values, store conversions, shared buffers), `eval` (expressions), `tiles` (the
+//! block-level tile statements) and `threads` (the statements of threads regions).
+
+mod eval;
+mod memory;
+mod threads;
+mod tiles;
+
+use k3k_ir::*;
+use memory::{SharedMem, V};
+
+/// Why a CPU run failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum InterpError {
+    #[error(transparent)]
+    Ir(#[from] IrError),
+    #[error(transparent)]
+    Bind(#[from] BindError),
+    #[error("kernel `{kernel}`, block {block:?}: {what} index {index} is outside tensor `{tensor}` of {len} elements")]
+    OutOfBounds { kernel: String, block: [u32; 3], what: &'static str, tensor: String, index: i64, len: usize },
+    #[error("kernel `{kernel}`, block {block:?}: shared `{buf}` tile index {index} is outside 0..{count}")]
+    SharedIndex { kernel: String, block: [u32; 3], buf: String, index: i64, count: u32 },
+    #[error(
+        "kernel `{kernel}`, block {block:?}, thread {thread:?}: {what} of shared `{buf}` at [{index}][{row}, {col}] \
+         is outside its {count} tiles of {rows}x{cols}"
+    )]
+    SharedElement {
+        kernel: String,
+        block: [u32; 3],
+        thread: Option<u32>,
+        what: &'static str,
+        buf: String,
+        index: i64,
+        row: i64,
+        col: i64,
+        count: u32,
+        rows: u32,
+        cols: u32,
+    },
+    #[error(
+        "kernel `{kernel}`, block {block:?}, thread {thread}: array `{array}` of {len} elements indexed at {index}"
+    )]
+    ArrayIndex { kernel: String, block: [u32; 3], thread: u32, array: String, index: i64, len: usize },
+    #[error("kernel `{kernel}`: {what}")]
+    Arith { kernel: String, what: String },
+}
+
+/// Options of a CPU run.
+#[derive(Clone, Copy, Debug)]
+pub struct InterpOptions {
+    /// The value given to a `NUM_SMS` symbol (persistent grids).
+    pub num_sms: i64,
+}
+
+impl Default for InterpOptions {
+    fn default() -> Self {
+        InterpOptions { num_sms: 4 }
+    }
+}
+
+/// Run a kernel on host tensors (in kernel argument order); outputs are written in place.
+pub fn run(
+    k: &Kernel,
+    tensors: &mut [HostTensor],
+    scalars: &[(&str, SymValue)],
+    opts: InterpOptions,
+) -> Result<(), InterpError> {
+    validate(k)?;
+    let shapes: Vec<TensorShape<'_>> =
+        tensors.iter().map(|t| TensorShape { dtype: t.dtype, shape: &t.shape }).collect();
+    let syms = bind(k, &shapes, scalars, opts.num_sms)?;
+    let Some(grid) = eval_grid(k, &syms)? else { return Ok(()) };
+    for z in 0..grid[2] {
+        for y in 0..grid[1] {
+            for x in 0..grid[0] {
+                let mut b = Block {
+                    k,
+                    syms: &syms,
+                    block: [x, y, z],
+                    grid,
+                    vars: vec![V::I(0); k.vars.len()],
+                    tiles: k.tiles.iter().map(|t| vec![0.0; (t.rows * t.cols) as usize]).collect(),
+                    vecs: k.vecs.iter().map(|v| vec![0.0; v.rows as usize]).collect(),
+                    shared: k
+                        .shared
+                        .iter()
+                        .map(|s| SharedMem::new(s.dtype, (s.rows * s.cols * s.count) as usize))
+                        .collect(),
+                    arrays: vec![vec![]; k.arrays.len()],
+                    thread: None,
+                };
+                b.body(&k.body, tensors)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The state of one block.
+struct Block<'a> {
+    k: &'a Kernel,
+    syms: &'a [SymValue],
+    block: [u32; 3],
+    grid: [u32; 3],
+    /// Variables (block-level ones, and inside a region the current thread's own).
+    vars: Vec<V>,
+    /// Register tiles, logical row-major (i32 tiles hold exact integers).
+    tiles: Vec<Vec<f64>>,
+    vecs: Vec<Vec<f32>>,
+    shared: Vec<SharedMem>,
+    /// The current thread's arrays (inside a region).
+    arrays: Vec<Vec<V>>,
+    /// The thread running, inside a threads region.
+    thread: Option<u32>,
+}
+
+impl<'a> Block<'a> {
+    fn oob(&self, what: &'static str, t: TensorId, index: i64, len: usize) -> InterpError {
+        InterpError::OutOfBounds {
+            kernel: self.k.name.clone(),
+            block: self.block,
+            what,
+            tensor: self.k.tensors[t.0 as usize].name.clone(),
+            index,
+            len,
+        }
+    }
+
+    fn arith(&self, what: impl Into<String>) -> InterpError {
+        InterpError::Arith { kernel: self.k.name.clone(), what: what.into() }
+    }
+
+    /// Check a flat global index against a tensor.
+    fn global_index(
+        &self,
+        what: &'static str,
+        t: TensorId,
+        i: i64,
+        tensors: &[HostTensor],
+    ) -> Result<usize, InterpError> {
+        let len = tensors[t.0 as usize].len();
+        if i < 0 || i as usize >= len {
+            return Err(self.oob(what, t, i, len));
+        }
+        Ok(i as usize)
+    }
+
+    /// The flat index of element (row, col) of tile `index` of a shared buffer, bounds-checked.
+    fn shared_element(
+        &self,
+        what: &'static str,
+        buf: SharedId,
+        index: i64,
+        row: i64,
+        col: i64,
+    ) -> Result<usize, InterpError> {
+        let d = &self.k.shared[buf.0 as usize];
+        if index < 0 || index >= d.count as i64 || row < 0 || row >= d.rows as i64 || col < 0 || col >= d.cols as i64 {
+            return Err(InterpError::SharedElement {
+                kernel: self.k.name.clone(),
+                block: self.block,
+                thread: self.thread,
+                what,
+                buf: d.name.clone(),
+                index,
+                row,
+                col,
+                count: d.count,
+                rows: d.rows,
+                cols: d.cols,
+            });
+        }
+        Ok(((index * d.rows as i64 + row) * d.cols as i64 + col) as usize)
+    }
+
+    fn int(&self, e: &Expr, tensors: &[HostTensor]) -> Result<i64, InterpError> {
+        Ok(self.eval(e, None, tensors)?.i())
+    }
+
+    fn body(&mut self, body: &[Stmt], tensors: &mut [HostTensor]) -> Result<(), InterpError> {
+        for s in body {
+            self.stmt(s, tensors)?;
+        }
+        Ok(())
+    }
+
+    fn stmt(&mut self, s: &Stmt, tensors: &mut [HostTensor]) -> Result<(), InterpError> {
+        match s {
+            Stmt::Let { var, value } | Stmt::Assign { var, value } => {
+                self.vars[var.0 as usize] = self.eval(value, None, tensors)?;
+            }
+            Stmt::For { var, start, end, step, body, .. } => {
+                let (mut i, e, st) = (self.int(start, tensors)?, self.int(end, tensors)?, self.int(step, tensors)?);
+                if st <= 0 {
+                    return Err(self.arith(format!("loop step {st} <= 0")));
+                }
+                while i < e {
+                    self.vars[var.0 as usize] = V::I(i);
+                    self.body(body, tensors)?;
+                    i += st;
+                }
+            }
+            Stmt::If { cond, then_body, else_body } => {
+                if self.eval(cond, None, tensors)?.b() {
+                    self.body(then_body, tensors)?;
+                } else {
+                    self.body(else_body, tensors)?;
+                }
+            }
+            Stmt::Barrier | Stmt::AsyncCommit | Stmt::AsyncWait { .. } => {}
+            Stmt::Map { .. }
+            | Stmt::VecMap { .. }
+            | Stmt::Reduce { .. }
+            | Stmt::Mma { .. }
+            | Stmt::CopyAsync { .. }
+            | Stmt::Load { .. }
+            | Stmt::Store { .. }
+            | Stmt::LoadVec { .. }
+            | Stmt::StoreVec { .. }
+            | Stmt::Scan { .. } => self.tile_stmt(s, tensors)?,
+            Stmt::Threads { .. }
+            | Stmt::StoreScalar { .. }
+            | Stmt::SharedStore { .. }
+            | Stmt::Atomic { .. }
+            | Stmt::LetArray { .. }
+            | Stmt::ArraySet { .. } => self.thread_stmt(s, tensors)?,
+        }
+        Ok(())
+    }
+}
+
+/// The f32 semantics of the float -> float unary operators (what the prelude computes).
+pub fn unary_f32(op: UnOp, x: f32) -> f32 {
+    match op {
+        UnOp::Exp => x.exp(),
+        UnOp::Exp2 => x.exp2(),
+        UnOp::Log => x.ln(),
+        UnOp::Log2 => x.log2(),
+        UnOp::Sqrt => x.sqrt(),
+        UnOp::Rsqrt => 1.0 / x.sqrt(),
+        UnOp::Recip => 1.0 / x,
+        UnOp::Tanh => x.tanh(),
+        UnOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+        UnOp::Softplus => {
+            if x > 20.0 {
+                x
+            } else {
+                x.exp().ln_1p()
+            }
+        }
+        UnOp::Silu => x / (1.0 + (-x).exp()),
+        UnOp::Floor => x.floor(),
+        UnOp::Ceil => x.ceil(),
+        UnOp::Trunc => x.trunc(),
+        UnOp::Round => x.round_ties_even(),
+        UnOp::RoundBf16 => half::bf16::from_f32(x).to_f32(),
+        UnOp::Ilogb => {
+            if x == 0.0 || !x.is_finite() {
+                f32::NAN
+            } else {
+                let b = x.abs().to_bits();
+                let e = (b >> 23) as i32;
+                if e == 0 { (-118 - b.leading_zeros() as i32) as f32 } else { (e - 127) as f32 }
+            }
+        }
+        UnOp::Neg => -x,
+        UnOp::Abs => x.abs(),
+        UnOp::Not | UnOp::IsNan | UnOp::IsFinite | UnOp::Bits | UnOp::FromBits => {
+            unreachable!("not a float -> float op")
+        }
+    }
+}

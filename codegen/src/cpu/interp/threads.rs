@@ -1,0 +1,125 @@
+//! Threads regions and their per-thread statements: scalar stores, shared stores, atomics and register
+//! arrays. A region runs its body for thread 0, then thread 1, and so on; per-thread variables and arrays are
+//! (re)introduced by each thread's own `Let` / `LetArray`, so the shared variable slots serve every thread.
+
+use super::memory::{V, round_to, wrap_int};
+use super::{Block, InterpError};
+use k3k_ir::*;
+
+impl<'a> Block<'a> {
+    /// Execute a region or one of the statements only valid inside regions.
+    pub(super) fn thread_stmt(&mut self, s: &Stmt, tensors: &mut [HostTensor]) -> Result<(), InterpError> {
+        match s {
+            Stmt::Threads { body } => {
+                for t in 0..self.k.threads {
+                    self.thread = Some(t);
+                    self.body(body, tensors)?;
+                }
+                self.thread = None;
+            }
+            Stmt::StoreScalar { tensor, index, value } => {
+                let i = self.int(index, tensors)?;
+                let i = self.global_index("scalar store", *tensor, i, tensors)?;
+                let v = self.eval(value, None, tensors)?;
+                let t = &mut tensors[tensor.0 as usize];
+                match v {
+                    V::F(f) => t.set_f32(i, f),
+                    other => t.set_i64(i, other.i()),
+                }
+            }
+            Stmt::SharedStore { buf, index, row, col, value } => {
+                let (index, row, col) = (self.int(index, tensors)?, self.int(row, tensors)?, self.int(col, tensors)?);
+                let i = self.shared_element("store", *buf, index, row, col)?;
+                let v = self.eval(value, None, tensors)?;
+                let dtype = self.k.shared[buf.0 as usize].dtype;
+                self.shared[buf.0 as usize].set(dtype, i, v);
+            }
+            Stmt::Atomic { target, op, value, fetch } => {
+                let v = self.eval(value, None, tensors)?;
+                let old = match target {
+                    AtomicTarget::Global { tensor, index } => {
+                        let i = self.int(index, tensors)?;
+                        let i = self.global_index("atomic", *tensor, i, tensors)?;
+                        let t = &mut tensors[tensor.0 as usize];
+                        let old = if t.dtype == DType::F32 { V::F(t.get_f32(i)) } else { V::I(t.get_i64(i)) };
+                        match atomic(t.dtype, *op, old, v) {
+                            V::F(f) => t.set_f32(i, f),
+                            new => t.set_i64(i, new.i()),
+                        }
+                        old
+                    }
+                    AtomicTarget::Shared { buf, index, row, col } => {
+                        let (index, row, col) =
+                            (self.int(index, tensors)?, self.int(row, tensors)?, self.int(col, tensors)?);
+                        let i = self.shared_element("atomic", *buf, index, row, col)?;
+                        let dtype = self.k.shared[buf.0 as usize].dtype;
+                        let mem = &mut self.shared[buf.0 as usize];
+                        let old = mem.get(i);
+                        mem.set(dtype, i, atomic(dtype, *op, old, v));
+                        old
+                    }
+                };
+                if let Some(var) = fetch {
+                    self.vars[var.0 as usize] = old;
+                }
+            }
+            Stmt::LetArray { arr, len, ty, init } => {
+                let v = self.eval(init, None, tensors)?;
+                let v = match ty {
+                    ScalarTy::Int => V::I(v.i()),
+                    ScalarTy::Float => V::F(v.f()),
+                    ScalarTy::Bool => v,
+                };
+                self.arrays[arr.0 as usize] = vec![v; *len as usize];
+            }
+            Stmt::ArraySet { arr, index, value } => {
+                let i = self.int(index, tensors)?;
+                let i = self.array_slot(*arr, i)?;
+                let v = self.eval(value, None, tensors)?;
+                self.arrays[arr.0 as usize][i] = v;
+            }
+            _ => unreachable!("not a threads statement"),
+        }
+        Ok(())
+    }
+}
+
+/// The new value of an element of `dtype` holding `old` after `op` with `v` (before the store's conversion).
+fn atomic(dtype: DType, op: AtomicOp, old: V, v: V) -> V {
+    if dtype == DType::F32 {
+        let (a, b) = (old.f(), round_to(dtype, v.f()));
+        return V::F(match op {
+            AtomicOp::Add => a + b,
+            AtomicOp::Max => a.max(b),
+            AtomicOp::Min => a.min(b),
+        });
+    }
+    let (a, b) = (wrap_int(dtype, old.i()), wrap_int(dtype, v.i()));
+    let unsigned = matches!(dtype, DType::U32 | DType::U64);
+    V::I(wrap_int(
+        dtype,
+        match op {
+            AtomicOp::Add => a.wrapping_add(b),
+            // u32 values are non-negative in an i64; u64 values keep their bits, so compare those unsigned.
+            AtomicOp::Max if unsigned => (a as u64).max(b as u64) as i64,
+            AtomicOp::Min if unsigned => (a as u64).min(b as u64) as i64,
+            AtomicOp::Max => a.max(b),
+            AtomicOp::Min => a.min(b),
+        },
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn atomics_compare_in_the_storage_type() {
+        assert_eq!(atomic(DType::U64, AtomicOp::Max, V::I(-1), V::I(5)), V::I(-1));
+        assert_eq!(atomic(DType::I64, AtomicOp::Max, V::I(-1), V::I(5)), V::I(5));
+        assert_eq!(atomic(DType::U32, AtomicOp::Min, V::I(7), V::I(-1)), V::I(7));
+        assert_eq!(atomic(DType::I32, AtomicOp::Min, V::I(7), V::I(-1)), V::I(-1));
+        assert_eq!(atomic(DType::F32, AtomicOp::Max, V::F(1.0), V::F(f32::NAN)), V::F(1.0));
+        assert_eq!(atomic(DType::U32, AtomicOp::Add, V::I(0xffff_ffff), V::I(2)), V::I(1));
+    }
+}

@@ -1,0 +1,281 @@
+//! The block-level tile statements: maps, reductions, products, copies, loads and stores, scans.
+
+use super::eval::At;
+use super::memory::round_to;
+use super::{Block, InterpError};
+use k3k_ir::*;
+
+impl<'a> Block<'a> {
+    /// Execute one tile or vector statement.
+    pub(super) fn tile_stmt(&mut self, s: &Stmt, tensors: &mut [HostTensor]) -> Result<(), InterpError> {
+        let k = self.k;
+        match s {
+            Stmt::Map { tile, value } => {
+                let d = &k.tiles[tile.0 as usize];
+                let (rows, cols) = (d.rows as usize, d.cols as usize);
+                let mut out = vec![0.0f64; rows * cols];
+                for r in 0..rows {
+                    for c in 0..cols {
+                        let v = self.eval(value, Some(At { r, c, tile_cols: cols }), tensors)?;
+                        out[r * cols + c] = tile_value(d.dtype, v.i(), v.f());
+                    }
+                }
+                self.tiles[tile.0 as usize] = out;
+            }
+            Stmt::VecMap { vec, value } => {
+                let rows = k.vecs[vec.0 as usize].rows as usize;
+                let mut out = vec![0.0f32; rows];
+                for (r, o) in out.iter_mut().enumerate() {
+                    *o = self.eval(value, Some(At { r, c: 0, tile_cols: 0 }), tensors)?.f();
+                }
+                self.vecs[vec.0 as usize] = out;
+            }
+            Stmt::Reduce { vec, tile, op, accumulate } => {
+                let d = &k.tiles[tile.0 as usize];
+                let (rows, cols) = (d.rows as usize, d.cols as usize);
+                for r in 0..rows {
+                    let row = &self.tiles[tile.0 as usize][r * cols..(r + 1) * cols];
+                    let mut a = row[0] as f32;
+                    for &v in &row[1..] {
+                        a = reduce(*op, a, v as f32);
+                    }
+                    let slot = &mut self.vecs[vec.0 as usize][r];
+                    *slot = if *accumulate { reduce(*op, *slot, a) } else { a };
+                }
+            }
+            Stmt::Mma { acc, a, b } => self.mma(*acc, a, b, tensors)?,
+            Stmt::CopyAsync { dst, src } => {
+                let base = self.shared_base(dst, tensors)?;
+                let d = &k.shared[dst.buf.0 as usize];
+                let (off, stride, rows, cols) = self.view(src, tensors)?;
+                for r in 0..dst.rows as usize {
+                    for c in 0..dst.cols as usize {
+                        let v = if (r as i64) < rows && (c as i64) < cols {
+                            let i = self.global_index(
+                                "async copy",
+                                src.tensor,
+                                off + r as i64 * stride + c as i64,
+                                tensors,
+                            )?;
+                            let t = &tensors[src.tensor.0 as usize];
+                            if d.dtype.is_int() { t.get_i64(i) as f64 } else { t.get_f32(i) as f64 }
+                        } else {
+                            0.0
+                        };
+                        let at = base + (dst.row0 as usize + r) * d.cols as usize + dst.col0 as usize + c;
+                        self.shared[dst.buf.0 as usize].set_f64(d.dtype, at, v);
+                    }
+                }
+            }
+            Stmt::Load { tile, src } => {
+                let d = &k.tiles[tile.0 as usize];
+                let (rows, cols) = (d.rows as usize, d.cols as usize);
+                let mut out = vec![0.0f64; rows * cols];
+                match src {
+                    Place::Shared(r) => {
+                        let base = self.shared_base(r, tensors)?;
+                        for i in 0..rows {
+                            for j in 0..cols {
+                                out[i * cols + j] = self.shared_at(r, base, i, j);
+                            }
+                        }
+                    }
+                    Place::Global(v) => {
+                        let (off, stride, vr, vc) = self.view(v, tensors)?;
+                        for i in 0..rows {
+                            for j in 0..cols {
+                                if (i as i64) < vr && (j as i64) < vc {
+                                    let idx = self.global_index(
+                                        "tile load",
+                                        v.tensor,
+                                        off + i as i64 * stride + j as i64,
+                                        tensors,
+                                    )?;
+                                    let t = &tensors[v.tensor.0 as usize];
+                                    out[i * cols + j] = if d.dtype == DType::I32 {
+                                        t.get_i64(idx) as f64
+                                    } else {
+                                        t.get_f32(idx) as f64
+                                    };
+                                }
+                            }
+                        }
+                    }
+                }
+                for v in out.iter_mut() {
+                    *v = tile_value(d.dtype, *v as i64, *v as f32);
+                }
+                self.tiles[tile.0 as usize] = out;
+            }
+            Stmt::Store { tile, dst } => {
+                let d = &k.tiles[tile.0 as usize];
+                let (rows, cols) = (d.rows as usize, d.cols as usize);
+                match dst {
+                    Place::Shared(r) => {
+                        let base = self.shared_base(r, tensors)?;
+                        let sd = &k.shared[r.buf.0 as usize];
+                        for i in 0..rows {
+                            for j in 0..cols {
+                                let v = self.tiles[tile.0 as usize][i * cols + j];
+                                let at = base + (r.row0 as usize + i) * sd.cols as usize + r.col0 as usize + j;
+                                self.shared[r.buf.0 as usize].set_f64(sd.dtype, at, v);
+                            }
+                        }
+                    }
+                    Place::Global(v) => {
+                        let (off, stride, vr, vc) = self.view(v, tensors)?;
+                        for i in 0..rows.min(vr.max(0) as usize) {
+                            for j in 0..cols.min(vc.max(0) as usize) {
+                                let idx = self.global_index(
+                                    "tile store",
+                                    v.tensor,
+                                    off + i as i64 * stride + j as i64,
+                                    tensors,
+                                )?;
+                                let val = self.tiles[tile.0 as usize][i * cols + j];
+                                let t = &mut tensors[v.tensor.0 as usize];
+                                if d.dtype == DType::I32 {
+                                    t.set_i64(idx, val as i64);
+                                } else {
+                                    t.set_f32(idx, val as f32);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            Stmt::LoadVec { vec, src } => {
+                let (off, stride, vr) =
+                    (self.int(&src.offset, tensors)?, self.int(&src.stride, tensors)?, self.int(&src.rows, tensors)?);
+                let rows = k.vecs[vec.0 as usize].rows as usize;
+                for r in 0..rows {
+                    self.vecs[vec.0 as usize][r] = if (r as i64) < vr {
+                        let i = self.global_index("vector load", src.tensor, off + r as i64 * stride, tensors)?;
+                        tensors[src.tensor.0 as usize].get_f32(i)
+                    } else {
+                        0.0
+                    };
+                }
+            }
+            Stmt::StoreVec { vec, dst } => {
+                let (off, stride, vr) =
+                    (self.int(&dst.offset, tensors)?, self.int(&dst.stride, tensors)?, self.int(&dst.rows, tensors)?);
+                let rows = k.vecs[vec.0 as usize].rows as usize;
+                for r in 0..rows.min(vr.max(0) as usize) {
+                    let i = self.global_index("vector store", dst.tensor, off + r as i64 * stride, tensors)?;
+                    let v = self.vecs[vec.0 as usize][r];
+                    tensors[dst.tensor.0 as usize].set_f32(i, v);
+                }
+            }
+            Stmt::Scan { tile, scratch, op: ScanOp::Sum } => {
+                let d = &k.tiles[tile.0 as usize];
+                let sd = &k.shared[scratch.0 as usize];
+                let (rows, cols) = (d.rows as usize, d.cols as usize);
+                let t = &mut self.tiles[tile.0 as usize];
+                for c in 0..cols {
+                    let mut s = t[c] as f32;
+                    for r in 1..rows {
+                        s += t[r * cols + c] as f32;
+                        t[r * cols + c] = s as f64;
+                    }
+                }
+                // The scratch keeps the scanned tile, as on the GPU.
+                for r in 0..rows {
+                    for c in 0..cols {
+                        let v = self.tiles[tile.0 as usize][r * cols + c];
+                        self.shared[scratch.0 as usize].set_f64(sd.dtype, r * sd.cols as usize + c, v);
+                    }
+                }
+            }
+            _ => unreachable!("not a tile statement"),
+        }
+        Ok(())
+    }
+
+    /// Offset, row stride, valid rows and valid cols of a global view.
+    fn view(&self, v: &GlobalView, tensors: &[HostTensor]) -> Result<(i64, i64, i64, i64), InterpError> {
+        Ok((
+            self.int(&v.offset, tensors)?,
+            self.int(&v.row_stride, tensors)?,
+            self.int(&v.rows, tensors)?,
+            self.int(&v.cols, tensors)?,
+        ))
+    }
+
+    fn shared_base(&self, r: &SharedRef, tensors: &[HostTensor]) -> Result<usize, InterpError> {
+        let d = &self.k.shared[r.buf.0 as usize];
+        let i = self.int(&r.index, tensors)?;
+        if i < 0 || i >= d.count as i64 {
+            return Err(InterpError::SharedIndex {
+                kernel: self.k.name.clone(),
+                block: self.block,
+                buf: d.name.clone(),
+                index: i,
+                count: d.count,
+            });
+        }
+        Ok(i as usize * (d.rows * d.cols) as usize)
+    }
+
+    /// Read logical element (r, c) of a shared window.
+    fn shared_at(&self, r: &SharedRef, base: usize, row: usize, col: usize) -> f64 {
+        let d = &self.k.shared[r.buf.0 as usize];
+        self.shared[r.buf.0 as usize].get_f64(base + (r.row0 as usize + row) * d.cols as usize + r.col0 as usize + col)
+    }
+
+    /// Logical element (i, j) of an operand (after its transpose).
+    fn operand(&self, o: &Operand, tensors: &[HostTensor]) -> Result<(usize, usize, Vec<f64>), InterpError> {
+        Ok(match o {
+            Operand::Reg(t) => {
+                let d = &self.k.tiles[t.0 as usize];
+                (d.rows as usize, d.cols as usize, self.tiles[t.0 as usize].clone())
+            }
+            Operand::Shared { src, transpose } => {
+                let base = self.shared_base(src, tensors)?;
+                let (wr, wc) = (src.rows as usize, src.cols as usize);
+                let (r, c) = if *transpose { (wc, wr) } else { (wr, wc) };
+                let mut m = vec![0.0; r * c];
+                for i in 0..r {
+                    for j in 0..c {
+                        m[i * c + j] =
+                            if *transpose { self.shared_at(src, base, j, i) } else { self.shared_at(src, base, i, j) };
+                    }
+                }
+                (r, c, m)
+            }
+        })
+    }
+
+    fn mma(&mut self, acc: TileId, a: &Operand, b: &Operand, tensors: &[HostTensor]) -> Result<(), InterpError> {
+        let (m, kd, av) = self.operand(a, tensors)?;
+        let (_, n, bv) = self.operand(b, tensors)?;
+        let accv = &mut self.tiles[acc.0 as usize];
+        for i in 0..m {
+            for j in 0..n {
+                // Products of bf16/f16 values are exact in f32; the tensor core sums in f32.
+                let mut s = accv[i * n + j] as f32;
+                for p in 0..kd {
+                    s += (av[i * kd + p] as f32) * (bv[p * n + j] as f32);
+                }
+                accv[i * n + j] = s as f64;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What a register element of `dtype` keeps of a value (i32 tiles wrap the int, float tiles round the float).
+fn tile_value(dtype: DType, i: i64, f: f32) -> f64 {
+    match dtype {
+        DType::I32 => i as i32 as f64,
+        dt => round_to(dt, f) as f64,
+    }
+}
+
+fn reduce(op: ReduceOp, a: f32, b: f32) -> f32 {
+    match op {
+        ReduceOp::Sum => a + b,
+        ReduceOp::Max => a.max(b),
+        ReduceOp::Min => a.min(b),
+    }
+}

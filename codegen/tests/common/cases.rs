@@ -1,0 +1,947 @@
+//! One small kernel per primitive, with inputs and a check against a plain Rust computation. The same case
+//! runs on the CPU interpreter (`primitives.rs`), through NVRTC + ptxas (`primitives.rs`) and, with
+//! `K3K_GPU=1`, on a GPU (`gpu_primitives.rs`). Checks allow the few ulps by which GPU math functions and
+//! fused multiply-adds differ from the interpreter; orders of summation are part of the semantics only
+//! where the primitive says so.
+#![allow(dead_code)]
+
+use super::{Rng, close};
+use k3k_ir::*;
+
+/// Checks the tensors after a run (panics on a mismatch).
+pub type Check = Box<dyn Fn(&[HostTensor])>;
+
+/// A kernel with its arguments and what its outputs must be.
+pub struct Case {
+    pub name: &'static str,
+    pub kernel: Kernel,
+    /// All tensor arguments in kernel order (outputs poisoned or zeroed as the kernel expects).
+    pub tensors: Vec<HostTensor>,
+    pub scalars: Vec<(&'static str, SymValue)>,
+    /// Checks the tensors after the run.
+    pub check: Check,
+}
+
+/// Every case, for the GPU run.
+pub fn all() -> Vec<Case> {
+    vec![
+        map_f32(),
+        map_bf16(),
+        map_i32(),
+        unary_bits(),
+        shared_roundtrip(),
+        vectors(),
+        reduce_rows(),
+        mma_ss_bf16(),
+        mma_ss_f16_transposed_a(),
+        mma_rs(),
+        copy_async_vecs(),
+        threads_divergent(),
+        shared_scatter_transpose(),
+        histogram_atomics(),
+        atomic_ops(),
+        arrays(),
+        scan_rows(),
+        scan_wide(),
+        scalar_store_conversions(),
+    ]
+}
+
+fn poisoned(dtype: DType, shape: &[usize]) -> HostTensor {
+    let mut t = HostTensor::zeros(dtype, shape);
+    t.poison();
+    t
+}
+
+/// `y[r, c] = 2 x[r, c] + r - c/2 + alpha` over a ragged [40, 24] matrix in 32x32 tiles on a replicated
+/// [2, 1] warp grid (4 warps), with masked loads and pair stores.
+pub fn map_f32() -> Case {
+    let (m, n) = (40usize, 24usize);
+    let mut b = KernelBuilder::new("p_map_f32", 128);
+    let md = b.dim("M");
+    let nd = b.dim("N");
+    let alpha = b.float_arg("alpha");
+    let x = b.tensor("x", DType::F32, &[md.clone(), nd.clone()], Access::Read);
+    let y = b.tensor("y", DType::F32, &[md.clone(), nd.clone()], Access::Write);
+    let t = b.tile("t", DType::F32, 32, 32, [2, 1]);
+    b.grid(md.ceil_div(32i64), 1i64, 1i64);
+    let r0 = b.let_("r0", Expr::block_idx(0) * 32i64);
+    let v = |tensor| view(tensor, &r0 * nd.clone(), nd.clone(), md.clone() - r0.clone(), nd.clone(), 2);
+    b.load(t, Place::Global(v(x)));
+    b.map(t, Expr::Elem(t) * 2.0 + Expr::RowIdx.to_float() - Expr::ColIdx.to_float() * 0.5 + alpha);
+    b.store(t, Place::Global(v(y)));
+    let k = b.finish().unwrap();
+    let mut rng = Rng::new(1);
+    let xs = rng.vals(DType::F32, m * n, -4.0, 4.0);
+    let xs2 = xs.clone();
+    Case {
+        name: "map_f32",
+        kernel: k,
+        tensors: vec![HostTensor::from_f32(DType::F32, &[m, n], &xs), poisoned(DType::F32, &[m, n])],
+        scalars: vec![("alpha", SymValue::Float(0.25))],
+        check: Box::new(move |ts| {
+            let want: Vec<f32> = (0..m * n)
+                .map(|i| {
+                    let (r, c) = (i / n, i % n);
+                    xs2[i] * 2.0 + (r % 32) as f32 - c as f32 * 0.5 + 0.25
+                })
+                .collect();
+            close("y", &ts[1].to_f32_vec(), &want, 1e-6);
+        }),
+    }
+}
+
+/// A bf16 register tile: `y = silu(x)` rounded to bf16, loaded and stored as bf16 pairs.
+pub fn map_bf16() -> Case {
+    let (m, n) = (32usize, 48usize);
+    let mut b = KernelBuilder::new("p_map_bf16", 64);
+    let x = b.tensor("x", DType::Bf16, &[Expr::Int(m as i64), Expr::Int(n as i64)], Access::Read);
+    let y = b.tensor("y", DType::Bf16, &[Expr::Int(m as i64), Expr::Int(n as i64)], Access::Write);
+    let t = b.tile("t", DType::Bf16, 32, 48, [2, 1]);
+    let v = |tensor| view(tensor, 0i64, n as i64, m as i64, n as i64, 8);
+    b.load(t, Place::Global(v(x)));
+    b.map(t, Expr::Elem(t).silu());
+    let vs = |tensor| view(tensor, 0i64, n as i64, m as i64, n as i64, 2);
+    b.store(t, Place::Global(vs(y)));
+    let k = b.finish().unwrap();
+    let mut rng = Rng::new(2);
+    let xs = rng.vals(DType::Bf16, m * n, -6.0, 6.0);
+    let xs2 = xs.clone();
+    Case {
+        name: "map_bf16",
+        kernel: k,
+        tensors: vec![HostTensor::from_f32(DType::Bf16, &[m, n], &xs), poisoned(DType::Bf16, &[m, n])],
+        scalars: vec![],
+        check: Box::new(move |ts| {
+            let want: Vec<f32> = xs2.iter().map(|&v| half::bf16::from_f32(v / (1.0 + (-v).exp())).to_f32()).collect();
+            // One bf16 ulp: the GPU's expf may round the other way at a bf16 tie.
+            close("y", &ts[1].to_f32_vec(), &want, 8e-3);
+        }),
+    }
+}
+
+/// An i32 register tile: integer arithmetic and bit operations, exact.
+pub fn map_i32() -> Case {
+    let (m, n) = (16usize, 16usize);
+    let mut b = KernelBuilder::new("p_map_i32", 32);
+    let x = b.tensor("x", DType::I32, &[Expr::Int(m as i64), Expr::Int(n as i64)], Access::Read);
+    let y = b.tensor("y", DType::I32, &[Expr::Int(m as i64), Expr::Int(n as i64)], Access::Write);
+    let t = b.tile("t", DType::I32, 16, 16, [1, 1]);
+    let v = |tensor, vec| view(tensor, 0i64, n as i64, m as i64, n as i64, vec);
+    b.load(t, Place::Global(v(x, 4)));
+    let e = Expr::Elem(t);
+    b.map(t, ((&e * 3i64 + Expr::RowIdx).bitxor(Expr::ColIdx)).shr(1i64) - (&e % 7i64) + e.abs().min(100i64));
+    b.store(t, Place::Global(v(y, 2)));
+    let k = b.finish().unwrap();
+    let mut rng = Rng::new(3);
+    let xs: Vec<i64> = (0..m * n).map(|_| rng.int(-100_000, 100_000)).collect();
+    let xs2 = xs.clone();
+    Case {
+        name: "map_i32",
+        kernel: k,
+        tensors: vec![HostTensor::from_i64(DType::I32, &[m, n], &xs), poisoned(DType::I32, &[m, n])],
+        scalars: vec![],
+        check: Box::new(move |ts| {
+            for (i, &e) in xs2.iter().enumerate() {
+                let (r, c) = ((i / n) as i64, (i % n) as i64);
+                let want = (((e * 3 + r) ^ c) >> 1) - (e % 7) + e.abs().min(100);
+                assert_eq!(ts[1].get_i64(i), want, "y[{i}]");
+            }
+        }),
+    }
+}
+
+/// `bits`, `from_bits`, `trunc`, `round` in a map (exact).
+pub fn unary_bits() -> Case {
+    let n = 16usize;
+    let mut b = KernelBuilder::new("p_unary_bits", 32);
+    let x = b.tensor("x", DType::F32, &[Expr::Int(n as i64), Expr::Int(n as i64)], Access::Read);
+    let yf = b.tensor("yf", DType::F32, &[Expr::Int(3), Expr::Int(n as i64), Expr::Int(n as i64)], Access::Write);
+    let yi = b.tensor("yi", DType::I32, &[Expr::Int(n as i64), Expr::Int(n as i64)], Access::Write);
+    let t = b.tile("t", DType::F32, 16, 16, [1, 1]);
+    let u = b.tile("u", DType::F32, 16, 16, [1, 1]);
+    let e = b.tile("e", DType::I32, 16, 16, [1, 1]);
+    let nn = (n * n) as i64;
+    let v = |tensor, off: i64| view(tensor, off, n as i64, n as i64, n as i64, 1);
+    b.load(t, Place::Global(v(x, 0)));
+    // Negate through the sign bit.
+    b.map(u, Expr::Elem(t).bits().bitxor(0x8000_0000i64).from_bits());
+    b.store(u, Place::Global(v(yf, 0)));
+    b.map(u, (Expr::Elem(t) * 3.5).round());
+    b.store(u, Place::Global(v(yf, nn)));
+    b.map(u, (Expr::Elem(t) * 3.5).trunc());
+    b.store(u, Place::Global(v(yf, 2 * nn)));
+    // The biased exponent.
+    b.map(e, Expr::Elem(t).bits().shr(23i64).bitand(0xffi64));
+    b.store(e, Place::Global(v(yi, 0)));
+    let k = b.finish().unwrap();
+    let mut rng = Rng::new(4);
+    let mut xs = rng.vals(DType::F32, n * n, -100.0, 100.0);
+    // Ties of x * 3.5 (x = k / 7 * 2 gives k.0 or k.5 exactly for small k) and special values.
+    xs[0] = 1.0 / 7.0;
+    xs[1] = 3.0 / 7.0;
+    xs[2] = -5.0 / 7.0;
+    xs[3] = 0.0;
+    xs[4] = -0.0;
+    xs[5] = 1e-40;
+    xs[6] = f32::INFINITY;
+    let xs2 = xs.clone();
+    Case {
+        name: "unary_bits",
+        kernel: k,
+        tensors: vec![
+            HostTensor::from_f32(DType::F32, &[n, n], &xs),
+            poisoned(DType::F32, &[3, n, n]),
+            poisoned(DType::I32, &[n, n]),
+        ],
+        scalars: vec![],
+        check: Box::new(move |ts| {
+            let yf = ts[1].to_f32_vec();
+            for (i, &x) in xs2.iter().enumerate() {
+                assert_eq!(yf[i].to_bits(), (-x).to_bits(), "neg via bits at {i}");
+                assert_eq!(yf[n * n + i].to_bits(), (x * 3.5).round_ties_even().to_bits(), "round at {i} ({x})");
+                assert_eq!(yf[2 * n * n + i].to_bits(), (x * 3.5).trunc().to_bits(), "trunc at {i}");
+                assert_eq!(ts[2].get_i64(i), ((x.to_bits() >> 23) & 0xff) as i64, "exponent at {i}");
+            }
+        }),
+    }
+}
+
+/// Register tile -> shared window -> register tile: a bf16 swizzled buffer at a window offset, and an f32
+/// plain buffer; `y1 = bf16(x)`, `y2 = x`.
+pub fn shared_roundtrip() -> Case {
+    let n = 32usize;
+    let mut b = KernelBuilder::new("p_shared_roundtrip", 128);
+    let x = b.tensor("x", DType::F32, &[Expr::Int(n as i64), Expr::Int(n as i64)], Access::Read);
+    let y1 = b.tensor("y1", DType::F32, &[Expr::Int(n as i64), Expr::Int(n as i64)], Access::Write);
+    let y2 = b.tensor("y2", DType::F32, &[Expr::Int(n as i64), Expr::Int(n as i64)], Access::Write);
+    let sb = b.shared("sb", DType::Bf16, 64, 64, 2, Swizzle::Xor16B);
+    let sf = b.shared("sf", DType::F32, 32, 40, 1, Swizzle::None);
+    let t = b.tile("t", DType::F32, 32, 32, [2, 2]);
+    let u = b.tile("u", DType::F32, 32, 32, [1, 1]);
+    let v = |tensor| view(tensor, 0i64, n as i64, n as i64, n as i64, 2);
+    b.load(t, Place::Global(v(x)));
+    let win = b.window(sb, 1i64, 16, 24, 32, 32);
+    b.store(t, Place::Shared(win.clone()));
+    let winf = b.window(sf, 0i64, 0, 8, 32, 32);
+    b.store(t, Place::Shared(winf.clone()));
+    b.barrier();
+    b.load(u, Place::Shared(win));
+    b.store(u, Place::Global(v(y1)));
+    b.load(u, Place::Shared(winf));
+    b.store(u, Place::Global(v(y2)));
+    let k = b.finish().unwrap();
+    let mut rng = Rng::new(5);
+    let xs = rng.vals(DType::F32, n * n, -3.0, 3.0);
+    let xs2 = xs.clone();
+    Case {
+        name: "shared_roundtrip",
+        kernel: k,
+        tensors: vec![
+            HostTensor::from_f32(DType::F32, &[n, n], &xs),
+            poisoned(DType::F32, &[n, n]),
+            poisoned(DType::F32, &[n, n]),
+        ],
+        scalars: vec![],
+        check: Box::new(move |ts| {
+            let want: Vec<f32> = xs2.iter().map(|&v| half::bf16::from_f32(v).to_f32()).collect();
+            close("y1", &ts[1].to_f32_vec(), &want, 0.0);
+            close("y2", &ts[2].to_f32_vec(), &xs2, 0.0);
+        }),
+    }
+}
+
+/// Row vectors: `v = 2 p + r` (vec_map), `y = x * v` (map with RowVal), `q = v` (store_vec), for 40 of 64 rows.
+pub fn vectors() -> Case {
+    let (m, n) = (40usize, 16usize);
+    let mut b = KernelBuilder::new("p_vectors", 128);
+    let x = b.tensor("x", DType::F32, &[Expr::Int(m as i64), Expr::Int(n as i64)], Access::Read);
+    let p = b.tensor("p", DType::Bf16, &[Expr::Int(m as i64)], Access::Read);
+    let y = b.tensor("y", DType::F32, &[Expr::Int(m as i64), Expr::Int(n as i64)], Access::Write);
+    let q = b.tensor("q", DType::F32, &[Expr::Int(m as i64)], Access::Write);
+    let t = b.tile("t", DType::F32, 64, 16, [2, 2]);
+    let pv = b.vec("pv", 64, [2, 2]);
+    let v = |tensor| view(tensor, 0i64, n as i64, m as i64, n as i64, 1);
+    b.load(t, Place::Global(v(x)));
+    b.load_vec(pv, vec_view(p, 0i64, 1i64, m as i64));
+    b.vec_map(pv, Expr::RowVal(pv) * 2.0 + Expr::RowIdx.to_float());
+    b.map(t, Expr::Elem(t) * Expr::RowVal(pv));
+    b.store(t, Place::Global(v(y)));
+    b.store_vec(pv, vec_view(q, 0i64, 1i64, m as i64));
+    let k = b.finish().unwrap();
+    let mut rng = Rng::new(6);
+    let xs = rng.vals(DType::F32, m * n, -2.0, 2.0);
+    let ps = rng.vals(DType::Bf16, m, -2.0, 2.0);
+    let (xs2, ps2) = (xs.clone(), ps.clone());
+    Case {
+        name: "vectors",
+        kernel: k,
+        tensors: vec![
+            HostTensor::from_f32(DType::F32, &[m, n], &xs),
+            HostTensor::from_f32(DType::Bf16, &[m], &ps),
+            poisoned(DType::F32, &[m, n]),
+            poisoned(DType::F32, &[m]),
+        ],
+        scalars: vec![],
+        check: Box::new(move |ts| {
+            let vs: Vec<f32> = (0..m).map(|r| ps2[r] * 2.0 + r as f32).collect();
+            let want: Vec<f32> = (0..m * n).map(|i| xs2[i] * vs[i / n]).collect();
+            close("y", &ts[2].to_f32_vec(), &want, 1e-6);
+            close("q", &ts[3].to_f32_vec(), &vs, 0.0);
+        }),
+    }
+}
+
+/// Row sums, maxima and minima, with and without accumulation, over a [64, 32] tile on [4, 1] warps.
+pub fn reduce_rows() -> Case {
+    let (m, n) = (64usize, 32usize);
+    let mut b = KernelBuilder::new("p_reduce_rows", 128);
+    let x = b.tensor("x", DType::F32, &[Expr::Int(m as i64), Expr::Int(n as i64)], Access::Read);
+    let y = b.tensor("y", DType::F32, &[Expr::Int(4), Expr::Int(m as i64)], Access::Write);
+    let t = b.tile("t", DType::F32, 64, 32, [4, 1]);
+    let vs = b.vec("vs", 64, [4, 1]);
+    let vm = b.vec("vm", 64, [4, 1]);
+    b.load(t, Place::Global(view(x, 0i64, n as i64, m as i64, n as i64, 2)));
+    b.reduce(vs, t, ReduceOp::Sum, false);
+    b.store_vec(vs, vec_view(y, 0i64, 1i64, m as i64));
+    b.reduce(vm, t, ReduceOp::Max, false);
+    b.store_vec(vm, vec_view(y, m as i64, 1i64, m as i64));
+    b.reduce(vm, t, ReduceOp::Min, false);
+    b.store_vec(vm, vec_view(y, 2 * m as i64, 1i64, m as i64));
+    // Accumulate: sum of the row sum and the tile's (squared) row sum.
+    b.map(t, Expr::Elem(t) * Expr::Elem(t));
+    b.reduce(vs, t, ReduceOp::Sum, true);
+    b.store_vec(vs, vec_view(y, 3 * m as i64, 1i64, m as i64));
+    let k = b.finish().unwrap();
+    let mut rng = Rng::new(7);
+    let xs = rng.vals(DType::F32, m * n, -5.0, 5.0);
+    let xs2 = xs.clone();
+    Case {
+        name: "reduce_rows",
+        kernel: k,
+        tensors: vec![HostTensor::from_f32(DType::F32, &[m, n], &xs), poisoned(DType::F32, &[4, m])],
+        scalars: vec![],
+        check: Box::new(move |ts| {
+            let row = |r: usize| &xs2[r * n..(r + 1) * n];
+            let sum: Vec<f32> = (0..m).map(|r| row(r).iter().sum()).collect();
+            let max: Vec<f32> = (0..m).map(|r| row(r).iter().copied().fold(f32::MIN, f32::max)).collect();
+            let min: Vec<f32> = (0..m).map(|r| row(r).iter().copied().fold(f32::MAX, f32::min)).collect();
+            let acc: Vec<f32> = (0..m).map(|r| sum[r] + row(r).iter().map(|v| v * v).sum::<f32>()).collect();
+            let y = ts[1].to_f32_vec();
+            close("sum", &y[..m], &sum, 1e-5);
+            close("max", &y[m..2 * m], &max, 0.0);
+            close("min", &y[2 * m..3 * m], &min, 0.0);
+            close("acc", &y[3 * m..], &acc, 1e-5);
+        }),
+    }
+}
+
+/// `c = a @ b^T` with 16-bit operands loaded by the GPU with `cp.async` into shared tiles.
+fn gemm_check(m: usize, n: usize, kd: usize, a: &[f32], a_km: bool, bm: &[f32], b_nk: bool) -> Vec<f32> {
+    let mut c = vec![0f32; m * n];
+    for i in 0..m {
+        for j in 0..n {
+            let mut s = 0f64;
+            for p in 0..kd {
+                let av = if a_km { a[p * m + i] } else { a[i * kd + p] };
+                let bv = if b_nk { bm[j * kd + p] } else { bm[p * n + j] };
+                s += av as f64 * bv as f64;
+            }
+            c[i * n + j] = s as f32;
+        }
+    }
+    c
+}
+
+/// bf16 `mma_ss`: A [64, 64] in a swizzled shared tile, B stored [N, K] (transposed operand), acc [64, 64] on
+/// [2, 2] warps; inputs arrive through `cp.async` with 16-byte accesses.
+pub fn mma_ss_bf16() -> Case {
+    let (m, n, kd) = (64usize, 64usize, 64usize);
+    let mut b = KernelBuilder::new("p_mma_ss_bf16", 128);
+    let a = b.tensor("a", DType::Bf16, &[Expr::Int(m as i64), Expr::Int(kd as i64)], Access::Read);
+    let w = b.tensor("w", DType::Bf16, &[Expr::Int(n as i64), Expr::Int(kd as i64)], Access::Read);
+    let c = b.tensor("c", DType::F32, &[Expr::Int(m as i64), Expr::Int(n as i64)], Access::Write);
+    let sa = b.shared("sa", DType::Bf16, 64, 64, 1, Swizzle::Xor16B);
+    let sw = b.shared("sw", DType::Bf16, 64, 64, 1, Swizzle::Xor16B);
+    let acc = b.tile("acc", DType::F32, 64, 64, [2, 2]);
+    let da = b.slot(sa, 0i64);
+    b.copy_async(da, view(a, 0i64, kd as i64, m as i64, kd as i64, 8));
+    let dw = b.slot(sw, 0i64);
+    b.copy_async(dw, view(w, 0i64, kd as i64, n as i64, kd as i64, 8));
+    b.commit();
+    b.wait(0);
+    b.barrier();
+    b.map(acc, 0.0);
+    let (oa, ob) = (
+        Operand::Shared { src: b.slot(sa, 0i64), transpose: false },
+        Operand::Shared { src: b.slot(sw, 0i64), transpose: true },
+    );
+    b.mma(acc, oa, ob);
+    b.store(acc, Place::Global(view(c, 0i64, n as i64, m as i64, n as i64, 2)));
+    let k = b.finish().unwrap();
+    let mut rng = Rng::new(8);
+    let av = rng.vals(DType::Bf16, m * kd, -1.0, 1.0);
+    let wv = rng.vals(DType::Bf16, n * kd, -1.0, 1.0);
+    let want = gemm_check(m, n, kd, &av, false, &wv, true);
+    Case {
+        name: "mma_ss_bf16",
+        kernel: k,
+        tensors: vec![
+            HostTensor::from_f32(DType::Bf16, &[m, kd], &av),
+            HostTensor::from_f32(DType::Bf16, &[n, kd], &wv),
+            poisoned(DType::F32, &[m, n]),
+        ],
+        scalars: vec![],
+        check: Box::new(move |ts| close("c", &ts[2].to_f32_vec(), &want, 1e-4)),
+    }
+}
+
+/// f16 `mma_ss` with a transposed A (stored [K, M]) and a plain B (stored [K, N]), K = 32 in a window of a
+/// wider buffer, acc [32, 64] on [2, 2] warps; both operands staged through register tiles and `store`.
+pub fn mma_ss_f16_transposed_a() -> Case {
+    let (m, n, kd) = (32usize, 64usize, 32usize);
+    let mut b = KernelBuilder::new("p_mma_ss_f16_ta", 128);
+    let a = b.tensor("a", DType::F16, &[Expr::Int(kd as i64), Expr::Int(m as i64)], Access::Read);
+    let w = b.tensor("w", DType::F16, &[Expr::Int(kd as i64), Expr::Int(n as i64)], Access::Read);
+    let c = b.tensor("c", DType::F32, &[Expr::Int(m as i64), Expr::Int(n as i64)], Access::Write);
+    let sa = b.shared("sa", DType::F16, 32, 48, 1, Swizzle::None);
+    let sw = b.shared("sw", DType::F16, 32, 64, 1, Swizzle::Xor16B);
+    let ta = b.tile("ta", DType::F16, 32, 32, [2, 1]);
+    let tw = b.tile("tw", DType::F16, 32, 64, [2, 2]);
+    let acc = b.tile("acc", DType::F32, 32, 64, [2, 2]);
+    b.load(ta, Place::Global(view(a, 0i64, m as i64, kd as i64, m as i64, 2)));
+    let wa = b.window(sa, 0i64, 0, 16, 32, 32);
+    b.store(ta, Place::Shared(wa.clone()));
+    b.load(tw, Place::Global(view(w, 0i64, n as i64, kd as i64, n as i64, 2)));
+    let ww = b.slot(sw, 0i64);
+    b.store(tw, Place::Shared(ww.clone()));
+    b.barrier();
+    b.map(acc, 0.0);
+    b.mma(acc, Operand::Shared { src: wa, transpose: true }, Operand::Shared { src: ww, transpose: false });
+    b.store(acc, Place::Global(view(c, 0i64, n as i64, m as i64, n as i64, 2)));
+    let k = b.finish().unwrap();
+    let mut rng = Rng::new(9);
+    let av = rng.vals(DType::F16, kd * m, -1.0, 1.0);
+    let wv = rng.vals(DType::F16, kd * n, -1.0, 1.0);
+    let want = gemm_check(m, n, kd, &av, true, &wv, false);
+    Case {
+        name: "mma_ss_f16_transposed_a",
+        kernel: k,
+        tensors: vec![
+            HostTensor::from_f32(DType::F16, &[kd, m], &av),
+            HostTensor::from_f32(DType::F16, &[kd, n], &wv),
+            poisoned(DType::F32, &[m, n]),
+        ],
+        scalars: vec![],
+        check: Box::new(move |ts| close("c", &ts[2].to_f32_vec(), &want, 1e-4)),
+    }
+}
+
+/// `mma_rs`: A is a bf16 register tile (computed by a map, as attention's P would be), B a shared tile
+/// stored [N, K]; acc [64, 32] on [2, 2] warps, K = 48.
+pub fn mma_rs() -> Case {
+    let (m, n, kd) = (64usize, 32usize, 48usize);
+    let mut b = KernelBuilder::new("p_mma_rs", 128);
+    let a = b.tensor("a", DType::F32, &[Expr::Int(m as i64), Expr::Int(kd as i64)], Access::Read);
+    let w = b.tensor("w", DType::Bf16, &[Expr::Int(n as i64), Expr::Int(kd as i64)], Access::Read);
+    let c = b.tensor("c", DType::F32, &[Expr::Int(m as i64), Expr::Int(n as i64)], Access::Write);
+    let sw = b.shared("sw", DType::Bf16, 32, 48, 1, Swizzle::Xor16B);
+    let ta = b.tile("ta", DType::Bf16, 64, 48, [2, 1]);
+    let acc = b.tile("acc", DType::F32, 64, 32, [2, 2]);
+    let dw = b.slot(sw, 0i64);
+    b.copy_async(dw.clone(), view(w, 0i64, kd as i64, n as i64, kd as i64, 8));
+    b.commit();
+    b.load(ta, Place::Global(view(a, 0i64, kd as i64, m as i64, kd as i64, 2)));
+    b.map(ta, Expr::Elem(ta) * 0.5);
+    b.wait(0);
+    b.barrier();
+    b.map(acc, 1.0);
+    b.mma(acc, Operand::Reg(ta), Operand::Shared { src: dw, transpose: true });
+    b.store(acc, Place::Global(view(c, 0i64, n as i64, m as i64, n as i64, 2)));
+    let k = b.finish().unwrap();
+    let mut rng = Rng::new(10);
+    let av = rng.vals(DType::F32, m * kd, -1.0, 1.0);
+    let wv = rng.vals(DType::Bf16, n * kd, -1.0, 1.0);
+    let a_bf: Vec<f32> = av.iter().map(|&v| half::bf16::from_f32(v * 0.5).to_f32()).collect();
+    let want: Vec<f32> = gemm_check(m, n, kd, &a_bf, false, &wv, true).iter().map(|v| v + 1.0).collect();
+    Case {
+        name: "mma_rs",
+        kernel: k,
+        tensors: vec![
+            HostTensor::from_f32(DType::F32, &[m, kd], &av),
+            HostTensor::from_f32(DType::Bf16, &[n, kd], &wv),
+            poisoned(DType::F32, &[m, n]),
+        ],
+        scalars: vec![],
+        check: Box::new(move |ts| close("c", &ts[2].to_f32_vec(), &want, 1e-4)),
+    }
+}
+
+/// `cp.async` with 16-, 8-, 4- and 2-byte accesses (bf16 vec 8, 4, 2, 1) of a ragged [20, 24] view into
+/// [32, 32] shared tiles: outside the view the tiles hold zeros.
+pub fn copy_async_vecs() -> Case {
+    let (m, n) = (20usize, 24usize);
+    let mut b = KernelBuilder::new("p_copy_async", 64);
+    let x = b.tensor("x", DType::Bf16, &[Expr::Int(m as i64), Expr::Int(n as i64)], Access::Read);
+    let y = b.tensor("y", DType::F32, &[Expr::Int(4), Expr::Int(32), Expr::Int(32)], Access::Write);
+    let s = b.shared("s", DType::Bf16, 32, 32, 4, Swizzle::Xor16B);
+    let t = b.tile("t", DType::F32, 32, 32, [2, 1]);
+    for (i, vec) in [8u32, 4, 2, 1].into_iter().enumerate() {
+        let d = b.slot(s, i as i64);
+        b.copy_async(d, view(x, 0i64, n as i64, m as i64, n as i64, vec));
+    }
+    b.commit();
+    b.wait(0);
+    b.barrier();
+    for i in 0..4i64 {
+        let d = b.slot(s, i);
+        b.load(t, Place::Shared(d));
+        b.store(t, Place::Global(view(y, i * 1024, 32i64, 32i64, 32i64, 2)));
+    }
+    let k = b.finish().unwrap();
+    let mut rng = Rng::new(11);
+    let xs = rng.vals(DType::Bf16, m * n, -3.0, 3.0);
+    let xs2 = xs.clone();
+    Case {
+        name: "copy_async_vecs",
+        kernel: k,
+        tensors: vec![HostTensor::from_f32(DType::Bf16, &[m, n], &xs), poisoned(DType::F32, &[4, 32, 32])],
+        scalars: vec![],
+        check: Box::new(move |ts| {
+            let want: Vec<f32> =
+                (0..1024).map(|i| if i / 32 < m && i % 32 < n { xs2[(i / 32) * n + i % 32] } else { 0.0 }).collect();
+            let y = ts[1].to_f32_vec();
+            for s in 0..4 {
+                close(&format!("tile {s}"), &y[s * 1024..(s + 1) * 1024], &want, 0.0);
+            }
+        }),
+    }
+}
+
+/// A threads region with divergent control flow: per-thread loops of different lengths, branches on the
+/// thread index, per-thread variables, scalar loads and stores.
+pub fn threads_divergent() -> Case {
+    let threads = 96u32;
+    let blocks = 3usize;
+    let mut b = KernelBuilder::new("p_threads", threads);
+    let x = b.tensor("x", DType::I32, &[Expr::Int(8)], Access::Read);
+    let y = b.tensor("y", DType::I64, &[Expr::Int(blocks as i64), Expr::Int(threads as i64)], Access::Write);
+    let z = b.tensor("z", DType::F32, &[Expr::Int(blocks as i64), Expr::Int(threads as i64)], Access::Write);
+    b.grid(blocks as i64, 1i64, 1i64);
+    let base = b.let_("base", Expr::block_idx(0) * threads as i64);
+    b.threads(|b| {
+        let t = Expr::thread_idx();
+        let acc = b.let_var("acc", 0i64);
+        b.for_("i", 0i64, &t % 5i64, 1i64, |b, i| {
+            b.assign(acc, Expr::Var(acc) + Expr::load(x, i.clone()) * (i + 1i64));
+        });
+        b.if_else(
+            (&t % 3i64).eq(0i64),
+            |b| b.assign(acc, Expr::Var(acc) + Expr::lane_idx() * 1000i64),
+            |b| b.assign(acc, Expr::Var(acc) - Expr::warp_idx() * 100_000i64),
+        );
+        b.store_scalar(y, &base + t.clone(), acc);
+        b.store_scalar(z, &base + t.clone(), (t.to_float() * 0.5).sqrt());
+    });
+    let k = b.finish().unwrap();
+    let xs: Vec<i64> = vec![3, -1, 4, 1, -5, 9, 2, 6];
+    let xs2 = xs.clone();
+    Case {
+        name: "threads_divergent",
+        kernel: k,
+        tensors: vec![
+            HostTensor::from_i64(DType::I32, &[8], &xs),
+            poisoned(DType::I64, &[blocks, threads as usize]),
+            poisoned(DType::F32, &[blocks, threads as usize]),
+        ],
+        scalars: vec![],
+        check: Box::new(move |ts| {
+            for blk in 0..blocks {
+                for t in 0..threads as i64 {
+                    let mut acc: i64 = (0..t % 5).map(|i| xs2[i as usize] * (i + 1)).sum();
+                    if t % 3 == 0 {
+                        acc += (t % 32) * 1000;
+                    } else {
+                        acc -= (t / 32) * 100_000;
+                    }
+                    let i = blk * threads as usize + t as usize;
+                    assert_eq!(ts[1].get_i64(i), acc, "y[{blk}][{t}]");
+                    close("z", &[ts[2].get_f32(i)], &[(t as f32 * 0.5).sqrt()], 1e-6);
+                }
+            }
+        }),
+    }
+}
+
+/// Per-thread scatter into a swizzled shared tile, a barrier, then reads three ways: a shared load inside a
+/// map (transposing), a tile load, and a per-thread shared load.
+pub fn shared_scatter_transpose() -> Case {
+    let n = 32usize;
+    let mut b = KernelBuilder::new("p_shared_scatter", 64);
+    let x = b.tensor("x", DType::F32, &[Expr::Int(n as i64), Expr::Int(n as i64)], Access::Read);
+    let y = b.tensor("y", DType::F32, &[Expr::Int(3), Expr::Int(n as i64), Expr::Int(n as i64)], Access::Write);
+    let s = b.shared("s", DType::F32, 32, 32, 2, Swizzle::Xor16B);
+    let t = b.tile("t", DType::F32, 32, 32, [2, 1]);
+    b.threads(|b| {
+        b.for_("i", Expr::thread_idx(), (n * n) as i64, 64i64, |b, i| {
+            let v = Expr::load(x, i.clone()) * 2.0;
+            b.shared_store(s, 1i64, &i / n as i64, &i % n as i64, v);
+        });
+    });
+    b.barrier();
+    b.map(t, Expr::shared_load(s, 1i64, Expr::ColIdx, Expr::RowIdx));
+    let v = |off: i64| view(y, off, n as i64, n as i64, n as i64, 2);
+    b.store(t, Place::Global(v(0)));
+    let src = b.slot(s, 1i64);
+    b.load(t, Place::Shared(src));
+    b.store(t, Place::Global(v((n * n) as i64)));
+    b.threads(|b| {
+        b.for_("i", Expr::thread_idx(), (n * n) as i64, 64i64, |b, i| {
+            let v = Expr::shared_load(s, 1i64, &i % n as i64, &i / n as i64) + 1.0;
+            b.store_scalar(y, &i + (2 * n * n) as i64, v);
+        });
+    });
+    let k = b.finish().unwrap();
+    let mut rng = Rng::new(12);
+    let xs = rng.vals(DType::F32, n * n, -3.0, 3.0);
+    let xs2 = xs.clone();
+    Case {
+        name: "shared_scatter_transpose",
+        kernel: k,
+        tensors: vec![HostTensor::from_f32(DType::F32, &[n, n], &xs), poisoned(DType::F32, &[3, n, n])],
+        scalars: vec![],
+        check: Box::new(move |ts| {
+            let y = ts[1].to_f32_vec();
+            let tr: Vec<f32> = (0..n * n).map(|i| xs2[(i % n) * n + i / n] * 2.0).collect();
+            let plain: Vec<f32> = xs2.iter().map(|v| v * 2.0).collect();
+            close("map transpose", &y[..n * n], &tr, 0.0);
+            close("tile load", &y[n * n..2 * n * n], &plain, 0.0);
+            let tr1: Vec<f32> = tr.iter().map(|v| v + 1.0).collect();
+            close("thread load", &y[2 * n * n..], &tr1, 0.0);
+        }),
+    }
+}
+
+/// Histograms with shared atomics (u32 counts, u64 weighted sums above 2^32), merged into global u32 and
+/// u64 histograms with global atomics from several blocks.
+pub fn histogram_atomics() -> Case {
+    let (len, bins, blocks) = (3000usize, 40usize, 3i64);
+    let mut b = KernelBuilder::new("p_histogram", 128);
+    let x = b.tensor("x", DType::I32, &[Expr::Int(len as i64)], Access::Read);
+    let h32 = b.tensor("h32", DType::U32, &[Expr::Int(bins as i64)], Access::ReadWrite);
+    let h64 = b.tensor("h64", DType::U64, &[Expr::Int(bins as i64)], Access::ReadWrite);
+    let s32 = b.shared("s32", DType::U32, 1, bins as u32, 1, Swizzle::None);
+    let s64 = b.shared("s64", DType::U64, 1, bins as u32, 1, Swizzle::None);
+    b.grid(blocks, 1i64, 1i64);
+    b.threads(|b| {
+        b.for_("i", Expr::thread_idx(), bins as i64, 128i64, |b, i| {
+            b.shared_store(s32, 0i64, 0i64, i.clone(), 0i64);
+            b.shared_store(s64, 0i64, 0i64, i, 0i64);
+        });
+    });
+    b.barrier();
+    b.threads(|b| {
+        let start = Expr::block_idx(0) * 128i64 + Expr::thread_idx();
+        b.for_("i", start, len as i64, 128 * blocks, |b, i| {
+            let v = b.let_("v", Expr::load(x, i.clone()));
+            b.atomic_add_shared(s32, 0i64, 0i64, v.clone(), 1i64);
+            b.atomic_add_shared(s64, 0i64, 0i64, v.clone(), v + (1i64 << 33));
+        });
+    });
+    b.barrier();
+    b.threads(|b| {
+        b.for_("bin", Expr::thread_idx(), bins as i64, 128i64, |b, bin| {
+            b.atomic_add_global(h32, bin.clone(), Expr::shared_load(s32, 0i64, 0i64, bin.clone()));
+            b.atomic_add_global(h64, bin.clone(), Expr::shared_load(s64, 0i64, 0i64, bin));
+        });
+    });
+    let k = b.finish().unwrap();
+    let mut rng = Rng::new(13);
+    let xs: Vec<i64> = (0..len).map(|_| rng.int(0, bins as i64)).collect();
+    let xs2 = xs.clone();
+    let init32: Vec<i64> = (0..bins as i64).collect();
+    Case {
+        name: "histogram_atomics",
+        kernel: k,
+        tensors: vec![
+            HostTensor::from_i64(DType::I32, &[len], &xs),
+            HostTensor::from_i64(DType::U32, &[bins], &init32),
+            HostTensor::zeros(DType::U64, &[bins]),
+        ],
+        scalars: vec![],
+        check: Box::new(move |ts| {
+            for bin in 0..bins {
+                let count = xs2.iter().filter(|&&v| v == bin as i64).count() as i64;
+                assert_eq!(ts[1].get_i64(bin), bin as i64 + count, "h32[{bin}]");
+                assert_eq!(ts[2].get_i64(bin), count * ((1i64 << 33) + bin as i64), "h64[{bin}]");
+            }
+        }),
+    }
+}
+
+/// Global atomics of every operator and storage type, and fetching atomics: tickets drawn with a
+/// fetch-add form a permutation of the threads.
+pub fn atomic_ops() -> Case {
+    let threads = 128u32;
+    let mut b = KernelBuilder::new("p_atomic_ops", threads);
+    let x = b.tensor("x", DType::F32, &[Expr::Int(threads as i64)], Access::Read);
+    let gi = b.tensor("gi", DType::I32, &[Expr::Int(3)], Access::ReadWrite);
+    let gu = b.tensor("gu", DType::U32, &[Expr::Int(3)], Access::ReadWrite);
+    let gl = b.tensor("gl", DType::I64, &[Expr::Int(3)], Access::ReadWrite);
+    let gq = b.tensor("gq", DType::U64, &[Expr::Int(3)], Access::ReadWrite);
+    let gf = b.tensor("gf", DType::F32, &[Expr::Int(3)], Access::ReadWrite);
+    let order = b.tensor("order", DType::I32, &[Expr::Int(threads as i64)], Access::Write);
+    let sm = b.shared("sm", DType::F32, 1, 8, 1, Swizzle::None);
+    let st = b.shared("st", DType::U32, 1, 8, 1, Swizzle::None);
+    b.threads(|b| {
+        b.if_(Expr::thread_idx().lt(8i64), |b| {
+            b.shared_store(sm, 0i64, 0i64, Expr::thread_idx(), -1e30);
+            b.shared_store(st, 0i64, 0i64, Expr::thread_idx(), 0i64);
+        });
+    });
+    b.barrier();
+    b.threads(|b| {
+        let t = Expr::thread_idx();
+        let v = Expr::load(x, t.clone());
+        let sv = &t - 60i64; // signed, both sides of zero
+        for (tensor, val) in [(gi, sv.clone()), (gl, sv.clone() * 1_000_000_000i64)] {
+            b.atomic_add_global(tensor, 0i64, val.clone());
+            b.atomic(AtomicTarget::Global { tensor, index: Expr::Int(1) }, AtomicOp::Max, val.clone());
+            b.atomic(AtomicTarget::Global { tensor, index: Expr::Int(2) }, AtomicOp::Min, val);
+        }
+        // Unsigned: -1 is the largest value.
+        let uv = Expr::select(t.eq(77i64), Expr::Int(-1), t.clone() * 3i64);
+        for tensor in [gu, gq] {
+            b.atomic_add_global(tensor, 0i64, t.clone());
+            b.atomic(AtomicTarget::Global { tensor, index: Expr::Int(1) }, AtomicOp::Max, uv.clone());
+            b.atomic(AtomicTarget::Global { tensor, index: Expr::Int(2) }, AtomicOp::Min, uv.clone() + 5i64);
+        }
+        b.atomic_add_global(gf, 0i64, (&t % 7i64).to_float());
+        b.atomic(AtomicTarget::Global { tensor: gf, index: Expr::Int(1) }, AtomicOp::Max, v.clone());
+        b.atomic(AtomicTarget::Global { tensor: gf, index: Expr::Int(2) }, AtomicOp::Min, v.clone());
+        let sh =
+            |col: i64| AtomicTarget::Shared { buf: sm, index: Expr::Int(0), row: Expr::Int(0), col: Expr::Int(col) };
+        b.atomic(sh(0), AtomicOp::Max, v);
+        let ticket = b.atomic_fetch(
+            "ticket",
+            AtomicTarget::Shared { buf: st, index: Expr::Int(0), row: Expr::Int(0), col: Expr::Int(3) },
+            AtomicOp::Add,
+            1i64,
+        );
+        b.store_scalar(order, ticket, t);
+    });
+    b.barrier();
+    b.threads(|b| {
+        b.if_(Expr::thread_idx().eq(0i64), |b| {
+            // gf[1] also receives the shared maximum (it equals the global one).
+            b.atomic(
+                AtomicTarget::Global { tensor: gf, index: Expr::Int(1) },
+                AtomicOp::Max,
+                Expr::shared_load(sm, 0i64, 0i64, 0i64),
+            );
+        });
+    });
+    let k = b.finish().unwrap();
+    let mut rng = Rng::new(14);
+    let xs = rng.vals(DType::F32, threads as usize, -50.0, 50.0);
+    let xs2 = xs.clone();
+    Case {
+        name: "atomic_ops",
+        kernel: k,
+        tensors: vec![
+            HostTensor::from_f32(DType::F32, &[threads as usize], &xs),
+            HostTensor::from_i64(DType::I32, &[3], &[0, i32::MIN as i64, i32::MAX as i64]),
+            HostTensor::from_i64(DType::U32, &[3], &[0, 0, u32::MAX as i64]),
+            HostTensor::from_i64(DType::I64, &[3], &[0, i64::MIN, i64::MAX]),
+            HostTensor::from_i64(DType::U64, &[3], &[0, 0, -1]),
+            HostTensor::from_f32(DType::F32, &[3], &[0.0, f32::NAN, f32::INFINITY]),
+            poisoned(DType::I32, &[threads as usize]),
+        ],
+        scalars: vec![],
+        check: Box::new(move |ts| {
+            let n = threads as i64;
+            let sv: Vec<i64> = (0..n).map(|t| t - 60).collect();
+            assert_eq!(ts[1].get_i64(0), sv.iter().sum::<i64>());
+            assert_eq!(ts[1].get_i64(1), 67);
+            assert_eq!(ts[1].get_i64(2), -60);
+            assert_eq!(ts[3].get_i64(0), sv.iter().sum::<i64>() * 1_000_000_000);
+            assert_eq!(ts[3].get_i64(1), 67_000_000_000);
+            assert_eq!(ts[3].get_i64(2), -60_000_000_000);
+            assert_eq!(ts[2].get_i64(0), n * (n - 1) / 2);
+            assert_eq!(ts[2].get_i64(1), u32::MAX as i64);
+            assert_eq!(ts[2].get_i64(2), 4, "u32 min wraps -1 + 5");
+            assert_eq!(ts[4].get_i64(0), n * (n - 1) / 2);
+            assert_eq!(ts[4].get_i64(1), -1, "u64 max");
+            assert_eq!(ts[4].get_i64(2), 4, "u64 min");
+            let fsum: f32 = (0..n).map(|t| (t % 7) as f32).sum();
+            let gf = ts[5].to_f32_vec();
+            assert_eq!(gf[0], fsum);
+            assert_eq!(gf[1], xs2.iter().copied().fold(f32::MIN, f32::max), "f32 max ignores the NaN start");
+            assert_eq!(gf[2], xs2.iter().copied().fold(f32::MAX, f32::min));
+            let mut seen: Vec<i64> = (0..threads as usize).map(|i| ts[6].get_i64(i)).collect();
+            seen.sort();
+            assert_eq!(seen, (0..n).collect::<Vec<_>>(), "tickets form a permutation");
+        }),
+    }
+}
+
+/// Per-thread register arrays with unrolled constant indices: each thread keeps 8 floats and 4 ints.
+pub fn arrays() -> Case {
+    let threads = 64u32;
+    let mut b = KernelBuilder::new("p_arrays", threads);
+    let x = b.tensor("x", DType::F32, &[Expr::Int(threads as i64), Expr::Int(8)], Access::Read);
+    let y = b.tensor("y", DType::F32, &[Expr::Int(threads as i64)], Access::Write);
+    let z = b.tensor("z", DType::I32, &[Expr::Int(threads as i64), Expr::Int(4)], Access::Write);
+    b.threads(|b| {
+        let t = Expr::thread_idx();
+        let a = b.let_array("a", 8, ScalarTy::Float, 0.0);
+        let c = b.let_array("c", 4, ScalarTy::Int, &t * 10i64);
+        b.for_unrolled("j", 0i64, 8i64, 1i64, |b, j| {
+            b.array_set(a, j.clone(), Expr::load(x, &t * 8i64 + j.clone()) * j.to_float());
+            b.array_set(c, &j % 4i64, Expr::array_get(c, &j % 4i64) + j.clone());
+        });
+        let s = b.let_var("s", 0.0);
+        b.for_unrolled("j", 0i64, 8i64, 1i64, |b, j| {
+            b.assign(s, Expr::Var(s) + Expr::array_get(a, Expr::Int(7) - j));
+        });
+        b.store_scalar(y, t.clone(), s);
+        b.for_unrolled("j", 0i64, 4i64, 1i64, |b, j| {
+            b.store_scalar(z, &t * 4i64 + j.clone(), Expr::array_get(c, j));
+        });
+    });
+    let k = b.finish().unwrap();
+    let mut rng = Rng::new(15);
+    let xs = rng.vals(DType::F32, threads as usize * 8, -1.0, 1.0);
+    let xs2 = xs.clone();
+    Case {
+        name: "arrays",
+        kernel: k,
+        tensors: vec![
+            HostTensor::from_f32(DType::F32, &[threads as usize, 8], &xs),
+            poisoned(DType::F32, &[threads as usize]),
+            poisoned(DType::I32, &[threads as usize, 4]),
+        ],
+        scalars: vec![],
+        check: Box::new(move |ts| {
+            for t in 0..threads as usize {
+                let a: Vec<f32> = (0..8).map(|j| xs2[t * 8 + j] * j as f32).collect();
+                let s = (0..8).fold(0f32, |s, j| s + a[7 - j]);
+                close("y", &[ts[1].get_f32(t)], &[s], 1e-5);
+                for j in 0..4 {
+                    assert_eq!(ts[2].get_i64(t * 4 + j), (t * 10 + j + (j + 4)) as i64, "z[{t}][{j}]");
+                }
+            }
+        }),
+    }
+}
+
+fn scan_case(
+    name: &'static str,
+    kname: &str,
+    rows: u32,
+    cols: u32,
+    warps: [u32; 2],
+    threads: u32,
+    scratch: (u32, u32, Swizzle),
+) -> Case {
+    let (m, n) = (rows as usize, cols as usize);
+    let mut b = KernelBuilder::new(kname, threads);
+    let x = b.tensor("x", DType::F32, &[Expr::Int(m as i64), Expr::Int(n as i64)], Access::Read);
+    let y = b.tensor("y", DType::F32, &[Expr::Int(m as i64), Expr::Int(n as i64)], Access::Write);
+    let s = b.shared("scratch", DType::F32, scratch.0, scratch.1, 1, scratch.2);
+    let t = b.tile("t", DType::F32, rows, cols, warps);
+    let v = view(x, 0i64, n as i64, m as i64, n as i64, 2);
+    b.load(t, Place::Global(v));
+    b.scan_rows(t, s);
+    b.store(t, Place::Global(view(y, 0i64, n as i64, m as i64, n as i64, 2)));
+    let k = b.finish().unwrap();
+    let mut rng = Rng::new(16);
+    let xs = rng.vals(DType::F32, m * n, -1.0, 0.0);
+    let xs2 = xs.clone();
+    Case {
+        name,
+        kernel: k,
+        tensors: vec![HostTensor::from_f32(DType::F32, &[m, n], &xs), poisoned(DType::F32, &[m, n])],
+        scalars: vec![],
+        check: Box::new(move |ts| {
+            let mut want = xs2.clone();
+            for c in 0..n {
+                for r in 1..m {
+                    want[r * n + c] += want[(r - 1) * n + c];
+                }
+            }
+            // Sequential f32 order on both backends: bitwise.
+            close("y", &ts[1].to_f32_vec(), &want, 0.0);
+        }),
+    }
+}
+
+/// `scan_rows` on a [64, 64] tile on [2, 2] warps through a swizzled scratch of the same size.
+pub fn scan_rows() -> Case {
+    scan_case("scan_rows", "p_scan_rows", 64, 64, [2, 2], 128, (64, 64, Swizzle::Xor16B))
+}
+
+/// `scan_rows` with more columns than threads and a larger, plain scratch: [32, 128] on [2, 1] warps, 64
+/// threads, scratch [48, 136].
+pub fn scan_wide() -> Case {
+    scan_case("scan_wide", "p_scan_wide", 32, 128, [2, 1], 64, (48, 136, Swizzle::None))
+}
+
+/// `store_scalar` converts to every storable dtype like the host tensors do (bf16 and f16 round to nearest
+/// even, E4M3 saturates, ints wrap).
+pub fn scalar_store_conversions() -> Case {
+    let n = 64usize;
+    let mut b = KernelBuilder::new("p_store_conv", 64);
+    let x = b.tensor("x", DType::F32, &[Expr::Int(n as i64)], Access::Read);
+    let dts = [DType::Bf16, DType::F16, DType::E4m3, DType::U8, DType::I32, DType::U32, DType::U64];
+    let outs: Vec<TensorId> =
+        dts.iter().map(|d| b.tensor(&format!("y_{d}"), *d, &[Expr::Int(n as i64)], Access::Write)).collect();
+    b.threads(|b| {
+        let t = Expr::thread_idx();
+        let v = b.let_("v", Expr::load(x, t.clone()));
+        for (d, o) in dts.iter().zip(&outs) {
+            if d.is_int() {
+                b.store_scalar(*o, t.clone(), (v.clone() * 1000.0).to_int() - 100_000i64);
+            } else {
+                b.store_scalar(*o, t.clone(), v.clone());
+            }
+        }
+    });
+    let k = b.finish().unwrap();
+    let mut rng = Rng::new(17);
+    let mut xs = rng.vals(DType::F32, n, -600.0, 600.0);
+    xs[0] = 1.0 + 1.0 / 256.0; // a bf16 tie
+    xs[1] = 0.0625 * 1.0625; // between two e4m3 values
+    xs[2] = 1e6;
+    xs[3] = f32::NAN;
+    let xs2 = xs.clone();
+    let mut tensors = vec![HostTensor::from_f32(DType::F32, &[n], &xs)];
+    tensors.extend(dts.iter().map(|d| poisoned(*d, &[n])));
+    Case {
+        name: "scalar_store_conversions",
+        kernel: k,
+        tensors,
+        scalars: vec![],
+        check: Box::new(move |ts| {
+            for (di, d) in dts.iter().enumerate() {
+                let out = &ts[1 + di];
+                for (i, &v) in xs2.iter().enumerate() {
+                    if d.is_int() {
+                        if v.is_nan() {
+                            continue; // float -> int of NaN is unspecified
+                        }
+                        let want = HostTensor::from_i64(*d, &[1], &[(v * 1000.0) as i64 - 100_000]);
+                        assert_eq!(out.get_i64(i), want.get_i64(0), "{d}[{i}] from {v}");
+                    } else {
+                        let want = HostTensor::from_f32(*d, &[1], &[v]);
+                        let (g, w) = (out.get_f32(i), want.get_f32(0));
+                        assert!(
+                            g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
+                            "{d}[{i}] from {v}: {g} vs {w}"
+                        );
+                    }
+                }
+            }
+        }),
+    }
+}

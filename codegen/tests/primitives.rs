@@ -1,0 +1,66 @@
+//! Every prelude primitive, one small kernel each (see `common/cases.rs`):
+//! - `<case>::interp`: the CPU interpreter's result equals a plain Rust computation;
+//! - `<case>::compiles`: the kernel renders, compiles with NVRTC and assembles for sm_90a with no spills and
+//!   no stack frame.
+
+mod common;
+
+use common::cases::{self, Case};
+
+fn interp(c: Case) {
+    let mut ts = c.tensors;
+    common::interp(&c.kernel, &mut ts, &c.scalars);
+    (c.check)(&ts);
+}
+
+fn compiles(c: Case) {
+    let r = common::compiles(&c.kernel);
+    eprintln!("{}: {r:?}", c.name);
+    // Nothing lives in local memory: register arrays with unrolled indices stay in registers too.
+    assert_eq!(r.stack_frame_bytes, 0, "{}: {r:?}", c.name);
+}
+
+macro_rules! primitive {
+    ($($name:ident),* $(,)?) => {
+        $(
+            mod $name {
+                #[test]
+                fn interp() {
+                    super::interp(super::cases::$name());
+                }
+                #[test]
+                fn compiles() {
+                    super::compiles(super::cases::$name());
+                }
+            }
+        )*
+    };
+}
+
+primitive!(
+    map_f32,
+    map_bf16,
+    map_i32,
+    unary_bits,
+    shared_roundtrip,
+    vectors,
+    reduce_rows,
+    mma_ss_bf16,
+    mma_ss_f16_transposed_a,
+    mma_rs,
+    copy_async_vecs,
+    threads_divergent,
+    shared_scatter_transpose,
+    histogram_atomics,
+    atomic_ops,
+    arrays,
+    scan_rows,
+    scan_wide,
+    scalar_store_conversions,
+);
+
+#[test]
+fn every_case_is_listed() {
+    // `cases::all` feeds the GPU run; keep it in step with the list above.
+    assert_eq!(cases::all().len(), 19);
+}
