@@ -44,6 +44,8 @@ pub fn all() -> Vec<Case> {
         scan_rows(),
         scan_wide(),
         scalar_store_conversions(),
+        byte_formats(),
+        scan_replicated(),
     ]
 }
 
@@ -695,7 +697,10 @@ pub fn atomic_ops() -> Case {
     let st = b.shared("st", DType::U32, 1, 8, 1, Swizzle::None);
     b.threads(|b| {
         b.if_(Expr::thread_idx().lt(8i64), |b| {
-            b.shared_store(sm, 0i64, 0i64, Expr::thread_idx(), -1e30);
+            // Column 0 collects a maximum, 1 a sum, 2 a minimum.
+            let init =
+                Expr::select(Expr::thread_idx().eq(1i64), 0.0, Expr::select(Expr::thread_idx().eq(2i64), 1e30, -1e30));
+            b.shared_store(sm, 0i64, 0i64, Expr::thread_idx(), init);
             b.shared_store(st, 0i64, 0i64, Expr::thread_idx(), 0i64);
         });
     });
@@ -721,7 +726,9 @@ pub fn atomic_ops() -> Case {
         b.atomic(AtomicTarget::Global { tensor: gf, index: Expr::Int(2) }, AtomicOp::Min, v.clone());
         let sh =
             |col: i64| AtomicTarget::Shared { buf: sm, index: Expr::Int(0), row: Expr::Int(0), col: Expr::Int(col) };
-        b.atomic(sh(0), AtomicOp::Max, v);
+        b.atomic(sh(0), AtomicOp::Max, v.clone());
+        b.atomic(sh(1), AtomicOp::Add, (&t % 7i64).to_float());
+        b.atomic(sh(2), AtomicOp::Min, v);
         let ticket = b.atomic_fetch(
             "ticket",
             AtomicTarget::Shared { buf: st, index: Expr::Int(0), row: Expr::Int(0), col: Expr::Int(3) },
@@ -738,6 +745,13 @@ pub fn atomic_ops() -> Case {
                 AtomicTarget::Global { tensor: gf, index: Expr::Int(1) },
                 AtomicOp::Max,
                 Expr::shared_load(sm, 0i64, 0i64, 0i64),
+            );
+            // gf[0] also receives the shared sum (equal to the global one) and gf[2] the shared minimum.
+            b.atomic_add_global(gf, 0i64, Expr::shared_load(sm, 0i64, 0i64, 1i64));
+            b.atomic(
+                AtomicTarget::Global { tensor: gf, index: Expr::Int(2) },
+                AtomicOp::Min,
+                Expr::shared_load(sm, 0i64, 0i64, 2i64),
             );
         });
     });
@@ -775,7 +789,7 @@ pub fn atomic_ops() -> Case {
             assert_eq!(ts[4].get_i64(2), 4, "u64 min");
             let fsum: f32 = (0..n).map(|t| (t % 7) as f32).sum();
             let gf = ts[5].to_f32_vec();
-            assert_eq!(gf[0], fsum);
+            assert_eq!(gf[0], fsum * 2.0, "global and shared f32 sums");
             assert_eq!(gf[1], xs2.iter().copied().fold(f32::MIN, f32::max), "f32 max ignores the NaN start");
             assert_eq!(gf[2], xs2.iter().copied().fold(f32::MAX, f32::min));
             let mut seen: Vec<i64> = (0..threads as usize).map(|i| ts[6].get_i64(i)).collect();
@@ -887,6 +901,11 @@ pub fn scan_wide() -> Case {
     scan_case("scan_wide", "p_scan_wide", 32, 128, [2, 1], 64, (48, 136, Swizzle::None))
 }
 
+/// `scan_rows` on a tile replicated over the block's warps: [16, 32] on [1, 1] warps with 4 warps.
+pub fn scan_replicated() -> Case {
+    scan_case("scan_replicated", "p_scan_replicated", 16, 32, [1, 1], 128, (16, 32, Swizzle::Xor16B))
+}
+
 /// `store_scalar` converts to every storable dtype like the host tensors do (bf16 and f16 round to nearest
 /// even, E4M3 saturates, ints wrap).
 pub fn scalar_store_conversions() -> Case {
@@ -941,6 +960,59 @@ pub fn scalar_store_conversions() -> Case {
                         );
                     }
                 }
+            }
+        }),
+    }
+}
+
+/// Byte formats through tiles: E4M3 loads (pairs and singles) into an f32 tile and E4M3 tile stores
+/// (saturating), and packed u8 loaded into an i32 tile and split into nibbles with bit operations.
+pub fn byte_formats() -> Case {
+    let (m, n) = (16usize, 32usize);
+    let mut b = KernelBuilder::new("p_byte_formats", 32);
+    let q = b.tensor("q", DType::E4m3, &[Expr::Int(m as i64), Expr::Int(n as i64)], Access::Read);
+    let u = b.tensor("u", DType::U8, &[Expr::Int(m as i64), Expr::Int(n as i64)], Access::Read);
+    let yq = b.tensor("yq", DType::F32, &[Expr::Int(2), Expr::Int(m as i64), Expr::Int(n as i64)], Access::Write);
+    let zq = b.tensor("zq", DType::E4m3, &[Expr::Int(m as i64), Expr::Int(n as i64)], Access::Write);
+    let yn = b.tensor("yn", DType::I32, &[Expr::Int(m as i64), Expr::Int(n as i64)], Access::Write);
+    let t = b.tile("t", DType::F32, 16, 32, [1, 1]);
+    let i = b.tile("i", DType::I32, 16, 32, [1, 1]);
+    let v = |tensor, off: i64, vec| view(tensor, off, n as i64, m as i64, n as i64, vec);
+    for (k, vec) in [(0i64, 2u32), (1, 1)] {
+        b.load(t, Place::Global(v(q, 0, vec)));
+        b.store(t, Place::Global(v(yq, k * (m * n) as i64, 2)));
+    }
+    b.map(t, Expr::Elem(t) * 3.0);
+    b.store(t, Place::Global(v(zq, 0, 2)));
+    b.load(i, Place::Global(v(u, 0, 4)));
+    b.map(i, Expr::Elem(i).shr(4i64).bitand(0xfi64) * 16i64 - Expr::Elem(i).bitand(0xfi64));
+    b.store(i, Place::Global(v(yn, 0, 2)));
+    let k = b.finish().unwrap();
+    let mut rng = Rng::new(18);
+    // Every code but NaN (0x7f, 0xff).
+    let qs: Vec<u8> = (0..m * n).map(|i| if i & 0x7f == 0x7f { 0 } else { i as u8 }).collect();
+    let us: Vec<u8> = (0..m * n).map(|_| rng.int(0, 256) as u8).collect();
+    let (qs2, us2) = (qs.clone(), us.clone());
+    Case {
+        name: "byte_formats",
+        kernel: k,
+        tensors: vec![
+            HostTensor::from_bytes(DType::E4m3, &[m, n], qs),
+            HostTensor::from_bytes(DType::U8, &[m, n], us),
+            poisoned(DType::F32, &[2, m, n]),
+            poisoned(DType::E4m3, &[m, n]),
+            poisoned(DType::I32, &[m, n]),
+        ],
+        scalars: vec![],
+        check: Box::new(move |ts| {
+            let dec: Vec<f32> = qs2.iter().map(|&c| k3k_ir::tensor::e4m3_to_f32(c)).collect();
+            let y = ts[2].to_f32_vec();
+            close("pairs", &y[..m * n], &dec, 0.0);
+            close("singles", &y[m * n..], &dec, 0.0);
+            for (idx, d) in dec.iter().enumerate() {
+                assert_eq!(ts[3].data[idx], k3k_ir::tensor::f32_to_e4m3(d * 3.0), "e4m3 store of {} at {idx}", d * 3.0);
+                let c = us2[idx] as i64;
+                assert_eq!(ts[4].get_i64(idx), (c >> 4) * 16 - (c & 0xf), "nibbles at {idx}");
             }
         }),
     }
