@@ -229,7 +229,7 @@ pub enum ScanOp {
 
 /// A statement. Every statement is block-level (executed by the whole block) except inside a
 /// [`Stmt::Threads`] region, whose statements each thread executes on its own. Which statements are valid
-/// where is checked by [`crate::validate`]:
+/// where is checked by [`crate::validate()`]:
 /// - anywhere: `Let`, `Assign`, `For`, `If`;
 /// - block level only: `Threads`, `Barrier`, the async copies, the tile and vector statements, `Scan`;
 /// - inside regions only: `StoreScalar`, `SharedStore`, `Atomic`, `LetArray`, `ArraySet`.

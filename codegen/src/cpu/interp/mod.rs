@@ -8,7 +8,7 @@
 //! put barriers where the IR documentation asks for them. Every memory access is bounds-checked: an index
 //! outside a tensor, a shared buffer or an array is an error here, where a GPU would read garbage or fault.
 //!
-//! Modules: [`memory`] (values, store conversions, shared buffers), `eval` (expressions), `tiles` (the
+//! Modules: `memory` (values, store conversions, shared buffers), `eval` (expressions), `tiles` (the
 //! block-level tile statements) and `threads` (the statements of threads regions).
 
 mod eval;
