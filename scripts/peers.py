@@ -35,39 +35,27 @@ def ceilings():
             "source": f"measured in this run on {torch.cuda.get_device_name()}: 4 GiB d2d copy, cuBLAS bf16 8192^3"}
 
 
-def situ(a, b):
-    return 4 * torch.tanh(a / 4) * torch.sigmoid(a) * (25 * torch.tanh(b / 25))
-
-
-def peer_latent_moe_gemm(pb):
-    counts = pb["counts"]; K = pb["K"]; N = pb["N"]; M = pb["M"]
-    G = len(counts)
-    X = torch.randn(M, K, device=dev, dtype=torch.bfloat16)
-    W = torch.randn(G, N, K, device=dev, dtype=torch.bfloat16) * K ** -0.5
-    offs = torch.tensor(counts, device=dev).cumsum(0).to(torch.int32)
-    Wt = W.transpose(-2, -1)
-    p = torch.rand(M, device=dev) * 0.9 + 0.1 if pb["p"] else None
-    if pb["epilogue"] == "none":
-        fn = lambda: torch._grouped_mm(X, Wt, offs=offs, out_dtype=torch.bfloat16)
-        name = "torch._grouped_mm"
-    else:
-        act = situ if pb["epilogue"] == "situ_glu" else (lambda a, b: torch.nn.functional.silu(a) * b)
-        def fn():
-            y = torch._grouped_mm(X, Wt, offs=offs, out_dtype=torch.bfloat16).float()
-            h = act(y[:, : N // 2], y[:, N // 2:])
-            if p is not None:
-                h = h * p[:, None]
-            return h.to(torch.bfloat16)
-        name = "torch._grouped_mm + torch GLU epilogue"
-    return name, bench(fn)
-
-
-PEERS = {"latent_moe_gemm": peer_latent_moe_gemm}
+def load_peers():
+    """Every scripts/peer_ops/<family>.py defines PEERS = {op name: fn(problem) -> (peer name, ms)}."""
+    import importlib.util
+    peers = {}
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "peer_ops")
+    for f in sorted(glob.glob(os.path.join(here, "*.py"))):
+        spec = importlib.util.spec_from_file_location(os.path.basename(f)[:-3], f)
+        m = importlib.util.module_from_spec(spec)
+        try:
+            spec.loader.exec_module(m)
+            peers.update(m.PEERS)
+        except Exception:
+            print("could not load", f, flush=True)
+            traceback.print_exc()
+    return peers
 
 
 def main():
     folder = sys.argv[1]
     out = sys.argv[sys.argv.index("--out") + 1] if "--out" in sys.argv else os.path.join(folder, "peers.json")
+    PEERS = load_peers()
     res = {"ceilings": ceilings(), "rows": []}
     print("ceilings:", res["ceilings"], flush=True)
     for f in sorted(glob.glob(os.path.join(folder, "*.json"))):

@@ -117,7 +117,7 @@ pub fn bench_op(
 ) -> anyhow::Result<BenchReport> {
     let mut rows = vec![];
     for (i, p) in presets.iter().enumerate() {
-        let inst = op.instance(p, 0x6b336b_0000 + i as u64)?;
+        let inst = op.instance(p, 0x006b_336b_0000 + i as u64)?;
         let mut best: Option<Measured> = None;
         let mut variants = vec![];
         for knobs in knobs_for(p) {

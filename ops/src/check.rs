@@ -26,7 +26,8 @@ pub fn error_pattern(got: &[f64], want: &[f64], rows: usize, cols: usize) -> Str
     for r in 0..rows {
         for c in 0..cols {
             let i = r * cols + c;
-            if !((got[i] - want[i]).abs() <= tol) {
+            let close = (got[i] - want[i]).abs() <= tol; // false for NaN too
+            if !close {
                 bad += 1;
                 by_r[r % 16] += 1;
                 by_c[c % 16] += 1;

@@ -52,8 +52,8 @@ pub struct GemmSpec {
 impl GemmSpec {
     /// The variant for a problem shape: the widest accesses K and the output width allow.
     pub fn for_shape(grouped: bool, epilogue: Epilogue, row_scale: bool, k: usize, n_out: usize) -> Self {
-        let in_vec = [8u32, 4, 2, 1].into_iter().find(|v| k % *v as usize == 0).unwrap_or(1);
-        let out_vec = if n_out % 2 == 0 { 2 } else { 1 };
+        let in_vec = [8u32, 4, 2, 1].into_iter().find(|v| k.is_multiple_of(*v as usize)).unwrap_or(1);
+        let out_vec = if n_out.is_multiple_of(2) { 2 } else { 1 };
         GemmSpec { grouped, epilogue, row_scale, in_vec, out_vec }
     }
     /// The alignment class, part of the tuning key.
@@ -108,13 +108,13 @@ fn cfg(spec: &GemmSpec, k: &Knobs) -> Result<Cfg, OpError> {
     };
     let invalid = |why: String| Err(OpError::InvalidKnobs { op: "latent_moe_gemm", knobs: k.to_string(), why });
     let acc_cols = if spec.epilogue.is_glu() { c.bn / 2 } else { c.bn };
-    if c.bm % (16 * c.wm) != 0 {
+    if !c.bm.is_multiple_of(16 * c.wm) {
         return invalid(format!("BM={} is not a multiple of 16*WM={}", c.bm, 16 * c.wm));
     }
     if acc_cols % (16 * c.wn) != 0 {
         return invalid(format!("accumulator width {acc_cols} is not a multiple of 16*WN={}", 16 * c.wn));
     }
-    if c.stages < 2 || c.bk % 16 != 0 {
+    if c.stages < 2 || !c.bk.is_multiple_of(16) {
         return invalid("STAGES >= 2 and BK a multiple of 16 are required".into());
     }
     let warps = c.wm * c.wn;
@@ -135,10 +135,11 @@ pub fn build_kernel(spec: &GemmSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
     let glu = spec.epilogue.is_glu();
     let threads = 32 * c.wm * c.wn;
     let name = format!(
-        "k3k_gemm_{}{}_{}_{}",
+        "k3k_gemm_{}{}_{}_{}_{}",
         if spec.grouped { "grouped" } else { "dense" },
         if spec.row_scale { "_p" } else { "" },
         spec.epilogue.name(),
+        spec.alignment(),
         knobs.id().to_lowercase()
     );
     let mut b = KernelBuilder::new(&name, threads);
@@ -150,13 +151,13 @@ pub fn build_kernel(spec: &GemmSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
     let (g_count, w, offs) = if spec.grouped {
         let g = b.dim("G");
         let w = b.tensor("w", DType::Bf16, &[g.clone(), n.clone(), kd.clone()], Access::Read);
-        let offs = b.tensor("offs", DType::I32, &[g.clone()], Access::Read);
+        let offs = b.tensor("offs", DType::I32, std::slice::from_ref(&g), Access::Read);
         (g, w, Some(offs))
     } else {
         let w = b.tensor("w", DType::Bf16, &[n.clone(), kd.clone()], Access::Read);
         (Expr::Int(1), w, None)
     };
-    let p = spec.row_scale.then(|| b.tensor("p", DType::F32, &[m.clone()], Access::Read));
+    let p = spec.row_scale.then(|| b.tensor("p", DType::F32, std::slice::from_ref(&m), Access::Read));
     // Output width: N, or N/2 = NH for the GLU forms (the launcher checks N == 2*NH).
     let n_out = if glu { b.dim("NH") } else { n.clone() };
     let y = b.tensor("y", DType::Bf16, &[m.clone(), n_out.clone()], Access::Write);
@@ -393,7 +394,7 @@ impl GemmProblem {
             let g = p.get("G")? as usize;
             (true, ragged_counts(g, p.get("mean")? as usize, 8, p.get_or("seed", 1) as u64))
         };
-        if epilogue.is_glu() && n % 2 != 0 {
+        if epilogue.is_glu() && !n.is_multiple_of(2) {
             return Err(OpError::BadInput {
                 op: "latent_moe_gemm",
                 arg: "N".into(),
@@ -597,7 +598,8 @@ impl Instance for GemmInstance {
             start += c;
         }
         use rayon::prelude::*;
-        let per_row: Vec<Result<(Vec<f64>, Vec<f64>), OpError>> = rows
+        type RowPair = (Vec<f64>, Vec<f64>);
+        let per_row: Vec<Result<RowPair, OpError>> = rows
             .par_iter()
             .map(|&r| {
                 let g = group_of[r];

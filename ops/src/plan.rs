@@ -78,7 +78,7 @@ impl Plan {
     /// The distinct kernels of the plan.
     pub fn kernels(&self) -> Vec<&Kernel> {
         let mut seen = std::collections::HashSet::new();
-        self.steps.iter().map(|s| &s.kernel).filter(|k| seen.insert(k.name.clone())).collect()
+        self.steps.iter().map(|s| &s.kernel).filter(|k| seen.insert(k3k_ir::stable_hash(k))).collect()
     }
 }
 
@@ -105,13 +105,16 @@ impl GpuExec {
         GpuExec { gpu, loaded: HashMap::new() }
     }
 
+    /// Loaded kernels are keyed by the stable hash of their IR, never by name: two variants that differ only
+    /// in, say, their alignment class must not share a module.
     fn load(&mut self, k: &Kernel) -> Result<&LoadedKernel, OpError> {
-        if !self.loaded.contains_key(&k.name) {
+        let key = k3k_ir::stable_hash(k);
+        if !self.loaded.contains_key(&key) {
             let m = build(k, BuildOptions { assemble: false })?;
             let lk = self.gpu.load(k, &m)?;
-            self.loaded.insert(k.name.clone(), lk);
+            self.loaded.insert(key.clone(), lk);
         }
-        Ok(&self.loaded[&k.name])
+        Ok(&self.loaded[&key])
     }
 
     /// Make sure every kernel of a plan is compiled and loaded (so timing excludes compilation).
@@ -135,14 +138,8 @@ impl GpuExec {
 
     /// Enqueue every step of a plan on resident buffers.
     pub fn launch_all(&mut self, plan: &Plan, dev: &[DeviceTensor]) -> Result<(), OpError> {
-        for s in &plan.steps {
-            self.load(&s.kernel)?;
-            let lk = &self.loaded[&s.kernel.name];
-            let args: Vec<&DeviceTensor> = s.args.iter().map(|&i| &dev[i]).collect();
-            let scalars: Vec<(&str, SymValue)> = s.scalars.iter().map(|(n, v)| (n.as_str(), *v)).collect();
-            self.gpu.launch(lk, &args, &scalars)?;
-        }
-        Ok(())
+        self.prepare(plan)?;
+        self.launch_plan_raw(plan, dev)
     }
 
     /// Download the outputs of a plan.
@@ -177,7 +174,10 @@ impl GpuExec {
 
     fn launch_plan_raw(&self, plan: &Plan, dev: &[DeviceTensor]) -> Result<(), OpError> {
         for s in &plan.steps {
-            let lk = self.loaded.get(&s.kernel.name).ok_or_else(|| OpError::Internal("kernel not loaded".into()))?;
+            let lk = self
+                .loaded
+                .get(&k3k_ir::stable_hash(&s.kernel))
+                .ok_or_else(|| OpError::Internal(format!("kernel `{}` not loaded", s.kernel.name)))?;
             let args: Vec<&DeviceTensor> = s.args.iter().map(|&i| &dev[i]).collect();
             let scalars: Vec<(&str, SymValue)> = s.scalars.iter().map(|(n, v)| (n.as_str(), *v)).collect();
             self.gpu.launch(lk, &args, &scalars)?;

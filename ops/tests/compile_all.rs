@@ -16,3 +16,25 @@ fn gemm_default_compiles() {
         assert!(!r.spills(), "{r:?}");
     }
 }
+
+#[test]
+fn distinct_gemm_variants_have_distinct_names() {
+    // Loaded-kernel caches key on the IR hash, but names show up in logs, PTX and results: two different
+    // kernels must never share one.
+    let mut by_name = std::collections::HashMap::new();
+    for grouped in [false, true] {
+        for epi in [Epilogue::None, Epilogue::SituGlu, Epilogue::SwiGlu] {
+            for row_scale in [false, true] {
+                for (k, n) in [(64, 64), (31, 64), (30, 63), (60, 64)] {
+                    let spec = GemmSpec::for_shape(grouped, epi, row_scale, k, n);
+                    let kern = build_kernel(&spec, &default_knobs()).unwrap();
+                    let h = k3k_ir::stable_hash(&kern);
+                    if let Some(prev) = by_name.insert(kern.name.clone(), h.clone()) {
+                        assert_eq!(prev, h, "two different kernels named {}", kern.name);
+                    }
+                }
+            }
+        }
+    }
+    assert!(by_name.len() >= 30, "{}", by_name.len());
+}

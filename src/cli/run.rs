@@ -25,7 +25,7 @@ fn compile_all() -> anyhow::Result<usize> {
     for op in registry::all() {
         for p in op.bench_presets() {
             for k in op.kernels(&p, &op.default_knobs())? {
-                if !seen.insert(k.name.clone()) {
+                if !seen.insert(k3k::ir::stable_hash(&k)) {
                     continue;
                 }
                 match build(&k, BuildOptions { assemble: true }) {
