@@ -123,7 +123,12 @@ __device__ __forceinline__ void copy_async(unsigned char* tile, int row0, int co
   }
 }
 __device__ __forceinline__ void async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> __device__ __forceinline__ void async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+// Waiting also fences the async proxy, so what the copies (or this thread's plain stores) wrote is visible to
+// wgmma and the bulk-copy engine after the following barrier.
+template <int N> __device__ __forceinline__ void async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
 
 // ---------------------------------------------------------------------------------------------------------
 // Element moves between register tiles and memory. Each thread moves its own neighbouring-column pairs.
@@ -370,6 +375,31 @@ __device__ __forceinline__ void mma_rs(ACC& acc, const AT& at, const unsigned ch
       }
     }
   }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Warpgroup tensor cores (sm_90a wgmma). Operands are K-major shared tiles with 128-byte swizzled rows; a
+// descriptor names the start (16-byte units), the 1024-byte stride between 8-row atoms and the swizzle mode.
+// The per-shape instruction wrappers (`wgmma_n<N>`) are emitted by the renderer for the shapes a kernel uses.
+__device__ __forceinline__ unsigned long long wgmma_desc_sw128(unsigned saddr) {
+  unsigned long long d = 0;
+  d |= (unsigned long long)((saddr & 0x3FFFFu) >> 4);
+  d |= 1ull << 16;                        // leading byte offset: unused for swizzled K-major operands
+  d |= (unsigned long long)(1024 >> 4) << 32;  // stride byte offset: one 8-row x 128-byte atom
+  d |= 1ull << 62;                        // 128-byte swizzle
+  return d;
+}
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Keep the compiler from moving accumulator reads or writes across an asynchronous tensor-core operation.
+template <class ACC> __device__ __forceinline__ void fence_operand(ACC& acc) {
+#pragma unroll
+  for (int f = 0; f < ACC::L::NF; ++f)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) asm volatile("" : "+f"(acc.v[0][f][j])::"memory");
 }
 
 }  // namespace k3k

@@ -220,6 +220,18 @@ impl KernelBuilder {
     pub fn mma(&mut self, acc: TileId, a: Operand, b: Operand) {
         self.push(Stmt::Mma { acc, a, b });
     }
+    /// Start `acc += a @ b` on the warpgroup tensor cores (see [`Stmt::MmaAsync`]).
+    pub fn mma_async(&mut self, acc: TileId, a: Operand, b: Operand) {
+        self.push(Stmt::MmaAsync { acc, a, b, accumulate: Expr::Bool(true) });
+    }
+    /// `acc = (accumulate ? acc : 0) + a @ b` on the warpgroup tensor cores (see [`Stmt::MmaAsync`]).
+    pub fn mma_async_init(&mut self, acc: TileId, a: Operand, b: Operand, accumulate: impl Into<Expr>) {
+        self.push(Stmt::MmaAsync { acc, a, b, accumulate: accumulate.into() });
+    }
+    /// Wait until at most `pending` `mma_async` statements are in flight.
+    pub fn mma_wait(&mut self, pending: u32) {
+        self.push(Stmt::MmaWait { pending });
+    }
     /// Asynchronous global -> shared tile copy.
     pub fn copy_async(&mut self, dst: SharedRef, src: GlobalView) {
         self.push(Stmt::CopyAsync { dst, src });

@@ -127,6 +127,14 @@ impl SharedDecl {
     pub fn bytes(&self) -> usize {
         self.tile_bytes() * self.count as usize
     }
+    /// Bytes of one row.
+    pub fn row_bytes(&self) -> usize {
+        self.dtype.storage_bytes(self.cols as usize)
+    }
+    /// True for the layout `wgmma` reads with its 128-byte swizzle: XOR-swizzled 128-byte rows.
+    pub fn is_swizzle_128b(&self) -> bool {
+        self.swizzle == Swizzle::Xor16B && self.row_bytes() == 128
+    }
 }
 
 /// A window of one shared tile: tile `index` of buffer `buf`, rows `row0..row0+rows`, cols `col0..col0+cols`.
@@ -253,6 +261,18 @@ pub enum Stmt {
     Reduce { vec: VecId, tile: TileId, op: ReduceOp, accumulate: bool },
     /// `acc += a @ b` with f32 accumulation; a is `[M, K]`, b is `[K, N]`, acc is `[M, N]`, K a multiple of 16.
     Mma { acc: TileId, a: Operand, b: Operand },
+    /// Start `acc += a @ b` on the warpgroup tensor cores (Hopper `wgmma`), asynchronously. Both operands are
+    /// shared windows stored K-contiguous in 128-byte rows (a 64-element bf16/f16 K slice, `Swizzle::Xor16B`):
+    /// A `[M, K]` not transposed, B `[N, K]` read transposed. The accumulator sits on warps `[4*g, 1]`, one
+    /// warpgroup per 64 rows, and uses every warp of the block. Until an [`Stmt::MmaWait`] covers this
+    /// statement, neither `acc` nor the operands' shared memory may be touched (loads of *other* shared tiles
+    /// may proceed, which is the point). Shared data written by ordinary stores must be followed by an
+    /// `AsyncWait` (which fences the async proxy) and a barrier before this statement reads it.
+    /// `accumulate` (a block-uniform bool) false means `acc = a @ b`: the way to start a tile, since zeroing the
+    /// accumulator registers with ordinary instructions would serialize the tensor-core pipeline.
+    MmaAsync { acc: TileId, a: Operand, b: Operand, accumulate: Expr },
+    /// Wait until at most `pending` [`Stmt::MmaAsync`] statements of this warpgroup are still in flight.
+    MmaWait { pending: u32 },
     /// Start an asynchronous global -> shared copy of a tile (invalid elements become 0).
     CopyAsync { dst: SharedRef, src: GlobalView },
     /// Close the current group of asynchronous copies.
@@ -329,6 +349,8 @@ pub struct Kernel {
 
 /// Shared buffers start at multiples of this many bytes.
 pub const SHARED_ALIGN: usize = 128;
+/// Swizzled buffers with 128-byte rows start at multiples of this (the `wgmma` 128-byte swizzle atom: 8 rows).
+pub const SWIZZLE_ATOM_ALIGN: usize = 1024;
 
 impl Kernel {
     /// Warps per block.
@@ -341,6 +363,9 @@ impl Kernel {
         let mut offsets = Vec::with_capacity(self.shared.len());
         let mut at = 0usize;
         for s in &self.shared {
+            if s.is_swizzle_128b() {
+                at = at.next_multiple_of(SWIZZLE_ATOM_ALIGN);
+            }
             offsets.push(at);
             at += s.bytes().next_multiple_of(SHARED_ALIGN);
         }

@@ -186,6 +186,20 @@ fn body(k: &Kernel, b: &[Stmt], depth: usize, s: &mut String) {
             Stmt::Mma { acc, a, b } => {
                 let _ = writeln!(s, "{pad}{} += {} @ {}", k.tiles[acc.0 as usize].name, operand(k, a), operand(k, b));
             }
+            Stmt::MmaAsync { acc, a, b, accumulate } => {
+                let _ = writeln!(
+                    s,
+                    "{pad}{} = ({} ? {} : 0) + {} @ {} async",
+                    k.tiles[acc.0 as usize].name,
+                    expr(k, accumulate),
+                    k.tiles[acc.0 as usize].name,
+                    operand(k, a),
+                    operand(k, b)
+                );
+            }
+            Stmt::MmaWait { pending } => {
+                let _ = writeln!(s, "{pad}mma_wait pending<={pending}");
+            }
             Stmt::CopyAsync { dst, src } => {
                 let _ = writeln!(s, "{pad}{} <~ {}", shared_ref(k, dst), global_view(k, src));
             }

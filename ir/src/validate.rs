@@ -561,6 +561,8 @@ impl<'a> Checker<'a> {
             Stmt::VecMap { .. } => ("vec_map", BlockOnly),
             Stmt::Reduce { .. } => ("reduce", BlockOnly),
             Stmt::Mma { .. } => ("mma", BlockOnly),
+            Stmt::MmaAsync { .. } => ("mma_async", BlockOnly),
+            Stmt::MmaWait { .. } => ("mma_wait", BlockOnly),
             Stmt::CopyAsync { .. } => ("copy_async", BlockOnly),
             Stmt::AsyncCommit => ("async commit", BlockOnly),
             Stmt::AsyncWait { .. } => ("async wait", BlockOnly),
@@ -798,6 +800,11 @@ impl<'a> Checker<'a> {
                 }
             }
             Stmt::Mma { acc, a, b } => self.mma(*acc, a, b)?,
+            Stmt::MmaAsync { acc, a, b, accumulate } => {
+                self.scalar(accumulate, ScalarTy::Bool, "mma_async accumulate flag")?;
+                self.mma_async(*acc, a, b)?
+            }
+            Stmt::MmaWait { .. } => {}
             Stmt::CopyAsync { dst, src } => {
                 let d = self.shared_ref(dst)?;
                 let t = self.global_view(src)?;
@@ -934,6 +941,79 @@ impl<'a> Checker<'a> {
             ));
         }
         Ok(d)
+    }
+
+    /// A `wgmma` operand: a K-major window of 128-byte swizzled rows, starting on an 8-row atom at column 0.
+    fn wgmma_operand(&self, o: &Operand, want_transpose: bool, which: &str) -> Result<(u32, u32, DType), IrError> {
+        let Operand::Shared { src, transpose } = o else {
+            return Err(
+                self.err(IrErrorKind::Layout, format!("mma_async: the {which} operand must come from shared memory"))
+            );
+        };
+        let d = self.shared_ref(src)?;
+        if *transpose != want_transpose {
+            return Err(self.err(
+                IrErrorKind::Layout,
+                format!(
+                    "mma_async: the {which} operand must be stored K-contiguous ({})",
+                    if want_transpose { "B as [N, K], read transposed" } else { "A as [M, K]" }
+                ),
+            ));
+        }
+        if !d.is_swizzle_128b() || !d.rows.is_multiple_of(8) || src.col0 != 0 || !src.row0.is_multiple_of(8) {
+            return Err(self.err(
+                IrErrorKind::Layout,
+                format!(
+                    "mma_async: shared `{}` must have Xor16B-swizzled 128-byte rows ({} bytes here), a multiple of 8                      rows, and the window must start at column 0 on a multiple of 8 rows (row0 {}, col0 {})",
+                    d.name,
+                    d.row_bytes(),
+                    src.row0,
+                    src.col0
+                ),
+            ));
+        }
+        Ok((src.rows, src.cols, d.dtype))
+    }
+
+    fn mma_async(&self, acc: TileId, a: &Operand, b: &Operand) -> Result<(), IrError> {
+        let c = self.tile(acc)?;
+        if c.dtype != DType::F32 {
+            return Err(self.err(IrErrorKind::Type, format!("mma_async accumulator `{}` must be f32", c.name)));
+        }
+        let groups = c.warps[0] / 4;
+        if c.warps[1] != 1 || !c.warps[0].is_multiple_of(4) || c.warps[0] != self.k.warps() || c.rows != 64 * groups {
+            return Err(self.err(
+                IrErrorKind::Layout,
+                format!(
+                    "mma_async accumulator `{}` ({}x{} on warps {:?}) must have 64 rows per warpgroup on warps [4*g, 1]                      using all {} warps of the block",
+                    c.name,
+                    c.rows,
+                    c.cols,
+                    c.warps,
+                    self.k.warps()
+                ),
+            ));
+        }
+        if c.cols > 256 || !c.cols.is_multiple_of(8) {
+            return Err(
+                self.err(IrErrorKind::Shape, format!("mma_async: N = {} must be a multiple of 8 up to 256", c.cols))
+            );
+        }
+        let (am, ak, adt) = self.wgmma_operand(a, false, "A")?;
+        let (bn, bk, bdt) = self.wgmma_operand(b, true, "B")?;
+        if !matches!(adt, DType::Bf16 | DType::F16) || adt != bdt {
+            return Err(self.err(
+                IrErrorKind::Type,
+                format!("mma_async operands must both be bf16 or both f16, got {adt} and {bdt}"),
+            ));
+        }
+        if am != c.rows || bn != c.cols || ak != bk || !ak.is_multiple_of(16) || ak > 64 {
+            return Err(self.err(
+                IrErrorKind::Shape,
+                format!("mma_async shapes: acc {}x{}, a {am}x{ak}, b^T {bk}x{bn} (K must match, a multiple of 16, at most 64)", c.rows, c.cols),
+            ));
+        }
+        Ok(())
     }
 
     fn mma(&self, acc: TileId, a: &Operand, b: &Operand) -> Result<(), IrError> {

@@ -72,18 +72,37 @@ pub fn knob_space() -> KnobSpace {
         .axis("WM", "warps along M", [1i64, 2, 4])
         .axis("WN", "warps along N", [1i64, 2, 4])
         .axis("RASTER", "tile order inside a group: m (neighbouring blocks share a weight tile) or n", ["m", "n"])
+        .axis(
+            "MMA",
+            "tensor-core path: sync (mma.sync m16n8k16 from ldmatrix) or wgmma (sm_90a warpgroup MMA from 128-byte-swizzled shared tiles; BK=64, WN=1, WM=BM/16)",
+            ["sync", "wgmma"],
+        )
 }
 
 /// The knobs used when no tuning record exists.
 pub fn default_knobs() -> Knobs {
     Knobs::new()
         .with("BM", 128i64)
-        .with("BN", 128i64)
+        .with("BN", 256i64)
+        .with("BK", 64i64)
+        .with("STAGES", 4i64)
+        .with("WM", 8i64)
+        .with("WN", 1i64)
+        .with("RASTER", "m")
+        .with("MMA", "wgmma")
+}
+
+/// The best mma.sync configuration measured on the H200 (2026-11-29), kept as the portable fallback.
+pub fn sync_knobs() -> Knobs {
+    Knobs::new()
+        .with("BM", 128i64)
+        .with("BN", 256i64)
         .with("BK", 32i64)
         .with("STAGES", 3i64)
         .with("WM", 2i64)
-        .with("WN", 2i64)
+        .with("WN", 4i64)
         .with("RASTER", "m")
+        .with("MMA", "sync")
 }
 
 struct Cfg {
@@ -94,6 +113,7 @@ struct Cfg {
     wm: u32,
     wn: u32,
     raster_m: bool,
+    wgmma: bool,
 }
 
 fn cfg(spec: &GemmSpec, k: &Knobs) -> Result<Cfg, OpError> {
@@ -105,6 +125,10 @@ fn cfg(spec: &GemmSpec, k: &Knobs) -> Result<Cfg, OpError> {
         wm: k.u32("WM")?,
         wn: k.u32("WN")?,
         raster_m: k.str("RASTER")? == "m",
+        wgmma: match k.0.get("MMA") {
+            None => false,
+            Some(_) => k.str("MMA")? == "wgmma",
+        },
     };
     let invalid = |why: String| Err(OpError::InvalidKnobs { op: "latent_moe_gemm", knobs: k.to_string(), why });
     let acc_cols = if spec.epilogue.is_glu() { c.bn / 2 } else { c.bn };
@@ -116,6 +140,12 @@ fn cfg(spec: &GemmSpec, k: &Knobs) -> Result<Cfg, OpError> {
     }
     if c.stages < 2 || !c.bk.is_multiple_of(16) {
         return invalid("STAGES >= 2 and BK a multiple of 16 are required".into());
+    }
+    if c.wgmma && (c.bk != 64 || c.wn != 1 || c.wm * 16 != c.bm || c.stages < 3 || acc_cols > 256) {
+        return invalid(format!(
+            "MMA=wgmma needs BK=64, WN=1, WM=BM/16 (one warpgroup per 64 rows), STAGES>=3 and at most 256 accumulator columns (got BK={}, WN={}, WM={}, BM={}, STAGES={}, {acc_cols} columns)",
+            c.bk, c.wn, c.wm, c.bm, c.stages
+        ));
     }
     let warps = c.wm * c.wn;
     if warps > 8 {
@@ -271,34 +301,76 @@ pub fn build_kernel(spec: &GemmSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
             }
         };
 
-        b.map(acc, 0.0f64);
-        if let Some(u) = acc_up {
-            b.map(u, 0.0f64);
-        }
-        // Pipeline prologue: stages 0..STAGES-1.
-        for s in 0..st - 1 {
-            b.if_(Expr::Int(s as i64).lt(k_tiles.clone()), |b| load_stage(b, Expr::Int(s as i64)));
-            b.commit();
-        }
-        b.for_("kt", 0i64, k_tiles.clone(), 1i64, |b, kt| {
-            b.wait(st - 2);
-            b.barrier();
-            let next = &kt + (st - 1) as i64;
-            b.if_(next.lt(k_tiles.clone()), |b| load_stage(b, next.clone()));
-            b.commit();
-            let slot = &kt % st as i64;
-            let a = Operand::Shared { src: b.slot(sa, slot.clone()), transpose: false };
+        if !c.wgmma {
+            b.map(acc, 0.0f64);
             if let Some(u) = acc_up {
-                let half = bn / 2;
-                let bg = Operand::Shared { src: b.window(sb, slot.clone(), 0, 0, half, bk), transpose: true };
-                let bu = Operand::Shared { src: b.window(sb, slot, half, 0, half, bk), transpose: true };
-                b.mma(acc, a.clone(), bg);
-                b.mma(u, a, bu);
-            } else {
-                let bt = Operand::Shared { src: b.slot(sb, slot), transpose: true };
-                b.mma(acc, a, bt);
+                b.map(u, 0.0f64);
             }
-        });
+        }
+        if c.wgmma {
+            // Warpgroup MMA pipeline: a stage's shared tile is refilled two iterations after its product was
+            // issued (by then every warpgroup has waited for it), so STAGES-2 loads and one product are in flight.
+            for s in 0..st - 2 {
+                b.if_(Expr::Int(s as i64).lt(k_tiles.clone()), |b| load_stage(b, Expr::Int(s as i64)));
+                b.commit();
+            }
+            let groups = if acc_up.is_some() { 2 } else { 1 };
+            b.for_("kt", 0i64, k_tiles.clone(), 1i64, |b, kt| {
+                b.wait(st - 3);
+                b.barrier();
+                let next = &kt + (st - 2) as i64;
+                b.if_(next.lt(k_tiles.clone()), |b| load_stage(b, next.clone()));
+                b.commit();
+                let slot = &kt % st as i64;
+                let a = Operand::Shared { src: b.slot(sa, slot.clone()), transpose: false };
+                // The first product of a tile overwrites the accumulators (no zeroing instructions).
+                let accumulate = kt.gt(0i64);
+                if let Some(u) = acc_up {
+                    let half = bn / 2;
+                    let bg = Operand::Shared { src: b.window(sb, slot.clone(), 0, 0, half, bk), transpose: true };
+                    let bu = Operand::Shared { src: b.window(sb, slot, half, 0, half, bk), transpose: true };
+                    b.mma_async_init(acc, a.clone(), bg, accumulate.clone());
+                    b.mma_async_init(u, a, bu, accumulate);
+                } else {
+                    let bt = Operand::Shared { src: b.slot(sb, slot), transpose: true };
+                    b.mma_async_init(acc, a, bt, accumulate);
+                }
+                b.mma_wait(groups);
+            });
+            b.mma_wait(0);
+            // K = 0: no product ran, the result is zero.
+            b.if_(k_tiles.le(0i64), |b| {
+                b.map(acc, 0.0f64);
+                if let Some(u) = acc_up {
+                    b.map(u, 0.0f64);
+                }
+            });
+        } else {
+            // Pipeline prologue: stages 0..STAGES-1.
+            for s in 0..st - 1 {
+                b.if_(Expr::Int(s as i64).lt(k_tiles.clone()), |b| load_stage(b, Expr::Int(s as i64)));
+                b.commit();
+            }
+            b.for_("kt", 0i64, k_tiles.clone(), 1i64, |b, kt| {
+                b.wait(st - 2);
+                b.barrier();
+                let next = &kt + (st - 1) as i64;
+                b.if_(next.lt(k_tiles.clone()), |b| load_stage(b, next.clone()));
+                b.commit();
+                let slot = &kt % st as i64;
+                let a = Operand::Shared { src: b.slot(sa, slot.clone()), transpose: false };
+                if let Some(u) = acc_up {
+                    let half = bn / 2;
+                    let bg = Operand::Shared { src: b.window(sb, slot.clone(), 0, 0, half, bk), transpose: true };
+                    let bu = Operand::Shared { src: b.window(sb, slot, half, 0, half, bk), transpose: true };
+                    b.mma(acc, a.clone(), bg);
+                    b.mma(u, a, bu);
+                } else {
+                    let bt = Operand::Shared { src: b.slot(sb, slot), transpose: true };
+                    b.mma(acc, a, bt);
+                }
+            });
+        }
         b.wait(0);
         // Epilogue.
         let out_rows = view(

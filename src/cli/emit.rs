@@ -38,6 +38,29 @@ pub struct Args {
     pub knobs: Option<String>,
 }
 
+/// Arguments of `k3k nvrtc` (a debugging aid: compile a hand-edited CUDA file with k3k's NVRTC options).
+#[derive(clap::Args, Debug)]
+pub struct NvrtcArgs {
+    /// The CUDA C file (e.g. the output of `k3k emit --emit cuda`, edited).
+    pub file: std::path::PathBuf,
+    /// Also assemble with ptxas and print its report instead of the PTX.
+    #[arg(long)]
+    pub ptxas: bool,
+}
+
+pub fn run_nvrtc(a: NvrtcArgs) -> anyhow::Result<i32> {
+    let src = std::fs::read_to_string(&a.file)?;
+    let name = a.file.file_stem().and_then(|s| s.to_str()).unwrap_or("kernel").to_string();
+    let out = k3k::codegen::nvrtc::compile_ptx(&name, &src, k3k::codegen::ARCH)?;
+    if a.ptxas {
+        let asm = k3k::codegen::ptxas::assemble(&name, &out.ptx, k3k::codegen::ARCH)?;
+        print!("{}", asm.log);
+    } else {
+        print!("{}", out.ptx);
+    }
+    Ok(0)
+}
+
 pub fn run(a: Args) -> anyhow::Result<i32> {
     for op in super::select_ops(&a.op)? {
         let preset = super::pick_preset(op.as_ref(), a.preset.as_deref(), a.dims.as_deref())?;

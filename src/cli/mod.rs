@@ -29,6 +29,9 @@ pub enum Cmd {
     List(list::Args),
     /// Print one stage of the pipeline for an operator's kernels: the IR, CUDA C, PTX or SASS.
     Emit(emit::Args),
+    /// Compile a CUDA C file with k3k's NVRTC options (debugging aid for hand-edited `emit --emit cuda` output).
+    #[command(hide = true)]
+    Nvrtc(emit::NvrtcArgs),
     /// Report what this machine offers: GPU, driver, NVRTC, ptxas, and which results files would apply.
     Doctor(doctor::Args),
     /// Run fresh random problems (edge sizes included) on the GPU or the CPU interpreter against the f64 reference.
@@ -43,6 +46,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Cmd::Run(a) => run::run(a),
         Cmd::List(a) => list::run(a),
         Cmd::Emit(a) => emit::run(a),
+        Cmd::Nvrtc(a) => emit::run_nvrtc(a),
         Cmd::Doctor(a) => doctor::run(a),
         Cmd::Check(a) => check::run(a),
         Cmd::Bench(a) => bench::run(a),

@@ -217,11 +217,13 @@ impl<'a> Block<'a> {
                     self.body(else_body, tensors)?;
                 }
             }
-            Stmt::Barrier | Stmt::AsyncCommit | Stmt::AsyncWait { .. } => {}
+            // Copies and tensor-core products run to completion when issued, so waits have nothing to do.
+            Stmt::Barrier | Stmt::AsyncCommit | Stmt::AsyncWait { .. } | Stmt::MmaWait { .. } => {}
             Stmt::Map { .. }
             | Stmt::VecMap { .. }
             | Stmt::Reduce { .. }
             | Stmt::Mma { .. }
+            | Stmt::MmaAsync { .. }
             | Stmt::CopyAsync { .. }
             | Stmt::Load { .. }
             | Stmt::Store { .. }

@@ -44,6 +44,12 @@ impl<'a> Block<'a> {
                 }
             }
             Stmt::Mma { acc, a, b } => self.mma(*acc, a, b, tensors)?,
+            Stmt::MmaAsync { acc, a, b, accumulate } => {
+                if !self.eval(accumulate, None, tensors)?.b() {
+                    self.tiles[acc.0 as usize].fill(0.0);
+                }
+                self.mma(*acc, a, b, tensors)?
+            }
             Stmt::CopyAsync { dst, src } => {
                 let base = self.shared_base(dst, tensors)?;
                 let d = &k.shared[dst.buf.0 as usize];
