@@ -58,8 +58,8 @@ fn prefill_kernels_compile_without_spills() {
     valid_points(&prefill_knob_space(), |k| build_prefill(&spec, k));
     for k in [
         prefill_default_knobs().with("BN", 32i64).with("STAGES", 3i64),
-        Knobs::new().with("BM", 128i64).with("WM", 8i64).with("BN", 64i64).with("STAGES", 3i64),
-        Knobs::new().with("BM", 128i64).with("WM", 8i64).with("BN", 32i64).with("STAGES", 2i64),
+        prefill_default_knobs().with("BM", 64i64).with("WM", 4i64),
+        prefill_default_knobs().with("BM", 64i64).with("WM", 4i64).with("BN", 32i64).with("QK_UNROLL", false),
     ] {
         assemble(&build_prefill(&spec, &k).unwrap());
     }
@@ -77,7 +77,8 @@ fn decode_kernels_compile_without_spills() {
         decode_knobs_for_rows(32),
         decode_knobs_for_rows(64),
         decode_default_knobs().with("SCORES", "replicated").with("BN", 32i64).with("STAGES", 3i64),
-        decode_knobs_for_rows(64).with("SCORES", "replicated").with("STAGES", 3i64),
+        decode_knobs_for_rows(64).with("SCORES", "replicated"),
+        decode_knobs_for_rows(32).with("BM", 64i64).with("WM", 4i64).with("SCORES", "replicated"),
     ] {
         assemble(&build_decode(&spec, &k).unwrap());
     }

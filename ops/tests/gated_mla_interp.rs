@@ -165,8 +165,8 @@ fn prefill_other_knob_points() {
     let spec = PrefillSpec::new(true, true, false);
     for knobs in [
         prefill_default_knobs().with("BN", 32i64).with("STAGES", 3i64),
-        Knobs::new().with("BM", 128i64).with("WM", 8i64).with("BN", 64i64).with("STAGES", 3i64),
-        Knobs::new().with("BM", 128i64).with("WM", 8i64).with("BN", 32i64).with("STAGES", 2i64),
+        prefill_default_knobs().with("BM", 64i64).with("WM", 4i64),
+        prefill_default_knobs().with("BM", 64i64).with("WM", 4i64).with("BN", 32i64).with("QK_UNROLL", false),
     ] {
         for (t, s) in [(130, 200), (63, 63)] {
             prefill_case(spec, &knobs, t, s, 1);
@@ -310,7 +310,8 @@ fn decode_other_knob_points() {
     let replicated = decode_default_knobs().with("SCORES", "replicated").with("BN", 32i64).with("STAGES", 3i64);
     decode_case(&lens, 1, 12, 2, &replicated);
     decode_case(&lens, 2, 16, 3, &decode_knobs_for_rows(32));
-    let wide = decode_knobs_for_rows(64).with("STAGES", 3i64).with("SCORES", "replicated");
+    // 64 rows on [4, 1] score warps, value columns on [4, 2].
+    let wide = decode_knobs_for_rows(32).with("BM", 64i64).with("WM", 4i64).with("SCORES", "replicated");
     decode_case(&lens, 4, 12, 1, &wide);
 }
 
