@@ -322,12 +322,14 @@ __device__ __forceinline__ void ld_b_pair(unsigned* bb, const unsigned char* tb,
 }
 
 // acc[M,N] += A[M,K] @ B[K,N]; A from a shared window stored [M][K] (or [K][M] when TA), B stored [K][N] (or
-// [N][K] when TB). Each warp computes its own band of acc.
+// [N][K] when TB). Each warp computes its own band of acc. A banded B (bshift > 0) starts bshift rows further
+// down for each warp row band (block-diagonal products).
 template <class H, int K, bool TA, class LA, bool TB, class LB, class ACC>
 __device__ __forceinline__ void mma_ss(ACC& acc, const unsigned char* ta, int ar0, int ac0, const unsigned char* tb,
-                                       int br0, int bc0) {
+                                       int br0, int bc0, int bshift = 0) {
   typedef typename ACC::L L;
   const int lane = lane_id();
+  br0 += L::G::wi() * bshift;
   const int m_base = L::G::wi() * L::WR, n_base = L::G::wj() * L::WC;
 #pragma unroll
   for (int kk = 0; kk < K; kk += 16) {
@@ -358,8 +360,10 @@ __device__ __forceinline__ void mma_ss(ACC& acc, const unsigned char* ta, int ar
 // acc[M,N] += A[M,K] @ B[K,N] with A a 16-bit register tile on [WM, 1] warps (its packed pairs are the A
 // fragments), B from shared memory as in mma_ss.
 template <class H, int K, bool TB, class LB, class ACC, class AT>
-__device__ __forceinline__ void mma_rs(ACC& acc, const AT& at, const unsigned char* tb, int br0, int bc0) {
+__device__ __forceinline__ void mma_rs(ACC& acc, const AT& at, const unsigned char* tb, int br0, int bc0,
+                                       int bshift = 0) {
   typedef typename ACC::L L;
+  br0 += L::G::wi() * bshift;
   const int n_base = L::G::wj() * L::WC;
 #pragma unroll
   for (int ks = 0; ks < K / 16; ++ks) {

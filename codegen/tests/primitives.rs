@@ -58,11 +58,12 @@ primitive!(
     scan_wide,
     scalar_store_conversions,
     byte_formats,
+    mma_banded,
     scan_replicated,
 );
 
 #[test]
 fn every_case_is_listed() {
     // `cases::all` feeds the GPU run; keep it in step with the list above.
-    assert_eq!(cases::all().len(), 21);
+    assert_eq!(cases::all().len(), 22);
 }

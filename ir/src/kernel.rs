@@ -184,7 +184,18 @@ pub enum Place {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Operand {
     Reg(TileId),
-    Shared { src: SharedRef, transpose: bool },
+    Shared {
+        src: SharedRef,
+        transpose: bool,
+    },
+    /// A B operand read per accumulator row band (a batched, block-diagonal product): the accumulator's warp
+    /// row band `w` (`0..acc.warps[0]`) multiplies by the window `src` moved down by `w * src.rows` rows of its
+    /// buffer, so `acc[band w] += a[band w] @ b_w`. With an accumulator of 16-row bands and a 16-row window this
+    /// computes the 16x16 diagonal tiles of a `[C, C]` product without the off-diagonal work. B only.
+    Banded {
+        src: SharedRef,
+        transpose: bool,
+    },
 }
 
 /// Row-reduction operators.

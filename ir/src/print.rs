@@ -94,6 +94,9 @@ fn operand(k: &Kernel, o: &Operand) -> String {
     match o {
         Operand::Reg(t) => k.tiles[t.0 as usize].name.clone(),
         Operand::Shared { src, transpose } => format!("{}{}", shared_ref(k, src), if *transpose { "^T" } else { "" }),
+        Operand::Banded { src, transpose } => {
+            format!("banded({}{})", shared_ref(k, src), if *transpose { "^T" } else { "" })
+        }
     }
 }
 

@@ -1050,11 +1050,28 @@ impl<'a> Checker<'a> {
                 let d = self.mma_shared(src)?;
                 if *transpose { (src.cols, src.rows, d.dtype) } else { (src.rows, src.cols, d.dtype) }
             }
+            Operand::Banded { .. } => {
+                return Err(self.err(IrErrorKind::Layout, "a banded operand can only be the B operand"));
+            }
         };
         let (bk, bn, bdt) = match b {
             Operand::Reg(_) => return Err(self.err(IrErrorKind::Layout, "the B operand must come from shared memory")),
             Operand::Shared { src, transpose } => {
                 let d = self.mma_shared(src)?;
+                if *transpose { (src.cols, src.rows, d.dtype) } else { (src.rows, src.cols, d.dtype) }
+            }
+            Operand::Banded { src, transpose } => {
+                let d = self.mma_shared(src)?;
+                let last = src.row0 + c.warps[0] * src.rows;
+                if last > d.rows {
+                    return Err(self.err(
+                        IrErrorKind::Shape,
+                        format!(
+                            "banded operand: {} row bands of {} rows from row {} end at row {last}, outside shared `{}` ({} rows)",
+                            c.warps[0], src.rows, src.row0, d.name, d.rows
+                        ),
+                    ));
+                }
                 if *transpose { (src.cols, src.rows, d.dtype) } else { (src.rows, src.cols, d.dtype) }
             }
         };
@@ -1362,6 +1379,29 @@ mod tests {
         let d = b.window(s, 0i64, 0, 0, 4, 8);
         b.copy_async(d, view(x, 0i64, 8i64, 4i64, 8i64, 8));
         fails(b, IrErrorKind::Layout, "not a multiple of the copy's vec 8");
+    }
+
+    #[test]
+    fn banded_operands() {
+        // acc [64, 16] on [4, 1]: four 16-row bands, each with its own 16-row window of a [64, 32] buffer.
+        let ok = |rows: u32, row0: u32| {
+            let mut b = small();
+            let acc = b.tile("acc", DType::F32, 64, 16, [4, 1]);
+            let sa = b.shared("sa", DType::Bf16, 64, 32, 1, Swizzle::Xor16B);
+            let sb = b.shared("sb", DType::Bf16, rows, 32, 1, Swizzle::Xor16B);
+            let (ra, rb) = (b.slot(sa, 0i64), b.window(sb, 0i64, row0, 0, 16, 32));
+            b.mma(acc, Operand::Shared { src: ra, transpose: false }, Operand::Banded { src: rb, transpose: true });
+            b
+        };
+        ok(64, 0).finish().unwrap();
+        fails(ok(64, 16), IrErrorKind::Shape, "outside shared `sb`");
+        fails(ok(48, 0), IrErrorKind::Shape, "4 row bands of 16 rows");
+        let mut b = small();
+        let acc = b.tile("acc", DType::F32, 64, 16, [4, 1]);
+        let sa = b.shared("sa", DType::Bf16, 64, 32, 1, Swizzle::Xor16B);
+        let (ra, rb) = (b.slot(sa, 0i64), b.window(sa, 0i64, 0, 0, 16, 32));
+        b.mma(acc, Operand::Banded { src: ra, transpose: false }, Operand::Banded { src: rb, transpose: true });
+        fails(b, IrErrorKind::Layout, "only be the B operand");
     }
 
     #[test]

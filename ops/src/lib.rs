@@ -7,6 +7,8 @@
 
 pub mod check;
 pub mod data;
+pub mod gated_mla;
+pub mod hist_quantile;
 pub mod latent_moe_gemm;
 pub mod op;
 pub mod plan;

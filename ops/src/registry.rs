@@ -4,7 +4,11 @@ use crate::op::Operator;
 
 /// Every operator k3k knows, in a stable order.
 pub fn all() -> Vec<Box<dyn Operator>> {
-    vec![Box::new(crate::latent_moe_gemm::LatentMoeGemm)]
+    vec![
+        Box::new(crate::latent_moe_gemm::LatentMoeGemm),
+        Box::new(crate::hist_quantile::HistQuantileQb),
+        Box::new(crate::hist_quantile::HistQuantileColumn),
+    ]
 }
 
 /// Operators whose name equals `sel` or starts with `sel.` (so `gated_mla` selects `gated_mla.prefill` and

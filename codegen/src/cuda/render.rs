@@ -12,7 +12,7 @@ use k3k_ir::*;
 use std::fmt::Write;
 
 /// Version of the renderer + prelude; part of every cache and tuning key. Bump on any change of output.
-pub const CODEGEN_VERSION: u32 = 2;
+pub const CODEGEN_VERSION: u32 = 3;
 
 /// The device prelude, concatenated.
 pub const PRELUDE: &str = concat!(
@@ -291,8 +291,10 @@ impl<'a> Renderer<'a> {
                 self.line(&format!("k3k::reduce_rows<k3k::{op}>(v{}, t{}, {accumulate});", vec.0, tile.0));
             }
             Stmt::Mma { acc, a, b } => {
-                let (bsrc, tb) = match b {
-                    Operand::Shared { src, transpose } => (src, *transpose),
+                // A banded B operand moves down by its own height for each accumulator row band.
+                let (bsrc, tb, bshift) = match b {
+                    Operand::Shared { src, transpose } => (src, *transpose, 0),
+                    Operand::Banded { src, transpose } => (src, *transpose, src.rows),
                     Operand::Reg(_) => unreachable!("validated: B comes from shared memory"),
                 };
                 let h = c_type(k.shared[bsrc.buf.0 as usize].dtype);
@@ -301,7 +303,7 @@ impl<'a> Renderer<'a> {
                 let bptr = self.shared_ptr(bsrc);
                 let line = match a {
                     Operand::Shared { src, transpose } => format!(
-                        "k3k::mma_ss<{h}, {kdim}, {}, {}, {tb}, {bl}>(t{}, {}, {}, {}, {bptr}, {}, {});",
+                        "k3k::mma_ss<{h}, {kdim}, {}, {}, {tb}, {bl}>(t{}, {}, {}, {}, {bptr}, {}, {}{});",
                         transpose,
                         self.shared_layout(src.buf),
                         acc.0,
@@ -309,12 +311,18 @@ impl<'a> Renderer<'a> {
                         src.row0,
                         src.col0,
                         bsrc.row0,
-                        bsrc.col0
+                        bsrc.col0,
+                        if bshift > 0 { format!(", {bshift}") } else { String::new() }
                     ),
                     Operand::Reg(t) => format!(
-                        "k3k::mma_rs<{h}, {kdim}, {tb}, {bl}>(t{}, t{}, {bptr}, {}, {});",
-                        acc.0, t.0, bsrc.row0, bsrc.col0
+                        "k3k::mma_rs<{h}, {kdim}, {tb}, {bl}>(t{}, t{}, {bptr}, {}, {}{});",
+                        acc.0,
+                        t.0,
+                        bsrc.row0,
+                        bsrc.col0,
+                        if bshift > 0 { format!(", {bshift}") } else { String::new() }
                     ),
+                    Operand::Banded { .. } => unreachable!("validated: banded operands are B operands"),
                 };
                 self.line(&line);
             }

@@ -46,6 +46,7 @@ pub fn all() -> Vec<Case> {
         scalar_store_conversions(),
         byte_formats(),
         scan_replicated(),
+        mma_banded(),
     ]
 }
 
@@ -1014,6 +1015,71 @@ pub fn byte_formats() -> Case {
                 let c = us2[idx] as i64;
                 assert_eq!(ts[4].get_i64(idx), (c >> 4) * 16 - (c & 0xf), "nibbles at {idx}");
             }
+        }),
+    }
+}
+
+/// Banded (block-diagonal) products: each 16-row accumulator band multiplies by its own B window. `c1 = A_w @
+/// B1_w^T` with B1 a [64, 32] buffer read as four [16, 32] windows stored [N, K] (shared A); `c2 = 1 + A2_w @
+/// B2_w` with A2 a bf16 register tile and B2 a [128, 16] buffer read as four [32, 16] windows stored [K, N]
+/// starting at row 0 (register A).
+pub fn mma_banded() -> Case {
+    let (m, kd) = (64usize, 32usize);
+    let mut b = KernelBuilder::new("p_mma_banded", 128);
+    let a = b.tensor("a", DType::Bf16, &[Expr::Int(m as i64), Expr::Int(kd as i64)], Access::Read);
+    let w1 = b.tensor("w1", DType::Bf16, &[Expr::Int(64), Expr::Int(kd as i64)], Access::Read);
+    let w2 = b.tensor("w2", DType::Bf16, &[Expr::Int(128), Expr::Int(16)], Access::Read);
+    let c = b.tensor("c", DType::F32, &[Expr::Int(2), Expr::Int(m as i64), Expr::Int(16)], Access::Write);
+    let sa = b.shared("sa", DType::Bf16, 64, 32, 1, Swizzle::Xor16B);
+    let sw1 = b.shared("sw1", DType::Bf16, 64, 32, 1, Swizzle::Xor16B);
+    let sw2 = b.shared("sw2", DType::Bf16, 128, 16, 1, Swizzle::Xor16B);
+    let ta = b.tile("ta", DType::Bf16, 64, 32, [4, 1]);
+    let acc = b.tile("acc", DType::F32, 64, 16, [4, 1]);
+    for (s, t, rows, cols) in [(sa, a, 64i64, kd as i64), (sw1, w1, 64, kd as i64), (sw2, w2, 128, 16)] {
+        let d = b.slot(s, 0i64);
+        b.copy_async(d, view(t, 0i64, cols, rows, cols, 8));
+    }
+    b.commit();
+    b.load(ta, Place::Global(view(a, 0i64, kd as i64, m as i64, kd as i64, 2)));
+    b.wait(0);
+    b.barrier();
+    b.map(acc, 0.0);
+    let oa = Operand::Shared { src: b.slot(sa, 0i64), transpose: false };
+    let ob = Operand::Banded { src: b.window(sw1, 0i64, 0, 0, 16, 32), transpose: true };
+    b.mma(acc, oa, ob);
+    b.store(acc, Place::Global(view(c, 0i64, 16i64, m as i64, 16i64, 2)));
+    b.map(acc, 1.0);
+    let ob2 = Operand::Banded { src: b.window(sw2, 0i64, 0, 0, 32, 16), transpose: false };
+    b.mma(acc, Operand::Reg(ta), ob2);
+    b.store(acc, Place::Global(view(c, (m * 16) as i64, 16i64, m as i64, 16i64, 2)));
+    let k = b.finish().unwrap();
+    let mut rng = Rng::new(19);
+    let av = rng.vals(DType::Bf16, m * kd, -1.0, 1.0);
+    let w1v = rng.vals(DType::Bf16, 64 * kd, -1.0, 1.0);
+    let w2v = rng.vals(DType::Bf16, 128 * 16, -1.0, 1.0);
+    let (av2, w1v2, w2v2) = (av.clone(), w1v.clone(), w2v.clone());
+    Case {
+        name: "mma_banded",
+        kernel: k,
+        tensors: vec![
+            HostTensor::from_f32(DType::Bf16, &[m, kd], &av),
+            HostTensor::from_f32(DType::Bf16, &[64, kd], &w1v),
+            HostTensor::from_f32(DType::Bf16, &[128, 16], &w2v),
+            poisoned(DType::F32, &[2, m, 16]),
+        ],
+        scalars: vec![],
+        check: Box::new(move |ts| {
+            let mut want = vec![0f32; 2 * m * 16];
+            for band in 0..4 {
+                let arows = &av2[band * 16 * kd..(band + 1) * 16 * kd];
+                let c1 = gemm_check(16, 16, kd, arows, false, &w1v2[band * 16 * kd..(band + 1) * 16 * kd], true);
+                let c2 = gemm_check(16, 16, kd, arows, false, &w2v2[band * 32 * 16..(band + 1) * 32 * 16], false);
+                want[band * 256..(band + 1) * 256].copy_from_slice(&c1);
+                for (i, v) in c2.iter().enumerate() {
+                    want[m * 16 + band * 256 + i] = v + 1.0;
+                }
+            }
+            close("c", &ts[3].to_f32_vec(), &want, 1e-4);
         }),
     }
 }

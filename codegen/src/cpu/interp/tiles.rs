@@ -236,6 +236,7 @@ impl<'a> Block<'a> {
                 let d = &self.k.tiles[t.0 as usize];
                 (d.rows as usize, d.cols as usize, self.tiles[t.0 as usize].clone())
             }
+            Operand::Banded { .. } => unreachable!("validated: banded operands are read per band by mma"),
             Operand::Shared { src, transpose } => {
                 let base = self.shared_base(src, tensors)?;
                 let (wr, wc) = (src.rows as usize, src.cols as usize);
@@ -254,9 +255,27 @@ impl<'a> Block<'a> {
 
     fn mma(&mut self, acc: TileId, a: &Operand, b: &Operand, tensors: &[HostTensor]) -> Result<(), InterpError> {
         let (m, kd, av) = self.operand(a, tensors)?;
-        let (_, n, bv) = self.operand(b, tensors)?;
+        // One B matrix per accumulator row band (a plain operand serves every band).
+        let bands = match b {
+            Operand::Banded { .. } => self.k.tiles[acc.0 as usize].warps[0] as usize,
+            _ => 1,
+        };
+        let mut bmats = Vec::with_capacity(bands);
+        for w in 0..bands {
+            bmats.push(match b {
+                Operand::Banded { src, transpose } => {
+                    let mut moved = src.clone();
+                    moved.row0 += w as u32 * src.rows;
+                    self.operand(&Operand::Shared { src: moved, transpose: *transpose }, tensors)?
+                }
+                other => self.operand(other, tensors)?,
+            });
+        }
+        let n = bmats[0].1;
+        let band_rows = m / bands;
         let accv = &mut self.tiles[acc.0 as usize];
         for i in 0..m {
+            let bv = &bmats[i / band_rows].2;
             for j in 0..n {
                 // Products of bf16/f16 values are exact in f32; the tensor core sums in f32.
                 let mut s = accv[i * n + j] as f32;

@@ -1,0 +1,964 @@
+//! `gated_mla`: Multi-head Latent Attention with a sigmoid output gate (SPEC 2.4), written as IR tile programs.
+//!
+//! Four kernels:
+//! * [`build_prefill`]: FlashAttention-2 style prefill (MHA mode, `d_qk = 192`, `d_v = 128`). One block per
+//!   (q-tile of `BM` rows, head[, sequence]); the K/V windows stream through a `STAGES`-deep `cp.async` ring;
+//!   `S = Q K^T` and `P V` run on `mma.sync`; the online softmax works in the log2 domain with `tau * log2(e)`
+//!   folded into the scores; causal masking is bottom-right aligned, fully masked KV tiles are skipped by the
+//!   loop bounds and only tiles crossing the diagonal (or the end of the keys) pay for the mask. The sigmoid
+//!   gate is fused in the epilogue: `o = (acc / l) * sigmoid(z)`. Varlen: the grid is (q-tile, head,
+//!   sequence) with `MAX_SEQLEN_Q` bounding the q-tiles; blocks past their sequence's end exit at once.
+//! * [`build_decode`]: absorbed MQA decode over the paged latent cache (`d = 576`, values the first 512
+//!   columns of the same cache rows). The `s_q * H` query rows of one request are packed into the M dimension
+//!   (row `r` = query `r / H`, head `r % H`); the grid is (m-tile, split, request) and split `s` of a request
+//!   handles a contiguous range of its KV tiles, writing a normalised f32 partial output and its log2-domain
+//!   LSE to workspace tensors (`NSPLIT` is a runtime dimension bound by the workspace shape; see
+//!   [`decode_num_splits`]). The `BM x 512` value accumulator is spread over `[WM, WN]` warps (as eight
+//!   64-column tiles); the softmax needs whole score rows on `[WM, 1]` warps, which either every column group
+//!   computes for itself (`SCORES=replicated`) or the `WN` groups compute a column slice each of and exchange
+//!   through shared memory (`SCORES=shared`, no redundant tensor-core work).
+//! * [`build_decode_combine`]: the log-sum-exp merge of the splits (always run; trivial for one split), writing
+//!   `o [B, s_q, H, 512]` bf16 and `lse [B, H, s_q]` f32 (natural log).
+//! * [`build_gate`]: the decode-side output projection `y = sigmoid(z) * (o_latent @ W_UV[h]^T)`, a per-head
+//!   GEMM with the gate fused in its epilogue.
+//!
+//! Conventions shared by all kernels: a query row with no visible key gets `o = 0` and `lse = +inf`; the
+//! softmax scale is a float scalar argument `scale` (it must be finite and > 0).
+
+use crate::OpError;
+use k3k_ir::*;
+use std::f64::consts::{LN_2, LOG2_E};
+
+const NEG_INF: f64 = f64::NEG_INFINITY;
+const POS_INF: f64 = f64::INFINITY;
+
+/// Column width of the shared chunks the score product walks (and of each value accumulator tile).
+const KC: u32 = 64;
+
+/// `s += Q K^T` over `n` KC-wide chunks: Q chunk c is tile c of `sq`, K chunk c is tile `k_base + c` of `sk`
+/// (stored `[BN, KC]`, read transposed). Rolled by default: fully unrolling the 576-deep decode product lets
+/// ptxas hoist so many fragment loads that it runs out of registers; the 192-deep prefill product may unroll
+/// (`QK_UNROLL`, measured 5-20% faster on an H200).
+fn qk_chunks(b: &mut KernelBuilder, s: TileId, sq: SharedId, sk: SharedId, k_base: Expr, n: u32, unroll: bool) {
+    let chunk = |b: &mut KernelBuilder, c: Expr| {
+        let qa = Operand::Shared { src: b.slot(sq, c.clone()), transpose: false };
+        let kb = Operand::Shared { src: b.slot(sk, k_base + c), transpose: true };
+        b.mma(s, qa, kb);
+    };
+    if unroll {
+        b.for_unrolled("chunk", 0i64, n as i64, 1i64, chunk);
+    } else {
+        b.for_("chunk", 0i64, n as i64, 1i64, chunk);
+    }
+}
+
+fn invalid<T>(op: &'static str, knobs: &Knobs, why: String) -> Result<T, OpError> {
+    Err(OpError::InvalidKnobs { op, knobs: knobs.to_string(), why })
+}
+
+fn rv(v: VecId) -> Expr {
+    Expr::RowVal(v)
+}
+
+fn el(t: TileId) -> Expr {
+    Expr::Elem(t)
+}
+
+fn load(t: TensorId, index: impl Into<Expr>) -> Expr {
+    Expr::Load { tensor: t, index: Box::new(index.into()) }
+}
+
+/// The row vectors of an online softmax (all on the score tile's `[WM, 1]` warps) plus, when the value
+/// accumulator lives on a wider warp grid, a copy of the rescale factor on the accumulator's warps.
+struct OnlineSoftmax {
+    /// Running row max of the log2-domain scores.
+    m: VecId,
+    m_prev: VecId,
+    /// The max used as the exponent base (0 while a row has seen no key, so that -inf stays -inf).
+    mu: VecId,
+    alpha: VecId,
+    /// Running row sum of `exp2(s - mu)`.
+    l: VecId,
+    /// `alpha` on the accumulator's warps (when they differ from the score tile's).
+    alpha_acc: Option<VecId>,
+}
+
+impl OnlineSoftmax {
+    fn new(b: &mut KernelBuilder, rows: u32, s_warps: [u32; 2], acc_warps: [u32; 2]) -> Self {
+        let m = b.vec("m", rows, s_warps);
+        let m_prev = b.vec("m_prev", rows, s_warps);
+        let mu = b.vec("mu", rows, s_warps);
+        let alpha = b.vec("alpha", rows, s_warps);
+        let l = b.vec("l", rows, s_warps);
+        let alpha_acc = (acc_warps != s_warps).then(|| b.vec("alpha_acc", rows, acc_warps));
+        OnlineSoftmax { m, m_prev, mu, alpha, l, alpha_acc }
+    }
+
+    fn init(&self, b: &mut KernelBuilder) {
+        b.vec_map(self.m, NEG_INF);
+        b.vec_map(self.l, 0.0f64);
+    }
+
+    /// One KV tile: `s` holds log2-domain scores (-inf where masked). Updates m and l, writes `p =
+    /// exp2(s - mu)` (bf16) and rescales the accumulators by `exp2(m_old - mu)`.
+    fn step(&self, b: &mut KernelBuilder, s: TileId, p: TileId, accs: &[TileId]) {
+        b.vec_map(self.m_prev, rv(self.m));
+        b.reduce(self.m, s, ReduceOp::Max, true);
+        b.vec_map(self.mu, Expr::select(rv(self.m).eq(NEG_INF), 0.0f64, rv(self.m)));
+        b.vec_map(self.alpha, (rv(self.m_prev) - rv(self.mu)).exp2());
+        b.map(p, (el(s) - rv(self.mu)).exp2());
+        b.vec_map(self.l, rv(self.l) * rv(self.alpha));
+        b.reduce(self.l, p, ReduceOp::Sum, true);
+        let a = match self.alpha_acc {
+            Some(aa) => {
+                b.vec_map(aa, rv(self.alpha));
+                aa
+            }
+            None => self.alpha,
+        };
+        for &acc in accs {
+            b.map(acc, el(acc) * rv(a));
+        }
+    }
+
+    /// `1 / l`, or 0 for a row that saw no key (its accumulator is 0 too).
+    fn inv_l(&self) -> Expr {
+        Expr::select(rv(self.l).gt(0.0f64), rv(self.l).recip(), 0.0f64)
+    }
+
+    /// The natural-log LSE (`+inf` for a row with no key).
+    fn lse_nat(&self) -> Expr {
+        Expr::select(rv(self.l).gt(0.0f64), (rv(self.m) + rv(self.l).log2()) * LN_2, POS_INF)
+    }
+
+    /// The log2-domain LSE (`-inf` for a row with no key: it carries no weight in a merge).
+    fn lse_log2(&self) -> Expr {
+        Expr::select(rv(self.l).gt(0.0f64), rv(self.m) + rv(self.l).log2(), NEG_INF)
+    }
+}
+
+// =============================================================================================================
+// Prefill
+// =============================================================================================================
+
+/// What a prefill kernel variant computes (fixed by the problem, not tuned).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub struct PrefillSpec {
+    /// Bottom-right aligned causal mask (query i sees keys `j <= i + S - T`).
+    pub causal: bool,
+    /// Fuse the sigmoid output gate (`z: [T, H, DV]` logits).
+    pub gate: bool,
+    /// Variable length: `cu_seqlens_q / cu_seqlens_k: [N + 1] i32` split the packed rows into sequences.
+    pub varlen: bool,
+    /// Query/key head dim (192 for K3).
+    pub dqk: u32,
+    /// Value head dim (128 for K3).
+    pub dv: u32,
+}
+
+impl PrefillSpec {
+    /// The K3 head dims (192 / 128).
+    pub fn new(causal: bool, gate: bool, varlen: bool) -> Self {
+        PrefillSpec { causal, gate, varlen, dqk: 192, dv: 128 }
+    }
+}
+
+/// The prefill tuning knobs.
+pub fn prefill_knob_space() -> KnobSpace {
+    KnobSpace::default()
+        .axis("BM", "query rows per block", [64i64, 128])
+        .axis("BN", "keys per pipeline stage", [32i64, 64])
+        .axis("WM", "warps (each owns BM/WM query rows)", [4i64, 8])
+        .axis("STAGES", "cp.async depth of the K/V ring", [2i64, 3])
+        .axis("QK_UNROLL", "unroll the loop over the 64-column chunks of the score product", [true, false])
+}
+
+/// The prefill knobs used when no tuning record exists (the fastest of a first sweep on an H200: 218 TFLOP/s
+/// causal at T = 8192, H = 96; BM = 64 with 4 warps was 202).
+pub fn prefill_default_knobs() -> Knobs {
+    Knobs::new().with("BM", 128i64).with("BN", 64i64).with("WM", 8i64).with("STAGES", 2i64).with("QK_UNROLL", true)
+}
+
+struct PrefillCfg {
+    bm: u32,
+    bn: u32,
+    wm: u32,
+    stages: u32,
+    qk_unroll: bool,
+}
+
+fn prefill_cfg(spec: &PrefillSpec, k: &Knobs) -> Result<PrefillCfg, OpError> {
+    const OP: &str = "gated_mla_prefill";
+    let c = PrefillCfg {
+        bm: k.u32("BM")?,
+        bn: k.u32("BN")?,
+        wm: k.u32("WM")?,
+        stages: k.u32("STAGES")?,
+        qk_unroll: k.bool("QK_UNROLL")?,
+    };
+    if c.wm == 0 || c.wm > 16 || c.bm == 0 || !c.bm.is_multiple_of(16 * c.wm) {
+        return invalid(OP, k, format!("BM={} must be a positive multiple of 16*WM (WM={} in 1..=16)", c.bm, c.wm));
+    }
+    if c.bn == 0 || !c.bn.is_multiple_of(16) {
+        return invalid(OP, k, format!("BN={} must be a positive multiple of 16", c.bn));
+    }
+    if c.stages < 2 {
+        return invalid(OP, k, "STAGES >= 2".into());
+    }
+    if !spec.dqk.is_multiple_of(KC) || !spec.dv.is_multiple_of(KC) || spec.dv > spec.dqk {
+        return invalid(OP, k, format!("head dims {}/{}: multiples of {KC} with dv <= dqk", spec.dqk, spec.dv));
+    }
+    // Per-thread registers of the score tile (f32), P (bf16 pairs) and the accumulators: ptxas needs about
+    // as many again for fragments and addresses (measured: 112 tile registers assemble to ~254).
+    let rows = c.bm / c.wm;
+    let regs = rows * c.bn / 32 + rows * c.bn / 64 + rows * spec.dv / 32;
+    if regs > 128 {
+        return invalid(OP, k, format!("{regs} tile registers per thread (max 128)"));
+    }
+    let smem = 2 * (c.bm * spec.dqk + c.stages * c.bn * (spec.dqk + spec.dv)) as usize;
+    if smem > MAX_SHARED_BYTES {
+        return invalid(OP, k, format!("{smem} bytes of shared memory"));
+    }
+    Ok(c)
+}
+
+/// Build a prefill kernel.
+///
+/// Tensor arguments, in order: `q [T, H, DQK]`, `k [S, H, DQK]`, `v [S, H, DV]` (bf16), then for varlen
+/// `cu_seqlens_q [N1]`, `cu_seqlens_k [N1]` (i32, N1 = sequences + 1; T and S are then the packed totals TQ
+/// and TK), then `z [T, H, DV]` bf16 when gated, then the outputs `o [T, H, DV]` bf16 and `lse [H, T]` f32.
+/// Scalars: `scale` (float, tau) and for varlen `MAX_SEQLEN_Q` (int, the longest query sequence).
+/// Grid: `(ceil(T / BM), H, 1)`, or `(ceil(MAX_SEQLEN_Q / BM), H, N1 - 1)`; q-tiles are walked from the last
+/// to the first so that the longest causal tiles start first.
+pub fn build_prefill(spec: &PrefillSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
+    let c = prefill_cfg(spec, knobs)?;
+    let (bm, bn, st) = (c.bm, c.bn, c.stages);
+    let (dqk, dv) = (spec.dqk, spec.dv);
+    let name = format!(
+        "k3k_mla_prefill_{}{}{}_d{}_{}_{}",
+        if spec.causal { "causal" } else { "full" },
+        if spec.gate { "_gated" } else { "" },
+        if spec.varlen { "_varlen" } else { "" },
+        dqk,
+        dv,
+        knobs.id().to_lowercase()
+    );
+    let mut b = KernelBuilder::new(&name, 32 * c.wm);
+    b.knobs(knobs.clone());
+    let (tq, tk) = if spec.varlen { (b.dim("TQ"), b.dim("TK")) } else { (b.dim("T"), b.dim("S")) };
+    let h = b.dim("H");
+    let q = b.tensor("q", DType::Bf16, &[tq.clone(), h.clone(), Expr::from(dqk)], Access::Read);
+    let k = b.tensor("k", DType::Bf16, &[tk.clone(), h.clone(), Expr::from(dqk)], Access::Read);
+    let v = b.tensor("v", DType::Bf16, &[tk.clone(), h.clone(), Expr::from(dv)], Access::Read);
+    let cu = if spec.varlen {
+        let n1 = b.dim("N1");
+        let cq = b.tensor("cu_seqlens_q", DType::I32, std::slice::from_ref(&n1), Access::Read);
+        let ck = b.tensor("cu_seqlens_k", DType::I32, std::slice::from_ref(&n1), Access::Read);
+        Some((cq, ck, n1))
+    } else {
+        None
+    };
+    let z = spec.gate.then(|| b.tensor("z", DType::Bf16, &[tq.clone(), h.clone(), Expr::from(dv)], Access::Read));
+    let o = b.tensor("o", DType::Bf16, &[tq.clone(), h.clone(), Expr::from(dv)], Access::Write);
+    let lse = b.tensor("lse", DType::F32, &[h.clone(), tq.clone()], Access::Write);
+    let scale = b.float_arg("scale");
+    match &cu {
+        Some((_, _, n1)) => {
+            let max_q = b.int_arg("MAX_SEQLEN_Q");
+            b.grid(max_q.ceil_div(bm as i64), h.clone(), n1.clone() - 1i64);
+        }
+        None => b.grid(tq.ceil_div(bm as i64), h.clone(), 1i64),
+    }
+
+    let warps = [c.wm, 1];
+    // Q and K are stored as KC-column chunks so that the score product can walk them in a rolled loop.
+    let (nqk, nv) = (dqk / KC, dv / KC);
+    let sq = b.shared("sQ", DType::Bf16, bm, KC, nqk, Swizzle::Xor16B);
+    let sk = b.shared("sK", DType::Bf16, bn, KC, st * nqk, Swizzle::Xor16B);
+    let sv = b.shared("sV", DType::Bf16, bn, dv, st, Swizzle::Xor16B);
+    let s = b.tile("s", DType::F32, bm, bn, warps);
+    let p = b.tile("p", DType::Bf16, bm, bn, warps);
+    let accs: Vec<TileId> = (0..nv).map(|c| b.tile(&format!("acc{c}"), DType::F32, bm, KC, warps)).collect();
+    let zt = spec.gate.then(|| b.tile("zt", DType::Bf16, bm, KC, warps));
+    let sm = OnlineSoftmax::new(&mut b, bm, warps, warps);
+    let inv_l = b.vec("inv_l", bm, warps);
+    let lse_v = b.vec("lse_rows", bm, warps);
+
+    let mt = b.let_("mt", Expr::grid_dim(0) - 1i64 - Expr::block_idx(0));
+    let hh = b.let_("head", Expr::block_idx(1));
+    let (q_start, t_n, k_start, s_n) = match &cu {
+        Some((cq, ck, _)) => {
+            let n = Expr::block_idx(2);
+            let q0 = b.let_("q_start", load(*cq, n.clone()));
+            let t_n = b.let_("t_n", load(*cq, n.clone() + 1i64) - q0.clone());
+            let k0 = b.let_("k_start", load(*ck, n.clone()));
+            let s_n = b.let_("s_n", load(*ck, n + 1i64) - k0.clone());
+            (q0, t_n, k0, s_n)
+        }
+        None => (Expr::Int(0), tq.clone(), Expr::Int(0), tk.clone()),
+    };
+    let m0 = b.let_("m0", mt * bm as i64);
+    let scale_log2 = b.let_("scale_log2", scale * LOG2_E);
+
+    let body = |b: &mut KernelBuilder| {
+        let rows_q = b.let_("rows_q", t_n.clone() - m0.clone());
+        // Keys this q-tile may see: all, or up to the last row's diagonal (bottom-right aligned).
+        let n_end = if spec.causal {
+            let last = (m0.clone() + bm as i64).min(t_n.clone()) + s_n.clone() - t_n.clone();
+            b.let_("n_end", last.min(s_n.clone()).max(0i64))
+        } else {
+            s_n.clone()
+        };
+        let n_tiles = b.let_("n_tiles", n_end.ceil_div(bn as i64));
+        // The last key row 0 of the tile may see (causal); tiles ending after it need the mask.
+        let diag = b.let_("diag", m0.clone() + s_n.clone() - t_n.clone());
+        let row_stride_qk = h.clone() * dqk as i64;
+        let row_stride_v = h.clone() * dv as i64;
+
+        let load_stage = |b: &mut KernelBuilder, kt: Expr| {
+            let slot = kt.clone() % st as i64;
+            let kv0 = kt * bn as i64;
+            for c in 0..nqk {
+                let ksrc = view(
+                    k,
+                    ((k_start.clone() + kv0.clone()) * h.clone() + hh.clone()) * dqk as i64 + (c * KC) as i64,
+                    row_stride_qk.clone(),
+                    s_n.clone() - kv0.clone(),
+                    KC as i64,
+                    8,
+                );
+                let kd = b.slot(sk, slot.clone() * nqk as i64 + c as i64);
+                b.copy_async(kd, ksrc);
+            }
+            let vsrc = view(
+                v,
+                ((k_start.clone() + kv0.clone()) * h.clone() + hh.clone()) * dv as i64,
+                row_stride_v.clone(),
+                s_n.clone() - kv0,
+                dv as i64,
+                8,
+            );
+            let vd = b.slot(sv, slot);
+            b.copy_async(vd, vsrc);
+        };
+
+        // Q tile (first commit group, with KV stage 0).
+        for c in 0..nqk {
+            let qsrc = view(
+                q,
+                ((q_start.clone() + m0.clone()) * h.clone() + hh.clone()) * dqk as i64 + (c * KC) as i64,
+                row_stride_qk.clone(),
+                rows_q.clone(),
+                KC as i64,
+                8,
+            );
+            let qd = b.slot(sq, c as i64);
+            b.copy_async(qd, qsrc);
+        }
+        for i in 0..st - 1 {
+            b.if_(Expr::Int(i as i64).lt(n_tiles.clone()), |b| load_stage(b, Expr::Int(i as i64)));
+            b.commit();
+        }
+        sm.init(b);
+        for &acc in &accs {
+            b.map(acc, 0.0f64);
+        }
+        b.for_("kt", 0i64, n_tiles.clone(), 1i64, |b, kt| {
+            b.wait(st - 2);
+            b.barrier();
+            let next = &kt + (st - 1) as i64;
+            b.if_(next.lt(n_tiles.clone()), |b| load_stage(b, next.clone()));
+            b.commit();
+            let slot = &kt % st as i64;
+            let kv0 = b.let_("kv0", &kt * bn as i64);
+            b.map(s, 0.0f64);
+            qk_chunks(b, s, sq, sk, slot.clone() * nqk as i64, nqk, c.qk_unroll);
+            // Mask only the tiles that cross the diagonal or the end of the keys.
+            let tile_end = kv0.clone() + bn as i64;
+            let need_mask = if spec.causal {
+                tile_end.clone().gt(s_n.clone()).or((tile_end - 1i64).gt(diag.clone()))
+            } else {
+                tile_end.gt(s_n.clone())
+            };
+            let key = kv0.clone() + Expr::ColIdx;
+            let mut visible = key.lt(s_n.clone());
+            if spec.causal {
+                visible = visible.and(key.le(m0.clone() + Expr::RowIdx + s_n.clone() - t_n.clone()));
+            }
+            b.if_else(
+                need_mask,
+                |b| b.map(s, Expr::select(visible, el(s) * scale_log2.clone(), NEG_INF)),
+                |b| b.map(s, el(s) * scale_log2.clone()),
+            );
+            sm.step(b, s, p, &accs);
+            for (c, &acc) in accs.iter().enumerate() {
+                let vb =
+                    Operand::Shared { src: b.window(sv, slot.clone(), 0, c as u32 * KC, bn, KC), transpose: false };
+                b.mma(acc, Operand::Reg(p), vb);
+            }
+        });
+        b.wait(0);
+
+        // Epilogue: o = acc / l (* sigmoid(z)), lse = ln(sum exp(tau q k)).
+        b.vec_map(inv_l, sm.inv_l());
+        let out_off = ((q_start.clone() + m0.clone()) * h.clone() + hh.clone()) * dv as i64;
+        if let Some(z) = z {
+            // Stage the gate tile through the Q chunks (no longer read) with coalesced 16-byte copies.
+            b.barrier();
+            for c in 0..nv {
+                let zsrc =
+                    view(z, out_off.clone() + (c * KC) as i64, row_stride_v.clone(), rows_q.clone(), KC as i64, 8);
+                let zd = b.slot(sq, c as i64);
+                b.copy_async(zd, zsrc);
+            }
+            b.commit();
+            b.wait(0);
+            b.barrier();
+        }
+        for (c, &acc) in accs.iter().enumerate() {
+            match zt {
+                Some(zt) => {
+                    let zs = b.slot(sq, c as i64);
+                    b.load(zt, Place::Shared(zs));
+                    b.map(acc, el(acc) * rv(inv_l) * el(zt).sigmoid());
+                }
+                None => b.map(acc, el(acc) * rv(inv_l)),
+            }
+            let dst =
+                view(o, out_off.clone() + (c as u32 * KC) as i64, row_stride_v.clone(), rows_q.clone(), KC as i64, 2);
+            b.store(acc, Place::Global(dst));
+        }
+        b.vec_map(lse_v, sm.lse_nat());
+        b.store_vec(lse_v, vec_view(lse, hh.clone() * tq.clone() + q_start.clone() + m0.clone(), 1i64, rows_q));
+    };
+    if spec.varlen {
+        b.if_(m0.lt(t_n.clone()), body);
+    } else {
+        body(&mut b);
+    }
+    Ok(b.finish()?)
+}
+
+// =============================================================================================================
+// Decode (absorbed MQA over the paged latent cache), split-KV
+// =============================================================================================================
+
+/// What a decode kernel variant computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub struct DecodeSpec {
+    /// Query / cache row width (576 = 512 latent + 64 rope for K3).
+    pub d: u32,
+    /// Value width: the first `dv` columns of each cache row (512).
+    pub dv: u32,
+    /// Rows per cache page (64, as FlashMLA).
+    pub page: u32,
+}
+
+impl Default for DecodeSpec {
+    fn default() -> Self {
+        DecodeSpec { d: 576, dv: 512, page: 64 }
+    }
+}
+
+/// The decode tuning knobs.
+pub fn decode_knob_space() -> KnobSpace {
+    KnobSpace::default()
+        .axis("BM", "packed (query, head) rows per block", [16i64, 32, 64])
+        .axis("BN", "keys per pipeline stage (divides the page)", [32i64, 64])
+        .axis("WM", "warp rows: the score tile is on [WM, 1] warps", [1i64, 2, 4])
+        .axis("WN", "warp columns splitting the 512 value columns", [1i64, 2, 4])
+        .axis("STAGES", "cp.async depth of the KV ring", [2i64, 3])
+        .axis(
+            "SCORES",
+            "replicated: every warp column group computes the [BM, BN] scores of its rows itself; shared: the \
+             WN groups split the score columns and exchange them through shared memory",
+            ["replicated", "shared"],
+        )
+}
+
+/// The decode knobs used when no tuning record exists: one 16-row m-tile (12 or 16 heads at s_q = 1, the TP8
+/// case), four warps splitting the value columns and the score columns.
+pub fn decode_default_knobs() -> Knobs {
+    decode_knobs_for_rows(16)
+}
+
+/// Sensible decode knobs for `rows = s_q * H` packed query rows per request (from a first sweep on an H200,
+/// b = 128, S_k = 4096: 257 us at H = 12, s_q = 1; 294 us at H = 16, s_q = 2; 739 us at H = 96, s_q = 1).
+pub fn decode_knobs_for_rows(rows: usize) -> Knobs {
+    let k = Knobs::new().with("SCORES", "shared");
+    match rows {
+        0..=16 => k.with("BM", 16i64).with("BN", 64i64).with("WM", 1i64).with("WN", 4i64).with("STAGES", 2i64),
+        17..=32 => k.with("BM", 32i64).with("BN", 32i64).with("WM", 2i64).with("WN", 2i64).with("STAGES", 3i64),
+        _ => k.with("BM", 32i64).with("BN", 64i64).with("WM", 2i64).with("WN", 4i64).with("STAGES", 2i64),
+    }
+}
+
+struct DecodeCfg {
+    bm: u32,
+    bn: u32,
+    wm: u32,
+    wn: u32,
+    stages: u32,
+    /// Scores split over the WN column groups and exchanged through shared memory.
+    shared_scores: bool,
+}
+
+fn decode_cfg(spec: &DecodeSpec, k: &Knobs) -> Result<DecodeCfg, OpError> {
+    const OP: &str = "gated_mla_decode";
+    let c = DecodeCfg {
+        bm: k.u32("BM")?,
+        bn: k.u32("BN")?,
+        wm: k.u32("WM")?,
+        wn: k.u32("WN")?,
+        stages: k.u32("STAGES")?,
+        shared_scores: match k.str("SCORES")? {
+            "replicated" => false,
+            "shared" => true,
+            other => return invalid(OP, k, format!("SCORES={other}: replicated or shared")),
+        },
+    };
+    if c.shared_scores && (c.wn == 1 || !(c.bn / c.wn).is_multiple_of(16)) {
+        return invalid(OP, k, format!("SCORES=shared needs WN > 1 and BN/WN={} a multiple of 16", c.bn / c.wn));
+    }
+    if c.wm == 0 || c.wn == 0 || c.wm * c.wn > 16 {
+        return invalid(OP, k, format!("WM*WN = {} warps must be in 1..=16", c.wm * c.wn));
+    }
+    if c.bm == 0 || !c.bm.is_multiple_of(16 * c.wm) {
+        return invalid(OP, k, format!("BM={} must be a positive multiple of 16*WM={}", c.bm, 16 * c.wm));
+    }
+    if c.bn == 0 || !c.bn.is_multiple_of(16) || !spec.page.is_multiple_of(c.bn) {
+        return invalid(OP, k, format!("BN={} must be a multiple of 16 dividing the page {}", c.bn, spec.page));
+    }
+    if !KC.is_multiple_of(16 * c.wn) {
+        return invalid(OP, k, format!("each {KC}-column value tile needs 16*WN={} to divide it", 16 * c.wn));
+    }
+    if !spec.d.is_multiple_of(KC) || !spec.dv.is_multiple_of(KC) || spec.dv > spec.d {
+        return invalid(OP, k, format!("d={} and dv={} must be multiples of {KC} with dv <= d", spec.d, spec.dv));
+    }
+    if c.stages < 2 {
+        return invalid(OP, k, "STAGES >= 2".into());
+    }
+    let threads = 32 * c.wm * c.wn;
+    let acc = c.bm * spec.dv / threads;
+    let srow = c.bm / c.wm * c.bn / 32;
+    let regs = acc + srow + srow / 2 + if c.shared_scores { srow / c.wn } else { 0 };
+    // Tile registers per thread (accumulators, scores, P); ptxas needs up to ~100 more for fragments and
+    // addresses (measured over the whole space: <= 160 assembles without spills, 176 spills). 512-thread
+    // blocks get only 128 registers per thread.
+    let budget = if threads > 256 { 64 } else { 160 };
+    if regs > budget {
+        return invalid(OP, k, format!("{regs} tile registers per thread (max {budget} at {threads} threads)"));
+    }
+    let smem =
+        2 * ((c.bm + c.stages * c.bn) * spec.d) as usize + if c.shared_scores { 4 * (c.bm * c.bn) as usize } else { 0 };
+    if smem > MAX_SHARED_BYTES {
+        return invalid(OP, k, format!("{smem} bytes of shared memory"));
+    }
+    Ok(c)
+}
+
+/// Build the split-KV decode kernel.
+///
+/// Tensor arguments, in order: `q [B, SQ, H, D]` bf16, `kv [NBLK, PAGE, D]` bf16 (the paged latent cache),
+/// `block_table [B, MAXB]` i32, `cache_seqlens [B]` i32, then the workspace outputs `o_part [B, NSPLIT, SQ, H,
+/// DV]` f32 (each split's output normalised by its own softmax sum; 0 where it saw no key) and `lse_part [B,
+/// NSPLIT, SQ, H]` f32 (log2-domain `m + log2(l)`, -inf where it saw no key). Scalar: `scale` (tau, float).
+/// Grid: `(ceil(SQ*H / BM), NSPLIT, B)`. Query i of s_q sees keys `[0, S_k - SQ + i]`. Split s of a request
+/// takes KV tiles `[s*c, min((s+1)*c, n))`, `c = ceil(n / NSPLIT)`, of the `n` tiles its rows can see.
+pub fn build_decode(spec: &DecodeSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
+    let c = decode_cfg(spec, knobs)?;
+    let (bm, bn, st) = (c.bm, c.bn, c.stages);
+    let (d, dv, page) = (spec.d, spec.dv, spec.page);
+    let name = format!("k3k_mla_decode_d{d}_{dv}_p{page}_{}", knobs.id().to_lowercase());
+    let mut b = KernelBuilder::new(&name, 32 * c.wm * c.wn);
+    b.knobs(knobs.clone());
+    let bsz = b.dim("B");
+    let sqd = b.dim("SQ");
+    let h = b.dim("H");
+    let nblk = b.dim("NBLK");
+    let maxb = b.dim("MAXB");
+    let nsplit = b.dim("NSPLIT");
+    let q = b.tensor("q", DType::Bf16, &[bsz.clone(), sqd.clone(), h.clone(), Expr::from(d)], Access::Read);
+    let kv = b.tensor("kv", DType::Bf16, &[nblk, Expr::from(page), Expr::from(d)], Access::Read);
+    let bt = b.tensor("block_table", DType::I32, &[bsz.clone(), maxb.clone()], Access::Read);
+    let seqlens = b.tensor("cache_seqlens", DType::I32, std::slice::from_ref(&bsz), Access::Read);
+    let o_part = b.tensor(
+        "o_part",
+        DType::F32,
+        &[bsz.clone(), nsplit.clone(), sqd.clone(), h.clone(), Expr::from(dv)],
+        Access::Write,
+    );
+    let lse_part =
+        b.tensor("lse_part", DType::F32, &[bsz.clone(), nsplit.clone(), sqd.clone(), h.clone()], Access::Write);
+    let scale = b.float_arg("scale");
+    b.grid((sqd.clone() * h.clone()).ceil_div(bm as i64), nsplit.clone(), bsz);
+
+    let s_warps = [c.wm, 1];
+    let acc_warps = [c.wm, c.wn];
+    // Q and the cache rows are stored as KC-column chunks: the score product walks all of them in a rolled
+    // loop, the value product reads the first DV / KC of them into one accumulator tile each.
+    let (nch, nv) = (d / KC, dv / KC);
+    let sq = b.shared("sQ", DType::Bf16, bm, KC, nch, Swizzle::Xor16B);
+    let skv = b.shared("sKV", DType::Bf16, bn, KC, st * nch, Swizzle::Xor16B);
+    let s = b.tile("s", DType::F32, bm, bn, s_warps);
+    let p = b.tile("p", DType::Bf16, bm, bn, s_warps);
+    let accs: Vec<TileId> = (0..nv).map(|c| b.tile(&format!("acc{c}"), DType::F32, bm, KC, acc_warps)).collect();
+    // With shared scores each warp computes a [BM/WM, BN/WN] block of the scores (no redundant products) and
+    // the full rows are read back from shared memory onto the [WM, 1] tile the softmax needs.
+    let exchange = c.shared_scores.then(|| {
+        let sw = b.tile("s_split", DType::F32, bm, bn, acc_warps);
+        let ss = b.shared("sS", DType::F32, bm, bn, 1, Swizzle::Xor16B);
+        (sw, ss)
+    });
+    let s_calc = exchange.map_or(s, |(sw, _)| sw);
+    let sm = OnlineSoftmax::new(&mut b, bm, s_warps, acc_warps);
+    let inv_l = b.vec("inv_l", bm, acc_warps);
+    let lse_v = b.vec("lse_rows", bm, s_warps);
+
+    let mt = Expr::block_idx(0);
+    let split = b.let_("split", Expr::block_idx(1));
+    let bi = b.let_("req", Expr::block_idx(2));
+    let rows_total = b.let_("rows_total", sqd.clone() * h.clone());
+    let m0 = b.let_("m0", mt * bm as i64);
+    let rows_valid = b.let_("rows_valid", rows_total.clone() - m0.clone());
+    let s_k = b.let_("s_k", load(seqlens, bi.clone()));
+    let i_lo = b.let_("i_lo", m0.clone() / h.clone());
+    let i_hi = b.let_("i_hi", ((m0.clone() + bm as i64).min(rows_total.clone()) - 1i64) / h.clone());
+    // Keys the tile's last query may see; the splits partition their tiles.
+    let n_keys = b.let_("n_keys", (s_k.clone() - sqd.clone() + 1i64 + i_hi).min(s_k.clone()).max(0i64));
+    let n_tiles = b.let_("n_tiles", n_keys.ceil_div(bn as i64));
+    let per_split = b.let_("per_split", n_tiles.ceil_div(nsplit.clone()));
+    let t0 = b.let_("t0", (split.clone() * per_split.clone()).min(n_tiles.clone()));
+    let count = b.let_("count", (t0.clone() + per_split).min(n_tiles) - t0.clone());
+    let diag = b.let_("diag", s_k.clone() - sqd.clone() + i_lo);
+    let scale_log2 = b.let_("scale_log2", scale * LOG2_E);
+
+    let load_stage = |b: &mut KernelBuilder, j: Expr| {
+        let slot = j.clone() % st as i64;
+        let kv0 = (t0.clone() + j) * bn as i64;
+        let blk = load(bt, bi.clone() * maxb.clone() + kv0.clone() / page as i64);
+        let row0 = b.let_("cache_row", blk * page as i64 + kv0.clone() % page as i64);
+        let rows = b.let_("keys", s_k.clone() - kv0);
+        for c in 0..nch {
+            let src = view(kv, row0.clone() * d as i64 + (c * KC) as i64, d as i64, rows.clone(), KC as i64, 8);
+            let dst = b.slot(skv, slot.clone() * nch as i64 + c as i64);
+            b.copy_async(dst, src);
+        }
+    };
+    for c in 0..nch {
+        let qsrc = view(
+            q,
+            (bi.clone() * rows_total.clone() + m0.clone()) * d as i64 + (c * KC) as i64,
+            d as i64,
+            rows_valid.clone(),
+            KC as i64,
+            8,
+        );
+        let qd = b.slot(sq, c as i64);
+        b.copy_async(qd, qsrc);
+    }
+    for i in 0..st - 1 {
+        b.if_(Expr::Int(i as i64).lt(count.clone()), |b| load_stage(b, Expr::Int(i as i64)));
+        b.commit();
+    }
+    sm.init(&mut b);
+    for &acc in &accs {
+        b.map(acc, 0.0f64);
+    }
+    b.for_("j", 0i64, count.clone(), 1i64, |b, j| {
+        b.wait(st - 2);
+        b.barrier();
+        let next = &j + (st - 1) as i64;
+        b.if_(next.lt(count.clone()), |b| load_stage(b, next.clone()));
+        b.commit();
+        let slot = &j % st as i64;
+        let kv0 = b.let_("kv0", (t0.clone() + j.clone()) * bn as i64);
+        b.map(s_calc, 0.0f64);
+        qk_chunks(b, s_calc, sq, skv, slot.clone() * nch as i64, nch, false);
+        let key = kv0.clone() + Expr::ColIdx;
+        let query = (m0.clone() + Expr::RowIdx) / h.clone();
+        let visible = key.lt(s_k.clone()).and(key.le(s_k.clone() - sqd.clone() + query));
+        b.if_else(
+            (kv0.clone() + (bn as i64 - 1)).gt(diag.clone()),
+            |b| b.map(s_calc, Expr::select(visible, el(s_calc) * scale_log2.clone(), NEG_INF)),
+            |b| b.map(s_calc, el(s_calc) * scale_log2.clone()),
+        );
+        if let Some((sw, ss)) = exchange {
+            // The previous iteration's reads of sS finished before this iteration's first barrier.
+            let dst = b.slot(ss, 0i64);
+            b.store(sw, Place::Shared(dst));
+            b.barrier();
+            let src = b.slot(ss, 0i64);
+            b.load(s, Place::Shared(src));
+        }
+        sm.step(b, s, p, &accs);
+        // Values: the first DV columns of the same cache rows.
+        for (c, &acc) in accs.iter().enumerate() {
+            let vb = Operand::Shared { src: b.slot(skv, slot.clone() * nch as i64 + c as i64), transpose: false };
+            b.mma(acc, Operand::Reg(p), vb);
+        }
+    });
+    b.wait(0);
+    b.vec_map(inv_l, sm.inv_l());
+    let part_row = b.let_("part_row", (bi * nsplit + split) * rows_total + m0);
+    for (c, &acc) in accs.iter().enumerate() {
+        b.map(acc, el(acc) * rv(inv_l));
+        let dst = view(
+            o_part,
+            part_row.clone() * dv as i64 + (c as u32 * KC) as i64,
+            dv as i64,
+            rows_valid.clone(),
+            KC as i64,
+            2,
+        );
+        b.store(acc, Place::Global(dst));
+    }
+    b.vec_map(lse_v, sm.lse_log2());
+    b.store_vec(lse_v, vec_view(lse_part, part_row, 1i64, rows_valid));
+    Ok(b.finish()?)
+}
+
+/// The split count the decode kernel should use for `batch` requests of `m_tiles` m-tiles each whose longest
+/// request has `max_seqlen_k` keys, on a GPU with `num_sms` multiprocessors (about one decode block per SM):
+/// the count minimising `waves * (tiles per split + 2)` (the 2 standing for a split's prologue, epilogue and
+/// share of the combine), with at least two KV tiles of `bn` keys per split and at most 64 splits.
+pub fn decode_num_splits(batch: usize, m_tiles: usize, max_seqlen_k: usize, num_sms: usize, bn: usize) -> usize {
+    let blocks = (batch * m_tiles).max(1);
+    let sms = num_sms.max(1);
+    let tiles = max_seqlen_k.div_ceil(bn.max(1));
+    let cap = (tiles / 2).clamp(1, 64);
+    let cost = |s: usize| (blocks * s).div_ceil(sms) * (tiles.div_ceil(s) + 2);
+    (1..=cap).min_by_key(|&s| cost(s)).unwrap_or(1)
+}
+
+/// The combine tuning knobs.
+pub fn combine_knob_space() -> KnobSpace {
+    KnobSpace::default().axis("BM", "heads per block", [16i64, 32]).axis("WM", "warp rows", [1i64, 2]).axis(
+        "WN",
+        "warp columns over the value width",
+        [2i64, 4, 8],
+    )
+}
+
+/// The combine knobs used when no tuning record exists.
+pub fn combine_default_knobs() -> Knobs {
+    Knobs::new().with("BM", 16i64).with("WM", 1i64).with("WN", 4i64)
+}
+
+/// Build the split-merge kernel of decode.
+///
+/// Tensor arguments, in order: `o_part [B, NSPLIT, SQ, H, DV]` f32 and `lse_part [B, NSPLIT, SQ, H]` f32 (as
+/// written by [`build_decode`]), outputs `o [B, SQ, H, DV]` bf16 and `lse [B, H, SQ]` f32 (natural log, +inf
+/// for a query that saw no key, whose o is 0). Grid: `(ceil(H / BM), SQ, B)`.
+pub fn build_decode_combine(spec: &DecodeSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
+    const OP: &str = "gated_mla_decode_combine";
+    let (bm, wm, wn) = (knobs.u32("BM")?, knobs.u32("WM")?, knobs.u32("WN")?);
+    if wm == 0 || wn == 0 || wm * wn > 16 || bm == 0 || bm % (16 * wm) != 0 || !spec.dv.is_multiple_of(8 * wn) {
+        return invalid(OP, knobs, format!("BM={bm} WM={wm} WN={wn} do not tile {bm}x{}", spec.dv));
+    }
+    let threads = 32 * wm * wn;
+    if threads > 256 || 2 * bm * spec.dv / threads > 128 {
+        return invalid(OP, knobs, "at most 8 warps and 128 tile registers per thread".into());
+    }
+    let dv = spec.dv;
+    let name = format!("k3k_mla_decode_combine_dv{dv}_{}", knobs.id().to_lowercase());
+    let mut b = KernelBuilder::new(&name, threads);
+    b.knobs(knobs.clone());
+    let bsz = b.dim("B");
+    let nsplit = b.dim("NSPLIT");
+    let sqd = b.dim("SQ");
+    let h = b.dim("H");
+    let o_part = b.tensor(
+        "o_part",
+        DType::F32,
+        &[bsz.clone(), nsplit.clone(), sqd.clone(), h.clone(), Expr::from(dv)],
+        Access::Read,
+    );
+    let lse_part =
+        b.tensor("lse_part", DType::F32, &[bsz.clone(), nsplit.clone(), sqd.clone(), h.clone()], Access::Read);
+    let o = b.tensor("o", DType::Bf16, &[bsz.clone(), sqd.clone(), h.clone(), Expr::from(dv)], Access::Write);
+    let lse = b.tensor("lse", DType::F32, &[bsz.clone(), h.clone(), sqd.clone()], Access::Write);
+    b.grid(h.ceil_div(bm as i64), sqd.clone(), bsz);
+
+    let warps = [wm, wn];
+    let acc = b.tile("acc", DType::F32, bm, dv, warps);
+    let part = b.tile("o_split", DType::F32, bm, dv, warps);
+    let mx = b.vec("m", bm, warps);
+    let mu = b.vec("mu", bm, warps);
+    let lj = b.vec("lse_split", bm, warps);
+    let w = b.vec("w", bm, warps);
+    let sum = b.vec("sum", bm, warps);
+    let out = b.vec("out", bm, warps);
+
+    let h0 = b.let_("h0", Expr::block_idx(0) * bm as i64);
+    let qi = b.let_("query", Expr::block_idx(1));
+    let bi = b.let_("req", Expr::block_idx(2));
+    let rows = b.let_("rows", h.clone() - h0.clone());
+    let part_row =
+        |s: &Expr| ((bi.clone() * nsplit.clone() + s.clone()) * sqd.clone() + qi.clone()) * h.clone() + h0.clone();
+
+    b.vec_map(mx, NEG_INF);
+    b.for_("split", 0i64, nsplit.clone(), 1i64, |b, s| {
+        b.load_vec(lj, vec_view(lse_part, part_row(&s), 1i64, rows.clone()));
+        b.vec_map(mx, rv(mx).max(rv(lj)));
+    });
+    b.vec_map(mu, Expr::select(rv(mx).eq(NEG_INF), 0.0f64, rv(mx)));
+    b.vec_map(sum, 0.0f64);
+    b.map(acc, 0.0f64);
+    b.for_("split", 0i64, nsplit.clone(), 1i64, |b, s| {
+        b.load_vec(lj, vec_view(lse_part, part_row(&s), 1i64, rows.clone()));
+        b.vec_map(w, (rv(lj) - rv(mu)).exp2());
+        b.vec_map(sum, rv(sum) + rv(w));
+        b.load(part, Place::Global(view(o_part, part_row(&s) * dv as i64, dv as i64, rows.clone(), dv as i64, 2)));
+        b.map(acc, el(acc) + rv(w) * el(part));
+    });
+    b.vec_map(out, Expr::select(rv(sum).gt(0.0f64), rv(sum).recip(), 0.0f64));
+    b.map(acc, el(acc) * rv(out));
+    let o_off = ((bi.clone() * sqd.clone() + qi.clone()) * h.clone() + h0.clone()) * dv as i64;
+    b.store(acc, Place::Global(view(o, o_off, dv as i64, rows.clone(), dv as i64, 2)));
+    b.vec_map(out, Expr::select(rv(sum).gt(0.0f64), (rv(mu) + rv(sum).log2()) * LN_2, POS_INF));
+    b.store_vec(out, vec_view(lse, (bi * h + h0) * sqd.clone() + qi, sqd, rows));
+    Ok(b.finish()?)
+}
+
+// =============================================================================================================
+// Decode-side output projection with the fused gate
+// =============================================================================================================
+
+/// What a gate kernel variant computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub struct GateSpec {
+    /// Multiply by `sigmoid(z)` (false: the plain W_UV projection).
+    pub gate: bool,
+    /// Latent width (512).
+    pub dl: u32,
+    /// Output head dim (128).
+    pub dv: u32,
+}
+
+impl GateSpec {
+    /// The K3 dims (512 -> 128).
+    pub fn new(gate: bool) -> Self {
+        GateSpec { gate, dl: 512, dv: 128 }
+    }
+}
+
+/// The gate-projection tuning knobs.
+pub fn gate_knob_space() -> KnobSpace {
+    KnobSpace::default()
+        .axis("BM", "tokens per block", [16i64, 32, 64, 128])
+        .axis("BK", "latent slice per pipeline stage", [32i64, 64])
+        .axis("STAGES", "cp.async pipeline depth", [2i64, 3, 4])
+        .axis("WM", "warps along tokens", [1i64, 2, 4])
+        .axis("WN", "warps along the 128 outputs", [2i64, 4])
+}
+
+/// The gate-projection knobs used when no tuning record exists.
+pub fn gate_default_knobs() -> Knobs {
+    Knobs::new().with("BM", 64i64).with("BK", 64i64).with("STAGES", 3i64).with("WM", 2i64).with("WN", 2i64)
+}
+
+/// Build the decode-side output projection `y[t, h, :] = sigmoid(z[t, h, :]) * (o_latent[t, h, :] @
+/// W_UV[h]^T)`.
+///
+/// Tensor arguments, in order: `o_latent [T, H, DL]` bf16, `w_uv [H, DV, DL]` bf16, `z [T, H, DV]` bf16 (when
+/// gated), output `y [T, H, DV]` bf16. Grid: `(ceil(T / BM), H, 1)`.
+pub fn build_gate(spec: &GateSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
+    const OP: &str = "gated_mla_gate";
+    let (bm, bk, st, wm, wn) =
+        (knobs.u32("BM")?, knobs.u32("BK")?, knobs.u32("STAGES")?, knobs.u32("WM")?, knobs.u32("WN")?);
+    let (dl, dv) = (spec.dl, spec.dv);
+    if wm == 0 || wn == 0 || wm * wn > 16 || bm == 0 || bm % (16 * wm) != 0 || dv % (16 * wn) != 0 {
+        return invalid(OP, knobs, format!("BM={bm} WM={wm} WN={wn} do not tile {bm}x{dv}"));
+    }
+    if bk == 0 || bk % 16 != 0 || dl % bk != 0 || st < 2 {
+        return invalid(OP, knobs, format!("BK={bk} must be a multiple of 16 dividing {dl}, STAGES >= 2"));
+    }
+    let threads = 32 * wm * wn;
+    // Measured over the space: 4+ warps, warp column bands of at most 64 and at most 64 accumulator
+    // registers per thread assemble without spills at BK <= 64.
+    if threads < 128 || dv / wn > 64 || bm * dv / threads > 64 || bk > 64 {
+        return invalid(OP, knobs, "needs >= 4 warps, WN >= DV/64, <= 64 accumulator registers, BK <= 64".into());
+    }
+    let smem = 2 * (st * (bm + dv) * bk + if spec.gate { bm * dv } else { 0 }) as usize;
+    if smem > MAX_SHARED_BYTES {
+        return invalid(OP, knobs, format!("{smem} bytes of shared memory"));
+    }
+    let name = format!(
+        "k3k_mla_gate_wuv{}_{}x{}_{}",
+        if spec.gate { "_sigmoid" } else { "" },
+        dl,
+        dv,
+        knobs.id().to_lowercase()
+    );
+    let mut b = KernelBuilder::new(&name, threads);
+    b.knobs(knobs.clone());
+    let t = b.dim("T");
+    let h = b.dim("H");
+    let ol = b.tensor("o_latent", DType::Bf16, &[t.clone(), h.clone(), Expr::from(dl)], Access::Read);
+    let w = b.tensor("w_uv", DType::Bf16, &[h.clone(), Expr::from(dv), Expr::from(dl)], Access::Read);
+    let z = spec.gate.then(|| b.tensor("z", DType::Bf16, &[t.clone(), h.clone(), Expr::from(dv)], Access::Read));
+    let y = b.tensor("y", DType::Bf16, &[t.clone(), h.clone(), Expr::from(dv)], Access::Write);
+    b.grid(t.ceil_div(bm as i64), h.clone(), 1i64);
+
+    let warps = [wm, wn];
+    let sa = b.shared("sA", DType::Bf16, bm, bk, st, Swizzle::Xor16B);
+    let sb = b.shared("sB", DType::Bf16, dv, bk, st, Swizzle::Xor16B);
+    let sz = spec.gate.then(|| b.shared("sZ", DType::Bf16, bm, dv, 1, Swizzle::Xor16B));
+    let acc = b.tile("acc", DType::F32, bm, dv, warps);
+    let zt = spec.gate.then(|| b.tile("zt", DType::Bf16, bm, dv, warps));
+
+    let t0 = b.let_("t0", Expr::block_idx(0) * bm as i64);
+    let hh = b.let_("head", Expr::block_idx(1));
+    let rows = b.let_("rows", t.clone() - t0.clone());
+    let k_tiles = (dl / bk) as i64;
+    let load_stage = |b: &mut KernelBuilder, kt: Expr| {
+        let slot = kt.clone() % st as i64;
+        let k0 = kt * bk as i64;
+        let asrc = view(
+            ol,
+            (t0.clone() * h.clone() + hh.clone()) * dl as i64 + k0.clone(),
+            h.clone() * dl as i64,
+            rows.clone(),
+            bk as i64,
+            8,
+        );
+        let bsrc = view(w, hh.clone() * (dv * dl) as i64 + k0, dl as i64, dv as i64, bk as i64, 8);
+        let (ad, bd) = (b.slot(sa, slot.clone()), b.slot(sb, slot));
+        b.copy_async(ad, asrc);
+        b.copy_async(bd, bsrc);
+    };
+    let out_off = (t0.clone() * h.clone() + hh.clone()) * dv as i64;
+    if let (Some(z), Some(sz)) = (z, sz) {
+        // Prefetch the gate tile with the first stage; it is read only in the epilogue.
+        let zd = b.slot(sz, 0i64);
+        b.copy_async(zd, view(z, out_off.clone(), h.clone() * dv as i64, rows.clone(), dv as i64, 8));
+    }
+    for i in 0..st - 1 {
+        if (i as i64) < k_tiles {
+            load_stage(&mut b, Expr::Int(i as i64));
+        }
+        b.commit();
+    }
+    b.map(acc, 0.0f64);
+    b.for_("kt", 0i64, k_tiles, 1i64, |b, kt| {
+        b.wait(st - 2);
+        b.barrier();
+        let next = &kt + (st - 1) as i64;
+        b.if_(next.lt(k_tiles), |b| load_stage(b, next.clone()));
+        b.commit();
+        let slot = &kt % st as i64;
+        let a = Operand::Shared { src: b.slot(sa, slot.clone()), transpose: false };
+        let bt = Operand::Shared { src: b.slot(sb, slot), transpose: true };
+        b.mma(acc, a, bt);
+    });
+    b.wait(0);
+    if let (Some(zt), Some(sz)) = (zt, sz) {
+        b.barrier();
+        let zs = b.slot(sz, 0i64);
+        b.load(zt, Place::Shared(zs));
+        b.map(acc, el(acc) * el(zt).sigmoid());
+    }
+    b.store(acc, Place::Global(view(y, out_off, h * dv as i64, rows, dv as i64, 2)));
+    Ok(b.finish()?)
+}

@@ -1,0 +1,106 @@
+//! Every gated-MLA kernel, at its default knobs and at a few other knob points, renders, compiles with NVRTC
+//! and assembles with ptxas for sm_90a with 0 spill bytes (registers printed with `--nocapture`). Every point
+//! of each knob space either builds a valid kernel or is rejected as invalid knobs; with
+//! `K3K_COMPILE_ALL=1` every valid point is assembled and checked for spills too.
+use k3k_codegen::{BuildOptions, build};
+use k3k_ir::{Kernel, KnobSpace, Knobs};
+use k3k_ops::OpError;
+use k3k_ops::gated_mla::*;
+
+fn assemble(k: &Kernel) -> u32 {
+    let m = build(k, BuildOptions { assemble: true }).unwrap_or_else(|e| panic!("{}: {e}", k.name));
+    let r = m.resources.clone().expect("assembled");
+    eprintln!(
+        "{}: {} registers, {} B dynamic smem, spill st/ld {}/{} B, nvrtc {:.0} ms",
+        k.name,
+        r.registers,
+        k.shared_bytes(),
+        r.spill_store_bytes,
+        r.spill_load_bytes,
+        m.nvrtc_ms
+    );
+    assert!(!r.spills(), "{}: spills {r:?}", k.name);
+    assert!(r.registers <= 255, "{}: {r:?}", k.name);
+    r.registers
+}
+
+/// Every point builds or is rejected as invalid knobs (never an IR error or a panic); the valid kernels.
+fn valid_points(space: &KnobSpace, build_fn: impl Fn(&Knobs) -> Result<Kernel, OpError>) -> Vec<Kernel> {
+    let mut ok = vec![];
+    for p in space.points() {
+        match build_fn(&p) {
+            Ok(k) => ok.push(k),
+            Err(OpError::InvalidKnobs { .. }) => {}
+            Err(e) => panic!("knobs {p}: {e}"),
+        }
+    }
+    eprintln!("{} of {} knob points valid", ok.len(), space.size());
+    assert!(!ok.is_empty());
+    if std::env::var("K3K_COMPILE_ALL").is_ok_and(|v| v == "1") {
+        for k in &ok {
+            assemble(k);
+        }
+    }
+    ok
+}
+
+#[test]
+fn prefill_kernels_compile_without_spills() {
+    for causal in [true, false] {
+        for gate in [true, false] {
+            for varlen in [false, true] {
+                let spec = PrefillSpec::new(causal, gate, varlen);
+                assemble(&build_prefill(&spec, &prefill_default_knobs()).unwrap());
+            }
+        }
+    }
+    let spec = PrefillSpec::new(true, true, false);
+    valid_points(&prefill_knob_space(), |k| build_prefill(&spec, k));
+    for k in [
+        prefill_default_knobs().with("BN", 32i64).with("STAGES", 3i64),
+        prefill_default_knobs().with("BM", 64i64).with("WM", 4i64),
+        prefill_default_knobs().with("BM", 64i64).with("WM", 4i64).with("BN", 32i64).with("QK_UNROLL", false),
+    ] {
+        assemble(&build_prefill(&spec, &k).unwrap());
+    }
+    // Too many registers per thread or too much shared memory is rejected before anything is compiled.
+    let bad = prefill_default_knobs().with("BN", 128i64);
+    assert!(matches!(build_prefill(&spec, &bad), Err(OpError::InvalidKnobs { .. })));
+}
+
+#[test]
+fn decode_kernels_compile_without_spills() {
+    let spec = DecodeSpec::default();
+    assemble(&build_decode(&spec, &decode_default_knobs()).unwrap());
+    valid_points(&decode_knob_space(), |k| build_decode(&spec, k));
+    for k in [
+        decode_knobs_for_rows(32),
+        decode_knobs_for_rows(64),
+        decode_default_knobs().with("SCORES", "replicated").with("BN", 32i64).with("STAGES", 3i64),
+        decode_knobs_for_rows(64).with("SCORES", "replicated"),
+        decode_knobs_for_rows(32).with("BM", 64i64).with("WM", 4i64).with("SCORES", "replicated"),
+    ] {
+        assemble(&build_decode(&spec, &k).unwrap());
+    }
+    assemble(&build_decode_combine(&spec, &combine_default_knobs()).unwrap());
+    valid_points(&combine_knob_space(), |k| build_decode_combine(&spec, k));
+    assemble(&build_decode_combine(&spec, &Knobs::new().with("BM", 32i64).with("WM", 2i64).with("WN", 4i64)).unwrap());
+    // 8 warps split the 64-column value tiles too finely for mma (16 columns per warp at least).
+    let bad = decode_default_knobs().with("WN", 8i64);
+    assert!(matches!(build_decode(&spec, &bad), Err(OpError::InvalidKnobs { .. })));
+}
+
+#[test]
+fn gate_kernels_compile_without_spills() {
+    for gate in [true, false] {
+        assemble(&build_gate(&GateSpec::new(gate), &gate_default_knobs()).unwrap());
+    }
+    let spec = GateSpec::new(true);
+    valid_points(&gate_knob_space(), |k| build_gate(&spec, k));
+    for k in [
+        gate_default_knobs().with("BM", 16i64).with("WM", 1i64).with("WN", 4i64).with("BK", 32i64),
+        gate_default_knobs().with("BM", 128i64).with("WM", 4i64).with("WN", 2i64).with("STAGES", 2i64),
+    ] {
+        assemble(&build_gate(&spec, &k).unwrap());
+    }
+}

@@ -1,0 +1,377 @@
+//! The gated-MLA tile programs, executed by the CPU interpreter, against the f64 reference (k3k-reference):
+//! rel L2 <= 5e-3 on the bf16 outputs, 1e-3 on the LSE, and identical inf/NaN positions. Fresh random inputs
+//! every run (the seed is printed on failure), outputs poisoned with NaN before each run, ragged edge sizes
+//! (1, 15, 17, 65), cached prefixes, rows without keys, empty requests and a NaN-poisoned paged cache whose
+//! unused block-table entries are out of range (the interpreter reports any out-of-bounds read).
+//!
+//! Every case is a [`Plan`] run by [`Executor::Cpu`] (`k3k_codegen::cpu::interp::run` on each step); with
+//! `K3K_GPU=1` the same plans also run on GPU 0 and must pass the same checks.
+use k3k_ir::*;
+use k3k_ops::gated_mla::*;
+use k3k_ops::plan::{Executor, GpuExec, Outputs, Plan};
+use k3k_reference::metrics::{first_nonfinite_mismatch, rel_l2};
+use k3k_reference::mla::{gate_wuv, mla_decode_paged, mla_prefill, mla_prefill_varlen};
+use k3k_reference::random::{bf16_normal, block_table, fresh_seed, seeded};
+use k3k_runtime::Gpu;
+use rand::Rng;
+use rand::rngs::StdRng;
+
+const BF16_TOL: f64 = 5e-3;
+const LSE_TOL: f64 = 1e-3;
+/// tau = 192^-1/2.
+const TAU: f32 = 0.072_168_78;
+
+/// rel L2 within `tol` and identical non-finite positions (exact zeros where the reference is all zero).
+fn check(what: &str, seed: u64, got: &[f32], want: &[f64], tol: f64) {
+    if let Some(i) = first_nonfinite_mismatch(got, want) {
+        panic!("seed {seed}: {what}: non-finite mismatch at {i}: got {} want {}", got[i], want[i]);
+    }
+    if want.iter().all(|w| !w.is_finite() || *w == 0.0) {
+        let bad = got.iter().zip(want).position(|(g, w)| w.is_finite() && *g != 0.0);
+        assert!(bad.is_none(), "seed {seed}: {what}: expected 0 at {bad:?}");
+        return;
+    }
+    let r = rel_l2(got, want);
+    if std::env::var("K3K_VERBOSE").is_ok() {
+        eprintln!("{what}: rel L2 {r:.2e}");
+    }
+    assert!(r <= tol, "seed {seed}: {what}: rel L2 {r:.3e} > {tol:.0e}");
+}
+
+/// Gate logits: N(0, 2^2) with a few extreme values (sigmoid saturates to exactly 0 or 1).
+fn gate_logits(rng: &mut StdRng, n: usize) -> Vec<f32> {
+    let mut z = bf16_normal(rng, n, 2.0);
+    for _ in 0..n / 50 {
+        let i = rng.random_range(0..n);
+        z[i] = if rng.random_bool(0.5) { 1000.0 } else { -1000.0 };
+    }
+    z
+}
+
+fn bf16(shape: &[usize], v: &[f32]) -> HostTensor {
+    HostTensor::from_f32(DType::Bf16, shape, v)
+}
+
+fn i32s(shape: &[usize], v: &[i64]) -> HostTensor {
+    HostTensor::from_i64(DType::I32, shape, v)
+}
+
+fn f32s(o: &Outputs, name: &str) -> Vec<f32> {
+    o.get(name).unwrap().to_f32_vec()
+}
+
+/// The CPU interpreter, plus GPU 0 when `K3K_GPU=1`.
+fn executors() -> Vec<Executor> {
+    let mut v = vec![Executor::Cpu];
+    if std::env::var("K3K_GPU").is_ok_and(|v| v == "1") {
+        let gpu = Gpu::open(0).unwrap_or_else(|e| panic!("K3K_GPU=1 but no GPU: {e}"));
+        v.push(Executor::Gpu(Box::new(GpuExec::new(gpu))));
+    }
+    v
+}
+
+/// Run a plan (outputs poisoned first) on every executor; `f` checks each run's outputs.
+fn run_everywhere(seed: u64, what: &str, plan: &Plan, mut f: impl FnMut(&str, &Outputs)) {
+    for mut ex in executors() {
+        let outs = ex.run(plan).unwrap_or_else(|e| panic!("seed {seed}: {what} on {}: {e}", ex.name()));
+        f(ex.name(), &outs);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Prefill
+
+/// One fixed-length prefill on fresh inputs against `mla_prefill`.
+fn prefill_case(spec: PrefillSpec, knobs: &Knobs, t: usize, s: usize, h: usize) {
+    let seed = fresh_seed();
+    let mut rng = seeded(seed);
+    let (dqk, dv) = (spec.dqk as usize, spec.dv as usize);
+    let q = bf16_normal(&mut rng, t * h * dqk, 1.0);
+    let k = bf16_normal(&mut rng, s * h * dqk, 1.0);
+    let v = bf16_normal(&mut rng, s * h * dv, 1.0);
+    let z = spec.gate.then(|| gate_logits(&mut rng, t * h * dv));
+    let kern = build_prefill(&spec, knobs).unwrap();
+    let what = format!("{} T={t} S={s} H={h}", kern.name);
+    let mut plan = Plan::default();
+    let mut args = vec![
+        plan.input("q", bf16(&[t, h, dqk], &q)),
+        plan.input("k", bf16(&[s, h, dqk], &k)),
+        plan.input("v", bf16(&[s, h, dv], &v)),
+    ];
+    if let Some(z) = &z {
+        args.push(plan.input("z", bf16(&[t, h, dv], z)));
+    }
+    args.push(plan.output("o", DType::Bf16, &[t, h, dv]));
+    args.push(plan.output("lse", DType::F32, &[h, t]));
+    plan.step(kern, &args, &[("scale", SymValue::Float(TAU))]);
+    let (want_o, want_lse) = mla_prefill(&q, &k, &v, z.as_deref(), t, s, h, dqk, dv, TAU as f64, spec.causal).unwrap();
+    run_everywhere(seed, &what, &plan, |ex, outs| {
+        check(&format!("{what} [{ex}] o"), seed, &f32s(outs, "o"), &want_o, BF16_TOL);
+        check(&format!("{what} [{ex}] lse"), seed, &f32s(outs, "lse"), &want_lse, LSE_TOL);
+    });
+}
+
+#[test]
+fn prefill_causal_gated_ragged_and_cached_prefix() {
+    let spec = PrefillSpec::new(true, true, false);
+    // T not a multiple of the tile; S > T (bottom-right aligned cached prefix); single rows.
+    for (t, s) in [(65, 65), (17, 80), (1, 33), (15, 15), (1, 1), (17, 150)] {
+        prefill_case(spec, &prefill_default_knobs(), t, s, 2);
+    }
+}
+
+#[test]
+fn prefill_rows_without_keys_give_zero_and_inf() {
+    // T > S causal: query rows 0..T-S-1 see no key (o = 0, lse = +inf; the check demands identical inf
+    // positions); S = 0 sees nothing at all.
+    for (causal, t, s) in [(true, 20, 5), (true, 70, 3), (false, 3, 0)] {
+        prefill_case(PrefillSpec::new(causal, true, false), &prefill_default_knobs(), t, s, 2);
+    }
+    // And o is exactly 0 there, not just small.
+    let seed = fresh_seed();
+    let mut rng = seeded(seed);
+    let (t, s, h) = (20usize, 5usize, 1usize);
+    let kern = build_prefill(&PrefillSpec::new(true, false, false), &prefill_default_knobs()).unwrap();
+    let mut plan = Plan::default();
+    let args = [
+        plan.input("q", bf16(&[t, h, 192], &bf16_normal(&mut rng, t * h * 192, 1.0))),
+        plan.input("k", bf16(&[s, h, 192], &bf16_normal(&mut rng, s * h * 192, 1.0))),
+        plan.input("v", bf16(&[s, h, 128], &bf16_normal(&mut rng, s * h * 128, 1.0))),
+        plan.output("o", DType::Bf16, &[t, h, 128]),
+        plan.output("lse", DType::F32, &[h, t]),
+    ];
+    plan.step(kern, &args, &[("scale", SymValue::Float(TAU))]);
+    run_everywhere(seed, "lonely rows", &plan, |ex, outs| {
+        let (o, lse) = (f32s(outs, "o"), f32s(outs, "lse"));
+        for i in 0..t {
+            let lonely = i < t - s;
+            assert_eq!(lse[i] == f32::INFINITY, lonely, "seed {seed} [{ex}] row {i}: lse {}", lse[i]);
+            if lonely {
+                assert!(o[i * 128..(i + 1) * 128].iter().all(|&x| x == 0.0), "seed {seed} [{ex}] row {i}");
+            }
+        }
+    });
+}
+
+#[test]
+fn prefill_full_and_ungated_12_and_16_heads() {
+    for (causal, gate, h, t, s) in [(false, false, 12, 17, 65), (false, true, 16, 15, 33), (true, false, 12, 65, 65)] {
+        prefill_case(PrefillSpec::new(causal, gate, false), &prefill_default_knobs(), t, s, h);
+    }
+}
+
+#[test]
+fn prefill_other_knob_points() {
+    let spec = PrefillSpec::new(true, true, false);
+    for knobs in [
+        prefill_default_knobs().with("BN", 32i64).with("STAGES", 3i64),
+        prefill_default_knobs().with("BM", 64i64).with("WM", 4i64),
+        prefill_default_knobs().with("BM", 64i64).with("WM", 4i64).with("BN", 32i64).with("QK_UNROLL", false),
+    ] {
+        for (t, s) in [(130, 200), (63, 63)] {
+            prefill_case(spec, &knobs, t, s, 1);
+        }
+    }
+}
+
+#[test]
+fn prefill_varlen() {
+    // Sequences (T, S): (17, 30), (0, 5), (65, 65), (1, 0), (15, 100).
+    let cu_q = [0i64, 17, 17, 82, 83, 98];
+    let cu_k = [0i64, 30, 35, 100, 100, 200];
+    let cu_q_us: Vec<usize> = cu_q.iter().map(|&x| x as usize).collect();
+    let cu_k_us: Vec<usize> = cu_k.iter().map(|&x| x as usize).collect();
+    let (h, dqk, dv) = (3, 192, 128);
+    let (tq, tk) = (cu_q_us[cu_q.len() - 1], cu_k_us[cu_k.len() - 1]);
+    let max_q = cu_q.windows(2).map(|w| w[1] - w[0]).max().unwrap();
+    for (causal, gate) in [(true, true), (false, false)] {
+        let seed = fresh_seed();
+        let mut rng = seeded(seed);
+        let q = bf16_normal(&mut rng, tq * h * dqk, 1.0);
+        let k = bf16_normal(&mut rng, tk * h * dqk, 1.0);
+        let v = bf16_normal(&mut rng, tk * h * dv, 1.0);
+        let z = gate.then(|| gate_logits(&mut rng, tq * h * dv));
+        let kern = build_prefill(&PrefillSpec::new(causal, gate, true), &prefill_default_knobs()).unwrap();
+        let what = kern.name.clone();
+        let mut plan = Plan::default();
+        let mut args = vec![
+            plan.input("q", bf16(&[tq, h, dqk], &q)),
+            plan.input("k", bf16(&[tk, h, dqk], &k)),
+            plan.input("v", bf16(&[tk, h, dv], &v)),
+            plan.input("cu_seqlens_q", i32s(&[cu_q.len()], &cu_q)),
+            plan.input("cu_seqlens_k", i32s(&[cu_k.len()], &cu_k)),
+        ];
+        if let Some(z) = &z {
+            args.push(plan.input("z", bf16(&[tq, h, dv], z)));
+        }
+        args.push(plan.output("o", DType::Bf16, &[tq, h, dv]));
+        args.push(plan.output("lse", DType::F32, &[h, tq]));
+        plan.step(kern, &args, &[("scale", SymValue::Float(TAU)), ("MAX_SEQLEN_Q", SymValue::Int(max_q))]);
+        let (want_o, want_lse) =
+            mla_prefill_varlen(&q, &k, &v, z.as_deref(), &cu_q_us, &cu_k_us, h, dqk, dv, TAU as f64, causal).unwrap();
+        run_everywhere(seed, &what, &plan, |ex, outs| {
+            check(&format!("{what} [{ex}] o"), seed, &f32s(outs, "o"), &want_o, BF16_TOL);
+            check(&format!("{what} [{ex}] lse"), seed, &f32s(outs, "lse"), &want_lse, LSE_TOL);
+        });
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Decode
+
+/// A paged latent cache for requests of `lens` keys: pages from a shuffled pool, every row that holds no key
+/// (page tails, spare pages) NaN, unused block-table entries far out of range.
+struct Paged {
+    cache: Vec<f32>,
+    table: Vec<i32>,
+    max_blocks: usize,
+    num_blocks: usize,
+}
+
+fn paged_cache(rng: &mut StdRng, lens: &[usize], d: usize, page: usize) -> Paged {
+    let (mut table, max_blocks, num_blocks) = block_table(rng, lens, page, 2);
+    let mut cache = vec![f32::NAN; num_blocks * page * d];
+    for (r, &len) in lens.iter().enumerate() {
+        for j in 0..len {
+            let blk = table[r * max_blocks + j / page] as usize;
+            let row = (blk * page + j % page) * d;
+            cache[row..row + d].copy_from_slice(&bf16_normal(rng, d, 0.5));
+        }
+    }
+    for e in table.iter_mut().filter(|e| **e < 0) {
+        *e = 2_147_480_000;
+    }
+    Paged { cache, table, max_blocks, num_blocks }
+}
+
+/// Split-KV decode + combine against `mla_decode_paged`; returns the bf16 latent output of the first executor
+/// (for chaining into the gate kernel).
+fn decode_case(lens: &[usize], s_q: usize, h: usize, nsplit: usize, knobs: &Knobs) -> Vec<f32> {
+    let seed = fresh_seed();
+    let mut rng = seeded(seed);
+    let spec = DecodeSpec::default();
+    let (d, dv, page) = (spec.d as usize, spec.dv as usize, spec.page as usize);
+    let b = lens.len();
+    let paged = paged_cache(&mut rng, lens, d, page);
+    let q = bf16_normal(&mut rng, b * s_q * h * d, 1.0);
+    let seqlens: Vec<i64> = lens.iter().map(|&l| l as i64).collect();
+    let table: Vec<i64> = paged.table.iter().map(|&x| x as i64).collect();
+    let main = build_decode(&spec, knobs).unwrap();
+    let combine = build_decode_combine(&spec, &combine_default_knobs()).unwrap();
+    let what = format!("{} B={b} s_q={s_q} H={h} NSPLIT={nsplit} lens={lens:?}", main.name);
+    let mut plan = Plan::default();
+    let q_i = plan.input("q", bf16(&[b, s_q, h, d], &q));
+    let kv_i = plan.input("kv", bf16(&[paged.num_blocks, page, d], &paged.cache));
+    let bt_i = plan.input("block_table", i32s(&[b, paged.max_blocks], &table));
+    let sl_i = plan.input("cache_seqlens", i32s(&[b], &seqlens));
+    // The workspace is an output here so that the test sees every element was written.
+    let op_i = plan.output("o_part", DType::F32, &[b, nsplit, s_q, h, dv]);
+    let lp_i = plan.output("lse_part", DType::F32, &[b, nsplit, s_q, h]);
+    let o_i = plan.output("o", DType::Bf16, &[b, s_q, h, dv]);
+    let l_i = plan.output("lse", DType::F32, &[b, h, s_q]);
+    plan.step(main, &[q_i, kv_i, bt_i, sl_i, op_i, lp_i], &[("scale", SymValue::Float(TAU))]);
+    plan.step(combine, &[op_i, lp_i, o_i, l_i], &[]);
+    let lens32: Vec<i32> = lens.iter().map(|&l| l as i32).collect();
+    let (want_o, want_lse) =
+        mla_decode_paged(&q, &paged.cache, &paged.table, &lens32, b, s_q, h, d, dv, page, TAU as f64).unwrap();
+    let mut first = None;
+    run_everywhere(seed, &what, &plan, |ex, outs| {
+        // Partial outputs finite (0 where a split saw no key) and LSEs not NaN: every element was written.
+        assert!(f32s(outs, "o_part").iter().all(|x| x.is_finite()), "seed {seed}: {what} [{ex}]: o_part");
+        assert!(f32s(outs, "lse_part").iter().all(|x| !x.is_nan()), "seed {seed}: {what} [{ex}]: lse_part");
+        let o = f32s(outs, "o");
+        check(&format!("{what} [{ex}] o"), seed, &o, &want_o, BF16_TOL);
+        check(&format!("{what} [{ex}] lse"), seed, &f32s(outs, "lse"), &want_lse, LSE_TOL);
+        first.get_or_insert(o);
+    });
+    first.unwrap()
+}
+
+#[test]
+fn decode_paged_single_query() {
+    // An empty request, a one-key request, a full page, ragged tails; 16 and 12 heads; 1 and 3 splits.
+    let lens = [130usize, 0, 64, 1, 200];
+    decode_case(&lens, 1, 16, 1, &decode_default_knobs());
+    decode_case(&lens, 1, 12, 3, &decode_default_knobs());
+}
+
+#[test]
+fn decode_paged_mtp_causal() {
+    // s_q > 1: bottom-right causal inside the request (query i sees keys [0, S_k - s_q + i]); more splits
+    // than a short request has tiles; a request shorter than s_q (its first queries see nothing).
+    let lens = [150usize, 3, 0, 65];
+    decode_case(&lens, 2, 12, 4, &decode_default_knobs());
+    decode_case(&lens, 4, 16, 2, &decode_knobs_for_rows(64));
+}
+
+#[test]
+fn decode_other_knob_points() {
+    let lens = [97usize, 0, 128];
+    let replicated = decode_default_knobs().with("SCORES", "replicated").with("BN", 32i64).with("STAGES", 3i64);
+    decode_case(&lens, 1, 12, 2, &replicated);
+    decode_case(&lens, 2, 16, 3, &decode_knobs_for_rows(32));
+    // 64 rows on [4, 1] score warps, value columns on [4, 2].
+    let wide = decode_knobs_for_rows(32).with("BM", 64i64).with("WM", 4i64).with("SCORES", "replicated");
+    decode_case(&lens, 4, 12, 1, &wide);
+}
+
+#[test]
+fn decode_num_splits_fills_the_gpu() {
+    // Few requests: split until the SMs are busy, but never below two KV tiles per split.
+    assert_eq!(decode_num_splits(1, 1, 4096, 132, 64), 32);
+    assert!(decode_num_splits(4, 1, 8192, 132, 64) >= 16);
+    // Enough blocks already: one split.
+    assert_eq!(decode_num_splits(128, 1, 4096, 132, 64), 1);
+    assert_eq!(decode_num_splits(512, 4, 4096, 132, 64), 1);
+    // Short contexts are not split.
+    assert_eq!(decode_num_splits(1, 1, 64, 132, 64), 1);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Gate projection
+
+/// The gated W_UV projection against `gate_wuv`.
+fn gate_case(gate: bool, t: usize, h: usize, knobs: &Knobs, o_latent: Option<Vec<f32>>) {
+    let seed = fresh_seed();
+    let mut rng = seeded(seed);
+    let spec = GateSpec::new(gate);
+    let (dl, dv) = (spec.dl as usize, spec.dv as usize);
+    let ol = o_latent.unwrap_or_else(|| bf16_normal(&mut rng, t * h * dl, 1.0));
+    let w = bf16_normal(&mut rng, h * dv * dl, 0.05);
+    let z = gate.then(|| gate_logits(&mut rng, t * h * dv));
+    let kern = build_gate(&spec, knobs).unwrap();
+    let what = format!("{} T={t} H={h}", kern.name);
+    let mut plan = Plan::default();
+    let mut args = vec![plan.input("o_latent", bf16(&[t, h, dl], &ol)), plan.input("w_uv", bf16(&[h, dv, dl], &w))];
+    if let Some(z) = &z {
+        args.push(plan.input("z", bf16(&[t, h, dv], z)));
+    }
+    args.push(plan.output("y", DType::Bf16, &[t, h, dv]));
+    plan.step(kern, &args, &[]);
+    let want = gate_wuv(&ol, &w, z.as_deref(), t, h, dl, dv).unwrap();
+    run_everywhere(seed, &what, &plan, |ex, outs| {
+        check(&format!("{what} [{ex}]"), seed, &f32s(outs, "y"), &want, BF16_TOL);
+    });
+}
+
+#[test]
+fn gate_projection() {
+    for (gate, t, h) in [(true, 1, 12), (true, 17, 3), (false, 65, 2), (true, 15, 16)] {
+        gate_case(gate, t, h, &gate_default_knobs(), None);
+    }
+    for knobs in [
+        gate_default_knobs().with("BM", 16i64).with("WM", 1i64).with("WN", 4i64).with("BK", 32i64),
+        gate_default_knobs().with("BM", 128i64).with("WM", 4i64).with("WN", 2i64).with("STAGES", 2i64),
+    ] {
+        gate_case(true, 17, 2, &knobs, None);
+        gate_case(true, 130, 1, &knobs, None);
+    }
+}
+
+#[test]
+fn decode_then_gate_chain() {
+    // The latent output of decode (bf16, zeros for the empty request) feeds the gated W_UV projection.
+    let (lens, s_q, h) = ([70usize, 0, 5], 2, 12);
+    let o = decode_case(&lens, s_q, h, 2, &decode_default_knobs());
+    gate_case(true, lens.len() * s_q, h, &gate_default_knobs(), Some(o));
+}
