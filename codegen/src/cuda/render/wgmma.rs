@@ -13,7 +13,7 @@ pub fn shapes(k: &Kernel) -> BTreeSet<(u32, &'static str)> {
         if let Stmt::MmaAsync { acc, b, .. } = s {
             let n = k.tiles[acc.0 as usize].cols;
             let dt = match b {
-                Operand::Shared { src, .. } => k.shared[src.buf.0 as usize].dtype,
+                Operand::Shared { src, .. } | Operand::Banded { src, .. } => k.shared[src.buf.0 as usize].dtype,
                 Operand::Reg(t) => k.tiles[t.0 as usize].dtype,
             };
             out.insert((n, if dt == DType::F16 { "f16" } else { "bf16" }));
