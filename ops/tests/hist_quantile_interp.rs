@@ -26,6 +26,7 @@ fn qb(t: i64, e: i64, k: i64, bins: i64, two: i64, data: i64) -> Preset {
     Preset::new("case", &[("T", t), ("E", e), ("k", k), ("B", bins), ("two", two), ("data", data)])
 }
 
+#[allow(clippy::too_many_arguments)]
 fn column(t: i64, e: i64, bins: i64, two: i64, data: i64, frac_ppm: i64, lo: i64, hi: i64) -> Preset {
     Preset::new(
         "case",
