@@ -483,12 +483,12 @@ pub fn decode_default_knobs() -> Knobs {
 }
 
 /// Sensible decode knobs for `rows = s_q * H` packed query rows per request (from a first sweep on an H200,
-/// b = 128, S_k = 4096: 257 us at H = 12, s_q = 1; 294 us at H = 16, s_q = 2; 739 us at H = 96, s_q = 1).
+/// b = 128, S_k = 4096: 255 us at H = 12, s_q = 1 (2.37 TB/s of cache); 256 us at H = 16, s_q = 2 (BM = 32,
+/// BN = 32 on [2, 2] warps: 292 us); 732 us at H = 96, s_q = 1 (BM = 64 on [4, 2] warps: 844 us)).
 pub fn decode_knobs_for_rows(rows: usize) -> Knobs {
     let k = Knobs::new().with("SCORES", "shared");
     match rows {
         0..=16 => k.with("BM", 16i64).with("BN", 64i64).with("WM", 1i64).with("WN", 4i64).with("STAGES", 2i64),
-        17..=32 => k.with("BM", 32i64).with("BN", 32i64).with("WM", 2i64).with("WN", 2i64).with("STAGES", 3i64),
         _ => k.with("BM", 32i64).with("BN", 64i64).with("WM", 2i64).with("WN", 4i64).with("STAGES", 2i64),
     }
 }

@@ -221,10 +221,20 @@ pub fn build_alpha(spec: &AlphaSpec, c: &Cfg) -> Result<Kernel, OpError> {
             b.if_(t.lt(t_dim.clone()), |b| {
                 let base = b.let_("base", &t * e_dim.clone());
                 let gm: Vec<VarId> = (0..g).map(|i| b.let_var(&format!("gmax{i}"), neg_inf())).collect();
-                for j in 0..epl {
+                // All row loads first (EPL coalesced 128-byte lines in flight per warp), then bias, store, maxima.
+                let raws: Vec<Expr> = (0..epl)
+                    .map(|j| {
+                        let e = Expr::lane_idx() + (32 * j) as i64;
+                        let ld = Expr::load(s, &base + e.clone());
+                        let ld = if spec.full { ld } else { Expr::select(in_row(&e), ld, 0.0f64) };
+                        b.let_("raw", ld)
+                    })
+                    .collect();
+                for (j, raw) in raws.into_iter().enumerate() {
+                    let j = j as u32;
                     let e = b.let_("e", Expr::lane_idx() + (32 * j) as i64);
-                    let raw = Expr::load(s, &base + e.clone()) + Expr::shared_load(sb, 0i64, 0i64, e.clone());
-                    let v = if spec.full { raw } else { Expr::select(in_row(&e), raw, neg_inf()) };
+                    let v = raw + Expr::shared_load(sb, 0i64, 0i64, e.clone());
+                    let v = if spec.full { v } else { Expr::select(in_row(&e), v, neg_inf()) };
                     let v = b.let_("v", v);
                     b.shared_store(vals, 0i64, Expr::warp_idx(), e, v.clone());
                     let gi = (j * g / epl) as usize;
@@ -376,7 +386,10 @@ pub fn experts_per_block(bins: usize, e: usize, c: &Cfg) -> Result<u32, OpError>
 /// The f32 slot of value `x` (the reference's `Histogram::slot`, bit for bit).
 fn slot_expr(x: &Expr, lo: &Expr, hi: &Expr, scale: &Expr, bins: u32) -> Expr {
     let f = ((x - lo.clone()) * scale.clone()).floor().max(0.0f64).min((bins - 1) as f64);
-    Expr::select(x.lt(lo.clone()), 0i64, Expr::select(x.ge(hi.clone()), (bins + 1) as i64, f.to_int() + 1i64))
+    // f is an integral float in [0, B-1] (< 2^23): adding 2^23 puts it in the low mantissa bits, exactly, without
+    // a float -> 64-bit int conversion; 0x4B000000 + 1 is 2^23's bits minus the slot offset.
+    let bin_plus_1 = (f + 8_388_608.0f64).bits() - (0x4B00_0000i64 - 1);
+    Expr::select(x.lt(lo.clone()), 0i64, Expr::select(x.ge(hi.clone()), (bins + 1) as i64, bin_plus_1))
 }
 
 /// Build a histogram kernel. Arguments: `s [T, E]`, (`alpha [T]`), (`zoom [4, E]`), then `partials [P E, B+2]`
@@ -444,15 +457,17 @@ pub fn build_hist(spec: &HistSpec, c: &Cfg) -> Result<Kernel, OpError> {
                 ),
                 (None, None) => unreachable!(),
             };
+            let rpe = b.let_("rpe", e_dim.clone() * rp as i64);
             let t0 = b.let_("t0", Expr::block_idx(1) * ch.clone());
             let t1 = b.let_("t1", (&t0 + ch.clone()).min(t_dim.clone()));
             b.for_("t", &t0 + row.clone(), t1.clone(), (rp * hu) as i64, |b, t| {
                 // Loads first (HU rows in flight), then the bins and shared atomics.
                 let xs: Vec<VarId> = (0..hu).map(|u| b.let_var(&format!("x{u}"), 0.0f64)).collect();
                 let tts: Vec<Expr> = (0..hu).map(|u| b.let_(&format!("tt{u}"), &t + (u * rp) as i64)).collect();
-                for (x, tt) in xs.iter().zip(&tts) {
+                let at0 = b.let_("at0", &t * e_dim.clone() + e.clone());
+                for (u, (x, tt)) in xs.iter().zip(&tts).enumerate() {
                     b.if_(tt.lt(t1.clone()), |b| {
-                        let v = Expr::load(s, tt * e_dim.clone() + e.clone());
+                        let v = Expr::load(s, &at0 + rpe.clone() * u as i64);
                         let v = match alpha {
                             Some(a) => v - Expr::load(a, tt.clone()),
                             None => v,

@@ -75,10 +75,15 @@ fn decode_kernels_compile_without_spills() {
     valid_points(&decode_knob_space(), |k| build_decode(&spec, k));
     for k in [
         decode_knobs_for_rows(32),
-        decode_knobs_for_rows(64),
+        decode_knobs_for_rows(32).with("BN", 32i64).with("WN", 2i64).with("STAGES", 3i64),
         decode_default_knobs().with("SCORES", "replicated").with("BN", 32i64).with("STAGES", 3i64),
         decode_knobs_for_rows(64).with("SCORES", "replicated"),
-        decode_knobs_for_rows(32).with("BM", 64i64).with("WM", 4i64).with("SCORES", "replicated"),
+        decode_knobs_for_rows(32)
+            .with("BM", 64i64)
+            .with("BN", 32i64)
+            .with("WM", 4i64)
+            .with("WN", 2i64)
+            .with("SCORES", "replicated"),
     ] {
         assemble(&build_decode(&spec, &k).unwrap());
     }

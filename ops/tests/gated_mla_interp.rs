@@ -309,9 +309,15 @@ fn decode_other_knob_points() {
     let lens = [97usize, 0, 128];
     let replicated = decode_default_knobs().with("SCORES", "replicated").with("BN", 32i64).with("STAGES", 3i64);
     decode_case(&lens, 1, 12, 2, &replicated);
-    decode_case(&lens, 2, 16, 3, &decode_knobs_for_rows(32));
+    let narrow = decode_knobs_for_rows(32).with("BN", 32i64).with("WN", 2i64).with("STAGES", 3i64);
+    decode_case(&lens, 2, 16, 3, &narrow);
     // 64 rows on [4, 1] score warps, value columns on [4, 2].
-    let wide = decode_knobs_for_rows(32).with("BM", 64i64).with("WM", 4i64).with("SCORES", "replicated");
+    let wide = decode_knobs_for_rows(32)
+        .with("BM", 64i64)
+        .with("BN", 32i64)
+        .with("WM", 4i64)
+        .with("WN", 2i64)
+        .with("SCORES", "replicated");
     decode_case(&lens, 4, 12, 1, &wide);
 }
 

@@ -26,6 +26,7 @@ fn qb(t: i64, e: i64, k: i64, bins: i64, two: i64, data: i64) -> Preset {
     Preset::new("case", &[("T", t), ("E", e), ("k", k), ("B", bins), ("two", two), ("data", data)])
 }
 
+#[allow(clippy::too_many_arguments)]
 fn column(t: i64, e: i64, bins: i64, two: i64, data: i64, frac_ppm: i64, lo: i64, hi: i64) -> Preset {
     Preset::new(
         "case",
@@ -250,4 +251,32 @@ fn histogram_conversions() {
     assert!(twice.merge(&other).is_err());
     assert!(ExpertHistogram::from_le_bytes(6, 10, -1.0, 1.0, &bytes[4..]).is_err());
     assert!(ExpertHistogram::from_tensor(&HostTensor::zeros(DType::F32, &[2, 5]), 0.0, 1.0).is_err());
+}
+
+/// The benchmark-size check path (parallel reference, sampled exact-sort experts) accepts the reference's
+/// own results and rejects one wrong count (no GPU needed; slow on few cores, so ignored by default).
+#[test]
+#[ignore]
+fn preset_sized_check_path() {
+    let op = HistQuantileQb;
+    let p = op.bench_presets().into_iter().find(|p| p.name == "T65536 E896 k16 B4096").unwrap();
+    let t0 = std::time::Instant::now();
+    let pb = Problem::from_preset(OP_QB, &p).unwrap();
+    let (s, b) = generate(&pb, 7);
+    let inst = QbInstance::new(pb.clone(), s, b, 7).unwrap();
+    let r = inst.reference().unwrap();
+    eprintln!("inputs + reference: {:.1} s", t0.elapsed().as_secs_f64());
+    let mut out = Outputs::default();
+    out.0.insert("alpha".into(), HostTensor::from_f32(DType::F32, &[pb.t], r.alpha.as_ref().unwrap()));
+    let counts: Vec<i64> = r.hist.counts.iter().map(|&c| c as i64).collect();
+    out.0.insert("counts".into(), HostTensor::from_i64(DType::U32, &[pb.e, pb.bins + 2], &counts));
+    let bias: Vec<f32> = r.quantile.iter().map(|q| -*q as f32).collect();
+    out.0.insert("bias".into(), HostTensor::from_f32(DType::F32, &[pb.e], &bias));
+    let rep = inst.check(&out).unwrap();
+    eprintln!("check: {:.1} s total; {}", t0.elapsed().as_secs_f64(), rep.scope);
+    assert!(rep.passed, "{}", rep.detail);
+    let mut bad = counts.clone();
+    bad[5] += 1;
+    out.0.insert("counts".into(), HostTensor::from_i64(DType::U32, &[pb.e, pb.bins + 2], &bad));
+    assert!(!inst.check(&out).unwrap().passed);
 }
