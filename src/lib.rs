@@ -13,3 +13,5 @@ pub use k3k_tuner as tuner;
 
 pub mod bench;
 pub mod environment;
+pub mod report;
+pub mod tuning;

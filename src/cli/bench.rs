@@ -24,6 +24,9 @@ pub struct Args {
     /// Where reports go.
     #[arg(long, default_value = "results/bench")]
     pub out: PathBuf,
+    /// Where tuned configs are looked up (when `--knobs` is not given).
+    #[arg(long, default_value = "results")]
+    pub results: PathBuf,
     /// Instead of running: merge peer timings (from scripts/peers.py) into the existing reports.
     #[arg(long)]
     pub merge_peers: Option<PathBuf>,

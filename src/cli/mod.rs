@@ -5,7 +5,11 @@ mod check;
 mod doctor;
 mod emit;
 mod list;
+mod report;
+mod results;
 mod run;
+mod tune;
+mod worker;
 
 use clap::{Parser, Subcommand};
 use k3k::ops::op::{Operator, Preset};
@@ -38,6 +42,15 @@ pub enum Cmd {
     Check(check::Args),
     /// Time the benchmark presets on the GPU, check each run, write results/bench/<gpu>/<op>.{json,md}.
     Bench(bench::Args),
+    /// Tune each operator's knobs on this GPU (child-process workers, resumable, shardable) into results/.
+    Tune(tune::Args),
+    /// Work with tuning results files (merge shards).
+    Results(results::Args),
+    /// Render the benchmark reports as results/SUMMARY.md and an SVG roofline chart.
+    Report(report::Args),
+    /// The measuring child process of `k3k tune` (JSON lines on stdin/stdout).
+    #[command(hide = true)]
+    Worker(worker::Args),
 }
 
 /// Run a parsed command; returns the process exit code.
@@ -50,6 +63,10 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Cmd::Doctor(a) => doctor::run(a),
         Cmd::Check(a) => check::run(a),
         Cmd::Bench(a) => bench::run(a),
+        Cmd::Tune(a) => tune::run(a),
+        Cmd::Results(a) => results::run(a),
+        Cmd::Report(a) => report::run(a),
+        Cmd::Worker(a) => worker::run(a),
     }
 }
 

@@ -1,0 +1,28 @@
+//! `k3k report`.
+
+use std::path::PathBuf;
+
+/// Arguments of `k3k report`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Folder of benchmark reports.
+    #[arg(long, default_value = "results/bench")]
+    pub bench: PathBuf,
+    /// Where to write SUMMARY.md and roofline.svg.
+    #[arg(long, default_value = "results")]
+    pub out: PathBuf,
+}
+
+pub fn run(a: Args) -> anyhow::Result<i32> {
+    let reports = k3k::report::load_reports(&a.bench)?;
+    if reports.is_empty() {
+        anyhow::bail!("no benchmark reports under {} (run `k3k bench` on a GPU first)", a.bench.display());
+    }
+    std::fs::create_dir_all(&a.out)?;
+    let md = a.out.join("SUMMARY.md");
+    let svg = a.out.join("roofline.svg");
+    std::fs::write(&md, format!("{}\n![roofline](roofline.svg)\n", k3k::report::markdown(&reports)))?;
+    k3k::report::roofline_svg(&reports, &svg)?;
+    println!("wrote {} and {} ({} reports)", md.display(), svg.display(), reports.len());
+    Ok(0)
+}

@@ -1,0 +1,139 @@
+//! `k3k worker`: the measuring child process of `k3k tune` (JSON lines on stdin/stdout, logs on stderr). A
+//! candidate that faults takes this process down, not the tune: the parent records a crash and respawns it.
+
+use k3k::ops::op::{Instance, Preset};
+use k3k::ops::plan::{Executor, GpuExec};
+use k3k::ops::registry;
+use k3k::runtime::{Gpu, TimingOptions};
+use k3k::tuner::protocol::{MeasureRequest, MeasureResponse, Task, serve};
+use k3k::tuner::{CheckRecord, FailStage, Outcome, TimingStats};
+use std::time::Instant;
+
+/// Arguments of `k3k worker`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Measure on the GPU (`cuda`) or on the CPU interpreter (`cpu`: wall-clock time of the interpreter, only
+    /// meaningful for testing the tuning machinery without a GPU).
+    #[arg(long, default_value = "cuda")]
+    pub backend: String,
+}
+
+struct State {
+    exec: Option<Executor>,
+    backend: String,
+    /// The last problem's instance (inputs are generated once per problem, not per candidate).
+    inst: Option<(String, Box<dyn Instance>)>,
+}
+
+fn failed(stage: FailStage, e: impl std::fmt::Display) -> MeasureResponse {
+    MeasureResponse::outcome(Outcome::failed(stage, e.to_string()))
+}
+
+impl State {
+    fn exec(&mut self) -> Result<&mut Executor, String> {
+        if self.exec.is_none() {
+            self.exec = Some(match self.backend.as_str() {
+                "cpu" => Executor::Cpu,
+                _ => Executor::Gpu(Box::new(GpuExec::new(Gpu::open(0).map_err(|e| e.to_string())?))),
+            });
+        }
+        Ok(self.exec.as_mut().expect("set above"))
+    }
+
+    fn handle(&mut self, req: MeasureRequest) -> MeasureResponse {
+        // Test hook: make one candidate take the worker down the way an illegal address would.
+        if std::env::var("K3K_TEST_CRASH_CANDIDATE").is_ok_and(|id| id == req.candidate.id) {
+            eprintln!("k3k worker: K3K_TEST_CRASH_CANDIDATE={} -> abort", req.candidate.id);
+            std::process::abort();
+        }
+        let Some(op) = registry::all().into_iter().find(|o| o.name() == req.key.op) else {
+            return failed(FailStage::Prune, format!("unknown operator `{}`", req.key.op));
+        };
+        let preset =
+            Preset { name: "tune".into(), dims: req.dims.iter().map(|(k, v)| (k.clone(), *v as i64)).collect() };
+        let knobs = match k3k::tuning::knobs_of(&req.candidate.knobs) {
+            Ok(k) => k,
+            Err(e) => return failed(FailStage::Prune, e),
+        };
+        let ident = format!("{}|{:?}", req.key.op, req.dims);
+        if self.inst.as_ref().is_none_or(|(id, _)| *id != ident) {
+            self.inst = None; // free the previous problem's inputs first
+            match op.instance(&preset, 0x7475_6e65) {
+                Ok(i) => self.inst = Some((ident, i)),
+                Err(e) => return failed(FailStage::Prune, e),
+            }
+        }
+        let plan = match self.inst.as_ref().expect("set above").1.plan(&knobs) {
+            Ok(p) => p,
+            Err(e) => return failed(FailStage::Prune, e),
+        };
+        match req.task {
+            Task::Check => {
+                let out = match self
+                    .exec()
+                    .map_err(|e| e.to_string())
+                    .and_then(|x| x.run(&plan).map_err(|e| e.to_string()))
+                {
+                    Ok(o) => o,
+                    Err(_) => return MeasureResponse::check(CheckRecord { max_rel_err: f64::INFINITY, passed: false }),
+                };
+                match self.inst.as_ref().expect("set").1.check(&out) {
+                    Ok(r) => MeasureResponse::check(CheckRecord { max_rel_err: r.max_rel_err, passed: r.passed }),
+                    Err(_) => MeasureResponse::check(CheckRecord { max_rel_err: f64::INFINITY, passed: false }),
+                }
+            }
+            Task::Time => {
+                let bench = req.bench;
+                let exec = match self.exec() {
+                    Ok(x) => x,
+                    Err(e) => return failed(FailStage::Launch, e),
+                };
+                let samples = match exec {
+                    Executor::Cpu => {
+                        let mut s = vec![];
+                        for _ in 0..bench.min_samples.clamp(1, 5) {
+                            let t = Instant::now();
+                            if let Err(e) = Executor::Cpu.run(&plan) {
+                                return failed(FailStage::Launch, e);
+                            }
+                            s.push(t.elapsed().as_secs_f64() * 1e3);
+                        }
+                        s
+                    }
+                    Executor::Gpu(g) => {
+                        if let Err(e) = g.prepare(&plan) {
+                            return failed(FailStage::Compile, e);
+                        }
+                        let dev = match g.upload(&plan) {
+                            Ok(d) => d,
+                            Err(e) => return failed(FailStage::Launch, e),
+                        };
+                        // One run to estimate the time, then as many samples as the budget allows.
+                        let t = Instant::now();
+                        if let Err(e) = g.launch_all(&plan, &dev).and_then(|_| Ok(g.gpu.sync()?)) {
+                            return failed(FailStage::Launch, e);
+                        }
+                        let est_ms = (t.elapsed().as_secs_f64() * 1e3).max(1e-3);
+                        let reps =
+                            ((bench.rep_ms / est_ms) as u32).clamp(bench.min_samples, bench.max_samples) as usize;
+                        let warmup = ((bench.warmup_ms / est_ms) as usize).clamp(1, 50);
+                        match g.time(&plan, &dev, TimingOptions { warmup, reps, flush_l2: bench.flush_l2 }) {
+                            Ok(s) => s,
+                            Err(e) => return failed(FailStage::Launch, e),
+                        }
+                    }
+                };
+                match TimingStats::from_samples(&samples) {
+                    Ok(t) => MeasureResponse::outcome(Outcome::Timed(t)),
+                    Err(e) => failed(FailStage::Launch, e),
+                }
+            }
+        }
+    }
+}
+
+pub fn run(a: Args) -> anyhow::Result<i32> {
+    let mut st = State { exec: None, backend: a.backend, inst: None };
+    serve(|req: MeasureRequest| st.handle(req))?;
+    Ok(0)
+}

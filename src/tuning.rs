@@ -1,0 +1,119 @@
+//! Tuning glue between the operators and the backend-agnostic `k3k-tuner`: tuning keys, candidate planning
+//! (prune, then compile every survivor in parallel), and looking tuned knobs up for a problem.
+
+use k3k_codegen::{BuildOptions, CODEGEN_VERSION, build, toolchain};
+use k3k_ir::Knobs;
+use k3k_ops::op::{Operator, Preset};
+use k3k_tuner::{BucketPolicy, CandidateSpec, GpuKey, ResultsStore, ShapeBucket, TuneKey};
+use rayon::prelude::*;
+
+/// The tuning key of an operator's preset on a GPU. The `ir_hash` is the stable hash of the kernels the
+/// operator builds for this problem at its default knobs, so results go stale when the program changes.
+pub fn tune_key(op: &dyn Operator, preset: &Preset, gpu: &GpuKey) -> anyhow::Result<TuneKey> {
+    let kernels = op.kernels(preset, &op.default_knobs())?;
+    let joined: String = kernels.iter().map(k3k_ir::stable_hash).collect::<Vec<_>>().join(",");
+    let dims = op.bucket_dims(preset);
+    let dims_ref: Vec<(&str, u64)> = dims.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+    Ok(TuneKey {
+        op: op.name().into(),
+        ir_hash: k3k_ir::hash::hash_str(&joined),
+        codegen_version: CODEGEN_VERSION,
+        nvrtc_version: toolchain::nvrtc_version().unwrap_or_else(|_| "none".into()),
+        gpu_name: gpu.name.clone(),
+        compute_capability: gpu.compute_capability,
+        sm_count: gpu.sm_count,
+        dtype: "bf16".into(),
+        shape_bucket: ShapeBucket::bucket(&dims_ref, BucketPolicy::default()),
+        alignment: kernels.first().map(|k| alignment_class(&k.name)).unwrap_or_default(),
+    })
+}
+
+/// The alignment class a kernel name carries (`in8_out2`), or `any`.
+fn alignment_class(name: &str) -> String {
+    name.split('_')
+        .find(|p| p.starts_with("in") && p.contains("out"))
+        .map(str::to_string)
+        .unwrap_or_else(|| "any".into())
+}
+
+/// Knobs as the results store keeps them.
+pub fn knob_map(k: &Knobs) -> k3k_tuner::record::KnobMap {
+    match serde_json::to_value(k) {
+        Ok(serde_json::Value::Object(m)) => m.into_iter().collect(),
+        _ => Default::default(),
+    }
+}
+
+/// Knobs back from the store.
+pub fn knobs_of(m: &k3k_tuner::record::KnobMap) -> anyhow::Result<Knobs> {
+    Ok(serde_json::from_value(serde_json::Value::Object(m.clone().into_iter().collect()))?)
+}
+
+/// A candidate that was dropped before timing, and why.
+#[derive(Debug, Clone)]
+pub struct Pruned {
+    pub knobs: Knobs,
+    pub why: String,
+}
+
+/// Every point of the operator's knob space that builds a valid program for the preset and (when ptxas is
+/// available) assembles without spills, compiled in parallel so the worker finds them in the module cache.
+/// The default knobs come first; at most `max` candidates are kept (the rest by a stable hash order).
+pub fn plan_candidates(op: &dyn Operator, preset: &Preset, max: usize) -> (Vec<CandidateSpec>, Vec<Pruned>) {
+    let default = op.default_knobs();
+    let mut points = op.knob_space().points();
+    points.sort_by_key(|k| (k != &default, k3k_ir::hash::hash_str(&k.to_string())));
+    if !points.contains(&default) {
+        points.insert(0, default);
+    }
+    let assemble = toolchain::find_ptxas().is_ok();
+    let check = |k: &Knobs| -> Result<(), String> {
+        let ks = op.kernels(preset, k).map_err(|e| e.to_string())?;
+        for kern in &ks {
+            let m = build(kern, BuildOptions { assemble }).map_err(|e| e.to_string())?;
+            if let Some(r) = &m.resources
+                && r.spills()
+            {
+                return Err(format!("{} spills ({:?})", kern.name, r));
+            }
+        }
+        Ok(())
+    };
+    let mut keep = vec![];
+    let mut pruned = vec![];
+    // Cheap structural pruning first (no compile), then compile in parallel chunks until `max` survive.
+    let (valid, invalid): (Vec<Knobs>, Vec<Knobs>) = points.into_iter().partition(|k| op.kernels(preset, k).is_ok());
+    for k in invalid {
+        let why = op.kernels(preset, &k).err().map(|e| e.to_string()).unwrap_or_default();
+        pruned.push(Pruned { knobs: k, why });
+    }
+    let chunk = rayon::current_num_threads().max(1) * 2;
+    for group in valid.chunks(chunk) {
+        if keep.len() >= max {
+            break;
+        }
+        let results: Vec<(Knobs, Result<(), String>)> = group.par_iter().map(|k| (k.clone(), check(k))).collect();
+        for (k, r) in results {
+            match r {
+                Ok(()) if keep.len() < max => keep.push(CandidateSpec::from_knobs(knob_map(&k))),
+                Ok(()) => {}
+                Err(why) => pruned.push(Pruned { knobs: k, why }),
+            }
+        }
+    }
+    (keep, pruned)
+}
+
+/// The knobs to use for a preset: the tuned winner for this GPU when the store has one (exact bucket, else
+/// the nearest bucket of the same program), else the operator's defaults.
+pub fn tuned_knobs(store: &ResultsStore, op: &dyn Operator, preset: &Preset, gpu: &GpuKey) -> (Knobs, String) {
+    let default = (op.default_knobs(), "default knobs".to_string());
+    let Ok(key) = tune_key(op, preset, gpu) else { return default };
+    match store.lookup(&key) {
+        Ok(Some(hit)) => match knobs_of(&hit.knobs) {
+            Ok(k) => (k, format!("tuned ({}{})", hit.candidate_id, if hit.exact { "" } else { ", nearest bucket" })),
+            Err(_) => default,
+        },
+        _ => default,
+    }
+}
