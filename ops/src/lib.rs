@@ -10,6 +10,7 @@ pub mod data;
 pub mod gated_mla;
 pub mod hist_quantile;
 pub mod latent_moe_gemm;
+pub mod mx;
 pub mod op;
 pub mod plan;
 pub mod registry;

@@ -6,6 +6,9 @@ use crate::op::Operator;
 pub fn all() -> Vec<Box<dyn Operator>> {
     vec![
         Box::new(crate::latent_moe_gemm::LatentMoeGemm),
+        Box::new(crate::mx::matmul::Mxfp4Matmul),
+        Box::new(crate::mx::quant::MxQuantize),
+        Box::new(crate::mx::quant::MxDequantize),
         Box::new(crate::hist_quantile::HistQuantileQb),
         Box::new(crate::hist_quantile::HistQuantileColumn),
     ]

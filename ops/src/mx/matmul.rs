@@ -1,0 +1,1173 @@
+//! `mxfp4_matmul` (SPEC 2.2): `y[M, N] = x[M, K] · dequant(w)[N, K]^T` with MXFP4 weights, bf16 activations,
+//! f32 accumulation and bf16 output; dense, or grouped over ragged experts (`w: [G, N, K]`, rows of x permuted
+//! by expert, `offs` as in SPEC 2.1), with the epilogues of `latent_moe_gemm` (SiTU-GLU / SwiGLU over the two
+//! halves of N, routing weight per row).
+//!
+//! Hopper has no fp4 tensor cores, so the kernel computes the transposed product `y^T = W · x^T` on bf16
+//! tensor cores with the weights as the *register* A operand:
+//! - a persistent CTA walks (group, m-tile, n-tile, k-split) tiles; per tile a `STAGES`-deep `cp.async`
+//!   pipeline streams 16-byte chunks of packed nibbles (`[BN, BK/2]` bytes), their E8M0 scales (`[BN, BK/32]`)
+//!   and the x tile (`[BM, BK]` bf16) into shared memory;
+//! - for each 32-wide K block, a map decodes the nibbles straight into a bf16 register tile in the mma
+//!   A-fragment layout (bit tricks and products with powers of two, exact: E2M1 bits -> f32 bits, times 2^126,
+//!   times the scale; one multiply when every scale byte is <= 128), and `mma.sync` multiplies it with x^T
+//!   read by `ldmatrix` from shared memory. No dequantized weight ever touches shared or global memory.
+//! - the f32 accumulator `[BN, BM]` (weight rows x tokens) is transposed through shared memory into a
+//!   `[BM, BN]` tile for the epilogue (GLU, routing weight) and the bf16 store; with `SPLIT > 1` each k-split
+//!   writes an f32 partial `[SPLIT, M, N]` instead and a second kernel sums the partials in a fixed order
+//!   (deterministic) and applies the epilogue. Decode shapes (few tokens, N = 6144) need the split to put
+//!   enough weight streams in flight on every SM.
+//!
+//! The weight bytes come in the natural layout or the [`super::pack`] layout (one 32-bit word per eight values
+//! a thread needs).
+
+use super::*;
+use crate::check::{compare, error_pattern};
+use crate::data;
+use crate::latent_moe_gemm::{Epilogue, ragged_counts};
+use crate::op::{CheckReport, Instance, Operator, Preset, Work};
+use crate::plan::{Outputs, Plan};
+use k3k_ir::*;
+use k3k_reference::gemm as refgemm;
+use k3k_reference::metrics::Tolerance;
+use k3k_reference::mx as rmx;
+use rand::Rng;
+use rand::rngs::StdRng;
+use rayon::prelude::*;
+
+const OP: &str = "mxfp4_matmul";
+
+/// SMs assumed when resolving automatic knobs (an H200 has 132).
+pub const ASSUMED_SMS: usize = 132;
+
+/// What a kernel variant computes (fixed by the problem and the data, not tuned).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MatSpec {
+    pub grouped: bool,
+    pub epilogue: Epilogue,
+    /// Multiply each output row by a routing weight `p[r]`.
+    pub row_scale: bool,
+    /// Weight bytes in the [`super::pack`] layout (u32 words) instead of the natural one.
+    pub packed: bool,
+    /// Every scale byte is <= 128 or 255: one multiply per decoded element (see [`scales_foldable`]).
+    pub fold: bool,
+    /// Largest power of two <= 16 dividing K/32 (the alignment class of scale rows).
+    pub kb_align: u32,
+    /// Elements per store of the output (2 when its width is even).
+    pub out_vec: u32,
+}
+
+impl MatSpec {
+    /// The alignment class, part of names and tuning keys.
+    pub fn alignment(&self) -> String {
+        format!("s{}_o{}", self.kb_align, self.out_vec)
+    }
+}
+
+/// True when every scale byte is at most 128 or is 255 (NaN), so that `2^126 · 2^(s-127)` is one f32.
+pub fn scales_foldable(s: &[u8]) -> bool {
+    s.par_iter().all(|&b| b <= 128 || b == 255)
+}
+
+/// The tuning knobs (0 = chosen from the problem shape, see [`resolve`]).
+pub fn knob_space() -> KnobSpace {
+    KnobSpace::default()
+        .axis("BN", "weight rows per tile (gate+up together for GLU); 0 = auto", [0i64, 32, 64, 128, 256])
+        .axis("BM", "tokens per tile (mma N); 0 = auto", [0i64, 16, 32, 64, 128])
+        .axis("BK", "K per pipeline stage (multiple of 32); 0 = auto", [0i64, 64, 128, 256, 512])
+        .axis("STAGES", "cp.async pipeline depth; 0 = auto", [0i64, 2, 3, 4, 6])
+        .axis("WA", "warps along weight rows; 0 = auto", [0i64, 1, 2, 4, 8])
+        .axis("WB", "warps along tokens (each recomputes its rows' dequantized weights); 0 = auto", [0i64, 1, 2])
+        .axis("SPLIT", "K splits (partials summed by a second kernel); 0 = auto", [0i64, 1, 2, 4, 8, 16])
+        .axis(
+            "CPS",
+            "0: one CTA per tile (hardware-scheduled); n: a persistent grid of n CTAs per SM",
+            [0i64, 1, 2, 3, 4, 8],
+        )
+        .axis("RASTER", "tile order inside a group: m (neighbouring CTAs share weights) or n", ["m", "n"])
+}
+
+/// Defaults: everything chosen from the problem shape.
+pub fn default_knobs() -> Knobs {
+    Knobs::new()
+        .with("BN", 0i64)
+        .with("BM", 0i64)
+        .with("BK", 0i64)
+        .with("STAGES", 0i64)
+        .with("WA", 0i64)
+        .with("WB", 0i64)
+        .with("SPLIT", 0i64)
+        .with("CPS", 0i64)
+        .with("RASTER", "m")
+}
+
+/// Concrete knob values for one problem.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cfg {
+    pub bn: u32,
+    pub bm: u32,
+    pub bk: u32,
+    pub stages: u32,
+    pub wa: u32,
+    pub wb: u32,
+    pub split: u32,
+    pub cps: u32,
+    pub raster_m: bool,
+}
+
+impl Cfg {
+    /// As knobs (what kernels record and results report).
+    pub fn knobs(&self) -> Knobs {
+        Knobs::new()
+            .with("BN", self.bn)
+            .with("BM", self.bm)
+            .with("BK", self.bk)
+            .with("STAGES", self.stages)
+            .with("WA", self.wa)
+            .with("WB", self.wb)
+            .with("SPLIT", self.split)
+            .with("CPS", self.cps)
+            .with("RASTER", if self.raster_m { "m" } else { "n" })
+    }
+    /// Shared memory of the main kernel, bytes (what `Kernel::shared_bytes` will report, up to alignment).
+    pub fn shared_bytes(&self, packed: bool) -> usize {
+        let al = |b: usize| b.next_multiple_of(128);
+        let st = self.stages as usize;
+        let (bn, bm, bk) = (self.bn as usize, self.bm as usize, self.bk as usize);
+        let q = if packed { bn * bk / 8 * 4 } else { bn * bk / 2 };
+        al(q * st) + al(bn * bk / 32 * st) + al(bm * bk * 2 * st) + al(bn * (bm + 1) * 4)
+    }
+}
+
+/// The shape facts automatic knobs depend on.
+#[derive(Clone, Debug)]
+pub struct ShapeFacts {
+    /// Rows of the largest group (dense: M).
+    pub max_rows: usize,
+    /// Rows per group.
+    pub counts: Vec<usize>,
+    pub n_out: usize,
+    pub k: usize,
+    pub glu: bool,
+}
+
+fn pick(k: &Knobs, name: &str, auto: u32) -> Result<u32, OpError> {
+    let v = k.u32(name)?;
+    Ok(if v == 0 { auto } else { v })
+}
+
+/// Resolve knobs for a problem: explicit values are kept, zeros are chosen from the shape (decode: narrow
+/// token tiles and a K split that gives about two waves of tiles when there are few; prefill: 128x128
+/// tiles), then the combination is validated.
+pub fn resolve(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, OpError> {
+    let bm = pick(
+        knobs,
+        "BM",
+        match sh.max_rows {
+            0..=16 => 16,
+            17..=32 => 32,
+            33..=64 => 64,
+            _ => 128,
+        },
+    )?;
+    let decode = bm <= 64;
+    let bn = pick(knobs, "BN", if decode { 64 } else { 128 })?;
+    let bk = pick(knobs, "BK", if decode { 128 } else { 64 })?;
+    let stages = pick(knobs, "STAGES", if decode { 4 } else { 3 })?;
+    let wa = pick(knobs, "WA", (bn / 16).min(if decode { 4 } else { 8 }))?;
+    let wb = pick(knobs, "WB", 1)?;
+    let mut c = Cfg { bn, bm, bk, stages, wa, wb, split: 1, cps: 1, raster_m: knobs.str("RASTER")? == "m" };
+    c.cps = knobs.u32("CPS")?;
+    // CTAs resident per SM: the persistent count, else an estimate from shared memory (registers permitting).
+    let resident =
+        if c.cps > 0 { c.cps as usize } else { (200 * 1024 / c.shared_bytes(spec.packed).max(1)).clamp(1, 4) };
+    let bno = if sh.glu { bn / 2 } else { bn } as usize;
+    let n_tiles = sh.n_out.div_ceil(bno.max(1));
+    let tiles: usize = sh.counts.iter().map(|&r| r.div_ceil(bm as usize) * n_tiles).sum();
+    let target = ASSUMED_SMS * resident;
+    let k_tiles = sh.k.div_ceil(bk as usize).max(1);
+    // Few tiles: split K. A persistent grid gets one wave of tiles (a partial second wave would double the
+    // time); one CTA per tile gets about two waves (the hardware fills SMs as CTAs finish).
+    let split_auto = if tiles == 0 {
+        1
+    } else if c.cps > 0 {
+        if tiles * 4 >= target * 3 { 1 } else { (target / tiles).clamp(1, k_tiles.min(32)) }
+    } else if tiles >= target {
+        1
+    } else {
+        (2 * target).div_ceil(tiles).clamp(1, k_tiles.min(32))
+    };
+    c.split = pick(knobs, "SPLIT", split_auto as u32)?;
+    validate(spec, &c, knobs)?;
+    Ok(c)
+}
+
+fn validate(spec: &MatSpec, c: &Cfg, knobs: &Knobs) -> Result<(), OpError> {
+    let invalid = |why: String| Err(OpError::InvalidKnobs { op: OP, knobs: knobs.to_string(), why });
+    let glu = spec.epilogue.is_glu();
+    if !c.bk.is_multiple_of(32) || c.bk == 0 || c.bk > 1024 {
+        return invalid(format!("BK={} must be a positive multiple of 32 (at most 1024)", c.bk));
+    }
+    if c.bn == 0 || !c.bn.is_multiple_of(16 * c.wa) {
+        return invalid(format!("BN={} must be a multiple of 16*WA={}", c.bn, 16 * c.wa));
+    }
+    if glu && !(c.bn / 2).is_multiple_of(8) {
+        return invalid(format!("BN={} must be a multiple of 16 with a GLU epilogue", c.bn));
+    }
+    if c.bm == 0 || !c.bm.is_multiple_of(16 * c.wb) {
+        return invalid(format!("BM={} must be a multiple of 16*WB={}", c.bm, 16 * c.wb));
+    }
+    if c.stages < 2 || c.split == 0 || c.cps > 16 {
+        return invalid("STAGES >= 2, SPLIT >= 1 and CPS in 0..=16 are required".into());
+    }
+    let warps = c.wa * c.wb;
+    if warps == 0 || warps > 16 {
+        return invalid(format!("{warps} warps: 1..=16"));
+    }
+    let acc_regs = c.bn * c.bm / (32 * warps);
+    if acc_regs > 128 {
+        return invalid(format!("{acc_regs} accumulator registers per thread (max 128)"));
+    }
+    let a_regs = c.bn * 32 / (32 * c.wa) / 2;
+    // Measured with ptxas: beyond ~96 the decode's addresses and the B fragments push past 255 registers.
+    if acc_regs + a_regs > 96 {
+        return invalid(format!("{} accumulator + A-operand registers per thread (max 96)", acc_regs + a_regs));
+    }
+    let smem = c.shared_bytes(spec.packed);
+    if smem > MAX_SHARED_BYTES {
+        return invalid(format!("{smem} bytes of shared memory (max {MAX_SHARED_BYTES})"));
+    }
+    Ok(())
+}
+
+/// Scale-row cp.async width: the widest access K/32 and BK/32 allow.
+fn scale_vec(spec: &MatSpec, c: &Cfg) -> u32 {
+    let per_stage = c.bk / 32;
+    [16u32, 8, 4, 2, 1]
+        .into_iter()
+        .find(|v| spec.kb_align.is_multiple_of(*v) && per_stage.is_multiple_of(*v))
+        .unwrap_or(1)
+}
+
+fn kernel_name(prefix: &str, spec: &MatSpec, c: &Cfg, partial: bool) -> String {
+    format!(
+        "k3k_{prefix}_{}{}_{}{}{}{}_{}_{}",
+        if spec.grouped { "grouped" } else { "dense" },
+        if spec.row_scale { "_p" } else { "" },
+        spec.epilogue.name(),
+        if spec.packed { "_packed" } else { "" },
+        if spec.fold { "_fold" } else { "" },
+        if partial { "_partial" } else { "" },
+        spec.alignment(),
+        c.knobs().id().to_lowercase()
+    )
+}
+
+/// Build the main kernel. Tensor arguments: `x: [M, K] bf16`; `wq: [G, N, KW] u32` (dense: `[N, KW]`; the
+/// natural layout's bytes read as little-endian words, or the packed layout); `ws: [G, N, KB] u8`; grouped: `offs: [G] i32`; fused epilogue:
+/// `p: [M] f32` (with `row_scale`) and `y: [M, NO] bf16` (NO = N, or N/2 = `NH` with a GLU epilogue);
+/// `SPLIT > 1`: `part: [S, M, N] f32` instead. The launcher guarantees K = 8 KW = 32 KB and N = 2 NH.
+pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
+    let glu = spec.epilogue.is_glu();
+    let partial = c.split > 1;
+    let threads = 32 * c.wa * c.wb;
+    let mut b = KernelBuilder::new(&kernel_name("mxfp4_mm", spec, c, partial), threads);
+    b.knobs(c.knobs());
+    let m = b.dim("M");
+    let kd = b.dim("K");
+    let n = b.dim("N");
+    let kb = b.dim("KB");
+    // Weight elements are always moved and read as 32-bit words (eight nibbles): one shared load serves
+    // several values of a thread.
+    let kq = b.dim("KW");
+    let qdt = DType::U32;
+    let x = b.tensor("x", DType::Bf16, &[m.clone(), kd.clone()], Access::Read);
+    let (g_count, wq, ws, offs) = if spec.grouped {
+        let g = b.dim("G");
+        let wq = b.tensor("wq", qdt, &[g.clone(), n.clone(), kq.clone()], Access::Read);
+        let ws = b.tensor("ws", DType::U8, &[g.clone(), n.clone(), kb.clone()], Access::Read);
+        let offs = b.tensor("offs", DType::I32, std::slice::from_ref(&g), Access::Read);
+        (g, wq, ws, Some(offs))
+    } else {
+        let wq = b.tensor("wq", qdt, &[n.clone(), kq.clone()], Access::Read);
+        let ws = b.tensor("ws", DType::U8, &[n.clone(), kb.clone()], Access::Read);
+        (Expr::Int(1), wq, ws, None)
+    };
+    // Output width: N, or N/2 with a GLU epilogue (bound by y's shape; the partial output binds only N).
+    let n_out = match (glu, partial) {
+        (false, _) => n.clone(),
+        (true, false) => b.dim("NH"),
+        (true, true) => n.clone() / 2i64,
+    };
+    let (p, out) = if partial {
+        let s = b.dim("S");
+        (None, b.tensor("part", DType::F32, &[s, m.clone(), n.clone()], Access::Write))
+    } else {
+        let p = spec.row_scale.then(|| b.tensor("p", DType::F32, std::slice::from_ref(&m), Access::Read));
+        (p, b.tensor("y", DType::Bf16, &[m.clone(), n_out.clone()], Access::Write))
+    };
+    let num_sms = b.int_arg(NUM_SMS);
+
+    let (bn, bm, bk, st) = (c.bn, c.bm, c.bk, c.stages);
+    let bno = if glu { bn / 2 } else { bn };
+    let warps = [c.wa, c.wb];
+    let words_per_row = bk / 8;
+    let sq = b.shared("sq", qdt, bn, words_per_row, st, Swizzle::Xor16B);
+    let ss = b.shared("ss", DType::U8, bn, bk / 32, st, Swizzle::None);
+    let sx = b.shared("sx", DType::Bf16, bm, bk, st, Swizzle::Xor16B);
+    let sacc = b.shared("sacc", DType::F32, bn, bm + 1, 1, Swizzle::None);
+    let acc = b.tile("acc", DType::F32, bn, bm, warps);
+    let wt = b.tile("w", DType::Bf16, bn, 32, [c.wa, 1]);
+    // Output tile [BM, BNO] (tokens x output columns) on as many warps along columns as divide it.
+    let yw = [1u32, 2, 4, 8, 16]
+        .into_iter()
+        .rev()
+        .find(|w| (c.wa * c.wb).is_multiple_of(*w) && bno.is_multiple_of(8 * w))
+        .unwrap_or(1);
+    let yt = b.tile("y", DType::F32, bm, bno, [1, yw]);
+    let pv = (spec.row_scale && !partial).then(|| b.vec("p_rows", bm, [1, yw]));
+
+    let group_start = |g: &Expr| -> Expr {
+        match offs {
+            Some(o) => Expr::select(g.gt(0i64), Expr::load(o, g - 1i64), Expr::Int(0)),
+            None => Expr::Int(0),
+        }
+    };
+    let group_end = |g: &Expr| -> Expr {
+        match offs {
+            Some(o) => Expr::load(o, g.clone()),
+            None => m.clone(),
+        }
+    };
+    let n_tiles = n_out.ceil_div(bno as i64);
+    let split = c.split as i64;
+    if c.cps > 0 {
+        b.grid(num_sms * c.cps as i64, 1i64, 1i64);
+    } else {
+        // One CTA per tile: an upper bound of the tile count from the shapes (sum over groups of
+        // ceil(rows/BM) <= ceil(M/BM) + G); CTAs past the real count exit at once.
+        let groups_extra = if spec.grouped { g_count.clone() } else { Expr::Int(0) };
+        b.grid((m.ceil_div(bm as i64) + groups_extra) * n_tiles.clone() * split, 1i64, 1i64);
+    }
+    let total = b.let_var("total", 0i64);
+    b.for_("g", 0i64, g_count.clone(), 1i64, |b, g| {
+        let rows = group_end(&g) - group_start(&g);
+        b.assign(total, Expr::Var(total) + rows.ceil_div(bm as i64) * n_tiles.clone() * split);
+    });
+    // K range of one split: a multiple of BK.
+    let kchunk = b.let_("kchunk", kd.ceil_div(split * bk as i64) * bk as i64);
+    b.for_("tile", Expr::block_idx(0), total, Expr::grid_dim(0), |b, t| {
+        let grp = b.let_var("grp", 0i64);
+        let local = b.let_var("local", 0i64);
+        let seen = b.let_var("seen", 0i64);
+        b.for_("g", 0i64, g_count.clone(), 1i64, |b, g| {
+            let rows = group_end(&g) - group_start(&g);
+            let tg = b.let_("tg", rows.ceil_div(bm as i64) * n_tiles.clone() * split);
+            b.if_(t.ge(Expr::Var(seen)).and(t.lt(Expr::Var(seen) + tg.clone())), |b| {
+                b.assign(grp, g.clone());
+                b.assign(local, &t - Expr::Var(seen));
+            });
+            b.assign(seen, Expr::Var(seen) + tg);
+        });
+        let gsel = Expr::Var(grp);
+        let row0 = b.let_("row0", group_start(&gsel));
+        let rows_g = b.let_("rows_g", group_end(&gsel) - row0.clone());
+        let m_tiles = rows_g.ceil_div(bm as i64);
+        let ks = b.let_("ks", Expr::Var(local) % split);
+        let rest = b.let_("rest", Expr::Var(local) / split);
+        let (mt, nt) = if c.raster_m {
+            (&rest % m_tiles.clone(), &rest / m_tiles)
+        } else {
+            (&rest / n_tiles.clone(), &rest % n_tiles.clone())
+        };
+        let m0 = b.let_("m0", mt * bm as i64);
+        let n0 = b.let_("n0", nt * bno as i64);
+        let rows_valid = b.let_("rows_valid", rows_g - m0.clone());
+        let kbeg = b.let_("kbeg", &ks * kchunk.clone());
+        let kend = b.let_("kend", (&kbeg + kchunk.clone()).min(kd.clone()));
+        let k_tiles = b.let_("k_tiles", (&kend - kbeg.clone()).max(0i64).ceil_div(bk as i64));
+        let wrow = b.let_("wrow", &gsel * n.clone());
+
+        let load_stage = |b: &mut KernelBuilder, kt: Expr| {
+            let slot = kt.clone() % st as i64;
+            let k0 = b.let_("k0", &kbeg + kt * bk as i64);
+            let kleft = &kend - k0.clone();
+            // Weight rows: [0, BN) from n0, or the gate half from n0 and the up half from NH + n0.
+            let halves: Vec<(u32, Expr, Expr)> = if glu {
+                vec![
+                    (0, n0.clone(), n_out.clone() - n0.clone()),
+                    (bn / 2, &n_out + n0.clone(), n_out.clone() - n0.clone()),
+                ]
+            } else {
+                vec![(0, n0.clone(), n.clone() - n0.clone())]
+            };
+            let hrows = if glu { bn / 2 } else { bn };
+            for (r0, nrow, nvalid) in halves {
+                let (qoff, qcols, qvec) = ((&wrow + nrow.clone()) * kq.clone() + &k0 / 8i64, &kleft / 8i64, 4);
+                let dq = b.window(sq, slot.clone(), r0, 0, hrows, words_per_row);
+                b.copy_async(dq, view(wq, qoff, kq.clone(), nvalid.clone(), qcols, qvec));
+                let ds = b.window(ss, slot.clone(), r0, 0, hrows, bk / 32);
+                let soff = (&wrow + nrow) * kb.clone() + &k0 / 32i64;
+                b.copy_async(ds, view(ws, soff, kb.clone(), nvalid, &kleft / 32i64, scale_vec(spec, c)));
+            }
+            let dx = b.slot(sx, slot);
+            b.copy_async(dx, view(x, (&row0 + m0.clone()) * kd.clone() + k0, kd.clone(), rows_valid.clone(), kleft, 8));
+        };
+
+        b.map(acc, 0.0f64);
+        for s in 0..st - 1 {
+            b.if_(Expr::Int(s as i64).lt(k_tiles.clone()), |b| load_stage(b, Expr::Int(s as i64)));
+            b.commit();
+        }
+        b.for_("kt", 0i64, k_tiles.clone(), 1i64, |b, kt| {
+            b.wait(st - 2);
+            b.barrier();
+            let next = &kt + (st - 1) as i64;
+            b.if_(next.lt(k_tiles.clone()), |b| load_stage(b, next.clone()));
+            b.commit();
+            let slot = b.let_("slot", &kt % st as i64);
+            for sub in 0..bk / 32 {
+                let sub = sub as i64;
+                let sb = Expr::shared_load(ss, slot.clone(), Expr::RowIdx, sub);
+                let nib = if spec.packed {
+                    // Shifts and masks, not / and %: tile coordinates are not provably non-negative, and with
+                    // bit operations the compiler sees that a thread's eight values of a row share one word.
+                    let col = Expr::ColIdx;
+                    let wi = Expr::Int(sub * 4) + col.bitand(7i64).shr(1i64);
+                    let word = Expr::shared_load(sq, slot.clone(), Expr::RowIdx, wi);
+                    let pos = col.shr(3i64).bitand(3i64).shl(1i64) + col.bitand(1i64);
+                    word.shr(pos.shl(2i64)).bitand(15i64)
+                } else {
+                    // Natural layout: word c/8 of the block, nibble c%8.
+                    let col = Expr::ColIdx;
+                    let word = Expr::shared_load(sq, slot.clone(), Expr::RowIdx, Expr::Int(sub * 4) + col.shr(3i64));
+                    word.shr(col.bitand(7i64).shl(2i64)).bitand(15i64)
+                };
+                let v = if spec.fold { fp4_bits(nib) * e8m0_times_2_126(sb) } else { fp4_value(nib) * e8m0(sb) };
+                b.map(wt, v);
+                let xw = b.window(sx, slot.clone(), 0, (sub * 32) as u32, bm, 32);
+                b.mma(acc, Operand::Reg(wt), Operand::Shared { src: xw, transpose: true });
+            }
+        });
+        b.wait(0);
+        // Epilogue: transpose the [BN, BM] accumulator through shared memory.
+        let sw = b.window(sacc, 0i64, 0, 0, bn, bm);
+        b.store(acc, Place::Shared(sw));
+        b.barrier();
+        let at = |row_off: u32| Expr::shared_load(sacc, 0i64, Expr::ColIdx + row_off as i64, Expr::RowIdx);
+        let rows_base = &row0 + m0.clone();
+        if partial {
+            let prow = (&ks * m.clone() + rows_base.clone()) * n.clone();
+            let pvec = if spec.out_vec == 2 { 2 } else { 1 };
+            b.map(yt, at(0));
+            b.store(
+                yt,
+                Place::Global(view(
+                    out,
+                    &prow + n0.clone(),
+                    n.clone(),
+                    rows_valid.clone(),
+                    n_out.clone() - n0.clone(),
+                    pvec,
+                )),
+            );
+            if glu {
+                b.map(yt, at(bn / 2));
+                b.store(
+                    yt,
+                    Place::Global(view(
+                        out,
+                        &prow + n_out.clone() + n0.clone(),
+                        n.clone(),
+                        rows_valid.clone(),
+                        n_out.clone() - n0.clone(),
+                        pvec,
+                    )),
+                );
+            }
+        } else {
+            let h = if glu { epilogue_expr(spec.epilogue, at(0), at(bn / 2)) } else { at(0) };
+            b.map(yt, h);
+            if let (Some(pv), Some(p)) = (pv, p) {
+                b.load_vec(pv, vec_view(p, rows_base.clone(), 1i64, rows_valid.clone()));
+                b.map(yt, Expr::Elem(yt) * Expr::RowVal(pv));
+            }
+            b.store(
+                yt,
+                Place::Global(view(
+                    out,
+                    &rows_base * n_out.clone() + n0.clone(),
+                    n_out.clone(),
+                    rows_valid.clone(),
+                    n_out.clone() - n0.clone(),
+                    spec.out_vec,
+                )),
+            );
+        }
+        // Every warp must be done with the shared tiles before the next tile's prologue overwrites them.
+        b.barrier();
+    });
+    Ok(b.finish()?)
+}
+
+/// The GLU activations of SPEC 2.1 as an expression of the gate `a` and up `u` values.
+pub fn epilogue_expr(e: Epilogue, a: Expr, u: Expr) -> Expr {
+    match e {
+        Epilogue::SituGlu => (&a * 0.25f64).tanh() * 4.0f64 * a.sigmoid() * ((&u * 0.04f64).tanh() * 25.0f64),
+        Epilogue::SwiGlu => a.silu() * u,
+        Epilogue::None => a,
+    }
+}
+
+/// Rows and columns of one finalize tile.
+const FM: u32 = 16;
+const FN: u32 = 128;
+
+/// The split-K finalize kernel: `part: [S, M, N] f32` (+ `p: [M] f32`) -> `y: [M, NO] bf16`, summing the S
+/// partials in order, then the epilogue.
+pub fn build_finalize(spec: &MatSpec) -> Result<Kernel, OpError> {
+    let glu = spec.epilogue.is_glu();
+    let name = format!(
+        "k3k_mxfp4_mm_finalize{}_{}_o{}",
+        if spec.row_scale { "_p" } else { "" },
+        spec.epilogue.name(),
+        spec.out_vec
+    );
+    let mut b = KernelBuilder::new(&name, 128);
+    let s = b.dim("S");
+    let m = b.dim("M");
+    let n = b.dim("N");
+    let part = b.tensor("part", DType::F32, &[s.clone(), m.clone(), n.clone()], Access::Read);
+    let p = spec.row_scale.then(|| b.tensor("p", DType::F32, std::slice::from_ref(&m), Access::Read));
+    let n_out = if glu { b.dim("NH") } else { n.clone() };
+    let y = b.tensor("y", DType::Bf16, &[m.clone(), n_out.clone()], Access::Write);
+    b.grid(n_out.ceil_div(FN as i64), m.ceil_div(FM as i64), 1i64);
+    let warps = [1, 4];
+    let t = b.tile("t", DType::F32, FM, FN, warps);
+    let ga = b.tile("gate", DType::F32, FM, FN, warps);
+    let ua = glu.then(|| b.tile("up", DType::F32, FM, FN, warps));
+    let pv = spec.row_scale.then(|| b.vec("p_rows", FM, warps));
+    let m0 = b.let_("m0", Expr::block_idx(1) * FM as i64);
+    let n0 = b.let_("n0", Expr::block_idx(0) * FN as i64);
+    let rows = b.let_("rows", m.clone() - m0.clone());
+    let cols = b.let_("cols", n_out.clone() - n0.clone());
+    let vec = if spec.out_vec == 2 { 2 } else { 1 };
+    b.map(ga, 0.0f64);
+    if let Some(u) = ua {
+        b.map(u, 0.0f64);
+    }
+    b.for_("s", 0i64, s, 1i64, |b, si| {
+        let base = (&si * m.clone() + m0.clone()) * n.clone();
+        b.load(t, Place::Global(view(part, &base + n0.clone(), n.clone(), rows.clone(), cols.clone(), vec)));
+        b.map(ga, Expr::Elem(ga) + Expr::Elem(t));
+        if let Some(u) = ua {
+            b.load(
+                t,
+                Place::Global(view(
+                    part,
+                    &base + n_out.clone() + n0.clone(),
+                    n.clone(),
+                    rows.clone(),
+                    cols.clone(),
+                    vec,
+                )),
+            );
+            b.map(u, Expr::Elem(u) + Expr::Elem(t));
+        }
+    });
+    if let Some(u) = ua {
+        b.map(ga, epilogue_expr(spec.epilogue, Expr::Elem(ga), Expr::Elem(u)));
+    }
+    if let (Some(pv), Some(p)) = (pv, p) {
+        b.load_vec(pv, vec_view(p, m0.clone(), 1i64, rows.clone()));
+        b.map(ga, Expr::Elem(ga) * Expr::RowVal(pv));
+    }
+    b.store(ga, Place::Global(view(y, &m0 * n_out.clone() + n0, n_out, rows, cols, vec)));
+    Ok(b.finish()?)
+}
+
+// ------------------------------------------------------------------------------------------------------------
+// Host API with typed errors.
+
+/// MXFP4 weights of `groups` experts, each `[n, k]`: element bytes (natural `[G, N, K/2]` or packed
+/// `[G, N, K/8]` words) and scale bytes `[G, N, K/32]`.
+#[derive(Clone, Debug)]
+pub struct Fp4Weights {
+    pub groups: usize,
+    pub n: usize,
+    pub k: usize,
+    pub q: WeightBytes,
+    pub s: Vec<u8>,
+}
+
+/// The element storage of [`Fp4Weights`].
+#[derive(Clone, Debug)]
+pub enum WeightBytes {
+    /// SPEC 1 layout: `[G, N, K/2]` bytes, element 2i in the low nibble.
+    Natural(Vec<u8>),
+    /// The [`super::pack`] layout: `[G, N, K/8]` u32 words.
+    Packed(Vec<u32>),
+}
+
+impl Fp4Weights {
+    /// Check K and the buffer sizes (typed errors naming the argument and the expected shape).
+    pub fn validate(&self) -> Result<(), OpError> {
+        check_k(OP, "K", self.k)?;
+        let (g, n, k) = (self.groups, self.n, self.k);
+        if g == 0 || n == 0 {
+            return Err(OpError::BadInput {
+                op: OP,
+                arg: "w".into(),
+                why: format!("G = {g} and N = {n} must be positive"),
+            });
+        }
+        match &self.q {
+            WeightBytes::Natural(q) => check_bytes(OP, "wq", q.len(), "[G, N, K/2]", &[g, n, k / 2])?,
+            WeightBytes::Packed(q) => {
+                check_bytes(OP, "wq (packed words)", q.len() * 4, "[G, N, K/8] u32", &[g, n, k / 2])?
+            }
+        }
+        check_bytes(OP, "ws", self.s.len(), "[G, N, K/32]", &[g, n, k / BLOCK])
+    }
+    /// Group g's weights as a reference MX tensor (natural layout).
+    pub fn group_tensor(&self, g: usize) -> Result<rmx::MxTensor, OpError> {
+        let (n, k) = (self.n, self.k);
+        let q = match &self.q {
+            WeightBytes::Natural(q) => q[g * n * k / 2..(g + 1) * n * k / 2].to_vec(),
+            WeightBytes::Packed(w) => super::pack::unpack(&w[g * n * k / 8..(g + 1) * n * k / 8], n, k)?,
+        };
+        let s = self.s[g * n * k / BLOCK..(g + 1) * n * k / BLOCK].to_vec();
+        Ok(rmx::MxTensor { rows: n, k, q, s, format: MxFormat::Fp4 })
+    }
+}
+
+/// Everything a product needs besides the weights.
+#[derive(Clone, Debug)]
+pub struct MatInputs<'a> {
+    /// `[M, K]` bf16.
+    pub x: &'a HostTensor,
+    /// Grouped: `[G]` inclusive cumulative group ends (SPEC 2.1), the last equal to M. `None`: dense (G = 1).
+    pub offs: Option<&'a [i32]>,
+    /// Routing weight per row.
+    pub p: Option<&'a [f32]>,
+    pub epilogue: Epilogue,
+}
+
+fn bad(arg: &str, why: String) -> OpError {
+    OpError::BadInput { op: OP, arg: arg.into(), why }
+}
+
+/// Validate a problem and give its variant (without knobs). Typed errors: K not a multiple of 32, wrong
+/// weight or scale sizes, x of the wrong dtype or shape, `offs` not non-decreasing or not ending at M, `p` of
+/// the wrong length, an odd N with a GLU epilogue.
+pub fn spec_for(w: &Fp4Weights, inp: &MatInputs<'_>) -> Result<(MatSpec, Vec<usize>), OpError> {
+    w.validate()?;
+    let x = inp.x;
+    if x.dtype != DType::Bf16 || x.shape.len() != 2 || x.shape[1] != w.k {
+        return Err(bad("x", format!("expected a [M, K = {}] bf16 matrix, got {} {:?}", w.k, x.dtype, x.shape)));
+    }
+    let m = x.shape[0];
+    let counts = match inp.offs {
+        Some(o) => {
+            if o.len() != w.groups {
+                return Err(bad("offs", format!("expected G = {} group ends, got {}", w.groups, o.len())));
+            }
+            let mut prev = 0i64;
+            let mut counts = vec![];
+            for (g, &e) in o.iter().enumerate() {
+                if (e as i64) < prev {
+                    return Err(bad(
+                        "offs",
+                        format!("group ends must be non-decreasing: offs[{g}] = {e} after {prev}"),
+                    ));
+                }
+                counts.push((e as i64 - prev) as usize);
+                prev = e as i64;
+            }
+            if prev != m as i64 {
+                return Err(bad("offs", format!("the last group end must be M = {m}, got {prev}")));
+            }
+            counts
+        }
+        None => {
+            if w.groups != 1 {
+                return Err(bad("offs", format!("{} weight groups need group ends", w.groups)));
+            }
+            vec![m]
+        }
+    };
+    if let Some(p) = inp.p
+        && p.len() != m
+    {
+        return Err(bad("p", format!("expected M = {m} routing weights, got {}", p.len())));
+    }
+    let glu = inp.epilogue.is_glu();
+    if glu && !w.n.is_multiple_of(2) {
+        return Err(bad("N", format!("a GLU epilogue needs an even N, got {}", w.n)));
+    }
+    let n_out = if glu { w.n / 2 } else { w.n };
+    let kb = w.k / BLOCK;
+    let spec = MatSpec {
+        grouped: inp.offs.is_some(),
+        epilogue: inp.epilogue,
+        row_scale: inp.p.is_some(),
+        packed: matches!(w.q, WeightBytes::Packed(_)),
+        fold: scales_foldable(&w.s),
+        kb_align: [16u32, 8, 4, 2, 1].into_iter().find(|v| kb.is_multiple_of(*v as usize)).unwrap_or(1),
+        out_vec: if n_out.is_multiple_of(2) { 2 } else { 1 },
+    };
+    Ok((spec, counts))
+}
+
+fn facts(w: &Fp4Weights, glu: bool, counts: &[usize]) -> ShapeFacts {
+    ShapeFacts {
+        max_rows: counts.iter().copied().max().unwrap_or(0),
+        counts: counts.to_vec(),
+        n_out: if glu { w.n / 2 } else { w.n },
+        k: w.k,
+        glu,
+    }
+}
+
+/// The kernels of a problem at these knobs (main, plus finalize when split).
+pub fn kernels_for(spec: &MatSpec, c: &Cfg) -> Result<Vec<Kernel>, OpError> {
+    let mut v = vec![build_main(spec, c)?];
+    if c.split > 1 {
+        v.push(build_finalize(spec)?);
+    }
+    Ok(v)
+}
+
+/// The plan of one product: validated inputs, resolved knobs, one launch (or two with a K split).
+pub fn matmul_plan(w: &Fp4Weights, inp: &MatInputs<'_>, knobs: &Knobs) -> Result<Plan, OpError> {
+    let (spec, counts) = spec_for(w, inp)?;
+    let glu = inp.epilogue.is_glu();
+    let c = resolve(&spec, knobs, &facts(w, glu, &counts))?;
+    let (g, n, k, m) = (w.groups, w.n, w.k, inp.x.shape[0]);
+    let n_out = if glu { n / 2 } else { n };
+    let mut plan = Plan::default();
+    let mut args = vec![plan.input("x", inp.x.clone())];
+    let lead: Vec<usize> = if spec.grouped { vec![g, n] } else { vec![n] };
+    let shape = |last: usize| -> Vec<usize> { lead.iter().copied().chain([last]).collect() };
+    let wq = match &w.q {
+        WeightBytes::Natural(q) => HostTensor::from_bytes(DType::U32, &shape(k / 8), q.clone()),
+        WeightBytes::Packed(q) => HostTensor::from_bytes(DType::U32, &shape(k / 8), super::pack::words_to_bytes(q)),
+    };
+    args.push(plan.input("wq", wq));
+    args.push(plan.input("ws", HostTensor::from_bytes(DType::U8, &shape(k / BLOCK), w.s.clone())));
+    if let Some(o) = inp.offs {
+        let o: Vec<i64> = o.iter().map(|&v| v as i64).collect();
+        args.push(plan.input("offs", HostTensor::from_i64(DType::I32, &[g], &o)));
+    }
+    let p_idx = inp.p.map(|p| plan.input("p", data::tensor(DType::F32, &[m], p)));
+    let main = build_main(&spec, &c)?;
+    if c.split > 1 {
+        let part = plan.scratch("part", DType::F32, &[c.split as usize, m, n]);
+        args.push(part);
+        plan.step(main, &args, &[]);
+        let mut fargs = vec![part];
+        fargs.extend(p_idx);
+        fargs.push(plan.output("y", DType::Bf16, &[m, n_out]));
+        plan.step(build_finalize(&spec)?, &fargs, &[]);
+    } else {
+        args.extend(p_idx);
+        args.push(plan.output("y", DType::Bf16, &[m, n_out]));
+        plan.step(main, &args, &[]);
+    }
+    Ok(plan)
+}
+
+// ------------------------------------------------------------------------------------------------------------
+// The operator.
+
+/// `mxfp4_matmul`.
+pub struct Mxfp4Matmul;
+
+/// A concrete problem.
+#[derive(Clone, Debug)]
+pub struct MatProblem {
+    pub grouped: bool,
+    pub counts: Vec<usize>,
+    pub k: usize,
+    pub n: usize,
+    pub epilogue: Epilogue,
+    pub row_scale: bool,
+    pub packed: bool,
+    /// Scale bytes over a wide range (0..=20, 129..=160, NaN) instead of realistic ones.
+    pub wide: bool,
+}
+
+impl MatProblem {
+    /// Dims `K`, `N` and either `M` (dense) or `G` with `c0..` (explicit counts), `per` (every group that
+    /// many rows) or `mean` (+ `seed`, ragged as `latent_moe_gemm`); optional `epilogue` (0 none, 1 SiTU-GLU,
+    /// 2 SwiGLU), `p` (1: routing weights), `packed` (1: packed weight layout), `wide` (1: wide scale range).
+    pub fn from_preset(p: &Preset) -> Result<Self, OpError> {
+        let k = p.get("K")? as usize;
+        let n = p.get("N")? as usize;
+        check_k(OP, "K", k)?;
+        let epilogue = match p.get_or("epilogue", 0) {
+            0 => Epilogue::None,
+            1 => Epilogue::SituGlu,
+            2 => Epilogue::SwiGlu,
+            e => return Err(bad("epilogue", format!("0, 1 or 2, got {e}"))),
+        };
+        let (grouped, counts) = if let Some(&m) = p.dims.get("M") {
+            (false, vec![m as usize])
+        } else {
+            let g = p.get("G")? as usize;
+            let counts = if p.dims.contains_key("c0") {
+                (0..g).map(|i| p.get_or(&format!("c{i}"), 0) as usize).collect()
+            } else if let Some(&per) = p.dims.get("per") {
+                vec![per as usize; g]
+            } else {
+                ragged_counts(g, p.get("mean")? as usize, 8, p.get_or("seed", 1) as u64)
+            };
+            (true, counts)
+        };
+        if epilogue.is_glu() && !n.is_multiple_of(2) {
+            return Err(bad("N", format!("a GLU epilogue needs an even N, got {n}")));
+        }
+        Ok(MatProblem {
+            grouped,
+            counts,
+            k,
+            n,
+            epilogue,
+            row_scale: p.get_or("p", 0) == 1,
+            packed: p.get_or("packed", 0) == 1,
+            wide: p.get_or("wide", 0) == 1,
+        })
+    }
+    pub fn m(&self) -> usize {
+        self.counts.iter().sum()
+    }
+    pub fn n_out(&self) -> usize {
+        if self.epilogue.is_glu() { self.n / 2 } else { self.n }
+    }
+    pub fn offs(&self) -> Vec<i32> {
+        self.counts
+            .iter()
+            .scan(0i32, |s, c| {
+                *s += *c as i32;
+                Some(*s)
+            })
+            .collect()
+    }
+    /// The variant for realistic data (scales foldable), for compile-only checks.
+    pub fn spec(&self) -> MatSpec {
+        let kb = self.k / BLOCK;
+        MatSpec {
+            grouped: self.grouped,
+            epilogue: self.epilogue,
+            row_scale: self.row_scale,
+            packed: self.packed,
+            fold: !self.wide,
+            kb_align: [16u32, 8, 4, 2, 1].into_iter().find(|v| kb.is_multiple_of(*v as usize)).unwrap_or(1),
+            out_vec: if self.n_out().is_multiple_of(2) { 2 } else { 1 },
+        }
+    }
+    pub fn facts(&self) -> ShapeFacts {
+        ShapeFacts {
+            max_rows: self.counts.iter().copied().max().unwrap_or(0),
+            counts: self.counts.clone(),
+            n_out: self.n_out(),
+            k: self.k,
+            glu: self.epilogue.is_glu(),
+        }
+    }
+}
+
+fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// Random MXFP4 weights: uniform codes; scale bytes 117..=122 (weights of magnitude ~K^-1/2 for K in the
+/// thousands), or with `wide` also 0..=20, 129..=160 and 255 (NaN blocks).
+pub fn random_weights(groups: usize, n: usize, k: usize, wide: bool, seed: u64) -> (Vec<u8>, Vec<u8>) {
+    let nq = groups * n * k / 2;
+    let ns = groups * n * k / BLOCK;
+    let mut q = vec![0u8; nq];
+    q.par_chunks_mut(1 << 16).enumerate().for_each(|(ci, ch)| {
+        let mut s = mix(seed ^ mix(ci as u64));
+        for (i, b) in ch.iter_mut().enumerate() {
+            if i % 8 == 0 {
+                s = mix(s);
+            }
+            *b = (s >> (8 * (i % 8))) as u8;
+        }
+    });
+    let s: Vec<u8> = (0..ns)
+        .into_par_iter()
+        .map(|i| {
+            let h = mix(seed ^ 0x5ca1e5 ^ mix(i as u64));
+            if wide {
+                match h % 32 {
+                    0 => 255,
+                    1 | 2 => (h >> 8) as u8 % 21,
+                    3..=6 => 129 + ((h >> 8) % 32) as u8,
+                    _ => 110 + ((h >> 8) % 19) as u8,
+                }
+            } else {
+                117 + ((h >> 8) % 6) as u8
+            }
+        })
+        .collect();
+    (q, s)
+}
+
+struct MatInstance {
+    pb: MatProblem,
+    x: HostTensor,
+    xv: Vec<f32>,
+    w: Fp4Weights,
+    p: Option<Vec<f32>>,
+    seed: u64,
+}
+
+impl Operator for Mxfp4Matmul {
+    fn name(&self) -> &'static str {
+        OP
+    }
+    fn summary(&self) -> &'static str {
+        "y = x · dequant(w)^T, MXFP4 weights dequantized on chip into bf16 mma operands, dense or grouped over ragged experts, GLU epilogues, split-K for decode"
+    }
+    fn knob_space(&self) -> KnobSpace {
+        knob_space()
+    }
+    fn default_knobs(&self) -> Knobs {
+        default_knobs()
+    }
+    fn bench_presets(&self) -> Vec<Preset> {
+        // The SPEC 4 rows use weights in the offline packed layout (`mx::pack`, like every Hopper MXFP4
+        // kernel's re-layout); the `natural` rows read the SPEC 1 layout as stored.
+        let rows: [(&str, Vec<(&str, i64)>); 5] = [
+            ("MXFP4 linear M1 N6144 K3584", vec![("M", 1), ("N", 6144), ("K", 3584)]),
+            ("MXFP4 linear M64 N6144 K3584", vec![("M", 64), ("N", 6144), ("K", 3584)]),
+            ("MXFP4 linear M4096 N6144 K3584", vec![("M", 4096), ("N", 6144), ("K", 3584)]),
+            ("MXFP4 decode 28 experts x 4 tokens N6144 K3584", vec![("G", 28), ("per", 4), ("N", 6144), ("K", 3584)]),
+            (
+                "MXFP4 decode 28 experts x 4 tokens N6144 K3584 situ_glu+p",
+                vec![("G", 28), ("per", 4), ("N", 6144), ("K", 3584), ("epilogue", 1), ("p", 1)],
+            ),
+        ];
+        let mut out = vec![];
+        for (name, dims) in &rows {
+            let mut d = dims.clone();
+            d.push(("packed", 1));
+            out.push(Preset::new(name, &d));
+        }
+        for (name, dims) in rows.iter().take(4) {
+            out.push(Preset::new(&format!("{name} natural"), dims));
+        }
+        out
+    }
+    fn random_case(&self, rng: &mut StdRng) -> Preset {
+        const EDGE: [i64; 7] = [1, 15, 16, 17, 63, 65, 130];
+        let pick = |rng: &mut StdRng| -> i64 {
+            if rng.random_bool(0.5) { EDGE[rng.random_range(0..EDGE.len())] } else { rng.random_range(1..=140) }
+        };
+        let k = 32 * if rng.random_bool(0.5) { [1i64, 2, 3][rng.random_range(0..3)] } else { rng.random_range(1..=10) };
+        let epilogue = rng.random_range(0..3i64);
+        let mut n = pick(rng);
+        if epilogue != 0 && n % 2 == 1 {
+            n += 1;
+        }
+        let p = rng.random_bool(0.5) as i64;
+        let packed = rng.random_bool(0.3) as i64;
+        let wide = rng.random_bool(0.3) as i64;
+        let tail = [("K", k), ("N", n), ("epilogue", epilogue), ("p", p), ("packed", packed), ("wide", wide)];
+        let tag = format!("K{k} N{n} epi{epilogue} p{p} packed{packed} wide{wide}");
+        if rng.random_bool(0.3) {
+            let m = pick(rng);
+            let mut dims = vec![("M", m)];
+            dims.extend(tail);
+            return Preset::new(&format!("dense M{m} {tag}"), &dims);
+        }
+        let g = rng.random_range(1..=5i64);
+        let mut dims: Vec<(String, i64)> = tail.iter().map(|(a, b)| (a.to_string(), *b)).collect();
+        dims.push(("G".into(), g));
+        let mut desc = String::new();
+        for i in 0..g {
+            let c = if rng.random_bool(0.25) { 0 } else { pick(rng).min(70) };
+            dims.push((format!("c{i}"), c));
+            desc.push_str(&format!("{c},"));
+        }
+        Preset { name: format!("G{g} [{desc}] {tag}"), dims: dims.into_iter().collect() }
+    }
+    fn instance(&self, p: &Preset, seed: u64) -> Result<Box<dyn Instance>, OpError> {
+        let pb = MatProblem::from_preset(p)?;
+        let (m, k, n, g) = (pb.m(), pb.k, pb.n, pb.counts.len());
+        let mut xv = data::normal(m * k, 1.0, seed);
+        data::round_bf16(&mut xv);
+        let x = data::tensor(DType::Bf16, &[m, k], &xv);
+        let (q, s) = random_weights(g, n, k, pb.wide, seed ^ 0x77);
+        let q = if pb.packed { WeightBytes::Packed(super::pack::pack(&q, g * n, k)?) } else { WeightBytes::Natural(q) };
+        let w = Fp4Weights { groups: g, n, k, q, s };
+        let p = pb.row_scale.then(|| data::uniform(m, 0.1, 1.0, seed ^ 0x7a7a));
+        Ok(Box::new(MatInstance { pb, x, xv, w, p, seed }))
+    }
+    fn kernels(&self, p: &Preset, knobs: &Knobs) -> Result<Vec<Kernel>, OpError> {
+        let pb = MatProblem::from_preset(p)?;
+        let spec = pb.spec();
+        let c = resolve(&spec, knobs, &pb.facts())?;
+        kernels_for(&spec, &c)
+    }
+    fn bucket_dims(&self, p: &Preset) -> Vec<(String, u64)> {
+        let Ok(pb) = MatProblem::from_preset(p) else { return vec![] };
+        let nonempty = pb.counts.iter().filter(|c| **c > 0).count().max(1);
+        vec![
+            ("rows_per_group".into(), (pb.m() / nonempty) as u64),
+            ("K".into(), pb.k as u64),
+            ("N".into(), pb.n as u64),
+            ("groups".into(), pb.counts.len() as u64),
+        ]
+    }
+}
+
+impl MatInstance {
+    fn inputs(&self) -> (Vec<i32>, MatInputs<'_>) {
+        let offs = self.pb.offs();
+        let inp = MatInputs { x: &self.x, offs: None, p: self.p.as_deref(), epilogue: self.pb.epilogue };
+        (offs, inp)
+    }
+}
+
+impl Instance for MatInstance {
+    fn describe(&self) -> String {
+        let pb = &self.pb;
+        format!(
+            "{} M={} K={} N={} groups={} epilogue={} p={} packed={} wide={} seed={}",
+            if pb.grouped { "grouped" } else { "dense" },
+            pb.m(),
+            pb.k,
+            pb.n,
+            if pb.counts.len() <= 8 { format!("{:?}", pb.counts) } else { format!("{} groups", pb.counts.len()) },
+            pb.epilogue.name(),
+            pb.row_scale,
+            pb.packed,
+            pb.wide,
+            self.seed
+        )
+    }
+
+    fn plan(&self, knobs: &Knobs) -> Result<Plan, OpError> {
+        let (offs, mut inp) = self.inputs();
+        if self.pb.grouped {
+            inp.offs = Some(&offs);
+        }
+        matmul_plan(&self.w, &inp, knobs)
+    }
+
+    fn check(&self, out: &Outputs) -> Result<CheckReport, OpError> {
+        let pb = &self.pb;
+        let y = out.get("y")?.to_f64_vec();
+        let (m, k, n, no) = (pb.m(), pb.k, pb.n, pb.n_out());
+        let g = pb.counts.len();
+        let ierr = |e: k3k_reference::error::RefError| OpError::Internal(format!("reference: {e}"));
+        if m * n * k <= 1 << 24 {
+            // Small: the whole product through the reference's grouped MX GEMM.
+            let mut all = self.w.group_tensor(0)?;
+            for gi in 1..g {
+                let t = self.w.group_tensor(gi)?;
+                all.q.extend(t.q);
+                all.s.extend(t.s);
+            }
+            all.rows = g * n;
+            let epi = match pb.epilogue {
+                Epilogue::None => refgemm::Epilogue::None,
+                Epilogue::SituGlu => refgemm::Epilogue::SituGlu,
+                Epilogue::SwiGlu => refgemm::Epilogue::SwiGlu,
+            };
+            let want =
+                refgemm::grouped_gemm_mx(&self.xv, m, &all, g, &pb.offs(), self.p.as_deref(), epi).map_err(ierr)?;
+            let mut r = compare("y", &y, &want, Tolerance::Bf16, format!("all {m} rows"));
+            if !r.passed {
+                r.detail.push_str(&error_pattern(&y, &want, m, no));
+            }
+            return Ok(r);
+        }
+        // Large: sampled rows (each group's first, middle and last, plus 64 random), per group on its
+        // dequantized weights (reference::mx::dequantize), rows in parallel.
+        let mut rows = vec![];
+        let mut start = 0;
+        for &c in &pb.counts {
+            if c > 0 {
+                rows.extend([start, start + c / 2, start + c - 1]);
+            }
+            start += c;
+        }
+        let mut s = self.seed;
+        for _ in 0..64 {
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            rows.push((s >> 33) as usize % m.max(1));
+        }
+        rows.sort();
+        rows.dedup();
+        let mut group_of = vec![0usize; m];
+        let mut start = 0;
+        for (gi, &c) in pb.counts.iter().enumerate() {
+            group_of[start..start + c].fill(gi);
+            start += c;
+        }
+        let mut want = vec![0f64; rows.len() * no];
+        let mut got = vec![0f64; rows.len() * no];
+        for gi in 0..g {
+            let mine: Vec<usize> = (0..rows.len()).filter(|&i| group_of[rows[i]] == gi).collect();
+            if mine.is_empty() {
+                continue;
+            }
+            let wd = rmx::dequantize(&self.w.group_tensor(gi)?).map_err(ierr)?;
+            let res: Vec<Result<Vec<f64>, OpError>> = mine
+                .par_iter()
+                .map(|&i| {
+                    let r = rows[i];
+                    let acc = refgemm::matmul_nt(&self.xv[r * k..(r + 1) * k], 1, k, &wd, n).map_err(ierr)?;
+                    let scale = self.p.as_ref().map_or(1.0, |p| p[r] as f64);
+                    Ok((0..no)
+                        .map(|j| {
+                            scale
+                                * match pb.epilogue {
+                                    Epilogue::None => acc[j],
+                                    Epilogue::SituGlu => refgemm::situ_glu(acc[j], acc[j + no]),
+                                    Epilogue::SwiGlu => refgemm::swiglu(acc[j], acc[j + no]),
+                                }
+                        })
+                        .collect())
+                })
+                .collect();
+            for (&i, r) in mine.iter().zip(res) {
+                want[i * no..(i + 1) * no].copy_from_slice(&r?);
+                got[i * no..(i + 1) * no].copy_from_slice(&y[rows[i] * no..(rows[i] + 1) * no]);
+            }
+        }
+        let mut r = compare("y", &got, &want, Tolerance::Bf16, format!("{} sampled rows of {m}", rows.len()));
+        if !r.passed {
+            r.detail.push_str(&error_pattern(&got, &want, rows.len(), no));
+        }
+        Ok(r)
+    }
+
+    fn work(&self) -> Work {
+        let pb = &self.pb;
+        let (m, k, n) = (pb.m() as f64, pb.k as f64, pb.n as f64);
+        let used = pb.counts.iter().filter(|c| **c > 0).count() as f64;
+        Work {
+            flops: 2.0 * m * n * k,
+            bytes: 2.0 * m * k
+                + used * n * (k / 2.0 + k / 32.0)
+                + 2.0 * m * pb.n_out() as f64
+                + if pb.row_scale { 4.0 * m } else { 0.0 },
+        }
+    }
+
+    fn problem(&self) -> serde_json::Value {
+        let pb = &self.pb;
+        serde_json::json!({
+            "grouped": pb.grouped, "counts": pb.counts, "K": pb.k, "N": pb.n, "M": pb.m(),
+            "epilogue": pb.epilogue.name(), "p": pb.row_scale, "packed": pb.packed,
+        })
+    }
+}
