@@ -88,20 +88,35 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             let failed: usize = rows.iter().map(|r| r.failed).sum();
             let k3k::ops::plan::Executor::Gpu(g) = exec else { unreachable!() };
             let mut g = *g;
+            let store = k3k::tuner::ResultsStore::open_read_only(&a.results);
+            let gpu_key =
+                k3k::tuner::GpuKey::new(g.gpu.info.name.clone(), g.gpu.info.compute_capability, g.gpu.info.sm_count);
             for op in registry::all() {
-                let knobs = op.default_knobs();
-                let report = k3k::bench::bench_op(
+                let knobs_for =
+                    |p: &k3k::ops::op::Preset| vec![k3k::tuning::tuned_knobs(&store, op.as_ref(), p, &gpu_key).0];
+                match k3k::bench::bench_op(
                     &mut g,
                     op.as_ref(),
                     &op.bench_presets(),
-                    &|_| vec![knobs.clone()],
+                    &knobs_for,
                     Default::default(),
                     &Default::default(),
                     &mut |l| println!("{l}"),
-                )?;
-                let path = k3k::bench::write_report(&a.results.join("bench"), &report)?;
-                println!("wrote {}", path.display());
+                ) {
+                    Ok(report) => {
+                        let path = k3k::bench::write_report(&a.results.join("bench"), &report)?;
+                        println!("wrote {}", path.display());
+                    }
+                    Err(e) => println!("{}: benchmark failed: {e:#}", op.name()),
+                }
             }
+            let reports = k3k::report::load_reports(&a.results.join("bench"))?;
+            std::fs::write(a.results.join("SUMMARY.md"), k3k::report::markdown(&reports))?;
+            k3k::report::roofline_svg(&reports, &a.results.join("roofline.svg"))?;
+            println!(
+                "wrote {} (time the peers with scripts/peers.py and merge them with `k3k bench --merge-peers`; tune with `k3k tune`)",
+                a.results.join("SUMMARY.md").display()
+            );
             Ok(if failed > 0 { 1 } else { 0 })
         }
     }
