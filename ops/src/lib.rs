@@ -8,6 +8,7 @@
 pub mod check;
 pub mod data;
 pub mod gated_mla;
+pub mod gated_mla_ops;
 pub mod hist_quantile;
 pub mod latent_moe_gemm;
 pub mod mx;
