@@ -76,6 +76,15 @@ fn k_splits_and_knob_points() {
     ] {
         run(&p, rng.random(), &kn);
     }
+    // Warpgroup MMA from a dequantized shared tile (one and two warpgroups, GLU halves, splits).
+    for kn in [
+        knobs(&[("BM", 64), ("BN", 64), ("SPLIT", 1)]).with("MMA", "wgmma"),
+        knobs(&[("BM", 128), ("BN", 32), ("SPLIT", 2), ("STAGES", 3)]).with("MMA", "wgmma"),
+    ] {
+        run(&p, rng.random(), &kn);
+    }
+    let p = Preset::new("w", &[("M", 70), ("K", 96), ("N", 40), ("packed", 1), ("p", 1)]);
+    run(&p, rng.random(), &knobs(&[("BM", 64), ("BN", 16)]).with("MMA", "wgmma"));
     let p = Preset::new("d", &[("M", 20), ("K", 160), ("N", 24), ("packed", 1), ("wide", 1)]);
     run(&p, rng.random(), &knobs(&[("SPLIT", 5), ("BK", 32), ("RASTER", 0)]).with("RASTER", "n"));
 }
@@ -181,11 +190,23 @@ fn presets_compile_without_spills() {
         (vec![("M", 64), ("N", 6144), ("K", 3584), ("wide", 1), ("epilogue", 2), ("p", 1)], default_knobs()),
         (vec![("M", 33), ("N", 99), ("K", 96)], knobs(&[("SPLIT", 2)])),
         (vec![("G", 28), ("per", 4), ("N", 6144), ("K", 3584), ("packed", 1)], knobs(&[("BK", 256), ("STAGES", 3)])),
-        (vec![("M", 4096), ("N", 6144), ("K", 3584)], knobs(&[("BN", 256), ("WA", 8), ("BM", 64)])),
-        (vec![("M", 4096), ("N", 6144), ("K", 3584), ("packed", 1)], knobs(&[("WA", 4), ("WB", 2)])),
+        (vec![("M", 4096), ("N", 6144), ("K", 3584)], knobs(&[("BN", 256), ("WA", 8), ("BM", 64)]).with("MMA", "sync")),
+        (
+            vec![("M", 4096), ("N", 6144), ("K", 3584), ("packed", 1)],
+            knobs(&[("WA", 4), ("WB", 2)]).with("MMA", "sync"),
+        ),
         (vec![("G", 28), ("per", 4), ("N", 6144), ("K", 3584), ("packed", 1)], knobs(&[("CPS", 4)])),
         (vec![("M", 1), ("N", 6144), ("K", 3584), ("packed", 1)], knobs(&[("CPS", 4), ("BK", 256), ("STAGES", 3)])),
-        (vec![("M", 4096), ("N", 6144), ("K", 3584), ("packed", 1)], knobs(&[("BN", 128), ("WA", 8), ("WB", 1)])),
+        (
+            vec![("M", 4096), ("N", 6144), ("K", 3584), ("packed", 1)],
+            knobs(&[("BN", 128), ("WA", 8), ("WB", 1)]).with("MMA", "sync"),
+        ),
+        (vec![("M", 4096), ("N", 6144), ("K", 3584)], knobs(&[("BN", 256)]).with("MMA", "wgmma")),
+        (
+            vec![("M", 4096), ("N", 6144), ("K", 3584), ("epilogue", 1), ("p", 1)],
+            knobs(&[("SPLIT", 2)]).with("MMA", "wgmma"),
+        ),
+        (vec![("M", 64), ("N", 6144), ("K", 3584), ("wide", 1)], knobs(&[("BN", 128)]).with("MMA", "wgmma")),
     ] {
         let p = Preset::new("variant", &dims);
         assemble_all(&op, &p, &kn);

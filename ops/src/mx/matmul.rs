@@ -85,6 +85,12 @@ pub fn knob_space() -> KnobSpace {
             [0i64, 1, 2, 3, 4, 8],
         )
         .axis("RASTER", "tile order inside a group: m (neighbouring CTAs share weights) or n", ["m", "n"])
+        .axis(
+            "MMA",
+            "sync: mma.sync with the dequantized weights as register A operand; wgmma: weights dequantized into a \
+             shared bf16 tile, warpgroup MMA (BK=64, WA=BM/16, BM a multiple of 64); auto: wgmma for BM >= 128",
+            ["auto", "sync", "wgmma"],
+        )
 }
 
 /// Defaults: everything chosen from the problem shape.
@@ -99,6 +105,7 @@ pub fn default_knobs() -> Knobs {
         .with("SPLIT", 0i64)
         .with("CPS", 0i64)
         .with("RASTER", "m")
+        .with("MMA", "auto")
 }
 
 /// Concrete knob values for one problem.
@@ -113,6 +120,9 @@ pub struct Cfg {
     pub split: u32,
     pub cps: u32,
     pub raster_m: bool,
+    /// Warpgroup MMA (`wgmma`) from a dequantized shared weight tile instead of `mma.sync` with the weights as
+    /// register operands.
+    pub wgmma: bool,
 }
 
 impl Cfg {
@@ -128,14 +138,21 @@ impl Cfg {
             .with("SPLIT", self.split)
             .with("CPS", self.cps)
             .with("RASTER", if self.raster_m { "m" } else { "n" })
+            .with("MMA", if self.wgmma { "wgmma" } else { "sync" })
     }
     /// Shared memory of the main kernel, bytes (what `Kernel::shared_bytes` will report, up to alignment).
     pub fn shared_bytes(&self, packed: bool) -> usize {
         let al = |b: usize| b.next_multiple_of(128);
         let st = self.stages as usize;
         let (bn, bm, bk) = (self.bn as usize, self.bm as usize, self.bk as usize);
-        let q = if packed { bn * bk / 8 * 4 } else { bn * bk / 2 };
-        al(q * st) + al(bn * bk / 32 * st) + al(bm * bk * 2 * st) + al(bn * (bm + 1) * 4)
+        let _ = packed;
+        let al1k = |b: usize| b.next_multiple_of(1024);
+        let common = al(bn * bk / 2 * st) + al(bn * bk / 32 * st);
+        if self.wgmma {
+            common + al1k(bm * bk * 2 * st) + al1k(bn * bk * 2 * 2) + 1024
+        } else {
+            common + al(bm * bk * 2 * st) + al(bn * (bm + 1) * 4)
+        }
     }
 }
 
@@ -171,12 +188,19 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, Op
         },
     )?;
     let decode = bm <= 64;
+    let wgmma = match knobs.0.get("MMA") {
+        None => false,
+        Some(_) => match knobs.str("MMA")? {
+            "auto" => bm >= 128 && bm.is_multiple_of(64),
+            m => m == "wgmma",
+        },
+    };
     let bn = pick(knobs, "BN", if decode { 64 } else { 128 })?;
-    let bk = pick(knobs, "BK", if decode { 128 } else { 64 })?;
-    let stages = pick(knobs, "STAGES", if decode { 4 } else { 3 })?;
-    let wa = pick(knobs, "WA", (bn / 16).min(if decode { 4 } else { 8 }))?;
+    let bk = pick(knobs, "BK", if decode && !wgmma { 128 } else { 64 })?;
+    let stages = pick(knobs, "STAGES", if decode || wgmma { 4 } else { 3 })?;
+    let wa = pick(knobs, "WA", if wgmma { bm / 16 } else { (bn / 16).min(if decode { 4 } else { 8 }) })?;
     let wb = pick(knobs, "WB", 1)?;
-    let mut c = Cfg { bn, bm, bk, stages, wa, wb, split: 1, cps: 1, raster_m: knobs.str("RASTER")? == "m" };
+    let mut c = Cfg { bn, bm, bk, stages, wa, wb, split: 1, cps: 1, raster_m: knobs.str("RASTER")? == "m", wgmma };
     c.cps = knobs.u32("CPS")?;
     // CTAs resident per SM: the persistent count, else an estimate from shared memory (registers permitting).
     let resident =
@@ -208,8 +232,9 @@ fn validate(spec: &MatSpec, c: &Cfg, knobs: &Knobs) -> Result<(), OpError> {
     if !c.bk.is_multiple_of(32) || c.bk == 0 || c.bk > 1024 {
         return invalid(format!("BK={} must be a positive multiple of 32 (at most 1024)", c.bk));
     }
-    if c.bn == 0 || !c.bn.is_multiple_of(16 * c.wa) {
-        return invalid(format!("BN={} must be a multiple of 16*WA={}", c.bn, 16 * c.wa));
+    let row_unit = if c.wgmma { 16 } else { 16 * c.wa };
+    if c.bn == 0 || !c.bn.is_multiple_of(row_unit) {
+        return invalid(format!("BN={} must be a multiple of {row_unit} (16*WA for MMA=sync)", c.bn));
     }
     if glu && !(c.bn / 2).is_multiple_of(8) {
         return invalid(format!("BN={} must be a multiple of 16 with a GLU epilogue", c.bn));
@@ -224,14 +249,26 @@ fn validate(spec: &MatSpec, c: &Cfg, knobs: &Knobs) -> Result<(), OpError> {
     if warps == 0 || warps > 16 {
         return invalid(format!("{warps} warps: 1..=16"));
     }
+    if c.wgmma
+        && (c.bk != 64 || c.wb != 1 || c.bm != 16 * c.wa || !c.bm.is_multiple_of(64) || c.stages < 3 || c.bn > 256)
+    {
+        return invalid(format!(
+            "MMA=wgmma needs BK=64, WB=1, BM=16*WA a multiple of 64, STAGES>=3 and BN<=256 (got BK={}, WB={}, WA={}, BM={}, STAGES={}, BN={})",
+            c.bk, c.wb, c.wa, c.bm, c.stages, c.bn
+        ));
+    }
     let acc_regs = c.bn * c.bm / (32 * warps);
     if acc_regs > 128 {
         return invalid(format!("{acc_regs} accumulator registers per thread (max 128)"));
     }
-    let a_regs = c.bn * 32 / (32 * c.wa) / 2;
+    let a_regs = if c.wgmma { c.bn * 64 / (32 * warps) / 2 } else { c.bn * 32 / (32 * c.wa) / 2 };
     // Measured with ptxas: beyond ~96 the decode's addresses and the B fragments push past 255 registers.
-    if acc_regs + a_regs > 96 {
-        return invalid(format!("{} accumulator + A-operand registers per thread (max 96)", acc_regs + a_regs));
+    let reg_cap = if c.wgmma { 160 } else { 96 };
+    if acc_regs + a_regs > reg_cap {
+        return invalid(format!(
+            "{} accumulator + weight-tile registers per thread (max {reg_cap})",
+            acc_regs + a_regs
+        ));
     }
     let smem = c.shared_bytes(spec.packed);
     if smem > MAX_SHARED_BYTES {
@@ -315,17 +352,30 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
     let sq = b.shared("sq", qdt, bn, words_per_row, st, Swizzle::Xor16B);
     let ss = b.shared("ss", DType::U8, bn, bk / 32, st, Swizzle::None);
     let sx = b.shared("sx", DType::Bf16, bm, bk, st, Swizzle::Xor16B);
-    let sacc = b.shared("sacc", DType::F32, bn, bm + 1, 1, Swizzle::None);
-    let acc = b.tile("acc", DType::F32, bn, bm, warps);
-    let wt = b.tile("w", DType::Bf16, bn, 32, [c.wa, 1]);
-    // Output tile [BM, BNO] (tokens x output columns) on as many warps along columns as divide it.
-    let yw = [1u32, 2, 4, 8, 16]
-        .into_iter()
-        .rev()
-        .find(|w| (c.wa * c.wb).is_multiple_of(*w) && bno.is_multiple_of(8 * w))
-        .unwrap_or(1);
-    let yt = b.tile("y", DType::F32, bm, bno, [1, yw]);
-    let pv = (spec.row_scale && !partial).then(|| b.vec("p_rows", bm, [1, yw]));
+    // mma.sync path: the accumulator is [weight rows, tokens], transposed through `sacc` for the epilogue.
+    let mut sync = None;
+    // wgmma path: the accumulator is [tokens, output columns] (gate and up halves apart with a GLU epilogue).
+    let mut wg = None;
+    if c.wgmma {
+        let sw = b.shared("sw", DType::Bf16, bn, bk, 2, Swizzle::Xor16B);
+        let acc = b.tile("acc", DType::F32, bm, bno, [c.wa, 1]);
+        let acc_up = glu.then(|| b.tile("acc_up", DType::F32, bm, bno, [c.wa, 1]));
+        let pv = (spec.row_scale && !partial).then(|| b.vec("p_rows", bm, [c.wa, 1]));
+        wg = Some((sw, acc, acc_up, pv));
+    } else {
+        let sacc = b.shared("sacc", DType::F32, bn, bm + 1, 1, Swizzle::None);
+        let acc = b.tile("acc", DType::F32, bn, bm, warps);
+        let wt = b.tile("w", DType::Bf16, bn, 32, [c.wa, 1]);
+        // Output tile [BM, BNO] (tokens x output columns) on as many warps along columns as divide it.
+        let yw = [1u32, 2, 4, 8, 16]
+            .into_iter()
+            .rev()
+            .find(|w| (c.wa * c.wb).is_multiple_of(*w) && bno.is_multiple_of(8 * w))
+            .unwrap_or(1);
+        let yt = b.tile("y", DType::F32, bm, bno, [1, yw]);
+        let pv = (spec.row_scale && !partial).then(|| b.vec("p_rows", bm, [1, yw]));
+        sync = Some((sacc, acc, wt, yt, pv));
+    }
 
     let group_start = |g: &Expr| -> Expr {
         match offs {
@@ -414,100 +464,229 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
             b.copy_async(dx, view(x, (&row0 + m0.clone()) * kd.clone() + k0, kd.clone(), rows_valid.clone(), kleft, 8));
         };
 
-        b.map(acc, 0.0f64);
-        for s in 0..st - 1 {
-            b.if_(Expr::Int(s as i64).lt(k_tiles.clone()), |b| load_stage(b, Expr::Int(s as i64)));
-            b.commit();
-        }
-        b.for_("kt", 0i64, k_tiles.clone(), 1i64, |b, kt| {
-            b.wait(st - 2);
-            b.barrier();
-            let next = &kt + (st - 1) as i64;
-            b.if_(next.lt(k_tiles.clone()), |b| load_stage(b, next.clone()));
-            b.commit();
-            let slot = b.let_("slot", &kt % st as i64);
-            for sub in 0..bk / 32 {
-                let sub = sub as i64;
-                let sb = Expr::shared_load(ss, slot.clone(), Expr::RowIdx, sub);
-                let nib = if spec.packed {
-                    // Shifts and masks, not / and %: tile coordinates are not provably non-negative, and with
-                    // bit operations the compiler sees that a thread's eight values of a row share one word.
-                    let col = Expr::ColIdx;
-                    let wi = Expr::Int(sub * 4) + col.bitand(7i64).shr(1i64);
-                    let word = Expr::shared_load(sq, slot.clone(), Expr::RowIdx, wi);
-                    let pos = col.shr(3i64).bitand(3i64).shl(1i64) + col.bitand(1i64);
-                    word.shr(pos.shl(2i64)).bitand(15i64)
-                } else {
-                    // Natural layout: word c/8 of the block, nibble c%8.
-                    let col = Expr::ColIdx;
-                    let word = Expr::shared_load(sq, slot.clone(), Expr::RowIdx, Expr::Int(sub * 4) + col.shr(3i64));
-                    word.shr(col.bitand(7i64).shl(2i64)).bitand(15i64)
-                };
-                let v = if spec.fold { fp4_bits(nib) * e8m0_times_2_126(sb) } else { fp4_value(nib) * e8m0(sb) };
-                b.map(wt, v);
-                let xw = b.window(sx, slot.clone(), 0, (sub * 32) as u32, bm, 32);
-                b.mma(acc, Operand::Reg(wt), Operand::Shared { src: xw, transpose: true });
+        if let Some((sacc, acc, wt, yt, pv)) = sync {
+            b.map(acc, 0.0f64);
+            for s in 0..st - 1 {
+                b.if_(Expr::Int(s as i64).lt(k_tiles.clone()), |b| load_stage(b, Expr::Int(s as i64)));
+                b.commit();
             }
-        });
-        b.wait(0);
-        // Epilogue: transpose the [BN, BM] accumulator through shared memory.
-        let sw = b.window(sacc, 0i64, 0, 0, bn, bm);
-        b.store(acc, Place::Shared(sw));
-        b.barrier();
-        let at = |row_off: u32| Expr::shared_load(sacc, 0i64, Expr::ColIdx + row_off as i64, Expr::RowIdx);
-        let rows_base = &row0 + m0.clone();
-        if partial {
-            let prow = (&ks * m.clone() + rows_base.clone()) * n.clone();
-            let pvec = if spec.out_vec == 2 { 2 } else { 1 };
-            b.map(yt, at(0));
-            b.store(
-                yt,
-                Place::Global(view(
-                    out,
-                    &prow + n0.clone(),
-                    n.clone(),
-                    rows_valid.clone(),
-                    n_out.clone() - n0.clone(),
-                    pvec,
-                )),
-            );
-            if glu {
-                b.map(yt, at(bn / 2));
+            b.for_("kt", 0i64, k_tiles.clone(), 1i64, |b, kt| {
+                b.wait(st - 2);
+                b.barrier();
+                let next = &kt + (st - 1) as i64;
+                b.if_(next.lt(k_tiles.clone()), |b| load_stage(b, next.clone()));
+                b.commit();
+                let slot = b.let_("slot", &kt % st as i64);
+                for sub in 0..bk / 32 {
+                    let sub = sub as i64;
+                    b.map(wt, decode_expr(spec, sq, ss, &slot, Expr::Int(sub), Expr::ColIdx));
+                    let xw = b.window(sx, slot.clone(), 0, (sub * 32) as u32, bm, 32);
+                    b.mma(acc, Operand::Reg(wt), Operand::Shared { src: xw, transpose: true });
+                }
+            });
+            b.wait(0);
+            // Epilogue: transpose the [BN, BM] accumulator through shared memory.
+            let sw = b.window(sacc, 0i64, 0, 0, bn, bm);
+            b.store(acc, Place::Shared(sw));
+            b.barrier();
+            let at = |row_off: u32| Expr::shared_load(sacc, 0i64, Expr::ColIdx + row_off as i64, Expr::RowIdx);
+            let rows_base = &row0 + m0.clone();
+            if partial {
+                let prow = (&ks * m.clone() + rows_base.clone()) * n.clone();
+                let pvec = if spec.out_vec == 2 { 2 } else { 1 };
+                b.map(yt, at(0));
                 b.store(
                     yt,
                     Place::Global(view(
                         out,
-                        &prow + n_out.clone() + n0.clone(),
+                        &prow + n0.clone(),
                         n.clone(),
                         rows_valid.clone(),
                         n_out.clone() - n0.clone(),
                         pvec,
                     )),
                 );
+                if glu {
+                    b.map(yt, at(bn / 2));
+                    b.store(
+                        yt,
+                        Place::Global(view(
+                            out,
+                            &prow + n_out.clone() + n0.clone(),
+                            n.clone(),
+                            rows_valid.clone(),
+                            n_out.clone() - n0.clone(),
+                            pvec,
+                        )),
+                    );
+                }
+            } else {
+                let h = if glu { epilogue_expr(spec.epilogue, at(0), at(bn / 2)) } else { at(0) };
+                b.map(yt, h);
+                if let (Some(pv), Some(p)) = (pv, p) {
+                    b.load_vec(pv, vec_view(p, rows_base.clone(), 1i64, rows_valid.clone()));
+                    b.map(yt, Expr::Elem(yt) * Expr::RowVal(pv));
+                }
+                b.store(
+                    yt,
+                    Place::Global(view(
+                        out,
+                        &rows_base * n_out.clone() + n0.clone(),
+                        n_out.clone(),
+                        rows_valid.clone(),
+                        n_out.clone() - n0.clone(),
+                        spec.out_vec,
+                    )),
+                );
             }
-        } else {
-            let h = if glu { epilogue_expr(spec.epilogue, at(0), at(bn / 2)) } else { at(0) };
-            b.map(yt, h);
-            if let (Some(pv), Some(p)) = (pv, p) {
-                b.load_vec(pv, vec_view(p, rows_base.clone(), 1i64, rows_valid.clone()));
-                b.map(yt, Expr::Elem(yt) * Expr::RowVal(pv));
+        }
+        if let Some((sw, acc, acc_up, pv)) = wg {
+            // Warpgroup MMA pipeline (as latent_moe_gemm's): a stage's x tile is refilled two iterations after
+            // its product was issued, so STAGES-2 loads and one product are in flight. Each iteration decodes
+            // the stage's weights (a threads region, one 32-bit word of eight values at a time) into one of two
+            // shared bf16 tiles (the one the product two iterations ago read).
+            for s in 0..st - 2 {
+                b.if_(Expr::Int(s as i64).lt(k_tiles.clone()), |b| load_stage(b, Expr::Int(s as i64)));
+                b.commit();
             }
-            b.store(
-                yt,
-                Place::Global(view(
-                    out,
-                    &rows_base * n_out.clone() + n0.clone(),
-                    n_out.clone(),
-                    rows_valid.clone(),
-                    n_out.clone() - n0.clone(),
-                    spec.out_vec,
-                )),
-            );
+            let groups = if glu { 2 } else { 1 };
+            b.for_("kt", 0i64, k_tiles.clone(), 1i64, |b, kt| {
+                b.wait(st - 3);
+                b.barrier();
+                let next = &kt + (st - 2) as i64;
+                b.if_(next.lt(k_tiles.clone()), |b| load_stage(b, next.clone()));
+                b.commit();
+                let slot = b.let_("slot", &kt % st as i64);
+                let half = b.let_("half", &kt % 2i64);
+                dequant_words(b, spec, sq, ss, sw, &slot, &half, bn, bk, threads);
+                // Fence the ordinary shared stores for the async proxy (the loads just issued may stay in flight).
+                b.wait(st - 2);
+                b.barrier();
+                let a = Operand::Shared { src: b.slot(sx, slot), transpose: false };
+                // The first product of a tile overwrites the accumulators (no zeroing instructions).
+                let accumulate = kt.gt(0i64);
+                if let Some(u) = acc_up {
+                    let half_rows = bn / 2;
+                    let bg = Operand::Shared { src: b.window(sw, half.clone(), 0, 0, half_rows, bk), transpose: true };
+                    let bu = Operand::Shared { src: b.window(sw, half, half_rows, 0, half_rows, bk), transpose: true };
+                    b.mma_async_init(acc, a.clone(), bg, accumulate.clone());
+                    b.mma_async_init(u, a, bu, accumulate);
+                } else {
+                    let bt = Operand::Shared { src: b.slot(sw, half), transpose: true };
+                    b.mma_async_init(acc, a, bt, accumulate);
+                }
+                b.mma_wait(groups);
+            });
+            b.mma_wait(0);
+            b.wait(0);
+            // K range empty (a split past K): no product ran, the result is zero.
+            b.if_(k_tiles.le(0i64), |b| {
+                b.map(acc, 0.0f64);
+                if let Some(u) = acc_up {
+                    b.map(u, 0.0f64);
+                }
+            });
+            let rows_base = &row0 + m0.clone();
+            if partial {
+                let prow = (&ks * m.clone() + rows_base.clone()) * n.clone();
+                let pvec = if spec.out_vec == 2 { 2 } else { 1 };
+                let cols = n_out.clone() - n0.clone();
+                b.store(
+                    acc,
+                    Place::Global(view(out, &prow + n0.clone(), n.clone(), rows_valid.clone(), cols.clone(), pvec)),
+                );
+                if let Some(u) = acc_up {
+                    let off = &prow + n_out.clone() + n0.clone();
+                    b.store(u, Place::Global(view(out, off, n.clone(), rows_valid.clone(), cols, pvec)));
+                }
+            } else {
+                if let Some(u) = acc_up {
+                    b.map(acc, epilogue_expr(spec.epilogue, Expr::Elem(acc), Expr::Elem(u)));
+                }
+                if let (Some(pv), Some(p)) = (pv, p) {
+                    b.load_vec(pv, vec_view(p, rows_base.clone(), 1i64, rows_valid.clone()));
+                    b.map(acc, Expr::Elem(acc) * Expr::RowVal(pv));
+                }
+                let off = &rows_base * n_out.clone() + n0.clone();
+                let cols = n_out.clone() - n0.clone();
+                b.store(acc, Place::Global(view(out, off, n_out.clone(), rows_valid.clone(), cols, spec.out_vec)));
+            }
         }
         // Every warp must be done with the shared tiles before the next tile's prologue overwrites them.
         b.barrier();
     });
     Ok(b.finish()?)
+}
+
+/// The decoded (bf16-exact) weight of the current element of a weight register tile: row `RowIdx` of the
+/// stage's shared words `sq` and scales `ss`, column `col` (0..32) of 32-wide block `block` (a block-uniform or
+/// per-warp value). Shifts and masks rather than `/` and `%`: tile coordinates are not provably non-negative,
+/// and with bit operations the compiler sees which values of a thread share one word.
+pub fn decode_expr(spec: &MatSpec, sq: SharedId, ss: SharedId, slot: &Expr, block: Expr, col: Expr) -> Expr {
+    let nib = if spec.packed {
+        // Packed: word (c%8)/2 of the block (the lane's own word), nibble 2 ((c/8)%4) + c%2.
+        let wi = &block * 4i64 + col.bitand(7i64).shr(1i64);
+        let word = Expr::shared_load(sq, slot.clone(), Expr::RowIdx, wi);
+        let pos = col.shr(3i64).bitand(3i64).shl(1i64) + col.bitand(1i64);
+        word.shr(pos.shl(2i64)).bitand(15i64)
+    } else {
+        // Natural: word c/8 of the block, nibble c%8.
+        let word = Expr::shared_load(sq, slot.clone(), Expr::RowIdx, &block * 4i64 + col.shr(3i64));
+        word.shr(col.bitand(7i64).shl(2i64)).bitand(15i64)
+    };
+    let sb = Expr::shared_load(ss, slot.clone(), Expr::RowIdx, block);
+    if spec.fold { fp4_bits(nib) * e8m0_times_2_126(sb) } else { fp4_value(nib) * e8m0(sb) }
+}
+
+/// Decode a stage's weight words into the bf16 shared tile `dst[index]` (`[BN, BK]`): a threads region where
+/// each thread takes whole 32-bit words (eight values: eight neighbouring columns in the natural layout, so one
+/// address serves eight 2-byte stores; four column pairs in the packed layout) and its row's scale.
+#[allow(clippy::too_many_arguments)]
+fn dequant_words(
+    b: &mut KernelBuilder,
+    spec: &MatSpec,
+    sq: SharedId,
+    ss: SharedId,
+    dst: SharedId,
+    slot: &Expr,
+    index: &Expr,
+    bn: u32,
+    bk: u32,
+    threads: u32,
+) {
+    let wpr = (bk / 8) as i64;
+    let words = bn as i64 * wpr;
+    let per_thread = (words + threads as i64 - 1) / threads as i64;
+    b.threads(|b| {
+        b.for_unrolled("i", 0i64, per_thread, 1i64, |b, i| {
+            let idx = b.let_("idx", Expr::thread_idx() + i * threads as i64);
+            let body = |b: &mut KernelBuilder| {
+                let r = b.let_("r", idx.shr(wpr.trailing_zeros() as i64));
+                let w = b.let_("wi", idx.bitand(wpr - 1));
+                let word = b.let_("word", Expr::shared_load(sq, slot.clone(), r.clone(), w.clone()));
+                let sb = Expr::shared_load(ss, slot.clone(), r.clone(), w.shr(2i64));
+                // Folded: one multiplier 2^(e-1); else the value times 2^126, then times the scale (exact both
+                // ways; 2^126 * 2^(e-127) overflows f32 for e > 128).
+                let mult = b.let_("mult", if spec.fold { e8m0_times_2_126(sb) } else { e8m0(sb) });
+                for p in 0..8i64 {
+                    let nib = word.shr(4 * p).bitand(15i64);
+                    let col = if spec.packed {
+                        // Word l of block k holds columns 2l + 8 (p / 2) + p % 2 of the block.
+                        w.shr(2i64).shl(5i64) + w.bitand(3i64).shl(1i64) + (8 * (p / 2) + p % 2)
+                    } else {
+                        w.shl(3i64) + p
+                    };
+                    let v = if spec.fold { fp4_bits(nib) * mult.clone() } else { fp4_value(nib) * mult.clone() };
+                    b.shared_store(dst, index.clone(), r.clone(), col, v);
+                }
+            };
+            if words % threads as i64 == 0 {
+                body(b);
+            } else {
+                b.if_(idx.lt(words), body);
+            }
+        });
+    });
 }
 
 /// The GLU activations of SPEC 2.1 as an expression of the gate `a` and up `u` values.
