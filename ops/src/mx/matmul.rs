@@ -51,6 +51,10 @@ pub struct MatSpec {
     pub packed: bool,
     /// Every scale byte is <= 128 or 255: one multiply per decoded element (see [`scales_foldable`]).
     pub fold: bool,
+    /// No scale byte is 255 (NaN): the NaN select is left out of the decode.
+    pub finite: bool,
+    /// Activations in MXFP8 (E4M3 bytes + E8M0 scales along K), dequantized on chip into the bf16 x tile.
+    pub act8: bool,
     /// Largest power of two <= 16 dividing K/32 (the alignment class of scale rows).
     pub kb_align: u32,
     /// Elements per store of the output (2 when its width is even).
@@ -288,12 +292,17 @@ fn scale_vec(spec: &MatSpec, c: &Cfg) -> u32 {
 
 fn kernel_name(prefix: &str, spec: &MatSpec, c: &Cfg, partial: bool) -> String {
     format!(
-        "k3k_{prefix}_{}{}_{}{}{}{}_{}_{}",
+        "k3k_{prefix}_{}{}_{}{}{}{}{}_{}_{}",
         if spec.grouped { "grouped" } else { "dense" },
         if spec.row_scale { "_p" } else { "" },
         spec.epilogue.name(),
+        if spec.act8 { "_x8" } else { "" },
         if spec.packed { "_packed" } else { "" },
-        if spec.fold { "_fold" } else { "" },
+        match (spec.fold, spec.finite) {
+            (true, true) => "_foldf",
+            (true, false) => "_fold",
+            _ => "",
+        },
         if partial { "_partial" } else { "" },
         spec.alignment(),
         c.knobs().id().to_lowercase()
@@ -311,14 +320,22 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
     let mut b = KernelBuilder::new(&kernel_name("mxfp4_mm", spec, c, partial), threads);
     b.knobs(c.knobs());
     let m = b.dim("M");
-    let kd = b.dim("K");
     let n = b.dim("N");
     let kb = b.dim("KB");
+    // K: bound by x's shape, or (MXFP8 activations, no [M, K] tensor) K = 32 KB.
+    let kd = if spec.act8 { kb.clone() * 32i64 } else { b.dim("K") };
     // Weight elements are always moved and read as 32-bit words (eight nibbles): one shared load serves
     // several values of a thread.
     let kq = b.dim("KW");
     let qdt = DType::U32;
-    let x = b.tensor("x", DType::Bf16, &[m.clone(), kd.clone()], Access::Read);
+    // Activations: bf16 `x: [M, K]`, or MXFP8 `xq: [M, K/4]` (E4M3 bytes read as u32 words) and `xs: [M, KB]`.
+    let (x, xs) = if spec.act8 {
+        let kx = b.dim("KX");
+        let xq = b.tensor("xq", DType::U32, &[m.clone(), kx], Access::Read);
+        (xq, Some(b.tensor("xs", DType::U8, &[m.clone(), kb.clone()], Access::Read)))
+    } else {
+        (b.tensor("x", DType::Bf16, &[m.clone(), kd.clone()], Access::Read), None)
+    };
     let (g_count, wq, ws, offs) = if spec.grouped {
         let g = b.dim("G");
         let wq = b.tensor("wq", qdt, &[g.clone(), n.clone(), kq.clone()], Access::Read);
@@ -351,7 +368,16 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
     let words_per_row = bk / 8;
     let sq = b.shared("sq", qdt, bn, words_per_row, st, Swizzle::Xor16B);
     let ss = b.shared("ss", DType::U8, bn, bk / 32, st, Swizzle::None);
-    let sx = b.shared("sx", DType::Bf16, bm, bk, st, Swizzle::Xor16B);
+    // The bf16 x tile: STAGES slots filled by cp.async, or (MXFP8) one slot per product in flight filled by the
+    // on-chip conversion of the E4M3 words and scales staged in `sxq` / `sxs`.
+    let sx =
+        b.shared("sx", DType::Bf16, bm, bk, if spec.act8 { if c.wgmma { 2 } else { 1 } } else { st }, Swizzle::Xor16B);
+    let sx8 = spec.act8.then(|| {
+        (
+            b.shared("sxq", DType::U32, bm, bk / 4, st, Swizzle::Xor16B),
+            b.shared("sxs", DType::U8, bm, bk / 32, st, Swizzle::None),
+        )
+    });
     // mma.sync path: the accumulator is [weight rows, tokens], transposed through `sacc` for the epilogue.
     let mut sync = None;
     // wgmma path: the accumulator is [tokens, output columns] (gate and up halves apart with a GLU epilogue).
@@ -460,8 +486,25 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
                 let soff = (&wrow + nrow) * kb.clone() + &k0 / 32i64;
                 b.copy_async(ds, view(ws, soff, kb.clone(), nvalid, &kleft / 32i64, scale_vec(spec, c)));
             }
-            let dx = b.slot(sx, slot);
-            b.copy_async(dx, view(x, (&row0 + m0.clone()) * kd.clone() + k0, kd.clone(), rows_valid.clone(), kleft, 8));
+            if let (Some((sxq, sxs)), Some(xs)) = (sx8, xs) {
+                let kx = kd.clone() / 4i64;
+                let kb4 = kd.clone() / 32i64;
+                let rows = &row0 + m0.clone();
+                let dq = b.slot(sxq, slot.clone());
+                b.copy_async(dq, view(x, &rows * kx.clone() + &k0 / 4i64, kx, rows_valid.clone(), &kleft / 4i64, 4));
+                let ds = b.slot(sxs, slot);
+                let svec = scale_vec(spec, c);
+                b.copy_async(
+                    ds,
+                    view(xs, &rows * kb4.clone() + &k0 / 32i64, kb4, rows_valid.clone(), &kleft / 32i64, svec),
+                );
+            } else {
+                let dx = b.slot(sx, slot);
+                b.copy_async(
+                    dx,
+                    view(x, (&row0 + m0.clone()) * kd.clone() + k0, kd.clone(), rows_valid.clone(), kleft, 8),
+                );
+            }
         };
 
         if let Some((sacc, acc, wt, yt, pv)) = sync {
@@ -477,10 +520,17 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
                 b.if_(next.lt(k_tiles.clone()), |b| load_stage(b, next.clone()));
                 b.commit();
                 let slot = b.let_("slot", &kt % st as i64);
+                let xslot = if let Some((sxq, sxs)) = sx8 {
+                    dequant_x(b, sxq, sxs, sx, &slot, &Expr::Int(0), &rows_valid, bm, bk, threads);
+                    b.barrier();
+                    Expr::Int(0)
+                } else {
+                    slot.clone()
+                };
                 for sub in 0..bk / 32 {
                     let sub = sub as i64;
                     b.map(wt, decode_expr(spec, sq, ss, &slot, Expr::Int(sub), Expr::ColIdx));
-                    let xw = b.window(sx, slot.clone(), 0, (sub * 32) as u32, bm, 32);
+                    let xw = b.window(sx, xslot.clone(), 0, (sub * 32) as u32, bm, 32);
                     b.mma(acc, Operand::Reg(wt), Operand::Shared { src: xw, transpose: true });
                 }
             });
@@ -559,10 +609,16 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
                 let slot = b.let_("slot", &kt % st as i64);
                 let half = b.let_("half", &kt % 2i64);
                 dequant_words(b, spec, sq, ss, sw, &slot, &half, bn, bk, threads);
+                let xslot = if let Some((sxq, sxs)) = sx8 {
+                    dequant_x(b, sxq, sxs, sx, &slot, &half, &rows_valid, bm, bk, threads);
+                    half.clone()
+                } else {
+                    slot.clone()
+                };
                 // Fence the ordinary shared stores for the async proxy (the loads just issued may stay in flight).
                 b.wait(st - 2);
                 b.barrier();
-                let a = Operand::Shared { src: b.slot(sx, slot), transpose: false };
+                let a = Operand::Shared { src: b.slot(sx, xslot), transpose: false };
                 // The first product of a tile overwrites the accumulators (no zeroing instructions).
                 let accumulate = kt.gt(0i64);
                 if let Some(u) = acc_up {
@@ -635,7 +691,48 @@ pub fn decode_expr(spec: &MatSpec, sq: SharedId, ss: SharedId, slot: &Expr, bloc
         word.shr(col.bitand(7i64).shl(2i64)).bitand(15i64)
     };
     let sb = Expr::shared_load(ss, slot.clone(), Expr::RowIdx, block);
-    if spec.fold { fp4_bits(nib) * e8m0_times_2_126(sb) } else { fp4_value(nib) * e8m0(sb) }
+    if spec.fold { fp4_bits(nib) * scale_mult(spec, sb) } else { fp4_value(nib) * e8m0(sb) }
+}
+
+/// Convert a stage's MXFP8 activations (`sxq`: E4M3 bytes as words, `sxs`: E8M0 scales) into the bf16 x tile
+/// `dst[index]` (`[BM, BK]`), rows below `rows_valid` only (the others feed output rows never stored). Exact:
+/// an E4M3 value times a power of two is a bf16.
+#[allow(clippy::too_many_arguments)]
+fn dequant_x(
+    b: &mut KernelBuilder,
+    sxq: SharedId,
+    sxs: SharedId,
+    dst: SharedId,
+    slot: &Expr,
+    index: &Expr,
+    rows_valid: &Expr,
+    bm: u32,
+    bk: u32,
+    threads: u32,
+) {
+    let wpr = (bk / 4) as i64;
+    let words = bm as i64 * wpr;
+    let per_thread = (words + threads as i64 - 1) / threads as i64;
+    b.threads(|b| {
+        b.for_unrolled("i", 0i64, per_thread, 1i64, |b, i| {
+            let idx = b.let_("idx", Expr::thread_idx() + i * threads as i64);
+            let r = b.let_("r", idx.shr(wpr.trailing_zeros() as i64));
+            b.if_(r.lt(rows_valid.clone()).and(idx.lt(words)), |b| {
+                let w = b.let_("wi", idx.bitand(wpr - 1));
+                let word = b.let_("word", Expr::shared_load(sxq, slot.clone(), r.clone(), w.clone()));
+                let scale = b.let_("scale", e8m0(Expr::shared_load(sxs, slot.clone(), r.clone(), w.shr(3i64))));
+                for p in 0..4i64 {
+                    let v = fp8_value(word.shr(8 * p).bitand(0xffi64)) * scale.clone();
+                    b.shared_store(dst, index.clone(), r.clone(), w.shl(2i64) + p, v);
+                }
+            });
+        });
+    });
+}
+
+/// The folded multiplier `2^126 * 2^(e-127)` of a scale byte (without the NaN select when no byte is 255).
+fn scale_mult(spec: &MatSpec, sb: Expr) -> Expr {
+    if spec.finite { (sb + 126i64).shl(23i64).from_bits() } else { e8m0_times_2_126(sb) }
 }
 
 /// Decode a stage's weight words into the bf16 shared tile `dst[index]` (`[BN, BK]`): a threads region where
@@ -667,7 +764,7 @@ fn dequant_words(
                 let sb = Expr::shared_load(ss, slot.clone(), r.clone(), w.shr(2i64));
                 // Folded: one multiplier 2^(e-1); else the value times 2^126, then times the scale (exact both
                 // ways; 2^126 * 2^(e-127) overflows f32 for e > 128).
-                let mult = b.let_("mult", if spec.fold { e8m0_times_2_126(sb) } else { e8m0(sb) });
+                let mult = b.let_("mult", if spec.fold { scale_mult(spec, sb) } else { e8m0(sb) });
                 for p in 0..8i64 {
                     let nib = word.shr(4 * p).bitand(15i64);
                     let col = if spec.packed {
@@ -820,11 +917,29 @@ impl Fp4Weights {
     }
 }
 
+/// The activations of a product.
+#[derive(Clone, Copy, Debug)]
+pub enum Act<'a> {
+    /// `[M, K]` bf16.
+    Bf16(&'a HostTensor),
+    /// `[M, K]` MXFP8: E4M3 bytes and E8M0 scales along K.
+    Mxfp8(&'a rmx::MxTensor),
+}
+
+impl Act<'_> {
+    /// Rows and columns.
+    pub fn shape(&self) -> (usize, usize) {
+        match self {
+            Act::Bf16(x) => (x.shape.first().copied().unwrap_or(0), x.shape.get(1).copied().unwrap_or(0)),
+            Act::Mxfp8(t) => (t.rows, t.k),
+        }
+    }
+}
+
 /// Everything a product needs besides the weights.
 #[derive(Clone, Debug)]
 pub struct MatInputs<'a> {
-    /// `[M, K]` bf16.
-    pub x: &'a HostTensor,
+    pub x: Act<'a>,
     /// Grouped: `[G]` inclusive cumulative group ends (SPEC 2.1), the last equal to M. `None`: dense (G = 1).
     pub offs: Option<&'a [i32]>,
     /// Routing weight per row.
@@ -841,11 +956,28 @@ fn bad(arg: &str, why: String) -> OpError {
 /// the wrong length, an odd N with a GLU epilogue.
 pub fn spec_for(w: &Fp4Weights, inp: &MatInputs<'_>) -> Result<(MatSpec, Vec<usize>), OpError> {
     w.validate()?;
-    let x = inp.x;
-    if x.dtype != DType::Bf16 || x.shape.len() != 2 || x.shape[1] != w.k {
-        return Err(bad("x", format!("expected a [M, K = {}] bf16 matrix, got {} {:?}", w.k, x.dtype, x.shape)));
-    }
-    let m = x.shape[0];
+    let m = match inp.x {
+        Act::Bf16(x) => {
+            if x.dtype != DType::Bf16 || x.shape.len() != 2 || x.shape[1] != w.k {
+                return Err(bad(
+                    "x",
+                    format!("expected a [M, K = {}] bf16 matrix, got {} {:?}", w.k, x.dtype, x.shape),
+                ));
+            }
+            x.shape[0]
+        }
+        Act::Mxfp8(t) => {
+            if t.format != MxFormat::Fp8 || t.k != w.k {
+                return Err(bad(
+                    "x",
+                    format!("expected MXFP8 activations with K = {}, got {:?} K = {}", w.k, t.format, t.k),
+                ));
+            }
+            check_bytes(OP, "xq", t.q.len(), "[M, K]", &[t.rows, t.k])?;
+            check_bytes(OP, "xs", t.s.len(), "[M, K/32]", &[t.rows, t.k / BLOCK])?;
+            t.rows
+        }
+    };
     let counts = match inp.offs {
         Some(o) => {
             if o.len() != w.groups {
@@ -892,6 +1024,8 @@ pub fn spec_for(w: &Fp4Weights, inp: &MatInputs<'_>) -> Result<(MatSpec, Vec<usi
         row_scale: inp.p.is_some(),
         packed: matches!(w.q, WeightBytes::Packed(_)),
         fold: scales_foldable(&w.s),
+        finite: !w.s.par_iter().any(|&b| b == 255),
+        act8: matches!(inp.x, Act::Mxfp8(_)),
         kb_align: [16u32, 8, 4, 2, 1].into_iter().find(|v| kb.is_multiple_of(*v as usize)).unwrap_or(1),
         out_vec: if n_out.is_multiple_of(2) { 2 } else { 1 },
     };
@@ -922,10 +1056,16 @@ pub fn matmul_plan(w: &Fp4Weights, inp: &MatInputs<'_>, knobs: &Knobs) -> Result
     let (spec, counts) = spec_for(w, inp)?;
     let glu = inp.epilogue.is_glu();
     let c = resolve(&spec, knobs, &facts(w, glu, &counts))?;
-    let (g, n, k, m) = (w.groups, w.n, w.k, inp.x.shape[0]);
+    let (g, n, k, m) = (w.groups, w.n, w.k, inp.x.shape().0);
     let n_out = if glu { n / 2 } else { n };
     let mut plan = Plan::default();
-    let mut args = vec![plan.input("x", inp.x.clone())];
+    let mut args = match inp.x {
+        Act::Bf16(x) => vec![plan.input("x", x.clone())],
+        Act::Mxfp8(t) => vec![
+            plan.input("xq", HostTensor::from_bytes(DType::U32, &[m, k / 4], t.q.clone())),
+            plan.input("xs", HostTensor::from_bytes(DType::U8, &[m, k / BLOCK], t.s.clone())),
+        ],
+    };
     let lead: Vec<usize> = if spec.grouped { vec![g, n] } else { vec![n] };
     let shape = |last: usize| -> Vec<usize> { lead.iter().copied().chain([last]).collect() };
     let wq = match &w.q {
@@ -974,12 +1114,15 @@ pub struct MatProblem {
     pub packed: bool,
     /// Scale bytes over a wide range (0..=20, 129..=160, NaN) instead of realistic ones.
     pub wide: bool,
+    /// MXFP8 activations (quantized from the bf16 draw with the Ceil rule).
+    pub act8: bool,
 }
 
 impl MatProblem {
     /// Dims `K`, `N` and either `M` (dense) or `G` with `c0..` (explicit counts), `per` (every group that
     /// many rows) or `mean` (+ `seed`, ragged as `latent_moe_gemm`); optional `epilogue` (0 none, 1 SiTU-GLU,
-    /// 2 SwiGLU), `p` (1: routing weights), `packed` (1: packed weight layout), `wide` (1: wide scale range).
+    /// 2 SwiGLU), `p` (1: routing weights), `packed` (1: packed weight layout), `wide` (1: wide scale range),
+    /// `act` (1: MXFP8 activations).
     pub fn from_preset(p: &Preset) -> Result<Self, OpError> {
         let k = p.get("K")? as usize;
         let n = p.get("N")? as usize;
@@ -1015,6 +1158,7 @@ impl MatProblem {
             row_scale: p.get_or("p", 0) == 1,
             packed: p.get_or("packed", 0) == 1,
             wide: p.get_or("wide", 0) == 1,
+            act8: p.get_or("act", 0) == 1,
         })
     }
     pub fn m(&self) -> usize {
@@ -1041,6 +1185,8 @@ impl MatProblem {
             row_scale: self.row_scale,
             packed: self.packed,
             fold: !self.wide,
+            finite: !self.wide,
+            act8: self.act8,
             kb_align: [16u32, 8, 4, 2, 1].into_iter().find(|v| kb.is_multiple_of(*v as usize)).unwrap_or(1),
             out_vec: if self.n_out().is_multiple_of(2) { 2 } else { 1 },
         }
@@ -1100,6 +1246,9 @@ pub fn random_weights(groups: usize, n: usize, k: usize, wide: bool, seed: u64) 
 struct MatInstance {
     pb: MatProblem,
     x: HostTensor,
+    /// MXFP8 activations (`act8`).
+    x8: Option<rmx::MxTensor>,
+    /// The activations' values as the kernel sees them (bf16, or dequantized MXFP8).
     xv: Vec<f32>,
     w: Fp4Weights,
     p: Option<Vec<f32>>,
@@ -1141,6 +1290,12 @@ impl Operator for Mxfp4Matmul {
         for (name, dims) in rows.iter().take(4) {
             out.push(Preset::new(&format!("{name} natural"), dims));
         }
+        // K3's expert inputs are MXFP8: the decode and prefill rows with MXFP8 activations.
+        for (name, dims) in [&rows[3], &rows[2]] {
+            let mut d = dims.clone();
+            d.extend([("packed", 1), ("act", 1)]);
+            out.push(Preset::new(&format!("{name} mxfp8-act"), &d));
+        }
         out
     }
     fn random_case(&self, rng: &mut StdRng) -> Preset {
@@ -1157,8 +1312,10 @@ impl Operator for Mxfp4Matmul {
         let p = rng.random_bool(0.5) as i64;
         let packed = rng.random_bool(0.3) as i64;
         let wide = rng.random_bool(0.3) as i64;
-        let tail = [("K", k), ("N", n), ("epilogue", epilogue), ("p", p), ("packed", packed), ("wide", wide)];
-        let tag = format!("K{k} N{n} epi{epilogue} p{p} packed{packed} wide{wide}");
+        let act = rng.random_bool(0.3) as i64;
+        let tail =
+            [("K", k), ("N", n), ("epilogue", epilogue), ("p", p), ("packed", packed), ("wide", wide), ("act", act)];
+        let tag = format!("K{k} N{n} epi{epilogue} p{p} packed{packed} wide{wide} act{act}");
         if rng.random_bool(0.3) {
             let m = pick(rng);
             let mut dims = vec![("M", m)];
@@ -1182,11 +1339,19 @@ impl Operator for Mxfp4Matmul {
         let mut xv = data::normal(m * k, 1.0, seed);
         data::round_bf16(&mut xv);
         let x = data::tensor(DType::Bf16, &[m, k], &xv);
+        let x8 = if pb.act8 {
+            let t = rmx::quantize(&xv, m, k, MxFormat::Fp8, ScaleRule::Ceil)
+                .map_err(|e| OpError::Internal(format!("reference quantize: {e}")))?;
+            xv = rmx::dequantize(&t).map_err(|e| OpError::Internal(format!("reference dequantize: {e}")))?;
+            Some(t)
+        } else {
+            None
+        };
         let (q, s) = random_weights(g, n, k, pb.wide, seed ^ 0x77);
         let q = if pb.packed { WeightBytes::Packed(super::pack::pack(&q, g * n, k)?) } else { WeightBytes::Natural(q) };
         let w = Fp4Weights { groups: g, n, k, q, s };
         let p = pb.row_scale.then(|| data::uniform(m, 0.1, 1.0, seed ^ 0x7a7a));
-        Ok(Box::new(MatInstance { pb, x, xv, w, p, seed }))
+        Ok(Box::new(MatInstance { pb, x, x8, xv, w, p, seed }))
     }
     fn kernels(&self, p: &Preset, knobs: &Knobs) -> Result<Vec<Kernel>, OpError> {
         let pb = MatProblem::from_preset(p)?;
@@ -1209,7 +1374,11 @@ impl Operator for Mxfp4Matmul {
 impl MatInstance {
     fn inputs(&self) -> (Vec<i32>, MatInputs<'_>) {
         let offs = self.pb.offs();
-        let inp = MatInputs { x: &self.x, offs: None, p: self.p.as_deref(), epilogue: self.pb.epilogue };
+        let x = match &self.x8 {
+            Some(t) => Act::Mxfp8(t),
+            None => Act::Bf16(&self.x),
+        };
+        let inp = MatInputs { x, offs: None, p: self.p.as_deref(), epilogue: self.pb.epilogue };
         (offs, inp)
     }
 }
@@ -1218,7 +1387,7 @@ impl Instance for MatInstance {
     fn describe(&self) -> String {
         let pb = &self.pb;
         format!(
-            "{} M={} K={} N={} groups={} epilogue={} p={} packed={} wide={} seed={}",
+            "{} M={} K={} N={} groups={} epilogue={} p={} packed={} wide={} act={} seed={}",
             if pb.grouped { "grouped" } else { "dense" },
             pb.m(),
             pb.k,
@@ -1228,6 +1397,7 @@ impl Instance for MatInstance {
             pb.row_scale,
             pb.packed,
             pb.wide,
+            if pb.act8 { "mxfp8" } else { "bf16" },
             self.seed
         )
     }
@@ -1335,7 +1505,7 @@ impl Instance for MatInstance {
         let used = pb.counts.iter().filter(|c| **c > 0).count() as f64;
         Work {
             flops: 2.0 * m * n * k,
-            bytes: 2.0 * m * k
+            bytes: if pb.act8 { m * k * (1.0 + 1.0 / 32.0) } else { 2.0 * m * k }
                 + used * n * (k / 2.0 + k / 32.0)
                 + 2.0 * m * pb.n_out() as f64
                 + if pb.row_scale { 4.0 * m } else { 0.0 },
@@ -1347,6 +1517,7 @@ impl Instance for MatInstance {
         serde_json::json!({
             "grouped": pb.grouped, "counts": pb.counts, "K": pb.k, "N": pb.n, "M": pb.m(),
             "epilogue": pb.epilogue.name(), "p": pb.row_scale, "packed": pb.packed,
+            "act": if pb.act8 { "mxfp8" } else { "bf16" },
         })
     }
 }
