@@ -14,6 +14,8 @@ pub fn all() -> Vec<Box<dyn Operator>> {
         Box::new(crate::gated_mla_ops::GatedMlaGate),
         Box::new(crate::hist_quantile::HistQuantileQb),
         Box::new(crate::hist_quantile::HistQuantileColumn),
+        Box::new(crate::kda::Kda),
+        Box::new(crate::kda::KdaDecode),
     ]
 }
 
