@@ -9,8 +9,13 @@ pub fn all() -> Vec<Box<dyn Operator>> {
         Box::new(crate::mx::matmul::Mxfp4Matmul),
         Box::new(crate::mx::quant::MxQuantize),
         Box::new(crate::mx::quant::MxDequantize),
+        Box::new(crate::gated_mla_ops::GatedMlaPrefill),
+        Box::new(crate::gated_mla_ops::GatedMlaDecode),
+        Box::new(crate::gated_mla_ops::GatedMlaGate),
         Box::new(crate::hist_quantile::HistQuantileQb),
         Box::new(crate::hist_quantile::HistQuantileColumn),
+        Box::new(crate::kda::Kda),
+        Box::new(crate::kda::KdaDecode),
     ]
 }
 

@@ -43,7 +43,9 @@ fn dense_edge_rows_and_k() {
 #[test]
 fn grouped_empty_groups_epilogues_and_nan_scales() {
     let mut rng = StdRng::seed_from_u64(rand::rng().random());
-    for (epi, pw, packed, wide) in [(0i64, 0i64, 0i64, 1i64), (1, 1, 1, 0), (2, 1, 0, 1), (1, 0, 0, 0)] {
+    for (epi, pw, packed, wide, act) in
+        [(0i64, 0i64, 0i64, 1i64, 0i64), (1, 1, 1, 0, 1), (2, 1, 0, 1, 1), (1, 0, 0, 0, 0)]
+    {
         let p = Preset::new(
             "grouped",
             &[
@@ -58,6 +60,7 @@ fn grouped_empty_groups_epilogues_and_nan_scales() {
                 ("p", pw),
                 ("packed", packed),
                 ("wide", wide),
+                ("act", act),
             ],
         );
         run(&p, rng.random(), &default_knobs());
@@ -73,6 +76,27 @@ fn k_splits_and_knob_points() {
         knobs(&[("SPLIT", 2), ("BK", 32), ("STAGES", 2)]),
         knobs(&[("BN", 32), ("WA", 2), ("BM", 32), ("WB", 2), ("BK", 96), ("SPLIT", 1)]),
         knobs(&[("BN", 128), ("WA", 8), ("BM", 16), ("SPLIT", 4), ("BK", 64), ("CPS", 1)]),
+    ] {
+        run(&p, rng.random(), &kn);
+    }
+    // Warpgroup MMA from a dequantized shared tile (one and two warpgroups, GLU halves, splits).
+    for kn in [
+        knobs(&[("BM", 64), ("BN", 64), ("SPLIT", 1)]).with("MMA", "wgmma"),
+        knobs(&[("BM", 128), ("BN", 32), ("SPLIT", 2), ("STAGES", 3)]).with("MMA", "wgmma"),
+    ] {
+        run(&p, rng.random(), &kn);
+    }
+    let p = Preset::new("w", &[("M", 70), ("K", 96), ("N", 40), ("packed", 1), ("p", 1)]);
+    run(&p, rng.random(), &knobs(&[("BM", 64), ("BN", 16)]).with("MMA", "wgmma"));
+    // MXFP8 activations on both paths, with splits.
+    let p = Preset::new(
+        "x8",
+        &[("G", 3), ("c0", 17), ("c1", 0), ("c2", 66), ("K", 160), ("N", 34), ("act", 1), ("epilogue", 2)],
+    );
+    for kn in [
+        knobs(&[("SPLIT", 2), ("BK", 64)]).with("MMA", "sync"),
+        knobs(&[("BM", 64), ("BN", 32), ("SPLIT", 2)]).with("MMA", "wgmma"),
+        knobs(&[("BM", 128), ("BN", 64)]).with("MMA", "wgmma"),
     ] {
         run(&p, rng.random(), &kn);
     }
@@ -104,7 +128,7 @@ fn packed_layout_round_trips_and_gives_the_same_product() {
     let s: Vec<u8> = (0..n * k / 32).map(|_| rng.random_range(110..130)).collect();
     let xv: Vec<f32> = (0..m * k).map(|_| rng.random_range(-1.0f32..1.0)).collect();
     let x = HostTensor::from_f32(DType::Bf16, &[m, k], &xv);
-    let inp = MatInputs { x: &x, offs: None, p: None, epilogue: Epilogue::None };
+    let inp = MatInputs { x: Act::Bf16(&x), offs: None, p: None, epilogue: Epilogue::None };
     let mut outs = vec![];
     for q in [WeightBytes::Natural(q.clone()), WeightBytes::Packed(words.clone())] {
         let w = Fp4Weights { groups: 1, n, k, q, s: s.clone() };
@@ -124,7 +148,7 @@ fn typed_errors_name_the_argument() {
         q: WeightBytes::Natural(vec![0; qlen]),
         s: vec![127; slen],
     };
-    let inp = MatInputs { x: &x, offs: None, p: None, epilogue: Epilogue::None };
+    let inp = MatInputs { x: Act::Bf16(&x), offs: None, p: None, epilogue: Epilogue::None };
     let arg = |e: OpError| match e {
         OpError::BadInput { arg, why, .. } => format!("{arg}: {why}"),
         other => panic!("expected BadInput, got {other}"),
@@ -154,6 +178,16 @@ fn typed_errors_name_the_argument() {
     let offs = [1i32, 3];
     let grouped = MatInputs { offs: Some(&offs), ..inp.clone() };
     assert!(arg(matmul_plan(&g2, &grouped, &default_knobs()).unwrap_err()).contains("must be M = 4"));
+    let bad8 = k3k_reference::mx::MxTensor {
+        rows: 4,
+        k: 64,
+        q: vec![0; 255],
+        s: vec![127; 8],
+        format: k3k_reference::mx::MxFormat::Fp8,
+    };
+    let x8 = MatInputs { x: Act::Mxfp8(&bad8), ..inp.clone() };
+    let e = arg(matmul_plan(&good, &x8, &default_knobs()).unwrap_err());
+    assert!(e.starts_with("xq:") && e.contains("[M, K]"), "{e}");
     let e = matmul_plan(&good, &inp, &knobs(&[("BK", 48)])).unwrap_err();
     assert!(matches!(e, OpError::InvalidKnobs { .. }), "{e}");
     let p = Preset::new("bad", &[("M", 4), ("K", 40), ("N", 8)]);
@@ -181,11 +215,26 @@ fn presets_compile_without_spills() {
         (vec![("M", 64), ("N", 6144), ("K", 3584), ("wide", 1), ("epilogue", 2), ("p", 1)], default_knobs()),
         (vec![("M", 33), ("N", 99), ("K", 96)], knobs(&[("SPLIT", 2)])),
         (vec![("G", 28), ("per", 4), ("N", 6144), ("K", 3584), ("packed", 1)], knobs(&[("BK", 256), ("STAGES", 3)])),
-        (vec![("M", 4096), ("N", 6144), ("K", 3584)], knobs(&[("BN", 256), ("WA", 8), ("BM", 64)])),
-        (vec![("M", 4096), ("N", 6144), ("K", 3584), ("packed", 1)], knobs(&[("WA", 4), ("WB", 2)])),
+        (vec![("M", 4096), ("N", 6144), ("K", 3584)], knobs(&[("BN", 256), ("WA", 8), ("BM", 64)]).with("MMA", "sync")),
+        (
+            vec![("M", 4096), ("N", 6144), ("K", 3584), ("packed", 1)],
+            knobs(&[("WA", 4), ("WB", 2)]).with("MMA", "sync"),
+        ),
         (vec![("G", 28), ("per", 4), ("N", 6144), ("K", 3584), ("packed", 1)], knobs(&[("CPS", 4)])),
         (vec![("M", 1), ("N", 6144), ("K", 3584), ("packed", 1)], knobs(&[("CPS", 4), ("BK", 256), ("STAGES", 3)])),
-        (vec![("M", 4096), ("N", 6144), ("K", 3584), ("packed", 1)], knobs(&[("BN", 128), ("WA", 8), ("WB", 1)])),
+        (
+            vec![("M", 4096), ("N", 6144), ("K", 3584), ("packed", 1)],
+            knobs(&[("BN", 128), ("WA", 8), ("WB", 1)]).with("MMA", "sync"),
+        ),
+        (vec![("M", 4096), ("N", 6144), ("K", 3584)], knobs(&[("BN", 256)]).with("MMA", "wgmma")),
+        (
+            vec![("M", 4096), ("N", 6144), ("K", 3584), ("epilogue", 1), ("p", 1)],
+            knobs(&[("SPLIT", 2)]).with("MMA", "wgmma"),
+        ),
+        (vec![("M", 64), ("N", 6144), ("K", 3584), ("wide", 1)], knobs(&[("BN", 128)]).with("MMA", "wgmma")),
+        (vec![("M", 4096), ("N", 6144), ("K", 3584), ("act", 1)], default_knobs()),
+        (vec![("G", 28), ("per", 4), ("N", 6144), ("K", 3584), ("act", 1), ("packed", 1)], default_knobs()),
+        (vec![("M", 1), ("N", 6144), ("K", 3584), ("act", 1), ("packed", 1)], default_knobs()),
     ] {
         let p = Preset::new("variant", &dims);
         assemble_all(&op, &p, &kn);

@@ -51,6 +51,10 @@ pub struct MatSpec {
     pub packed: bool,
     /// Every scale byte is <= 128 or 255: one multiply per decoded element (see [`scales_foldable`]).
     pub fold: bool,
+    /// No scale byte is 255 (NaN): the NaN select is left out of the decode.
+    pub finite: bool,
+    /// Activations in MXFP8 (E4M3 bytes + E8M0 scales along K), dequantized on chip into the bf16 x tile.
+    pub act8: bool,
     /// Largest power of two <= 16 dividing K/32 (the alignment class of scale rows).
     pub kb_align: u32,
     /// Elements per store of the output (2 when its width is even).
@@ -85,6 +89,12 @@ pub fn knob_space() -> KnobSpace {
             [0i64, 1, 2, 3, 4, 8],
         )
         .axis("RASTER", "tile order inside a group: m (neighbouring CTAs share weights) or n", ["m", "n"])
+        .axis(
+            "MMA",
+            "sync: mma.sync with the dequantized weights as register A operand; wgmma: weights dequantized into a \
+             shared bf16 tile, warpgroup MMA (BK=64, WA=BM/16, BM a multiple of 64); auto: wgmma for BM >= 128",
+            ["auto", "sync", "wgmma"],
+        )
 }
 
 /// Defaults: everything chosen from the problem shape.
@@ -99,6 +109,7 @@ pub fn default_knobs() -> Knobs {
         .with("SPLIT", 0i64)
         .with("CPS", 0i64)
         .with("RASTER", "m")
+        .with("MMA", "auto")
 }
 
 /// Concrete knob values for one problem.
@@ -113,6 +124,9 @@ pub struct Cfg {
     pub split: u32,
     pub cps: u32,
     pub raster_m: bool,
+    /// Warpgroup MMA (`wgmma`) from a dequantized shared weight tile instead of `mma.sync` with the weights as
+    /// register operands.
+    pub wgmma: bool,
 }
 
 impl Cfg {
@@ -128,14 +142,21 @@ impl Cfg {
             .with("SPLIT", self.split)
             .with("CPS", self.cps)
             .with("RASTER", if self.raster_m { "m" } else { "n" })
+            .with("MMA", if self.wgmma { "wgmma" } else { "sync" })
     }
     /// Shared memory of the main kernel, bytes (what `Kernel::shared_bytes` will report, up to alignment).
     pub fn shared_bytes(&self, packed: bool) -> usize {
         let al = |b: usize| b.next_multiple_of(128);
         let st = self.stages as usize;
         let (bn, bm, bk) = (self.bn as usize, self.bm as usize, self.bk as usize);
-        let q = if packed { bn * bk / 8 * 4 } else { bn * bk / 2 };
-        al(q * st) + al(bn * bk / 32 * st) + al(bm * bk * 2 * st) + al(bn * (bm + 1) * 4)
+        let _ = packed;
+        let al1k = |b: usize| b.next_multiple_of(1024);
+        let common = al(bn * bk / 2 * st) + al(bn * bk / 32 * st);
+        if self.wgmma {
+            common + al1k(bm * bk * 2 * st) + al1k(bn * bk * 2 * 2) + 1024
+        } else {
+            common + al(bm * bk * 2 * st) + al(bn * (bm + 1) * 4)
+        }
     }
 }
 
@@ -171,12 +192,19 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, Op
         },
     )?;
     let decode = bm <= 64;
+    let wgmma = match knobs.0.get("MMA") {
+        None => false,
+        Some(_) => match knobs.str("MMA")? {
+            "auto" => bm >= 128 && bm.is_multiple_of(64),
+            m => m == "wgmma",
+        },
+    };
     let bn = pick(knobs, "BN", if decode { 64 } else { 128 })?;
-    let bk = pick(knobs, "BK", if decode { 128 } else { 64 })?;
-    let stages = pick(knobs, "STAGES", if decode { 4 } else { 3 })?;
-    let wa = pick(knobs, "WA", (bn / 16).min(if decode { 4 } else { 8 }))?;
+    let bk = pick(knobs, "BK", if decode && !wgmma { 128 } else { 64 })?;
+    let stages = pick(knobs, "STAGES", if decode || wgmma { 4 } else { 3 })?;
+    let wa = pick(knobs, "WA", if wgmma { bm / 16 } else { (bn / 16).min(if decode { 4 } else { 8 }) })?;
     let wb = pick(knobs, "WB", 1)?;
-    let mut c = Cfg { bn, bm, bk, stages, wa, wb, split: 1, cps: 1, raster_m: knobs.str("RASTER")? == "m" };
+    let mut c = Cfg { bn, bm, bk, stages, wa, wb, split: 1, cps: 1, raster_m: knobs.str("RASTER")? == "m", wgmma };
     c.cps = knobs.u32("CPS")?;
     // CTAs resident per SM: the persistent count, else an estimate from shared memory (registers permitting).
     let resident =
@@ -208,8 +236,9 @@ fn validate(spec: &MatSpec, c: &Cfg, knobs: &Knobs) -> Result<(), OpError> {
     if !c.bk.is_multiple_of(32) || c.bk == 0 || c.bk > 1024 {
         return invalid(format!("BK={} must be a positive multiple of 32 (at most 1024)", c.bk));
     }
-    if c.bn == 0 || !c.bn.is_multiple_of(16 * c.wa) {
-        return invalid(format!("BN={} must be a multiple of 16*WA={}", c.bn, 16 * c.wa));
+    let row_unit = if c.wgmma { 16 } else { 16 * c.wa };
+    if c.bn == 0 || !c.bn.is_multiple_of(row_unit) {
+        return invalid(format!("BN={} must be a multiple of {row_unit} (16*WA for MMA=sync)", c.bn));
     }
     if glu && !(c.bn / 2).is_multiple_of(8) {
         return invalid(format!("BN={} must be a multiple of 16 with a GLU epilogue", c.bn));
@@ -224,14 +253,26 @@ fn validate(spec: &MatSpec, c: &Cfg, knobs: &Knobs) -> Result<(), OpError> {
     if warps == 0 || warps > 16 {
         return invalid(format!("{warps} warps: 1..=16"));
     }
+    if c.wgmma
+        && (c.bk != 64 || c.wb != 1 || c.bm != 16 * c.wa || !c.bm.is_multiple_of(64) || c.stages < 3 || c.bn > 256)
+    {
+        return invalid(format!(
+            "MMA=wgmma needs BK=64, WB=1, BM=16*WA a multiple of 64, STAGES>=3 and BN<=256 (got BK={}, WB={}, WA={}, BM={}, STAGES={}, BN={})",
+            c.bk, c.wb, c.wa, c.bm, c.stages, c.bn
+        ));
+    }
     let acc_regs = c.bn * c.bm / (32 * warps);
     if acc_regs > 128 {
         return invalid(format!("{acc_regs} accumulator registers per thread (max 128)"));
     }
-    let a_regs = c.bn * 32 / (32 * c.wa) / 2;
+    let a_regs = if c.wgmma { c.bn * 64 / (32 * warps) / 2 } else { c.bn * 32 / (32 * c.wa) / 2 };
     // Measured with ptxas: beyond ~96 the decode's addresses and the B fragments push past 255 registers.
-    if acc_regs + a_regs > 96 {
-        return invalid(format!("{} accumulator + A-operand registers per thread (max 96)", acc_regs + a_regs));
+    let reg_cap = if c.wgmma { 160 } else { 96 };
+    if acc_regs + a_regs > reg_cap {
+        return invalid(format!(
+            "{} accumulator + weight-tile registers per thread (max {reg_cap})",
+            acc_regs + a_regs
+        ));
     }
     let smem = c.shared_bytes(spec.packed);
     if smem > MAX_SHARED_BYTES {
@@ -251,12 +292,17 @@ fn scale_vec(spec: &MatSpec, c: &Cfg) -> u32 {
 
 fn kernel_name(prefix: &str, spec: &MatSpec, c: &Cfg, partial: bool) -> String {
     format!(
-        "k3k_{prefix}_{}{}_{}{}{}{}_{}_{}",
+        "k3k_{prefix}_{}{}_{}{}{}{}{}_{}_{}",
         if spec.grouped { "grouped" } else { "dense" },
         if spec.row_scale { "_p" } else { "" },
         spec.epilogue.name(),
+        if spec.act8 { "_x8" } else { "" },
         if spec.packed { "_packed" } else { "" },
-        if spec.fold { "_fold" } else { "" },
+        match (spec.fold, spec.finite) {
+            (true, true) => "_foldf",
+            (true, false) => "_fold",
+            _ => "",
+        },
         if partial { "_partial" } else { "" },
         spec.alignment(),
         c.knobs().id().to_lowercase()
@@ -274,14 +320,22 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
     let mut b = KernelBuilder::new(&kernel_name("mxfp4_mm", spec, c, partial), threads);
     b.knobs(c.knobs());
     let m = b.dim("M");
-    let kd = b.dim("K");
     let n = b.dim("N");
     let kb = b.dim("KB");
+    // K: bound by x's shape, or (MXFP8 activations, no [M, K] tensor) K = 32 KB.
+    let kd = if spec.act8 { kb.clone() * 32i64 } else { b.dim("K") };
     // Weight elements are always moved and read as 32-bit words (eight nibbles): one shared load serves
     // several values of a thread.
     let kq = b.dim("KW");
     let qdt = DType::U32;
-    let x = b.tensor("x", DType::Bf16, &[m.clone(), kd.clone()], Access::Read);
+    // Activations: bf16 `x: [M, K]`, or MXFP8 `xq: [M, K/4]` (E4M3 bytes read as u32 words) and `xs: [M, KB]`.
+    let (x, xs) = if spec.act8 {
+        let kx = b.dim("KX");
+        let xq = b.tensor("xq", DType::U32, &[m.clone(), kx], Access::Read);
+        (xq, Some(b.tensor("xs", DType::U8, &[m.clone(), kb.clone()], Access::Read)))
+    } else {
+        (b.tensor("x", DType::Bf16, &[m.clone(), kd.clone()], Access::Read), None)
+    };
     let (g_count, wq, ws, offs) = if spec.grouped {
         let g = b.dim("G");
         let wq = b.tensor("wq", qdt, &[g.clone(), n.clone(), kq.clone()], Access::Read);
@@ -314,18 +368,40 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
     let words_per_row = bk / 8;
     let sq = b.shared("sq", qdt, bn, words_per_row, st, Swizzle::Xor16B);
     let ss = b.shared("ss", DType::U8, bn, bk / 32, st, Swizzle::None);
-    let sx = b.shared("sx", DType::Bf16, bm, bk, st, Swizzle::Xor16B);
-    let sacc = b.shared("sacc", DType::F32, bn, bm + 1, 1, Swizzle::None);
-    let acc = b.tile("acc", DType::F32, bn, bm, warps);
-    let wt = b.tile("w", DType::Bf16, bn, 32, [c.wa, 1]);
-    // Output tile [BM, BNO] (tokens x output columns) on as many warps along columns as divide it.
-    let yw = [1u32, 2, 4, 8, 16]
-        .into_iter()
-        .rev()
-        .find(|w| (c.wa * c.wb).is_multiple_of(*w) && bno.is_multiple_of(8 * w))
-        .unwrap_or(1);
-    let yt = b.tile("y", DType::F32, bm, bno, [1, yw]);
-    let pv = (spec.row_scale && !partial).then(|| b.vec("p_rows", bm, [1, yw]));
+    // The bf16 x tile: STAGES slots filled by cp.async, or (MXFP8) one slot per product in flight filled by the
+    // on-chip conversion of the E4M3 words and scales staged in `sxq` / `sxs`.
+    let sx =
+        b.shared("sx", DType::Bf16, bm, bk, if spec.act8 { if c.wgmma { 2 } else { 1 } } else { st }, Swizzle::Xor16B);
+    let sx8 = spec.act8.then(|| {
+        (
+            b.shared("sxq", DType::U32, bm, bk / 4, st, Swizzle::Xor16B),
+            b.shared("sxs", DType::U8, bm, bk / 32, st, Swizzle::None),
+        )
+    });
+    // mma.sync path: the accumulator is [weight rows, tokens], transposed through `sacc` for the epilogue.
+    let mut sync = None;
+    // wgmma path: the accumulator is [tokens, output columns] (gate and up halves apart with a GLU epilogue).
+    let mut wg = None;
+    if c.wgmma {
+        let sw = b.shared("sw", DType::Bf16, bn, bk, 2, Swizzle::Xor16B);
+        let acc = b.tile("acc", DType::F32, bm, bno, [c.wa, 1]);
+        let acc_up = glu.then(|| b.tile("acc_up", DType::F32, bm, bno, [c.wa, 1]));
+        let pv = (spec.row_scale && !partial).then(|| b.vec("p_rows", bm, [c.wa, 1]));
+        wg = Some((sw, acc, acc_up, pv));
+    } else {
+        let sacc = b.shared("sacc", DType::F32, bn, bm + 1, 1, Swizzle::None);
+        let acc = b.tile("acc", DType::F32, bn, bm, warps);
+        let wt = b.tile("w", DType::Bf16, bn, 32, [c.wa, 1]);
+        // Output tile [BM, BNO] (tokens x output columns) on as many warps along columns as divide it.
+        let yw = [1u32, 2, 4, 8, 16]
+            .into_iter()
+            .rev()
+            .find(|w| (c.wa * c.wb).is_multiple_of(*w) && bno.is_multiple_of(8 * w))
+            .unwrap_or(1);
+        let yt = b.tile("y", DType::F32, bm, bno, [1, yw]);
+        let pv = (spec.row_scale && !partial).then(|| b.vec("p_rows", bm, [1, yw]));
+        sync = Some((sacc, acc, wt, yt, pv));
+    }
 
     let group_start = |g: &Expr| -> Expr {
         match offs {
@@ -410,104 +486,304 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
                 let soff = (&wrow + nrow) * kb.clone() + &k0 / 32i64;
                 b.copy_async(ds, view(ws, soff, kb.clone(), nvalid, &kleft / 32i64, scale_vec(spec, c)));
             }
-            let dx = b.slot(sx, slot);
-            b.copy_async(dx, view(x, (&row0 + m0.clone()) * kd.clone() + k0, kd.clone(), rows_valid.clone(), kleft, 8));
+            if let (Some((sxq, sxs)), Some(xs)) = (sx8, xs) {
+                let kx = kd.clone() / 4i64;
+                let kb4 = kd.clone() / 32i64;
+                let rows = &row0 + m0.clone();
+                let dq = b.slot(sxq, slot.clone());
+                b.copy_async(dq, view(x, &rows * kx.clone() + &k0 / 4i64, kx, rows_valid.clone(), &kleft / 4i64, 4));
+                let ds = b.slot(sxs, slot);
+                let svec = scale_vec(spec, c);
+                b.copy_async(
+                    ds,
+                    view(xs, &rows * kb4.clone() + &k0 / 32i64, kb4, rows_valid.clone(), &kleft / 32i64, svec),
+                );
+            } else {
+                let dx = b.slot(sx, slot);
+                b.copy_async(
+                    dx,
+                    view(x, (&row0 + m0.clone()) * kd.clone() + k0, kd.clone(), rows_valid.clone(), kleft, 8),
+                );
+            }
         };
 
-        b.map(acc, 0.0f64);
-        for s in 0..st - 1 {
-            b.if_(Expr::Int(s as i64).lt(k_tiles.clone()), |b| load_stage(b, Expr::Int(s as i64)));
-            b.commit();
-        }
-        b.for_("kt", 0i64, k_tiles.clone(), 1i64, |b, kt| {
-            b.wait(st - 2);
-            b.barrier();
-            let next = &kt + (st - 1) as i64;
-            b.if_(next.lt(k_tiles.clone()), |b| load_stage(b, next.clone()));
-            b.commit();
-            let slot = b.let_("slot", &kt % st as i64);
-            for sub in 0..bk / 32 {
-                let sub = sub as i64;
-                let sb = Expr::shared_load(ss, slot.clone(), Expr::RowIdx, sub);
-                let nib = if spec.packed {
-                    // Shifts and masks, not / and %: tile coordinates are not provably non-negative, and with
-                    // bit operations the compiler sees that a thread's eight values of a row share one word.
-                    let col = Expr::ColIdx;
-                    let wi = Expr::Int(sub * 4) + col.bitand(7i64).shr(1i64);
-                    let word = Expr::shared_load(sq, slot.clone(), Expr::RowIdx, wi);
-                    let pos = col.shr(3i64).bitand(3i64).shl(1i64) + col.bitand(1i64);
-                    word.shr(pos.shl(2i64)).bitand(15i64)
-                } else {
-                    // Natural layout: word c/8 of the block, nibble c%8.
-                    let col = Expr::ColIdx;
-                    let word = Expr::shared_load(sq, slot.clone(), Expr::RowIdx, Expr::Int(sub * 4) + col.shr(3i64));
-                    word.shr(col.bitand(7i64).shl(2i64)).bitand(15i64)
-                };
-                let v = if spec.fold { fp4_bits(nib) * e8m0_times_2_126(sb) } else { fp4_value(nib) * e8m0(sb) };
-                b.map(wt, v);
-                let xw = b.window(sx, slot.clone(), 0, (sub * 32) as u32, bm, 32);
-                b.mma(acc, Operand::Reg(wt), Operand::Shared { src: xw, transpose: true });
+        if let Some((sacc, acc, wt, yt, pv)) = sync {
+            b.map(acc, 0.0f64);
+            for s in 0..st - 1 {
+                b.if_(Expr::Int(s as i64).lt(k_tiles.clone()), |b| load_stage(b, Expr::Int(s as i64)));
+                b.commit();
             }
-        });
-        b.wait(0);
-        // Epilogue: transpose the [BN, BM] accumulator through shared memory.
-        let sw = b.window(sacc, 0i64, 0, 0, bn, bm);
-        b.store(acc, Place::Shared(sw));
-        b.barrier();
-        let at = |row_off: u32| Expr::shared_load(sacc, 0i64, Expr::ColIdx + row_off as i64, Expr::RowIdx);
-        let rows_base = &row0 + m0.clone();
-        if partial {
-            let prow = (&ks * m.clone() + rows_base.clone()) * n.clone();
-            let pvec = if spec.out_vec == 2 { 2 } else { 1 };
-            b.map(yt, at(0));
-            b.store(
-                yt,
-                Place::Global(view(
-                    out,
-                    &prow + n0.clone(),
-                    n.clone(),
-                    rows_valid.clone(),
-                    n_out.clone() - n0.clone(),
-                    pvec,
-                )),
-            );
-            if glu {
-                b.map(yt, at(bn / 2));
+            b.for_("kt", 0i64, k_tiles.clone(), 1i64, |b, kt| {
+                b.wait(st - 2);
+                b.barrier();
+                let next = &kt + (st - 1) as i64;
+                b.if_(next.lt(k_tiles.clone()), |b| load_stage(b, next.clone()));
+                b.commit();
+                let slot = b.let_("slot", &kt % st as i64);
+                let xslot = if let Some((sxq, sxs)) = sx8 {
+                    dequant_x(b, sxq, sxs, sx, &slot, &Expr::Int(0), &rows_valid, bm, bk, threads);
+                    b.barrier();
+                    Expr::Int(0)
+                } else {
+                    slot.clone()
+                };
+                for sub in 0..bk / 32 {
+                    let sub = sub as i64;
+                    b.map(wt, decode_expr(spec, sq, ss, &slot, Expr::Int(sub), Expr::ColIdx));
+                    let xw = b.window(sx, xslot.clone(), 0, (sub * 32) as u32, bm, 32);
+                    b.mma(acc, Operand::Reg(wt), Operand::Shared { src: xw, transpose: true });
+                }
+            });
+            b.wait(0);
+            // Epilogue: transpose the [BN, BM] accumulator through shared memory.
+            let sw = b.window(sacc, 0i64, 0, 0, bn, bm);
+            b.store(acc, Place::Shared(sw));
+            b.barrier();
+            let at = |row_off: u32| Expr::shared_load(sacc, 0i64, Expr::ColIdx + row_off as i64, Expr::RowIdx);
+            let rows_base = &row0 + m0.clone();
+            if partial {
+                let prow = (&ks * m.clone() + rows_base.clone()) * n.clone();
+                let pvec = if spec.out_vec == 2 { 2 } else { 1 };
+                b.map(yt, at(0));
                 b.store(
                     yt,
                     Place::Global(view(
                         out,
-                        &prow + n_out.clone() + n0.clone(),
+                        &prow + n0.clone(),
                         n.clone(),
                         rows_valid.clone(),
                         n_out.clone() - n0.clone(),
                         pvec,
                     )),
                 );
+                if glu {
+                    b.map(yt, at(bn / 2));
+                    b.store(
+                        yt,
+                        Place::Global(view(
+                            out,
+                            &prow + n_out.clone() + n0.clone(),
+                            n.clone(),
+                            rows_valid.clone(),
+                            n_out.clone() - n0.clone(),
+                            pvec,
+                        )),
+                    );
+                }
+            } else {
+                let h = if glu { epilogue_expr(spec.epilogue, at(0), at(bn / 2)) } else { at(0) };
+                b.map(yt, h);
+                if let (Some(pv), Some(p)) = (pv, p) {
+                    b.load_vec(pv, vec_view(p, rows_base.clone(), 1i64, rows_valid.clone()));
+                    b.map(yt, Expr::Elem(yt) * Expr::RowVal(pv));
+                }
+                b.store(
+                    yt,
+                    Place::Global(view(
+                        out,
+                        &rows_base * n_out.clone() + n0.clone(),
+                        n_out.clone(),
+                        rows_valid.clone(),
+                        n_out.clone() - n0.clone(),
+                        spec.out_vec,
+                    )),
+                );
             }
-        } else {
-            let h = if glu { epilogue_expr(spec.epilogue, at(0), at(bn / 2)) } else { at(0) };
-            b.map(yt, h);
-            if let (Some(pv), Some(p)) = (pv, p) {
-                b.load_vec(pv, vec_view(p, rows_base.clone(), 1i64, rows_valid.clone()));
-                b.map(yt, Expr::Elem(yt) * Expr::RowVal(pv));
+        }
+        if let Some((sw, acc, acc_up, pv)) = wg {
+            // Warpgroup MMA pipeline (as latent_moe_gemm's): a stage's x tile is refilled two iterations after
+            // its product was issued, so STAGES-2 loads and one product are in flight. Each iteration decodes
+            // the stage's weights (a threads region, one 32-bit word of eight values at a time) into one of two
+            // shared bf16 tiles (the one the product two iterations ago read).
+            for s in 0..st - 2 {
+                b.if_(Expr::Int(s as i64).lt(k_tiles.clone()), |b| load_stage(b, Expr::Int(s as i64)));
+                b.commit();
             }
-            b.store(
-                yt,
-                Place::Global(view(
-                    out,
-                    &rows_base * n_out.clone() + n0.clone(),
-                    n_out.clone(),
-                    rows_valid.clone(),
-                    n_out.clone() - n0.clone(),
-                    spec.out_vec,
-                )),
-            );
+            let groups = if glu { 2 } else { 1 };
+            b.for_("kt", 0i64, k_tiles.clone(), 1i64, |b, kt| {
+                b.wait(st - 3);
+                b.barrier();
+                let next = &kt + (st - 2) as i64;
+                b.if_(next.lt(k_tiles.clone()), |b| load_stage(b, next.clone()));
+                b.commit();
+                let slot = b.let_("slot", &kt % st as i64);
+                let half = b.let_("half", &kt % 2i64);
+                dequant_words(b, spec, sq, ss, sw, &slot, &half, bn, bk, threads);
+                let xslot = if let Some((sxq, sxs)) = sx8 {
+                    dequant_x(b, sxq, sxs, sx, &slot, &half, &rows_valid, bm, bk, threads);
+                    half.clone()
+                } else {
+                    slot.clone()
+                };
+                // Fence the ordinary shared stores for the async proxy (the loads just issued may stay in flight).
+                b.wait(st - 2);
+                b.barrier();
+                let a = Operand::Shared { src: b.slot(sx, xslot), transpose: false };
+                // The first product of a tile overwrites the accumulators (no zeroing instructions).
+                let accumulate = kt.gt(0i64);
+                if let Some(u) = acc_up {
+                    let half_rows = bn / 2;
+                    let bg = Operand::Shared { src: b.window(sw, half.clone(), 0, 0, half_rows, bk), transpose: true };
+                    let bu = Operand::Shared { src: b.window(sw, half, half_rows, 0, half_rows, bk), transpose: true };
+                    b.mma_async_init(acc, a.clone(), bg, accumulate.clone());
+                    b.mma_async_init(u, a, bu, accumulate);
+                } else {
+                    let bt = Operand::Shared { src: b.slot(sw, half), transpose: true };
+                    b.mma_async_init(acc, a, bt, accumulate);
+                }
+                b.mma_wait(groups);
+            });
+            b.mma_wait(0);
+            b.wait(0);
+            // K range empty (a split past K): no product ran, the result is zero.
+            b.if_(k_tiles.le(0i64), |b| {
+                b.map(acc, 0.0f64);
+                if let Some(u) = acc_up {
+                    b.map(u, 0.0f64);
+                }
+            });
+            let rows_base = &row0 + m0.clone();
+            if partial {
+                let prow = (&ks * m.clone() + rows_base.clone()) * n.clone();
+                let pvec = if spec.out_vec == 2 { 2 } else { 1 };
+                let cols = n_out.clone() - n0.clone();
+                b.store(
+                    acc,
+                    Place::Global(view(out, &prow + n0.clone(), n.clone(), rows_valid.clone(), cols.clone(), pvec)),
+                );
+                if let Some(u) = acc_up {
+                    let off = &prow + n_out.clone() + n0.clone();
+                    b.store(u, Place::Global(view(out, off, n.clone(), rows_valid.clone(), cols, pvec)));
+                }
+            } else {
+                if let Some(u) = acc_up {
+                    b.map(acc, epilogue_expr(spec.epilogue, Expr::Elem(acc), Expr::Elem(u)));
+                }
+                if let (Some(pv), Some(p)) = (pv, p) {
+                    b.load_vec(pv, vec_view(p, rows_base.clone(), 1i64, rows_valid.clone()));
+                    b.map(acc, Expr::Elem(acc) * Expr::RowVal(pv));
+                }
+                let off = &rows_base * n_out.clone() + n0.clone();
+                let cols = n_out.clone() - n0.clone();
+                b.store(acc, Place::Global(view(out, off, n_out.clone(), rows_valid.clone(), cols, spec.out_vec)));
+            }
         }
         // Every warp must be done with the shared tiles before the next tile's prologue overwrites them.
         b.barrier();
     });
     Ok(b.finish()?)
+}
+
+/// The decoded (bf16-exact) weight of the current element of a weight register tile: row `RowIdx` of the
+/// stage's shared words `sq` and scales `ss`, column `col` (0..32) of 32-wide block `block` (a block-uniform or
+/// per-warp value). Shifts and masks rather than `/` and `%`: tile coordinates are not provably non-negative,
+/// and with bit operations the compiler sees which values of a thread share one word.
+pub fn decode_expr(spec: &MatSpec, sq: SharedId, ss: SharedId, slot: &Expr, block: Expr, col: Expr) -> Expr {
+    let nib = if spec.packed {
+        // Packed: word (c%8)/2 of the block (the lane's own word), nibble 2 ((c/8)%4) + c%2.
+        let wi = &block * 4i64 + col.bitand(7i64).shr(1i64);
+        let word = Expr::shared_load(sq, slot.clone(), Expr::RowIdx, wi);
+        let pos = col.shr(3i64).bitand(3i64).shl(1i64) + col.bitand(1i64);
+        word.shr(pos.shl(2i64)).bitand(15i64)
+    } else {
+        // Natural: word c/8 of the block, nibble c%8.
+        let word = Expr::shared_load(sq, slot.clone(), Expr::RowIdx, &block * 4i64 + col.shr(3i64));
+        word.shr(col.bitand(7i64).shl(2i64)).bitand(15i64)
+    };
+    let sb = Expr::shared_load(ss, slot.clone(), Expr::RowIdx, block);
+    if spec.fold { fp4_bits(nib) * scale_mult(spec, sb) } else { fp4_value(nib) * e8m0(sb) }
+}
+
+/// Convert a stage's MXFP8 activations (`sxq`: E4M3 bytes as words, `sxs`: E8M0 scales) into the bf16 x tile
+/// `dst[index]` (`[BM, BK]`), rows below `rows_valid` only (the others feed output rows never stored). Exact:
+/// an E4M3 value times a power of two is a bf16.
+#[allow(clippy::too_many_arguments)]
+fn dequant_x(
+    b: &mut KernelBuilder,
+    sxq: SharedId,
+    sxs: SharedId,
+    dst: SharedId,
+    slot: &Expr,
+    index: &Expr,
+    rows_valid: &Expr,
+    bm: u32,
+    bk: u32,
+    threads: u32,
+) {
+    let wpr = (bk / 4) as i64;
+    let words = bm as i64 * wpr;
+    let per_thread = (words + threads as i64 - 1) / threads as i64;
+    b.threads(|b| {
+        b.for_unrolled("i", 0i64, per_thread, 1i64, |b, i| {
+            let idx = b.let_("idx", Expr::thread_idx() + i * threads as i64);
+            let r = b.let_("r", idx.shr(wpr.trailing_zeros() as i64));
+            b.if_(r.lt(rows_valid.clone()).and(idx.lt(words)), |b| {
+                let w = b.let_("wi", idx.bitand(wpr - 1));
+                let word = b.let_("word", Expr::shared_load(sxq, slot.clone(), r.clone(), w.clone()));
+                let scale = b.let_("scale", e8m0(Expr::shared_load(sxs, slot.clone(), r.clone(), w.shr(3i64))));
+                for p in 0..4i64 {
+                    let v = fp8_value(word.shr(8 * p).bitand(0xffi64)) * scale.clone();
+                    b.shared_store(dst, index.clone(), r.clone(), w.shl(2i64) + p, v);
+                }
+            });
+        });
+    });
+}
+
+/// The folded multiplier `2^126 * 2^(e-127)` of a scale byte (without the NaN select when no byte is 255).
+fn scale_mult(spec: &MatSpec, sb: Expr) -> Expr {
+    if spec.finite { (sb + 126i64).shl(23i64).from_bits() } else { e8m0_times_2_126(sb) }
+}
+
+/// Decode a stage's weight words into the bf16 shared tile `dst[index]` (`[BN, BK]`): a threads region where
+/// each thread takes whole 32-bit words (eight values: eight neighbouring columns in the natural layout, so one
+/// address serves eight 2-byte stores; four column pairs in the packed layout) and its row's scale.
+#[allow(clippy::too_many_arguments)]
+fn dequant_words(
+    b: &mut KernelBuilder,
+    spec: &MatSpec,
+    sq: SharedId,
+    ss: SharedId,
+    dst: SharedId,
+    slot: &Expr,
+    index: &Expr,
+    bn: u32,
+    bk: u32,
+    threads: u32,
+) {
+    let wpr = (bk / 8) as i64;
+    let words = bn as i64 * wpr;
+    let per_thread = (words + threads as i64 - 1) / threads as i64;
+    b.threads(|b| {
+        b.for_unrolled("i", 0i64, per_thread, 1i64, |b, i| {
+            let idx = b.let_("idx", Expr::thread_idx() + i * threads as i64);
+            let body = |b: &mut KernelBuilder| {
+                let r = b.let_("r", idx.shr(wpr.trailing_zeros() as i64));
+                let w = b.let_("wi", idx.bitand(wpr - 1));
+                let word = b.let_("word", Expr::shared_load(sq, slot.clone(), r.clone(), w.clone()));
+                let sb = Expr::shared_load(ss, slot.clone(), r.clone(), w.shr(2i64));
+                // Folded: one multiplier 2^(e-1); else the value times 2^126, then times the scale (exact both
+                // ways; 2^126 * 2^(e-127) overflows f32 for e > 128).
+                let mult = b.let_("mult", if spec.fold { scale_mult(spec, sb) } else { e8m0(sb) });
+                for p in 0..8i64 {
+                    let nib = word.shr(4 * p).bitand(15i64);
+                    let col = if spec.packed {
+                        // Word l of block k holds columns 2l + 8 (p / 2) + p % 2 of the block.
+                        w.shr(2i64).shl(5i64) + w.bitand(3i64).shl(1i64) + (8 * (p / 2) + p % 2)
+                    } else {
+                        w.shl(3i64) + p
+                    };
+                    let v = if spec.fold { fp4_bits(nib) * mult.clone() } else { fp4_value(nib) * mult.clone() };
+                    b.shared_store(dst, index.clone(), r.clone(), col, v);
+                }
+            };
+            if words % threads as i64 == 0 {
+                body(b);
+            } else {
+                b.if_(idx.lt(words), body);
+            }
+        });
+    });
 }
 
 /// The GLU activations of SPEC 2.1 as an expression of the gate `a` and up `u` values.
@@ -641,11 +917,29 @@ impl Fp4Weights {
     }
 }
 
+/// The activations of a product.
+#[derive(Clone, Copy, Debug)]
+pub enum Act<'a> {
+    /// `[M, K]` bf16.
+    Bf16(&'a HostTensor),
+    /// `[M, K]` MXFP8: E4M3 bytes and E8M0 scales along K.
+    Mxfp8(&'a rmx::MxTensor),
+}
+
+impl Act<'_> {
+    /// Rows and columns.
+    pub fn shape(&self) -> (usize, usize) {
+        match self {
+            Act::Bf16(x) => (x.shape.first().copied().unwrap_or(0), x.shape.get(1).copied().unwrap_or(0)),
+            Act::Mxfp8(t) => (t.rows, t.k),
+        }
+    }
+}
+
 /// Everything a product needs besides the weights.
 #[derive(Clone, Debug)]
 pub struct MatInputs<'a> {
-    /// `[M, K]` bf16.
-    pub x: &'a HostTensor,
+    pub x: Act<'a>,
     /// Grouped: `[G]` inclusive cumulative group ends (SPEC 2.1), the last equal to M. `None`: dense (G = 1).
     pub offs: Option<&'a [i32]>,
     /// Routing weight per row.
@@ -662,11 +956,28 @@ fn bad(arg: &str, why: String) -> OpError {
 /// the wrong length, an odd N with a GLU epilogue.
 pub fn spec_for(w: &Fp4Weights, inp: &MatInputs<'_>) -> Result<(MatSpec, Vec<usize>), OpError> {
     w.validate()?;
-    let x = inp.x;
-    if x.dtype != DType::Bf16 || x.shape.len() != 2 || x.shape[1] != w.k {
-        return Err(bad("x", format!("expected a [M, K = {}] bf16 matrix, got {} {:?}", w.k, x.dtype, x.shape)));
-    }
-    let m = x.shape[0];
+    let m = match inp.x {
+        Act::Bf16(x) => {
+            if x.dtype != DType::Bf16 || x.shape.len() != 2 || x.shape[1] != w.k {
+                return Err(bad(
+                    "x",
+                    format!("expected a [M, K = {}] bf16 matrix, got {} {:?}", w.k, x.dtype, x.shape),
+                ));
+            }
+            x.shape[0]
+        }
+        Act::Mxfp8(t) => {
+            if t.format != MxFormat::Fp8 || t.k != w.k {
+                return Err(bad(
+                    "x",
+                    format!("expected MXFP8 activations with K = {}, got {:?} K = {}", w.k, t.format, t.k),
+                ));
+            }
+            check_bytes(OP, "xq", t.q.len(), "[M, K]", &[t.rows, t.k])?;
+            check_bytes(OP, "xs", t.s.len(), "[M, K/32]", &[t.rows, t.k / BLOCK])?;
+            t.rows
+        }
+    };
     let counts = match inp.offs {
         Some(o) => {
             if o.len() != w.groups {
@@ -713,6 +1024,8 @@ pub fn spec_for(w: &Fp4Weights, inp: &MatInputs<'_>) -> Result<(MatSpec, Vec<usi
         row_scale: inp.p.is_some(),
         packed: matches!(w.q, WeightBytes::Packed(_)),
         fold: scales_foldable(&w.s),
+        finite: !w.s.par_iter().any(|&b| b == 255),
+        act8: matches!(inp.x, Act::Mxfp8(_)),
         kb_align: [16u32, 8, 4, 2, 1].into_iter().find(|v| kb.is_multiple_of(*v as usize)).unwrap_or(1),
         out_vec: if n_out.is_multiple_of(2) { 2 } else { 1 },
     };
@@ -743,10 +1056,16 @@ pub fn matmul_plan(w: &Fp4Weights, inp: &MatInputs<'_>, knobs: &Knobs) -> Result
     let (spec, counts) = spec_for(w, inp)?;
     let glu = inp.epilogue.is_glu();
     let c = resolve(&spec, knobs, &facts(w, glu, &counts))?;
-    let (g, n, k, m) = (w.groups, w.n, w.k, inp.x.shape[0]);
+    let (g, n, k, m) = (w.groups, w.n, w.k, inp.x.shape().0);
     let n_out = if glu { n / 2 } else { n };
     let mut plan = Plan::default();
-    let mut args = vec![plan.input("x", inp.x.clone())];
+    let mut args = match inp.x {
+        Act::Bf16(x) => vec![plan.input("x", x.clone())],
+        Act::Mxfp8(t) => vec![
+            plan.input("xq", HostTensor::from_bytes(DType::U32, &[m, k / 4], t.q.clone())),
+            plan.input("xs", HostTensor::from_bytes(DType::U8, &[m, k / BLOCK], t.s.clone())),
+        ],
+    };
     let lead: Vec<usize> = if spec.grouped { vec![g, n] } else { vec![n] };
     let shape = |last: usize| -> Vec<usize> { lead.iter().copied().chain([last]).collect() };
     let wq = match &w.q {
@@ -795,12 +1114,15 @@ pub struct MatProblem {
     pub packed: bool,
     /// Scale bytes over a wide range (0..=20, 129..=160, NaN) instead of realistic ones.
     pub wide: bool,
+    /// MXFP8 activations (quantized from the bf16 draw with the Ceil rule).
+    pub act8: bool,
 }
 
 impl MatProblem {
     /// Dims `K`, `N` and either `M` (dense) or `G` with `c0..` (explicit counts), `per` (every group that
     /// many rows) or `mean` (+ `seed`, ragged as `latent_moe_gemm`); optional `epilogue` (0 none, 1 SiTU-GLU,
-    /// 2 SwiGLU), `p` (1: routing weights), `packed` (1: packed weight layout), `wide` (1: wide scale range).
+    /// 2 SwiGLU), `p` (1: routing weights), `packed` (1: packed weight layout), `wide` (1: wide scale range),
+    /// `act` (1: MXFP8 activations).
     pub fn from_preset(p: &Preset) -> Result<Self, OpError> {
         let k = p.get("K")? as usize;
         let n = p.get("N")? as usize;
@@ -836,6 +1158,7 @@ impl MatProblem {
             row_scale: p.get_or("p", 0) == 1,
             packed: p.get_or("packed", 0) == 1,
             wide: p.get_or("wide", 0) == 1,
+            act8: p.get_or("act", 0) == 1,
         })
     }
     pub fn m(&self) -> usize {
@@ -862,6 +1185,8 @@ impl MatProblem {
             row_scale: self.row_scale,
             packed: self.packed,
             fold: !self.wide,
+            finite: !self.wide,
+            act8: self.act8,
             kb_align: [16u32, 8, 4, 2, 1].into_iter().find(|v| kb.is_multiple_of(*v as usize)).unwrap_or(1),
             out_vec: if self.n_out().is_multiple_of(2) { 2 } else { 1 },
         }
@@ -921,6 +1246,9 @@ pub fn random_weights(groups: usize, n: usize, k: usize, wide: bool, seed: u64) 
 struct MatInstance {
     pb: MatProblem,
     x: HostTensor,
+    /// MXFP8 activations (`act8`).
+    x8: Option<rmx::MxTensor>,
+    /// The activations' values as the kernel sees them (bf16, or dequantized MXFP8).
     xv: Vec<f32>,
     w: Fp4Weights,
     p: Option<Vec<f32>>,
@@ -962,6 +1290,12 @@ impl Operator for Mxfp4Matmul {
         for (name, dims) in rows.iter().take(4) {
             out.push(Preset::new(&format!("{name} natural"), dims));
         }
+        // K3's expert inputs are MXFP8: the decode and prefill rows with MXFP8 activations.
+        for (name, dims) in [&rows[3], &rows[2]] {
+            let mut d = dims.clone();
+            d.extend([("packed", 1), ("act", 1)]);
+            out.push(Preset::new(&format!("{name} mxfp8-act"), &d));
+        }
         out
     }
     fn random_case(&self, rng: &mut StdRng) -> Preset {
@@ -978,8 +1312,10 @@ impl Operator for Mxfp4Matmul {
         let p = rng.random_bool(0.5) as i64;
         let packed = rng.random_bool(0.3) as i64;
         let wide = rng.random_bool(0.3) as i64;
-        let tail = [("K", k), ("N", n), ("epilogue", epilogue), ("p", p), ("packed", packed), ("wide", wide)];
-        let tag = format!("K{k} N{n} epi{epilogue} p{p} packed{packed} wide{wide}");
+        let act = rng.random_bool(0.3) as i64;
+        let tail =
+            [("K", k), ("N", n), ("epilogue", epilogue), ("p", p), ("packed", packed), ("wide", wide), ("act", act)];
+        let tag = format!("K{k} N{n} epi{epilogue} p{p} packed{packed} wide{wide} act{act}");
         if rng.random_bool(0.3) {
             let m = pick(rng);
             let mut dims = vec![("M", m)];
@@ -1003,11 +1339,19 @@ impl Operator for Mxfp4Matmul {
         let mut xv = data::normal(m * k, 1.0, seed);
         data::round_bf16(&mut xv);
         let x = data::tensor(DType::Bf16, &[m, k], &xv);
+        let x8 = if pb.act8 {
+            let t = rmx::quantize(&xv, m, k, MxFormat::Fp8, ScaleRule::Ceil)
+                .map_err(|e| OpError::Internal(format!("reference quantize: {e}")))?;
+            xv = rmx::dequantize(&t).map_err(|e| OpError::Internal(format!("reference dequantize: {e}")))?;
+            Some(t)
+        } else {
+            None
+        };
         let (q, s) = random_weights(g, n, k, pb.wide, seed ^ 0x77);
         let q = if pb.packed { WeightBytes::Packed(super::pack::pack(&q, g * n, k)?) } else { WeightBytes::Natural(q) };
         let w = Fp4Weights { groups: g, n, k, q, s };
         let p = pb.row_scale.then(|| data::uniform(m, 0.1, 1.0, seed ^ 0x7a7a));
-        Ok(Box::new(MatInstance { pb, x, xv, w, p, seed }))
+        Ok(Box::new(MatInstance { pb, x, x8, xv, w, p, seed }))
     }
     fn kernels(&self, p: &Preset, knobs: &Knobs) -> Result<Vec<Kernel>, OpError> {
         let pb = MatProblem::from_preset(p)?;
@@ -1030,7 +1374,11 @@ impl Operator for Mxfp4Matmul {
 impl MatInstance {
     fn inputs(&self) -> (Vec<i32>, MatInputs<'_>) {
         let offs = self.pb.offs();
-        let inp = MatInputs { x: &self.x, offs: None, p: self.p.as_deref(), epilogue: self.pb.epilogue };
+        let x = match &self.x8 {
+            Some(t) => Act::Mxfp8(t),
+            None => Act::Bf16(&self.x),
+        };
+        let inp = MatInputs { x, offs: None, p: self.p.as_deref(), epilogue: self.pb.epilogue };
         (offs, inp)
     }
 }
@@ -1039,7 +1387,7 @@ impl Instance for MatInstance {
     fn describe(&self) -> String {
         let pb = &self.pb;
         format!(
-            "{} M={} K={} N={} groups={} epilogue={} p={} packed={} wide={} seed={}",
+            "{} M={} K={} N={} groups={} epilogue={} p={} packed={} wide={} act={} seed={}",
             if pb.grouped { "grouped" } else { "dense" },
             pb.m(),
             pb.k,
@@ -1049,6 +1397,7 @@ impl Instance for MatInstance {
             pb.row_scale,
             pb.packed,
             pb.wide,
+            if pb.act8 { "mxfp8" } else { "bf16" },
             self.seed
         )
     }
@@ -1156,7 +1505,7 @@ impl Instance for MatInstance {
         let used = pb.counts.iter().filter(|c| **c > 0).count() as f64;
         Work {
             flops: 2.0 * m * n * k,
-            bytes: 2.0 * m * k
+            bytes: if pb.act8 { m * k * (1.0 + 1.0 / 32.0) } else { 2.0 * m * k }
                 + used * n * (k / 2.0 + k / 32.0)
                 + 2.0 * m * pb.n_out() as f64
                 + if pb.row_scale { 4.0 * m } else { 0.0 },
@@ -1168,6 +1517,7 @@ impl Instance for MatInstance {
         serde_json::json!({
             "grouped": pb.grouped, "counts": pb.counts, "K": pb.k, "N": pb.n, "M": pb.m(),
             "epilogue": pb.epilogue.name(), "p": pb.row_scale, "packed": pb.packed,
+            "act": if pb.act8 { "mxfp8" } else { "bf16" },
         })
     }
 }

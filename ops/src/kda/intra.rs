@@ -1,0 +1,397 @@
+//! Kernel 1 of the chunked KDA forward: everything that stays inside one chunk, one block per (chunk, value
+//! head), all chunks of all sequences in parallel.
+//!
+//! Per block (rows `row0..row0+len` of one sequence, value head `hv`, chunk size C, tiles of 16 rows):
+//! 1. `cp.async` q, k (head `hv / (HV/H)`), v into swizzled shared tiles; the gate tile into registers, the gate
+//!    form applied there (`lb*sigmoid(x+bias)` or `-exp(A_log)*softplus(x+dt_bias)`), converted to log2 units
+//!    and scanned down the rows: `G~ = cumsum(g) / ln 2` stays in shared memory (`exp2` everywhere after).
+//!    beta (optionally through a sigmoid) and the optional L2-norm factors `1/sqrt(sum x^2 + 1e-6)` of the q and
+//!    k rows go to a small shared table; the norms are folded into every operand built from q or k.
+//! 2. `Qbar = s * Gamma . q` and `Kbar = exp2(G~_last - G~) . k` (bf16) and `gamma = exp2(G~_last)` (f32) to
+//!    the scratch of kernel 2.
+//! 3. The off-diagonal 16x16 tiles of L and P by hierarchical levels: at level `s` (C/2, ..., 16) the pairs
+//!    with the row in the lower half and the column in the upper half of one `2s`-row block are one dense
+//!    tensor-core product `(X . exp2(G~ - G~_a)) (K . exp2(G~_a - G~))^T` anchored at the block's row
+//!    `a = start + s - 1`: every exponent is <= 0 (safe for any gate), the anchor of a row depends on the row
+//!    only, so each level is a single [C, C] product, masked to its own pairs.
+//! 4. The diagonal tiles as banded (block-diagonal) products, one 16x16 tile per warp row band:
+//!    - safe path: anchored at the tile's midpoint row `min(8, valid - 1)` (exponents up to 8 |lb| nats), one
+//!      dense M=16 product per tile for P and one for L;
+//!    - exact path: the same hierarchy inside the tile (levels 8, 4, 2, 1, all exponents <= 0) plus P's
+//!      diagonal `s q.k` by a row reduction.
+//! 5. `A = (I + L)^-1` blockwise: forward substitution per 16x16 diagonal tile (one thread per column, the
+//!    column in registers) gives `N_ii = (I + L_ii)^-1 - I`; then for row tiles i = 0.. in order
+//!    `T_i = R_i - L_{i,<i} X_{<i}` (f32) and `X_i = T_i + N_ii bf16(T_i)` with `R = Diag(beta)[Gamma.k | v]`,
+//!    so `X = [W | U]` is never formed through a rounded A. X goes to the scratch (bf16) and to shared memory
+//!    for the next row tiles.
+
+use super::{GateForm, KdaSpec, grid};
+use crate::OpError;
+use k3k_ir::*;
+
+/// log2(e).
+pub const LOG2E: f64 = std::f64::consts::LOG2_E;
+
+/// Build kernel 1 for a variant, chunk size and warp count.
+pub fn build_intra(spec: &KdaSpec, chunk: u32, warps: u32, op_dt: DType, lvl_dt: DType) -> Result<Kernel, OpError> {
+    let (dk, dv, c) = (spec.dk, spec.dv, chunk);
+    let nt = c / 16;
+    // The safe path's midpoint-anchored diagonal operands reach e^(8|lb|): bf16 there (f16 would overflow).
+    let lvl_dt = if spec.safe { DType::Bf16 } else { lvl_dt };
+    let threads = 32 * warps;
+    let name = format!("k3k_kda_intra_{}_c{c}_w{warps}_{op_dt}_{lvl_dt}", spec.tag());
+    let mut b = KernelBuilder::new(&name, threads);
+    let (kk, vv, cc) = (dk as i64, dv as i64, c as i64);
+    let tt = b.dim("TT");
+    let h = b.dim("H");
+    let hv = b.dim("HV");
+    let nch = b.dim("NCH");
+    let q = b.tensor("q", DType::Bf16, &[tt.clone(), h.clone(), Expr::Int(kk)], Access::Read);
+    let k = b.tensor("k", DType::Bf16, &[tt.clone(), h.clone(), Expr::Int(kk)], Access::Read);
+    let v = b.tensor("v", DType::Bf16, &[tt.clone(), hv.clone(), Expr::Int(vv)], Access::Read);
+    let g = b.tensor("g", DType::F32, &[tt.clone(), hv.clone(), Expr::Int(kk)], Access::Read);
+    let beta = b.tensor("beta", DType::Bf16, &[tt.clone(), hv.clone()], Access::Read);
+    let bias = spec.gate.has_bias().then(|| b.tensor("bias", DType::F32, &[hv.clone(), Expr::Int(kk)], Access::Read));
+    let a_log = matches!(spec.gate, GateForm::Standard { .. })
+        .then(|| b.tensor("a_log", DType::F32, std::slice::from_ref(&hv), Access::Read));
+    let ctab = b.tensor("ctab", DType::I32, &[nch.clone(), Expr::Int(2)], Access::Read);
+    let wu = b.tensor("wu", op_dt, &[hv.clone(), nch.clone(), Expr::Int(cc), Expr::Int(kk + vv)], Access::Write);
+    let qb = b.tensor("qb", op_dt, &[hv.clone(), nch.clone(), Expr::Int(cc), Expr::Int(kk)], Access::Write);
+    let kb = b.tensor("kb", op_dt, &[hv.clone(), nch.clone(), Expr::Int(cc), Expr::Int(kk)], Access::Write);
+    let pm = b.tensor("pm", op_dt, &[hv.clone(), nch.clone(), Expr::Int(cc), Expr::Int(cc)], Access::Write);
+    let gam = b.tensor("gam", DType::F32, &[hv.clone(), nch.clone(), Expr::Int(kk)], Access::Write);
+    let scale = b.float_arg("scale");
+    let lb = matches!(spec.gate, GateForm::Safe { .. }).then(|| b.float_arg("lb"));
+    b.grid(nch.clone(), hv.clone(), 1i64);
+
+    // Shared memory.
+    let sq = b.shared("sQ", DType::Bf16, c, dk, 1, Swizzle::Xor16B);
+    let sk = b.shared("sK", DType::Bf16, c, dk, 1, Swizzle::Xor16B);
+    let sv = b.shared("sV", DType::Bf16, c, dv, 1, Swizzle::Xor16B);
+    let sg = b.shared("sG", DType::F32, c, dk, 1, Swizzle::Xor16B);
+    // Operands of the level products: A side of P (0), A side of L (1), B side (2).
+    let sop = b.shared("sOp", lvl_dt, c, dk, 3, Swizzle::Xor16B);
+    // Block substitution: X = [W | U] rows done so far and the current T (both halves).
+    let sxw = b.shared("sXW", op_dt, c, dk, 1, Swizzle::Xor16B);
+    let stw = b.shared("sTW", op_dt, 16, dk, 1, Swizzle::Xor16B);
+    let sxu = b.shared("sXU", op_dt, c, dv, 1, Swizzle::Xor16B);
+    let stu = b.shared("sTU", op_dt, 16, dv, 1, Swizzle::Xor16B);
+    // Row table: beta (0), q norm factor (1), k norm factor (2).
+    let svec = b.shared("sVec", DType::F32, 3, c, 1, Swizzle::None);
+    let sbias = spec.gate.has_bias().then(|| b.shared("sBias", DType::F32, 1, dk, 1, Swizzle::None));
+    // Diagonal tiles (f32, masked): P (0) and L (1, with beta).
+    let sd = b.shared("sD", DType::F32, c, 16, 2, Swizzle::None);
+    let slb = b.shared("sLb", op_dt, c, c, 1, Swizzle::Xor16B);
+    let sn = b.shared("sN", op_dt, c, 16, 1, Swizzle::Xor16B);
+
+    // Register tiles.
+    let rg = grid(c, dk, warps, 8);
+    let tg = b.tile("tG", DType::F32, c, dk, rg);
+    // Wide element-wise work goes in column chunks of KC: fewer values in flight per thread (registers).
+    let kc = dk.min(32);
+    let cg = grid(c, kc, warps, 8);
+    let tx = b.tile("tX", DType::F32, c, kc, cg);
+    let top = b.tile("tOp", lvl_dt, c, kc, cg);
+    let ag = grid(c, c, warps, 16);
+    let tot_p = b.tile("totP", DType::F32, c, c, ag);
+    let tot_l = b.tile("totL", DType::F32, c, c, ag);
+    let dg = [nt, 1];
+    let dp = b.tile("dP", DType::F32, c, 16, dg);
+    let dl = b.tile("dL", DType::F32, c, 16, dg);
+    let dself = b.tile("dSelf", DType::F32, c, 16, dg);
+    let wg = grid(16, dk, warps, 16);
+    let ug = grid(16, dv, warps, 16);
+    let acc_w = b.tile("accW", DType::F32, 16, dk, wg);
+    let acc_u = b.tile("accU", DType::F32, 16, dv, ug);
+
+    // Block coordinates.
+    let ch = b.let_("ch", Expr::block_idx(0));
+    let hvi = b.let_("hv", Expr::block_idx(1));
+    let row0 = b.let_("row0", Expr::load(ctab, &ch * 2i64));
+    let len = b.let_("len", Expr::load(ctab, &ch * 2i64 + 1i64));
+    let last = b.let_("last", &len - 1i64);
+    let hq = b.let_("hq", &hvi / (hv.clone() / h.clone()));
+    let slot_base = b.let_("slot", &hvi * nch.clone() + ch.clone());
+
+    // 1. Loads.
+    if let (Some(bt), Some(sb)) = (bias, sbias) {
+        let d = b.slot(sb, 0i64);
+        b.copy_async(d, view(bt, &hvi * kk, kk, 1i64, kk, 4));
+        b.commit();
+    }
+    let qk_off = (&row0 * h.clone() + hq.clone()) * kk;
+    let d = b.slot(sq, 0i64);
+    b.copy_async(d, view(q, qk_off.clone(), h.clone() * kk, len.clone(), kk, 8));
+    let d = b.slot(sk, 0i64);
+    b.copy_async(d, view(k, qk_off, h.clone() * kk, len.clone(), kk, 8));
+    let d = b.slot(sv, 0i64);
+    b.copy_async(d, view(v, (&row0 * hv.clone() + hvi.clone()) * vv, hv.clone() * vv, len.clone(), vv, 8));
+    b.commit();
+    b.threads(|b| {
+        let t = Expr::thread_idx();
+        b.if_(t.lt(cc), |b| {
+            let raw = Expr::load(beta, (&row0 + t.clone()) * hv.clone() + hvi.clone());
+            let bv = if spec.beta_sigmoid { raw.sigmoid() } else { raw };
+            b.shared_store(svec, 0i64, 0i64, t.clone(), Expr::select(t.lt(len.clone()), bv, 0.0));
+        });
+    });
+    b.load(tg, Place::Global(view(g, (&row0 * hv.clone() + hvi.clone()) * kk, hv.clone() * kk, len.clone(), kk, 2)));
+    if bias.is_some() {
+        b.wait(1);
+        b.barrier();
+    }
+    let x = Expr::Elem(tg);
+    let bias_at = |col: Expr| match sbias {
+        Some(sb) => Expr::shared_load(sb, 0i64, 0i64, col),
+        None => Expr::Float(0.0),
+    };
+    let gate = match spec.gate {
+        GateForm::Pre => x.clone(),
+        GateForm::Safe { .. } => lb.clone().unwrap() * (x.clone() + bias_at(Expr::ColIdx)).sigmoid(),
+        GateForm::Standard { .. } => {
+            -Expr::load(a_log.unwrap(), hvi.clone()).exp() * (x.clone() + bias_at(Expr::ColIdx)).softplus()
+        }
+    };
+    // Rows past the chunk's end decay by nothing (G~ stays at the last valid row).
+    b.map(tg, Expr::select(Expr::RowIdx.lt(len.clone()), gate * LOG2E, 0.0));
+    b.scan_rows(tg, sg);
+    b.wait(0);
+    b.barrier();
+
+    // Helpers reading shared memory inside maps.
+    let gs = |r: Expr, col: Expr| Expr::shared_load(sg, 0i64, r, col);
+    let qs = |r: Expr, col: Expr| Expr::shared_load(sq, 0i64, r, col);
+    let ks = |r: Expr, col: Expr| Expr::shared_load(sk, 0i64, r, col);
+    let nq = |r: Expr| if spec.l2norm { Some(Expr::shared_load(svec, 0i64, 1i64, r)) } else { None };
+    let nk = |r: Expr| if spec.l2norm { Some(Expr::shared_load(svec, 0i64, 2i64, r)) } else { None };
+    let times = |e: Expr, f: Option<Expr>| match f {
+        Some(f) => e * f,
+        None => e,
+    };
+    let beta_at = |r: Expr| Expr::shared_load(svec, 0i64, 0i64, r);
+
+    if spec.l2norm {
+        // Thread t < C: the q row t; C <= t < 2C: the k row t - C.
+        b.threads(|b| {
+            let t = Expr::thread_idx();
+            b.for_("row", t.clone(), 2 * cc, threads as i64, |b, row| {
+                let r = b.let_("r", &row % cc);
+                let is_q = b.let_("is_q", row.lt(cc));
+                let ss = b.let_var("ss", 0.0);
+                b.for_("i", 0i64, kk, 1i64, |b, i| {
+                    let xv = b.let_("xv", Expr::select(is_q.clone(), qs(r.clone(), i.clone()), ks(r.clone(), i)));
+                    b.assign(ss, Expr::Var(ss) + &xv * xv.clone());
+                });
+                let which = Expr::select(is_q.clone(), 1i64, 2i64);
+                b.shared_store(svec, 0i64, which, r, (Expr::Var(ss) + 1e-6).rsqrt());
+            });
+        });
+        b.barrier();
+    }
+
+    // 2. Qbar, Kbar, gamma for the state pass.
+    let (r, col) = (Expr::RowIdx, Expr::ColIdx);
+    for j in 0..(dk / kc) as i64 {
+        let cj = Expr::ColIdx + j * kc as i64;
+        let view_j = |t: TensorId| view(t, &slot_base * (cc * kk) + j * kc as i64, kk, len.clone(), kc as i64, 2);
+        b.map(tx, times(scale.clone() * qs(r.clone(), cj.clone()) * gs(r.clone(), cj.clone()).exp2(), nq(r.clone())));
+        b.store(tx, Place::Global(view_j(qb)));
+        let decay = (gs(last.clone(), cj.clone()) - gs(r.clone(), cj.clone())).exp2();
+        b.map(tx, times(ks(r.clone(), cj.clone()) * decay, nk(r.clone())));
+        b.store(tx, Place::Global(view_j(kb)));
+    }
+    b.threads(|b| {
+        b.for_("i", Expr::thread_idx(), kk, threads as i64, |b, i| {
+            b.store_scalar(gam, &slot_base * kk + i.clone(), gs(last.clone(), i).exp2());
+        });
+    });
+
+    // 3. Diagonal tiles first (into sD), then the off-diagonal levels, so the [C, C] totals are live only there.
+    let op_slot = |b: &KernelBuilder, i: i64| b.slot(sop, i);
+    // Build the three operands of a level (anchored per row) into slots 0, 1, 2 of `buf` through `tile`.
+    // `lower`/`upper` say which rows take part on the A and B sides; `anchor` is the anchor row of a row.
+    let build_operands =
+        |b: &mut KernelBuilder, buf: SharedId, tile: TileId, lower: Expr, upper: Expr, anchor: Expr| {
+            for j in 0..dk / kc {
+                let cj = Expr::ColIdx + (j * kc) as i64;
+                let ga = gs(anchor.clone(), cj.clone());
+                let gr = gs(r.clone(), cj.clone());
+                b.map(tx, Expr::select(lower.clone(), (gr.clone() - ga.clone()).exp2(), 0.0));
+                let e = Expr::Elem(tx);
+                b.map(tile, times(qs(r.clone(), cj.clone()) * e.clone(), nq(r.clone())));
+                let d = b.window(buf, 0i64, 0, j * kc, c, kc);
+                b.store(tile, Place::Shared(d));
+                b.map(tile, times(ks(r.clone(), cj.clone()) * e.clone(), nk(r.clone())));
+                let d = b.window(buf, 1i64, 0, j * kc, c, kc);
+                b.store(tile, Place::Shared(d));
+                b.map(tx, Expr::select(upper.clone(), (ga - gr).exp2(), 0.0));
+                b.map(tile, times(ks(r.clone(), cj.clone()) * e, nk(r.clone())));
+                let d = b.window(buf, 2i64, 0, j * kc, c, kc);
+                b.store(tile, Place::Shared(d));
+            }
+            b.barrier();
+        };
+    // Diagonal tiles, banded: band w multiplies by rows 16w.. of the B side.
+    let band_b = |b: &KernelBuilder| Operand::Banded { src: b.window(sop, 2i64, 0, 0, 16, dk), transpose: true };
+    let rin = r.bitand(15i64); // row inside its tile; the banded accumulators' columns are tile columns
+    if spec.safe {
+        // Midpoint anchor of the row's tile: min(8, valid - 1) rows into the tile.
+        let t0 = r.bitand(-16i64);
+        let anchor = t0.clone() + (len.clone() - t0 - 1i64).min(8i64).max(0i64);
+        build_operands(&mut b, sop, top, Expr::Bool(true), Expr::Bool(true), anchor);
+        b.map(dp, 0.0);
+        b.map(dl, 0.0);
+        let bo = band_b(&b);
+        b.mma(dp, Operand::Shared { src: op_slot(&b, 0), transpose: false }, bo.clone());
+        b.mma(dl, Operand::Shared { src: op_slot(&b, 1), transpose: false }, bo);
+    } else {
+        // Levels from fine to coarse, accumulated in place: a level's product also lands on pairs of other
+        // blocks (garbage), so everything but the finished pairs is cleared before the next, coarser level adds
+        // its own; the coarsest level (one block per tile) adds no garbage.
+        b.map(dp, 0.0);
+        b.map(dl, 0.0);
+        // A runtime loop (not unrolled): one copy of the code, and no per-level values live across levels.
+        b.for_("lvl", 0i64, 4i64, 1i64, |b, lvl| {
+            let s = b.let_("s", Expr::Int(1).shl(lvl));
+            let lower = r.bitand(s.clone()).ne(0i64);
+            let upper = r.bitand(s.clone()).eq(0i64);
+            let anchor = r.bitand(-(&s * 2i64)) + (&s - 1i64);
+            build_operands(b, sop, top, lower, upper, anchor);
+            let bo = band_b(b);
+            b.mma(dp, Operand::Shared { src: op_slot(b, 0), transpose: false }, bo.clone());
+            b.mma(dl, Operand::Shared { src: op_slot(b, 1), transpose: false }, bo);
+            // (After the coarsest level this keeps every pair of the tile: harmless.)
+            let done = rin.bitxor(col.clone()).lt(&s * 2i64).and(col.lt(rin.clone()));
+            b.map(dp, Expr::select(done.clone(), Expr::Elem(dp), 0.0));
+            b.map(dl, Expr::select(done, Expr::Elem(dl), 0.0));
+            b.barrier();
+        });
+    }
+    // P's diagonal q_r.k_r (no decay) exactly: the bf16 inputs' products are exact in f32, so one banded
+    // product of the raw q and k tiles gives it (its off-diagonal entries are not used).
+    b.map(dself, 0.0);
+    let kband = Operand::Banded { src: b.window(sk, 0i64, 0, 0, 16, dk), transpose: true };
+    b.mma(dself, Operand::Shared { src: b.slot(sq, 0i64), transpose: false }, kband);
+    let dval = times(times(Expr::Elem(dself), nq(r.clone())), nk(r.clone()));
+    b.map(dp, Expr::select(col.clone().eq(rin.clone()), dval, Expr::Elem(dp)));
+    // Masks: P keeps c <= r, L keeps c < r and takes beta_r.
+    b.map(dp, Expr::select(col.le(rin.clone()), Expr::Elem(dp), 0.0));
+    b.map(dl, Expr::select(col.lt(rin.clone()), Expr::Elem(dl) * beta_at(r.clone()), 0.0));
+    let d = b.slot(sd, 0i64);
+    b.store(dp, Place::Shared(d));
+    let d = b.slot(sd, 1i64);
+    b.store(dl, Place::Shared(d));
+    b.barrier();
+    // Off-diagonal tiles by levels (none when the chunk is one tile), fine to coarse, accumulated in place
+    // with the same clearing as inside the tiles.
+    b.map(tot_p, 0.0);
+    b.map(tot_l, 0.0);
+    let levels = (c / 16).trailing_zeros() as i64;
+    b.for_("olvl", 0i64, levels, 1i64, |b, lvl| {
+        let s = b.let_("s", Expr::Int(16).shl(lvl));
+        let lower = r.bitand(s.clone()).ne(0i64);
+        let upper = r.bitand(s.clone()).eq(0i64);
+        let anchor = r.bitand(-(&s * 2i64)) + (&s - 1i64);
+        build_operands(b, sop, top, lower, upper, anchor);
+        let bt = Operand::Shared { src: op_slot(b, 2), transpose: true };
+        b.mma(tot_p, Operand::Shared { src: op_slot(b, 0), transpose: false }, bt.clone());
+        b.mma(tot_l, Operand::Shared { src: op_slot(b, 1), transpose: false }, bt);
+        let done = r.bitxor(col.clone()).lt(&s * 2i64).and(col.lt(r.clone()));
+        b.map(tot_p, Expr::select(done.clone(), Expr::Elem(tot_p), 0.0));
+        b.map(tot_l, Expr::select(done, Expr::Elem(tot_l), 0.0));
+        b.barrier();
+    });
+
+    // Off-diagonal L (with beta) as the bf16 A operand of the block substitution.
+    b.map(tot_l, Expr::Elem(tot_l) * beta_at(r.clone()));
+    let d = b.slot(slb, 0i64);
+    b.store(tot_l, Place::Shared(d));
+    b.barrier();
+    // Full P (scale s included) to the scratch.
+    let same_tile = r.shr(4i64).eq(col.shr(4i64));
+    b.map(
+        tot_p,
+        scale.clone()
+            * Expr::select(same_tile, Expr::shared_load(sd, 0i64, r.clone(), col.bitand(15i64)), Expr::Elem(tot_p)),
+    );
+    b.store(tot_p, Place::Global(view(pm, &slot_base * (cc * cc), cc, len.clone(), cc, 2)));
+
+    // 5a. N_ii = (I + L_ii)^-1 - I by forward substitution: thread t < C owns column t%16 of tile t/16.
+    b.threads(|b| {
+        let t = Expr::thread_idx();
+        b.if_(t.lt(cc), |b| {
+            let t0 = b.let_("t0", t.bitand(-16i64));
+            let cl = b.let_("cl", t.bitand(15i64));
+            let a = b.let_array("a", 16, ScalarTy::Float, 0.0);
+            b.for_unrolled("ri", 0i64, 16i64, 1i64, |b, ri| {
+                let acc = b.let_var("acc", 0.0);
+                b.for_unrolled("m", 0i64, ri.clone(), 1i64, |b, m| {
+                    let l = Expr::shared_load(sd, 1i64, &t0 + ri.clone(), m.clone());
+                    b.assign(acc, Expr::Var(acc) + l * Expr::array_get(a, m));
+                });
+                let val = Expr::select(
+                    ri.clone().eq(cl.clone()),
+                    1.0,
+                    Expr::select(ri.clone().lt(cl.clone()), 0.0, -Expr::Var(acc)),
+                );
+                b.array_set(a, ri.clone(), val);
+                b.shared_store(
+                    sn,
+                    0i64,
+                    &t0 + ri.clone(),
+                    cl.clone(),
+                    Expr::select(ri.gt(cl.clone()), Expr::array_get(a, ri.clone()), 0.0),
+                );
+            });
+        });
+    });
+    b.barrier();
+
+    // 5b. Block substitution, row tile by row tile.
+    let xw = |b: &KernelBuilder, rows: u32| b.window(sxw, 0i64, 0, 0, rows, dk);
+    let tw = b.slot(stw, 0i64);
+    for i in 0..nt {
+        let r0 = (16 * i) as i64;
+        b.map(acc_w, 0.0);
+        b.map(acc_u, 0.0);
+        if i > 0 {
+            let la = b.window(slb, 0i64, 16 * i, 0, 16, 16 * i);
+            b.mma(
+                acc_w,
+                Operand::Shared { src: la.clone(), transpose: false },
+                Operand::Shared { src: xw(&b, 16 * i), transpose: false },
+            );
+            let xu = b.window(sxu, 0i64, 0, 0, 16 * i, dv);
+            b.mma(acc_u, Operand::Shared { src: la, transpose: false }, Operand::Shared { src: xu, transpose: false });
+        }
+        let rr = Expr::RowIdx + r0;
+        let rw = times(
+            beta_at(rr.clone()) * ks(rr.clone(), col.clone()) * gs(rr.clone(), col.clone()).exp2(),
+            nk(rr.clone()),
+        );
+        b.map(acc_w, rw - Expr::Elem(acc_w));
+        b.map(acc_u, beta_at(rr.clone()) * Expr::shared_load(sv, 0i64, rr.clone(), col.clone()) - Expr::Elem(acc_u));
+        b.store(acc_w, Place::Shared(tw.clone()));
+        let d = b.slot(stu, 0i64);
+        b.store(acc_u, Place::Shared(d));
+        b.barrier();
+        let na = b.window(sn, 0i64, 16 * i, 0, 16, 16);
+        b.mma(
+            acc_w,
+            Operand::Shared { src: na.clone(), transpose: false },
+            Operand::Shared { src: tw.clone(), transpose: false },
+        );
+        let tu = b.slot(stu, 0i64);
+        b.mma(acc_u, Operand::Shared { src: na, transpose: false }, Operand::Shared { src: tu, transpose: false });
+        let d = b.window(sxw, 0i64, 16 * i, 0, 16, dk);
+        b.store(acc_w, Place::Shared(d));
+        let d = b.window(sxu, 0i64, 16 * i, 0, 16, dv);
+        b.store(acc_u, Place::Shared(d));
+        let rows = len.clone() - r0;
+        let base = (&slot_base * cc + r0) * (kk + vv);
+        b.store(acc_w, Place::Global(view(wu, base.clone(), kk + vv, rows.clone(), kk, 2)));
+        b.store(acc_u, Place::Global(view(wu, base + kk, kk + vv, rows, vv, 2)));
+        b.barrier();
+    }
+    Ok(b.finish()?)
+}

@@ -1,0 +1,779 @@
+//! `kda` and `kda.decode`: the Kimi Delta Attention forward of SPEC 2.3 as IR tile programs.
+//!
+//! Layouts (time-major, row-major): `q, k: [B, T, H, K]` bf16, `v: [B, T, HV, V]` bf16, `g: [B, T, HV, K]` f32
+//! (the log-decay, or the raw gate input for the in-kernel gate forms), `beta: [B, T, HV]` bf16 (post-sigmoid,
+//! or logits with the in-kernel sigmoid), optional `h0: [N, HV, K, V]` f32; outputs `o: [B, T, HV, V]` bf16 and
+//! the final state `ht: [N, HV, K, V]` f32. Value head `hv` reads q/k head `hv / (HV/H)` (GVA). Varlen: B = 1
+//! and sequence lengths (`cu_seqlens`); chunks never cross a sequence and T need not be a multiple of the chunk.
+//!
+//! `kda` (chunked prefill) runs two kernels: [`intra`] (everything inside a chunk, parallel over chunks and
+//! heads) writes `[W | U]`, `Qbar = s Gamma.q`, `Kbar = exp(G_last - G).k`, `P` (bf16) and `gamma_last` (f32)
+//! to scratch; [`state`] walks the chunks of each sequence with the f32 state in registers, parallel over
+//! sequences, value heads and value blocks, and writes `o` and the final state.
+//!
+//! Diagonal-tile paths (a problem dim, `safe`):
+//! - **safe** (`safe=1`): the gate must lie in `[lb, 0)` with `lb >= -5`; each 16x16 diagonal tile is one dense
+//!   tensor-core product anchored at the tile's midpoint row. A pre-computed gate below `lb` (or NaN) is
+//!   rejected on the host before anything is launched with [`OpError::BadInput`] naming `g` (see
+//!   [`check_gates`]); the in-kernel safe gate form `lb*sigmoid(x+bias)` is in range by construction, and the
+//!   standard form cannot be bounded, so `safe=1` with it is a `BadInput` on `gate`.
+//! - **exact** (`safe=0`): any gate (e.g. -1000); the diagonal tiles are split hierarchically so every exponent
+//!   is <= 0.
+//!
+//! In-kernel options: L2 normalisation of q and k (`l2norm=1`), the gate forms (`gate=1`: `lb*sigmoid(x+bias)`,
+//! `gate=2`: `-exp(A_log)*softplus(x+dt_bias)`, `bias=1` for a `[HV, K]` bias), beta sigmoid (`bsig=1`).
+//! Head dims K, V in {32, 64, 128}; chunk 64 or 32 (knob `CHUNK`).
+//!
+//! `kda.decode` ([`decode`]): the recurrent form, T (usually 1) tokens per sequence against a stored state
+//! `[N, HV, K, V]`; its kernel updates the state in place (the operator's plan uses the out-of-place variant
+//! `h0 -> ht`, which moves the same bytes, so every run starts from the same state).
+//!
+//! Checks compare with `k3k_reference::kda::kda_recurrent` (f64) per (sequence, value head) pair: every pair for
+//! small problems, a documented sample of pairs (first, last and seeded others; every o row and state element of
+//! each) for the benchmark sizes, whose full f64 recurrence would take minutes on a CPU.
+
+pub mod decode;
+pub mod intra;
+pub mod state;
+
+use crate::OpError;
+use crate::data;
+use crate::op::{CheckReport, Instance, Operator, Preset, Work};
+use crate::plan::{Outputs, Plan};
+use k3k_ir::*;
+use k3k_reference::kda as rk;
+use k3k_reference::metrics::Tolerance;
+use rand::Rng;
+use rand::rngs::StdRng;
+use rayon::prelude::*;
+
+/// The log-decay lower bound of the safe path and the safe gate form (SPEC 2.3).
+pub const LOWER_BOUND: f32 = -5.0;
+
+/// How the gate reaches the kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum GateForm {
+    /// `g` is the log-decay itself.
+    Pre,
+    /// `g = lb * sigmoid(x + bias)` (in `(lb, 0)`), `bias: [HV, K]` optional.
+    Safe { bias: bool },
+    /// `g = -exp(A_log[hv]) * softplus(x + dt_bias)`, `A_log: [HV]`, `dt_bias: [HV, K]` optional.
+    Standard { bias: bool },
+}
+
+impl GateForm {
+    /// True when a `[HV, K]` bias tensor is passed.
+    pub fn has_bias(self) -> bool {
+        matches!(self, GateForm::Safe { bias: true } | GateForm::Standard { bias: true })
+    }
+    /// Short name.
+    pub fn name(self) -> &'static str {
+        match self {
+            GateForm::Pre => "pre",
+            GateForm::Safe { bias: false } => "lbsig",
+            GateForm::Safe { bias: true } => "lbsigb",
+            GateForm::Standard { bias: false } => "std",
+            GateForm::Standard { bias: true } => "stdb",
+        }
+    }
+    fn from_code(code: i64, bias: bool) -> Result<Self, OpError> {
+        match code {
+            0 => Ok(GateForm::Pre),
+            1 => Ok(GateForm::Safe { bias }),
+            2 => Ok(GateForm::Standard { bias }),
+            _ => Err(bad("gate", format!("unknown gate form {code} (0 pre, 1 lb*sigmoid, 2 standard)"))),
+        }
+    }
+}
+
+/// What a chunked-kernel variant computes (fixed by the problem).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct KdaSpec {
+    pub dk: u32,
+    pub dv: u32,
+    /// Safe-gate diagonal tiles (midpoint anchor) instead of the exact hierarchy.
+    pub safe: bool,
+    pub gate: GateForm,
+    pub l2norm: bool,
+    pub beta_sigmoid: bool,
+    /// An initial state is given.
+    pub h0: bool,
+}
+
+impl KdaSpec {
+    /// The variant part of kernel names.
+    pub fn tag(&self) -> String {
+        format!(
+            "k{}_v{}_{}_{}{}{}",
+            self.dk,
+            self.dv,
+            if self.safe { "safe" } else { "exact" },
+            self.gate.name(),
+            if self.l2norm { "_l2" } else { "" },
+            if self.beta_sigmoid { "_bsig" } else { "" }
+        )
+    }
+}
+
+fn bad(arg: &str, why: String) -> OpError {
+    OpError::BadInput { op: "kda", arg: arg.into(), why }
+}
+
+/// A warp grid for a `rows x cols` tile on `warps` warps: as many 16-row bands as divide both the rows and the
+/// warps, then the remaining warps over the columns while each keeps a multiple of `unit` columns (leftover
+/// warps hold replicas).
+pub fn grid(rows: u32, cols: u32, warps: u32, unit: u32) -> [u32; 2] {
+    let wm = (1..=warps).rev().find(|w| warps.is_multiple_of(*w) && (rows / 16).is_multiple_of(*w)).unwrap_or(1);
+    let rest = warps / wm;
+    let wn = (1..=rest).rev().find(|w| rest.is_multiple_of(*w) && cols.is_multiple_of(unit * w)).unwrap_or(1);
+    [wm, wn]
+}
+
+// ------------------------------------------------------------------------------------------------------------
+// Knobs.
+
+/// The tuning knobs of `kda`.
+pub fn knob_space() -> KnobSpace {
+    KnobSpace::default()
+        .axis("CHUNK", "chunk size (tokens per chunk)", [64i64, 32])
+        .axis("W1", "warps of the intra-chunk kernel", [8i64, 4])
+        .axis("BV", "value columns per state-pass block (0: chosen from the problem)", [0i64, 16, 32, 64])
+        .axis("W2", "warps of the state-pass kernel (0: 4 for BV <= 32, else 8)", [0i64, 4, 8])
+        .axis("OPDT", "16-bit type of the scratch and of the tensor-core operands built from it", ["f16", "bf16"])
+        .axis("LVLDT", "16-bit type of the off-diagonal and exact-diagonal tile operands", ["f16", "bf16"])
+}
+
+/// The knobs used when nothing is tuned.
+pub fn default_knobs() -> Knobs {
+    Knobs::new()
+        .with("CHUNK", 64i64)
+        .with("W1", 8i64)
+        .with("BV", 0i64)
+        .with("W2", 0i64)
+        .with("OPDT", "f16")
+        .with("LVLDT", "f16")
+}
+
+/// Knobs resolved for one problem.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Launch {
+    pub chunk: u32,
+    pub w1: u32,
+    pub bv: u32,
+    pub w2: u32,
+    pub op_dt: DType,
+    pub lvl_dt: DType,
+}
+
+/// Streaming multiprocessors assumed by the automatic value-block choice (H100/H200).
+const ASSUMED_SMS: usize = 132;
+
+impl Launch {
+    /// Read and check the knobs for a problem. `BV = 0` picks 16 value columns per state-pass block when 32 would
+    /// leave SMs idle (fewer than ~132 blocks), else 32; `W2 = 0` picks 4 warps for BV <= 32, else 8.
+    pub fn resolve(knobs: &Knobs, pb: &KdaProblem) -> Result<Launch, OpError> {
+        let invalid = |why: String| OpError::InvalidKnobs { op: "kda", knobs: knobs.to_string(), why };
+        let chunk = knobs.u32("CHUNK")?;
+        let w1 = knobs.u32("W1")?;
+        let mut bv = knobs.u32("BV")?;
+        let mut w2 = knobs.u32("W2")?;
+        if chunk != 32 && chunk != 64 {
+            return Err(invalid(format!("CHUNK={chunk}: 32 or 64")));
+        }
+        if w1 != 4 && w1 != 8 {
+            return Err(invalid(format!("W1={w1}: 4 or 8")));
+        }
+        if w1 == 4 && chunk == 64 && pb.dk.max(pb.dv) >= 128 {
+            return Err(invalid("W1=4 with CHUNK=64 and head dim 128 runs out of registers (spills): use W1=8".into()));
+        }
+        let dv = pb.dv as u32;
+        if bv == 0 {
+            let heads = pb.num_seqs() * pb.hv;
+            bv = if heads * pb.dv / 32 < ASSUMED_SMS { 16 } else { 32 };
+        }
+        if !matches!(bv, 16 | 32 | 64 | 128) || bv > dv || !dv.is_multiple_of(bv) {
+            return Err(invalid(format!("BV={bv} must be 16, 32, 64 or 128 and divide V={dv}")));
+        }
+        if w2 == 0 {
+            w2 = if bv <= 32 { 4 } else { 8 };
+        }
+        if w2 != 4 && w2 != 8 {
+            return Err(invalid(format!("W2={w2}: 0, 4 or 8")));
+        }
+        // f32 accumulator registers per thread: the state and the two chunk accumulators.
+        let regs = (pb.dk as u32 + 2 * chunk) * bv / (32 * w2);
+        if regs > 64 {
+            return Err(invalid(format!(
+                "state K={} x BV={bv} and two {chunk} x {bv} accumulators on {w2} warps: {regs} registers a thread (max 64)",
+                pb.dk
+            )));
+        }
+        let dt = |name: &str| -> Result<DType, OpError> {
+            match knobs.str(name)? {
+                "f16" => Ok(DType::F16),
+                "bf16" => Ok(DType::Bf16),
+                other => Err(invalid(format!("{name}={other}: f16 or bf16"))),
+            }
+        };
+        Ok(Launch { chunk, w1, bv, w2, op_dt: dt("OPDT")?, lvl_dt: dt("LVLDT")? })
+    }
+}
+
+// ------------------------------------------------------------------------------------------------------------
+// Problems.
+
+/// One chunked-KDA problem.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KdaProblem {
+    pub b: usize,
+    pub t: usize,
+    pub h: usize,
+    pub hv: usize,
+    pub dk: usize,
+    pub dv: usize,
+    /// Sequence lengths (varlen, B = 1); `None`: B sequences of T tokens.
+    pub lens: Option<Vec<usize>>,
+    pub safe: bool,
+    pub gate: GateForm,
+    pub l2norm: bool,
+    pub beta_sigmoid: bool,
+    pub h0: bool,
+    /// Gates of -1000 mixed in (exact path tests).
+    pub extreme: bool,
+}
+
+impl KdaProblem {
+    /// Resolve a preset: dims `B`, `T`, `H`, `K`, and optionally `HV` (default H), `V` (default K), `safe`
+    /// (default 1), `gate` (0 pre, 1 lb*sigmoid, 2 standard) with `bias`, `l2norm`, `bsig`, `h0`, `extreme`,
+    /// and for varlen `N` with lengths `L0..L{N-1}` (then B = 1 and T = their sum).
+    pub fn from_preset(p: &Preset) -> Result<Self, OpError> {
+        let flag = |d: &str| p.get_or(d, 0) != 0;
+        let (b, t, lens) = if let Some(&n) = p.dims.get("N") {
+            let lens: Vec<usize> = (0..n).map(|i| p.get_or(&format!("L{i}"), 0).max(0) as usize).collect();
+            (1, lens.iter().sum(), Some(lens))
+        } else {
+            (p.get("B")? as usize, p.get("T")? as usize, None)
+        };
+        let h = p.get("H")? as usize;
+        let dk = p.get("K")? as usize;
+        let pb = KdaProblem {
+            b,
+            t,
+            h,
+            hv: p.get_or("HV", h as i64) as usize,
+            dk,
+            dv: p.get_or("V", dk as i64) as usize,
+            lens,
+            safe: p.get_or("safe", 1) != 0,
+            gate: GateForm::from_code(p.get_or("gate", 0), flag("bias"))?,
+            l2norm: flag("l2norm"),
+            beta_sigmoid: flag("bsig"),
+            h0: flag("h0"),
+            extreme: flag("extreme"),
+        };
+        pb.validate()?;
+        Ok(pb)
+    }
+
+    /// Shapes and options the kernels support.
+    pub fn validate(&self) -> Result<(), OpError> {
+        for (arg, d) in [("K", self.dk), ("V", self.dv)] {
+            if !matches!(d, 32 | 64 | 128) {
+                return Err(bad(arg, format!("head dim {d}: the kernels support 32, 64 and 128")));
+            }
+        }
+        if self.h == 0 || self.hv == 0 || !self.hv.is_multiple_of(self.h) {
+            return Err(bad("HV", format!("HV = {} must be a positive multiple of H = {}", self.hv, self.h)));
+        }
+        if self.b == 0 {
+            return Err(bad("B", "need at least one sequence".into()));
+        }
+        if self.safe && matches!(self.gate, GateForm::Standard { .. }) {
+            return Err(bad(
+                "gate",
+                "the safe path needs gates in [lb, 0): the standard form -exp(A_log)*softplus(..) is unbounded; \
+                 use the exact path (safe=0) or the lb*sigmoid form"
+                    .into(),
+            ));
+        }
+        if self.safe && self.extreme {
+            return Err(bad("extreme", "gates of -1000 need the exact path (safe=0)".into()));
+        }
+        Ok(())
+    }
+
+    /// Total tokens (rows of q).
+    pub fn tokens(&self) -> usize {
+        self.b * self.t
+    }
+    /// Number of sequences N.
+    pub fn num_seqs(&self) -> usize {
+        self.lens.as_ref().map_or(self.b, |l| l.len())
+    }
+    /// Sequences as (first row, end row).
+    pub fn seqs(&self) -> Vec<(usize, usize)> {
+        match &self.lens {
+            Some(l) => l
+                .iter()
+                .scan(0usize, |s, &n| {
+                    let r = (*s, *s + n);
+                    *s += n;
+                    Some(r)
+                })
+                .collect(),
+            None => (0..self.b).map(|i| (i * self.t, (i + 1) * self.t)).collect(),
+        }
+    }
+    /// The chunk table `[(row0, len)]` and the per-sequence `[(first chunk, chunks)]` for a chunk size.
+    pub fn chunk_tables(&self, chunk: usize) -> (Vec<i64>, Vec<i64>) {
+        let (mut ctab, mut stab) = (vec![], vec![]);
+        for (s, e) in self.seqs() {
+            let first = ctab.len() / 2;
+            let mut r = s;
+            while r < e {
+                let len = chunk.min(e - r);
+                ctab.extend([r as i64, len as i64]);
+                r += len;
+            }
+            stab.extend([first as i64, (ctab.len() / 2 - first) as i64]);
+        }
+        (ctab, stab)
+    }
+    /// The kernel variant.
+    pub fn spec(&self) -> KdaSpec {
+        KdaSpec {
+            dk: self.dk as u32,
+            dv: self.dv as u32,
+            safe: self.safe,
+            gate: self.gate,
+            l2norm: self.l2norm,
+            beta_sigmoid: self.beta_sigmoid,
+            h0: self.h0,
+        }
+    }
+    /// The query scale K^-1/2 (as the f32 the kernels use).
+    pub fn scale(&self) -> f32 {
+        (1.0 / (self.dk as f64).sqrt()) as f32
+    }
+    fn describe(&self) -> String {
+        let shape = match &self.lens {
+            Some(l) if l.len() <= 8 => format!("varlen {l:?}"),
+            Some(l) => format!("varlen N={} T={}", l.len(), self.t),
+            None => format!("B{} T{}", self.b, self.t),
+        };
+        format!(
+            "{shape} H{} HV{} K{} V{} {}{} gate={}{}{}{}",
+            self.h,
+            self.hv,
+            self.dk,
+            self.dv,
+            if self.safe { "safe" } else { "exact" },
+            if self.extreme { "(-1000 gates)" } else { "" },
+            self.gate.name(),
+            if self.l2norm { " l2norm" } else { "" },
+            if self.beta_sigmoid { " beta-sigmoid" } else { "" },
+            if self.h0 { " h0" } else { "" },
+        )
+    }
+}
+
+/// The host-side gate check of the safe path: every pre-computed gate must be a number `>= lb`. Run before
+/// anything is launched; the error is [`OpError::BadInput`] naming `g`.
+pub fn check_gates(g: &HostTensor, lb: f32) -> Result<(), OpError> {
+    let bad_at = g.data.par_chunks_exact(4).position_first(|b| {
+        let v = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        v.is_nan() || v < lb
+    });
+    match bad_at {
+        None => Ok(()),
+        Some(i) => Err(bad(
+            "g",
+            format!(
+                "the safe-gate path needs every gate in [{lb}, 0): g[{i}] = {} (use the exact path, safe=0, for \
+                 unbounded gates)",
+                g.get_f32(i)
+            ),
+        )),
+    }
+}
+
+/// Inputs of one problem, as the kernels take them (`[B*T, ...]` rows).
+#[derive(Clone, Debug)]
+pub struct KdaData {
+    pub q: HostTensor,
+    pub k: HostTensor,
+    pub v: HostTensor,
+    pub g: HostTensor,
+    pub beta: HostTensor,
+    pub bias: Option<HostTensor>,
+    pub a_log: Option<HostTensor>,
+    pub h0: Option<HostTensor>,
+}
+
+/// Unit-L2 rows of `dim` (normalised in f32), rounded to bf16.
+fn unit_rows(n: usize, dim: usize, seed: u64) -> Vec<f32> {
+    let mut x = data::normal(n * dim, 1.0, seed);
+    x.par_chunks_mut(dim).for_each(|r| {
+        let s = r.iter().map(|v| v * v).sum::<f32>().sqrt().max(1e-20);
+        r.iter_mut().for_each(|v| *v /= s);
+    });
+    x
+}
+
+impl KdaData {
+    /// Seeded inputs: q, k unit rows (plain normal draws when the kernel normalises them), v ~ N(0, 1), beta
+    /// uniform in (0, 1) (or N(0, 1) logits), h0 ~ N(0, 1); gates `lb*sigmoid(N(0,1))` on the safe path,
+    /// `log(sigmoid(N(0,1)))` on the exact path with about 2% set to -1000 when `extreme`; raw gate inputs
+    /// N(0, 1), biases N(0, 0.5^2) and `A_log` uniform in (-1, 1) for the in-kernel gate forms.
+    pub fn generate(pb: &KdaProblem, seed: u64) -> KdaData {
+        let (tt, h, hv, dk, dv) = (pb.tokens(), pb.h, pb.hv, pb.dk, pb.dv);
+        let qk = |s: u64| {
+            if pb.l2norm { data::normal(tt * h * dk, 1.0, s) } else { unit_rows(tt * h, dk, s) }
+        };
+        let q = data::tensor(DType::Bf16, &[tt, h, dk], &qk(seed ^ 0x71));
+        let k = data::tensor(DType::Bf16, &[tt, h, dk], &qk(seed ^ 0x6b));
+        let v = data::tensor(DType::Bf16, &[tt, hv, dv], &data::normal(tt * hv * dv, 1.0, seed ^ 0x76));
+        let ng = tt * hv * dk;
+        let mut g = data::normal(ng, 1.0, seed ^ 0x67);
+        match pb.gate {
+            GateForm::Pre if pb.safe => g.par_iter_mut().for_each(|x| *x = LOWER_BOUND / (1.0 + (-*x).exp())),
+            GateForm::Pre => {
+                let u = data::uniform(ng, 0.0, 1.0, seed ^ 0x65);
+                g.par_iter_mut().zip(u).for_each(|(x, u)| {
+                    *x = if pb.extreme && u < 0.02 { -1000.0 } else { -(1.0 + (-*x).exp()).ln() };
+                });
+            }
+            _ => {}
+        }
+        let g = data::tensor(DType::F32, &[tt, hv, dk], &g);
+        let beta = if pb.beta_sigmoid {
+            data::normal(tt * hv, 1.0, seed ^ 0x62)
+        } else {
+            data::uniform(tt * hv, 0.02, 1.0, seed ^ 0x62)
+        };
+        let beta = data::tensor(DType::Bf16, &[tt, hv], &beta);
+        let bias =
+            pb.gate.has_bias().then(|| data::tensor(DType::F32, &[hv, dk], &data::normal(hv * dk, 0.5, seed ^ 0x31)));
+        let a_log = matches!(pb.gate, GateForm::Standard { .. })
+            .then(|| data::tensor(DType::F32, &[hv], &data::uniform(hv, -1.0, 1.0, seed ^ 0x41)));
+        let n = pb.num_seqs();
+        let h0 = pb
+            .h0
+            .then(|| data::tensor(DType::F32, &[n, hv, dk, dv], &data::normal(n * hv * dk * dv, 1.0, seed ^ 0x68)));
+        KdaData { q, k, v, g, beta, bias, a_log, h0 }
+    }
+
+    /// The reference inputs of one (sequence, value head) pair: rows `rows` of q/k head `hv / (HV/H)` and of
+    /// v, g (the effective log-decay, from the gate form in f64), beta (after the sigmoid when asked) and h0.
+    pub fn pair_inputs(&self, pb: &KdaProblem, rows: (usize, usize), seq: usize, hv: usize) -> rk::KdaInputs {
+        let (dk, dv) = (pb.dk, pb.dv);
+        let hq = hv / (pb.hv / pb.h);
+        let t = rows.1 - rows.0;
+        let mut x = rk::KdaInputs::new(1, t, 1, 1, dk, dv, vec![], vec![], vec![], vec![], vec![]);
+        for r in rows.0..rows.1 {
+            let qo = (r * pb.h + hq) * dk;
+            x.q.extend((0..dk).map(|i| self.q.get_f32(qo + i)));
+            x.k.extend((0..dk).map(|i| self.k.get_f32(qo + i)));
+            let vo = (r * pb.hv + hv) * dv;
+            x.v.extend((0..dv).map(|j| self.v.get_f32(vo + j)));
+            let go = (r * pb.hv + hv) * dk;
+            x.g.extend((0..dk).map(|i| {
+                let raw = self.g.get_f32(go + i) as f64;
+                let bias = self.bias.as_ref().map_or(0.0, |b| b.get_f32(hv * dk + i) as f64);
+                (match pb.gate {
+                    GateForm::Pre => raw,
+                    GateForm::Safe { .. } => rk::gate_safe(raw, bias, LOWER_BOUND as f64),
+                    GateForm::Standard { .. } => {
+                        rk::gate_standard(raw, self.a_log.as_ref().unwrap().get_f32(hv) as f64, bias)
+                    }
+                }) as f32
+            }));
+            let bv = self.beta.get_f32(r * pb.hv + hv) as f64;
+            x.beta.push(if pb.beta_sigmoid { (1.0 / (1.0 + (-bv).exp())) as f32 } else { bv as f32 });
+        }
+        x.h0 = self.h0.as_ref().map(|h0| {
+            let o = (seq * pb.hv + hv) * dk * dv;
+            (0..dk * dv).map(|i| h0.get_f32(o + i)).collect()
+        });
+        x.scale = Some(pb.scale() as f64);
+        x.use_qk_l2norm = pb.l2norm;
+        x
+    }
+}
+
+/// The two chunked kernels of a problem at resolved knobs.
+pub fn chunk_kernels(pb: &KdaProblem, l: &Launch) -> Result<(Kernel, Kernel), OpError> {
+    let spec = pb.spec();
+    Ok((
+        intra::build_intra(&spec, l.chunk, l.w1, l.op_dt, l.lvl_dt)?,
+        state::build_state(&spec, l.chunk, l.bv, l.w2, l.op_dt)?,
+    ))
+}
+
+/// The plan of a chunked problem: checks the inputs (safe-path gates on the host), then intra + state pass.
+pub fn chunk_plan(pb: &KdaProblem, d: &KdaData, knobs: &Knobs) -> Result<Plan, OpError> {
+    pb.validate()?;
+    if pb.safe && pb.gate == GateForm::Pre {
+        check_gates(&d.g, LOWER_BOUND)?;
+    }
+    let l = Launch::resolve(knobs, pb)?;
+    let (k1, k2) = chunk_kernels(pb, &l)?;
+    let (ctab, stab) = pb.chunk_tables(l.chunk as usize);
+    let nch = ctab.len() / 2;
+    let (tt, hv, dk, dv, c, n) = (pb.tokens(), pb.hv, pb.dk, pb.dv, l.chunk as usize, pb.num_seqs());
+    let mut plan = Plan::default();
+    let q = plan.input("q", d.q.clone());
+    let k = plan.input("k", d.k.clone());
+    let v = plan.input("v", d.v.clone());
+    let g = plan.input("g", d.g.clone());
+    let beta = plan.input("beta", d.beta.clone());
+    let mut a1 = vec![q, k, v, g, beta];
+    if let Some(b) = &d.bias {
+        a1.push(plan.input("bias", b.clone()));
+    }
+    if let Some(a) = &d.a_log {
+        a1.push(plan.input("a_log", a.clone()));
+    }
+    let ct = plan.input("ctab", HostTensor::from_i64(DType::I32, &[nch, 2], &ctab));
+    let st = plan.input("stab", HostTensor::from_i64(DType::I32, &[n, 2], &stab));
+    let wu = plan.scratch("wu", l.op_dt, &[hv, nch, c, dk + dv]);
+    let qb = plan.scratch("qbar", l.op_dt, &[hv, nch, c, dk]);
+    let kb = plan.scratch("kbar", l.op_dt, &[hv, nch, c, dk]);
+    let pm = plan.scratch("p", l.op_dt, &[hv, nch, c, c]);
+    let gam = plan.scratch("gamma", DType::F32, &[hv, nch, dk]);
+    a1.extend([ct, wu, qb, kb, pm, gam]);
+    let mut s1 = vec![("scale", SymValue::Float(pb.scale()))];
+    if matches!(pb.gate, GateForm::Safe { .. }) {
+        s1.push(("lb", SymValue::Float(LOWER_BOUND)));
+    }
+    let mut a2 = vec![wu, qb, kb, pm, gam, ct, st];
+    if let Some(h0) = &d.h0 {
+        a2.push(plan.input("h0", h0.clone()));
+    }
+    let o = plan.output("o", DType::Bf16, &[tt, hv, dv]);
+    let ht = plan.output("ht", DType::F32, &[n, hv, dk, dv]);
+    a2.extend([o, ht]);
+    if nch > 0 {
+        plan.step(k1, &a1, &s1);
+    }
+    plan.step(k2, &a2, &[]);
+    Ok(plan)
+}
+
+/// Compare `o: [rows, HV, V]` and `ht: [N, HV, K, V]` with the f64 recurrence on (sequence, value head) pairs.
+pub fn check_pairs(
+    pb: &KdaProblem,
+    d: &KdaData,
+    out: &Outputs,
+    pairs: &[(usize, usize)],
+    scope: String,
+) -> Result<CheckReport, OpError> {
+    let o = out.get("o")?;
+    let ht = out.get("ht")?;
+    let seqs = pb.seqs();
+    let (dk, dv, hvn) = (pb.dk, pb.dv, pb.hv);
+    type Quad = (Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>);
+    let per: Vec<Result<Quad, OpError>> = pairs
+        .par_iter()
+        .map(|&(n, hv)| {
+            let rows = seqs[n];
+            let x = d.pair_inputs(pb, rows, n, hv);
+            let r = rk::kda_recurrent(&x).map_err(|e| OpError::Internal(format!("reference: {e}")))?;
+            let mut got_o = Vec::with_capacity(r.o.len());
+            for row in rows.0..rows.1 {
+                let base = (row * hvn + hv) * dv;
+                got_o.extend((0..dv).map(|j| o.get_f32(base + j) as f64));
+            }
+            let sb = (n * hvn + hv) * dk * dv;
+            let got_s: Vec<f64> = (0..dk * dv).map(|i| ht.get_f32(sb + i) as f64).collect();
+            Ok((r.o, got_o, r.final_state, got_s))
+        })
+        .collect();
+    let (mut wo, mut go, mut ws, mut gs) = (vec![], vec![], vec![], vec![]);
+    for p in per {
+        let (a, b, c, e) = p?;
+        wo.extend(a);
+        go.extend(b);
+        ws.extend(c);
+        gs.extend(e);
+    }
+    let ro = crate::check::compare("o", &go, &wo, Tolerance::Bf16, scope.clone());
+    let rs = crate::check::compare("final state", &gs, &ws, Tolerance::Bf16, scope);
+    Ok(ro.merge(rs))
+}
+
+/// Which (sequence, value head) pairs a check covers: all of them while the f64 recurrence stays cheap (about
+/// 2^28 multiply-adds), else the first and last pair plus seeded others, at most 8 (fewer for long sequences).
+pub fn check_scope(pb: &KdaProblem, seed: u64) -> (Vec<(usize, usize)>, String) {
+    let n = pb.num_seqs();
+    let all: Vec<(usize, usize)> = (0..n).flat_map(|s| (0..pb.hv).map(move |h| (s, h))).collect();
+    let cost = pb.tokens() * pb.hv * pb.dk * pb.dv;
+    if cost <= 1 << 28 {
+        return (all, format!("all {} (sequence, value head) pairs: every o and state element", n * pb.hv));
+    }
+    let seqs = pb.seqs();
+    let longest = seqs.iter().map(|(s, e)| e - s).max().unwrap_or(0).max(1);
+    let budget = ((1usize << 31) / (longest * pb.dk * pb.dv)).clamp(2, 8);
+    let mut pick = vec![(0, 0), (n - 1, pb.hv - 1)];
+    let mut s = seed | 1;
+    while pick.len() < budget.min(all.len()) {
+        s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let p = all[(s >> 33) as usize % all.len()];
+        if !pick.contains(&p) {
+            pick.push(p);
+        }
+    }
+    pick.sort();
+    pick.dedup();
+    let scope = format!(
+        "{} sampled (sequence, value head) pairs of {} {:?}: every o row and state element of each",
+        pick.len(),
+        all.len(),
+        pick
+    );
+    (pick, scope)
+}
+
+// ------------------------------------------------------------------------------------------------------------
+// The `kda` operator.
+
+/// Chunked KDA forward (`kda`).
+pub struct Kda;
+
+struct KdaInstance {
+    pb: KdaProblem,
+    d: KdaData,
+    seed: u64,
+}
+
+impl Operator for Kda {
+    fn name(&self) -> &'static str {
+        "kda"
+    }
+    fn summary(&self) -> &'static str {
+        "chunked Kimi Delta Attention forward (safe-gate and exact diagonal tiles, varlen, GVA, h0, in-kernel l2norm/gates/beta sigmoid)"
+    }
+    fn knob_space(&self) -> KnobSpace {
+        knob_space()
+    }
+    fn default_knobs(&self) -> Knobs {
+        default_knobs()
+    }
+    fn bench_presets(&self) -> Vec<Preset> {
+        let p = |name: &str, b: i64, t: i64, h: i64, safe: i64| {
+            Preset::new(name, &[("B", b), ("T", t), ("H", h), ("K", 128), ("V", 128), ("safe", safe)])
+        };
+        vec![
+            p("B1 T8192 H96 K128 safe", 1, 8192, 96, 1),
+            p("B1 T65536 H32 K128 safe", 1, 65536, 32, 1),
+            p("B1 T16384 H32 K128 safe", 1, 16384, 32, 1),
+            p("B1 T16384 H32 K128 exact", 1, 16384, 32, 0),
+            p("B4 T4096 H64 K128 safe", 4, 4096, 64, 1),
+        ]
+    }
+    fn random_case(&self, rng: &mut StdRng) -> Preset {
+        const T_EDGE: [i64; 7] = [1, 15, 17, 63, 64, 65, 130];
+        let safe = rng.random_bool(0.5);
+        // Small head dims keep the interpreter fast; K = V = 128 now and then with a tiny T.
+        let big = rng.random_bool(0.1);
+        let (dk, dv) =
+            if big { (128, 128) } else { ([32i64, 64][rng.random_range(0..2)], [32i64, 64][rng.random_range(0..2)]) };
+        let h = rng.random_range(1..=2i64);
+        let hv = h * [1i64, 2][rng.random_range(0..2)];
+        let mut dims: Vec<(String, i64)> =
+            vec![("H".into(), h), ("HV".into(), hv), ("K".into(), dk), ("V".into(), dv), ("safe".into(), safe as i64)];
+        let mut desc = String::new();
+        if rng.random_bool(0.3) {
+            let n = rng.random_range(1..=4i64);
+            dims.push(("N".into(), n));
+            for i in 0..n {
+                let l = [0i64, 1, 15, 63, 17, 65][rng.random_range(0..6)];
+                dims.push((format!("L{i}"), if big { l.min(17) } else { l }));
+                desc.push_str(&format!("{l},"));
+            }
+        } else {
+            let t = if big { [1i64, 17][rng.random_range(0..2)] } else { T_EDGE[rng.random_range(0..T_EDGE.len())] };
+            dims.push(("B".into(), if t <= 65 { rng.random_range(1..=2) } else { 1 }));
+            dims.push(("T".into(), t));
+            desc = format!("T{t}");
+        }
+        let gate = if safe { [0i64, 0, 1][rng.random_range(0..3)] } else { [0i64, 0, 2][rng.random_range(0..3)] };
+        dims.push(("gate".into(), gate));
+        dims.push(("bias".into(), rng.random_bool(0.5) as i64));
+        dims.push(("l2norm".into(), rng.random_bool(0.3) as i64));
+        dims.push(("bsig".into(), rng.random_bool(0.3) as i64));
+        dims.push(("h0".into(), rng.random_bool(0.5) as i64));
+        dims.push(("extreme".into(), (!safe && gate == 0 && rng.random_bool(0.5)) as i64));
+        Preset {
+            name: format!("kda [{desc}] H{h} HV{hv} K{dk} V{dv} {}", if safe { "safe" } else { "exact" }),
+            dims: dims.into_iter().collect(),
+        }
+    }
+    fn instance(&self, p: &Preset, seed: u64) -> Result<Box<dyn Instance>, OpError> {
+        let pb = KdaProblem::from_preset(p)?;
+        let d = KdaData::generate(&pb, seed);
+        Ok(Box::new(KdaInstance { pb, d, seed }))
+    }
+    fn kernels(&self, p: &Preset, knobs: &Knobs) -> Result<Vec<Kernel>, OpError> {
+        let pb = KdaProblem::from_preset(p)?;
+        let (a, b) = chunk_kernels(&pb, &Launch::resolve(knobs, &pb)?)?;
+        Ok(vec![a, b])
+    }
+    fn bucket_dims(&self, p: &Preset) -> Vec<(String, u64)> {
+        match KdaProblem::from_preset(p) {
+            Ok(pb) => vec![
+                ("tokens_per_seq".into(), (pb.tokens() / pb.num_seqs().max(1)) as u64),
+                ("heads".into(), (pb.num_seqs() * pb.hv) as u64),
+                ("K".into(), pb.dk as u64),
+                ("V".into(), pb.dv as u64),
+                ("safe".into(), pb.safe as u64),
+            ],
+            Err(_) => vec![],
+        }
+    }
+}
+
+impl Instance for KdaInstance {
+    fn describe(&self) -> String {
+        format!("{} seed={}", self.pb.describe(), self.seed)
+    }
+    fn plan(&self, knobs: &Knobs) -> Result<Plan, OpError> {
+        chunk_plan(&self.pb, &self.d, knobs)
+    }
+    fn check(&self, out: &Outputs) -> Result<CheckReport, OpError> {
+        let (pairs, scope) = check_scope(&self.pb, self.seed);
+        check_pairs(&self.pb, &self.d, out, &pairs, scope)
+    }
+    fn work(&self) -> Work {
+        let pb = &self.pb;
+        let (tt, h, hv, dk, dv, n) =
+            (pb.tokens() as f64, pb.h as f64, pb.hv as f64, pb.dk as f64, pb.dv as f64, pb.num_seqs() as f64);
+        // The paper's count per head (Eq. 13, chunk 64), as the anchor script uses it.
+        let flops = hv * tt * (6.0 * dk * dv + 3.0 * 64.0 * dk + 64.0 * 64.0);
+        let state = n * hv * dk * dv * 4.0;
+        let bytes = 2.0 * tt * h * dk * 2.0
+            + tt * hv * dv * 2.0
+            + tt * hv * dk * 4.0
+            + tt * hv * 2.0
+            + if pb.h0 { state } else { 0.0 }
+            + tt * hv * dv * 2.0
+            + state;
+        Work { flops, bytes }
+    }
+    fn problem(&self) -> serde_json::Value {
+        let pb = &self.pb;
+        let cu: Option<Vec<usize>> = pb.lens.as_ref().map(|_| {
+            let mut cu = vec![0];
+            cu.extend(pb.seqs().iter().map(|s| s.1));
+            cu
+        });
+        serde_json::json!({
+            "B": pb.b, "T": pb.t, "H": pb.h, "HV": pb.hv, "K": pb.dk, "V": pb.dv,
+            "cu_seqlens": cu, "safe": pb.safe, "lower_bound": LOWER_BOUND, "gate": pb.gate.name(),
+            "gate_bias": pb.gate.has_bias(), "l2norm": pb.l2norm, "beta_sigmoid": pb.beta_sigmoid,
+            "h0": pb.h0, "output_final_state": true, "scale": pb.scale(),
+        })
+    }
+}
+
+pub use decode::KdaDecode;

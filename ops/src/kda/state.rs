@@ -1,0 +1,132 @@
+//! Kernel 2 of the chunked KDA forward: the sequential pass over the chunks of each sequence with the state
+//! `S` (K x BV, f32) in registers, one block per (sequence, value head, value block of BV columns).
+//!
+//! Per chunk: `Vt = U - W bf16(S)`, `O = Qbar bf16(S) + P bf16(Vt)` (the scale is inside Qbar and P),
+//! `S <- Diag(gamma) S + Kbar^T bf16(Vt)`. The chunk's operands come from kernel 1's scratch through `cp.async`
+//! into single shared buffers that are refilled for the next chunk as soon as their last reader is done: W, U
+//! and Qbar right after `Vt` is formed, P, Kbar and gamma at the end of the chunk, so each group of loads
+//! overlaps half a chunk of tensor-core work and the block needs no second stage.
+
+use super::{KdaSpec, grid};
+use crate::OpError;
+use k3k_ir::*;
+
+/// Build kernel 2 for a variant, chunk size, value block and warp count.
+pub fn build_state(spec: &KdaSpec, chunk: u32, bv: u32, warps: u32, op_dt: DType) -> Result<Kernel, OpError> {
+    let (dk, dv, c) = (spec.dk, spec.dv, chunk);
+    let name = format!("k3k_kda_state_k{dk}_v{dv}{}_c{c}_bv{bv}_w{warps}_{op_dt}", if spec.h0 { "_h0" } else { "" });
+    let mut b = KernelBuilder::new(&name, 32 * warps);
+    let (kk, vv, cc, bvv) = (dk as i64, dv as i64, c as i64, bv as i64);
+    let tt = b.dim("TT");
+    let hv = b.dim("HV");
+    let nch = b.dim("NCH");
+    let n = b.dim("N");
+    let wu = b.tensor("wu", op_dt, &[hv.clone(), nch.clone(), Expr::Int(cc), Expr::Int(kk + vv)], Access::Read);
+    let qb = b.tensor("qb", op_dt, &[hv.clone(), nch.clone(), Expr::Int(cc), Expr::Int(kk)], Access::Read);
+    let kb = b.tensor("kb", op_dt, &[hv.clone(), nch.clone(), Expr::Int(cc), Expr::Int(kk)], Access::Read);
+    let pm = b.tensor("pm", op_dt, &[hv.clone(), nch.clone(), Expr::Int(cc), Expr::Int(cc)], Access::Read);
+    let gam = b.tensor("gam", DType::F32, &[hv.clone(), nch.clone(), Expr::Int(kk)], Access::Read);
+    let ctab = b.tensor("ctab", DType::I32, &[nch.clone(), Expr::Int(2)], Access::Read);
+    let stab = b.tensor("stab", DType::I32, &[n.clone(), Expr::Int(2)], Access::Read);
+    let h0 = spec
+        .h0
+        .then(|| b.tensor("h0", DType::F32, &[n.clone(), hv.clone(), Expr::Int(kk), Expr::Int(vv)], Access::Read));
+    let o = b.tensor("o", DType::Bf16, &[tt.clone(), hv.clone(), Expr::Int(vv)], Access::Write);
+    let ht = b.tensor("ht", DType::F32, &[n.clone(), hv.clone(), Expr::Int(kk), Expr::Int(vv)], Access::Write);
+    b.grid(n.clone(), hv.clone(), vv / bvv);
+
+    let sw = b.shared("sW", op_dt, c, dk, 1, Swizzle::Xor16B);
+    let su = b.shared("sU", op_dt, c, bv, 1, Swizzle::Xor16B);
+    let sqb = b.shared("sQb", op_dt, c, dk, 1, Swizzle::Xor16B);
+    let skb = b.shared("sKb", op_dt, c, dk, 1, Swizzle::Xor16B);
+    let sp = b.shared("sP", op_dt, c, c, 1, Swizzle::Xor16B);
+    let sgam = b.shared("sGam", DType::F32, 1, dk, 1, Swizzle::None);
+    let ss = b.shared("sS", op_dt, dk, bv, 1, Swizzle::Xor16B);
+    let svt = b.shared("sVt", op_dt, c, bv, 1, Swizzle::Xor16B);
+
+    let st = b.tile("S", DType::F32, dk, bv, grid(dk, bv, warps, 16));
+    let og = grid(c, bv, warps, 16);
+    let acc_v = b.tile("accV", DType::F32, c, bv, og);
+    let acc_o = b.tile("accO", DType::F32, c, bv, og);
+
+    let seq = b.let_("seq", Expr::block_idx(0));
+    let hvi = b.let_("hv", Expr::block_idx(1));
+    let v0 = b.let_("v0", Expr::block_idx(2) * bvv);
+    let c0 = b.let_("c0", Expr::load(stab, &seq * 2i64));
+    let nc = b.let_("nc", Expr::load(stab, &seq * 2i64 + 1i64));
+    let state_off = b.let_("state_off", (&seq * hv.clone() + hvi.clone()) * (kk * vv) + v0.clone());
+    match h0 {
+        Some(h0) => b.load(st, Place::Global(view(h0, state_off.clone(), vv, kk, bvv, 2))),
+        None => b.map(st, 0.0),
+    }
+
+    let slot_of = |ch: &Expr| &hvi * nch.clone() + ch.clone();
+    let len_of = |ch: &Expr| Expr::load(ctab, ch * 2i64 + 1i64);
+    // Group A: W, U, Qbar (read by the first half of a chunk).
+    let issue_a = |b: &mut KernelBuilder, ch: Expr| {
+        let slot = b.let_("slot_a", slot_of(&ch));
+        let rows = b.let_("rows_a", len_of(&ch));
+        let base = b.let_("wu_base", &slot * (cc * (kk + vv)));
+        let d = b.slot(sw, 0i64);
+        b.copy_async(d, view(wu, base.clone(), kk + vv, rows.clone(), kk, 8));
+        let d = b.slot(su, 0i64);
+        b.copy_async(d, view(wu, base + kk + v0.clone(), kk + vv, rows.clone(), bvv, 8));
+        let d = b.slot(sqb, 0i64);
+        b.copy_async(d, view(qb, &slot * (cc * kk), kk, rows, kk, 8));
+    };
+    // Group B: P, Kbar, gamma (read by the second half).
+    let issue_b = |b: &mut KernelBuilder, ch: Expr| {
+        let slot = b.let_("slot_b", slot_of(&ch));
+        let rows = b.let_("rows_b", len_of(&ch));
+        let d = b.slot(sp, 0i64);
+        b.copy_async(d, view(pm, &slot * (cc * cc), cc, rows.clone(), cc, 8));
+        let d = b.slot(skb, 0i64);
+        b.copy_async(d, view(kb, &slot * (cc * kk), kk, rows, kk, 8));
+        let d = b.slot(sgam, 0i64);
+        b.copy_async(d, view(gam, &slot * kk, kk, 1i64, kk, 4));
+    };
+    b.if_(nc.gt(0i64), |b| {
+        issue_a(b, c0.clone());
+        b.commit();
+        issue_b(b, c0.clone());
+        b.commit();
+    });
+    b.for_("j", 0i64, nc.clone(), 1i64, |b, j| {
+        let ch = b.let_("ch", &c0 + j.clone());
+        let row0 = b.let_("row0", Expr::load(ctab, &ch * 2i64));
+        let len = b.let_("len", len_of(&ch));
+        let more = b.let_("more", (&j + 1i64).lt(nc.clone()));
+        b.wait(1);
+        b.barrier();
+        let d = b.slot(ss, 0i64);
+        b.store(st, Place::Shared(d));
+        b.barrier();
+        b.map(acc_v, 0.0);
+        b.map(acc_o, 0.0);
+        let s_op = Operand::Shared { src: b.slot(ss, 0i64), transpose: false };
+        b.mma(acc_v, Operand::Shared { src: b.slot(sw, 0i64), transpose: false }, s_op.clone());
+        b.mma(acc_o, Operand::Shared { src: b.slot(sqb, 0i64), transpose: false }, s_op);
+        b.map(acc_v, Expr::shared_load(su, 0i64, Expr::RowIdx, Expr::ColIdx) - Expr::Elem(acc_v));
+        let d = b.slot(svt, 0i64);
+        b.store(acc_v, Place::Shared(d));
+        b.barrier();
+        b.if_(more.clone(), |b| issue_a(b, &ch + 1i64));
+        b.commit();
+        b.wait(1);
+        b.barrier();
+        let vt = Operand::Shared { src: b.slot(svt, 0i64), transpose: false };
+        b.mma(acc_o, Operand::Shared { src: b.slot(sp, 0i64), transpose: false }, vt.clone());
+        b.store(
+            acc_o,
+            Place::Global(view(o, (&row0 * hv.clone() + hvi.clone()) * vv + v0.clone(), hv.clone() * vv, len, bvv, 2)),
+        );
+        b.map(st, Expr::Elem(st) * Expr::shared_load(sgam, 0i64, 0i64, Expr::RowIdx));
+        b.mma(st, Operand::Shared { src: b.slot(skb, 0i64), transpose: true }, vt);
+        b.barrier();
+        b.if_(more, |b| issue_b(b, &ch + 1i64));
+        b.commit();
+    });
+    b.wait(0);
+    b.store(st, Place::Global(view(ht, state_off, vv, kk, bvv, 2)));
+    Ok(b.finish()?)
+}

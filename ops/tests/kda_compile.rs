@@ -1,0 +1,106 @@
+//! Every KDA kernel variant renders, compiles with NVRTC and assembles for sm_90a with no spills (and no stack
+//! frame), at the default knobs and at the other knob points the operator offers.
+use k3k_codegen::{BuildOptions, build};
+use k3k_ir::{Kernel, Knobs};
+use k3k_ops::kda::{self, KdaProblem, Launch, decode};
+use k3k_ops::op::{Operator, Preset};
+
+fn assemble(k: &Kernel) {
+    let m = match build(k, BuildOptions { assemble: true }) {
+        Ok(m) => m,
+        Err(e) => panic!("{}: {e}", k.name),
+    };
+    let r = m.resources.clone().unwrap();
+    eprintln!("{}: {:?} smem {} nvrtc {:.0} ms", k.name, r, k.shared_bytes(), m.nvrtc_ms);
+    assert!(!r.spills(), "{}: {r:?}", k.name);
+    assert_eq!(r.stack_frame_bytes, 0, "{}: {r:?}", k.name);
+}
+
+fn chunk_kernels(dims: &[(&str, i64)], knobs: &Knobs) -> (Kernel, Kernel) {
+    let pb = KdaProblem::from_preset(&Preset::new("t", dims)).unwrap();
+    kda::chunk_kernels(&pb, &Launch::resolve(knobs, &pb).unwrap()).unwrap()
+}
+
+#[test]
+fn presets_compile_at_default_knobs() {
+    let op = kda::Kda;
+    for p in op.bench_presets() {
+        for k in op.kernels(&p, &op.default_knobs()).unwrap() {
+            assemble(&k);
+        }
+    }
+}
+
+#[test]
+fn variants_and_knob_points_compile() {
+    let base = [("B", 1i64), ("T", 8192), ("H", 8), ("K", 128), ("V", 128)];
+    let with = |extra: &[(&'static str, i64)]| -> Vec<(&'static str, i64)> {
+        base.iter().copied().chain(extra.iter().copied()).collect()
+    };
+    let def = kda::default_knobs();
+    let mut ks: Vec<Kernel> = vec![];
+    let mut add = |dims: Vec<(&str, i64)>, knobs: &Knobs, which: u8| {
+        let (a, b) = chunk_kernels(&dims, knobs);
+        if which & 1 != 0 {
+            ks.push(a);
+        }
+        if which & 2 != 0 {
+            ks.push(b);
+        }
+    };
+    // In-kernel options on both paths (intra kernels), an initial state (state kernel).
+    add(with(&[("safe", 1), ("gate", 1), ("bias", 1), ("l2norm", 1), ("bsig", 1)]), &def, 1);
+    add(with(&[("safe", 0), ("gate", 2), ("bias", 1), ("l2norm", 1), ("bsig", 1), ("h0", 1)]), &def, 3);
+    // Chunk 32, 4 warps, bf16 operands.
+    add(with(&[("safe", 1)]), &def.clone().with("CHUNK", 32i64).with("W1", 4i64), 3);
+    add(with(&[("safe", 0)]), &def.clone().with("CHUNK", 32i64), 1);
+    add(with(&[("safe", 1)]), &def.clone().with("OPDT", "bf16"), 3);
+    add(with(&[("safe", 0)]), &def.clone().with("CHUNK", 32i64).with("W1", 4i64), 1);
+    add(vec![("B", 1), ("T", 100), ("H", 2), ("K", 64), ("V", 64), ("safe", 0)], &def.clone().with("W1", 4i64), 1);
+    // State-pass value blocks.
+    for (bv, w2) in [(16i64, 4i64), (32, 8), (64, 8)] {
+        add(with(&[("safe", 1)]), &def.clone().with("BV", bv).with("W2", w2), 2);
+    }
+    // Smaller head dims.
+    for (k, v) in [(64i64, 64i64), (32, 32), (64, 128), (128, 32)] {
+        add(vec![("B", 1), ("T", 100), ("H", 2), ("K", k), ("V", v), ("safe", 0)], &def, 3);
+    }
+    add(vec![("B", 1), ("T", 100), ("H", 2), ("K", 64), ("V", 64), ("safe", 1)], &def, 1);
+    // Decode, in place and not, with every gate form.
+    for (gate, l2, inplace) in [(0, false, true), (1, true, false), (2, false, false)] {
+        let spec = decode::DecodeSpec {
+            dk: 128,
+            dv: 128,
+            gate: match gate {
+                0 => kda::GateForm::Pre,
+                1 => kda::GateForm::Safe { bias: true },
+                _ => kda::GateForm::Standard { bias: true },
+            },
+            l2norm: l2,
+            beta_sigmoid: l2,
+            in_place: inplace,
+        };
+        ks.push(decode::build_decode(&spec).unwrap());
+    }
+    let mut names = std::collections::HashMap::new();
+    for k in &ks {
+        if let Some(prev) = names.insert(k.name.clone(), k3k_ir::stable_hash(k)) {
+            assert_eq!(prev, k3k_ir::stable_hash(k), "two different kernels named {}", k.name);
+        }
+    }
+    // `K3K_KDA_ONLY=<substring>` assembles only the matching kernels (a debugging aid).
+    let only = std::env::var("K3K_KDA_ONLY").unwrap_or_default();
+    use rayon::prelude::*;
+    ks.par_iter().filter(|k| k.name.contains(&only)).for_each(assemble);
+}
+
+/// Writes the CUDA of the default kernels of the first preset to `$K3K_KDA_DUMP` (a debugging aid).
+#[test]
+fn dump_cuda() {
+    let Ok(dir) = std::env::var("K3K_KDA_DUMP") else { return };
+    let op = kda::Kda;
+    let p = &op.bench_presets()[0];
+    for k in op.kernels(p, &op.default_knobs()).unwrap() {
+        std::fs::write(format!("{dir}/{}.cu", k.name), k3k_codegen::render(&k).unwrap()).unwrap();
+    }
+}

@@ -1,0 +1,332 @@
+//! The chunked KDA kernels and the decode kernel on the CPU interpreter against the f64 recurrence
+//! (`k3k_reference::kda::kda_recurrent`, SPEC 3: rel L2 <= 5e-3 for o and the final state): edge lengths,
+//! varlen mixes, GVA, h0, both diagonal-tile paths with their gates (-1000 on the exact path, [-5, 0) on the
+//! safe path), the in-kernel options, chunk 32 and 64; the safe path's typed rejection of a gate below the
+//! bound; decode in place and not; prefill/decode and split/whole consistency.
+
+use k3k_ir::{HostTensor, Knobs, SymValue};
+use k3k_ops::OpError;
+use k3k_ops::kda::decode::{self, DecodeProblem};
+use k3k_ops::kda::{self, KdaData, KdaProblem};
+use k3k_ops::op::{Operator, Preset};
+use k3k_ops::plan::Executor;
+use k3k_reference::metrics::rel_l2;
+
+fn knobs(chunk: i64) -> Knobs {
+    kda::default_knobs().with("CHUNK", chunk)
+}
+
+fn problem(dims: &[(&str, i64)]) -> KdaProblem {
+    KdaProblem::from_preset(&Preset::new("test", dims)).unwrap()
+}
+
+/// Run a chunked problem on the interpreter at `knobs` and check every (sequence, head) pair; returns the
+/// relative error.
+fn run_with(dims: &[(&str, i64)], knobs: &Knobs, seed: u64) -> f64 {
+    let pb = problem(dims);
+    let d = KdaData::generate(&pb, seed);
+    let plan = kda::chunk_plan(&pb, &d, knobs).unwrap();
+    let out = Executor::Cpu.run(&plan).unwrap_or_else(|e| panic!("{dims:?}: {e}"));
+    let (pairs, scope) = kda::check_scope(&pb, seed);
+    let r = kda::check_pairs(&pb, &d, &out, &pairs, scope).unwrap();
+    eprintln!("{dims:?} [{knobs}]: rel {:.3e} ({})", r.max_rel_err, r.scope);
+    assert!(r.passed, "{dims:?} [{knobs}] seed {seed}: {} (rel {:.3e})", r.detail, r.max_rel_err);
+    r.max_rel_err
+}
+
+fn run(dims: &[(&str, i64)], chunk: i64, seed: u64) -> f64 {
+    run_with(dims, &knobs(chunk), seed)
+}
+
+fn seed() -> u64 {
+    let s = k3k_reference::random::fresh_seed();
+    eprintln!("seed {s}");
+    s
+}
+
+#[test]
+fn edge_lengths_both_paths_both_chunks() {
+    let s = seed();
+    for safe in [1, 0] {
+        for chunk in [64, 32] {
+            for t in [1, 15, 17, 63, 65, 130] {
+                run(&[("B", 1), ("T", t), ("H", 1), ("K", 32), ("V", 32), ("safe", safe)], chunk, s ^ t as u64);
+            }
+        }
+    }
+}
+
+#[test]
+fn head_dims_128_and_mixed() {
+    let s = seed();
+    run(&[("B", 1), ("T", 17), ("H", 1), ("K", 128), ("V", 128), ("safe", 1), ("h0", 1)], 64, s);
+    run(&[("B", 1), ("T", 20), ("H", 1), ("K", 128), ("V", 128), ("safe", 0)], 32, s ^ 1);
+    run(&[("B", 2), ("T", 40), ("H", 1), ("K", 64), ("V", 32), ("safe", 1)], 64, s ^ 2);
+    run(&[("B", 1), ("T", 70), ("H", 1), ("K", 32), ("V", 64), ("safe", 0), ("h0", 1)], 64, s ^ 3);
+}
+
+#[test]
+fn varlen_gva_and_initial_state() {
+    let s = seed();
+    // Sequences 1, 15, 63 (and an empty one), GVA HV = 2H, h0 per sequence.
+    let dims = [
+        ("N", 4i64),
+        ("L0", 1),
+        ("L1", 15),
+        ("L2", 0),
+        ("L3", 63),
+        ("H", 2),
+        ("HV", 4),
+        ("K", 32),
+        ("V", 32),
+        ("h0", 1),
+    ];
+    for (safe, chunk) in [(1, 64), (0, 32), (0, 64), (1, 32)] {
+        let mut d = dims.to_vec();
+        d.push(("safe", safe));
+        run(&d, chunk, s ^ chunk as u64 ^ safe as u64);
+    }
+    // A batch of equal sequences with GVA 3:1.
+    run(&[("B", 3), ("T", 33), ("H", 1), ("HV", 3), ("K", 32), ("V", 64), ("safe", 1), ("h0", 1)], 64, s ^ 9);
+}
+
+#[test]
+fn extreme_gates_on_the_exact_path() {
+    let s = seed();
+    for chunk in [64, 32] {
+        run(
+            &[("B", 1), ("T", 130), ("H", 1), ("HV", 2), ("K", 64), ("V", 32), ("safe", 0), ("extreme", 1), ("h0", 1)],
+            chunk,
+            s ^ chunk as u64,
+        );
+    }
+}
+
+#[test]
+fn safe_path_rejects_a_gate_below_the_bound() {
+    let pb = problem(&[("B", 1), ("T", 40), ("H", 1), ("K", 32), ("V", 32), ("safe", 1)]);
+    let mut d = KdaData::generate(&pb, 5);
+    // Every generated gate is in [-5, 0) ...
+    let g = d.g.to_f32_vec();
+    assert!(g.iter().all(|&x| (-5.0..0.0).contains(&x)), "generated safe gates out of range");
+    kda::chunk_plan(&pb, &d, &knobs(64)).unwrap();
+    // ... and one at -5.01 is refused on the host, naming `g`.
+    d.g.set_f32(777, -5.01);
+    match kda::chunk_plan(&pb, &d, &knobs(64)) {
+        Err(OpError::BadInput { op: "kda", arg, why }) => {
+            assert_eq!(arg, "g");
+            assert!(why.contains("g[777]"), "{why}");
+        }
+        other => panic!("expected BadInput on g, got {other:?}"),
+    }
+    d.g.set_f32(777, f32::NAN);
+    assert!(matches!(kda::chunk_plan(&pb, &d, &knobs(64)), Err(OpError::BadInput { .. })));
+    // The exact path takes the same gate.
+    let mut pe = pb.clone();
+    pe.safe = false;
+    d.g.set_f32(777, -1000.0);
+    kda::chunk_plan(&pe, &d, &knobs(64)).unwrap();
+    // The safe path cannot take the unbounded standard gate form.
+    let r = KdaProblem::from_preset(&Preset::new(
+        "t",
+        &[("B", 1), ("T", 4), ("H", 1), ("K", 32), ("V", 32), ("safe", 1), ("gate", 2)],
+    ));
+    assert!(matches!(r, Err(OpError::BadInput { ref arg, .. }) if arg == "gate"), "{r:?}");
+}
+
+#[test]
+fn in_kernel_options() {
+    let s = seed();
+    let base = [("B", 1i64), ("T", 70), ("H", 1), ("HV", 2), ("K", 32), ("V", 32)];
+    let cases: [&[(&str, i64)]; 5] = [
+        &[("safe", 1), ("l2norm", 1)],
+        &[("safe", 1), ("gate", 1), ("bias", 1), ("bsig", 1)],
+        &[("safe", 1), ("gate", 1), ("l2norm", 1), ("h0", 1)],
+        &[("safe", 0), ("gate", 2), ("bias", 1), ("l2norm", 1), ("bsig", 1)],
+        &[("safe", 0), ("gate", 2), ("h0", 1)],
+    ];
+    for (i, extra) in cases.iter().enumerate() {
+        let dims: Vec<_> = base.iter().chain(extra.iter()).copied().collect();
+        run(&dims, if i % 2 == 0 { 64 } else { 32 }, s ^ i as u64);
+    }
+}
+
+#[test]
+fn knob_points_agree() {
+    let s = seed();
+    let dims = [("B", 1i64), ("T", 100), ("H", 1), ("K", 64), ("V", 64), ("safe", 1), ("h0", 1)];
+    let def = kda::default_knobs();
+    for k in [
+        def.clone().with("W1", 4i64),
+        def.clone().with("BV", 16i64),
+        def.clone().with("BV", 32i64).with("W2", 8i64),
+        def.clone().with("BV", 64i64),
+        def.clone().with("OPDT", "bf16").with("LVLDT", "bf16"),
+    ] {
+        run_with(&dims, &k, s);
+    }
+    let mut e = dims.to_vec();
+    e[5] = ("safe", 0);
+    run_with(&e, &def.clone().with("LVLDT", "bf16").with("W1", 4i64), s);
+}
+
+#[test]
+fn operator_random_cases() {
+    // The operator's own random cases (what `k3k check --op kda` draws), at the default knobs.
+    let s = seed();
+    let mut rng = <rand::rngs::StdRng as rand::SeedableRng>::seed_from_u64(s);
+    for op in [&kda::Kda as &dyn Operator, &kda::KdaDecode] {
+        for _ in 0..6 {
+            let p = op.random_case(&mut rng);
+            let inst = op.instance(&p, s).unwrap();
+            let out = Executor::Cpu.run(&inst.plan(&op.default_knobs()).unwrap()).unwrap();
+            let r = inst.check(&out).unwrap();
+            eprintln!("{}: rel {:.3e}", inst.describe(), r.max_rel_err);
+            assert!(r.passed, "{} (seed {s}): {}", inst.describe(), r.detail);
+        }
+    }
+}
+
+#[test]
+fn split_sequence_equals_whole() {
+    // Prefill of T tokens == prefill of the first part, then of the rest from its final state.
+    let s = seed();
+    let (t, t1) = (90usize, 37usize);
+    let whole = problem(&[("B", 1), ("T", t as i64), ("H", 1), ("K", 32), ("V", 32), ("safe", 0), ("h0", 1)]);
+    let d = KdaData::generate(&whole, s);
+    let exec = |pb: &KdaProblem, d: &KdaData| Executor::Cpu.run(&kda::chunk_plan(pb, d, &knobs(64)).unwrap()).unwrap();
+    let out = exec(&whole, &d);
+    let rows = |x: &HostTensor, lo: usize, hi: usize, width: usize| {
+        let mut y = x.clone();
+        y.shape[0] = hi - lo;
+        y.data = x.data[lo * width * x.dtype.storage_bytes(1)..hi * width * x.dtype.storage_bytes(1)].to_vec();
+        y
+    };
+    let part = |lo: usize, hi: usize, h0: HostTensor| {
+        let mut pb = whole.clone();
+        pb.t = hi - lo;
+        let dd = KdaData {
+            q: rows(&d.q, lo, hi, 32),
+            k: rows(&d.k, lo, hi, 32),
+            v: rows(&d.v, lo, hi, 32),
+            g: rows(&d.g, lo, hi, 32),
+            beta: rows(&d.beta, lo, hi, 1),
+            bias: None,
+            a_log: None,
+            h0: Some(h0),
+        };
+        exec(&pb, &dd)
+    };
+    let a = part(0, t1, d.h0.clone().unwrap());
+    let b = part(t1, t, a.get("ht").unwrap().clone());
+    let (o_whole, o_a, o_b) =
+        (out.get("o").unwrap().to_f64_vec(), a.get("o").unwrap().to_f64_vec(), b.get("o").unwrap().to_f64_vec());
+    let joined: Vec<f64> = o_a.iter().chain(&o_b).copied().collect();
+    let ro = rel_l2(&joined, &o_whole);
+    let rs = rel_l2(&b.get("ht").unwrap().to_f64_vec(), &out.get("ht").unwrap().to_f64_vec());
+    eprintln!("split vs whole: o {ro:.2e} state {rs:.2e}");
+    assert!(ro < 5e-3 && rs < 2e-3, "o {ro} state {rs}");
+}
+
+fn decode_problem(dims: &[(&str, i64)]) -> DecodeProblem {
+    DecodeProblem::from_preset(&Preset::new("t", dims)).unwrap()
+}
+
+#[test]
+fn decode_matches_reference_in_place_and_not() {
+    let s = seed();
+    for (i, dims) in [
+        vec![("N", 3i64), ("T", 1), ("H", 2), ("HV", 4), ("K", 128), ("V", 128)],
+        vec![("N", 2), ("T", 5), ("H", 1), ("K", 64), ("V", 32), ("gate", 1), ("bias", 1), ("l2norm", 1)],
+        vec![("N", 1), ("T", 3), ("H", 1), ("HV", 2), ("K", 32), ("V", 128), ("gate", 2), ("bsig", 1)],
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let pb = decode_problem(&dims);
+        let d = KdaData::generate(&pb.as_chunked(), s ^ i as u64);
+        // Out of place, through the operator's plan and check.
+        let out = Executor::Cpu.run(&decode::decode_plan(&pb, &d).unwrap()).unwrap();
+        let cp = pb.as_chunked();
+        let (pairs, scope) = kda::check_scope(&cp, s);
+        let r = kda::check_pairs(&cp, &d, &out, &pairs, scope).unwrap();
+        eprintln!("decode {dims:?}: rel {:.2e}", r.max_rel_err);
+        assert!(r.passed, "decode {dims:?} seed {s}: {}", r.detail);
+        // In place: the state tensor is updated and equals the out-of-place ht.
+        let k = decode::build_decode(&pb.spec(true)).unwrap();
+        let (n, t, h, hv, dk, dv) = (pb.n, pb.t, pb.h, pb.hv, pb.dk, pb.dv);
+        let reshape = |x: &HostTensor, shape: &[usize]| HostTensor {
+            dtype: x.dtype,
+            shape: shape.to_vec(),
+            data: x.data.clone(),
+        };
+        let mut ts = vec![
+            reshape(&d.q, &[n, t, h, dk]),
+            reshape(&d.k, &[n, t, h, dk]),
+            reshape(&d.v, &[n, t, hv, dv]),
+            reshape(&d.g, &[n, t, hv, dk]),
+            reshape(&d.beta, &[n, t, hv]),
+        ];
+        ts.extend(d.bias.clone());
+        ts.extend(d.a_log.clone());
+        ts.push(d.h0.clone().unwrap());
+        let mut o = HostTensor::zeros(k3k_ir::DType::Bf16, &[n, t, hv, dv]);
+        o.poison();
+        ts.push(o);
+        let mut scalars = vec![("scale", SymValue::Float(pb.as_chunked().scale()))];
+        if matches!(pb.gate, kda::GateForm::Safe { .. }) {
+            scalars.push(("lb", SymValue::Float(kda::LOWER_BOUND)));
+        }
+        k3k_codegen::cpu::interp::run(&k, &mut ts, &scalars, Default::default()).unwrap();
+        let si = ts.len() - 2;
+        assert_eq!(ts[si].data, out.get("ht").unwrap().data, "in-place state differs");
+        assert_eq!(ts[si + 1].data, out.get("o").unwrap().data, "in-place o differs");
+    }
+}
+
+#[test]
+fn decode_continues_a_prefill() {
+    // The state after a chunked prefill of T tokens, advanced by one decode step, equals the prefill of T + 1.
+    let s = seed();
+    let t = 70usize;
+    let dims = |t: usize| vec![("B", 1i64), ("T", t as i64), ("H", 1), ("K", 64), ("V", 64), ("safe", 0), ("h0", 1)];
+    let full = problem(&dims(t + 1));
+    let d = KdaData::generate(&full, s);
+    let out_full = Executor::Cpu.run(&kda::chunk_plan(&full, &d, &knobs(64)).unwrap()).unwrap();
+    let cut = |x: &HostTensor, lo: usize, hi: usize, width: usize| {
+        let b = x.dtype.storage_bytes(1) * width;
+        let mut y = x.clone();
+        y.shape[0] = hi - lo;
+        y.data = x.data[lo * b..hi * b].to_vec();
+        y
+    };
+    let pre = problem(&dims(t));
+    let dp = KdaData {
+        q: cut(&d.q, 0, t, 64),
+        k: cut(&d.k, 0, t, 64),
+        v: cut(&d.v, 0, t, 64),
+        g: cut(&d.g, 0, t, 64),
+        beta: cut(&d.beta, 0, t, 1),
+        bias: None,
+        a_log: None,
+        h0: d.h0.clone(),
+    };
+    let out_pre = Executor::Cpu.run(&kda::chunk_plan(&pre, &dp, &knobs(64)).unwrap()).unwrap();
+    let pb = decode_problem(&[("N", 1), ("T", 1), ("H", 1), ("K", 64), ("V", 64)]);
+    let dd = KdaData {
+        q: cut(&d.q, t, t + 1, 64),
+        k: cut(&d.k, t, t + 1, 64),
+        v: cut(&d.v, t, t + 1, 64),
+        g: cut(&d.g, t, t + 1, 64),
+        beta: cut(&d.beta, t, t + 1, 1),
+        bias: None,
+        a_log: None,
+        h0: Some(out_pre.get("ht").unwrap().clone()),
+    };
+    let out_dec = Executor::Cpu.run(&decode::decode_plan(&pb, &dd).unwrap()).unwrap();
+    let rs = rel_l2(&out_dec.get("ht").unwrap().to_f64_vec(), &out_full.get("ht").unwrap().to_f64_vec());
+    let o_full = out_full.get("o").unwrap().to_f64_vec();
+    let ro = rel_l2(&out_dec.get("o").unwrap().to_f64_vec(), &o_full[t * 64..]);
+    eprintln!("prefill + decode vs prefill: state {rs:.2e} o {ro:.2e}");
+    assert!(rs < 2e-3 && ro < 5e-3, "state {rs} o {ro}");
+}
