@@ -11,7 +11,7 @@ pub struct Args {
     /// Operator (or family, or `all`).
     #[arg(long, default_value = "all")]
     pub op: String,
-    /// Only this preset (default: every benchmark preset of the operator).
+    /// Only these presets, separated by `;` (default: every benchmark preset of the operator).
     #[arg(long)]
     pub preset: Option<String>,
     /// Knob overrides (default: tuned configs when present, else the defaults). Several sets separated by `;`
@@ -59,8 +59,15 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     let mut exec = GpuExec::new(gpu);
     let timing = TimingOptions { reps: a.reps, ..Default::default() };
     for op in super::select_ops(&a.op)? {
-        let presets: Vec<_> =
-            op.bench_presets().into_iter().filter(|p| a.preset.as_ref().is_none_or(|n| &p.name == n)).collect();
+        let presets: Vec<_> = op
+            .bench_presets()
+            .into_iter()
+            .filter(|p| a.preset.as_ref().is_none_or(|sel| sel.split(';').any(|n| n.trim() == p.name)))
+            .collect();
+        if presets.is_empty() {
+            println!("== {}: no preset matches `--preset {}`", op.name(), a.preset.as_deref().unwrap_or(""));
+            continue;
+        }
         let sets: Vec<_> = match &a.knobs {
             None => vec![op.default_knobs()],
             Some(s) => {
