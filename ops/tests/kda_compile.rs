@@ -104,3 +104,16 @@ fn dump_cuda() {
         std::fs::write(format!("{dir}/{}.cu", k.name), k3k_codegen::render(&k).unwrap()).unwrap();
     }
 }
+
+/// Writes the PTX of the default kernels of the first preset to `$K3K_KDA_PTX` (a debugging aid).
+#[test]
+fn dump_ptx() {
+    let Ok(dir) = std::env::var("K3K_KDA_PTX") else { return };
+    let op = kda::Kda;
+    for p in &op.bench_presets()[2..4] {
+        for k in op.kernels(p, &op.default_knobs()).unwrap() {
+            let m = build(&k, BuildOptions { assemble: false }).unwrap();
+            std::fs::write(format!("{dir}/{}.ptx", k.name), &m.ptx).unwrap();
+        }
+    }
+}

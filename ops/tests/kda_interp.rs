@@ -86,6 +86,8 @@ fn varlen_gva_and_initial_state() {
         d.push(("safe", safe));
         run(&d, chunk, s ^ chunk as u64 ^ safe as u64);
     }
+    // Only empty sequences: no chunk at all, the final states are the initial ones.
+    run(&[("N", 2), ("L0", 0), ("L1", 0), ("H", 1), ("K", 32), ("V", 32), ("h0", 1), ("safe", 1)], 64, s);
     // A batch of equal sequences with GVA 3:1.
     run(&[("B", 3), ("T", 33), ("H", 1), ("HV", 3), ("K", 32), ("V", 64), ("safe", 1), ("h0", 1)], 64, s ^ 9);
 }
@@ -329,4 +331,15 @@ fn decode_continues_a_prefill() {
     let ro = rel_l2(&out_dec.get("o").unwrap().to_f64_vec(), &o_full[t * 64..]);
     eprintln!("prefill + decode vs prefill: state {rs:.2e} o {ro:.2e}");
     assert!(rs < 2e-3 && ro < 5e-3, "state {rs} o {ro}");
+}
+
+/// A longer sequence at the benchmark head dims (K = V = 128, 16 chunks): the error must not grow along the
+/// sequence. `K3K_KDA_LONG=<T>` sets the length (default 1024).
+#[test]
+fn long_sequence_k128() {
+    let t: i64 = std::env::var("K3K_KDA_LONG").ok().and_then(|v| v.parse().ok()).unwrap_or(1024);
+    let s = seed();
+    for safe in [1, 0] {
+        run(&[("B", 1), ("T", t), ("H", 1), ("K", 128), ("V", 128), ("safe", safe)], 64, s);
+    }
 }

@@ -68,6 +68,15 @@ fn grouped_empty_groups_epilogues_and_nan_scales() {
 }
 
 #[test]
+fn empty_problems() {
+    let mut rng = StdRng::seed_from_u64(rand::rng().random());
+    for kn in [default_knobs(), knobs(&[("SPLIT", 4)])] {
+        let p = Preset::new("empty", &[("G", 2), ("c0", 0), ("c1", 0), ("K", 64), ("N", 16), ("epilogue", 1)]);
+        run(&p, rng.random(), &kn);
+    }
+}
+
+#[test]
 fn k_splits_and_knob_points() {
     let mut rng = StdRng::seed_from_u64(rand::rng().random());
     let p = Preset::new("s", &[("G", 2), ("c0", 3), ("c1", 18), ("K", 224), ("N", 48), ("epilogue", 1), ("p", 1)]);

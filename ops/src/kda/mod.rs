@@ -24,6 +24,15 @@
 //! `gate=2`: `-exp(A_log)*softplus(x+dt_bias)`, `bias=1` for a `[HV, K]` bias), beta sigmoid (`bsig=1`).
 //! Head dims K, V in {32, 64, 128}; chunk 64 or 32 (knob `CHUNK`).
 //!
+//! Precision (knobs `OPDT`, `LVLDT`): the scratch between the kernels and the tensor-core operands of the state
+//! pass and of the block solve are f16 by default (3 more mantissa bits than bf16), so the o error stays near
+//! the bf16 rounding of the output itself (~1.7e-3 rel L2 against the f64 recurrence, vs ~3e-3 with bf16);
+//! the price is f16's range: v, U, Vt and the state must stay below 65504 in magnitude (`OPDT=bf16` lifts that).
+//! The exact path's tile operands are f16 too (`LVLDT`; every exponent <= 0, so their magnitude is that of q
+//! and k); the safe path's midpoint-anchored operands reach e^(8|lb|) and are always bf16. P's diagonal
+//! `s q_r.k_r` is taken exactly (a banded product of the raw bf16 q and k tiles), which removes the largest
+//! single rounding term of the safe path.
+//!
 //! `kda.decode` ([`decode`]): the recurrent form, T (usually 1) tokens per sequence against a stored state
 //! `[N, HV, K, V]`; its kernel updates the state in place (the operator's plan uses the out-of-place variant
 //! `h0 -> ht`, which moves the same bytes, so every run starts from the same state).
@@ -169,8 +178,10 @@ pub struct Launch {
 const ASSUMED_SMS: usize = 132;
 
 impl Launch {
-    /// Read and check the knobs for a problem. `BV = 0` picks 16 value columns per state-pass block when 32 would
-    /// leave SMs idle (fewer than ~132 blocks), else 32; `W2 = 0` picks 4 warps for BV <= 32, else 8.
+    /// Read and check the knobs for a problem. `BV = 0` picks 32 value columns per state-pass block, or 16 when
+    /// that would leave more than half the SMs idle (fewer than ~66 blocks); every value block re-reads the
+    /// chunk's W, Qbar, Kbar and P, so narrower blocks cost L2 bandwidth. `W2 = 0` picks 4 warps for BV <= 32,
+    /// else 8.
     pub fn resolve(knobs: &Knobs, pb: &KdaProblem) -> Result<Launch, OpError> {
         let invalid = |why: String| OpError::InvalidKnobs { op: "kda", knobs: knobs.to_string(), why };
         let chunk = knobs.u32("CHUNK")?;
@@ -189,7 +200,7 @@ impl Launch {
         let dv = pb.dv as u32;
         if bv == 0 {
             let heads = pb.num_seqs() * pb.hv;
-            bv = if heads * pb.dv / 32 < ASSUMED_SMS { 16 } else { 32 };
+            bv = if 2 * heads * pb.dv / 32 < ASSUMED_SMS { 16 } else { 32 };
         }
         if !matches!(bv, 16 | 32 | 64 | 128) || bv > dv || !dv.is_multiple_of(bv) {
             return Err(invalid(format!("BV={bv} must be 16, 32, 64 or 128 and divide V={dv}")));

@@ -75,20 +75,18 @@ pub fn scales_foldable(s: &[u8]) -> bool {
 
 /// The tuning knobs (0 = chosen from the problem shape, see [`resolve`]).
 pub fn knob_space() -> KnobSpace {
+    // The tuner enumerates the product: the axes offer the values worth timing (any other value of the same
+    // knobs is accepted too, e.g. BM=16 or RASTER=n; 0 means "chosen from the shape", see `resolve`).
     KnobSpace::default()
         .axis("BN", "weight rows per tile (gate+up together for GLU); 0 = auto", [0i64, 32, 64, 128, 256])
-        .axis("BM", "tokens per tile (mma N); 0 = auto", [0i64, 16, 32, 64, 128])
-        .axis("BK", "K per pipeline stage (multiple of 32); 0 = auto", [0i64, 64, 128, 256, 512])
-        .axis("STAGES", "cp.async pipeline depth; 0 = auto", [0i64, 2, 3, 4, 6])
-        .axis("WA", "warps along weight rows; 0 = auto", [0i64, 1, 2, 4, 8])
-        .axis("WB", "warps along tokens (each recomputes its rows' dequantized weights); 0 = auto", [0i64, 1, 2])
-        .axis("SPLIT", "K splits (partials summed by a second kernel); 0 = auto", [0i64, 1, 2, 4, 8, 16])
-        .axis(
-            "CPS",
-            "0: one CTA per tile (hardware-scheduled); n: a persistent grid of n CTAs per SM",
-            [0i64, 1, 2, 3, 4, 8],
-        )
-        .axis("RASTER", "tile order inside a group: m (neighbouring CTAs share weights) or n", ["m", "n"])
+        .axis("BM", "tokens per tile (mma N; 16, 32, 64 or 128); 0 = auto", [0i64, 64, 128])
+        .axis("BK", "K per pipeline stage (multiple of 32; 64 for wgmma); 0 = auto", [0i64, 64, 128, 256])
+        .axis("STAGES", "cp.async pipeline depth; 0 = auto", [0i64, 3, 4])
+        .axis("WA", "warps along weight rows (wgmma: BM/16); 0 = auto", [0i64, 4, 8])
+        .axis("WB", "warps along tokens (each recomputes its rows' dequantized weights); 0 = auto", [0i64, 2])
+        .axis("SPLIT", "K splits (partials summed in order by a second kernel); 0 = auto", [0i64, 1, 4, 16])
+        .axis("CPS", "0: one CTA per tile (hardware-scheduled); n: a persistent grid of n CTAs per SM", [0i64, 4])
+        .axis("RASTER", "tile order inside a group: m (neighbouring CTAs share weights) or n", ["m"])
         .axis(
             "MMA",
             "sync: mma.sync with the dequantized weights as register A operand; wgmma: weights dequantized into a \
@@ -195,7 +193,14 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, Op
     let wgmma = match knobs.0.get("MMA") {
         None => false,
         Some(_) => match knobs.str("MMA")? {
-            "auto" => bm >= 128 && bm.is_multiple_of(64),
+            // wgmma for prefill tiles, unless other explicit knobs rule it out.
+            "auto" => {
+                bm >= 128
+                    && bm.is_multiple_of(64)
+                    && matches!(knobs.u32("BK")?, 0 | 64)
+                    && matches!(knobs.u32("WB")?, 0 | 1)
+                    && (knobs.u32("WA")? == 0 || knobs.u32("WA")? == bm / 16)
+            }
             m => m == "wgmma",
         },
     };
@@ -216,6 +221,12 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, Op
     let k_tiles = sh.k.div_ceil(bk as usize).max(1);
     // Few tiles: split K. A persistent grid gets one wave of tiles (a partial second wave would double the
     // time); one CTA per tile gets about two waves (the hardware fills SMs as CTAs finish).
+    if tiles == 0 {
+        // Nothing to compute (no rows): one launch at most, never a finalize over zero rows.
+        c.split = 1;
+        validate(spec, &c, knobs)?;
+        return Ok(c);
+    }
     let split_auto = if tiles == 0 {
         1
     } else if c.cps > 0 {
@@ -1080,6 +1091,11 @@ pub fn matmul_plan(w: &Fp4Weights, inp: &MatInputs<'_>, knobs: &Knobs) -> Result
     }
     let p_idx = inp.p.map(|p| plan.input("p", data::tensor(DType::F32, &[m], p)));
     let main = build_main(&spec, &c)?;
+    if m == 0 {
+        // No rows: an empty output and nothing to launch (a grid of zero CTAs is not a valid launch).
+        plan.output("y", DType::Bf16, &[0, n_out]);
+        return Ok(plan);
+    }
     if c.split > 1 {
         let part = plan.scratch("part", DType::F32, &[c.split as usize, m, n]);
         args.push(part);

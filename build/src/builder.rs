@@ -1,0 +1,898 @@
+//! The build-time half: [`Builder`] resolves requests to kernels, compiles them and writes the launchers.
+
+use crate::emit;
+use crate::lookup::{self, KnobSource};
+use k3k_codegen::{BuildOptions, CODEGEN_VERSION};
+use k3k_ir::{DType, Dim, Kernel, KnobValue, Knobs, SymKind, SymValue, stable_hash};
+use k3k_ops::op::{Operator, Preset};
+use k3k_ops::plan::{Plan, Role};
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+/// Environment variable that turns on run-time NVRTC without editing `build.rs` (`1`).
+pub const ENV_RUNTIME_NVRTC: &str = "K3K_BUILD_RUNTIME_NVRTC";
+/// Environment variable naming the results directory (default: the k3k checkout's `results/`).
+pub const ENV_RESULTS_DIR: &str = "K3K_RESULTS_DIR";
+/// The GPU targeted when `build.rs` names none.
+pub const DEFAULT_GPU: &str = "nvidia-h200";
+/// Const tables larger than this stay run-time inputs of a recorded plan.
+const MAX_CONST_BYTES: usize = 4 << 20;
+
+/// Why [`Builder::build`] failed. Every message says what to change.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// NVRTC is needed at build time and was not found.
+    #[error(
+        "k3k-build: NVRTC 13.0 (libnvrtc.so.13) is needed to compile the k3k kernels to PTX at build time, and \
+         {detail}.\n  To get it: run `scripts/install-cuda-tools.sh` in the k3k checkout (it installs the pip wheels \
+         nvidia-cuda-nvrtc==13.0.88 and nvidia-cuda-nvcc==13.0.88 into .tools/cuda, where k3k finds them), or set \
+         K3K_NVRTC=/path/to/libnvrtc.so.13 (on a CUDA 13.0 machine: /usr/local/cuda/lib64/libnvrtc.so.13).\n  Or \
+         compile at run time instead: `Builder::runtime_nvrtc(true)` in build.rs (or {ENV_RUNTIME_NVRTC}=1) embeds \
+         the CUDA C and compiles it with NVRTC when the program loads a kernel."
+    )]
+    NvrtcMissing { detail: String },
+    /// The builder was used wrongly (unknown operator or preset, a request option before any request, ...).
+    #[error("k3k-build: {0}")]
+    Usage(String),
+    /// The operator refused the shape or the knobs.
+    #[error("k3k-build: request `{request}` on {gpu}: {err}")]
+    Op { request: String, gpu: String, err: Box<k3k_ops::OpError> },
+    /// The kernels or plans of one request cannot share one set of launchers.
+    #[error("k3k-build: request `{request}`: {why}")]
+    Inconsistent { request: String, why: String },
+    /// Rendering or compiling a kernel failed.
+    #[error("k3k-build: kernel `{kernel}`: {err}")]
+    Codegen { kernel: String, err: Box<k3k_codegen::CodegenError> },
+    /// Writing an output file failed.
+    #[error("k3k-build: {path}: {err}")]
+    Io { path: String, err: std::io::Error },
+}
+
+#[derive(Clone, Debug)]
+enum Source {
+    Op { name: String, preset: Option<String>, dims: Vec<(String, i64)> },
+    Raw { kernels: Vec<Kernel> },
+}
+
+/// One request: an operator at one shape (or raw IR kernels), turned into one module of launchers.
+#[derive(Clone, Debug)]
+struct Request {
+    source: Source,
+    alias: Option<String>,
+    knobs: Option<Knobs>,
+    pins: Vec<(String, i64)>,
+    free: Vec<String>,
+    roles: Vec<String>,
+    plan: bool,
+    runtime_inputs: Vec<String>,
+}
+
+impl Request {
+    fn new(source: Source) -> Self {
+        Request {
+            source,
+            alias: None,
+            knobs: None,
+            pins: vec![],
+            free: vec![],
+            roles: vec![],
+            plan: false,
+            runtime_inputs: vec![],
+        }
+    }
+}
+
+/// Chooses operators, shapes and target GPUs in `build.rs`, and writes PTX (+ CUBIN) and typed launchers.
+///
+/// Request options (`preset`, `dims`, `alias`, `knobs`, `plan`, `pin`, `free_dims`, `roles`,
+/// `runtime_input`) apply to the request started by the last [`Builder::op`] or [`Builder::kernel`].
+/// See the crate docs for the generated code.
+#[derive(Clone, Debug)]
+pub struct Builder {
+    requests: Vec<Request>,
+    gpus: Vec<String>,
+    results_dir: Option<PathBuf>,
+    out_dir: Option<PathBuf>,
+    module_file: String,
+    emit_cubin: bool,
+    runtime_nvrtc: bool,
+    cargo_output: bool,
+    misuse: Vec<String>,
+}
+
+impl Default for Builder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// One emitted kernel.
+#[derive(Clone, Debug)]
+pub struct EmittedKernel {
+    pub name: String,
+    /// The GPU slugs this kernel serves.
+    pub gpus: Vec<String>,
+    pub ir: PathBuf,
+    pub cuda: PathBuf,
+    pub ptx: Option<PathBuf>,
+    pub cubin: Option<PathBuf>,
+}
+
+/// What one request resolved to on one GPU.
+#[derive(Clone, Debug)]
+pub struct ResolvedRequest {
+    /// The module name in the generated file.
+    pub module: String,
+    pub op: String,
+    pub shape: String,
+    pub gpu: String,
+    pub knobs: Knobs,
+    pub source: KnobSource,
+    pub kernels: Vec<String>,
+}
+
+/// What [`Builder::build`] wrote.
+#[derive(Clone, Debug)]
+pub struct Report {
+    /// The generated Rust file (`OUT_DIR/k3k_kernels.rs`).
+    pub rust_file: PathBuf,
+    pub kernels: Vec<EmittedKernel>,
+    pub requests: Vec<ResolvedRequest>,
+    /// Every warning (also printed as `cargo:warning=` lines).
+    pub warnings: Vec<String>,
+}
+
+/// One request on one GPU.
+pub(crate) struct Variant {
+    pub gpu: String,
+    pub knobs: Knobs,
+    pub source: String,
+    /// Kernels in role order.
+    pub kernels: Vec<Kernel>,
+    pub plan: Option<RecordedPlan>,
+}
+
+/// A request resolved on every GPU.
+pub(crate) struct Resolved {
+    pub module: String,
+    pub title: String,
+    pub op: String,
+    pub shape: String,
+    pub roles: Vec<String>,
+    pub pins: Vec<Vec<(String, i64)>>,
+    pub variants: Vec<Variant>,
+}
+
+/// One launch of a recorded plan: (role index, buffer indices, scalars).
+pub(crate) type RecordedStep = (usize, Vec<usize>, Vec<(String, SymValue)>);
+
+/// A plan recorded at build time.
+pub(crate) struct RecordedPlan {
+    pub buffers: Vec<RecordedBuffer>,
+    pub steps: Vec<RecordedStep>,
+}
+
+pub(crate) struct RecordedBuffer {
+    pub name: String,
+    pub role: crate::rt::BufRole,
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+    /// The file holding a const table's bytes.
+    pub data_file: Option<PathBuf>,
+}
+
+/// Paths of one compiled kernel, by IR hash.
+pub(crate) struct Artifacts {
+    pub ir: PathBuf,
+    pub ptx: Option<PathBuf>,
+    pub cubin: Option<PathBuf>,
+    pub cuda: Option<PathBuf>,
+}
+
+fn parse_knobs(s: &str) -> Result<Knobs, String> {
+    let mut k = Knobs::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (name, v) = part.split_once('=').ok_or_else(|| format!("knob `{part}` is not NAME=value"))?;
+        let v = v.trim();
+        let value = match (v.parse::<i64>(), v) {
+            (Ok(i), _) => KnobValue::Int(i),
+            (_, "true") => KnobValue::Bool(true),
+            (_, "false") => KnobValue::Bool(false),
+            _ => KnobValue::Str(v.to_string()),
+        };
+        k.0.insert(name.trim().to_string(), value);
+    }
+    Ok(k)
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> BuildError + '_ {
+    move |err| BuildError::Io { path: path.display().to_string(), err }
+}
+
+fn write(path: &Path, data: &[u8]) -> Result<(), BuildError> {
+    // Leave an identical file alone: its mtime is what cargo's change tracking looks at.
+    if std::fs::read(path).is_ok_and(|old| old == data) {
+        return Ok(());
+    }
+    std::fs::write(path, data).map_err(io(path))
+}
+
+/// Where NVRTC is, or why not (honouring `K3K_NVRTC` strictly: a path set there that does not exist is an
+/// error, not a reason to look elsewhere).
+pub fn find_nvrtc() -> Result<String, String> {
+    if let Ok(p) = std::env::var("K3K_NVRTC") {
+        let path = PathBuf::from(&p);
+        let lib = if path.is_dir() { path.join(k3k_codegen::toolchain::NVRTC_LIB) } else { path };
+        if !lib.is_file() {
+            return Err(format!("K3K_NVRTC={p} does not name an existing libnvrtc.so.13 (or a folder holding one)"));
+        }
+    }
+    k3k_codegen::toolchain::load_nvrtc().map_err(|e| format!("it was not found ({e})"))
+}
+
+/// A short text for a shape (`G=8,K=3584,N=6144`).
+fn dims_text(dims: &BTreeMap<String, i64>) -> String {
+    dims.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",")
+}
+
+/// The interface of a kernel (arguments and symbols), to tell whether two kernels can share a launcher.
+pub(crate) fn signature(k: &Kernel) -> String {
+    let sym = |d: &Dim| match d {
+        Dim::Const(c) => c.to_string(),
+        Dim::Sym(s) => k.syms[s.0 as usize].name.clone(),
+    };
+    let tensors: Vec<String> = k
+        .tensors
+        .iter()
+        .map(|t| {
+            format!(
+                "{}: {}[{}] {:?}",
+                t.name,
+                t.dtype.name(),
+                t.dims.iter().map(sym).collect::<Vec<_>>().join(", "),
+                t.access
+            )
+        })
+        .collect();
+    let syms: Vec<String> = k.syms.iter().map(|s| format!("{}:{:?}", s.name, s.kind)).collect();
+    format!("({}) syms {}", tensors.join(", "), syms.join(" "))
+}
+
+/// A role name from a kernel name: without the `k3k_` prefix and the knob suffix the kernel's name carries.
+fn role_of(k: &Kernel) -> String {
+    let mut n = k.name.strip_prefix("k3k_").unwrap_or(&k.name).to_string();
+    let id = k.knobs.id().to_lowercase();
+    if !id.is_empty()
+        && let Some(s) = n.strip_suffix(&format!("_{id}"))
+    {
+        n = s.to_string();
+    }
+    n
+}
+
+impl Builder {
+    /// A builder with no requests, target `nvidia-h200` unless [`Builder::gpu`] says otherwise, CUBIN on.
+    pub fn new() -> Self {
+        Builder {
+            requests: vec![],
+            gpus: vec![],
+            results_dir: None,
+            out_dir: None,
+            module_file: "k3k_kernels.rs".into(),
+            emit_cubin: true,
+            runtime_nvrtc: false,
+            cargo_output: true,
+            misuse: vec![],
+        }
+    }
+
+    fn last(&mut self, what: &str) -> Option<&mut Request> {
+        if self.requests.is_empty() {
+            self.misuse.push(format!("`{what}` was called before any `op(..)` or `kernel(..)` request"));
+        }
+        self.requests.last_mut()
+    }
+
+    /// Start a request for operator `name` (as `k3k list` names it: `latent_moe_gemm`, `hist_quantile.qb`,
+    /// `kda`, ...). Give its shape with [`Builder::preset`] and/or [`Builder::dims`].
+    pub fn op(mut self, name: &str) -> Self {
+        self.requests.push(Request::new(Source::Op { name: name.into(), preset: None, dims: vec![] }));
+        self
+    }
+
+    /// Start a request for IR kernels built in `build.rs` (e.g. with [`crate::ops`] builders of an operator that
+    /// is not registered); `alias` names the module.
+    pub fn kernels(mut self, alias: &str, kernels: Vec<Kernel>) -> Self {
+        let mut r = Request::new(Source::Raw { kernels });
+        r.alias = Some(alias.into());
+        self.requests.push(r);
+        self
+    }
+
+    /// The shape: one of the operator's benchmark presets, by name (`k3k list` shows them).
+    pub fn preset(mut self, name: &str) -> Self {
+        if let Some(Request { source: Source::Op { preset, .. }, .. }) = self.last("preset") {
+            *preset = Some(name.into());
+        }
+        self
+    }
+
+    /// The shape as the operator's preset dims (added to, or overriding, a preset's).
+    pub fn dims(mut self, dims: &[(&str, i64)]) -> Self {
+        if let Some(Request { source: Source::Op { dims: d, .. }, .. }) = self.last("dims") {
+            d.extend(dims.iter().map(|(k, v)| (k.to_string(), *v)));
+        }
+        self
+    }
+
+    /// The module name of the request in the generated file (default: from the operator and the shape).
+    pub fn alias(mut self, name: &str) -> Self {
+        if let Some(r) = self.last("alias") {
+            r.alias = Some(name.into());
+        }
+        self
+    }
+
+    /// Force knobs (`"SPLIT=1"`): set on top of the tuned knobs from `results/` (or the defaults). When the
+    /// combination does not build, the defaults with these knobs are used.
+    pub fn knobs(mut self, knobs: &str) -> Self {
+        match parse_knobs(knobs) {
+            Ok(k) => {
+                if let Some(r) = self.last("knobs") {
+                    r.knobs = Some(k);
+                }
+            }
+            Err(e) => self.misuse.push(e),
+        }
+        self
+    }
+
+    /// Also record the operator's whole plan for this exact shape (buffers, launches, scalars, shape-only tables)
+    /// and generate a `Plan` type that runs it. The operator's seeded inputs for the shape are generated (twice)
+    /// at build time to record it, so keep such shapes model-sized.
+    pub fn plan(mut self, on: bool) -> Self {
+        if let Some(r) = self.last("plan") {
+            r.plan = on;
+        }
+        self
+    }
+
+    /// A plan input to keep as a run-time argument even if it looks like a shape-only table.
+    pub fn runtime_input(mut self, buffer: &str) -> Self {
+        if let Some(r) = self.last("runtime_input") {
+            r.runtime_inputs.push(buffer.into());
+        }
+        self
+    }
+
+    /// Check at every launch that kernel dim `sym` equals `value` (kernel dims named like a request dim are
+    /// pinned automatically).
+    pub fn pin(mut self, sym: &str, value: i64) -> Self {
+        if let Some(r) = self.last("pin") {
+            r.pins.push((sym.into(), value));
+        }
+        self
+    }
+
+    /// Kernel dims *not* to pin to the request's value (they may vary from launch to launch).
+    pub fn free_dims(mut self, syms: &[&str]) -> Self {
+        if let Some(r) = self.last("free_dims") {
+            r.free.extend(syms.iter().map(|s| s.to_string()));
+        }
+        self
+    }
+
+    /// Names of the request's kernels in the generated module, in the operator's kernel order (default: from
+    /// the kernel names).
+    pub fn roles(mut self, names: &[&str]) -> Self {
+        if let Some(r) = self.last("roles") {
+            r.roles = names.iter().map(|s| s.to_string()).collect();
+        }
+        self
+    }
+
+    /// Add a target GPU by its slug (`results/<slug>/`, e.g. `nvidia-h200`). Each request gets one variant per
+    /// GPU (its knobs from that GPU's results); the launcher picks the variant whose slug matches the device at
+    /// run time, else the first.
+    pub fn gpu(mut self, slug: &str) -> Self {
+        self.gpus.push(slug.into());
+        self
+    }
+
+    /// The results directory (default: `$K3K_RESULTS_DIR`, else the k3k checkout's `results/`).
+    pub fn results_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.results_dir = Some(dir.into());
+        self
+    }
+
+    /// Where to write (default: `$OUT_DIR`). Kernels go to `<out>/k3k/`, the Rust file to `<out>/k3k_kernels.rs`.
+    pub fn out_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.out_dir = Some(dir.into());
+        self
+    }
+
+    /// The generated Rust file's name (default `k3k_kernels.rs`).
+    pub fn module_file(mut self, name: &str) -> Self {
+        self.module_file = name.into();
+        self
+    }
+
+    /// Also assemble CUBIN for sm_90a with ptxas when ptxas is found (default on; PTX only otherwise, with a
+    /// warning). An sm_90 device loads the CUBIN; others get the PTX.
+    pub fn emit_cubin(mut self, on: bool) -> Self {
+        self.emit_cubin = on;
+        self
+    }
+
+    /// Embed CUDA C and compile it with NVRTC at run time instead of PTX at build time (no NVRTC needed to
+    /// build; NVRTC 13.0 needed where the program runs). Also on with `K3K_BUILD_RUNTIME_NVRTC=1`.
+    pub fn runtime_nvrtc(mut self, on: bool) -> Self {
+        self.runtime_nvrtc = on;
+        self
+    }
+
+    /// Print `cargo:` lines (warnings, rerun triggers); default on.
+    pub fn cargo_output(mut self, on: bool) -> Self {
+        self.cargo_output = on;
+        self
+    }
+
+    /// [`Builder::build`], or print the error and exit the build script with status 1.
+    pub fn build_or_exit(self) -> Report {
+        let cargo = self.cargo_output;
+        match self.build() {
+            Ok(r) => r,
+            Err(e) => {
+                if cargo {
+                    for line in e.to_string().lines() {
+                        println!("cargo:warning={line}");
+                    }
+                }
+                eprintln!("{e}");
+                std::process::exit(1)
+            }
+        }
+    }
+
+    /// Resolve every request, compile its kernels and write `OUT_DIR/k3k/*` and `OUT_DIR/k3k_kernels.rs`.
+    pub fn build(self) -> Result<Report, BuildError> {
+        if let Some(m) = self.misuse.first() {
+            return Err(BuildError::Usage(m.clone()));
+        }
+        if self.requests.is_empty() {
+            return Err(BuildError::Usage("no requests: call `op(..)` or `kernels(..)` before `build()`".into()));
+        }
+        let out = match &self.out_dir {
+            Some(d) => d.clone(),
+            None => PathBuf::from(std::env::var_os("OUT_DIR").ok_or_else(|| {
+                BuildError::Usage("OUT_DIR is not set (run from a build script, or call `out_dir(..)`)".into())
+            })?),
+        };
+        let runtime_nvrtc = self.runtime_nvrtc || std::env::var(ENV_RUNTIME_NVRTC).is_ok_and(|v| v == "1");
+        let gpus = if self.gpus.is_empty() { vec![DEFAULT_GPU.to_string()] } else { self.gpus.clone() };
+        for g in &gpus {
+            if crate::rt::slugify(g) != *g {
+                return Err(BuildError::Usage(format!(
+                    "GPU `{g}` is not a slug; use `{}` (the results/<slug>/ folder name)",
+                    crate::rt::slugify(g)
+                )));
+            }
+        }
+        let results = self
+            .results_dir
+            .clone()
+            .or_else(|| std::env::var_os(ENV_RESULTS_DIR).map(PathBuf::from))
+            .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("results"));
+        let results = results.canonicalize().unwrap_or(results);
+        let mut warnings: Vec<String> = vec![];
+        let mut cargo_lines: Vec<String> = vec![];
+        for var in ["K3K_NVRTC", "K3K_PTXAS", "K3K_CUDA_TOOLS", "CUDA_HOME", ENV_RUNTIME_NVRTC, ENV_RESULTS_DIR] {
+            cargo_lines.push(format!("cargo:rerun-if-env-changed={var}"));
+        }
+        if results.is_dir() {
+            cargo_lines.push(format!("cargo:rerun-if-changed={}", results.display()));
+        }
+
+        // The toolchain, before any work.
+        if !runtime_nvrtc && let Err(detail) = find_nvrtc() {
+            return Err(BuildError::NvrtcMissing { detail });
+        }
+        // NVRTC's version is part of the tuning key (unknown with run-time NVRTC and no NVRTC here).
+        let nvrtc =
+            if runtime_nvrtc && find_nvrtc().is_err() { None } else { k3k_codegen::toolchain::nvrtc_version().ok() };
+        let assemble = self.emit_cubin
+            && !runtime_nvrtc
+            && {
+                match k3k_codegen::toolchain::find_ptxas() {
+                    Ok(_) => true,
+                    Err(_) => {
+                        warnings.push("ptxas not found: emitting PTX only (the driver JIT-compiles it at load); install nvidia-cuda-nvcc==13.0.88 (scripts/install-cuda-tools.sh) or set K3K_PTXAS for CUBIN".into());
+                        false
+                    }
+                }
+            };
+
+        let kdir = out.join("k3k");
+        std::fs::create_dir_all(&kdir).map_err(io(&kdir))?;
+        let ops = k3k_ops::registry::all();
+        let modules = crate::ident::unique(
+            self.requests
+                .iter()
+                .map(|r| {
+                    crate::ident::snake(match (&r.alias, &r.source) {
+                        (Some(a), _) => a,
+                        (None, Source::Op { name, .. }) => name,
+                        (None, Source::Raw { .. }) => "kernels",
+                    })
+                })
+                .collect(),
+            &["k3k_build", "rt", "ALL_KERNELS", "TARGET_GPUS", "verify_embedded"],
+        );
+        let mut resolved: Vec<Resolved> = vec![];
+        let mut report_requests = vec![];
+        for (r, module) in self.requests.iter().zip(modules) {
+            let (res, reqs) =
+                resolve_request(module, r, &ops, &gpus, &results, nvrtc.as_deref(), &kdir, &mut warnings)?;
+            resolved.push(res);
+            report_requests.extend(reqs);
+        }
+
+        // Compile every distinct kernel once.
+        let mut artifacts: HashMap<String, Artifacts> = HashMap::new();
+        let mut emitted: Vec<EmittedKernel> = vec![];
+        let mut names: HashMap<String, String> = HashMap::new();
+        for r in &resolved {
+            for v in &r.variants {
+                for k in &v.kernels {
+                    let h = stable_hash(k);
+                    if let Some(a) = artifacts.get(&h) {
+                        let e = emitted.iter_mut().find(|e| e.ir == a.ir).expect("emitted");
+                        if !e.gpus.contains(&v.gpu) {
+                            e.gpus.push(v.gpu.clone());
+                        }
+                        continue;
+                    }
+                    if let Some(other) = names.insert(k.name.clone(), h.clone())
+                        && other != h
+                    {
+                        return Err(BuildError::Inconsistent {
+                            request: r.module.clone(),
+                            why: format!("two different kernels are both named `{}`", k.name),
+                        });
+                    }
+                    let a = compile(k, &kdir, runtime_nvrtc, assemble)?;
+                    emitted.push(EmittedKernel {
+                        name: k.name.clone(),
+                        gpus: vec![v.gpu.clone()],
+                        ir: a.ir.clone(),
+                        cuda: kdir.join(format!("{}.cu", k.name)),
+                        ptx: a.ptx.clone(),
+                        cubin: a.cubin.clone(),
+                    });
+                    artifacts.insert(h, a);
+                }
+            }
+        }
+
+        let src = emit::generate(&resolved, &artifacts, &gpus, runtime_nvrtc);
+        let rust_file = out.join(&self.module_file);
+        write(&rust_file, src.as_bytes())?;
+        if self.cargo_output {
+            for w in &warnings {
+                println!("cargo:warning=k3k-build: {w}");
+            }
+            for l in &cargo_lines {
+                println!("{l}");
+            }
+        }
+        Ok(Report { rust_file, kernels: emitted, requests: report_requests, warnings })
+    }
+}
+
+/// What a launcher needs of a kernel: its name, threads, arguments, symbols, grid and shared memory, without
+/// the body (whose float constants, such as -inf, JSON cannot carry).
+pub fn launch_interface(k: &Kernel) -> Kernel {
+    Kernel { vars: vec![], tiles: vec![], vecs: vec![], arrays: vec![], body: vec![], ..k.clone() }
+}
+
+fn compile(k: &Kernel, kdir: &Path, runtime_nvrtc: bool, assemble: bool) -> Result<Artifacts, BuildError> {
+    let cg = |err| BuildError::Codegen { kernel: k.name.clone(), err: Box::new(err) };
+    // The printed IR, for people; the launch interface (the IR without its body), for the launcher.
+    write(&kdir.join(format!("{}.ir.txt", k.name)), k3k_ir::print::kernel(k).as_bytes())?;
+    let ir = kdir.join(format!("{}.launch.json", k.name));
+    let json = serde_json::to_string(&launch_interface(k)).expect("a kernel serializes");
+    write(&ir, json.as_bytes())?;
+    let src = k3k_codegen::render(k).map_err(|e| cg(e.into()))?;
+    let cu = kdir.join(format!("{}.cu", k.name));
+    write(&cu, src.as_bytes())?;
+    if runtime_nvrtc {
+        return Ok(Artifacts { ir, ptx: None, cubin: None, cuda: Some(cu) });
+    }
+    let m = k3k_codegen::build(k, BuildOptions { assemble }).map_err(cg)?;
+    let ptx = kdir.join(format!("{}.ptx", k.name));
+    write(&ptx, m.ptx.as_bytes())?;
+    let cubin = match m.cubin.as_ref().filter(|_| assemble) {
+        Some(c) => {
+            let p = kdir.join(format!("{}.sm_90a.cubin", k.name));
+            write(&p, c)?;
+            Some(p)
+        }
+        None => None,
+    };
+    Ok(Artifacts { ir, ptx: Some(ptx), cubin, cuda: None })
+}
+
+fn find_op<'a>(ops: &'a [Box<dyn Operator>], name: &str) -> Result<&'a dyn Operator, BuildError> {
+    ops.iter().find(|o| o.name() == name).map(|o| o.as_ref()).ok_or_else(|| {
+        BuildError::Usage(format!(
+            "unknown operator `{name}`; registered: {}",
+            ops.iter().map(|o| o.name()).collect::<Vec<_>>().join(", ")
+        ))
+    })
+}
+
+fn preset_of(op: &dyn Operator, preset: &Option<String>, dims: &[(String, i64)]) -> Result<Preset, BuildError> {
+    let mut p = match preset {
+        Some(name) => op.bench_presets().into_iter().find(|p| &p.name == name).ok_or_else(|| {
+            BuildError::Usage(format!(
+                "operator `{}` has no preset `{name}`; presets: {}",
+                op.name(),
+                op.bench_presets().iter().map(|p| format!("`{}`", p.name)).collect::<Vec<_>>().join(", ")
+            ))
+        })?,
+        None if dims.is_empty() => {
+            return Err(BuildError::Usage(format!("request for `{}` has neither a preset nor dims", op.name())));
+        }
+        None => Preset { name: String::new(), dims: BTreeMap::new() },
+    };
+    for (k, v) in dims {
+        p.dims.insert(k.clone(), *v);
+    }
+    if preset.is_none() || !dims.is_empty() {
+        p.name = dims_text(&p.dims);
+    }
+    Ok(p)
+}
+
+/// Resolve one request on every GPU.
+#[allow(clippy::too_many_arguments)]
+fn resolve_request(
+    module: String,
+    r: &Request,
+    ops: &[Box<dyn Operator>],
+    gpus: &[String],
+    results: &Path,
+    nvrtc: Option<&str>,
+    kdir: &Path,
+    warnings: &mut Vec<String>,
+) -> Result<(Resolved, Vec<ResolvedRequest>), BuildError> {
+    let mut variants = vec![];
+    let mut reports = vec![];
+    let (title, op_name, shape, preset_dims);
+    match &r.source {
+        Source::Raw { kernels } => {
+            if kernels.is_empty() {
+                return Err(BuildError::Usage(format!("kernel request `{module}` has no kernels")));
+            }
+            if r.plan {
+                return Err(BuildError::Usage("`plan(true)` needs an operator request".into()));
+            }
+            op_name = String::new();
+            shape = String::new();
+            title =
+                format!("IR kernels `{}`", kernels.iter().map(|k| k.name.as_str()).collect::<Vec<_>>().join("`, `"));
+            preset_dims = BTreeMap::new();
+            let mut seen = std::collections::HashSet::new();
+            let ks: Vec<Kernel> = kernels.iter().filter(|k| seen.insert(stable_hash(k))).cloned().collect();
+            for g in gpus {
+                variants.push(Variant {
+                    gpu: g.clone(),
+                    knobs: Knobs::new(),
+                    source: "IR kernels given in build.rs".into(),
+                    kernels: ks.clone(),
+                    plan: None,
+                });
+            }
+        }
+        Source::Op { name, preset, dims } => {
+            let op = find_op(ops, name)?;
+            let p = preset_of(op, preset, dims)?;
+            op_name = name.clone();
+            shape = p.name.clone();
+            preset_dims = p.dims.clone();
+            title = format!("`{name}` at {}", dims_text(&p.dims));
+            let op_err =
+                |gpu: &str, err| BuildError::Op { request: module.clone(), gpu: gpu.into(), err: Box::new(err) };
+            // Plans are recorded from two seeded instances (seed 1 and 2): what differs is run-time data.
+            let instances = if r.plan {
+                Some((op.instance(&p, 1).map_err(|e| op_err("-", e))?, op.instance(&p, 2).map_err(|e| op_err("-", e))?))
+            } else {
+                None
+            };
+            for g in gpus {
+                // Tuned (or default) knobs, with the ones build.rs forces on top.
+                let forced = |mut k: Knobs| {
+                    if let Some(f) = &r.knobs {
+                        k.0.extend(f.0.clone());
+                    }
+                    k
+                };
+                let (tuned, mut source) = lookup::resolve(op, &p, g, results, nvrtc, warnings);
+                let mut knobs = forced(tuned);
+                let kernels = match op.kernels(&p, &knobs) {
+                    Ok(k) => k,
+                    Err(e) if matches!(source, KnobSource::Tuned { .. }) => {
+                        warnings.push(format!("{module} on {g}: knobs {knobs} fail ({e}); using the defaults"));
+                        knobs = forced(op.default_knobs());
+                        source = KnobSource::Default { why: "the tuned knobs failed to build".into() };
+                        op.kernels(&p, &knobs).map_err(|e| op_err(g, e))?
+                    }
+                    Err(e) => return Err(op_err(g, e)),
+                };
+                if let KnobSource::Default { why } = &source {
+                    warnings.push(format!("{name} [{}] on {g}: {why}; using the default knobs {knobs}", p.name));
+                }
+                let source_text = match &r.knobs {
+                    Some(f) => format!("{source}, with {f} from build.rs"),
+                    None => source.to_string(),
+                };
+                let mut seen = std::collections::HashSet::new();
+                let mut ks: Vec<Kernel> = kernels.into_iter().filter(|k| seen.insert(stable_hash(k))).collect();
+                let plan = match &instances {
+                    Some((a, b)) => {
+                        let pa = a.plan(&knobs).map_err(|e| op_err(g, e))?;
+                        let pb = b.plan(&knobs).map_err(|e| op_err(g, e))?;
+                        Some(record_plan(&module, g, &pa, &pb, &mut ks, &mut seen, &r.runtime_inputs, kdir)?)
+                    }
+                    None => None,
+                };
+                reports.push(ResolvedRequest {
+                    module: module.clone(),
+                    op: name.clone(),
+                    shape: p.name.clone(),
+                    gpu: g.clone(),
+                    knobs: knobs.clone(),
+                    source: source.clone(),
+                    kernels: ks.iter().map(|k| k.name.clone()).collect(),
+                });
+                variants.push(Variant { gpu: g.clone(), knobs, source: source_text, kernels: ks, plan });
+            }
+        }
+    }
+
+    // Every GPU variant must present the same launchers.
+    let first = &variants[0];
+    for v in &variants[1..] {
+        let same = v.kernels.len() == first.kernels.len()
+            && v.kernels.iter().zip(&first.kernels).all(|(a, b)| signature(a) == signature(b));
+        if !same {
+            return Err(BuildError::Inconsistent {
+                request: module.clone(),
+                why: format!(
+                    "the kernels for {} ({}) and {} ({}) differ in number or arguments; make one request per GPU",
+                    first.gpu,
+                    first.kernels.iter().map(|k| k.name.as_str()).collect::<Vec<_>>().join(", "),
+                    v.gpu,
+                    v.kernels.iter().map(|k| k.name.as_str()).collect::<Vec<_>>().join(", ")
+                ),
+            });
+        }
+        if let (Some(a), Some(b)) = (&first.plan, &v.plan) {
+            let io = |p: &RecordedPlan| -> Vec<String> {
+                p.buffers
+                    .iter()
+                    .filter(|b| matches!(b.role, crate::rt::BufRole::Input | crate::rt::BufRole::Output))
+                    .map(|b| format!("{} {:?} {:?} {:?}", b.name, b.role, b.dtype, b.shape))
+                    .collect()
+            };
+            if io(a) != io(b) {
+                return Err(BuildError::Inconsistent {
+                    request: module.clone(),
+                    why: format!("the plans for {} and {} take different inputs or outputs", first.gpu, v.gpu),
+                });
+            }
+        }
+    }
+    let mut roles: Vec<String> = first.kernels.iter().map(role_of).collect();
+    for (i, name) in r.roles.iter().enumerate().take(roles.len()) {
+        roles[i] = name.clone();
+    }
+    let roles = crate::ident::unique(
+        roles.iter().map(|s| crate::ident::camel(s)).collect(),
+        &["Plan", "Inputs", "Outputs", "Self"],
+    );
+    // Pins: explicit ones, plus every kernel dim named like a request dim (unless freed).
+    let pins = first
+        .kernels
+        .iter()
+        .map(|k| {
+            let mut p: Vec<(String, i64)> = vec![];
+            for s in k.syms.iter().filter(|s| s.kind == SymKind::Dim) {
+                if r.free.contains(&s.name) {
+                    continue;
+                }
+                let v =
+                    r.pins.iter().find(|(n, _)| n == &s.name).map(|(_, v)| *v).or(preset_dims.get(&s.name).copied());
+                if let Some(v) = v {
+                    p.push((s.name.clone(), v));
+                }
+            }
+            p
+        })
+        .collect();
+    Ok((Resolved { module, title, op: op_name, shape, roles, pins, variants }, reports))
+}
+
+/// Record a plan from two instances that differ only in their random data: buffers and launches must match;
+/// inputs with equal bytes are shape-only tables (embedded), the others are run-time inputs.
+#[allow(clippy::too_many_arguments)]
+fn record_plan(
+    module: &str,
+    gpu: &str,
+    a: &Plan,
+    b: &Plan,
+    kernels: &mut Vec<Kernel>,
+    seen: &mut std::collections::HashSet<String>,
+    runtime_inputs: &[String],
+    kdir: &Path,
+) -> Result<RecordedPlan, BuildError> {
+    use crate::rt::BufRole;
+    let bad = |why: String| BuildError::Inconsistent {
+        request: module.into(),
+        why: format!("{why}: its plan depends on the input data, so it cannot be recorded; use the kernel launchers"),
+    };
+    if a.buffers.len() != b.buffers.len() || a.steps.len() != b.steps.len() {
+        return Err(bad("the number of buffers or launches changes with the data".into()));
+    }
+    let mut buffers = vec![];
+    for (x, y) in a.buffers.iter().zip(&b.buffers) {
+        if x.name != y.name || x.role != y.role || x.tensor.dtype != y.tensor.dtype || x.tensor.shape != y.tensor.shape
+        {
+            return Err(bad(format!("buffer `{}` changes with the data", x.name)));
+        }
+        let role = match x.role {
+            Role::Input
+                if x.tensor.data == y.tensor.data
+                    && x.tensor.data.len() <= MAX_CONST_BYTES
+                    && !runtime_inputs.contains(&x.name) =>
+            {
+                BufRole::Const
+            }
+            Role::Input => BufRole::Input,
+            Role::Output => BufRole::Output,
+            Role::Scratch => BufRole::Scratch,
+        };
+        let data_file = if role == BufRole::Const {
+            let p = kdir.join(format!("{module}.{gpu}.{}.bin", crate::ident::snake(&x.name)));
+            write(&p, &x.tensor.data)?;
+            Some(p)
+        } else {
+            None
+        };
+        buffers.push(RecordedBuffer {
+            name: x.name.clone(),
+            role,
+            dtype: x.tensor.dtype,
+            shape: x.tensor.shape.clone(),
+            data_file,
+        });
+    }
+    let mut steps = vec![];
+    for (s, t) in a.steps.iter().zip(&b.steps) {
+        let h = stable_hash(&s.kernel);
+        if h != stable_hash(&t.kernel) || s.args != t.args || s.scalars != t.scalars {
+            return Err(bad(format!("launch of `{}` changes with the data", s.kernel.name)));
+        }
+        if seen.insert(h.clone()) {
+            kernels.push(s.kernel.clone());
+        }
+        let role = kernels.iter().position(|k| stable_hash(k) == h).expect("kernel recorded");
+        steps.push((role, s.args.clone(), s.scalars.clone()));
+    }
+    Ok(RecordedPlan { buffers, steps })
+}
+
+/// The codegen version the kernels were rendered with (for generated docs).
+pub(crate) fn codegen_version() -> u32 {
+    CODEGEN_VERSION
+}

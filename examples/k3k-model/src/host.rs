@@ -1,0 +1,193 @@
+//! Host-side helpers: seeded data, bf16 rounding, device transfers, the per-op report (time and check).
+
+use k3k_build::reference::metrics::rel_l2;
+use k3k_build::reference::mx::bf16_round;
+use k3k_build::rt::{self, Bf16, Elem, Gpu, Tensor};
+
+pub type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+/// A small seeded generator (splitmix64 + Box-Muller): the model's data is reproducible from one seed.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Rng(seed)
+    }
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    /// Uniform in (0, 1).
+    pub fn uniform(&mut self) -> f64 {
+        ((self.next_u64() >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+    }
+    /// `n` draws of N(0, std^2) rounded to bf16 (as f32).
+    pub fn bf16_normal(&mut self, n: usize, std: f64) -> Vec<f32> {
+        (0..n)
+            .map(|_| {
+                let (u, v) = (self.uniform(), self.uniform());
+                bf16_round(((-2.0 * u.ln()).sqrt() * (2.0 * std::f64::consts::PI * v).cos() * std) as f32)
+            })
+            .collect()
+    }
+}
+
+/// Round every value to bf16.
+pub fn bf16(v: &[f64]) -> Vec<f32> {
+    v.iter().map(|&x| bf16_round(x as f32)).collect()
+}
+
+/// A bf16 tensor on the device with its values on the host (what the reference reads).
+pub struct Dev {
+    pub t: Tensor<Bf16>,
+    pub h: Vec<f32>,
+}
+
+impl Dev {
+    /// Upload bf16 values.
+    pub fn new(gpu: &Gpu, shape: &[usize], h: Vec<f32>) -> Res<Dev> {
+        Ok(Dev { t: Tensor::from_f32(gpu, shape, &h)?, h })
+    }
+    /// Download a device tensor.
+    pub fn fetch(gpu: &Gpu, t: Tensor<Bf16>) -> Res<Dev> {
+        let h = t.to_f32_vec(gpu)?;
+        Ok(Dev { t, h })
+    }
+}
+
+/// A poisoned output tensor.
+pub fn out<T: Elem>(gpu: &Gpu, shape: &[usize]) -> Res<Tensor<T>> {
+    Ok(Tensor::poisoned(gpu, shape)?)
+}
+
+/// One row of the report: every launch of one op in one stage.
+pub struct Row {
+    pub stage: String,
+    pub op: String,
+    /// The shape of the first launch.
+    pub shape: String,
+    pub launches: usize,
+    /// Summed median times (NaN when not timed).
+    pub us: f64,
+    /// The largest error over the launches.
+    pub err: f64,
+    pub tol: f64,
+    pub what: String,
+}
+
+impl Row {
+    pub fn ok(&self) -> bool {
+        self.err <= self.tol
+    }
+}
+
+/// Per-op times and checks.
+#[derive(Default)]
+pub struct Report {
+    pub rows: Vec<Row>,
+}
+
+impl Report {
+    /// Record one launch of `op` in `stage`: its median time and its error against the reference.
+    #[allow(clippy::too_many_arguments)]
+    pub fn add(&mut self, stage: &str, op: &str, shape: &str, us: f64, err: f64, tol: f64, what: &str) {
+        match self.rows.iter_mut().find(|r| r.stage == stage && r.op == op) {
+            Some(r) => {
+                r.launches += 1;
+                r.us = if r.us.is_nan() {
+                    us
+                } else if us.is_nan() {
+                    r.us
+                } else {
+                    r.us + us
+                };
+                r.err = if err.is_nan() || r.err.is_nan() { f64::NAN } else { r.err.max(err) };
+            }
+            None => self.rows.push(Row {
+                stage: stage.into(),
+                op: op.into(),
+                shape: shape.into(),
+                launches: 1,
+                us,
+                err,
+                tol,
+                what: what.into(),
+            }),
+        }
+    }
+
+    /// Append another report's rows.
+    pub fn merge(&mut self, other: Report) {
+        self.rows.extend(other.rows);
+    }
+
+    /// Rows whose check failed.
+    pub fn failures(&self) -> usize {
+        self.rows.iter().filter(|r| !r.ok()).count()
+    }
+
+    /// The table: per op and stage, launches, GPU time, the worst error and its tolerance.
+    pub fn print(&self) {
+        println!(
+            "
+{:<10} {:<26} {:<22} {:>8} {:>11} {:>10} {:>7}  check",
+            "stage", "op", "first shape", "launches", "GPU us", "max err", "tol"
+        );
+        for r in &self.rows {
+            let us = if r.us.is_nan() { "-".to_string() } else { format!("{:.1}", r.us) };
+            println!(
+                "{:<10} {:<26} {:<22} {:>8} {:>11} {:>10.2e} {:>7.0e}  {}{}",
+                r.stage,
+                r.op,
+                r.shape,
+                r.launches,
+                us,
+                r.err,
+                r.tol,
+                if r.ok() { "ok" } else { "FAIL" },
+                if r.what.is_empty() { String::new() } else { format!(" ({})", r.what) }
+            );
+        }
+        let total: f64 = self.rows.iter().filter(|r| r.us.is_finite()).map(|r| r.us).sum();
+        println!(
+            "GPU time is the median of {REPS} repetitions of each launch (warm L2), summed over the launches; all \
+             timed launches: {total:.1} us"
+        );
+    }
+}
+
+/// Timed repetitions per launch.
+pub const REPS: usize = 20;
+
+/// Median time of `f` in microseconds: `f` enqueues one launch (idempotent: same inputs, same outputs).
+pub fn time_us(gpu: &Gpu, mut f: impl FnMut() -> Result<(), rt::Error>) -> Res<f64> {
+    let mut err = None;
+    let samples = gpu.time(
+        || {
+            if let Err(e) = f() {
+                err.get_or_insert(e);
+            }
+            Ok(())
+        },
+        rt::TimingOptions { warmup: 3, reps: REPS, flush_l2: false },
+    )?;
+    if let Some(e) = err {
+        return Err(e.into());
+    }
+    let mut s = samples;
+    s.sort_by(f64::total_cmp);
+    Ok(s[s.len() / 2] * 1e3)
+}
+
+/// Relative L2 error (SPEC 3) of `got` against `want`.
+pub fn err(got: &[f32], want: &[f64]) -> f64 {
+    rel_l2(got, want)
+}
+
+/// `[a, b, c]` as text.
+pub fn shape_text(s: &[usize]) -> String {
+    format!("{s:?}")
+}
