@@ -277,12 +277,24 @@ __device__ __forceinline__ void scan_cols(TT& t, unsigned char* scratch) {
   store_shared<TT, float, L>(t, scratch, 0, 0);
   __syncthreads();
   for (int c = (int)threadIdx.x; c < C; c += THREADS) {
-    float s = *(const float*)(scratch + L::off(0, c));
+    if constexpr (R <= 64) {
+      // The whole column first (independent loads in flight together), then the same sequential sums.
+      float v[R];
 #pragma unroll
-    for (int r = 1; r < R; ++r) {
-      float* p = (float*)(scratch + L::off(r, c));
-      s = OP::f(s, *p);
-      *p = s;
+      for (int r = 0; r < R; ++r) v[r] = *(const float*)(scratch + L::off(r, c));
+#pragma unroll
+      for (int r = 1; r < R; ++r) {
+        v[r] = OP::f(v[r - 1], v[r]);
+        *(float*)(scratch + L::off(r, c)) = v[r];
+      }
+    } else {
+      float s = *(const float*)(scratch + L::off(0, c));
+#pragma unroll
+      for (int r = 1; r < R; ++r) {
+        float* p = (float*)(scratch + L::off(r, c));
+        s = OP::f(s, *p);
+        *p = s;
+      }
     }
   }
   __syncthreads();
