@@ -333,8 +333,12 @@ fn decode_matches_reference_in_place_and_not() {
         let k = decode::build_decode(&pb.spec(true)).unwrap();
         ip.step(k, &args, &scalars);
         for ((ex, out), (_, want)) in run_all(&ip, &format!("decode in place {dims:?}")).iter().zip(&outs) {
-            assert_eq!(out.get("state").unwrap().data, want.get("ht").unwrap().data, "{ex}: in-place state differs");
-            assert_eq!(out.get("o").unwrap().data, want.get("o").unwrap().data, "{ex}: in-place o differs");
+            // Bitwise on the interpreter; the GPU compiles the two variants separately (contractions may differ).
+            let close = |a: &HostTensor, b: &HostTensor| {
+                if *ex == "cpu-interp" { a.data == b.data } else { rel_l2(&a.to_f64_vec(), &b.to_f64_vec()) < 1e-6 }
+            };
+            assert!(close(out.get("state").unwrap(), want.get("ht").unwrap()), "{ex}: in-place state differs");
+            assert!(close(out.get("o").unwrap(), want.get("o").unwrap()), "{ex}: in-place o differs");
         }
     }
 }
