@@ -334,8 +334,9 @@ fn decode_matches_reference_in_place_and_not() {
         ip.step(k, &args, &scalars);
         for ((ex, out), (_, want)) in run_all(&ip, &format!("decode in place {dims:?}")).iter().zip(&outs) {
             // Bitwise on the interpreter; the GPU compiles the two variants separately (contractions may differ).
+            // (o is bf16: an f32 difference in the last bit may flip a rounding.)
             let close = |a: &HostTensor, b: &HostTensor| {
-                if *ex == "cpu-interp" { a.data == b.data } else { rel_l2(&a.to_f64_vec(), &b.to_f64_vec()) < 1e-6 }
+                if *ex == "cpu-interp" { a.data == b.data } else { rel_l2(&a.to_f64_vec(), &b.to_f64_vec()) < 1e-3 }
             };
             assert!(close(out.get("state").unwrap(), want.get("ht").unwrap()), "{ex}: in-place state differs");
             assert!(close(out.get("o").unwrap(), want.get("o").unwrap()), "{ex}: in-place o differs");
