@@ -37,6 +37,7 @@ template <int R, int C, int WM, int WN> struct RTLayout {
 template <class T, int R, int C, int WM, int WN> struct RT : RTLayout<R, C, WM, WN> {
   typedef RTLayout<R, C, WM, WN> L;
   typedef float elem_t;
+  typedef float stor_t;  // what one element is stored as
   float v[L::NB][L::NF][4];
   __device__ __forceinline__ float get(int b, int f, int j) const { return v[b][f][j]; }
   __device__ __forceinline__ void set2(int b, int f, int jp, float e0, float e1) {
@@ -48,6 +49,7 @@ template <class T, int R, int C, int WM, int WN> struct RT : RTLayout<R, C, WM, 
 template <int R, int C, int WM, int WN> struct RT<int, R, C, WM, WN> : RTLayout<R, C, WM, WN> {
   typedef RTLayout<R, C, WM, WN> L;
   typedef long long elem_t;
+  typedef int stor_t;
   int v[L::NB][L::NF][4];
   __device__ __forceinline__ long long get(int b, int f, int j) const { return v[b][f][j]; }
   __device__ __forceinline__ void set2(int b, int f, int jp, long long e0, long long e1) {
@@ -59,6 +61,7 @@ template <int R, int C, int WM, int WN> struct RT<int, R, C, WM, WN> : RTLayout<
 template <class H, int R, int C, int WM, int WN> struct RT16 : RTLayout<R, C, WM, WN> {
   typedef RTLayout<R, C, WM, WN> L;
   typedef float elem_t;
+  typedef H stor_t;
   unsigned v[L::NB][L::NF][2];
   __device__ __forceinline__ float get(int b, int f, int j) const {
     return (j & 1) ? unpack_hi((H*)0, v[b][f][j >> 1]) : unpack_lo((H*)0, v[b][f][j >> 1]);
@@ -193,9 +196,32 @@ __device__ __forceinline__ void store_global(const TT& t, T* __restrict__ g, lon
       }
 }
 
+template <class A, class B> struct same_t { static constexpr bool value = false; };
+template <class A> struct same_t<A, A> { static constexpr bool value = true; };
+
+// Shared tiles whose rows hold whole pairs move a thread's neighbouring-column pair as one access (the swizzle
+// permutes 16-byte chunks, so an even column and the next share a chunk); 16-bit tiles into a buffer of their
+// own type move their packed register directly. Windows at odd columns take the element path.
 template <class TT, class T, class L>
 __device__ __forceinline__ void load_shared(TT& t, const unsigned char* tile, int row0, int col0) {
   typedef typename TT::elem_t E;
+  if (L::ROW_BYTES % (2 * (int)sizeof(T)) == 0 && (col0 & 1) == 0) {
+#pragma unroll
+    for (int b = 0; b < TT::L::NB; ++b)
+#pragma unroll
+      for (int f = 0; f < TT::L::NF; ++f)
+#pragma unroll
+        for (int jp = 0; jp < 2; ++jp) {
+          const unsigned char* p = tile + L::off(row0 + TT::L::row(b, 2 * jp), col0 + TT::L::col(f, 2 * jp));
+          if constexpr (same_t<typename TT::stor_t, T>::value && sizeof(T) == 2) {
+            t.v[b][f][jp] = *(const unsigned*)p;
+          } else {
+            const Pair<T> pr = *(const Pair<T>*)p;
+            t.set2(b, f, jp, ld_elem(&pr.a, (E*)0), ld_elem(&pr.b, (E*)0));
+          }
+        }
+    return;
+  }
 #pragma unroll
   for (int b = 0; b < TT::L::NB; ++b)
 #pragma unroll
@@ -211,6 +237,25 @@ __device__ __forceinline__ void load_shared(TT& t, const unsigned char* tile, in
 template <class TT, class T, class L>
 __device__ __forceinline__ void store_shared(const TT& t, unsigned char* tile, int row0, int col0) {
   if (TT::L::G::replica() != 0) return;
+  if (L::ROW_BYTES % (2 * (int)sizeof(T)) == 0 && (col0 & 1) == 0) {
+#pragma unroll
+    for (int b = 0; b < TT::L::NB; ++b)
+#pragma unroll
+      for (int f = 0; f < TT::L::NF; ++f)
+#pragma unroll
+        for (int jp = 0; jp < 2; ++jp) {
+          unsigned char* p = tile + L::off(row0 + TT::L::row(b, 2 * jp), col0 + TT::L::col(f, 2 * jp));
+          if constexpr (same_t<typename TT::stor_t, T>::value && sizeof(T) == 2) {
+            *(unsigned*)p = t.v[b][f][jp];
+          } else {
+            Pair<T> pr;
+            st_elem(&pr.a, t.get(b, f, 2 * jp));
+            st_elem(&pr.b, t.get(b, f, 2 * jp + 1));
+            *(Pair<T>*)p = pr;
+          }
+        }
+    return;
+  }
 #pragma unroll
   for (int b = 0; b < TT::L::NB; ++b)
 #pragma unroll
@@ -277,12 +322,24 @@ __device__ __forceinline__ void scan_cols(TT& t, unsigned char* scratch) {
   store_shared<TT, float, L>(t, scratch, 0, 0);
   __syncthreads();
   for (int c = (int)threadIdx.x; c < C; c += THREADS) {
-    float s = *(const float*)(scratch + L::off(0, c));
+    if constexpr (R <= 64) {
+      // The whole column first (independent loads in flight together), then the same sequential sums.
+      float v[R];
 #pragma unroll
-    for (int r = 1; r < R; ++r) {
-      float* p = (float*)(scratch + L::off(r, c));
-      s = OP::f(s, *p);
-      *p = s;
+      for (int r = 0; r < R; ++r) v[r] = *(const float*)(scratch + L::off(r, c));
+#pragma unroll
+      for (int r = 1; r < R; ++r) {
+        v[r] = OP::f(v[r - 1], v[r]);
+        *(float*)(scratch + L::off(r, c)) = v[r];
+      }
+    } else {
+      float s = *(const float*)(scratch + L::off(0, c));
+#pragma unroll
+      for (int r = 1; r < R; ++r) {
+        float* p = (float*)(scratch + L::off(r, c));
+        s = OP::f(s, *p);
+        *p = s;
+      }
     }
   }
   __syncthreads();

@@ -4,6 +4,7 @@ mod bench;
 mod check;
 mod doctor;
 mod emit;
+mod fuzz;
 mod list;
 mod report;
 mod results;
@@ -40,6 +41,9 @@ pub enum Cmd {
     Doctor(doctor::Args),
     /// Run fresh random problems (edge sizes included) on the GPU or the CPU interpreter against the f64 reference.
     Check(check::Args),
+    /// Differential fuzzing against the f64 reference (proptest strategies, shrinking, replayable seeds,
+    /// regressions in proptest-regressions/), with a per-operator table of cases and mismatches.
+    Fuzz(fuzz::Args),
     /// Time the benchmark presets on the GPU, check each run, write results/bench/<gpu>/<op>.{json,md}.
     Bench(bench::Args),
     /// Tune each operator's knobs on this GPU (child-process workers, resumable, shardable) into results/.
@@ -62,6 +66,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Cmd::Nvrtc(a) => emit::run_nvrtc(a),
         Cmd::Doctor(a) => doctor::run(a),
         Cmd::Check(a) => check::run(a),
+        Cmd::Fuzz(a) => fuzz::run(a),
         Cmd::Bench(a) => bench::run(a),
         Cmd::Tune(a) => tune::run(a),
         Cmd::Results(a) => results::run(a),

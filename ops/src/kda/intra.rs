@@ -92,6 +92,12 @@ pub fn build_intra(spec: &KdaSpec, chunk: u32, warps: u32, op_dt: DType, lvl_dt:
     let cg = grid(c, kc, warps, 8);
     let tx = b.tile("tX", DType::F32, c, kc, cg);
     let top = b.tile("tOp", lvl_dt, c, kc, cg);
+    // Column chunks of G~ (its rows, its anchor rows) and of q or k, loaded as tiles (pair accesses).
+    let tgr = b.tile("tGr", DType::F32, c, kc, cg);
+    let tga = b.tile("tGa", DType::F32, c, kc, cg);
+    let txin = b.tile("tXin", DType::F32, c, kc, cg);
+    // Per-row norm factors of q and k for the chunk maps.
+    let (vnq, vnk) = if spec.l2norm { (Some(b.vec("nq", c, cg)), Some(b.vec("nk", c, cg))) } else { (None, None) };
     let ag = grid(c, c, warps, 16);
     let tot_p = b.tile("totP", DType::F32, c, c, ag);
     let tot_l = b.tile("totL", DType::F32, c, c, ag);
@@ -103,6 +109,12 @@ pub fn build_intra(spec: &KdaSpec, chunk: u32, warps: u32, op_dt: DType, lvl_dt:
     let ug = grid(16, dv, warps, 16);
     let acc_w = b.tile("accW", DType::F32, 16, dk, wg);
     let acc_u = b.tile("accU", DType::F32, 16, dv, ug);
+    let tk16 = b.tile("tK16", DType::F32, 16, dk, wg);
+    let tg16 = b.tile("tG16", DType::F32, 16, dk, wg);
+    let tv16 = b.tile("tV16", DType::F32, 16, dv, ug);
+    let vbw = b.vec("betaW", 16, wg);
+    let vbu = b.vec("betaU", 16, ug);
+    let vnk16 = spec.l2norm.then(|| b.vec("nk16", 16, wg));
 
     // Block coordinates.
     let ch = b.let_("ch", Expr::block_idx(0));
@@ -191,13 +203,30 @@ pub fn build_intra(spec: &KdaSpec, chunk: u32, warps: u32, op_dt: DType, lvl_dt:
 
     // 2. Qbar, Kbar, gamma for the state pass.
     let (r, col) = (Expr::RowIdx, Expr::ColIdx);
-    for j in 0..(dk / kc) as i64 {
-        let cj = Expr::ColIdx + j * kc as i64;
-        let view_j = |t: TensorId| view(t, &slot_base * (cc * kk) + j * kc as i64, kk, len.clone(), kc as i64, 2);
-        b.map(tx, times(scale.clone() * qs(r.clone(), cj.clone()) * gs(r.clone(), cj.clone()).exp2(), nq(r.clone())));
+    if let (Some(a), Some(bk)) = (vnq, vnk) {
+        b.vec_map(a, Expr::shared_load(svec, 0i64, 1i64, Expr::RowIdx));
+        b.vec_map(bk, Expr::shared_load(svec, 0i64, 2i64, Expr::RowIdx));
+    }
+    let rq = |e: Expr| match vnq {
+        Some(v) => e * Expr::RowVal(v),
+        None => e,
+    };
+    let rk = |e: Expr| match vnk {
+        Some(v) => e * Expr::RowVal(v),
+        None => e,
+    };
+    for j in 0..dk / kc {
+        let cj = Expr::ColIdx + (j * kc) as i64;
+        let view_j = |t: TensorId| view(t, &slot_base * (cc * kk) + (j * kc) as i64, kk, len.clone(), kc as i64, 2);
+        let d = b.window(sg, 0i64, 0, j * kc, c, kc);
+        b.load(tgr, Place::Shared(d));
+        let d = b.window(sq, 0i64, 0, j * kc, c, kc);
+        b.load(txin, Place::Shared(d));
+        b.map(tx, rq(scale.clone() * Expr::Elem(txin) * Expr::Elem(tgr).exp2()));
         b.store(tx, Place::Global(view_j(qb)));
-        let decay = (gs(last.clone(), cj.clone()) - gs(r.clone(), cj.clone())).exp2();
-        b.map(tx, times(ks(r.clone(), cj.clone()) * decay, nk(r.clone())));
+        let d = b.window(sk, 0i64, 0, j * kc, c, kc);
+        b.load(txin, Place::Shared(d));
+        b.map(tx, rk(Expr::Elem(txin) * (gs(last.clone(), cj) - Expr::Elem(tgr)).exp2()));
         b.store(tx, Place::Global(view_j(kb)));
     }
     b.threads(|b| {
@@ -214,18 +243,22 @@ pub fn build_intra(spec: &KdaSpec, chunk: u32, warps: u32, op_dt: DType, lvl_dt:
         |b: &mut KernelBuilder, buf: SharedId, tile: TileId, lower: Expr, upper: Expr, anchor: Expr| {
             for j in 0..dk / kc {
                 let cj = Expr::ColIdx + (j * kc) as i64;
-                let ga = gs(anchor.clone(), cj.clone());
-                let gr = gs(r.clone(), cj.clone());
-                b.map(tx, Expr::select(lower.clone(), (gr.clone() - ga.clone()).exp2(), 0.0));
-                let e = Expr::Elem(tx);
-                b.map(tile, times(qs(r.clone(), cj.clone()) * e.clone(), nq(r.clone())));
+                let d = b.window(sg, 0i64, 0, j * kc, c, kc);
+                b.load(tgr, Place::Shared(d));
+                b.map(tga, gs(anchor.clone(), cj));
+                b.map(tx, Expr::select(lower.clone(), (Expr::Elem(tgr) - Expr::Elem(tga)).exp2(), 0.0));
+                let d = b.window(sq, 0i64, 0, j * kc, c, kc);
+                b.load(txin, Place::Shared(d));
+                b.map(tile, rq(Expr::Elem(txin) * Expr::Elem(tx)));
                 let d = b.window(buf, 0i64, 0, j * kc, c, kc);
                 b.store(tile, Place::Shared(d));
-                b.map(tile, times(ks(r.clone(), cj.clone()) * e.clone(), nk(r.clone())));
+                let d = b.window(sk, 0i64, 0, j * kc, c, kc);
+                b.load(txin, Place::Shared(d));
+                b.map(tile, rk(Expr::Elem(txin) * Expr::Elem(tx)));
                 let d = b.window(buf, 1i64, 0, j * kc, c, kc);
                 b.store(tile, Place::Shared(d));
-                b.map(tx, Expr::select(upper.clone(), (ga - gr).exp2(), 0.0));
-                b.map(tile, times(ks(r.clone(), cj.clone()) * e, nk(r.clone())));
+                b.map(tx, Expr::select(upper.clone(), (Expr::Elem(tga) - Expr::Elem(tgr)).exp2(), 0.0));
+                b.map(tile, rk(Expr::Elem(txin) * Expr::Elem(tx)));
                 let d = b.window(buf, 2i64, 0, j * kc, c, kc);
                 b.store(tile, Place::Shared(d));
             }
@@ -365,12 +398,21 @@ pub fn build_intra(spec: &KdaSpec, chunk: u32, warps: u32, op_dt: DType, lvl_dt:
             b.mma(acc_u, Operand::Shared { src: la, transpose: false }, Operand::Shared { src: xu, transpose: false });
         }
         let rr = Expr::RowIdx + r0;
-        let rw = times(
-            beta_at(rr.clone()) * ks(rr.clone(), col.clone()) * gs(rr.clone(), col.clone()).exp2(),
-            nk(rr.clone()),
-        );
+        let d = b.window(sk, 0i64, 16 * i, 0, 16, dk);
+        b.load(tk16, Place::Shared(d));
+        let d = b.window(sg, 0i64, 16 * i, 0, 16, dk);
+        b.load(tg16, Place::Shared(d));
+        let d = b.window(sv, 0i64, 16 * i, 0, 16, dv);
+        b.load(tv16, Place::Shared(d));
+        b.vec_map(vbw, beta_at(rr.clone()));
+        b.vec_map(vbu, beta_at(rr.clone()));
+        let mut rw = Expr::RowVal(vbw) * Expr::Elem(tk16) * Expr::Elem(tg16).exp2();
+        if let Some(v) = vnk16 {
+            b.vec_map(v, Expr::shared_load(svec, 0i64, 2i64, rr.clone()));
+            rw = rw * Expr::RowVal(v);
+        }
         b.map(acc_w, rw - Expr::Elem(acc_w));
-        b.map(acc_u, beta_at(rr.clone()) * Expr::shared_load(sv, 0i64, rr.clone(), col.clone()) - Expr::Elem(acc_u));
+        b.map(acc_u, Expr::RowVal(vbu) * Expr::Elem(tv16) - Expr::Elem(acc_u));
         b.store(acc_w, Place::Shared(tw.clone()));
         let d = b.slot(stu, 0i64);
         b.store(acc_u, Place::Shared(d));

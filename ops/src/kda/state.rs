@@ -44,10 +44,13 @@ pub fn build_state(spec: &KdaSpec, chunk: u32, bv: u32, warps: u32, op_dt: DType
     let ss = b.shared("sS", op_dt, dk, bv, 1, Swizzle::Xor16B);
     let svt = b.shared("sVt", op_dt, c, bv, 1, Swizzle::Xor16B);
 
-    let st = b.tile("S", DType::F32, dk, bv, grid(dk, bv, warps, 16));
+    let sgrid = grid(dk, bv, warps, 16);
+    let st = b.tile("S", DType::F32, dk, bv, sgrid);
+    let vgam = b.vec("gamma", dk, sgrid);
     let og = grid(c, bv, warps, 16);
     let acc_v = b.tile("accV", DType::F32, c, bv, og);
     let acc_o = b.tile("accO", DType::F32, c, bv, og);
+    let tu = b.tile("tU", DType::F32, c, bv, og);
 
     let seq = b.let_("seq", Expr::block_idx(0));
     let hvi = b.let_("hv", Expr::block_idx(1));
@@ -106,7 +109,9 @@ pub fn build_state(spec: &KdaSpec, chunk: u32, bv: u32, warps: u32, op_dt: DType
         let s_op = Operand::Shared { src: b.slot(ss, 0i64), transpose: false };
         b.mma(acc_v, Operand::Shared { src: b.slot(sw, 0i64), transpose: false }, s_op.clone());
         b.mma(acc_o, Operand::Shared { src: b.slot(sqb, 0i64), transpose: false }, s_op);
-        b.map(acc_v, Expr::shared_load(su, 0i64, Expr::RowIdx, Expr::ColIdx) - Expr::Elem(acc_v));
+        let d = b.slot(su, 0i64);
+        b.load(tu, Place::Shared(d));
+        b.map(acc_v, Expr::Elem(tu) - Expr::Elem(acc_v));
         let d = b.slot(svt, 0i64);
         b.store(acc_v, Place::Shared(d));
         b.barrier();
@@ -120,7 +125,8 @@ pub fn build_state(spec: &KdaSpec, chunk: u32, bv: u32, warps: u32, op_dt: DType
             acc_o,
             Place::Global(view(o, (&row0 * hv.clone() + hvi.clone()) * vv + v0.clone(), hv.clone() * vv, len, bvv, 2)),
         );
-        b.map(st, Expr::Elem(st) * Expr::shared_load(sgam, 0i64, 0i64, Expr::RowIdx));
+        b.vec_map(vgam, Expr::shared_load(sgam, 0i64, 0i64, Expr::RowIdx));
+        b.map(st, Expr::Elem(st) * Expr::RowVal(vgam));
         b.mma(st, Operand::Shared { src: b.slot(skb, 0i64), transpose: true }, vt);
         b.barrier();
         b.if_(more, |b| issue_b(b, &ch + 1i64));
