@@ -99,16 +99,19 @@ impl OnlineSoftmax {
         b.vec_map(self.l, 0.0f64);
     }
 
-    /// One KV tile: `s` holds log2-domain scores (-inf where masked). Updates m and l, writes `p =
-    /// exp2(s - mu)` (bf16) and rescales the accumulators by `exp2(m_old - mu)`.
+    /// One KV tile: `s` holds log2-domain scores (-inf where masked). Updates m and l, overwrites `s` with
+    /// `exp2(s - mu)` and writes its bf16 rounding to `p`, and rescales the accumulators by `exp2(m_old - mu)`.
     fn step(&self, b: &mut KernelBuilder, s: TileId, p: TileId, accs: &[TileId]) {
         b.vec_map(self.m_prev, rv(self.m));
         b.reduce(self.m, s, ReduceOp::Max, true);
         b.vec_map(self.mu, Expr::select(rv(self.m).eq(NEG_INF), 0.0f64, rv(self.m)));
         b.vec_map(self.alpha, (rv(self.m_prev) - rv(self.mu)).exp2());
-        b.map(p, (el(s) - rv(self.mu)).exp2());
+        // The softmax sum is taken over the f32 probabilities (summing their bf16 roundings, the values the
+        // tensor cores see, would put a ~2^-9 relative error into l and so an absolute one into the LSE).
+        b.map(s, (el(s) - rv(self.mu)).exp2());
         b.vec_map(self.l, rv(self.l) * rv(self.alpha));
-        b.reduce(self.l, p, ReduceOp::Sum, true);
+        b.reduce(self.l, s, ReduceOp::Sum, true);
+        b.map(p, el(s));
         let a = match self.alpha_acc {
             Some(aa) => {
                 b.vec_map(aa, rv(self.alpha));
