@@ -145,7 +145,7 @@ pub fn grid(rows: u32, cols: u32, warps: u32, unit: u32) -> [u32; 2] {
 pub fn knob_space() -> KnobSpace {
     KnobSpace::default()
         .axis("CHUNK", "chunk size (tokens per chunk)", [64i64, 32])
-        .axis("W1", "warps of the intra-chunk kernel", [8i64, 4])
+        .axis("W1", "warps of the intra-chunk kernel", [16i64, 8, 4])
         .axis("BV", "value columns per state-pass block (0: chosen from the problem)", [0i64, 16, 32, 64])
         .axis("W2", "warps of the state-pass kernel (0: 4 for BV <= 32, else 8)", [0i64, 4, 8])
         .axis("OPDT", "16-bit type of the scratch and of the tensor-core operands built from it", ["f16", "bf16"])
@@ -156,7 +156,7 @@ pub fn knob_space() -> KnobSpace {
 pub fn default_knobs() -> Knobs {
     Knobs::new()
         .with("CHUNK", 64i64)
-        .with("W1", 8i64)
+        .with("W1", 16i64)
         .with("BV", 0i64)
         .with("W2", 0i64)
         .with("OPDT", "f16")
@@ -191,8 +191,8 @@ impl Launch {
         if chunk != 32 && chunk != 64 {
             return Err(invalid(format!("CHUNK={chunk}: 32 or 64")));
         }
-        if w1 != 4 && w1 != 8 {
-            return Err(invalid(format!("W1={w1}: 4 or 8")));
+        if !matches!(w1, 4 | 8 | 16) {
+            return Err(invalid(format!("W1={w1}: 4, 8 or 16")));
         }
         if w1 == 4 && chunk == 64 && pb.dk.max(pb.dv) >= 128 {
             return Err(invalid("W1=4 with CHUNK=64 and head dim 128 runs out of registers (spills): use W1=8".into()));
