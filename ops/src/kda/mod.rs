@@ -147,7 +147,7 @@ pub fn knob_space() -> KnobSpace {
         .axis("CHUNK", "chunk size (tokens per chunk)", [64i64, 32])
         .axis("W1", "warps of the intra-chunk kernel", [16i64, 8, 4])
         .axis("BV", "value columns per state-pass block (0: chosen from the problem)", [0i64, 16, 32, 64])
-        .axis("W2", "warps of the state-pass kernel (0: 4 for BV <= 32, else 8)", [0i64, 4, 8])
+        .axis("W2", "warps of the state-pass kernel (0: chosen from the problem)", [0i64, 4, 8])
         .axis("OPDT", "16-bit type of the scratch and of the tensor-core operands built from it", ["f16", "bf16"])
         .axis("LVLDT", "16-bit type of the off-diagonal and exact-diagonal tile operands", ["f16", "bf16"])
 }
@@ -180,8 +180,8 @@ const ASSUMED_SMS: usize = 132;
 impl Launch {
     /// Read and check the knobs for a problem. `BV = 0` picks 32 value columns per state-pass block, or 16 when
     /// that would leave more than half the SMs idle (fewer than ~66 blocks); every value block re-reads the
-    /// chunk's W, Qbar, Kbar and P, so narrower blocks cost L2 bandwidth. `W2 = 0` picks 4 warps for BV <= 32,
-    /// else 8.
+    /// chunk's W, Qbar, Kbar and P, so narrower blocks cost L2 bandwidth. `W2 = 0` picks 8 warps when all
+    /// blocks fit on the SMs at once (or BV > 32), else 4.
     pub fn resolve(knobs: &Knobs, pb: &KdaProblem) -> Result<Launch, OpError> {
         let invalid = |why: String| OpError::InvalidKnobs { op: "kda", knobs: knobs.to_string(), why };
         let chunk = knobs.u32("CHUNK")?;
@@ -206,7 +206,10 @@ impl Launch {
             return Err(invalid(format!("BV={bv} must be 16, 32, 64 or 128 and divide V={dv}")));
         }
         if w2 == 0 {
-            w2 = if bv <= 32 { 4 } else { 8 };
+            // 8 warps when the blocks fit on the SMs at once (more warps per SM on the sequential chain), or
+            // for wide value blocks; else 4 (two blocks per SM).
+            let blocks = pb.num_seqs() * pb.hv * pb.dv / bv as usize;
+            w2 = if bv > 32 || blocks <= ASSUMED_SMS { 8 } else { 4 };
         }
         if w2 != 4 && w2 != 8 {
             return Err(invalid(format!("W2={w2}: 0, 4 or 8")));
