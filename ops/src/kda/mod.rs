@@ -37,6 +37,15 @@
 //! `[N, HV, K, V]`; its kernel updates the state in place (the operator's plan uses the out-of-place variant
 //! `h0 -> ht`, which moves the same bytes, so every run starts from the same state).
 //!
+//! Performance status: the first version (commit 3023aa8: 8 warps, per-element shared loads in the chunk maps,
+//! sequential-latency scan) measured 3.77 ms at B1 T8192 H96 (FLA chunk_kda 2.42 ms, 0.64x) and 10.4 ms at B1
+//! T65536 H32 on an H200; the two points fit ~0.29 us of device time per (chunk, head) in [`intra`] and ~1 us
+//! per chunk step in [`state`], i.e. the intra-chunk kernel dominated. Since then (not yet measured): 16 warps
+//! (it ran one 191 KB block of 8 warps per SM), ~35% fewer instructions (tile loads with pair accesses instead
+//! of per-element shared loads, packed conversions, one copy of each level loop), a scan whose loads overlap,
+//! and the diagonal solve overlapped with the levels. `CHUNK=32` fits two blocks per SM (97 KB) and is worth
+//! timing against the default.
+//!
 //! Checks compare with `k3k_reference::kda::kda_recurrent` (f64) per (sequence, value head) pair: every pair for
 //! small problems, a documented sample of pairs (first, last and seeded others; every o row and state element of
 //! each) for the benchmark sizes, whose full f64 recurrence would take minutes on a CPU.
