@@ -141,6 +141,15 @@ template <class T> __device__ __forceinline__ void st_elem(T* p, float v) { *p =
 template <class T> __device__ __forceinline__ void st_elem(T* p, long long v) { *p = from_i64<T>::cvt(v); }
 // Two neighbouring elements moved as one access (the view's VEC >= 2 promises the alignment).
 template <class T> struct alignas(2 * sizeof(T)) Pair { T a, b; };
+// Store two neighbouring elements as one access; f32 -> bf16/f16 pairs convert with one packed instruction.
+template <class T, class E> __device__ __forceinline__ void st_pair(T* p, E e0, E e1) {
+  Pair<T> pr;
+  st_elem(&pr.a, e0);
+  st_elem(&pr.b, e1);
+  *(Pair<T>*)p = pr;
+}
+__device__ __forceinline__ void st_pair(bf16* p, float e0, float e1) { *(unsigned*)p = pack2((bf16*)0, e0, e1); }
+__device__ __forceinline__ void st_pair(f16* p, float e0, float e1) { *(unsigned*)p = pack2((f16*)0, e0, e1); }
 
 template <class TT, class T, int VEC>
 __device__ __forceinline__ void load_global(TT& t, const T* __restrict__ g, long long off, long long stride,
@@ -184,10 +193,7 @@ __device__ __forceinline__ void store_global(const TT& t, T* __restrict__ g, lon
           T* p = g + off + (long long)r * stride + c;
           if (VEC >= 2 && c + 1 < cols) {
             // Both elements valid and pair-aligned (the program promised offset and stride are multiples of VEC).
-            Pair<T> pr;
-            st_elem(&pr.a, t.get(b, f, 2 * jp));
-            st_elem(&pr.b, t.get(b, f, 2 * jp + 1));
-            *(Pair<T>*)p = pr;
+            st_pair(p, t.get(b, f, 2 * jp), t.get(b, f, 2 * jp + 1));
           } else {
             if (c < cols) st_elem(p, t.get(b, f, 2 * jp));
             if (c + 1 < cols) st_elem(p + 1, t.get(b, f, 2 * jp + 1));
@@ -248,10 +254,7 @@ __device__ __forceinline__ void store_shared(const TT& t, unsigned char* tile, i
           if constexpr (same_t<typename TT::stor_t, T>::value && sizeof(T) == 2) {
             *(unsigned*)p = t.v[b][f][jp];
           } else {
-            Pair<T> pr;
-            st_elem(&pr.a, t.get(b, f, 2 * jp));
-            st_elem(&pr.b, t.get(b, f, 2 * jp + 1));
-            *(Pair<T>*)p = pr;
+            st_pair((T*)p, t.get(b, f, 2 * jp), t.get(b, f, 2 * jp + 1));
           }
         }
     return;

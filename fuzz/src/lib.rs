@@ -16,9 +16,11 @@
 //! assert_eq!(report.mismatches, 0);
 //! ```
 
+pub mod jit;
 pub mod runner;
 pub mod strategy;
 
+pub use jit::{DiffBackend, JitBackend};
 pub use runner::{
     Backend, Failure, FuzzOptions, KnobSet, OpReport, case_seed, draw_case, fuzz_op, load_regressions, replay,
 };

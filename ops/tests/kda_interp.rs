@@ -186,6 +186,8 @@ fn knob_points_agree() {
     let def = kda::default_knobs();
     for k in [
         def.clone().with("W1", 4i64),
+        def.clone().with("W1", 8i64),
+        def.clone().with("W1", 16i64).with("CHUNK", 32i64),
         def.clone().with("BV", 16i64),
         def.clone().with("BV", 32i64).with("W2", 8i64),
         def.clone().with("BV", 64i64),

@@ -19,6 +19,10 @@ use std::path::PathBuf;
 pub enum FuzzBackend {
     /// The CPU interpreter of the IR (reference semantics; what CI fuzzes).
     Cpu,
+    /// The Cranelift JIT of the IR (kernels it does not lower yet run on the interpreter).
+    CpuJit,
+    /// The interpreter and the JIT on every case, outputs compared bit for bit (then against the reference).
+    JitDiff,
     /// The GPU (an error when there is none).
     Cuda,
 }
@@ -72,6 +76,8 @@ pub struct Args {
 fn backend(b: FuzzBackend) -> anyhow::Result<Box<dyn Backend>> {
     Ok(match b {
         FuzzBackend::Cpu => Box::new(Executor::Cpu),
+        FuzzBackend::CpuJit => Box::new(k3k_fuzz::JitBackend::default()),
+        FuzzBackend::JitDiff => Box::new(k3k_fuzz::DiffBackend::default()),
         FuzzBackend::Cuda => Box::new(Executor::Gpu(Box::new(GpuExec::new(Gpu::open(0)?)))),
     })
 }

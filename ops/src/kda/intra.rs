@@ -315,6 +315,36 @@ pub fn build_intra(spec: &KdaSpec, chunk: u32, warps: u32, op_dt: DType, lvl_dt:
     let d = b.slot(sd, 1i64);
     b.store(dl, Place::Shared(d));
     b.barrier();
+    // 4a. N_ii = (I + L_ii)^-1 - I by forward substitution: thread t < C owns column t%16 of tile t/16.
+    b.threads(|b| {
+        let t = Expr::thread_idx();
+        b.if_(t.lt(cc), |b| {
+            let t0 = b.let_("t0", t.bitand(-16i64));
+            let cl = b.let_("cl", t.bitand(15i64));
+            let a = b.let_array("a", 16, ScalarTy::Float, 0.0);
+            b.for_unrolled("ri", 0i64, 16i64, 1i64, |b, ri| {
+                let acc = b.let_var("acc", 0.0);
+                b.for_unrolled("m", 0i64, ri.clone(), 1i64, |b, m| {
+                    let l = Expr::shared_load(sd, 1i64, &t0 + ri.clone(), m.clone());
+                    b.assign(acc, Expr::Var(acc) + l * Expr::array_get(a, m));
+                });
+                let val = Expr::select(
+                    ri.clone().eq(cl.clone()),
+                    1.0,
+                    Expr::select(ri.clone().lt(cl.clone()), 0.0, -Expr::Var(acc)),
+                );
+                b.array_set(a, ri.clone(), val);
+                b.shared_store(
+                    sn,
+                    0i64,
+                    &t0 + ri.clone(),
+                    cl.clone(),
+                    Expr::select(ri.gt(cl.clone()), Expr::array_get(a, ri.clone()), 0.0),
+                );
+            });
+        });
+    });
+    // (Started here: warps 0-1 solve while the others begin the levels; the levels' barriers order sN.)
     // Off-diagonal tiles by levels (none when the chunk is one tile), fine to coarse, accumulated in place
     // with the same clearing as inside the tiles.
     b.map(tot_p, 0.0);
@@ -348,37 +378,6 @@ pub fn build_intra(spec: &KdaSpec, chunk: u32, warps: u32, op_dt: DType, lvl_dt:
             * Expr::select(same_tile, Expr::shared_load(sd, 0i64, r.clone(), col.bitand(15i64)), Expr::Elem(tot_p)),
     );
     b.store(tot_p, Place::Global(view(pm, &slot_base * (cc * cc), cc, len.clone(), cc, 2)));
-
-    // 5a. N_ii = (I + L_ii)^-1 - I by forward substitution: thread t < C owns column t%16 of tile t/16.
-    b.threads(|b| {
-        let t = Expr::thread_idx();
-        b.if_(t.lt(cc), |b| {
-            let t0 = b.let_("t0", t.bitand(-16i64));
-            let cl = b.let_("cl", t.bitand(15i64));
-            let a = b.let_array("a", 16, ScalarTy::Float, 0.0);
-            b.for_unrolled("ri", 0i64, 16i64, 1i64, |b, ri| {
-                let acc = b.let_var("acc", 0.0);
-                b.for_unrolled("m", 0i64, ri.clone(), 1i64, |b, m| {
-                    let l = Expr::shared_load(sd, 1i64, &t0 + ri.clone(), m.clone());
-                    b.assign(acc, Expr::Var(acc) + l * Expr::array_get(a, m));
-                });
-                let val = Expr::select(
-                    ri.clone().eq(cl.clone()),
-                    1.0,
-                    Expr::select(ri.clone().lt(cl.clone()), 0.0, -Expr::Var(acc)),
-                );
-                b.array_set(a, ri.clone(), val);
-                b.shared_store(
-                    sn,
-                    0i64,
-                    &t0 + ri.clone(),
-                    cl.clone(),
-                    Expr::select(ri.gt(cl.clone()), Expr::array_get(a, ri.clone()), 0.0),
-                );
-            });
-        });
-    });
-    b.barrier();
 
     // 5b. Block substitution, row tile by row tile.
     let xw = |b: &KernelBuilder, rows: u32| b.window(sxw, 0i64, 0, 0, rows, dk);

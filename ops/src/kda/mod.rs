@@ -37,6 +37,15 @@
 //! `[N, HV, K, V]`; its kernel updates the state in place (the operator's plan uses the out-of-place variant
 //! `h0 -> ht`, which moves the same bytes, so every run starts from the same state).
 //!
+//! Performance status: the first version (commit 3023aa8: 8 warps, per-element shared loads in the chunk maps,
+//! sequential-latency scan) measured 3.77 ms at B1 T8192 H96 (FLA chunk_kda 2.42 ms, 0.64x) and 10.4 ms at B1
+//! T65536 H32 on an H200; the two points fit ~0.29 us of device time per (chunk, head) in [`intra`] and ~1 us
+//! per chunk step in [`state`], i.e. the intra-chunk kernel dominated. Since then (not yet measured): 16 warps
+//! (it ran one 191 KB block of 8 warps per SM), ~35% fewer instructions (tile loads with pair accesses instead
+//! of per-element shared loads, packed conversions, one copy of each level loop), a scan whose loads overlap,
+//! and the diagonal solve overlapped with the levels. `CHUNK=32` fits two blocks per SM (97 KB) and is worth
+//! timing against the default.
+//!
 //! Checks compare with `k3k_reference::kda::kda_recurrent` (f64) per (sequence, value head) pair: every pair for
 //! small problems, a documented sample of pairs (first, last and seeded others; every o row and state element of
 //! each) for the benchmark sizes, whose full f64 recurrence would take minutes on a CPU.
@@ -145,9 +154,9 @@ pub fn grid(rows: u32, cols: u32, warps: u32, unit: u32) -> [u32; 2] {
 pub fn knob_space() -> KnobSpace {
     KnobSpace::default()
         .axis("CHUNK", "chunk size (tokens per chunk)", [64i64, 32])
-        .axis("W1", "warps of the intra-chunk kernel", [8i64, 4])
+        .axis("W1", "warps of the intra-chunk kernel", [16i64, 8, 4])
         .axis("BV", "value columns per state-pass block (0: chosen from the problem)", [0i64, 16, 32, 64])
-        .axis("W2", "warps of the state-pass kernel (0: 4 for BV <= 32, else 8)", [0i64, 4, 8])
+        .axis("W2", "warps of the state-pass kernel (0: chosen from the problem)", [0i64, 4, 8])
         .axis("OPDT", "16-bit type of the scratch and of the tensor-core operands built from it", ["f16", "bf16"])
         .axis("LVLDT", "16-bit type of the off-diagonal and exact-diagonal tile operands", ["f16", "bf16"])
 }
@@ -156,7 +165,7 @@ pub fn knob_space() -> KnobSpace {
 pub fn default_knobs() -> Knobs {
     Knobs::new()
         .with("CHUNK", 64i64)
-        .with("W1", 8i64)
+        .with("W1", 16i64)
         .with("BV", 0i64)
         .with("W2", 0i64)
         .with("OPDT", "f16")
@@ -180,8 +189,8 @@ const ASSUMED_SMS: usize = 132;
 impl Launch {
     /// Read and check the knobs for a problem. `BV = 0` picks 32 value columns per state-pass block, or 16 when
     /// that would leave more than half the SMs idle (fewer than ~66 blocks); every value block re-reads the
-    /// chunk's W, Qbar, Kbar and P, so narrower blocks cost L2 bandwidth. `W2 = 0` picks 4 warps for BV <= 32,
-    /// else 8.
+    /// chunk's W, Qbar, Kbar and P, so narrower blocks cost L2 bandwidth. `W2 = 0` picks 8 warps when all
+    /// blocks fit on the SMs at once (or BV > 32), else 4.
     pub fn resolve(knobs: &Knobs, pb: &KdaProblem) -> Result<Launch, OpError> {
         let invalid = |why: String| OpError::InvalidKnobs { op: "kda", knobs: knobs.to_string(), why };
         let chunk = knobs.u32("CHUNK")?;
@@ -191,8 +200,8 @@ impl Launch {
         if chunk != 32 && chunk != 64 {
             return Err(invalid(format!("CHUNK={chunk}: 32 or 64")));
         }
-        if w1 != 4 && w1 != 8 {
-            return Err(invalid(format!("W1={w1}: 4 or 8")));
+        if !matches!(w1, 4 | 8 | 16) {
+            return Err(invalid(format!("W1={w1}: 4, 8 or 16")));
         }
         if w1 == 4 && chunk == 64 && pb.dk.max(pb.dv) >= 128 {
             return Err(invalid("W1=4 with CHUNK=64 and head dim 128 runs out of registers (spills): use W1=8".into()));
@@ -206,7 +215,10 @@ impl Launch {
             return Err(invalid(format!("BV={bv} must be 16, 32, 64 or 128 and divide V={dv}")));
         }
         if w2 == 0 {
-            w2 = if bv <= 32 { 4 } else { 8 };
+            // 8 warps when the blocks fit on the SMs at once (more warps per SM on the sequential chain), or
+            // for wide value blocks; else 4 (two blocks per SM).
+            let blocks = pb.num_seqs() * pb.hv * pb.dv / bv as usize;
+            w2 = if bv > 32 || blocks <= ASSUMED_SMS { 8 } else { 4 };
         }
         if w2 != 4 && w2 != 8 {
             return Err(invalid(format!("W2={w2}: 0, 4 or 8")));

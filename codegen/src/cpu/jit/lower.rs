@@ -1,0 +1,862 @@
+//! IR -> Cranelift IR for the statements and expressions the JIT covers (see the module docs of `jit`).
+
+use super::{Ctx, JitError, TensorRef};
+use crate::cpu::interp::{InterpError, unary_f32};
+use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
+use cranelift_codegen::ir::{AbiParam, Block, InstBuilder, MemFlagsData, Signature, Type, Value, types};
+use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
+use cranelift_jit::JITModule;
+use cranelift_module::{FuncId, Linkage, Module};
+use k3k_ir::*;
+use std::mem::offset_of;
+
+/// Failure codes written to `Ctx::err[0]`.
+#[derive(Clone, Copy)]
+enum Fail {
+    /// A global access out of bounds: (tensor, index, what).
+    OutOfBounds = 1,
+    /// Integer division or remainder by zero (or overflow): (is_rem, 0, 0).
+    DivZero = 2,
+    /// A loop step <= 0: (step, 0, 0).
+    Step = 3,
+}
+
+const WHAT: [&str; 2] = ["scalar load", "scalar store"];
+
+/// The interpreter's error for a failed block.
+pub(super) fn error(k: &Kernel, block: [u32; 3], err: &[i64; 4], tensors: &[HostTensor]) -> InterpError {
+    let arith = |what: String| InterpError::Arith { kernel: k.name.clone(), what };
+    match err[0] {
+        1 => InterpError::OutOfBounds {
+            kernel: k.name.clone(),
+            block,
+            what: WHAT[err[3] as usize],
+            tensor: k.tensors[err[1] as usize].name.clone(),
+            index: err[2],
+            len: tensors[err[1] as usize].len(),
+        },
+        2 => arith(if err[1] == 1 { "integer remainder by zero" } else { "integer division by zero" }.into()),
+        3 => arith(format!("loop step {} <= 0", err[1])),
+        c => arith(format!("JIT failure code {c}")),
+    }
+}
+
+/// Static type of an expression value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ty {
+    I,
+    F,
+    B,
+}
+
+impl Ty {
+    fn clif(self) -> Type {
+        match self {
+            Ty::I => types::I64,
+            Ty::F => types::F32,
+            Ty::B => types::I8,
+        }
+    }
+}
+
+fn unsupported(what: impl Into<String>) -> JitError {
+    JitError::Unsupported(what.into())
+}
+
+/// Types of the variables (from their `Let`s and loops), checking every statement and expression is lowered.
+struct Types<'a> {
+    k: &'a Kernel,
+    vars: Vec<Option<Ty>>,
+}
+
+impl<'a> Types<'a> {
+    fn new(k: &'a Kernel) -> Result<Self, JitError> {
+        let mut t = Types { k, vars: vec![None; k.vars.len()] };
+        t.stmts(&k.body)?;
+        Ok(t)
+    }
+
+    fn set_var(&mut self, v: VarId, ty: Ty) -> Result<(), JitError> {
+        match self.vars[v.0 as usize] {
+            Some(old) if old != ty => {
+                Err(unsupported(format!("variable `{}` changes type", self.k.vars[v.0 as usize].name)))
+            }
+            _ => {
+                self.vars[v.0 as usize] = Some(ty);
+                Ok(())
+            }
+        }
+    }
+
+    fn stmts(&mut self, body: &[Stmt]) -> Result<(), JitError> {
+        for s in body {
+            match s {
+                Stmt::Let { var, value } | Stmt::Assign { var, value } => {
+                    let t = self.ty(value)?;
+                    self.set_var(*var, t)?;
+                }
+                Stmt::For { var, start, end, step, body, .. } => {
+                    for e in [start, end, step] {
+                        self.ty(e)?;
+                    }
+                    self.set_var(*var, Ty::I)?;
+                    self.stmts(body)?;
+                }
+                Stmt::If { cond, then_body, else_body } => {
+                    if self.ty(cond)? != Ty::B {
+                        return Err(unsupported("non-bool condition"));
+                    }
+                    self.stmts(then_body)?;
+                    self.stmts(else_body)?;
+                }
+                Stmt::Barrier | Stmt::AsyncCommit | Stmt::AsyncWait { .. } | Stmt::MmaWait { .. } => {}
+                Stmt::Threads { body } => self.stmts(body)?,
+                Stmt::StoreScalar { tensor, index, value } => {
+                    self.ty(index)?;
+                    let vt = self.ty(value)?;
+                    let dt = self.k.tensors[tensor.0 as usize].dtype;
+                    if vt == Ty::F && matches!(dt, DType::E8m0 | DType::E2m1) {
+                        return Err(unsupported(format!("float store into {dt}")));
+                    }
+                }
+                other => return Err(unsupported(format!("statement {}", stmt_name(other)))),
+            }
+        }
+        Ok(())
+    }
+
+    fn ty(&self, e: &Expr) -> Result<Ty, JitError> {
+        Ok(match e {
+            Expr::Int(_) => Ty::I,
+            Expr::Float(_) => Ty::F,
+            Expr::Bool(_) => Ty::B,
+            Expr::Sym(s) => match self.k.syms[s.0 as usize].kind {
+                SymKind::Float => Ty::F,
+                _ => Ty::I,
+            },
+            Expr::Var(v) => self.vars[v.0 as usize].unwrap_or(Ty::I),
+            Expr::Special(_) => Ty::I,
+            Expr::Un(op, a) => {
+                let a = self.ty(a)?;
+                match (op, a) {
+                    (UnOp::Neg | UnOp::Abs, Ty::I) => Ty::I,
+                    (UnOp::Not, Ty::B) => Ty::B,
+                    (UnOp::IsNan | UnOp::IsFinite, Ty::F) => Ty::B,
+                    (UnOp::Bits, Ty::F) => Ty::I,
+                    (UnOp::FromBits, Ty::I) => Ty::F,
+                    (UnOp::Not | UnOp::IsNan | UnOp::IsFinite | UnOp::Bits | UnOp::FromBits, _) => {
+                        return Err(unsupported(format!("{} of {a:?}", op.name())));
+                    }
+                    (_, Ty::B) => return Err(unsupported(format!("{} of a bool", op.name()))),
+                    _ => Ty::F,
+                }
+            }
+            Expr::Bin(op, a, b) => {
+                let (a, b) = (self.ty(a)?, self.ty(b)?);
+                match (a, b) {
+                    (Ty::I, Ty::I) if !matches!(op, BinOp::And | BinOp::Or | BinOp::Ldexp) => {
+                        if op.is_comparison() {
+                            Ty::B
+                        } else {
+                            Ty::I
+                        }
+                    }
+                    (Ty::F, Ty::I) if *op == BinOp::Ldexp => Ty::F,
+                    (Ty::F, Ty::F)
+                        if matches!(
+                            op,
+                            BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::Div | BinOp::Min | BinOp::Max
+                        ) =>
+                    {
+                        Ty::F
+                    }
+                    (Ty::F, Ty::F) if op.is_comparison() => Ty::B,
+                    (Ty::B, Ty::B) if matches!(op, BinOp::And | BinOp::Or | BinOp::Eq | BinOp::Ne) => Ty::B,
+                    _ => return Err(unsupported(format!("{a:?} {} {b:?}", op.symbol()))),
+                }
+            }
+            Expr::Select(c, a, b) => {
+                let (c, a, b) = (self.ty(c)?, self.ty(a)?, self.ty(b)?);
+                if c != Ty::B || a != b {
+                    return Err(unsupported("select types"));
+                }
+                a
+            }
+            Expr::Cast(ScalarTy::Float, a) => {
+                self.ty(a)?;
+                Ty::F
+            }
+            Expr::Cast(ScalarTy::Int, a) => {
+                self.ty(a)?;
+                Ty::I
+            }
+            Expr::Cast(ScalarTy::Bool, a) => {
+                let t = self.ty(a)?;
+                if t != Ty::B {
+                    return Err(unsupported("cast to bool"));
+                }
+                Ty::B
+            }
+            Expr::Load { tensor, index } => {
+                self.ty(index)?;
+                let dt = self.k.tensors[tensor.0 as usize].dtype;
+                match ScalarTy::of_dtype(dt) {
+                    ScalarTy::Float if dt == DType::E2m1 => return Err(unsupported("scalar load of e2m1")),
+                    ScalarTy::Float => Ty::F,
+                    _ => Ty::I,
+                }
+            }
+            Expr::SharedLoad { .. } => return Err(unsupported("shared loads")),
+            Expr::ArrayGet(..) => return Err(unsupported("per-thread arrays")),
+            Expr::Elem(_) | Expr::RowVal(_) | Expr::RowIdx | Expr::ColIdx => {
+                return Err(unsupported("element-context expressions"));
+            }
+        })
+    }
+}
+
+fn stmt_name(s: &Stmt) -> &'static str {
+    match s {
+        Stmt::Map { .. } => "map",
+        Stmt::VecMap { .. } => "vec_map",
+        Stmt::Reduce { .. } => "reduce",
+        Stmt::Mma { .. } => "mma",
+        Stmt::MmaAsync { .. } => "mma_async",
+        Stmt::CopyAsync { .. } => "copy_async",
+        Stmt::Load { .. } => "tile load",
+        Stmt::Store { .. } => "tile store",
+        Stmt::LoadVec { .. } => "load_vec",
+        Stmt::StoreVec { .. } => "store_vec",
+        Stmt::Scan { .. } => "scan",
+        Stmt::SharedStore { .. } => "shared store",
+        Stmt::Atomic { .. } => "atomic",
+        Stmt::LetArray { .. } => "let_array",
+        Stmt::ArraySet { .. } => "array_set",
+        _ => "statement",
+    }
+}
+
+/// Check that the JIT lowers every statement and expression of a kernel.
+pub(super) fn check(k: &Kernel) -> Result<(), JitError> {
+    Types::new(k).map(|_| ())
+}
+
+// ---- host functions (the interpreter's own float semantics) ----
+
+const UNOPS: [UnOp; 24] = [
+    UnOp::Neg,
+    UnOp::Not,
+    UnOp::Abs,
+    UnOp::Exp,
+    UnOp::Exp2,
+    UnOp::Log,
+    UnOp::Log2,
+    UnOp::Sqrt,
+    UnOp::Rsqrt,
+    UnOp::Recip,
+    UnOp::Tanh,
+    UnOp::Sigmoid,
+    UnOp::Softplus,
+    UnOp::Silu,
+    UnOp::Floor,
+    UnOp::Ceil,
+    UnOp::IsNan,
+    UnOp::IsFinite,
+    UnOp::RoundBf16,
+    UnOp::Ilogb,
+    UnOp::Bits,
+    UnOp::FromBits,
+    UnOp::Trunc,
+    UnOp::Round,
+];
+
+extern "C" fn host_unary(op: i64, x: f32) -> f32 {
+    unary_f32(UNOPS[op as usize], x)
+}
+extern "C" fn host_min(a: f32, b: f32) -> f32 {
+    a.min(b)
+}
+extern "C" fn host_max(a: f32, b: f32) -> f32 {
+    a.max(b)
+}
+extern "C" fn host_ldexp(x: f32, n: i64) -> f32 {
+    let n = n.clamp(-400, 400) as i32;
+    (x as f64 * 2f64.powi(n)) as f32
+}
+extern "C" fn host_f16_to_f32(b: i64) -> f32 {
+    half::f16::from_bits(b as u16).to_f32()
+}
+extern "C" fn host_e4m3_to_f32(b: i64) -> f32 {
+    k3k_ir::tensor::e4m3_to_f32(b as u8)
+}
+extern "C" fn host_e8m0_to_f32(b: i64) -> f32 {
+    k3k_ir::tensor::e8m0_to_f32(b as u8)
+}
+extern "C" fn host_f32_to_bf16(x: f32) -> i64 {
+    half::bf16::from_f32(x).to_bits() as i64
+}
+extern "C" fn host_f32_to_f16(x: f32) -> i64 {
+    half::f16::from_f32(x).to_bits() as i64
+}
+extern "C" fn host_f32_to_e4m3(x: f32) -> i64 {
+    k3k_ir::tensor::f32_to_e4m3(x) as i64
+}
+
+/// Define the kernel's block function `fn(*mut Ctx) -> i32` in the module.
+pub(super) fn define(module: &mut JITModule, k: &Kernel) -> Result<FuncId, JitError> {
+    let types = Types::new(k)?;
+    let ptr = module.target_config().pointer_type();
+    let mut ctx = module.make_context();
+    ctx.func.signature.params.push(AbiParam::new(ptr));
+    ctx.func.signature.returns.push(AbiParam::new(types::I32));
+    let frontend = module.target_config();
+    let mut fctx = FunctionBuilderContext::new();
+    {
+        let mut b = FunctionBuilder::new(&mut ctx.func, &mut fctx);
+        let entry = b.create_block();
+        b.append_block_params_for_function_params(entry);
+        b.switch_to_block(entry);
+        let ctx_ptr = b.block_params(entry)[0];
+        let fail = b.create_block();
+        for _ in 0..4 {
+            b.append_block_param(fail, types::I64);
+        }
+        let mut l = Lower::new(k, b, ptr, ctx_ptr, fail, &types);
+        l.stmts(&k.body)?;
+        let zero = l.b.ins().iconst(types::I32, 0);
+        l.b.ins().return_(&[zero]);
+        // The failure exit: record the code and operands, return 1.
+        l.b.switch_to_block(fail);
+        let ps = l.b.block_params(fail).to_vec();
+        for (i, p) in ps.iter().enumerate() {
+            let off = (offset_of!(Ctx, err) + 8 * i) as i32;
+            l.b.ins().store(l.trusted, *p, ctx_ptr, off);
+        }
+        let one = l.b.ins().iconst(types::I32, 1);
+        l.b.ins().return_(&[one]);
+        l.b.seal_all_blocks();
+        l.b.finalize(frontend);
+    }
+    let name = format!("k3k_jit_{}", stable_hash(k));
+    let id = module
+        .declare_function(&name, Linkage::Local, &ctx.func.signature)
+        .map_err(|e| JitError::Cranelift(e.to_string()))?;
+    module.define_function(id, &mut ctx).map_err(|e| JitError::Cranelift(format!("{e:?}")))?;
+    module.clear_context(&mut ctx);
+    Ok(id)
+}
+
+struct Lower<'a, 'f> {
+    k: &'a Kernel,
+    b: FunctionBuilder<'f>,
+    ptr: Type,
+    fail: Block,
+    types: &'a Types<'a>,
+    vars: Vec<Variable>,
+    /// (data pointer, element count) of each tensor.
+    tensors: Vec<(Value, Value)>,
+    syms: Vec<Value>,
+    block: Vec<Value>,
+    grid: Vec<Value>,
+    /// The thread index variable inside a region.
+    thread: Option<Variable>,
+    /// Memory flags: plain (tensor data, unaligned) and trusted (the context).
+    plain: MemFlagsData,
+    trusted: MemFlagsData,
+}
+
+impl<'a, 'f> Lower<'a, 'f> {
+    fn new(
+        k: &'a Kernel,
+        mut b: FunctionBuilder<'f>,
+        ptr: Type,
+        ctx: Value,
+        fail: Block,
+        types: &'a Types<'a>,
+    ) -> Self {
+        let flags = MemFlagsData::trusted();
+        let plain = MemFlagsData::new();
+        let tref = b.ins().load(ptr, flags, ctx, offset_of!(Ctx, tensors) as i32);
+        let tensors = (0..k.tensors.len())
+            .map(|i| {
+                let base = (i * size_of::<TensorRef>()) as i32;
+                let p = b.ins().load(ptr, flags, tref, base + offset_of!(TensorRef, ptr) as i32);
+                let n = b.ins().load(types::I64, flags, tref, base + offset_of!(TensorRef, len) as i32);
+                (p, n)
+            })
+            .collect();
+        let sp = b.ins().load(ptr, flags, ctx, offset_of!(Ctx, syms) as i32);
+        let syms = (0..k.syms.len())
+            .map(|i| {
+                let v = b.ins().load(types::I64, flags, sp, 8 * i as i32);
+                if k.syms[i].kind == SymKind::Float {
+                    let low = b.ins().ireduce(types::I32, v);
+                    b.ins().bitcast(types::F32, plain, low)
+                } else {
+                    v
+                }
+            })
+            .collect();
+        let block =
+            (0..3).map(|i| b.ins().load(types::I64, flags, ctx, (offset_of!(Ctx, block) + 8 * i) as i32)).collect();
+        let grid =
+            (0..3).map(|i| b.ins().load(types::I64, flags, ctx, (offset_of!(Ctx, grid) + 8 * i) as i32)).collect();
+        // Every variable starts as 0 of its type (the interpreter starts them at int 0; programs set them first).
+        let vars = types
+            .vars
+            .iter()
+            .map(|t| {
+                let t = t.unwrap_or(Ty::I);
+                let v = b.declare_var(t.clif());
+                let z = match t {
+                    Ty::F => b.ins().f32const(0.0),
+                    t => b.ins().iconst(t.clif(), 0),
+                };
+                b.def_var(v, z);
+                v
+            })
+            .collect();
+        Lower { k, b, ptr, fail, types, vars, tensors, syms, block, grid, thread: None, plain, trusted: flags }
+    }
+
+    fn iconst(&mut self, v: i64) -> Value {
+        self.b.ins().iconst(types::I64, v)
+    }
+
+    /// Branch to the failure exit when `bad` (an i8 bool) holds.
+    fn fail_if(&mut self, bad: Value, code: Fail, ops: [Value; 3]) {
+        let ok = self.b.create_block();
+        let c = self.iconst(code as i64);
+        let args: Vec<_> = [c, ops[0], ops[1], ops[2]].into_iter().map(Into::into).collect();
+        self.b.ins().brif(bad, self.fail, &args, ok, &[]);
+        self.b.switch_to_block(ok);
+        self.b.seal_block(ok);
+    }
+
+    fn call(&mut self, f: *const u8, params: &[Type], ret: Type, args: &[Value]) -> Value {
+        let mut sig = Signature::new(self.b.func.signature.call_conv);
+        sig.params.extend(params.iter().map(|t| AbiParam::new(*t)));
+        sig.returns.push(AbiParam::new(ret));
+        let sref = self.b.import_signature(sig);
+        let callee = self.b.ins().iconst(self.ptr, f as i64);
+        let inst = self.b.ins().call_indirect(sref, callee, args);
+        self.b.inst_results(inst)[0]
+    }
+
+    // ---- value conversions (the interpreter's `V::i`, `V::f`) ----
+
+    fn as_int(&mut self, v: Value, t: Ty) -> Value {
+        match t {
+            Ty::I => v,
+            Ty::F => self.b.ins().fcvt_to_sint_sat(types::I64, v),
+            Ty::B => self.b.ins().uextend(types::I64, v),
+        }
+    }
+
+    fn as_float(&mut self, v: Value, t: Ty) -> Value {
+        match t {
+            Ty::F => v,
+            Ty::I => self.b.ins().fcvt_from_sint(types::F32, v),
+            Ty::B => {
+                let i = self.b.ins().uextend(types::I64, v);
+                self.b.ins().fcvt_from_sint(types::F32, i)
+            }
+        }
+    }
+
+    fn int(&mut self, e: &Expr) -> Result<Value, JitError> {
+        let (v, t) = self.expr(e)?;
+        Ok(self.as_int(v, t))
+    }
+
+    // ---- statements ----
+
+    fn stmts(&mut self, body: &[Stmt]) -> Result<(), JitError> {
+        for s in body {
+            self.stmt(s)?;
+        }
+        Ok(())
+    }
+
+    fn stmt(&mut self, s: &Stmt) -> Result<(), JitError> {
+        match s {
+            Stmt::Let { var, value } | Stmt::Assign { var, value } => {
+                let (v, _) = self.expr(value)?;
+                self.b.def_var(self.vars[var.0 as usize], v);
+            }
+            Stmt::For { var, start, end, step, body, .. } => {
+                let (i0, e, st) = (self.int(start)?, self.int(end)?, self.int(step)?);
+                let bad = self.b.ins().icmp_imm_s(IntCC::SignedLessThanOrEqual, st, 0);
+                let z = self.iconst(0);
+                self.fail_if(bad, Fail::Step, [st, z, z]);
+                let (head, body_b, exit) = (self.b.create_block(), self.b.create_block(), self.b.create_block());
+                let i = self.b.append_block_param(head, types::I64);
+                self.b.ins().jump(head, &[i0.into()]);
+                self.b.switch_to_block(head);
+                let go = self.b.ins().icmp(IntCC::SignedLessThan, i, e);
+                self.b.ins().brif(go, body_b, &[], exit, &[]);
+                self.b.switch_to_block(body_b);
+                self.b.seal_block(body_b);
+                self.b.def_var(self.vars[var.0 as usize], i);
+                self.stmts(body)?;
+                let next = self.b.ins().iadd(i, st);
+                self.b.ins().jump(head, &[next.into()]);
+                self.b.seal_block(head);
+                self.b.switch_to_block(exit);
+                self.b.seal_block(exit);
+            }
+            Stmt::If { cond, then_body, else_body } => {
+                let (c, _) = self.expr(cond)?;
+                let (tb, eb, join) = (self.b.create_block(), self.b.create_block(), self.b.create_block());
+                self.b.ins().brif(c, tb, &[], eb, &[]);
+                for (blk, body) in [(tb, then_body), (eb, else_body)] {
+                    self.b.switch_to_block(blk);
+                    self.b.seal_block(blk);
+                    self.stmts(body)?;
+                    self.b.ins().jump(join, &[]);
+                }
+                self.b.switch_to_block(join);
+                self.b.seal_block(join);
+            }
+            Stmt::Barrier | Stmt::AsyncCommit | Stmt::AsyncWait { .. } | Stmt::MmaWait { .. } => {}
+            Stmt::Threads { body } => {
+                let t = self.b.declare_var(types::I64);
+                let n = self.iconst(self.k.threads as i64);
+                let (head, body_b, exit) = (self.b.create_block(), self.b.create_block(), self.b.create_block());
+                let i = self.b.append_block_param(head, types::I64);
+                let z = self.iconst(0);
+                self.b.ins().jump(head, &[z.into()]);
+                self.b.switch_to_block(head);
+                let go = self.b.ins().icmp(IntCC::SignedLessThan, i, n);
+                self.b.ins().brif(go, body_b, &[], exit, &[]);
+                self.b.switch_to_block(body_b);
+                self.b.seal_block(body_b);
+                self.b.def_var(t, i);
+                let outer = self.thread.replace(t);
+                self.stmts(body)?;
+                self.thread = outer;
+                let next = self.b.ins().iadd_imm_s(i, 1);
+                self.b.ins().jump(head, &[next.into()]);
+                self.b.seal_block(head);
+                self.b.switch_to_block(exit);
+                self.b.seal_block(exit);
+            }
+            Stmt::StoreScalar { tensor, index, value } => {
+                let i = self.int(index)?;
+                let i = self.check_index(*tensor, i, 1);
+                let (v, t) = self.expr(value)?;
+                match t {
+                    Ty::F => self.store_f32(*tensor, i, v),
+                    t => {
+                        let v = self.as_int(v, t);
+                        self.store_i64(*tensor, i, v)
+                    }
+                }
+            }
+            other => return Err(unsupported(format!("statement {}", stmt_name(other)))),
+        }
+        Ok(())
+    }
+
+    // ---- global memory (HostTensor::{get,set}_{f32,i64}) ----
+
+    /// Bounds-check a flat element index of a tensor.
+    fn check_index(&mut self, t: TensorId, i: Value, what: i64) -> Value {
+        let len = self.tensors[t.0 as usize].1;
+        let bad = self.b.ins().icmp(IntCC::UnsignedGreaterThanOrEqual, i, len);
+        let (tid, w) = (self.iconst(t.0 as i64), self.iconst(what));
+        self.fail_if(bad, Fail::OutOfBounds, [tid, i, w]);
+        i
+    }
+
+    fn addr(&mut self, t: TensorId, i: Value, size: i64) -> Value {
+        let base = self.tensors[t.0 as usize].0;
+        let off = self.b.ins().imul_imm_s(i, size);
+        self.b.ins().iadd(base, off)
+    }
+
+    fn load_f32(&mut self, t: TensorId, i: Value) -> Value {
+        let dt = self.k.tensors[t.0 as usize].dtype;
+        let f = self.plain;
+        match dt {
+            DType::F32 => {
+                let a = self.addr(t, i, 4);
+                self.b.ins().load(types::F32, f, a, 0)
+            }
+            DType::Bf16 => {
+                let a = self.addr(t, i, 2);
+                let h = self.b.ins().uload16(types::I32, f, a, 0);
+                let w = self.b.ins().ishl_imm_s(h, 16);
+                self.b.ins().bitcast(types::F32, self.plain, w)
+            }
+            DType::F16 | DType::E4m3 | DType::E8m0 => {
+                let (size, fun): (i64, *const u8) = match dt {
+                    DType::F16 => (2, host_f16_to_f32 as *const u8),
+                    DType::E4m3 => (1, host_e4m3_to_f32 as *const u8),
+                    _ => (1, host_e8m0_to_f32 as *const u8),
+                };
+                let a = self.addr(t, i, size);
+                let bits = if size == 2 {
+                    self.b.ins().uload16(types::I64, f, a, 0)
+                } else {
+                    self.b.ins().uload8(types::I64, f, a, 0)
+                };
+                self.call(fun, &[types::I64], types::F32, &[bits])
+            }
+            _ => {
+                let v = self.load_i64(t, i);
+                self.b.ins().fcvt_from_sint(types::F32, v)
+            }
+        }
+    }
+
+    fn load_i64(&mut self, t: TensorId, i: Value) -> Value {
+        let dt = self.k.tensors[t.0 as usize].dtype;
+        let f = self.plain;
+        match dt {
+            DType::U8 | DType::E2m1 => {
+                let a = self.addr(t, i, 1);
+                self.b.ins().uload8(types::I64, f, a, 0)
+            }
+            DType::I32 => {
+                let a = self.addr(t, i, 4);
+                self.b.ins().sload32(f, a, 0)
+            }
+            DType::U32 => {
+                let a = self.addr(t, i, 4);
+                self.b.ins().uload32(f, a, 0)
+            }
+            DType::I64 | DType::U64 => {
+                let a = self.addr(t, i, 8);
+                self.b.ins().load(types::I64, f, a, 0)
+            }
+            _ => {
+                let v = self.load_f32(t, i);
+                self.b.ins().fcvt_to_sint_sat(types::I64, v)
+            }
+        }
+    }
+
+    fn store_f32(&mut self, t: TensorId, i: Value, v: Value) {
+        let dt = self.k.tensors[t.0 as usize].dtype;
+        let f = self.plain;
+        match dt {
+            DType::F32 => {
+                let a = self.addr(t, i, 4);
+                self.b.ins().store(f, v, a, 0);
+            }
+            DType::Bf16 | DType::F16 => {
+                let fun = if dt == DType::Bf16 { host_f32_to_bf16 as *const u8 } else { host_f32_to_f16 as *const u8 };
+                let bits = self.call(fun, &[types::F32], types::I64, &[v]);
+                let a = self.addr(t, i, 2);
+                self.b.ins().istore16(f, bits, a, 0);
+            }
+            DType::E4m3 => {
+                let bits = self.call(host_f32_to_e4m3 as *const u8, &[types::F32], types::I64, &[v]);
+                let a = self.addr(t, i, 1);
+                self.b.ins().istore8(f, bits, a, 0);
+            }
+            DType::E8m0 | DType::E2m1 => unreachable!("checked: no float stores into {dt}"),
+            _ => {
+                let iv = self.b.ins().fcvt_to_sint_sat(types::I64, v);
+                self.store_i64(t, i, iv);
+            }
+        }
+    }
+
+    fn store_i64(&mut self, t: TensorId, i: Value, v: Value) {
+        let dt = self.k.tensors[t.0 as usize].dtype;
+        let f = self.plain;
+        match dt {
+            DType::U8 | DType::E2m1 | DType::E8m0 => {
+                let a = self.addr(t, i, 1);
+                self.b.ins().istore8(f, v, a, 0);
+            }
+            DType::I32 | DType::U32 => {
+                let a = self.addr(t, i, 4);
+                self.b.ins().istore32(f, v, a, 0);
+            }
+            DType::I64 | DType::U64 => {
+                let a = self.addr(t, i, 8);
+                self.b.ins().store(f, v, a, 0);
+            }
+            _ => {
+                let fv = self.b.ins().fcvt_from_sint(types::F32, v);
+                self.store_f32(t, i, fv);
+            }
+        }
+    }
+
+    // ---- expressions ----
+
+    fn expr(&mut self, e: &Expr) -> Result<(Value, Ty), JitError> {
+        let ty = self.types.ty(e)?;
+        let v = match e {
+            Expr::Int(v) => self.iconst(*v),
+            Expr::Float(v) => self.b.ins().f32const(*v as f32),
+            Expr::Bool(v) => self.b.ins().iconst(types::I8, *v as i64),
+            Expr::Sym(s) => self.syms[s.0 as usize],
+            Expr::Var(v) => self.b.use_var(self.vars[v.0 as usize]),
+            Expr::Special(s) => match s {
+                Special::BlockIdx(a) => self.block[*a as usize],
+                Special::GridDim(a) => self.grid[*a as usize],
+                Special::ThreadIdx | Special::LaneIdx | Special::WarpIdx => {
+                    let t = self.thread.ok_or_else(|| unsupported("thread index outside a region"))?;
+                    let t = self.b.use_var(t);
+                    match s {
+                        Special::ThreadIdx => t,
+                        Special::LaneIdx => self.b.ins().band_imm_s(t, 31),
+                        _ => self.b.ins().ushr_imm_u(t, 5),
+                    }
+                }
+            },
+            Expr::Load { tensor, index } => {
+                let i = self.int(index)?;
+                let i = self.check_index(*tensor, i, 0);
+                match ty {
+                    Ty::F => self.load_f32(*tensor, i),
+                    _ => self.load_i64(*tensor, i),
+                }
+            }
+            Expr::Cast(_, a) => {
+                let (v, t) = self.expr(a)?;
+                match ty {
+                    Ty::F => self.as_float(v, t),
+                    Ty::I => self.as_int(v, t),
+                    Ty::B => v,
+                }
+            }
+            Expr::Select(c, a, b) => {
+                // Lazy, like the interpreter: only the chosen side runs (and may fail).
+                let (c, _) = self.expr(c)?;
+                let (tb, eb, join) = (self.b.create_block(), self.b.create_block(), self.b.create_block());
+                let r = self.b.append_block_param(join, ty.clif());
+                self.b.ins().brif(c, tb, &[], eb, &[]);
+                for (blk, side) in [(tb, a), (eb, b)] {
+                    self.b.switch_to_block(blk);
+                    self.b.seal_block(blk);
+                    let (v, _) = self.expr(side)?;
+                    self.b.ins().jump(join, &[v.into()]);
+                }
+                self.b.switch_to_block(join);
+                self.b.seal_block(join);
+                r
+            }
+            Expr::Un(op, a) => {
+                let (x, t) = self.expr(a)?;
+                self.unary(*op, x, t)
+            }
+            Expr::Bin(op, a, b) => {
+                let (x, tx) = self.expr(a)?;
+                let (y, _) = self.expr(b)?;
+                self.binary(*op, x, tx, y)
+            }
+            _ => return Err(unsupported("expression")),
+        };
+        Ok((v, ty))
+    }
+
+    fn unary(&mut self, op: UnOp, x: Value, t: Ty) -> Value {
+        match (op, t) {
+            (UnOp::Neg, Ty::I) => self.b.ins().ineg(x),
+            (UnOp::Neg, Ty::F) => self.b.ins().fneg(x),
+            (UnOp::Abs, Ty::I) => self.b.ins().iabs(x),
+            (UnOp::Abs, Ty::F) => self.b.ins().fabs(x),
+            (UnOp::Not, _) => self.b.ins().bxor_imm_s(x, 1),
+            (UnOp::IsNan, _) => self.b.ins().fcmp(FloatCC::Unordered, x, x),
+            (UnOp::IsFinite, _) => {
+                let a = self.b.ins().fabs(x);
+                let inf = self.b.ins().f32const(f32::INFINITY);
+                self.b.ins().fcmp(FloatCC::LessThan, a, inf)
+            }
+            (UnOp::Bits, _) => {
+                let w = self.b.ins().bitcast(types::I32, self.plain, x);
+                self.b.ins().uextend(types::I64, w)
+            }
+            (UnOp::FromBits, _) => {
+                let w = self.b.ins().ireduce(types::I32, x);
+                self.b.ins().bitcast(types::F32, self.plain, w)
+            }
+            (UnOp::Sqrt, _) => {
+                let x = self.as_float(x, t);
+                self.b.ins().sqrt(x)
+            }
+            (UnOp::Recip, _) => {
+                let x = self.as_float(x, t);
+                let one = self.b.ins().f32const(1.0);
+                self.b.ins().fdiv(one, x)
+            }
+            (UnOp::Rsqrt, _) => {
+                let x = self.as_float(x, t);
+                let s = self.b.ins().sqrt(x);
+                let one = self.b.ins().f32const(1.0);
+                self.b.ins().fdiv(one, s)
+            }
+            _ => {
+                let x = self.as_float(x, t);
+                let code = UNOPS.iter().position(|o| *o == op).expect("every unary op is listed") as i64;
+                let c = self.iconst(code);
+                self.call(host_unary as *const u8, &[types::I64, types::F32], types::F32, &[c, x])
+            }
+        }
+    }
+
+    fn binary(&mut self, op: BinOp, x: Value, tx: Ty, y: Value) -> Value {
+        use BinOp::*;
+        match tx {
+            Ty::I if op != Ldexp => match op {
+                Add => self.b.ins().iadd(x, y),
+                Sub => self.b.ins().isub(x, y),
+                Mul => self.b.ins().imul(x, y),
+                Div | Rem => {
+                    // checked_div / checked_rem: zero divisors and MIN / -1 fail.
+                    let zero = self.b.ins().icmp_imm_s(IntCC::Equal, y, 0);
+                    let min = self.b.ins().icmp_imm_s(IntCC::Equal, x, i64::MIN);
+                    let m1 = self.b.ins().icmp_imm_s(IntCC::Equal, y, -1);
+                    let ovf = self.b.ins().band(min, m1);
+                    let bad = self.b.ins().bor(zero, ovf);
+                    let (r, z) = (self.iconst((op == Rem) as i64), self.iconst(0));
+                    self.fail_if(bad, Fail::DivZero, [r, z, z]);
+                    if op == Div { self.b.ins().sdiv(x, y) } else { self.b.ins().srem(x, y) }
+                }
+                Min => self.b.ins().smin(x, y),
+                Max => self.b.ins().smax(x, y),
+                Lt => self.b.ins().icmp(IntCC::SignedLessThan, x, y),
+                Le => self.b.ins().icmp(IntCC::SignedLessThanOrEqual, x, y),
+                Gt => self.b.ins().icmp(IntCC::SignedGreaterThan, x, y),
+                Ge => self.b.ins().icmp(IntCC::SignedGreaterThanOrEqual, x, y),
+                Eq => self.b.ins().icmp(IntCC::Equal, x, y),
+                Ne => self.b.ins().icmp(IntCC::NotEqual, x, y),
+                Shl => self.b.ins().ishl(x, y),
+                Shr => self.b.ins().sshr(x, y),
+                BitAnd => self.b.ins().band(x, y),
+                BitOr => self.b.ins().bor(x, y),
+                BitXor => self.b.ins().bxor(x, y),
+                And | Or | Ldexp => unreachable!("typed"),
+            },
+            Ty::F if op == Ldexp => self.call(host_ldexp as *const u8, &[types::F32, types::I64], types::F32, &[x, y]),
+            Ty::F => match op {
+                Add => self.b.ins().fadd(x, y),
+                Sub => self.b.ins().fsub(x, y),
+                Mul => self.b.ins().fmul(x, y),
+                Div => self.b.ins().fdiv(x, y),
+                Min => self.call(host_min as *const u8, &[types::F32, types::F32], types::F32, &[x, y]),
+                Max => self.call(host_max as *const u8, &[types::F32, types::F32], types::F32, &[x, y]),
+                Lt => self.b.ins().fcmp(FloatCC::LessThan, x, y),
+                Le => self.b.ins().fcmp(FloatCC::LessThanOrEqual, x, y),
+                Gt => self.b.ins().fcmp(FloatCC::GreaterThan, x, y),
+                Ge => self.b.ins().fcmp(FloatCC::GreaterThanOrEqual, x, y),
+                Eq => self.b.ins().fcmp(FloatCC::Equal, x, y),
+                Ne => self.b.ins().fcmp(FloatCC::NotEqual, x, y),
+                _ => unreachable!("typed"),
+            },
+            _ => match op {
+                And => self.b.ins().band(x, y),
+                Or => self.b.ins().bor(x, y),
+                Eq => self.b.ins().icmp(IntCC::Equal, x, y),
+                Ne => self.b.ins().icmp(IntCC::NotEqual, x, y),
+                _ => unreachable!("typed"),
+            },
+        }
+    }
+}

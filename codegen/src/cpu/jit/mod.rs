@@ -1,0 +1,184 @@
+//! A Cranelift JIT of IR kernels: the same program the interpreter runs, compiled to native code.
+//!
+//! The JIT follows the interpreter ([`super::interp`]) operation by operation so the two agree bit for bit:
+//! blocks run one after another, a threads region runs its threads one after another, integers are 64-bit
+//! and wrap, floats are f32 with no fused multiply-adds, casts saturate like Rust's `as`, every global access
+//! is bounds-checked (an out-of-bounds index or an integer division by zero ends the run with the
+//! interpreter's error), and the float functions Cranelift has no instruction for (exp, tanh, sigmoid, ...,
+//! `min`/`max` with Rust's NaN rule, `ldexp`) and the narrow-float conversions (bf16/f16/e4m3 stores, f16/e4m3/
+//! e8m0 loads) call the very Rust functions the interpreter uses.
+//!
+//! **Coverage (lowered so far):** scalar control flow (`Let`, `Assign`, `For`, `If`), threads regions with
+//! `StoreScalar`, the no-op synchronisation statements (`Barrier`, `AsyncCommit`, `AsyncWait`, `MmaWait`),
+//! and every scalar expression (constants, symbols, variables, block/grid/thread coordinates, unary, binary,
+//! select, casts, global scalar loads). **Not yet lowered** (the kernel then runs on the interpreter, see
+//! [`run`]): tile and vector statements (`Map`, `VecMap`, `Reduce`, `Mma`, `MmaAsync`, `CopyAsync`, tile
+//! `Load`/`Store`, `LoadVec`/`StoreVec`, `Scan`), shared memory (`SharedStore`, `SharedLoad`), atomics,
+//! per-thread arrays, and stores of floats into e8m0/e2m1 tensors. [`supports`] says why a kernel falls back.
+
+mod lower;
+
+use crate::cpu::interp::{self, InterpError, InterpOptions};
+use cranelift_codegen::settings::{self, Configurable};
+use cranelift_jit::{JITBuilder, JITModule};
+use k3k_ir::*;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+/// Why a kernel cannot be compiled.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum JitError {
+    /// The kernel uses something the JIT does not lower yet (it runs on the interpreter instead).
+    #[error("not lowered by the JIT: {0}")]
+    Unsupported(String),
+    #[error("cranelift: {0}")]
+    Cranelift(String),
+}
+
+/// A tensor argument as the compiled code sees it.
+#[repr(C)]
+pub(crate) struct TensorRef {
+    pub(crate) ptr: *mut u8,
+    pub(crate) len: i64,
+}
+
+/// What the compiled function of a kernel reads and writes besides the tensors (one call per block).
+#[repr(C)]
+pub(crate) struct Ctx {
+    pub(crate) tensors: *const TensorRef,
+    /// Symbol values: ints, or the bits of f32 floats.
+    pub(crate) syms: *const i64,
+    pub(crate) block: [i64; 3],
+    pub(crate) grid: [i64; 3],
+    /// On failure: code, then three operands (see `lower::Fail`).
+    pub(crate) err: [i64; 4],
+}
+
+/// A compiled kernel.
+pub struct JitKernel {
+    kernel: Kernel,
+    // Owns the code `func` points into.
+    _module: JITModule,
+    func: extern "C" fn(*mut Ctx) -> i32,
+}
+
+/// Whether the JIT lowers every statement of a kernel (else the reason).
+pub fn supports(k: &Kernel) -> Result<(), JitError> {
+    lower::check(k)
+}
+
+/// Compile a kernel.
+pub fn compile(k: &Kernel) -> Result<JitKernel, JitError> {
+    validate(k).map_err(|e| JitError::Unsupported(format!("invalid kernel: {e}")))?;
+    lower::check(k)?;
+    let cl = |e: &dyn std::fmt::Display| JitError::Cranelift(e.to_string());
+    let mut flags = settings::builder();
+    flags.set("opt_level", "speed").map_err(|e| cl(&e))?;
+    flags.set("use_colocated_libcalls", "false").map_err(|e| cl(&e))?;
+    flags.set("is_pic", "false").map_err(|e| cl(&e))?;
+    let isa =
+        cranelift_native::builder().map_err(|e| cl(&e))?.finish(settings::Flags::new(flags)).map_err(|e| cl(&e))?;
+    let mut module = JITModule::new(JITBuilder::with_isa(isa, cranelift_module::default_libcall_names()));
+    let id = lower::define(&mut module, k)?;
+    module.finalize_definitions().map_err(|e| cl(&e))?;
+    let ptr = module.get_finalized_function(id);
+    // SAFETY: `lower::define` built this function with the signature `fn(*mut Ctx) -> i32` (C ABI).
+    let func = unsafe { std::mem::transmute::<*const u8, extern "C" fn(*mut Ctx) -> i32>(ptr) };
+    Ok(JitKernel { kernel: k.clone(), _module: module, func })
+}
+
+impl JitKernel {
+    /// Run on host tensors (kernel argument order), like [`interp::run`].
+    pub fn run(
+        &self,
+        tensors: &mut [HostTensor],
+        scalars: &[(&str, SymValue)],
+        opts: InterpOptions,
+    ) -> Result<(), InterpError> {
+        let k = &self.kernel;
+        let shapes: Vec<TensorShape<'_>> =
+            tensors.iter().map(|t| TensorShape { dtype: t.dtype, shape: &t.shape }).collect();
+        let syms = bind(k, &shapes, scalars, opts.num_sms)?;
+        let Some(grid) = eval_grid(k, &syms)? else { return Ok(()) };
+        // Every access is bounds-checked against `len` elements of the storage.
+        for t in tensors.iter() {
+            if t.data.len() < t.dtype.storage_bytes(t.len()) {
+                return Err(InterpError::Arith {
+                    kernel: k.name.clone(),
+                    what: format!("tensor of {} bytes is short", t.data.len()),
+                });
+            }
+        }
+        let refs: Vec<TensorRef> =
+            tensors.iter_mut().map(|t| TensorRef { len: t.len() as i64, ptr: t.data.as_mut_ptr() }).collect();
+        let sym_bits: Vec<i64> = syms
+            .iter()
+            .map(|s| match s {
+                SymValue::Int(v) => *v,
+                SymValue::Float(f) => f.to_bits() as i64,
+            })
+            .collect();
+        let mut ctx = Ctx {
+            tensors: refs.as_ptr(),
+            syms: sym_bits.as_ptr(),
+            block: [0; 3],
+            grid: [grid[0] as i64, grid[1] as i64, grid[2] as i64],
+            err: [0; 4],
+        };
+        for z in 0..grid[2] {
+            for y in 0..grid[1] {
+                for x in 0..grid[0] {
+                    ctx.block = [x as i64, y as i64, z as i64];
+                    if (self.func)(&mut ctx) != 0 {
+                        return Err(lower::error(k, [x, y, z], &ctx.err, tensors));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Which engine ran a kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Engine {
+    Jit,
+    Interpreter,
+}
+
+thread_local! {
+    /// Compiled kernels by the stable hash of their IR (`None`: not lowered, runs on the interpreter).
+    static CACHE: RefCell<HashMap<String, Option<Rc<JitKernel>>>> = RefCell::new(HashMap::new());
+}
+
+/// Run a kernel with the JIT when it lowers every statement of it, else on the interpreter (compiled kernels are
+/// cached per thread by IR hash). Returns which engine ran it.
+pub fn run(
+    k: &Kernel,
+    tensors: &mut [HostTensor],
+    scalars: &[(&str, SymValue)],
+    opts: InterpOptions,
+) -> Result<Engine, InterpError> {
+    let key = stable_hash(k);
+    let jk = CACHE.with(|c| {
+        c.borrow_mut()
+            .entry(key)
+            .or_insert_with(|| match compile(k) {
+                Ok(j) => Some(Rc::new(j)),
+                Err(JitError::Unsupported(why)) => {
+                    tracing::debug!("kernel `{}` runs on the interpreter: {why}", k.name);
+                    None
+                }
+                Err(e) => {
+                    tracing::warn!("kernel `{}`: JIT failed ({e}); running it on the interpreter", k.name);
+                    None
+                }
+            })
+            .clone()
+    });
+    match jk {
+        Some(j) => j.run(tensors, scalars, opts).map(|_| Engine::Jit),
+        None => interp::run(k, tensors, scalars, opts).map(|_| Engine::Interpreter),
+    }
+}
