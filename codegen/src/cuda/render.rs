@@ -388,10 +388,11 @@ impl<'a> Renderer<'a> {
                 );
                 self.line(&line);
             }
-            Stmt::Load { tile, src } => {
-                let line = match src {
+            Stmt::Load { tile, src: place } | Stmt::Store { tile, dst: place } => {
+                let verb = if matches!(s, Stmt::Load { .. }) { "load" } else { "store" };
+                let line = match place {
                     Place::Global(v) => format!(
-                        "k3k::load_global<{}, {}, {}>(t{}, {});",
+                        "k3k::{verb}_global<{}, {}, {}>(t{}, {});",
                         self.tile_ty(*tile),
                         c_type(k.tensors[v.tensor.0 as usize].dtype),
                         v.vec,
@@ -399,30 +400,7 @@ impl<'a> Renderer<'a> {
                         self.view_args(v)
                     ),
                     Place::Shared(r) => format!(
-                        "k3k::load_shared<{}, {}, {}>(t{}, {}, {}, {});",
-                        self.tile_ty(*tile),
-                        c_type(k.shared[r.buf.0 as usize].dtype),
-                        self.shared_layout(r.buf),
-                        tile.0,
-                        self.shared_ptr(r),
-                        r.row0,
-                        r.col0
-                    ),
-                };
-                self.line(&line);
-            }
-            Stmt::Store { tile, dst } => {
-                let line = match dst {
-                    Place::Global(v) => format!(
-                        "k3k::store_global<{}, {}, {}>(t{}, {});",
-                        self.tile_ty(*tile),
-                        c_type(k.tensors[v.tensor.0 as usize].dtype),
-                        v.vec,
-                        tile.0,
-                        self.view_args(v)
-                    ),
-                    Place::Shared(r) => format!(
-                        "k3k::store_shared<{}, {}, {}>(t{}, {}, {}, {});",
+                        "k3k::{verb}_shared<{}, {}, {}>(t{}, {}, {}, {});",
                         self.tile_ty(*tile),
                         c_type(k.shared[r.buf.0 as usize].dtype),
                         self.shared_layout(r.buf),
