@@ -159,6 +159,38 @@ fn cfg(spec: &GemmSpec, k: &Knobs) -> Result<Cfg, OpError> {
     Ok(c)
 }
 
+/// Issue `acc += a @ w^T` for one shared weight tile of `bn` rows x `bk` (tile `slot` of `sw`). With `acc_up`
+/// (a GLU epilogue) the top `bn/2` rows are the gate and feed `acc`, the bottom `bn/2` the up projection and
+/// feed `acc_up`. `accumulate: None` uses `mma.sync`; `Some(flag)` the warpgroup path (`flag` false: the product
+/// overwrites the accumulators).
+#[allow(clippy::too_many_arguments)]
+pub fn weight_products(
+    b: &mut KernelBuilder,
+    acc: TileId,
+    acc_up: Option<TileId>,
+    a: Operand,
+    sw: SharedId,
+    slot: Expr,
+    bn: u32,
+    bk: u32,
+    accumulate: Option<Expr>,
+) {
+    let issue = |b: &mut KernelBuilder, t: TileId, a: Operand, w: Operand| match &accumulate {
+        None => b.mma(t, a, w),
+        Some(flag) => b.mma_async_init(t, a, w, flag.clone()),
+    };
+    if let Some(u) = acc_up {
+        let half = bn / 2;
+        let bg = Operand::Shared { src: b.window(sw, slot.clone(), 0, 0, half, bk), transpose: true };
+        let bu = Operand::Shared { src: b.window(sw, slot, half, 0, half, bk), transpose: true };
+        issue(b, acc, a.clone(), bg);
+        issue(b, u, a, bu);
+    } else {
+        let bt = Operand::Shared { src: b.slot(sw, slot), transpose: true };
+        issue(b, acc, a, bt);
+    }
+}
+
 /// Build the kernel for a variant and a knob set.
 pub fn build_kernel(spec: &GemmSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
     let c = cfg(spec, knobs)?;
@@ -325,16 +357,7 @@ pub fn build_kernel(spec: &GemmSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
                 let a = Operand::Shared { src: b.slot(sa, slot.clone()), transpose: false };
                 // The first product of a tile overwrites the accumulators (no zeroing instructions).
                 let accumulate = kt.gt(0i64);
-                if let Some(u) = acc_up {
-                    let half = bn / 2;
-                    let bg = Operand::Shared { src: b.window(sb, slot.clone(), 0, 0, half, bk), transpose: true };
-                    let bu = Operand::Shared { src: b.window(sb, slot, half, 0, half, bk), transpose: true };
-                    b.mma_async_init(acc, a.clone(), bg, accumulate.clone());
-                    b.mma_async_init(u, a, bu, accumulate);
-                } else {
-                    let bt = Operand::Shared { src: b.slot(sb, slot), transpose: true };
-                    b.mma_async_init(acc, a, bt, accumulate);
-                }
+                weight_products(b, acc, acc_up, a, sb, slot, bn, bk, Some(accumulate));
                 b.mma_wait(groups);
             });
             b.mma_wait(0);
@@ -359,16 +382,7 @@ pub fn build_kernel(spec: &GemmSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
                 b.commit();
                 let slot = &kt % st as i64;
                 let a = Operand::Shared { src: b.slot(sa, slot.clone()), transpose: false };
-                if let Some(u) = acc_up {
-                    let half = bn / 2;
-                    let bg = Operand::Shared { src: b.window(sb, slot.clone(), 0, 0, half, bk), transpose: true };
-                    let bu = Operand::Shared { src: b.window(sb, slot, half, 0, half, bk), transpose: true };
-                    b.mma(acc, a.clone(), bg);
-                    b.mma(u, a, bu);
-                } else {
-                    let bt = Operand::Shared { src: b.slot(sb, slot), transpose: true };
-                    b.mma(acc, a, bt);
-                }
+                weight_products(b, acc, acc_up, a, sb, slot, bn, bk, None);
             });
         }
         b.wait(0);

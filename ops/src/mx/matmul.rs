@@ -632,16 +632,7 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
                 let a = Operand::Shared { src: b.slot(sx, xslot), transpose: false };
                 // The first product of a tile overwrites the accumulators (no zeroing instructions).
                 let accumulate = kt.gt(0i64);
-                if let Some(u) = acc_up {
-                    let half_rows = bn / 2;
-                    let bg = Operand::Shared { src: b.window(sw, half.clone(), 0, 0, half_rows, bk), transpose: true };
-                    let bu = Operand::Shared { src: b.window(sw, half, half_rows, 0, half_rows, bk), transpose: true };
-                    b.mma_async_init(acc, a.clone(), bg, accumulate.clone());
-                    b.mma_async_init(u, a, bu, accumulate);
-                } else {
-                    let bt = Operand::Shared { src: b.slot(sw, half), transpose: true };
-                    b.mma_async_init(acc, a, bt, accumulate);
-                }
+                crate::latent_moe_gemm::weight_products(b, acc, acc_up, a, sw, half, bn, bk, Some(accumulate));
                 b.mma_wait(groups);
             });
             b.mma_wait(0);
