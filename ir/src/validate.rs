@@ -151,12 +151,7 @@ impl<'a> Checker<'a> {
                 );
             }
             self.check_warps(t.warps, warps)?;
-            if t.rows == 0 || t.rows % (16 * t.warps[0]) != 0 {
-                return Err(self.err(
-                    IrErrorKind::Layout,
-                    format!("rows = {} must be a positive multiple of 16 * warps[0] = {}", t.rows, 16 * t.warps[0]),
-                ));
-            }
+            self.check_rows(t.rows, t.warps)?;
             if t.cols == 0 || t.cols % (8 * t.warps[1]) != 0 {
                 return Err(self.err(
                     IrErrorKind::Layout,
@@ -168,12 +163,7 @@ impl<'a> Checker<'a> {
         for v in &k.vecs {
             self.path.push(format!("vec `{}`", v.name));
             self.check_warps(v.warps, warps)?;
-            if v.rows == 0 || v.rows % (16 * v.warps[0]) != 0 {
-                return Err(self.err(
-                    IrErrorKind::Layout,
-                    format!("rows = {} must be a positive multiple of 16 * warps[0] = {}", v.rows, 16 * v.warps[0]),
-                ));
-            }
+            self.check_rows(v.rows, v.warps)?;
             self.path.pop();
         }
         for s in &k.shared {
@@ -190,6 +180,17 @@ impl<'a> Checker<'a> {
             return Err(self.err(
                 IrErrorKind::Resource,
                 format!("{} bytes of shared memory exceed the sm_90 limit of {MAX_SHARED_BYTES}", k.shared_bytes()),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Rows of a register tile or row vector: 16-row fragments on every warp row of the grid.
+    fn check_rows(&self, rows: u32, w: [u32; 2]) -> Result<(), IrError> {
+        if rows == 0 || !rows.is_multiple_of(16 * w[0]) {
+            return Err(self.err(
+                IrErrorKind::Layout,
+                format!("rows = {rows} must be a positive multiple of 16 * warps[0] = {}", 16 * w[0]),
             ));
         }
         Ok(())
