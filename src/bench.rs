@@ -245,7 +245,8 @@ pub fn write_report(dir: &Path, r: &BenchReport) -> anyhow::Result<PathBuf> {
     Ok(path)
 }
 
-fn write_atomic(path: &Path, data: &[u8]) -> std::io::Result<()> {
+/// Write a file atomically (a temporary beside it, then a rename).
+pub fn write_atomic(path: &Path, data: &[u8]) -> std::io::Result<()> {
     let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
     std::fs::write(&tmp, data)?;
     std::fs::rename(&tmp, path)

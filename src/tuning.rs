@@ -56,9 +56,10 @@ pub struct Pruned {
     pub why: String,
 }
 
-/// Every point of the operator's knob space that builds a valid program for the preset and (when ptxas is
-/// available) assembles without spills, compiled in parallel so the worker finds them in the module cache.
-/// The default knobs come first; at most `max` candidates are kept (the rest by a stable hash order).
+/// The first round of a tune: a sample of the knob space. Every candidate's kernels must build for the preset
+/// and (when ptxas is available) assemble without spills, compiled in parallel so the worker finds them in the
+/// module cache. The default knobs come first; at most `max` candidates are kept (the rest of the space in a
+/// stable hash order, i.e. a fixed pseudo-random sample).
 pub fn plan_candidates(op: &dyn Operator, preset: &Preset, max: usize) -> (Vec<CandidateSpec>, Vec<Pruned>) {
     let default = op.default_knobs();
     let mut points = op.knob_space().points();
@@ -66,6 +67,48 @@ pub fn plan_candidates(op: &dyn Operator, preset: &Preset, max: usize) -> (Vec<C
     if !points.contains(&default) {
         points.insert(0, default);
     }
+    plan_points(op, preset, points, max)
+}
+
+/// The second round of a tune: the points one knob away from `leader` (each axis of the space set to each of
+/// its other values), minus those in `done`, in a stable hash order, planned like [`plan_candidates`]. A
+/// sampled space rarely holds the best point; its neighbourhood often does (a coordinate step of a local
+/// search, as Ansor / TVM's evolutionary search and Triton's "prune then refine" users do by hand).
+pub fn plan_neighbours(
+    op: &dyn Operator,
+    preset: &Preset,
+    leader: &Knobs,
+    done: &std::collections::HashSet<String>,
+    max: usize,
+) -> (Vec<CandidateSpec>, Vec<Pruned>) {
+    let mut points = neighbours(&op.knob_space(), leader);
+    points.retain(|k| !done.contains(&CandidateSpec::from_knobs(knob_map(k)).id));
+    points.sort_by_key(|k| k3k_ir::hash::hash_str(&k.to_string()));
+    plan_points(op, preset, points, max)
+}
+
+/// The points of a space that differ from `k` in exactly one axis.
+pub fn neighbours(space: &k3k_ir::KnobSpace, k: &Knobs) -> Vec<Knobs> {
+    let mut out = vec![];
+    for axis in &space.axes {
+        for v in &axis.values {
+            if k.0.get(&axis.name) != Some(v) {
+                let mut n = k.clone();
+                n.0.insert(axis.name.clone(), v.clone());
+                out.push(n);
+            }
+        }
+    }
+    out
+}
+
+/// Keep the points (in order) whose kernels build for the preset and assemble without spills, at most `max`.
+fn plan_points(
+    op: &dyn Operator,
+    preset: &Preset,
+    points: Vec<Knobs>,
+    max: usize,
+) -> (Vec<CandidateSpec>, Vec<Pruned>) {
     let assemble = toolchain::find_ptxas().is_ok();
     let check = |k: &Knobs| -> Result<(), String> {
         let ks = op.kernels(preset, k).map_err(|e| e.to_string())?;
@@ -115,5 +158,24 @@ pub fn tuned_knobs(store: &ResultsStore, op: &dyn Operator, preset: &Preset, gpu
             Err(_) => default,
         },
         _ => default,
+    }
+}
+
+#[cfg(test)]
+mod neighbour_tests {
+    use super::neighbours;
+    use k3k_ir::{KnobSpace, Knobs};
+
+    #[test]
+    fn neighbours_differ_from_the_leader_in_exactly_one_axis() {
+        let space = KnobSpace::default().axis("A", "", [1i64, 2, 3]).axis("B", "", ["x", "y"]);
+        let leader = Knobs::new().with("A", 1i64).with("B", "x");
+        let n = neighbours(&space, &leader);
+        let ids: Vec<String> = n.iter().map(|k| k.to_string()).collect();
+        assert_eq!(ids, ["A=2,B=x", "A=3,B=x", "A=1,B=y"]);
+        for k in &n {
+            let differing = k.0.iter().filter(|(name, v)| leader.0.get(*name) != Some(*v)).count();
+            assert_eq!(differing, 1, "{k}");
+        }
     }
 }

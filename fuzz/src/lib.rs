@@ -22,6 +22,7 @@ pub mod strategy;
 
 pub use jit::{DiffBackend, JitBackend};
 pub use runner::{
-    Backend, Failure, FuzzOptions, KnobSet, OpReport, case_seed, draw_case, fuzz_op, load_regressions, replay,
+    Backend, Failure, FuzzOptions, KnobSet, OpReport, case_seed, draw_case, fuzz_op, kernels_of_cases,
+    load_regressions, replay,
 };
 pub use strategy::{Case, case_strategy, preset_strategy};

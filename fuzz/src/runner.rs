@@ -12,7 +12,7 @@
 //! before drawing new cases.
 
 use crate::strategy::{Case, case_strategy};
-use k3k_ir::Knobs;
+use k3k_ir::{Kernel, Knobs};
 use k3k_ops::OpError;
 use k3k_ops::op::Operator;
 use k3k_ops::plan::{Executor, Outputs, Plan};
@@ -430,13 +430,40 @@ pub fn draw_case(op: &dyn Operator, case_seed: u64) -> Option<Case> {
 }
 
 fn draw(op: &dyn Operator, sets: &[KnobSet], seed: [u8; 32]) -> Option<Case> {
+    draw_with_knobs(op, sets, seed).map(|(c, _)| c)
+}
+
+/// The case a seed draws and the index of its knob set (the first draw of [`one_case`]).
+fn draw_with_knobs(op: &dyn Operator, sets: &[KnobSet], seed: [u8; 32]) -> Option<(Case, usize)> {
     // The same derivation as `TestRunner::run` with one case: it draws from a seed taken from the runner's RNG.
     let opts = FuzzOptions { max_shrink_iters: 0, ..FuzzOptions::default() };
     let mut runner = TestRunner::new_with_rng(config(&opts), TestRng::from_seed(RngAlgorithm::ChaCha, &seed));
     let first = RefCell::new(None);
-    let _ = runner.run(&(case_strategy(op), 0..sets.len()), |(c, _)| {
-        first.borrow_mut().get_or_insert(c);
+    let _ = runner.run(&(case_strategy(op), 0..sets.len()), |(c, ki)| {
+        first.borrow_mut().get_or_insert((c, ki));
         Ok(())
     });
     first.into_inner()
+}
+
+/// The kernels that the regression-file cases and the first `n` new cases of a run will launch (first draws,
+/// not shrinking), deduplicated by IR hash. A compiling backend builds them all in parallel before the run
+/// instead of one by one as the cases reach them (on the GPU, compilation otherwise dominates the run of the
+/// operators with many kernel variants). Cases whose instance or plan fails are left out: the run reports them.
+pub fn kernels_of_cases(op: &dyn Operator, opts: &FuzzOptions, n: usize) -> Vec<Kernel> {
+    use rayon::prelude::*;
+    let sets = default_sets(op, opts);
+    let stored = opts.regressions.as_deref().map(|d| load_regressions(d, op.name())).unwrap_or_default();
+    let seeds: Vec<[u8; 32]> =
+        stored.into_iter().chain((0..n.min(opts.cases) as u64).map(|i| seed_bytes(case_seed(opts.seed, i)))).collect();
+    let per_case: Vec<Vec<Kernel>> = seeds
+        .par_iter()
+        .map(|&seed| {
+            let Some((case, ki)) = draw_with_knobs(op, &sets, seed) else { return vec![] };
+            let Ok(inst) = op.instance(&case.preset, case.data_seed) else { return vec![] };
+            inst.plan(&sets[ki].knobs).map(|p| p.kernels().into_iter().cloned().collect()).unwrap_or_default()
+        })
+        .collect();
+    let mut seen = std::collections::HashSet::new();
+    per_case.into_iter().flatten().filter(|k| seen.insert(k3k_ir::stable_hash(k))).collect()
 }

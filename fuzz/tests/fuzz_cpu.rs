@@ -258,3 +258,31 @@ fn the_jit_matches_the_interpreter_on_random_operator_cases() {
     }
     eprintln!("launches: {} compiled, {} on the interpreter", be.jit.jit_launches, be.jit.interp_launches);
 }
+
+/// A backend that runs on the interpreter and records the IR hash of every kernel it is given.
+struct Recording(std::collections::BTreeSet<String>);
+
+impl Backend for Recording {
+    fn name(&self) -> String {
+        "recording".into()
+    }
+    fn run(&mut self, plan: &Plan) -> Result<Outputs, OpError> {
+        self.0.extend(plan.kernels().into_iter().map(k3k_ir::stable_hash));
+        Executor::Cpu.run(plan)
+    }
+}
+
+#[test]
+fn precompiled_kernels_are_exactly_those_the_run_launches() {
+    for name in ["latent_moe_gemm", "kda"] {
+        let op = registry::all().into_iter().find(|o| o.name() == name).expect("registered");
+        let opts = FuzzOptions { cases: 12, seed: 7, ..FuzzOptions::default() };
+        let predicted: std::collections::BTreeSet<String> =
+            k3k_fuzz::kernels_of_cases(op.as_ref(), &opts, opts.cases).iter().map(k3k_ir::stable_hash).collect();
+        let mut rec = Recording(Default::default());
+        let r = fuzz_op(&mut rec, op.as_ref(), &opts, &mut |l| eprintln!("{l}"));
+        assert_eq!((r.cases, r.mismatches), (12, 0), "{name}");
+        assert!(!predicted.is_empty(), "{name}: no kernels predicted");
+        assert_eq!(predicted, rec.0, "{name}: the precompiled set differs from the launched set");
+    }
+}

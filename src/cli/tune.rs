@@ -3,9 +3,9 @@
 use k3k::ops::op::{Operator, Preset};
 use k3k::runtime::Gpu;
 use k3k::tuner::{GpuKey, ResultsStore, Shard, TuneEvent, TuneOptions, Worker, WorkerMeasurer, WorkerSpec, tune};
-use k3k::tuning::{knob_map, plan_candidates, tune_key};
-use std::collections::VecDeque;
-use std::path::PathBuf;
+use k3k::tuning::{knob_map, knobs_of, plan_candidates, plan_neighbours, tune_key};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -44,6 +44,10 @@ pub struct Args {
     /// Seconds one measurement may take before its worker is killed and the candidate scored as a timeout.
     #[arg(long, default_value_t = 120)]
     pub timeout_s: u64,
+    /// Benchmark reports (`<dir>/<gpu>/<op>.json`, from `k3k bench` + `scripts/peers.py`) whose peer timings fill
+    /// the table's peer column
+    #[arg(long, default_value = "results/bench")]
+    pub peers: PathBuf,
 }
 
 /// Parse `90s`, `10m`, `1h` or plain seconds.
@@ -80,7 +84,10 @@ fn tune_one(
     visible_gpu: Option<usize>,
 ) -> anyhow::Result<Row> {
     let key = tune_key(op, preset, gpu_key)?;
-    let (cands, pruned) = plan_candidates(op, preset, a.max_candidates);
+    // Round 1 samples the space (two thirds of the candidates), round 2 spends the rest on the points one knob
+    // away from round 1's winner.
+    let first_round = (a.max_candidates * 2).div_ceil(3).max(1);
+    let (cands, pruned) = plan_candidates(op, preset, first_round);
     eprintln!("{} / {}: {} candidates ({} pruned before timing)", op.name(), preset.name, cands.len(), pruned.len());
     let mut spec = WorkerSpec::new(std::env::current_exe()?).arg("worker").arg("--backend").arg(&a.backend);
     if let Some(i) = visible_gpu {
@@ -103,7 +110,7 @@ fn tune_one(
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
     bar.set_prefix(format!("{} {}", op.name(), preset.name));
-    let report = tune(store, &key, &cands, &opts, &mut m, &mut |ev| match ev {
+    let mut on_event = |ev: TuneEvent<'_>| match ev {
         TuneEvent::Measured { id, outcome } => {
             bar.inc(1);
             bar.set_message(match outcome.timing() {
@@ -113,9 +120,32 @@ fn tune_one(
         }
         TuneEvent::Skipped { count } => bar.inc(count as u64),
         _ => {}
-    })?;
+    };
+    let mut report = tune(store, &key, &cands, &opts, &mut m, &mut on_event)?;
+    let load = || -> anyhow::Result<Option<k3k::tuner::TuneEntry>> {
+        Ok(store.load(&gpu_key.slug(), op.name())?.and_then(|f| f.entry(&key).cloned()))
+    };
+    let leader = load()?.and_then(|e| {
+        let w = e.winner.clone()?;
+        let knobs = knobs_of(&e.candidate(&w)?.knobs).ok()?;
+        let done: HashSet<String> = e.candidates.iter().map(|c| c.id.clone()).collect();
+        Some((knobs, done))
+    });
+    if a.max_candidates > first_round
+        && let Some((leader, done)) = leader
+    {
+        let (near, _) = plan_neighbours(op, preset, &leader, &done, a.max_candidates - first_round);
+        if !near.is_empty() {
+            bar.inc_length(near.len() as u64);
+            let r2 = tune(store, &key, &near, &opts, &mut m, &mut on_event)?;
+            report.measured += r2.measured;
+            report.failed += r2.failed;
+            report.winner = r2.winner;
+            report.winner_ms = r2.winner_ms;
+        }
+    }
     bar.finish_and_clear();
-    let entry = store.load(&gpu_key.slug(), op.name())?.and_then(|f| f.entry(&key).cloned());
+    let entry = load()?;
     Ok(Row {
         op: op.name().into(),
         preset: preset.name.clone(),
@@ -183,34 +213,107 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         }
     });
     let rows = rows.into_inner().unwrap();
-    println!(
-        "\n{:<18} {:<40} {:>6} {:>6} {:>10} {:>10} {:>8}  winner",
-        "op", "preset", "timed", "failed", "default ms", "tuned ms", "speedup"
+    let peers = peer_times(&a.peers, &gpu_key);
+    let table = render_table(&rows, &peers);
+    print!("\n{table}");
+    let skipped = skipped.into_inner().unwrap();
+    if !skipped.is_empty() {
+        println!("budget of {} spent after {:.0?}; not tuned: {}", a.budget, start.elapsed(), skipped.join(", "));
+    }
+    println!("results in {} ({:.0?})", a.results.join(gpu_key.slug()).display(), start.elapsed());
+    if !rows.is_empty() && a.backend != "cpu" {
+        let md = format!(
+            "# k3k tune on {} ({})\n\n`k3k tune --op {} --preset {} --budget {} --max-candidates {}{}`: {} preset(s) in \
+             {:.0} s wall on {gpus} GPU(s).\n\n```\n{table}```\n",
+            gpu_key.name,
+            k3k::tuner::utc_date_today(),
+            a.op,
+            a.preset,
+            a.budget,
+            a.max_candidates,
+            a.shard.as_deref().map(|s| format!(" --shard {s}")).unwrap_or_default(),
+            rows.len(),
+            start.elapsed().as_secs_f64(),
+        );
+        let path = a.results.join(gpu_key.slug()).join("TUNE.md");
+        std::fs::create_dir_all(path.parent().expect("a folder"))?;
+        k3k::bench::write_atomic(&path, md.as_bytes())?;
+    }
+    Ok(0)
+}
+
+/// Peer name and time per (op, preset) from the benchmark reports of this GPU, with the report's date.
+fn peer_times(dir: &Path, gpu: &GpuKey) -> HashMap<(String, String), (String, f64, String)> {
+    let mut out = HashMap::new();
+    let Ok(reports) = k3k::report::load_reports(dir) else { return out };
+    for r in reports.iter().filter(|r| k3k::environment::gpu_slug(&r.gpu) == gpu.slug()) {
+        for row in &r.rows {
+            if let Some(ms) = row.peer_ms {
+                out.insert((r.op.clone(), row.preset.clone()), (row.peer.clone(), ms, r.date.clone()));
+            }
+        }
+    }
+    out
+}
+
+/// The final table: per preset the default and tuned times, their ratio, the peer's time (from the benchmark
+/// report of the same GPU) and the tuned kernel's ratio to it, and the median tuned-vs-default speedup.
+fn render_table(rows: &[Row], peers: &HashMap<(String, String), (String, f64, String)>) -> String {
+    use std::fmt::Write;
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "{:<20} {:<46} {:>5} {:>5} {:>10} {:>10} {:>7} {:>10} {:>8}  winner",
+        "op", "preset", "timed", "fail", "default ms", "tuned ms", "speedup", "peer ms", "vs peer"
     );
-    for r in &rows {
-        let f = |v: Option<f64>| v.map_or("-".to_string(), |x| format!("{x:.4}"));
+    let f = |v: Option<f64>| v.map_or("-".to_string(), |x| format!("{x:.4}"));
+    let mut speedups = vec![];
+    let mut dates = std::collections::BTreeSet::new();
+    for r in rows {
         let sp = match (r.default_ms, r.tuned_ms) {
-            (Some(d), Some(t)) if t > 0.0 => format!("{:.2}x", d / t),
+            (Some(d), Some(t)) if t > 0.0 => Some(d / t),
+            _ => None,
+        };
+        speedups.extend(sp);
+        let peer = peers.get(&(r.op.clone(), r.preset.clone()));
+        if let Some((_, _, d)) = peer {
+            dates.insert(d.clone());
+        }
+        let vs = match (peer, r.tuned_ms) {
+            (Some((_, p, _)), Some(t)) if t > 0.0 => format!("{:.2}x", p / t),
             _ => "-".into(),
         };
-        println!(
-            "{:<18} {:<40} {:>6} {:>6} {:>10} {:>10} {:>8}  {}",
+        let _ = writeln!(
+            t,
+            "{:<20} {:<46} {:>5} {:>5} {:>10} {:>10} {:>7} {:>10} {:>8}  {}",
             r.op,
             r.preset,
             r.measured,
             r.failed,
             f(r.default_ms),
             f(r.tuned_ms),
-            sp,
+            sp.map_or("-".into(), |x| format!("{x:.2}x")),
+            f(peer.map(|p| p.1)),
+            vs,
             r.winner
         );
     }
-    let skipped = skipped.into_inner().unwrap();
-    if !skipped.is_empty() {
-        println!("budget of {} spent after {:.0?}; not tuned: {}", a.budget, start.elapsed(), skipped.join(", "));
+    if !speedups.is_empty() {
+        speedups.sort_by(f64::total_cmp);
+        let n = speedups.len();
+        let median = if n % 2 == 1 { speedups[n / 2] } else { (speedups[n / 2 - 1] + speedups[n / 2]) / 2.0 };
+        let geo = (speedups.iter().map(|x| x.ln()).sum::<f64>() / n as f64).exp();
+        let _ = writeln!(t, "tuned vs default over {n} preset(s): median {median:.2}x, geometric mean {geo:.2}x");
     }
-    println!("results in {} ({:.0?})", a.results.join(gpu_key.slug()).display(), start.elapsed());
-    Ok(0)
+    if !dates.is_empty() {
+        let d: Vec<_> = dates.into_iter().collect();
+        let _ = writeln!(
+            t,
+            "peer ms: from the benchmark reports of this GPU (k3k bench + scripts/peers.py, {})",
+            d.join(", ")
+        );
+    }
+    t
 }
 
 #[cfg(test)]
