@@ -12,7 +12,7 @@ use k3k_ir::*;
 use std::fmt::Write;
 
 /// Version of the renderer + prelude; part of every cache and tuning key. Bump on any change of output.
-pub const CODEGEN_VERSION: u32 = 6;
+pub const CODEGEN_VERSION: u32 = 7;
 
 /// The device prelude, concatenated.
 pub const PRELUDE: &str = concat!(
