@@ -49,6 +49,9 @@ primitive!(
     mma_ss_f16_transposed_a,
     mma_rs,
     copy_async_vecs,
+    copy_async_in_bounds_32,
+    copy_async_in_bounds_64,
+    copy_async_in_bounds_128,
     threads_divergent,
     shared_scatter_transpose,
     histogram_atomics,
@@ -65,5 +68,5 @@ primitive!(
 #[test]
 fn every_case_is_listed() {
     // `cases::all` feeds the GPU run; keep it in step with the list above.
-    assert_eq!(cases::all().len(), 22);
+    assert_eq!(cases::all().len(), 25);
 }

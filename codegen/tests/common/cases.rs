@@ -36,6 +36,9 @@ pub fn all() -> Vec<Case> {
         mma_ss_f16_transposed_a(),
         mma_rs(),
         copy_async_vecs(),
+        copy_async_in_bounds_32(),
+        copy_async_in_bounds_64(),
+        copy_async_in_bounds_128(),
         threads_divergent(),
         shared_scatter_transpose(),
         histogram_atomics(),
@@ -517,6 +520,61 @@ pub fn copy_async_vecs() -> Case {
             for s in 0..4 {
                 close(&format!("tile {s}"), &y[s * 1024..(s + 1) * 1024], &want, 0.0);
             }
+        }),
+    }
+}
+
+/// `cp.async` of windows lying fully inside their view (the unmasked, strength-reduced path of the prelude) into
+/// a 64-column swizzled tile: with 32 threads the row step (4) is shorter than the swizzle period (8), with 64
+/// and 128 it is a multiple of it. The second window starts at row 16, column 0 of the tile's lower half and
+/// reads rows 5.. of x. Every element must land where a plain row-major copy puts it.
+pub fn copy_async_in_bounds_32() -> Case {
+    copy_async_in_bounds(32)
+}
+pub fn copy_async_in_bounds_64() -> Case {
+    copy_async_in_bounds(64)
+}
+pub fn copy_async_in_bounds_128() -> Case {
+    copy_async_in_bounds(128)
+}
+fn copy_async_in_bounds(threads: u32) -> Case {
+    let (m, n) = (80usize, 64usize);
+    let mut b = KernelBuilder::new(&format!("p_copy_async_in_bounds_{threads}"), threads);
+    let x = b.tensor("x", DType::Bf16, &[Expr::Int(m as i64), Expr::Int(n as i64)], Access::Read);
+    let y = b.tensor("y", DType::F32, &[Expr::Int(2), Expr::Int(64), Expr::Int(64)], Access::Write);
+    let s = b.shared("s", DType::Bf16, 64, 64, 2, Swizzle::Xor16B);
+    let t = b.tile("t", DType::F32, 64, 64, [1, 1]);
+    let d0 = b.slot(s, 0i64);
+    b.copy_async(d0, view(x, 0i64, n as i64, m as i64, n as i64, 8));
+    let top = b.window(s, 1i64, 0, 0, 16, 64);
+    let bottom = b.window(s, 1i64, 16, 0, 48, 64);
+    b.copy_async(top, view(x, 0i64, n as i64, m as i64, n as i64, 8));
+    b.copy_async(bottom, view(x, 5 * n as i64, n as i64, (m - 5) as i64, n as i64, 8));
+    b.commit();
+    b.wait(0);
+    b.barrier();
+    for i in 0..2i64 {
+        let d = b.slot(s, i);
+        b.load(t, Place::Shared(d));
+        b.store(t, Place::Global(view(y, i * 4096, 64i64, 64i64, 64i64, 2)));
+    }
+    let k = b.finish().unwrap();
+    let mut rng = Rng::new(12 + threads as u64);
+    let xs = rng.vals(DType::Bf16, m * n, -3.0, 3.0);
+    let xs2 = xs.clone();
+    let name: &'static str = Box::leak(format!("copy_async_in_bounds_{threads}").into_boxed_str());
+    Case {
+        name,
+        kernel: k,
+        tensors: vec![HostTensor::from_f32(DType::Bf16, &[m, n], &xs), poisoned(DType::F32, &[2, 64, 64])],
+        scalars: vec![],
+        check: Box::new(move |ts| {
+            let y = ts[1].to_f32_vec();
+            let first: Vec<f32> = xs2[..4096].to_vec();
+            let second: Vec<f32> =
+                (0..4096).map(|i| if i / 64 < 16 { xs2[i] } else { xs2[(i / 64 - 16 + 5) * 64 + i % 64] }).collect();
+            close("slot 0", &y[..4096], &first, 0.0);
+            close("slot 1", &y[4096..], &second, 0.0);
         }),
     }
 }
