@@ -194,6 +194,9 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             r.mismatches,
             r.elapsed.as_secs_f64()
         );
+        if let Some(summary) = be.take_summary() {
+            eprintln!("{}: {summary}", r.op);
+        }
         rows.push(r);
     }
     print_table(&rows);
