@@ -19,7 +19,8 @@ use std::path::PathBuf;
 pub enum FuzzBackend {
     /// The CPU interpreter of the IR (reference semantics; what CI fuzzes).
     Cpu,
-    /// The Cranelift JIT of the IR (kernels it does not lower yet run on the interpreter).
+    /// The Cranelift JIT of the IR (it lowers every statement; a kernel using anything it does not know runs on
+    /// the interpreter, reported per operator).
     CpuJit,
     /// The interpreter and the JIT on every case, outputs compared bit for bit (then against the reference).
     JitDiff,
