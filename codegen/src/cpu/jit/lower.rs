@@ -139,6 +139,11 @@ impl<'a> Types<'a> {
         if let Some(a) = clash {
             return Err(unsupported(format!("array #{a} is introduced with different types or lengths")));
         }
+        // Storage types added to the IR after the JIT fall back rather than reach a conversion it lacks.
+        let dtypes = k.tensors.iter().map(|t| t.dtype).chain(k.shared.iter().map(|s| s.dtype));
+        if let Some(d) = dtypes.chain(k.tiles.iter().map(|t| t.dtype)).find(|d| !rt::DTYPES.contains(d)) {
+            return Err(unsupported(format!("dtype {d}")));
+        }
         let mut t = Types { k, vars: vec![None; k.vars.len()], arrays };
         t.stmts(&k.body)?;
         Ok(t)
@@ -333,6 +338,9 @@ impl<'a> Types<'a> {
             Expr::Special(_) => Ty::I,
             Expr::Un(op, a) => {
                 let a = self.ty(a)?;
+                if !UNOPS.contains(op) {
+                    return Err(unsupported(format!("unary operator {}", op.name())));
+                }
                 match (op, a) {
                     (UnOp::Neg | UnOp::Abs, Ty::I) => Ty::I,
                     (UnOp::Not, Ty::B) => Ty::B,
