@@ -287,7 +287,10 @@ impl<'a> Types<'a> {
                         self.ty(e)?;
                     }
                 }
-                Stmt::Atomic { target, value, fetch, .. } => {
+                Stmt::Atomic { target, op, value, fetch } => {
+                    if !rt::ATOMIC_OPS.contains(op) {
+                        return Err(unsupported(format!("atomic {}", op.name())));
+                    }
                     self.ty(value)?;
                     let float = match target {
                         AtomicTarget::Global { tensor, index } => {
