@@ -11,6 +11,7 @@ use k3k_codegen::cpu::jit::{self, Engine};
 use k3k_ir::{DType, HostTensor, SymValue};
 use k3k_ops::OpError;
 use k3k_ops::plan::{Executor, Outputs, Plan, Role};
+use std::collections::BTreeMap;
 
 /// The JIT, with the interpreter for kernels it does not lower yet.
 #[derive(Default)]
@@ -19,11 +20,32 @@ pub struct JitBackend {
     pub jit_launches: usize,
     /// Launches that fell back to the interpreter.
     pub interp_launches: usize,
+    /// The kernels that fell back, with the JIT's reason.
+    pub fallbacks: BTreeMap<String, String>,
+}
+
+impl JitBackend {
+    /// Launch counts and fallback kernels since the last call, then reset them.
+    pub fn take_summary(&mut self) -> Option<String> {
+        let mut s = format!(
+            "{} launch(es) compiled by the JIT, {} on the interpreter",
+            self.jit_launches, self.interp_launches
+        );
+        for (k, why) in &self.fallbacks {
+            s += &format!("\n  fallback: kernel `{k}`: {why}");
+        }
+        *self = JitBackend::default();
+        Some(s)
+    }
 }
 
 impl Backend for JitBackend {
     fn name(&self) -> String {
         "cpu-jit".into()
+    }
+
+    fn take_summary(&mut self) -> Option<String> {
+        JitBackend::take_summary(self)
     }
 
     fn run(&mut self, plan: &Plan) -> Result<Outputs, OpError> {
@@ -48,7 +70,13 @@ impl Backend for JitBackend {
             }
             match r? {
                 Engine::Jit => self.jit_launches += 1,
-                Engine::Interpreter => self.interp_launches += 1,
+                Engine::Interpreter => {
+                    self.interp_launches += 1;
+                    if !self.fallbacks.contains_key(&s.kernel.name) {
+                        let why = jit::supports(&s.kernel).err().map_or("the JIT failed".into(), |e| e.to_string());
+                        self.fallbacks.insert(s.kernel.name.clone(), why);
+                    }
+                }
             }
         }
         let mut out = Outputs::default();
@@ -70,6 +98,10 @@ pub struct DiffBackend {
 impl Backend for DiffBackend {
     fn name(&self) -> String {
         "jit==interp".into()
+    }
+
+    fn take_summary(&mut self) -> Option<String> {
+        self.jit.take_summary()
     }
 
     fn run(&mut self, plan: &Plan) -> Result<Outputs, OpError> {

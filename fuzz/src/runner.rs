@@ -32,6 +32,11 @@ pub trait Backend {
     fn name(&self) -> String;
     /// Run a plan once (outputs poisoned first) and return its outputs.
     fn run(&mut self, plan: &Plan) -> Result<Outputs, OpError>;
+    /// What the backend has to say about the runs since the last call (e.g. which engine ran the kernels),
+    /// then forget it.
+    fn take_summary(&mut self) -> Option<String> {
+        None
+    }
 }
 
 impl Backend for Executor {

@@ -19,7 +19,8 @@ use std::path::PathBuf;
 pub enum FuzzBackend {
     /// The CPU interpreter of the IR (reference semantics; what CI fuzzes).
     Cpu,
-    /// The Cranelift JIT of the IR (kernels it does not lower yet run on the interpreter).
+    /// The Cranelift JIT of the IR (it lowers every statement; a kernel using anything it does not know runs on
+    /// the interpreter, reported per operator).
     CpuJit,
     /// The interpreter and the JIT on every case, outputs compared bit for bit (then against the reference).
     JitDiff,
@@ -197,6 +198,9 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             r.mismatches,
             r.elapsed.as_secs_f64()
         );
+        if let Some(summary) = be.take_summary() {
+            eprintln!("{}: {summary}", r.op);
+        }
         rows.push(r);
     }
     print_table(&rows);

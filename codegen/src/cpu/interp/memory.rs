@@ -7,7 +7,7 @@ use k3k_ir::tensor::{e4m3_to_f32, f32_to_e4m3};
 
 /// A scalar value of an expression.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub(super) enum V {
+pub(crate) enum V {
     I(i64),
     F(f32),
     B(bool),
@@ -15,7 +15,7 @@ pub(super) enum V {
 
 impl V {
     /// As an int (floats truncate, like C).
-    pub(super) fn i(self) -> i64 {
+    pub(crate) fn i(self) -> i64 {
         match self {
             V::I(v) => v,
             V::F(v) => v as i64,
@@ -23,7 +23,7 @@ impl V {
         }
     }
     /// As a float.
-    pub(super) fn f(self) -> f32 {
+    pub(crate) fn f(self) -> f32 {
         match self {
             V::F(v) => v,
             V::I(v) => v as f32,
@@ -40,7 +40,7 @@ impl V {
 }
 
 /// Round to what a register or memory element of float `dtype` keeps.
-pub(super) fn round_to(dtype: DType, v: f32) -> f32 {
+pub(crate) fn round_to(dtype: DType, v: f32) -> f32 {
     match dtype {
         DType::Bf16 => bf16::from_f32(v).to_f32(),
         DType::F16 => f16::from_f32(v).to_f32(),
@@ -51,7 +51,7 @@ pub(super) fn round_to(dtype: DType, v: f32) -> f32 {
 
 /// Wrap an integer to what an element of integer `dtype` keeps (u64 keeps its bits in an i64, as
 /// `HostTensor::get_i64` gives them).
-pub(super) fn wrap_int(dtype: DType, v: i64) -> i64 {
+pub(crate) fn wrap_int(dtype: DType, v: i64) -> i64 {
     match dtype {
         DType::U8 => v as u8 as i64,
         DType::I32 => v as i32 as i64,

@@ -85,7 +85,7 @@ impl<'a> Block<'a> {
 }
 
 /// The new value of an element of `dtype` holding `old` after `op` with `v` (before the store's conversion).
-fn atomic(dtype: DType, op: AtomicOp, old: V, v: V) -> V {
+pub(crate) fn atomic(dtype: DType, op: AtomicOp, old: V, v: V) -> V {
     if dtype == DType::F32 {
         let (a, b) = (old.f(), round_to(dtype, v.f()));
         return V::F(match op {

@@ -1,9 +1,12 @@
 //! IR -> Cranelift IR for the statements and expressions the JIT covers (see the module docs of `jit`).
 
+use super::rt::{self, Layout};
 use super::{Ctx, JitError, TensorRef};
 use crate::cpu::interp::{InterpError, unary_f32};
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
-use cranelift_codegen::ir::{AbiParam, Block, InstBuilder, MemFlagsData, Signature, Type, Value, types};
+use cranelift_codegen::ir::{
+    AbiParam, Block, InstBuilder, MemFlagsData, Signature, StackSlotData, StackSlotKind, Type, Value, types,
+};
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
 use cranelift_jit::JITModule;
 use cranelift_module::{FuncId, Linkage, Module};
@@ -19,12 +22,19 @@ enum Fail {
     DivZero = 2,
     /// A loop step <= 0: (step, 0, 0).
     Step = 3,
+    /// A shared tile index outside its buffer: (buf, index).
+    SharedIndex = 4,
+    /// A shared element outside its buffer: (what, buf, index, row, col, thread or -1).
+    SharedElement = 5,
+    /// An array index outside the array: (array, index, len, thread).
+    ArrayIndex = 6,
 }
 
-const WHAT: [&str; 2] = ["scalar load", "scalar store"];
+const WHAT: [&str; 3] = ["scalar load", "scalar store", "atomic"];
+const SHARED_WHAT: [&str; 3] = ["load", "store", "atomic"];
 
 /// The interpreter's error for a failed block.
-pub(super) fn error(k: &Kernel, block: [u32; 3], err: &[i64; 4], tensors: &[HostTensor]) -> InterpError {
+pub(super) fn error(k: &Kernel, block: [u32; 3], err: &[i64; 8], tensors: &[HostTensor]) -> InterpError {
     let arith = |what: String| InterpError::Arith { kernel: k.name.clone(), what };
     match err[0] {
         1 => InterpError::OutOfBounds {
@@ -37,6 +47,40 @@ pub(super) fn error(k: &Kernel, block: [u32; 3], err: &[i64; 4], tensors: &[Host
         },
         2 => arith(if err[1] == 1 { "integer remainder by zero" } else { "integer division by zero" }.into()),
         3 => arith(format!("loop step {} <= 0", err[1])),
+        4 => {
+            let d = &k.shared[err[1] as usize];
+            InterpError::SharedIndex {
+                kernel: k.name.clone(),
+                block,
+                buf: d.name.clone(),
+                index: err[2],
+                count: d.count,
+            }
+        }
+        5 => {
+            let d = &k.shared[err[2] as usize];
+            InterpError::SharedElement {
+                kernel: k.name.clone(),
+                block,
+                thread: (err[6] >= 0).then_some(err[6] as u32),
+                what: SHARED_WHAT[err[1] as usize],
+                buf: d.name.clone(),
+                index: err[3],
+                row: err[4],
+                col: err[5],
+                count: d.count,
+                rows: d.rows,
+                cols: d.cols,
+            }
+        }
+        6 => InterpError::ArrayIndex {
+            kernel: k.name.clone(),
+            block,
+            thread: err[4] as u32,
+            array: k.arrays[err[1] as usize].name.clone(),
+            index: err[2],
+            len: err[3] as usize,
+        },
         c => arith(format!("JIT failure code {c}")),
     }
 }
@@ -67,13 +111,87 @@ fn unsupported(what: impl Into<String>) -> JitError {
 struct Types<'a> {
     k: &'a Kernel,
     vars: Vec<Option<Ty>>,
+    /// Element type and length of each array (from its `LetArray`s, which must agree).
+    arrays: Vec<Option<(ScalarTy, u32)>>,
+}
+
+fn scalar_ty(t: ScalarTy) -> Ty {
+    match t {
+        ScalarTy::Int => Ty::I,
+        ScalarTy::Float => Ty::F,
+        ScalarTy::Bool => Ty::B,
+    }
 }
 
 impl<'a> Types<'a> {
     fn new(k: &'a Kernel) -> Result<Self, JitError> {
-        let mut t = Types { k, vars: vec![None; k.vars.len()] };
+        let mut arrays: Vec<Option<(ScalarTy, u32)>> = vec![None; k.arrays.len()];
+        let mut clash = None;
+        k.visit_stmts(&mut |s| {
+            if let Stmt::LetArray { arr, len, ty, .. } = s {
+                match arrays.get_mut(arr.0 as usize) {
+                    Some(slot @ None) => *slot = Some((*ty, *len)),
+                    Some(Some(old)) if *old == (*ty, *len) => {}
+                    _ => clash = Some(arr.0),
+                }
+            }
+        });
+        if let Some(a) = clash {
+            return Err(unsupported(format!("array #{a} is introduced with different types or lengths")));
+        }
+        // Storage types added to the IR after the JIT fall back rather than reach a conversion it lacks.
+        let dtypes = k.tensors.iter().map(|t| t.dtype).chain(k.shared.iter().map(|s| s.dtype));
+        if let Some(d) = dtypes.chain(k.tiles.iter().map(|t| t.dtype)).find(|d| !rt::DTYPES.contains(d)) {
+            return Err(unsupported(format!("dtype {d}")));
+        }
+        let mut t = Types { k, vars: vec![None; k.vars.len()], arrays };
         t.stmts(&k.body)?;
         Ok(t)
+    }
+
+    /// A shared window must lie inside its buffer (`bands` windows stacked down for a banded operand).
+    fn window(&self, r: &SharedRef, bands: u32) -> Result<(), JitError> {
+        self.ty(&r.index)?;
+        let d = self.k.shared.get(r.buf.0 as usize).ok_or_else(|| unsupported("no such shared buffer"))?;
+        if r.row0 + bands * r.rows > d.rows || r.col0 + r.cols > d.cols {
+            return Err(unsupported(format!("shared window outside `{}`", d.name)));
+        }
+        Ok(())
+    }
+
+    fn operand(&self, acc: TileId, o: &Operand) -> Result<(), JitError> {
+        match o {
+            Operand::Reg(_) => Ok(()),
+            Operand::Shared { src, .. } => self.window(src, 1),
+            Operand::Banded { src, .. } => self.window(src, self.k.tiles[acc.0 as usize].warps[0]),
+        }
+    }
+
+    fn global_view(&self, v: &GlobalView) -> Result<(), JitError> {
+        for e in [&v.offset, &v.row_stride, &v.rows, &v.cols] {
+            self.ty(e)?;
+        }
+        Ok(())
+    }
+
+    /// The tile moved to or from a place, with shapes that match (the runtime loops over the tile's).
+    fn place(&self, tile: TileId, p: &Place, store: bool) -> Result<(), JitError> {
+        let t = &self.k.tiles[tile.0 as usize];
+        match p {
+            Place::Shared(r) => {
+                if (r.rows, r.cols) != (t.rows, t.cols) {
+                    return Err(unsupported("shared window and tile shapes differ"));
+                }
+                self.window(r, 1)
+            }
+            Place::Global(v) => {
+                let dt = self.k.tensors[v.tensor.0 as usize].dtype;
+                if t.dtype != DType::I32 && (dt == DType::E2m1 || (store && dt == DType::E8m0)) {
+                    return Err(unsupported(format!("float tile moves through {dt}")));
+                }
+                self.global_view(v)
+            }
+        }
     }
 
     fn set_var(&mut self, v: VarId, ty: Ty) -> Result<(), JitError> {
@@ -119,6 +237,91 @@ impl<'a> Types<'a> {
                         return Err(unsupported(format!("float store into {dt}")));
                     }
                 }
+                Stmt::Map { tile, value } => {
+                    let want = if self.k.tiles[tile.0 as usize].dtype == DType::I32 { Ty::I } else { Ty::F };
+                    if self.ty(value)? != want {
+                        return Err(unsupported("mapped value type"));
+                    }
+                }
+                Stmt::VecMap { value, .. } => {
+                    if self.ty(value)? != Ty::F {
+                        return Err(unsupported("row value type"));
+                    }
+                }
+                Stmt::Reduce { tile, .. } | Stmt::Scan { tile, .. } => {
+                    if self.k.tiles[tile.0 as usize].dtype == DType::I32 {
+                        return Err(unsupported("reduction or scan of an int tile"));
+                    }
+                }
+                Stmt::Mma { acc, a, b } => {
+                    self.operand(*acc, a)?;
+                    self.operand(*acc, b)?;
+                }
+                Stmt::MmaAsync { acc, a, b, accumulate } => {
+                    if self.ty(accumulate)? != Ty::B {
+                        return Err(unsupported("non-bool accumulate flag"));
+                    }
+                    self.operand(*acc, a)?;
+                    self.operand(*acc, b)?;
+                }
+                Stmt::CopyAsync { dst, src } => {
+                    self.window(dst, 1)?;
+                    self.global_view(src)?;
+                    let dt = self.k.tensors[src.tensor.0 as usize].dtype;
+                    if dt == DType::E2m1 && !self.k.shared[dst.buf.0 as usize].dtype.is_int() {
+                        return Err(unsupported("float copy of e2m1"));
+                    }
+                }
+                Stmt::Load { tile, src } => self.place(*tile, src, false)?,
+                Stmt::Store { tile, dst } => self.place(*tile, dst, true)?,
+                Stmt::LoadVec { src: v, .. } | Stmt::StoreVec { dst: v, .. } => {
+                    for e in [&v.offset, &v.stride, &v.rows] {
+                        self.ty(e)?;
+                    }
+                    if !self.k.tensors[v.tensor.0 as usize].dtype.is_float() {
+                        return Err(unsupported("row vector of a non-float tensor"));
+                    }
+                }
+                Stmt::SharedStore { index, row, col, value, .. } => {
+                    for e in [index, row, col, value] {
+                        self.ty(e)?;
+                    }
+                }
+                Stmt::Atomic { target, op, value, fetch } => {
+                    if !rt::ATOMIC_OPS.contains(op) {
+                        return Err(unsupported(format!("atomic {}", op.name())));
+                    }
+                    self.ty(value)?;
+                    let float = match target {
+                        AtomicTarget::Global { tensor, index } => {
+                            self.ty(index)?;
+                            self.k.tensors[tensor.0 as usize].dtype == DType::F32
+                        }
+                        AtomicTarget::Shared { buf, index, row, col } => {
+                            for e in [index, row, col] {
+                                self.ty(e)?;
+                            }
+                            !self.k.shared[buf.0 as usize].dtype.is_int()
+                        }
+                    };
+                    if let Some(v) = fetch {
+                        self.set_var(*v, if float { Ty::F } else { Ty::I })?;
+                    }
+                }
+                Stmt::LetArray { arr, ty, init, .. } => {
+                    let t = self.ty(init)?;
+                    if self.arrays[arr.0 as usize].is_none() || (*ty == ScalarTy::Bool && t != Ty::B) {
+                        return Err(unsupported("array initial value"));
+                    }
+                }
+                Stmt::ArraySet { arr, index, value } => {
+                    self.ty(index)?;
+                    let want = self.arrays[arr.0 as usize].map(|(t, _)| scalar_ty(t));
+                    if Some(self.ty(value)?) != want {
+                        return Err(unsupported("array element type"));
+                    }
+                }
+                #[allow(unreachable_patterns)]
                 other => return Err(unsupported(format!("statement {}", stmt_name(other)))),
             }
         }
@@ -138,6 +341,9 @@ impl<'a> Types<'a> {
             Expr::Special(_) => Ty::I,
             Expr::Un(op, a) => {
                 let a = self.ty(a)?;
+                if !UNOPS.contains(op) {
+                    return Err(unsupported(format!("unary operator {}", op.name())));
+                }
                 match (op, a) {
                     (UnOp::Neg | UnOp::Abs, Ty::I) => Ty::I,
                     (UnOp::Not, Ty::B) => Ty::B,
@@ -206,11 +412,30 @@ impl<'a> Types<'a> {
                     _ => Ty::I,
                 }
             }
-            Expr::SharedLoad { .. } => return Err(unsupported("shared loads")),
-            Expr::ArrayGet(..) => return Err(unsupported("per-thread arrays")),
-            Expr::Elem(_) | Expr::RowVal(_) | Expr::RowIdx | Expr::ColIdx => {
-                return Err(unsupported("element-context expressions"));
+            Expr::SharedLoad { buf, index, row, col } => {
+                for e in [index, row, col] {
+                    self.ty(e)?;
+                }
+                if self.k.shared[buf.0 as usize].dtype.is_int() { Ty::I } else { Ty::F }
             }
+            Expr::ArrayGet(a, index) => {
+                self.ty(index)?;
+                match self.arrays.get(a.0 as usize).copied().flatten() {
+                    Some((t, _)) => scalar_ty(t),
+                    None => return Err(unsupported("array without a let_array")),
+                }
+            }
+            Expr::Elem(t) => {
+                if self.k.tiles[t.0 as usize].dtype == DType::I32 {
+                    Ty::I
+                } else {
+                    Ty::F
+                }
+            }
+            Expr::RowVal(_) => Ty::F,
+            Expr::RowIdx | Expr::ColIdx => Ty::I,
+            #[allow(unreachable_patterns)]
+            _ => return Err(unsupported("expression")),
         })
     }
 }
@@ -303,8 +528,9 @@ extern "C" fn host_f32_to_e4m3(x: f32) -> i64 {
 }
 
 /// Define the kernel's block function `fn(*mut Ctx) -> i32` in the module.
-pub(super) fn define(module: &mut JITModule, k: &Kernel) -> Result<FuncId, JitError> {
+pub(super) fn define(module: &mut JITModule, k: &Kernel) -> Result<(FuncId, Layout), JitError> {
     let types = Types::new(k)?;
+    let layout = Layout::new(k, &types.arrays);
     let ptr = module.target_config().pointer_type();
     let mut ctx = module.make_context();
     ctx.func.signature.params.push(AbiParam::new(ptr));
@@ -318,13 +544,18 @@ pub(super) fn define(module: &mut JITModule, k: &Kernel) -> Result<FuncId, JitEr
         b.switch_to_block(entry);
         let ctx_ptr = b.block_params(entry)[0];
         let fail = b.create_block();
-        for _ in 0..4 {
+        for _ in 0..7 {
             b.append_block_param(fail, types::I64);
         }
-        let mut l = Lower::new(k, b, ptr, ctx_ptr, fail, &types);
+        let ret1 = b.create_block();
+        let mut l = Lower::new(k, b, ptr, ctx_ptr, [fail, ret1], &types, &layout);
         l.stmts(&k.body)?;
         let zero = l.b.ins().iconst(types::I32, 0);
         l.b.ins().return_(&[zero]);
+        // A runtime function failed (its error is in the context): return 1.
+        l.b.switch_to_block(ret1);
+        let one = l.b.ins().iconst(types::I32, 1);
+        l.b.ins().return_(&[one]);
         // The failure exit: record the code and operands, return 1.
         l.b.switch_to_block(fail);
         let ps = l.b.block_params(fail).to_vec();
@@ -343,7 +574,7 @@ pub(super) fn define(module: &mut JITModule, k: &Kernel) -> Result<FuncId, JitEr
         .map_err(|e| JitError::Cranelift(e.to_string()))?;
     module.define_function(id, &mut ctx).map_err(|e| JitError::Cranelift(format!("{e:?}")))?;
     module.clear_context(&mut ctx);
-    Ok(id)
+    Ok((id, layout))
 }
 
 struct Lower<'a, 'f> {
@@ -363,6 +594,14 @@ struct Lower<'a, 'f> {
     /// Memory flags: plain (tensor data, unaligned) and trusted (the context).
     plain: MemFlagsData,
     trusted: MemFlagsData,
+    /// The context and the block's frame.
+    ctx: Value,
+    frame: Value,
+    layout: &'a Layout,
+    /// Returns 1 (a runtime function's error is in the context).
+    ret1: Block,
+    /// Inside a map: the element's row and column, and the mapped tile's column count (0 in a vector map).
+    at: Option<(Value, Value, i64)>,
 }
 
 impl<'a, 'f> Lower<'a, 'f> {
@@ -371,8 +610,9 @@ impl<'a, 'f> Lower<'a, 'f> {
         mut b: FunctionBuilder<'f>,
         ptr: Type,
         ctx: Value,
-        fail: Block,
+        [fail, ret1]: [Block; 2],
         types: &'a Types<'a>,
+        layout: &'a Layout,
     ) -> Self {
         let flags = MemFlagsData::trusted();
         let plain = MemFlagsData::new();
@@ -416,7 +656,27 @@ impl<'a, 'f> Lower<'a, 'f> {
                 v
             })
             .collect();
-        Lower { k, b, ptr, fail, types, vars, tensors, syms, block, grid, thread: None, plain, trusted: flags }
+        let frame = b.ins().load(ptr, flags, ctx, offset_of!(Ctx, frame) as i32);
+        Lower {
+            k,
+            b,
+            ptr,
+            fail,
+            types,
+            vars,
+            tensors,
+            syms,
+            block,
+            grid,
+            thread: None,
+            plain,
+            trusted: flags,
+            ctx,
+            frame,
+            layout,
+            ret1,
+            at: None,
+        }
     }
 
     fn iconst(&mut self, v: i64) -> Value {
@@ -424,10 +684,12 @@ impl<'a, 'f> Lower<'a, 'f> {
     }
 
     /// Branch to the failure exit when `bad` (an i8 bool) holds.
-    fn fail_if(&mut self, bad: Value, code: Fail, ops: [Value; 3]) {
+    fn fail_if(&mut self, bad: Value, code: Fail, ops: &[Value]) {
         let ok = self.b.create_block();
         let c = self.iconst(code as i64);
-        let args: Vec<_> = [c, ops[0], ops[1], ops[2]].into_iter().map(Into::into).collect();
+        let z = self.iconst(0);
+        let args: Vec<_> =
+            std::iter::once(c).chain(ops.iter().copied()).chain(std::iter::repeat(z)).take(7).map(Into::into).collect();
         self.b.ins().brif(bad, self.fail, &args, ok, &[]);
         self.b.switch_to_block(ok);
         self.b.seal_block(ok);
@@ -488,7 +750,7 @@ impl<'a, 'f> Lower<'a, 'f> {
                 let (i0, e, st) = (self.int(start)?, self.int(end)?, self.int(step)?);
                 let bad = self.b.ins().icmp_imm_s(IntCC::SignedLessThanOrEqual, st, 0);
                 let z = self.iconst(0);
-                self.fail_if(bad, Fail::Step, [st, z, z]);
+                self.fail_if(bad, Fail::Step, &[st, z, z]);
                 let (head, body_b, exit) = (self.b.create_block(), self.b.create_block(), self.b.create_block());
                 let i = self.b.append_block_param(head, types::I64);
                 self.b.ins().jump(head, &[i0.into()]);
@@ -553,9 +815,327 @@ impl<'a, 'f> Lower<'a, 'f> {
                     }
                 }
             }
+            Stmt::Map { tile, value } => {
+                let d = &self.k.tiles[tile.0 as usize];
+                let (rows, cols, dtype) = (d.rows as i64, d.cols as i64, d.dtype);
+                let off = self.layout.tiles[tile.0 as usize] as i64;
+                self.for_range(rows, &mut |l, r| {
+                    l.for_range(cols, &mut |l, c| {
+                        let outer = l.at.replace((r, c, cols));
+                        let (v, t) = l.expr(value)?;
+                        l.at = outer;
+                        let a = l.elem_addr(off, r, c, cols, 4);
+                        if dtype == DType::I32 {
+                            let i = l.as_int(v, t);
+                            l.b.ins().istore32(l.trusted, i, a, 0);
+                        } else {
+                            let f = l.as_float(v, t);
+                            let f = l.round_to(dtype, f);
+                            l.b.ins().store(l.trusted, f, a, 0);
+                        }
+                        Ok(())
+                    })
+                })?;
+            }
+            Stmt::VecMap { vec, value } => {
+                let rows = self.k.vecs[vec.0 as usize].rows as i64;
+                let off = self.layout.vecs[vec.0 as usize] as i64;
+                self.for_range(rows, &mut |l, r| {
+                    let z = l.iconst(0);
+                    let outer = l.at.replace((r, z, 0));
+                    let (v, t) = l.expr(value)?;
+                    l.at = outer;
+                    let f = l.as_float(v, t);
+                    let a = l.flat_addr(off, r, 4);
+                    l.b.ins().store(l.trusted, f, a, 0);
+                    Ok(())
+                })?;
+            }
+            Stmt::Reduce { .. } | Stmt::Scan { .. } => self.host_tile(s, &[]),
+            Stmt::Mma { a, b, .. } => {
+                let ai = self.operand_index(a)?;
+                let bi = self.operand_index(b)?;
+                self.host_tile(s, &[ai, bi]);
+            }
+            Stmt::MmaAsync { a, b, accumulate, .. } => {
+                let (acc, t) = self.expr(accumulate)?;
+                let acc = self.as_int(acc, t);
+                let ai = self.operand_index(a)?;
+                let bi = self.operand_index(b)?;
+                self.host_tile(s, &[ai, bi, acc]);
+            }
+            Stmt::CopyAsync { dst, src } => {
+                let i = self.shared_index(dst)?;
+                let v = self.global_view(src)?;
+                self.host_tile(s, &[i, v[0], v[1], v[2], v[3]]);
+            }
+            Stmt::Load { src: p, .. } | Stmt::Store { dst: p, .. } => match p {
+                Place::Shared(r) => {
+                    let i = self.shared_index(r)?;
+                    self.host_tile(s, &[i]);
+                }
+                Place::Global(v) => {
+                    let v = self.global_view(v)?;
+                    self.host_tile(s, &v);
+                }
+            },
+            Stmt::LoadVec { src: v, .. } | Stmt::StoreVec { dst: v, .. } => {
+                let args = [self.int(&v.offset)?, self.int(&v.stride)?, self.int(&v.rows)?];
+                self.host_tile(s, &args);
+            }
+            Stmt::SharedStore { buf, index, row, col, value } => {
+                let a = self.shared_element(*buf, index, row, col, 1)?;
+                let (v, t) = self.expr(value)?;
+                let dtype = self.k.shared[buf.0 as usize].dtype;
+                if dtype.is_int() {
+                    let i = self.as_int(v, t);
+                    let i = self.wrap_int(dtype, i);
+                    self.b.ins().store(self.trusted, i, a, 0);
+                } else {
+                    let f = self.as_float(v, t);
+                    let f = self.round_to(dtype, f);
+                    self.b.ins().store(self.trusted, f, a, 0);
+                }
+            }
+            Stmt::Atomic { target, op, value, fetch } => {
+                let (v, t) = self.expr(value)?;
+                let (vi, vf) = (self.as_int(v, t), self.as_float(v, t));
+                let opc = self.iconst(rt::ATOMIC_OPS.iter().position(|o| o == op).expect("listed") as i64);
+                let (old, float) = match target {
+                    AtomicTarget::Global { tensor, index } => {
+                        let i = self.int(index)?;
+                        let i = self.check_index(*tensor, i, 2);
+                        let tid = self.iconst(tensor.0 as i64);
+                        let f = rt::host_atomic_global as *const u8;
+                        let (p, i64t) = (self.ptr, types::I64);
+                        let old = self.call(
+                            f,
+                            &[p, i64t, i64t, i64t, i64t, types::F32],
+                            i64t,
+                            &[self.ctx, tid, i, opc, vi, vf],
+                        );
+                        (old, self.k.tensors[tensor.0 as usize].dtype == DType::F32)
+                    }
+                    AtomicTarget::Shared { buf, index, row, col } => {
+                        let flat = self.shared_flat(*buf, index, row, col, 2)?;
+                        let bid = self.iconst(buf.0 as i64);
+                        let f = rt::host_atomic_shared as *const u8;
+                        let (p, i64t) = (self.ptr, types::I64);
+                        let old = self.call(
+                            f,
+                            &[p, i64t, i64t, i64t, i64t, types::F32],
+                            i64t,
+                            &[self.ctx, bid, flat, opc, vi, vf],
+                        );
+                        (old, !self.k.shared[buf.0 as usize].dtype.is_int())
+                    }
+                };
+                if let Some(var) = fetch {
+                    let old = if float {
+                        let w = self.b.ins().ireduce(types::I32, old);
+                        self.b.ins().bitcast(types::F32, self.plain, w)
+                    } else {
+                        old
+                    };
+                    self.b.def_var(self.vars[var.0 as usize], old);
+                }
+            }
+            Stmt::LetArray { arr, len, ty, init } => {
+                let (v, t) = self.expr(init)?;
+                let v = match ty {
+                    ScalarTy::Int => self.as_int(v, t),
+                    ScalarTy::Float => self.as_float(v, t),
+                    ScalarTy::Bool => v,
+                };
+                let off = self.layout.arrays[arr.0 as usize] as i64;
+                let n = self.iconst(*len as i64);
+                self.b.ins().store(self.trusted, n, self.frame, off as i32);
+                self.for_range(*len as i64, &mut |l, i| {
+                    let a = l.flat_addr(off + 8, i, 8);
+                    l.b.ins().store(l.trusted, v, a, 0);
+                    Ok(())
+                })?;
+            }
+            Stmt::ArraySet { arr, index, value } => {
+                let a = self.array_slot(*arr, index)?;
+                let (v, _) = self.expr(value)?;
+                self.b.ins().store(self.trusted, v, a, 0);
+            }
+            #[allow(unreachable_patterns)]
             other => return Err(unsupported(format!("statement {}", stmt_name(other)))),
         }
         Ok(())
+    }
+
+    // ---- the block frame (tiles, vectors, shared memory, arrays) ----
+
+    /// Emit `for i in 0..n { body(i) }` (n > 0 a constant).
+    fn for_range(
+        &mut self,
+        n: i64,
+        body: &mut dyn FnMut(&mut Self, Value) -> Result<(), JitError>,
+    ) -> Result<(), JitError> {
+        let (head, body_b, exit) = (self.b.create_block(), self.b.create_block(), self.b.create_block());
+        let i = self.b.append_block_param(head, types::I64);
+        let z = self.iconst(0);
+        self.b.ins().jump(head, &[z.into()]);
+        self.b.switch_to_block(head);
+        let go = self.b.ins().icmp_imm_s(IntCC::SignedLessThan, i, n);
+        self.b.ins().brif(go, body_b, &[], exit, &[]);
+        self.b.switch_to_block(body_b);
+        self.b.seal_block(body_b);
+        body(self, i)?;
+        let next = self.b.ins().iadd_imm_s(i, 1);
+        self.b.ins().jump(head, &[next.into()]);
+        self.b.seal_block(head);
+        self.b.switch_to_block(exit);
+        self.b.seal_block(exit);
+        Ok(())
+    }
+
+    /// The address of element (r, c) of a `cols`-column object at byte `off` of the frame.
+    fn elem_addr(&mut self, off: i64, r: Value, c: Value, cols: i64, size: i64) -> Value {
+        let rc = self.b.ins().imul_imm_s(r, cols);
+        let i = self.b.ins().iadd(rc, c);
+        self.flat_addr(off, i, size)
+    }
+
+    /// The address of element `i` of `size` bytes of an object at byte `off` of the frame.
+    fn flat_addr(&mut self, off: i64, i: Value, size: i64) -> Value {
+        let bytes = self.b.ins().imul_imm_s(i, size);
+        let a = self.b.ins().iadd(self.frame, bytes);
+        self.b.ins().iadd_imm_s(a, off)
+    }
+
+    /// `round_to(dtype, x)`: what a float register or shared element of `dtype` keeps.
+    fn round_to(&mut self, dtype: DType, x: Value) -> Value {
+        match dtype {
+            DType::Bf16 | DType::F16 | DType::E4m3 => {
+                let c = self.iconst(rt::dtype_code(dtype));
+                self.call(rt::host_round_to as *const u8, &[types::I64, types::F32], types::F32, &[c, x])
+            }
+            _ => x,
+        }
+    }
+
+    /// `wrap_int(dtype, v)`.
+    fn wrap_int(&mut self, dtype: DType, v: Value) -> Value {
+        match dtype {
+            DType::U8 => self.b.ins().band_imm_s(v, 0xff),
+            DType::I32 => {
+                let w = self.b.ins().ireduce(types::I32, v);
+                self.b.ins().sextend(types::I64, w)
+            }
+            DType::U32 => {
+                let w = self.b.ins().ireduce(types::I32, v);
+                self.b.ins().uextend(types::I64, w)
+            }
+            _ => v,
+        }
+    }
+
+    /// The thread index inside a region, else -1.
+    fn thread_or_none(&mut self) -> Value {
+        match self.thread {
+            Some(t) => self.b.use_var(t),
+            None => self.iconst(-1),
+        }
+    }
+
+    /// Evaluate and check the tile index of a shared window (the interpreter's `shared_base`).
+    fn shared_index(&mut self, r: &SharedRef) -> Result<Value, JitError> {
+        let i = self.int(&r.index)?;
+        let count = self.k.shared[r.buf.0 as usize].count as i64;
+        let bad = self.b.ins().icmp_imm_s(IntCC::UnsignedGreaterThanOrEqual, i, count);
+        let b = self.iconst(r.buf.0 as i64);
+        self.fail_if(bad, Fail::SharedIndex, &[b, i]);
+        Ok(i)
+    }
+
+    /// The checked tile index of a shared operand (0 for a register operand).
+    fn operand_index(&mut self, o: &Operand) -> Result<Value, JitError> {
+        match o {
+            Operand::Reg(_) => Ok(self.iconst(0)),
+            Operand::Shared { src, .. } | Operand::Banded { src, .. } => self.shared_index(src),
+        }
+    }
+
+    /// Offset, row stride, rows and cols of a global view.
+    fn global_view(&mut self, v: &GlobalView) -> Result<[Value; 4], JitError> {
+        Ok([self.int(&v.offset)?, self.int(&v.row_stride)?, self.int(&v.rows)?, self.int(&v.cols)?])
+    }
+
+    /// Evaluate and check element (row, col) of tile `index` of a shared buffer; its flat element index.
+    fn shared_flat(
+        &mut self,
+        buf: SharedId,
+        index: &Expr,
+        row: &Expr,
+        col: &Expr,
+        what: i64,
+    ) -> Result<Value, JitError> {
+        let (i, r, c) = (self.int(index)?, self.int(row)?, self.int(col)?);
+        let d = &self.k.shared[buf.0 as usize];
+        let (count, rows, cols) = (d.count as i64, d.rows as i64, d.cols as i64);
+        let b1 = self.b.ins().icmp_imm_s(IntCC::UnsignedGreaterThanOrEqual, i, count);
+        let b2 = self.b.ins().icmp_imm_s(IntCC::UnsignedGreaterThanOrEqual, r, rows);
+        let b3 = self.b.ins().icmp_imm_s(IntCC::UnsignedGreaterThanOrEqual, c, cols);
+        let bad = self.b.ins().bor(b1, b2);
+        let bad = self.b.ins().bor(bad, b3);
+        let (w, bid, t) = (self.iconst(what), self.iconst(buf.0 as i64), self.thread_or_none());
+        self.fail_if(bad, Fail::SharedElement, &[w, bid, i, r, c, t]);
+        let ir = self.b.ins().imul_imm_s(i, rows);
+        let ir = self.b.ins().iadd(ir, r);
+        let irc = self.b.ins().imul_imm_s(ir, cols);
+        Ok(self.b.ins().iadd(irc, c))
+    }
+
+    /// The frame address of a checked shared element.
+    fn shared_element(
+        &mut self,
+        buf: SharedId,
+        index: &Expr,
+        row: &Expr,
+        col: &Expr,
+        what: i64,
+    ) -> Result<Value, JitError> {
+        let flat = self.shared_flat(buf, index, row, col, what)?;
+        let size = rt::shared_elem_bytes(self.k.shared[buf.0 as usize].dtype) as i64;
+        let off = self.layout.shared[buf.0 as usize] as i64;
+        Ok(self.flat_addr(off, flat, size))
+    }
+
+    /// The frame address of a checked element of the current thread's array.
+    fn array_slot(&mut self, arr: ArrId, index: &Expr) -> Result<Value, JitError> {
+        let i = self.int(index)?;
+        let off = self.layout.arrays[arr.0 as usize] as i64;
+        let len = self.b.ins().load(types::I64, self.trusted, self.frame, off as i32);
+        let bad = self.b.ins().icmp(IntCC::UnsignedGreaterThanOrEqual, i, len);
+        let (a, t) = (self.iconst(arr.0 as i64), self.thread_or_none());
+        let z = self.iconst(0);
+        let t = self.b.ins().smax(t, z);
+        self.fail_if(bad, Fail::ArrayIndex, &[a, i, len, t]);
+        Ok(self.flat_addr(off + 8, i, 8))
+    }
+
+    /// Run tile statement `s` in the runtime with its evaluated scalar operands.
+    fn host_tile(&mut self, s: &Stmt, args: &[Value]) {
+        let slot = self.b.create_sized_stack_slot(StackSlotData::new(
+            StackSlotKind::ExplicitSlot,
+            8 * args.len().max(1) as u32,
+            3,
+        ));
+        for (i, a) in args.iter().enumerate() {
+            self.b.ins().stack_store(self.ptr, *a, slot, 8 * i as i32);
+        }
+        let p = self.b.ins().stack_addr(self.ptr, slot, 0);
+        let sp = self.b.ins().iconst(self.ptr, s as *const Stmt as i64);
+        let ptr = self.ptr;
+        let r = self.call(rt::host_tile as *const u8, &[ptr, ptr, ptr], types::I32, &[self.ctx, sp, p]);
+        let ok = self.b.create_block();
+        self.b.ins().brif(r, self.ret1, &[], ok, &[]);
+        self.b.switch_to_block(ok);
+        self.b.seal_block(ok);
     }
 
     // ---- global memory (HostTensor::{get,set}_{f32,i64}) ----
@@ -565,7 +1145,7 @@ impl<'a, 'f> Lower<'a, 'f> {
         let len = self.tensors[t.0 as usize].1;
         let bad = self.b.ins().icmp(IntCC::UnsignedGreaterThanOrEqual, i, len);
         let (tid, w) = (self.iconst(t.0 as i64), self.iconst(what));
-        self.fail_if(bad, Fail::OutOfBounds, [tid, i, w]);
+        self.fail_if(bad, Fail::OutOfBounds, &[tid, i, w]);
         i
     }
 
@@ -751,6 +1331,31 @@ impl<'a, 'f> Lower<'a, 'f> {
                 let (y, _) = self.expr(b)?;
                 self.binary(*op, x, tx, y)
             }
+            Expr::SharedLoad { buf, index, row, col } => {
+                let a = self.shared_element(*buf, index, row, col, 0)?;
+                self.b.ins().load(ty.clif(), self.trusted, a, 0)
+            }
+            Expr::ArrayGet(arr, index) => {
+                let a = self.array_slot(*arr, index)?;
+                self.b.ins().load(ty.clif(), self.trusted, a, 0)
+            }
+            Expr::Elem(t) => {
+                let (r, c, cols) = self.at.ok_or_else(|| unsupported("tile element outside a map"))?;
+                let a = self.elem_addr(self.layout.tiles[t.0 as usize] as i64, r, c, cols, 4);
+                if ty == Ty::I {
+                    self.b.ins().sload32(self.trusted, a, 0)
+                } else {
+                    self.b.ins().load(types::F32, self.trusted, a, 0)
+                }
+            }
+            Expr::RowVal(v) => {
+                let (r, _, _) = self.at.ok_or_else(|| unsupported("row value outside a map"))?;
+                let a = self.flat_addr(self.layout.vecs[v.0 as usize] as i64, r, 4);
+                self.b.ins().load(types::F32, self.trusted, a, 0)
+            }
+            Expr::RowIdx => self.at.ok_or_else(|| unsupported("row index outside a map"))?.0,
+            Expr::ColIdx => self.at.ok_or_else(|| unsupported("column index outside a map"))?.1,
+            #[allow(unreachable_patterns)]
             _ => return Err(unsupported("expression")),
         };
         Ok((v, ty))
@@ -816,7 +1421,7 @@ impl<'a, 'f> Lower<'a, 'f> {
                     let ovf = self.b.ins().band(min, m1);
                     let bad = self.b.ins().bor(zero, ovf);
                     let (r, z) = (self.iconst((op == Rem) as i64), self.iconst(0));
-                    self.fail_if(bad, Fail::DivZero, [r, z, z]);
+                    self.fail_if(bad, Fail::DivZero, &[r, z, z]);
                     if op == Div { self.b.ins().sdiv(x, y) } else { self.b.ins().srem(x, y) }
                 }
                 Min => self.b.ins().smin(x, y),

@@ -8,15 +8,25 @@
 //! `min`/`max` with Rust's NaN rule, `ldexp`) and the narrow-float conversions (bf16/f16/e4m3 stores, f16/e4m3/
 //! e8m0 loads) call the very Rust functions the interpreter uses.
 //!
-//! **Coverage (lowered so far):** scalar control flow (`Let`, `Assign`, `For`, `If`), threads regions with
-//! `StoreScalar`, the no-op synchronisation statements (`Barrier`, `AsyncCommit`, `AsyncWait`, `MmaWait`),
-//! and every scalar expression (constants, symbols, variables, block/grid/thread coordinates, unary, binary,
-//! select, casts, global scalar loads). **Not yet lowered** (the kernel then runs on the interpreter, see
-//! [`run`]): tile and vector statements (`Map`, `VecMap`, `Reduce`, `Mma`, `MmaAsync`, `CopyAsync`, tile
-//! `Load`/`Store`, `LoadVec`/`StoreVec`, `Scan`), shared memory (`SharedStore`, `SharedLoad`), atomics,
-//! per-thread arrays, and stores of floats into e8m0/e2m1 tensors. [`supports`] says why a kernel falls back.
+//! **Coverage:** every statement and expression of the IR. Scalar control flow (`Let`, `Assign`, `For`, `If`),
+//! threads regions (`StoreScalar`, `SharedStore`, `Atomic`, `LetArray`, `ArraySet`), the no-op
+//! synchronisation statements (`Barrier`, `AsyncCommit`, `AsyncWait`, `MmaWait`) and every expression
+//! (including `SharedLoad`, `ArrayGet` and the element-context `Elem`, `RowVal`, `RowIdx`, `ColIdx`) are
+//! compiled inline; `Map` and `VecMap` become loops over the elements (rows outer, columns inner, as in the
+//! interpreter) with the mapped expression compiled in their body. The bulk tile statements (`Load`/`Store`
+//! of global and shared places, `LoadVec`/`StoreVec`, `CopyAsync` (synchronous on the CPU), `Reduce`, `Scan`,
+//! `Mma` and `MmaAsync` with register, shared and banded operands) evaluate their scalar operands (shared
+//! tile indices, bounds-checked; global views) in compiled code, then call the JIT's runtime (`rt`, the CPU
+//! counterpart of the CUDA prelude), which runs them over the block's frame element by element in the
+//! interpreter's order with the interpreter's conversions. Register tiles, row vectors, shared buffers and
+//! per-thread arrays live in a per-block frame (`rt::Layout`), zeroed before each block like the
+//! interpreter's fresh block state. [`supports`] says why a kernel falls back to the interpreter: kernels whose
+//! arrays are introduced with two different types or lengths, float tiles moved through e2m1/e8m0 tensors,
+//! float stores into e8m0/e2m1 tensors, and any statement or expression the JIT does not know (a catch-all, so
+//! IR variants added later fall back rather than fail).
 
 mod lower;
+mod rt;
 
 use crate::cpu::interp::{self, InterpError, InterpOptions};
 use cranelift_codegen::settings::{self, Configurable};
@@ -51,13 +61,23 @@ pub(crate) struct Ctx {
     pub(crate) syms: *const i64,
     pub(crate) block: [i64; 3],
     pub(crate) grid: [i64; 3],
-    /// On failure: code, then three operands (see `lower::Fail`).
-    pub(crate) err: [i64; 4],
+    /// On failure: code, then up to six operands (see `lower::Fail`).
+    pub(crate) err: [i64; 8],
+    /// The block's frame (register tiles, row vectors, shared buffers, arrays; see `rt::Layout`).
+    pub(crate) frame: *mut u8,
+    /// The tensors, for the runtime functions (`rt`).
+    pub(crate) hosts: *mut HostTensor,
+    pub(crate) kernel: *const Kernel,
+    pub(crate) layout: *const rt::Layout,
+    /// The error of a failed runtime function (code `Fail::Runtime`).
+    pub(crate) error: Option<InterpError>,
 }
 
 /// A compiled kernel.
 pub struct JitKernel {
+    /// The kernel compiled; the code holds pointers to its statements (heap data that never moves or changes).
     kernel: Kernel,
+    layout: rt::Layout,
     // Owns the code `func` points into.
     _module: JITModule,
     func: extern "C" fn(*mut Ctx) -> i32,
@@ -80,12 +100,15 @@ pub fn compile(k: &Kernel) -> Result<JitKernel, JitError> {
     let isa =
         cranelift_native::builder().map_err(|e| cl(&e))?.finish(settings::Flags::new(flags)).map_err(|e| cl(&e))?;
     let mut module = JITModule::new(JITBuilder::with_isa(isa, cranelift_module::default_libcall_names()));
-    let id = lower::define(&mut module, k)?;
+    // The code embeds the addresses of this copy's statements (`rt::host_tile`): it moves into the result, and
+    // its statement vectors' heap storage with it, unchanged.
+    let kernel = k.clone();
+    let (id, layout) = lower::define(&mut module, &kernel)?;
     module.finalize_definitions().map_err(|e| cl(&e))?;
     let ptr = module.get_finalized_function(id);
     // SAFETY: `lower::define` built this function with the signature `fn(*mut Ctx) -> i32` (C ABI).
     let func = unsafe { std::mem::transmute::<*const u8, extern "C" fn(*mut Ctx) -> i32>(ptr) };
-    Ok(JitKernel { kernel: k.clone(), _module: module, func })
+    Ok(JitKernel { kernel, layout, _module: module, func })
 }
 
 impl JitKernel {
@@ -119,18 +142,32 @@ impl JitKernel {
                 SymValue::Float(f) => f.to_bits() as i64,
             })
             .collect();
+        let mut frame = vec![0u64; self.layout.size.div_ceil(8)];
         let mut ctx = Ctx {
             tensors: refs.as_ptr(),
             syms: sym_bits.as_ptr(),
             block: [0; 3],
             grid: [grid[0] as i64, grid[1] as i64, grid[2] as i64],
-            err: [0; 4],
+            err: [0; 8],
+            frame: frame.as_mut_ptr() as *mut u8,
+            hosts: tensors.as_mut_ptr(),
+            kernel: k,
+            layout: &self.layout,
+            error: None,
         };
         for z in 0..grid[2] {
             for y in 0..grid[1] {
                 for x in 0..grid[0] {
                     ctx.block = [x as i64, y as i64, z as i64];
+                    // Every block starts from zeroed tiles, vectors, shared memory and no arrays.
+                    if (x, y, z) != (0, 0, 0) {
+                        // SAFETY: the frame holds `frame.len()` u64s.
+                        unsafe { std::ptr::write_bytes(ctx.frame, 0, 8 * frame.len()) };
+                    }
                     if (self.func)(&mut ctx) != 0 {
+                        if let Some(e) = ctx.error.take() {
+                            return Err(e);
+                        }
                         return Err(lower::error(k, [x, y, z], &ctx.err, tensors));
                     }
                 }

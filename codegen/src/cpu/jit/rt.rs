@@ -1,0 +1,478 @@
+//! The JIT's block frame and its runtime: where register tiles, row vectors, shared buffers and per-thread
+//! arrays live while a block runs, and the host functions the compiled code calls for the bulk tile
+//! statements (the CPU counterpart of the CUDA prelude).
+//!
+//! Storage mirrors the interpreter's values exactly: float tiles hold f32 values (every value the interpreter
+//! keeps in a float tile is an f32, already rounded to the tile's dtype), i32 tiles hold i32, row vectors f32,
+//! float shared buffers f32 (rounded to the buffer's dtype) and integer shared buffers i64 (wrapped to the
+//! buffer's dtype). The compiled code evaluates a tile statement's scalar operands (shared tile indices,
+//! checked; global views) in the interpreter's order, then calls [`host_tile`], which runs the statement
+//! element by element in the interpreter's order with the interpreter's conversions, so results agree bit
+//! for bit.
+
+use super::Ctx;
+use crate::cpu::interp::{InterpError, atomic_value, round_to, wrap_int};
+use k3k_ir::*;
+
+/// Byte offsets of everything a block owns in its frame (all 8-byte aligned).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Layout {
+    pub(crate) tiles: Vec<usize>,
+    pub(crate) vecs: Vec<usize>,
+    pub(crate) shared: Vec<usize>,
+    /// Per array: the offset of its current length (an i64), followed by its 8-byte element slots.
+    pub(crate) arrays: Vec<usize>,
+    /// Bytes of the frame.
+    pub(crate) size: usize,
+}
+
+/// Bytes of one element of a shared buffer in the frame.
+pub(crate) fn shared_elem_bytes(dtype: DType) -> usize {
+    if dtype.is_int() { 8 } else { 4 }
+}
+
+impl Layout {
+    /// The layout of a kernel's frame, with each array's type and length (from its `LetArray`).
+    pub(crate) fn new(k: &Kernel, array_decl: &[Option<(ScalarTy, u32)>]) -> Layout {
+        let mut at = 0usize;
+        let mut take = |bytes: usize| {
+            let o = at;
+            at += bytes.next_multiple_of(8);
+            o
+        };
+        let tiles = k.tiles.iter().map(|t| take(4 * (t.rows * t.cols) as usize)).collect();
+        let vecs = k.vecs.iter().map(|v| take(4 * v.rows as usize)).collect();
+        let shared =
+            k.shared.iter().map(|s| take(shared_elem_bytes(s.dtype) * (s.rows * s.cols * s.count) as usize)).collect();
+        let arrays = array_decl.iter().map(|d| take(8 + 8 * d.map_or(0, |d| d.1 as usize))).collect();
+        Layout { tiles, vecs, shared, arrays, size: at }
+    }
+}
+
+/// Typed access to one block's frame (the interpreter's `Block` state, flattened).
+struct Frame<'a> {
+    k: &'a Kernel,
+    l: &'a Layout,
+    base: *mut u8,
+}
+
+impl Frame<'_> {
+    /// Element `i` of a tile as the interpreter's f64 value.
+    ///
+    /// SAFETY (all accessors): `i` is within the object (the callers loop over the declared shapes, and shared
+    /// windows were checked against their buffer at compile time and their tile index at run time).
+    unsafe fn tile(&self, t: TileId, i: usize) -> f64 {
+        unsafe {
+            let p = self.base.add(self.l.tiles[t.0 as usize]);
+            if self.k.tiles[t.0 as usize].dtype == DType::I32 {
+                *(p as *const i32).add(i) as f64
+            } else {
+                *(p as *const f32).add(i) as f64
+            }
+        }
+    }
+
+    /// Set element `i` of a tile to an interpreter value (exact: an i32 in an i32 tile, an f32 in a float one).
+    unsafe fn set_tile(&self, t: TileId, i: usize, v: f64) {
+        unsafe {
+            let p = self.base.add(self.l.tiles[t.0 as usize]);
+            if self.k.tiles[t.0 as usize].dtype == DType::I32 {
+                *(p as *mut i32).add(i) = v as i32;
+            } else {
+                *(p as *mut f32).add(i) = v as f32;
+            }
+        }
+    }
+
+    unsafe fn vec(&self, v: VecId) -> *mut f32 {
+        unsafe { self.base.add(self.l.vecs[v.0 as usize]) as *mut f32 }
+    }
+
+    /// Element `i` of a shared buffer as the interpreter's `SharedMem::get_f64`.
+    unsafe fn shared(&self, b: SharedId, i: usize) -> f64 {
+        unsafe {
+            let p = self.base.add(self.l.shared[b.0 as usize]);
+            if self.k.shared[b.0 as usize].dtype.is_int() {
+                *(p as *const i64).add(i) as f64
+            } else {
+                *(p as *const f32).add(i) as f64
+            }
+        }
+    }
+
+    /// `SharedMem::set_f64`.
+    unsafe fn set_shared(&self, b: SharedId, i: usize, v: f64) {
+        unsafe {
+            let d = &self.k.shared[b.0 as usize];
+            let p = self.base.add(self.l.shared[b.0 as usize]);
+            if d.dtype.is_int() {
+                *(p as *mut i64).add(i) = wrap_int(d.dtype, v as i64);
+            } else {
+                *(p as *mut f32).add(i) = round_to(d.dtype, v as f32);
+            }
+        }
+    }
+
+    /// Read logical element (row, col) of a shared window whose tile starts at element `base`.
+    unsafe fn shared_at(&self, r: &SharedRef, base: usize, row: usize, col: usize) -> f64 {
+        let d = &self.k.shared[r.buf.0 as usize];
+        unsafe { self.shared(r.buf, base + (r.row0 as usize + row) * d.cols as usize + r.col0 as usize + col) }
+    }
+
+    /// The base element of tile `index` (checked by the compiled code) of a shared buffer.
+    fn shared_base(&self, r: &SharedRef, index: i64) -> usize {
+        let d = &self.k.shared[r.buf.0 as usize];
+        index as usize * (d.rows * d.cols) as usize
+    }
+
+    /// An operand as a row-major f32 matrix (after its transpose): (rows, cols, values).
+    unsafe fn operand(&self, o: &Operand, index: i64, row_shift: u32) -> (usize, usize, Vec<f32>) {
+        match o {
+            Operand::Reg(t) => {
+                let d = &self.k.tiles[t.0 as usize];
+                let n = (d.rows * d.cols) as usize;
+                (d.rows as usize, d.cols as usize, (0..n).map(|i| unsafe { self.tile(*t, i) } as f32).collect())
+            }
+            Operand::Shared { src, transpose } | Operand::Banded { src, transpose } => {
+                let mut moved = src.clone();
+                moved.row0 += row_shift;
+                let base = self.shared_base(&moved, index);
+                let (wr, wc) = (src.rows as usize, src.cols as usize);
+                let (r, c) = if *transpose { (wc, wr) } else { (wr, wc) };
+                let mut m = vec![0.0f32; r * c];
+                for i in 0..r {
+                    for j in 0..c {
+                        m[i * c + j] = unsafe {
+                            if *transpose {
+                                self.shared_at(&moved, base, j, i)
+                            } else {
+                                self.shared_at(&moved, base, i, j)
+                            }
+                        } as f32;
+                    }
+                }
+                (r, c, m)
+            }
+        }
+    }
+
+    /// `acc += a @ b` in the interpreter's order: per element, from the accumulator, p = 0, 1, ... in f32.
+    unsafe fn mma(&self, acc: TileId, a: &Operand, b: &Operand, a_index: i64, b_index: i64) {
+        let (m, kd, av) = unsafe { self.operand(a, a_index, 0) };
+        let bands = match b {
+            Operand::Banded { .. } => self.k.tiles[acc.0 as usize].warps[0] as usize,
+            _ => 1,
+        };
+        let bmats: Vec<_> = (0..bands)
+            .map(|w| {
+                let shift = match b {
+                    Operand::Banded { src, .. } => w as u32 * src.rows,
+                    _ => 0,
+                };
+                unsafe { self.operand(b, b_index, shift) }
+            })
+            .collect();
+        let n = bmats[0].1;
+        let band_rows = m / bands;
+        let accp = unsafe { self.base.add(self.l.tiles[acc.0 as usize]) as *mut f32 };
+        // SAFETY: the accumulator is an f32 tile of m x n elements (validated).
+        let accv = unsafe { std::slice::from_raw_parts_mut(accp, m * n) };
+        for i in 0..m {
+            let bv = &bmats[i / band_rows].2;
+            let row = &mut accv[i * n..(i + 1) * n];
+            // Each element sums its products in the order p = 0, 1, ... (the loops over p and j are swapped
+            // from the interpreter's, which changes no element's order of operations).
+            for p in 0..kd {
+                let x = av[i * kd + p];
+                let brow = &bv[p * n..(p + 1) * n];
+                for (s, y) in row.iter_mut().zip(brow) {
+                    *s += x * *y;
+                }
+            }
+        }
+    }
+}
+
+/// What a register element of `dtype` keeps of a value (the interpreter's `tile_value`).
+fn tile_value(dtype: DType, i: i64, f: f32) -> f64 {
+    match dtype {
+        DType::I32 => i as i32 as f64,
+        dt => round_to(dt, f) as f64,
+    }
+}
+
+fn reduce(op: ReduceOp, a: f32, b: f32) -> f32 {
+    match op {
+        ReduceOp::Sum => a + b,
+        ReduceOp::Max => a.max(b),
+        ReduceOp::Min => a.min(b),
+    }
+}
+
+/// Run the tile statement `s` for the current block. `args` holds its scalar operands, evaluated by the
+/// compiled code in the interpreter's order (see `lower::Lower::tile_stmt`). Returns 0, or 1 with the error
+/// in `ctx.error`.
+pub(crate) extern "C" fn host_tile(ctx: *mut Ctx, s: *const Stmt, args: *const i64) -> i32 {
+    // SAFETY: the compiled code passes its own context, a statement of the kernel it was compiled from (owned
+    // by the `JitKernel`) and a stack array of as many operands as `lower` evaluates for this statement.
+    let (ctx, s) = unsafe { (&mut *ctx, &*s) };
+    let arg = |i: usize| unsafe { *args.add(i) };
+    match unsafe { tile_stmt(ctx, s, &arg) } {
+        Ok(()) => 0,
+        Err(e) => {
+            ctx.error = Some(e);
+            1
+        }
+    }
+}
+
+unsafe fn tile_stmt(ctx: &mut Ctx, s: &Stmt, arg: &dyn Fn(usize) -> i64) -> Result<(), InterpError> {
+    // SAFETY: `ctx.kernel`, `ctx.layout` and `ctx.frame` describe the running kernel and its zeroed frame;
+    // `ctx.hosts` points to its tensors (the compiled code holds no reference into them across this call).
+    let (k, l) = unsafe { (&*ctx.kernel, &*ctx.layout) };
+    let f = Frame { k, l, base: ctx.frame };
+    let block = [ctx.block[0] as u32, ctx.block[1] as u32, ctx.block[2] as u32];
+    let hosts = unsafe { std::slice::from_raw_parts_mut(ctx.hosts, k.tensors.len()) };
+    let check = |what: &'static str, t: TensorId, i: i64, hosts: &[HostTensor]| {
+        let len = hosts[t.0 as usize].len();
+        if i < 0 || i as usize >= len {
+            return Err(InterpError::OutOfBounds {
+                kernel: k.name.clone(),
+                block,
+                what,
+                tensor: k.tensors[t.0 as usize].name.clone(),
+                index: i,
+                len,
+            });
+        }
+        Ok(i as usize)
+    };
+    unsafe {
+        match s {
+            Stmt::Reduce { vec, tile, op, accumulate } => {
+                let d = &k.tiles[tile.0 as usize];
+                let (rows, cols) = (d.rows as usize, d.cols as usize);
+                let vp = f.vec(*vec);
+                for r in 0..rows {
+                    let mut a = f.tile(*tile, r * cols) as f32;
+                    for c in 1..cols {
+                        a = reduce(*op, a, f.tile(*tile, r * cols + c) as f32);
+                    }
+                    let slot = &mut *vp.add(r);
+                    *slot = if *accumulate { reduce(*op, *slot, a) } else { a };
+                }
+            }
+            Stmt::Mma { acc, a, b } => f.mma(*acc, a, b, arg(0), arg(1)),
+            Stmt::MmaAsync { acc, a, b, .. } => {
+                if arg(2) == 0 {
+                    let d = &k.tiles[acc.0 as usize];
+                    for i in 0..(d.rows * d.cols) as usize {
+                        f.set_tile(*acc, i, 0.0);
+                    }
+                }
+                f.mma(*acc, a, b, arg(0), arg(1))
+            }
+            Stmt::CopyAsync { dst, src } => {
+                let base = f.shared_base(dst, arg(0));
+                let d = &k.shared[dst.buf.0 as usize];
+                let (off, stride, rows, cols) = (arg(1), arg(2), arg(3), arg(4));
+                for r in 0..dst.rows as usize {
+                    for c in 0..dst.cols as usize {
+                        let v = if (r as i64) < rows && (c as i64) < cols {
+                            let i = check("async copy", src.tensor, off + r as i64 * stride + c as i64, hosts)?;
+                            let t = &hosts[src.tensor.0 as usize];
+                            if d.dtype.is_int() { t.get_i64(i) as f64 } else { t.get_f32(i) as f64 }
+                        } else {
+                            0.0
+                        };
+                        let at = base + (dst.row0 as usize + r) * d.cols as usize + dst.col0 as usize + c;
+                        f.set_shared(dst.buf, at, v);
+                    }
+                }
+            }
+            Stmt::Load { tile, src } => {
+                let d = &k.tiles[tile.0 as usize];
+                let (rows, cols) = (d.rows as usize, d.cols as usize);
+                let mut out = vec![0.0f64; rows * cols];
+                match src {
+                    Place::Shared(r) => {
+                        let base = f.shared_base(r, arg(0));
+                        for i in 0..rows {
+                            for j in 0..cols {
+                                out[i * cols + j] = f.shared_at(r, base, i, j);
+                            }
+                        }
+                    }
+                    Place::Global(v) => {
+                        let (off, stride, vr, vc) = (arg(0), arg(1), arg(2), arg(3));
+                        for i in 0..rows {
+                            for j in 0..cols {
+                                if (i as i64) < vr && (j as i64) < vc {
+                                    let idx = check("tile load", v.tensor, off + i as i64 * stride + j as i64, hosts)?;
+                                    let t = &hosts[v.tensor.0 as usize];
+                                    out[i * cols + j] = if d.dtype == DType::I32 {
+                                        t.get_i64(idx) as f64
+                                    } else {
+                                        t.get_f32(idx) as f64
+                                    };
+                                }
+                            }
+                        }
+                    }
+                }
+                for (i, v) in out.into_iter().enumerate() {
+                    f.set_tile(*tile, i, tile_value(d.dtype, v as i64, v as f32));
+                }
+            }
+            Stmt::Store { tile, dst } => {
+                let d = &k.tiles[tile.0 as usize];
+                let (rows, cols) = (d.rows as usize, d.cols as usize);
+                match dst {
+                    Place::Shared(r) => {
+                        let base = f.shared_base(r, arg(0));
+                        let sd = &k.shared[r.buf.0 as usize];
+                        for i in 0..rows {
+                            for j in 0..cols {
+                                let v = f.tile(*tile, i * cols + j);
+                                let at = base + (r.row0 as usize + i) * sd.cols as usize + r.col0 as usize + j;
+                                f.set_shared(r.buf, at, v);
+                            }
+                        }
+                    }
+                    Place::Global(v) => {
+                        let (off, stride, vr, vc) = (arg(0), arg(1), arg(2), arg(3));
+                        for i in 0..rows.min(vr.max(0) as usize) {
+                            for j in 0..cols.min(vc.max(0) as usize) {
+                                let idx = check("tile store", v.tensor, off + i as i64 * stride + j as i64, hosts)?;
+                                let val = f.tile(*tile, i * cols + j);
+                                let t = &mut hosts[v.tensor.0 as usize];
+                                if d.dtype == DType::I32 {
+                                    t.set_i64(idx, val as i64);
+                                } else {
+                                    t.set_f32(idx, val as f32);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            Stmt::LoadVec { vec, src } => {
+                let (off, stride, vr) = (arg(0), arg(1), arg(2));
+                let vp = f.vec(*vec);
+                for r in 0..k.vecs[vec.0 as usize].rows as usize {
+                    *vp.add(r) = if (r as i64) < vr {
+                        let i = check("vector load", src.tensor, off + r as i64 * stride, hosts)?;
+                        hosts[src.tensor.0 as usize].get_f32(i)
+                    } else {
+                        0.0
+                    };
+                }
+            }
+            Stmt::StoreVec { vec, dst } => {
+                let (off, stride, vr) = (arg(0), arg(1), arg(2));
+                let vp = f.vec(*vec);
+                let rows = k.vecs[vec.0 as usize].rows as usize;
+                for r in 0..rows.min(vr.max(0) as usize) {
+                    let i = check("vector store", dst.tensor, off + r as i64 * stride, hosts)?;
+                    hosts[dst.tensor.0 as usize].set_f32(i, *vp.add(r));
+                }
+            }
+            Stmt::Scan { tile, scratch, op: ScanOp::Sum } => {
+                let d = &k.tiles[tile.0 as usize];
+                let sd = &k.shared[scratch.0 as usize];
+                let (rows, cols) = (d.rows as usize, d.cols as usize);
+                for c in 0..cols {
+                    let mut s = f.tile(*tile, c) as f32;
+                    for r in 1..rows {
+                        s += f.tile(*tile, r * cols + c) as f32;
+                        f.set_tile(*tile, r * cols + c, s as f64);
+                    }
+                }
+                for r in 0..rows {
+                    for c in 0..cols {
+                        f.set_shared(*scratch, r * sd.cols as usize + c, f.tile(*tile, r * cols + c));
+                    }
+                }
+            }
+            other => unreachable!("lower only calls host_tile for tile statements, not {other:?}"),
+        }
+    }
+    Ok(())
+}
+
+/// The atomic read-modify-write of element `i` of tensor `t` (index checked by the compiled code) with value
+/// `vi` / `vf` (the value as an int and as a float). Returns the old value: f32 bits for f32 tensors, else
+/// the int.
+pub(crate) extern "C" fn host_atomic_global(ctx: *mut Ctx, t: i64, i: i64, op: i64, vi: i64, vf: f32) -> i64 {
+    // SAFETY: as `host_tile`; the index was bounds-checked.
+    let ctx = unsafe { &mut *ctx };
+    let t = unsafe { &mut *ctx.hosts.add(t as usize) };
+    let i = i as usize;
+    let v = value(vi, vf, t.dtype == DType::F32);
+    let old = if t.dtype == DType::F32 { Val::F(t.get_f32(i)) } else { Val::I(t.get_i64(i)) };
+    match atomic_value(t.dtype, ATOMIC_OPS[op as usize], old, v) {
+        Val::F(f) => t.set_f32(i, f),
+        new => t.set_i64(i, new.i()),
+    }
+    bits(old)
+}
+
+/// The atomic read-modify-write of flat element `i` of shared buffer `b` (checked by the compiled code).
+pub(crate) extern "C" fn host_atomic_shared(ctx: *mut Ctx, b: i64, i: i64, op: i64, vi: i64, vf: f32) -> i64 {
+    // SAFETY: as `host_tile`; the element was bounds-checked.
+    let ctx = unsafe { &mut *ctx };
+    let (k, l) = unsafe { (&*ctx.kernel, &*ctx.layout) };
+    let d = &k.shared[b as usize];
+    let p = unsafe { ctx.frame.add(l.shared[b as usize]) };
+    let i = i as usize;
+    let int = d.dtype.is_int();
+    let v = value(vi, vf, !int);
+    unsafe {
+        let old = if int { Val::I(*(p as *const i64).add(i)) } else { Val::F(*(p as *const f32).add(i)) };
+        // `SharedMem::set`.
+        match atomic_value(d.dtype, ATOMIC_OPS[op as usize], old, v) {
+            new if int => *(p as *mut i64).add(i) = wrap_int(d.dtype, new.i()),
+            new => *(p as *mut f32).add(i) = round_to(d.dtype, new.f()),
+        }
+        bits(old)
+    }
+}
+
+use crate::cpu::interp::Val;
+
+pub(crate) const ATOMIC_OPS: [AtomicOp; 3] = [AtomicOp::Add, AtomicOp::Max, AtomicOp::Min];
+
+fn value(vi: i64, vf: f32, float: bool) -> Val {
+    if float { Val::F(vf) } else { Val::I(vi) }
+}
+
+fn bits(v: Val) -> i64 {
+    match v {
+        Val::F(f) => f.to_bits() as i64,
+        other => other.i(),
+    }
+}
+
+/// `round_to` for the frame's float shared stores and tile maps (dtype by its index in [`DTYPES`]).
+pub(crate) extern "C" fn host_round_to(dt: i64, x: f32) -> f32 {
+    round_to(DTYPES[dt as usize], x)
+}
+
+pub(crate) const DTYPES: [DType; 11] = [
+    DType::Bf16,
+    DType::F16,
+    DType::F32,
+    DType::E4m3,
+    DType::E2m1,
+    DType::E8m0,
+    DType::U8,
+    DType::I32,
+    DType::U32,
+    DType::I64,
+    DType::U64,
+];
+
+/// The index of a dtype in [`DTYPES`].
+pub(crate) fn dtype_code(d: DType) -> i64 {
+    DTYPES.iter().position(|x| *x == d).expect("every dtype is listed") as i64
+}
