@@ -79,6 +79,12 @@ pub fn knob_space() -> KnobSpace {
             [264i64, 396, 528, 792],
         )
         .axis("MERGE", "histogram flush: plain stores of per-block partials, or global atomics", ["partials", "atomic"])
+        .axis(
+            "HLAYOUT",
+            "histogram shared layout: expert rows (bank conflicts), or word-major with the expert as the bank \
+             (conflict-free atomics, packed u16 partials)",
+            ["rows", "banks"],
+        )
 }
 
 /// The knobs used when no tuning record exists (H200: 132 SMs, 3 histogram blocks of 66 KiB per SM).
@@ -91,6 +97,7 @@ pub fn default_knobs() -> Knobs {
         .with("HKB", 66i64)
         .with("HBLOCKS", 396i64)
         .with("MERGE", "partials")
+        .with("HLAYOUT", "banks")
 }
 
 /// Knob values read and checked.
@@ -103,11 +110,14 @@ pub struct Cfg {
     pub hkb: u32,
     pub hblocks: u32,
     pub atomic: bool,
+    /// `HLAYOUT=banks`: word-major shared histograms (expert = bank) and packed partials.
+    pub banked: bool,
 }
 
 /// Read and check the knobs.
 pub fn cfg(k: &Knobs) -> Result<Cfg, OpError> {
     let merge = k.str("MERGE")?;
+    let layout = k.str("HLAYOUT").unwrap_or("rows");
     let c = Cfg {
         aw: k.u32("AW")?,
         abps: k.u32("ABPS")?,
@@ -116,10 +126,14 @@ pub fn cfg(k: &Knobs) -> Result<Cfg, OpError> {
         hkb: k.u32("HKB")?,
         hblocks: k.u32("HBLOCKS")?,
         atomic: merge == "atomic",
+        banked: layout == "banks",
     };
     let invalid = |why: String| Err(OpError::InvalidKnobs { op: "hist_quantile", knobs: k.to_string(), why });
     if !matches!(merge, "partials" | "atomic") {
         return invalid(format!("MERGE must be partials or atomic, got {merge}"));
+    }
+    if !matches!(layout, "rows" | "banks") {
+        return invalid(format!("HLAYOUT must be rows or banks, got {layout}"));
     }
     if c.aw == 0 || c.aw > 32 {
         return invalid(format!("AW={} must be in 1..=32", c.aw));
@@ -357,6 +371,9 @@ pub struct HistSpec {
     pub es: u32,
     /// Flush with global atomics into `counts` (else plain stores into `partials`).
     pub atomic: bool,
+    /// Word-major shared histograms `[words, ES]` (the expert is the bank: a warp's 32 shared atomics hit 32
+    /// banks) and, with partials, the packed u16 pairs flushed as they are (`partials [P E, words]`).
+    pub banked: bool,
 }
 
 /// u32 words per expert of the packed shared histogram.
@@ -401,13 +418,14 @@ pub fn build_hist(spec: &HistSpec, c: &Cfg) -> Result<Kernel, OpError> {
     let wpe = words(bins);
     let rp = nt / es;
     let name = format!(
-        "k3k_hq_hist_b{bins}_{}{}_es{es}_{}_ht{nt}_hu{hu}",
+        "k3k_hq_hist_b{bins}_{}{}_es{es}_{}_ht{nt}_hu{hu}{}",
         match spec.binned {
             Binned::Margin => "margin",
             Binned::Plain => "plain",
         },
         if spec.zoom { "_zoom" } else { "" },
-        if spec.atomic { "atomic" } else { "partials" }
+        if spec.atomic { "atomic" } else { "partials" },
+        if spec.banked { "_bk" } else { "" }
     );
     let mut b = KernelBuilder::new(&name, nt);
     b.knobs(
@@ -415,7 +433,8 @@ pub fn build_hist(spec: &HistSpec, c: &Cfg) -> Result<Kernel, OpError> {
             .with("HT", nt as i64)
             .with("HU", hu as i64)
             .with("HKB", c.hkb as i64)
-            .with("MERGE", if spec.atomic { "atomic" } else { "partials" }),
+            .with("MERGE", if spec.atomic { "atomic" } else { "partials" })
+            .with("HLAYOUT", if spec.banked { "banks" } else { "rows" }),
     );
     let t_dim = b.dim("T");
     let e_dim = b.dim("E");
@@ -428,18 +447,30 @@ pub fn build_hist(spec: &HistSpec, c: &Cfg) -> Result<Kernel, OpError> {
         (o, b.int_arg("P"))
     } else {
         let r = b.dim("R");
-        let o = b.tensor("partials", DType::U32, &[r.clone(), Expr::Int(nb as i64)], Access::Write);
+        let width = if spec.banked { wpe } else { nb };
+        let o = b.tensor("partials", DType::U32, &[r.clone(), Expr::Int(width as i64)], Access::Write);
         (o, r / e_dim.clone())
     };
     let ch = b.int_arg("CH");
     let geom = (!spec.zoom).then(|| (b.float_arg("lo"), b.float_arg("hi"), b.float_arg("scale")));
     b.grid(e_dim.ceil_div(es as i64), p_dim, 1i64);
-    let hist = b.shared("hist", DType::U32, es, wpe, 1, Swizzle::None);
+    // Element (expert, word) of the block's packed histograms: `rows` layout `[ES, words]`, `banks` `[words, ES]`.
+    let hist = if spec.banked {
+        b.shared("hist", DType::U32, wpe, es, 1, Swizzle::None)
+    } else {
+        b.shared("hist", DType::U32, es, wpe, 1, Swizzle::None)
+    };
+    let banked = spec.banked;
+    let at_hist = move |ex: Expr, wd: Expr| -> (Expr, Expr) { if banked { (wd, ex) } else { (ex, wd) } };
     let total_words = (es * wpe) as i64;
 
     b.threads(|b| {
         b.for_("i", Expr::thread_idx(), total_words, nt as i64, |b, i| {
-            b.shared_store(hist, 0i64, &i / wpe as i64, &i % wpe as i64, 0i64);
+            if banked {
+                b.shared_store(hist, 0i64, &i / es as i64, &i % es as i64, 0i64);
+            } else {
+                b.shared_store(hist, 0i64, &i / wpe as i64, &i % wpe as i64, 0i64);
+            }
         });
     });
     b.barrier();
@@ -479,7 +510,8 @@ pub fn build_hist(spec: &HistSpec, c: &Cfg) -> Result<Kernel, OpError> {
                     b.if_(tt.lt(t1.clone()), |b| {
                         let sl = b.let_("slot", slot_expr(&ival(*x), &lo, &hi, &scale, bins));
                         let inc = Expr::Int(1).shl(sl.bitand(1i64) * 16i64);
-                        b.atomic_add_shared(hist, 0i64, col.clone(), sl.shr(1i64), inc);
+                        let (r, c) = at_hist(col.clone(), sl.shr(1i64));
+                        b.atomic_add_shared(hist, 0i64, r, c, inc);
                     });
                 }
             });
@@ -488,11 +520,22 @@ pub fn build_hist(spec: &HistSpec, c: &Cfg) -> Result<Kernel, OpError> {
     b.barrier();
     b.threads(|b| {
         b.for_("i", Expr::thread_idx(), total_words, nt as i64, |b, i| {
-            let r = b.let_("r", &i / wpe as i64);
-            let wd = b.let_("wd", &i % wpe as i64);
+            // Banked: consecutive threads take consecutive experts of one word (conflict-free shared reads).
+            let (r, wd) = if banked {
+                (b.let_("r", &i % es as i64), b.let_("wd", &i / es as i64))
+            } else {
+                (b.let_("r", &i / wpe as i64), b.let_("wd", &i % wpe as i64))
+            };
             let e = b.let_("e", Expr::block_idx(0) * es as i64 + r.clone());
             b.if_(e.lt(e_dim.clone()), |b| {
-                let v = b.let_("v", Expr::shared_load(hist, 0i64, r.clone(), wd.clone()));
+                let (hr, hc) = at_hist(r.clone(), wd.clone());
+                let v = b.let_("v", Expr::shared_load(hist, 0i64, hr, hc));
+                if banked && !spec.atomic {
+                    // The packed pair as it is (a chunk's count is <= 65535): half the bytes to write and merge.
+                    let at = (Expr::block_idx(1) * e_dim.clone() + e.clone()) * wpe as i64 + wd.clone();
+                    b.store_scalar(out, at, v.clone());
+                    return;
+                }
                 let s0 = b.let_("s0", &wd * 2i64);
                 let lo16 = v.bitand(0xffffi64);
                 let hi16 = v.shr(16i64);
@@ -553,6 +596,8 @@ pub struct LocateSpec {
     pub write_counts: bool,
     /// Write `-quantile` (the QB bias).
     pub negate: bool,
+    /// `src` holds packed u16 pairs, `[P E, words]` (the banked histogram's partials).
+    pub packed: bool,
 }
 
 /// Threads of a locate block for `nb` slots.
@@ -577,13 +622,15 @@ pub fn build_locate(spec: &LocateSpec) -> Result<Kernel, OpError> {
             LocatePass::Zoom => "zoom",
         },
         if spec.write_counts { "_counts" } else { "" },
-        if spec.negate { "_neg" } else { "" }
-    );
+        if spec.negate { "_neg" } else { "" },
+    ) + if spec.packed { "_packed" } else { "" };
     let mut b = KernelBuilder::new(&name, nt);
     let r_dim = b.dim("R");
     let e_dim = b.dim("E");
     let nbx = Expr::Int(nb as i64);
-    let src = b.tensor("src", DType::U32, &[r_dim.clone(), nbx.clone()], Access::Read);
+    let wpe = words(bins);
+    let src_w = Expr::Int(if spec.packed { wpe } else { nb } as i64);
+    let src = b.tensor("src", DType::U32, &[r_dim.clone(), src_w], Access::Read);
     let p_dim = r_dim / e_dim.clone();
     let counts =
         spec.write_counts.then(|| b.tensor("counts", DType::U32, &[e_dim.clone(), nbx.clone()], Access::Write));
@@ -612,20 +659,55 @@ pub fn build_locate(spec: &LocateSpec) -> Result<Kernel, OpError> {
     let seg = b.shared("seg", DType::U32, 1, nt, 1, Swizzle::None);
 
     // 1: merge the partials.
-    b.threads(|b| {
-        let e = Expr::block_idx(0);
-        b.for_("sl", Expr::thread_idx(), nb as i64, nt as i64, |b, sl| {
-            let tot = b.let_var("tot", 0i64);
-            b.for_("p", 0i64, p_dim.clone(), 1i64, |b, p| {
-                let at = (p * e_dim.clone() + e.clone()) * nb as i64 + sl.clone();
-                b.assign(tot, ival(tot) + Expr::load(src, at));
+    if spec.packed {
+        // Each thread sums groups of G words over the P partials (G loads in flight per partial), then unpacks
+        // the two u16 halves (the low half is the even slot).
+        const G: u32 = 4;
+        b.threads(|b| {
+            let e = Expr::block_idx(0);
+            b.for_("w0", Expr::thread_idx(), wpe as i64, (G * nt) as i64, |b, w0| {
+                let acc: Vec<(VarId, VarId)> =
+                    (0..G).map(|j| (b.let_var(&format!("lo{j}"), 0i64), b.let_var(&format!("hi{j}"), 0i64))).collect();
+                let wds: Vec<Expr> = (0..G).map(|j| b.let_(&format!("wd{j}"), &w0 + (j * nt) as i64)).collect();
+                b.for_("p", 0i64, p_dim.clone(), 1i64, |b, p| {
+                    let row = b.let_("row", (p * e_dim.clone() + e.clone()) * wpe as i64);
+                    for ((lo, hi), wd) in acc.iter().zip(&wds) {
+                        b.if_(wd.lt(wpe as i64), |b| {
+                            let v = b.let_("v", Expr::load(src, &row + wd.clone()));
+                            b.assign(*lo, ival(*lo) + v.bitand(0xffffi64));
+                            b.assign(*hi, ival(*hi) + v.shr(16i64));
+                        });
+                    }
+                });
+                for ((lo, hi), wd) in acc.iter().zip(&wds) {
+                    for (half, v) in [(0i64, *lo), (1, *hi)] {
+                        let sl = wd * 2i64 + half;
+                        b.if_(sl.lt(nb as i64), |b| {
+                            if let Some(cn) = counts {
+                                b.store_scalar(cn, &e * nb as i64 + sl.clone(), ival(v));
+                            }
+                            b.shared_store(cnt, 0i64, 0i64, sl.clone(), ival(v));
+                        });
+                    }
+                }
             });
-            if let Some(cn) = counts {
-                b.store_scalar(cn, &e * nb as i64 + sl.clone(), ival(tot));
-            }
-            b.shared_store(cnt, 0i64, 0i64, sl.clone(), ival(tot));
         });
-    });
+    } else {
+        b.threads(|b| {
+            let e = Expr::block_idx(0);
+            b.for_("sl", Expr::thread_idx(), nb as i64, nt as i64, |b, sl| {
+                let tot = b.let_var("tot", 0i64);
+                b.for_("p", 0i64, p_dim.clone(), 1i64, |b, p| {
+                    let at = (p * e_dim.clone() + e.clone()) * nb as i64 + sl.clone();
+                    b.assign(tot, ival(tot) + Expr::load(src, at));
+                });
+                if let Some(cn) = counts {
+                    b.store_scalar(cn, &e * nb as i64 + sl.clone(), ival(tot));
+                }
+                b.shared_store(cnt, 0i64, 0i64, sl.clone(), ival(tot));
+            });
+        });
+    }
     b.barrier();
     // 2: segment sums.
     b.threads(|b| {
@@ -1024,12 +1106,13 @@ pub fn kernel_set(pb: &Problem, knobs: &Knobs) -> Result<KernelSet, OpError> {
         Kind::Qb { k } => (Binned::Margin, true, Some(build_alpha(&AlphaSpec::for_shape(pb.e, k), &c)?)),
         Kind::Column { .. } => (Binned::Plain, false, None),
     };
-    let hs = HistSpec { bins, binned, zoom: false, es, atomic: c.atomic };
+    let hs = HistSpec { bins, binned, zoom: false, es, atomic: c.atomic, banked: c.banked };
     let first = if pb.two_pass { LocatePass::First } else { LocatePass::Single };
-    let locate = build_locate(&LocateSpec { bins, pass: first, write_counts: !c.atomic, negate })?;
+    let packed = c.banked && !c.atomic;
+    let locate = build_locate(&LocateSpec { bins, pass: first, write_counts: !c.atomic, negate, packed })?;
     let zoom = if pb.two_pass {
         let h = build_hist(&HistSpec { zoom: true, ..hs }, &c)?;
-        let l = build_locate(&LocateSpec { bins, pass: LocatePass::Zoom, write_counts: !c.atomic, negate })?;
+        let l = build_locate(&LocateSpec { bins, pass: LocatePass::Zoom, write_counts: !c.atomic, negate, packed })?;
         Some((h, l))
     } else {
         None
@@ -1069,7 +1152,8 @@ pub fn build_plan(pb: &Problem, s: &HostTensor, b: Option<&HostTensor>, knobs: &
     let counts2_i = pb.two_pass.then(|| plan.output("counts2", DType::U32, &[e, nb]));
     let out_name = if matches!(pb.kind, Kind::Qb { .. }) { "bias" } else { "quantile" };
     let out_i = plan.output(out_name, DType::F32, &[e]);
-    let part_i = (!c.atomic).then(|| plan.scratch("partials", DType::U32, &[p * e, nb]));
+    let part_w = if c.banked { words(pb.bins as u32) as usize } else { nb };
+    let part_i = (!c.atomic).then(|| plan.scratch("partials", DType::U32, &[p * e, part_w]));
     let zoom_i =
         pb.two_pass.then(|| (plan.scratch("zoom", DType::F32, &[4, e]), plan.scratch("zbin", DType::I32, &[e])));
 
@@ -1124,7 +1208,13 @@ pub fn build_plan(pb: &Problem, s: &HostTensor, b: Option<&HostTensor>, knobs: &
 /// A plan that locates the quantile of an already merged histogram (e.g. after an all-reduce of every rank's
 /// `counts`): input `counts`, output `out [E]` (`-quantile` when `negate`, the QB bias).
 pub fn locate_plan(h: &ExpertHistogram, target: f64, negate: bool) -> Result<Plan, OpError> {
-    let k = build_locate(&LocateSpec { bins: h.bins as u32, pass: LocatePass::Single, write_counts: false, negate })?;
+    let k = build_locate(&LocateSpec {
+        bins: h.bins as u32,
+        pass: LocatePass::Single,
+        write_counts: false,
+        negate,
+        packed: false,
+    })?;
     let mut plan = Plan::default();
     let c = plan.input("counts", h.to_tensor()?);
     let o = plan.output("out", DType::F32, &[h.experts]);

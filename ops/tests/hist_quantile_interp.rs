@@ -114,6 +114,9 @@ fn atomic_flush_and_other_knobs() {
         default_knobs().with("MERGE", "atomic"),
         default_knobs().with("AW", 4i64).with("HT", 256i64).with("HU", 4i64).with("HKB", 33i64),
         default_knobs().with("HBLOCKS", 792i64).with("MERGE", "atomic"),
+        default_knobs().with("HLAYOUT", "rows"),
+        default_knobs().with("HLAYOUT", "rows").with("MERGE", "atomic").with("HT", 256i64),
+        default_knobs().with("HLAYOUT", "banks").with("HKB", 33i64).with("HU", 4i64),
     ];
     for (i, kn) in knob_sets.iter().enumerate() {
         let inst = HistQuantileQb.instance(&qb(70, 40, 4, 64, 1, 0), s + i as u64).unwrap();
