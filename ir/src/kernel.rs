@@ -340,9 +340,10 @@ pub enum Stmt {
     /// shuffles (the variable has its type), a bool for `Ballot` (the variable is an int). Rendered with
     /// `__shfl_*_sync` / `__ballot_sync` over the full warp.
     WarpShuffle { var: VarId, op: WarpOp, value: Expr },
-    /// Threads regions only, at the region's top level: `__syncwarp()`. Shared-memory writes of the lanes of a
-    /// warp before it are visible to the lanes of that warp after it (the CPU interpreter runs the preceding
-    /// statements for every thread first).
+    /// Threads regions only, at the region's top level: `__syncwarp()`. Orders the shared-memory accesses of a
+    /// warp's lanes before it against those of the same warp's lanes after it (a write before it is visible to
+    /// every lane of the warp after it; a read before it is done before any lane writes after it). The CPU
+    /// interpreter runs the preceding statements for every thread first.
     WarpSync,
 }
 

@@ -70,6 +70,11 @@ pub fn knob_space() -> KnobSpace {
     KnobSpace::default()
         .axis("AW", "alpha: warps per block (one token per warp)", [4i64, 8, 16])
         .axis("ABPS", "alpha: resident blocks per SM of the persistent grid", [2i64, 4, 6, 8])
+        .axis(
+            "ASEL",
+            "alpha: selection by ranking in shared memory with block barriers, or warp shuffles (k < 32)",
+            ["rank", "warp"],
+        )
         .axis("HT", "histogram: threads per block", [256i64, 512, 1024])
         .axis("HU", "histogram: token rows each thread loads ahead of its atomics", [4i64, 8])
         .axis("HKB", "histogram: shared-memory budget per block in KiB (sets experts per block)", [33i64, 66, 100, 132])
@@ -87,11 +92,13 @@ pub fn knob_space() -> KnobSpace {
         )
 }
 
-/// The knobs used when no tuning record exists (H200: 132 SMs, 3 histogram blocks of 66 KiB per SM).
+/// The knobs used when no tuning record exists (H200: 132 SMs; warp alpha at 48 registers: 4 blocks of 8 warps
+/// per SM; 3 histogram blocks of 66 KiB per SM).
 pub fn default_knobs() -> Knobs {
     Knobs::new()
         .with("AW", 8i64)
-        .with("ABPS", 6i64)
+        .with("ABPS", 4i64)
+        .with("ASEL", "warp")
         .with("HT", 512i64)
         .with("HU", 8i64)
         .with("HKB", 66i64)
@@ -112,12 +119,15 @@ pub struct Cfg {
     pub atomic: bool,
     /// `HLAYOUT=banks`: word-major shared histograms (expert = bank) and packed partials.
     pub banked: bool,
+    /// `ASEL=warp`: the warp-shuffle alpha kernel where `k < 32`.
+    pub warp_alpha: bool,
 }
 
 /// Read and check the knobs.
 pub fn cfg(k: &Knobs) -> Result<Cfg, OpError> {
     let merge = k.str("MERGE")?;
     let layout = k.str("HLAYOUT").unwrap_or("rows");
+    let asel = k.str("ASEL").unwrap_or("rank");
     let c = Cfg {
         aw: k.u32("AW")?,
         abps: k.u32("ABPS")?,
@@ -127,10 +137,14 @@ pub fn cfg(k: &Knobs) -> Result<Cfg, OpError> {
         hblocks: k.u32("HBLOCKS")?,
         atomic: merge == "atomic",
         banked: layout == "banks",
+        warp_alpha: asel == "warp",
     };
     let invalid = |why: String| Err(OpError::InvalidKnobs { op: "hist_quantile", knobs: k.to_string(), why });
     if !matches!(merge, "partials" | "atomic") {
         return invalid(format!("MERGE must be partials or atomic, got {merge}"));
+    }
+    if !matches!(asel, "rank" | "warp") {
+        return invalid(format!("ASEL must be rank or warp, got {asel}"));
     }
     if !matches!(layout, "rows" | "banks") {
         return invalid(format!("HLAYOUT must be rows or banks, got {layout}"));
@@ -343,6 +357,146 @@ pub fn build_alpha(spec: &AlphaSpec, c: &Cfg) -> Result<Kernel, OpError> {
             });
         });
         b.barrier();
+    });
+    Ok(b.finish()?)
+}
+
+/// The `k`-th largest (from 0) of the 32 lanes' values `x`, in every lane: a bitonic sort across the warp,
+/// descending (at stage `size`, lanes with bit `size` clear sort their run descending, and the lower lane of a
+/// pair keeps the larger value in a descending run), then a broadcast of lane `k`. Top level of a region.
+fn warp_kth_largest(b: &mut KernelBuilder, x: Expr, k: u32) -> Expr {
+    let mut x = x;
+    let mut size = 2u32;
+    while size <= 32 {
+        let mut stride = size / 2;
+        while stride >= 1 {
+            let o = b.warp_shuffle("o", WarpOp::ShflXor(stride), x.clone());
+            let lower = Expr::lane_idx().bitand(stride as i64).eq(0i64);
+            let desc = if size == 32 { Expr::Bool(true) } else { Expr::lane_idx().bitand(size as i64).eq(0i64) };
+            x = b.let_("x", Expr::select(lower.eq(desc), x.clone().max(o.clone()), x.min(o)));
+            stride /= 2;
+        }
+        size *= 2;
+    }
+    b.warp_shuffle("kth", WarpOp::ShflIdx(k), x)
+}
+
+/// Build the warp-shuffle alpha kernel (`ASEL=warp`, for `k < 32`): `s [T, E]`, `b [E]` -> `alpha [T]`.
+///
+/// One warp per token, no block barriers in the token loop and one threads region per token: lane `l` keeps
+/// its `EPL` values `s + b` in registers and their maximum; a bitonic sort of the 32 lane maxima across the
+/// warp (`shfl_xor`) gives `L`, the (k+1)-th largest lane maximum, a lower bound of alpha (k+1 lanes hold a
+/// value >= L). Each lane counts its values >= L, a warp scan (`shfl_up`) gives each lane its slots in the
+/// warp's candidate row in shared memory (room for the whole row, so any number of ties is exact), and after
+/// a `syncwarp` the candidates (all of them values >= alpha, alpha among them) are sorted across the warp
+/// when there are at most 32 (alpha: the k-th largest), else ranked by the lanes (ties by slot). Exact, like
+/// [`build_alpha`]: a selection, no arithmetic beyond the one f32 add the reference does.
+pub fn build_alpha_warp(spec: &AlphaSpec, c: &Cfg) -> Result<Kernel, OpError> {
+    let (w, epl, k) = (c.aw, spec.epl, spec.k);
+    if k >= 32 {
+        return Err(OpError::Internal(format!("warp alpha: k = {k} needs more than the 32 lane maxima")));
+    }
+    let ep = 32 * epl;
+    let threads = 32 * w;
+    let name = format!("k3k_hq_alphaw_epl{epl}_k{k}{}_aw{}_abps{}", if spec.full { "_full" } else { "" }, c.aw, c.abps);
+    let mut b = KernelBuilder::new(&name, threads);
+    b.knobs(Knobs::new().with("AW", c.aw as i64).with("ABPS", c.abps as i64).with("ASEL", "warp"));
+    let t_dim = b.dim("T");
+    let e_dim = b.dim("E");
+    let s = b.tensor("s", DType::F32, &[t_dim.clone(), e_dim.clone()], Access::Read);
+    let bias = b.tensor("b", DType::F32, std::slice::from_ref(&e_dim), Access::Read);
+    let alpha = b.tensor("alpha", DType::F32, std::slice::from_ref(&t_dim), Access::Write);
+    let nsm = b.int_arg(NUM_SMS);
+    b.grid(t_dim.ceil_div(w as i64).min(nsm * c.abps as i64), 1i64, 1i64);
+
+    let sb = b.shared("bias", DType::F32, 1, ep, 1, Swizzle::None);
+    let cand = b.shared("cand", DType::F32, w, ep, 1, Swizzle::None);
+    let in_row = |e: &Expr| -> Expr { if spec.full { Expr::Bool(true) } else { e.lt(e_dim.clone()) } };
+
+    b.threads(|b| {
+        b.for_("i", Expr::thread_idx(), ep as i64, threads as i64, |b, i| {
+            let v = Expr::select(i.lt(e_dim.clone()), Expr::load(bias, i.clone()), 0.0f64);
+            b.shared_store(sb, 0i64, 0i64, i, v);
+        });
+    });
+    b.barrier();
+    let step = Expr::grid_dim(0) * w as i64;
+    b.for_("tok0", Expr::block_idx(0) * w as i64, t_dim.clone(), step, |b, tok0| {
+        b.threads(|b| {
+            // Every lane runs the warp statements: a warp past the last token works on the last one and
+            // writes nothing.
+            let t = b.let_("t", &tok0 + Expr::warp_idx());
+            let tc = b.let_("tc", t.clone().min(t_dim.clone() - 1i64));
+            let base = b.let_("base", &tc * e_dim.clone());
+            let raws: Vec<Expr> = (0..epl)
+                .map(|j| {
+                    let e = Expr::lane_idx() + (32 * j) as i64;
+                    let ld = Expr::load(s, &base + e.clone());
+                    let ld = if spec.full { ld } else { Expr::select(in_row(&e), ld, 0.0f64) };
+                    b.let_("raw", ld)
+                })
+                .collect();
+            let m = b.let_var("m", neg_inf());
+            let vals: Vec<Expr> = raws
+                .into_iter()
+                .enumerate()
+                .map(|(j, raw)| {
+                    let e = Expr::lane_idx() + (32 * j) as i64;
+                    let v = raw + Expr::shared_load(sb, 0i64, 0i64, e.clone());
+                    let v = if spec.full { v } else { Expr::select(in_row(&e), v, neg_inf()) };
+                    let v = b.let_("v", v);
+                    b.assign(m, ival(m).max(v.clone()));
+                    v
+                })
+                .collect();
+            let l = warp_kth_largest(b, ival(m), k);
+            // Candidates: this lane's values >= L (counted in f32: exact small integers, 32-bit shuffles);
+            // slots from a warp scan of the counts.
+            let cnt = b.let_var("cnt", 0.0f64);
+            for v in &vals {
+                b.assign(cnt, ival(cnt) + Expr::select(v.ge(l.clone()), 1.0f64, 0.0f64));
+            }
+            let mut sc = ival(cnt);
+            for d in [1u32, 2, 4, 8, 16] {
+                let u = b.warp_shuffle("u", WarpOp::ShflUp(d), sc.clone());
+                sc = b.let_("sc", &sc + Expr::select(Expr::lane_idx().ge(d as i64), u, 0.0f64));
+            }
+            let n = b.warp_shuffle("nf", WarpOp::ShflIdx(31), sc.clone());
+            let n = b.let_("n", n.to_int());
+            let pos = b.let_var("pos", (&sc - ival(cnt)).to_int());
+            // The previous token's ranking has read the candidate row.
+            b.warp_sync();
+            for v in &vals {
+                b.if_(v.ge(l.clone()), |b| {
+                    b.shared_store(cand, 0i64, Expr::warp_idx(), ival(pos), v.clone());
+                    b.assign(pos, ival(pos) + 1i64);
+                });
+            }
+            b.warp_sync();
+            // At most 32 candidates (the usual case): one per lane, sorted across the warp.
+            let mine = Expr::shared_load(cand, 0i64, Expr::warp_idx(), Expr::lane_idx());
+            let mine = b.let_("mine", Expr::select(Expr::lane_idx().lt(n.clone()), mine, neg_inf()));
+            let a = warp_kth_largest(b, mine, k);
+            b.if_(t.lt(t_dim.clone()), |b| {
+                b.if_else(
+                    n.le(32i64),
+                    |b| b.if_(Expr::lane_idx().eq(0i64), |b| b.store_scalar(alpha, t.clone(), a.clone())),
+                    |b| {
+                        // More (ties): rank every candidate (ties by slot); the one of rank k is alpha.
+                        b.for_("i", Expr::lane_idx(), n.clone(), 32i64, |b, i| {
+                            let v = b.let_("cv", Expr::shared_load(cand, 0i64, Expr::warp_idx(), i.clone()));
+                            let rank = b.let_var("rank", 0i64);
+                            b.for_("j", 0i64, n.clone(), 1i64, |b, j| {
+                                let x = Expr::shared_load(cand, 0i64, Expr::warp_idx(), j.clone());
+                                let before = x.gt(v.clone()).or(x.eq(v.clone()).and(j.lt(i.clone())));
+                                b.assign(rank, ival(rank) + Expr::select(before, 1i64, 0i64));
+                            });
+                            b.if_(ival(rank).eq(k as i64), |b| b.store_scalar(alpha, t.clone(), v.clone()));
+                        });
+                    },
+                );
+            });
+        });
     });
     Ok(b.finish()?)
 }
@@ -1103,7 +1257,11 @@ pub fn kernel_set(pb: &Problem, knobs: &Knobs) -> Result<KernelSet, OpError> {
     let es = experts_per_block(pb.bins, pb.e, &c)?;
     let bins = pb.bins as u32;
     let (binned, negate, alpha) = match pb.kind {
-        Kind::Qb { k } => (Binned::Margin, true, Some(build_alpha(&AlphaSpec::for_shape(pb.e, k), &c)?)),
+        Kind::Qb { k } => {
+            let spec = AlphaSpec::for_shape(pb.e, k);
+            let a = if c.warp_alpha && k < 32 { build_alpha_warp(&spec, &c)? } else { build_alpha(&spec, &c)? };
+            (Binned::Margin, true, Some(a))
+        }
         Kind::Column { .. } => (Binned::Plain, false, None),
     };
     let hs = HistSpec { bins, binned, zoom: false, es, atomic: c.atomic, banked: c.banked };
