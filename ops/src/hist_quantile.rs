@@ -645,30 +645,57 @@ pub fn build_hist(spec: &HistSpec, c: &Cfg) -> Result<Kernel, OpError> {
             let rpe = b.let_("rpe", e_dim.clone() * rp as i64);
             let t0 = b.let_("t0", Expr::block_idx(1) * ch.clone());
             let t1 = b.let_("t1", (&t0 + ch.clone()).min(t_dim.clone()));
-            b.for_("t", &t0 + row.clone(), t1.clone(), (rp * hu) as i64, |b, t| {
-                // Loads first (HU rows in flight), then the bins and shared atomics.
-                let xs: Vec<VarId> = (0..hu).map(|u| b.let_var(&format!("x{u}"), 0.0f64)).collect();
-                let tts: Vec<Expr> = (0..hu).map(|u| b.let_(&format!("tt{u}"), &t + (u * rp) as i64)).collect();
-                let at0 = b.let_("at0", &t * e_dim.clone() + e.clone());
-                for (u, (x, tt)) in xs.iter().zip(&tts).enumerate() {
-                    b.if_(tt.lt(t1.clone()), |b| {
-                        let v = Expr::load(s, &at0 + rpe.clone() * u as i64);
-                        let v = match alpha {
-                            Some(a) => v - Expr::load(a, tt.clone()),
-                            None => v,
-                        };
-                        b.assign(*x, v);
-                    });
+            let value = |t: &Expr, at: Expr| -> Expr {
+                let v = Expr::load(s, at);
+                match alpha {
+                    Some(a) => v - Expr::load(a, t.clone()),
+                    None => v,
                 }
-                for (x, tt) in xs.iter().zip(&tts) {
-                    b.if_(tt.lt(t1.clone()), |b| {
-                        let sl = b.let_("slot", slot_expr(&ival(*x), &lo, &hi, &scale, bins));
-                        let inc = Expr::Int(1).shl(sl.bitand(1i64) * 16i64);
-                        let (r, c) = at_hist(col.clone(), sl.shr(1i64));
-                        b.atomic_add_shared(hist, 0i64, r, c, inc);
-                    });
-                }
-            });
+            };
+            let count = |b: &mut KernelBuilder, x: Expr| {
+                let sl = b.let_("slot", slot_expr(&x, &lo, &hi, &scale, bins));
+                let inc = Expr::Int(1).shl(sl.bitand(1i64) * 16i64);
+                let (r, c) = at_hist(col.clone(), sl.shr(1i64));
+                b.atomic_add_shared(hist, 0i64, r, c, inc);
+            };
+            if banked {
+                // Groups of HU rows all inside the chunk, without per-row checks; then the rest one by one.
+                let st = b.let_("st", &t0 + row.clone());
+                let lim = b.let_("lim", &t1 - ((hu - 1) * rp) as i64);
+                let g = (rp * hu) as i64;
+                let nfull = b.let_("nfull", Expr::select(lim.gt(st.clone()), (&lim - st.clone() + (g - 1)) / g, 0i64));
+                b.for_("t", st.clone(), lim.clone(), g, |b, t| {
+                    let at0 = b.let_("at0", &t * e_dim.clone() + e.clone());
+                    let xs: Vec<Expr> = (0..hu)
+                        .map(|u| {
+                            let tt = &t + (u * rp) as i64;
+                            b.let_(&format!("x{u}"), value(&tt, &at0 + rpe.clone() * u as i64))
+                        })
+                        .collect();
+                    for x in xs {
+                        count(b, x);
+                    }
+                });
+                b.for_("t", &st + nfull * g, t1.clone(), rp as i64, |b, t| {
+                    let x = b.let_("x", value(&t, &t * e_dim.clone() + e.clone()));
+                    count(b, x);
+                });
+            } else {
+                b.for_("t", &t0 + row.clone(), t1.clone(), (rp * hu) as i64, |b, t| {
+                    // Loads first (HU rows in flight), then the bins and shared atomics.
+                    let xs: Vec<VarId> = (0..hu).map(|u| b.let_var(&format!("x{u}"), 0.0f64)).collect();
+                    let tts: Vec<Expr> = (0..hu).map(|u| b.let_(&format!("tt{u}"), &t + (u * rp) as i64)).collect();
+                    let at0 = b.let_("at0", &t * e_dim.clone() + e.clone());
+                    for (u, (x, tt)) in xs.iter().zip(&tts).enumerate() {
+                        b.if_(tt.lt(t1.clone()), |b| {
+                            b.assign(*x, value(tt, &at0 + rpe.clone() * u as i64));
+                        });
+                    }
+                    for (x, tt) in xs.iter().zip(&tts) {
+                        b.if_(tt.lt(t1.clone()), |b| count(b, ival(*x)));
+                    }
+                });
+            }
         });
     });
     b.barrier();
