@@ -563,6 +563,15 @@ fn slot_expr(x: &Expr, lo: &Expr, hi: &Expr, scale: &Expr, bins: u32) -> Expr {
     Expr::select(x.lt(lo.clone()), 0i64, Expr::select(x.ge(hi.clone()), (bins + 1) as i64, bin_plus_1))
 }
 
+/// [`slot_expr`] with one operation less (the banked pass): where `x >= lo` is selected, `x - lo` is `>= +0`
+/// (a rounded non-negative difference) and so is its product with the finite positive scale, whose floor needs
+/// no clamp at 0. Bit for bit the same slot.
+fn slot_expr_lean(x: &Expr, lo: &Expr, hi: &Expr, scale: &Expr, bins: u32) -> Expr {
+    let f = ((x - lo.clone()) * scale.clone()).floor().min((bins - 1) as f64);
+    let bin_plus_1 = (f + 8_388_608.0f64).bits() - (0x4B00_0000i64 - 1);
+    Expr::select(x.lt(lo.clone()), 0i64, Expr::select(x.ge(hi.clone()), (bins + 1) as i64, bin_plus_1))
+}
+
 /// Build a histogram kernel. Arguments: `s [T, E]`, (`alpha [T]`), (`zoom [4, E]`), then `partials [P E, B+2]`
 /// (or `counts [E, B+2]` and the int argument `P` with `MERGE=atomic`); scalars `CH` (tokens per chunk) and,
 /// without zoom, `lo`, `hi`, `scale`. Grid `(ceil(E / ES), P)`.
@@ -653,8 +662,11 @@ pub fn build_hist(spec: &HistSpec, c: &Cfg) -> Result<Kernel, OpError> {
                 }
             };
             let count = |b: &mut KernelBuilder, x: Expr| {
-                let sl = b.let_("slot", slot_expr(&x, &lo, &hi, &scale, bins));
-                let inc = Expr::Int(1).shl(sl.bitand(1i64) * 16i64);
+                let slot = if banked { slot_expr_lean } else { slot_expr };
+                let sl = b.let_("slot", slot(&x, &lo, &hi, &scale, bins));
+                // The u16 half of the slot: 1 or 1 << 16.
+                let inc =
+                    if banked { sl.bitand(1i64) * 65535i64 + 1i64 } else { Expr::Int(1).shl(sl.bitand(1i64) * 16i64) };
                 let (r, c) = at_hist(col.clone(), sl.shr(1i64));
                 b.atomic_add_shared(hist, 0i64, r, c, inc);
             };
