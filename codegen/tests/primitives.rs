@@ -62,11 +62,12 @@ primitive!(
     scalar_store_conversions,
     byte_formats,
     mma_banded,
+    warp_shuffles,
     scan_replicated,
 );
 
 #[test]
 fn every_case_is_listed() {
     // `cases::all` feeds the GPU run; keep it in step with the list above.
-    assert_eq!(cases::all().len(), 25);
+    assert_eq!(cases::all().len(), 26);
 }

@@ -332,6 +332,17 @@ impl KernelBuilder {
         self.push(Stmt::LetArray { arr, len, ty, init: init.into() });
         arr
     }
+    /// Threads regions, top level: a warp shuffle or ballot of `value` (see [`Stmt::WarpShuffle`]); returns
+    /// the new per-thread variable.
+    pub fn warp_shuffle(&mut self, name: &str, op: WarpOp, value: impl Into<Expr>) -> Expr {
+        let var = self.new_var(name);
+        self.push(Stmt::WarpShuffle { var, op, value: value.into() });
+        Expr::Var(var)
+    }
+    /// Threads regions, top level: `__syncwarp()` (see [`Stmt::WarpSync`]).
+    pub fn warp_sync(&mut self) {
+        self.push(Stmt::WarpSync);
+    }
     /// Threads regions: `arr[index] = value`.
     pub fn array_set(&mut self, arr: ArrId, index: impl Into<Expr>, value: impl Into<Expr>) {
         self.push(Stmt::ArraySet { arr, index: index.into(), value: value.into() });

@@ -333,6 +333,52 @@ pub enum Stmt {
     LetArray { arr: ArrId, len: u32, ty: ScalarTy, init: Expr },
     /// Threads regions only: `arr[index] = value`.
     ArraySet { arr: ArrId, index: Expr, value: Expr },
+    /// Threads regions only, at the region's top level (not inside its loops or conditionals, so every lane of
+    /// every warp executes it): a warp shuffle or vote. Every thread evaluates `value` (after every thread of
+    /// the block has run the region's preceding statements), then introduces the per-thread variable `var`
+    /// holding the value of another lane of its warp (see [`WarpOp`]). `value` is an int or a float for the
+    /// shuffles (the variable has its type), a bool for `Ballot` (the variable is an int). Rendered with
+    /// `__shfl_*_sync` / `__ballot_sync` over the full warp.
+    WarpShuffle { var: VarId, op: WarpOp, value: Expr },
+    /// Threads regions only, at the region's top level: `__syncwarp()`. Orders the shared-memory accesses of a
+    /// warp's lanes before it against those of the same warp's lanes after it (a write before it is visible to
+    /// every lane of the warp after it; a read before it is done before any lane writes after it). The CPU
+    /// interpreter runs the preceding statements for every thread first.
+    WarpSync,
+}
+
+/// The lane exchanges of [`Stmt::WarpShuffle`]; lane `l` of a warp receives:
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum WarpOp {
+    /// the value of lane `l ^ mask` (`mask` in 1..=31);
+    ShflXor(u32),
+    /// the value of lane `src` (a broadcast; `src` in 0..=31);
+    ShflIdx(u32),
+    /// the value of lane `l - delta`, or its own value when `l < delta` (`delta` in 1..=31);
+    ShflUp(u32),
+    /// the 32-bit mask (an int in `0..2^32`) whose bit `j` is lane `j`'s bool value.
+    Ballot,
+}
+
+impl WarpOp {
+    /// The printer's name of the exchange.
+    pub fn name(self) -> String {
+        match self {
+            WarpOp::ShflXor(m) => format!("shfl_xor[{m}]"),
+            WarpOp::ShflIdx(l) => format!("shfl_idx[{l}]"),
+            WarpOp::ShflUp(d) => format!("shfl_up[{d}]"),
+            WarpOp::Ballot => "ballot".into(),
+        }
+    }
+    /// The lane whose value lane `lane` receives (None for `Ballot`).
+    pub fn source_lane(self, lane: u32) -> Option<u32> {
+        match self {
+            WarpOp::ShflXor(m) => Some((lane ^ m) & 31),
+            WarpOp::ShflIdx(l) => Some(l & 31),
+            WarpOp::ShflUp(d) => Some(if lane >= d { lane - d } else { lane }),
+            WarpOp::Ballot => None,
+        }
+    }
 }
 
 /// A complete kernel.

@@ -256,6 +256,12 @@ fn body(k: &Kernel, b: &[Stmt], depth: usize, s: &mut String) {
             Stmt::ArraySet { arr, index, value } => {
                 let _ = writeln!(s, "{pad}{}[{}] := {}", array_name(k, *arr), expr(k, index), expr(k, value));
             }
+            Stmt::WarpShuffle { var, op, value } => {
+                let _ = writeln!(s, "{pad}let {} = warp_{}({})", expr(k, &Expr::Var(*var)), op.name(), expr(k, value));
+            }
+            Stmt::WarpSync => {
+                let _ = writeln!(s, "{pad}syncwarp");
+            }
         }
     }
 }

@@ -578,6 +578,8 @@ impl<'a> Checker<'a> {
             Stmt::Atomic { .. } => ("atomic", RegionOnly),
             Stmt::LetArray { .. } => ("let_array", RegionOnly),
             Stmt::ArraySet { .. } => ("array_set", RegionOnly),
+            Stmt::WarpShuffle { .. } => ("warp_shuffle", RegionOnly),
+            Stmt::WarpSync => ("syncwarp", RegionOnly),
         }
     }
 
@@ -659,6 +661,41 @@ impl<'a> Checker<'a> {
                 self.body(else_body)?;
                 self.scopes.pop();
                 self.path.pop();
+            }
+            Stmt::WarpShuffle { .. } | Stmt::WarpSync => {
+                let top = self.region.is_some_and(|base| self.scopes.len() == base + 1);
+                if !top {
+                    return Err(self.err(
+                        IrErrorKind::Scope,
+                        "warp shuffles and syncwarp must be at the top level of a threads region (every lane of \
+                         every warp runs them), not inside its loops or conditionals",
+                    ));
+                }
+                if let Stmt::WarpShuffle { var, op, value } = s {
+                    let t = self.ty(value, Ctx::Scalar { allow_special: true })?;
+                    let bad_lane = match *op {
+                        WarpOp::ShflXor(m) => !(1..=31).contains(&m),
+                        WarpOp::ShflIdx(l) => l > 31,
+                        WarpOp::ShflUp(d) => !(1..=31).contains(&d),
+                        WarpOp::Ballot => false,
+                    };
+                    if bad_lane {
+                        return Err(
+                            self.err(IrErrorKind::Shape, format!("warp {}: lane operand out of range", op.name()))
+                        );
+                    }
+                    let out = match (op, t) {
+                        (WarpOp::Ballot, ScalarTy::Bool) => ScalarTy::Int,
+                        (WarpOp::Ballot, _) => {
+                            return Err(self.err(IrErrorKind::Type, "warp ballot takes a bool value"));
+                        }
+                        (_, ScalarTy::Bool) => {
+                            return Err(self.err(IrErrorKind::Type, "warp shuffles take an int or float value"));
+                        }
+                        (_, t) => t,
+                    };
+                    self.introduce(*var, out, "variable")?;
+                }
             }
             Stmt::Threads { body } => {
                 self.path.push("threads".into());

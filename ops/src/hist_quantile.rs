@@ -70,6 +70,11 @@ pub fn knob_space() -> KnobSpace {
     KnobSpace::default()
         .axis("AW", "alpha: warps per block (one token per warp)", [4i64, 8, 16])
         .axis("ABPS", "alpha: resident blocks per SM of the persistent grid", [2i64, 4, 6, 8])
+        .axis(
+            "ASEL",
+            "alpha: selection by ranking in shared memory with block barriers, or warp shuffles (k < 32)",
+            ["rank", "warp"],
+        )
         .axis("HT", "histogram: threads per block", [256i64, 512, 1024])
         .axis("HU", "histogram: token rows each thread loads ahead of its atomics", [4i64, 8])
         .axis("HKB", "histogram: shared-memory budget per block in KiB (sets experts per block)", [33i64, 66, 100, 132])
@@ -79,18 +84,27 @@ pub fn knob_space() -> KnobSpace {
             [264i64, 396, 528, 792],
         )
         .axis("MERGE", "histogram flush: plain stores of per-block partials, or global atomics", ["partials", "atomic"])
+        .axis(
+            "HLAYOUT",
+            "histogram shared layout: expert rows (bank conflicts), or word-major with the expert as the bank \
+             (conflict-free atomics, packed u16 partials)",
+            ["rows", "banks"],
+        )
 }
 
-/// The knobs used when no tuning record exists (H200: 132 SMs, 3 histogram blocks of 66 KiB per SM).
+/// The knobs used when no tuning record exists (H200: 132 SMs; warp alpha at 48 registers: 4 blocks of 8 warps
+/// per SM; 3 histogram blocks of 66 KiB per SM).
 pub fn default_knobs() -> Knobs {
     Knobs::new()
         .with("AW", 8i64)
-        .with("ABPS", 6i64)
+        .with("ABPS", 4i64)
+        .with("ASEL", "warp")
         .with("HT", 512i64)
         .with("HU", 8i64)
         .with("HKB", 66i64)
         .with("HBLOCKS", 396i64)
         .with("MERGE", "partials")
+        .with("HLAYOUT", "banks")
 }
 
 /// Knob values read and checked.
@@ -103,11 +117,17 @@ pub struct Cfg {
     pub hkb: u32,
     pub hblocks: u32,
     pub atomic: bool,
+    /// `HLAYOUT=banks`: word-major shared histograms (expert = bank) and packed partials.
+    pub banked: bool,
+    /// `ASEL=warp`: the warp-shuffle alpha kernel where `k < 32`.
+    pub warp_alpha: bool,
 }
 
 /// Read and check the knobs.
 pub fn cfg(k: &Knobs) -> Result<Cfg, OpError> {
     let merge = k.str("MERGE")?;
+    let layout = k.str("HLAYOUT").unwrap_or("rows");
+    let asel = k.str("ASEL").unwrap_or("rank");
     let c = Cfg {
         aw: k.u32("AW")?,
         abps: k.u32("ABPS")?,
@@ -116,10 +136,18 @@ pub fn cfg(k: &Knobs) -> Result<Cfg, OpError> {
         hkb: k.u32("HKB")?,
         hblocks: k.u32("HBLOCKS")?,
         atomic: merge == "atomic",
+        banked: layout == "banks",
+        warp_alpha: asel == "warp",
     };
     let invalid = |why: String| Err(OpError::InvalidKnobs { op: "hist_quantile", knobs: k.to_string(), why });
     if !matches!(merge, "partials" | "atomic") {
         return invalid(format!("MERGE must be partials or atomic, got {merge}"));
+    }
+    if !matches!(asel, "rank" | "warp") {
+        return invalid(format!("ASEL must be rank or warp, got {asel}"));
+    }
+    if !matches!(layout, "rows" | "banks") {
+        return invalid(format!("HLAYOUT must be rows or banks, got {layout}"));
     }
     if c.aw == 0 || c.aw > 32 {
         return invalid(format!("AW={} must be in 1..=32", c.aw));
@@ -333,6 +361,146 @@ pub fn build_alpha(spec: &AlphaSpec, c: &Cfg) -> Result<Kernel, OpError> {
     Ok(b.finish()?)
 }
 
+/// The `k`-th largest (from 0) of the 32 lanes' values `x`, in every lane: a bitonic sort across the warp,
+/// descending (at stage `size`, lanes with bit `size` clear sort their run descending, and the lower lane of a
+/// pair keeps the larger value in a descending run), then a broadcast of lane `k`. Top level of a region.
+fn warp_kth_largest(b: &mut KernelBuilder, x: Expr, k: u32) -> Expr {
+    let mut x = x;
+    let mut size = 2u32;
+    while size <= 32 {
+        let mut stride = size / 2;
+        while stride >= 1 {
+            let o = b.warp_shuffle("o", WarpOp::ShflXor(stride), x.clone());
+            let lower = Expr::lane_idx().bitand(stride as i64).eq(0i64);
+            let desc = if size == 32 { Expr::Bool(true) } else { Expr::lane_idx().bitand(size as i64).eq(0i64) };
+            x = b.let_("x", Expr::select(lower.eq(desc), x.clone().max(o.clone()), x.min(o)));
+            stride /= 2;
+        }
+        size *= 2;
+    }
+    b.warp_shuffle("kth", WarpOp::ShflIdx(k), x)
+}
+
+/// Build the warp-shuffle alpha kernel (`ASEL=warp`, for `k < 32`): `s [T, E]`, `b [E]` -> `alpha [T]`.
+///
+/// One warp per token, no block barriers in the token loop and one threads region per token: lane `l` keeps
+/// its `EPL` values `s + b` in registers and their maximum; a bitonic sort of the 32 lane maxima across the
+/// warp (`shfl_xor`) gives `L`, the (k+1)-th largest lane maximum, a lower bound of alpha (k+1 lanes hold a
+/// value >= L). Each lane counts its values >= L, a warp scan (`shfl_up`) gives each lane its slots in the
+/// warp's candidate row in shared memory (room for the whole row, so any number of ties is exact), and after
+/// a `syncwarp` the candidates (all of them values >= alpha, alpha among them) are sorted across the warp
+/// when there are at most 32 (alpha: the k-th largest), else ranked by the lanes (ties by slot). Exact, like
+/// [`build_alpha`]: a selection, no arithmetic beyond the one f32 add the reference does.
+pub fn build_alpha_warp(spec: &AlphaSpec, c: &Cfg) -> Result<Kernel, OpError> {
+    let (w, epl, k) = (c.aw, spec.epl, spec.k);
+    if k >= 32 {
+        return Err(OpError::Internal(format!("warp alpha: k = {k} needs more than the 32 lane maxima")));
+    }
+    let ep = 32 * epl;
+    let threads = 32 * w;
+    let name = format!("k3k_hq_alphaw_epl{epl}_k{k}{}_aw{}_abps{}", if spec.full { "_full" } else { "" }, c.aw, c.abps);
+    let mut b = KernelBuilder::new(&name, threads);
+    b.knobs(Knobs::new().with("AW", c.aw as i64).with("ABPS", c.abps as i64).with("ASEL", "warp"));
+    let t_dim = b.dim("T");
+    let e_dim = b.dim("E");
+    let s = b.tensor("s", DType::F32, &[t_dim.clone(), e_dim.clone()], Access::Read);
+    let bias = b.tensor("b", DType::F32, std::slice::from_ref(&e_dim), Access::Read);
+    let alpha = b.tensor("alpha", DType::F32, std::slice::from_ref(&t_dim), Access::Write);
+    let nsm = b.int_arg(NUM_SMS);
+    b.grid(t_dim.ceil_div(w as i64).min(nsm * c.abps as i64), 1i64, 1i64);
+
+    let sb = b.shared("bias", DType::F32, 1, ep, 1, Swizzle::None);
+    let cand = b.shared("cand", DType::F32, w, ep, 1, Swizzle::None);
+    let in_row = |e: &Expr| -> Expr { if spec.full { Expr::Bool(true) } else { e.lt(e_dim.clone()) } };
+
+    b.threads(|b| {
+        b.for_("i", Expr::thread_idx(), ep as i64, threads as i64, |b, i| {
+            let v = Expr::select(i.lt(e_dim.clone()), Expr::load(bias, i.clone()), 0.0f64);
+            b.shared_store(sb, 0i64, 0i64, i, v);
+        });
+    });
+    b.barrier();
+    let step = Expr::grid_dim(0) * w as i64;
+    b.for_("tok0", Expr::block_idx(0) * w as i64, t_dim.clone(), step, |b, tok0| {
+        b.threads(|b| {
+            // Every lane runs the warp statements: a warp past the last token works on the last one and
+            // writes nothing.
+            let t = b.let_("t", &tok0 + Expr::warp_idx());
+            let tc = b.let_("tc", t.clone().min(t_dim.clone() - 1i64));
+            let base = b.let_("base", &tc * e_dim.clone());
+            let raws: Vec<Expr> = (0..epl)
+                .map(|j| {
+                    let e = Expr::lane_idx() + (32 * j) as i64;
+                    let ld = Expr::load(s, &base + e.clone());
+                    let ld = if spec.full { ld } else { Expr::select(in_row(&e), ld, 0.0f64) };
+                    b.let_("raw", ld)
+                })
+                .collect();
+            let m = b.let_var("m", neg_inf());
+            let vals: Vec<Expr> = raws
+                .into_iter()
+                .enumerate()
+                .map(|(j, raw)| {
+                    let e = Expr::lane_idx() + (32 * j) as i64;
+                    let v = raw + Expr::shared_load(sb, 0i64, 0i64, e.clone());
+                    let v = if spec.full { v } else { Expr::select(in_row(&e), v, neg_inf()) };
+                    let v = b.let_("v", v);
+                    b.assign(m, ival(m).max(v.clone()));
+                    v
+                })
+                .collect();
+            let l = warp_kth_largest(b, ival(m), k);
+            // Candidates: this lane's values >= L (counted in f32: exact small integers, 32-bit shuffles);
+            // slots from a warp scan of the counts.
+            let cnt = b.let_var("cnt", 0.0f64);
+            for v in &vals {
+                b.assign(cnt, ival(cnt) + Expr::select(v.ge(l.clone()), 1.0f64, 0.0f64));
+            }
+            let mut sc = ival(cnt);
+            for d in [1u32, 2, 4, 8, 16] {
+                let u = b.warp_shuffle("u", WarpOp::ShflUp(d), sc.clone());
+                sc = b.let_("sc", &sc + Expr::select(Expr::lane_idx().ge(d as i64), u, 0.0f64));
+            }
+            let n = b.warp_shuffle("nf", WarpOp::ShflIdx(31), sc.clone());
+            let n = b.let_("n", n.to_int());
+            let pos = b.let_var("pos", (&sc - ival(cnt)).to_int());
+            // The previous token's ranking has read the candidate row.
+            b.warp_sync();
+            for v in &vals {
+                b.if_(v.ge(l.clone()), |b| {
+                    b.shared_store(cand, 0i64, Expr::warp_idx(), ival(pos), v.clone());
+                    b.assign(pos, ival(pos) + 1i64);
+                });
+            }
+            b.warp_sync();
+            // At most 32 candidates (the usual case): one per lane, sorted across the warp.
+            let mine = Expr::shared_load(cand, 0i64, Expr::warp_idx(), Expr::lane_idx());
+            let mine = b.let_("mine", Expr::select(Expr::lane_idx().lt(n.clone()), mine, neg_inf()));
+            let a = warp_kth_largest(b, mine, k);
+            b.if_(t.lt(t_dim.clone()), |b| {
+                b.if_else(
+                    n.le(32i64),
+                    |b| b.if_(Expr::lane_idx().eq(0i64), |b| b.store_scalar(alpha, t.clone(), a.clone())),
+                    |b| {
+                        // More (ties): rank every candidate (ties by slot); the one of rank k is alpha.
+                        b.for_("i", Expr::lane_idx(), n.clone(), 32i64, |b, i| {
+                            let v = b.let_("cv", Expr::shared_load(cand, 0i64, Expr::warp_idx(), i.clone()));
+                            let rank = b.let_var("rank", 0i64);
+                            b.for_("j", 0i64, n.clone(), 1i64, |b, j| {
+                                let x = Expr::shared_load(cand, 0i64, Expr::warp_idx(), j.clone());
+                                let before = x.gt(v.clone()).or(x.eq(v.clone()).and(j.lt(i.clone())));
+                                b.assign(rank, ival(rank) + Expr::select(before, 1i64, 0i64));
+                            });
+                            b.if_(ival(rank).eq(k as i64), |b| b.store_scalar(alpha, t.clone(), v.clone()));
+                        });
+                    },
+                );
+            });
+        });
+    });
+    Ok(b.finish()?)
+}
+
 // ------------------------------------------------------------------------------------------------------------
 // Kernel 2: histograms.
 
@@ -357,6 +525,9 @@ pub struct HistSpec {
     pub es: u32,
     /// Flush with global atomics into `counts` (else plain stores into `partials`).
     pub atomic: bool,
+    /// Word-major shared histograms `[words, ES]` (the expert is the bank: a warp's 32 shared atomics hit 32
+    /// banks) and, with partials, the packed u16 pairs flushed as they are (`partials [P E, words]`).
+    pub banked: bool,
 }
 
 /// u32 words per expert of the packed shared histogram.
@@ -392,6 +563,15 @@ fn slot_expr(x: &Expr, lo: &Expr, hi: &Expr, scale: &Expr, bins: u32) -> Expr {
     Expr::select(x.lt(lo.clone()), 0i64, Expr::select(x.ge(hi.clone()), (bins + 1) as i64, bin_plus_1))
 }
 
+/// [`slot_expr`] with one operation less (the banked pass): where `x >= lo` is selected, `x - lo` is `>= +0`
+/// (a rounded non-negative difference) and so is its product with the finite positive scale, whose floor needs
+/// no clamp at 0. Bit for bit the same slot.
+fn slot_expr_lean(x: &Expr, lo: &Expr, hi: &Expr, scale: &Expr, bins: u32) -> Expr {
+    let f = ((x - lo.clone()) * scale.clone()).floor().min((bins - 1) as f64);
+    let bin_plus_1 = (f + 8_388_608.0f64).bits() - (0x4B00_0000i64 - 1);
+    Expr::select(x.lt(lo.clone()), 0i64, Expr::select(x.ge(hi.clone()), (bins + 1) as i64, bin_plus_1))
+}
+
 /// Build a histogram kernel. Arguments: `s [T, E]`, (`alpha [T]`), (`zoom [4, E]`), then `partials [P E, B+2]`
 /// (or `counts [E, B+2]` and the int argument `P` with `MERGE=atomic`); scalars `CH` (tokens per chunk) and,
 /// without zoom, `lo`, `hi`, `scale`. Grid `(ceil(E / ES), P)`.
@@ -401,13 +581,14 @@ pub fn build_hist(spec: &HistSpec, c: &Cfg) -> Result<Kernel, OpError> {
     let wpe = words(bins);
     let rp = nt / es;
     let name = format!(
-        "k3k_hq_hist_b{bins}_{}{}_es{es}_{}_ht{nt}_hu{hu}",
+        "k3k_hq_hist_b{bins}_{}{}_es{es}_{}_ht{nt}_hu{hu}{}",
         match spec.binned {
             Binned::Margin => "margin",
             Binned::Plain => "plain",
         },
         if spec.zoom { "_zoom" } else { "" },
-        if spec.atomic { "atomic" } else { "partials" }
+        if spec.atomic { "atomic" } else { "partials" },
+        if spec.banked { "_bk" } else { "" }
     );
     let mut b = KernelBuilder::new(&name, nt);
     b.knobs(
@@ -415,7 +596,8 @@ pub fn build_hist(spec: &HistSpec, c: &Cfg) -> Result<Kernel, OpError> {
             .with("HT", nt as i64)
             .with("HU", hu as i64)
             .with("HKB", c.hkb as i64)
-            .with("MERGE", if spec.atomic { "atomic" } else { "partials" }),
+            .with("MERGE", if spec.atomic { "atomic" } else { "partials" })
+            .with("HLAYOUT", if spec.banked { "banks" } else { "rows" }),
     );
     let t_dim = b.dim("T");
     let e_dim = b.dim("E");
@@ -428,18 +610,30 @@ pub fn build_hist(spec: &HistSpec, c: &Cfg) -> Result<Kernel, OpError> {
         (o, b.int_arg("P"))
     } else {
         let r = b.dim("R");
-        let o = b.tensor("partials", DType::U32, &[r.clone(), Expr::Int(nb as i64)], Access::Write);
+        let width = if spec.banked { wpe } else { nb };
+        let o = b.tensor("partials", DType::U32, &[r.clone(), Expr::Int(width as i64)], Access::Write);
         (o, r / e_dim.clone())
     };
     let ch = b.int_arg("CH");
     let geom = (!spec.zoom).then(|| (b.float_arg("lo"), b.float_arg("hi"), b.float_arg("scale")));
     b.grid(e_dim.ceil_div(es as i64), p_dim, 1i64);
-    let hist = b.shared("hist", DType::U32, es, wpe, 1, Swizzle::None);
+    // Element (expert, word) of the block's packed histograms: `rows` layout `[ES, words]`, `banks` `[words, ES]`.
+    let hist = if spec.banked {
+        b.shared("hist", DType::U32, wpe, es, 1, Swizzle::None)
+    } else {
+        b.shared("hist", DType::U32, es, wpe, 1, Swizzle::None)
+    };
+    let banked = spec.banked;
+    let at_hist = move |ex: Expr, wd: Expr| -> (Expr, Expr) { if banked { (wd, ex) } else { (ex, wd) } };
     let total_words = (es * wpe) as i64;
 
     b.threads(|b| {
         b.for_("i", Expr::thread_idx(), total_words, nt as i64, |b, i| {
-            b.shared_store(hist, 0i64, &i / wpe as i64, &i % wpe as i64, 0i64);
+            if banked {
+                b.shared_store(hist, 0i64, &i / es as i64, &i % es as i64, 0i64);
+            } else {
+                b.shared_store(hist, 0i64, &i / wpe as i64, &i % wpe as i64, 0i64);
+            }
         });
     });
     b.barrier();
@@ -460,39 +654,81 @@ pub fn build_hist(spec: &HistSpec, c: &Cfg) -> Result<Kernel, OpError> {
             let rpe = b.let_("rpe", e_dim.clone() * rp as i64);
             let t0 = b.let_("t0", Expr::block_idx(1) * ch.clone());
             let t1 = b.let_("t1", (&t0 + ch.clone()).min(t_dim.clone()));
-            b.for_("t", &t0 + row.clone(), t1.clone(), (rp * hu) as i64, |b, t| {
-                // Loads first (HU rows in flight), then the bins and shared atomics.
-                let xs: Vec<VarId> = (0..hu).map(|u| b.let_var(&format!("x{u}"), 0.0f64)).collect();
-                let tts: Vec<Expr> = (0..hu).map(|u| b.let_(&format!("tt{u}"), &t + (u * rp) as i64)).collect();
-                let at0 = b.let_("at0", &t * e_dim.clone() + e.clone());
-                for (u, (x, tt)) in xs.iter().zip(&tts).enumerate() {
-                    b.if_(tt.lt(t1.clone()), |b| {
-                        let v = Expr::load(s, &at0 + rpe.clone() * u as i64);
-                        let v = match alpha {
-                            Some(a) => v - Expr::load(a, tt.clone()),
-                            None => v,
-                        };
-                        b.assign(*x, v);
-                    });
+            let value = |t: &Expr, at: Expr| -> Expr {
+                let v = Expr::load(s, at);
+                match alpha {
+                    Some(a) => v - Expr::load(a, t.clone()),
+                    None => v,
                 }
-                for (x, tt) in xs.iter().zip(&tts) {
-                    b.if_(tt.lt(t1.clone()), |b| {
-                        let sl = b.let_("slot", slot_expr(&ival(*x), &lo, &hi, &scale, bins));
-                        let inc = Expr::Int(1).shl(sl.bitand(1i64) * 16i64);
-                        b.atomic_add_shared(hist, 0i64, col.clone(), sl.shr(1i64), inc);
-                    });
-                }
-            });
+            };
+            let count = |b: &mut KernelBuilder, x: Expr| {
+                let slot = if banked { slot_expr_lean } else { slot_expr };
+                let sl = b.let_("slot", slot(&x, &lo, &hi, &scale, bins));
+                // The u16 half of the slot: 1 or 1 << 16.
+                let inc =
+                    if banked { sl.bitand(1i64) * 65535i64 + 1i64 } else { Expr::Int(1).shl(sl.bitand(1i64) * 16i64) };
+                let (r, c) = at_hist(col.clone(), sl.shr(1i64));
+                b.atomic_add_shared(hist, 0i64, r, c, inc);
+            };
+            if banked {
+                // Groups of HU rows all inside the chunk, without per-row checks; then the rest one by one.
+                let st = b.let_("st", &t0 + row.clone());
+                let lim = b.let_("lim", &t1 - ((hu - 1) * rp) as i64);
+                let g = (rp * hu) as i64;
+                let nfull = b.let_("nfull", Expr::select(lim.gt(st.clone()), (&lim - st.clone() + (g - 1)) / g, 0i64));
+                b.for_("t", st.clone(), lim.clone(), g, |b, t| {
+                    let at0 = b.let_("at0", &t * e_dim.clone() + e.clone());
+                    let xs: Vec<Expr> = (0..hu)
+                        .map(|u| {
+                            let tt = &t + (u * rp) as i64;
+                            b.let_(&format!("x{u}"), value(&tt, &at0 + rpe.clone() * u as i64))
+                        })
+                        .collect();
+                    for x in xs {
+                        count(b, x);
+                    }
+                });
+                b.for_("t", &st + nfull * g, t1.clone(), rp as i64, |b, t| {
+                    let x = b.let_("x", value(&t, &t * e_dim.clone() + e.clone()));
+                    count(b, x);
+                });
+            } else {
+                b.for_("t", &t0 + row.clone(), t1.clone(), (rp * hu) as i64, |b, t| {
+                    // Loads first (HU rows in flight), then the bins and shared atomics.
+                    let xs: Vec<VarId> = (0..hu).map(|u| b.let_var(&format!("x{u}"), 0.0f64)).collect();
+                    let tts: Vec<Expr> = (0..hu).map(|u| b.let_(&format!("tt{u}"), &t + (u * rp) as i64)).collect();
+                    let at0 = b.let_("at0", &t * e_dim.clone() + e.clone());
+                    for (u, (x, tt)) in xs.iter().zip(&tts).enumerate() {
+                        b.if_(tt.lt(t1.clone()), |b| {
+                            b.assign(*x, value(tt, &at0 + rpe.clone() * u as i64));
+                        });
+                    }
+                    for (x, tt) in xs.iter().zip(&tts) {
+                        b.if_(tt.lt(t1.clone()), |b| count(b, ival(*x)));
+                    }
+                });
+            }
         });
     });
     b.barrier();
     b.threads(|b| {
         b.for_("i", Expr::thread_idx(), total_words, nt as i64, |b, i| {
-            let r = b.let_("r", &i / wpe as i64);
-            let wd = b.let_("wd", &i % wpe as i64);
+            // Banked: consecutive threads take consecutive experts of one word (conflict-free shared reads).
+            let (r, wd) = if banked {
+                (b.let_("r", &i % es as i64), b.let_("wd", &i / es as i64))
+            } else {
+                (b.let_("r", &i / wpe as i64), b.let_("wd", &i % wpe as i64))
+            };
             let e = b.let_("e", Expr::block_idx(0) * es as i64 + r.clone());
             b.if_(e.lt(e_dim.clone()), |b| {
-                let v = b.let_("v", Expr::shared_load(hist, 0i64, r.clone(), wd.clone()));
+                let (hr, hc) = at_hist(r.clone(), wd.clone());
+                let v = b.let_("v", Expr::shared_load(hist, 0i64, hr, hc));
+                if banked && !spec.atomic {
+                    // The packed pair as it is (a chunk's count is <= 65535): half the bytes to write and merge.
+                    let at = (Expr::block_idx(1) * e_dim.clone() + e.clone()) * wpe as i64 + wd.clone();
+                    b.store_scalar(out, at, v.clone());
+                    return;
+                }
                 let s0 = b.let_("s0", &wd * 2i64);
                 let lo16 = v.bitand(0xffffi64);
                 let hi16 = v.shr(16i64);
@@ -553,6 +789,8 @@ pub struct LocateSpec {
     pub write_counts: bool,
     /// Write `-quantile` (the QB bias).
     pub negate: bool,
+    /// `src` holds packed u16 pairs, `[P E, words]` (the banked histogram's partials).
+    pub packed: bool,
 }
 
 /// Threads of a locate block for `nb` slots.
@@ -577,13 +815,15 @@ pub fn build_locate(spec: &LocateSpec) -> Result<Kernel, OpError> {
             LocatePass::Zoom => "zoom",
         },
         if spec.write_counts { "_counts" } else { "" },
-        if spec.negate { "_neg" } else { "" }
-    );
+        if spec.negate { "_neg" } else { "" },
+    ) + if spec.packed { "_packed" } else { "" };
     let mut b = KernelBuilder::new(&name, nt);
     let r_dim = b.dim("R");
     let e_dim = b.dim("E");
     let nbx = Expr::Int(nb as i64);
-    let src = b.tensor("src", DType::U32, &[r_dim.clone(), nbx.clone()], Access::Read);
+    let wpe = words(bins);
+    let src_w = Expr::Int(if spec.packed { wpe } else { nb } as i64);
+    let src = b.tensor("src", DType::U32, &[r_dim.clone(), src_w], Access::Read);
     let p_dim = r_dim / e_dim.clone();
     let counts =
         spec.write_counts.then(|| b.tensor("counts", DType::U32, &[e_dim.clone(), nbx.clone()], Access::Write));
@@ -612,20 +852,55 @@ pub fn build_locate(spec: &LocateSpec) -> Result<Kernel, OpError> {
     let seg = b.shared("seg", DType::U32, 1, nt, 1, Swizzle::None);
 
     // 1: merge the partials.
-    b.threads(|b| {
-        let e = Expr::block_idx(0);
-        b.for_("sl", Expr::thread_idx(), nb as i64, nt as i64, |b, sl| {
-            let tot = b.let_var("tot", 0i64);
-            b.for_("p", 0i64, p_dim.clone(), 1i64, |b, p| {
-                let at = (p * e_dim.clone() + e.clone()) * nb as i64 + sl.clone();
-                b.assign(tot, ival(tot) + Expr::load(src, at));
+    if spec.packed {
+        // Each thread sums groups of G words over the P partials (G loads in flight per partial), then unpacks
+        // the two u16 halves (the low half is the even slot).
+        const G: u32 = 4;
+        b.threads(|b| {
+            let e = Expr::block_idx(0);
+            b.for_("w0", Expr::thread_idx(), wpe as i64, (G * nt) as i64, |b, w0| {
+                let acc: Vec<(VarId, VarId)> =
+                    (0..G).map(|j| (b.let_var(&format!("lo{j}"), 0i64), b.let_var(&format!("hi{j}"), 0i64))).collect();
+                let wds: Vec<Expr> = (0..G).map(|j| b.let_(&format!("wd{j}"), &w0 + (j * nt) as i64)).collect();
+                b.for_("p", 0i64, p_dim.clone(), 1i64, |b, p| {
+                    let row = b.let_("row", (p * e_dim.clone() + e.clone()) * wpe as i64);
+                    for ((lo, hi), wd) in acc.iter().zip(&wds) {
+                        b.if_(wd.lt(wpe as i64), |b| {
+                            let v = b.let_("v", Expr::load(src, &row + wd.clone()));
+                            b.assign(*lo, ival(*lo) + v.bitand(0xffffi64));
+                            b.assign(*hi, ival(*hi) + v.shr(16i64));
+                        });
+                    }
+                });
+                for ((lo, hi), wd) in acc.iter().zip(&wds) {
+                    for (half, v) in [(0i64, *lo), (1, *hi)] {
+                        let sl = wd * 2i64 + half;
+                        b.if_(sl.lt(nb as i64), |b| {
+                            if let Some(cn) = counts {
+                                b.store_scalar(cn, &e * nb as i64 + sl.clone(), ival(v));
+                            }
+                            b.shared_store(cnt, 0i64, 0i64, sl.clone(), ival(v));
+                        });
+                    }
+                }
             });
-            if let Some(cn) = counts {
-                b.store_scalar(cn, &e * nb as i64 + sl.clone(), ival(tot));
-            }
-            b.shared_store(cnt, 0i64, 0i64, sl.clone(), ival(tot));
         });
-    });
+    } else {
+        b.threads(|b| {
+            let e = Expr::block_idx(0);
+            b.for_("sl", Expr::thread_idx(), nb as i64, nt as i64, |b, sl| {
+                let tot = b.let_var("tot", 0i64);
+                b.for_("p", 0i64, p_dim.clone(), 1i64, |b, p| {
+                    let at = (p * e_dim.clone() + e.clone()) * nb as i64 + sl.clone();
+                    b.assign(tot, ival(tot) + Expr::load(src, at));
+                });
+                if let Some(cn) = counts {
+                    b.store_scalar(cn, &e * nb as i64 + sl.clone(), ival(tot));
+                }
+                b.shared_store(cnt, 0i64, 0i64, sl.clone(), ival(tot));
+            });
+        });
+    }
     b.barrier();
     // 2: segment sums.
     b.threads(|b| {
@@ -1021,15 +1296,20 @@ pub fn kernel_set(pb: &Problem, knobs: &Knobs) -> Result<KernelSet, OpError> {
     let es = experts_per_block(pb.bins, pb.e, &c)?;
     let bins = pb.bins as u32;
     let (binned, negate, alpha) = match pb.kind {
-        Kind::Qb { k } => (Binned::Margin, true, Some(build_alpha(&AlphaSpec::for_shape(pb.e, k), &c)?)),
+        Kind::Qb { k } => {
+            let spec = AlphaSpec::for_shape(pb.e, k);
+            let a = if c.warp_alpha && k < 32 { build_alpha_warp(&spec, &c)? } else { build_alpha(&spec, &c)? };
+            (Binned::Margin, true, Some(a))
+        }
         Kind::Column { .. } => (Binned::Plain, false, None),
     };
-    let hs = HistSpec { bins, binned, zoom: false, es, atomic: c.atomic };
+    let hs = HistSpec { bins, binned, zoom: false, es, atomic: c.atomic, banked: c.banked };
     let first = if pb.two_pass { LocatePass::First } else { LocatePass::Single };
-    let locate = build_locate(&LocateSpec { bins, pass: first, write_counts: !c.atomic, negate })?;
+    let packed = c.banked && !c.atomic;
+    let locate = build_locate(&LocateSpec { bins, pass: first, write_counts: !c.atomic, negate, packed })?;
     let zoom = if pb.two_pass {
         let h = build_hist(&HistSpec { zoom: true, ..hs }, &c)?;
-        let l = build_locate(&LocateSpec { bins, pass: LocatePass::Zoom, write_counts: !c.atomic, negate })?;
+        let l = build_locate(&LocateSpec { bins, pass: LocatePass::Zoom, write_counts: !c.atomic, negate, packed })?;
         Some((h, l))
     } else {
         None
@@ -1069,7 +1349,8 @@ pub fn build_plan(pb: &Problem, s: &HostTensor, b: Option<&HostTensor>, knobs: &
     let counts2_i = pb.two_pass.then(|| plan.output("counts2", DType::U32, &[e, nb]));
     let out_name = if matches!(pb.kind, Kind::Qb { .. }) { "bias" } else { "quantile" };
     let out_i = plan.output(out_name, DType::F32, &[e]);
-    let part_i = (!c.atomic).then(|| plan.scratch("partials", DType::U32, &[p * e, nb]));
+    let part_w = if c.banked { words(pb.bins as u32) as usize } else { nb };
+    let part_i = (!c.atomic).then(|| plan.scratch("partials", DType::U32, &[p * e, part_w]));
     let zoom_i =
         pb.two_pass.then(|| (plan.scratch("zoom", DType::F32, &[4, e]), plan.scratch("zbin", DType::I32, &[e])));
 
@@ -1124,7 +1405,13 @@ pub fn build_plan(pb: &Problem, s: &HostTensor, b: Option<&HostTensor>, knobs: &
 /// A plan that locates the quantile of an already merged histogram (e.g. after an all-reduce of every rank's
 /// `counts`): input `counts`, output `out [E]` (`-quantile` when `negate`, the QB bias).
 pub fn locate_plan(h: &ExpertHistogram, target: f64, negate: bool) -> Result<Plan, OpError> {
-    let k = build_locate(&LocateSpec { bins: h.bins as u32, pass: LocatePass::Single, write_counts: false, negate })?;
+    let k = build_locate(&LocateSpec {
+        bins: h.bins as u32,
+        pass: LocatePass::Single,
+        write_counts: false,
+        negate,
+        packed: false,
+    })?;
     let mut plan = Plan::default();
     let c = plan.input("counts", h.to_tensor()?);
     let o = plan.output("out", DType::F32, &[h.experts]);

@@ -68,20 +68,64 @@ fn qb_edge_cases() {
     let s = seed();
     let knobs = default_knobs();
     for (i, p) in [
-        qb(40, 37, 3, 64, 0, 0),  // random, odd E
-        qb(5, 64, 16, 32, 1, 0),  // T < E, two passes
-        qb(33, 17, 16, 16, 0, 1), // ties, k = E - 1
-        qb(20, 33, 32, 64, 1, 1), // ties, two lane groups (k + 1 = 33)
-        qb(17, 8, 2, 7, 0, 2),    // all-equal columns
-        qb(25, 9, 0, 8, 1, 3),    // margins on bin edges, at lo and hi; k = 0
-        qb(1, 1, 0, 1, 0, 0),     // one token, one expert, one bin
-        qb(64, 32, 5, 100, 1, 3), // edges, full lanes
+        qb(40, 37, 3, 64, 0, 0),    // random, odd E
+        qb(5, 64, 16, 32, 1, 0),    // T < E, two passes
+        qb(33, 17, 16, 16, 0, 1),   // ties, k = E - 1
+        qb(20, 33, 32, 64, 1, 1),   // ties, two lane groups (k + 1 = 33)
+        qb(17, 8, 2, 7, 0, 2),      // all-equal columns
+        qb(25, 9, 0, 8, 1, 3),      // margins on bin edges, at lo and hi; k = 0
+        qb(1, 1, 0, 1, 0, 0),       // one token, one expert, one bin
+        qb(64, 32, 5, 100, 1, 3),   // edges, full lanes
+        qb(24, 300, 20, 64, 0, 1),  // ties in long rows: more than 32 alpha candidates (warp alpha's ranking)
+        qb(12, 1000, 31, 64, 1, 1), // k = 31, the largest warp-alpha k, masked lanes
+        qb(9, 896, 16, 1024, 0, 0), // the benchmark's row shape
+        qb(10, 96, 0, 32, 0, 3),    // k = 0, edges
     ]
     .iter()
     .enumerate()
     {
         let inst = HistQuantileQb.instance(p, s + i as u64).unwrap();
         assert_ok(inst.as_ref(), &knobs);
+    }
+}
+
+/// Rows where far more than 32 values tie at or above the (k+1)-th largest, or lie in a few lanes: the warp alpha kernel's ranking
+/// fallback (and the shared-memory ranking of `ASEL=rank`) against the reference.
+#[test]
+fn qb_many_tied_alpha_candidates() {
+    let (t, e) = (6usize, 300usize);
+    let mut sc = vec![0f32; t * e];
+    for r in 0..t {
+        for c in 0..e {
+            sc[r * e + c] = match r {
+                0 => 0.25, // the whole row equal
+                1 => {
+                    if c % 3 == 0 {
+                        0.75
+                    } else {
+                        0.5
+                    }
+                } // 100 tied maxima
+                // 40 distinct large values in 4 lanes: more than 32 candidates without ties
+                2 => {
+                    if c % 32 < 4 {
+                        0.5 + c as f32 / 1024.0
+                    } else {
+                        c as f32 / 4096.0
+                    }
+                }
+                _ => ((c * 7 + r) % 40) as f32 / 40.0, // 8 copies of every level
+            };
+        }
+    }
+    let b = vec![0f32; e];
+    for knobs in [default_knobs(), default_knobs().with("ASEL", "rank")] {
+        for k in [0usize, 16, 31] {
+            let p = qb(t as i64, e as i64, k as i64, 64, 0, 0);
+            let pb = Problem::from_preset(OP_QB, &p).unwrap();
+            let inst = QbInstance::new(pb, sc.clone(), Some(b.clone()), 1).unwrap();
+            assert_ok(&inst, &knobs);
+        }
     }
 }
 
@@ -114,6 +158,10 @@ fn atomic_flush_and_other_knobs() {
         default_knobs().with("MERGE", "atomic"),
         default_knobs().with("AW", 4i64).with("HT", 256i64).with("HU", 4i64).with("HKB", 33i64),
         default_knobs().with("HBLOCKS", 792i64).with("MERGE", "atomic"),
+        default_knobs().with("HLAYOUT", "rows").with("ASEL", "rank"),
+        default_knobs().with("AW", 1i64).with("ABPS", 1i64),
+        default_knobs().with("HLAYOUT", "rows").with("MERGE", "atomic").with("HT", 256i64),
+        default_knobs().with("HLAYOUT", "banks").with("HKB", 33i64).with("HU", 4i64),
     ];
     for (i, kn) in knob_sets.iter().enumerate() {
         let inst = HistQuantileQb.instance(&qb(70, 40, 4, 64, 1, 0), s + i as u64).unwrap();

@@ -433,7 +433,9 @@ impl<'a> Renderer<'a> {
             | Stmt::SharedStore { .. }
             | Stmt::Atomic { .. }
             | Stmt::LetArray { .. }
-            | Stmt::ArraySet { .. } => self.thread_stmt(s),
+            | Stmt::ArraySet { .. }
+            | Stmt::WarpShuffle { .. }
+            | Stmt::WarpSync => self.thread_stmt(s),
             Stmt::LoadVec { vec, src: v } | Stmt::StoreVec { vec, dst: v } => {
                 let f = if matches!(s, Stmt::LoadVec { .. }) { "load_vec" } else { "store_vec" };
                 let line = format!(

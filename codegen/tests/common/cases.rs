@@ -50,6 +50,7 @@ pub fn all() -> Vec<Case> {
         byte_formats(),
         scan_replicated(),
         mma_banded(),
+        warp_shuffles(),
     ]
 }
 
@@ -1138,6 +1139,72 @@ pub fn mma_banded() -> Case {
                 }
             }
             close("c", &ts[3].to_f32_vec(), &want, 1e-4);
+        }),
+    }
+}
+
+/// Warp shuffles (xor, broadcast, up) of floats and ints, a ballot, and a syncwarp ordering shared writes of
+/// one lane before another lane's read; values computed before the warp statements in divergent code.
+pub fn warp_shuffles() -> Case {
+    let (threads, blocks) = (64usize, 2usize);
+    let n = threads * blocks;
+    let mut b = KernelBuilder::new("p_warp_shuffles", threads as u32);
+    let x = b.tensor("x", DType::F32, &[Expr::Int(n as i64)], Access::Read);
+    let xi = b.tensor("xi", DType::I32, &[Expr::Int(n as i64)], Access::Read);
+    let out_f = b.tensor("out_f", DType::F32, &[Expr::Int(3), Expr::Int(n as i64)], Access::Write);
+    let out_i = b.tensor("out_i", DType::I64, &[Expr::Int(3), Expr::Int(n as i64)], Access::Write);
+    let sh = b.shared("sh", DType::F32, 1, threads as u32, 1, Swizzle::None);
+    b.grid(blocks as i64, 1i64, 1i64);
+    b.threads(|b| {
+        let g = b.let_("g", Expr::block_idx(0) * threads as i64 + Expr::thread_idx());
+        let v = b.let_var("v", Expr::load(x, g.clone()));
+        // Divergent code before the collectives.
+        b.if_(Expr::lane_idx().bitand(1i64).eq(1i64), |b| b.assign(v, Expr::Var(v) * 2.0f64));
+        let vi = b.let_("vi", Expr::load(xi, g.clone()));
+        let a = b.warp_shuffle("a", WarpOp::ShflXor(5), Expr::Var(v));
+        let c = b.warp_shuffle("c", WarpOp::ShflIdx(7), Expr::Var(v));
+        let u = b.warp_shuffle("u", WarpOp::ShflUp(3), vi.clone());
+        let bl = b.warp_shuffle("bl", WarpOp::Ballot, Expr::Var(v).gt(0.5f64));
+        let ux = b.warp_shuffle("ux", WarpOp::ShflXor(16), &vi * 3i64);
+        b.shared_store(sh, 0i64, 0i64, Expr::thread_idx(), Expr::Var(v) + 1.0f64);
+        b.warp_sync();
+        let nb = Expr::warp_idx() * 32i64 + (Expr::lane_idx() + 1i64) % 32i64;
+        let r = b.let_("r", Expr::shared_load(sh, 0i64, 0i64, nb));
+        b.store_scalar(out_f, g.clone(), a);
+        b.store_scalar(out_f, &g + n as i64, c);
+        b.store_scalar(out_f, &g + 2 * n as i64, r);
+        b.store_scalar(out_i, g.clone(), u);
+        b.store_scalar(out_i, &g + n as i64, bl);
+        b.store_scalar(out_i, &g + 2 * n as i64, ux);
+    });
+    let k = b.finish().unwrap();
+    let mut rng = Rng::new(29);
+    let xs: Vec<f32> = (0..n).map(|_| rng.f32(0.0, 1.0)).collect();
+    let xis: Vec<i64> = (0..n).map(|_| rng.int(-1000, 1000)).collect();
+    let (xs2, xis2) = (xs.clone(), xis.clone());
+    Case {
+        name: "warp_shuffles",
+        kernel: k,
+        tensors: vec![
+            HostTensor::from_f32(DType::F32, &[n], &xs),
+            HostTensor::from_i64(DType::I32, &[n], &xis),
+            poisoned(DType::F32, &[3, n]),
+            poisoned(DType::I64, &[3, n]),
+        ],
+        scalars: vec![],
+        check: Box::new(move |ts| {
+            let v = |g: usize| if g % 2 == 1 { xs2[g] * 2.0 } else { xs2[g] };
+            for g in 0..n {
+                let (lane, w0) = (g % 32, g - g % 32);
+                assert_eq!(ts[2].get_f32(g), v(w0 + (lane ^ 5)), "xor {g}");
+                assert_eq!(ts[2].get_f32(n + g), v(w0 + 7), "idx {g}");
+                assert_eq!(ts[2].get_f32(2 * n + g), v(w0 + (lane + 1) % 32) + 1.0, "syncwarp {g}");
+                let up = if lane >= 3 { xis2[g - 3] } else { xis2[g] };
+                assert_eq!(ts[3].get_i64(g), up, "up {g}");
+                let mask: i64 = (0..32).filter(|&j| v(w0 + j) > 0.5).map(|j| 1i64 << j).sum();
+                assert_eq!(ts[3].get_i64(n + g), mask, "ballot {g}");
+                assert_eq!(ts[3].get_i64(2 * n + g), 3 * xis2[w0 + (lane ^ 16)], "int xor {g}");
+            }
         }),
     }
 }

@@ -237,7 +237,9 @@ impl<'a> Block<'a> {
             | Stmt::SharedStore { .. }
             | Stmt::Atomic { .. }
             | Stmt::LetArray { .. }
-            | Stmt::ArraySet { .. } => self.thread_stmt(s, tensors)?,
+            | Stmt::ArraySet { .. }
+            | Stmt::WarpShuffle { .. }
+            | Stmt::WarpSync => self.thread_stmt(s, tensors)?,
         }
         Ok(())
     }

@@ -10,6 +10,7 @@ impl<'a> Block<'a> {
     /// Execute a region or one of the statements only valid inside regions.
     pub(super) fn thread_stmt(&mut self, s: &Stmt, tensors: &mut [HostTensor]) -> Result<(), InterpError> {
         match s {
+            Stmt::Threads { body } if body.iter().any(is_warp_stmt) => self.lockstep(body, tensors)?,
             Stmt::Threads { body } => {
                 for t in 0..self.k.threads {
                     self.thread = Some(t);
@@ -78,10 +79,71 @@ impl<'a> Block<'a> {
                 let v = self.eval(value, None, tensors)?;
                 self.arrays[arr.0 as usize][i] = v;
             }
-            _ => unreachable!("not a threads statement"),
+            _ => unreachable!("not a threads statement (warp statements run in `lockstep`)"),
         }
         Ok(())
     }
+
+    /// A region with warp statements (validated to sit at its top level): the statements between two warp
+    /// statements run for every thread (each with its own saved variables and arrays), then the warp statement
+    /// runs for all threads together: every thread evaluates the value, then each receives its source lane's.
+    fn lockstep(&mut self, body: &[Stmt], tensors: &mut [HostTensor]) -> Result<(), InterpError> {
+        let n = self.k.threads as usize;
+        let block_vars = self.vars.clone();
+        let block_arrays = std::mem::take(&mut self.arrays);
+        let mut states: Vec<(Vec<V>, Vec<Vec<V>>)> =
+            (0..n).map(|_| (block_vars.clone(), vec![vec![]; self.k.arrays.len()])).collect();
+        let mut seg = 0;
+        let result = loop {
+            let end = body[seg..].iter().position(is_warp_stmt).map_or(body.len(), |p| seg + p);
+            let mut vals = Vec::with_capacity(n);
+            let step = (|| {
+                for (t, st) in states.iter_mut().enumerate() {
+                    std::mem::swap(&mut self.vars, &mut st.0);
+                    std::mem::swap(&mut self.arrays, &mut st.1);
+                    self.thread = Some(t as u32);
+                    let mut r = self.body(&body[seg..end], tensors);
+                    if r.is_ok()
+                        && let Some(Stmt::WarpShuffle { value, .. }) = body.get(end)
+                    {
+                        match self.eval(value, None, tensors) {
+                            Ok(v) => vals.push(v),
+                            Err(e) => r = Err(e),
+                        }
+                    }
+                    std::mem::swap(&mut self.vars, &mut st.0);
+                    std::mem::swap(&mut self.arrays, &mut st.1);
+                    r?;
+                }
+                Ok(())
+            })();
+            if let Err(e) = step {
+                break Err(e);
+            }
+            if let Some(Stmt::WarpShuffle { var, op, .. }) = body.get(end) {
+                for (t, st) in states.iter_mut().enumerate() {
+                    let (lane, w0) = (t % 32, t - t % 32);
+                    st.0[var.0 as usize] = match op.source_lane(lane as u32) {
+                        Some(src) => vals[w0 + src as usize],
+                        None => V::I((0..32).filter(|&j| vals[w0 + j].b()).map(|j| 1i64 << j).sum()),
+                    };
+                }
+            }
+            if end >= body.len() {
+                break Ok(());
+            }
+            seg = end + 1;
+        };
+        self.vars = block_vars;
+        self.arrays = block_arrays;
+        self.thread = None;
+        result
+    }
+}
+
+/// A warp statement (run by [`Block::lockstep`]).
+fn is_warp_stmt(s: &Stmt) -> bool {
+    matches!(s, Stmt::WarpShuffle { .. } | Stmt::WarpSync)
 }
 
 /// The new value of an element of `dtype` holding `old` after `op` with `v` (before the store's conversion).

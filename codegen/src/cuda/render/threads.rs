@@ -79,6 +79,19 @@ impl<'a> Renderer<'a> {
                     format!("a{}[(int)({})] = {};", arr.0, self.e(index, Ctx::Scalar), self.e(value, Ctx::Scalar));
                 self.line(&line);
             }
+            Stmt::WarpShuffle { var, op, value } => {
+                let ty = self.var_types[var.0 as usize].expect("validated");
+                let v = self.e(value, Ctx::Scalar);
+                let call = match op {
+                    WarpOp::ShflXor(m) => format!("__shfl_xor_sync(0xffffffffu, {v}, {m})"),
+                    WarpOp::ShflIdx(l) => format!("__shfl_sync(0xffffffffu, {v}, {l})"),
+                    WarpOp::ShflUp(d) => format!("__shfl_up_sync(0xffffffffu, {v}, {d})"),
+                    WarpOp::Ballot => format!("(long long)__ballot_sync(0xffffffffu, {v})"),
+                };
+                let line = format!("{} x{} = {call};  // {}", scalar_c_type(ty), var.0, k.vars[var.0 as usize].name);
+                self.line(&line);
+            }
+            Stmt::WarpSync => self.line("__syncwarp();"),
             _ => unreachable!("not a threads statement"),
         }
     }
