@@ -466,9 +466,9 @@ impl Default for DecodeSpec {
 /// The decode tuning knobs.
 pub fn decode_knob_space() -> KnobSpace {
     KnobSpace::default()
-        .axis("BM", "packed (query, head) rows per block", [16i64, 32, 64])
+        .axis("BM", "packed (query, head) rows per block", [16i64, 32, 48, 64])
         .axis("BN", "keys per pipeline stage (divides the page)", [32i64, 64])
-        .axis("WM", "warp rows: the score tile is on [WM, 1] warps", [1i64, 2, 4])
+        .axis("WM", "warp rows: the score tile is on [WM, 1] warps", [1i64, 2, 3, 4])
         .axis("WN", "warp columns splitting the 512 value columns", [1i64, 2, 4])
         .axis("STAGES", "cp.async depth of the KV ring", [2i64, 3])
         .axis(
@@ -477,21 +477,44 @@ pub fn decode_knob_space() -> KnobSpace {
              WN groups split the score columns and exchange them through shared memory",
             ["replicated", "shared"],
         )
+        .axis(
+            "SWN",
+            "SCORES=shared: warp column groups that split the score columns (0: all WN; fewer lets BN = 32 run \
+             on 4 warps, each pair computing the same 16 columns, so that two blocks fit an SM)",
+            [0i64, 2],
+        )
+        .axis(
+            "QK_ACCS",
+            "independent partial score accumulators the 9 chunks of the 576-deep score product rotate over \
+             (shorter tensor-core dependency chains; summed before the softmax)",
+            [1i64, 3],
+        )
 }
 
 /// The decode knobs used when no tuning record exists: one 16-row m-tile (12 or 16 heads at s_q = 1, the TP8
-/// case), four warps splitting the value columns and the score columns.
+/// case), four warps splitting the value columns, 32-key stages so that two blocks share an SM.
 pub fn decode_default_knobs() -> Knobs {
     decode_knobs_for_rows(16)
 }
 
-/// Sensible decode knobs for `rows = s_q * H` packed query rows per request (from a first sweep on an H200,
-/// b = 128, S_k = 4096: 255 us at H = 12, s_q = 1 (2.37 TB/s of cache); 256 us at H = 16, s_q = 2 (BM = 32,
-/// BN = 32 on [2, 2] warps: 292 us); 732 us at H = 96, s_q = 1 (BM = 64 on [4, 2] warps: 844 us)).
+/// Sensible decode knobs for `rows = s_q * H` packed query rows per request.
+///
+/// Up to 16 rows: BM = 16 on [1, 4] warps with 32-key stages (92 KB of shared memory, two blocks per SM; the
+/// score columns on 2 warp columns, 3 partial score accumulators). The 64-key variant (`BN=64, SWN=0,
+/// QK_ACCS=1`, 170 KB) ran one block of 4 warps per SM, 389 us under Nsight Compute at b = 128, S_k = 4096,
+/// H = 12: theoretical occupancy 6.25%, DRAM 32%, stalls on tensor-core and shared-memory latency.
+/// More rows: BM = 32 on [2, 4] warps, 64-key stages (732 us at H = 96 in a first sweep).
 pub fn decode_knobs_for_rows(rows: usize) -> Knobs {
     let k = Knobs::new().with("SCORES", "shared");
     match rows {
-        0..=16 => k.with("BM", 16i64).with("BN", 64i64).with("WM", 1i64).with("WN", 4i64).with("STAGES", 2i64),
+        0..=16 => k
+            .with("BM", 16i64)
+            .with("BN", 32i64)
+            .with("WM", 1i64)
+            .with("WN", 4i64)
+            .with("STAGES", 2i64)
+            .with("SWN", 2i64)
+            .with("QK_ACCS", 3i64),
         _ => k.with("BM", 32i64).with("BN", 64i64).with("WM", 2i64).with("WN", 4i64).with("STAGES", 2i64),
     }
 }
@@ -504,11 +527,27 @@ struct DecodeCfg {
     stages: u32,
     /// Scores split over the WN column groups and exchanged through shared memory.
     shared_scores: bool,
+    /// Warp column groups splitting the score columns (SCORES=shared; divides WN).
+    swn: u32,
+    /// Partial score accumulators of the score product.
+    qk_accs: u32,
+    /// Register-tile registers per thread (the estimate the knob checks use).
+    tile_regs: u32,
+    /// Dynamic shared memory per block.
+    smem: usize,
+}
+
+/// An optional integer knob (absent: `default`), so that knob sets written before it existed still parse.
+fn opt_u32(k: &Knobs, name: &str, default: u32) -> Result<u32, OpError> {
+    match k.0.get(name) {
+        None => Ok(default),
+        Some(_) => Ok(k.u32(name)?),
+    }
 }
 
 fn decode_cfg(spec: &DecodeSpec, k: &Knobs) -> Result<DecodeCfg, OpError> {
     const OP: &str = "gated_mla_decode";
-    let c = DecodeCfg {
+    let mut c = DecodeCfg {
         bm: k.u32("BM")?,
         bn: k.u32("BN")?,
         wm: k.u32("WM")?,
@@ -519,12 +558,29 @@ fn decode_cfg(spec: &DecodeSpec, k: &Knobs) -> Result<DecodeCfg, OpError> {
             "shared" => true,
             other => return invalid(OP, k, format!("SCORES={other}: replicated or shared")),
         },
+        swn: opt_u32(k, "SWN", 0)?,
+        qk_accs: opt_u32(k, "QK_ACCS", 1)?,
+        tile_regs: 0,
+        smem: 0,
     };
-    if c.shared_scores && (c.wn == 1 || !(c.bn / c.wn).is_multiple_of(16)) {
-        return invalid(OP, k, format!("SCORES=shared needs WN > 1 and BN/WN={} a multiple of 16", c.bn / c.wn));
-    }
     if c.wm == 0 || c.wn == 0 || c.wm * c.wn > 16 {
         return invalid(OP, k, format!("WM*WN = {} warps must be in 1..=16", c.wm * c.wn));
+    }
+    if c.swn != 0 && (!c.shared_scores || c.swn >= c.wn || !c.wn.is_multiple_of(c.swn)) {
+        return invalid(OP, k, format!("SWN={} needs SCORES=shared and to be a proper divisor of WN={}", c.swn, c.wn));
+    }
+    if c.swn == 0 {
+        c.swn = if c.shared_scores { c.wn } else { 1 };
+    }
+    if c.shared_scores && (c.swn == 1 || !(c.bn / c.swn).is_multiple_of(16)) {
+        return invalid(
+            OP,
+            k,
+            format!("SCORES=shared needs more than one score warp column and BN/SWN={} a multiple of 16", c.bn / c.swn),
+        );
+    }
+    if c.qk_accs == 0 || !(spec.d / KC).is_multiple_of(c.qk_accs) {
+        return invalid(OP, k, format!("QK_ACCS={} must divide the {} score chunks", c.qk_accs, spec.d / KC));
     }
     if c.bm == 0 || !c.bm.is_multiple_of(16 * c.wm) {
         return invalid(OP, k, format!("BM={} must be a positive multiple of 16*WM={}", c.bm, 16 * c.wm));
@@ -544,11 +600,19 @@ fn decode_cfg(spec: &DecodeSpec, k: &Knobs) -> Result<DecodeCfg, OpError> {
     let threads = 32 * c.wm * c.wn;
     let acc = c.bm * spec.dv / threads;
     let srow = c.bm / c.wm * c.bn / 32;
-    let regs = acc + srow + srow / 2 + if c.shared_scores { srow / c.wn } else { 0 };
+    // The score tile and P, plus the partial score tiles the product accumulates into (the split tiles, or
+    // for replicated scores the extra partials beside the score tile itself).
+    let parts = if c.shared_scores { c.qk_accs * srow / c.swn } else { (c.qk_accs - 1) * srow };
+    let regs = acc + srow + srow / 2 + parts;
     // Tile registers per thread (accumulators, scores, P); ptxas needs up to ~100 more for fragments and
     // addresses (measured over the whole space: <= 160 assembles without spills, 176 spills). 512-thread
     // blocks get only 128 registers per thread.
-    let budget = if threads > 256 { 64 } else { 160 };
+    // 384-thread blocks (WM = 3, BM = 48: 96 rows in two m-tiles) get 170 registers per thread.
+    let budget = match threads {
+        0..=256 => 160,
+        257..=384 => 106,
+        _ => 64,
+    };
     if regs > budget {
         return invalid(OP, k, format!("{regs} tile registers per thread (max {budget} at {threads} threads)"));
     }
@@ -557,7 +621,25 @@ fn decode_cfg(spec: &DecodeSpec, k: &Knobs) -> Result<DecodeCfg, OpError> {
     if smem > MAX_SHARED_BYTES {
         return invalid(OP, k, format!("{smem} bytes of shared memory"));
     }
+    c.tile_regs = regs;
+    c.smem = smem;
     Ok(c)
+}
+
+/// Shared memory of one H100/H200 multiprocessor available to blocks, and what the driver reserves per block.
+const SM_SHARED_BYTES: usize = 233_472;
+const SM_SHARED_RESERVED: usize = 1024;
+
+/// How many decode blocks of these knobs one multiprocessor holds at once (sm_90: 228 KB of shared memory
+/// with 1 KB reserved per block, 2048 threads, 64 K registers; registers estimated as the tile registers
+/// plus 64 for fragments and addresses, which is above what ptxas allocated over the knob space).
+pub fn decode_blocks_per_sm(spec: &DecodeSpec, knobs: &Knobs) -> Result<usize, OpError> {
+    let c = decode_cfg(spec, knobs)?;
+    let threads = (32 * c.wm * c.wn) as usize;
+    let by_smem = SM_SHARED_BYTES / (c.smem + SM_SHARED_RESERVED);
+    let regs = ((c.tile_regs as usize + 64).min(255)).next_multiple_of(8);
+    let by_regs = 65536 / (regs * threads);
+    Ok(by_smem.min(2048 / threads).min(by_regs).clamp(1, 32))
 }
 
 /// Build the split-KV decode kernel.
@@ -606,14 +688,22 @@ pub fn build_decode(spec: &DecodeSpec, knobs: &Knobs) -> Result<Kernel, OpError>
     let s = b.tile("s", DType::F32, bm, bn, s_warps);
     let p = b.tile("p", DType::Bf16, bm, bn, s_warps);
     let accs: Vec<TileId> = (0..nv).map(|c| b.tile(&format!("acc{c}"), DType::F32, bm, KC, acc_warps)).collect();
-    // With shared scores each warp computes a [BM/WM, BN/WN] block of the scores (no redundant products) and
-    // the full rows are read back from shared memory onto the [WM, 1] tile the softmax needs.
+    // With shared scores each warp computes a [BM/WM, BN/SWN] block of the scores (no redundant products
+    // when SWN = WN; WN/SWN warps share a block otherwise) and the full rows are read back from shared memory
+    // onto the [WM, 1] tile the softmax needs.
     let exchange = c.shared_scores.then(|| {
-        let sw = b.tile("s_split", DType::F32, bm, bn, acc_warps);
+        let sw = b.tile("s_split", DType::F32, bm, bn, [c.wm, c.swn]);
         let ss = b.shared("sS", DType::F32, bm, bn, 1, Swizzle::Xor16B);
         (sw, ss)
     });
     let s_calc = exchange.map_or(s, |(sw, _)| sw);
+    // Extra partial score accumulators (QK_ACCS > 1), on the same warps as the tile they are summed into.
+    let s_parts: Vec<TileId> = (1..c.qk_accs)
+        .map(|i| {
+            let w = if c.shared_scores { [c.wm, c.swn] } else { s_warps };
+            b.tile(&format!("s_part{i}"), DType::F32, bm, bn, w)
+        })
+        .collect();
     let sm = OnlineSoftmax::new(&mut b, bm, s_warps, acc_warps);
     let inv_l = b.vec("inv_l", bm, acc_warps);
     let lse_v = b.vec("lse_rows", bm, s_warps);
@@ -677,7 +767,26 @@ pub fn build_decode(spec: &DecodeSpec, knobs: &Knobs) -> Result<Kernel, OpError>
         let slot = &j % st as i64;
         let kv0 = b.let_("kv0", (t0.clone() + j.clone()) * bn as i64);
         b.map(s_calc, 0.0f64);
-        qk_chunks(b, s_calc, sq, skv, slot.clone() * nch as i64, nch, false);
+        if s_parts.is_empty() {
+            qk_chunks(b, s_calc, sq, skv, slot.clone() * nch as i64, nch, false);
+        } else {
+            // Chunk c goes to partial c % QK_ACCS: QK_ACCS independent chains of products, summed after.
+            let all: Vec<TileId> = std::iter::once(s_calc).chain(s_parts.iter().copied()).collect();
+            for &t in &s_parts {
+                b.map(t, 0.0f64);
+            }
+            let na = all.len() as i64;
+            b.for_("chunk", 0i64, nch as i64 / na, 1i64, |b, it| {
+                for (i, &t) in all.iter().enumerate() {
+                    let c = it.clone() * na + i as i64;
+                    let qa = Operand::Shared { src: b.slot(sq, c.clone()), transpose: false };
+                    let kb = Operand::Shared { src: b.slot(skv, slot.clone() * nch as i64 + c), transpose: true };
+                    b.mma(t, qa, kb);
+                }
+            });
+            let sum = s_parts.iter().fold(el(s_calc), |acc, &t| acc + el(t));
+            b.map(s_calc, sum);
+        }
         let key = kv0.clone() + Expr::ColIdx;
         let query = (m0.clone() + Expr::RowIdx) / h.clone();
         let visible = key.lt(s_k.clone()).and(key.le(s_k.clone() - sqd.clone() + query));
@@ -722,15 +831,27 @@ pub fn build_decode(spec: &DecodeSpec, knobs: &Knobs) -> Result<Kernel, OpError>
 }
 
 /// The split count the decode kernel should use for `batch` requests of `m_tiles` m-tiles each whose longest
-/// request has `max_seqlen_k` keys, on a GPU with `num_sms` multiprocessors (about one decode block per SM):
-/// the count minimising `waves * (tiles per split + 2)` (the 2 standing for a split's prologue, epilogue and
-/// share of the combine), with at least two KV tiles of `bn` keys per split and at most 64 splits.
-pub fn decode_num_splits(batch: usize, m_tiles: usize, max_seqlen_k: usize, num_sms: usize, bn: usize) -> usize {
+/// request has `max_seqlen_k` keys, on a GPU with `num_sms` multiprocessors that each hold `blocks_per_sm`
+/// decode blocks at once ([`decode_blocks_per_sm`]): the count minimising `waves * (tiles per split + 2)`
+/// (waves of `num_sms * blocks_per_sm` blocks; the 2 standing for a split's prologue, epilogue and share of
+/// the combine, in 64-key tiles), with at least two KV tiles of `bn` keys per split and at most 64 splits.
+/// A split count that leaves block slots empty costs as much as a full wave: one block per slot is what keeps
+/// enough loads in flight.
+pub fn decode_num_splits(
+    batch: usize,
+    m_tiles: usize,
+    max_seqlen_k: usize,
+    num_sms: usize,
+    blocks_per_sm: usize,
+    bn: usize,
+) -> usize {
     let blocks = (batch * m_tiles).max(1);
-    let sms = num_sms.max(1);
-    let tiles = max_seqlen_k.div_ceil(bn.max(1));
+    let slots = num_sms.max(1) * blocks_per_sm.max(1);
+    let bn = bn.max(1);
+    let tiles = max_seqlen_k.div_ceil(bn);
     let cap = (tiles / 2).clamp(1, 64);
-    let cost = |s: usize| (blocks * s).div_ceil(sms) * (tiles.div_ceil(s) + 2);
+    let overhead = 2 * 64usize.div_ceil(bn);
+    let cost = |s: usize| (blocks * s).div_ceil(slots) * (tiles.div_ceil(s) + overhead);
     (1..=cap).min_by_key(|&s| cost(s)).unwrap_or(1)
 }
 

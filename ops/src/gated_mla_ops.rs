@@ -522,7 +522,9 @@ pub fn decode_plan_knobs(pb: &DecodeProblem, knobs: &Knobs) -> Result<(Knobs, us
         forced
     } else {
         let (bm, bn) = (k.u32("BM")? as usize, k.u32("BN")? as usize);
-        decode_num_splits(pb.b, pb.rows().div_ceil(bm.max(1)), pb.max_len(), DECODE_NUM_SMS, bn)
+        // Invalid knobs are reported by the kernel build; the split count does not matter for them.
+        let per_sm = decode_blocks_per_sm(&DecodeSpec::default(), &k).unwrap_or(1);
+        decode_num_splits(pb.b, pb.rows().div_ceil(bm.max(1)), pb.max_len(), DECODE_NUM_SMS, per_sm, bn)
     };
     Ok((k, nsplit))
 }

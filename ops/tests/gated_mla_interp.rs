@@ -7,6 +7,7 @@
 //! Every case is a [`Plan`] run by [`Executor::Cpu`] (`k3k_codegen::cpu::interp::run` on each step); with
 //! `K3K_GPU=1` the same plans also run on GPU 0 and must pass the same checks.
 use k3k_ir::*;
+use k3k_ops::OpError;
 use k3k_ops::gated_mla::*;
 use k3k_ops::plan::{Executor, GpuExec, Outputs, Plan};
 use k3k_reference::metrics::{first_nonfinite_mismatch, rel_l2};
@@ -287,6 +288,17 @@ fn decode_case(lens: &[usize], s_q: usize, h: usize, nsplit: usize, knobs: &Knob
     first.unwrap()
 }
 
+/// The decode knobs that were the default before 32-key stages (one block per SM).
+fn bn64() -> Knobs {
+    Knobs::new()
+        .with("SCORES", "shared")
+        .with("BM", 16i64)
+        .with("BN", 64i64)
+        .with("WM", 1i64)
+        .with("WN", 4i64)
+        .with("STAGES", 2i64)
+}
+
 #[test]
 fn decode_paged_single_query() {
     // An empty request, a one-key request, a full page, ragged tails; 16 and 12 heads; 1 and 3 splits.
@@ -307,7 +319,7 @@ fn decode_paged_mtp_causal() {
 #[test]
 fn decode_other_knob_points() {
     let lens = [97usize, 0, 128];
-    let replicated = decode_default_knobs().with("SCORES", "replicated").with("BN", 32i64).with("STAGES", 3i64);
+    let replicated = bn64().with("SCORES", "replicated").with("BN", 32i64).with("STAGES", 3i64);
     decode_case(&lens, 1, 12, 2, &replicated);
     let narrow = decode_knobs_for_rows(32).with("BN", 32i64).with("WN", 2i64).with("STAGES", 3i64);
     decode_case(&lens, 2, 16, 3, &narrow);
@@ -319,18 +331,60 @@ fn decode_other_knob_points() {
         .with("WN", 2i64)
         .with("SCORES", "replicated");
     decode_case(&lens, 4, 12, 1, &wide);
+    // BN = 32 on 4 warps with the scores split over 2 warp columns (each pair computes the same 16 score
+    // columns) and 3 partial score accumulators; one m-tile and (s_q = 2, 16 heads) two m-tiles.
+    let paired = bn64().with("BN", 32i64).with("SWN", 2i64).with("QK_ACCS", 3i64);
+    assert_eq!(paired, decode_default_knobs());
+    decode_case(&lens, 1, 12, 2, &paired);
+    decode_case(&lens, 2, 16, 3, &paired);
+    // The former 64-key default; partial score accumulators with every score column group and with
+    // replicated scores.
+    decode_case(&lens, 1, 12, 2, &bn64());
+    decode_case(&lens, 1, 16, 1, &bn64().with("QK_ACCS", 3i64));
+    // 96 rows in two m-tiles of 48 on [3, 4] warps.
+    let rows48 = decode_knobs_for_rows(96).with("BM", 48i64).with("WM", 3i64).with("BN", 32i64).with("SWN", 2i64);
+    decode_case(&lens, 1, 96, 2, &rows48);
+    decode_case(&lens, 2, 12, 2, &replicated.clone().with("QK_ACCS", 3i64));
+}
+
+#[test]
+fn decode_new_knobs_are_checked() {
+    let spec = DecodeSpec::default();
+    let bad = |k: Knobs| assert!(matches!(build_decode(&spec, &k), Err(OpError::InvalidKnobs { .. })), "{k}");
+    // SWN must properly divide WN, only with shared scores, and leave 16-column score blocks.
+    bad(decode_default_knobs().with("SWN", 4i64));
+    bad(decode_default_knobs().with("SWN", 3i64));
+    bad(decode_default_knobs().with("SCORES", "replicated").with("SWN", 2i64));
+    bad(bn64().with("BN", 32i64));
+    // QK_ACCS must divide the 9 chunks of the 576-wide score product.
+    bad(decode_default_knobs().with("QK_ACCS", 2i64));
+    bad(decode_default_knobs().with("QK_ACCS", 0i64));
 }
 
 #[test]
 fn decode_num_splits_fills_the_gpu() {
     // Few requests: split until the SMs are busy, but never below two KV tiles per split.
-    assert_eq!(decode_num_splits(1, 1, 4096, 132, 64), 32);
-    assert!(decode_num_splits(4, 1, 8192, 132, 64) >= 16);
-    // Enough blocks already: one split.
-    assert_eq!(decode_num_splits(128, 1, 4096, 132, 64), 1);
-    assert_eq!(decode_num_splits(512, 4, 4096, 132, 64), 1);
+    assert_eq!(decode_num_splits(1, 1, 4096, 132, 1, 64), 32);
+    assert!(decode_num_splits(4, 1, 8192, 132, 1, 64) >= 16);
+    // Enough blocks already for one block per SM: one split.
+    assert_eq!(decode_num_splits(128, 1, 4096, 132, 1, 64), 1);
+    assert_eq!(decode_num_splits(512, 4, 4096, 132, 1, 64), 1);
+    // Two blocks per SM: 128 requests take two splits each (256 blocks in 264 slots).
+    assert_eq!(decode_num_splits(128, 1, 4096, 132, 2, 32), 2);
+    assert_eq!(decode_num_splits(128, 3, 4096, 132, 2, 32), 2);
     // Short contexts are not split.
-    assert_eq!(decode_num_splits(1, 1, 64, 132, 64), 1);
+    assert_eq!(decode_num_splits(1, 1, 64, 132, 1, 64), 1);
+}
+
+#[test]
+fn decode_blocks_per_sm_follow_shared_memory() {
+    let spec = DecodeSpec::default();
+    // 170 KB (Q + two 64-key stages + the score exchange): one block per SM.
+    assert_eq!(decode_blocks_per_sm(&spec, &bn64()).unwrap(), 1);
+    // 92 KB with 32-key stages: two.
+    assert_eq!(decode_blocks_per_sm(&spec, &decode_default_knobs()).unwrap(), 2);
+    // Invalid knobs are an error, not a guess.
+    assert!(decode_blocks_per_sm(&spec, &decode_default_knobs().with("BN", 48i64)).is_err());
 }
 
 // ---------------------------------------------------------------------------------------------------------
