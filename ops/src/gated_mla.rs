@@ -484,6 +484,12 @@ pub fn decode_knob_space() -> KnobSpace {
             [0i64, 2],
         )
         .axis(
+            "BT_PREFETCH",
+            "1: read the block-table entry of the next tile to load one loop iteration early (0: right before its \
+             copies, which then wait for the load)",
+            [0i64, 1],
+        )
+        .axis(
             "QK_ACCS",
             "independent partial score accumulators the 9 chunks of the 576-deep score product rotate over \
              (shorter tensor-core dependency chains; summed before the softmax)",
@@ -514,7 +520,8 @@ pub fn decode_knobs_for_rows(rows: usize) -> Knobs {
             .with("WN", 4i64)
             .with("STAGES", 2i64)
             .with("SWN", 2i64)
-            .with("QK_ACCS", 3i64),
+            .with("QK_ACCS", 3i64)
+            .with("BT_PREFETCH", 1i64),
         _ => k.with("BM", 32i64).with("BN", 64i64).with("WM", 2i64).with("WN", 4i64).with("STAGES", 2i64),
     }
 }
@@ -531,6 +538,8 @@ struct DecodeCfg {
     swn: u32,
     /// Partial score accumulators of the score product.
     qk_accs: u32,
+    /// Read each tile's block-table entry one loop iteration ahead.
+    bt_prefetch: bool,
     /// Register-tile registers per thread (the estimate the knob checks use).
     tile_regs: u32,
     /// Dynamic shared memory per block.
@@ -560,6 +569,11 @@ fn decode_cfg(spec: &DecodeSpec, k: &Knobs) -> Result<DecodeCfg, OpError> {
         },
         swn: opt_u32(k, "SWN", 0)?,
         qk_accs: opt_u32(k, "QK_ACCS", 1)?,
+        bt_prefetch: match opt_u32(k, "BT_PREFETCH", 0)? {
+            0 => false,
+            1 => true,
+            v => return invalid(OP, k, format!("BT_PREFETCH={v}: 0 or 1")),
+        },
         tile_regs: 0,
         smem: 0,
     };
@@ -726,10 +740,11 @@ pub fn build_decode(spec: &DecodeSpec, knobs: &Knobs) -> Result<Kernel, OpError>
     let diag = b.let_("diag", s_k.clone() - sqd.clone() + i_lo);
     let scale_log2 = b.let_("scale_log2", scale * LOG2_E);
 
-    let load_stage = |b: &mut KernelBuilder, j: Expr| {
+    // The cache page of the split's KV tile j.
+    let blk_of = |j: Expr| load(bt, bi.clone() * maxb.clone() + (t0.clone() + j) * bn as i64 / page as i64);
+    let load_stage = |b: &mut KernelBuilder, j: Expr, blk: Expr| {
         let slot = j.clone() % st as i64;
         let kv0 = (t0.clone() + j) * bn as i64;
-        let blk = load(bt, bi.clone() * maxb.clone() + kv0.clone() / page as i64);
         let row0 = b.let_("cache_row", blk * page as i64 + kv0.clone() % page as i64);
         let rows = b.let_("keys", s_k.clone() - kv0);
         for c in 0..nch {
@@ -751,9 +766,18 @@ pub fn build_decode(spec: &DecodeSpec, knobs: &Knobs) -> Result<Kernel, OpError>
         b.copy_async(qd, qsrc);
     }
     for i in 0..st - 1 {
-        b.if_(Expr::Int(i as i64).lt(count.clone()), |b| load_stage(b, Expr::Int(i as i64)));
+        let j = Expr::Int(i as i64);
+        b.if_(j.lt(count.clone()), |b| load_stage(b, j.clone(), blk_of(j.clone())));
         b.commit();
     }
+    // BT_PREFETCH: the page of the tile a loop iteration loads is read from the block table one iteration
+    // earlier, so that the copies do not wait for a dependent global load.
+    let blk_next = c.bt_prefetch.then(|| {
+        let v = b.let_var("blk_next", 0i64);
+        let j = Expr::Int((st - 1) as i64);
+        b.if_(j.lt(count.clone()), |b| b.assign(v, blk_of(j.clone())));
+        v
+    });
     sm.init(&mut b);
     for &acc in &accs {
         b.map(acc, 0.0f64);
@@ -762,8 +786,13 @@ pub fn build_decode(spec: &DecodeSpec, knobs: &Knobs) -> Result<Kernel, OpError>
         b.wait(st - 2);
         b.barrier();
         let next = &j + (st - 1) as i64;
-        b.if_(next.lt(count.clone()), |b| load_stage(b, next.clone()));
+        let blk = blk_next.map_or_else(|| blk_of(next.clone()), Expr::Var);
+        b.if_(next.lt(count.clone()), |b| load_stage(b, next.clone(), blk));
         b.commit();
+        if let Some(v) = blk_next {
+            let after = &next + 1i64;
+            b.if_(after.lt(count.clone()), |b| b.assign(v, blk_of(after.clone())));
+        }
         let slot = &j % st as i64;
         let kv0 = b.let_("kv0", (t0.clone() + j.clone()) * bn as i64);
         b.map(s_calc, 0.0f64);
@@ -857,34 +886,41 @@ pub fn decode_num_splits(
 
 /// The combine tuning knobs.
 pub fn combine_knob_space() -> KnobSpace {
-    KnobSpace::default().axis("BM", "heads per block", [16i64, 32]).axis("WM", "warp rows", [1i64, 2]).axis(
-        "WN",
-        "warp columns over the value width",
-        [2i64, 4, 8],
-    )
+    KnobSpace::default()
+        .axis("BM", "heads per block", [16i64, 32])
+        .axis("WM", "warp rows", [1i64, 2])
+        .axis("WN", "warp columns over the value width", [2i64, 4, 8])
+        .axis("BC", "value columns per block (the grid's x covers head tiles times DV / BC)", [128i64, 512])
 }
 
-/// The combine knobs used when no tuning record exists.
+/// The combine knobs used when no tuning record exists: 128 value columns per block, so that 128 requests
+/// of 12 heads make 512 blocks (one block per request, as before, left most SMs with one block of 4 warps).
 pub fn combine_default_knobs() -> Knobs {
-    Knobs::new().with("BM", 16i64).with("WM", 1i64).with("WN", 4i64)
+    Knobs::new().with("BM", 16i64).with("WM", 1i64).with("WN", 4i64).with("BC", 128i64)
 }
 
 /// Build the split-merge kernel of decode.
 ///
 /// Tensor arguments, in order: `o_part [B, NSPLIT, SQ, H, DV]` f32 and `lse_part [B, NSPLIT, SQ, H]` f32 (as
 /// written by [`build_decode`]), outputs `o [B, SQ, H, DV]` bf16 and `lse [B, H, SQ]` f32 (natural log, +inf
-/// for a query that saw no key, whose o is 0). Grid: `(ceil(H / BM), SQ, B)`.
+/// for a query that saw no key, whose o is 0). Grid: `(ceil(H / BM) * DV / BC, SQ, B)` (`BC`, the value columns
+/// per block, defaults to DV when absent).
 pub fn build_decode_combine(spec: &DecodeSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
     const OP: &str = "gated_mla_decode_combine";
     let (bm, wm, wn) = (knobs.u32("BM")?, knobs.u32("WM")?, knobs.u32("WN")?);
-    if wm == 0 || wn == 0 || wm * wn > 16 || bm == 0 || bm % (16 * wm) != 0 || !spec.dv.is_multiple_of(8 * wn) {
-        return invalid(OP, knobs, format!("BM={bm} WM={wm} WN={wn} do not tile {bm}x{}", spec.dv));
+    let bc = opt_u32(knobs, "BC", spec.dv)?;
+    if bc == 0 || !spec.dv.is_multiple_of(bc) {
+        return invalid(OP, knobs, format!("BC={bc} must divide DV={}", spec.dv));
+    }
+    if wm == 0 || wn == 0 || wm * wn > 16 || bm == 0 || bm % (16 * wm) != 0 || !bc.is_multiple_of(8 * wn) {
+        return invalid(OP, knobs, format!("BM={bm} WM={wm} WN={wn} do not tile {bm}x{bc}"));
     }
     let threads = 32 * wm * wn;
-    if threads > 256 || 2 * bm * spec.dv / threads > 128 {
+    if threads > 256 || 2 * bm * bc / threads > 128 {
         return invalid(OP, knobs, "at most 8 warps and 128 tile registers per thread".into());
     }
     let dv = spec.dv;
+    let ncb = (dv / bc) as i64;
     let name = format!("k3k_mla_decode_combine_dv{dv}_{}", knobs.id().to_lowercase());
     let mut b = KernelBuilder::new(&name, threads);
     b.knobs(knobs.clone());
@@ -902,11 +938,11 @@ pub fn build_decode_combine(spec: &DecodeSpec, knobs: &Knobs) -> Result<Kernel, 
         b.tensor("lse_part", DType::F32, &[bsz.clone(), nsplit.clone(), sqd.clone(), h.clone()], Access::Read);
     let o = b.tensor("o", DType::Bf16, &[bsz.clone(), sqd.clone(), h.clone(), Expr::from(dv)], Access::Write);
     let lse = b.tensor("lse", DType::F32, &[bsz.clone(), h.clone(), sqd.clone()], Access::Write);
-    b.grid(h.ceil_div(bm as i64), sqd.clone(), bsz);
+    b.grid(h.ceil_div(bm as i64) * ncb, sqd.clone(), bsz);
 
     let warps = [wm, wn];
-    let acc = b.tile("acc", DType::F32, bm, dv, warps);
-    let part = b.tile("o_split", DType::F32, bm, dv, warps);
+    let acc = b.tile("acc", DType::F32, bm, bc, warps);
+    let part = b.tile("o_split", DType::F32, bm, bc, warps);
     let mx = b.vec("m", bm, warps);
     let mu = b.vec("mu", bm, warps);
     let lj = b.vec("lse_split", bm, warps);
@@ -914,7 +950,8 @@ pub fn build_decode_combine(spec: &DecodeSpec, knobs: &Knobs) -> Result<Kernel, 
     let sum = b.vec("sum", bm, warps);
     let out = b.vec("out", bm, warps);
 
-    let h0 = b.let_("h0", Expr::block_idx(0) * bm as i64);
+    let h0 = b.let_("h0", Expr::block_idx(0) / ncb * bm as i64);
+    let c0 = b.let_("c0", Expr::block_idx(0) % ncb * bc as i64);
     let qi = b.let_("query", Expr::block_idx(1));
     let bi = b.let_("req", Expr::block_idx(2));
     let rows = b.let_("rows", h.clone() - h0.clone());
@@ -933,15 +970,19 @@ pub fn build_decode_combine(spec: &DecodeSpec, knobs: &Knobs) -> Result<Kernel, 
         b.load_vec(lj, vec_view(lse_part, part_row(&s), 1i64, rows.clone()));
         b.vec_map(w, (rv(lj) - rv(mu)).exp2());
         b.vec_map(sum, rv(sum) + rv(w));
-        b.load(part, Place::Global(view(o_part, part_row(&s) * dv as i64, dv as i64, rows.clone(), dv as i64, 2)));
+        let src = view(o_part, part_row(&s) * dv as i64 + c0.clone(), dv as i64, rows.clone(), bc as i64, 2);
+        b.load(part, Place::Global(src));
         b.map(acc, el(acc) + rv(w) * el(part));
     });
     b.vec_map(out, Expr::select(rv(sum).gt(0.0f64), rv(sum).recip(), 0.0f64));
     b.map(acc, el(acc) * rv(out));
-    let o_off = ((bi.clone() * sqd.clone() + qi.clone()) * h.clone() + h0.clone()) * dv as i64;
-    b.store(acc, Place::Global(view(o, o_off, dv as i64, rows.clone(), dv as i64, 2)));
-    b.vec_map(out, Expr::select(rv(sum).gt(0.0f64), (rv(mu) + rv(sum).log2()) * LN_2, POS_INF));
-    b.store_vec(out, vec_view(lse, (bi * h + h0) * sqd.clone() + qi, sqd, rows));
+    let o_off = ((bi.clone() * sqd.clone() + qi.clone()) * h.clone() + h0.clone()) * dv as i64 + c0.clone();
+    b.store(acc, Place::Global(view(o, o_off, dv as i64, rows.clone(), bc as i64, 2)));
+    // The LSE once per head tile (by its first column block).
+    b.if_(c0.eq(0i64), |b| {
+        b.vec_map(out, Expr::select(rv(sum).gt(0.0f64), (rv(mu) + rv(sum).log2()) * LN_2, POS_INF));
+        b.store_vec(out, vec_view(lse, (bi * h + h0) * sqd.clone() + qi, sqd, rows));
+    });
     Ok(b.finish()?)
 }
 

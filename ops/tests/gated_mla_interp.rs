@@ -248,6 +248,18 @@ fn paged_cache(rng: &mut StdRng, lens: &[usize], d: usize, page: usize) -> Paged
 /// Split-KV decode + combine against `mla_decode_paged`; returns the bf16 latent output of the first executor
 /// (for chaining into the gate kernel).
 fn decode_case(lens: &[usize], s_q: usize, h: usize, nsplit: usize, knobs: &Knobs) -> Vec<f32> {
+    decode_case_combine(lens, s_q, h, nsplit, knobs, &combine_default_knobs())
+}
+
+/// [`decode_case`] with the combine kernel at `combine_knobs`.
+fn decode_case_combine(
+    lens: &[usize],
+    s_q: usize,
+    h: usize,
+    nsplit: usize,
+    knobs: &Knobs,
+    combine_knobs: &Knobs,
+) -> Vec<f32> {
     let seed = fresh_seed();
     let mut rng = seeded(seed);
     let spec = DecodeSpec::default();
@@ -258,8 +270,8 @@ fn decode_case(lens: &[usize], s_q: usize, h: usize, nsplit: usize, knobs: &Knob
     let seqlens: Vec<i64> = lens.iter().map(|&l| l as i64).collect();
     let table: Vec<i64> = paged.table.iter().map(|&x| x as i64).collect();
     let main = build_decode(&spec, knobs).unwrap();
-    let combine = build_decode_combine(&spec, &combine_default_knobs()).unwrap();
-    let what = format!("{} B={b} s_q={s_q} H={h} NSPLIT={nsplit} lens={lens:?}", main.name);
+    let combine = build_decode_combine(&spec, combine_knobs).unwrap();
+    let what = format!("{} + {} B={b} s_q={s_q} H={h} NSPLIT={nsplit} lens={lens:?}", main.name, combine.name);
     let mut plan = Plan::default();
     let q_i = plan.input("q", bf16(&[b, s_q, h, d], &q));
     let kv_i = plan.input("kv", bf16(&[paged.num_blocks, page, d], &paged.cache));
@@ -333,8 +345,17 @@ fn decode_other_knob_points() {
     decode_case(&lens, 4, 12, 1, &wide);
     // BN = 32 on 4 warps with the scores split over 2 warp columns (each pair computes the same 16 score
     // columns) and 3 partial score accumulators; one m-tile and (s_q = 2, 16 heads) two m-tiles.
-    let paired = bn64().with("BN", 32i64).with("SWN", 2i64).with("QK_ACCS", 3i64);
+    let paired = bn64().with("BN", 32i64).with("SWN", 2i64).with("QK_ACCS", 3i64).with("BT_PREFETCH", 1i64);
     assert_eq!(paired, decode_default_knobs());
+    // Block-table prefetch with 3 stages and 64-key tiles (one page per tile).
+    decode_case(
+        &lens,
+        2,
+        12,
+        2,
+        &bn64().with("STAGES", 3i64).with("BN", 32i64).with("SWN", 2i64).with("BT_PREFETCH", 1i64),
+    );
+    decode_case(&lens, 1, 12, 1, &bn64().with("BT_PREFETCH", 1i64));
     decode_case(&lens, 1, 12, 2, &paired);
     decode_case(&lens, 2, 16, 3, &paired);
     // The former 64-key default; partial score accumulators with every score column group and with
@@ -344,6 +365,11 @@ fn decode_other_knob_points() {
     // 96 rows in two m-tiles of 48 on [3, 4] warps.
     let rows48 = decode_knobs_for_rows(96).with("BM", 48i64).with("WM", 3i64).with("BN", 32i64).with("SWN", 2i64);
     decode_case(&lens, 1, 96, 2, &rows48);
+    // The combine over the whole value width (the former default) and over 256-column blocks.
+    let whole = Knobs::new().with("BM", 32i64).with("WM", 2i64).with("WN", 4i64).with("BC", 512i64);
+    decode_case_combine(&lens, 2, 12, 3, &paired, &whole);
+    let half = combine_default_knobs().with("WN", 8i64).with("BC", 256i64);
+    decode_case_combine(&lens, 1, 16, 2, &paired, &half);
     decode_case(&lens, 2, 12, 2, &replicated.clone().with("QK_ACCS", 3i64));
 }
 
@@ -359,6 +385,7 @@ fn decode_new_knobs_are_checked() {
     // QK_ACCS must divide the 9 chunks of the 576-wide score product.
     bad(decode_default_knobs().with("QK_ACCS", 2i64));
     bad(decode_default_knobs().with("QK_ACCS", 0i64));
+    bad(decode_default_knobs().with("BT_PREFETCH", 2i64));
 }
 
 #[test]
