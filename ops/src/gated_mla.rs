@@ -665,30 +665,57 @@ pub fn decode_blocks_per_sm(spec: &DecodeSpec, knobs: &Knobs) -> Result<usize, O
 /// Grid: `(ceil(SQ*H / BM), NSPLIT, B)`. Query i of s_q sees keys `[0, S_k - SQ + i]`. Split s of a request
 /// takes KV tiles `[s*c, min((s+1)*c, n))`, `c = ceil(n / NSPLIT)`, of the `n` tiles its rows can see.
 pub fn build_decode(spec: &DecodeSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
+    build_decode_impl(spec, knobs, false)
+}
+
+/// The decode kernel for one query per request and one split, writing the final outputs itself (no
+/// workspace, no combine launch).
+///
+/// Tensor arguments, in order: `q [B, 1, H, D]` bf16, `kv [NBLK, PAGE, D]` bf16, `block_table [B, MAXB]` i32,
+/// `cache_seqlens [B]` i32, then the outputs `o [B, 1, H, DV]` bf16 and `lse [B, H, 1]` f32 (natural log,
+/// +inf and o = 0 for a request without keys), exactly what [`build_decode`] + [`build_decode_combine`] write
+/// with `NSPLIT = 1`. Scalar: `scale`. Grid: `(ceil(H / BM), 1, B)`.
+pub fn build_decode_direct(spec: &DecodeSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
+    build_decode_impl(spec, knobs, true)
+}
+
+fn build_decode_impl(spec: &DecodeSpec, knobs: &Knobs, direct: bool) -> Result<Kernel, OpError> {
     let c = decode_cfg(spec, knobs)?;
     let (bm, bn, st) = (c.bm, c.bn, c.stages);
     let (d, dv, page) = (spec.d, spec.dv, spec.page);
-    let name = format!("k3k_mla_decode_d{d}_{dv}_p{page}_{}", knobs.id().to_lowercase());
+    let name = format!(
+        "k3k_mla_decode{}_d{d}_{dv}_p{page}_{}",
+        if direct { "_direct" } else { "" },
+        knobs.id().to_lowercase()
+    );
     let mut b = KernelBuilder::new(&name, 32 * c.wm * c.wn);
     b.knobs(knobs.clone());
     let bsz = b.dim("B");
-    let sqd = b.dim("SQ");
+    let sqd = if direct { Expr::Int(1) } else { b.dim("SQ") };
     let h = b.dim("H");
     let nblk = b.dim("NBLK");
     let maxb = b.dim("MAXB");
-    let nsplit = b.dim("NSPLIT");
+    let nsplit = if direct { Expr::Int(1) } else { b.dim("NSPLIT") };
     let q = b.tensor("q", DType::Bf16, &[bsz.clone(), sqd.clone(), h.clone(), Expr::from(d)], Access::Read);
     let kv = b.tensor("kv", DType::Bf16, &[nblk, Expr::from(page), Expr::from(d)], Access::Read);
     let bt = b.tensor("block_table", DType::I32, &[bsz.clone(), maxb.clone()], Access::Read);
     let seqlens = b.tensor("cache_seqlens", DType::I32, std::slice::from_ref(&bsz), Access::Read);
-    let o_part = b.tensor(
-        "o_part",
-        DType::F32,
-        &[bsz.clone(), nsplit.clone(), sqd.clone(), h.clone(), Expr::from(dv)],
-        Access::Write,
-    );
-    let lse_part =
-        b.tensor("lse_part", DType::F32, &[bsz.clone(), nsplit.clone(), sqd.clone(), h.clone()], Access::Write);
+    // Split-KV: normalised f32 partials and log2-domain LSEs; direct: o (bf16) and the natural-log lse.
+    let (o_part, lse_part) = if direct {
+        let o = b.tensor("o", DType::Bf16, &[bsz.clone(), sqd.clone(), h.clone(), Expr::from(dv)], Access::Write);
+        let lse = b.tensor("lse", DType::F32, &[bsz.clone(), h.clone(), sqd.clone()], Access::Write);
+        (o, lse)
+    } else {
+        let o_part = b.tensor(
+            "o_part",
+            DType::F32,
+            &[bsz.clone(), nsplit.clone(), sqd.clone(), h.clone(), Expr::from(dv)],
+            Access::Write,
+        );
+        let lse_part =
+            b.tensor("lse_part", DType::F32, &[bsz.clone(), nsplit.clone(), sqd.clone(), h.clone()], Access::Write);
+        (o_part, lse_part)
+    };
     let scale = b.float_arg("scale");
     b.grid((sqd.clone() * h.clone()).ceil_div(bm as i64), nsplit.clone(), bsz);
 
@@ -854,7 +881,8 @@ pub fn build_decode(spec: &DecodeSpec, knobs: &Knobs) -> Result<Kernel, OpError>
         );
         b.store(acc, Place::Global(dst));
     }
-    b.vec_map(lse_v, sm.lse_log2());
+    // Direct (one query, one split): row r of the tile is head m0 + r, at lse[(req * H + head) * 1 + 0].
+    b.vec_map(lse_v, if direct { sm.lse_nat() } else { sm.lse_log2() });
     b.store_vec(lse_v, vec_view(lse_part, part_row, 1i64, rows_valid));
     Ok(b.finish()?)
 }

@@ -373,6 +373,47 @@ fn decode_other_knob_points() {
     decode_case(&lens, 2, 12, 2, &replicated.clone().with("QK_ACCS", 3i64));
 }
 
+/// The one-split, one-query decode kernel that writes o and lse itself, against `mla_decode_paged`.
+fn decode_direct_case(lens: &[usize], h: usize, knobs: &Knobs) {
+    let seed = fresh_seed();
+    let mut rng = seeded(seed);
+    let spec = DecodeSpec::default();
+    let (d, dv, page) = (spec.d as usize, spec.dv as usize, spec.page as usize);
+    let b = lens.len();
+    let paged = paged_cache(&mut rng, lens, d, page);
+    let q = bf16_normal(&mut rng, b * h * d, 1.0);
+    let seqlens: Vec<i64> = lens.iter().map(|&l| l as i64).collect();
+    let table: Vec<i64> = paged.table.iter().map(|&x| x as i64).collect();
+    let main = build_decode_direct(&spec, knobs).unwrap();
+    let what = format!("{} B={b} H={h} lens={lens:?}", main.name);
+    let mut plan = Plan::default();
+    let q_i = plan.input("q", bf16(&[b, 1, h, d], &q));
+    let kv_i = plan.input("kv", bf16(&[paged.num_blocks, page, d], &paged.cache));
+    let bt_i = plan.input("block_table", i32s(&[b, paged.max_blocks], &table));
+    let sl_i = plan.input("cache_seqlens", i32s(&[b], &seqlens));
+    let o_i = plan.output("o", DType::Bf16, &[b, 1, h, dv]);
+    let l_i = plan.output("lse", DType::F32, &[b, h, 1]);
+    plan.step(main, &[q_i, kv_i, bt_i, sl_i, o_i, l_i], &[("scale", SymValue::Float(TAU))]);
+    let lens32: Vec<i32> = lens.iter().map(|&l| l as i32).collect();
+    let (want_o, want_lse) =
+        mla_decode_paged(&q, &paged.cache, &paged.table, &lens32, b, 1, h, d, dv, page, TAU as f64).unwrap();
+    run_everywhere(seed, &what, &plan, |ex, outs| {
+        check(&format!("{what} [{ex}] o"), seed, &f32s(outs, "o"), &want_o, BF16_TOL);
+        check(&format!("{what} [{ex}] lse"), seed, &f32s(outs, "lse"), &want_lse, LSE_TOL);
+    });
+}
+
+#[test]
+fn decode_direct_writes_the_final_outputs() {
+    // An empty request (o = 0, lse = +inf), one key, a full page, ragged tails.
+    let lens = [130usize, 0, 64, 1, 200];
+    decode_direct_case(&lens, 12, &decode_default_knobs());
+    decode_direct_case(&lens, 16, &bn64());
+    let rows48 = decode_knobs_for_rows(96).with("BM", 48i64).with("WM", 3i64).with("BN", 32i64).with("SWN", 2i64);
+    decode_direct_case(&lens[..3], 96, &rows48);
+    decode_direct_case(&lens[..3], 96, &decode_knobs_for_rows(96));
+}
+
 #[test]
 fn decode_new_knobs_are_checked() {
     let spec = DecodeSpec::default();

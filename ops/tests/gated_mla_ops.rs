@@ -65,7 +65,14 @@ fn decode_knob_mapping() {
     let one = DecodeProblem { b: 1, sq: 1, h: 12, lens: vec![4096] };
     assert_eq!(decode_plan_knobs(&one, &o.default_knobs()).unwrap().1, 64);
     let ks = o.kernels(&o.bench_presets()[1], &o.default_knobs()).unwrap();
+    // One split, one query: the direct kernel alone (no combine); DIRECT=0 keeps the split-KV pair.
+    assert_eq!(ks.len(), 1);
+    assert_eq!(ks[0].name, build_decode_direct(&DecodeSpec::default(), &decode_knobs_for_rows(96)).unwrap().name);
+    let ks = o.kernels(&o.bench_presets()[1], &o.default_knobs().with("DIRECT", 0i64)).unwrap();
+    assert_eq!(ks.len(), 2);
     assert_eq!(ks[0].name, build_decode(&DecodeSpec::default(), &decode_knobs_for_rows(96)).unwrap().name);
+    assert!(decode_plan(&h96, &o.default_knobs()).unwrap().2);
+    assert!(!decode_plan(&h12, &o.default_knobs()).unwrap().2);
 }
 
 #[test]
