@@ -1,6 +1,6 @@
 //! `gated_mla`: Multi-head Latent Attention with a sigmoid output gate (SPEC 2.4), written as IR tile programs.
 //!
-//! Four kernels:
+//! Five kernels:
 //! * [`build_prefill`]: FlashAttention-2 style prefill (MHA mode, `d_qk = 192`, `d_v = 128`). One block per
 //!   (q-tile of `BM` rows, head[, sequence]); the K/V windows stream through a `STAGES`-deep `cp.async` ring;
 //!   `S = Q K^T` and `P V` run on `mma.sync`; the online softmax works in the log2 domain with `tau * log2(e)`
@@ -15,10 +15,15 @@
 //!   LSE to workspace tensors (`NSPLIT` is a runtime dimension bound by the workspace shape; see
 //!   [`decode_num_splits`]). The `BM x 512` value accumulator is spread over `[WM, WN]` warps (as eight
 //!   64-column tiles); the softmax needs whole score rows on `[WM, 1]` warps, which either every column group
-//!   computes for itself (`SCORES=replicated`) or the `WN` groups compute a column slice each of and exchange
-//!   through shared memory (`SCORES=shared`, no redundant tensor-core work).
-//! * [`build_decode_combine`]: the log-sum-exp merge of the splits (always run; trivial for one split), writing
-//!   `o [B, s_q, H, 512]` bf16 and `lse [B, H, s_q]` f32 (natural log).
+//!   computes for itself (`SCORES=replicated`) or `SWN` (default all `WN`) column groups compute a column
+//!   slice each of and exchange through shared memory (`SCORES=shared`; no redundant tensor-core work when
+//!   `SWN = WN`, `WN / SWN` warps sharing a slice otherwise, which lets 32-key stages run on 4 warps and two
+//!   92 KB blocks share an SM). `QK_ACCS` partial score tiles shorten the tensor-core dependency chains of the
+//!   576-deep score product; `BT_PREFETCH` reads each tile's block-table entry one iteration early. The split
+//!   count fills `SMs x` [`decode_blocks_per_sm`] block slots. [`build_decode_direct`] is the same kernel for
+//!   one split and one query per request, writing the final `o` and `lse` itself (no combine).
+//! * [`build_decode_combine`]: the log-sum-exp merge of the splits (trivial for one split), writing
+//!   `o [B, s_q, H, 512]` bf16 and `lse [B, H, s_q]` f32 (natural log); `BC` value columns per block.
 //! * [`build_gate`]: the decode-side output projection `y = sigmoid(z) * (o_latent @ W_UV[h]^T)`, a per-head
 //!   GEMM with the gate fused in its epilogue.
 //!
@@ -509,7 +514,8 @@ pub fn decode_default_knobs() -> Knobs {
 /// score columns on 2 warp columns, 3 partial score accumulators). The 64-key variant (`BN=64, SWN=0,
 /// QK_ACCS=1`, 170 KB) ran one block of 4 warps per SM, 389 us under Nsight Compute at b = 128, S_k = 4096,
 /// H = 12: theoretical occupancy 6.25%, DRAM 32%, stalls on tensor-core and shared-memory latency.
-/// More rows: BM = 32 on [2, 4] warps, 64-key stages (732 us at H = 96 in a first sweep).
+/// More rows: BM = 32 on [2, 4] warps, 64-key stages (732 us at H = 96 in a first sweep, without the partial
+/// score accumulators and the block-table prefetch).
 pub fn decode_knobs_for_rows(rows: usize) -> Knobs {
     let k = Knobs::new().with("SCORES", "shared");
     match rows {
@@ -522,7 +528,14 @@ pub fn decode_knobs_for_rows(rows: usize) -> Knobs {
             .with("SWN", 2i64)
             .with("QK_ACCS", 3i64)
             .with("BT_PREFETCH", 1i64),
-        _ => k.with("BM", 32i64).with("BN", 64i64).with("WM", 2i64).with("WN", 4i64).with("STAGES", 2i64),
+        _ => k
+            .with("BM", 32i64)
+            .with("BN", 64i64)
+            .with("WM", 2i64)
+            .with("WN", 4i64)
+            .with("STAGES", 2i64)
+            .with("QK_ACCS", 3i64)
+            .with("BT_PREFETCH", 1i64),
     }
 }
 

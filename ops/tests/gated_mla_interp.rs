@@ -300,6 +300,17 @@ fn decode_case_combine(
     first.unwrap()
 }
 
+/// The decode knobs for more than 16 rows before the partial score accumulators and the block-table prefetch.
+fn rows32() -> Knobs {
+    Knobs::new()
+        .with("SCORES", "shared")
+        .with("BM", 32i64)
+        .with("BN", 64i64)
+        .with("WM", 2i64)
+        .with("WN", 4i64)
+        .with("STAGES", 2i64)
+}
+
 /// The decode knobs that were the default before 32-key stages (one block per SM).
 fn bn64() -> Knobs {
     Knobs::new()
@@ -333,15 +344,11 @@ fn decode_other_knob_points() {
     let lens = [97usize, 0, 128];
     let replicated = bn64().with("SCORES", "replicated").with("BN", 32i64).with("STAGES", 3i64);
     decode_case(&lens, 1, 12, 2, &replicated);
-    let narrow = decode_knobs_for_rows(32).with("BN", 32i64).with("WN", 2i64).with("STAGES", 3i64);
+    let narrow = rows32().with("BN", 32i64).with("WN", 2i64).with("STAGES", 3i64);
     decode_case(&lens, 2, 16, 3, &narrow);
     // 64 rows on [4, 1] score warps, value columns on [4, 2].
-    let wide = decode_knobs_for_rows(32)
-        .with("BM", 64i64)
-        .with("BN", 32i64)
-        .with("WM", 4i64)
-        .with("WN", 2i64)
-        .with("SCORES", "replicated");
+    let wide =
+        rows32().with("BM", 64i64).with("BN", 32i64).with("WM", 4i64).with("WN", 2i64).with("SCORES", "replicated");
     decode_case(&lens, 4, 12, 1, &wide);
     // BN = 32 on 4 warps with the scores split over 2 warp columns (each pair computes the same 16 score
     // columns) and 3 partial score accumulators; one m-tile and (s_q = 2, 16 heads) two m-tiles.
@@ -363,7 +370,7 @@ fn decode_other_knob_points() {
     decode_case(&lens, 1, 12, 2, &bn64());
     decode_case(&lens, 1, 16, 1, &bn64().with("QK_ACCS", 3i64));
     // 96 rows in two m-tiles of 48 on [3, 4] warps.
-    let rows48 = decode_knobs_for_rows(96).with("BM", 48i64).with("WM", 3i64).with("BN", 32i64).with("SWN", 2i64);
+    let rows48 = rows32().with("BM", 48i64).with("WM", 3i64).with("BN", 32i64).with("SWN", 2i64);
     decode_case(&lens, 1, 96, 2, &rows48);
     // The combine over the whole value width (the former default) and over 256-column blocks.
     let whole = Knobs::new().with("BM", 32i64).with("WM", 2i64).with("WN", 4i64).with("BC", 512i64);
@@ -409,7 +416,7 @@ fn decode_direct_writes_the_final_outputs() {
     let lens = [130usize, 0, 64, 1, 200];
     decode_direct_case(&lens, 12, &decode_default_knobs());
     decode_direct_case(&lens, 16, &bn64());
-    let rows48 = decode_knobs_for_rows(96).with("BM", 48i64).with("WM", 3i64).with("BN", 32i64).with("SWN", 2i64);
+    let rows48 = rows32().with("BM", 48i64).with("WM", 3i64).with("BN", 32i64).with("SWN", 2i64);
     decode_direct_case(&lens[..3], 96, &rows48);
     decode_direct_case(&lens[..3], 96, &decode_knobs_for_rows(96));
 }
