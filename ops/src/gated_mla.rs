@@ -1,6 +1,6 @@
 //! `gated_mla`: Multi-head Latent Attention with a sigmoid output gate (SPEC 2.4), written as IR tile programs.
 //!
-//! Four kernels:
+//! Five kernels:
 //! * [`build_prefill`]: FlashAttention-2 style prefill (MHA mode, `d_qk = 192`, `d_v = 128`). One block per
 //!   (q-tile of `BM` rows, head[, sequence]); the K/V windows stream through a `STAGES`-deep `cp.async` ring;
 //!   `S = Q K^T` and `P V` run on `mma.sync`; the online softmax works in the log2 domain with `tau * log2(e)`
@@ -15,10 +15,15 @@
 //!   LSE to workspace tensors (`NSPLIT` is a runtime dimension bound by the workspace shape; see
 //!   [`decode_num_splits`]). The `BM x 512` value accumulator is spread over `[WM, WN]` warps (as eight
 //!   64-column tiles); the softmax needs whole score rows on `[WM, 1]` warps, which either every column group
-//!   computes for itself (`SCORES=replicated`) or the `WN` groups compute a column slice each of and exchange
-//!   through shared memory (`SCORES=shared`, no redundant tensor-core work).
-//! * [`build_decode_combine`]: the log-sum-exp merge of the splits (always run; trivial for one split), writing
-//!   `o [B, s_q, H, 512]` bf16 and `lse [B, H, s_q]` f32 (natural log).
+//!   computes for itself (`SCORES=replicated`) or `SWN` (default all `WN`) column groups compute a column
+//!   slice each of and exchange through shared memory (`SCORES=shared`; no redundant tensor-core work when
+//!   `SWN = WN`, `WN / SWN` warps sharing a slice otherwise, which lets 32-key stages run on 4 warps and two
+//!   92 KB blocks share an SM). `QK_ACCS` partial score tiles shorten the tensor-core dependency chains of the
+//!   576-deep score product; `BT_PREFETCH` reads each tile's block-table entry one iteration early. The split
+//!   count fills `SMs x` [`decode_blocks_per_sm`] block slots. [`build_decode_direct`] is the same kernel for
+//!   one split and one query per request, writing the final `o` and `lse` itself (no combine).
+//! * [`build_decode_combine`]: the log-sum-exp merge of the splits (trivial for one split), writing
+//!   `o [B, s_q, H, 512]` bf16 and `lse [B, H, s_q]` f32 (natural log); `BC` value columns per block.
 //! * [`build_gate`]: the decode-side output projection `y = sigmoid(z) * (o_latent @ W_UV[h]^T)`, a per-head
 //!   GEMM with the gate fused in its epilogue.
 //!
@@ -466,9 +471,9 @@ impl Default for DecodeSpec {
 /// The decode tuning knobs.
 pub fn decode_knob_space() -> KnobSpace {
     KnobSpace::default()
-        .axis("BM", "packed (query, head) rows per block", [16i64, 32, 64])
+        .axis("BM", "packed (query, head) rows per block", [16i64, 32, 48, 64])
         .axis("BN", "keys per pipeline stage (divides the page)", [32i64, 64])
-        .axis("WM", "warp rows: the score tile is on [WM, 1] warps", [1i64, 2, 4])
+        .axis("WM", "warp rows: the score tile is on [WM, 1] warps", [1i64, 2, 3, 4])
         .axis("WN", "warp columns splitting the 512 value columns", [1i64, 2, 4])
         .axis("STAGES", "cp.async depth of the KV ring", [2i64, 3])
         .axis(
@@ -477,22 +482,60 @@ pub fn decode_knob_space() -> KnobSpace {
              WN groups split the score columns and exchange them through shared memory",
             ["replicated", "shared"],
         )
+        .axis(
+            "SWN",
+            "SCORES=shared: warp column groups that split the score columns (0: all WN; fewer lets BN = 32 run \
+             on 4 warps, each pair computing the same 16 columns, so that two blocks fit an SM)",
+            [0i64, 2],
+        )
+        .axis(
+            "BT_PREFETCH",
+            "1: read the block-table entry of the next tile to load one loop iteration early (0: right before its \
+             copies, which then wait for the load)",
+            [0i64, 1],
+        )
+        .axis(
+            "QK_ACCS",
+            "independent partial score accumulators the 9 chunks of the 576-deep score product rotate over \
+             (shorter tensor-core dependency chains; summed before the softmax)",
+            [1i64, 3],
+        )
 }
 
 /// The decode knobs used when no tuning record exists: one 16-row m-tile (12 or 16 heads at s_q = 1, the TP8
-/// case), four warps splitting the value columns and the score columns.
+/// case), four warps splitting the value columns, 32-key stages so that two blocks share an SM.
 pub fn decode_default_knobs() -> Knobs {
     decode_knobs_for_rows(16)
 }
 
-/// Sensible decode knobs for `rows = s_q * H` packed query rows per request (from a first sweep on an H200,
-/// b = 128, S_k = 4096: 255 us at H = 12, s_q = 1 (2.37 TB/s of cache); 256 us at H = 16, s_q = 2 (BM = 32,
-/// BN = 32 on [2, 2] warps: 292 us); 732 us at H = 96, s_q = 1 (BM = 64 on [4, 2] warps: 844 us)).
+/// Sensible decode knobs for `rows = s_q * H` packed query rows per request.
+///
+/// Up to 16 rows: BM = 16 on [1, 4] warps with 32-key stages (92 KB of shared memory, two blocks per SM; the
+/// score columns on 2 warp columns, 3 partial score accumulators). The 64-key variant (`BN=64, SWN=0,
+/// QK_ACCS=1`, 170 KB) ran one block of 4 warps per SM, 389 us under Nsight Compute at b = 128, S_k = 4096,
+/// H = 12: theoretical occupancy 6.25%, DRAM 32%, stalls on tensor-core and shared-memory latency.
+/// More rows: BM = 32 on [2, 4] warps, 64-key stages (732 us at H = 96 in a first sweep, without the partial
+/// score accumulators and the block-table prefetch).
 pub fn decode_knobs_for_rows(rows: usize) -> Knobs {
     let k = Knobs::new().with("SCORES", "shared");
     match rows {
-        0..=16 => k.with("BM", 16i64).with("BN", 64i64).with("WM", 1i64).with("WN", 4i64).with("STAGES", 2i64),
-        _ => k.with("BM", 32i64).with("BN", 64i64).with("WM", 2i64).with("WN", 4i64).with("STAGES", 2i64),
+        0..=16 => k
+            .with("BM", 16i64)
+            .with("BN", 32i64)
+            .with("WM", 1i64)
+            .with("WN", 4i64)
+            .with("STAGES", 2i64)
+            .with("SWN", 2i64)
+            .with("QK_ACCS", 3i64)
+            .with("BT_PREFETCH", 1i64),
+        _ => k
+            .with("BM", 32i64)
+            .with("BN", 64i64)
+            .with("WM", 2i64)
+            .with("WN", 4i64)
+            .with("STAGES", 2i64)
+            .with("QK_ACCS", 3i64)
+            .with("BT_PREFETCH", 1i64),
     }
 }
 
@@ -504,11 +547,29 @@ struct DecodeCfg {
     stages: u32,
     /// Scores split over the WN column groups and exchanged through shared memory.
     shared_scores: bool,
+    /// Warp column groups splitting the score columns (SCORES=shared; divides WN).
+    swn: u32,
+    /// Partial score accumulators of the score product.
+    qk_accs: u32,
+    /// Read each tile's block-table entry one loop iteration ahead.
+    bt_prefetch: bool,
+    /// Register-tile registers per thread (the estimate the knob checks use).
+    tile_regs: u32,
+    /// Dynamic shared memory per block.
+    smem: usize,
+}
+
+/// An optional integer knob (absent: `default`), so that knob sets written before it existed still parse.
+fn opt_u32(k: &Knobs, name: &str, default: u32) -> Result<u32, OpError> {
+    match k.0.get(name) {
+        None => Ok(default),
+        Some(_) => Ok(k.u32(name)?),
+    }
 }
 
 fn decode_cfg(spec: &DecodeSpec, k: &Knobs) -> Result<DecodeCfg, OpError> {
     const OP: &str = "gated_mla_decode";
-    let c = DecodeCfg {
+    let mut c = DecodeCfg {
         bm: k.u32("BM")?,
         bn: k.u32("BN")?,
         wm: k.u32("WM")?,
@@ -519,12 +580,34 @@ fn decode_cfg(spec: &DecodeSpec, k: &Knobs) -> Result<DecodeCfg, OpError> {
             "shared" => true,
             other => return invalid(OP, k, format!("SCORES={other}: replicated or shared")),
         },
+        swn: opt_u32(k, "SWN", 0)?,
+        qk_accs: opt_u32(k, "QK_ACCS", 1)?,
+        bt_prefetch: match opt_u32(k, "BT_PREFETCH", 0)? {
+            0 => false,
+            1 => true,
+            v => return invalid(OP, k, format!("BT_PREFETCH={v}: 0 or 1")),
+        },
+        tile_regs: 0,
+        smem: 0,
     };
-    if c.shared_scores && (c.wn == 1 || !(c.bn / c.wn).is_multiple_of(16)) {
-        return invalid(OP, k, format!("SCORES=shared needs WN > 1 and BN/WN={} a multiple of 16", c.bn / c.wn));
-    }
     if c.wm == 0 || c.wn == 0 || c.wm * c.wn > 16 {
         return invalid(OP, k, format!("WM*WN = {} warps must be in 1..=16", c.wm * c.wn));
+    }
+    if c.swn != 0 && (!c.shared_scores || c.swn >= c.wn || !c.wn.is_multiple_of(c.swn)) {
+        return invalid(OP, k, format!("SWN={} needs SCORES=shared and to be a proper divisor of WN={}", c.swn, c.wn));
+    }
+    if c.swn == 0 {
+        c.swn = if c.shared_scores { c.wn } else { 1 };
+    }
+    if c.shared_scores && (c.swn == 1 || !(c.bn / c.swn).is_multiple_of(16)) {
+        return invalid(
+            OP,
+            k,
+            format!("SCORES=shared needs more than one score warp column and BN/SWN={} a multiple of 16", c.bn / c.swn),
+        );
+    }
+    if c.qk_accs == 0 || !(spec.d / KC).is_multiple_of(c.qk_accs) {
+        return invalid(OP, k, format!("QK_ACCS={} must divide the {} score chunks", c.qk_accs, spec.d / KC));
     }
     if c.bm == 0 || !c.bm.is_multiple_of(16 * c.wm) {
         return invalid(OP, k, format!("BM={} must be a positive multiple of 16*WM={}", c.bm, 16 * c.wm));
@@ -544,11 +627,19 @@ fn decode_cfg(spec: &DecodeSpec, k: &Knobs) -> Result<DecodeCfg, OpError> {
     let threads = 32 * c.wm * c.wn;
     let acc = c.bm * spec.dv / threads;
     let srow = c.bm / c.wm * c.bn / 32;
-    let regs = acc + srow + srow / 2 + if c.shared_scores { srow / c.wn } else { 0 };
+    // The score tile and P, plus the partial score tiles the product accumulates into (the split tiles, or
+    // for replicated scores the extra partials beside the score tile itself).
+    let parts = if c.shared_scores { c.qk_accs * srow / c.swn } else { (c.qk_accs - 1) * srow };
+    let regs = acc + srow + srow / 2 + parts;
     // Tile registers per thread (accumulators, scores, P); ptxas needs up to ~100 more for fragments and
     // addresses (measured over the whole space: <= 160 assembles without spills, 176 spills). 512-thread
     // blocks get only 128 registers per thread.
-    let budget = if threads > 256 { 64 } else { 160 };
+    // 384-thread blocks (WM = 3, BM = 48: 96 rows in two m-tiles) get 170 registers per thread.
+    let budget = match threads {
+        0..=256 => 160,
+        257..=384 => 106,
+        _ => 64,
+    };
     if regs > budget {
         return invalid(OP, k, format!("{regs} tile registers per thread (max {budget} at {threads} threads)"));
     }
@@ -557,7 +648,25 @@ fn decode_cfg(spec: &DecodeSpec, k: &Knobs) -> Result<DecodeCfg, OpError> {
     if smem > MAX_SHARED_BYTES {
         return invalid(OP, k, format!("{smem} bytes of shared memory"));
     }
+    c.tile_regs = regs;
+    c.smem = smem;
     Ok(c)
+}
+
+/// Shared memory of one H100/H200 multiprocessor available to blocks, and what the driver reserves per block.
+const SM_SHARED_BYTES: usize = 233_472;
+const SM_SHARED_RESERVED: usize = 1024;
+
+/// How many decode blocks of these knobs one multiprocessor holds at once (sm_90: 228 KB of shared memory
+/// with 1 KB reserved per block, 2048 threads, 64 K registers; registers estimated as the tile registers
+/// plus 64 for fragments and addresses, which is above what ptxas allocated over the knob space).
+pub fn decode_blocks_per_sm(spec: &DecodeSpec, knobs: &Knobs) -> Result<usize, OpError> {
+    let c = decode_cfg(spec, knobs)?;
+    let threads = (32 * c.wm * c.wn) as usize;
+    let by_smem = SM_SHARED_BYTES / (c.smem + SM_SHARED_RESERVED);
+    let regs = ((c.tile_regs as usize + 64).min(255)).next_multiple_of(8);
+    let by_regs = 65536 / (regs * threads);
+    Ok(by_smem.min(2048 / threads).min(by_regs).clamp(1, 32))
 }
 
 /// Build the split-KV decode kernel.
@@ -569,30 +678,57 @@ fn decode_cfg(spec: &DecodeSpec, k: &Knobs) -> Result<DecodeCfg, OpError> {
 /// Grid: `(ceil(SQ*H / BM), NSPLIT, B)`. Query i of s_q sees keys `[0, S_k - SQ + i]`. Split s of a request
 /// takes KV tiles `[s*c, min((s+1)*c, n))`, `c = ceil(n / NSPLIT)`, of the `n` tiles its rows can see.
 pub fn build_decode(spec: &DecodeSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
+    build_decode_impl(spec, knobs, false)
+}
+
+/// The decode kernel for one query per request and one split, writing the final outputs itself (no
+/// workspace, no combine launch).
+///
+/// Tensor arguments, in order: `q [B, 1, H, D]` bf16, `kv [NBLK, PAGE, D]` bf16, `block_table [B, MAXB]` i32,
+/// `cache_seqlens [B]` i32, then the outputs `o [B, 1, H, DV]` bf16 and `lse [B, H, 1]` f32 (natural log,
+/// +inf and o = 0 for a request without keys), exactly what [`build_decode`] + [`build_decode_combine`] write
+/// with `NSPLIT = 1`. Scalar: `scale`. Grid: `(ceil(H / BM), 1, B)`.
+pub fn build_decode_direct(spec: &DecodeSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
+    build_decode_impl(spec, knobs, true)
+}
+
+fn build_decode_impl(spec: &DecodeSpec, knobs: &Knobs, direct: bool) -> Result<Kernel, OpError> {
     let c = decode_cfg(spec, knobs)?;
     let (bm, bn, st) = (c.bm, c.bn, c.stages);
     let (d, dv, page) = (spec.d, spec.dv, spec.page);
-    let name = format!("k3k_mla_decode_d{d}_{dv}_p{page}_{}", knobs.id().to_lowercase());
+    let name = format!(
+        "k3k_mla_decode{}_d{d}_{dv}_p{page}_{}",
+        if direct { "_direct" } else { "" },
+        knobs.id().to_lowercase()
+    );
     let mut b = KernelBuilder::new(&name, 32 * c.wm * c.wn);
     b.knobs(knobs.clone());
     let bsz = b.dim("B");
-    let sqd = b.dim("SQ");
+    let sqd = if direct { Expr::Int(1) } else { b.dim("SQ") };
     let h = b.dim("H");
     let nblk = b.dim("NBLK");
     let maxb = b.dim("MAXB");
-    let nsplit = b.dim("NSPLIT");
+    let nsplit = if direct { Expr::Int(1) } else { b.dim("NSPLIT") };
     let q = b.tensor("q", DType::Bf16, &[bsz.clone(), sqd.clone(), h.clone(), Expr::from(d)], Access::Read);
     let kv = b.tensor("kv", DType::Bf16, &[nblk, Expr::from(page), Expr::from(d)], Access::Read);
     let bt = b.tensor("block_table", DType::I32, &[bsz.clone(), maxb.clone()], Access::Read);
     let seqlens = b.tensor("cache_seqlens", DType::I32, std::slice::from_ref(&bsz), Access::Read);
-    let o_part = b.tensor(
-        "o_part",
-        DType::F32,
-        &[bsz.clone(), nsplit.clone(), sqd.clone(), h.clone(), Expr::from(dv)],
-        Access::Write,
-    );
-    let lse_part =
-        b.tensor("lse_part", DType::F32, &[bsz.clone(), nsplit.clone(), sqd.clone(), h.clone()], Access::Write);
+    // Split-KV: normalised f32 partials and log2-domain LSEs; direct: o (bf16) and the natural-log lse.
+    let (o_part, lse_part) = if direct {
+        let o = b.tensor("o", DType::Bf16, &[bsz.clone(), sqd.clone(), h.clone(), Expr::from(dv)], Access::Write);
+        let lse = b.tensor("lse", DType::F32, &[bsz.clone(), h.clone(), sqd.clone()], Access::Write);
+        (o, lse)
+    } else {
+        let o_part = b.tensor(
+            "o_part",
+            DType::F32,
+            &[bsz.clone(), nsplit.clone(), sqd.clone(), h.clone(), Expr::from(dv)],
+            Access::Write,
+        );
+        let lse_part =
+            b.tensor("lse_part", DType::F32, &[bsz.clone(), nsplit.clone(), sqd.clone(), h.clone()], Access::Write);
+        (o_part, lse_part)
+    };
     let scale = b.float_arg("scale");
     b.grid((sqd.clone() * h.clone()).ceil_div(bm as i64), nsplit.clone(), bsz);
 
@@ -606,14 +742,22 @@ pub fn build_decode(spec: &DecodeSpec, knobs: &Knobs) -> Result<Kernel, OpError>
     let s = b.tile("s", DType::F32, bm, bn, s_warps);
     let p = b.tile("p", DType::Bf16, bm, bn, s_warps);
     let accs: Vec<TileId> = (0..nv).map(|c| b.tile(&format!("acc{c}"), DType::F32, bm, KC, acc_warps)).collect();
-    // With shared scores each warp computes a [BM/WM, BN/WN] block of the scores (no redundant products) and
-    // the full rows are read back from shared memory onto the [WM, 1] tile the softmax needs.
+    // With shared scores each warp computes a [BM/WM, BN/SWN] block of the scores (no redundant products
+    // when SWN = WN; WN/SWN warps share a block otherwise) and the full rows are read back from shared memory
+    // onto the [WM, 1] tile the softmax needs.
     let exchange = c.shared_scores.then(|| {
-        let sw = b.tile("s_split", DType::F32, bm, bn, acc_warps);
+        let sw = b.tile("s_split", DType::F32, bm, bn, [c.wm, c.swn]);
         let ss = b.shared("sS", DType::F32, bm, bn, 1, Swizzle::Xor16B);
         (sw, ss)
     });
     let s_calc = exchange.map_or(s, |(sw, _)| sw);
+    // Extra partial score accumulators (QK_ACCS > 1), on the same warps as the tile they are summed into.
+    let s_parts: Vec<TileId> = (1..c.qk_accs)
+        .map(|i| {
+            let w = if c.shared_scores { [c.wm, c.swn] } else { s_warps };
+            b.tile(&format!("s_part{i}"), DType::F32, bm, bn, w)
+        })
+        .collect();
     let sm = OnlineSoftmax::new(&mut b, bm, s_warps, acc_warps);
     let inv_l = b.vec("inv_l", bm, acc_warps);
     let lse_v = b.vec("lse_rows", bm, s_warps);
@@ -636,10 +780,11 @@ pub fn build_decode(spec: &DecodeSpec, knobs: &Knobs) -> Result<Kernel, OpError>
     let diag = b.let_("diag", s_k.clone() - sqd.clone() + i_lo);
     let scale_log2 = b.let_("scale_log2", scale * LOG2_E);
 
-    let load_stage = |b: &mut KernelBuilder, j: Expr| {
+    // The cache page of the split's KV tile j.
+    let blk_of = |j: Expr| load(bt, bi.clone() * maxb.clone() + (t0.clone() + j) * bn as i64 / page as i64);
+    let load_stage = |b: &mut KernelBuilder, j: Expr, blk: Expr| {
         let slot = j.clone() % st as i64;
         let kv0 = (t0.clone() + j) * bn as i64;
-        let blk = load(bt, bi.clone() * maxb.clone() + kv0.clone() / page as i64);
         let row0 = b.let_("cache_row", blk * page as i64 + kv0.clone() % page as i64);
         let rows = b.let_("keys", s_k.clone() - kv0);
         for c in 0..nch {
@@ -661,9 +806,18 @@ pub fn build_decode(spec: &DecodeSpec, knobs: &Knobs) -> Result<Kernel, OpError>
         b.copy_async(qd, qsrc);
     }
     for i in 0..st - 1 {
-        b.if_(Expr::Int(i as i64).lt(count.clone()), |b| load_stage(b, Expr::Int(i as i64)));
+        let j = Expr::Int(i as i64);
+        b.if_(j.lt(count.clone()), |b| load_stage(b, j.clone(), blk_of(j.clone())));
         b.commit();
     }
+    // BT_PREFETCH: the page of the tile a loop iteration loads is read from the block table one iteration
+    // earlier, so that the copies do not wait for a dependent global load.
+    let blk_next = c.bt_prefetch.then(|| {
+        let v = b.let_var("blk_next", 0i64);
+        let j = Expr::Int((st - 1) as i64);
+        b.if_(j.lt(count.clone()), |b| b.assign(v, blk_of(j.clone())));
+        v
+    });
     sm.init(&mut b);
     for &acc in &accs {
         b.map(acc, 0.0f64);
@@ -672,12 +826,36 @@ pub fn build_decode(spec: &DecodeSpec, knobs: &Knobs) -> Result<Kernel, OpError>
         b.wait(st - 2);
         b.barrier();
         let next = &j + (st - 1) as i64;
-        b.if_(next.lt(count.clone()), |b| load_stage(b, next.clone()));
+        let blk = blk_next.map_or_else(|| blk_of(next.clone()), Expr::Var);
+        b.if_(next.lt(count.clone()), |b| load_stage(b, next.clone(), blk));
         b.commit();
+        if let Some(v) = blk_next {
+            let after = &next + 1i64;
+            b.if_(after.lt(count.clone()), |b| b.assign(v, blk_of(after.clone())));
+        }
         let slot = &j % st as i64;
         let kv0 = b.let_("kv0", (t0.clone() + j.clone()) * bn as i64);
         b.map(s_calc, 0.0f64);
-        qk_chunks(b, s_calc, sq, skv, slot.clone() * nch as i64, nch, false);
+        if s_parts.is_empty() {
+            qk_chunks(b, s_calc, sq, skv, slot.clone() * nch as i64, nch, false);
+        } else {
+            // Chunk c goes to partial c % QK_ACCS: QK_ACCS independent chains of products, summed after.
+            let all: Vec<TileId> = std::iter::once(s_calc).chain(s_parts.iter().copied()).collect();
+            for &t in &s_parts {
+                b.map(t, 0.0f64);
+            }
+            let na = all.len() as i64;
+            b.for_("chunk", 0i64, nch as i64 / na, 1i64, |b, it| {
+                for (i, &t) in all.iter().enumerate() {
+                    let c = it.clone() * na + i as i64;
+                    let qa = Operand::Shared { src: b.slot(sq, c.clone()), transpose: false };
+                    let kb = Operand::Shared { src: b.slot(skv, slot.clone() * nch as i64 + c), transpose: true };
+                    b.mma(t, qa, kb);
+                }
+            });
+            let sum = s_parts.iter().fold(el(s_calc), |acc, &t| acc + el(t));
+            b.map(s_calc, sum);
+        }
         let key = kv0.clone() + Expr::ColIdx;
         let query = (m0.clone() + Expr::RowIdx) / h.clone();
         let visible = key.lt(s_k.clone()).and(key.le(s_k.clone() - sqd.clone() + query));
@@ -716,54 +894,74 @@ pub fn build_decode(spec: &DecodeSpec, knobs: &Knobs) -> Result<Kernel, OpError>
         );
         b.store(acc, Place::Global(dst));
     }
-    b.vec_map(lse_v, sm.lse_log2());
+    // Direct (one query, one split): row r of the tile is head m0 + r, at lse[(req * H + head) * 1 + 0].
+    b.vec_map(lse_v, if direct { sm.lse_nat() } else { sm.lse_log2() });
     b.store_vec(lse_v, vec_view(lse_part, part_row, 1i64, rows_valid));
     Ok(b.finish()?)
 }
 
 /// The split count the decode kernel should use for `batch` requests of `m_tiles` m-tiles each whose longest
-/// request has `max_seqlen_k` keys, on a GPU with `num_sms` multiprocessors (about one decode block per SM):
-/// the count minimising `waves * (tiles per split + 2)` (the 2 standing for a split's prologue, epilogue and
-/// share of the combine), with at least two KV tiles of `bn` keys per split and at most 64 splits.
-pub fn decode_num_splits(batch: usize, m_tiles: usize, max_seqlen_k: usize, num_sms: usize, bn: usize) -> usize {
+/// request has `max_seqlen_k` keys, on a GPU with `num_sms` multiprocessors that each hold `blocks_per_sm`
+/// decode blocks at once ([`decode_blocks_per_sm`]): the count minimising `waves * (tiles per split + 2)`
+/// (waves of `num_sms * blocks_per_sm` blocks; the 2 standing for a split's prologue, epilogue and share of
+/// the combine, in 64-key tiles), with at least two KV tiles of `bn` keys per split and at most 64 splits.
+/// A split count that leaves block slots empty costs as much as a full wave: one block per slot is what keeps
+/// enough loads in flight.
+pub fn decode_num_splits(
+    batch: usize,
+    m_tiles: usize,
+    max_seqlen_k: usize,
+    num_sms: usize,
+    blocks_per_sm: usize,
+    bn: usize,
+) -> usize {
     let blocks = (batch * m_tiles).max(1);
-    let sms = num_sms.max(1);
-    let tiles = max_seqlen_k.div_ceil(bn.max(1));
+    let slots = num_sms.max(1) * blocks_per_sm.max(1);
+    let bn = bn.max(1);
+    let tiles = max_seqlen_k.div_ceil(bn);
     let cap = (tiles / 2).clamp(1, 64);
-    let cost = |s: usize| (blocks * s).div_ceil(sms) * (tiles.div_ceil(s) + 2);
+    let overhead = 2 * 64usize.div_ceil(bn);
+    let cost = |s: usize| (blocks * s).div_ceil(slots) * (tiles.div_ceil(s) + overhead);
     (1..=cap).min_by_key(|&s| cost(s)).unwrap_or(1)
 }
 
 /// The combine tuning knobs.
 pub fn combine_knob_space() -> KnobSpace {
-    KnobSpace::default().axis("BM", "heads per block", [16i64, 32]).axis("WM", "warp rows", [1i64, 2]).axis(
-        "WN",
-        "warp columns over the value width",
-        [2i64, 4, 8],
-    )
+    KnobSpace::default()
+        .axis("BM", "heads per block", [16i64, 32])
+        .axis("WM", "warp rows", [1i64, 2])
+        .axis("WN", "warp columns over the value width", [2i64, 4, 8])
+        .axis("BC", "value columns per block (the grid's x covers head tiles times DV / BC)", [128i64, 512])
 }
 
-/// The combine knobs used when no tuning record exists.
+/// The combine knobs used when no tuning record exists: 128 value columns per block, so that 128 requests
+/// of 12 heads make 512 blocks (one block per request, as before, left most SMs with one block of 4 warps).
 pub fn combine_default_knobs() -> Knobs {
-    Knobs::new().with("BM", 16i64).with("WM", 1i64).with("WN", 4i64)
+    Knobs::new().with("BM", 16i64).with("WM", 1i64).with("WN", 4i64).with("BC", 128i64)
 }
 
 /// Build the split-merge kernel of decode.
 ///
 /// Tensor arguments, in order: `o_part [B, NSPLIT, SQ, H, DV]` f32 and `lse_part [B, NSPLIT, SQ, H]` f32 (as
 /// written by [`build_decode`]), outputs `o [B, SQ, H, DV]` bf16 and `lse [B, H, SQ]` f32 (natural log, +inf
-/// for a query that saw no key, whose o is 0). Grid: `(ceil(H / BM), SQ, B)`.
+/// for a query that saw no key, whose o is 0). Grid: `(ceil(H / BM) * DV / BC, SQ, B)` (`BC`, the value columns
+/// per block, defaults to DV when absent).
 pub fn build_decode_combine(spec: &DecodeSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
     const OP: &str = "gated_mla_decode_combine";
     let (bm, wm, wn) = (knobs.u32("BM")?, knobs.u32("WM")?, knobs.u32("WN")?);
-    if wm == 0 || wn == 0 || wm * wn > 16 || bm == 0 || bm % (16 * wm) != 0 || !spec.dv.is_multiple_of(8 * wn) {
-        return invalid(OP, knobs, format!("BM={bm} WM={wm} WN={wn} do not tile {bm}x{}", spec.dv));
+    let bc = opt_u32(knobs, "BC", spec.dv)?;
+    if bc == 0 || !spec.dv.is_multiple_of(bc) {
+        return invalid(OP, knobs, format!("BC={bc} must divide DV={}", spec.dv));
+    }
+    if wm == 0 || wn == 0 || wm * wn > 16 || bm == 0 || bm % (16 * wm) != 0 || !bc.is_multiple_of(8 * wn) {
+        return invalid(OP, knobs, format!("BM={bm} WM={wm} WN={wn} do not tile {bm}x{bc}"));
     }
     let threads = 32 * wm * wn;
-    if threads > 256 || 2 * bm * spec.dv / threads > 128 {
+    if threads > 256 || 2 * bm * bc / threads > 128 {
         return invalid(OP, knobs, "at most 8 warps and 128 tile registers per thread".into());
     }
     let dv = spec.dv;
+    let ncb = (dv / bc) as i64;
     let name = format!("k3k_mla_decode_combine_dv{dv}_{}", knobs.id().to_lowercase());
     let mut b = KernelBuilder::new(&name, threads);
     b.knobs(knobs.clone());
@@ -781,11 +979,11 @@ pub fn build_decode_combine(spec: &DecodeSpec, knobs: &Knobs) -> Result<Kernel, 
         b.tensor("lse_part", DType::F32, &[bsz.clone(), nsplit.clone(), sqd.clone(), h.clone()], Access::Read);
     let o = b.tensor("o", DType::Bf16, &[bsz.clone(), sqd.clone(), h.clone(), Expr::from(dv)], Access::Write);
     let lse = b.tensor("lse", DType::F32, &[bsz.clone(), h.clone(), sqd.clone()], Access::Write);
-    b.grid(h.ceil_div(bm as i64), sqd.clone(), bsz);
+    b.grid(h.ceil_div(bm as i64) * ncb, sqd.clone(), bsz);
 
     let warps = [wm, wn];
-    let acc = b.tile("acc", DType::F32, bm, dv, warps);
-    let part = b.tile("o_split", DType::F32, bm, dv, warps);
+    let acc = b.tile("acc", DType::F32, bm, bc, warps);
+    let part = b.tile("o_split", DType::F32, bm, bc, warps);
     let mx = b.vec("m", bm, warps);
     let mu = b.vec("mu", bm, warps);
     let lj = b.vec("lse_split", bm, warps);
@@ -793,7 +991,8 @@ pub fn build_decode_combine(spec: &DecodeSpec, knobs: &Knobs) -> Result<Kernel, 
     let sum = b.vec("sum", bm, warps);
     let out = b.vec("out", bm, warps);
 
-    let h0 = b.let_("h0", Expr::block_idx(0) * bm as i64);
+    let h0 = b.let_("h0", Expr::block_idx(0) / ncb * bm as i64);
+    let c0 = b.let_("c0", Expr::block_idx(0) % ncb * bc as i64);
     let qi = b.let_("query", Expr::block_idx(1));
     let bi = b.let_("req", Expr::block_idx(2));
     let rows = b.let_("rows", h.clone() - h0.clone());
@@ -812,15 +1011,19 @@ pub fn build_decode_combine(spec: &DecodeSpec, knobs: &Knobs) -> Result<Kernel, 
         b.load_vec(lj, vec_view(lse_part, part_row(&s), 1i64, rows.clone()));
         b.vec_map(w, (rv(lj) - rv(mu)).exp2());
         b.vec_map(sum, rv(sum) + rv(w));
-        b.load(part, Place::Global(view(o_part, part_row(&s) * dv as i64, dv as i64, rows.clone(), dv as i64, 2)));
+        let src = view(o_part, part_row(&s) * dv as i64 + c0.clone(), dv as i64, rows.clone(), bc as i64, 2);
+        b.load(part, Place::Global(src));
         b.map(acc, el(acc) + rv(w) * el(part));
     });
     b.vec_map(out, Expr::select(rv(sum).gt(0.0f64), rv(sum).recip(), 0.0f64));
     b.map(acc, el(acc) * rv(out));
-    let o_off = ((bi.clone() * sqd.clone() + qi.clone()) * h.clone() + h0.clone()) * dv as i64;
-    b.store(acc, Place::Global(view(o, o_off, dv as i64, rows.clone(), dv as i64, 2)));
-    b.vec_map(out, Expr::select(rv(sum).gt(0.0f64), (rv(mu) + rv(sum).log2()) * LN_2, POS_INF));
-    b.store_vec(out, vec_view(lse, (bi * h + h0) * sqd.clone() + qi, sqd, rows));
+    let o_off = ((bi.clone() * sqd.clone() + qi.clone()) * h.clone() + h0.clone()) * dv as i64 + c0.clone();
+    b.store(acc, Place::Global(view(o, o_off, dv as i64, rows.clone(), bc as i64, 2)));
+    // The LSE once per head tile (by its first column block).
+    b.if_(c0.eq(0i64), |b| {
+        b.vec_map(out, Expr::select(rv(sum).gt(0.0f64), (rv(mu) + rv(sum).log2()) * LN_2, POS_INF));
+        b.store_vec(out, vec_view(lse, (bi * h + h0) * sqd.clone() + qi, sqd, rows));
+    });
     Ok(b.finish()?)
 }
 

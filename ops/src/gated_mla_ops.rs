@@ -9,8 +9,10 @@
 //!   decode kernel's ([`decode_knob_space`]), mapped as [`decode_plan_knobs`] says: the operator defaults
 //!   stand for "the defaults for this row count" ([`decode_knobs_for_rows`]`(SQ * H)`), any other set is used
 //!   as given; an extra integer knob `NSPLIT` (not in the space, 0 or absent = automatic) fixes the split
-//!   count, otherwise [`decode_num_splits`] picks it for an H200 ([`DECODE_NUM_SMS`] multiprocessors). The
-//!   combine kernel always runs at [`combine_default_knobs`].
+//!   count, otherwise [`decode_num_splits`] picks it for an H200 ([`DECODE_NUM_SMS`] multiprocessors, times
+//!   [`decode_blocks_per_sm`]). The combine kernel runs at [`combine_default_knobs`]; with one split and one
+//!   query per request the plan runs [`build_decode_direct`] instead (no combine) unless the plan knob
+//!   `DIRECT=0` is given.
 //! * `gated_mla.gate`: the decode-side output projection [`build_gate`] (`y = sigmoid(z) * o_latent W_UV^T`);
 //!   presets `T` (tokens), `H`, `gate` (0/1, default 1).
 //!
@@ -510,11 +512,22 @@ impl DecodeProblem {
 /// ([`decode_default_knobs`]); the split count is `NSPLIT` when given and positive, else [`decode_num_splits`]
 /// for [`DECODE_NUM_SMS`] multiprocessors.
 pub fn decode_plan_knobs(pb: &DecodeProblem, knobs: &Knobs) -> Result<(Knobs, usize), OpError> {
+    decode_plan(pb, knobs).map(|(k, n, _)| (k, n))
+}
+
+/// [`decode_plan_knobs`] plus whether the plan runs [`build_decode_direct`] (one query per request and one
+/// split: the decode kernel writes o and lse itself and no combine runs), which the optional plan knob
+/// `DIRECT=0` turns off (it is not passed to the kernel either).
+pub fn decode_plan(pb: &DecodeProblem, knobs: &Knobs) -> Result<(Knobs, usize, bool), OpError> {
     let mut k = knobs.clone();
-    let forced = match k.0.remove("NSPLIT") {
-        None => 0,
-        Some(v) => Knobs::new().with("NSPLIT", v).int("NSPLIT")?.max(0) as usize,
+    let plan_int = |k: &mut Knobs, name: &str| -> Result<Option<i64>, OpError> {
+        match k.0.remove(name) {
+            None => Ok(None),
+            Some(v) => Ok(Some(Knobs::new().with(name, v).int(name)?)),
+        }
     };
+    let forced = plan_int(&mut k, "NSPLIT")?.unwrap_or(0).max(0) as usize;
+    let allow_direct = plan_int(&mut k, "DIRECT")?.unwrap_or(1) != 0;
     if k == decode_default_knobs() {
         k = decode_knobs_for_rows(pb.rows());
     }
@@ -522,9 +535,11 @@ pub fn decode_plan_knobs(pb: &DecodeProblem, knobs: &Knobs) -> Result<(Knobs, us
         forced
     } else {
         let (bm, bn) = (k.u32("BM")? as usize, k.u32("BN")? as usize);
-        decode_num_splits(pb.b, pb.rows().div_ceil(bm.max(1)), pb.max_len(), DECODE_NUM_SMS, bn)
+        // Invalid knobs are reported by the kernel build; the split count does not matter for them.
+        let per_sm = decode_blocks_per_sm(&DecodeSpec::default(), &k).unwrap_or(1);
+        decode_num_splits(pb.b, pb.rows().div_ceil(bm.max(1)), pb.max_len(), DECODE_NUM_SMS, per_sm, bn)
     };
-    Ok((k, nsplit))
+    Ok((k, nsplit, allow_direct && nsplit == 1 && pb.sq == 1))
 }
 
 struct DecodeInstance {
@@ -605,8 +620,11 @@ impl Operator for GatedMlaDecode {
     }
     fn kernels(&self, p: &Preset, knobs: &Knobs) -> Result<Vec<Kernel>, OpError> {
         let pb = DecodeProblem::from_preset(p)?;
-        let (k, _) = decode_plan_knobs(&pb, knobs)?;
+        let (k, _, direct) = decode_plan(&pb, knobs)?;
         let spec = DecodeSpec::default();
+        if direct {
+            return Ok(vec![build_decode_direct(&spec, &k)?]);
+        }
         Ok(vec![build_decode(&spec, &k)?, build_decode_combine(&spec, &combine_default_knobs())?])
     }
     fn bucket_dims(&self, p: &Preset) -> Vec<(String, u64)> {
@@ -628,14 +646,22 @@ impl Instance for DecodeInstance {
 
     fn plan(&self, knobs: &Knobs) -> Result<Plan, OpError> {
         let pb = &self.pb;
-        let (k, nsplit) = decode_plan_knobs(pb, knobs)?;
+        let (k, nsplit, direct) = decode_plan(pb, knobs)?;
         let spec = DecodeSpec::default();
-        let main = build_decode(&spec, &k)?;
-        let combine = build_decode_combine(&spec, &combine_default_knobs())?;
-        *self.last_plan.lock().unwrap() = format!("ran decode {k} with NSPLIT={nsplit}");
         let (b, sq, h) = (pb.b, pb.sq, pb.h);
         let mut plan = Plan::default();
         let ins: Vec<usize> = self.inputs.iter().map(|(n, t)| plan.input(n, t.clone())).collect();
+        if direct {
+            let main = build_decode_direct(&spec, &k)?;
+            *self.last_plan.lock().unwrap() = format!("ran decode {k} with NSPLIT=1, direct (no combine)");
+            let o = plan.output("o", DType::Bf16, &[b, sq, h, DV_LAT]);
+            let l = plan.output("lse", DType::F32, &[b, h, sq]);
+            plan.step(main, &[ins[0], ins[1], ins[2], ins[3], o, l], &[("scale", SymValue::Float(tau()))]);
+            return Ok(plan);
+        }
+        let main = build_decode(&spec, &k)?;
+        let combine = build_decode_combine(&spec, &combine_default_knobs())?;
+        *self.last_plan.lock().unwrap() = format!("ran decode {k} with NSPLIT={nsplit}");
         let op = plan.scratch("o_part", DType::F32, &[b, nsplit, sq, h, DV_LAT]);
         let lp = plan.scratch("lse_part", DType::F32, &[b, nsplit, sq, h]);
         let o = plan.output("o", DType::Bf16, &[b, sq, h, DV_LAT]);

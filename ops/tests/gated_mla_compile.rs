@@ -44,6 +44,28 @@ fn valid_points(space: &KnobSpace, build_fn: impl Fn(&Knobs) -> Result<Kernel, O
     ok
 }
 
+/// The decode knobs for more than 16 rows before the partial score accumulators and the block-table prefetch.
+fn rows32() -> Knobs {
+    Knobs::new()
+        .with("SCORES", "shared")
+        .with("BM", 32i64)
+        .with("BN", 64i64)
+        .with("WM", 2i64)
+        .with("WN", 4i64)
+        .with("STAGES", 2i64)
+}
+
+/// The decode knobs that were the default before 32-key stages (one block per SM).
+fn bn64() -> Knobs {
+    Knobs::new()
+        .with("SCORES", "shared")
+        .with("BM", 16i64)
+        .with("BN", 64i64)
+        .with("WM", 1i64)
+        .with("WN", 4i64)
+        .with("STAGES", 2i64)
+}
+
 #[test]
 fn prefill_kernels_compile_without_spills() {
     for causal in [true, false] {
@@ -74,16 +96,19 @@ fn decode_kernels_compile_without_spills() {
     assemble(&build_decode(&spec, &decode_default_knobs()).unwrap());
     valid_points(&decode_knob_space(), |k| build_decode(&spec, k));
     for k in [
-        decode_knobs_for_rows(32),
-        decode_knobs_for_rows(32).with("BN", 32i64).with("WN", 2i64).with("STAGES", 3i64),
-        decode_default_knobs().with("SCORES", "replicated").with("BN", 32i64).with("STAGES", 3i64),
-        decode_knobs_for_rows(64).with("SCORES", "replicated"),
-        decode_knobs_for_rows(32)
-            .with("BM", 64i64)
-            .with("BN", 32i64)
-            .with("WM", 4i64)
-            .with("WN", 2i64)
-            .with("SCORES", "replicated"),
+        rows32(),
+        decode_knobs_for_rows(96),
+        rows32().with("BN", 32i64).with("WN", 2i64).with("STAGES", 3i64),
+        bn64(),
+        bn64().with("SCORES", "replicated").with("BN", 32i64).with("STAGES", 3i64),
+        rows32().with("SCORES", "replicated"),
+        rows32().with("BM", 64i64).with("BN", 32i64).with("WM", 4i64).with("WN", 2i64).with("SCORES", "replicated"),
+        // Two blocks per SM: 32-key stages on 4 warps (score columns on 2), 3 partial score accumulators.
+        decode_default_knobs().with("QK_ACCS", 1i64),
+        bn64().with("QK_ACCS", 3i64),
+        // 96 rows in two m-tiles of 48 on [3, 4] warps (384 threads).
+        rows32().with("BM", 48i64).with("WM", 3i64).with("BN", 32i64).with("SWN", 2i64),
+        rows32().with("BN", 32i64).with("SWN", 2i64).with("QK_ACCS", 3i64),
     ] {
         assemble(&build_decode(&spec, &k).unwrap());
     }

@@ -7,6 +7,7 @@
 //! Every case is a [`Plan`] run by [`Executor::Cpu`] (`k3k_codegen::cpu::interp::run` on each step); with
 //! `K3K_GPU=1` the same plans also run on GPU 0 and must pass the same checks.
 use k3k_ir::*;
+use k3k_ops::OpError;
 use k3k_ops::gated_mla::*;
 use k3k_ops::plan::{Executor, GpuExec, Outputs, Plan};
 use k3k_reference::metrics::{first_nonfinite_mismatch, rel_l2};
@@ -247,6 +248,18 @@ fn paged_cache(rng: &mut StdRng, lens: &[usize], d: usize, page: usize) -> Paged
 /// Split-KV decode + combine against `mla_decode_paged`; returns the bf16 latent output of the first executor
 /// (for chaining into the gate kernel).
 fn decode_case(lens: &[usize], s_q: usize, h: usize, nsplit: usize, knobs: &Knobs) -> Vec<f32> {
+    decode_case_combine(lens, s_q, h, nsplit, knobs, &combine_default_knobs())
+}
+
+/// [`decode_case`] with the combine kernel at `combine_knobs`.
+fn decode_case_combine(
+    lens: &[usize],
+    s_q: usize,
+    h: usize,
+    nsplit: usize,
+    knobs: &Knobs,
+    combine_knobs: &Knobs,
+) -> Vec<f32> {
     let seed = fresh_seed();
     let mut rng = seeded(seed);
     let spec = DecodeSpec::default();
@@ -257,8 +270,8 @@ fn decode_case(lens: &[usize], s_q: usize, h: usize, nsplit: usize, knobs: &Knob
     let seqlens: Vec<i64> = lens.iter().map(|&l| l as i64).collect();
     let table: Vec<i64> = paged.table.iter().map(|&x| x as i64).collect();
     let main = build_decode(&spec, knobs).unwrap();
-    let combine = build_decode_combine(&spec, &combine_default_knobs()).unwrap();
-    let what = format!("{} B={b} s_q={s_q} H={h} NSPLIT={nsplit} lens={lens:?}", main.name);
+    let combine = build_decode_combine(&spec, combine_knobs).unwrap();
+    let what = format!("{} + {} B={b} s_q={s_q} H={h} NSPLIT={nsplit} lens={lens:?}", main.name, combine.name);
     let mut plan = Plan::default();
     let q_i = plan.input("q", bf16(&[b, s_q, h, d], &q));
     let kv_i = plan.input("kv", bf16(&[paged.num_blocks, page, d], &paged.cache));
@@ -287,6 +300,28 @@ fn decode_case(lens: &[usize], s_q: usize, h: usize, nsplit: usize, knobs: &Knob
     first.unwrap()
 }
 
+/// The decode knobs for more than 16 rows before the partial score accumulators and the block-table prefetch.
+fn rows32() -> Knobs {
+    Knobs::new()
+        .with("SCORES", "shared")
+        .with("BM", 32i64)
+        .with("BN", 64i64)
+        .with("WM", 2i64)
+        .with("WN", 4i64)
+        .with("STAGES", 2i64)
+}
+
+/// The decode knobs that were the default before 32-key stages (one block per SM).
+fn bn64() -> Knobs {
+    Knobs::new()
+        .with("SCORES", "shared")
+        .with("BM", 16i64)
+        .with("BN", 64i64)
+        .with("WM", 1i64)
+        .with("WN", 4i64)
+        .with("STAGES", 2i64)
+}
+
 #[test]
 fn decode_paged_single_query() {
     // An empty request, a one-key request, a full page, ragged tails; 16 and 12 heads; 1 and 3 splits.
@@ -307,30 +342,124 @@ fn decode_paged_mtp_causal() {
 #[test]
 fn decode_other_knob_points() {
     let lens = [97usize, 0, 128];
-    let replicated = decode_default_knobs().with("SCORES", "replicated").with("BN", 32i64).with("STAGES", 3i64);
+    let replicated = bn64().with("SCORES", "replicated").with("BN", 32i64).with("STAGES", 3i64);
     decode_case(&lens, 1, 12, 2, &replicated);
-    let narrow = decode_knobs_for_rows(32).with("BN", 32i64).with("WN", 2i64).with("STAGES", 3i64);
+    let narrow = rows32().with("BN", 32i64).with("WN", 2i64).with("STAGES", 3i64);
     decode_case(&lens, 2, 16, 3, &narrow);
     // 64 rows on [4, 1] score warps, value columns on [4, 2].
-    let wide = decode_knobs_for_rows(32)
-        .with("BM", 64i64)
-        .with("BN", 32i64)
-        .with("WM", 4i64)
-        .with("WN", 2i64)
-        .with("SCORES", "replicated");
+    let wide =
+        rows32().with("BM", 64i64).with("BN", 32i64).with("WM", 4i64).with("WN", 2i64).with("SCORES", "replicated");
     decode_case(&lens, 4, 12, 1, &wide);
+    // BN = 32 on 4 warps with the scores split over 2 warp columns (each pair computes the same 16 score
+    // columns) and 3 partial score accumulators; one m-tile and (s_q = 2, 16 heads) two m-tiles.
+    let paired = bn64().with("BN", 32i64).with("SWN", 2i64).with("QK_ACCS", 3i64).with("BT_PREFETCH", 1i64);
+    assert_eq!(paired, decode_default_knobs());
+    // Block-table prefetch with 3 stages and 64-key tiles (one page per tile).
+    decode_case(
+        &lens,
+        2,
+        12,
+        2,
+        &bn64().with("STAGES", 3i64).with("BN", 32i64).with("SWN", 2i64).with("BT_PREFETCH", 1i64),
+    );
+    decode_case(&lens, 1, 12, 1, &bn64().with("BT_PREFETCH", 1i64));
+    decode_case(&lens, 1, 12, 2, &paired);
+    decode_case(&lens, 2, 16, 3, &paired);
+    // The former 64-key default; partial score accumulators with every score column group and with
+    // replicated scores.
+    decode_case(&lens, 1, 12, 2, &bn64());
+    decode_case(&lens, 1, 16, 1, &bn64().with("QK_ACCS", 3i64));
+    // 96 rows in two m-tiles of 48 on [3, 4] warps.
+    let rows48 = rows32().with("BM", 48i64).with("WM", 3i64).with("BN", 32i64).with("SWN", 2i64);
+    decode_case(&lens, 1, 96, 2, &rows48);
+    // The combine over the whole value width (the former default) and over 256-column blocks.
+    let whole = Knobs::new().with("BM", 32i64).with("WM", 2i64).with("WN", 4i64).with("BC", 512i64);
+    decode_case_combine(&lens, 2, 12, 3, &paired, &whole);
+    let half = combine_default_knobs().with("WN", 8i64).with("BC", 256i64);
+    decode_case_combine(&lens, 1, 16, 2, &paired, &half);
+    decode_case(&lens, 2, 12, 2, &replicated.clone().with("QK_ACCS", 3i64));
+}
+
+/// The one-split, one-query decode kernel that writes o and lse itself, against `mla_decode_paged`.
+fn decode_direct_case(lens: &[usize], h: usize, knobs: &Knobs) {
+    let seed = fresh_seed();
+    let mut rng = seeded(seed);
+    let spec = DecodeSpec::default();
+    let (d, dv, page) = (spec.d as usize, spec.dv as usize, spec.page as usize);
+    let b = lens.len();
+    let paged = paged_cache(&mut rng, lens, d, page);
+    let q = bf16_normal(&mut rng, b * h * d, 1.0);
+    let seqlens: Vec<i64> = lens.iter().map(|&l| l as i64).collect();
+    let table: Vec<i64> = paged.table.iter().map(|&x| x as i64).collect();
+    let main = build_decode_direct(&spec, knobs).unwrap();
+    let what = format!("{} B={b} H={h} lens={lens:?}", main.name);
+    let mut plan = Plan::default();
+    let q_i = plan.input("q", bf16(&[b, 1, h, d], &q));
+    let kv_i = plan.input("kv", bf16(&[paged.num_blocks, page, d], &paged.cache));
+    let bt_i = plan.input("block_table", i32s(&[b, paged.max_blocks], &table));
+    let sl_i = plan.input("cache_seqlens", i32s(&[b], &seqlens));
+    let o_i = plan.output("o", DType::Bf16, &[b, 1, h, dv]);
+    let l_i = plan.output("lse", DType::F32, &[b, h, 1]);
+    plan.step(main, &[q_i, kv_i, bt_i, sl_i, o_i, l_i], &[("scale", SymValue::Float(TAU))]);
+    let lens32: Vec<i32> = lens.iter().map(|&l| l as i32).collect();
+    let (want_o, want_lse) =
+        mla_decode_paged(&q, &paged.cache, &paged.table, &lens32, b, 1, h, d, dv, page, TAU as f64).unwrap();
+    run_everywhere(seed, &what, &plan, |ex, outs| {
+        check(&format!("{what} [{ex}] o"), seed, &f32s(outs, "o"), &want_o, BF16_TOL);
+        check(&format!("{what} [{ex}] lse"), seed, &f32s(outs, "lse"), &want_lse, LSE_TOL);
+    });
+}
+
+#[test]
+fn decode_direct_writes_the_final_outputs() {
+    // An empty request (o = 0, lse = +inf), one key, a full page, ragged tails.
+    let lens = [130usize, 0, 64, 1, 200];
+    decode_direct_case(&lens, 12, &decode_default_knobs());
+    decode_direct_case(&lens, 16, &bn64());
+    let rows48 = rows32().with("BM", 48i64).with("WM", 3i64).with("BN", 32i64).with("SWN", 2i64);
+    decode_direct_case(&lens[..3], 96, &rows48);
+    decode_direct_case(&lens[..3], 96, &decode_knobs_for_rows(96));
+}
+
+#[test]
+fn decode_new_knobs_are_checked() {
+    let spec = DecodeSpec::default();
+    let bad = |k: Knobs| assert!(matches!(build_decode(&spec, &k), Err(OpError::InvalidKnobs { .. })), "{k}");
+    // SWN must properly divide WN, only with shared scores, and leave 16-column score blocks.
+    bad(decode_default_knobs().with("SWN", 4i64));
+    bad(decode_default_knobs().with("SWN", 3i64));
+    bad(decode_default_knobs().with("SCORES", "replicated").with("SWN", 2i64));
+    bad(bn64().with("BN", 32i64));
+    // QK_ACCS must divide the 9 chunks of the 576-wide score product.
+    bad(decode_default_knobs().with("QK_ACCS", 2i64));
+    bad(decode_default_knobs().with("QK_ACCS", 0i64));
+    bad(decode_default_knobs().with("BT_PREFETCH", 2i64));
 }
 
 #[test]
 fn decode_num_splits_fills_the_gpu() {
     // Few requests: split until the SMs are busy, but never below two KV tiles per split.
-    assert_eq!(decode_num_splits(1, 1, 4096, 132, 64), 32);
-    assert!(decode_num_splits(4, 1, 8192, 132, 64) >= 16);
-    // Enough blocks already: one split.
-    assert_eq!(decode_num_splits(128, 1, 4096, 132, 64), 1);
-    assert_eq!(decode_num_splits(512, 4, 4096, 132, 64), 1);
+    assert_eq!(decode_num_splits(1, 1, 4096, 132, 1, 64), 32);
+    assert!(decode_num_splits(4, 1, 8192, 132, 1, 64) >= 16);
+    // Enough blocks already for one block per SM: one split.
+    assert_eq!(decode_num_splits(128, 1, 4096, 132, 1, 64), 1);
+    assert_eq!(decode_num_splits(512, 4, 4096, 132, 1, 64), 1);
+    // Two blocks per SM: 128 requests take two splits each (256 blocks in 264 slots).
+    assert_eq!(decode_num_splits(128, 1, 4096, 132, 2, 32), 2);
+    assert_eq!(decode_num_splits(128, 3, 4096, 132, 2, 32), 2);
     // Short contexts are not split.
-    assert_eq!(decode_num_splits(1, 1, 64, 132, 64), 1);
+    assert_eq!(decode_num_splits(1, 1, 64, 132, 1, 64), 1);
+}
+
+#[test]
+fn decode_blocks_per_sm_follow_shared_memory() {
+    let spec = DecodeSpec::default();
+    // 170 KB (Q + two 64-key stages + the score exchange): one block per SM.
+    assert_eq!(decode_blocks_per_sm(&spec, &bn64()).unwrap(), 1);
+    // 92 KB with 32-key stages: two.
+    assert_eq!(decode_blocks_per_sm(&spec, &decode_default_knobs()).unwrap(), 2);
+    // Invalid knobs are an error, not a guess.
+    assert!(decode_blocks_per_sm(&spec, &decode_default_knobs().with("BN", 48i64)).is_err());
 }
 
 // ---------------------------------------------------------------------------------------------------------
