@@ -470,6 +470,53 @@ __device__ __forceinline__ void mma_rs(ACC& acc, const AT& at, const unsigned ch
 }
 
 // ---------------------------------------------------------------------------------------------------------
+// MXFP4 decode into a bf16 register tile (the A operand of mma_rs). In the packed layout word l of a 32-column
+// block holds columns 2l + 8f + h at nibble 2f + h, so lane l (l = lane % 4) reads one word per row and block
+// and byte f of it gives its fragment pair f. Per pair: one prmt puts the low nibble (shifted up by 4) in
+// byte 1 and the high nibble in byte 3, then sign bits stay and the three exponent/mantissa bits move down 6:
+// the bf16 bits of e2m1(q) * 2^-126 (e = 0 is the subnormal 0.5 * 2^-126). One bf16x2 multiply by 2^126 *
+// 2^(s-127) (exact: a power of two) gives the values; without `FOLD` (scale bytes above 128) two multiplies.
+__device__ __forceinline__ unsigned hmul2_bf16(unsigned a, unsigned b) {
+  unsigned r;
+  asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+  return r;
+}
+template <bool FOLD, bool FINITE> __device__ __forceinline__ unsigned fp4_scale2(unsigned s) {
+  if (FOLD) {
+    const unsigned m = s * 0x00800080u + 0x3F003F00u;  // bf16 2^(s-1) in both halves
+    return (!FINITE && s == 255u) ? 0x7FC07FC0u : m;
+  }
+  const unsigned m = s == 0u ? 0x00400040u : s * 0x00800080u;  // bf16 2^(s-127); s = 0: subnormal 2^-127
+  return (!FINITE && s == 255u) ? 0x7FC07FC0u : m;
+}
+template <bool FOLD> __device__ __forceinline__ unsigned fp4_pair(unsigned q4, unsigned q, int f, unsigned scale2) {
+  const unsigned u = __byte_perm(q4, q, (unsigned)(f | (f << 4) | ((4 + f) << 8) | ((4 + f) << 12)));
+  const unsigned v = (u & 0x80008000u) | ((u & 0x70007000u) >> 6);
+  return FOLD ? hmul2_bf16(v, scale2) : hmul2_bf16(hmul2_bf16(v, 0x7E807E80u), scale2);
+}
+template <bool FOLD, bool FINITE, class TT, class LQ, class LS>
+__device__ __forceinline__ void dequant_fp4(TT& t, const unsigned char* qt, int qr0, int qc0, const unsigned char* st,
+                                            int sr0, int sc0) {
+  static_assert(TT::L::NF % 4 == 0, "dequant_fp4: 32-column blocks per warp");
+#pragma unroll
+  for (int b = 0; b < TT::L::NB; ++b)
+#pragma unroll
+    for (int jp = 0; jp < 2; ++jp) {
+      const int r = TT::L::row(b, 2 * jp);
+#pragma unroll
+      for (int blk = 0; blk < TT::L::NF / 4; ++blk) {
+        const int bi = TT::L::col(4 * blk, 0) >> 5;
+        const unsigned q = *(const unsigned*)(qt + LQ::off(qr0 + r, qc0 + 4 * bi + (lane_id() & 3)));
+        const unsigned s = *(st + LS::off(sr0 + r, sc0 + bi));
+        const unsigned sc = fp4_scale2<FOLD, FINITE>(s);
+        const unsigned q4 = q << 4;
+#pragma unroll
+        for (int f = 0; f < 4; ++f) t.v[b][4 * blk + f][jp] = fp4_pair<FOLD>(q4, q, f, sc);
+      }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------
 // Warpgroup tensor cores (sm_90a wgmma). Operands are K-major shared tiles with 128-byte swizzled rows; a
 // descriptor names the start (16-byte units), the 1024-byte stride between 8-row atoms and the swizzle mode.
 // The per-shape instruction wrappers (`wgmma_n<N>`) are emitted by the renderer for the shapes a kernel uses.

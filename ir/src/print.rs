@@ -186,6 +186,17 @@ fn body(k: &Kernel, b: &[Stmt], depth: usize, s: &mut String) {
                     k.tiles[tile.0 as usize].name
                 );
             }
+            Stmt::DequantFp4 { tile, words, scales, fold, finite } => {
+                let _ = writeln!(
+                    s,
+                    "{pad}{} = dequant_fp4({}, {}){}{}",
+                    k.tiles[tile.0 as usize].name,
+                    shared_ref(k, words),
+                    shared_ref(k, scales),
+                    if *fold { " fold" } else { "" },
+                    if *finite { " finite" } else { "" }
+                );
+            }
             Stmt::Mma { acc, a, b } => {
                 let _ = writeln!(s, "{pad}{} += {} @ {}", k.tiles[acc.0 as usize].name, operand(k, a), operand(k, b));
             }

@@ -572,6 +572,7 @@ impl<'a> Checker<'a> {
             Stmt::LoadVec { .. } => ("vector load", BlockOnly),
             Stmt::StoreVec { .. } => ("vector store", BlockOnly),
             Stmt::Scan { .. } => ("scan", BlockOnly),
+            Stmt::DequantFp4 { .. } => ("dequant_fp4", BlockOnly),
             Stmt::Threads { .. } => ("threads region", BlockOnly),
             Stmt::StoreScalar { .. } => ("store_scalar", RegionOnly),
             Stmt::SharedStore { .. } => ("shared_store", RegionOnly),
@@ -807,6 +808,52 @@ impl<'a> Checker<'a> {
                 self.path.pop();
             }
             Stmt::Barrier | Stmt::AsyncCommit | Stmt::AsyncWait { .. } => {}
+            Stmt::DequantFp4 { tile, words, scales, .. } => {
+                let t = self.tile(*tile)?;
+                self.path.push(format!("dequant_fp4 `{}`", t.name));
+                let wc = t.cols / t.warps[1].max(1);
+                if t.dtype != DType::Bf16 || !t.cols.is_multiple_of(32) || !wc.is_multiple_of(32) {
+                    return Err(self.err(
+                        IrErrorKind::Layout,
+                        format!(
+                            "dequant_fp4 decodes into a bf16 tile whose columns and per-warp column band are \
+                             multiples of 32; `{}` is {} {}x{} on {:?} warps",
+                            t.name, t.dtype, t.rows, t.cols, t.warps
+                        ),
+                    ));
+                }
+                let dq = self.shared_ref(words)?;
+                let ds = self.shared_ref(scales)?;
+                if dq.dtype != DType::U32 || words.rows != t.rows || words.cols != t.cols / 8 {
+                    return Err(self.err(
+                        IrErrorKind::Shape,
+                        format!(
+                            "dequant_fp4 words: a u32 window of {}x{} is needed, got shared `{}` ({}) {}x{}",
+                            t.rows,
+                            t.cols / 8,
+                            dq.name,
+                            dq.dtype,
+                            words.rows,
+                            words.cols
+                        ),
+                    ));
+                }
+                if ds.dtype != DType::U8 || scales.rows != t.rows || scales.cols != t.cols / 32 {
+                    return Err(self.err(
+                        IrErrorKind::Shape,
+                        format!(
+                            "dequant_fp4 scales: a u8 window of {}x{} is needed, got shared `{}` ({}) {}x{}",
+                            t.rows,
+                            t.cols / 32,
+                            ds.name,
+                            ds.dtype,
+                            scales.rows,
+                            scales.cols
+                        ),
+                    ));
+                }
+                self.path.pop();
+            }
             Stmt::Map { tile, value } => {
                 let t = self.tile(*tile)?;
                 self.path.push(format!("map `{}`", t.name));

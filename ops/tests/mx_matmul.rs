@@ -114,6 +114,39 @@ fn k_splits_and_knob_points() {
 }
 
 #[test]
+fn bit_decode_matches_the_expression_decode() {
+    // DEC=bits (`Stmt::DequantFp4`) on packed weights: realistic (one folded multiply, no NaN select) and wide
+    // scales (two multiplies, NaN blocks), dense and grouped, with splits; bitwise equal to DEC=expr.
+    let mut rng = StdRng::seed_from_u64(rand::rng().random());
+    for (dims, extra) in [
+        (vec![("M", 5), ("K", 160), ("N", 40), ("packed", 1)], vec![("SPLIT", 1)]),
+        (vec![("M", 17), ("K", 96), ("N", 33), ("packed", 1), ("wide", 1)], vec![("SPLIT", 2), ("BK", 64)]),
+        (
+            vec![("G", 3), ("c0", 4), ("c1", 0), ("c2", 9), ("K", 128), ("N", 34), ("packed", 1), ("epilogue", 1)],
+            vec![("BN", 32), ("WA", 2), ("BK", 128)],
+        ),
+        (vec![("M", 3), ("K", 64), ("N", 20), ("packed", 1), ("wide", 1), ("act", 1)], vec![("BK", 32)]),
+    ] {
+        let p = Preset::new("dec", &dims);
+        let seed = rng.random();
+        let mut outs = vec![];
+        for dec in ["bits", "expr"] {
+            let kn = knobs(&extra).with("DEC", dec);
+            run(&p, seed, &kn);
+            let inst = Mxfp4Matmul.instance(&p, seed).unwrap();
+            let plan = inst.plan(&kn).unwrap();
+            outs.push(Executor::Cpu.run(&plan).unwrap().get("y").unwrap().data.clone());
+        }
+        assert_eq!(outs[0], outs[1], "{dims:?}");
+    }
+    // Natural layout: DEC=bits is an invalid knob (typed error), DEC=auto takes the expression path.
+    let p = Preset::new("nat", &[("M", 2), ("K", 64), ("N", 16)]);
+    let inst = Mxfp4Matmul.instance(&p, 1).unwrap();
+    assert!(matches!(inst.plan(&default_knobs().with("DEC", "bits")), Err(OpError::InvalidKnobs { .. })));
+    run(&p, 2, &default_knobs());
+}
+
+#[test]
 fn random_cases() {
     let seed: u64 = rand::rng().random();
     let mut rng = StdRng::seed_from_u64(seed);

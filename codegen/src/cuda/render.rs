@@ -412,6 +412,22 @@ impl<'a> Renderer<'a> {
                 };
                 self.line(&line);
             }
+            Stmt::DequantFp4 { tile, words, scales, fold, finite } => {
+                let line = format!(
+                    "k3k::dequant_fp4<{fold}, {finite}, {}, {}, {}>(t{}, {}, {}, {}, {}, {}, {});",
+                    self.tile_ty(*tile),
+                    self.shared_layout(words.buf),
+                    self.shared_layout(scales.buf),
+                    tile.0,
+                    self.shared_ptr(words),
+                    words.row0,
+                    words.col0,
+                    self.shared_ptr(scales),
+                    scales.row0,
+                    scales.col0
+                );
+                self.line(&line);
+            }
             Stmt::Scan { tile, scratch, op } => {
                 let d = &k.tiles[tile.0 as usize];
                 let op = match op {

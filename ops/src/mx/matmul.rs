@@ -93,6 +93,12 @@ pub fn knob_space() -> KnobSpace {
              shared bf16 tile, warpgroup MMA (BK=64, WA=BM/16, BM a multiple of 64); auto: wgmma for BM >= 128",
             ["auto", "sync", "wgmma"],
         )
+        .axis(
+            "DEC",
+            "MMA=sync weight decode: bits (packed layout only: one prmt + 3 bit ops + one bf16x2 multiply per two \
+             values, `Stmt::DequantFp4`), expr (the per-element IR expression); auto: bits for packed weights",
+            ["auto", "expr", "bits"],
+        )
 }
 
 /// Defaults: everything chosen from the problem shape.
@@ -108,6 +114,7 @@ pub fn default_knobs() -> Knobs {
         .with("CPS", 0i64)
         .with("RASTER", "m")
         .with("MMA", "auto")
+        .with("DEC", "auto")
 }
 
 /// Concrete knob values for one problem.
@@ -125,6 +132,8 @@ pub struct Cfg {
     /// Warpgroup MMA (`wgmma`) from a dequantized shared weight tile instead of `mma.sync` with the weights as
     /// register operands.
     pub wgmma: bool,
+    /// MMA=sync: decode the weights with [`Stmt::DequantFp4`] (packed layout) instead of a per-element map.
+    pub dec_bits: bool,
 }
 
 impl Cfg {
@@ -141,6 +150,7 @@ impl Cfg {
             .with("CPS", self.cps)
             .with("RASTER", if self.raster_m { "m" } else { "n" })
             .with("MMA", if self.wgmma { "wgmma" } else { "sync" })
+            .with("DEC", if self.dec_bits { "bits" } else { "expr" })
     }
     /// Shared memory of the main kernel, bytes (what `Kernel::shared_bytes` will report, up to alignment).
     pub fn shared_bytes(&self, packed: bool) -> usize {
@@ -209,7 +219,23 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, Op
     let stages = pick(knobs, "STAGES", if decode || wgmma { 4 } else { 3 })?;
     let wa = pick(knobs, "WA", if wgmma { bm / 16 } else { (bn / 16).min(if decode { 4 } else { 8 }) })?;
     let wb = pick(knobs, "WB", 1)?;
-    let mut c = Cfg { bn, bm, bk, stages, wa, wb, split: 1, cps: 1, raster_m: knobs.str("RASTER")? == "m", wgmma };
+    let dec_bits = match knobs.0.get("DEC") {
+        None => false,
+        Some(_) => match knobs.str("DEC")? {
+            "auto" => spec.packed && !wgmma,
+            "bits" => true,
+            "expr" => false,
+            other => {
+                return Err(OpError::InvalidKnobs {
+                    op: OP,
+                    knobs: knobs.to_string(),
+                    why: format!("DEC={other}: auto, expr or bits"),
+                });
+            }
+        },
+    };
+    let mut c =
+        Cfg { bn, bm, bk, stages, wa, wb, split: 1, cps: 1, raster_m: knobs.str("RASTER")? == "m", wgmma, dec_bits };
     c.cps = knobs.u32("CPS")?;
     // CTAs resident per SM: the persistent count, else an estimate from shared memory (registers permitting).
     let resident =
@@ -244,6 +270,9 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, Op
 fn validate(spec: &MatSpec, c: &Cfg, knobs: &Knobs) -> Result<(), OpError> {
     let invalid = |why: String| Err(OpError::InvalidKnobs { op: OP, knobs: knobs.to_string(), why });
     let glu = spec.epilogue.is_glu();
+    if c.dec_bits && (!spec.packed || c.wgmma) {
+        return invalid("DEC=bits decodes the packed weight layout on the MMA=sync path".into());
+    }
     if !c.bk.is_multiple_of(32) || c.bk == 0 || c.bk > 1024 {
         return invalid(format!("BK={} must be a positive multiple of 32 (at most 1024)", c.bk));
     }
@@ -539,8 +568,14 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
                     slot.clone()
                 };
                 for sub in 0..bk / 32 {
+                    if c.dec_bits {
+                        let q = b.window(sq, slot.clone(), 0, sub * 4, bn, 4);
+                        let s = b.window(ss, slot.clone(), 0, sub, bn, 1);
+                        b.dequant_fp4(wt, q, s, spec.fold, spec.finite);
+                    } else {
+                        b.map(wt, decode_expr(spec, sq, ss, &slot, Expr::Int(sub as i64), Expr::ColIdx));
+                    }
                     let sub = sub as i64;
-                    b.map(wt, decode_expr(spec, sq, ss, &slot, Expr::Int(sub), Expr::ColIdx));
                     let xw = b.window(sx, xslot.clone(), 0, (sub * 32) as u32, bm, 32);
                     b.mma(acc, Operand::Reg(wt), Operand::Shared { src: xw, transpose: true });
                 }
@@ -797,19 +832,25 @@ pub fn epilogue_expr(e: Epilogue, a: Expr, u: Expr) -> Expr {
     }
 }
 
-/// Rows and columns of one finalize tile.
+/// Rows and columns of one finalize tile (split-K runs on decode shapes: few rows, so narrow column tiles
+/// give more CTAs).
 const FM: u32 = 16;
-const FN: u32 = 128;
+const FN: u32 = 64;
+/// Up to this many splits the finalize's loop over the partials is unrolled (all loads in flight at once
+/// instead of one dependent round trip per partial).
+const FINALIZE_UNROLL: u32 = 16;
 
 /// The split-K finalize kernel: `part: [S, M, N] f32` (+ `p: [M] f32`) -> `y: [M, NO] bf16`, summing the S
-/// partials in order, then the epilogue.
-pub fn build_finalize(spec: &MatSpec) -> Result<Kernel, OpError> {
+/// partials in order, then the epilogue. With `split` <= 16 the loop over the S = `split` partials is unrolled.
+pub fn build_finalize(spec: &MatSpec, split: u32) -> Result<Kernel, OpError> {
     let glu = spec.epilogue.is_glu();
+    let unrolled = split <= FINALIZE_UNROLL;
     let name = format!(
-        "k3k_mxfp4_mm_finalize{}_{}_o{}",
+        "k3k_mxfp4_mm_finalize{}_{}_o{}{}",
         if spec.row_scale { "_p" } else { "" },
         spec.epilogue.name(),
-        spec.out_vec
+        spec.out_vec,
+        if unrolled { format!("_s{split}") } else { String::new() }
     );
     let mut b = KernelBuilder::new(&name, 128);
     let s = b.dim("S");
@@ -834,7 +875,7 @@ pub fn build_finalize(spec: &MatSpec) -> Result<Kernel, OpError> {
     if let Some(u) = ua {
         b.map(u, 0.0f64);
     }
-    b.for_("s", 0i64, s, 1i64, |b, si| {
+    let body = |b: &mut KernelBuilder, si: Expr| {
         let base = (&si * m.clone() + m0.clone()) * n.clone();
         b.load(t, Place::Global(view(part, &base + n0.clone(), n.clone(), rows.clone(), cols.clone(), vec)));
         b.map(ga, Expr::Elem(ga) + Expr::Elem(t));
@@ -852,7 +893,13 @@ pub fn build_finalize(spec: &MatSpec) -> Result<Kernel, OpError> {
             );
             b.map(u, Expr::Elem(u) + Expr::Elem(t));
         }
-    });
+    };
+    if unrolled {
+        // The launcher binds S = split (the partials tensor's first dim).
+        b.for_unrolled("s", 0i64, split as i64, 1i64, body);
+    } else {
+        b.for_("s", 0i64, s, 1i64, body);
+    }
     if let Some(u) = ua {
         b.map(ga, epilogue_expr(spec.epilogue, Expr::Elem(ga), Expr::Elem(u)));
     }
@@ -1048,7 +1095,7 @@ fn facts(w: &Fp4Weights, glu: bool, counts: &[usize]) -> ShapeFacts {
 pub fn kernels_for(spec: &MatSpec, c: &Cfg) -> Result<Vec<Kernel>, OpError> {
     let mut v = vec![build_main(spec, c)?];
     if c.split > 1 {
-        v.push(build_finalize(spec)?);
+        v.push(build_finalize(spec, c.split)?);
     }
     Ok(v)
 }
@@ -1094,7 +1141,7 @@ pub fn matmul_plan(w: &Fp4Weights, inp: &MatInputs<'_>, knobs: &Knobs) -> Result
         let mut fargs = vec![part];
         fargs.extend(p_idx);
         fargs.push(plan.output("y", DType::Bf16, &[m, n_out]));
-        plan.step(build_finalize(&spec)?, &fargs, &[]);
+        plan.step(build_finalize(&spec, c.split)?, &fargs, &[]);
     } else {
         args.extend(p_idx);
         args.push(plan.output("y", DType::Bf16, &[m, n_out]));

@@ -231,7 +231,8 @@ impl<'a> Block<'a> {
             | Stmt::Store { .. }
             | Stmt::LoadVec { .. }
             | Stmt::StoreVec { .. }
-            | Stmt::Scan { .. } => self.tile_stmt(s, tensors)?,
+            | Stmt::Scan { .. }
+            | Stmt::DequantFp4 { .. } => self.tile_stmt(s, tensors)?,
             Stmt::Threads { .. }
             | Stmt::StoreScalar { .. }
             | Stmt::SharedStore { .. }

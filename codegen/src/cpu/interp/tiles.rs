@@ -193,6 +193,22 @@ impl<'a> Block<'a> {
                     }
                 }
             }
+            Stmt::DequantFp4 { tile, words, scales, fold, finite } => {
+                let d = &k.tiles[tile.0 as usize];
+                let (rows, cols) = (d.rows as usize, d.cols as usize);
+                let qb = self.shared_base(words, tensors)?;
+                let sb = self.shared_base(scales, tensors)?;
+                let mut out = vec![0.0f64; rows * cols];
+                for r in 0..rows {
+                    for c in 0..cols {
+                        let word = self.shared_at(words, qb, r, 4 * (c / 32) + (c % 8) / 2) as u32;
+                        let nib = (word >> (4 * (2 * ((c / 8) % 4) + c % 2))) & 15;
+                        let s = self.shared_at(scales, sb, r, c / 32) as u32;
+                        out[r * cols + c] = dequant_fp4_value(nib, s, *fold, *finite) as f64;
+                    }
+                }
+                self.tiles[tile.0 as usize] = out;
+            }
             _ => unreachable!("not a tile statement"),
         }
         Ok(())
@@ -289,6 +305,29 @@ impl<'a> Block<'a> {
     }
 }
 
+/// One value of [`Stmt::DequantFp4`], as the GPU computes it: the bf16 bits of `e2m1(nib) * 2^-126` (sign to
+/// bit 15, exponent and mantissa bits to bits 8..6) times the bf16 scale multiplier(s), each product rounded to
+/// bf16 (products of bf16 values are exact in f32, so rounding the f32 product is the bf16 multiply).
+pub(super) fn dequant_fp4_value(nib: u32, s: u32, fold: bool, finite: bool) -> f32 {
+    let bf = |bits: u32| f32::from_bits((bits & 0xffff) << 16);
+    let mul = |a: f32, b: f32| round_to(DType::Bf16, a * b);
+    let v = bf(((nib & 8) << 12) | ((nib & 7) << 6));
+    let nan = !finite && s == 255;
+    if fold {
+        let m = if nan { bf(0x7fc0) } else { bf(s.wrapping_mul(0x80).wrapping_add(0x3f00)) };
+        mul(v, m)
+    } else {
+        let m = if nan {
+            bf(0x7fc0)
+        } else if s == 0 {
+            bf(0x0040)
+        } else {
+            bf(s.wrapping_mul(0x80))
+        };
+        mul(mul(v, bf(0x7e80)), m)
+    }
+}
+
 /// What a register element of `dtype` keeps of a value (i32 tiles wrap the int, float tiles round the float).
 fn tile_value(dtype: DType, i: i64, f: f32) -> f64 {
     match dtype {
@@ -302,5 +341,33 @@ fn reduce(op: ReduceOp, a: f32, b: f32) -> f32 {
         ReduceOp::Sum => a + b,
         ReduceOp::Max => a.max(b),
         ReduceOp::Min => a.min(b),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::dequant_fp4_value;
+
+    /// The E2M1 values of codes 0..16 (SPEC 1).
+    const E2M1: [f64; 16] = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0];
+
+    #[test]
+    fn dequant_fp4_is_the_exact_value_under_its_promises() {
+        for s in 0..=255u32 {
+            for nib in 0..16u32 {
+                let want = if s == 255 { f32::NAN } else { (E2M1[nib as usize] * 2f64.powi(s as i32 - 127)) as f32 };
+                // (fold, finite) combinations whose promise this scale byte keeps.
+                for (fold, finite) in [(false, false), (false, true), (true, false), (true, true)] {
+                    if (fold && s > 128 && s != 255) || (finite && s == 255) {
+                        continue;
+                    }
+                    let got = dequant_fp4_value(nib, s, fold, finite);
+                    assert!(
+                        got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
+                        "nib {nib} s {s} fold {fold} finite {finite}: {got:e} != {want:e}"
+                    );
+                }
+            }
+        }
     }
 }

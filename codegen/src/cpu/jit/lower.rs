@@ -453,6 +453,7 @@ fn stmt_name(s: &Stmt) -> &'static str {
         Stmt::LoadVec { .. } => "load_vec",
         Stmt::StoreVec { .. } => "store_vec",
         Stmt::Scan { .. } => "scan",
+        Stmt::DequantFp4 { .. } => "dequant_fp4",
         Stmt::SharedStore { .. } => "shared store",
         Stmt::Atomic { .. } => "atomic",
         Stmt::LetArray { .. } => "let_array",
