@@ -9,6 +9,10 @@ mod common;
 use k3k_codegen::cpu::interp::{self, InterpOptions};
 use k3k_codegen::cpu::jit::{self, Engine};
 
+/// Cases whose statements the JIT does not lower yet (warp collectives: lanes in lockstep); they must fall back
+/// to the interpreter, and still match it.
+const NOT_LOWERED: &[&str] = &["warp_shuffles"];
+
 #[test]
 fn jit_matches_the_interpreter_bit_for_bit_on_every_primitive_case() {
     let mut compiled = vec![];
@@ -17,10 +21,15 @@ fn jit_matches_the_interpreter_bit_for_bit_on_every_primitive_case() {
         interp::run(&c.kernel, &mut want, &c.scalars, InterpOptions::default()).unwrap();
         let mut got = c.tensors.clone();
         let engine = jit::run(&c.kernel, &mut got, &c.scalars, InterpOptions::default()).unwrap();
-        // Every statement is lowered: no case may fall back to the interpreter.
-        assert!(jit::supports(&c.kernel).is_ok(), "{}: {:?}", c.name, jit::supports(&c.kernel));
-        assert_eq!(engine, Engine::Jit, "{}", c.name);
-        compiled.push(c.name);
+        if NOT_LOWERED.contains(&c.name) {
+            assert!(jit::supports(&c.kernel).is_err(), "{}: now lowered, drop it from NOT_LOWERED", c.name);
+            assert_eq!(engine, Engine::Interpreter, "{}", c.name);
+        } else {
+            // Every other statement is lowered: no case may fall back to the interpreter.
+            assert!(jit::supports(&c.kernel).is_ok(), "{}: {:?}", c.name, jit::supports(&c.kernel));
+            assert_eq!(engine, Engine::Jit, "{}", c.name);
+            compiled.push(c.name);
+        }
         for (i, (g, w)) in got.iter().zip(&want).enumerate() {
             let at = g.data.iter().zip(&w.data).position(|(a, b)| a != b);
             assert!(
@@ -32,7 +41,7 @@ fn jit_matches_the_interpreter_bit_for_bit_on_every_primitive_case() {
         (c.check)(&got);
     }
     eprintln!("compiled by the JIT: {compiled:?}");
-    assert_eq!(compiled.len(), common::cases::all().len());
+    assert_eq!(compiled.len() + NOT_LOWERED.len(), common::cases::all().len());
 }
 
 /// Out-of-bounds accesses and integer division by zero end a JIT run with the interpreter's error.
