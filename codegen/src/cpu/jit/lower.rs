@@ -454,6 +454,8 @@ fn stmt_name(s: &Stmt) -> &'static str {
         Stmt::StoreVec { .. } => "store_vec",
         Stmt::Scan { .. } => "scan",
         Stmt::DequantFp4 { .. } => "dequant_fp4",
+        Stmt::WarpShuffle { .. } => "warp_shuffle",
+        Stmt::WarpSync => "warp_sync",
         Stmt::SharedStore { .. } => "shared store",
         Stmt::Atomic { .. } => "atomic",
         Stmt::LetArray { .. } => "let_array",
