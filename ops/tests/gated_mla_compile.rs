@@ -108,6 +108,13 @@ fn decode_kernels_compile_without_spills() {
         bn64().with("QK_ACCS", 3i64),
         // 96 rows in two m-tiles of 48 on [3, 4] warps (384 threads).
         rows32().with("BM", 48i64).with("WM", 3i64).with("BN", 32i64).with("SWN", 2i64),
+        rows32()
+            .with("BM", 48i64)
+            .with("WM", 3i64)
+            .with("BN", 32i64)
+            .with("SWN", 2i64)
+            .with("QK_ACCS", 3i64)
+            .with("STAGES", 3i64),
         rows32().with("BN", 32i64).with("SWN", 2i64).with("QK_ACCS", 3i64),
     ] {
         assemble(&build_decode(&spec, &k).unwrap());
