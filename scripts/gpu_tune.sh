@@ -8,6 +8,10 @@ OUT=${OUT:-./gpu-out}; mkdir -p "$OUT"
 W=$(mktemp -d)
 export K3K_CACHE_DIR=$W/cache LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.mem --format=csv > "$OUT/nvidia-smi.txt"
+if [ -x .carry/gpu_primitives ]; then
+  echo "== gpu_primitives"; K3K_GPU=1 .carry/gpu_primitives > "$OUT/gpu_primitives.txt" 2>&1; echo "rc=$?"
+  grep -E "FAILED|test result" "$OUT/gpu_primitives.txt" | tail -5
+fi
 echo "== check"; timeout 150 $BIN check --op all --cases $CASES --backend cuda --seed 20261130 > "$OUT/check.txt" 2>&1
 echo "rc=$?"
 echo "== tune (budget $BUDGET)"
