@@ -69,7 +69,7 @@ pub const MAX_BINS: usize = 16384;
 pub fn knob_space() -> KnobSpace {
     KnobSpace::default()
         .axis("AW", "alpha: warps per block (one token per warp)", [4i64, 8, 16])
-        .axis("ABPS", "alpha: resident blocks per SM of the persistent grid", [2i64, 4, 6, 8])
+        .axis("ABPS", "alpha: resident blocks per SM of the persistent grid", [2i64, 3, 4, 5, 6, 8])
         .axis(
             "ASEL",
             "alpha: selection by ranking in shared memory with block barriers, or warp shuffles (k < 32)",

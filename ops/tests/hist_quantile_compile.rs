@@ -27,7 +27,7 @@ fn preset_kernels_compile_without_spills() {
         let mut presets = op.bench_presets();
         // Other alpha variants: masked lanes, two lane groups, k = 0.
         if op.name() == OP_QB {
-            for (e, k) in [(100, 32), (1024, 63), (37, 0)] {
+            for (e, k) in [(100, 32), (1024, 63), (37, 0), (1024, 31), (33, 5)] {
                 presets.push(k3k_ops::op::Preset::new("x", &[("T", 4096), ("E", e), ("k", k), ("B", 256), ("two", 1)]));
             }
         }
