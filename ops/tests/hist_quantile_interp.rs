@@ -161,7 +161,9 @@ fn atomic_flush_and_other_knobs() {
         default_knobs().with("HLAYOUT", "rows").with("ASEL", "rank"),
         default_knobs().with("AW", 1i64).with("ABPS", 1i64),
         default_knobs().with("HLAYOUT", "rows").with("MERGE", "atomic").with("HT", 256i64),
-        default_knobs().with("HLAYOUT", "banks").with("HKB", 33i64).with("HU", 4i64),
+        default_knobs().with("HLAYOUT", "banks").with("HKB", 33i64).with("HU", 4i64).with("HFX", 32i64),
+        default_knobs().with("HFX", 4i64).with("MERGE", "atomic"),
+        default_knobs().with("HFX", 32i64).with("HT", 1024i64).with("HU", 4i64).with("HKB", 132i64),
     ];
     for (i, kn) in knob_sets.iter().enumerate() {
         let inst = HistQuantileQb.instance(&qb(70, 40, 4, 64, 1, 0), s + i as u64).unwrap();
