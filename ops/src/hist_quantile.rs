@@ -19,7 +19,9 @@
 //!    are >= it); the values `>= L` (about 20 of 896 for random scores) are compacted with a shared atomic
 //!    counter, and the lane whose candidate has rank k (ties broken by candidate position) writes alpha. More
 //!    than [`CAND_CAP`] candidates (ties, adversarial rows) fall back to ranking against the whole row. Exact:
-//!    a selection, no arithmetic beyond the one f32 add the reference does.
+//!    a selection, no arithmetic beyond the one f32 add the reference does. `ASEL=warp` (default, k < 32):
+//!    [`build_alpha_warp`], the same bound and candidates with warp shuffles instead of block barriers and
+//!    shared-memory rank counting (bitonic sorts across the warp, a scan for the candidate slots).
 //! 2. **histogram** ([`build_hist`]): block = (a slice of `ES` experts, a chunk of at most 65535 tokens).
 //!    Two u16 counters per u32 word in shared memory (a chunk's count of one bin is <= 65535, so the low half
 //!    never carries into the high half), `ES` chosen so that the block's histograms fit the `HKB` budget;
@@ -28,8 +30,12 @@
 //!    `x < lo -> 0`, `x >= hi -> B + 1`, else `1 + clamp(floor((x - lo) * scale), 0, B - 1)`, f32, no FMA.
 //!    The block's histograms are flushed either as plain stores to a `[P, E, B+2]` partials scratch
 //!    (`MERGE=partials`, default: no atomics, deterministic) or with global atomics into `counts`
-//!    (`MERGE=atomic`, after a zeroing launch).
-//! 3. **locate** ([`build_locate`]): one block per expert. Sums the partials per bin (writing `counts`), bins
+//!    (`MERGE=atomic`, after a zeroing launch). `HLAYOUT=banks` (default) stores the shared histograms
+//!    word-major, `[words, ES]`, so that the expert is the bank and a warp's 32 shared atomics never conflict;
+//!    its partials are the packed u16 pairs as they are (`[P E, W]`, half the bytes), flushed in tiles of
+//!    `HFX` experts x `32 / HFX` words, and its groups of `HU` rows run without per-row bound checks.
+//! 3. **locate** ([`build_locate`]): one block per expert. Sums the partials per bin (packed partials: per word,
+//!    then unpacked) (writing `counts`), bins
 //!    in shared memory, per-thread segment sums, each thread's count above its segment, then the thread
 //!    whose segment holds the target (`above < ceil(q) <= above + count`, integers, exactly the reference's
 //!    `Histogram::locate`) interpolates `lo + w (b + 1 - (q - above) / count)` in f32. With two passes it also
