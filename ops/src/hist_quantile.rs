@@ -908,14 +908,18 @@ pub fn build_locate(spec: &LocateSpec) -> Result<Kernel, OpError> {
                 let acc: Vec<(VarId, VarId)> =
                     (0..G).map(|j| (b.let_var(&format!("lo{j}"), 0i64), b.let_var(&format!("hi{j}"), 0i64))).collect();
                 let wds: Vec<Expr> = (0..G).map(|j| b.let_(&format!("wd{j}"), &w0 + (j * nt) as i64)).collect();
-                b.for_("p", 0i64, p_dim.clone(), 1i64, |b, p| {
-                    let row = b.let_("row", (p * e_dim.clone() + e.clone()) * pw as i64);
-                    for ((lo, hi), wd) in acc.iter().zip(&wds) {
-                        b.if_(wd.lt(wpe as i64), |b| {
-                            let v = b.let_("v", Expr::load(src, &row + wd.clone()));
-                            b.assign(*lo, ival(*lo) + v.bitand(0xffffi64));
-                            b.assign(*hi, ival(*hi) + v.shr(16i64));
-                        });
+                // Two partials per iteration (twice the loads in flight).
+                b.for_("p", 0i64, p_dim.clone(), 2i64, |b, p| {
+                    for dp in 0..2i64 {
+                        let pp = &p + dp;
+                        let row = b.let_("row", (pp.clone() * e_dim.clone() + e.clone()) * pw as i64);
+                        for ((lo, hi), wd) in acc.iter().zip(&wds) {
+                            b.if_(wd.lt(wpe as i64).and(pp.lt(p_dim.clone())), |b| {
+                                let v = b.let_("v", Expr::load(src, &row + wd.clone()));
+                                b.assign(*lo, ival(*lo) + v.bitand(0xffffi64));
+                                b.assign(*hi, ival(*hi) + v.shr(16i64));
+                            });
+                        }
                     }
                 });
                 for ((lo, hi), wd) in acc.iter().zip(&wds) {
@@ -970,9 +974,24 @@ pub fn build_locate(spec: &LocateSpec) -> Result<Kernel, OpError> {
             (None, None) => unreachable!(),
         };
         let above = b.let_var("above", 0i64);
-        b.for_("j", Expr::thread_idx() + 1i64, nt as i64, 1i64, |b, j| {
-            b.assign(above, ival(above) + Expr::shared_load(seg, 0i64, 0i64, j));
-        });
+        if spec.packed {
+            // Four segments per iteration (independent loads).
+            b.for_("j", Expr::thread_idx() + 1i64, nt as i64, 4i64, |b, j| {
+                for u in 0..4i64 {
+                    let ju = &j + u;
+                    let v = Expr::select(
+                        ju.lt(nt as i64),
+                        Expr::shared_load(seg, 0i64, 0i64, ju.clone().min((nt - 1) as i64)),
+                        0i64,
+                    );
+                    b.assign(above, ival(above) + v);
+                }
+            });
+        } else {
+            b.for_("j", Expr::thread_idx() + 1i64, nt as i64, 1i64, |b, j| {
+                b.assign(above, ival(above) + Expr::shared_load(seg, 0i64, 0i64, j));
+            });
+        }
         // Writes the result for slot `sl` with `ab` values above it and `c` in it.
         let emit = |b: &mut KernelBuilder, sl: Expr, ab: Expr, c: Expr| {
             let frac = ((tceil.clone() - ab).to_float() - delta.clone()) / c.to_float();

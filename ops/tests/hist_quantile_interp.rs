@@ -80,6 +80,9 @@ fn qb_edge_cases() {
         qb(12, 1000, 31, 64, 1, 1), // k = 31, the largest warp-alpha k, masked lanes
         qb(9, 896, 16, 1024, 0, 0), // the benchmark's row shape
         qb(10, 96, 0, 32, 0, 3),    // k = 0, edges
+        qb(1000, 40, 4, 64, 0, 0),  // many full groups of HU rows per histogram thread, then a tail
+        qb(4500, 3, 1, 16, 1, 0),   // three token chunks (P = 3 partials to merge)
+        qb(6200, 5, 2, 30, 0, 1),   // four chunks, ties
     ]
     .iter()
     .enumerate()
