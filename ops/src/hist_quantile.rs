@@ -19,7 +19,9 @@
 //!    are >= it); the values `>= L` (about 20 of 896 for random scores) are compacted with a shared atomic
 //!    counter, and the lane whose candidate has rank k (ties broken by candidate position) writes alpha. More
 //!    than [`CAND_CAP`] candidates (ties, adversarial rows) fall back to ranking against the whole row. Exact:
-//!    a selection, no arithmetic beyond the one f32 add the reference does.
+//!    a selection, no arithmetic beyond the one f32 add the reference does. `ASEL=warp` (default, k < 32):
+//!    [`build_alpha_warp`], the same bound and candidates with warp shuffles instead of block barriers and
+//!    shared-memory rank counting (bitonic sorts across the warp, a scan for the candidate slots).
 //! 2. **histogram** ([`build_hist`]): block = (a slice of `ES` experts, a chunk of at most 65535 tokens).
 //!    Two u16 counters per u32 word in shared memory (a chunk's count of one bin is <= 65535, so the low half
 //!    never carries into the high half), `ES` chosen so that the block's histograms fit the `HKB` budget;
@@ -28,8 +30,12 @@
 //!    `x < lo -> 0`, `x >= hi -> B + 1`, else `1 + clamp(floor((x - lo) * scale), 0, B - 1)`, f32, no FMA.
 //!    The block's histograms are flushed either as plain stores to a `[P, E, B+2]` partials scratch
 //!    (`MERGE=partials`, default: no atomics, deterministic) or with global atomics into `counts`
-//!    (`MERGE=atomic`, after a zeroing launch).
-//! 3. **locate** ([`build_locate`]): one block per expert. Sums the partials per bin (writing `counts`), bins
+//!    (`MERGE=atomic`, after a zeroing launch). `HLAYOUT=banks` (default) stores the shared histograms
+//!    word-major, `[words, ES]`, so that the expert is the bank and a warp's 32 shared atomics never conflict;
+//!    its partials are the packed u16 pairs as they are (`[P E, W]`, half the bytes), flushed in tiles of
+//!    `HFX` experts x `32 / HFX` words, and its groups of `HU` rows run without per-row bound checks.
+//! 3. **locate** ([`build_locate`]): one block per expert. Sums the partials per bin (packed partials: per word,
+//!    then unpacked) (writing `counts`), bins
 //!    in shared memory, per-thread segment sums, each thread's count above its segment, then the thread
 //!    whose segment holds the target (`above < ceil(q) <= above + count`, integers, exactly the reference's
 //!    `Histogram::locate`) interpolates `lo + w (b + 1 - (q - above) / count)` in f32. With two passes it also
@@ -69,7 +75,7 @@ pub const MAX_BINS: usize = 16384;
 pub fn knob_space() -> KnobSpace {
     KnobSpace::default()
         .axis("AW", "alpha: warps per block (one token per warp)", [4i64, 8, 16])
-        .axis("ABPS", "alpha: resident blocks per SM of the persistent grid", [2i64, 4, 6, 8])
+        .axis("ABPS", "alpha: resident blocks per SM of the persistent grid", [2i64, 3, 4, 5, 6, 8])
         .axis(
             "ASEL",
             "alpha: selection by ranking in shared memory with block barriers, or warp shuffles (k < 32)",
@@ -90,6 +96,12 @@ pub fn knob_space() -> KnobSpace {
              (conflict-free atomics, packed u16 partials)",
             ["rows", "banks"],
         )
+        .axis(
+            "HFX",
+            "banked histogram flush: experts per warp store (32: conflict-free shared reads, scattered 4-byte \
+             stores; fewer: runs of 32/HFX consecutive words per expert, (32/HFX)-way bank conflicts)",
+            [4i64, 8, 32],
+        )
 }
 
 /// The knobs used when no tuning record exists (H200: 132 SMs; warp alpha at 48 registers: 4 blocks of 8 warps
@@ -105,6 +117,7 @@ pub fn default_knobs() -> Knobs {
         .with("HBLOCKS", 396i64)
         .with("MERGE", "partials")
         .with("HLAYOUT", "banks")
+        .with("HFX", 8i64)
 }
 
 /// Knob values read and checked.
@@ -121,6 +134,8 @@ pub struct Cfg {
     pub banked: bool,
     /// `ASEL=warp`: the warp-shuffle alpha kernel where `k < 32`.
     pub warp_alpha: bool,
+    /// `HFX`: experts per warp store in the banked flush.
+    pub hfx: u32,
 }
 
 /// Read and check the knobs.
@@ -138,10 +153,14 @@ pub fn cfg(k: &Knobs) -> Result<Cfg, OpError> {
         atomic: merge == "atomic",
         banked: layout == "banks",
         warp_alpha: asel == "warp",
+        hfx: k.u32("HFX").unwrap_or(32),
     };
     let invalid = |why: String| Err(OpError::InvalidKnobs { op: "hist_quantile", knobs: k.to_string(), why });
     if !matches!(merge, "partials" | "atomic") {
         return invalid(format!("MERGE must be partials or atomic, got {merge}"));
+    }
+    if !(c.hfx.is_power_of_two() && c.hfx <= 32) {
+        return invalid(format!("HFX={} must be a power of two in 1..=32", c.hfx));
     }
     if !matches!(asel, "rank" | "warp") {
         return invalid(format!("ASEL must be rank or warp, got {asel}"));
@@ -526,8 +545,16 @@ pub struct HistSpec {
     /// Flush with global atomics into `counts` (else plain stores into `partials`).
     pub atomic: bool,
     /// Word-major shared histograms `[words, ES]` (the expert is the bank: a warp's 32 shared atomics hit 32
-    /// banks) and, with partials, the packed u16 pairs flushed as they are (`partials [P E, words]`).
+    /// banks) and, with partials, the packed u16 pairs flushed as they are (`partials [P E, W]`, rows padded to
+    /// `W` = [`packed_width`] words so that runs of 8 words are whole 32-byte sectors).
     pub banked: bool,
+    /// Banked flush: experts per warp store (runs of `32 / fx` consecutive words of each).
+    pub fx: u32,
+}
+
+/// Row width in u32 words of packed partials: the words of a histogram rounded up to 8 (32 bytes).
+pub fn packed_width(bins: u32) -> u32 {
+    words(bins).next_multiple_of(8)
 }
 
 /// u32 words per expert of the packed shared histogram.
@@ -588,17 +615,25 @@ pub fn build_hist(spec: &HistSpec, c: &Cfg) -> Result<Kernel, OpError> {
         },
         if spec.zoom { "_zoom" } else { "" },
         if spec.atomic { "atomic" } else { "partials" },
-        if spec.banked { "_bk" } else { "" }
+        if !spec.banked {
+            String::new()
+        } else if spec.fx == 32 {
+            "_bk".into()
+        } else {
+            format!("_bk_fx{}", spec.fx)
+        }
     );
     let mut b = KernelBuilder::new(&name, nt);
-    b.knobs(
-        Knobs::new()
-            .with("HT", nt as i64)
-            .with("HU", hu as i64)
-            .with("HKB", c.hkb as i64)
-            .with("MERGE", if spec.atomic { "atomic" } else { "partials" })
-            .with("HLAYOUT", if spec.banked { "banks" } else { "rows" }),
-    );
+    let mut kn = Knobs::new()
+        .with("HT", nt as i64)
+        .with("HU", hu as i64)
+        .with("HKB", c.hkb as i64)
+        .with("MERGE", if spec.atomic { "atomic" } else { "partials" })
+        .with("HLAYOUT", if spec.banked { "banks" } else { "rows" });
+    if spec.banked {
+        kn = kn.with("HFX", spec.fx as i64);
+    }
+    b.knobs(kn);
     let t_dim = b.dim("T");
     let e_dim = b.dim("E");
     let s = b.tensor("s", DType::F32, &[t_dim.clone(), e_dim.clone()], Access::Read);
@@ -610,7 +645,7 @@ pub fn build_hist(spec: &HistSpec, c: &Cfg) -> Result<Kernel, OpError> {
         (o, b.int_arg("P"))
     } else {
         let r = b.dim("R");
-        let width = if spec.banked { wpe } else { nb };
+        let width = if spec.banked { packed_width(bins) } else { nb };
         let o = b.tensor("partials", DType::U32, &[r.clone(), Expr::Int(width as i64)], Access::Write);
         (o, r / e_dim.clone())
     };
@@ -711,21 +746,31 @@ pub fn build_hist(spec: &HistSpec, c: &Cfg) -> Result<Kernel, OpError> {
         });
     });
     b.barrier();
+    // Banked: a warp takes `fx` experts x `32 / fx` consecutive words (tiles of the `[words, ES]` histogram;
+    // (32 / fx)-way bank conflicts, runs of 32 / fx words per expert in the stores).
+    let fx = spec.fx.min(es);
+    let run = 32 / fx;
+    let (tiles_r, tiles_w) = (es / fx, wpe.div_ceil(run));
+    let flush_total = if banked { (tiles_r * tiles_w * 32) as i64 } else { total_words };
+    let pw = packed_width(bins);
     b.threads(|b| {
-        b.for_("i", Expr::thread_idx(), total_words, nt as i64, |b, i| {
-            // Banked: consecutive threads take consecutive experts of one word (conflict-free shared reads).
+        b.for_("i", Expr::thread_idx(), flush_total, nt as i64, |b, i| {
             let (r, wd) = if banked {
-                (b.let_("r", &i % es as i64), b.let_("wd", &i / es as i64))
+                let (l, q) = (&i % 32i64, &i / 32i64);
+                (
+                    b.let_("r", (&q % tiles_r as i64) * fx as i64 + &l / run as i64),
+                    b.let_("wd", (&q / tiles_r as i64) * run as i64 + &l % run as i64),
+                )
             } else {
                 (b.let_("r", &i / wpe as i64), b.let_("wd", &i % wpe as i64))
             };
             let e = b.let_("e", Expr::block_idx(0) * es as i64 + r.clone());
-            b.if_(e.lt(e_dim.clone()), |b| {
+            b.if_(e.lt(e_dim.clone()).and(wd.lt(wpe as i64)), |b| {
                 let (hr, hc) = at_hist(r.clone(), wd.clone());
                 let v = b.let_("v", Expr::shared_load(hist, 0i64, hr, hc));
                 if banked && !spec.atomic {
                     // The packed pair as it is (a chunk's count is <= 65535): half the bytes to write and merge.
-                    let at = (Expr::block_idx(1) * e_dim.clone() + e.clone()) * wpe as i64 + wd.clone();
+                    let at = (Expr::block_idx(1) * e_dim.clone() + e.clone()) * pw as i64 + wd.clone();
                     b.store_scalar(out, at, v.clone());
                     return;
                 }
@@ -822,7 +867,8 @@ pub fn build_locate(spec: &LocateSpec) -> Result<Kernel, OpError> {
     let e_dim = b.dim("E");
     let nbx = Expr::Int(nb as i64);
     let wpe = words(bins);
-    let src_w = Expr::Int(if spec.packed { wpe } else { nb } as i64);
+    let pw = packed_width(bins);
+    let src_w = Expr::Int(if spec.packed { pw } else { nb } as i64);
     let src = b.tensor("src", DType::U32, &[r_dim.clone(), src_w], Access::Read);
     let p_dim = r_dim / e_dim.clone();
     let counts =
@@ -862,14 +908,18 @@ pub fn build_locate(spec: &LocateSpec) -> Result<Kernel, OpError> {
                 let acc: Vec<(VarId, VarId)> =
                     (0..G).map(|j| (b.let_var(&format!("lo{j}"), 0i64), b.let_var(&format!("hi{j}"), 0i64))).collect();
                 let wds: Vec<Expr> = (0..G).map(|j| b.let_(&format!("wd{j}"), &w0 + (j * nt) as i64)).collect();
-                b.for_("p", 0i64, p_dim.clone(), 1i64, |b, p| {
-                    let row = b.let_("row", (p * e_dim.clone() + e.clone()) * wpe as i64);
-                    for ((lo, hi), wd) in acc.iter().zip(&wds) {
-                        b.if_(wd.lt(wpe as i64), |b| {
-                            let v = b.let_("v", Expr::load(src, &row + wd.clone()));
-                            b.assign(*lo, ival(*lo) + v.bitand(0xffffi64));
-                            b.assign(*hi, ival(*hi) + v.shr(16i64));
-                        });
+                // Two partials per iteration (twice the loads in flight).
+                b.for_("p", 0i64, p_dim.clone(), 2i64, |b, p| {
+                    for dp in 0..2i64 {
+                        let pp = &p + dp;
+                        let row = b.let_("row", (pp.clone() * e_dim.clone() + e.clone()) * pw as i64);
+                        for ((lo, hi), wd) in acc.iter().zip(&wds) {
+                            b.if_(wd.lt(wpe as i64).and(pp.lt(p_dim.clone())), |b| {
+                                let v = b.let_("v", Expr::load(src, &row + wd.clone()));
+                                b.assign(*lo, ival(*lo) + v.bitand(0xffffi64));
+                                b.assign(*hi, ival(*hi) + v.shr(16i64));
+                            });
+                        }
                     }
                 });
                 for ((lo, hi), wd) in acc.iter().zip(&wds) {
@@ -924,9 +974,24 @@ pub fn build_locate(spec: &LocateSpec) -> Result<Kernel, OpError> {
             (None, None) => unreachable!(),
         };
         let above = b.let_var("above", 0i64);
-        b.for_("j", Expr::thread_idx() + 1i64, nt as i64, 1i64, |b, j| {
-            b.assign(above, ival(above) + Expr::shared_load(seg, 0i64, 0i64, j));
-        });
+        if spec.packed {
+            // Four segments per iteration (independent loads).
+            b.for_("j", Expr::thread_idx() + 1i64, nt as i64, 4i64, |b, j| {
+                for u in 0..4i64 {
+                    let ju = &j + u;
+                    let v = Expr::select(
+                        ju.lt(nt as i64),
+                        Expr::shared_load(seg, 0i64, 0i64, ju.clone().min((nt - 1) as i64)),
+                        0i64,
+                    );
+                    b.assign(above, ival(above) + v);
+                }
+            });
+        } else {
+            b.for_("j", Expr::thread_idx() + 1i64, nt as i64, 1i64, |b, j| {
+                b.assign(above, ival(above) + Expr::shared_load(seg, 0i64, 0i64, j));
+            });
+        }
         // Writes the result for slot `sl` with `ab` values above it and `c` in it.
         let emit = |b: &mut KernelBuilder, sl: Expr, ab: Expr, c: Expr| {
             let frac = ((tceil.clone() - ab).to_float() - delta.clone()) / c.to_float();
@@ -1303,7 +1368,7 @@ pub fn kernel_set(pb: &Problem, knobs: &Knobs) -> Result<KernelSet, OpError> {
         }
         Kind::Column { .. } => (Binned::Plain, false, None),
     };
-    let hs = HistSpec { bins, binned, zoom: false, es, atomic: c.atomic, banked: c.banked };
+    let hs = HistSpec { bins, binned, zoom: false, es, atomic: c.atomic, banked: c.banked, fx: c.hfx };
     let first = if pb.two_pass { LocatePass::First } else { LocatePass::Single };
     let packed = c.banked && !c.atomic;
     let locate = build_locate(&LocateSpec { bins, pass: first, write_counts: !c.atomic, negate, packed })?;
@@ -1349,7 +1414,7 @@ pub fn build_plan(pb: &Problem, s: &HostTensor, b: Option<&HostTensor>, knobs: &
     let counts2_i = pb.two_pass.then(|| plan.output("counts2", DType::U32, &[e, nb]));
     let out_name = if matches!(pb.kind, Kind::Qb { .. }) { "bias" } else { "quantile" };
     let out_i = plan.output(out_name, DType::F32, &[e]);
-    let part_w = if c.banked { words(pb.bins as u32) as usize } else { nb };
+    let part_w = if c.banked { packed_width(pb.bins as u32) as usize } else { nb };
     let part_i = (!c.atomic).then(|| plan.scratch("partials", DType::U32, &[p * e, part_w]));
     let zoom_i =
         pb.two_pass.then(|| (plan.scratch("zoom", DType::F32, &[4, e]), plan.scratch("zbin", DType::I32, &[e])));

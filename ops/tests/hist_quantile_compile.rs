@@ -13,6 +13,8 @@ fn knob_points() -> Vec<k3k_ir::Knobs> {
         d.clone().with("MERGE", "atomic"),
         d.clone().with("HLAYOUT", "rows").with("ASEL", "rank"),
         d.clone().with("HLAYOUT", "rows").with("MERGE", "atomic"),
+        d.clone().with("HFX", 32i64),
+        d.clone().with("HFX", 4i64),
         d.clone().with("AW", 4i64).with("HT", 256i64).with("HU", 4i64).with("HKB", 33i64),
         d.clone().with("AW", 16i64).with("HT", 1024i64).with("HU", 4i64).with("HKB", 132i64),
     ]
@@ -27,7 +29,7 @@ fn preset_kernels_compile_without_spills() {
         let mut presets = op.bench_presets();
         // Other alpha variants: masked lanes, two lane groups, k = 0.
         if op.name() == OP_QB {
-            for (e, k) in [(100, 32), (1024, 63), (37, 0)] {
+            for (e, k) in [(100, 32), (1024, 63), (37, 0), (1024, 31), (33, 5)] {
                 presets.push(k3k_ops::op::Preset::new("x", &[("T", 4096), ("E", e), ("k", k), ("B", 256), ("two", 1)]));
             }
         }

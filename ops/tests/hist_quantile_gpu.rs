@@ -25,8 +25,15 @@ fn gpu_cases_pass_checks() {
     eprintln!("seed {seed}");
     let mut rng = StdRng::seed_from_u64(seed);
     let d = default_knobs();
-    let knob_sets =
-        [d.clone(), d.clone().with("MERGE", "atomic"), d.with("AW", 4i64).with("HT", 256i64).with("HU", 4i64)];
+    let knob_sets = [
+        d.clone(),
+        d.clone().with("MERGE", "atomic"),
+        d.clone().with("AW", 4i64).with("HT", 256i64).with("HU", 4i64),
+        // The earlier paths (shared-memory rank alpha, expert-row histograms) and the other flush tilings.
+        d.clone().with("ASEL", "rank").with("HLAYOUT", "rows").with("ABPS", 6i64),
+        d.clone().with("HFX", 32i64).with("AW", 1i64),
+        d.with("HFX", 4i64).with("HT", 1024i64).with("HU", 4i64).with("HKB", 132i64),
+    ];
     let ops: [Box<dyn Operator>; 2] = [Box::new(HistQuantileQb), Box::new(HistQuantileColumn)];
     for op in &ops {
         let mut presets: Vec<Preset> = (0..30).map(|_| op.random_case(&mut rng)).collect();
@@ -57,7 +64,8 @@ fn gpu_step_times() {
     let d = default_knobs();
     for p in HistQuantileQb.bench_presets() {
         let inst = HistQuantileQb.instance(&p, 1).unwrap();
-        for kn in [d.clone(), d.clone().with("MERGE", "atomic")] {
+        let old = d.clone().with("ASEL", "rank").with("HLAYOUT", "rows").with("ABPS", 6i64);
+        for kn in [d.clone(), d.clone().with("MERGE", "atomic"), d.clone().with("HFX", 32i64), old] {
             let plan = inst.plan(&kn).unwrap();
             let dev = g.upload(&plan).unwrap();
             g.launch_all(&plan, &dev).unwrap();

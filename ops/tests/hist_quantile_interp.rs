@@ -80,6 +80,9 @@ fn qb_edge_cases() {
         qb(12, 1000, 31, 64, 1, 1), // k = 31, the largest warp-alpha k, masked lanes
         qb(9, 896, 16, 1024, 0, 0), // the benchmark's row shape
         qb(10, 96, 0, 32, 0, 3),    // k = 0, edges
+        qb(1000, 40, 4, 64, 0, 0),  // many full groups of HU rows per histogram thread, then a tail
+        qb(4500, 3, 1, 16, 1, 0),   // three token chunks (P = 3 partials to merge)
+        qb(6200, 5, 2, 30, 0, 1),   // four chunks, ties
     ]
     .iter()
     .enumerate()
@@ -161,7 +164,9 @@ fn atomic_flush_and_other_knobs() {
         default_knobs().with("HLAYOUT", "rows").with("ASEL", "rank"),
         default_knobs().with("AW", 1i64).with("ABPS", 1i64),
         default_knobs().with("HLAYOUT", "rows").with("MERGE", "atomic").with("HT", 256i64),
-        default_knobs().with("HLAYOUT", "banks").with("HKB", 33i64).with("HU", 4i64),
+        default_knobs().with("HLAYOUT", "banks").with("HKB", 33i64).with("HU", 4i64).with("HFX", 32i64),
+        default_knobs().with("HFX", 4i64).with("MERGE", "atomic"),
+        default_knobs().with("HFX", 32i64).with("HT", 1024i64).with("HU", 4i64).with("HKB", 132i64),
     ];
     for (i, kn) in knob_sets.iter().enumerate() {
         let inst = HistQuantileQb.instance(&qb(70, 40, 4, 64, 1, 0), s + i as u64).unwrap();
