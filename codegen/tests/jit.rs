@@ -181,3 +181,37 @@ fn jit_declines_what_it_does_not_lower_and_falls_back() {
     let mut ts = vec![HostTensor::zeros(DType::E8m0, &[64])];
     assert_eq!(jit::run(&k, &mut ts, &[], InterpOptions::default()).unwrap(), Engine::Interpreter);
 }
+
+/// The JIT rounds to bf16 inline (maps into bf16 tiles and shared buffers, bf16 stores, `round_bf16`): the same
+/// bits as the `half` crate for every sign/exponent/high-mantissa pattern with the low bits around every
+/// rounding boundary, NaNs (payloads kept, made quiet) and infinities included.
+#[test]
+fn jit_rounds_to_bf16_like_half_on_every_boundary() {
+    use k3k_ir::*;
+    let lows = [0u32, 1, 0x3fff, 0x4000, 0x7fff, 0x8000, 0x8001, 0xbfff, 0xc000, 0xffff];
+    let xs: Vec<i64> = (0..=0xffffu32).flat_map(|hi| lows.iter().map(move |lo| ((hi << 16) | lo) as i64)).collect();
+    let n = xs.len();
+    let mut b = KernelBuilder::new("jit_bf16_rounding", 256);
+    let x = b.tensor("x", DType::U32, &[Expr::Int(n as i64)], Access::Read);
+    let r = b.tensor("r", DType::U32, &[Expr::Int(n as i64)], Access::Write);
+    let y = b.tensor("y", DType::Bf16, &[Expr::Int(n as i64)], Access::Write);
+    b.grid((n / 256) as i64, 1i64, 1i64);
+    b.threads(|b| {
+        let i = Expr::Special(Special::BlockIdx(0)) * 256 + Expr::thread_idx();
+        let f = Expr::Un(UnOp::FromBits, Box::new(Expr::load(x, i.clone())));
+        b.store_scalar(r, i.clone(), Expr::Un(UnOp::Bits, Box::new(Expr::Un(UnOp::RoundBf16, Box::new(f.clone())))));
+        b.store_scalar(y, i, f);
+    });
+    let k = b.finish().unwrap();
+    let mut ts = vec![
+        HostTensor::from_i64(DType::U32, &[n], &xs),
+        HostTensor::zeros(DType::U32, &[n]),
+        HostTensor::zeros(DType::Bf16, &[n]),
+    ];
+    jit::compile(&k).unwrap().run(&mut ts, &[], InterpOptions::default()).unwrap();
+    for (i, &v) in xs.iter().enumerate() {
+        let want = half::bf16::from_f32(f32::from_bits(v as u32)).to_bits();
+        assert_eq!(ts[1].get_i64(i) as u32, (want as u32) << 16, "round_bf16 of {v:#010x}");
+        assert_eq!(u16::from_le_bytes([ts[2].data[2 * i], ts[2].data[2 * i + 1]]), want, "bf16 store of {v:#010x}");
+    }
+}
