@@ -828,6 +828,7 @@ impl<'a, 'f> Lower<'a, 'f> {
                         } else {
                             let f = l.as_float(v, t);
                             let f = l.round_to(dtype, f);
+                            let f = l.quiet(f);
                             l.b.ins().store(l.trusted, f, a, 0);
                         }
                         Ok(())
@@ -891,6 +892,7 @@ impl<'a, 'f> Lower<'a, 'f> {
                 } else {
                     let f = self.as_float(v, t);
                     let f = self.round_to(dtype, f);
+                    let f = self.quiet(f);
                     self.b.ins().store(self.trusted, f, a, 0);
                 }
             }
@@ -1038,6 +1040,16 @@ impl<'a, 'f> Lower<'a, 'f> {
         let up = b.ins().uextend(types::I32, up);
         let rounded = b.ins().iadd(hi, up);
         b.ins().select(nan, quiet, rounded)
+    }
+
+    /// `rt::quiet`: signalling NaNs become quiet, as through the interpreter's f64 tile and shared storage.
+    fn quiet(&mut self, x: Value) -> Value {
+        let p = self.plain;
+        let nan = self.b.ins().fcmp(FloatCC::Unordered, x, x);
+        let w = self.b.ins().bitcast(types::I32, p, x);
+        let q = self.b.ins().bor_imm_s(w, 0x0040_0000);
+        let q = self.b.ins().bitcast(types::F32, p, q);
+        self.b.ins().select(nan, q, x)
     }
 
     /// `wrap_int(dtype, v)`.
