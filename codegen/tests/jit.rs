@@ -190,3 +190,115 @@ fn jit_declines_what_it_does_not_lower_and_falls_back() {
     let mut ts = vec![HostTensor::zeros(DType::E8m0, &[64])];
     assert_eq!(jit::run(&k, &mut ts, &[], InterpOptions::default()).unwrap(), Engine::Interpreter);
 }
+
+/// The JIT rounds to bf16 inline (maps into bf16 tiles and shared buffers, bf16 stores, `round_bf16`): the same
+/// bits as the `half` crate for every sign/exponent/high-mantissa pattern with the low bits around every
+/// rounding boundary, NaNs (payloads kept, made quiet) and infinities included.
+#[test]
+fn jit_rounds_to_bf16_like_half_on_every_boundary() {
+    use k3k_ir::*;
+    let lows = [0u32, 1, 0x3fff, 0x4000, 0x7fff, 0x8000, 0x8001, 0xbfff, 0xc000, 0xffff];
+    let xs: Vec<i64> = (0..=0xffffu32).flat_map(|hi| lows.iter().map(move |lo| ((hi << 16) | lo) as i64)).collect();
+    let n = xs.len();
+    let mut b = KernelBuilder::new("jit_bf16_rounding", 256);
+    let x = b.tensor("x", DType::U32, &[Expr::Int(n as i64)], Access::Read);
+    let r = b.tensor("r", DType::U32, &[Expr::Int(n as i64)], Access::Write);
+    let y = b.tensor("y", DType::Bf16, &[Expr::Int(n as i64)], Access::Write);
+    b.grid((n / 256) as i64, 1i64, 1i64);
+    b.threads(|b| {
+        let i = Expr::Special(Special::BlockIdx(0)) * 256 + Expr::thread_idx();
+        let f = Expr::Un(UnOp::FromBits, Box::new(Expr::load(x, i.clone())));
+        b.store_scalar(r, i.clone(), Expr::Un(UnOp::Bits, Box::new(Expr::Un(UnOp::RoundBf16, Box::new(f.clone())))));
+        b.store_scalar(y, i, f);
+    });
+    let k = b.finish().unwrap();
+    let mut ts = vec![
+        HostTensor::from_i64(DType::U32, &[n], &xs),
+        HostTensor::zeros(DType::U32, &[n]),
+        HostTensor::zeros(DType::Bf16, &[n]),
+    ];
+    jit::compile(&k).unwrap().run(&mut ts, &[], InterpOptions::default()).unwrap();
+    for (i, &v) in xs.iter().enumerate() {
+        let want = half::bf16::from_f32(f32::from_bits(v as u32)).to_bits();
+        assert_eq!(ts[1].get_i64(i) as u32, (want as u32) << 16, "round_bf16 of {v:#010x}");
+        assert_eq!(u16::from_le_bytes([ts[2].data[2 * i], ts[2].data[2 * i + 1]]), want, "bf16 store of {v:#010x}");
+    }
+}
+
+/// Signalling NaNs written into float tiles and shared buffers come back quiet, as from the interpreter's
+/// f64 storage (x86 conversions quiet them), whether written by maps, shared stores, loads or copies.
+#[test]
+fn jit_quiets_signalling_nans_in_tiles_and_shared_memory_like_the_interpreter() {
+    use k3k_ir::*;
+    let mut b = KernelBuilder::new("jit_snan", 32);
+    let x = b.tensor("x", DType::F32, &[Expr::Int(128)], Access::Read);
+    let y = b.tensor("y", DType::U32, &[Expr::Int(6 * 128)], Access::Write);
+    let s = b.shared("s", DType::F32, 16, 8, 1, Swizzle::None);
+    let t = b.tile("t", DType::F32, 16, 8, [1, 1]);
+    b.grid(1i64, 1i64, 1i64);
+    let bits_at = |b: &mut KernelBuilder, base: i64| {
+        b.threads(|b| {
+            let i = Expr::thread_idx();
+            for q in 0..4i64 {
+                let at = i.clone() * 4 + q;
+                let r = at.clone() / 8;
+                let c = at.clone() % 8;
+                b.store_scalar(y, at.clone() + base, Expr::Un(UnOp::Bits, Box::new(Expr::shared_load(s, 0i64, r, c))));
+            }
+        });
+    };
+    // A map of signalling NaN bit patterns, stored to shared through the tile.
+    b.map(t, Expr::Un(UnOp::FromBits, Box::new(Expr::Int(0x7f80_0001) + Expr::RowIdx * 8 + Expr::ColIdx)));
+    b.store(t, Place::Shared(b.slot(s, 0i64)));
+    b.barrier();
+    bits_at(&mut b, 0);
+    b.barrier();
+    // Shared stores of signalling NaNs.
+    b.threads(|b| {
+        let i = Expr::thread_idx();
+        for q in 0..4i64 {
+            let at = i.clone() * 4 + q;
+            b.shared_store(
+                s,
+                0i64,
+                at.clone() / 8,
+                at.clone() % 8,
+                Expr::Un(UnOp::FromBits, Box::new(Expr::Int(0xff80_0001) + at)),
+            );
+        }
+    });
+    b.barrier();
+    bits_at(&mut b, 128);
+    b.barrier();
+    // Tile loads and async copies of a tensor holding signalling NaNs.
+    b.load(t, Place::Global(view(x, 0i64, 8i64, 16i64, 8i64, 1)));
+    b.map(t, Expr::Elem(t));
+    b.store(t, Place::Shared(b.slot(s, 0i64)));
+    b.barrier();
+    bits_at(&mut b, 256);
+    b.barrier();
+    b.copy_async(b.slot(s, 0i64), view(x, 0i64, 8i64, 16i64, 8i64, 1));
+    b.commit();
+    b.wait(0);
+    b.barrier();
+    bits_at(&mut b, 384);
+    let k = b.finish().unwrap();
+    let xs: Vec<f32> = (0..128u32).map(|i| f32::from_bits(0x7f80_0001 + i * 3)).collect();
+    let mut xt = HostTensor::zeros(DType::F32, &[128]);
+    for (i, v) in xs.iter().enumerate() {
+        xt.data[4 * i..4 * i + 4].copy_from_slice(&v.to_bits().to_le_bytes());
+    }
+    let ts = vec![xt, HostTensor::zeros(DType::U32, &[6 * 128])];
+    let (mut a, mut c) = (ts.clone(), ts);
+    interp::run(&k, &mut a, &[], InterpOptions::default()).unwrap();
+    jit::compile(&k).unwrap().run(&mut c, &[], InterpOptions::default()).unwrap();
+    for i in 0..4 * 128 {
+        assert_eq!(
+            c[1].get_i64(i),
+            a[1].get_i64(i),
+            "element {i}: JIT {:#x}, interpreter {:#x}",
+            c[1].get_i64(i),
+            a[1].get_i64(i)
+        );
+    }
+}

@@ -40,6 +40,7 @@ impl V {
 }
 
 /// Round to what a register or memory element of float `dtype` keeps.
+#[inline]
 pub(crate) fn round_to(dtype: DType, v: f32) -> f32 {
     match dtype {
         DType::Bf16 => bf16::from_f32(v).to_f32(),
@@ -51,6 +52,7 @@ pub(crate) fn round_to(dtype: DType, v: f32) -> f32 {
 
 /// Wrap an integer to what an element of integer `dtype` keeps (u64 keeps its bits in an i64, as
 /// `HostTensor::get_i64` gives them).
+#[inline]
 pub(crate) fn wrap_int(dtype: DType, v: i64) -> i64 {
     match dtype {
         DType::U8 => v as u8 as i64,

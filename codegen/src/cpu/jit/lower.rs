@@ -520,9 +520,6 @@ extern "C" fn host_e4m3_to_f32(b: i64) -> f32 {
 extern "C" fn host_e8m0_to_f32(b: i64) -> f32 {
     k3k_ir::tensor::e8m0_to_f32(b as u8)
 }
-extern "C" fn host_f32_to_bf16(x: f32) -> i64 {
-    half::bf16::from_f32(x).to_bits() as i64
-}
 extern "C" fn host_f32_to_f16(x: f32) -> i64 {
     half::f16::from_f32(x).to_bits() as i64
 }
@@ -834,6 +831,7 @@ impl<'a, 'f> Lower<'a, 'f> {
                         } else {
                             let f = l.as_float(v, t);
                             let f = l.round_to(dtype, f);
+                            let f = l.quiet(f);
                             l.b.ins().store(l.trusted, f, a, 0);
                         }
                         Ok(())
@@ -897,6 +895,7 @@ impl<'a, 'f> Lower<'a, 'f> {
                 } else {
                     let f = self.as_float(v, t);
                     let f = self.round_to(dtype, f);
+                    let f = self.quiet(f);
                     self.b.ins().store(self.trusted, f, a, 0);
                 }
             }
@@ -1013,12 +1012,47 @@ impl<'a, 'f> Lower<'a, 'f> {
     /// `round_to(dtype, x)`: what a float register or shared element of `dtype` keeps.
     fn round_to(&mut self, dtype: DType, x: Value) -> Value {
         match dtype {
-            DType::Bf16 | DType::F16 | DType::E4m3 => {
+            DType::Bf16 => {
+                let h = self.f32_to_bf16_bits(x);
+                let w = self.b.ins().ishl_imm_s(h, 16);
+                self.b.ins().bitcast(types::F32, self.plain, w)
+            }
+            DType::F16 | DType::E4m3 => {
                 let c = self.iconst(rt::dtype_code(dtype));
                 self.call(rt::host_round_to as *const u8, &[types::I64, types::F32], types::F32, &[c, x])
             }
             _ => x,
         }
+    }
+
+    /// The bits of `half::bf16::from_f32(x)` (round to nearest even; NaNs keep their payload's high part and
+    /// turn quiet), as an i32 in 0..2^16: inline, the same function the interpreter calls.
+    fn f32_to_bf16_bits(&mut self, x: Value) -> Value {
+        let p = self.plain;
+        let b = &mut self.b;
+        let w = b.ins().bitcast(types::I32, p, x);
+        let hi = b.ins().ushr_imm_u(w, 16);
+        let abs = b.ins().band_imm_s(w, 0x7fff_ffff);
+        let nan = b.ins().icmp_imm_u(IntCC::UnsignedGreaterThan, abs, 0x7f80_0000);
+        let quiet = b.ins().bor_imm_s(hi, 0x40);
+        let rb = b.ins().band_imm_s(w, 0x8000);
+        let rest = b.ins().band_imm_s(w, 3 * 0x8000 - 1);
+        let rb = b.ins().icmp_imm_s(IntCC::NotEqual, rb, 0);
+        let rest = b.ins().icmp_imm_s(IntCC::NotEqual, rest, 0);
+        let up = b.ins().band(rb, rest);
+        let up = b.ins().uextend(types::I32, up);
+        let rounded = b.ins().iadd(hi, up);
+        b.ins().select(nan, quiet, rounded)
+    }
+
+    /// `rt::quiet`: signalling NaNs become quiet, as through the interpreter's f64 tile and shared storage.
+    fn quiet(&mut self, x: Value) -> Value {
+        let p = self.plain;
+        let nan = self.b.ins().fcmp(FloatCC::Unordered, x, x);
+        let w = self.b.ins().bitcast(types::I32, p, x);
+        let q = self.b.ins().bor_imm_s(w, 0x0040_0000);
+        let q = self.b.ins().bitcast(types::F32, p, q);
+        self.b.ins().select(nan, q, x)
     }
 
     /// `wrap_int(dtype, v)`.
@@ -1228,9 +1262,13 @@ impl<'a, 'f> Lower<'a, 'f> {
                 let a = self.addr(t, i, 4);
                 self.b.ins().store(f, v, a, 0);
             }
-            DType::Bf16 | DType::F16 => {
-                let fun = if dt == DType::Bf16 { host_f32_to_bf16 as *const u8 } else { host_f32_to_f16 as *const u8 };
-                let bits = self.call(fun, &[types::F32], types::I64, &[v]);
+            DType::Bf16 => {
+                let bits = self.f32_to_bf16_bits(v);
+                let a = self.addr(t, i, 2);
+                self.b.ins().istore16(f, bits, a, 0);
+            }
+            DType::F16 => {
+                let bits = self.call(host_f32_to_f16 as *const u8, &[types::F32], types::I64, &[v]);
                 let a = self.addr(t, i, 2);
                 self.b.ins().istore16(f, bits, a, 0);
             }
@@ -1366,6 +1404,10 @@ impl<'a, 'f> Lower<'a, 'f> {
 
     fn unary(&mut self, op: UnOp, x: Value, t: Ty) -> Value {
         match (op, t) {
+            (UnOp::RoundBf16, _) => {
+                let x = self.as_float(x, t);
+                self.round_to(DType::Bf16, x)
+            }
             (UnOp::Neg, Ty::I) => self.b.ins().ineg(x),
             (UnOp::Neg, Ty::F) => self.b.ins().fneg(x),
             (UnOp::Abs, Ty::I) => self.b.ins().iabs(x),

@@ -20,7 +20,8 @@
 //! counterpart of the CUDA prelude), which runs them over the block's frame element by element in the
 //! interpreter's order with the interpreter's conversions. Register tiles, row vectors, shared buffers and
 //! per-thread arrays live in a per-block frame (`rt::Layout`), zeroed before each block like the
-//! interpreter's fresh block state. [`supports`] says why a kernel falls back to the interpreter: kernels whose
+//! interpreter's fresh block state; floats written into tiles and shared buffers have signalling NaNs made
+//! quiet, as the interpreter's f64 storage does. [`supports`] says why a kernel falls back to the interpreter: kernels whose
 //! arrays are introduced with two different types or lengths, float tiles moved through e2m1/e8m0 tensors,
 //! float stores into e8m0/e2m1 tensors, and any statement or expression the JIT does not know (a catch-all, so
 //! IR variants added later fall back rather than fail).

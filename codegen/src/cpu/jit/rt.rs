@@ -79,7 +79,7 @@ impl Frame<'_> {
             if self.k.tiles[t.0 as usize].dtype == DType::I32 {
                 *(p as *mut i32).add(i) = v as i32;
             } else {
-                *(p as *mut f32).add(i) = v as f32;
+                *(p as *mut f32).add(i) = quiet(v as f32);
             }
         }
     }
@@ -108,7 +108,7 @@ impl Frame<'_> {
             if d.dtype.is_int() {
                 *(p as *mut i64).add(i) = wrap_int(d.dtype, v as i64);
             } else {
-                *(p as *mut f32).add(i) = round_to(d.dtype, v as f32);
+                *(p as *mut f32).add(i) = quiet(round_to(d.dtype, v as f32));
             }
         }
     }
@@ -191,6 +191,13 @@ impl Frame<'_> {
             }
         }
     }
+}
+
+/// A float as the interpreter's f64 storage of tiles and shared buffers gives it back: signalling NaNs come
+/// back quiet (the f32 -> f64 conversion sets the quiet bit and keeps the payload).
+#[inline]
+pub(crate) fn quiet(x: f32) -> f32 {
+    if x.is_nan() { f32::from_bits(x.to_bits() | 0x0040_0000) } else { x }
 }
 
 /// What a register element of `dtype` keeps of a value (the interpreter's `tile_value`).
@@ -432,7 +439,7 @@ pub(crate) extern "C" fn host_atomic_shared(ctx: *mut Ctx, b: i64, i: i64, op: i
         // `SharedMem::set`.
         match atomic_value(d.dtype, ATOMIC_OPS[op as usize], old, v) {
             new if int => *(p as *mut i64).add(i) = wrap_int(d.dtype, new.i()),
-            new => *(p as *mut f32).add(i) = round_to(d.dtype, new.f()),
+            new => *(p as *mut f32).add(i) = quiet(round_to(d.dtype, new.f())),
         }
         bits(old)
     }
