@@ -102,6 +102,30 @@ template <class T, int VEC, int THREADS, class L, int WR, int WC>
 __device__ __forceinline__ void copy_async(unsigned char* tile, int row0, int col0, const T* __restrict__ g,
                                            long long off, long long stride, long long rows, long long cols) {
   constexpr int VPR = WC / VEC, NV = WR * VPR, BYTES = VEC * (int)sizeof(T);
+  // Fast path (16-byte chunks, whole rows per pass): every thread keeps one column and steps down by RSTEP rows,
+  // so its column bounds, source pointer and (RSTEP a multiple of the swizzle period) shared offset are set up
+  // once and each chunk costs a compare, selects, a pointer add and the copy. Bounds are clamped to the window
+  // once so the per-chunk compares are 32-bit. Same copies and zero fills as the general loop below. Only for
+  // at most four chunks per thread: with more, the precomputed addresses raise register pressure elsewhere.
+  constexpr int RSTEP = THREADS / VPR;
+  if constexpr (BYTES == 16 && THREADS % VPR == 0 && RSTEP > 0 && RSTEP % L::M == 0 && NV % THREADS == 0 &&
+                NV / THREADS <= 4) {
+    const int r0 = (int)threadIdx.x / VPR, c = ((int)threadIdx.x % VPR) * VEC;
+    const int rows_c = rows <= 0 ? 0 : rows >= WR ? WR : (int)rows;
+    const long long cv = cols - c;
+    const int nc = cv <= 0 ? 0 : cv >= VEC ? VEC : (int)cv;
+    const T* p = g + off + (long long)r0 * stride + c;
+    const long long pstep = (long long)RSTEP * stride;
+    const unsigned d0 = smem_u32(tile + L::off(row0 + r0, col0 + c));
+#pragma unroll
+    for (int it = 0; it < NV / THREADS; ++it) {
+      const int n = (r0 + it * RSTEP < rows_c) ? nc : 0;
+      const T* src = n > 0 ? p + it * pstep : g;
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d0 + it * RSTEP * L::ROW_BYTES), "l"(src),
+                   "r"(n * (int)sizeof(T)));
+    }
+    return;
+  }
 #pragma unroll
   for (int i0 = 0; i0 < NV; i0 += THREADS) {
     const int i = i0 + (int)threadIdx.x;

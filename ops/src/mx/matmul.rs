@@ -81,10 +81,10 @@ pub fn knob_space() -> KnobSpace {
         .axis("BN", "weight rows per tile (gate+up together for GLU); 0 = auto", [0i64, 32, 64, 128, 256])
         .axis("BM", "tokens per tile (mma N; 16, 32, 64 or 128); 0 = auto", [0i64, 64, 128])
         .axis("BK", "K per pipeline stage (multiple of 32; 64 for wgmma); 0 = auto", [0i64, 64, 128, 256])
-        .axis("STAGES", "cp.async pipeline depth; 0 = auto", [0i64, 3, 4])
+        .axis("STAGES", "cp.async pipeline depth; 0 = auto", [0i64, 3, 4, 6])
         .axis("WA", "warps along weight rows (wgmma: BM/16); 0 = auto", [0i64, 4, 8])
         .axis("WB", "warps along tokens (each recomputes its rows' dequantized weights); 0 = auto", [0i64, 2])
-        .axis("SPLIT", "K splits (partials summed in order by a second kernel); 0 = auto", [0i64, 1, 4, 16])
+        .axis("SPLIT", "K splits (partials summed in order by a second kernel); 0 = auto", [0i64, 1, 2, 4, 8, 16])
         .axis("CPS", "0: one CTA per tile (hardware-scheduled); n: a persistent grid of n CTAs per SM", [0i64, 4])
         .axis("RASTER", "tile order inside a group: m (neighbouring CTAs share weights) or n", ["m"])
         .axis(
@@ -214,11 +214,6 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, Op
             m => m == "wgmma",
         },
     };
-    let bn = pick(knobs, "BN", if decode { 64 } else { 128 })?;
-    let bk = pick(knobs, "BK", if decode && !wgmma { 128 } else { 64 })?;
-    let stages = pick(knobs, "STAGES", if decode || wgmma { 4 } else { 3 })?;
-    let wa = pick(knobs, "WA", if wgmma { bm / 16 } else { (bn / 16).min(if decode { 4 } else { 8 }) })?;
-    let wb = pick(knobs, "WB", 1)?;
     let dec_bits = match knobs.0.get("DEC") {
         None => false,
         Some(_) => match knobs.str("DEC")? {
@@ -234,6 +229,15 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, Op
             }
         },
     };
+    // The bit decode makes a decode tile's weight rows cheap enough that 128 rows per CTA (32 per warp) pay for
+    // the token tile's copies and fragment loads; three stages keep four such CTAs per SM (16-token tiles: wider
+    // token tiles would need too many accumulator registers).
+    let wide_rows = dec_bits && bm <= 16;
+    let bn = pick(knobs, "BN", if decode && !wide_rows { 64 } else { 128 })?;
+    let bk = pick(knobs, "BK", if decode && !wgmma { 128 } else { 64 })?;
+    let stages = pick(knobs, "STAGES", if (decode && !wide_rows) || wgmma { 4 } else { 3 })?;
+    let wa = pick(knobs, "WA", if wgmma { bm / 16 } else { (bn / 16).min(if decode { 4 } else { 8 }) })?;
+    let wb = pick(knobs, "WB", 1)?;
     let mut c =
         Cfg { bn, bm, bk, stages, wa, wb, split: 1, cps: 1, raster_m: knobs.str("RASTER")? == "m", wgmma, dec_bits };
     c.cps = knobs.u32("CPS")?;
@@ -259,9 +263,14 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, Op
         if tiles * 4 >= target * 3 { 1 } else { (target / tiles).clamp(1, k_tiles.min(32)) }
     } else if tiles >= target {
         1
+    } else if wide_rows {
+        // Bit-decode tiles stream their weights faster than a CTA starts and drains: one wave of longer CTAs.
+        target.div_ceil(tiles).clamp(1, k_tiles.min(32))
     } else {
         (2 * target).div_ceil(tiles).clamp(1, k_tiles.min(32))
     };
+    // No empty splits: as many as the K tiles per split need (at most the count chosen).
+    let split_auto = k_tiles.div_ceil(k_tiles.div_ceil(split_auto.max(1)));
     c.split = pick(knobs, "SPLIT", split_auto as u32)?;
     validate(spec, &c, knobs)?;
     Ok(c)
