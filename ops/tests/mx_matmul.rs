@@ -126,12 +126,19 @@ fn bit_decode_matches_the_expression_decode() {
             vec![("BN", 32), ("WA", 2), ("BK", 128)],
         ),
         (vec![("M", 3), ("K", 64), ("N", 20), ("packed", 1), ("wide", 1), ("act", 1)], vec![("BK", 32)]),
+        // MMA=wgmma: decoded into registers, stored to the shared bf16 tile (one and two warpgroups, GLU, split).
+        (vec![("M", 70), ("K", 160), ("N", 40), ("packed", 1), ("wide", 1)], vec![("BM", 64), ("BN", 64)]),
+        (
+            vec![("G", 2), ("c0", 9), ("c1", 130), ("K", 96), ("N", 36), ("packed", 1), ("epilogue", 2), ("p", 1)],
+            vec![("BM", 128), ("BN", 128), ("SPLIT", 2), ("STAGES", 3)],
+        ),
     ] {
+        let wg = extra.iter().any(|(n, _)| *n == "BM");
         let p = Preset::new("dec", &dims);
         let seed = rng.random();
         let mut outs = vec![];
         for dec in ["bits", "expr"] {
-            let kn = knobs(&extra).with("DEC", dec);
+            let kn = knobs(&extra).with("DEC", dec).with("MMA", if wg { "wgmma" } else { "sync" });
             run(&p, seed, &kn);
             let inst = Mxfp4Matmul.instance(&p, seed).unwrap();
             let plan = inst.plan(&kn).unwrap();
@@ -144,6 +151,12 @@ fn bit_decode_matches_the_expression_decode() {
     let inst = Mxfp4Matmul.instance(&p, 1).unwrap();
     assert!(matches!(inst.plan(&default_knobs().with("DEC", "bits")), Err(OpError::InvalidKnobs { .. })));
     run(&p, 2, &default_knobs());
+    // wgmma with fewer than 16 weight rows per warp: DEC=bits is invalid, DEC=auto takes the expression path.
+    let p = Preset::new("w", &[("M", 70), ("K", 96), ("N", 40), ("packed", 1)]);
+    let inst = Mxfp4Matmul.instance(&p, 3).unwrap();
+    let kn = knobs(&[("BM", 64), ("BN", 32)]).with("MMA", "wgmma");
+    assert!(matches!(inst.plan(&kn.clone().with("DEC", "bits")), Err(OpError::InvalidKnobs { .. })));
+    run(&p, 4, &kn);
 }
 
 #[test]

@@ -95,8 +95,9 @@ pub fn knob_space() -> KnobSpace {
         )
         .axis(
             "DEC",
-            "MMA=sync weight decode: bits (packed layout only: one prmt + 3 bit ops + one bf16x2 multiply per two \
-             values, `Stmt::DequantFp4`), expr (the per-element IR expression); auto: bits for packed weights",
+            "weight decode: bits (packed layout only: one prmt + 3 bit ops + one bf16x2 multiply per two values, \
+             `Stmt::DequantFp4`; MMA=wgmma: into registers, then one 4-byte shared store per pair, BN a multiple of \
+             16*WA), expr (the per-element IR expression); auto: bits for packed weights where the tile allows",
             ["auto", "expr", "bits"],
         )
 }
@@ -214,12 +215,13 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, Op
             m => m == "wgmma",
         },
     };
-    let dec_bits = match knobs.0.get("DEC") {
-        None => false,
+    // DEC: Some(true) bits, Some(false) expr, None auto (bits for packed weights where the tile allows).
+    let dec_req = match knobs.0.get("DEC") {
+        None => Some(false),
         Some(_) => match knobs.str("DEC")? {
-            "auto" => spec.packed && !wgmma,
-            "bits" => true,
-            "expr" => false,
+            "auto" => None,
+            "bits" => Some(true),
+            "expr" => Some(false),
             other => {
                 return Err(OpError::InvalidKnobs {
                     op: OP,
@@ -229,6 +231,7 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, Op
             }
         },
     };
+    let dec_bits = dec_req.unwrap_or(spec.packed && !wgmma);
     // The bit decode makes a decode tile's weight rows cheap enough that 128 rows per CTA (32 per warp) pay for
     // the token tile's copies and fragment loads; three stages keep four such CTAs per SM (16-token tiles: wider
     // token tiles would need too many accumulator registers).
@@ -238,6 +241,8 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, Op
     let stages = pick(knobs, "STAGES", if (decode && !wide_rows) || wgmma { 4 } else { 3 })?;
     let wa = pick(knobs, "WA", if wgmma { bm / 16 } else { (bn / 16).min(if decode { 4 } else { 8 }) })?;
     let wb = pick(knobs, "WB", 1)?;
+    // wgmma: the weight tile is decoded into registers (16 rows per warp at least) and stored to shared memory.
+    let dec_bits = if wgmma { dec_req.unwrap_or(spec.packed && bn.is_multiple_of(16 * wa)) } else { dec_bits };
     let mut c =
         Cfg { bn, bm, bk, stages, wa, wb, split: 1, cps: 1, raster_m: knobs.str("RASTER")? == "m", wgmma, dec_bits };
     c.cps = knobs.u32("CPS")?;
@@ -279,8 +284,11 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, Op
 fn validate(spec: &MatSpec, c: &Cfg, knobs: &Knobs) -> Result<(), OpError> {
     let invalid = |why: String| Err(OpError::InvalidKnobs { op: OP, knobs: knobs.to_string(), why });
     let glu = spec.epilogue.is_glu();
-    if c.dec_bits && (!spec.packed || c.wgmma) {
-        return invalid("DEC=bits decodes the packed weight layout on the MMA=sync path".into());
+    if c.dec_bits && !spec.packed {
+        return invalid("DEC=bits decodes the packed weight layout".into());
+    }
+    if c.dec_bits && c.wgmma && (c.wa == 0 || !c.bn.is_multiple_of(16 * c.wa)) {
+        return invalid(format!("DEC=bits with MMA=wgmma needs BN={} a multiple of 16*WA={}", c.bn, 16 * c.wa));
     }
     if !c.bk.is_multiple_of(32) || c.bk == 0 || c.bk > 1024 {
         return invalid(format!("BK={} must be a positive multiple of 32 (at most 1024)", c.bk));
@@ -436,7 +444,9 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
         let acc = b.tile("acc", DType::F32, bm, bno, [c.wa, 1]);
         let acc_up = glu.then(|| b.tile("acc_up", DType::F32, bm, bno, [c.wa, 1]));
         let pv = (spec.row_scale && !partial).then(|| b.vec("p_rows", bm, [c.wa, 1]));
-        wg = Some((sw, acc, acc_up, pv));
+        // DEC=bits: the stage's [BN, BK] weights decoded into registers, then stored to `sw`.
+        let wreg = c.dec_bits.then(|| b.tile("wdec", DType::Bf16, bn, bk, [c.wa, 1]));
+        wg = Some((sw, acc, acc_up, pv, wreg));
     } else {
         let sacc = b.shared("sacc", DType::F32, bn, bm + 1, 1, Swizzle::None);
         let acc = b.tile("acc", DType::F32, bn, bm, warps);
@@ -645,7 +655,7 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
                 );
             }
         }
-        if let Some((sw, acc, acc_up, pv)) = wg {
+        if let Some((sw, acc, acc_up, pv, wreg)) = wg {
             // Warpgroup MMA pipeline (as latent_moe_gemm's): a stage's x tile is refilled two iterations after
             // its product was issued, so STAGES-2 loads and one product are in flight. Each iteration decodes
             // the stage's weights (a threads region, one 32-bit word of eight values at a time) into one of two
@@ -663,7 +673,15 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
                 b.commit();
                 let slot = b.let_("slot", &kt % st as i64);
                 let half = b.let_("half", &kt % 2i64);
-                dequant_words(b, spec, sq, ss, sw, &slot, &half, bn, bk, threads);
+                if let Some(wr) = wreg {
+                    let q = b.window(sq, slot.clone(), 0, 0, bn, bk / 8);
+                    let s = b.window(ss, slot.clone(), 0, 0, bn, bk / 32);
+                    b.dequant_fp4(wr, q, s, spec.fold, spec.finite);
+                    let dst = b.window(sw, half.clone(), 0, 0, bn, bk);
+                    b.store(wr, Place::Shared(dst));
+                } else {
+                    dequant_words(b, spec, sq, ss, sw, &slot, &half, bn, bk, threads);
+                }
                 let xslot = if let Some((sxq, sxs)) = sx8 {
                     dequant_x(b, sxq, sxs, sx, &slot, &half, &rows_valid, bm, bk, threads);
                     half.clone()
