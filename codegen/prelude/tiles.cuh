@@ -490,7 +490,10 @@ template <bool FOLD> __device__ __forceinline__ unsigned fp4_pair(unsigned q4, u
   const unsigned v = (u & 0x80008000u) | ((u & 0x70007000u) >> 6);
   return FOLD ? hmul2_bf16(v, scale2) : hmul2_bf16(hmul2_bf16(v, 0x7E807E80u), scale2);
 }
-template <bool FOLD, bool FINITE, class TT, class LQ, class LS>
+// Natural layout (SPEC 1 bytes as words: word w of a block holds columns 8w..8w+7): the lane's pair f is byte
+// l of word f, so one 16-byte load of the block's four words (one swizzle chunk) and three prmt build the
+// lane's packed word.
+template <bool PACKED, bool FOLD, bool FINITE, class TT, class LQ, class LS>
 __device__ __forceinline__ void dequant_fp4(TT& t, const unsigned char* qt, int qr0, int qc0, const unsigned char* st,
                                             int sr0, int sc0) {
   static_assert(TT::L::NF % 4 == 0, "dequant_fp4: 32-column blocks per warp");
@@ -502,7 +505,14 @@ __device__ __forceinline__ void dequant_fp4(TT& t, const unsigned char* qt, int 
 #pragma unroll
       for (int blk = 0; blk < TT::L::NF / 4; ++blk) {
         const int bi = TT::L::col(4 * blk, 0) >> 5;
-        const unsigned q = *(const unsigned*)(qt + LQ::off(qr0 + r, qc0 + 4 * bi + (lane_id() & 3)));
+        unsigned q;
+        if (PACKED) {
+          q = *(const unsigned*)(qt + LQ::off(qr0 + r, qc0 + 4 * bi + (lane_id() & 3)));
+        } else {
+          const uint4 w4 = *(const uint4*)(qt + LQ::off(qr0 + r, qc0 + 4 * bi));
+          const unsigned l = (unsigned)(lane_id() & 3), sel = l | ((l + 4) << 4);
+          q = __byte_perm(__byte_perm(w4.x, w4.y, sel), __byte_perm(w4.z, w4.w, sel), 0x5410);
+        }
         const unsigned s = *(st + LS::off(sr0 + r, sc0 + bi));
         const unsigned sc = fp4_scale2<FOLD, FINITE>(s);
         const unsigned q4 = q << 4;

@@ -95,9 +95,10 @@ pub fn knob_space() -> KnobSpace {
         )
         .axis(
             "DEC",
-            "weight decode: bits (packed layout only: one prmt + 3 bit ops + one bf16x2 multiply per two values, \
-             `Stmt::DequantFp4`; MMA=wgmma: into registers, then one 4-byte shared store per pair, BN a multiple of \
-             16*WA), expr (the per-element IR expression); auto: bits for packed weights where the tile allows",
+            "weight decode: bits (`Stmt::DequantFp4`: one prmt + 3 bit ops + one bf16x2 multiply per two values; \
+             natural layout: + one 16-byte load and 3 prmt per row and block; MMA=wgmma: into registers, then one \
+             4-byte shared store per pair, BN a multiple of 16*WA), expr (the per-element IR expression); auto: bits \
+             where the tile allows",
             ["auto", "expr", "bits"],
         )
 }
@@ -133,7 +134,8 @@ pub struct Cfg {
     /// Warpgroup MMA (`wgmma`) from a dequantized shared weight tile instead of `mma.sync` with the weights as
     /// register operands.
     pub wgmma: bool,
-    /// MMA=sync: decode the weights with [`Stmt::DequantFp4`] (packed layout) instead of a per-element map.
+    /// Decode the weights with [`Stmt::DequantFp4`] instead of a per-element map (MMA=sync) or a threads region
+    /// (MMA=wgmma).
     pub dec_bits: bool,
 }
 
@@ -231,7 +233,7 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, Op
             }
         },
     };
-    let dec_bits = dec_req.unwrap_or(spec.packed && !wgmma);
+    let dec_bits = dec_req.unwrap_or(!wgmma);
     // The bit decode makes a decode tile's weight rows cheap enough that 128 rows per CTA (32 per warp) pay for
     // the token tile's copies and fragment loads; three stages keep four such CTAs per SM (16-token tiles: wider
     // token tiles would need too many accumulator registers).
@@ -242,7 +244,7 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, Op
     let wa = pick(knobs, "WA", if wgmma { bm / 16 } else { (bn / 16).min(if decode { 4 } else { 8 }) })?;
     let wb = pick(knobs, "WB", 1)?;
     // wgmma: the weight tile is decoded into registers (16 rows per warp at least) and stored to shared memory.
-    let dec_bits = if wgmma { dec_req.unwrap_or(spec.packed && bn.is_multiple_of(16 * wa)) } else { dec_bits };
+    let dec_bits = if wgmma { dec_req.unwrap_or(bn.is_multiple_of(16 * wa)) } else { dec_bits };
     let mut c =
         Cfg { bn, bm, bk, stages, wa, wb, split: 1, cps: 1, raster_m: knobs.str("RASTER")? == "m", wgmma, dec_bits };
     c.cps = knobs.u32("CPS")?;
@@ -284,9 +286,6 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, Op
 fn validate(spec: &MatSpec, c: &Cfg, knobs: &Knobs) -> Result<(), OpError> {
     let invalid = |why: String| Err(OpError::InvalidKnobs { op: OP, knobs: knobs.to_string(), why });
     let glu = spec.epilogue.is_glu();
-    if c.dec_bits && !spec.packed {
-        return invalid("DEC=bits decodes the packed weight layout".into());
-    }
     if c.dec_bits && c.wgmma && (c.wa == 0 || !c.bn.is_multiple_of(16 * c.wa)) {
         return invalid(format!("DEC=bits with MMA=wgmma needs BN={} a multiple of 16*WA={}", c.bn, 16 * c.wa));
     }
@@ -590,7 +589,7 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
                     if c.dec_bits {
                         let q = b.window(sq, slot.clone(), 0, sub * 4, bn, 4);
                         let s = b.window(ss, slot.clone(), 0, sub, bn, 1);
-                        b.dequant_fp4(wt, q, s, spec.fold, spec.finite);
+                        b.dequant_fp4(wt, q, s, spec.packed, spec.fold, spec.finite);
                     } else {
                         b.map(wt, decode_expr(spec, sq, ss, &slot, Expr::Int(sub as i64), Expr::ColIdx));
                     }
@@ -676,7 +675,7 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
                 if let Some(wr) = wreg {
                     let q = b.window(sq, slot.clone(), 0, 0, bn, bk / 8);
                     let s = b.window(ss, slot.clone(), 0, 0, bn, bk / 32);
-                    b.dequant_fp4(wr, q, s, spec.fold, spec.finite);
+                    b.dequant_fp4(wr, q, s, spec.packed, spec.fold, spec.finite);
                     let dst = b.window(sw, half.clone(), 0, 0, bn, bk);
                     b.store(wr, Place::Shared(dst));
                 } else {
