@@ -60,10 +60,11 @@ primitive!(
     byte_formats,
     mma_banded,
     scan_replicated,
+    dequant_fp4,
 );
 
 #[test]
 fn every_case_is_listed() {
     // `cases::all` feeds the GPU run; keep it in step with the list above.
-    assert_eq!(cases::all().len(), 22);
+    assert_eq!(cases::all().len(), 23);
 }
