@@ -120,7 +120,8 @@ __device__ __forceinline__ void copy_async(unsigned char* tile, int row0, int co
 #pragma unroll
     for (int it = 0; it < NV / THREADS; ++it) {
       const int n = (r0 + it * RSTEP < rows_c) ? nc : 0;
-      const T* src = n > 0 ? p + it * pstep : g;
+      const T* q = p + it * pstep;  // formed unconditionally (plain adds), used only when in bounds
+      const T* src = n > 0 ? q : g;
       asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d0 + it * RSTEP * L::ROW_BYTES), "l"(src),
                    "r"(n * (int)sizeof(T)));
     }
