@@ -522,8 +522,8 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
         let k_tiles = b.let_("k_tiles", (&kend - kbeg.clone()).max(0i64).ceil_div(bk as i64));
         let wrow = b.let_("wrow", &gsel * n.clone());
 
-        let load_stage = |b: &mut KernelBuilder, kt: Expr| {
-            let slot = kt.clone() % st as i64;
+        // Load K tile `kt` into pipeline slot `slot` (= kt % STAGES).
+        let load_stage = |b: &mut KernelBuilder, kt: Expr, slot: Expr| {
             let k0 = b.let_("k0", &kbeg + kt * bk as i64);
             let kleft = &kend - k0.clone();
             // Weight rows: [0, BN) from n0, or the gate half from n0 and the up half from NH + n0.
@@ -568,16 +568,22 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
         if let Some((sacc, acc, wt, yt, pv)) = sync {
             b.map(acc, 0.0f64);
             for s in 0..st - 1 {
-                b.if_(Expr::Int(s as i64).lt(k_tiles.clone()), |b| load_stage(b, Expr::Int(s as i64)));
+                let s = Expr::Int(s as i64);
+                b.if_(s.lt(k_tiles.clone()), |b| load_stage(b, s.clone(), s.clone()));
                 b.commit();
             }
+            // The slot of `kt` kept as a wrapping counter (no 64-bit `%` by a non-power of two per iteration).
+            let rslot = b.let_var("rslot", 0i64);
             b.for_("kt", 0i64, k_tiles.clone(), 1i64, |b, kt| {
                 b.wait(st - 2);
                 b.barrier();
                 let next = &kt + (st - 1) as i64;
-                b.if_(next.lt(k_tiles.clone()), |b| load_stage(b, next.clone()));
+                // (kt + STAGES - 1) % STAGES
+                let nslot =
+                    Expr::select(Expr::Var(rslot).eq(0i64), Expr::Int((st - 1) as i64), Expr::Var(rslot) - 1i64);
+                b.if_(next.lt(k_tiles.clone()), |b| load_stage(b, next.clone(), nslot));
                 b.commit();
-                let slot = b.let_("slot", &kt % st as i64);
+                let slot = b.let_("slot", Expr::Var(rslot));
                 let xslot = if let Some((sxq, sxs)) = sx8 {
                     dequant_x(b, sxq, sxs, sx, &slot, &Expr::Int(0), &rows_valid, bm, bk, threads);
                     b.barrier();
@@ -597,6 +603,8 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
                     let xw = b.window(sx, xslot.clone(), 0, (sub * 32) as u32, bm, 32);
                     b.mma(acc, Operand::Reg(wt), Operand::Shared { src: xw, transpose: true });
                 }
+                let inc = Expr::Var(rslot) + 1i64;
+                b.assign(rslot, Expr::select(inc.eq(st as i64), Expr::Int(0), inc));
             });
             b.wait(0);
             // Epilogue: transpose the [BN, BM] accumulator through shared memory.
@@ -660,7 +668,8 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
             // the stage's weights (a threads region, one 32-bit word of eight values at a time) into one of two
             // shared bf16 tiles (the one the product two iterations ago read).
             for s in 0..st - 2 {
-                b.if_(Expr::Int(s as i64).lt(k_tiles.clone()), |b| load_stage(b, Expr::Int(s as i64)));
+                let s = Expr::Int(s as i64);
+                b.if_(s.lt(k_tiles.clone()), |b| load_stage(b, s.clone(), s.clone()));
                 b.commit();
             }
             let groups = if glu { 2 } else { 1 };
@@ -668,7 +677,7 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
                 b.wait(st - 3);
                 b.barrier();
                 let next = &kt + (st - 2) as i64;
-                b.if_(next.lt(k_tiles.clone()), |b| load_stage(b, next.clone()));
+                b.if_(next.lt(k_tiles.clone()), |b| load_stage(b, next.clone(), &next % st as i64));
                 b.commit();
                 let slot = b.let_("slot", &kt % st as i64);
                 let half = b.let_("half", &kt % 2i64);
