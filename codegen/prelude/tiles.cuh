@@ -130,6 +130,31 @@ __device__ __forceinline__ void copy_async(unsigned char* tile, int row0, int co
       return;
     }
   }
+  // Partial windows (16-byte chunks, whole rows per pass): every thread keeps one column and steps down by RSTEP rows,
+  // so its column bounds, source pointer and (RSTEP a multiple of the swizzle period) shared offset are set up
+  // once and each chunk costs a compare, selects, a pointer add and the copy. Bounds are clamped to the window
+  // once so the per-chunk compares are 32-bit. Same copies and zero fills as the general loop below. Only for
+  // at most four chunks per thread: with more, the precomputed addresses raise register pressure elsewhere.
+  constexpr int RSTEP = THREADS / VPR;
+  if constexpr (BYTES == 16 && THREADS % VPR == 0 && RSTEP > 0 && RSTEP % L::M == 0 && NV % THREADS == 0 &&
+                NV / THREADS <= 4) {
+    const int r0 = (int)threadIdx.x / VPR, c = ((int)threadIdx.x % VPR) * VEC;
+    const int rows_c = rows <= 0 ? 0 : rows >= WR ? WR : (int)rows;
+    const long long cv = cols - c;
+    const int nc = cv <= 0 ? 0 : cv >= VEC ? VEC : (int)cv;
+    const T* p = g + off + (long long)r0 * stride + c;
+    const long long pstep = (long long)RSTEP * stride;
+    const unsigned d0 = smem_u32(tile + L::off(row0 + r0, col0 + c));
+#pragma unroll
+    for (int it = 0; it < NV / THREADS; ++it) {
+      const int n = (r0 + it * RSTEP < rows_c) ? nc : 0;
+      const T* q = p + it * pstep;  // formed unconditionally (plain adds), used only when in bounds
+      const T* src = n > 0 ? q : g;
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d0 + it * RSTEP * L::ROW_BYTES), "l"(src),
+                   "r"(n * (int)sizeof(T)));
+    }
+    return;
+  }
 #pragma unroll
   for (int i0 = 0; i0 < NV; i0 += THREADS) {
     const int i = i0 + (int)threadIdx.x;
@@ -494,7 +519,10 @@ template <bool FOLD> __device__ __forceinline__ unsigned fp4_pair(unsigned q4, u
   const unsigned v = (u & 0x80008000u) | ((u & 0x70007000u) >> 6);
   return FOLD ? hmul2_bf16(v, scale2) : hmul2_bf16(hmul2_bf16(v, 0x7E807E80u), scale2);
 }
-template <bool FOLD, bool FINITE, class TT, class LQ, class LS>
+// Natural layout (SPEC 1 bytes as words: word w of a block holds columns 8w..8w+7): the lane's pair f is byte
+// l of word f, so one 16-byte load of the block's four words (one swizzle chunk) and three prmt build the
+// lane's packed word.
+template <bool PACKED, bool FOLD, bool FINITE, class TT, class LQ, class LS>
 __device__ __forceinline__ void dequant_fp4(TT& t, const unsigned char* qt, int qr0, int qc0, const unsigned char* st,
                                             int sr0, int sc0) {
   static_assert(TT::L::NF % 4 == 0, "dequant_fp4: 32-column blocks per warp");
@@ -506,7 +534,14 @@ __device__ __forceinline__ void dequant_fp4(TT& t, const unsigned char* qt, int 
 #pragma unroll
       for (int blk = 0; blk < TT::L::NF / 4; ++blk) {
         const int bi = TT::L::col(4 * blk, 0) >> 5;
-        const unsigned q = *(const unsigned*)(qt + LQ::off(qr0 + r, qc0 + 4 * bi + (lane_id() & 3)));
+        unsigned q;
+        if (PACKED) {
+          q = *(const unsigned*)(qt + LQ::off(qr0 + r, qc0 + 4 * bi + (lane_id() & 3)));
+        } else {
+          const uint4 w4 = *(const uint4*)(qt + LQ::off(qr0 + r, qc0 + 4 * bi));
+          const unsigned l = (unsigned)(lane_id() & 3), sel = l | ((l + 4) << 4);
+          q = __byte_perm(__byte_perm(w4.x, w4.y, sel), __byte_perm(w4.z, w4.w, sel), 0x5410);
+        }
         const unsigned s = *(st + LS::off(sr0 + r, sc0 + bi));
         const unsigned sc = fp4_scale2<FOLD, FINITE>(s);
         const unsigned q4 = q << 4;

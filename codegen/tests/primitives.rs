@@ -64,10 +64,11 @@ primitive!(
     mma_banded,
     warp_shuffles,
     scan_replicated,
+    dequant_fp4,
 );
 
 #[test]
 fn every_case_is_listed() {
     // `cases::all` feeds the GPU run; keep it in step with the list above.
-    assert_eq!(cases::all().len(), 26);
+    assert_eq!(cases::all().len(), 27);
 }

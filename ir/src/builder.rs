@@ -221,9 +221,17 @@ impl KernelBuilder {
         self.push(Stmt::Mma { acc, a, b });
     }
     /// Decode packed MXFP4 words and their E8M0 scales from shared memory into a bf16 register tile (see
-    /// [`Stmt::DequantFp4`] for the layout and the `fold` / `finite` promises).
-    pub fn dequant_fp4(&mut self, tile: TileId, words: SharedRef, scales: SharedRef, fold: bool, finite: bool) {
-        self.push(Stmt::DequantFp4 { tile, words, scales, fold, finite });
+    /// [`Stmt::DequantFp4`] for the two layouts and the `fold` / `finite` promises).
+    pub fn dequant_fp4(
+        &mut self,
+        tile: TileId,
+        words: SharedRef,
+        scales: SharedRef,
+        packed: bool,
+        fold: bool,
+        finite: bool,
+    ) {
+        self.push(Stmt::DequantFp4 { tile, words, scales, packed, fold, finite });
     }
     /// Start `acc += a @ b` on the warpgroup tensor cores (see [`Stmt::MmaAsync`]).
     pub fn mma_async(&mut self, acc: TileId, a: Operand, b: Operand) {

@@ -348,15 +348,17 @@ pub enum Stmt {
     WarpSync,
     /// Decode MXFP4 weights from shared memory into a bf16 register tile `[R, C]` (C a multiple of 32, each
     /// warp's column band too): `tile[r, c] = e2m1(q) * 2^(s - 127)`, where `s = scales[r, c / 32]` (an E8M0
-    /// byte; 255 gives NaN) and `q` is the nibble of column `c % 32` of block `c / 32` in the *packed* layout
-    /// of `words` (u32 `[R, C / 8]`): word `4 (c / 32) + (c % 8) / 2` of row r, nibble `2 ((c / 8) % 4) + c % 2`
-    /// (so that each thread's eight values of a block sit in one word). The value is exact in bf16 (or
-    /// overflows to inf like the f32 product). `scales` is a u8 window `[R, C / 32]`.
+    /// byte; 255 gives NaN) and `q` is the nibble of column `c % 32` of block `c / 32` of row r in `words`
+    /// (u32 `[R, C / 8]`, four words per block). With `packed` (the `mx::pack` layout, which puts each
+    /// thread's eight values of a block in one word): word `4 (c / 32) + (c % 8) / 2`, nibble
+    /// `2 ((c / 8) % 4) + c % 2`; else (SPEC 1 bytes read as little-endian words): word `4 (c / 32) + (c % 32) / 8`,
+    /// nibble `c % 8`. The value is exact in bf16 (or overflows to inf like the f32 product). `scales` is a u8
+    /// window `[R, C / 32]`.
     ///
     /// Two promises about the scale bytes let the GPU code drop work (the program must keep them; when one is
     /// broken the result is what the GPU computes, which the interpreter reproduces): `fold`, every byte is at
     /// most 128 or is 255 (one bf16x2 multiply by `2^(s-1)` per pair of values), and `finite`, no byte is 255.
-    DequantFp4 { tile: TileId, words: SharedRef, scales: SharedRef, fold: bool, finite: bool },
+    DequantFp4 { tile: TileId, words: SharedRef, scales: SharedRef, packed: bool, fold: bool, finite: bool },
 }
 
 /// The lane exchanges of [`Stmt::WarpShuffle`]; lane `l` of a warp receives:

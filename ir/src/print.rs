@@ -186,13 +186,14 @@ fn body(k: &Kernel, b: &[Stmt], depth: usize, s: &mut String) {
                     k.tiles[tile.0 as usize].name
                 );
             }
-            Stmt::DequantFp4 { tile, words, scales, fold, finite } => {
+            Stmt::DequantFp4 { tile, words, scales, packed, fold, finite } => {
                 let _ = writeln!(
                     s,
-                    "{pad}{} = dequant_fp4({}, {}){}{}",
+                    "{pad}{} = dequant_fp4({}, {}){}{}{}",
                     k.tiles[tile.0 as usize].name,
                     shared_ref(k, words),
                     shared_ref(k, scales),
+                    if *packed { " packed" } else { " natural" },
                     if *fold { " fold" } else { "" },
                     if *finite { " finite" } else { "" }
                 );

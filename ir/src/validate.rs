@@ -808,7 +808,7 @@ impl<'a> Checker<'a> {
                 self.path.pop();
             }
             Stmt::Barrier | Stmt::AsyncCommit | Stmt::AsyncWait { .. } => {}
-            Stmt::DequantFp4 { tile, words, scales, .. } => {
+            Stmt::DequantFp4 { tile, words, scales, packed, .. } => {
                 let t = self.tile(*tile)?;
                 self.path.push(format!("dequant_fp4 `{}`", t.name));
                 let wc = t.cols / t.warps[1].max(1);
@@ -835,6 +835,19 @@ impl<'a> Checker<'a> {
                             dq.dtype,
                             words.rows,
                             words.cols
+                        ),
+                    ));
+                }
+                // The natural layout reads a block's four words as one 16-byte access.
+                if !*packed && (!words.col0.is_multiple_of(4) || !dq.row_bytes().is_multiple_of(16)) {
+                    return Err(self.err(
+                        IrErrorKind::Layout,
+                        format!(
+                            "dequant_fp4 (natural layout) reads 16-byte blocks: shared `{}` rows of {} bytes and \
+                             window col0 = {} must be multiples of 16 bytes",
+                            dq.name,
+                            dq.row_bytes(),
+                            words.col0
                         ),
                     ));
                 }

@@ -115,23 +115,34 @@ fn k_splits_and_knob_points() {
 
 #[test]
 fn bit_decode_matches_the_expression_decode() {
-    // DEC=bits (`Stmt::DequantFp4`) on packed weights: realistic (one folded multiply, no NaN select) and wide
+    // DEC=bits (`Stmt::DequantFp4`) on packed and natural weights: realistic (one folded multiply, no NaN select) and wide
     // scales (two multiplies, NaN blocks), dense and grouped, with splits; bitwise equal to DEC=expr.
     let mut rng = StdRng::seed_from_u64(rand::rng().random());
     for (dims, extra) in [
         (vec![("M", 5), ("K", 160), ("N", 40), ("packed", 1)], vec![("SPLIT", 1)]),
+        // Natural layout (16-byte block loads + prmt), with NaN blocks and a split; and MXFP8 activations.
+        (vec![("M", 7), ("K", 96), ("N", 24), ("wide", 1)], vec![("SPLIT", 2), ("BK", 32)]),
+        (vec![("G", 2), ("c0", 3), ("c1", 16), ("K", 128), ("N", 18), ("act", 1), ("epilogue", 1)], vec![]),
+        (vec![("M", 66), ("K", 128), ("N", 32), ("wide", 1)], vec![("BM", 64), ("BN", 64)]),
         (vec![("M", 17), ("K", 96), ("N", 33), ("packed", 1), ("wide", 1)], vec![("SPLIT", 2), ("BK", 64)]),
         (
             vec![("G", 3), ("c0", 4), ("c1", 0), ("c2", 9), ("K", 128), ("N", 34), ("packed", 1), ("epilogue", 1)],
             vec![("BN", 32), ("WA", 2), ("BK", 128)],
         ),
         (vec![("M", 3), ("K", 64), ("N", 20), ("packed", 1), ("wide", 1), ("act", 1)], vec![("BK", 32)]),
+        // MMA=wgmma: decoded into registers, stored to the shared bf16 tile (one and two warpgroups, GLU, split).
+        (vec![("M", 70), ("K", 160), ("N", 40), ("packed", 1), ("wide", 1)], vec![("BM", 64), ("BN", 64)]),
+        (
+            vec![("G", 2), ("c0", 9), ("c1", 130), ("K", 96), ("N", 36), ("packed", 1), ("epilogue", 2), ("p", 1)],
+            vec![("BM", 128), ("BN", 128), ("SPLIT", 2), ("STAGES", 3)],
+        ),
     ] {
+        let wg = extra.iter().any(|(n, _)| *n == "BM");
         let p = Preset::new("dec", &dims);
         let seed = rng.random();
         let mut outs = vec![];
         for dec in ["bits", "expr"] {
-            let kn = knobs(&extra).with("DEC", dec);
+            let kn = knobs(&extra).with("DEC", dec).with("MMA", if wg { "wgmma" } else { "sync" });
             run(&p, seed, &kn);
             let inst = Mxfp4Matmul.instance(&p, seed).unwrap();
             let plan = inst.plan(&kn).unwrap();
@@ -139,11 +150,12 @@ fn bit_decode_matches_the_expression_decode() {
         }
         assert_eq!(outs[0], outs[1], "{dims:?}");
     }
-    // Natural layout: DEC=bits is an invalid knob (typed error), DEC=auto takes the expression path.
-    let p = Preset::new("nat", &[("M", 2), ("K", 64), ("N", 16)]);
-    let inst = Mxfp4Matmul.instance(&p, 1).unwrap();
-    assert!(matches!(inst.plan(&default_knobs().with("DEC", "bits")), Err(OpError::InvalidKnobs { .. })));
-    run(&p, 2, &default_knobs());
+    // wgmma with fewer than 16 weight rows per warp: DEC=bits is invalid, DEC=auto takes the expression path.
+    let p = Preset::new("w", &[("M", 70), ("K", 96), ("N", 40), ("packed", 1)]);
+    let inst = Mxfp4Matmul.instance(&p, 3).unwrap();
+    let kn = knobs(&[("BM", 64), ("BN", 32)]).with("MMA", "wgmma");
+    assert!(matches!(inst.plan(&kn.clone().with("DEC", "bits")), Err(OpError::InvalidKnobs { .. })));
+    run(&p, 4, &kn);
 }
 
 #[test]

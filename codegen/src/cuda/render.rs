@@ -412,9 +412,9 @@ impl<'a> Renderer<'a> {
                 };
                 self.line(&line);
             }
-            Stmt::DequantFp4 { tile, words, scales, fold, finite } => {
+            Stmt::DequantFp4 { tile, words, scales, packed, fold, finite } => {
                 let line = format!(
-                    "k3k::dequant_fp4<{fold}, {finite}, {}, {}, {}>(t{}, {}, {}, {}, {}, {}, {});",
+                    "k3k::dequant_fp4<{packed}, {fold}, {finite}, {}, {}, {}>(t{}, {}, {}, {}, {}, {}, {});",
                     self.tile_ty(*tile),
                     self.shared_layout(words.buf),
                     self.shared_layout(scales.buf),

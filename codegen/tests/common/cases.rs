@@ -51,6 +51,7 @@ pub fn all() -> Vec<Case> {
         scan_replicated(),
         mma_banded(),
         warp_shuffles(),
+        dequant_fp4(),
     ]
 }
 
@@ -1204,6 +1205,83 @@ pub fn warp_shuffles() -> Case {
                 let mask: i64 = (0..32).filter(|&j| v(w0 + j) > 0.5).map(|j| 1i64 << j).sum();
                 assert_eq!(ts[3].get_i64(n + g), mask, "ballot {g}");
                 assert_eq!(ts[3].get_i64(2 * n + g), 3 * xis2[w0 + (lane ^ 16)], "int xor {g}");
+/// `DequantFp4` on [128, 64] bf16 tiles over 8 warps from swizzled shared words and scales: packed and natural
+/// layouts, every scale byte 0..=255 (NaN, the subnormal 2^-127, overflow to inf) on the general path, and the
+/// folded one-multiply paths on the scale bytes they promise; bitwise against `e2m1 * 2^(s-127)` computed here.
+pub fn dequant_fp4() -> Case {
+    let (r, c) = (128usize, 64usize);
+    let (kw, kb) = (c / 8, c / 32);
+    // (packed, fold, finite, scale tensor)
+    let variants =
+        [(true, false, false, 0usize), (false, false, false, 0), (true, true, false, 1), (false, true, true, 2)];
+    let mut b = KernelBuilder::new("p_dequant_fp4", 256);
+    let dims = |a: usize, bb: usize| [Expr::Int(a as i64), Expr::Int(bb as i64)];
+    let q = b.tensor("q", DType::U32, &dims(r, kw), Access::Read);
+    let scales: Vec<TensorId> =
+        (0..3).map(|i| b.tensor(&format!("s{i}"), DType::U8, &dims(r, kb), Access::Read)).collect();
+    let y = b.tensor("y", DType::Bf16, &[Expr::Int(4), Expr::Int(r as i64), Expr::Int(c as i64)], Access::Write);
+    let sq = b.shared("sq", DType::U32, r as u32, kw as u32, 1, Swizzle::Xor16B);
+    let ss = b.shared("ss", DType::U8, r as u32, kb as u32, 3, Swizzle::None);
+    let t = b.tile("w", DType::Bf16, r as u32, c as u32, [8, 1]);
+    b.copy_async(b.slot(sq, 0i64), view(q, 0i64, kw as i64, r as i64, kw as i64, 4));
+    for (i, &st) in scales.iter().enumerate() {
+        b.copy_async(b.slot(ss, i as i64), view(st, 0i64, kb as i64, r as i64, kb as i64, 2));
+    }
+    b.commit();
+    b.wait(0);
+    b.barrier();
+    for (v, &(packed, fold, finite, si)) in variants.iter().enumerate() {
+        let words = b.window(sq, 0i64, 0, 0, r as u32, kw as u32);
+        let sc = b.window(ss, si as i64, 0, 0, r as u32, kb as u32);
+        b.dequant_fp4(t, words, sc, packed, fold, finite);
+        b.store(t, Place::Global(view(y, (v * r * c) as i64, c as i64, r as i64, c as i64, 2)));
+    }
+    let k = b.finish().unwrap();
+    let mut rng = Rng::new(12);
+    let qw: Vec<u32> = (0..r * kw).map(|_| rng.next_u64() as u32).collect();
+    // Scale bytes: all 256 values; at most 128 or 255; at most 128.
+    let sv: [Vec<u8>; 3] = [
+        (0..r * kb).map(|i| i as u8).collect(),
+        (0..r * kb).map(|i| if i % 7 == 3 { 255 } else { (i % 129) as u8 }).collect(),
+        (0..r * kb).map(|i| ((i * 5) % 129) as u8).collect(),
+    ];
+    const E2M1: [f64; 16] = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0];
+    let mut want = vec![0f32; 4 * r * c];
+    for (v, &(packed, _, _, si)) in variants.iter().enumerate() {
+        for row in 0..r {
+            for col in 0..c {
+                let (w, p) =
+                    if packed { ((col % 8) / 2, 2 * ((col / 8) % 4) + col % 2) } else { ((col % 32) / 8, col % 8) };
+                let word = qw[row * kw + 4 * (col / 32) + w];
+                let nib = ((word >> (4 * p)) & 15) as usize;
+                let s = sv[si][row * kb + col / 32];
+                want[(v * r + row) * c + col] =
+                    if s == 255 { f32::NAN } else { (E2M1[nib] * 2f64.powi(s as i32 - 127)) as f32 };
+            }
+        }
+    }
+    let qbytes: Vec<u8> = qw.iter().flat_map(|w| w.to_le_bytes()).collect();
+    let mut tensors = vec![HostTensor::from_bytes(DType::U32, &[r, kw], qbytes)];
+    for v in &sv {
+        tensors.push(HostTensor::from_bytes(DType::U8, &[r, kb], v.clone()));
+    }
+    tensors.push(poisoned(DType::Bf16, &[4, r, c]));
+    Case {
+        name: "dequant_fp4",
+        kernel: k,
+        tensors,
+        scalars: vec![],
+        check: Box::new(move |ts| {
+            let got = ts[4].to_f32_vec();
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                let same = g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan());
+                assert!(
+                    same,
+                    "dequant_fp4 variant {} row {} col {}: got {g:e}, want {w:e}",
+                    i / (r * c),
+                    (i / c) % r,
+                    i % c
+                );
             }
         }),
     }

@@ -84,7 +84,7 @@ pub fn knob_space() -> KnobSpace {
         .axis("STAGES", "cp.async pipeline depth; 0 = auto", [0i64, 3, 4])
         .axis("WA", "warps along weight rows (wgmma: BM/16); 0 = auto", [0i64, 4, 8])
         .axis("WB", "warps along tokens (each recomputes its rows' dequantized weights); 0 = auto", [0i64, 2])
-        .axis("SPLIT", "K splits (partials summed in order by a second kernel); 0 = auto", [0i64, 1, 4, 16])
+        .axis("SPLIT", "K splits (partials summed in order by a second kernel); 0 = auto", [0i64, 1, 2, 4, 8, 16])
         .axis("CPS", "0: one CTA per tile (hardware-scheduled); n: a persistent grid of n CTAs per SM", [0i64, 4])
         .axis("RASTER", "tile order inside a group: m (neighbouring CTAs share weights) or n", ["m"])
         .axis(
@@ -95,9 +95,11 @@ pub fn knob_space() -> KnobSpace {
         )
         .axis(
             "DEC",
-            "MMA=sync weight decode: bits (packed layout only: one prmt + 3 bit ops + one bf16x2 multiply per two \
-             values, `Stmt::DequantFp4`), expr (the per-element IR expression); auto: bits for packed weights",
-            ["auto", "expr", "bits"],
+            "weight decode: bits (`Stmt::DequantFp4`: one prmt + 3 bit ops + one bf16x2 multiply per two values; \
+             natural layout: + one 16-byte load and 3 prmt per row and block; MMA=wgmma: into registers, then one \
+             4-byte shared store per pair, BN a multiple of 16*WA), expr (the per-element IR expression); auto: bits \
+             where the tile allows (so the tuner times auto and expr only; bits is accepted too)",
+            ["auto", "expr"],
         )
 }
 
@@ -132,7 +134,8 @@ pub struct Cfg {
     /// Warpgroup MMA (`wgmma`) from a dequantized shared weight tile instead of `mma.sync` with the weights as
     /// register operands.
     pub wgmma: bool,
-    /// MMA=sync: decode the weights with [`Stmt::DequantFp4`] (packed layout) instead of a per-element map.
+    /// Decode the weights with [`Stmt::DequantFp4`] instead of a per-element map (MMA=sync) or a threads region
+    /// (MMA=wgmma).
     pub dec_bits: bool,
 }
 
@@ -214,17 +217,13 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, Op
             m => m == "wgmma",
         },
     };
-    let bn = pick(knobs, "BN", if decode { 64 } else { 128 })?;
-    let bk = pick(knobs, "BK", if decode && !wgmma { 128 } else { 64 })?;
-    let stages = pick(knobs, "STAGES", if decode || wgmma { 4 } else { 3 })?;
-    let wa = pick(knobs, "WA", if wgmma { bm / 16 } else { (bn / 16).min(if decode { 4 } else { 8 }) })?;
-    let wb = pick(knobs, "WB", 1)?;
-    let dec_bits = match knobs.0.get("DEC") {
-        None => false,
+    // DEC: Some(true) bits, Some(false) expr, None auto (bits for packed weights where the tile allows).
+    let dec_req = match knobs.0.get("DEC") {
+        None => Some(false),
         Some(_) => match knobs.str("DEC")? {
-            "auto" => spec.packed && !wgmma,
-            "bits" => true,
-            "expr" => false,
+            "auto" => None,
+            "bits" => Some(true),
+            "expr" => Some(false),
             other => {
                 return Err(OpError::InvalidKnobs {
                     op: OP,
@@ -234,6 +233,18 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, Op
             }
         },
     };
+    let dec_bits = dec_req.unwrap_or(!wgmma);
+    // The bit decode makes a decode tile's weight rows cheap enough that 128 rows per CTA (32 per warp) pay for
+    // the token tile's copies and fragment loads; three stages keep four such CTAs per SM (16-token tiles: wider
+    // token tiles would need too many accumulator registers).
+    let wide_rows = dec_bits && bm <= 16;
+    let bn = pick(knobs, "BN", if decode && !wide_rows { 64 } else { 128 })?;
+    let bk = pick(knobs, "BK", if decode && !wgmma { 128 } else { 64 })?;
+    let stages = pick(knobs, "STAGES", if (decode && !wide_rows) || wgmma { 4 } else { 3 })?;
+    let wa = pick(knobs, "WA", if wgmma { bm / 16 } else { (bn / 16).min(if decode { 4 } else { 8 }) })?;
+    let wb = pick(knobs, "WB", 1)?;
+    // wgmma: the weight tile is decoded into registers (16 rows per warp at least) and stored to shared memory.
+    let dec_bits = if wgmma { dec_req.unwrap_or(bn.is_multiple_of(16 * wa)) } else { dec_bits };
     let mut c =
         Cfg { bn, bm, bk, stages, wa, wb, split: 1, cps: 1, raster_m: knobs.str("RASTER")? == "m", wgmma, dec_bits };
     c.cps = knobs.u32("CPS")?;
@@ -259,9 +270,14 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, Op
         if tiles * 4 >= target * 3 { 1 } else { (target / tiles).clamp(1, k_tiles.min(32)) }
     } else if tiles >= target {
         1
+    } else if wide_rows {
+        // Bit-decode tiles stream their weights faster than a CTA starts and drains: one wave of longer CTAs.
+        target.div_ceil(tiles).clamp(1, k_tiles.min(32))
     } else {
         (2 * target).div_ceil(tiles).clamp(1, k_tiles.min(32))
     };
+    // No empty splits: as many as the K tiles per split need (at most the count chosen).
+    let split_auto = k_tiles.div_ceil(k_tiles.div_ceil(split_auto.max(1)));
     c.split = pick(knobs, "SPLIT", split_auto as u32)?;
     validate(spec, &c, knobs)?;
     Ok(c)
@@ -270,8 +286,8 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, Op
 fn validate(spec: &MatSpec, c: &Cfg, knobs: &Knobs) -> Result<(), OpError> {
     let invalid = |why: String| Err(OpError::InvalidKnobs { op: OP, knobs: knobs.to_string(), why });
     let glu = spec.epilogue.is_glu();
-    if c.dec_bits && (!spec.packed || c.wgmma) {
-        return invalid("DEC=bits decodes the packed weight layout on the MMA=sync path".into());
+    if c.dec_bits && c.wgmma && (c.wa == 0 || !c.bn.is_multiple_of(16 * c.wa)) {
+        return invalid(format!("DEC=bits with MMA=wgmma needs BN={} a multiple of 16*WA={}", c.bn, 16 * c.wa));
     }
     if !c.bk.is_multiple_of(32) || c.bk == 0 || c.bk > 1024 {
         return invalid(format!("BK={} must be a positive multiple of 32 (at most 1024)", c.bk));
@@ -427,7 +443,9 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
         let acc = b.tile("acc", DType::F32, bm, bno, [c.wa, 1]);
         let acc_up = glu.then(|| b.tile("acc_up", DType::F32, bm, bno, [c.wa, 1]));
         let pv = (spec.row_scale && !partial).then(|| b.vec("p_rows", bm, [c.wa, 1]));
-        wg = Some((sw, acc, acc_up, pv));
+        // DEC=bits: the stage's [BN, BK] weights decoded into registers, then stored to `sw`.
+        let wreg = c.dec_bits.then(|| b.tile("wdec", DType::Bf16, bn, bk, [c.wa, 1]));
+        wg = Some((sw, acc, acc_up, pv, wreg));
     } else {
         let sacc = b.shared("sacc", DType::F32, bn, bm + 1, 1, Swizzle::None);
         let acc = b.tile("acc", DType::F32, bn, bm, warps);
@@ -504,8 +522,8 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
         let k_tiles = b.let_("k_tiles", (&kend - kbeg.clone()).max(0i64).ceil_div(bk as i64));
         let wrow = b.let_("wrow", &gsel * n.clone());
 
-        let load_stage = |b: &mut KernelBuilder, kt: Expr| {
-            let slot = kt.clone() % st as i64;
+        // Load K tile `kt` into pipeline slot `slot` (= kt % STAGES).
+        let load_stage = |b: &mut KernelBuilder, kt: Expr, slot: Expr| {
             let k0 = b.let_("k0", &kbeg + kt * bk as i64);
             let kleft = &kend - k0.clone();
             // Weight rows: [0, BN) from n0, or the gate half from n0 and the up half from NH + n0.
@@ -550,16 +568,22 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
         if let Some((sacc, acc, wt, yt, pv)) = sync {
             b.map(acc, 0.0f64);
             for s in 0..st - 1 {
-                b.if_(Expr::Int(s as i64).lt(k_tiles.clone()), |b| load_stage(b, Expr::Int(s as i64)));
+                let s = Expr::Int(s as i64);
+                b.if_(s.lt(k_tiles.clone()), |b| load_stage(b, s.clone(), s.clone()));
                 b.commit();
             }
+            // The slot of `kt` kept as a wrapping counter (no 64-bit `%` by a non-power of two per iteration).
+            let rslot = b.let_var("rslot", 0i64);
             b.for_("kt", 0i64, k_tiles.clone(), 1i64, |b, kt| {
                 b.wait(st - 2);
                 b.barrier();
                 let next = &kt + (st - 1) as i64;
-                b.if_(next.lt(k_tiles.clone()), |b| load_stage(b, next.clone()));
+                // (kt + STAGES - 1) % STAGES
+                let nslot =
+                    Expr::select(Expr::Var(rslot).eq(0i64), Expr::Int((st - 1) as i64), Expr::Var(rslot) - 1i64);
+                b.if_(next.lt(k_tiles.clone()), |b| load_stage(b, next.clone(), nslot));
                 b.commit();
-                let slot = b.let_("slot", &kt % st as i64);
+                let slot = b.let_("slot", Expr::Var(rslot));
                 let xslot = if let Some((sxq, sxs)) = sx8 {
                     dequant_x(b, sxq, sxs, sx, &slot, &Expr::Int(0), &rows_valid, bm, bk, threads);
                     b.barrier();
@@ -571,7 +595,7 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
                     if c.dec_bits {
                         let q = b.window(sq, slot.clone(), 0, sub * 4, bn, 4);
                         let s = b.window(ss, slot.clone(), 0, sub, bn, 1);
-                        b.dequant_fp4(wt, q, s, spec.fold, spec.finite);
+                        b.dequant_fp4(wt, q, s, spec.packed, spec.fold, spec.finite);
                     } else {
                         b.map(wt, decode_expr(spec, sq, ss, &slot, Expr::Int(sub as i64), Expr::ColIdx));
                     }
@@ -579,6 +603,8 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
                     let xw = b.window(sx, xslot.clone(), 0, (sub * 32) as u32, bm, 32);
                     b.mma(acc, Operand::Reg(wt), Operand::Shared { src: xw, transpose: true });
                 }
+                let inc = Expr::Var(rslot) + 1i64;
+                b.assign(rslot, Expr::select(inc.eq(st as i64), Expr::Int(0), inc));
             });
             b.wait(0);
             // Epilogue: transpose the [BN, BM] accumulator through shared memory.
@@ -636,13 +662,14 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
                 );
             }
         }
-        if let Some((sw, acc, acc_up, pv)) = wg {
+        if let Some((sw, acc, acc_up, pv, wreg)) = wg {
             // Warpgroup MMA pipeline (as latent_moe_gemm's): a stage's x tile is refilled two iterations after
             // its product was issued, so STAGES-2 loads and one product are in flight. Each iteration decodes
             // the stage's weights (a threads region, one 32-bit word of eight values at a time) into one of two
             // shared bf16 tiles (the one the product two iterations ago read).
             for s in 0..st - 2 {
-                b.if_(Expr::Int(s as i64).lt(k_tiles.clone()), |b| load_stage(b, Expr::Int(s as i64)));
+                let s = Expr::Int(s as i64);
+                b.if_(s.lt(k_tiles.clone()), |b| load_stage(b, s.clone(), s.clone()));
                 b.commit();
             }
             let groups = if glu { 2 } else { 1 };
@@ -650,11 +677,19 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
                 b.wait(st - 3);
                 b.barrier();
                 let next = &kt + (st - 2) as i64;
-                b.if_(next.lt(k_tiles.clone()), |b| load_stage(b, next.clone()));
+                b.if_(next.lt(k_tiles.clone()), |b| load_stage(b, next.clone(), &next % st as i64));
                 b.commit();
                 let slot = b.let_("slot", &kt % st as i64);
                 let half = b.let_("half", &kt % 2i64);
-                dequant_words(b, spec, sq, ss, sw, &slot, &half, bn, bk, threads);
+                if let Some(wr) = wreg {
+                    let q = b.window(sq, slot.clone(), 0, 0, bn, bk / 8);
+                    let s = b.window(ss, slot.clone(), 0, 0, bn, bk / 32);
+                    b.dequant_fp4(wr, q, s, spec.packed, spec.fold, spec.finite);
+                    let dst = b.window(sw, half.clone(), 0, 0, bn, bk);
+                    b.store(wr, Place::Shared(dst));
+                } else {
+                    dequant_words(b, spec, sq, ss, sw, &slot, &half, bn, bk, threads);
+                }
                 let xslot = if let Some((sxq, sxs)) = sx8 {
                     dequant_x(b, sxq, sxs, sx, &slot, &half, &rows_valid, bm, bk, threads);
                     half.clone()

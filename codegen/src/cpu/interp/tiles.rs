@@ -193,7 +193,7 @@ impl<'a> Block<'a> {
                     }
                 }
             }
-            Stmt::DequantFp4 { tile, words, scales, fold, finite } => {
+            Stmt::DequantFp4 { tile, words, scales, packed, fold, finite } => {
                 let d = &k.tiles[tile.0 as usize];
                 let (rows, cols) = (d.rows as usize, d.cols as usize);
                 let qb = self.shared_base(words, tensors)?;
@@ -201,8 +201,10 @@ impl<'a> Block<'a> {
                 let mut out = vec![0.0f64; rows * cols];
                 for r in 0..rows {
                     for c in 0..cols {
-                        let word = self.shared_at(words, qb, r, 4 * (c / 32) + (c % 8) / 2) as u32;
-                        let nib = (word >> (4 * (2 * ((c / 8) % 4) + c % 2))) & 15;
+                        let (w, p) =
+                            if *packed { ((c % 8) / 2, 2 * ((c / 8) % 4) + c % 2) } else { ((c % 32) / 8, c % 8) };
+                        let word = self.shared_at(words, qb, r, 4 * (c / 32) + w) as u32;
+                        let nib = (word >> (4 * p)) & 15;
                         let s = self.shared_at(scales, sb, r, c / 32) as u32;
                         out[r * cols + c] = dequant_fp4_value(nib, s, *fold, *finite) as f64;
                     }
