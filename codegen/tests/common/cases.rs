@@ -1205,6 +1205,11 @@ pub fn warp_shuffles() -> Case {
                 let mask: i64 = (0..32).filter(|&j| v(w0 + j) > 0.5).map(|j| 1i64 << j).sum();
                 assert_eq!(ts[3].get_i64(n + g), mask, "ballot {g}");
                 assert_eq!(ts[3].get_i64(2 * n + g), 3 * xis2[w0 + (lane ^ 16)], "int xor {g}");
+            }
+        }),
+    }
+}
+
 /// `DequantFp4` on [128, 64] bf16 tiles over 8 warps from swizzled shared words and scales: packed and natural
 /// layouts, every scale byte 0..=255 (NaN, the subnormal 2^-127, overflow to inf) on the general path, and the
 /// folded one-multiply paths on the scale bytes they promise; bitwise against `e2m1 * 2^(s-127)` computed here.
