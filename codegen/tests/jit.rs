@@ -302,3 +302,81 @@ fn jit_quiets_signalling_nans_in_tiles_and_shared_memory_like_the_interpreter() 
         );
     }
 }
+
+/// `DequantFp4` runs compiled and decodes exactly as the interpreter does, bit for bit, for every scale byte
+/// (0..=255, so also the bytes that break the `fold` / `finite` promises) and every nibble, under each of the
+/// four promise combinations, from windows at an offset inside the second tile of their shared buffers; where
+/// the promises hold the result is the exact MXFP4 value `e2m1(q) * 2^(s - 127)` (NaN for s = 255).
+#[test]
+fn jit_decodes_mxfp4_like_the_interpreter() {
+    use k3k_ir::*;
+    const E2M1: [f64; 16] = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0];
+    // A bf16 [128, 64] tile on [1, 2] warps (32-column bands); words u32 [128, 16] (window at column 4 of 16),
+    // scales u8 [128, 4] (window at column 1), tile 1 of 2 of each buffer.
+    let (rows, cols) = (128usize, 64usize);
+    let (wcols, scols) = (16usize, 4usize);
+    let mut rng = common::Rng::new(7);
+    let words: Vec<i64> = (0..2 * rows * wcols).map(|_| (rng.next_u64() as u32) as i64).collect();
+    // Each byte 0..=255 once among the 128 x 2 scales the window reads (rows x columns 1..3).
+    let mut scales: Vec<i64> = (0..2 * rows * scols).map(|_| rng.int(0, 256)).collect();
+    for s in 0..=255usize {
+        scales[rows * scols + (s / 2) * scols + 1 + s % 2] = s as i64;
+    }
+    for (fold, finite) in [(false, false), (false, true), (true, false), (true, true)] {
+        let mut b = KernelBuilder::new("jit_dequant_fp4", 64);
+        let wq = b.tensor("wq", DType::U32, &[Expr::Int((2 * rows * wcols) as i64)], Access::Read);
+        let ws = b.tensor("ws", DType::U8, &[Expr::Int((2 * rows * scols) as i64)], Access::Read);
+        let y = b.tensor("y", DType::Bf16, &[Expr::Int(rows as i64), Expr::Int(cols as i64)], Access::Write);
+        let sq = b.shared("sq", DType::U32, rows as u32, wcols as u32, 2, Swizzle::None);
+        let ss = b.shared("ss", DType::U8, rows as u32, scols as u32, 2, Swizzle::None);
+        let t = b.tile("t", DType::Bf16, rows as u32, cols as u32, [1, 2]);
+        b.grid(1i64, 1i64, 1i64);
+        b.threads(|b| {
+            b.for_("i", Expr::thread_idx(), Expr::Int((2 * rows * wcols) as i64), 64i64, |b, i| {
+                let at = i.clone() % (rows * wcols) as i64;
+                let (tile, r, c) = (i.clone() / (rows * wcols) as i64, at.clone() / wcols as i64, at % wcols as i64);
+                b.shared_store(sq, tile, r, c, Expr::load(wq, i));
+            });
+            b.for_("j", Expr::thread_idx(), Expr::Int((2 * rows * scols) as i64), 64i64, |b, i| {
+                let at = i.clone() % (rows * scols) as i64;
+                let (tile, r, c) = (i.clone() / (rows * scols) as i64, at.clone() / scols as i64, at % scols as i64);
+                b.shared_store(ss, tile, r, c, Expr::load(ws, i));
+            });
+        });
+        b.barrier();
+        let (q, s) = (b.window(sq, 1i64, 0, 4, rows as u32, 8), b.window(ss, 1i64, 0, 1, rows as u32, 2));
+        b.dequant_fp4(t, q, s, fold, finite);
+        b.store(t, Place::Global(view(y, 0i64, cols as i64, rows as i64, cols as i64, 2)));
+        let k = b.finish().unwrap();
+        assert!(jit::supports(&k).is_ok(), "{:?}", jit::supports(&k));
+        let ts = vec![
+            HostTensor::from_i64(DType::U32, &[2 * rows * wcols], &words),
+            HostTensor::from_i64(DType::U8, &[2 * rows * scols], &scales),
+            HostTensor::zeros(DType::Bf16, &[rows, cols]),
+        ];
+        let (mut a, mut c) = (ts.clone(), ts);
+        interp::run(&k, &mut a, &[], InterpOptions::default()).unwrap();
+        assert_eq!(jit::run(&k, &mut c, &[], InterpOptions::default()).unwrap(), Engine::Jit);
+        let at = a[2].data.iter().zip(&c[2].data).position(|(x, y)| x != y);
+        assert!(at.is_none(), "fold {fold} finite {finite}: the JIT and the interpreter differ at byte {at:?}");
+        let mut checked = 0;
+        for r in 0..rows {
+            for col in 0..cols {
+                let s = scales[rows * scols + r * scols + 1 + col / 32] as u32;
+                if (fold && s > 128 && s != 255) || (finite && s == 255) {
+                    continue;
+                }
+                let word = words[rows * wcols + r * wcols + 4 + 4 * (col / 32) + (col % 8) / 2] as u32;
+                let nib = (word >> (4 * (2 * ((col / 8) % 4) + col % 2))) & 15;
+                let want = if s == 255 { f32::NAN } else { (E2M1[nib as usize] * 2f64.powi(s as i32 - 127)) as f32 };
+                let got = c[2].get_f32(r * cols + col);
+                assert!(
+                    got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
+                    "fold {fold} finite {finite} ({r}, {col}): nib {nib} s {s}: {got:e} != {want:e}"
+                );
+                checked += 1;
+            }
+        }
+        assert!(checked > rows * cols / 3, "fold {fold} finite {finite}: only {checked} values checked");
+    }
+}

@@ -9,14 +9,11 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 use std::collections::HashSet;
 
-/// Statements the JIT does not lower yet (warp collectives need lanes in lockstep; the packed-FP4 decode has no
-/// lowering yet): kernels using them run on the interpreter. Every other kernel must compile.
+/// Statements the JIT does not lower yet (warp collectives need lanes in lockstep): kernels using them run on
+/// the interpreter. Every other kernel must compile.
 fn uses_unlowered(k: &k3k_ir::Kernel) -> bool {
     let mut found = false;
-    k.visit_stmts(&mut |s| {
-        found |=
-            matches!(s, k3k_ir::Stmt::WarpShuffle { .. } | k3k_ir::Stmt::WarpSync | k3k_ir::Stmt::DequantFp4 { .. })
-    });
+    k.visit_stmts(&mut |s| found |= matches!(s, k3k_ir::Stmt::WarpShuffle { .. } | k3k_ir::Stmt::WarpSync));
     found
 }
 
@@ -95,7 +92,7 @@ fn the_jit_matches_the_interpreter_bit_for_bit_across_knob_sets() {
             .jit
             .fallbacks
             .iter()
-            .filter(|(_, why)| !["warp_shuffle", "warp_sync", "dequant_fp4"].iter().any(|w| why.contains(w)))
+            .filter(|(_, why)| !["warp_shuffle", "warp_sync"].iter().any(|w| why.contains(w)))
             .collect();
         if !unexpected.is_empty() {
             bad.push(format!("{}: kernels ran on the interpreter: {unexpected:?}", r.op));

@@ -272,6 +272,10 @@ impl<'a> Types<'a> {
                         return Err(unsupported("float copy of e2m1"));
                     }
                 }
+                Stmt::DequantFp4 { words, scales, .. } => {
+                    self.window(words, 1)?;
+                    self.window(scales, 1)?;
+                }
                 Stmt::Load { tile, src } => self.place(*tile, src, false)?,
                 Stmt::Store { tile, dst } => self.place(*tile, dst, true)?,
                 Stmt::LoadVec { src: v, .. } | Stmt::StoreVec { dst: v, .. } => {
@@ -869,6 +873,11 @@ impl<'a, 'f> Lower<'a, 'f> {
                 let i = self.shared_index(dst)?;
                 let v = self.global_view(src)?;
                 self.host_tile(s, &[i, v[0], v[1], v[2], v[3]]);
+            }
+            Stmt::DequantFp4 { words, scales, .. } => {
+                let qi = self.shared_index(words)?;
+                let si = self.shared_index(scales)?;
+                self.host_tile(s, &[qi, si]);
             }
             Stmt::Load { src: p, .. } | Stmt::Store { dst: p, .. } => match p {
                 Place::Shared(r) => {
