@@ -9,10 +9,6 @@ mod common;
 use k3k_codegen::cpu::interp::{self, InterpOptions};
 use k3k_codegen::cpu::jit::{self, Engine};
 
-/// Cases whose statements the JIT does not lower yet (warp collectives: lanes in lockstep); they must fall back
-/// to the interpreter, and still match it.
-const NOT_LOWERED: &[&str] = &["warp_shuffles"];
-
 #[test]
 fn jit_matches_the_interpreter_bit_for_bit_on_every_primitive_case() {
     let mut compiled = vec![];
@@ -21,15 +17,10 @@ fn jit_matches_the_interpreter_bit_for_bit_on_every_primitive_case() {
         interp::run(&c.kernel, &mut want, &c.scalars, InterpOptions::default()).unwrap();
         let mut got = c.tensors.clone();
         let engine = jit::run(&c.kernel, &mut got, &c.scalars, InterpOptions::default()).unwrap();
-        if NOT_LOWERED.contains(&c.name) {
-            assert!(jit::supports(&c.kernel).is_err(), "{}: now lowered, drop it from NOT_LOWERED", c.name);
-            assert_eq!(engine, Engine::Interpreter, "{}", c.name);
-        } else {
-            // Every other statement is lowered: no case may fall back to the interpreter.
-            assert!(jit::supports(&c.kernel).is_ok(), "{}: {:?}", c.name, jit::supports(&c.kernel));
-            assert_eq!(engine, Engine::Jit, "{}", c.name);
-            compiled.push(c.name);
-        }
+        // Every statement is lowered: no case may fall back to the interpreter.
+        assert!(jit::supports(&c.kernel).is_ok(), "{}: {:?}", c.name, jit::supports(&c.kernel));
+        assert_eq!(engine, Engine::Jit, "{}", c.name);
+        compiled.push(c.name);
         for (i, (g, w)) in got.iter().zip(&want).enumerate() {
             let at = g.data.iter().zip(&w.data).position(|(a, b)| a != b);
             assert!(
@@ -41,7 +32,7 @@ fn jit_matches_the_interpreter_bit_for_bit_on_every_primitive_case() {
         (c.check)(&got);
     }
     eprintln!("compiled by the JIT: {compiled:?}");
-    assert_eq!(compiled.len() + NOT_LOWERED.len(), common::cases::all().len());
+    assert_eq!(compiled.len(), common::cases::all().len());
 }
 
 /// Out-of-bounds accesses and integer division by zero end a JIT run with the interpreter's error.
@@ -379,4 +370,77 @@ fn jit_decodes_mxfp4_like_the_interpreter() {
         }
         assert!(checked > rows * cols / 3, "fold {fold} finite {finite}: only {checked} values checked");
     }
+}
+
+/// A threads region with warp statements runs compiled in lockstep like the interpreter: each thread keeps its
+/// own variables and per-thread array across the exchanges (a float xor shuffle, a ballot, an int shuffle up
+/// after a syncwarp), reads block-level variables, and a later plain region sees the block's state. An
+/// array index out of range in the segment after an exchange ends the run with the interpreter's error (same
+/// thread).
+#[test]
+fn jit_runs_warp_regions_in_lockstep_like_the_interpreter() {
+    use k3k_ir::*;
+    let (threads, blocks) = (64usize, 3usize);
+    let n = threads * blocks;
+    let build = |bad: bool| {
+        let mut b = KernelBuilder::new("jit_lockstep", threads as u32);
+        let x = b.tensor("x", DType::F32, &[Expr::Int(n as i64)], Access::Read);
+        let of = b.tensor("of", DType::F32, &[Expr::Int(n as i64)], Access::Write);
+        let oi = b.tensor("oi", DType::I64, &[Expr::Int(3 * n as i64)], Access::Write);
+        b.grid(blocks as i64, 1i64, 1i64);
+        let o = b.let_("o", Expr::block_idx(0) * 1000i64);
+        b.threads(|b| {
+            let g = b.let_("g", Expr::block_idx(0) * threads as i64 + Expr::thread_idx());
+            let a = b.let_array("a", 4, ScalarTy::Float, Expr::lane_idx().to_float());
+            b.array_set(a, 1i64, Expr::load(x, g.clone()));
+            let v = b.let_("v", Expr::load(x, g.clone()) * 3.0f64);
+            let sh = b.warp_shuffle("sh", WarpOp::ShflXor(1), v);
+            b.array_set(a, 2i64, sh + Expr::array_get(a, 1i64));
+            let w = b.let_("w", o.clone() + Expr::thread_idx());
+            let bl = b.warp_shuffle("bl", WarpOp::Ballot, Expr::array_get(a, 2i64).gt(1.0f64));
+            b.warp_sync();
+            let u = b.warp_shuffle("u", WarpOp::ShflUp(2), &w * 7i64);
+            // With `bad`, threads from 37 on read past the array's end.
+            let i = if bad { Expr::thread_idx() / 37i64 * 4i64 } else { Expr::Int(0) };
+            let s = Expr::array_get(a, i) + Expr::array_get(a, 1i64) + Expr::array_get(a, 2i64);
+            b.store_scalar(of, g.clone(), s);
+            b.store_scalar(oi, g.clone(), bl + w.clone());
+            b.store_scalar(oi, &g + n as i64, u);
+        });
+        b.threads(|b| {
+            let g = b.let_("g", Expr::block_idx(0) * threads as i64 + Expr::thread_idx());
+            b.store_scalar(oi, &g + 2 * n as i64, o.clone() + Expr::warp_idx());
+        });
+        b.finish().unwrap()
+    };
+    let mut rng = common::Rng::new(11);
+    let xs: Vec<f32> = (0..n).map(|_| rng.f32(-1.0, 1.0)).collect();
+    let ts = vec![
+        HostTensor::from_f32(DType::F32, &[n], &xs),
+        HostTensor::zeros(DType::F32, &[n]),
+        HostTensor::zeros(DType::I64, &[3 * n]),
+    ];
+    let k = build(false);
+    let (mut a, mut c) = (ts.clone(), ts.clone());
+    interp::run(&k, &mut a, &[], InterpOptions::default()).unwrap();
+    assert_eq!(jit::run(&k, &mut c, &[], InterpOptions::default()).unwrap(), Engine::Jit);
+    for (i, (g, w)) in c.iter().zip(&a).enumerate() {
+        assert_eq!(g.data, w.data, "tensor {i} differs between the JIT and the interpreter");
+    }
+    for g in 0..n {
+        let (lane, w0, blk, t) = (g % 32, g - g % 32, g / threads, g % threads);
+        let a2 = xs[w0 + (lane ^ 1)] * 3.0 + xs[g];
+        assert_eq!(c[1].get_f32(g), lane as f32 + xs[g] + a2, "sum {g}");
+        let mask: i64 = (0..32).filter(|&j| xs[w0 + (j ^ 1)] * 3.0 + xs[w0 + j] > 1.0).map(|j| 1i64 << j).sum();
+        let w = |t: usize| (blk * 1000 + t) as i64;
+        assert_eq!(c[2].get_i64(g), mask + w(t), "ballot {g}");
+        assert_eq!(c[2].get_i64(n + g), 7 * w(if lane >= 2 { t - 2 } else { t }), "shfl_up {g}");
+        assert_eq!(c[2].get_i64(2 * n + g), (blk * 1000 + t / 32) as i64, "after {g}");
+    }
+    let k = build(true);
+    let (mut a, mut c) = (ts.clone(), ts);
+    let e1 = interp::run(&k, &mut a, &[], InterpOptions::default()).unwrap_err();
+    let e2 = jit::compile(&k).unwrap().run(&mut c, &[], InterpOptions::default()).unwrap_err();
+    assert_eq!(e1.to_string(), e2.to_string());
+    assert!(e2.to_string().contains("thread 37: array `a` of 4 elements indexed at 4"), "{e2}");
 }
