@@ -9,10 +9,6 @@ mod common;
 use k3k_codegen::cpu::interp::{self, InterpOptions};
 use k3k_codegen::cpu::jit::{self, Engine};
 
-/// Cases whose statements the JIT does not lower yet (warp collectives, the packed-FP4 decode); they must fall back
-/// to the interpreter, and still match it.
-const NOT_LOWERED: &[&str] = &["warp_shuffles", "dequant_fp4"];
-
 #[test]
 fn jit_matches_the_interpreter_bit_for_bit_on_every_primitive_case() {
     let mut compiled = vec![];
@@ -21,15 +17,10 @@ fn jit_matches_the_interpreter_bit_for_bit_on_every_primitive_case() {
         interp::run(&c.kernel, &mut want, &c.scalars, InterpOptions::default()).unwrap();
         let mut got = c.tensors.clone();
         let engine = jit::run(&c.kernel, &mut got, &c.scalars, InterpOptions::default()).unwrap();
-        if NOT_LOWERED.contains(&c.name) {
-            assert!(jit::supports(&c.kernel).is_err(), "{}: now lowered, drop it from NOT_LOWERED", c.name);
-            assert_eq!(engine, Engine::Interpreter, "{}", c.name);
-        } else {
-            // Every other statement is lowered: no case may fall back to the interpreter.
-            assert!(jit::supports(&c.kernel).is_ok(), "{}: {:?}", c.name, jit::supports(&c.kernel));
-            assert_eq!(engine, Engine::Jit, "{}", c.name);
-            compiled.push(c.name);
-        }
+        // Every statement is lowered: no case may fall back to the interpreter.
+        assert!(jit::supports(&c.kernel).is_ok(), "{}: {:?}", c.name, jit::supports(&c.kernel));
+        assert_eq!(engine, Engine::Jit, "{}", c.name);
+        compiled.push(c.name);
         for (i, (g, w)) in got.iter().zip(&want).enumerate() {
             let at = g.data.iter().zip(&w.data).position(|(a, b)| a != b);
             assert!(
@@ -41,7 +32,7 @@ fn jit_matches_the_interpreter_bit_for_bit_on_every_primitive_case() {
         (c.check)(&got);
     }
     eprintln!("compiled by the JIT: {compiled:?}");
-    assert_eq!(compiled.len() + NOT_LOWERED.len(), common::cases::all().len());
+    assert_eq!(compiled.len(), common::cases::all().len());
 }
 
 /// Out-of-bounds accesses and integer division by zero end a JIT run with the interpreter's error.
@@ -301,4 +292,155 @@ fn jit_quiets_signalling_nans_in_tiles_and_shared_memory_like_the_interpreter() 
             a[1].get_i64(i)
         );
     }
+}
+
+/// `DequantFp4` runs compiled and decodes exactly as the interpreter does, bit for bit, for every scale byte
+/// (0..=255, so also the bytes that break the `fold` / `finite` promises) and every nibble, under each of the
+/// four promise combinations, from windows at an offset inside the second tile of their shared buffers; where
+/// the promises hold the result is the exact MXFP4 value `e2m1(q) * 2^(s - 127)` (NaN for s = 255).
+#[test]
+fn jit_decodes_mxfp4_like_the_interpreter() {
+    use k3k_ir::*;
+    const E2M1: [f64; 16] = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0];
+    // A bf16 [128, 64] tile on [1, 2] warps (32-column bands); words u32 [128, 16] (window at column 4 of 16),
+    // scales u8 [128, 4] (window at column 1), tile 1 of 2 of each buffer.
+    let (rows, cols) = (128usize, 64usize);
+    let (wcols, scols) = (16usize, 4usize);
+    let mut rng = common::Rng::new(7);
+    let words: Vec<i64> = (0..2 * rows * wcols).map(|_| (rng.next_u64() as u32) as i64).collect();
+    // Each byte 0..=255 once among the 128 x 2 scales the window reads (rows x columns 1..3).
+    let mut scales: Vec<i64> = (0..2 * rows * scols).map(|_| rng.int(0, 256)).collect();
+    for s in 0..=255usize {
+        scales[rows * scols + (s / 2) * scols + 1 + s % 2] = s as i64;
+    }
+    for (fold, finite) in [(false, false), (false, true), (true, false), (true, true)] {
+        let mut b = KernelBuilder::new("jit_dequant_fp4", 64);
+        let wq = b.tensor("wq", DType::U32, &[Expr::Int((2 * rows * wcols) as i64)], Access::Read);
+        let ws = b.tensor("ws", DType::U8, &[Expr::Int((2 * rows * scols) as i64)], Access::Read);
+        let y = b.tensor("y", DType::Bf16, &[Expr::Int(rows as i64), Expr::Int(cols as i64)], Access::Write);
+        let sq = b.shared("sq", DType::U32, rows as u32, wcols as u32, 2, Swizzle::None);
+        let ss = b.shared("ss", DType::U8, rows as u32, scols as u32, 2, Swizzle::None);
+        let t = b.tile("t", DType::Bf16, rows as u32, cols as u32, [1, 2]);
+        b.grid(1i64, 1i64, 1i64);
+        b.threads(|b| {
+            b.for_("i", Expr::thread_idx(), Expr::Int((2 * rows * wcols) as i64), 64i64, |b, i| {
+                let at = i.clone() % (rows * wcols) as i64;
+                let (tile, r, c) = (i.clone() / (rows * wcols) as i64, at.clone() / wcols as i64, at % wcols as i64);
+                b.shared_store(sq, tile, r, c, Expr::load(wq, i));
+            });
+            b.for_("j", Expr::thread_idx(), Expr::Int((2 * rows * scols) as i64), 64i64, |b, i| {
+                let at = i.clone() % (rows * scols) as i64;
+                let (tile, r, c) = (i.clone() / (rows * scols) as i64, at.clone() / scols as i64, at % scols as i64);
+                b.shared_store(ss, tile, r, c, Expr::load(ws, i));
+            });
+        });
+        b.barrier();
+        let (q, s) = (b.window(sq, 1i64, 0, 4, rows as u32, 8), b.window(ss, 1i64, 0, 1, rows as u32, 2));
+        b.dequant_fp4(t, q, s, fold, finite);
+        b.store(t, Place::Global(view(y, 0i64, cols as i64, rows as i64, cols as i64, 2)));
+        let k = b.finish().unwrap();
+        assert!(jit::supports(&k).is_ok(), "{:?}", jit::supports(&k));
+        let ts = vec![
+            HostTensor::from_i64(DType::U32, &[2 * rows * wcols], &words),
+            HostTensor::from_i64(DType::U8, &[2 * rows * scols], &scales),
+            HostTensor::zeros(DType::Bf16, &[rows, cols]),
+        ];
+        let (mut a, mut c) = (ts.clone(), ts);
+        interp::run(&k, &mut a, &[], InterpOptions::default()).unwrap();
+        assert_eq!(jit::run(&k, &mut c, &[], InterpOptions::default()).unwrap(), Engine::Jit);
+        let at = a[2].data.iter().zip(&c[2].data).position(|(x, y)| x != y);
+        assert!(at.is_none(), "fold {fold} finite {finite}: the JIT and the interpreter differ at byte {at:?}");
+        let mut checked = 0;
+        for r in 0..rows {
+            for col in 0..cols {
+                let s = scales[rows * scols + r * scols + 1 + col / 32] as u32;
+                if (fold && s > 128 && s != 255) || (finite && s == 255) {
+                    continue;
+                }
+                let word = words[rows * wcols + r * wcols + 4 + 4 * (col / 32) + (col % 8) / 2] as u32;
+                let nib = (word >> (4 * (2 * ((col / 8) % 4) + col % 2))) & 15;
+                let want = if s == 255 { f32::NAN } else { (E2M1[nib as usize] * 2f64.powi(s as i32 - 127)) as f32 };
+                let got = c[2].get_f32(r * cols + col);
+                assert!(
+                    got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
+                    "fold {fold} finite {finite} ({r}, {col}): nib {nib} s {s}: {got:e} != {want:e}"
+                );
+                checked += 1;
+            }
+        }
+        assert!(checked > rows * cols / 3, "fold {fold} finite {finite}: only {checked} values checked");
+    }
+}
+
+/// A threads region with warp statements runs compiled in lockstep like the interpreter: each thread keeps its
+/// own variables and per-thread array across the exchanges (a float xor shuffle, a ballot, an int shuffle up
+/// after a syncwarp), reads block-level variables, and a later plain region sees the block's state. An
+/// array index out of range in the segment after an exchange ends the run with the interpreter's error (same
+/// thread).
+#[test]
+fn jit_runs_warp_regions_in_lockstep_like_the_interpreter() {
+    use k3k_ir::*;
+    let (threads, blocks) = (64usize, 3usize);
+    let n = threads * blocks;
+    let build = |bad: bool| {
+        let mut b = KernelBuilder::new("jit_lockstep", threads as u32);
+        let x = b.tensor("x", DType::F32, &[Expr::Int(n as i64)], Access::Read);
+        let of = b.tensor("of", DType::F32, &[Expr::Int(n as i64)], Access::Write);
+        let oi = b.tensor("oi", DType::I64, &[Expr::Int(3 * n as i64)], Access::Write);
+        b.grid(blocks as i64, 1i64, 1i64);
+        let o = b.let_("o", Expr::block_idx(0) * 1000i64);
+        b.threads(|b| {
+            let g = b.let_("g", Expr::block_idx(0) * threads as i64 + Expr::thread_idx());
+            let a = b.let_array("a", 4, ScalarTy::Float, Expr::lane_idx().to_float());
+            b.array_set(a, 1i64, Expr::load(x, g.clone()));
+            let v = b.let_("v", Expr::load(x, g.clone()) * 3.0f64);
+            let sh = b.warp_shuffle("sh", WarpOp::ShflXor(1), v);
+            b.array_set(a, 2i64, sh + Expr::array_get(a, 1i64));
+            let w = b.let_("w", o.clone() + Expr::thread_idx());
+            let bl = b.warp_shuffle("bl", WarpOp::Ballot, Expr::array_get(a, 2i64).gt(1.0f64));
+            b.warp_sync();
+            let u = b.warp_shuffle("u", WarpOp::ShflUp(2), &w * 7i64);
+            // With `bad`, threads from 37 on read past the array's end.
+            let i = if bad { Expr::thread_idx() / 37i64 * 4i64 } else { Expr::Int(0) };
+            let s = Expr::array_get(a, i) + Expr::array_get(a, 1i64) + Expr::array_get(a, 2i64);
+            b.store_scalar(of, g.clone(), s);
+            b.store_scalar(oi, g.clone(), bl + w.clone());
+            b.store_scalar(oi, &g + n as i64, u);
+        });
+        b.threads(|b| {
+            let g = b.let_("g", Expr::block_idx(0) * threads as i64 + Expr::thread_idx());
+            b.store_scalar(oi, &g + 2 * n as i64, o.clone() + Expr::warp_idx());
+        });
+        b.finish().unwrap()
+    };
+    let mut rng = common::Rng::new(11);
+    let xs: Vec<f32> = (0..n).map(|_| rng.f32(-1.0, 1.0)).collect();
+    let ts = vec![
+        HostTensor::from_f32(DType::F32, &[n], &xs),
+        HostTensor::zeros(DType::F32, &[n]),
+        HostTensor::zeros(DType::I64, &[3 * n]),
+    ];
+    let k = build(false);
+    let (mut a, mut c) = (ts.clone(), ts.clone());
+    interp::run(&k, &mut a, &[], InterpOptions::default()).unwrap();
+    assert_eq!(jit::run(&k, &mut c, &[], InterpOptions::default()).unwrap(), Engine::Jit);
+    for (i, (g, w)) in c.iter().zip(&a).enumerate() {
+        assert_eq!(g.data, w.data, "tensor {i} differs between the JIT and the interpreter");
+    }
+    for g in 0..n {
+        let (lane, w0, blk, t) = (g % 32, g - g % 32, g / threads, g % threads);
+        let a2 = xs[w0 + (lane ^ 1)] * 3.0 + xs[g];
+        assert_eq!(c[1].get_f32(g), lane as f32 + xs[g] + a2, "sum {g}");
+        let mask: i64 = (0..32).filter(|&j| xs[w0 + (j ^ 1)] * 3.0 + xs[w0 + j] > 1.0).map(|j| 1i64 << j).sum();
+        let w = |t: usize| (blk * 1000 + t) as i64;
+        assert_eq!(c[2].get_i64(g), mask + w(t), "ballot {g}");
+        assert_eq!(c[2].get_i64(n + g), 7 * w(if lane >= 2 { t - 2 } else { t }), "shfl_up {g}");
+        assert_eq!(c[2].get_i64(2 * n + g), (blk * 1000 + t / 32) as i64, "after {g}");
+    }
+    let k = build(true);
+    let (mut a, mut c) = (ts.clone(), ts);
+    let e1 = interp::run(&k, &mut a, &[], InterpOptions::default()).unwrap_err();
+    let e2 = jit::compile(&k).unwrap().run(&mut c, &[], InterpOptions::default()).unwrap_err();
+    assert_eq!(e1.to_string(), e2.to_string());
+    assert!(e2.to_string().contains("thread 37: array `a` of 4 elements indexed at 4"), "{e2}");
 }

@@ -9,17 +9,6 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 use std::collections::HashSet;
 
-/// Statements the JIT does not lower yet (warp collectives need lanes in lockstep; the packed-FP4 decode has no
-/// lowering yet): kernels using them run on the interpreter. Every other kernel must compile.
-fn uses_unlowered(k: &k3k_ir::Kernel) -> bool {
-    let mut found = false;
-    k.visit_stmts(&mut |s| {
-        found |=
-            matches!(s, k3k_ir::Stmt::WarpShuffle { .. } | k3k_ir::Stmt::WarpSync | k3k_ir::Stmt::DequantFp4 { .. })
-    });
-    found
-}
-
 #[test]
 fn the_jit_compiles_every_kernel_of_every_operator_across_its_knob_space() {
     let mut rng = StdRng::seed_from_u64(9);
@@ -31,7 +20,7 @@ fn the_jit_compiles_every_kernel_of_every_operator_across_its_knob_space() {
         knob_sets.extend(points.into_iter().step_by(step));
         let mut presets = op.bench_presets();
         presets.extend((0..3).map(|_| op.random_case(&mut rng)));
-        let (mut seen, mut configs, mut unlowered) = (HashSet::new(), 0, 0);
+        let (mut seen, mut configs) = (HashSet::new(), 0);
         for p in &presets {
             for knobs in &knob_sets {
                 let Ok(kernels) = op.kernels(p, knobs) else { continue };
@@ -40,20 +29,13 @@ fn the_jit_compiles_every_kernel_of_every_operator_across_its_knob_space() {
                     if !seen.insert(k3k_ir::stable_hash(&k)) {
                         continue;
                     }
-                    match jit::compile(&k) {
-                        Err(_) if uses_unlowered(&k) => unlowered += 1,
-                        Err(e) => bad.push(format!("{}: kernel `{}` (knobs {knobs}): {e}", op.name(), k.name)),
-                        Ok(_) => {}
+                    if let Err(e) = jit::compile(&k) {
+                        bad.push(format!("{}: kernel `{}` (knobs {knobs}): {e}", op.name(), k.name));
                     }
                 }
             }
         }
-        eprintln!(
-            "{}: {} distinct kernels of {configs} configurations compiled, {unlowered} left to the interpreter \
-             (statements not lowered yet)",
-            op.name(),
-            seen.len() - unlowered
-        );
+        eprintln!("{}: {} distinct kernels of {configs} configurations compiled", op.name(), seen.len());
         assert!(!seen.is_empty(), "{}: no kernel built", op.name());
     }
     assert!(bad.is_empty(), "{} kernel(s) not compiled:\n{}", bad.len(), bad.join("\n"));
@@ -90,15 +72,12 @@ fn the_jit_matches_the_interpreter_bit_for_bit_across_knob_sets() {
         if r.mismatches > 0 {
             bad.push(r.failures.iter().map(|f| f.to_string()).collect::<Vec<_>>().join("\n"));
         }
-        // Only kernels with statements the JIT does not lower yet may run on the interpreter.
-        let unexpected: Vec<_> = be
-            .jit
-            .fallbacks
-            .iter()
-            .filter(|(_, why)| !["warp_shuffle", "warp_sync", "dequant_fp4"].iter().any(|w| why.contains(w)))
-            .collect();
-        if !unexpected.is_empty() {
-            bad.push(format!("{}: kernels ran on the interpreter: {unexpected:?}", r.op));
+        // The JIT lowers every statement: no kernel may run on the interpreter.
+        if !be.jit.fallbacks.is_empty() || be.jit.interp_launches > 0 {
+            bad.push(format!(
+                "{}: {} launch(es) ran on the interpreter: {:?}",
+                r.op, be.jit.interp_launches, be.jit.fallbacks
+            ));
         }
     }
     assert!(bad.is_empty(), "{}", bad.join("\n"));

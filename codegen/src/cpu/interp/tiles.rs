@@ -310,7 +310,7 @@ impl<'a> Block<'a> {
 /// One value of [`Stmt::DequantFp4`], as the GPU computes it: the bf16 bits of `e2m1(nib) * 2^-126` (sign to
 /// bit 15, exponent and mantissa bits to bits 8..6) times the bf16 scale multiplier(s), each product rounded to
 /// bf16 (products of bf16 values are exact in f32, so rounding the f32 product is the bf16 multiply).
-pub(super) fn dequant_fp4_value(nib: u32, s: u32, fold: bool, finite: bool) -> f32 {
+pub(crate) fn dequant_fp4_value(nib: u32, s: u32, fold: bool, finite: bool) -> f32 {
     let bf = |bits: u32| f32::from_bits((bits & 0xffff) << 16);
     let mul = |a: f32, b: f32| round_to(DType::Bf16, a * b);
     let v = bf(((nib & 8) << 12) | ((nib & 7) << 6));

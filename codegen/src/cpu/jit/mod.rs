@@ -15,16 +15,20 @@
 //! compiled inline; `Map` and `VecMap` become loops over the elements (rows outer, columns inner, as in the
 //! interpreter) with the mapped expression compiled in their body. The bulk tile statements (`Load`/`Store`
 //! of global and shared places, `LoadVec`/`StoreVec`, `CopyAsync` (synchronous on the CPU), `Reduce`, `Scan`,
-//! `Mma` and `MmaAsync` with register, shared and banded operands) evaluate their scalar operands (shared
-//! tile indices, bounds-checked; global views) in compiled code, then call the JIT's runtime (`rt`, the CPU
-//! counterpart of the CUDA prelude), which runs them over the block's frame element by element in the
-//! interpreter's order with the interpreter's conversions. Register tiles, row vectors, shared buffers and
-//! per-thread arrays live in a per-block frame (`rt::Layout`), zeroed before each block like the
-//! interpreter's fresh block state; floats written into tiles and shared buffers have signalling NaNs made
-//! quiet, as the interpreter's f64 storage does. [`supports`] says why a kernel falls back to the interpreter: kernels whose
-//! arrays are introduced with two different types or lengths, float tiles moved through e2m1/e8m0 tensors,
-//! float stores into e8m0/e2m1 tensors, and any statement or expression the JIT does not know (a catch-all, so
-//! IR variants added later fall back rather than fail).
+//! `Mma` and `MmaAsync` with register, shared and banded operands, the packed MXFP4 decode `DequantFp4`)
+//! evaluate their scalar operands (shared tile indices, bounds-checked; global views) in compiled code, then
+//! call the JIT's runtime (`rt`, the CPU counterpart of the CUDA prelude), which runs them over the block's
+//! frame element by element in the interpreter's order with the interpreter's conversions. Register tiles, row
+//! vectors, shared buffers and per-thread arrays live in a per-block frame (`rt::Layout`), zeroed before each
+//! block like the interpreter's fresh block state; floats written into tiles and shared buffers have
+//! signalling NaNs made quiet, as the interpreter's f64 storage does. A threads region with warp statements
+//! (`WarpShuffle`, `WarpSync`, at its top level) runs in lockstep like the interpreter's: split at those
+//! statements into segments, each segment runs for every thread with the thread's variables and arrays kept
+//! in its record of a lane area (`rt::Layout`) between segments, then a shuffle's exchange (`rt::host_warp`)
+//! gives each thread its source lane's value (or its warp's ballot mask). [`supports`] says why a kernel
+//! falls back to the interpreter: kernels whose arrays are introduced with two different types or lengths,
+//! float tiles moved through e2m1/e8m0 tensors, float stores into e8m0/e2m1 tensors, and any statement or
+//! expression the JIT does not know (a catch-all, so IR variants added later fall back rather than fail).
 
 mod lower;
 mod rt;
@@ -72,6 +76,8 @@ pub(crate) struct Ctx {
     pub(crate) layout: *const rt::Layout,
     /// The error of a failed runtime function (code `Fail::Runtime`).
     pub(crate) error: Option<InterpError>,
+    /// The lane area of lockstep regions (`rt::Layout::lanes_size` bytes; see `rt::Layout`).
+    pub(crate) lanes: *mut u8,
 }
 
 /// A compiled kernel.
@@ -144,6 +150,7 @@ impl JitKernel {
             })
             .collect();
         let mut frame = vec![0u64; self.layout.size.div_ceil(8)];
+        let mut lanes = vec![0u64; self.layout.lanes_size.div_ceil(8)];
         let mut ctx = Ctx {
             tensors: refs.as_ptr(),
             syms: sym_bits.as_ptr(),
@@ -155,6 +162,7 @@ impl JitKernel {
             kernel: k,
             layout: &self.layout,
             error: None,
+            lanes: lanes.as_mut_ptr() as *mut u8,
         };
         for z in 0..grid[2] {
             for y in 0..grid[1] {

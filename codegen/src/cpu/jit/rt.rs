@@ -11,7 +11,7 @@
 //! for bit.
 
 use super::Ctx;
-use crate::cpu::interp::{InterpError, atomic_value, round_to, wrap_int};
+use crate::cpu::interp::{InterpError, atomic_value, dequant_fp4_value, round_to, wrap_int};
 use k3k_ir::*;
 
 /// Byte offsets of everything a block owns in its frame (all 8-byte aligned).
@@ -24,6 +24,17 @@ pub(crate) struct Layout {
     pub(crate) arrays: Vec<usize>,
     /// Bytes of the frame.
     pub(crate) size: usize,
+    /// The arrays' bytes of the frame: `arrays_at..size`.
+    pub(crate) arrays_at: usize,
+    /// Lockstep regions (threads regions with warp statements) keep each thread's state in the lane area
+    /// (`Ctx::lanes`, not part of the frame) between their segments: per thread, a record of `lane_stride`
+    /// bytes holding its variables (8 bytes each, at `8 * var`), a copy of the frame's array bytes (at
+    /// `lane_arrays`) and the value it gives to the warp exchange (8 bytes at `lane_value`); after the
+    /// `threads` records, the block's array bytes saved while the region runs. 0 bytes without such regions.
+    pub(crate) lane_stride: usize,
+    pub(crate) lane_arrays: usize,
+    pub(crate) lane_value: usize,
+    pub(crate) lanes_size: usize,
 }
 
 /// Bytes of one element of a shared buffer in the frame.
@@ -44,8 +55,16 @@ impl Layout {
         let vecs = k.vecs.iter().map(|v| take(4 * v.rows as usize)).collect();
         let shared =
             k.shared.iter().map(|s| take(shared_elem_bytes(s.dtype) * (s.rows * s.cols * s.count) as usize)).collect();
+        let arrays_at = take(0);
         let arrays = array_decl.iter().map(|d| take(8 + 8 * d.map_or(0, |d| d.1 as usize))).collect();
-        Layout { tiles, vecs, shared, arrays, size: at }
+        let size = take(0);
+        let mut lockstep = false;
+        k.visit_stmts(&mut |s| lockstep |= is_warp_stmt(s));
+        let lane_arrays = 8 * k.vars.len();
+        let lane_value = lane_arrays + (size - arrays_at);
+        let lane_stride = lane_value + 8;
+        let lanes_size = if lockstep { k.threads as usize * lane_stride + (size - arrays_at) } else { 0 };
+        Layout { tiles, vecs, shared, arrays, size, arrays_at, lane_stride, lane_arrays, lane_value, lanes_size }
     }
 }
 
@@ -401,6 +420,20 @@ unsafe fn tile_stmt(ctx: &mut Ctx, s: &Stmt, arg: &dyn Fn(usize) -> i64) -> Resu
                     }
                 }
             }
+            Stmt::DequantFp4 { tile, words, scales, fold, finite } => {
+                // The interpreter's decode, element by element (the tile is bf16: every value is exact in it).
+                let d = &k.tiles[tile.0 as usize];
+                let (rows, cols) = (d.rows as usize, d.cols as usize);
+                let (qb, sb) = (f.shared_base(words, arg(0)), f.shared_base(scales, arg(1)));
+                for r in 0..rows {
+                    for c in 0..cols {
+                        let word = f.shared_at(words, qb, r, 4 * (c / 32) + (c % 8) / 2) as u32;
+                        let nib = (word >> (4 * (2 * ((c / 8) % 4) + c % 2))) & 15;
+                        let s = f.shared_at(scales, sb, r, c / 32) as u32;
+                        f.set_tile(*tile, r * cols + c, dequant_fp4_value(nib, s, *fold, *finite) as f64);
+                    }
+                }
+            }
             other => unreachable!("lower only calls host_tile for tile statements, not {other:?}"),
         }
     }
@@ -458,6 +491,34 @@ fn bits(v: Val) -> i64 {
         Val::F(f) => f.to_bits() as i64,
         other => other.i(),
     }
+}
+
+/// A statement of a lockstep region's top level: `WarpShuffle` or `WarpSync`.
+pub(crate) fn is_warp_stmt(s: &Stmt) -> bool {
+    matches!(s, Stmt::WarpShuffle { .. } | Stmt::WarpSync)
+}
+
+/// The exchange of the warp shuffle `s` over the lane area (see [`Layout`]): every thread has stored its value
+/// (8-byte slot; an i8 0/1 for a ballot's bool) and its variables; each thread's variable `var` becomes the
+/// value of its source lane in its warp (the whole slot: the variable has the value's type), or for a ballot
+/// the i64 mask of its warp's lanes whose bool is true, as the interpreter's `lockstep`. Returns 0.
+pub(crate) extern "C" fn host_warp(ctx: *mut Ctx, s: *const Stmt) -> i32 {
+    // SAFETY: as `host_tile`; the lane area holds `threads` records of `lane_stride` bytes (threads is a multiple
+    // of 32, so every source lane is a thread of the block).
+    let (ctx, s) = unsafe { (&*ctx, &*s) };
+    let (k, l) = unsafe { (&*ctx.kernel, &*ctx.layout) };
+    let Stmt::WarpShuffle { var, op, .. } = s else { unreachable!("lower only calls host_warp for shuffles") };
+    let lane = |t: usize| unsafe { ctx.lanes.add(t * l.lane_stride) };
+    let value = |t: usize| unsafe { (lane(t).add(l.lane_value) as *const u64).read_unaligned() };
+    for t in 0..k.threads as usize {
+        let (ln, w0) = (t % 32, t - t % 32);
+        let v = match op.source_lane(ln as u32) {
+            Some(src) => value(w0 + src as usize),
+            None => (0..32).filter(|&j| value(w0 + j) as u8 != 0).map(|j| 1u64 << j).sum(),
+        };
+        unsafe { (lane(t).add(8 * var.0 as usize) as *mut u64).write_unaligned(v) };
+    }
+    0
 }
 
 /// `round_to` for the frame's float shared stores and tile maps (dtype by its index in [`DTYPES`]).
