@@ -47,10 +47,11 @@ pub struct BenchRow {
     pub bytes: f64,
     /// The exact problem (shapes, ragged counts) the peer runs.
     pub problem: serde_json::Value,
-    /// Every knob set timed on this preset in this run (median ms; +inf when it failed its check or to run); the
-    /// row reports the fastest that passed.
+    /// Every knob set timed on this preset in this run: its median ms, or `None` (JSON `null`) when it failed
+    /// its check or did not run (e.g. knobs that do not apply to the shape); the row reports the fastest that
+    /// passed.
     #[serde(default)]
-    pub variants: Vec<(Knobs, f64)>,
+    pub variants: Vec<(Knobs, Option<f64>)>,
 }
 
 /// One operator's benchmark file.
@@ -132,7 +133,7 @@ pub fn bench_op(
                         if m.check.passed { "ok" } else { "CHECK FAILED" },
                         knobs
                     ));
-                    variants.push((knobs.clone(), if m.check.passed { ms } else { f64::INFINITY }));
+                    variants.push((knobs.clone(), m.check.passed.then_some(ms)));
                     let better = match &best {
                         None => true,
                         Some(b) => {
@@ -146,7 +147,7 @@ pub fn bench_op(
                 }
                 Err(e) => {
                     log(&format!("  {:<44} FAILED to run [{}]: {e:#}", p.name, knobs));
-                    variants.push((knobs.clone(), f64::INFINITY));
+                    variants.push((knobs.clone(), None));
                 }
             }
         }

@@ -336,7 +336,7 @@ fn jit_decodes_mxfp4_like_the_interpreter() {
         });
         b.barrier();
         let (q, s) = (b.window(sq, 1i64, 0, 4, rows as u32, 8), b.window(ss, 1i64, 0, 1, rows as u32, 2));
-        b.dequant_fp4(t, q, s, fold, finite);
+        b.dequant_fp4(t, q, s, true, fold, finite);
         b.store(t, Place::Global(view(y, 0i64, cols as i64, rows as i64, cols as i64, 2)));
         let k = b.finish().unwrap();
         assert!(jit::supports(&k).is_ok(), "{:?}", jit::supports(&k));

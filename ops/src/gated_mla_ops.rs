@@ -517,7 +517,7 @@ pub fn decode_plan_knobs(pb: &DecodeProblem, knobs: &Knobs) -> Result<(Knobs, us
 
 /// [`decode_plan_knobs`] plus whether the plan runs [`build_decode_direct`] (one query per request and one
 /// split: the decode kernel writes o and lse itself and no combine runs), which the optional plan knob
-/// `DIRECT=0` turns off (it is not passed to the kernel either).
+/// `DIRECT=1` turns on (it is not passed to the kernel either; off by default until it is timed on a GPU).
 pub fn decode_plan(pb: &DecodeProblem, knobs: &Knobs) -> Result<(Knobs, usize, bool), OpError> {
     let mut k = knobs.clone();
     let plan_int = |k: &mut Knobs, name: &str| -> Result<Option<i64>, OpError> {
@@ -527,7 +527,7 @@ pub fn decode_plan(pb: &DecodeProblem, knobs: &Knobs) -> Result<(Knobs, usize, b
         }
     };
     let forced = plan_int(&mut k, "NSPLIT")?.unwrap_or(0).max(0) as usize;
-    let allow_direct = plan_int(&mut k, "DIRECT")?.unwrap_or(1) != 0;
+    let allow_direct = plan_int(&mut k, "DIRECT")?.unwrap_or(0) != 0;
     if k == decode_default_knobs() {
         k = decode_knobs_for_rows(pb.rows());
     }

@@ -51,9 +51,9 @@ fn decode_knob_mapping() {
     let o = op("gated_mla.decode");
     let h12 = DecodeProblem::from_preset(&o.bench_presets()[0]).unwrap();
     let h96 = DecodeProblem::from_preset(&o.bench_presets()[1]).unwrap();
-    // The defaults stand for the row count's defaults; 128 requests of 12 heads take two splits each (two
-    // blocks per SM), 96 heads (3 m-tiles of 32 rows, one block per SM) fill the GPU without splitting.
-    assert_eq!(decode_plan_knobs(&h12, &o.default_knobs()).unwrap(), (decode_knobs_for_rows(12), 2));
+    // The defaults stand for the row count's defaults; 128 requests of 12 heads (one 170 KB block per SM) and
+    // of 96 heads (3 m-tiles of 32 rows) fill the GPU without splitting.
+    assert_eq!(decode_plan_knobs(&h12, &o.default_knobs()).unwrap(), (decode_knobs_for_rows(12), 1));
     assert_eq!(decode_plan_knobs(&h96, &o.default_knobs()).unwrap(), (decode_knobs_for_rows(96), 1));
     assert_ne!(decode_knobs_for_rows(96), o.default_knobs());
     // Any other set is used as given; NSPLIT forces the split count and is not passed to the kernel.
@@ -64,15 +64,16 @@ fn decode_knob_mapping() {
     // Few requests: split to fill the SMs.
     let one = DecodeProblem { b: 1, sq: 1, h: 12, lens: vec![4096] };
     assert_eq!(decode_plan_knobs(&one, &o.default_knobs()).unwrap().1, 64);
-    let ks = o.kernels(&o.bench_presets()[1], &o.default_knobs()).unwrap();
-    // One split, one query: the direct kernel alone (no combine); DIRECT=0 keeps the split-KV pair.
+    let ks = o.kernels(&o.bench_presets()[1], &o.default_knobs().with("DIRECT", 1i64)).unwrap();
+    // One split, one query, DIRECT=1: the direct kernel alone (no combine); by default the split-KV pair.
     assert_eq!(ks.len(), 1);
     assert_eq!(ks[0].name, build_decode_direct(&DecodeSpec::default(), &decode_knobs_for_rows(96)).unwrap().name);
-    let ks = o.kernels(&o.bench_presets()[1], &o.default_knobs().with("DIRECT", 0i64)).unwrap();
+    let ks = o.kernels(&o.bench_presets()[1], &o.default_knobs()).unwrap();
     assert_eq!(ks.len(), 2);
     assert_eq!(ks[0].name, build_decode(&DecodeSpec::default(), &decode_knobs_for_rows(96)).unwrap().name);
-    assert!(decode_plan(&h96, &o.default_knobs()).unwrap().2);
-    assert!(!decode_plan(&h12, &o.default_knobs()).unwrap().2);
+    assert!(!decode_plan(&h96, &o.default_knobs()).unwrap().2);
+    assert!(decode_plan(&h96, &o.default_knobs().with("DIRECT", 1i64)).unwrap().2);
+    assert!(!decode_plan(&h12, &o.default_knobs().with("DIRECT", 1i64)).unwrap().2 || h12.sq == 1);
 }
 
 #[test]

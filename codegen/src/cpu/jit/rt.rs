@@ -420,15 +420,18 @@ unsafe fn tile_stmt(ctx: &mut Ctx, s: &Stmt, arg: &dyn Fn(usize) -> i64) -> Resu
                     }
                 }
             }
-            Stmt::DequantFp4 { tile, words, scales, fold, finite } => {
+            Stmt::DequantFp4 { tile, words, scales, packed, fold, finite } => {
                 // The interpreter's decode, element by element (the tile is bf16: every value is exact in it).
                 let d = &k.tiles[tile.0 as usize];
                 let (rows, cols) = (d.rows as usize, d.cols as usize);
                 let (qb, sb) = (f.shared_base(words, arg(0)), f.shared_base(scales, arg(1)));
                 for r in 0..rows {
                     for c in 0..cols {
-                        let word = f.shared_at(words, qb, r, 4 * (c / 32) + (c % 8) / 2) as u32;
-                        let nib = (word >> (4 * (2 * ((c / 8) % 4) + c % 2))) & 15;
+                        // Word of the block and nibble in it: the packed layout, or the natural (SPEC 1) one.
+                        let (w, p) =
+                            if *packed { ((c % 8) / 2, 2 * ((c / 8) % 4) + c % 2) } else { ((c % 32) / 8, c % 8) };
+                        let word = f.shared_at(words, qb, r, 4 * (c / 32) + w) as u32;
+                        let nib = (word >> (4 * p)) & 15;
                         let s = f.shared_at(scales, sb, r, c / 32) as u32;
                         f.set_tile(*tile, r * cols + c, dequant_fp4_value(nib, s, *fold, *finite) as f64);
                     }
