@@ -503,19 +503,17 @@ pub fn decode_knob_space() -> KnobSpace {
 }
 
 /// The decode knobs used when no tuning record exists: one 16-row m-tile (12 or 16 heads at s_q = 1, the TP8
-/// case), four warps splitting the value columns, 32-key stages so that two blocks share an SM.
+/// case), four warps splitting the value columns, 64-key stages.
 pub fn decode_default_knobs() -> Knobs {
     decode_knobs_for_rows(16)
 }
 
 /// Sensible decode knobs for `rows = s_q * H` packed query rows per request.
 ///
-/// Up to 16 rows: BM = 16 on [1, 4] warps with 32-key stages (92 KB of shared memory, two blocks per SM; the
-/// score columns on 2 warp columns, 3 partial score accumulators). The 64-key variant (`BN=64, SWN=0,
-/// QK_ACCS=1`, 170 KB) ran one block of 4 warps per SM, 389 us under Nsight Compute at b = 128, S_k = 4096,
-/// H = 12: theoretical occupancy 6.25%, DRAM 32%, stalls on tensor-core and shared-memory latency.
-/// More rows: BM = 32 on [2, 4] warps, 64-key stages (732 us at H = 96 in a first sweep, without the partial
-/// score accumulators and the block-table prefetch).
+/// Up to 16 rows: BM = 16 on [1, 4] warps with 64-key stages (170 KB of shared memory, one block of 4 warps
+/// per SM); more rows: BM = 32 on [2, 4] warps. The 32-key variant that fits two blocks per SM (`BN=32,
+/// SWN=2, QK_ACCS=3, BT_PREFETCH=1`, 92 KB) was slower on the H200 (see the measurements below); it stays in the
+/// knob space for the tuner.
 pub fn decode_knobs_for_rows(rows: usize) -> Knobs {
     // Measured on the H200 (2026-11-30, same run, b128 S4096): for 12 heads these knobs took 0.287 ms against
     // 0.432 ms for BN=32 with duplicated score warps (SWN=2), three score accumulators and the block-table
