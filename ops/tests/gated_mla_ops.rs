@@ -61,9 +61,9 @@ fn decode_knob_mapping() {
     assert_eq!(decode_plan_knobs(&h96, &other).unwrap().0, other);
     let forced = o.default_knobs().with("NSPLIT", 5i64);
     assert_eq!(decode_plan_knobs(&h12, &forced).unwrap(), (decode_knobs_for_rows(12), 5));
-    // Few requests: split to fill the SMs.
+    // Few requests: split to fill the SMs (at most half the 64 key tiles of 4096 keys).
     let one = DecodeProblem { b: 1, sq: 1, h: 12, lens: vec![4096] };
-    assert_eq!(decode_plan_knobs(&one, &o.default_knobs()).unwrap().1, 64);
+    assert_eq!(decode_plan_knobs(&one, &o.default_knobs()).unwrap().1, 32);
     let ks = o.kernels(&o.bench_presets()[1], &o.default_knobs().with("DIRECT", 1i64)).unwrap();
     // One split, one query, DIRECT=1: the direct kernel alone (no combine); by default the split-KV pair.
     assert_eq!(ks.len(), 1);
