@@ -1,5 +1,7 @@
 //! `k3k check`: correctness on fresh random problems.
 
+use k3k::ir::Knobs;
+use k3k::ops::op::Operator;
 use k3k::ops::plan::{Executor, GpuExec};
 use k3k::runtime::Gpu;
 use rand::{Rng, SeedableRng, rngs::StdRng};
@@ -84,6 +86,9 @@ pub fn check_ops(
     let mut out = vec![];
     for op in super::select_ops(sel)? {
         let knobs = super::parse_knobs(op.default_knobs(), knobs)?;
+        if matches!(exec, Executor::Gpu(_)) {
+            precompile(op.as_ref(), cases, &knobs, seed, which);
+        }
         let mut rng = StdRng::seed_from_u64(seed);
         let mut s = Summary { op: op.name().into(), backend: exec.name(), cases: 0, failed: 0, max_rel_err: 0.0 };
         for i in 0..cases {
@@ -119,9 +124,49 @@ pub fn check_ops(
                 }
             }
         }
+        eprintln!("{}: {} cases, {} failed", s.op, s.cases, s.failed);
         out.push(s);
     }
     Ok(out)
+}
+
+/// Compile (NVRTC, all cores) the kernels of the cases [`check_ops`] is about to run, drawn from the same random
+/// sequence, so that the GPU run loads them from the module cache instead of compiling one variant per case.
+/// Cases whose instance or plan fails are left out here; the run reports them.
+fn precompile(op: &dyn Operator, cases: usize, knobs: &Knobs, seed: u64, which: &Selection<'_>) {
+    use rayon::prelude::*;
+    let t0 = std::time::Instant::now();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut drawn = vec![];
+    for i in 0..cases {
+        let preset = op.random_case(&mut rng);
+        let data_seed: u64 = rng.random();
+        if which.only.is_none_or(|o| o == i) && which.dims.is_none() {
+            drawn.push((preset, data_seed));
+        }
+    }
+    let kernels: Vec<k3k::ir::Kernel> = drawn
+        .par_iter()
+        .flat_map_iter(|(p, ds)| {
+            op.instance(p, *ds)
+                .ok()
+                .and_then(|inst| inst.plan(knobs).ok())
+                .map(|plan| plan.kernels().into_iter().cloned().collect::<Vec<_>>())
+                .unwrap_or_default()
+        })
+        .collect();
+    let mut seen = std::collections::HashSet::new();
+    let unique: Vec<_> = kernels.into_iter().filter(|k| seen.insert(k3k::ir::stable_hash(k))).collect();
+    let built = unique
+        .par_iter()
+        .filter(|k| k3k::codegen::build(k, k3k::codegen::BuildOptions { assemble: false }).is_ok())
+        .count();
+    eprintln!(
+        "{}: precompiled {built} of {} kernel variants in {:.1}s",
+        op.name(),
+        unique.len(),
+        t0.elapsed().as_secs_f64()
+    );
 }
 
 pub fn print_table(rows: &[Summary]) {
