@@ -7,6 +7,10 @@ use k3k_ir::{Kernel, KnobSpace, Knobs};
 use k3k_ops::OpError;
 use k3k_ops::gated_mla::*;
 
+#[path = "common/mla_knobs.rs"]
+mod mla_knobs;
+use mla_knobs::{bn64, rows32};
+
 fn assemble(k: &Kernel) -> u32 {
     let m = build(k, BuildOptions { assemble: true }).unwrap_or_else(|e| panic!("{}: {e}", k.name));
     let r = m.resources.clone().expect("assembled");
@@ -42,28 +46,6 @@ fn valid_points(space: &KnobSpace, build_fn: impl Fn(&Knobs) -> Result<Kernel, O
         }
     }
     ok
-}
-
-/// The decode knobs for more than 16 rows before the partial score accumulators and the block-table prefetch.
-fn rows32() -> Knobs {
-    Knobs::new()
-        .with("SCORES", "shared")
-        .with("BM", 32i64)
-        .with("BN", 64i64)
-        .with("WM", 2i64)
-        .with("WN", 4i64)
-        .with("STAGES", 2i64)
-}
-
-/// The decode knobs that were the default before 32-key stages (one block per SM).
-fn bn64() -> Knobs {
-    Knobs::new()
-        .with("SCORES", "shared")
-        .with("BM", 16i64)
-        .with("BN", 64i64)
-        .with("WM", 1i64)
-        .with("WN", 4i64)
-        .with("STAGES", 2i64)
 }
 
 #[test]

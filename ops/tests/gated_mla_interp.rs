@@ -9,11 +9,15 @@
 use k3k_ir::*;
 use k3k_ops::OpError;
 use k3k_ops::gated_mla::*;
+
+#[path = "common/mla_knobs.rs"]
+mod mla_knobs;
 use k3k_ops::plan::{Executor, GpuExec, Outputs, Plan};
 use k3k_reference::metrics::{first_nonfinite_mismatch, rel_l2};
 use k3k_reference::mla::{gate_wuv, mla_decode_paged, mla_prefill, mla_prefill_varlen};
 use k3k_reference::random::{bf16_normal, block_table, fresh_seed, seeded};
 use k3k_runtime::Gpu;
+use mla_knobs::{bn64, rows32};
 use rand::Rng;
 use rand::rngs::StdRng;
 
@@ -298,28 +302,6 @@ fn decode_case_combine(
         first.get_or_insert(o);
     });
     first.unwrap()
-}
-
-/// The decode knobs for more than 16 rows before the partial score accumulators and the block-table prefetch.
-fn rows32() -> Knobs {
-    Knobs::new()
-        .with("SCORES", "shared")
-        .with("BM", 32i64)
-        .with("BN", 64i64)
-        .with("WM", 2i64)
-        .with("WN", 4i64)
-        .with("STAGES", 2i64)
-}
-
-/// The decode knobs that were the default before 32-key stages (one block per SM).
-fn bn64() -> Knobs {
-    Knobs::new()
-        .with("SCORES", "shared")
-        .with("BM", 16i64)
-        .with("BN", 64i64)
-        .with("WM", 1i64)
-        .with("WN", 4i64)
-        .with("STAGES", 2i64)
 }
 
 #[test]

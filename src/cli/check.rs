@@ -130,9 +130,9 @@ pub fn check_ops(
     Ok(out)
 }
 
-/// Compile (NVRTC, all cores) the kernels of the cases [`check_ops`] is about to run, drawn from the same random
-/// sequence, so that the GPU run loads them from the module cache instead of compiling one variant per case.
-/// Cases whose instance or plan fails are left out here; the run reports them.
+/// Compile the kernels of the cases [`check_ops`] is about to run, drawn from the same random sequence, before
+/// the run (see [`super::precompile`]). Cases whose instance or plan fails are left out here; the run reports
+/// them.
 fn precompile(op: &dyn Operator, cases: usize, knobs: &Knobs, seed: u64, which: &Selection<'_>) {
     use rayon::prelude::*;
     let t0 = std::time::Instant::now();
@@ -145,7 +145,7 @@ fn precompile(op: &dyn Operator, cases: usize, knobs: &Knobs, seed: u64, which: 
             drawn.push((preset, data_seed));
         }
     }
-    let kernels: Vec<k3k::ir::Kernel> = drawn
+    let kernels = drawn
         .par_iter()
         .flat_map_iter(|(p, ds)| {
             op.instance(p, *ds)
@@ -155,18 +155,7 @@ fn precompile(op: &dyn Operator, cases: usize, knobs: &Knobs, seed: u64, which: 
                 .unwrap_or_default()
         })
         .collect();
-    let mut seen = std::collections::HashSet::new();
-    let unique: Vec<_> = kernels.into_iter().filter(|k| seen.insert(k3k::ir::stable_hash(k))).collect();
-    let built = unique
-        .par_iter()
-        .filter(|k| k3k::codegen::build(k, k3k::codegen::BuildOptions { assemble: false }).is_ok())
-        .count();
-    eprintln!(
-        "{}: precompiled {built} of {} kernel variants in {:.1}s",
-        op.name(),
-        unique.len(),
-        t0.elapsed().as_secs_f64()
-    );
+    super::precompile(op.name(), kernels, t0);
 }
 
 pub fn print_table(rows: &[Summary]) {

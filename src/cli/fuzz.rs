@@ -210,23 +210,10 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     Ok(if rows.iter().any(|r| r.mismatches > 0 || r.cases == 0) { 1 } else { 0 })
 }
 
-/// Compile (NVRTC, all cores) the kernels the run's cases will launch, so that the GPU run loads them from the
-/// module cache instead of compiling one variant at a time between cases. A kernel that fails to compile here
-/// fails again, and is reported, in its case.
+/// Compile the kernels the run's cases will launch before the run (see [`super::precompile`]).
 fn precompile(op: &dyn Operator, opts: &FuzzOptions) {
-    use rayon::prelude::*;
     let t0 = std::time::Instant::now();
-    let kernels = k3k_fuzz::kernels_of_cases(op, opts, PRECOMPILE_CASES);
-    let built = kernels
-        .par_iter()
-        .filter(|k| k3k::codegen::build(k, k3k::codegen::BuildOptions { assemble: false }).is_ok())
-        .count();
-    eprintln!(
-        "{}: precompiled {built} of {} kernel variants in {:.1}s",
-        op.name(),
-        kernels.len(),
-        t0.elapsed().as_secs_f64()
-    );
+    super::precompile(op.name(), k3k_fuzz::kernels_of_cases(op, opts, PRECOMPILE_CASES), t0);
 }
 
 /// How many of the first new cases [`precompile`] looks at (later cases mostly reuse their variants).

@@ -1,0 +1,25 @@
+//! Gated-MLA decode knob points shared by the compile and interpreter tests.
+
+use k3k_ir::Knobs;
+
+/// The decode knobs for more than 16 rows before the partial score accumulators and the block-table prefetch.
+pub fn rows32() -> Knobs {
+    Knobs::new()
+        .with("SCORES", "shared")
+        .with("BM", 32i64)
+        .with("BN", 64i64)
+        .with("WM", 2i64)
+        .with("WN", 4i64)
+        .with("STAGES", 2i64)
+}
+
+/// The 64-key decode knobs for up to 16 rows (one block per SM), without the later optional knobs.
+pub fn bn64() -> Knobs {
+    Knobs::new()
+        .with("SCORES", "shared")
+        .with("BM", 16i64)
+        .with("BN", 64i64)
+        .with("WM", 1i64)
+        .with("WN", 4i64)
+        .with("STAGES", 2i64)
+}
