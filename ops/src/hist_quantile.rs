@@ -215,6 +215,17 @@ impl AlphaSpec {
     }
 }
 
+/// The bias, once per block: `sb[0, i] = b[i]` for `i < E`, 0 up to the padded width `ep`, then a barrier.
+fn stage_bias(b: &mut KernelBuilder, bias: TensorId, sb: SharedId, e_dim: &Expr, ep: u32, threads: u32) {
+    b.threads(|b| {
+        b.for_("i", Expr::thread_idx(), ep as i64, threads as i64, |b, i| {
+            let v = Expr::select(i.lt(e_dim.clone()), Expr::load(bias, i.clone()), 0.0f64);
+            b.shared_store(sb, 0i64, 0i64, i, v);
+        });
+    });
+    b.barrier();
+}
+
 fn neg_inf() -> Expr {
     Expr::Float(f64::NEG_INFINITY)
 }
@@ -252,14 +263,7 @@ pub fn build_alpha(spec: &AlphaSpec, c: &Cfg) -> Result<Kernel, OpError> {
 
     let in_row = |e: &Expr| -> Expr { if spec.full { Expr::Bool(true) } else { e.lt(e_dim.clone()) } };
 
-    // The bias, once per block.
-    b.threads(|b| {
-        b.for_("i", Expr::thread_idx(), ep as i64, threads as i64, |b, i| {
-            let v = Expr::select(i.lt(e_dim.clone()), Expr::load(bias, i.clone()), 0.0f64);
-            b.shared_store(sb, 0i64, 0i64, i, v);
-        });
-    });
-    b.barrier();
+    stage_bias(&mut b, bias, sb, &e_dim, ep, threads);
     let step = Expr::grid_dim(0) * w as i64;
     b.for_("tok0", Expr::block_idx(0) * w as i64, t_dim.clone(), step, |b, tok0| {
         // 1: s + b into the row buffer, group maxima.
@@ -432,13 +436,7 @@ pub fn build_alpha_warp(spec: &AlphaSpec, c: &Cfg) -> Result<Kernel, OpError> {
     let cand = b.shared("cand", DType::F32, w, ep, 1, Swizzle::None);
     let in_row = |e: &Expr| -> Expr { if spec.full { Expr::Bool(true) } else { e.lt(e_dim.clone()) } };
 
-    b.threads(|b| {
-        b.for_("i", Expr::thread_idx(), ep as i64, threads as i64, |b, i| {
-            let v = Expr::select(i.lt(e_dim.clone()), Expr::load(bias, i.clone()), 0.0f64);
-            b.shared_store(sb, 0i64, 0i64, i, v);
-        });
-    });
-    b.barrier();
+    stage_bias(&mut b, bias, sb, &e_dim, ep, threads);
     let step = Expr::grid_dim(0) * w as i64;
     b.for_("tok0", Expr::block_idx(0) * w as i64, t_dim.clone(), step, |b, tok0| {
         b.threads(|b| {
