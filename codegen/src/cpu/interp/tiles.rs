@@ -331,14 +331,15 @@ pub(crate) fn dequant_fp4_value(nib: u32, s: u32, fold: bool, finite: bool) -> f
 }
 
 /// What a register element of `dtype` keeps of a value (i32 tiles wrap the int, float tiles round the float).
-fn tile_value(dtype: DType, i: i64, f: f32) -> f64 {
+pub(crate) fn tile_value(dtype: DType, i: i64, f: f32) -> f64 {
     match dtype {
         DType::I32 => i as i32 as f64,
         dt => round_to(dt, f) as f64,
     }
 }
 
-fn reduce(op: ReduceOp, a: f32, b: f32) -> f32 {
+/// One step of a row reduction or a scan, in f32 as on the GPU.
+pub(crate) fn reduce(op: ReduceOp, a: f32, b: f32) -> f32 {
     match op {
         ReduceOp::Sum => a + b,
         ReduceOp::Max => a.max(b),

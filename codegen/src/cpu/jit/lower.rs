@@ -141,7 +141,7 @@ impl<'a> Types<'a> {
         }
         // Storage types added to the IR after the JIT fall back rather than reach a conversion it lacks.
         let dtypes = k.tensors.iter().map(|t| t.dtype).chain(k.shared.iter().map(|s| s.dtype));
-        if let Some(d) = dtypes.chain(k.tiles.iter().map(|t| t.dtype)).find(|d| !rt::DTYPES.contains(d)) {
+        if let Some(d) = dtypes.chain(k.tiles.iter().map(|t| t.dtype)).find(|d| !DType::ALL.contains(d)) {
             return Err(unsupported(format!("dtype {d}")));
         }
         let mut t = Types { k, vars: vec![None; k.vars.len()], arrays };

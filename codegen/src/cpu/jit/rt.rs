@@ -11,7 +11,7 @@
 //! for bit.
 
 use super::Ctx;
-use crate::cpu::interp::{InterpError, atomic_value, dequant_fp4_value, round_to, wrap_int};
+use crate::cpu::interp::{InterpError, atomic_value, dequant_fp4_value, reduce, round_to, tile_value, wrap_int};
 use k3k_ir::*;
 
 /// Byte offsets of everything a block owns in its frame (all 8-byte aligned).
@@ -217,22 +217,6 @@ impl Frame<'_> {
 #[inline]
 pub(crate) fn quiet(x: f32) -> f32 {
     if x.is_nan() { f32::from_bits(x.to_bits() | 0x0040_0000) } else { x }
-}
-
-/// What a register element of `dtype` keeps of a value (the interpreter's `tile_value`).
-fn tile_value(dtype: DType, i: i64, f: f32) -> f64 {
-    match dtype {
-        DType::I32 => i as i32 as f64,
-        dt => round_to(dt, f) as f64,
-    }
-}
-
-fn reduce(op: ReduceOp, a: f32, b: f32) -> f32 {
-    match op {
-        ReduceOp::Sum => a + b,
-        ReduceOp::Max => a.max(b),
-        ReduceOp::Min => a.min(b),
-    }
 }
 
 /// Run the tile statement `s` for the current block. `args` holds its scalar operands, evaluated by the
@@ -524,26 +508,12 @@ pub(crate) extern "C" fn host_warp(ctx: *mut Ctx, s: *const Stmt) -> i32 {
     0
 }
 
-/// `round_to` for the frame's float shared stores and tile maps (dtype by its index in [`DTYPES`]).
+/// `round_to` for the frame's float shared stores and tile maps (dtype by its index in [`DType::ALL`]).
 pub(crate) extern "C" fn host_round_to(dt: i64, x: f32) -> f32 {
-    round_to(DTYPES[dt as usize], x)
+    round_to(DType::ALL[dt as usize], x)
 }
 
-pub(crate) const DTYPES: [DType; 11] = [
-    DType::Bf16,
-    DType::F16,
-    DType::F32,
-    DType::E4m3,
-    DType::E2m1,
-    DType::E8m0,
-    DType::U8,
-    DType::I32,
-    DType::U32,
-    DType::I64,
-    DType::U64,
-];
-
-/// The index of a dtype in [`DTYPES`].
+/// The index of a dtype in [`DType::ALL`].
 pub(crate) fn dtype_code(d: DType) -> i64 {
-    DTYPES.iter().position(|x| *x == d).expect("every dtype is listed") as i64
+    DType::ALL.iter().position(|x| *x == d).expect("every dtype is listed") as i64
 }
