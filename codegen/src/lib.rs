@@ -42,6 +42,16 @@ pub struct BuildOptions {
     pub assemble: bool,
 }
 
+impl BuildOptions {
+    /// For loading onto a GPU: assemble to CUBIN when ptxas is found (the driver then loads machine code at
+    /// once instead of JIT-compiling the PTX of every new variant, which made the GPU fuzz of the large kernels
+    /// spend its time box in the driver), else PTX only.
+    pub fn for_loading() -> Self {
+        static HAVE_PTXAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        BuildOptions { assemble: *HAVE_PTXAS.get_or_init(|| toolchain::find_ptxas().is_ok()) }
+    }
+}
+
 /// The cache key of a kernel's generated source.
 pub fn module_key(src: &str, arch: &str) -> String {
     let nv = toolchain::nvrtc_version().unwrap_or_else(|_| "none".into());

@@ -110,7 +110,12 @@ impl GpuExec {
     fn load(&mut self, k: &Kernel) -> Result<&LoadedKernel, OpError> {
         let key = k3k_ir::stable_hash(k);
         if !self.loaded.contains_key(&key) {
-            let m = build(k, BuildOptions { assemble: false })?;
+            // CUBIN is assembled for sm_90a: other GPUs get PTX, which their driver JIT-compiles.
+            let opts = match self.gpu.info.compute_capability {
+                (9, 0) => BuildOptions::for_loading(),
+                _ => BuildOptions { assemble: false },
+            };
+            let m = build(k, opts)?;
             let lk = self.gpu.load(k, &m)?;
             self.loaded.insert(key.clone(), lk);
         }

@@ -128,7 +128,7 @@ pub fn pick_preset(op: &dyn Operator, name: Option<&str>, dims: Option<&str>) ->
     }
 }
 
-/// Compile (NVRTC, all cores) the distinct kernels among `kernels` into the module cache, so that a GPU run of
+/// Compile (NVRTC, and ptxas to CUBIN where it is found; all cores) the distinct kernels among `kernels` into the module cache, so that a GPU run of
 /// `op`'s cases loads them from there instead of compiling one variant per case. A kernel that fails to compile
 /// here fails again, and is reported, in its case. `since`: when collecting the kernels began (for the log).
 pub fn precompile(op: &str, kernels: Vec<k3k::ir::Kernel>, since: std::time::Instant) {
@@ -137,7 +137,7 @@ pub fn precompile(op: &str, kernels: Vec<k3k::ir::Kernel>, since: std::time::Ins
     let unique: Vec<_> = kernels.into_iter().filter(|k| seen.insert(k3k::ir::stable_hash(k))).collect();
     let built = unique
         .par_iter()
-        .filter(|k| k3k::codegen::build(k, k3k::codegen::BuildOptions { assemble: false }).is_ok())
+        .filter(|k| k3k::codegen::build(k, k3k::codegen::BuildOptions::for_loading()).is_ok())
         .count();
     eprintln!("{op}: precompiled {built} of {} kernel variants in {:.1}s", unique.len(), since.elapsed().as_secs_f64());
 }
