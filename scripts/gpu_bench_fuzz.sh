@@ -1,41 +1,65 @@
 #!/usr/bin/env bash
-# One device call: benchmark operators (each with its own knob sets, see below) and time the peers in the same
-# call, then fuzz every operator on the GPU. Everything lands under $OUT after each step, so a call cut short
-# still returns what finished. Prints a short table last.
-# Usage (on the GPU machine, from the repo root): scripts/gpu_bench_fuzz.sh FUZZ_SECS_PER_OP
-# Knob sets per operator come from the environment: KNOBS_<op with . -> _>="a;b" (unset: tuned or default),
-# presets from PRESETS_<op>="p1;p2" (unset: all). Before the benchmarks: the GPU primitive tests and, when carried,
-# the hist_quantile GPU step-time test.
+# One device call: (optionally) check operators on the GPU, benchmark operators (each with its own knob sets, see
+# below) and time the peers in the same call, then (optionally) tune and fuzz every operator on the GPU.
+# Everything lands under $OUT after each step, so a call cut short still returns what finished. Prints a short
+# table last.
+# Usage (on the GPU machine, from the repo root): scripts/gpu_bench_fuzz.sh FUZZ_SECS_PER_OP (0: no fuzz)
+# Environment:
+#   CHECK_OPS="op op" CHECK_CASES=N   `k3k check --backend cuda` first (fresh random problems vs the f64 reference)
+#   BENCH_OPS="op op"                 operators to benchmark (default below; "" for none)
+#   KNOBS_<op with . -> _>="a;b"      knob sets per operator (unset: tuned or default)
+#   PRESETS_<op>="p1;p2"              presets per operator (unset: all)
+#   TUNE="k3k tune arguments"         a `k3k tune` run after the benchmarks (results and TUNE.md under $OUT)
+# Before the benchmarks: the GPU primitive tests and, when carried, the hist_quantile GPU step-time test. FLA (for
+# the KDA peer) is installed from carried wheels in .whl/ when present.
 set -uo pipefail
 BIN=.carry/k3k; FT=${1:-15}
 OUT=${OUT:-./gpu-out}; mkdir -p "$OUT"
 W=$(mktemp -d)
 export K3K_CACHE_DIR=$W/cache LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-} PYTHONUNBUFFERED=1
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=/tmp/site
+fi
 save() { cp $W/log.txt "$OUT/log.txt"; [ -d $W/bench ] && tar czf "$OUT/bench.tgz" -C $W bench 2>/dev/null; true; }
 echo "start $(date -u +%FT%TZ)" > $W/log.txt
-nvidia-smi --query-gpu=index,name,driver_version --format=csv >> $W/log.txt
+nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv >> $W/log.txt
 [ -x .carry/gpu_primitives ] && { K3K_GPU=1 timeout 60 .carry/gpu_primitives > "$OUT/gpu_primitives.txt" 2>&1; echo "gpu_primitives rc=$?" | tee -a $W/log.txt; }
 [ -x .carry/hist_quantile_gpu ] && { K3K_GPU=1 timeout 120 .carry/hist_quantile_gpu --nocapture --test-threads 1 > "$OUT/hist_quantile_gpu.txt" 2>&1; echo "hist_quantile_gpu rc=$?" | tee -a $W/log.txt; }
-save
-for op in ${BENCH_OPS:-latent_moe_gemm gated_mla.decode hist_quantile.qb mxfp4_matmul}; do
+for op in ${CHECK_OPS:-}; do
+  timeout ${CHECK_TIMEOUT:-60} $BIN check --op $op --cases ${CHECK_CASES:-30} --backend cuda > $W/check-$op.txt 2>&1
+  echo "check $op rc=$? $(date -u +%T)" | tee -a $W/log.txt; grep -v "^case" $W/check-$op.txt | tail -6 >> $W/log.txt; save
+done
+for op in ${BENCH_OPS-latent_moe_gemm gated_mla.decode hist_quantile.qb mxfp4_matmul}; do
   v="KNOBS_${op//./_}"; ks=${!v:-}; pv="PRESETS_${op//./_}"; ps=${!pv:-}
   args=(--op $op --out $W/bench --reps 20)
   [ -n "$ks" ] && args+=(--knobs "$ks")
   [ -n "$ps" ] && args+=(--preset "$ps")
-  timeout 120 $BIN bench "${args[@]}" >> $W/log.txt 2>&1
+  timeout ${BENCH_TIMEOUT:-120} $BIN bench "${args[@]}" >> $W/log.txt 2>&1
   echo "bench $op rc=$? $(date -u +%T)" | tee -a $W/log.txt; save
 done
 slug=$(ls $W/bench 2>/dev/null | head -1)
 if [ -n "$slug" ]; then
-  timeout 150 python3 scripts/peers.py $W/bench/$slug --out $W/peers.json >> $W/log.txt 2>&1; echo "peers rc=$?"
+  timeout ${PEER_TIMEOUT:-150} python3 scripts/peers.py $W/bench/$slug --out $W/peers.json >> $W/log.txt 2>&1; echo "peers rc=$?"
   $BIN bench --merge-peers $W/peers.json --out $W/bench >> $W/log.txt 2>&1
   cp $W/peers.json "$OUT/" 2>/dev/null
 fi
 save
-echo "== fuzz $(date -u +%T)"
-$BIN fuzz --backend cuda --op all --cases 1000 --time ${FT}s --seed 20261130 > "$OUT/fuzz.txt" 2> "$OUT/fuzz.err"
-echo "fuzz rc=$? $(date -u +%T)"; tar czf "$OUT/regressions.tgz" proptest-regressions
+if [ -n "${TUNE:-}" ]; then
+  echo "== tune $(date -u +%T)"
+  # shellcheck disable=SC2086
+  $BIN tune $TUNE > "$OUT/tune.txt" 2>&1; echo "tune rc=$? $(date -u +%T)" | tee -a $W/log.txt
+  tar czf "$OUT/tune-results.tgz" results 2>/dev/null
+fi
+if [ "$FT" != 0 ]; then
+  echo "== fuzz $(date -u +%T)"
+  $BIN fuzz --backend cuda --op all --cases ${FUZZ_CASES:-1000} --time ${FT}s > "$OUT/fuzz.txt" 2> "$OUT/fuzz.err"
+  echo "fuzz rc=$? $(date -u +%T)"; tar czf "$OUT/regressions.tgz" proptest-regressions
+fi
 echo "end $(date -u +%FT%TZ)" >> $W/log.txt; save
 echo; echo "==== summary"
+grep -h "^check\|FAIL" $W/log.txt | head -20
 grep -h "^| " $W/bench/*/*.md 2>/dev/null | grep -v "^| ---" | cut -c1-200
-tail -12 "$OUT/fuzz.txt"
+[ -f "$OUT/tune.txt" ] && tail -25 "$OUT/tune.txt"
+[ -f "$OUT/fuzz.txt" ] && tail -14 "$OUT/fuzz.txt"
+true

@@ -45,10 +45,13 @@ pub struct BuildOptions {
 impl BuildOptions {
     /// For loading onto a GPU: assemble to CUBIN when ptxas is found (the driver then loads machine code at
     /// once instead of JIT-compiling the PTX of every new variant, which made the GPU fuzz of the large kernels
-    /// spend its time box in the driver), else PTX only.
+    /// spend its time box in the driver), else PTX only. `K3K_LOAD_PTX=1` forces PTX (the driver's JIT).
     pub fn for_loading() -> Self {
-        static HAVE_PTXAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        BuildOptions { assemble: *HAVE_PTXAS.get_or_init(|| toolchain::find_ptxas().is_ok()) }
+        static ASSEMBLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        let assemble = *ASSEMBLE.get_or_init(|| {
+            std::env::var_os("K3K_LOAD_PTX").is_none_or(|v| v != "1") && toolchain::find_ptxas().is_ok()
+        });
+        BuildOptions { assemble }
     }
 }
 
