@@ -10,6 +10,7 @@
 #   KNOBS_<op with . -> _>="a;b"      knob sets per operator (unset: tuned or default)
 #   PRESETS_<op>="p1;p2"              presets per operator (unset: all)
 #   TUNE="k3k tune arguments"         a `k3k tune` run after the benchmarks (results and TUNE.md under $OUT)
+#   FUZZ_ARGS="--tuned"               extra `k3k fuzz` arguments (e.g. fuzz the tuned configs of results/ too)
 # Before the benchmarks: the GPU primitive tests and, when carried, the hist_quantile GPU step-time test. FLA (for
 # the KDA peer) is installed from carried wheels in .whl/ when present.
 set -uo pipefail
@@ -53,7 +54,8 @@ if [ -n "${TUNE:-}" ]; then
 fi
 if [ "$FT" != 0 ]; then
   echo "== fuzz $(date -u +%T)"
-  $BIN fuzz --backend cuda --op all --cases ${FUZZ_CASES:-1000} --time ${FT}s > "$OUT/fuzz.txt" 2> "$OUT/fuzz.err"
+  # shellcheck disable=SC2086
+  $BIN fuzz --backend cuda --op all --cases ${FUZZ_CASES:-1000} --time ${FT}s ${FUZZ_ARGS:-} > "$OUT/fuzz.txt" 2> "$OUT/fuzz.err"
   echo "fuzz rc=$? $(date -u +%T)"; tar czf "$OUT/regressions.tgz" proptest-regressions
 fi
 echo "end $(date -u +%FT%TZ)" >> $W/log.txt; save
