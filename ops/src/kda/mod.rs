@@ -44,7 +44,12 @@
 //! (it ran one 191 KB block of 8 warps per SM), ~35% fewer instructions (tile loads with pair accesses instead
 //! of per-element shared loads, packed conversions, one copy of each level loop), a scan whose loads overlap,
 //! and the diagonal solve overlapped with the levels. `CHUNK=32` fits two blocks per SM (97 KB) and is worth
-//! timing against the default.
+//! timing against the default. State pass (not yet measured): `STAGES=2` double-buffers the chunk operands
+//! (chunk j+1's loads overlap all of chunk j instead of half of it) and is picked by default where each block
+//! has an SM to itself anyway (H32: 128 blocks of BV=32 on 8 warps, one per SM by registers, 136 KB); `BV=128,
+//! W2=16` (one block per value head, 16 warps, 128 registers) reads each chunk's W/Qbar/Kbar/P once per head
+//! instead of once per value block (3.3x fewer L2->SM bytes at H96: 0.89 vs 2.97 GB) at the price of 96
+//! instead of 132 busy SMs; both are knob points to time against the old `STAGES=1`.
 //!
 //! Checks compare with `k3k_reference::kda::kda_recurrent` (f64) per (sequence, value head) pair: every pair for
 //! small problems, a documented sample of pairs (first, last and seeded others; every o row and state element of

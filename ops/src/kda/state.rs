@@ -5,7 +5,9 @@
 //! `S <- Diag(gamma) S + Kbar^T bf16(Vt)`. The chunk's operands come from kernel 1's scratch through `cp.async`
 //! into single shared buffers that are refilled for the next chunk as soon as their last reader is done: W, U
 //! and Qbar right after `Vt` is formed, P, Kbar and gamma at the end of the chunk, so each group of loads
-//! overlaps half a chunk of tensor-core work and the block needs no second stage.
+//! overlaps half a chunk of tensor-core work (`stages = 1`). With `stages = 2` every operand buffer has two
+//! slots: chunk j reads slot j % 2 and, at its top, issues all of chunk j+1's loads into the other slot (freed
+//! by the barrier that ended chunk j-1), so the loads overlap a whole chunk; one commit group per chunk.
 
 use super::{KdaSpec, grid};
 use crate::OpError;
