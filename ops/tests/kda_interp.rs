@@ -89,6 +89,12 @@ fn head_dims_128_and_mixed() {
     run(&[("B", 1), ("T", 20), ("H", 1), ("K", 128), ("V", 128), ("safe", 0)], 32, s ^ 1);
     run(&[("B", 2), ("T", 40), ("H", 1), ("K", 64), ("V", 32), ("safe", 1)], 64, s ^ 2);
     run(&[("B", 1), ("T", 70), ("H", 1), ("K", 32), ("V", 64), ("safe", 0), ("h0", 1)], 64, s ^ 3);
+    // The benchmark's state-pass candidates at K = V = 128: one block per value head on 16 warps (both
+    // stagings) and the old value blocks of 32 on 4 warps, over 3 chunks (odd, so both slots are used and reused).
+    let big = [("B", 1i64), ("T", 130), ("H", 1), ("K", 128), ("V", 128), ("safe", 1), ("h0", 1)];
+    for (bv, w2, stages) in [(128i64, 16i64, 2i64), (128, 16, 1), (32, 4, 1), (32, 4, 2)] {
+        run_with(&big, &knobs(64).with("BV", bv).with("W2", w2).with("STAGES", stages), s ^ 4 ^ bv as u64);
+    }
 }
 
 #[test]
