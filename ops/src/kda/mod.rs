@@ -48,7 +48,7 @@
 //! (chunk j+1's loads overlap all of chunk j instead of half of it) and is picked by default where each block
 //! has an SM to itself anyway (H32: 128 blocks of BV=32 on 8 warps, one per SM by registers, 136 KB); `BV=128,
 //! W2=16` (one block per value head, 16 warps, 128 registers) reads each chunk's W/Qbar/Kbar/P once per head
-//! instead of once per value block (3.3x fewer L2->SM bytes at H96: 0.89 vs 2.97 GB) at the price of 96
+//! instead of once per value block (3.3x fewer L2->SM bytes at H96: 0.91 vs 3.05 GB) at the price of 96
 //! instead of 132 busy SMs; both are knob points to time against the old `STAGES=1`.
 //!
 //! Checks compare with `k3k_reference::kda::kda_recurrent` (f64) per (sequence, value head) pair: every pair for
