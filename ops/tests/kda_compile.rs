@@ -58,8 +58,13 @@ fn variants_and_knob_points_compile() {
     add(with(&[("safe", 0)]), &def.clone().with("CHUNK", 32i64).with("W1", 4i64), 1);
     add(vec![("B", 1), ("T", 100), ("H", 2), ("K", 64), ("V", 64), ("safe", 0)], &def.clone().with("W1", 4i64), 1);
     // State-pass value blocks.
-    for (bv, w2) in [(16i64, 4i64), (32, 8), (64, 8)] {
+    for (bv, w2) in [(16i64, 4i64), (32, 8), (64, 8), (64, 16), (128, 16)] {
         add(with(&[("safe", 1)]), &def.clone().with("BV", bv).with("W2", w2), 2);
+    }
+    // The double-buffered state pass (both chunk sizes, with h0).
+    for (bv, w2, chunk) in [(16i64, 4i64, 64i64), (32, 4, 64), (32, 8, 64), (64, 8, 64), (128, 16, 64), (32, 4, 32)] {
+        let knobs = def.clone().with("BV", bv).with("W2", w2).with("STAGES", 2i64).with("CHUNK", chunk);
+        add(with(&[("safe", 1), ("h0", 1)]), &knobs, 2);
     }
     // Smaller head dims.
     for (k, v) in [(64i64, 64i64), (32, 32), (64, 128), (128, 32)] {

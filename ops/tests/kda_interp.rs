@@ -89,6 +89,12 @@ fn head_dims_128_and_mixed() {
     run(&[("B", 1), ("T", 20), ("H", 1), ("K", 128), ("V", 128), ("safe", 0)], 32, s ^ 1);
     run(&[("B", 2), ("T", 40), ("H", 1), ("K", 64), ("V", 32), ("safe", 1)], 64, s ^ 2);
     run(&[("B", 1), ("T", 70), ("H", 1), ("K", 32), ("V", 64), ("safe", 0), ("h0", 1)], 64, s ^ 3);
+    // The benchmark's state-pass candidates at K = V = 128: one block per value head on 16 warps (both
+    // stagings) and the old value blocks of 32 on 4 warps, over 3 chunks (odd, so both slots are used and reused).
+    let big = [("B", 1i64), ("T", 130), ("H", 1), ("K", 128), ("V", 128), ("safe", 1), ("h0", 1)];
+    for (bv, w2, stages) in [(128i64, 16i64, 2i64), (128, 16, 1), (32, 4, 1), (32, 4, 2)] {
+        run_with(&big, &knobs(64).with("BV", bv).with("W2", w2).with("STAGES", stages), s ^ 4 ^ bv as u64);
+    }
 }
 
 #[test]
@@ -111,6 +117,15 @@ fn varlen_gva_and_initial_state() {
         let mut d = dims.to_vec();
         d.push(("safe", safe));
         run(&d, chunk, s ^ chunk as u64 ^ safe as u64);
+    }
+    // Both state-pass stagings over the same mix (the defaults above pick 2 stages for so few blocks; empty
+    // sequences: no chunk, an odd number of chunks per sequence, slots restarting per block), both chunk sizes.
+    for (safe, chunk, w2, stages) in [(1, 32, 4i64, 2i64), (0, 64, 8, 2), (0, 32, 16, 2), (1, 64, 4, 1), (0, 32, 8, 1)]
+    {
+        let mut d = dims.to_vec();
+        d.push(("safe", safe));
+        let k = knobs(chunk).with("STAGES", stages).with("BV", 32i64).with("W2", w2);
+        run_with(&d, &k, s ^ 0x5e ^ chunk as u64 ^ stages as u64);
     }
     // Only empty sequences: no chunk at all, the final states are the initial ones.
     run(&[("N", 2), ("L0", 0), ("L1", 0), ("H", 1), ("K", 32), ("V", 32), ("h0", 1), ("safe", 1)], 64, s);
@@ -192,8 +207,33 @@ fn knob_points_agree() {
         def.clone().with("BV", 32i64).with("W2", 8i64),
         def.clone().with("BV", 64i64),
         def.clone().with("OPDT", "bf16").with("LVLDT", "bf16"),
+        // Double-buffered state pass, and 16 warps on it.
+        def.clone().with("STAGES", 1i64),
+        def.clone().with("STAGES", 2i64),
+        def.clone().with("STAGES", 2i64).with("BV", 16i64).with("W2", 4i64),
+        def.clone().with("STAGES", 2i64).with("BV", 64i64).with("W2", 16i64),
+        def.clone().with("STAGES", 1i64).with("BV", 64i64).with("W2", 16i64),
+        def.clone().with("STAGES", 2i64).with("CHUNK", 32i64).with("BV", 32i64).with("W2", 8i64),
     ] {
         run_with(&dims, &k, s);
+    }
+    // A knob set from before STAGES existed means one stage.
+    let mut old = def.clone();
+    old.0.remove("STAGES");
+    let pb = problem(&dims);
+    let one = kda::Launch::resolve(&def.clone().with("STAGES", 1i64), &pb).unwrap();
+    assert_eq!(kda::Launch::resolve(&old, &pb).unwrap(), one);
+    assert_eq!(one.stages, 1);
+    assert!(kda::Launch::resolve(&def.clone().with("STAGES", 3i64), &pb).is_err());
+    assert!(kda::Launch::resolve(&def.clone().with("W2", 2i64), &pb).is_err());
+    // STAGES=0: two stages exactly when every state-pass block has an SM to itself (132 assumed).
+    let op = kda::Kda;
+    for p in op.bench_presets() {
+        let pb = kda::KdaProblem::from_preset(&p).unwrap();
+        let l = kda::Launch::resolve(&def, &pb).unwrap();
+        let blocks = pb.num_seqs() * pb.hv * pb.dv / l.bv as usize;
+        assert_eq!(l.stages, if blocks <= 132 { 2 } else { 1 }, "{}: {l:?}", p.name);
+        eprintln!("{}: {l:?}, {blocks} state-pass blocks", p.name);
     }
     let mut e = dims.to_vec();
     e[5] = ("safe", 0);

@@ -44,7 +44,12 @@
 //! (it ran one 191 KB block of 8 warps per SM), ~35% fewer instructions (tile loads with pair accesses instead
 //! of per-element shared loads, packed conversions, one copy of each level loop), a scan whose loads overlap,
 //! and the diagonal solve overlapped with the levels. `CHUNK=32` fits two blocks per SM (97 KB) and is worth
-//! timing against the default.
+//! timing against the default. State pass (not yet measured): `STAGES=2` double-buffers the chunk operands
+//! (chunk j+1's loads overlap all of chunk j instead of half of it) and is picked by default where each block
+//! has an SM to itself anyway (H32: 128 blocks of BV=32 on 8 warps, one per SM by registers, 136 KB); `BV=128,
+//! W2=16` (one block per value head, 16 warps, 128 registers) reads each chunk's W/Qbar/Kbar/P once per head
+//! instead of once per value block (3.3x fewer L2->SM bytes at H96: 0.91 vs 3.05 GB) at the price of 96
+//! instead of 132 busy SMs; both are knob points to time against the old `STAGES=1`.
 //!
 //! Checks compare with `k3k_reference::kda::kda_recurrent` (f64) per (sequence, value head) pair: every pair for
 //! small problems, a documented sample of pairs (first, last and seeded others; every o row and state element of
@@ -156,7 +161,13 @@ pub fn knob_space() -> KnobSpace {
         .axis("CHUNK", "chunk size (tokens per chunk)", [64i64, 32])
         .axis("W1", "warps of the intra-chunk kernel", [16i64, 8, 4])
         .axis("BV", "value columns per state-pass block (0: chosen from the problem)", [0i64, 16, 32, 64])
-        .axis("W2", "warps of the state-pass kernel (0: chosen from the problem)", [0i64, 4, 8])
+        .axis("W2", "warps of the state-pass kernel (0: chosen from the problem)", [0i64, 4, 8, 16])
+        .axis(
+            "STAGES",
+            "state-pass operand buffers: 1 (two load groups, each refilled after its last reader), 2 (double-buffered \
+             chunks), 0 (2 when every block has an SM to itself, else 1)",
+            [0i64, 1, 2],
+        )
         .axis("OPDT", "16-bit type of the scratch and of the tensor-core operands built from it", ["f16", "bf16"])
         .axis("LVLDT", "16-bit type of the off-diagonal and exact-diagonal tile operands", ["f16", "bf16"])
 }
@@ -168,6 +179,7 @@ pub fn default_knobs() -> Knobs {
         .with("W1", 16i64)
         .with("BV", 0i64)
         .with("W2", 0i64)
+        .with("STAGES", 0i64)
         .with("OPDT", "f16")
         .with("LVLDT", "f16")
 }
@@ -179,6 +191,8 @@ pub struct Launch {
     pub w1: u32,
     pub bv: u32,
     pub w2: u32,
+    /// Operand buffers of the state pass (1 or 2).
+    pub stages: u32,
     pub op_dt: DType,
     pub lvl_dt: DType,
 }
@@ -187,7 +201,8 @@ pub struct Launch {
 const ASSUMED_SMS: usize = 132;
 
 impl Launch {
-    /// Read and check the knobs for a problem. `BV = 0` picks 32 value columns per state-pass block, or 16 when
+    /// Read and check the knobs for a problem. `STAGES = 0` picks the double-buffered state pass when its blocks
+    /// all fit on the SMs one each (a knob set without `STAGES`, from before it existed, means 1). `BV = 0` picks 32 value columns per state-pass block, or 16 when
     /// that would leave more than half the SMs idle (fewer than ~66 blocks); every value block re-reads the
     /// chunk's W, Qbar, Kbar and P, so narrower blocks cost L2 bandwidth. `W2 = 0` picks 8 warps when all
     /// blocks fit on the SMs at once (or BV > 32), else 4.
@@ -197,6 +212,11 @@ impl Launch {
         let w1 = knobs.u32("W1")?;
         let mut bv = knobs.u32("BV")?;
         let mut w2 = knobs.u32("W2")?;
+        // Knob sets written before STAGES existed mean the single-buffer pass.
+        let mut stages = if knobs.0.contains_key("STAGES") { knobs.u32("STAGES")? } else { 1 };
+        if stages > 2 {
+            return Err(invalid(format!("STAGES={stages}: 0, 1 or 2")));
+        }
         if chunk != 32 && chunk != 64 {
             return Err(invalid(format!("CHUNK={chunk}: 32 or 64")));
         }
@@ -220,8 +240,15 @@ impl Launch {
             let blocks = pb.num_seqs() * pb.hv * pb.dv / bv as usize;
             w2 = if bv > 32 || blocks <= ASSUMED_SMS { 8 } else { 4 };
         }
-        if w2 != 4 && w2 != 8 {
-            return Err(invalid(format!("W2={w2}: 0, 4 or 8")));
+        if !matches!(w2, 4 | 8 | 16) {
+            return Err(invalid(format!("W2={w2}: 0, 4, 8 or 16")));
+        }
+        if stages == 0 {
+            // A second operand stage doubles the chunk buffers (74 -> 136 KB at K = V = 128, BV = 32): free when
+            // each block has an SM to itself anyway (then the next chunk's loads overlap a whole chunk instead of
+            // half of one), else it would cost resident blocks on the sequential chain.
+            let blocks = pb.num_seqs() * pb.hv * pb.dv / bv as usize;
+            stages = if blocks <= ASSUMED_SMS { 2 } else { 1 };
         }
         // f32 accumulator registers per thread: the state and the two chunk accumulators.
         let regs = (pb.dk as u32 + 2 * chunk) * bv / (32 * w2);
@@ -238,7 +265,7 @@ impl Launch {
                 other => Err(invalid(format!("{name}={other}: f16 or bf16"))),
             }
         };
-        Ok(Launch { chunk, w1, bv, w2, op_dt: dt("OPDT")?, lvl_dt: dt("LVLDT")? })
+        Ok(Launch { chunk, w1, bv, w2, stages, op_dt: dt("OPDT")?, lvl_dt: dt("LVLDT")? })
     }
 }
 
@@ -529,7 +556,7 @@ pub fn chunk_kernels(pb: &KdaProblem, l: &Launch) -> Result<(Kernel, Kernel), Op
     let spec = pb.spec();
     Ok((
         intra::build_intra(&spec, l.chunk, l.w1, l.op_dt, l.lvl_dt)?,
-        state::build_state(&spec, l.chunk, l.bv, l.w2, l.op_dt)?,
+        state::build_state(&spec, l.chunk, l.bv, l.w2, l.op_dt, l.stages)?,
     ))
 }
 

@@ -5,16 +5,30 @@
 //! `S <- Diag(gamma) S + Kbar^T bf16(Vt)`. The chunk's operands come from kernel 1's scratch through `cp.async`
 //! into single shared buffers that are refilled for the next chunk as soon as their last reader is done: W, U
 //! and Qbar right after `Vt` is formed, P, Kbar and gamma at the end of the chunk, so each group of loads
-//! overlaps half a chunk of tensor-core work and the block needs no second stage.
+//! overlaps half a chunk of tensor-core work (`stages = 1`). With `stages = 2` every operand buffer has two
+//! slots: chunk j reads slot j % 2 and, at its top, issues all of chunk j+1's loads into the other slot (freed
+//! by the barrier that ended chunk j-1), so the loads overlap a whole chunk; one commit group per chunk.
 
 use super::{KdaSpec, grid};
 use crate::OpError;
 use k3k_ir::*;
 
 /// Build kernel 2 for a variant, chunk size, value block and warp count.
-pub fn build_state(spec: &KdaSpec, chunk: u32, bv: u32, warps: u32, op_dt: DType) -> Result<Kernel, OpError> {
+pub fn build_state(
+    spec: &KdaSpec,
+    chunk: u32,
+    bv: u32,
+    warps: u32,
+    op_dt: DType,
+    stages: u32,
+) -> Result<Kernel, OpError> {
     let (dk, dv, c) = (spec.dk, spec.dv, chunk);
-    let name = format!("k3k_kda_state_k{dk}_v{dv}{}_c{c}_bv{bv}_w{warps}_{op_dt}", if spec.h0 { "_h0" } else { "" });
+    if stages != 1 && stages != 2 {
+        return Err(OpError::Internal(format!("kda state pass: {stages} stages (1 or 2)")));
+    }
+    let sfx = if stages == 2 { "_s2" } else { "" };
+    let name =
+        format!("k3k_kda_state_k{dk}_v{dv}{}_c{c}_bv{bv}_w{warps}_{op_dt}{sfx}", if spec.h0 { "_h0" } else { "" });
     let mut b = KernelBuilder::new(&name, 32 * warps);
     let (kk, vv, cc, bvv) = (dk as i64, dv as i64, c as i64, bv as i64);
     let tt = b.dim("TT");
@@ -35,12 +49,12 @@ pub fn build_state(spec: &KdaSpec, chunk: u32, bv: u32, warps: u32, op_dt: DType
     let ht = b.tensor("ht", DType::F32, &[n.clone(), hv.clone(), Expr::Int(kk), Expr::Int(vv)], Access::Write);
     b.grid(n.clone(), hv.clone(), vv / bvv);
 
-    let sw = b.shared("sW", op_dt, c, dk, 1, Swizzle::Xor16B);
-    let su = b.shared("sU", op_dt, c, bv, 1, Swizzle::Xor16B);
-    let sqb = b.shared("sQb", op_dt, c, dk, 1, Swizzle::Xor16B);
-    let skb = b.shared("sKb", op_dt, c, dk, 1, Swizzle::Xor16B);
-    let sp = b.shared("sP", op_dt, c, c, 1, Swizzle::Xor16B);
-    let sgam = b.shared("sGam", DType::F32, 1, dk, 1, Swizzle::None);
+    let sw = b.shared("sW", op_dt, c, dk, stages, Swizzle::Xor16B);
+    let su = b.shared("sU", op_dt, c, bv, stages, Swizzle::Xor16B);
+    let sqb = b.shared("sQb", op_dt, c, dk, stages, Swizzle::Xor16B);
+    let skb = b.shared("sKb", op_dt, c, dk, stages, Swizzle::Xor16B);
+    let sp = b.shared("sP", op_dt, c, c, stages, Swizzle::Xor16B);
+    let sgam = b.shared("sGam", DType::F32, 1, dk, stages, Swizzle::None);
     let ss = b.shared("sS", op_dt, dk, bv, 1, Swizzle::Xor16B);
     let svt = b.shared("sVt", op_dt, c, bv, 1, Swizzle::Xor16B);
 
@@ -65,40 +79,62 @@ pub fn build_state(spec: &KdaSpec, chunk: u32, bv: u32, warps: u32, op_dt: DType
 
     let slot_of = |ch: &Expr| &hvi * nch.clone() + ch.clone();
     let len_of = |ch: &Expr| Expr::load(ctab, ch * 2i64 + 1i64);
-    // Group A: W, U, Qbar (read by the first half of a chunk).
-    let issue_a = |b: &mut KernelBuilder, ch: Expr| {
+    // Group A: W, U, Qbar (read by the first half of a chunk), into stage slot `sl`.
+    let issue_a = |b: &mut KernelBuilder, ch: Expr, sl: Expr| {
         let slot = b.let_("slot_a", slot_of(&ch));
         let rows = b.let_("rows_a", len_of(&ch));
         let base = b.let_("wu_base", &slot * (cc * (kk + vv)));
-        let d = b.slot(sw, 0i64);
+        let d = b.slot(sw, sl.clone());
         b.copy_async(d, view(wu, base.clone(), kk + vv, rows.clone(), kk, 8));
-        let d = b.slot(su, 0i64);
+        let d = b.slot(su, sl.clone());
         b.copy_async(d, view(wu, base + kk + v0.clone(), kk + vv, rows.clone(), bvv, 8));
-        let d = b.slot(sqb, 0i64);
+        let d = b.slot(sqb, sl);
         b.copy_async(d, view(qb, &slot * (cc * kk), kk, rows, kk, 8));
     };
-    // Group B: P, Kbar, gamma (read by the second half).
-    let issue_b = |b: &mut KernelBuilder, ch: Expr| {
+    // Group B: P, Kbar, gamma (read by the second half), into stage slot `sl`.
+    let issue_b = |b: &mut KernelBuilder, ch: Expr, sl: Expr| {
         let slot = b.let_("slot_b", slot_of(&ch));
         let rows = b.let_("rows_b", len_of(&ch));
-        let d = b.slot(sp, 0i64);
+        let d = b.slot(sp, sl.clone());
         b.copy_async(d, view(pm, &slot * (cc * cc), cc, rows.clone(), cc, 8));
-        let d = b.slot(skb, 0i64);
+        let d = b.slot(skb, sl.clone());
         b.copy_async(d, view(kb, &slot * (cc * kk), kk, rows, kk, 8));
-        let d = b.slot(sgam, 0i64);
+        let d = b.slot(sgam, sl);
         b.copy_async(d, view(gam, &slot * kk, kk, 1i64, kk, 4));
     };
-    b.if_(nc.gt(0i64), |b| {
-        issue_a(b, c0.clone());
+    let z = || Expr::Int(0);
+    if stages == 1 {
+        b.if_(nc.gt(0i64), |b| {
+            issue_a(b, c0.clone(), z());
+            b.commit();
+            issue_b(b, c0.clone(), z());
+            b.commit();
+        });
+    } else {
+        // Two stages: chunk j's whole group sits in slot j % 2; chunk j + 1's group is issued at the top of
+        // chunk j (into the slot chunk j - 1 read, released by the barrier that ends chunk j - 1), so its
+        // loads overlap a whole chunk of work.
+        b.if_(nc.gt(0i64), |b| {
+            issue_a(b, c0.clone(), z());
+            issue_b(b, c0.clone(), z());
+        });
         b.commit();
-        issue_b(b, c0.clone());
-        b.commit();
-    });
+    }
     b.for_("j", 0i64, nc.clone(), 1i64, |b, j| {
         let ch = b.let_("ch", &c0 + j.clone());
         let row0 = b.let_("row0", Expr::load(ctab, &ch * 2i64));
         let len = b.let_("len", len_of(&ch));
         let more = b.let_("more", (&j + 1i64).lt(nc.clone()));
+        let cur = if stages == 1 { z() } else { b.let_("cur", j.clone().bitand(1i64)) };
+        if stages == 2 {
+            let next = Expr::Int(1) - cur.clone();
+            b.if_(more.clone(), |b| {
+                issue_a(b, &ch + 1i64, next.clone());
+                issue_b(b, &ch + 1i64, next.clone());
+            });
+            b.commit();
+        }
+        // Stage 1: group A of this chunk is done (B may still be in flight); stage 2: this chunk's group.
         b.wait(1);
         b.barrier();
         let d = b.slot(ss, 0i64);
@@ -107,30 +143,34 @@ pub fn build_state(spec: &KdaSpec, chunk: u32, bv: u32, warps: u32, op_dt: DType
         b.map(acc_v, 0.0);
         b.map(acc_o, 0.0);
         let s_op = Operand::Shared { src: b.slot(ss, 0i64), transpose: false };
-        b.mma(acc_v, Operand::Shared { src: b.slot(sw, 0i64), transpose: false }, s_op.clone());
-        b.mma(acc_o, Operand::Shared { src: b.slot(sqb, 0i64), transpose: false }, s_op);
-        let d = b.slot(su, 0i64);
+        b.mma(acc_v, Operand::Shared { src: b.slot(sw, cur.clone()), transpose: false }, s_op.clone());
+        b.mma(acc_o, Operand::Shared { src: b.slot(sqb, cur.clone()), transpose: false }, s_op);
+        let d = b.slot(su, cur.clone());
         b.load(tu, Place::Shared(d));
         b.map(acc_v, Expr::Elem(tu) - Expr::Elem(acc_v));
         let d = b.slot(svt, 0i64);
         b.store(acc_v, Place::Shared(d));
         b.barrier();
-        b.if_(more.clone(), |b| issue_a(b, &ch + 1i64));
-        b.commit();
-        b.wait(1);
-        b.barrier();
+        if stages == 1 {
+            b.if_(more.clone(), |b| issue_a(b, &ch + 1i64, z()));
+            b.commit();
+            b.wait(1);
+            b.barrier();
+        }
         let vt = Operand::Shared { src: b.slot(svt, 0i64), transpose: false };
-        b.mma(acc_o, Operand::Shared { src: b.slot(sp, 0i64), transpose: false }, vt.clone());
+        b.mma(acc_o, Operand::Shared { src: b.slot(sp, cur.clone()), transpose: false }, vt.clone());
         b.store(
             acc_o,
             Place::Global(view(o, (&row0 * hv.clone() + hvi.clone()) * vv + v0.clone(), hv.clone() * vv, len, bvv, 2)),
         );
-        b.vec_map(vgam, Expr::shared_load(sgam, 0i64, 0i64, Expr::RowIdx));
+        b.vec_map(vgam, Expr::shared_load(sgam, cur.clone(), 0i64, Expr::RowIdx));
         b.map(st, Expr::Elem(st) * Expr::RowVal(vgam));
-        b.mma(st, Operand::Shared { src: b.slot(skb, 0i64), transpose: true }, vt);
+        b.mma(st, Operand::Shared { src: b.slot(skb, cur.clone()), transpose: true }, vt);
         b.barrier();
-        b.if_(more, |b| issue_b(b, &ch + 1i64));
-        b.commit();
+        if stages == 1 {
+            b.if_(more, |b| issue_b(b, &ch + 1i64, z()));
+            b.commit();
+        }
     });
     b.wait(0);
     b.store(st, Place::Global(view(ht, state_off, vv, kk, bvv, 2)));
