@@ -135,9 +135,7 @@ pub fn precompile(op: &str, kernels: Vec<k3k::ir::Kernel>, since: std::time::Ins
     use rayon::prelude::*;
     let mut seen = std::collections::HashSet::new();
     let unique: Vec<_> = kernels.into_iter().filter(|k| seen.insert(k3k::ir::stable_hash(k))).collect();
-    let built = unique
-        .par_iter()
-        .filter(|k| k3k::codegen::build(k, k3k::codegen::BuildOptions::for_loading()).is_ok())
-        .count();
+    let built =
+        unique.par_iter().filter(|k| k3k::codegen::build(k, k3k::codegen::BuildOptions::for_loading()).is_ok()).count();
     eprintln!("{op}: precompiled {built} of {} kernel variants in {:.1}s", unique.len(), since.elapsed().as_secs_f64());
 }
