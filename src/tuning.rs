@@ -57,17 +57,23 @@ pub struct Pruned {
 }
 
 /// The first round of a tune: a sample of the knob space. Every candidate's kernels must build for the preset
-/// and (when ptxas is available) assemble without spills, compiled in parallel so the worker finds them in the
-/// module cache. The default knobs come first; at most `max` candidates are kept (the rest of the space in a
-/// stable hash order, i.e. a fixed pseudo-random sample).
-pub fn plan_candidates(op: &dyn Operator, preset: &Preset, max: usize) -> (Vec<CandidateSpec>, Vec<Pruned>) {
+/// and, with `compile` (and when ptxas is available), assemble without spills, compiled in parallel so the
+/// worker finds them in the module cache (`compile: false` is for the CPU interpreter backend and for
+/// `k3k tune --plan`). The default knobs come first; at most `max` candidates are kept (the rest of the space in
+/// a stable hash order, i.e. a fixed pseudo-random sample).
+pub fn plan_candidates(
+    op: &dyn Operator,
+    preset: &Preset,
+    max: usize,
+    compile: bool,
+) -> (Vec<CandidateSpec>, Vec<Pruned>) {
     let default = op.default_knobs();
     let mut points = op.knob_space().points();
-    points.sort_by_key(|k| (k != &default, k3k_ir::hash::hash_str(&k.to_string())));
+    points.sort_by_cached_key(|k| (k != &default, k3k_ir::hash::hash_str(&k.to_string())));
     if !points.contains(&default) {
         points.insert(0, default);
     }
-    plan_points(op, preset, points, max)
+    plan_points(op, preset, points, max, compile)
 }
 
 /// The second round of a tune: the points one knob away from `leader` (each axis of the space set to each of
@@ -80,11 +86,12 @@ pub fn plan_neighbours(
     leader: &Knobs,
     done: &std::collections::HashSet<String>,
     max: usize,
+    compile: bool,
 ) -> (Vec<CandidateSpec>, Vec<Pruned>) {
     let mut points = neighbours(&op.knob_space(), leader);
     points.retain(|k| !done.contains(&CandidateSpec::from_knobs(knob_map(k)).id));
-    points.sort_by_key(|k| k3k_ir::hash::hash_str(&k.to_string()));
-    plan_points(op, preset, points, max)
+    points.sort_by_cached_key(|k| k3k_ir::hash::hash_str(&k.to_string()));
+    plan_points(op, preset, points, max, compile)
 }
 
 /// The points of a space that differ from `k` in exactly one axis.
@@ -102,44 +109,75 @@ pub fn neighbours(space: &k3k_ir::KnobSpace, k: &Knobs) -> Vec<Knobs> {
     out
 }
 
-/// Keep the points (in order) whose kernels build for the preset and assemble without spills, at most `max`.
+/// Compile one candidate's kernels for a preset (NVRTC, and ptxas when found); `Err` when one fails or spills.
+pub fn compile_candidate(op: &dyn Operator, preset: &Preset, k: &Knobs) -> Result<CompileStats, String> {
+    let assemble = toolchain::find_ptxas().is_ok();
+    let ks = op.kernels(preset, k).map_err(|e| e.to_string())?;
+    let mut stats = CompileStats::default();
+    for kern in &ks {
+        let m = build(kern, BuildOptions { assemble }).map_err(|e| e.to_string())?;
+        if let Some(r) = &m.resources
+            && r.spills()
+        {
+            return Err(format!("{} spills ({:?})", kern.name, r));
+        }
+        stats.kernels += 1;
+        stats.cached += usize::from(m.cached);
+    }
+    Ok(stats)
+}
+
+/// What [`compile_candidate`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CompileStats {
+    pub kernels: usize,
+    /// Of which came out of the module cache.
+    pub cached: usize,
+}
+
+/// Keep the points (in order) whose kernels build for the preset and (with `compile`) assemble without spills,
+/// at most `max`. The structural check (the operator's own validation, no compile) runs lazily in order, so a
+/// large space costs only the points looked at; each wave compiles just the survivors still missing, in
+/// parallel.
 fn plan_points(
     op: &dyn Operator,
     preset: &Preset,
     points: Vec<Knobs>,
     max: usize,
+    compile: bool,
 ) -> (Vec<CandidateSpec>, Vec<Pruned>) {
-    let assemble = toolchain::find_ptxas().is_ok();
-    let check = |k: &Knobs| -> Result<(), String> {
-        let ks = op.kernels(preset, k).map_err(|e| e.to_string())?;
-        for kern in &ks {
-            let m = build(kern, BuildOptions { assemble }).map_err(|e| e.to_string())?;
-            if let Some(r) = &m.resources
-                && r.spills()
-            {
-                return Err(format!("{} spills ({:?})", kern.name, r));
-            }
-        }
-        Ok(())
-    };
     let mut keep = vec![];
     let mut pruned = vec![];
-    // Cheap structural pruning first (no compile), then compile in parallel chunks until `max` survive.
-    let (valid, invalid): (Vec<Knobs>, Vec<Knobs>) = points.into_iter().partition(|k| op.kernels(preset, k).is_ok());
-    for k in invalid {
-        let why = op.kernels(preset, &k).err().map(|e| e.to_string()).unwrap_or_default();
-        pruned.push(Pruned { knobs: k, why });
-    }
-    let chunk = rayon::current_num_threads().max(1) * 2;
-    for group in valid.chunks(chunk) {
-        if keep.len() >= max {
+    let mut rest = points.into_iter();
+    while keep.len() < max {
+        let need = max - keep.len();
+        let mut group = vec![];
+        for k in rest.by_ref() {
+            match op.kernels(preset, &k) {
+                Ok(_) => group.push(k),
+                Err(e) => pruned.push(Pruned { knobs: k, why: e.to_string() }),
+            }
+            if group.len() >= need {
+                break;
+            }
+        }
+        if group.is_empty() {
             break;
         }
-        let results: Vec<(Knobs, Result<(), String>)> = group.par_iter().map(|k| (k.clone(), check(k))).collect();
+        let results: Vec<(Knobs, Result<(), String>)> = if compile {
+            group
+                .into_par_iter()
+                .map(|k| {
+                    let r = compile_candidate(op, preset, &k).map(|_| ());
+                    (k, r)
+                })
+                .collect()
+        } else {
+            group.into_iter().map(|k| (k, Ok(()))).collect()
+        };
         for (k, r) in results {
             match r {
-                Ok(()) if keep.len() < max => keep.push(CandidateSpec::from_knobs(knob_map(&k))),
-                Ok(()) => {}
+                Ok(()) => keep.push(CandidateSpec::from_knobs(knob_map(&k))),
                 Err(why) => pruned.push(Pruned { knobs: k, why }),
             }
         }

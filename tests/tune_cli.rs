@@ -119,3 +119,69 @@ fn shards_merge_into_the_whole() {
     assert_eq!(m.entries[0].candidates.len(), 6, "the two shards cover the candidate list");
     assert!(m.entries[0].winner.is_some());
 }
+
+/// Three presets, every measurement slowed to 300 ms, and a budget that the first preset alone would spend at 24
+/// candidates: each preset still gets its defaults and a few candidates timed, a checked winner, and the run
+/// ends near the budget.
+#[test]
+fn the_budget_is_shared_by_every_preset() {
+    let dir = tempfile::tempdir().unwrap();
+    let all_dims = ["G=2,c0=17,c1=5,K=32,N=48", "G=2,c0=9,c1=3,K=32,N=96", "G=2,c0=1,c1=15,K=32,N=200"];
+    let mut c = k3k();
+    c.args(["tune", "--backend", "cpu", "--op", "latent_moe_gemm", "--budget", "9s", "--max-candidates", "24"])
+        .args(["--min-candidates", "3", "--results", dir.path().to_str().unwrap()])
+        .env("K3K_TEST_MEASURE_MS", "300");
+    for d in all_dims {
+        c.args(["--dims", d]);
+    }
+    let t = std::time::Instant::now();
+    let out = c.output().unwrap();
+    let wall = t.elapsed();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}\n{stdout}", String::from_utf8_lossy(&out.stderr));
+    assert!(!stdout.contains("not tuned"), "{stdout}");
+    let file = read_results_file(&results_file(dir.path())).unwrap();
+    assert_eq!(file.entries.len(), 3, "one entry per preset");
+    let default_id = CandidateSpec::from_knobs(k3k::tuning::knob_map(&default_knobs())).id;
+    let mut total = 0;
+    for e in &file.entries {
+        let timed = e.candidates.iter().filter(|c| c.outcome.timing().is_some()).count();
+        assert!(timed >= 3, "{timed} timed in {:?}", e.key);
+        assert!(e.candidate(&default_id).is_some_and(|c| c.outcome.timing().is_some()), "defaults timed");
+        assert!(e.default_ms.is_some() && e.winner.is_some());
+        total += e.candidates.len();
+    }
+    assert!(total < 3 * 24, "the budget cut the candidate lists ({total})");
+    assert!(wall < std::time::Duration::from_secs(9 + 8), "{wall:?}\n{stdout}");
+    assert_eq!(stdout.lines().filter(|l| l.starts_with("latent_moe_gemm")).count(), 3, "{stdout}");
+}
+
+/// `--plan` needs no GPU: every preset of `--op all` listed once, the SPEC anchor presets first and each with
+/// at least the minimum, within the budget.
+#[test]
+fn plan_covers_every_preset_spec_anchors_first() {
+    let out = k3k()
+        .args(["tune", "--plan", "--op", "all", "--budget", "9m", "--max-candidates", "24", "--compile-s", "3"])
+        .args(["--jobs", "16", "--gpus", "1"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}\n{stdout}", String::from_utf8_lossy(&out.stderr));
+    let rows: Vec<Vec<&str>> = stdout
+        .lines()
+        .filter(|l| l.starts_with(['0', '1', '2']) && l.ends_with("given"))
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    let presets: usize = k3k::ops::registry::all().iter().map(|o| o.bench_presets().len()).sum();
+    assert_eq!(rows.len(), presets, "{stdout}");
+    let tiers: Vec<&str> = rows.iter().map(|r| r[0]).collect();
+    assert!(tiers.windows(2).all(|w| w[0] <= w[1]), "tiers in order: {tiers:?}");
+    assert_eq!(tiers.iter().filter(|t| **t == "0").count(), 18);
+    for r in rows.iter().filter(|r| r[0] == "0") {
+        let plan: usize = r[r.len() - 3].parse().unwrap();
+        assert!(plan >= 4, "{r:?}");
+    }
+    let est = stdout.lines().find(|l| l.starts_with("estimated wall")).expect("estimate line");
+    let secs: f64 = est.split_whitespace().nth(2).unwrap().parse().unwrap();
+    assert!(secs <= 540.0, "{est}");
+}

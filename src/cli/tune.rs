@@ -1,12 +1,23 @@
 //! `k3k tune`: measure each operator's knob space on this GPU, in child workers, into `results/`.
+//!
+//! The run is a pipeline under one wall-time budget (see `k3k_tuner::budget`): a compile thread builds the
+//! first-round candidates of the next presets on the host's cores (NVRTC + ptxas into the module cache) while one
+//! lane per visible GPU times the current ones in its worker. Each preset gets, when it starts, an equal share of
+//! the time left among the presets of its tier still to run; its first `--min-candidates` (the defaults first)
+//! are always measured. `--op all` runs the presets of the SPEC's anchor table first (tier 0), then the other
+//! presets of the five SPEC operators (tier 1), then the rest (tier 2), each tier interleaving its operators.
+//! `--plan` prints the plan and its estimated time without a GPU.
 
 use k3k::ops::op::{Operator, Preset};
 use k3k::runtime::Gpu;
-use k3k::tuner::{GpuKey, ResultsStore, Shard, TuneEvent, TuneOptions, Worker, WorkerMeasurer, WorkerSpec, tune};
+use k3k::tuner::budget::{self, CostModel, PresetCost};
+use k3k::tuner::{
+    CandidateSpec, GpuKey, ResultsStore, Shard, TuneEvent, TuneOptions, Worker, WorkerMeasurer, WorkerSpec, tune,
+};
 use k3k::tuning::{knob_map, knobs_of, plan_candidates, plan_neighbours, tune_key};
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 /// Arguments of `k3k tune`.
@@ -18,10 +29,11 @@ pub struct Args {
     /// One benchmark preset by name, or `k3` for every K3-like preset of the operator.
     #[arg(long, default_value = "k3")]
     pub preset: String,
-    /// A custom problem instead of the presets, e.g. `G=2,c0=17,c1=5,K=32,N=48`.
+    /// A custom problem instead of the presets, e.g. `G=2,c0=17,c1=5,K=32,N=48` (repeat for several).
     #[arg(long)]
-    pub dims: Option<String>,
-    /// Wall-time budget (`90s`, `10m`, `1h`): presets not started when it runs out are skipped (and listed).
+    pub dims: Vec<String>,
+    /// Wall-time budget (`90s`, `10m`, `1h`), shared fairly over the presets (see the module doc): presets not
+    /// started when it runs out are skipped (and listed).
     #[arg(long, default_value = "10m")]
     pub budget: String,
     /// Skip candidates already measured in the results file (after an interruption).
@@ -37,8 +49,11 @@ pub struct Args {
     /// At most this many candidates per preset (the default knobs always included).
     #[arg(long, default_value_t = 24)]
     pub max_candidates: usize,
+    /// At least this many candidates per preset started (the defaults first), whatever its share of the budget.
+    #[arg(long, default_value_t = 4)]
+    pub min_candidates: usize,
     /// Measure on `cuda` or on the CPU interpreter (`cpu`: exercises the tuning machinery without a GPU; its
-    /// times mean nothing and go to a `cpu-interp` results file).
+    /// times mean nothing and go to a `cpu-interp` results file; candidates are not compiled).
     #[arg(long, default_value = "cuda")]
     pub backend: String,
     /// Seconds one measurement may take before its worker is killed and the candidate scored as a timeout.
@@ -48,6 +63,22 @@ pub struct Args {
     /// the table's peer column
     #[arg(long, default_value = "results/bench")]
     pub peers: PathBuf,
+    /// Print the plan (candidates per preset, in run order, within the budget) and its estimated wall time, then
+    /// exit: no GPU needed. Compile costs are measured here on a sample unless `--compile-s` is given.
+    #[arg(long)]
+    pub plan: bool,
+    /// With `--plan`: the GPUs of the machine planned for (default 1).
+    #[arg(long)]
+    pub gpus: Option<usize>,
+    /// With `--plan`: the host cores compiling there (default: the cores here).
+    #[arg(long)]
+    pub jobs: Option<usize>,
+    /// With `--plan`: compile seconds (one core) per candidate for every operator, instead of measuring here.
+    #[arg(long)]
+    pub compile_s: Option<f64>,
+    /// With `--plan`: GPU seconds to time one candidate (launch, warm-up, ~100 ms of samples, round trip).
+    #[arg(long, default_value_t = 0.3)]
+    pub time_s: f64,
 }
 
 /// Parse `90s`, `10m`, `1h` or plain seconds.
@@ -64,6 +95,87 @@ pub fn parse_budget(s: &str) -> anyhow::Result<Duration> {
     Ok(Duration::from_secs_f64(secs))
 }
 
+/// The operator families of the SPEC (its section 4 anchors); `--op all` tunes their presets first.
+pub const SPEC_FAMILIES: [&str; 5] = ["latent_moe_gemm", "mxfp4_matmul", "kda", "gated_mla", "hist_quantile"];
+
+/// The presets of the SPEC's anchor table (section 4), as (operator, preset).
+pub const SPEC_PRESETS: [(&str, &str); 18] = [
+    ("latent_moe_gemm", "G28 mean256 K3584 N6144"),
+    ("latent_moe_gemm", "G28 mean1024 K3584 N6144"),
+    ("latent_moe_gemm", "G28 mean1024 K3072 N3584"),
+    ("latent_moe_gemm", "G56 mean64 K3584 N6144"),
+    ("mxfp4_matmul", "MXFP4 linear M1 N6144 K3584"),
+    ("mxfp4_matmul", "MXFP4 linear M64 N6144 K3584"),
+    ("mxfp4_matmul", "MXFP4 linear M4096 N6144 K3584"),
+    ("mxfp4_matmul", "MXFP4 decode 28 experts x 4 tokens N6144 K3584"),
+    ("gated_mla.prefill", "causal T8192 H96 d192/128"),
+    ("gated_mla.prefill", "causal T32768 H12"),
+    ("gated_mla.decode", "b128 S4096 H12"),
+    ("gated_mla.decode", "b128 S4096 H96"),
+    ("hist_quantile.qb", "T262144 E896 k16 B1024"),
+    ("hist_quantile.column", "T262144 E896 B1024 f0.982"),
+    ("kda", "B1 T8192 H96 K128 safe"),
+    ("kda", "B1 T65536 H32 K128 safe"),
+    ("kda", "B1 T16384 H32 K128 safe"),
+    ("kda", "B1 T16384 H32 K128 exact"),
+];
+
+/// 0: a SPEC anchor preset; 1: another preset of a SPEC operator family; 2: the rest.
+pub fn tier(op: &str, preset: &str) -> u8 {
+    if SPEC_PRESETS.contains(&(op, preset)) {
+        0
+    } else if SPEC_FAMILIES.iter().any(|f| op == *f || op.starts_with(&format!("{f}."))) {
+        1
+    } else {
+        2
+    }
+}
+
+/// One preset of the run.
+#[derive(Debug, Clone)]
+pub struct Item {
+    pub op: &'static str,
+    pub preset: Preset,
+    pub tier: u8,
+}
+
+/// The presets of the run in order: by tier, and within a tier the operators interleaved (the first preset of
+/// each operator, then the second of each, ...), so a budget that runs out leaves every operator some presets.
+pub fn ordered_work(ops: &[Box<dyn Operator>], preset: &str, dims: &[String]) -> anyhow::Result<Vec<Item>> {
+    let mut per_op: Vec<Vec<Item>> = vec![];
+    for op in ops {
+        let mut items = vec![];
+        if dims.is_empty() {
+            for p in op.bench_presets() {
+                if preset == "k3" || preset == p.name {
+                    items.push(Item { op: op.name(), tier: tier(op.name(), &p.name), preset: p });
+                }
+            }
+        } else {
+            for d in dims {
+                let p = super::pick_preset(op.as_ref(), None, Some(d))?;
+                items.push(Item { op: op.name(), tier: tier(op.name(), &p.name), preset: p });
+            }
+        }
+        per_op.push(items);
+    }
+    let mut out = vec![];
+    for t in 0..=2u8 {
+        let mut queues: Vec<std::collections::VecDeque<Item>> =
+            per_op.iter().map(|v| v.iter().filter(|i| i.tier == t).cloned().collect()).collect();
+        while queues.iter().any(|q| !q.is_empty()) {
+            for q in &mut queues {
+                out.extend(q.pop_front());
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn find_op(name: &str) -> Box<dyn Operator> {
+    k3k::ops::registry::all().into_iter().find(|o| o.name() == name).expect("registered")
+}
+
 struct Row {
     op: String,
     preset: String,
@@ -74,34 +186,56 @@ struct Row {
     winner: String,
 }
 
+/// A preset's first round, compiled ahead by the compile thread.
+enum Slot {
+    Pending,
+    Ready {
+        cands: Vec<CandidateSpec>,
+        pruned: usize,
+        compile_s: f64,
+    },
+    /// Not started: the budget ran out first.
+    Skipped,
+}
+
+struct Pipe {
+    slots: Vec<Slot>,
+    /// The next preset a lane takes.
+    next: usize,
+}
+
+/// The first-round share of `max` candidates (round 2 spends the rest on the neighbours of round 1's winner).
+fn first_round(max: usize) -> usize {
+    budget::first_round(max, 2.0 / 3.0)
+}
+
+/// Presets of `items[i..]` in the tier of `items[i]`.
+fn left_in_tier(items: &[Item], i: usize) -> usize {
+    items[i..].iter().filter(|x| x.tier == items[i].tier).count()
+}
+
+#[allow(clippy::too_many_arguments)]
 fn tune_one(
     op: &dyn Operator,
     preset: &Preset,
+    cands: Vec<CandidateSpec>,
     gpu_key: &GpuKey,
     store: &ResultsStore,
     a: &Args,
     shard: Shard,
-    visible_gpu: Option<usize>,
+    m: &mut WorkerMeasurer,
+    deadline: Instant,
 ) -> anyhow::Result<Row> {
     let key = tune_key(op, preset, gpu_key)?;
-    // Round 1 samples the space (two thirds of the candidates), round 2 spends the rest on the points one knob
-    // away from round 1's winner.
-    let first_round = (a.max_candidates * 2).div_ceil(3).max(1);
-    let (cands, pruned) = plan_candidates(op, preset, first_round);
-    eprintln!("{} / {}: {} candidates ({} pruned before timing)", op.name(), preset.name, cands.len(), pruned.len());
-    let mut spec = WorkerSpec::new(std::env::current_exe()?).arg("worker").arg("--backend").arg(&a.backend);
-    if let Some(i) = visible_gpu {
-        spec = spec.env("CUDA_VISIBLE_DEVICES", i.to_string());
-    }
-    let worker = Worker::new(spec, Duration::from_secs(a.timeout_s));
-    let dims = preset.dims.iter().map(|(k, v)| (k.clone(), (*v).max(0) as u64)).collect();
-    let mut m = WorkerMeasurer::new(worker, dims);
-    let default_id = k3k::tuner::CandidateSpec::from_knobs(knob_map(&op.default_knobs())).id;
+    m.dims = preset.dims.iter().map(|(k, v)| (k.clone(), (*v).max(0) as u64)).collect();
+    let default_id = CandidateSpec::from_knobs(knob_map(&op.default_knobs())).id;
     let opts = TuneOptions {
         shard,
         resume: a.resume,
         default_candidate: Some(default_id),
         max_consecutive_transient: 4,
+        deadline: Some(deadline),
+        min_measured: a.min_candidates,
         ..Default::default()
     };
     let bar = indicatif::ProgressBar::new(cands.len() as u64);
@@ -121,7 +255,7 @@ fn tune_one(
         TuneEvent::Skipped { count } => bar.inc(count as u64),
         _ => {}
     };
-    let mut report = tune(store, &key, &cands, &opts, &mut m, &mut on_event)?;
+    let mut report = tune(store, &key, &cands, &opts, m, &mut on_event)?;
     let load = || -> anyhow::Result<Option<k3k::tuner::TuneEntry>> {
         Ok(store.load(&gpu_key.slug(), op.name())?.and_then(|f| f.entry(&key).cloned()))
     };
@@ -131,20 +265,29 @@ fn tune_one(
         let done: HashSet<String> = e.candidates.iter().map(|c| c.id.clone()).collect();
         Some((knobs, done))
     });
-    if a.max_candidates > first_round
+    let n1 = first_round(a.max_candidates);
+    // Round 2 only when round 1 finished within the preset's share.
+    if a.max_candidates > n1
+        && report.cut == 0
+        && Instant::now() < deadline
         && let Some((leader, done)) = leader
     {
-        let (near, _) = plan_neighbours(op, preset, &leader, &done, a.max_candidates - first_round);
+        let (near, _) = plan_neighbours(op, preset, &leader, &done, a.max_candidates - n1, a.backend != "cpu");
         if !near.is_empty() {
             bar.inc_length(near.len() as u64);
-            let r2 = tune(store, &key, &near, &opts, &mut m, &mut on_event)?;
+            let opts2 = TuneOptions { min_measured: 0, ..opts.clone() };
+            let r2 = tune(store, &key, &near, &opts2, m, &mut on_event)?;
             report.measured += r2.measured;
             report.failed += r2.failed;
+            report.cut += r2.cut;
             report.winner = r2.winner;
             report.winner_ms = r2.winner_ms;
         }
     }
     bar.finish_and_clear();
+    if report.cut > 0 {
+        eprintln!("{} / {}: {} candidate(s) left for its share of the budget", op.name(), preset.name, report.cut);
+    }
     let entry = load()?;
     Ok(Row {
         op: op.name().into(),
@@ -159,10 +302,21 @@ fn tune_one(
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
     let budget = parse_budget(&a.budget)?;
+    if a.max_candidates == 0 {
+        anyhow::bail!("--max-candidates: must be at least 1");
+    }
     let shard: Shard = match &a.shard {
         Some(s) => s.parse().map_err(|e| anyhow::anyhow!("--shard: {e}"))?,
         None => Shard::ALL,
     };
+    let ops = super::select_ops(&a.op)?;
+    let items = ordered_work(&ops, &a.preset, &a.dims)?;
+    if items.is_empty() {
+        anyhow::bail!("no preset matches `--preset {}`", a.preset);
+    }
+    if a.plan {
+        return print_plan(&a, &items, budget);
+    }
     let (gpu_key, gpus) = if a.backend == "cpu" {
         (GpuKey::new("cpu-interp", (0, 0), 1), 1)
     } else {
@@ -172,51 +326,110 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         (key, Gpu::count().max(1))
     };
     let store = ResultsStore::open(&a.results)?;
-    let mut work = VecDeque::new();
-    for op in super::select_ops(&a.op)? {
-        if a.dims.is_some() {
-            work.push_back((op.name(), super::pick_preset(op.as_ref(), None, a.dims.as_deref())?));
-            continue;
-        }
-        for p in op.bench_presets() {
-            if a.preset == "k3" || a.preset == p.name {
-                work.push_back((op.name(), p));
-            }
-        }
-    }
-    if work.is_empty() {
-        anyhow::bail!("no preset matches `--preset {}`", a.preset);
-    }
     let start = Instant::now();
-    let queue = Mutex::new(work);
+    let deadline = start + budget;
+    let compile = a.backend != "cpu";
+    let n1 = first_round(a.max_candidates);
+    let pipe = Mutex::new(Pipe { slots: items.iter().map(|_| Slot::Pending).collect(), next: 0 });
+    let cv = Condvar::new();
     let rows = Mutex::new(vec![]);
-    let skipped = Mutex::new(vec![]);
-    // One worker per visible GPU, each taking presets from a shared queue; the store serializes writes.
     std::thread::scope(|s| {
+        // The compile thread: the first round of each preset, at most `gpus` presets ahead of the lanes, as many
+        // candidates as the preset's share of the time left affords at the compile speed seen so far.
+        let (pipe_r, cv_r, items_r) = (&pipe, &cv, &items);
+        s.spawn(move || {
+            let (mut spent, mut compiled) = (0.0f64, 0usize);
+            for i in 0..items_r.len() {
+                {
+                    let mut p = pipe_r.lock().unwrap();
+                    while i >= p.next + gpus {
+                        p = cv_r.wait(p).unwrap();
+                    }
+                }
+                let now = Instant::now();
+                let slot = if now >= deadline {
+                    Slot::Skipped
+                } else {
+                    let share = budget::preset_slice(deadline - now, 1, left_in_tier(items_r, i));
+                    let per = (compiled > 0).then(|| spent / compiled as f64);
+                    let n = budget::affordable(share, per, a.min_candidates, n1);
+                    let op = find_op(items_r[i].op);
+                    let t = Instant::now();
+                    let (cands, pruned) = plan_candidates(op.as_ref(), &items_r[i].preset, n, compile);
+                    let dt = t.elapsed().as_secs_f64();
+                    if compile {
+                        spent += dt;
+                        compiled += cands.len() + pruned.len();
+                    }
+                    Slot::Ready { cands, pruned: pruned.len(), compile_s: dt }
+                };
+                pipe_r.lock().unwrap().slots[i] = slot;
+                cv_r.notify_all();
+            }
+        });
+        // One lane per visible GPU, each with its own worker (kept across presets), taking presets in order.
         for gi in 0..gpus {
-            let (queue, rows, skipped, store, a, gpu_key) = (&queue, &rows, &skipped, &store, &a, &gpu_key);
+            let (pipe, cv, rows, store, a, gpu_key, items) = (&pipe, &cv, &rows, &store, &a, &gpu_key, &items);
             s.spawn(move || {
+                let mut spec = WorkerSpec::new(std::env::current_exe().expect("the k3k binary"))
+                    .arg("worker")
+                    .arg("--backend")
+                    .arg(&a.backend);
+                if gpus > 1 {
+                    spec = spec.env("CUDA_VISIBLE_DEVICES", gi.to_string());
+                }
+                let mut m =
+                    WorkerMeasurer::new(Worker::new(spec, Duration::from_secs(a.timeout_s)), Default::default());
                 loop {
-                    let Some((name, preset)) = queue.lock().unwrap().pop_front() else { break };
-                    if start.elapsed() > budget {
-                        skipped.lock().unwrap().push(format!("{name} / {}", preset.name));
+                    let (i, slot) = {
+                        let mut p = pipe.lock().unwrap();
+                        let i = p.next;
+                        if i >= items.len() {
+                            break;
+                        }
+                        p.next += 1;
+                        cv.notify_all();
+                        while matches!(p.slots[i], Slot::Pending) {
+                            p = cv.wait(p).unwrap();
+                        }
+                        (i, std::mem::replace(&mut p.slots[i], Slot::Skipped))
+                    };
+                    let it = &items[i];
+                    let now = Instant::now();
+                    let Slot::Ready { cands, pruned, compile_s } = slot else { continue };
+                    if now >= deadline {
                         continue;
                     }
-                    let op = k3k::ops::registry::all().into_iter().find(|o| o.name() == name).expect("registered");
-                    let visible = (gpus > 1).then_some(gi);
-                    match tune_one(op.as_ref(), &preset, gpu_key, store, a, shard, visible) {
-                        Ok(r) => rows.lock().unwrap().push(r),
-                        Err(e) => eprintln!("{name} / {}: {e:#}", preset.name),
+                    let slice = budget::preset_slice(deadline - now, gpus, left_in_tier(items, i));
+                    eprintln!(
+                        "{} / {}: {} candidates ({} pruned; compiled in {:.1} s), {:.0} s of the budget",
+                        it.op,
+                        it.preset.name,
+                        cands.len(),
+                        pruned,
+                        compile_s,
+                        slice.as_secs_f64()
+                    );
+                    let op = find_op(it.op);
+                    match tune_one(op.as_ref(), &it.preset, cands, gpu_key, store, a, shard, &mut m, now + slice) {
+                        Ok(r) => rows.lock().unwrap().push((i, r)),
+                        Err(e) => eprintln!("{} / {}: {e:#}", it.op, it.preset.name),
                     }
                 }
             });
         }
     });
-    let rows = rows.into_inner().unwrap();
+    let mut rows = rows.into_inner().unwrap();
+    rows.sort_by_key(|(i, _)| *i);
+    let done: HashSet<usize> = rows.iter().map(|(i, _)| *i).collect();
+    let rows: Vec<Row> = rows.into_iter().map(|(_, r)| r).collect();
+    let skipped: Vec<String> = (0..items.len())
+        .filter(|i| !done.contains(i))
+        .map(|i| format!("{} / {}", items[i].op, items[i].preset.name))
+        .collect();
     let peers = peer_times(&a.peers, &gpu_key);
     let table = render_table(&rows, &peers);
     print!("\n{table}");
-    let skipped = skipped.into_inner().unwrap();
     if !skipped.is_empty() {
         println!("budget of {} spent after {:.0?}; not tuned: {}", a.budget, start.elapsed(), skipped.join(", "));
     }
@@ -224,7 +437,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     if !rows.is_empty() && a.backend != "cpu" {
         let md = format!(
             "# k3k tune on {} ({})\n\n`k3k tune --op {} --preset {} --budget {} --max-candidates {}{}`: {} preset(s) in \
-             {:.0} s wall on {gpus} GPU(s).\n\n```\n{table}```\n",
+             {:.0} s wall on {gpus} GPU(s).\n\n```\n{table}```\n{}",
             gpu_key.name,
             k3k::tuner::utc_date_today(),
             a.op,
@@ -234,10 +447,104 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             a.shard.as_deref().map(|s| format!(" --shard {s}")).unwrap_or_default(),
             rows.len(),
             start.elapsed().as_secs_f64(),
+            if skipped.is_empty() { String::new() } else { format!("\nNot tuned (budget): {}\n", skipped.join(", ")) },
         );
         let path = a.results.join(gpu_key.slug()).join("TUNE.md");
         std::fs::create_dir_all(path.parent().expect("a folder"))?;
         k3k::bench::write_atomic(&path, md.as_bytes())?;
+    }
+    Ok(0)
+}
+
+/// Compile seconds (one core) of one candidate of `op` at `preset`: the slowest of up to two candidates compiled
+/// here that were not in the module cache; `None` when no compile ran (no NVRTC, or all cached).
+fn measure_compile_s(op: &dyn Operator, preset: &Preset, cands: &[CandidateSpec]) -> Option<f64> {
+    let mut worst: Option<f64> = None;
+    let mut fresh = 0;
+    for c in cands.iter().take(8) {
+        let Ok(k) = knobs_of(&c.knobs) else { continue };
+        let t = Instant::now();
+        match k3k::tuning::compile_candidate(op, preset, &k) {
+            Ok(st) if st.cached == 0 => {
+                let dt = t.elapsed().as_secs_f64();
+                worst = Some(worst.map_or(dt, |w| w.max(dt)));
+                fresh += 1;
+            }
+            Ok(_) => {}
+            Err(e) if e.contains("NVRTC") || e.contains("nvrtc") => return None,
+            Err(_) => {}
+        }
+        if fresh >= 2 {
+            break;
+        }
+    }
+    worst
+}
+
+/// `--plan`: the candidates of each preset (structural pruning only), the compile cost per operator, and the
+/// allocation of `k3k_tuner::budget::allocate` with its simulated wall time.
+fn print_plan(a: &Args, items: &[Item], budget_d: Duration) -> anyhow::Result<i32> {
+    let jobs = a.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())).max(1);
+    let model = CostModel { jobs, lanes: a.gpus.unwrap_or(1).max(1), time_s: a.time_s, ..CostModel::default() };
+    let mut compile_of: HashMap<&str, (f64, &'static str)> = HashMap::new();
+    let mut costs = vec![];
+    for it in items {
+        let op = find_op(it.op);
+        let (cands, _) = plan_candidates(op.as_ref(), &it.preset, a.max_candidates, false);
+        let c = match (a.compile_s, compile_of.get(it.op)) {
+            (Some(c), _) => (c, "given"),
+            (None, Some(c)) => *c,
+            (None, None) => {
+                let c = match measure_compile_s(op.as_ref(), &it.preset, &cands) {
+                    Some(c) => (c, "measured here"),
+                    None => anyhow::bail!(
+                        "--plan: cannot measure the compile time of {} here (no NVRTC, or every sampled candidate \
+                         cached); pass --compile-s",
+                        it.op
+                    ),
+                };
+                compile_of.insert(it.op, c);
+                c
+            }
+        };
+        costs.push((PresetCost { tier: it.tier, available: cands.len(), compile_s: c.0 }, c.1));
+    }
+    let pc: Vec<PresetCost> = costs.iter().map(|c| c.0.clone()).collect();
+    let budget_s = budget_d.as_secs_f64();
+    let alloc = budget::allocate(&pc, &model, budget_s, a.min_candidates, a.max_candidates);
+    println!(
+        "plan for {} GPU(s), {} compile job(s), {:.2} s GPU time per candidate, {:.1} s fixed per preset; budget {}",
+        model.lanes, model.jobs, model.time_s, model.fixed_s, a.budget
+    );
+    println!(
+        "{:<4} {:<20} {:<46} {:>5} {:>9} {:>6} {:>8}  compile",
+        "tier", "op", "preset", "avail", "compile s", "plan", "first"
+    );
+    for ((it, (c, how)), n) in items.iter().zip(&costs).zip(&alloc) {
+        println!(
+            "{:<4} {:<20} {:<46} {:>5} {:>9.2} {:>6} {:>8}  {how}",
+            it.tier,
+            it.op,
+            it.preset.name,
+            c.available,
+            c.compile_s,
+            n,
+            budget::first_round(*n, model.first_round)
+        );
+    }
+    let est = budget::simulate(&pc, &alloc, &model);
+    let planned = alloc.iter().filter(|&&n| n > 0).count();
+    let tier0 = items.iter().zip(&alloc).filter(|(it, _)| it.tier == 0).count();
+    let tier0_planned = items.iter().zip(&alloc).filter(|(it, n)| it.tier == 0 && **n > 0).count();
+    println!(
+        "estimated wall {est:.0} s of {budget_s:.0} s: {planned} of {} preset(s) planned ({tier0_planned} of {tier0} \
+         SPEC anchor presets), {} candidates",
+        items.len(),
+        alloc.iter().sum::<usize>()
+    );
+    let min_n = items.iter().zip(&alloc).filter(|(it, _)| it.tier == 0).map(|(_, n)| *n).min();
+    if let Some(n) = min_n {
+        println!("fewest candidates of a SPEC anchor preset: {n}");
     }
     Ok(0)
 }
@@ -328,5 +635,32 @@ mod tests {
         assert_eq!(parse_budget("1.5h").unwrap(), Duration::from_secs(5400));
         assert_eq!(parse_budget("30").unwrap(), Duration::from_secs(30));
         assert!(parse_budget("10 parsecs").is_err());
+    }
+}
+
+#[cfg(test)]
+mod order_tests {
+    use super::*;
+
+    #[test]
+    fn spec_presets_exist_and_come_first_interleaved() {
+        let ops = k3k::ops::registry::all();
+        for (op, p) in SPEC_PRESETS {
+            let o = ops.iter().find(|o| o.name() == op).unwrap_or_else(|| panic!("no operator {op}"));
+            assert!(o.bench_presets().iter().any(|x| x.name == p), "{op} has no preset `{p}`");
+        }
+        let items = ordered_work(&ops, "k3", &[]).unwrap();
+        let total: usize = ops.iter().map(|o| o.bench_presets().len()).sum();
+        assert_eq!(items.len(), total);
+        assert!(items[..18].iter().all(|i| i.tier == 0));
+        assert!(items[18..].iter().all(|i| i.tier > 0));
+        assert!(items.windows(2).all(|w| w[0].tier <= w[1].tier));
+        // interleaved: the first operators of tier 0 are all different
+        let first: Vec<&str> = items[..5].iter().map(|i| i.op).collect();
+        let distinct: HashSet<&str> = first.iter().copied().collect();
+        assert_eq!(distinct.len(), 5, "{first:?}");
+        assert_eq!(tier("mx.quantize", "MXFP8 ceil bf16 R4096 K7168"), 2);
+        assert_eq!(tier("gated_mla.gate", "b128 H12"), 1);
+        assert_eq!(tier("latent_moe_gemm", "G28 mean256 K3584 N6144 situ_glu+p"), 1);
     }
 }

@@ -83,6 +83,10 @@ impl State {
                 }
             }
             Task::Time => {
+                // Test hook: every measurement takes at least this long (budget tests on the CPU backend).
+                if let Some(ms) = std::env::var("K3K_TEST_MEASURE_MS").ok().and_then(|v| v.parse::<u64>().ok()) {
+                    std::thread::sleep(std::time::Duration::from_millis(ms));
+                }
                 let bench = req.bench;
                 let exec = match self.exec() {
                     Ok(x) => x,
@@ -113,10 +117,7 @@ impl State {
                         if let Err(e) = g.launch_all(&plan, &dev).and_then(|_| Ok(g.gpu.sync()?)) {
                             return failed(FailStage::Launch, e);
                         }
-                        let est_ms = (t.elapsed().as_secs_f64() * 1e3).max(1e-3);
-                        let reps =
-                            ((bench.rep_ms / est_ms) as u32).clamp(bench.min_samples, bench.max_samples) as usize;
-                        let warmup = ((bench.warmup_ms / est_ms) as usize).clamp(1, 50);
+                        let (warmup, reps) = bench.runs_for(t.elapsed().as_secs_f64() * 1e3);
                         match g.time(&plan, &dev, TimingOptions { warmup, reps, flush_l2: bench.flush_l2 }) {
                             Ok(s) => s,
                             Err(e) => return failed(FailStage::Launch, e),

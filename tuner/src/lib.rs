@@ -21,6 +21,7 @@
 //! The GPU parts (CUDA events, L2 flush, compiling, comparing with the reference) live in the crates
 //! that own CUDA; they plug in through [`Measurer`] or a worker binary built on [`protocol::serve`].
 
+pub mod budget;
 pub mod error;
 pub mod isolate;
 pub mod key;

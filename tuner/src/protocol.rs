@@ -89,11 +89,52 @@ pub struct BenchSettings {
     pub max_samples: u32,
     /// Overwrite a buffer larger than L2 before each timed run, so every run starts cold.
     pub flush_l2: bool,
+    /// A kernel so long that `min_samples` runs would take longer than this (ms) gets fewer samples (as many
+    /// as fit, at least [`FEW_SAMPLES`]): a per-candidate cap on timing (0: none).
+    #[serde(default)]
+    pub cap_ms: f64,
+    /// A kernel whose first run took longer than this (ms) gets only [`FEW_SAMPLES`] samples: it is far behind
+    /// the best of its preset so far and will not win (a leader is re-timed with full samples anyway; 0: none).
+    #[serde(default)]
+    pub slow_ms: f64,
 }
+
+/// The samples a capped or hopelessly slow candidate gets.
+pub const FEW_SAMPLES: usize = 3;
 
 impl Default for BenchSettings {
     fn default() -> Self {
-        Self { warmup_ms: 25.0, rep_ms: 100.0, min_samples: 10, max_samples: 1000, flush_l2: true }
+        Self {
+            warmup_ms: 25.0,
+            rep_ms: 100.0,
+            min_samples: 10,
+            max_samples: 1000,
+            flush_l2: true,
+            cap_ms: 300.0,
+            slow_ms: 0.0,
+        }
+    }
+}
+
+impl BenchSettings {
+    /// `(warm-up runs, timed samples)` for a kernel whose first run took `est_ms`: about `warmup_ms` and
+    /// `rep_ms` worth, at least `min_samples` and at most `max_samples`, then the caps of `cap_ms` and
+    /// `slow_ms`.
+    pub fn runs_for(&self, est_ms: f64) -> (usize, usize) {
+        let est = if est_ms.is_finite() { est_ms.max(1e-3) } else { f64::MAX };
+        let lo = self.min_samples.max(1) as usize;
+        let hi = (self.max_samples as usize).max(lo);
+        let mut reps = ((self.rep_ms / est) as usize).clamp(lo, hi);
+        let mut warmup = ((self.warmup_ms / est) as usize).clamp(1, 50);
+        if self.cap_ms > 0.0 && reps as f64 * est > self.cap_ms {
+            reps = ((self.cap_ms / est) as usize).clamp(FEW_SAMPLES.min(reps), reps);
+            warmup = warmup.min(2);
+        }
+        if self.slow_ms > 0.0 && est > self.slow_ms {
+            reps = reps.min(FEW_SAMPLES);
+            warmup = 1;
+        }
+        (warmup, reps)
     }
 }
 
@@ -152,6 +193,29 @@ mod tests {
         let err = serve_io(&b"{\"n\":1}\nnope\n{\"n\":3}\n"[..], &mut out, |v: serde_json::Value| v).unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::InvalidData);
         assert_eq!(String::from_utf8(out).unwrap(), "{\"n\":1}\n");
+    }
+
+    #[test]
+    fn runs_are_capped_for_long_and_hopeless_kernels() {
+        let b = BenchSettings::default();
+        // 0.1 ms: 1000 samples would be 100 ms, the default budget
+        assert_eq!(b.runs_for(0.1), (50, 1000));
+        assert_eq!(b.runs_for(1.0), (25, 100));
+        assert_eq!(b.runs_for(20.0), (1, 10), "min_samples");
+        // 60 ms: 10 samples would be 600 ms > cap 300 ms: 5 samples
+        assert_eq!(b.runs_for(60.0), (1, 5));
+        assert_eq!(b.runs_for(1000.0), (1, FEW_SAMPLES));
+        let uncapped = BenchSettings { cap_ms: 0.0, ..b };
+        assert_eq!(uncapped.runs_for(1000.0), (1, 10));
+        let slow = BenchSettings { slow_ms: 2.0, ..b };
+        assert_eq!(slow.runs_for(1.0), (25, 100));
+        assert_eq!(slow.runs_for(3.0), (1, FEW_SAMPLES));
+        // an old request without the new fields parses, with the caps off
+        let old: BenchSettings = serde_json::from_str(
+            r#"{"warmup_ms":25.0,"rep_ms":100.0,"min_samples":10,"max_samples":1000,"flush_l2":true}"#,
+        )
+        .unwrap();
+        assert_eq!((old.cap_ms, old.slow_ms), (0.0, 0.0));
     }
 
     #[test]

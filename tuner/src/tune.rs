@@ -21,6 +21,7 @@ use crate::shard::Shard;
 use crate::stats::retime_top_k;
 use crate::store::ResultsStore;
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
 
 /// Stop the whole run (nothing is recorded for the candidate at hand): the setup is broken, not the
 /// candidate (no GPU, worker binary missing, ...).
@@ -68,6 +69,15 @@ pub struct TuneOptions {
     /// Abort after this many timeouts or crashes in a row (0: never): a dead GPU looks like every
     /// candidate crashing. Those already recorded can be retried with `resume` + `retry_transient`.
     pub max_consecutive_transient: usize,
+    /// Stop measuring new candidates once this instant would be passed (the preset's share of the budget,
+    /// see [`crate::budget::preset_slice`]); the re-timing and the checks still run, and time for them is
+    /// kept back: measuring stops when `now + reserve` passes the deadline, where the reserve is the mean
+    /// measurement so far times (`retime_top` + 1). Candidates not measured are counted in
+    /// [`TuneReport::cut`]; a `resume` measures them.
+    pub deadline: Option<Instant>,
+    /// With a `deadline`, always measure at least this many candidates (the first ones of the list, which
+    /// start with the defaults), so every preset gets a baseline and a few candidates.
+    pub min_measured: usize,
 }
 
 impl Default for TuneOptions {
@@ -80,6 +90,8 @@ impl Default for TuneOptions {
             max_checks: 8,
             default_candidate: None,
             max_consecutive_transient: 0,
+            deadline: None,
+            min_measured: 0,
         }
     }
 }
@@ -116,6 +128,8 @@ pub struct TuneReport {
     pub failed: usize,
     pub retimed: usize,
     pub checked: usize,
+    /// Left unmeasured because the deadline came.
+    pub cut: usize,
     /// The entry's winner after the run (over every candidate in the store, other shards included).
     pub winner: Option<String>,
     pub winner_ms: Option<f64>,
@@ -152,7 +166,18 @@ pub fn tune(
         on_event(TuneEvent::Skipped { count: report.skipped });
     }
     let mut transient_in_a_row = 0;
-    for spec in todo {
+    let started = Instant::now();
+    let todo_len = todo.len();
+    for (n, spec) in todo.into_iter().enumerate() {
+        if let Some(deadline) = opts.deadline
+            && n >= opts.min_measured
+        {
+            let mean = if n == 0 { Duration::ZERO } else { started.elapsed() / n as u32 };
+            if Instant::now() + mean * (opts.retime_top as u32 + 1) > deadline {
+                report.cut = todo_len - n;
+                break;
+            }
+        }
         let outcome = measurer.measure(key, spec).map_err(aborted)?;
         store.record_candidate(key, CandidateResult::new(&spec.id, spec.knobs.clone(), outcome.clone()))?;
         report.measured += 1;
@@ -244,12 +269,44 @@ pub struct WorkerMeasurer {
     pub bench: BenchSettings,
     /// Settings for re-timing the leaders (typically more samples).
     pub retime_bench: BenchSettings,
+    /// A first-pass candidate whose first run is this many times slower than the best median of its key so
+    /// far (and over 1 ms) gets only a few samples ([`BenchSettings::slow_ms`]; 0: off).
+    pub slow_factor: f64,
+    best: Option<(String, f64)>,
 }
 
 impl WorkerMeasurer {
     pub fn new(worker: Worker, dims: BTreeMap<String, u64>) -> Self {
         let bench = BenchSettings::default();
-        Self { worker, dims, bench, retime_bench: BenchSettings { rep_ms: bench.rep_ms * 3.0, ..bench } }
+        Self {
+            worker,
+            dims,
+            bench,
+            retime_bench: BenchSettings { rep_ms: bench.rep_ms * 3.0, cap_ms: bench.cap_ms * 3.0, ..bench },
+            slow_factor: 3.0,
+            best: None,
+        }
+    }
+
+    /// The first-pass settings for `key`: [`WorkerMeasurer::bench`] with `slow_ms` from the best so far.
+    fn first_pass(&self, key: &TuneKey) -> BenchSettings {
+        let mut b = self.bench;
+        if self.slow_factor > 0.0
+            && let Some((k, best)) = &self.best
+            && *k == key.to_string()
+        {
+            b.slow_ms = (best * self.slow_factor).max(1.0);
+        }
+        b
+    }
+
+    fn note(&mut self, key: &TuneKey, o: &Outcome) {
+        let Some(t) = o.timing() else { return };
+        let k = key.to_string();
+        match &mut self.best {
+            Some((bk, best)) if *bk == k => *best = best.min(t.median_ms),
+            _ => self.best = Some((k, t.median_ms)),
+        }
     }
 
     fn call(
@@ -278,13 +335,17 @@ impl WorkerMeasurer {
 
 impl Measurer for WorkerMeasurer {
     fn measure(&mut self, key: &TuneKey, c: &CandidateSpec) -> Result<Outcome, Abort> {
-        let bench = self.bench;
-        self.timed(key, c, bench)
+        let bench = self.first_pass(key);
+        let o = self.timed(key, c, bench)?;
+        self.note(key, &o);
+        Ok(o)
     }
 
     fn retime(&mut self, key: &TuneKey, c: &CandidateSpec) -> Result<Outcome, Abort> {
         let bench = self.retime_bench;
-        self.timed(key, c, bench)
+        let o = self.timed(key, c, bench)?;
+        self.note(key, &o);
+        Ok(o)
     }
 
     fn check(&mut self, key: &TuneKey, c: &CandidateSpec) -> Result<CheckRecord, Abort> {
@@ -312,11 +373,20 @@ mod tests {
         checked: Vec<String>,
         wrong: Vec<String>,
         crash: Vec<String>,
+        /// Wall time of one measurement.
+        delay: Duration,
     }
 
     impl Fake {
         fn new() -> Self {
-            Self { measured: vec![], retimed: vec![], checked: vec![], wrong: vec![], crash: vec![] }
+            Self {
+                measured: vec![],
+                retimed: vec![],
+                checked: vec![],
+                wrong: vec![],
+                crash: vec![],
+                delay: Duration::ZERO,
+            }
         }
         fn ms(c: &CandidateSpec) -> f64 {
             let i = c.knobs["i"].as_u64().unwrap();
@@ -327,6 +397,7 @@ mod tests {
     impl Measurer for Fake {
         fn measure(&mut self, _: &TuneKey, c: &CandidateSpec) -> Result<Outcome, Abort> {
             self.measured.push(c.id.clone());
+            std::thread::sleep(self.delay);
             if self.crash.contains(&c.id) {
                 return Ok(Outcome::failed(FailStage::Crash, "illegal address"));
             }
@@ -410,6 +481,40 @@ mod tests {
         assert_eq!(e.candidates.len(), 30);
         // the 1 ms candidates are i=0,10,20; ties break by id
         assert_eq!(e.winner.as_deref(), Some("i=0"));
+    }
+
+    #[test]
+    fn a_deadline_stops_measuring_after_the_minimum_and_still_checks_a_winner() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ResultsStore::open(dir.path()).unwrap();
+        let k = key("gemm", &[("m", 64)]);
+        let mut m = Fake::new();
+        m.delay = Duration::from_millis(20);
+        let start = Instant::now();
+        let opts = TuneOptions {
+            deadline: Some(start + Duration::from_millis(300)),
+            min_measured: 3,
+            retime_top: 1,
+            ..TuneOptions::default()
+        };
+        let r = tune(&store, &k, &plan(100), &opts, &mut m, &mut |_| {}).unwrap();
+        assert!(r.measured >= 3 && r.measured < 100, "{r:?}");
+        assert_eq!(r.cut, 100 - r.measured);
+        assert_eq!(m.measured[..3], ["i=0", "i=1", "i=2"], "the first of the list (the defaults) come first");
+        // 20 ms each, 2 measurements kept back for the re-time and the check: stops well before the deadline
+        assert!(start.elapsed() < Duration::from_millis(300 + 100), "{:?}", start.elapsed());
+        assert!(r.winner.is_some());
+        let e = store.load("nvidia-h200", "gemm").unwrap().unwrap().entry(&k).cloned().unwrap();
+        assert_eq!(e.candidates.len(), r.measured);
+
+        // a deadline already passed: exactly the minimum; resume measures the rest later
+        let k2 = key("gemm", &[("m", 128)]);
+        let opts2 = TuneOptions { deadline: Some(Instant::now()), min_measured: 3, ..TuneOptions::default() };
+        let r = tune(&store, &k2, &plan(10), &opts2, &mut Fake::new(), &mut |_| {}).unwrap();
+        assert_eq!((r.measured, r.cut), (3, 7));
+        let resume = TuneOptions { resume: true, ..TuneOptions::default() };
+        let r = tune(&store, &k2, &plan(10), &resume, &mut Fake::new(), &mut |_| {}).unwrap();
+        assert_eq!((r.skipped, r.measured, r.cut), (3, 7, 0));
     }
 
     #[test]
