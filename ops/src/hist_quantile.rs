@@ -32,10 +32,11 @@
 //!    (`MERGE=partials`, default: no atomics, deterministic) or with global atomics into `counts`
 //!    (`MERGE=atomic`, after a zeroing launch). `HLAYOUT=banks` (default) stores the shared histograms
 //!    word-major, `[words, ES]`, so that the expert is the bank and a warp's 32 shared atomics never conflict;
-//!    its partials are the packed u16 pairs as they are (`[P E, W]`, half the bytes), flushed in tiles of
-//!    `HFX` experts x `32 / HFX` words, and its groups of `HU` rows run without per-row bound checks.
+//!    its partials are one u32 per slot (`PPACK=wide`, default) or the packed u16 pairs as they are
+//!    (`PPACK=packed`, `[P E, W]`, half the bytes), flushed in tiles of `HFX` experts x `32 / HFX` words
+//!    (`HFX` absent: [`auto_hfx`] of the bin count), and its groups of `HU` rows run without per-row bound checks.
 //! 3. **locate** ([`build_locate`]): one block per expert. Sums the partials per bin (packed partials: per word,
-//!    then unpacked) (writing `counts`), bins
+//!    one load per partial, then unpacked) (writing `counts`), bins
 //!    in shared memory, per-thread segment sums, each thread's count above its segment, then the thread
 //!    whose segment holds the target (`above < ceil(q) <= above + count`, integers, exactly the reference's
 //!    `Histogram::locate`) interpolates `lo + w (b + 1 - (q - above) / count)` in f32. With two passes it also
@@ -102,10 +103,18 @@ pub fn knob_space() -> KnobSpace {
              stores; fewer: runs of 32/HFX consecutive words per expert, (32/HFX)-way bank conflicts)",
             [4i64, 8, 32],
         )
+        .axis(
+            "PPACK",
+            "banked partials: u32 per slot as the expert-row layout writes them (the locate read measured fastest), \
+             or the packed u16 pairs (half the bytes)",
+            ["wide", "packed"],
+        )
 }
 
 /// The knobs used when no tuning record exists (H200: 132 SMs; warp alpha at 48 registers: 4 blocks of 8 warps
-/// per SM; 3 histogram blocks of 66 KiB per SM).
+/// per SM; 3 histogram blocks of 66 KiB per SM). `HFX` is left out: it then follows the bin count
+/// ([`auto_hfx`]); partials are written wide (`PPACK=wide`: the locate's u32 read measured 53 us at
+/// T262144 E896 B1024, the packed read 134 us).
 pub fn default_knobs() -> Knobs {
     Knobs::new()
         .with("AW", 8i64)
@@ -117,7 +126,13 @@ pub fn default_knobs() -> Knobs {
         .with("HBLOCKS", 396i64)
         .with("MERGE", "partials")
         .with("HLAYOUT", "banks")
-        .with("HFX", 8i64)
+        .with("PPACK", "wide")
+}
+
+/// The banked flush's `HFX` when the knob is absent (H200, 2026-11-30): 8 at B1024 (histogram pass 0.365 ms
+/// vs 0.455 with 32), 32 at B4096 (QB step 0.413 ms vs 0.656 with 8).
+pub fn auto_hfx(bins: usize) -> u32 {
+    if bins >= 2048 { 32 } else { 8 }
 }
 
 /// Knob values read and checked.
@@ -134,8 +149,21 @@ pub struct Cfg {
     pub banked: bool,
     /// `ASEL=warp`: the warp-shuffle alpha kernel where `k < 32`.
     pub warp_alpha: bool,
-    /// `HFX`: experts per warp store in the banked flush.
-    pub hfx: u32,
+    /// `HFX`: experts per warp store in the banked flush (`None`: [`auto_hfx`] of the bin count).
+    pub hfx: Option<u32>,
+    /// `PPACK=packed`: banked partials as packed u16 pairs (else one u32 per slot).
+    pub ppack: bool,
+}
+
+impl Cfg {
+    /// The banked flush's experts per warp store for `bins` bins.
+    pub fn fx(&self, bins: usize) -> u32 {
+        self.hfx.unwrap_or_else(|| auto_hfx(bins))
+    }
+    /// Whether the histogram partials are packed u16 pairs (banked layout, partials merge, `PPACK=packed`).
+    pub fn packed_partials(&self) -> bool {
+        self.banked && !self.atomic && self.ppack
+    }
 }
 
 /// Read and check the knobs.
@@ -143,6 +171,7 @@ pub fn cfg(k: &Knobs) -> Result<Cfg, OpError> {
     let merge = k.str("MERGE")?;
     let layout = k.str("HLAYOUT").unwrap_or("rows");
     let asel = k.str("ASEL").unwrap_or("rank");
+    let ppack = k.str("PPACK").unwrap_or("packed");
     let c = Cfg {
         aw: k.u32("AW")?,
         abps: k.u32("ABPS")?,
@@ -153,14 +182,20 @@ pub fn cfg(k: &Knobs) -> Result<Cfg, OpError> {
         atomic: merge == "atomic",
         banked: layout == "banks",
         warp_alpha: asel == "warp",
-        hfx: k.u32("HFX").unwrap_or(32),
+        hfx: if k.0.contains_key("HFX") { Some(k.u32("HFX")?) } else { None },
+        ppack: ppack == "packed",
     };
     let invalid = |why: String| Err(OpError::InvalidKnobs { op: "hist_quantile", knobs: k.to_string(), why });
     if !matches!(merge, "partials" | "atomic") {
         return invalid(format!("MERGE must be partials or atomic, got {merge}"));
     }
-    if !(c.hfx.is_power_of_two() && c.hfx <= 32) {
-        return invalid(format!("HFX={} must be a power of two in 1..=32", c.hfx));
+    if let Some(fx) = c.hfx
+        && !(fx.is_power_of_two() && fx <= 32)
+    {
+        return invalid(format!("HFX={fx} must be a power of two in 1..=32"));
+    }
+    if !matches!(ppack, "wide" | "packed") {
+        return invalid(format!("PPACK must be wide or packed, got {ppack}"));
     }
     if !matches!(asel, "rank" | "warp") {
         return invalid(format!("ASEL must be rank or warp, got {asel}"));
@@ -548,6 +583,8 @@ pub struct HistSpec {
     pub banked: bool,
     /// Banked flush: experts per warp store (runs of `32 / fx` consecutive words of each).
     pub fx: u32,
+    /// Banked partials flushed as the packed u16 pairs (else one u32 per slot, `[P E, B+2]`).
+    pub packed: bool,
 }
 
 /// Row width in u32 words of packed partials: the words of a histogram rounded up to 8 (32 bytes).
@@ -620,7 +657,7 @@ pub fn build_hist(spec: &HistSpec, c: &Cfg) -> Result<Kernel, OpError> {
         } else {
             format!("_bk_fx{}", spec.fx)
         }
-    );
+    ) + if spec.banked && !spec.atomic && !spec.packed { "_wide" } else { "" };
     let mut b = KernelBuilder::new(&name, nt);
     let mut kn = Knobs::new()
         .with("HT", nt as i64)
@@ -630,6 +667,9 @@ pub fn build_hist(spec: &HistSpec, c: &Cfg) -> Result<Kernel, OpError> {
         .with("HLAYOUT", if spec.banked { "banks" } else { "rows" });
     if spec.banked {
         kn = kn.with("HFX", spec.fx as i64);
+        if !spec.atomic {
+            kn = kn.with("PPACK", if spec.packed { "packed" } else { "wide" });
+        }
     }
     b.knobs(kn);
     let t_dim = b.dim("T");
@@ -643,7 +683,7 @@ pub fn build_hist(spec: &HistSpec, c: &Cfg) -> Result<Kernel, OpError> {
         (o, b.int_arg("P"))
     } else {
         let r = b.dim("R");
-        let width = if spec.banked { packed_width(bins) } else { nb };
+        let width = if spec.banked && spec.packed { packed_width(bins) } else { nb };
         let o = b.tensor("partials", DType::U32, &[r.clone(), Expr::Int(width as i64)], Access::Write);
         (o, r / e_dim.clone())
     };
@@ -766,7 +806,7 @@ pub fn build_hist(spec: &HistSpec, c: &Cfg) -> Result<Kernel, OpError> {
             b.if_(e.lt(e_dim.clone()).and(wd.lt(wpe as i64)), |b| {
                 let (hr, hc) = at_hist(r.clone(), wd.clone());
                 let v = b.let_("v", Expr::shared_load(hist, 0i64, hr, hc));
-                if banked && !spec.atomic {
+                if banked && !spec.atomic && spec.packed {
                     // The packed pair as it is (a chunk's count is <= 65535): half the bytes to write and merge.
                     let at = (Expr::block_idx(1) * e_dim.clone() + e.clone()) * pw as i64 + wd.clone();
                     b.store_scalar(out, at, v.clone());
@@ -897,39 +937,30 @@ pub fn build_locate(spec: &LocateSpec) -> Result<Kernel, OpError> {
 
     // 1: merge the partials.
     if spec.packed {
-        // Each thread sums groups of G words over the P partials (G loads in flight per partial), then unpacks
-        // the two u16 halves (the low half is the even slot).
-        const G: u32 = 4;
+        // The unpacked read's shape on half the words: each thread sums its words over the P partials (one load
+        // per partial, the loop bound the only condition), then unpacks the two u16 halves (the low half is the
+        // even slot).
         b.threads(|b| {
             let e = Expr::block_idx(0);
-            b.for_("w0", Expr::thread_idx(), wpe as i64, (G * nt) as i64, |b, w0| {
-                let acc: Vec<(VarId, VarId)> =
-                    (0..G).map(|j| (b.let_var(&format!("lo{j}"), 0i64), b.let_var(&format!("hi{j}"), 0i64))).collect();
-                let wds: Vec<Expr> = (0..G).map(|j| b.let_(&format!("wd{j}"), &w0 + (j * nt) as i64)).collect();
-                // Two partials per iteration (twice the loads in flight).
-                b.for_("p", 0i64, p_dim.clone(), 2i64, |b, p| {
-                    for dp in 0..2i64 {
-                        let pp = &p + dp;
-                        let row = b.let_("row", (pp.clone() * e_dim.clone() + e.clone()) * pw as i64);
-                        for ((lo, hi), wd) in acc.iter().zip(&wds) {
-                            b.if_(wd.lt(wpe as i64).and(pp.lt(p_dim.clone())), |b| {
-                                let v = b.let_("v", Expr::load(src, &row + wd.clone()));
-                                b.assign(*lo, ival(*lo) + v.bitand(0xffffi64));
-                                b.assign(*hi, ival(*hi) + v.shr(16i64));
-                            });
-                        }
-                    }
+            let np = b.let_("np", p_dim.clone());
+            b.for_("wd", Expr::thread_idx(), wpe as i64, nt as i64, |b, wd| {
+                let lo = b.let_var("lo", 0i64);
+                let hi = b.let_var("hi", 0i64);
+                let at = b.let_var("at", &e * pw as i64 + wd.clone());
+                b.for_("p", 0i64, np.clone(), 1i64, |b, _p| {
+                    let v = b.let_("v", Expr::load(src, ival(at)));
+                    b.assign(lo, ival(lo) + v.bitand(0xffffi64));
+                    b.assign(hi, ival(hi) + v.shr(16i64));
+                    b.assign(at, ival(at) + e_dim.clone() * pw as i64);
                 });
-                for ((lo, hi), wd) in acc.iter().zip(&wds) {
-                    for (half, v) in [(0i64, *lo), (1, *hi)] {
-                        let sl = wd * 2i64 + half;
-                        b.if_(sl.lt(nb as i64), |b| {
-                            if let Some(cn) = counts {
-                                b.store_scalar(cn, &e * nb as i64 + sl.clone(), ival(v));
-                            }
-                            b.shared_store(cnt, 0i64, 0i64, sl.clone(), ival(v));
-                        });
-                    }
+                for (half, v) in [(0i64, lo), (1, hi)] {
+                    let sl = &wd * 2i64 + half;
+                    b.if_(sl.lt(nb as i64), |b| {
+                        if let Some(cn) = counts {
+                            b.store_scalar(cn, &e * nb as i64 + sl.clone(), ival(v));
+                        }
+                        b.shared_store(cnt, 0i64, 0i64, sl.clone(), ival(v));
+                    });
                 }
             });
         });
@@ -1366,9 +1397,9 @@ pub fn kernel_set(pb: &Problem, knobs: &Knobs) -> Result<KernelSet, OpError> {
         }
         Kind::Column { .. } => (Binned::Plain, false, None),
     };
-    let hs = HistSpec { bins, binned, zoom: false, es, atomic: c.atomic, banked: c.banked, fx: c.hfx };
+    let packed = c.packed_partials();
+    let hs = HistSpec { bins, binned, zoom: false, es, atomic: c.atomic, banked: c.banked, fx: c.fx(pb.bins), packed };
     let first = if pb.two_pass { LocatePass::First } else { LocatePass::Single };
-    let packed = c.banked && !c.atomic;
     let locate = build_locate(&LocateSpec { bins, pass: first, write_counts: !c.atomic, negate, packed })?;
     let zoom = if pb.two_pass {
         let h = build_hist(&HistSpec { zoom: true, ..hs }, &c)?;
@@ -1412,7 +1443,7 @@ pub fn build_plan(pb: &Problem, s: &HostTensor, b: Option<&HostTensor>, knobs: &
     let counts2_i = pb.two_pass.then(|| plan.output("counts2", DType::U32, &[e, nb]));
     let out_name = if matches!(pb.kind, Kind::Qb { .. }) { "bias" } else { "quantile" };
     let out_i = plan.output(out_name, DType::F32, &[e]);
-    let part_w = if c.banked { packed_width(pb.bins as u32) as usize } else { nb };
+    let part_w = if c.packed_partials() { packed_width(pb.bins as u32) as usize } else { nb };
     let part_i = (!c.atomic).then(|| plan.scratch("partials", DType::U32, &[p * e, part_w]));
     let zoom_i =
         pb.two_pass.then(|| (plan.scratch("zoom", DType::F32, &[4, e]), plan.scratch("zbin", DType::I32, &[e])));

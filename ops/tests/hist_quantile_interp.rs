@@ -66,7 +66,8 @@ fn random_cases_both_operators() {
 #[test]
 fn qb_edge_cases() {
     let s = seed();
-    let knobs = default_knobs();
+    // Wide partials (default) and packed u16 partials: the two locate reads.
+    let packed = default_knobs().with("PPACK", "packed");
     for (i, p) in [
         qb(40, 37, 3, 64, 0, 0),    // random, odd E
         qb(5, 64, 16, 32, 1, 0),    // T < E, two passes
@@ -87,8 +88,10 @@ fn qb_edge_cases() {
     .iter()
     .enumerate()
     {
-        let inst = HistQuantileQb.instance(p, s + i as u64).unwrap();
-        assert_ok(inst.as_ref(), &knobs);
+        for knobs in [default_knobs(), packed.clone()] {
+            let inst = HistQuantileQb.instance(p, s + i as u64).unwrap();
+            assert_ok(inst.as_ref(), &knobs);
+        }
     }
 }
 
@@ -167,6 +170,8 @@ fn atomic_flush_and_other_knobs() {
         default_knobs().with("HLAYOUT", "banks").with("HKB", 33i64).with("HU", 4i64).with("HFX", 32i64),
         default_knobs().with("HFX", 4i64).with("MERGE", "atomic"),
         default_knobs().with("HFX", 32i64).with("HT", 1024i64).with("HU", 4i64).with("HKB", 132i64),
+        default_knobs().with("PPACK", "packed").with("HFX", 8i64).with("HBLOCKS", 792i64),
+        default_knobs().with("PPACK", "packed").with("HFX", 32i64),
     ];
     for (i, kn) in knob_sets.iter().enumerate() {
         let inst = HistQuantileQb.instance(&qb(70, 40, 4, 64, 1, 0), s + i as u64).unwrap();
