@@ -103,6 +103,7 @@ pub fn knob_space() -> KnobSpace {
              stores; fewer: runs of 32/HFX consecutive words per expert, (32/HFX)-way bank conflicts)",
             [4i64, 8, 32],
         )
+        .axis("ATPW", "warp alpha: tokens per warp and step (their loads and shuffle chains overlap)", [1i64, 2])
         .axis(
             "PPACK",
             "banked partials: u32 per slot as the expert-row layout writes them (the locate read measured fastest), \
@@ -153,6 +154,8 @@ pub struct Cfg {
     pub hfx: Option<u32>,
     /// `PPACK=packed`: banked partials as packed u16 pairs (else one u32 per slot).
     pub ppack: bool,
+    /// `ATPW`: tokens per warp and step of the warp alpha kernel.
+    pub atpw: u32,
 }
 
 impl Cfg {
@@ -184,6 +187,7 @@ pub fn cfg(k: &Knobs) -> Result<Cfg, OpError> {
         warp_alpha: asel == "warp",
         hfx: if k.0.contains_key("HFX") { Some(k.u32("HFX")?) } else { None },
         ppack: ppack == "packed",
+        atpw: if k.0.contains_key("ATPW") { k.u32("ATPW")? } else { 1 },
     };
     let invalid = |why: String| Err(OpError::InvalidKnobs { op: "hist_quantile", knobs: k.to_string(), why });
     if !matches!(merge, "partials" | "atomic") {
@@ -193,6 +197,9 @@ pub fn cfg(k: &Knobs) -> Result<Cfg, OpError> {
         && !(fx.is_power_of_two() && fx <= 32)
     {
         return invalid(format!("HFX={fx} must be a power of two in 1..=32"));
+    }
+    if !(1..=4).contains(&c.atpw) {
+        return invalid(format!("ATPW={} must be in 1..=4", c.atpw));
     }
     if !matches!(ppack, "wide" | "packed") {
         return invalid(format!("PPACK must be wide or packed, got {ppack}"));
@@ -419,29 +426,9 @@ pub fn build_alpha(spec: &AlphaSpec, c: &Cfg) -> Result<Kernel, OpError> {
     Ok(b.finish()?)
 }
 
-/// The `k`-th largest (from 0) of the 32 lanes' values `x`, in every lane: a bitonic sort across the warp,
-/// descending (at stage `size`, lanes with bit `size` clear sort their run descending, and the lower lane of a
-/// pair keeps the larger value in a descending run), then a broadcast of lane `k`. Top level of a region.
-fn warp_kth_largest(b: &mut KernelBuilder, x: Expr, k: u32) -> Expr {
-    let mut x = x;
-    let mut size = 2u32;
-    while size <= 32 {
-        let mut stride = size / 2;
-        while stride >= 1 {
-            let o = b.warp_shuffle("o", WarpOp::ShflXor(stride), x.clone());
-            let lower = Expr::lane_idx().bitand(stride as i64).eq(0i64);
-            let desc = if size == 32 { Expr::Bool(true) } else { Expr::lane_idx().bitand(size as i64).eq(0i64) };
-            x = b.let_("x", Expr::select(lower.eq(desc), x.clone().max(o.clone()), x.min(o)));
-            stride /= 2;
-        }
-        size *= 2;
-    }
-    b.warp_shuffle("kth", WarpOp::ShflIdx(k), x)
-}
-
 /// Build the warp-shuffle alpha kernel (`ASEL=warp`, for `k < 32`): `s [T, E]`, `b [E]` -> `alpha [T]`.
 ///
-/// One warp per token, no block barriers in the token loop and one threads region per token: lane `l` keeps
+/// One warp per token, no block barriers in the token loop and one threads region per step: lane `l` keeps
 /// its `EPL` values `s + b` in registers and their maximum; a bitonic sort of the 32 lane maxima across the
 /// warp (`shfl_xor`) gives `L`, the (k+1)-th largest lane maximum, a lower bound of alpha (k+1 lanes hold a
 /// value >= L). Each lane counts its values >= L, a warp scan (`shfl_up`) gives each lane its slots in the
@@ -449,108 +436,188 @@ fn warp_kth_largest(b: &mut KernelBuilder, x: Expr, k: u32) -> Expr {
 /// a `syncwarp` the candidates (all of them values >= alpha, alpha among them) are sorted across the warp
 /// when there are at most 32 (alpha: the k-th largest), else ranked by the lanes (ties by slot). Exact, like
 /// [`build_alpha`]: a selection, no arithmetic beyond the one f32 add the reference does.
+///
+/// `ATPW` tokens per warp and step (rows `u W + warp`, `u < ATPW`): every row's loads are issued before any
+/// row's selection, and each stage (maxima, sorts, counts, scans, candidate stores) is emitted for all rows
+/// side by side, so the rows' dependent shuffle chains overlap (the kernel is latency-bound: ~450 warp
+/// instructions per token at ATPW=1, about a quarter of the SM's issue rate used) and twice the bytes are in
+/// flight per warp. Each row has its own candidate row in shared memory.
 pub fn build_alpha_warp(spec: &AlphaSpec, c: &Cfg) -> Result<Kernel, OpError> {
-    let (w, epl, k) = (c.aw, spec.epl, spec.k);
+    let (w, epl, k, tpw) = (c.aw, spec.epl, spec.k, c.atpw);
     if k >= 32 {
         return Err(OpError::Internal(format!("warp alpha: k = {k} needs more than the 32 lane maxima")));
     }
     let ep = 32 * epl;
     let threads = 32 * w;
-    let name = format!("k3k_hq_alphaw_epl{epl}_k{k}{}_aw{}_abps{}", if spec.full { "_full" } else { "" }, c.aw, c.abps);
+    let name = format!(
+        "k3k_hq_alphaw_epl{epl}_k{k}{}_aw{}_abps{}{}",
+        if spec.full { "_full" } else { "" },
+        c.aw,
+        c.abps,
+        if tpw > 1 { format!("_tpw{tpw}") } else { String::new() }
+    );
     let mut b = KernelBuilder::new(&name, threads);
-    b.knobs(Knobs::new().with("AW", c.aw as i64).with("ABPS", c.abps as i64).with("ASEL", "warp"));
+    let mut kn = Knobs::new().with("AW", c.aw as i64).with("ABPS", c.abps as i64).with("ASEL", "warp");
+    if tpw > 1 {
+        kn = kn.with("ATPW", tpw as i64);
+    }
+    b.knobs(kn);
     let t_dim = b.dim("T");
     let e_dim = b.dim("E");
     let s = b.tensor("s", DType::F32, &[t_dim.clone(), e_dim.clone()], Access::Read);
     let bias = b.tensor("b", DType::F32, std::slice::from_ref(&e_dim), Access::Read);
     let alpha = b.tensor("alpha", DType::F32, std::slice::from_ref(&t_dim), Access::Write);
     let nsm = b.int_arg(NUM_SMS);
-    b.grid(t_dim.ceil_div(w as i64).min(nsm * c.abps as i64), 1i64, 1i64);
+    let per_block = (w * tpw) as i64;
+    b.grid(t_dim.ceil_div(per_block).min(nsm * c.abps as i64), 1i64, 1i64);
 
     let sb = b.shared("bias", DType::F32, 1, ep, 1, Swizzle::None);
-    let cand = b.shared("cand", DType::F32, w, ep, 1, Swizzle::None);
+    let cand = b.shared("cand", DType::F32, w * tpw, ep, 1, Swizzle::None);
     let in_row = |e: &Expr| -> Expr { if spec.full { Expr::Bool(true) } else { e.lt(e_dim.clone()) } };
 
     stage_bias(&mut b, bias, sb, &e_dim, ep, threads);
-    let step = Expr::grid_dim(0) * w as i64;
-    b.for_("tok0", Expr::block_idx(0) * w as i64, t_dim.clone(), step, |b, tok0| {
+    let step = Expr::grid_dim(0) * per_block;
+    let rows: Vec<u32> = (0..tpw).collect();
+    b.for_("tok0", Expr::block_idx(0) * per_block, t_dim.clone(), step, |b, tok0| {
         b.threads(|b| {
             // Every lane runs the warp statements: a warp past the last token works on the last one and
             // writes nothing.
-            let t = b.let_("t", &tok0 + Expr::warp_idx());
-            let tc = b.let_("tc", t.clone().min(t_dim.clone() - 1i64));
-            let base = b.let_("base", &tc * e_dim.clone());
-            let raws: Vec<Expr> = (0..epl)
-                .map(|j| {
-                    let e = Expr::lane_idx() + (32 * j) as i64;
-                    let ld = Expr::load(s, &base + e.clone());
-                    let ld = if spec.full { ld } else { Expr::select(in_row(&e), ld, 0.0f64) };
-                    b.let_("raw", ld)
+            let ts: Vec<Expr> = rows.iter().map(|&u| b.let_("t", &tok0 + Expr::warp_idx() + (u * w) as i64)).collect();
+            let crow: Vec<Expr> = rows.iter().map(|&u| Expr::warp_idx() + (u * w) as i64).collect();
+            let bases: Vec<Expr> = ts
+                .iter()
+                .map(|t| {
+                    let tc = b.let_("tc", t.clone().min(t_dim.clone() - 1i64));
+                    b.let_("base", &tc * e_dim.clone())
                 })
                 .collect();
-            let m = b.let_var("m", neg_inf());
-            let vals: Vec<Expr> = raws
-                .into_iter()
-                .enumerate()
-                .map(|(j, raw)| {
-                    let e = Expr::lane_idx() + (32 * j) as i64;
-                    let v = raw + Expr::shared_load(sb, 0i64, 0i64, e.clone());
+            // All rows' loads first.
+            let raws: Vec<Vec<Expr>> = bases
+                .iter()
+                .map(|base| {
+                    (0..epl)
+                        .map(|j| {
+                            let e = Expr::lane_idx() + (32 * j) as i64;
+                            let ld = Expr::load(s, base + e.clone());
+                            let ld = if spec.full { ld } else { Expr::select(in_row(&e), ld, 0.0f64) };
+                            b.let_("raw", ld)
+                        })
+                        .collect()
+                })
+                .collect();
+            let mut vals: Vec<Vec<Expr>> = vec![vec![]; tpw as usize];
+            let ms: Vec<VarId> = rows.iter().map(|_| b.let_var("m", neg_inf())).collect();
+            for j in 0..epl as usize {
+                let e = Expr::lane_idx() + (32 * j) as i64;
+                let bj = b.let_("bj", Expr::shared_load(sb, 0i64, 0i64, e.clone()));
+                for (u, raw) in raws.iter().enumerate() {
+                    let v = &raw[j] + bj.clone();
                     let v = if spec.full { v } else { Expr::select(in_row(&e), v, neg_inf()) };
                     let v = b.let_("v", v);
-                    b.assign(m, ival(m).max(v.clone()));
-                    v
-                })
-                .collect();
-            let l = warp_kth_largest(b, ival(m), k);
+                    b.assign(ms[u], ival(ms[u]).max(v.clone()));
+                    vals[u].push(v);
+                }
+            }
+            let ls = warp_kth_largest_rows(b, ms.iter().map(|m| ival(*m)).collect(), k);
             // Candidates: this lane's values >= L (counted in f32: exact small integers, 32-bit shuffles);
             // slots from a warp scan of the counts.
-            let cnt = b.let_var("cnt", 0.0f64);
-            for v in &vals {
-                b.assign(cnt, ival(cnt) + Expr::select(v.ge(l.clone()), 1.0f64, 0.0f64));
+            let cnts: Vec<VarId> = rows.iter().map(|_| b.let_var("cnt", 0.0f64)).collect();
+            for j in 0..epl as usize {
+                for u in 0..tpw as usize {
+                    let v = &vals[u][j];
+                    b.assign(cnts[u], ival(cnts[u]) + Expr::select(v.ge(ls[u].clone()), 1.0f64, 0.0f64));
+                }
             }
-            let mut sc = ival(cnt);
+            let mut scs: Vec<Expr> = cnts.iter().map(|c| ival(*c)).collect();
             for d in [1u32, 2, 4, 8, 16] {
-                let u = b.warp_shuffle("u", WarpOp::ShflUp(d), sc.clone());
-                sc = b.let_("sc", &sc + Expr::select(Expr::lane_idx().ge(d as i64), u, 0.0f64));
+                let us: Vec<Expr> = scs.iter().map(|sc| b.warp_shuffle("u", WarpOp::ShflUp(d), sc.clone())).collect();
+                for (sc, u) in scs.iter_mut().zip(us) {
+                    *sc = b.let_("sc", &*sc + Expr::select(Expr::lane_idx().ge(d as i64), u, 0.0f64));
+                }
             }
-            let n = b.warp_shuffle("nf", WarpOp::ShflIdx(31), sc.clone());
-            let n = b.let_("n", n.to_int());
-            let pos = b.let_var("pos", (&sc - ival(cnt)).to_int());
-            // The previous token's ranking has read the candidate row.
+            let ns: Vec<Expr> = scs
+                .iter()
+                .map(|sc| {
+                    let n = b.warp_shuffle("nf", WarpOp::ShflIdx(31), sc.clone());
+                    b.let_("n", n.to_int())
+                })
+                .collect();
+            let pos: Vec<VarId> =
+                scs.iter().zip(&cnts).map(|(sc, c)| b.let_var("pos", (sc - ival(*c)).to_int())).collect();
+            // The previous step's ranking has read the candidate rows.
             b.warp_sync();
-            for v in &vals {
-                b.if_(v.ge(l.clone()), |b| {
-                    b.shared_store(cand, 0i64, Expr::warp_idx(), ival(pos), v.clone());
-                    b.assign(pos, ival(pos) + 1i64);
-                });
+            for j in 0..epl as usize {
+                for u in 0..tpw as usize {
+                    let v = vals[u][j].clone();
+                    let (p, r) = (pos[u], crow[u].clone());
+                    b.if_(v.ge(ls[u].clone()), |b| {
+                        b.shared_store(cand, 0i64, r, ival(p), v.clone());
+                        b.assign(p, ival(p) + 1i64);
+                    });
+                }
             }
             b.warp_sync();
             // At most 32 candidates (the usual case): one per lane, sorted across the warp.
-            let mine = Expr::shared_load(cand, 0i64, Expr::warp_idx(), Expr::lane_idx());
-            let mine = b.let_("mine", Expr::select(Expr::lane_idx().lt(n.clone()), mine, neg_inf()));
-            let a = warp_kth_largest(b, mine, k);
-            b.if_(t.lt(t_dim.clone()), |b| {
-                b.if_else(
-                    n.le(32i64),
-                    |b| b.if_(Expr::lane_idx().eq(0i64), |b| b.store_scalar(alpha, t.clone(), a.clone())),
-                    |b| {
-                        // More (ties): rank every candidate (ties by slot); the one of rank k is alpha.
-                        b.for_("i", Expr::lane_idx(), n.clone(), 32i64, |b, i| {
-                            let v = b.let_("cv", Expr::shared_load(cand, 0i64, Expr::warp_idx(), i.clone()));
-                            let rank = b.let_var("rank", 0i64);
-                            b.for_("j", 0i64, n.clone(), 1i64, |b, j| {
-                                let x = Expr::shared_load(cand, 0i64, Expr::warp_idx(), j.clone());
-                                let before = x.gt(v.clone()).or(x.eq(v.clone()).and(j.lt(i.clone())));
-                                b.assign(rank, ival(rank) + Expr::select(before, 1i64, 0i64));
+            let mines: Vec<Expr> = rows
+                .iter()
+                .enumerate()
+                .map(|(u, _)| {
+                    let mine = Expr::shared_load(cand, 0i64, crow[u].clone(), Expr::lane_idx());
+                    b.let_("mine", Expr::select(Expr::lane_idx().lt(ns[u].clone()), mine, neg_inf()))
+                })
+                .collect();
+            let als = warp_kth_largest_rows(b, mines, k);
+            for u in 0..tpw as usize {
+                let (t, n, a, r) = (ts[u].clone(), ns[u].clone(), als[u].clone(), crow[u].clone());
+                b.if_(t.lt(t_dim.clone()), |b| {
+                    b.if_else(
+                        n.le(32i64),
+                        |b| b.if_(Expr::lane_idx().eq(0i64), |b| b.store_scalar(alpha, t.clone(), a.clone())),
+                        |b| {
+                            // More (ties): rank every candidate (ties by slot); the one of rank k is alpha.
+                            b.for_("i", Expr::lane_idx(), n.clone(), 32i64, |b, i| {
+                                let v = b.let_("cv", Expr::shared_load(cand, 0i64, r.clone(), i.clone()));
+                                let rank = b.let_var("rank", 0i64);
+                                b.for_("j", 0i64, n.clone(), 1i64, |b, j| {
+                                    let x = Expr::shared_load(cand, 0i64, r.clone(), j.clone());
+                                    let before = x.gt(v.clone()).or(x.eq(v.clone()).and(j.lt(i.clone())));
+                                    b.assign(rank, ival(rank) + Expr::select(before, 1i64, 0i64));
+                                });
+                                b.if_(ival(rank).eq(k as i64), |b| b.store_scalar(alpha, t.clone(), v.clone()));
                             });
-                            b.if_(ival(rank).eq(k as i64), |b| b.store_scalar(alpha, t.clone(), v.clone()));
-                        });
-                    },
-                );
-            });
+                        },
+                    );
+                });
+            }
         });
     });
     Ok(b.finish()?)
+}
+
+/// The `k`-th largest (from 0) of the 32 lanes' values in each of the rows `xs`, in every lane: a bitonic sort across the warp,
+/// descending (at stage `size`, lanes with bit `size` clear sort their run descending, and the lower lane of a
+/// pair keeps the larger value in a descending run), then a broadcast of lane `k`. Top level of a region; the rows' stages side by side (their
+/// shuffle chains overlap).
+fn warp_kth_largest_rows(b: &mut KernelBuilder, xs: Vec<Expr>, k: u32) -> Vec<Expr> {
+    let mut xs = xs;
+    let mut size = 2u32;
+    while size <= 32 {
+        let mut stride = size / 2;
+        while stride >= 1 {
+            let os: Vec<Expr> = xs.iter().map(|x| b.warp_shuffle("o", WarpOp::ShflXor(stride), x.clone())).collect();
+            let lower = Expr::lane_idx().bitand(stride as i64).eq(0i64);
+            let desc = if size == 32 { Expr::Bool(true) } else { Expr::lane_idx().bitand(size as i64).eq(0i64) };
+            for (x, o) in xs.iter_mut().zip(os) {
+                *x = b.let_(
+                    "x",
+                    Expr::select(lower.clone().eq(desc.clone()), x.clone().max(o.clone()), x.clone().min(o)),
+                );
+            }
+            stride /= 2;
+        }
+        size *= 2;
+    }
+    xs.into_iter().map(|x| b.warp_shuffle("kth", WarpOp::ShflIdx(k), x)).collect()
 }
 
 // ------------------------------------------------------------------------------------------------------------

@@ -88,7 +88,8 @@ fn qb_edge_cases() {
     .iter()
     .enumerate()
     {
-        for knobs in [default_knobs(), packed.clone()] {
+        // Two tokens per warp and step (rows past T in the second half, odd T) with the packed partials.
+        for knobs in [default_knobs(), packed.clone().with("ATPW", 2i64).with("AW", 1i64)] {
             let inst = HistQuantileQb.instance(p, s + i as u64).unwrap();
             assert_ok(inst.as_ref(), &knobs);
         }
@@ -125,7 +126,8 @@ fn qb_many_tied_alpha_candidates() {
         }
     }
     let b = vec![0f32; e];
-    for knobs in [default_knobs(), default_knobs().with("ASEL", "rank")] {
+    let two = default_knobs().with("ATPW", 2i64);
+    for knobs in [default_knobs(), default_knobs().with("ASEL", "rank"), two.clone(), two.with("AW", 1i64)] {
         for k in [0usize, 16, 31] {
             let p = qb(t as i64, e as i64, k as i64, 64, 0, 0);
             let pb = Problem::from_preset(OP_QB, &p).unwrap();
@@ -172,6 +174,8 @@ fn atomic_flush_and_other_knobs() {
         default_knobs().with("HFX", 32i64).with("HT", 1024i64).with("HU", 4i64).with("HKB", 132i64),
         default_knobs().with("PPACK", "packed").with("HFX", 8i64).with("HBLOCKS", 792i64),
         default_knobs().with("PPACK", "packed").with("HFX", 32i64),
+        default_knobs().with("ATPW", 2i64),
+        default_knobs().with("ATPW", 2i64).with("AW", 4i64).with("ABPS", 3i64),
     ];
     for (i, kn) in knob_sets.iter().enumerate() {
         let inst = HistQuantileQb.instance(&qb(70, 40, 4, 64, 1, 0), s + i as u64).unwrap();
