@@ -442,6 +442,8 @@ pub fn build_alpha(spec: &AlphaSpec, c: &Cfg) -> Result<Kernel, OpError> {
 /// side by side, so the rows' dependent shuffle chains overlap (the kernel is latency-bound: ~450 warp
 /// instructions per token at ATPW=1, about a quarter of the SM's issue rate used) and twice the bytes are in
 /// flight per warp. Each row has its own candidate row in shared memory.
+// The stages loop over the element index outside the row index on purpose (rows side by side).
+#[allow(clippy::needless_range_loop)]
 pub fn build_alpha_warp(spec: &AlphaSpec, c: &Cfg) -> Result<Kernel, OpError> {
     let (w, epl, k, tpw) = (c.aw, spec.epl, spec.k, c.atpw);
     if k >= 32 {
