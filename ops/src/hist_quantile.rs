@@ -44,6 +44,12 @@
 //!    and scale `B / (hi2 - lo2)`; a second histogram pass bins every expert on its own zoomed range, and a
 //!    second locate picks the zoomed value where the first pass located a regular bin.
 //!
+//! No fused alpha + histogram pass: a block that selects alpha holds whole token rows, so it would bin every
+//! expert, and the `E` packed histograms of `B + 2` u16 slots (T262144 E896 B1024: 896 x 513 words = 1.8 MB)
+//! are eight times a block's shared memory (227 KiB holds `E (B + 2) / 2 <= 58112` words: B <= 126 at E = 896);
+//! binning into global (L2) atomics instead is one 4-byte atomic per score (235 M at the preset), far slower
+//! than the second read of the scores. `ATPW` (tokens per warp) overlaps the alpha kernel's latency instead.
+//!
 //! Inputs are checked on the host before anything launches ([`check_inputs`]): NaN anywhere in `s` (or `b`)
 //! is `OpError::BadInput` naming the argument; for QB an infinite score too (a margin would be inf - inf).
 //! Histograms convert to and from [`k3k_reference::quantile::Histogram`] and to raw little-endian u32 bytes
