@@ -32,16 +32,23 @@
 //!    (`MERGE=partials`, default: no atomics, deterministic) or with global atomics into `counts`
 //!    (`MERGE=atomic`, after a zeroing launch). `HLAYOUT=banks` (default) stores the shared histograms
 //!    word-major, `[words, ES]`, so that the expert is the bank and a warp's 32 shared atomics never conflict;
-//!    its partials are the packed u16 pairs as they are (`[P E, W]`, half the bytes), flushed in tiles of
-//!    `HFX` experts x `32 / HFX` words, and its groups of `HU` rows run without per-row bound checks.
+//!    its partials are one u32 per slot (`PPACK=wide`, default) or the packed u16 pairs as they are
+//!    (`PPACK=packed`, `[P E, W]`, half the bytes), flushed in tiles of `HFX` experts x `32 / HFX` words
+//!    (`HFX` absent: [`auto_hfx`] of the bin count), and its groups of `HU` rows run without per-row bound checks.
 //! 3. **locate** ([`build_locate`]): one block per expert. Sums the partials per bin (packed partials: per word,
-//!    then unpacked) (writing `counts`), bins
+//!    one load per partial, then unpacked) (writing `counts`), bins
 //!    in shared memory, per-thread segment sums, each thread's count above its segment, then the thread
 //!    whose segment holds the target (`above < ceil(q) <= above + count`, integers, exactly the reference's
 //!    `Histogram::locate`) interpolates `lo + w (b + 1 - (q - above) / count)` in f32. With two passes it also
 //!    writes the located bin's edges (from a host table equal to the reference's `bin_edges` rounded to f32)
 //!    and scale `B / (hi2 - lo2)`; a second histogram pass bins every expert on its own zoomed range, and a
 //!    second locate picks the zoomed value where the first pass located a regular bin.
+//!
+//! No fused alpha + histogram pass: a block that selects alpha holds whole token rows, so it would bin every
+//! expert, and the `E` packed histograms of `B + 2` u16 slots (T262144 E896 B1024: 896 x 513 words = 1.8 MB)
+//! are eight times a block's shared memory (227 KiB holds `E (B + 2) / 2 <= 58112` words: B <= 126 at E = 896);
+//! binning into global (L2) atomics instead is one 4-byte atomic per score (235 M at the preset), far slower
+//! than the second read of the scores. `ATPW` (tokens per warp) overlaps the alpha kernel's latency instead.
 //!
 //! Inputs are checked on the host before anything launches ([`check_inputs`]): NaN anywhere in `s` (or `b`)
 //! is `OpError::BadInput` naming the argument; for QB an infinite score too (a margin would be inf - inf).
@@ -102,10 +109,19 @@ pub fn knob_space() -> KnobSpace {
              stores; fewer: runs of 32/HFX consecutive words per expert, (32/HFX)-way bank conflicts)",
             [4i64, 8, 32],
         )
+        .axis("ATPW", "warp alpha: tokens per warp and step (their loads and shuffle chains overlap)", [1i64, 2])
+        .axis(
+            "PPACK",
+            "banked partials: u32 per slot as the expert-row layout writes them (the locate read measured fastest), \
+             or the packed u16 pairs (half the bytes)",
+            ["wide", "packed"],
+        )
 }
 
 /// The knobs used when no tuning record exists (H200: 132 SMs; warp alpha at 48 registers: 4 blocks of 8 warps
-/// per SM; 3 histogram blocks of 66 KiB per SM).
+/// per SM; 3 histogram blocks of 66 KiB per SM). `HFX` is left out: it then follows the bin count
+/// ([`auto_hfx`]); partials are written wide (`PPACK=wide`: the locate's u32 read measured 53 us at
+/// T262144 E896 B1024, the packed read 134 us).
 pub fn default_knobs() -> Knobs {
     Knobs::new()
         .with("AW", 8i64)
@@ -117,7 +133,13 @@ pub fn default_knobs() -> Knobs {
         .with("HBLOCKS", 396i64)
         .with("MERGE", "partials")
         .with("HLAYOUT", "banks")
-        .with("HFX", 8i64)
+        .with("PPACK", "wide")
+}
+
+/// The banked flush's `HFX` when the knob is absent (H200, 2026-11-30): 8 at B1024 (histogram pass 0.365 ms
+/// vs 0.455 with 32), 32 at B4096 (QB step 0.413 ms vs 0.656 with 8).
+pub fn auto_hfx(bins: usize) -> u32 {
+    if bins >= 2048 { 32 } else { 8 }
 }
 
 /// Knob values read and checked.
@@ -134,8 +156,23 @@ pub struct Cfg {
     pub banked: bool,
     /// `ASEL=warp`: the warp-shuffle alpha kernel where `k < 32`.
     pub warp_alpha: bool,
-    /// `HFX`: experts per warp store in the banked flush.
-    pub hfx: u32,
+    /// `HFX`: experts per warp store in the banked flush (`None`: [`auto_hfx`] of the bin count).
+    pub hfx: Option<u32>,
+    /// `PPACK=packed`: banked partials as packed u16 pairs (else one u32 per slot).
+    pub ppack: bool,
+    /// `ATPW`: tokens per warp and step of the warp alpha kernel.
+    pub atpw: u32,
+}
+
+impl Cfg {
+    /// The banked flush's experts per warp store for `bins` bins.
+    pub fn fx(&self, bins: usize) -> u32 {
+        self.hfx.unwrap_or_else(|| auto_hfx(bins))
+    }
+    /// Whether the histogram partials are packed u16 pairs (banked layout, partials merge, `PPACK=packed`).
+    pub fn packed_partials(&self) -> bool {
+        self.banked && !self.atomic && self.ppack
+    }
 }
 
 /// Read and check the knobs.
@@ -143,6 +180,7 @@ pub fn cfg(k: &Knobs) -> Result<Cfg, OpError> {
     let merge = k.str("MERGE")?;
     let layout = k.str("HLAYOUT").unwrap_or("rows");
     let asel = k.str("ASEL").unwrap_or("rank");
+    let ppack = k.str("PPACK").unwrap_or("packed");
     let c = Cfg {
         aw: k.u32("AW")?,
         abps: k.u32("ABPS")?,
@@ -153,14 +191,24 @@ pub fn cfg(k: &Knobs) -> Result<Cfg, OpError> {
         atomic: merge == "atomic",
         banked: layout == "banks",
         warp_alpha: asel == "warp",
-        hfx: k.u32("HFX").unwrap_or(32),
+        hfx: if k.0.contains_key("HFX") { Some(k.u32("HFX")?) } else { None },
+        ppack: ppack == "packed",
+        atpw: if k.0.contains_key("ATPW") { k.u32("ATPW")? } else { 1 },
     };
     let invalid = |why: String| Err(OpError::InvalidKnobs { op: "hist_quantile", knobs: k.to_string(), why });
     if !matches!(merge, "partials" | "atomic") {
         return invalid(format!("MERGE must be partials or atomic, got {merge}"));
     }
-    if !(c.hfx.is_power_of_two() && c.hfx <= 32) {
-        return invalid(format!("HFX={} must be a power of two in 1..=32", c.hfx));
+    if let Some(fx) = c.hfx
+        && !(fx.is_power_of_two() && fx <= 32)
+    {
+        return invalid(format!("HFX={fx} must be a power of two in 1..=32"));
+    }
+    if !(1..=4).contains(&c.atpw) {
+        return invalid(format!("ATPW={} must be in 1..=4", c.atpw));
+    }
+    if !matches!(ppack, "wide" | "packed") {
+        return invalid(format!("PPACK must be wide or packed, got {ppack}"));
     }
     if !matches!(asel, "rank" | "warp") {
         return invalid(format!("ASEL must be rank or warp, got {asel}"));
@@ -384,29 +432,9 @@ pub fn build_alpha(spec: &AlphaSpec, c: &Cfg) -> Result<Kernel, OpError> {
     Ok(b.finish()?)
 }
 
-/// The `k`-th largest (from 0) of the 32 lanes' values `x`, in every lane: a bitonic sort across the warp,
-/// descending (at stage `size`, lanes with bit `size` clear sort their run descending, and the lower lane of a
-/// pair keeps the larger value in a descending run), then a broadcast of lane `k`. Top level of a region.
-fn warp_kth_largest(b: &mut KernelBuilder, x: Expr, k: u32) -> Expr {
-    let mut x = x;
-    let mut size = 2u32;
-    while size <= 32 {
-        let mut stride = size / 2;
-        while stride >= 1 {
-            let o = b.warp_shuffle("o", WarpOp::ShflXor(stride), x.clone());
-            let lower = Expr::lane_idx().bitand(stride as i64).eq(0i64);
-            let desc = if size == 32 { Expr::Bool(true) } else { Expr::lane_idx().bitand(size as i64).eq(0i64) };
-            x = b.let_("x", Expr::select(lower.eq(desc), x.clone().max(o.clone()), x.min(o)));
-            stride /= 2;
-        }
-        size *= 2;
-    }
-    b.warp_shuffle("kth", WarpOp::ShflIdx(k), x)
-}
-
 /// Build the warp-shuffle alpha kernel (`ASEL=warp`, for `k < 32`): `s [T, E]`, `b [E]` -> `alpha [T]`.
 ///
-/// One warp per token, no block barriers in the token loop and one threads region per token: lane `l` keeps
+/// One warp per token, no block barriers in the token loop and one threads region per step: lane `l` keeps
 /// its `EPL` values `s + b` in registers and their maximum; a bitonic sort of the 32 lane maxima across the
 /// warp (`shfl_xor`) gives `L`, the (k+1)-th largest lane maximum, a lower bound of alpha (k+1 lanes hold a
 /// value >= L). Each lane counts its values >= L, a warp scan (`shfl_up`) gives each lane its slots in the
@@ -414,108 +442,190 @@ fn warp_kth_largest(b: &mut KernelBuilder, x: Expr, k: u32) -> Expr {
 /// a `syncwarp` the candidates (all of them values >= alpha, alpha among them) are sorted across the warp
 /// when there are at most 32 (alpha: the k-th largest), else ranked by the lanes (ties by slot). Exact, like
 /// [`build_alpha`]: a selection, no arithmetic beyond the one f32 add the reference does.
+///
+/// `ATPW` tokens per warp and step (rows `u W + warp`, `u < ATPW`): every row's loads are issued before any
+/// row's selection, and each stage (maxima, sorts, counts, scans, candidate stores) is emitted for all rows
+/// side by side, so the rows' dependent shuffle chains overlap (the kernel is latency-bound: ~450 warp
+/// instructions per token at ATPW=1, about a quarter of the SM's issue rate used) and twice the bytes are in
+/// flight per warp. Each row has its own candidate row in shared memory.
+// The stages loop over the element index outside the row index on purpose (rows side by side).
+#[allow(clippy::needless_range_loop)]
 pub fn build_alpha_warp(spec: &AlphaSpec, c: &Cfg) -> Result<Kernel, OpError> {
-    let (w, epl, k) = (c.aw, spec.epl, spec.k);
+    let (w, epl, k, tpw) = (c.aw, spec.epl, spec.k, c.atpw);
     if k >= 32 {
         return Err(OpError::Internal(format!("warp alpha: k = {k} needs more than the 32 lane maxima")));
     }
     let ep = 32 * epl;
     let threads = 32 * w;
-    let name = format!("k3k_hq_alphaw_epl{epl}_k{k}{}_aw{}_abps{}", if spec.full { "_full" } else { "" }, c.aw, c.abps);
+    let name = format!(
+        "k3k_hq_alphaw_epl{epl}_k{k}{}_aw{}_abps{}{}",
+        if spec.full { "_full" } else { "" },
+        c.aw,
+        c.abps,
+        if tpw > 1 { format!("_tpw{tpw}") } else { String::new() }
+    );
     let mut b = KernelBuilder::new(&name, threads);
-    b.knobs(Knobs::new().with("AW", c.aw as i64).with("ABPS", c.abps as i64).with("ASEL", "warp"));
+    let mut kn = Knobs::new().with("AW", c.aw as i64).with("ABPS", c.abps as i64).with("ASEL", "warp");
+    if tpw > 1 {
+        kn = kn.with("ATPW", tpw as i64);
+    }
+    b.knobs(kn);
     let t_dim = b.dim("T");
     let e_dim = b.dim("E");
     let s = b.tensor("s", DType::F32, &[t_dim.clone(), e_dim.clone()], Access::Read);
     let bias = b.tensor("b", DType::F32, std::slice::from_ref(&e_dim), Access::Read);
     let alpha = b.tensor("alpha", DType::F32, std::slice::from_ref(&t_dim), Access::Write);
     let nsm = b.int_arg(NUM_SMS);
-    b.grid(t_dim.ceil_div(w as i64).min(nsm * c.abps as i64), 1i64, 1i64);
+    let per_block = (w * tpw) as i64;
+    b.grid(t_dim.ceil_div(per_block).min(nsm * c.abps as i64), 1i64, 1i64);
 
     let sb = b.shared("bias", DType::F32, 1, ep, 1, Swizzle::None);
-    let cand = b.shared("cand", DType::F32, w, ep, 1, Swizzle::None);
+    let cand = b.shared("cand", DType::F32, w * tpw, ep, 1, Swizzle::None);
     let in_row = |e: &Expr| -> Expr { if spec.full { Expr::Bool(true) } else { e.lt(e_dim.clone()) } };
 
     stage_bias(&mut b, bias, sb, &e_dim, ep, threads);
-    let step = Expr::grid_dim(0) * w as i64;
-    b.for_("tok0", Expr::block_idx(0) * w as i64, t_dim.clone(), step, |b, tok0| {
+    let step = Expr::grid_dim(0) * per_block;
+    let rows: Vec<u32> = (0..tpw).collect();
+    b.for_("tok0", Expr::block_idx(0) * per_block, t_dim.clone(), step, |b, tok0| {
         b.threads(|b| {
             // Every lane runs the warp statements: a warp past the last token works on the last one and
             // writes nothing.
-            let t = b.let_("t", &tok0 + Expr::warp_idx());
-            let tc = b.let_("tc", t.clone().min(t_dim.clone() - 1i64));
-            let base = b.let_("base", &tc * e_dim.clone());
-            let raws: Vec<Expr> = (0..epl)
-                .map(|j| {
-                    let e = Expr::lane_idx() + (32 * j) as i64;
-                    let ld = Expr::load(s, &base + e.clone());
-                    let ld = if spec.full { ld } else { Expr::select(in_row(&e), ld, 0.0f64) };
-                    b.let_("raw", ld)
+            let ts: Vec<Expr> = rows.iter().map(|&u| b.let_("t", &tok0 + Expr::warp_idx() + (u * w) as i64)).collect();
+            let crow: Vec<Expr> = rows.iter().map(|&u| Expr::warp_idx() + (u * w) as i64).collect();
+            let bases: Vec<Expr> = ts
+                .iter()
+                .map(|t| {
+                    let tc = b.let_("tc", t.clone().min(t_dim.clone() - 1i64));
+                    b.let_("base", &tc * e_dim.clone())
                 })
                 .collect();
-            let m = b.let_var("m", neg_inf());
-            let vals: Vec<Expr> = raws
-                .into_iter()
-                .enumerate()
-                .map(|(j, raw)| {
-                    let e = Expr::lane_idx() + (32 * j) as i64;
-                    let v = raw + Expr::shared_load(sb, 0i64, 0i64, e.clone());
+            // All rows' loads first.
+            let raws: Vec<Vec<Expr>> = bases
+                .iter()
+                .map(|base| {
+                    (0..epl)
+                        .map(|j| {
+                            let e = Expr::lane_idx() + (32 * j) as i64;
+                            let ld = Expr::load(s, base + e.clone());
+                            let ld = if spec.full { ld } else { Expr::select(in_row(&e), ld, 0.0f64) };
+                            b.let_("raw", ld)
+                        })
+                        .collect()
+                })
+                .collect();
+            let mut vals: Vec<Vec<Expr>> = vec![vec![]; tpw as usize];
+            let ms: Vec<VarId> = rows.iter().map(|_| b.let_var("m", neg_inf())).collect();
+            for j in 0..epl as usize {
+                let e = Expr::lane_idx() + (32 * j) as i64;
+                let bj = b.let_("bj", Expr::shared_load(sb, 0i64, 0i64, e.clone()));
+                for (u, raw) in raws.iter().enumerate() {
+                    let v = &raw[j] + bj.clone();
                     let v = if spec.full { v } else { Expr::select(in_row(&e), v, neg_inf()) };
                     let v = b.let_("v", v);
-                    b.assign(m, ival(m).max(v.clone()));
-                    v
-                })
-                .collect();
-            let l = warp_kth_largest(b, ival(m), k);
+                    b.assign(ms[u], ival(ms[u]).max(v.clone()));
+                    vals[u].push(v);
+                }
+            }
+            let ls = warp_kth_largest_rows(b, ms.iter().map(|m| ival(*m)).collect(), k);
             // Candidates: this lane's values >= L (counted in f32: exact small integers, 32-bit shuffles);
             // slots from a warp scan of the counts.
-            let cnt = b.let_var("cnt", 0.0f64);
-            for v in &vals {
-                b.assign(cnt, ival(cnt) + Expr::select(v.ge(l.clone()), 1.0f64, 0.0f64));
+            let cnts: Vec<VarId> = rows.iter().map(|_| b.let_var("cnt", 0.0f64)).collect();
+            for j in 0..epl as usize {
+                for u in 0..tpw as usize {
+                    let v = &vals[u][j];
+                    b.assign(cnts[u], ival(cnts[u]) + Expr::select(v.ge(ls[u].clone()), 1.0f64, 0.0f64));
+                }
             }
-            let mut sc = ival(cnt);
+            let mut scs: Vec<Expr> = cnts.iter().map(|c| ival(*c)).collect();
             for d in [1u32, 2, 4, 8, 16] {
-                let u = b.warp_shuffle("u", WarpOp::ShflUp(d), sc.clone());
-                sc = b.let_("sc", &sc + Expr::select(Expr::lane_idx().ge(d as i64), u, 0.0f64));
+                let us: Vec<Expr> = scs.iter().map(|sc| b.warp_shuffle("u", WarpOp::ShflUp(d), sc.clone())).collect();
+                for (sc, u) in scs.iter_mut().zip(us) {
+                    *sc = b.let_("sc", &*sc + Expr::select(Expr::lane_idx().ge(d as i64), u, 0.0f64));
+                }
             }
-            let n = b.warp_shuffle("nf", WarpOp::ShflIdx(31), sc.clone());
-            let n = b.let_("n", n.to_int());
-            let pos = b.let_var("pos", (&sc - ival(cnt)).to_int());
-            // The previous token's ranking has read the candidate row.
+            let ns: Vec<Expr> = scs
+                .iter()
+                .map(|sc| {
+                    let n = b.warp_shuffle("nf", WarpOp::ShflIdx(31), sc.clone());
+                    b.let_("n", n.to_int())
+                })
+                .collect();
+            let pos: Vec<VarId> =
+                scs.iter().zip(&cnts).map(|(sc, c)| b.let_var("pos", (sc - ival(*c)).to_int())).collect();
+            // The previous step's ranking has read the candidate rows.
             b.warp_sync();
-            for v in &vals {
-                b.if_(v.ge(l.clone()), |b| {
-                    b.shared_store(cand, 0i64, Expr::warp_idx(), ival(pos), v.clone());
-                    b.assign(pos, ival(pos) + 1i64);
-                });
+            for j in 0..epl as usize {
+                for u in 0..tpw as usize {
+                    let v = vals[u][j].clone();
+                    let (p, r) = (pos[u], crow[u].clone());
+                    b.if_(v.ge(ls[u].clone()), |b| {
+                        b.shared_store(cand, 0i64, r, ival(p), v.clone());
+                        b.assign(p, ival(p) + 1i64);
+                    });
+                }
             }
             b.warp_sync();
             // At most 32 candidates (the usual case): one per lane, sorted across the warp.
-            let mine = Expr::shared_load(cand, 0i64, Expr::warp_idx(), Expr::lane_idx());
-            let mine = b.let_("mine", Expr::select(Expr::lane_idx().lt(n.clone()), mine, neg_inf()));
-            let a = warp_kth_largest(b, mine, k);
-            b.if_(t.lt(t_dim.clone()), |b| {
-                b.if_else(
-                    n.le(32i64),
-                    |b| b.if_(Expr::lane_idx().eq(0i64), |b| b.store_scalar(alpha, t.clone(), a.clone())),
-                    |b| {
-                        // More (ties): rank every candidate (ties by slot); the one of rank k is alpha.
-                        b.for_("i", Expr::lane_idx(), n.clone(), 32i64, |b, i| {
-                            let v = b.let_("cv", Expr::shared_load(cand, 0i64, Expr::warp_idx(), i.clone()));
-                            let rank = b.let_var("rank", 0i64);
-                            b.for_("j", 0i64, n.clone(), 1i64, |b, j| {
-                                let x = Expr::shared_load(cand, 0i64, Expr::warp_idx(), j.clone());
-                                let before = x.gt(v.clone()).or(x.eq(v.clone()).and(j.lt(i.clone())));
-                                b.assign(rank, ival(rank) + Expr::select(before, 1i64, 0i64));
+            let mines: Vec<Expr> = rows
+                .iter()
+                .enumerate()
+                .map(|(u, _)| {
+                    let mine = Expr::shared_load(cand, 0i64, crow[u].clone(), Expr::lane_idx());
+                    b.let_("mine", Expr::select(Expr::lane_idx().lt(ns[u].clone()), mine, neg_inf()))
+                })
+                .collect();
+            let als = warp_kth_largest_rows(b, mines, k);
+            for u in 0..tpw as usize {
+                let (t, n, a, r) = (ts[u].clone(), ns[u].clone(), als[u].clone(), crow[u].clone());
+                b.if_(t.lt(t_dim.clone()), |b| {
+                    b.if_else(
+                        n.le(32i64),
+                        |b| b.if_(Expr::lane_idx().eq(0i64), |b| b.store_scalar(alpha, t.clone(), a.clone())),
+                        |b| {
+                            // More (ties): rank every candidate (ties by slot); the one of rank k is alpha.
+                            b.for_("i", Expr::lane_idx(), n.clone(), 32i64, |b, i| {
+                                let v = b.let_("cv", Expr::shared_load(cand, 0i64, r.clone(), i.clone()));
+                                let rank = b.let_var("rank", 0i64);
+                                b.for_("j", 0i64, n.clone(), 1i64, |b, j| {
+                                    let x = Expr::shared_load(cand, 0i64, r.clone(), j.clone());
+                                    let before = x.gt(v.clone()).or(x.eq(v.clone()).and(j.lt(i.clone())));
+                                    b.assign(rank, ival(rank) + Expr::select(before, 1i64, 0i64));
+                                });
+                                b.if_(ival(rank).eq(k as i64), |b| b.store_scalar(alpha, t.clone(), v.clone()));
                             });
-                            b.if_(ival(rank).eq(k as i64), |b| b.store_scalar(alpha, t.clone(), v.clone()));
-                        });
-                    },
-                );
-            });
+                        },
+                    );
+                });
+            }
         });
     });
     Ok(b.finish()?)
+}
+
+/// The `k`-th largest (from 0) of the 32 lanes' values in each of the rows `xs`, in every lane: a bitonic sort across the warp,
+/// descending (at stage `size`, lanes with bit `size` clear sort their run descending, and the lower lane of a
+/// pair keeps the larger value in a descending run), then a broadcast of lane `k`. Top level of a region; the rows' stages side by side (their
+/// shuffle chains overlap).
+fn warp_kth_largest_rows(b: &mut KernelBuilder, xs: Vec<Expr>, k: u32) -> Vec<Expr> {
+    let mut xs = xs;
+    let mut size = 2u32;
+    while size <= 32 {
+        let mut stride = size / 2;
+        while stride >= 1 {
+            let os: Vec<Expr> = xs.iter().map(|x| b.warp_shuffle("o", WarpOp::ShflXor(stride), x.clone())).collect();
+            let lower = Expr::lane_idx().bitand(stride as i64).eq(0i64);
+            let desc = if size == 32 { Expr::Bool(true) } else { Expr::lane_idx().bitand(size as i64).eq(0i64) };
+            for (x, o) in xs.iter_mut().zip(os) {
+                *x = b.let_(
+                    "x",
+                    Expr::select(lower.clone().eq(desc.clone()), x.clone().max(o.clone()), x.clone().min(o)),
+                );
+            }
+            stride /= 2;
+        }
+        size *= 2;
+    }
+    xs.into_iter().map(|x| b.warp_shuffle("kth", WarpOp::ShflIdx(k), x)).collect()
 }
 
 // ------------------------------------------------------------------------------------------------------------
@@ -548,6 +658,8 @@ pub struct HistSpec {
     pub banked: bool,
     /// Banked flush: experts per warp store (runs of `32 / fx` consecutive words of each).
     pub fx: u32,
+    /// Banked partials flushed as the packed u16 pairs (else one u32 per slot, `[P E, B+2]`).
+    pub packed: bool,
 }
 
 /// Row width in u32 words of packed partials: the words of a histogram rounded up to 8 (32 bytes).
@@ -620,7 +732,7 @@ pub fn build_hist(spec: &HistSpec, c: &Cfg) -> Result<Kernel, OpError> {
         } else {
             format!("_bk_fx{}", spec.fx)
         }
-    );
+    ) + if spec.banked && !spec.atomic && !spec.packed { "_wide" } else { "" };
     let mut b = KernelBuilder::new(&name, nt);
     let mut kn = Knobs::new()
         .with("HT", nt as i64)
@@ -630,6 +742,9 @@ pub fn build_hist(spec: &HistSpec, c: &Cfg) -> Result<Kernel, OpError> {
         .with("HLAYOUT", if spec.banked { "banks" } else { "rows" });
     if spec.banked {
         kn = kn.with("HFX", spec.fx as i64);
+        if !spec.atomic {
+            kn = kn.with("PPACK", if spec.packed { "packed" } else { "wide" });
+        }
     }
     b.knobs(kn);
     let t_dim = b.dim("T");
@@ -643,7 +758,7 @@ pub fn build_hist(spec: &HistSpec, c: &Cfg) -> Result<Kernel, OpError> {
         (o, b.int_arg("P"))
     } else {
         let r = b.dim("R");
-        let width = if spec.banked { packed_width(bins) } else { nb };
+        let width = if spec.banked && spec.packed { packed_width(bins) } else { nb };
         let o = b.tensor("partials", DType::U32, &[r.clone(), Expr::Int(width as i64)], Access::Write);
         (o, r / e_dim.clone())
     };
@@ -766,7 +881,7 @@ pub fn build_hist(spec: &HistSpec, c: &Cfg) -> Result<Kernel, OpError> {
             b.if_(e.lt(e_dim.clone()).and(wd.lt(wpe as i64)), |b| {
                 let (hr, hc) = at_hist(r.clone(), wd.clone());
                 let v = b.let_("v", Expr::shared_load(hist, 0i64, hr, hc));
-                if banked && !spec.atomic {
+                if banked && !spec.atomic && spec.packed {
                     // The packed pair as it is (a chunk's count is <= 65535): half the bytes to write and merge.
                     let at = (Expr::block_idx(1) * e_dim.clone() + e.clone()) * pw as i64 + wd.clone();
                     b.store_scalar(out, at, v.clone());
@@ -897,39 +1012,30 @@ pub fn build_locate(spec: &LocateSpec) -> Result<Kernel, OpError> {
 
     // 1: merge the partials.
     if spec.packed {
-        // Each thread sums groups of G words over the P partials (G loads in flight per partial), then unpacks
-        // the two u16 halves (the low half is the even slot).
-        const G: u32 = 4;
+        // The unpacked read's shape on half the words: each thread sums its words over the P partials (one load
+        // per partial, the loop bound the only condition), then unpacks the two u16 halves (the low half is the
+        // even slot).
         b.threads(|b| {
             let e = Expr::block_idx(0);
-            b.for_("w0", Expr::thread_idx(), wpe as i64, (G * nt) as i64, |b, w0| {
-                let acc: Vec<(VarId, VarId)> =
-                    (0..G).map(|j| (b.let_var(&format!("lo{j}"), 0i64), b.let_var(&format!("hi{j}"), 0i64))).collect();
-                let wds: Vec<Expr> = (0..G).map(|j| b.let_(&format!("wd{j}"), &w0 + (j * nt) as i64)).collect();
-                // Two partials per iteration (twice the loads in flight).
-                b.for_("p", 0i64, p_dim.clone(), 2i64, |b, p| {
-                    for dp in 0..2i64 {
-                        let pp = &p + dp;
-                        let row = b.let_("row", (pp.clone() * e_dim.clone() + e.clone()) * pw as i64);
-                        for ((lo, hi), wd) in acc.iter().zip(&wds) {
-                            b.if_(wd.lt(wpe as i64).and(pp.lt(p_dim.clone())), |b| {
-                                let v = b.let_("v", Expr::load(src, &row + wd.clone()));
-                                b.assign(*lo, ival(*lo) + v.bitand(0xffffi64));
-                                b.assign(*hi, ival(*hi) + v.shr(16i64));
-                            });
-                        }
-                    }
+            let np = b.let_("np", p_dim.clone());
+            b.for_("wd", Expr::thread_idx(), wpe as i64, nt as i64, |b, wd| {
+                let lo = b.let_var("lo", 0i64);
+                let hi = b.let_var("hi", 0i64);
+                let at = b.let_var("at", &e * pw as i64 + wd.clone());
+                b.for_("p", 0i64, np.clone(), 1i64, |b, _p| {
+                    let v = b.let_("v", Expr::load(src, ival(at)));
+                    b.assign(lo, ival(lo) + v.bitand(0xffffi64));
+                    b.assign(hi, ival(hi) + v.shr(16i64));
+                    b.assign(at, ival(at) + e_dim.clone() * pw as i64);
                 });
-                for ((lo, hi), wd) in acc.iter().zip(&wds) {
-                    for (half, v) in [(0i64, *lo), (1, *hi)] {
-                        let sl = wd * 2i64 + half;
-                        b.if_(sl.lt(nb as i64), |b| {
-                            if let Some(cn) = counts {
-                                b.store_scalar(cn, &e * nb as i64 + sl.clone(), ival(v));
-                            }
-                            b.shared_store(cnt, 0i64, 0i64, sl.clone(), ival(v));
-                        });
-                    }
+                for (half, v) in [(0i64, lo), (1, hi)] {
+                    let sl = &wd * 2i64 + half;
+                    b.if_(sl.lt(nb as i64), |b| {
+                        if let Some(cn) = counts {
+                            b.store_scalar(cn, &e * nb as i64 + sl.clone(), ival(v));
+                        }
+                        b.shared_store(cnt, 0i64, 0i64, sl.clone(), ival(v));
+                    });
                 }
             });
         });
@@ -1366,9 +1472,9 @@ pub fn kernel_set(pb: &Problem, knobs: &Knobs) -> Result<KernelSet, OpError> {
         }
         Kind::Column { .. } => (Binned::Plain, false, None),
     };
-    let hs = HistSpec { bins, binned, zoom: false, es, atomic: c.atomic, banked: c.banked, fx: c.hfx };
+    let packed = c.packed_partials();
+    let hs = HistSpec { bins, binned, zoom: false, es, atomic: c.atomic, banked: c.banked, fx: c.fx(pb.bins), packed };
     let first = if pb.two_pass { LocatePass::First } else { LocatePass::Single };
-    let packed = c.banked && !c.atomic;
     let locate = build_locate(&LocateSpec { bins, pass: first, write_counts: !c.atomic, negate, packed })?;
     let zoom = if pb.two_pass {
         let h = build_hist(&HistSpec { zoom: true, ..hs }, &c)?;
@@ -1412,7 +1518,7 @@ pub fn build_plan(pb: &Problem, s: &HostTensor, b: Option<&HostTensor>, knobs: &
     let counts2_i = pb.two_pass.then(|| plan.output("counts2", DType::U32, &[e, nb]));
     let out_name = if matches!(pb.kind, Kind::Qb { .. }) { "bias" } else { "quantile" };
     let out_i = plan.output(out_name, DType::F32, &[e]);
-    let part_w = if c.banked { packed_width(pb.bins as u32) as usize } else { nb };
+    let part_w = if c.packed_partials() { packed_width(pb.bins as u32) as usize } else { nb };
     let part_i = (!c.atomic).then(|| plan.scratch("partials", DType::U32, &[p * e, part_w]));
     let zoom_i =
         pb.two_pass.then(|| (plan.scratch("zoom", DType::F32, &[4, e]), plan.scratch("zbin", DType::I32, &[e])));

@@ -15,6 +15,10 @@ fn knob_points() -> Vec<k3k_ir::Knobs> {
         d.clone().with("HLAYOUT", "rows").with("MERGE", "atomic"),
         d.clone().with("HFX", 32i64),
         d.clone().with("HFX", 4i64),
+        d.clone().with("PPACK", "packed"),
+        d.clone().with("ATPW", 2i64),
+        d.clone().with("ATPW", 2i64).with("ABPS", 3i64),
+        d.clone().with("PPACK", "packed").with("HFX", 32i64),
         d.clone().with("AW", 4i64).with("HT", 256i64).with("HU", 4i64).with("HKB", 33i64),
         d.clone().with("AW", 16i64).with("HT", 1024i64).with("HU", 4i64).with("HKB", 132i64),
     ]

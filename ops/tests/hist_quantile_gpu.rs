@@ -32,6 +32,8 @@ fn gpu_cases_pass_checks() {
         // The earlier paths (shared-memory rank alpha, expert-row histograms) and the other flush tilings.
         d.clone().with("ASEL", "rank").with("HLAYOUT", "rows").with("ABPS", 6i64),
         d.clone().with("HFX", 32i64).with("AW", 1i64),
+        d.clone().with("PPACK", "packed").with("HBLOCKS", 792i64),
+        d.clone().with("ATPW", 2i64).with("ABPS", 3i64),
         d.with("HFX", 4i64).with("HT", 1024i64).with("HU", 4i64).with("HKB", 132i64),
     ];
     let ops: [Box<dyn Operator>; 2] = [Box::new(HistQuantileQb), Box::new(HistQuantileColumn)];
@@ -65,7 +67,9 @@ fn gpu_step_times() {
     for p in HistQuantileQb.bench_presets() {
         let inst = HistQuantileQb.instance(&p, 1).unwrap();
         let old = d.clone().with("ASEL", "rank").with("HLAYOUT", "rows").with("ABPS", 6i64);
-        for kn in [d.clone(), d.clone().with("MERGE", "atomic"), d.clone().with("HFX", 32i64), old] {
+        let packed = d.clone().with("PPACK", "packed");
+        let two = d.clone().with("ATPW", 2i64);
+        for kn in [d.clone(), d.clone().with("MERGE", "atomic"), d.clone().with("HFX", 32i64), packed, two, old] {
             let plan = inst.plan(&kn).unwrap();
             let dev = g.upload(&plan).unwrap();
             g.launch_all(&plan, &dev).unwrap();

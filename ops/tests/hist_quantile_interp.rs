@@ -66,7 +66,8 @@ fn random_cases_both_operators() {
 #[test]
 fn qb_edge_cases() {
     let s = seed();
-    let knobs = default_knobs();
+    // Wide partials (default) and packed u16 partials: the two locate reads.
+    let packed = default_knobs().with("PPACK", "packed");
     for (i, p) in [
         qb(40, 37, 3, 64, 0, 0),    // random, odd E
         qb(5, 64, 16, 32, 1, 0),    // T < E, two passes
@@ -87,8 +88,11 @@ fn qb_edge_cases() {
     .iter()
     .enumerate()
     {
-        let inst = HistQuantileQb.instance(p, s + i as u64).unwrap();
-        assert_ok(inst.as_ref(), &knobs);
+        // Two tokens per warp and step (rows past T in the second half, odd T) with the packed partials.
+        for knobs in [default_knobs(), packed.clone().with("ATPW", 2i64).with("AW", 1i64)] {
+            let inst = HistQuantileQb.instance(p, s + i as u64).unwrap();
+            assert_ok(inst.as_ref(), &knobs);
+        }
     }
 }
 
@@ -122,7 +126,8 @@ fn qb_many_tied_alpha_candidates() {
         }
     }
     let b = vec![0f32; e];
-    for knobs in [default_knobs(), default_knobs().with("ASEL", "rank")] {
+    let two = default_knobs().with("ATPW", 2i64);
+    for knobs in [default_knobs(), default_knobs().with("ASEL", "rank"), two.clone(), two.with("AW", 1i64)] {
         for k in [0usize, 16, 31] {
             let p = qb(t as i64, e as i64, k as i64, 64, 0, 0);
             let pb = Problem::from_preset(OP_QB, &p).unwrap();
@@ -167,6 +172,10 @@ fn atomic_flush_and_other_knobs() {
         default_knobs().with("HLAYOUT", "banks").with("HKB", 33i64).with("HU", 4i64).with("HFX", 32i64),
         default_knobs().with("HFX", 4i64).with("MERGE", "atomic"),
         default_knobs().with("HFX", 32i64).with("HT", 1024i64).with("HU", 4i64).with("HKB", 132i64),
+        default_knobs().with("PPACK", "packed").with("HFX", 8i64).with("HBLOCKS", 792i64),
+        default_knobs().with("PPACK", "packed").with("HFX", 32i64),
+        default_knobs().with("ATPW", 2i64),
+        default_knobs().with("ATPW", 2i64).with("AW", 4i64).with("ABPS", 3i64),
     ];
     for (i, kn) in knob_sets.iter().enumerate() {
         let inst = HistQuantileQb.instance(&qb(70, 40, 4, 64, 1, 0), s + i as u64).unwrap();
