@@ -248,6 +248,37 @@ fn typed_errors_name_the_argument() {
     assert!(matches!(Mxfp4Matmul.instance(&p, 1), Err(OpError::BadInput { .. })));
 }
 
+/// The automatic knobs pick the tile width measured fastest on the H200 (2026-11-30 bench, see `resolve`).
+#[test]
+fn automatic_knobs_follow_the_h200_measurements() {
+    let op = Mxfp4Matmul;
+    let bn = |dims: &[(&str, i64)]| -> (i64, i64) {
+        let p = Preset::new("auto", dims);
+        let ks = op.kernels(&p, &op.default_knobs()).unwrap_or_else(|e| panic!("{dims:?}: {e}"));
+        let kn = &ks[0].knobs;
+        (kn.u32("BN").unwrap() as i64, kn.u32("SPLIT").unwrap() as i64)
+    };
+    let dense = |m: i64| bn(&[("M", m), ("N", 6144), ("K", 3584), ("packed", 1)]);
+    // Dense decode: 64-row tiles and a K split (one launch of main + one finalize).
+    for m in [1, 4, 16] {
+        let (b, s) = dense(m);
+        assert_eq!(b, 64, "M{m}");
+        assert!(s > 1, "M{m}: split {s}");
+    }
+    // 28 experts x 4 tokens: 256-row tiles fill the grid without a split; with a GLU epilogue 128.
+    assert_eq!(bn(&[("G", 28), ("per", 4), ("N", 6144), ("K", 3584), ("packed", 1)]), (256, 1));
+    let glu = [("G", 28), ("per", 4), ("N", 6144), ("K", 3584), ("packed", 1), ("epilogue", 1), ("p", 1)];
+    assert_eq!(bn(&glu).0, 128);
+    // Prefill on wgmma: 256.
+    assert_eq!(dense(4096).0, 256);
+    // M64 (measured best at the old choice, 64) is unchanged.
+    assert_eq!(dense(64).0, 64);
+    // Explicit values still win.
+    let p = Preset::new("explicit", &[("M", 1), ("N", 6144), ("K", 3584), ("packed", 1)]);
+    let ks = op.kernels(&p, &knobs(&[("BN", 128)])).unwrap();
+    assert_eq!(ks[0].knobs.u32("BN").unwrap(), 128);
+}
+
 fn assemble_all(op: &dyn Operator, p: &Preset, kn: &Knobs) {
     for k in op.kernels(p, kn).unwrap_or_else(|e| panic!("{} [{kn}]: {e}", p.name)) {
         let m = build(&k, BuildOptions { assemble: true }).unwrap_or_else(|e| panic!("{}: {e}", k.name));

@@ -238,7 +238,34 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, Op
     // the token tile's copies and fragment loads; three stages keep four such CTAs per SM (16-token tiles: wider
     // token tiles would need too many accumulator registers).
     let wide_rows = dec_bits && bm <= 16;
-    let bn = pick(knobs, "BN", if decode && !wide_rows { 64 } else { 128 })?;
+    // Measured on the H200 (results/bench/nvidia-h200/mxfp4_matmul.json, 2026-11-30, every row checked):
+    // - dense M1 N6144 K3584: BN=64 0.034 ms, BN=128 (the old choice) 0.104, BN=256 0.085: few tiles, so the
+    //   K split fills the SMs and narrow tiles keep more CTAs (and their loads) resident per SM;
+    // - 28 experts x 4 tokens: BN=256 0.218 ms, BN=128 0.292, BN=64 0.271: a full grid of tiles without a
+    //   split, and the wide tile amortises the token tile's copies over four times the weight rows;
+    // - the same with the SiTU-GLU epilogue: BN=128 0.267 ms, BN=256 0.339, BN=64 0.310 (kept at 128);
+    // - M4096 (wgmma): BN=256 0.614 ms, BN=128 0.688 (GLU prefill not measured: kept at 128).
+    // So: 256 when the 256-row tiles alone fill about four CTAs per SM, else 64 (a split follows below).
+    let tiles_at = |rows_per_tile: usize| -> usize {
+        let nt = sh.n_out.div_ceil(if sh.glu { rows_per_tile / 2 } else { rows_per_tile });
+        sh.counts.iter().map(|&r| r.div_ceil(bm as usize) * nt).sum()
+    };
+    let bn_auto = if wide_rows {
+        if sh.glu {
+            128
+        } else if tiles_at(256) >= 4 * ASSUMED_SMS {
+            256
+        } else {
+            64
+        }
+    } else if wgmma && !sh.glu && bm >= 128 {
+        256
+    } else if decode {
+        64
+    } else {
+        128
+    };
+    let bn = pick(knobs, "BN", bn_auto)?;
     let bk = pick(knobs, "BK", if decode && !wgmma { 128 } else { 64 })?;
     let stages = pick(knobs, "STAGES", if (decode && !wide_rows) || wgmma { 4 } else { 3 })?;
     let wa = pick(knobs, "WA", if wgmma { bm / 16 } else { (bn / 16).min(if decode { 4 } else { 8 }) })?;
