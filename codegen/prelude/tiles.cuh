@@ -551,6 +551,60 @@ __device__ __forceinline__ void dequant_fp4(TT& t, const unsigned char* qt, int 
     }
 }
 
+// Streaming decode straight from global memory (`Stmt::DequantFp4Stream`): `dequant_fp4` with the words and
+// scale bytes loaded from global memory into registers, every load of the tile issued before the first decode
+// (a thread keeps NB * 2 * blocks loads in flight). Packed layout: one 32-bit load per row and block (the
+// quad's four lanes read the block's 16 bytes); natural: one 16-byte load of the block and three prmt. Blocks
+// past the views decode to zero.
+template <bool PACKED, bool FOLD, bool FINITE, class TT>
+__device__ __forceinline__ void dequant_fp4_stream(TT& t, const unsigned* __restrict__ q, long long qoff,
+                                                   long long qstride, long long qrows, long long qcols,
+                                                   const unsigned char* __restrict__ sg, long long soff,
+                                                   long long sstride, long long srows, long long scols) {
+  static_assert(TT::L::NF % 4 == 0, "dequant_fp4_stream: 32-column blocks per warp");
+  constexpr int NBK = TT::L::NF / 4;
+  const unsigned l = (unsigned)(lane_id() & 3);
+  uint4 w[TT::L::NB][2][NBK];
+  unsigned sc[TT::L::NB][2][NBK];
+#pragma unroll
+  for (int b = 0; b < TT::L::NB; ++b)
+#pragma unroll
+    for (int jp = 0; jp < 2; ++jp) {
+      const int r = TT::L::row(b, 2 * jp);
+#pragma unroll
+      for (int blk = 0; blk < NBK; ++blk) {
+        const int bi = TT::L::col(4 * blk, 0) >> 5;
+        const bool ok = r < qrows && r < srows && bi < (qcols >> 2) && bi < scols;
+        const unsigned* p = q + qoff + (long long)r * qstride + 4 * bi;
+        if (PACKED) {
+          w[b][jp][blk].x = ok ? __ldg(p + l) : 0u;
+        } else {
+          w[b][jp][blk] = ok ? __ldg((const uint4*)p) : make_uint4(0u, 0u, 0u, 0u);
+        }
+        sc[b][jp][blk] = ok ? (unsigned)__ldg(sg + soff + (long long)r * sstride + bi) : 127u;
+      }
+    }
+#pragma unroll
+  for (int b = 0; b < TT::L::NB; ++b)
+#pragma unroll
+    for (int jp = 0; jp < 2; ++jp)
+#pragma unroll
+      for (int blk = 0; blk < NBK; ++blk) {
+        const uint4 w4 = w[b][jp][blk];
+        unsigned qq;
+        if (PACKED) {
+          qq = w4.x;
+        } else {
+          const unsigned sel = l | ((l + 4) << 4);
+          qq = __byte_perm(__byte_perm(w4.x, w4.y, sel), __byte_perm(w4.z, w4.w, sel), 0x5410);
+        }
+        const unsigned s2 = fp4_scale2<FOLD, FINITE>(sc[b][jp][blk]);
+        const unsigned q4 = qq << 4;
+#pragma unroll
+        for (int f = 0; f < 4; ++f) t.v[b][4 * blk + f][jp] = fp4_pair<FOLD>(q4, qq, f, s2);
+      }
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // Warpgroup tensor cores (sm_90a wgmma). Operands are K-major shared tiles with 128-byte swizzled rows; a
 // descriptor names the start (16-byte units), the 1024-byte stride between 8-row atoms and the swizzle mode.

@@ -65,10 +65,11 @@ primitive!(
     warp_shuffles,
     scan_replicated,
     dequant_fp4,
+    dequant_fp4_stream,
 );
 
 #[test]
 fn every_case_is_listed() {
     // `cases::all` feeds the GPU run; keep it in step with the list above.
-    assert_eq!(cases::all().len(), 27);
+    assert_eq!(cases::all().len(), 28);
 }

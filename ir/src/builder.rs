@@ -233,6 +233,19 @@ impl KernelBuilder {
     ) {
         self.push(Stmt::DequantFp4 { tile, words, scales, packed, fold, finite });
     }
+    /// Decode MXFP4 words and scales straight from global memory into a bf16 register tile (see
+    /// [`Stmt::DequantFp4Stream`]).
+    pub fn dequant_fp4_stream(
+        &mut self,
+        tile: TileId,
+        words: GlobalView,
+        scales: GlobalView,
+        packed: bool,
+        fold: bool,
+        finite: bool,
+    ) {
+        self.push(Stmt::DequantFp4Stream { tile, words, scales, packed, fold, finite });
+    }
     /// Start `acc += a @ b` on the warpgroup tensor cores (see [`Stmt::MmaAsync`]).
     pub fn mma_async(&mut self, acc: TileId, a: Operand, b: Operand) {
         self.push(Stmt::MmaAsync { acc, a, b, accumulate: Expr::Bool(true) });

@@ -359,6 +359,14 @@ pub enum Stmt {
     /// broken the result is what the GPU computes, which the interpreter reproduces): `fold`, every byte is at
     /// most 128 or is 255 (one bf16x2 multiply by `2^(s-1)` per pair of values), and `finite`, no byte is 255.
     DequantFp4 { tile: TileId, words: SharedRef, scales: SharedRef, packed: bool, fold: bool, finite: bool },
+    /// [`Stmt::DequantFp4`] with the words and scales read straight from global memory (streamed into
+    /// registers, no shared staging): the same tile, column order, layouts (`packed`: the `mx::pack` layout, else
+    /// SPEC 1 bytes as little-endian words) and `fold` / `finite` promises. `words` is a u32 view `[R, C / 8]`
+    /// (four words per block) with `vec` 4 (its offset and row stride are multiples of four words: every block
+    /// starts on 16 bytes), `scales` a u8 view `[R, C / 32]`. Element `[r, c]` is 0 when `r` is not below both
+    /// views' `rows`, or its block `c / 32` is not below `words.cols / 4` or not below `scales.cols`. Every load of
+    /// the tile is issued before the first value is decoded, so a thread has all of them in flight at once.
+    DequantFp4Stream { tile: TileId, words: GlobalView, scales: GlobalView, packed: bool, fold: bool, finite: bool },
 }
 
 /// The lane exchanges of [`Stmt::WarpShuffle`]; lane `l` of a warp receives:

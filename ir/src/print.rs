@@ -186,6 +186,18 @@ fn body(k: &Kernel, b: &[Stmt], depth: usize, s: &mut String) {
                     k.tiles[tile.0 as usize].name
                 );
             }
+            Stmt::DequantFp4Stream { tile, words, scales, packed, fold, finite } => {
+                let _ = writeln!(
+                    s,
+                    "{pad}{} = dequant_fp4_stream({}, {}){}{}{}",
+                    k.tiles[tile.0 as usize].name,
+                    global_view(k, words),
+                    global_view(k, scales),
+                    if *packed { " packed" } else { " natural" },
+                    if *fold { " fold" } else { "" },
+                    if *finite { " finite" } else { "" }
+                );
+            }
             Stmt::DequantFp4 { tile, words, scales, packed, fold, finite } => {
                 let _ = writeln!(
                     s,

@@ -573,6 +573,7 @@ impl<'a> Checker<'a> {
             Stmt::StoreVec { .. } => ("vector store", BlockOnly),
             Stmt::Scan { .. } => ("scan", BlockOnly),
             Stmt::DequantFp4 { .. } => ("dequant_fp4", BlockOnly),
+            Stmt::DequantFp4Stream { .. } => ("dequant_fp4_stream", BlockOnly),
             Stmt::Threads { .. } => ("threads region", BlockOnly),
             Stmt::StoreScalar { .. } => ("store_scalar", RegionOnly),
             Stmt::SharedStore { .. } => ("shared_store", RegionOnly),
@@ -863,6 +864,40 @@ impl<'a> Checker<'a> {
                             scales.rows,
                             scales.cols
                         ),
+                    ));
+                }
+                self.path.pop();
+            }
+            Stmt::DequantFp4Stream { tile, words, scales, .. } => {
+                let t = self.tile(*tile)?;
+                self.path.push(format!("dequant_fp4_stream `{}`", t.name));
+                let wc = t.cols / t.warps[1].max(1);
+                if t.dtype != DType::Bf16 || !t.cols.is_multiple_of(32) || !wc.is_multiple_of(32) {
+                    return Err(self.err(
+                        IrErrorKind::Layout,
+                        format!(
+                            "dequant_fp4_stream decodes into a bf16 tile whose columns and per-warp column band \
+                             are multiples of 32; `{}` is {} {}x{} on {:?} warps",
+                            t.name, t.dtype, t.rows, t.cols, t.warps
+                        ),
+                    ));
+                }
+                let q = self.global_view(words)?;
+                if q.dtype != DType::U32 || words.vec != 4 {
+                    return Err(self.err(
+                        IrErrorKind::Type,
+                        format!(
+                            "dequant_fp4_stream words: a u32 view with vec = 4 (one 16-byte block per access) is \
+                             needed, got `{}` ({}) vec {}",
+                            q.name, q.dtype, words.vec
+                        ),
+                    ));
+                }
+                let sc = self.global_view(scales)?;
+                if sc.dtype != DType::U8 {
+                    return Err(self.err(
+                        IrErrorKind::Type,
+                        format!("dequant_fp4_stream scales: a u8 view is needed, got `{}` ({})", sc.name, sc.dtype),
                     ));
                 }
                 self.path.pop();
@@ -1202,6 +1237,39 @@ mod tests {
         let m = b.dim("M");
         b.tensor("x", DType::F32, &[m], Access::Read);
         b
+    }
+
+    #[test]
+    fn dequant_fp4_stream_rules() {
+        // (tile dtype, tile cols, words dtype, words vec, scales dtype, inside a threads region) -> error kind
+        let cases = [
+            (DType::Bf16, 64, DType::U32, 4, DType::U8, false, None),
+            (DType::F32, 64, DType::U32, 4, DType::U8, false, Some(IrErrorKind::Layout)),
+            (DType::Bf16, 48, DType::U32, 4, DType::U8, false, Some(IrErrorKind::Layout)),
+            (DType::Bf16, 64, DType::U8, 4, DType::U8, false, Some(IrErrorKind::Type)),
+            (DType::Bf16, 64, DType::U32, 2, DType::U8, false, Some(IrErrorKind::Type)),
+            (DType::Bf16, 64, DType::U32, 4, DType::U32, false, Some(IrErrorKind::Type)),
+            (DType::Bf16, 64, DType::U32, 4, DType::U8, true, Some(IrErrorKind::Scope)),
+        ];
+        for (tdt, cols, qdt, qvec, sdt, region, want) in cases {
+            let mut b = KernelBuilder::new("t", 128);
+            let n = b.dim("N");
+            let q = b.tensor("q", qdt, &[n.clone(), Expr::Int(8)], Access::Read);
+            let s = b.tensor("s", sdt, &[n.clone(), Expr::Int(2)], Access::Read);
+            let t = b.tile("w", tdt, 64, cols, [4, 1]);
+            let qv = view(q, 0i64, 8i64, n.clone(), 8i64, qvec);
+            let sv = view(s, 0i64, 2i64, n.clone(), 2i64, 1);
+            if region {
+                b.threads(|b| b.dequant_fp4_stream(t, qv, sv, true, false, false));
+            } else {
+                b.dequant_fp4_stream(t, qv, sv, true, false, false);
+            }
+            match (b.finish(), want) {
+                (Ok(_), None) => {}
+                (Err(e), Some(k)) => assert_eq!(e.kind, k, "{tdt} {cols} {qdt} vec {qvec} {sdt} region {region}: {e}"),
+                (r, w) => panic!("{tdt} {cols} {qdt} vec {qvec} {sdt} region {region}: {:?}, want {w:?}", r.err()),
+            }
+        }
     }
 
     #[test]

@@ -248,6 +248,125 @@ fn typed_errors_name_the_argument() {
     assert!(matches!(Mxfp4Matmul.instance(&p, 1), Err(OpError::BadInput { .. })));
 }
 
+/// The automatic knobs pick the tile width measured fastest on the H200 (2026-11-30 bench, see `resolve`), and
+/// the streaming weight path for few tokens without a GLU epilogue.
+#[test]
+fn automatic_knobs_follow_the_h200_measurements() {
+    let op = Mxfp4Matmul;
+    let path = |dims: &[(&str, i64)], kn: &Knobs| -> String {
+        let ks = op.kernels(&Preset::new("auto", dims), kn).unwrap();
+        ks[0].knobs.str("PATH").unwrap().to_string()
+    };
+    // Few tokens without a GLU epilogue: the streaming path; the tile path keeps its measured widths below.
+    for m in [1, 16] {
+        assert_eq!(path(&[("M", m), ("N", 6144), ("K", 3584), ("packed", 1)], &op.default_knobs()), "stream");
+    }
+    assert_eq!(path(&[("M", 17), ("N", 6144), ("K", 3584), ("packed", 1)], &op.default_knobs()), "tile");
+    assert_eq!(path(&[("M", 1), ("N", 6144), ("K", 3584)], &op.default_knobs()), "tile", "natural layout");
+    let g28 = [("G", 28), ("per", 4), ("N", 6144), ("K", 3584), ("packed", 1)];
+    assert_eq!(path(&g28, &op.default_knobs()), "stream");
+    let glu28 = [("G", 28), ("per", 4), ("N", 6144), ("K", 3584), ("packed", 1), ("epilogue", 1), ("p", 1)];
+    assert_eq!(path(&glu28, &op.default_knobs()), "tile");
+    let tile = op.default_knobs().with("PATH", "tile");
+    let bn = |dims: &[(&str, i64)]| -> (i64, i64) {
+        let ks = op.kernels(&Preset::new("auto", dims), &tile).unwrap_or_else(|e| panic!("{dims:?}: {e}"));
+        let kn = &ks[0].knobs;
+        (kn.u32("BN").unwrap() as i64, kn.u32("SPLIT").unwrap() as i64)
+    };
+    let dense = |m: i64| bn(&[("M", m), ("N", 6144), ("K", 3584), ("packed", 1)]);
+    // Dense decode: 64-row tiles and a K split (one launch of main + one finalize).
+    for m in [1, 4, 16] {
+        let (b, s) = dense(m);
+        assert_eq!(b, 64, "M{m}");
+        assert!(s > 1, "M{m}: split {s}");
+    }
+    // 28 experts x 4 tokens: 256-row tiles fill the grid without a split; with a GLU epilogue 128.
+    assert_eq!(bn(&[("G", 28), ("per", 4), ("N", 6144), ("K", 3584), ("packed", 1)]), (256, 1));
+    let glu = [("G", 28), ("per", 4), ("N", 6144), ("K", 3584), ("packed", 1), ("epilogue", 1), ("p", 1)];
+    assert_eq!(bn(&glu).0, 128);
+    // Prefill on wgmma: 256.
+    assert_eq!(dense(4096).0, 256);
+    // M64 (measured best at the old choice, 64) is unchanged.
+    assert_eq!(dense(64).0, 64);
+    // Explicit values still win.
+    let p = Preset::new("explicit", &[("M", 1), ("N", 6144), ("K", 3584), ("packed", 1)]);
+    let ks = op.kernels(&p, &knobs(&[("BN", 128)])).unwrap();
+    assert_eq!(ks[0].knobs.u32("BN").unwrap(), 128);
+}
+
+/// PATH=stream (`Stmt::DequantFp4Stream`: weights global -> registers) against the f64 reference: edge token
+/// counts (1, 15, 17, 63, 65), widths and K (one block, a K tail shorter than BK, K past BK), both weight
+/// layouts, NaN scale blocks, grouped with empty groups, MXFP8 activations, splits; and its invalid knob sets.
+#[test]
+fn stream_path_edges_and_layouts() {
+    let mut rng = StdRng::seed_from_u64(rand::rng().random());
+    let stream = |pairs: &[(&str, i64)]| knobs(pairs).with("PATH", "stream");
+    for (m, k, n, packed, wide) in [
+        (1i64, 32i64, 16i64, 1i64, 0i64),
+        (15, 288, 17, 0, 1),
+        (17, 96, 40, 1, 1),
+        (63, 224, 8, 1, 0),
+        (65, 64, 33, 0, 0),
+    ] {
+        let p = Preset::new(
+            &format!("stream M{m} K{k} N{n}"),
+            &[("M", m), ("K", k), ("N", n), ("packed", packed), ("wide", wide)],
+        );
+        run(&p, rng.random(), &stream(&[("BM", 16)]));
+        run(&p, rng.random(), &stream(&[("BM", 16), ("BK", 128), ("BN", 32), ("WA", 2), ("SPLIT", 2)]));
+    }
+    for (m, k) in [(1i64, 3584i64), (16, 416)] {
+        let p = Preset::new("stream auto", &[("M", m), ("K", k), ("N", 70), ("packed", 1)]);
+        run(&p, rng.random(), &default_knobs());
+    }
+    for (packed, wide, act, pw) in [(1i64, 0i64, 0i64, 0i64), (0, 1, 0, 1), (1, 1, 1, 1)] {
+        let p = Preset::new(
+            "stream grouped",
+            &[
+                ("G", 5),
+                ("c0", 0),
+                ("c1", 4),
+                ("c2", 0),
+                ("c3", 17),
+                ("c4", 1),
+                ("K", 320),
+                ("N", 34),
+                ("p", pw),
+                ("packed", packed),
+                ("wide", wide),
+                ("act", act),
+            ],
+        );
+        run(&p, rng.random(), &default_knobs());
+        run(&p, rng.random(), &stream(&[("SPLIT", 3), ("BK", 64)]));
+    }
+    // Invalid: a GLU epilogue, wgmma, two token warps, the expression decode.
+    let glu = Preset::new("glu", &[("M", 4), ("K", 64), ("N", 32), ("epilogue", 1)]);
+    let inst = Mxfp4Matmul.instance(&glu, 1).unwrap();
+    assert!(matches!(inst.plan(&stream(&[])), Err(OpError::InvalidKnobs { .. })));
+    assert_eq!(Mxfp4Matmul.kernels(&glu, &default_knobs()).unwrap()[0].knobs.str("PATH").unwrap(), "tile");
+    let p = Preset::new("d", &[("M", 4), ("K", 64), ("N", 32)]);
+    let inst = Mxfp4Matmul.instance(&p, 1).unwrap();
+    for kn in [
+        stream(&[("BM", 64), ("WA", 4)]).with("MMA", "wgmma"),
+        stream(&[("WB", 2), ("BM", 32)]),
+        stream(&[]).with("DEC", "expr"),
+        knobs(&[]).with("PATH", "bogus"),
+    ] {
+        assert!(matches!(inst.plan(&kn), Err(OpError::InvalidKnobs { .. })), "{kn}");
+    }
+    // NaN scale bytes decode to NaN blocks on the stream path as on the tile path (the reference check above
+    // covers `wide` scales, which include 255): the outputs of both paths agree on which elements are NaN.
+    let p = Preset::new("nan", &[("M", 3), ("K", 96), ("N", 40), ("wide", 1), ("packed", 1)]);
+    let inst = Mxfp4Matmul.instance(&p, 7).unwrap();
+    let y = |kn: &Knobs| Executor::Cpu.run(&inst.plan(kn).unwrap()).unwrap().get("y").unwrap().to_f32_vec();
+    let (a, b) = (y(&stream(&[])), y(&knobs(&[]).with("PATH", "tile")));
+    assert!(a.iter().any(|v| v.is_nan()), "the wide scales of this seed include a NaN block");
+    for (i, (x, z)) in a.iter().zip(&b).enumerate() {
+        assert_eq!(x.is_nan(), z.is_nan(), "element {i}: stream {x}, tile {z}");
+    }
+}
+
 fn assemble_all(op: &dyn Operator, p: &Preset, kn: &Knobs) {
     for k in op.kernels(p, kn).unwrap_or_else(|e| panic!("{} [{kn}]: {e}", p.name)) {
         let m = build(&k, BuildOptions { assemble: true }).unwrap_or_else(|e| panic!("{}: {e}", k.name));
@@ -289,6 +408,30 @@ fn presets_compile_without_spills() {
         (vec![("M", 4096), ("N", 6144), ("K", 3584), ("act", 1)], default_knobs()),
         (vec![("G", 28), ("per", 4), ("N", 6144), ("K", 3584), ("act", 1), ("packed", 1)], default_knobs()),
         (vec![("M", 1), ("N", 6144), ("K", 3584), ("act", 1), ("packed", 1)], default_knobs()),
+        // PATH=stream knob points (the automatic choice at M <= 16 and for the 28x4 decode).
+        (vec![("M", 16), ("N", 6144), ("K", 3584), ("packed", 1)], default_knobs()),
+        (vec![("M", 1), ("N", 6144), ("K", 3584), ("packed", 1)], knobs(&[("BK", 128)]).with("PATH", "stream")),
+        (
+            vec![("M", 1), ("N", 6144), ("K", 3584), ("packed", 1)],
+            knobs(&[("BN", 32), ("WA", 2)]).with("PATH", "stream"),
+        ),
+        (
+            vec![("M", 1), ("N", 6144), ("K", 3584), ("packed", 1)],
+            knobs(&[("BN", 128), ("WA", 8)]).with("PATH", "stream"),
+        ),
+        (
+            vec![("G", 28), ("per", 4), ("N", 6144), ("K", 3584), ("packed", 1)],
+            knobs(&[("BN", 128), ("WA", 8)]).with("PATH", "stream"),
+        ),
+        (
+            vec![("G", 28), ("per", 4), ("N", 6144), ("K", 3584), ("packed", 1)],
+            knobs(&[("BN", 32), ("WA", 2), ("BK", 128)]).with("PATH", "stream"),
+        ),
+        (vec![("M", 16), ("N", 6144), ("K", 3584)], default_knobs().with("PATH", "stream")),
+        (vec![("M", 64), ("N", 6144), ("K", 3584), ("packed", 1)], knobs(&[("BK", 128)]).with("PATH", "stream")),
+        // The tile path at the shapes the stream path now takes by default.
+        (vec![("M", 1), ("N", 6144), ("K", 3584), ("packed", 1)], default_knobs().with("PATH", "tile")),
+        (vec![("G", 28), ("per", 4), ("N", 6144), ("K", 3584), ("packed", 1)], default_knobs().with("PATH", "tile")),
     ] {
         let p = Preset::new("variant", &dims);
         assemble_all(&op, &p, &kn);

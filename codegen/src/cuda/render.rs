@@ -428,6 +428,16 @@ impl<'a> Renderer<'a> {
                 );
                 self.line(&line);
             }
+            Stmt::DequantFp4Stream { tile, words, scales, packed, fold, finite } => {
+                let line = format!(
+                    "k3k::dequant_fp4_stream<{packed}, {fold}, {finite}, {}>(t{}, {}, {});",
+                    self.tile_ty(*tile),
+                    tile.0,
+                    self.view_args(words),
+                    self.view_args(scales)
+                );
+                self.line(&line);
+            }
             Stmt::Scan { tile, scratch, op } => {
                 let d = &k.tiles[tile.0 as usize];
                 let op = match op {

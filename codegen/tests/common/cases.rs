@@ -52,6 +52,7 @@ pub fn all() -> Vec<Case> {
         mma_banded(),
         warp_shuffles(),
         dequant_fp4(),
+        dequant_fp4_stream(),
     ]
 }
 
@@ -1283,6 +1284,81 @@ pub fn dequant_fp4() -> Case {
                 assert!(
                     same,
                     "dequant_fp4 variant {} row {} col {}: got {g:e}, want {w:e}",
+                    i / (r * c),
+                    (i / c) % r,
+                    i % c
+                );
+            }
+        }),
+    }
+}
+
+/// `DequantFp4Stream` on [128, 256] bf16 tiles over 8 warps, straight from global views that start one block
+/// into each row (offset 4 words / 1 scale byte), with 117 valid rows and 7 valid blocks of words (the 8th
+/// block, and the rows past 117, must be zero although the scale view covers them): packed and natural
+/// layouts, every scale byte 0..=255 on the general path (NaN, the subnormal 2^-127, overflow) and the folded
+/// paths on the bytes they promise; bitwise against `e2m1 * 2^(s-127)` computed here.
+pub fn dequant_fp4_stream() -> Case {
+    let (r, c) = (128usize, 256usize);
+    let (rows, blocks) = (117usize, 7usize);
+    // Tensors: [rows, 9 blocks]; the views skip block 0.
+    let (kw, kb) = (9 * 4, 9);
+    let variants =
+        [(true, false, false, 0usize), (false, false, false, 0), (true, true, false, 1), (false, true, true, 2)];
+    let mut b = KernelBuilder::new("p_dequant_fp4_stream", 256);
+    let dims = |a: usize, bb: usize| [Expr::Int(a as i64), Expr::Int(bb as i64)];
+    let q = b.tensor("q", DType::U32, &dims(rows, kw), Access::Read);
+    let scales: Vec<TensorId> =
+        (0..3).map(|i| b.tensor(&format!("s{i}"), DType::U8, &dims(rows, kb), Access::Read)).collect();
+    let y = b.tensor("y", DType::Bf16, &[Expr::Int(4), Expr::Int(r as i64), Expr::Int(c as i64)], Access::Write);
+    let t = b.tile("w", DType::Bf16, r as u32, c as u32, [8, 1]);
+    for (v, &(packed, fold, finite, si)) in variants.iter().enumerate() {
+        let qv = view(q, 4i64, kw as i64, rows as i64, (4 * blocks) as i64, 4);
+        let sv = view(scales[si], 1i64, kb as i64, rows as i64, 8i64, 1);
+        b.dequant_fp4_stream(t, qv, sv, packed, fold, finite);
+        b.store(t, Place::Global(view(y, (v * r * c) as i64, c as i64, r as i64, c as i64, 2)));
+    }
+    let k = b.finish().unwrap();
+    let mut rng = Rng::new(13);
+    let qw: Vec<u32> = (0..rows * kw).map(|_| rng.next_u64() as u32).collect();
+    let sv: [Vec<u8>; 3] = [
+        (0..rows * kb).map(|i| (i * 7) as u8).collect(),
+        (0..rows * kb).map(|i| if i % 7 == 3 { 255 } else { (i % 129) as u8 }).collect(),
+        (0..rows * kb).map(|i| ((i * 5) % 129) as u8).collect(),
+    ];
+    const E2M1: [f64; 16] = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0];
+    let mut want = vec![0f32; 4 * r * c];
+    for (v, &(packed, _, _, si)) in variants.iter().enumerate() {
+        for row in 0..rows {
+            for col in 0..32 * blocks {
+                let (w, p) =
+                    if packed { ((col % 8) / 2, 2 * ((col / 8) % 4) + col % 2) } else { ((col % 32) / 8, col % 8) };
+                let word = qw[row * kw + 4 + 4 * (col / 32) + w];
+                let nib = ((word >> (4 * p)) & 15) as usize;
+                let s = sv[si][row * kb + 1 + col / 32];
+                want[(v * r + row) * c + col] =
+                    if s == 255 { f32::NAN } else { (E2M1[nib] * 2f64.powi(s as i32 - 127)) as f32 };
+            }
+        }
+    }
+    let qbytes: Vec<u8> = qw.iter().flat_map(|w| w.to_le_bytes()).collect();
+    let mut tensors = vec![HostTensor::from_bytes(DType::U32, &[rows, kw], qbytes)];
+    for v in &sv {
+        tensors.push(HostTensor::from_bytes(DType::U8, &[rows, kb], v.clone()));
+    }
+    tensors.push(poisoned(DType::Bf16, &[4, r, c]));
+    Case {
+        name: "dequant_fp4_stream",
+        kernel: k,
+        tensors,
+        scalars: vec![],
+        check: Box::new(move |ts| {
+            let got = ts[4].to_f32_vec();
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                let same = g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan());
+                assert!(
+                    same,
+                    "dequant_fp4_stream variant {} row {} col {}: got {g:e}, want {w:e}",
                     i / (r * c),
                     (i / c) % r,
                     i % c

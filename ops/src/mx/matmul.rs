@@ -101,6 +101,14 @@ pub fn knob_space() -> KnobSpace {
              where the tile allows (so the tuner times auto and expr only; bits is accepted too)",
             ["auto", "expr"],
         )
+        .axis(
+            "PATH",
+            "weight path: tile (cp.async stages of packed words in shared memory, decoded from there), stream \
+             (`Stmt::DequantFp4Stream`: words and scales loaded from global memory straight into registers, \
+             a whole BK slice's loads in flight per thread; MMA=sync, no GLU epilogue; for few tokens); auto: \
+             stream for BM <= 16 with packed weights, bf16 activations and no GLU epilogue",
+            ["auto", "tile", "stream"],
+        )
 }
 
 /// Defaults: everything chosen from the problem shape.
@@ -117,6 +125,7 @@ pub fn default_knobs() -> Knobs {
         .with("RASTER", "m")
         .with("MMA", "auto")
         .with("DEC", "auto")
+        .with("PATH", "auto")
 }
 
 /// Concrete knob values for one problem.
@@ -137,6 +146,9 @@ pub struct Cfg {
     /// Decode the weights with [`Stmt::DequantFp4`] instead of a per-element map (MMA=sync) or a threads region
     /// (MMA=wgmma).
     pub dec_bits: bool,
+    /// Weights streamed from global memory into registers ([`Stmt::DequantFp4Stream`]) instead of staged in
+    /// shared memory.
+    pub stream: bool,
 }
 
 impl Cfg {
@@ -154,6 +166,7 @@ impl Cfg {
             .with("RASTER", if self.raster_m { "m" } else { "n" })
             .with("MMA", if self.wgmma { "wgmma" } else { "sync" })
             .with("DEC", if self.dec_bits { "bits" } else { "expr" })
+            .with("PATH", if self.stream { "stream" } else { "tile" })
     }
     /// Shared memory of the main kernel, bytes (what `Kernel::shared_bytes` will report, up to alignment).
     pub fn shared_bytes(&self, packed: bool) -> usize {
@@ -162,7 +175,7 @@ impl Cfg {
         let (bn, bm, bk) = (self.bn as usize, self.bm as usize, self.bk as usize);
         let _ = packed;
         let al1k = |b: usize| b.next_multiple_of(1024);
-        let common = al(bn * bk / 2 * st) + al(bn * bk / 32 * st);
+        let common = if self.stream { 0 } else { al(bn * bk / 2 * st) + al(bn * bk / 32 * st) };
         if self.wgmma {
             common + al1k(bm * bk * 2 * st) + al1k(bn * bk * 2 * 2) + 1024
         } else {
@@ -234,19 +247,110 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, Op
         },
     };
     let dec_bits = dec_req.unwrap_or(!wgmma);
+    // PATH: the streaming weight path for decode tiles (see the knob's description).
+    let stream = match knobs.0.get("PATH") {
+        None => false,
+        Some(_) => match knobs.str("PATH")? {
+            // Packed weights and bf16 activations only: the natural layout's 16-byte block loads take four times
+            // the registers (the grouped kernel at BK=128 spilled 40 bytes under ptxas), and the MXFP8 grouped
+            // kernel at BK=256 spilled 12 (the tile path stays their default).
+            "auto" => {
+                bm <= 16
+                    && spec.packed
+                    && !spec.act8
+                    && !wgmma
+                    && !sh.glu
+                    && matches!(knobs.u32("WB")?, 0 | 1)
+                    && knobs.0.get("DEC").is_none_or(|_| knobs.str("DEC").is_ok_and(|d| d != "expr"))
+            }
+            "tile" => false,
+            "stream" => true,
+            other => {
+                return Err(OpError::InvalidKnobs {
+                    op: OP,
+                    knobs: knobs.to_string(),
+                    why: format!("PATH={other}: auto, tile or stream"),
+                });
+            }
+        },
+    };
     // The bit decode makes a decode tile's weight rows cheap enough that 128 rows per CTA (32 per warp) pay for
     // the token tile's copies and fragment loads; three stages keep four such CTAs per SM (16-token tiles: wider
     // token tiles would need too many accumulator registers).
     let wide_rows = dec_bits && bm <= 16;
-    let bn = pick(knobs, "BN", if decode && !wide_rows { 64 } else { 128 })?;
-    let bk = pick(knobs, "BK", if decode && !wgmma { 128 } else { 64 })?;
-    let stages = pick(knobs, "STAGES", if (decode && !wide_rows) || wgmma { 4 } else { 3 })?;
-    let wa = pick(knobs, "WA", if wgmma { bm / 16 } else { (bn / 16).min(if decode { 4 } else { 8 }) })?;
+    // Measured on the H200 (results/bench/nvidia-h200/mxfp4_matmul.json, 2026-11-30, every row checked):
+    // - dense M1 N6144 K3584: BN=64 0.034 ms, BN=128 (the old choice) 0.104, BN=256 0.085: few tiles, so the
+    //   K split fills the SMs and narrow tiles keep more CTAs (and their loads) resident per SM;
+    // - 28 experts x 4 tokens: BN=256 0.218 ms, BN=128 0.292, BN=64 0.271: a full grid of tiles without a
+    //   split, and the wide tile amortises the token tile's copies over four times the weight rows;
+    // - the same with the SiTU-GLU epilogue: BN=128 0.267 ms, BN=256 0.339, BN=64 0.310 (kept at 128);
+    // - M4096 (wgmma): BN=256 0.614 ms, BN=128 0.688 (GLU prefill not measured: kept at 128).
+    // So: 256 when the 256-row tiles alone fill about four CTAs per SM, else 64 (a split follows below).
+    let tiles_at = |rows_per_tile: usize| -> usize {
+        let nt = sh.n_out.div_ceil(if sh.glu { rows_per_tile / 2 } else { rows_per_tile });
+        sh.counts.iter().map(|&r| r.div_ceil(bm as usize) * nt).sum()
+    };
+    // The stream path: 16 weight rows per warp (4 warps), a 256-wide K slice per iteration (eight blocks per
+    // row in flight per thread); the split below fills the SMs.
+    let bn_auto = if stream {
+        64
+    } else if wide_rows {
+        if sh.glu {
+            128
+        } else if tiles_at(256) >= 4 * ASSUMED_SMS {
+            256
+        } else {
+            64
+        }
+    } else if wgmma && !sh.glu && bm >= 128 {
+        256
+    } else if decode {
+        64
+    } else {
+        128
+    };
+    let bn = pick(knobs, "BN", bn_auto)?;
+    // Stream: 256 packed (eight 4-byte words per row in flight), 128 natural (its 16-byte block loads hold four
+    // times the registers: at 256 ptxas spills under the 128-register cap of four CTAs per SM).
+    let bk_stream = if spec.packed { 256 } else { 128 };
+    let bk = pick(
+        knobs,
+        "BK",
+        if stream {
+            bk_stream
+        } else if decode && !wgmma {
+            128
+        } else {
+            64
+        },
+    )?;
+    let stages = pick(knobs, "STAGES", if (decode && !wide_rows) || wgmma || stream { 4 } else { 3 })?;
+    // The stream path keeps 16 weight rows per warp (its register tile holds a whole BK slice of them).
+    let wa_auto = if wgmma {
+        bm / 16
+    } else if stream {
+        (bn / 16).clamp(1, 16)
+    } else {
+        (bn / 16).min(if decode { 4 } else { 8 })
+    };
+    let wa = pick(knobs, "WA", wa_auto)?;
     let wb = pick(knobs, "WB", 1)?;
     // wgmma: the weight tile is decoded into registers (16 rows per warp at least) and stored to shared memory.
     let dec_bits = if wgmma { dec_req.unwrap_or(bn.is_multiple_of(16 * wa)) } else { dec_bits };
-    let mut c =
-        Cfg { bn, bm, bk, stages, wa, wb, split: 1, cps: 1, raster_m: knobs.str("RASTER")? == "m", wgmma, dec_bits };
+    let mut c = Cfg {
+        bn,
+        bm,
+        bk,
+        stages,
+        wa,
+        wb,
+        split: 1,
+        cps: 1,
+        raster_m: knobs.str("RASTER")? == "m",
+        wgmma,
+        dec_bits,
+        stream,
+    };
     c.cps = knobs.u32("CPS")?;
     // CTAs resident per SM: the persistent count, else an estimate from shared memory (registers permitting).
     let resident =
@@ -270,7 +374,7 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, Op
         if tiles * 4 >= target * 3 { 1 } else { (target / tiles).clamp(1, k_tiles.min(32)) }
     } else if tiles >= target {
         1
-    } else if wide_rows {
+    } else if wide_rows || stream {
         // Bit-decode tiles stream their weights faster than a CTA starts and drains: one wave of longer CTAs.
         target.div_ceil(tiles).clamp(1, k_tiles.min(32))
     } else {
@@ -286,6 +390,15 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, Op
 fn validate(spec: &MatSpec, c: &Cfg, knobs: &Knobs) -> Result<(), OpError> {
     let invalid = |why: String| Err(OpError::InvalidKnobs { op: OP, knobs: knobs.to_string(), why });
     let glu = spec.epilogue.is_glu();
+    if c.stream && (c.wgmma || glu || c.wb != 1 || !c.dec_bits) {
+        return invalid(format!(
+            "PATH=stream needs MMA=sync, WB=1, DEC=bits and no GLU epilogue (got MMA={}, WB={}, DEC={}, epilogue {})",
+            if c.wgmma { "wgmma" } else { "sync" },
+            c.wb,
+            if c.dec_bits { "bits" } else { "expr" },
+            spec.epilogue.name()
+        ));
+    }
     if c.dec_bits && c.wgmma && (c.wa == 0 || !c.bn.is_multiple_of(16 * c.wa)) {
         return invalid(format!("DEC=bits with MMA=wgmma needs BN={} a multiple of 16*WA={}", c.bn, 16 * c.wa));
     }
@@ -321,7 +434,8 @@ fn validate(spec: &MatSpec, c: &Cfg, knobs: &Knobs) -> Result<(), OpError> {
     if acc_regs > 128 {
         return invalid(format!("{acc_regs} accumulator registers per thread (max 128)"));
     }
-    let a_regs = if c.wgmma { c.bn * 64 / (32 * warps) / 2 } else { c.bn * 32 / (32 * c.wa) / 2 };
+    let a_cols = if c.stream { c.bk } else { 32 };
+    let a_regs = if c.wgmma { c.bn * 64 / (32 * warps) / 2 } else { c.bn * a_cols / (32 * c.wa) / 2 };
     // Measured with ptxas: beyond ~96 the decode's addresses and the B fragments push past 255 registers.
     let reg_cap = if c.wgmma { 160 } else { 96 };
     if acc_regs + a_regs > reg_cap {
@@ -422,8 +536,13 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
     let bno = if glu { bn / 2 } else { bn };
     let warps = [c.wa, c.wb];
     let words_per_row = bk / 8;
-    let sq = b.shared("sq", qdt, bn, words_per_row, st, Swizzle::Xor16B);
-    let ss = b.shared("ss", DType::U8, bn, bk / 32, st, Swizzle::None);
+    // PATH=stream: no shared weight stages (the words go global -> registers).
+    let sqs = (!c.stream).then(|| {
+        (
+            b.shared("sq", qdt, bn, words_per_row, st, Swizzle::Xor16B),
+            b.shared("ss", DType::U8, bn, bk / 32, st, Swizzle::None),
+        )
+    });
     // The bf16 x tile: STAGES slots filled by cp.async, or (MXFP8) one slot per product in flight filled by the
     // on-chip conversion of the E4M3 words and scales staged in `sxq` / `sxs`.
     let sx =
@@ -449,7 +568,8 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
     } else {
         let sacc = b.shared("sacc", DType::F32, bn, bm + 1, 1, Swizzle::None);
         let acc = b.tile("acc", DType::F32, bn, bm, warps);
-        let wt = b.tile("w", DType::Bf16, bn, 32, [c.wa, 1]);
+        // The decoded weights of one 32-wide block (PATH=stream: of the whole BK slice).
+        let wt = b.tile("w", DType::Bf16, bn, if c.stream { bk } else { 32 }, [c.wa, 1]);
         // Output tile [BM, BNO] (tokens x output columns) on as many warps along columns as divide it.
         let yw = [1u32, 2, 4, 8, 16]
             .into_iter()
@@ -536,7 +656,8 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
                 vec![(0, n0.clone(), n.clone() - n0.clone())]
             };
             let hrows = if glu { bn / 2 } else { bn };
-            for (r0, nrow, nvalid) in halves {
+            for (r0, nrow, nvalid) in halves.into_iter().filter(|_| sqs.is_some()) {
+                let (sq, ss) = sqs.expect("tile path");
                 let (qoff, qcols, qvec) = ((&wrow + nrow.clone()) * kq.clone() + &k0 / 8i64, &kleft / 8i64, 4);
                 let dq = b.window(sq, slot.clone(), r0, 0, hrows, words_per_row);
                 b.copy_async(dq, view(wq, qoff, kq.clone(), nvalid.clone(), qcols, qvec));
@@ -591,7 +712,33 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
                 } else {
                     slot.clone()
                 };
-                for sub in 0..bk / 32 {
+                if c.stream {
+                    // The slice's words and scales straight into registers, then one product over BK.
+                    let k0 = b.let_("k0", &kbeg + kt.clone() * bk as i64);
+                    let kleft = &kend - k0.clone();
+                    let nvalid = n.clone() - n0.clone();
+                    let qv = view(
+                        wq,
+                        (&wrow + n0.clone()) * kq.clone() + &k0 / 8i64,
+                        kq.clone(),
+                        nvalid.clone(),
+                        &kleft / 8i64,
+                        4,
+                    );
+                    let sv = view(
+                        ws,
+                        (&wrow + n0.clone()) * kb.clone() + &k0 / 32i64,
+                        kb.clone(),
+                        nvalid,
+                        &kleft / 32i64,
+                        1,
+                    );
+                    b.dequant_fp4_stream(wt, qv, sv, spec.packed, spec.fold, spec.finite);
+                    let xw = b.window(sx, xslot.clone(), 0, 0, bm, bk);
+                    b.mma(acc, Operand::Reg(wt), Operand::Shared { src: xw, transpose: true });
+                }
+                for sub in (0..bk / 32).filter(|_| !c.stream) {
+                    let (sq, ss) = sqs.expect("tile path");
                     if c.dec_bits {
                         let q = b.window(sq, slot.clone(), 0, sub * 4, bn, 4);
                         let s = b.window(ss, slot.clone(), 0, sub, bn, 1);
@@ -681,6 +828,7 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
                 b.commit();
                 let slot = b.let_("slot", &kt % st as i64);
                 let half = b.let_("half", &kt % 2i64);
+                let (sq, ss) = sqs.expect("tile path (validated: PATH=stream is MMA=sync)");
                 if let Some(wr) = wreg {
                     let q = b.window(sq, slot.clone(), 0, 0, bn, bk / 8);
                     let s = b.window(ss, slot.clone(), 0, 0, bn, bk / 32);
@@ -1360,7 +1508,7 @@ impl Operator for Mxfp4Matmul {
     fn bench_presets(&self) -> Vec<Preset> {
         // The SPEC 4 rows use weights in the offline packed layout (`mx::pack`, like every Hopper MXFP4
         // kernel's re-layout); the `natural` rows read the SPEC 1 layout as stored.
-        let rows: [(&str, Vec<(&str, i64)>); 5] = [
+        let rows: [(&str, Vec<(&str, i64)>); 6] = [
             ("MXFP4 linear M1 N6144 K3584", vec![("M", 1), ("N", 6144), ("K", 3584)]),
             ("MXFP4 linear M64 N6144 K3584", vec![("M", 64), ("N", 6144), ("K", 3584)]),
             ("MXFP4 linear M4096 N6144 K3584", vec![("M", 4096), ("N", 6144), ("K", 3584)]),
@@ -1369,6 +1517,8 @@ impl Operator for Mxfp4Matmul {
                 "MXFP4 decode 28 experts x 4 tokens N6144 K3584 situ_glu+p",
                 vec![("G", 28), ("per", 4), ("N", 6144), ("K", 3584), ("epilogue", 1), ("p", 1)],
             ),
+            // The largest decode batch of the M <= 16 target (the stream path's widest token tile).
+            ("MXFP4 linear M16 N6144 K3584", vec![("M", 16), ("N", 6144), ("K", 3584)]),
         ];
         let mut out = vec![];
         for (name, dims) in &rows {

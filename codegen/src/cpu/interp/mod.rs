@@ -233,7 +233,8 @@ impl<'a> Block<'a> {
             | Stmt::LoadVec { .. }
             | Stmt::StoreVec { .. }
             | Stmt::Scan { .. }
-            | Stmt::DequantFp4 { .. } => self.tile_stmt(s, tensors)?,
+            | Stmt::DequantFp4 { .. }
+            | Stmt::DequantFp4Stream { .. } => self.tile_stmt(s, tensors)?,
             Stmt::Threads { .. }
             | Stmt::StoreScalar { .. }
             | Stmt::SharedStore { .. }

@@ -211,6 +211,31 @@ impl<'a> Block<'a> {
                 }
                 self.tiles[tile.0 as usize] = out;
             }
+            Stmt::DequantFp4Stream { tile, words, scales, packed, fold, finite } => {
+                let d = &k.tiles[tile.0 as usize];
+                let (rows, cols) = (d.rows as usize, d.cols as usize);
+                let (qo, qs, qr, qc) = self.view(words, tensors)?;
+                let (so, ss, sr, sc) = self.view(scales, tensors)?;
+                let mut out = vec![0.0f64; rows * cols];
+                for r in 0..rows {
+                    for c in 0..cols {
+                        let (w, p) =
+                            if *packed { ((c % 8) / 2, 2 * ((c / 8) % 4) + c % 2) } else { ((c % 32) / 8, c % 8) };
+                        let (ri, bl) = (r as i64, (c / 32) as i64);
+                        if ri >= qr || ri >= sr || bl >= qc / 4 || bl >= sc {
+                            continue;
+                        }
+                        let at = qo + ri * qs + 4 * bl + w as i64;
+                        let qi = self.global_index("dequant_fp4_stream words", words.tensor, at, tensors)?;
+                        let word = tensors[words.tensor.0 as usize].get_i64(qi) as u32;
+                        let si =
+                            self.global_index("dequant_fp4_stream scales", scales.tensor, so + ri * ss + bl, tensors)?;
+                        let s = tensors[scales.tensor.0 as usize].get_i64(si) as u32;
+                        out[r * cols + c] = dequant_fp4_value((word >> (4 * p)) & 15, s, *fold, *finite) as f64;
+                    }
+                }
+                self.tiles[tile.0 as usize] = out;
+            }
             _ => unreachable!("not a tile statement"),
         }
         Ok(())

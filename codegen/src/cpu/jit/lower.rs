@@ -285,6 +285,10 @@ impl<'a> Types<'a> {
                     self.window(words, 1)?;
                     self.window(scales, 1)?;
                 }
+                Stmt::DequantFp4Stream { words, scales, .. } => {
+                    self.global_view(words)?;
+                    self.global_view(scales)?;
+                }
                 Stmt::Load { tile, src } => self.place(*tile, src, false)?,
                 Stmt::Store { tile, dst } => self.place(*tile, dst, true)?,
                 Stmt::LoadVec { src: v, .. } | Stmt::StoreVec { dst: v, .. } => {
@@ -467,6 +471,7 @@ fn stmt_name(s: &Stmt) -> &'static str {
         Stmt::StoreVec { .. } => "store_vec",
         Stmt::Scan { .. } => "scan",
         Stmt::DequantFp4 { .. } => "dequant_fp4",
+        Stmt::DequantFp4Stream { .. } => "dequant_fp4_stream",
         Stmt::WarpShuffle { .. } => "warp_shuffle",
         Stmt::WarpSync => "warp_sync",
         Stmt::SharedStore { .. } => "shared store",
@@ -888,6 +893,11 @@ impl<'a, 'f> Lower<'a, 'f> {
                 let qi = self.shared_index(words)?;
                 let si = self.shared_index(scales)?;
                 self.host_tile(s, &[qi, si]);
+            }
+            Stmt::DequantFp4Stream { words, scales, .. } => {
+                let q = self.global_view(words)?;
+                let v = self.global_view(scales)?;
+                self.host_tile(s, &[q[0], q[1], q[2], q[3], v[0], v[1], v[2], v[3]]);
             }
             Stmt::Load { src: p, .. } | Stmt::Store { dst: p, .. } => match p {
                 Place::Shared(r) => {

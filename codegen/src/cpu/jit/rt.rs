@@ -421,6 +421,31 @@ unsafe fn tile_stmt(ctx: &mut Ctx, s: &Stmt, arg: &dyn Fn(usize) -> i64) -> Resu
                     }
                 }
             }
+            Stmt::DequantFp4Stream { tile, words, scales, packed, fold, finite } => {
+                // The interpreter's decode, element by element.
+                let d = &k.tiles[tile.0 as usize];
+                let (rows, cols) = (d.rows as usize, d.cols as usize);
+                let (qo, qs, qr, qc) = (arg(0), arg(1), arg(2), arg(3));
+                let (so, ss, sr, sc) = (arg(4), arg(5), arg(6), arg(7));
+                for r in 0..rows {
+                    for c in 0..cols {
+                        let (w, p) =
+                            if *packed { ((c % 8) / 2, 2 * ((c / 8) % 4) + c % 2) } else { ((c % 32) / 8, c % 8) };
+                        let (ri, bl) = (r as i64, (c / 32) as i64);
+                        let val = if ri >= qr || ri >= sr || bl >= qc / 4 || bl >= sc {
+                            0.0
+                        } else {
+                            let at = qo + ri * qs + 4 * bl + w as i64;
+                            let qi = check("dequant_fp4_stream words", words.tensor, at, hosts)?;
+                            let word = hosts[words.tensor.0 as usize].get_i64(qi) as u32;
+                            let si = check("dequant_fp4_stream scales", scales.tensor, so + ri * ss + bl, hosts)?;
+                            let s = hosts[scales.tensor.0 as usize].get_i64(si) as u32;
+                            dequant_fp4_value((word >> (4 * p)) & 15, s, *fold, *finite) as f64
+                        };
+                        f.set_tile(*tile, r * cols + c, val);
+                    }
+                }
+            }
             other => unreachable!("lower only calls host_tile for tile statements, not {other:?}"),
         }
     }
