@@ -65,10 +65,12 @@ primitive!(
     warp_shuffles,
     scan_replicated,
     dequant_fp4,
+    mma_async_rs_bmn,
+    mma_async_ss_then_rs,
 );
 
 #[test]
 fn every_case_is_listed() {
     // `cases::all` feeds the GPU run; keep it in step with the list above.
-    assert_eq!(cases::all().len(), 27);
+    assert_eq!(cases::all().len(), 29);
 }
