@@ -189,7 +189,7 @@ impl PrefillSpec {
 /// instructions: `BM / 64` warpgroups each owning 64 query rows (so `WM = BM / 16`), `S = Q K^T` from
 /// shared memory, `O += P V` with P in registers and V read N-contiguous. `OVERLAP` (wgmma only) issues the
 /// product `P V` of the previous KV tile together with the next score product and runs the softmax while it
-/// is in flight (the K/V ring then prefetches `STAGES - 2` tiles ahead instead of `STAGES - 1`). Knob sets
+/// is in flight (the V ring then runs one tile behind the K ring). Knob sets
 /// without `MMA` / `OVERLAP` mean `sync` / false.
 pub fn prefill_knob_space() -> KnobSpace {
     KnobSpace::default()
@@ -404,7 +404,7 @@ pub fn build_prefill(spec: &PrefillSpec, knobs: &Knobs) -> Result<Kernel, OpErro
         let row_stride_qk = h.clone() * dqk as i64;
         let row_stride_v = h.clone() * dv as i64;
 
-        let load_stage = |b: &mut KernelBuilder, kt: Expr| {
+        let load_k = |b: &mut KernelBuilder, kt: Expr| {
             let slot = kt.clone() % st as i64;
             let kv0 = kt * bn as i64;
             for c in 0..nqk {
@@ -419,6 +419,10 @@ pub fn build_prefill(spec: &PrefillSpec, knobs: &Knobs) -> Result<Kernel, OpErro
                 let kd = b.slot(sk, slot.clone() * nqk as i64 + c as i64);
                 b.copy_async(kd, ksrc);
             }
+        };
+        let load_v = |b: &mut KernelBuilder, kt: Expr| {
+            let slot = kt.clone() % st as i64;
+            let kv0 = kt * bn as i64;
             if c.wgmma {
                 for cv in 0..nv {
                     let vsrc = view(
@@ -444,6 +448,10 @@ pub fn build_prefill(spec: &PrefillSpec, knobs: &Knobs) -> Result<Kernel, OpErro
                 let vd = b.slot(sv, slot);
                 b.copy_async(vd, vsrc);
             }
+        };
+        let load_stage = |b: &mut KernelBuilder, kt: Expr| {
+            load_k(b, kt.clone());
+            load_v(b, kt);
         };
 
         // Q tile (first commit group, with KV stage 0).
@@ -542,16 +550,19 @@ pub fn build_prefill(spec: &PrefillSpec, knobs: &Knobs) -> Result<Kernel, OpErro
         } else {
             // Overlapped wgmma: iteration kt issues S(kt) = Q K(kt)^T and then O += P(kt-1) V(kt-1), waits for
             // S only, runs the softmax of tile kt while P V is in flight, then waits for it and rescales O and
-            // writes P(kt). V(kt-1) is read during iteration kt, so at its top only tile kt-2's slot is free:
-            // the ring prefetches STAGES - 2 tiles ahead (none for STAGES = 2: the tile is loaded and waited
-            // for at the top of its own iteration).
-            let ahead = st - 2;
-            for i in 0..ahead {
-                b.if_(Expr::Int(i as i64).lt(n_tiles.clone()), |b| load_stage(b, Expr::Int(i as i64)));
-                b.commit();
-            }
-            if ahead == 0 {
-                // The Q copies form a group of their own (waited for with tile 0, or by the epilogue).
+            // writes P(kt). V(kt-1) is still read during iteration kt, so the ring runs V one tile behind K:
+            // commit group j holds K(j) and V(j-1), and iteration kt loads group kt + STAGES - 1 (K into the slot
+            // of K(kt-1), read by S(kt-1); V into the slot of V(kt-2), read by P V in iteration kt-1), both
+            // finished by every thread at the top barrier.
+            // Group j >= 1 (group 0 holds K(0) and the Q tile).
+            let load_group = |b: &mut KernelBuilder, j: Expr| {
+                b.if_(j.clone().lt(n_tiles.clone()), |b| load_k(b, j.clone()));
+                b.if_((j.clone() - 1i64).lt(n_tiles.clone()), |b| load_v(b, j.clone() - 1i64));
+            };
+            b.if_(Expr::Int(0).lt(n_tiles.clone()), |b| load_k(b, Expr::Int(0)));
+            b.commit();
+            for j in 1..st - 1 {
+                load_group(b, Expr::Int(j as i64));
                 b.commit();
             }
             sm.init(b);
@@ -559,20 +570,10 @@ pub fn build_prefill(spec: &PrefillSpec, knobs: &Knobs) -> Result<Kernel, OpErro
                 b.map(acc, 0.0f64);
             }
             b.for_("kt", 0i64, n_tiles.clone(), 1i64, |b, kt| {
-                if ahead == 0 {
-                    // Every thread has finished iteration kt - 1, so tile kt - 2's slot is free.
-                    b.barrier();
-                    load_stage(b, kt.clone());
-                    b.commit();
-                    b.wait(0);
-                    b.barrier();
-                } else {
-                    b.wait(ahead - 1);
-                    b.barrier();
-                    let next = &kt + ahead as i64;
-                    b.if_(next.lt(n_tiles.clone()), |b| load_stage(b, next.clone()));
-                    b.commit();
-                }
+                b.wait(st - 2);
+                b.barrier();
+                load_group(b, &kt + (st - 1) as i64);
+                b.commit();
                 let slot = b.let_("slot", &kt % st as i64);
                 let kv0 = b.let_("kv0", &kt * bn as i64);
                 qk_async(b, slot.clone());
@@ -590,7 +591,10 @@ pub fn build_prefill(spec: &PrefillSpec, knobs: &Knobs) -> Result<Kernel, OpErro
                 b.mma_wait(0);
                 sm.step_finish(b, s, p, &accs);
             });
+            // The last tile's P V: its V is in group n_tiles, issued during the last iteration.
             b.if_(n_tiles.clone().gt(0i64), |b| {
+                b.wait(0);
+                b.barrier();
                 pv_async(b, (n_tiles.clone() + (st - 1) as i64) % st as i64);
                 b.mma_wait(0);
             });

@@ -25,7 +25,7 @@ pub fn bn64() -> Knobs {
 }
 
 /// The wgmma prefill knob points the compile and interpreter tests cover: the plain schedule at 128- and
-/// 64-key tiles, one warpgroup, the rolled score loop, and the overlapped schedule with and without prefetch.
+/// 64-key tiles, one warpgroup, the rolled score loop, and the overlapped schedule at 2 and 3 stages.
 pub fn prefill_wgmma_points() -> Vec<Knobs> {
     let w = k3k_ops::gated_mla::prefill_wgmma_knobs();
     vec![
