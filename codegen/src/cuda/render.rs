@@ -70,12 +70,38 @@ struct Renderer<'a> {
     var_types: Vec<Option<ScalarTy>>,
     out: String,
     depth: usize,
+    /// For the `MmaWait` being rendered: the register tiles of the products it leaves in flight, when known.
+    wait_pending: Option<std::collections::BTreeSet<u32>>,
+}
+
+/// The register tiles an `MmaAsync` writes (its accumulator) or reads (a register A operand).
+fn mma_async_regs(s: &Stmt) -> Vec<u32> {
+    match s {
+        Stmt::MmaAsync { acc, a: Operand::Reg(t), .. } => vec![acc.0, t.0],
+        Stmt::MmaAsync { acc, .. } => vec![acc.0],
+        _ => vec![],
+    }
+}
+
+/// Visit statements and their nested bodies, parents first.
+fn visit(body: &[Stmt], f: &mut impl FnMut(&Stmt)) {
+    for s in body {
+        f(s);
+        match s {
+            Stmt::For { body, .. } | Stmt::Threads { body } => visit(body, f),
+            Stmt::If { then_body, else_body, .. } => {
+                visit(then_body, f);
+                visit(else_body, f);
+            }
+            _ => {}
+        }
+    }
 }
 
 /// Render a validated kernel to CUDA C (prelude included).
 pub fn render(k: &Kernel) -> Result<String, IrError> {
     let var_types = var_types(k)?;
-    let mut r = Renderer { k, var_types, out: String::new(), depth: 1 };
+    let mut r = Renderer { k, var_types, out: String::new(), depth: 1, wait_pending: None };
     r.kernel();
     let wrappers: String = wgmma::shapes(k).iter().map(|s| wgmma::wrapper(*s)).collect();
     Ok(format!(
@@ -170,8 +196,42 @@ impl<'a> Renderer<'a> {
     }
 
     fn body(&mut self, b: &[Stmt]) {
+        // The asynchronous products started earlier in this statement list, in order (None once a nested
+        // statement may have started one: then which ones a wait leaves pending is not known here).
+        let mut started: Option<Vec<&Stmt>> = Some(vec![]);
         for s in b {
-            self.stmt(s);
+            match s {
+                Stmt::MmaWait { pending } => {
+                    self.wait_pending = started.as_ref().and_then(|v| {
+                        let n = *pending as usize;
+                        (v.len() >= n).then(|| v[v.len() - n..].iter().flat_map(|s| mma_async_regs(s)).collect())
+                    });
+                    self.stmt(s);
+                    self.wait_pending = None;
+                    // Whatever was pending may still be; what completed no longer matters.
+                    if let Some(v) = started.as_mut() {
+                        let keep = (*pending as usize).min(v.len());
+                        v.drain(..v.len() - keep);
+                    }
+                }
+                Stmt::MmaAsync { .. } => {
+                    if let Some(v) = started.as_mut() {
+                        v.push(s);
+                    }
+                    self.stmt(s);
+                }
+                _ => {
+                    let mut nested = false;
+                    if matches!(s, Stmt::For { .. } | Stmt::If { .. }) {
+                        let one = std::slice::from_ref(s);
+                        visit(one, &mut |t| nested |= matches!(t, Stmt::MmaAsync { .. }));
+                    }
+                    if nested {
+                        started = None;
+                    }
+                    self.stmt(s);
+                }
+            }
         }
     }
 
@@ -385,16 +445,15 @@ impl<'a> Renderer<'a> {
             }
             Stmt::MmaWait { pending } => {
                 self.line(&format!("k3k::wgmma_wait<{pending}>();"));
-                // Every register an asynchronous product may write (accumulators) or read (register A operands).
+                // Fence every register an asynchronous product may write (accumulators) or read (register A
+                // operands), so that later accesses stay after the wait; except those of the products the wait
+                // leaves in flight when this statement list shows which they are (fencing those would make
+                // ptxas wait for them here, serializing what the program overlaps).
                 let mut regs = std::collections::BTreeSet::new();
-                k.visit_stmts(&mut |s| {
-                    if let Stmt::MmaAsync { acc, a, .. } = s {
-                        regs.insert(acc.0);
-                        if let Operand::Reg(t) = a {
-                            regs.insert(t.0);
-                        }
-                    }
-                });
+                k.visit_stmts(&mut |s| regs.extend(mma_async_regs(s)));
+                if let Some(pending) = self.wait_pending.take() {
+                    regs.retain(|t| !pending.contains(t));
+                }
                 for a in regs {
                     self.line(&format!("k3k::fence_operand(t{a});"));
                 }
