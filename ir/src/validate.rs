@@ -1136,9 +1136,8 @@ impl<'a> Checker<'a> {
                 (src.cols, src.rows, dt, u32::MAX)
             }
             _ => {
-                return Err(
-                    self.err(IrErrorKind::Layout, "mma_async: the B operand must be a shared window ([N, K] or [K, N])")
-                );
+                return Err(self
+                    .err(IrErrorKind::Layout, "mma_async: the B operand must be a shared window ([N, K] or [K, N])"));
             }
         };
         if !matches!(adt, DType::Bf16 | DType::F16) || adt != bdt {

@@ -91,11 +91,8 @@ pub fn wrapper(s: Shape) -> String {
     } else {
         "\"l\"(da)".to_string()
     };
-    let _ = writeln!(
-        out,
-        "    : {}\n    : {a_in}, \"l\"(db), \"r\"(scale_d));\n}}\n}}  // namespace k3k",
-        outs.join(", ")
-    );
+    let _ =
+        writeln!(out, "    : {}\n    : {a_in}, \"l\"(db), \"r\"(scale_d));\n}}\n}}  // namespace k3k", outs.join(", "));
     out
 }
 
@@ -115,10 +112,7 @@ mod tests {
     fn register_a_and_transposed_b() {
         let w = wrapper(Shape { n: 16, ty: "bf16", a_reg: true, b_mn: true });
         assert!(w.contains("wgmma_m64n16k16_bf16_rs_bmn(float* d, const unsigned* a,"), "{w}");
-        assert!(
-            w.contains("{%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, p, 1, 1, 1;"),
-            "{w}"
-        );
+        assert!(w.contains("{%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, p, 1, 1, 1;"), "{w}");
         assert!(w.contains("setp.ne.b32 p, %13, 0"), "{w}");
         assert!(w.contains("\"r\"(a[3]), \"l\"(db), \"r\"(scale_d)"), "{w}");
         let w = wrapper(Shape { n: 64, ty: "f16", a_reg: false, b_mn: true });
