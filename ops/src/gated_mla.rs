@@ -1,9 +1,12 @@
 //! `gated_mla`: Multi-head Latent Attention with a sigmoid output gate (SPEC 2.4), written as IR tile programs.
 //!
 //! Five kernels:
-//! * [`build_prefill`]: FlashAttention-2 style prefill (MHA mode, `d_qk = 192`, `d_v = 128`). One block per
+//! * [`build_prefill`]: FlashAttention style prefill (MHA mode, `d_qk = 192`, `d_v = 128`). One block per
 //!   (q-tile of `BM` rows, head[, sequence]); the K/V windows stream through a `STAGES`-deep `cp.async` ring;
-//!   `S = Q K^T` and `P V` run on `mma.sync`; the online softmax works in the log2 domain with `tau * log2(e)`
+//!   `S = Q K^T` and `P V` run on `mma.sync` (`MMA=sync`, FA2 style) or on the Hopper warpgroup `wgmma`
+//!   (`MMA=wgmma`, FA3 style: one warpgroup per 64 query rows, Q and K from swizzled shared 64-column chunks,
+//!   P from registers, V read N-contiguous; `OVERLAP` runs each tile's softmax while the previous tile's
+//!   `P V` is in flight); the online softmax works in the log2 domain with `tau * log2(e)`
 //!   folded into the scores; causal masking is bottom-right aligned, fully masked KV tiles are skipped by the
 //!   loop bounds and only tiles crossing the diagonal (or the end of the keys) pay for the mask. The sigmoid
 //!   gate is fused in the epilogue: `o = (acc / l) * sigmoid(z)`. Varlen: the grid is (q-tile, head,
@@ -202,9 +205,16 @@ pub fn prefill_knob_space() -> KnobSpace {
         .axis("OVERLAP", "wgmma: run the softmax while the previous tile's P V product is in flight", [false, true])
 }
 
-/// The prefill knobs used when no tuning record exists (the fastest of a first sweep on an H200: 218 TFLOP/s
-/// causal at T = 8192, H = 96; BM = 64 with 4 warps was 202).
+/// The prefill knobs used when no tuning record exists: the wgmma kernel ([`prefill_wgmma_knobs`] with the
+/// overlapped schedule; 0 spills at 192 registers, not yet timed against the mma.sync kernel, whose knobs are
+/// [`prefill_sync_knobs`]).
 pub fn prefill_default_knobs() -> Knobs {
+    prefill_wgmma_knobs().with("OVERLAP", true)
+}
+
+/// The mma.sync prefill knobs (the fastest mma.sync point of a first sweep on an H200: 218 TFLOP/s causal at
+/// T = 8192, H = 96; BM = 64 with 4 warps was 202).
+pub fn prefill_sync_knobs() -> Knobs {
     Knobs::new()
         .with("MMA", "sync")
         .with("BM", 128i64)
@@ -215,7 +225,8 @@ pub fn prefill_default_knobs() -> Knobs {
         .with("OVERLAP", false)
 }
 
-/// The wgmma prefill knobs (two consumer warpgroups of 64 query rows, 128-key tiles in a 2-deep ring).
+/// The plain (not overlapped) wgmma prefill knobs: two consumer warpgroups of 64 query rows, 128-key tiles in
+/// a 2-deep ring.
 pub fn prefill_wgmma_knobs() -> Knobs {
     Knobs::new()
         .with("MMA", "wgmma")

@@ -61,9 +61,10 @@ fn prefill_kernels_compile_without_spills() {
     let spec = PrefillSpec::new(true, true, false);
     valid_points(&prefill_knob_space(), |k| build_prefill(&spec, k));
     for k in [
-        prefill_default_knobs().with("BN", 32i64).with("STAGES", 3i64),
-        prefill_default_knobs().with("BM", 64i64).with("WM", 4i64),
-        prefill_default_knobs().with("BM", 64i64).with("WM", 4i64).with("BN", 32i64).with("QK_UNROLL", false),
+        prefill_sync_knobs(),
+        prefill_sync_knobs().with("BN", 32i64).with("STAGES", 3i64),
+        prefill_sync_knobs().with("BM", 64i64).with("WM", 4i64),
+        prefill_sync_knobs().with("BM", 64i64).with("WM", 4i64).with("BN", 32i64).with("QK_UNROLL", false),
     ] {
         assemble(&build_prefill(&spec, &k).unwrap());
     }
@@ -80,7 +81,7 @@ fn prefill_kernels_compile_without_spills() {
         assemble(&build_prefill(&spec, &k).unwrap());
     }
     // Too many registers per thread or too much shared memory is rejected before anything is compiled.
-    let bad = prefill_default_knobs().with("BN", 128i64);
+    let bad = prefill_sync_knobs().with("BN", 128i64);
     assert!(matches!(build_prefill(&spec, &bad), Err(OpError::InvalidKnobs { .. })));
 }
 

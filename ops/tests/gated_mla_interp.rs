@@ -120,8 +120,10 @@ fn prefill_case(spec: PrefillSpec, knobs: &Knobs, t: usize, s: usize, h: usize) 
 fn prefill_causal_gated_ragged_and_cached_prefix() {
     let spec = PrefillSpec::new(true, true, false);
     // T not a multiple of the tile; S > T (bottom-right aligned cached prefix); single rows.
-    for (t, s) in [(65, 65), (17, 80), (1, 33), (15, 15), (1, 1), (17, 150)] {
-        prefill_case(spec, &prefill_default_knobs(), t, s, 2);
+    for knobs in [prefill_default_knobs(), prefill_sync_knobs()] {
+        for (t, s) in [(65, 65), (17, 80), (1, 33), (15, 15), (1, 1), (17, 150)] {
+            prefill_case(spec, &knobs, t, s, 2);
+        }
     }
 }
 
@@ -169,9 +171,10 @@ fn prefill_full_and_ungated_12_and_16_heads() {
 fn prefill_other_knob_points() {
     let spec = PrefillSpec::new(true, true, false);
     for knobs in [
-        prefill_default_knobs().with("BN", 32i64).with("STAGES", 3i64),
-        prefill_default_knobs().with("BM", 64i64).with("WM", 4i64),
-        prefill_default_knobs().with("BM", 64i64).with("WM", 4i64).with("BN", 32i64).with("QK_UNROLL", false),
+        prefill_sync_knobs(),
+        prefill_sync_knobs().with("BN", 32i64).with("STAGES", 3i64),
+        prefill_sync_knobs().with("BM", 64i64).with("WM", 4i64),
+        prefill_sync_knobs().with("BM", 64i64).with("WM", 4i64).with("BN", 32i64).with("QK_UNROLL", false),
     ] {
         for (t, s) in [(130, 200), (63, 63)] {
             prefill_case(spec, &knobs, t, s, 1);
@@ -182,6 +185,7 @@ fn prefill_other_knob_points() {
 #[test]
 fn prefill_varlen() {
     prefill_varlen_case(&prefill_default_knobs());
+    prefill_varlen_case(&prefill_sync_knobs());
 }
 
 /// The wgmma kernels (plain and overlapped schedules, several tile shapes) at the edge sizes: ragged T,
