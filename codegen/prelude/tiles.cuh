@@ -622,12 +622,14 @@ __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_grou
 template <int N> __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
-// Keep the compiler from moving accumulator reads or writes across an asynchronous tensor-core operation.
-template <class ACC> __device__ __forceinline__ void fence_operand(ACC& acc) {
+// Keep the compiler from moving reads or writes of a tile's registers (accumulators, register A operands)
+// across an asynchronous tensor-core operation.
+__device__ __forceinline__ void fence_reg(float& r) { asm volatile("" : "+f"(r)::"memory"); }
+__device__ __forceinline__ void fence_reg(unsigned& r) { asm volatile("" : "+r"(r)::"memory"); }
+template <class TT> __device__ __forceinline__ void fence_operand(TT& t) {
+  constexpr int N = (int)(sizeof(t.v) / sizeof(t.v[0][0][0])), J = (int)(sizeof(t.v[0][0]) / sizeof(t.v[0][0][0]));
 #pragma unroll
-  for (int f = 0; f < ACC::L::NF; ++f)
-#pragma unroll
-    for (int j = 0; j < 4; ++j) asm volatile("" : "+f"(acc.v[0][f][j])::"memory");
+  for (int i = 0; i < N; ++i) fence_reg(t.v[i / (J * TT::L::NF)][(i / J) % TT::L::NF][i % J]);
 }
 
 }  // namespace k3k

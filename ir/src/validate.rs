@@ -1077,27 +1077,16 @@ impl<'a> Checker<'a> {
     }
 
     /// A `wgmma` operand: a K-major window of 128-byte swizzled rows, starting on an 8-row atom at column 0.
-    fn wgmma_operand(&self, o: &Operand, want_transpose: bool, which: &str) -> Result<(u32, u32, DType), IrError> {
-        let Operand::Shared { src, transpose } = o else {
-            return Err(
-                self.err(IrErrorKind::Layout, format!("mma_async: the {which} operand must come from shared memory"))
-            );
-        };
+    /// A shared `wgmma` operand: Xor16B-swizzled 128-byte rows, the window at column 0 on a multiple of 8 rows.
+    fn wgmma_shared(&self, src: &SharedRef, which: &str) -> Result<DType, IrError> {
         let d = self.shared_ref(src)?;
-        if *transpose != want_transpose {
-            return Err(self.err(
-                IrErrorKind::Layout,
-                format!(
-                    "mma_async: the {which} operand must be stored K-contiguous ({})",
-                    if want_transpose { "B as [N, K], read transposed" } else { "A as [M, K]" }
-                ),
-            ));
-        }
         if !d.is_swizzle_128b() || !d.rows.is_multiple_of(8) || src.col0 != 0 || !src.row0.is_multiple_of(8) {
             return Err(self.err(
                 IrErrorKind::Layout,
                 format!(
-                    "mma_async: shared `{}` must have Xor16B-swizzled 128-byte rows ({} bytes here), a multiple of 8                      rows, and the window must start at column 0 on a multiple of 8 rows (row0 {}, col0 {})",
+                    "mma_async: the {which} operand's shared `{}` must have Xor16B-swizzled 128-byte rows ({} bytes \
+                     here), a multiple of 8 rows, and the window must start at column 0 on a multiple of 8 rows \
+                     (row0 {}, col0 {})",
                     d.name,
                     d.row_bytes(),
                     src.row0,
@@ -1105,7 +1094,7 @@ impl<'a> Checker<'a> {
                 ),
             ));
         }
-        Ok((src.rows, src.cols, d.dtype))
+        Ok(d.dtype)
     }
 
     fn mma_async(&self, acc: TileId, a: &Operand, b: &Operand) -> Result<(), IrError> {
@@ -1118,7 +1107,8 @@ impl<'a> Checker<'a> {
             return Err(self.err(
                 IrErrorKind::Layout,
                 format!(
-                    "mma_async accumulator `{}` ({}x{} on warps {:?}) must have 64 rows per warpgroup on warps [4*g, 1]                      using all {} warps of the block",
+                    "mma_async accumulator `{}` ({}x{} on warps {:?}) must have 64 rows per warpgroup on warps [4*g, 1] \
+                     using all {} warps of the block",
                     c.name,
                     c.rows,
                     c.cols,
@@ -1132,18 +1122,73 @@ impl<'a> Checker<'a> {
                 self.err(IrErrorKind::Shape, format!("mma_async: N = {} must be a multiple of 8 up to 256", c.cols))
             );
         }
-        let (am, ak, adt) = self.wgmma_operand(a, false, "A")?;
-        let (bn, bk, bdt) = self.wgmma_operand(b, true, "B")?;
+        // A: a K-contiguous shared window [M, K] (K <= 64, one swizzled row), or a 16-bit register tile on the
+        // accumulator's warps (its m16n8 pairs are the register A fragments of m64nNk16).
+        let (am, ak, adt, a_kmax) = match a {
+            Operand::Shared { src, transpose: false } => {
+                let dt = self.wgmma_shared(src, "A")?;
+                (src.rows, src.cols, dt, 64)
+            }
+            Operand::Reg(t) => {
+                let t = self.tile(*t)?;
+                if t.warps != c.warps {
+                    return Err(self.err(
+                        IrErrorKind::Layout,
+                        format!(
+                            "mma_async: register A operand `{}` must use the accumulator's warps {:?}",
+                            t.name, c.warps
+                        ),
+                    ));
+                }
+                (t.rows, t.cols, t.dtype, u32::MAX)
+            }
+            _ => {
+                return Err(self.err(
+                    IrErrorKind::Layout,
+                    "mma_async: the A operand is a register tile or a shared window stored K-contiguous as [M, K]",
+                ));
+            }
+        };
+        // B: stored [N, K] (K-contiguous, read transposed; K <= 64) or [K, N] (N-contiguous, N = 64: one
+        // swizzled row, the wgmma transpose mode; K any multiple of 16).
+        let (bn, bk, bdt, b_kmax) = match b {
+            Operand::Shared { src, transpose: true } => {
+                let dt = self.wgmma_shared(src, "B")?;
+                (src.rows, src.cols, dt, 64)
+            }
+            Operand::Shared { src, transpose: false } => {
+                let dt = self.wgmma_shared(src, "B")?;
+                if src.cols != 64 || !src.rows.is_multiple_of(16) {
+                    return Err(self.err(
+                        IrErrorKind::Shape,
+                        format!(
+                            "mma_async: a B operand stored [K, N] must be N = 64 columns by a multiple of 16 rows \
+                             ({}x{} here)",
+                            src.rows, src.cols
+                        ),
+                    ));
+                }
+                (src.cols, src.rows, dt, u32::MAX)
+            }
+            _ => {
+                return Err(self
+                    .err(IrErrorKind::Layout, "mma_async: the B operand must be a shared window ([N, K] or [K, N])"));
+            }
+        };
         if !matches!(adt, DType::Bf16 | DType::F16) || adt != bdt {
             return Err(self.err(
                 IrErrorKind::Type,
                 format!("mma_async operands must both be bf16 or both f16, got {adt} and {bdt}"),
             ));
         }
-        if am != c.rows || bn != c.cols || ak != bk || !ak.is_multiple_of(16) || ak > 64 {
+        if am != c.rows || bn != c.cols || ak != bk || !ak.is_multiple_of(16) || ak > a_kmax.min(b_kmax) {
             return Err(self.err(
                 IrErrorKind::Shape,
-                format!("mma_async shapes: acc {}x{}, a {am}x{ak}, b^T {bk}x{bn} (K must match, a multiple of 16, at most 64)", c.rows, c.cols),
+                format!(
+                    "mma_async shapes: acc {}x{}, a {am}x{ak}, b {bk}x{bn} (K must match and be a multiple of 16, at \
+                     most 64 for a K-contiguous shared operand)",
+                    c.rows, c.cols
+                ),
             ));
         }
         Ok(())

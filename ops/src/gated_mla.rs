@@ -1,9 +1,12 @@
 //! `gated_mla`: Multi-head Latent Attention with a sigmoid output gate (SPEC 2.4), written as IR tile programs.
 //!
 //! Five kernels:
-//! * [`build_prefill`]: FlashAttention-2 style prefill (MHA mode, `d_qk = 192`, `d_v = 128`). One block per
+//! * [`build_prefill`]: FlashAttention style prefill (MHA mode, `d_qk = 192`, `d_v = 128`). One block per
 //!   (q-tile of `BM` rows, head[, sequence]); the K/V windows stream through a `STAGES`-deep `cp.async` ring;
-//!   `S = Q K^T` and `P V` run on `mma.sync`; the online softmax works in the log2 domain with `tau * log2(e)`
+//!   `S = Q K^T` and `P V` run on `mma.sync` (`MMA=sync`, FA2 style) or on the Hopper warpgroup `wgmma`
+//!   (`MMA=wgmma`, FA3 style: one warpgroup per 64 query rows, Q and K from swizzled shared 64-column chunks,
+//!   P from registers, V read N-contiguous; `OVERLAP` runs each tile's softmax while the previous tile's
+//!   `P V` is in flight); the online softmax works in the log2 domain with `tau * log2(e)`
 //!   folded into the scores; causal masking is bottom-right aligned, fully masked KV tiles are skipped by the
 //!   loop bounds and only tiles crossing the diagonal (or the end of the keys) pay for the mask. The sigmoid
 //!   gate is fused in the epilogue: `o = (acc / l) * sigmoid(z)`. Varlen: the grid is (q-tile, head,
@@ -107,6 +110,13 @@ impl OnlineSoftmax {
     /// One KV tile: `s` holds log2-domain scores (-inf where masked). Updates m and l, overwrites `s` with
     /// `exp2(s - mu)` and writes its bf16 rounding to `p`, and rescales the accumulators by `exp2(m_old - mu)`.
     fn step(&self, b: &mut KernelBuilder, s: TileId, p: TileId, accs: &[TileId]) {
+        self.step_scores(b, s);
+        self.step_finish(b, s, p, accs);
+    }
+
+    /// The part of [`Self::step`] that touches neither `p` nor the accumulators (it may run while a product
+    /// reading `p` into the accumulators is in flight): m, l, `alpha`, and `s = exp2(s - mu)`.
+    fn step_scores(&self, b: &mut KernelBuilder, s: TileId) {
         b.vec_map(self.m_prev, rv(self.m));
         b.reduce(self.m, s, ReduceOp::Max, true);
         b.vec_map(self.mu, Expr::select(rv(self.m).eq(NEG_INF), 0.0f64, rv(self.m)));
@@ -116,6 +126,10 @@ impl OnlineSoftmax {
         b.map(s, (el(s) - rv(self.mu)).exp2());
         b.vec_map(self.l, rv(self.l) * rv(self.alpha));
         b.reduce(self.l, s, ReduceOp::Sum, true);
+    }
+
+    /// The rest of [`Self::step`]: `p = bf16(s)` and the accumulators rescaled by `alpha`.
+    fn step_finish(&self, b: &mut KernelBuilder, s: TileId, p: TileId, accs: &[TileId]) {
         b.map(p, el(s));
         let a = match self.alpha_acc {
             Some(aa) => {
@@ -172,19 +186,56 @@ impl PrefillSpec {
 }
 
 /// The prefill tuning knobs.
+///
+/// `MMA` picks the tensor-core path: `sync` is the FlashAttention-2 style kernel on `mma.sync` (`WM` warps,
+/// each owning `BM / WM` query rows), `wgmma` the FlashAttention-3 style kernel on the Hopper warpgroup
+/// instructions: `BM / 64` warpgroups each owning 64 query rows (so `WM = BM / 16`), `S = Q K^T` from
+/// shared memory, `O += P V` with P in registers and V read N-contiguous. `OVERLAP` (wgmma only) issues the
+/// product `P V` of the previous KV tile together with the next score product and runs the softmax while it
+/// is in flight (the V ring then runs one tile behind the K ring). Knob sets
+/// without `MMA` / `OVERLAP` mean `sync` / false.
 pub fn prefill_knob_space() -> KnobSpace {
     KnobSpace::default()
+        .axis("MMA", "tensor-core instructions (mma.sync or warpgroup wgmma)", ["sync", "wgmma"])
         .axis("BM", "query rows per block", [64i64, 128])
-        .axis("BN", "keys per pipeline stage", [32i64, 64])
-        .axis("WM", "warps (each owns BM/WM query rows)", [4i64, 8])
+        .axis("BN", "keys per pipeline stage", [32i64, 64, 128])
+        .axis("WM", "warps (each owns BM/WM query rows; wgmma: BM/16)", [4i64, 8])
         .axis("STAGES", "cp.async depth of the K/V ring", [2i64, 3])
         .axis("QK_UNROLL", "unroll the loop over the 64-column chunks of the score product", [true, false])
+        .axis("OVERLAP", "wgmma: run the softmax while the previous tile's P V product is in flight", [false, true])
 }
 
-/// The prefill knobs used when no tuning record exists (the fastest of a first sweep on an H200: 218 TFLOP/s
-/// causal at T = 8192, H = 96; BM = 64 with 4 warps was 202).
+/// The prefill knobs used when no tuning record exists: the wgmma kernel ([`prefill_wgmma_knobs`] with the
+/// overlapped schedule; 0 spills at 192 registers, not yet timed against the mma.sync kernel, whose knobs are
+/// [`prefill_sync_knobs`]).
 pub fn prefill_default_knobs() -> Knobs {
-    Knobs::new().with("BM", 128i64).with("BN", 64i64).with("WM", 8i64).with("STAGES", 2i64).with("QK_UNROLL", true)
+    prefill_wgmma_knobs().with("OVERLAP", true)
+}
+
+/// The mma.sync prefill knobs (the fastest mma.sync point of a first sweep on an H200: 218 TFLOP/s causal at
+/// T = 8192, H = 96; BM = 64 with 4 warps was 202).
+pub fn prefill_sync_knobs() -> Knobs {
+    Knobs::new()
+        .with("MMA", "sync")
+        .with("BM", 128i64)
+        .with("BN", 64i64)
+        .with("WM", 8i64)
+        .with("STAGES", 2i64)
+        .with("QK_UNROLL", true)
+        .with("OVERLAP", false)
+}
+
+/// The plain (not overlapped) wgmma prefill knobs: two consumer warpgroups of 64 query rows, 128-key tiles in
+/// a 2-deep ring.
+pub fn prefill_wgmma_knobs() -> Knobs {
+    Knobs::new()
+        .with("MMA", "wgmma")
+        .with("BM", 128i64)
+        .with("BN", 128i64)
+        .with("WM", 8i64)
+        .with("STAGES", 2i64)
+        .with("QK_UNROLL", true)
+        .with("OVERLAP", false)
 }
 
 struct PrefillCfg {
@@ -193,16 +244,32 @@ struct PrefillCfg {
     wm: u32,
     stages: u32,
     qk_unroll: bool,
+    wgmma: bool,
+    overlap: bool,
 }
 
 fn prefill_cfg(spec: &PrefillSpec, k: &Knobs) -> Result<PrefillCfg, OpError> {
     const OP: &str = "gated_mla_prefill";
+    let wgmma = match k.0.get("MMA") {
+        None => false,
+        Some(_) => match k.str("MMA")? {
+            "sync" => false,
+            "wgmma" => true,
+            other => return invalid(OP, k, format!("MMA={other}: sync or wgmma")),
+        },
+    };
+    let overlap = match k.0.get("OVERLAP") {
+        None => false,
+        Some(_) => k.bool("OVERLAP")?,
+    };
     let c = PrefillCfg {
         bm: k.u32("BM")?,
         bn: k.u32("BN")?,
         wm: k.u32("WM")?,
         stages: k.u32("STAGES")?,
         qk_unroll: k.bool("QK_UNROLL")?,
+        wgmma,
+        overlap,
     };
     if c.wm == 0 || c.wm > 16 || c.bm == 0 || !c.bm.is_multiple_of(16 * c.wm) {
         return invalid(OP, k, format!("BM={} must be a positive multiple of 16*WM (WM={} in 1..=16)", c.bm, c.wm));
@@ -216,12 +283,31 @@ fn prefill_cfg(spec: &PrefillSpec, k: &Knobs) -> Result<PrefillCfg, OpError> {
     if !spec.dqk.is_multiple_of(KC) || !spec.dv.is_multiple_of(KC) || spec.dv > spec.dqk {
         return invalid(OP, k, format!("head dims {}/{}: multiples of {KC} with dv <= dqk", spec.dqk, spec.dv));
     }
-    // Per-thread registers of the score tile (f32), P (bf16 pairs) and the accumulators: ptxas needs about
-    // as many again for fragments and addresses (measured: 112 tile registers assemble to ~254).
+    if c.overlap && !c.wgmma {
+        return invalid(OP, k, "OVERLAP needs MMA=wgmma".into());
+    }
     let rows = c.bm / c.wm;
-    let regs = rows * c.bn / 32 + rows * c.bn / 64 + rows * spec.dv / 32;
-    if regs > 128 {
-        return invalid(OP, k, format!("{regs} tile registers per thread (max 128)"));
+    if c.wgmma {
+        // One warpgroup per 64 query rows; every warp holds 16 rows of S, P and O.
+        if c.bm != 64 * (c.wm / 4) || !c.wm.is_multiple_of(4) {
+            return invalid(OP, k, format!("MMA=wgmma: BM={} must be 64 rows per warpgroup (WM = BM/16)", c.bm));
+        }
+        if c.bn > 256 {
+            return invalid(OP, k, format!("MMA=wgmma: BN={} (the score product's N) at most 256", c.bn));
+        }
+        // S (f32), P (bf16 pairs) and O: with one warpgroup per 64 rows ptxas needs roughly another 60 for
+        // addresses, descriptors and the row statistics.
+        let regs = rows * c.bn / 32 + rows * c.bn / 64 + rows * spec.dv / 32;
+        if regs > 176 {
+            return invalid(OP, k, format!("{regs} tile registers per thread (max 176 for wgmma)"));
+        }
+    } else {
+        // Per-thread registers of the score tile (f32), P (bf16 pairs) and the accumulators: ptxas needs about
+        // as many again for fragments and addresses (measured: 112 tile registers assemble to ~254).
+        let regs = rows * c.bn / 32 + rows * c.bn / 64 + rows * spec.dv / 32;
+        if regs > 128 {
+            return invalid(OP, k, format!("{regs} tile registers per thread (max 128)"));
+        }
     }
     let smem = 2 * (c.bm * spec.dqk + c.stages * c.bn * (spec.dqk + spec.dv)) as usize;
     if smem > MAX_SHARED_BYTES {
@@ -283,7 +369,13 @@ pub fn build_prefill(spec: &PrefillSpec, knobs: &Knobs) -> Result<Kernel, OpErro
     let (nqk, nv) = (dqk / KC, dv / KC);
     let sq = b.shared("sQ", DType::Bf16, bm, KC, nqk, Swizzle::Xor16B);
     let sk = b.shared("sK", DType::Bf16, bn, KC, st * nqk, Swizzle::Xor16B);
-    let sv = b.shared("sV", DType::Bf16, bn, dv, st, Swizzle::Xor16B);
+    // wgmma reads V N-contiguous in 64-column slices of 128-byte rows (tile `slot * nv + c`); mma.sync reads
+    // a whole [BN, DV] stage.
+    let sv = if c.wgmma {
+        b.shared("sV", DType::Bf16, bn, KC, st * nv, Swizzle::Xor16B)
+    } else {
+        b.shared("sV", DType::Bf16, bn, dv, st, Swizzle::Xor16B)
+    };
     let s = b.tile("s", DType::F32, bm, bn, warps);
     let p = b.tile("p", DType::Bf16, bm, bn, warps);
     let accs: Vec<TileId> = (0..nv).map(|c| b.tile(&format!("acc{c}"), DType::F32, bm, KC, warps)).collect();
@@ -323,7 +415,7 @@ pub fn build_prefill(spec: &PrefillSpec, knobs: &Knobs) -> Result<Kernel, OpErro
         let row_stride_qk = h.clone() * dqk as i64;
         let row_stride_v = h.clone() * dv as i64;
 
-        let load_stage = |b: &mut KernelBuilder, kt: Expr| {
+        let load_k = |b: &mut KernelBuilder, kt: Expr| {
             let slot = kt.clone() % st as i64;
             let kv0 = kt * bn as i64;
             for c in 0..nqk {
@@ -338,16 +430,39 @@ pub fn build_prefill(spec: &PrefillSpec, knobs: &Knobs) -> Result<Kernel, OpErro
                 let kd = b.slot(sk, slot.clone() * nqk as i64 + c as i64);
                 b.copy_async(kd, ksrc);
             }
-            let vsrc = view(
-                v,
-                ((k_start.clone() + kv0.clone()) * h.clone() + hh.clone()) * dv as i64,
-                row_stride_v.clone(),
-                s_n.clone() - kv0,
-                dv as i64,
-                8,
-            );
-            let vd = b.slot(sv, slot);
-            b.copy_async(vd, vsrc);
+        };
+        let load_v = |b: &mut KernelBuilder, kt: Expr| {
+            let slot = kt.clone() % st as i64;
+            let kv0 = kt * bn as i64;
+            if c.wgmma {
+                for cv in 0..nv {
+                    let vsrc = view(
+                        v,
+                        ((k_start.clone() + kv0.clone()) * h.clone() + hh.clone()) * dv as i64 + (cv * KC) as i64,
+                        row_stride_v.clone(),
+                        s_n.clone() - kv0.clone(),
+                        KC as i64,
+                        8,
+                    );
+                    let vd = b.slot(sv, slot.clone() * nv as i64 + cv as i64);
+                    b.copy_async(vd, vsrc);
+                }
+            } else {
+                let vsrc = view(
+                    v,
+                    ((k_start.clone() + kv0.clone()) * h.clone() + hh.clone()) * dv as i64,
+                    row_stride_v.clone(),
+                    s_n.clone() - kv0,
+                    dv as i64,
+                    8,
+                );
+                let vd = b.slot(sv, slot);
+                b.copy_async(vd, vsrc);
+            }
+        };
+        let load_stage = |b: &mut KernelBuilder, kt: Expr| {
+            load_k(b, kt.clone());
+            load_v(b, kt);
         };
 
         // Q tile (first commit group, with KV stage 0).
@@ -363,32 +478,16 @@ pub fn build_prefill(spec: &PrefillSpec, knobs: &Knobs) -> Result<Kernel, OpErro
             let qd = b.slot(sq, c as i64);
             b.copy_async(qd, qsrc);
         }
-        for i in 0..st - 1 {
-            b.if_(Expr::Int(i as i64).lt(n_tiles.clone()), |b| load_stage(b, Expr::Int(i as i64)));
-            b.commit();
-        }
-        sm.init(b);
-        for &acc in &accs {
-            b.map(acc, 0.0f64);
-        }
-        b.for_("kt", 0i64, n_tiles.clone(), 1i64, |b, kt| {
-            b.wait(st - 2);
-            b.barrier();
-            let next = &kt + (st - 1) as i64;
-            b.if_(next.lt(n_tiles.clone()), |b| load_stage(b, next.clone()));
-            b.commit();
-            let slot = &kt % st as i64;
-            let kv0 = b.let_("kv0", &kt * bn as i64);
-            b.map(s, 0.0f64);
-            qk_chunks(b, s, sq, sk, slot.clone() * nqk as i64, nqk, c.qk_unroll);
-            // Mask only the tiles that cross the diagonal or the end of the keys.
+        // Scale the raw scores into the log2 domain; mask only the tiles that cross the diagonal or the end
+        // of the keys.
+        let scale_mask = |b: &mut KernelBuilder, kv0: Expr| {
             let tile_end = kv0.clone() + bn as i64;
             let need_mask = if spec.causal {
                 tile_end.clone().gt(s_n.clone()).or((tile_end - 1i64).gt(diag.clone()))
             } else {
                 tile_end.gt(s_n.clone())
             };
-            let key = kv0.clone() + Expr::ColIdx;
+            let key = kv0 + Expr::ColIdx;
             let mut visible = key.lt(s_n.clone());
             if spec.causal {
                 visible = visible.and(key.le(m0.clone() + Expr::RowIdx + s_n.clone() - t_n.clone()));
@@ -398,13 +497,119 @@ pub fn build_prefill(spec: &PrefillSpec, knobs: &Knobs) -> Result<Kernel, OpErro
                 |b| b.map(s, Expr::select(visible, el(s) * scale_log2.clone(), NEG_INF)),
                 |b| b.map(s, el(s) * scale_log2.clone()),
             );
-            sm.step(b, s, p, &accs);
-            for (c, &acc) in accs.iter().enumerate() {
-                let vb =
-                    Operand::Shared { src: b.window(sv, slot.clone(), 0, c as u32 * KC, bn, KC), transpose: false };
-                b.mma(acc, Operand::Reg(p), vb);
+        };
+        // wgmma: S = Q K^T over the three 64-column chunks (the first starts the tile), and O += P V per
+        // 64-column value slice (B stored [keys, values]).
+        let qk_async = |b: &mut KernelBuilder, slot: Expr| {
+            let chunk = |b: &mut KernelBuilder, cc: Expr| {
+                let qa = Operand::Shared { src: b.slot(sq, cc.clone()), transpose: false };
+                let kb = Operand::Shared { src: b.slot(sk, slot.clone() * nqk as i64 + cc.clone()), transpose: true };
+                b.mma_async_init(s, qa, kb, cc.gt(0i64));
+            };
+            if c.qk_unroll {
+                b.for_unrolled("chunk", 0i64, nqk as i64, 1i64, chunk);
+            } else {
+                b.for_("chunk", 0i64, nqk as i64, 1i64, chunk);
             }
-        });
+        };
+        let pv_async = |b: &mut KernelBuilder, slot: Expr| {
+            for (cv, &acc) in accs.iter().enumerate() {
+                let vb = Operand::Shared { src: b.slot(sv, slot.clone() * nv as i64 + cv as i64), transpose: false };
+                b.mma_async(acc, Operand::Reg(p), vb);
+            }
+        };
+        if !c.wgmma || !c.overlap {
+            // The ring prefetches STAGES - 1 tiles ahead.
+            for i in 0..st - 1 {
+                b.if_(Expr::Int(i as i64).lt(n_tiles.clone()), |b| load_stage(b, Expr::Int(i as i64)));
+                b.commit();
+            }
+            sm.init(b);
+            for &acc in &accs {
+                b.map(acc, 0.0f64);
+            }
+            b.for_("kt", 0i64, n_tiles.clone(), 1i64, |b, kt| {
+                b.wait(st - 2);
+                b.barrier();
+                let next = &kt + (st - 1) as i64;
+                b.if_(next.lt(n_tiles.clone()), |b| load_stage(b, next.clone()));
+                b.commit();
+                let slot = if c.wgmma { b.let_("slot", &kt % st as i64) } else { &kt % st as i64 };
+                let kv0 = b.let_("kv0", &kt * bn as i64);
+                if c.wgmma {
+                    qk_async(b, slot.clone());
+                    b.mma_wait(0);
+                } else {
+                    b.map(s, 0.0f64);
+                    qk_chunks(b, s, sq, sk, slot.clone() * nqk as i64, nqk, c.qk_unroll);
+                }
+                scale_mask(b, kv0);
+                sm.step(b, s, p, &accs);
+                if c.wgmma {
+                    pv_async(b, slot);
+                    b.mma_wait(0);
+                } else {
+                    for (cv, &acc) in accs.iter().enumerate() {
+                        let vb = Operand::Shared {
+                            src: b.window(sv, slot.clone(), 0, cv as u32 * KC, bn, KC),
+                            transpose: false,
+                        };
+                        b.mma(acc, Operand::Reg(p), vb);
+                    }
+                }
+            });
+        } else {
+            // Overlapped wgmma: iteration kt issues S(kt) = Q K(kt)^T and then O += P(kt-1) V(kt-1), waits for
+            // S only, runs the softmax of tile kt while P V is in flight, then waits for it and rescales O and
+            // writes P(kt). V(kt-1) is still read during iteration kt, so the ring runs V one tile behind K:
+            // commit group j holds K(j) and V(j-1), and iteration kt loads group kt + STAGES - 1 (K into the slot
+            // of K(kt-1), read by S(kt-1); V into the slot of V(kt-2), read by P V in iteration kt-1), both
+            // finished by every thread at the top barrier.
+            // Group j >= 1 (group 0 holds K(0) and the Q tile).
+            let load_group = |b: &mut KernelBuilder, j: Expr| {
+                b.if_(j.clone().lt(n_tiles.clone()), |b| load_k(b, j.clone()));
+                b.if_((j.clone() - 1i64).lt(n_tiles.clone()), |b| load_v(b, j.clone() - 1i64));
+            };
+            b.if_(Expr::Int(0).lt(n_tiles.clone()), |b| load_k(b, Expr::Int(0)));
+            b.commit();
+            for j in 1..st - 1 {
+                load_group(b, Expr::Int(j as i64));
+                b.commit();
+            }
+            sm.init(b);
+            for &acc in &accs {
+                b.map(acc, 0.0f64);
+            }
+            b.for_("kt", 0i64, n_tiles.clone(), 1i64, |b, kt| {
+                b.wait(st - 2);
+                b.barrier();
+                load_group(b, &kt + (st - 1) as i64);
+                b.commit();
+                let slot = b.let_("slot", &kt % st as i64);
+                let kv0 = b.let_("kv0", &kt * bn as i64);
+                qk_async(b, slot.clone());
+                b.if_else(
+                    kt.clone().gt(0i64),
+                    |b| {
+                        pv_async(b, (&kt + (st - 1) as i64) % st as i64);
+                        // The score product's groups were committed first: at most the P V ones remain.
+                        b.mma_wait(nv);
+                    },
+                    |b| b.mma_wait(0),
+                );
+                scale_mask(b, kv0);
+                sm.step_scores(b, s);
+                b.mma_wait(0);
+                sm.step_finish(b, s, p, &accs);
+            });
+            // The last tile's P V: its V is in group n_tiles, issued during the last iteration.
+            b.if_(n_tiles.clone().gt(0i64), |b| {
+                b.wait(0);
+                b.barrier();
+                pv_async(b, (n_tiles.clone() + (st - 1) as i64) % st as i64);
+                b.mma_wait(0);
+            });
+        }
         b.wait(0);
 
         // Epilogue: o = acc / l (* sigmoid(z)), lse = ln(sum exp(tau q k)).

@@ -230,7 +230,7 @@ impl Operator for GatedMlaPrefill {
         "gated_mla.prefill"
     }
     fn summary(&self) -> &'static str {
-        "gated MLA prefill (MHA mode, d 192/128): FA2-style causal/full attention, fused sigmoid output gate, varlen, lse"
+        "gated MLA prefill (MHA mode, d 192/128): FA3-style (wgmma) or FA2-style (mma.sync) causal/full attention, fused sigmoid output gate, varlen, lse"
     }
     fn knob_space(&self) -> KnobSpace {
         prefill_knob_space()

@@ -9,7 +9,7 @@ use k3k_ops::gated_mla::*;
 
 #[path = "common/mla_knobs.rs"]
 mod mla_knobs;
-use mla_knobs::{bn64, rows32};
+use mla_knobs::{bn64, prefill_wgmma_points, rows32};
 
 fn assemble(k: &Kernel) -> u32 {
     let m = build(k, BuildOptions { assemble: true }).unwrap_or_else(|e| panic!("{}: {e}", k.name));
@@ -61,14 +61,27 @@ fn prefill_kernels_compile_without_spills() {
     let spec = PrefillSpec::new(true, true, false);
     valid_points(&prefill_knob_space(), |k| build_prefill(&spec, k));
     for k in [
-        prefill_default_knobs().with("BN", 32i64).with("STAGES", 3i64),
-        prefill_default_knobs().with("BM", 64i64).with("WM", 4i64),
-        prefill_default_knobs().with("BM", 64i64).with("WM", 4i64).with("BN", 32i64).with("QK_UNROLL", false),
+        prefill_sync_knobs(),
+        prefill_sync_knobs().with("BN", 32i64).with("STAGES", 3i64),
+        prefill_sync_knobs().with("BM", 64i64).with("WM", 4i64),
+        prefill_sync_knobs().with("BM", 64i64).with("WM", 4i64).with("BN", 32i64).with("QK_UNROLL", false),
     ] {
         assemble(&build_prefill(&spec, &k).unwrap());
     }
+    // The wgmma kernels, every variant of the spec at the wgmma knobs and the other tested points.
+    for causal in [true, false] {
+        for gate in [true, false] {
+            for varlen in [false, true] {
+                let spec = PrefillSpec::new(causal, gate, varlen);
+                assemble(&build_prefill(&spec, &prefill_wgmma_knobs()).unwrap());
+            }
+        }
+    }
+    for k in prefill_wgmma_points() {
+        assemble(&build_prefill(&spec, &k).unwrap());
+    }
     // Too many registers per thread or too much shared memory is rejected before anything is compiled.
-    let bad = prefill_default_knobs().with("BN", 128i64);
+    let bad = prefill_sync_knobs().with("BN", 128i64);
     assert!(matches!(build_prefill(&spec, &bad), Err(OpError::InvalidKnobs { .. })));
 }
 

@@ -17,7 +17,7 @@ use k3k_reference::metrics::{first_nonfinite_mismatch, rel_l2};
 use k3k_reference::mla::{gate_wuv, mla_decode_paged, mla_prefill, mla_prefill_varlen};
 use k3k_reference::random::{bf16_normal, block_table, fresh_seed, seeded};
 use k3k_runtime::Gpu;
-use mla_knobs::{bn64, rows32};
+use mla_knobs::{bn64, prefill_wgmma_points, rows32};
 use rand::Rng;
 use rand::rngs::StdRng;
 
@@ -120,8 +120,10 @@ fn prefill_case(spec: PrefillSpec, knobs: &Knobs, t: usize, s: usize, h: usize) 
 fn prefill_causal_gated_ragged_and_cached_prefix() {
     let spec = PrefillSpec::new(true, true, false);
     // T not a multiple of the tile; S > T (bottom-right aligned cached prefix); single rows.
-    for (t, s) in [(65, 65), (17, 80), (1, 33), (15, 15), (1, 1), (17, 150)] {
-        prefill_case(spec, &prefill_default_knobs(), t, s, 2);
+    for knobs in [prefill_default_knobs(), prefill_sync_knobs()] {
+        for (t, s) in [(65, 65), (17, 80), (1, 33), (15, 15), (1, 1), (17, 150)] {
+            prefill_case(spec, &knobs, t, s, 2);
+        }
     }
 }
 
@@ -169,9 +171,10 @@ fn prefill_full_and_ungated_12_and_16_heads() {
 fn prefill_other_knob_points() {
     let spec = PrefillSpec::new(true, true, false);
     for knobs in [
-        prefill_default_knobs().with("BN", 32i64).with("STAGES", 3i64),
-        prefill_default_knobs().with("BM", 64i64).with("WM", 4i64),
-        prefill_default_knobs().with("BM", 64i64).with("WM", 4i64).with("BN", 32i64).with("QK_UNROLL", false),
+        prefill_sync_knobs(),
+        prefill_sync_knobs().with("BN", 32i64).with("STAGES", 3i64),
+        prefill_sync_knobs().with("BM", 64i64).with("WM", 4i64),
+        prefill_sync_knobs().with("BM", 64i64).with("WM", 4i64).with("BN", 32i64).with("QK_UNROLL", false),
     ] {
         for (t, s) in [(130, 200), (63, 63)] {
             prefill_case(spec, &knobs, t, s, 1);
@@ -181,6 +184,33 @@ fn prefill_other_knob_points() {
 
 #[test]
 fn prefill_varlen() {
+    prefill_varlen_case(&prefill_default_knobs());
+    prefill_varlen_case(&prefill_sync_knobs());
+}
+
+/// The wgmma kernels (plain and overlapped schedules, several tile shapes) at the edge sizes: ragged T,
+/// single rows, cached prefixes (S > T), rows without keys, full and causal, gated and not, and varlen.
+#[test]
+fn prefill_wgmma_edges_and_varlen() {
+    for knobs in prefill_wgmma_points() {
+        for (causal, gate, t, s, h) in [
+            (true, true, 65, 65, 2),
+            (true, true, 17, 150, 1),
+            (true, true, 1, 1, 1),
+            (true, false, 15, 15, 1),
+            (true, true, 63, 63, 1),
+            (true, true, 130, 200, 1),
+            (true, true, 20, 5, 1),
+            (false, true, 17, 65, 1),
+            (false, false, 1, 33, 2),
+        ] {
+            prefill_case(PrefillSpec::new(causal, gate, false), &knobs, t, s, h);
+        }
+        prefill_varlen_case(&knobs);
+    }
+}
+
+fn prefill_varlen_case(knobs: &Knobs) {
     // Sequences (T, S): (17, 30), (0, 5), (65, 65), (1, 0), (15, 100).
     let cu_q = [0i64, 17, 17, 82, 83, 98];
     let cu_k = [0i64, 30, 35, 100, 100, 200];
@@ -196,7 +226,7 @@ fn prefill_varlen() {
         let k = bf16_normal(&mut rng, tk * h * dqk, 1.0);
         let v = bf16_normal(&mut rng, tk * h * dv, 1.0);
         let z = gate.then(|| gate_logits(&mut rng, tq * h * dv));
-        let kern = build_prefill(&PrefillSpec::new(causal, gate, true), &prefill_default_knobs()).unwrap();
+        let kern = build_prefill(&PrefillSpec::new(causal, gate, true), knobs).unwrap();
         let what = kern.name.clone();
         let mut plan = Plan::default();
         let mut args = vec![

@@ -53,6 +53,8 @@ pub fn all() -> Vec<Case> {
         warp_shuffles(),
         dequant_fp4(),
         dequant_fp4_stream(),
+        mma_async_rs_bmn(),
+        mma_async_ss_then_rs(),
     ]
 }
 
@@ -1365,5 +1367,109 @@ pub fn dequant_fp4_stream() -> Case {
                 );
             }
         }),
+    }
+}
+
+/// `wgmma` with A from registers and B stored `[K, N]` (N-contiguous, the transpose mode), as attention's
+/// `O += P V`: A a bf16 register tile [64, 128] (an f32 load halved by a map), V [128, 64] in a swizzled shared
+/// tile (eight k16 steps down its rows), acc [64, 64] on one warpgroup. The accumulator starts as NaN and the
+/// product is issued with `accumulate = false`, so the NaNs must not survive.
+pub fn mma_async_rs_bmn() -> Case {
+    let (m, n, kd) = (64usize, 64usize, 128usize);
+    let mut b = KernelBuilder::new("p_mma_async_rs_bmn", 128);
+    let a = b.tensor("a", DType::F32, &[Expr::Int(m as i64), Expr::Int(kd as i64)], Access::Read);
+    let v = b.tensor("v", DType::Bf16, &[Expr::Int(kd as i64), Expr::Int(n as i64)], Access::Read);
+    let c = b.tensor("c", DType::F32, &[Expr::Int(m as i64), Expr::Int(n as i64)], Access::Write);
+    let sv = b.shared("sv", DType::Bf16, kd as u32, n as u32, 1, Swizzle::Xor16B);
+    let ta = b.tile("ta", DType::Bf16, m as u32, kd as u32, [4, 1]);
+    let acc = b.tile("acc", DType::F32, m as u32, n as u32, [4, 1]);
+    let dv = b.slot(sv, 0i64);
+    b.copy_async(dv.clone(), view(v, 0i64, n as i64, kd as i64, n as i64, 8));
+    b.commit();
+    b.load(ta, Place::Global(view(a, 0i64, kd as i64, m as i64, kd as i64, 2)));
+    b.map(ta, Expr::Elem(ta) * 0.5);
+    b.map(acc, f64::NAN);
+    b.wait(0);
+    b.barrier();
+    b.mma_async_init(acc, Operand::Reg(ta), Operand::Shared { src: dv, transpose: false }, false);
+    b.mma_wait(0);
+    b.store(acc, Place::Global(view(c, 0i64, n as i64, m as i64, n as i64, 2)));
+    let k = b.finish().unwrap();
+    let mut rng = Rng::new(31);
+    let av = rng.vals(DType::F32, m * kd, -1.0, 1.0);
+    let vv = rng.vals(DType::Bf16, kd * n, -1.0, 1.0);
+    let a_bf: Vec<f32> = av.iter().map(|&x| half::bf16::from_f32(x * 0.5).to_f32()).collect();
+    let want = gemm_check(m, n, kd, &a_bf, false, &vv, false);
+    Case {
+        name: "mma_async_rs_bmn",
+        kernel: k,
+        tensors: vec![
+            HostTensor::from_f32(DType::F32, &[m, kd], &av),
+            HostTensor::from_f32(DType::Bf16, &[kd, n], &vv),
+            poisoned(DType::F32, &[m, n]),
+        ],
+        scalars: vec![],
+        check: Box::new(move |ts| close("c", &ts[2].to_f32_vec(), &want, 1e-4)),
+    }
+}
+
+/// Two warpgroups (acc [128, 64] on [8, 1] warps), two chained `wgmma` products in flight before one wait:
+/// `acc = A W^T` with both operands K-contiguous in shared memory (A [128, 64], W [64, 64] stored [N, K]),
+/// then `acc += T V` with T a bf16 register tile [128, 64] and V [64, 64] stored [K, N] in a window starting
+/// 64 rows into its buffer (f16 would take the same path; bf16 here).
+pub fn mma_async_ss_then_rs() -> Case {
+    let (m, n, kd) = (128usize, 64usize, 64usize);
+    let mut b = KernelBuilder::new("p_mma_async_ss_then_rs", 256);
+    let a = b.tensor("a", DType::Bf16, &[Expr::Int(m as i64), Expr::Int(kd as i64)], Access::Read);
+    let w = b.tensor("w", DType::Bf16, &[Expr::Int(n as i64), Expr::Int(kd as i64)], Access::Read);
+    let t = b.tensor("t", DType::F32, &[Expr::Int(m as i64), Expr::Int(kd as i64)], Access::Read);
+    let v = b.tensor("v", DType::Bf16, &[Expr::Int(kd as i64), Expr::Int(n as i64)], Access::Read);
+    let c = b.tensor("c", DType::F32, &[Expr::Int(m as i64), Expr::Int(n as i64)], Access::Write);
+    let sa = b.shared("sa", DType::Bf16, m as u32, kd as u32, 1, Swizzle::Xor16B);
+    let sw = b.shared("sw", DType::Bf16, n as u32, kd as u32, 1, Swizzle::Xor16B);
+    let sv = b.shared("sv", DType::Bf16, 2 * kd as u32, n as u32, 1, Swizzle::Xor16B);
+    let tt = b.tile("tt", DType::Bf16, m as u32, kd as u32, [8, 1]);
+    let acc = b.tile("acc", DType::F32, m as u32, n as u32, [8, 1]);
+    let da = b.slot(sa, 0i64);
+    b.copy_async(da.clone(), view(a, 0i64, kd as i64, m as i64, kd as i64, 8));
+    let dw = b.slot(sw, 0i64);
+    b.copy_async(dw.clone(), view(w, 0i64, kd as i64, n as i64, kd as i64, 8));
+    let dv = b.window(sv, 0i64, kd as u32, 0, kd as u32, n as u32);
+    b.copy_async(dv.clone(), view(v, 0i64, n as i64, kd as i64, n as i64, 8));
+    b.commit();
+    b.load(tt, Place::Global(view(t, 0i64, kd as i64, m as i64, kd as i64, 2)));
+    b.wait(0);
+    b.barrier();
+    b.mma_async_init(
+        acc,
+        Operand::Shared { src: da, transpose: false },
+        Operand::Shared { src: dw, transpose: true },
+        false,
+    );
+    b.mma_async(acc, Operand::Reg(tt), Operand::Shared { src: dv, transpose: false });
+    b.mma_wait(0);
+    b.store(acc, Place::Global(view(c, 0i64, n as i64, m as i64, n as i64, 2)));
+    let k = b.finish().unwrap();
+    let mut rng = Rng::new(32);
+    let av = rng.vals(DType::Bf16, m * kd, -1.0, 1.0);
+    let wv = rng.vals(DType::Bf16, n * kd, -1.0, 1.0);
+    let tv = rng.vals(DType::F32, m * kd, -1.0, 1.0);
+    let vv = rng.vals(DType::Bf16, kd * n, -1.0, 1.0);
+    let t_bf: Vec<f32> = tv.iter().map(|&x| half::bf16::from_f32(x).to_f32()).collect();
+    let w1 = gemm_check(m, n, kd, &av, false, &wv, true);
+    let w2 = gemm_check(m, n, kd, &t_bf, false, &vv, false);
+    let want: Vec<f32> = w1.iter().zip(&w2).map(|(x, y)| x + y).collect();
+    Case {
+        name: "mma_async_ss_then_rs",
+        kernel: k,
+        tensors: vec![
+            HostTensor::from_f32(DType::Bf16, &[m, kd], &av),
+            HostTensor::from_f32(DType::Bf16, &[n, kd], &wv),
+            HostTensor::from_f32(DType::F32, &[m, kd], &tv),
+            HostTensor::from_f32(DType::Bf16, &[kd, n], &vv),
+            poisoned(DType::F32, &[m, n]),
+        ],
+        scalars: vec![],
+        check: Box::new(move |ts| close("c", &ts[4].to_f32_vec(), &want, 1e-4)),
     }
 }

@@ -23,3 +23,16 @@ pub fn bn64() -> Knobs {
         .with("WN", 4i64)
         .with("STAGES", 2i64)
 }
+
+/// The wgmma prefill knob points the compile and interpreter tests cover: the plain schedule at 128- and
+/// 64-key tiles, one warpgroup, the rolled score loop, and the overlapped schedule at 2 and 3 stages.
+pub fn prefill_wgmma_points() -> Vec<Knobs> {
+    let w = k3k_ops::gated_mla::prefill_wgmma_knobs();
+    vec![
+        w.clone(),
+        w.clone().with("BN", 64i64).with("STAGES", 3i64),
+        w.clone().with("BM", 64i64).with("WM", 4i64).with("QK_UNROLL", false),
+        w.clone().with("OVERLAP", true),
+        w.clone().with("OVERLAP", true).with("BN", 64i64).with("STAGES", 3i64),
+    ]
+}
