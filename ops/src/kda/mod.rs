@@ -160,6 +160,12 @@ pub fn knob_space() -> KnobSpace {
     KnobSpace::default()
         .axis("CHUNK", "chunk size (tokens per chunk)", [64i64, 32])
         .axis("W1", "warps of the intra-chunk kernel", [16i64, 8, 4])
+        .axis(
+            "ARENA",
+            "intra-chunk shared layout: 0 separate buffers (191 KB at chunk 64, K = V = 128), 1 phase-aliased arena \
+             with K-chunked level operands (108 KB; two blocks per SM at W1 <= 8)",
+            [0i64, 1],
+        )
         .axis("BV", "value columns per state-pass block (0: chosen from the problem)", [0i64, 16, 32, 64])
         .axis("W2", "warps of the state-pass kernel (0: chosen from the problem)", [0i64, 4, 8, 16])
         .axis(
@@ -189,6 +195,8 @@ pub fn default_knobs() -> Knobs {
 pub struct Launch {
     pub chunk: u32,
     pub w1: u32,
+    /// The intra-chunk kernel's phase-aliased shared layout (knob `ARENA`).
+    pub arena: bool,
     pub bv: u32,
     pub w2: u32,
     /// Operand buffers of the state pass (1 or 2).
@@ -265,7 +273,13 @@ impl Launch {
                 other => Err(invalid(format!("{name}={other}: f16 or bf16"))),
             }
         };
-        Ok(Launch { chunk, w1, bv, w2, stages, op_dt: dt("OPDT")?, lvl_dt: dt("LVLDT")? })
+        // Knob sets written before ARENA existed mean the separate buffers.
+        let arena = match if knobs.0.contains_key("ARENA") { knobs.u32("ARENA")? } else { 0 } {
+            0 => false,
+            1 => true,
+            other => return Err(invalid(format!("ARENA={other}: 0 or 1"))),
+        };
+        Ok(Launch { chunk, w1, arena, bv, w2, stages, op_dt: dt("OPDT")?, lvl_dt: dt("LVLDT")? })
     }
 }
 
@@ -555,7 +569,7 @@ impl KdaData {
 pub fn chunk_kernels(pb: &KdaProblem, l: &Launch) -> Result<(Kernel, Kernel), OpError> {
     let spec = pb.spec();
     Ok((
-        intra::build_intra(&spec, l.chunk, l.w1, l.op_dt, l.lvl_dt)?,
+        intra::build_intra(&spec, l.chunk, l.w1, l.op_dt, l.lvl_dt, l.arena)?,
         state::build_state(&spec, l.chunk, l.bv, l.w2, l.op_dt, l.stages)?,
     ))
 }
