@@ -92,10 +92,12 @@ pub fn build_intra(
         let a_op = at(a_q + bytes(DType::Bf16, c, dk, 1));
         let a_d = at(a_op + bytes(lvl_dt, c, opk, 3));
         let a_end = at(a_d + bytes(DType::F32, c, 16, 2));
+        // sLb over sOp only (written while sD's P tiles are still to be read), sXU over the rest.
         let b_xw = 0;
-        let b_xu = at(b_xw + bytes(op_dt, c, dk, 1));
-        let b_lb = at(b_xu + bytes(op_dt, c, dv, 1));
-        let b_end = at(b_lb + bytes(op_dt, c, c, 1));
+        let b_lb = at(b_xw + bytes(op_dt, c, dk, 1));
+        let b_xu = at(b_lb + bytes(op_dt, c, c, 1));
+        let b_end = at(b_xu + bytes(op_dt, c, dv, 1));
+        debug_assert!(b_lb >= a_op && b_lb + bytes(op_dt, c, c, 1) <= a_d, "sLb must not overlap sD");
         let total = a_end.max(b_end);
         let root = b.shared("sArena", DType::F32, total / 512, 128, 1, Swizzle::None);
         let sq = b.shared_alias("sQ", DType::Bf16, c, dk, 1, Swizzle::Xor16B, root, a_q);
@@ -409,7 +411,7 @@ pub fn build_intra(
     b.map(tot_p, 0.0);
     b.map(tot_l, 0.0);
     let levels = (c / 16).trailing_zeros() as i64;
-    b.for_("olvl", 0i64, levels, 1i64, |b, lvl| {
+    let olvl = |b: &mut KernelBuilder, lvl: Expr| {
         let s = b.let_("s", Expr::Int(16).shl(lvl));
         let lower = r.bitand(s.clone()).ne(0i64);
         let upper = r.bitand(s.clone()).eq(0i64);
@@ -424,19 +426,16 @@ pub fn build_intra(
         b.map(tot_p, Expr::select(done.clone(), Expr::Elem(tot_p), 0.0));
         b.map(tot_l, Expr::select(done, Expr::Elem(tot_l), 0.0));
         b.barrier();
-    });
-
-    // Off-diagonal L (with beta) as the bf16 A operand of the block substitution, and the full P (scale s
-    // included) to the scratch. (With the arena sLb takes sD's bytes: P's diagonal tiles are read first.)
-    let store_l = |b: &mut KernelBuilder| {
-        b.map(tot_l, Expr::Elem(tot_l) * beta_at(r.clone()));
-        let d = b.slot(slb, 0i64);
-        b.store(tot_l, Place::Shared(d));
-        b.barrier();
     };
-    if !arena {
-        store_l(&mut b);
-    }
+    // (A runtime loop: unrolled, the arena's 128-register cap spills 60 bytes instead of 8.)
+    b.for_("olvl", 0i64, levels, 1i64, olvl);
+
+    // Off-diagonal L (with beta) as the bf16 A operand of the block substitution.
+    b.map(tot_l, Expr::Elem(tot_l) * beta_at(r.clone()));
+    let d = b.slot(slb, 0i64);
+    b.store(tot_l, Place::Shared(d));
+    b.barrier();
+    // Full P (scale s included) to the scratch.
     let same_tile = r.shr(4i64).eq(col.shr(4i64));
     b.map(
         tot_p,
@@ -444,10 +443,6 @@ pub fn build_intra(
             * Expr::select(same_tile, Expr::shared_load(sd, 0i64, r.clone(), col.bitand(15i64)), Expr::Elem(tot_p)),
     );
     b.store(tot_p, Place::Global(view(pm, &slot_base * (cc * cc), cc, len.clone(), cc, 2)));
-    if arena {
-        b.barrier();
-        store_l(&mut b);
-    }
 
     // 5b. Block substitution, row tile by row tile.
     let xw = |b: &KernelBuilder, rows: u32| b.window(sxw, 0i64, 0, 0, rows, dk);
