@@ -24,6 +24,35 @@
 //!    `T_i = R_i - L_{i,<i} X_{<i}` (f32) and `X_i = T_i + N_ii bf16(T_i)` with `R = Diag(beta)[Gamma.k | v]`,
 //!    so `X = [W | U]` is never formed through a rounded A. X goes to the scratch (bf16) and to shared memory
 //!    for the next row tiles.
+//!
+//! Shared memory, live ranges (chunk C = 64, K = V = 128, 16-bit operands; KB = 1024 bytes):
+//!
+//! | buffer | bytes | written in | last read in |
+//! |---|---|---|---|
+//! | sK (bf16 C x K) | 16 KB | 1 | 5b (R = beta Gamma k) |
+//! | sV (bf16 C x V) | 16 KB | 1 | 5b |
+//! | sG (f32 C x K, G~) | 32 KB | 1 (scan) | 5b |
+//! | sVec, sBias, sN | 0.75 + 0.5 + 2 KB | 1, 1, 4a | 5b |
+//! | sQ (bf16 C x K) | 16 KB | 1 | 3 (last off-diagonal level) |
+//! | sOp (3 operand slots) | 48 KB (3 x C x K), 12 KB K-chunked | 3, 4 (each level) | the same level |
+//! | sD (f32 diagonal P, L tiles) | 8 KB | 4 | P to the scratch (after the levels) |
+//! | sLb (L, C x C) | 8 KB | after the levels | 5b |
+//! | sXW, sXU (X rows so far) | 16 + 16 KB | 5b | 5b |
+//! | sTW, sTU (current T) | 4 + 4 KB | 5b | 5b |
+//!
+//! Peaks: through the levels sK sV sG sQ sOp sD sN sVec (139 KB with 48 KB of sOp); in the block substitution sK
+//! sV sG sN sVec sLb sXW sXU sTW sTU (115 KB). Separate buffers (`ARENA=0`) need all of it at once: 191744 bytes,
+//! one block per SM. `ARENA=1` (knob) cuts this to 109568 bytes (<= 113 KB: two blocks per SM in 228 KB):
+//! - the level operands are built and multiplied one 32-column chunk of K at a time (sOp 12 KB; the products
+//!   accumulate over the chunks, two barriers per chunk instead of one per level);
+//! - each T_i is formed in the rows X_i will take in sXW / sXU (one more barrier per row tile), no sTW / sTU;
+//! - sQ, sOp, sD (phase A: loads .. P to the scratch) and sXW, sLb, sXU (phase B: L store .. block substitution)
+//!   are [`k3k_ir::SharedAlias`]es of one 40 KB arena: sXW over sQ, sLb over sOp only (L is stored before P reads
+//!   sD), sXU over the rest of sOp and sD (first written in the block substitution). The CPU backends poison a
+//!   buffer's overlapping partners on its first write, so any read across these phases would fail the tests.
+//! - at <= 8 warps it asks for two blocks per SM (`__launch_bounds__(256, 2)`: 128 registers; ptxas spills
+//!   8 bytes on the plain safe path, up to 48 with the in-kernel options). Registers, not only shared memory,
+//!   held the old layout at one block per SM at chunk 64: 182 registers on 8 warps, 116 on 16 (512 threads).
 
 use super::{GateForm, KdaSpec, grid};
 use crate::OpError;

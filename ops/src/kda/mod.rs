@@ -49,7 +49,10 @@
 //! has an SM to itself anyway (H32: 128 blocks of BV=32 on 8 warps, one per SM by registers, 136 KB); `BV=128,
 //! W2=16` (one block per value head, 16 warps, 128 registers) reads each chunk's W/Qbar/Kbar/P once per head
 //! instead of once per value block (3.3x fewer L2->SM bytes at H96: 0.91 vs 3.05 GB) at the price of 96
-//! instead of 132 busy SMs; both are knob points to time against the old `STAGES=1`.
+//! instead of 132 busy SMs; both are knob points to time against the old `STAGES=1`. Intra kernel (not yet
+//! measured): `ARENA=1` aliases the phase-disjoint shared buffers (191744 -> 109568 bytes at chunk 64, see
+//! [`intra`]) and with `W1=8` asks for two blocks per SM (128 registers, 8 bytes spilled); the old layout was held
+//! to one block per SM by both shared memory and registers (182 at 8 warps, 116 x 512 threads at 16).
 //!
 //! Checks compare with `k3k_reference::kda::kda_recurrent` (f64) per (sequence, value head) pair: every pair for
 //! small problems, a documented sample of pairs (first, last and seeded others; every o row and state element of
