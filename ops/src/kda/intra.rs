@@ -473,6 +473,10 @@ pub fn build_intra(
     );
     b.store(tot_p, Place::Global(view(pm, &slot_base * (cc * cc), cc, len.clone(), cc, 2)));
 
+    if arena {
+        // sXU's rows from 16 on take sD's bytes: every warp is done reading P's diagonal tiles.
+        b.barrier();
+    }
     // 5b. Block substitution, row tile by row tile.
     let xw = |b: &KernelBuilder, rows: u32| b.window(sxw, 0i64, 0, 0, rows, dk);
     for i in 0..nt {
