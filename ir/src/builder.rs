@@ -30,6 +30,7 @@ impl KernelBuilder {
                 arrays: vec![],
                 body: vec![],
                 knobs: Knobs::new(),
+                min_blocks_per_sm: 0,
             },
             stack: vec![vec![]],
         }
@@ -94,8 +95,32 @@ impl KernelBuilder {
 
     /// `count` shared tiles of `rows x cols`.
     pub fn shared(&mut self, name: &str, dtype: DType, rows: u32, cols: u32, count: u32, swizzle: Swizzle) -> SharedId {
-        self.k.shared.push(SharedDecl { name: name.into(), dtype, rows, cols, count, swizzle });
+        self.k.shared.push(SharedDecl { name: name.into(), dtype, rows, cols, count, swizzle, alias: None });
         SharedId(self.k.shared.len() as u32 - 1)
+    }
+
+    /// `count` shared tiles of `rows x cols` stored in bytes `byte_offset..` of the earlier buffer `of`
+    /// ([`SharedAlias`]: for buffers whose live ranges do not overlap).
+    #[allow(clippy::too_many_arguments)]
+    pub fn shared_alias(
+        &mut self,
+        name: &str,
+        dtype: DType,
+        rows: u32,
+        cols: u32,
+        count: u32,
+        swizzle: Swizzle,
+        of: SharedId,
+        byte_offset: u32,
+    ) -> SharedId {
+        let alias = Some(SharedAlias { of, byte_offset });
+        self.k.shared.push(SharedDecl { name: name.into(), dtype, rows, cols, count, swizzle, alias });
+        SharedId(self.k.shared.len() as u32 - 1)
+    }
+
+    /// Ask for `n` resident blocks per SM (`__launch_bounds__(threads, n)`: ptxas caps the registers to fit).
+    pub fn min_blocks_per_sm(&mut self, n: u32) {
+        self.k.min_blocks_per_sm = n;
     }
 
     /// The whole tile `index` of a shared buffer.

@@ -116,7 +116,30 @@ pub struct SharedDecl {
     pub cols: u32,
     pub count: u32,
     pub swizzle: Swizzle,
+    /// Storage shared with an earlier buffer whose live range does not overlap this one's (see
+    /// [`SharedAlias`]); `None`: storage of its own.
+    #[serde(default)]
+    pub alias: Option<SharedAlias>,
 }
+
+/// A shared buffer that reuses bytes `byte_offset..byte_offset + bytes()` of an earlier, non-aliased buffer
+/// `of` (the *root*), for a program whose phases use the two at different times (e.g. an operand staging area
+/// that is dead once a later phase's accumulator tiles are written).
+///
+/// Semantics: buffers whose byte ranges in the root overlap (the root overlaps all of its aliases) share
+/// storage, so a write into one leaves the contents of every overlapping one undefined. The CPU backends model
+/// this conservatively and deterministically: the first write into a buffer after an overlapping one was written
+/// (or since the block began) fills every overlapping buffer with poison (NaN for floats, [`SHARED_POISON`]
+/// wrapped to the dtype for integers), so a program that reads data an aliased write clobbered computes NaN or
+/// garbage there instead of the stale value, and fails its comparisons.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SharedAlias {
+    pub of: SharedId,
+    pub byte_offset: u32,
+}
+
+/// What the CPU backends store into an integer shared buffer whose storage an aliased write clobbered.
+pub const SHARED_POISON: i64 = 0x5EAD_BEEF_5EAD_BEEF;
 
 impl SharedDecl {
     /// Bytes of one tile.
@@ -428,6 +451,10 @@ pub struct Kernel {
     pub body: Vec<Stmt>,
     /// The knob values this kernel was built with (for printing, hashing and results).
     pub knobs: Knobs,
+    /// Resident blocks per SM the register allocation must allow (the second `__launch_bounds__` argument);
+    /// 0: no constraint. A resource hint only: no effect on the CPU backends.
+    #[serde(default)]
+    pub min_blocks_per_sm: u32,
 }
 
 /// Shared buffers start at multiples of this many bytes.
@@ -445,14 +472,40 @@ impl Kernel {
     pub fn shared_layout(&self) -> (Vec<usize>, usize) {
         let mut offsets = Vec::with_capacity(self.shared.len());
         let mut at = 0usize;
-        for s in &self.shared {
-            if s.is_swizzle_128b() {
+        for (i, s) in self.shared.iter().enumerate() {
+            if let Some(a) = s.alias {
+                // Roots are earlier buffers (checked by `validate`; a bad one is placed at 0 here).
+                let root = offsets.get(a.of.0 as usize).copied().unwrap_or(0);
+                offsets.push(root + a.byte_offset as usize);
+                continue;
+            }
+            // A root may hold 128-byte-swizzled aliases: it starts on a swizzle atom too.
+            let is_root = self.shared.iter().any(|t| t.alias.is_some_and(|a| a.of.0 as usize == i));
+            if s.is_swizzle_128b() || is_root {
                 at = at.next_multiple_of(SWIZZLE_ATOM_ALIGN);
             }
             offsets.push(at);
             at += s.bytes().next_multiple_of(SHARED_ALIGN);
         }
         (offsets, at)
+    }
+
+    /// For each shared buffer, the other buffers whose storage overlaps its own ([`SharedAlias`]); empty for
+    /// a buffer without aliases.
+    pub fn shared_overlaps(&self) -> Vec<Vec<usize>> {
+        let (offsets, _) = self.shared_layout();
+        let root = |i: usize| self.shared[i].alias.map_or(i, |a| a.of.0 as usize);
+        let range = |i: usize| (offsets[i], offsets[i] + self.shared[i].bytes());
+        (0..self.shared.len())
+            .map(|i| {
+                (0..self.shared.len())
+                    .filter(|&j| {
+                        let (a, b) = (range(i), range(j));
+                        j != i && root(j) == root(i) && a.0 < b.1 && b.0 < a.1
+                    })
+                    .collect()
+            })
+            .collect()
     }
 
     /// Dynamic shared memory the kernel needs per block.

@@ -126,8 +126,21 @@ pub fn kernel(k: &Kernel) -> String {
         let _ = writeln!(s, "  vec {}: f32[{}] warps={}x{}", v.name, v.rows, v.warps[0], v.warps[1]);
     }
     for sh in &k.shared {
-        let _ =
-            writeln!(s, "  shared {}: {}[{} x {}x{}] {:?}", sh.name, sh.dtype, sh.count, sh.rows, sh.cols, sh.swizzle);
+        let alias = match sh.alias {
+            Some(a) => {
+                let of = k.shared.get(a.of.0 as usize).map_or("?", |r| &r.name);
+                format!(" in {of} @{}", a.byte_offset)
+            }
+            None => String::new(),
+        };
+        let _ = writeln!(
+            s,
+            "  shared {}: {}[{} x {}x{}] {:?}{alias}",
+            sh.name, sh.dtype, sh.count, sh.rows, sh.cols, sh.swizzle
+        );
+    }
+    if k.min_blocks_per_sm > 0 {
+        let _ = writeln!(s, "  min_blocks_per_sm = {}", k.min_blocks_per_sm);
     }
     let _ = writeln!(s, "  shared_bytes = {}", k.shared_bytes());
     let _ = writeln!(s, "body:");

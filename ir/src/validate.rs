@@ -176,6 +176,41 @@ impl<'a> Checker<'a> {
             }
             self.path.pop();
         }
+        for (i, s) in k.shared.iter().enumerate() {
+            let Some(a) = s.alias else { continue };
+            self.path.push(format!("shared `{}`", s.name));
+            let root = match k.shared.get(a.of.0 as usize) {
+                Some(r) if (a.of.0 as usize) < i => r,
+                _ => {
+                    return Err(
+                        self.err(IrErrorKind::Scope, format!("alias of shared #{}: not an earlier buffer", a.of.0))
+                    );
+                }
+            };
+            if root.alias.is_some() {
+                return Err(self.err(IrErrorKind::Layout, format!("alias of `{}`, itself an alias", root.name)));
+            }
+            let align = if s.is_swizzle_128b() { SWIZZLE_ATOM_ALIGN } else { SHARED_ALIGN };
+            if !(a.byte_offset as usize).is_multiple_of(align) {
+                return Err(self.err(
+                    IrErrorKind::Layout,
+                    format!("alias byte offset {} must be a multiple of {align}", a.byte_offset),
+                ));
+            }
+            if a.byte_offset as usize + s.bytes() > root.bytes() {
+                return Err(self.err(
+                    IrErrorKind::Layout,
+                    format!(
+                        "{} bytes at offset {} do not fit in the {} bytes of `{}`",
+                        s.bytes(),
+                        a.byte_offset,
+                        root.bytes(),
+                        root.name
+                    ),
+                ));
+            }
+            self.path.pop();
+        }
         if k.shared_bytes() > MAX_SHARED_BYTES {
             return Err(self.err(
                 IrErrorKind::Resource,

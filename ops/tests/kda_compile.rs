@@ -122,3 +122,59 @@ fn dump_ptx() {
         }
     }
 }
+
+/// The phase-aliased intra layout (`ARENA=1`) compiles on both diagonal paths, both chunk sizes, 4, 8 and 16
+/// warps, both operand types and the in-kernel options: no spills except the known few bytes at chunk 64 on 8
+/// warps, where `__launch_bounds__(256, 2)` holds the registers to 128 (two blocks per SM with its <= 113 KB of
+/// shared memory).
+#[test]
+fn arena_points_compile() {
+    let base = [("B", 1i64), ("T", 8192), ("H", 8), ("K", 128), ("V", 128)];
+    let with = |extra: &[(&'static str, i64)]| -> Vec<(&'static str, i64)> {
+        base.iter().copied().chain(extra.iter().copied()).collect()
+    };
+    let a = kda::default_knobs().with("ARENA", 1i64);
+    let mut ks = vec![];
+    for safe in [1i64, 0] {
+        for (chunk, w1) in [(64i64, 8i64), (64, 16), (32, 8), (32, 4)] {
+            ks.push(chunk_kernels(&with(&[("safe", safe)]), &a.clone().with("CHUNK", chunk).with("W1", w1)).0);
+        }
+        ks.push(chunk_kernels(&with(&[("safe", safe)]), &a.clone().with("W1", 8i64).with("OPDT", "bf16")).0);
+    }
+    let opts = [("gate", 1), ("bias", 1), ("l2norm", 1), ("bsig", 1)];
+    ks.push(chunk_kernels(&with(&[("safe", 1), opts[0], opts[1], opts[2], opts[3]]), &a.clone().with("W1", 8i64)).0);
+    ks.push(
+        chunk_kernels(&with(&[("safe", 0), ("gate", 2), opts[1], opts[2], opts[3]]), &a.clone().with("W1", 8i64)).0,
+    );
+    ks.push(
+        chunk_kernels(
+            &[("B", 1), ("T", 100), ("H", 2), ("K", 64), ("V", 64), ("safe", 0)],
+            &a.clone().with("W1", 8i64),
+        )
+        .0,
+    );
+    for k in &ks {
+        let r = build(k, BuildOptions { assemble: true }).unwrap().resources.clone().unwrap();
+        eprintln!("{}: {r:?} smem {} min blocks {}", k.name, k.shared_bytes(), k.min_blocks_per_sm);
+        if k.name.contains("_c64_w8_") {
+            // Known (not a default for this reason): at chunk 64 on 8 warps the 128-register cap of two blocks
+            // per SM spills a few bytes: 8 on the plain safe path (two addresses stored once, reloaded at the top
+            // of each off-diagonal level: 4 local loads a block), 24 on the exact path, 48 with the in-kernel
+            // gate/l2norm/beta options. Anything more is a regression.
+            let cap = if k.name.contains("_safe_pre_") {
+                8
+            } else if k.name.contains("_pre_") {
+                24
+            } else {
+                48
+            };
+            assert!(r.spill_store_bytes <= cap && r.spill_load_bytes <= cap, "{}: {r:?}", k.name);
+        } else {
+            assemble(k);
+        }
+        if k.min_blocks_per_sm == 2 {
+            assert!(r.registers <= 65536 / (2 * k.threads), "{}: {r:?}", k.name);
+            assert!(k.shared_bytes() <= 113 * 1024, "{}: {}", k.name, k.shared_bytes());
+        }
+    }
+}

@@ -443,3 +443,52 @@ fn long_sequence_k128() {
         run(&[("B", 1), ("T", t), ("H", 1), ("K", 128), ("V", 128), ("safe", safe)], 64, s);
     }
 }
+
+/// The phase-aliased intra-chunk layout (`ARENA=1`: sQ/sOp/sD and sXW/sXU/sLb share one arena, the level
+/// operands K-chunked, each T in its X rows) against the f64 reference: edge lengths on both diagonal paths
+/// and both chunk sizes, K = V = 128 (the benchmark shape, on 8 and 16 warps), varlen with GVA and h0, extreme
+/// gates on the exact path; and its footprint (two blocks per SM at chunk 64, K = V = 128).
+#[test]
+fn arena_layout_matches_the_reference() {
+    let s = seed();
+    let a = |chunk: i64| knobs(chunk).with("ARENA", 1i64);
+    for safe in [1, 0] {
+        for chunk in [64, 32] {
+            for t in [1, 15, 17, 63, 65, 130] {
+                let dims = [("B", 1), ("T", t), ("H", 1), ("K", 32), ("V", 32), ("safe", safe)];
+                run_with(&dims, &a(chunk), s ^ t as u64 ^ 0xa7);
+            }
+        }
+    }
+    let big = [("B", 1i64), ("T", 130), ("H", 1), ("K", 128), ("V", 128), ("h0", 1)];
+    for (safe, w1, chunk) in [(1i64, 8i64, 64i64), (0, 8, 64), (1, 16, 64), (1, 8, 32)] {
+        let mut d = big.to_vec();
+        d.push(("safe", safe));
+        run_with(&d, &a(chunk).with("W1", w1), s ^ 0xb1 ^ safe as u64 ^ w1 as u64);
+    }
+    let dims = [("N", 4i64), ("L0", 1), ("L1", 15), ("L2", 0), ("L3", 63), ("H", 2), ("HV", 4), ("K", 64), ("V", 32)];
+    for (safe, chunk) in [(1, 64), (0, 32), (0, 64), (1, 32)] {
+        let mut d = dims.to_vec();
+        d.extend([("safe", safe), ("h0", 1)]);
+        run_with(&d, &a(chunk).with("W1", 8i64), s ^ 0xc3 ^ chunk as u64 ^ safe as u64);
+    }
+    for chunk in [64, 32] {
+        let d =
+            [("B", 1), ("T", 130), ("H", 1), ("HV", 2), ("K", 64), ("V", 32), ("safe", 0), ("extreme", 1), ("h0", 1)];
+        run_with(&d, &a(chunk), s ^ 0xd5 ^ chunk as u64);
+    }
+    // Footprint at the benchmark shape: <= 113 KB (two blocks in 228 KB with 1 KB reserved each), and the
+    // 8-warp kernel asks ptxas for two blocks per SM; the old layout is kept at ARENA=0.
+    let pb = problem(&[("B", 1), ("T", 8192), ("H", 96), ("K", 128), ("V", 128), ("safe", 1)]);
+    for (w1, chunk) in [(8i64, 64i64), (16, 64), (8, 32)] {
+        let l = kda::Launch::resolve(&a(chunk).with("W1", w1), &pb).unwrap();
+        let (k1, _) = kda::chunk_kernels(&pb, &l).unwrap();
+        eprintln!("{}: {} shared bytes, min blocks {}", k1.name, k1.shared_bytes(), k1.min_blocks_per_sm);
+        assert!(k1.shared_bytes() <= 113 * 1024, "{}: {}", k1.name, k1.shared_bytes());
+        assert_eq!(k1.min_blocks_per_sm, if w1 <= 8 { 2 } else { 0 });
+        let old = kda::Launch::resolve(&a(chunk).with("W1", w1).with("ARENA", 0i64), &pb).unwrap();
+        let (k0, _) = kda::chunk_kernels(&pb, &old).unwrap();
+        assert!(k0.shared_bytes() > k1.shared_bytes() && k0.min_blocks_per_sm == 0, "{}", k0.name);
+    }
+    assert!(kda::Launch::resolve(&a(64).with("ARENA", 2i64), &pb).is_err());
+}

@@ -156,10 +156,14 @@ impl<'a> Renderer<'a> {
             let ty = if s.kind == SymKind::Float { "float" } else { "long long" };
             params.push(format!("{ty} {}", sym_arg(k, SymId(i as u32))));
         }
+        let bounds = match k.min_blocks_per_sm {
+            0 => k.threads.to_string(),
+            n => format!("{}, {n}", k.threads),
+        };
         let _ = writeln!(
             self.out,
             "extern \"C\" __global__ void __launch_bounds__({}) {}({}) {{",
-            k.threads,
+            bounds,
             k.name,
             params.join(", ")
         );

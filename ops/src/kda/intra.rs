@@ -24,6 +24,35 @@
 //!    `T_i = R_i - L_{i,<i} X_{<i}` (f32) and `X_i = T_i + N_ii bf16(T_i)` with `R = Diag(beta)[Gamma.k | v]`,
 //!    so `X = [W | U]` is never formed through a rounded A. X goes to the scratch (bf16) and to shared memory
 //!    for the next row tiles.
+//!
+//! Shared memory, live ranges (chunk C = 64, K = V = 128, 16-bit operands; KB = 1024 bytes):
+//!
+//! | buffer | bytes | written in | last read in |
+//! |---|---|---|---|
+//! | sK (bf16 C x K) | 16 KB | 1 | 5b (R = beta Gamma k) |
+//! | sV (bf16 C x V) | 16 KB | 1 | 5b |
+//! | sG (f32 C x K, G~) | 32 KB | 1 (scan) | 5b |
+//! | sVec, sBias, sN | 0.75 + 0.5 + 2 KB | 1, 1, 4a | 5b |
+//! | sQ (bf16 C x K) | 16 KB | 1 | 3 (last off-diagonal level) |
+//! | sOp (3 operand slots) | 48 KB (3 x C x K), 12 KB K-chunked | 3, 4 (each level) | the same level |
+//! | sD (f32 diagonal P, L tiles) | 8 KB | 4 | P to the scratch (after the levels) |
+//! | sLb (L, C x C) | 8 KB | after the levels | 5b |
+//! | sXW, sXU (X rows so far) | 16 + 16 KB | 5b | 5b |
+//! | sTW, sTU (current T) | 4 + 4 KB | 5b | 5b |
+//!
+//! Peaks: through the levels sK sV sG sQ sOp sD sN sVec (139 KB with 48 KB of sOp); in the block substitution sK
+//! sV sG sN sVec sLb sXW sXU sTW sTU (115 KB). Separate buffers (`ARENA=0`) need all of it at once: 191744 bytes,
+//! one block per SM. `ARENA=1` (knob) cuts this to 109568 bytes (<= 113 KB: two blocks per SM in 228 KB):
+//! - the level operands are built and multiplied one 32-column chunk of K at a time (sOp 12 KB; the products
+//!   accumulate over the chunks, two barriers per chunk instead of one per level);
+//! - each T_i is formed in the rows X_i will take in sXW / sXU (one more barrier per row tile), no sTW / sTU;
+//! - sQ, sOp, sD (phase A: loads .. P to the scratch) and sXW, sLb, sXU (phase B: L store .. block substitution)
+//!   are [`k3k_ir::SharedAlias`]es of one 40 KB arena: sXW over sQ, sLb over sOp only (L is stored before P reads
+//!   sD), sXU over the rest of sOp and sD (first written in the block substitution). The CPU backends poison a
+//!   buffer's overlapping partners on its first write, so any read across these phases would fail the tests.
+//! - at <= 8 warps it asks for two blocks per SM (`__launch_bounds__(256, 2)`: 128 registers; ptxas spills
+//!   8 bytes on the plain safe path, up to 48 with the in-kernel options). Registers, not only shared memory,
+//!   held the old layout at one block per SM at chunk 64: 182 registers on 8 warps, 116 on 16 (512 threads).
 
 use super::{GateForm, KdaSpec, grid};
 use crate::OpError;
@@ -32,14 +61,22 @@ use k3k_ir::*;
 /// log2(e).
 pub const LOG2E: f64 = std::f64::consts::LOG2_E;
 
-/// Build kernel 1 for a variant, chunk size and warp count.
-pub fn build_intra(spec: &KdaSpec, chunk: u32, warps: u32, op_dt: DType, lvl_dt: DType) -> Result<Kernel, OpError> {
+/// Build kernel 1 for a variant, chunk size and warp count; `arena`: the phase-aliased shared layout (see the
+/// module docs).
+pub fn build_intra(
+    spec: &KdaSpec,
+    chunk: u32,
+    warps: u32,
+    op_dt: DType,
+    lvl_dt: DType,
+    arena: bool,
+) -> Result<Kernel, OpError> {
     let (dk, dv, c) = (spec.dk, spec.dv, chunk);
     let nt = c / 16;
     // The safe path's midpoint-anchored diagonal operands reach e^(8|lb|): bf16 there (f16 would overflow).
     let lvl_dt = if spec.safe { DType::Bf16 } else { lvl_dt };
     let threads = 32 * warps;
-    let name = format!("k3k_kda_intra_{}_c{c}_w{warps}_{op_dt}_{lvl_dt}", spec.tag());
+    let name = format!("k3k_kda_intra_{}_c{c}_w{warps}_{op_dt}_{lvl_dt}{}", spec.tag(), if arena { "_a" } else { "" });
     let mut b = KernelBuilder::new(&name, threads);
     let (kk, vv, cc) = (dk as i64, dv as i64, c as i64);
     let tt = b.dim("TT");
@@ -64,31 +101,63 @@ pub fn build_intra(spec: &KdaSpec, chunk: u32, warps: u32, op_dt: DType, lvl_dt:
     let lb = matches!(spec.gate, GateForm::Safe { .. }).then(|| b.float_arg("lb"));
     b.grid(nch.clone(), hv.clone(), 1i64);
 
-    // Shared memory.
-    let sq = b.shared("sQ", DType::Bf16, c, dk, 1, Swizzle::Xor16B);
+    // Shared memory. Column chunks of KC for wide element-wise work (fewer values in flight per thread); with
+    // the arena the level operands are built and multiplied one such chunk at a time.
+    let kc = dk.min(32);
+    let opk = if arena { kc } else { dk };
     let sk = b.shared("sK", DType::Bf16, c, dk, 1, Swizzle::Xor16B);
     let sv = b.shared("sV", DType::Bf16, c, dv, 1, Swizzle::Xor16B);
     let sg = b.shared("sG", DType::F32, c, dk, 1, Swizzle::Xor16B);
-    // Operands of the level products: A side of P (0), A side of L (1), B side (2).
-    let sop = b.shared("sOp", lvl_dt, c, dk, 3, Swizzle::Xor16B);
-    // Block substitution: X = [W | U] rows done so far and the current T (both halves).
-    let sxw = b.shared("sXW", op_dt, c, dk, 1, Swizzle::Xor16B);
-    let stw = b.shared("sTW", op_dt, 16, dk, 1, Swizzle::Xor16B);
-    let sxu = b.shared("sXU", op_dt, c, dv, 1, Swizzle::Xor16B);
-    let stu = b.shared("sTU", op_dt, 16, dv, 1, Swizzle::Xor16B);
     // Row table: beta (0), q norm factor (1), k norm factor (2).
     let svec = b.shared("sVec", DType::F32, 3, c, 1, Swizzle::None);
     let sbias = spec.gate.has_bias().then(|| b.shared("sBias", DType::F32, 1, dk, 1, Swizzle::None));
-    // Diagonal tiles (f32, masked): P (0) and L (1, with beta).
-    let sd = b.shared("sD", DType::F32, c, 16, 2, Swizzle::None);
-    let slb = b.shared("sLb", op_dt, c, c, 1, Swizzle::Xor16B);
     let sn = b.shared("sN", op_dt, c, 16, 1, Swizzle::Xor16B);
+    let bytes = |dt: DType, rows: u32, cols: u32, count: u32| (dt.storage_bytes((rows * cols) as usize) as u32) * count;
+    let (sq, sop, sd, sxw, sxu, slb, st) = if arena {
+        // Phase A (loads .. off-diagonal levels): sQ, sOp, sD; phase B (L store .. block substitution): sXW, sXU,
+        // sLb, with each T in the rows its X will take. Offsets on 1 KB (swizzle atoms).
+        let at = |o: u32| o.next_multiple_of(1024);
+        let a_q = 0;
+        let a_op = at(a_q + bytes(DType::Bf16, c, dk, 1));
+        let a_d = at(a_op + bytes(lvl_dt, c, opk, 3));
+        let a_end = at(a_d + bytes(DType::F32, c, 16, 2));
+        // sLb over sOp only (written while sD's P tiles are still to be read), sXU over the rest.
+        let b_xw = 0;
+        let b_lb = at(b_xw + bytes(op_dt, c, dk, 1));
+        let b_xu = at(b_lb + bytes(op_dt, c, c, 1));
+        let b_end = at(b_xu + bytes(op_dt, c, dv, 1));
+        debug_assert!(b_lb >= a_op && b_lb + bytes(op_dt, c, c, 1) <= a_d, "sLb must not overlap sD");
+        let total = a_end.max(b_end);
+        let root = b.shared("sArena", DType::F32, total / 512, 128, 1, Swizzle::None);
+        let sq = b.shared_alias("sQ", DType::Bf16, c, dk, 1, Swizzle::Xor16B, root, a_q);
+        let sop = b.shared_alias("sOp", lvl_dt, c, opk, 3, Swizzle::Xor16B, root, a_op);
+        let sd = b.shared_alias("sD", DType::F32, c, 16, 2, Swizzle::None, root, a_d);
+        let sxw = b.shared_alias("sXW", op_dt, c, dk, 1, Swizzle::Xor16B, root, b_xw);
+        let sxu = b.shared_alias("sXU", op_dt, c, dv, 1, Swizzle::Xor16B, root, b_xu);
+        let slb = b.shared_alias("sLb", op_dt, c, c, 1, Swizzle::Xor16B, root, b_lb);
+        (sq, sop, sd, sxw, sxu, slb, None)
+    } else {
+        let sq = b.shared("sQ", DType::Bf16, c, dk, 1, Swizzle::Xor16B);
+        // Operands of the level products: A side of P (0), A side of L (1), B side (2).
+        let sop = b.shared("sOp", lvl_dt, c, dk, 3, Swizzle::Xor16B);
+        // Block substitution: X = [W | U] rows done so far and the current T (both halves).
+        let sxw = b.shared("sXW", op_dt, c, dk, 1, Swizzle::Xor16B);
+        let stw = b.shared("sTW", op_dt, 16, dk, 1, Swizzle::Xor16B);
+        let sxu = b.shared("sXU", op_dt, c, dv, 1, Swizzle::Xor16B);
+        let stu = b.shared("sTU", op_dt, 16, dv, 1, Swizzle::Xor16B);
+        // Diagonal tiles (f32, masked): P (0) and L (1, with beta).
+        let sd = b.shared("sD", DType::F32, c, 16, 2, Swizzle::None);
+        let slb = b.shared("sLb", op_dt, c, c, 1, Swizzle::Xor16B);
+        (sq, sop, sd, sxw, sxu, slb, Some((stw, stu)))
+    };
+    if arena && threads <= 256 {
+        // Two blocks per SM: ptxas keeps the registers within 65536 / (2 * threads).
+        b.min_blocks_per_sm(2);
+    }
 
     // Register tiles.
     let rg = grid(c, dk, warps, 8);
     let tg = b.tile("tG", DType::F32, c, dk, rg);
-    // Wide element-wise work goes in column chunks of KC: fewer values in flight per thread (registers).
-    let kc = dk.min(32);
     let cg = grid(c, kc, warps, 8);
     let tx = b.tile("tX", DType::F32, c, kc, cg);
     let top = b.tile("tOp", lvl_dt, c, kc, cg);
@@ -237,46 +306,65 @@ pub fn build_intra(spec: &KdaSpec, chunk: u32, warps: u32, op_dt: DType, lvl_dt:
 
     // 3. Diagonal tiles first (into sD), then the off-diagonal levels, so the [C, C] totals are live only there.
     let op_slot = |b: &KernelBuilder, i: i64| b.slot(sop, i);
-    // Build the three operands of a level (anchored per row) into slots 0, 1, 2 of `buf` through `tile`.
-    // `lower`/`upper` say which rows take part on the A and B sides; `anchor` is the anchor row of a row.
-    let build_operands =
-        |b: &mut KernelBuilder, buf: SharedId, tile: TileId, lower: Expr, upper: Expr, anchor: Expr| {
-            for j in 0..dk / kc {
-                let cj = Expr::ColIdx + (j * kc) as i64;
-                let d = b.window(sg, 0i64, 0, j * kc, c, kc);
-                b.load(tgr, Place::Shared(d));
-                b.map(tga, gs(anchor.clone(), cj));
-                b.map(tx, Expr::select(lower.clone(), (Expr::Elem(tgr) - Expr::Elem(tga)).exp2(), 0.0));
-                let d = b.window(sq, 0i64, 0, j * kc, c, kc);
-                b.load(txin, Place::Shared(d));
-                b.map(tile, rq(Expr::Elem(txin) * Expr::Elem(tx)));
-                let d = b.window(buf, 0i64, 0, j * kc, c, kc);
-                b.store(tile, Place::Shared(d));
-                let d = b.window(sk, 0i64, 0, j * kc, c, kc);
-                b.load(txin, Place::Shared(d));
-                b.map(tile, rk(Expr::Elem(txin) * Expr::Elem(tx)));
-                let d = b.window(buf, 1i64, 0, j * kc, c, kc);
-                b.store(tile, Place::Shared(d));
-                b.map(tx, Expr::select(upper.clone(), (Expr::Elem(tga) - Expr::Elem(tgr)).exp2(), 0.0));
-                b.map(tile, rk(Expr::Elem(txin) * Expr::Elem(tx)));
-                let d = b.window(buf, 2i64, 0, j * kc, c, kc);
-                b.store(tile, Place::Shared(d));
+    // Build the three operands of a level (anchored per row) into slots 0, 1, 2 of `buf` through `tile`, and
+    // run `prod` (the level's products, accumulating) on them. `lower`/`upper` say which rows take part on the
+    // A and B sides; `anchor` is the anchor row of a row. With the arena each column chunk of KC is built into
+    // the KC-wide slots and multiplied before the next (products over K = KC, summed).
+    let build_operands = |b: &mut KernelBuilder,
+                          buf: SharedId,
+                          tile: TileId,
+                          lower: Expr,
+                          upper: Expr,
+                          anchor: Expr,
+                          prod: &dyn Fn(&mut KernelBuilder)| {
+        for j in 0..dk / kc {
+            let oc = if arena { 0 } else { j * kc };
+            let cj = Expr::ColIdx + (j * kc) as i64;
+            let d = b.window(sg, 0i64, 0, j * kc, c, kc);
+            b.load(tgr, Place::Shared(d));
+            b.map(tga, gs(anchor.clone(), cj));
+            b.map(tx, Expr::select(lower.clone(), (Expr::Elem(tgr) - Expr::Elem(tga)).exp2(), 0.0));
+            let d = b.window(sq, 0i64, 0, j * kc, c, kc);
+            b.load(txin, Place::Shared(d));
+            b.map(tile, rq(Expr::Elem(txin) * Expr::Elem(tx)));
+            let d = b.window(buf, 0i64, 0, oc, c, kc);
+            b.store(tile, Place::Shared(d));
+            let d = b.window(sk, 0i64, 0, j * kc, c, kc);
+            b.load(txin, Place::Shared(d));
+            b.map(tile, rk(Expr::Elem(txin) * Expr::Elem(tx)));
+            let d = b.window(buf, 1i64, 0, oc, c, kc);
+            b.store(tile, Place::Shared(d));
+            b.map(tx, Expr::select(upper.clone(), (Expr::Elem(tga) - Expr::Elem(tgr)).exp2(), 0.0));
+            b.map(tile, rk(Expr::Elem(txin) * Expr::Elem(tx)));
+            let d = b.window(buf, 2i64, 0, oc, c, kc);
+            b.store(tile, Place::Shared(d));
+            if arena {
+                b.barrier();
+                prod(b);
+                // (The next chunk, level or phase overwrites the slots.)
+                b.barrier();
             }
+        }
+        if !arena {
             b.barrier();
-        };
+            prod(b);
+        }
+    };
     // Diagonal tiles, banded: band w multiplies by rows 16w.. of the B side.
-    let band_b = |b: &KernelBuilder| Operand::Banded { src: b.window(sop, 2i64, 0, 0, 16, dk), transpose: true };
+    let band_b = |b: &KernelBuilder| Operand::Banded { src: b.window(sop, 2i64, 0, 0, 16, opk), transpose: true };
     let rin = r.bitand(15i64); // row inside its tile; the banded accumulators' columns are tile columns
     if spec.safe {
         // Midpoint anchor of the row's tile: min(8, valid - 1) rows into the tile.
         let t0 = r.bitand(-16i64);
         let anchor = t0.clone() + (len.clone() - t0 - 1i64).min(8i64).max(0i64);
-        build_operands(&mut b, sop, top, Expr::Bool(true), Expr::Bool(true), anchor);
         b.map(dp, 0.0);
         b.map(dl, 0.0);
-        let bo = band_b(&b);
-        b.mma(dp, Operand::Shared { src: op_slot(&b, 0), transpose: false }, bo.clone());
-        b.mma(dl, Operand::Shared { src: op_slot(&b, 1), transpose: false }, bo);
+        let prod = |b: &mut KernelBuilder| {
+            let bo = band_b(b);
+            b.mma(dp, Operand::Shared { src: op_slot(b, 0), transpose: false }, bo.clone());
+            b.mma(dl, Operand::Shared { src: op_slot(b, 1), transpose: false }, bo);
+        };
+        build_operands(&mut b, sop, top, Expr::Bool(true), Expr::Bool(true), anchor, &prod);
     } else {
         // Levels from fine to coarse, accumulated in place: a level's product also lands on pairs of other
         // blocks (garbage), so everything but the finished pairs is cleared before the next, coarser level adds
@@ -289,10 +377,12 @@ pub fn build_intra(spec: &KdaSpec, chunk: u32, warps: u32, op_dt: DType, lvl_dt:
             let lower = r.bitand(s.clone()).ne(0i64);
             let upper = r.bitand(s.clone()).eq(0i64);
             let anchor = r.bitand(-(&s * 2i64)) + (&s - 1i64);
-            build_operands(b, sop, top, lower, upper, anchor);
-            let bo = band_b(b);
-            b.mma(dp, Operand::Shared { src: op_slot(b, 0), transpose: false }, bo.clone());
-            b.mma(dl, Operand::Shared { src: op_slot(b, 1), transpose: false }, bo);
+            let prod = |b: &mut KernelBuilder| {
+                let bo = band_b(b);
+                b.mma(dp, Operand::Shared { src: op_slot(b, 0), transpose: false }, bo.clone());
+                b.mma(dl, Operand::Shared { src: op_slot(b, 1), transpose: false }, bo);
+            };
+            build_operands(b, sop, top, lower, upper, anchor, &prod);
             // (After the coarsest level this keeps every pair of the tile: harmless.)
             let done = rin.bitxor(col.clone()).lt(&s * 2i64).and(col.lt(rin.clone()));
             b.map(dp, Expr::select(done.clone(), Expr::Elem(dp), 0.0));
@@ -350,20 +440,24 @@ pub fn build_intra(spec: &KdaSpec, chunk: u32, warps: u32, op_dt: DType, lvl_dt:
     b.map(tot_p, 0.0);
     b.map(tot_l, 0.0);
     let levels = (c / 16).trailing_zeros() as i64;
-    b.for_("olvl", 0i64, levels, 1i64, |b, lvl| {
+    let olvl = |b: &mut KernelBuilder, lvl: Expr| {
         let s = b.let_("s", Expr::Int(16).shl(lvl));
         let lower = r.bitand(s.clone()).ne(0i64);
         let upper = r.bitand(s.clone()).eq(0i64);
         let anchor = r.bitand(-(&s * 2i64)) + (&s - 1i64);
-        build_operands(b, sop, top, lower, upper, anchor);
-        let bt = Operand::Shared { src: op_slot(b, 2), transpose: true };
-        b.mma(tot_p, Operand::Shared { src: op_slot(b, 0), transpose: false }, bt.clone());
-        b.mma(tot_l, Operand::Shared { src: op_slot(b, 1), transpose: false }, bt);
+        let prod = |b: &mut KernelBuilder| {
+            let bt = Operand::Shared { src: op_slot(b, 2), transpose: true };
+            b.mma(tot_p, Operand::Shared { src: op_slot(b, 0), transpose: false }, bt.clone());
+            b.mma(tot_l, Operand::Shared { src: op_slot(b, 1), transpose: false }, bt);
+        };
+        build_operands(b, sop, top, lower, upper, anchor, &prod);
         let done = r.bitxor(col.clone()).lt(&s * 2i64).and(col.lt(r.clone()));
         b.map(tot_p, Expr::select(done.clone(), Expr::Elem(tot_p), 0.0));
         b.map(tot_l, Expr::select(done, Expr::Elem(tot_l), 0.0));
         b.barrier();
-    });
+    };
+    // (A runtime loop: unrolled, the arena's 128-register cap spills 60 bytes instead of 8.)
+    b.for_("olvl", 0i64, levels, 1i64, olvl);
 
     // Off-diagonal L (with beta) as the bf16 A operand of the block substitution.
     b.map(tot_l, Expr::Elem(tot_l) * beta_at(r.clone()));
@@ -379,10 +473,18 @@ pub fn build_intra(spec: &KdaSpec, chunk: u32, warps: u32, op_dt: DType, lvl_dt:
     );
     b.store(tot_p, Place::Global(view(pm, &slot_base * (cc * cc), cc, len.clone(), cc, 2)));
 
+    if arena {
+        // sXU's rows from 16 on take sD's bytes: every warp is done reading P's diagonal tiles.
+        b.barrier();
+    }
     // 5b. Block substitution, row tile by row tile.
     let xw = |b: &KernelBuilder, rows: u32| b.window(sxw, 0i64, 0, 0, rows, dk);
-    let tw = b.slot(stw, 0i64);
     for i in 0..nt {
+        // T_i in the rows X_i will take (arena), else in its own buffers.
+        let (tw, tu) = match st {
+            Some((stw, stu)) => (b.slot(stw, 0i64), b.slot(stu, 0i64)),
+            None => (b.window(sxw, 0i64, 16 * i, 0, 16, dk), b.window(sxu, 0i64, 16 * i, 0, 16, dv)),
+        };
         let r0 = (16 * i) as i64;
         b.map(acc_w, 0.0);
         b.map(acc_u, 0.0);
@@ -413,8 +515,7 @@ pub fn build_intra(spec: &KdaSpec, chunk: u32, warps: u32, op_dt: DType, lvl_dt:
         b.map(acc_w, rw - Expr::Elem(acc_w));
         b.map(acc_u, Expr::RowVal(vbu) * Expr::Elem(tv16) - Expr::Elem(acc_u));
         b.store(acc_w, Place::Shared(tw.clone()));
-        let d = b.slot(stu, 0i64);
-        b.store(acc_u, Place::Shared(d));
+        b.store(acc_u, Place::Shared(tu.clone()));
         b.barrier();
         let na = b.window(sn, 0i64, 16 * i, 0, 16, 16);
         b.mma(
@@ -422,8 +523,11 @@ pub fn build_intra(spec: &KdaSpec, chunk: u32, warps: u32, op_dt: DType, lvl_dt:
             Operand::Shared { src: na.clone(), transpose: false },
             Operand::Shared { src: tw.clone(), transpose: false },
         );
-        let tu = b.slot(stu, 0i64);
         b.mma(acc_u, Operand::Shared { src: na, transpose: false }, Operand::Shared { src: tu, transpose: false });
+        if st.is_none() {
+            // Every warp has read T_i before X_i overwrites it.
+            b.barrier();
+        }
         let d = b.window(sxw, 0i64, 16 * i, 0, 16, dk);
         b.store(acc_w, Place::Shared(d));
         let d = b.window(sxu, 0i64, 16 * i, 0, 16, dv);

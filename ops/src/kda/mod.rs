@@ -49,7 +49,10 @@
 //! has an SM to itself anyway (H32: 128 blocks of BV=32 on 8 warps, one per SM by registers, 136 KB); `BV=128,
 //! W2=16` (one block per value head, 16 warps, 128 registers) reads each chunk's W/Qbar/Kbar/P once per head
 //! instead of once per value block (3.3x fewer L2->SM bytes at H96: 0.91 vs 3.05 GB) at the price of 96
-//! instead of 132 busy SMs; both are knob points to time against the old `STAGES=1`.
+//! instead of 132 busy SMs; both are knob points to time against the old `STAGES=1`. Intra kernel (not yet
+//! measured): `ARENA=1` aliases the phase-disjoint shared buffers (191744 -> 109568 bytes at chunk 64, see
+//! [`intra`]) and with `W1=8` asks for two blocks per SM (128 registers, 8 bytes spilled); the old layout was held
+//! to one block per SM by both shared memory and registers (182 at 8 warps, 116 x 512 threads at 16).
 //!
 //! Checks compare with `k3k_reference::kda::kda_recurrent` (f64) per (sequence, value head) pair: every pair for
 //! small problems, a documented sample of pairs (first, last and seeded others; every o row and state element of
@@ -160,6 +163,12 @@ pub fn knob_space() -> KnobSpace {
     KnobSpace::default()
         .axis("CHUNK", "chunk size (tokens per chunk)", [64i64, 32])
         .axis("W1", "warps of the intra-chunk kernel", [16i64, 8, 4])
+        .axis(
+            "ARENA",
+            "intra-chunk shared layout: 0 separate buffers (191 KB at chunk 64, K = V = 128), 1 phase-aliased arena \
+             with K-chunked level operands (108 KB; two blocks per SM at W1 <= 8)",
+            [0i64, 1],
+        )
         .axis("BV", "value columns per state-pass block (0: chosen from the problem)", [0i64, 16, 32, 64])
         .axis("W2", "warps of the state-pass kernel (0: chosen from the problem)", [0i64, 4, 8, 16])
         .axis(
@@ -189,6 +198,8 @@ pub fn default_knobs() -> Knobs {
 pub struct Launch {
     pub chunk: u32,
     pub w1: u32,
+    /// The intra-chunk kernel's phase-aliased shared layout (knob `ARENA`).
+    pub arena: bool,
     pub bv: u32,
     pub w2: u32,
     /// Operand buffers of the state pass (1 or 2).
@@ -265,7 +276,13 @@ impl Launch {
                 other => Err(invalid(format!("{name}={other}: f16 or bf16"))),
             }
         };
-        Ok(Launch { chunk, w1, bv, w2, stages, op_dt: dt("OPDT")?, lvl_dt: dt("LVLDT")? })
+        // Knob sets written before ARENA existed mean the separate buffers.
+        let arena = match if knobs.0.contains_key("ARENA") { knobs.u32("ARENA")? } else { 0 } {
+            0 => false,
+            1 => true,
+            other => return Err(invalid(format!("ARENA={other}: 0 or 1"))),
+        };
+        Ok(Launch { chunk, w1, arena, bv, w2, stages, op_dt: dt("OPDT")?, lvl_dt: dt("LVLDT")? })
     }
 }
 
@@ -555,7 +572,7 @@ impl KdaData {
 pub fn chunk_kernels(pb: &KdaProblem, l: &Launch) -> Result<(Kernel, Kernel), OpError> {
     let spec = pb.spec();
     Ok((
-        intra::build_intra(&spec, l.chunk, l.w1, l.op_dt, l.lvl_dt)?,
+        intra::build_intra(&spec, l.chunk, l.w1, l.op_dt, l.lvl_dt, l.arena)?,
         state::build_state(&spec, l.chunk, l.bv, l.w2, l.op_dt, l.stages)?,
     ))
 }

@@ -101,6 +101,14 @@ impl SharedMem {
         }
     }
 
+    /// Fill with the poison of a clobbered aliased buffer: NaN, or [`k3k_ir::SHARED_POISON`] wrapped.
+    pub(super) fn poison(&mut self, dtype: DType) {
+        match self {
+            SharedMem::Float(m) => m.fill(f64::NAN),
+            SharedMem::Int(m) => m.fill(wrap_int(dtype, k3k_ir::SHARED_POISON)),
+        }
+    }
+
     /// Store a tile value (f64) into element `i` of `dtype` storage.
     pub(super) fn set_f64(&mut self, dtype: DType, i: usize, v: f64) {
         match self {

@@ -83,6 +83,7 @@ pub fn run(
         tensors.iter().map(|t| TensorShape { dtype: t.dtype, shape: &t.shape }).collect();
     let syms = bind(k, &shapes, scalars, opts.num_sms)?;
     let Some(grid) = eval_grid(k, &syms)? else { return Ok(()) };
+    let overlaps = k.shared_overlaps();
     for z in 0..grid[2] {
         for y in 0..grid[1] {
             for x in 0..grid[0] {
@@ -101,6 +102,8 @@ pub fn run(
                         .collect(),
                     arrays: vec![vec![]; k.arrays.len()],
                     thread: None,
+                    overlaps: &overlaps,
+                    live: vec![false; k.shared.len()],
                 };
                 b.body(&k.body, tensors)?;
             }
@@ -125,9 +128,27 @@ struct Block<'a> {
     arrays: Vec<Vec<V>>,
     /// The thread running, inside a threads region.
     thread: Option<u32>,
+    /// Per shared buffer, the buffers sharing its storage ([`Kernel::shared_overlaps`]).
+    overlaps: &'a [Vec<usize>],
+    /// Per shared buffer with overlaps: written since an overlapping buffer was (its contents are its own).
+    live: Vec<bool>,
 }
 
 impl<'a> Block<'a> {
+    /// Before a write into shared buffer `buf`: the first write after an overlapping buffer's (or since the
+    /// block began) poisons every buffer sharing its storage ([`k3k_ir::SharedAlias`]).
+    fn claim(&mut self, buf: SharedId) {
+        let b = buf.0 as usize;
+        if self.live[b] || self.overlaps[b].is_empty() {
+            return;
+        }
+        for &o in &self.overlaps[b] {
+            self.shared[o].poison(self.k.shared[o].dtype);
+            self.live[o] = false;
+        }
+        self.live[b] = true;
+    }
+
     fn oob(&self, what: &'static str, t: TensorId, index: i64, len: usize) -> InterpError {
         InterpError::OutOfBounds {
             kernel: self.k.name.clone(),

@@ -33,6 +33,7 @@ impl<'a> Block<'a> {
                 let i = self.shared_element("store", *buf, index, row, col)?;
                 let v = self.eval(value, None, tensors)?;
                 let dtype = self.k.shared[buf.0 as usize].dtype;
+                self.claim(*buf);
                 self.shared[buf.0 as usize].set(dtype, i, v);
             }
             Stmt::Atomic { target, op, value, fetch } => {
@@ -54,6 +55,7 @@ impl<'a> Block<'a> {
                             (self.int(index, tensors)?, self.int(row, tensors)?, self.int(col, tensors)?);
                         let i = self.shared_element("atomic", *buf, index, row, col)?;
                         let dtype = self.k.shared[buf.0 as usize].dtype;
+                        self.claim(*buf);
                         let mem = &mut self.shared[buf.0 as usize];
                         let old = mem.get(i);
                         mem.set(dtype, i, atomic(dtype, *op, old, v));

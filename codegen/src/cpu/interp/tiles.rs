@@ -54,6 +54,7 @@ impl<'a> Block<'a> {
                 let base = self.shared_base(dst, tensors)?;
                 let d = &k.shared[dst.buf.0 as usize];
                 let (off, stride, rows, cols) = self.view(src, tensors)?;
+                self.claim(dst.buf);
                 for r in 0..dst.rows as usize {
                     for c in 0..dst.cols as usize {
                         let v = if (r as i64) < rows && (c as i64) < cols {
@@ -120,6 +121,7 @@ impl<'a> Block<'a> {
                     Place::Shared(r) => {
                         let base = self.shared_base(r, tensors)?;
                         let sd = &k.shared[r.buf.0 as usize];
+                        self.claim(r.buf);
                         for i in 0..rows {
                             for j in 0..cols {
                                 let v = self.tiles[tile.0 as usize][i * cols + j];
@@ -186,6 +188,7 @@ impl<'a> Block<'a> {
                     }
                 }
                 // The scratch keeps the scanned tile, as on the GPU.
+                self.claim(*scratch);
                 for r in 0..rows {
                     for c in 0..cols {
                         let v = self.tiles[tile.0 as usize][r * cols + c];

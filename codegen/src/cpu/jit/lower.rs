@@ -917,6 +917,11 @@ impl<'a, 'f> Lower<'a, 'f> {
                 let a = self.shared_element(*buf, index, row, col, 1)?;
                 let (v, t) = self.expr(value)?;
                 let dtype = self.k.shared[buf.0 as usize].dtype;
+                if !self.layout.overlaps[buf.0 as usize].is_empty() {
+                    let bid = self.iconst(buf.0 as i64);
+                    let f = rt::host_claim as *const u8;
+                    self.call(f, &[self.ptr, types::I64], types::I64, &[self.ctx, bid]);
+                }
                 if dtype.is_int() {
                     let i = self.as_int(v, t);
                     let i = self.wrap_int(dtype, i);

@@ -35,6 +35,10 @@ pub(crate) struct Layout {
     pub(crate) lane_arrays: usize,
     pub(crate) lane_value: usize,
     pub(crate) lanes_size: usize,
+    /// Per shared buffer, the buffers sharing its storage ([`Kernel::shared_overlaps`]).
+    pub(crate) overlaps: Vec<Vec<usize>>,
+    /// The frame offset of one i64 flag per shared buffer: written since an overlapping buffer was.
+    pub(crate) live_at: usize,
 }
 
 /// Bytes of one element of a shared buffer in the frame.
@@ -55,6 +59,7 @@ impl Layout {
         let vecs = k.vecs.iter().map(|v| take(4 * v.rows as usize)).collect();
         let shared =
             k.shared.iter().map(|s| take(shared_elem_bytes(s.dtype) * (s.rows * s.cols * s.count) as usize)).collect();
+        let live_at = take(8 * k.shared.len());
         let arrays_at = take(0);
         let arrays = array_decl.iter().map(|d| take(8 + 8 * d.map_or(0, |d| d.1 as usize))).collect();
         let size = take(0);
@@ -64,7 +69,21 @@ impl Layout {
         let lane_value = lane_arrays + (size - arrays_at);
         let lane_stride = lane_value + 8;
         let lanes_size = if lockstep { k.threads as usize * lane_stride + (size - arrays_at) } else { 0 };
-        Layout { tiles, vecs, shared, arrays, size, arrays_at, lane_stride, lane_arrays, lane_value, lanes_size }
+        let overlaps = k.shared_overlaps();
+        Layout {
+            tiles,
+            vecs,
+            shared,
+            arrays,
+            size,
+            arrays_at,
+            lane_stride,
+            lane_arrays,
+            lane_value,
+            lanes_size,
+            overlaps,
+            live_at,
+        }
     }
 }
 
@@ -119,9 +138,16 @@ impl Frame<'_> {
         }
     }
 
+    /// The interpreter's `Block::claim`: the first write into `b` after an overlapping buffer's poisons the
+    /// buffers sharing its storage.
+    unsafe fn claim(&self, b: usize) {
+        unsafe { claim(self.k, self.l, self.base, b) }
+    }
+
     /// `SharedMem::set_f64`.
     unsafe fn set_shared(&self, b: SharedId, i: usize, v: f64) {
         unsafe {
+            self.claim(b.0 as usize);
             let d = &self.k.shared[b.0 as usize];
             let p = self.base.add(self.l.shared[b.0 as usize]);
             if d.dtype.is_int() {
@@ -469,6 +495,42 @@ pub(crate) extern "C" fn host_atomic_global(ctx: *mut Ctx, t: i64, i: i64, op: i
     bits(old)
 }
 
+/// `Frame::claim` on a raw frame.
+///
+/// SAFETY: `frame` is a zeroed-at-block-start frame of `l`, the layout of `k`.
+unsafe fn claim(k: &Kernel, l: &Layout, frame: *mut u8, b: usize) {
+    if l.overlaps[b].is_empty() {
+        return;
+    }
+    unsafe {
+        let live = frame.add(l.live_at) as *mut i64;
+        if *live.add(b) != 0 {
+            return;
+        }
+        for &o in &l.overlaps[b] {
+            let d = &k.shared[o];
+            let p = frame.add(l.shared[o]);
+            let n = (d.rows * d.cols * d.count) as usize;
+            if d.dtype.is_int() {
+                let v = wrap_int(d.dtype, SHARED_POISON);
+                std::slice::from_raw_parts_mut(p as *mut i64, n).fill(v);
+            } else {
+                std::slice::from_raw_parts_mut(p as *mut f32, n).fill(f32::NAN);
+            }
+            *live.add(o) = 0;
+        }
+        *live.add(b) = 1;
+    }
+}
+
+/// The compiled code's `claim` before an inline store into shared buffer `b` (one with overlaps).
+pub(crate) extern "C" fn host_claim(ctx: *mut Ctx, b: i64) -> i64 {
+    // SAFETY: as `host_tile`.
+    let ctx = unsafe { &mut *ctx };
+    unsafe { claim(&*ctx.kernel, &*ctx.layout, ctx.frame, b as usize) };
+    0
+}
+
 /// The atomic read-modify-write of flat element `i` of shared buffer `b` (checked by the compiled code).
 pub(crate) extern "C" fn host_atomic_shared(ctx: *mut Ctx, b: i64, i: i64, op: i64, vi: i64, vf: f32) -> i64 {
     // SAFETY: as `host_tile`; the element was bounds-checked.
@@ -480,6 +542,7 @@ pub(crate) extern "C" fn host_atomic_shared(ctx: *mut Ctx, b: i64, i: i64, op: i
     let int = d.dtype.is_int();
     let v = value(vi, vf, !int);
     unsafe {
+        claim(k, l, ctx.frame, b as usize);
         let old = if int { Val::I(*(p as *const i64).add(i)) } else { Val::F(*(p as *const f32).add(i)) };
         // `SharedMem::set`.
         match atomic_value(d.dtype, ATOMIC_OPS[op as usize], old, v) {
