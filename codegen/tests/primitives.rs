@@ -66,10 +66,11 @@ primitive!(
     scan_replicated,
     dequant_fp4,
     dequant_fp4_stream,
+    last_block_reduction,
 );
 
 #[test]
 fn every_case_is_listed() {
     // `cases::all` feeds the GPU run; keep it in step with the list above.
-    assert_eq!(cases::all().len(), 28);
+    assert_eq!(cases::all().len(), 29);
 }

@@ -369,6 +369,10 @@ impl KernelBuilder {
     pub fn warp_sync(&mut self) {
         self.push(Stmt::WarpSync);
     }
+    /// Threads regions: a GPU-scope memory fence, `__threadfence()` (see [`Stmt::Fence`]).
+    pub fn fence(&mut self) {
+        self.push(Stmt::Fence);
+    }
     /// Threads regions: `arr[index] = value`.
     pub fn array_set(&mut self, arr: ArrId, index: impl Into<Expr>, value: impl Into<Expr>) {
         self.push(Stmt::ArraySet { arr, index: index.into(), value: value.into() });

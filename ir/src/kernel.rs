@@ -252,7 +252,7 @@ pub enum ScanOp {
 /// - anywhere: `Let`, `Assign`, `For`, `If`;
 /// - block level only: `Threads`, `Barrier`, the async copies, the tile and vector statements, `Scan`,
 ///   `DequantFp4`;
-/// - inside regions only: `StoreScalar`, `SharedStore`, `Atomic`, `LetArray`, `ArraySet`.
+/// - inside regions only: `StoreScalar`, `SharedStore`, `Atomic`, `LetArray`, `ArraySet`, `Fence`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Stmt {
     /// Introduce a scalar variable (mutable through [`Stmt::Assign`]).
@@ -346,6 +346,14 @@ pub enum Stmt {
     /// every lane of the warp after it; a read before it is done before any lane writes after it). The CPU
     /// interpreter runs the preceding statements for every thread first.
     WarpSync,
+    /// Threads regions only: a GPU-scope memory fence (`__threadfence()`, PTX `fence.sc.gpu`). Orders this
+    /// thread's global-memory accesses before it against those after it as every thread of the grid sees them,
+    /// and (fences are cumulative) what this thread has observed before it, e.g. other threads' stores ordered
+    /// before it by a [`Stmt::Barrier`]. The pattern it exists for: a block's threads store partial results, a
+    /// barrier, then one thread fences and bumps a global counter with [`Stmt::Atomic`] (fetch); the block that
+    /// sees the last count fences again and reads every block's partials. The CPU interpreter and the JIT run
+    /// blocks and threads one after another, where it is a no-op.
+    Fence,
     /// Decode MXFP4 weights from shared memory into a bf16 register tile `[R, C]` (C a multiple of 32, each
     /// warp's column band too): `tile[r, c] = e2m1(q) * 2^(s - 127)`, where `s = scales[r, c / 32]` (an E8M0
     /// byte; 255 gives NaN) and `q` is the nibble of column `c % 32` of block `c / 32` of row r in `words`

@@ -286,6 +286,9 @@ fn body(k: &Kernel, b: &[Stmt], depth: usize, s: &mut String) {
             Stmt::WarpSync => {
                 let _ = writeln!(s, "{pad}syncwarp");
             }
+            Stmt::Fence => {
+                let _ = writeln!(s, "{pad}fence");
+            }
         }
     }
 }

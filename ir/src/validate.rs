@@ -582,6 +582,7 @@ impl<'a> Checker<'a> {
             Stmt::ArraySet { .. } => ("array_set", RegionOnly),
             Stmt::WarpShuffle { .. } => ("warp_shuffle", RegionOnly),
             Stmt::WarpSync => ("syncwarp", RegionOnly),
+            Stmt::Fence => ("fence", RegionOnly),
         }
     }
 
@@ -808,7 +809,7 @@ impl<'a> Checker<'a> {
                 }
                 self.path.pop();
             }
-            Stmt::Barrier | Stmt::AsyncCommit | Stmt::AsyncWait { .. } => {}
+            Stmt::Barrier | Stmt::AsyncCommit | Stmt::AsyncWait { .. } | Stmt::Fence => {}
             Stmt::DequantFp4 { tile, words, scales, packed, .. } => {
                 let t = self.tile(*tile)?;
                 self.path.push(format!("dequant_fp4 `{}`", t.name));

@@ -461,7 +461,8 @@ impl<'a> Renderer<'a> {
             | Stmt::LetArray { .. }
             | Stmt::ArraySet { .. }
             | Stmt::WarpShuffle { .. }
-            | Stmt::WarpSync => self.thread_stmt(s),
+            | Stmt::WarpSync
+            | Stmt::Fence => self.thread_stmt(s),
             Stmt::LoadVec { vec, src: v } | Stmt::StoreVec { vec, dst: v } => {
                 let f = if matches!(s, Stmt::LoadVec { .. }) { "load_vec" } else { "store_vec" };
                 let line = format!(

@@ -53,6 +53,7 @@ pub fn all() -> Vec<Case> {
         warp_shuffles(),
         dequant_fp4(),
         dequant_fp4_stream(),
+        last_block_reduction(),
     ]
 }
 
@@ -857,6 +858,70 @@ pub fn atomic_ops() -> Case {
             let mut seen: Vec<i64> = (0..threads as usize).map(|i| ts[6].get_i64(i)).collect();
             seen.sort();
             assert_eq!(seen, (0..n).collect::<Vec<_>>(), "tickets form a permutation");
+        }),
+    }
+}
+
+/// The last-arriving-block pattern of [`Stmt::Fence`]: each of 37 blocks stores a partial row (every thread one
+/// element), a barrier, thread 0 fences and bumps the arrival counter (atomic with fetch), fences again and
+/// puts the count in shared memory; the block that saw the last count sums every block's partials in block
+/// order (exact: small integers in f32) and resets the counter. On a GPU the blocks run concurrently, so a
+/// missing fence shows as a stale partial.
+pub fn last_block_reduction() -> Case {
+    let (threads, blocks) = (128u32, 37i64);
+    let mut b = KernelBuilder::new("p_last_block_reduction", threads);
+    let part = b.tensor("part", DType::F32, &[Expr::Int(blocks), Expr::Int(threads as i64)], Access::ReadWrite);
+    let sem = b.tensor("sem", DType::I32, &[Expr::Int(1)], Access::ReadWrite);
+    let out = b.tensor("out", DType::F32, &[Expr::Int(threads as i64)], Access::Write);
+    let arrived = b.shared("arrived", DType::I32, 1, 1, 1, Swizzle::None);
+    b.grid(blocks, 1i64, 1i64);
+    let blk = Expr::block_idx(0);
+    b.threads(|b| {
+        let v = (blk.clone() * 1000i64 + Expr::thread_idx()).to_float();
+        b.store_scalar(part, blk.clone() * threads as i64 + Expr::thread_idx(), v);
+    });
+    b.barrier();
+    b.threads(|b| {
+        b.if_(Expr::thread_idx().eq(0i64), |b| {
+            b.fence();
+            let before = b.atomic_fetch(
+                "before",
+                AtomicTarget::Global { tensor: sem, index: Expr::Int(0) },
+                AtomicOp::Add,
+                1i64,
+            );
+            b.fence();
+            b.shared_store(arrived, 0i64, 0i64, 0i64, before);
+        });
+    });
+    b.barrier();
+    b.if_(Expr::shared_load(arrived, 0i64, 0i64, 0i64).eq(blocks - 1), |b| {
+        b.threads(|b| {
+            let acc = b.let_var("acc", 0.0f64);
+            b.for_("s", 0i64, blocks, 1i64, |b, s| {
+                b.assign(acc, Expr::Var(acc) + Expr::load(part, s * threads as i64 + Expr::thread_idx()));
+            });
+            b.store_scalar(out, Expr::thread_idx(), Expr::Var(acc));
+            b.if_(Expr::thread_idx().eq(0i64), |b| b.store_scalar(sem, 0i64, 0i64));
+        });
+    });
+    let k = b.finish().unwrap();
+    Case {
+        name: "last_block_reduction",
+        kernel: k,
+        tensors: vec![
+            poisoned(DType::F32, &[blocks as usize, threads as usize]),
+            HostTensor::from_i64(DType::I32, &[1], &[0]),
+            poisoned(DType::F32, &[threads as usize]),
+        ],
+        scalars: vec![],
+        check: Box::new(move |ts| {
+            assert_eq!(ts[1].get_i64(0), 0, "the last block resets the counter");
+            let got = ts[2].to_f32_vec();
+            for (t, g) in got.iter().enumerate() {
+                let want: f64 = (0..blocks).map(|s| (s * 1000 + t as i64) as f64).sum();
+                assert_eq!(*g as f64, want, "thread {t}");
+            }
         }),
     }
 }

@@ -227,7 +227,7 @@ impl<'a> Types<'a> {
                     self.stmts(then_body)?;
                     self.stmts(else_body)?;
                 }
-                Stmt::Barrier | Stmt::AsyncCommit | Stmt::AsyncWait { .. } | Stmt::MmaWait { .. } => {}
+                Stmt::Barrier | Stmt::AsyncCommit | Stmt::AsyncWait { .. } | Stmt::MmaWait { .. } | Stmt::Fence => {}
                 Stmt::Threads { body } => self.stmts(body)?,
                 Stmt::StoreScalar { tensor, index, value } => {
                     self.ty(index)?;
@@ -474,6 +474,7 @@ fn stmt_name(s: &Stmt) -> &'static str {
         Stmt::DequantFp4Stream { .. } => "dequant_fp4_stream",
         Stmt::WarpShuffle { .. } => "warp_shuffle",
         Stmt::WarpSync => "warp_sync",
+        Stmt::Fence => "fence",
         Stmt::SharedStore { .. } => "shared store",
         Stmt::Atomic { .. } => "atomic",
         Stmt::LetArray { .. } => "let_array",
@@ -798,7 +799,8 @@ impl<'a, 'f> Lower<'a, 'f> {
                 self.b.switch_to_block(join);
                 self.b.seal_block(join);
             }
-            Stmt::Barrier | Stmt::AsyncCommit | Stmt::AsyncWait { .. } | Stmt::MmaWait { .. } => {}
+            // Blocks and threads run one after another: the fence orders nothing more.
+            Stmt::Barrier | Stmt::AsyncCommit | Stmt::AsyncWait { .. } | Stmt::MmaWait { .. } | Stmt::Fence => {}
             Stmt::Threads { body } if body.iter().any(rt::is_warp_stmt) => self.lockstep(body)?,
             Stmt::Threads { body } => {
                 let t = self.b.declare_var(types::I64);
