@@ -67,10 +67,11 @@ primitive!(
     dequant_fp4,
     dequant_fp4_stream,
     last_block_reduction,
+    dequant_fp4_stream_prefetch,
 );
 
 #[test]
 fn every_case_is_listed() {
     // `cases::all` feeds the GPU run; keep it in step with the list above.
-    assert_eq!(cases::all().len(), 29);
+    assert_eq!(cases::all().len(), 30);
 }

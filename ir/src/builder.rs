@@ -244,7 +244,22 @@ impl KernelBuilder {
         fold: bool,
         finite: bool,
     ) {
-        self.push(Stmt::DequantFp4Stream { tile, words, scales, packed, fold, finite });
+        self.push(Stmt::DequantFp4Stream { tile, words, scales, packed, fold, finite, prefetch: None });
+    }
+    /// [`Self::dequant_fp4_stream`] that also issues the loads of the next views (see
+    /// [`Stmt::DequantFp4Stream`]'s `prefetch`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn dequant_fp4_stream_prefetch(
+        &mut self,
+        tile: TileId,
+        words: GlobalView,
+        scales: GlobalView,
+        packed: bool,
+        fold: bool,
+        finite: bool,
+        prefetch: Fp4Prefetch,
+    ) {
+        self.push(Stmt::DequantFp4Stream { tile, words, scales, packed, fold, finite, prefetch: Some(prefetch) });
     }
     /// Start `acc += a @ b` on the warpgroup tensor cores (see [`Stmt::MmaAsync`]).
     pub fn mma_async(&mut self, acc: TileId, a: Operand, b: Operand) {

@@ -374,7 +374,36 @@ pub enum Stmt {
     /// starts on 16 bytes), `scales` a u8 view `[R, C / 32]`. Element `[r, c]` is 0 when `r` is not below both
     /// views' `rows`, or its block `c / 32` is not below `words.cols / 4` or not below `scales.cols`. Every load of
     /// the tile is issued before the first value is decoded, so a thread has all of them in flight at once.
-    DequantFp4Stream { tile: TileId, words: GlobalView, scales: GlobalView, packed: bool, fold: bool, finite: bool },
+    ///
+    /// With `prefetch`, a software pipeline over a loop of such statements: the GPU code decodes this
+    /// statement's words and scales from registers that the previous execution of a prefetching stream statement
+    /// into the same tile (with the same `packed`) filled from *its* prefetch views (or, when `prefetch.first`
+    /// is true, loads them itself first), then issues the loads of this statement's prefetch views into those
+    /// registers, so they are in flight during whatever follows (the product of the decoded tile, the next
+    /// iteration's waits). The tile's value is always the decode of `words` and `scales`; the program promises
+    /// that, whenever `first` is false, the previous prefetching execution's prefetch views covered the same
+    /// valid elements with the same data (e.g. the views of the next K slice, next iteration) — the CPU
+    /// backends, which always read `words` and `scales`, cannot see a broken promise. The prefetch views are
+    /// bounds-checked like the others (a masked element, e.g. of a slice past K, is never read).
+    DequantFp4Stream {
+        tile: TileId,
+        words: GlobalView,
+        scales: GlobalView,
+        packed: bool,
+        fold: bool,
+        finite: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        prefetch: Option<Fp4Prefetch>,
+    },
+}
+
+/// The next views of a prefetching [`Stmt::DequantFp4Stream`]: words and scales as the statement's own, and
+/// `first` (a block-uniform bool): the statement loads its own views itself (the pipeline's first slice).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Fp4Prefetch {
+    pub words: GlobalView,
+    pub scales: GlobalView,
+    pub first: Expr,
 }
 
 /// The lane exchanges of [`Stmt::WarpShuffle`]; lane `l` of a warp receives:
