@@ -30,6 +30,7 @@ impl KernelBuilder {
                 arrays: vec![],
                 body: vec![],
                 knobs: Knobs::new(),
+                min_blocks: 0,
             },
             stack: vec![vec![]],
         }
@@ -78,6 +79,10 @@ impl KernelBuilder {
     /// Record the knob values the kernel is built with.
     pub fn knobs(&mut self, knobs: Knobs) {
         self.k.knobs = knobs;
+    }
+    /// Compile the GPU code for at least `n` resident blocks per SM (see [`Kernel::min_blocks`]; 0: no cap).
+    pub fn min_blocks(&mut self, n: u32) {
+        self.k.min_blocks = n;
     }
 
     /// A register tile spread over a `warps[0] x warps[1]` warp grid.

@@ -461,6 +461,15 @@ pub struct Kernel {
     pub body: Vec<Stmt>,
     /// The knob values this kernel was built with (for printing, hashing and results).
     pub knobs: Knobs,
+    /// Blocks per SM the GPU code is compiled to fit (`__launch_bounds__(threads, min_blocks)`: ptxas caps the
+    /// registers per thread at what that many blocks leave); 0: no cap beyond the thread count. No effect on
+    /// the CPU backends.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub min_blocks: u32,
+}
+
+fn is_zero(v: &u32) -> bool {
+    *v == 0
 }
 
 /// Shared buffers start at multiples of this many bytes.

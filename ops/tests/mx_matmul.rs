@@ -430,6 +430,17 @@ fn presets_compile_without_spills() {
         ),
         (vec![("M", 16), ("N", 6144), ("K", 3584)], default_knobs().with("PATH", "stream")),
         (vec![("M", 64), ("N", 6144), ("K", 3584), ("packed", 1)], knobs(&[("BK", 128)]).with("PATH", "stream")),
+        // The bench comparison points: the unpipelined stream with the finalize launch (the previous default),
+        // the pipelined one at 4 CTAs per SM, the unpipelined at 4, a one-wave split.
+        (
+            vec![("M", 1), ("N", 6144), ("K", 3584), ("packed", 1)],
+            default_knobs().with("PF", "off").with("FIN", "kernel"),
+        ),
+        (vec![("G", 28), ("per", 4), ("N", 6144), ("K", 3584), ("packed", 1)], knobs(&[("MINB", 4)])),
+        (vec![("G", 28), ("per", 4), ("N", 6144), ("K", 3584), ("packed", 1)], knobs(&[("MINB", 4)]).with("PF", "off")),
+        (vec![("M", 1), ("N", 6144), ("K", 3584), ("packed", 1)], knobs(&[("MINB", 4)]).with("PF", "off")),
+        (vec![("M", 1), ("N", 6144), ("K", 3584), ("packed", 1)], knobs(&[("SPLIT", 4)])),
+        (vec![("M", 16), ("N", 6144), ("K", 3584), ("packed", 1)], knobs(&[("SPLIT", 4)])),
         // The tile path at the shapes the stream path now takes by default.
         (vec![("M", 1), ("N", 6144), ("K", 3584), ("packed", 1)], default_knobs().with("PATH", "tile")),
         (vec![("G", 28), ("per", 4), ("N", 6144), ("K", 3584), ("packed", 1)], default_knobs().with("PATH", "tile")),
@@ -541,4 +552,73 @@ fn split_reduction_in_kernel_matches_the_finalize_launch() {
     let inst = op.instance(&w, 1).unwrap();
     assert!(matches!(inst.plan(&wk.clone().with("FIN", "last")), Err(OpError::InvalidKnobs { .. })));
     assert!(matches!(inst.plan(&knobs(&[("SPLIT", 2)]).with("FIN", "bogus")), Err(OpError::InvalidKnobs { .. })));
+}
+
+/// PATH=stream with the software pipeline (PF=on: each K slice decodes the words the previous slice's
+/// statement prefetched, then issues the next slice's loads) against the f64 reference and bit for bit against
+/// PF=off: edge token counts, K tails shorter than BK, one-slice K ranges, splits (both reductions), grouped
+/// with empty groups, a persistent grid (the pipeline restarts at every tile), both layouts, NaN scale blocks.
+#[test]
+fn stream_prefetch_matches_the_unpipelined_stream() {
+    let mut rng = StdRng::seed_from_u64(rand::rng().random());
+    let op = Mxfp4Matmul;
+    let stream = |pairs: &[(&str, i64)]| knobs(pairs).with("PATH", "stream");
+    let cases: Vec<(Preset, Knobs)> = vec![
+        (Preset::new("M1 tail", &[("M", 1), ("K", 608), ("N", 40), ("packed", 1)]), stream(&[])),
+        (Preset::new("M15", &[("M", 15), ("K", 288), ("N", 17), ("wide", 1)]), stream(&[("BK", 64)])),
+        (Preset::new("M17 one slice", &[("M", 17), ("K", 96), ("N", 40), ("packed", 1)]), stream(&[("BM", 16)])),
+        (
+            Preset::new("M63 split", &[("M", 63), ("K", 416), ("N", 8), ("packed", 1), ("wide", 1)]),
+            stream(&[("BM", 16), ("BK", 64), ("SPLIT", 3)]),
+        ),
+        (
+            Preset::new("M65 split kernel", &[("M", 65), ("K", 320), ("N", 33)]),
+            stream(&[("BM", 16), ("BK", 64), ("SPLIT", 2)]).with("FIN", "kernel"),
+        ),
+        (
+            Preset::new(
+                "grouped",
+                &[
+                    ("G", 4),
+                    ("c0", 0),
+                    ("c1", 4),
+                    ("c2", 17),
+                    ("c3", 1),
+                    ("K", 352),
+                    ("N", 34),
+                    ("p", 1),
+                    ("packed", 1),
+                ],
+            ),
+            stream(&[("BK", 64)]),
+        ),
+        (
+            Preset::new("persistent", &[("G", 2), ("c0", 3), ("c1", 9), ("K", 480), ("N", 70), ("packed", 1)]),
+            stream(&[("BK", 64), ("CPS", 1), ("SPLIT", 2)]),
+        ),
+    ];
+    for (p, kn) in &cases {
+        let seed = rng.random();
+        let on = kn.clone().with("PF", "on");
+        let off = kn.clone().with("PF", "off");
+        run(p, seed, &on);
+        let inst = op.instance(p, seed).unwrap();
+        let y = |kn: &Knobs| Executor::Cpu.run(&inst.plan(kn).unwrap()).unwrap().get("y").unwrap().data.clone();
+        assert_eq!(y(&on), y(&off), "{} [{on}]: PF=on and PF=off differ", p.name);
+        let ks = op.kernels(p, &on).unwrap();
+        assert_eq!(ks[0].knobs.str("PF").unwrap(), "on");
+    }
+    // Auto: on for the stream path; the tile path rejects PF=on.
+    let m1 = Preset::new("M1", &[("M", 1), ("N", 6144), ("K", 3584), ("packed", 1)]);
+    let k = &op.kernels(&m1, &op.default_knobs()).unwrap()[0];
+    assert_eq!((k.knobs.str("PF").unwrap(), k.min_blocks), ("on", 3), "auto: pipelined, compiled for 3 CTAs per SM");
+    let off = &op.kernels(&m1, &op.default_knobs().with("PF", "off")).unwrap()[0];
+    assert_eq!(off.min_blocks, 0, "PF=off: the unpipelined kernel as before");
+    let capped = &op.kernels(&m1, &knobs(&[("MINB", 4)]).with("PF", "off")).unwrap()[0];
+    assert_eq!(capped.min_blocks, 4);
+    assert!(matches!(op.instance(&m1, 1).unwrap().plan(&knobs(&[("MINB", 17)])), Err(OpError::InvalidKnobs { .. })));
+    let p = Preset::new("t", &[("M", 4), ("K", 64), ("N", 32)]);
+    let inst = op.instance(&p, 1).unwrap();
+    assert!(matches!(inst.plan(&knobs(&[]).with("PATH", "tile").with("PF", "on")), Err(OpError::InvalidKnobs { .. })));
+    assert!(matches!(inst.plan(&stream(&[]).with("PF", "bogus")), Err(OpError::InvalidKnobs { .. })));
 }

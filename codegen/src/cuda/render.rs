@@ -130,10 +130,10 @@ impl<'a> Renderer<'a> {
             let ty = if s.kind == SymKind::Float { "float" } else { "long long" };
             params.push(format!("{ty} {}", sym_arg(k, SymId(i as u32))));
         }
+        let bounds = if k.min_blocks > 0 { format!("{}, {}", k.threads, k.min_blocks) } else { k.threads.to_string() };
         let _ = writeln!(
             self.out,
-            "extern \"C\" __global__ void __launch_bounds__({}) {}({}) {{",
-            k.threads,
+            "extern \"C\" __global__ void __launch_bounds__({bounds}) {}({}) {{",
             k.name,
             params.join(", ")
         );

@@ -117,6 +117,20 @@ pub fn knob_space() -> KnobSpace {
              MMA=sync",
             ["auto", "kernel"],
         )
+        .axis(
+            "PF",
+            "PATH=stream software pipeline: on (each K slice's decode reads the words the previous slice's statement \
+             prefetched into registers, then issues the next slice's loads, in flight during the product and the \
+             next wait), off (a slice's loads, then its decode); auto: on for PATH=stream",
+            ["auto", "off"],
+        )
+        .axis(
+            "MINB",
+            "blocks per SM ptxas compiles the main kernel for (`__launch_bounds__`: caps its registers; 1 = no cap); \
+             0 = auto: 3 with PF=on for BM=16 on 128 threads (uncapped, ptxas takes 255 registers and 2 CTAs fit; 168 does not \
+             spill at the presets), else none",
+            [0i64, 4],
+        )
 }
 
 /// Defaults: everything chosen from the problem shape.
@@ -135,6 +149,8 @@ pub fn default_knobs() -> Knobs {
         .with("DEC", "auto")
         .with("PATH", "auto")
         .with("FIN", "auto")
+        .with("PF", "auto")
+        .with("MINB", 0i64)
 }
 
 /// Concrete knob values for one problem.
@@ -161,6 +177,10 @@ pub struct Cfg {
     /// With `split > 1`: the last-arriving CTA of each tile sums the partials in the main kernel (one launch)
     /// instead of a second finalize kernel.
     pub fused: bool,
+    /// PATH=stream: prefetch the next K slice's words into registers during this slice's product.
+    pub prefetch: bool,
+    /// `__launch_bounds__` minimum blocks per SM of the main kernel (0: none).
+    pub min_blocks: u32,
 }
 
 impl Cfg {
@@ -180,6 +200,9 @@ impl Cfg {
             .with("DEC", if self.dec_bits { "bits" } else { "expr" })
             .with("PATH", if self.stream { "stream" } else { "tile" })
             .with("FIN", if self.fused { "last" } else { "kernel" })
+            .with("PF", if self.prefetch { "on" } else { "off" })
+            // 1 (no cap) for none: re-resolving the recorded knobs gives the same kernel.
+            .with("MINB", self.min_blocks.max(1))
     }
     /// Shared memory of the main kernel, bytes (what `Kernel::shared_bytes` will report, up to alignment).
     pub fn shared_bytes(&self, packed: bool) -> usize {
@@ -365,6 +388,8 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, Op
         dec_bits,
         stream,
         fused: false,
+        prefetch: false,
+        min_blocks: 0,
     };
     c.cps = knobs.u32("CPS")?;
     // CTAs resident per SM: the persistent count, else an estimate from shared memory (registers permitting).
@@ -415,6 +440,34 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, Op
         },
     };
     c.fused = fin_last && c.split > 1;
+    // PF: absent keeps the unpipelined stream.
+    c.prefetch = match knobs.0.get("PF") {
+        None => false,
+        Some(_) => match knobs.str("PF")? {
+            "auto" => c.stream,
+            "off" => false,
+            "on" => true,
+            other => {
+                return Err(OpError::InvalidKnobs {
+                    op: OP,
+                    knobs: knobs.to_string(),
+                    why: format!("PF={other}: auto, on or off"),
+                });
+            }
+        },
+    };
+    // MINB: ptxas gives the pipelined stream kernel 255 registers (two CTAs per SM); three CTAs fit in 168
+    // without spills (ptxas, M1 and 28x4 presets), the occupancy of the unpipelined kernel (145-161 registers).
+    let minb = if knobs.0.contains_key("MINB") { knobs.u32("MINB")? } else { 1 };
+    // Auto: 3 CTAs (168 registers) for 16-token tiles on 128 threads, the presets' shape; others uncapped (at
+    // 168 registers the 64-thread BN=32 tile spills 96 bytes and the BM=64 tile 32; at 256 threads 3 CTAs
+    // leave 85).
+    let auto_blocks = if c.wa * c.wb == 4 && c.bm <= 16 { 3 } else { 0 };
+    c.min_blocks = match minb {
+        0 if c.prefetch && auto_blocks > 1 => auto_blocks,
+        0 | 1 => 0,
+        v => v,
+    };
     validate(spec, &c, knobs)?;
     Ok(c)
 }
@@ -430,6 +483,12 @@ fn validate(spec: &MatSpec, c: &Cfg, knobs: &Knobs) -> Result<(), OpError> {
             if c.dec_bits { "bits" } else { "expr" },
             spec.epilogue.name()
         ));
+    }
+    if c.min_blocks > 16 {
+        return invalid(format!("MINB={} must be in 0..=16", c.min_blocks));
+    }
+    if c.prefetch && !c.stream {
+        return invalid("PF=on needs PATH=stream".into());
     }
     if c.fused && c.wgmma {
         return invalid("FIN=last needs MMA=sync (the wgmma kernel keeps the finalize launch)".into());
@@ -524,6 +583,7 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
     let threads = 32 * c.wa * c.wb;
     let mut b = KernelBuilder::new(&kernel_name("mxfp4_mm", spec, c, partial), threads);
     b.knobs(c.knobs());
+    b.min_blocks(c.min_blocks);
     let m = b.dim("M");
     let n = b.dim("N");
     let kb = b.dim("KB");
@@ -786,11 +846,35 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
                         ws,
                         (&wrow + n0.clone()) * kb.clone() + &k0 / 32i64,
                         kb.clone(),
-                        nvalid,
+                        nvalid.clone(),
                         &kleft / 32i64,
                         1,
                     );
-                    b.dequant_fp4_stream(wt, qv, sv, spec.packed, spec.fold, spec.finite);
+                    if c.prefetch {
+                        // The next slice's views (past this split's K range on the last slice: all masked).
+                        let k1 = &k0 + bk as i64;
+                        let nleft = &kend - k1.clone();
+                        let nq = view(
+                            wq,
+                            (&wrow + n0.clone()) * kq.clone() + &k1 / 8i64,
+                            kq.clone(),
+                            nvalid.clone(),
+                            &nleft / 8i64,
+                            4,
+                        );
+                        let ns = view(
+                            ws,
+                            (&wrow + n0.clone()) * kb.clone() + &k1 / 32i64,
+                            kb.clone(),
+                            nvalid,
+                            &nleft / 32i64,
+                            1,
+                        );
+                        let pf = Fp4Prefetch { words: nq, scales: ns, first: kt.eq(0i64) };
+                        b.dequant_fp4_stream_prefetch(wt, qv, sv, spec.packed, spec.fold, spec.finite, pf);
+                    } else {
+                        b.dequant_fp4_stream(wt, qv, sv, spec.packed, spec.fold, spec.finite);
+                    }
                     let xw = b.window(sx, xslot.clone(), 0, 0, bm, bk);
                     b.mma(acc, Operand::Reg(wt), Operand::Shared { src: xw, transpose: true });
                 }
