@@ -264,7 +264,15 @@ impl KernelBuilder {
         finite: bool,
         prefetch: Fp4Prefetch,
     ) {
-        self.push(Stmt::DequantFp4Stream { tile, words, scales, packed, fold, finite, prefetch: Some(prefetch) });
+        self.push(Stmt::DequantFp4Stream {
+            tile,
+            words,
+            scales,
+            packed,
+            fold,
+            finite,
+            prefetch: Some(Box::new(prefetch)),
+        });
     }
     /// Start `acc += a @ b` on the warpgroup tensor cores (see [`Stmt::MmaAsync`]).
     pub fn mma_async(&mut self, acc: TileId, a: Operand, b: Operand) {

@@ -393,7 +393,7 @@ pub enum Stmt {
         fold: bool,
         finite: bool,
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        prefetch: Option<Fp4Prefetch>,
+        prefetch: Option<Box<Fp4Prefetch>>,
     },
 }
 

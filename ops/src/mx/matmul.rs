@@ -14,9 +14,14 @@
 //!   read by `ldmatrix` from shared memory. No dequantized weight ever touches shared or global memory.
 //! - the f32 accumulator `[BN, BM]` (weight rows x tokens) is transposed through shared memory into a
 //!   `[BM, BN]` tile for the epilogue (GLU, routing weight) and the bf16 store; with `SPLIT > 1` each k-split
-//!   writes an f32 partial `[SPLIT, M, N]` instead and a second kernel sums the partials in a fixed order
-//!   (deterministic) and applies the epilogue. Decode shapes (few tokens, N = 6144) need the split to put
-//!   enough weight streams in flight on every SM.
+//!   writes an f32 partial `[SPLIT, M, N]` instead, and the partials are summed in split order (deterministic)
+//!   before the epilogue: by the CTA that arrives last at its tile's counter (`FIN=last`, one launch: partial
+//!   stores, a barrier, a fence and an atomic increment with fetch by one thread; the last CTA fences, sums and
+//!   resets the counter) or by a second kernel (`FIN=kernel`, and always for wgmma). Decode shapes (few
+//!   tokens, N = 6144) need the split to put enough weight streams in flight on every SM.
+//! - `PATH=stream` (decode): the weights go global -> registers ([`Stmt::DequantFp4Stream`]), one mma per BK
+//!   slice; with `PF=on` the statement is software-pipelined (the next slice's loads are issued right after
+//!   this slice's decode and stay in flight during its product and the next iteration's wait).
 //!
 //! The weight bytes come in the natural layout or the [`super::pack`] layout (one 32-bit word per eight values
 //! a thread needs).
