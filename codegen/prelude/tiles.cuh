@@ -556,16 +556,23 @@ __device__ __forceinline__ void dequant_fp4(TT& t, const unsigned char* qt, int 
 // (a thread keeps NB * 2 * blocks loads in flight). Packed layout: one 32-bit load per row and block (the
 // quad's four lanes read the block's 16 bytes); natural: one 16-byte load of the block and three prmt. Blocks
 // past the views decode to zero.
-template <bool PACKED, bool FOLD, bool FINITE, class TT>
-__device__ __forceinline__ void dequant_fp4_stream(TT& t, const unsigned* __restrict__ q, long long qoff,
-                                                   long long qstride, long long qrows, long long qcols,
-                                                   const unsigned char* __restrict__ sg, long long soff,
-                                                   long long sstride, long long srows, long long scols) {
+// The raw words and scale bytes of one streamed tile, per thread (register-resident: every index is a
+// compile-time constant after unrolling). Packed: only `.x` of each word is used.
+template <class TT> struct Fp4StreamRaw {
+  static constexpr int NBK = TT::L::NF / 4;
+  uint4 w[TT::L::NB][2][NBK];
+  unsigned sc[TT::L::NB][2][NBK];
+};
+
+template <bool PACKED, class TT>
+__device__ __forceinline__ void fp4_stream_load(Fp4StreamRaw<TT>& raw, const unsigned* __restrict__ q,
+                                                long long qoff, long long qstride, long long qrows,
+                                                long long qcols, const unsigned char* __restrict__ sg,
+                                                long long soff, long long sstride, long long srows,
+                                                long long scols) {
   static_assert(TT::L::NF % 4 == 0, "dequant_fp4_stream: 32-column blocks per warp");
   constexpr int NBK = TT::L::NF / 4;
   const unsigned l = (unsigned)(lane_id() & 3);
-  uint4 w[TT::L::NB][2][NBK];
-  unsigned sc[TT::L::NB][2][NBK];
 #pragma unroll
   for (int b = 0; b < TT::L::NB; ++b)
 #pragma unroll
@@ -577,20 +584,26 @@ __device__ __forceinline__ void dequant_fp4_stream(TT& t, const unsigned* __rest
         const bool ok = r < qrows && r < srows && bi < (qcols >> 2) && bi < scols;
         const unsigned* p = q + qoff + (long long)r * qstride + 4 * bi;
         if (PACKED) {
-          w[b][jp][blk].x = ok ? __ldg(p + l) : 0u;
+          raw.w[b][jp][blk].x = ok ? __ldg(p + l) : 0u;
         } else {
-          w[b][jp][blk] = ok ? __ldg((const uint4*)p) : make_uint4(0u, 0u, 0u, 0u);
+          raw.w[b][jp][blk] = ok ? __ldg((const uint4*)p) : make_uint4(0u, 0u, 0u, 0u);
         }
-        sc[b][jp][blk] = ok ? (unsigned)__ldg(sg + soff + (long long)r * sstride + bi) : 127u;
+        raw.sc[b][jp][blk] = ok ? (unsigned)__ldg(sg + soff + (long long)r * sstride + bi) : 127u;
       }
     }
+}
+
+template <bool PACKED, bool FOLD, bool FINITE, class TT>
+__device__ __forceinline__ void fp4_stream_decode(TT& t, const Fp4StreamRaw<TT>& raw) {
+  constexpr int NBK = TT::L::NF / 4;
+  const unsigned l = (unsigned)(lane_id() & 3);
 #pragma unroll
   for (int b = 0; b < TT::L::NB; ++b)
 #pragma unroll
     for (int jp = 0; jp < 2; ++jp)
 #pragma unroll
       for (int blk = 0; blk < NBK; ++blk) {
-        const uint4 w4 = w[b][jp][blk];
+        const uint4 w4 = raw.w[b][jp][blk];
         unsigned qq;
         if (PACKED) {
           qq = w4.x;
@@ -598,11 +611,36 @@ __device__ __forceinline__ void dequant_fp4_stream(TT& t, const unsigned* __rest
           const unsigned sel = l | ((l + 4) << 4);
           qq = __byte_perm(__byte_perm(w4.x, w4.y, sel), __byte_perm(w4.z, w4.w, sel), 0x5410);
         }
-        const unsigned s2 = fp4_scale2<FOLD, FINITE>(sc[b][jp][blk]);
+        const unsigned s2 = fp4_scale2<FOLD, FINITE>(raw.sc[b][jp][blk]);
         const unsigned q4 = qq << 4;
 #pragma unroll
         for (int f = 0; f < 4; ++f) t.v[b][4 * blk + f][jp] = fp4_pair<FOLD>(q4, qq, f, s2);
       }
+}
+
+template <bool PACKED, bool FOLD, bool FINITE, class TT>
+__device__ __forceinline__ void dequant_fp4_stream(TT& t, const unsigned* __restrict__ q, long long qoff,
+                                                   long long qstride, long long qrows, long long qcols,
+                                                   const unsigned char* __restrict__ sg, long long soff,
+                                                   long long sstride, long long srows, long long scols) {
+  Fp4StreamRaw<TT> raw;
+  fp4_stream_load<PACKED, TT>(raw, q, qoff, qstride, qrows, qcols, sg, soff, sstride, srows, scols);
+  fp4_stream_decode<PACKED, FOLD, FINITE, TT>(t, raw);
+}
+
+// The software-pipelined form (`Stmt::DequantFp4Stream` with `prefetch`): `raw` (one per tile, declared at the
+// kernel's top, kept across loop iterations) holds this statement's words, loaded by the previous statement's
+// prefetch, unless `first`; decode them, then issue the next views' loads into `raw`, left in flight.
+template <bool PACKED, bool FOLD, bool FINITE, class TT>
+__device__ __forceinline__ void dequant_fp4_stream_pf(
+    TT& t, Fp4StreamRaw<TT>& raw, bool first, const unsigned* __restrict__ q, long long qoff, long long qstride,
+    long long qrows, long long qcols, const unsigned char* __restrict__ sg, long long soff, long long sstride,
+    long long srows, long long scols, const unsigned* __restrict__ nq, long long nqoff, long long nqstride,
+    long long nqrows, long long nqcols, const unsigned char* __restrict__ nsg, long long nsoff,
+    long long nsstride, long long nsrows, long long nscols) {
+  if (first) fp4_stream_load<PACKED, TT>(raw, q, qoff, qstride, qrows, qcols, sg, soff, sstride, srows, scols);
+  fp4_stream_decode<PACKED, FOLD, FINITE, TT>(t, raw);
+  fp4_stream_load<PACKED, TT>(raw, nq, nqoff, nqstride, nqrows, nqcols, nsg, nsoff, nsstride, nsrows, nscols);
 }
 
 // ---------------------------------------------------------------------------------------------------------

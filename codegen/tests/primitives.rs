@@ -68,10 +68,12 @@ primitive!(
     dequant_fp4_stream,
     mma_async_rs_bmn,
     mma_async_ss_then_rs,
+    last_block_reduction,
+    dequant_fp4_stream_prefetch,
 );
 
 #[test]
 fn every_case_is_listed() {
     // `cases::all` feeds the GPU run; keep it in step with the list above.
-    assert_eq!(cases::all().len(), 30);
+    assert_eq!(cases::all().len(), 32);
 }

@@ -80,7 +80,6 @@ impl KernelBuilder {
     pub fn knobs(&mut self, knobs: Knobs) {
         self.k.knobs = knobs;
     }
-
     /// A register tile spread over a `warps[0] x warps[1]` warp grid.
     pub fn tile(&mut self, name: &str, dtype: DType, rows: u32, cols: u32, warps: [u32; 2]) -> TileId {
         self.k.tiles.push(RegTileDecl { name: name.into(), dtype, rows, cols, warps });
@@ -269,7 +268,30 @@ impl KernelBuilder {
         fold: bool,
         finite: bool,
     ) {
-        self.push(Stmt::DequantFp4Stream { tile, words, scales, packed, fold, finite });
+        self.push(Stmt::DequantFp4Stream { tile, words, scales, packed, fold, finite, prefetch: None });
+    }
+    /// [`Self::dequant_fp4_stream`] that also issues the loads of the next views (see
+    /// [`Stmt::DequantFp4Stream`]'s `prefetch`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn dequant_fp4_stream_prefetch(
+        &mut self,
+        tile: TileId,
+        words: GlobalView,
+        scales: GlobalView,
+        packed: bool,
+        fold: bool,
+        finite: bool,
+        prefetch: Fp4Prefetch,
+    ) {
+        self.push(Stmt::DequantFp4Stream {
+            tile,
+            words,
+            scales,
+            packed,
+            fold,
+            finite,
+            prefetch: Some(Box::new(prefetch)),
+        });
     }
     /// Start `acc += a @ b` on the warpgroup tensor cores (see [`Stmt::MmaAsync`]).
     pub fn mma_async(&mut self, acc: TileId, a: Operand, b: Operand) {
@@ -393,6 +415,10 @@ impl KernelBuilder {
     /// Threads regions, top level: `__syncwarp()` (see [`Stmt::WarpSync`]).
     pub fn warp_sync(&mut self) {
         self.push(Stmt::WarpSync);
+    }
+    /// Threads regions: a GPU-scope memory fence, `__threadfence()` (see [`Stmt::Fence`]).
+    pub fn fence(&mut self) {
+        self.push(Stmt::Fence);
     }
     /// Threads regions: `arr[index] = value`.
     pub fn array_set(&mut self, arr: ArrId, index: impl Into<Expr>, value: impl Into<Expr>) {

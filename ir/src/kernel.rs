@@ -275,7 +275,7 @@ pub enum ScanOp {
 /// - anywhere: `Let`, `Assign`, `For`, `If`;
 /// - block level only: `Threads`, `Barrier`, the async copies, the tile and vector statements, `Scan`,
 ///   `DequantFp4`;
-/// - inside regions only: `StoreScalar`, `SharedStore`, `Atomic`, `LetArray`, `ArraySet`.
+/// - inside regions only: `StoreScalar`, `SharedStore`, `Atomic`, `LetArray`, `ArraySet`, `Fence`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Stmt {
     /// Introduce a scalar variable (mutable through [`Stmt::Assign`]).
@@ -373,6 +373,14 @@ pub enum Stmt {
     /// every lane of the warp after it; a read before it is done before any lane writes after it). The CPU
     /// interpreter runs the preceding statements for every thread first.
     WarpSync,
+    /// Threads regions only: a GPU-scope memory fence (`__threadfence()`, PTX `fence.sc.gpu`). Orders this
+    /// thread's global-memory accesses before it against those after it as every thread of the grid sees them,
+    /// and (fences are cumulative) what this thread has observed before it, e.g. other threads' stores ordered
+    /// before it by a [`Stmt::Barrier`]. The pattern it exists for: a block's threads store partial results, a
+    /// barrier, then one thread fences and bumps a global counter with [`Stmt::Atomic`] (fetch); the block that
+    /// sees the last count fences again and reads every block's partials. The CPU interpreter and the JIT run
+    /// blocks and threads one after another, where it is a no-op.
+    Fence,
     /// Decode MXFP4 weights from shared memory into a bf16 register tile `[R, C]` (C a multiple of 32, each
     /// warp's column band too): `tile[r, c] = e2m1(q) * 2^(s - 127)`, where `s = scales[r, c / 32]` (an E8M0
     /// byte; 255 gives NaN) and `q` is the nibble of column `c % 32` of block `c / 32` of row r in `words`
@@ -393,7 +401,36 @@ pub enum Stmt {
     /// starts on 16 bytes), `scales` a u8 view `[R, C / 32]`. Element `[r, c]` is 0 when `r` is not below both
     /// views' `rows`, or its block `c / 32` is not below `words.cols / 4` or not below `scales.cols`. Every load of
     /// the tile is issued before the first value is decoded, so a thread has all of them in flight at once.
-    DequantFp4Stream { tile: TileId, words: GlobalView, scales: GlobalView, packed: bool, fold: bool, finite: bool },
+    ///
+    /// With `prefetch`, a software pipeline over a loop of such statements: the GPU code decodes this
+    /// statement's words and scales from registers that the previous execution of a prefetching stream statement
+    /// into the same tile (with the same `packed`) filled from *its* prefetch views (or, when `prefetch.first`
+    /// is true, loads them itself first), then issues the loads of this statement's prefetch views into those
+    /// registers, so they are in flight during whatever follows (the product of the decoded tile, the next
+    /// iteration's waits). The tile's value is always the decode of `words` and `scales`; the program promises
+    /// that, whenever `first` is false, the previous prefetching execution's prefetch views covered the same
+    /// valid elements with the same data (e.g. the views of the next K slice, next iteration) — the CPU
+    /// backends, which always read `words` and `scales`, cannot see a broken promise. The prefetch views are
+    /// bounds-checked like the others (a masked element, e.g. of a slice past K, is never read).
+    DequantFp4Stream {
+        tile: TileId,
+        words: GlobalView,
+        scales: GlobalView,
+        packed: bool,
+        fold: bool,
+        finite: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        prefetch: Option<Box<Fp4Prefetch>>,
+    },
+}
+
+/// The next views of a prefetching [`Stmt::DequantFp4Stream`]: words and scales as the statement's own, and
+/// `first` (a block-uniform bool): the statement loads its own views itself (the pipeline's first slice).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Fp4Prefetch {
+    pub words: GlobalView,
+    pub scales: GlobalView,
+    pub first: Expr,
 }
 
 /// The lane exchanges of [`Stmt::WarpShuffle`]; lane `l` of a warp receives:
@@ -451,10 +488,15 @@ pub struct Kernel {
     pub body: Vec<Stmt>,
     /// The knob values this kernel was built with (for printing, hashing and results).
     pub knobs: Knobs,
-    /// Resident blocks per SM the register allocation must allow (the second `__launch_bounds__` argument);
-    /// 0: no constraint. A resource hint only: no effect on the CPU backends.
-    #[serde(default)]
+    /// Blocks per SM the GPU code is compiled to fit (`__launch_bounds__(threads, min_blocks_per_sm)`: ptxas caps the
+    /// registers per thread at what that many blocks leave); 0: no cap beyond the thread count. No effect on
+    /// the CPU backends.
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub min_blocks_per_sm: u32,
+}
+
+fn is_zero(v: &u32) -> bool {
+    *v == 0
 }
 
 /// Shared buffers start at multiples of this many bytes.

@@ -199,16 +199,25 @@ fn body(k: &Kernel, b: &[Stmt], depth: usize, s: &mut String) {
                     k.tiles[tile.0 as usize].name
                 );
             }
-            Stmt::DequantFp4Stream { tile, words, scales, packed, fold, finite } => {
+            Stmt::DequantFp4Stream { tile, words, scales, packed, fold, finite, prefetch } => {
                 let _ = writeln!(
                     s,
-                    "{pad}{} = dequant_fp4_stream({}, {}){}{}{}",
+                    "{pad}{} = dequant_fp4_stream({}, {}){}{}{}{}",
                     k.tiles[tile.0 as usize].name,
                     global_view(k, words),
                     global_view(k, scales),
                     if *packed { " packed" } else { " natural" },
                     if *fold { " fold" } else { "" },
-                    if *finite { " finite" } else { "" }
+                    if *finite { " finite" } else { "" },
+                    match prefetch {
+                        Some(p) => format!(
+                            " prefetch({}, {}, first={})",
+                            global_view(k, &p.words),
+                            global_view(k, &p.scales),
+                            expr(k, &p.first)
+                        ),
+                        None => String::new(),
+                    }
                 );
             }
             Stmt::DequantFp4 { tile, words, scales, packed, fold, finite } => {
@@ -298,6 +307,9 @@ fn body(k: &Kernel, b: &[Stmt], depth: usize, s: &mut String) {
             }
             Stmt::WarpSync => {
                 let _ = writeln!(s, "{pad}syncwarp");
+            }
+            Stmt::Fence => {
+                let _ = writeln!(s, "{pad}fence");
             }
         }
     }

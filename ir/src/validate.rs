@@ -617,6 +617,7 @@ impl<'a> Checker<'a> {
             Stmt::ArraySet { .. } => ("array_set", RegionOnly),
             Stmt::WarpShuffle { .. } => ("warp_shuffle", RegionOnly),
             Stmt::WarpSync => ("syncwarp", RegionOnly),
+            Stmt::Fence => ("fence", RegionOnly),
         }
     }
 
@@ -843,7 +844,7 @@ impl<'a> Checker<'a> {
                 }
                 self.path.pop();
             }
-            Stmt::Barrier | Stmt::AsyncCommit | Stmt::AsyncWait { .. } => {}
+            Stmt::Barrier | Stmt::AsyncCommit | Stmt::AsyncWait { .. } | Stmt::Fence => {}
             Stmt::DequantFp4 { tile, words, scales, packed, .. } => {
                 let t = self.tile(*tile)?;
                 self.path.push(format!("dequant_fp4 `{}`", t.name));
@@ -903,7 +904,7 @@ impl<'a> Checker<'a> {
                 }
                 self.path.pop();
             }
-            Stmt::DequantFp4Stream { tile, words, scales, .. } => {
+            Stmt::DequantFp4Stream { tile, words, scales, prefetch, .. } => {
                 let t = self.tile(*tile)?;
                 self.path.push(format!("dequant_fp4_stream `{}`", t.name));
                 let wc = t.cols / t.warps[1].max(1);
@@ -917,23 +918,33 @@ impl<'a> Checker<'a> {
                         ),
                     ));
                 }
-                let q = self.global_view(words)?;
-                if q.dtype != DType::U32 || words.vec != 4 {
-                    return Err(self.err(
-                        IrErrorKind::Type,
-                        format!(
-                            "dequant_fp4_stream words: a u32 view with vec = 4 (one 16-byte block per access) is \
-                             needed, got `{}` ({}) vec {}",
-                            q.name, q.dtype, words.vec
-                        ),
-                    ));
+                let mut views = vec![(words, scales, "")];
+                if let Some(p) = prefetch {
+                    self.scalar(&p.first, ScalarTy::Bool, "dequant_fp4_stream prefetch first flag")?;
+                    views.push((&p.words, &p.scales, "prefetch "));
                 }
-                let sc = self.global_view(scales)?;
-                if sc.dtype != DType::U8 {
-                    return Err(self.err(
-                        IrErrorKind::Type,
-                        format!("dequant_fp4_stream scales: a u8 view is needed, got `{}` ({})", sc.name, sc.dtype),
-                    ));
+                for (words, scales, what) in views {
+                    let q = self.global_view(words)?;
+                    if q.dtype != DType::U32 || words.vec != 4 {
+                        return Err(self.err(
+                            IrErrorKind::Type,
+                            format!(
+                                "dequant_fp4_stream {what}words: a u32 view with vec = 4 (one 16-byte block per \
+                                 access) is needed, got `{}` ({}) vec {}",
+                                q.name, q.dtype, words.vec
+                            ),
+                        ));
+                    }
+                    let sc = self.global_view(scales)?;
+                    if sc.dtype != DType::U8 {
+                        return Err(self.err(
+                            IrErrorKind::Type,
+                            format!(
+                                "dequant_fp4_stream {what}scales: a u8 view is needed, got `{}` ({})",
+                                sc.name, sc.dtype
+                            ),
+                        ));
+                    }
                 }
                 self.path.pop();
             }

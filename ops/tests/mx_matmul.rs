@@ -1,6 +1,7 @@
 //! `mxfp4_matmul`: the tile programs (CPU interpreter) match the f64 reference on the dequantized weights
 //! (SPEC 3 bf16 tolerance) on small problems with edge sizes, empty groups, NaN scale blocks, both weight
 //! layouts and K splits; bad inputs give typed errors; every preset's kernels compile for sm_90a without spills.
+use k3k_codegen::cpu::interp::{self, InterpOptions};
 use k3k_codegen::{BuildOptions, build};
 use k3k_ir::{DType, HostTensor, Knobs};
 use k3k_ops::OpError;
@@ -429,6 +430,17 @@ fn presets_compile_without_spills() {
         ),
         (vec![("M", 16), ("N", 6144), ("K", 3584)], default_knobs().with("PATH", "stream")),
         (vec![("M", 64), ("N", 6144), ("K", 3584), ("packed", 1)], knobs(&[("BK", 128)]).with("PATH", "stream")),
+        // The bench comparison points: the unpipelined stream with the finalize launch (the previous default),
+        // the pipelined one at 4 CTAs per SM, the unpipelined at 4, a one-wave split.
+        (
+            vec![("M", 1), ("N", 6144), ("K", 3584), ("packed", 1)],
+            default_knobs().with("PF", "off").with("FIN", "kernel"),
+        ),
+        (vec![("G", 28), ("per", 4), ("N", 6144), ("K", 3584), ("packed", 1)], knobs(&[("MINB", 4)])),
+        (vec![("G", 28), ("per", 4), ("N", 6144), ("K", 3584), ("packed", 1)], knobs(&[("MINB", 4)]).with("PF", "off")),
+        (vec![("M", 1), ("N", 6144), ("K", 3584), ("packed", 1)], knobs(&[("MINB", 4)]).with("PF", "off")),
+        (vec![("M", 1), ("N", 6144), ("K", 3584), ("packed", 1)], knobs(&[("SPLIT", 4)])),
+        (vec![("M", 16), ("N", 6144), ("K", 3584), ("packed", 1)], knobs(&[("SPLIT", 4)])),
         // The tile path at the shapes the stream path now takes by default.
         (vec![("M", 1), ("N", 6144), ("K", 3584), ("packed", 1)], default_knobs().with("PATH", "tile")),
         (vec![("G", 28), ("per", 4), ("N", 6144), ("K", 3584), ("packed", 1)], default_knobs().with("PATH", "tile")),
@@ -436,4 +448,181 @@ fn presets_compile_without_spills() {
         let p = Preset::new("variant", &dims);
         assemble_all(&op, &p, &kn);
     }
+}
+
+/// The in-kernel split-K reduction (FIN=last: each CTA stores its partial, counts itself in on its tile's
+/// arrival counter, the last one sums the partials in split order) against the f64 reference and bit for bit
+/// against the second-launch finalize (FIN=kernel, the same order and rounding): edge token counts, K tails,
+/// empty splits, grouped with empty groups, GLU epilogues with routing weights, NaN scale blocks, both weight
+/// paths and a persistent grid. One launch instead of two; the counters are left at zero (a second launch on
+/// the same buffers gives the same bits).
+#[test]
+fn split_reduction_in_kernel_matches_the_finalize_launch() {
+    let mut rng = StdRng::seed_from_u64(rand::rng().random());
+    let op = Mxfp4Matmul;
+    let cases: Vec<(Preset, Knobs)> = vec![
+        (Preset::new("M1", &[("M", 1), ("K", 288), ("N", 40), ("packed", 1)]), knobs(&[("SPLIT", 3), ("BK", 64)])),
+        (Preset::new("M15 tail", &[("M", 15), ("K", 160), ("N", 17), ("wide", 1)]), knobs(&[("SPLIT", 2), ("BK", 64)])),
+        (Preset::new("M17", &[("M", 17), ("K", 96), ("N", 40), ("packed", 1)]), knobs(&[("SPLIT", 2), ("BK", 32)])),
+        (Preset::new("M63", &[("M", 63), ("K", 224), ("N", 8)]), knobs(&[("SPLIT", 4), ("BK", 32)])),
+        (
+            Preset::new("M65 empty splits", &[("M", 65), ("K", 64), ("N", 33), ("p", 1)]),
+            knobs(&[("SPLIT", 5), ("BK", 32)]),
+        ),
+        (
+            Preset::new("stream M16", &[("M", 16), ("K", 416), ("N", 70), ("packed", 1), ("wide", 1)]),
+            knobs(&[("SPLIT", 3)]).with("PATH", "stream"),
+        ),
+        (
+            Preset::new(
+                "grouped glu",
+                &[
+                    ("G", 4),
+                    ("c0", 3),
+                    ("c1", 0),
+                    ("c2", 18),
+                    ("c3", 1),
+                    ("K", 224),
+                    ("N", 48),
+                    ("epilogue", 1),
+                    ("p", 1),
+                    ("wide", 1),
+                ],
+            ),
+            knobs(&[("SPLIT", 3), ("BK", 64)]),
+        ),
+        (
+            Preset::new(
+                "grouped swiglu persistent",
+                &[("G", 2), ("c0", 5), ("c1", 20), ("K", 128), ("N", 34), ("epilogue", 2)],
+            ),
+            knobs(&[("SPLIT", 2), ("BK", 32), ("CPS", 1)]),
+        ),
+        (
+            Preset::new(
+                "stream grouped",
+                &[("G", 3), ("c0", 0), ("c1", 4), ("c2", 9), ("K", 320), ("N", 34), ("packed", 1)],
+            ),
+            knobs(&[("SPLIT", 3), ("BK", 64)]).with("PATH", "stream"),
+        ),
+        (
+            Preset::new("x8", &[("G", 2), ("c0", 17), ("c1", 2), ("K", 160), ("N", 34), ("act", 1), ("packed", 1)]),
+            knobs(&[("SPLIT", 2), ("BK", 64)]).with("MMA", "sync"),
+        ),
+    ];
+    for (p, kn) in &cases {
+        let seed = rng.random();
+        let last = kn.clone().with("FIN", "last");
+        let kernel = kn.clone().with("FIN", "kernel");
+        run(p, seed, &last);
+        run(p, seed, &kernel);
+        let inst = op.instance(p, seed).unwrap();
+        let (pl, pk) = (inst.plan(&last).unwrap(), inst.plan(&kernel).unwrap());
+        assert_eq!(pl.steps.len(), 1, "{}: FIN=last is one launch", p.name);
+        assert_eq!(pk.steps.len(), 2, "{}: FIN=kernel is main + finalize", p.name);
+        let bits =
+            |pl: &k3k_ops::plan::Plan| -> Vec<u8> { Executor::Cpu.run(pl).unwrap().get("y").unwrap().data.clone() };
+        assert_eq!(bits(&pl), bits(&pk), "{} [{last}]: FIN=last and FIN=kernel differ", p.name);
+        // Two launches on the same buffers: the counters come back to zero and the second result is the first.
+        let mut bufs: Vec<HostTensor> = pl.buffers.iter().map(|b| b.tensor.clone()).collect();
+        let step = &pl.steps[0];
+        let mut ys = vec![];
+        for _ in 0..2 {
+            let mut args: Vec<HostTensor> = step.args.iter().map(|&i| bufs[i].clone()).collect();
+            interp::run(&step.kernel, &mut args, &[], InterpOptions::default()).unwrap();
+            for (&i, t) in step.args.iter().zip(args) {
+                bufs[i] = t;
+            }
+            let sem = &bufs[pl.index("sem").unwrap()];
+            assert!(sem.to_f64_vec().iter().all(|&c| c == 0.0), "{}: counters left non-zero", p.name);
+            ys.push(bufs[pl.index("y").unwrap()].data.clone());
+        }
+        assert_eq!(ys[0], ys[1], "{}: the second launch differs", p.name);
+    }
+    // The default at decode shapes is one launch; the wgmma kernel keeps its finalize and rejects FIN=last.
+    let m1 = Preset::new("M1", &[("M", 1), ("N", 6144), ("K", 3584), ("packed", 1)]);
+    let ks = op.kernels(&m1, &op.default_knobs()).unwrap();
+    assert_eq!(ks.len(), 1, "M1 default: one kernel");
+    assert!(ks[0].knobs.u32("SPLIT").unwrap() > 1 && ks[0].knobs.str("FIN").unwrap() == "last");
+    let tile = op.kernels(&m1, &op.default_knobs().with("PATH", "tile")).unwrap();
+    assert_eq!((tile.len(), tile[0].knobs.str("FIN").unwrap()), (1, "last"));
+    let w = Preset::new("w", &[("M", 130), ("K", 256), ("N", 64)]);
+    let wk = knobs(&[("SPLIT", 2)]).with("MMA", "wgmma");
+    assert_eq!(op.kernels(&w, &wk).unwrap().len(), 2);
+    let inst = op.instance(&w, 1).unwrap();
+    assert!(matches!(inst.plan(&wk.clone().with("FIN", "last")), Err(OpError::InvalidKnobs { .. })));
+    assert!(matches!(inst.plan(&knobs(&[("SPLIT", 2)]).with("FIN", "bogus")), Err(OpError::InvalidKnobs { .. })));
+}
+
+/// PATH=stream with the software pipeline (PF=on: each K slice decodes the words the previous slice's
+/// statement prefetched, then issues the next slice's loads) against the f64 reference and bit for bit against
+/// PF=off: edge token counts, K tails shorter than BK, one-slice K ranges, splits (both reductions), grouped
+/// with empty groups, a persistent grid (the pipeline restarts at every tile), both layouts, NaN scale blocks.
+#[test]
+fn stream_prefetch_matches_the_unpipelined_stream() {
+    let mut rng = StdRng::seed_from_u64(rand::rng().random());
+    let op = Mxfp4Matmul;
+    let stream = |pairs: &[(&str, i64)]| knobs(pairs).with("PATH", "stream");
+    let cases: Vec<(Preset, Knobs)> = vec![
+        (Preset::new("M1 tail", &[("M", 1), ("K", 608), ("N", 40), ("packed", 1)]), stream(&[])),
+        (Preset::new("M15", &[("M", 15), ("K", 288), ("N", 17), ("wide", 1)]), stream(&[("BK", 64)])),
+        (Preset::new("M17 one slice", &[("M", 17), ("K", 96), ("N", 40), ("packed", 1)]), stream(&[("BM", 16)])),
+        (
+            Preset::new("M63 split", &[("M", 63), ("K", 416), ("N", 8), ("packed", 1), ("wide", 1)]),
+            stream(&[("BM", 16), ("BK", 64), ("SPLIT", 3)]),
+        ),
+        (
+            Preset::new("M65 split kernel", &[("M", 65), ("K", 320), ("N", 33)]),
+            stream(&[("BM", 16), ("BK", 64), ("SPLIT", 2)]).with("FIN", "kernel"),
+        ),
+        (
+            Preset::new(
+                "grouped",
+                &[
+                    ("G", 4),
+                    ("c0", 0),
+                    ("c1", 4),
+                    ("c2", 17),
+                    ("c3", 1),
+                    ("K", 352),
+                    ("N", 34),
+                    ("p", 1),
+                    ("packed", 1),
+                ],
+            ),
+            stream(&[("BK", 64)]),
+        ),
+        (
+            Preset::new("persistent", &[("G", 2), ("c0", 3), ("c1", 9), ("K", 480), ("N", 70), ("packed", 1)]),
+            stream(&[("BK", 64), ("CPS", 1), ("SPLIT", 2)]),
+        ),
+    ];
+    for (p, kn) in &cases {
+        let seed = rng.random();
+        let on = kn.clone().with("PF", "on");
+        let off = kn.clone().with("PF", "off");
+        run(p, seed, &on);
+        let inst = op.instance(p, seed).unwrap();
+        let y = |kn: &Knobs| Executor::Cpu.run(&inst.plan(kn).unwrap()).unwrap().get("y").unwrap().data.clone();
+        assert_eq!(y(&on), y(&off), "{} [{on}]: PF=on and PF=off differ", p.name);
+        let ks = op.kernels(p, &on).unwrap();
+        assert_eq!(ks[0].knobs.str("PF").unwrap(), "on");
+    }
+    // Auto: on for the stream path; the tile path rejects PF=on.
+    let m1 = Preset::new("M1", &[("M", 1), ("N", 6144), ("K", 3584), ("packed", 1)]);
+    let k = &op.kernels(&m1, &op.default_knobs()).unwrap()[0];
+    assert_eq!(
+        (k.knobs.str("PF").unwrap(), k.min_blocks_per_sm),
+        ("on", 3),
+        "auto: pipelined, compiled for 3 CTAs per SM"
+    );
+    let off = &op.kernels(&m1, &op.default_knobs().with("PF", "off")).unwrap()[0];
+    assert_eq!(off.min_blocks_per_sm, 0, "PF=off: the unpipelined kernel as before");
+    let capped = &op.kernels(&m1, &knobs(&[("MINB", 4)]).with("PF", "off")).unwrap()[0];
+    assert_eq!(capped.min_blocks_per_sm, 4);
+    assert!(matches!(op.instance(&m1, 1).unwrap().plan(&knobs(&[("MINB", 17)])), Err(OpError::InvalidKnobs { .. })));
+    let p = Preset::new("t", &[("M", 4), ("K", 64), ("N", 32)]);
+    let inst = op.instance(&p, 1).unwrap();
+    assert!(matches!(inst.plan(&knobs(&[]).with("PATH", "tile").with("PF", "on")), Err(OpError::InvalidKnobs { .. })));
+    assert!(matches!(inst.plan(&stream(&[]).with("PF", "bogus")), Err(OpError::InvalidKnobs { .. })));
 }

@@ -156,14 +156,14 @@ impl<'a> Renderer<'a> {
             let ty = if s.kind == SymKind::Float { "float" } else { "long long" };
             params.push(format!("{ty} {}", sym_arg(k, SymId(i as u32))));
         }
-        let bounds = match k.min_blocks_per_sm {
-            0 => k.threads.to_string(),
-            n => format!("{}, {n}", k.threads),
+        let bounds = if k.min_blocks_per_sm > 0 {
+            format!("{}, {}", k.threads, k.min_blocks_per_sm)
+        } else {
+            k.threads.to_string()
         };
         let _ = writeln!(
             self.out,
-            "extern \"C\" __global__ void __launch_bounds__({}) {}({}) {{",
-            bounds,
+            "extern \"C\" __global__ void __launch_bounds__({bounds}) {}({}) {{",
             k.name,
             params.join(", ")
         );
@@ -193,6 +193,16 @@ impl<'a> Renderer<'a> {
         }
         for (i, v) in k.vecs.iter().enumerate() {
             self.line(&format!("k3k::RV<{}, {}, {}> v{i};  // {}", v.rows, v.warps[0], v.warps[1], v.name));
+        }
+        // The raw-word registers of prefetching stream decodes: one per (tile, layout), alive across loops.
+        let mut bufs = std::collections::BTreeSet::new();
+        k.visit_stmts(&mut |s| {
+            if let Stmt::DequantFp4Stream { tile, packed, prefetch: Some(_), .. } = s {
+                bufs.insert((tile.0, *packed));
+            }
+        });
+        for (t, packed) in bufs {
+            self.line(&format!("k3k::Fp4StreamRaw<T{t}_t> {};", prefetch_buf(TileId(t), packed)));
         }
         let body = k.body.clone();
         self.body(&body);
@@ -519,13 +529,27 @@ impl<'a> Renderer<'a> {
                 );
                 self.line(&line);
             }
-            Stmt::DequantFp4Stream { tile, words, scales, packed, fold, finite } => {
+            Stmt::DequantFp4Stream { tile, words, scales, packed, fold, finite, prefetch: None } => {
                 let line = format!(
                     "k3k::dequant_fp4_stream<{packed}, {fold}, {finite}, {}>(t{}, {}, {});",
                     self.tile_ty(*tile),
                     tile.0,
                     self.view_args(words),
                     self.view_args(scales)
+                );
+                self.line(&line);
+            }
+            Stmt::DequantFp4Stream { tile, words, scales, packed, fold, finite, prefetch: Some(p) } => {
+                let line = format!(
+                    "k3k::dequant_fp4_stream_pf<{packed}, {fold}, {finite}, {}>(t{}, {}, {}, {}, {}, {}, {});",
+                    self.tile_ty(*tile),
+                    tile.0,
+                    prefetch_buf(*tile, *packed),
+                    self.e(&p.first, Ctx::Scalar),
+                    self.view_args(words),
+                    self.view_args(scales),
+                    self.view_args(&p.words),
+                    self.view_args(&p.scales)
                 );
                 self.line(&line);
             }
@@ -552,7 +576,8 @@ impl<'a> Renderer<'a> {
             | Stmt::LetArray { .. }
             | Stmt::ArraySet { .. }
             | Stmt::WarpShuffle { .. }
-            | Stmt::WarpSync => self.thread_stmt(s),
+            | Stmt::WarpSync
+            | Stmt::Fence => self.thread_stmt(s),
             Stmt::LoadVec { vec, src: v } | Stmt::StoreVec { vec, dst: v } => {
                 let f = if matches!(s, Stmt::LoadVec { .. }) { "load_vec" } else { "store_vec" };
                 let line = format!(
@@ -567,4 +592,9 @@ impl<'a> Renderer<'a> {
             }
         }
     }
+}
+
+/// The C name of a prefetching stream decode's raw-word registers.
+fn prefetch_buf(tile: TileId, packed: bool) -> String {
+    format!("pf{}_{}", tile.0, if packed { "p" } else { "n" })
 }

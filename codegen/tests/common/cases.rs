@@ -55,6 +55,8 @@ pub fn all() -> Vec<Case> {
         dequant_fp4_stream(),
         mma_async_rs_bmn(),
         mma_async_ss_then_rs(),
+        last_block_reduction(),
+        dequant_fp4_stream_prefetch(),
     ]
 }
 
@@ -859,6 +861,160 @@ pub fn atomic_ops() -> Case {
             let mut seen: Vec<i64> = (0..threads as usize).map(|i| ts[6].get_i64(i)).collect();
             seen.sort();
             assert_eq!(seen, (0..n).collect::<Vec<_>>(), "tickets form a permutation");
+        }),
+    }
+}
+
+/// `DequantFp4Stream` with `prefetch` over a loop of K slices (two 32-wide blocks each over 9 blocks: the last
+/// slice is one block, its prefetch views lie past K), rows masked at 50 of 64, packed then natural layout
+/// into the same tile (two raw-word buffers), NaN scale bytes: each slice's tile is its own views' decode.
+pub fn dequant_fp4_stream_prefetch() -> Case {
+    let (r, c, rows, nb, slices) = (64usize, 64usize, 50usize, 9usize, 5usize);
+    let (kw, kb) = (nb * 4, nb);
+    let mut b = KernelBuilder::new("p_dequant_fp4_stream_prefetch", 128);
+    let dims = |a: usize, bb: usize| [Expr::Int(a as i64), Expr::Int(bb as i64)];
+    let q = b.tensor("q", DType::U32, &dims(rows, kw), Access::Read);
+    let sc = b.tensor("s", DType::U8, &dims(rows, kb), Access::Read);
+    let y = b.tensor(
+        "y",
+        DType::Bf16,
+        &[Expr::Int(2 * slices as i64), Expr::Int(r as i64), Expr::Int(c as i64)],
+        Access::Write,
+    );
+    let t = b.tile("w", DType::Bf16, r as u32, c as u32, [4, 1]);
+    let views = |s: Expr| {
+        let qv = view(q, &s * 8i64, kw as i64, rows as i64, Expr::Int(kw as i64) - &s * 8i64, 4);
+        let sv = view(sc, &s * 2i64, kb as i64, rows as i64, Expr::Int(kb as i64) - &s * 2i64, 1);
+        (qv, sv)
+    };
+    for (v, packed) in [true, false].into_iter().enumerate() {
+        b.for_("s", 0i64, slices as i64, 1i64, |b, s| {
+            let (qv, sv) = views(s.clone());
+            let (nq, ns) = views(&s + 1i64);
+            let first = s.eq(0i64);
+            b.dequant_fp4_stream_prefetch(
+                t,
+                qv,
+                sv,
+                packed,
+                false,
+                false,
+                Fp4Prefetch { words: nq, scales: ns, first },
+            );
+            let off = (Expr::Int((v * slices) as i64) + s) * (r * c) as i64;
+            b.store(t, Place::Global(view(y, off, c as i64, r as i64, c as i64, 2)));
+        });
+    }
+    let k = b.finish().unwrap();
+    let mut rng = Rng::new(17);
+    let qw: Vec<u32> = (0..rows * kw).map(|_| rng.next_u64() as u32).collect();
+    let sb: Vec<u8> = (0..rows * kb).map(|i| if i % 11 == 5 { 255 } else { 100 + (i % 40) as u8 }).collect();
+    const E2M1: [f64; 16] = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0];
+    let mut want = vec![0f32; 2 * slices * r * c];
+    for (v, packed) in [true, false].into_iter().enumerate() {
+        for sl in 0..slices {
+            for row in 0..rows {
+                for col in 0..c {
+                    let blk = 2 * sl + col / 32;
+                    if blk >= nb {
+                        continue;
+                    }
+                    let cc = col % 32;
+                    let (w, p) = if packed { ((cc % 8) / 2, 2 * ((cc / 8) % 4) + cc % 2) } else { (cc / 8, cc % 8) };
+                    let nib = ((qw[row * kw + 4 * blk + w] >> (4 * p)) & 15) as usize;
+                    let s = sb[row * kb + blk];
+                    want[((v * slices + sl) * r + row) * c + col] =
+                        if s == 255 { f32::NAN } else { (E2M1[nib] * 2f64.powi(s as i32 - 127)) as f32 };
+                }
+            }
+        }
+    }
+    let qbytes: Vec<u8> = qw.iter().flat_map(|w| w.to_le_bytes()).collect();
+    Case {
+        name: "dequant_fp4_stream_prefetch",
+        kernel: k,
+        tensors: vec![
+            HostTensor::from_bytes(DType::U32, &[rows, kw], qbytes),
+            HostTensor::from_bytes(DType::U8, &[rows, kb], sb),
+            poisoned(DType::Bf16, &[2 * slices, r, c]),
+        ],
+        scalars: vec![],
+        check: Box::new(move |ts| {
+            let got = ts[2].to_f32_vec();
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                let same = g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan());
+                assert!(
+                    same,
+                    "prefetch slice {} row {} col {}: got {g:e}, want {w:e}",
+                    i / (r * c),
+                    (i / c) % r,
+                    i % c
+                );
+            }
+        }),
+    }
+}
+
+/// The last-arriving-block pattern of [`Stmt::Fence`]: each of 37 blocks stores a partial row (every thread one
+/// element), a barrier, thread 0 fences and bumps the arrival counter (atomic with fetch), fences again and
+/// puts the count in shared memory; the block that saw the last count sums every block's partials in block
+/// order (exact: small integers in f32) and resets the counter. On a GPU the blocks run concurrently, so a
+/// missing fence shows as a stale partial.
+pub fn last_block_reduction() -> Case {
+    let (threads, blocks) = (128u32, 37i64);
+    let mut b = KernelBuilder::new("p_last_block_reduction", threads);
+    let part = b.tensor("part", DType::F32, &[Expr::Int(blocks), Expr::Int(threads as i64)], Access::ReadWrite);
+    let sem = b.tensor("sem", DType::I32, &[Expr::Int(1)], Access::ReadWrite);
+    let out = b.tensor("out", DType::F32, &[Expr::Int(threads as i64)], Access::Write);
+    let arrived = b.shared("arrived", DType::I32, 1, 1, 1, Swizzle::None);
+    b.grid(blocks, 1i64, 1i64);
+    let blk = Expr::block_idx(0);
+    b.threads(|b| {
+        let v = (blk.clone() * 1000i64 + Expr::thread_idx()).to_float();
+        b.store_scalar(part, blk.clone() * threads as i64 + Expr::thread_idx(), v);
+    });
+    b.barrier();
+    b.threads(|b| {
+        b.if_(Expr::thread_idx().eq(0i64), |b| {
+            b.fence();
+            let before = b.atomic_fetch(
+                "before",
+                AtomicTarget::Global { tensor: sem, index: Expr::Int(0) },
+                AtomicOp::Add,
+                1i64,
+            );
+            b.fence();
+            b.shared_store(arrived, 0i64, 0i64, 0i64, before);
+        });
+    });
+    b.barrier();
+    b.if_(Expr::shared_load(arrived, 0i64, 0i64, 0i64).eq(blocks - 1), |b| {
+        b.threads(|b| {
+            let acc = b.let_var("acc", 0.0f64);
+            b.for_("s", 0i64, blocks, 1i64, |b, s| {
+                b.assign(acc, Expr::Var(acc) + Expr::load(part, s * threads as i64 + Expr::thread_idx()));
+            });
+            b.store_scalar(out, Expr::thread_idx(), Expr::Var(acc));
+            b.if_(Expr::thread_idx().eq(0i64), |b| b.store_scalar(sem, 0i64, 0i64));
+        });
+    });
+    let k = b.finish().unwrap();
+    Case {
+        name: "last_block_reduction",
+        kernel: k,
+        tensors: vec![
+            poisoned(DType::F32, &[blocks as usize, threads as usize]),
+            HostTensor::from_i64(DType::I32, &[1], &[0]),
+            poisoned(DType::F32, &[threads as usize]),
+        ],
+        scalars: vec![],
+        check: Box::new(move |ts| {
+            assert_eq!(ts[1].get_i64(0), 0, "the last block resets the counter");
+            let got = ts[2].to_f32_vec();
+            for (t, g) in got.iter().enumerate() {
+                let want: f64 = (0..blocks).map(|s| (s * 1000 + t as i64) as f64).sum();
+                assert_eq!(*g as f64, want, "thread {t}");
+            }
         }),
     }
 }

@@ -14,9 +14,14 @@
 //!   read by `ldmatrix` from shared memory. No dequantized weight ever touches shared or global memory.
 //! - the f32 accumulator `[BN, BM]` (weight rows x tokens) is transposed through shared memory into a
 //!   `[BM, BN]` tile for the epilogue (GLU, routing weight) and the bf16 store; with `SPLIT > 1` each k-split
-//!   writes an f32 partial `[SPLIT, M, N]` instead and a second kernel sums the partials in a fixed order
-//!   (deterministic) and applies the epilogue. Decode shapes (few tokens, N = 6144) need the split to put
-//!   enough weight streams in flight on every SM.
+//!   writes an f32 partial `[SPLIT, M, N]` instead, and the partials are summed in split order (deterministic)
+//!   before the epilogue: by the CTA that arrives last at its tile's counter (`FIN=last`, one launch: partial
+//!   stores, a barrier, a fence and an atomic increment with fetch by one thread; the last CTA fences, sums and
+//!   resets the counter) or by a second kernel (`FIN=kernel`, and always for wgmma). Decode shapes (few
+//!   tokens, N = 6144) need the split to put enough weight streams in flight on every SM.
+//! - `PATH=stream` (decode): the weights go global -> registers ([`Stmt::DequantFp4Stream`]), one mma per BK
+//!   slice; with `PF=on` the statement is software-pipelined (the next slice's loads are issued right after
+//!   this slice's decode and stay in flight during its product and the next iteration's wait).
 //!
 //! The weight bytes come in the natural layout or the [`super::pack`] layout (one 32-bit word per eight values
 //! a thread needs).
@@ -109,6 +114,28 @@ pub fn knob_space() -> KnobSpace {
              stream for BM <= 16 with packed weights, bf16 activations and no GLU epilogue",
             ["auto", "tile", "stream"],
         )
+        .axis(
+            "FIN",
+            "split-K reduction (SPLIT > 1): kernel (a second launch sums the partials), last (one launch: each \
+             CTA stores its partial, bumps its tile's arrival counter, and the CTA that arrives last sums the \
+             tile's partials in split order, deterministic, and applies the epilogue; MMA=sync); auto: last for \
+             MMA=sync",
+            ["auto", "kernel"],
+        )
+        .axis(
+            "PF",
+            "PATH=stream software pipeline: on (each K slice's decode reads the words the previous slice's statement \
+             prefetched into registers, then issues the next slice's loads, in flight during the product and the \
+             next wait), off (a slice's loads, then its decode); auto: on for PATH=stream",
+            ["auto", "off"],
+        )
+        .axis(
+            "MINB",
+            "blocks per SM ptxas compiles the main kernel for (`__launch_bounds__`: caps its registers; 1 = no cap); \
+             0 = auto: 3 with PF=on for BM=16 on 128 threads (uncapped, ptxas takes 255 registers and 2 CTAs fit; 168 does not \
+             spill at the presets), else none",
+            [0i64, 4],
+        )
 }
 
 /// Defaults: everything chosen from the problem shape.
@@ -126,6 +153,9 @@ pub fn default_knobs() -> Knobs {
         .with("MMA", "auto")
         .with("DEC", "auto")
         .with("PATH", "auto")
+        .with("FIN", "auto")
+        .with("PF", "auto")
+        .with("MINB", 0i64)
 }
 
 /// Concrete knob values for one problem.
@@ -149,6 +179,13 @@ pub struct Cfg {
     /// Weights streamed from global memory into registers ([`Stmt::DequantFp4Stream`]) instead of staged in
     /// shared memory.
     pub stream: bool,
+    /// With `split > 1`: the last-arriving CTA of each tile sums the partials in the main kernel (one launch)
+    /// instead of a second finalize kernel.
+    pub fused: bool,
+    /// PATH=stream: prefetch the next K slice's words into registers during this slice's product.
+    pub prefetch: bool,
+    /// `__launch_bounds__` minimum blocks per SM of the main kernel (0: none).
+    pub min_blocks: u32,
 }
 
 impl Cfg {
@@ -167,6 +204,10 @@ impl Cfg {
             .with("MMA", if self.wgmma { "wgmma" } else { "sync" })
             .with("DEC", if self.dec_bits { "bits" } else { "expr" })
             .with("PATH", if self.stream { "stream" } else { "tile" })
+            .with("FIN", if self.fused { "last" } else { "kernel" })
+            .with("PF", if self.prefetch { "on" } else { "off" })
+            // 1 (no cap) for none: re-resolving the recorded knobs gives the same kernel.
+            .with("MINB", self.min_blocks.max(1))
     }
     /// Shared memory of the main kernel, bytes (what `Kernel::shared_bytes` will report, up to alignment).
     pub fn shared_bytes(&self, packed: bool) -> usize {
@@ -175,7 +216,8 @@ impl Cfg {
         let (bn, bm, bk) = (self.bn as usize, self.bm as usize, self.bk as usize);
         let _ = packed;
         let al1k = |b: usize| b.next_multiple_of(1024);
-        let common = if self.stream { 0 } else { al(bn * bk / 2 * st) + al(bn * bk / 32 * st) };
+        let common = if self.stream { 0 } else { al(bn * bk / 2 * st) + al(bn * bk / 32 * st) }
+            + if self.fused && self.split > 1 { al(4) } else { 0 };
         if self.wgmma {
             common + al1k(bm * bk * 2 * st) + al1k(bn * bk * 2 * 2) + 1024
         } else {
@@ -350,6 +392,9 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, Op
         wgmma,
         dec_bits,
         stream,
+        fused: false,
+        prefetch: false,
+        min_blocks: 0,
     };
     c.cps = knobs.u32("CPS")?;
     // CTAs resident per SM: the persistent count, else an estimate from shared memory (registers permitting).
@@ -383,6 +428,51 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, Op
     // No empty splits: as many as the K tiles per split need (at most the count chosen).
     let split_auto = k_tiles.div_ceil(k_tiles.div_ceil(split_auto.max(1)));
     c.split = pick(knobs, "SPLIT", split_auto as u32)?;
+    // FIN: absent (knob sets from before the knob existed) keeps the second launch.
+    let fin_last = match knobs.0.get("FIN") {
+        None => false,
+        Some(_) => match knobs.str("FIN")? {
+            "auto" => !c.wgmma,
+            "kernel" => false,
+            "last" => true,
+            other => {
+                return Err(OpError::InvalidKnobs {
+                    op: OP,
+                    knobs: knobs.to_string(),
+                    why: format!("FIN={other}: auto, kernel or last"),
+                });
+            }
+        },
+    };
+    c.fused = fin_last && c.split > 1;
+    // PF: absent keeps the unpipelined stream.
+    c.prefetch = match knobs.0.get("PF") {
+        None => false,
+        Some(_) => match knobs.str("PF")? {
+            "auto" => c.stream,
+            "off" => false,
+            "on" => true,
+            other => {
+                return Err(OpError::InvalidKnobs {
+                    op: OP,
+                    knobs: knobs.to_string(),
+                    why: format!("PF={other}: auto, on or off"),
+                });
+            }
+        },
+    };
+    // MINB: ptxas gives the pipelined stream kernel 255 registers (two CTAs per SM); three CTAs fit in 168
+    // without spills (ptxas, M1 and 28x4 presets), the occupancy of the unpipelined kernel (145-161 registers).
+    let minb = if knobs.0.contains_key("MINB") { knobs.u32("MINB")? } else { 1 };
+    // Auto: 3 CTAs (168 registers) for 16-token tiles on 128 threads, the presets' shape; others uncapped (at
+    // 168 registers the 64-thread BN=32 tile spills 96 bytes and the BM=64 tile 32; at 256 threads 3 CTAs
+    // leave 85).
+    let auto_blocks = if c.wa * c.wb == 4 && c.bm <= 16 { 3 } else { 0 };
+    c.min_blocks = match minb {
+        0 if c.prefetch && auto_blocks > 1 => auto_blocks,
+        0 | 1 => 0,
+        v => v,
+    };
     validate(spec, &c, knobs)?;
     Ok(c)
 }
@@ -398,6 +488,15 @@ fn validate(spec: &MatSpec, c: &Cfg, knobs: &Knobs) -> Result<(), OpError> {
             if c.dec_bits { "bits" } else { "expr" },
             spec.epilogue.name()
         ));
+    }
+    if c.min_blocks > 16 {
+        return invalid(format!("MINB={} must be in 0..=16", c.min_blocks));
+    }
+    if c.prefetch && !c.stream {
+        return invalid("PF=on needs PATH=stream".into());
+    }
+    if c.fused && c.wgmma {
+        return invalid("FIN=last needs MMA=sync (the wgmma kernel keeps the finalize launch)".into());
     }
     if c.dec_bits && c.wgmma && (c.wa == 0 || !c.bn.is_multiple_of(16 * c.wa)) {
         return invalid(format!("DEC=bits with MMA=wgmma needs BN={} a multiple of 16*WA={}", c.bn, 16 * c.wa));
@@ -489,6 +588,7 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
     let threads = 32 * c.wa * c.wb;
     let mut b = KernelBuilder::new(&kernel_name("mxfp4_mm", spec, c, partial), threads);
     b.knobs(c.knobs());
+    b.min_blocks_per_sm(c.min_blocks);
     let m = b.dim("M");
     let n = b.dim("N");
     let kb = b.dim("KB");
@@ -518,14 +618,29 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
         (Expr::Int(1), wq, ws, None)
     };
     // Output width: N, or N/2 with a GLU epilogue (bound by y's shape; the partial output binds only N).
-    let n_out = match (glu, partial) {
+    let fused = partial && c.fused;
+    let n_out = match (glu, partial && !fused) {
         (false, _) => n.clone(),
         (true, false) => b.dim("NH"),
         (true, true) => n.clone() / 2i64,
     };
+    // FIN=last: the partials, the tiles' arrival counters `sem: [T] i32` (zero before the launch, and left
+    // zero: the last CTA of a tile resets its counter), then `p` and `y` as without a split.
+    let mut fin = None;
     let (p, out) = if partial {
         let s = b.dim("S");
-        (None, b.tensor("part", DType::F32, &[s, m.clone(), n.clone()], Access::Write))
+        let access = if fused { Access::ReadWrite } else { Access::Write };
+        let part = b.tensor("part", DType::F32, &[s, m.clone(), n.clone()], access);
+        if fused {
+            let t = b.dim("T");
+            let sem = b.tensor("sem", DType::I32, &[t], Access::ReadWrite);
+            let p = spec.row_scale.then(|| b.tensor("p", DType::F32, std::slice::from_ref(&m), Access::Read));
+            let y = b.tensor("y", DType::Bf16, &[m.clone(), n_out.clone()], Access::Write);
+            fin = Some((sem, y));
+            (p, part)
+        } else {
+            (None, part)
+        }
     } else {
         let p = spec.row_scale.then(|| b.tensor("p", DType::F32, std::slice::from_ref(&m), Access::Read));
         (p, b.tensor("y", DType::Bf16, &[m.clone(), n_out.clone()], Access::Write))
@@ -577,8 +692,15 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
             .find(|w| (c.wa * c.wb).is_multiple_of(*w) && bno.is_multiple_of(8 * w))
             .unwrap_or(1);
         let yt = b.tile("y", DType::F32, bm, bno, [1, yw]);
-        let pv = (spec.row_scale && !partial).then(|| b.vec("p_rows", bm, [1, yw]));
-        sync = Some((sacc, acc, wt, yt, pv));
+        let pv = (spec.row_scale && (!partial || fused)).then(|| b.vec("p_rows", bm, [1, yw]));
+        // FIN=last: the sums of the gate (or only) and up halves of the tile's partials, and the block's view of
+        // its tile's arrival count.
+        let sums = fused.then(|| {
+            let ys = b.tile("ysum", DType::F32, bm, bno, [1, yw]);
+            let us = glu.then(|| b.tile("usum", DType::F32, bm, bno, [1, yw]));
+            (ys, us, b.shared("arrived", DType::I32, 1, 1, 1, Swizzle::None))
+        });
+        sync = Some((sacc, acc, wt, yt, pv, sums));
     }
 
     let group_start = |g: &Expr| -> Expr {
@@ -686,7 +808,7 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
             }
         };
 
-        if let Some((sacc, acc, wt, yt, pv)) = sync {
+        if let Some((sacc, acc, wt, yt, pv, sums)) = sync {
             b.map(acc, 0.0f64);
             for s in 0..st - 1 {
                 let s = Expr::Int(s as i64);
@@ -729,11 +851,35 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
                         ws,
                         (&wrow + n0.clone()) * kb.clone() + &k0 / 32i64,
                         kb.clone(),
-                        nvalid,
+                        nvalid.clone(),
                         &kleft / 32i64,
                         1,
                     );
-                    b.dequant_fp4_stream(wt, qv, sv, spec.packed, spec.fold, spec.finite);
+                    if c.prefetch {
+                        // The next slice's views (past this split's K range on the last slice: all masked).
+                        let k1 = &k0 + bk as i64;
+                        let nleft = &kend - k1.clone();
+                        let nq = view(
+                            wq,
+                            (&wrow + n0.clone()) * kq.clone() + &k1 / 8i64,
+                            kq.clone(),
+                            nvalid.clone(),
+                            &nleft / 8i64,
+                            4,
+                        );
+                        let ns = view(
+                            ws,
+                            (&wrow + n0.clone()) * kb.clone() + &k1 / 32i64,
+                            kb.clone(),
+                            nvalid,
+                            &nleft / 32i64,
+                            1,
+                        );
+                        let pf = Fp4Prefetch { words: nq, scales: ns, first: kt.eq(0i64) };
+                        b.dequant_fp4_stream_prefetch(wt, qv, sv, spec.packed, spec.fold, spec.finite, pf);
+                    } else {
+                        b.dequant_fp4_stream(wt, qv, sv, spec.packed, spec.fold, spec.finite);
+                    }
                     let xw = b.window(sx, xslot.clone(), 0, 0, bm, bk);
                     b.mma(acc, Operand::Reg(wt), Operand::Shared { src: xw, transpose: true });
                 }
@@ -788,6 +934,68 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
                             pvec,
                         )),
                     );
+                }
+                if let (Some((ysum, usum, arrived)), Some((sem, y))) = (sums, fin) {
+                    // Every thread's partial stores are done (barrier); thread 0 fences them (cumulative: the
+                    // barrier ordered the block's stores before its fence) and counts this split in.
+                    let tile_id = b.let_("tile_id", &t / split);
+                    b.barrier();
+                    b.threads(|b| {
+                        b.if_(Expr::thread_idx().eq(0i64), |b| {
+                            b.fence();
+                            let target = AtomicTarget::Global { tensor: sem, index: tile_id.clone() };
+                            let before = b.atomic_fetch("before", target, AtomicOp::Add, 1i64);
+                            // Acquire side: the other splits' partials are read after this.
+                            b.fence();
+                            b.shared_store(arrived, 0i64, 0i64, 0i64, before);
+                        });
+                    });
+                    b.barrier();
+                    let last = Expr::shared_load(arrived, 0i64, 0i64, 0i64).eq(split - 1);
+                    b.if_(last, |b| {
+                        // Every split of this tile has arrived: reset its counter for the next launch, then sum
+                        // the partials in split order (the finalize kernel's order and rounding).
+                        b.threads(|b| b.if_(Expr::thread_idx().eq(0i64), |b| b.store_scalar(sem, tile_id, 0i64)));
+                        b.map(ysum, 0.0f64);
+                        if let Some(u) = usum {
+                            b.map(u, 0.0f64);
+                        }
+                        let body = |b: &mut KernelBuilder, si: Expr| {
+                            let base = (&si * m.clone() + rows_base.clone()) * n.clone();
+                            let cols = n_out.clone() - n0.clone();
+                            let src = view(out, &base + n0.clone(), n.clone(), rows_valid.clone(), cols.clone(), pvec);
+                            b.load(yt, Place::Global(src));
+                            b.map(ysum, Expr::Elem(ysum) + Expr::Elem(yt));
+                            if let Some(u) = usum {
+                                let off = &base + n_out.clone() + n0.clone();
+                                b.load(yt, Place::Global(view(out, off, n.clone(), rows_valid.clone(), cols, pvec)));
+                                b.map(u, Expr::Elem(u) + Expr::Elem(yt));
+                            }
+                        };
+                        if c.split <= FINALIZE_UNROLL {
+                            b.for_unrolled("s", 0i64, split, 1i64, body);
+                        } else {
+                            b.for_("s", 0i64, split, 1i64, body);
+                        }
+                        if let Some(u) = usum {
+                            b.map(ysum, epilogue_expr(spec.epilogue, Expr::Elem(ysum), Expr::Elem(u)));
+                        }
+                        if let (Some(pv), Some(p)) = (pv, p) {
+                            b.load_vec(pv, vec_view(p, rows_base.clone(), 1i64, rows_valid.clone()));
+                            b.map(ysum, Expr::Elem(ysum) * Expr::RowVal(pv));
+                        }
+                        b.store(
+                            ysum,
+                            Place::Global(view(
+                                y,
+                                &rows_base * n_out.clone() + n0.clone(),
+                                n_out.clone(),
+                                rows_valid.clone(),
+                                n_out.clone() - n0.clone(),
+                                spec.out_vec,
+                            )),
+                        );
+                    });
                 }
             } else {
                 let h = if glu { epilogue_expr(spec.epilogue, at(0), at(bn / 2)) } else { at(0) };
@@ -1277,10 +1485,18 @@ fn facts(w: &Fp4Weights, glu: bool, counts: &[usize]) -> ShapeFacts {
 /// The kernels of a problem at these knobs (main, plus finalize when split).
 pub fn kernels_for(spec: &MatSpec, c: &Cfg) -> Result<Vec<Kernel>, OpError> {
     let mut v = vec![build_main(spec, c)?];
-    if c.split > 1 {
+    if c.split > 1 && !c.fused {
         v.push(build_finalize(spec, c.split)?);
     }
     Ok(v)
+}
+
+/// Arrival counters of a FIN=last launch: one per output tile, at most `(ceil(M / BM) + G) * ceil(NO / BNO)`
+/// (grouped; dense: `ceil(M / BM) * ceil(N / BN)`), the bound the kernel's tile walk stays below.
+pub fn counter_count(spec: &MatSpec, c: &Cfg, m: usize, groups: usize, n_out: usize) -> usize {
+    let bno = if spec.epilogue.is_glu() { c.bn / 2 } else { c.bn } as usize;
+    let extra = if spec.grouped { groups } else { 0 };
+    ((m.div_ceil(c.bm as usize) + extra) * n_out.div_ceil(bno)).max(1)
 }
 
 /// The plan of one product: validated inputs, resolved knobs, one launch (or two with a K split).
@@ -1317,7 +1533,14 @@ pub fn matmul_plan(w: &Fp4Weights, inp: &MatInputs<'_>, knobs: &Knobs) -> Result
         plan.output("y", DType::Bf16, &[0, n_out]);
         return Ok(plan);
     }
-    if c.split > 1 {
+    if c.split > 1 && c.fused {
+        // One launch: partials in scratch, arrival counters that start (and are left) at zero.
+        args.push(plan.scratch("part", DType::F32, &[c.split as usize, m, n]));
+        args.push(plan.input("sem", HostTensor::zeros(DType::I32, &[counter_count(&spec, &c, m, g, n_out)])));
+        args.extend(p_idx);
+        args.push(plan.output("y", DType::Bf16, &[m, n_out]));
+        plan.step(main, &args, &[]);
+    } else if c.split > 1 {
         let part = plan.scratch("part", DType::F32, &[c.split as usize, m, n]);
         args.push(part);
         plan.step(main, &args, &[]);

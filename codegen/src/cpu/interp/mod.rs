@@ -242,7 +242,8 @@ impl<'a> Block<'a> {
                 }
             }
             // Copies and tensor-core products run to completion when issued, so waits have nothing to do.
-            Stmt::Barrier | Stmt::AsyncCommit | Stmt::AsyncWait { .. } | Stmt::MmaWait { .. } => {}
+            // Blocks and threads run one after another: a fence (threads regions) orders nothing more.
+            Stmt::Barrier | Stmt::AsyncCommit | Stmt::AsyncWait { .. } | Stmt::MmaWait { .. } | Stmt::Fence => {}
             Stmt::Map { .. }
             | Stmt::VecMap { .. }
             | Stmt::Reduce { .. }

@@ -214,7 +214,22 @@ impl<'a> Block<'a> {
                 }
                 self.tiles[tile.0 as usize] = out;
             }
-            Stmt::DequantFp4Stream { tile, words, scales, packed, fold, finite } => {
+            Stmt::DequantFp4Stream { tile, words, scales, packed, fold, finite, prefetch } => {
+                if let Some(p) = prefetch {
+                    // The GPU issues the prefetch views' loads: bound-check them the same way (the decode of
+                    // the statement's own views below overwrites every element of the tile).
+                    self.eval(&p.first, None, tensors)?;
+                    let pre = Stmt::DequantFp4Stream {
+                        tile: *tile,
+                        words: p.words.clone(),
+                        scales: p.scales.clone(),
+                        packed: *packed,
+                        fold: *fold,
+                        finite: *finite,
+                        prefetch: None,
+                    };
+                    self.tile_stmt(&pre, tensors)?;
+                }
                 let d = &k.tiles[tile.0 as usize];
                 let (rows, cols) = (d.rows as usize, d.cols as usize);
                 let (qo, qs, qr, qc) = self.view(words, tensors)?;

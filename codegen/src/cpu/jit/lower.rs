@@ -227,7 +227,7 @@ impl<'a> Types<'a> {
                     self.stmts(then_body)?;
                     self.stmts(else_body)?;
                 }
-                Stmt::Barrier | Stmt::AsyncCommit | Stmt::AsyncWait { .. } | Stmt::MmaWait { .. } => {}
+                Stmt::Barrier | Stmt::AsyncCommit | Stmt::AsyncWait { .. } | Stmt::MmaWait { .. } | Stmt::Fence => {}
                 Stmt::Threads { body } => self.stmts(body)?,
                 Stmt::StoreScalar { tensor, index, value } => {
                     self.ty(index)?;
@@ -285,9 +285,16 @@ impl<'a> Types<'a> {
                     self.window(words, 1)?;
                     self.window(scales, 1)?;
                 }
-                Stmt::DequantFp4Stream { words, scales, .. } => {
+                Stmt::DequantFp4Stream { words, scales, prefetch, .. } => {
                     self.global_view(words)?;
                     self.global_view(scales)?;
+                    if let Some(p) = prefetch {
+                        self.global_view(&p.words)?;
+                        self.global_view(&p.scales)?;
+                        if self.ty(&p.first)? != Ty::B {
+                            return Err(unsupported("prefetch flag type"));
+                        }
+                    }
                 }
                 Stmt::Load { tile, src } => self.place(*tile, src, false)?,
                 Stmt::Store { tile, dst } => self.place(*tile, dst, true)?,
@@ -474,6 +481,7 @@ fn stmt_name(s: &Stmt) -> &'static str {
         Stmt::DequantFp4Stream { .. } => "dequant_fp4_stream",
         Stmt::WarpShuffle { .. } => "warp_shuffle",
         Stmt::WarpSync => "warp_sync",
+        Stmt::Fence => "fence",
         Stmt::SharedStore { .. } => "shared store",
         Stmt::Atomic { .. } => "atomic",
         Stmt::LetArray { .. } => "let_array",
@@ -798,7 +806,8 @@ impl<'a, 'f> Lower<'a, 'f> {
                 self.b.switch_to_block(join);
                 self.b.seal_block(join);
             }
-            Stmt::Barrier | Stmt::AsyncCommit | Stmt::AsyncWait { .. } | Stmt::MmaWait { .. } => {}
+            // Blocks and threads run one after another: the fence orders nothing more.
+            Stmt::Barrier | Stmt::AsyncCommit | Stmt::AsyncWait { .. } | Stmt::MmaWait { .. } | Stmt::Fence => {}
             Stmt::Threads { body } if body.iter().any(rt::is_warp_stmt) => self.lockstep(body)?,
             Stmt::Threads { body } => {
                 let t = self.b.declare_var(types::I64);
@@ -894,10 +903,17 @@ impl<'a, 'f> Lower<'a, 'f> {
                 let si = self.shared_index(scales)?;
                 self.host_tile(s, &[qi, si]);
             }
-            Stmt::DequantFp4Stream { words, scales, .. } => {
-                let q = self.global_view(words)?;
-                let v = self.global_view(scales)?;
-                self.host_tile(s, &[q[0], q[1], q[2], q[3], v[0], v[1], v[2], v[3]]);
+            Stmt::DequantFp4Stream { words, scales, prefetch, .. } => {
+                let mut args = vec![];
+                args.extend(self.global_view(words)?);
+                args.extend(self.global_view(scales)?);
+                if let Some(p) = prefetch {
+                    // Evaluated as the interpreter does (its errors end the run the same way); the views follow.
+                    self.expr(&p.first)?;
+                    args.extend(self.global_view(&p.words)?);
+                    args.extend(self.global_view(&p.scales)?);
+                }
+                self.host_tile(s, &args);
             }
             Stmt::Load { src: p, .. } | Stmt::Store { dst: p, .. } => match p {
                 Place::Shared(r) => {

@@ -447,28 +447,36 @@ unsafe fn tile_stmt(ctx: &mut Ctx, s: &Stmt, arg: &dyn Fn(usize) -> i64) -> Resu
                     }
                 }
             }
-            Stmt::DequantFp4Stream { tile, words, scales, packed, fold, finite } => {
-                // The interpreter's decode, element by element.
+            Stmt::DequantFp4Stream { tile, words, scales, packed, fold, finite, prefetch } => {
+                // The interpreter's decode, element by element; with a prefetch, its views first (arguments 8..16,
+                // bounds-checked as the GPU's loads), then the statement's own views overwrite every element.
                 let d = &k.tiles[tile.0 as usize];
                 let (rows, cols) = (d.rows as usize, d.cols as usize);
-                let (qo, qs, qr, qc) = (arg(0), arg(1), arg(2), arg(3));
-                let (so, ss, sr, sc) = (arg(4), arg(5), arg(6), arg(7));
-                for r in 0..rows {
-                    for c in 0..cols {
-                        let (w, p) =
-                            if *packed { ((c % 8) / 2, 2 * ((c / 8) % 4) + c % 2) } else { ((c % 32) / 8, c % 8) };
-                        let (ri, bl) = (r as i64, (c / 32) as i64);
-                        let val = if ri >= qr || ri >= sr || bl >= qc / 4 || bl >= sc {
-                            0.0
-                        } else {
-                            let at = qo + ri * qs + 4 * bl + w as i64;
-                            let qi = check("dequant_fp4_stream words", words.tensor, at, hosts)?;
-                            let word = hosts[words.tensor.0 as usize].get_i64(qi) as u32;
-                            let si = check("dequant_fp4_stream scales", scales.tensor, so + ri * ss + bl, hosts)?;
-                            let s = hosts[scales.tensor.0 as usize].get_i64(si) as u32;
-                            dequant_fp4_value((word >> (4 * p)) & 15, s, *fold, *finite) as f64
-                        };
-                        f.set_tile(*tile, r * cols + c, val);
+                let mut passes = vec![];
+                if let Some(p) = prefetch {
+                    passes.push((8usize, p.words.tensor, p.scales.tensor));
+                }
+                passes.push((0, words.tensor, scales.tensor));
+                for (base, wt, st) in passes {
+                    let (qo, qs, qr, qc) = (arg(base), arg(base + 1), arg(base + 2), arg(base + 3));
+                    let (so, ss, sr, sc) = (arg(base + 4), arg(base + 5), arg(base + 6), arg(base + 7));
+                    for r in 0..rows {
+                        for c in 0..cols {
+                            let (w, p) =
+                                if *packed { ((c % 8) / 2, 2 * ((c / 8) % 4) + c % 2) } else { ((c % 32) / 8, c % 8) };
+                            let (ri, bl) = (r as i64, (c / 32) as i64);
+                            let val = if ri >= qr || ri >= sr || bl >= qc / 4 || bl >= sc {
+                                0.0
+                            } else {
+                                let at = qo + ri * qs + 4 * bl + w as i64;
+                                let qi = check("dequant_fp4_stream words", wt, at, hosts)?;
+                                let word = hosts[wt.0 as usize].get_i64(qi) as u32;
+                                let si = check("dequant_fp4_stream scales", st, so + ri * ss + bl, hosts)?;
+                                let s = hosts[st.0 as usize].get_i64(si) as u32;
+                                dequant_fp4_value((word >> (4 * p)) & 15, s, *fold, *finite) as f64
+                            };
+                            f.set_tile(*tile, r * cols + c, val);
+                        }
                     }
                 }
             }

@@ -92,6 +92,7 @@ impl<'a> Renderer<'a> {
                 self.line(&line);
             }
             Stmt::WarpSync => self.line("__syncwarp();"),
+            Stmt::Fence => self.line("__threadfence();"),
             _ => unreachable!("not a threads statement"),
         }
     }
