@@ -210,6 +210,30 @@ fn prefill_wgmma_edges_and_varlen() {
     }
 }
 
+/// The causal LPT block order (`QORDER=lpt`) against the per-head order: several q-tiles and heads, the
+/// automatic head group (all heads at these sizes), groups of 2 over 3 heads (a partial last group) and of
+/// 1, a cached prefix and rows without keys; every block must land on its own (q-tile, head), or the
+/// poisoned outputs show.
+#[test]
+fn prefill_lpt_block_order() {
+    let lpt = prefill_default_knobs();
+    for knobs in [
+        lpt.clone(),
+        lpt.clone().with("HGROUP", 2i64),
+        lpt.clone().with("HGROUP", 1i64),
+        lpt.clone().with("HGROUP", 2i64).with("BM", 64i64).with("WM", 4i64),
+        lpt.clone().with("QORDER", "head"),
+    ] {
+        for (t, s, h) in [(300, 300, 3), (130, 200, 3), (200, 70, 2)] {
+            prefill_case(PrefillSpec::new(true, true, false), &knobs, t, s, h);
+        }
+    }
+    prefill_case(PrefillSpec::new(false, true, false), &lpt.clone().with("HGROUP", 2i64), 130, 65, 3);
+    prefill_varlen_case(&lpt.with("HGROUP", 2i64));
+    let bad = prefill_default_knobs().with("QORDER", "zigzag");
+    assert!(matches!(build_prefill(&PrefillSpec::new(true, true, false), &bad), Err(OpError::InvalidKnobs { .. })));
+}
+
 fn prefill_varlen_case(knobs: &Knobs) {
     // Sequences (T, S): (17, 30), (0, 5), (65, 65), (1, 0), (15, 100).
     let cu_q = [0i64, 17, 17, 82, 83, 98];
