@@ -17,7 +17,7 @@ use k3k_reference::metrics::{first_nonfinite_mismatch, rel_l2};
 use k3k_reference::mla::{gate_wuv, mla_decode_paged, mla_prefill, mla_prefill_varlen};
 use k3k_reference::random::{bf16_normal, block_table, fresh_seed, seeded};
 use k3k_runtime::Gpu;
-use mla_knobs::{bn64, prefill_wgmma_points, rows32};
+use mla_knobs::{bn64, prefill_bm192_points, prefill_wgmma_points, rows32};
 use rand::Rng;
 use rand::rngs::StdRng;
 
@@ -232,6 +232,27 @@ fn prefill_lpt_block_order() {
     prefill_varlen_case(&lpt.with("HGROUP", 2i64));
     let bad = prefill_default_knobs().with("QORDER", "zigzag");
     assert!(matches!(build_prefill(&PrefillSpec::new(true, true, false), &bad), Err(OpError::InvalidKnobs { .. })));
+}
+
+/// The three-warpgroup points (BM = 192): ragged T (one and two q-tiles), cached prefixes, single rows,
+/// rows without keys, full and ungated, several heads (LPT order), and varlen.
+#[test]
+fn prefill_bm192_edges_and_varlen() {
+    for knobs in prefill_bm192_points() {
+        for (causal, gate, t, s, h) in [
+            (true, true, 65, 65, 1),
+            (true, true, 17, 150, 1),
+            (true, true, 1, 1, 1),
+            (true, false, 15, 15, 1),
+            (true, true, 200, 260, 3),
+            (true, true, 20, 5, 1),
+            (false, true, 193, 63, 2),
+            (false, false, 1, 33, 1),
+        ] {
+            prefill_case(PrefillSpec::new(causal, gate, false), &knobs, t, s, h);
+        }
+        prefill_varlen_case(&knobs);
+    }
 }
 
 fn prefill_varlen_case(knobs: &Knobs) {
