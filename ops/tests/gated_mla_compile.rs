@@ -9,7 +9,7 @@ use k3k_ops::gated_mla::*;
 
 #[path = "common/mla_knobs.rs"]
 mod mla_knobs;
-use mla_knobs::{bn64, prefill_wgmma_points, rows32};
+use mla_knobs::{bn64, prefill_bm192_points, prefill_wgmma_points, rows32};
 
 fn assemble(k: &Kernel) -> u32 {
     let m = build(k, BuildOptions { assemble: true }).unwrap_or_else(|e| panic!("{}: {e}", k.name));
@@ -79,6 +79,17 @@ fn prefill_kernels_compile_without_spills() {
     }
     for k in prefill_wgmma_points() {
         assemble(&build_prefill(&spec, &k).unwrap());
+    }
+    // Three warpgroups (384 threads, so ptxas caps the registers at 168): every variant of the spec.
+    for k in prefill_bm192_points() {
+        for causal in [true, false] {
+            for gate in [true, false] {
+                for varlen in [false, true] {
+                    let r = assemble(&build_prefill(&PrefillSpec::new(causal, gate, varlen), &k).unwrap());
+                    assert!(r <= 168, "{k}: {r} registers");
+                }
+            }
+        }
     }
     // Too many registers per thread or too much shared memory is rejected before anything is compiled.
     let bad = prefill_sync_knobs().with("BN", 128i64);

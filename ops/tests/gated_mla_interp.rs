@@ -17,7 +17,7 @@ use k3k_reference::metrics::{first_nonfinite_mismatch, rel_l2};
 use k3k_reference::mla::{gate_wuv, mla_decode_paged, mla_prefill, mla_prefill_varlen};
 use k3k_reference::random::{bf16_normal, block_table, fresh_seed, seeded};
 use k3k_runtime::Gpu;
-use mla_knobs::{bn64, prefill_wgmma_points, rows32};
+use mla_knobs::{bn64, prefill_bm192_points, prefill_wgmma_points, rows32};
 use rand::Rng;
 use rand::rngs::StdRng;
 
@@ -203,6 +203,51 @@ fn prefill_wgmma_edges_and_varlen() {
             (true, true, 20, 5, 1),
             (false, true, 17, 65, 1),
             (false, false, 1, 33, 2),
+        ] {
+            prefill_case(PrefillSpec::new(causal, gate, false), &knobs, t, s, h);
+        }
+        prefill_varlen_case(&knobs);
+    }
+}
+
+/// The causal LPT block order (`QORDER=lpt`) against the per-head order: several q-tiles and heads, the
+/// automatic head group (all heads at these sizes), groups of 2 over 3 heads (a partial last group) and of
+/// 1, a cached prefix and rows without keys; every block must land on its own (q-tile, head), or the
+/// poisoned outputs show.
+#[test]
+fn prefill_lpt_block_order() {
+    let lpt = prefill_default_knobs();
+    for knobs in [
+        lpt.clone(),
+        lpt.clone().with("HGROUP", 2i64),
+        lpt.clone().with("HGROUP", 1i64),
+        lpt.clone().with("HGROUP", 2i64).with("BM", 64i64).with("WM", 4i64),
+        lpt.clone().with("QORDER", "head"),
+    ] {
+        for (t, s, h) in [(300, 300, 3), (130, 200, 3), (200, 70, 2)] {
+            prefill_case(PrefillSpec::new(true, true, false), &knobs, t, s, h);
+        }
+    }
+    prefill_case(PrefillSpec::new(false, true, false), &lpt.clone().with("HGROUP", 2i64), 130, 65, 3);
+    prefill_varlen_case(&lpt.with("HGROUP", 2i64));
+    let bad = prefill_default_knobs().with("QORDER", "zigzag");
+    assert!(matches!(build_prefill(&PrefillSpec::new(true, true, false), &bad), Err(OpError::InvalidKnobs { .. })));
+}
+
+/// The three-warpgroup points (BM = 192): ragged T (one and two q-tiles), cached prefixes, single rows,
+/// rows without keys, full and ungated, several heads (LPT order), and varlen.
+#[test]
+fn prefill_bm192_edges_and_varlen() {
+    for knobs in prefill_bm192_points() {
+        for (causal, gate, t, s, h) in [
+            (true, true, 65, 65, 1),
+            (true, true, 17, 150, 1),
+            (true, true, 1, 1, 1),
+            (true, false, 15, 15, 1),
+            (true, true, 200, 260, 3),
+            (true, true, 20, 5, 1),
+            (false, true, 193, 63, 2),
+            (false, false, 1, 33, 1),
         ] {
             prefill_case(PrefillSpec::new(causal, gate, false), &knobs, t, s, h);
         }

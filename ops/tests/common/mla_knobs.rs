@@ -36,3 +36,14 @@ pub fn prefill_wgmma_points() -> Vec<Knobs> {
         w.clone().with("OVERLAP", true).with("BN", 64i64).with("STAGES", 3i64),
     ]
 }
+
+/// The three-warpgroup wgmma prefill points (BM = 192 on 12 warps, the default's other knobs): 64-key tiles
+/// in a 3-deep ring, and 96- or 80-key tiles in a 2-deep ring (BN = 128 does not fit the shared memory).
+pub fn prefill_bm192_points() -> Vec<Knobs> {
+    let d = k3k_ops::gated_mla::prefill_default_knobs().with("BM", 192i64).with("WM", 12i64);
+    vec![
+        d.clone().with("BN", 64i64).with("STAGES", 3i64),
+        d.clone().with("BN", 96i64).with("STAGES", 2i64),
+        d.with("BN", 80i64).with("STAGES", 2i64),
+    ]
+}
