@@ -216,7 +216,7 @@ fn prefill_wgmma_edges_and_varlen() {
 /// poisoned outputs show.
 #[test]
 fn prefill_lpt_block_order() {
-    let lpt = prefill_default_knobs();
+    let lpt = prefill_default_knobs().with("QORDER", "lpt");
     for knobs in [
         lpt.clone(),
         lpt.clone().with("HGROUP", 2i64),

@@ -43,8 +43,8 @@
 //! per chunk step in [`state`], i.e. the intra-chunk kernel dominated. Since then (not yet measured): 16 warps
 //! (it ran one 191 KB block of 8 warps per SM), ~35% fewer instructions (tile loads with pair accesses instead
 //! of per-element shared loads, packed conversions, one copy of each level loop), a scan whose loads overlap,
-//! and the diagonal solve overlapped with the levels. `CHUNK=32` fits two blocks per SM (97 KB) and is worth
-//! timing against the default. State pass (not yet measured): `STAGES=2` double-buffers the chunk operands
+//! and the diagonal solve overlapped with the levels. `CHUNK=32` fits two blocks per SM (97 KB); measured on
+//! the H200 (2026-12-01) it is the fastest point with 8 warps and the default now (see [`default_knobs`]). State pass (not yet measured): `STAGES=2` double-buffers the chunk operands
 //! (chunk j+1's loads overlap all of chunk j instead of half of it) and is picked by default where each block
 //! has an SM to itself anyway (H32: 128 blocks of BV=32 on 8 warps, one per SM by registers, 136 KB); `BV=128,
 //! W2=16` (one block per value head, 16 warps, 128 registers) reads each chunk's W/Qbar/Kbar/P once per head
@@ -161,8 +161,16 @@ pub fn grid(rows: u32, cols: u32, warps: u32, unit: u32) -> [u32; 2] {
 /// The tuning knobs of `kda`.
 pub fn knob_space() -> KnobSpace {
     KnobSpace::default()
-        .axis("CHUNK", "chunk size (tokens per chunk)", [64i64, 32])
-        .axis("W1", "warps of the intra-chunk kernel", [16i64, 8, 4])
+        .axis(
+            "CHUNK",
+            "chunk size (tokens per chunk); 0 = auto: 32 at K = V = 128 (measured fastest), else 64",
+            [0i64, 64, 32],
+        )
+        .axis(
+            "W1",
+            "warps of the intra-chunk kernel; 0 = auto: 8 at chunk 32 with K = V = 128, else 16",
+            [0i64, 16, 8, 4],
+        )
         .axis(
             "ARENA",
             "intra-chunk shared layout: 0 separate buffers (191 KB at chunk 64, K = V = 128), 1 phase-aliased arena \
@@ -181,11 +189,11 @@ pub fn knob_space() -> KnobSpace {
         .axis("LVLDT", "16-bit type of the off-diagonal and exact-diagonal tile operands", ["f16", "bf16"])
 }
 
-/// The knobs used when nothing is tuned.
+/// The knobs used when nothing is tuned: chunk and intra warps automatic (see [`Launch::resolve`]).
 pub fn default_knobs() -> Knobs {
     Knobs::new()
-        .with("CHUNK", 64i64)
-        .with("W1", 16i64)
+        .with("CHUNK", 0i64)
+        .with("W1", 0i64)
         .with("BV", 0i64)
         .with("W2", 0i64)
         .with("STAGES", 0i64)
@@ -219,8 +227,22 @@ impl Launch {
     /// blocks fit on the SMs at once (or BV > 32), else 4.
     pub fn resolve(knobs: &Knobs, pb: &KdaProblem) -> Result<Launch, OpError> {
         let invalid = |why: String| OpError::InvalidKnobs { op: "kda", knobs: knobs.to_string(), why };
-        let chunk = knobs.u32("CHUNK")?;
-        let w1 = knobs.u32("W1")?;
+        // CHUNK = 0 / W1 = 0: chunk 32 on 8 warps at K = V = 128, the fastest point of the H200 run of
+        // 2026-12-01 on every preset it timed (B1 T8192 H96 safe 2.045 ms vs 2.687 at chunk 64 on 16 warps; B1
+        // T16384 H32 exact 2.396 vs 2.708; B4 T4096 H64 safe 2.854 vs 3.900; FLA chunk_kda 2.417 / 1.955 /
+        // 3.105 in the same lease); chunk 64 on 16 warps for other head dims (not timed; chunk 32 on 8 warps
+        // spills 4 bytes at K = 64, V = 128 on the exact path).
+        let wide = pb.dk == 128 && pb.dv == 128;
+        let chunk = match knobs.u32("CHUNK")? {
+            0 if wide => 32,
+            0 => 64,
+            c => c,
+        };
+        let w1 = match knobs.u32("W1")? {
+            0 if chunk == 32 && wide => 8,
+            0 => 16,
+            w => w,
+        };
         let mut bv = knobs.u32("BV")?;
         let mut w2 = knobs.u32("W2")?;
         // Knob sets written before STAGES existed mean the single-buffer pass.
@@ -229,10 +251,10 @@ impl Launch {
             return Err(invalid(format!("STAGES={stages}: 0, 1 or 2")));
         }
         if chunk != 32 && chunk != 64 {
-            return Err(invalid(format!("CHUNK={chunk}: 32 or 64")));
+            return Err(invalid(format!("CHUNK={chunk}: 0 (auto), 32 or 64")));
         }
         if !matches!(w1, 4 | 8 | 16) {
-            return Err(invalid(format!("W1={w1}: 4, 8 or 16")));
+            return Err(invalid(format!("W1={w1}: 0 (auto), 4, 8 or 16")));
         }
         if w1 == 4 && chunk == 64 && pb.dk.max(pb.dv) >= 128 {
             return Err(invalid("W1=4 with CHUNK=64 and head dim 128 runs out of registers (spills): use W1=8".into()));

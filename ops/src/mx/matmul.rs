@@ -126,8 +126,8 @@ pub fn knob_space() -> KnobSpace {
             "PF",
             "PATH=stream software pipeline: on (each K slice's decode reads the words the previous slice's statement \
              prefetched into registers, then issues the next slice's loads, in flight during the product and the \
-             next wait), off (a slice's loads, then its decode); auto: on for PATH=stream",
-            ["auto", "off"],
+             next wait), off (a slice's loads, then its decode); auto: off (measured faster on the H200)",
+            ["off", "on"],
         )
         .axis(
             "MINB",
@@ -449,7 +449,10 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, Op
     c.prefetch = match knobs.0.get("PF") {
         None => false,
         Some(_) => match knobs.str("PF")? {
-            "auto" => c.stream,
+            // Auto: off. H200, 2026-12-01, same run (results/bench/nvidia-h200/NOTES.md, session 3 call 3): the
+            // pipelined stream lost at M1 (0.0355 vs 0.0310 ms) and the 28x4 decode (0.336 vs 0.295) and tied at
+            // M16 (0.068 vs 0.069); PF=on stays in the knob space for the tuner.
+            "auto" => false,
             "off" => false,
             "on" => true,
             other => {

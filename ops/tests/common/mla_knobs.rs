@@ -37,10 +37,12 @@ pub fn prefill_wgmma_points() -> Vec<Knobs> {
     ]
 }
 
-/// The three-warpgroup wgmma prefill points (BM = 192 on 12 warps, the default's other knobs): 64-key tiles
-/// in a 3-deep ring, and 96- or 80-key tiles in a 2-deep ring (BN = 128 does not fit the shared memory).
+/// The three-warpgroup wgmma prefill points (BM = 192 on 12 warps, the default's other knobs, causal blocks in
+/// LPT order as they were timed): 64-key tiles in a 3-deep ring, and 96- or 80-key tiles in a 2-deep ring
+/// (BN = 128 does not fit the shared memory). These sit at the 168-register cap of 384 threads: with the
+/// per-head order the varlen BN = 96 kernel spills 4 bytes (ptxas 13.0), so the points keep `QORDER=lpt`.
 pub fn prefill_bm192_points() -> Vec<Knobs> {
-    let d = k3k_ops::gated_mla::prefill_default_knobs().with("BM", 192i64).with("WM", 12i64);
+    let d = k3k_ops::gated_mla::prefill_default_knobs().with("BM", 192i64).with("WM", 12i64).with("QORDER", "lpt");
     vec![
         d.clone().with("BN", 64i64).with("STAGES", 3i64),
         d.clone().with("BN", 96i64).with("STAGES", 2i64),
