@@ -465,39 +465,30 @@ pub fn build_prefill(spec: &PrefillSpec, knobs: &Knobs) -> Result<Kernel, OpErro
         let row_stride_qk = h.clone() * dqk as i64;
         let row_stride_v = h.clone() * dv as i64;
 
-        let load_k = |b: &mut KernelBuilder, kt: Expr| {
+        // Stage `kt` of a K or V ring: the tile's `n` 64-column chunks of a `[S, H, d]` tensor into its slot.
+        let load_chunks = |b: &mut KernelBuilder, kt: Expr, t: TensorId, d: u32, n: u32, buf: SharedId| {
             let slot = kt.clone() % st as i64;
             let kv0 = kt * bn as i64;
-            for c in 0..nqk {
-                let ksrc = view(
-                    k,
-                    ((k_start.clone() + kv0.clone()) * h.clone() + hh.clone()) * dqk as i64 + (c * KC) as i64,
-                    row_stride_qk.clone(),
+            for c in 0..n {
+                let src = view(
+                    t,
+                    ((k_start.clone() + kv0.clone()) * h.clone() + hh.clone()) * d as i64 + (c * KC) as i64,
+                    h.clone() * d as i64,
                     s_n.clone() - kv0.clone(),
                     KC as i64,
                     8,
                 );
-                let kd = b.slot(sk, slot.clone() * nqk as i64 + c as i64);
-                b.copy_async(kd, ksrc);
+                let dst = b.slot(buf, slot.clone() * n as i64 + c as i64);
+                b.copy_async(dst, src);
             }
         };
+        let load_k = |b: &mut KernelBuilder, kt: Expr| load_chunks(b, kt, k, dqk, nqk, sk);
         let load_v = |b: &mut KernelBuilder, kt: Expr| {
-            let slot = kt.clone() % st as i64;
-            let kv0 = kt * bn as i64;
             if c.wgmma {
-                for cv in 0..nv {
-                    let vsrc = view(
-                        v,
-                        ((k_start.clone() + kv0.clone()) * h.clone() + hh.clone()) * dv as i64 + (cv * KC) as i64,
-                        row_stride_v.clone(),
-                        s_n.clone() - kv0.clone(),
-                        KC as i64,
-                        8,
-                    );
-                    let vd = b.slot(sv, slot.clone() * nv as i64 + cv as i64);
-                    b.copy_async(vd, vsrc);
-                }
+                load_chunks(b, kt, v, dv, nv, sv);
             } else {
+                let slot = kt.clone() % st as i64;
+                let kv0 = kt * bn as i64;
                 let vsrc = view(
                     v,
                     ((k_start.clone() + kv0.clone()) * h.clone() + hh.clone()) * dv as i64,
