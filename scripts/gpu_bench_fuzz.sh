@@ -12,7 +12,8 @@
 #   TUNE="k3k tune arguments"         a `k3k tune` run after the benchmarks (results and TUNE.md under $OUT)
 #   FUZZ_ARGS="--tuned"               extra `k3k fuzz` arguments (e.g. fuzz the tuned configs of results/ too)
 # Before the benchmarks: the GPU primitive tests and, when carried, the hist_quantile GPU step-time test. FLA (for
-# the KDA peer) is installed from carried wheels in .whl/ when present.
+# the KDA peer) is installed from carried wheels in .whl/ when present; Triton's kernel cache travels as
+# .carry/triton-cache.tgz (written to $OUT after the peers), so FLA compiles its kernels once, not every call.
 set -uo pipefail
 BIN=.carry/k3k; FT=${1:-15}
 OUT=${OUT:-./gpu-out}; mkdir -p "$OUT"
@@ -22,6 +23,8 @@ if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     && export PYTHONPATH=/tmp/site
 fi
+export TRITON_CACHE_DIR=$W/triton
+[ -f .carry/triton-cache.tgz ] && mkdir -p $W/triton && tar xzf .carry/triton-cache.tgz -C $W/triton
 save() { cp $W/log.txt "$OUT/log.txt"; [ -d $W/bench ] && tar czf "$OUT/bench.tgz" -C $W bench 2>/dev/null; true; }
 echo "start $(date -u +%FT%TZ)" > $W/log.txt
 nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv >> $W/log.txt
@@ -44,6 +47,7 @@ if [ -n "$slug" ]; then
   timeout ${PEER_TIMEOUT:-150} python3 scripts/peers.py $W/bench/$slug --out $W/peers.json >> $W/log.txt 2>&1; echo "peers rc=$?"
   $BIN bench --merge-peers $W/peers.json --out $W/bench >> $W/log.txt 2>&1
   cp $W/peers.json "$OUT/" 2>/dev/null
+  [ -d $W/triton ] && tar czf "$OUT/triton-cache.tgz" -C $W/triton . 2>/dev/null
 fi
 save
 if [ -n "${TUNE:-}" ]; then
