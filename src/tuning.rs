@@ -68,13 +68,22 @@ pub fn plan_candidates(
     compile: bool,
 ) -> (Vec<CandidateSpec>, Vec<Pruned>) {
     let default = op.default_knobs();
-    let mut points = op.knob_space().points();
-    points.sort_by_cached_key(|k| (k != &default, k3k_ir::hash::hash_str(&k.to_string())));
-    if !points.contains(&default) {
-        points.insert(0, default);
-    }
-    plan_points(op, preset, points, max, compile)
+    let space = op.knob_space();
+    let rest: Box<dyn Iterator<Item = Knobs>> = if space.size() <= SMALL_SPACE {
+        let mut points = space.points();
+        points.sort_by_cached_key(|k| k3k_ir::hash::hash_str(&k.to_string()));
+        Box::new(points.into_iter())
+    } else {
+        // The MXFP4 space has ~1.9 M points: materializing and sorting them cost gigabytes and minutes per preset.
+        Box::new(space.shuffled(u64::from_str_radix(&k3k_ir::hash::hash_str(op.name()), 16).unwrap_or(0x6b33_6b)))
+    };
+    let d = default.clone();
+    plan_points(op, preset, std::iter::once(default).chain(rest.filter(move |k| k != &d)), max, compile)
 }
+
+/// Spaces up to this many points are enumerated and ordered by the hash of each point; larger ones are walked
+/// lazily in a seeded pseudo-random order ([`k3k_ir::KnobSpace::shuffled`]).
+const SMALL_SPACE: usize = 1 << 16;
 
 /// The second round of a tune: the points one knob away from `leader` (each axis of the space set to each of
 /// its other values), minus those in `done`, in a stable hash order, planned like [`plan_candidates`]. A
@@ -91,7 +100,7 @@ pub fn plan_neighbours(
     let mut points = neighbours(&op.knob_space(), leader);
     points.retain(|k| !done.contains(&CandidateSpec::from_knobs(knob_map(k)).id));
     points.sort_by_cached_key(|k| k3k_ir::hash::hash_str(&k.to_string()));
-    plan_points(op, preset, points, max, compile)
+    plan_points(op, preset, points.into_iter(), max, compile)
 }
 
 /// The points of a space that differ from `k` in exactly one axis.
@@ -142,13 +151,13 @@ pub struct CompileStats {
 fn plan_points(
     op: &dyn Operator,
     preset: &Preset,
-    points: Vec<Knobs>,
+    points: impl Iterator<Item = Knobs>,
     max: usize,
     compile: bool,
 ) -> (Vec<CandidateSpec>, Vec<Pruned>) {
     let mut keep = vec![];
     let mut pruned = vec![];
-    let mut rest = points.into_iter();
+    let mut rest = points;
     while keep.len() < max {
         let need = max - keep.len();
         let mut group = vec![];

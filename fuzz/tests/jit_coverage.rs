@@ -14,10 +14,8 @@ fn the_jit_compiles_every_kernel_of_every_operator_across_its_knob_space() {
     let mut rng = StdRng::seed_from_u64(9);
     let mut bad = vec![];
     for op in registry::all() {
-        let points = op.knob_space().points();
-        let step = (points.len() / 48).max(1);
         let mut knob_sets = vec![op.default_knobs()];
-        knob_sets.extend(points.into_iter().step_by(step));
+        knob_sets.extend(op.knob_space().strided(48));
         let mut presets = op.bench_presets();
         presets.extend((0..3).map(|_| op.random_case(&mut rng)));
         let (mut seen, mut configs) = (HashSet::new(), 0);
@@ -49,10 +47,10 @@ fn the_jit_matches_the_interpreter_bit_for_bit_across_knob_sets() {
     use std::time::Duration;
     let mut bad = vec![];
     for op in registry::all() {
-        let points = op.knob_space().points();
-        let step = (points.len() / 8).max(1);
         let mut knob_sets = vec![KnobSet { label: "default".into(), knobs: op.default_knobs() }];
-        knob_sets.extend(points.into_iter().step_by(step).map(|k| KnobSet { label: format!("sampled {k}"), knobs: k }));
+        knob_sets.extend(
+            op.knob_space().strided(8).into_iter().map(|k| KnobSet { label: format!("sampled {k}"), knobs: k }),
+        );
         let opts = FuzzOptions {
             cases: 12,
             budget: Some(Duration::from_secs(6)),

@@ -159,7 +159,50 @@ impl KnobSpace {
         self.axes.iter().map(|a| a.values.len()).product()
     }
 
-    /// Every point of the space, in a deterministic order.
+    /// The point at index `i` of [`KnobSpace::points`]'s order (mixed radix, the last axis varying fastest),
+    /// without enumerating the space; `None` past the end.
+    pub fn point(&self, mut i: usize) -> Option<Knobs> {
+        if i >= self.size() {
+            return None;
+        }
+        let mut k = Knobs::new();
+        for axis in self.axes.iter().rev() {
+            let n = axis.values.len();
+            k.set(&axis.name, axis.values[i % n].clone());
+            i /= n;
+        }
+        Some(k)
+    }
+
+    /// Every `size / n`-th point (about `n` points spread evenly over [`KnobSpace::points`]'s order), without
+    /// enumerating the space: what a test that samples a space of millions of points should use.
+    pub fn strided(&self, n: usize) -> Vec<Knobs> {
+        let step = (self.size() / n.max(1)).max(1);
+        (0..self.size()).step_by(step).filter_map(|i| self.point(i)).collect()
+    }
+
+    /// Every point exactly once in a fixed pseudo-random order that depends on `seed`, generated lazily: the
+    /// index `i` of a counter over the next power of two is sent through a bijection of that range (xor, odd
+    /// multiplications and xor-shifts, each invertible modulo a power of two) and the images past the end are
+    /// skipped (cycle walking). Memory and time per point are O(axes) whatever the space's size.
+    pub fn shuffled(&self, seed: u64) -> impl Iterator<Item = Knobs> + '_ {
+        let size = self.size() as u64;
+        let bits = size.max(2).next_power_of_two().trailing_zeros();
+        let mask = if bits >= 64 { u64::MAX } else { (1u64 << bits) - 1 };
+        let shift = bits.div_ceil(2).max(1);
+        let mix = move |i: u64| {
+            let mut y = (i ^ seed) & mask;
+            y = y.wrapping_mul(0x9E37_79B9_7F4A_7C15) & mask;
+            y ^= y >> shift;
+            y = y.wrapping_mul(0xBF58_476D_1CE4_E5B9) & mask;
+            y ^= y >> shift;
+            y
+        };
+        (0..=mask).map(mix).filter(move |&y| y < size).filter_map(|y| self.point(y as usize))
+    }
+
+    /// Every point of the space, in a deterministic order. This materializes the whole product: for a large
+    /// space use [`KnobSpace::shuffled`], [`KnobSpace::strided`] or [`KnobSpace::point`].
     pub fn points(&self) -> Vec<Knobs> {
         let mut out = vec![Knobs::new()];
         for axis in &self.axes {
@@ -192,6 +235,64 @@ mod tests {
         let mut ids: Vec<_> = pts.iter().map(|k| k.id()).collect();
         ids.dedup();
         assert_eq!(ids.len(), 6);
+    }
+
+    fn space() -> KnobSpace {
+        KnobSpace::default().axis("A", "", [1i64, 2, 3]).axis("B", "", ["x", "y"]).axis("C", "", [true, false]).axis(
+            "D",
+            "",
+            [4i64, 5, 6, 7, 8],
+        )
+    }
+
+    #[test]
+    fn point_is_the_order_of_points() {
+        let s = space();
+        let all = s.points();
+        for (i, p) in all.iter().enumerate() {
+            assert_eq!(s.point(i).as_ref(), Some(p), "index {i}");
+        }
+        assert_eq!(s.point(all.len()), None);
+        let st = s.strided(6);
+        assert_eq!(st.len(), 6);
+        assert_eq!(st[1], all[10]);
+    }
+
+    #[test]
+    fn shuffled_visits_every_point_once_in_a_seeded_order() {
+        let s = space();
+        let mut sorted_all: Vec<String> = s.points().iter().map(|k| k.id()).collect();
+        sorted_all.sort();
+        for seed in [0u64, 1, 0xdead_beef] {
+            let order: Vec<String> = s.shuffled(seed).map(|k| k.id()).collect();
+            assert_ne!(order, s.points().iter().map(|k| k.id()).collect::<Vec<_>>(), "seed {seed}: not shuffled");
+            let mut sorted = order.clone();
+            sorted.sort();
+            assert_eq!(sorted, sorted_all, "seed {seed}: not a permutation");
+            assert_eq!(order, s.shuffled(seed).map(|k| k.id()).collect::<Vec<_>>(), "seed {seed}: not stable");
+        }
+        assert_ne!(s.shuffled(1).next(), s.shuffled(2).next());
+        // One axis of one value and the empty space.
+        let one = KnobSpace::default().axis("A", "", [1i64]);
+        assert_eq!(one.shuffled(3).count(), 1);
+    }
+
+    #[test]
+    fn a_space_of_millions_is_walked_lazily() {
+        let mut s = KnobSpace::default();
+        for a in 0..12 {
+            s = s.axis(&format!("K{a}"), "", [0i64, 1, 2, 3]);
+        }
+        assert_eq!(s.size(), 1 << 24);
+        let first: Vec<Knobs> = s.shuffled(7).take(1000).collect();
+        let distinct: std::collections::HashSet<String> = first.iter().map(|k| k.id()).collect();
+        assert_eq!(distinct.len(), 1000);
+        // Spread: every value of every axis shows up in a thousand draws.
+        for a in 0..12 {
+            let vals: std::collections::HashSet<i64> = first.iter().map(|k| k.int(&format!("K{a}")).unwrap()).collect();
+            assert_eq!(vals.len(), 4, "axis K{a}");
+        }
+        assert!((10..=11).contains(&s.strided(10).len()));
     }
 
     #[test]
