@@ -1,9 +1,12 @@
 //! `--shard i/n`: split the candidates of a tuning run over several GPUs or hosts.
 //!
-//! A candidate belongs to shard `stable_hash(id) % n`, where the hash is the first 8 bytes of the
-//! SHA-256 of the id. The split therefore depends only on the ids, not on the order they are listed
-//! in, the platform or the Rust version, and each shard's results merge back with `k3k results merge`.
-//! Shards are 0-based: `0/4` .. `3/4`.
+//! The candidates of one list are ranked by `stable_hash(id)` (the first 8 bytes of the SHA-256 of the id,
+//! ties by id) and dealt round-robin: rank `r` belongs to shard `r % n`. The split therefore depends only on
+//! the set of ids, not on the order they are listed in, the platform or the Rust version; every shard gets
+//! `len / n` or one more (a shard of a short list is never left empty by chance, which a plain
+//! `hash % n` did: 6 first-round candidates all landed in shard 0 of 2 on the H200, so shard 1 measured
+//! nothing and had no leader for its second round); and each shard's results merge back with
+//! `k3k results merge`. Shards are 0-based: `0/4` .. `3/4`.
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -41,14 +44,16 @@ impl Shard {
         Ok(Self { index, count })
     }
 
-    /// Whether the candidate with this id is measured by this shard.
-    pub fn owns(&self, id: &str) -> bool {
-        stable_hash(id) % u64::from(self.count) == u64::from(self.index)
-    }
-
-    /// The items of this shard, in their original order.
+    /// The items of this shard, in their original order (see the module doc for the split).
     pub fn select<'a, T>(&self, items: &'a [T], id_of: impl Fn(&T) -> &str) -> Vec<&'a T> {
-        items.iter().filter(|t| self.owns(id_of(t))).collect()
+        let mut ranked: Vec<(u64, &str, usize)> =
+            items.iter().enumerate().map(|(i, t)| (stable_hash(id_of(t)), id_of(t), i)).collect();
+        ranked.sort_unstable();
+        let n = self.count as usize;
+        let mut mine: Vec<usize> =
+            ranked.iter().enumerate().filter(|(r, _)| r % n == self.index as usize).map(|(_, x)| x.2).collect();
+        mine.sort_unstable();
+        mine.into_iter().map(|i| &items[i]).collect()
     }
 }
 
@@ -109,18 +114,38 @@ mod tests {
         let ids: Vec<String> = (0..200).map(|i| format!("bm={},stages={}", 16 << (i % 4), i)).collect();
         let n = 3;
         let shards: Vec<Shard> = (0..n).map(|i| Shard::new(i, n).unwrap()).collect();
+        let picked: Vec<Vec<&String>> = shards.iter().map(|s| s.select(&ids, |x| x)).collect();
         for id in &ids {
-            assert_eq!(shards.iter().filter(|s| s.owns(id)).count(), 1);
+            assert_eq!(picked.iter().filter(|p| p.contains(&id)).count(), 1, "{id}");
         }
-        let sizes: Vec<usize> = shards.iter().map(|s| s.select(&ids, |x| x).len()).collect();
-        assert_eq!(sizes.iter().sum::<usize>(), 200);
-        assert!(sizes.iter().all(|&k| k > 40), "roughly balanced: {sizes:?}");
+        let sizes: Vec<usize> = picked.iter().map(Vec::len).collect();
+        assert_eq!(sizes, vec![67, 67, 66], "balanced to one");
+        // Original order kept within a shard.
+        let pos = |id: &String| ids.iter().position(|x| x == id).unwrap();
+        assert!(picked[1].windows(2).all(|w| pos(w[0]) < pos(w[1])));
         let mut reversed = ids.clone();
         reversed.reverse();
         let a: std::collections::BTreeSet<_> = shards[1].select(&ids, |x| x).into_iter().collect();
         let b: std::collections::BTreeSet<_> = shards[1].select(&reversed, |x| x).into_iter().collect();
         assert_eq!(a, b);
-        assert!(ids.iter().all(|id| Shard::ALL.owns(id)));
+        assert_eq!(Shard::ALL.select(&ids, |x| x).len(), ids.len());
+    }
+
+    #[test]
+    fn a_short_list_leaves_no_shard_empty() {
+        // The H200 case: six first-round candidates whose hashes are all even went to shard 0 of 2 under
+        // `hash % n`. Whatever the hashes, each of n shards gets len / n or one more.
+        for len in 1..=12usize {
+            let ids: Vec<String> = (0..len).map(|i| format!("HT={},HU=8", 64 * (i + 1))).collect();
+            for n in 1..=4u32 {
+                let sizes: Vec<usize> = (0..n).map(|i| Shard::new(i, n).unwrap().select(&ids, |x| x).len()).collect();
+                assert_eq!(sizes.iter().sum::<usize>(), len);
+                assert!(
+                    sizes.iter().all(|&k| k == len / n as usize || k == len / n as usize + 1),
+                    "{len}/{n}: {sizes:?}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! The tuning loop for one key, independent of how candidates are measured.
 //!
-//! 1. Keep the candidates of this shard ([`Shard::owns`]); with `resume`, drop those the store has
+//! 1. Keep the candidates of this shard ([`Shard::select`]); with `resume`, drop those the store has
 //!    already finished ([`remaining`]).
 //! 2. Measure each one and record it in the store at once (a `kill -9` loses at most the one in
 //!    flight). A failure is recorded too and scores +inf.
