@@ -662,9 +662,9 @@ pub fn build_alpha_ring(spec: &AlphaSpec, c: &Cfg, e: usize) -> Result<Kernel, O
         });
     }
     // 16-byte copies when rows stay 16-byte aligned, else 8 or 4.
-    let vec = if e % 4 == 0 {
+    let vec = if e.is_multiple_of(4) {
         4
-    } else if e % 2 == 0 {
+    } else if e.is_multiple_of(2) {
         2
     } else {
         1
