@@ -67,21 +67,22 @@ fn gpu_step_times() {
     let Some(mut g) = gpu() else { return };
     let opts = TimingOptions { warmup: 3, reps: 20, flush_l2: true };
     let d = default_knobs();
-    for p in HistQuantileQb.bench_presets() {
+    // `K3K_HQ_PRESET=T262144` times only the presets whose name contains it.
+    let only = std::env::var("K3K_HQ_PRESET").unwrap_or_default();
+    for p in HistQuantileQb.bench_presets().into_iter().filter(|p| p.name.contains(only.as_str())) {
         let inst = HistQuantileQb.instance(&p, 1).unwrap();
-        let old = d.clone().with("ASEL", "rank").with("HLAYOUT", "rows").with("ABPS", 6i64);
+        // The session-3 default (serial locate loads) and the session-1 kernels.
+        let s3 = d.clone().with("LU", 1i64);
+        let old = d.clone().with("ASEL", "rank").with("HLAYOUT", "rows").with("ABPS", 6i64).with("LU", 1i64);
         let packed = d.clone().with("PPACK", "packed");
-        let two = d.clone().with("ATPW", 2i64);
         let ring = d.clone().with("ASEL", "ring");
         let ring7 = ring.clone().with("AW", 7i64).with("ASTAGES", 2i64);
         for kn in [
             d.clone(),
+            s3,
             d.clone().with("MERGE", "atomic"),
-            d.clone().with("HFX", 32i64),
             packed.clone(),
-            two,
             old,
-            ring.clone().with("LU", 4i64),
             ring7.clone().with("ABPS", 4i64).with("MERGE", "atomic"),
             ring7.with("ABPS", 4i64).with("PPACK", "packed").with("LU", 8i64),
             ring.with("AW", 7i64).with("ASTAGES", 3i64).with("ABPS", 2i64).with("MERGE", "atomic"),
