@@ -22,6 +22,11 @@
 //!    a selection, no arithmetic beyond the one f32 add the reference does. `ASEL=warp` (default, k < 32):
 //!    [`build_alpha_warp`], the same bound and candidates with warp shuffles instead of block barriers and
 //!    shared-memory rank counting (bitonic sorts across the warp, a scan for the candidate slots).
+//!    `ASEL=ring` ([`build_alpha_ring`]): the warp selection fed by a `cp.async` ring of `ASTAGES` blocks of
+//!    `AW` token rows in shared memory, so that the copies of the next `ASTAGES - 1` steps stay in flight while
+//!    the warps select (the warp kernel has no load in flight during its ~1,500-cycle selection chain); the
+//!    candidates are compacted into the warp's own ring row. `AW=7` at E = 896 makes a block's rows a whole
+//!    number of 16-byte copies per thread (the copy's fast path: 7 `cp.async` per thread and step).
 //! 2. **histogram** ([`build_hist`]): block = (a slice of `ES` experts, a chunk of at most 65535 tokens).
 //!    Two u16 counters per u32 word in shared memory (a chunk's count of one bin is <= 65535, so the low half
 //!    never carries into the high half), `ES` chosen so that the block's histograms fit the `HKB` budget;
@@ -36,7 +41,8 @@
 //!    (`PPACK=packed`, `[P E, W]`, half the bytes), flushed in tiles of `HFX` experts x `32 / HFX` words
 //!    (`HFX` absent: [`auto_hfx`] of the bin count), and its groups of `HU` rows run without per-row bound checks.
 //! 3. **locate** ([`build_locate`]): one block per expert. Sums the partials per bin (packed partials: per word,
-//!    one load per partial, then unpacked) (writing `counts`), bins
+//!    then unpacked; `LU` partials per iteration from independent loads, `LU=1` one dependent load per
+//!    iteration) (writing `counts`), bins
 //!    in shared memory, per-thread segment sums, each thread's count above its segment, then the thread
 //!    whose segment holds the target (`above < ceil(q) <= above + count`, integers, exactly the reference's
 //!    `Histogram::locate`) interpolates `lo + w (b + 1 - (q - above) / count)` in f32. With two passes it also
@@ -85,8 +91,15 @@ pub fn knob_space() -> KnobSpace {
         .axis("ABPS", "alpha: resident blocks per SM of the persistent grid", [2i64, 3, 4, 5, 6, 8])
         .axis(
             "ASEL",
-            "alpha: selection by ranking in shared memory with block barriers, or warp shuffles (k < 32)",
-            ["rank", "warp"],
+            "alpha: selection by ranking in shared memory with block barriers, warp shuffles (k < 32), or warp \
+             shuffles fed by a cp.async ring of token rows (k < 32)",
+            ["rank", "warp", "ring"],
+        )
+        .axis("ASTAGES", "ring alpha: row blocks in the cp.async ring (ASTAGES - 1 in flight)", [2i64, 3, 4])
+        .axis(
+            "LU",
+            "locate: partial histograms summed per batch of independent loads (1: one load per iteration)",
+            [1i64, 4, 8],
         )
         .axis("HT", "histogram: threads per block", [256i64, 512, 1024])
         .axis("HU", "histogram: token rows each thread loads ahead of its atomics", [4i64, 8])
@@ -121,7 +134,8 @@ pub fn knob_space() -> KnobSpace {
 /// The knobs used when no tuning record exists (H200: 132 SMs; warp alpha at 48 registers: 4 blocks of 8 warps
 /// per SM; 3 histogram blocks of 66 KiB per SM). `HFX` is left out: it then follows the bin count
 /// ([`auto_hfx`]); partials are written wide (`PPACK=wide`: the locate's u32 read measured 53 us at
-/// T262144 E896 B1024, the packed read 134 us).
+/// T262144 E896 B1024, the packed read 134 us, both with one dependent load per partial in flight per thread);
+/// the locate sums 8 partials per iteration from independent loads (`LU=8`; `LU=1` is the old serial loop).
 pub fn default_knobs() -> Knobs {
     Knobs::new()
         .with("AW", 8i64)
@@ -134,6 +148,7 @@ pub fn default_knobs() -> Knobs {
         .with("MERGE", "partials")
         .with("HLAYOUT", "banks")
         .with("PPACK", "wide")
+        .with("LU", 8i64)
 }
 
 /// The banked flush's `HFX` when the knob is absent (H200, 2026-11-30): 8 at B1024 (histogram pass 0.365 ms
@@ -162,6 +177,12 @@ pub struct Cfg {
     pub ppack: bool,
     /// `ATPW`: tokens per warp and step of the warp alpha kernel.
     pub atpw: u32,
+    /// `ASEL=ring`: the ring-fed warp alpha kernel where `k < 32`.
+    pub ring_alpha: bool,
+    /// `ASTAGES`: row blocks in the ring alpha kernel's cp.async ring.
+    pub astages: u32,
+    /// `LU`: partials per batch of independent loads in the locate merge.
+    pub lu: u32,
 }
 
 impl Cfg {
@@ -194,6 +215,9 @@ pub fn cfg(k: &Knobs) -> Result<Cfg, OpError> {
         hfx: if k.0.contains_key("HFX") { Some(k.u32("HFX")?) } else { None },
         ppack: ppack == "packed",
         atpw: if k.0.contains_key("ATPW") { k.u32("ATPW")? } else { 1 },
+        ring_alpha: asel == "ring",
+        astages: if k.0.contains_key("ASTAGES") { k.u32("ASTAGES")? } else { 3 },
+        lu: if k.0.contains_key("LU") { k.u32("LU")? } else { 1 },
     };
     let invalid = |why: String| Err(OpError::InvalidKnobs { op: "hist_quantile", knobs: k.to_string(), why });
     if !matches!(merge, "partials" | "atomic") {
@@ -210,8 +234,14 @@ pub fn cfg(k: &Knobs) -> Result<Cfg, OpError> {
     if !matches!(ppack, "wide" | "packed") {
         return invalid(format!("PPACK must be wide or packed, got {ppack}"));
     }
-    if !matches!(asel, "rank" | "warp") {
-        return invalid(format!("ASEL must be rank or warp, got {asel}"));
+    if !matches!(asel, "rank" | "warp" | "ring") {
+        return invalid(format!("ASEL must be rank, warp or ring, got {asel}"));
+    }
+    if !(2..=8).contains(&c.astages) {
+        return invalid(format!("ASTAGES={} must be in 2..=8", c.astages));
+    }
+    if !(1..=16).contains(&c.lu) {
+        return invalid(format!("LU={} must be in 1..=16", c.lu));
     }
     if !matches!(layout, "rows" | "banks") {
         return invalid(format!("HLAYOUT must be rows or banks, got {layout}"));
@@ -602,6 +632,174 @@ pub fn build_alpha_warp(spec: &AlphaSpec, c: &Cfg) -> Result<Kernel, OpError> {
     Ok(b.finish()?)
 }
 
+/// Build the ring alpha kernel (`ASEL=ring`, for `k < 32`): `s [T, E]`, `b [E]` -> `alpha [T]`.
+///
+/// The selection of [`build_alpha_warp`] (one warp per token; bound `L` from a bitonic sort of the 32 lane
+/// maxima; candidates `>= L` compacted by a warp scan; a second sort; ties ranked), fed by an `ASTAGES`-deep
+/// ring of `AW`-token row blocks that `cp.async` copies into shared memory ahead of use: while the warps select
+/// in step `i`, the copies of steps `i + 1 .. i + ASTAGES - 1` are in flight ((`ASTAGES` - 1) x `AW` x `4 E`
+/// bytes per block), whatever the selection's latency. The warp kernel only has a row's 28 loads in flight
+/// while it waits for them and none while it selects (its loads are issued by the same warp that then runs
+/// the ~1,500-cycle dependent chain of maxima, shuffles and compaction). The per-lane work is shorter too: the
+/// maxima and counts are balanced trees (depth 5 instead of chains of 28), the bias add reads the staged bias
+/// row, and the candidates go into the warp's own ring row (its values are in registers by then), so the
+/// block needs no separate candidate buffer. Rows past `T` are zero-filled by the copy and write nothing.
+/// Exact, like the other alpha kernels.
+#[allow(clippy::needless_range_loop)]
+pub fn build_alpha_ring(spec: &AlphaSpec, c: &Cfg, e: usize) -> Result<Kernel, OpError> {
+    let (w, epl, k, st) = (c.aw, spec.epl, spec.k, c.astages);
+    if k >= 32 {
+        return Err(OpError::Internal(format!("ring alpha: k = {k} needs more than the 32 lane maxima")));
+    }
+    let ep = 32 * epl;
+    let threads = 32 * w;
+    let bytes = (st as usize * w as usize + 1) * ep as usize * 4;
+    if bytes > MAX_SHARED_BYTES {
+        return Err(OpError::InvalidKnobs {
+            op: "hist_quantile",
+            knobs: format!("ASEL=ring,AW={w},ASTAGES={st}"),
+            why: format!("the ring of {st} x {w} rows of {ep} f32 and the bias need {bytes} bytes of shared memory"),
+        });
+    }
+    // 16-byte copies when rows stay 16-byte aligned, else 8 or 4.
+    let vec = if e.is_multiple_of(4) {
+        4
+    } else if e.is_multiple_of(2) {
+        2
+    } else {
+        1
+    };
+    let name = format!(
+        "k3k_hq_alphar_epl{epl}_k{k}{}_aw{}_abps{}_st{st}_v{vec}",
+        if spec.full { "_full" } else { "" },
+        c.aw,
+        c.abps
+    );
+    let mut b = KernelBuilder::new(&name, threads);
+    b.knobs(
+        Knobs::new()
+            .with("AW", c.aw as i64)
+            .with("ABPS", c.abps as i64)
+            .with("ASEL", "ring")
+            .with("ASTAGES", st as i64),
+    );
+    let t_dim = b.dim("T");
+    let e_dim = b.dim("E");
+    let s = b.tensor("s", DType::F32, &[t_dim.clone(), e_dim.clone()], Access::Read);
+    let bias = b.tensor("b", DType::F32, std::slice::from_ref(&e_dim), Access::Read);
+    let alpha = b.tensor("alpha", DType::F32, std::slice::from_ref(&t_dim), Access::Write);
+    let nsm = b.int_arg(NUM_SMS);
+    b.grid(t_dim.ceil_div(w as i64).min(nsm * c.abps as i64), 1i64, 1i64);
+
+    let sb = b.shared("bias", DType::F32, 1, ep, 1, Swizzle::None);
+    let ring = b.shared("ring", DType::F32, w, ep, st, Swizzle::None);
+    let in_row = |e: &Expr| -> Expr { if spec.full { Expr::Bool(true) } else { e.lt(e_dim.clone()) } };
+
+    stage_bias(&mut b, bias, sb, &e_dim, ep, threads);
+    let step = b.let_("step", Expr::grid_dim(0) * w as i64);
+    let first = b.let_("first", Expr::block_idx(0) * w as i64);
+    // Step `i` of this block: tokens `first + i step ..` into ring slot `i % ASTAGES`.
+    let fetch = |b: &mut KernelBuilder, i: Expr| {
+        let tok = &first + i.clone() * step.clone();
+        let src = view(s, &tok * e_dim.clone(), e_dim.clone(), t_dim.clone() - tok.clone(), e_dim.clone(), vec);
+        let dst = b.slot(ring, i % st as i64);
+        b.copy_async(dst, src);
+        b.commit();
+    };
+    for i in 0..st - 1 {
+        fetch(&mut b, Expr::Int(i as i64));
+    }
+    // Steps counted from 0 (one division here, none per step); the grid has no block without a token.
+    let nsteps = b.let_("nsteps", (t_dim.clone() - first.clone() + step.clone() - 1i64) / step.clone());
+    b.for_("it", 0i64, nsteps, 1i64, |b, i| {
+        let tok0 = b.let_("tok0", &first + i.clone() * step.clone());
+        fetch(b, &i + (st - 1) as i64);
+        b.wait(st - 1);
+        b.barrier();
+        b.threads(|b| {
+            let slot = b.let_("slot", &i % st as i64);
+            let t = b.let_("t", &tok0 + Expr::warp_idx());
+            let vals: Vec<Expr> = (0..epl)
+                .map(|j| {
+                    let e = Expr::lane_idx() + (32 * j) as i64;
+                    let x = Expr::shared_load(ring, slot.clone(), Expr::warp_idx(), e.clone())
+                        + Expr::shared_load(sb, 0i64, 0i64, e.clone());
+                    let x = if spec.full { x } else { Expr::select(in_row(&e), x, neg_inf()) };
+                    b.let_("v", x)
+                })
+                .collect();
+            let m = b.let_("m", tree(vals.clone(), &|x, y| x.max(y)));
+            let l = warp_kth_largest_rows(b, vec![m], k).remove(0);
+            let l = b.let_("l", l);
+            // Candidates: this lane's values >= L (counted in f32: exact small integers, 32-bit shuffles).
+            let cnt = b.let_(
+                "cnt",
+                tree(vals.iter().map(|v| Expr::select(v.ge(l.clone()), 1.0f64, 0.0f64)).collect(), &|x, y| x + y),
+            );
+            let mut sc = cnt.clone();
+            for d in [1u32, 2, 4, 8, 16] {
+                let u = b.warp_shuffle("u", WarpOp::ShflUp(d), sc.clone());
+                sc = b.let_("sc", &sc + Expr::select(Expr::lane_idx().ge(d as i64), u, 0.0f64));
+            }
+            let n = b.warp_shuffle("nf", WarpOp::ShflIdx(31), sc.clone());
+            let n = b.let_("n", n.to_int());
+            let pos = b.let_var("pos", (&sc - cnt).to_int());
+            // Every lane has read its values from the row before any lane overwrites it with candidates.
+            b.warp_sync();
+            for v in &vals {
+                b.if_(v.ge(l.clone()), |b| {
+                    b.shared_store(ring, slot.clone(), Expr::warp_idx(), ival(pos), v.clone());
+                    b.assign(pos, ival(pos) + 1i64);
+                });
+            }
+            b.warp_sync();
+            let mine = Expr::shared_load(ring, slot.clone(), Expr::warp_idx(), Expr::lane_idx().min((ep - 1) as i64));
+            let mine = b.let_("mine", Expr::select(Expr::lane_idx().lt(n.clone()), mine, neg_inf()));
+            let a = warp_kth_largest_rows(b, vec![mine], k).remove(0);
+            b.if_(t.lt(t_dim.clone()), |b| {
+                b.if_else(
+                    n.le(32i64),
+                    |b| b.if_(Expr::lane_idx().eq(0i64), |b| b.store_scalar(alpha, t.clone(), a.clone())),
+                    |b| {
+                        // More (ties): rank every candidate (ties by slot); the one of rank k is alpha.
+                        b.for_("i", Expr::lane_idx(), n.clone(), 32i64, |b, ci| {
+                            let v = b.let_("cv", Expr::shared_load(ring, slot.clone(), Expr::warp_idx(), ci.clone()));
+                            let rank = b.let_var("rank", 0i64);
+                            b.for_("j", 0i64, n.clone(), 1i64, |b, j| {
+                                let x = Expr::shared_load(ring, slot.clone(), Expr::warp_idx(), j.clone());
+                                let before = x.gt(v.clone()).or(x.eq(v.clone()).and(j.lt(ci.clone())));
+                                b.assign(rank, ival(rank) + Expr::select(before, 1i64, 0i64));
+                            });
+                            b.if_(ival(rank).eq(k as i64), |b| b.store_scalar(alpha, t.clone(), v.clone()));
+                        });
+                    },
+                );
+            });
+        });
+        // Every warp is done with slot `i % ASTAGES` before step `i + 1` copies into it.
+        b.barrier();
+    });
+    // No copy group is left in flight at exit.
+    b.wait(0);
+    Ok(b.finish()?)
+}
+
+/// A balanced tree of `op` over `xs` (depth log2 of the count instead of a chain).
+fn tree(mut xs: Vec<Expr>, op: &dyn Fn(Expr, Expr) -> Expr) -> Expr {
+    while xs.len() > 1 {
+        let mut next = Vec::with_capacity(xs.len().div_ceil(2));
+        let mut it = xs.into_iter();
+        while let Some(x) = it.next() {
+            next.push(match it.next() {
+                Some(y) => op(x, y),
+                None => x,
+            });
+        }
+        xs = next;
+    }
+    xs.pop().expect("at least one value")
+}
+
 /// The `k`-th largest (from 0) of the 32 lanes' values in each of the rows `xs`, in every lane: a bitonic sort across the warp,
 /// descending (at stage `size`, lanes with bit `size` clear sort their run descending, and the lower lane of a
 /// pair keeps the larger value in a descending run), then a broadcast of lane `k`. Top level of a region; the rows' stages side by side (their
@@ -949,6 +1147,8 @@ pub struct LocateSpec {
     pub negate: bool,
     /// `src` holds packed u16 pairs, `[P E, words]` (the banked histogram's partials).
     pub packed: bool,
+    /// Partials summed per batch of independent loads (`LU`; 1: one load per iteration).
+    pub lu: u32,
 }
 
 /// Threads of a locate block for `nb` slots.
@@ -961,7 +1161,8 @@ fn locate_threads(nb: u32) -> u32 {
 /// `zbin` (read), `out [E]`. Scalars: `tceil` = ceil(target), `delta` = tceil - target (f32), and `lo`, `hi`
 /// (not for Zoom).
 pub fn build_locate(spec: &LocateSpec) -> Result<Kernel, OpError> {
-    let bins = spec.bins;
+    // Only a merge of several partials reads `src` in a loop.
+    let (bins, lu) = (spec.bins, if spec.write_counts { spec.lu.max(1) } else { 1 });
     let nb = bins + 2;
     let nt = locate_threads(nb);
     let bpt = nb.div_ceil(nt);
@@ -974,7 +1175,8 @@ pub fn build_locate(spec: &LocateSpec) -> Result<Kernel, OpError> {
         },
         if spec.write_counts { "_counts" } else { "" },
         if spec.negate { "_neg" } else { "" },
-    ) + if spec.packed { "_packed" } else { "" };
+    ) + if spec.packed { "_packed" } else { "" }
+        + &if lu > 1 { format!("_lu{lu}") } else { String::new() };
     let mut b = KernelBuilder::new(&name, nt);
     let r_dim = b.dim("R");
     let e_dim = b.dim("E");
@@ -1021,13 +1223,33 @@ pub fn build_locate(spec: &LocateSpec) -> Result<Kernel, OpError> {
             b.for_("wd", Expr::thread_idx(), wpe as i64, nt as i64, |b, wd| {
                 let lo = b.let_var("lo", 0i64);
                 let hi = b.let_var("hi", 0i64);
-                let at = b.let_var("at", &e * pw as i64 + wd.clone());
-                b.for_("p", 0i64, np.clone(), 1i64, |b, _p| {
-                    let v = b.let_("v", Expr::load(src, ival(at)));
-                    b.assign(lo, ival(lo) + v.bitand(0xffffi64));
-                    b.assign(hi, ival(hi) + v.shr(16i64));
-                    b.assign(at, ival(at) + e_dim.clone() * pw as i64);
-                });
+                if lu > 1 {
+                    // `LU` partials per iteration: independent loads (indices clamped to the last partial,
+                    // values past it dropped), then their sums.
+                    let at0 = b.let_("at0", &e * pw as i64 + wd.clone());
+                    let pst = b.let_("pst", e_dim.clone() * pw as i64);
+                    b.for_("p", 0i64, np.clone(), lu as i64, |b, p| {
+                        let vs: Vec<Expr> = (0..lu as i64)
+                            .map(|u| {
+                                let pu = (&p + u).min(&np - 1i64);
+                                let v = Expr::load(src, &at0 + pu * pst.clone());
+                                b.let_("v", Expr::select((&p + u).lt(np.clone()), v, 0i64))
+                            })
+                            .collect();
+                        let los = tree(vs.iter().map(|v| v.bitand(0xffffi64)).collect(), &|x, y| x + y);
+                        let his = tree(vs.iter().map(|v| v.shr(16i64)).collect(), &|x, y| x + y);
+                        b.assign(lo, ival(lo) + los);
+                        b.assign(hi, ival(hi) + his);
+                    });
+                } else {
+                    let at = b.let_var("at", &e * pw as i64 + wd.clone());
+                    b.for_("p", 0i64, np.clone(), 1i64, |b, _p| {
+                        let v = b.let_("v", Expr::load(src, ival(at)));
+                        b.assign(lo, ival(lo) + v.bitand(0xffffi64));
+                        b.assign(hi, ival(hi) + v.shr(16i64));
+                        b.assign(at, ival(at) + e_dim.clone() * pw as i64);
+                    });
+                }
                 for (half, v) in [(0i64, lo), (1, hi)] {
                     let sl = &wd * 2i64 + half;
                     b.if_(sl.lt(nb as i64), |b| {
@@ -1044,10 +1266,24 @@ pub fn build_locate(spec: &LocateSpec) -> Result<Kernel, OpError> {
             let e = Expr::block_idx(0);
             b.for_("sl", Expr::thread_idx(), nb as i64, nt as i64, |b, sl| {
                 let tot = b.let_var("tot", 0i64);
-                b.for_("p", 0i64, p_dim.clone(), 1i64, |b, p| {
-                    let at = (p * e_dim.clone() + e.clone()) * nb as i64 + sl.clone();
-                    b.assign(tot, ival(tot) + Expr::load(src, at));
-                });
+                if lu > 1 {
+                    let np = b.let_("np", p_dim.clone());
+                    b.for_("p", 0i64, np.clone(), lu as i64, |b, p| {
+                        let vs: Vec<Expr> = (0..lu as i64)
+                            .map(|u| {
+                                let pu = (&p + u).min(&np - 1i64);
+                                let at = (pu * e_dim.clone() + e.clone()) * nb as i64 + sl.clone();
+                                b.let_("v", Expr::select((&p + u).lt(np.clone()), Expr::load(src, at), 0i64))
+                            })
+                            .collect();
+                        b.assign(tot, ival(tot) + tree(vs, &|x, y| x + y));
+                    });
+                } else {
+                    b.for_("p", 0i64, p_dim.clone(), 1i64, |b, p| {
+                        let at = (p * e_dim.clone() + e.clone()) * nb as i64 + sl.clone();
+                        b.assign(tot, ival(tot) + Expr::load(src, at));
+                    });
+                }
                 if let Some(cn) = counts {
                     b.store_scalar(cn, &e * nb as i64 + sl.clone(), ival(tot));
                 }
@@ -1467,7 +1703,13 @@ pub fn kernel_set(pb: &Problem, knobs: &Knobs) -> Result<KernelSet, OpError> {
     let (binned, negate, alpha) = match pb.kind {
         Kind::Qb { k } => {
             let spec = AlphaSpec::for_shape(pb.e, k);
-            let a = if c.warp_alpha && k < 32 { build_alpha_warp(&spec, &c)? } else { build_alpha(&spec, &c)? };
+            let a = if c.ring_alpha && k < 32 {
+                build_alpha_ring(&spec, &c, pb.e)?
+            } else if c.warp_alpha && k < 32 {
+                build_alpha_warp(&spec, &c)?
+            } else {
+                build_alpha(&spec, &c)?
+            };
             (Binned::Margin, true, Some(a))
         }
         Kind::Column { .. } => (Binned::Plain, false, None),
@@ -1475,10 +1717,12 @@ pub fn kernel_set(pb: &Problem, knobs: &Knobs) -> Result<KernelSet, OpError> {
     let packed = c.packed_partials();
     let hs = HistSpec { bins, binned, zoom: false, es, atomic: c.atomic, banked: c.banked, fx: c.fx(pb.bins), packed };
     let first = if pb.two_pass { LocatePass::First } else { LocatePass::Single };
-    let locate = build_locate(&LocateSpec { bins, pass: first, write_counts: !c.atomic, negate, packed })?;
+    let lu = c.lu;
+    let locate = build_locate(&LocateSpec { bins, pass: first, write_counts: !c.atomic, negate, packed, lu })?;
     let zoom = if pb.two_pass {
         let h = build_hist(&HistSpec { zoom: true, ..hs }, &c)?;
-        let l = build_locate(&LocateSpec { bins, pass: LocatePass::Zoom, write_counts: !c.atomic, negate, packed })?;
+        let l =
+            build_locate(&LocateSpec { bins, pass: LocatePass::Zoom, write_counts: !c.atomic, negate, packed, lu })?;
         Some((h, l))
     } else {
         None
@@ -1580,6 +1824,7 @@ pub fn locate_plan(h: &ExpertHistogram, target: f64, negate: bool) -> Result<Pla
         write_counts: false,
         negate,
         packed: false,
+        lu: 1,
     })?;
     let mut plan = Plan::default();
     let c = plan.input("counts", h.to_tensor()?);

@@ -21,6 +21,10 @@ fn knob_points() -> Vec<k3k_ir::Knobs> {
         d.clone().with("PPACK", "packed").with("HFX", 32i64),
         d.clone().with("AW", 4i64).with("HT", 256i64).with("HU", 4i64).with("HKB", 33i64),
         d.clone().with("AW", 16i64).with("HT", 1024i64).with("HU", 4i64).with("HKB", 132i64),
+        d.clone().with("ASEL", "ring").with("LU", 4i64),
+        d.clone().with("ASEL", "ring").with("AW", 7i64).with("ASTAGES", 3i64).with("ABPS", 2i64),
+        d.clone().with("ASEL", "ring").with("AW", 7i64).with("ASTAGES", 2i64).with("PPACK", "packed").with("LU", 8i64),
+        d.clone().with("MERGE", "atomic").with("ASEL", "ring").with("AW", 14i64).with("ASTAGES", 2i64),
     ]
 }
 

@@ -34,7 +34,10 @@ fn gpu_cases_pass_checks() {
         d.clone().with("HFX", 32i64).with("AW", 1i64),
         d.clone().with("PPACK", "packed").with("HBLOCKS", 792i64),
         d.clone().with("ATPW", 2i64).with("ABPS", 3i64),
-        d.with("HFX", 4i64).with("HT", 1024i64).with("HU", 4i64).with("HKB", 132i64),
+        d.clone().with("HFX", 4i64).with("HT", 1024i64).with("HU", 4i64).with("HKB", 132i64),
+        d.clone().with("ASEL", "ring").with("LU", 4i64),
+        d.clone().with("ASEL", "ring").with("AW", 7i64).with("ASTAGES", 2i64).with("PPACK", "packed").with("LU", 8i64),
+        d.with("ASEL", "ring").with("AW", 3i64).with("ASTAGES", 4i64).with("MERGE", "atomic"),
     ];
     let ops: [Box<dyn Operator>; 2] = [Box::new(HistQuantileQb), Box::new(HistQuantileColumn)];
     for op in &ops {
@@ -64,12 +67,26 @@ fn gpu_step_times() {
     let Some(mut g) = gpu() else { return };
     let opts = TimingOptions { warmup: 3, reps: 20, flush_l2: true };
     let d = default_knobs();
-    for p in HistQuantileQb.bench_presets() {
+    // `K3K_HQ_PRESET=T262144` times only the presets whose name contains it.
+    let only = std::env::var("K3K_HQ_PRESET").unwrap_or_default();
+    for p in HistQuantileQb.bench_presets().into_iter().filter(|p| p.name.contains(only.as_str())) {
         let inst = HistQuantileQb.instance(&p, 1).unwrap();
-        let old = d.clone().with("ASEL", "rank").with("HLAYOUT", "rows").with("ABPS", 6i64);
+        // The session-3 default (serial locate loads) and the session-1 kernels.
+        let s3 = d.clone().with("LU", 1i64);
+        let old = d.clone().with("ASEL", "rank").with("HLAYOUT", "rows").with("ABPS", 6i64).with("LU", 1i64);
         let packed = d.clone().with("PPACK", "packed");
-        let two = d.clone().with("ATPW", 2i64);
-        for kn in [d.clone(), d.clone().with("MERGE", "atomic"), d.clone().with("HFX", 32i64), packed, two, old] {
+        let ring = d.clone().with("ASEL", "ring");
+        let ring7 = ring.clone().with("AW", 7i64).with("ASTAGES", 2i64);
+        for kn in [
+            d.clone(),
+            s3,
+            d.clone().with("MERGE", "atomic"),
+            packed.clone(),
+            old,
+            ring7.clone().with("ABPS", 4i64).with("MERGE", "atomic"),
+            ring7.with("ABPS", 4i64).with("PPACK", "packed").with("LU", 8i64),
+            ring.with("AW", 7i64).with("ASTAGES", 3i64).with("ABPS", 2i64).with("MERGE", "atomic"),
+        ] {
             let plan = inst.plan(&kn).unwrap();
             let dev = g.upload(&plan).unwrap();
             g.launch_all(&plan, &dev).unwrap();

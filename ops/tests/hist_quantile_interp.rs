@@ -89,7 +89,14 @@ fn qb_edge_cases() {
     .enumerate()
     {
         // Two tokens per warp and step (rows past T in the second half, odd T) with the packed partials.
-        for knobs in [default_knobs(), packed.clone().with("ATPW", 2i64).with("AW", 1i64)] {
+        // The cp.async-ring alpha (three stages of 8 rows; two stages of 7 rows) and batched locate loads.
+        let ring = default_knobs().with("ASEL", "ring");
+        for knobs in [
+            default_knobs(),
+            packed.clone().with("ATPW", 2i64).with("AW", 1i64),
+            ring.clone().with("LU", 4i64),
+            ring.with("AW", 7i64).with("ASTAGES", 2i64).with("PPACK", "packed").with("LU", 8i64),
+        ] {
             let inst = HistQuantileQb.instance(p, s + i as u64).unwrap();
             assert_ok(inst.as_ref(), &knobs);
         }
@@ -127,7 +134,15 @@ fn qb_many_tied_alpha_candidates() {
     }
     let b = vec![0f32; e];
     let two = default_knobs().with("ATPW", 2i64);
-    for knobs in [default_knobs(), default_knobs().with("ASEL", "rank"), two.clone(), two.with("AW", 1i64)] {
+    let ring = default_knobs().with("ASEL", "ring");
+    for knobs in [
+        default_knobs(),
+        default_knobs().with("ASEL", "rank"),
+        two.clone(),
+        two.with("AW", 1i64),
+        ring.clone(),
+        ring.with("AW", 2i64).with("ASTAGES", 4i64),
+    ] {
         for k in [0usize, 16, 31] {
             let p = qb(t as i64, e as i64, k as i64, 64, 0, 0);
             let pb = Problem::from_preset(OP_QB, &p).unwrap();
@@ -176,6 +191,9 @@ fn atomic_flush_and_other_knobs() {
         default_knobs().with("PPACK", "packed").with("HFX", 32i64),
         default_knobs().with("ATPW", 2i64),
         default_knobs().with("ATPW", 2i64).with("AW", 4i64).with("ABPS", 3i64),
+        default_knobs().with("ASEL", "ring").with("MERGE", "atomic").with("ABPS", 1i64),
+        default_knobs().with("ASEL", "ring").with("AW", 3i64).with("ASTAGES", 3i64).with("LU", 4i64),
+        default_knobs().with("PPACK", "packed").with("LU", 4i64).with("HBLOCKS", 792i64),
     ];
     for (i, kn) in knob_sets.iter().enumerate() {
         let inst = HistQuantileQb.instance(&qb(70, 40, 4, 64, 1, 0), s + i as u64).unwrap();
