@@ -5,7 +5,10 @@
 //! (inclusive cumulative ends, groups may be empty), optionally followed by the SiTU-GLU or SwiGLU epilogue
 //! over the two halves of N. One persistent program walks the (group, m-tile, n-tile) space: each block takes
 //! every `grid.x`-th tile, so empty and tiny groups cost no blocks. The K loop is a `STAGES`-deep `cp.async`
-//! pipeline feeding `mma.sync` from swizzled shared tiles.
+//! pipeline feeding `mma.sync` or `wgmma` from swizzled shared tiles. With `OVERLAP=on` the walk is software
+//! pipelined: the next tile's group search overlaps the current tile's last product, and the next tile's first
+//! stages are in flight during the current tile's epilogue (see
+//! `results/profiles/latent_moe_gemm-sass-analysis-2026-12-01.md`).
 
 use crate::OpError;
 use k3k_ir::*;
