@@ -5,7 +5,10 @@
 //! (inclusive cumulative ends, groups may be empty), optionally followed by the SiTU-GLU or SwiGLU epilogue
 //! over the two halves of N. One persistent program walks the (group, m-tile, n-tile) space: each block takes
 //! every `grid.x`-th tile, so empty and tiny groups cost no blocks. The K loop is a `STAGES`-deep `cp.async`
-//! pipeline feeding `mma.sync` from swizzled shared tiles.
+//! pipeline feeding `mma.sync` or `wgmma` from swizzled shared tiles. With `OVERLAP=on` the walk is software
+//! pipelined: the next tile's group search overlaps the current tile's last product, and the next tile's first
+//! stages are in flight during the current tile's epilogue (see
+//! `results/profiles/latent_moe_gemm-sass-analysis-2026-12-01.md`).
 
 use crate::OpError;
 use k3k_ir::*;
@@ -79,6 +82,14 @@ pub fn knob_space() -> KnobSpace {
         )
 }
 
+/// The knob `OVERLAP` (`off` | `on`, absent = `off`), not yet an axis of [`knob_space`] nor part of
+/// [`default_knobs`] (so the measured default kernel, its name and the tuning records stay as they were until
+/// the GPU A/B): `off` is the plain tile walk (each tile searches its group from group 0 and fills its pipeline
+/// after the previous tile's epilogue); `on` software-pipelines the walk (the next tile's group search, starting
+/// where the previous one ended, overlaps the current tile's last product, and the next tile's first stages
+/// are issued before the current tile's epilogue).
+pub const OVERLAP_KNOB: &str = "OVERLAP";
+
 /// The knobs used when no tuning record exists.
 pub fn default_knobs() -> Knobs {
     Knobs::new()
@@ -114,6 +125,7 @@ struct Cfg {
     wn: u32,
     raster_m: bool,
     wgmma: bool,
+    overlap: bool,
 }
 
 fn cfg(spec: &GemmSpec, k: &Knobs) -> Result<Cfg, OpError> {
@@ -128,6 +140,21 @@ fn cfg(spec: &GemmSpec, k: &Knobs) -> Result<Cfg, OpError> {
         wgmma: match k.0.get("MMA") {
             None => false,
             Some(_) => k.str("MMA")? == "wgmma",
+        },
+        // Records written before the knob existed mean the plain tile walk.
+        overlap: match k.0.get(OVERLAP_KNOB) {
+            None => false,
+            Some(_) => match k.str(OVERLAP_KNOB)? {
+                "on" => true,
+                "off" => false,
+                other => {
+                    return Err(OpError::InvalidKnobs {
+                        op: "latent_moe_gemm",
+                        knobs: k.to_string(),
+                        why: format!("OVERLAP must be on or off, got {other}"),
+                    });
+                }
+            },
         },
     };
     let invalid = |why: String| Err(OpError::InvalidKnobs { op: "latent_moe_gemm", knobs: k.to_string(), why });
@@ -254,85 +281,126 @@ pub fn build_kernel(spec: &GemmSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
         let rows = group_end(&g) - group_start(&g);
         b.assign(total, Expr::Var(total) + rows.ceil_div(bm as i64) * n_tiles.clone());
     });
-    b.for_("tile", Expr::block_idx(0), total, Expr::grid_dim(0), |b, t| {
-        // Find the tile's group.
-        let grp = b.let_var("grp", 0i64);
-        let local = b.let_var("local", 0i64);
-        let seen = b.let_var("seen", 0i64);
-        b.for_("g", 0i64, g_count.clone(), 1i64, |b, g| {
+    let k_tiles = b.let_("k_tiles", kd.ceil_div(bk as i64));
+    // Stages loaded ahead of the first product: the wgmma ring keeps one product in flight, so STAGES-2.
+    let ahead = if c.wgmma { st - 2 } else { st - 1 };
+
+    // Find tile `t`'s group and its index inside the group: `grp`, `local`. With `from = (g0, seen0)` the walk
+    // starts at group `g0`, before which `seen0` tiles lie (a block's tiles only move forward), and updates both.
+    let search = |b: &mut KernelBuilder, t: Expr, grp: VarId, local: VarId, from: Option<(VarId, VarId)>| {
+        let (start, seen_init) = match from {
+            Some((g0, s0)) => (Expr::Var(g0), Expr::Var(s0)),
+            None => (Expr::Int(0), Expr::Int(0)),
+        };
+        let seen = b.let_var("seen", seen_init);
+        let found = from.map(|_| b.let_var("found_seen", 0i64));
+        b.for_("g", start, g_count.clone(), 1i64, |b, g| {
             let rows = group_end(&g) - group_start(&g);
             let tg = b.let_("tg", rows.ceil_div(bm as i64) * n_tiles.clone());
             b.if_(t.ge(Expr::Var(seen)).and(t.lt(Expr::Var(seen) + tg.clone())), |b| {
                 b.assign(grp, g.clone());
                 b.assign(local, &t - Expr::Var(seen));
+                if let Some(f) = found {
+                    b.assign(f, Expr::Var(seen));
+                }
             });
             b.assign(seen, Expr::Var(seen) + tg);
         });
-        let gsel = Expr::Var(grp);
-        let row0 = b.let_("row0", group_start(&gsel));
-        let rows_g = b.let_("rows_g", group_end(&gsel) - row0.clone());
+        if let (Some((g0, s0)), Some(f)) = (from, found) {
+            b.assign(g0, Expr::Var(grp));
+            b.assign(s0, Expr::Var(f));
+        }
+    };
+    // A tile's coordinates from its group and local index.
+    struct Coords {
+        /// First row of x (and y) of the tile.
+        r0: Expr,
+        /// Rows of the tile inside its group (may exceed BM).
+        rows_valid: Expr,
+        /// First output column.
+        n0: Expr,
+        /// Offset of the group's weight matrix.
+        w_base: Expr,
+    }
+    let coords = |b: &mut KernelBuilder, grp: Expr, local: Expr| -> Coords {
+        let row0 = b.let_("row0", group_start(&grp));
+        let rows_g = b.let_("rows_g", group_end(&grp) - row0.clone());
         let m_tiles = rows_g.ceil_div(bm as i64);
         let (mt, nt) = if c.raster_m {
-            (Expr::Var(local) % m_tiles.clone(), Expr::Var(local) / m_tiles)
+            (local.clone() % m_tiles.clone(), local / m_tiles)
         } else {
-            (Expr::Var(local) / n_tiles.clone(), Expr::Var(local) % n_tiles.clone())
+            (local.clone() / n_tiles.clone(), local % n_tiles.clone())
         };
         let m0 = b.let_("m0", mt * bm as i64);
         let n0 = b.let_("n0", nt * acc_n as i64);
         let rows_valid = b.let_("rows_valid", rows_g - m0.clone());
-        let w_base = b.let_("w_base", gsel.clone() * n.clone() * kd.clone());
-        let k_tiles = b.let_("k_tiles", kd.ceil_div(bk as i64));
+        let w_base = b.let_("w_base", grp * n.clone() * kd.clone());
+        let r0 = b.let_("r0", row0 + m0);
+        Coords { r0, rows_valid, n0, w_base }
+    };
 
-        let load_stage = |b: &mut KernelBuilder, kt: Expr| {
-            let slot = kt.clone() % st as i64;
-            let k0 = kt * bk as i64;
-            let a_src = view(
-                x,
-                (row0.clone() + m0.clone()) * kd.clone() + k0.clone(),
+    let load_stage = |b: &mut KernelBuilder, cs: &Coords, kt: Expr| {
+        let slot = kt.clone() % st as i64;
+        let k0 = kt * bk as i64;
+        let a_src = view(
+            x,
+            cs.r0.clone() * kd.clone() + k0.clone(),
+            kd.clone(),
+            cs.rows_valid.clone(),
+            kd.clone() - k0.clone(),
+            spec.in_vec,
+        );
+        let a_dst = b.slot(sa, slot.clone());
+        b.copy_async(a_dst, a_src);
+        if glu {
+            // Gate rows n0.. and up rows NH+n0.. share one shared tile (top and bottom halves).
+            let half = bn / 2;
+            let g_src = view(
+                w,
+                cs.w_base.clone() + cs.n0.clone() * kd.clone() + k0.clone(),
                 kd.clone(),
-                rows_valid.clone(),
+                n_out.clone() - cs.n0.clone(),
                 kd.clone() - k0.clone(),
                 spec.in_vec,
             );
-            let a_dst = b.slot(sa, slot.clone());
-            b.copy_async(a_dst, a_src);
-            if glu {
-                // Gate rows n0.. and up rows NH+n0.. share one shared tile (top and bottom halves).
-                let half = bn / 2;
-                let g_src = view(
-                    w,
-                    w_base.clone() + n0.clone() * kd.clone() + k0.clone(),
-                    kd.clone(),
-                    n_out.clone() - n0.clone(),
-                    kd.clone() - k0.clone(),
-                    spec.in_vec,
-                );
-                let u_src = view(
-                    w,
-                    w_base.clone() + (n_out.clone() + n0.clone()) * kd.clone() + k0.clone(),
-                    kd.clone(),
-                    n_out.clone() - n0.clone(),
-                    kd.clone() - k0.clone(),
-                    spec.in_vec,
-                );
-                let g_dst = b.window(sb, slot.clone(), 0, 0, half, bk);
-                let u_dst = b.window(sb, slot, half, 0, half, bk);
-                b.copy_async(g_dst, g_src);
-                b.copy_async(u_dst, u_src);
-            } else {
-                let b_src = view(
-                    w,
-                    w_base.clone() + n0.clone() * kd.clone() + k0.clone(),
-                    kd.clone(),
-                    n.clone() - n0.clone(),
-                    kd.clone() - k0,
-                    spec.in_vec,
-                );
-                let b_dst = b.slot(sb, slot);
-                b.copy_async(b_dst, b_src);
+            let u_src = view(
+                w,
+                cs.w_base.clone() + (n_out.clone() + cs.n0.clone()) * kd.clone() + k0.clone(),
+                kd.clone(),
+                n_out.clone() - cs.n0.clone(),
+                kd.clone() - k0.clone(),
+                spec.in_vec,
+            );
+            let g_dst = b.window(sb, slot.clone(), 0, 0, half, bk);
+            let u_dst = b.window(sb, slot, half, 0, half, bk);
+            b.copy_async(g_dst, g_src);
+            b.copy_async(u_dst, u_src);
+        } else {
+            let b_src = view(
+                w,
+                cs.w_base.clone() + cs.n0.clone() * kd.clone() + k0.clone(),
+                kd.clone(),
+                n.clone() - cs.n0.clone(),
+                kd.clone() - k0,
+                spec.in_vec,
+            );
+            let b_dst = b.slot(sb, slot);
+            b.copy_async(b_dst, b_src);
+        }
+    };
+    // The stages before the first product; one commit group per stage whether or not it loads.
+    let prologue = |b: &mut KernelBuilder, cs: Option<&Coords>| {
+        for s in 0..ahead {
+            if let Some(cs) = cs {
+                b.if_(Expr::Int(s as i64).lt(k_tiles.clone()), |b| load_stage(b, cs, Expr::Int(s as i64)));
             }
-        };
-
+            b.commit();
+        }
+    };
+    // The K loop of one tile; ends with every product complete (but shared tiles possibly still being read by
+    // other warps: a barrier must precede any refill).
+    // `tail` runs after the last product is issued and before it is waited for (scalar work to overlap it).
+    let main_loop = |b: &mut KernelBuilder, cs: &Coords, tail: &dyn Fn(&mut KernelBuilder)| {
         if !c.wgmma {
             b.map(acc, 0.0f64);
             if let Some(u) = acc_up {
@@ -342,16 +410,12 @@ pub fn build_kernel(spec: &GemmSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
         if c.wgmma {
             // Warpgroup MMA pipeline: a stage's shared tile is refilled two iterations after its product was
             // issued (by then every warpgroup has waited for it), so STAGES-2 loads and one product are in flight.
-            for s in 0..st - 2 {
-                b.if_(Expr::Int(s as i64).lt(k_tiles.clone()), |b| load_stage(b, Expr::Int(s as i64)));
-                b.commit();
-            }
             let groups = if acc_up.is_some() { 2 } else { 1 };
             b.for_("kt", 0i64, k_tiles.clone(), 1i64, |b, kt| {
                 b.wait(st - 3);
                 b.barrier();
                 let next = &kt + (st - 2) as i64;
-                b.if_(next.lt(k_tiles.clone()), |b| load_stage(b, next.clone()));
+                b.if_(next.lt(k_tiles.clone()), |b| load_stage(b, cs, next.clone()));
                 b.commit();
                 let slot = &kt % st as i64;
                 let a = Operand::Shared { src: b.slot(sa, slot.clone()), transpose: false };
@@ -360,6 +424,7 @@ pub fn build_kernel(spec: &GemmSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
                 weight_products(b, acc, acc_up, a, sb, slot, bn, bk, Some(accumulate));
                 b.mma_wait(groups);
             });
+            tail(b);
             b.mma_wait(0);
             // K = 0: no product ran, the result is zero.
             b.if_(k_tiles.le(0i64), |b| {
@@ -369,30 +434,27 @@ pub fn build_kernel(spec: &GemmSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
                 }
             });
         } else {
-            // Pipeline prologue: stages 0..STAGES-1.
-            for s in 0..st - 1 {
-                b.if_(Expr::Int(s as i64).lt(k_tiles.clone()), |b| load_stage(b, Expr::Int(s as i64)));
-                b.commit();
-            }
             b.for_("kt", 0i64, k_tiles.clone(), 1i64, |b, kt| {
                 b.wait(st - 2);
                 b.barrier();
                 let next = &kt + (st - 1) as i64;
-                b.if_(next.lt(k_tiles.clone()), |b| load_stage(b, next.clone()));
+                b.if_(next.lt(k_tiles.clone()), |b| load_stage(b, cs, next.clone()));
                 b.commit();
                 let slot = &kt % st as i64;
                 let a = Operand::Shared { src: b.slot(sa, slot.clone()), transpose: false };
                 weight_products(b, acc, acc_up, a, sb, slot, bn, bk, None);
             });
+            tail(b);
         }
-        b.wait(0);
-        // Epilogue.
+    };
+    // Epilogue: the fused GLU and routing weight from the accumulator registers, then the bf16 store.
+    let epilogue = |b: &mut KernelBuilder, cs: &Coords| {
         let out_rows = view(
             y,
-            (row0.clone() + m0.clone()) * n_out.clone() + n0.clone(),
+            cs.r0.clone() * n_out.clone() + cs.n0.clone(),
             n_out.clone(),
-            rows_valid.clone(),
-            n_out.clone() - n0.clone(),
+            cs.rows_valid.clone(),
+            n_out.clone() - cs.n0.clone(),
             spec.out_vec,
         );
         if let Some(u) = acc_up {
@@ -406,13 +468,62 @@ pub fn build_kernel(spec: &GemmSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
             b.map(acc, h);
         }
         if let (Some(pv), Some(p)) = (pv, p) {
-            b.load_vec(pv, vec_view(p, row0.clone() + m0.clone(), 1i64, rows_valid.clone()));
+            b.load_vec(pv, vec_view(p, cs.r0.clone(), 1i64, cs.rows_valid.clone()));
             b.map(acc, Expr::Elem(acc) * Expr::RowVal(pv));
         }
         b.store(acc, Place::Global(out_rows));
-        // Every warp must be done reading shared tiles before the next tile's prologue overwrites them.
-        b.barrier();
-    });
+    };
+
+    if c.overlap {
+        // Software-pipelined tile walk: the next tile's group search runs while the current tile's last product
+        // is in flight (and starts where the previous search ended), and its first stages are issued before the
+        // current tile's epilogue, so the refill latency is hidden behind the epilogue.
+        let from = (b.let_var("walk_g", 0i64), b.let_var("walk_seen", 0i64));
+        let cur_grp = b.let_var("cur_grp", 0i64);
+        let cur_local = b.let_var("cur_local", 0i64);
+        let first = Expr::block_idx(0);
+        b.if_(first.lt(Expr::Var(total)), |b| {
+            search(b, first.clone(), cur_grp, cur_local, Some(from));
+            let cs = coords(b, Expr::Var(cur_grp), Expr::Var(cur_local));
+            prologue(b, Some(&cs));
+        });
+        b.if_(first.ge(Expr::Var(total)), |b| prologue(b, None));
+        b.for_("tile", Expr::block_idx(0), total, Expr::grid_dim(0), |b, t| {
+            let cs = coords(b, Expr::Var(cur_grp), Expr::Var(cur_local));
+            let next = &t + Expr::grid_dim(0);
+            let nxt_grp = b.let_var("nxt_grp", 0i64);
+            let nxt_local = b.let_var("nxt_local", 0i64);
+            // The search runs while the tile's last product is still in flight.
+            main_loop(b, &cs, &|b: &mut KernelBuilder| {
+                b.if_(next.lt(Expr::Var(total)), |b| search(b, next.clone(), nxt_grp, nxt_local, Some(from)))
+            });
+            // Every warp is done reading the shared tiles before the next tile's first stages overwrite them.
+            b.barrier();
+            // One commit group per stage on both branches (the conditions are block-uniform).
+            b.if_(next.lt(Expr::Var(total)), |b| {
+                let ns = coords(b, Expr::Var(nxt_grp), Expr::Var(nxt_local));
+                prologue(b, Some(&ns));
+            });
+            b.if_(next.ge(Expr::Var(total)), |b| prologue(b, None));
+            epilogue(b, &cs);
+            b.assign(cur_grp, Expr::Var(nxt_grp));
+            b.assign(cur_local, Expr::Var(nxt_local));
+        });
+        b.wait(0);
+    } else {
+        b.for_("tile", Expr::block_idx(0), total, Expr::grid_dim(0), |b, t| {
+            let grp = b.let_var("grp", 0i64);
+            let local = b.let_var("local", 0i64);
+            search(b, t, grp, local, None);
+            let cs = coords(b, Expr::Var(grp), Expr::Var(local));
+            prologue(b, Some(&cs));
+            main_loop(b, &cs, &|_: &mut KernelBuilder| {});
+            b.wait(0);
+            epilogue(b, &cs);
+            // Every warp must be done reading shared tiles before the next tile's prologue overwrites them.
+            b.barrier();
+        });
+    }
     Ok(b.finish()?)
 }
 

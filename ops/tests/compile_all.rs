@@ -18,6 +18,25 @@ fn gemm_default_compiles() {
 }
 
 #[test]
+fn gemm_overlapped_walk_compiles_without_spills() {
+    // The preset shapes (K 3584 / 3072), plain and fused SiTU-GLU + routing weight, both tile walks.
+    for (k, n, epi) in [(3584, 6144, Epilogue::None), (3072, 3584, Epilogue::None), (3584, 6144, Epilogue::SituGlu)] {
+        for overlap in ["on", "off"] {
+            let spec =
+                GemmSpec::for_shape(true, epi, epi == Epilogue::SituGlu, k, if epi.is_glu() { n / 2 } else { n });
+            let kern = build_kernel(&spec, &default_knobs().with("OVERLAP", overlap)).unwrap();
+            let m = match build(&kern, BuildOptions { assemble: true }) {
+                Ok(m) => m,
+                Err(e) => panic!("{e}"),
+            };
+            let r = m.resources.clone().unwrap();
+            eprintln!("{}: {:?}", kern.name, r);
+            assert!(!r.spills(), "{r:?}");
+        }
+    }
+}
+
+#[test]
 fn distinct_gemm_variants_have_distinct_names() {
     // Loaded-kernel caches key on the IR hash, but names show up in logs, PTX and results: two different
     // kernels must never share one.
