@@ -99,14 +99,15 @@ fn variants_and_knob_points_compile() {
     ks.par_iter().filter(|k| k.name.contains(&only)).for_each(assemble);
 }
 
-/// Writes the CUDA of the default kernels of the first preset to `$K3K_KDA_DUMP` (a debugging aid).
+/// Writes the CUDA of the default kernels of every preset to `$K3K_KDA_DUMP` (a debugging aid).
 #[test]
 fn dump_cuda() {
     let Ok(dir) = std::env::var("K3K_KDA_DUMP") else { return };
     let op = kda::Kda;
-    let p = &op.bench_presets()[0];
-    for k in op.kernels(p, &op.default_knobs()).unwrap() {
-        std::fs::write(format!("{dir}/{}.cu", k.name), k3k_codegen::render(&k).unwrap()).unwrap();
+    for p in &op.bench_presets() {
+        for k in op.kernels(p, &op.default_knobs()).unwrap() {
+            std::fs::write(format!("{dir}/{}.cu", k.name), k3k_codegen::render(&k).unwrap()).unwrap();
+        }
     }
 }
 

@@ -492,3 +492,56 @@ fn arena_layout_matches_the_reference() {
     }
     assert!(kda::Launch::resolve(&a(64).with("ARENA", 2i64), &pb).is_err());
 }
+
+/// The exact path's adaptive diagonal (`XDIAG=1`): chunks whose gates keep every |G~_r - G~_anchor| within the
+/// bound take the midpoint-anchored tiles (the outputs then differ from the hierarchy's in the last bits, and
+/// both match the f64 recurrence); chunks with gates of -1000 fall back to the hierarchy, bit for bit the same
+/// kernel arithmetic as `XDIAG=0` with the same (bf16) tile operands; a mix of both in one problem passes too.
+#[test]
+fn exact_adaptive_diagonal() {
+    let s = seed();
+    let def = kda::default_knobs();
+    let hier = def.clone().with("XDIAG", 0i64).with("LVLDT", "bf16");
+    let adapt = def.clone().with("XDIAG", 1i64);
+    let outputs = |pb: &KdaProblem, d: &KdaData, k: &Knobs| -> Outputs {
+        let plan = kda::chunk_plan(pb, d, k).unwrap();
+        let out = Executor::Cpu.run(&plan).unwrap();
+        let (pairs, scope) = kda::check_scope(pb, s);
+        let r = kda::check_pairs(pb, d, &out, &pairs, scope).unwrap();
+        eprintln!("{} [{k}]: rel {:.3e}", pb.hv, r.max_rel_err);
+        assert!(r.passed, "[{k}] seed {s}: {} (rel {:.3e})", r.detail, r.max_rel_err);
+        out
+    };
+    let same = |a: &Outputs, b: &Outputs| ["o", "ht"].iter().all(|n| a.get(n).unwrap().data == b.get(n).unwrap().data);
+    for chunk in [32i64, 64] {
+        let (h, a) = (hier.clone().with("CHUNK", chunk), adapt.clone().with("CHUNK", chunk));
+        // Ordinary gates: every chunk within the bound.
+        let dims = [("B", 1i64), ("T", 130), ("H", 1), ("HV", 2), ("K", 64), ("V", 32), ("safe", 0), ("h0", 1)];
+        let pb = problem(&dims);
+        let d = KdaData::generate(&pb, s ^ chunk as u64);
+        assert!(!same(&outputs(&pb, &d, &h), &outputs(&pb, &d, &a)), "chunk {chunk}: the midpoint tiles never ran");
+        // One gate of -1000 in the middle of a tile (row 37, value head 1): that chunk falls back, the others
+        // keep the midpoint tiles.
+        let mut dm = d.clone();
+        dm.g.set_f32((37 * pb.hv + 1) * pb.dk + 5, -1000.0);
+        outputs(&pb, &dm, &a);
+        outputs(&pb, &dm, &h);
+        // About 2% of the gates at -1000: every chunk of 32 or 64 full rows falls back (T = 128).
+        let mut e = dims.to_vec();
+        e[1] = ("T", 128);
+        e.push(("extreme", 1));
+        let pe = problem(&e);
+        let de = KdaData::generate(&pe, s ^ 0x5e ^ chunk as u64);
+        assert!(
+            same(&outputs(&pe, &de, &h), &outputs(&pe, &de, &a)),
+            "chunk {chunk}: the fallback is not the hierarchy"
+        );
+    }
+    let pb = problem(&[("B", 1), ("T", 8), ("H", 1), ("K", 32), ("safe", 0)]);
+    assert!(kda::Launch::resolve(&def.clone().with("XDIAG", 2i64), &pb).is_err());
+    // A knob set from before XDIAG existed means the hierarchy.
+    let mut old = def.clone();
+    old.0.remove("XDIAG");
+    assert!(!kda::Launch::resolve(&old, &pb).unwrap().xdiag);
+    assert!(kda::Launch::resolve(&def, &pb).unwrap().xdiag);
+}

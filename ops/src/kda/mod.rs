@@ -177,6 +177,12 @@ pub fn knob_space() -> KnobSpace {
              with K-chunked level operands (108 KB; two blocks per SM at W1 <= 8)",
             [0i64, 1],
         )
+        .axis(
+            "XDIAG",
+            "exact path's diagonal tiles: 1 per chunk the safe path's midpoint anchor when every |G~_r - G~_anchor| is \
+             within 2^48 (bf16 tile operands), else the level hierarchy; 0 always the hierarchy (LVLDT operands)",
+            [1i64, 0],
+        )
         .axis("BV", "value columns per state-pass block (0: chosen from the problem)", [0i64, 16, 32, 64])
         .axis("W2", "warps of the state-pass kernel (0: chosen from the problem)", [0i64, 4, 8, 16])
         .axis(
@@ -197,6 +203,7 @@ pub fn default_knobs() -> Knobs {
         .with("BV", 0i64)
         .with("W2", 0i64)
         .with("STAGES", 0i64)
+        .with("XDIAG", 1i64)
         .with("OPDT", "f16")
         .with("LVLDT", "f16")
 }
@@ -208,6 +215,8 @@ pub struct Launch {
     pub w1: u32,
     /// The intra-chunk kernel's phase-aliased shared layout (knob `ARENA`).
     pub arena: bool,
+    /// The exact path's adaptive diagonal tiles (knob `XDIAG`).
+    pub xdiag: bool,
     pub bv: u32,
     pub w2: u32,
     /// Operand buffers of the state pass (1 or 2).
@@ -304,7 +313,13 @@ impl Launch {
             1 => true,
             other => return Err(invalid(format!("ARENA={other}: 0 or 1"))),
         };
-        Ok(Launch { chunk, w1, arena, bv, w2, stages, op_dt: dt("OPDT")?, lvl_dt: dt("LVLDT")? })
+        // Knob sets written before XDIAG existed mean the hierarchy.
+        let xdiag = match if knobs.0.contains_key("XDIAG") { knobs.u32("XDIAG")? } else { 0 } {
+            0 => false,
+            1 => true,
+            other => return Err(invalid(format!("XDIAG={other}: 0 or 1"))),
+        };
+        Ok(Launch { chunk, w1, arena, xdiag, bv, w2, stages, op_dt: dt("OPDT")?, lvl_dt: dt("LVLDT")? })
     }
 }
 
@@ -594,7 +609,7 @@ impl KdaData {
 pub fn chunk_kernels(pb: &KdaProblem, l: &Launch) -> Result<(Kernel, Kernel), OpError> {
     let spec = pb.spec();
     Ok((
-        intra::build_intra(&spec, l.chunk, l.w1, l.op_dt, l.lvl_dt, l.arena)?,
+        intra::build_intra(&spec, l.chunk, l.w1, l.op_dt, l.lvl_dt, l.arena, l.xdiag)?,
         state::build_state(&spec, l.chunk, l.bv, l.w2, l.op_dt, l.stages)?,
     ))
 }
