@@ -66,6 +66,11 @@ fn variants_and_knob_points_compile() {
         let knobs = def.clone().with("BV", bv).with("W2", w2).with("STAGES", 2i64).with("CHUNK", chunk);
         add(with(&[("safe", 1), ("h0", 1)]), &knobs, 2);
     }
+    // Three stages (the automatic choice where every state-pass block has an SM to itself).
+    for (bv, w2, chunk) in [(32i64, 8i64, 32i64), (32, 4, 32), (64, 8, 32), (128, 16, 32), (16, 4, 32), (32, 8, 64)] {
+        let knobs = def.clone().with("BV", bv).with("W2", w2).with("STAGES", 3i64).with("CHUNK", chunk);
+        add(with(&[("safe", 1), ("h0", 1)]), &knobs, 2);
+    }
     // Smaller head dims.
     for (k, v) in [(64i64, 64i64), (32, 32), (64, 128), (128, 32)] {
         add(vec![("B", 1), ("T", 100), ("H", 2), ("K", k), ("V", v), ("safe", 0)], &def, 3);

@@ -214,6 +214,10 @@ fn knob_points_agree() {
         def.clone().with("STAGES", 2i64).with("BV", 64i64).with("W2", 16i64),
         def.clone().with("STAGES", 1i64).with("BV", 64i64).with("W2", 16i64),
         def.clone().with("STAGES", 2i64).with("CHUNK", 32i64).with("BV", 32i64).with("W2", 8i64),
+        // Three stages (chunk j + 2's loads issued at the top of chunk j).
+        def.clone().with("STAGES", 3i64),
+        def.clone().with("STAGES", 3i64).with("CHUNK", 32i64).with("BV", 16i64).with("W2", 4i64),
+        def.clone().with("STAGES", 3i64).with("CHUNK", 64i64).with("BV", 64i64).with("W2", 16i64),
     ] {
         run_with(&dims, &k, s);
     }
@@ -224,17 +228,30 @@ fn knob_points_agree() {
     let one = kda::Launch::resolve(&def.clone().with("STAGES", 1i64), &pb).unwrap();
     assert_eq!(kda::Launch::resolve(&old, &pb).unwrap(), one);
     assert_eq!(one.stages, 1);
-    assert!(kda::Launch::resolve(&def.clone().with("STAGES", 3i64), &pb).is_err());
+    assert!(kda::Launch::resolve(&def.clone().with("STAGES", 4i64), &pb).is_err());
     assert!(kda::Launch::resolve(&def.clone().with("W2", 2i64), &pb).is_err());
-    // STAGES=0: two stages exactly when every state-pass block has an SM to itself (132 assumed).
+    // STAGES=0: three stages exactly when every state-pass block has an SM to itself (132 assumed) at the
+    // presets (K = V = 128, chunk 32: 96 KB); the shared-memory formula is the kernel's.
     let op = kda::Kda;
     for p in op.bench_presets() {
         let pb = kda::KdaProblem::from_preset(&p).unwrap();
         let l = kda::Launch::resolve(&def, &pb).unwrap();
         let blocks = pb.num_seqs() * pb.hv * pb.dv / l.bv as usize;
-        assert_eq!(l.stages, if blocks <= 132 { 2 } else { 1 }, "{}: {l:?}", p.name);
+        assert_eq!(l.stages, if blocks <= 132 { 3 } else { 1 }, "{}: {l:?}", p.name);
         eprintln!("{}: {l:?}, {blocks} state-pass blocks", p.name);
+        for (chunk, bv, stages) in
+            [(32u32, 32u32, 1u32), (32, 32, 2), (32, 32, 3), (64, 32, 3), (32, 128, 3), (64, 16, 2)]
+        {
+            let k = kda::state::build_state(&pb.spec(), chunk, bv, 8, l.op_dt, stages).unwrap();
+            assert_eq!(k.shared_bytes() as u32, kda::state_shared_bytes(128, chunk, bv, stages), "{}", k.name);
+        }
     }
+    // Chunk 64 with BV = 128 does not fit three stages (266 KB): refused, and the automatic choice takes two.
+    let wide = problem(&[("B", 1), ("T", 64), ("H", 1), ("K", 128), ("safe", 1)]);
+    let k64 = def.clone().with("CHUNK", 64i64).with("BV", 128i64).with("W2", 16i64);
+    assert!(kda::Launch::resolve(&k64.clone().with("STAGES", 3i64), &wide).is_err());
+    assert_eq!(kda::Launch::resolve(&k64, &wide).unwrap().stages, 2);
+    assert_eq!(kda::Launch::resolve(&k64.with("CHUNK", 32i64), &wide).unwrap().stages, 3);
     let mut e = dims.to_vec();
     e[5] = ("safe", 0);
     run_with(&e, &def.clone().with("LVLDT", "bf16").with("W1", 4i64), s);

@@ -228,6 +228,15 @@ pub struct Launch {
 /// Streaming multiprocessors assumed by the automatic value-block choice (H100/H200).
 const ASSUMED_SMS: usize = 132;
 
+/// Dynamic shared memory one block may use (sm_90: 227 KB).
+const MAX_SHARED_BYTES: u32 = 232448;
+
+/// Shared bytes of the state pass (16-bit operands): per stage W, Qbar, Kbar (C x K), U (C x BV), P (C x C) and
+/// gamma (K f32); once S (K x BV) and Vt (C x BV).
+pub fn state_shared_bytes(dk: u32, chunk: u32, bv: u32, stages: u32) -> u32 {
+    stages * (2 * chunk * (3 * dk + bv + chunk) + 4 * dk) + 2 * (dk + chunk) * bv
+}
+
 impl Launch {
     /// Read and check the knobs for a problem. `STAGES = 0` picks the double-buffered state pass when its blocks
     /// all fit on the SMs one each (a knob set without `STAGES`, from before it existed, means 1). `BV = 0` picks 32 value columns per state-pass block, or 16 when
@@ -256,8 +265,8 @@ impl Launch {
         let mut w2 = knobs.u32("W2")?;
         // Knob sets written before STAGES existed mean the single-buffer pass.
         let mut stages = if knobs.0.contains_key("STAGES") { knobs.u32("STAGES")? } else { 1 };
-        if stages > 2 {
-            return Err(invalid(format!("STAGES={stages}: 0, 1 or 2")));
+        if stages > 3 {
+            return Err(invalid(format!("STAGES={stages}: 0, 1, 2 or 3")));
         }
         if chunk != 32 && chunk != 64 {
             return Err(invalid(format!("CHUNK={chunk}: 0 (auto), 32 or 64")));
@@ -286,11 +295,24 @@ impl Launch {
             return Err(invalid(format!("W2={w2}: 0, 4, 8 or 16")));
         }
         if stages == 0 {
-            // A second operand stage doubles the chunk buffers (74 -> 136 KB at K = V = 128, BV = 32): free when
-            // each block has an SM to itself anyway (then the next chunk's loads overlap a whole chunk instead of
-            // half of one), else it would cost resident blocks on the sequential chain.
+            // More operand stages multiply the chunk buffers (38 -> 67 -> 96 KB at chunk 32, K = V = 128, BV = 32):
+            // free when each block has an SM to itself anyway (then chunk j + S - 1's loads overlap S - 1 chunks
+            // of work instead of half of one), else they would cost resident blocks on the sequential chain. So:
+            // 3 stages when every block has an SM to itself and they fit in shared memory, else 2 if that fits,
+            // else 1.
             let blocks = pb.num_seqs() * pb.hv * pb.dv / bv as usize;
-            stages = if blocks <= ASSUMED_SMS { 2 } else { 1 };
+            let fits = |s: u32| state_shared_bytes(pb.dk as u32, chunk, bv, s) <= MAX_SHARED_BYTES;
+            stages = match blocks <= ASSUMED_SMS {
+                true if fits(3) => 3,
+                true if fits(2) => 2,
+                _ => 1,
+            };
+        }
+        if state_shared_bytes(pb.dk as u32, chunk, bv, stages) > MAX_SHARED_BYTES {
+            return Err(invalid(format!(
+                "STAGES={stages} at chunk {chunk}, BV={bv}: {} bytes of shared memory (max {MAX_SHARED_BYTES})",
+                state_shared_bytes(pb.dk as u32, chunk, bv, stages)
+            )));
         }
         // f32 accumulator registers per thread: the state and the two chunk accumulators.
         let regs = (pb.dk as u32 + 2 * chunk) * bv / (32 * w2);
