@@ -188,8 +188,9 @@ pub fn knob_space() -> KnobSpace {
         .axis(
             "STAGES",
             "state-pass operand buffers: 1 (two load groups, each refilled after its last reader), 2 (double-buffered \
-             chunks), 0 (2 when every block has an SM to itself, else 1)",
-            [0i64, 1, 2],
+             chunks), 3 (a ring of three: loads two chunks ahead), 0 (the deepest that keeps the resident blocks the \
+             grid needs, see Launch::resolve)",
+            [0i64, 1, 2, 3],
         )
         .axis("OPDT", "16-bit type of the scratch and of the tensor-core operands built from it", ["f16", "bf16"])
         .axis("LVLDT", "16-bit type of the off-diagonal and exact-diagonal tile operands", ["f16", "bf16"])
@@ -231,6 +232,9 @@ const ASSUMED_SMS: usize = 132;
 /// Dynamic shared memory one block may use (sm_90: 227 KB).
 const MAX_SHARED_BYTES: u32 = 232448;
 
+/// Shared memory of one SM (sm_90: 228 KB, of which each resident block reserves 1 KB).
+const SM_SHARED_BYTES: u32 = 233472;
+
 /// Shared bytes of the state pass (16-bit operands): per stage W, Qbar, Kbar (C x K), U (C x BV), P (C x C) and
 /// gamma (K f32); once S (K x BV) and Vt (C x BV).
 pub fn state_shared_bytes(dk: u32, chunk: u32, bv: u32, stages: u32) -> u32 {
@@ -238,8 +242,10 @@ pub fn state_shared_bytes(dk: u32, chunk: u32, bv: u32, stages: u32) -> u32 {
 }
 
 impl Launch {
-    /// Read and check the knobs for a problem. `STAGES = 0` picks the double-buffered state pass when its blocks
-    /// all fit on the SMs one each (a knob set without `STAGES`, from before it existed, means 1). `BV = 0` picks 32 value columns per state-pass block, or 16 when
+    /// Read and check the knobs for a problem. `STAGES = 0` picks the deepest operand ring (3, 2 or 1 chunks)
+    /// with which the resident blocks the grid needs still fit on an SM (a knob set without `STAGES`, from
+    /// before it existed, means 1). `XDIAG` (exact path; missing: 0) picks the adaptive diagonal tiles.
+    /// `BV = 0` picks 32 value columns per state-pass block, or 16 when
     /// that would leave more than half the SMs idle (fewer than ~66 blocks); every value block re-reads the
     /// chunk's W, Qbar, Kbar and P, so narrower blocks cost L2 bandwidth. `W2 = 0` picks 8 warps when all
     /// blocks fit on the SMs at once (or BV > 32), else 4.
@@ -295,18 +301,18 @@ impl Launch {
             return Err(invalid(format!("W2={w2}: 0, 4, 8 or 16")));
         }
         if stages == 0 {
-            // More operand stages multiply the chunk buffers (38 -> 67 -> 96 KB at chunk 32, K = V = 128, BV = 32):
-            // free when each block has an SM to itself anyway (then chunk j + S - 1's loads overlap S - 1 chunks
-            // of work instead of half of one), else they would cost resident blocks on the sequential chain. So:
-            // 3 stages when every block has an SM to itself and they fit in shared memory, else 2 if that fits,
-            // else 1.
+            // More operand stages multiply the chunk buffers (38 -> 67 -> 96 KB at chunk 32, K = V = 128, BV = 32)
+            // and let chunk j + S - 1's loads overlap S - 1 chunks of work instead of half of one; they are free
+            // as long as they cost none of the resident blocks the grid needs. So: the deepest ring (3, 2, 1)
+            // with which `min(ceil(blocks / SMs), blocks per SM by registers)` blocks still fit on an SM, the
+            // registers taken as 128 a thread (ptxas: 123-128 at 1 and 3 stages; 153 for 2 stages on 4 warps,
+            // i.e. 3 blocks per SM, which shared memory caps at anyway: 3 x 67 KB) -- e.g. 3 stages at H32 (128
+            // blocks, one per SM), 2 at H96 (384 blocks: 3 per SM, 3 x 67 KB), 1 at B4 H64 (1024 blocks: 4 per SM
+            // by registers at 4 warps, 4 x 38 KB).
             let blocks = pb.num_seqs() * pb.hv * pb.dv / bv as usize;
-            let fits = |s: u32| state_shared_bytes(pb.dk as u32, chunk, bv, s) <= MAX_SHARED_BYTES;
-            stages = match blocks <= ASSUMED_SMS {
-                true if fits(3) => 3,
-                true if fits(2) => 2,
-                _ => 1,
-            };
+            let want = blocks.div_ceil(ASSUMED_SMS).min(65536 / (128 * 32 * w2 as usize)).max(1) as u32;
+            let fits = |s: u32| want * (state_shared_bytes(pb.dk as u32, chunk, bv, s) + 1024) <= SM_SHARED_BYTES;
+            stages = [3, 2].into_iter().find(|&s| fits(s)).unwrap_or(1);
         }
         if state_shared_bytes(pb.dk as u32, chunk, bv, stages) > MAX_SHARED_BYTES {
             return Err(invalid(format!(
