@@ -54,6 +54,14 @@
 //! [`intra`]) and with `W1=8` asks for two blocks per SM (128 registers, 8 bytes spilled); the old layout was held
 //! to one block per SM by both shared memory and registers (182 at 8 warps, 116 x 512 threads at 16).
 //!
+//! Session 4 (not yet measured): the exact path's diagonal hierarchy (4 levels, each a full pass of operand
+//! building over C x K plus two banded products) was the 0.50 ms between the exact and safe H32 T16384 runs;
+//! `XDIAG=1` (default) runs the safe path's single midpoint-anchored pass on every chunk whose gates allow it
+//! (a block-wide check of `|G~_r - G~_anchor| <= 48` after the scan) and keeps the hierarchy for the others
+//! (e.g. gates of -1000). The H32 state pass (128 blocks, one per SM, 512-2048 sequential chunk steps) is a
+//! latency chain per step; `STAGES=3` issues each chunk's loads two chunks ahead, and `STAGES=0` now takes the
+//! deepest ring that keeps the resident blocks the grid needs (3 at H32, 2 at H96, 1 at B4 H64).
+//!
 //! Checks compare with `k3k_reference::kda::kda_recurrent` (f64) per (sequence, value head) pair: every pair for
 //! small problems, a documented sample of pairs (first, last and seeded others; every o row and state element of
 //! each) for the benchmark sizes, whose full f64 recurrence would take minutes on a CPU.
@@ -180,7 +188,8 @@ pub fn knob_space() -> KnobSpace {
         .axis(
             "XDIAG",
             "exact path's diagonal tiles: 1 per chunk the safe path's midpoint anchor when every |G~_r - G~_anchor| is \
-             within 2^48 (bf16 tile operands), else the level hierarchy; 0 always the hierarchy (LVLDT operands)",
+             within 48 (log2 units), else the level hierarchy, all tile operands bf16; 0 always the hierarchy with \
+             LVLDT operands (the old path)",
             [1i64, 0],
         )
         .axis("BV", "value columns per state-pass block (0: chosen from the problem)", [0i64, 16, 32, 64])
