@@ -86,6 +86,8 @@ struct Measured {
     knobs: Knobs,
     check: k3k_ops::op::CheckReport,
     samples: Vec<f64>,
+    /// With `K3K_BENCH_STEPS=1`: each kernel of a multi-kernel plan timed alone (name, median ms).
+    steps: Vec<(String, f64)>,
 }
 
 fn measure(
@@ -102,7 +104,14 @@ fn measure(
     let out = exec.download(&plan, &dev)?;
     let check = inst.check(&out)?;
     let samples = exec.time(&plan, &dev, timing)?;
-    Ok(Measured { knobs: knobs.clone(), check, samples })
+    let mut steps = vec![];
+    if plan.steps.len() > 1 && std::env::var("K3K_BENCH_STEPS").is_ok_and(|v| v == "1") {
+        for s in &plan.steps {
+            let one = k3k_ops::plan::Plan { buffers: vec![], steps: vec![s.clone()] };
+            steps.push((s.kernel.name.clone(), median(&exec.time(&one, &dev, timing)?)));
+        }
+    }
+    Ok(Measured { knobs: knobs.clone(), check, samples, steps })
 }
 
 /// Time and check every preset of `op` under each knob set `knobs_for` lists (tuned or default first); the
@@ -133,6 +142,9 @@ pub fn bench_op(
                         if m.check.passed { "ok" } else { "CHECK FAILED" },
                         knobs
                     ));
+                    for (name, ms) in &m.steps {
+                        log(&format!("    step {name:<58} {ms:>9.4} ms"));
+                    }
                     variants.push((knobs.clone(), m.check.passed.then_some(ms)));
                     let better = match &best {
                         None => true,

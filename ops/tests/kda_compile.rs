@@ -66,6 +66,11 @@ fn variants_and_knob_points_compile() {
         let knobs = def.clone().with("BV", bv).with("W2", w2).with("STAGES", 2i64).with("CHUNK", chunk);
         add(with(&[("safe", 1), ("h0", 1)]), &knobs, 2);
     }
+    // Three stages (the automatic choice where every state-pass block has an SM to itself).
+    for (bv, w2, chunk) in [(32i64, 8i64, 32i64), (32, 4, 32), (64, 8, 32), (128, 16, 32), (16, 4, 32), (32, 8, 64)] {
+        let knobs = def.clone().with("BV", bv).with("W2", w2).with("STAGES", 3i64).with("CHUNK", chunk);
+        add(with(&[("safe", 1), ("h0", 1)]), &knobs, 2);
+    }
     // Smaller head dims.
     for (k, v) in [(64i64, 64i64), (32, 32), (64, 128), (128, 32)] {
         add(vec![("B", 1), ("T", 100), ("H", 2), ("K", k), ("V", v), ("safe", 0)], &def, 3);
@@ -99,14 +104,15 @@ fn variants_and_knob_points_compile() {
     ks.par_iter().filter(|k| k.name.contains(&only)).for_each(assemble);
 }
 
-/// Writes the CUDA of the default kernels of the first preset to `$K3K_KDA_DUMP` (a debugging aid).
+/// Writes the CUDA of the default kernels of every preset to `$K3K_KDA_DUMP` (a debugging aid).
 #[test]
 fn dump_cuda() {
     let Ok(dir) = std::env::var("K3K_KDA_DUMP") else { return };
     let op = kda::Kda;
-    let p = &op.bench_presets()[0];
-    for k in op.kernels(p, &op.default_knobs()).unwrap() {
-        std::fs::write(format!("{dir}/{}.cu", k.name), k3k_codegen::render(&k).unwrap()).unwrap();
+    for p in &op.bench_presets() {
+        for k in op.kernels(p, &op.default_knobs()).unwrap() {
+            std::fs::write(format!("{dir}/{}.cu", k.name), k3k_codegen::render(&k).unwrap()).unwrap();
+        }
     }
 }
 

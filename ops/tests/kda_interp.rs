@@ -214,6 +214,10 @@ fn knob_points_agree() {
         def.clone().with("STAGES", 2i64).with("BV", 64i64).with("W2", 16i64),
         def.clone().with("STAGES", 1i64).with("BV", 64i64).with("W2", 16i64),
         def.clone().with("STAGES", 2i64).with("CHUNK", 32i64).with("BV", 32i64).with("W2", 8i64),
+        // Three stages (chunk j + 2's loads issued at the top of chunk j).
+        def.clone().with("STAGES", 3i64),
+        def.clone().with("STAGES", 3i64).with("CHUNK", 32i64).with("BV", 16i64).with("W2", 4i64),
+        def.clone().with("STAGES", 3i64).with("CHUNK", 64i64).with("BV", 64i64).with("W2", 16i64),
     ] {
         run_with(&dims, &k, s);
     }
@@ -224,17 +228,38 @@ fn knob_points_agree() {
     let one = kda::Launch::resolve(&def.clone().with("STAGES", 1i64), &pb).unwrap();
     assert_eq!(kda::Launch::resolve(&old, &pb).unwrap(), one);
     assert_eq!(one.stages, 1);
-    assert!(kda::Launch::resolve(&def.clone().with("STAGES", 3i64), &pb).is_err());
+    assert!(kda::Launch::resolve(&def.clone().with("STAGES", 4i64), &pb).is_err());
     assert!(kda::Launch::resolve(&def.clone().with("W2", 2i64), &pb).is_err());
-    // STAGES=0: two stages exactly when every state-pass block has an SM to itself (132 assumed).
+    // STAGES=0: the deepest ring that keeps the resident blocks the grid needs (132 SMs assumed; K = V = 128,
+    // chunk 32: 38 / 67 / 96 KB for 1 / 2 / 3 stages): 3 at H32 (128 blocks, one an SM), 2 at H96 (384 blocks,
+    // 3 an SM), 1 at B4 H64 (1024 blocks, 4 an SM by registers on 4 warps); the shared-memory formula is the
+    // kernel's.
     let op = kda::Kda;
     for p in op.bench_presets() {
         let pb = kda::KdaProblem::from_preset(&p).unwrap();
         let l = kda::Launch::resolve(&def, &pb).unwrap();
         let blocks = pb.num_seqs() * pb.hv * pb.dv / l.bv as usize;
-        assert_eq!(l.stages, if blocks <= 132 { 2 } else { 1 }, "{}: {l:?}", p.name);
+        let want = match (blocks, l.w2) {
+            (b, 8) if b <= 132 => 3,
+            (384, 4) => 2,
+            (1024, 4) => 1,
+            other => panic!("{}: unexpected state-pass grid {other:?}", p.name),
+        };
+        assert_eq!(l.stages, want, "{}: {l:?}", p.name);
         eprintln!("{}: {l:?}, {blocks} state-pass blocks", p.name);
+        for (chunk, bv, stages) in
+            [(32u32, 32u32, 1u32), (32, 32, 2), (32, 32, 3), (64, 32, 3), (32, 128, 3), (64, 16, 2)]
+        {
+            let k = kda::state::build_state(&pb.spec(), chunk, bv, 8, l.op_dt, stages).unwrap();
+            assert_eq!(k.shared_bytes() as u32, kda::state_shared_bytes(128, chunk, bv, stages), "{}", k.name);
+        }
     }
+    // Chunk 64 with BV = 128 does not fit three stages (266 KB): refused, and the automatic choice takes two.
+    let wide = problem(&[("B", 1), ("T", 64), ("H", 1), ("K", 128), ("safe", 1)]);
+    let k64 = def.clone().with("CHUNK", 64i64).with("BV", 128i64).with("W2", 16i64);
+    assert!(kda::Launch::resolve(&k64.clone().with("STAGES", 3i64), &wide).is_err());
+    assert_eq!(kda::Launch::resolve(&k64, &wide).unwrap().stages, 2);
+    assert_eq!(kda::Launch::resolve(&k64.with("CHUNK", 32i64), &wide).unwrap().stages, 3);
     let mut e = dims.to_vec();
     e[5] = ("safe", 0);
     run_with(&e, &def.clone().with("LVLDT", "bf16").with("W1", 4i64), s);
@@ -491,4 +516,57 @@ fn arena_layout_matches_the_reference() {
         assert!(k0.shared_bytes() > k1.shared_bytes() && k0.min_blocks_per_sm == 0, "{}", k0.name);
     }
     assert!(kda::Launch::resolve(&a(64).with("ARENA", 2i64), &pb).is_err());
+}
+
+/// The exact path's adaptive diagonal (`XDIAG=1`): chunks whose gates keep every |G~_r - G~_anchor| within the
+/// bound take the midpoint-anchored tiles (the outputs then differ from the hierarchy's in the last bits, and
+/// both match the f64 recurrence); chunks with gates of -1000 fall back to the hierarchy, bit for bit the same
+/// kernel arithmetic as `XDIAG=0` with the same (bf16) tile operands; a mix of both in one problem passes too.
+#[test]
+fn exact_adaptive_diagonal() {
+    let s = seed();
+    let def = kda::default_knobs();
+    let hier = def.clone().with("XDIAG", 0i64).with("LVLDT", "bf16");
+    let adapt = def.clone().with("XDIAG", 1i64);
+    let outputs = |pb: &KdaProblem, d: &KdaData, k: &Knobs| -> Outputs {
+        let plan = kda::chunk_plan(pb, d, k).unwrap();
+        let out = Executor::Cpu.run(&plan).unwrap();
+        let (pairs, scope) = kda::check_scope(pb, s);
+        let r = kda::check_pairs(pb, d, &out, &pairs, scope).unwrap();
+        eprintln!("{} [{k}]: rel {:.3e}", pb.hv, r.max_rel_err);
+        assert!(r.passed, "[{k}] seed {s}: {} (rel {:.3e})", r.detail, r.max_rel_err);
+        out
+    };
+    let same = |a: &Outputs, b: &Outputs| ["o", "ht"].iter().all(|n| a.get(n).unwrap().data == b.get(n).unwrap().data);
+    for chunk in [32i64, 64] {
+        let (h, a) = (hier.clone().with("CHUNK", chunk), adapt.clone().with("CHUNK", chunk));
+        // Ordinary gates: every chunk within the bound.
+        let dims = [("B", 1i64), ("T", 130), ("H", 1), ("HV", 2), ("K", 64), ("V", 32), ("safe", 0), ("h0", 1)];
+        let pb = problem(&dims);
+        let d = KdaData::generate(&pb, s ^ chunk as u64);
+        assert!(!same(&outputs(&pb, &d, &h), &outputs(&pb, &d, &a)), "chunk {chunk}: the midpoint tiles never ran");
+        // One gate of -1000 in the middle of a tile (row 37, value head 1): that chunk falls back, the others
+        // keep the midpoint tiles.
+        let mut dm = d.clone();
+        dm.g.set_f32((37 * pb.hv + 1) * pb.dk + 5, -1000.0);
+        outputs(&pb, &dm, &a);
+        outputs(&pb, &dm, &h);
+        // About 2% of the gates at -1000: every chunk of 32 or 64 full rows falls back (T = 128).
+        let mut e = dims.to_vec();
+        e[1] = ("T", 128);
+        e.push(("extreme", 1));
+        let pe = problem(&e);
+        let de = KdaData::generate(&pe, s ^ 0x5e ^ chunk as u64);
+        assert!(
+            same(&outputs(&pe, &de, &h), &outputs(&pe, &de, &a)),
+            "chunk {chunk}: the fallback is not the hierarchy"
+        );
+    }
+    let pb = problem(&[("B", 1), ("T", 8), ("H", 1), ("K", 32), ("safe", 0)]);
+    assert!(kda::Launch::resolve(&def.clone().with("XDIAG", 2i64), &pb).is_err());
+    // A knob set from before XDIAG existed means the hierarchy.
+    let mut old = def.clone();
+    old.0.remove("XDIAG");
+    assert!(!kda::Launch::resolve(&old, &pb).unwrap().xdiag);
+    assert!(kda::Launch::resolve(&def, &pb).unwrap().xdiag);
 }

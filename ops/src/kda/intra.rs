@@ -61,8 +61,16 @@ use k3k_ir::*;
 /// log2(e).
 pub const LOG2E: f64 = std::f64::consts::LOG2_E;
 
+/// Bound (log2 units) on `|G~_r - G~_anchor|` under which the exact path's adaptive diagonal (`xdiag`) takes the
+/// midpoint-anchored tiles of the safe path: the operands then stay within 2^48 of q and k (bf16 and f32 hold
+/// that with room to spare: the masked-out products reach 2^96 times K |q||k|), the same numerics as the safe
+/// path, whose bound is 8 |lb| nats = 57.7.
+pub const XDIAG_BOUND: f64 = 48.0;
+
 /// Build kernel 1 for a variant, chunk size and warp count; `arena`: the phase-aliased shared layout (see the
-/// module docs).
+/// module docs); `xdiag` (exact path only): per chunk, the midpoint-anchored diagonal tiles when every
+/// `|G~_r - G~_anchor|` of the chunk is within [`XDIAG_BOUND`] (one block-wide check after the scan), the
+/// level hierarchy otherwise (e.g. gates of -1000).
 pub fn build_intra(
     spec: &KdaSpec,
     chunk: u32,
@@ -70,13 +78,21 @@ pub fn build_intra(
     op_dt: DType,
     lvl_dt: DType,
     arena: bool,
+    xdiag: bool,
 ) -> Result<Kernel, OpError> {
     let (dk, dv, c) = (spec.dk, spec.dv, chunk);
     let nt = c / 16;
-    // The safe path's midpoint-anchored diagonal operands reach e^(8|lb|): bf16 there (f16 would overflow).
-    let lvl_dt = if spec.safe { DType::Bf16 } else { lvl_dt };
+    let xdiag = xdiag && !spec.safe;
+    // The midpoint-anchored diagonal operands reach e^(8|lb|) on the safe path and 2^XDIAG_BOUND with `xdiag`:
+    // bf16 there (f16 would overflow).
+    let lvl_dt = if spec.safe || xdiag { DType::Bf16 } else { lvl_dt };
     let threads = 32 * warps;
-    let name = format!("k3k_kda_intra_{}_c{c}_w{warps}_{op_dt}_{lvl_dt}{}", spec.tag(), if arena { "_a" } else { "" });
+    let name = format!(
+        "k3k_kda_intra_{}_c{c}_w{warps}_{op_dt}_{lvl_dt}{}{}",
+        spec.tag(),
+        if arena { "_a" } else { "" },
+        if xdiag { "_xd" } else { "" }
+    );
     let mut b = KernelBuilder::new(&name, threads);
     let (kk, vv, cc) = (dk as i64, dv as i64, c as i64);
     let tt = b.dim("TT");
@@ -112,6 +128,8 @@ pub fn build_intra(
     let svec = b.shared("sVec", DType::F32, 3, c, 1, Swizzle::None);
     let sbias = spec.gate.has_bias().then(|| b.shared("sBias", DType::F32, 1, dk, 1, Swizzle::None));
     let sn = b.shared("sN", op_dt, c, 16, 1, Swizzle::Xor16B);
+    // `xdiag`: the chunk's flag (0: every |G~_r - G~_anchor| within the bound).
+    let sxd = xdiag.then(|| b.shared("sXd", DType::F32, 1, 4, 1, Swizzle::None));
     let bytes = |dt: DType, rows: u32, cols: u32, count: u32| (dt.storage_bytes((rows * cols) as usize) as u32) * count;
     let (sq, sop, sd, sxw, sxu, slb, st) = if arena {
         // Phase A (loads .. off-diagonal levels): sQ, sOp, sD; phase B (L store .. block substitution): sXW, sXU,
@@ -215,6 +233,10 @@ pub fn build_intra(
             let bv = if spec.beta_sigmoid { raw.sigmoid() } else { raw };
             b.shared_store(svec, 0i64, 0i64, t.clone(), Expr::select(t.lt(len.clone()), bv, 0.0));
         });
+        if let Some(sx) = sxd {
+            // (Ordered before the check by the scan's barriers.)
+            b.if_(t.eq(0i64), |b| b.shared_store(sx, 0i64, 0i64, 0i64, 0.0));
+        }
     });
     b.load(tg, Place::Global(view(g, (&row0 * hv.clone() + hvi.clone()) * kk, hv.clone() * kk, len.clone(), kk, 2)));
     if bias.is_some() {
@@ -236,6 +258,25 @@ pub fn build_intra(
     // Rows past the chunk's end decay by nothing (G~ stays at the last valid row).
     b.map(tg, Expr::select(Expr::RowIdx.lt(len.clone()), gate * LOG2E, 0.0));
     b.scan_rows(tg, sg);
+    // The midpoint anchor of a row's 16-row tile: min(8, valid - 1) rows into the tile.
+    let mid_anchor = |r: Expr| {
+        let t0 = r.bitand(-16i64);
+        t0.clone() + (len.clone() - t0 - 1i64).min(8i64).max(0i64)
+    };
+    if let Some(sx) = sxd {
+        // `xdiag`: any |G~_r - G~_anchor| above the bound (or NaN) flags the chunk for the hierarchy. The scan
+        // leaves G~ complete and visible in sG; the barrier below orders the flag before its read.
+        b.threads(|b| {
+            b.for_("e", Expr::thread_idx(), cc * kk, threads as i64, |b, e| {
+                let rr = b.let_("xr", &e / kk);
+                let cl = b.let_("xc", &e % kk);
+                let d = (Expr::shared_load(sg, 0i64, rr.clone(), cl.clone())
+                    - Expr::shared_load(sg, 0i64, mid_anchor(rr), cl))
+                .abs();
+                b.if_(d.le(XDIAG_BOUND).not(), |b| b.shared_store(sx, 0i64, 0i64, 0i64, 1.0));
+            });
+        });
+    }
     b.wait(0);
     b.barrier();
 
@@ -353,10 +394,8 @@ pub fn build_intra(
     // Diagonal tiles, banded: band w multiplies by rows 16w.. of the B side.
     let band_b = |b: &KernelBuilder| Operand::Banded { src: b.window(sop, 2i64, 0, 0, 16, opk), transpose: true };
     let rin = r.bitand(15i64); // row inside its tile; the banded accumulators' columns are tile columns
-    if spec.safe {
-        // Midpoint anchor of the row's tile: min(8, valid - 1) rows into the tile.
-        let t0 = r.bitand(-16i64);
-        let anchor = t0.clone() + (len.clone() - t0 - 1i64).min(8i64).max(0i64);
+    // Safe path (and `xdiag` chunks within the bound): anchored at the tile's midpoint row.
+    let midpoint_diag = |b: &mut KernelBuilder| {
         b.map(dp, 0.0);
         b.map(dl, 0.0);
         let prod = |b: &mut KernelBuilder| {
@@ -364,11 +403,12 @@ pub fn build_intra(
             b.mma(dp, Operand::Shared { src: op_slot(b, 0), transpose: false }, bo.clone());
             b.mma(dl, Operand::Shared { src: op_slot(b, 1), transpose: false }, bo);
         };
-        build_operands(&mut b, sop, top, Expr::Bool(true), Expr::Bool(true), anchor, &prod);
-    } else {
-        // Levels from fine to coarse, accumulated in place: a level's product also lands on pairs of other
-        // blocks (garbage), so everything but the finished pairs is cleared before the next, coarser level adds
-        // its own; the coarsest level (one block per tile) adds no garbage.
+        build_operands(b, sop, top, Expr::Bool(true), Expr::Bool(true), mid_anchor(r.clone()), &prod);
+    };
+    // Exact path: levels from fine to coarse, accumulated in place: a level's product also lands on pairs of
+    // other blocks (garbage), so everything but the finished pairs is cleared before the next, coarser level
+    // adds its own; the coarsest level (one block per tile) adds no garbage.
+    let hierarchy_diag = |b: &mut KernelBuilder| {
         b.map(dp, 0.0);
         b.map(dl, 0.0);
         // A runtime loop (not unrolled): one copy of the code, and no per-level values live across levels.
@@ -389,6 +429,15 @@ pub fn build_intra(
             b.map(dl, Expr::select(done, Expr::Elem(dl), 0.0));
             b.barrier();
         });
+    };
+    match sxd {
+        _ if spec.safe => midpoint_diag(&mut b),
+        // The flag is block-uniform (written before the barrier after the scan).
+        Some(sx) => {
+            let ok = b.let_("xd_ok", Expr::shared_load(sx, 0i64, 0i64, 0i64).eq(0.0));
+            b.if_else(ok, midpoint_diag, hierarchy_diag);
+        }
+        None => hierarchy_diag(&mut b),
     }
     // P's diagonal q_r.k_r (no decay) exactly: the bf16 inputs' products are exact in f32, so one banded
     // product of the raw q and k tiles gives it (its off-diagonal entries are not used).

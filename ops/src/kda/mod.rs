@@ -54,6 +54,14 @@
 //! [`intra`]) and with `W1=8` asks for two blocks per SM (128 registers, 8 bytes spilled); the old layout was held
 //! to one block per SM by both shared memory and registers (182 at 8 warps, 116 x 512 threads at 16).
 //!
+//! Session 4 (not yet measured): the exact path's diagonal hierarchy (4 levels, each a full pass of operand
+//! building over C x K plus two banded products) was the 0.50 ms between the exact and safe H32 T16384 runs;
+//! `XDIAG=1` (default) runs the safe path's single midpoint-anchored pass on every chunk whose gates allow it
+//! (a block-wide check of `|G~_r - G~_anchor| <= 48` after the scan) and keeps the hierarchy for the others
+//! (e.g. gates of -1000). The H32 state pass (128 blocks, one per SM, 512-2048 sequential chunk steps) is a
+//! latency chain per step; `STAGES=3` issues each chunk's loads two chunks ahead, and `STAGES=0` now takes the
+//! deepest ring that keeps the resident blocks the grid needs (3 at H32, 2 at H96, 1 at B4 H64).
+//!
 //! Checks compare with `k3k_reference::kda::kda_recurrent` (f64) per (sequence, value head) pair: every pair for
 //! small problems, a documented sample of pairs (first, last and seeded others; every o row and state element of
 //! each) for the benchmark sizes, whose full f64 recurrence would take minutes on a CPU.
@@ -177,13 +185,21 @@ pub fn knob_space() -> KnobSpace {
              with K-chunked level operands (108 KB; two blocks per SM at W1 <= 8)",
             [0i64, 1],
         )
+        .axis(
+            "XDIAG",
+            "exact path's diagonal tiles: 1 per chunk the safe path's midpoint anchor when every |G~_r - G~_anchor| is \
+             within 48 (log2 units), else the level hierarchy, all tile operands bf16; 0 always the hierarchy with \
+             LVLDT operands (the old path)",
+            [1i64, 0],
+        )
         .axis("BV", "value columns per state-pass block (0: chosen from the problem)", [0i64, 16, 32, 64])
         .axis("W2", "warps of the state-pass kernel (0: chosen from the problem)", [0i64, 4, 8, 16])
         .axis(
             "STAGES",
             "state-pass operand buffers: 1 (two load groups, each refilled after its last reader), 2 (double-buffered \
-             chunks), 0 (2 when every block has an SM to itself, else 1)",
-            [0i64, 1, 2],
+             chunks), 3 (a ring of three: loads two chunks ahead), 0 (the deepest that keeps the resident blocks the \
+             grid needs, see Launch::resolve)",
+            [0i64, 1, 2, 3],
         )
         .axis("OPDT", "16-bit type of the scratch and of the tensor-core operands built from it", ["f16", "bf16"])
         .axis("LVLDT", "16-bit type of the off-diagonal and exact-diagonal tile operands", ["f16", "bf16"])
@@ -197,6 +213,7 @@ pub fn default_knobs() -> Knobs {
         .with("BV", 0i64)
         .with("W2", 0i64)
         .with("STAGES", 0i64)
+        .with("XDIAG", 1i64)
         .with("OPDT", "f16")
         .with("LVLDT", "f16")
 }
@@ -208,6 +225,8 @@ pub struct Launch {
     pub w1: u32,
     /// The intra-chunk kernel's phase-aliased shared layout (knob `ARENA`).
     pub arena: bool,
+    /// The exact path's adaptive diagonal tiles (knob `XDIAG`).
+    pub xdiag: bool,
     pub bv: u32,
     pub w2: u32,
     /// Operand buffers of the state pass (1 or 2).
@@ -219,9 +238,23 @@ pub struct Launch {
 /// Streaming multiprocessors assumed by the automatic value-block choice (H100/H200).
 const ASSUMED_SMS: usize = 132;
 
+/// Dynamic shared memory one block may use (sm_90: 227 KB).
+const MAX_SHARED_BYTES: u32 = 232448;
+
+/// Shared memory of one SM (sm_90: 228 KB, of which each resident block reserves 1 KB).
+const SM_SHARED_BYTES: u32 = 233472;
+
+/// Shared bytes of the state pass (16-bit operands): per stage W, Qbar, Kbar (C x K), U (C x BV), P (C x C) and
+/// gamma (K f32); once S (K x BV) and Vt (C x BV).
+pub fn state_shared_bytes(dk: u32, chunk: u32, bv: u32, stages: u32) -> u32 {
+    stages * (2 * chunk * (3 * dk + bv + chunk) + 4 * dk) + 2 * (dk + chunk) * bv
+}
+
 impl Launch {
-    /// Read and check the knobs for a problem. `STAGES = 0` picks the double-buffered state pass when its blocks
-    /// all fit on the SMs one each (a knob set without `STAGES`, from before it existed, means 1). `BV = 0` picks 32 value columns per state-pass block, or 16 when
+    /// Read and check the knobs for a problem. `STAGES = 0` picks the deepest operand ring (3, 2 or 1 chunks)
+    /// with which the resident blocks the grid needs still fit on an SM (a knob set without `STAGES`, from
+    /// before it existed, means 1). `XDIAG` (exact path; missing: 0) picks the adaptive diagonal tiles.
+    /// `BV = 0` picks 32 value columns per state-pass block, or 16 when
     /// that would leave more than half the SMs idle (fewer than ~66 blocks); every value block re-reads the
     /// chunk's W, Qbar, Kbar and P, so narrower blocks cost L2 bandwidth. `W2 = 0` picks 8 warps when all
     /// blocks fit on the SMs at once (or BV > 32), else 4.
@@ -247,8 +280,8 @@ impl Launch {
         let mut w2 = knobs.u32("W2")?;
         // Knob sets written before STAGES existed mean the single-buffer pass.
         let mut stages = if knobs.0.contains_key("STAGES") { knobs.u32("STAGES")? } else { 1 };
-        if stages > 2 {
-            return Err(invalid(format!("STAGES={stages}: 0, 1 or 2")));
+        if stages > 3 {
+            return Err(invalid(format!("STAGES={stages}: 0, 1, 2 or 3")));
         }
         if chunk != 32 && chunk != 64 {
             return Err(invalid(format!("CHUNK={chunk}: 0 (auto), 32 or 64")));
@@ -277,11 +310,24 @@ impl Launch {
             return Err(invalid(format!("W2={w2}: 0, 4, 8 or 16")));
         }
         if stages == 0 {
-            // A second operand stage doubles the chunk buffers (74 -> 136 KB at K = V = 128, BV = 32): free when
-            // each block has an SM to itself anyway (then the next chunk's loads overlap a whole chunk instead of
-            // half of one), else it would cost resident blocks on the sequential chain.
+            // More operand stages multiply the chunk buffers (38 -> 67 -> 96 KB at chunk 32, K = V = 128, BV = 32)
+            // and let chunk j + S - 1's loads overlap S - 1 chunks of work instead of half of one; they are free
+            // as long as they cost none of the resident blocks the grid needs. So: the deepest ring (3, 2, 1)
+            // with which `min(ceil(blocks / SMs), blocks per SM by registers)` blocks still fit on an SM, the
+            // registers taken as 128 a thread (ptxas: 123-128 at 1 and 3 stages; 153 for 2 stages on 4 warps,
+            // i.e. 3 blocks per SM, which shared memory caps at anyway: 3 x 67 KB) -- e.g. 3 stages at H32 (128
+            // blocks, one per SM), 2 at H96 (384 blocks: 3 per SM, 3 x 67 KB), 1 at B4 H64 (1024 blocks: 4 per SM
+            // by registers at 4 warps, 4 x 38 KB).
             let blocks = pb.num_seqs() * pb.hv * pb.dv / bv as usize;
-            stages = if blocks <= ASSUMED_SMS { 2 } else { 1 };
+            let want = blocks.div_ceil(ASSUMED_SMS).min(65536 / (128 * 32 * w2 as usize)).max(1) as u32;
+            let fits = |s: u32| want * (state_shared_bytes(pb.dk as u32, chunk, bv, s) + 1024) <= SM_SHARED_BYTES;
+            stages = [3, 2].into_iter().find(|&s| fits(s)).unwrap_or(1);
+        }
+        if state_shared_bytes(pb.dk as u32, chunk, bv, stages) > MAX_SHARED_BYTES {
+            return Err(invalid(format!(
+                "STAGES={stages} at chunk {chunk}, BV={bv}: {} bytes of shared memory (max {MAX_SHARED_BYTES})",
+                state_shared_bytes(pb.dk as u32, chunk, bv, stages)
+            )));
         }
         // f32 accumulator registers per thread: the state and the two chunk accumulators.
         let regs = (pb.dk as u32 + 2 * chunk) * bv / (32 * w2);
@@ -304,7 +350,13 @@ impl Launch {
             1 => true,
             other => return Err(invalid(format!("ARENA={other}: 0 or 1"))),
         };
-        Ok(Launch { chunk, w1, arena, bv, w2, stages, op_dt: dt("OPDT")?, lvl_dt: dt("LVLDT")? })
+        // Knob sets written before XDIAG existed mean the hierarchy.
+        let xdiag = match if knobs.0.contains_key("XDIAG") { knobs.u32("XDIAG")? } else { 0 } {
+            0 => false,
+            1 => true,
+            other => return Err(invalid(format!("XDIAG={other}: 0 or 1"))),
+        };
+        Ok(Launch { chunk, w1, arena, xdiag, bv, w2, stages, op_dt: dt("OPDT")?, lvl_dt: dt("LVLDT")? })
     }
 }
 
@@ -594,7 +646,7 @@ impl KdaData {
 pub fn chunk_kernels(pb: &KdaProblem, l: &Launch) -> Result<(Kernel, Kernel), OpError> {
     let spec = pb.spec();
     Ok((
-        intra::build_intra(&spec, l.chunk, l.w1, l.op_dt, l.lvl_dt, l.arena)?,
+        intra::build_intra(&spec, l.chunk, l.w1, l.op_dt, l.lvl_dt, l.arena, l.xdiag)?,
         state::build_state(&spec, l.chunk, l.bv, l.w2, l.op_dt, l.stages)?,
     ))
 }

@@ -8,6 +8,9 @@
 //! overlaps half a chunk of tensor-core work (`stages = 1`). With `stages = 2` every operand buffer has two
 //! slots: chunk j reads slot j % 2 and, at its top, issues all of chunk j+1's loads into the other slot (freed
 //! by the barrier that ended chunk j-1), so the loads overlap a whole chunk; one commit group per chunk.
+//! `stages = 3` is the same ring one chunk deeper: chunk j issues chunk j+2's loads into slot (j+2) % 3, so each
+//! group has two chunks of work to land (for the one-block-per-SM grids, whose step time is the latency of a
+//! dependent chain rather than the SM's throughput).
 
 use super::{KdaSpec, grid};
 use crate::OpError;
@@ -23,10 +26,10 @@ pub fn build_state(
     stages: u32,
 ) -> Result<Kernel, OpError> {
     let (dk, dv, c) = (spec.dk, spec.dv, chunk);
-    if stages != 1 && stages != 2 {
-        return Err(OpError::Internal(format!("kda state pass: {stages} stages (1 or 2)")));
+    if !(1..=3).contains(&stages) {
+        return Err(OpError::Internal(format!("kda state pass: {stages} stages (1, 2 or 3)")));
     }
-    let sfx = if stages == 2 { "_s2" } else { "" };
+    let sfx = if stages >= 2 { format!("_s{stages}") } else { String::new() };
     let name =
         format!("k3k_kda_state_k{dk}_v{dv}{}_c{c}_bv{bv}_w{warps}_{op_dt}{sfx}", if spec.h0 { "_h0" } else { "" });
     let mut b = KernelBuilder::new(&name, 32 * warps);
@@ -111,21 +114,28 @@ pub fn build_state(
             b.commit();
         });
     } else {
-        // Two stages: chunk j's whole group sits in slot j % 2; chunk j + 1's group is issued at the top of
+        // S stages: chunk j's whole group sits in slot j % S; chunk j + S - 1's group is issued at the top of
         // chunk j (into the slot chunk j - 1 read, released by the barrier that ends chunk j - 1), so its
-        // loads overlap a whole chunk of work.
-        b.if_(nc.gt(0i64), |b| {
-            issue_a(b, c0.clone(), z());
-            issue_b(b, c0.clone(), z());
-        });
-        b.commit();
+        // loads overlap S - 1 chunks of work. The prologue issues chunks 0 .. S - 2, one group each.
+        for p in 0..stages as i64 - 1 {
+            b.if_(nc.gt(p), |b| {
+                let ch = if p == 0 { c0.clone() } else { &c0 + p };
+                issue_a(b, ch.clone(), Expr::Int(p));
+                issue_b(b, ch, Expr::Int(p));
+            });
+            b.commit();
+        }
     }
     b.for_("j", 0i64, nc.clone(), 1i64, |b, j| {
         let ch = b.let_("ch", &c0 + j.clone());
         let row0 = b.let_("row0", Expr::load(ctab, &ch * 2i64));
         let len = b.let_("len", len_of(&ch));
         let more = b.let_("more", (&j + 1i64).lt(nc.clone()));
-        let cur = if stages == 1 { z() } else { b.let_("cur", j.clone().bitand(1i64)) };
+        let cur = match stages {
+            1 => z(),
+            2 => b.let_("cur", j.clone().bitand(1i64)),
+            _ => b.let_("cur", &j % (stages as i64)),
+        };
         if stages == 2 {
             let next = Expr::Int(1) - cur.clone();
             b.if_(more.clone(), |b| {
@@ -133,9 +143,18 @@ pub fn build_state(
                 issue_b(b, &ch + 1i64, next.clone());
             });
             b.commit();
+        } else if stages > 2 {
+            let ahead = stages as i64 - 1;
+            let next = b.let_("next", (&j + ahead) % (stages as i64));
+            b.if_((&j + ahead).lt(nc.clone()), |b| {
+                issue_a(b, &ch + ahead, next.clone());
+                issue_b(b, &ch + ahead, next.clone());
+            });
+            b.commit();
         }
-        // Stage 1: group A of this chunk is done (B may still be in flight); stage 2: this chunk's group.
-        b.wait(1);
+        // Stage 1: group A of this chunk is done (B may still be in flight); S stages: this chunk's group (the
+        // S - 1 younger groups may be in flight).
+        b.wait(if stages == 1 { 1 } else { stages - 1 });
         b.barrier();
         let d = b.slot(ss, 0i64);
         b.store(st, Place::Shared(d));
