@@ -135,6 +135,21 @@ fn decode_kernels_compile_without_spills() {
 }
 
 #[test]
+fn decode_wgmma_kernels_compile_without_spills() {
+    let spec = DecodeSpec::default();
+    for k in [
+        decode_wgmma_knobs(2),
+        decode_wgmma_knobs(4),
+        decode_wgmma_knobs(2).with("BT_PREFETCH", 1i64),
+        decode_wgmma_knobs(2).with("BN", 32i64).with("STAGES", 3i64),
+        decode_wgmma_knobs(2).with("BM", 128i64).with("WM", 8i64).with("BN", 32i64),
+    ] {
+        assemble(&build_decode(&spec, &k).unwrap());
+        assemble(&build_decode_direct(&spec, &k).unwrap());
+    }
+}
+
+#[test]
 fn gate_kernels_compile_without_spills() {
     for gate in [true, false] {
         assemble(&build_gate(&GateSpec::new(gate), &gate_default_knobs()).unwrap());

@@ -478,6 +478,44 @@ fn decode_direct_writes_the_final_outputs() {
 }
 
 #[test]
+fn decode_wgmma_ragged_splits_and_mtp() {
+    // The wgmma kernel (one warpgroup of 64 packed rows, value columns in DVS slices): lengths 1/15/17/65 and
+    // page tails, an empty request; 12 heads (one partly filled m-tile), 96 heads (two m-tiles, the second
+    // half empty), s_q = 2 and 4 (queries across m-tiles), 1..3 splits; DVS 2 and 4; 32-key stages, 3 stages,
+    // the block-table prefetch; two warpgroups (BM = 128).
+    let lens = [65usize, 1, 15, 0, 17, 130];
+    decode_case(&lens, 1, 12, 1, &decode_wgmma_knobs(2));
+    decode_case(&lens, 1, 12, 3, &decode_wgmma_knobs(4));
+    decode_case(&lens[..3], 1, 96, 2, &decode_wgmma_knobs(2));
+    decode_case(&lens, 2, 16, 2, &decode_wgmma_knobs(2).with("BN", 32i64).with("STAGES", 3i64));
+    decode_case(&lens, 4, 12, 1, &decode_wgmma_knobs(2).with("BT_PREFETCH", 1i64));
+    let two_groups = decode_wgmma_knobs(2).with("BM", 128i64).with("WM", 8i64).with("BN", 32i64);
+    decode_case(&[200usize, 64, 3], 1, 96, 1, &two_groups);
+    decode_direct_case(&lens, 12, &decode_wgmma_knobs(2));
+    decode_direct_case(&lens[..3], 96, &decode_wgmma_knobs(4));
+}
+
+#[test]
+fn decode_wgmma_knobs_are_checked() {
+    let spec = DecodeSpec::default();
+    let bad = |k: Knobs| assert!(matches!(build_decode(&spec, &k), Err(OpError::InvalidKnobs { .. })), "{k}");
+    // The whole 512-column accumulator does not fit one warpgroup's registers; DVS must divide the 8 tiles.
+    bad(decode_wgmma_knobs(1));
+    bad(decode_wgmma_knobs(3));
+    // 64 rows per warpgroup on [BM / 16, 1] warps, replicated scores, one score accumulator.
+    bad(decode_wgmma_knobs(2).with("BM", 32i64).with("WM", 2i64));
+    bad(decode_wgmma_knobs(2).with("WN", 2i64));
+    bad(decode_wgmma_knobs(2).with("SCORES", "shared"));
+    bad(decode_wgmma_knobs(2).with("QK_ACCS", 3i64));
+    // BM = 128 with 64-key stages needs 288 KB of shared memory.
+    bad(decode_wgmma_knobs(2).with("BM", 128i64).with("WM", 8i64));
+    // DVS belongs to the wgmma kernel; MMA names one of the two.
+    bad(decode_default_knobs().with("DVS", 2i64));
+    bad(decode_default_knobs().with("MMA", "tcgen05"));
+    assert!(build_decode(&spec, &decode_default_knobs().with("MMA", "sync").with("DVS", 1i64)).is_ok());
+}
+
+#[test]
 fn decode_new_knobs_are_checked() {
     let spec = DecodeSpec::default();
     let bad = |k: Knobs| assert!(matches!(build_decode(&spec, &k), Err(OpError::InvalidKnobs { .. })), "{k}");
