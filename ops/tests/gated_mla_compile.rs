@@ -141,6 +141,7 @@ fn decode_wgmma_kernels_compile_without_spills() {
         decode_wgmma_knobs(2),
         decode_wgmma_knobs(4),
         decode_wgmma_knobs(2).with("BT_PREFETCH", 1i64),
+        decode_wgmma_knobs(2).with("QK_UNROLL", 0i64),
         decode_wgmma_knobs(2).with("BN", 32i64).with("STAGES", 3i64),
         decode_wgmma_knobs(2).with("BM", 128i64).with("WM", 8i64).with("BN", 32i64),
     ] {

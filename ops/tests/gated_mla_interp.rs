@@ -489,6 +489,7 @@ fn decode_wgmma_ragged_splits_and_mtp() {
     decode_case(&lens[..3], 1, 96, 2, &decode_wgmma_knobs(2));
     decode_case(&lens, 2, 16, 2, &decode_wgmma_knobs(2).with("BN", 32i64).with("STAGES", 3i64));
     decode_case(&lens, 4, 12, 1, &decode_wgmma_knobs(2).with("BT_PREFETCH", 1i64));
+    decode_case(&lens, 1, 16, 2, &decode_wgmma_knobs(2).with("QK_UNROLL", 0i64));
     let two_groups = decode_wgmma_knobs(2).with("BM", 128i64).with("WM", 8i64).with("BN", 32i64);
     decode_case(&[200usize, 64, 3], 1, 96, 1, &two_groups);
     decode_direct_case(&lens, 12, &decode_wgmma_knobs(2));
@@ -512,6 +513,8 @@ fn decode_wgmma_knobs_are_checked() {
     // DVS belongs to the wgmma kernel; MMA names one of the two.
     bad(decode_default_knobs().with("DVS", 2i64));
     bad(decode_default_knobs().with("MMA", "tcgen05"));
+    bad(decode_default_knobs().with("QK_UNROLL", 1i64));
+    bad(decode_wgmma_knobs(2).with("QK_UNROLL", 2i64));
     assert!(build_decode(&spec, &decode_default_knobs().with("MMA", "sync").with("DVS", 1i64)).is_ok());
 }
 
