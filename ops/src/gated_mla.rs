@@ -787,19 +787,33 @@ pub fn decode_wgmma_knobs(dvs: i64) -> Knobs {
         .with("QK_UNROLL", 1i64)
 }
 
-/// The decode knobs used when no tuning record exists: one 16-row m-tile (12 or 16 heads at s_q = 1, the TP8
-/// case), four warps splitting the value columns, 64-key stages.
+/// The decode knobs used when no tuning record exists: [`decode_knobs_for_rows`] (the wgmma kernel).
 pub fn decode_default_knobs() -> Knobs {
     decode_knobs_for_rows(16)
 }
 
-/// Sensible decode knobs for `rows = s_q * H` packed query rows per request.
+/// The automatic decode knobs for `rows = s_q * H` packed query rows per request. The rule: every row count
+/// runs the wgmma kernel with two value slices ([`decode_wgmma_knobs`]`(2)`): `ceil(rows / 64)` m-tiles of one
+/// warpgroup, each block 64 rows x 256 value columns. Why (predictions from the instruction counts, not yet
+/// timed): the mma.sync kernel issues ~1600 instructions per warp and 64-key tile on one warp per scheduler
+/// (latency-bound: ncu showed 22% issue slots, DRAM 32% at 12 heads), the wgmma kernel ~1500 per warp of
+/// which the 36 + 16 `wgmma`s run asynchronously (about 1700 tensor-core cycles a tile), so even with 64-row
+/// tiles (12 rows used at TP8) and the scores computed once per value slice it should take ~1.6 us a tile:
+/// ~0.21 ms at b128 S4096 H12 (sync: 0.287) and ~0.41 ms at H96 (sync: 0.777). The mma.sync knobs of the
+/// same row count are [`decode_sync_knobs_for_rows`].
+pub fn decode_knobs_for_rows(rows: usize) -> Knobs {
+    let _ = rows;
+    decode_wgmma_knobs(2)
+}
+
+/// The mma.sync decode knobs for `rows = s_q * H` packed query rows per request (the automatic knobs before
+/// the wgmma kernel).
 ///
 /// Up to 16 rows: BM = 16 on [1, 4] warps with 64-key stages (170 KB of shared memory, one block of 4 warps
 /// per SM); more rows: BM = 32 on [2, 4] warps. The 32-key variant that fits two blocks per SM (`BN=32,
 /// SWN=2, QK_ACCS=3, BT_PREFETCH=1`, 92 KB) was slower on the H200 (see the measurements below); it stays in the
 /// knob space for the tuner.
-pub fn decode_knobs_for_rows(rows: usize) -> Knobs {
+pub fn decode_sync_knobs_for_rows(rows: usize) -> Knobs {
     // Measured on the H200 (2026-11-30, same run, b128 S4096): for 12 heads these knobs took 0.287 ms against
     // 0.432 ms for BN=32 with duplicated score warps (SWN=2), three score accumulators and the block-table
     // prefetch; for 96 heads BM=32 without those took 0.777 ms against 0.831 ms with them. The split-KV pair is
