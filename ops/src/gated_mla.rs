@@ -24,7 +24,12 @@
 //!   92 KB blocks share an SM). `QK_ACCS` partial score tiles shorten the tensor-core dependency chains of the
 //!   576-deep score product; `BT_PREFETCH` reads each tile's block-table entry one iteration early. The split
 //!   count fills `SMs x` [`decode_blocks_per_sm`] block slots. [`build_decode_direct`] is the same kernel for
-//!   one split and one query per request, writing the final `o` and `lse` itself (no combine).
+//!   one split and one query per request, writing the final `o` and `lse` itself (no combine). `MMA=wgmma`
+//!   (the automatic choice, [`decode_knobs_for_rows`]) runs both on the Hopper warpgroup instructions instead:
+//!   one warpgroup per 64 packed rows, `S = Q K^T` from the swizzled Q chunks and the stage's K chunks, the
+//!   softmax on the score accumulator, `O += P V` with P in registers and V the first 512 columns of the same
+//!   stage; the `BM x 512` accumulator does not fit a warpgroup, so the grid's x also splits the value columns
+//!   into `DVS` slices (each recomputing the scores of its rows).
 //! * [`build_decode_combine`]: the log-sum-exp merge of the splits (trivial for one split), writing
 //!   `o [B, s_q, H, 512]` bf16 and `lse [B, H, s_q]` f32 (natural log); `BC` value columns per block.
 //! * [`build_gate`]: the decode-side output projection `y = sigmoid(z) * (o_latent @ W_UV[h]^T)`, a per-head
