@@ -24,7 +24,12 @@
 //!   92 KB blocks share an SM). `QK_ACCS` partial score tiles shorten the tensor-core dependency chains of the
 //!   576-deep score product; `BT_PREFETCH` reads each tile's block-table entry one iteration early. The split
 //!   count fills `SMs x` [`decode_blocks_per_sm`] block slots. [`build_decode_direct`] is the same kernel for
-//!   one split and one query per request, writing the final `o` and `lse` itself (no combine).
+//!   one split and one query per request, writing the final `o` and `lse` itself (no combine). `MMA=wgmma`
+//!   (the automatic choice, [`decode_knobs_for_rows`]) runs both on the Hopper warpgroup instructions instead:
+//!   one warpgroup per 64 packed rows, `S = Q K^T` from the swizzled Q chunks and the stage's K chunks, the
+//!   softmax on the score accumulator, `O += P V` with P in registers and V the first 512 columns of the same
+//!   stage; the `BM x 512` accumulator does not fit a warpgroup, so the grid's x also splits the value columns
+//!   into `DVS` slices (each recomputing the scores of its rows).
 //! * [`build_decode_combine`]: the log-sum-exp merge of the splits (trivial for one split), writing
 //!   `o [B, s_q, H, 512]` bf16 and `lse [B, H, s_q]` f32 (natural log); `BC` value columns per block.
 //! * [`build_gate`]: the decode-side output projection `y = sigmoid(z) * (o_latent @ W_UV[h]^T)`, a per-head
@@ -746,21 +751,74 @@ pub fn decode_knob_space() -> KnobSpace {
              (shorter tensor-core dependency chains; summed before the softmax)",
             [1i64, 3],
         )
+        .axis(
+            "MMA",
+            "sync: mma.sync on [WM, WN] warps (16-row warp tiles); wgmma: the Hopper warpgroup instructions, BM / 64 \
+             warpgroups of 64 packed rows on [BM / 16, 1] warps (SCORES=replicated, WN=1), the [BM, BN] scores and \
+             a DV / DVS value slice per block, K and V from the same shared stage",
+            ["sync", "wgmma"],
+        )
+        .axis(
+            "DVS",
+            "MMA=wgmma: value-column splits, one block each (the grid's x covers m-tiles times DVS; every split \
+             recomputes the scores of its rows): the accumulator is BM x DV / DVS",
+            [1i64, 2, 4],
+        )
+        .axis(
+            "QK_UNROLL",
+            "MMA=wgmma: 1 unrolls the 9 asynchronous score products of a tile (their shared-memory descriptors \
+             become constants plus the slot offset); 0 keeps the loop rolled",
+            [0i64, 1],
+        )
 }
 
-/// The decode knobs used when no tuning record exists: one 16-row m-tile (12 or 16 heads at s_q = 1, the TP8
-/// case), four warps splitting the value columns, 64-key stages.
+/// The wgmma decode knobs: one warpgroup of 64 packed rows per block, 64-key stages (72 KB each) in a 2-deep
+/// ring beside the 72 KB Q tile, the value columns in `dvs` slices (128 accumulator registers per thread at
+/// `dvs = 2`), the 9 score products unrolled (ptxas sm_90a: 238 registers, 0 spills at `dvs = 2`; the rolled
+/// loop issues ~790 instructions per warp and tile for its 36 `wgmma`s, unrolled ~575).
+pub fn decode_wgmma_knobs(dvs: i64) -> Knobs {
+    Knobs::new()
+        .with("MMA", "wgmma")
+        .with("SCORES", "replicated")
+        .with("BM", 64i64)
+        .with("WM", 4i64)
+        .with("WN", 1i64)
+        .with("BN", 64i64)
+        .with("STAGES", 2i64)
+        .with("SWN", 0i64)
+        .with("QK_ACCS", 1i64)
+        .with("BT_PREFETCH", 0i64)
+        .with("DVS", dvs)
+        .with("QK_UNROLL", 1i64)
+}
+
+/// The decode knobs used when no tuning record exists: [`decode_knobs_for_rows`] (the wgmma kernel).
 pub fn decode_default_knobs() -> Knobs {
     decode_knobs_for_rows(16)
 }
 
-/// Sensible decode knobs for `rows = s_q * H` packed query rows per request.
+/// The automatic decode knobs for `rows = s_q * H` packed query rows per request. The rule: every row count
+/// runs the wgmma kernel with two value slices ([`decode_wgmma_knobs`]`(2)`): `ceil(rows / 64)` m-tiles of one
+/// warpgroup, each block 64 rows x 256 value columns. Why (predictions from the instruction counts, not yet
+/// timed): the mma.sync kernel issues ~1600 instructions per warp and 64-key tile on one warp per scheduler
+/// (latency-bound: ncu showed 22% issue slots, DRAM 32% at 12 heads), the wgmma kernel ~1500 per warp of
+/// which the 36 + 16 `wgmma`s run asynchronously (about 1700 tensor-core cycles a tile), so even with 64-row
+/// tiles (12 rows used at TP8) and the scores computed once per value slice it should take ~1.6 us a tile:
+/// ~0.21 ms at b128 S4096 H12 (sync: 0.287) and ~0.41 ms at H96 (sync: 0.777). The mma.sync knobs of the
+/// same row count are [`decode_sync_knobs_for_rows`].
+pub fn decode_knobs_for_rows(rows: usize) -> Knobs {
+    let _ = rows;
+    decode_wgmma_knobs(2)
+}
+
+/// The mma.sync decode knobs for `rows = s_q * H` packed query rows per request (the automatic knobs before
+/// the wgmma kernel).
 ///
 /// Up to 16 rows: BM = 16 on [1, 4] warps with 64-key stages (170 KB of shared memory, one block of 4 warps
 /// per SM); more rows: BM = 32 on [2, 4] warps. The 32-key variant that fits two blocks per SM (`BN=32,
 /// SWN=2, QK_ACCS=3, BT_PREFETCH=1`, 92 KB) was slower on the H200 (see the measurements below); it stays in the
 /// knob space for the tuner.
-pub fn decode_knobs_for_rows(rows: usize) -> Knobs {
+pub fn decode_sync_knobs_for_rows(rows: usize) -> Knobs {
     // Measured on the H200 (2026-11-30, same run, b128 S4096): for 12 heads these knobs took 0.287 ms against
     // 0.432 ms for BN=32 with duplicated score warps (SWN=2), three score accumulators and the block-table
     // prefetch; for 96 heads BM=32 without those took 0.777 ms against 0.831 ms with them. The split-KV pair is
@@ -793,6 +851,12 @@ struct DecodeCfg {
     qk_accs: u32,
     /// Read each tile's block-table entry one loop iteration ahead.
     bt_prefetch: bool,
+    /// Hopper warpgroup MMA (`MMA=wgmma`).
+    wgmma: bool,
+    /// Value-column splits (one block each; 1 for mma.sync).
+    dvs: u32,
+    /// MMA=wgmma: unroll the 9 score products of a tile.
+    qk_unroll: bool,
     /// Register-tile registers per thread (the estimate the knob checks use).
     tile_regs: u32,
     /// Dynamic shared memory per block.
@@ -827,9 +891,32 @@ fn decode_cfg(spec: &DecodeSpec, k: &Knobs) -> Result<DecodeCfg, OpError> {
             1 => true,
             v => return invalid(OP, k, format!("BT_PREFETCH={v}: 0 or 1")),
         },
+        wgmma: match k.0.get("MMA") {
+            None => false,
+            Some(_) => match k.str("MMA")? {
+                "sync" => false,
+                "wgmma" => true,
+                other => return invalid(OP, k, format!("MMA={other}: sync or wgmma")),
+            },
+        },
+        dvs: opt_u32(k, "DVS", 1)?,
+        qk_unroll: match opt_u32(k, "QK_UNROLL", 0)? {
+            0 => false,
+            1 => true,
+            v => return invalid(OP, k, format!("QK_UNROLL={v}: 0 or 1")),
+        },
         tile_regs: 0,
         smem: 0,
     };
+    if c.wgmma {
+        return decode_cfg_wgmma(spec, k, c);
+    }
+    if c.dvs != 1 {
+        return invalid(OP, k, format!("DVS={} needs MMA=wgmma (mma.sync blocks hold every value column)", c.dvs));
+    }
+    if c.qk_unroll {
+        return invalid(OP, k, "QK_UNROLL=1 needs MMA=wgmma (mma.sync keeps the 576-deep score loop rolled)".into());
+    }
     if c.wm == 0 || c.wn == 0 || c.wm * c.wn > 16 {
         return invalid(OP, k, format!("WM*WN = {} warps must be in 1..=16", c.wm * c.wn));
     }
@@ -894,6 +981,53 @@ fn decode_cfg(spec: &DecodeSpec, k: &Knobs) -> Result<DecodeCfg, OpError> {
     Ok(c)
 }
 
+/// The checks of the wgmma decode kernel: `BM / 64` warpgroups on `[BM / 16, 1]` warps, replicated scores (the
+/// score tile is the warpgroups' own accumulator), one score accumulator, `DVS` dividing the value tiles, and
+/// the accumulator registers within what one thread may hold.
+fn decode_cfg_wgmma(spec: &DecodeSpec, k: &Knobs, mut c: DecodeCfg) -> Result<DecodeCfg, OpError> {
+    const OP: &str = "gated_mla_decode";
+    if c.bm == 0 || !c.bm.is_multiple_of(64) || c.wm != c.bm / 16 || c.wn != 1 {
+        return invalid(OP, k, format!("MMA=wgmma needs BM a multiple of 64, WM = BM / 16 and WN = 1 (BM={})", c.bm));
+    }
+    if c.shared_scores || c.swn != 0 || c.qk_accs != 1 {
+        return invalid(OP, k, "MMA=wgmma needs SCORES=replicated, SWN=0 and QK_ACCS=1".into());
+    }
+    if c.bn == 0 || !c.bn.is_multiple_of(16) || !spec.page.is_multiple_of(c.bn) {
+        return invalid(OP, k, format!("BN={} must be a multiple of 16 dividing the page {}", c.bn, spec.page));
+    }
+    if !spec.d.is_multiple_of(KC) || !spec.dv.is_multiple_of(KC) || spec.dv > spec.d {
+        return invalid(OP, k, format!("d={} and dv={} must be multiples of {KC} with dv <= d", spec.d, spec.dv));
+    }
+    let nv = spec.dv / KC;
+    if c.dvs == 0 || !nv.is_multiple_of(c.dvs) {
+        return invalid(OP, k, format!("DVS={} must divide the {nv} value tiles", c.dvs));
+    }
+    if c.stages < 2 {
+        return invalid(OP, k, "STAGES >= 2".into());
+    }
+    c.swn = 1;
+    // Per thread of a warpgroup (128 threads, 64 rows): the accumulator, the scores and P.
+    let acc = 64 * (spec.dv / c.dvs) / 128;
+    let regs = acc + 64 * c.bn / 128 + 64 * c.bn / 256;
+    if regs > 176 {
+        return invalid(OP, k, format!("{regs} tile registers per thread (max 176 for MMA=wgmma)"));
+    }
+    let smem = 2 * ((c.bm + c.stages * c.bn) * spec.d) as usize;
+    if smem > MAX_SHARED_BYTES {
+        return invalid(OP, k, format!("{smem} bytes of shared memory"));
+    }
+    c.tile_regs = regs;
+    c.smem = smem;
+    Ok(c)
+}
+
+/// Blocks per request of a decode launch with these knobs for `rows = s_q * H` packed rows (per split): the
+/// m-tiles times the value-column splits.
+pub fn decode_blocks_per_request(spec: &DecodeSpec, knobs: &Knobs, rows: usize) -> Result<usize, OpError> {
+    let c = decode_cfg(spec, knobs)?;
+    Ok(rows.div_ceil(c.bm as usize).max(1) * c.dvs as usize)
+}
+
 /// Shared memory of one H100/H200 multiprocessor available to blocks, and what the driver reserves per block.
 const SM_SHARED_BYTES: usize = 233_472;
 const SM_SHARED_RESERVED: usize = 1024;
@@ -935,6 +1069,9 @@ pub fn build_decode_direct(spec: &DecodeSpec, knobs: &Knobs) -> Result<Kernel, O
 
 fn build_decode_impl(spec: &DecodeSpec, knobs: &Knobs, direct: bool) -> Result<Kernel, OpError> {
     let c = decode_cfg(spec, knobs)?;
+    if c.wgmma {
+        return build_decode_wgmma(spec, knobs, &c, direct);
+    }
     let (bm, bn, st) = (c.bm, c.bn, c.stages);
     let (d, dv, page) = (spec.d, spec.dv, spec.page);
     let name = format!(
@@ -1138,6 +1275,190 @@ fn build_decode_impl(spec: &DecodeSpec, knobs: &Knobs, direct: bool) -> Result<K
     // Direct (one query, one split): row r of the tile is head m0 + r, at lse[(req * H + head) * 1 + 0].
     b.vec_map(lse_v, if direct { sm.lse_nat() } else { sm.lse_log2() });
     b.store_vec(lse_v, vec_view(lse_part, part_row, 1i64, rows_valid));
+    Ok(b.finish()?)
+}
+
+/// The wgmma decode kernel ([`build_decode`] / [`build_decode_direct`] with `MMA=wgmma`): the same arguments,
+/// outputs and split rule; the grid's x is `ceil(SQ*H / BM) * DVS` (m-tile `x / DVS`, value slice `x % DVS`).
+/// Each warpgroup owns 64 packed rows: `S = Q K^T` is 9 asynchronous 64-deep products from the swizzled Q
+/// chunks and the stage's K chunks, the online softmax runs on the score accumulator itself, and `O += P V`
+/// reads P from registers and the slice's V chunks (the first 512 columns of the same stage, N-contiguous).
+/// Every value slice recomputes the scores and the LSE of its rows; slice 0 writes the LSE.
+fn build_decode_wgmma(spec: &DecodeSpec, knobs: &Knobs, c: &DecodeCfg, direct: bool) -> Result<Kernel, OpError> {
+    let (bm, bn, st, dvs) = (c.bm, c.bn, c.stages, c.dvs);
+    let (d, dv, page) = (spec.d, spec.dv, spec.page);
+    let name = format!(
+        "k3k_mla_decode{}_d{d}_{dv}_p{page}_{}",
+        if direct { "_direct" } else { "" },
+        knobs.id().to_lowercase()
+    );
+    let mut b = KernelBuilder::new(&name, 32 * c.wm);
+    b.knobs(knobs.clone());
+    let bsz = b.dim("B");
+    let sqd = if direct { Expr::Int(1) } else { b.dim("SQ") };
+    let h = b.dim("H");
+    let nblk = b.dim("NBLK");
+    let maxb = b.dim("MAXB");
+    let nsplit = if direct { Expr::Int(1) } else { b.dim("NSPLIT") };
+    let q = b.tensor("q", DType::Bf16, &[bsz.clone(), sqd.clone(), h.clone(), Expr::from(d)], Access::Read);
+    let kv = b.tensor("kv", DType::Bf16, &[nblk, Expr::from(page), Expr::from(d)], Access::Read);
+    let bt = b.tensor("block_table", DType::I32, &[bsz.clone(), maxb.clone()], Access::Read);
+    let seqlens = b.tensor("cache_seqlens", DType::I32, std::slice::from_ref(&bsz), Access::Read);
+    let (o_part, lse_part) = if direct {
+        let o = b.tensor("o", DType::Bf16, &[bsz.clone(), sqd.clone(), h.clone(), Expr::from(dv)], Access::Write);
+        let lse = b.tensor("lse", DType::F32, &[bsz.clone(), h.clone(), sqd.clone()], Access::Write);
+        (o, lse)
+    } else {
+        let o_part = b.tensor(
+            "o_part",
+            DType::F32,
+            &[bsz.clone(), nsplit.clone(), sqd.clone(), h.clone(), Expr::from(dv)],
+            Access::Write,
+        );
+        let lse_part =
+            b.tensor("lse_part", DType::F32, &[bsz.clone(), nsplit.clone(), sqd.clone(), h.clone()], Access::Write);
+        (o_part, lse_part)
+    };
+    let scale = b.float_arg("scale");
+    b.grid((sqd.clone() * h.clone()).ceil_div(bm as i64) * dvs as i64, nsplit.clone(), bsz);
+
+    let warps = [c.wm, 1];
+    let (nch, nv) = (d / KC, dv / KC);
+    let nvl = nv / dvs;
+    let sq = b.shared("sQ", DType::Bf16, bm, KC, nch, Swizzle::Xor16B);
+    let skv = b.shared("sKV", DType::Bf16, bn, KC, st * nch, Swizzle::Xor16B);
+    let s = b.tile("s", DType::F32, bm, bn, warps);
+    let p = b.tile("p", DType::Bf16, bm, bn, warps);
+    let accs: Vec<TileId> = (0..nvl).map(|c| b.tile(&format!("acc{c}"), DType::F32, bm, KC, warps)).collect();
+    let sm = OnlineSoftmax::new(&mut b, bm, warps, warps);
+    let inv_l = b.vec("inv_l", bm, warps);
+    let lse_v = b.vec("lse_rows", bm, warps);
+
+    let mt = b.let_("mt", Expr::block_idx(0) / dvs as i64);
+    let vs = b.let_("vslice", Expr::block_idx(0) % dvs as i64);
+    let split = b.let_("split", Expr::block_idx(1));
+    let bi = b.let_("req", Expr::block_idx(2));
+    let rows_total = b.let_("rows_total", sqd.clone() * h.clone());
+    let m0 = b.let_("m0", mt * bm as i64);
+    let rows_valid = b.let_("rows_valid", rows_total.clone() - m0.clone());
+    let s_k = b.let_("s_k", load(seqlens, bi.clone()));
+    let i_lo = b.let_("i_lo", m0.clone() / h.clone());
+    let i_hi = b.let_("i_hi", ((m0.clone() + bm as i64).min(rows_total.clone()) - 1i64) / h.clone());
+    let n_keys = b.let_("n_keys", (s_k.clone() - sqd.clone() + 1i64 + i_hi).min(s_k.clone()).max(0i64));
+    let n_tiles = b.let_("n_tiles", n_keys.ceil_div(bn as i64));
+    let per_split = b.let_("per_split", n_tiles.ceil_div(nsplit.clone()));
+    let t0 = b.let_("t0", (split.clone() * per_split.clone()).min(n_tiles.clone()));
+    let count = b.let_("count", (t0.clone() + per_split).min(n_tiles) - t0.clone());
+    let diag = b.let_("diag", s_k.clone() - sqd.clone() + i_lo);
+    let scale_log2 = b.let_("scale_log2", scale * LOG2_E);
+    // The first value chunk of this block's slice.
+    let v0 = b.let_("v0", vs.clone() * nvl as i64);
+
+    let blk_of = |j: Expr| load(bt, bi.clone() * maxb.clone() + (t0.clone() + j) * bn as i64 / page as i64);
+    let load_stage = |b: &mut KernelBuilder, j: Expr, blk: Expr| {
+        let slot = j.clone() % st as i64;
+        let kv0 = (t0.clone() + j) * bn as i64;
+        let row0 = b.let_("cache_row", blk * page as i64 + kv0.clone() % page as i64);
+        let rows = b.let_("keys", s_k.clone() - kv0);
+        for c in 0..nch {
+            let src = view(kv, row0.clone() * d as i64 + (c * KC) as i64, d as i64, rows.clone(), KC as i64, 8);
+            let dst = b.slot(skv, slot.clone() * nch as i64 + c as i64);
+            b.copy_async(dst, src);
+        }
+    };
+    for c in 0..nch {
+        let qsrc = view(
+            q,
+            (bi.clone() * rows_total.clone() + m0.clone()) * d as i64 + (c * KC) as i64,
+            d as i64,
+            rows_valid.clone(),
+            KC as i64,
+            8,
+        );
+        let qd = b.slot(sq, c as i64);
+        b.copy_async(qd, qsrc);
+    }
+    for i in 0..st - 1 {
+        let j = Expr::Int(i as i64);
+        b.if_(j.lt(count.clone()), |b| load_stage(b, j.clone(), blk_of(j.clone())));
+        b.commit();
+    }
+    let blk_next = c.bt_prefetch.then(|| {
+        let v = b.let_var("blk_next", 0i64);
+        let j = Expr::Int((st - 1) as i64);
+        b.if_(j.lt(count.clone()), |b| b.assign(v, blk_of(j.clone())));
+        v
+    });
+    sm.init(&mut b);
+    for &acc in &accs {
+        b.map(acc, 0.0f64);
+    }
+    b.for_("j", 0i64, count.clone(), 1i64, |b, j| {
+        // The copies of tile j landed (and were fenced for the async proxy); every warpgroup finished reading
+        // the slot the next load overwrites (its products were waited for at the end of the last iteration).
+        b.wait(st - 2);
+        b.barrier();
+        let next = &j + (st - 1) as i64;
+        let blk = blk_next.map_or_else(|| blk_of(next.clone()), Expr::Var);
+        b.if_(next.lt(count.clone()), |b| load_stage(b, next.clone(), blk));
+        b.commit();
+        if let Some(v) = blk_next {
+            let after = &next + 1i64;
+            b.if_(after.lt(count.clone()), |b| b.assign(v, blk_of(after.clone())));
+        }
+        let slot = b.let_("slot", &j % st as i64);
+        let kv0 = b.let_("kv0", (t0.clone() + j.clone()) * bn as i64);
+        let chunk = |b: &mut KernelBuilder, cc: Expr| {
+            let qa = Operand::Shared { src: b.slot(sq, cc.clone()), transpose: false };
+            let kb = Operand::Shared { src: b.slot(skv, slot.clone() * nch as i64 + cc.clone()), transpose: true };
+            b.mma_async_init(s, qa, kb, cc.gt(0i64));
+        };
+        // Unrolled, the shared-memory descriptors of the 9 products fold into constants plus the slot offset
+        // (the operands stay in shared memory, so no fragments are hoisted into registers).
+        if c.qk_unroll {
+            b.for_unrolled("chunk", 0i64, nch as i64, 1i64, chunk);
+        } else {
+            b.for_("chunk", 0i64, nch as i64, 1i64, chunk);
+        }
+        b.mma_wait(0);
+        let key = kv0.clone() + Expr::ColIdx;
+        let query = (m0.clone() + Expr::RowIdx) / h.clone();
+        let visible = key.lt(s_k.clone()).and(key.le(s_k.clone() - sqd.clone() + query));
+        b.if_else(
+            (kv0.clone() + (bn as i64 - 1)).gt(diag.clone()),
+            |b| b.map(s, Expr::select(visible, el(s) * scale_log2.clone(), NEG_INF)),
+            |b| b.map(s, el(s) * scale_log2.clone()),
+        );
+        sm.step(b, s, p, &accs);
+        // Values: this slice's chunks of the first DV columns of the same cache rows, stored [keys, values].
+        for (cv, &acc) in accs.iter().enumerate() {
+            let vb = Operand::Shared {
+                src: b.slot(skv, slot.clone() * nch as i64 + v0.clone() + cv as i64),
+                transpose: false,
+            };
+            b.mma_async(acc, Operand::Reg(p), vb);
+        }
+        b.mma_wait(0);
+    });
+    b.wait(0);
+    b.vec_map(inv_l, sm.inv_l());
+    let part_row = b.let_("part_row", (bi * nsplit + split) * rows_total + m0);
+    for (cv, &acc) in accs.iter().enumerate() {
+        b.map(acc, el(acc) * rv(inv_l));
+        let dst = view(
+            o_part,
+            part_row.clone() * dv as i64 + (v0.clone() + cv as i64) * KC as i64,
+            dv as i64,
+            rows_valid.clone(),
+            KC as i64,
+            2,
+        );
+        b.store(acc, Place::Global(dst));
+    }
+    b.if_(vs.eq(0i64), |b| {
+        b.vec_map(lse_v, if direct { sm.lse_nat() } else { sm.lse_log2() });
+        b.store_vec(lse_v, vec_view(lse_part, part_row, 1i64, rows_valid));
+    });
     Ok(b.finish()?)
 }
 

@@ -536,8 +536,10 @@ pub fn decode_plan(pb: &DecodeProblem, knobs: &Knobs) -> Result<(Knobs, usize, b
     } else {
         let (bm, bn) = (k.u32("BM")? as usize, k.u32("BN")? as usize);
         // Invalid knobs are reported by the kernel build; the split count does not matter for them.
-        let per_sm = decode_blocks_per_sm(&DecodeSpec::default(), &k).unwrap_or(1);
-        decode_num_splits(pb.b, pb.rows().div_ceil(bm.max(1)), pb.max_len(), DECODE_NUM_SMS, per_sm, bn)
+        let spec = DecodeSpec::default();
+        let per_sm = decode_blocks_per_sm(&spec, &k).unwrap_or(1);
+        let per_req = decode_blocks_per_request(&spec, &k, pb.rows()).unwrap_or(pb.rows().div_ceil(bm.max(1)));
+        decode_num_splits(pb.b, per_req, pb.max_len(), DECODE_NUM_SMS, per_sm, bn)
     };
     Ok((k, nsplit, allow_direct && nsplit == 1 && pb.sq == 1))
 }

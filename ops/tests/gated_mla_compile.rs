@@ -100,17 +100,18 @@ fn prefill_kernels_compile_without_spills() {
 fn decode_kernels_compile_without_spills() {
     let spec = DecodeSpec::default();
     assemble(&build_decode(&spec, &decode_default_knobs()).unwrap());
+    assemble(&build_decode(&spec, &decode_sync_knobs_for_rows(16)).unwrap());
     valid_points(&decode_knob_space(), |k| build_decode(&spec, k));
     for k in [
         rows32(),
-        decode_knobs_for_rows(96),
+        decode_sync_knobs_for_rows(96),
         rows32().with("BN", 32i64).with("WN", 2i64).with("STAGES", 3i64),
         bn64(),
         bn64().with("SCORES", "replicated").with("BN", 32i64).with("STAGES", 3i64),
         rows32().with("SCORES", "replicated"),
         rows32().with("BM", 64i64).with("BN", 32i64).with("WM", 4i64).with("WN", 2i64).with("SCORES", "replicated"),
         // Two blocks per SM: 32-key stages on 4 warps (score columns on 2), 3 partial score accumulators.
-        decode_default_knobs().with("QK_ACCS", 1i64),
+        decode_sync_knobs_for_rows(16).with("QK_ACCS", 1i64),
         // (bn64() with QK_ACCS=3 spills 8 bytes since the copy_async fast paths of 2026-11-30; the tuner drops
         // spilling candidates before timing them.)
         // 96 rows in two m-tiles of 48 on [3, 4] warps (384 threads).
@@ -130,8 +131,24 @@ fn decode_kernels_compile_without_spills() {
     valid_points(&combine_knob_space(), |k| build_decode_combine(&spec, k));
     assemble(&build_decode_combine(&spec, &Knobs::new().with("BM", 32i64).with("WM", 2i64).with("WN", 4i64)).unwrap());
     // 8 warps split the 64-column value tiles too finely for mma (16 columns per warp at least).
-    let bad = decode_default_knobs().with("WN", 8i64);
+    let bad = decode_sync_knobs_for_rows(16).with("WN", 8i64);
     assert!(matches!(build_decode(&spec, &bad), Err(OpError::InvalidKnobs { .. })));
+}
+
+#[test]
+fn decode_wgmma_kernels_compile_without_spills() {
+    let spec = DecodeSpec::default();
+    for k in [
+        decode_wgmma_knobs(2),
+        decode_wgmma_knobs(4),
+        decode_wgmma_knobs(2).with("BT_PREFETCH", 1i64),
+        decode_wgmma_knobs(2).with("QK_UNROLL", 0i64),
+        decode_wgmma_knobs(2).with("BN", 32i64).with("STAGES", 3i64),
+        decode_wgmma_knobs(2).with("BM", 128i64).with("WM", 8i64).with("BN", 32i64),
+    ] {
+        assemble(&build_decode(&spec, &k).unwrap());
+        assemble(&build_decode_direct(&spec, &k).unwrap());
+    }
 }
 
 #[test]

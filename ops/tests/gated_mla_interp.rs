@@ -385,6 +385,9 @@ fn decode_paged_single_query() {
     let lens = [130usize, 0, 64, 1, 200];
     decode_case(&lens, 1, 16, 1, &decode_default_knobs());
     decode_case(&lens, 1, 12, 3, &decode_default_knobs());
+    // The mma.sync kernel at its automatic knobs of 16 rows.
+    decode_case(&lens, 1, 16, 1, &decode_sync_knobs_for_rows(16));
+    decode_case(&lens, 1, 12, 3, &decode_sync_knobs_for_rows(12));
 }
 
 #[test]
@@ -394,6 +397,8 @@ fn decode_paged_mtp_causal() {
     let lens = [150usize, 3, 0, 65];
     decode_case(&lens, 2, 12, 4, &decode_default_knobs());
     decode_case(&lens, 4, 16, 2, &decode_knobs_for_rows(64));
+    decode_case(&lens, 2, 12, 4, &decode_sync_knobs_for_rows(24));
+    decode_case(&lens, 4, 16, 2, &decode_sync_knobs_for_rows(64));
 }
 
 #[test]
@@ -471,10 +476,54 @@ fn decode_direct_writes_the_final_outputs() {
     // An empty request (o = 0, lse = +inf), one key, a full page, ragged tails.
     let lens = [130usize, 0, 64, 1, 200];
     decode_direct_case(&lens, 12, &decode_default_knobs());
+    decode_direct_case(&lens, 12, &decode_sync_knobs_for_rows(12));
     decode_direct_case(&lens, 16, &bn64());
     let rows48 = rows32().with("BM", 48i64).with("WM", 3i64).with("BN", 32i64).with("SWN", 2i64);
     decode_direct_case(&lens[..3], 96, &rows48);
     decode_direct_case(&lens[..3], 96, &decode_knobs_for_rows(96));
+    decode_direct_case(&lens[..3], 96, &decode_sync_knobs_for_rows(96));
+}
+
+#[test]
+fn decode_wgmma_ragged_splits_and_mtp() {
+    // The wgmma kernel (one warpgroup of 64 packed rows, value columns in DVS slices): lengths 1/15/17/65 and
+    // page tails, an empty request; 12 heads (one partly filled m-tile), 96 heads (two m-tiles, the second
+    // half empty), s_q = 2 and 4 (queries across m-tiles), 1..3 splits; DVS 2 and 4; 32-key stages, 3 stages,
+    // the block-table prefetch; two warpgroups (BM = 128).
+    let lens = [65usize, 1, 15, 0, 17, 130];
+    decode_case(&lens, 1, 12, 1, &decode_wgmma_knobs(2));
+    decode_case(&lens, 1, 12, 3, &decode_wgmma_knobs(4));
+    decode_case(&lens[..3], 1, 96, 2, &decode_wgmma_knobs(2));
+    decode_case(&lens, 2, 16, 2, &decode_wgmma_knobs(2).with("BN", 32i64).with("STAGES", 3i64));
+    decode_case(&lens, 4, 12, 1, &decode_wgmma_knobs(2).with("BT_PREFETCH", 1i64));
+    decode_case(&lens, 1, 16, 2, &decode_wgmma_knobs(2).with("QK_UNROLL", 0i64));
+    let two_groups = decode_wgmma_knobs(2).with("BM", 128i64).with("WM", 8i64).with("BN", 32i64);
+    decode_case(&[200usize, 64, 3], 1, 96, 1, &two_groups);
+    decode_direct_case(&lens, 12, &decode_wgmma_knobs(2));
+    decode_direct_case(&lens[..3], 96, &decode_wgmma_knobs(4));
+}
+
+#[test]
+fn decode_wgmma_knobs_are_checked() {
+    let spec = DecodeSpec::default();
+    let bad = |k: Knobs| assert!(matches!(build_decode(&spec, &k), Err(OpError::InvalidKnobs { .. })), "{k}");
+    // The whole 512-column accumulator does not fit one warpgroup's registers; DVS must divide the 8 tiles.
+    bad(decode_wgmma_knobs(1));
+    bad(decode_wgmma_knobs(3));
+    // 64 rows per warpgroup on [BM / 16, 1] warps, replicated scores, one score accumulator.
+    bad(decode_wgmma_knobs(2).with("BM", 32i64).with("WM", 2i64));
+    bad(decode_wgmma_knobs(2).with("WN", 2i64));
+    bad(decode_wgmma_knobs(2).with("SCORES", "shared"));
+    bad(decode_wgmma_knobs(2).with("QK_ACCS", 3i64));
+    // BM = 128 with 64-key stages needs 288 KB of shared memory.
+    bad(decode_wgmma_knobs(2).with("BM", 128i64).with("WM", 8i64));
+    // DVS belongs to the wgmma kernel; MMA names one of the two.
+    let sync = decode_sync_knobs_for_rows(16);
+    bad(sync.clone().with("DVS", 2i64));
+    bad(sync.clone().with("MMA", "tcgen05"));
+    bad(sync.clone().with("QK_UNROLL", 1i64));
+    bad(decode_wgmma_knobs(2).with("QK_UNROLL", 2i64));
+    assert!(build_decode(&spec, &sync.with("MMA", "sync").with("DVS", 1i64)).is_ok());
 }
 
 #[test]
@@ -482,14 +531,14 @@ fn decode_new_knobs_are_checked() {
     let spec = DecodeSpec::default();
     let bad = |k: Knobs| assert!(matches!(build_decode(&spec, &k), Err(OpError::InvalidKnobs { .. })), "{k}");
     // SWN must properly divide WN, only with shared scores, and leave 16-column score blocks.
-    bad(decode_default_knobs().with("SWN", 4i64));
-    bad(decode_default_knobs().with("SWN", 3i64));
-    bad(decode_default_knobs().with("SCORES", "replicated").with("SWN", 2i64));
+    bad(decode_sync_knobs_for_rows(16).with("SWN", 4i64));
+    bad(decode_sync_knobs_for_rows(16).with("SWN", 3i64));
+    bad(decode_sync_knobs_for_rows(16).with("SCORES", "replicated").with("SWN", 2i64));
     bad(bn64().with("BN", 32i64));
     // QK_ACCS must divide the 9 chunks of the 576-wide score product.
-    bad(decode_default_knobs().with("QK_ACCS", 2i64));
-    bad(decode_default_knobs().with("QK_ACCS", 0i64));
-    bad(decode_default_knobs().with("BT_PREFETCH", 2i64));
+    bad(decode_sync_knobs_for_rows(16).with("QK_ACCS", 2i64));
+    bad(decode_sync_knobs_for_rows(16).with("QK_ACCS", 0i64));
+    bad(decode_sync_knobs_for_rows(16).with("BT_PREFETCH", 2i64));
 }
 
 #[test]
@@ -512,6 +561,8 @@ fn decode_blocks_per_sm_follow_shared_memory() {
     let spec = DecodeSpec::default();
     // 170 KB (Q + two 64-key stages + the score exchange): one block per SM.
     assert_eq!(decode_blocks_per_sm(&spec, &bn64()).unwrap(), 1);
+    assert_eq!(decode_blocks_per_sm(&spec, &decode_sync_knobs_for_rows(16)).unwrap(), 1);
+    // The wgmma default: 216 KB (the 64-row Q tile and two 64-key stages).
     assert_eq!(decode_blocks_per_sm(&spec, &decode_default_knobs()).unwrap(), 1);
     // 92 KB with 32-key stages (score columns on 2 warp columns): two.
     let paired = bn64().with("BN", 32i64).with("SWN", 2i64).with("QK_ACCS", 3i64).with("BT_PREFETCH", 1i64);

@@ -51,11 +51,18 @@ fn decode_knob_mapping() {
     let o = op("gated_mla.decode");
     let h12 = DecodeProblem::from_preset(&o.bench_presets()[0]).unwrap();
     let h96 = DecodeProblem::from_preset(&o.bench_presets()[1]).unwrap();
-    // The defaults stand for the row count's defaults; 128 requests of 12 heads (one 170 KB block per SM) and
-    // of 96 heads (3 m-tiles of 32 rows) fill the GPU without splitting.
+    // The defaults stand for the row count's defaults; 128 requests of 12 heads (one m-tile in two value
+    // slices: 256 blocks of 216 KB, one per SM) and of 96 heads (two m-tiles of 64 rows: 512 blocks) fill the
+    // GPU without splitting. The automatic rule is the wgmma kernel at every row count.
     assert_eq!(decode_plan_knobs(&h12, &o.default_knobs()).unwrap(), (decode_knobs_for_rows(12), 1));
     assert_eq!(decode_plan_knobs(&h96, &o.default_knobs()).unwrap(), (decode_knobs_for_rows(96), 1));
-    assert_ne!(decode_knobs_for_rows(96), o.default_knobs());
+    assert_eq!(decode_knobs_for_rows(96), decode_wgmma_knobs(2));
+    assert_eq!(o.default_knobs(), decode_wgmma_knobs(2));
+    // The mma.sync knobs, given explicitly, are used as given (3 m-tiles of 32 rows at 96 heads: one split).
+    let sync96 = decode_sync_knobs_for_rows(96);
+    assert_eq!(decode_plan_knobs(&h96, &sync96).unwrap(), (sync96, 1));
+    assert_eq!(decode_blocks_per_request(&DecodeSpec::default(), &decode_wgmma_knobs(2), 96).unwrap(), 4);
+    assert_eq!(decode_blocks_per_request(&DecodeSpec::default(), &decode_sync_knobs_for_rows(96), 96).unwrap(), 3);
     // Any other set is used as given; NSPLIT forces the split count and is not passed to the kernel.
     let other = decode_default_knobs().with("STAGES", 3i64);
     assert_eq!(decode_plan_knobs(&h96, &other).unwrap().0, other);
