@@ -727,15 +727,8 @@ __device__ __forceinline__ void fp4_gemv(unsigned char* ot, int or0, int oc0, un
         for (int i = 0; i < 4; ++i) {
           const long long c = c0 + 8 * i;
           const bool ok = tok[tt] && bi < nblk;
-          if (ok && c + 8 <= xcols) {
-            xv[tt][i] = __ldg((const uint4*)(xr[tt] + c));
-          } else {
-            unsigned h[8];
-#pragma unroll
-            for (int e = 0; e < 8; ++e)
-              h[e] = (ok && c + e < xcols) ? (unsigned)__ldg((const unsigned short*)(xr[tt] + c + e)) : 0u;
-            xv[tt][i] = make_uint4(h[0] | (h[1] << 16), h[2] | (h[3] << 16), h[4] | (h[5] << 16), h[6] | (h[7] << 16));
-          }
+          // Whole 8-column groups only (a group reaching past x's columns reads as zeros).
+          xv[tt][i] = (ok && c + 8 <= xcols) ? __ldg((const uint4*)(xr[tt] + c)) : make_uint4(0u, 0u, 0u, 0u);
         }
 #pragma unroll
       for (int b = 0; b < NB; ++b) {

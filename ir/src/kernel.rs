@@ -427,7 +427,8 @@ pub enum Stmt {
     /// products), with `w` decoded as [`Stmt::DequantFp4Stream`] decodes it (same `words` / `scales` views,
     /// `packed`, `fold`, `finite` and validity rules: row `r` valid when below both views' `rows`, block `b`
     /// valid when below `words.cols / 4` and `scales.cols`; invalid blocks contribute nothing) and `x` a bf16 view
-    /// `[T, K]` (`vec` 8) whose element `[t, c]` is 0 when `c` is not below `x.cols`. `out` is an f32 window `[R, T]`
+    /// `[T, K]` (`vec` 8, read in whole 8-column groups) whose element `[t, c]` is 0 when its group's end
+    /// `8 (c / 8) + 8` is past `x.cols`. `out` is an f32 window `[R, T]`
     /// (R a multiple of 16, T 8 or 16); `out[r, t]` is 0 when row `r` is invalid or `t` is not below `x.rows`.
     ///
     /// The GPU code splits the blocks over the block's warps (warp `w` takes the `4 chunk`-block chunks

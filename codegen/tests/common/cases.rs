@@ -1633,7 +1633,7 @@ pub fn mma_async_ss_then_rs() -> Case {
 
 /// `Fp4Gemv` on 4 warps: a [32, 16] f32 result of 27 valid weight rows (a view one block into each row) times
 /// 11 valid bf16 activation rows, over 7 valid blocks of words (the scale view covers 8, the tensors 10) and
-/// activation columns cut at 219 (not a multiple of 8: the element-wise tail), in four variants that cover
+/// activation columns cut at 219 (not a multiple of 8: the group 216..224 reads as zeros), in four variants that cover
 /// both layouts, the folded and general decodes (NaN scale bytes, the subnormal 2^-127), chunks 1, 2 and 4
 /// and the register pipeline; against an f64 sum computed here (rows past 27 and tokens past 11 must be 0).
 pub fn fp4_gemv() -> Case {
@@ -1698,7 +1698,7 @@ pub fn fp4_gemv() -> Case {
                     let nib = ((word >> (4 * p)) & 15) as usize;
                     let sc = sv[si][row * kb + 1 + col / 32];
                     let wv = if sc == 255 { f64::NAN } else { E2M1[nib] * 2f64.powi(sc as i32 - 127) };
-                    let xe = if col < xcols { xvals[tok * k + 32 + col] as f64 } else { 0.0 };
+                    let xe = if col / 8 * 8 + 8 <= xcols { xvals[tok * k + 32 + col] as f64 } else { 0.0 };
                     s += wv * xe;
                     a += (wv * xe).abs();
                 }

@@ -284,7 +284,8 @@ impl<'a> Block<'a> {
                     for t in 0..cols.min(xr.max(0) as usize) {
                         let mut acc = 0.0f32;
                         for (c, &w) in wv.iter().enumerate() {
-                            let xv = if (c as i64) < xc {
+                            // Whole 8-column groups, as the GPU's 16-byte loads.
+                            let xv = if (c as i64 / 8) * 8 + 8 <= xc {
                                 let xi =
                                     self.global_index("fp4_gemv x", x.tensor, xo + t as i64 * xs + c as i64, tensors)?;
                                 tensors[x.tensor.0 as usize].get_f32(xi)

@@ -509,7 +509,8 @@ unsafe fn tile_stmt(ctx: &mut Ctx, s: &Stmt, arg: &dyn Fn(usize) -> i64) -> Resu
                     for t in 0..cols.min(xr.max(0) as usize) {
                         let mut acc = 0.0f32;
                         for (c, &w) in wv.iter().enumerate() {
-                            let xv = if (c as i64) < xc {
+                            // Whole 8-column groups, as the GPU's 16-byte loads.
+                            let xv = if (c as i64 / 8) * 8 + 8 <= xc {
                                 let xi = check("fp4_gemv x", x.tensor, xo + t as i64 * xs + c as i64, hosts)?;
                                 hosts[x.tensor.0 as usize].get_f32(xi)
                             } else {
