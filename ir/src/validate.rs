@@ -981,7 +981,7 @@ impl<'a> Checker<'a> {
                 if *scratch == out.buf {
                     return bad("fp4_gemv: scratch and out must be different buffers".into());
                 }
-                if !matches!(chunk, 1 | 2 | 4) || self.k.threads % 32 != 0 {
+                if !matches!(chunk, 1 | 2 | 4) || !self.k.threads.is_multiple_of(32) {
                     return bad(format!("fp4_gemv: chunk {chunk} (1, 2 or 4) on whole warps"));
                 }
                 let q = self.global_view(words)?;
