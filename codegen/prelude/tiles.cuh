@@ -644,6 +644,161 @@ __device__ __forceinline__ void dequant_fp4_stream_pf(
 }
 
 // ---------------------------------------------------------------------------------------------------------
+// MXFP4 weights times a few bf16 activation rows (`Stmt::Fp4Gemv`): out[R, T] = W[R, K] x[T, K]^T, for decode.
+// Warp w takes the chunks w, w + WARPS, ... of 4U 32-column blocks; in a chunk, lane (g, l) = (lane / 4, lane % 4)
+// loads the whole 16-byte blocks 4u + l (u < U) of its weight rows 16b + g and 16b + g + 8 (b < R / 16): every
+// weight load is 16 bytes and a quad reads 64 contiguous bytes of a row per load. The sum over K is taken in a
+// lane-specific order that both operands share: the lane's 16 value pairs (w, f) of a block (word w, byte f:
+// two consecutive columns, low nibble first) are the A pairs of its 8 mma.m16n8k16 k-steps (step s: word s / 2,
+// bytes 2 (s % 2) and 2 (s % 2) + 1), and its B pairs are the activations of the same two columns of token
+// 8 tt + g (tt < T / 8), read as four 16-byte loads per block and token. A chunk's weight and scale loads are all
+// issued before its first decode (PF: the next chunk's too, into a second register set). The warps' f32
+// partials go to `scratch` tiles (one per warp) and are summed in warp order into `out`, between barriers.
+template <int NB, int U> struct Fp4GemvRaw {
+  uint4 w[NB][2][U];
+  unsigned s[NB][2][U];
+};
+
+template <bool PACKED, bool FOLD, bool FINITE, int R, int T, int WARPS, int U, bool PF, class LO, class LP>
+__device__ __forceinline__ void fp4_gemv(unsigned char* ot, int or0, int oc0, unsigned char* pt,
+                                         const unsigned* __restrict__ q, long long qoff, long long qstride,
+                                         long long qrows, long long qcols, const unsigned char* __restrict__ sg,
+                                         long long soff, long long sstride, long long srows, long long scols,
+                                         const bf16* __restrict__ x, long long xoff, long long xstride,
+                                         long long xrows, long long xcols) {
+  static_assert(R % 16 == 0 && (T == 8 || T == 16) && (U == 1 || U == 2 || U == 4), "fp4_gemv shape");
+  constexpr int NB = R / 16, TT = T / 8, CH = 4 * U;
+  const int lane = lane_id(), g = lane >> 2, l = lane & 3;
+  const long long vrows = qrows < srows ? qrows : srows;
+  const long long nblk64 = (qcols >> 2) < scols ? (qcols >> 2) : scols;
+  const int nblk = nblk64 > 0 ? (int)nblk64 : 0;
+  const int nch = (nblk + CH - 1) / CH;
+  // Per-lane row bases (rows are fixed for the whole K loop).
+  const unsigned* qr[NB][2];
+  const unsigned char* sr[NB][2];
+  bool rok[NB][2];
+#pragma unroll
+  for (int b = 0; b < NB; ++b)
+#pragma unroll
+    for (int jp = 0; jp < 2; ++jp) {
+      const int r = 16 * b + g + 8 * jp;
+      rok[b][jp] = r < vrows;
+      qr[b][jp] = q + qoff + (rok[b][jp] ? (long long)r * qstride : 0);
+      sr[b][jp] = sg + soff + (rok[b][jp] ? (long long)r * sstride : 0);
+    }
+  const bf16* xr[TT];
+  bool tok[TT];
+#pragma unroll
+  for (int tt = 0; tt < TT; ++tt) {
+    const int t = 8 * tt + g;
+    tok[tt] = t < xrows;
+    xr[tt] = x + xoff + (tok[tt] ? (long long)t * xstride : 0);
+  }
+  auto load = [&](Fp4GemvRaw<NB, U>& raw, int j) {
+#pragma unroll
+    for (int b = 0; b < NB; ++b)
+#pragma unroll
+      for (int jp = 0; jp < 2; ++jp)
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          const int bi = CH * j + 4 * u + l;
+          const bool ok = rok[b][jp] && bi < nblk;
+          raw.w[b][jp][u] = ok ? __ldg((const uint4*)(qr[b][jp] + 4 * bi)) : make_uint4(0u, 0u, 0u, 0u);
+          raw.s[b][jp][u] = ok ? (unsigned)__ldg(sr[b][jp] + bi) : 127u;
+        }
+  };
+  float acc[NB][TT][4];
+#pragma unroll
+  for (int b = 0; b < NB; ++b)
+#pragma unroll
+    for (int tt = 0; tt < TT; ++tt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[b][tt][i] = 0.f;
+  auto compute = [&](const Fp4GemvRaw<NB, U>& raw, int j) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int bi = CH * j + 4 * u + l;
+      const long long c0 = 32LL * bi;
+      // The activations of the lane's block: xv[tt][i] holds columns c0 + 8i .. c0 + 8i + 7 of token 8tt + g.
+      uint4 xv[TT][4];
+#pragma unroll
+      for (int tt = 0; tt < TT; ++tt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const long long c = c0 + 8 * i;
+          const bool ok = tok[tt] && bi < nblk;
+          // Whole 8-column groups only (a group reaching past x's columns reads as zeros).
+          xv[tt][i] = (ok && c + 8 <= xcols) ? __ldg((const uint4*)(xr[tt] + c)) : make_uint4(0u, 0u, 0u, 0u);
+        }
+#pragma unroll
+      for (int b = 0; b < NB; ++b) {
+        const unsigned s0 = fp4_scale2<FOLD, FINITE>(raw.s[b][0][u]), s1 = fp4_scale2<FOLD, FINITE>(raw.s[b][1][u]);
+        const uint4 w0 = raw.w[b][0][u], w1 = raw.w[b][1][u];
+        const unsigned q0[4] = {w0.x, w0.y, w0.z, w0.w}, q1[4] = {w1.x, w1.y, w1.z, w1.w};
+#pragma unroll
+        for (int st = 0; st < 8; ++st) {
+          const int w = st >> 1, f = 2 * (st & 1);
+          const unsigned a[4] = {fp4_pair<FOLD>(q0[w] << 4, q0[w], f, s0), fp4_pair<FOLD>(q1[w] << 4, q1[w], f, s1),
+                                 fp4_pair<FOLD>(q0[w] << 4, q0[w], f + 1, s0),
+                                 fp4_pair<FOLD>(q1[w] << 4, q1[w], f + 1, s1)};
+#pragma unroll
+          for (int tt = 0; tt < TT; ++tt) {
+            const unsigned xa[4] = {xv[tt][0].x, xv[tt][0].y, xv[tt][0].z, xv[tt][0].w};
+            const unsigned xb[4] = {xv[tt][1].x, xv[tt][1].y, xv[tt][1].z, xv[tt][1].w};
+            const unsigned xc[4] = {xv[tt][2].x, xv[tt][2].y, xv[tt][2].z, xv[tt][2].w};
+            const unsigned xd[4] = {xv[tt][3].x, xv[tt][3].y, xv[tt][3].z, xv[tt][3].w};
+            const unsigned* xs[4] = {xa, xb, xc, xd};
+            // Pair (w, f): packed, columns 2w + 8f (x chunk f, word w); natural, 8w + 2f (x chunk w, word f).
+            unsigned bb[2];
+            bb[0] = PACKED ? xs[f][w] : xs[w][f];
+            bb[1] = PACKED ? xs[f + 1][w] : xs[w][f + 1];
+            mma16816((bf16*)0, acc[b][tt], a, bb);
+          }
+        }
+      }
+    }
+  };
+  int j = warp_id();
+  if (PF) {
+    Fp4GemvRaw<NB, U> cur;
+    if (j < nch) load(cur, j);
+    for (; j < nch; j += WARPS) {
+      Fp4GemvRaw<NB, U> nxt;
+      if (j + WARPS < nch) load(nxt, j + WARPS);
+      compute(cur, j);
+      cur = nxt;
+    }
+  } else {
+    for (; j < nch; j += WARPS) {
+      Fp4GemvRaw<NB, U> cur;
+      load(cur, j);
+      compute(cur, j);
+    }
+  }
+  // The warps' partials (C fragment: rows 16b + g (+8), tokens 8tt + 2l (+1)) as flat [R, T] f32 tiles of
+  // `scratch` (its layout is irrelevant: only this function reads them), then their sum in warp order.
+  unsigned char* mine = pt + warp_id() * LP::TILE_BYTES;
+#pragma unroll
+  for (int b = 0; b < NB; ++b)
+#pragma unroll
+    for (int tt = 0; tt < TT; ++tt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int r = 16 * b + g + 8 * (i >> 1), c = 8 * tt + 2 * l + (i & 1);
+        *(float*)(mine + (r * T + c) * 4) = acc[b][tt][i];
+      }
+  __syncthreads();
+  for (int e = threadIdx.x; e < R * T; e += WARPS * 32) {
+    const int r = e / T, c = e % T;
+    float sum = 0.f;
+#pragma unroll
+    for (int w = 0; w < WARPS; ++w) sum += *(const float*)(pt + w * LP::TILE_BYTES + e * 4);
+    *(float*)(ot + LO::off(or0 + r, oc0 + c)) = (r < vrows && c < xrows) ? sum : 0.f;
+  }
+  __syncthreads();
+}
+
+// ---------------------------------------------------------------------------------------------------------
 // Warpgroup tensor cores (sm_90a wgmma). Operands are K-major shared tiles with 128-byte swizzled rows; a
 // descriptor names the start (16-byte units), the 1024-byte stride between 8-row atoms and the swizzle mode.
 // The per-shape instruction wrappers (`wgmma_n<N>`) are emitted by the renderer for the shapes a kernel uses.

@@ -293,6 +293,23 @@ impl KernelBuilder {
             prefetch: Some(Box::new(prefetch)),
         });
     }
+    /// Streamed MXFP4 weights times a few bf16 activation rows into shared memory, split over the block's warps
+    /// (see [`Stmt::Fp4Gemv`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn fp4_gemv(
+        &mut self,
+        out: SharedRef,
+        scratch: SharedId,
+        words: GlobalView,
+        scales: GlobalView,
+        x: GlobalView,
+        flags: Fp4Flags,
+        chunk: u32,
+        pipeline: bool,
+    ) {
+        let Fp4Flags { packed, fold, finite } = flags;
+        self.push(Stmt::Fp4Gemv { out, scratch, words, scales, x, packed, fold, finite, chunk, pipeline });
+    }
     /// Start `acc += a @ b` on the warpgroup tensor cores (see [`Stmt::MmaAsync`]).
     pub fn mma_async(&mut self, acc: TileId, a: Operand, b: Operand) {
         self.push(Stmt::MmaAsync { acc, a, b, accumulate: Expr::Bool(true) });

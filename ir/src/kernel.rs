@@ -422,6 +422,43 @@ pub enum Stmt {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         prefetch: Option<Box<Fp4Prefetch>>,
     },
+    /// The product of streamed MXFP4 weights with a few bf16 activation rows, into shared memory:
+    /// `out[r, t] = sum_c w[r, c] * x[t, c]` over the valid 32-column blocks of the weights (f32 sums of exact
+    /// products), with `w` decoded as [`Stmt::DequantFp4Stream`] decodes it (same `words` / `scales` views,
+    /// `packed`, `fold`, `finite` and validity rules: row `r` valid when below both views' `rows`, block `b`
+    /// valid when below `words.cols / 4` and `scales.cols`; invalid blocks contribute nothing) and `x` a bf16 view
+    /// `[T, K]` (`vec` 8, read in whole 8-column groups) whose element `[t, c]` is 0 when its group's end
+    /// `8 (c / 8) + 8` is past `x.cols`. `out` is an f32 window `[R, T]`
+    /// (R a multiple of 16, T 8 or 16); `out[r, t]` is 0 when row `r` is invalid or `t` is not below `x.rows`.
+    ///
+    /// The GPU code splits the blocks over the block's warps (warp `w` takes the `4 chunk`-block chunks
+    /// `w, w + warps, ...`; lane `l % 4` of a quad loads whole 16-byte blocks `4u + l` of its rows, so every load
+    /// is 16 bytes, and multiplies them on `mma.m16n8k16` with the activations of the same columns: the sum over
+    /// K is taken in a lane-specific column order, the same for both operands), keeps every load of a chunk in
+    /// flight before its first use (with `pipeline`, the next chunk's too, in a second register set), then
+    /// reduces the warps' f32 partials through `scratch` (an f32 buffer of at least `R x T` elements per tile
+    /// and a tile per warp; its contents afterwards are unspecified) in warp order, between two block barriers.
+    /// `chunk` (1, 2 or 4) and `pipeline` are schedule only: the value does not depend on them.
+    Fp4Gemv {
+        out: SharedRef,
+        scratch: SharedId,
+        words: GlobalView,
+        scales: GlobalView,
+        x: GlobalView,
+        packed: bool,
+        fold: bool,
+        finite: bool,
+        chunk: u32,
+        pipeline: bool,
+    },
+}
+
+/// The weight layout and scale promises of an MXFP4 statement (see [`Stmt::DequantFp4`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fp4Flags {
+    pub packed: bool,
+    pub fold: bool,
+    pub finite: bool,
 }
 
 /// The next views of a prefetching [`Stmt::DequantFp4Stream`]: words and scales as the statement's own, and

@@ -199,6 +199,26 @@ fn body(k: &Kernel, b: &[Stmt], depth: usize, s: &mut String) {
                     k.tiles[tile.0 as usize].name
                 );
             }
+            Stmt::Fp4Gemv { out, scratch, words, scales, x, packed, fold, finite, chunk, pipeline } => {
+                let _ = writeln!(
+                    s,
+                    "{pad}{}[{}][{}+{}, {}+{}] = fp4_gemv({}, {}, x={}){}{}{} chunk={chunk}{} scratch={}",
+                    k.shared[out.buf.0 as usize].name,
+                    expr(k, &out.index),
+                    out.row0,
+                    out.rows,
+                    out.col0,
+                    out.cols,
+                    global_view(k, words),
+                    global_view(k, scales),
+                    global_view(k, x),
+                    if *packed { " packed" } else { " natural" },
+                    if *fold { " fold" } else { "" },
+                    if *finite { " finite" } else { "" },
+                    if *pipeline { " pipeline" } else { "" },
+                    k.shared[scratch.0 as usize].name,
+                );
+            }
             Stmt::DequantFp4Stream { tile, words, scales, packed, fold, finite, prefetch } => {
                 let _ = writeln!(
                     s,

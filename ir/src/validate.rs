@@ -609,6 +609,7 @@ impl<'a> Checker<'a> {
             Stmt::Scan { .. } => ("scan", BlockOnly),
             Stmt::DequantFp4 { .. } => ("dequant_fp4", BlockOnly),
             Stmt::DequantFp4Stream { .. } => ("dequant_fp4_stream", BlockOnly),
+            Stmt::Fp4Gemv { .. } => ("fp4_gemv", BlockOnly),
             Stmt::Threads { .. } => ("threads region", BlockOnly),
             Stmt::StoreScalar { .. } => ("store_scalar", RegionOnly),
             Stmt::SharedStore { .. } => ("shared_store", RegionOnly),
@@ -945,6 +946,67 @@ impl<'a> Checker<'a> {
                             ),
                         ));
                     }
+                }
+                self.path.pop();
+            }
+            Stmt::Fp4Gemv { out, scratch, words, scales, x, chunk, .. } => {
+                self.path.push("fp4_gemv".to_string());
+                let o = self.shared_ref(out)?;
+                let sc = self.shared(*scratch)?;
+                let warps = self.k.threads / 32;
+                let bad = |what: String| Err(self.err(IrErrorKind::Layout, what));
+                if o.dtype != DType::F32 || !out.rows.is_multiple_of(16) || out.rows == 0 || !matches!(out.cols, 8 | 16)
+                {
+                    return bad(format!(
+                        "fp4_gemv out: an f32 window of R x T rows (R a multiple of 16, T 8 or 16), got `{}` ({}) {}x{}",
+                        o.name, o.dtype, out.rows, out.cols
+                    ));
+                }
+                if sc.dtype != DType::F32
+                    || sc.rows * sc.cols < out.rows * out.cols
+                    || sc.count < warps
+                    || sc.alias.is_some()
+                {
+                    return bad(format!(
+                        "fp4_gemv scratch: an unaliased f32 buffer of at least {} elements per tile and {warps} tiles (one per \
+                         warp), got `{}` ({}) {}x{} x{}",
+                        out.rows * out.cols,
+                        sc.name,
+                        sc.dtype,
+                        sc.rows,
+                        sc.cols,
+                        sc.count
+                    ));
+                }
+                if *scratch == out.buf {
+                    return bad("fp4_gemv: scratch and out must be different buffers".into());
+                }
+                if !matches!(chunk, 1 | 2 | 4) || !self.k.threads.is_multiple_of(32) {
+                    return bad(format!("fp4_gemv: chunk {chunk} (1, 2 or 4) on whole warps"));
+                }
+                let q = self.global_view(words)?;
+                if q.dtype != DType::U32 || words.vec != 4 {
+                    return Err(self.err(
+                        IrErrorKind::Type,
+                        format!(
+                            "fp4_gemv words: a u32 view with vec = 4, got `{}` ({}) vec {}",
+                            q.name, q.dtype, words.vec
+                        ),
+                    ));
+                }
+                let s8 = self.global_view(scales)?;
+                if s8.dtype != DType::U8 {
+                    return Err(self.err(
+                        IrErrorKind::Type,
+                        format!("fp4_gemv scales: a u8 view is needed, got `{}` ({})", s8.name, s8.dtype),
+                    ));
+                }
+                let xv = self.global_view(x)?;
+                if xv.dtype != DType::Bf16 || x.vec != 8 {
+                    return Err(self.err(
+                        IrErrorKind::Type,
+                        format!("fp4_gemv x: a bf16 view with vec = 8, got `{}` ({}) vec {}", xv.name, xv.dtype, x.vec),
+                    ));
                 }
                 self.path.pop();
             }

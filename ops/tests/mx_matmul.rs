@@ -258,16 +258,23 @@ fn automatic_knobs_follow_the_h200_measurements() {
         let ks = op.kernels(&Preset::new("auto", dims), kn).unwrap();
         ks[0].knobs.str("PATH").unwrap().to_string()
     };
-    // Few tokens without a GLU epilogue: the streaming path; the tile path keeps its measured widths below.
+    // At most 16 tokens per group with bf16 activations: PATH=gemv (both layouts, GLU too); 17 tokens and
+    // MXFP8 activations keep the tile path; the tile path keeps its measured widths below.
     for m in [1, 16] {
-        assert_eq!(path(&[("M", m), ("N", 6144), ("K", 3584), ("packed", 1)], &op.default_knobs()), "stream");
+        assert_eq!(path(&[("M", m), ("N", 6144), ("K", 3584), ("packed", 1)], &op.default_knobs()), "gemv");
     }
     assert_eq!(path(&[("M", 17), ("N", 6144), ("K", 3584), ("packed", 1)], &op.default_knobs()), "tile");
-    assert_eq!(path(&[("M", 1), ("N", 6144), ("K", 3584)], &op.default_knobs()), "tile", "natural layout");
+    assert_eq!(path(&[("M", 1), ("N", 6144), ("K", 3584)], &op.default_knobs()), "gemv", "natural layout");
     let g28 = [("G", 28), ("per", 4), ("N", 6144), ("K", 3584), ("packed", 1)];
-    assert_eq!(path(&g28, &op.default_knobs()), "stream");
+    assert_eq!(path(&g28, &op.default_knobs()), "gemv");
     let glu28 = [("G", 28), ("per", 4), ("N", 6144), ("K", 3584), ("packed", 1), ("epilogue", 1), ("p", 1)];
-    assert_eq!(path(&glu28, &op.default_knobs()), "tile");
+    assert_eq!(path(&glu28, &op.default_knobs()), "gemv");
+    let act8 = [("G", 28), ("per", 4), ("N", 6144), ("K", 3584), ("packed", 1), ("act", 1)];
+    assert_eq!(path(&act8, &op.default_knobs()), "tile");
+    // The stream path is still chosen by PATH=auto with an explicit shape gemv cannot take (MMA=sync, WB=1
+    // but BN=64 at BK=256: too many registers for gemv).
+    let m1 = [("M", 1), ("N", 6144), ("K", 3584), ("packed", 1)];
+    assert_eq!(path(&m1, &knobs(&[("BN", 64), ("BK", 256)])), "stream");
     let tile = op.default_knobs().with("PATH", "tile");
     let bn = |dims: &[(&str, i64)]| -> (i64, i64) {
         let ks = op.kernels(&Preset::new("auto", dims), &tile).unwrap_or_else(|e| panic!("{dims:?}: {e}"));
@@ -293,6 +300,73 @@ fn automatic_knobs_follow_the_h200_measurements() {
     let p = Preset::new("explicit", &[("M", 1), ("N", 6144), ("K", 3584), ("packed", 1)]);
     let ks = op.kernels(&p, &knobs(&[("BN", 128)])).unwrap();
     assert_eq!(ks[0].knobs.u32("BN").unwrap(), 128);
+}
+
+/// PATH=gemv (`Stmt::Fp4Gemv`) against the f64 reference: edge token counts (1, 7, 8, 9, 15, 16 in one tile;
+/// 17 and 40 over several 8- or 16-token tiles), N not a multiple of the row tile, K of one block, a K tail
+/// shorter than a chunk and chunks not dividing over the warps, both layouts, NaN scale blocks, GLU epilogues with
+/// routing weights, grouped with empty groups, splits with both finalizers, every chunk width and pipeline
+/// setting; and its invalid knob sets.
+#[test]
+fn gemv_path_edges_and_layouts() {
+    let mut rng = StdRng::seed_from_u64(rand::rng().random());
+    let gemv = |pairs: &[(&str, i64)]| knobs(pairs).with("PATH", "gemv");
+    for (m, k, n, packed, wide) in [
+        (1i64, 32i64, 16i64, 1i64, 0i64),
+        (7, 288, 17, 0, 1),
+        (8, 96, 40, 1, 1),
+        (9, 224, 8, 1, 0),
+        (15, 608, 33, 0, 0),
+        (16, 160, 50, 1, 1),
+        (17, 64, 20, 1, 0),
+        (40, 352, 18, 0, 1),
+    ] {
+        let p = Preset::new(
+            &format!("gemv M{m} K{k} N{n}"),
+            &[("M", m), ("K", k), ("N", n), ("packed", packed), ("wide", wide)],
+        );
+        run(&p, rng.random(), &gemv(&[]));
+        run(&p, rng.random(), &gemv(&[("BM", 16), ("BK", 256), ("WA", 3)]).with("PF", "off"));
+        run(&p, rng.random(), &gemv(&[("BN", 32), ("BK", 256), ("WA", 2), ("SPLIT", 2)]).with("PF", "on"));
+        run(&p, rng.random(), &gemv(&[("BK", 512), ("WA", 5), ("SPLIT", 3)]).with("FIN", "last"));
+    }
+    for (packed, wide, epi, pw) in [(1i64, 0i64, 0i64, 0i64), (0, 1, 1, 1), (1, 1, 2, 1), (1, 0, 0, 1)] {
+        let p = Preset::new(
+            "gemv grouped",
+            &[
+                ("G", 5),
+                ("c0", 0),
+                ("c1", 4),
+                ("c2", 0),
+                ("c3", 17),
+                ("c4", 1),
+                ("K", 320),
+                ("N", 66),
+                ("epilogue", epi),
+                ("p", pw),
+                ("packed", packed),
+                ("wide", wide),
+            ],
+        );
+        run(&p, rng.random(), &default_knobs());
+        run(&p, rng.random(), &gemv(&[("SPLIT", 2), ("BK", 128), ("BN", 64), ("WA", 4)]).with("PF", "off"));
+    }
+    let op = Mxfp4Matmul;
+    let m4 = Preset::new("m4", &[("M", 4), ("K", 64), ("N", 32)]);
+    for bad in [
+        gemv(&[("BK", 192)]),
+        gemv(&[("BM", 32)]),
+        gemv(&[("BN", 24)]),
+        gemv(&[("BN", 128), ("BK", 256)]),
+        gemv(&[("WB", 2)]),
+        gemv(&[]).with("MMA", "wgmma"),
+    ] {
+        assert!(matches!(op.kernels(&m4, &bad), Err(OpError::InvalidKnobs { .. })), "{bad}");
+    }
+    let x8 = Preset::new("x8", &[("M", 4), ("K", 64), ("N", 32), ("act", 1)]);
+    assert!(matches!(op.kernels(&x8, &gemv(&[])), Err(OpError::InvalidKnobs { .. })));
+    let glu = Preset::new("glu", &[("M", 4), ("K", 64), ("N", 32), ("epilogue", 1)]);
+    assert!(matches!(op.kernels(&glu, &gemv(&[("BN", 16)])), Err(OpError::InvalidKnobs { .. })));
 }
 
 /// PATH=stream (`Stmt::DequantFp4Stream`: weights global -> registers) against the f64 reference: edge token
@@ -345,7 +419,8 @@ fn stream_path_edges_and_layouts() {
     let glu = Preset::new("glu", &[("M", 4), ("K", 64), ("N", 32), ("epilogue", 1)]);
     let inst = Mxfp4Matmul.instance(&glu, 1).unwrap();
     assert!(matches!(inst.plan(&stream(&[])), Err(OpError::InvalidKnobs { .. })));
-    assert_eq!(Mxfp4Matmul.kernels(&glu, &default_knobs()).unwrap()[0].knobs.str("PATH").unwrap(), "tile");
+    // (PATH=auto takes the GLU decode to PATH=gemv; the stream path's old automatic fallback was the tile path.)
+    assert_eq!(Mxfp4Matmul.kernels(&glu, &default_knobs()).unwrap()[0].knobs.str("PATH").unwrap(), "gemv");
     let p = Preset::new("d", &[("M", 4), ("K", 64), ("N", 32)]);
     let inst = Mxfp4Matmul.instance(&p, 1).unwrap();
     for kn in [
@@ -436,9 +511,19 @@ fn presets_compile_without_spills() {
             vec![("M", 1), ("N", 6144), ("K", 3584), ("packed", 1)],
             default_knobs().with("PF", "off").with("FIN", "kernel"),
         ),
-        (vec![("G", 28), ("per", 4), ("N", 6144), ("K", 3584), ("packed", 1)], knobs(&[("MINB", 4)])),
-        (vec![("G", 28), ("per", 4), ("N", 6144), ("K", 3584), ("packed", 1)], knobs(&[("MINB", 4)]).with("PF", "off")),
-        (vec![("M", 1), ("N", 6144), ("K", 3584), ("packed", 1)], knobs(&[("MINB", 4)]).with("PF", "off")),
+        // (The stream kernels capped at four CTAs per SM, as measured in session 3.)
+        (
+            vec![("G", 28), ("per", 4), ("N", 6144), ("K", 3584), ("packed", 1)],
+            knobs(&[("MINB", 4)]).with("PATH", "stream"),
+        ),
+        (
+            vec![("G", 28), ("per", 4), ("N", 6144), ("K", 3584), ("packed", 1)],
+            knobs(&[("MINB", 4)]).with("PF", "off").with("PATH", "stream"),
+        ),
+        (
+            vec![("M", 1), ("N", 6144), ("K", 3584), ("packed", 1)],
+            knobs(&[("MINB", 4)]).with("PF", "off").with("PATH", "stream"),
+        ),
         (vec![("M", 1), ("N", 6144), ("K", 3584), ("packed", 1)], knobs(&[("SPLIT", 4)])),
         (vec![("M", 16), ("N", 6144), ("K", 3584), ("packed", 1)], knobs(&[("SPLIT", 4)])),
         // The tile path at the shapes the stream path now takes by default.
@@ -539,10 +624,14 @@ fn split_reduction_in_kernel_matches_the_finalize_launch() {
         }
         assert_eq!(ys[0], ys[1], "{}: the second launch differs", p.name);
     }
-    // The default at decode shapes is one launch; the wgmma kernel keeps its finalize and rejects FIN=last.
+    // The default at decode shapes is one launch (PATH=gemv: no split; the stream path: a split summed by the
+    // last CTA); the wgmma kernel keeps its finalize and rejects FIN=last.
     let m1 = Preset::new("M1", &[("M", 1), ("N", 6144), ("K", 3584), ("packed", 1)]);
     let ks = op.kernels(&m1, &op.default_knobs()).unwrap();
     assert_eq!(ks.len(), 1, "M1 default: one kernel");
+    assert_eq!((ks[0].knobs.str("PATH").unwrap(), ks[0].knobs.u32("SPLIT").unwrap()), ("gemv", 1));
+    let ks = op.kernels(&m1, &op.default_knobs().with("PATH", "stream")).unwrap();
+    assert_eq!(ks.len(), 1, "M1 stream: one kernel");
     assert!(ks[0].knobs.u32("SPLIT").unwrap() > 1 && ks[0].knobs.str("FIN").unwrap() == "last");
     let tile = op.kernels(&m1, &op.default_knobs().with("PATH", "tile")).unwrap();
     assert_eq!((tile.len(), tile[0].knobs.str("FIN").unwrap()), (1, "last"));
@@ -608,19 +697,19 @@ fn stream_prefetch_matches_the_unpipelined_stream() {
         let ks = op.kernels(p, &on).unwrap();
         assert_eq!(ks[0].knobs.str("PF").unwrap(), "on");
     }
-    // Auto: off (measured faster on the H200); PF=on compiles for 3 CTAs per SM; the tile path rejects PF=on.
+    // (PATH=stream.) Auto: off (measured faster on the H200); PF=on compiles for 3 CTAs per SM; the tile path rejects PF=on.
     let m1 = Preset::new("M1", &[("M", 1), ("N", 6144), ("K", 3584), ("packed", 1)]);
-    let k = &op.kernels(&m1, &op.default_knobs()).unwrap()[0];
+    let k = &op.kernels(&m1, &op.default_knobs().with("PATH", "stream")).unwrap()[0];
     assert_eq!((k.knobs.str("PF").unwrap(), k.min_blocks_per_sm), ("off", 0), "auto: the unpipelined stream");
-    let k = &op.kernels(&m1, &op.default_knobs().with("PF", "on")).unwrap()[0];
+    let k = &op.kernels(&m1, &op.default_knobs().with("PATH", "stream").with("PF", "on")).unwrap()[0];
     assert_eq!(
         (k.knobs.str("PF").unwrap(), k.min_blocks_per_sm),
         ("on", 3),
         "PF=on: pipelined, compiled for 3 CTAs per SM"
     );
-    let off = &op.kernels(&m1, &op.default_knobs().with("PF", "off")).unwrap()[0];
+    let off = &op.kernels(&m1, &op.default_knobs().with("PATH", "stream").with("PF", "off")).unwrap()[0];
     assert_eq!(off.min_blocks_per_sm, 0, "PF=off: the unpipelined kernel as before");
-    let capped = &op.kernels(&m1, &knobs(&[("MINB", 4)]).with("PF", "off")).unwrap()[0];
+    let capped = &op.kernels(&m1, &knobs(&[("MINB", 4)]).with("PF", "off").with("PATH", "stream")).unwrap()[0];
     assert_eq!(capped.min_blocks_per_sm, 4);
     assert!(matches!(op.instance(&m1, 1).unwrap().plan(&knobs(&[("MINB", 17)])), Err(OpError::InvalidKnobs { .. })));
     let p = Preset::new("t", &[("M", 4), ("K", 64), ("N", 32)]);

@@ -553,6 +553,24 @@ impl<'a> Renderer<'a> {
                 );
                 self.line(&line);
             }
+            Stmt::Fp4Gemv { out, scratch, words, scales, x, packed, fold, finite, chunk, pipeline } => {
+                let line = format!(
+                    "k3k::fp4_gemv<{packed}, {fold}, {finite}, {}, {}, {}, {chunk}, {pipeline}, {}, {}>({}, {}, {}, s{}, {}, {}, {});",
+                    out.rows,
+                    out.cols,
+                    k.threads / 32,
+                    self.shared_layout(out.buf),
+                    self.shared_layout(*scratch),
+                    self.shared_ptr(out),
+                    out.row0,
+                    out.col0,
+                    scratch.0,
+                    self.view_args(words),
+                    self.view_args(scales),
+                    self.view_args(x)
+                );
+                self.line(&line);
+            }
             Stmt::Scan { tile, scratch, op } => {
                 let d = &k.tiles[tile.0 as usize];
                 let op = match op {

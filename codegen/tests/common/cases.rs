@@ -57,6 +57,7 @@ pub fn all() -> Vec<Case> {
         mma_async_ss_then_rs(),
         last_block_reduction(),
         dequant_fp4_stream_prefetch(),
+        fp4_gemv(),
     ]
 }
 
@@ -1627,5 +1628,116 @@ pub fn mma_async_ss_then_rs() -> Case {
         ],
         scalars: vec![],
         check: Box::new(move |ts| close("c", &ts[4].to_f32_vec(), &want, 1e-4)),
+    }
+}
+
+/// `Fp4Gemv` on 4 warps: a [32, 16] f32 result of 27 valid weight rows (a view one block into each row) times
+/// 11 valid bf16 activation rows, over 7 valid blocks of words (the scale view covers 8, the tensors 10) and
+/// activation columns cut at 219 (not a multiple of 8: the group 216..224 reads as zeros), in four variants that cover
+/// both layouts, the folded and general decodes (NaN scale bytes, the subnormal 2^-127), chunks 1, 2 and 4
+/// and the register pipeline; against an f64 sum computed here (rows past 27 and tokens past 11 must be 0).
+pub fn fp4_gemv() -> Case {
+    let (r, t) = (32usize, 16usize);
+    let (rows, toks, blocks, xcols) = (27usize, 11usize, 7usize, 219usize);
+    let (kw, kb, k) = (10 * 4, 10, 320usize);
+    // (packed, fold, finite, scale set, chunk, pipeline)
+    let variants = [
+        (true, true, true, 0usize, 1u32, true),
+        (false, false, false, 1, 2, false),
+        (true, false, false, 1, 4, true),
+        (false, true, true, 0, 1, false),
+    ];
+    let mut b = KernelBuilder::new("p_fp4_gemv", 128);
+    let dims = |a: usize, bb: usize| [Expr::Int(a as i64), Expr::Int(bb as i64)];
+    let q = b.tensor("q", DType::U32, &dims(rows, kw), Access::Read);
+    let scales: Vec<TensorId> =
+        (0..2).map(|i| b.tensor(&format!("s{i}"), DType::U8, &dims(rows, kb), Access::Read)).collect();
+    let x = b.tensor("x", DType::Bf16, &dims(toks, k), Access::Read);
+    let y = b.tensor("y", DType::F32, &[Expr::Int(4), Expr::Int(r as i64), Expr::Int(t as i64)], Access::Write);
+    let out = b.shared("out", DType::F32, r as u32, t as u32 + 1, 4, Swizzle::None);
+    let scratch = b.shared("scratch", DType::F32, r as u32, t as u32, 4, Swizzle::None);
+    let o = b.tile("o", DType::F32, r as u32, t as u32, [2, 2]);
+    for (v, &(packed, fold, finite, si, chunk, pipeline)) in variants.iter().enumerate() {
+        let qv = view(q, 4i64, kw as i64, rows as i64, (4 * blocks) as i64, 4);
+        let sv = view(scales[si], 1i64, kb as i64, rows as i64, 8i64, 1);
+        let xv = view(x, 32i64, k as i64, toks as i64, xcols as i64, 8);
+        let w = b.window(out, v as i64, 0, 0, r as u32, t as u32);
+        b.fp4_gemv(w.clone(), scratch, qv, sv, xv, Fp4Flags { packed, fold, finite }, chunk, pipeline);
+        b.load(o, Place::Shared(w));
+        b.store(o, Place::Global(view(y, (v * r * t) as i64, t as i64, r as i64, t as i64, 2)));
+    }
+    let kern = b.finish().unwrap();
+    let mut rng = Rng::new(29);
+    let qw: Vec<u32> = (0..rows * kw).map(|_| rng.next_u64() as u32).collect();
+    let sv: [Vec<u8>; 2] = [
+        (0..rows * kb).map(|i| 118 + (i * 7 % 9) as u8).collect(),
+        (0..rows * kb)
+            .map(|i| {
+                if i == 41 {
+                    255
+                } else if i % 11 == 5 {
+                    0
+                } else {
+                    100 + (i * 5 % 40) as u8
+                }
+            })
+            .collect(),
+    ];
+    let xvals = rng.vals(DType::Bf16, toks * k, -1.0, 1.0);
+    const E2M1: [f64; 16] = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0];
+    // (value, sum of |terms|) per output element.
+    let mut want = vec![(0f64, 0f64); 4 * r * t];
+    for (v, &(packed, _, _, si, _, _)) in variants.iter().enumerate() {
+        for row in 0..rows {
+            for tok in 0..toks {
+                let (mut s, mut a) = (0f64, 0f64);
+                for col in 0..32 * blocks {
+                    let (w, p) =
+                        if packed { ((col % 8) / 2, 2 * ((col / 8) % 4) + col % 2) } else { ((col % 32) / 8, col % 8) };
+                    let word = qw[row * kw + 4 + 4 * (col / 32) + w];
+                    let nib = ((word >> (4 * p)) & 15) as usize;
+                    let sc = sv[si][row * kb + 1 + col / 32];
+                    let wv = if sc == 255 { f64::NAN } else { E2M1[nib] * 2f64.powi(sc as i32 - 127) };
+                    let xe = if col / 8 * 8 + 8 <= xcols { xvals[tok * k + 32 + col] as f64 } else { 0.0 };
+                    s += wv * xe;
+                    a += (wv * xe).abs();
+                }
+                want[(v * r + row) * t + tok] = (s, a);
+            }
+        }
+    }
+    let qbytes: Vec<u8> = qw.iter().flat_map(|w| w.to_le_bytes()).collect();
+    let mut tensors = vec![HostTensor::from_bytes(DType::U32, &[rows, kw], qbytes)];
+    for s in &sv {
+        tensors.push(HostTensor::from_bytes(DType::U8, &[rows, kb], s.clone()));
+    }
+    tensors.push(HostTensor::from_f32(DType::Bf16, &[toks, k], &xvals));
+    tensors.push(poisoned(DType::F32, &[4, r, t]));
+    Case {
+        name: "fp4_gemv",
+        kernel: kern,
+        tensors,
+        scalars: vec![],
+        check: Box::new(move |ts| {
+            let got = ts[4].to_f32_vec();
+            let mut nans = 0;
+            for (i, (g, &(w, a))) in got.iter().zip(&want).enumerate() {
+                let ok = if w.is_nan() {
+                    nans += 1;
+                    g.is_nan()
+                } else {
+                    (*g as f64 - w).abs() <= 1e-5 * a + 1e-30
+                };
+                assert!(
+                    ok,
+                    "fp4_gemv variant {} row {} token {}: got {g:e}, want {w:e} (sum of |terms| {a:e})",
+                    i / (r * t),
+                    (i / t) % r,
+                    i % t
+                );
+            }
+            // The NaN block (scale byte 41: row 4, block 0 of the view) reaches the general-path variants.
+            assert_eq!(nans, 2 * toks, "NaN rows");
+        }),
     }
 }

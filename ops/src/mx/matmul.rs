@@ -111,8 +111,12 @@ pub fn knob_space() -> KnobSpace {
             "weight path: tile (cp.async stages of packed words in shared memory, decoded from there), stream \
              (`Stmt::DequantFp4Stream`: words and scales loaded from global memory straight into registers, \
              a whole BK slice's loads in flight per thread; MMA=sync, no GLU epilogue; for few tokens); auto: \
-             stream for BM <= 16 with packed weights, bf16 activations and no GLU epilogue",
-            ["auto", "tile", "stream"],
+             stream for BM <= 16 with packed weights, bf16 activations and no GLU epilogue; gemv (decode, \
+             `Stmt::Fp4Gemv`: one CTA per BN weight rows and 8 or 16 tokens over the whole K range, split over WA \
+             warps, whole 16-byte weight blocks per lane, every load of a BK-wide chunk (PF=on: two) in flight, the \
+             warps' partials summed in shared memory, one launch; bf16 activations); auto: gemv for at most 16 \
+             tokens per group with bf16 activations (PATH=tile or stream: the paths it replaced)",
+            ["auto", "tile", "stream", "gemv"],
         )
         .axis(
             "FIN",
@@ -179,6 +183,9 @@ pub struct Cfg {
     /// Weights streamed from global memory into registers ([`Stmt::DequantFp4Stream`]) instead of staged in
     /// shared memory.
     pub stream: bool,
+    /// PATH=gemv ([`Stmt::Fp4Gemv`]): `wa` warps split K inside the CTA, `bk` = 128 x the 16-byte blocks per
+    /// lane of a chunk, `bm` 8 or 16 tokens, `prefetch` its register pipeline.
+    pub gemv: bool,
     /// With `split > 1`: the last-arriving CTA of each tile sums the partials in the main kernel (one launch)
     /// instead of a second finalize kernel.
     pub fused: bool,
@@ -203,7 +210,16 @@ impl Cfg {
             .with("RASTER", if self.raster_m { "m" } else { "n" })
             .with("MMA", if self.wgmma { "wgmma" } else { "sync" })
             .with("DEC", if self.dec_bits { "bits" } else { "expr" })
-            .with("PATH", if self.stream { "stream" } else { "tile" })
+            .with(
+                "PATH",
+                if self.gemv {
+                    "gemv"
+                } else if self.stream {
+                    "stream"
+                } else {
+                    "tile"
+                },
+            )
             .with("FIN", if self.fused { "last" } else { "kernel" })
             .with("PF", if self.prefetch { "on" } else { "off" })
             // 1 (no cap) for none: re-resolving the recorded knobs gives the same kernel.
@@ -216,6 +232,12 @@ impl Cfg {
         let (bn, bm, bk) = (self.bn as usize, self.bm as usize, self.bk as usize);
         let _ = packed;
         let al1k = |b: usize| b.next_multiple_of(1024);
+        if self.gemv {
+            // The reduced [BN, 16 + 1] tile and one [rows per statement, BM] f32 partial per warp.
+            return al(bn * (bm.max(16) + 1) * 4)
+                + al(self.wa as usize * bn * bm * 4)
+                + if self.fused && self.split > 1 { al(4) } else { 0 };
+        }
         let common = if self.stream { 0 } else { al(bn * bk / 2 * st) + al(bn * bk / 32 * st) }
             + if self.fused && self.split > 1 { al(4) } else { 0 };
         if self.wgmma {
@@ -247,6 +269,16 @@ fn pick(k: &Knobs, name: &str, auto: u32) -> Result<u32, OpError> {
 /// token tiles and a K split that gives about two waves of tiles when there are few; prefill: 128x128
 /// tiles), then the combination is validated.
 pub fn resolve(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, OpError> {
+    match gemv_wanted(spec, knobs, sh)? {
+        Some(true) => return resolve_gemv(spec, knobs, sh),
+        // Automatic: unless other explicit knobs rule it out (e.g. BN=128 at BK=256: too many registers).
+        Some(false) => {
+            if let Ok(c) = resolve_gemv(spec, knobs, sh) {
+                return Ok(c);
+            }
+        }
+        None => {}
+    }
     let bm = pick(
         knobs,
         "BM",
@@ -392,6 +424,7 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, Op
         wgmma,
         dec_bits,
         stream,
+        gemv: false,
         fused: false,
         prefetch: false,
         min_blocks: 0,
@@ -480,9 +513,154 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, Op
     Ok(c)
 }
 
+/// PATH=gemv: `Some(true)` explicit, `Some(false)` automatic (at most 16 tokens per group with bf16
+/// activations when no other explicit knob asks for another path's shape: MMA=wgmma, WB > 1, a BM other than
+/// 8 or 16), `None` another path.
+fn gemv_wanted(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Option<bool>, OpError> {
+    let Some(_) = knobs.0.get("PATH") else { return Ok(None) };
+    Ok(match knobs.str("PATH")? {
+        "gemv" => Some(true),
+        "auto" => (sh.max_rows <= 16
+            && !spec.act8
+            && knobs.0.get("MMA").is_none_or(|_| knobs.str("MMA").is_ok_and(|m| m != "wgmma"))
+            && matches!(knobs.u32("WB")?, 0 | 1)
+            && matches!(knobs.u32("BM")?, 0 | 8 | 16))
+        .then_some(false),
+        _ => None,
+    })
+}
+
+/// The knobs of PATH=gemv ([`Stmt::Fp4Gemv`]): BM 8 (at most 8 tokens per group) or 16 tokens per CTA; BN
+/// weight rows per CTA (each GLU half BN/2); BK = 128 x U, the 32-column blocks each lane loads per chunk (16
+/// bytes each: U blocks of each of its 2 BN/16 rows); WA warps split the K range's chunks; PF the register
+/// pipeline (the next chunk's loads in flight during this one's decode and products).
+///
+/// Bytes in flight (the reason for the shape): an H200 streams ~4.3 TB/s at ~0.7 us of DRAM latency, so about
+/// 3 MB must be outstanding, ~24 KB per SM. A warp has 32 lanes x 2 BN/16 rows x U x 16 B = BN/16 x U KB of
+/// weights in flight (x2 with PF); at N = 6144 and BN = 16 there are 384 CTAs of WA = 7 warps (K = 3584: 14
+/// chunks of 256 columns, two per warp), all resident at three per SM, so ~21 warps x 2-4 KB = 42-84 KB per SM.
+fn resolve_gemv(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, OpError> {
+    let bm = pick(knobs, "BM", if sh.max_rows <= 8 { 8 } else { 16 })?;
+    let glu = sh.glu;
+    let tiles_at = |rows: usize| -> usize {
+        let nt = sh.n_out.div_ceil(if glu { rows / 2 } else { rows });
+        sh.counts.iter().map(|&r| r.div_ceil(bm.max(1) as usize) * nt).sum()
+    };
+    // 16 rows per statement (GLU: BN = 32, two statements): ptxas (sm_90a) gives the one-row-block kernel
+    // 64-96 registers, but 205-254 to two or four row blocks per warp (BN=32 / 64), so the wider tiles that
+    // would reuse each activation fragment over more rows are left to the tuner.
+    let unit = if glu { 32 } else { 16 };
+    let _ = tiles_at;
+    let bn_auto = unit;
+    let bn = pick(knobs, "BN", bn_auto)?;
+    // One 16-byte block per lane, row and chunk (ptxas, sm_90a: BK=256 with PF takes 121-148 registers at
+    // BN=16, two 7-warp CTAs per SM; BK=128 114 / 109, and 78 without spills under MINB=3 at 8 tokens).
+    let bk = pick(knobs, "BK", 128)?;
+    let split = pick(knobs, "SPLIT", 1)?;
+    let u = (bk / 128).max(1);
+    let chunks = (sh.k / 32).div_ceil(split.max(1) as usize).div_ceil(4 * u as usize).max(1);
+    // The fewest warps (at most 8) that reach the smallest number of chunks per warp.
+    let least = chunks.div_ceil(8);
+    let wa_auto = (1..=8u32).find(|&w| chunks.div_ceil(w as usize) == least).unwrap_or(8);
+    let wa = pick(knobs, "WA", wa_auto)?;
+    let rows = if glu { bn / 2 } else { bn };
+    let fin_last = match knobs.0.get("FIN") {
+        None => false,
+        Some(_) => match knobs.str("FIN")? {
+            // Auto: the second launch (FIN=last measured slower on the H200 for the stream kernels).
+            "auto" | "kernel" => false,
+            "last" => true,
+            other => {
+                return Err(OpError::InvalidKnobs {
+                    op: OP,
+                    knobs: knobs.to_string(),
+                    why: format!("FIN={other}: auto, kernel or last"),
+                });
+            }
+        },
+    };
+    let prefetch = match knobs.0.get("PF") {
+        None => false,
+        Some(_) => match knobs.str("PF")? {
+            // Auto: on while the two register sets stay small (at most two blocks per lane and row pair).
+            "auto" => (rows / 16) * u <= 2,
+            "off" => false,
+            "on" => true,
+            other => {
+                return Err(OpError::InvalidKnobs {
+                    op: OP,
+                    knobs: knobs.to_string(),
+                    why: format!("PF={other}: auto, on or off"),
+                });
+            }
+        },
+    };
+    let minb = if knobs.0.contains_key("MINB") { knobs.u32("MINB")? } else { 1 };
+    // Auto: three CTAs per SM for the 8-token, 16-row, one-block tile (78 registers, no spills; all 384 CTAs of
+    // the M1 preset resident at once), else uncapped.
+    let minb = if minb == 0 && !glu && !spec.grouped && bm == 8 && rows == 16 && bk == 128 && wa * 32 * 3 <= 1024 {
+        3
+    } else {
+        minb
+    };
+    let c = Cfg {
+        bn,
+        bm,
+        bk,
+        stages: 2,
+        wa,
+        wb: pick(knobs, "WB", 1)?,
+        split,
+        cps: knobs.u32("CPS")?,
+        raster_m: knobs.str("RASTER")? == "m",
+        // (Validated: an explicit MMA=wgmma is refused.)
+        wgmma: knobs.0.get("MMA").is_some_and(|_| knobs.str("MMA").is_ok_and(|m| m == "wgmma")),
+        dec_bits: true,
+        stream: false,
+        gemv: true,
+        fused: fin_last && split > 1,
+        prefetch,
+        min_blocks: if minb <= 1 { 0 } else { minb },
+    };
+    validate(spec, &c, knobs)?;
+    Ok(c)
+}
+
 fn validate(spec: &MatSpec, c: &Cfg, knobs: &Knobs) -> Result<(), OpError> {
     let invalid = |why: String| Err(OpError::InvalidKnobs { op: OP, knobs: knobs.to_string(), why });
     let glu = spec.epilogue.is_glu();
+    if c.gemv {
+        let rows = if glu { c.bn / 2 } else { c.bn };
+        let u = c.bk / 128;
+        if spec.act8 || c.wgmma || c.wb != 1 {
+            return invalid("PATH=gemv needs bf16 activations, MMA=sync and WB=1".into());
+        }
+        if !matches!(c.bm, 8 | 16) || !matches!(c.bk, 128 | 256 | 512) {
+            return invalid(format!(
+                "PATH=gemv needs BM 8 or 16 and BK 128, 256 or 512 (got BM={}, BK={})",
+                c.bm, c.bk
+            ));
+        }
+        if rows == 0 || !rows.is_multiple_of(16) || rows / 16 * u > 4 {
+            return invalid(format!(
+                "PATH=gemv needs BN{} a multiple of 16 with BN/16 x BK/128 <= 4 register blocks (got BN={}, BK={})",
+                if glu { "/2" } else { "" },
+                c.bn,
+                c.bk
+            ));
+        }
+        if c.wa == 0 || c.wa > 16 || c.split == 0 || c.cps > 16 || c.min_blocks > 16 {
+            return invalid(format!(
+                "PATH=gemv needs WA in 1..=16, SPLIT >= 1, CPS in 0..=16, MINB in 0..=16 (got WA={}, SPLIT={}, CPS={}, MINB={})",
+                c.wa, c.split, c.cps, c.min_blocks
+            ));
+        }
+        let smem = c.shared_bytes(spec.packed);
+        if smem > MAX_SHARED_BYTES {
+            return invalid(format!("{smem} bytes of shared memory (max {MAX_SHARED_BYTES})"));
+        }
+        return Ok(());
+    }
     if c.stream && (c.wgmma || glu || c.wb != 1 || !c.dec_bits) {
         return invalid(format!(
             "PATH=stream needs MMA=sync, WB=1, DEC=bits and no GLU epilogue (got MMA={}, WB={}, DEC={}, epilogue {})",
@@ -663,8 +841,10 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
     });
     // The bf16 x tile: STAGES slots filled by cp.async, or (MXFP8) one slot per product in flight filled by the
     // on-chip conversion of the E4M3 words and scales staged in `sxq` / `sxs`.
-    let sx =
-        b.shared("sx", DType::Bf16, bm, bk, if spec.act8 { if c.wgmma { 2 } else { 1 } } else { st }, Swizzle::Xor16B);
+    // (PATH=gemv reads the activations from global memory.)
+    let sx = (!c.gemv).then(|| {
+        b.shared("sx", DType::Bf16, bm, bk, if spec.act8 { if c.wgmma { 2 } else { 1 } } else { st }, Swizzle::Xor16B)
+    });
     let sx8 = spec.act8.then(|| {
         (
             b.shared("sxq", DType::U32, bm, bk / 4, st, Swizzle::Xor16B),
@@ -684,26 +864,30 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
         let wreg = c.dec_bits.then(|| b.tile("wdec", DType::Bf16, bn, bk, [c.wa, 1]));
         wg = Some((sw, acc, acc_up, pv, wreg));
     } else {
-        let sacc = b.shared("sacc", DType::F32, bn, bm + 1, 1, Swizzle::None);
-        let acc = b.tile("acc", DType::F32, bn, bm, warps);
+        // PATH=gemv: 8-token tiles keep the 16-row epilogue tiles (their rows past 8 are never valid).
+        let bmt = bm.max(16);
+        let sacc = b.shared("sacc", DType::F32, bn, bmt + 1, 1, Swizzle::None);
+        let acc = (!c.gemv).then(|| b.tile("acc", DType::F32, bn, bm, warps));
         // The decoded weights of one 32-wide block (PATH=stream: of the whole BK slice).
-        let wt = b.tile("w", DType::Bf16, bn, if c.stream { bk } else { 32 }, [c.wa, 1]);
+        let wt = (!c.gemv).then(|| b.tile("w", DType::Bf16, bn, if c.stream { bk } else { 32 }, [c.wa, 1]));
         // Output tile [BM, BNO] (tokens x output columns) on as many warps along columns as divide it.
         let yw = [1u32, 2, 4, 8, 16]
             .into_iter()
             .rev()
             .find(|w| (c.wa * c.wb).is_multiple_of(*w) && bno.is_multiple_of(8 * w))
             .unwrap_or(1);
-        let yt = b.tile("y", DType::F32, bm, bno, [1, yw]);
-        let pv = (spec.row_scale && (!partial || fused)).then(|| b.vec("p_rows", bm, [1, yw]));
+        let yt = b.tile("y", DType::F32, bmt, bno, [1, yw]);
+        let pv = (spec.row_scale && (!partial || fused)).then(|| b.vec("p_rows", bmt, [1, yw]));
         // FIN=last: the sums of the gate (or only) and up halves of the tile's partials, and the block's view of
         // its tile's arrival count.
         let sums = fused.then(|| {
-            let ys = b.tile("ysum", DType::F32, bm, bno, [1, yw]);
-            let us = glu.then(|| b.tile("usum", DType::F32, bm, bno, [1, yw]));
+            let ys = b.tile("ysum", DType::F32, bmt, bno, [1, yw]);
+            let us = glu.then(|| b.tile("usum", DType::F32, bmt, bno, [1, yw]));
             (ys, us, b.shared("arrived", DType::I32, 1, 1, 1, Swizzle::None))
         });
-        sync = Some((sacc, acc, wt, yt, pv, sums));
+        // PATH=gemv: the warps' partials of one `Fp4Gemv` (one per GLU half).
+        let spart = c.gemv.then(|| b.shared("spart", DType::F32, bn, bm, c.wa, Swizzle::None));
+        sync = Some((sacc, acc, wt, yt, pv, sums, spart));
     }
 
     let group_start = |g: &Expr| -> Expr {
@@ -761,7 +945,9 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
         };
         let m0 = b.let_("m0", mt * bm as i64);
         let n0 = b.let_("n0", nt * bno as i64);
-        let rows_valid = b.let_("rows_valid", rows_g - m0.clone());
+        // PATH=gemv: at most BM (8-token tiles keep 16-row epilogue tiles).
+        let rows_valid =
+            b.let_("rows_valid", if c.gemv { (rows_g - m0.clone()).min(bm as i64) } else { rows_g - m0.clone() });
         let kbeg = b.let_("kbeg", &ks * kchunk.clone());
         let kend = b.let_("kend", (&kbeg + kchunk.clone()).min(kd.clone()));
         let k_tiles = b.let_("k_tiles", (&kend - kbeg.clone()).max(0i64).ceil_div(bk as i64));
@@ -803,7 +989,7 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
                     view(xs, &rows * kb4.clone() + &k0 / 32i64, kb4, rows_valid.clone(), &kleft / 32i64, svec),
                 );
             } else {
-                let dx = b.slot(sx, slot);
+                let dx = b.slot(sx.expect("x tile"), slot);
                 b.copy_async(
                     dx,
                     view(x, (&row0 + m0.clone()) * kd.clone() + k0, kd.clone(), rows_valid.clone(), kleft, 8),
@@ -811,102 +997,141 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
             }
         };
 
-        if let Some((sacc, acc, wt, yt, pv, sums)) = sync {
-            b.map(acc, 0.0f64);
-            for s in 0..st - 1 {
-                let s = Expr::Int(s as i64);
-                b.if_(s.lt(k_tiles.clone()), |b| load_stage(b, s.clone(), s.clone()));
-                b.commit();
-            }
-            // The slot of `kt` kept as a wrapping counter (no 64-bit `%` by a non-power of two per iteration).
-            let rslot = b.let_var("rslot", 0i64);
-            b.for_("kt", 0i64, k_tiles.clone(), 1i64, |b, kt| {
-                b.wait(st - 2);
-                b.barrier();
-                let next = &kt + (st - 1) as i64;
-                // (kt + STAGES - 1) % STAGES
-                let nslot =
-                    Expr::select(Expr::Var(rslot).eq(0i64), Expr::Int((st - 1) as i64), Expr::Var(rslot) - 1i64);
-                b.if_(next.lt(k_tiles.clone()), |b| load_stage(b, next.clone(), nslot));
-                b.commit();
-                let slot = b.let_("slot", Expr::Var(rslot));
-                let xslot = if let Some((sxq, sxs)) = sx8 {
-                    dequant_x(b, sxq, sxs, sx, &slot, &Expr::Int(0), &rows_valid, bm, bk, threads);
+        if let Some((sacc, acc, wt, yt, pv, sums, spart)) = sync {
+            if let (Some(acc), Some(wt)) = (acc, wt) {
+                b.map(acc, 0.0f64);
+                for s in 0..st - 1 {
+                    let s = Expr::Int(s as i64);
+                    b.if_(s.lt(k_tiles.clone()), |b| load_stage(b, s.clone(), s.clone()));
+                    b.commit();
+                }
+                // The slot of `kt` kept as a wrapping counter (no 64-bit `%` by a non-power of two per iteration).
+                let rslot = b.let_var("rslot", 0i64);
+                b.for_("kt", 0i64, k_tiles.clone(), 1i64, |b, kt| {
+                    b.wait(st - 2);
                     b.barrier();
-                    Expr::Int(0)
-                } else {
-                    slot.clone()
-                };
-                if c.stream {
-                    // The slice's words and scales straight into registers, then one product over BK.
-                    let k0 = b.let_("k0", &kbeg + kt.clone() * bk as i64);
-                    let kleft = &kend - k0.clone();
-                    let nvalid = n.clone() - n0.clone();
-                    let qv = view(
-                        wq,
-                        (&wrow + n0.clone()) * kq.clone() + &k0 / 8i64,
-                        kq.clone(),
-                        nvalid.clone(),
-                        &kleft / 8i64,
-                        4,
-                    );
-                    let sv = view(
-                        ws,
-                        (&wrow + n0.clone()) * kb.clone() + &k0 / 32i64,
-                        kb.clone(),
-                        nvalid.clone(),
-                        &kleft / 32i64,
-                        1,
-                    );
-                    if c.prefetch {
-                        // The next slice's views (past this split's K range on the last slice: all masked).
-                        let k1 = &k0 + bk as i64;
-                        let nleft = &kend - k1.clone();
-                        let nq = view(
+                    let next = &kt + (st - 1) as i64;
+                    // (kt + STAGES - 1) % STAGES
+                    let nslot =
+                        Expr::select(Expr::Var(rslot).eq(0i64), Expr::Int((st - 1) as i64), Expr::Var(rslot) - 1i64);
+                    b.if_(next.lt(k_tiles.clone()), |b| load_stage(b, next.clone(), nslot));
+                    b.commit();
+                    let slot = b.let_("slot", Expr::Var(rslot));
+                    let xslot = if let Some((sxq, sxs)) = sx8 {
+                        dequant_x(b, sxq, sxs, sx.expect("x tile"), &slot, &Expr::Int(0), &rows_valid, bm, bk, threads);
+                        b.barrier();
+                        Expr::Int(0)
+                    } else {
+                        slot.clone()
+                    };
+                    if c.stream {
+                        // The slice's words and scales straight into registers, then one product over BK.
+                        let k0 = b.let_("k0", &kbeg + kt.clone() * bk as i64);
+                        let kleft = &kend - k0.clone();
+                        let nvalid = n.clone() - n0.clone();
+                        let qv = view(
                             wq,
-                            (&wrow + n0.clone()) * kq.clone() + &k1 / 8i64,
+                            (&wrow + n0.clone()) * kq.clone() + &k0 / 8i64,
                             kq.clone(),
                             nvalid.clone(),
-                            &nleft / 8i64,
+                            &kleft / 8i64,
                             4,
                         );
-                        let ns = view(
+                        let sv = view(
                             ws,
-                            (&wrow + n0.clone()) * kb.clone() + &k1 / 32i64,
+                            (&wrow + n0.clone()) * kb.clone() + &k0 / 32i64,
                             kb.clone(),
-                            nvalid,
-                            &nleft / 32i64,
+                            nvalid.clone(),
+                            &kleft / 32i64,
                             1,
                         );
-                        let pf = Fp4Prefetch { words: nq, scales: ns, first: kt.eq(0i64) };
-                        b.dequant_fp4_stream_prefetch(wt, qv, sv, spec.packed, spec.fold, spec.finite, pf);
-                    } else {
-                        b.dequant_fp4_stream(wt, qv, sv, spec.packed, spec.fold, spec.finite);
+                        if c.prefetch {
+                            // The next slice's views (past this split's K range on the last slice: all masked).
+                            let k1 = &k0 + bk as i64;
+                            let nleft = &kend - k1.clone();
+                            let nq = view(
+                                wq,
+                                (&wrow + n0.clone()) * kq.clone() + &k1 / 8i64,
+                                kq.clone(),
+                                nvalid.clone(),
+                                &nleft / 8i64,
+                                4,
+                            );
+                            let ns = view(
+                                ws,
+                                (&wrow + n0.clone()) * kb.clone() + &k1 / 32i64,
+                                kb.clone(),
+                                nvalid,
+                                &nleft / 32i64,
+                                1,
+                            );
+                            let pf = Fp4Prefetch { words: nq, scales: ns, first: kt.eq(0i64) };
+                            b.dequant_fp4_stream_prefetch(wt, qv, sv, spec.packed, spec.fold, spec.finite, pf);
+                        } else {
+                            b.dequant_fp4_stream(wt, qv, sv, spec.packed, spec.fold, spec.finite);
+                        }
+                        let xw = b.window(sx.expect("x tile"), xslot.clone(), 0, 0, bm, bk);
+                        b.mma(acc, Operand::Reg(wt), Operand::Shared { src: xw, transpose: true });
                     }
-                    let xw = b.window(sx, xslot.clone(), 0, 0, bm, bk);
-                    b.mma(acc, Operand::Reg(wt), Operand::Shared { src: xw, transpose: true });
-                }
-                for sub in (0..bk / 32).filter(|_| !c.stream) {
-                    let (sq, ss) = sqs.expect("tile path");
-                    if c.dec_bits {
-                        let q = b.window(sq, slot.clone(), 0, sub * 4, bn, 4);
-                        let s = b.window(ss, slot.clone(), 0, sub, bn, 1);
-                        b.dequant_fp4(wt, q, s, spec.packed, spec.fold, spec.finite);
-                    } else {
-                        b.map(wt, decode_expr(spec, sq, ss, &slot, Expr::Int(sub as i64), Expr::ColIdx));
+                    for sub in (0..bk / 32).filter(|_| !c.stream) {
+                        let (sq, ss) = sqs.expect("tile path");
+                        if c.dec_bits {
+                            let q = b.window(sq, slot.clone(), 0, sub * 4, bn, 4);
+                            let s = b.window(ss, slot.clone(), 0, sub, bn, 1);
+                            b.dequant_fp4(wt, q, s, spec.packed, spec.fold, spec.finite);
+                        } else {
+                            b.map(wt, decode_expr(spec, sq, ss, &slot, Expr::Int(sub as i64), Expr::ColIdx));
+                        }
+                        let sub = sub as i64;
+                        let xw = b.window(sx.expect("x tile"), xslot.clone(), 0, (sub * 32) as u32, bm, 32);
+                        b.mma(acc, Operand::Reg(wt), Operand::Shared { src: xw, transpose: true });
                     }
-                    let sub = sub as i64;
-                    let xw = b.window(sx, xslot.clone(), 0, (sub * 32) as u32, bm, 32);
-                    b.mma(acc, Operand::Reg(wt), Operand::Shared { src: xw, transpose: true });
+                    let inc = Expr::Var(rslot) + 1i64;
+                    b.assign(rslot, Expr::select(inc.eq(st as i64), Expr::Int(0), inc));
+                });
+                b.wait(0);
+                // Epilogue: transpose the [BN, BM] accumulator through shared memory.
+                let sw = b.window(sacc, 0i64, 0, 0, bn, bm);
+                b.store(acc, Place::Shared(sw));
+                b.barrier();
+            } else {
+                // PATH=gemv: one statement per weight half over this split's K range, reduced into `sacc`.
+                let spart = spart.expect("gemv partials");
+                let kw_left = (&kend - kbeg.clone()) / 8i64;
+                let kb_left = (&kend - kbeg.clone()) / 32i64;
+                let halves: Vec<(u32, Expr, Expr)> = if glu {
+                    vec![
+                        (0, n0.clone(), n_out.clone() - n0.clone()),
+                        (bn / 2, &n_out + n0.clone(), n_out.clone() - n0.clone()),
+                    ]
+                } else {
+                    vec![(0, n0.clone(), n.clone() - n0.clone())]
+                };
+                let hrows = if glu { bn / 2 } else { bn };
+                for (r0, nrow, nvalid) in halves {
+                    let qv = view(
+                        wq,
+                        (&wrow + nrow.clone()) * kq.clone() + &kbeg / 8i64,
+                        kq.clone(),
+                        nvalid.clone(),
+                        kw_left.clone(),
+                        4,
+                    );
+                    let sv =
+                        view(ws, (&wrow + nrow) * kb.clone() + &kbeg / 32i64, kb.clone(), nvalid, kb_left.clone(), 1);
+                    let xv = view(
+                        x,
+                        (&row0 + m0.clone()) * kd.clone() + kbeg.clone(),
+                        kd.clone(),
+                        rows_valid.clone(),
+                        &kend - kbeg.clone(),
+                        8,
+                    );
+                    let out = b.window(sacc, 0i64, r0, 0, hrows, bm);
+                    let flags = Fp4Flags { packed: spec.packed, fold: spec.fold, finite: spec.finite };
+                    b.fp4_gemv(out, spart, qv, sv, xv, flags, bk / 128, c.prefetch);
                 }
-                let inc = Expr::Var(rslot) + 1i64;
-                b.assign(rslot, Expr::select(inc.eq(st as i64), Expr::Int(0), inc));
-            });
-            b.wait(0);
-            // Epilogue: transpose the [BN, BM] accumulator through shared memory.
-            let sw = b.window(sacc, 0i64, 0, 0, bn, bm);
-            b.store(acc, Place::Shared(sw));
-            b.barrier();
+            }
             let at = |row_off: u32| Expr::shared_load(sacc, 0i64, Expr::ColIdx + row_off as i64, Expr::RowIdx);
             let rows_base = &row0 + m0.clone();
             if partial {
@@ -1050,7 +1275,7 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
                     dequant_words(b, spec, sq, ss, sw, &slot, &half, bn, bk, threads);
                 }
                 let xslot = if let Some((sxq, sxs)) = sx8 {
-                    dequant_x(b, sxq, sxs, sx, &slot, &half, &rows_valid, bm, bk, threads);
+                    dequant_x(b, sxq, sxs, sx.expect("x tile"), &slot, &half, &rows_valid, bm, bk, threads);
                     half.clone()
                 } else {
                     slot.clone()
@@ -1058,7 +1283,7 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
                 // Fence the ordinary shared stores for the async proxy (the loads just issued may stay in flight).
                 b.wait(st - 2);
                 b.barrier();
-                let a = Operand::Shared { src: b.slot(sx, xslot), transpose: false };
+                let a = Operand::Shared { src: b.slot(sx.expect("x tile"), xslot), transpose: false };
                 // The first product of a tile overwrites the accumulators (no zeroing instructions).
                 let accumulate = kt.gt(0i64);
                 crate::latent_moe_gemm::weight_products(b, acc, acc_up, a, sw, half, bn, bk, Some(accumulate));

@@ -256,7 +256,8 @@ impl<'a> Block<'a> {
             | Stmt::StoreVec { .. }
             | Stmt::Scan { .. }
             | Stmt::DequantFp4 { .. }
-            | Stmt::DequantFp4Stream { .. } => self.tile_stmt(s, tensors)?,
+            | Stmt::DequantFp4Stream { .. }
+            | Stmt::Fp4Gemv { .. } => self.tile_stmt(s, tensors)?,
             Stmt::Threads { .. }
             | Stmt::StoreScalar { .. }
             | Stmt::SharedStore { .. }

@@ -254,6 +254,61 @@ impl<'a> Block<'a> {
                 }
                 self.tiles[tile.0 as usize] = out;
             }
+            Stmt::Fp4Gemv { out, scratch, words, scales, x, packed, fold, finite, .. } => {
+                let (qo, qs, qr, qc) = self.view(words, tensors)?;
+                let (so, ss, sr, sc) = self.view(scales, tensors)?;
+                let (xo, xs, xr, xc) = self.view(x, tensors)?;
+                let base = self.shared_base(out, tensors)?;
+                let nblk = (qc / 4).min(sc).max(0);
+                let (rows, cols) = (out.rows as usize, out.cols as usize);
+                let mut res = vec![0.0f32; rows * cols];
+                for r in 0..rows {
+                    let ri = r as i64;
+                    if ri >= qr || ri >= sr {
+                        continue;
+                    }
+                    // The row's decoded weights (every valid block), then one f32 sum per token in column order.
+                    let mut wv = Vec::with_capacity(nblk as usize * 32);
+                    for bl in 0..nblk {
+                        let si = self.global_index("fp4_gemv scales", scales.tensor, so + ri * ss + bl, tensors)?;
+                        let sv = tensors[scales.tensor.0 as usize].get_i64(si) as u32;
+                        for c in 0..32usize {
+                            let (w, p) =
+                                if *packed { ((c % 8) / 2, 2 * ((c / 8) % 4) + c % 2) } else { ((c % 32) / 8, c % 8) };
+                            let at = qo + ri * qs + 4 * bl + w as i64;
+                            let qi = self.global_index("fp4_gemv words", words.tensor, at, tensors)?;
+                            let word = tensors[words.tensor.0 as usize].get_i64(qi) as u32;
+                            wv.push(dequant_fp4_value((word >> (4 * p)) & 15, sv, *fold, *finite));
+                        }
+                    }
+                    for t in 0..cols.min(xr.max(0) as usize) {
+                        let mut acc = 0.0f32;
+                        for (c, &w) in wv.iter().enumerate() {
+                            // Whole 8-column groups, as the GPU's 16-byte loads.
+                            let xv = if (c as i64 / 8) * 8 + 8 <= xc {
+                                let xi =
+                                    self.global_index("fp4_gemv x", x.tensor, xo + t as i64 * xs + c as i64, tensors)?;
+                                tensors[x.tensor.0 as usize].get_f32(xi)
+                            } else {
+                                0.0
+                            };
+                            acc += w * xv;
+                        }
+                        res[r * cols + t] = acc;
+                    }
+                }
+                // The GPU leaves its warps' partials in `scratch`: unspecified, poisoned here.
+                self.claim(*scratch);
+                self.shared[scratch.0 as usize].poison(DType::F32);
+                self.claim(out.buf);
+                let d = &k.shared[out.buf.0 as usize];
+                for r in 0..rows {
+                    for c in 0..cols {
+                        let at = base + (out.row0 as usize + r) * d.cols as usize + out.col0 as usize + c;
+                        self.shared[out.buf.0 as usize].set_f64(d.dtype, at, res[r * cols + c] as f64);
+                    }
+                }
+            }
             _ => unreachable!("not a tile statement"),
         }
         Ok(())

@@ -296,6 +296,12 @@ impl<'a> Types<'a> {
                         }
                     }
                 }
+                Stmt::Fp4Gemv { out, words, scales, x, .. } => {
+                    self.window(out, 1)?;
+                    self.global_view(words)?;
+                    self.global_view(scales)?;
+                    self.global_view(x)?;
+                }
                 Stmt::Load { tile, src } => self.place(*tile, src, false)?,
                 Stmt::Store { tile, dst } => self.place(*tile, dst, true)?,
                 Stmt::LoadVec { src: v, .. } | Stmt::StoreVec { dst: v, .. } => {
@@ -479,6 +485,7 @@ fn stmt_name(s: &Stmt) -> &'static str {
         Stmt::Scan { .. } => "scan",
         Stmt::DequantFp4 { .. } => "dequant_fp4",
         Stmt::DequantFp4Stream { .. } => "dequant_fp4_stream",
+        Stmt::Fp4Gemv { .. } => "fp4_gemv",
         Stmt::WarpShuffle { .. } => "warp_shuffle",
         Stmt::WarpSync => "warp_sync",
         Stmt::Fence => "fence",
@@ -913,6 +920,13 @@ impl<'a, 'f> Lower<'a, 'f> {
                     args.extend(self.global_view(&p.words)?);
                     args.extend(self.global_view(&p.scales)?);
                 }
+                self.host_tile(s, &args);
+            }
+            Stmt::Fp4Gemv { out, words, scales, x, .. } => {
+                let mut args = vec![self.shared_index(out)?];
+                args.extend(self.global_view(words)?);
+                args.extend(self.global_view(scales)?);
+                args.extend(self.global_view(x)?);
                 self.host_tile(s, &args);
             }
             Stmt::Load { src: p, .. } | Stmt::Store { dst: p, .. } => match p {
