@@ -70,10 +70,11 @@ primitive!(
     mma_async_ss_then_rs,
     last_block_reduction,
     dequant_fp4_stream_prefetch,
+    exp2_ftz,
 );
 
 #[test]
 fn every_case_is_listed() {
     // `cases::all` feeds the GPU run; keep it in step with the list above.
-    assert_eq!(cases::all().len(), 32);
+    assert_eq!(cases::all().len(), 33);
 }
