@@ -9,7 +9,7 @@ use k3k_ops::gated_mla::*;
 
 #[path = "common/mla_knobs.rs"]
 mod mla_knobs;
-use mla_knobs::{bn64, prefill_bm192_points, prefill_wgmma_points, rows32};
+use mla_knobs::{bn64, prefill_bm192_points, prefill_fast_softmax_points, prefill_wgmma_points, rows32};
 
 fn assemble(k: &Kernel) -> u32 {
     let m = build(k, BuildOptions { assemble: true }).unwrap_or_else(|e| panic!("{}: {e}", k.name));
@@ -87,6 +87,17 @@ fn prefill_kernels_compile_without_spills() {
                 for varlen in [false, true] {
                     let r = assemble(&build_prefill(&PrefillSpec::new(causal, gate, varlen), &k).unwrap());
                     assert!(r <= 168, "{k}: {r} registers");
+                }
+            }
+        }
+    }
+    // SOFTMAX=fast: every variant of the spec at each of its points (BM = 192 under the 168-register cap).
+    for k in prefill_fast_softmax_points() {
+        for causal in [true, false] {
+            for gate in [true, false] {
+                for varlen in [false, true] {
+                    let r = assemble(&build_prefill(&PrefillSpec::new(causal, gate, varlen), &k).unwrap());
+                    assert!(k.u32("BM").unwrap() != 192 || r <= 168, "{k}: {r} registers");
                 }
             }
         }
