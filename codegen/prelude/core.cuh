@@ -69,6 +69,13 @@ __device__ __forceinline__ float unpack_hi(f16*, unsigned w) { f16 h; h.x = (uns
 
 __device__ __forceinline__ float round_bf16(float f) { return to_f32(from_f32<bf16>::cvt(f)); }
 __device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+// 2^x with subnormal results (and inputs) flushed to zero: one MUFU.EX2, without exp2f's range test and
+// rescaling for subnormal results (IR `exp2_ftz`).
+__device__ __forceinline__ float exp2_ftz(float x) {
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+}
 __device__ __forceinline__ float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 __device__ __forceinline__ float silu(float x) { return x * sigmoid(x); }
 __device__ __forceinline__ float recip(float x) { return 1.0f / x; }

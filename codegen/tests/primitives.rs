@@ -71,6 +71,7 @@ primitive!(
     last_block_reduction,
     dequant_fp4_stream_prefetch,
     fp4_gemv,
+    exp2_ftz,
 );
 
 #[test]

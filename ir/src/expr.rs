@@ -98,6 +98,11 @@ pub enum UnOp {
     Trunc,
     /// Round to the nearest integral float, ties to even (`rintf`).
     Round,
+    /// `2^x` with a subnormal result flushed to +0 (the GPU's one-instruction `ex2.approx.ftz.f32`, whose
+    /// approximation error is that of `exp2`; `exp2` itself pays for subnormal results with a range test and
+    /// two scalings around the same instruction). For softmax-style sums where weights below 2^-126 carry
+    /// nothing.
+    Exp2Ftz,
 }
 
 impl UnOp {
@@ -128,6 +133,7 @@ impl UnOp {
             UnOp::FromBits => "from_bits",
             UnOp::Trunc => "trunc",
             UnOp::Round => "round",
+            UnOp::Exp2Ftz => "exp2_ftz",
         }
     }
 }
@@ -404,7 +410,7 @@ impl Expr {
         recip => Recip, tanh => Tanh, sigmoid => Sigmoid, softplus => Softplus, silu => Silu,
         floor => Floor, ceil => Ceil, abs => Abs, not => Not, is_nan => IsNan, is_finite => IsFinite,
         round_bf16 => RoundBf16, ilogb => Ilogb, bits => Bits, from_bits => FromBits, trunc => Trunc,
-        round => Round);
+        round => Round, exp2_ftz => Exp2Ftz);
     bin_method!(min => Min, max => Max, lt => Lt, le => Le, gt => Gt, ge => Ge, eq => Eq, ne => Ne,
         and => And, or => Or, shl => Shl, shr => Shr, bitand => BitAnd, bitor => BitOr, bitxor => BitXor,
         ldexp => Ldexp);

@@ -201,8 +201,17 @@ impl PrefillSpec {
 /// index to (q-tile, head): `head` walks each head's q-tiles from the last (longest) to the first, head after
 /// head; `lpt` walks all the q-tiles of a group of `HGROUP` heads longest first with the heads innermost
 /// (FA3's LPT schedule), so the last wave holds only short tiles; `HGROUP` (optional, default 0) is the group
-/// size, 0 meaning as many heads as keep 32 MB of K/V. Knob sets without `MMA` / `OVERLAP` / `QORDER` mean
-/// `sync` / false / `head`.
+/// size, 0 meaning as many heads as keep 32 MB of K/V. `SOFTMAX=fast` (optional, default `exact`) runs the
+/// online softmax on the raw scores: the row max is taken before scaling (the scale is positive), the scale
+/// folds into the exponent (`exp2(s * tau log2 e - m * tau log2 e)`, one fused multiply-add), unmasked tiles
+/// pay no scaling pass, and the exponentials are `exp2_ftz` (one MUFU.EX2, weights below 2^-126 flushed to 0,
+/// where `exp2` adds a range test and two predicated multiplies). Knob sets without `MMA` / `OVERLAP` /
+/// `QORDER` / `SOFTMAX` mean `sync` / false / `head` / `exact`. `SMGUARD=true` (`OVERLAP` only; optional, default
+/// false) wraps each tile's softmax statistics and exponentials in an always-true guard (`kv0 < n_end`, which
+/// holds for every tile of the loop): ptxas schedules the wait for the previous tile's `P V` at the top of the
+/// basic block that holds it, which without the guard is the block of the softmax itself (so the softmax ran
+/// after `P V`; SASS of the default: `WARPGROUP.DEPBAR.LE gsb0, 0x0` before the first row max), and with it is
+/// the block after the softmax, so the exponentials run while `P V` is in flight.
 pub fn prefill_knob_space() -> KnobSpace {
     KnobSpace::default()
         .axis("MMA", "tensor-core instructions (mma.sync or warpgroup wgmma)", ["sync", "wgmma"])
@@ -216,6 +225,16 @@ pub fn prefill_knob_space() -> KnobSpace {
             "QORDER",
             "causal block order: per head, or longest tiles first over L2-sized head groups",
             ["head", "lpt"],
+        )
+        .axis(
+            "SOFTMAX",
+            "online softmax: scaled scores and exp2, or raw-score max with the scale in exp2_ftz",
+            ["exact", "fast"],
+        )
+        .axis(
+            "SMGUARD",
+            "OVERLAP: the softmax in its own basic block, so that the P V wait stays after it",
+            [false, true],
         )
 }
 
@@ -266,6 +285,10 @@ struct PrefillCfg {
     qorder_lpt: bool,
     /// Heads per LPT group (`HGROUP`; 0: as many as fit [`L2_GROUP_BYTES`] of K/V).
     hgroup: u32,
+    /// `SOFTMAX=fast`: max of the raw scores, scale folded into the exponent, `exp2_ftz`.
+    fast_softmax: bool,
+    /// `SMGUARD`: the overlapped softmax in its own basic block (see [`prefill_knob_space`]).
+    smguard: bool,
 }
 
 /// The K/V bytes an LPT head group may keep in L2 (FA3's 32 MB rule).
@@ -302,6 +325,18 @@ fn prefill_cfg(spec: &PrefillSpec, k: &Knobs) -> Result<PrefillCfg, OpError> {
             },
         },
         hgroup: opt_u32(k, "HGROUP", 0)?,
+        fast_softmax: match k.0.get("SOFTMAX") {
+            None => false,
+            Some(_) => match k.str("SOFTMAX")? {
+                "exact" => false,
+                "fast" => true,
+                other => return invalid(OP, k, format!("SOFTMAX={other}: exact or fast")),
+            },
+        },
+        smguard: match k.0.get("SMGUARD") {
+            None => false,
+            Some(_) => k.bool("SMGUARD")?,
+        },
     };
     if c.wm == 0 || c.wm > 16 || c.bm == 0 || !c.bm.is_multiple_of(16 * c.wm) {
         return invalid(OP, k, format!("BM={} must be a positive multiple of 16*WM (WM={} in 1..=16)", c.bm, c.wm));
@@ -317,6 +352,9 @@ fn prefill_cfg(spec: &PrefillSpec, k: &Knobs) -> Result<PrefillCfg, OpError> {
     }
     if c.overlap && !c.wgmma {
         return invalid(OP, k, "OVERLAP needs MMA=wgmma".into());
+    }
+    if c.smguard && !c.overlap {
+        return invalid(OP, k, "SMGUARD needs OVERLAP=true".into());
     }
     let rows = c.bm / c.wm;
     if c.wgmma {
@@ -538,11 +576,23 @@ pub fn build_prefill(spec: &PrefillSpec, knobs: &Knobs) -> Result<Kernel, OpErro
             if spec.causal {
                 visible = visible.and(key.le(m0.clone() + Expr::RowIdx + s_n.clone() - t_n.clone()));
             }
-            b.if_else(
-                need_mask,
-                |b| b.map(s, Expr::select(visible, el(s) * scale_log2.clone(), NEG_INF)),
-                |b| b.map(s, el(s) * scale_log2.clone()),
-            );
+            if c.fast_softmax {
+                // Raw scores: the scale is applied inside the exponent.
+                b.if_(need_mask, |b| b.map(s, Expr::select(visible, el(s), NEG_INF)));
+            } else {
+                b.if_else(
+                    need_mask,
+                    |b| b.map(s, Expr::select(visible, el(s) * scale_log2.clone(), NEG_INF)),
+                    |b| b.map(s, el(s) * scale_log2.clone()),
+                );
+            }
+        };
+        let softmax_scores = |b: &mut KernelBuilder| {
+            if c.fast_softmax {
+                fast_step_scores(b, &sm, s, scale_log2.clone());
+            } else {
+                sm.step_scores(b, s);
+            }
         };
         // wgmma: S = Q K^T over the three 64-column chunks (the first starts the tile), and O += P V per
         // 64-column value slice (B stored [keys, values]).
@@ -590,7 +640,8 @@ pub fn build_prefill(spec: &PrefillSpec, knobs: &Knobs) -> Result<Kernel, OpErro
                     qk_chunks(b, s, sq, sk, slot.clone() * nqk as i64, nqk, c.qk_unroll);
                 }
                 scale_mask(b, kv0);
-                sm.step(b, s, p, &accs);
+                softmax_scores(b);
+                sm.step_finish(b, s, p, &accs);
                 if c.wgmma {
                     pv_async(b, slot);
                     b.mma_wait(0);
@@ -643,8 +694,14 @@ pub fn build_prefill(spec: &PrefillSpec, knobs: &Knobs) -> Result<Kernel, OpErro
                     },
                     |b| b.mma_wait(0),
                 );
-                scale_mask(b, kv0);
-                sm.step_scores(b, s);
+                if c.smguard {
+                    // Always true (kv0 < n_tiles * BN and n_tiles = ceil(n_end / BN)); see SMGUARD.
+                    scale_mask(b, kv0.clone());
+                    b.if_(kv0.lt(n_end.clone()), softmax_scores);
+                } else {
+                    scale_mask(b, kv0);
+                    softmax_scores(b);
+                }
                 b.mma_wait(0);
                 sm.step_finish(b, s, p, &accs);
             });
@@ -657,6 +714,10 @@ pub fn build_prefill(spec: &PrefillSpec, knobs: &Knobs) -> Result<Kernel, OpErro
             });
         }
         b.wait(0);
+        if c.fast_softmax {
+            // The running max is in raw score units; the LSE wants it in the log2 domain (-inf stays -inf).
+            b.vec_map(sm.m, rv(sm.m) * scale_log2.clone());
+        }
 
         // Epilogue: o = acc / l (* sigmoid(z)), lse = ln(sum exp(tau q k)).
         b.vec_map(inv_l, sm.inv_l());
@@ -696,6 +757,19 @@ pub fn build_prefill(spec: &PrefillSpec, knobs: &Knobs) -> Result<Kernel, OpErro
         body(&mut b);
     }
     Ok(b.finish()?)
+}
+
+/// [`OnlineSoftmax::step_scores`] on raw scores `s` (-inf where masked) for `SOFTMAX=fast`: `m` is the running
+/// max of the raw scores (`scale_log2 > 0` commutes with the max and with its rounding), `mu` the scaled base,
+/// and the scale is folded into each exponent (one fused multiply-add and one `exp2_ftz` per score).
+fn fast_step_scores(b: &mut KernelBuilder, sm: &OnlineSoftmax, s: TileId, scale_log2: Expr) {
+    b.vec_map(sm.m_prev, rv(sm.m));
+    b.reduce(sm.m, s, ReduceOp::Max, true);
+    b.vec_map(sm.mu, Expr::select(rv(sm.m).eq(NEG_INF), 0.0f64, rv(sm.m) * scale_log2.clone()));
+    b.vec_map(sm.alpha, (rv(sm.m_prev) * scale_log2.clone() - rv(sm.mu)).exp2_ftz());
+    b.map(s, (el(s) * scale_log2 - rv(sm.mu)).exp2_ftz());
+    b.vec_map(sm.l, rv(sm.l) * rv(sm.alpha));
+    b.reduce(sm.l, s, ReduceOp::Sum, true);
 }
 
 // =============================================================================================================

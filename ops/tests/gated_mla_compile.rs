@@ -9,7 +9,7 @@ use k3k_ops::gated_mla::*;
 
 #[path = "common/mla_knobs.rs"]
 mod mla_knobs;
-use mla_knobs::{bn64, prefill_bm192_points, prefill_wgmma_points, rows32};
+use mla_knobs::{bn64, prefill_bm192_points, prefill_fast_softmax_points, prefill_wgmma_points, rows32};
 
 fn assemble(k: &Kernel) -> u32 {
     let m = build(k, BuildOptions { assemble: true }).unwrap_or_else(|e| panic!("{}: {e}", k.name));
@@ -94,6 +94,26 @@ fn prefill_kernels_compile_without_spills() {
     // Too many registers per thread or too much shared memory is rejected before anything is compiled.
     let bad = prefill_sync_knobs().with("BN", 128i64);
     assert!(matches!(build_prefill(&spec, &bad), Err(OpError::InvalidKnobs { .. })));
+}
+
+/// `SOFTMAX=fast` / `SMGUARD=true`: the causal gated kernel (fixed length and varlen) at each of their points
+/// (BM = 192 under the 168-register cap of 384 threads), and every variant of the spec at fast + guard.
+#[test]
+fn prefill_fast_softmax_kernels_compile_without_spills() {
+    for k in prefill_fast_softmax_points() {
+        for varlen in [false, true] {
+            let r = assemble(&build_prefill(&PrefillSpec::new(true, true, varlen), &k).unwrap());
+            assert!(k.u32("BM").unwrap() != 192 || r <= 168, "{k}: {r} registers");
+        }
+    }
+    let k = prefill_default_knobs().with("SOFTMAX", "fast").with("SMGUARD", true);
+    for causal in [true, false] {
+        for gate in [true, false] {
+            for varlen in [false, true] {
+                assemble(&build_prefill(&PrefillSpec::new(causal, gate, varlen), &k).unwrap());
+            }
+        }
+    }
 }
 
 #[test]

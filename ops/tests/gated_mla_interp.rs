@@ -17,7 +17,7 @@ use k3k_reference::metrics::{first_nonfinite_mismatch, rel_l2};
 use k3k_reference::mla::{gate_wuv, mla_decode_paged, mla_prefill, mla_prefill_varlen};
 use k3k_reference::random::{bf16_normal, block_table, fresh_seed, seeded};
 use k3k_runtime::Gpu;
-use mla_knobs::{bn64, prefill_bm192_points, prefill_wgmma_points, rows32};
+use mla_knobs::{bn64, prefill_bm192_points, prefill_fast_softmax_points, prefill_wgmma_points, rows32};
 use rand::Rng;
 use rand::rngs::StdRng;
 
@@ -252,6 +252,37 @@ fn prefill_bm192_edges_and_varlen() {
             prefill_case(PrefillSpec::new(causal, gate, false), &knobs, t, s, h);
         }
         prefill_varlen_case(&knobs);
+    }
+}
+
+/// `SOFTMAX=fast` (raw-score max, scale folded into the exponent, `exp2_ftz`) and `SMGUARD=true` (the
+/// overlapped softmax behind an always-true guard) at every kernel shape they change: ragged T (1, 15, 17, 63, 65), cached prefixes, rows without keys, several q-tiles and heads, full
+/// and causal, gated and not, and varlen; an unknown value is a typed knob error.
+#[test]
+fn prefill_fast_softmax_edges_and_varlen() {
+    for knobs in prefill_fast_softmax_points() {
+        for (causal, gate, t, s, h) in [
+            (true, true, 65, 65, 2),
+            (true, true, 17, 150, 1),
+            (true, true, 1, 1, 1),
+            (true, false, 15, 15, 1),
+            (true, true, 63, 63, 1),
+            (true, true, 300, 300, 2),
+            (true, true, 20, 5, 1),
+            (false, true, 17, 65, 1),
+            (false, false, 1, 33, 2),
+        ] {
+            prefill_case(PrefillSpec::new(causal, gate, false), &knobs, t, s, h);
+        }
+        prefill_varlen_case(&knobs);
+    }
+    let spec = PrefillSpec::new(true, true, false);
+    for bad in [
+        prefill_default_knobs().with("SOFTMAX", "approx"),
+        prefill_wgmma_knobs().with("SMGUARD", true),
+        prefill_sync_knobs().with("SMGUARD", true),
+    ] {
+        assert!(matches!(build_prefill(&spec, &bad), Err(OpError::InvalidKnobs { .. })), "{bad}");
     }
 }
 

@@ -58,6 +58,7 @@ pub fn all() -> Vec<Case> {
         last_block_reduction(),
         dequant_fp4_stream_prefetch(),
         fp4_gemv(),
+        exp2_ftz(),
     ]
 }
 
@@ -101,6 +102,55 @@ pub fn map_f32() -> Case {
                 })
                 .collect();
             close("y", &ts[1].to_f32_vec(), &want, 1e-6);
+        }),
+    }
+}
+
+/// `y = exp2_ftz(x)` over a ragged [40, 24] f32 matrix: arguments from -150 to 20 (subnormal results must be
+/// exactly +0, normal ones within the GPU's ex2 approximation error of 2^x) plus -inf, +inf and NaN.
+pub fn exp2_ftz() -> Case {
+    let (m, n) = (40usize, 24usize);
+    let mut b = KernelBuilder::new("p_exp2_ftz", 128);
+    let md = b.dim("M");
+    let nd = b.dim("N");
+    let x = b.tensor("x", DType::F32, &[md.clone(), nd.clone()], Access::Read);
+    let y = b.tensor("y", DType::F32, &[md.clone(), nd.clone()], Access::Write);
+    let t = b.tile("t", DType::F32, 32, 32, [2, 1]);
+    b.grid(md.ceil_div(32i64), 1i64, 1i64);
+    let r0 = b.let_("r0", Expr::block_idx(0) * 32i64);
+    let v = |tensor| view(tensor, &r0 * nd.clone(), nd.clone(), md.clone() - r0.clone(), nd.clone(), 2);
+    b.load(t, Place::Global(v(x)));
+    b.map(t, Expr::Elem(t).exp2_ftz());
+    b.store(t, Place::Global(v(y)));
+    let k = b.finish().unwrap();
+    let mut rng = Rng::new(7);
+    let mut xs = rng.vals(DType::F32, m * n, -150.0, 20.0);
+    // Around the subnormal boundary, exact powers, and the specials.
+    let edge =
+        [-125.5f32, -126.01, -125.99, -127.0, -149.0, -0.0, 0.0, 1.0, -1.0, 0.5, f32::NEG_INFINITY, f32::INFINITY];
+    xs[..edge.len()].copy_from_slice(&edge);
+    xs[edge.len()] = f32::NAN;
+    let xs2 = xs.clone();
+    Case {
+        name: "exp2_ftz",
+        kernel: k,
+        tensors: vec![HostTensor::from_f32(DType::F32, &[m, n], &xs), poisoned(DType::F32, &[m, n])],
+        scalars: vec![],
+        check: Box::new(move |ts| {
+            let got = ts[1].to_f32_vec();
+            for (i, (&g, &x)) in got.iter().zip(&xs2).enumerate() {
+                let w = (x as f64).exp2();
+                let ok = if x.is_nan() {
+                    g.is_nan()
+                } else if w < f32::MIN_POSITIVE as f64 {
+                    g == 0.0 && g.is_sign_positive()
+                } else if w.is_infinite() || w > f32::MAX as f64 {
+                    g == f32::INFINITY
+                } else {
+                    ((g as f64 - w) / w).abs() <= 1e-6
+                };
+                assert!(ok, "y[{i}]: exp2_ftz({x}) = {g}, want {w}");
+            }
         }),
     }
 }

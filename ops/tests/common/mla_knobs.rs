@@ -49,3 +49,21 @@ pub fn prefill_bm192_points() -> Vec<Knobs> {
         d.with("BN", 80i64).with("STAGES", 2i64),
     ]
 }
+
+/// The `SOFTMAX=fast` and `SMGUARD=true` prefill points: the default (overlapped wgmma, BM = 128) with either
+/// or both, the plain wgmma schedule, one warpgroup overlapped at 64-key tiles in a 3-deep ring, three
+/// warpgroups (BM = 192, BN = 96, LPT), and the mma.sync kernel.
+pub fn prefill_fast_softmax_points() -> Vec<Knobs> {
+    use k3k_ops::gated_mla::{prefill_default_knobs, prefill_sync_knobs, prefill_wgmma_knobs};
+    let d = prefill_default_knobs().with("SOFTMAX", "fast");
+    let g = d.clone().with("SMGUARD", true);
+    vec![
+        d.clone(),
+        g.clone(),
+        prefill_default_knobs().with("SMGUARD", true),
+        prefill_wgmma_knobs().with("SOFTMAX", "fast"),
+        g.clone().with("BM", 64i64).with("WM", 4i64).with("BN", 64i64).with("STAGES", 3i64),
+        g.with("BM", 192i64).with("WM", 12i64).with("BN", 96i64).with("QORDER", "lpt"),
+        prefill_sync_knobs().with("SOFTMAX", "fast"),
+    ]
+}

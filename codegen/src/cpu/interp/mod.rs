@@ -276,6 +276,10 @@ pub fn unary_f32(op: UnOp, x: f32) -> f32 {
     match op {
         UnOp::Exp => x.exp(),
         UnOp::Exp2 => x.exp2(),
+        UnOp::Exp2Ftz => {
+            let r = x.exp2();
+            if r < f32::MIN_POSITIVE { 0.0 } else { r }
+        }
         UnOp::Log => x.ln(),
         UnOp::Log2 => x.log2(),
         UnOp::Sqrt => x.sqrt(),

@@ -504,7 +504,7 @@ pub(super) fn check(k: &Kernel) -> Result<(), JitError> {
 
 // ---- host functions (the interpreter's own float semantics) ----
 
-const UNOPS: [UnOp; 24] = [
+const UNOPS: [UnOp; 25] = [
     UnOp::Neg,
     UnOp::Not,
     UnOp::Abs,
@@ -529,6 +529,7 @@ const UNOPS: [UnOp; 24] = [
     UnOp::FromBits,
     UnOp::Trunc,
     UnOp::Round,
+    UnOp::Exp2Ftz,
 ];
 
 extern "C" fn host_unary(op: i64, x: f32) -> f32 {

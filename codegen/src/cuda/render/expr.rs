@@ -46,6 +46,7 @@ impl<'a> Renderer<'a> {
                     UnOp::FromBits => format!("__uint_as_float((unsigned)({a}))"),
                     UnOp::Trunc => format!("truncf({a})"),
                     UnOp::Round => format!("rintf({a})"),
+                    UnOp::Exp2Ftz => format!("k3k::exp2_ftz({a})"),
                 }
             }
             Expr::Bin(op, a, b) => {
