@@ -111,8 +111,13 @@ pub fn knob_space() -> KnobSpace {
             "weight path: tile (cp.async stages of packed words in shared memory, decoded from there), stream \
              (`Stmt::DequantFp4Stream`: words and scales loaded from global memory straight into registers, \
              a whole BK slice's loads in flight per thread; MMA=sync, no GLU epilogue; for few tokens); auto: \
-             stream for BM <= 16 with packed weights, bf16 activations and no GLU epilogue",
-            ["auto", "tile", "stream"],
+             stream for BM <= 16 with packed weights, bf16 activations and no GLU epilogue; dq_gemm (prefill, \
+             `mx::prefill`): a bandwidth-bound kernel dequantizes all weights once into a bf16 scratch of \
+             2*G*N*K bytes (44 MB at N6144 K3584; + 2*M*K with MXFP8 activations, dequantized the same way), then \
+             the latent_moe_gemm kernel runs on it (BM/BN/BK/STAGES/RASTER/MMA are its knobs, WA/WB its WM/WN; \
+             0 = its defaults); auto: dq_gemm with every other knob automatic and at least 2 128-row token tiles \
+             per expert with tokens (dense: M > 128)",
+            ["auto", "tile", "stream", "dq_gemm"],
         )
         .axis(
             "FIN",
@@ -311,7 +316,7 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, Op
                 return Err(OpError::InvalidKnobs {
                     op: OP,
                     knobs: knobs.to_string(),
-                    why: format!("PATH={other}: auto, tile or stream"),
+                    why: format!("PATH={other}: auto, tile, stream or dq_gemm"),
                 });
             }
         },
@@ -1506,7 +1511,11 @@ pub fn counter_count(spec: &MatSpec, c: &Cfg, m: usize, groups: usize, n_out: us
 pub fn matmul_plan(w: &Fp4Weights, inp: &MatInputs<'_>, knobs: &Knobs) -> Result<Plan, OpError> {
     let (spec, counts) = spec_for(w, inp)?;
     let glu = inp.epilogue.is_glu();
-    let c = resolve(&spec, knobs, &facts(w, glu, &counts))?;
+    let sh = facts(w, glu, &counts);
+    if super::prefill::selected(knobs, &sh)? {
+        return super::prefill::plan(w, inp, &spec, &sh, knobs);
+    }
+    let c = resolve(&spec, knobs, &sh)?;
     let (g, n, k, m) = (w.groups, w.n, w.k, inp.x.shape().0);
     let n_out = if glu { n / 2 } else { n };
     let mut plan = Plan::default();
@@ -1821,6 +1830,9 @@ impl Operator for Mxfp4Matmul {
     fn kernels(&self, p: &Preset, knobs: &Knobs) -> Result<Vec<Kernel>, OpError> {
         let pb = MatProblem::from_preset(p)?;
         let spec = pb.spec();
+        if super::prefill::selected(knobs, &pb.facts())? {
+            return super::prefill::kernels(&spec, &pb.facts(), knobs);
+        }
         let c = resolve(&spec, knobs, &pb.facts())?;
         kernels_for(&spec, &c)
     }
