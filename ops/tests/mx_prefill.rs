@@ -275,6 +275,14 @@ fn prefill_kernels_compile_without_spills() {
         (m4096(&[("packed", 1)]), dq(&[]).with("RASTER", "n")),
         (m4096(&[("packed", 1), ("epilogue", 1), ("p", 1)]), dq(&[])),
         (vec![("G", 28), ("mean", 1024), ("N", 6144), ("K", 3584), ("packed", 1)], default_knobs()),
+        // The in-kernel wgmma path these shapes took by default before (the A/B baseline, PATH=tile).
+        (m4096(&[("packed", 1)]), default_knobs().with("PATH", "tile")),
+        (m4096(&[]), default_knobs().with("PATH", "tile")),
+        (m4096(&[("packed", 1), ("act", 1)]), default_knobs().with("PATH", "tile")),
+        (
+            vec![("G", 28), ("mean", 1024), ("N", 6144), ("K", 3584), ("packed", 1)],
+            default_knobs().with("PATH", "tile"),
+        ),
     ] {
         let p = Preset::new("prefill", &dims);
         for k in op.kernels(&p, &kn).unwrap_or_else(|e| panic!("{dims:?} [{kn}]: {e}")) {

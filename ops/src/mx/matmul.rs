@@ -22,6 +22,8 @@
 //! - `PATH=stream` (decode): the weights go global -> registers ([`Stmt::DequantFp4Stream`]), one mma per BK
 //!   slice; with `PF=on` the statement is software-pipelined (the next slice's loads are issued right after
 //!   this slice's decode and stay in flight during its product and the next iteration's wait).
+//! - `PATH=dq_gemm` (prefill, [`super::prefill`]): the weights dequantized once into a bf16 scratch, then the
+//!   `latent_moe_gemm` kernel.
 //!
 //! The weight bytes come in the natural layout or the [`super::pack`] layout (one 32-bit word per eight values
 //! a thread needs).
@@ -1770,6 +1772,11 @@ impl Operator for Mxfp4Matmul {
             d.extend([("packed", 1), ("act", 1)]);
             out.push(Preset::new(&format!("{name} mxfp8-act"), &d));
         }
+        // Prefill over 28 ragged experts (latent_moe_gemm's G28 mean1024 shape; PATH=dq_gemm by default).
+        out.push(Preset::new(
+            "MXFP4 prefill 28 experts mean1024 N6144 K3584",
+            &[("G", 28), ("mean", 1024), ("N", 6144), ("K", 3584), ("packed", 1)],
+        ));
         out
     }
     fn random_case(&self, rng: &mut StdRng) -> Preset {

@@ -236,13 +236,20 @@ pub fn build_dequant_weights(spec: &MatSpec, mx: &Knobs) -> Result<Kernel, OpErr
     let c0 = b.let_("c0", Expr::block_idx(0) * DQ_COLS as i64);
     let rows_left = b.let_("rows_left", &rows - r0.clone());
     let cols_left = b.let_("cols_left", &kd - c0.clone());
-    let body = |b: &mut KernelBuilder| {
-        let qv = view(wq, &r0 * kq.clone() + &c0 / 8i64, kq.clone(), rows_left.clone(), &cols_left / 8i64, 4);
-        let sv = view(ws, &r0 * kb.clone() + &c0 / 32i64, kb.clone(), rows_left.clone(), &cols_left / 32i64, 1);
+    // One window: bounded by `nr` rows and `nc` columns (constants for a full window, so the GPU code has no
+    // per-access bounds tests; the remaining rows and columns at the edges).
+    let window = |b: &mut KernelBuilder, nr: Expr, nc: Expr| {
+        let qv = view(wq, &r0 * kq.clone() + &c0 / 8i64, kq.clone(), nr.clone(), &nc / 8i64, 4);
+        let sv = view(ws, &r0 * kb.clone() + &c0 / 32i64, kb.clone(), nr.clone(), &nc / 32i64, 1);
         b.dequant_fp4_stream(t, qv, sv, spec.packed, spec.fold, spec.finite);
-        b.store(
-            t,
-            Place::Global(view(wd, &r0 * kd.clone() + c0.clone(), kd.clone(), rows_left.clone(), cols_left.clone(), 2)),
+        b.store(t, Place::Global(view(wd, &r0 * kd.clone() + c0.clone(), kd.clone(), nr, nc, 2)));
+    };
+    let body = |b: &mut KernelBuilder| {
+        let full = rows_left.ge(DQ_ROWS as i64).and(cols_left.ge(DQ_COLS as i64));
+        b.if_else(
+            full,
+            |b| window(b, Expr::Int(DQ_ROWS as i64), Expr::Int(DQ_COLS as i64)),
+            |b| window(b, rows_left.clone(), cols_left.clone()),
         );
     };
     if let Some(o) = offs {
