@@ -216,8 +216,8 @@ fn automatic_choice_and_threshold() {
     // Re-resolving the recorded knobs gives the same kernels.
     let again = Mxfp4Matmul.kernels(&Preset::new("new", &dense(4096, 1)), &ks[0].knobs).unwrap();
     assert_eq!(
-        again.iter().map(|k| k3k_ir::stable_hash(k)).collect::<Vec<_>>(),
-        ks.iter().map(|k| k3k_ir::stable_hash(k)).collect::<Vec<_>>()
+        again.iter().map(k3k_ir::stable_hash).collect::<Vec<_>>(),
+        ks.iter().map(k3k_ir::stable_hash).collect::<Vec<_>>()
     );
     // And runs at an automatic size on the interpreter (dense M 129 with small N and K).
     let p = Preset::new("auto dq", &[("M", 129), ("K", 64), ("N", 24), ("packed", 1), ("epilogue", 2), ("p", 1)]);
