@@ -295,3 +295,49 @@ fn prefill_kernels_compile_without_spills() {
     // The dequant tile is the documented one.
     assert_eq!((prefill::DQ_ROWS, prefill::DQ_COLS), (64, 128));
 }
+
+/// Every kernel of the path lowers to the Cranelift JIT and gives the interpreter's bits (scratch included).
+#[test]
+fn jit_matches_the_interpreter_bit_for_bit() {
+    use k3k_codegen::cpu::interp::{self, InterpOptions};
+    use k3k_codegen::cpu::jit;
+    let mut rng = StdRng::seed_from_u64(rand::rng().random());
+    for dims in [
+        vec![("M", 70i64), ("K", 160), ("N", 70), ("packed", 1), ("wide", 1)],
+        vec![("G", 3), ("c0", 9), ("c1", 0), ("c2", 20), ("K", 96), ("N", 34), ("act", 1), ("epilogue", 1), ("p", 1)],
+    ] {
+        let p = Preset::new("jit", &dims);
+        let inst = Mxfp4Matmul.instance(&p, rng.random()).unwrap();
+        let plan = inst.plan(&dq(&[])).unwrap();
+        let mut outs = vec![];
+        for use_jit in [false, true] {
+            let mut bufs: Vec<HostTensor> = plan
+                .buffers
+                .iter()
+                .map(|b| {
+                    let mut t = b.tensor.clone();
+                    if b.role != Role::Input {
+                        t.poison();
+                    }
+                    t
+                })
+                .collect();
+            for s in &plan.steps {
+                let mut args: Vec<HostTensor> = s.args.iter().map(|&i| bufs[i].clone()).collect();
+                if use_jit {
+                    let jk = jit::compile(&s.kernel).unwrap_or_else(|e| panic!("{}: {e}", s.kernel.name));
+                    jk.run(&mut args, &[], InterpOptions::default()).unwrap();
+                } else {
+                    interp::run(&s.kernel, &mut args, &[], InterpOptions::default()).unwrap();
+                }
+                for (&i, t) in s.args.iter().zip(args) {
+                    bufs[i] = t;
+                }
+            }
+            outs.push(bufs);
+        }
+        for (i, b) in plan.buffers.iter().enumerate() {
+            assert_eq!(outs[0][i].data, outs[1][i].data, "{dims:?}: buffer {}", b.name);
+        }
+    }
+}
