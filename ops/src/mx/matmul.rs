@@ -22,6 +22,8 @@
 //! - `PATH=stream` (decode): the weights go global -> registers ([`Stmt::DequantFp4Stream`]), one mma per BK
 //!   slice; with `PF=on` the statement is software-pipelined (the next slice's loads are issued right after
 //!   this slice's decode and stay in flight during its product and the next iteration's wait).
+//! - `PATH=dq_gemm` (prefill, [`super::prefill`]): the weights dequantized once into a bf16 scratch, then the
+//!   `latent_moe_gemm` kernel.
 //!
 //! The weight bytes come in the natural layout or the [`super::pack`] layout (one 32-bit word per eight values
 //! a thread needs).
@@ -114,8 +116,14 @@ pub fn knob_space() -> KnobSpace {
              stream for BM <= 16 with packed weights, bf16 activations and no GLU epilogue; gemv (decode, \
              `Stmt::Fp4Gemv`: one CTA per BN weight rows and 8 or 16 tokens over the whole K range, split over WA \
              warps, whole 16-byte weight blocks per lane, every load of a BK-wide chunk (PF=on: two) in flight, the \
-             warps' partials summed in shared memory, one launch; bf16 activations); auto: gemv for at most 16 \
-             tokens per group with bf16 activations (PATH=tile or stream: the paths it replaced)",
+             warps' partials summed in shared memory, one launch; bf16 activations); dq_gemm (prefill, \
+             `mx::prefill`): a bandwidth-bound kernel dequantizes all weights once into a bf16 scratch of \
+             2*G*N*K bytes (44 MB at N6144 K3584; + 2*M*K with MXFP8 activations, dequantized the same way), then \
+             the latent_moe_gemm kernel runs on it (BM/BN/BK/STAGES/RASTER/MMA are its knobs, WA/WB its WM/WN; \
+             0 = its defaults); auto: gemv for at most 16 tokens per group with bf16 activations, dq_gemm with \
+             every other knob automatic and at least 2 128-row token tiles per expert with tokens (dense: M > 128), \
+             else tile or stream as before. dq_gemm is accepted but not an axis value (the tuner reaches it through \
+             auto)",
             ["auto", "tile", "stream", "gemv"],
         )
         .axis(
@@ -343,7 +351,7 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, Op
                 return Err(OpError::InvalidKnobs {
                     op: OP,
                     knobs: knobs.to_string(),
-                    why: format!("PATH={other}: auto, tile or stream"),
+                    why: format!("PATH={other}: auto, tile, stream, gemv or dq_gemm"),
                 });
             }
         },
@@ -1731,7 +1739,11 @@ pub fn counter_count(spec: &MatSpec, c: &Cfg, m: usize, groups: usize, n_out: us
 pub fn matmul_plan(w: &Fp4Weights, inp: &MatInputs<'_>, knobs: &Knobs) -> Result<Plan, OpError> {
     let (spec, counts) = spec_for(w, inp)?;
     let glu = inp.epilogue.is_glu();
-    let c = resolve(&spec, knobs, &facts(w, glu, &counts))?;
+    let sh = facts(w, glu, &counts);
+    if super::prefill::selected(knobs, &sh)? {
+        return super::prefill::plan(w, inp, &spec, &sh, knobs);
+    }
+    let c = resolve(&spec, knobs, &sh)?;
     let (g, n, k, m) = (w.groups, w.n, w.k, inp.x.shape().0);
     let n_out = if glu { n / 2 } else { n };
     let mut plan = Plan::default();
@@ -1986,6 +1998,11 @@ impl Operator for Mxfp4Matmul {
             d.extend([("packed", 1), ("act", 1)]);
             out.push(Preset::new(&format!("{name} mxfp8-act"), &d));
         }
+        // Prefill over 28 ragged experts (latent_moe_gemm's G28 mean1024 shape; PATH=dq_gemm by default).
+        out.push(Preset::new(
+            "MXFP4 prefill 28 experts mean1024 N6144 K3584",
+            &[("G", 28), ("mean", 1024), ("N", 6144), ("K", 3584), ("packed", 1)],
+        ));
         out
     }
     fn random_case(&self, rng: &mut StdRng) -> Preset {
@@ -2046,6 +2063,9 @@ impl Operator for Mxfp4Matmul {
     fn kernels(&self, p: &Preset, knobs: &Knobs) -> Result<Vec<Kernel>, OpError> {
         let pb = MatProblem::from_preset(p)?;
         let spec = pb.spec();
+        if super::prefill::selected(knobs, &pb.facts())? {
+            return super::prefill::kernels(&spec, &pb.facts(), knobs);
+        }
         let c = resolve(&spec, knobs, &pb.facts())?;
         kernels_for(&spec, &c)
     }

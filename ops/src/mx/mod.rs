@@ -5,6 +5,8 @@
 //! - [`matmul`]: `mxfp4_matmul`, `y = x · dequant(w)^T` with MXFP4 weights dequantized on chip into bf16
 //!   tensor-core operands, dense or grouped over ragged experts, with the fused epilogues of
 //!   `latent_moe_gemm` and an optional split-K for decode shapes;
+//! - [`prefill`]: `mxfp4_matmul` `PATH=dq_gemm` for many tokens: the weights dequantized once into a bf16
+//!   scratch (`2*G*N*K` bytes), then the `latent_moe_gemm` kernel;
 //! - [`pack`]: an offline re-layout of MXFP4 weights that gives each thread its eight nibbles of a 32-wide
 //!   block in one 32-bit word (`unpack(pack(w)) == w`).
 //!
@@ -13,6 +15,7 @@
 
 pub mod matmul;
 pub mod pack;
+pub mod prefill;
 pub mod quant;
 
 use crate::OpError;

@@ -1,0 +1,359 @@
+//! `mxfp4_matmul` `PATH=dq_gemm`: the prefill path (many tokens per expert).
+//!
+//! Two (or, with MXFP8 activations, three) launches instead of one:
+//! 1. [`build_dequant_weights`]: every MXFP4 weight element is decoded once into a bf16 scratch matrix
+//!    `wd: [G, N, K]` (dense `[N, K]`), exactly the weight layout `latent_moe_gemm` reads. Each CTA takes a
+//!    `[DQ_ROWS, DQ_COLS]` window of the flattened `[G*N, K]` weights, streams its packed words and E8M0 scale
+//!    bytes from global memory straight into registers ([`Stmt::DequantFp4Stream`], the bit decode of the
+//!    in-kernel paths: one prmt, three bit operations and one bf16x2 multiply per two values) and stores the
+//!    bf16 tile. Grouped: windows whose rows belong only to experts without tokens are skipped (the GEMM never
+//!    reads them). Bandwidth-bound and independent of M: `N*K*(1/2 + 1/32)` bytes read, `2*N*K` written per
+//!    expert with tokens (6144 x 3584: 11.7 MB + 44.0 MB, ~13 us at 4.3 TB/s).
+//! 2. MXFP8 activations only: `mx.dequantize` (E4M3 -> bf16, [`super::quant::build_dequantize`]) into a bf16
+//!    scratch `xd: [M, K]` (`M*K*(1 + 1/32)` bytes read, `2*M*K` written).
+//! 3. The `latent_moe_gemm` kernel ([`crate::latent_moe_gemm::build_kernel`], wgmma by default) on the bf16
+//!    activations and the scratch weights, with the same epilogues (SiTU-GLU / SwiGLU over the halves of N,
+//!    routing weight per row) and the same grouped tile walk.
+//!
+//! Scratch memory: `2*G*N*K` bytes for the weights (6144 x 3584: 44 MB per expert), plus `2*M*K` with MXFP8
+//! activations. Every value is the bf16 the in-kernel paths feed the tensor cores (exact: an E2M1 value times a
+//! power of two), so the results match theirs up to the order of the f32 accumulation.
+//!
+//! When [`auto_selects`] picks it (see there for the arithmetic): when the GEMM has at least
+//! [`DQ_MTILES_PER_GROUP`] 128-row tiles of tokens per expert with tokens, on average.
+
+use super::matmul::{MatInputs, MatSpec, ShapeFacts};
+use super::*;
+use crate::latent_moe_gemm::{self as lmg, GemmSpec};
+use crate::plan::Plan;
+use k3k_ir::*;
+
+const OP: &str = "mxfp4_matmul";
+
+/// The `PATH` knob value of this path.
+pub const PATH_DQ_GEMM: &str = "dq_gemm";
+
+/// Warps per CTA of the weight dequant kernel (16 weight rows each).
+pub const DQ_WARPS: u32 = 4;
+/// Weight rows per dequant CTA.
+pub const DQ_ROWS: u32 = 16 * DQ_WARPS;
+/// Weight columns (K) per dequant CTA: four 32-wide blocks, eight 32-bit words and eight scale bytes in
+/// flight per thread (packed layout; natural: eight 16-byte block loads), a 32-register bf16 tile.
+pub const DQ_COLS: u32 = 128;
+
+/// `PATH=auto` takes this path when the GEMM's 128-row token tiles number at least this many per expert with
+/// tokens (dense: M > 128). The arithmetic (H200, N6144 K3584, `results/bench/nvidia-h200/NOTES.md`):
+/// - dequant: `N*K*(1/2 + 1/32 + 2)` = 55.8 MB per expert with tokens, ~16 us at 3.5 TB/s (82% of the measured
+///   4.26 TB/s copy);
+/// - the in-kernel dequant costs every 128-row token tile a decode of the whole `N x K` weight matrix: the
+///   wgmma path ran M4096 (32 token tiles) in 0.585 ms where the bf16 GEMM at `latent_moe_gemm`'s measured
+///   551 TFLOP/s needs 0.327 ms, i.e. ~8.1 us per token tile;
+/// - many waves: the dequant pays for itself from 16 / 8.1 = 2 token tiles per expert; within one wave (at most
+///   132 tiles) a CTA's tile takes ~56 us on the bf16 GEMM and ~1.8 times that with the in-kernel decode, so
+///   the 16 us dequant wins from the first token tile. Two tiles per expert is where both estimates agree.
+///   Below 65 rows the in-kernel paths switch to mma.sync / streaming tiles (measured 0.065 ms at M64) and are
+///   not compared.
+pub const DQ_MTILES_PER_GROUP: usize = 2;
+
+fn bad_knobs(knobs: &Knobs, why: String) -> OpError {
+    OpError::InvalidKnobs { op: OP, knobs: knobs.to_string(), why }
+}
+
+/// An integer knob, 0 when absent (knob sets from before it existed).
+fn int_or0(knobs: &Knobs, name: &str) -> Result<u32, OpError> {
+    if knobs.0.contains_key(name) { Ok(knobs.u32(name)?) } else { Ok(0) }
+}
+
+/// A string knob, `default` when absent.
+fn str_or<'a>(knobs: &'a Knobs, name: &str, default: &'a str) -> Result<&'a str, OpError> {
+    if knobs.0.contains_key(name) { Ok(knobs.str(name)?) } else { Ok(default) }
+}
+
+/// The knobs that mean nothing on this path are at their automatic (or no-op) values: SPLIT 0|1, CPS 0,
+/// DEC auto, FIN auto|kernel, PF auto|off, MINB 0|1. `None` when they are, else what is not.
+fn foreign_knobs(knobs: &Knobs) -> Result<Option<String>, OpError> {
+    let mut bad = vec![];
+    if int_or0(knobs, "SPLIT")? > 1 {
+        bad.push("SPLIT > 1");
+    }
+    if int_or0(knobs, "CPS")? != 0 {
+        bad.push("CPS != 0");
+    }
+    if str_or(knobs, "DEC", "auto")? != "auto" {
+        bad.push("DEC != auto");
+    }
+    if !matches!(str_or(knobs, "FIN", "auto")?, "auto" | "kernel") {
+        bad.push("FIN = last");
+    }
+    if !matches!(str_or(knobs, "PF", "auto")?, "auto" | "off") {
+        bad.push("PF = on");
+    }
+    if int_or0(knobs, "MINB")? > 1 {
+        bad.push("MINB > 1");
+    }
+    Ok(if bad.is_empty() { None } else { Some(bad.join(", ")) })
+}
+
+/// True when the knobs ask for this path (`PATH=dq_gemm`), or leave the choice to the shape (`PATH=auto`, every
+/// other knob automatic) and the shape has at least [`DQ_MTILES_PER_GROUP`] 128-row token tiles per expert with
+/// tokens.
+pub fn selected(knobs: &Knobs, sh: &ShapeFacts) -> Result<bool, OpError> {
+    match str_or(knobs, "PATH", "tile")? {
+        PATH_DQ_GEMM => Ok(true),
+        "auto" => auto_selects(knobs, sh),
+        _ => Ok(false),
+    }
+}
+
+/// The automatic choice (see [`DQ_MTILES_PER_GROUP`]). Explicit tile knobs (BN, BM, BK, STAGES, WA, WB not 0,
+/// MMA not auto) or knobs of the in-kernel paths keep `PATH=auto` on those paths, so knob points chosen for them
+/// keep their meaning.
+pub fn auto_selects(knobs: &Knobs, sh: &ShapeFacts) -> Result<bool, OpError> {
+    for k in ["BN", "BM", "BK", "STAGES", "WA", "WB"] {
+        if int_or0(knobs, k)? != 0 {
+            return Ok(false);
+        }
+    }
+    if str_or(knobs, "MMA", "auto")? != "auto" || foreign_knobs(knobs)?.is_some() {
+        return Ok(false);
+    }
+    let used = sh.counts.iter().filter(|&&r| r > 0).count();
+    let m_tiles: usize = sh.counts.iter().map(|r| r.div_ceil(128)).sum();
+    Ok(used > 0 && m_tiles >= DQ_MTILES_PER_GROUP * used)
+}
+
+/// The resolved knobs of this path: the `latent_moe_gemm` knobs of the GEMM launch, and the `mxfp4_matmul`
+/// knobs recorded in the dequant kernel (re-resolving them gives the same plan).
+#[derive(Clone, Debug, PartialEq)]
+pub struct DqCfg {
+    pub gemm: Knobs,
+    pub mx: Knobs,
+}
+
+/// Map the `mxfp4_matmul` knobs onto the GEMM's: BM, BN, BK, STAGES, RASTER as they are, WA -> WM (warps
+/// along tokens), WB -> WN, MMA auto -> wgmma; zeros take `latent_moe_gemm`'s defaults for the MMA kind
+/// (wgmma: BM128 BN256 BK64 STAGES4 WM8 WN1; sync: its measured mma.sync set BM128 BN256 BK32 STAGES3 WM2 WN4).
+pub fn resolve(knobs: &Knobs) -> Result<DqCfg, OpError> {
+    if let Some(why) = foreign_knobs(knobs)? {
+        return Err(bad_knobs(
+            knobs,
+            format!("PATH=dq_gemm takes no K split, persistent grid, decode, finalize or prefetch knobs ({why})"),
+        ));
+    }
+    let mma = str_or(knobs, "MMA", "auto")?;
+    let wgmma = match mma {
+        "auto" | "wgmma" => true,
+        "sync" => false,
+        other => return Err(bad_knobs(knobs, format!("MMA={other}: auto, sync or wgmma"))),
+    };
+    let base = if wgmma { lmg::default_knobs() } else { lmg::sync_knobs() };
+    let pick = |mx: &str, gemm: &str| -> Result<u32, OpError> {
+        let v = int_or0(knobs, mx)?;
+        Ok(if v == 0 { base.u32(gemm)? } else { v })
+    };
+    let bm = pick("BM", "BM")?;
+    let bn = pick("BN", "BN")?;
+    let bk = pick("BK", "BK")?;
+    let stages = pick("STAGES", "STAGES")?;
+    // wgmma: one warpgroup per 64 token rows (WM = BM/16), whatever BM is.
+    let wm = match int_or0(knobs, "WA")? {
+        0 if wgmma => bm / 16,
+        0 => base.u32("WM")?,
+        v => v,
+    };
+    let wn = pick("WB", "WN")?;
+    let raster = str_or(knobs, "RASTER", "m")?;
+    if !matches!(raster, "m" | "n") {
+        return Err(bad_knobs(knobs, format!("RASTER={raster}: m or n")));
+    }
+    let mma_name = if wgmma { "wgmma" } else { "sync" };
+    let gemm = Knobs::new()
+        .with("BM", bm)
+        .with("BN", bn)
+        .with("BK", bk)
+        .with("STAGES", stages)
+        .with("WM", wm)
+        .with("WN", wn)
+        .with("RASTER", raster)
+        .with("MMA", mma_name);
+    let mx = Knobs::new()
+        .with("BN", bn)
+        .with("BM", bm)
+        .with("BK", bk)
+        .with("STAGES", stages)
+        .with("WA", wm)
+        .with("WB", wn)
+        .with("SPLIT", 1u32)
+        .with("CPS", 0u32)
+        .with("RASTER", raster)
+        .with("MMA", mma_name)
+        .with("DEC", "auto")
+        .with("PATH", PATH_DQ_GEMM)
+        .with("FIN", "auto")
+        .with("PF", "off")
+        .with("MINB", 1u32);
+    Ok(DqCfg { gemm, mx })
+}
+
+/// The weight dequant kernel. Tensors (grouped / dense): `wq: [G, N, KW] / [N, KW] u32` (natural bytes as
+/// little-endian words, or the packed layout), `ws: [G, N, KB] / [N, KB] u8`, grouped `offs: [G] i32`, and
+/// `wd: [G, N, K] / [N, K] bf16` (written). The launcher guarantees K = 8 KW = 32 KB. `mx` are the knobs it
+/// records.
+pub fn build_dequant_weights(spec: &MatSpec, mx: &Knobs) -> Result<Kernel, OpError> {
+    let name = format!(
+        "k3k_mxfp4_dq_w_{}{}{}_r{DQ_ROWS}_c{DQ_COLS}",
+        if spec.grouped { "grouped" } else { "dense" },
+        if spec.packed { "_packed" } else { "" },
+        match (spec.fold, spec.finite) {
+            (true, true) => "_foldf",
+            (true, false) => "_fold",
+            (false, true) => "_finite",
+            (false, false) => "",
+        },
+    );
+    let mut b = KernelBuilder::new(&name, 32 * DQ_WARPS);
+    b.knobs(mx.clone());
+    let n = b.dim("N");
+    let kq = b.dim("KW");
+    let kb = b.dim("KB");
+    let kd = b.dim("K");
+    let (g, lead) = if spec.grouped {
+        let g = b.dim("G");
+        (g.clone(), vec![g, n.clone()])
+    } else {
+        (Expr::Int(1), vec![n.clone()])
+    };
+    let shape = |last: &Expr| -> Vec<Expr> { lead.iter().cloned().chain([last.clone()]).collect() };
+    let wq = b.tensor("wq", DType::U32, &shape(&kq), Access::Read);
+    let ws = b.tensor("ws", DType::U8, &shape(&kb), Access::Read);
+    let offs = spec.grouped.then(|| b.tensor("offs", DType::I32, std::slice::from_ref(&g), Access::Read));
+    let wd = b.tensor("wd", DType::Bf16, &shape(&kd), Access::Write);
+    // Flattened rows G*N; x: column windows (neighbouring CTAs share the rows' scale bytes), y: row windows.
+    let rows = g * n.clone();
+    b.grid(kd.ceil_div(DQ_COLS as i64), rows.ceil_div(DQ_ROWS as i64), 1i64);
+    let t = b.tile("w", DType::Bf16, DQ_ROWS, DQ_COLS, [DQ_WARPS, 1]);
+    let r0 = b.let_("r0", Expr::block_idx(1) * DQ_ROWS as i64);
+    let c0 = b.let_("c0", Expr::block_idx(0) * DQ_COLS as i64);
+    let rows_left = b.let_("rows_left", &rows - r0.clone());
+    let cols_left = b.let_("cols_left", &kd - c0.clone());
+    // One window: bounded by `nr` rows and `nc` columns (constants for a full window, so the GPU code has no
+    // per-access bounds tests; the remaining rows and columns at the edges).
+    let window = |b: &mut KernelBuilder, nr: Expr, nc: Expr| {
+        let qv = view(wq, &r0 * kq.clone() + &c0 / 8i64, kq.clone(), nr.clone(), &nc / 8i64, 4);
+        let sv = view(ws, &r0 * kb.clone() + &c0 / 32i64, kb.clone(), nr.clone(), &nc / 32i64, 1);
+        b.dequant_fp4_stream(t, qv, sv, spec.packed, spec.fold, spec.finite);
+        b.store(t, Place::Global(view(wd, &r0 * kd.clone() + c0.clone(), kd.clone(), nr, nc, 2)));
+    };
+    let body = |b: &mut KernelBuilder| {
+        let full = rows_left.ge(DQ_ROWS as i64).and(cols_left.ge(DQ_COLS as i64));
+        b.if_else(
+            full,
+            |b| window(b, Expr::Int(DQ_ROWS as i64), Expr::Int(DQ_COLS as i64)),
+            |b| window(b, rows_left.clone(), cols_left.clone()),
+        );
+    };
+    if let Some(o) = offs {
+        // The experts whose weight rows this window covers (first..=last): skipped when none has tokens.
+        let first = b.let_("g_first", &r0 / n.clone());
+        let last = b.let_("g_last", ((&r0 + DQ_ROWS as i64).min(rows.clone()) - 1i64) / n.clone());
+        let start = Expr::select(first.gt(0i64), Expr::load(o, &first - 1i64), Expr::Int(0));
+        let tokens = b.let_("tokens", Expr::load(o, last) - start);
+        b.if_(tokens.gt(0i64), body);
+    } else {
+        body(&mut b);
+    }
+    Ok(b.finish()?)
+}
+
+/// The GEMM variant for the problem.
+pub fn gemm_spec(spec: &MatSpec, sh: &ShapeFacts) -> GemmSpec {
+    GemmSpec::for_shape(spec.grouped, spec.epilogue, spec.row_scale, sh.k, sh.n_out)
+}
+
+fn gemm_kernel(spec: &MatSpec, sh: &ShapeFacts, c: &DqCfg) -> Result<Kernel, OpError> {
+    lmg::build_kernel(&gemm_spec(spec, sh), &c.gemm).map_err(|e| match e {
+        OpError::InvalidKnobs { why, .. } => bad_knobs(&c.mx, format!("PATH=dq_gemm GEMM ({}): {why}", c.gemm)),
+        e => e,
+    })
+}
+
+/// The MXFP8 activation dequant kernel (`mx.dequantize` to bf16).
+fn act_kernel() -> Result<Kernel, OpError> {
+    super::quant::build_dequantize(
+        &super::quant::DequantSpec { fmt: MxFormat::Fp8, out: DType::Bf16 },
+        &super::quant::default_knobs(),
+    )
+}
+
+/// The kernels of this path, in launch order: weight dequant, (MXFP8) activation dequant, GEMM.
+pub fn kernels(spec: &MatSpec, sh: &ShapeFacts, knobs: &Knobs) -> Result<Vec<Kernel>, OpError> {
+    let c = resolve(knobs)?;
+    let mut v = vec![build_dequant_weights(spec, &c.mx)?];
+    if spec.act8 {
+        v.push(act_kernel()?);
+    }
+    v.push(gemm_kernel(spec, sh, &c)?);
+    Ok(v)
+}
+
+/// The plan: inputs as the in-kernel paths take them (MXFP8 activation bytes as `u8 [M, K]` here), the bf16
+/// weight scratch `wd` (and activation scratch `xd`), the output `y`.
+pub fn plan(
+    w: &super::matmul::Fp4Weights,
+    inp: &MatInputs<'_>,
+    spec: &MatSpec,
+    sh: &ShapeFacts,
+    knobs: &Knobs,
+) -> Result<Plan, OpError> {
+    use super::matmul::{Act, WeightBytes};
+    let c = resolve(knobs)?;
+    let (g, n, k) = (w.groups, w.n, w.k);
+    let m = inp.x.shape().0;
+    let mut plan = Plan::default();
+    let dq = build_dequant_weights(spec, &c.mx)?;
+    let gemm = gemm_kernel(spec, sh, &c)?;
+    let act = if spec.act8 { Some(act_kernel()?) } else { None };
+    if m == 0 {
+        // No rows: an empty output and nothing to launch.
+        plan.output("y", DType::Bf16, &[0, sh.n_out]);
+        return Ok(plan);
+    }
+    let lead: Vec<usize> = if spec.grouped { vec![g, n] } else { vec![n] };
+    let shape = |last: usize| -> Vec<usize> { lead.iter().copied().chain([last]).collect() };
+    let words = match &w.q {
+        WeightBytes::Natural(q) => q.clone(),
+        WeightBytes::Packed(q) => super::pack::words_to_bytes(q),
+    };
+    let wq = plan.input("wq", HostTensor::from_bytes(DType::U32, &shape(k / 8), words));
+    let ws = plan.input("ws", HostTensor::from_bytes(DType::U8, &shape(k / BLOCK), w.s.clone()));
+    let offs = inp.offs.map(|o| {
+        let o: Vec<i64> = o.iter().map(|&v| v as i64).collect();
+        plan.input("offs", HostTensor::from_i64(DType::I32, &[g], &o))
+    });
+    let x = match inp.x {
+        Act::Bf16(x) => plan.input("x", x.clone()),
+        Act::Mxfp8(t) => {
+            let xq = plan.input("xq", HostTensor::from_bytes(DType::U8, &[m, k], t.q.clone()));
+            let xs = plan.input("xs", HostTensor::from_bytes(DType::U8, &[m, k / BLOCK], t.s.clone()));
+            let xd = plan.scratch("xd", DType::Bf16, &[m, k]);
+            plan.step(act.expect("act8 kernel"), &[xq, xs, xd], &[]);
+            xd
+        }
+    };
+    let wd = plan.scratch("wd", DType::Bf16, &shape(k));
+    let mut dargs = vec![wq, ws];
+    dargs.extend(offs);
+    dargs.push(wd);
+    // The weights first (the activation dequant, when any, was pushed above: move it after).
+    plan.steps.insert(0, Step { kernel: dq, args: dargs, scalars: vec![] });
+    let p = inp.p.map(|p| plan.input("p", crate::data::tensor(DType::F32, &[m], p)));
+    let y = plan.output("y", DType::Bf16, &[m, sh.n_out]);
+    let mut gargs = vec![x, wd];
+    gargs.extend(offs);
+    gargs.extend(p);
+    gargs.push(y);
+    plan.step(gemm, &gargs, &[]);
+    Ok(plan)
+}
+
+use crate::plan::Step;

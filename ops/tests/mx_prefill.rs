@@ -1,0 +1,343 @@
+//! `mxfp4_matmul` `PATH=dq_gemm` (`mx::prefill`): the weight dequant kernel is bit-exact against
+//! `reference::mx::dequantize` (both layouts, NaN / huge / tiny scale blocks, K and N tails, skipped empty
+//! experts); the whole path (dequant + `latent_moe_gemm`) matches the f64 reference on the dequantized weights
+//! (CPU interpreter) at edge sizes, grouped with empty groups, GLU epilogues, routing weights, MXFP8
+//! activations and several GEMM knob sets; `PATH=auto` takes it above the threshold only; invalid knob sets
+//! give typed errors; the preset shapes compile for sm_90a without spills.
+use k3k_codegen::{BuildOptions, build};
+use k3k_ir::{DType, HostTensor, Knobs};
+use k3k_ops::OpError;
+use k3k_ops::latent_moe_gemm::Epilogue;
+use k3k_ops::mx::matmul::*;
+use k3k_ops::mx::{pack, prefill};
+use k3k_ops::op::{Operator, Preset};
+use k3k_ops::plan::{Executor, Role};
+use k3k_reference::mx as rmx;
+use rand::{Rng, SeedableRng, rngs::StdRng};
+
+fn run(p: &Preset, seed: u64, knobs: &Knobs) -> usize {
+    let op = Mxfp4Matmul;
+    let inst = op.instance(p, seed).unwrap();
+    let plan = inst.plan(knobs).unwrap_or_else(|e| panic!("{}: {e}", p.name));
+    let out = Executor::Cpu.run(&plan).unwrap_or_else(|e| panic!("{} ({}): {e}", p.name, inst.describe()));
+    let r = inst.check(&out).unwrap();
+    if std::env::var("K3K_VERBOSE").is_ok() {
+        eprintln!("{} -> {:.2e} ({} launches) [{knobs}]", inst.describe(), r.max_rel_err, plan.steps.len());
+    }
+    assert!(r.passed, "{} seed {seed} ({}) [{knobs}]: rel {:.3e} {}", p.name, inst.describe(), r.max_rel_err, r.detail);
+    plan.steps.len()
+}
+
+fn dq(pairs: &[(&str, i64)]) -> Knobs {
+    let mut k = default_knobs().with("PATH", "dq_gemm");
+    for (n, v) in pairs {
+        k.set(n, *v);
+    }
+    k
+}
+
+/// The first kernel's recorded PATH at these dims and knobs.
+fn path(dims: &[(&str, i64)], kn: &Knobs) -> String {
+    let ks = Mxfp4Matmul.kernels(&Preset::new("auto", dims), kn).unwrap();
+    ks[0].knobs.str("PATH").unwrap().to_string()
+}
+
+/// The dequant launch alone (its scratch made an output): bit for bit the reference's dequantized values
+/// (exact in bf16), NaN blocks as NaN; with grouped empty experts, only the rows of experts with tokens.
+#[test]
+fn dequant_kernel_is_bit_exact() {
+    let mut rng = StdRng::seed_from_u64(rand::rng().random());
+    for (g, n, k, packed, wide, counts) in [
+        (1usize, 70usize, 160usize, false, true, vec![3usize]),
+        (1, 64, 128, true, false, vec![1]),
+        (1, 17, 32, true, true, vec![5]),
+        (1, 129, 416, false, false, vec![2]),
+        (3, 33, 96, true, true, vec![4, 0, 9]),
+        (4, 20, 288, false, true, vec![0, 2, 0, 0]),
+    ] {
+        let seed: u64 = rng.random();
+        let (q, s) = random_weights(g, n, k, wide, seed);
+        let qb = if packed { WeightBytes::Packed(pack::pack(&q, g * n, k).unwrap()) } else { WeightBytes::Natural(q) };
+        let w = Fp4Weights { groups: g, n, k, q: qb, s };
+        let m: usize = counts.iter().sum();
+        let xv: Vec<f32> = (0..m * k).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+        let x = HostTensor::from_f32(DType::Bf16, &[m, k], &xv);
+        let offs: Vec<i32> = counts
+            .iter()
+            .scan(0i32, |a, c| {
+                *a += *c as i32;
+                Some(*a)
+            })
+            .collect();
+        let inp = MatInputs { x: Act::Bf16(&x), offs: (g > 1).then_some(&offs[..]), p: None, epilogue: Epilogue::None };
+        let mut plan = matmul_plan(&w, &inp, &dq(&[])).unwrap();
+        assert_eq!(plan.steps.len(), 2, "dequant + GEMM");
+        assert!(plan.steps[0].kernel.name.starts_with("k3k_mxfp4_dq_w"), "{}", plan.steps[0].kernel.name);
+        assert_eq!(plan.steps[0].kernel.knobs.str("PATH").unwrap(), "dq_gemm");
+        plan.steps.truncate(1);
+        let wd = plan.index("wd").unwrap();
+        plan.buffers[wd].role = Role::Output;
+        let got = Executor::Cpu.run(&plan).unwrap().get("wd").unwrap().to_f32_vec();
+        assert_eq!(got.len(), g * n * k);
+        let mut nan_seen = false;
+        for gi in 0..g {
+            let want = rmx::dequantize(&w.group_tensor(gi).unwrap()).unwrap();
+            let mine = &got[gi * n * k..(gi + 1) * n * k];
+            if counts[gi] == 0 && g > 1 {
+                // Rows of experts without tokens are skipped (their scratch stays poisoned) unless a dequant
+                // window also covers rows of an expert with tokens.
+                continue;
+            }
+            for (i, (a, b)) in mine.iter().zip(&want).enumerate() {
+                nan_seen |= b.is_nan();
+                assert!(
+                    (a.is_nan() && b.is_nan()) || a.to_bits() == b.to_bits(),
+                    "G{g} N{n} K{k} packed {packed} wide {wide}: group {gi} row {} col {}: {a} vs {b}",
+                    i / k,
+                    i % k
+                );
+            }
+        }
+        if wide && g == 1 && n * k >= 64 * 128 {
+            assert!(nan_seen, "wide scales include NaN blocks");
+        }
+    }
+}
+
+#[test]
+fn dense_edges_on_the_dq_gemm_path() {
+    let mut rng = StdRng::seed_from_u64(rand::rng().random());
+    for (m, k, n, packed, wide) in [
+        (1i64, 32i64, 16i64, 0i64, 0i64),
+        (15, 64, 17, 1, 1),
+        (17, 96, 40, 0, 1),
+        (63, 32, 8, 1, 0),
+        (65, 64, 33, 0, 0),
+        (130, 160, 70, 1, 1),
+    ] {
+        let p = Preset::new(
+            &format!("dq M{m} K{k} N{n}"),
+            &[("M", m), ("K", k), ("N", n), ("packed", packed), ("wide", wide)],
+        );
+        assert_eq!(run(&p, rng.random(), &dq(&[])), 2);
+    }
+}
+
+#[test]
+fn grouped_epilogues_activations_and_knob_points() {
+    let mut rng = StdRng::seed_from_u64(rand::rng().random());
+    for (epi, pw, packed, wide, act) in
+        [(0i64, 0i64, 0i64, 1i64, 0i64), (1, 1, 1, 0, 1), (2, 1, 0, 1, 1), (1, 0, 0, 0, 0), (0, 1, 1, 1, 0)]
+    {
+        let p = Preset::new(
+            "dq grouped",
+            &[
+                ("G", 4),
+                ("c0", 0),
+                ("c1", 17),
+                ("c2", 0),
+                ("c3", 65),
+                ("K", 96),
+                ("N", 34),
+                ("epilogue", epi),
+                ("p", pw),
+                ("packed", packed),
+                ("wide", wide),
+                ("act", act),
+            ],
+        );
+        let launches = run(&p, rng.random(), &dq(&[]));
+        assert_eq!(launches, if act == 1 { 3 } else { 2 });
+    }
+    // GEMM knob sets: one warpgroup, narrower tiles, three stages, n raster, the mma.sync GEMM.
+    let p = Preset::new(
+        "dq knobs",
+        &[("G", 3), ("c0", 15), ("c1", 0), ("c2", 70), ("K", 224), ("N", 48), ("epilogue", 1), ("p", 1)],
+    );
+    for kn in [
+        dq(&[("BM", 64)]),
+        dq(&[("BN", 128), ("STAGES", 3)]),
+        dq(&[]).with("RASTER", "n"),
+        dq(&[]).with("MMA", "sync"),
+        dq(&[("BN", 128), ("BK", 64), ("WA", 4), ("WB", 2)]).with("MMA", "sync"),
+    ] {
+        run(&p, rng.random(), &kn);
+    }
+    let p = Preset::new("dq dense knobs", &[("M", 33), ("K", 160), ("N", 99), ("packed", 1), ("act", 1)]);
+    for kn in [dq(&[("BM", 64), ("BN", 64)]), dq(&[]).with("MMA", "sync")] {
+        run(&p, rng.random(), &kn);
+    }
+}
+
+#[test]
+fn empty_problems_on_the_dq_gemm_path() {
+    let p = Preset::new("empty", &[("G", 2), ("c0", 0), ("c1", 0), ("K", 64), ("N", 16), ("epilogue", 1)]);
+    assert_eq!(run(&p, 3, &dq(&[])), 0);
+}
+
+/// `PATH=auto`: dq_gemm from 2 token tiles of 128 rows per expert with tokens (dense M > 128) with every other
+/// knob automatic; the in-kernel paths below, and with explicit in-kernel knobs.
+#[test]
+fn automatic_choice_and_threshold() {
+    let auto = default_knobs();
+    let dense = |m: i64, packed: i64| vec![("M", m), ("N", 6144), ("K", 3584), ("packed", packed)];
+    for packed in [0, 1] {
+        assert_eq!(path(&dense(4096, packed), &auto), "dq_gemm");
+        assert_eq!(path(&dense(129, packed), &auto), "dq_gemm");
+        assert_eq!(path(&dense(128, packed), &auto), "tile");
+        assert_eq!(path(&dense(64, packed), &auto), "tile");
+    }
+    assert_eq!(path(&dense(1, 1), &auto), "stream");
+    let act8 = [("M", 4096), ("N", 6144), ("K", 3584), ("packed", 1), ("act", 1)];
+    assert_eq!(path(&act8, &auto), "dq_gemm");
+    assert_eq!(Mxfp4Matmul.kernels(&Preset::new("a", &act8), &auto).unwrap().len(), 3);
+    // Grouped: 28 experts x 4 tokens stays on the stream path; 28 x mean 1024 (ragged) takes dq_gemm; 28 x 200
+    // (two tiles each) too, 28 x 128 (one) not.
+    assert_eq!(path(&[("G", 28), ("per", 4), ("N", 6144), ("K", 3584), ("packed", 1)], &auto), "stream");
+    assert_eq!(path(&[("G", 28), ("mean", 1024), ("N", 6144), ("K", 3584), ("packed", 1)], &auto), "dq_gemm");
+    assert_eq!(path(&[("G", 28), ("per", 200), ("N", 6144), ("K", 3584), ("packed", 1)], &auto), "dq_gemm");
+    assert_eq!(path(&[("G", 28), ("per", 128), ("N", 6144), ("K", 3584), ("packed", 1)], &auto), "tile");
+    // Explicit in-kernel knobs keep the in-kernel paths (the old wgmma path is PATH=tile).
+    for kn in [
+        auto.clone().with("PATH", "tile"),
+        auto.clone().with("BN", 256i64),
+        auto.clone().with("MMA", "wgmma"),
+        auto.clone().with("SPLIT", 2i64),
+    ] {
+        assert_eq!(path(&dense(4096, 1), &kn), "tile", "{kn}");
+    }
+    let old = Mxfp4Matmul.kernels(&Preset::new("old", &dense(4096, 1)), &auto.clone().with("PATH", "tile")).unwrap();
+    assert_eq!(old[0].knobs.str("MMA").unwrap(), "wgmma");
+    assert_eq!(old[0].knobs.u32("BN").unwrap(), 256);
+    // The automatic dq_gemm plan: the GEMM is latent_moe_gemm's default wgmma kernel.
+    let ks = Mxfp4Matmul.kernels(&Preset::new("new", &dense(4096, 1)), &auto).unwrap();
+    assert_eq!(ks.len(), 2);
+    assert_eq!(ks[1].knobs, k3k_ops::latent_moe_gemm::default_knobs());
+    // Re-resolving the recorded knobs gives the same kernels.
+    let again = Mxfp4Matmul.kernels(&Preset::new("new", &dense(4096, 1)), &ks[0].knobs).unwrap();
+    assert_eq!(
+        again.iter().map(k3k_ir::stable_hash).collect::<Vec<_>>(),
+        ks.iter().map(k3k_ir::stable_hash).collect::<Vec<_>>()
+    );
+    // And runs at an automatic size on the interpreter (dense M 129 with small N and K).
+    let p = Preset::new("auto dq", &[("M", 129), ("K", 64), ("N", 24), ("packed", 1), ("epilogue", 2), ("p", 1)]);
+    assert_eq!(path(&[("M", 129), ("K", 64), ("N", 24), ("packed", 1), ("epilogue", 2), ("p", 1)], &auto), "dq_gemm");
+    assert_eq!(run(&p, 11, &auto), 2);
+}
+
+#[test]
+fn invalid_knobs_are_typed_errors() {
+    let p = Preset::new("d", &[("M", 4), ("K", 64), ("N", 32)]);
+    let inst = Mxfp4Matmul.instance(&p, 1).unwrap();
+    for kn in [
+        dq(&[("SPLIT", 2)]),
+        dq(&[("CPS", 4)]),
+        dq(&[]).with("DEC", "bits"),
+        dq(&[]).with("FIN", "last"),
+        dq(&[]).with("PF", "on"),
+        dq(&[("BK", 32)]).with("MMA", "wgmma"),
+        dq(&[("WA", 3)]),
+        dq(&[]).with("RASTER", "z"),
+        dq(&[]).with("MMA", "tensor"),
+    ] {
+        match inst.plan(&kn) {
+            Err(OpError::InvalidKnobs { op, .. }) => assert_eq!(op, "mxfp4_matmul", "{kn}"),
+            other => panic!("{kn}: {:?}", other.map(|p| p.steps.len())),
+        }
+    }
+    // Bad inputs are still named before any path is chosen.
+    let x = HostTensor::from_f32(DType::Bf16, &[4, 64], &[0.5; 256]);
+    let inp = MatInputs { x: Act::Bf16(&x), offs: None, p: None, epilogue: Epilogue::None };
+    let w = Fp4Weights { groups: 1, n: 8, k: 64, q: WeightBytes::Natural(vec![0; 8 * 31]), s: vec![127; 16] };
+    match matmul_plan(&w, &inp, &dq(&[])) {
+        Err(OpError::BadInput { arg, .. }) => assert!(arg.starts_with("wq"), "{arg}"),
+        other => panic!("{:?}", other.map(|p| p.steps.len())),
+    }
+}
+
+/// The dq_gemm kernels of the prefill presets (and GEMM knob points of the bench lines) assemble for sm_90a
+/// without spills.
+#[test]
+fn prefill_kernels_compile_without_spills() {
+    let op = Mxfp4Matmul;
+    let m4096 = |extra: &[(&'static str, i64)]| {
+        let mut d = vec![("M", 4096i64), ("N", 6144), ("K", 3584)];
+        d.extend_from_slice(extra);
+        d
+    };
+    for (dims, kn) in [
+        (m4096(&[("packed", 1)]), default_knobs()),
+        (m4096(&[]), default_knobs()),
+        (m4096(&[("packed", 1), ("act", 1)]), default_knobs()),
+        (m4096(&[("packed", 1), ("wide", 1)]), dq(&[])),
+        (m4096(&[("packed", 1)]), dq(&[("STAGES", 3)])),
+        (m4096(&[("packed", 1)]), dq(&[("BN", 128)])),
+        (m4096(&[("packed", 1)]), dq(&[]).with("RASTER", "n")),
+        (m4096(&[("packed", 1), ("epilogue", 1), ("p", 1)]), dq(&[])),
+        (vec![("G", 28), ("mean", 1024), ("N", 6144), ("K", 3584), ("packed", 1)], default_knobs()),
+        // The in-kernel wgmma path these shapes took by default before (the A/B baseline, PATH=tile).
+        (m4096(&[("packed", 1)]), default_knobs().with("PATH", "tile")),
+        (m4096(&[]), default_knobs().with("PATH", "tile")),
+        (m4096(&[("packed", 1), ("act", 1)]), default_knobs().with("PATH", "tile")),
+        (
+            vec![("G", 28), ("mean", 1024), ("N", 6144), ("K", 3584), ("packed", 1)],
+            default_knobs().with("PATH", "tile"),
+        ),
+    ] {
+        let p = Preset::new("prefill", &dims);
+        for k in op.kernels(&p, &kn).unwrap_or_else(|e| panic!("{dims:?} [{kn}]: {e}")) {
+            let m = build(&k, BuildOptions { assemble: true }).unwrap_or_else(|e| panic!("{}: {e}", k.name));
+            let r = m.resources.clone().unwrap();
+            eprintln!("{dims:?} / {}: {r:?} smem {}", k.name, k.shared_bytes());
+            assert!(!r.spills(), "{}: {r:?}", k.name);
+        }
+    }
+    // The dequant tile is the documented one.
+    assert_eq!((prefill::DQ_ROWS, prefill::DQ_COLS), (64, 128));
+}
+
+/// Every kernel of the path lowers to the Cranelift JIT and gives the interpreter's bits (scratch included).
+#[test]
+fn jit_matches_the_interpreter_bit_for_bit() {
+    use k3k_codegen::cpu::interp::{self, InterpOptions};
+    use k3k_codegen::cpu::jit;
+    let mut rng = StdRng::seed_from_u64(rand::rng().random());
+    for dims in [
+        vec![("M", 70i64), ("K", 160), ("N", 70), ("packed", 1), ("wide", 1)],
+        vec![("G", 3), ("c0", 9), ("c1", 0), ("c2", 20), ("K", 96), ("N", 34), ("act", 1), ("epilogue", 1), ("p", 1)],
+    ] {
+        let p = Preset::new("jit", &dims);
+        let inst = Mxfp4Matmul.instance(&p, rng.random()).unwrap();
+        let plan = inst.plan(&dq(&[])).unwrap();
+        let mut outs = vec![];
+        for use_jit in [false, true] {
+            let mut bufs: Vec<HostTensor> = plan
+                .buffers
+                .iter()
+                .map(|b| {
+                    let mut t = b.tensor.clone();
+                    if b.role != Role::Input {
+                        t.poison();
+                    }
+                    t
+                })
+                .collect();
+            for s in &plan.steps {
+                let mut args: Vec<HostTensor> = s.args.iter().map(|&i| bufs[i].clone()).collect();
+                if use_jit {
+                    let jk = jit::compile(&s.kernel).unwrap_or_else(|e| panic!("{}: {e}", s.kernel.name));
+                    jk.run(&mut args, &[], InterpOptions::default()).unwrap();
+                } else {
+                    interp::run(&s.kernel, &mut args, &[], InterpOptions::default()).unwrap();
+                }
+                for (&i, t) in s.args.iter().zip(args) {
+                    bufs[i] = t;
+                }
+            }
+            outs.push(bufs);
+        }
+        for (i, b) in plan.buffers.iter().enumerate() {
+            assert_eq!(outs[0][i].data, outs[1][i].data, "{dims:?}: buffer {}", b.name);
+        }
+    }
+}
