@@ -244,7 +244,9 @@ pub fn prefill_knob_space() -> KnobSpace {
 /// (`QORDER=head`: on the H200, 2026-12-01, same run, it measured 4.933 ms at T8192 H96 and 9.229 at T32768 H12
 /// against 4.977 / 9.300 for the LPT order, which stays in the knob space).
 pub fn prefill_default_knobs() -> Knobs {
-    prefill_wgmma_knobs().with("OVERLAP", true).with("QORDER", "head")
+    // SOFTMAX=fast measured on the H200 (2026-12-01, same run): causal T8192 H96 4.825 ms against 4.983 exact,
+    // T32768 H12 8.797 against 9.057 (SMGUARD=true was slower on both: 5.028 / 9.162).
+    prefill_wgmma_knobs().with("OVERLAP", true).with("QORDER", "head").with("SOFTMAX", "fast")
 }
 
 /// The mma.sync prefill knobs (the fastest mma.sync point of a first sweep on an H200: 218 TFLOP/s causal at
@@ -866,23 +868,23 @@ pub fn decode_wgmma_knobs(dvs: i64) -> Knobs {
         .with("QK_UNROLL", 1i64)
 }
 
-/// The decode knobs used when no tuning record exists: [`decode_knobs_for_rows`] (the wgmma kernel).
+/// The decode knobs used when no tuning record exists: [`decode_knobs_for_rows`]`(16)`.
 pub fn decode_default_knobs() -> Knobs {
     decode_knobs_for_rows(16)
 }
 
-/// The automatic decode knobs for `rows = s_q * H` packed query rows per request. The rule: every row count
-/// runs the wgmma kernel with two value slices ([`decode_wgmma_knobs`]`(2)`): `ceil(rows / 64)` m-tiles of one
-/// warpgroup, each block 64 rows x 256 value columns. Why (predictions from the instruction counts, not yet
-/// timed): the mma.sync kernel issues ~1600 instructions per warp and 64-key tile on one warp per scheduler
-/// (latency-bound: ncu showed 22% issue slots, DRAM 32% at 12 heads), the wgmma kernel ~1500 per warp of
-/// which the 36 + 16 `wgmma`s run asynchronously (about 1700 tensor-core cycles a tile), so even with 64-row
-/// tiles (12 rows used at TP8) and the scores computed once per value slice it should take ~1.6 us a tile:
-/// ~0.21 ms at b128 S4096 H12 (sync: 0.287) and ~0.41 ms at H96 (sync: 0.777). The mma.sync knobs of the
-/// same row count are [`decode_sync_knobs_for_rows`].
+/// The automatic decode knobs for `rows = s_q * H` packed query rows per request. The rule: from 64 rows (one
+/// full warpgroup m-tile) the wgmma kernel with two value slices ([`decode_wgmma_knobs`]`(2)`), below that the
+/// mma.sync kernel ([`decode_sync_knobs_for_rows`], with `MMA=sync` spelled out). Measured on the H200
+/// (2026-12-01, same run, b128 S4096): 96 heads 0.727 ms wgmma against 0.838 for the sync BM=32 knobs (torch
+/// path 0.759); 12 heads 0.394 ms wgmma against 0.239 sync (a 64-row tile holds 12 useful rows, and the
+/// scores are computed once per value slice).
 pub fn decode_knobs_for_rows(rows: usize) -> Knobs {
-    let _ = rows;
-    decode_wgmma_knobs(2)
+    if rows >= 64 {
+        decode_wgmma_knobs(2)
+    } else {
+        decode_sync_knobs_for_rows(rows).with("MMA", "sync").with("DVS", 1i64).with("QK_UNROLL", 0i64)
+    }
 }
 
 /// The mma.sync decode knobs for `rows = s_q * H` packed query rows per request (the automatic knobs before

@@ -145,10 +145,14 @@ pub fn default_knobs() -> Knobs {
         .with("HU", 8i64)
         .with("HKB", 66i64)
         .with("HBLOCKS", 396i64)
-        .with("MERGE", "partials")
+        // MERGE=atomic and LU=1 from the H200 (2026-12-01, same run, T262144 E896 B1024, step times with
+        // K3K_BENCH_STEPS=1): the atomic flush's zero + locate took 0.026 ms against 0.053 for the partials'
+        // locate (QB step 0.729 vs 0.740 ms; session 3: 0.745 vs 0.760); the batched partial loads (LU=8) made
+        // that locate slower, 0.069 ms against 0.053 at LU=1.
+        .with("MERGE", "atomic")
         .with("HLAYOUT", "banks")
         .with("PPACK", "wide")
-        .with("LU", 8i64)
+        .with("LU", 1i64)
 }
 
 /// The banked flush's `HFX` when the knob is absent (H200, 2026-11-30): 8 at B1024 (histogram pass 0.365 ms

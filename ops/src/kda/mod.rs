@@ -256,8 +256,8 @@ impl Launch {
     /// before it existed, means 1). `XDIAG` (exact path; missing: 0) picks the adaptive diagonal tiles.
     /// `BV = 0` picks 32 value columns per state-pass block, or 16 when
     /// that would leave more than half the SMs idle (fewer than ~66 blocks); every value block re-reads the
-    /// chunk's W, Qbar, Kbar and P, so narrower blocks cost L2 bandwidth. `W2 = 0` picks 8 warps when all
-    /// blocks fit on the SMs at once (or BV > 32), else 4.
+    /// chunk's W, Qbar, Kbar and P, so narrower blocks cost L2 bandwidth. `W2 = 0` picks 8 warps for BV > 32,
+    /// else 4.
     pub fn resolve(knobs: &Knobs, pb: &KdaProblem) -> Result<Launch, OpError> {
         let invalid = |why: String| OpError::InvalidKnobs { op: "kda", knobs: knobs.to_string(), why };
         // CHUNK = 0 / W1 = 0: chunk 32 on 8 warps at K = V = 128, the fastest point of the H200 run of
@@ -301,10 +301,11 @@ impl Launch {
             return Err(invalid(format!("BV={bv} must be 16, 32, 64 or 128 and divide V={dv}")));
         }
         if w2 == 0 {
-            // 8 warps when the blocks fit on the SMs at once (more warps per SM on the sequential chain), or
-            // for wide value blocks; else 4 (two blocks per SM).
-            let blocks = pb.num_seqs() * pb.hv * pb.dv / bv as usize;
-            w2 = if bv > 32 || blocks <= ASSUMED_SMS { 8 } else { 4 };
+            // 8 warps for value blocks wider than 32, else 4: a chunk-32 x 32 output tile does not split over 8
+            // warps (half of them duplicate its products). Measured on the H200 (2026-12-01, same run, chunk 32,
+            // 3 stages, where 8 warps had been picked because the 128 blocks fit on the SMs at once): W2=4 took
+            // 6.819 ms at B1 T65536 H32 (8 warps 7.340), 1.879 at T16384 H32 safe (1.945), 1.980 exact (2.114).
+            w2 = if bv > 32 { 8 } else { 4 };
         }
         if !matches!(w2, 4 | 8 | 16) {
             return Err(invalid(format!("W2={w2}: 0, 4, 8 or 16")));

@@ -112,17 +112,17 @@ pub fn knob_space() -> KnobSpace {
             "PATH",
             "weight path: tile (cp.async stages of packed words in shared memory, decoded from there), stream \
              (`Stmt::DequantFp4Stream`: words and scales loaded from global memory straight into registers, \
-             a whole BK slice's loads in flight per thread; MMA=sync, no GLU epilogue; for few tokens); auto: \
-             stream for BM <= 16 with packed weights, bf16 activations and no GLU epilogue; gemv (decode, \
+             a whole BK slice's loads in flight per thread; MMA=sync, no GLU epilogue; for few tokens); gemv (decode, \
              `Stmt::Fp4Gemv`: one CTA per BN weight rows and 8 or 16 tokens over the whole K range, split over WA \
              warps, whole 16-byte weight blocks per lane, every load of a BK-wide chunk (PF=on: two) in flight, the \
              warps' partials summed in shared memory, one launch; bf16 activations); dq_gemm (prefill, \
              `mx::prefill`): a bandwidth-bound kernel dequantizes all weights once into a bf16 scratch of \
              2*G*N*K bytes (44 MB at N6144 K3584; + 2*M*K with MXFP8 activations, dequantized the same way), then \
              the latent_moe_gemm kernel runs on it (BM/BN/BK/STAGES/RASTER/MMA are its knobs, WA/WB its WM/WN; \
-             0 = its defaults); auto: gemv for at most 16 tokens per group with bf16 activations, dq_gemm with \
-             every other knob automatic and at least 2 128-row token tiles per expert with tokens (dense: M > 128), \
-             else tile or stream as before. dq_gemm is accepted but not an axis value (the tuner reaches it through \
+             0 = its defaults); auto: dense with at most 16 tokens and bf16 activations: gemv (else stream for \
+             BM <= 16, packed, no GLU, when explicit knobs rule gemv out); grouped decode: tile (measured: gemv and \
+             stream lose at 28 x 4 tokens); dq_gemm with every other knob automatic and at least 2 128-row token \
+             tiles per expert with tokens (dense: M > 128); else tile. dq_gemm is accepted but not an axis value (the tuner reaches it through \
              auto)",
             ["auto", "tile", "stream", "gemv"],
         )
@@ -138,7 +138,8 @@ pub fn knob_space() -> KnobSpace {
             "PF",
             "PATH=stream software pipeline: on (each K slice's decode reads the words the previous slice's statement \
              prefetched into registers, then issues the next slice's loads, in flight during the product and the \
-             next wait), off (a slice's loads, then its decode); auto: off (measured faster on the H200)",
+             next wait), off (a slice's loads, then its decode); PATH=gemv: on keeps the next chunk's loads in a \
+             second register set; auto: off on both paths (measured as fast or faster on the H200)",
             ["off", "on"],
         )
         .axis(
@@ -335,9 +336,11 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, Op
         Some(_) => match knobs.str("PATH")? {
             // Packed weights and bf16 activations only: the natural layout's 16-byte block loads take four times
             // the registers (the grouped kernel at BK=128 spilled 40 bytes under ptxas), and the MXFP8 grouped
-            // kernel at BK=256 spilled 12 (the tile path stays their default).
+            // kernel at BK=256 spilled 12 (the tile path stays their default). Dense only: at 28 experts x 4 tokens
+            // the tile path ran 0.224-0.234 ms against 0.30-0.88 for stream knob sets (H200, 2026-12-01).
             "auto" => {
                 bm <= 16
+                    && !spec.grouped
                     && spec.packed
                     && !spec.act8
                     && !wgmma
@@ -528,7 +531,10 @@ fn gemv_wanted(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Option<
     let Some(_) = knobs.0.get("PATH") else { return Ok(None) };
     Ok(match knobs.str("PATH")? {
         "gemv" => Some(true),
+        // Dense only: at 28 experts x 4 tokens the gemv kernel ran 0.531 ms against the tile path's 0.224 on the
+        // H200 (2026-12-01, same run; M1 0.0136 vs tile 0.0844, M16 0.0235 vs 0.0801).
         "auto" => (sh.max_rows <= 16
+            && !spec.grouped
             && !spec.act8
             && knobs.0.get("MMA").is_none_or(|_| knobs.str("MMA").is_ok_and(|m| m != "wgmma"))
             && matches!(knobs.u32("WB")?, 0 | 1)
@@ -590,8 +596,9 @@ fn resolve_gemv(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, O
     let prefetch = match knobs.0.get("PF") {
         None => false,
         Some(_) => match knobs.str("PF")? {
-            // Auto: on while the two register sets stay small (at most two blocks per lane and row pair).
-            "auto" => (rows / 16) * u <= 2,
+            // Auto: off. Measured on the H200 (2026-12-01, same run): M16 0.0247 ms with PF=on vs 0.0235 off, M1
+            // 0.0138 vs 0.0136; the second register set only raised the register count.
+            "auto" => false,
             "off" => false,
             "on" => true,
             other => {
