@@ -145,11 +145,11 @@ pub fn default_knobs() -> Knobs {
         .with("HU", 8i64)
         .with("HKB", 66i64)
         .with("HBLOCKS", 396i64)
-        // MERGE=atomic and LU=1 from the H200 (2026-12-01, same run, T262144 E896 B1024, step times with
-        // K3K_BENCH_STEPS=1): the atomic flush's zero + locate took 0.026 ms against 0.053 for the partials'
-        // locate (QB step 0.729 vs 0.740 ms; session 3: 0.745 vs 0.760); the batched partial loads (LU=8) made
-        // that locate slower, 0.069 ms against 0.053 at LU=1.
-        .with("MERGE", "atomic")
+        // LU=1 from the H200 (2026-12-01, same run, T262144 E896 B1024, step times with K3K_BENCH_STEPS=1): the
+        // batched partial loads (LU=8) made the locate slower, 0.069 ms against 0.053 at LU=1. MERGE stays
+        // partials: atomic won by 1.5% at B1024 (0.729 vs 0.740 ms, within the spread) but ran 0.705 ms at
+        // T65536 B4096 against 0.467 for partials (session 3); the tuner picks atomic per bucket where it wins.
+        .with("MERGE", "partials")
         .with("HLAYOUT", "banks")
         .with("PPACK", "wide")
         .with("LU", 1i64)
