@@ -75,7 +75,7 @@ pub fn plan_candidates(
         Box::new(points.into_iter())
     } else {
         // The MXFP4 space has ~1.9 M points: materializing and sorting them cost gigabytes and minutes per preset.
-        Box::new(space.shuffled(u64::from_str_radix(&k3k_ir::hash::hash_str(op.name()), 16).unwrap_or(0x6b33_6b)))
+        Box::new(space.shuffled(u64::from_str_radix(&k3k_ir::hash::hash_str(op.name()), 16).unwrap_or(0x006b_336b)))
     };
     let d = default.clone();
     plan_points(op, preset, std::iter::once(default).chain(rest.filter(move |k| k != &d)), max, compile)
