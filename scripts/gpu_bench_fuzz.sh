@@ -18,7 +18,9 @@
 #   FUZZ_ARGS="--tuned"               extra `k3k fuzz` arguments (e.g. fuzz the tuned configs of results/ too)
 # Before the benchmarks: the GPU primitive tests and, when carried, the hist_quantile GPU step-time test. FLA (for
 # the KDA peer) is installed from carried wheels in .whl/ when present; Triton's kernel cache travels as
-# .carry/triton-cache.tgz (written to $OUT after the peers), so FLA compiles its kernels once, not every call.
+# .carry/triton-cache.tgz or as its 15 MiB parts .carry/triton-cache.tgz.part-* (SAVE_TRITON=1 writes the parts to
+# $OUT after the peers: one file may bring back at most 16 MiB, and FLA's cache is larger), so FLA compiles its
+# kernels once, not every call (~200 s of device time).
 set -uo pipefail
 BIN=.carry/k3k; FT=${1:-15}
 OUT=${OUT:-./gpu-out}; mkdir -p "$OUT"
@@ -32,6 +34,9 @@ if ls .whl/*.whl >/dev/null 2>&1; then
 fi
 export TRITON_CACHE_DIR=$W/triton
 [ -f .carry/triton-cache.tgz ] && mkdir -p $W/triton && tar xzf .carry/triton-cache.tgz -C $W/triton
+if ls .carry/triton-cache.tgz.part-* >/dev/null 2>&1; then
+  mkdir -p $W/triton && cat .carry/triton-cache.tgz.part-* | tar xzf - -C $W/triton
+fi
 save() { cp $W/log.txt "$OUT/log.txt"; [ -d $W/bench ] && tar czf "$OUT/bench.tgz" -C $W bench 2>/dev/null; true; }
 echo "start $(date -u +%FT%TZ)" > $W/log.txt
 # SM clock, power and temperature every second of the call (timestamped), to tell a throttled run from a slow kernel.
@@ -63,7 +68,9 @@ if [ -n "$slug" ] && [ "${PEERS:-1}" != 0 ]; then
   timeout ${PEER_TIMEOUT:-150} python3 scripts/peers.py $W/bench/$slug --out $W/peers.json >> $W/log.txt 2>&1; echo "peers rc=$?"
   $BIN bench --merge-peers $W/peers.json --out $W/bench >> $W/log.txt 2>&1
   cp $W/peers.json "$OUT/" 2>/dev/null
-  [ -d $W/triton ] && tar czf "$OUT/triton-cache.tgz" -C $W/triton . 2>/dev/null
+  if [ -d $W/triton ] && [ "${SAVE_TRITON:-0}" = 1 ]; then
+    tar czf - -C $W/triton . 2>/dev/null | split -b 15m - "$OUT/triton-cache.tgz.part-"
+  fi
 fi
 save
 if [ -n "${TUNE:-}" ]; then
