@@ -269,6 +269,42 @@ pub struct ShapeFacts {
     pub glu: bool,
 }
 
+/// `FIN`: whether the split-K partials are summed by the last-arriving CTA (`last`) rather than by a second
+/// launch (`kernel`); `auto` means `auto_last`, and an absent knob (knob sets from before it existed) `kernel`.
+fn fin_last(knobs: &Knobs, auto_last: bool) -> Result<bool, OpError> {
+    if !knobs.0.contains_key("FIN") {
+        return Ok(false);
+    }
+    match knobs.str("FIN")? {
+        "auto" => Ok(auto_last),
+        "kernel" => Ok(false),
+        "last" => Ok(true),
+        other => Err(OpError::InvalidKnobs {
+            op: OP,
+            knobs: knobs.to_string(),
+            why: format!("FIN={other}: auto, kernel or last"),
+        }),
+    }
+}
+
+/// `PF` (the stream and gemv register pipelines): `on`; `off`, `auto` and an absent knob mean off. Auto is off
+/// from the H200 runs of 2026-12-01 (results/bench/nvidia-h200/NOTES.md): the pipelined stream lost at M1
+/// (0.0355 vs 0.0310 ms) and the 28x4 decode (0.336 vs 0.295) and tied at M16 (0.068 vs 0.069), session 3 call
+/// 3; gemv with PF=on took 0.0247 ms at M16 against 0.0235 off and 0.0138 vs 0.0136 at M1, session 4 call 4 (the
+/// second register set only raised the register count). PF=on stays in the knob space for the tuner.
+fn prefetch_knob(knobs: &Knobs) -> Result<bool, OpError> {
+    if !knobs.0.contains_key("PF") {
+        return Ok(false);
+    }
+    match knobs.str("PF")? {
+        "auto" | "off" => Ok(false),
+        "on" => Ok(true),
+        other => {
+            Err(OpError::InvalidKnobs { op: OP, knobs: knobs.to_string(), why: format!("PF={other}: auto, on or off") })
+        }
+    }
+}
+
 fn pick(k: &Knobs, name: &str, auto: u32) -> Result<u32, OpError> {
     let v = k.u32(name)?;
     Ok(if v == 0 { auto } else { v })
@@ -472,42 +508,8 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, Op
     // No empty splits: as many as the K tiles per split need (at most the count chosen).
     let split_auto = k_tiles.div_ceil(k_tiles.div_ceil(split_auto.max(1)));
     c.split = pick(knobs, "SPLIT", split_auto as u32)?;
-    // FIN: absent (knob sets from before the knob existed) keeps the second launch.
-    let fin_last = match knobs.0.get("FIN") {
-        None => false,
-        Some(_) => match knobs.str("FIN")? {
-            "auto" => !c.wgmma,
-            "kernel" => false,
-            "last" => true,
-            other => {
-                return Err(OpError::InvalidKnobs {
-                    op: OP,
-                    knobs: knobs.to_string(),
-                    why: format!("FIN={other}: auto, kernel or last"),
-                });
-            }
-        },
-    };
-    c.fused = fin_last && c.split > 1;
-    // PF: absent keeps the unpipelined stream.
-    c.prefetch = match knobs.0.get("PF") {
-        None => false,
-        Some(_) => match knobs.str("PF")? {
-            // Auto: off. H200, 2026-12-01, same run (results/bench/nvidia-h200/NOTES.md, session 3 call 3): the
-            // pipelined stream lost at M1 (0.0355 vs 0.0310 ms) and the 28x4 decode (0.336 vs 0.295) and tied at
-            // M16 (0.068 vs 0.069); PF=on stays in the knob space for the tuner.
-            "auto" => false,
-            "off" => false,
-            "on" => true,
-            other => {
-                return Err(OpError::InvalidKnobs {
-                    op: OP,
-                    knobs: knobs.to_string(),
-                    why: format!("PF={other}: auto, on or off"),
-                });
-            }
-        },
-    };
+    c.fused = fin_last(knobs, !c.wgmma)? && c.split > 1;
+    c.prefetch = prefetch_knob(knobs)?;
     // MINB: ptxas gives the pipelined stream kernel 255 registers (two CTAs per SM); three CTAs fit in 168
     // without spills (ptxas, M1 and 28x4 presets), the occupancy of the unpipelined kernel (145-161 registers).
     let minb = if knobs.0.contains_key("MINB") { knobs.u32("MINB")? } else { 1 };
@@ -556,17 +558,11 @@ fn gemv_wanted(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Option<
 fn resolve_gemv(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, OpError> {
     let bm = pick(knobs, "BM", if sh.max_rows <= 8 { 8 } else { 16 })?;
     let glu = sh.glu;
-    let tiles_at = |rows: usize| -> usize {
-        let nt = sh.n_out.div_ceil(if glu { rows / 2 } else { rows });
-        sh.counts.iter().map(|&r| r.div_ceil(bm.max(1) as usize) * nt).sum()
-    };
     // 16 rows per statement (GLU: BN = 32, two statements): ptxas (sm_90a) gives the one-row-block kernel
     // 64-96 registers, but 205-254 to two or four row blocks per warp (BN=32 / 64), so the wider tiles that
     // would reuse each activation fragment over more rows are left to the tuner.
     let unit = if glu { 32 } else { 16 };
-    let _ = tiles_at;
-    let bn_auto = unit;
-    let bn = pick(knobs, "BN", bn_auto)?;
+    let bn = pick(knobs, "BN", unit)?;
     // One 16-byte block per lane, row and chunk (ptxas, sm_90a: BK=256 with PF takes 121-148 registers at
     // BN=16, two 7-warp CTAs per SM; BK=128 114 / 109, and 78 without spills under MINB=3 at 8 tokens).
     let bk = pick(knobs, "BK", 128)?;
@@ -578,38 +574,9 @@ fn resolve_gemv(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, O
     let wa_auto = (1..=8u32).find(|&w| chunks.div_ceil(w as usize) == least).unwrap_or(8);
     let wa = pick(knobs, "WA", wa_auto)?;
     let rows = if glu { bn / 2 } else { bn };
-    let fin_last = match knobs.0.get("FIN") {
-        None => false,
-        Some(_) => match knobs.str("FIN")? {
-            // Auto: the second launch (FIN=last measured slower on the H200 for the stream kernels).
-            "auto" | "kernel" => false,
-            "last" => true,
-            other => {
-                return Err(OpError::InvalidKnobs {
-                    op: OP,
-                    knobs: knobs.to_string(),
-                    why: format!("FIN={other}: auto, kernel or last"),
-                });
-            }
-        },
-    };
-    let prefetch = match knobs.0.get("PF") {
-        None => false,
-        Some(_) => match knobs.str("PF")? {
-            // Auto: off. Measured on the H200 (2026-12-01, same run): M16 0.0247 ms with PF=on vs 0.0235 off, M1
-            // 0.0138 vs 0.0136; the second register set only raised the register count.
-            "auto" => false,
-            "off" => false,
-            "on" => true,
-            other => {
-                return Err(OpError::InvalidKnobs {
-                    op: OP,
-                    knobs: knobs.to_string(),
-                    why: format!("PF={other}: auto, on or off"),
-                });
-            }
-        },
-    };
+    // FIN auto: the second launch (FIN=last measured slower on the H200 for the stream kernels).
+    let fin_last = fin_last(knobs, false)?;
+    let prefetch = prefetch_knob(knobs)?;
     let minb = if knobs.0.contains_key("MINB") { knobs.u32("MINB")? } else { 1 };
     // Auto: three CTAs per SM for the 8-token, 16-row, one-block tile (78 registers, no spills; all 384 CTAs of
     // the M1 preset resident at once), else uncapped.

@@ -20,7 +20,7 @@ use k3k_ir::*;
 use memory::{SharedMem, V};
 pub(crate) use memory::{V as Val, round_to, wrap_int};
 pub(crate) use threads::atomic as atomic_value;
-pub(crate) use tiles::{dequant_fp4_value, reduce, tile_value};
+pub(crate) use tiles::{dequant_fp4_value, fp4_gemv_sums, reduce, tile_value};
 
 /// Why a CPU run failed.
 #[derive(Debug, Clone, thiserror::Error)]

@@ -259,44 +259,24 @@ impl<'a> Block<'a> {
                 let (so, ss, sr, sc) = self.view(scales, tensors)?;
                 let (xo, xs, xr, xc) = self.view(x, tensors)?;
                 let base = self.shared_base(out, tensors)?;
-                let nblk = (qc / 4).min(sc).max(0);
                 let (rows, cols) = (out.rows as usize, out.cols as usize);
-                let mut res = vec![0.0f32; rows * cols];
-                for r in 0..rows {
-                    let ri = r as i64;
-                    if ri >= qr || ri >= sr {
-                        continue;
-                    }
-                    // The row's decoded weights (every valid block), then one f32 sum per token in column order.
-                    let mut wv = Vec::with_capacity(nblk as usize * 32);
-                    for bl in 0..nblk {
-                        let si = self.global_index("fp4_gemv scales", scales.tensor, so + ri * ss + bl, tensors)?;
-                        let sv = tensors[scales.tensor.0 as usize].get_i64(si) as u32;
-                        for c in 0..32usize {
-                            let (w, p) =
-                                if *packed { ((c % 8) / 2, 2 * ((c / 8) % 4) + c % 2) } else { ((c % 32) / 8, c % 8) };
-                            let at = qo + ri * qs + 4 * bl + w as i64;
-                            let qi = self.global_index("fp4_gemv words", words.tensor, at, tensors)?;
-                            let word = tensors[words.tensor.0 as usize].get_i64(qi) as u32;
-                            wv.push(dequant_fp4_value((word >> (4 * p)) & 15, sv, *fold, *finite));
-                        }
-                    }
-                    for t in 0..cols.min(xr.max(0) as usize) {
-                        let mut acc = 0.0f32;
-                        for (c, &w) in wv.iter().enumerate() {
-                            // Whole 8-column groups, as the GPU's 16-byte loads.
-                            let xv = if (c as i64 / 8) * 8 + 8 <= xc {
-                                let xi =
-                                    self.global_index("fp4_gemv x", x.tensor, xo + t as i64 * xs + c as i64, tensors)?;
-                                tensors[x.tensor.0 as usize].get_f32(xi)
-                            } else {
-                                0.0
-                            };
-                            acc += w * xv;
-                        }
-                        res[r * cols + t] = acc;
-                    }
-                }
+                let res = fp4_gemv_sums(
+                    (rows, cols),
+                    [(qo, qs, qr, qc), (so, ss, sr, sc), (xo, xs, xr, xc)],
+                    (*packed, *fold, *finite),
+                    |i| {
+                        let si = self.global_index("fp4_gemv scales", scales.tensor, i, tensors)?;
+                        Ok(tensors[scales.tensor.0 as usize].get_i64(si) as u32)
+                    },
+                    |i| {
+                        let qi = self.global_index("fp4_gemv words", words.tensor, i, tensors)?;
+                        Ok(tensors[words.tensor.0 as usize].get_i64(qi) as u32)
+                    },
+                    |i| {
+                        let xi = self.global_index("fp4_gemv x", x.tensor, i, tensors)?;
+                        Ok(tensors[x.tensor.0 as usize].get_f32(xi))
+                    },
+                )?;
                 // The GPU leaves its warps' partials in `scratch`: unspecified, poisoned here.
                 self.claim(*scratch);
                 self.shared[scratch.0 as usize].poison(DType::F32);
@@ -408,6 +388,49 @@ impl<'a> Block<'a> {
 /// One value of [`Stmt::DequantFp4`], as the GPU computes it: the bf16 bits of `e2m1(nib) * 2^-126` (sign to
 /// bit 15, exponent and mantissa bits to bits 8..6) times the bf16 scale multiplier(s), each product rounded to
 /// bf16 (products of bf16 values are exact in f32, so rounding the f32 product is the bf16 multiply).
+/// The sums of `Stmt::Fp4Gemv`, shared by the interpreter and the JIT's host call so that both compute them
+/// alike: `out[r, t]` for every weight row below the words' and the scales' valid rows, its decoded blocks (every
+/// block valid in both views) times token `t`'s activations, one f32 sum in column order; x is read in whole
+/// 8-column groups, as the GPU's 16-byte loads. `views` are (offset, row stride, rows, cols) of the words, the
+/// scales and x; `flags` are (packed, fold, finite); `scale`, `word` and `xval` read one element of their
+/// tensor at a flat index (checking it).
+pub(crate) fn fp4_gemv_sums(
+    (rows, cols): (usize, usize),
+    views: [(i64, i64, i64, i64); 3],
+    (packed, fold, finite): (bool, bool, bool),
+    mut scale: impl FnMut(i64) -> Result<u32, InterpError>,
+    mut word: impl FnMut(i64) -> Result<u32, InterpError>,
+    mut xval: impl FnMut(i64) -> Result<f32, InterpError>,
+) -> Result<Vec<f32>, InterpError> {
+    let [(qo, qs, qr, qc), (so, ss, sr, sc), (xo, xs, xr, xc)] = views;
+    let nblk = (qc / 4).min(sc).max(0);
+    let mut res = vec![0.0f32; rows * cols];
+    for r in 0..rows {
+        let ri = r as i64;
+        if ri >= qr || ri >= sr {
+            continue;
+        }
+        let mut wv = Vec::with_capacity(nblk as usize * 32);
+        for bl in 0..nblk {
+            let sv = scale(so + ri * ss + bl)?;
+            for c in 0..32usize {
+                let (w, p) = if packed { ((c % 8) / 2, 2 * ((c / 8) % 4) + c % 2) } else { ((c % 32) / 8, c % 8) };
+                let wd = word(qo + ri * qs + 4 * bl + w as i64)?;
+                wv.push(dequant_fp4_value((wd >> (4 * p)) & 15, sv, fold, finite));
+            }
+        }
+        for t in 0..cols.min(xr.max(0) as usize) {
+            let mut acc = 0.0f32;
+            for (c, &w) in wv.iter().enumerate() {
+                let xv = if (c as i64 / 8) * 8 + 8 <= xc { xval(xo + t as i64 * xs + c as i64)? } else { 0.0 };
+                acc += w * xv;
+            }
+            res[r * cols + t] = acc;
+        }
+    }
+    Ok(res)
+}
+
 pub(crate) fn dequant_fp4_value(nib: u32, s: u32, fold: bool, finite: bool) -> f32 {
     let bf = |bits: u32| f32::from_bits((bits & 0xffff) << 16);
     let mul = |a: f32, b: f32| round_to(DType::Bf16, a * b);

@@ -11,7 +11,9 @@
 //! for bit.
 
 use super::Ctx;
-use crate::cpu::interp::{InterpError, atomic_value, dequant_fp4_value, reduce, round_to, tile_value, wrap_int};
+use crate::cpu::interp::{
+    InterpError, atomic_value, dequant_fp4_value, fp4_gemv_sums, reduce, round_to, tile_value, wrap_int,
+};
 use k3k_ir::*;
 
 /// Byte offsets of everything a block owns in its frame (all 8-byte aligned).
@@ -486,41 +488,24 @@ unsafe fn tile_stmt(ctx: &mut Ctx, s: &Stmt, arg: &dyn Fn(usize) -> i64) -> Resu
                 let (qo, qs, qr, qc) = (arg(1), arg(2), arg(3), arg(4));
                 let (so, ss, sr, sc) = (arg(5), arg(6), arg(7), arg(8));
                 let (xo, xs, xr, xc) = (arg(9), arg(10), arg(11), arg(12));
-                let nblk = (qc / 4).min(sc).max(0);
                 let (rows, cols) = (out.rows as usize, out.cols as usize);
-                let mut res = vec![0.0f32; rows * cols];
-                for r in 0..rows {
-                    let ri = r as i64;
-                    if ri >= qr || ri >= sr {
-                        continue;
-                    }
-                    let mut wv = Vec::with_capacity(nblk as usize * 32);
-                    for bl in 0..nblk {
-                        let si = check("fp4_gemv scales", scales.tensor, so + ri * ss + bl, hosts)?;
-                        let sv = hosts[scales.tensor.0 as usize].get_i64(si) as u32;
-                        for c in 0..32usize {
-                            let (w, p) =
-                                if *packed { ((c % 8) / 2, 2 * ((c / 8) % 4) + c % 2) } else { ((c % 32) / 8, c % 8) };
-                            let qi = check("fp4_gemv words", words.tensor, qo + ri * qs + 4 * bl + w as i64, hosts)?;
-                            let word = hosts[words.tensor.0 as usize].get_i64(qi) as u32;
-                            wv.push(dequant_fp4_value((word >> (4 * p)) & 15, sv, *fold, *finite));
-                        }
-                    }
-                    for t in 0..cols.min(xr.max(0) as usize) {
-                        let mut acc = 0.0f32;
-                        for (c, &w) in wv.iter().enumerate() {
-                            // Whole 8-column groups, as the GPU's 16-byte loads.
-                            let xv = if (c as i64 / 8) * 8 + 8 <= xc {
-                                let xi = check("fp4_gemv x", x.tensor, xo + t as i64 * xs + c as i64, hosts)?;
-                                hosts[x.tensor.0 as usize].get_f32(xi)
-                            } else {
-                                0.0
-                            };
-                            acc += w * xv;
-                        }
-                        res[r * cols + t] = acc;
-                    }
-                }
+                let res = fp4_gemv_sums(
+                    (rows, cols),
+                    [(qo, qs, qr, qc), (so, ss, sr, sc), (xo, xs, xr, xc)],
+                    (*packed, *fold, *finite),
+                    |i| {
+                        let si = check("fp4_gemv scales", scales.tensor, i, hosts)?;
+                        Ok(hosts[scales.tensor.0 as usize].get_i64(si) as u32)
+                    },
+                    |i| {
+                        let qi = check("fp4_gemv words", words.tensor, i, hosts)?;
+                        Ok(hosts[words.tensor.0 as usize].get_i64(qi) as u32)
+                    },
+                    |i| {
+                        let xi = check("fp4_gemv x", x.tensor, i, hosts)?;
+                        Ok(hosts[x.tensor.0 as usize].get_f32(xi))
+                    },
+                )?;
                 // The interpreter poisons the scratch buffer (the GPU's partials are unspecified).
                 let sd = &k.shared[scratch.0 as usize];
                 for i in 0..(sd.rows * sd.cols * sd.count) as usize {
