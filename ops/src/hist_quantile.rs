@@ -297,6 +297,27 @@ impl AlphaSpec {
     }
 }
 
+/// The interface every alpha kernel shares: dims T and E, the scores `s: [T, E]`, the bias `b: [E]`, the output
+/// `alpha: [T]`, and a grid of one block per `rows_per_block` tokens, at most `abps` blocks per SM.
+struct AlphaIo {
+    t_dim: Expr,
+    e_dim: Expr,
+    s: TensorId,
+    bias: TensorId,
+    alpha: TensorId,
+}
+
+fn alpha_io(b: &mut KernelBuilder, rows_per_block: i64, abps: u32) -> AlphaIo {
+    let t_dim = b.dim("T");
+    let e_dim = b.dim("E");
+    let s = b.tensor("s", DType::F32, &[t_dim.clone(), e_dim.clone()], Access::Read);
+    let bias = b.tensor("b", DType::F32, std::slice::from_ref(&e_dim), Access::Read);
+    let alpha = b.tensor("alpha", DType::F32, std::slice::from_ref(&t_dim), Access::Write);
+    let nsm = b.int_arg(NUM_SMS);
+    b.grid(t_dim.ceil_div(rows_per_block).min(nsm * abps as i64), 1i64, 1i64);
+    AlphaIo { t_dim, e_dim, s, bias, alpha }
+}
+
 /// The bias, once per block: `sb[0, i] = b[i]` for `i < E`, 0 up to the padded width `ep`, then a barrier.
 fn stage_bias(b: &mut KernelBuilder, bias: TensorId, sb: SharedId, e_dim: &Expr, ep: u32, threads: u32) {
     b.threads(|b| {
@@ -328,13 +349,7 @@ pub fn build_alpha(spec: &AlphaSpec, c: &Cfg) -> Result<Kernel, OpError> {
     let name = format!("k3k_hq_alpha_epl{epl}_k{k}{}_aw{}_abps{}", if spec.full { "_full" } else { "" }, c.aw, c.abps);
     let mut b = KernelBuilder::new(&name, threads);
     b.knobs(Knobs::new().with("AW", c.aw as i64).with("ABPS", c.abps as i64));
-    let t_dim = b.dim("T");
-    let e_dim = b.dim("E");
-    let s = b.tensor("s", DType::F32, &[t_dim.clone(), e_dim.clone()], Access::Read);
-    let bias = b.tensor("b", DType::F32, std::slice::from_ref(&e_dim), Access::Read);
-    let alpha = b.tensor("alpha", DType::F32, std::slice::from_ref(&t_dim), Access::Write);
-    let nsm = b.int_arg(NUM_SMS);
-    b.grid(t_dim.ceil_div(w as i64).min(nsm * c.abps as i64), 1i64, 1i64);
+    let AlphaIo { t_dim, e_dim, s, bias, alpha } = alpha_io(&mut b, w as i64, c.abps);
 
     let sb = b.shared("bias", DType::F32, 1, ep, 1, Swizzle::None);
     let vals = b.shared("vals", DType::F32, w, ep, 1, Swizzle::None);
@@ -504,14 +519,8 @@ pub fn build_alpha_warp(spec: &AlphaSpec, c: &Cfg) -> Result<Kernel, OpError> {
         kn = kn.with("ATPW", tpw as i64);
     }
     b.knobs(kn);
-    let t_dim = b.dim("T");
-    let e_dim = b.dim("E");
-    let s = b.tensor("s", DType::F32, &[t_dim.clone(), e_dim.clone()], Access::Read);
-    let bias = b.tensor("b", DType::F32, std::slice::from_ref(&e_dim), Access::Read);
-    let alpha = b.tensor("alpha", DType::F32, std::slice::from_ref(&t_dim), Access::Write);
-    let nsm = b.int_arg(NUM_SMS);
     let per_block = (w * tpw) as i64;
-    b.grid(t_dim.ceil_div(per_block).min(nsm * c.abps as i64), 1i64, 1i64);
+    let AlphaIo { t_dim, e_dim, s, bias, alpha } = alpha_io(&mut b, per_block, c.abps);
 
     let sb = b.shared("bias", DType::F32, 1, ep, 1, Swizzle::None);
     let cand = b.shared("cand", DType::F32, w * tpw, ep, 1, Swizzle::None);
@@ -687,13 +696,7 @@ pub fn build_alpha_ring(spec: &AlphaSpec, c: &Cfg, e: usize) -> Result<Kernel, O
             .with("ASEL", "ring")
             .with("ASTAGES", st as i64),
     );
-    let t_dim = b.dim("T");
-    let e_dim = b.dim("E");
-    let s = b.tensor("s", DType::F32, &[t_dim.clone(), e_dim.clone()], Access::Read);
-    let bias = b.tensor("b", DType::F32, std::slice::from_ref(&e_dim), Access::Read);
-    let alpha = b.tensor("alpha", DType::F32, std::slice::from_ref(&t_dim), Access::Write);
-    let nsm = b.int_arg(NUM_SMS);
-    b.grid(t_dim.ceil_div(w as i64).min(nsm * c.abps as i64), 1i64, 1i64);
+    let AlphaIo { t_dim, e_dim, s, bias, alpha } = alpha_io(&mut b, w as i64, c.abps);
 
     let sb = b.shared("bias", DType::F32, 1, ep, 1, Swizzle::None);
     let ring = b.shared("ring", DType::F32, w, ep, st, Swizzle::None);
