@@ -1143,20 +1143,25 @@ pub fn build_decode_direct(spec: &DecodeSpec, knobs: &Knobs) -> Result<Kernel, O
     build_decode_impl(spec, knobs, true)
 }
 
-fn build_decode_impl(spec: &DecodeSpec, knobs: &Knobs, direct: bool) -> Result<Kernel, OpError> {
-    let c = decode_cfg(spec, knobs)?;
-    if c.wgmma {
-        return build_decode_wgmma(spec, knobs, &c, direct);
-    }
-    let (bm, bn, st) = (c.bm, c.bn, c.stages);
+/// The arguments both decode kernels take, declared in the order [`build_decode`] and [`build_decode_direct`]
+/// document (direct: SQ and NSPLIT are 1, the outputs are o and lse).
+struct DecodeIo {
+    bsz: Expr,
+    sqd: Expr,
+    h: Expr,
+    maxb: Expr,
+    nsplit: Expr,
+    q: TensorId,
+    kv: TensorId,
+    bt: TensorId,
+    seqlens: TensorId,
+    o_part: TensorId,
+    lse_part: TensorId,
+    scale: Expr,
+}
+
+fn decode_io(b: &mut KernelBuilder, spec: &DecodeSpec, direct: bool) -> DecodeIo {
     let (d, dv, page) = (spec.d, spec.dv, spec.page);
-    let name = format!(
-        "k3k_mla_decode{}_d{d}_{dv}_p{page}_{}",
-        if direct { "_direct" } else { "" },
-        knobs.id().to_lowercase()
-    );
-    let mut b = KernelBuilder::new(&name, 32 * c.wm * c.wn);
-    b.knobs(knobs.clone());
     let bsz = b.dim("B");
     let sqd = if direct { Expr::Int(1) } else { b.dim("SQ") };
     let h = b.dim("H");
@@ -1184,6 +1189,65 @@ fn build_decode_impl(spec: &DecodeSpec, knobs: &Knobs, direct: bool) -> Result<K
         (o_part, lse_part)
     };
     let scale = b.float_arg("scale");
+    DecodeIo { bsz, sqd, h, maxb, nsplit, q, kv, bt, seqlens, o_part, lse_part, scale }
+}
+
+/// What [`decode_range`] reads: the block's request, first packed row and split, and the problem's sizes.
+struct DecodeRangeOf<'a> {
+    seqlens: TensorId,
+    bi: &'a Expr,
+    m0: &'a Expr,
+    rows_total: &'a Expr,
+    sqd: &'a Expr,
+    h: &'a Expr,
+    nsplit: &'a Expr,
+    split: &'a Expr,
+    scale: &'a Expr,
+}
+
+/// The KV tiles one decode block walks: the request's cache length `s_k`, this split's first tile `t0` and
+/// tile `count` (the splits partition the tiles of the keys the block's last query may see), the causal
+/// diagonal of its first query and the log2-domain scale.
+struct DecodeRange {
+    s_k: Expr,
+    t0: Expr,
+    count: Expr,
+    diag: Expr,
+    scale_log2: Expr,
+}
+
+fn decode_range(b: &mut KernelBuilder, o: &DecodeRangeOf<'_>, bm: u32, bn: u32) -> DecodeRange {
+    let (sqd, h) = (o.sqd, o.h);
+    let s_k = b.let_("s_k", load(o.seqlens, o.bi.clone()));
+    let i_lo = b.let_("i_lo", o.m0.clone() / h.clone());
+    let i_hi = b.let_("i_hi", ((o.m0.clone() + bm as i64).min(o.rows_total.clone()) - 1i64) / h.clone());
+    // Keys the tile's last query may see; the splits partition their tiles.
+    let n_keys = b.let_("n_keys", (s_k.clone() - sqd.clone() + 1i64 + i_hi).min(s_k.clone()).max(0i64));
+    let n_tiles = b.let_("n_tiles", n_keys.ceil_div(bn as i64));
+    let per_split = b.let_("per_split", n_tiles.ceil_div(o.nsplit.clone()));
+    let t0 = b.let_("t0", (o.split.clone() * per_split.clone()).min(n_tiles.clone()));
+    let count = b.let_("count", (t0.clone() + per_split).min(n_tiles) - t0.clone());
+    let diag = b.let_("diag", s_k.clone() - sqd.clone() + i_lo);
+    let scale_log2 = b.let_("scale_log2", o.scale.clone() * LOG2_E);
+    DecodeRange { s_k, t0, count, diag, scale_log2 }
+}
+
+fn build_decode_impl(spec: &DecodeSpec, knobs: &Knobs, direct: bool) -> Result<Kernel, OpError> {
+    let c = decode_cfg(spec, knobs)?;
+    if c.wgmma {
+        return build_decode_wgmma(spec, knobs, &c, direct);
+    }
+    let (bm, bn, st) = (c.bm, c.bn, c.stages);
+    let (d, dv, page) = (spec.d, spec.dv, spec.page);
+    let name = format!(
+        "k3k_mla_decode{}_d{d}_{dv}_p{page}_{}",
+        if direct { "_direct" } else { "" },
+        knobs.id().to_lowercase()
+    );
+    let mut b = KernelBuilder::new(&name, 32 * c.wm * c.wn);
+    b.knobs(knobs.clone());
+    let DecodeIo { bsz, sqd, h, maxb, nsplit, q, kv, bt, seqlens, o_part, lse_part, scale } =
+        decode_io(&mut b, spec, direct);
     b.grid((sqd.clone() * h.clone()).ceil_div(bm as i64), nsplit.clone(), bsz);
 
     let s_warps = [c.wm, 1];
@@ -1222,17 +1286,22 @@ fn build_decode_impl(spec: &DecodeSpec, knobs: &Knobs, direct: bool) -> Result<K
     let rows_total = b.let_("rows_total", sqd.clone() * h.clone());
     let m0 = b.let_("m0", mt * bm as i64);
     let rows_valid = b.let_("rows_valid", rows_total.clone() - m0.clone());
-    let s_k = b.let_("s_k", load(seqlens, bi.clone()));
-    let i_lo = b.let_("i_lo", m0.clone() / h.clone());
-    let i_hi = b.let_("i_hi", ((m0.clone() + bm as i64).min(rows_total.clone()) - 1i64) / h.clone());
-    // Keys the tile's last query may see; the splits partition their tiles.
-    let n_keys = b.let_("n_keys", (s_k.clone() - sqd.clone() + 1i64 + i_hi).min(s_k.clone()).max(0i64));
-    let n_tiles = b.let_("n_tiles", n_keys.ceil_div(bn as i64));
-    let per_split = b.let_("per_split", n_tiles.ceil_div(nsplit.clone()));
-    let t0 = b.let_("t0", (split.clone() * per_split.clone()).min(n_tiles.clone()));
-    let count = b.let_("count", (t0.clone() + per_split).min(n_tiles) - t0.clone());
-    let diag = b.let_("diag", s_k.clone() - sqd.clone() + i_lo);
-    let scale_log2 = b.let_("scale_log2", scale * LOG2_E);
+    let DecodeRange { s_k, t0, count, diag, scale_log2 } = decode_range(
+        &mut b,
+        &DecodeRangeOf {
+            seqlens,
+            bi: &bi,
+            m0: &m0,
+            rows_total: &rows_total,
+            sqd: &sqd,
+            h: &h,
+            nsplit: &nsplit,
+            split: &split,
+            scale: &scale,
+        },
+        bm,
+        bn,
+    );
 
     // The cache page of the split's KV tile j.
     let blk_of = |j: Expr| load(bt, bi.clone() * maxb.clone() + (t0.clone() + j) * bn as i64 / page as i64);
@@ -1370,32 +1439,8 @@ fn build_decode_wgmma(spec: &DecodeSpec, knobs: &Knobs, c: &DecodeCfg, direct: b
     );
     let mut b = KernelBuilder::new(&name, 32 * c.wm);
     b.knobs(knobs.clone());
-    let bsz = b.dim("B");
-    let sqd = if direct { Expr::Int(1) } else { b.dim("SQ") };
-    let h = b.dim("H");
-    let nblk = b.dim("NBLK");
-    let maxb = b.dim("MAXB");
-    let nsplit = if direct { Expr::Int(1) } else { b.dim("NSPLIT") };
-    let q = b.tensor("q", DType::Bf16, &[bsz.clone(), sqd.clone(), h.clone(), Expr::from(d)], Access::Read);
-    let kv = b.tensor("kv", DType::Bf16, &[nblk, Expr::from(page), Expr::from(d)], Access::Read);
-    let bt = b.tensor("block_table", DType::I32, &[bsz.clone(), maxb.clone()], Access::Read);
-    let seqlens = b.tensor("cache_seqlens", DType::I32, std::slice::from_ref(&bsz), Access::Read);
-    let (o_part, lse_part) = if direct {
-        let o = b.tensor("o", DType::Bf16, &[bsz.clone(), sqd.clone(), h.clone(), Expr::from(dv)], Access::Write);
-        let lse = b.tensor("lse", DType::F32, &[bsz.clone(), h.clone(), sqd.clone()], Access::Write);
-        (o, lse)
-    } else {
-        let o_part = b.tensor(
-            "o_part",
-            DType::F32,
-            &[bsz.clone(), nsplit.clone(), sqd.clone(), h.clone(), Expr::from(dv)],
-            Access::Write,
-        );
-        let lse_part =
-            b.tensor("lse_part", DType::F32, &[bsz.clone(), nsplit.clone(), sqd.clone(), h.clone()], Access::Write);
-        (o_part, lse_part)
-    };
-    let scale = b.float_arg("scale");
+    let DecodeIo { bsz, sqd, h, maxb, nsplit, q, kv, bt, seqlens, o_part, lse_part, scale } =
+        decode_io(&mut b, spec, direct);
     b.grid((sqd.clone() * h.clone()).ceil_div(bm as i64) * dvs as i64, nsplit.clone(), bsz);
 
     let warps = [c.wm, 1];
@@ -1417,16 +1462,22 @@ fn build_decode_wgmma(spec: &DecodeSpec, knobs: &Knobs, c: &DecodeCfg, direct: b
     let rows_total = b.let_("rows_total", sqd.clone() * h.clone());
     let m0 = b.let_("m0", mt * bm as i64);
     let rows_valid = b.let_("rows_valid", rows_total.clone() - m0.clone());
-    let s_k = b.let_("s_k", load(seqlens, bi.clone()));
-    let i_lo = b.let_("i_lo", m0.clone() / h.clone());
-    let i_hi = b.let_("i_hi", ((m0.clone() + bm as i64).min(rows_total.clone()) - 1i64) / h.clone());
-    let n_keys = b.let_("n_keys", (s_k.clone() - sqd.clone() + 1i64 + i_hi).min(s_k.clone()).max(0i64));
-    let n_tiles = b.let_("n_tiles", n_keys.ceil_div(bn as i64));
-    let per_split = b.let_("per_split", n_tiles.ceil_div(nsplit.clone()));
-    let t0 = b.let_("t0", (split.clone() * per_split.clone()).min(n_tiles.clone()));
-    let count = b.let_("count", (t0.clone() + per_split).min(n_tiles) - t0.clone());
-    let diag = b.let_("diag", s_k.clone() - sqd.clone() + i_lo);
-    let scale_log2 = b.let_("scale_log2", scale * LOG2_E);
+    let DecodeRange { s_k, t0, count, diag, scale_log2 } = decode_range(
+        &mut b,
+        &DecodeRangeOf {
+            seqlens,
+            bi: &bi,
+            m0: &m0,
+            rows_total: &rows_total,
+            sqd: &sqd,
+            h: &h,
+            nsplit: &nsplit,
+            split: &split,
+            scale: &scale,
+        },
+        bm,
+        bn,
+    );
     // The first value chunk of this block's slice.
     let v0 = b.let_("v0", vs.clone() * nvl as i64);
 
