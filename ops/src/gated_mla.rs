@@ -1143,6 +1143,103 @@ pub fn build_decode_direct(spec: &DecodeSpec, knobs: &Knobs) -> Result<Kernel, O
     build_decode_impl(spec, knobs, true)
 }
 
+/// The KV stage ring both decode kernels run: the cache rows of the split's tiles `t0 + j` (through the block
+/// table), `STAGES` slots of `D / KC` chunks in `skv`, copied `STAGES - 1` tiles ahead of the tile in use.
+struct KvRing {
+    kv: TensorId,
+    bt: TensorId,
+    skv: SharedId,
+    bi: Expr,
+    maxb: Expr,
+    t0: Expr,
+    s_k: Expr,
+    count: Expr,
+    d: u32,
+    bn: u32,
+    page: u32,
+    st: u32,
+    /// BT_PREFETCH: the block-table entry of the tile the next iteration loads (set by [`KvRing::prologue`]).
+    blk_next: Option<VarId>,
+}
+
+impl KvRing {
+    /// The cache page of the split's KV tile `j`.
+    fn blk_of(&self, j: Expr) -> Expr {
+        load(self.bt, self.bi.clone() * self.maxb.clone() + (self.t0.clone() + j) * self.bn as i64 / self.page as i64)
+    }
+
+    /// Copy tile `j` (on cache page `blk`) into its slot.
+    fn load_stage(&self, b: &mut KernelBuilder, j: Expr, blk: Expr) {
+        let (bn, page, st, d, nch) = (self.bn, self.page, self.st, self.d, self.d / KC);
+        let slot = j.clone() % st as i64;
+        let kv0 = (self.t0.clone() + j) * bn as i64;
+        let row0 = b.let_("cache_row", blk * page as i64 + kv0.clone() % page as i64);
+        let rows = b.let_("keys", self.s_k.clone() - kv0);
+        for c in 0..nch {
+            let src = view(self.kv, row0.clone() * d as i64 + (c * KC) as i64, d as i64, rows.clone(), KC as i64, 8);
+            let dst = b.slot(self.skv, slot.clone() * nch as i64 + c as i64);
+            b.copy_async(dst, src);
+        }
+    }
+
+    /// Before the loop: the block's Q rows into `sq` (one chunk per slot), the first `STAGES - 1` tiles (one
+    /// commit group each) and, with `bt_prefetch`, the block-table entry of the tile the first iteration loads
+    /// (so that the copies do not wait for a dependent global load).
+    #[allow(clippy::too_many_arguments)]
+    fn prologue(
+        &mut self,
+        b: &mut KernelBuilder,
+        q: TensorId,
+        sq: SharedId,
+        rows_total: &Expr,
+        m0: &Expr,
+        rows_valid: &Expr,
+        bt_prefetch: bool,
+    ) {
+        let (d, st) = (self.d, self.st);
+        for c in 0..d / KC {
+            let qsrc = view(
+                q,
+                (self.bi.clone() * rows_total.clone() + m0.clone()) * d as i64 + (c * KC) as i64,
+                d as i64,
+                rows_valid.clone(),
+                KC as i64,
+                8,
+            );
+            let qd = b.slot(sq, c as i64);
+            b.copy_async(qd, qsrc);
+        }
+        for i in 0..st - 1 {
+            let j = Expr::Int(i as i64);
+            b.if_(j.lt(self.count.clone()), |b| self.load_stage(b, j.clone(), self.blk_of(j.clone())));
+            b.commit();
+        }
+        let blk_next = bt_prefetch.then(|| {
+            let v = b.let_var("blk_next", 0i64);
+            let j = Expr::Int((st - 1) as i64);
+            b.if_(j.lt(self.count.clone()), |b| b.assign(v, self.blk_of(j.clone())));
+            v
+        });
+        self.blk_next = blk_next;
+    }
+
+    /// The top of loop iteration `j`: tile j's copies landed and every warp finished reading the slot the next
+    /// load overwrites; then tile `j + STAGES - 1` is issued (one commit group) and the prefetched entry advanced.
+    fn step(&self, b: &mut KernelBuilder, j: &Expr) {
+        let st = self.st;
+        b.wait(st - 2);
+        b.barrier();
+        let next = j + (st - 1) as i64;
+        let blk = self.blk_next.map_or_else(|| self.blk_of(next.clone()), Expr::Var);
+        b.if_(next.lt(self.count.clone()), |b| self.load_stage(b, next.clone(), blk));
+        b.commit();
+        if let Some(v) = self.blk_next {
+            let after = &next + 1i64;
+            b.if_(after.lt(self.count.clone()), |b| b.assign(v, self.blk_of(after.clone())));
+        }
+    }
+}
+
 /// The arguments both decode kernels take, declared in the order [`build_decode`] and [`build_decode_direct`]
 /// document (direct: SQ and NSPLIT are 1, the outputs are o and lse).
 struct DecodeIo {
@@ -1303,59 +1400,28 @@ fn build_decode_impl(spec: &DecodeSpec, knobs: &Knobs, direct: bool) -> Result<K
         bn,
     );
 
-    // The cache page of the split's KV tile j.
-    let blk_of = |j: Expr| load(bt, bi.clone() * maxb.clone() + (t0.clone() + j) * bn as i64 / page as i64);
-    let load_stage = |b: &mut KernelBuilder, j: Expr, blk: Expr| {
-        let slot = j.clone() % st as i64;
-        let kv0 = (t0.clone() + j) * bn as i64;
-        let row0 = b.let_("cache_row", blk * page as i64 + kv0.clone() % page as i64);
-        let rows = b.let_("keys", s_k.clone() - kv0);
-        for c in 0..nch {
-            let src = view(kv, row0.clone() * d as i64 + (c * KC) as i64, d as i64, rows.clone(), KC as i64, 8);
-            let dst = b.slot(skv, slot.clone() * nch as i64 + c as i64);
-            b.copy_async(dst, src);
-        }
+    let mut ring = KvRing {
+        kv,
+        bt,
+        skv,
+        bi: bi.clone(),
+        maxb,
+        t0: t0.clone(),
+        s_k: s_k.clone(),
+        count: count.clone(),
+        d,
+        bn,
+        page,
+        st,
+        blk_next: None,
     };
-    for c in 0..nch {
-        let qsrc = view(
-            q,
-            (bi.clone() * rows_total.clone() + m0.clone()) * d as i64 + (c * KC) as i64,
-            d as i64,
-            rows_valid.clone(),
-            KC as i64,
-            8,
-        );
-        let qd = b.slot(sq, c as i64);
-        b.copy_async(qd, qsrc);
-    }
-    for i in 0..st - 1 {
-        let j = Expr::Int(i as i64);
-        b.if_(j.lt(count.clone()), |b| load_stage(b, j.clone(), blk_of(j.clone())));
-        b.commit();
-    }
-    // BT_PREFETCH: the page of the tile a loop iteration loads is read from the block table one iteration
-    // earlier, so that the copies do not wait for a dependent global load.
-    let blk_next = c.bt_prefetch.then(|| {
-        let v = b.let_var("blk_next", 0i64);
-        let j = Expr::Int((st - 1) as i64);
-        b.if_(j.lt(count.clone()), |b| b.assign(v, blk_of(j.clone())));
-        v
-    });
+    ring.prologue(&mut b, q, sq, &rows_total, &m0, &rows_valid, c.bt_prefetch);
     sm.init(&mut b);
     for &acc in &accs {
         b.map(acc, 0.0f64);
     }
     b.for_("j", 0i64, count.clone(), 1i64, |b, j| {
-        b.wait(st - 2);
-        b.barrier();
-        let next = &j + (st - 1) as i64;
-        let blk = blk_next.map_or_else(|| blk_of(next.clone()), Expr::Var);
-        b.if_(next.lt(count.clone()), |b| load_stage(b, next.clone(), blk));
-        b.commit();
-        if let Some(v) = blk_next {
-            let after = &next + 1i64;
-            b.if_(after.lt(count.clone()), |b| b.assign(v, blk_of(after.clone())));
-        }
+        ring.step(b, &j);
         let slot = &j % st as i64;
         let kv0 = b.let_("kv0", (t0.clone() + j.clone()) * bn as i64);
         b.map(s_calc, 0.0f64);
@@ -1481,41 +1547,22 @@ fn build_decode_wgmma(spec: &DecodeSpec, knobs: &Knobs, c: &DecodeCfg, direct: b
     // The first value chunk of this block's slice.
     let v0 = b.let_("v0", vs.clone() * nvl as i64);
 
-    let blk_of = |j: Expr| load(bt, bi.clone() * maxb.clone() + (t0.clone() + j) * bn as i64 / page as i64);
-    let load_stage = |b: &mut KernelBuilder, j: Expr, blk: Expr| {
-        let slot = j.clone() % st as i64;
-        let kv0 = (t0.clone() + j) * bn as i64;
-        let row0 = b.let_("cache_row", blk * page as i64 + kv0.clone() % page as i64);
-        let rows = b.let_("keys", s_k.clone() - kv0);
-        for c in 0..nch {
-            let src = view(kv, row0.clone() * d as i64 + (c * KC) as i64, d as i64, rows.clone(), KC as i64, 8);
-            let dst = b.slot(skv, slot.clone() * nch as i64 + c as i64);
-            b.copy_async(dst, src);
-        }
+    let mut ring = KvRing {
+        kv,
+        bt,
+        skv,
+        bi: bi.clone(),
+        maxb,
+        t0: t0.clone(),
+        s_k: s_k.clone(),
+        count: count.clone(),
+        d,
+        bn,
+        page,
+        st,
+        blk_next: None,
     };
-    for c in 0..nch {
-        let qsrc = view(
-            q,
-            (bi.clone() * rows_total.clone() + m0.clone()) * d as i64 + (c * KC) as i64,
-            d as i64,
-            rows_valid.clone(),
-            KC as i64,
-            8,
-        );
-        let qd = b.slot(sq, c as i64);
-        b.copy_async(qd, qsrc);
-    }
-    for i in 0..st - 1 {
-        let j = Expr::Int(i as i64);
-        b.if_(j.lt(count.clone()), |b| load_stage(b, j.clone(), blk_of(j.clone())));
-        b.commit();
-    }
-    let blk_next = c.bt_prefetch.then(|| {
-        let v = b.let_var("blk_next", 0i64);
-        let j = Expr::Int((st - 1) as i64);
-        b.if_(j.lt(count.clone()), |b| b.assign(v, blk_of(j.clone())));
-        v
-    });
+    ring.prologue(&mut b, q, sq, &rows_total, &m0, &rows_valid, c.bt_prefetch);
     sm.init(&mut b);
     for &acc in &accs {
         b.map(acc, 0.0f64);
@@ -1523,16 +1570,7 @@ fn build_decode_wgmma(spec: &DecodeSpec, knobs: &Knobs, c: &DecodeCfg, direct: b
     b.for_("j", 0i64, count.clone(), 1i64, |b, j| {
         // The copies of tile j landed (and were fenced for the async proxy); every warpgroup finished reading
         // the slot the next load overwrites (its products were waited for at the end of the last iteration).
-        b.wait(st - 2);
-        b.barrier();
-        let next = &j + (st - 1) as i64;
-        let blk = blk_next.map_or_else(|| blk_of(next.clone()), Expr::Var);
-        b.if_(next.lt(count.clone()), |b| load_stage(b, next.clone(), blk));
-        b.commit();
-        if let Some(v) = blk_next {
-            let after = &next + 1i64;
-            b.if_(after.lt(count.clone()), |b| b.assign(v, blk_of(after.clone())));
-        }
+        ring.step(b, &j);
         let slot = b.let_("slot", &j % st as i64);
         let kv0 = b.let_("kv0", (t0.clone() + j.clone()) * bn as i64);
         let chunk = |b: &mut KernelBuilder, cc: Expr| {
