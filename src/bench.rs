@@ -104,6 +104,13 @@ fn measure(
     let out = exec.download(&plan, &dev)?;
     let check = inst.check(&out)?;
     let samples = exec.time(&plan, &dev, timing)?;
+    // `K3K_BENCH_RETIME=n`: n more timing rounds on the same device buffers, logged to stderr (tells the spread of
+    // re-timing one upload from the spread between uploads, i.e. between knob sets).
+    let retime: usize = std::env::var("K3K_BENCH_RETIME").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+    for r in 0..retime {
+        let again = median(&exec.time(&plan, &dev, timing)?);
+        eprintln!("    retime {r} (same buffers) {again:>9.4} ms [{knobs}]");
+    }
     let mut steps = vec![];
     if plan.steps.len() > 1 && std::env::var("K3K_BENCH_STEPS").is_ok_and(|v| v == "1") {
         for s in &plan.steps {

@@ -3,6 +3,7 @@
 use k3k::bench::{self, BenchReport, Ceilings, PeerFile};
 use k3k::ops::plan::GpuExec;
 use k3k::runtime::{Gpu, TimingOptions};
+use k3k::tuner::{GpuKey, ResultsStore};
 use std::path::PathBuf;
 
 /// Arguments of `k3k bench`.
@@ -14,7 +15,8 @@ pub struct Args {
     /// Only these presets, separated by `;` (default: every benchmark preset of the operator).
     #[arg(long)]
     pub preset: Option<String>,
-    /// Knob overrides (default: tuned configs when present, else the defaults). Several sets separated by `;`
+    /// Knob sets (default: the defaults, plus the tuned config of this GPU where `--results` has one for the
+    /// preset's shape bucket; both are timed and the faster that passes is reported). Several sets separated by `;`
     /// are all timed and the fastest that passes its check is reported (every set's time is kept in the JSON).
     #[arg(long)]
     pub knobs: Option<String>,
@@ -56,6 +58,9 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         return Ok(0);
     }
     let gpu = Gpu::open(0)?;
+    let gpu_key = GpuKey::new(gpu.info.name.clone(), gpu.info.compute_capability, gpu.info.sm_count);
+    // A results folder that does not exist just means nothing is tuned; a corrupt file is an error (by name).
+    let store = if a.results.exists() { Some(ResultsStore::open(&a.results)?) } else { None };
     let mut exec = GpuExec::new(gpu);
     let timing = TimingOptions { reps: a.reps, ..Default::default() };
     for op in super::select_ops(&a.op)? {
@@ -74,16 +79,26 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                 s.split(';').map(|one| super::parse_knobs(op.default_knobs(), Some(one))).collect::<Result<_, _>>()?
             }
         };
+        // Without `--knobs`: the defaults and, where this GPU has a tuned record for the preset's shape bucket,
+        // the tuned config too (both timed in this run; the row reports the faster that passed, and both stay
+        // in the JSON's `variants`).
+        let knobs_for = |p: &k3k::ops::op::Preset| -> Vec<k3k::ir::Knobs> {
+            let mut v = sets.clone();
+            if a.knobs.is_none()
+                && let Some(store) = &store
+            {
+                let (tuned, _) = k3k::tuning::tuned_knobs(store, op.as_ref(), p, &gpu_key);
+                if !v.contains(&tuned) {
+                    v.push(tuned);
+                }
+            }
+            v
+        };
         println!("== {} on {}", op.name(), exec.gpu.info.name);
-        let report = bench::bench_op(
-            &mut exec,
-            op.as_ref(),
-            &presets,
-            &|_| sets.clone(),
-            timing,
-            &Ceilings::default(),
-            &mut |l| println!("{l}"),
-        )?;
+        let report =
+            bench::bench_op(&mut exec, op.as_ref(), &presets, &knobs_for, timing, &Ceilings::default(), &mut |l| {
+                println!("{l}")
+            })?;
         let path = bench::write_report(&a.out, &report)?;
         println!("wrote {}", path.display());
     }
