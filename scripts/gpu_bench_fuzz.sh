@@ -10,6 +10,7 @@
 #   PEERS=0                           skip the peer step (run scripts/peers.py in a later call on the reports)
 #   PRIMS=0                           skip the GPU primitive tests
 # Every step logs its end time (UTC) to log.txt; clocks.csv holds nvidia-smi's SM clock and power each second.
+#   WARM=0                            no GPU warm-up before the first measurement
 #   WORK=/tmp/dir                     fixed work folder (a second call on the warm machine reuses its reports)
 #   BENCH_OPS="op op"                 operators to benchmark (default below; "" for none)
 #   KNOBS_<op with . -> _>="a;b"      knob sets per operator (unset: tuned or default)
@@ -43,6 +44,12 @@ echo "start $(date -u +%FT%TZ)" > $W/log.txt
 nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_throttle_reasons.active --format=csv \
   -l 1 > "$OUT/clocks.csv" 2>/dev/null & SMI=$!
 nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv >> $W/log.txt
+# Warm the GPU before the first measurement (WARM=0 skips): memory-bound kernels timed in the first minute of a fresh
+# machine ran 20-30% slow (NOTES.md, session 5 call A). ~3 s of GEMM (4096 repetitions).
+if [ "${WARM:-1}" != 0 ]; then
+  timeout 90 $BIN bench --op latent_moe_gemm --preset "G28 mean256 K3584 N6144" --knobs "OVERLAP=off" --window-ms 1e5 \
+    --out $W/warm > $W/warm.txt 2>&1; echo "warm-up rc=$? $(date -u +%T)" | tee -a $W/log.txt
+fi
 [ "${PRIMS:-1}" != 0 ] && [ -x .carry/gpu_primitives ] && { K3K_GPU=1 timeout 60 .carry/gpu_primitives > "$OUT/gpu_primitives.txt" 2>&1; echo "gpu_primitives rc=$?" | tee -a $W/log.txt; }
 [ "${PRIMS:-1}" != 0 ] && [ -x .carry/hist_quantile_gpu ] && { K3K_GPU=1 timeout 120 .carry/hist_quantile_gpu --nocapture --test-threads 1 > "$OUT/hist_quantile_gpu.txt" 2>&1; echo "hist_quantile_gpu rc=$?" | tee -a $W/log.txt; }
 for op in ${CHECK_OPS:-}; do

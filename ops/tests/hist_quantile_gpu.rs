@@ -65,7 +65,7 @@ fn gpu_cases_pass_checks() {
 #[test]
 fn gpu_step_times() {
     let Some(mut g) = gpu() else { return };
-    let opts = TimingOptions { warmup: 3, reps: 20, flush_l2: true };
+    let opts = TimingOptions { warmup: 3, reps: 20, flush_l2: true, ..Default::default() };
     let d = default_knobs();
     // `K3K_HQ_PRESET=T262144` times only the presets whose name contains it.
     let only = std::env::var("K3K_HQ_PRESET").unwrap_or_default();

@@ -6,15 +6,25 @@ use cudarc::driver::sys::CUevent_flags;
 /// How to time.
 #[derive(Debug, Clone, Copy)]
 pub struct TimingOptions {
+    /// Untimed launches first (at least this many, and at least `min_window_ms / 8` of GPU time).
     pub warmup: usize,
+    /// At least this many timed repetitions.
     pub reps: usize,
     /// Overwrite a buffer larger than L2 before each timed repetition, so inputs are read from HBM.
     pub flush_l2: bool,
+    /// Keep timing (in batches of `reps`, at most [`MAX_REPS`]) until this much wall time has passed, flushes
+    /// included: the sample window of the peers' `triton.testing.do_bench(rep=200)`, so that a short kernel is
+    /// timed under the same sustained load as its peer (a 20-sample burst on a GPU that was idle a moment ago
+    /// reads 6-12% faster: results/bench/nvidia-h200/NOTES.md, session 5 call A). 0: exactly `reps`.
+    pub min_window_ms: f64,
 }
+
+/// The most repetitions one timing takes, whatever the window.
+pub const MAX_REPS: usize = 4096;
 
 impl Default for TimingOptions {
     fn default() -> Self {
-        TimingOptions { warmup: 5, reps: 30, flush_l2: true }
+        TimingOptions { warmup: 5, reps: 30, flush_l2: true, min_window_ms: 0.0 }
     }
 }
 
@@ -29,6 +39,16 @@ pub fn median(v: &[f64]) -> f64 {
     if n % 2 == 1 { s[n / 2] } else { 0.5 * (s[n / 2 - 1] + s[n / 2]) }
 }
 
+/// Repetitions of the next batch: `reps` (at least one), capped so the total stays within [`MAX_REPS`].
+fn next_batch(done: usize, o: &TimingOptions) -> usize {
+    o.reps.max(1).min(MAX_REPS.saturating_sub(done))
+}
+
+/// Whether timing is complete after `done` samples and `elapsed_ms` of wall time.
+fn window_done(done: usize, elapsed_ms: f64, o: &TimingOptions) -> bool {
+    done >= MAX_REPS || (done >= o.reps && elapsed_ms >= o.min_window_ms)
+}
+
 impl Gpu {
     /// Time `f` (which enqueues work on this GPU's stream); returns one sample in ms per repetition.
     pub fn time(
@@ -36,8 +56,14 @@ impl Gpu {
         mut f: impl FnMut() -> Result<(), RuntimeError>,
         o: TimingOptions,
     ) -> Result<Vec<f64>, RuntimeError> {
-        for _ in 0..o.warmup {
+        let t0 = std::time::Instant::now();
+        let mut n = 0;
+        while n < o.warmup || t0.elapsed().as_secs_f64() * 1e3 < o.min_window_ms / 8.0 {
             f()?;
+            n += 1;
+            if n % 8 == 0 {
+                self.sync()?;
+            }
         }
         self.sync()?;
         let flush = if o.flush_l2 {
@@ -46,25 +72,41 @@ impl Gpu {
         } else {
             None
         };
-        // Events are created once: creating one between the launch and the end record would add host time to
-        // the measured interval of short kernels. The L2 flush is enqueued before the start event, giving the
-        // host time to enqueue the launch before the GPU reaches it.
-        let start = cuda("event", self.ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)))?;
-        let end = cuda("event", self.ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)))?;
-        let mut samples = Vec::with_capacity(o.reps);
-        for _ in 0..o.reps {
-            if let Some(buf) = &flush {
-                // SAFETY: the whole buffer, on our stream.
-                let (ptr, _g) = cudarc::driver::DevicePtr::device_ptr(buf, &self.stream);
-                cuda("L2 flush", unsafe {
-                    cudarc::driver::result::memset_d8_async(ptr, 0x5a, buf.len(), self.stream.cu_stream())
-                })?;
+        // Events are created before the loop: creating one between the launch and the end record would add host
+        // time to the measured interval of short kernels. A batch is enqueued as a whole (flush, start, launch,
+        // end per repetition) and synchronized once, so the GPU runs the repetitions back to back as the peers'
+        // do_bench does; the flush is enqueued before each start event.
+        let pairs = o.reps.clamp(1, MAX_REPS);
+        let mut events = Vec::with_capacity(pairs);
+        for _ in 0..pairs {
+            events.push((
+                cuda("event", self.ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)))?,
+                cuda("event", self.ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)))?,
+            ));
+        }
+        let mut samples = Vec::with_capacity(pairs);
+        let t1 = std::time::Instant::now();
+        loop {
+            let batch = next_batch(samples.len(), &o).min(pairs);
+            for (start, end) in &events[..batch] {
+                if let Some(buf) = &flush {
+                    // SAFETY: the whole buffer, on our stream.
+                    let (ptr, _g) = cudarc::driver::DevicePtr::device_ptr(buf, &self.stream);
+                    cuda("L2 flush", unsafe {
+                        cudarc::driver::result::memset_d8_async(ptr, 0x5a, buf.len(), self.stream.cu_stream())
+                    })?;
+                }
+                cuda("event record", start.record(&self.stream))?;
+                f()?;
+                cuda("event record", end.record(&self.stream))?;
             }
-            cuda("event record", start.record(&self.stream))?;
-            f()?;
-            cuda("event record", end.record(&self.stream))?;
-            cuda("event sync", end.synchronize())?;
-            samples.push(cuda("elapsed", start.elapsed_ms(&end))? as f64);
+            cuda("event sync", events[batch - 1].1.synchronize())?;
+            for (start, end) in &events[..batch] {
+                samples.push(cuda("elapsed", start.elapsed_ms(end))? as f64);
+            }
+            if window_done(samples.len(), t1.elapsed().as_secs_f64() * 1e3, &o) {
+                break;
+            }
         }
         self.sync()?;
         Ok(samples)
@@ -73,12 +115,25 @@ impl Gpu {
 
 #[cfg(test)]
 mod tests {
-    use super::median;
+    use super::{MAX_REPS, TimingOptions, median, next_batch, window_done};
 
     #[test]
     fn median_of_odd_and_even() {
         assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
         assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
         assert!(median(&[]).is_nan());
+    }
+
+    #[test]
+    fn the_window_extends_a_short_timing_and_the_cap_ends_it() {
+        let o = TimingOptions { reps: 20, min_window_ms: 200.0, ..Default::default() };
+        assert!(!window_done(19, 500.0, &o), "fewer than reps");
+        assert!(!window_done(20, 150.0, &o), "window not reached");
+        assert!(window_done(40, 201.0, &o));
+        assert!(window_done(MAX_REPS, 1.0, &o), "the cap ends a timing whatever the window");
+        assert_eq!(next_batch(0, &o), 20);
+        assert_eq!(next_batch(MAX_REPS - 7, &o), 7);
+        let exact = TimingOptions { reps: 30, ..Default::default() };
+        assert!(window_done(30, 0.0, &exact) && !window_done(29, 1e9, &exact));
     }
 }

@@ -20,9 +20,14 @@ pub struct Args {
     /// are all timed and the fastest that passes its check is reported (every set's time is kept in the JSON).
     #[arg(long)]
     pub knobs: Option<String>,
-    /// Timed repetitions per preset.
+    /// Timed repetitions per preset (at least).
     #[arg(long, default_value_t = 30)]
     pub reps: usize,
+    /// Keep timing until this many ms of wall time (L2 flushes included) have passed, at most 4096 repetitions:
+    /// the sample window of the peers' `triton.testing.do_bench(rep=200)`, so both sides are timed under the
+    /// same sustained load. 0: exactly `--reps`.
+    #[arg(long, default_value_t = 200.0)]
+    pub window_ms: f64,
     /// Where reports go.
     #[arg(long, default_value = "results/bench")]
     pub out: PathBuf,
@@ -62,7 +67,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     // A results folder that does not exist just means nothing is tuned; a corrupt file is an error (by name).
     let store = if a.results.exists() { Some(ResultsStore::open(&a.results)?) } else { None };
     let mut exec = GpuExec::new(gpu);
-    let timing = TimingOptions { reps: a.reps, ..Default::default() };
+    let timing = TimingOptions { reps: a.reps, min_window_ms: a.window_ms, ..Default::default() };
     for op in super::select_ops(&a.op)? {
         let presets: Vec<_> = op
             .bench_presets()

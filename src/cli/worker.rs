@@ -118,7 +118,11 @@ impl State {
                             return failed(FailStage::Launch, e);
                         }
                         let (warmup, reps) = bench.runs_for(t.elapsed().as_secs_f64() * 1e3);
-                        match g.time(&plan, &dev, TimingOptions { warmup, reps, flush_l2: bench.flush_l2 }) {
+                        match g.time(
+                            &plan,
+                            &dev,
+                            TimingOptions { warmup, reps, flush_l2: bench.flush_l2, ..Default::default() },
+                        ) {
                             Ok(s) => s,
                             Err(e) => return failed(FailStage::Launch, e),
                         }

@@ -172,7 +172,7 @@ pub fn time_us(gpu: &Gpu, mut f: impl FnMut() -> Result<(), rt::Error>) -> Res<f
             }
             Ok(())
         },
-        rt::TimingOptions { warmup: 3, reps: REPS, flush_l2: false },
+        rt::TimingOptions { warmup: 3, reps: REPS, flush_l2: false, ..Default::default() },
     )?;
     if let Some(e) = err {
         return Err(e.into());
