@@ -102,7 +102,7 @@ fn disassemble(cubin: &[u8]) -> anyhow::Result<String> {
         }
     }
     anyhow::bail!(
-        "no disassembler found: install `cuobjdump` (pip wheel nvidia-cuda-cuobjdump, into .tools/cuda) or a CUDA toolkit"
+        "no disassembler found: run `scripts/install-cuda-tools.sh --sass` (pip wheel nvidia-cuda-cuobjdump into .tools/cuda) or install a CUDA toolkit"
     )
 }
 
