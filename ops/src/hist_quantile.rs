@@ -816,6 +816,8 @@ pub fn build_alpha_ring(spec: &AlphaSpec, c: &Cfg, e: usize) -> Result<Kernel, O
 /// dependent chains, where the warp kernel spends its time (~450 warp instructions per token, most of them
 /// compares, min/max, selects and integer adds, at half the issue rate; ~40 dependent shuffles):
 /// - the lane maximum is a balanced tree (depth 5) instead of a chain of `EPL`;
+/// - compiled for the grid's residency (`__launch_bounds__(32 AW, ABPS)`, at most what leaves 40 registers): at `ABPS=6`, `AW=8` ptxas fits the kernel
+///   in 40 registers without spills, 48 warps per SM instead of 32;
 /// - the per-lane candidate count is a balanced tree, and a lane's first slot in the warp's candidate row comes
 ///   from one shared atomic per lane with candidates (`ATOMS` on the warp's counter, which then holds the
 ///   count `n`) instead of a warp scan (five dependent shuffles, selects and a broadcast of the total). Lanes
@@ -838,6 +840,13 @@ pub fn build_alpha_lean(spec: &AlphaSpec, c: &Cfg) -> Result<Kernel, OpError> {
     let name = format!("k3k_hq_alphal_epl{epl}_k{k}{}_aw{}_abps{}", if spec.full { "_full" } else { "" }, c.aw, c.abps);
     let mut b = KernelBuilder::new(&name, threads);
     b.knobs(Knobs::new().with("AW", c.aw as i64).with("ABPS", c.abps as i64).with("ASEL", "lean"));
+    // The persistent grid has ABPS blocks per SM: compile for that residency (ptxas caps the registers at what
+    // ABPS blocks of AW warps leave of the SM's 64 Ki, e.g. 40 at ABPS=6, AW=8: 48 warps per SM instead of the
+    // 32 that 48 registers allow).
+    // Never below EPL + 12 registers rounded up to 8 (the lane's values and the sorts' temporaries: 40 at
+    // E = 896, where 32 spills; 48 at E = 1024, where 40 spills).
+    let min_regs = (epl + 12).next_multiple_of(8);
+    b.min_blocks_per_sm(c.abps.min(65536 / (min_regs * threads)).max(1));
     let AlphaIo { t_dim, e_dim, s, bias, alpha } = alpha_io(&mut b, w as i64, c.abps);
 
     let sb = b.shared("bias", DType::F32, 1, ep, 1, Swizzle::None);
