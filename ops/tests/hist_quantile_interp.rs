@@ -226,6 +226,44 @@ fn select_bin_rule_at_infinities_and_underflow() {
     }
 }
 
+#[test]
+fn atomic_flush_and_other_knobs() {
+    let s = seed();
+    let knob_sets = [
+        default_knobs().with("MERGE", "atomic"),
+        default_knobs().with("AW", 4i64).with("HT", 256i64).with("HU", 4i64).with("HKB", 33i64),
+        default_knobs().with("HBLOCKS", 792i64).with("MERGE", "atomic"),
+        default_knobs().with("HLAYOUT", "rows").with("ASEL", "rank"),
+        default_knobs().with("AW", 1i64).with("ABPS", 1i64),
+        default_knobs().with("HLAYOUT", "rows").with("MERGE", "atomic").with("HT", 256i64),
+        default_knobs().with("HLAYOUT", "banks").with("HKB", 33i64).with("HU", 4i64).with("HFX", 32i64),
+        default_knobs().with("HFX", 4i64).with("MERGE", "atomic"),
+        default_knobs().with("HFX", 32i64).with("HT", 1024i64).with("HU", 4i64).with("HKB", 132i64),
+        default_knobs().with("PPACK", "packed").with("HFX", 8i64).with("HBLOCKS", 792i64),
+        default_knobs().with("PPACK", "packed").with("HFX", 32i64),
+        default_knobs().with("ATPW", 2i64),
+        default_knobs().with("ATPW", 2i64).with("AW", 4i64).with("ABPS", 3i64),
+        default_knobs().with("ASEL", "ring").with("MERGE", "atomic").with("ABPS", 1i64),
+        default_knobs().with("ASEL", "ring").with("AW", 3i64).with("ASTAGES", 3i64).with("LU", 4i64),
+        default_knobs().with("PPACK", "packed").with("LU", 4i64).with("HBLOCKS", 792i64),
+        default_knobs().with("ASEL", "lean").with("HBIN", "select").with("MERGE", "atomic").with("ABPS", 1i64),
+        default_knobs()
+            .with("ASEL", "lean")
+            .with("AW", 2i64)
+            .with("HBIN", "select")
+            .with("HT", 256i64)
+            .with("HU", 16i64),
+        default_knobs().with("ASEL", "lean").with("ABPS", 6i64).with("HBIN", "select").with("HKB", 33i64),
+        default_knobs().with("HBIN", "select").with("HLAYOUT", "rows"),
+    ];
+    for (i, kn) in knob_sets.iter().enumerate() {
+        let inst = HistQuantileQb.instance(&qb(70, 40, 4, 64, 1, 0), s + i as u64).unwrap();
+        assert_ok(inst.as_ref(), kn);
+        let inst = HistQuantileColumn.instance(&column(70, 9, 48, 1, 0, 700_000, 0, 1000), s).unwrap();
+        assert_ok(inst.as_ref(), kn);
+    }
+}
+
 /// The chunked, parallel reference composition equals the reference's own one-call functions.
 #[test]
 fn reference_composition_matches_reference_functions() {
