@@ -27,6 +27,10 @@
 //!    the warps select (the warp kernel has no load in flight during its ~1,500-cycle selection chain); the
 //!    candidates are compacted into the warp's own ring row. `AW=7` at E = 896 makes a block's rows a whole
 //!    number of 16-byte copies per thread (the copy's fast path: 7 `cp.async` per thread and step).
+//!    `ASEL=lean` ([`build_alpha_lean`]): the warp selection with balanced trees for the lane maximum and
+//!    count, one shared atomic per lane for its candidate slots instead of the warp scan (one sort and one
+//!    broadcast less per token), compiled for the grid's `ABPS` blocks per SM (`ABPS=6`: 40 registers, 48
+//!    warps per SM).
 //! 2. **histogram** ([`build_hist`]): block = (a slice of `ES` experts, a chunk of at most 65535 tokens).
 //!    Two u16 counters per u32 word in shared memory (a chunk's count of one bin is <= 65535, so the low half
 //!    never carries into the high half), `ES` chosen so that the block's histograms fit the `HKB` budget;
@@ -40,6 +44,9 @@
 //!    its partials are one u32 per slot (`PPACK=wide`, default) or the packed u16 pairs as they are
 //!    (`PPACK=packed`, `[P E, W]`, half the bytes), flushed in tiles of `HFX` experts x `32 / HFX` words
 //!    (`HFX` absent: [`auto_hfx`] of the bin count), and its groups of `HU` rows run without per-row bound checks.
+//!    `HBIN=select` ([`slot_select`]) computes the banked bin arithmetic unconditionally and selects among three
+//!    floats, where the nested selects as written make ptxas branch around the arithmetic per element (26 SASS
+//!    instructions per element with a `BSSY`/`BRA`/`BSYNC`, 40 registers; select: 21, no branch, 32).
 //! 3. **locate** ([`build_locate`]): one block per expert. Sums the partials per bin (packed partials: per word,
 //!    then unpacked; `LU` partials per iteration from independent loads, `LU=1` one dependent load per
 //!    iteration) (writing `counts`), bins
