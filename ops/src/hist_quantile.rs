@@ -44,7 +44,7 @@
 //!    its partials are one u32 per slot (`PPACK=wide`, default) or the packed u16 pairs as they are
 //!    (`PPACK=packed`, `[P E, W]`, half the bytes), flushed in tiles of `HFX` experts x `32 / HFX` words
 //!    (`HFX` absent: [`auto_hfx`] of the bin count), and its groups of `HU` rows run without per-row bound checks.
-//!    `HBIN=select` ([`slot_select`]) computes the banked bin arithmetic unconditionally and selects among three
+//!    `HBIN=select` (`slot_select`) computes the banked bin arithmetic unconditionally and selects among three
 //!    floats, where the nested selects as written make ptxas branch around the arithmetic per element (26 SASS
 //!    instructions per element with a `BSSY`/`BRA`/`BSYNC`, 40 registers; select: 21, no branch, 32).
 //! 3. **locate** ([`build_locate`]): one block per expert. Sums the partials per bin (packed partials: per word,
@@ -203,7 +203,7 @@ pub struct Cfg {
     pub astages: u32,
     /// `LU`: partials per batch of independent loads in the locate merge.
     pub lu: u32,
-    /// `HBIN=select`: the banked histogram's branch-free bin rule ([`slot_select`]).
+    /// `HBIN=select`: the banked histogram's branch-free bin rule (`slot_select`).
     pub bin_select: bool,
 }
 
@@ -1022,7 +1022,7 @@ pub struct HistSpec {
     pub fx: u32,
     /// Banked partials flushed as the packed u16 pairs (else one u32 per slot, `[P E, B+2]`).
     pub packed: bool,
-    /// Banked: the branch-free bin rule [`slot_select`] (else [`slot_expr_lean`]).
+    /// Banked: the branch-free bin rule `slot_select` (else `slot_expr_lean`).
     pub select: bool,
 }
 
