@@ -27,6 +27,10 @@
 //!    the warps select (the warp kernel has no load in flight during its ~1,500-cycle selection chain); the
 //!    candidates are compacted into the warp's own ring row. `AW=7` at E = 896 makes a block's rows a whole
 //!    number of 16-byte copies per thread (the copy's fast path: 7 `cp.async` per thread and step).
+//!    `ASEL=lean` ([`build_alpha_lean`]): the warp selection with balanced trees for the lane maximum and
+//!    count, one shared atomic per lane for its candidate slots instead of the warp scan (one sort and one
+//!    broadcast less per token), compiled for the grid's `ABPS` blocks per SM (`ABPS=6`: 40 registers, 48
+//!    warps per SM).
 //! 2. **histogram** ([`build_hist`]): block = (a slice of `ES` experts, a chunk of at most 65535 tokens).
 //!    Two u16 counters per u32 word in shared memory (a chunk's count of one bin is <= 65535, so the low half
 //!    never carries into the high half), `ES` chosen so that the block's histograms fit the `HKB` budget;
@@ -40,6 +44,9 @@
 //!    its partials are one u32 per slot (`PPACK=wide`, default) or the packed u16 pairs as they are
 //!    (`PPACK=packed`, `[P E, W]`, half the bytes), flushed in tiles of `HFX` experts x `32 / HFX` words
 //!    (`HFX` absent: [`auto_hfx`] of the bin count), and its groups of `HU` rows run without per-row bound checks.
+//!    `HBIN=select` (`slot_select`) computes the banked bin arithmetic unconditionally and selects among three
+//!    floats, where the nested selects as written make ptxas branch around the arithmetic per element (26 SASS
+//!    instructions per element with a `BSSY`/`BRA`/`BSYNC`, 40 registers; select: 21, no branch, 32).
 //! 3. **locate** ([`build_locate`]): one block per expert. Sums the partials per bin (packed partials: per word,
 //!    then unpacked; `LU` partials per iteration from independent loads, `LU=1` one dependent load per
 //!    iteration) (writing `counts`), bins
@@ -91,9 +98,10 @@ pub fn knob_space() -> KnobSpace {
         .axis("ABPS", "alpha: resident blocks per SM of the persistent grid", [2i64, 3, 4, 5, 6, 8])
         .axis(
             "ASEL",
-            "alpha: selection by ranking in shared memory with block barriers, warp shuffles (k < 32), or warp \
-             shuffles fed by a cp.async ring of token rows (k < 32)",
-            ["rank", "warp", "ring"],
+            "alpha: selection by ranking in shared memory with block barriers, warp shuffles (k < 32), warp \
+             shuffles fed by a cp.async ring of token rows (k < 32), or warp shuffles with shared-atomic candidate \
+             slots (k < 32: one sort, no scan)",
+            ["rank", "warp", "ring", "lean"],
         )
         .axis("ASTAGES", "ring alpha: row blocks in the cp.async ring (ASTAGES - 1 in flight)", [2i64, 3, 4])
         .axis(
@@ -121,6 +129,12 @@ pub fn knob_space() -> KnobSpace {
             "banked histogram flush: experts per warp store (32: conflict-free shared reads, scattered 4-byte \
              stores; fewer: runs of 32/HFX consecutive words per expert, (32/HFX)-way bank conflicts)",
             [4i64, 8, 32],
+        )
+        .axis(
+            "HBIN",
+            "banked histogram bin rule: nested selects as written (ptxas branches around the bin arithmetic), or \
+             the arithmetic computed unconditionally and two float selects (no branch per element)",
+            ["branch", "select"],
         )
         .axis("ATPW", "warp alpha: tokens per warp and step (their loads and shuffle chains overlap)", [1i64, 2])
         .axis(
@@ -183,10 +197,14 @@ pub struct Cfg {
     pub atpw: u32,
     /// `ASEL=ring`: the ring-fed warp alpha kernel where `k < 32`.
     pub ring_alpha: bool,
+    /// `ASEL=lean`: the warp alpha kernel with shared-atomic candidate slots where `k < 32`.
+    pub lean_alpha: bool,
     /// `ASTAGES`: row blocks in the ring alpha kernel's cp.async ring.
     pub astages: u32,
     /// `LU`: partials per batch of independent loads in the locate merge.
     pub lu: u32,
+    /// `HBIN=select`: the banked histogram's branch-free bin rule (`slot_select`).
+    pub bin_select: bool,
 }
 
 impl Cfg {
@@ -206,6 +224,7 @@ pub fn cfg(k: &Knobs) -> Result<Cfg, OpError> {
     let layout = k.str("HLAYOUT").unwrap_or("rows");
     let asel = k.str("ASEL").unwrap_or("rank");
     let ppack = k.str("PPACK").unwrap_or("packed");
+    let hbin = k.str("HBIN").unwrap_or("branch");
     let c = Cfg {
         aw: k.u32("AW")?,
         abps: k.u32("ABPS")?,
@@ -220,8 +239,10 @@ pub fn cfg(k: &Knobs) -> Result<Cfg, OpError> {
         ppack: ppack == "packed",
         atpw: if k.0.contains_key("ATPW") { k.u32("ATPW")? } else { 1 },
         ring_alpha: asel == "ring",
+        lean_alpha: asel == "lean",
         astages: if k.0.contains_key("ASTAGES") { k.u32("ASTAGES")? } else { 3 },
         lu: if k.0.contains_key("LU") { k.u32("LU")? } else { 1 },
+        bin_select: hbin == "select",
     };
     let invalid = |why: String| Err(OpError::InvalidKnobs { op: "hist_quantile", knobs: k.to_string(), why });
     if !matches!(merge, "partials" | "atomic") {
@@ -235,11 +256,14 @@ pub fn cfg(k: &Knobs) -> Result<Cfg, OpError> {
     if !(1..=4).contains(&c.atpw) {
         return invalid(format!("ATPW={} must be in 1..=4", c.atpw));
     }
+    if !matches!(hbin, "branch" | "select") {
+        return invalid(format!("HBIN must be branch or select, got {hbin}"));
+    }
     if !matches!(ppack, "wide" | "packed") {
         return invalid(format!("PPACK must be wide or packed, got {ppack}"));
     }
-    if !matches!(asel, "rank" | "warp" | "ring") {
-        return invalid(format!("ASEL must be rank, warp or ring, got {asel}"));
+    if !matches!(asel, "rank" | "warp" | "ring" | "lean") {
+        return invalid(format!("ASEL must be rank, warp, ring or lean, got {asel}"));
     }
     if !(2..=8).contains(&c.astages) {
         return invalid(format!("ASTAGES={} must be in 2..=8", c.astages));
@@ -791,6 +815,139 @@ pub fn build_alpha_ring(spec: &AlphaSpec, c: &Cfg, e: usize) -> Result<Kernel, O
     Ok(b.finish()?)
 }
 
+/// Build the lean warp alpha kernel (`ASEL=lean`, for `k < 32`): `s [T, E]`, `b [E]` -> `alpha [T]`.
+///
+/// The selection of [`build_alpha_warp`] (one warp per token; `L` = the (k+1)-th largest of the 32 lane maxima
+/// from a bitonic sort across the warp, a lower bound of alpha; the values `>= L` are the candidates; a second
+/// sort of at most 32 candidates, else ranking with ties by slot) with less work on the ALU pipe and shorter
+/// dependent chains, where the warp kernel spends its time (~450 warp instructions per token, most of them
+/// compares, min/max, selects and integer adds, at half the issue rate; ~40 dependent shuffles):
+/// - the lane maximum is a balanced tree (depth 5) instead of a chain of `EPL`;
+/// - compiled for the grid's residency (`__launch_bounds__(32 AW, ABPS)`, at most what leaves 40 registers): at `ABPS=6`, `AW=8` ptxas fits the kernel
+///   in 40 registers without spills, 48 warps per SM instead of 32;
+/// - the per-lane candidate count is a balanced tree, and a lane's first slot in the warp's candidate row comes
+///   from one shared atomic per lane with candidates (`ATOMS` on the warp's counter, which then holds the
+///   count `n`) instead of a warp scan (five dependent shuffles, selects and a broadcast of the total). Lanes
+///   take their slot ranges in whatever order their atomics land (on the GPU) or in lane order (CPU
+///   backends): the candidates are a set, and the selected *value* does not depend on their order (the
+///   fallback ranking's ties by slot pick one of equal values).
+///
+/// Warp-local ordering of the counter and the candidate row (no block barrier in the token loop): a
+/// `syncwarp` before the atomics (the previous token's reads of the row are done), one before the count and
+/// the candidates are read, and one before lane 0 zeroes the counter for the next token (every lane has read
+/// it). The counters start at zero with the staged bias (one block barrier before the loop). Exact, like the
+/// other alpha kernels: a selection, no arithmetic beyond the one f32 add the reference does.
+pub fn build_alpha_lean(spec: &AlphaSpec, c: &Cfg) -> Result<Kernel, OpError> {
+    let (w, epl, k) = (c.aw, spec.epl, spec.k);
+    if k >= 32 {
+        return Err(OpError::Internal(format!("lean alpha: k = {k} needs more than the 32 lane maxima")));
+    }
+    let ep = 32 * epl;
+    let threads = 32 * w;
+    let name = format!("k3k_hq_alphal_epl{epl}_k{k}{}_aw{}_abps{}", if spec.full { "_full" } else { "" }, c.aw, c.abps);
+    let mut b = KernelBuilder::new(&name, threads);
+    b.knobs(Knobs::new().with("AW", c.aw as i64).with("ABPS", c.abps as i64).with("ASEL", "lean"));
+    // The persistent grid has ABPS blocks per SM: compile for that residency (ptxas caps the registers at what
+    // ABPS blocks of AW warps leave of the SM's 64 Ki, e.g. 40 at ABPS=6, AW=8: 48 warps per SM instead of the
+    // 32 that 48 registers allow).
+    // Never below EPL + 12 registers rounded up to 8 (the lane's values and the sorts' temporaries: 40 at
+    // E = 896, where 32 spills; 48 at E = 1024, where 40 spills).
+    let min_regs = (epl + 12).next_multiple_of(8);
+    b.min_blocks_per_sm(c.abps.min(65536 / (min_regs * threads)).max(1));
+    let AlphaIo { t_dim, e_dim, s, bias, alpha } = alpha_io(&mut b, w as i64, c.abps);
+
+    let sb = b.shared("bias", DType::F32, 1, ep, 1, Swizzle::None);
+    let cand = b.shared("cand", DType::F32, w, ep, 1, Swizzle::None);
+    let cnt = b.shared("ncand", DType::I32, 1, w, 1, Swizzle::None);
+    let in_row = |e: &Expr| -> Expr { if spec.full { Expr::Bool(true) } else { e.lt(e_dim.clone()) } };
+
+    // The counters start at zero; the bias staging's barrier orders this before the loop.
+    b.threads(|b| {
+        b.if_(Expr::thread_idx().lt(w as i64), |b| b.shared_store(cnt, 0i64, 0i64, Expr::thread_idx(), 0i64));
+    });
+    stage_bias(&mut b, bias, sb, &e_dim, ep, threads);
+    let step = Expr::grid_dim(0) * w as i64;
+    b.for_("tok0", Expr::block_idx(0) * w as i64, t_dim.clone(), step, |b, tok0| {
+        b.threads(|b| {
+            // Every lane runs the warp statements: a warp past the last token works on the last one and
+            // writes nothing.
+            let t = b.let_("t", &tok0 + Expr::warp_idx());
+            let tc = b.let_("tc", t.clone().min(t_dim.clone() - 1i64));
+            let base = b.let_("base", &tc * e_dim.clone());
+            let raws: Vec<Expr> = (0..epl)
+                .map(|j| {
+                    let e = Expr::lane_idx() + (32 * j) as i64;
+                    let ld = Expr::load(s, &base + e.clone());
+                    let ld = if spec.full { ld } else { Expr::select(in_row(&e), ld, 0.0f64) };
+                    b.let_("raw", ld)
+                })
+                .collect();
+            let vals: Vec<Expr> = raws
+                .into_iter()
+                .enumerate()
+                .map(|(j, raw)| {
+                    let e = Expr::lane_idx() + (32 * j) as i64;
+                    let v = raw + Expr::shared_load(sb, 0i64, 0i64, e.clone());
+                    let v = if spec.full { v } else { Expr::select(in_row(&e), v, neg_inf()) };
+                    b.let_("v", v)
+                })
+                .collect();
+            let m = b.let_("m", tree(vals.clone(), &|x, y| x.max(y)));
+            let l = warp_kth_largest_rows(b, vec![m], k).remove(0);
+            let l = b.let_("l", l);
+            // This lane's values >= L, counted in f32 (exact small integers; FSET and FADD, a tree).
+            let c = b.let_(
+                "cnt",
+                tree(vals.iter().map(|v| Expr::select(v.ge(l.clone()), 1.0f64, 0.0f64)).collect(), &|x, y| x + y),
+            );
+            // The previous token's reads of the candidate row and the counter are done.
+            b.warp_sync();
+            // The lane's first slot: one shared atomic per lane with candidates (instead of a warp scan).
+            let pos = b.let_var("pos", 0i64);
+            b.if_(c.gt(0.0f64), |b| {
+                let tgt =
+                    AtomicTarget::Shared { buf: cnt, index: Expr::Int(0), row: Expr::Int(0), col: Expr::warp_idx() };
+                let p0 = b.atomic_fetch("p0", tgt, AtomicOp::Add, c.to_int());
+                b.assign(pos, p0);
+            });
+            for v in &vals {
+                b.if_(v.ge(l.clone()), |b| {
+                    b.shared_store(cand, 0i64, Expr::warp_idx(), ival(pos), v.clone());
+                    b.assign(pos, ival(pos) + 1i64);
+                });
+            }
+            b.warp_sync();
+            let n = b.let_("n", Expr::shared_load(cnt, 0i64, 0i64, Expr::warp_idx()));
+            let mine = Expr::shared_load(cand, 0i64, Expr::warp_idx(), Expr::lane_idx());
+            let mine = b.let_("mine", Expr::select(Expr::lane_idx().lt(n.clone()), mine, neg_inf()));
+            let a = warp_kth_largest_rows(b, vec![mine], k).remove(0);
+            b.if_(t.lt(t_dim.clone()), |b| {
+                b.if_else(
+                    n.le(32i64),
+                    |b| b.if_(Expr::lane_idx().eq(0i64), |b| b.store_scalar(alpha, t.clone(), a.clone())),
+                    |b| {
+                        // More (ties): rank every candidate (ties by slot); the one of rank k is alpha.
+                        b.for_("i", Expr::lane_idx(), n.clone(), 32i64, |b, i| {
+                            let v = b.let_("cv", Expr::shared_load(cand, 0i64, Expr::warp_idx(), i.clone()));
+                            let rank = b.let_var("rank", 0i64);
+                            b.for_("j", 0i64, n.clone(), 1i64, |b, j| {
+                                let x = Expr::shared_load(cand, 0i64, Expr::warp_idx(), j.clone());
+                                let before = x.gt(v.clone()).or(x.eq(v.clone()).and(j.lt(i.clone())));
+                                b.assign(rank, ival(rank) + Expr::select(before, 1i64, 0i64));
+                            });
+                            b.if_(ival(rank).eq(k as i64), |b| b.store_scalar(alpha, t.clone(), v.clone()));
+                        });
+                    },
+                );
+            });
+            // Every lane has read the counter: zero it for the next token.
+            b.warp_sync();
+            b.if_(Expr::lane_idx().eq(0i64), |b| b.shared_store(cnt, 0i64, 0i64, Expr::warp_idx(), 0i64));
+        });
+    });
+    Ok(b.finish()?)
+}
+
 /// A balanced tree of `op` over `xs` (depth log2 of the count instead of a chain).
 fn tree(mut xs: Vec<Expr>, op: &dyn Fn(Expr, Expr) -> Expr) -> Expr {
     while xs.len() > 1 {
@@ -865,6 +1022,8 @@ pub struct HistSpec {
     pub fx: u32,
     /// Banked partials flushed as the packed u16 pairs (else one u32 per slot, `[P E, B+2]`).
     pub packed: bool,
+    /// Banked: the branch-free bin rule `slot_select` (else `slot_expr_lean`).
+    pub select: bool,
 }
 
 /// Row width in u32 words of packed partials: the words of a histogram rounded up to 8 (32 bytes).
@@ -914,6 +1073,22 @@ fn slot_expr_lean(x: &Expr, lo: &Expr, hi: &Expr, scale: &Expr, bins: u32) -> Ex
     Expr::select(x.lt(lo.clone()), 0i64, Expr::select(x.ge(hi.clone()), (bins + 1) as i64, bin_plus_1))
 }
 
+/// [`slot_expr_lean`] without a branch: ptxas compiles the nested selects of a slot whose arithmetic sits inside
+/// them into a branch around that arithmetic per element (`BSSY`/`BRA`/`BSYNC`, the scale reloaded from the
+/// constant bank, and divergence where lanes' values fall outside `[lo, hi)`). Here the arithmetic is a
+/// statement of its own, computed for every value, and the two range tests select among three floats whose
+/// bits are the slot plus 2^23: `2^23` (slot 0, `x < lo`), `2^23 + B + 1` (`x >= hi`), and
+/// `min(floor((x - lo) scale), B - 1) + 2^23 + 1` (exact: a small integral float plus 2^23 + 1). Bit for bit
+/// the reference's slot wherever it is selected; where it is not (values outside the range, infinite plain
+/// values) the unselected float is never read.
+fn slot_select(b: &mut KernelBuilder, x: &Expr, lo: &Expr, hi: &Expr, scale: &Expr, bins: u32) -> Expr {
+    let f = ((x - lo.clone()) * scale.clone()).floor().min((bins - 1) as f64) + 8_388_609.0f64;
+    let f = b.let_("f", f);
+    let r =
+        Expr::select(x.lt(lo.clone()), 8_388_608.0f64, Expr::select(x.ge(hi.clone()), (8_388_609 + bins) as f64, f));
+    r.bits() - 0x4B00_0000i64
+}
+
 /// Build a histogram kernel. Arguments: `s [T, E]`, (`alpha [T]`), (`zoom [4, E]`), then `partials [P E, B+2]`
 /// (or `counts [E, B+2]` and the int argument `P` with `MERGE=atomic`); scalars `CH` (tokens per chunk) and,
 /// without zoom, `lo`, `hi`, `scale`. Grid `(ceil(E / ES), P)`.
@@ -937,7 +1112,8 @@ pub fn build_hist(spec: &HistSpec, c: &Cfg) -> Result<Kernel, OpError> {
         } else {
             format!("_bk_fx{}", spec.fx)
         }
-    ) + if spec.banked && !spec.atomic && !spec.packed { "_wide" } else { "" };
+    ) + if spec.banked && !spec.atomic && !spec.packed { "_wide" } else { "" }
+        + if spec.select { "_sel" } else { "" };
     let mut b = KernelBuilder::new(&name, nt);
     let mut kn = Knobs::new()
         .with("HT", nt as i64)
@@ -949,6 +1125,9 @@ pub fn build_hist(spec: &HistSpec, c: &Cfg) -> Result<Kernel, OpError> {
         kn = kn.with("HFX", spec.fx as i64);
         if !spec.atomic {
             kn = kn.with("PPACK", if spec.packed { "packed" } else { "wide" });
+        }
+        if spec.select {
+            kn = kn.with("HBIN", "select");
         }
     }
     b.knobs(kn);
@@ -1015,8 +1194,13 @@ pub fn build_hist(spec: &HistSpec, c: &Cfg) -> Result<Kernel, OpError> {
                 }
             };
             let count = |b: &mut KernelBuilder, x: Expr| {
-                let slot = if banked { slot_expr_lean } else { slot_expr };
-                let sl = b.let_("slot", slot(&x, &lo, &hi, &scale, bins));
+                let sl = if spec.select {
+                    let e = slot_select(b, &x, &lo, &hi, &scale, bins);
+                    b.let_("slot", e)
+                } else {
+                    let slot = if banked { slot_expr_lean } else { slot_expr };
+                    b.let_("slot", slot(&x, &lo, &hi, &scale, bins))
+                };
                 // The u16 half of the slot: 1 or 1 << 16.
                 let inc =
                     if banked { sl.bitand(1i64) * 65535i64 + 1i64 } else { Expr::Int(1).shl(sl.bitand(1i64) * 16i64) };
@@ -1710,7 +1894,9 @@ pub fn kernel_set(pb: &Problem, knobs: &Knobs) -> Result<KernelSet, OpError> {
     let (binned, negate, alpha) = match pb.kind {
         Kind::Qb { k } => {
             let spec = AlphaSpec::for_shape(pb.e, k);
-            let a = if c.ring_alpha && k < 32 {
+            let a = if c.lean_alpha && k < 32 {
+                build_alpha_lean(&spec, &c)?
+            } else if c.ring_alpha && k < 32 {
                 build_alpha_ring(&spec, &c, pb.e)?
             } else if c.warp_alpha && k < 32 {
                 build_alpha_warp(&spec, &c)?
@@ -1722,7 +1908,17 @@ pub fn kernel_set(pb: &Problem, knobs: &Knobs) -> Result<KernelSet, OpError> {
         Kind::Column { .. } => (Binned::Plain, false, None),
     };
     let packed = c.packed_partials();
-    let hs = HistSpec { bins, binned, zoom: false, es, atomic: c.atomic, banked: c.banked, fx: c.fx(pb.bins), packed };
+    let hs = HistSpec {
+        bins,
+        binned,
+        zoom: false,
+        es,
+        atomic: c.atomic,
+        banked: c.banked,
+        fx: c.fx(pb.bins),
+        packed,
+        select: c.banked && c.bin_select,
+    };
     let first = if pb.two_pass { LocatePass::First } else { LocatePass::Single };
     let lu = c.lu;
     let locate = build_locate(&LocateSpec { bins, pass: first, write_counts: !c.atomic, negate, packed, lu })?;

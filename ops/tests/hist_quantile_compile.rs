@@ -25,6 +25,16 @@ fn knob_points() -> Vec<k3k_ir::Knobs> {
         d.clone().with("ASEL", "ring").with("AW", 7i64).with("ASTAGES", 3i64).with("ABPS", 2i64),
         d.clone().with("ASEL", "ring").with("AW", 7i64).with("ASTAGES", 2i64).with("PPACK", "packed").with("LU", 8i64),
         d.clone().with("MERGE", "atomic").with("ASEL", "ring").with("AW", 14i64).with("ASTAGES", 2i64),
+        d.clone().with("ASEL", "lean"),
+        d.clone().with("ASEL", "lean").with("ABPS", 6i64).with("HBIN", "select"),
+        d.clone()
+            .with("ASEL", "lean")
+            .with("HBIN", "select")
+            .with("HKB", 33i64)
+            .with("HU", 4i64)
+            .with("HBLOCKS", 528i64),
+        d.clone().with("HBIN", "select").with("MERGE", "atomic").with("PPACK", "packed"),
+        d.clone().with("ASEL", "lean").with("AW", 16i64).with("HBIN", "select").with("HT", 256i64).with("HU", 16i64),
     ]
 }
 

@@ -91,8 +91,13 @@ fn qb_edge_cases() {
         // Two tokens per warp and step (rows past T in the second half, odd T) with the packed partials.
         // The cp.async-ring alpha (three stages of 8 rows; two stages of 7 rows) and batched locate loads.
         let ring = default_knobs().with("ASEL", "ring");
+        // The lean warp alpha (atomic candidate slots) with the branch-free bin rule: 8 warps, and 3 warps with
+        // 16-expert histogram blocks and the packed partials.
+        let lean = default_knobs().with("ASEL", "lean").with("HBIN", "select");
         for knobs in [
             default_knobs(),
+            lean.clone(),
+            lean.clone().with("AW", 3i64).with("HKB", 33i64).with("PPACK", "packed").with("HBLOCKS", 528i64),
             packed.clone().with("ATPW", 2i64).with("AW", 1i64),
             ring.clone().with("LU", 4i64),
             ring.with("AW", 7i64).with("ASTAGES", 2i64).with("PPACK", "packed").with("LU", 8i64),
@@ -142,6 +147,8 @@ fn qb_many_tied_alpha_candidates() {
         two.with("AW", 1i64),
         ring.clone(),
         ring.with("AW", 2i64).with("ASTAGES", 4i64),
+        default_knobs().with("ASEL", "lean"),
+        default_knobs().with("ASEL", "lean").with("AW", 1i64),
     ] {
         for k in [0usize, 16, 31] {
             let p = qb(t as i64, e as i64, k as i64, 64, 0, 0);
@@ -155,22 +162,67 @@ fn qb_many_tied_alpha_candidates() {
 #[test]
 fn column_edge_cases() {
     let s = seed();
-    let knobs = default_knobs();
-    for (i, p) in [
-        column(50, 7, 32, 0, 0, 500_000, 0, 1000),
-        column(50, 7, 32, 1, 0, 900_000, -1000, 1000),
-        column(30, 5, 16, 0, 1, 250_000, 0, 1000), // ties on a grid with hi itself (overflow)
-        column(30, 5, 16, 1, 1, 1_000_000, 0, 1000),
-        column(12, 3, 64, 1, 2, 0, -3000, 5000), // all-equal columns, fraction 0
-        column(40, 6, 10, 0, 3, 333_333, 250, 750), // exactly on bin edges, lo, hi, one ulp below
-        column(40, 6, 10, 1, 3, 666_667, 250, 750),
-        column(1, 1, 1, 0, 0, 500_000, 0, 1000),
-    ]
-    .iter()
-    .enumerate()
-    {
-        let inst = HistQuantileColumn.instance(p, s + i as u64).unwrap();
-        assert_ok(inst.as_ref(), &knobs);
+    for knobs in [default_knobs(), default_knobs().with("HBIN", "select")] {
+        for (i, p) in [
+            column(50, 7, 32, 0, 0, 500_000, 0, 1000),
+            column(50, 7, 32, 1, 0, 900_000, -1000, 1000),
+            column(30, 5, 16, 0, 1, 250_000, 0, 1000), // ties on a grid with hi itself (overflow)
+            column(30, 5, 16, 1, 1, 1_000_000, 0, 1000),
+            column(12, 3, 64, 1, 2, 0, -3000, 5000), // all-equal columns, fraction 0
+            column(40, 6, 10, 0, 3, 333_333, 250, 750), // exactly on bin edges, lo, hi, one ulp below
+            column(40, 6, 10, 1, 3, 666_667, 250, 750),
+            column(1, 1, 1, 0, 0, 500_000, 0, 1000),
+        ]
+        .iter()
+        .enumerate()
+        {
+            let inst = HistQuantileColumn.instance(p, s + i as u64).unwrap();
+            assert_ok(inst.as_ref(), &knobs);
+        }
+    }
+}
+
+/// The branch-free bin rule (`HBIN=select`) on the values where its unconditional arithmetic is not the slot:
+/// infinite plain values (the arithmetic gives inf or -inf), values just below `lo` whose scaled difference
+/// underflows to -0 (a scale below 1/2 and `lo` = 0: `floor(-0) = -0` would be bin 0 without the range test),
+/// `lo`, `hi`, one ulp around both, and far outside; counts exact against the reference and equal to the
+/// branching rule's, with the wide, packed and atomic flushes.
+#[test]
+fn select_bin_rule_at_infinities_and_underflow() {
+    let (t, e) = (37usize, 5usize);
+    let tiny = f32::from_bits(1); // the smallest subnormal
+    let levels = [
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        0.0,
+        -0.0,
+        -tiny,
+        tiny,
+        -1e-38,
+        4.0,
+        f32::from_bits(4.0f32.to_bits() - 1),
+        f32::from_bits(4.0f32.to_bits() + 1),
+        1.0,
+        2.5,
+        -1e30,
+        1e30,
+        3.999,
+    ];
+    let sc: Vec<f32> = (0..t * e).map(|i| levels[(i * 7 + i / e) % levels.len()]).collect();
+    // [lo, hi) = [0, 4) with B = 1 (scale 0.25: -tiny * 0.25 rounds to -0) and B = 3 (scale 0.75).
+    for bins in [1i64, 3] {
+        let p = column(t as i64, e as i64, bins, 0, 0, 500_000, 0, 4000);
+        let pb = Problem::from_preset(OP_COLUMN, &p).unwrap();
+        let inst = QbInstance::new(pb, sc.clone(), None, 3).unwrap();
+        let branch = assert_ok(&inst, &default_knobs());
+        for knobs in [
+            default_knobs().with("HBIN", "select"),
+            default_knobs().with("HBIN", "select").with("MERGE", "atomic"),
+            default_knobs().with("HBIN", "select").with("PPACK", "packed").with("HKB", 33i64),
+        ] {
+            let out = assert_ok(&inst, &knobs);
+            assert_eq!(out.get("counts").unwrap(), branch.get("counts").unwrap(), "B{bins} {knobs}");
+        }
     }
 }
 
@@ -194,6 +246,15 @@ fn atomic_flush_and_other_knobs() {
         default_knobs().with("ASEL", "ring").with("MERGE", "atomic").with("ABPS", 1i64),
         default_knobs().with("ASEL", "ring").with("AW", 3i64).with("ASTAGES", 3i64).with("LU", 4i64),
         default_knobs().with("PPACK", "packed").with("LU", 4i64).with("HBLOCKS", 792i64),
+        default_knobs().with("ASEL", "lean").with("HBIN", "select").with("MERGE", "atomic").with("ABPS", 1i64),
+        default_knobs()
+            .with("ASEL", "lean")
+            .with("AW", 2i64)
+            .with("HBIN", "select")
+            .with("HT", 256i64)
+            .with("HU", 16i64),
+        default_knobs().with("ASEL", "lean").with("ABPS", 6i64).with("HBIN", "select").with("HKB", 33i64),
+        default_knobs().with("HBIN", "select").with("HLAYOUT", "rows"),
     ];
     for (i, kn) in knob_sets.iter().enumerate() {
         let inst = HistQuantileQb.instance(&qb(70, 40, 4, 64, 1, 0), s + i as u64).unwrap();
