@@ -50,6 +50,15 @@ fn run_on_gpu(ctx: &Arc<CudaContext>, c: &Case) -> Result<Vec<HostTensor>, Strin
             (_, v) => Arg::I(v.as_int()),
         })
         .collect();
+    let addrs: Vec<u64> = bufs
+        .iter()
+        .map(|b| {
+            use cudarc::driver::DevicePtr;
+            b.device_ptr(&stream).0
+        })
+        .collect();
+    let shapes: Vec<&[usize]> = c.tensors.iter().map(|t| t.shape.as_slice()).collect();
+    let maps = k3k_codegen::tensor_map::encode(k, &shapes, &addrs).map_err(|e| e.to_string())?;
     let mut lb = stream.launch_builder(&f);
     for b in &bufs {
         lb.arg(b);
@@ -60,12 +69,15 @@ fn run_on_gpu(ctx: &Arc<CudaContext>, c: &Case) -> Result<Vec<HostTensor>, Strin
             Arg::F(v) => lb.arg(v),
         };
     }
+    for m in &maps {
+        lb.arg(m);
+    }
     let cfg = LaunchConfig {
         grid_dim: (grid[0], grid[1], grid[2]),
         block_dim: (k.threads, 1, 1),
         shared_mem_bytes: k.shared_bytes() as u32,
     };
-    // SAFETY: the arguments match the rendered signature (tensor pointers, then one scalar per symbol), and
+    // SAFETY: the arguments match the rendered signature (tensor pointers, then one scalar per symbol, then the tensor maps), and
     // every buffer holds its whole tensor.
     unsafe { lb.launch(cfg) }.map_err(|e| format!("launch: {e:?}"))?;
     stream.synchronize().map_err(|e| format!("synchronize: {e:?}"))?;
