@@ -31,17 +31,19 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(unsigned char* bar, unsign
 __device__ __forceinline__ void mbar_arrive(unsigned char* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
 }
-// Wait until the phase of parity PARITY has completed (try_wait suspends for a bounded time per attempt).
+// Wait until the phase of parity PARITY has completed (try_wait suspends for a bounded time per attempt). The
+// retry loop is one asm block with labels local to its braces (as CUTLASS's ClusterBarrier::wait).
 __device__ __forceinline__ void mbar_wait(unsigned char* bar, int parity) {
-  const unsigned a = smem_u32(bar);
-  unsigned done;
-  do {
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(a), "r"(parity)
-        : "memory");
-  } while (!done);
+  asm volatile(
+      "{\n.reg .pred p;\nK3K_MBAR_WAIT:\nmbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n@p bra "
+      "K3K_MBAR_DONE;\nbra K3K_MBAR_WAIT;\nK3K_MBAR_DONE:\n}\n" ::"r"(smem_u32(bar)),
+      "r"(parity)
+      : "memory");
+}
+// Thread 0 alone waits (a producer); its warp reconverges before going on.
+__device__ __forceinline__ void mbar_wait_elected(unsigned char* bar, int parity) {
+  if (threadIdx.x == 0) mbar_wait(bar, parity);
+  __syncwarp();
 }
 // Thread 0 starts the copy of one box at element coordinates C (innermost first) into DST, completing its
 // bytes on BAR. Elements outside the tensor are written as zero.

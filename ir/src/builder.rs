@@ -361,7 +361,11 @@ impl KernelBuilder {
     }
     /// Every thread waits for the phase of parity `parity` of `bar[index]`.
     pub fn mbar_wait(&mut self, bar: MbarId, index: impl Into<Expr>, parity: impl Into<Expr>) {
-        self.push(Stmt::MbarWait { bar: MbarRef { bar, index: index.into() }, parity: parity.into() });
+        self.push(Stmt::MbarWait { bar: MbarRef { bar, index: index.into() }, parity: parity.into(), elected: false });
+    }
+    /// Thread 0 alone waits for the phase of parity `parity` of `bar[index]` (see [`Stmt::MbarWait`]).
+    pub fn mbar_wait_elected(&mut self, bar: MbarId, index: impl Into<Expr>, parity: impl Into<Expr>) {
+        self.push(Stmt::MbarWait { bar: MbarRef { bar, index: index.into() }, parity: parity.into(), elected: true });
     }
     /// Thread 0: one TMA box copy into `dst`, completing on `bar[bar_index]` (coords innermost first).
     pub fn tma_load(

@@ -327,8 +327,15 @@ pub enum Stmt {
     MbarArriveExpectTx { bar: MbarRef, bytes: u32 },
     /// Every thread of the block arrives on the barrier (`threads` arrivals).
     MbarArrive { bar: MbarRef },
-    /// Every thread waits until the barrier's phase of parity `parity` (an int, 0 or 1) has completed.
-    MbarWait { bar: MbarRef, parity: Expr },
+    /// Every thread waits until the barrier's phase of parity `parity` (an int, 0 or 1) has completed; with
+    /// `elected`, only thread 0 waits (a producer waiting for a slot to be released before refilling it, while
+    /// the other threads go on; the CPU backends, which run the block as one, check the same wait).
+    MbarWait {
+        bar: MbarRef,
+        parity: Expr,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        elected: bool,
+    },
     /// Thread 0 starts a bulk tensor copy of one box (see [`TmaLoad`], [`crate::tma`]); it completes the
     /// box's bytes on its barrier. Reading the destination is only valid after a wait on that barrier's phase.
     TmaLoad(Box<TmaLoad>),

@@ -288,8 +288,9 @@ fn body(k: &Kernel, b: &[Stmt], depth: usize, s: &mut String) {
             Stmt::MbarArrive { bar } => {
                 let _ = writeln!(s, "{pad}mbar_arrive {}", mbar_ref(k, bar));
             }
-            Stmt::MbarWait { bar, parity } => {
-                let _ = writeln!(s, "{pad}mbar_wait {} parity={}", mbar_ref(k, bar), expr(k, parity));
+            Stmt::MbarWait { bar, parity, elected } => {
+                let who = if *elected { " (thread 0)" } else { "" };
+                let _ = writeln!(s, "{pad}mbar_wait {} parity={}{who}", mbar_ref(k, bar), expr(k, parity));
             }
             Stmt::TmaLoad(t) => {
                 let coords: Vec<String> = t.coords.iter().map(|c| expr(k, c)).collect();

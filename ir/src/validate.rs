@@ -1202,7 +1202,7 @@ impl<'a> Checker<'a> {
                 }
             }
             Stmt::MbarArrive { bar } => self.mbar_ref(bar)?,
-            Stmt::MbarWait { bar, parity } => {
+            Stmt::MbarWait { bar, parity, .. } => {
                 self.mbar_ref(bar)?;
                 self.scalar(parity, ScalarTy::Int, "mbarrier wait parity")?;
             }

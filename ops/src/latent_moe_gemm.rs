@@ -391,10 +391,12 @@ pub fn build_kernel(spec: &GemmSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
             b.tensor_map("w_map", w, &[bk, half_rows], Swizzle::Xor16B)
         };
         let full = b.mbarriers("full", st);
-        (xm, wm, full)
+        let empty = b.mbarriers("empty", st);
+        (xm, wm, full, empty)
     });
-    let kbase = tma.map(|(_, _, full)| {
+    let kbase = tma.map(|(_, _, full, empty)| {
         b.mbar_init(full, 1);
+        b.mbar_init(empty, threads);
         b.let_var("kbase", 0i64)
     });
     let use_of = |kt: &Expr| -> Expr {
@@ -412,7 +414,10 @@ pub fn build_kernel(spec: &GemmSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
     let stage_bytes = 2 * bk * (bm + bn);
     let load_stage = |b: &mut KernelBuilder, cs: &Coords, kt: Expr| {
         let slot = use_of(&kt) % st as i64;
-        if let Some((xm, wm, full)) = tma {
+        if let Some((xm, wm, full, empty)) = tma {
+            // The producer (thread 0) waits until every thread has released the slot's previous use (`use -
+            // STAGES`: phase `use / STAGES - 1` of its empty barrier; a fresh barrier passes parity 1 at once).
+            b.mbar_wait_elected(empty, slot.clone(), (use_of(&kt) / st as i64 + 1i64) % 2i64);
             let k0 = kt * bk as i64;
             b.mbar_arrive_expect_tx(full, slot.clone(), stage_bytes);
             // Rows past the group's end come from the next group (or read zero past M): never stored.
@@ -506,13 +511,14 @@ pub fn build_kernel(spec: &GemmSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
             b.for_("kt", 0i64, k_tiles.clone(), 1i64, |b, kt| {
                 if !c.tma {
                     b.wait(st - 3);
+                    // Every warpgroup is done with the product that last read the slot refilled here.
+                    b.barrier();
                 }
-                // Every warpgroup is done with the product that last read the slot refilled here.
-                b.barrier();
+                // (LOAD=tma: the producer waits for the slot's empty barrier instead.)
                 let next = &kt + (st - 2) as i64;
                 b.if_(next.lt(k_tiles.clone()), |b| load_stage(b, cs, next.clone()));
                 let slot = use_of(&kt) % st as i64;
-                if let Some((_, _, full)) = tma {
+                if let Some((_, _, full, _)) = tma {
                     b.mbar_wait(full, slot.clone(), (use_of(&kt) / st as i64) % 2i64);
                 } else {
                     b.commit();
@@ -522,9 +528,17 @@ pub fn build_kernel(spec: &GemmSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
                 let accumulate = kt.gt(0i64);
                 weight_products(b, acc, acc_up, a, sb, slot, bn, bk, Some(accumulate));
                 b.mma_wait(groups);
+                // The previous k-step's products are complete: release their slot to the producer.
+                if let Some((_, _, _, empty)) = tma {
+                    b.if_(kt.gt(0i64), |b| b.mbar_arrive(empty, (use_of(&kt) - 1i64) % st as i64));
+                }
             });
             tail(b);
             b.mma_wait(0);
+            if let Some((_, _, _, empty)) = tma {
+                let last = use_of(&(k_tiles.clone() - 1i64));
+                b.if_(k_tiles.gt(0i64), |b| b.mbar_arrive(empty, last % st as i64));
+            }
             // K = 0: no product ran, the result is zero.
             b.if_(k_tiles.le(0i64), |b| {
                 b.map(acc, 0.0f64);

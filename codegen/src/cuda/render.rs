@@ -350,8 +350,9 @@ impl<'a> Renderer<'a> {
                 let line = format!("k3k::mbar_arrive({});", self.mbar_ptr(bar));
                 self.line(&line);
             }
-            Stmt::MbarWait { bar, parity } => {
-                let line = format!("k3k::mbar_wait({}, (int)({}));", self.mbar_ptr(bar), self.e(parity, Ctx::Scalar));
+            Stmt::MbarWait { bar, parity, elected } => {
+                let f = if *elected { "mbar_wait_elected" } else { "mbar_wait" };
+                let line = format!("k3k::{f}({}, (int)({}));", self.mbar_ptr(bar), self.e(parity, Ctx::Scalar));
                 self.line(&line);
             }
             Stmt::TmaLoad(t) => {

@@ -1798,8 +1798,8 @@ pub fn fp4_gemv() -> Case {
 /// swizzled tiles (read back through the swizzled shared layout, so a swizzle mismatch shows), with boxes
 /// partly (K 64..128, rows 48..112, w rows 24..56) and fully-negative-offset (K -8.., rows -5..) outside the
 /// tensors, which must read as zero. Stage s waits on `full[s]` with parity 0; stage 0 is then refilled and
-/// waited on with parity 1; a block-wide `MbarArrive` barrier (count = threads) separates the reads of stage 0
-/// from its refill. Every element is checked exactly.
+/// waited on with parity 1; a block-wide `MbarArrive` barrier (count = threads) that thread 0 alone waits on
+/// (`elected`, the producer's wait) separates the reads of stage 0 from its refill. Every element is checked exactly.
 pub fn tma_mbarrier() -> Case {
     let (m, kd, g, n) = (70usize, 72usize, 3usize, 40usize);
     let mut b = KernelBuilder::new("p_tma_mbarrier", 128);
@@ -1840,9 +1840,9 @@ pub fn tma_mbarrier() -> Case {
     issue(&mut b, rounds[1]);
     read(&mut b, 0, 0, 0);
     read(&mut b, 1, 1, 0);
-    // Every thread is done reading stage 0 before its refill.
+    // Every thread is done reading stage 0 before its refill: all arrive, the producer (thread 0) waits.
     b.mbar_arrive(done, 0i64);
-    b.mbar_wait(done, 0i64, 0i64);
+    b.mbar_wait_elected(done, 0i64, 0i64);
     issue(&mut b, rounds[2]);
     read(&mut b, 0, 2, 1);
     let k = b.finish().unwrap();

@@ -157,7 +157,7 @@ impl Block<'_> {
                 self.mbar(bar, MbarOp::Arrive { n: 1, tx: *bytes as i64 }, tensors)?
             }
             Stmt::MbarArrive { bar } => self.mbar(bar, MbarOp::Arrive { n: k.threads as i64, tx: 0 }, tensors)?,
-            Stmt::MbarWait { bar, parity } => {
+            Stmt::MbarWait { bar, parity, .. } => {
                 let p = self.int(parity, tensors)?;
                 self.mbar(bar, MbarOp::Wait(p), tensors)?
             }

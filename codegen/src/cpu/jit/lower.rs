@@ -355,7 +355,7 @@ impl<'a> Types<'a> {
                 Stmt::MbarArriveExpectTx { bar, .. } | Stmt::MbarArrive { bar } => {
                     self.ty(&bar.index)?;
                 }
-                Stmt::MbarWait { bar, parity } => {
+                Stmt::MbarWait { bar, parity, .. } => {
                     self.ty(&bar.index)?;
                     self.ty(parity)?;
                 }
@@ -927,7 +927,7 @@ impl<'a, 'f> Lower<'a, 'f> {
                 let i = self.int(&bar.index)?;
                 self.host_tile(s, &[i]);
             }
-            Stmt::MbarWait { bar, parity } => {
+            Stmt::MbarWait { bar, parity, .. } => {
                 let p = self.int(parity)?;
                 let i = self.int(&bar.index)?;
                 self.host_tile(s, &[i, p]);
