@@ -1,5 +1,6 @@
 //! Every primitive case of `common/cases.rs` on a real GPU, checked like the interpreter's result. Runs only
-//! with `K3K_GPU=1` (the test passes trivially elsewhere, so `cargo test` stays green without a GPU).
+//! with `K3K_GPU=1` (the test passes trivially elsewhere, so `cargo test` stays green without a GPU);
+//! `K3K_GPU_CASES=name,...` runs only the cases whose names contain one of the given strings.
 //!
 //! A self-contained launcher (cudarc's driver API): PTX from NVRTC, JIT-loaded by the driver; tensors in
 //! kernel order as device pointers, then one `long long` or `float` per symbol, as the renderer declares them.
@@ -100,8 +101,14 @@ fn primitives_on_gpu() {
     }
     let ctx = CudaContext::new(0).expect("a CUDA device");
     let mut failed = vec![];
+    // `K3K_GPU_CASES=a,b`: only the cases whose names contain one of these (e.g. `tma` for `tma_mbarrier`).
+    let only: Option<Vec<String>> =
+        std::env::var("K3K_GPU_CASES").ok().map(|v| v.split(',').map(|s| s.trim().to_string()).collect());
     for c in cases::all() {
         let name = c.name;
+        if only.as_ref().is_some_and(|o| !o.iter().any(|f| name.contains(f.as_str()))) {
+            continue;
+        }
         let result = run_on_gpu(&ctx, &c).and_then(|out| {
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (c.check)(&out))).map_err(|p| {
                 p.downcast_ref::<String>()
