@@ -13,6 +13,7 @@ pub mod cpu;
 pub mod cuda;
 pub mod nvrtc;
 pub mod ptxas;
+pub mod tensor_map;
 pub mod toolchain;
 
 pub use cache::CompiledModule;

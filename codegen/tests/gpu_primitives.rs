@@ -1,5 +1,6 @@
 //! Every primitive case of `common/cases.rs` on a real GPU, checked like the interpreter's result. Runs only
-//! with `K3K_GPU=1` (the test passes trivially elsewhere, so `cargo test` stays green without a GPU).
+//! with `K3K_GPU=1` (the test passes trivially elsewhere, so `cargo test` stays green without a GPU);
+//! `K3K_GPU_CASES=name,...` runs only the cases whose names contain one of the given strings.
 //!
 //! A self-contained launcher (cudarc's driver API): PTX from NVRTC, JIT-loaded by the driver; tensors in
 //! kernel order as device pointers, then one `long long` or `float` per symbol, as the renderer declares them.
@@ -50,6 +51,15 @@ fn run_on_gpu(ctx: &Arc<CudaContext>, c: &Case) -> Result<Vec<HostTensor>, Strin
             (_, v) => Arg::I(v.as_int()),
         })
         .collect();
+    let addrs: Vec<u64> = bufs
+        .iter()
+        .map(|b| {
+            use cudarc::driver::DevicePtr;
+            b.device_ptr(&stream).0
+        })
+        .collect();
+    let shapes: Vec<&[usize]> = c.tensors.iter().map(|t| t.shape.as_slice()).collect();
+    let maps = k3k_codegen::tensor_map::encode(k, &shapes, &addrs).map_err(|e| e.to_string())?;
     let mut lb = stream.launch_builder(&f);
     for b in &bufs {
         lb.arg(b);
@@ -60,12 +70,15 @@ fn run_on_gpu(ctx: &Arc<CudaContext>, c: &Case) -> Result<Vec<HostTensor>, Strin
             Arg::F(v) => lb.arg(v),
         };
     }
+    for m in &maps {
+        lb.arg(m);
+    }
     let cfg = LaunchConfig {
         grid_dim: (grid[0], grid[1], grid[2]),
         block_dim: (k.threads, 1, 1),
         shared_mem_bytes: k.shared_bytes() as u32,
     };
-    // SAFETY: the arguments match the rendered signature (tensor pointers, then one scalar per symbol), and
+    // SAFETY: the arguments match the rendered signature (tensor pointers, then one scalar per symbol, then the tensor maps), and
     // every buffer holds its whole tensor.
     unsafe { lb.launch(cfg) }.map_err(|e| format!("launch: {e:?}"))?;
     stream.synchronize().map_err(|e| format!("synchronize: {e:?}"))?;
@@ -88,8 +101,14 @@ fn primitives_on_gpu() {
     }
     let ctx = CudaContext::new(0).expect("a CUDA device");
     let mut failed = vec![];
+    // `K3K_GPU_CASES=a,b`: only the cases whose names contain one of these (e.g. `tma` for `tma_mbarrier`).
+    let only: Option<Vec<String>> =
+        std::env::var("K3K_GPU_CASES").ok().map(|v| v.split(',').map(|s| s.trim().to_string()).collect());
     for c in cases::all() {
         let name = c.name;
+        if only.as_ref().is_some_and(|o| !o.iter().any(|f| name.contains(f.as_str()))) {
+            continue;
+        }
         let result = run_on_gpu(&ctx, &c).and_then(|out| {
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (c.check)(&out))).map_err(|p| {
                 p.downcast_ref::<String>()

@@ -72,10 +72,11 @@ primitive!(
     dequant_fp4_stream_prefetch,
     fp4_gemv,
     exp2_ftz,
+    tma_mbarrier,
 );
 
 #[test]
 fn every_case_is_listed() {
     // `cases::all` feeds the GPU run; keep it in step with the list above.
-    assert_eq!(cases::all().len(), 34);
+    assert_eq!(cases::all().len(), 35);
 }

@@ -5,6 +5,7 @@ use crate::dtype::{DType, ScalarTy};
 use crate::expr::{ArrId, Expr, SharedId, SymId, TensorId, TileId, VarId, VecId};
 use crate::kernel::*;
 use crate::knob::Knobs;
+use crate::tma::{MbarDecl, MbarId, MbarRef, TensorMapDecl, TmaLoad, TmapId};
 use crate::validate::{IrError, validate};
 
 /// Builds one [`Kernel`].
@@ -31,6 +32,8 @@ impl KernelBuilder {
                 body: vec![],
                 knobs: Knobs::new(),
                 min_blocks_per_sm: 0,
+                mbarriers: vec![],
+                tensor_maps: vec![],
             },
             stack: vec![vec![]],
         }
@@ -333,6 +336,48 @@ impl KernelBuilder {
     /// Wait until at most `pending` groups are in flight.
     pub fn wait(&mut self, pending: u32) {
         self.push(Stmt::AsyncWait { pending });
+    }
+    /// Declare `count` shared-memory barriers (see [`crate::tma`]).
+    pub fn mbarriers(&mut self, name: &str, count: u32) -> MbarId {
+        self.k.mbarriers.push(MbarDecl { name: name.into(), count });
+        MbarId(self.k.mbarriers.len() as u32 - 1)
+    }
+    /// Declare a TMA descriptor over a tensor argument (box dims innermost first).
+    pub fn tensor_map(&mut self, name: &str, tensor: TensorId, box_dims: &[u32], swizzle: Swizzle) -> TmapId {
+        self.k.tensor_maps.push(TensorMapDecl { name: name.into(), tensor, box_dims: box_dims.to_vec(), swizzle });
+        TmapId(self.k.tensor_maps.len() as u32 - 1)
+    }
+    /// Initialize every barrier of a declaration with `count` expected arrivals (includes a block barrier).
+    pub fn mbar_init(&mut self, bar: MbarId, count: u32) {
+        self.push(Stmt::MbarInit { bar, count });
+    }
+    /// Thread 0: expect `bytes` of transactions on `bar[index]` and arrive.
+    pub fn mbar_arrive_expect_tx(&mut self, bar: MbarId, index: impl Into<Expr>, bytes: u32) {
+        self.push(Stmt::MbarArriveExpectTx { bar: MbarRef { bar, index: index.into() }, bytes });
+    }
+    /// Every thread arrives on `bar[index]`.
+    pub fn mbar_arrive(&mut self, bar: MbarId, index: impl Into<Expr>) {
+        self.push(Stmt::MbarArrive { bar: MbarRef { bar, index: index.into() } });
+    }
+    /// Every thread waits for the phase of parity `parity` of `bar[index]`.
+    pub fn mbar_wait(&mut self, bar: MbarId, index: impl Into<Expr>, parity: impl Into<Expr>) {
+        self.push(Stmt::MbarWait { bar: MbarRef { bar, index: index.into() }, parity: parity.into(), elected: false });
+    }
+    /// Thread 0 alone waits for the phase of parity `parity` of `bar[index]` (see [`Stmt::MbarWait`]).
+    pub fn mbar_wait_elected(&mut self, bar: MbarId, index: impl Into<Expr>, parity: impl Into<Expr>) {
+        self.push(Stmt::MbarWait { bar: MbarRef { bar, index: index.into() }, parity: parity.into(), elected: true });
+    }
+    /// Thread 0: one TMA box copy into `dst`, completing on `bar[bar_index]` (coords innermost first).
+    pub fn tma_load(
+        &mut self,
+        map: TmapId,
+        dst: SharedRef,
+        coords: Vec<Expr>,
+        bar: MbarId,
+        bar_index: impl Into<Expr>,
+    ) {
+        let bar = MbarRef { bar, index: bar_index.into() };
+        self.push(Stmt::TmaLoad(Box::new(TmaLoad { map, dst, coords, bar })));
     }
     /// Load a register tile.
     pub fn load(&mut self, tile: TileId, src: Place) {

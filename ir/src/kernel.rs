@@ -17,6 +17,7 @@ use crate::dtype::DType;
 use crate::dtype::ScalarTy;
 use crate::expr::{ArrId, Expr, SharedId, SymId, TensorId, TileId, VarId, VecId};
 use crate::knob::Knobs;
+use crate::tma::{MbarDecl, MbarId, MbarRef, TensorMapDecl, TmaLoad};
 use serde::{Deserialize, Serialize};
 
 /// How a kernel uses a tensor argument.
@@ -319,6 +320,25 @@ pub enum Stmt {
     /// Wait until at most `pending` committed groups are still in flight (this thread's copies; follow with a
     /// barrier before reading what other threads copied).
     AsyncWait { pending: u32 },
+    /// Initialize every barrier of declaration `bar` with an arrival count of `count` (see [`crate::tma`]):
+    /// thread 0 initializes, fences the initialization for the async proxy, and the block synchronizes.
+    MbarInit { bar: MbarId, count: u32 },
+    /// Thread 0 adds `bytes` to the barrier's transaction count and arrives on it (one arrival).
+    MbarArriveExpectTx { bar: MbarRef, bytes: u32 },
+    /// Every thread of the block arrives on the barrier (`threads` arrivals).
+    MbarArrive { bar: MbarRef },
+    /// Every thread waits until the barrier's phase of parity `parity` (an int, 0 or 1) has completed; with
+    /// `elected`, only thread 0 waits (a producer waiting for a slot to be released before refilling it, while
+    /// the other threads go on; the CPU backends, which run the block as one, check the same wait).
+    MbarWait {
+        bar: MbarRef,
+        parity: Expr,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        elected: bool,
+    },
+    /// Thread 0 starts a bulk tensor copy of one box (see [`TmaLoad`], [`crate::tma`]); it completes the
+    /// box's bytes on its barrier. Reading the destination is only valid after a wait on that barrier's phase.
+    TmaLoad(Box<TmaLoad>),
     /// Load a register tile (converting to the tile's dtype).
     Load { tile: TileId, src: Place },
     /// Store a register tile (converting to the destination's dtype; invalid elements skipped).
@@ -530,6 +550,12 @@ pub struct Kernel {
     /// the CPU backends.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub min_blocks_per_sm: u32,
+    /// Shared-memory barriers ([`crate::tma`]), placed after the shared buffers.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mbarriers: Vec<MbarDecl>,
+    /// TMA descriptors: one `CUtensorMap` kernel argument each, after the symbols.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tensor_maps: Vec<TensorMapDecl>,
 }
 
 fn is_zero(v: &u32) -> bool {
@@ -547,8 +573,31 @@ impl Kernel {
         self.threads / 32
     }
 
-    /// Byte offset of each shared buffer in the block's dynamic shared memory, and the total.
+    /// Byte offset of each shared buffer in the block's dynamic shared memory, and the total (barriers
+    /// included).
     pub fn shared_layout(&self) -> (Vec<usize>, usize) {
+        let (offsets, end) = self.buffer_layout();
+        let bars: u32 = self.mbarriers.iter().map(|m| m.count).sum();
+        let total = if bars > 0 { end.next_multiple_of(SHARED_ALIGN) + 8 * bars as usize } else { end };
+        (offsets, total)
+    }
+
+    /// Byte offset of each barrier declaration in dynamic shared memory (8 bytes per barrier, after the
+    /// buffers).
+    pub fn mbar_layout(&self) -> Vec<usize> {
+        let mut at = self.buffer_layout().1.next_multiple_of(SHARED_ALIGN);
+        self.mbarriers
+            .iter()
+            .map(|m| {
+                let o = at;
+                at += 8 * m.count as usize;
+                o
+            })
+            .collect()
+    }
+
+    /// The shared buffers' offsets and where they end.
+    fn buffer_layout(&self) -> (Vec<usize>, usize) {
         let mut offsets = Vec::with_capacity(self.shared.len());
         let mut at = 0usize;
         for (i, s) in self.shared.iter().enumerate() {

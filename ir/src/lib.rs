@@ -62,6 +62,7 @@ pub mod kernel;
 pub mod knob;
 pub mod print;
 pub mod tensor;
+pub mod tma;
 pub mod validate;
 
 pub use bind::{BindError, NUM_SMS, SymValue, TensorShape, bind, eval_grid, eval_int};
@@ -72,4 +73,5 @@ pub use hash::stable_hash;
 pub use kernel::*;
 pub use knob::{KnobAxis, KnobError, KnobSpace, KnobValue, Knobs};
 pub use tensor::HostTensor;
+pub use tma::{MbarDecl, MbarId, MbarRef, TENSOR_MAP_BYTES, TMA_MAX_BOX, TensorMapDecl, TmaLoad, TmapId};
 pub use validate::{IrError, IrErrorKind, MAX_ARRAY_LEN, MAX_SHARED_BYTES, validate, var_types};

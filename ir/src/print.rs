@@ -139,6 +139,13 @@ pub fn kernel(k: &Kernel) -> String {
             sh.name, sh.dtype, sh.count, sh.rows, sh.cols, sh.swizzle
         );
     }
+    for m in &k.mbarriers {
+        let _ = writeln!(s, "  mbarrier {}: [{}]", m.name, m.count);
+    }
+    for t in &k.tensor_maps {
+        let tn = tensor_name(k, t.tensor.0);
+        let _ = writeln!(s, "  tensor_map {}: {tn} box={:?} {:?}", t.name, t.box_dims, t.swizzle);
+    }
     if k.min_blocks_per_sm > 0 {
         let _ = writeln!(s, "  min_blocks_per_sm = {}", k.min_blocks_per_sm);
     }
@@ -272,6 +279,30 @@ fn body(k: &Kernel, b: &[Stmt], depth: usize, s: &mut String) {
             Stmt::CopyAsync { dst, src } => {
                 let _ = writeln!(s, "{pad}{} <~ {}", shared_ref(k, dst), global_view(k, src));
             }
+            Stmt::MbarInit { bar, count } => {
+                let _ = writeln!(s, "{pad}mbar_init {} count={count}", mbar_name(k, bar.0));
+            }
+            Stmt::MbarArriveExpectTx { bar, bytes } => {
+                let _ = writeln!(s, "{pad}mbar_arrive_expect_tx {} bytes={bytes}", mbar_ref(k, bar));
+            }
+            Stmt::MbarArrive { bar } => {
+                let _ = writeln!(s, "{pad}mbar_arrive {}", mbar_ref(k, bar));
+            }
+            Stmt::MbarWait { bar, parity, elected } => {
+                let who = if *elected { " (thread 0)" } else { "" };
+                let _ = writeln!(s, "{pad}mbar_wait {} parity={}{who}", mbar_ref(k, bar), expr(k, parity));
+            }
+            Stmt::TmaLoad(t) => {
+                let coords: Vec<String> = t.coords.iter().map(|c| expr(k, c)).collect();
+                let map = k.tensor_maps.get(t.map.0 as usize).map_or("?", |m| &m.name);
+                let _ = writeln!(
+                    s,
+                    "{pad}{} <~tma {map}[{}] on {}",
+                    shared_ref(k, &t.dst),
+                    coords.join(", "),
+                    mbar_ref(k, &t.bar)
+                );
+            }
             Stmt::AsyncCommit => {
                 let _ = writeln!(s, "{pad}commit");
             }
@@ -333,4 +364,12 @@ fn body(k: &Kernel, b: &[Stmt], depth: usize, s: &mut String) {
             }
         }
     }
+}
+
+fn mbar_name(k: &Kernel, i: u32) -> String {
+    k.mbarriers.get(i as usize).map_or(format!("mbar#{i}"), |m| m.name.clone())
+}
+
+fn mbar_ref(k: &Kernel, r: &crate::tma::MbarRef) -> String {
+    format!("{}[{}]", mbar_name(k, r.bar.0), expr(k, &r.index))
 }

@@ -211,12 +211,144 @@ impl<'a> Checker<'a> {
             }
             self.path.pop();
         }
+        self.tma_decls()?;
         if k.shared_bytes() > MAX_SHARED_BYTES {
             return Err(self.err(
                 IrErrorKind::Resource,
                 format!("{} bytes of shared memory exceed the sm_90 limit of {MAX_SHARED_BYTES}", k.shared_bytes()),
             ));
         }
+        Ok(())
+    }
+
+    /// Barrier declarations and tensor maps ([`crate::tma`]).
+    fn tma_decls(&mut self) -> Result<(), IrError> {
+        let k = self.k;
+        for m in &k.mbarriers {
+            if m.count == 0 {
+                return Err(self.err(IrErrorKind::Shape, format!("mbarrier `{}`: count must be >= 1", m.name)));
+            }
+        }
+        for t in &k.tensor_maps {
+            self.path.push(format!("tensor map `{}`", t.name));
+            let p = k
+                .tensors
+                .get(t.tensor.0 as usize)
+                .ok_or_else(|| self.err(IrErrorKind::Scope, format!("no tensor #{}", t.tensor.0)))?;
+            if t.box_dims.is_empty() || t.box_dims.len() > 5 || t.box_dims.len() != p.dims.len() {
+                return Err(self.err(
+                    IrErrorKind::Shape,
+                    format!(
+                        "box of rank {} over tensor `{}` of rank {}: ranks 1..=5 and equal",
+                        t.box_dims.len(),
+                        p.name,
+                        p.dims.len()
+                    ),
+                ));
+            }
+            if let Some(d) = t.box_dims.iter().find(|&&d| d == 0 || d > crate::tma::TMA_MAX_BOX) {
+                return Err(
+                    self.err(IrErrorKind::Shape, format!("box dim {d} outside 1..={}", crate::tma::TMA_MAX_BOX))
+                );
+            }
+            if p.dtype.bits() < 8 {
+                return Err(self.err(IrErrorKind::Type, format!("tensor `{}`: no TMA of 4-bit storage", p.name)));
+            }
+            let row = p.dtype.storage_bytes(t.box_dims[0] as usize);
+            if !row.is_multiple_of(16) || (t.swizzle == Swizzle::Xor16B && row != 128) {
+                return Err(self.err(
+                    IrErrorKind::Layout,
+                    format!(
+                        "box rows of {row} bytes: a multiple of 16, and exactly 128 with the Xor16B (128-byte) swizzle"
+                    ),
+                ));
+            }
+            self.path.pop();
+        }
+        Ok(())
+    }
+
+    fn mbar_ref(&self, r: &crate::tma::MbarRef) -> Result<(), IrError> {
+        let m = self
+            .k
+            .mbarriers
+            .get(r.bar.0 as usize)
+            .ok_or_else(|| self.err(IrErrorKind::Scope, format!("no mbarrier declaration #{}", r.bar.0)))?;
+        self.scalar(&r.index, ScalarTy::Int, "mbarrier index")?;
+        if let Some(i) = r.index.as_const_int()
+            && (i < 0 || i >= m.count as i64)
+        {
+            return Err(
+                self.err(IrErrorKind::Shape, format!("mbarrier `{}` has {} barriers, index {i}", m.name, m.count))
+            );
+        }
+        Ok(())
+    }
+
+    fn tma_load(&mut self, t: &crate::tma::TmaLoad) -> Result<(), IrError> {
+        let k = self.k;
+        let m = k
+            .tensor_maps
+            .get(t.map.0 as usize)
+            .ok_or_else(|| self.err(IrErrorKind::Scope, format!("no tensor map #{}", t.map.0)))?;
+        self.path.push(format!("tma_load `{}`", m.name));
+        let d = self.shared_ref(&t.dst)?;
+        let p = &k.tensors[m.tensor.0 as usize];
+        if d.dtype != p.dtype {
+            return Err(self.err(
+                IrErrorKind::Type,
+                format!("TMA from `{}` ({}) into shared `{}` ({}) cannot convert", p.name, p.dtype, d.name, d.dtype),
+            ));
+        }
+        if d.swizzle != m.swizzle || t.dst.col0 != 0 || t.dst.cols != d.cols || d.cols != m.box_dims[0] {
+            return Err(self.err(
+                IrErrorKind::Layout,
+                format!(
+                    "TMA destination `{}` ({}x{} {:?}, window cols {}..{}) must be whole rows of {} elements with the map's {:?} swizzle",
+                    d.name,
+                    d.rows,
+                    d.cols,
+                    d.swizzle,
+                    t.dst.col0,
+                    t.dst.col0 + t.dst.cols,
+                    m.box_dims[0],
+                    m.swizzle
+                ),
+            ));
+        }
+        if t.dst.rows != m.box_rows() {
+            return Err(self.err(
+                IrErrorKind::Shape,
+                format!("TMA destination window of {} rows, the box has {}", t.dst.rows, m.box_rows()),
+            ));
+        }
+        // Every tile of the buffer, and the window inside it, starts on the alignment the copy engine needs (the
+        // 8-row, 1024-byte atom of the 128-byte swizzle, so that the swizzle phase is the row index mod 8).
+        let align = if m.swizzle == Swizzle::Xor16B { SWIZZLE_ATOM_ALIGN } else { SHARED_ALIGN };
+        let (offsets, _) = k.shared_layout();
+        let start = offsets[t.dst.buf.0 as usize] + t.dst.row0 as usize * d.row_bytes();
+        if !start.is_multiple_of(align) || !d.tile_bytes().is_multiple_of(align) {
+            return Err(self.err(
+                IrErrorKind::Layout,
+                format!(
+                    "TMA destination `{}` row {} starts at byte {start} with tiles of {} bytes: both must be multiples of {align}",
+                    d.name,
+                    t.dst.row0,
+                    d.tile_bytes()
+                ),
+            ));
+        }
+        if t.coords.len() != m.box_dims.len() {
+            return Err(self.err(
+                IrErrorKind::Shape,
+                format!("{} coordinates for a map of rank {}", t.coords.len(), m.box_dims.len()),
+            ));
+        }
+        for c in &t.coords {
+            self.scalar(c, ScalarTy::Int, "TMA coordinate")?;
+        }
+        self.mbar_ref(&t.bar)?;
+        self.path.pop();
         Ok(())
     }
 
@@ -600,6 +732,11 @@ impl<'a> Checker<'a> {
             Stmt::MmaAsync { .. } => ("mma_async", BlockOnly),
             Stmt::MmaWait { .. } => ("mma_wait", BlockOnly),
             Stmt::CopyAsync { .. } => ("copy_async", BlockOnly),
+            Stmt::MbarInit { .. } => ("mbar_init", BlockOnly),
+            Stmt::MbarArriveExpectTx { .. } => ("mbar_arrive_expect_tx", BlockOnly),
+            Stmt::MbarArrive { .. } => ("mbar_arrive", BlockOnly),
+            Stmt::MbarWait { .. } => ("mbar_wait", BlockOnly),
+            Stmt::TmaLoad(_) => ("tma_load", BlockOnly),
             Stmt::AsyncCommit => ("async commit", BlockOnly),
             Stmt::AsyncWait { .. } => ("async wait", BlockOnly),
             Stmt::Load { .. } => ("tile load", BlockOnly),
@@ -1045,6 +1182,31 @@ impl<'a> Checker<'a> {
                 self.scalar(accumulate, ScalarTy::Bool, "mma_async accumulate flag")?;
                 self.mma_async(*acc, a, b)?
             }
+            Stmt::MbarInit { bar, count } => {
+                let m = self
+                    .k
+                    .mbarriers
+                    .get(bar.0 as usize)
+                    .ok_or_else(|| self.err(IrErrorKind::Scope, format!("no mbarrier declaration #{}", bar.0)))?;
+                if *count == 0 || *count >= 1 << 20 {
+                    return Err(self.err(
+                        IrErrorKind::Shape,
+                        format!("mbarrier `{}`: arrival count {count} outside 1..2^20", m.name),
+                    ));
+                }
+            }
+            Stmt::MbarArriveExpectTx { bar, bytes } => {
+                self.mbar_ref(bar)?;
+                if *bytes >= 1 << 20 {
+                    return Err(self.err(IrErrorKind::Shape, format!("expect_tx of {bytes} bytes: at most 2^20 - 1")));
+                }
+            }
+            Stmt::MbarArrive { bar } => self.mbar_ref(bar)?,
+            Stmt::MbarWait { bar, parity, .. } => {
+                self.mbar_ref(bar)?;
+                self.scalar(parity, ScalarTy::Int, "mbarrier wait parity")?;
+            }
+            Stmt::TmaLoad(t) => self.tma_load(t)?,
             Stmt::MmaWait { .. } => {}
             Stmt::CopyAsync { dst, src } => {
                 let d = self.shared_ref(dst)?;

@@ -80,7 +80,15 @@ pub fn knob_space() -> KnobSpace {
             "tensor-core path: sync (mma.sync m16n8k16 from ldmatrix) or wgmma (sm_90a warpgroup MMA from 128-byte-swizzled shared tiles; BK=64, WN=1, WM=BM/16)",
             ["sync", "wgmma"],
         )
+        .axis(
+            LOAD_KNOB,
+            "operand loads (MMA=wgmma only): cp_async (every thread copies 16-byte chunks, cp.async groups + a barrier per k-step) or tma (one thread issues bulk tensor copies per stage into the same 128-byte-swizzled tiles, completing on a per-stage mbarrier the consumers wait on)",
+            ["cp_async", "tma"],
+        )
 }
+
+/// The knob `LOAD` (`cp_async` | `tma`, absent = `cp_async`): how the operand tiles reach shared memory.
+pub const LOAD_KNOB: &str = "LOAD";
 
 /// The knob `OVERLAP` (`off` | `on`, absent = `off`), not yet an axis of [`knob_space`] nor part of
 /// [`default_knobs`] (so the measured default kernel, its name and the tuning records stay as they were until
@@ -126,6 +134,8 @@ struct Cfg {
     raster_m: bool,
     wgmma: bool,
     overlap: bool,
+    /// Operand tiles by TMA (bulk tensor copies completing on per-stage mbarriers) instead of cp.async.
+    tma: bool,
 }
 
 fn cfg(spec: &GemmSpec, k: &Knobs) -> Result<Cfg, OpError> {
@@ -156,6 +166,20 @@ fn cfg(spec: &GemmSpec, k: &Knobs) -> Result<Cfg, OpError> {
                 }
             },
         },
+        tma: match k.0.get(LOAD_KNOB) {
+            None => false,
+            Some(_) => match k.str(LOAD_KNOB)? {
+                "tma" => true,
+                "cp_async" => false,
+                other => {
+                    return Err(OpError::InvalidKnobs {
+                        op: "latent_moe_gemm",
+                        knobs: k.to_string(),
+                        why: format!("LOAD must be cp_async or tma, got {other}"),
+                    });
+                }
+            },
+        },
     };
     let invalid = |why: String| Err(OpError::InvalidKnobs { op: "latent_moe_gemm", knobs: k.to_string(), why });
     let acc_cols = if spec.epilogue.is_glu() { c.bn / 2 } else { c.bn };
@@ -172,6 +196,19 @@ fn cfg(spec: &GemmSpec, k: &Knobs) -> Result<Cfg, OpError> {
         return invalid(format!(
             "MMA=wgmma needs BK=64, WN=1, WM=BM/16 (one warpgroup per 64 rows), STAGES>=3 and at most 256 accumulator columns (got BK={}, WN={}, WM={}, BM={}, STAGES={}, {acc_cols} columns)",
             c.bk, c.wn, c.wm, c.bm, c.stages
+        ));
+    }
+    if c.tma && spec.in_vec != 8 {
+        return invalid(format!(
+            "LOAD=tma needs K a multiple of 8 (the copy engine needs 16-byte row strides; this variant has in_vec={})",
+            spec.in_vec
+        ));
+    }
+    if c.tma && (!c.wgmma || c.bk != 64) {
+        return invalid(format!(
+            "LOAD=tma needs MMA=wgmma and BK=64 (the copy engine writes the 128-byte-swizzled rows wgmma reads; got MMA={}, BK={})",
+            if c.wgmma { "wgmma" } else { "sync" },
+            c.bk
         ));
     }
     let warps = c.wm * c.wn;
@@ -321,6 +358,8 @@ pub fn build_kernel(spec: &GemmSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
         n0: Expr,
         /// Offset of the group's weight matrix.
         w_base: Expr,
+        /// The group (the outer coordinate of the weights' tensor map).
+        grp: Expr,
     }
     let coords = |b: &mut KernelBuilder, grp: Expr, local: Expr| -> Coords {
         let row0 = b.let_("row0", group_start(&grp));
@@ -334,13 +373,69 @@ pub fn build_kernel(spec: &GemmSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
         let m0 = b.let_("m0", mt * bm as i64);
         let n0 = b.let_("n0", nt * acc_n as i64);
         let rows_valid = b.let_("rows_valid", rows_g - m0.clone());
-        let w_base = b.let_("w_base", grp * n.clone() * kd.clone());
+        let w_base = b.let_("w_base", grp.clone() * n.clone() * kd.clone());
         let r0 = b.let_("r0", row0 + m0);
-        Coords { r0, rows_valid, n0, w_base }
+        Coords { r0, rows_valid, n0, w_base, grp }
     };
 
+    // LOAD=tma: tensor maps over x ([K, M], boxes [BK, BM]) and w ([K, N(, G)], boxes [BK, BN or BN/2 (, 1)]),
+    // one full barrier per stage, and a running k-step counter `kbase` (k-steps of earlier tiles of this block),
+    // so that stage use `u = kbase + kt` goes to slot `u % STAGES` and waits for phase parity `(u / STAGES) % 2`
+    // whatever the tiles' K-step counts.
+    let tma = c.tma.then(|| {
+        let half_rows = if glu { bn / 2 } else { bn };
+        let xm = b.tensor_map("x_map", x, &[bk, bm], Swizzle::Xor16B);
+        let wm = if spec.grouped {
+            b.tensor_map("w_map", w, &[bk, half_rows, 1], Swizzle::Xor16B)
+        } else {
+            b.tensor_map("w_map", w, &[bk, half_rows], Swizzle::Xor16B)
+        };
+        let full = b.mbarriers("full", st);
+        let empty = b.mbarriers("empty", st);
+        (xm, wm, full, empty)
+    });
+    let kbase = tma.map(|(_, _, full, empty)| {
+        b.mbar_init(full, 1);
+        b.mbar_init(empty, threads);
+        b.let_var("kbase", 0i64)
+    });
+    let use_of = |kt: &Expr| -> Expr {
+        match kbase {
+            Some(v) => Expr::Var(v) + kt.clone(),
+            None => kt.clone(),
+        }
+    };
+    // After a tile's K loop: its k-steps are behind the block.
+    let advance = |b: &mut KernelBuilder| {
+        if let Some(v) = kbase {
+            b.assign(v, Expr::Var(v) + k_tiles.clone());
+        }
+    };
+    let stage_bytes = 2 * bk * (bm + bn);
     let load_stage = |b: &mut KernelBuilder, cs: &Coords, kt: Expr| {
-        let slot = kt.clone() % st as i64;
+        let slot = use_of(&kt) % st as i64;
+        if let Some((xm, wm, full, empty)) = tma {
+            // The producer (thread 0) waits until every thread has released the slot's previous use (`use -
+            // STAGES`: phase `use / STAGES - 1` of its empty barrier; a fresh barrier passes parity 1 at once).
+            b.mbar_wait_elected(empty, slot.clone(), (use_of(&kt) / st as i64 + 1i64) % 2i64);
+            let k0 = kt * bk as i64;
+            b.mbar_arrive_expect_tx(full, slot.clone(), stage_bytes);
+            // Rows past the group's end come from the next group (or read zero past M): never stored.
+            b.tma_load(xm, b.slot(sa, slot.clone()), vec![k0.clone(), cs.r0.clone()], full, slot.clone());
+            let wc = |row: Expr| -> Vec<Expr> {
+                if spec.grouped { vec![k0.clone(), row, cs.grp.clone()] } else { vec![k0.clone(), row] }
+            };
+            if glu {
+                let half = bn / 2;
+                let g_dst = b.window(sb, slot.clone(), 0, 0, half, bk);
+                let u_dst = b.window(sb, slot.clone(), half, 0, half, bk);
+                b.tma_load(wm, g_dst, wc(cs.n0.clone()), full, slot.clone());
+                b.tma_load(wm, u_dst, wc(n_out.clone() + cs.n0.clone()), full, slot);
+            } else {
+                b.tma_load(wm, b.slot(sb, slot.clone()), wc(cs.n0.clone()), full, slot);
+            }
+            return;
+        }
         let k0 = kt * bk as i64;
         let a_src = view(
             x,
@@ -394,7 +489,9 @@ pub fn build_kernel(spec: &GemmSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
             if let Some(cs) = cs {
                 b.if_(Expr::Int(s as i64).lt(k_tiles.clone()), |b| load_stage(b, cs, Expr::Int(s as i64)));
             }
-            b.commit();
+            if !c.tma {
+                b.commit();
+            }
         }
     };
     // The K loop of one tile; ends with every product complete (but shared tiles possibly still being read by
@@ -412,20 +509,36 @@ pub fn build_kernel(spec: &GemmSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
             // issued (by then every warpgroup has waited for it), so STAGES-2 loads and one product are in flight.
             let groups = if acc_up.is_some() { 2 } else { 1 };
             b.for_("kt", 0i64, k_tiles.clone(), 1i64, |b, kt| {
-                b.wait(st - 3);
-                b.barrier();
+                if !c.tma {
+                    b.wait(st - 3);
+                    // Every warpgroup is done with the product that last read the slot refilled here.
+                    b.barrier();
+                }
+                // (LOAD=tma: the producer waits for the slot's empty barrier instead.)
                 let next = &kt + (st - 2) as i64;
                 b.if_(next.lt(k_tiles.clone()), |b| load_stage(b, cs, next.clone()));
-                b.commit();
-                let slot = &kt % st as i64;
+                let slot = use_of(&kt) % st as i64;
+                if let Some((_, _, full, _)) = tma {
+                    b.mbar_wait(full, slot.clone(), (use_of(&kt) / st as i64) % 2i64);
+                } else {
+                    b.commit();
+                }
                 let a = Operand::Shared { src: b.slot(sa, slot.clone()), transpose: false };
                 // The first product of a tile overwrites the accumulators (no zeroing instructions).
                 let accumulate = kt.gt(0i64);
                 weight_products(b, acc, acc_up, a, sb, slot, bn, bk, Some(accumulate));
                 b.mma_wait(groups);
+                // The previous k-step's products are complete: release their slot to the producer.
+                if let Some((_, _, _, empty)) = tma {
+                    b.if_(kt.gt(0i64), |b| b.mbar_arrive(empty, (use_of(&kt) - 1i64) % st as i64));
+                }
             });
             tail(b);
             b.mma_wait(0);
+            if let Some((_, _, _, empty)) = tma {
+                let last = use_of(&(k_tiles.clone() - 1i64));
+                b.if_(k_tiles.gt(0i64), |b| b.mbar_arrive(empty, last % st as i64));
+            }
             // K = 0: no product ran, the result is zero.
             b.if_(k_tiles.le(0i64), |b| {
                 b.map(acc, 0.0f64);
@@ -497,6 +610,7 @@ pub fn build_kernel(spec: &GemmSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
             main_loop(b, &cs, &|b: &mut KernelBuilder| {
                 b.if_(next.lt(Expr::Var(total)), |b| search(b, next.clone(), nxt_grp, nxt_local, Some(from)))
             });
+            advance(b);
             // Every warp is done reading the shared tiles before the next tile's first stages overwrite them.
             b.barrier();
             // One commit group per stage on both branches (the conditions are block-uniform).
@@ -509,7 +623,9 @@ pub fn build_kernel(spec: &GemmSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
             b.assign(cur_grp, Expr::Var(nxt_grp));
             b.assign(cur_local, Expr::Var(nxt_local));
         });
-        b.wait(0);
+        if !c.tma {
+            b.wait(0);
+        }
     } else {
         b.for_("tile", Expr::block_idx(0), total, Expr::grid_dim(0), |b, t| {
             let grp = b.let_var("grp", 0i64);
@@ -518,7 +634,11 @@ pub fn build_kernel(spec: &GemmSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
             let cs = coords(b, Expr::Var(grp), Expr::Var(local));
             prologue(b, Some(&cs));
             main_loop(b, &cs, &|_: &mut KernelBuilder| {});
-            b.wait(0);
+            if c.tma {
+                advance(b);
+            } else {
+                b.wait(0);
+            }
             epilogue(b, &cs);
             // Every warp must be done reading shared tiles before the next tile's prologue overwrites them.
             b.barrier();

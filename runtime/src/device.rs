@@ -205,6 +205,9 @@ impl Gpu {
         let ptrs: Vec<u64> = tensors.iter().map(|t| t.ptr).collect();
         let ints: Vec<i64> = syms.iter().map(|s| s.as_int()).collect();
         let floats: Vec<f32> = syms.iter().map(|s| if let SymValue::Float(f) = s { *f } else { 0.0 }).collect();
+        // TMA descriptors, encoded for these tensors (after the symbols in the signature).
+        let shapes: Vec<&[usize]> = tensors.iter().map(|t| t.shape.as_slice()).collect();
+        let maps = k3k_codegen::tensor_map::encode(k, &shapes, &ptrs)?;
         let mut b = self.stream.launch_builder(&lk.func);
         for p in &ptrs {
             b.arg(p);
@@ -215,13 +218,16 @@ impl Gpu {
                 SymValue::Float(_) => b.arg(&floats[i]),
             };
         }
+        for m in &maps {
+            b.arg(m);
+        }
         let cfg = cudarc::driver::LaunchConfig {
             grid_dim: (grid[0], grid[1], grid[2]),
             block_dim: (k.threads, 1, 1),
             shared_mem_bytes: lk.shared_bytes as u32,
         };
         // SAFETY: argument count, order and types follow the kernel signature the renderer emitted for `k`
-        // (tensor pointers, then one i64/f32 per symbol), and every shape was checked by `bind`.
+        // (tensor pointers, then one i64/f32 per symbol, then one CUtensorMap by value per tensor map), and every shape was checked by `bind`.
         cuda(&format!("launch `{}`", k.name), unsafe { b.launch(cfg) }.map(|_| ()))
     }
 }

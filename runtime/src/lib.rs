@@ -33,6 +33,8 @@ pub enum RuntimeError {
     SharedMemory { kernel: String, need: usize, limit: usize },
     #[error("tensor `{arg}` base address {addr:#x} is not 16-byte aligned")]
     Misaligned { arg: String, addr: u64 },
+    #[error(transparent)]
+    TensorMap(#[from] k3k_codegen::tensor_map::TensorMapError),
 }
 
 pub(crate) fn cuda<T>(what: &str, r: Result<T, cudarc::driver::DriverError>) -> Result<T, RuntimeError> {

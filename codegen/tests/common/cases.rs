@@ -59,6 +59,7 @@ pub fn all() -> Vec<Case> {
         dequant_fp4_stream_prefetch(),
         fp4_gemv(),
         exp2_ftz(),
+        tma_mbarrier(),
     ]
 }
 
@@ -1788,6 +1789,99 @@ pub fn fp4_gemv() -> Case {
             }
             // The NaN block (scale byte 41: row 4, block 0 of the view) reaches the general-path variants.
             assert_eq!(nans, 2 * toks, "NaN rows");
+        }),
+    }
+}
+
+/// TMA box copies completing on mbarriers, through two phases of a two-stage ring: x bf16 [70, 72] (a 2-D map
+/// [72, 70], boxes [64, 32]) and w bf16 [3, 40, 72] (a 3-D map [72, 40, 3], boxes [64, 32, 1]) into 128-byte-
+/// swizzled tiles (read back through the swizzled shared layout, so a swizzle mismatch shows), with boxes
+/// partly (K 64..128, rows 48..112, w rows 24..56) and fully-negative-offset (K -8.., rows -5..) outside the
+/// tensors, which must read as zero. Stage s waits on `full[s]` with parity 0; stage 0 is then refilled and
+/// waited on with parity 1; a block-wide `MbarArrive` barrier (count = threads) that thread 0 alone waits on
+/// (`elected`, the producer's wait) separates the reads of stage 0 from its refill. Every element is checked exactly.
+pub fn tma_mbarrier() -> Case {
+    let (m, kd, g, n) = (70usize, 72usize, 3usize, 40usize);
+    let mut b = KernelBuilder::new("p_tma_mbarrier", 128);
+    let x = b.tensor("x", DType::Bf16, &[Expr::Int(m as i64), Expr::Int(kd as i64)], Access::Read);
+    let w = b.tensor("w", DType::Bf16, &[Expr::Int(g as i64), Expr::Int(n as i64), Expr::Int(kd as i64)], Access::Read);
+    let ya = b.tensor("ya", DType::F32, &[Expr::Int(3), Expr::Int(64), Expr::Int(64)], Access::Write);
+    let yw = b.tensor("yw", DType::F32, &[Expr::Int(3), Expr::Int(32), Expr::Int(64)], Access::Write);
+    let sa = b.shared("sa", DType::Bf16, 64, 64, 2, Swizzle::Xor16B);
+    let sw = b.shared("sw", DType::Bf16, 32, 64, 2, Swizzle::Xor16B);
+    let ta = b.tile("ta", DType::F32, 64, 64, [4, 1]);
+    let tw = b.tile("tw", DType::F32, 32, 64, [2, 1]);
+    let full = b.mbarriers("full", 2);
+    let done = b.mbarriers("done", 1);
+    let mx = b.tensor_map("x_map", x, &[64, 32], Swizzle::Xor16B);
+    let mw = b.tensor_map("w_map", w, &[64, 32, 1], Swizzle::Xor16B);
+    b.mbar_init(full, 1);
+    b.mbar_init(done, 128);
+    // (stage, k0, m0, n0, group) per load round.
+    let rounds: [(i64, i64, i64, i64, i64); 3] = [(0, 0, 0, 0, 1), (1, 64, 48, 24, 2), (0, -8, -5, 30, 0)];
+    let issue = |b: &mut KernelBuilder, r: (i64, i64, i64, i64, i64)| {
+        let (s, k0, m0, n0, gi) = r;
+        b.mbar_arrive_expect_tx(full, s, 2 * 32 * 64 * 2 + 32 * 64 * 2);
+        for half in 0..2u32 {
+            let dst = b.window(sa, s, 32 * half, 0, 32, 64);
+            b.tma_load(mx, dst, vec![Expr::Int(k0), Expr::Int(m0 + 32 * half as i64)], full, s);
+        }
+        let dst = b.slot(sw, s);
+        b.tma_load(mw, dst, vec![Expr::Int(k0), Expr::Int(n0), Expr::Int(gi)], full, s);
+    };
+    let read = |b: &mut KernelBuilder, s: i64, out: i64, parity: i64| {
+        b.mbar_wait(full, s, parity);
+        b.load(ta, Place::Shared(b.slot(sa, s)));
+        b.load(tw, Place::Shared(b.slot(sw, s)));
+        b.store(ta, Place::Global(view(ya, out * 64 * 64, 64i64, 64i64, 64i64, 2)));
+        b.store(tw, Place::Global(view(yw, out * 32 * 64, 64i64, 32i64, 64i64, 2)));
+    };
+    issue(&mut b, rounds[0]);
+    issue(&mut b, rounds[1]);
+    read(&mut b, 0, 0, 0);
+    read(&mut b, 1, 1, 0);
+    // Every thread is done reading stage 0 before its refill: all arrive, the producer (thread 0) waits.
+    b.mbar_arrive(done, 0i64);
+    b.mbar_wait_elected(done, 0i64, 0i64);
+    issue(&mut b, rounds[2]);
+    read(&mut b, 0, 2, 1);
+    let k = b.finish().unwrap();
+    let mut rng = Rng::new(41);
+    let xv = rng.vals(DType::Bf16, m * kd, -2.0, 2.0);
+    let wv = rng.vals(DType::Bf16, g * n * kd, -2.0, 2.0);
+    let mut want_a = vec![0.0f32; 3 * 64 * 64];
+    let mut want_w = vec![0.0f32; 3 * 32 * 64];
+    for (o, &(_, k0, m0, n0, gi)) in rounds.iter().enumerate() {
+        for r in 0..64i64 {
+            for c in 0..64i64 {
+                let (row, col) = (m0 + r, k0 + c);
+                if (0..m as i64).contains(&row) && (0..kd as i64).contains(&col) {
+                    want_a[o * 4096 + (r * 64 + c) as usize] = xv[(row * kd as i64 + col) as usize];
+                }
+            }
+        }
+        for r in 0..32i64 {
+            for c in 0..64i64 {
+                let (row, col) = (n0 + r, k0 + c);
+                if (0..n as i64).contains(&row) && (0..kd as i64).contains(&col) {
+                    want_w[o * 2048 + (r * 64 + c) as usize] = wv[((gi * n as i64 + row) * kd as i64 + col) as usize];
+                }
+            }
+        }
+    }
+    Case {
+        name: "tma_mbarrier",
+        kernel: k,
+        tensors: vec![
+            HostTensor::from_f32(DType::Bf16, &[m, kd], &xv),
+            HostTensor::from_f32(DType::Bf16, &[g, n, kd], &wv),
+            poisoned(DType::F32, &[3, 64, 64]),
+            poisoned(DType::F32, &[3, 32, 64]),
+        ],
+        scalars: vec![],
+        check: Box::new(move |ts| {
+            close("ya", &ts[2].to_f32_vec(), &want_a, 0.0);
+            close("yw", &ts[3].to_f32_vec(), &want_w, 0.0);
         }),
     }
 }

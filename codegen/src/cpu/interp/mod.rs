@@ -15,12 +15,14 @@ mod eval;
 mod memory;
 mod threads;
 mod tiles;
+mod tma;
 
 use k3k_ir::*;
 use memory::{SharedMem, V};
 pub(crate) use memory::{V as Val, round_to, wrap_int};
 pub(crate) use threads::atomic as atomic_value;
 pub(crate) use tiles::{dequant_fp4_value, fp4_gemv_sums, reduce, tile_value};
+pub(crate) use tma::{MbarOp, MbarState, mbar_error, mbar_index, mbar_step, tma_box};
 
 /// Why a CPU run failed.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -56,6 +58,8 @@ pub enum InterpError {
     ArrayIndex { kernel: String, block: [u32; 3], thread: u32, array: String, index: i64, len: usize },
     #[error("kernel `{kernel}`: {what}")]
     Arith { kernel: String, what: String },
+    #[error("kernel `{kernel}`, block {block:?}: mbarrier `{bar}`[{index}]: {what}")]
+    Mbarrier { kernel: String, block: [u32; 3], bar: String, index: i64, what: String },
 }
 
 /// Options of a CPU run.
@@ -104,6 +108,7 @@ pub fn run(
                     thread: None,
                     overlaps: &overlaps,
                     live: vec![false; k.shared.len()],
+                    mbars: k.mbarriers.iter().map(|m| vec![[0; 4]; m.count as usize]).collect(),
                 };
                 b.body(&k.body, tensors)?;
             }
@@ -132,6 +137,8 @@ struct Block<'a> {
     overlaps: &'a [Vec<usize>],
     /// Per shared buffer with overlaps: written since an overlapping buffer was (its contents are its own).
     live: Vec<bool>,
+    /// Per barrier declaration, its barriers' states.
+    mbars: Vec<Vec<MbarState>>,
 }
 
 impl<'a> Block<'a> {
@@ -258,6 +265,11 @@ impl<'a> Block<'a> {
             | Stmt::DequantFp4 { .. }
             | Stmt::DequantFp4Stream { .. }
             | Stmt::Fp4Gemv { .. } => self.tile_stmt(s, tensors)?,
+            Stmt::MbarInit { .. }
+            | Stmt::MbarArriveExpectTx { .. }
+            | Stmt::MbarArrive { .. }
+            | Stmt::MbarWait { .. }
+            | Stmt::TmaLoad(_) => self.tma_stmt(s, tensors)?,
             Stmt::Threads { .. }
             | Stmt::StoreScalar { .. }
             | Stmt::SharedStore { .. }

@@ -304,7 +304,7 @@ impl<'a> Block<'a> {
         ))
     }
 
-    fn shared_base(&self, r: &SharedRef, tensors: &[HostTensor]) -> Result<usize, InterpError> {
+    pub(super) fn shared_base(&self, r: &SharedRef, tensors: &[HostTensor]) -> Result<usize, InterpError> {
         let d = &self.k.shared[r.buf.0 as usize];
         let i = self.int(&r.index, tensors)?;
         if i < 0 || i >= d.count as i64 {

@@ -351,6 +351,21 @@ impl<'a> Types<'a> {
                         return Err(unsupported("array element type"));
                     }
                 }
+                Stmt::MbarInit { .. } => {}
+                Stmt::MbarArriveExpectTx { bar, .. } | Stmt::MbarArrive { bar } => {
+                    self.ty(&bar.index)?;
+                }
+                Stmt::MbarWait { bar, parity, .. } => {
+                    self.ty(&bar.index)?;
+                    self.ty(parity)?;
+                }
+                Stmt::TmaLoad(t) => {
+                    self.window(&t.dst, 1)?;
+                    for c in &t.coords {
+                        self.ty(c)?;
+                    }
+                    self.ty(&t.bar.index)?;
+                }
                 #[allow(unreachable_patterns)]
                 other => return Err(unsupported(format!("statement {}", stmt_name(other)))),
             }
@@ -905,6 +920,26 @@ impl<'a, 'f> Lower<'a, 'f> {
                 let i = self.shared_index(dst)?;
                 let v = self.global_view(src)?;
                 self.host_tile(s, &[i, v[0], v[1], v[2], v[3]]);
+            }
+            // Barrier state lives in the frame; the runtime checks it as the interpreter does.
+            Stmt::MbarInit { .. } => self.host_tile(s, &[]),
+            Stmt::MbarArriveExpectTx { bar, .. } | Stmt::MbarArrive { bar } => {
+                let i = self.int(&bar.index)?;
+                self.host_tile(s, &[i]);
+            }
+            Stmt::MbarWait { bar, parity, .. } => {
+                let p = self.int(parity)?;
+                let i = self.int(&bar.index)?;
+                self.host_tile(s, &[i, p]);
+            }
+            Stmt::TmaLoad(t) => {
+                // The interpreter's order: shared tile index, coordinates, barrier index.
+                let mut args = vec![self.shared_index(&t.dst)?];
+                for c in &t.coords {
+                    args.push(self.int(c)?);
+                }
+                args.push(self.int(&t.bar.index)?);
+                self.host_tile(s, &args);
             }
             Stmt::DequantFp4 { words, scales, .. } => {
                 let qi = self.shared_index(words)?;

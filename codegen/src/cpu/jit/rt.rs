@@ -12,7 +12,8 @@
 
 use super::Ctx;
 use crate::cpu::interp::{
-    InterpError, atomic_value, dequant_fp4_value, fp4_gemv_sums, reduce, round_to, tile_value, wrap_int,
+    InterpError, MbarOp, MbarState, atomic_value, dequant_fp4_value, fp4_gemv_sums, mbar_error, mbar_index, mbar_step,
+    reduce, round_to, tile_value, tma_box, wrap_int,
 };
 use k3k_ir::*;
 
@@ -41,6 +42,8 @@ pub(crate) struct Layout {
     pub(crate) overlaps: Vec<Vec<usize>>,
     /// The frame offset of one i64 flag per shared buffer: written since an overlapping buffer was.
     pub(crate) live_at: usize,
+    /// Per barrier declaration, the frame offset of its barriers' states (four i64 each, `interp::MbarState`).
+    pub(crate) mbars: Vec<usize>,
 }
 
 /// Bytes of one element of a shared buffer in the frame.
@@ -62,6 +65,7 @@ impl Layout {
         let shared =
             k.shared.iter().map(|s| take(shared_elem_bytes(s.dtype) * (s.rows * s.cols * s.count) as usize)).collect();
         let live_at = take(8 * k.shared.len());
+        let mbars = k.mbarriers.iter().map(|m| take(32 * m.count as usize)).collect();
         let arrays_at = take(0);
         let arrays = array_decl.iter().map(|d| take(8 + 8 * d.map_or(0, |d| d.1 as usize))).collect();
         let size = take(0);
@@ -85,6 +89,7 @@ impl Layout {
             lanes_size,
             overlaps,
             live_at,
+            mbars,
         }
     }
 }
@@ -167,6 +172,18 @@ impl Frame<'_> {
     }
 
     /// The base element of tile `index` (checked by the compiled code) of a shared buffer.
+    /// Barrier `i` of declaration `bar` (SAFETY: `i` below the declaration's count; the frame is this block's
+    /// and nothing else refers to the barrier while the pointer is used).
+    fn mbar(&self, bar: MbarId, i: usize) -> *mut MbarState {
+        self.base.wrapping_add(self.l.mbars[bar.0 as usize]).cast::<MbarState>().wrapping_add(i)
+    }
+
+    /// Apply a barrier operation to `bar[index]` (index checked), as the interpreter does.
+    unsafe fn mbar_op(&self, block: [u32; 3], bar: MbarId, index: i64, op: MbarOp) -> Result<(), InterpError> {
+        let i = mbar_index(self.k, block, bar, index)?;
+        mbar_step(unsafe { &mut *self.mbar(bar, i) }, op).map_err(|w| mbar_error(self.k, block, bar, index, w))
+    }
+
     fn shared_base(&self, r: &SharedRef, index: i64) -> usize {
         let d = &self.k.shared[r.buf.0 as usize];
         index as usize * (d.rows * d.cols) as usize
@@ -327,6 +344,37 @@ unsafe fn tile_stmt(ctx: &mut Ctx, s: &Stmt, arg: &dyn Fn(usize) -> i64) -> Resu
                         f.set_shared(dst.buf, at, v);
                     }
                 }
+            }
+            Stmt::MbarInit { bar, count } => {
+                for i in 0..k.mbarriers[bar.0 as usize].count as usize {
+                    mbar_step(&mut *f.mbar(*bar, i), MbarOp::Init(*count)).expect("init cannot fail");
+                }
+            }
+            Stmt::MbarArriveExpectTx { bar, bytes } => {
+                f.mbar_op(block, bar.bar, arg(0), MbarOp::Arrive { n: 1, tx: *bytes as i64 })?
+            }
+            Stmt::MbarArrive { bar } => {
+                f.mbar_op(block, bar.bar, arg(0), MbarOp::Arrive { n: k.threads as i64, tx: 0 })?
+            }
+            Stmt::MbarWait { bar, .. } => f.mbar_op(block, bar.bar, arg(0), MbarOp::Wait(arg(1)))?,
+            Stmt::TmaLoad(t) => {
+                let m = &k.tensor_maps[t.map.0 as usize];
+                let base = f.shared_base(&t.dst, arg(0));
+                let rank = t.coords.len();
+                let coords: Vec<i64> = (0..rank).map(|i| arg(1 + i)).collect();
+                let d = &k.shared[t.dst.buf.0 as usize];
+                let src = &hosts[m.tensor.0 as usize];
+                tma_box(&src.shape, &m.box_dims, &coords, |r, c, flat| {
+                    let v = match flat {
+                        Some(i) if d.dtype.is_int() => src.get_i64(i) as f64,
+                        Some(i) => src.get_f32(i) as f64,
+                        None => 0.0,
+                    };
+                    f.set_shared(t.dst.buf, base + (t.dst.row0 as usize + r) * d.cols as usize + c, v);
+                    Ok(())
+                })?;
+                let bytes = d.dtype.storage_bytes(m.box_elems()) as i64;
+                f.mbar_op(block, t.bar.bar, arg(1 + rank), MbarOp::Complete(bytes))?;
             }
             Stmt::Load { tile, src } => {
                 let d = &k.tiles[tile.0 as usize];

@@ -1,0 +1,94 @@
+//! Hopper bulk tensor copies (TMA) and the shared-memory barriers (mbarriers) they complete on.
+//!
+//! A [`TensorMapDecl`] describes a tensor argument to the copy engine: its dims reversed (innermost first:
+//! `x [M, K]` is the 2-D map `[K, M]`, `w [G, N, K]` the 3-D map `[K, N, G]`), its row-major strides, a box (the
+//! tile one copy moves) and a shared-memory swizzle. The launcher encodes one `CUtensorMap` per declaration on
+//! the host (`cuTensorMapEncodeTiled`) and passes it by value as a `const __grid_constant__` kernel argument,
+//! after the tensor pointers and symbols.
+//!
+//! An [`MbarDecl`] is `count` mbarriers in shared memory (e.g. one per pipeline stage). The statements:
+//! [`crate::Stmt::MbarInit`] (arrival count; includes the init fence and a block barrier),
+//! [`crate::Stmt::MbarArriveExpectTx`] (thread 0 announces the bytes the phase's copies will deliver and
+//! arrives), [`crate::Stmt::MbarArrive`] (every thread arrives), [`crate::Stmt::MbarWait`] (every thread waits
+//! until the phase of the given parity has completed) and [`crate::Stmt::TmaLoad`] (thread 0 starts one box
+//! copy global -> shared that completes `box bytes` of transaction on a barrier).
+//!
+//! Barrier semantics (what the CPU backends check, since a broken protocol hangs the GPU): a barrier has a
+//! phase counter (starting at 0), pending arrivals (starting at its count) and a transaction count (starting at
+//! 0). An arrival decrements the pending arrivals, `expect_tx(b)` adds `b` to the transaction count, a copy's
+//! completion subtracts its bytes. When both reach 0 the phase completes: the phase counter increments and the
+//! pending arrivals are reset. `wait(parity)` returns once the phase of that parity has completed, i.e. when
+//! `phase % 2 != parity`; on the CPU, where every statement runs to completion for the whole block, a wait
+//! that cannot return is an error (the GPU would hang), as are arrivals beyond the count and transaction bytes
+//! beyond those expected.
+//!
+//! Room for clusters: a `TmaLoad` is a struct so that a `.multicast::cluster` mask and the kernel a cluster
+//! shape can be added as new (defaulted) fields without touching the existing ones.
+
+use crate::expr::{Expr, TensorId};
+use crate::kernel::{SharedRef, Swizzle};
+use serde::{Deserialize, Serialize};
+
+/// Index of a barrier declaration in [`crate::Kernel::mbarriers`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct MbarId(pub u32);
+/// Index of a tensor map in [`crate::Kernel::tensor_maps`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct TmapId(pub u32);
+
+/// `count` mbarriers (8 bytes each) in shared memory, after the shared buffers.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MbarDecl {
+    pub name: String,
+    pub count: u32,
+}
+
+/// One barrier of a declaration: `bar[index]`, `index` block-uniform.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MbarRef {
+    pub bar: MbarId,
+    pub index: Expr,
+}
+
+/// A TMA descriptor over tensor argument `tensor`: its dims reversed (innermost first), boxes of `box_dims`
+/// elements (innermost first, each 1..=256; the innermost box row a multiple of 16 bytes, at most 128 bytes
+/// with the 128-byte swizzle), landing in shared memory row-major (`box_dims[0]` elements per row, the outer
+/// box dims flattened into rows) with `swizzle`: `Swizzle::Xor16B` with 128-byte rows is
+/// `CU_TENSOR_MAP_SWIZZLE_128B`, exactly the layout of such a shared tile; `Swizzle::None` plain rows.
+/// Elements outside the tensor read as zero.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TensorMapDecl {
+    pub name: String,
+    pub tensor: TensorId,
+    pub box_dims: Vec<u32>,
+    pub swizzle: Swizzle,
+}
+
+impl TensorMapDecl {
+    /// Elements of one box.
+    pub fn box_elems(&self) -> usize {
+        self.box_dims.iter().map(|&d| d as usize).product()
+    }
+    /// Rows of one box in shared memory (the outer box dims flattened).
+    pub fn box_rows(&self) -> u32 {
+        self.box_dims[1..].iter().product()
+    }
+}
+
+/// A bulk tensor copy (see [`crate::Stmt::TmaLoad`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TmaLoad {
+    pub map: TmapId,
+    /// Where the box lands: a window of the box's rows x `box_dims[0]` columns, starting at column 0 of a
+    /// buffer whose rows are exactly one box row.
+    pub dst: SharedRef,
+    /// Element coordinates of the box's first element, innermost first (may lie outside the tensor).
+    pub coords: Vec<Expr>,
+    /// The barrier whose transaction count the copy's bytes complete.
+    pub bar: MbarRef,
+}
+
+/// The CUDA driver's bound on box dims.
+pub const TMA_MAX_BOX: u32 = 256;
+/// Tensor maps are 128-byte kernel arguments.
+pub const TENSOR_MAP_BYTES: usize = 128;
