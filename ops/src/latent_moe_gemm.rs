@@ -87,7 +87,9 @@ pub fn knob_space() -> KnobSpace {
         )
 }
 
-/// The knob `LOAD` (`cp_async` | `tma`, absent = `cp_async`): how the operand tiles reach shared memory.
+/// The knob `LOAD` (`auto` | `cp_async` | `tma`, absent = `cp_async`, the default `auto`): how the operand tiles
+/// reach shared memory; `auto` is `tma` where the copy engine can serve the shape (MMA=wgmma, BK=64, K a multiple
+/// of 8), else `cp_async`.
 pub const LOAD_KNOB: &str = "LOAD";
 
 /// The knob `OVERLAP` (`off` | `on`, absent = `off`), not yet an axis of [`knob_space`] nor part of
@@ -109,6 +111,7 @@ pub fn default_knobs() -> Knobs {
         .with("WN", 1i64)
         .with("RASTER", "m")
         .with("MMA", "wgmma")
+        .with(LOAD_KNOB, "auto")
 }
 
 /// The best mma.sync configuration measured on the H200 (2026-11-29), kept as the portable fallback.
@@ -166,20 +169,28 @@ fn cfg(spec: &GemmSpec, k: &Knobs) -> Result<Cfg, OpError> {
                 }
             },
         },
-        tma: match k.0.get(LOAD_KNOB) {
-            None => false,
-            Some(_) => match k.str(LOAD_KNOB)? {
-                "tma" => true,
-                "cp_async" => false,
-                other => {
-                    return Err(OpError::InvalidKnobs {
-                        op: "latent_moe_gemm",
-                        knobs: k.to_string(),
-                        why: format!("LOAD must be cp_async or tma, got {other}"),
-                    });
-                }
-            },
-        },
+        // Records written before the knob existed mean cp_async; `auto` is resolved below.
+        tma: false,
+    };
+    let load = match k.0.get(LOAD_KNOB) {
+        None => "cp_async".to_string(),
+        Some(_) => k.str(LOAD_KNOB)?.to_string(),
+    };
+    let mut c = c;
+    c.tma = match load.as_str() {
+        "tma" => true,
+        "cp_async" => false,
+        // Measured on the H200 (NOTES.md, session 5 call T, same run): TMA at STAGES=4 beat cp.async on all five
+        // presets (mean256 0.623 vs 0.694 ms, mean1024 2.117 vs 2.305, K3072 1.021 vs 1.115, G56 mean64 0.725 vs
+        // 0.766, SiTU-GLU+p 0.757 vs 0.951); where the copy engine cannot serve the shape, the cp.async pipeline.
+        "auto" => c.wgmma && c.bk == 64 && spec.in_vec == 8,
+        other => {
+            return Err(OpError::InvalidKnobs {
+                op: "latent_moe_gemm",
+                knobs: k.to_string(),
+                why: format!("LOAD must be auto, cp_async or tma, got {other}"),
+            });
+        }
     };
     let invalid = |why: String| Err(OpError::InvalidKnobs { op: "latent_moe_gemm", knobs: k.to_string(), why });
     let acc_cols = if spec.epilogue.is_glu() { c.bn / 2 } else { c.bn };

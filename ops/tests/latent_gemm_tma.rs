@@ -136,16 +136,28 @@ fn tma_loads_match_f64_with_glu_epilogues_routing_weights_and_dense() {
 fn tma_knob_is_checked() {
     let spec = GemmSpec::for_shape(true, Epilogue::None, false, 64, 64);
     let e = build_kernel(&spec, &default_knobs().with(LOAD_KNOB, "dma")).unwrap_err().to_string();
-    assert!(e.contains("LOAD must be cp_async or tma"), "{e}");
+    assert!(e.contains("LOAD must be auto, cp_async or tma"), "{e}");
     let e = build_kernel(&spec, &sync_knobs().with(LOAD_KNOB, "tma")).unwrap_err().to_string();
     assert!(e.contains("LOAD=tma needs MMA=wgmma"), "{e}");
     let odd = GemmSpec::for_shape(true, Epilogue::None, false, 60, 64);
     let e = build_kernel(&odd, &default_knobs().with(LOAD_KNOB, "tma")).unwrap_err().to_string();
     assert!(e.contains("K a multiple of 8"), "{e}");
-    // The default stays the cp.async kernel, unchanged.
+    // The default (`auto`) is the TMA kernel where the copy engine serves the shape ...
     let k = build_kernel(&spec, &default_knobs()).unwrap();
-    assert!(k.tensor_maps.is_empty() && k.mbarriers.is_empty());
-    let k = build_kernel(&spec, &default_knobs().with(LOAD_KNOB, "cp_async")).unwrap();
+    assert!(!k.tensor_maps.is_empty() && !k.mbarriers.is_empty());
+    // ... and the cp.async kernel where it cannot (K not a multiple of 8, or mma.sync), and on request.
+    for (sp, knobs) in [
+        (&odd, default_knobs()),
+        (&spec, sync_knobs().with(LOAD_KNOB, "auto")),
+        (&spec, default_knobs().with(LOAD_KNOB, "cp_async")),
+    ] {
+        let k = build_kernel(sp, &knobs).unwrap();
+        assert!(k.tensor_maps.is_empty() && k.mbarriers.is_empty(), "{knobs}");
+    }
+    // A knob set without LOAD (records tuned before the knob existed) means the cp.async kernel.
+    let mut old = default_knobs();
+    old.0.remove(LOAD_KNOB);
+    let k = build_kernel(&spec, &old).unwrap();
     assert!(k.tensor_maps.is_empty() && k.mbarriers.is_empty());
 }
 
