@@ -576,10 +576,11 @@ fn exact_adaptive_diagonal() {
     assert!(kda::Launch::resolve(&def, &pb).unwrap().xdiag);
 }
 
-/// `ODIAG=1` (safe path, chunk 32: the off-diagonal tile from the midpoint-anchored operands, no level pass)
-/// against `ODIAG=0` and the f64 recurrence: ragged chunks (1, 15, 16, 17, 31 valid rows: tile 1 empty, one
-/// row, full), K = V = 128, the in-kernel options (L2 norm factors in the extra key operand, the safe gate form
-/// with a bias, beta sigmoid), GVA, varlen, h0; it applies only where documented.
+/// `ODIAG=1` (chunk 32, safe path and the exact path's XDIAG chunks: the off-diagonal tile from the
+/// midpoint-anchored operands, no level pass) against `ODIAG=0` and the f64 recurrence: ragged chunks (1, 15,
+/// 16, 17, 31 valid rows: tile 1 empty, one row, full), K = V = 128, the in-kernel options (L2 norm factors in
+/// the extra key operand, the safe gate form with a bias, beta sigmoid), GVA, varlen, h0; exact-path chunks
+/// within and past the XDIAG bound (gates of -1000) alone and mixed; it applies only where documented.
 #[test]
 fn midpoint_off_diagonal() {
     let s = seed();
@@ -608,6 +609,22 @@ fn midpoint_off_diagonal() {
             ("h0", 1),
         ];
         run_with(&opts, k, s ^ 0xf3 ^ i as u64);
+        // The exact path's XDIAG chunks: within the bound (midpoint tiles and this off-diagonal), past it (gates
+        // of -1000: the hierarchy and the level pass), and both in one problem.
+        for t in [15i64, 17, 32, 95] {
+            let d = [("B", 1), ("T", t), ("H", 1), ("HV", 2), ("K", 32), ("V", 32), ("safe", 0), ("h0", 1)];
+            run_with(&d, k, s ^ 0xf4 ^ t as u64 ^ i as u64);
+        }
+        let ext = [("B", 1), ("T", 130), ("H", 1), ("HV", 2), ("K", 64), ("V", 32), ("safe", 0), ("extreme", 1)];
+        run_with(&ext, k, s ^ 0xf5 ^ i as u64);
+        let pe = problem(&[("B", 1), ("T", 96), ("H", 1), ("K", 64), ("V", 64), ("safe", 0), ("h0", 1)]);
+        let mut de = KdaData::generate(&pe, s ^ 0xf6 ^ i as u64);
+        de.g.set_f32(40 * 64 + 3, -1000.0);
+        let plan = kda::chunk_plan(&pe, &de, k).unwrap();
+        let out = Executor::Cpu.run(&plan).unwrap();
+        let (pairs, scope) = kda::check_scope(&pe, s);
+        let r = kda::check_pairs(&pe, &de, &out, &pairs, scope).unwrap();
+        assert!(r.passed, "[{k}] seed {s}: one -1000 gate in chunk 1: {} (rel {:.3e})", r.detail, r.max_rel_err);
     }
     // Where it applies: safe path, chunk 32, separate buffers; the kernel name says so.
     let pb = problem(&[("B", 1), ("T", 64), ("H", 1), ("K", 128), ("V", 128), ("safe", 1)]);
@@ -617,7 +634,8 @@ fn midpoint_off_diagonal() {
     assert!(!kda::Launch::resolve(&def.clone().with("CHUNK", 64i64), &pb).unwrap().midoff);
     assert!(!kda::Launch::resolve(&def.clone().with("ARENA", 1i64), &pb).unwrap().midoff);
     let exact = problem(&[("B", 1), ("T", 64), ("H", 1), ("K", 128), ("V", 128), ("safe", 0)]);
-    assert!(!kda::Launch::resolve(&def, &exact).unwrap().midoff);
+    assert!(kda::Launch::resolve(&def, &exact).unwrap().midoff);
+    assert!(!kda::Launch::resolve(&def.clone().with("XDIAG", 0i64), &exact).unwrap().midoff);
     let mut old = def.clone();
     old.0.remove("ODIAG");
     assert!(!kda::Launch::resolve(&old, &pb).unwrap().midoff);

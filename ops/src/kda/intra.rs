@@ -13,7 +13,8 @@
 //!    with the row in the lower half and the column in the upper half of one `2s`-row block are one dense
 //!    tensor-core product `(X . exp2(G~ - G~_a)) (K . exp2(G~_a - G~))^T` anchored at the block's row
 //!    `a = start + s - 1`: every exponent is <= 0 (safe for any gate), the anchor of a row depends on the row
-//!    only, so each level is a single [C, C] product, masked to its own pairs.
+//!    only, so each level is a single [C, C] product, masked to its own pairs. At chunk 32 (`ODIAG=1`, see
+//!    [`IntraOpts::midoff`]) the one off-diagonal tile instead reuses step 4's midpoint-anchored operands.
 //! 4. The diagonal tiles as banded (block-diagonal) products, one 16x16 tile per warp row band:
 //!    - safe path: anchored at the tile's midpoint row `min(8, valid - 1)` (exponents up to 8 |lb| nats), one
 //!      dense M=16 product per tile for P and one for L;
@@ -78,18 +79,20 @@ pub struct IntraOpts {
     pub xdiag: bool,
     /// `2^x` as one `ex2.approx.ftz` instead of `exp2f`.
     pub ex2_ftz: bool,
-    /// Safe path, chunk 32, separate buffers only: the off-diagonal tile (rows 16..31, columns 0..15) from the
-    /// diagonal pass's midpoint-anchored A operands of tile 1 and one more B operand `k_c 2^(G~_a1 - G~_c)` of
-    /// tile 0 (every exponent <= 0), instead of a level pass (see [`build_intra`]).
+    /// Chunk 32, separate buffers, on the safe path and on the `xdiag` chunks within the bound: the off-diagonal
+    /// tile (rows 16..31, columns 0..15) from the diagonal pass's midpoint-anchored A operands of tile 1 and one
+    /// more B operand `k_c 2^(G~_a1 - G~_c)` of tile 0 (every exponent <= 0), instead of a level pass (see
+    /// [`build_intra`]); `xdiag` chunks past the bound keep the level pass.
     pub midoff: bool,
 }
 
 /// Build kernel 1 for a variant, chunk size and warp count with the options `o`.
 ///
-/// `o.midoff` (applies on the safe path at chunk 32 with separate buffers): with a1 the midpoint anchor of tile
-/// 1, `q_r.k_c 2^(G~_r - G~_c) = (q_r 2^(G~_r - G~_a1)).(k_c 2^(G~_a1 - G~_c))` for r in tile 1 and c in tile
-/// 0. The left factor is the diagonal pass's A operand of row r (already in shared memory; |G~_r - G~_a1| is
-/// within 8 |lb| nats by the safe-path bound), the right one has a non-positive exponent (a1 > c), so one
+/// `o.midoff` (applies at chunk 32 with separate buffers, on the safe path and on the exact path's `xdiag`
+/// chunks within the bound): with a1 the midpoint anchor of tile 1, `q_r.k_c 2^(G~_r - G~_c) = (q_r 2^(G~_r -
+/// G~_a1)).(k_c 2^(G~_a1 - G~_c))` for r in tile 1 and c in tile 0. The left factor is the diagonal pass's A
+/// operand of row r (already in shared memory; |G~_r - G~_a1| is within 8 |lb| nats by the safe-path bound, or
+/// within [`XDIAG_BOUND`] on an `xdiag` chunk), the right one has a non-positive exponent (a1 > c), so one
 /// extra operand of 16 rows (built in the same column-chunk loop as the diagonal operands) and two [C, C]
 /// products replace the level pass: its operand build over C x K (two `2^x` and three operands per element),
 /// its per-element anchor loads and its two barriers.
@@ -103,13 +106,13 @@ pub fn build_intra(
 ) -> Result<Kernel, OpError> {
     let IntraOpts { arena, xdiag, ex2_ftz, midoff } = o;
     let (dk, dv, c) = (spec.dk, spec.dv, chunk);
-    let midoff = midoff && spec.safe && c == 32 && !arena;
     // `2^x`: with `ex2_ftz` the single `ex2.approx.ftz` (a result below 2^-126 is 0: every such factor lands in
     // an f16 operand, whose smallest subnormal is 2^-24, or in a bf16 one next to O(1) terms, or is a decay of
     // the f32 state by less than 2^-126), else `exp2f` with its subnormal range test and two scalings.
     let ex2 = |e: Expr| if ex2_ftz { e.exp2_ftz() } else { e.exp2() };
     let nt = c / 16;
     let xdiag = xdiag && !spec.safe;
+    let midoff = midoff && (spec.safe || xdiag) && c == 32 && !arena;
     // The midpoint-anchored diagonal operands reach e^(8|lb|) on the safe path and 2^XDIAG_BOUND with `xdiag`:
     // bf16 there (f16 would overflow).
     let lvl_dt = if spec.safe || xdiag { DType::Bf16 } else { lvl_dt };
@@ -470,13 +473,12 @@ pub fn build_intra(
             b.barrier();
         });
     };
-    match sxd {
+    // `xdiag`: the chunk's flag, block-uniform (written before the barrier after the scan); it also picks the
+    // off-diagonal pass below when `midoff`.
+    let xd_ok = sxd.map(|sx| b.let_("xd_ok", Expr::shared_load(sx, 0i64, 0i64, 0i64).eq(0.0)));
+    match &xd_ok {
         _ if spec.safe => midpoint_diag(&mut b),
-        // The flag is block-uniform (written before the barrier after the scan).
-        Some(sx) => {
-            let ok = b.let_("xd_ok", Expr::shared_load(sx, 0i64, 0i64, 0i64).eq(0.0));
-            b.if_else(ok, midpoint_diag, hierarchy_diag);
-        }
+        Some(ok) => b.if_else(ok.clone(), midpoint_diag, hierarchy_diag),
         None => hierarchy_diag(&mut b),
     }
     // P's diagonal q_r.k_r (no decay) exactly: the bf16 inputs' products are exact in f32, so one banded
@@ -545,18 +547,23 @@ pub fn build_intra(
         b.map(tot_l, Expr::select(done, Expr::Elem(tot_l), 0.0));
         b.barrier();
     };
-    if midoff {
-        // The one off-diagonal tile from the diagonal pass's operands (slots 0, 1: A sides anchored at each
-        // tile's midpoint; slot 3: tile 0's keys decayed to tile 1's anchor), ordered by the barrier after sD.
-        let bt = Operand::Shared { src: op_slot(&b, 3), transpose: true };
-        b.mma(tot_p, Operand::Shared { src: op_slot(&b, 0), transpose: false }, bt.clone());
-        b.mma(tot_l, Operand::Shared { src: op_slot(&b, 1), transpose: false }, bt);
+    // The one off-diagonal tile from the diagonal pass's operands (slots 0, 1: A sides anchored at each tile's
+    // midpoint; slot 3: tile 0's keys decayed to tile 1's anchor), ordered by the barrier after sD.
+    let midoff_pass = |b: &mut KernelBuilder| {
+        let bt = Operand::Shared { src: op_slot(b, 3), transpose: true };
+        b.mma(tot_p, Operand::Shared { src: op_slot(b, 0), transpose: false }, bt.clone());
+        b.mma(tot_l, Operand::Shared { src: op_slot(b, 1), transpose: false }, bt);
         let off = r.ge(16i64).and(col.lt(16i64));
         b.map(tot_p, Expr::select(off.clone(), Expr::Elem(tot_p), 0.0));
         b.map(tot_l, Expr::select(off, Expr::Elem(tot_l), 0.0));
-    } else {
-        // (A runtime loop: unrolled, the arena's 128-register cap spills 60 bytes instead of 8.)
-        b.for_("olvl", 0i64, levels, 1i64, olvl);
+    };
+    // (A runtime loop: unrolled, the arena's 128-register cap spills 60 bytes instead of 8.)
+    let level_pass = |b: &mut KernelBuilder| b.for_("olvl", 0i64, levels, 1i64, olvl);
+    match (midoff, xd_ok) {
+        // `xdiag` chunks past the bound took the hierarchy (no slot 3): the level pass.
+        (true, Some(ok)) => b.if_else(ok, midoff_pass, level_pass),
+        (true, None) => midoff_pass(&mut b),
+        (false, _) => level_pass(&mut b),
     }
 
     // Off-diagonal L (with beta) as the bf16 A operand of the block substitution.

@@ -65,7 +65,7 @@
 //! Session 5 (not yet measured; analysis in `results/profiles/kda-floors-and-sass-2026-12-01.md`): both kernels
 //! are far from their byte floors (intra 5.0 GB, state 2.85 GB at B1 T65536 H32) and bound by instruction issue
 //! and per-step latency. `EX2=ftz` (default) makes every intra 2^x one `ex2.approx.ftz` (-15% SASS);
-//! `ODIAG=1` (default, safe path at chunk 32) takes the off-diagonal tile from the midpoint-anchored operands
+//! `ODIAG=1` (default, chunk 32, safe path and XDIAG chunks) takes the off-diagonal tile from the midpoint-anchored operands
 //! instead of a level pass (-4% more, 2 barriers, 122 -> 76 registers); `SYNC=2` (default for rings) runs the
 //! state pass with two barriers per chunk instead of four.
 //!
@@ -210,8 +210,8 @@ pub fn knob_space() -> KnobSpace {
         )
         .axis(
             "ODIAG",
-            "safe path at chunk 32 with ARENA=0: 1 the off-diagonal 16x16 tile from the diagonal pass's midpoint-anchored \
-             operands plus one 16-row key operand (no level pass), 0 the level pass",
+            "chunk 32 with ARENA=0, safe path and XDIAG chunks within the bound: 1 the off-diagonal 16x16 tile from the \
+             diagonal pass's midpoint-anchored operands plus one 16-row key operand (no level pass), 0 the level pass",
             [1i64, 0],
         )
         .axis(
@@ -257,8 +257,8 @@ pub struct Launch {
     pub xdiag: bool,
     /// The intra kernel's `2^x` as one `ex2.approx.ftz` (knob `EX2=ftz`).
     pub ex2_ftz: bool,
-    /// The chunk-32 safe-path off-diagonal tile from the midpoint-anchored operands (knob `ODIAG=1`; applies
-    /// with `ARENA=0` only).
+    /// The chunk-32 off-diagonal tile from the midpoint-anchored operands (knob `ODIAG=1`; safe path or
+    /// `XDIAG=1`, `ARENA=0` only).
     pub midoff: bool,
     /// Two barriers per state-pass chunk instead of four (knob `SYNC=2`; rings only).
     pub two_bars: bool,
@@ -400,7 +400,7 @@ impl Launch {
         };
         let midoff = match if knobs.0.contains_key("ODIAG") { knobs.u32("ODIAG")? } else { 0 } {
             0 => false,
-            1 => pb.safe && chunk == 32 && !arena,
+            1 => (pb.safe || xdiag) && chunk == 32 && !arena,
             other => return Err(invalid(format!("ODIAG={other}: 0 or 1"))),
         };
         let two_bars = match if knobs.0.contains_key("SYNC") { knobs.u32("SYNC")? } else { 4 } {
