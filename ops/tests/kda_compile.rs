@@ -71,6 +71,24 @@ fn variants_and_knob_points_compile() {
         let knobs = def.clone().with("BV", bv).with("W2", w2).with("STAGES", 3i64).with("CHUNK", chunk);
         add(with(&[("safe", 1), ("h0", 1)]), &knobs, 2);
     }
+    // The old arithmetic and barrier points (EX2=exact, ODIAG=0, SYNC=4) next to the new defaults, and the
+    // chunk-32 safe off-diagonal with the in-kernel options and chunk 32 on 4 and 16 warps.
+    let old = def.clone().with("EX2", "exact").with("ODIAG", 0i64).with("SYNC", 4i64);
+    for stages in [2i64, 3] {
+        let k = old.clone().with("CHUNK", 32i64).with("STAGES", stages).with("BV", 32i64).with("W2", 4i64);
+        add(with(&[("safe", 1), ("h0", 1)]), &k, 3);
+        add(with(&[("safe", 0)]), &k, 1);
+    }
+    add(with(&[("safe", 1)]), &def.clone().with("EX2", "exact"), 1);
+    add(with(&[("safe", 1)]), &def.clone().with("ODIAG", 0i64), 1);
+    add(
+        with(&[("safe", 1), ("gate", 1), ("bias", 1), ("l2norm", 1), ("bsig", 1)]),
+        &def.clone().with("CHUNK", 32i64),
+        1,
+    );
+    for w1 in [4i64, 16] {
+        add(with(&[("safe", 1)]), &def.clone().with("CHUNK", 32i64).with("W1", w1), 1);
+    }
     // Smaller head dims.
     for (k, v) in [(64i64, 64i64), (32, 32), (64, 128), (128, 32)] {
         add(vec![("B", 1), ("T", 100), ("H", 2), ("K", k), ("V", v), ("safe", 0)], &def, 3);

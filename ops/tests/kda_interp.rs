@@ -64,8 +64,10 @@ fn run(dims: &[(&str, i64)], chunk: i64, seed: u64) -> f64 {
     run_with(dims, &knobs(chunk), seed)
 }
 
+/// A fresh seed, or `K3K_SEED` (to replay a printed one).
 fn seed() -> u64 {
-    let s = k3k_reference::random::fresh_seed();
+    let s =
+        std::env::var("K3K_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(k3k_reference::random::fresh_seed);
     eprintln!("seed {s}");
     s
 }
@@ -251,8 +253,10 @@ fn knob_points_agree() {
         for (chunk, bv, stages) in
             [(32u32, 32u32, 1u32), (32, 32, 2), (32, 32, 3), (64, 32, 3), (32, 128, 3), (64, 16, 2)]
         {
-            let k = kda::state::build_state(&pb.spec(), chunk, bv, 8, l.op_dt, stages).unwrap();
-            assert_eq!(k.shared_bytes() as u32, kda::state_shared_bytes(128, chunk, bv, stages), "{}", k.name);
+            for two_bars in [false, true] {
+                let k = kda::state::build_state(&pb.spec(), chunk, bv, 8, l.op_dt, stages, two_bars).unwrap();
+                assert_eq!(k.shared_bytes() as u32, kda::state_shared_bytes(128, chunk, bv, stages), "{}", k.name);
+            }
         }
     }
     // Chunk 64 with BV = 128 does not fit three stages (266 KB): refused, and the automatic choice takes two.
@@ -570,4 +574,148 @@ fn exact_adaptive_diagonal() {
     old.0.remove("XDIAG");
     assert!(!kda::Launch::resolve(&old, &pb).unwrap().xdiag);
     assert!(kda::Launch::resolve(&def, &pb).unwrap().xdiag);
+}
+
+/// `ODIAG=1` (chunk 32, safe path and the exact path's XDIAG chunks: the off-diagonal tile from the
+/// midpoint-anchored operands, no level pass) against `ODIAG=0` and the f64 recurrence: ragged chunks (1, 15,
+/// 16, 17, 31 valid rows: tile 1 empty, one row, full), K = V = 128, the in-kernel options (L2 norm factors in
+/// the extra key operand, the safe gate form with a bias, beta sigmoid), GVA, varlen, h0; exact-path chunks
+/// within and past the XDIAG bound (gates of -1000) alone and mixed; it applies only where documented.
+#[test]
+fn midpoint_off_diagonal() {
+    let s = seed();
+    let def = kda::default_knobs().with("CHUNK", 32i64);
+    for (i, k) in [def.clone().with("ODIAG", 1i64), def.clone().with("ODIAG", 0i64)].iter().enumerate() {
+        for t in [1i64, 15, 16, 17, 31, 32, 33, 95] {
+            let d = [("B", 1), ("T", t), ("H", 1), ("K", 32), ("V", 32), ("safe", 1), ("h0", 1)];
+            run_with(&d, k, s ^ 0xf1 ^ t as u64 ^ i as u64);
+        }
+        let big = [("B", 1i64), ("T", 75), ("H", 1), ("HV", 2), ("K", 128), ("V", 128), ("safe", 1), ("h0", 1)];
+        run_with(&big, k, s ^ 0xf2 ^ i as u64);
+        let opts = [
+            ("N", 3i64),
+            ("L0", 17),
+            ("L1", 1),
+            ("L2", 63),
+            ("H", 2),
+            ("HV", 4),
+            ("K", 64),
+            ("V", 32),
+            ("safe", 1),
+            ("gate", 1),
+            ("bias", 1),
+            ("l2norm", 1),
+            ("bsig", 1),
+            ("h0", 1),
+        ];
+        run_with(&opts, k, s ^ 0xf3 ^ i as u64);
+        // The exact path's XDIAG chunks: within the bound (midpoint tiles and this off-diagonal), past it (gates
+        // of -1000: the hierarchy and the level pass), and both in one problem.
+        for t in [15i64, 17, 32, 95] {
+            let d = [("B", 1), ("T", t), ("H", 1), ("HV", 2), ("K", 32), ("V", 32), ("safe", 0), ("h0", 1)];
+            run_with(&d, k, s ^ 0xf4 ^ t as u64 ^ i as u64);
+        }
+        let ext = [("B", 1), ("T", 130), ("H", 1), ("HV", 2), ("K", 64), ("V", 32), ("safe", 0), ("extreme", 1)];
+        run_with(&ext, k, s ^ 0xf5 ^ i as u64);
+        let pe = problem(&[("B", 1), ("T", 96), ("H", 1), ("K", 64), ("V", 64), ("safe", 0), ("h0", 1)]);
+        let mut de = KdaData::generate(&pe, s ^ 0xf6 ^ i as u64);
+        de.g.set_f32(40 * 64 + 3, -1000.0);
+        let plan = kda::chunk_plan(&pe, &de, k).unwrap();
+        let out = Executor::Cpu.run(&plan).unwrap();
+        let (pairs, scope) = kda::check_scope(&pe, s);
+        let r = kda::check_pairs(&pe, &de, &out, &pairs, scope).unwrap();
+        assert!(r.passed, "[{k}] seed {s}: one -1000 gate in chunk 1: {} (rel {:.3e})", r.detail, r.max_rel_err);
+    }
+    // Where it applies: safe path, chunk 32, separate buffers; the kernel name says so.
+    let pb = problem(&[("B", 1), ("T", 64), ("H", 1), ("K", 128), ("V", 128), ("safe", 1)]);
+    let on = kda::Launch::resolve(&def, &pb).unwrap();
+    assert!(on.midoff, "{on:?}");
+    assert!(kda::chunk_kernels(&pb, &on).unwrap().0.name.ends_with("_mo"));
+    assert!(!kda::Launch::resolve(&def.clone().with("CHUNK", 64i64), &pb).unwrap().midoff);
+    assert!(!kda::Launch::resolve(&def.clone().with("ARENA", 1i64), &pb).unwrap().midoff);
+    let exact = problem(&[("B", 1), ("T", 64), ("H", 1), ("K", 128), ("V", 128), ("safe", 0)]);
+    assert!(kda::Launch::resolve(&def, &exact).unwrap().midoff);
+    assert!(!kda::Launch::resolve(&def.clone().with("XDIAG", 0i64), &exact).unwrap().midoff);
+    let mut old = def.clone();
+    old.0.remove("ODIAG");
+    assert!(!kda::Launch::resolve(&old, &pb).unwrap().midoff);
+    assert!(kda::Launch::resolve(&def.clone().with("ODIAG", 2i64), &pb).is_err());
+}
+
+/// `EX2` (the intra kernel's 2^x as one `ex2.approx.ftz` or as `exp2f`) and `SYNC` (two or four barriers per
+/// state-pass chunk, rings of 2 and 3 stages) against the f64 recurrence: both diagonal paths, chunk 64 and 32,
+/// GVA, varlen with sequences of 1, 15, 63 tokens (and an empty one), an initial state, gates of -1000 on the
+/// exact path (where 2^x underflows: flushed and exact must both give 0 there), K = V = 128 over several chunks
+/// so every ring slot is used and reused. Knob sets from before the knobs existed mean `exp2f` and four
+/// barriers; `SYNC` has no effect on the single-buffer pass. (The CPU backends run the block's warps in step,
+/// so they cannot see a missing barrier: `SYNC=2` is the same arithmetic as `SYNC=4` and must give the same
+/// bits here; its barrier placement is argued in `state.rs` and checked on the GPU by `k3k check --backend
+/// cuda` and `K3K_GPU=1`.)
+#[test]
+fn ex2_and_sync_knobs() {
+    let s = seed();
+    let def = kda::default_knobs();
+    let sets = |chunk: i64| -> Vec<Knobs> {
+        let k = def.clone().with("CHUNK", chunk);
+        vec![
+            k.clone().with("EX2", "ftz").with("SYNC", 2i64).with("STAGES", 3i64),
+            k.clone().with("EX2", "ftz").with("SYNC", 2i64).with("STAGES", 2i64),
+            k.clone().with("EX2", "exact").with("SYNC", 4i64).with("STAGES", 3i64),
+            k.clone().with("EX2", "exact").with("SYNC", 2i64).with("STAGES", 2i64),
+            k.clone().with("EX2", "ftz").with("SYNC", 4i64).with("STAGES", 2i64).with("ODIAG", 0i64),
+            k.with("EX2", "ftz").with("SYNC", 2i64).with("STAGES", 1i64),
+        ]
+    };
+    let varlen = [("N", 4i64), ("L0", 1), ("L1", 15), ("L2", 0), ("L3", 63), ("H", 2), ("HV", 4), ("K", 32), ("V", 32)];
+    for (safe, chunk) in [(1i64, 64i64), (0, 32), (0, 64), (1, 32)] {
+        for (i, k) in sets(chunk).iter().enumerate() {
+            let mut d = varlen.to_vec();
+            d.extend([("safe", safe), ("h0", 1)]);
+            run_with(&d, &k.clone().with("BV", 16i64).with("W2", 4i64), s ^ 0xe1 ^ (chunk << 4) as u64 ^ i as u64);
+        }
+    }
+    for chunk in [64i64, 32] {
+        let d =
+            [("B", 1), ("T", 130), ("H", 1), ("HV", 2), ("K", 64), ("V", 32), ("safe", 0), ("extreme", 1), ("h0", 1)];
+        for k in sets(chunk) {
+            run_with(&d, &k, s ^ 0xe2 ^ chunk as u64);
+        }
+    }
+    // The benchmark shape over 5 chunks of 32 (3 chunks of 64): 32 x 4 state-pass blocks as at H32.
+    let big = [("B", 1i64), ("T", 150), ("H", 1), ("K", 128), ("V", 128), ("h0", 1)];
+    for (safe, chunk) in [(1i64, 32i64), (0, 32), (1, 64)] {
+        let mut d = big.to_vec();
+        d.push(("safe", safe));
+        for k in [&sets(chunk)[0], &sets(chunk)[2]] {
+            run_with(&d, &k.clone().with("BV", 32i64).with("W2", 4i64), s ^ 0xe3 ^ safe as u64 ^ chunk as u64);
+        }
+    }
+    // SYNC changes no arithmetic: the same bits on the interpreter; EX2 changes only results below 2^-126.
+    let pb = problem(&[("B", 1), ("T", 100), ("H", 1), ("HV", 2), ("K", 32), ("V", 32), ("safe", 1), ("h0", 1)]);
+    let d = KdaData::generate(&pb, s ^ 0xe4);
+    let run_cpu = |k: &Knobs| Executor::Cpu.run(&kda::chunk_plan(&pb, &d, k).unwrap()).unwrap();
+    let base = def.clone().with("CHUNK", 32i64).with("STAGES", 3i64);
+    let (a, b) = (run_cpu(&base.clone().with("SYNC", 2i64)), run_cpu(&base.clone().with("SYNC", 4i64)));
+    for n in ["o", "ht"] {
+        assert_eq!(a.get(n).unwrap().data, b.get(n).unwrap().data, "{n}: SYNC=2 and SYNC=4 differ");
+    }
+    // Resolution: defaults ftz and two barriers; missing knobs mean the old kernels; bad values are refused;
+    // the kernel names tell the variants apart (they are cache keys).
+    let l = kda::Launch::resolve(&base, &pb).unwrap();
+    assert!(l.ex2_ftz && l.two_bars, "{l:?}");
+    let mut old = base.clone();
+    old.0.remove("EX2");
+    old.0.remove("SYNC");
+    let lo = kda::Launch::resolve(&old, &pb).unwrap();
+    assert!(!lo.ex2_ftz && !lo.two_bars, "{lo:?}");
+    assert!(!kda::Launch::resolve(&base.clone().with("STAGES", 1i64), &pb).unwrap().two_bars);
+    assert!(kda::Launch::resolve(&base.clone().with("SYNC", 3i64), &pb).is_err());
+    assert!(kda::Launch::resolve(&base.clone().with("EX2", "fast"), &pb).is_err());
+    let (i1, s1) = kda::chunk_kernels(&pb, &l).unwrap();
+    let (i0, s0) = kda::chunk_kernels(&pb, &lo).unwrap();
+    assert_ne!(i1.name, i0.name);
+    assert_ne!(s1.name, s0.name);
+    // Barriers in the state kernel's chunk loop: 2 against 4.
+    let bars = |k: &k3k_ir::Kernel| format!("{k:?}").matches("Barrier").count();
+    assert_eq!(bars(&s0) - bars(&s1), 2, "{} vs {}", s0.name, s1.name);
 }

@@ -13,7 +13,8 @@
 //!    with the row in the lower half and the column in the upper half of one `2s`-row block are one dense
 //!    tensor-core product `(X . exp2(G~ - G~_a)) (K . exp2(G~_a - G~))^T` anchored at the block's row
 //!    `a = start + s - 1`: every exponent is <= 0 (safe for any gate), the anchor of a row depends on the row
-//!    only, so each level is a single [C, C] product, masked to its own pairs.
+//!    only, so each level is a single [C, C] product, masked to its own pairs. At chunk 32 (`ODIAG=1`, see
+//!    [`IntraOpts::midoff`]) the one off-diagonal tile instead reuses step 4's midpoint-anchored operands.
 //! 4. The diagonal tiles as banded (block-diagonal) products, one 16x16 tile per warp row band:
 //!    - safe path: anchored at the tile's midpoint row `min(8, valid - 1)` (exponents up to 8 |lb| nats), one
 //!      dense M=16 product per tile for P and one for L;
@@ -67,31 +68,62 @@ pub const LOG2E: f64 = std::f64::consts::LOG2_E;
 /// path, whose bound is 8 |lb| nats = 57.7.
 pub const XDIAG_BOUND: f64 = 48.0;
 
-/// Build kernel 1 for a variant, chunk size and warp count; `arena`: the phase-aliased shared layout (see the
-/// module docs); `xdiag` (exact path only): per chunk, the midpoint-anchored diagonal tiles when every
-/// `|G~_r - G~_anchor|` of the chunk is within [`XDIAG_BOUND`] (one block-wide check after the scan), the
-/// level hierarchy otherwise (e.g. gates of -1000).
+/// Layout and arithmetic choices of kernel 1 (knobs `ARENA`, `XDIAG`, `EX2`, `ODIAG`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct IntraOpts {
+    /// The phase-aliased shared layout (see the module docs).
+    pub arena: bool,
+    /// Exact path only: per chunk, the midpoint-anchored diagonal tiles when every `|G~_r - G~_anchor|` of the
+    /// chunk is within [`XDIAG_BOUND`] (one block-wide check after the scan), the level hierarchy otherwise (e.g.
+    /// gates of -1000).
+    pub xdiag: bool,
+    /// `2^x` as one `ex2.approx.ftz` instead of `exp2f`.
+    pub ex2_ftz: bool,
+    /// Chunk 32, separate buffers, on the safe path and on the `xdiag` chunks within the bound: the off-diagonal
+    /// tile (rows 16..31, columns 0..15) from the diagonal pass's midpoint-anchored A operands of tile 1 and one
+    /// more B operand `k_c 2^(G~_a1 - G~_c)` of tile 0 (every exponent <= 0), instead of a level pass (see
+    /// [`build_intra`]); `xdiag` chunks past the bound keep the level pass.
+    pub midoff: bool,
+}
+
+/// Build kernel 1 for a variant, chunk size and warp count with the options `o`.
+///
+/// `o.midoff` (applies at chunk 32 with separate buffers, on the safe path and on the exact path's `xdiag`
+/// chunks within the bound): with a1 the midpoint anchor of tile 1, `q_r.k_c 2^(G~_r - G~_c) = (q_r 2^(G~_r -
+/// G~_a1)).(k_c 2^(G~_a1 - G~_c))` for r in tile 1 and c in tile 0. The left factor is the diagonal pass's A
+/// operand of row r (already in shared memory; |G~_r - G~_a1| is within 8 |lb| nats by the safe-path bound, or
+/// within [`XDIAG_BOUND`] on an `xdiag` chunk), the right one has a non-positive exponent (a1 > c), so one
+/// extra operand of 16 rows (built in the same column-chunk loop as the diagonal operands) and two [C, C]
+/// products replace the level pass: its operand build over C x K (two `2^x` and three operands per element),
+/// its per-element anchor loads and its two barriers.
 pub fn build_intra(
     spec: &KdaSpec,
     chunk: u32,
     warps: u32,
     op_dt: DType,
     lvl_dt: DType,
-    arena: bool,
-    xdiag: bool,
+    o: IntraOpts,
 ) -> Result<Kernel, OpError> {
+    let IntraOpts { arena, xdiag, ex2_ftz, midoff } = o;
     let (dk, dv, c) = (spec.dk, spec.dv, chunk);
+    // `2^x`: with `ex2_ftz` the single `ex2.approx.ftz` (a result below 2^-126 is 0: every such factor lands in
+    // an f16 operand, whose smallest subnormal is 2^-24, or in a bf16 one next to O(1) terms, or is a decay of
+    // the f32 state by less than 2^-126), else `exp2f` with its subnormal range test and two scalings.
+    let ex2 = |e: Expr| if ex2_ftz { e.exp2_ftz() } else { e.exp2() };
     let nt = c / 16;
     let xdiag = xdiag && !spec.safe;
+    let midoff = midoff && (spec.safe || xdiag) && c == 32 && !arena;
     // The midpoint-anchored diagonal operands reach e^(8|lb|) on the safe path and 2^XDIAG_BOUND with `xdiag`:
     // bf16 there (f16 would overflow).
     let lvl_dt = if spec.safe || xdiag { DType::Bf16 } else { lvl_dt };
     let threads = 32 * warps;
     let name = format!(
-        "k3k_kda_intra_{}_c{c}_w{warps}_{op_dt}_{lvl_dt}{}{}",
+        "k3k_kda_intra_{}_c{c}_w{warps}_{op_dt}_{lvl_dt}{}{}{}{}",
         spec.tag(),
         if arena { "_a" } else { "" },
-        if xdiag { "_xd" } else { "" }
+        if xdiag { "_xd" } else { "" },
+        if ex2_ftz { "_ftz" } else { "" },
+        if midoff { "_mo" } else { "" }
     );
     let mut b = KernelBuilder::new(&name, threads);
     let (kk, vv, cc) = (dk as i64, dv as i64, c as i64);
@@ -157,7 +189,8 @@ pub fn build_intra(
     } else {
         let sq = b.shared("sQ", DType::Bf16, c, dk, 1, Swizzle::Xor16B);
         // Operands of the level products: A side of P (0), A side of L (1), B side (2).
-        let sop = b.shared("sOp", lvl_dt, c, dk, 3, Swizzle::Xor16B);
+        // (`midoff`: a fourth, the B operand of the off-diagonal tile.)
+        let sop = b.shared("sOp", lvl_dt, c, dk, if midoff { 4 } else { 3 }, Swizzle::Xor16B);
         // Block substitution: X = [W | U] rows done so far and the current T (both halves).
         let sxw = b.shared("sXW", op_dt, c, dk, 1, Swizzle::Xor16B);
         let stw = b.shared("sTW", op_dt, 16, dk, 1, Swizzle::Xor16B);
@@ -332,16 +365,16 @@ pub fn build_intra(
         b.load(tgr, Place::Shared(d));
         let d = b.window(sq, 0i64, 0, j * kc, c, kc);
         b.load(txin, Place::Shared(d));
-        b.map(tx, rq(scale.clone() * Expr::Elem(txin) * Expr::Elem(tgr).exp2()));
+        b.map(tx, rq(scale.clone() * Expr::Elem(txin) * ex2(Expr::Elem(tgr))));
         b.store(tx, Place::Global(view_j(qb)));
         let d = b.window(sk, 0i64, 0, j * kc, c, kc);
         b.load(txin, Place::Shared(d));
-        b.map(tx, rk(Expr::Elem(txin) * (gs(last.clone(), cj) - Expr::Elem(tgr)).exp2()));
+        b.map(tx, rk(Expr::Elem(txin) * ex2(gs(last.clone(), cj) - Expr::Elem(tgr))));
         b.store(tx, Place::Global(view_j(kb)));
     }
     b.threads(|b| {
         b.for_("i", Expr::thread_idx(), kk, threads as i64, |b, i| {
-            b.store_scalar(gam, &slot_base * kk + i.clone(), gs(last.clone(), i).exp2());
+            b.store_scalar(gam, &slot_base * kk + i.clone(), ex2(gs(last.clone(), i)));
         });
     });
 
@@ -357,14 +390,15 @@ pub fn build_intra(
                           lower: Expr,
                           upper: Expr,
                           anchor: Expr,
+                          b1: bool,
                           prod: &dyn Fn(&mut KernelBuilder)| {
         for j in 0..dk / kc {
             let oc = if arena { 0 } else { j * kc };
             let cj = Expr::ColIdx + (j * kc) as i64;
             let d = b.window(sg, 0i64, 0, j * kc, c, kc);
             b.load(tgr, Place::Shared(d));
-            b.map(tga, gs(anchor.clone(), cj));
-            b.map(tx, Expr::select(lower.clone(), (Expr::Elem(tgr) - Expr::Elem(tga)).exp2(), 0.0));
+            b.map(tga, gs(anchor.clone(), cj.clone()));
+            b.map(tx, Expr::select(lower.clone(), ex2(Expr::Elem(tgr) - Expr::Elem(tga)), 0.0));
             let d = b.window(sq, 0i64, 0, j * kc, c, kc);
             b.load(txin, Place::Shared(d));
             b.map(tile, rq(Expr::Elem(txin) * Expr::Elem(tx)));
@@ -375,10 +409,19 @@ pub fn build_intra(
             b.map(tile, rk(Expr::Elem(txin) * Expr::Elem(tx)));
             let d = b.window(buf, 1i64, 0, oc, c, kc);
             b.store(tile, Place::Shared(d));
-            b.map(tx, Expr::select(upper.clone(), (Expr::Elem(tga) - Expr::Elem(tgr)).exp2(), 0.0));
+            b.map(tx, Expr::select(upper.clone(), ex2(Expr::Elem(tga) - Expr::Elem(tgr)), 0.0));
             b.map(tile, rk(Expr::Elem(txin) * Expr::Elem(tx)));
             let d = b.window(buf, 2i64, 0, oc, c, kc);
             b.store(tile, Place::Shared(d));
+            if b1 {
+                // (`midoff`) Slot 3: the rows of tile 0 decayed to tile 1's midpoint anchor (exponents <= 0);
+                // the rows of tile 1 are zero (their products are masked out anyway).
+                b.map(tga, gs(mid_anchor(Expr::Int(16)), cj.clone()));
+                b.map(tx, Expr::select(r.lt(16i64), ex2(Expr::Elem(tga) - Expr::Elem(tgr)), 0.0));
+                b.map(tile, rk(Expr::Elem(txin) * Expr::Elem(tx)));
+                let d = b.window(buf, 3i64, 0, oc, c, kc);
+                b.store(tile, Place::Shared(d));
+            }
             if arena {
                 b.barrier();
                 prod(b);
@@ -403,7 +446,7 @@ pub fn build_intra(
             b.mma(dp, Operand::Shared { src: op_slot(b, 0), transpose: false }, bo.clone());
             b.mma(dl, Operand::Shared { src: op_slot(b, 1), transpose: false }, bo);
         };
-        build_operands(b, sop, top, Expr::Bool(true), Expr::Bool(true), mid_anchor(r.clone()), &prod);
+        build_operands(b, sop, top, Expr::Bool(true), Expr::Bool(true), mid_anchor(r.clone()), midoff, &prod);
     };
     // Exact path: levels from fine to coarse, accumulated in place: a level's product also lands on pairs of
     // other blocks (garbage), so everything but the finished pairs is cleared before the next, coarser level
@@ -422,7 +465,7 @@ pub fn build_intra(
                 b.mma(dp, Operand::Shared { src: op_slot(b, 0), transpose: false }, bo.clone());
                 b.mma(dl, Operand::Shared { src: op_slot(b, 1), transpose: false }, bo);
             };
-            build_operands(b, sop, top, lower, upper, anchor, &prod);
+            build_operands(b, sop, top, lower, upper, anchor, false, &prod);
             // (After the coarsest level this keeps every pair of the tile: harmless.)
             let done = rin.bitxor(col.clone()).lt(&s * 2i64).and(col.lt(rin.clone()));
             b.map(dp, Expr::select(done.clone(), Expr::Elem(dp), 0.0));
@@ -430,13 +473,12 @@ pub fn build_intra(
             b.barrier();
         });
     };
-    match sxd {
+    // `xdiag`: the chunk's flag, block-uniform (written before the barrier after the scan); it also picks the
+    // off-diagonal pass below when `midoff`.
+    let xd_ok = sxd.map(|sx| b.let_("xd_ok", Expr::shared_load(sx, 0i64, 0i64, 0i64).eq(0.0)));
+    match &xd_ok {
         _ if spec.safe => midpoint_diag(&mut b),
-        // The flag is block-uniform (written before the barrier after the scan).
-        Some(sx) => {
-            let ok = b.let_("xd_ok", Expr::shared_load(sx, 0i64, 0i64, 0i64).eq(0.0));
-            b.if_else(ok, midpoint_diag, hierarchy_diag);
-        }
+        Some(ok) => b.if_else(ok.clone(), midpoint_diag, hierarchy_diag),
         None => hierarchy_diag(&mut b),
     }
     // P's diagonal q_r.k_r (no decay) exactly: the bf16 inputs' products are exact in f32, so one banded
@@ -499,14 +541,30 @@ pub fn build_intra(
             b.mma(tot_p, Operand::Shared { src: op_slot(b, 0), transpose: false }, bt.clone());
             b.mma(tot_l, Operand::Shared { src: op_slot(b, 1), transpose: false }, bt);
         };
-        build_operands(b, sop, top, lower, upper, anchor, &prod);
+        build_operands(b, sop, top, lower, upper, anchor, false, &prod);
         let done = r.bitxor(col.clone()).lt(&s * 2i64).and(col.lt(r.clone()));
         b.map(tot_p, Expr::select(done.clone(), Expr::Elem(tot_p), 0.0));
         b.map(tot_l, Expr::select(done, Expr::Elem(tot_l), 0.0));
         b.barrier();
     };
+    // The one off-diagonal tile from the diagonal pass's operands (slots 0, 1: A sides anchored at each tile's
+    // midpoint; slot 3: tile 0's keys decayed to tile 1's anchor), ordered by the barrier after sD.
+    let midoff_pass = |b: &mut KernelBuilder| {
+        let bt = Operand::Shared { src: op_slot(b, 3), transpose: true };
+        b.mma(tot_p, Operand::Shared { src: op_slot(b, 0), transpose: false }, bt.clone());
+        b.mma(tot_l, Operand::Shared { src: op_slot(b, 1), transpose: false }, bt);
+        let off = r.ge(16i64).and(col.lt(16i64));
+        b.map(tot_p, Expr::select(off.clone(), Expr::Elem(tot_p), 0.0));
+        b.map(tot_l, Expr::select(off, Expr::Elem(tot_l), 0.0));
+    };
     // (A runtime loop: unrolled, the arena's 128-register cap spills 60 bytes instead of 8.)
-    b.for_("olvl", 0i64, levels, 1i64, olvl);
+    let level_pass = |b: &mut KernelBuilder| b.for_("olvl", 0i64, levels, 1i64, olvl);
+    match (midoff, xd_ok) {
+        // `xdiag` chunks past the bound took the hierarchy (no slot 3): the level pass.
+        (true, Some(ok)) => b.if_else(ok, midoff_pass, level_pass),
+        (true, None) => midoff_pass(&mut b),
+        (false, _) => level_pass(&mut b),
+    }
 
     // Off-diagonal L (with beta) as the bf16 A operand of the block substitution.
     b.map(tot_l, Expr::Elem(tot_l) * beta_at(r.clone()));
@@ -556,7 +614,7 @@ pub fn build_intra(
         b.load(tv16, Place::Shared(d));
         b.vec_map(vbw, beta_at(rr.clone()));
         b.vec_map(vbu, beta_at(rr.clone()));
-        let mut rw = Expr::RowVal(vbw) * Expr::Elem(tk16) * Expr::Elem(tg16).exp2();
+        let mut rw = Expr::RowVal(vbw) * Expr::Elem(tk16) * ex2(Expr::Elem(tg16));
         if let Some(v) = vnk16 {
             b.vec_map(v, Expr::shared_load(svec, 0i64, 2i64, rr.clone()));
             rw = rw * Expr::RowVal(v);

@@ -62,6 +62,13 @@
 //! latency chain per step; `STAGES=3` issues each chunk's loads two chunks ahead, and `STAGES=0` now takes the
 //! deepest ring that keeps the resident blocks the grid needs (3 at H32, 2 at H96, 1 at B4 H64).
 //!
+//! Session 5 (not yet measured; analysis in `results/profiles/kda-floors-and-sass-2026-12-01.md`): both kernels
+//! are far from their byte floors (intra 5.0 GB, state 2.85 GB at B1 T65536 H32) and bound by instruction issue
+//! and per-step latency. `EX2=ftz` (default) makes every intra 2^x one `ex2.approx.ftz` (-15% SASS);
+//! `ODIAG=1` (default, chunk 32, safe path and XDIAG chunks) takes the off-diagonal tile from the midpoint-anchored operands
+//! instead of a level pass (-4% more, 2 barriers, 122 -> 76 registers); `SYNC=2` (default for rings) runs the
+//! state pass with two barriers per chunk instead of four.
+//!
 //! Checks compare with `k3k_reference::kda::kda_recurrent` (f64) per (sequence, value head) pair: every pair for
 //! small problems, a documented sample of pairs (first, last and seeded others; every o row and state element of
 //! each) for the benchmark sizes, whose full f64 recurrence would take minutes on a CPU.
@@ -201,6 +208,24 @@ pub fn knob_space() -> KnobSpace {
              grid needs, see Launch::resolve)",
             [0i64, 1, 2, 3],
         )
+        .axis(
+            "ODIAG",
+            "chunk 32 with ARENA=0, safe path and XDIAG chunks within the bound: 1 the off-diagonal 16x16 tile from the \
+             diagonal pass's midpoint-anchored operands plus one 16-row key operand (no level pass), 0 the level pass",
+            [1i64, 0],
+        )
+        .axis(
+            "EX2",
+            "intra-chunk 2^x: ftz (one ex2.approx.ftz, results below 2^-126 flushed to 0) or exact (exp2f: range test \
+             and two scalings for subnormal results)",
+            ["ftz", "exact"],
+        )
+        .axis(
+            "SYNC",
+            "state-pass barriers per chunk with a ring (STAGES >= 2): 2 (wait, S store, one barrier, loads of chunk j + \
+             S - 1; Vt barrier) or 4 (the old order: barriers after the wait, the S store, Vt and at the end)",
+            [2i64, 4],
+        )
         .axis("OPDT", "16-bit type of the scratch and of the tensor-core operands built from it", ["f16", "bf16"])
         .axis("LVLDT", "16-bit type of the off-diagonal and exact-diagonal tile operands", ["f16", "bf16"])
 }
@@ -214,6 +239,9 @@ pub fn default_knobs() -> Knobs {
         .with("W2", 0i64)
         .with("STAGES", 0i64)
         .with("XDIAG", 1i64)
+        .with("ODIAG", 1i64)
+        .with("EX2", "ftz")
+        .with("SYNC", 2i64)
         .with("OPDT", "f16")
         .with("LVLDT", "f16")
 }
@@ -227,6 +255,13 @@ pub struct Launch {
     pub arena: bool,
     /// The exact path's adaptive diagonal tiles (knob `XDIAG`).
     pub xdiag: bool,
+    /// The intra kernel's `2^x` as one `ex2.approx.ftz` (knob `EX2=ftz`).
+    pub ex2_ftz: bool,
+    /// The chunk-32 off-diagonal tile from the midpoint-anchored operands (knob `ODIAG=1`; safe path or
+    /// `XDIAG=1`, `ARENA=0` only).
+    pub midoff: bool,
+    /// Two barriers per state-pass chunk instead of four (knob `SYNC=2`; rings only).
+    pub two_bars: bool,
     pub bv: u32,
     pub w2: u32,
     /// Operand buffers of the state pass (1 or 2).
@@ -357,7 +392,36 @@ impl Launch {
             1 => true,
             other => return Err(invalid(format!("XDIAG={other}: 0 or 1"))),
         };
-        Ok(Launch { chunk, w1, arena, xdiag, bv, w2, stages, op_dt: dt("OPDT")?, lvl_dt: dt("LVLDT")? })
+        // Knob sets written before EX2 / ODIAG / SYNC existed mean exp2f, the level pass and four barriers.
+        let ex2_ftz = match if knobs.0.contains_key("EX2") { knobs.str("EX2")? } else { "exact" } {
+            "ftz" => true,
+            "exact" => false,
+            other => return Err(invalid(format!("EX2={other}: ftz or exact"))),
+        };
+        let midoff = match if knobs.0.contains_key("ODIAG") { knobs.u32("ODIAG")? } else { 0 } {
+            0 => false,
+            1 => (pb.safe || xdiag) && chunk == 32 && !arena,
+            other => return Err(invalid(format!("ODIAG={other}: 0 or 1"))),
+        };
+        let two_bars = match if knobs.0.contains_key("SYNC") { knobs.u32("SYNC")? } else { 4 } {
+            2 => stages >= 2,
+            4 => false,
+            other => return Err(invalid(format!("SYNC={other}: 2 or 4"))),
+        };
+        Ok(Launch {
+            chunk,
+            w1,
+            arena,
+            xdiag,
+            ex2_ftz,
+            midoff,
+            two_bars,
+            bv,
+            w2,
+            stages,
+            op_dt: dt("OPDT")?,
+            lvl_dt: dt("LVLDT")?,
+        })
     }
 }
 
@@ -647,8 +711,15 @@ impl KdaData {
 pub fn chunk_kernels(pb: &KdaProblem, l: &Launch) -> Result<(Kernel, Kernel), OpError> {
     let spec = pb.spec();
     Ok((
-        intra::build_intra(&spec, l.chunk, l.w1, l.op_dt, l.lvl_dt, l.arena, l.xdiag)?,
-        state::build_state(&spec, l.chunk, l.bv, l.w2, l.op_dt, l.stages)?,
+        intra::build_intra(
+            &spec,
+            l.chunk,
+            l.w1,
+            l.op_dt,
+            l.lvl_dt,
+            intra::IntraOpts { arena: l.arena, xdiag: l.xdiag, ex2_ftz: l.ex2_ftz, midoff: l.midoff },
+        )?,
+        state::build_state(&spec, l.chunk, l.bv, l.w2, l.op_dt, l.stages, l.two_bars)?,
     ))
 }
 

@@ -11,6 +11,13 @@
 //! `stages = 3` is the same ring one chunk deeper: chunk j issues chunk j+2's loads into slot (j+2) % 3, so each
 //! group has two chunks of work to land (for the one-block-per-SM grids, whose step time is the latency of a
 //! dependent chain rather than the SM's throughput).
+//!
+//! Barriers per chunk (`two_bars`, knob `SYNC`; rings only): the ring pass above has four (after the wait, after
+//! the S store, after Vt, at the end). With `two_bars` the wait comes first, S is written, and one barrier both
+//! publishes the chunk's operands and sS and retires every read of chunk j - 1; chunk j + S - 1's loads are issued
+//! after it, into the slot chunk j - 1 read; the second barrier publishes Vt; the end of the chunk writes no
+//! shared memory that a later read could race with (sS is next written after chunk j's Vt barrier, sVt after
+//! chunk j + 1's first barrier), so it needs none. Same loads, same products.
 
 use super::{KdaSpec, grid};
 use crate::OpError;
@@ -24,12 +31,19 @@ pub fn build_state(
     warps: u32,
     op_dt: DType,
     stages: u32,
+    two_bars: bool,
 ) -> Result<Kernel, OpError> {
     let (dk, dv, c) = (spec.dk, spec.dv, chunk);
     if !(1..=3).contains(&stages) {
         return Err(OpError::Internal(format!("kda state pass: {stages} stages (1, 2 or 3)")));
     }
-    let sfx = if stages >= 2 { format!("_s{stages}") } else { String::new() };
+    // Two barriers a chunk need a ring (the single-buffer pass refills its groups between them).
+    let two_bars = two_bars && stages >= 2;
+    let sfx = match (stages, two_bars) {
+        (1, _) => String::new(),
+        (s, false) => format!("_s{s}"),
+        (s, true) => format!("_s{s}b2"),
+    };
     let name =
         format!("k3k_kda_state_k{dk}_v{dv}{}_c{c}_bv{bv}_w{warps}_{op_dt}{sfx}", if spec.h0 { "_h0" } else { "" });
     let mut b = KernelBuilder::new(&name, 32 * warps);
@@ -126,16 +140,74 @@ pub fn build_state(
             b.commit();
         }
     }
+    // `two_bars` with 3 stages: the ring slot of the current chunk, carried across iterations (no 64-bit `% 3`
+    // a chunk; with 2 stages `j & 1` is as cheap, and the carried slot costs ptxas 16 spilled bytes at 16 warps).
+    let ring = (two_bars && stages == 3).then(|| b.let_var("ring", 0i64));
     b.for_("j", 0i64, nc.clone(), 1i64, |b, j| {
         let ch = b.let_("ch", &c0 + j.clone());
         let row0 = b.let_("row0", Expr::load(ctab, &ch * 2i64));
         let len = b.let_("len", len_of(&ch));
-        let more = b.let_("more", (&j + 1i64).lt(nc.clone()));
-        let cur = match stages {
-            1 => z(),
-            2 => b.let_("cur", j.clone().bitand(1i64)),
-            _ => b.let_("cur", &j % (stages as i64)),
+        let cur = match (ring, stages) {
+            (Some(rv), _) => b.let_("cur", Expr::Var(rv)),
+            (None, 1) => z(),
+            (None, 2) => b.let_("cur", j.clone().bitand(1i64)),
+            (None, _) => b.let_("cur", &j % (stages as i64)),
         };
+        if two_bars {
+            // Two barriers a chunk. Wait for this chunk's group (the S - 2 younger ones may be in flight), write
+            // S, then one barrier: the chunk's operands and sS are visible to every warp, and every warp is done
+            // with chunk j - 1 (its slot, sS's phase-1 reads, sVt's phase-2 reads). Only then is chunk j + S - 1
+            // issued, into the slot chunk j - 1 read. The second barrier publishes Vt; nothing is written at the
+            // end of the chunk, so no third and fourth barrier.
+            b.wait(stages - 2);
+            let d = b.slot(ss, 0i64);
+            b.store(st, Place::Shared(d));
+            b.barrier();
+            let ahead = stages as i64 - 1;
+            // Slot (j + S - 1) % S = (j - 1) % S.
+            let next = if stages == 2 {
+                Expr::Int(1) - cur.clone()
+            } else {
+                b.let_("next", Expr::select(cur.clone().eq(0i64), 2i64, &cur - 1i64))
+            };
+            b.if_((&j + ahead).lt(nc.clone()), |b| {
+                issue_a(b, &ch + ahead, next.clone());
+                issue_b(b, &ch + ahead, next.clone());
+            });
+            b.commit();
+            b.map(acc_v, 0.0);
+            b.map(acc_o, 0.0);
+            let s_op = Operand::Shared { src: b.slot(ss, 0i64), transpose: false };
+            b.mma(acc_v, Operand::Shared { src: b.slot(sw, cur.clone()), transpose: false }, s_op.clone());
+            b.mma(acc_o, Operand::Shared { src: b.slot(sqb, cur.clone()), transpose: false }, s_op);
+            let d = b.slot(su, cur.clone());
+            b.load(tu, Place::Shared(d));
+            b.map(acc_v, Expr::Elem(tu) - Expr::Elem(acc_v));
+            let d = b.slot(svt, 0i64);
+            b.store(acc_v, Place::Shared(d));
+            b.barrier();
+            let vt = Operand::Shared { src: b.slot(svt, 0i64), transpose: false };
+            b.mma(acc_o, Operand::Shared { src: b.slot(sp, cur.clone()), transpose: false }, vt.clone());
+            b.store(
+                acc_o,
+                Place::Global(view(
+                    o,
+                    (&row0 * hv.clone() + hvi.clone()) * vv + v0.clone(),
+                    hv.clone() * vv,
+                    len.clone(),
+                    bvv,
+                    2,
+                )),
+            );
+            b.vec_map(vgam, Expr::shared_load(sgam, cur.clone(), 0i64, Expr::RowIdx));
+            b.map(st, Expr::Elem(st) * Expr::RowVal(vgam));
+            b.mma(st, Operand::Shared { src: b.slot(skb, cur.clone()), transpose: true }, vt);
+            if let Some(rv) = ring {
+                b.assign(rv, Expr::select(cur.clone().eq(2i64), 0i64, &cur + 1i64));
+            }
+            return;
+        }
+        let more = b.let_("more", (&j + 1i64).lt(nc.clone()));
         if stages == 2 {
             let next = Expr::Int(1) - cur.clone();
             b.if_(more.clone(), |b| {
