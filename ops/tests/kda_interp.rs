@@ -456,11 +456,19 @@ fn decode_continues_a_prefill() {
         h0: Some(out_pre.get("ht").unwrap().clone()),
     };
     let out_dec = Executor::Cpu.run(&decode::decode_plan(&pb, &dd).unwrap()).unwrap();
-    let rs = rel_l2(&out_dec.get("ht").unwrap().to_f64_vec(), &out_full.get("ht").unwrap().to_f64_vec());
+    let (dec_s, dec_o) = (out_dec.get("ht").unwrap().to_f64_vec(), out_dec.get("o").unwrap().to_f64_vec());
+    // Against the f64 recurrence over all T + 1 tokens (SPEC 3: 5e-3 for o and the state) ...
+    let truth = k3k_reference::kda::kda_recurrent(&d.pair_inputs(&full, (0, t + 1), 0, 0)).unwrap();
+    let (ts, to) = (rel_l2(&dec_s, &truth.final_state), rel_l2(&dec_o, &truth.o[t * 64..]));
+    // ... and against the whole prefill, itself within 5e-3 of the truth: two approximations of one value, so
+    // within the sum of their tolerances (a one-token o of 64 bf16 values differs by up to ~6e-3 between two
+    // correct paths on some seeds: o rounded to bf16 twice, the exact path's XDIAG tiles).
+    let rs = rel_l2(&dec_s, &out_full.get("ht").unwrap().to_f64_vec());
     let o_full = out_full.get("o").unwrap().to_f64_vec();
-    let ro = rel_l2(&out_dec.get("o").unwrap().to_f64_vec(), &o_full[t * 64..]);
-    eprintln!("prefill + decode vs prefill: state {rs:.2e} o {ro:.2e}");
-    assert!(rs < 2e-3 && ro < 5e-3, "state {rs} o {ro}");
+    let ro = rel_l2(&dec_o, &o_full[t * 64..]);
+    eprintln!("prefill + decode vs f64: state {ts:.2e} o {to:.2e}; vs the whole prefill: state {rs:.2e} o {ro:.2e}");
+    assert!(ts < 5e-3 && to < 5e-3, "prefill + decode vs the f64 recurrence: state {ts} o {to} (seed {s})");
+    assert!(rs < 2e-3 && ro < 1e-2, "prefill + decode vs the whole prefill: state {rs} o {ro} (seed {s})");
 }
 
 /// A longer sequence at the benchmark head dims (K = V = 128, 16 chunks): the error must not grow along the
