@@ -89,8 +89,22 @@ fn variants_and_knob_points_compile() {
             l2norm: l2,
             beta_sigmoid: l2,
             in_place: inplace,
+            layout: decode::DecodeLayout::auto(128, 128),
         };
         ks.push(decode::build_decode(&spec).unwrap());
+        // Other layouts the knobs offer at K = V = 128 (each fits a lane's registers: no spills).
+        for (kl, vpl, warps) in [(2i64, 1i64, 4i64), (2, 2, 2), (4, 1, 4), (4, 2, 8), (4, 4, 1), (8, 4, 2), (8, 1, 4)] {
+            let knobs = decode::default_knobs().with("KL", kl).with("VPL", vpl).with("DW", warps);
+            let layout = decode::DecodeLayout::resolve(&knobs, 128, 128).unwrap();
+            ks.push(decode::build_decode(&decode::DecodeSpec { layout, ..spec }).unwrap());
+        }
+        // A whole K = 128 column per lane would spill: refused by the knob check.
+        assert!(decode::DecodeLayout::resolve(&decode::default_knobs().with("KL", 1i64), 128, 128).is_err());
+        // Narrower heads at their automatic layout, and a whole K = 64 column per lane.
+        for (dk, dv, kl) in [(64u32, 64u32, 0i64), (32, 32, 0), (64, 128, 1), (128, 32, 0)] {
+            let layout = decode::DecodeLayout::resolve(&decode::default_knobs().with("KL", kl), dk, dv).unwrap();
+            ks.push(decode::build_decode(&decode::DecodeSpec { dk, dv, layout, ..spec }).unwrap());
+        }
     }
     let mut names = std::collections::HashMap::new();
     for k in &ks {
