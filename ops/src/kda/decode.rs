@@ -46,10 +46,18 @@ pub struct DecodeLayout {
 }
 
 /// Registers one lane may spend on its state values and rows: `K / KL` rows of `VPL` state values plus that
-/// row's k and q (held from the prediction to the update), `K / KL * (VPL + 2)`. ptxas sm_90a spills beyond it
-/// (KL = 1, VPL = 1 at K = 128: 384, 255 registers and 300 bytes of spills; KL = 2, VPL = 2: 256, 252 registers,
-/// no spills).
+/// row's k and q (held from the prediction to the update) and, with a gate bias, about three more (ptxas hoists
+/// the g and bias loads too, and keeps the gate's temporaries): `K / KL * (VPL + 2 + 3 bias)`. ptxas sm_90a
+/// spills beyond it (at K = 128: KL = 1, VPL = 1, 384: 255 registers and 300 bytes of spills; KL = 2, VPL = 1
+/// with the standard gate and bias, 384: 144 bytes; KL = 4, VPL = 4 with the safe gate, bias and L2 norms, 288:
+/// 108 bytes; KL = 2, VPL = 2 without bias, 256: 252 registers, no spills; KL = 4, VPL = 2 with the safe gate,
+/// bias and L2 norms, 224: 251 registers, no spills).
 pub const MAX_LANE_VALUES: u32 = 256;
+
+/// The registers one lane of layout `(kl, vpl)` spends on values at head dim `dk` (see [`MAX_LANE_VALUES`]).
+pub fn lane_values(dk: u32, kl: u32, vpl: u32, gate_bias: bool) -> u32 {
+    dk / kl * (vpl + 2 + 3 * gate_bias as u32)
+}
 
 impl DecodeLayout {
     /// Lanes along V per warp.
@@ -74,8 +82,8 @@ impl DecodeLayout {
         DecodeLayout { kl, vpl, warps: (dv / warp_cols).clamp(1, 4) }
     }
     /// Read knobs `KL`, `VPL`, `DW` (0 or missing: the automatic value of [`DecodeLayout::auto`]) and check them
-    /// against the head dims.
-    pub fn resolve(knobs: &Knobs, dk: u32, dv: u32) -> Result<DecodeLayout, OpError> {
+    /// against the head dims and the registers of a lane (with a gate bias, see [`MAX_LANE_VALUES`]).
+    pub fn resolve(knobs: &Knobs, dk: u32, dv: u32, gate_bias: bool) -> Result<DecodeLayout, OpError> {
         let invalid = |why: String| OpError::InvalidKnobs { op: "kda.decode", knobs: knobs.to_string(), why };
         let get =
             |name: &str| -> Result<u32, OpError> { Ok(if knobs.0.contains_key(name) { knobs.u32(name)? } else { 0 }) };
@@ -109,14 +117,22 @@ impl DecodeLayout {
                 lay.block_cols()
             )));
         }
-        if dk / kl * (vpl + 2) > MAX_LANE_VALUES {
-            return Err(invalid(format!(
-                "KL={kl}, VPL={vpl} at K = {dk}: a lane would hold {} state values and row values (at most \
-                 {MAX_LANE_VALUES}; raise KL or lower VPL)",
-                dk / kl * (vpl + 2)
-            )));
-        }
+        lay.check(dk, gate_bias).map_err(invalid)?;
         Ok(lay)
+    }
+    /// The register check of [`MAX_LANE_VALUES`].
+    fn check(&self, dk: u32, gate_bias: bool) -> Result<(), String> {
+        let n = lane_values(dk, self.kl, self.vpl, gate_bias);
+        if n > MAX_LANE_VALUES {
+            return Err(format!(
+                "KL={}, VPL={} at K = {dk}{}: a lane would hold {n} state and row values (at most {MAX_LANE_VALUES}, \
+                 else ptxas spills; raise KL or lower VPL)",
+                self.kl,
+                self.vpl,
+                if gate_bias { " with a gate bias" } else { "" }
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -143,6 +159,14 @@ fn chain_sum(b: &mut KernelBuilder, name: &str, terms: Vec<Expr>) -> Expr {
 pub fn build_decode(spec: &DecodeSpec) -> Result<Kernel, OpError> {
     let (dk, dv) = (spec.dk as i64, spec.dv as i64);
     let lay = spec.layout;
+    let bad_layout = |why: String| OpError::InvalidKnobs { op: "kda.decode", knobs: format!("{lay:?}"), why };
+    if !matches!(lay.kl, 1 | 2 | 4 | 8) || !matches!(lay.vpl, 1 | 2 | 4) || !matches!(lay.warps, 1 | 2 | 4 | 8) {
+        return Err(bad_layout("KL must be 1, 2, 4 or 8, VPL 1, 2 or 4, DW 1, 2, 4 or 8".into()));
+    }
+    if !spec.dv.is_multiple_of(lay.block_cols()) || !spec.dk.is_multiple_of(lay.kl) {
+        return Err(bad_layout(format!("a block of {} columns must divide V = {}", lay.block_cols(), spec.dv)));
+    }
+    lay.check(spec.dk, spec.gate.has_bias()).map_err(bad_layout)?;
     let (kl, cl, vpl) = (lay.kl as i64, lay.cl() as i64, lay.vpl as usize);
     let rows = (spec.dk / lay.kl) as usize;
     let threads = lay.warps * 32;
@@ -369,7 +393,8 @@ impl DecodeProblem {
     }
     /// The kernel variant at the layout knobs `KL`, `VPL`, `DW` (see [`DecodeLayout::resolve`]).
     pub fn spec_with(&self, in_place: bool, knobs: &Knobs) -> Result<DecodeSpec, OpError> {
-        Ok(self.spec_at(in_place, DecodeLayout::resolve(knobs, self.dk as u32, self.dv as u32)?))
+        let lay = DecodeLayout::resolve(knobs, self.dk as u32, self.dv as u32, self.gate.has_bias())?;
+        Ok(self.spec_at(in_place, lay))
     }
     fn spec_at(&self, in_place: bool, layout: DecodeLayout) -> DecodeSpec {
         DecodeSpec {
