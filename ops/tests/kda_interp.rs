@@ -428,7 +428,8 @@ fn decode_layouts_match_reference() {
     use k3k_codegen::cpu::interp::{self, InterpOptions};
     use k3k_codegen::cpu::jit;
     let s = seed();
-    let cases: [(Vec<(&str, i64)>, &[(i64, i64, i64)]); 4] = [
+    type Case = (Vec<(&'static str, i64)>, &'static [(i64, i64, i64)]);
+    let cases: [Case; 4] = [
         (
             vec![("N", 3i64), ("T", 1), ("H", 2), ("HV", 4), ("K", 128), ("V", 128)],
             &[(0, 0, 0), (2, 1, 4), (4, 1, 4), (2, 2, 2), (8, 4, 2), (4, 2, 8), (4, 4, 1), (8, 1, 4)],
