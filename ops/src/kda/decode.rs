@@ -48,11 +48,12 @@ pub struct DecodeLayout {
 /// Registers one lane may spend on its state values and rows: `K / KL` rows of `VPL` state values plus that
 /// row's k and q (held from the prediction to the update) and, with a gate bias, about three more (ptxas hoists
 /// the g and bias loads too, and keeps the gate's temporaries): `K / KL * (VPL + 2 + 3 bias)`. ptxas sm_90a
-/// spills beyond it (at K = 128: KL = 1, VPL = 1, 384: 255 registers and 300 bytes of spills; KL = 2, VPL = 1
-/// with the standard gate and bias, 384: 144 bytes; KL = 4, VPL = 4 with the safe gate, bias and L2 norms, 288:
-/// 108 bytes; KL = 2, VPL = 2 without bias, 256: 252 registers, no spills; KL = 4, VPL = 2 with the safe gate,
-/// bias and L2 norms, 224: 251 registers, no spills).
-pub const MAX_LANE_VALUES: u32 = 256;
+/// spills beyond it (K = 128: KL = 1, VPL = 1, 384: 255 registers and 300 bytes of spills; KL = 2, VPL = 1 with
+/// the standard gate and bias, 384: 144 bytes; KL = 4, VPL = 4 with the safe gate, bias and L2 norms, 288: 108
+/// bytes; KL = 2, VPL = 2 without bias, 256: 116 bytes out of place. Below it, K = 128: KL = 4, VPL = 2 with the
+/// safe gate, bias and L2 norms, 224: 251 registers; KL = 4, VPL = 4 without bias, 192: 254; K = 32, KL = 1,
+/// VPL = 2, standard gate with bias, 224: 238; no spills).
+pub const MAX_LANE_VALUES: u32 = 240;
 
 /// The registers one lane of layout `(kl, vpl)` spends on values at head dim `dk` (see [`MAX_LANE_VALUES`]).
 pub fn lane_values(dk: u32, kl: u32, vpl: u32, gate_bias: bool) -> u32 {
@@ -181,6 +182,7 @@ pub fn build_decode(spec: &DecodeSpec) -> Result<Kernel, OpError> {
         lay.warps
     );
     let mut b = KernelBuilder::new(&name, threads);
+    b.knobs(Knobs::new().with("KL", lay.kl as i64).with("VPL", lay.vpl as i64).with("DW", lay.warps as i64));
     let n = b.dim("N");
     let t = b.dim("T");
     let h = b.dim("H");
