@@ -107,8 +107,33 @@ fn variants_and_knob_points_compile() {
             l2norm: l2,
             beta_sigmoid: l2,
             in_place: inplace,
+            layout: decode::DecodeLayout::auto(128, 128),
         };
         ks.push(decode::build_decode(&spec).unwrap());
+        // Other layouts the knobs offer at K = V = 128 (each fits a lane's registers: no spills).
+        for (kl, vpl, warps) in [(2i64, 1i64, 4i64), (2, 2, 2), (4, 1, 4), (4, 2, 8), (4, 4, 1), (8, 4, 2), (8, 1, 4)] {
+            let knobs = decode::default_knobs().with("KL", kl).with("VPL", vpl).with("DW", warps);
+            match decode::DecodeLayout::resolve(&knobs, 128, 128, spec.gate.has_bias()) {
+                Ok(layout) => ks.push(decode::build_decode(&decode::DecodeSpec { layout, ..spec }).unwrap()),
+                // 64 rows of 2 columns per lane, and with a gate bias 64 rows or 32 rows of 4 columns, spill (255
+                // registers, 108 to 724 bytes): refused.
+                Err(e) => assert!(
+                    (kl, vpl) == (2, 2) || (spec.gate.has_bias() && (kl == 2 || (kl, vpl) == (4, 4))),
+                    "KL={kl} VPL={vpl} DW={warps}: {e}"
+                ),
+            }
+        }
+        // A whole K = 128 column per lane would spill: refused by the knob check, and by the builder.
+        assert!(decode::DecodeLayout::resolve(&decode::default_knobs().with("KL", 1i64), 128, 128, false).is_err());
+        let whole = decode::DecodeLayout { kl: 1, vpl: 1, warps: 4 };
+        assert!(decode::build_decode(&decode::DecodeSpec { layout: whole, ..spec }).is_err());
+        // Narrower heads at their automatic layout, and a whole K = 64 column per lane.
+        let whole64 = if spec.gate.has_bias() { 2 } else { 1 };
+        for (dk, dv, kl) in [(64u32, 64u32, 0i64), (32, 32, 0), (64, 128, whole64), (128, 32, 0)] {
+            let knobs = decode::default_knobs().with("KL", kl).with("VPL", 1i64);
+            let layout = decode::DecodeLayout::resolve(&knobs, dk, dv, spec.gate.has_bias()).unwrap();
+            ks.push(decode::build_decode(&decode::DecodeSpec { dk, dv, layout, ..spec }).unwrap());
+        }
     }
     let mut names = std::collections::HashMap::new();
     for k in &ks {

@@ -348,6 +348,42 @@ fn copy_kernel() -> k3k_ir::Kernel {
     b.finish().unwrap()
 }
 
+/// The in-place plan of a decode problem: copy h0 into `state`, then update it where it lies with the in-place
+/// kernel of `spec`.
+fn in_place_plan(pb: &DecodeProblem, d: &KdaData, spec: &decode::DecodeSpec) -> Plan {
+    let cp = pb.as_chunked();
+    let (n, t, h, hv, dk, dv) = (pb.n, pb.t, pb.h, pb.hv, pb.dk, pb.dv);
+    let reshape =
+        |x: &HostTensor, shape: &[usize]| HostTensor { dtype: x.dtype, shape: shape.to_vec(), data: x.data.clone() };
+    let mut ip = Plan::default();
+    let mut args = vec![
+        ip.input("q", reshape(&d.q, &[n, t, h, dk])),
+        ip.input("k", reshape(&d.k, &[n, t, h, dk])),
+        ip.input("v", reshape(&d.v, &[n, t, hv, dv])),
+        ip.input("g", reshape(&d.g, &[n, t, hv, dk])),
+        ip.input("beta", reshape(&d.beta, &[n, t, hv])),
+    ];
+    if let Some(b) = &d.bias {
+        args.push(ip.input("bias", b.clone()));
+    }
+    if let Some(a) = &d.a_log {
+        args.push(ip.input("a_log", a.clone()));
+    }
+    let h0 = ip.input("h0", d.h0.clone().unwrap());
+    let state = ip.output("state", DType::F32, &[n, hv, dk, dv]);
+    args.push(state);
+    args.push(ip.output("o", DType::Bf16, &[n, t, hv, dv]));
+    let mut scalars = vec![("scale", SymValue::Float(cp.scale()))];
+    if matches!(pb.gate, kda::GateForm::Safe { .. }) {
+        scalars.push(("lb", SymValue::Float(kda::LOWER_BOUND)));
+    }
+    ip.step(copy_kernel(), &[h0, state], &[]);
+    assert!(spec.in_place);
+    let k = decode::build_decode(spec).unwrap();
+    ip.step(k, &args, &scalars);
+    ip
+}
+
 #[test]
 fn decode_matches_reference_in_place_and_not() {
     let s = seed();
@@ -373,37 +409,7 @@ fn decode_matches_reference_in_place_and_not() {
         }
         // In place: copy h0 into the state, then update it where it lies; o and the state equal the
         // out-of-place run's bit for bit.
-        let (n, t, h, hv, dk, dv) = (pb.n, pb.t, pb.h, pb.hv, pb.dk, pb.dv);
-        let reshape = |x: &HostTensor, shape: &[usize]| HostTensor {
-            dtype: x.dtype,
-            shape: shape.to_vec(),
-            data: x.data.clone(),
-        };
-        let mut ip = Plan::default();
-        let mut args = vec![
-            ip.input("q", reshape(&d.q, &[n, t, h, dk])),
-            ip.input("k", reshape(&d.k, &[n, t, h, dk])),
-            ip.input("v", reshape(&d.v, &[n, t, hv, dv])),
-            ip.input("g", reshape(&d.g, &[n, t, hv, dk])),
-            ip.input("beta", reshape(&d.beta, &[n, t, hv])),
-        ];
-        if let Some(b) = &d.bias {
-            args.push(ip.input("bias", b.clone()));
-        }
-        if let Some(a) = &d.a_log {
-            args.push(ip.input("a_log", a.clone()));
-        }
-        let h0 = ip.input("h0", d.h0.clone().unwrap());
-        let state = ip.output("state", DType::F32, &[n, hv, dk, dv]);
-        args.push(state);
-        args.push(ip.output("o", DType::Bf16, &[n, t, hv, dv]));
-        let mut scalars = vec![("scale", SymValue::Float(cp.scale()))];
-        if matches!(pb.gate, kda::GateForm::Safe { .. }) {
-            scalars.push(("lb", SymValue::Float(kda::LOWER_BOUND)));
-        }
-        ip.step(copy_kernel(), &[h0, state], &[]);
-        let k = decode::build_decode(&pb.spec(true)).unwrap();
-        ip.step(k, &args, &scalars);
+        let ip = in_place_plan(&pb, &d, &pb.spec(true));
         for ((ex, out), (_, want)) in run_all(&ip, &format!("decode in place {dims:?}")).iter().zip(&outs) {
             // Bitwise on the interpreter; the GPU compiles the two variants separately (contractions may differ).
             // (o is bf16: an f32 difference in the last bit may flip a rounding.)
@@ -412,6 +418,95 @@ fn decode_matches_reference_in_place_and_not() {
             };
             assert!(close(out.get("state").unwrap(), want.get("ht").unwrap()), "{ex}: in-place state differs");
             assert!(close(out.get("o").unwrap(), want.get("o").unwrap()), "{ex}: in-place o differs");
+        }
+    }
+}
+
+#[test]
+fn decode_layouts_match_reference() {
+    // Every layout knob (KL lanes along K, VPL value columns per lane, DW warps per block) against the f64
+    // recurrence from a random N(0, 1) h0: GVA (HV = 2H), every gate form with and without bias, the beta
+    // sigmoid, the L2 norms, N = 1 and 3, T = 1 and 3 (later tokens read back the state the previous one
+    // stored). In place equals out of place bit for bit on the interpreter, and the Cranelift JIT runs the
+    // out-of-place kernel bit for bit like the interpreter.
+    use k3k_codegen::cpu::interp::{self, InterpOptions};
+    use k3k_codegen::cpu::jit;
+    let s = seed();
+    type Case = (Vec<(&'static str, i64)>, &'static [(i64, i64, i64)]);
+    let cases: [Case; 4] = [
+        (
+            vec![("N", 3i64), ("T", 1), ("H", 2), ("HV", 4), ("K", 128), ("V", 128)],
+            &[(0, 0, 0), (2, 1, 4), (4, 1, 4), (8, 4, 2), (4, 2, 8), (4, 4, 1), (8, 1, 4)],
+        ),
+        (
+            vec![
+                ("N", 1),
+                ("T", 3),
+                ("H", 1),
+                ("HV", 2),
+                ("K", 64),
+                ("V", 64),
+                ("gate", 1),
+                ("bias", 1),
+                ("l2norm", 1),
+                ("bsig", 1),
+            ],
+            &[(0, 0, 0), (2, 1, 2), (2, 2, 1), (8, 4, 1), (4, 1, 1)],
+        ),
+        (
+            vec![("N", 3), ("T", 1), ("H", 1), ("HV", 2), ("K", 32), ("V", 128), ("gate", 2), ("bias", 1), ("bsig", 1)],
+            &[(0, 0, 0), (1, 2, 2), (8, 1, 4), (4, 4, 2)],
+        ),
+        (
+            vec![("N", 3), ("T", 3), ("H", 2), ("HV", 4), ("K", 128), ("V", 32), ("gate", 2), ("l2norm", 1)],
+            &[(0, 0, 0), (2, 1, 1), (4, 2, 2)],
+        ),
+    ];
+    for (i, (dims, layouts)) in cases.iter().enumerate() {
+        let pb = decode_problem(dims);
+        let d = KdaData::generate(&pb.as_chunked(), s ^ (i as u64 + 1));
+        let h0 = d.h0.as_ref().unwrap().to_f64_vec();
+        assert!(h0.iter().filter(|x| **x == 0.0).count() < h0.len() / 100, "h0 should be random, not zeros");
+        let cp = pb.as_chunked();
+        let (pairs, scope) = kda::check_scope(&cp, s);
+        for &(kl, vpl, dw) in layouts.iter() {
+            let knobs = decode::default_knobs().with("KL", kl).with("VPL", vpl).with("DW", dw);
+            let what = format!("decode {dims:?} KL={kl} VPL={vpl} DW={dw}");
+            let plan = decode::decode_plan_with(&pb, &d, &knobs).unwrap();
+            let outs = run_all(&plan, &what);
+            for (ex, out) in &outs {
+                let r = kda::check_pairs(&cp, &d, out, &pairs, scope.clone()).unwrap();
+                eprintln!("{what} {ex}: rel {:.2e}", r.max_rel_err);
+                assert!(r.passed, "{what} on {ex}, seed {s}: {}", r.detail);
+            }
+            let ip = in_place_plan(&pb, &d, &pb.spec_with(true, &knobs).unwrap());
+            let ins = run_all(&ip, &format!("{what} in place"));
+            let (cpu_in, cpu_out) = (&ins[0].1, &outs[0].1);
+            assert_eq!(cpu_in.get("state").unwrap().data, cpu_out.get("ht").unwrap().data, "{what}: in-place state");
+            assert_eq!(cpu_in.get("o").unwrap().data, cpu_out.get("o").unwrap().data, "{what}: in-place o");
+            // The JIT: the plan's one step, from the same poisoned outputs.
+            assert_eq!(plan.steps.len(), 1);
+            let step = &plan.steps[0];
+            let fresh = || -> Vec<HostTensor> {
+                step.args
+                    .iter()
+                    .map(|&a| {
+                        let mut t = plan.buffers[a].tensor.clone();
+                        if plan.buffers[a].role != k3k_ops::plan::Role::Input {
+                            t.poison();
+                        }
+                        t
+                    })
+                    .collect()
+            };
+            let scalars: Vec<(&str, SymValue)> = step.scalars.iter().map(|(n, v)| (n.as_str(), *v)).collect();
+            let (mut a_int, mut a_jit) = (fresh(), fresh());
+            interp::run(&step.kernel, &mut a_int, &scalars, InterpOptions::default()).unwrap();
+            let jk = jit::compile(&step.kernel).unwrap_or_else(|e| panic!("{what}: jit: {e}"));
+            jk.run(&mut a_jit, &scalars, InterpOptions::default()).unwrap();
+            for (x, y) in a_int.iter().zip(&a_jit) {
+                assert_eq!(x.data, y.data, "{what}: the JIT differs from the interpreter");
+            }
         }
     }
 }

@@ -1,9 +1,9 @@
 //! `kda.decode`: the KDA recurrence token by token against a stored state, for decoding (T = 1) and short
 //! continuations (T tokens per sequence, in order).
 //!
-//! One block per (sequence, value head, block of value columns); each thread owns one value column `j` of the
-//! state, `S[:, j]` (K f32 values in registers), so every state access is a coalesced row of the `[K, V]`
-//! layout. Per token: `S' = Diag(exp g) S`, `pred_j = S'[:, j] . k`, `S[:, j] = S'[:, j] + beta k (v_j - pred_j)`,
+//! One block per (sequence, value head, block of value columns); each lane holds its share of the block's state
+//! columns in registers (see [`DecodeLayout`]): all of its state loads are issued before the first is used, the
+//! state is read once and written once per token, and the sums over K are lane partials plus warp shuffles. Per token: `S' = Diag(exp g) S`, `pred_j = S'[:, j] . k`, `S[:, j] = S'[:, j] + beta k (v_j - pred_j)`,
 //! `o_j = s S[:, j] . q`, with the optional L2 norms, gate forms and beta sigmoid of the chunked kernels. The
 //! in-place variant reads and writes one `state` tensor; the other reads `h0` and writes `ht`.
 
@@ -15,7 +15,7 @@ use k3k_ir::*;
 use rand::Rng;
 use rand::rngs::StdRng;
 
-/// What a decode kernel variant computes.
+/// What a decode kernel variant computes, and how it lays the state over its threads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct DecodeSpec {
     pub dk: u32,
@@ -25,25 +25,164 @@ pub struct DecodeSpec {
     pub beta_sigmoid: bool,
     /// Update one `state` tensor in place (else read `h0`, write `ht`).
     pub in_place: bool,
+    /// The thread layout (knobs `KL`, `VPL`, `DW`).
+    pub layout: DecodeLayout,
 }
 
-/// Value columns per block (one per thread).
-pub fn decode_threads(dv: u32) -> u32 {
-    dv.min(128)
+/// How one block's threads hold its slice of a head's `[K, V]` state: each warp owns `32 / kl * vpl` value
+/// columns, its lanes split into `kl` lanes along K times `32 / kl` lanes along V (lane = `rl * (32 / kl) + cl`);
+/// lane (rl, cl) holds rows `rl, rl + kl, ...` (`K / kl` of them) of columns `cl, cl + 32 / kl, ...` (`vpl` of
+/// them) in registers, so every load and store instruction of the state covers `kl` rows of `32 / kl`
+/// consecutive columns. The sums over K (`S^T k`, `S^T q`, the L2 norms) are each lane's partial sums over its
+/// rows, then `log2 kl` xor shuffles. A block is `warps` warps side by side along V.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct DecodeLayout {
+    /// Lanes along K per warp (1, 2, 4 or 8).
+    pub kl: u32,
+    /// Value columns per lane (1, 2 or 4).
+    pub vpl: u32,
+    /// Warps per block (1, 2, 4 or 8).
+    pub warps: u32,
+}
+
+/// Registers one lane may spend on its state values and rows: `K / KL` rows of `VPL` state values plus that
+/// row's k and q (held from the prediction to the update) and, with a gate bias, about three more (ptxas hoists
+/// the g and bias loads too, and keeps the gate's temporaries): `K / KL * (VPL + 2 + 3 bias)`. ptxas sm_90a
+/// spills beyond it (K = 128: KL = 1, VPL = 1, 384: 255 registers and 300 bytes of spills; KL = 2, VPL = 1 with
+/// the standard gate and bias, 384: 144 bytes; KL = 4, VPL = 4 with the safe gate, bias and L2 norms, 288: 108
+/// bytes; KL = 2, VPL = 2 without bias, 256: 116 bytes out of place. Below it, K = 128: KL = 4, VPL = 2 with the
+/// safe gate, bias and L2 norms, 224: 251 registers; KL = 4, VPL = 4 without bias, 192: 254; K = 32, KL = 1,
+/// VPL = 2, standard gate with bias, 224: 238; no spills).
+pub const MAX_LANE_VALUES: u32 = 240;
+
+/// The registers one lane of layout `(kl, vpl)` spends on values at head dim `dk` (see [`MAX_LANE_VALUES`]).
+pub fn lane_values(dk: u32, kl: u32, vpl: u32, gate_bias: bool) -> u32 {
+    dk / kl * (vpl + 2 + 3 * gate_bias as u32)
+}
+
+impl DecodeLayout {
+    /// Lanes along V per warp.
+    pub fn cl(&self) -> u32 {
+        32 / self.kl
+    }
+    /// Value columns of one warp.
+    pub fn warp_cols(&self) -> u32 {
+        self.cl() * self.vpl
+    }
+    /// Value columns of one block.
+    pub fn block_cols(&self) -> u32 {
+        self.warps * self.warp_cols()
+    }
+    /// The automatic layout: 4 lanes along K, 2 value columns per lane, 4 warps per block (fewer when V is
+    /// narrower): at K = V = 128, 64 state values per lane (134 registers under ptxas sm_90a, three blocks of 128
+    /// threads per SM: 96 KB of state loads in flight per SM), and the fewest load/store instructions per state
+    /// element of the layouts that fit (see `MAX_LANE_VALUES`): 0.11 per element with the redundant k, q, g loads.
+    pub fn auto(_dk: u32, dv: u32) -> DecodeLayout {
+        let (kl, vpl) = (4, 2);
+        let warp_cols = 32 / kl * vpl;
+        DecodeLayout { kl, vpl, warps: (dv / warp_cols).clamp(1, 4) }
+    }
+    /// Read knobs `KL`, `VPL`, `DW` (0 or missing: the automatic value of [`DecodeLayout::auto`]) and check them
+    /// against the head dims and the registers of a lane (with a gate bias, see [`MAX_LANE_VALUES`]).
+    pub fn resolve(knobs: &Knobs, dk: u32, dv: u32, gate_bias: bool) -> Result<DecodeLayout, OpError> {
+        let invalid = |why: String| OpError::InvalidKnobs { op: "kda.decode", knobs: knobs.to_string(), why };
+        let get =
+            |name: &str| -> Result<u32, OpError> { Ok(if knobs.0.contains_key(name) { knobs.u32(name)? } else { 0 }) };
+        let auto = DecodeLayout::auto(dk, dv);
+        let kl = match get("KL")? {
+            0 => auto.kl,
+            v => v,
+        };
+        let vpl = match get("VPL")? {
+            0 => auto.vpl,
+            v => v,
+        };
+        if !matches!(kl, 1 | 2 | 4 | 8) {
+            return Err(invalid(format!("KL={kl}: 0 (auto), 1, 2, 4 or 8")));
+        }
+        if !matches!(vpl, 1 | 2 | 4) {
+            return Err(invalid(format!("VPL={vpl}: 0 (auto), 1, 2 or 4")));
+        }
+        let warp_cols = 32 / kl * vpl;
+        let warps = match get("DW")? {
+            0 => (dv / warp_cols).clamp(1, 4),
+            v => v,
+        };
+        if !matches!(warps, 1 | 2 | 4 | 8) {
+            return Err(invalid(format!("DW={warps}: 0 (auto), 1, 2, 4 or 8")));
+        }
+        let lay = DecodeLayout { kl, vpl, warps };
+        if !dv.is_multiple_of(lay.block_cols()) {
+            return Err(invalid(format!(
+                "KL={kl}, VPL={vpl}, DW={warps}: a block covers {} value columns, which must divide V = {dv}",
+                lay.block_cols()
+            )));
+        }
+        lay.check(dk, gate_bias).map_err(invalid)?;
+        Ok(lay)
+    }
+    /// The register check of [`MAX_LANE_VALUES`].
+    fn check(&self, dk: u32, gate_bias: bool) -> Result<(), String> {
+        let n = lane_values(dk, self.kl, self.vpl, gate_bias);
+        if n > MAX_LANE_VALUES {
+            return Err(format!(
+                "KL={}, VPL={} at K = {dk}{}: a lane would hold {n} state and row values (at most {MAX_LANE_VALUES}, \
+                 else ptxas spills; raise KL or lower VPL)",
+                self.kl,
+                self.vpl,
+                if gate_bias { " with a gate bias" } else { "" }
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A sum of terms in (up to) four interleaved chains, so that independent FMAs are in flight; each partial is
+/// a variable.
+fn chain_sum(b: &mut KernelBuilder, name: &str, terms: Vec<Expr>) -> Expr {
+    let chains = terms.len().min(4);
+    let mut acc: Vec<Expr> = Vec::with_capacity(chains);
+    for (i, t) in terms.into_iter().enumerate() {
+        if i < chains {
+            acc.push(t);
+        } else {
+            let j = i % chains;
+            acc[j] = b.let_(name, acc[j].clone() + t);
+        }
+    }
+    while acc.len() > 1 {
+        acc = acc.chunks(2).map(|c| if c.len() == 2 { &c[0] + c[1].clone() } else { c[0].clone() }).collect();
+    }
+    acc.pop().unwrap_or(Expr::Float(0.0))
 }
 
 /// Build the decode kernel.
 pub fn build_decode(spec: &DecodeSpec) -> Result<Kernel, OpError> {
     let (dk, dv) = (spec.dk as i64, spec.dv as i64);
-    let threads = decode_threads(spec.dv);
+    let lay = spec.layout;
+    let bad_layout = |why: String| OpError::InvalidKnobs { op: "kda.decode", knobs: format!("{lay:?}"), why };
+    if !matches!(lay.kl, 1 | 2 | 4 | 8) || !matches!(lay.vpl, 1 | 2 | 4) || !matches!(lay.warps, 1 | 2 | 4 | 8) {
+        return Err(bad_layout("KL must be 1, 2, 4 or 8, VPL 1, 2 or 4, DW 1, 2, 4 or 8".into()));
+    }
+    if !spec.dv.is_multiple_of(lay.block_cols()) || !spec.dk.is_multiple_of(lay.kl) {
+        return Err(bad_layout(format!("a block of {} columns must divide V = {}", lay.block_cols(), spec.dv)));
+    }
+    lay.check(spec.dk, spec.gate.has_bias()).map_err(bad_layout)?;
+    let (kl, cl, vpl) = (lay.kl as i64, lay.cl() as i64, lay.vpl as usize);
+    let rows = (spec.dk / lay.kl) as usize;
+    let threads = lay.warps * 32;
     let name = format!(
-        "k3k_kda_decode_k{dk}_v{dv}_{}{}{}{}",
+        "k3k_kda_decode_k{dk}_v{dv}_{}{}{}{}_kl{}_vpl{}_w{}",
         spec.gate.name(),
         if spec.l2norm { "_l2" } else { "" },
         if spec.beta_sigmoid { "_bsig" } else { "" },
-        if spec.in_place { "_inplace" } else { "" }
+        if spec.in_place { "_inplace" } else { "" },
+        lay.kl,
+        lay.vpl,
+        lay.warps
     );
     let mut b = KernelBuilder::new(&name, threads);
+    b.knobs(Knobs::new().with("KL", lay.kl as i64).with("VPL", lay.vpl as i64).with("DW", lay.warps as i64));
     let n = b.dim("N");
     let t = b.dim("T");
     let h = b.dim("H");
@@ -67,80 +206,121 @@ pub fn build_decode(spec: &DecodeSpec) -> Result<Kernel, OpError> {
     let o = b.tensor("o", DType::Bf16, &[n.clone(), t.clone(), hv.clone(), Expr::Int(dv)], Access::Write);
     let scale = b.float_arg("scale");
     let lb = matches!(spec.gate, GateForm::Safe { .. }).then(|| b.float_arg("lb"));
-    b.grid(n.clone(), hv.clone(), dv / threads as i64);
+    b.grid(n.clone(), hv.clone(), dv / lay.block_cols() as i64);
 
     let seq = b.let_("seq", Expr::block_idx(0));
     let hvi = b.let_("hv", Expr::block_idx(1));
     let hq = b.let_("hq", &hvi / (hv.clone() / h.clone()));
     let a_coef = a_log.map(|a| b.let_("a_coef", -Expr::load(a, hvi.clone()).exp()));
-    // The state column is read twice per token (once for the prediction, once for the update, which writes
-    // it back): two light passes instead of K registers per thread.
-    b.threads(|b| {
-        let col = b.let_("col", Expr::block_idx(2) * threads as i64 + Expr::thread_idx());
-        let sbase = b.let_("sbase", (&seq * hv.clone() + hvi.clone()) * (dk * dv) + col.clone());
-        b.for_("tok", 0i64, t.clone(), 1i64, |b, tok| {
-            let first = b.let_("first", tok.eq(0i64));
-            let s_at = |i: Expr| {
-                let idx = &sbase + i * dv;
-                if spec.in_place {
-                    Expr::load(s_in, idx)
-                } else {
-                    Expr::select(first.clone(), Expr::load(s_in, idx.clone()), Expr::load(s_out, idx))
-                }
-            };
+    // One token: a threads region that loads this lane's state values (every load issued before the first is
+    // used), the rows' k, q and decay, reduces S^T k over K, updates and stores the state and reduces S^T q.
+    // Tokens after the first read back what the previous one stored (the same thread's addresses).
+    let token = |b: &mut KernelBuilder, tok: Expr, src: TensorId| {
+        b.threads(|b| {
+            let tid = Expr::thread_idx();
+            let lane = b.let_("lane", &tid % 32i64);
+            let rl = b.let_("rl", &lane / cl);
+            let c0 = b.let_(
+                "c0",
+                Expr::block_idx(2) * lay.block_cols() as i64 + (&tid / 32i64) * lay.warp_cols() as i64 + &lane % cl,
+            );
             let row = b.let_("row", &seq * t.clone() + tok);
-            let qk0 = b.let_("qk0", (&row * h.clone() + hq.clone()) * dk);
-            let g0 = b.let_("g0", (&row * hv.clone() + hvi.clone()) * dk);
+            let sbase = b.let_("sbase", (&seq * hv.clone() + hvi.clone()) * (dk * dv) + &rl * dv + c0.clone());
+            let at = |m: usize, u: usize| &sbase + (m as i64 * kl * dv + u as i64 * cl);
+            let s: Vec<Vec<Expr>> = (0..rows)
+                .map(|m| (0..vpl).map(|u| b.let_(&format!("s{m}_{u}"), Expr::load(src, at(m, u)))).collect())
+                .collect();
+            let qk0 = b.let_("qk0", (&row * h.clone() + hq.clone()) * dk + rl.clone());
+            let g0 = b.let_("g0", (&row * hv.clone() + hvi.clone()) * dk + rl.clone());
+            let vo = b.let_("vo", (&row * hv.clone() + hvi.clone()) * dv + c0.clone());
+            let vv: Vec<Expr> =
+                (0..vpl).map(|u| b.let_(&format!("v{u}"), Expr::load(v, &vo + u as i64 * cl))).collect();
+            let raw_beta = Expr::load(beta, &row * hv.clone() + hvi.clone());
+            let bt = b.let_("bt", if spec.beta_sigmoid { raw_beta.sigmoid() } else { raw_beta });
+            let kv: Vec<Expr> =
+                (0..rows).map(|m| b.let_(&format!("k{m}"), Expr::load(k, &qk0 + m as i64 * kl))).collect();
+            let qv: Vec<Expr> =
+                (0..rows).map(|m| b.let_(&format!("q{m}"), Expr::load(q, &qk0 + m as i64 * kl))).collect();
+            let dec: Vec<Expr> = (0..rows)
+                .map(|m| {
+                    let x = Expr::load(g, &g0 + m as i64 * kl);
+                    let bias_i = match bias {
+                        Some(bias_t) => Expr::load(bias_t, &hvi * dk + rl.clone() + m as i64 * kl),
+                        None => Expr::Float(0.0),
+                    };
+                    let gate = match spec.gate {
+                        GateForm::Pre => x,
+                        GateForm::Safe { .. } => lb.clone().unwrap() * (x + bias_i).sigmoid(),
+                        GateForm::Standard { .. } => a_coef.clone().unwrap() * (x + bias_i).softplus(),
+                    };
+                    b.let_(&format!("d{m}"), gate.exp())
+                })
+                .collect();
+            // A sum over K: this lane's rows, then the lanes along K (xor over the row bits of the lane).
+            let reduce = |b: &mut KernelBuilder, name: &str, terms: Vec<Expr>| {
+                let x0 = chain_sum(b, name, terms);
+                let mut x = b.let_(name, x0);
+                let mut mask = cl as u32;
+                while mask < 32 {
+                    let other = b.warp_shuffle(name, WarpOp::ShflXor(mask), x.clone());
+                    x = b.let_(name, x + other);
+                    mask *= 2;
+                }
+                x
+            };
             let (nq, nk) = if spec.l2norm {
-                let sq = b.let_var("sq", 0.0);
-                let sk = b.let_var("sk", 0.0);
-                b.for_("i", 0i64, dk, 1i64, |b, i| {
-                    let qv = b.let_("qv", Expr::load(q, &qk0 + i.clone()));
-                    let kv = b.let_("kv", Expr::load(k, &qk0 + i));
-                    b.assign(sq, Expr::Var(sq) + &qv * qv.clone());
-                    b.assign(sk, Expr::Var(sk) + &kv * kv.clone());
-                });
-                (
-                    b.let_("nq", (Expr::Var(sq) + 1e-6).rsqrt() * scale.clone()),
-                    Some(b.let_("nk", (Expr::Var(sk) + 1e-6).rsqrt())),
-                )
+                let sq = reduce(b, "sq", qv.iter().map(|x| x * x.clone()).collect());
+                let sk = reduce(b, "sk", kv.iter().map(|x| x * x.clone()).collect());
+                (b.let_("nq", (sq + 1e-6).rsqrt() * scale.clone()), Some(b.let_("nk", (sk + 1e-6).rsqrt())))
             } else {
                 (scale.clone(), None)
             };
-            let kat = |i: Expr| match &nk {
-                Some(f) => Expr::load(k, &qk0 + i) * f.clone(),
-                None => Expr::load(k, &qk0 + i),
-            };
-            let decay = |i: Expr| {
-                let x = Expr::load(g, &g0 + i.clone());
-                let bias_i = match bias {
-                    Some(bt) => Expr::load(bt, &hvi * dk + i),
-                    None => Expr::Float(0.0),
+            // The decayed state S' = Diag(exp g) S, then pred_j = S'[:, j] . k (times the norm of k).
+            let sd: Vec<Vec<Expr>> = (0..rows)
+                .map(|m| (0..vpl).map(|u| b.let_(&format!("sd{m}_{u}"), &s[m][u] * dec[m].clone())).collect())
+                .collect();
+            let mut dn = Vec::with_capacity(vpl);
+            for u in 0..vpl {
+                let pred = reduce(b, &format!("pred{u}"), (0..rows).map(|m| &sd[m][u] * kv[m].clone()).collect());
+                let pred = match &nk {
+                    Some(f) => pred * f.clone(),
+                    None => pred,
                 };
-                let gate = match spec.gate {
-                    GateForm::Pre => x,
-                    GateForm::Safe { .. } => lb.clone().unwrap() * (x + bias_i).sigmoid(),
-                    GateForm::Standard { .. } => a_coef.clone().unwrap() * (x + bias_i).softplus(),
-                };
-                gate.exp()
+                let delta = bt.clone() * (vv[u].clone() - pred);
+                // S = S' + (beta k) (v - pred)^T, with the norm of k folded into the column factor.
+                dn.push(b.let_(
+                    &format!("dn{u}"),
+                    match &nk {
+                        Some(f) => delta * f.clone(),
+                        None => delta,
+                    },
+                ));
+            }
+            let mut outs = Vec::with_capacity(vpl);
+            for u in 0..vpl {
+                let mut terms = Vec::with_capacity(rows);
+                for m in 0..rows {
+                    let sv = b.let_(&format!("sv{m}_{u}"), &sd[m][u] + &kv[m] * dn[u].clone());
+                    b.store_scalar(s_out, at(m, u), sv.clone());
+                    terms.push(sv * qv[m].clone());
+                }
+                outs.push(reduce(b, &format!("out{u}"), terms));
+            }
+            let store_o = |b: &mut KernelBuilder| {
+                for (u, out) in outs.iter().enumerate() {
+                    b.store_scalar(o, &vo + u as i64 * cl, out * nq.clone());
+                }
             };
-            let raw_beta = Expr::load(beta, &row * hv.clone() + hvi.clone());
-            let bt = b.let_("bt", if spec.beta_sigmoid { raw_beta.sigmoid() } else { raw_beta });
-            let pred = b.let_var("pred", 0.0);
-            b.for_("i", 0i64, dk, 1i64, |b, i| {
-                b.assign(pred, Expr::Var(pred) + s_at(i.clone()) * decay(i.clone()) * kat(i));
-            });
-            let vo = (&row * hv.clone() + hvi.clone()) * dv + col.clone();
-            let delta = b.let_("delta", bt * (Expr::load(v, vo.clone()) - Expr::Var(pred)));
-            let out = b.let_var("out", 0.0);
-            b.for_("i", 0i64, dk, 1i64, |b, i| {
-                let sv = b.let_("sv", s_at(i.clone()) * decay(i.clone()) + kat(i.clone()) * delta.clone());
-                b.store_scalar(s_out, &sbase + i.clone() * dv, sv.clone());
-                b.assign(out, Expr::Var(out) + sv * Expr::load(q, &qk0 + i));
-            });
-            b.store_scalar(o, vo, Expr::Var(out) * nq.clone());
+            if kl == 1 { store_o(b) } else { b.if_(rl.eq(0i64), store_o) }
         });
-    });
+    };
+    if spec.in_place {
+        b.for_("tok", 0i64, t.clone(), 1i64, |b, tok| token(b, tok, s_in));
+    } else {
+        // Token 0 from h0 (none when T = 0), the rest from ht.
+        b.if_(t.gt(0i64), |b| token(b, Expr::Int(0), s_in));
+        b.for_("tok", 1i64, t.clone(), 1i64, |b, tok| token(b, tok, s_out));
+    }
     Ok(b.finish()?)
 }
 
@@ -209,8 +389,16 @@ impl DecodeProblem {
             extreme: false,
         }
     }
-    /// The kernel variant.
+    /// The kernel variant at the automatic layout.
     pub fn spec(&self, in_place: bool) -> DecodeSpec {
+        self.spec_at(in_place, DecodeLayout::auto(self.dk as u32, self.dv as u32))
+    }
+    /// The kernel variant at the layout knobs `KL`, `VPL`, `DW` (see [`DecodeLayout::resolve`]).
+    pub fn spec_with(&self, in_place: bool, knobs: &Knobs) -> Result<DecodeSpec, OpError> {
+        let lay = DecodeLayout::resolve(knobs, self.dk as u32, self.dv as u32, self.gate.has_bias())?;
+        Ok(self.spec_at(in_place, lay))
+    }
+    fn spec_at(&self, in_place: bool, layout: DecodeLayout) -> DecodeSpec {
         DecodeSpec {
             dk: self.dk as u32,
             dv: self.dv as u32,
@@ -218,14 +406,20 @@ impl DecodeProblem {
             l2norm: self.l2norm,
             beta_sigmoid: self.beta_sigmoid,
             in_place,
+            layout,
         }
     }
 }
 
-/// The plan of a decode problem (out-of-place variant: `h0` in, `ht` out). Inputs are laid out as the chunked
-/// problem's with B = N, reshaped to `[N, T, ...]`.
+/// The plan of a decode problem (out-of-place variant: `h0` in, `ht` out) at the automatic layout. Inputs are
+/// laid out as the chunked problem's with B = N, reshaped to `[N, T, ...]`.
 pub fn decode_plan(pb: &DecodeProblem, d: &KdaData) -> Result<Plan, OpError> {
-    let k = build_decode(&pb.spec(false))?;
+    decode_plan_with(pb, d, &default_knobs())
+}
+
+/// [`decode_plan`] at the layout knobs `KL`, `VPL`, `DW`.
+pub fn decode_plan_with(pb: &DecodeProblem, d: &KdaData, knobs: &Knobs) -> Result<Plan, OpError> {
+    let k = build_decode(&pb.spec_with(false, knobs)?)?;
     let (n, t, h, hv, dk, dv) = (pb.n, pb.t, pb.h, pb.hv, pb.dk, pb.dv);
     let reshape =
         |x: &HostTensor, shape: &[usize]| HostTensor { dtype: x.dtype, shape: shape.to_vec(), data: x.data.clone() };
@@ -255,6 +449,23 @@ pub fn decode_plan(pb: &DecodeProblem, d: &KdaData) -> Result<Plan, OpError> {
     Ok(plan)
 }
 
+/// The tuning knobs of `kda.decode` (the thread layout, see [`DecodeLayout`]).
+pub fn knob_space() -> KnobSpace {
+    KnobSpace::default()
+        .axis(
+            "KL",
+            "lanes along K per warp, the sums over K finished by xor shuffles (0 = auto: 4)",
+            [0i64, 1, 2, 4, 8],
+        )
+        .axis("VPL", "value columns per lane, each in every state row the lane holds (0 = auto: 2)", [0i64, 1, 2, 4])
+        .axis("DW", "warps per block, side by side along V (0 = auto: up to 4)", [0i64, 1, 2, 4, 8])
+}
+
+/// The knobs used when nothing is tuned: the automatic layout.
+pub fn default_knobs() -> Knobs {
+    Knobs::new().with("KL", 0i64).with("VPL", 0i64).with("DW", 0i64)
+}
+
 /// Recurrent KDA decode (`kda.decode`).
 pub struct KdaDecode;
 
@@ -272,10 +483,10 @@ impl Operator for KdaDecode {
         "KDA recurrent decode: T tokens per sequence against a stored f32 state [N, HV, K, V] (in place or h0 -> ht)"
     }
     fn knob_space(&self) -> KnobSpace {
-        KnobSpace::default()
+        knob_space()
     }
     fn default_knobs(&self) -> Knobs {
-        Knobs::new()
+        default_knobs()
     }
     fn bench_presets(&self) -> Vec<Preset> {
         vec![
@@ -310,9 +521,9 @@ impl Operator for KdaDecode {
         let d = KdaData::generate(&pb.as_chunked(), seed);
         Ok(Box::new(DecodeInstance { pb, d, seed }))
     }
-    fn kernels(&self, p: &Preset, _knobs: &Knobs) -> Result<Vec<Kernel>, OpError> {
+    fn kernels(&self, p: &Preset, knobs: &Knobs) -> Result<Vec<Kernel>, OpError> {
         let pb = DecodeProblem::from_preset(p)?;
-        Ok(vec![build_decode(&pb.spec(false))?, build_decode(&pb.spec(true))?])
+        Ok(vec![build_decode(&pb.spec_with(false, knobs)?)?, build_decode(&pb.spec_with(true, knobs)?)?])
     }
 }
 
@@ -333,8 +544,8 @@ impl Instance for DecodeInstance {
             self.seed
         )
     }
-    fn plan(&self, _knobs: &Knobs) -> Result<Plan, OpError> {
-        decode_plan(&self.pb, &self.d)
+    fn plan(&self, knobs: &Knobs) -> Result<Plan, OpError> {
+        decode_plan_with(&self.pb, &self.d, knobs)
     }
     fn check(&self, out: &Outputs) -> Result<CheckReport, OpError> {
         let cp = self.pb.as_chunked();
