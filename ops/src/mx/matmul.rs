@@ -87,7 +87,12 @@ pub fn knob_space() -> KnobSpace {
     KnobSpace::default()
         .axis("BN", "weight rows per tile (gate+up together for GLU); 0 = auto", [0i64, 32, 64, 128, 256])
         .axis("BM", "tokens per tile (mma N; 16, 32, 64 or 128); 0 = auto", [0i64, 64, 128])
-        .axis("BK", "K per pipeline stage (multiple of 32; 64 for wgmma); 0 = auto", [0i64, 64, 128, 256])
+        .axis(
+            "BK",
+            "K per pipeline stage (multiple of 32; 64 for wgmma; PATH=gemv: 128 x the 128-column quads per warp batch, \
+             128..1024); 0 = auto",
+            [0i64, 64, 128, 256, 512],
+        )
         .axis("STAGES", "cp.async pipeline depth; 0 = auto", [0i64, 3, 4])
         .axis("WA", "warps along weight rows (wgmma: BM/16); 0 = auto", [0i64, 4, 8])
         .axis("WB", "warps along tokens (each recomputes its rows' dequantized weights); 0 = auto", [0i64, 2])
@@ -149,6 +154,13 @@ pub fn knob_space() -> KnobSpace {
              spill at the presets), else none",
             [0i64, 4],
         )
+        .axis(
+            "GR",
+            "PATH=gemv register ring: slots per warp, one 128-column quad of the tile's rows each (16 bytes per lane and \
+             row), loaded GR quads ahead of their use (1..=8, with BN/16 x GR <= 8); 0 = auto: 4 slots of 16 rows \
+             (8 with PF=on), fewer for wider tiles; 0 on the other paths",
+            [0i64, 2, 8],
+        )
 }
 
 /// Defaults: everything chosen from the problem shape.
@@ -169,6 +181,7 @@ pub fn default_knobs() -> Knobs {
         .with("FIN", "auto")
         .with("PF", "auto")
         .with("MINB", 0i64)
+        .with("GR", 0i64)
 }
 
 /// Concrete knob values for one problem.
@@ -202,6 +215,8 @@ pub struct Cfg {
     pub prefetch: bool,
     /// `__launch_bounds__` minimum blocks per SM of the main kernel (0: none).
     pub min_blocks: u32,
+    /// PATH=gemv: register ring slots per warp (quads in flight, [`Stmt::Fp4Gemv`]'s `ring`); 0 on other paths.
+    pub ring: u32,
 }
 
 impl Cfg {
@@ -233,6 +248,7 @@ impl Cfg {
             .with("PF", if self.prefetch { "on" } else { "off" })
             // 1 (no cap) for none: re-resolving the recorded knobs gives the same kernel.
             .with("MINB", self.min_blocks.max(1))
+            .with("GR", self.ring)
     }
     /// Shared memory of the main kernel, bytes (what `Kernel::shared_bytes` will report, up to alignment).
     pub fn shared_bytes(&self, packed: bool) -> usize {
@@ -475,6 +491,7 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, Op
         fused: false,
         prefetch: false,
         min_blocks: 0,
+        ring: 0,
     };
     c.cps = knobs.u32("CPS")?;
     // CTAs resident per SM: the persistent count, else an estimate from shared memory (registers permitting).
@@ -510,6 +527,8 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, Op
     c.split = pick(knobs, "SPLIT", split_auto as u32)?;
     c.fused = fin_last(knobs, !c.wgmma)? && c.split > 1;
     c.prefetch = prefetch_knob(knobs)?;
+    // GR is a PATH=gemv knob (validated: 0 here).
+    c.ring = if knobs.0.contains_key("GR") { knobs.u32("GR")? } else { 0 };
     // MINB: ptxas gives the pipelined stream kernel 255 registers (two CTAs per SM); three CTAs fit in 168
     // without spills (ptxas, M1 and 28x4 presets), the occupancy of the unpipelined kernel (145-161 registers).
     let minb = if knobs.0.contains_key("MINB") { knobs.u32("MINB")? } else { 1 };
@@ -547,44 +566,47 @@ fn gemv_wanted(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Option<
 }
 
 /// The knobs of PATH=gemv ([`Stmt::Fp4Gemv`]): BM 8 (at most 8 tokens per group) or 16 tokens per CTA; BN
-/// weight rows per CTA (each GLU half BN/2); BK = 128 x U, the 32-column blocks each lane loads per chunk (16
-/// bytes each: U blocks of each of its 2 BN/16 rows); WA warps split the K range's chunks; PF the register
-/// pipeline (the next chunk's loads in flight during this one's decode and products).
+/// weight rows per CTA (each GLU half BN/2); BK = 128 x U, U the consecutive 128-column quads of a warp's batch
+/// (warps take batches round robin, so a warp's loads of a row cover 64U contiguous bytes); GR the register ring
+/// (quads in flight per warp); WA warps split the K range's batches; SPLIT the K range over CTAs.
 ///
-/// Bytes in flight (the reason for the shape): an H200 streams ~4.3 TB/s at ~0.7 us of DRAM latency, so about
-/// 3 MB must be outstanding, ~24 KB per SM. A warp has 32 lanes x 2 BN/16 rows x U x 16 B = BN/16 x U KB of
-/// weights in flight (x2 with PF); at N = 6144 and BN = 16 there are 384 CTAs of WA = 7 warps (K = 3584: 14
-/// chunks of 256 columns, two per warp), all resident at three per SM, so ~21 warps x 2-4 KB = 42-84 KB per SM.
+/// Bytes in flight (the reason for the shape): an H200 streams ~4.3 TB/s at ~0.8-1 us of loaded DRAM latency, so
+/// ~4 MB must be outstanding, ~30-36 KB per SM. A warp keeps GR x BN/16 x 1 KB of weights in flight (32 lanes x
+/// 2 rows x 16 B per quad and 16 rows). Auto at 8 tokens: U = 4 (512 columns) and GR = 3, so at K = 3584 (28
+/// quads per row) a 16-row CTA of 7 warps has one batch of 4 quads per warp, 3 of them in flight from the start,
+/// and three such CTAs per SM (80 registers, MINB=3) keep ~63 KB per SM in flight; the M1 preset's 384 CTAs are
+/// all resident at once. At 16 tokens: U = 8, GR = 4, 4 warps (one batch each), three CTAs per SM.
 fn resolve_gemv(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, OpError> {
     let bm = pick(knobs, "BM", if sh.max_rows <= 8 { 8 } else { 16 })?;
     let glu = sh.glu;
-    // 16 rows per statement (GLU: BN = 32, two statements): ptxas (sm_90a) gives the one-row-block kernel
-    // 64-96 registers, but 205-254 to two or four row blocks per warp (BN=32 / 64), so the wider tiles that
-    // would reuse each activation fragment over more rows are left to the tuner.
+    // 16 rows per statement (GLU: BN = 32, two statements): wider tiles reuse each activation fragment over more
+    // rows but multiply the ring's registers; they are left to the tuner.
     let unit = if glu { 32 } else { 16 };
     let bn = pick(knobs, "BN", unit)?;
-    // One 16-byte block per lane, row and chunk (ptxas, sm_90a: BK=256 with PF takes 121-148 registers at
-    // BN=16, two 7-warp CTAs per SM; BK=128 114 / 109, and 78 without spills under MINB=3 at 8 tokens).
-    let bk = pick(knobs, "BK", 128)?;
+    let rows = if glu { bn / 2 } else { bn };
+    // Auto (ptxas, sm_90a, no spills at the presets): 8 tokens: U = 4, 3 slots, 80 registers under MINB=3 (7 warps,
+    // 21 per SM: 63 KB of weights in flight per SM); 16 tokens (twice the activation and accumulator registers):
+    // U = 8, 4 slots, 166 registers under MINB=3 (4 warps, 12 per SM: 48 KB). PF=on doubles the slots.
+    let bk = pick(knobs, "BK", if bm == 8 { 512 } else { 1024 })?;
     let split = pick(knobs, "SPLIT", 1)?;
     let u = (bk / 128).max(1);
-    let chunks = (sh.k / 32).div_ceil(split.max(1) as usize).div_ceil(4 * u as usize).max(1);
-    // The fewest warps (at most 8) that reach the smallest number of chunks per warp.
-    let least = chunks.div_ceil(8);
-    let wa_auto = (1..=8u32).find(|&w| chunks.div_ceil(w as usize) == least).unwrap_or(8);
+    let prefetch = prefetch_knob(knobs)?;
+    let nb = (rows / 16).max(1);
+    let ring_auto = ((if bm == 8 { 3 } else { 4 }) * if prefetch { 2 } else { 1 } / nb).clamp(1, 8);
+    let ring = if knobs.0.contains_key("GR") { pick(knobs, "GR", ring_auto)? } else { ring_auto };
+    let batches = (sh.k / 32).div_ceil(split.max(1) as usize).div_ceil(4 * u as usize).max(1);
+    // The fewest warps (at most 8) that reach the smallest number of batches per warp.
+    let least = batches.div_ceil(8);
+    let wa_auto = (1..=8u32).find(|&w| batches.div_ceil(w as usize) == least).unwrap_or(8);
     let wa = pick(knobs, "WA", wa_auto)?;
-    let rows = if glu { bn / 2 } else { bn };
     // FIN auto: the second launch (FIN=last measured slower on the H200 for the stream kernels).
     let fin_last = fin_last(knobs, false)?;
-    let prefetch = prefetch_knob(knobs)?;
     let minb = if knobs.0.contains_key("MINB") { knobs.u32("MINB")? } else { 1 };
-    // Auto: three CTAs per SM for the 8-token, 16-row, one-block tile (78 registers, no spills; all 384 CTAs of
-    // the M1 preset resident at once), else uncapped.
-    let minb = if minb == 0 && !glu && !spec.grouped && bm == 8 && rows == 16 && bk == 128 && wa * 32 * 3 <= 1024 {
-        3
-    } else {
-        minb
-    };
+    // Auto: three CTAs per SM (80 registers at 7 warps, 168 at 4) for 16 rows per statement where ptxas fits the
+    // ring without spills (8 tokens: at most 3 slots on more than 4 warps; at most 4 warps: 8 slots at 8 tokens,
+    // 4 at 16; not with a GLU epilogue: two statements, and 24 spilled bytes at 28 x 4 under the cap), else uncapped.
+    let fits3 = !glu && if wa <= 4 { ring <= if bm == 8 { 8 } else { 4 } } else { bm == 8 && ring <= 3 };
+    let minb = if minb == 0 && rows == 16 && fits3 && wa * 32 * 3 <= 1024 { 3 } else { minb };
     let c = Cfg {
         bn,
         bm,
@@ -603,6 +625,7 @@ fn resolve_gemv(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, O
         fused: fin_last && split > 1,
         prefetch,
         min_blocks: if minb <= 1 { 0 } else { minb },
+        ring,
     };
     validate(spec, &c, knobs)?;
     Ok(c)
@@ -613,22 +636,23 @@ fn validate(spec: &MatSpec, c: &Cfg, knobs: &Knobs) -> Result<(), OpError> {
     let glu = spec.epilogue.is_glu();
     if c.gemv {
         let rows = if glu { c.bn / 2 } else { c.bn };
-        let u = c.bk / 128;
         if spec.act8 || c.wgmma || c.wb != 1 {
             return invalid("PATH=gemv needs bf16 activations, MMA=sync and WB=1".into());
         }
-        if !matches!(c.bm, 8 | 16) || !matches!(c.bk, 128 | 256 | 512) {
+        if !matches!(c.bm, 8 | 16) || !matches!(c.bk, 128 | 256 | 512 | 1024) {
             return invalid(format!(
-                "PATH=gemv needs BM 8 or 16 and BK 128, 256 or 512 (got BM={}, BK={})",
+                "PATH=gemv needs BM 8 or 16 and BK 128, 256, 512 or 1024 (got BM={}, BK={})",
                 c.bm, c.bk
             ));
         }
-        if rows == 0 || !rows.is_multiple_of(16) || rows / 16 * u > 4 {
+        if rows == 0 || !rows.is_multiple_of(16) || rows > 64 || !(1..=8).contains(&c.ring) || rows / 16 * c.ring > 8 {
             return invalid(format!(
-                "PATH=gemv needs BN{} a multiple of 16 with BN/16 x BK/128 <= 4 register blocks (got BN={}, BK={})",
+                "PATH=gemv needs BN{} a multiple of 16, at most 64, and GR in 1..=8 with BN{}/16 x GR <= 8 ring \
+                 register blocks (got BN={}, GR={})",
+                if glu { "/2" } else { "" },
                 if glu { "/2" } else { "" },
                 c.bn,
-                c.bk
+                c.ring
             ));
         }
         if c.wa == 0 || c.wa > 16 || c.split == 0 || c.cps > 16 || c.min_blocks > 16 {
@@ -657,6 +681,9 @@ fn validate(spec: &MatSpec, c: &Cfg, knobs: &Knobs) -> Result<(), OpError> {
     }
     if c.prefetch && !c.stream {
         return invalid("PF=on needs PATH=stream".into());
+    }
+    if c.ring != 0 {
+        return invalid(format!("GR={} needs PATH=gemv", c.ring));
     }
     if c.fused && c.wgmma {
         return invalid("FIN=last needs MMA=sync (the wgmma kernel keeps the finalize launch)".into());
@@ -815,7 +842,7 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
     let warps = [c.wa, c.wb];
     let words_per_row = bk / 8;
     // PATH=stream: no shared weight stages (the words go global -> registers).
-    let sqs = (!c.stream).then(|| {
+    let sqs = (!c.stream && !c.gemv).then(|| {
         (
             b.shared("sq", qdt, bn, words_per_row, st, Swizzle::Xor16B),
             b.shared("ss", DType::U8, bn, bk / 32, st, Swizzle::None),
@@ -1111,7 +1138,7 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
                     );
                     let out = b.window(sacc, 0i64, r0, 0, hrows, bm);
                     let flags = Fp4Flags { packed: spec.packed, fold: spec.fold, finite: spec.finite };
-                    b.fp4_gemv(out, spart, qv, sv, xv, flags, bk / 128, c.prefetch);
+                    b.fp4_gemv(out, spart, qv, sv, xv, flags, bk / 128, c.ring);
                 }
             }
             let at = |row_off: u32| Expr::shared_load(sacc, 0i64, Expr::ColIdx + row_off as i64, Expr::RowIdx);
