@@ -913,7 +913,9 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
     };
     let n_tiles = n_out.ceil_div(bno as i64);
     let split = c.split as i64;
-    if c.cps > 0 {
+    if c.gemv && c.cps == 0 && !fused {
+        b.grid(n_tiles.clone() * split, g_count.clone(), 1i64);
+    } else if c.cps > 0 {
         b.grid(num_sms * c.cps as i64, 1i64, 1i64);
     } else {
         // One CTA per tile: an upper bound of the tile count from the shapes (sum over groups of
@@ -921,37 +923,18 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
         let groups_extra = if spec.grouped { g_count.clone() } else { Expr::Int(0) };
         b.grid((m.ceil_div(bm as i64) + groups_extra) * n_tiles.clone() * split, 1i64, 1i64);
     }
-    let total = b.let_var("total", 0i64);
-    b.for_("g", 0i64, g_count.clone(), 1i64, |b, g| {
-        let rows = group_end(&g) - group_start(&g);
-        b.assign(total, Expr::Var(total) + rows.ceil_div(bm as i64) * n_tiles.clone() * split);
-    });
     // K range of one split: a multiple of BK.
     let kchunk = b.let_("kchunk", kd.ceil_div(split * bk as i64) * bk as i64);
-    b.for_("tile", Expr::block_idx(0), total, Expr::grid_dim(0), |b, t| {
-        let grp = b.let_var("grp", 0i64);
-        let local = b.let_var("local", 0i64);
-        let seen = b.let_var("seen", 0i64);
-        b.for_("g", 0i64, g_count.clone(), 1i64, |b, g| {
-            let rows = group_end(&g) - group_start(&g);
-            let tg = b.let_("tg", rows.ceil_div(bm as i64) * n_tiles.clone() * split);
-            b.if_(t.ge(Expr::Var(seen)).and(t.lt(Expr::Var(seen) + tg.clone())), |b| {
-                b.assign(grp, g.clone());
-                b.assign(local, &t - Expr::Var(seen));
-            });
-            b.assign(seen, Expr::Var(seen) + tg);
-        });
-        let gsel = Expr::Var(grp);
-        let row0 = b.let_("row0", group_start(&gsel));
-        let rows_g = b.let_("rows_g", group_end(&gsel) - row0.clone());
-        let m_tiles = rows_g.ceil_div(bm as i64);
-        let ks = b.let_("ks", Expr::Var(local) % split);
-        let rest = b.let_("rest", Expr::Var(local) / split);
-        let (mt, nt) = if c.raster_m {
-            (&rest % m_tiles.clone(), &rest / m_tiles)
-        } else {
-            (&rest / n_tiles.clone(), &rest % n_tiles.clone())
-        };
+    // One tile: group `gsel` (its rows from `row0`, `rows_g` of them), K split `ks`, token tile `mt`, weight tile
+    // `nt`; `t` the tile's index in the flat order (the split-K arrival counters are per `t / SPLIT`).
+    let tile_body = |b: &mut KernelBuilder,
+                     t: Expr,
+                     gsel: Expr,
+                     row0: Expr,
+                     rows_g: Expr,
+                     ks: Expr,
+                     mt: Expr,
+                     nt: Expr| {
         let m0 = b.let_("m0", mt * bm as i64);
         let n0 = b.let_("n0", nt * bno as i64);
         // PATH=gemv: at most BM (8-token tiles keep 16-row epilogue tiles).
@@ -1335,6 +1318,51 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
         }
         // Every warp must be done with the shared tiles before the next tile's prologue overwrites them.
         b.barrier();
+    };
+    if c.gemv && c.cps == 0 && !fused {
+        // PATH=gemv, one CTA per (weight tile, K split) of each group (grid y): no search over the groups, two
+        // loads of `offs`; the CTA walks its group's token tiles (one at decode; none for an empty group).
+        let gsel = Expr::block_idx(1);
+        let row0 = b.let_("row0", group_start(&gsel));
+        let rows_g = b.let_("rows_g", group_end(&gsel) - row0.clone());
+        let local = Expr::block_idx(0);
+        let ks = b.let_("ks", &local % split);
+        let nt = b.let_("nt", &local / split);
+        b.for_("mt", 0i64, rows_g.ceil_div(bm as i64), 1i64, |b, mt| {
+            tile_body(b, Expr::Int(0), gsel.clone(), row0.clone(), rows_g.clone(), ks.clone(), mt, nt.clone());
+        });
+        return Ok(b.finish()?);
+    }
+    let total = b.let_var("total", 0i64);
+    b.for_("g", 0i64, g_count.clone(), 1i64, |b, g| {
+        let rows = group_end(&g) - group_start(&g);
+        b.assign(total, Expr::Var(total) + rows.ceil_div(bm as i64) * n_tiles.clone() * split);
+    });
+    b.for_("tile", Expr::block_idx(0), total, Expr::grid_dim(0), |b, t| {
+        let grp = b.let_var("grp", 0i64);
+        let local = b.let_var("local", 0i64);
+        let seen = b.let_var("seen", 0i64);
+        b.for_("g", 0i64, g_count.clone(), 1i64, |b, g| {
+            let rows = group_end(&g) - group_start(&g);
+            let tg = b.let_("tg", rows.ceil_div(bm as i64) * n_tiles.clone() * split);
+            b.if_(t.ge(Expr::Var(seen)).and(t.lt(Expr::Var(seen) + tg.clone())), |b| {
+                b.assign(grp, g.clone());
+                b.assign(local, &t - Expr::Var(seen));
+            });
+            b.assign(seen, Expr::Var(seen) + tg);
+        });
+        let gsel = Expr::Var(grp);
+        let row0 = b.let_("row0", group_start(&gsel));
+        let rows_g = b.let_("rows_g", group_end(&gsel) - row0.clone());
+        let m_tiles = rows_g.ceil_div(bm as i64);
+        let ks = b.let_("ks", Expr::Var(local) % split);
+        let rest = b.let_("rest", Expr::Var(local) / split);
+        let (mt, nt) = if c.raster_m {
+            (&rest % m_tiles.clone(), &rest / m_tiles)
+        } else {
+            (&rest / n_tiles.clone(), &rest % n_tiles.clone())
+        };
+        tile_body(b, t, gsel, row0, rows_g, ks, mt, nt);
     });
     Ok(b.finish()?)
 }
