@@ -719,6 +719,8 @@ __device__ __forceinline__ void fp4_gemv(unsigned char* ot, int or0, int oc0, un
   const long long nblk64 = (qcols >> 2) < scols ? (qcols >> 2) : scols;
   const int nblk = nblk64 > 0 ? (int)nblk64 : 0;
   const int nq = (nblk + 3) >> 2;
+  // The valid rows and tokens of the tile as 32-bit counts (R and T at most), for cheap per-lane compares.
+  const int vr = vrows < 0 ? 0 : (vrows > R ? R : (int)vrows), vt = xrows < 0 ? 0 : (xrows > T ? T : (int)xrows);
   // Whole 8-column groups of x only (a group reaching past x's columns reads as zeros): the lane's block bi has
   // its group i valid when 32 bi + 8 i + 8 <= xcols.
   const int xlim = xcols < 0 ? 0 : (xcols > 0x3FFFFFFFLL ? 0x3FFFFFFF : (int)xcols);
@@ -727,26 +729,30 @@ __device__ __forceinline__ void fp4_gemv(unsigned char* ot, int or0, int oc0, un
   // that row's or token's outputs, which are discarded). The other quads, after the ring, load zeros (weights, x)
   // and 127 (scales) where a block, row, token or column group is invalid.
   const int nfull = (nblk >> 2) < (xlim >> 7) ? (nblk >> 2) : (xlim >> 7);
-  // Per-lane row bases, fixed for the whole K loop (block 4q + l of a row at base + 4q, in 16-byte units).
-  const uint4* wr[NB][2];
-  const unsigned char* sr[NB][2];
+  // Per-lane row offsets from one base per operand, fixed for the whole K loop (block 4q + l of a row at
+  // base + offset + 4q, in 16-byte units; 32-bit offsets within the tile keep the loop's address arithmetic to one
+  // wide multiply-add per load). An invalid row's or token's address is never loaded from.
+  const uint4* const wb = (const uint4*)(q + qoff) + l;
+  const unsigned char* const sb = sg + soff + l;
+  const uint4* const xb = (const uint4*)(x + xoff) + 4 * l;
+  int wro[NB][2], sro[NB][2];
   bool rok[NB][2];
 #pragma unroll
   for (int b = 0; b < NB; ++b)
 #pragma unroll
     for (int jp = 0; jp < 2; ++jp) {
       const int r = 16 * b + g + 8 * jp;
-      rok[b][jp] = r < vrows;
-      wr[b][jp] = (const uint4*)(q + qoff + (rok[b][jp] ? (long long)r * qstride : 0)) + l;
-      sr[b][jp] = sg + soff + (rok[b][jp] ? (long long)r * sstride : 0) + l;
+      rok[b][jp] = r < vr;
+      wro[b][jp] = r * (int)(qstride >> 2);
+      sro[b][jp] = r * (int)sstride;
     }
-  const uint4* xr[TT];
+  int xro[TT];
   bool tok[TT];
 #pragma unroll
   for (int tt = 0; tt < TT; ++tt) {
     const int t = 8 * tt + g;
-    tok[tt] = t < xrows;
-    xr[tt] = (const uint4*)(x + xoff + (tok[tt] ? (long long)t * xstride : 0)) + 4 * l;
+    tok[tt] = t < vt;
+    xro[tt] = t * (int)(xstride >> 3);
   }
   // The warp's n-th quad: batch w + (n / U) WARPS, quad n % U of it.
   auto quad = [&](int n) { return (wid + (n / U) * WARPS) * U + n % U; };
@@ -758,8 +764,8 @@ __device__ __forceinline__ void fp4_gemv(unsigned char* ot, int or0, int oc0, un
     for (int b = 0; b < NB; ++b)
 #pragma unroll
       for (int jp = 0; jp < 2; ++jp) {
-        ldg_nc_v4_keep(sl.w[b][jp], wr[b][jp] + 4 * qd, qok && rok[b][jp]);
-        ldg_nc_u8_keep(sl.s[b][jp], sr[b][jp] + 4 * qd, qok && rok[b][jp]);
+        ldg_nc_v4_keep(sl.w[b][jp], wb + (wro[b][jp] + 4 * qd), qok && rok[b][jp]);
+        ldg_nc_u8_keep(sl.s[b][jp], sb + (sro[b][jp] + 4 * qd), qok && rok[b][jp]);
       }
   };
   // The quads past `nfull`: zeros (scale 127) where a block or row is invalid.
@@ -770,8 +776,8 @@ __device__ __forceinline__ void fp4_gemv(unsigned char* ot, int or0, int oc0, un
 #pragma unroll
       for (int jp = 0; jp < 2; ++jp) {
         const bool ok = bok && rok[b][jp];
-        sl.w[b][jp] = ldg_nc_v4_if(wr[b][jp] + 4 * qd, ok);
-        sl.s[b][jp] = ldg_nc_u8_if(sr[b][jp] + 4 * qd, ok, 127u);
+        sl.w[b][jp] = ldg_nc_v4_if(wb + (wro[b][jp] + 4 * qd), ok);
+        sl.s[b][jp] = ldg_nc_u8_if(sb + (sro[b][jp] + 4 * qd), ok, 127u);
       }
   };
   float acc[NB][TT][4];
@@ -792,15 +798,19 @@ __device__ __forceinline__ void fp4_gemv(unsigned char* ot, int or0, int oc0, un
     const int bi = 4 * qd + l;
     if (!tail) {
 #pragma unroll
-      for (int tt = 0; tt < TT; ++tt)
+      for (int tt = 0; tt < TT; ++tt) {
+        const uint4* const xp = xb + (xro[tt] + 16 * qd);
 #pragma unroll
-        for (int i = 0; i < 4; ++i) ldg_nc_v4_keep(xv[tt][i], xr[tt] + 16 * qd + i, tok[tt]);
+        for (int i = 0; i < 4; ++i) ldg_nc_v4_keep(xv[tt][i], xp + i, tok[tt]);
+      }
     } else {
 #pragma unroll
-      for (int tt = 0; tt < TT; ++tt)
+      for (int tt = 0; tt < TT; ++tt) {
+        const uint4* const xp = xb + (xro[tt] + 16 * qd);
 #pragma unroll
         for (int i = 0; i < 4; ++i)
-          xv[tt][i] = ldg_nc_v4_if(xr[tt] + 16 * qd + i, tok[tt] && bi < nblk && 32 * bi + 8 * i + 8 <= xlim);
+          xv[tt][i] = ldg_nc_v4_if(xp + i, tok[tt] && bi < nblk && 32 * bi + 8 * i + 8 <= xlim);
+      }
     }
 #pragma unroll
     for (int b = 0; b < NB; ++b) {
@@ -880,7 +890,7 @@ __device__ __forceinline__ void fp4_gemv(unsigned char* ot, int or0, int oc0, un
     float sum = 0.f;
 #pragma unroll
     for (int w = 0; w < WARPS; ++w) sum += *(const float*)(pt + w * LP::TILE_BYTES + e * 4);
-    *(float*)(ot + LO::off(or0 + r, oc0 + c)) = (r < vrows && c < xrows) ? sum : 0.f;
+    *(float*)(ot + LO::off(or0 + r, oc0 + c)) = (r < vr && c < vt) ? sum : 0.f;
   }
   __syncthreads();
 }
