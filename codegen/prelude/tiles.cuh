@@ -799,9 +799,11 @@ __device__ __forceinline__ void fp4_gemv(unsigned char* ot, int or0, int oc0, un
     if (!tail) {
 #pragma unroll
       for (int tt = 0; tt < TT; ++tt) {
-        const uint4* const xp = xb + (xro[tt] + 16 * qd);
+        // One pointer per token row and quad (immediate offsets for the four loads) at 8 tokens; 16 tokens keep
+        // the per-load index (ptxas spilled 16 bytes of the 16-token, 32-row primitive case with the pointer).
+        const uint4* const xp = xb + (xro[tt] + (TT == 1 ? 16 * qd : 0));
 #pragma unroll
-        for (int i = 0; i < 4; ++i) ldg_nc_v4_keep(xv[tt][i], xp + i, tok[tt]);
+        for (int i = 0; i < 4; ++i) ldg_nc_v4_keep(xv[tt][i], TT == 1 ? xp + i : xp + (16 * qd + i), tok[tt]);
       }
     } else {
 #pragma unroll

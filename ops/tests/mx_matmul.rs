@@ -265,12 +265,22 @@ fn automatic_knobs_follow_the_h200_measurements() {
     }
     assert_eq!(path(&[("M", 17), ("N", 6144), ("K", 3584), ("packed", 1)], &op.default_knobs()), "tile");
     assert_eq!(path(&[("M", 1), ("N", 6144), ("K", 3584)], &op.default_knobs()), "gemv", "natural layout");
-    // Grouped decode (28 experts x 4 tokens) keeps the tile path: gemv 0.531 ms, stream 0.30-0.88, tile 0.224 on
-    // the H200 (2026-12-01).
+    // Grouped decode with at most 8 tokens per expert (28 experts x 4 tokens) takes the register-ring gemv kernel
+    // (a prediction: the session-4 gemv kernel lost to tile there, 0.531 vs 0.224 ms), one streaming warp per
+    // 16-row tile; 9 tokens per expert keep the tile path.
     let g28 = [("G", 28), ("per", 4), ("N", 6144), ("K", 3584), ("packed", 1)];
-    assert_eq!(path(&g28, &op.default_knobs()), "tile");
+    assert_eq!(path(&g28, &op.default_knobs()), "gemv");
+    let ks = op.kernels(&Preset::new("g28", &g28), &op.default_knobs()).unwrap();
+    let kn = &ks[0].knobs;
+    assert_eq!((kn.u32("WA").unwrap(), kn.u32("BK").unwrap(), kn.u32("GR").unwrap()), (1, 1024, 8));
+    let g28x9 = [("G", 28), ("per", 9), ("N", 6144), ("K", 3584), ("packed", 1)];
+    assert_eq!(path(&g28x9, &op.default_knobs()), "tile");
     let glu28 = [("G", 28), ("per", 4), ("N", 6144), ("K", 3584), ("packed", 1), ("epilogue", 1), ("p", 1)];
-    assert_eq!(path(&glu28, &op.default_knobs()), "tile");
+    assert_eq!(path(&glu28, &op.default_knobs()), "gemv");
+    // Dense M1 keeps the whole-K-at-once shape: 7 warps of one 4-quad batch each, 3 ring slots.
+    let ks = op.kernels(&Preset::new("m1", &[("M", 1), ("N", 6144), ("K", 3584), ("packed", 1)]), &op.default_knobs());
+    let kn = ks.unwrap()[0].knobs.clone();
+    assert_eq!((kn.u32("WA").unwrap(), kn.u32("BK").unwrap(), kn.u32("GR").unwrap()), (7, 512, 3));
     let act8 = [("G", 28), ("per", 4), ("N", 6144), ("K", 3584), ("packed", 1), ("act", 1)];
     assert_eq!(path(&act8, &op.default_knobs()), "tile");
     // The stream path is still chosen by PATH=auto with an explicit shape gemv cannot take (MMA=sync, WB=1

@@ -118,15 +118,15 @@ pub fn knob_space() -> KnobSpace {
             "weight path: tile (cp.async stages of packed words in shared memory, decoded from there), stream \
              (`Stmt::DequantFp4Stream`: words and scales loaded from global memory straight into registers, \
              a whole BK slice's loads in flight per thread; MMA=sync, no GLU epilogue; for few tokens); gemv (decode, \
-             `Stmt::Fp4Gemv`: one CTA per BN weight rows and 8 or 16 tokens over the whole K range, split over WA \
-             warps, whole 16-byte weight blocks per lane, every load of a BK-wide chunk (PF=on: two) in flight, the \
-             warps' partials summed in shared memory, one launch; bf16 activations); dq_gemm (prefill, \
+             `Stmt::Fp4Gemv`: one CTA per BN weight rows, group and 8 or 16 tokens over the whole K range, split over WA \
+             warps in batches of BK columns, whole 16-byte weight blocks per lane streamed through a register ring of \
+             GR 128-column quads, the warps' partials summed in shared memory, one launch; bf16 activations); dq_gemm (prefill, \
              `mx::prefill`): a bandwidth-bound kernel dequantizes all weights once into a bf16 scratch of \
              2*G*N*K bytes (44 MB at N6144 K3584; + 2*M*K with MXFP8 activations, dequantized the same way), then \
              the latent_moe_gemm kernel runs on it (BM/BN/BK/STAGES/RASTER/MMA are its knobs, WA/WB its WM/WN; \
              0 = its defaults); auto: dense with at most 16 tokens and bf16 activations: gemv (else stream for \
-             BM <= 16, packed, no GLU, when explicit knobs rule gemv out); grouped decode: tile (measured: gemv and \
-             stream lose at 28 x 4 tokens); dq_gemm with every other knob automatic and at least 2 128-row token \
+             BM <= 16, packed, no GLU, when explicit knobs rule gemv out); grouped decode with at most 8 tokens per \
+             expert: gemv (a prediction for the register-ring kernel: the session-4 gemv lost to tile at 28 x 4); dq_gemm with every other knob automatic and at least 2 128-row token \
              tiles per expert with tokens (dense: M > 128); else tile. dq_gemm is accepted but not an axis value (the tuner reaches it through \
              auto)",
             ["auto", "tile", "stream", "gemv"],
@@ -552,10 +552,12 @@ fn gemv_wanted(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Option<
     let Some(_) = knobs.0.get("PATH") else { return Ok(None) };
     Ok(match knobs.str("PATH")? {
         "gemv" => Some(true),
-        // Dense only: at 28 experts x 4 tokens the gemv kernel ran 0.531 ms against the tile path's 0.224 on the
-        // H200 (2026-12-01, same run; M1 0.0136 vs tile 0.0844, M16 0.0235 vs 0.0801).
+        // Grouped: at most 8 tokens per expert. The session-4 gemv kernel lost at 28 experts x 4 tokens (0.531 ms
+        // against the tile path's 0.224 on the H200, 2026-12-01); the register-ring kernel with one streaming warp
+        // per 16-row tile is predicted at ~0.10-0.13 ms there (SASS: ~240 instructions per 1 KB quad step, 96 KB
+        // in flight per SM), a prediction until the GPU measures it.
         "auto" => (sh.max_rows <= 16
-            && !spec.grouped
+            && (!spec.grouped || sh.max_rows <= 8)
             && !spec.act8
             && knobs.0.get("MMA").is_none_or(|_| knobs.str("MMA").is_ok_and(|m| m != "wgmma"))
             && matches!(knobs.u32("WB")?, 0 | 1)
@@ -587,17 +589,25 @@ fn resolve_gemv(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, O
     // Auto (ptxas, sm_90a, no spills at the presets): 8 tokens: U = 4, 3 slots, 80 registers under MINB=3 (7 warps,
     // 21 per SM: 63 KB of weights in flight per SM); 16 tokens (twice the activation and accumulator registers):
     // U = 8, 4 slots, 166 registers under MINB=3 (4 warps, 12 per SM: 48 KB). PF=on doubles the slots.
-    let bk = pick(knobs, "BK", if bm == 8 { 512 } else { 1024 })?;
+    // Many tiles (grouped decode, 28 experts x 4 tokens: 10752 CTAs of 16 rows): one warp per CTA streams the
+    // whole K range through an 8-slot ring (U = 8; 167 registers, 12 CTAs per SM: 96 KB in flight per SM) instead
+    // of a CTA that loads everything at once and then drains (a prediction from the register count and the SASS;
+    // not measured yet).
+    let tiles: usize =
+        sh.counts.iter().map(|&r| r.div_ceil(bm as usize) * sh.n_out.div_ceil(rows.max(1) as usize)).sum();
+    let streaming = bm == 8 && rows == 16 && tiles >= 12 * ASSUMED_SMS;
+    let bk = pick(knobs, "BK", if bm == 8 && !streaming { 512 } else { 1024 })?;
     let split = pick(knobs, "SPLIT", 1)?;
     let u = (bk / 128).max(1);
     let prefetch = prefetch_knob(knobs)?;
     let nb = (rows / 16).max(1);
-    let ring_auto = ((if bm == 8 { 3 } else { 4 }) * if prefetch { 2 } else { 1 } / nb).clamp(1, 8);
+    let ring_auto =
+        if streaming { 8 } else { ((if bm == 8 { 3 } else { 4 }) * if prefetch { 2 } else { 1 } / nb).clamp(1, 8) };
     let ring = if knobs.0.contains_key("GR") { pick(knobs, "GR", ring_auto)? } else { ring_auto };
     let batches = (sh.k / 32).div_ceil(split.max(1) as usize).div_ceil(4 * u as usize).max(1);
     // The fewest warps (at most 8) that reach the smallest number of batches per warp.
     let least = batches.div_ceil(8);
-    let wa_auto = (1..=8u32).find(|&w| batches.div_ceil(w as usize) == least).unwrap_or(8);
+    let wa_auto = if streaming { 1 } else { (1..=8u32).find(|&w| batches.div_ceil(w as usize) == least).unwrap_or(8) };
     let wa = pick(knobs, "WA", wa_auto)?;
     // FIN auto: the second launch (FIN=last measured slower on the H200 for the stream kernels).
     let fin_last = fin_last(knobs, false)?;
