@@ -143,8 +143,8 @@ pub fn knob_space() -> KnobSpace {
             "PF",
             "PATH=stream software pipeline: on (each K slice's decode reads the words the previous slice's statement \
              prefetched into registers, then issues the next slice's loads, in flight during the product and the \
-             next wait), off (a slice's loads, then its decode); PATH=gemv: on keeps the next chunk's loads in a \
-             second register set; auto: off on both paths (measured as fast or faster on the H200)",
+             next wait), off (a slice's loads, then its decode); PATH=gemv: on doubles the automatic register ring \
+             (GR=0); auto: off on both paths (measured as fast or faster on the H200)",
             ["off", "on"],
         )
         .axis(
