@@ -349,7 +349,7 @@ fn gemv_path_edges_and_layouts() {
     // token count 1..=16; N tails; natural and packed layouts.
     for (i, (k, n)) in [(32i64, 16i64), (1184, 31), (2080, 17), (3616, 48), (7168, 5)].into_iter().enumerate() {
         for m in [1i64, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16] {
-            if (m as usize + i) % 3 != 0 && m != 1 && m != 16 {
+            if !(m as usize + i).is_multiple_of(3) && m != 1 && m != 16 {
                 continue;
             }
             let packed = (m + i as i64) % 2;
