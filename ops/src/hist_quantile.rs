@@ -19,7 +19,7 @@
 //!    are >= it); the values `>= L` (about 20 of 896 for random scores) are compacted with a shared atomic
 //!    counter, and the lane whose candidate has rank k (ties broken by candidate position) writes alpha. More
 //!    than [`CAND_CAP`] candidates (ties, adversarial rows) fall back to ranking against the whole row. Exact:
-//!    a selection, no arithmetic beyond the one f32 add the reference does. `ASEL=warp` (default, k < 32):
+//!    a selection, no arithmetic beyond the one f32 add the reference does. `ASEL=warp` (k < 32):
 //!    [`build_alpha_warp`], the same bound and candidates with warp shuffles instead of block barriers and
 //!    shared-memory rank counting (bitonic sorts across the warp, a scan for the candidate slots).
 //!    `ASEL=ring` ([`build_alpha_ring`]): the warp selection fed by a `cp.async` ring of `ASTAGES` blocks of
@@ -30,7 +30,7 @@
 //!    `ASEL=lean` ([`build_alpha_lean`]): the warp selection with balanced trees for the lane maximum and
 //!    count, one shared atomic per lane for its candidate slots instead of the warp scan (one sort and one
 //!    broadcast less per token), compiled for the grid's `ABPS` blocks per SM (`ABPS=6`: 40 registers, 48
-//!    warps per SM).
+//!    warps per SM). The default (k < 32; the rank kernel above that).
 //! 2. **histogram** ([`build_hist`]): block = (a slice of `ES` experts, a chunk of at most 65535 tokens).
 //!    Two u16 counters per u32 word in shared memory (a chunk's count of one bin is <= 65535, so the low half
 //!    never carries into the high half), `ES` chosen so that the block's histograms fit the `HKB` budget;
@@ -145,7 +145,7 @@ pub fn knob_space() -> KnobSpace {
         )
 }
 
-/// The knobs used when no tuning record exists (H200: 132 SMs; warp alpha at 48 registers: 4 blocks of 8 warps
+/// The knobs used when no tuning record exists (H200: 132 SMs; lean alpha at 40 registers: 6 blocks of 8 warps
 /// per SM; 3 histogram blocks of 66 KiB per SM). `HFX` is left out: it then follows the bin count
 /// ([`auto_hfx`]); partials are written wide (`PPACK=wide`: the locate's u32 read measured 53 us at
 /// T262144 E896 B1024, the packed read 134 us, both with one dependent load per partial in flight per thread);
@@ -153,8 +153,11 @@ pub fn knob_space() -> KnobSpace {
 pub fn default_knobs() -> Knobs {
     Knobs::new()
         .with("AW", 8i64)
-        .with("ABPS", 4i64)
-        .with("ASEL", "warp")
+        // ASEL=lean at 6 blocks per SM (40 registers) from the H200 (2026-12-01, session 5 call B, same run, 200 ms
+        // windows): T262144 E896 B1024 step 0.5665 ms (alpha 0.239) against 0.5723 (alpha 0.316) for the warp
+        // select at ABPS=4; T65536 B4096 0.4871 against 0.5558.
+        .with("ABPS", 6i64)
+        .with("ASEL", "lean")
         .with("HT", 512i64)
         .with("HU", 8i64)
         .with("HKB", 66i64)
