@@ -178,7 +178,9 @@ pub fn resolve(knobs: &Knobs) -> Result<DqCfg, OpError> {
         .with("WM", wm)
         .with("WN", wn)
         .with("RASTER", raster)
-        .with("MMA", mma_name);
+        .with("MMA", mma_name)
+        // The latent GEMM's default: TMA where the copy engine serves the shape (K is a multiple of 32 here).
+        .with(lmg::LOAD_KNOB, "auto");
     let mx = Knobs::new()
         .with("BN", bn)
         .with("BM", bm)
