@@ -308,10 +308,10 @@ impl KernelBuilder {
         x: GlobalView,
         flags: Fp4Flags,
         chunk: u32,
-        ring: u32,
+        pipeline: bool,
     ) {
         let Fp4Flags { packed, fold, finite } = flags;
-        self.push(Stmt::Fp4Gemv { out, scratch, words, scales, x, packed, fold, finite, chunk, ring });
+        self.push(Stmt::Fp4Gemv { out, scratch, words, scales, x, packed, fold, finite, chunk, pipeline });
     }
     /// Start `acc += a @ b` on the warpgroup tensor cores (see [`Stmt::MmaAsync`]).
     pub fn mma_async(&mut self, acc: TileId, a: Operand, b: Operand) {
