@@ -253,9 +253,10 @@ pub fn prefill_knob_space() -> KnobSpace {
 /// overlapped schedule's V ring can run one tile behind); every thread arrives on the slot's empty mbarrier
 /// once the product that read it has completed, and thread 0 waits for that before refilling the slot (no
 /// block barrier in the KV loop). Rows past a sequence's end are loaded from the next sequence (or read as zero
-/// past the tensor) and masked exactly like the zero rows of the cp.async path. `auto` is `tma` for MMA=wgmma (every shape qualifies: the rows are
-/// 384/256 bytes, the boxes at most 256 rows) and `cp_async` for MMA=sync (whose V tile has 256-byte rows); it
-/// is accepted but not an axis of [`prefill_knob_space`] (it would duplicate points).
+/// past the tensor) and masked exactly like the zero rows of the cp.async path. `auto` is `tma` for MMA=wgmma
+/// (every shape qualifies: the rows are 384/256 bytes, the boxes at most 256 rows) and `cp_async` for
+/// MMA=sync (whose V tile has 256-byte rows); it is accepted but not an axis of [`prefill_knob_space`] (it
+/// would duplicate points).
 pub const PREFILL_LOAD_KNOB: &str = "LOAD";
 
 /// The prefill knobs used when no tuning record exists: the wgmma kernel ([`prefill_wgmma_knobs`] with the
