@@ -2,7 +2,9 @@
 //!
 //! Five kernels:
 //! * [`build_prefill`]: FlashAttention style prefill (MHA mode, `d_qk = 192`, `d_v = 128`). One block per
-//!   (q-tile of `BM` rows, head[, sequence]); the K/V windows stream through a `STAGES`-deep `cp.async` ring;
+//!   (q-tile of `BM` rows, head[, sequence]); the K/V windows stream through a `STAGES`-deep `cp.async` ring
+//!   (or, `LOAD=tma` with `MMA=wgmma`, a ring of bulk tensor copies on full / empty mbarriers, see
+//!   [`PREFILL_LOAD_KNOB`]);
 //!   `S = Q K^T` and `P V` run on `mma.sync` (`MMA=sync`, FA2 style) or on the Hopper warpgroup `wgmma`
 //!   (`MMA=wgmma`, FA3 style: one warpgroup per 64 query rows, Q and K from swizzled shared 64-column chunks,
 //!   P from registers, V read N-contiguous; `OVERLAP` runs each tile's softmax while the previous tile's
@@ -236,7 +238,26 @@ pub fn prefill_knob_space() -> KnobSpace {
             "OVERLAP: the softmax in its own basic block, so that the P V wait stays after it",
             [false, true],
         )
+        .axis(
+            PREFILL_LOAD_KNOB,
+            "wgmma: Q/K/V tiles by cp.async (every thread, commit groups and a block barrier per KV tile) or by TMA \
+             (thread 0 issues bulk tensor copies completing on per-slot mbarriers)",
+            ["cp_async", "tma"],
+        )
 }
+
+/// The prefill knob `LOAD` (`cp_async` | `tma` | `auto`; absent = `cp_async`): how the Q tile and the K/V
+/// ring reach shared memory. `tma` (MMA=wgmma only) has thread 0 issue one bulk tensor copy per 64-column
+/// chunk (boxes `[64, 1, BM or BN]` over `[d, H, T or S]`, landing 128-byte-swizzled exactly as the wgmma
+/// descriptors read them) completing on a full mbarrier per ring slot (separate ones for K and V, so the
+/// overlapped schedule's V ring can run one tile behind); every thread arrives on the slot's empty mbarrier
+/// once the product that read it has completed, and thread 0 waits for that before refilling the slot (no
+/// block barrier in the KV loop). Rows past a sequence's end are loaded from the next sequence (or read as zero
+/// past the tensor) and masked exactly like the zero rows of the cp.async path. `auto` is `tma` for MMA=wgmma
+/// (every shape qualifies: the rows are 384/256 bytes, the boxes at most 256 rows) and `cp_async` for
+/// MMA=sync (whose V tile has 256-byte rows); it is accepted but not an axis of [`prefill_knob_space`] (it
+/// would duplicate points).
+pub const PREFILL_LOAD_KNOB: &str = "LOAD";
 
 /// The prefill knobs used when no tuning record exists: the wgmma kernel ([`prefill_wgmma_knobs`] with the
 /// overlapped schedule, 0 spills at 192 registers; 4.97 ms causal T = 8192 H = 96 on an H200 against 8.73
@@ -275,6 +296,18 @@ pub fn prefill_wgmma_knobs() -> Knobs {
         .with("OVERLAP", false)
 }
 
+/// The `LOAD=tma` tensor maps and mbarriers of the prefill.
+struct PrefillTma {
+    qm: TmapId,
+    km: TmapId,
+    vm: TmapId,
+    q_full: MbarId,
+    k_full: MbarId,
+    k_empty: MbarId,
+    v_full: MbarId,
+    v_empty: MbarId,
+}
+
 struct PrefillCfg {
     bm: u32,
     bn: u32,
@@ -291,6 +324,8 @@ struct PrefillCfg {
     fast_softmax: bool,
     /// `SMGUARD`: the overlapped softmax in its own basic block (see [`prefill_knob_space`]).
     smguard: bool,
+    /// `LOAD=tma`: Q, K and V tiles by bulk tensor copies on mbarriers (see [`PREFILL_LOAD_KNOB`]).
+    tma: bool,
 }
 
 /// The K/V bytes an LPT head group may keep in L2 (FA3's 32 MB rule).
@@ -339,7 +374,24 @@ fn prefill_cfg(spec: &PrefillSpec, k: &Knobs) -> Result<PrefillCfg, OpError> {
             None => false,
             Some(_) => k.bool("SMGUARD")?,
         },
+        tma: match k.0.get(PREFILL_LOAD_KNOB) {
+            None => false,
+            Some(_) => match k.str(PREFILL_LOAD_KNOB)? {
+                "cp_async" => false,
+                "tma" => true,
+                "auto" => wgmma,
+                other => return invalid(OP, k, format!("LOAD={other}: cp_async, tma or auto")),
+            },
+        },
     };
+    if c.tma && !c.wgmma {
+        return invalid(
+            OP,
+            k,
+            "LOAD=tma needs MMA=wgmma (the copy engine writes 128-byte swizzled rows; the mma.sync V tile has 256-byte rows)"
+                .into(),
+        );
+    }
     if c.wm == 0 || c.wm > 16 || c.bm == 0 || !c.bm.is_multiple_of(16 * c.wm) {
         return invalid(OP, k, format!("BM={} must be a positive multiple of 16*WM (WM={} in 1..=16)", c.bm, c.wm));
     }
@@ -381,7 +433,9 @@ fn prefill_cfg(spec: &PrefillSpec, k: &Knobs) -> Result<PrefillCfg, OpError> {
             return invalid(OP, k, format!("{regs} tile registers per thread (max 128)"));
         }
     }
-    let smem = 2 * (c.bm * spec.dqk + c.stages * c.bn * (spec.dqk + spec.dv)) as usize;
+    // LOAD=tma adds the mbarriers: one for Q, full and empty ones per K and per V slot.
+    let mbar_bytes = if c.tma { 8 * (1 + 4 * c.stages as usize) } else { 0 };
+    let smem = 2 * (c.bm * spec.dqk + c.stages * c.bn * (spec.dqk + spec.dv)) as usize + mbar_bytes;
     if smem > MAX_SHARED_BYTES {
         return invalid(OP, k, format!("{smem} bytes of shared memory"));
     }
@@ -448,6 +502,18 @@ pub fn build_prefill(spec: &PrefillSpec, knobs: &Knobs) -> Result<Kernel, OpErro
     } else {
         b.shared("sV", DType::Bf16, bn, dv, st, Swizzle::Xor16B)
     };
+    // LOAD=tma: maps over q / k / v ([d, H, T or S] innermost first) with boxes of one 64-column chunk of one
+    // head's BM or BN rows, a barrier for the Q tile, and full / empty barriers per K and per V ring slot.
+    let tma = c.tma.then(|| PrefillTma {
+        qm: b.tensor_map("q_map", q, &[KC, 1, bm], Swizzle::Xor16B),
+        km: b.tensor_map("k_map", k, &[KC, 1, bn], Swizzle::Xor16B),
+        vm: b.tensor_map("v_map", v, &[KC, 1, bn], Swizzle::Xor16B),
+        q_full: b.mbarriers("q_full", 1),
+        k_full: b.mbarriers("k_full", st),
+        k_empty: b.mbarriers("k_empty", st),
+        v_full: b.mbarriers("v_full", st),
+        v_empty: b.mbarriers("v_empty", st),
+    });
     let s = b.tile("s", DType::F32, bm, bn, warps);
     let p = b.tile("p", DType::Bf16, bm, bn, warps);
     let accs: Vec<TileId> = (0..nv).map(|c| b.tile(&format!("acc{c}"), DType::F32, bm, KC, warps)).collect();
@@ -513,7 +579,22 @@ pub fn build_prefill(spec: &PrefillSpec, knobs: &Knobs) -> Result<Kernel, OpErro
         // Stage `kt` of a K or V ring: the tile's `n` 64-column chunks of a `[S, H, d]` tensor into its slot.
         let load_chunks = |b: &mut KernelBuilder, kt: Expr, t: TensorId, d: u32, n: u32, buf: SharedId| {
             let slot = kt.clone() % st as i64;
-            let kv0 = kt * bn as i64;
+            let kv0 = kt.clone() * bn as i64;
+            if let Some(m) = &tma {
+                let (map, full, empty) = if t == k { (m.km, m.k_full, m.k_empty) } else { (m.vm, m.v_full, m.v_empty) };
+                // Thread 0 waits until every thread has released the slot's previous use (tile kt - STAGES, phase
+                // kt / STAGES - 1 of its empty barrier; a fresh barrier passes parity 1 at once), then announces
+                // the stage's bytes (whole boxes: rows past the tensor's end arrive as zeros) and issues the copies.
+                // Rows past the sequence's end come from the next sequence: masked like the cp.async zeros.
+                b.mbar_wait_elected(empty, slot.clone(), (kt.clone() / st as i64 + 1i64) % 2i64);
+                b.mbar_arrive_expect_tx(full, slot.clone(), 2 * bn * d);
+                for cc in 0..n {
+                    let dst = b.slot(buf, slot.clone() * n as i64 + cc as i64);
+                    let coords = vec![Expr::from((cc * KC) as i64), hh.clone(), k_start.clone() + kv0.clone()];
+                    b.tma_load(map, dst, coords, full, slot.clone());
+                }
+                return;
+            }
             for c in 0..n {
                 let src = view(
                     t,
@@ -551,8 +632,22 @@ pub fn build_prefill(spec: &PrefillSpec, knobs: &Knobs) -> Result<Kernel, OpErro
             load_v(b, kt);
         };
 
+        if let Some(m) = &tma {
+            b.mbar_init(m.q_full, 1);
+            b.mbar_init(m.k_full, 1);
+            b.mbar_init(m.k_empty, 32 * c.wm);
+            b.mbar_init(m.v_full, 1);
+            b.mbar_init(m.v_empty, 32 * c.wm);
+            // The Q tile: one box per 64-column chunk (rows past the sequence's end are never stored).
+            b.mbar_arrive_expect_tx(m.q_full, 0i64, 2 * bm * dqk);
+            for cc in 0..nqk {
+                let dst = b.slot(sq, cc as i64);
+                let coords = vec![Expr::from((cc * KC) as i64), hh.clone(), q_start.clone() + m0.clone()];
+                b.tma_load(m.qm, dst, coords, m.q_full, 0i64);
+            }
+        }
         // Q tile (first commit group, with KV stage 0).
-        for c in 0..nqk {
+        for c in (0..nqk).filter(|_| tma.is_none()) {
             let qsrc = view(
                 q,
                 ((q_start.clone() + m0.clone()) * h.clone() + hh.clone()) * dqk as i64 + (c * KC) as i64,
@@ -620,23 +715,41 @@ pub fn build_prefill(spec: &PrefillSpec, knobs: &Knobs) -> Result<Kernel, OpErro
             // The ring prefetches STAGES - 1 tiles ahead.
             for i in 0..st - 1 {
                 b.if_(Expr::Int(i as i64).lt(n_tiles.clone()), |b| load_stage(b, Expr::Int(i as i64)));
-                b.commit();
+                if tma.is_none() {
+                    b.commit();
+                }
             }
             sm.init(b);
             for &acc in &accs {
                 b.map(acc, 0.0f64);
             }
+            if let Some(m) = &tma {
+                b.mbar_wait(m.q_full, 0i64, 0i64);
+            }
             b.for_("kt", 0i64, n_tiles.clone(), 1i64, |b, kt| {
-                b.wait(st - 2);
-                b.barrier();
+                if tma.is_none() {
+                    b.wait(st - 2);
+                    b.barrier();
+                }
+                // (LOAD=tma: thread 0 waits for the refilled slot's empty barriers instead.)
                 let next = &kt + (st - 1) as i64;
                 b.if_(next.lt(n_tiles.clone()), |b| load_stage(b, next.clone()));
-                b.commit();
+                if tma.is_none() {
+                    b.commit();
+                }
                 let slot = if c.wgmma { b.let_("slot", &kt % st as i64) } else { &kt % st as i64 };
+                let parity = (&kt / st as i64) % 2i64;
                 let kv0 = b.let_("kv0", &kt * bn as i64);
                 if c.wgmma {
+                    if let Some(m) = &tma {
+                        b.mbar_wait(m.k_full, slot.clone(), parity.clone());
+                    }
                     qk_async(b, slot.clone());
                     b.mma_wait(0);
+                    // The score product is complete: release the K slot to the producer.
+                    if let Some(m) = &tma {
+                        b.mbar_arrive(m.k_empty, slot.clone());
+                    }
                 } else {
                     b.map(s, 0.0f64);
                     qk_chunks(b, s, sq, sk, slot.clone() * nqk as i64, nqk, c.qk_unroll);
@@ -645,8 +758,14 @@ pub fn build_prefill(spec: &PrefillSpec, knobs: &Knobs) -> Result<Kernel, OpErro
                 softmax_scores(b);
                 sm.step_finish(b, s, p, &accs);
                 if c.wgmma {
-                    pv_async(b, slot);
+                    if let Some(m) = &tma {
+                        b.mbar_wait(m.v_full, slot.clone(), parity);
+                    }
+                    pv_async(b, slot.clone());
                     b.mma_wait(0);
+                    if let Some(m) = &tma {
+                        b.mbar_arrive(m.v_empty, slot);
+                    }
                 } else {
                     for (cv, &acc) in accs.iter().enumerate() {
                         let vb = Operand::Shared {
@@ -669,33 +788,57 @@ pub fn build_prefill(spec: &PrefillSpec, knobs: &Knobs) -> Result<Kernel, OpErro
                 b.if_(j.clone().lt(n_tiles.clone()), |b| load_k(b, j.clone()));
                 b.if_((j.clone() - 1i64).lt(n_tiles.clone()), |b| load_v(b, j.clone() - 1i64));
             };
+            // LOAD=tma: the same schedule without commit groups or the block barrier: K(j) and V(j) complete on
+            // the full barriers of slot j % STAGES; S(kt) waits for K(kt) and V(kt-1) (issued together), every
+            // thread releases K(kt) once S(kt) is complete and V(kt-1) once P V(kt-1) is, and thread 0 waits for
+            // those releases before loading K(kt + STAGES - 1) / V(kt + STAGES - 2) into the same slots.
+            let commit = |b: &mut KernelBuilder| {
+                if tma.is_none() {
+                    b.commit();
+                }
+            };
             b.if_(Expr::Int(0).lt(n_tiles.clone()), |b| load_k(b, Expr::Int(0)));
-            b.commit();
+            commit(b);
             for j in 1..st - 1 {
                 load_group(b, Expr::Int(j as i64));
-                b.commit();
+                commit(b);
             }
             sm.init(b);
             for &acc in &accs {
                 b.map(acc, 0.0f64);
             }
+            if let Some(m) = &tma {
+                b.mbar_wait(m.q_full, 0i64, 0i64);
+            }
             b.for_("kt", 0i64, n_tiles.clone(), 1i64, |b, kt| {
-                b.wait(st - 2);
-                b.barrier();
+                if tma.is_none() {
+                    b.wait(st - 2);
+                    b.barrier();
+                }
                 load_group(b, &kt + (st - 1) as i64);
-                b.commit();
+                commit(b);
                 let slot = b.let_("slot", &kt % st as i64);
                 let kv0 = b.let_("kv0", &kt * bn as i64);
+                let prev = (&kt + (st - 1) as i64) % st as i64;
+                if let Some(m) = &tma {
+                    b.mbar_wait(m.k_full, slot.clone(), (&kt / st as i64) % 2i64);
+                    b.if_(kt.clone().gt(0i64), |b| {
+                        b.mbar_wait(m.v_full, prev.clone(), ((&kt - 1i64) / st as i64) % 2i64)
+                    });
+                }
                 qk_async(b, slot.clone());
                 b.if_else(
                     kt.clone().gt(0i64),
                     |b| {
-                        pv_async(b, (&kt + (st - 1) as i64) % st as i64);
+                        pv_async(b, prev.clone());
                         // The score product's groups were committed first: at most the P V ones remain.
                         b.mma_wait(nv);
                     },
                     |b| b.mma_wait(0),
                 );
+                if let Some(m) = &tma {
+                    b.mbar_arrive(m.k_empty, slot.clone());
+                }
                 if c.smguard {
                     // Always true (kv0 < n_tiles * BN and n_tiles = ceil(n_end / BN)); see SMGUARD.
                     scale_mask(b, kv0.clone());
@@ -705,17 +848,28 @@ pub fn build_prefill(spec: &PrefillSpec, knobs: &Knobs) -> Result<Kernel, OpErro
                     softmax_scores(b);
                 }
                 b.mma_wait(0);
+                if let Some(m) = &tma {
+                    b.if_(kt.clone().gt(0i64), |b| b.mbar_arrive(m.v_empty, prev.clone()));
+                }
                 sm.step_finish(b, s, p, &accs);
             });
             // The last tile's P V: its V is in group n_tiles, issued during the last iteration.
             b.if_(n_tiles.clone().gt(0i64), |b| {
-                b.wait(0);
-                b.barrier();
-                pv_async(b, (n_tiles.clone() + (st - 1) as i64) % st as i64);
+                let last = (n_tiles.clone() + (st - 1) as i64) % st as i64;
+                match &tma {
+                    Some(m) => b.mbar_wait(m.v_full, last.clone(), ((n_tiles.clone() - 1i64) / st as i64) % 2i64),
+                    None => {
+                        b.wait(0);
+                        b.barrier();
+                    }
+                }
+                pv_async(b, last);
                 b.mma_wait(0);
             });
         }
-        b.wait(0);
+        if tma.is_none() {
+            b.wait(0);
+        }
         if c.fast_softmax {
             // The running max is in raw score units; the LSE wants it in the log2 domain (-inf stays -inf).
             b.vec_map(sm.m, rv(sm.m) * scale_log2.clone());
