@@ -73,12 +73,13 @@ impl DecodeLayout {
     pub fn block_cols(&self) -> u32 {
         self.warps * self.warp_cols()
     }
-    /// The automatic layout: 4 lanes along K, 2 value columns per lane, 4 warps per block (fewer when V is
-    /// narrower): at K = V = 128, 64 state values per lane (134 registers under ptxas sm_90a, three blocks of 128
-    /// threads per SM: 96 KB of state loads in flight per SM), and the fewest load/store instructions per state
-    /// element of the layouts that fit (see `MAX_LANE_VALUES`): 0.11 per element with the redundant k, q, g loads.
+    /// The automatic layout: 4 lanes along K, 1 value column per lane, 4 warps per block (fewer when V is
+    /// narrower): at K = V = 128, 32 state values per lane. Measured on the H200 (2026-12-01, session 5 call C,
+    /// same run, both presets): KL=4 VPL=1 DW=4 0.340 / 0.404 ms at N64 H96 / N256 H32, against 0.574 / 0.595 for
+    /// KL=4 VPL=2 DW=4 (the fewest instructions per element, predicted best), 0.488 / 0.665 for KL=8 VPL=1 and
+    /// 0.707 / 0.696 for KL=2 VPL=1; the old one-thread-per-column kernel ran 0.479 / 0.603 (call A).
     pub fn auto(_dk: u32, dv: u32) -> DecodeLayout {
-        let (kl, vpl) = (4, 2);
+        let (kl, vpl) = (4, 1);
         let warp_cols = 32 / kl * vpl;
         DecodeLayout { kl, vpl, warps: (dv / warp_cols).clamp(1, 4) }
     }
