@@ -645,67 +645,140 @@ __device__ __forceinline__ void dequant_fp4_stream_pf(
 
 // ---------------------------------------------------------------------------------------------------------
 // MXFP4 weights times a few bf16 activation rows (`Stmt::Fp4Gemv`): out[R, T] = W[R, K] x[T, K]^T, for decode.
-// Warp w takes the chunks w, w + WARPS, ... of 4U 32-column blocks; in a chunk, lane (g, l) = (lane / 4, lane % 4)
-// loads the whole 16-byte blocks 4u + l (u < U) of its weight rows 16b + g and 16b + g + 8 (b < R / 16): every
-// weight load is 16 bytes and a quad reads 64 contiguous bytes of a row per load. The sum over K is taken in a
-// lane-specific order that both operands share: the lane's 16 value pairs (w, f) of a block (word w, byte f:
-// two consecutive columns, low nibble first) are the A pairs of its 8 mma.m16n8k16 k-steps (step s: word s / 2,
-// bytes 2 (s % 2) and 2 (s % 2) + 1), and its B pairs are the activations of the same two columns of token
-// 8 tt + g (tt < T / 8), read as four 16-byte loads per block and token. A chunk's weight and scale loads are all
-// issued before its first decode (PF: the next chunk's too, into a second register set). The warps' f32
-// partials go to `scratch` tiles (one per warp) and are summed in warp order into `out`, between barriers.
-template <int NB, int U> struct Fp4GemvRaw {
-  uint4 w[NB][2][U];
-  unsigned s[NB][2][U];
+// The K range is cut into quads of four 32-column blocks (64 bytes of a weight row, 4 bytes of its scales); in
+// quad q, lane (g, l) = (lane / 4, lane % 4) loads the whole 16-byte block 4q + l of its weight rows 16b + g and
+// 16b + g + 8 (b < R / 16) with its scale bytes: every weight load is 16 bytes and a quad of lanes reads 64
+// contiguous bytes of a row. Warp w takes the batches w, w + WARPS, ... of U consecutive quads (so a warp's loads
+// of one row cover 64U contiguous bytes), in order, through a ring of S register slots of one quad each: the
+// first S quads are loaded before the first is used, and after a slot's quad is consumed the slot is refilled
+// with the quad S steps ahead, so S quads (S x 2 x R/16 x 16 bytes per lane) stay in flight while the warp
+// decodes and multiplies. Loads are predicated, not branched around (see `nfull`). The sum over K is taken in a
+// lane-specific order that both operands share: the lane's 16 value pairs (w, f) of a block (word w, byte f: two
+// consecutive columns, low nibble first) are the A pairs of its 8 mma.m16n8k16 k-steps and its B pairs are the
+// activations of the same two columns of token 8 tt + g (tt < T / 8), read as four 16-byte loads per block and
+// token when the block is used (step: x chunk i, word pair j, so each B fragment is an aligned register pair of
+// a load). The warps' f32 partials go to `scratch` tiles (one per warp) and are summed in warp order into `out`,
+// between barriers.
+// Predicated read-only loads without branches: `_if` leaves zeros (or `dflt`) when `ok` is false, `_keep` leaves
+// the destination as it was.
+__device__ __forceinline__ uint4 ldg_nc_v4_if(const void* p, bool ok) {
+  uint4 v;
+  asm("{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n mov.b32 %0, 0;\n mov.b32 %1, 0;\n mov.b32 %2, 0;\n mov.b32 %3, 0;\n"
+      " @p ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];\n}\n"
+      : "=&r"(v.x), "=&r"(v.y), "=&r"(v.z), "=&r"(v.w)
+      : "l"(p), "r"((int)ok));
+  return v;
+}
+__device__ __forceinline__ void ldg_nc_v4_keep(uint4& v, const void* p, bool ok) {
+  asm("{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n @p ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];\n}\n"
+      : "+r"(v.x), "+r"(v.y), "+r"(v.z), "+r"(v.w)
+      : "l"(p), "r"((int)ok));
+}
+__device__ __forceinline__ unsigned ldg_nc_u8_if(const unsigned char* p, bool ok, unsigned dflt) {
+  unsigned v;
+  asm("{\n .reg .pred p;\n setp.ne.b32 p, %2, 0;\n mov.b32 %0, %3;\n @p ld.global.nc.u8 %0, [%1];\n}\n"
+      : "=&r"(v)
+      : "l"(p), "r"((int)ok), "r"(dflt));
+  return v;
+}
+__device__ __forceinline__ void ldg_nc_u8_keep(unsigned& v, const unsigned char* p, bool ok) {
+  asm("{\n .reg .pred p;\n setp.ne.b32 p, %2, 0;\n @p ld.global.nc.u8 %0, [%1];\n}\n" : "+r"(v) : "l"(p), "r"((int)ok));
+}
+// The bf16 pair (f = 0..3) of `fp4_pair` from a word's even nibbles `lo = q & 0x0F0F0F0F` and odd nibbles
+// `hi = (q >> 4) & 0x0F0F0F0F`: one prmt puts nibble 2f in byte 0 and nibble 2f + 1 in byte 2 (bytes 1 and 3 are
+// the zero sign-fill of a byte below 0x80), one multiply by 0x1040 adds the copies shifted by 12 (sign to bit 15)
+// and by 6 (exponent and mantissa to bits 8..6), one mask keeps those bits: the bits of `fp4_pair`'s v.
+template <bool FOLD> __device__ __forceinline__ unsigned fp4_pair_lh(unsigned lo, unsigned hi, int f, unsigned scale2) {
+  const unsigned y = __byte_perm(lo, hi, (unsigned)(f | (8 << 4) | ((4 + f) << 8) | (8 << 12)));
+  const unsigned v = (y * 0x1040u) & 0x81C081C0u;
+  return FOLD ? hmul2_bf16(v, scale2) : hmul2_bf16(hmul2_bf16(v, 0x7E807E80u), scale2);
+}
+// 0, computed from `v` in a way the compilers do not fold: an address offset that makes a load wait for `v`.
+__device__ __forceinline__ int opaque_zero(float v) {
+  unsigned z;
+  asm("prmt.b32 %0, %1, 0, 0x4444;" : "=r"(z) : "r"(__float_as_uint(v)));
+  return (int)z;
+}
+template <int NB> struct Fp4GemvSlot {
+  uint4 w[NB][2];
+  unsigned s[NB][2];
 };
 
-template <bool PACKED, bool FOLD, bool FINITE, int R, int T, int WARPS, int U, bool PF, class LO, class LP>
+template <bool PACKED, bool FOLD, bool FINITE, int R, int T, int WARPS, int U, int S, class LO, class LP>
 __device__ __forceinline__ void fp4_gemv(unsigned char* ot, int or0, int oc0, unsigned char* pt,
                                          const unsigned* __restrict__ q, long long qoff, long long qstride,
                                          long long qrows, long long qcols, const unsigned char* __restrict__ sg,
                                          long long soff, long long sstride, long long srows, long long scols,
                                          const bf16* __restrict__ x, long long xoff, long long xstride,
                                          long long xrows, long long xcols) {
-  static_assert(R % 16 == 0 && (T == 8 || T == 16) && (U == 1 || U == 2 || U == 4), "fp4_gemv shape");
-  constexpr int NB = R / 16, TT = T / 8, CH = 4 * U;
-  const int lane = lane_id(), g = lane >> 2, l = lane & 3;
+  static_assert(R % 16 == 0 && (T == 8 || T == 16) && (U == 1 || U == 2 || U == 4 || U == 8) && S >= 1 && S <= 8,
+                "fp4_gemv shape");
+  constexpr int NB = R / 16, TT = T / 8;
+  const int lane = lane_id(), g = lane >> 2, l = lane & 3, wid = warp_id();
   const long long vrows = qrows < srows ? qrows : srows;
   const long long nblk64 = (qcols >> 2) < scols ? (qcols >> 2) : scols;
   const int nblk = nblk64 > 0 ? (int)nblk64 : 0;
-  const int nch = (nblk + CH - 1) / CH;
-  // Per-lane row bases (rows are fixed for the whole K loop).
-  const unsigned* qr[NB][2];
-  const unsigned char* sr[NB][2];
+  const int nq = (nblk + 3) >> 2;
+  // The valid rows and tokens of the tile as 32-bit counts (R and T at most), for cheap per-lane compares.
+  const int vr = vrows < 0 ? 0 : (vrows > R ? R : (int)vrows), vt = xrows < 0 ? 0 : (xrows > T ? T : (int)xrows);
+  // Whole 8-column groups of x only (a group reaching past x's columns reads as zeros): the lane's block bi has
+  // its group i valid when 32 bi + 8 i + 8 <= xcols.
+  const int xlim = xcols < 0 ? 0 : (xcols > 0x3FFFFFFFLL ? 0x3FFFFFFF : (int)xcols);
+  // Quads below `nfull` have all four blocks and their x columns valid: they go through the ring, their loads
+  // predicated by the row or token only (an invalid row's or token's registers keep their zeros: they reach only
+  // that row's or token's outputs, which are discarded). The other quads, after the ring, load zeros (weights, x)
+  // and 127 (scales) where a block, row, token or column group is invalid.
+  const int nfull = (nblk >> 2) < (xlim >> 7) ? (nblk >> 2) : (xlim >> 7);
+  // Per-lane row offsets from one base per operand, fixed for the whole K loop (block 4q + l of a row at
+  // base + offset + 4q, in 16-byte units; 32-bit offsets within the tile keep the loop's address arithmetic to one
+  // wide multiply-add per load). An invalid row's or token's address is never loaded from.
+  const uint4* const wb = (const uint4*)(q + qoff) + l;
+  const unsigned char* const sb = sg + soff + l;
+  const uint4* const xb = (const uint4*)(x + xoff) + 4 * l;
+  int wro[NB][2], sro[NB][2];
   bool rok[NB][2];
 #pragma unroll
   for (int b = 0; b < NB; ++b)
 #pragma unroll
     for (int jp = 0; jp < 2; ++jp) {
       const int r = 16 * b + g + 8 * jp;
-      rok[b][jp] = r < vrows;
-      qr[b][jp] = q + qoff + (rok[b][jp] ? (long long)r * qstride : 0);
-      sr[b][jp] = sg + soff + (rok[b][jp] ? (long long)r * sstride : 0);
+      rok[b][jp] = r < vr;
+      wro[b][jp] = r * (int)(qstride >> 2);
+      sro[b][jp] = r * (int)sstride;
     }
-  const bf16* xr[TT];
+  int xro[TT];
   bool tok[TT];
 #pragma unroll
   for (int tt = 0; tt < TT; ++tt) {
     const int t = 8 * tt + g;
-    tok[tt] = t < xrows;
-    xr[tt] = x + xoff + (tok[tt] ? (long long)t * xstride : 0);
+    tok[tt] = t < vt;
+    xro[tt] = t * (int)(xstride >> 3);
   }
-  auto load = [&](Fp4GemvRaw<NB, U>& raw, int j) {
+  // The warp's n-th quad: batch w + (n / U) WARPS, quad n % U of it.
+  auto quad = [&](int n) { return (wid + (n / U) * WARPS) * U + n % U; };
+  // Full quads (below `nfull`): predicated by the row only.
+  auto load = [&](Fp4GemvSlot<NB>& sl, int qd, int after) {
+    qd += after;
+    const bool qok = qd < nfull;
 #pragma unroll
     for (int b = 0; b < NB; ++b)
 #pragma unroll
-      for (int jp = 0; jp < 2; ++jp)
+      for (int jp = 0; jp < 2; ++jp) {
+        ldg_nc_v4_keep(sl.w[b][jp], wb + (wro[b][jp] + 4 * qd), qok && rok[b][jp]);
+        ldg_nc_u8_keep(sl.s[b][jp], sb + (sro[b][jp] + 4 * qd), qok && rok[b][jp]);
+      }
+  };
+  // The quads past `nfull`: zeros (scale 127) where a block or row is invalid.
+  auto load_tail = [&](Fp4GemvSlot<NB>& sl, int qd) {
+    const bool bok = 4 * qd + l < nblk;
 #pragma unroll
-        for (int u = 0; u < U; ++u) {
-          const int bi = CH * j + 4 * u + l;
-          const bool ok = rok[b][jp] && bi < nblk;
-          raw.w[b][jp][u] = ok ? __ldg((const uint4*)(qr[b][jp] + 4 * bi)) : make_uint4(0u, 0u, 0u, 0u);
-          raw.s[b][jp][u] = ok ? (unsigned)__ldg(sr[b][jp] + bi) : 127u;
-        }
+    for (int b = 0; b < NB; ++b)
+#pragma unroll
+      for (int jp = 0; jp < 2; ++jp) {
+        const bool ok = bok && rok[b][jp];
+        sl.w[b][jp] = ldg_nc_v4_if(wb + (wro[b][jp] + 4 * qd), ok);
+        sl.s[b][jp] = ldg_nc_u8_if(sb + (sro[b][jp] + 4 * qd), ok, 127u);
+      }
   };
   float acc[NB][TT][4];
 #pragma unroll
@@ -714,70 +787,96 @@ __device__ __forceinline__ void fp4_gemv(unsigned char* ot, int or0, int oc0, un
     for (int tt = 0; tt < TT; ++tt)
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[b][tt][i] = 0.f;
-  auto compute = [&](const Fp4GemvRaw<NB, U>& raw, int j) {
+  // The activations of the lane's block of the current quad: xv[tt][i] holds columns 32 bi + 8i .. 32 bi + 8i + 7
+  // of token 8tt + g (kept across quads: an invalid token's registers keep whatever they held).
+  uint4 xv[TT][4];
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int bi = CH * j + 4 * u + l;
-      const long long c0 = 32LL * bi;
-      // The activations of the lane's block: xv[tt][i] holds columns c0 + 8i .. c0 + 8i + 7 of token 8tt + g.
-      uint4 xv[TT][4];
+  for (int tt = 0; tt < TT; ++tt)
 #pragma unroll
-      for (int tt = 0; tt < TT; ++tt)
+    for (int i = 0; i < 4; ++i) xv[tt][i] = make_uint4(0u, 0u, 0u, 0u);
+  auto compute = [&](const Fp4GemvSlot<NB>& sl, int qd, bool tail) {
+    const int bi = 4 * qd + l;
+    if (!tail) {
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const long long c = c0 + 8 * i;
-          const bool ok = tok[tt] && bi < nblk;
-          // Whole 8-column groups only (a group reaching past x's columns reads as zeros).
-          xv[tt][i] = (ok && c + 8 <= xcols) ? __ldg((const uint4*)(xr[tt] + c)) : make_uint4(0u, 0u, 0u, 0u);
-        }
+      for (int tt = 0; tt < TT; ++tt) {
+        // One pointer per token row and quad (immediate offsets for the four loads) at 8 tokens; 16 tokens keep
+        // the per-load index (ptxas spilled 16 bytes of the 16-token, 32-row primitive case with the pointer).
+        const uint4* const xp = xb + (xro[tt] + (TT == 1 ? 16 * qd : 0));
 #pragma unroll
-      for (int b = 0; b < NB; ++b) {
-        const unsigned s0 = fp4_scale2<FOLD, FINITE>(raw.s[b][0][u]), s1 = fp4_scale2<FOLD, FINITE>(raw.s[b][1][u]);
-        const uint4 w0 = raw.w[b][0][u], w1 = raw.w[b][1][u];
-        const unsigned q0[4] = {w0.x, w0.y, w0.z, w0.w}, q1[4] = {w1.x, w1.y, w1.z, w1.w};
+        for (int i = 0; i < 4; ++i) ldg_nc_v4_keep(xv[tt][i], TT == 1 ? xp + i : xp + (16 * qd + i), tok[tt]);
+      }
+    } else {
 #pragma unroll
-        for (int st = 0; st < 8; ++st) {
-          const int w = st >> 1, f = 2 * (st & 1);
-          const unsigned a[4] = {fp4_pair<FOLD>(q0[w] << 4, q0[w], f, s0), fp4_pair<FOLD>(q1[w] << 4, q1[w], f, s1),
-                                 fp4_pair<FOLD>(q0[w] << 4, q0[w], f + 1, s0),
-                                 fp4_pair<FOLD>(q1[w] << 4, q1[w], f + 1, s1)};
+      for (int tt = 0; tt < TT; ++tt) {
+        const uint4* const xp = xb + (xro[tt] + 16 * qd);
 #pragma unroll
-          for (int tt = 0; tt < TT; ++tt) {
-            const unsigned xa[4] = {xv[tt][0].x, xv[tt][0].y, xv[tt][0].z, xv[tt][0].w};
-            const unsigned xb[4] = {xv[tt][1].x, xv[tt][1].y, xv[tt][1].z, xv[tt][1].w};
-            const unsigned xc[4] = {xv[tt][2].x, xv[tt][2].y, xv[tt][2].z, xv[tt][2].w};
-            const unsigned xd[4] = {xv[tt][3].x, xv[tt][3].y, xv[tt][3].z, xv[tt][3].w};
-            const unsigned* xs[4] = {xa, xb, xc, xd};
-            // Pair (w, f): packed, columns 2w + 8f (x chunk f, word w); natural, 8w + 2f (x chunk w, word f).
-            unsigned bb[2];
-            bb[0] = PACKED ? xs[f][w] : xs[w][f];
-            bb[1] = PACKED ? xs[f + 1][w] : xs[w][f + 1];
-            mma16816((bf16*)0, acc[b][tt], a, bb);
-          }
+        for (int i = 0; i < 4; ++i)
+          xv[tt][i] = ldg_nc_v4_if(xp + i, tok[tt] && bi < nblk && 32 * bi + 8 * i + 8 <= xlim);
+      }
+    }
+#pragma unroll
+    for (int b = 0; b < NB; ++b) {
+      const unsigned s0 = fp4_scale2<FOLD, FINITE>(sl.s[b][0]), s1 = fp4_scale2<FOLD, FINITE>(sl.s[b][1]);
+      const uint4 w0 = sl.w[b][0], w1 = sl.w[b][1];
+      const unsigned q0[4] = {w0.x, w0.y, w0.z, w0.w}, q1[4] = {w1.x, w1.y, w1.z, w1.w};
+#pragma unroll
+      for (int st = 0; st < 8; ++st) {
+        // Step st multiplies x chunk i, words 2j and 2j + 1 (columns 8i + 4j .. 8i + 4j + 3: an aligned register
+        // pair, the B fragment as loaded) with the weight pairs of the same columns: packed, byte i of words 2j and
+        // 2j + 1 (word w holds columns 8f + 2w + h at nibble 2f + h); natural, bytes 2j and 2j + 1 of word i.
+        // The order keeps each word's nibble planes live for consecutive steps only.
+        const int i = PACKED ? (st & 3) : (st >> 1), j = PACKED ? (st >> 2) : (st & 1);
+        const int wa = PACKED ? 2 * j : i, wb = PACKED ? 2 * j + 1 : i;
+        const int fa = PACKED ? i : 2 * j, fb = PACKED ? i : 2 * j + 1;
+        const unsigned la0 = q0[wa] & 0x0F0F0F0Fu, ha0 = (q0[wa] >> 4) & 0x0F0F0F0Fu;
+        const unsigned la1 = q1[wa] & 0x0F0F0F0Fu, ha1 = (q1[wa] >> 4) & 0x0F0F0F0Fu;
+        const unsigned lb0 = q0[wb] & 0x0F0F0F0Fu, hb0 = (q0[wb] >> 4) & 0x0F0F0F0Fu;
+        const unsigned lb1 = q1[wb] & 0x0F0F0F0Fu, hb1 = (q1[wb] >> 4) & 0x0F0F0F0Fu;
+        const unsigned a[4] = {fp4_pair_lh<FOLD>(la0, ha0, fa, s0), fp4_pair_lh<FOLD>(la1, ha1, fa, s1),
+                               fp4_pair_lh<FOLD>(lb0, hb0, fb, s0), fp4_pair_lh<FOLD>(lb1, hb1, fb, s1)};
+#pragma unroll
+        for (int tt = 0; tt < TT; ++tt) {
+          const uint4 xc = xv[tt][i];
+          const unsigned bb[2] = {j ? xc.z : xc.x, j ? xc.w : xc.y};
+          mma16816((bf16*)0, acc[b][tt], a, bb);
         }
       }
     }
   };
-  int j = warp_id();
-  if (PF) {
-    Fp4GemvRaw<NB, U> cur;
-    if (j < nch) load(cur, j);
-    for (; j < nch; j += WARPS) {
-      Fp4GemvRaw<NB, U> nxt;
-      if (j + WARPS < nch) load(nxt, j + WARPS);
-      compute(cur, j);
-      cur = nxt;
+  // The ring: S slots, slot s holding the warp's quads s, s + S, ... (below `nfull`); each is consumed, then
+  // refilled S ahead.
+  Fp4GemvSlot<NB> ring[S];
+#pragma unroll
+  for (int s = 0; s < S; ++s)
+#pragma unroll
+    for (int b = 0; b < NB; ++b)
+#pragma unroll
+      for (int jp = 0; jp < 2; ++jp) {
+        ring[s].w[b][jp] = make_uint4(0u, 0u, 0u, 0u);
+        ring[s].s[b][jp] = 127u;
+      }
+#pragma unroll
+  for (int s = 0; s < S; ++s) load(ring[s], quad(s), 0);
+  for (int n0 = 0; quad(n0) < nfull; n0 += S) {
+#pragma unroll
+    for (int s = 0; s < S; ++s) {
+      const int qd = quad(n0 + s);
+      if (qd < nfull) {
+        compute(ring[s], qd, false);
+        // Refill the slot once its quad is consumed: the loads' offset depends on the last product (so no
+        // compiler hoists them, with the decode of the slot's words, ahead of it: registers for nothing).
+        load(ring[s], quad(n0 + s + S), opaque_zero(acc[NB - 1][TT - 1][3]));
+      }
     }
-  } else {
-    for (; j < nch; j += WARPS) {
-      Fp4GemvRaw<NB, U> cur;
-      load(cur, j);
-      compute(cur, j);
-    }
+  }
+  // The partial quads (at most one, or more where x's columns end first), one per warp, after the ring.
+  for (int qd = nfull + wid; qd < nq; qd += WARPS) {
+    load_tail(ring[0], qd);
+    compute(ring[0], qd, true);
   }
   // The warps' partials (C fragment: rows 16b + g (+8), tokens 8tt + 2l (+1)) as flat [R, T] f32 tiles of
   // `scratch` (its layout is irrelevant: only this function reads them), then their sum in warp order.
-  unsigned char* mine = pt + warp_id() * LP::TILE_BYTES;
+  unsigned char* mine = pt + wid * LP::TILE_BYTES;
 #pragma unroll
   for (int b = 0; b < NB; ++b)
 #pragma unroll
@@ -793,7 +892,7 @@ __device__ __forceinline__ void fp4_gemv(unsigned char* ot, int or0, int oc0, un
     float sum = 0.f;
 #pragma unroll
     for (int w = 0; w < WARPS; ++w) sum += *(const float*)(pt + w * LP::TILE_BYTES + e * 4);
-    *(float*)(ot + LO::off(or0 + r, oc0 + c)) = (r < vrows && c < xrows) ? sum : 0.f;
+    *(float*)(ot + LO::off(or0 + r, oc0 + c)) = (r < vr && c < vt) ? sum : 0.f;
   }
   __syncthreads();
 }

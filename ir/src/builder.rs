@@ -308,10 +308,10 @@ impl KernelBuilder {
         x: GlobalView,
         flags: Fp4Flags,
         chunk: u32,
-        pipeline: bool,
+        ring: u32,
     ) {
         let Fp4Flags { packed, fold, finite } = flags;
-        self.push(Stmt::Fp4Gemv { out, scratch, words, scales, x, packed, fold, finite, chunk, pipeline });
+        self.push(Stmt::Fp4Gemv { out, scratch, words, scales, x, packed, fold, finite, chunk, ring });
     }
     /// Start `acc += a @ b` on the warpgroup tensor cores (see [`Stmt::MmaAsync`]).
     pub fn mma_async(&mut self, acc: TileId, a: Operand, b: Operand) {

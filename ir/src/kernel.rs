@@ -451,14 +451,16 @@ pub enum Stmt {
     /// `8 (c / 8) + 8` is past `x.cols`. `out` is an f32 window `[R, T]`
     /// (R a multiple of 16, T 8 or 16); `out[r, t]` is 0 when row `r` is invalid or `t` is not below `x.rows`.
     ///
-    /// The GPU code splits the blocks over the block's warps (warp `w` takes the `4 chunk`-block chunks
-    /// `w, w + warps, ...`; lane `l % 4` of a quad loads whole 16-byte blocks `4u + l` of its rows, so every load
-    /// is 16 bytes, and multiplies them on `mma.m16n8k16` with the activations of the same columns: the sum over
-    /// K is taken in a lane-specific column order, the same for both operands), keeps every load of a chunk in
-    /// flight before its first use (with `pipeline`, the next chunk's too, in a second register set), then
-    /// reduces the warps' f32 partials through `scratch` (an f32 buffer of at least `R x T` elements per tile
-    /// and a tile per warp; its contents afterwards are unspecified) in warp order, between two block barriers.
-    /// `chunk` (1, 2 or 4) and `pipeline` are schedule only: the value does not depend on them.
+    /// The GPU code splits the blocks over the block's warps in quads of four 32-column blocks: warp `w` takes
+    /// the batches `w, w + warps, ...` of `chunk` consecutive quads; in a quad, lane `l % 4` of a lane quad loads
+    /// the whole 16-byte block `4 quad + l` of its rows, so every load is 16 bytes, and multiplies them on
+    /// `mma.m16n8k16` with the activations of the same columns (the sum over K is taken in a lane-specific column
+    /// order, the same for both operands). A warp streams its quads through a ring of `ring` register slots (one
+    /// quad each): `ring` quads are in flight before the first is used, and each consumed slot is refilled with the
+    /// quad `ring` steps ahead. The warps' f32 partials are then reduced through `scratch` (an f32 buffer of at
+    /// least `R x T` elements per tile and a tile per warp; its contents afterwards are unspecified) in warp order,
+    /// between two block barriers. `chunk` (1, 2, 4 or 8) and `ring` (1..=8) are schedule only: the value does not
+    /// depend on them.
     Fp4Gemv {
         out: SharedRef,
         scratch: SharedId,
@@ -469,7 +471,7 @@ pub enum Stmt {
         fold: bool,
         finite: bool,
         chunk: u32,
-        pipeline: bool,
+        ring: u32,
     },
 }
 

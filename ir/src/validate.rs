@@ -1086,7 +1086,7 @@ impl<'a> Checker<'a> {
                 }
                 self.path.pop();
             }
-            Stmt::Fp4Gemv { out, scratch, words, scales, x, chunk, .. } => {
+            Stmt::Fp4Gemv { out, scratch, words, scales, x, chunk, ring, .. } => {
                 self.path.push("fp4_gemv".to_string());
                 let o = self.shared_ref(out)?;
                 let sc = self.shared(*scratch)?;
@@ -1118,8 +1118,10 @@ impl<'a> Checker<'a> {
                 if *scratch == out.buf {
                     return bad("fp4_gemv: scratch and out must be different buffers".into());
                 }
-                if !matches!(chunk, 1 | 2 | 4) || !self.k.threads.is_multiple_of(32) {
-                    return bad(format!("fp4_gemv: chunk {chunk} (1, 2 or 4) on whole warps"));
+                if !matches!(chunk, 1 | 2 | 4 | 8) || !(1..=8).contains(ring) || !self.k.threads.is_multiple_of(32) {
+                    return bad(format!(
+                        "fp4_gemv: chunk {chunk} (1, 2, 4 or 8) and ring {ring} (1..=8) on whole warps"
+                    ));
                 }
                 let q = self.global_view(words)?;
                 if q.dtype != DType::U32 || words.vec != 4 {

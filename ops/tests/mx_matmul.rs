@@ -265,18 +265,28 @@ fn automatic_knobs_follow_the_h200_measurements() {
     }
     assert_eq!(path(&[("M", 17), ("N", 6144), ("K", 3584), ("packed", 1)], &op.default_knobs()), "tile");
     assert_eq!(path(&[("M", 1), ("N", 6144), ("K", 3584)], &op.default_knobs()), "gemv", "natural layout");
-    // Grouped decode (28 experts x 4 tokens) keeps the tile path: gemv 0.531 ms, stream 0.30-0.88, tile 0.224 on
-    // the H200 (2026-12-01).
+    // Grouped decode with at most 8 tokens per expert (28 experts x 4 tokens) takes the register-ring gemv kernel
+    // (a prediction: the session-4 gemv kernel lost to tile there, 0.531 vs 0.224 ms), one streaming warp per
+    // 16-row tile; 9 tokens per expert keep the tile path.
     let g28 = [("G", 28), ("per", 4), ("N", 6144), ("K", 3584), ("packed", 1)];
-    assert_eq!(path(&g28, &op.default_knobs()), "tile");
+    assert_eq!(path(&g28, &op.default_knobs()), "gemv");
+    let ks = op.kernels(&Preset::new("g28", &g28), &op.default_knobs()).unwrap();
+    let kn = &ks[0].knobs;
+    assert_eq!((kn.u32("WA").unwrap(), kn.u32("BK").unwrap(), kn.u32("GR").unwrap()), (1, 1024, 8));
+    let g28x9 = [("G", 28), ("per", 9), ("N", 6144), ("K", 3584), ("packed", 1)];
+    assert_eq!(path(&g28x9, &op.default_knobs()), "tile");
     let glu28 = [("G", 28), ("per", 4), ("N", 6144), ("K", 3584), ("packed", 1), ("epilogue", 1), ("p", 1)];
-    assert_eq!(path(&glu28, &op.default_knobs()), "tile");
+    assert_eq!(path(&glu28, &op.default_knobs()), "gemv");
+    // Dense M1 keeps the whole-K-at-once shape: 7 warps of one 4-quad batch each, 3 ring slots.
+    let ks = op.kernels(&Preset::new("m1", &[("M", 1), ("N", 6144), ("K", 3584), ("packed", 1)]), &op.default_knobs());
+    let kn = ks.unwrap()[0].knobs.clone();
+    assert_eq!((kn.u32("WA").unwrap(), kn.u32("BK").unwrap(), kn.u32("GR").unwrap()), (7, 512, 3));
     let act8 = [("G", 28), ("per", 4), ("N", 6144), ("K", 3584), ("packed", 1), ("act", 1)];
     assert_eq!(path(&act8, &op.default_knobs()), "tile");
     // The stream path is still chosen by PATH=auto with an explicit shape gemv cannot take (MMA=sync, WB=1
-    // but BN=64 at BK=256: too many registers for gemv).
+    // but BN=128: more than gemv's 64 rows per statement).
     let m1 = [("M", 1), ("N", 6144), ("K", 3584), ("packed", 1)];
-    assert_eq!(path(&m1, &knobs(&[("BN", 64), ("BK", 256)])), "stream");
+    assert_eq!(path(&m1, &knobs(&[("BN", 128), ("BK", 256)])), "stream");
     let tile = op.default_knobs().with("PATH", "tile");
     let bn = |dims: &[(&str, i64)]| -> (i64, i64) {
         let ks = op.kernels(&Preset::new("auto", dims), &tile).unwrap_or_else(|e| panic!("{dims:?}: {e}"));
@@ -307,8 +317,8 @@ fn automatic_knobs_follow_the_h200_measurements() {
 /// PATH=gemv (`Stmt::Fp4Gemv`) against the f64 reference: edge token counts (1, 7, 8, 9, 15, 16 in one tile;
 /// 17 and 40 over several 8- or 16-token tiles), N not a multiple of the row tile, K of one block, a K tail
 /// shorter than a chunk and chunks not dividing over the warps, both layouts, NaN scale blocks, GLU epilogues with
-/// routing weights, grouped with empty groups, splits with both finalizers, every chunk width and pipeline
-/// setting; and its invalid knob sets.
+/// routing weights, grouped with empty groups, splits with both finalizers, every chunk width (BK 128..1024),
+/// register ring depths (GR 1..8, PF) and the automatic knobs of 8 and 16 tokens; and its invalid knob sets.
 #[test]
 fn gemv_path_edges_and_layouts() {
     let mut rng = StdRng::seed_from_u64(rand::rng().random());
@@ -331,6 +341,27 @@ fn gemv_path_edges_and_layouts() {
         run(&p, rng.random(), &gemv(&[("BM", 16), ("BK", 256), ("WA", 3)]).with("PF", "off"));
         run(&p, rng.random(), &gemv(&[("BN", 32), ("BK", 256), ("WA", 2), ("SPLIT", 2)]).with("PF", "on"));
         run(&p, rng.random(), &gemv(&[("BK", 512), ("WA", 5), ("SPLIT", 3)]).with("FIN", "last"));
+        run(&p, rng.random(), &gemv(&[("BK", 1024), ("GR", 8), ("WA", 2)]));
+        run(&p, rng.random(), &gemv(&[("BK", 128), ("GR", 1), ("BN", 64), ("WA", 3)]));
+    }
+    // The register ring's edges: K of one block, of 37 blocks (9 whole 4-block quads and a one-block tail), 65, 113
+    // (a ring wrapping several times, batches not dividing over the warps), 224 (whole 1024-column batches); every
+    // token count 1..=16; N tails; natural and packed layouts.
+    for (i, (k, n)) in [(32i64, 16i64), (1184, 31), (2080, 17), (3616, 48), (7168, 5)].into_iter().enumerate() {
+        for m in [1i64, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16] {
+            if !(m as usize + i).is_multiple_of(3) && m != 1 && m != 16 {
+                continue;
+            }
+            let packed = (m + i as i64) % 2;
+            let p = Preset::new(
+                &format!("gemv ring M{m} K{k} N{n}"),
+                &[("M", m), ("K", k), ("N", n), ("packed", packed), ("wide", (m / 4) % 2)],
+            );
+            run(&p, rng.random(), &gemv(&[]));
+            run(&p, rng.random(), &gemv(&[("GR", 2), ("BK", 256), ("WA", 3)]));
+            run(&p, rng.random(), &gemv(&[("GR", 5), ("BK", 512), ("WA", 1)]).with("PF", "on"));
+            run(&p, rng.random(), &gemv(&[("GR", 8), ("BK", 1024), ("WA", 4), ("BM", 16)]));
+        }
     }
     for (packed, wide, epi, pw) in [(1i64, 0i64, 0i64, 0i64), (0, 1, 1, 1), (1, 1, 2, 1), (1, 0, 0, 1)] {
         let p = Preset::new(
@@ -353,6 +384,8 @@ fn gemv_path_edges_and_layouts() {
         // (Grouped problems no longer take gemv automatically; PATH=gemv keeps this its automatic knob set.)
         run(&p, rng.random(), &gemv(&[]));
         run(&p, rng.random(), &gemv(&[("SPLIT", 2), ("BK", 128), ("BN", 64), ("WA", 4)]).with("PF", "off"));
+        run(&p, rng.random(), &gemv(&[("WA", 1), ("BK", 1024), ("GR", 8)]));
+        run(&p, rng.random(), &gemv(&[("WA", 2), ("GR", 4), ("BN", 32)]));
     }
     let op = Mxfp4Matmul;
     let m4 = Preset::new("m4", &[("M", 4), ("K", 64), ("N", 32)]);
@@ -361,6 +394,10 @@ fn gemv_path_edges_and_layouts() {
         gemv(&[("BM", 32)]),
         gemv(&[("BN", 24)]),
         gemv(&[("BN", 128), ("BK", 256)]),
+        gemv(&[("BK", 2048)]),
+        gemv(&[("GR", 9)]),
+        gemv(&[("BN", 64), ("GR", 4)]),
+        knobs(&[("GR", 2)]).with("PATH", "tile"),
         gemv(&[("WB", 2)]),
         gemv(&[]).with("MMA", "wgmma"),
     ] {

@@ -604,9 +604,9 @@ impl<'a> Renderer<'a> {
                 );
                 self.line(&line);
             }
-            Stmt::Fp4Gemv { out, scratch, words, scales, x, packed, fold, finite, chunk, pipeline } => {
+            Stmt::Fp4Gemv { out, scratch, words, scales, x, packed, fold, finite, chunk, ring } => {
                 let line = format!(
-                    "k3k::fp4_gemv<{packed}, {fold}, {finite}, {}, {}, {}, {chunk}, {pipeline}, {}, {}>({}, {}, {}, s{}, {}, {}, {});",
+                    "k3k::fp4_gemv<{packed}, {fold}, {finite}, {}, {}, {}, {chunk}, {ring}, {}, {}>({}, {}, {}, s{}, {}, {}, {});",
                     out.rows,
                     out.cols,
                     k.threads / 32,

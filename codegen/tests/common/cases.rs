@@ -1683,20 +1683,22 @@ pub fn mma_async_ss_then_rs() -> Case {
 }
 
 /// `Fp4Gemv` on 4 warps: a [32, 16] f32 result of 27 valid weight rows (a view one block into each row) times
-/// 11 valid bf16 activation rows, over 7 valid blocks of words (the scale view covers 8, the tensors 10) and
-/// activation columns cut at 219 (not a multiple of 8: the group 216..224 reads as zeros), in four variants that cover
-/// both layouts, the folded and general decodes (NaN scale bytes, the subnormal 2^-127), chunks 1, 2 and 4
-/// and the register pipeline; against an f64 sum computed here (rows past 27 and tokens past 11 must be 0).
+/// 11 valid bf16 activation rows, over 61 valid blocks of words (16 quads, the last one block long; the scale view
+/// covers 62 blocks, the tensors 64) and activation columns cut at 1915 (not a multiple of 8: the group 1912..1920
+/// reads as zeros), in four variants that cover both layouts, the folded and general decodes (NaN scale bytes, the
+/// subnormal 2^-127), chunks 1, 2, 4 and 8 (8: two warps take all quads, two none) and rings of 1 to 4 slots
+/// (wrapping several times, and ring 3 not dividing a warp's quads); against an f64 sum computed here (rows past 27
+/// and tokens past 11 must be 0). The GPU sums in its lane-permuted K order, so this checks that order too.
 pub fn fp4_gemv() -> Case {
     let (r, t) = (32usize, 16usize);
-    let (rows, toks, blocks, xcols) = (27usize, 11usize, 7usize, 219usize);
-    let (kw, kb, k) = (10 * 4, 10, 320usize);
-    // (packed, fold, finite, scale set, chunk, pipeline)
+    let (rows, toks, blocks, xcols) = (27usize, 11usize, 61usize, 1915usize);
+    let (kw, kb, k) = (64 * 4, 64, 2048usize);
+    // (packed, fold, finite, scale set, chunk, ring)
     let variants = [
-        (true, true, true, 0usize, 1u32, true),
-        (false, false, false, 1, 2, false),
-        (true, false, false, 1, 4, true),
-        (false, true, true, 0, 1, false),
+        (true, true, true, 0usize, 1u32, 2u32),
+        (false, false, false, 1, 2, 1),
+        (true, false, false, 1, 4, 3),
+        (false, true, true, 0, 8, 4),
     ];
     let mut b = KernelBuilder::new("p_fp4_gemv", 128);
     let dims = |a: usize, bb: usize| [Expr::Int(a as i64), Expr::Int(bb as i64)];
@@ -1708,12 +1710,12 @@ pub fn fp4_gemv() -> Case {
     let out = b.shared("out", DType::F32, r as u32, t as u32 + 1, 4, Swizzle::None);
     let scratch = b.shared("scratch", DType::F32, r as u32, t as u32, 4, Swizzle::None);
     let o = b.tile("o", DType::F32, r as u32, t as u32, [2, 2]);
-    for (v, &(packed, fold, finite, si, chunk, pipeline)) in variants.iter().enumerate() {
+    for (v, &(packed, fold, finite, si, chunk, ring)) in variants.iter().enumerate() {
         let qv = view(q, 4i64, kw as i64, rows as i64, (4 * blocks) as i64, 4);
-        let sv = view(scales[si], 1i64, kb as i64, rows as i64, 8i64, 1);
+        let sv = view(scales[si], 1i64, kb as i64, rows as i64, (blocks + 1) as i64, 1);
         let xv = view(x, 32i64, k as i64, toks as i64, xcols as i64, 8);
         let w = b.window(out, v as i64, 0, 0, r as u32, t as u32);
-        b.fp4_gemv(w.clone(), scratch, qv, sv, xv, Fp4Flags { packed, fold, finite }, chunk, pipeline);
+        b.fp4_gemv(w.clone(), scratch, qv, sv, xv, Fp4Flags { packed, fold, finite }, chunk, ring);
         b.load(o, Place::Shared(w));
         b.store(o, Place::Global(view(y, (v * r * t) as i64, t as i64, r as i64, t as i64, 2)));
     }
@@ -1724,7 +1726,7 @@ pub fn fp4_gemv() -> Case {
         (0..rows * kb).map(|i| 118 + (i * 7 % 9) as u8).collect(),
         (0..rows * kb)
             .map(|i| {
-                if i == 41 {
+                if i == 4 * kb + 1 {
                     255
                 } else if i % 11 == 5 {
                     0
@@ -1787,7 +1789,7 @@ pub fn fp4_gemv() -> Case {
                     i % t
                 );
             }
-            // The NaN block (scale byte 41: row 4, block 0 of the view) reaches the general-path variants.
+            // The NaN block (scale byte 4 kb + 1: row 4, block 0 of the view) reaches the general-path variants.
             assert_eq!(nans, 2 * toks, "NaN rows");
         }),
     }

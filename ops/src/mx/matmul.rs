@@ -87,7 +87,12 @@ pub fn knob_space() -> KnobSpace {
     KnobSpace::default()
         .axis("BN", "weight rows per tile (gate+up together for GLU); 0 = auto", [0i64, 32, 64, 128, 256])
         .axis("BM", "tokens per tile (mma N; 16, 32, 64 or 128); 0 = auto", [0i64, 64, 128])
-        .axis("BK", "K per pipeline stage (multiple of 32; 64 for wgmma); 0 = auto", [0i64, 64, 128, 256])
+        .axis(
+            "BK",
+            "K per pipeline stage (multiple of 32; 64 for wgmma; PATH=gemv: 128 x the 128-column quads per warp batch, \
+             128..1024); 0 = auto",
+            [0i64, 64, 128, 256, 512],
+        )
         .axis("STAGES", "cp.async pipeline depth; 0 = auto", [0i64, 3, 4])
         .axis("WA", "warps along weight rows (wgmma: BM/16); 0 = auto", [0i64, 4, 8])
         .axis("WB", "warps along tokens (each recomputes its rows' dequantized weights); 0 = auto", [0i64, 2])
@@ -113,15 +118,15 @@ pub fn knob_space() -> KnobSpace {
             "weight path: tile (cp.async stages of packed words in shared memory, decoded from there), stream \
              (`Stmt::DequantFp4Stream`: words and scales loaded from global memory straight into registers, \
              a whole BK slice's loads in flight per thread; MMA=sync, no GLU epilogue; for few tokens); gemv (decode, \
-             `Stmt::Fp4Gemv`: one CTA per BN weight rows and 8 or 16 tokens over the whole K range, split over WA \
-             warps, whole 16-byte weight blocks per lane, every load of a BK-wide chunk (PF=on: two) in flight, the \
-             warps' partials summed in shared memory, one launch; bf16 activations); dq_gemm (prefill, \
+             `Stmt::Fp4Gemv`: one CTA per BN weight rows, group and 8 or 16 tokens over the whole K range, split over WA \
+             warps in batches of BK columns, whole 16-byte weight blocks per lane streamed through a register ring of \
+             GR 128-column quads, the warps' partials summed in shared memory, one launch; bf16 activations); dq_gemm (prefill, \
              `mx::prefill`): a bandwidth-bound kernel dequantizes all weights once into a bf16 scratch of \
              2*G*N*K bytes (44 MB at N6144 K3584; + 2*M*K with MXFP8 activations, dequantized the same way), then \
              the latent_moe_gemm kernel runs on it (BM/BN/BK/STAGES/RASTER/MMA are its knobs, WA/WB its WM/WN; \
              0 = its defaults); auto: dense with at most 16 tokens and bf16 activations: gemv (else stream for \
-             BM <= 16, packed, no GLU, when explicit knobs rule gemv out); grouped decode: tile (measured: gemv and \
-             stream lose at 28 x 4 tokens); dq_gemm with every other knob automatic and at least 2 128-row token \
+             BM <= 16, packed, no GLU, when explicit knobs rule gemv out); grouped decode with at most 8 tokens per \
+             expert: gemv (a prediction for the register-ring kernel: the session-4 gemv lost to tile at 28 x 4); dq_gemm with every other knob automatic and at least 2 128-row token \
              tiles per expert with tokens (dense: M > 128); else tile. dq_gemm is accepted but not an axis value (the tuner reaches it through \
              auto)",
             ["auto", "tile", "stream", "gemv"],
@@ -138,8 +143,8 @@ pub fn knob_space() -> KnobSpace {
             "PF",
             "PATH=stream software pipeline: on (each K slice's decode reads the words the previous slice's statement \
              prefetched into registers, then issues the next slice's loads, in flight during the product and the \
-             next wait), off (a slice's loads, then its decode); PATH=gemv: on keeps the next chunk's loads in a \
-             second register set; auto: off on both paths (measured as fast or faster on the H200)",
+             next wait), off (a slice's loads, then its decode); PATH=gemv: on doubles the automatic register ring \
+             (GR=0); auto: off on both paths (measured as fast or faster on the H200)",
             ["off", "on"],
         )
         .axis(
@@ -148,6 +153,13 @@ pub fn knob_space() -> KnobSpace {
              0 = auto: 3 with PF=on for BM=16 on 128 threads (uncapped, ptxas takes 255 registers and 2 CTAs fit; 168 does not \
              spill at the presets), else none",
             [0i64, 4],
+        )
+        .axis(
+            "GR",
+            "PATH=gemv register ring: slots per warp, one 128-column quad of the tile's rows each (16 bytes per lane and \
+             row), loaded GR quads ahead of their use (1..=8, with BN/16 x GR <= 8); 0 = auto: 4 slots of 16 rows \
+             (8 with PF=on), fewer for wider tiles; 0 on the other paths",
+            [0i64, 2, 8],
         )
 }
 
@@ -169,6 +181,7 @@ pub fn default_knobs() -> Knobs {
         .with("FIN", "auto")
         .with("PF", "auto")
         .with("MINB", 0i64)
+        .with("GR", 0i64)
 }
 
 /// Concrete knob values for one problem.
@@ -202,6 +215,8 @@ pub struct Cfg {
     pub prefetch: bool,
     /// `__launch_bounds__` minimum blocks per SM of the main kernel (0: none).
     pub min_blocks: u32,
+    /// PATH=gemv: register ring slots per warp (quads in flight, [`Stmt::Fp4Gemv`]'s `ring`); 0 on other paths.
+    pub ring: u32,
 }
 
 impl Cfg {
@@ -233,6 +248,7 @@ impl Cfg {
             .with("PF", if self.prefetch { "on" } else { "off" })
             // 1 (no cap) for none: re-resolving the recorded knobs gives the same kernel.
             .with("MINB", self.min_blocks.max(1))
+            .with("GR", self.ring)
     }
     /// Shared memory of the main kernel, bytes (what `Kernel::shared_bytes` will report, up to alignment).
     pub fn shared_bytes(&self, packed: bool) -> usize {
@@ -475,6 +491,7 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, Op
         fused: false,
         prefetch: false,
         min_blocks: 0,
+        ring: 0,
     };
     c.cps = knobs.u32("CPS")?;
     // CTAs resident per SM: the persistent count, else an estimate from shared memory (registers permitting).
@@ -510,6 +527,8 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, Op
     c.split = pick(knobs, "SPLIT", split_auto as u32)?;
     c.fused = fin_last(knobs, !c.wgmma)? && c.split > 1;
     c.prefetch = prefetch_knob(knobs)?;
+    // GR is a PATH=gemv knob (validated: 0 here).
+    c.ring = if knobs.0.contains_key("GR") { knobs.u32("GR")? } else { 0 };
     // MINB: ptxas gives the pipelined stream kernel 255 registers (two CTAs per SM); three CTAs fit in 168
     // without spills (ptxas, M1 and 28x4 presets), the occupancy of the unpipelined kernel (145-161 registers).
     let minb = if knobs.0.contains_key("MINB") { knobs.u32("MINB")? } else { 1 };
@@ -533,10 +552,12 @@ fn gemv_wanted(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Option<
     let Some(_) = knobs.0.get("PATH") else { return Ok(None) };
     Ok(match knobs.str("PATH")? {
         "gemv" => Some(true),
-        // Dense only: at 28 experts x 4 tokens the gemv kernel ran 0.531 ms against the tile path's 0.224 on the
-        // H200 (2026-12-01, same run; M1 0.0136 vs tile 0.0844, M16 0.0235 vs 0.0801).
+        // Grouped: at most 8 tokens per expert. The session-4 gemv kernel lost at 28 experts x 4 tokens (0.531 ms
+        // against the tile path's 0.224 on the H200, 2026-12-01); the register-ring kernel with one streaming warp
+        // per 16-row tile is predicted at ~0.10-0.13 ms there (SASS: ~240 instructions per 1 KB quad step, 96 KB
+        // in flight per SM), a prediction until the GPU measures it.
         "auto" => (sh.max_rows <= 16
-            && !spec.grouped
+            && (!spec.grouped || sh.max_rows <= 8)
             && !spec.act8
             && knobs.0.get("MMA").is_none_or(|_| knobs.str("MMA").is_ok_and(|m| m != "wgmma"))
             && matches!(knobs.u32("WB")?, 0 | 1)
@@ -547,44 +568,55 @@ fn gemv_wanted(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Option<
 }
 
 /// The knobs of PATH=gemv ([`Stmt::Fp4Gemv`]): BM 8 (at most 8 tokens per group) or 16 tokens per CTA; BN
-/// weight rows per CTA (each GLU half BN/2); BK = 128 x U, the 32-column blocks each lane loads per chunk (16
-/// bytes each: U blocks of each of its 2 BN/16 rows); WA warps split the K range's chunks; PF the register
-/// pipeline (the next chunk's loads in flight during this one's decode and products).
+/// weight rows per CTA (each GLU half BN/2); BK = 128 x U, U the consecutive 128-column quads of a warp's batch
+/// (warps take batches round robin, so a warp's loads of a row cover 64U contiguous bytes); GR the register ring
+/// (quads in flight per warp); WA warps split the K range's batches; SPLIT the K range over CTAs.
 ///
-/// Bytes in flight (the reason for the shape): an H200 streams ~4.3 TB/s at ~0.7 us of DRAM latency, so about
-/// 3 MB must be outstanding, ~24 KB per SM. A warp has 32 lanes x 2 BN/16 rows x U x 16 B = BN/16 x U KB of
-/// weights in flight (x2 with PF); at N = 6144 and BN = 16 there are 384 CTAs of WA = 7 warps (K = 3584: 14
-/// chunks of 256 columns, two per warp), all resident at three per SM, so ~21 warps x 2-4 KB = 42-84 KB per SM.
+/// Bytes in flight (the reason for the shape): an H200 streams ~4.3 TB/s at ~0.8-1 us of loaded DRAM latency, so
+/// ~4 MB must be outstanding, ~30-36 KB per SM. A warp keeps GR x BN/16 x 1 KB of weights in flight (32 lanes x
+/// 2 rows x 16 B per quad and 16 rows). Auto at 8 tokens: U = 4 (512 columns) and GR = 3, so at K = 3584 (28
+/// quads per row) a 16-row CTA of 7 warps has one batch of 4 quads per warp, 3 of them in flight from the start,
+/// and three such CTAs per SM (80 registers, MINB=3) keep ~63 KB per SM in flight; the M1 preset's 384 CTAs are
+/// all resident at once. At 16 tokens: U = 8, GR = 4, 4 warps (one batch each), three CTAs per SM.
 fn resolve_gemv(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, OpError> {
     let bm = pick(knobs, "BM", if sh.max_rows <= 8 { 8 } else { 16 })?;
     let glu = sh.glu;
-    // 16 rows per statement (GLU: BN = 32, two statements): ptxas (sm_90a) gives the one-row-block kernel
-    // 64-96 registers, but 205-254 to two or four row blocks per warp (BN=32 / 64), so the wider tiles that
-    // would reuse each activation fragment over more rows are left to the tuner.
+    // 16 rows per statement (GLU: BN = 32, two statements): wider tiles reuse each activation fragment over more
+    // rows but multiply the ring's registers; they are left to the tuner.
     let unit = if glu { 32 } else { 16 };
     let bn = pick(knobs, "BN", unit)?;
-    // One 16-byte block per lane, row and chunk (ptxas, sm_90a: BK=256 with PF takes 121-148 registers at
-    // BN=16, two 7-warp CTAs per SM; BK=128 114 / 109, and 78 without spills under MINB=3 at 8 tokens).
-    let bk = pick(knobs, "BK", 128)?;
+    let rows = if glu { bn / 2 } else { bn };
+    // Auto (ptxas, sm_90a, no spills at the presets): 8 tokens: U = 4, 3 slots, 80 registers under MINB=3 (7 warps,
+    // 21 per SM: 63 KB of weights in flight per SM); 16 tokens (twice the activation and accumulator registers):
+    // U = 8, 4 slots, 166 registers under MINB=3 (4 warps, 12 per SM: 48 KB). PF=on doubles the slots.
+    // Many tiles (grouped decode, 28 experts x 4 tokens: 10752 CTAs of 16 rows): one warp per CTA streams the
+    // whole K range through an 8-slot ring (U = 8; 167 registers, 12 CTAs per SM: 96 KB in flight per SM) instead
+    // of a CTA that loads everything at once and then drains (a prediction from the register count and the SASS;
+    // not measured yet).
+    let tiles: usize =
+        sh.counts.iter().map(|&r| r.div_ceil(bm as usize) * sh.n_out.div_ceil(rows.max(1) as usize)).sum();
+    let streaming = bm == 8 && rows == 16 && tiles >= 12 * ASSUMED_SMS;
+    let bk = pick(knobs, "BK", if bm == 8 && !streaming { 512 } else { 1024 })?;
     let split = pick(knobs, "SPLIT", 1)?;
     let u = (bk / 128).max(1);
-    let chunks = (sh.k / 32).div_ceil(split.max(1) as usize).div_ceil(4 * u as usize).max(1);
-    // The fewest warps (at most 8) that reach the smallest number of chunks per warp.
-    let least = chunks.div_ceil(8);
-    let wa_auto = (1..=8u32).find(|&w| chunks.div_ceil(w as usize) == least).unwrap_or(8);
+    let prefetch = prefetch_knob(knobs)?;
+    let nb = (rows / 16).max(1);
+    let ring_auto =
+        if streaming { 8 } else { ((if bm == 8 { 3 } else { 4 }) * if prefetch { 2 } else { 1 } / nb).clamp(1, 8) };
+    let ring = if knobs.0.contains_key("GR") { pick(knobs, "GR", ring_auto)? } else { ring_auto };
+    let batches = (sh.k / 32).div_ceil(split.max(1) as usize).div_ceil(4 * u as usize).max(1);
+    // The fewest warps (at most 8) that reach the smallest number of batches per warp.
+    let least = batches.div_ceil(8);
+    let wa_auto = if streaming { 1 } else { (1..=8u32).find(|&w| batches.div_ceil(w as usize) == least).unwrap_or(8) };
     let wa = pick(knobs, "WA", wa_auto)?;
-    let rows = if glu { bn / 2 } else { bn };
     // FIN auto: the second launch (FIN=last measured slower on the H200 for the stream kernels).
     let fin_last = fin_last(knobs, false)?;
-    let prefetch = prefetch_knob(knobs)?;
     let minb = if knobs.0.contains_key("MINB") { knobs.u32("MINB")? } else { 1 };
-    // Auto: three CTAs per SM for the 8-token, 16-row, one-block tile (78 registers, no spills; all 384 CTAs of
-    // the M1 preset resident at once), else uncapped.
-    let minb = if minb == 0 && !glu && !spec.grouped && bm == 8 && rows == 16 && bk == 128 && wa * 32 * 3 <= 1024 {
-        3
-    } else {
-        minb
-    };
+    // Auto: three CTAs per SM (80 registers at 7 warps, 168 at 4) for 16 rows per statement where ptxas fits the
+    // ring without spills (8 tokens: at most 3 slots on more than 4 warps; at most 4 warps: 8 slots at 8 tokens,
+    // 4 at 16; not with a GLU epilogue: two statements, and 24 spilled bytes at 28 x 4 under the cap), else uncapped.
+    let fits3 = !glu && if wa <= 4 { ring <= if bm == 8 { 8 } else { 4 } } else { bm == 8 && ring <= 3 };
+    let minb = if minb == 0 && rows == 16 && fits3 && wa * 32 * 3 <= 1024 { 3 } else { minb };
     let c = Cfg {
         bn,
         bm,
@@ -603,6 +635,7 @@ fn resolve_gemv(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, O
         fused: fin_last && split > 1,
         prefetch,
         min_blocks: if minb <= 1 { 0 } else { minb },
+        ring,
     };
     validate(spec, &c, knobs)?;
     Ok(c)
@@ -613,22 +646,23 @@ fn validate(spec: &MatSpec, c: &Cfg, knobs: &Knobs) -> Result<(), OpError> {
     let glu = spec.epilogue.is_glu();
     if c.gemv {
         let rows = if glu { c.bn / 2 } else { c.bn };
-        let u = c.bk / 128;
         if spec.act8 || c.wgmma || c.wb != 1 {
             return invalid("PATH=gemv needs bf16 activations, MMA=sync and WB=1".into());
         }
-        if !matches!(c.bm, 8 | 16) || !matches!(c.bk, 128 | 256 | 512) {
+        if !matches!(c.bm, 8 | 16) || !matches!(c.bk, 128 | 256 | 512 | 1024) {
             return invalid(format!(
-                "PATH=gemv needs BM 8 or 16 and BK 128, 256 or 512 (got BM={}, BK={})",
+                "PATH=gemv needs BM 8 or 16 and BK 128, 256, 512 or 1024 (got BM={}, BK={})",
                 c.bm, c.bk
             ));
         }
-        if rows == 0 || !rows.is_multiple_of(16) || rows / 16 * u > 4 {
+        if rows == 0 || !rows.is_multiple_of(16) || rows > 64 || !(1..=8).contains(&c.ring) || rows / 16 * c.ring > 8 {
             return invalid(format!(
-                "PATH=gemv needs BN{} a multiple of 16 with BN/16 x BK/128 <= 4 register blocks (got BN={}, BK={})",
+                "PATH=gemv needs BN{} a multiple of 16, at most 64, and GR in 1..=8 with BN{}/16 x GR <= 8 ring \
+                 register blocks (got BN={}, GR={})",
+                if glu { "/2" } else { "" },
                 if glu { "/2" } else { "" },
                 c.bn,
-                c.bk
+                c.ring
             ));
         }
         if c.wa == 0 || c.wa > 16 || c.split == 0 || c.cps > 16 || c.min_blocks > 16 {
@@ -657,6 +691,9 @@ fn validate(spec: &MatSpec, c: &Cfg, knobs: &Knobs) -> Result<(), OpError> {
     }
     if c.prefetch && !c.stream {
         return invalid("PF=on needs PATH=stream".into());
+    }
+    if c.ring != 0 {
+        return invalid(format!("GR={} needs PATH=gemv", c.ring));
     }
     if c.fused && c.wgmma {
         return invalid("FIN=last needs MMA=sync (the wgmma kernel keeps the finalize launch)".into());
@@ -815,7 +852,7 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
     let warps = [c.wa, c.wb];
     let words_per_row = bk / 8;
     // PATH=stream: no shared weight stages (the words go global -> registers).
-    let sqs = (!c.stream).then(|| {
+    let sqs = (!c.stream && !c.gemv).then(|| {
         (
             b.shared("sq", qdt, bn, words_per_row, st, Swizzle::Xor16B),
             b.shared("ss", DType::U8, bn, bk / 32, st, Swizzle::None),
@@ -886,7 +923,9 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
     };
     let n_tiles = n_out.ceil_div(bno as i64);
     let split = c.split as i64;
-    if c.cps > 0 {
+    if c.gemv && c.cps == 0 && !fused {
+        b.grid(n_tiles.clone() * split, g_count.clone(), 1i64);
+    } else if c.cps > 0 {
         b.grid(num_sms * c.cps as i64, 1i64, 1i64);
     } else {
         // One CTA per tile: an upper bound of the tile count from the shapes (sum over groups of
@@ -894,37 +933,18 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
         let groups_extra = if spec.grouped { g_count.clone() } else { Expr::Int(0) };
         b.grid((m.ceil_div(bm as i64) + groups_extra) * n_tiles.clone() * split, 1i64, 1i64);
     }
-    let total = b.let_var("total", 0i64);
-    b.for_("g", 0i64, g_count.clone(), 1i64, |b, g| {
-        let rows = group_end(&g) - group_start(&g);
-        b.assign(total, Expr::Var(total) + rows.ceil_div(bm as i64) * n_tiles.clone() * split);
-    });
     // K range of one split: a multiple of BK.
     let kchunk = b.let_("kchunk", kd.ceil_div(split * bk as i64) * bk as i64);
-    b.for_("tile", Expr::block_idx(0), total, Expr::grid_dim(0), |b, t| {
-        let grp = b.let_var("grp", 0i64);
-        let local = b.let_var("local", 0i64);
-        let seen = b.let_var("seen", 0i64);
-        b.for_("g", 0i64, g_count.clone(), 1i64, |b, g| {
-            let rows = group_end(&g) - group_start(&g);
-            let tg = b.let_("tg", rows.ceil_div(bm as i64) * n_tiles.clone() * split);
-            b.if_(t.ge(Expr::Var(seen)).and(t.lt(Expr::Var(seen) + tg.clone())), |b| {
-                b.assign(grp, g.clone());
-                b.assign(local, &t - Expr::Var(seen));
-            });
-            b.assign(seen, Expr::Var(seen) + tg);
-        });
-        let gsel = Expr::Var(grp);
-        let row0 = b.let_("row0", group_start(&gsel));
-        let rows_g = b.let_("rows_g", group_end(&gsel) - row0.clone());
-        let m_tiles = rows_g.ceil_div(bm as i64);
-        let ks = b.let_("ks", Expr::Var(local) % split);
-        let rest = b.let_("rest", Expr::Var(local) / split);
-        let (mt, nt) = if c.raster_m {
-            (&rest % m_tiles.clone(), &rest / m_tiles)
-        } else {
-            (&rest / n_tiles.clone(), &rest % n_tiles.clone())
-        };
+    // One tile: group `gsel` (its rows from `row0`, `rows_g` of them), K split `ks`, token tile `mt`, weight tile
+    // `nt`; `t` the tile's index in the flat order (the split-K arrival counters are per `t / SPLIT`).
+    let tile_body = |b: &mut KernelBuilder,
+                     t: Expr,
+                     gsel: Expr,
+                     row0: Expr,
+                     rows_g: Expr,
+                     ks: Expr,
+                     mt: Expr,
+                     nt: Expr| {
         let m0 = b.let_("m0", mt * bm as i64);
         let n0 = b.let_("n0", nt * bno as i64);
         // PATH=gemv: at most BM (8-token tiles keep 16-row epilogue tiles).
@@ -1111,7 +1131,7 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
                     );
                     let out = b.window(sacc, 0i64, r0, 0, hrows, bm);
                     let flags = Fp4Flags { packed: spec.packed, fold: spec.fold, finite: spec.finite };
-                    b.fp4_gemv(out, spart, qv, sv, xv, flags, bk / 128, c.prefetch);
+                    b.fp4_gemv(out, spart, qv, sv, xv, flags, bk / 128, c.ring);
                 }
             }
             let at = |row_off: u32| Expr::shared_load(sacc, 0i64, Expr::ColIdx + row_off as i64, Expr::RowIdx);
@@ -1308,6 +1328,51 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
         }
         // Every warp must be done with the shared tiles before the next tile's prologue overwrites them.
         b.barrier();
+    };
+    if c.gemv && c.cps == 0 && !fused {
+        // PATH=gemv, one CTA per (weight tile, K split) of each group (grid y): no search over the groups, two
+        // loads of `offs`; the CTA walks its group's token tiles (one at decode; none for an empty group).
+        let gsel = Expr::block_idx(1);
+        let row0 = b.let_("row0", group_start(&gsel));
+        let rows_g = b.let_("rows_g", group_end(&gsel) - row0.clone());
+        let local = Expr::block_idx(0);
+        let ks = b.let_("ks", &local % split);
+        let nt = b.let_("nt", &local / split);
+        b.for_("mt", 0i64, rows_g.ceil_div(bm as i64), 1i64, |b, mt| {
+            tile_body(b, Expr::Int(0), gsel.clone(), row0.clone(), rows_g.clone(), ks.clone(), mt, nt.clone());
+        });
+        return Ok(b.finish()?);
+    }
+    let total = b.let_var("total", 0i64);
+    b.for_("g", 0i64, g_count.clone(), 1i64, |b, g| {
+        let rows = group_end(&g) - group_start(&g);
+        b.assign(total, Expr::Var(total) + rows.ceil_div(bm as i64) * n_tiles.clone() * split);
+    });
+    b.for_("tile", Expr::block_idx(0), total, Expr::grid_dim(0), |b, t| {
+        let grp = b.let_var("grp", 0i64);
+        let local = b.let_var("local", 0i64);
+        let seen = b.let_var("seen", 0i64);
+        b.for_("g", 0i64, g_count.clone(), 1i64, |b, g| {
+            let rows = group_end(&g) - group_start(&g);
+            let tg = b.let_("tg", rows.ceil_div(bm as i64) * n_tiles.clone() * split);
+            b.if_(t.ge(Expr::Var(seen)).and(t.lt(Expr::Var(seen) + tg.clone())), |b| {
+                b.assign(grp, g.clone());
+                b.assign(local, &t - Expr::Var(seen));
+            });
+            b.assign(seen, Expr::Var(seen) + tg);
+        });
+        let gsel = Expr::Var(grp);
+        let row0 = b.let_("row0", group_start(&gsel));
+        let rows_g = b.let_("rows_g", group_end(&gsel) - row0.clone());
+        let m_tiles = rows_g.ceil_div(bm as i64);
+        let ks = b.let_("ks", Expr::Var(local) % split);
+        let rest = b.let_("rest", Expr::Var(local) / split);
+        let (mt, nt) = if c.raster_m {
+            (&rest % m_tiles.clone(), &rest / m_tiles)
+        } else {
+            (&rest / n_tiles.clone(), &rest % n_tiles.clone())
+        };
+        tile_body(b, t, gsel, row0, rows_g, ks, mt, nt);
     });
     Ok(b.finish()?)
 }

@@ -91,6 +91,9 @@ fn foreign_knobs(knobs: &Knobs) -> Result<Option<String>, OpError> {
     if int_or0(knobs, "MINB")? > 1 {
         bad.push("MINB > 1");
     }
+    if int_or0(knobs, "GR")? != 0 {
+        bad.push("GR != 0");
+    }
     Ok(if bad.is_empty() { None } else { Some(bad.join(", ")) })
 }
 
