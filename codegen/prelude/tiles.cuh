@@ -688,8 +688,16 @@ __device__ __forceinline__ void ldg_nc_u8_keep(unsigned& v, const unsigned char*
 // `hi = (q >> 4) & 0x0F0F0F0F`: one prmt puts nibble 2f in byte 0 and nibble 2f + 1 in byte 2 (bytes 1 and 3 are
 // the zero sign-fill of a byte below 0x80), one multiply by 0x1040 adds the copies shifted by 12 (sign to bit 15)
 // and by 6 (exponent and mantissa to bits 8..6), one mask keeps those bits: the bits of `fp4_pair`'s v.
+// The zero bytes need the PTX prmt's sign-replicate mode (selector msb), so the prmt is inline PTX: `__byte_perm`
+// keeps only the low 3 bits of each selector nibble (NVRTC masks the selector with 0x7777), which made bytes 1 and
+// 3 copies of `lo`'s byte 0 and corrupted sign and exponent of every decoded pair.
+__device__ __forceinline__ unsigned prmt_b32(unsigned a, unsigned b, unsigned sel) {
+  unsigned r;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
+  return r;
+}
 template <bool FOLD> __device__ __forceinline__ unsigned fp4_pair_lh(unsigned lo, unsigned hi, int f, unsigned scale2) {
-  const unsigned y = __byte_perm(lo, hi, (unsigned)(f | (8 << 4) | ((4 + f) << 8) | (8 << 12)));
+  const unsigned y = prmt_b32(lo, hi, (unsigned)(f | (8 << 4) | ((4 + f) << 8) | (8 << 12)));
   const unsigned v = (y * 0x1040u) & 0x81C081C0u;
   return FOLD ? hmul2_bf16(v, scale2) : hmul2_bf16(hmul2_bf16(v, 0x7E807E80u), scale2);
 }

@@ -1,0 +1,137 @@
+//! CPU checks of the parts of the CUDA `fp4_gemv` prelude primitive that the interpreter and the JIT do not model
+//! (they compute the plain sum): the 4-op pair decode `fp4_pair_lh` (bit-exact against `fp4_pair` and the e2m1
+//! table, under the PTX `prmt` semantics) and the k-step order (each mma's A pairs and B pairs are the same
+//! columns of the block). Transcriptions of codegen/prelude/tiles.cuh: keep them in step with it.
+
+const TILES: &str = include_str!("../prelude/tiles.cuh");
+
+/// PTX `prmt.b32 d, a, b, c` (generic mode): byte n of d is byte (c_n & 7) of {b, a}, or that byte's sign
+/// replicated when c_n & 8.
+fn prmt(a: u32, b: u32, sel: u32) -> u32 {
+    let bytes = (u64::from(b) << 32 | u64::from(a)).to_le_bytes();
+    let mut r = 0u32;
+    for n in 0..4 {
+        let s = (sel >> (4 * n)) & 0xF;
+        let mut v = bytes[(s & 7) as usize];
+        if s & 8 != 0 {
+            v = if v & 0x80 != 0 { 0xFF } else { 0 };
+        }
+        r |= u32::from(v) << (8 * n);
+    }
+    r
+}
+
+/// CUDA's `__byte_perm`: only the low 3 bits of each selector nibble (NVRTC masks the selector with 0x7777).
+fn byte_perm(a: u32, b: u32, sel: u32) -> u32 {
+    prmt(a, b, sel & 0x7777)
+}
+
+/// `fp4_pair`'s v (before the scale multiply).
+fn pair_old(q: u32, f: u32) -> u32 {
+    let u = byte_perm(q << 4, q, f | (f << 4) | ((4 + f) << 8) | ((4 + f) << 12));
+    (u & 0x8000_8000) | ((u & 0x7000_7000) >> 6)
+}
+
+/// `fp4_pair_lh`'s v with a given byte permute.
+fn pair_lh(q: u32, f: u32, perm: fn(u32, u32, u32) -> u32) -> u32 {
+    let (lo, hi) = (q & 0x0F0F_0F0F, (q >> 4) & 0x0F0F_0F0F);
+    let y = perm(lo, hi, f | (8 << 4) | ((4 + f) << 8) | (8 << 12));
+    y.wrapping_mul(0x1040) & 0x81C0_81C0
+}
+
+/// e2m1 value of a nibble.
+fn e2m1(n: u32) -> f64 {
+    const MAG: [f64; 8] = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0];
+    let m = MAG[(n & 7) as usize];
+    if n & 8 != 0 { -m } else { m }
+}
+
+/// A bf16 (bits) times 2^126, as f64 (bf16 subnormals included).
+fn bf16_times_2_126(h: u32) -> f64 {
+    f64::from(f32::from_bits(h << 16)) * 2f64.powi(126)
+}
+
+fn words() -> Vec<u32> {
+    // Every byte value at every position, with the other bytes from a few fixed patterns and an LCG.
+    let mut fill = vec![0u32, 0xFFFF_FFFF, 0x8888_8888, 0x7777_7777, 0x0F0F_0F0F, 0xF0F0_F0F0];
+    let mut s = 0x1234_5678u32;
+    for _ in 0..32 {
+        s = s.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+        fill.push(s);
+    }
+    let mut out = Vec::new();
+    for pos in 0..4 {
+        for byte in 0..256u32 {
+            for &fl in &fill {
+                out.push((fl & !(0xFF << (8 * pos))) | (byte << (8 * pos)));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn fp4_pair_lh_matches_fp4_pair_and_e2m1_for_every_nibble() {
+    for q in words() {
+        for f in 0..4 {
+            let v = pair_lh(q, f, prmt);
+            assert_eq!(v, pair_old(q, f), "q {q:#010x} f {f}");
+            let (n0, n1) = ((q >> (8 * f)) & 0xF, (q >> (8 * f + 4)) & 0xF);
+            // Low half: the even nibble (column 2f or the pair's first column), high half: the odd one. The
+            // bf16 value is e2m1 * 2^-126 (zero keeps its sign: -0 for nibble 8).
+            assert_eq!(bf16_times_2_126(v & 0xFFFF), e2m1(n0), "q {q:#010x} f {f} low");
+            assert_eq!(bf16_times_2_126(v >> 16), e2m1(n1), "q {q:#010x} f {f} high");
+        }
+    }
+}
+
+#[test]
+fn fp4_pair_lh_needs_the_prmt_sign_mode() {
+    // With `__byte_perm` (selector nibbles cut to 3 bits) the zero bytes become copies of byte 0 of the even
+    // nibbles: the decode the GPU ran before the fix, wrong for most words.
+    let bad = words().into_iter().filter(|&q| (0..4).any(|f| pair_lh(q, f, byte_perm) != pair_old(q, f))).count();
+    assert!(bad > 0);
+    // The prelude's decode goes through inline PTX prmt, not `__byte_perm`.
+    let start = TILES.find("unsigned fp4_pair_lh(").expect("fp4_pair_lh in tiles.cuh");
+    let body = &TILES[start..start + TILES[start..].find("\n}\n").expect("end of fp4_pair_lh")];
+    assert!(body.contains("prmt_b32(lo, hi,"), "{body}");
+    assert!(!body.contains("__byte_perm"), "{body}");
+    let p = TILES.find("unsigned prmt_b32(").expect("prmt_b32 in tiles.cuh");
+    let pbody = &TILES[p..p + TILES[p..].find("\n}\n").expect("end of prmt_b32")];
+    assert!(pbody.contains("asm(\"prmt.b32 %0, %1, %2, %3;\""), "{pbody}");
+}
+
+/// The column (0..32) of a block's weight pair (word w, byte f) nibble h, per layout.
+fn wcol(packed: bool, w: usize, f: usize, h: usize) -> usize {
+    if packed { 8 * f + 2 * w + h } else { 8 * w + 2 * f + h }
+}
+
+#[test]
+fn fp4_gemv_k_steps_pair_a_and_b_columns() {
+    // mma.m16n8k16 (row.col): A reg 0/1 (rows g, g + 8) and B reg 0 hold k = 2 l + h, A reg 2/3 and B reg 1 hold
+    // k = 2 l + 8 + h, for lane (g, l). In `fp4_gemv` every lane of a quad column l multiplies its own block
+    // 4q + l (weights of its rows, activations of its token), so a step is right when, for each lane, the weight
+    // columns of A's k slots are the activation columns of B's same k slots (independent of g), and the eight
+    // steps cover each of the block's 32 columns exactly once.
+    for packed in [false, true] {
+        let mut seen = [0u32; 32];
+        for st in 0..8usize {
+            // As in tiles.cuh.
+            let i = if packed { st & 3 } else { st >> 1 };
+            let j = if packed { st >> 2 } else { st & 1 };
+            let (wa, wb) = if packed { (2 * j, 2 * j + 1) } else { (i, i) };
+            let (fa, fb) = if packed { (i, i) } else { (2 * j, 2 * j + 1) };
+            // bb = {j ? xc.z : xc.x, j ? xc.w : xc.y} of x chunk i (columns 8 i .. 8 i + 7, two per word).
+            let (xw0, xw1) = if j == 1 { (2, 3) } else { (0, 1) };
+            for h in 0..2 {
+                let (a0, a2) = (wcol(packed, wa, fa, h), wcol(packed, wb, fb, h));
+                let (b0, b1) = (8 * i + 2 * xw0 + h, 8 * i + 2 * xw1 + h);
+                assert_eq!(a0, b0, "packed {packed} step {st} h {h}: k slot 2l");
+                assert_eq!(a2, b1, "packed {packed} step {st} h {h}: k slot 2l + 8");
+                seen[a0] += 1;
+                seen[a2] += 1;
+            }
+        }
+        assert!(seen.iter().all(|&c| c == 1), "packed {packed}: {seen:?}");
+    }
+}
