@@ -267,7 +267,13 @@ pub const PREFILL_LOAD_KNOB: &str = "LOAD";
 pub fn prefill_default_knobs() -> Knobs {
     // SOFTMAX=fast measured on the H200 (2026-12-01, same run): causal T8192 H96 4.825 ms against 4.983 exact,
     // T32768 H12 8.797 against 9.057 (SMGUARD=true was slower on both: 5.028 / 9.162).
-    prefill_wgmma_knobs().with("OVERLAP", true).with("QORDER", "head").with("SOFTMAX", "fast")
+    // LOAD=auto (TMA for the wgmma kernel) from the H200 (2026-12-01, session 5 call D, same run): T8192 H96 4.486
+    // ms against 4.812 with cp.async, T32768 H12 7.912 against 8.663 (BN=64 STAGES=3 with TMA: 6.474 / 11.818).
+    prefill_wgmma_knobs()
+        .with("OVERLAP", true)
+        .with("QORDER", "head")
+        .with("SOFTMAX", "fast")
+        .with(PREFILL_LOAD_KNOB, "auto")
 }
 
 /// The mma.sync prefill knobs (the fastest mma.sync point of a first sweep on an H200: 218 TFLOP/s causal at
