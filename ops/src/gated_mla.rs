@@ -253,10 +253,11 @@ pub fn prefill_knob_space() -> KnobSpace {
 /// overlapped schedule's V ring can run one tile behind); every thread arrives on the slot's empty mbarrier
 /// once the product that read it has completed, and thread 0 waits for that before refilling the slot (no
 /// block barrier in the KV loop). Rows past a sequence's end are loaded from the next sequence (or read as zero
-/// past the tensor) and masked exactly like the zero rows of the cp.async path. `auto` is `tma` for MMA=wgmma
-/// (every shape qualifies: the rows are 384/256 bytes, the boxes at most 256 rows) and `cp_async` for
-/// MMA=sync (whose V tile has 256-byte rows); it is accepted but not an axis of [`prefill_knob_space`] (it
-/// would duplicate points).
+/// past the tensor) and masked exactly like the zero rows of the cp.async path. `auto` (the default) is `tma`
+/// for MMA=wgmma with at most two consumer warpgroups (BM <= 128; every such shape qualifies: the rows are
+/// 384/256 bytes, the boxes at most 256 rows) and `cp_async` for MMA=sync (whose V tile has 256-byte rows) and
+/// for BM=192 (whose TMA kernel spills under the 168-register cap); it is accepted but not an axis of
+/// [`prefill_knob_space`] (it would duplicate points).
 pub const PREFILL_LOAD_KNOB: &str = "LOAD";
 
 /// The prefill knobs used when no tuning record exists: the wgmma kernel ([`prefill_wgmma_knobs`] with the
@@ -385,7 +386,9 @@ fn prefill_cfg(spec: &PrefillSpec, k: &Knobs) -> Result<PrefillCfg, OpError> {
             Some(_) => match k.str(PREFILL_LOAD_KNOB)? {
                 "cp_async" => false,
                 "tma" => true,
-                "auto" => wgmma,
+                // Three consumer warpgroups (BM=192) run under the 168-register cap of 384 threads, where the
+                // TMA kernel spills (92 bytes at BN=96, ptxas sm_90a): auto keeps cp.async there.
+                "auto" => wgmma && k.u32("BM")? <= 128,
                 other => return invalid(OP, k, format!("LOAD={other}: cp_async, tma or auto")),
             },
         },

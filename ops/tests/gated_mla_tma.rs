@@ -176,7 +176,10 @@ fn tma_load_knob_is_checked() {
     let auto = |k: Knobs| build_prefill(&spec, &k.with(PREFILL_LOAD_KNOB, "auto")).unwrap();
     assert_eq!(auto(prefill_default_knobs()).tensor_maps.len(), 3);
     assert!(auto(prefill_sync_knobs()).tensor_maps.is_empty());
-    assert!(build_prefill(&spec, &prefill_default_knobs()).unwrap().tensor_maps.is_empty());
+    // The default is auto: TMA for the two-warpgroup wgmma kernel, cp.async for three warpgroups (BM=192).
+    assert_eq!(build_prefill(&spec, &prefill_default_knobs()).unwrap().tensor_maps.len(), 3);
+    let three = prefill_default_knobs().with("BM", 192i64).with("WM", 12i64).with("BN", 64i64);
+    assert!(build_prefill(&spec, &three).unwrap().tensor_maps.is_empty());
     let cp = build_prefill(&spec, &prefill_default_knobs().with(PREFILL_LOAD_KNOB, "cp_async")).unwrap();
     assert!(cp.tensor_maps.is_empty() && cp.mbarriers.is_empty());
 }
