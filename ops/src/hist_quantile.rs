@@ -473,16 +473,7 @@ pub fn build_alpha(spec: &AlphaSpec, c: &Cfg) -> Result<Kernel, OpError> {
                 b.if_else(
                     n.le(CAND_CAP as i64),
                     |b| {
-                        b.for_("i", Expr::lane_idx(), n.clone(), 32i64, |b, i| {
-                            let v = b.let_("v", Expr::shared_load(cand, 0i64, Expr::warp_idx(), i.clone()));
-                            let rank = b.let_var("rank", 0i64);
-                            b.for_("j", 0i64, n.clone(), 1i64, |b, j| {
-                                let x = Expr::shared_load(cand, 0i64, Expr::warp_idx(), j.clone());
-                                let before = x.gt(v.clone()).or(x.eq(v.clone()).and(j.lt(i.clone())));
-                                b.assign(rank, ival(rank) + Expr::select(before, 1i64, 0i64));
-                            });
-                            b.if_(ival(rank).eq(k as i64), |b| b.store_scalar(alpha, t.clone(), v.clone()));
-                        });
+                        store_rank_k(b, "v", (cand, Expr::Int(0), Expr::warp_idx()), &n, k, alpha, &t);
                     },
                     |b| {
                         // Too many candidates (ties): rank against the whole row (values below L never count).
@@ -653,16 +644,7 @@ pub fn build_alpha_warp(spec: &AlphaSpec, c: &Cfg) -> Result<Kernel, OpError> {
                         |b| b.if_(Expr::lane_idx().eq(0i64), |b| b.store_scalar(alpha, t.clone(), a.clone())),
                         |b| {
                             // More (ties): rank every candidate (ties by slot); the one of rank k is alpha.
-                            b.for_("i", Expr::lane_idx(), n.clone(), 32i64, |b, i| {
-                                let v = b.let_("cv", Expr::shared_load(cand, 0i64, r.clone(), i.clone()));
-                                let rank = b.let_var("rank", 0i64);
-                                b.for_("j", 0i64, n.clone(), 1i64, |b, j| {
-                                    let x = Expr::shared_load(cand, 0i64, r.clone(), j.clone());
-                                    let before = x.gt(v.clone()).or(x.eq(v.clone()).and(j.lt(i.clone())));
-                                    b.assign(rank, ival(rank) + Expr::select(before, 1i64, 0i64));
-                                });
-                                b.if_(ival(rank).eq(k as i64), |b| b.store_scalar(alpha, t.clone(), v.clone()));
-                            });
+                            store_rank_k(b, "cv", (cand, Expr::Int(0), r.clone()), &n, k, alpha, &t);
                         },
                     );
                 });
@@ -796,16 +778,7 @@ pub fn build_alpha_ring(spec: &AlphaSpec, c: &Cfg, e: usize) -> Result<Kernel, O
                     |b| b.if_(Expr::lane_idx().eq(0i64), |b| b.store_scalar(alpha, t.clone(), a.clone())),
                     |b| {
                         // More (ties): rank every candidate (ties by slot); the one of rank k is alpha.
-                        b.for_("i", Expr::lane_idx(), n.clone(), 32i64, |b, ci| {
-                            let v = b.let_("cv", Expr::shared_load(ring, slot.clone(), Expr::warp_idx(), ci.clone()));
-                            let rank = b.let_var("rank", 0i64);
-                            b.for_("j", 0i64, n.clone(), 1i64, |b, j| {
-                                let x = Expr::shared_load(ring, slot.clone(), Expr::warp_idx(), j.clone());
-                                let before = x.gt(v.clone()).or(x.eq(v.clone()).and(j.lt(ci.clone())));
-                                b.assign(rank, ival(rank) + Expr::select(before, 1i64, 0i64));
-                            });
-                            b.if_(ival(rank).eq(k as i64), |b| b.store_scalar(alpha, t.clone(), v.clone()));
-                        });
+                        store_rank_k(b, "cv", (ring, slot.clone(), Expr::warp_idx()), &n, k, alpha, &t);
                     },
                 );
             });
@@ -930,16 +903,7 @@ pub fn build_alpha_lean(spec: &AlphaSpec, c: &Cfg) -> Result<Kernel, OpError> {
                     |b| b.if_(Expr::lane_idx().eq(0i64), |b| b.store_scalar(alpha, t.clone(), a.clone())),
                     |b| {
                         // More (ties): rank every candidate (ties by slot); the one of rank k is alpha.
-                        b.for_("i", Expr::lane_idx(), n.clone(), 32i64, |b, i| {
-                            let v = b.let_("cv", Expr::shared_load(cand, 0i64, Expr::warp_idx(), i.clone()));
-                            let rank = b.let_var("rank", 0i64);
-                            b.for_("j", 0i64, n.clone(), 1i64, |b, j| {
-                                let x = Expr::shared_load(cand, 0i64, Expr::warp_idx(), j.clone());
-                                let before = x.gt(v.clone()).or(x.eq(v.clone()).and(j.lt(i.clone())));
-                                b.assign(rank, ival(rank) + Expr::select(before, 1i64, 0i64));
-                            });
-                            b.if_(ival(rank).eq(k as i64), |b| b.store_scalar(alpha, t.clone(), v.clone()));
-                        });
+                        store_rank_k(b, "cv", (cand, Expr::Int(0), Expr::warp_idx()), &n, k, alpha, &t);
                     },
                 );
             });
@@ -965,6 +929,30 @@ fn tree(mut xs: Vec<Expr>, op: &dyn Fn(Expr, Expr) -> Expr) -> Expr {
         xs = next;
     }
     xs.pop().expect("at least one value")
+}
+
+/// The tie fallback of the alpha kernels: each lane ranks the candidates `lane, lane + 32, ..` (< `n`) of shared
+/// row `(slot, row)` of `buf` against all `n` (larger first, equal ones by position), and the one of rank `k` is
+/// stored as `alpha[t]`. `name` names the candidate's variable in the emitted code.
+fn store_rank_k(
+    b: &mut KernelBuilder,
+    name: &str,
+    (buf, slot, row): (SharedId, Expr, Expr),
+    n: &Expr,
+    k: u32,
+    alpha: TensorId,
+    t: &Expr,
+) {
+    b.for_("i", Expr::lane_idx(), n.clone(), 32i64, |b, i| {
+        let v = b.let_(name, Expr::shared_load(buf, slot.clone(), row.clone(), i.clone()));
+        let rank = b.let_var("rank", 0i64);
+        b.for_("j", 0i64, n.clone(), 1i64, |b, j| {
+            let x = Expr::shared_load(buf, slot.clone(), row.clone(), j.clone());
+            let before = x.gt(v.clone()).or(x.eq(v.clone()).and(j.lt(i.clone())));
+            b.assign(rank, ival(rank) + Expr::select(before, 1i64, 0i64));
+        });
+        b.if_(ival(rank).eq(k as i64), |b| b.store_scalar(alpha, t.clone(), v.clone()));
+    });
 }
 
 /// The `k`-th largest (from 0) of the 32 lanes' values in each of the rows `xs`, in every lane: a bitonic sort across the warp,
