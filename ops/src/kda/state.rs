@@ -153,6 +153,40 @@ pub fn build_state(
             (None, 2) => b.let_("cur", j.clone().bitand(1i64)),
             (None, _) => b.let_("cur", &j % (stages as i64)),
         };
+        // Phase 1 (after S and the chunk's operands are visible): V' = U - W S and the q S part of o, V' into sVt,
+        // published by a barrier.
+        let values = |b: &mut KernelBuilder| {
+            b.map(acc_v, 0.0);
+            b.map(acc_o, 0.0);
+            let s_op = Operand::Shared { src: b.slot(ss, 0i64), transpose: false };
+            b.mma(acc_v, Operand::Shared { src: b.slot(sw, cur.clone()), transpose: false }, s_op.clone());
+            b.mma(acc_o, Operand::Shared { src: b.slot(sqb, cur.clone()), transpose: false }, s_op);
+            let d = b.slot(su, cur.clone());
+            b.load(tu, Place::Shared(d));
+            b.map(acc_v, Expr::Elem(tu) - Expr::Elem(acc_v));
+            let d = b.slot(svt, 0i64);
+            b.store(acc_v, Place::Shared(d));
+            b.barrier();
+        };
+        // Phase 2: o += P V', its store, and the state update S = diag(gamma) S + K^T V'.
+        let output_and_state = |b: &mut KernelBuilder| {
+            let vt = Operand::Shared { src: b.slot(svt, 0i64), transpose: false };
+            b.mma(acc_o, Operand::Shared { src: b.slot(sp, cur.clone()), transpose: false }, vt.clone());
+            b.store(
+                acc_o,
+                Place::Global(view(
+                    o,
+                    (&row0 * hv.clone() + hvi.clone()) * vv + v0.clone(),
+                    hv.clone() * vv,
+                    len.clone(),
+                    bvv,
+                    2,
+                )),
+            );
+            b.vec_map(vgam, Expr::shared_load(sgam, cur.clone(), 0i64, Expr::RowIdx));
+            b.map(st, Expr::Elem(st) * Expr::RowVal(vgam));
+            b.mma(st, Operand::Shared { src: b.slot(skb, cur.clone()), transpose: true }, vt);
+        };
         if two_bars {
             // Two barriers a chunk. Wait for this chunk's group (the S - 2 younger ones may be in flight), write
             // S, then one barrier: the chunk's operands and sS are visible to every warp, and every warp is done
@@ -175,33 +209,8 @@ pub fn build_state(
                 issue_b(b, &ch + ahead, next.clone());
             });
             b.commit();
-            b.map(acc_v, 0.0);
-            b.map(acc_o, 0.0);
-            let s_op = Operand::Shared { src: b.slot(ss, 0i64), transpose: false };
-            b.mma(acc_v, Operand::Shared { src: b.slot(sw, cur.clone()), transpose: false }, s_op.clone());
-            b.mma(acc_o, Operand::Shared { src: b.slot(sqb, cur.clone()), transpose: false }, s_op);
-            let d = b.slot(su, cur.clone());
-            b.load(tu, Place::Shared(d));
-            b.map(acc_v, Expr::Elem(tu) - Expr::Elem(acc_v));
-            let d = b.slot(svt, 0i64);
-            b.store(acc_v, Place::Shared(d));
-            b.barrier();
-            let vt = Operand::Shared { src: b.slot(svt, 0i64), transpose: false };
-            b.mma(acc_o, Operand::Shared { src: b.slot(sp, cur.clone()), transpose: false }, vt.clone());
-            b.store(
-                acc_o,
-                Place::Global(view(
-                    o,
-                    (&row0 * hv.clone() + hvi.clone()) * vv + v0.clone(),
-                    hv.clone() * vv,
-                    len.clone(),
-                    bvv,
-                    2,
-                )),
-            );
-            b.vec_map(vgam, Expr::shared_load(sgam, cur.clone(), 0i64, Expr::RowIdx));
-            b.map(st, Expr::Elem(st) * Expr::RowVal(vgam));
-            b.mma(st, Operand::Shared { src: b.slot(skb, cur.clone()), transpose: true }, vt);
+            values(b);
+            output_and_state(b);
             if let Some(rv) = ring {
                 b.assign(rv, Expr::select(cur.clone().eq(2i64), 0i64, &cur + 1i64));
             }
@@ -231,32 +240,14 @@ pub fn build_state(
         let d = b.slot(ss, 0i64);
         b.store(st, Place::Shared(d));
         b.barrier();
-        b.map(acc_v, 0.0);
-        b.map(acc_o, 0.0);
-        let s_op = Operand::Shared { src: b.slot(ss, 0i64), transpose: false };
-        b.mma(acc_v, Operand::Shared { src: b.slot(sw, cur.clone()), transpose: false }, s_op.clone());
-        b.mma(acc_o, Operand::Shared { src: b.slot(sqb, cur.clone()), transpose: false }, s_op);
-        let d = b.slot(su, cur.clone());
-        b.load(tu, Place::Shared(d));
-        b.map(acc_v, Expr::Elem(tu) - Expr::Elem(acc_v));
-        let d = b.slot(svt, 0i64);
-        b.store(acc_v, Place::Shared(d));
-        b.barrier();
+        values(b);
         if stages == 1 {
             b.if_(more.clone(), |b| issue_a(b, &ch + 1i64, z()));
             b.commit();
             b.wait(1);
             b.barrier();
         }
-        let vt = Operand::Shared { src: b.slot(svt, 0i64), transpose: false };
-        b.mma(acc_o, Operand::Shared { src: b.slot(sp, cur.clone()), transpose: false }, vt.clone());
-        b.store(
-            acc_o,
-            Place::Global(view(o, (&row0 * hv.clone() + hvi.clone()) * vv + v0.clone(), hv.clone() * vv, len, bvv, 2)),
-        );
-        b.vec_map(vgam, Expr::shared_load(sgam, cur.clone(), 0i64, Expr::RowIdx));
-        b.map(st, Expr::Elem(st) * Expr::RowVal(vgam));
-        b.mma(st, Operand::Shared { src: b.slot(skb, cur.clone()), transpose: true }, vt);
+        output_and_state(b);
         b.barrier();
         if stages == 1 {
             b.if_(more, |b| issue_b(b, &ch + 1i64, z()));
