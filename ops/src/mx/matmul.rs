@@ -1029,44 +1029,32 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
                     if c.stream {
                         // The slice's words and scales straight into registers, then one product over BK.
                         let k0 = b.let_("k0", &kbeg + kt.clone() * bk as i64);
-                        let kleft = &kend - k0.clone();
                         let nvalid = n.clone() - n0.clone();
-                        let qv = view(
-                            wq,
-                            (&wrow + n0.clone()) * kq.clone() + &k0 / 8i64,
-                            kq.clone(),
-                            nvalid.clone(),
-                            &kleft / 8i64,
-                            4,
-                        );
-                        let sv = view(
-                            ws,
-                            (&wrow + n0.clone()) * kb.clone() + &k0 / 32i64,
-                            kb.clone(),
-                            nvalid.clone(),
-                            &kleft / 32i64,
-                            1,
-                        );
-                        if c.prefetch {
-                            // The next slice's views (past this split's K range on the last slice: all masked).
-                            let k1 = &k0 + bk as i64;
-                            let nleft = &kend - k1.clone();
-                            let nq = view(
+                        // The packed words and the scales of the K slice from `k` on (masked at this split's end).
+                        let slice = |k: &Expr| {
+                            let kleft = &kend - k.clone();
+                            let qv = view(
                                 wq,
-                                (&wrow + n0.clone()) * kq.clone() + &k1 / 8i64,
+                                (&wrow + n0.clone()) * kq.clone() + k / 8i64,
                                 kq.clone(),
                                 nvalid.clone(),
-                                &nleft / 8i64,
+                                &kleft / 8i64,
                                 4,
                             );
-                            let ns = view(
+                            let sv = view(
                                 ws,
-                                (&wrow + n0.clone()) * kb.clone() + &k1 / 32i64,
+                                (&wrow + n0.clone()) * kb.clone() + k / 32i64,
                                 kb.clone(),
-                                nvalid,
-                                &nleft / 32i64,
+                                nvalid.clone(),
+                                &kleft / 32i64,
                                 1,
                             );
+                            (qv, sv)
+                        };
+                        let (qv, sv) = slice(&k0);
+                        if c.prefetch {
+                            // The next slice's views (past this split's K range on the last slice: all masked).
+                            let (nq, ns) = slice(&(&k0 + bk as i64));
                             let pf = Fp4Prefetch { words: nq, scales: ns, first: kt.eq(0i64) };
                             b.dequant_fp4_stream_prefetch(wt, qv, sv, spec.packed, spec.fold, spec.finite, pf);
                         } else {
