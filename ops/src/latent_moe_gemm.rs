@@ -104,7 +104,9 @@ pub const OVERLAP_KNOB: &str = "OVERLAP";
 /// [`default_knobs`] (until the GPU A/B): `2` launches the blocks in thread-block clusters of two (LOAD=tma
 /// only) that compute sibling tiles of one (group, k-loop) and share the operand both need through
 /// `.multicast::cluster` copies: each CTA copies half of the shared tile into both CTAs' shared memory, so each
-/// reads 32 instead of 48 KiB per k-step from L2 at 128x256 tiles with [`CLUSTER_ALONG_KNOB`] = `m`.
+/// reads 32 instead of 48 KiB per k-step from L2 at 128x256 tiles with [`CLUSTER_ALONG_KNOB`] = `m`. With
+/// `LOAD=auto` on a shape the copy engine cannot serve, the cp.async kernel runs unpaired; with `LOAD=cp_async`,
+/// CLUSTER=2 is an error.
 pub const CLUSTER_KNOB: &str = "CLUSTER";
 
 /// The knob `CLUSTER_ALONG` (`m` | `n`, absent = `m`; only with CLUSTER=2): which tiles a cluster pairs. `m`:
@@ -266,6 +268,10 @@ fn cfg(spec: &GemmSpec, k: &Knobs) -> Result<Cfg, OpError> {
             if c.wgmma { "wgmma" } else { "sync" },
             c.bk
         ));
+    }
+    // LOAD=auto on a shape the copy engine cannot serve (K not a multiple of 8): the cp.async kernel, unpaired.
+    if c.cluster2 && !c.tma && load == "auto" {
+        c.cluster2 = false;
     }
     if c.cluster2 && !c.tma {
         return invalid("CLUSTER=2 needs LOAD=tma (the shared operand arrives by multicast bulk tensor copies)".into());

@@ -154,6 +154,10 @@ fn cluster_knob_is_checked() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("CLUSTER=2 needs LOAD=tma"), "{e}");
+    // LOAD=auto where TMA cannot serve the shape (K % 8 != 0): the cp.async kernel, no cluster.
+    let odd = GemmSpec::for_shape(true, Epilogue::None, false, 65, 64);
+    let k = build_kernel(&odd, &default_knobs().with(CLUSTER_KNOB, 2i64)).unwrap();
+    assert!(k.tensor_maps.is_empty() && k.cluster == [1, 1, 1], "{}", k.name);
     let e = build_kernel(&spec, &default_knobs().with(CLUSTER_KNOB, 2i64).with(CLUSTER_ALONG_KNOB, "k"))
         .unwrap_err()
         .to_string();
