@@ -88,7 +88,7 @@ fn cluster_kernel(cluster: [u32; 3], grid: i64, cta: i64, mask: Option<i64>) -> 
 #[test]
 fn validator_rejects_bad_cluster_shapes() {
     assert!(cluster_kernel([2, 1, 1], 4, 1, Some(3)).is_ok());
-    let msg = |r: Result<Kernel, IrError>| r.err().expect("rejected").to_string();
+    let msg = |r: Result<Kernel, IrError>| r.expect_err("rejected").to_string();
     assert!(msg(cluster_kernel([3, 3, 1], 9, 0, None)).contains("cluster shape"));
     assert!(msg(cluster_kernel([0, 1, 1], 4, 0, None)).contains("cluster shape"));
     assert!(msg(cluster_kernel([16, 1, 1], 16, 0, None)).contains("cluster shape"));

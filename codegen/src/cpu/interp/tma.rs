@@ -38,7 +38,7 @@ pub(super) fn run_clusters<'a>(
     new_block: impl Fn([u32; 3]) -> Block<'a>,
 ) -> Result<(), InterpError> {
     let c = k.cluster;
-    if (0..3).any(|i| grid[i] % c[i] != 0) {
+    if (0..3).any(|i| !grid[i].is_multiple_of(c[i])) {
         return Err(InterpError::Arith {
             kernel: k.name.clone(),
             what: format!("grid {grid:?} is not a multiple of the cluster shape {c:?}"),

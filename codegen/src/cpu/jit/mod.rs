@@ -212,7 +212,7 @@ impl JitKernel {
         use crate::cpu::cluster::{Sched, run_cluster};
         let k = &self.kernel;
         let c = k.cluster;
-        if (0..3).any(|i| grid[i] % c[i] != 0) {
+        if (0..3).any(|i| !grid[i].is_multiple_of(c[i])) {
             return Err(InterpError::Arith {
                 kernel: k.name.clone(),
                 what: format!("grid {grid:?} is not a multiple of the cluster shape {c:?}"),
