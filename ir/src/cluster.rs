@@ -51,3 +51,32 @@ pub fn rank_expr(c: [u32; 3]) -> Expr {
 pub fn rank_of(c: [u32; 3], block: [u32; 3]) -> u32 {
     block[0] % c[0] + c[0] * (block[1] % c[1] + c[1] * (block[2] % c[2]))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{KernelBuilder, stable_hash};
+
+    #[test]
+    fn no_cluster_keeps_the_serialized_kernel_and_its_hash() {
+        let mut b = KernelBuilder::new("k", 32);
+        b.barrier();
+        let k = b.finish().unwrap();
+        let json = serde_json::to_string(&k).unwrap();
+        assert!(!json.contains("cluster"), "{json}");
+        let back: crate::Kernel = serde_json::from_str(&json).unwrap();
+        assert_eq!(back.cluster, [1, 1, 1]);
+        let mut c = k.clone();
+        c.cluster = [2, 1, 1];
+        assert_ne!(stable_hash(&c), stable_hash(&k));
+        assert!(serde_json::to_string(&c).unwrap().contains("cluster"));
+    }
+
+    #[test]
+    fn ranks_are_x_fastest() {
+        assert_eq!(rank_of([2, 1, 1], [5, 0, 0]), 1);
+        assert_eq!(rank_of([2, 2, 1], [3, 1, 0]), 3);
+        assert_eq!(rank_of([2, 2, 2], [2, 3, 5]), 6);
+        assert_eq!(rank_expr([1, 1, 1]), Expr::Int(0));
+    }
+}
