@@ -34,6 +34,7 @@ impl KernelBuilder {
                 min_blocks_per_sm: 0,
                 mbarriers: vec![],
                 tensor_maps: vec![],
+                cluster: crate::cluster::no_cluster(),
             },
             stack: vec![vec![]],
         }
@@ -377,7 +378,37 @@ impl KernelBuilder {
         bar_index: impl Into<Expr>,
     ) {
         let bar = MbarRef { bar, index: bar_index.into() };
-        self.push(Stmt::TmaLoad(Box::new(TmaLoad { map, dst, coords, bar })));
+        self.push(Stmt::TmaLoad(Box::new(TmaLoad { map, dst, coords, bar, multicast: None })));
+    }
+    /// Thread 0: one TMA box copy multicast into the same place of every cluster CTA of `mask` (see
+    /// [`crate::cluster`]), completing on `bar[bar_index]` of each.
+    pub fn tma_load_multicast(
+        &mut self,
+        map: TmapId,
+        dst: SharedRef,
+        coords: Vec<Expr>,
+        bar: MbarId,
+        bar_index: impl Into<Expr>,
+        mask: impl Into<Expr>,
+    ) {
+        let bar = MbarRef { bar, index: bar_index.into() };
+        self.push(Stmt::TmaLoad(Box::new(TmaLoad { map, dst, coords, bar, multicast: Some(mask.into()) })));
+    }
+    /// Launch the blocks in thread-block clusters of `dims` blocks (x, y, z).
+    pub fn cluster(&mut self, dims: [u32; 3]) {
+        self.k.cluster = dims;
+    }
+    /// The block's rank in its cluster (`%cluster_ctarank`: x fastest), from the block index.
+    pub fn cluster_rank(&self) -> Expr {
+        crate::cluster::rank_expr(self.k.cluster)
+    }
+    /// Lane 0 of every warp arrives on `bar[index]` of cluster CTA `cta`.
+    pub fn mbar_arrive_cluster(&mut self, bar: MbarId, index: impl Into<Expr>, cta: impl Into<Expr>) {
+        self.push(Stmt::MbarArriveCluster { bar: MbarRef { bar, index: index.into() }, cta: cta.into() });
+    }
+    /// Every thread of the cluster meets at the cluster barrier.
+    pub fn cluster_sync(&mut self) {
+        self.push(Stmt::ClusterSync);
     }
     /// Load a register tile.
     pub fn load(&mut self, tile: TileId, src: Place) {

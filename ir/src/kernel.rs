@@ -339,6 +339,14 @@ pub enum Stmt {
     /// Thread 0 starts a bulk tensor copy of one box (see [`TmaLoad`], [`crate::tma`]); it completes the
     /// box's bytes on its barrier. Reading the destination is only valid after a wait on that barrier's phase.
     TmaLoad(Box<TmaLoad>),
+    /// Lane 0 of every warp arrives once on barrier `bar` of CTA `cta` (an int, the rank in the cluster) of
+    /// the block's thread-block cluster (`warps` arrivals; a remote arrival with release semantics at cluster
+    /// scope, after the warp's lanes converge): how a consumer releases a slot a peer's multicast refills (see
+    /// [`crate::cluster`]).
+    MbarArriveCluster { bar: MbarRef, cta: Expr },
+    /// Every thread of every CTA of the cluster arrives at and waits on the cluster barrier (release/acquire
+    /// at cluster scope; see [`crate::cluster`]).
+    ClusterSync,
     /// Load a register tile (converting to the tile's dtype).
     Load { tile: TileId, src: Place },
     /// Store a register tile (converting to the destination's dtype; invalid elements skipped).
@@ -558,6 +566,9 @@ pub struct Kernel {
     /// TMA descriptors: one `CUtensorMap` kernel argument each, after the symbols.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tensor_maps: Vec<TensorMapDecl>,
+    /// Thread-block cluster shape (blocks per cluster along x, y, z; see [`crate::cluster`]); `[1, 1, 1]`: none.
+    #[serde(default = "crate::cluster::no_cluster", skip_serializing_if = "crate::cluster::is_no_cluster")]
+    pub cluster: [u32; 3],
 }
 
 fn is_zero(v: &u32) -> bool {
@@ -573,6 +584,11 @@ impl Kernel {
     /// Warps per block.
     pub fn warps(&self) -> u32 {
         self.threads / 32
+    }
+
+    /// Blocks per cluster (1 without a cluster shape).
+    pub fn cluster_size(&self) -> u32 {
+        self.cluster.iter().product()
     }
 
     /// Byte offset of each shared buffer in the block's dynamic shared memory, and the total (barriers

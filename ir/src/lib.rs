@@ -55,6 +55,7 @@
 
 pub mod bind;
 pub mod builder;
+pub mod cluster;
 pub mod dtype;
 pub mod expr;
 pub mod hash;

@@ -146,6 +146,9 @@ pub fn kernel(k: &Kernel) -> String {
         let tn = tensor_name(k, t.tensor.0);
         let _ = writeln!(s, "  tensor_map {}: {tn} box={:?} {:?}", t.name, t.box_dims, t.swizzle);
     }
+    if !crate::cluster::is_no_cluster(&k.cluster) {
+        let _ = writeln!(s, "  cluster = {:?}", k.cluster);
+    }
     if k.min_blocks_per_sm > 0 {
         let _ = writeln!(s, "  min_blocks_per_sm = {}", k.min_blocks_per_sm);
     }
@@ -294,13 +297,25 @@ fn body(k: &Kernel, b: &[Stmt], depth: usize, s: &mut String) {
             Stmt::TmaLoad(t) => {
                 let coords: Vec<String> = t.coords.iter().map(|c| expr(k, c)).collect();
                 let map = k.tensor_maps.get(t.map.0 as usize).map_or("?", |m| &m.name);
+                let mc = t.multicast.as_ref().map_or(String::new(), |m| format!(" multicast={}", expr(k, m)));
                 let _ = writeln!(
                     s,
-                    "{pad}{} <~tma {map}[{}] on {}",
+                    "{pad}{} <~tma {map}[{}] on {}{mc}",
                     shared_ref(k, &t.dst),
                     coords.join(", "),
                     mbar_ref(k, &t.bar)
                 );
+            }
+            Stmt::MbarArriveCluster { bar, cta } => {
+                let _ = writeln!(
+                    s,
+                    "{pad}mbar_arrive_cluster {} cta={} (lane 0 of each warp)",
+                    mbar_ref(k, bar),
+                    expr(k, cta)
+                );
+            }
+            Stmt::ClusterSync => {
+                let _ = writeln!(s, "{pad}cluster_sync");
             }
             Stmt::AsyncCommit => {
                 let _ = writeln!(s, "{pad}commit");

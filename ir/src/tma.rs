@@ -22,8 +22,7 @@
 //! that cannot return is an error (the GPU would hang), as are arrivals beyond the count and transaction bytes
 //! beyond those expected.
 //!
-//! Room for clusters: a `TmaLoad` is a struct so that a `.multicast::cluster` mask and the kernel a cluster
-//! shape can be added as new (defaulted) fields without touching the existing ones.
+//! Clusters: a `TmaLoad` may multicast its box into several CTAs of the kernel's cluster ([`crate::cluster`]).
 
 use crate::expr::{Expr, TensorId};
 use crate::kernel::{SharedRef, Swizzle};
@@ -86,6 +85,10 @@ pub struct TmaLoad {
     pub coords: Vec<Expr>,
     /// The barrier whose transaction count the copy's bytes complete.
     pub bar: MbarRef,
+    /// `.multicast::cluster`: a mask (an int) of the cluster's CTA ranks the box lands in, each at the same
+    /// shared offset and completing on the same barrier of that CTA (see [`crate::cluster`]); `None`: this CTA.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub multicast: Option<Expr>,
 }
 
 /// The CUDA driver's bound on box dims.

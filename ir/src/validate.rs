@@ -212,11 +212,53 @@ impl<'a> Checker<'a> {
             self.path.pop();
         }
         self.tma_decls()?;
+        self.cluster_decl()?;
         if k.shared_bytes() > MAX_SHARED_BYTES {
             return Err(self.err(
                 IrErrorKind::Resource,
                 format!("{} bytes of shared memory exceed the sm_90 limit of {MAX_SHARED_BYTES}", k.shared_bytes()),
             ));
+        }
+        Ok(())
+    }
+
+    /// The cluster shape ([`crate::cluster`]).
+    fn cluster_decl(&mut self) -> Result<(), IrError> {
+        let c = self.k.cluster;
+        let size: u64 = c.iter().map(|&d| d as u64).product();
+        if c.contains(&0) || size > crate::cluster::MAX_CLUSTER as u64 {
+            return Err(self.err(
+                IrErrorKind::Shape,
+                format!(
+                    "cluster shape {c:?}: every dim >= 1 and at most {} blocks per cluster",
+                    crate::cluster::MAX_CLUSTER
+                ),
+            ));
+        }
+        // A cluster must tile a constant grid exactly (the launcher checks symbolic grids).
+        for (i, g) in self.k.grid.iter().enumerate() {
+            if let Some(g) = g.as_const_int()
+                && g % c[i] as i64 != 0
+            {
+                return Err(self.err(
+                    IrErrorKind::Shape,
+                    format!("grid dim {i} of {g} blocks is not a multiple of the cluster dim {}", c[i]),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// A constant multicast mask names CTAs of the cluster only (and at least one).
+    fn cluster_mask(&self, mask: &Expr) -> Result<(), IrError> {
+        let n = self.k.cluster_size();
+        if n < 2 {
+            return Err(self.err(IrErrorKind::Shape, "a multicast TMA needs a cluster of at least 2 blocks"));
+        }
+        if let Some(m) = mask.as_const_int()
+            && (m <= 0 || m >= 1i64 << n)
+        {
+            return Err(self.err(IrErrorKind::Shape, format!("multicast mask {m:#x} outside the cluster's {n} CTAs")));
         }
         Ok(())
     }
@@ -737,6 +779,8 @@ impl<'a> Checker<'a> {
             Stmt::MbarArrive { .. } => ("mbar_arrive", BlockOnly),
             Stmt::MbarWait { .. } => ("mbar_wait", BlockOnly),
             Stmt::TmaLoad(_) => ("tma_load", BlockOnly),
+            Stmt::MbarArriveCluster { .. } => ("mbar_arrive_cluster", BlockOnly),
+            Stmt::ClusterSync => ("cluster_sync", BlockOnly),
             Stmt::AsyncCommit => ("async commit", BlockOnly),
             Stmt::AsyncWait { .. } => ("async wait", BlockOnly),
             Stmt::Load { .. } => ("tile load", BlockOnly),
@@ -1208,7 +1252,24 @@ impl<'a> Checker<'a> {
                 self.mbar_ref(bar)?;
                 self.scalar(parity, ScalarTy::Int, "mbarrier wait parity")?;
             }
-            Stmt::TmaLoad(t) => self.tma_load(t)?,
+            Stmt::TmaLoad(t) => {
+                self.tma_load(t)?;
+                if let Some(mask) = &t.multicast {
+                    self.scalar(mask, ScalarTy::Int, "tma multicast mask")?;
+                    self.cluster_mask(mask)?;
+                }
+            }
+            Stmt::MbarArriveCluster { bar, cta } => {
+                self.mbar_ref(bar)?;
+                self.scalar(cta, ScalarTy::Int, "cluster CTA rank")?;
+                let n = self.k.cluster_size() as i64;
+                if let Some(c) = cta.as_const_int()
+                    && (c < 0 || c >= n)
+                {
+                    return Err(self.err(IrErrorKind::Shape, format!("cluster CTA rank {c} outside 0..{n}")));
+                }
+            }
+            Stmt::ClusterSync => {}
             Stmt::MmaWait { .. } => {}
             Stmt::CopyAsync { dst, src } => {
                 let d = self.shared_ref(dst)?;

@@ -100,6 +100,22 @@ pub const LOAD_KNOB: &str = "LOAD";
 /// are issued before the current tile's epilogue).
 pub const OVERLAP_KNOB: &str = "OVERLAP";
 
+/// The knob `CLUSTER` (`1` | `2`, absent = `1`), not yet an axis of [`knob_space`] nor part of
+/// [`default_knobs`] (until the GPU A/B): `2` launches the blocks in thread-block clusters of two (LOAD=tma
+/// only) that compute sibling tiles of one (group, k-loop) and share the operand both need through
+/// `.multicast::cluster` copies: each CTA copies half of the shared tile into both CTAs' shared memory, so each
+/// reads 32 instead of 48 KiB per k-step from L2 at 128x256 tiles with [`CLUSTER_ALONG_KNOB`] = `m`. With
+/// `LOAD=auto` on a shape the copy engine cannot serve, the cp.async kernel runs unpaired; with `LOAD=cp_async`,
+/// CLUSTER=2 is an error.
+pub const CLUSTER_KNOB: &str = "CLUSTER";
+
+/// The knob `CLUSTER_ALONG` (`m` | `n`, absent = `m`; only with CLUSTER=2): which tiles a cluster pairs. `m`:
+/// two neighbouring m-tiles of one n-tile (they share the weight tile, BN rows; a group with an odd m-tile
+/// count leaves the second CTA of its last pair idle: it still copies its half of the weights and takes part
+/// in the barriers, but runs no products and stores nothing). `n`: two neighbouring n-tiles of one m-tile
+/// (they share the x tile, BM rows; idle only when the n-tile count is odd).
+pub const CLUSTER_ALONG_KNOB: &str = "CLUSTER_ALONG";
+
 /// The knobs used when no tuning record exists.
 pub fn default_knobs() -> Knobs {
     Knobs::new()
@@ -139,6 +155,9 @@ struct Cfg {
     overlap: bool,
     /// Operand tiles by TMA (bulk tensor copies completing on per-stage mbarriers) instead of cp.async.
     tma: bool,
+    /// CLUSTER=2: pairs of CTAs sharing one operand by multicast; `pair_m`: the pair covers two m-tiles.
+    cluster2: bool,
+    pair_m: bool,
 }
 
 fn cfg(spec: &GemmSpec, k: &Knobs) -> Result<Cfg, OpError> {
@@ -171,6 +190,34 @@ fn cfg(spec: &GemmSpec, k: &Knobs) -> Result<Cfg, OpError> {
         },
         // Records written before the knob existed mean cp_async; `auto` is resolved below.
         tma: false,
+        cluster2: match k.0.get(CLUSTER_KNOB) {
+            None => false,
+            Some(_) => match k.u32(CLUSTER_KNOB)? {
+                1 => false,
+                2 => true,
+                other => {
+                    return Err(OpError::InvalidKnobs {
+                        op: "latent_moe_gemm",
+                        knobs: k.to_string(),
+                        why: format!("CLUSTER must be 1 or 2, got {other}"),
+                    });
+                }
+            },
+        },
+        pair_m: match k.0.get(CLUSTER_ALONG_KNOB) {
+            None => true,
+            Some(_) => match k.str(CLUSTER_ALONG_KNOB)? {
+                "m" => true,
+                "n" => false,
+                other => {
+                    return Err(OpError::InvalidKnobs {
+                        op: "latent_moe_gemm",
+                        knobs: k.to_string(),
+                        why: format!("CLUSTER_ALONG must be m or n, got {other}"),
+                    });
+                }
+            },
+        },
     };
     let load = match k.0.get(LOAD_KNOB) {
         None => "cp_async".to_string(),
@@ -221,6 +268,13 @@ fn cfg(spec: &GemmSpec, k: &Knobs) -> Result<Cfg, OpError> {
             if c.wgmma { "wgmma" } else { "sync" },
             c.bk
         ));
+    }
+    // LOAD=auto on a shape the copy engine cannot serve (K not a multiple of 8): the cp.async kernel, unpaired.
+    if c.cluster2 && !c.tma && load == "auto" {
+        c.cluster2 = false;
+    }
+    if c.cluster2 && !c.tma {
+        return invalid("CLUSTER=2 needs LOAD=tma (the shared operand arrives by multicast bulk tensor copies)".into());
     }
     let warps = c.wm * c.wn;
     if warps > 8 {
@@ -299,7 +353,14 @@ pub fn build_kernel(spec: &GemmSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
     let n_out = if glu { b.dim("NH") } else { n.clone() };
     let y = b.tensor("y", DType::Bf16, &[m.clone(), n_out.clone()], Access::Write);
     let num_sms = b.int_arg(NUM_SMS);
-    b.grid(num_sms, 1i64, 1i64);
+    if c.cluster2 {
+        // Whole clusters of two: the SM count rounded down to even (at least one cluster).
+        let clusters = Expr::Bin(BinOp::Max, Box::new(num_sms.clone() / 2i64), Box::new(Expr::Int(1)));
+        b.grid(clusters * 2i64, 1i64, 1i64);
+        b.cluster([2, 1, 1]);
+    } else {
+        b.grid(num_sms, 1i64, 1i64);
+    }
 
     let (bm, bn, bk, st) = (c.bm, c.bn, c.bk, c.stages);
     let acc_n = if glu { bn / 2 } else { bn };
@@ -323,11 +384,27 @@ pub fn build_kernel(spec: &GemmSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
         }
     };
     let n_tiles = n_out.ceil_div(acc_n as i64);
+    // CLUSTER=2: the walk is over units of two sibling tiles (along M or N); a unit's CTA takes the tile of its
+    // cluster rank. Both CTAs of a cluster walk the same units, so they run the same k-steps.
+    let pair_m = c.cluster2 && c.pair_m;
+    let pair_n = c.cluster2 && !c.pair_m;
+    let unit_n = if pair_n { n_tiles.ceil_div(2i64) } else { n_tiles.clone() };
+    let units = |rows: Expr| -> Expr {
+        let mt = rows.ceil_div(bm as i64);
+        (if pair_m { mt.ceil_div(2i64) } else { mt }) * unit_n.clone()
+    };
+    let rank = b.cluster_rank();
+    // The persistent walk: block b (cluster b/2) takes every grid-th unit.
+    let (walk_first, walk_step) = if c.cluster2 {
+        (Expr::block_idx(0) / 2i64, Expr::grid_dim(0) / 2i64)
+    } else {
+        (Expr::block_idx(0), Expr::grid_dim(0))
+    };
     // Total tiles over all groups.
     let total = b.let_var("total", 0i64);
     b.for_("g", 0i64, g_count.clone(), 1i64, |b, g| {
         let rows = group_end(&g) - group_start(&g);
-        b.assign(total, Expr::Var(total) + rows.ceil_div(bm as i64) * n_tiles.clone());
+        b.assign(total, Expr::Var(total) + units(rows));
     });
     let k_tiles = b.let_("k_tiles", kd.ceil_div(bk as i64));
     // Stages loaded ahead of the first product: the wgmma ring keeps one product in flight, so STAGES-2.
@@ -344,7 +421,7 @@ pub fn build_kernel(spec: &GemmSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
         let found = from.map(|_| b.let_var("found_seen", 0i64));
         b.for_("g", start, g_count.clone(), 1i64, |b, g| {
             let rows = group_end(&g) - group_start(&g);
-            let tg = b.let_("tg", rows.ceil_div(bm as i64) * n_tiles.clone());
+            let tg = b.let_("tg", units(rows));
             b.if_(t.ge(Expr::Var(seen)).and(t.lt(Expr::Var(seen) + tg.clone())), |b| {
                 b.assign(grp, g.clone());
                 b.assign(local, &t - Expr::Var(seen));
@@ -371,22 +448,40 @@ pub fn build_kernel(spec: &GemmSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
         w_base: Expr,
         /// The group (the outer coordinate of the weights' tensor map).
         grp: Expr,
+        /// CLUSTER=2: the tile lies inside its group and the output (a sibling past the end only copies its
+        /// share of the operand and takes part in the barriers).
+        valid: Expr,
     }
     let coords = |b: &mut KernelBuilder, grp: Expr, local: Expr| -> Coords {
         let row0 = b.let_("row0", group_start(&grp));
         let rows_g = b.let_("rows_g", group_end(&grp) - row0.clone());
         let m_tiles = rows_g.ceil_div(bm as i64);
+        let unit_m = if pair_m { m_tiles.ceil_div(2i64) } else { m_tiles };
         let (mt, nt) = if c.raster_m {
-            (local.clone() % m_tiles.clone(), local / m_tiles)
+            (local.clone() % unit_m.clone(), local / unit_m)
         } else {
-            (local.clone() / n_tiles.clone(), local % n_tiles.clone())
+            (local.clone() / unit_n.clone(), local % unit_n.clone())
+        };
+        let (mt, nt) = if pair_m {
+            (mt * 2i64 + rank.clone(), nt)
+        } else if pair_n {
+            (mt, nt * 2i64 + rank.clone())
+        } else {
+            (mt, nt)
         };
         let m0 = b.let_("m0", mt * bm as i64);
         let n0 = b.let_("n0", nt * acc_n as i64);
         let rows_valid = b.let_("rows_valid", rows_g - m0.clone());
         let w_base = b.let_("w_base", grp.clone() * n.clone() * kd.clone());
         let r0 = b.let_("r0", row0 + m0);
-        Coords { r0, rows_valid, n0, w_base, grp }
+        let valid = if pair_m {
+            rows_valid.gt(0i64)
+        } else if pair_n {
+            n0.lt(n_out.clone())
+        } else {
+            Expr::Bool(true)
+        };
+        Coords { r0, rows_valid, n0, w_base, grp, valid }
     };
 
     // LOAD=tma: tensor maps over x ([K, M], boxes [BK, BM]) and w ([K, N(, G)], boxes [BK, BN or BN/2 (, 1)]),
@@ -394,8 +489,11 @@ pub fn build_kernel(spec: &GemmSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
     // so that stage use `u = kbase + kt` goes to slot `u % STAGES` and waits for phase parity `(u / STAGES) % 2`
     // whatever the tiles' K-step counts.
     let tma = c.tma.then(|| {
-        let half_rows = if glu { bn / 2 } else { bn };
-        let xm = b.tensor_map("x_map", x, &[bk, bm], Swizzle::Xor16B);
+        // CLUSTER=2 along M: each CTA copies half of the weight tile (BN/2 rows: the gate or the up half
+        // with a GLU); along N: half of the x tile (BM/2 rows).
+        let half_rows = if glu || pair_m { bn / 2 } else { bn };
+        let x_rows = if pair_n { bm / 2 } else { bm };
+        let xm = b.tensor_map("x_map", x, &[bk, x_rows], Swizzle::Xor16B);
         let wm = if spec.grouped {
             b.tensor_map("w_map", w, &[bk, half_rows, 1], Swizzle::Xor16B)
         } else {
@@ -407,9 +505,25 @@ pub fn build_kernel(spec: &GemmSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
     });
     let kbase = tma.map(|(_, _, full, empty)| {
         b.mbar_init(full, 1);
-        b.mbar_init(empty, threads);
+        if c.cluster2 {
+            // A slot is refilled by both CTAs' copies: its release counts one arrival per warp of each CTA,
+            // and both CTAs' barriers are initialized before either CTA arrives on or copies into the peer's.
+            b.mbar_init(empty, 2 * (threads / 32));
+            b.cluster_sync();
+        } else {
+            b.mbar_init(empty, threads);
+        }
         b.let_var("kbase", 0i64)
     });
+    // Release a slot to the producers: every thread (CLUSTER=1), or one arrival per warp on both CTAs' barrier.
+    let release = |b: &mut KernelBuilder, empty: MbarId, slot: Expr| {
+        if c.cluster2 {
+            b.mbar_arrive_cluster(empty, slot.clone(), 0i64);
+            b.mbar_arrive_cluster(empty, slot, 1i64);
+        } else {
+            b.mbar_arrive(empty, slot);
+        }
+    };
     let use_of = |kt: &Expr| -> Expr {
         match kbase {
             Some(v) => Expr::Var(v) + kt.clone(),
@@ -430,12 +544,53 @@ pub fn build_kernel(spec: &GemmSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
             // STAGES`: phase `use / STAGES - 1` of its empty barrier; a fresh barrier passes parity 1 at once).
             b.mbar_wait_elected(empty, slot.clone(), (use_of(&kt) / st as i64 + 1i64) % 2i64);
             let k0 = kt * bk as i64;
+            // (CLUSTER=2: the full stage, half of the shared operand from each CTA of the pair.)
             b.mbar_arrive_expect_tx(full, slot.clone(), stage_bytes);
-            // Rows past the group's end come from the next group (or read zero past M): never stored.
-            b.tma_load(xm, b.slot(sa, slot.clone()), vec![k0.clone(), cs.r0.clone()], full, slot.clone());
             let wc = |row: Expr| -> Vec<Expr> {
                 if spec.grouped { vec![k0.clone(), row, cs.grp.clone()] } else { vec![k0.clone(), row] }
             };
+            if c.cluster2 {
+                // Rank r copies half r of the shared operand into both CTAs (mask 0b11); the other operand is
+                // its own. Rows past the group's end come from the next group (or read zero past M).
+                for r in 0..2u32 {
+                    b.if_(rank.eq(r as i64), |b| {
+                        if pair_m {
+                            b.tma_load(
+                                xm,
+                                b.slot(sa, slot.clone()),
+                                vec![k0.clone(), cs.r0.clone()],
+                                full,
+                                slot.clone(),
+                            );
+                            let half = bn / 2;
+                            let row = if glu {
+                                if r == 0 { cs.n0.clone() } else { n_out.clone() + cs.n0.clone() }
+                            } else {
+                                cs.n0.clone() + (r * half) as i64
+                            };
+                            let dst = b.window(sb, slot.clone(), r * half, 0, half, bk);
+                            b.tma_load_multicast(wm, dst, wc(row), full, slot.clone(), 3i64);
+                        } else {
+                            let half = bm / 2;
+                            let dst = b.window(sa, slot.clone(), r * half, 0, half, bk);
+                            let coords = vec![k0.clone(), cs.r0.clone() + (r * half) as i64];
+                            b.tma_load_multicast(xm, dst, coords, full, slot.clone(), 3i64);
+                            if glu {
+                                let h = bn / 2;
+                                let g_dst = b.window(sb, slot.clone(), 0, 0, h, bk);
+                                let u_dst = b.window(sb, slot.clone(), h, 0, h, bk);
+                                b.tma_load(wm, g_dst, wc(cs.n0.clone()), full, slot.clone());
+                                b.tma_load(wm, u_dst, wc(n_out.clone() + cs.n0.clone()), full, slot.clone());
+                            } else {
+                                b.tma_load(wm, b.slot(sb, slot.clone()), wc(cs.n0.clone()), full, slot.clone());
+                            }
+                        }
+                    });
+                }
+                return;
+            }
+            // Rows past the group's end come from the next group (or read zero past M): never stored.
+            b.tma_load(xm, b.slot(sa, slot.clone()), vec![k0.clone(), cs.r0.clone()], full, slot.clone());
             if glu {
                 let half = bn / 2;
                 let g_dst = b.window(sb, slot.clone(), 0, 0, half, bk);
@@ -537,18 +692,23 @@ pub fn build_kernel(spec: &GemmSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
                 let a = Operand::Shared { src: b.slot(sa, slot.clone()), transpose: false };
                 // The first product of a tile overwrites the accumulators (no zeroing instructions).
                 let accumulate = kt.gt(0i64);
-                weight_products(b, acc, acc_up, a, sb, slot, bn, bk, Some(accumulate));
+                if c.cluster2 {
+                    // An idle sibling (past its group's end) runs no products.
+                    b.if_(cs.valid.clone(), |b| weight_products(b, acc, acc_up, a, sb, slot, bn, bk, Some(accumulate)));
+                } else {
+                    weight_products(b, acc, acc_up, a, sb, slot, bn, bk, Some(accumulate));
+                }
                 b.mma_wait(groups);
                 // The previous k-step's products are complete: release their slot to the producer.
                 if let Some((_, _, _, empty)) = tma {
-                    b.if_(kt.gt(0i64), |b| b.mbar_arrive(empty, (use_of(&kt) - 1i64) % st as i64));
+                    b.if_(kt.gt(0i64), |b| release(b, empty, (use_of(&kt) - 1i64) % st as i64));
                 }
             });
             tail(b);
             b.mma_wait(0);
             if let Some((_, _, _, empty)) = tma {
                 let last = use_of(&(k_tiles.clone() - 1i64));
-                b.if_(k_tiles.gt(0i64), |b| b.mbar_arrive(empty, last % st as i64));
+                b.if_(k_tiles.gt(0i64), |b| release(b, empty, last % st as i64));
             }
             // K = 0: no product ran, the result is zero.
             b.if_(k_tiles.le(0i64), |b| {
@@ -572,7 +732,7 @@ pub fn build_kernel(spec: &GemmSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
         }
     };
     // Epilogue: the fused GLU and routing weight from the accumulator registers, then the bf16 store.
-    let epilogue = |b: &mut KernelBuilder, cs: &Coords| {
+    let epilogue_tile = |b: &mut KernelBuilder, cs: &Coords| {
         let out_rows = view(
             y,
             cs.r0.clone() * n_out.clone() + cs.n0.clone(),
@@ -597,6 +757,14 @@ pub fn build_kernel(spec: &GemmSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
         }
         b.store(acc, Place::Global(out_rows));
     };
+    // An idle sibling of a cluster stores nothing.
+    let epilogue = |b: &mut KernelBuilder, cs: &Coords| {
+        if c.cluster2 {
+            b.if_(cs.valid.clone(), |b| epilogue_tile(b, cs));
+        } else {
+            epilogue_tile(b, cs);
+        }
+    };
 
     if c.overlap {
         // Software-pipelined tile walk: the next tile's group search runs while the current tile's last product
@@ -605,16 +773,16 @@ pub fn build_kernel(spec: &GemmSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
         let from = (b.let_var("walk_g", 0i64), b.let_var("walk_seen", 0i64));
         let cur_grp = b.let_var("cur_grp", 0i64);
         let cur_local = b.let_var("cur_local", 0i64);
-        let first = Expr::block_idx(0);
+        let first = walk_first.clone();
         b.if_(first.lt(Expr::Var(total)), |b| {
             search(b, first.clone(), cur_grp, cur_local, Some(from));
             let cs = coords(b, Expr::Var(cur_grp), Expr::Var(cur_local));
             prologue(b, Some(&cs));
         });
         b.if_(first.ge(Expr::Var(total)), |b| prologue(b, None));
-        b.for_("tile", Expr::block_idx(0), total, Expr::grid_dim(0), |b, t| {
+        b.for_("tile", walk_first.clone(), total, walk_step.clone(), |b, t| {
             let cs = coords(b, Expr::Var(cur_grp), Expr::Var(cur_local));
-            let next = &t + Expr::grid_dim(0);
+            let next = &t + walk_step.clone();
             let nxt_grp = b.let_var("nxt_grp", 0i64);
             let nxt_local = b.let_var("nxt_local", 0i64);
             // The search runs while the tile's last product is still in flight.
@@ -638,7 +806,7 @@ pub fn build_kernel(spec: &GemmSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
             b.wait(0);
         }
     } else {
-        b.for_("tile", Expr::block_idx(0), total, Expr::grid_dim(0), |b, t| {
+        b.for_("tile", walk_first.clone(), total, walk_step.clone(), |b, t| {
             let grp = b.let_var("grp", 0i64);
             let local = b.let_var("local", 0i64);
             search(b, t, grp, local, None);
@@ -654,6 +822,10 @@ pub fn build_kernel(spec: &GemmSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
             // Every warp must be done reading shared tiles before the next tile's prologue overwrites them.
             b.barrier();
         });
+    }
+    if c.cluster2 {
+        // No CTA exits while its peer may still arrive on its barriers or copy into its shared memory.
+        b.cluster_sync();
     }
     Ok(b.finish()?)
 }

@@ -1,3 +1,4 @@
 //! CPU execution of IR kernels: the interpreter (reference semantics) and a Cranelift JIT of the same IR.
+pub(crate) mod cluster;
 pub mod interp;
 pub mod jit;

@@ -60,6 +60,7 @@ pub fn all() -> Vec<Case> {
         fp4_gemv(),
         exp2_ftz(),
         tma_mbarrier(),
+        tma_multicast_cluster(),
     ]
 }
 
@@ -1886,4 +1887,101 @@ pub fn tma_mbarrier() -> Case {
             close("yw", &ts[3].to_f32_vec(), &want_w, 0.0);
         }),
     }
+}
+
+/// Thread-block clusters of 2 CTAs (4 blocks, 2 warps each): in each of 3 rounds over a 2-slot ring, CTA r of a
+/// cluster copies rows 32r..32r+32 of a 64x64 bf16 box of `x` with a `.multicast::cluster` TMA into slot
+/// `u % 2` of BOTH CTAs, completing on both CTAs' full barriers; each CTA waits, reads the whole box (half of
+/// it written by its peer) and stores it to `y[block, u]`. A slot is refilled only after the consumers of both
+/// CTAs released it (remote arrivals on each CTA's empty barrier, counted 2 x 2 warps); the third round's box
+/// lies partly outside `x` (zero fill). The boxes move with the cluster index. With `drop_peer_release`, CTAs
+/// release only their own slot: the producers' waits can never return (a deadlock on the CPU); with
+/// `skip_empty_wait`, producers refill without waiting for the releases.
+pub fn tma_multicast_cluster_with(drop_peer_release: bool, skip_empty_wait: bool) -> Case {
+    let (m, kd) = (90usize, 80usize);
+    let rounds: [(i64, i64); 3] = [(0, 0), (16, 24), (40, 50)];
+    let mut b = KernelBuilder::new(if drop_peer_release { "p_tma_mc_dropped" } else { "p_tma_multicast_cluster" }, 64);
+    let x = b.tensor("x", DType::Bf16, &[Expr::Int(m as i64), Expr::Int(kd as i64)], Access::Read);
+    let y = b.tensor("y", DType::F32, &[Expr::Int(4), Expr::Int(3), Expr::Int(64), Expr::Int(64)], Access::Write);
+    b.grid(4i64, 1i64, 1i64);
+    b.cluster([2, 1, 1]);
+    let sa = b.shared("sa", DType::Bf16, 64, 64, 2, Swizzle::Xor16B);
+    let ta = b.tile("ta", DType::F32, 64, 64, [2, 1]);
+    let full = b.mbarriers("full", 2);
+    let empty = b.mbarriers("empty", 2);
+    let mx = b.tensor_map("x_map", x, &[64, 32], Swizzle::Xor16B);
+    b.mbar_init(full, 1);
+    b.mbar_init(empty, 2 * 2);
+    // Both CTAs' barriers are initialized before any peer arrives on them or copies into them.
+    b.cluster_sync();
+    let rank = b.cluster_rank();
+    let cid = Expr::block_idx(0) / 2i64;
+    let issue = |b: &mut KernelBuilder, u: usize| {
+        let (k0, m0) = rounds[u];
+        let s = (u % 2) as i64;
+        // The slot's previous use was released by both CTAs (a fresh barrier passes parity 1).
+        if !skip_empty_wait {
+            b.mbar_wait_elected(empty, s, ((u / 2 + 1) % 2) as i64);
+        }
+        b.mbar_arrive_expect_tx(full, s, 64 * 64 * 2);
+        // Rank r's half lands at rows 32r.. of the slot: a window per rank, chosen by the (block-uniform) rank.
+        for r in 0..2u32 {
+            b.if_(rank.eq(r as i64), |b| {
+                let dst = b.window(sa, s, 32 * r, 0, 32, 64);
+                let coords = vec![Expr::Int(k0), Expr::Int(m0 + 32 * r as i64) + cid.clone() * 8i64];
+                b.tma_load_multicast(mx, dst, coords, full, s, 3i64);
+            });
+        }
+    };
+    // Two rounds in flight: the third refills slot 0 once both CTAs have read round 0.
+    issue(&mut b, 0);
+    issue(&mut b, 1);
+    for u in 0..rounds.len() {
+        let s = (u % 2) as i64;
+        b.mbar_wait(full, s, ((u / 2) % 2) as i64);
+        b.load(ta, Place::Shared(b.slot(sa, s)));
+        let out = (Expr::block_idx(0) * 3i64 + u as i64) * (64 * 64) as i64;
+        b.store(ta, Place::Global(view(y, out, 64i64, 64i64, 64i64, 2)));
+        // Release the slot in both CTAs (their producers multicast into this one's copy too).
+        if drop_peer_release {
+            b.mbar_arrive_cluster(empty, s, rank.clone());
+        } else {
+            b.mbar_arrive_cluster(empty, s, 0i64);
+            b.mbar_arrive_cluster(empty, s, 1i64);
+        }
+        if u + 2 < rounds.len() {
+            issue(&mut b, u + 2);
+        }
+    }
+    // No CTA exits while a peer may still arrive on its barriers.
+    b.cluster_sync();
+    let k = b.finish().unwrap();
+    let mut rng = Rng::new(43);
+    let xv = rng.vals(DType::Bf16, m * kd, -2.0, 2.0);
+    let mut want = vec![0.0f32; 4 * 3 * 64 * 64];
+    for blk in 0..4i64 {
+        for (u, &(k0, m0)) in rounds.iter().enumerate() {
+            for r in 0..64i64 {
+                for c in 0..64i64 {
+                    let (row, col) = (m0 + 8 * (blk / 2) + r, k0 + c);
+                    if (0..m as i64).contains(&row) && (0..kd as i64).contains(&col) {
+                        want[((blk * 3 + u as i64) * 4096 + r * 64 + c) as usize] =
+                            xv[(row * kd as i64 + col) as usize];
+                    }
+                }
+            }
+        }
+    }
+    Case {
+        name: if drop_peer_release { "tma_mc_dropped" } else { "tma_multicast_cluster" },
+        kernel: k,
+        tensors: vec![HostTensor::from_f32(DType::Bf16, &[m, kd], &xv), poisoned(DType::F32, &[4, 3, 64, 64])],
+        scalars: vec![],
+        check: Box::new(move |ts| close("y", &ts[1].to_f32_vec(), &want, 0.0)),
+    }
+}
+
+/// See [`tma_multicast_cluster_with`].
+pub fn tma_multicast_cluster() -> Case {
+    tma_multicast_cluster_with(false, false)
 }

@@ -22,7 +22,7 @@ use memory::{SharedMem, V};
 pub(crate) use memory::{V as Val, round_to, wrap_int};
 pub(crate) use threads::atomic as atomic_value;
 pub(crate) use tiles::{dequant_fp4_value, fp4_gemv_sums, reduce, tile_value};
-pub(crate) use tma::{MbarOp, MbarState, mbar_error, mbar_index, mbar_step, tma_box};
+pub(crate) use tma::{MbarOp, MbarState, mbar_error, mbar_index, mbar_step, multicast_ctas, tma_box};
 
 /// Why a CPU run failed.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -60,6 +60,12 @@ pub enum InterpError {
     Arith { kernel: String, what: String },
     #[error("kernel `{kernel}`, block {block:?}: mbarrier `{bar}`[{index}]: {what}")]
     Mbarrier { kernel: String, block: [u32; 3], bar: String, index: i64, what: String },
+    /// The CTAs of a thread-block cluster wait for each other for good (see `cpu::cluster`).
+    #[error("kernel `{kernel}`, cluster {cluster:?}: {what}")]
+    Deadlock { kernel: String, cluster: [u32; 3], what: String },
+    /// A CTA of a cluster stopped because another one failed (never returned by a run: the other's error is).
+    #[error("stopped: another CTA of the cluster failed")]
+    ClusterAborted,
 }
 
 /// Options of a CPU run.
@@ -88,28 +94,29 @@ pub fn run(
     let syms = bind(k, &shapes, scalars, opts.num_sms)?;
     let Some(grid) = eval_grid(k, &syms)? else { return Ok(()) };
     let overlaps = k.shared_overlaps();
+    let new_block = |block: [u32; 3]| Block {
+        k,
+        syms: &syms,
+        block,
+        grid,
+        vars: vec![V::I(0); k.vars.len()],
+        tiles: k.tiles.iter().map(|t| vec![0.0; (t.rows * t.cols) as usize]).collect(),
+        vecs: k.vecs.iter().map(|v| vec![0.0; v.rows as usize]).collect(),
+        shared: k.shared.iter().map(|s| SharedMem::new(s.dtype, (s.rows * s.cols * s.count) as usize)).collect(),
+        arrays: vec![vec![]; k.arrays.len()],
+        thread: None,
+        overlaps: &overlaps,
+        live: vec![false; k.shared.len()],
+        mbars: k.mbarriers.iter().map(|m| vec![[0; 4]; m.count as usize]).collect(),
+        cl: None,
+    };
+    if k.cluster_size() > 1 {
+        return tma::run_clusters(k, grid, tensors, new_block);
+    }
     for z in 0..grid[2] {
         for y in 0..grid[1] {
             for x in 0..grid[0] {
-                let mut b = Block {
-                    k,
-                    syms: &syms,
-                    block: [x, y, z],
-                    grid,
-                    vars: vec![V::I(0); k.vars.len()],
-                    tiles: k.tiles.iter().map(|t| vec![0.0; (t.rows * t.cols) as usize]).collect(),
-                    vecs: k.vecs.iter().map(|v| vec![0.0; v.rows as usize]).collect(),
-                    shared: k
-                        .shared
-                        .iter()
-                        .map(|s| SharedMem::new(s.dtype, (s.rows * s.cols * s.count) as usize))
-                        .collect(),
-                    arrays: vec![vec![]; k.arrays.len()],
-                    thread: None,
-                    overlaps: &overlaps,
-                    live: vec![false; k.shared.len()],
-                    mbars: k.mbarriers.iter().map(|m| vec![[0; 4]; m.count as usize]).collect(),
-                };
+                let mut b = new_block([x, y, z]);
                 b.body(&k.body, tensors)?;
             }
         }
@@ -139,6 +146,8 @@ struct Block<'a> {
     live: Vec<bool>,
     /// Per barrier declaration, its barriers' states.
     mbars: Vec<Vec<MbarState>>,
+    /// In a thread-block cluster: the scheduler, this CTA's rank and its peers (see `cpu::cluster`).
+    cl: Option<tma::ClusterLink<'a>>,
 }
 
 impl<'a> Block<'a> {
@@ -269,7 +278,9 @@ impl<'a> Block<'a> {
             | Stmt::MbarArriveExpectTx { .. }
             | Stmt::MbarArrive { .. }
             | Stmt::MbarWait { .. }
-            | Stmt::TmaLoad(_) => self.tma_stmt(s, tensors)?,
+            | Stmt::TmaLoad(_)
+            | Stmt::MbarArriveCluster { .. }
+            | Stmt::ClusterSync => self.tma_stmt(s, tensors)?,
             Stmt::Threads { .. }
             | Stmt::StoreScalar { .. }
             | Stmt::SharedStore { .. }

@@ -3,7 +3,80 @@
 //! the count, more bytes than expected) would hang or corrupt the GPU run. Shared with the JIT's runtime.
 
 use super::{Block, InterpError};
+use crate::cpu::cluster::{Cond, Sched, run_cluster, stop_error};
 use k3k_ir::*;
+
+/// A CTA's place in its cluster (see `cpu::cluster`).
+pub(super) struct ClusterLink<'a> {
+    sched: *const Sched,
+    rank: usize,
+    /// The cluster's CTAs by rank (this one included); only the running CTA touches any of them.
+    peers: *const *mut Block<'a>,
+    n: usize,
+    /// The cluster's index (for errors).
+    id: [u32; 3],
+}
+
+/// Raw pointers handed to a cluster's CTA threads (see `cpu::cluster`: one CTA runs at a time).
+struct Shared<T>(T);
+// SAFETY: the pointees are used by one thread at a time, handed over through the scheduler's lock.
+unsafe impl<T> Send for Shared<T> {}
+unsafe impl<T> Sync for Shared<T> {}
+impl<T> Shared<T> {
+    /// The pointers (a method, so that closures capture the whole wrapper).
+    fn get(&self) -> &T {
+        &self.0
+    }
+}
+
+/// Run a kernel with a cluster shape: the clusters one after another, the CTAs of each concurrently (one
+/// thread each, scheduled by `cpu::cluster`).
+pub(super) fn run_clusters<'a>(
+    k: &'a Kernel,
+    grid: [u32; 3],
+    tensors: &mut [HostTensor],
+    new_block: impl Fn([u32; 3]) -> Block<'a>,
+) -> Result<(), InterpError> {
+    let c = k.cluster;
+    if (0..3).any(|i| !grid[i].is_multiple_of(c[i])) {
+        return Err(InterpError::Arith {
+            kernel: k.name.clone(),
+            what: format!("grid {grid:?} is not a multiple of the cluster shape {c:?}"),
+        });
+    }
+    let n = k.cluster_size() as usize;
+    let tens = Shared((tensors.as_mut_ptr(), tensors.len()));
+    for cz in 0..grid[2] / c[2] {
+        for cy in 0..grid[1] / c[1] {
+            for cx in 0..grid[0] / c[0] {
+                let sched = Sched::new(n);
+                let mut blocks: Vec<Block<'a>> = (0..n as u32)
+                    .map(|r| {
+                        let (x, y, z) = (r % c[0], (r / c[0]) % c[1], r / (c[0] * c[1]));
+                        new_block([cx * c[0] + x, cy * c[1] + y, cz * c[2] + z])
+                    })
+                    .collect();
+                let ptrs: Vec<*mut Block<'a>> = blocks.iter_mut().map(|b| b as *mut Block<'a>).collect();
+                for (r, b) in blocks.iter_mut().enumerate() {
+                    b.cl = Some(ClusterLink { sched: &sched, rank: r, peers: ptrs.as_ptr(), n, id: [cx, cy, cz] });
+                }
+                let ptrs = &Shared(ptrs);
+                let tens = &tens;
+                run_cluster(k, [cx, cy, cz], &sched, |r| {
+                    // SAFETY: CTA `r`'s thread is the only one to hold its block mutably, and touches the
+                    // tensors and its peers only while it runs (one CTA at a time, see `cpu::cluster`).
+                    let p: *mut Block<'a> = ptrs.get()[r];
+                    let b = unsafe { &mut *p };
+                    let (tp, tn) = *tens.get();
+                    let ts = unsafe { std::slice::from_raw_parts_mut(tp, tn) };
+                    b.body(&k.body, ts)
+                })?;
+                drop(blocks);
+            }
+        }
+    }
+    Ok(())
+}
 
 /// One barrier: arrival count (0: not initialized), pending arrivals, transaction count, completed phases.
 pub(crate) type MbarState = [i64; 4];
@@ -96,6 +169,17 @@ pub(crate) fn mbar_index(k: &Kernel, block: [u32; 3], bar: MbarId, index: i64) -
     Ok(index as usize)
 }
 
+/// The CTA ranks of a multicast mask, checked against a cluster of `n` CTAs.
+pub(crate) fn multicast_ctas(k: &Kernel, block: [u32; 3], mask: i64, n: usize) -> Result<Vec<i64>, InterpError> {
+    if mask <= 0 || mask >= 1i64 << n {
+        return Err(InterpError::Arith {
+            kernel: k.name.clone(),
+            what: format!("block {block:?}: multicast mask {mask:#x} names no CTA or CTAs outside the cluster of {n}"),
+        });
+    }
+    Ok((0..n as i64).filter(|r| mask >> r & 1 == 1).collect())
+}
+
 /// The elements of one box: calls `f(row, col, flat)` in row-major box order, where (row, col) is the element's
 /// place in the destination window (outer box dims flattened into rows) and `flat` its flat index in the
 /// tensor (`None` outside it: the copy engine fills zero). `shape` is the tensor's (outermost first).
@@ -133,7 +217,29 @@ pub(crate) fn tma_box(
     Ok(())
 }
 
-impl Block<'_> {
+impl<'a> Block<'a> {
+    /// Run `f` on cluster CTA `cta` (this block itself for its own rank, or without a cluster for rank 0).
+    fn with_cta<R>(
+        &mut self,
+        cta: i64,
+        f: impl FnOnce(&mut Block<'a>) -> Result<R, InterpError>,
+    ) -> Result<R, InterpError> {
+        let (own, n) = self.cl.as_ref().map_or((0, 1), |c| (c.rank, c.n));
+        if cta < 0 || cta >= n as i64 {
+            return Err(InterpError::Arith {
+                kernel: self.k.name.clone(),
+                what: format!("block {:?}: cluster CTA rank {cta} outside 0..{n}", self.block),
+            });
+        }
+        if cta as usize == own {
+            return f(self);
+        }
+        let c = self.cl.as_ref().expect("n > 1");
+        // SAFETY: the peer's thread sleeps while this CTA runs (see `cpu::cluster`); its block outlives the run.
+        let peer = unsafe { &mut **c.peers.add(cta as usize) };
+        f(peer)
+    }
+
     fn mbar(&mut self, r: &MbarRef, op: MbarOp, tensors: &[HostTensor]) -> Result<(), InterpError> {
         let index = self.int(&r.index, tensors)?;
         self.mbar_at(r.bar, index, op)
@@ -159,28 +265,66 @@ impl Block<'_> {
             Stmt::MbarArrive { bar } => self.mbar(bar, MbarOp::Arrive { n: k.threads as i64, tx: 0 }, tensors)?,
             Stmt::MbarWait { bar, parity, .. } => {
                 let p = self.int(parity, tensors)?;
-                self.mbar(bar, MbarOp::Wait(p), tensors)?
+                let index = self.int(&bar.index, tensors)?;
+                if let Some(cl) = &self.cl {
+                    // In a cluster, peers may still complete the phase: block until one does (or deadlock).
+                    let i = mbar_index(k, self.block, bar.bar, index)?;
+                    let st: *const MbarState = &self.mbars[bar.bar.0 as usize][i];
+                    let what = format!("mbarrier `{}`[{index}]", k.mbarriers[bar.bar.0 as usize].name);
+                    if (0..=1).contains(&p) && self.mbars[bar.bar.0 as usize][i][0] != 0 {
+                        unsafe { &*cl.sched }
+                            .wait(cl.rank, Cond::Mbar { st, parity: p, what })
+                            .map_err(|s| stop_error(k, cl.id, s))?;
+                    }
+                }
+                self.mbar_at(bar.bar, index, MbarOp::Wait(p))?
+            }
+            Stmt::MbarArriveCluster { bar, cta } => {
+                let index = self.int(&bar.index, tensors)?;
+                let cta = self.int(cta, tensors)?;
+                let n = k.warps() as i64;
+                self.with_cta(cta, |b| b.mbar_at(bar.bar, index, MbarOp::Arrive { n, tx: 0 }))?;
+            }
+            Stmt::ClusterSync => {
+                if let Some(cl) = &self.cl {
+                    unsafe { &*cl.sched }.cluster_sync(cl.rank).map_err(|s| stop_error(k, cl.id, s))?;
+                }
             }
             Stmt::TmaLoad(t) => {
                 let m = &k.tensor_maps[t.map.0 as usize];
                 let base = self.shared_base(&t.dst, tensors)?;
                 let coords = t.coords.iter().map(|c| self.int(c, tensors)).collect::<Result<Vec<_>, _>>()?;
                 let bar_index = self.int(&t.bar.index, tensors)?;
+                let ctas = match &t.multicast {
+                    None => vec![self.cl.as_ref().map_or(0, |c| c.rank as i64)],
+                    Some(mask) => {
+                        let mask = self.int(mask, tensors)?;
+                        multicast_ctas(k, self.block, mask, self.cl.as_ref().map_or(1, |c| c.n))?
+                    }
+                };
                 let d = &k.shared[t.dst.buf.0 as usize];
-                self.claim(t.dst.buf);
                 let src = &tensors[m.tensor.0 as usize];
-                let shared = &mut self.shared[t.dst.buf.0 as usize];
+                let mut vals = Vec::with_capacity(m.box_elems());
                 tma_box(&src.shape, &m.box_dims, &coords, |r, c, flat| {
                     let v = match flat {
                         Some(i) if d.dtype.is_int() => src.get_i64(i) as f64,
                         Some(i) => src.get_f32(i) as f64,
                         None => 0.0,
                     };
-                    shared.set_f64(d.dtype, base + (t.dst.row0 as usize + r) * d.cols as usize + c, v);
+                    vals.push((base + (t.dst.row0 as usize + r) * d.cols as usize + c, v));
                     Ok(())
                 })?;
                 let bytes = d.dtype.storage_bytes(m.box_elems()) as i64;
-                self.mbar_at(t.bar.bar, bar_index, MbarOp::Complete(bytes))?;
+                for cta in ctas {
+                    self.with_cta(cta, |b| {
+                        b.claim(t.dst.buf);
+                        let shared = &mut b.shared[t.dst.buf.0 as usize];
+                        for &(at, v) in &vals {
+                            shared.set_f64(d.dtype, at, v);
+                        }
+                        b.mbar_at(t.bar.bar, bar_index, MbarOp::Complete(bytes))
+                    })?;
+                }
             }
             _ => unreachable!("not a TMA statement"),
         }

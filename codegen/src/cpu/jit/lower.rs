@@ -365,7 +365,15 @@ impl<'a> Types<'a> {
                         self.ty(c)?;
                     }
                     self.ty(&t.bar.index)?;
+                    if let Some(m) = &t.multicast {
+                        self.ty(m)?;
+                    }
                 }
+                Stmt::MbarArriveCluster { bar, cta } => {
+                    self.ty(&bar.index)?;
+                    self.ty(cta)?;
+                }
+                Stmt::ClusterSync => {}
                 #[allow(unreachable_patterns)]
                 other => return Err(unsupported(format!("statement {}", stmt_name(other)))),
             }
@@ -939,8 +947,18 @@ impl<'a, 'f> Lower<'a, 'f> {
                     args.push(self.int(c)?);
                 }
                 args.push(self.int(&t.bar.index)?);
+                if let Some(m) = &t.multicast {
+                    args.push(self.int(m)?);
+                }
                 self.host_tile(s, &args);
             }
+            // Cluster statements (`cpu::cluster`): the runtime reaches the peers' frames.
+            Stmt::MbarArriveCluster { bar, cta } => {
+                let i = self.int(&bar.index)?;
+                let c = self.int(cta)?;
+                self.host_tile(s, &[i, c]);
+            }
+            Stmt::ClusterSync => self.host_tile(s, &[]),
             Stmt::DequantFp4 { words, scales, .. } => {
                 let qi = self.shared_index(words)?;
                 let si = self.shared_index(scales)?;

@@ -11,9 +11,10 @@
 //! for bit.
 
 use super::Ctx;
+use crate::cpu::cluster::{Cond, stop_error};
 use crate::cpu::interp::{
     InterpError, MbarOp, MbarState, atomic_value, dequant_fp4_value, fp4_gemv_sums, mbar_error, mbar_index, mbar_step,
-    reduce, round_to, tile_value, tma_box, wrap_int,
+    multicast_ctas, reduce, round_to, tile_value, tma_box, wrap_int,
 };
 use k3k_ir::*;
 
@@ -44,6 +45,15 @@ pub(crate) struct Layout {
     pub(crate) live_at: usize,
     /// Per barrier declaration, the frame offset of its barriers' states (four i64 each, `interp::MbarState`).
     pub(crate) mbars: Vec<usize>,
+}
+
+/// A cluster's CTAs as the runtime reaches them (see `cpu::cluster`).
+pub(crate) struct ClusterRt {
+    pub(crate) sched: *const crate::cpu::cluster::Sched,
+    /// Each CTA's frame, by rank.
+    pub(crate) frames: Vec<*mut u8>,
+    pub(crate) n: usize,
+    pub(crate) id: [u32; 3],
 }
 
 /// Bytes of one element of a shared buffer in the frame.
@@ -264,6 +274,32 @@ pub(crate) fn quiet(x: f32) -> f32 {
     if x.is_nan() { f32::from_bits(x.to_bits() | 0x0040_0000) } else { x }
 }
 
+/// The block's rank in its cluster.
+fn cluster_rank(k: &Kernel, block: [u32; 3]) -> usize {
+    k3k_ir::cluster::rank_of(k.cluster, block) as usize
+}
+
+/// The frame of cluster CTA `cta` (the block's own frame for its own rank, or rank 0 without a cluster).
+fn cta_frame<'a>(ctx: &Ctx, f: &Frame<'a>, block: [u32; 3], cta: i64) -> Result<Frame<'a>, InterpError> {
+    let (own, n) = if ctx.cluster.is_null() {
+        (0, 1)
+    } else {
+        // SAFETY: set by the cluster runner for the whole run.
+        (cluster_rank(f.k, block), unsafe { (*ctx.cluster).n })
+    };
+    if cta < 0 || cta >= n as i64 {
+        return Err(InterpError::Arith {
+            kernel: f.k.name.clone(),
+            what: format!("block {block:?}: cluster CTA rank {cta} outside 0..{n}"),
+        });
+    }
+    if cta as usize == own {
+        return Ok(Frame { k: f.k, l: f.l, base: f.base });
+    }
+    // SAFETY: the peer sleeps while this CTA runs (see `cpu::cluster`); its frame outlives the run.
+    Ok(Frame { k: f.k, l: f.l, base: unsafe { (&(*ctx.cluster).frames)[cta as usize] } })
+}
+
 /// Run the tile statement `s` for the current block. `args` holds its scalar operands, evaluated by the
 /// compiled code in the interpreter's order (see `lower::Lower::tile_stmt`). Returns 0, or 1 with the error
 /// in `ctx.error`.
@@ -356,7 +392,32 @@ unsafe fn tile_stmt(ctx: &mut Ctx, s: &Stmt, arg: &dyn Fn(usize) -> i64) -> Resu
             Stmt::MbarArrive { bar } => {
                 f.mbar_op(block, bar.bar, arg(0), MbarOp::Arrive { n: k.threads as i64, tx: 0 })?
             }
-            Stmt::MbarWait { bar, .. } => f.mbar_op(block, bar.bar, arg(0), MbarOp::Wait(arg(1)))?,
+            Stmt::MbarWait { bar, .. } => {
+                let (index, p) = (arg(0), arg(1));
+                if !ctx.cluster.is_null() {
+                    // In a cluster, peers may still complete the phase: block until one does (or deadlock).
+                    let cl = &*ctx.cluster;
+                    let i = mbar_index(k, block, bar.bar, index)?;
+                    let st = f.mbar(bar.bar, i) as *const MbarState;
+                    if (0..=1).contains(&p) && (*st)[0] != 0 {
+                        let what = format!("mbarrier `{}`[{index}]", k.mbarriers[bar.bar.0 as usize].name);
+                        (*cl.sched)
+                            .wait(cluster_rank(k, block), Cond::Mbar { st, parity: p, what })
+                            .map_err(|s| stop_error(k, cl.id, s))?;
+                    }
+                }
+                f.mbar_op(block, bar.bar, index, MbarOp::Wait(p))?
+            }
+            Stmt::MbarArriveCluster { bar, .. } => {
+                let pf = cta_frame(ctx, &f, block, arg(1))?;
+                pf.mbar_op(block, bar.bar, arg(0), MbarOp::Arrive { n: k.warps() as i64, tx: 0 })?
+            }
+            Stmt::ClusterSync => {
+                if !ctx.cluster.is_null() {
+                    let cl = &*ctx.cluster;
+                    (*cl.sched).cluster_sync(cluster_rank(k, block)).map_err(|s| stop_error(k, cl.id, s))?;
+                }
+            }
             Stmt::TmaLoad(t) => {
                 let m = &k.tensor_maps[t.map.0 as usize];
                 let base = f.shared_base(&t.dst, arg(0));
@@ -364,17 +425,31 @@ unsafe fn tile_stmt(ctx: &mut Ctx, s: &Stmt, arg: &dyn Fn(usize) -> i64) -> Resu
                 let coords: Vec<i64> = (0..rank).map(|i| arg(1 + i)).collect();
                 let d = &k.shared[t.dst.buf.0 as usize];
                 let src = &hosts[m.tensor.0 as usize];
+                let ctas = match &t.multicast {
+                    None => vec![if ctx.cluster.is_null() { 0 } else { cluster_rank(k, block) as i64 }],
+                    Some(_) => {
+                        let n = if ctx.cluster.is_null() { 1 } else { (*ctx.cluster).n };
+                        multicast_ctas(k, block, arg(2 + rank), n)?
+                    }
+                };
+                let mut vals = Vec::with_capacity(m.box_elems());
                 tma_box(&src.shape, &m.box_dims, &coords, |r, c, flat| {
                     let v = match flat {
                         Some(i) if d.dtype.is_int() => src.get_i64(i) as f64,
                         Some(i) => src.get_f32(i) as f64,
                         None => 0.0,
                     };
-                    f.set_shared(t.dst.buf, base + (t.dst.row0 as usize + r) * d.cols as usize + c, v);
+                    vals.push((base + (t.dst.row0 as usize + r) * d.cols as usize + c, v));
                     Ok(())
                 })?;
                 let bytes = d.dtype.storage_bytes(m.box_elems()) as i64;
-                f.mbar_op(block, t.bar.bar, arg(1 + rank), MbarOp::Complete(bytes))?;
+                for cta in ctas {
+                    let pf = cta_frame(ctx, &f, block, cta)?;
+                    for &(at, v) in &vals {
+                        pf.set_shared(t.dst.buf, at, v);
+                    }
+                    pf.mbar_op(block, t.bar.bar, arg(1 + rank), MbarOp::Complete(bytes))?;
+                }
             }
             Stmt::Load { tile, src } => {
                 let d = &k.tiles[tile.0 as usize];
