@@ -71,6 +71,7 @@ primitive!(
     last_block_reduction,
     dequant_fp4_stream_prefetch,
     fp4_gemv,
+    fp4_gemv_staged,
     exp2_ftz,
     tma_mbarrier,
 );
@@ -78,5 +79,5 @@ primitive!(
 #[test]
 fn every_case_is_listed() {
     // `cases::all` feeds the GPU run; keep it in step with the list above.
-    assert_eq!(cases::all().len(), 35);
+    assert_eq!(cases::all().len(), 36);
 }
