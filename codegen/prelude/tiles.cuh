@@ -905,21 +905,24 @@ __device__ __forceinline__ void fp4_gemv(unsigned char* ot, int or0, int oc0, un
       }
       asm volatile("cp.async.commit_group;\n" ::: "memory");
     };
-    // The activations of the warp's n-th quad (full quads only; kept when past them).
-    auto load_x = [&](uint4 (&xr)[TT][4], int n) {
+    // The activations of the warp's n-th quad (full quads only; kept when past them), `after` added to the offset.
+    auto load_x = [&](uint4 (&xr)[TT][4], int n, int after) {
       const int qd = quad(n);
 #pragma unroll
       for (int tt = 0; tt < TT; ++tt) {
-        const uint4* const xp = xb + (xro[tt] + 16 * qd);
+        const uint4* const xp = xb + (xro[tt] + 16 * qd + after);
 #pragma unroll
         for (int i = 0; i < 4; ++i) ldg_nc_v4_keep(xr[tt][i], xp + i, tok[tt] && qd < nfull);
       }
     };
 #pragma unroll
     for (int s = 0; s + 1 < S; ++s) issue(s);
-    load_x(xv, 0);
-#pragma unroll 1
-    for (int n = 0; quad(n) < nfull; ++n) {
+    load_x(xv, 0, 0);
+    // One quad: its stage is waited for and read, multiplied with the activations `cx`, then the next quad's
+    // activations are loaded into `nx` (the two register sets alternate, so none is copied). Those loads depend on
+    // the last product (`opaque_zero`): issued before it, they would share its scoreboard with `cx`'s loads and the
+    // product would wait for them too (ptxas waits for every load of a scoreboard at once).
+    auto step = [&](int n, const uint4 (&cx)[TT][4], uint4 (&nx)[TT][4]) {
       issue(n + S - 1);
       asm volatile("cp.async.wait_group %0;\n" ::"n"(S - 1) : "memory");
       const unsigned src = sbase + (unsigned)((n % S) * SLOT);
@@ -939,13 +942,19 @@ __device__ __forceinline__ void fp4_gemv(unsigned char* ot, int or0, int oc0, un
           sl.w[b][jp] = w;
           sl.s[b][jp] = prmt_b32(sv, 0u, ssel[b][jp]);
         }
-      uint4 xc[TT][4];
+      product(sl, cx);
+      load_x(nx, n + 1, opaque_zero(acc[NB - 1][TT - 1][3]));
+    };
+    uint4 xw[TT][4];
 #pragma unroll
-      for (int tt = 0; tt < TT; ++tt)
+    for (int tt = 0; tt < TT; ++tt)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) xc[tt][i] = xv[tt][i];
-      load_x(xv, n + 1);
-      product(sl, xc);
+      for (int i = 0; i < 4; ++i) xw[tt][i] = make_uint4(0u, 0u, 0u, 0u);
+#pragma unroll 1
+    for (int n = 0; quad(n) < nfull; n += 2) {
+      step(n, xv, xw);
+      if (quad(n + 1) >= nfull) break;
+      step(n + 1, xw, xv);
     }
     // No copy may still be writing the staging area when the statement ends (the groups past the warp's quads
     // are empty, but the wait is cheap).

@@ -633,8 +633,6 @@ fn resolve_gemv(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, O
     // Auto: three CTAs per SM (80 registers at 7 warps, 168 at 4) for 16 rows per statement where ptxas fits the
     // ring without spills (8 tokens: at most 3 slots on more than 4 warps; at most 4 warps: 8 slots at 8 tokens,
     // 4 at 16; not with a GLU epilogue: two statements, and 24 spilled bytes at 28 x 4 under the cap), else uncapped.
-    let fits3 = !glu && if wa <= 4 { ring <= if bm == 8 { 8 } else { 4 } } else { bm == 8 && ring <= 3 };
-    let minb = if minb == 0 && rows == 16 && fits3 && wa * 32 * 3 <= 1024 { 3 } else { minb };
     // STAGES: 0, 1 or 2 = the register ring of GR slots; 3..=8 = the shared-memory ring of that many cp.async stages
     // per warp (`Stmt::Fp4Gemv` staged; GR is then unused and recorded as the stage count).
     let stages = match knobs.0.get("STAGES") {
@@ -645,6 +643,10 @@ fn resolve_gemv(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, O
         },
     };
     let ring = if stages >= 3 { stages } else { ring };
+    // The staged ring keeps no weights in registers (72-80 registers uncapped at 7 warps, 117-167 at one): its
+    // automatic MINB is none (an explicit MINB=16 fits one-warp CTAs in 123 registers without spills).
+    let fits3 = stages < 3 && !glu && if wa <= 4 { ring <= if bm == 8 { 8 } else { 4 } } else { bm == 8 && ring <= 3 };
+    let minb = if minb == 0 && rows == 16 && fits3 && wa * 32 * 3 <= 1024 { 3 } else { minb };
     let c = Cfg {
         bn,
         bm,
@@ -936,7 +938,7 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
             (ys, us, b.shared("arrived", DType::I32, 1, 1, 1, Swizzle::None))
         });
         // PATH=gemv: the warps' partials of one `Fp4Gemv` (one per GLU half).
-        let spart = c.gemv.then(|| b.shared("spart", DType::F32, bn, bm, c.wa + gemv_stage_tiles(&c), Swizzle::None));
+        let spart = c.gemv.then(|| b.shared("spart", DType::F32, bn, bm, c.wa + gemv_stage_tiles(c), Swizzle::None));
         sync = Some((sacc, acc, wt, yt, pv, sums, spart));
     }
 
