@@ -394,6 +394,7 @@ fn gemv_path_edges_and_layouts() {
         run(&p, rng.random(), &gemv(&[("WA", 2), ("GR", 4), ("BN", 32)]));
         run(&p, rng.random(), &gemv(&[("WA", 1), ("BK", 1024), ("STAGES", 8)]));
         run(&p, rng.random(), &gemv(&[("WA", 2), ("STAGES", 4), ("BN", 32)]));
+        run(&p, rng.random(), &gemv(&[("WA", 3), ("STAGES", 3), ("BN", 64), ("BK", 128)]));
     }
     let op = Mxfp4Matmul;
     let m4 = Preset::new("m4", &[("M", 4), ("K", 64), ("N", 32)]);
@@ -406,7 +407,8 @@ fn gemv_path_edges_and_layouts() {
         gemv(&[("GR", 9)]),
         gemv(&[("BN", 64), ("GR", 4)]),
         gemv(&[("STAGES", 9)]),
-        gemv(&[("BN", 32), ("STAGES", 5)]),
+        gemv(&[("BN", 80), ("STAGES", 4)]),
+        gemv(&[("BN", 64), ("STAGES", 8), ("WA", 16), ("BK", 128)]),
         knobs(&[("GR", 2)]).with("PATH", "tile"),
         gemv(&[("WB", 2)]),
         gemv(&[]).with("MMA", "wgmma"),

@@ -685,7 +685,13 @@ fn validate(spec: &MatSpec, c: &Cfg, knobs: &Knobs) -> Result<(), OpError> {
                 c.bm, c.bk
             ));
         }
-        if rows == 0 || !rows.is_multiple_of(16) || rows > 64 || !(1..=8).contains(&c.ring) || rows / 16 * c.ring > 8 {
+        if rows == 0
+            || !rows.is_multiple_of(16)
+            || rows > 64
+            || !(1..=8).contains(&c.ring)
+            // (The staged ring keeps its stages in shared memory: only the register ring is capped.)
+            || (c.stages < 3 && rows / 16 * c.ring > 8)
+        {
             return invalid(format!(
                 "PATH=gemv needs BN{} a multiple of 16, at most 64, and GR in 1..=8 with BN{}/16 x GR <= 8 ring \
                  register blocks (got BN={}, GR={})",
