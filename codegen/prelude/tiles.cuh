@@ -712,7 +712,8 @@ template <int NB> struct Fp4GemvSlot {
   unsigned s[NB][2];
 };
 
-template <bool PACKED, bool FOLD, bool FINITE, int R, int T, int WARPS, int U, int S, class LO, class LP>
+template <bool PACKED, bool FOLD, bool FINITE, int R, int T, int WARPS, int U, int S, class LO, class LP,
+          bool STAGED = false>
 __device__ __forceinline__ void fp4_gemv(unsigned char* ot, int or0, int oc0, unsigned char* pt,
                                          const unsigned* __restrict__ q, long long qoff, long long qstride,
                                          long long qrows, long long qcols, const unsigned char* __restrict__ sg,
@@ -802,26 +803,8 @@ __device__ __forceinline__ void fp4_gemv(unsigned char* ot, int or0, int oc0, un
   for (int tt = 0; tt < TT; ++tt)
 #pragma unroll
     for (int i = 0; i < 4; ++i) xv[tt][i] = make_uint4(0u, 0u, 0u, 0u);
-  auto compute = [&](const Fp4GemvSlot<NB>& sl, int qd, bool tail) {
-    const int bi = 4 * qd + l;
-    if (!tail) {
-#pragma unroll
-      for (int tt = 0; tt < TT; ++tt) {
-        // One pointer per token row and quad (immediate offsets for the four loads) at 8 tokens; 16 tokens keep
-        // the per-load index (ptxas spilled 16 bytes of the 16-token, 32-row primitive case with the pointer).
-        const uint4* const xp = xb + (xro[tt] + (TT == 1 ? 16 * qd : 0));
-#pragma unroll
-        for (int i = 0; i < 4; ++i) ldg_nc_v4_keep(xv[tt][i], TT == 1 ? xp + i : xp + (16 * qd + i), tok[tt]);
-      }
-    } else {
-#pragma unroll
-      for (int tt = 0; tt < TT; ++tt) {
-        const uint4* const xp = xb + (xro[tt] + 16 * qd);
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-          xv[tt][i] = ldg_nc_v4_if(xp + i, tok[tt] && bi < nblk && 32 * bi + 8 * i + 8 <= xlim);
-      }
-    }
+  // The products of one quad: the slot's weights times the activations `xr` of the same columns.
+  auto product = [&](const Fp4GemvSlot<NB>& sl, const uint4 (&xr)[TT][4]) {
 #pragma unroll
     for (int b = 0; b < NB; ++b) {
       const unsigned s0 = fp4_scale2<FOLD, FINITE>(sl.s[b][0]), s1 = fp4_scale2<FOLD, FINITE>(sl.s[b][1]);
@@ -844,15 +827,139 @@ __device__ __forceinline__ void fp4_gemv(unsigned char* ot, int or0, int oc0, un
                                fp4_pair_lh<FOLD>(lb0, hb0, fb, s0), fp4_pair_lh<FOLD>(lb1, hb1, fb, s1)};
 #pragma unroll
         for (int tt = 0; tt < TT; ++tt) {
-          const uint4 xc = xv[tt][i];
+          const uint4 xc = xr[tt][i];
           const unsigned bb[2] = {j ? xc.z : xc.x, j ? xc.w : xc.y};
           mma16816((bf16*)0, acc[b][tt], a, bb);
         }
       }
     }
   };
+  auto compute = [&](const Fp4GemvSlot<NB>& sl, int qd, bool tail) {
+    const int bi = 4 * qd + l;
+    if (!tail) {
+#pragma unroll
+      for (int tt = 0; tt < TT; ++tt) {
+        // One pointer per token row and quad (immediate offsets for the four loads) at 8 tokens; 16 tokens keep
+        // the per-load index (ptxas spilled 16 bytes of the 16-token, 32-row primitive case with the pointer).
+        const uint4* const xp = xb + (xro[tt] + (TT == 1 ? 16 * qd : 0));
+#pragma unroll
+        for (int i = 0; i < 4; ++i) ldg_nc_v4_keep(xv[tt][i], TT == 1 ? xp + i : xp + (16 * qd + i), tok[tt]);
+      }
+    } else {
+#pragma unroll
+      for (int tt = 0; tt < TT; ++tt) {
+        const uint4* const xp = xb + (xro[tt] + 16 * qd);
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          xv[tt][i] = ldg_nc_v4_if(xp + i, tok[tt] && bi < nblk && 32 * bi + 8 * i + 8 <= xlim);
+      }
+    }
+    product(sl, xv);
+  };
   // The ring: S slots, slot s holding the warp's quads s, s + S, ... (below `nfull`); each is consumed, then
   // refilled S ahead.
+  if constexpr (STAGED) {
+    // The staged ring (STAGED): the full quads go global -> shared memory by `cp.async` (each lane copies its own
+    // 16-byte blocks and the aligned 4-byte scale word of each of its rows into its own slots of the warp's S-stage
+    // ring, and reads them back itself: no barrier), S - 1 quads in flight while one is multiplied. The copies
+    // complete in commit-group order (`cp.async.wait_group`, a counted wait in SASS), so unlike a register ring
+    // (whose loads ptxas tracks on one of six scoreboards and waits for all at once) every stage stays in flight.
+    // The activations of the next quad are loaded into registers one quad ahead. Staging starts after the warps'
+    // partial tiles, 16-byte aligned; a stage is NB x 2 x 32 x 20 bytes (blocks, then scale words).
+    constexpr int SLOT = NB * 2 * 32 * 20, WOFF = NB * 2 * 32 * 16;
+    unsigned char* const stg = pt + ((WARPS * LP::TILE_BYTES + 15) & ~15) + wid * S * SLOT;
+    const unsigned sbase = smem_u32(stg);
+    // Scale bytes: each lane copies the aligned 4-byte word holding its byte (row r's block 4q + l at
+    // sb + r sstride + 4q: the word's position is the same for every quad) and picks the byte with one prmt.
+    // Invalid rows copy the first word of the view (their values reach only their own, discarded outputs).
+    const unsigned char* const swb = (const unsigned char*)((unsigned long long)sb & ~3ull);
+    const int smis = (int)((unsigned long long)sb & 3ull);
+    unsigned ssel[NB][2];
+    int swo[NB][2], wrc[NB][2];
+#pragma unroll
+    for (int b = 0; b < NB; ++b)
+#pragma unroll
+      for (int jp = 0; jp < 2; ++jp) {
+        const int o = rok[b][jp] ? sro[b][jp] + smis : 0;
+        swo[b][jp] = o & ~3;
+        ssel[b][jp] = (unsigned)(o & 3) | 0x4440u;
+        wrc[b][jp] = rok[b][jp] ? wro[b][jp] : 0;
+      }
+    auto issue = [&](int n) {
+      const int qd = quad(n);
+      const unsigned dst = sbase + (unsigned)((n % S) * SLOT);
+      if (qd < nfull) {
+#pragma unroll
+        for (int b = 0; b < NB; ++b)
+#pragma unroll
+          for (int jp = 0; jp < 2; ++jp) {
+            const int ok = rok[b][jp] ? 16 : 0;
+            const int piece = (2 * b + jp) * 32 + lane;
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst + 16 * piece),
+                         "l"(wb + (wrc[b][jp] + 4 * qd)), "r"(ok)
+                         : "memory");
+            asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst + WOFF + 4 * piece),
+                         "l"(swb + (swo[b][jp] + 4 * qd)), "r"(ok >> 2)
+                         : "memory");
+          }
+      }
+      asm volatile("cp.async.commit_group;\n" ::: "memory");
+    };
+    // The activations of the warp's n-th quad (full quads only; kept when past them), `after` added to the offset.
+    auto load_x = [&](uint4 (&xr)[TT][4], int n, int after) {
+      const int qd = quad(n);
+#pragma unroll
+      for (int tt = 0; tt < TT; ++tt) {
+        const uint4* const xp = xb + (xro[tt] + 16 * qd + after);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) ldg_nc_v4_keep(xr[tt][i], xp + i, tok[tt] && qd < nfull);
+      }
+    };
+#pragma unroll
+    for (int s = 0; s + 1 < S; ++s) issue(s);
+    load_x(xv, 0, 0);
+    // One quad: its stage is waited for and read, multiplied with the activations `cx`, then the next quad's
+    // activations are loaded into `nx` (the two register sets alternate, so none is copied). Those loads depend on
+    // the last product (`opaque_zero`): issued before it, they would share its scoreboard with `cx`'s loads and the
+    // product would wait for them too (ptxas waits for every load of a scoreboard at once).
+    auto step = [&](int n, const uint4 (&cx)[TT][4], uint4 (&nx)[TT][4]) {
+      issue(n + S - 1);
+      asm volatile("cp.async.wait_group %0;\n" ::"n"(S - 1) : "memory");
+      const unsigned src = sbase + (unsigned)((n % S) * SLOT);
+      Fp4GemvSlot<NB> sl;
+#pragma unroll
+      for (int b = 0; b < NB; ++b)
+#pragma unroll
+        for (int jp = 0; jp < 2; ++jp) {
+          const int piece = (2 * b + jp) * 32 + lane;
+          uint4 w;
+          unsigned sv;
+          asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                       : "=r"(w.x), "=r"(w.y), "=r"(w.z), "=r"(w.w)
+                       : "r"(src + 16 * piece)
+                       : "memory");
+          asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(sv) : "r"(src + WOFF + 4 * piece) : "memory");
+          sl.w[b][jp] = w;
+          sl.s[b][jp] = prmt_b32(sv, 0u, ssel[b][jp]);
+        }
+      product(sl, cx);
+      load_x(nx, n + 1, opaque_zero(acc[NB - 1][TT - 1][3]));
+    };
+    uint4 xw[TT][4];
+#pragma unroll
+    for (int tt = 0; tt < TT; ++tt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) xw[tt][i] = make_uint4(0u, 0u, 0u, 0u);
+#pragma unroll 1
+    for (int n = 0; quad(n) < nfull; n += 2) {
+      step(n, xv, xw);
+      if (quad(n + 1) >= nfull) break;
+      step(n + 1, xw, xv);
+    }
+    // No copy may still be writing the staging area when the statement ends (the groups past the warp's quads
+    // are empty, but the wait is cheap).
+    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+  } else {
   Fp4GemvSlot<NB> ring[S];
 #pragma unroll
   for (int s = 0; s < S; ++s)
@@ -877,10 +984,12 @@ __device__ __forceinline__ void fp4_gemv(unsigned char* ot, int or0, int oc0, un
       }
     }
   }
+  }
   // The partial quads (at most one, or more where x's columns end first), one per warp, after the ring.
   for (int qd = nfull + wid; qd < nq; qd += WARPS) {
-    load_tail(ring[0], qd);
-    compute(ring[0], qd, true);
+    Fp4GemvSlot<NB> tl;
+    load_tail(tl, qd);
+    compute(tl, qd, true);
   }
   // The warps' partials (C fragment: rows 16b + g (+8), tokens 8tt + 2l (+1)) as flat [R, T] f32 tiles of
   // `scratch` (its layout is irrelevant: only this function reads them), then their sum in warp order.

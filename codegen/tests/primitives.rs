@@ -71,6 +71,7 @@ primitive!(
     last_block_reduction,
     dequant_fp4_stream_prefetch,
     fp4_gemv,
+    fp4_gemv_staged,
     exp2_ftz,
     tma_mbarrier,
     tma_multicast_cluster,

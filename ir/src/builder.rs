@@ -312,7 +312,35 @@ impl KernelBuilder {
         ring: u32,
     ) {
         let Fp4Flags { packed, fold, finite } = flags;
-        self.push(Stmt::Fp4Gemv { out, scratch, words, scales, x, packed, fold, finite, chunk, ring });
+        self.push(Stmt::Fp4Gemv { out, scratch, words, scales, x, packed, fold, finite, chunk, ring, staged: false });
+    }
+    /// [`Self::fp4_gemv`] with its ring in shared memory stages of `scratch` (`staged`, see [`Stmt::Fp4Gemv`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn fp4_gemv_staged(
+        &mut self,
+        out: SharedRef,
+        scratch: SharedId,
+        words: GlobalView,
+        scales: GlobalView,
+        x: GlobalView,
+        flags: Fp4Flags,
+        chunk: u32,
+        stages: u32,
+    ) {
+        let Fp4Flags { packed, fold, finite } = flags;
+        self.push(Stmt::Fp4Gemv {
+            out,
+            scratch,
+            words,
+            scales,
+            x,
+            packed,
+            fold,
+            finite,
+            chunk,
+            ring: stages,
+            staged: true,
+        });
     }
     /// Start `acc += a @ b` on the warpgroup tensor cores (see [`Stmt::MmaAsync`]).
     pub fn mma_async(&mut self, acc: TileId, a: Operand, b: Operand) {

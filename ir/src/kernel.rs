@@ -469,6 +469,12 @@ pub enum Stmt {
     /// least `R x T` elements per tile and a tile per warp; its contents afterwards are unspecified) in warp order,
     /// between two block barriers. `chunk` (1, 2, 4 or 8) and `ring` (1..=8) are schedule only: the value does not
     /// depend on them.
+    ///
+    /// With `staged` (schedule only too), the ring is `ring` stages of shared memory instead of registers: the full
+    /// quads are copied by `cp.async` (each lane its own blocks and scale words) into per-warp stages of `scratch`
+    /// after the partial tiles, `ring - 1` quads in flight while one is multiplied (the copies are waited for in
+    /// commit order, so every stage stays in flight; a register ring's loads share the six hardware scoreboards).
+    /// `scratch` then needs, past its first `warps` tiles, `16 + warps x ring x R / 16 x 1280` more bytes.
     Fp4Gemv {
         out: SharedRef,
         scratch: SharedId,
@@ -480,6 +486,8 @@ pub enum Stmt {
         finite: bool,
         chunk: u32,
         ring: u32,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        staged: bool,
     },
 }
 

@@ -209,10 +209,10 @@ fn body(k: &Kernel, b: &[Stmt], depth: usize, s: &mut String) {
                     k.tiles[tile.0 as usize].name
                 );
             }
-            Stmt::Fp4Gemv { out, scratch, words, scales, x, packed, fold, finite, chunk, ring } => {
+            Stmt::Fp4Gemv { out, scratch, words, scales, x, packed, fold, finite, chunk, ring, staged } => {
                 let _ = writeln!(
                     s,
-                    "{pad}{}[{}][{}+{}, {}+{}] = fp4_gemv({}, {}, x={}){}{}{} chunk={chunk} ring={ring} scratch={}",
+                    "{pad}{}[{}][{}+{}, {}+{}] = fp4_gemv({}, {}, x={}){}{}{} chunk={chunk} ring={ring}{} scratch={}",
                     k.shared[out.buf.0 as usize].name,
                     expr(k, &out.index),
                     out.row0,
@@ -225,6 +225,7 @@ fn body(k: &Kernel, b: &[Stmt], depth: usize, s: &mut String) {
                     if *packed { " packed" } else { " natural" },
                     if *fold { " fold" } else { "" },
                     if *finite { " finite" } else { "" },
+                    if *staged { " staged" } else { "" },
                     k.shared[scratch.0 as usize].name,
                 );
             }

@@ -1130,7 +1130,7 @@ impl<'a> Checker<'a> {
                 }
                 self.path.pop();
             }
-            Stmt::Fp4Gemv { out, scratch, words, scales, x, chunk, ring, .. } => {
+            Stmt::Fp4Gemv { out, scratch, words, scales, x, chunk, ring, staged, .. } => {
                 self.path.push("fp4_gemv".to_string());
                 let o = self.shared_ref(out)?;
                 let sc = self.shared(*scratch)?;
@@ -1161,6 +1161,18 @@ impl<'a> Checker<'a> {
                 }
                 if *scratch == out.buf {
                     return bad("fp4_gemv: scratch and out must be different buffers".into());
+                }
+                if *staged {
+                    let tile = sc.rows as u64 * sc.cols as u64 * 4;
+                    let have = (sc.count as u64).saturating_sub(warps as u64) * tile;
+                    let need = 16 + warps as u64 * *ring as u64 * (out.rows as u64 / 16) * 1280;
+                    if have < need {
+                        return bad(format!(
+                            "fp4_gemv staged: scratch `{}` needs {need} bytes past its first {warps} tiles for {ring} \
+                             stages, has {have}",
+                            sc.name
+                        ));
+                    }
                 }
                 if !matches!(chunk, 1 | 2 | 4 | 8) || !(1..=8).contains(ring) || !self.k.threads.is_multiple_of(32) {
                     return bad(format!(

@@ -318,7 +318,8 @@ fn automatic_knobs_follow_the_h200_measurements() {
 /// 17 and 40 over several 8- or 16-token tiles), N not a multiple of the row tile, K of one block, a K tail
 /// shorter than a chunk and chunks not dividing over the warps, both layouts, NaN scale blocks, GLU epilogues with
 /// routing weights, grouped with empty groups, splits with both finalizers, every chunk width (BK 128..1024),
-/// register ring depths (GR 1..8, PF) and the automatic knobs of 8 and 16 tokens; and its invalid knob sets.
+/// register ring depths (GR 1..8, PF), shared-memory rings (STAGES 3..8) and the automatic knobs of 8 and 16
+/// tokens; and its invalid knob sets.
 #[test]
 fn gemv_path_edges_and_layouts() {
     let mut rng = StdRng::seed_from_u64(rand::rng().random());
@@ -343,6 +344,10 @@ fn gemv_path_edges_and_layouts() {
         run(&p, rng.random(), &gemv(&[("BK", 512), ("WA", 5), ("SPLIT", 3)]).with("FIN", "last"));
         run(&p, rng.random(), &gemv(&[("BK", 1024), ("GR", 8), ("WA", 2)]));
         run(&p, rng.random(), &gemv(&[("BK", 128), ("GR", 1), ("BN", 64), ("WA", 3)]));
+        // The shared-memory ring (STAGES >= 3).
+        run(&p, rng.random(), &gemv(&[("STAGES", 3)]));
+        run(&p, rng.random(), &gemv(&[("STAGES", 8), ("BK", 1024), ("WA", 1), ("SPLIT", 2)]));
+        run(&p, rng.random(), &gemv(&[("STAGES", 4), ("BN", 32), ("BK", 256), ("WA", 3), ("BM", 16)]));
     }
     // The register ring's edges: K of one block, of 37 blocks (9 whole 4-block quads and a one-block tail), 65, 113
     // (a ring wrapping several times, batches not dividing over the warps), 224 (whole 1024-column batches); every
@@ -361,6 +366,7 @@ fn gemv_path_edges_and_layouts() {
             run(&p, rng.random(), &gemv(&[("GR", 2), ("BK", 256), ("WA", 3)]));
             run(&p, rng.random(), &gemv(&[("GR", 5), ("BK", 512), ("WA", 1)]).with("PF", "on"));
             run(&p, rng.random(), &gemv(&[("GR", 8), ("BK", 1024), ("WA", 4), ("BM", 16)]));
+            run(&p, rng.random(), &gemv(&[("STAGES", 5), ("BK", 512), ("WA", 2)]));
         }
     }
     for (packed, wide, epi, pw) in [(1i64, 0i64, 0i64, 0i64), (0, 1, 1, 1), (1, 1, 2, 1), (1, 0, 0, 1)] {
@@ -386,6 +392,9 @@ fn gemv_path_edges_and_layouts() {
         run(&p, rng.random(), &gemv(&[("SPLIT", 2), ("BK", 128), ("BN", 64), ("WA", 4)]).with("PF", "off"));
         run(&p, rng.random(), &gemv(&[("WA", 1), ("BK", 1024), ("GR", 8)]));
         run(&p, rng.random(), &gemv(&[("WA", 2), ("GR", 4), ("BN", 32)]));
+        run(&p, rng.random(), &gemv(&[("WA", 1), ("BK", 1024), ("STAGES", 8)]));
+        run(&p, rng.random(), &gemv(&[("WA", 2), ("STAGES", 4), ("BN", 32)]));
+        run(&p, rng.random(), &gemv(&[("WA", 3), ("STAGES", 3), ("BN", 64), ("BK", 128)]));
     }
     let op = Mxfp4Matmul;
     let m4 = Preset::new("m4", &[("M", 4), ("K", 64), ("N", 32)]);
@@ -397,6 +406,9 @@ fn gemv_path_edges_and_layouts() {
         gemv(&[("BK", 2048)]),
         gemv(&[("GR", 9)]),
         gemv(&[("BN", 64), ("GR", 4)]),
+        gemv(&[("STAGES", 9)]),
+        gemv(&[("BN", 80), ("STAGES", 4)]),
+        gemv(&[("BN", 64), ("STAGES", 8), ("WA", 16), ("BK", 128)]),
         knobs(&[("GR", 2)]).with("PATH", "tile"),
         gemv(&[("WB", 2)]),
         gemv(&[]).with("MMA", "wgmma"),
@@ -756,4 +768,36 @@ fn stream_prefetch_matches_the_unpipelined_stream() {
     let inst = op.instance(&p, 1).unwrap();
     assert!(matches!(inst.plan(&knobs(&[]).with("PATH", "tile").with("PF", "on")), Err(OpError::InvalidKnobs { .. })));
     assert!(matches!(inst.plan(&stream(&[]).with("PF", "bogus")), Err(OpError::InvalidKnobs { .. })));
+}
+
+/// PATH=gemv with STAGES >= 3 renders the shared-memory ring (`Stmt::Fp4Gemv` staged) with its stages past the
+/// warps' partial tiles, records the stage count, and the automatic knobs keep the register ring.
+#[test]
+fn gemv_staged_ring_is_a_knob() {
+    let op = Mxfp4Matmul;
+    let g28 = Preset::new("g28", &[("G", 28), ("per", 4), ("N", 6144), ("K", 3584), ("packed", 1)]);
+    let m1 = Preset::new("m1", &[("M", 1), ("N", 6144), ("K", 3584), ("packed", 1)]);
+    for (p, stages) in [(&g28, 8i64), (&m1, 4), (&m1, 3)] {
+        let k = knobs(&[("STAGES", stages)]).with("PATH", "gemv");
+        let ks = op.kernels(p, &k).unwrap();
+        let main = &ks[0];
+        assert_eq!(main.knobs.u32("STAGES").unwrap(), stages as u32, "{}", p.name);
+        let count = |k: &k3k_ir::Kernel, want: bool| {
+            let mut n = 0;
+            k.visit_stmts(&mut |s| {
+                if let k3k_ir::Stmt::Fp4Gemv { staged, ring, .. } = s
+                    && *staged == want
+                    && (!want || *ring == stages as u32)
+                {
+                    n += 1;
+                }
+            });
+            n
+        };
+        assert_eq!(count(main, true), 1, "{}: one staged fp4_gemv", p.name);
+        let auto = op.kernels(p, &default_knobs()).unwrap();
+        assert_eq!(count(&auto[0], true), 0, "{}: auto keeps the register ring", p.name);
+        assert_eq!(count(&auto[0], false), 1, "{}", p.name);
+        assert_eq!(auto[0].knobs.u32("STAGES").unwrap(), 2);
+    }
 }

@@ -644,14 +644,15 @@ impl<'a> Renderer<'a> {
                 );
                 self.line(&line);
             }
-            Stmt::Fp4Gemv { out, scratch, words, scales, x, packed, fold, finite, chunk, ring } => {
+            Stmt::Fp4Gemv { out, scratch, words, scales, x, packed, fold, finite, chunk, ring, staged } => {
                 let line = format!(
-                    "k3k::fp4_gemv<{packed}, {fold}, {finite}, {}, {}, {}, {chunk}, {ring}, {}, {}>({}, {}, {}, s{}, {}, {}, {});",
+                    "k3k::fp4_gemv<{packed}, {fold}, {finite}, {}, {}, {}, {chunk}, {ring}, {}, {}{}>({}, {}, {}, s{}, {}, {}, {});",
                     out.rows,
                     out.cols,
                     k.threads / 32,
                     self.shared_layout(out.buf),
                     self.shared_layout(*scratch),
+                    if *staged { ", true" } else { "" },
                     self.shared_ptr(out),
                     out.row0,
                     out.col0,

@@ -58,6 +58,7 @@ pub fn all() -> Vec<Case> {
         last_block_reduction(),
         dequant_fp4_stream_prefetch(),
         fp4_gemv(),
+        fp4_gemv_staged(),
         exp2_ftz(),
         tma_mbarrier(),
         tma_multicast_cluster(),
@@ -1691,6 +1692,17 @@ pub fn mma_async_ss_then_rs() -> Case {
 /// (wrapping several times, and ring 3 not dividing a warp's quads); against an f64 sum computed here (rows past 27
 /// and tokens past 11 must be 0). The GPU sums in its lane-permuted K order, so this checks that order too.
 pub fn fp4_gemv() -> Case {
+    fp4_gemv_case(false)
+}
+
+/// [`fp4_gemv`] with the ring in shared memory (`staged`: cp.async stages of 3 and 4 quads per warp, so the ring
+/// wraps several times): the same data, views and checks (the scale view starts one byte into each 64-byte
+/// row, so the lanes' aligned scale words sit at every offset).
+pub fn fp4_gemv_staged() -> Case {
+    fp4_gemv_case(true)
+}
+
+fn fp4_gemv_case(staged: bool) -> Case {
     let (r, t) = (32usize, 16usize);
     let (rows, toks, blocks, xcols) = (27usize, 11usize, 61usize, 1915usize);
     let (kw, kb, k) = (64 * 4, 64, 2048usize);
@@ -1701,7 +1713,7 @@ pub fn fp4_gemv() -> Case {
         (true, false, false, 1, 4, 3),
         (false, true, true, 0, 8, 4),
     ];
-    let mut b = KernelBuilder::new("p_fp4_gemv", 128);
+    let mut b = KernelBuilder::new(if staged { "p_fp4_gemv_staged" } else { "p_fp4_gemv" }, 128);
     let dims = |a: usize, bb: usize| [Expr::Int(a as i64), Expr::Int(bb as i64)];
     let q = b.tensor("q", DType::U32, &dims(rows, kw), Access::Read);
     let scales: Vec<TensorId> =
@@ -1709,14 +1721,21 @@ pub fn fp4_gemv() -> Case {
     let x = b.tensor("x", DType::Bf16, &dims(toks, k), Access::Read);
     let y = b.tensor("y", DType::F32, &[Expr::Int(4), Expr::Int(r as i64), Expr::Int(t as i64)], Access::Write);
     let out = b.shared("out", DType::F32, r as u32, t as u32 + 1, 4, Swizzle::None);
-    let scratch = b.shared("scratch", DType::F32, r as u32, t as u32, 4, Swizzle::None);
+    // Staged: 4 partial tiles, then 16 + 4 warps x 4 stages x 2 x 1280 bytes of stages (21 tiles of 2 KB).
+    let scratch = b.shared("scratch", DType::F32, r as u32, t as u32, if staged { 25 } else { 4 }, Swizzle::None);
     let o = b.tile("o", DType::F32, r as u32, t as u32, [2, 2]);
     for (v, &(packed, fold, finite, si, chunk, ring)) in variants.iter().enumerate() {
         let qv = view(q, 4i64, kw as i64, rows as i64, (4 * blocks) as i64, 4);
         let sv = view(scales[si], 1i64, kb as i64, rows as i64, (blocks + 1) as i64, 1);
         let xv = view(x, 32i64, k as i64, toks as i64, xcols as i64, 8);
         let w = b.window(out, v as i64, 0, 0, r as u32, t as u32);
-        b.fp4_gemv(w.clone(), scratch, qv, sv, xv, Fp4Flags { packed, fold, finite }, chunk, ring);
+        let flags = Fp4Flags { packed, fold, finite };
+        if staged {
+            // Stages 3 and 4 (ring + 2 of the register variants, capped at 4 by the 32-row tile).
+            b.fp4_gemv_staged(w.clone(), scratch, qv, sv, xv, flags, chunk, (ring + 2).min(4));
+        } else {
+            b.fp4_gemv(w.clone(), scratch, qv, sv, xv, flags, chunk, ring);
+        }
         b.load(o, Place::Shared(w));
         b.store(o, Place::Global(view(y, (v * r * t) as i64, t as i64, r as i64, t as i64, 2)));
     }
@@ -1768,7 +1787,7 @@ pub fn fp4_gemv() -> Case {
     tensors.push(HostTensor::from_f32(DType::Bf16, &[toks, k], &xvals));
     tensors.push(poisoned(DType::F32, &[4, r, t]));
     Case {
-        name: "fp4_gemv",
+        name: if staged { "fp4_gemv_staged" } else { "fp4_gemv" },
         kernel: kern,
         tensors,
         scalars: vec![],

@@ -93,7 +93,13 @@ pub fn knob_space() -> KnobSpace {
              128..1024); 0 = auto",
             [0i64, 64, 128, 256, 512],
         )
-        .axis("STAGES", "cp.async pipeline depth; 0 = auto", [0i64, 3, 4])
+        .axis(
+            "STAGES",
+            "cp.async pipeline depth; PATH=gemv: 0..=2 the register ring of GR slots, 3..=8 the warps' rings in shared \
+             memory of that many cp.async stages (every stage in flight: a register ring's loads share the six \
+             hardware scoreboards, so ptxas waits for all of them at each slot); 0 = auto (gemv: the register ring)",
+            [0i64, 3, 4],
+        )
         .axis("WA", "warps along weight rows (wgmma: BM/16); 0 = auto", [0i64, 4, 8])
         .axis("WB", "warps along tokens (each recomputes its rows' dequantized weights); 0 = auto", [0i64, 2])
         .axis("SPLIT", "K splits (partials summed in order by a second kernel); 0 = auto", [0i64, 1, 2, 4, 8, 16])
@@ -260,7 +266,7 @@ impl Cfg {
         if self.gemv {
             // The reduced [BN, 16 + 1] tile and one [rows per statement, BM] f32 partial per warp.
             return al(bn * (bm.max(16) + 1) * 4)
-                + al(self.wa as usize * bn * bm * 4)
+                + al((self.wa + gemv_stage_tiles(self)) as usize * bn * bm * 4)
                 + if self.fused && self.split > 1 { al(4) } else { 0 };
         }
         let common = if self.stream { 0 } else { al(bn * bk / 2 * st) + al(bn * bk / 32 * st) }
@@ -271,6 +277,18 @@ impl Cfg {
             common + al(bm * bk * 2 * st) + al(bn * (bm + 1) * 4)
         }
     }
+}
+
+/// PATH=gemv with `STAGES` >= 3 ([`Stmt::Fp4Gemv`] `staged`): the `[BN, BM]` f32 tiles of `spart` past the WA
+/// partial tiles that hold the warps' cp.async stages (16 + WA x STAGES x rows/16 x 1280 bytes; one statement
+/// at a time, so a GLU tile's two statements share them); 0 for the register ring.
+fn gemv_stage_tiles(c: &Cfg) -> u32 {
+    if !c.gemv || c.stages < 3 {
+        return 0;
+    }
+    let rows = c.bn; // GLU halves need half of it: the bound is safe either way
+    let need = 16 + c.wa * c.stages * (rows / 16).max(1) * 1280;
+    need.div_ceil(c.bn * c.bm * 4)
 }
 
 /// The shape facts automatic knobs depend on.
@@ -615,13 +633,25 @@ fn resolve_gemv(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, O
     // Auto: three CTAs per SM (80 registers at 7 warps, 168 at 4) for 16 rows per statement where ptxas fits the
     // ring without spills (8 tokens: at most 3 slots on more than 4 warps; at most 4 warps: 8 slots at 8 tokens,
     // 4 at 16; not with a GLU epilogue: two statements, and 24 spilled bytes at 28 x 4 under the cap), else uncapped.
-    let fits3 = !glu && if wa <= 4 { ring <= if bm == 8 { 8 } else { 4 } } else { bm == 8 && ring <= 3 };
+    // STAGES: 0, 1 or 2 = the register ring of GR slots; 3..=8 = the shared-memory ring of that many cp.async stages
+    // per warp (`Stmt::Fp4Gemv` staged; GR is then unused and recorded as the stage count).
+    let stages = match knobs.0.get("STAGES") {
+        None => 2,
+        Some(_) => match knobs.u32("STAGES")? {
+            0..=2 => 2,
+            s => s,
+        },
+    };
+    let ring = if stages >= 3 { stages } else { ring };
+    // The staged ring keeps no weights in registers (72-80 registers uncapped at 7 warps, 117-167 at one): its
+    // automatic MINB is none (an explicit MINB=16 fits one-warp CTAs in 123 registers without spills).
+    let fits3 = stages < 3 && !glu && if wa <= 4 { ring <= if bm == 8 { 8 } else { 4 } } else { bm == 8 && ring <= 3 };
     let minb = if minb == 0 && rows == 16 && fits3 && wa * 32 * 3 <= 1024 { 3 } else { minb };
     let c = Cfg {
         bn,
         bm,
         bk,
-        stages: 2,
+        stages,
         wa,
         wb: pick(knobs, "WB", 1)?,
         split,
@@ -655,7 +685,13 @@ fn validate(spec: &MatSpec, c: &Cfg, knobs: &Knobs) -> Result<(), OpError> {
                 c.bm, c.bk
             ));
         }
-        if rows == 0 || !rows.is_multiple_of(16) || rows > 64 || !(1..=8).contains(&c.ring) || rows / 16 * c.ring > 8 {
+        if rows == 0
+            || !rows.is_multiple_of(16)
+            || rows > 64
+            || !(1..=8).contains(&c.ring)
+            // (The staged ring keeps its stages in shared memory: only the register ring is capped.)
+            || (c.stages < 3 && rows / 16 * c.ring > 8)
+        {
             return invalid(format!(
                 "PATH=gemv needs BN{} a multiple of 16, at most 64, and GR in 1..=8 with BN{}/16 x GR <= 8 ring \
                  register blocks (got BN={}, GR={})",
@@ -664,6 +700,9 @@ fn validate(spec: &MatSpec, c: &Cfg, knobs: &Knobs) -> Result<(), OpError> {
                 c.bn,
                 c.ring
             ));
+        }
+        if c.stages > 8 || (c.stages >= 3 && c.ring != c.stages) {
+            return invalid(format!("PATH=gemv needs STAGES in 0..=8 (got {})", c.stages));
         }
         if c.wa == 0 || c.wa > 16 || c.split == 0 || c.cps > 16 || c.min_blocks > 16 {
             return invalid(format!(
@@ -905,7 +944,7 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
             (ys, us, b.shared("arrived", DType::I32, 1, 1, 1, Swizzle::None))
         });
         // PATH=gemv: the warps' partials of one `Fp4Gemv` (one per GLU half).
-        let spart = c.gemv.then(|| b.shared("spart", DType::F32, bn, bm, c.wa, Swizzle::None));
+        let spart = c.gemv.then(|| b.shared("spart", DType::F32, bn, bm, c.wa + gemv_stage_tiles(c), Swizzle::None));
         sync = Some((sacc, acc, wt, yt, pv, sums, spart));
     }
 
@@ -1119,7 +1158,11 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
                     );
                     let out = b.window(sacc, 0i64, r0, 0, hrows, bm);
                     let flags = Fp4Flags { packed: spec.packed, fold: spec.fold, finite: spec.finite };
-                    b.fp4_gemv(out, spart, qv, sv, xv, flags, bk / 128, c.ring);
+                    if c.stages >= 3 {
+                        b.fp4_gemv_staged(out, spart, qv, sv, xv, flags, bk / 128, c.stages);
+                    } else {
+                        b.fp4_gemv(out, spart, qv, sv, xv, flags, bk / 128, c.ring);
+                    }
                 }
             }
             let at = |row_off: u32| Expr::shared_load(sacc, 0i64, Expr::ColIdx + row_off as i64, Expr::RowIdx);
