@@ -623,7 +623,8 @@ fn arena_layout_matches_the_reference() {
         let (k0, _) = kda::chunk_kernels(&pb, &old).unwrap();
         assert!(k0.shared_bytes() > k1.shared_bytes() && k0.min_blocks_per_sm == 0, "{}", k0.name);
     }
-    assert!(kda::Launch::resolve(&a(64).with("ARENA", 2i64), &pb).is_err());
+    // (ARENA=2 is the chunk-32 slim layout, see `slim_intra_layout`; at chunk 64 it means ARENA=0.)
+    assert!(kda::Launch::resolve(&a(64).with("ARENA", 3i64), &pb).is_err());
 }
 
 /// The exact path's adaptive diagonal (`XDIAG=1`): chunks whose gates keep every |G~_r - G~_anchor| within the
@@ -882,11 +883,17 @@ fn slim_intra_layout() {
     let l0 = kda::Launch::resolve(&slim.clone().with("ARENA", 0i64), &pb).unwrap();
     let (k0, _) = kda::chunk_kernels(&pb, &l0).unwrap();
     assert!(!l0.slim && k0.shared_bytes() > 100 * 1024, "{}: {}", k0.name, k0.shared_bytes());
-    // Where it applies: not on the exact path, at chunk 64, with ODIAG=0 or on 16 warps (typed errors).
+    // Where it applies: not on the exact path, at chunk 64, with ODIAG=0 or on 16 warps (there: ARENA=0).
     let exact = problem(&[("B", 1), ("T", 64), ("H", 1), ("K", 128), ("V", 128), ("safe", 0)]);
-    assert!(kda::Launch::resolve(&slim, &exact).is_err());
-    assert!(kda::Launch::resolve(&slim.clone().with("CHUNK", 64i64), &pb).is_err());
-    assert!(kda::Launch::resolve(&slim.clone().with("ODIAG", 0i64), &pb).is_err());
-    assert!(kda::Launch::resolve(&slim.clone().with("W1", 16i64), &pb).is_err());
+    for (k, p) in [
+        (slim.clone(), &exact),
+        (slim.clone().with("CHUNK", 64i64), &pb),
+        (slim.clone().with("ODIAG", 0i64), &pb),
+        (slim.clone().with("W1", 16i64), &pb),
+    ] {
+        let l = kda::Launch::resolve(&k, p).unwrap();
+        let l0 = kda::Launch::resolve(&k.clone().with("ARENA", 0i64), p).unwrap();
+        assert!(!l.slim && l == l0, "[{k}] {l:?}");
+    }
     assert!(kda::Launch::resolve(&slim.clone().with("ARENA", 3i64), &pb).is_err());
 }

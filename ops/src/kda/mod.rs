@@ -190,7 +190,8 @@ pub fn knob_space() -> KnobSpace {
             "ARENA",
             "intra-chunk shared layout: 0 separate buffers (191 KB at chunk 64, K = V = 128), 1 phase-aliased arena \
              with K-chunked level operands (108 KB; two blocks per SM at W1 <= 8), 2 the separate-buffer kernel with \
-             its phase-disjoint buffers aliased (safe path, chunk 32, ODIAG=1, W1 <= 8: 71 KB, three blocks per SM)",
+             its phase-disjoint buffers aliased (safe path, chunk 32, ODIAG=1, W1 <= 8: 71 KB, three blocks per SM; \
+             elsewhere as 0)",
             [0i64, 1, 2],
         )
         .axis(
@@ -407,14 +408,9 @@ impl Launch {
             1 => (pb.safe || xdiag) && chunk == 32 && !arena,
             other => return Err(invalid(format!("ODIAG={other}: 0 or 1"))),
         };
-        // ARENA=2: the slim layout of the separate-buffer kernel (see `intra::IntraOpts::slim`).
-        let slim = arena_knob == 2;
-        if slim && !(pb.safe && midoff && w1 <= 8) {
-            return Err(invalid(format!(
-                "ARENA=2 needs the safe path, chunk 32, ODIAG=1 and W1 <= 8 (here safe={}, chunk {chunk}, ODIAG {}, W1={w1})",
-                pb.safe, midoff as u32
-            )));
-        }
+        // ARENA=2: the slim layout of the separate-buffer kernel (see `intra::IntraOpts::slim`) where it applies
+        // (safe path, chunk 32, ODIAG=1, W1 <= 8); elsewhere the separate buffers, as ODIAG does.
+        let slim = arena_knob == 2 && pb.safe && midoff && w1 <= 8;
         let two_bars = match if knobs.0.contains_key("SYNC") { knobs.u32("SYNC")? } else { 4 } {
             2 => stages >= 2,
             4 => false,
