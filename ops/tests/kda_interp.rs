@@ -863,6 +863,8 @@ fn slim_intra_layout() {
     let no_h0 =
         [("N", 3i64), ("L0", 33), ("L1", 15), ("L2", 64), ("H", 1), ("HV", 2), ("K", 128), ("V", 64), ("safe", 1)];
     run_with(&no_h0, &slim, s ^ 0x54);
+    // V > K: the phase-B buffers do not fit the region; ARENA=2 means the separate buffers there.
+    run_with(&[("B", 1), ("T", 40), ("H", 1), ("K", 32), ("V", 64), ("safe", 1)], &slim, s ^ 0x56);
     // The same bits as the separate buffers (o and the final state).
     let pb = problem(&[("B", 1), ("T", 77), ("H", 1), ("HV", 2), ("K", 128), ("V", 128), ("safe", 1), ("h0", 1)]);
     let d = KdaData::generate(&pb, s ^ 0x55);
@@ -917,6 +919,7 @@ fn slim_intra_layout() {
         (slim.clone().with("CHUNK", 64i64), &pb),
         (slim.clone().with("ODIAG", 0i64), &pb),
         (slim.clone().with("W1", 16i64), &pb),
+        (slim.clone(), &problem(&[("B", 1), ("T", 40), ("H", 1), ("K", 32), ("V", 64), ("safe", 1)])),
     ] {
         let l = kda::Launch::resolve(&k, p).unwrap();
         let l0 = kda::Launch::resolve(&k.clone().with("ARENA", 0i64), p).unwrap();

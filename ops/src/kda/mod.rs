@@ -190,7 +190,7 @@ pub fn knob_space() -> KnobSpace {
             "ARENA",
             "intra-chunk shared layout: 0 separate buffers (191 KB at chunk 64, K = V = 128), 1 phase-aliased arena \
              with K-chunked level operands (108 KB; two blocks per SM at W1 <= 8), 2 the separate-buffer kernel with \
-             its phase-disjoint buffers aliased (safe path, chunk 32, ODIAG=1, W1 <= 8: 71 KB, three blocks per SM; \
+             its phase-disjoint buffers aliased (safe path, chunk 32, ODIAG=1, W1 <= 8, V <= K: 71 KB, three blocks per SM; \
              elsewhere as 0)",
             [0i64, 1, 2],
         )
@@ -409,8 +409,9 @@ impl Launch {
             other => return Err(invalid(format!("ODIAG={other}: 0 or 1"))),
         };
         // ARENA=2: the slim layout of the separate-buffer kernel (see `intra::IntraOpts::slim`) where it applies
-        // (safe path, chunk 32, ODIAG=1, W1 <= 8); elsewhere the separate buffers, as ODIAG does.
-        let slim = arena_knob == 2 && pb.safe && midoff && w1 <= 8;
+        // (safe path, chunk 32, ODIAG=1, W1 <= 8, V <= K); elsewhere the separate buffers, as ODIAG does.
+        // (The phase-B buffers fit in sQ + sOp's bytes for V <= K.)
+        let slim = arena_knob == 2 && pb.safe && midoff && w1 <= 8 && pb.dv <= pb.dk;
         let two_bars = match if knobs.0.contains_key("SYNC") { knobs.u32("SYNC")? } else { 4 } {
             2 => stages >= 2,
             4 => false,
