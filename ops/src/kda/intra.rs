@@ -51,6 +51,8 @@
 //!   are [`k3k_ir::SharedAlias`]es of one 40 KB arena: sXW over sQ, sLb over sOp only (L is stored before P reads
 //!   sD), sXU over the rest of sOp and sD (first written in the block substitution). The CPU backends poison a
 //!   buffer's overlapping partners on its first write, so any read across these phases would fail the tests.
+//! - (`ARENA=2`, [`IntraOpts::slim`]: not the arena but the separate-buffer chunk-32 `ODIAG` kernel with sQ/sOp
+//!   and sV/sXW/sTW/sXU/sTU/sLb in one 40 KB region, v loaded after the diagonal pass: 71 KB, three blocks per SM.)
 //! - at <= 8 warps it asks for two blocks per SM (`__launch_bounds__(256, 2)`: 128 registers; ptxas spills
 //!   8 bytes on the plain safe path, up to 48 with the in-kernel options). Registers, not only shared memory,
 //!   held the old layout at one block per SM at chunk 64: 182 registers on 8 warps, 116 on 16 (512 threads).
