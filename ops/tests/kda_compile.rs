@@ -89,6 +89,11 @@ fn variants_and_knob_points_compile() {
     for w1 in [4i64, 16] {
         add(with(&[("safe", 1)]), &def.clone().with("CHUNK", 32i64).with("W1", w1), 1);
     }
+    // ARENA=2 (three blocks per SM at 8 warps: 80 registers): plain, with the in-kernel options, on 4 warps.
+    let slim = def.clone().with("CHUNK", 32i64).with("ARENA", 2i64);
+    add(with(&[("safe", 1)]), &slim, 1);
+    add(with(&[("safe", 1), ("gate", 1), ("bias", 1), ("l2norm", 1), ("bsig", 1)]), &slim, 1);
+    add(with(&[("safe", 1), ("h0", 1)]), &slim.clone().with("W1", 4i64), 1);
     // Smaller head dims.
     for (k, v) in [(64i64, 64i64), (32, 32), (64, 128), (128, 32)] {
         add(vec![("B", 1), ("T", 100), ("H", 2), ("K", k), ("V", v), ("safe", 0)], &def, 3);

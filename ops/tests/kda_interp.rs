@@ -623,7 +623,8 @@ fn arena_layout_matches_the_reference() {
         let (k0, _) = kda::chunk_kernels(&pb, &old).unwrap();
         assert!(k0.shared_bytes() > k1.shared_bytes() && k0.min_blocks_per_sm == 0, "{}", k0.name);
     }
-    assert!(kda::Launch::resolve(&a(64).with("ARENA", 2i64), &pb).is_err());
+    // (ARENA=2 is the chunk-32 slim layout, see `slim_intra_layout`; at chunk 64 it means ARENA=0.)
+    assert!(kda::Launch::resolve(&a(64).with("ARENA", 3i64), &pb).is_err());
 }
 
 /// The exact path's adaptive diagonal (`XDIAG=1`): chunks whose gates keep every |G~_r - G~_anchor| within the
@@ -821,4 +822,108 @@ fn ex2_and_sync_knobs() {
     // Barriers in the state kernel's chunk loop: 2 against 4.
     let bars = |k: &k3k_ir::Kernel| format!("{k:?}").matches("Barrier").count();
     assert_eq!(bars(&s0) - bars(&s1), 2, "{} vs {}", s0.name, s1.name);
+}
+
+/// `ARENA=2` (safe path, chunk 32, ODIAG=1: the separate-buffer kernel with sQ/sOp and sV/sXW/sTW/sXU/sTU/sLb
+/// in one 40 KB region, v loaded after the diagonal pass; 71 KB, three blocks per SM) against the f64
+/// recurrence and bit for bit against `ARENA=0` (the same arithmetic; the CPU backends poison a region buffer's
+/// partners on its first write, so a read across the phases would fail): ragged chunks (1 .. 33, 95 tokens),
+/// K = V = 128 on 8 and 4 warps, varlen with an empty sequence, GVA, the in-kernel options (gate form with a
+/// bias, L2 norm, beta sigmoid), with and without h0; and where the layout applies.
+#[test]
+fn slim_intra_layout() {
+    let s = seed();
+    let slim = kda::default_knobs().with("CHUNK", 32i64).with("ARENA", 2i64).with("W1", 8i64);
+    for t in [1i64, 15, 16, 17, 31, 32, 33, 95] {
+        let d = [("B", 1), ("T", t), ("H", 1), ("K", 32), ("V", 32), ("safe", 1), ("h0", 1)];
+        run_with(&d, &slim, s ^ 0x51 ^ t as u64);
+    }
+    for (w1, t) in [(8i64, 75i64), (4, 70)] {
+        let big = [("B", 1i64), ("T", t), ("H", 1), ("HV", 2), ("K", 128), ("V", 128), ("safe", 1), ("h0", 1)];
+        run_with(&big, &slim.clone().with("W1", w1), s ^ 0x52 ^ w1 as u64);
+    }
+    let opts = [
+        ("N", 4i64),
+        ("L0", 17),
+        ("L1", 1),
+        ("L2", 0),
+        ("L3", 63),
+        ("H", 2),
+        ("HV", 4),
+        ("K", 64),
+        ("V", 32),
+        ("safe", 1),
+        ("gate", 1),
+        ("bias", 1),
+        ("l2norm", 1),
+        ("bsig", 1),
+        ("h0", 1),
+    ];
+    run_with(&opts, &slim, s ^ 0x53);
+    let no_h0 =
+        [("N", 3i64), ("L0", 33), ("L1", 15), ("L2", 64), ("H", 1), ("HV", 2), ("K", 128), ("V", 64), ("safe", 1)];
+    run_with(&no_h0, &slim, s ^ 0x54);
+    // V > K: the phase-B buffers do not fit the region; ARENA=2 means the separate buffers there.
+    run_with(&[("B", 1), ("T", 40), ("H", 1), ("K", 32), ("V", 64), ("safe", 1)], &slim, s ^ 0x56);
+    // The same bits as the separate buffers (o and the final state).
+    let pb = problem(&[("B", 1), ("T", 77), ("H", 1), ("HV", 2), ("K", 128), ("V", 128), ("safe", 1), ("h0", 1)]);
+    let d = KdaData::generate(&pb, s ^ 0x55);
+    let run_cpu = |k: &Knobs| Executor::Cpu.run(&kda::chunk_plan(&pb, &d, k).unwrap()).unwrap();
+    let (a, b) = (run_cpu(&slim), run_cpu(&slim.clone().with("ARENA", 0i64)));
+    for n in ["o", "ht"] {
+        assert_eq!(a.get(n).unwrap().data, b.get(n).unwrap().data, "{n}: ARENA=2 and ARENA=0 differ");
+    }
+    // The Cranelift JIT runs the slim intra kernel bit for bit like the interpreter (from poisoned scratch).
+    {
+        use k3k_codegen::cpu::interp::{self, InterpOptions};
+        use k3k_codegen::cpu::jit;
+        let plan = kda::chunk_plan(&pb, &d, &slim).unwrap();
+        let step = plan.steps.iter().find(|st| st.kernel.name.ends_with("_sl")).expect("the slim intra step");
+        let fresh = || -> Vec<HostTensor> {
+            step.args
+                .iter()
+                .map(|&a| {
+                    let mut t = plan.buffers[a].tensor.clone();
+                    if plan.buffers[a].role != k3k_ops::plan::Role::Input {
+                        t.poison();
+                    }
+                    t
+                })
+                .collect()
+        };
+        let scalars: Vec<(&str, SymValue)> = step.scalars.iter().map(|(n, v)| (n.as_str(), *v)).collect();
+        let (mut a_int, mut a_jit) = (fresh(), fresh());
+        interp::run(&step.kernel, &mut a_int, &scalars, InterpOptions::default()).unwrap();
+        let jk = jit::compile(&step.kernel).unwrap_or_else(|e| panic!("{}: jit: {e}", step.kernel.name));
+        jk.run(&mut a_jit, &scalars, InterpOptions::default()).unwrap();
+        for (x, y) in a_int.iter().zip(&a_jit) {
+            assert_eq!(x.data, y.data, "{}: the JIT differs from the interpreter", step.kernel.name);
+        }
+    }
+    // Footprint at the benchmark shape: three blocks per SM (<= 75 KB each with 1 KB reserved), asked of ptxas.
+    let pb = problem(&[("B", 1), ("T", 8192), ("H", 96), ("K", 128), ("V", 128), ("safe", 1)]);
+    let l = kda::Launch::resolve(&slim, &pb).unwrap();
+    assert!(l.slim && l.midoff && !l.arena, "{l:?}");
+    let (k1, _) = kda::chunk_kernels(&pb, &l).unwrap();
+    eprintln!("{}: {} shared bytes, min blocks {}", k1.name, k1.shared_bytes(), k1.min_blocks_per_sm);
+    assert!(k1.shared_bytes() <= 75 * 1024, "{}: {}", k1.name, k1.shared_bytes());
+    assert_eq!(k1.min_blocks_per_sm, 3);
+    assert!(k1.name.ends_with("_mo_sl"), "{}", k1.name);
+    let l0 = kda::Launch::resolve(&slim.clone().with("ARENA", 0i64), &pb).unwrap();
+    let (k0, _) = kda::chunk_kernels(&pb, &l0).unwrap();
+    assert!(!l0.slim && k0.shared_bytes() > 100 * 1024, "{}: {}", k0.name, k0.shared_bytes());
+    // Where it applies: not on the exact path, at chunk 64, with ODIAG=0 or on 16 warps (there: ARENA=0).
+    let exact = problem(&[("B", 1), ("T", 64), ("H", 1), ("K", 128), ("V", 128), ("safe", 0)]);
+    for (k, p) in [
+        (slim.clone(), &exact),
+        (slim.clone().with("CHUNK", 64i64), &pb),
+        (slim.clone().with("ODIAG", 0i64), &pb),
+        (slim.clone().with("W1", 16i64), &pb),
+        (slim.clone(), &problem(&[("B", 1), ("T", 40), ("H", 1), ("K", 32), ("V", 64), ("safe", 1)])),
+    ] {
+        let l = kda::Launch::resolve(&k, p).unwrap();
+        let l0 = kda::Launch::resolve(&k.clone().with("ARENA", 0i64), p).unwrap();
+        assert!(!l.slim && l == l0, "[{k}] {l:?}");
+    }
+    assert!(kda::Launch::resolve(&slim.clone().with("ARENA", 3i64), &pb).is_err());
 }

@@ -51,6 +51,8 @@
 //!   are [`k3k_ir::SharedAlias`]es of one 40 KB arena: sXW over sQ, sLb over sOp only (L is stored before P reads
 //!   sD), sXU over the rest of sOp and sD (first written in the block substitution). The CPU backends poison a
 //!   buffer's overlapping partners on its first write, so any read across these phases would fail the tests.
+//! - (`ARENA=2`, [`IntraOpts::slim`]: not the arena but the separate-buffer chunk-32 `ODIAG` kernel with sQ/sOp
+//!   and sV/sXW/sTW/sXU/sTU/sLb in one 40 KB region, v loaded after the diagonal pass: 71 KB, three blocks per SM.)
 //! - at <= 8 warps it asks for two blocks per SM (`__launch_bounds__(256, 2)`: 128 registers; ptxas spills
 //!   8 bytes on the plain safe path, up to 48 with the in-kernel options). Registers, not only shared memory,
 //!   held the old layout at one block per SM at chunk 64: 182 registers on 8 warps, 116 on 16 (512 threads).
@@ -84,6 +86,13 @@ pub struct IntraOpts {
     /// more B operand `k_c 2^(G~_a1 - G~_c)` of tile 0 (every exponent <= 0), instead of a level pass (see
     /// [`build_intra`]); `xdiag` chunks past the bound keep the level pass.
     pub midoff: bool,
+    /// (`ARENA=2`; safe path with `midoff`, separate-buffer code) The phase-disjoint buffers share one 40 KB
+    /// region: phase A sQ, sOp (4 slots); phase B sV (over sQ, its `cp.async` issued after the barrier that
+    /// follows the sD store, the last point sQ is read, and waited for before the barrier after the sLb store),
+    /// sXW, sTW, sXU, sTU and sLb (over sOp; one more barrier before the sLb store retires the off-diagonal
+    /// products' reads of sOp). 71 KB instead of 106 KB: three blocks per SM at 8 warps (`__launch_bounds__(256,
+    /// 3)`: 80 registers).
+    pub slim: bool,
 }
 
 /// Build kernel 1 for a variant, chunk size and warp count with the options `o`.
@@ -104,7 +113,7 @@ pub fn build_intra(
     lvl_dt: DType,
     o: IntraOpts,
 ) -> Result<Kernel, OpError> {
-    let IntraOpts { arena, xdiag, ex2_ftz, midoff } = o;
+    let IntraOpts { arena, xdiag, ex2_ftz, midoff, slim } = o;
     let (dk, dv, c) = (spec.dk, spec.dv, chunk);
     // `2^x`: with `ex2_ftz` the single `ex2.approx.ftz` (a result below 2^-126 is 0: every such factor lands in
     // an f16 operand, whose smallest subnormal is 2^-24, or in a bf16 one next to O(1) terms, or is a decay of
@@ -113,17 +122,19 @@ pub fn build_intra(
     let nt = c / 16;
     let xdiag = xdiag && !spec.safe;
     let midoff = midoff && (spec.safe || xdiag) && c == 32 && !arena;
+    let slim = slim && midoff && spec.safe;
     // The midpoint-anchored diagonal operands reach e^(8|lb|) on the safe path and 2^XDIAG_BOUND with `xdiag`:
     // bf16 there (f16 would overflow).
     let lvl_dt = if spec.safe || xdiag { DType::Bf16 } else { lvl_dt };
     let threads = 32 * warps;
     let name = format!(
-        "k3k_kda_intra_{}_c{c}_w{warps}_{op_dt}_{lvl_dt}{}{}{}{}",
+        "k3k_kda_intra_{}_c{c}_w{warps}_{op_dt}_{lvl_dt}{}{}{}{}{}",
         spec.tag(),
         if arena { "_a" } else { "" },
         if xdiag { "_xd" } else { "" },
         if ex2_ftz { "_ftz" } else { "" },
-        if midoff { "_mo" } else { "" }
+        if midoff { "_mo" } else { "" },
+        if slim { "_sl" } else { "" }
     );
     let mut b = KernelBuilder::new(&name, threads);
     let (kk, vv, cc) = (dk as i64, dv as i64, c as i64);
@@ -154,7 +165,7 @@ pub fn build_intra(
     let kc = dk.min(32);
     let opk = if arena { kc } else { dk };
     let sk = b.shared("sK", DType::Bf16, c, dk, 1, Swizzle::Xor16B);
-    let sv = b.shared("sV", DType::Bf16, c, dv, 1, Swizzle::Xor16B);
+    let sv_own = (!slim).then(|| b.shared("sV", DType::Bf16, c, dv, 1, Swizzle::Xor16B));
     let sg = b.shared("sG", DType::F32, c, dk, 1, Swizzle::Xor16B);
     // Row table: beta (0), q norm factor (1), k norm factor (2).
     let svec = b.shared("sVec", DType::F32, 3, c, 1, Swizzle::None);
@@ -163,7 +174,32 @@ pub fn build_intra(
     // `xdiag`: the chunk's flag (0: every |G~_r - G~_anchor| within the bound).
     let sxd = xdiag.then(|| b.shared("sXd", DType::F32, 1, 4, 1, Swizzle::None));
     let bytes = |dt: DType, rows: u32, cols: u32, count: u32| (dt.storage_bytes((rows * cols) as usize) as u32) * count;
-    let (sq, sop, sd, sxw, sxu, slb, st) = if arena {
+    let (sq, sop, sd, sxw, sxu, slb, st, sv) = if slim {
+        // Phase A: sQ @0, sOp @8 KB (4 slots); phase B: sV @0, sXW, sTW, sXU, sTU, sLb over sOp (K = V = 128).
+        let q_b = bytes(DType::Bf16, c, dk, 1);
+        let op_b = bytes(lvl_dt, c, dk, 4);
+        let (xw_b, tw_b, xu_b, tu_b) =
+            (bytes(op_dt, c, dk, 1), bytes(op_dt, 16, dk, 1), bytes(op_dt, c, dv, 1), bytes(op_dt, 16, dv, 1));
+        let v_b = bytes(DType::Bf16, c, dv, 1);
+        let (a_xw, a_tw) = (q_b, q_b + xw_b);
+        let (a_xu, a_tu) = (a_tw + tw_b, a_tw + tw_b + xu_b);
+        let a_lb = a_tu + tu_b;
+        let total = q_b + op_b;
+        if v_b > q_b || a_lb + bytes(op_dt, c, c, 1) > total || !total.is_multiple_of(512) {
+            return Err(OpError::Internal(format!("kda intra ARENA=2: layout does not fit (K={dk}, V={dv})")));
+        }
+        let root = b.shared("sRegion", DType::F32, total / 512, 128, 1, Swizzle::None);
+        let sq = b.shared_alias("sQ", DType::Bf16, c, dk, 1, Swizzle::Xor16B, root, 0);
+        let sop = b.shared_alias("sOp", lvl_dt, c, dk, 4, Swizzle::Xor16B, root, q_b);
+        let sv = b.shared_alias("sV", DType::Bf16, c, dv, 1, Swizzle::Xor16B, root, 0);
+        let sxw = b.shared_alias("sXW", op_dt, c, dk, 1, Swizzle::Xor16B, root, a_xw);
+        let stw = b.shared_alias("sTW", op_dt, 16, dk, 1, Swizzle::Xor16B, root, a_tw);
+        let sxu = b.shared_alias("sXU", op_dt, c, dv, 1, Swizzle::Xor16B, root, a_xu);
+        let stu = b.shared_alias("sTU", op_dt, 16, dv, 1, Swizzle::Xor16B, root, a_tu);
+        let slb = b.shared_alias("sLb", op_dt, c, c, 1, Swizzle::Xor16B, root, a_lb);
+        let sd = b.shared("sD", DType::F32, c, 16, 2, Swizzle::None);
+        (sq, sop, sd, sxw, sxu, slb, Some((stw, stu)), sv)
+    } else if arena {
         // Phase A (loads .. off-diagonal levels): sQ, sOp, sD; phase B (L store .. block substitution): sXW, sXU,
         // sLb, with each T in the rows its X will take. Offsets on 1 KB (swizzle atoms).
         let at = |o: u32| o.next_multiple_of(1024);
@@ -185,7 +221,7 @@ pub fn build_intra(
         let sxw = b.shared_alias("sXW", op_dt, c, dk, 1, Swizzle::Xor16B, root, b_xw);
         let sxu = b.shared_alias("sXU", op_dt, c, dv, 1, Swizzle::Xor16B, root, b_xu);
         let slb = b.shared_alias("sLb", op_dt, c, c, 1, Swizzle::Xor16B, root, b_lb);
-        (sq, sop, sd, sxw, sxu, slb, None)
+        (sq, sop, sd, sxw, sxu, slb, None, sv_own.unwrap())
     } else {
         let sq = b.shared("sQ", DType::Bf16, c, dk, 1, Swizzle::Xor16B);
         // Operands of the level products: A side of P (0), A side of L (1), B side (2).
@@ -199,9 +235,12 @@ pub fn build_intra(
         // Diagonal tiles (f32, masked): P (0) and L (1, with beta).
         let sd = b.shared("sD", DType::F32, c, 16, 2, Swizzle::None);
         let slb = b.shared("sLb", op_dt, c, c, 1, Swizzle::Xor16B);
-        (sq, sop, sd, sxw, sxu, slb, Some((stw, stu)))
+        (sq, sop, sd, sxw, sxu, slb, Some((stw, stu)), sv_own.unwrap())
     };
-    if arena && threads <= 256 {
+    if slim && threads <= 256 {
+        // Three blocks per SM (71 KB each): ptxas keeps the registers within 65536 / (3 * threads).
+        b.min_blocks_per_sm(3);
+    } else if arena && threads <= 256 {
         // Two blocks per SM: ptxas keeps the registers within 65536 / (2 * threads).
         b.min_blocks_per_sm(2);
     }
@@ -256,8 +295,11 @@ pub fn build_intra(
     b.copy_async(d, view(q, qk_off.clone(), h.clone() * kk, len.clone(), kk, 8));
     let d = b.slot(sk, 0i64);
     b.copy_async(d, view(k, qk_off, h.clone() * kk, len.clone(), kk, 8));
-    let d = b.slot(sv, 0i64);
-    b.copy_async(d, view(v, (&row0 * hv.clone() + hvi.clone()) * vv, hv.clone() * vv, len.clone(), vv, 8));
+    let v_off = (&row0 * hv.clone() + hvi.clone()) * vv;
+    if !slim {
+        let d = b.slot(sv, 0i64);
+        b.copy_async(d, view(v, v_off.clone(), hv.clone() * vv, len.clone(), vv, 8));
+    }
     b.commit();
     b.threads(|b| {
         let t = Expr::thread_idx();
@@ -496,6 +538,12 @@ pub fn build_intra(
     let d = b.slot(sd, 1i64);
     b.store(dl, Place::Shared(d));
     b.barrier();
+    if slim {
+        // sQ's last reads are behind the barrier above: v lands in its bytes while the chunk's solve runs.
+        let d = b.slot(sv, 0i64);
+        b.copy_async(d, view(v, v_off.clone(), hv.clone() * vv, len.clone(), vv, 8));
+        b.commit();
+    }
     // 4a. N_ii = (I + L_ii)^-1 - I by forward substitution: thread t < C owns column t%16 of tile t/16.
     b.threads(|b| {
         let t = Expr::thread_idx();
@@ -568,8 +616,16 @@ pub fn build_intra(
 
     // Off-diagonal L (with beta) as the bf16 A operand of the block substitution.
     b.map(tot_l, Expr::Elem(tot_l) * beta_at(r.clone()));
+    if slim {
+        // sLb takes sOp's bytes: every warp is done with the off-diagonal products.
+        b.barrier();
+    }
     let d = b.slot(slb, 0i64);
     b.store(tot_l, Place::Shared(d));
+    if slim {
+        // This thread's v copies are done; the barrier below publishes them.
+        b.wait(0);
+    }
     b.barrier();
     // Full P (scale s included) to the scratch.
     let same_tile = r.shr(4i64).eq(col.shr(4i64));

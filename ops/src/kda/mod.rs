@@ -189,8 +189,10 @@ pub fn knob_space() -> KnobSpace {
         .axis(
             "ARENA",
             "intra-chunk shared layout: 0 separate buffers (191 KB at chunk 64, K = V = 128), 1 phase-aliased arena \
-             with K-chunked level operands (108 KB; two blocks per SM at W1 <= 8)",
-            [0i64, 1],
+             with K-chunked level operands (108 KB; two blocks per SM at W1 <= 8), 2 the separate-buffer kernel with \
+             its phase-disjoint buffers aliased (safe path, chunk 32, ODIAG=1, W1 <= 8, V <= K: 71 KB, three blocks per SM; \
+             elsewhere as 0)",
+            [0i64, 1, 2],
         )
         .axis(
             "XDIAG",
@@ -253,6 +255,8 @@ pub struct Launch {
     pub w1: u32,
     /// The intra-chunk kernel's phase-aliased shared layout (knob `ARENA`).
     pub arena: bool,
+    /// The separate-buffer intra kernel with its phase-disjoint buffers aliased (knob `ARENA=2`).
+    pub slim: bool,
     /// The exact path's adaptive diagonal tiles (knob `XDIAG`).
     pub xdiag: bool,
     /// The intra kernel's `2^x` as one `ex2.approx.ftz` (knob `EX2=ftz`).
@@ -381,10 +385,11 @@ impl Launch {
             }
         };
         // Knob sets written before ARENA existed mean the separate buffers.
-        let arena = match if knobs.0.contains_key("ARENA") { knobs.u32("ARENA")? } else { 0 } {
-            0 => false,
+        let arena_knob = if knobs.0.contains_key("ARENA") { knobs.u32("ARENA")? } else { 0 };
+        let arena = match arena_knob {
+            0 | 2 => false,
             1 => true,
-            other => return Err(invalid(format!("ARENA={other}: 0 or 1"))),
+            other => return Err(invalid(format!("ARENA={other}: 0, 1 or 2"))),
         };
         // Knob sets written before XDIAG existed mean the hierarchy.
         let xdiag = match if knobs.0.contains_key("XDIAG") { knobs.u32("XDIAG")? } else { 0 } {
@@ -403,6 +408,10 @@ impl Launch {
             1 => (pb.safe || xdiag) && chunk == 32 && !arena,
             other => return Err(invalid(format!("ODIAG={other}: 0 or 1"))),
         };
+        // ARENA=2: the slim layout of the separate-buffer kernel (see `intra::IntraOpts::slim`) where it applies
+        // (safe path, chunk 32, ODIAG=1, W1 <= 8, V <= K); elsewhere the separate buffers, as ODIAG does.
+        // (The phase-B buffers fit in sQ + sOp's bytes for V <= K.)
+        let slim = arena_knob == 2 && pb.safe && midoff && w1 <= 8 && pb.dv <= pb.dk;
         let two_bars = match if knobs.0.contains_key("SYNC") { knobs.u32("SYNC")? } else { 4 } {
             2 => stages >= 2,
             4 => false,
@@ -412,6 +421,7 @@ impl Launch {
             chunk,
             w1,
             arena,
+            slim,
             xdiag,
             ex2_ftz,
             midoff,
@@ -717,7 +727,7 @@ pub fn chunk_kernels(pb: &KdaProblem, l: &Launch) -> Result<(Kernel, Kernel), Op
             l.w1,
             l.op_dt,
             l.lvl_dt,
-            intra::IntraOpts { arena: l.arena, xdiag: l.xdiag, ex2_ftz: l.ex2_ftz, midoff: l.midoff },
+            intra::IntraOpts { arena: l.arena, slim: l.slim, xdiag: l.xdiag, ex2_ftz: l.ex2_ftz, midoff: l.midoff },
         )?,
         state::build_state(&spec, l.chunk, l.bv, l.w2, l.op_dt, l.stages, l.two_bars)?,
     ))
