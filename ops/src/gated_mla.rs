@@ -962,7 +962,11 @@ impl Default for DecodeSpec {
 pub fn decode_knob_space() -> KnobSpace {
     KnobSpace::default()
         .axis("BM", "packed (query, head) rows per block", [16i64, 32, 48, 64])
-        .axis("BN", "keys per pipeline stage (divides the page)", [32i64, 64])
+        .axis(
+            "BN",
+            "keys per pipeline stage (divides the page; 16 only with replicated scores or MMA=wgmma)",
+            [16i64, 32, 64],
+        )
         .axis("WM", "warp rows: the score tile is on [WM, 1] warps", [1i64, 2, 3, 4])
         .axis("WN", "warp columns splitting the 512 value columns", [1i64, 2, 4])
         .axis(

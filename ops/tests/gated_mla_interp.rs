@@ -555,6 +555,10 @@ fn decode_deep_rings() {
     let two_groups16 = decode_wgmma_knobs(2).with("BM", 128i64).with("WM", 8i64).with("BN", 16i64).with("STAGES", 4i64);
     decode_case(&lens[..4], 1, 96, 1, &two_groups16);
     decode_direct_case(&lens[..4], 96, &two_groups16);
+    // 16-key stages on mma.sync (replicated scores; 92 KB, two blocks per SM), on 4 and 2 warp columns.
+    let sync16 = bn64().with("BN", 16i64).with("SCORES", "replicated").with("STAGES", 4i64);
+    decode_case(&lens, 1, 12, 2, &sync16);
+    decode_direct_case(&lens, 12, &sync16.with("WN", 2i64));
 }
 
 #[test]
