@@ -154,6 +154,9 @@ fn decode_kernels_compile_without_spills() {
         bn64().with("BN", 32i64).with("WN", 2i64).with("STAGES", 4i64),
         bn64().with("BN", 16i64).with("SCORES", "replicated").with("STAGES", 4i64),
         bn64().with("BN", 16i64).with("SCORES", "replicated").with("WN", 2i64).with("STAGES", 4i64),
+        bn64().with("BN", 32i64).with("SWN", 2i64).with("STAGES", 4i64).with("QK_ACCS", 3i64),
+        bn64().with("BN", 32i64).with("SWN", 2i64).with("STAGES", 5i64).with("QK_ACCS", 3i64),
+        bn64().with("BN", 16i64).with("SCORES", "replicated").with("STAGES", 4i64).with("QK_ACCS", 3i64),
     ] {
         assemble(&build_decode(&spec, &k).unwrap());
         assemble(&build_decode_direct(&spec, &k).unwrap());

@@ -545,7 +545,7 @@ fn decode_deep_rings() {
     let sync4 = bn64().with("BN", 32i64).with("SWN", 2i64).with("STAGES", 4i64);
     decode_case(&lens, 1, 12, 1, &sync4);
     decode_case(&lens, 2, 12, 3, &sync4);
-    decode_direct_case(&lens, 12, &sync4);
+    decode_direct_case(&lens, 12, &sync4.clone());
     let narrow4 = bn64().with("BN", 32i64).with("WN", 2i64).with("STAGES", 4i64);
     decode_case(&lens, 1, 16, 2, &narrow4);
     decode_direct_case(&lens, 12, &narrow4);
@@ -558,7 +558,12 @@ fn decode_deep_rings() {
     // 16-key stages on mma.sync (replicated scores; 92 KB, two blocks per SM), on 4 and 2 warp columns.
     let sync16 = bn64().with("BN", 16i64).with("SCORES", "replicated").with("STAGES", 4i64);
     decode_case(&lens, 1, 12, 2, &sync16);
-    decode_direct_case(&lens, 12, &sync16.with("WN", 2i64));
+    decode_direct_case(&lens, 12, &sync16.clone().with("WN", 2i64));
+    // Three partial score accumulators (12-deep instead of 36-deep tensor-core chains) on the deep rings.
+    let sync4_accs = sync4.with("QK_ACCS", 3i64);
+    decode_case(&lens, 2, 16, 2, &sync4_accs);
+    decode_direct_case(&lens, 12, &sync4_accs.with("BT_PREFETCH", 1i64));
+    decode_case(&lens, 1, 12, 2, &sync16.with("QK_ACCS", 3i64));
 }
 
 #[test]
