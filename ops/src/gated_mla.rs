@@ -962,10 +962,19 @@ impl Default for DecodeSpec {
 pub fn decode_knob_space() -> KnobSpace {
     KnobSpace::default()
         .axis("BM", "packed (query, head) rows per block", [16i64, 32, 48, 64])
-        .axis("BN", "keys per pipeline stage (divides the page)", [32i64, 64])
+        .axis(
+            "BN",
+            "keys per pipeline stage (divides the page; 16 only with replicated scores or MMA=wgmma)",
+            [16i64, 32, 64],
+        )
         .axis("WM", "warp rows: the score tile is on [WM, 1] warps", [1i64, 2, 3, 4])
         .axis("WN", "warp columns splitting the 512 value columns", [1i64, 2, 4])
-        .axis("STAGES", "cp.async depth of the KV ring", [2i64, 3])
+        .axis(
+            "STAGES",
+            "cp.async depth of the KV ring (STAGES - 1 tiles in flight while one is used: 4 at BN = 32 keeps three \
+             37 KB tiles in flight in the shared memory of two 64-key stages)",
+            [2i64, 3, 4],
+        )
         .axis(
             "SCORES",
             "replicated: every warp column group computes the [BM, BN] scores of its rows itself; shared: the \

@@ -147,6 +147,20 @@ fn decode_kernels_compile_without_spills() {
     ] {
         assemble(&build_decode(&spec, &k).unwrap());
     }
+    // 4-deep rings of 32-key stages at 16 rows (session 6), split-KV and direct.
+    for k in [
+        bn64().with("BN", 32i64).with("SWN", 2i64).with("STAGES", 4i64),
+        bn64().with("BN", 32i64).with("SWN", 2i64).with("STAGES", 3i64),
+        bn64().with("BN", 32i64).with("WN", 2i64).with("STAGES", 4i64),
+        bn64().with("BN", 16i64).with("SCORES", "replicated").with("STAGES", 4i64),
+        bn64().with("BN", 16i64).with("SCORES", "replicated").with("WN", 2i64).with("STAGES", 4i64),
+        bn64().with("BN", 32i64).with("SWN", 2i64).with("STAGES", 4i64).with("QK_ACCS", 3i64),
+        bn64().with("BN", 32i64).with("SWN", 2i64).with("STAGES", 5i64).with("QK_ACCS", 3i64),
+        bn64().with("BN", 16i64).with("SCORES", "replicated").with("STAGES", 4i64).with("QK_ACCS", 3i64),
+    ] {
+        assemble(&build_decode(&spec, &k).unwrap());
+        assemble(&build_decode_direct(&spec, &k).unwrap());
+    }
     assemble(&build_decode_combine(&spec, &combine_default_knobs()).unwrap());
     valid_points(&combine_knob_space(), |k| build_decode_combine(&spec, k));
     assemble(&build_decode_combine(&spec, &Knobs::new().with("BM", 32i64).with("WM", 2i64).with("WN", 4i64)).unwrap());
@@ -165,6 +179,9 @@ fn decode_wgmma_kernels_compile_without_spills() {
         decode_wgmma_knobs(2).with("QK_UNROLL", 0i64),
         decode_wgmma_knobs(2).with("BN", 32i64).with("STAGES", 3i64),
         decode_wgmma_knobs(2).with("BM", 128i64).with("WM", 8i64).with("BN", 32i64),
+        // 4-deep rings (session 6): 32-key stages on one warpgroup, 16-key stages on two.
+        decode_wgmma_knobs(2).with("BN", 32i64).with("STAGES", 4i64),
+        decode_wgmma_knobs(2).with("BM", 128i64).with("WM", 8i64).with("BN", 16i64).with("STAGES", 4i64),
     ] {
         assemble(&build_decode(&spec, &k).unwrap());
         assemble(&build_decode_direct(&spec, &k).unwrap());

@@ -534,6 +534,38 @@ fn decode_wgmma_ragged_splits_and_mtp() {
     decode_direct_case(&lens[..3], 96, &decode_wgmma_knobs(4));
 }
 
+/// 4-deep KV rings (three tiles in flight while one is used; session 6): the mma.sync kernel at 32-key stages
+/// with the score columns on 2 of 4 warp columns and on 2 warps, the wgmma kernel at 32-key stages (one and two
+/// warpgroups) and at 16-key stages. Lengths 1/15/17/63/65 and 200 (13 tiles of 16 keys: the ring wraps three
+/// times), an empty request; 1..3 splits (a split with fewer tiles than the ring is deep), s_q 1 and 2, the
+/// direct kernel.
+#[test]
+fn decode_deep_rings() {
+    let lens = [200usize, 1, 15, 0, 17, 63, 65];
+    let sync4 = bn64().with("BN", 32i64).with("SWN", 2i64).with("STAGES", 4i64);
+    decode_case(&lens, 1, 12, 1, &sync4);
+    decode_case(&lens, 2, 12, 3, &sync4);
+    decode_direct_case(&lens, 12, &sync4.clone());
+    let narrow4 = bn64().with("BN", 32i64).with("WN", 2i64).with("STAGES", 4i64);
+    decode_case(&lens, 1, 16, 2, &narrow4);
+    decode_direct_case(&lens, 12, &narrow4);
+    let wg4 = decode_wgmma_knobs(2).with("BN", 32i64).with("STAGES", 4i64);
+    decode_case(&lens[..4], 1, 96, 2, &wg4);
+    decode_direct_case(&lens, 12, &wg4);
+    let two_groups16 = decode_wgmma_knobs(2).with("BM", 128i64).with("WM", 8i64).with("BN", 16i64).with("STAGES", 4i64);
+    decode_case(&lens[..4], 1, 96, 1, &two_groups16);
+    decode_direct_case(&lens[..4], 96, &two_groups16);
+    // 16-key stages on mma.sync (replicated scores; 92 KB, two blocks per SM), on 4 and 2 warp columns.
+    let sync16 = bn64().with("BN", 16i64).with("SCORES", "replicated").with("STAGES", 4i64);
+    decode_case(&lens, 1, 12, 2, &sync16);
+    decode_direct_case(&lens, 12, &sync16.clone().with("WN", 2i64));
+    // Three partial score accumulators (12-deep instead of 36-deep tensor-core chains) on the deep rings.
+    let sync4_accs = sync4.with("QK_ACCS", 3i64);
+    decode_case(&lens, 2, 16, 2, &sync4_accs);
+    decode_direct_case(&lens, 12, &sync4_accs.with("BT_PREFETCH", 1i64));
+    decode_case(&lens, 1, 12, 2, &sync16.with("QK_ACCS", 3i64));
+}
+
 #[test]
 fn decode_wgmma_knobs_are_checked() {
     let spec = DecodeSpec::default();
@@ -598,6 +630,13 @@ fn decode_blocks_per_sm_follow_shared_memory() {
     // 92 KB with 32-key stages (score columns on 2 warp columns): two.
     let paired = bn64().with("BN", 32i64).with("SWN", 2i64).with("QK_ACCS", 3i64).with("BT_PREFETCH", 1i64);
     assert_eq!(decode_blocks_per_sm(&spec, &paired).unwrap(), 2);
+    // 4-deep rings of 32-key stages: 166 KB (+2 KB of score exchange), one block per SM; 3 stages: 131 KB, one.
+    let sync4 = bn64().with("BN", 32i64).with("SWN", 2i64).with("STAGES", 4i64);
+    assert_eq!(decode_blocks_per_sm(&spec, &sync4).unwrap(), 1);
+    assert_eq!(decode_blocks_per_sm(&spec, &sync4.clone().with("STAGES", 3i64)).unwrap(), 1);
+    // Five 32-key stages still fit beside the Q tile and the exchange (200 KB); six (236 KB) do not.
+    assert!(build_decode(&spec, &sync4.clone().with("STAGES", 5i64)).is_ok());
+    assert!(matches!(build_decode(&spec, &sync4.with("STAGES", 6i64)), Err(OpError::InvalidKnobs { .. })));
     // Invalid knobs are an error, not a guess.
     assert!(decode_blocks_per_sm(&spec, &decode_default_knobs().with("BN", 48i64)).is_err());
 }
