@@ -23,7 +23,9 @@ impl SymValue {
     }
 }
 
-/// The launcher-provided symbol holding the GPU's multiprocessor count (for persistent grids).
+/// The launcher-provided symbol sizing persistent grids: the GPU's multiprocessor count, or for a kernel with a
+/// cluster shape the CTAs that fit at once in whole clusters (the CUDA runtime asks the driver; the CPU backends
+/// take it from their configuration).
 pub const NUM_SMS: &str = "NUM_SMS";
 
 /// The dtype and shape of one tensor argument.

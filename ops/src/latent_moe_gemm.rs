@@ -354,7 +354,8 @@ pub fn build_kernel(spec: &GemmSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
     let y = b.tensor("y", DType::Bf16, &[m.clone(), n_out.clone()], Access::Write);
     let num_sms = b.int_arg(NUM_SMS);
     if c.cluster2 {
-        // Whole clusters of two: the SM count rounded down to even (at least one cluster).
+        // Whole clusters of two: NUM_SMS (for a cluster kernel the launcher passes the CTAs resident at once in whole
+        // clusters, so the persistent grid is one wave) rounded down to even, at least one cluster.
         let clusters = Expr::Bin(BinOp::Max, Box::new(num_sms.clone() / 2i64), Box::new(Expr::Int(1)));
         b.grid(clusters * 2i64, 1i64, 1i64);
         b.cluster([2, 1, 1]);

@@ -74,16 +74,19 @@ fn decode_knob_mapping() {
     // Few requests: split to fill the SMs (at most half the 64 key tiles of 4096 keys).
     let one = DecodeProblem { b: 1, sq: 1, h: 12, lens: vec![4096] };
     assert_eq!(decode_plan_knobs(&one, &o.default_knobs()).unwrap().1, 32);
-    let ks = o.kernels(&o.bench_presets()[1], &o.default_knobs().with("DIRECT", 1i64)).unwrap();
-    // One split, one query, DIRECT=1: the direct kernel alone (no combine); by default the split-KV pair.
+    // One split, one query: by default the direct kernel alone (no combine); DIRECT=0 keeps the split-KV pair.
+    let ks = o.kernels(&o.bench_presets()[1], &o.default_knobs()).unwrap();
     assert_eq!(ks.len(), 1);
     assert_eq!(ks[0].name, build_decode_direct(&DecodeSpec::default(), &decode_knobs_for_rows(96)).unwrap().name);
-    let ks = o.kernels(&o.bench_presets()[1], &o.default_knobs()).unwrap();
+    let ks = o.kernels(&o.bench_presets()[1], &o.default_knobs().with("DIRECT", 0i64)).unwrap();
     assert_eq!(ks.len(), 2);
     assert_eq!(ks[0].name, build_decode(&DecodeSpec::default(), &decode_knobs_for_rows(96)).unwrap().name);
-    assert!(!decode_plan(&h96, &o.default_knobs()).unwrap().2);
-    assert!(decode_plan(&h96, &o.default_knobs().with("DIRECT", 1i64)).unwrap().2);
-    assert!(!decode_plan(&h12, &o.default_knobs().with("DIRECT", 1i64)).unwrap().2 || h12.sq == 1);
+    assert!(decode_plan(&h96, &o.default_knobs()).unwrap().2);
+    assert!(!decode_plan(&h96, &o.default_knobs().with("DIRECT", 0i64)).unwrap().2);
+    // Several splits (one request) or several queries per request: never direct.
+    assert!(!decode_plan(&one, &o.default_knobs()).unwrap().2);
+    let sq2 = DecodeProblem { b: 128, sq: 2, h: 12, lens: vec![4096; 128] };
+    assert!(!decode_plan(&sq2, &o.default_knobs()).unwrap().2);
 }
 
 #[test]

@@ -734,7 +734,10 @@ fn midpoint_off_diagonal() {
     let pb = problem(&[("B", 1), ("T", 64), ("H", 1), ("K", 128), ("V", 128), ("safe", 1)]);
     let on = kda::Launch::resolve(&def, &pb).unwrap();
     assert!(on.midoff, "{on:?}");
-    assert!(kda::chunk_kernels(&pb, &on).unwrap().0.name.ends_with("_mo"));
+    // The default ARENA=2 adds the slim layout's suffix; ARENA=0 is the plain separate-buffer kernel.
+    assert!(kda::chunk_kernels(&pb, &on).unwrap().0.name.ends_with("_mo_sl"));
+    let plain = kda::Launch::resolve(&def.clone().with("ARENA", 0i64), &pb).unwrap();
+    assert!(kda::chunk_kernels(&pb, &plain).unwrap().0.name.ends_with("_mo"));
     assert!(!kda::Launch::resolve(&def.clone().with("CHUNK", 64i64), &pb).unwrap().midoff);
     assert!(!kda::Launch::resolve(&def.clone().with("ARENA", 1i64), &pb).unwrap().midoff);
     let exact = problem(&[("B", 1), ("T", 64), ("H", 1), ("K", 128), ("V", 128), ("safe", 0)]);

@@ -57,6 +57,13 @@ pub struct LoadedKernel {
     pub shared_bytes: usize,
     pub registers: i32,
     pub local_bytes: i32,
+    /// The value a launch gives the kernel's `NUM_SMS` symbol (the size of a persistent grid): the SM count, or for
+    /// a kernel launched in thread-block clusters the CTAs that can be resident at once in whole clusters
+    /// (`cuOccupancyMaxActiveClusters` x the cluster size). A persistent grid of `SM count` CTAs in clusters of two
+    /// does not fit at once when a GPC has an odd number of free SMs, and the clusters left over run as a second
+    /// wave that doubles the time (session 6, call 2: CLUSTER=2 read 1.9x slower than unclustered with the grid
+    /// sized by the SM count).
+    pub persistent_ctas: u32,
 }
 
 impl Gpu {
@@ -182,7 +189,48 @@ impl Gpu {
         )?;
         let registers = cuda("function registers", func.num_regs())?;
         let local_bytes = cuda("function local memory", func.local_size_bytes())?;
-        Ok(LoadedKernel { kernel: kernel.clone(), func, shared_bytes, registers, local_bytes })
+        let persistent_ctas = self.resident_cluster_ctas(kernel, &func, shared_bytes)?;
+        Ok(LoadedKernel { kernel: kernel.clone(), func, shared_bytes, registers, local_bytes, persistent_ctas })
+    }
+
+    /// The CTAs of `kernel` that fit on this GPU at once in whole clusters (the SM count for a kernel without a
+    /// cluster shape). A cluster kernel of which not one cluster fits is an error, not a hang.
+    fn resident_cluster_ctas(
+        &self,
+        kernel: &Kernel,
+        func: &CudaFunction,
+        shared_bytes: usize,
+    ) -> Result<u32, RuntimeError> {
+        let [cx, cy, cz] = kernel.cluster;
+        let size = cx * cy * cz;
+        if size <= 1 {
+            return Ok(self.info.sm_count);
+        }
+        let config = cudarc::driver::sys::CUlaunchConfig {
+            gridDimX: cx,
+            gridDimY: cy,
+            gridDimZ: cz,
+            blockDimX: kernel.threads,
+            blockDimY: 1,
+            blockDimZ: 1,
+            sharedMemBytes: shared_bytes as u32,
+            hStream: std::ptr::null_mut(),
+            attrs: std::ptr::null_mut(),
+            numAttrs: 0,
+        };
+        let mut clusters: std::ffi::c_int = 0;
+        // SAFETY: a loaded function of this context, a config without attributes (the cluster shape is compiled
+        // into the kernel by `__cluster_dims__`), and a valid out pointer.
+        let r =
+            unsafe { cudarc::driver::sys::cuOccupancyMaxActiveClusters(&mut clusters, func.cu_function(), &config) };
+        cuda(&format!("max active clusters of `{}`", kernel.name), r.result())?;
+        if clusters <= 0 {
+            return Err(RuntimeError::Cuda {
+                what: format!("max active clusters of `{}`", kernel.name),
+                err: format!("not one cluster of {size} CTAs with {shared_bytes} bytes of shared memory each fits"),
+            });
+        }
+        Ok(clusters as u32 * size)
     }
 
     /// Launch a kernel: tensors in kernel order, named scalars. Shapes are checked against the kernel first.
@@ -195,7 +243,7 @@ impl Gpu {
         let k = &lk.kernel;
         let shapes: Vec<TensorShape<'_>> =
             tensors.iter().map(|t| TensorShape { dtype: t.dtype, shape: &t.shape }).collect();
-        let syms = bind(k, &shapes, scalars, self.info.sm_count as i64)?;
+        let syms = bind(k, &shapes, scalars, lk.persistent_ctas as i64)?;
         let Some(grid) = eval_grid(k, &syms)? else { return Ok(()) };
         for (p, t) in k.tensors.iter().zip(tensors) {
             if t.ptr % 16 != 0 {
