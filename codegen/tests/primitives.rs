@@ -73,10 +73,11 @@ primitive!(
     fp4_gemv,
     exp2_ftz,
     tma_mbarrier,
+    wide_access,
 );
 
 #[test]
 fn every_case_is_listed() {
     // `cases::all` feeds the GPU run; keep it in step with the list above.
-    assert_eq!(cases::all().len(), 35);
+    assert_eq!(cases::all().len(), 36);
 }
