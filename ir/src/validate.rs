@@ -2032,7 +2032,7 @@ mod wide_tests {
     ) -> Result<Kernel, IrError> {
         let mut b = KernelBuilder::new("wide", 32);
         let n = b.dim("N");
-        let x = b.tensor("x", dtype, &[n.clone()], Access::ReadWrite);
+        let x = b.tensor("x", dtype, &[n], Access::ReadWrite);
         b.grid(1i64, 1i64, 1i64);
         b.threads(|b| {
             let a =
