@@ -123,9 +123,16 @@ fn variants_and_knob_points_compile() {
                 ),
             }
         }
+        // The wide state layouts (SW=1: a row's VPL columns as one 8- or 16-byte access).
+        for (kl, vpl, warps) in [(4i64, 2i64, 4i64), (4, 2, 8), (8, 4, 2), (8, 2, 4)] {
+            let knobs = decode::default_knobs().with("KL", kl).with("VPL", vpl).with("DW", warps).with("SW", 1i64);
+            let layout = decode::DecodeLayout::resolve(&knobs, 128, 128, spec.gate.has_bias()).unwrap();
+            assert!(layout.wide);
+            ks.push(decode::build_decode(&decode::DecodeSpec { layout, ..spec }).unwrap());
+        }
         // A whole K = 128 column per lane would spill: refused by the knob check, and by the builder.
         assert!(decode::DecodeLayout::resolve(&decode::default_knobs().with("KL", 1i64), 128, 128, false).is_err());
-        let whole = decode::DecodeLayout { kl: 1, vpl: 1, warps: 4 };
+        let whole = decode::DecodeLayout { kl: 1, vpl: 1, warps: 4, wide: false };
         assert!(decode::build_decode(&decode::DecodeSpec { layout: whole, ..spec }).is_err());
         // Narrower heads at their automatic layout, and a whole K = 64 column per lane.
         let whole64 = if spec.gate.has_bias() { 2 } else { 1 };
