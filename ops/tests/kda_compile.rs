@@ -234,3 +234,18 @@ fn arena_points_compile() {
         }
     }
 }
+
+/// The wide decode layout moves every state row as one vector access: KL=8 VPL=4 (16 rows of 4 columns per
+/// lane) has 16 `v4` loads and 16 `v4` stores of the state in its PTX, and no scalar f32 state access.
+#[test]
+fn wide_decode_state_moves_as_vector_accesses() {
+    let op = decode::KdaDecode;
+    let p = &op.bench_presets()[0];
+    let knobs = decode::default_knobs().with("KL", 8i64).with("VPL", 4i64).with("DW", 2i64).with("SW", 1i64);
+    let k = op.kernels(p, &knobs).unwrap().remove(1);
+    let m = build(&k, BuildOptions { assemble: false }).unwrap();
+    let count = |pat: &str| m.ptx.lines().filter(|l| l.contains(pat)).count();
+    let (ld, st) = (count("ld.global.v4.f32") + count("ld.global.v4.u32"), count("st.global.v4"));
+    eprintln!("{}: {ld} v4 loads, {st} v4 stores", k.name);
+    assert_eq!((ld, st), (16, 16), "{}", k.name);
+}
