@@ -444,3 +444,31 @@ fn jit_runs_warp_regions_in_lockstep_like_the_interpreter() {
     assert_eq!(e1.to_string(), e2.to_string());
     assert!(e2.to_string().contains("thread 37: array `a` of 4 elements indexed at 4"), "{e2}");
 }
+
+/// A wide access at an index that is not a multiple of its lanes (known only at run time), or past the end of
+/// its tensor, ends a JIT run with the interpreter's error.
+#[test]
+fn jit_reports_the_interpreters_wide_access_errors() {
+    use k3k_ir::*;
+    let mut b = KernelBuilder::new("jit_wide_errors", 32);
+    let n = b.dim("N");
+    let x = b.tensor("x", DType::F32, &[n], Access::ReadWrite);
+    let d = b.int_arg("D");
+    b.grid(1i64, 1i64, 1i64);
+    b.threads(|b| {
+        let a = b.let_array("a", 4, ScalarTy::Float, 0.0);
+        let i = Expr::thread_idx() * 4i64 + d.clone();
+        b.load_wide(a, 0, x, i.clone(), 4);
+        b.store_wide(x, i, a, 0, 4);
+    });
+    let k = b.finish().unwrap();
+    for (len, dv, frag) in [(128usize, 1i64, "not a multiple of its 4 lanes"), (126, 0, "outside tensor `x`")] {
+        let t = HostTensor::from_f32(DType::F32, &[len], &vec![1.0; len]);
+        let (mut a, mut c) = (vec![t.clone()], vec![t]);
+        let e1 = interp::run(&k, &mut a, &[("D", SymValue::Int(dv))], InterpOptions::default()).unwrap_err();
+        let e2 =
+            jit::compile(&k).unwrap().run(&mut c, &[("D", SymValue::Int(dv))], InterpOptions::default()).unwrap_err();
+        assert_eq!(e1.to_string(), e2.to_string());
+        assert!(e2.to_string().contains(frag), "{e2}");
+    }
+}

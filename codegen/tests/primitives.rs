@@ -75,10 +75,24 @@ primitive!(
     exp2_ftz,
     tma_mbarrier,
     tma_multicast_cluster,
+    wide_access,
 );
 
 #[test]
 fn every_case_is_listed() {
     // `cases::all` feeds the GPU run; keep it in step with the list above.
-    assert_eq!(cases::all().len(), 36);
+    assert_eq!(cases::all().len(), 37);
+}
+
+/// The wide accesses of `wide_access` are single vector instructions in the PTX: f32 x 4, bf16 x 8 and u8 x 16
+/// as `.v4.u32`-class 16-byte accesses, i32 x 2 as one 8-byte `.v2` store.
+#[test]
+fn wide_accesses_are_vector_instructions() {
+    let k = cases::wide_access().kernel;
+    let m = k3k_codegen::build(&k, k3k_codegen::BuildOptions { assemble: true }).unwrap();
+    let count = |pat: &str| m.ptx.lines().filter(|l| l.contains(pat)).count();
+    let (ld4, st4, st2) = (count("ld.global.v4"), count("st.global.v4"), count("st.global.v2"));
+    eprintln!("ld.global.v4: {ld4}, st.global.v4: {st4}, st.global.v2: {st2}");
+    assert!(ld4 + count("ld.global.nc.v4") >= 3, "three 16-byte loads expected:\n{}", m.ptx);
+    assert!(st4 >= 2 && st2 >= 1, "two 16-byte and one 8-byte store expected:\n{}", m.ptx);
 }

@@ -546,6 +546,17 @@ impl KernelBuilder {
         self.push(Stmt::ArraySet { arr, index: index.into(), value: value.into() });
     }
 
+    /// Threads regions: `arr[at..at + lanes] = tensor[index..index + lanes]` as one wide access (see
+    /// [`Stmt::LoadWide`]).
+    pub fn load_wide(&mut self, arr: ArrId, at: u32, tensor: TensorId, index: impl Into<Expr>, lanes: u32) {
+        self.push(Stmt::LoadWide { arr, at, tensor, index: index.into(), lanes });
+    }
+    /// Threads regions: `tensor[index..index + lanes] = arr[at..at + lanes]` as one wide access (see
+    /// [`Stmt::StoreWide`]).
+    pub fn store_wide(&mut self, tensor: TensorId, index: impl Into<Expr>, arr: ArrId, at: u32, lanes: u32) {
+        self.push(Stmt::StoreWide { tensor, index: index.into(), arr, at, lanes });
+    }
+
     /// Validate and return the kernel.
     pub fn finish(mut self) -> Result<Kernel, IrError> {
         assert_eq!(self.stack.len(), 1, "unbalanced body stack");

@@ -389,6 +389,17 @@ pub enum Stmt {
     LetArray { arr: ArrId, len: u32, ty: ScalarTy, init: Expr },
     /// Threads regions only: `arr[index] = value`.
     ArraySet { arr: ArrId, index: Expr, value: Expr },
+    /// Threads regions only: `arr[at + j] = tensor[index + j]` for `j in 0..lanes`, as ONE global access of
+    /// `lanes` elements (8 or 16 bytes: f32/i32/u32 x 2 or 4, bf16/f16 x 4 or 8, u8 x 8 or 16, i64/u64 x 2; on the
+    /// GPU one `ld.global.v2/v4`). The array has the tensor's expression type (floats for float tensors, ints
+    /// for int ones) and `at + lanes` elements at least; `at` is a constant, so the array stays in registers.
+    /// Alignment: tensor bases are 16-byte aligned (checked at launch), so the access is aligned exactly when
+    /// `index` is a multiple of `lanes`. The validator rejects an index it can prove is not; the CPU backends
+    /// check every access (a typed error), where a GPU faults with a misaligned address.
+    LoadWide { arr: ArrId, at: u32, tensor: TensorId, index: Expr, lanes: u32 },
+    /// Threads regions only: `tensor[index + j] = arr[at + j]` for `j in 0..lanes` (converted to the tensor's
+    /// dtype as by `StoreScalar`), as one 8- or 16-byte global store; the rules of [`Stmt::LoadWide`].
+    StoreWide { tensor: TensorId, index: Expr, arr: ArrId, at: u32, lanes: u32 },
     /// Threads regions only, at the region's top level (not inside its loops or conditionals, so every lane of
     /// every warp executes it): a warp shuffle or vote. Every thread evaluates `value` (after every thread of
     /// the block has run the region's preceding statements), then introduces the per-thread variable `var`

@@ -368,6 +368,24 @@ fn body(k: &Kernel, b: &[Stmt], depth: usize, s: &mut String) {
             Stmt::ArraySet { arr, index, value } => {
                 let _ = writeln!(s, "{pad}{}[{}] := {}", array_name(k, *arr), expr(k, index), expr(k, value));
             }
+            Stmt::LoadWide { arr, at, tensor, index, lanes } => {
+                let _ = writeln!(
+                    s,
+                    "{pad}{}[{at}..+{lanes}] := wide {}[{}..+{lanes}]",
+                    array_name(k, *arr),
+                    tensor_name(k, tensor.0),
+                    expr(k, index)
+                );
+            }
+            Stmt::StoreWide { tensor, index, arr, at, lanes } => {
+                let _ = writeln!(
+                    s,
+                    "{pad}{}[{}..+{lanes}] := wide {}[{at}..+{lanes}]",
+                    tensor_name(k, tensor.0),
+                    expr(k, index),
+                    array_name(k, *arr)
+                );
+            }
             Stmt::WarpShuffle { var, op, value } => {
                 let _ = writeln!(s, "{pad}let {} = warp_{}({})", expr(k, &Expr::Var(*var)), op.name(), expr(k, value));
             }

@@ -797,6 +797,8 @@ impl<'a> Checker<'a> {
             Stmt::Atomic { .. } => ("atomic", RegionOnly),
             Stmt::LetArray { .. } => ("let_array", RegionOnly),
             Stmt::ArraySet { .. } => ("array_set", RegionOnly),
+            Stmt::LoadWide { .. } => ("load_wide", RegionOnly),
+            Stmt::StoreWide { .. } => ("store_wide", RegionOnly),
             Stmt::WarpShuffle { .. } => ("warp_shuffle", RegionOnly),
             Stmt::WarpSync => ("syncwarp", RegionOnly),
             Stmt::Fence => ("fence", RegionOnly),
@@ -1005,6 +1007,10 @@ impl<'a> Checker<'a> {
                 self.scalar(index, ScalarTy::Int, "array index")?;
                 self.array_index(*arr, index, len)?;
                 self.scalar(value, t, "array element")?;
+            }
+            Stmt::LoadWide { arr, at, tensor, index, lanes } | Stmt::StoreWide { tensor, index, arr, at, lanes } => {
+                let store = matches!(s, Stmt::StoreWide { .. });
+                self.wide(*arr, *at, *tensor, index, *lanes, store)?;
             }
             Stmt::Scan { tile, scratch, op: _ } => {
                 let t = self.tile(*tile)?;
@@ -1393,6 +1399,77 @@ impl<'a> Checker<'a> {
     }
 
     /// A constant array index must be inside the array.
+    /// A wide access ([`Stmt::LoadWide`] / [`Stmt::StoreWide`]): an 8- or 16-byte access of a supported dtype,
+    /// an array of the tensor's expression type holding `at + lanes` elements, and an index not provably
+    /// misaligned.
+    fn wide(
+        &mut self,
+        arr: ArrId,
+        at: u32,
+        tensor: crate::expr::TensorId,
+        index: &Expr,
+        lanes: u32,
+        store: bool,
+    ) -> Result<(), IrError> {
+        let t = self
+            .k
+            .tensors
+            .get(tensor.0 as usize)
+            .ok_or_else(|| self.err(IrErrorKind::Scope, format!("no tensor #{}", tensor.0)))?;
+        let what = if store { "wide store" } else { "wide load" };
+        if store && t.access == Access::Read {
+            return Err(self.err(IrErrorKind::Type, format!("{what}: tensor `{}` is read-only", t.name)));
+        }
+        if !matches!(
+            t.dtype,
+            DType::F32 | DType::Bf16 | DType::F16 | DType::U8 | DType::I32 | DType::U32 | DType::I64 | DType::U64
+        ) {
+            return Err(self.err(
+                IrErrorKind::Type,
+                format!(
+                    "{what} of tensor `{}`: {} elements cannot move wide (f32, bf16, f16 or ints)",
+                    t.name, t.dtype
+                ),
+            ));
+        }
+        let bytes = t.dtype.size_bytes() as u32 * lanes;
+        if lanes == 0 || !matches!(bytes, 8 | 16) {
+            return Err(self.err(
+                IrErrorKind::Shape,
+                format!("{what} of tensor `{}`: {lanes} x {} is {bytes} bytes, not 8 or 16", t.name, t.dtype),
+            ));
+        }
+        self.scalar(index, ScalarTy::Int, &format!("{what} index"))?;
+        if let Some(r) = provable_residue(index, lanes as i64)
+            && r != 0
+        {
+            return Err(self.err(
+                IrErrorKind::Layout,
+                format!(
+                    "{what} of tensor `{}`: index {} is {r} modulo {lanes} (misaligned: it must be a multiple of the \
+                     {lanes} lanes)",
+                    t.name,
+                    crate::print::expr(self.k, index)
+                ),
+            ));
+        }
+        let (ty, len) = self.array(arr)?;
+        let name = self.k.arrays.get(arr.0 as usize).map_or("?", |d| &d.name);
+        if ty != ScalarTy::of_dtype(t.dtype) {
+            return Err(self.err(
+                IrErrorKind::Type,
+                format!("{what}: array `{name}` holds {ty}, tensor `{}` is {}", t.name, t.dtype),
+            ));
+        }
+        if at as u64 + lanes as u64 > len as u64 {
+            return Err(self.err(
+                IrErrorKind::Shape,
+                format!("{what}: array `{name}` of {len} elements cannot hold elements {at}..{}", at + lanes),
+            ));
+        }
+        Ok(())
+    }
+
     fn array_index(&self, a: ArrId, index: &Expr, len: u32) -> Result<(), IrError> {
         if let Some(v) = index.as_const_int()
             && (v < 0 || v >= len as i64)
@@ -1968,5 +2045,122 @@ mod tests {
         v.as_object_mut().unwrap().remove("arrays");
         let back: Kernel = serde_json::from_value(v).unwrap();
         assert_eq!(back, k);
+    }
+}
+
+/// The residue of `e` modulo `m` when it is provable from the expression's structure alone (constants, sums,
+/// products and shifts; variables, symbols, thread and block indices are unknown), else `None`.
+pub fn provable_residue(e: &Expr, m: i64) -> Option<i64> {
+    // (modulus, residue): e = residue (mod modulus); modulus 0 means e == residue exactly.
+    fn gcd(a: i128, b: i128) -> i128 {
+        if b == 0 { a.abs() } else { gcd(b, a % b) }
+    }
+    fn res(e: &Expr) -> (i128, i128) {
+        let norm = |m: i128, r: i128| if m == 0 { (0, r) } else { (m, r.rem_euclid(m)) };
+        match e {
+            Expr::Int(v) => (0, *v as i128),
+            Expr::Un(UnOp::Neg, a) => {
+                let (m, r) = res(a);
+                norm(m, -r)
+            }
+            Expr::Bin(op @ (BinOp::Add | BinOp::Sub), a, b) => {
+                let ((m1, r1), (m2, r2)) = (res(a), res(b));
+                let r = if *op == BinOp::Add { r1 + r2 } else { r1 - r2 };
+                norm(gcd(m1, m2), r)
+            }
+            Expr::Bin(BinOp::Mul, a, b) => {
+                // (r1 + m1 x)(r2 + m2 y) = r1 r2 + r1 m2 y + r2 m1 x + m1 m2 x y
+                let ((m1, r1), (m2, r2)) = (res(a), res(b));
+                norm(gcd(gcd(r1 * m2, r2 * m1), m1 * m2), r1 * r2)
+            }
+            Expr::Bin(BinOp::Shl, a, b) => match b.as_const_int() {
+                Some(c @ 0..=32) => {
+                    let (m, r) = res(a);
+                    norm(m << c, r << c)
+                }
+                _ => (1, 0),
+            },
+            _ => (1, 0),
+        }
+    }
+    let (em, r) = res(e);
+    let m = m as i128;
+    if m <= 0 {
+        return None;
+    }
+    (em == 0 || em % m == 0).then(|| r.rem_euclid(m) as i64)
+}
+
+#[cfg(test)]
+mod wide_tests {
+    use crate::*;
+
+    fn kernel(
+        dtype: DType,
+        lanes: u32,
+        arr_ty: ScalarTy,
+        len: u32,
+        at: u32,
+        index: impl Fn(Expr) -> Expr,
+    ) -> Result<Kernel, IrError> {
+        let mut b = KernelBuilder::new("wide", 32);
+        let n = b.dim("N");
+        let x = b.tensor("x", dtype, &[n], Access::ReadWrite);
+        b.grid(1i64, 1i64, 1i64);
+        b.threads(|b| {
+            let a =
+                b.let_array("a", len, arr_ty, if arr_ty == ScalarTy::Float { Expr::Float(0.0) } else { Expr::Int(0) });
+            let i = index(Expr::thread_idx());
+            b.load_wide(a, at, x, i.clone(), lanes);
+            b.store_wide(x, i, a, at, lanes);
+        });
+        b.finish()
+    }
+
+    #[test]
+    fn wide_accesses_check_size_type_array_and_provable_alignment() {
+        let f = ScalarTy::Float;
+        // Good: f32 x 4, bf16 x 8, f32 x 2 (8 bytes), u8 x 16 with a symbolic part.
+        assert!(kernel(DType::F32, 4, f, 4, 0, |t| t * 4i64).is_ok());
+        assert!(kernel(DType::Bf16, 8, f, 16, 8, |t| t * 8i64 + 64i64).is_ok());
+        assert!(
+            kernel(DType::F32, 2, f, 2, 0, |t| Expr::Bin(BinOp::Shl, Box::new(t), Box::new(Expr::Int(1))) + 6i64)
+                .is_ok()
+        );
+        assert!(kernel(DType::U8, 16, ScalarTy::Int, 16, 0, |t| t * 32i64 - 16i64).is_ok());
+        // Unknown residue (a loaded or symbolic index) is left to the runtime checks.
+        assert!(kernel(DType::F32, 4, f, 4, 0, |t| t * 3i64).is_ok());
+        let msg = |r: Result<Kernel, IrError>| r.unwrap_err().to_string();
+        // Provably misaligned.
+        assert!(msg(kernel(DType::F32, 4, f, 4, 0, |t| t * 4i64 + 2i64)).contains("is 2 modulo 4"));
+        assert!(msg(kernel(DType::Bf16, 8, f, 8, 0, |t| t * 16i64 + 4i64)).contains("misaligned"));
+        assert!(msg(kernel(DType::F32, 4, f, 4, 0, |_| Expr::Int(5))).contains("is 1 modulo 4"));
+        // Sizes other than 8 or 16 bytes, unsupported dtypes, wrong array type, too short an array.
+        assert!(msg(kernel(DType::F32, 3, f, 4, 0, |t| t * 4i64)).contains("not 8 or 16"));
+        assert!(msg(kernel(DType::F32, 8, f, 8, 0, |t| t * 8i64)).contains("not 8 or 16"));
+        assert!(msg(kernel(DType::E4m3, 16, f, 16, 0, |t| t * 16i64)).contains("cannot move wide"));
+        assert!(msg(kernel(DType::I32, 4, f, 4, 0, |t| t * 4i64)).contains("holds float"));
+        assert!(msg(kernel(DType::F32, 4, f, 6, 4, |t| t * 4i64)).contains("cannot hold elements 4..8"));
+    }
+
+    #[test]
+    fn wide_accesses_are_region_only() {
+        let mut b = KernelBuilder::new("wide_block", 32);
+        let x = b.tensor("x", DType::F32, &[Expr::Int(4)], Access::Read);
+        b.grid(1i64, 1i64, 1i64);
+        b.load_wide(ArrId(0), 0, x, 0i64, 4);
+        let e = b.finish().unwrap_err().to_string();
+        assert!(e.contains("only valid inside a threads region"), "{e}");
+    }
+
+    #[test]
+    fn residues() {
+        use super::provable_residue as r;
+        let t = Expr::thread_idx();
+        assert_eq!(r(&(t.clone() * 8i64 + 3i64), 4), Some(3));
+        assert_eq!(r(&((t.clone() + 1i64) * 4i64), 4), Some(0));
+        assert_eq!(r(&(t.clone() * 2i64), 4), None);
+        assert_eq!(r(&(Expr::Bin(BinOp::Shl, Box::new(t.clone()), Box::new(Expr::Int(3))) - 1i64), 8), Some(7));
+        assert_eq!(r(&(Expr::Int(6) * Expr::Int(3)), 4), Some(2));
     }
 }

@@ -128,9 +128,16 @@ fn variants_and_knob_points_compile() {
                 ),
             }
         }
+        // The wide state layouts (SW=1: a row's VPL columns as one 8- or 16-byte access).
+        for (kl, vpl, warps) in [(4i64, 2i64, 4i64), (4, 2, 8), (8, 4, 2), (8, 2, 4)] {
+            let knobs = decode::default_knobs().with("KL", kl).with("VPL", vpl).with("DW", warps).with("SW", 1i64);
+            let layout = decode::DecodeLayout::resolve(&knobs, 128, 128, spec.gate.has_bias()).unwrap();
+            assert!(layout.wide);
+            ks.push(decode::build_decode(&decode::DecodeSpec { layout, ..spec }).unwrap());
+        }
         // A whole K = 128 column per lane would spill: refused by the knob check, and by the builder.
         assert!(decode::DecodeLayout::resolve(&decode::default_knobs().with("KL", 1i64), 128, 128, false).is_err());
-        let whole = decode::DecodeLayout { kl: 1, vpl: 1, warps: 4 };
+        let whole = decode::DecodeLayout { kl: 1, vpl: 1, warps: 4, wide: false };
         assert!(decode::build_decode(&decode::DecodeSpec { layout: whole, ..spec }).is_err());
         // Narrower heads at their automatic layout, and a whole K = 64 column per lane.
         let whole64 = if spec.gate.has_bias() { 2 } else { 1 };
@@ -231,4 +238,19 @@ fn arena_points_compile() {
             assert!(k.shared_bytes() <= 113 * 1024, "{}: {}", k.name, k.shared_bytes());
         }
     }
+}
+
+/// The wide decode layout moves every state row as one vector access: KL=8 VPL=4 (16 rows of 4 columns per
+/// lane) has 16 `v4` loads and 16 `v4` stores of the state in its PTX, and no scalar f32 state access.
+#[test]
+fn wide_decode_state_moves_as_vector_accesses() {
+    let op = decode::KdaDecode;
+    let p = &op.bench_presets()[0];
+    let knobs = decode::default_knobs().with("KL", 8i64).with("VPL", 4i64).with("DW", 2i64).with("SW", 1i64);
+    let k = op.kernels(p, &knobs).unwrap().remove(1);
+    let m = build(&k, BuildOptions { assemble: false }).unwrap();
+    let count = |pat: &str| m.ptx.lines().filter(|l| l.contains(pat)).count();
+    let (ld, st) = (count("ld.global.v4.f32") + count("ld.global.v4.u32"), count("st.global.v4"));
+    eprintln!("{}: {ld} v4 loads, {st} v4 stores", k.name);
+    assert_eq!((ld, st), (16, 16), "{}", k.name);
 }

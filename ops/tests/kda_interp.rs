@@ -424,7 +424,8 @@ fn decode_matches_reference_in_place_and_not() {
 
 #[test]
 fn decode_layouts_match_reference() {
-    // Every layout knob (KL lanes along K, VPL value columns per lane, DW warps per block) against the f64
+    // Every layout knob (KL lanes along K, VPL value columns per lane, DW warps per block, SW wide state
+    // accesses) against the f64
     // recurrence from a random N(0, 1) h0: GVA (HV = 2H), every gate form with and without bias, the beta
     // sigmoid, the L2 norms, N = 1 and 3, T = 1 and 3 (later tokens read back the state the previous one
     // stored). In place equals out of place bit for bit on the interpreter, and the Cranelift JIT runs the
@@ -469,9 +470,14 @@ fn decode_layouts_match_reference() {
         assert!(h0.iter().filter(|x| **x == 0.0).count() < h0.len() / 100, "h0 should be random, not zeros");
         let cp = pb.as_chunked();
         let (pairs, scope) = kda::check_scope(&cp, s);
-        for &(kl, vpl, dw) in layouts.iter() {
-            let knobs = decode::default_knobs().with("KL", kl).with("VPL", vpl).with("DW", dw);
-            let what = format!("decode {dims:?} KL={kl} VPL={vpl} DW={dw}");
+        // SW=1 (one wide state access per row) wherever VPL is 2 or 4.
+        let with_sw = layouts.iter().flat_map(|&(kl, vpl, dw)| {
+            let sws: &[i64] = if vpl >= 2 { &[0, 1] } else { &[0] };
+            sws.iter().map(move |&sw| (kl, vpl, dw, sw))
+        });
+        for (kl, vpl, dw, sw) in with_sw {
+            let knobs = decode::default_knobs().with("KL", kl).with("VPL", vpl).with("DW", dw).with("SW", sw);
+            let what = format!("decode {dims:?} KL={kl} VPL={vpl} DW={dw} SW={sw}");
             let plan = decode::decode_plan_with(&pb, &d, &knobs).unwrap();
             let outs = run_all(&plan, &what);
             for (ex, out) in &outs {

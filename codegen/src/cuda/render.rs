@@ -685,6 +685,8 @@ impl<'a> Renderer<'a> {
             | Stmt::Atomic { .. }
             | Stmt::LetArray { .. }
             | Stmt::ArraySet { .. }
+            | Stmt::LoadWide { .. }
+            | Stmt::StoreWide { .. }
             | Stmt::WarpShuffle { .. }
             | Stmt::WarpSync
             | Stmt::Fence => self.thread_stmt(s),

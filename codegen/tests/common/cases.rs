@@ -62,6 +62,7 @@ pub fn all() -> Vec<Case> {
         exp2_ftz(),
         tma_mbarrier(),
         tma_multicast_cluster(),
+        wide_access(),
     ]
 }
 
@@ -2003,4 +2004,105 @@ pub fn tma_multicast_cluster_with(drop_peer_release: bool, skip_empty_wait: bool
 /// See [`tma_multicast_cluster_with`].
 pub fn tma_multicast_cluster() -> Case {
     tma_multicast_cluster_with(false, false)
+}
+/// Wide per-thread accesses (`load_wide` / `store_wide`): f32 x 4 and bf16 x 8 loads into float arrays at
+/// offsets, u8 x 16 into an int array, every element changed by its lane position (so a wrong lane or element
+/// order shows), stored back as f32 x 4, bf16 x 8 (rounded) and i32 x 2 (8 bytes); a few threads skip, leaving
+/// their outputs poisoned.
+pub fn wide_access() -> Case {
+    let threads = 64u32;
+    let blocks = 3usize;
+    let n = blocks * threads as usize;
+    let mut b = KernelBuilder::new("p_wide", threads);
+    let xf = b.tensor("xf", DType::F32, &[Expr::Int(4 * n as i64)], Access::Read);
+    let xb = b.tensor("xb", DType::Bf16, &[Expr::Int(8 * n as i64)], Access::Read);
+    let xu = b.tensor("xu", DType::U8, &[Expr::Int(16 * n as i64)], Access::Read);
+    let yf = b.tensor("yf", DType::F32, &[Expr::Int(4 * n as i64)], Access::Write);
+    let yb = b.tensor("yb", DType::Bf16, &[Expr::Int(8 * n as i64)], Access::Write);
+    let yi = b.tensor("yi", DType::I32, &[Expr::Int(2 * n as i64)], Access::Write);
+    b.grid(blocks as i64, 1i64, 1i64);
+    b.threads(|b| {
+        let t = Expr::thread_idx();
+        let g = b.let_("g", Expr::block_idx(0) * threads as i64 + t.clone());
+        b.if_((&t % 7i64).ne(3i64), |b| {
+            let a = b.let_array("a", 12, ScalarTy::Float, 0.0);
+            b.load_wide(a, 4, xf, &g * 4i64, 4);
+            for j in 0..4u32 {
+                let v = Expr::array_get(a, 4 + j as i64) * (j as f64 + 1.0) + 0.25 * j as f64;
+                b.array_set(a, 4 + j as i64, v);
+            }
+            b.store_wide(yf, &g * 4i64, a, 4, 4);
+            let h = b.let_array("h", 8, ScalarTy::Float, 0.0);
+            b.load_wide(h, 0, xb, &g * 8i64, 8);
+            for j in 0..8u32 {
+                b.array_set(h, j as i64, Expr::array_get(h, j as i64) * 3.0 + j as f64);
+            }
+            b.store_wide(yb, &g * 8i64, h, 0, 8);
+            let u = b.let_array("u", 16, ScalarTy::Int, 0i64);
+            b.load_wide(u, 0, xu, &g * 16i64, 16);
+            let w = b.let_array("w", 2, ScalarTy::Int, 0i64);
+            let mut sum = Expr::Int(0);
+            for j in 0..16u32 {
+                sum = sum + Expr::array_get(u, j as i64) * (j as i64 + 1);
+            }
+            b.array_set(w, 0i64, sum);
+            b.array_set(w, 1i64, Expr::array_get(u, 0i64) - Expr::array_get(u, 15i64) * 256i64 - &g);
+            b.store_wide(yi, &g * 2i64, w, 0, 2);
+        });
+    });
+    let k = b.finish().unwrap();
+    let mut rng = Rng::new(77);
+    let fv = rng.vals(DType::F32, 4 * n, -3.0, 3.0);
+    let bv = rng.vals(DType::Bf16, 8 * n, -3.0, 3.0);
+    let uv: Vec<i64> = (0..16 * n).map(|_| rng.int(0, 256)).collect();
+    let (fv2, bv2, uv2) = (fv.clone(), bv.clone(), uv.clone());
+    let poison = |d: DType, len: usize| poisoned(d, &[len]);
+    let (pf, pb, pi) = (poison(DType::F32, 4 * n), poison(DType::Bf16, 8 * n), poison(DType::I32, 2 * n));
+    Case {
+        name: "wide_access",
+        kernel: k,
+        tensors: vec![
+            HostTensor::from_f32(DType::F32, &[4 * n], &fv),
+            HostTensor::from_f32(DType::Bf16, &[8 * n], &bv),
+            HostTensor::from_i64(DType::U8, &[16 * n], &uv),
+            pf.clone(),
+            pb.clone(),
+            pi.clone(),
+        ],
+        scalars: vec![],
+        check: Box::new(move |ts| {
+            for g in 0..n {
+                let skip = (g % threads as usize) % 7 == 3;
+                for j in 0..4 {
+                    let i = 4 * g + j;
+                    if skip {
+                        assert_eq!(ts[3].get_f32(i).to_bits(), pf.get_f32(i).to_bits(), "yf[{i}] written");
+                    } else {
+                        let want = fv2[i] * (j as f32 + 1.0) + 0.25 * j as f32;
+                        close(&format!("yf[{i}]"), &[ts[3].get_f32(i)], &[want], 1e-6);
+                    }
+                }
+                for j in 0..8 {
+                    let i = 8 * g + j;
+                    if skip {
+                        assert_eq!(ts[4].get_f32(i).to_bits(), pb.get_f32(i).to_bits(), "yb[{i}] written");
+                    } else {
+                        let want = HostTensor::from_f32(DType::Bf16, &[1], &[bv2[i] * 3.0 + j as f32]).get_f32(0);
+                        assert_eq!(ts[4].get_f32(i), want, "yb[{i}]");
+                    }
+                }
+                let u = &uv2[16 * g..16 * g + 16];
+                let want =
+                    [u.iter().enumerate().map(|(j, v)| v * (j as i64 + 1)).sum::<i64>(), u[0] - u[15] * 256 - g as i64];
+                for (j, w) in want.iter().enumerate() {
+                    let i = 2 * g + j;
+                    if skip {
+                        assert_eq!(ts[5].get_i64(i), pi.get_i64(i), "yi[{i}] written");
+                    } else {
+                        assert_eq!(ts[5].get_i64(i), *w, "yi[{i}]");
+                    }
+                }
+            }
+        }),
+    }
 }

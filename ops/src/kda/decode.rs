@@ -43,6 +43,10 @@ pub struct DecodeLayout {
     pub vpl: u32,
     /// Warps per block (1, 2, 4 or 8).
     pub warps: u32,
+    /// Knob `SW=1`: a lane's `vpl` columns are consecutive (lane (rl, cl) holds columns `vpl cl .. vpl cl + vpl`
+    /// of each of its rows) and each row's state values move as one wide access (`vpl` 2: 8 bytes, 4: 16 bytes,
+    /// `ld/st.global.v2/v4`) instead of `vpl` 4-byte ones; the v loads and o stores follow the same columns.
+    pub wide: bool,
 }
 
 /// Registers one lane may spend on its state values and rows: `K / KL` rows of `VPL` state values plus that
@@ -81,7 +85,7 @@ impl DecodeLayout {
     pub fn auto(_dk: u32, dv: u32) -> DecodeLayout {
         let (kl, vpl) = (4, 1);
         let warp_cols = 32 / kl * vpl;
-        DecodeLayout { kl, vpl, warps: (dv / warp_cols).clamp(1, 4) }
+        DecodeLayout { kl, vpl, warps: (dv / warp_cols).clamp(1, 4), wide: false }
     }
     /// Read knobs `KL`, `VPL`, `DW` (0 or missing: the automatic value of [`DecodeLayout::auto`]) and check them
     /// against the head dims and the registers of a lane (with a gate bias, see [`MAX_LANE_VALUES`]).
@@ -112,7 +116,15 @@ impl DecodeLayout {
         if !matches!(warps, 1 | 2 | 4 | 8) {
             return Err(invalid(format!("DW={warps}: 0 (auto), 1, 2, 4 or 8")));
         }
-        let lay = DecodeLayout { kl, vpl, warps };
+        let wide = match get("SW")? {
+            0 => false,
+            1 => true,
+            v => return Err(invalid(format!("SW={v}: 0 (4-byte state accesses) or 1 (one wide access per row)"))),
+        };
+        if wide && vpl == 1 {
+            return Err(invalid("SW=1 moves a lane's VPL columns of a row as one access: VPL must be 2 or 4".into()));
+        }
+        let lay = DecodeLayout { kl, vpl, warps, wide };
         if !dv.is_multiple_of(lay.block_cols()) {
             return Err(invalid(format!(
                 "KL={kl}, VPL={vpl}, DW={warps}: a block covers {} value columns, which must divide V = {dv}",
@@ -170,20 +182,31 @@ pub fn build_decode(spec: &DecodeSpec) -> Result<Kernel, OpError> {
     }
     lay.check(spec.dk, spec.gate.has_bias()).map_err(bad_layout)?;
     let (kl, cl, vpl) = (lay.kl as i64, lay.cl() as i64, lay.vpl as usize);
+    if lay.wide && vpl == 1 {
+        return Err(bad_layout("a wide layout (SW=1) needs VPL 2 or 4".into()));
+    }
+    // Column u of a lane is `c0 + u * ust`: strided by the lanes along V, or consecutive in a wide layout.
+    let ust = if lay.wide { 1 } else { cl };
+    let lane_cols = if lay.wide { vpl as i64 } else { 1 };
     let rows = (spec.dk / lay.kl) as usize;
     let threads = lay.warps * 32;
     let name = format!(
-        "k3k_kda_decode_k{dk}_v{dv}_{}{}{}{}_kl{}_vpl{}_w{}",
+        "k3k_kda_decode_k{dk}_v{dv}_{}{}{}{}_kl{}_vpl{}_w{}{}",
         spec.gate.name(),
         if spec.l2norm { "_l2" } else { "" },
         if spec.beta_sigmoid { "_bsig" } else { "" },
         if spec.in_place { "_inplace" } else { "" },
         lay.kl,
         lay.vpl,
-        lay.warps
+        lay.warps,
+        if lay.wide { "_sw" } else { "" }
     );
     let mut b = KernelBuilder::new(&name, threads);
-    b.knobs(Knobs::new().with("KL", lay.kl as i64).with("VPL", lay.vpl as i64).with("DW", lay.warps as i64));
+    let mut knobs = Knobs::new().with("KL", lay.kl as i64).with("VPL", lay.vpl as i64).with("DW", lay.warps as i64);
+    if lay.wide {
+        knobs = knobs.with("SW", 1i64);
+    }
+    b.knobs(knobs);
     let n = b.dim("N");
     let t = b.dim("T");
     let h = b.dim("H");
@@ -223,19 +246,31 @@ pub fn build_decode(spec: &DecodeSpec) -> Result<Kernel, OpError> {
             let rl = b.let_("rl", &lane / cl);
             let c0 = b.let_(
                 "c0",
-                Expr::block_idx(2) * lay.block_cols() as i64 + (&tid / 32i64) * lay.warp_cols() as i64 + &lane % cl,
+                Expr::block_idx(2) * lay.block_cols() as i64
+                    + (&tid / 32i64) * lay.warp_cols() as i64
+                    + (&lane % cl) * lane_cols,
             );
             let row = b.let_("row", &seq * t.clone() + tok);
             let sbase = b.let_("sbase", (&seq * hv.clone() + hvi.clone()) * (dk * dv) + &rl * dv + c0.clone());
-            let at = |m: usize, u: usize| &sbase + (m as i64 * kl * dv + u as i64 * cl);
-            let s: Vec<Vec<Expr>> = (0..rows)
-                .map(|m| (0..vpl).map(|u| b.let_(&format!("s{m}_{u}"), Expr::load(src, at(m, u)))).collect())
-                .collect();
+            let at = |m: usize, u: usize| &sbase + (m as i64 * kl * dv + u as i64 * ust);
+            let s: Vec<Vec<Expr>> = if lay.wide {
+                (0..rows)
+                    .map(|m| {
+                        let a = b.let_array(&format!("s{m}"), vpl as u32, ScalarTy::Float, 0.0);
+                        b.load_wide(a, 0, src, at(m, 0), vpl as u32);
+                        (0..vpl).map(|u| Expr::array_get(a, u as i64)).collect()
+                    })
+                    .collect()
+            } else {
+                (0..rows)
+                    .map(|m| (0..vpl).map(|u| b.let_(&format!("s{m}_{u}"), Expr::load(src, at(m, u)))).collect())
+                    .collect()
+            };
             let qk0 = b.let_("qk0", (&row * h.clone() + hq.clone()) * dk + rl.clone());
             let g0 = b.let_("g0", (&row * hv.clone() + hvi.clone()) * dk + rl.clone());
             let vo = b.let_("vo", (&row * hv.clone() + hvi.clone()) * dv + c0.clone());
             let vv: Vec<Expr> =
-                (0..vpl).map(|u| b.let_(&format!("v{u}"), Expr::load(v, &vo + u as i64 * cl))).collect();
+                (0..vpl).map(|u| b.let_(&format!("v{u}"), Expr::load(v, &vo + u as i64 * ust))).collect();
             let raw_beta = Expr::load(beta, &row * hv.clone() + hvi.clone());
             let bt = b.let_("bt", if spec.beta_sigmoid { raw_beta.sigmoid() } else { raw_beta });
             let kv: Vec<Expr> =
@@ -298,18 +333,33 @@ pub fn build_decode(spec: &DecodeSpec) -> Result<Kernel, OpError> {
                 ));
             }
             let mut outs = Vec::with_capacity(vpl);
-            for u in 0..vpl {
-                let mut terms = Vec::with_capacity(rows);
+            let mut terms: Vec<Vec<Expr>> = vec![Vec::with_capacity(rows); vpl];
+            if lay.wide {
+                // Row by row: the new values of a row into an array, stored as one wide access.
                 for m in 0..rows {
-                    let sv = b.let_(&format!("sv{m}_{u}"), &sd[m][u] + &kv[m] * dn[u].clone());
-                    b.store_scalar(s_out, at(m, u), sv.clone());
-                    terms.push(sv * qv[m].clone());
+                    let a = b.let_array(&format!("so{m}"), vpl as u32, ScalarTy::Float, 0.0);
+                    for u in 0..vpl {
+                        let sv = b.let_(&format!("sv{m}_{u}"), &sd[m][u] + &kv[m] * dn[u].clone());
+                        b.array_set(a, u as i64, sv.clone());
+                        terms[u].push(sv * qv[m].clone());
+                    }
+                    b.store_wide(s_out, at(m, 0), a, 0, vpl as u32);
                 }
-                outs.push(reduce(b, &format!("out{u}"), terms));
+            } else {
+                for u in 0..vpl {
+                    for m in 0..rows {
+                        let sv = b.let_(&format!("sv{m}_{u}"), &sd[m][u] + &kv[m] * dn[u].clone());
+                        b.store_scalar(s_out, at(m, u), sv.clone());
+                        terms[u].push(sv * qv[m].clone());
+                    }
+                }
+            }
+            for (u, t) in terms.into_iter().enumerate() {
+                outs.push(reduce(b, &format!("out{u}"), t));
             }
             let store_o = |b: &mut KernelBuilder| {
                 for (u, out) in outs.iter().enumerate() {
-                    b.store_scalar(o, &vo + u as i64 * cl, out * nq.clone());
+                    b.store_scalar(o, &vo + u as i64 * ust, out * nq.clone());
                 }
             };
             if kl == 1 { store_o(b) } else { b.if_(rl.eq(0i64), store_o) }
@@ -460,11 +510,16 @@ pub fn knob_space() -> KnobSpace {
         )
         .axis("VPL", "value columns per lane, each in every state row the lane holds (0 = auto: 2)", [0i64, 1, 2, 4])
         .axis("DW", "warps per block, side by side along V (0 = auto: up to 4)", [0i64, 1, 2, 4, 8])
+        .axis(
+            "SW",
+            "1: a lane's VPL columns consecutive, each state row moved as one 8/16-byte access (VPL 2/4)",
+            [0i64, 1],
+        )
 }
 
 /// The knobs used when nothing is tuned: the automatic layout.
 pub fn default_knobs() -> Knobs {
-    Knobs::new().with("KL", 0i64).with("VPL", 0i64).with("DW", 0i64)
+    Knobs::new().with("KL", 0i64).with("VPL", 0i64).with("DW", 0i64).with("SW", 0i64)
 }
 
 /// Recurrent KDA decode (`kda.decode`).

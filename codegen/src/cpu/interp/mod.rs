@@ -56,6 +56,19 @@ pub enum InterpError {
         "kernel `{kernel}`, block {block:?}, thread {thread}: array `{array}` of {len} elements indexed at {index}"
     )]
     ArrayIndex { kernel: String, block: [u32; 3], thread: u32, array: String, index: i64, len: usize },
+    #[error(
+        "kernel `{kernel}`, block {block:?}, thread {thread}: {what} of tensor `{tensor}` at index {index} is not a \
+         multiple of its {lanes} lanes (misaligned)"
+    )]
+    Misaligned {
+        kernel: String,
+        block: [u32; 3],
+        thread: u32,
+        what: &'static str,
+        tensor: String,
+        index: i64,
+        lanes: u32,
+    },
     #[error("kernel `{kernel}`: {what}")]
     Arith { kernel: String, what: String },
     #[error("kernel `{kernel}`, block {block:?}: mbarrier `{bar}`[{index}]: {what}")]
@@ -287,6 +300,8 @@ impl<'a> Block<'a> {
             | Stmt::Atomic { .. }
             | Stmt::LetArray { .. }
             | Stmt::ArraySet { .. }
+            | Stmt::LoadWide { .. }
+            | Stmt::StoreWide { .. }
             | Stmt::WarpShuffle { .. }
             | Stmt::WarpSync => self.thread_stmt(s, tensors)?,
         }

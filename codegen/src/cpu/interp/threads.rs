@@ -81,6 +81,36 @@ impl<'a> Block<'a> {
                 let v = self.eval(value, None, tensors)?;
                 self.arrays[arr.0 as usize][i] = v;
             }
+            Stmt::LoadWide { arr, at, tensor, index, lanes } | Stmt::StoreWide { tensor, index, arr, at, lanes } => {
+                let store = matches!(s, Stmt::StoreWide { .. });
+                let what = if store { "wide store" } else { "wide load" };
+                let i = self.int(index, tensors)?;
+                if i.rem_euclid(*lanes as i64) != 0 {
+                    return Err(InterpError::Misaligned {
+                        kernel: self.k.name.clone(),
+                        block: self.block,
+                        thread: self.thread.unwrap_or(0),
+                        what,
+                        tensor: self.k.tensors[tensor.0 as usize].name.clone(),
+                        index: i,
+                        lanes: *lanes,
+                    });
+                }
+                for j in 0..*lanes {
+                    let g = self.global_index(what, *tensor, i + j as i64, tensors)?;
+                    let a = self.array_slot(*arr, *at as i64 + j as i64)?;
+                    let t = &mut tensors[tensor.0 as usize];
+                    let float = ScalarTy::of_dtype(t.dtype) == ScalarTy::Float;
+                    if store {
+                        match self.arrays[arr.0 as usize][a] {
+                            V::F(f) if float => t.set_f32(g, f),
+                            v => t.set_i64(g, v.i()),
+                        }
+                    } else {
+                        self.arrays[arr.0 as usize][a] = if float { V::F(t.get_f32(g)) } else { V::I(t.get_i64(g)) };
+                    }
+                }
+            }
             _ => unreachable!("not a threads statement (warp statements run in `lockstep`)"),
         }
         Ok(())

@@ -28,9 +28,11 @@ enum Fail {
     SharedElement = 5,
     /// An array index outside the array: (array, index, len, thread).
     ArrayIndex = 6,
+    /// A wide access whose index is not a multiple of its lanes: (tensor, index, lanes, what, thread).
+    Misaligned = 7,
 }
 
-const WHAT: [&str; 3] = ["scalar load", "scalar store", "atomic"];
+const WHAT: [&str; 5] = ["scalar load", "scalar store", "atomic", "wide load", "wide store"];
 const SHARED_WHAT: [&str; 3] = ["load", "store", "atomic"];
 
 /// The interpreter's error for a failed block.
@@ -80,6 +82,15 @@ pub(super) fn error(k: &Kernel, block: [u32; 3], err: &[i64; 8], tensors: &[Host
             array: k.arrays[err[1] as usize].name.clone(),
             index: err[2],
             len: err[3] as usize,
+        },
+        7 => InterpError::Misaligned {
+            kernel: k.name.clone(),
+            block,
+            thread: err[5] as u32,
+            what: WHAT[err[4] as usize],
+            tensor: k.tensors[err[1] as usize].name.clone(),
+            index: err[2],
+            lanes: err[3] as u32,
         },
         c => arith(format!("JIT failure code {c}")),
     }
@@ -351,6 +362,12 @@ impl<'a> Types<'a> {
                         return Err(unsupported("array element type"));
                     }
                 }
+                Stmt::LoadWide { arr, index, .. } | Stmt::StoreWide { arr, index, .. } => {
+                    self.ty(index)?;
+                    if self.arrays.get(arr.0 as usize).copied().flatten().is_none() {
+                        return Err(unsupported("wide access of an array without a let_array"));
+                    }
+                }
                 Stmt::MbarInit { .. } => {}
                 Stmt::MbarArriveExpectTx { bar, .. } | Stmt::MbarArrive { bar } => {
                     self.ty(&bar.index)?;
@@ -516,6 +533,8 @@ fn stmt_name(s: &Stmt) -> &'static str {
         Stmt::Atomic { .. } => "atomic",
         Stmt::LetArray { .. } => "let_array",
         Stmt::ArraySet { .. } => "array_set",
+        Stmt::LoadWide { .. } => "load_wide",
+        Stmt::StoreWide { .. } => "store_wide",
         _ => "statement",
     }
 }
@@ -1080,6 +1099,38 @@ impl<'a, 'f> Lower<'a, 'f> {
                 let a = self.array_slot(*arr, index)?;
                 let (v, _) = self.expr(value)?;
                 self.b.ins().store(self.trusted, v, a, 0);
+            }
+            Stmt::LoadWide { arr, at, tensor, index, lanes } | Stmt::StoreWide { tensor, index, arr, at, lanes } => {
+                // Element by element through the scalar paths (the interpreter's conversions), after the
+                // interpreter's checks in its order: alignment, then per lane the tensor index and the array slot.
+                let store = matches!(s, Stmt::StoreWide { .. });
+                let what = if store { 4 } else { 3 };
+                let i = self.int(index)?;
+                let low = self.b.ins().band_imm_s(i, *lanes as i64 - 1);
+                let z = self.iconst(0);
+                let bad = self.b.ins().icmp(IntCC::NotEqual, low, z);
+                let t = self.thread_or_none();
+                let t = self.b.ins().smax(t, z);
+                let (tid, nl, w) = (self.iconst(tensor.0 as i64), self.iconst(*lanes as i64), self.iconst(what));
+                self.fail_if(bad, Fail::Misaligned, &[tid, i, nl, w, t]);
+                let float = ScalarTy::of_dtype(self.k.tensors[tensor.0 as usize].dtype) == ScalarTy::Float;
+                for j in 0..*lanes as i64 {
+                    let ij = self.b.ins().iadd_imm_s(i, j);
+                    let ij = self.check_index(*tensor, ij, what);
+                    let a = self.array_slot(*arr, &Expr::Int(*at as i64 + j))?;
+                    if store {
+                        if float {
+                            let v = self.b.ins().load(types::F32, self.trusted, a, 0);
+                            self.store_f32(*tensor, ij, v);
+                        } else {
+                            let v = self.b.ins().load(types::I64, self.trusted, a, 0);
+                            self.store_i64(*tensor, ij, v);
+                        }
+                    } else {
+                        let v = if float { self.load_f32(*tensor, ij) } else { self.load_i64(*tensor, ij) };
+                        self.b.ins().store(self.trusted, v, a, 0);
+                    }
+                }
             }
             #[allow(unreachable_patterns)]
             other => return Err(unsupported(format!("statement {}", stmt_name(other)))),

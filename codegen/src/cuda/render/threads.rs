@@ -79,6 +79,24 @@ impl<'a> Renderer<'a> {
                     format!("a{}[(int)({})] = {};", arr.0, self.e(index, Ctx::Scalar), self.e(value, Ctx::Scalar));
                 self.line(&line);
             }
+            Stmt::LoadWide { arr, at, tensor, index, lanes } => {
+                let line = format!(
+                    "k3k::ld_wide<{lanes}>({} + ({}), &a{}[{at}]);",
+                    tensor_arg(k, *tensor),
+                    self.e(index, Ctx::Scalar),
+                    arr.0
+                );
+                self.line(&line);
+            }
+            Stmt::StoreWide { tensor, index, arr, at, lanes } => {
+                let line = format!(
+                    "k3k::st_wide<{lanes}>({} + ({}), &a{}[{at}]);",
+                    tensor_arg(k, *tensor),
+                    self.e(index, Ctx::Scalar),
+                    arr.0
+                );
+                self.line(&line);
+            }
             Stmt::WarpShuffle { var, op, value } => {
                 let ty = self.var_types[var.0 as usize].expect("validated");
                 let v = self.e(value, Ctx::Scalar);
