@@ -60,9 +60,9 @@ pub struct LoadedKernel {
     /// The value a launch gives the kernel's `NUM_SMS` symbol (the size of a persistent grid): the SM count, or for
     /// a kernel launched in thread-block clusters the CTAs that can be resident at once in whole clusters
     /// (`cuOccupancyMaxActiveClusters` x the cluster size). A persistent grid of `SM count` CTAs in clusters of two
-    /// does not fit at once when a GPC has an odd number of free SMs, and the clusters left over run as a second
-    /// wave that doubles the time (session 6, call 2: CLUSTER=2 read 1.9x slower than unclustered with the grid
-    /// sized by the SM count).
+    /// need not fit at once (a cluster lives in one GPC; a GPC with an odd number of free SMs leaves one idle), and
+    /// the clusters left over would run as a second wave. (On the H200 this sizing did not change the CLUSTER=2
+    /// GEMM's time: session 6 calls 2-3, NOTES.md.)
     pub persistent_ctas: u32,
 }
 
