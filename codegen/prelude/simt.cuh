@@ -49,8 +49,8 @@ __device__ __forceinline__ float atomic_max(float* p, float v) { return atomic_f
 __device__ __forceinline__ float atomic_min(float* p, float v) { return atomic_float_cas<OpFmin>(p, v); }
 
 // Wide per-thread global accesses (IR LoadWide / StoreWide): N elements of T as one 8- or 16-byte access
-// (ld/st.global.v2/v4; the IR guarantees the element index is a multiple of N and tensor bases are 16-byte
-// aligned), converted element by element to/from the register array's type (float or long long). Element j is
+// (ld/st.global.v2/v4; tensor bases are 16-byte aligned at launch, the validator rejects element indices it can
+// prove are not a multiple of N and the CPU backends check every access; an unaligned index here faults), converted element by element to/from the register array's type (float or long long). Element j is
 // at byte j * sizeof(T) of the access (little-endian), as in memory.
 template <int B> struct wide_word;
 template <> struct wide_word<8> { typedef uint2 t; };
