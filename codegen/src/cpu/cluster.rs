@@ -184,6 +184,34 @@ impl Sched {
     }
 }
 
+/// The clusters of a launch of `k` over `grid`, in launch order (x fastest): each cluster's id and the block
+/// indices of its CTAs by cluster rank (x fastest inside the cluster). A grid the cluster shape does not tile is
+/// an error. Both CPU backends walk a cluster launch with it.
+pub(crate) fn clusters(
+    k: &Kernel,
+    grid: [u32; 3],
+) -> Result<impl Iterator<Item = ([u32; 3], Vec<[u32; 3]>)>, InterpError> {
+    let c = k.cluster;
+    if (0..3).any(|i| !grid[i].is_multiple_of(c[i])) {
+        return Err(InterpError::Arith {
+            kernel: k.name.clone(),
+            what: format!("grid {grid:?} is not a multiple of the cluster shape {c:?}"),
+        });
+    }
+    let n = k.cluster_size();
+    let ids = (0..grid[2] / c[2])
+        .flat_map(move |cz| (0..grid[1] / c[1]).flat_map(move |cy| (0..grid[0] / c[0]).map(move |cx| [cx, cy, cz])));
+    Ok(ids.map(move |id| {
+        let blocks = (0..n)
+            .map(|r| {
+                let (x, y, z) = (r % c[0], (r / c[0]) % c[1], r / (c[0] * c[1]));
+                [id[0] * c[0] + x, id[1] * c[1] + y, id[2] * c[2] + z]
+            })
+            .collect();
+        (id, blocks)
+    }))
+}
+
 /// Run the `n` CTAs of a cluster, `body(rank)` on its own thread each, and return the first real error (a
 /// CTA's own error, else a deadlock, rather than the aborts they cause in the others). `cluster` names the
 /// cluster in a deadlock error.

@@ -3,7 +3,7 @@
 //! the count, more bytes than expected) would hang or corrupt the GPU run. Shared with the JIT's runtime.
 
 use super::{Block, InterpError};
-use crate::cpu::cluster::{Cond, Sched, run_cluster, stop_error};
+use crate::cpu::cluster::{Cond, Sched, clusters, run_cluster, stop_error};
 use k3k_ir::*;
 
 /// A CTA's place in its cluster (see `cpu::cluster`).
@@ -37,43 +37,27 @@ pub(super) fn run_clusters<'a>(
     tensors: &mut [HostTensor],
     new_block: impl Fn([u32; 3]) -> Block<'a>,
 ) -> Result<(), InterpError> {
-    let c = k.cluster;
-    if (0..3).any(|i| !grid[i].is_multiple_of(c[i])) {
-        return Err(InterpError::Arith {
-            kernel: k.name.clone(),
-            what: format!("grid {grid:?} is not a multiple of the cluster shape {c:?}"),
-        });
-    }
     let n = k.cluster_size() as usize;
     let tens = Shared((tensors.as_mut_ptr(), tensors.len()));
-    for cz in 0..grid[2] / c[2] {
-        for cy in 0..grid[1] / c[1] {
-            for cx in 0..grid[0] / c[0] {
-                let sched = Sched::new(n);
-                let mut blocks: Vec<Block<'a>> = (0..n as u32)
-                    .map(|r| {
-                        let (x, y, z) = (r % c[0], (r / c[0]) % c[1], r / (c[0] * c[1]));
-                        new_block([cx * c[0] + x, cy * c[1] + y, cz * c[2] + z])
-                    })
-                    .collect();
-                let ptrs: Vec<*mut Block<'a>> = blocks.iter_mut().map(|b| b as *mut Block<'a>).collect();
-                for (r, b) in blocks.iter_mut().enumerate() {
-                    b.cl = Some(ClusterLink { sched: &sched, rank: r, peers: ptrs.as_ptr(), n, id: [cx, cy, cz] });
-                }
-                let ptrs = &Shared(ptrs);
-                let tens = &tens;
-                run_cluster(k, [cx, cy, cz], &sched, |r| {
-                    // SAFETY: CTA `r`'s thread is the only one to hold its block mutably, and touches the
-                    // tensors and its peers only while it runs (one CTA at a time, see `cpu::cluster`).
-                    let p: *mut Block<'a> = ptrs.get()[r];
-                    let b = unsafe { &mut *p };
-                    let (tp, tn) = *tens.get();
-                    let ts = unsafe { std::slice::from_raw_parts_mut(tp, tn) };
-                    b.body(&k.body, ts)
-                })?;
-                drop(blocks);
-            }
+    for (id, ids) in clusters(k, grid)? {
+        let sched = Sched::new(n);
+        let mut blocks: Vec<Block<'a>> = ids.into_iter().map(&new_block).collect();
+        let ptrs: Vec<*mut Block<'a>> = blocks.iter_mut().map(|b| b as *mut Block<'a>).collect();
+        for (r, b) in blocks.iter_mut().enumerate() {
+            b.cl = Some(ClusterLink { sched: &sched, rank: r, peers: ptrs.as_ptr(), n, id });
         }
+        let ptrs = &Shared(ptrs);
+        let tens = &tens;
+        run_cluster(k, id, &sched, |r| {
+            // SAFETY: CTA `r`'s thread is the only one to hold its block mutably, and touches the
+            // tensors and its peers only while it runs (one CTA at a time, see `cpu::cluster`).
+            let p: *mut Block<'a> = ptrs.get()[r];
+            let b = unsafe { &mut *p };
+            let (tp, tn) = *tens.get();
+            let ts = unsafe { std::slice::from_raw_parts_mut(tp, tn) };
+            b.body(&k.body, ts)
+        })?;
+        drop(blocks);
     }
     Ok(())
 }

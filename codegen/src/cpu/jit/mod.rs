@@ -209,72 +209,58 @@ impl JitKernel {
     /// on their own threads with their own frames, scheduled by `cpu::cluster`. `proto` is the context of
     /// the run (tensors, symbols, grid).
     fn run_clusters(&self, proto: Ctx, grid: [u32; 3], tensors: &mut [HostTensor]) -> Result<(), InterpError> {
-        use crate::cpu::cluster::{Sched, run_cluster};
+        use crate::cpu::cluster::{Sched, clusters, run_cluster};
         let k = &self.kernel;
-        let c = k.cluster;
-        if (0..3).any(|i| !grid[i].is_multiple_of(c[i])) {
-            return Err(InterpError::Arith {
-                kernel: k.name.clone(),
-                what: format!("grid {grid:?} is not a multiple of the cluster shape {c:?}"),
-            });
-        }
         let n = k.cluster_size() as usize;
         let hosts = Shared((tensors.as_mut_ptr(), tensors.len()));
-        for cz in 0..grid[2] / c[2] {
-            for cy in 0..grid[1] / c[1] {
-                for cx in 0..grid[0] / c[0] {
-                    let sched = Sched::new(n);
-                    let mut frames: Vec<Vec<u64>> = (0..n).map(|_| vec![0u64; self.layout.size.div_ceil(8)]).collect();
-                    let mut lanes: Vec<Vec<u64>> =
-                        (0..n).map(|_| vec![0u64; self.layout.lanes_size.div_ceil(8)]).collect();
-                    let crt = rt::ClusterRt {
-                        sched: &sched,
-                        frames: frames.iter_mut().map(|f| f.as_mut_ptr() as *mut u8).collect(),
-                        n,
-                        id: [cx, cy, cz],
-                    };
-                    let mut ctxs: Vec<Ctx> = (0..n as u32)
-                        .map(|r| {
-                            let (x, y, z) = (r % c[0], (r / c[0]) % c[1], r / (c[0] * c[1]));
-                            let b = [cx * c[0] + x, cy * c[1] + y, cz * c[2] + z];
-                            Ctx {
-                                tensors: proto.tensors,
-                                syms: proto.syms,
-                                block: [b[0] as i64, b[1] as i64, b[2] as i64],
-                                grid: proto.grid,
-                                err: [0; 8],
-                                frame: crt.frames[r as usize],
-                                hosts: proto.hosts,
-                                kernel: proto.kernel,
-                                layout: proto.layout,
-                                error: None,
-                                lanes: lanes[r as usize].as_mut_ptr() as *mut u8,
-                                cluster: &crt,
-                            }
-                        })
-                        .collect();
-                    let ptrs = &Shared(ctxs.iter_mut().map(|c| c as *mut Ctx).collect::<Vec<_>>());
-                    let hosts = &hosts;
-                    let func = self.func;
-                    run_cluster(k, [cx, cy, cz], &sched, |r| {
-                        let p: *mut Ctx = ptrs.get()[r];
-                        // SAFETY: CTA `r`'s thread alone uses its context; shared state is touched by the
-                        // one running CTA only (see `cpu::cluster`).
-                        let ctx = unsafe { &mut *p };
-                        if func(ctx) != 0 {
-                            if let Some(e) = ctx.error.take() {
-                                return Err(e);
-                            }
-                            let (tp, tn) = *hosts.get();
-                            let ts = unsafe { std::slice::from_raw_parts(tp, tn) };
-                            let b = [ctx.block[0] as u32, ctx.block[1] as u32, ctx.block[2] as u32];
-                            return Err(lower::error(k, b, &ctx.err, ts));
-                        }
-                        Ok(())
-                    })?;
-                    drop((ctxs, frames, lanes));
+        for (id, ids) in clusters(k, grid)? {
+            let sched = Sched::new(n);
+            let mut frames: Vec<Vec<u64>> = (0..n).map(|_| vec![0u64; self.layout.size.div_ceil(8)]).collect();
+            let mut lanes: Vec<Vec<u64>> = (0..n).map(|_| vec![0u64; self.layout.lanes_size.div_ceil(8)]).collect();
+            let crt = rt::ClusterRt {
+                sched: &sched,
+                frames: frames.iter_mut().map(|f| f.as_mut_ptr() as *mut u8).collect(),
+                n,
+                id,
+            };
+            let mut ctxs: Vec<Ctx> = ids
+                .iter()
+                .enumerate()
+                .map(|(r, b)| Ctx {
+                    tensors: proto.tensors,
+                    syms: proto.syms,
+                    block: [b[0] as i64, b[1] as i64, b[2] as i64],
+                    grid: proto.grid,
+                    err: [0; 8],
+                    frame: crt.frames[r],
+                    hosts: proto.hosts,
+                    kernel: proto.kernel,
+                    layout: proto.layout,
+                    error: None,
+                    lanes: lanes[r].as_mut_ptr() as *mut u8,
+                    cluster: &crt,
+                })
+                .collect();
+            let ptrs = &Shared(ctxs.iter_mut().map(|c| c as *mut Ctx).collect::<Vec<_>>());
+            let hosts = &hosts;
+            let func = self.func;
+            run_cluster(k, id, &sched, |r| {
+                let p: *mut Ctx = ptrs.get()[r];
+                // SAFETY: CTA `r`'s thread alone uses its context; shared state is touched by the
+                // one running CTA only (see `cpu::cluster`).
+                let ctx = unsafe { &mut *p };
+                if func(ctx) != 0 {
+                    if let Some(e) = ctx.error.take() {
+                        return Err(e);
+                    }
+                    let (tp, tn) = *hosts.get();
+                    let ts = unsafe { std::slice::from_raw_parts(tp, tn) };
+                    let b = [ctx.block[0] as u32, ctx.block[1] as u32, ctx.block[2] as u32];
+                    return Err(lower::error(k, b, &ctx.err, ts));
                 }
-            }
+                Ok(())
+            })?;
+            drop((ctxs, frames, lanes));
         }
         Ok(())
     }
