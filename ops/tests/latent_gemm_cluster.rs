@@ -6,16 +6,12 @@
 //! stray store would also be caught by the checks of the rows it overwrote), empty groups, K tails, both tile
 //! walks, GLU epilogues with routing weights, the dense variant, grids of one and two clusters. The JIT must
 //! lower the kernel and agree with the interpreter bit for bit.
-use k3k_codegen::cpu::interp::{InterpOptions, run};
-use k3k_codegen::cpu::jit::{self, Engine};
+#[path = "common/gemm_f64.rs"]
+mod gemm_f64;
+
 use k3k_ir::*;
 use k3k_ops::latent_moe_gemm::*;
-use k3k_reference::gemm::{situ_glu, swiglu};
 use rand::{Rng, SeedableRng, rngs::StdRng};
-
-fn bf(v: f32) -> f32 {
-    half::bf16::from_f32(v).to_f32()
-}
 
 fn cluster_knobs(bm: i64, bn: i64, stages: i64, along: &str) -> Knobs {
     default_knobs()
@@ -28,6 +24,8 @@ fn cluster_knobs(bm: i64, bn: i64, stages: i64, along: &str) -> Knobs {
         .with(CLUSTER_ALONG_KNOB, along)
 }
 
+/// The shared f64 check at grids of 1, 3 and 5 blocks (one and two clusters, and an odd count that rounds down);
+/// the kernel must use tensor maps, mbarriers and clusters of two.
 #[allow(clippy::too_many_arguments)]
 fn check_case(
     seed: u64,
@@ -40,75 +38,10 @@ fn check_case(
     n_out: usize,
     knobs: &Knobs,
 ) {
-    let g = counts.len();
-    let m: usize = counts.iter().sum();
-    let n = if epilogue.is_glu() { 2 * n_out } else { n_out };
-    let offs: Vec<i64> = counts
-        .iter()
-        .scan(0i64, |s, c| {
-            *s += *c as i64;
-            Some(*s)
-        })
-        .collect();
-    let x: Vec<f32> = (0..m * k).map(|_| bf(rng.random_range(-1.0..1.0))).collect();
-    let w: Vec<f32> = (0..g * n * k).map(|_| bf(rng.random_range(-1.0..1.0))).collect();
-    let p: Vec<f32> = (0..m).map(|_| rng.random_range(0.1..1.0)).collect();
-    let spec = GemmSpec::for_shape(grouped, epilogue, row_scale, k, n_out);
-    let kern = build_kernel(&spec, knobs).unwrap();
-    assert!(!kern.tensor_maps.is_empty() && !kern.mbarriers.is_empty(), "{}", kern.name);
-    assert_eq!(kern.cluster, [2, 1, 1], "{}", kern.name);
-    let mut ts = vec![
-        HostTensor::from_f32(DType::Bf16, &[m, k], &x),
-        if grouped {
-            HostTensor::from_f32(DType::Bf16, &[g, n, k], &w)
-        } else {
-            HostTensor::from_f32(DType::Bf16, &[n, k], &w)
-        },
-    ];
-    if grouped {
-        ts.push(HostTensor::from_i64(DType::I32, &[g], &offs));
-    }
-    if row_scale {
-        ts.push(HostTensor::from_f32(DType::F32, &[m], &p));
-    }
-    let mut y = HostTensor::zeros(DType::Bf16, &[m, n_out]);
-    y.poison();
-    ts.push(y);
-    let yi = ts.len() - 1;
-    for num_sms in [1i64, 3, 5] {
-        let opts = InterpOptions { num_sms };
-        let mut a = ts.clone();
-        run(&kern, &mut a, &[], opts).unwrap_or_else(|e| panic!("seed {seed} {knobs}: {e}"));
-        let mut j = ts.clone();
-        assert_eq!(jit::run(&kern, &mut j, &[], opts).unwrap(), Engine::Jit, "{}", kern.name);
-        assert_eq!(a[yi].data, j[yi].data, "seed {seed} {knobs}: JIT and interpreter differ");
-        let got = a[yi].to_f32_vec();
-        let mut row = 0;
-        for (gi, &c) in counts.iter().enumerate() {
-            let gw = if grouped { gi } else { 0 };
-            for r in row..row + c {
-                let dot = |col: usize| -> f64 {
-                    (0..k).map(|q| x[r * k + q] as f64 * w[(gw * n + col) * k + q] as f64).sum()
-                };
-                for jn in 0..n_out {
-                    let mut want = match epilogue {
-                        Epilogue::None => dot(jn),
-                        Epilogue::SwiGlu => swiglu(dot(jn), dot(n_out + jn)),
-                        Epilogue::SituGlu => situ_glu(dot(jn), dot(n_out + jn)),
-                    };
-                    if row_scale {
-                        want *= p[r] as f64;
-                    }
-                    let v = got[r * n_out + jn] as f64;
-                    assert!(
-                        (v - want).abs() <= 1e-2 * (1.0 + want.abs()),
-                        "seed {seed} {knobs} {epilogue:?} sms {num_sms} K {k} N {n_out} r {r} j {jn}: {v} vs {want}"
-                    );
-                }
-            }
-            row += c;
-        }
-    }
+    gemm_f64::check_case(seed, rng, counts, grouped, epilogue, row_scale, k, n_out, knobs, &[1, 3, 5], |kern| {
+        assert!(!kern.tensor_maps.is_empty() && !kern.mbarriers.is_empty(), "{}", kern.name);
+        assert_eq!(kern.cluster, [2, 1, 1], "{}", kern.name);
+    });
 }
 
 #[test]
