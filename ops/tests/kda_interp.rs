@@ -329,6 +329,33 @@ fn split_sequence_equals_whole() {
     assert!(ro < 5e-3 && rs < 2e-3, "o {ro} state {rs}");
 }
 
+/// One plan step run by the interpreter and by the Cranelift JIT from the same poisoned outputs: bit for bit the
+/// same results, or the test fails naming `what`.
+fn jit_matches_interpreter(plan: &Plan, step: &k3k_ops::plan::Step, what: &str) {
+    use k3k_codegen::cpu::interp::{self, InterpOptions};
+    use k3k_codegen::cpu::jit;
+    let fresh = || -> Vec<HostTensor> {
+        step.args
+            .iter()
+            .map(|&a| {
+                let mut t = plan.buffers[a].tensor.clone();
+                if plan.buffers[a].role != k3k_ops::plan::Role::Input {
+                    t.poison();
+                }
+                t
+            })
+            .collect()
+    };
+    let scalars: Vec<(&str, SymValue)> = step.scalars.iter().map(|(n, v)| (n.as_str(), *v)).collect();
+    let (mut a_int, mut a_jit) = (fresh(), fresh());
+    interp::run(&step.kernel, &mut a_int, &scalars, InterpOptions::default()).unwrap();
+    let jk = jit::compile(&step.kernel).unwrap_or_else(|e| panic!("{what}: jit: {e}"));
+    jk.run(&mut a_jit, &scalars, InterpOptions::default()).unwrap();
+    for (x, y) in a_int.iter().zip(&a_jit) {
+        assert_eq!(x.data, y.data, "{what}: the JIT differs from the interpreter");
+    }
+}
+
 fn decode_problem(dims: &[(&str, i64)]) -> DecodeProblem {
     DecodeProblem::from_preset(&Preset::new("t", dims)).unwrap()
 }
@@ -430,8 +457,6 @@ fn decode_layouts_match_reference() {
     // sigmoid, the L2 norms, N = 1 and 3, T = 1 and 3 (later tokens read back the state the previous one
     // stored). In place equals out of place bit for bit on the interpreter, and the Cranelift JIT runs the
     // out-of-place kernel bit for bit like the interpreter.
-    use k3k_codegen::cpu::interp::{self, InterpOptions};
-    use k3k_codegen::cpu::jit;
     let s = seed();
     type Case = (Vec<(&'static str, i64)>, &'static [(i64, i64, i64)]);
     let cases: [Case; 4] = [
@@ -493,26 +518,7 @@ fn decode_layouts_match_reference() {
             // The JIT: the plan's one step, from the same poisoned outputs.
             assert_eq!(plan.steps.len(), 1);
             let step = &plan.steps[0];
-            let fresh = || -> Vec<HostTensor> {
-                step.args
-                    .iter()
-                    .map(|&a| {
-                        let mut t = plan.buffers[a].tensor.clone();
-                        if plan.buffers[a].role != k3k_ops::plan::Role::Input {
-                            t.poison();
-                        }
-                        t
-                    })
-                    .collect()
-            };
-            let scalars: Vec<(&str, SymValue)> = step.scalars.iter().map(|(n, v)| (n.as_str(), *v)).collect();
-            let (mut a_int, mut a_jit) = (fresh(), fresh());
-            interp::run(&step.kernel, &mut a_int, &scalars, InterpOptions::default()).unwrap();
-            let jk = jit::compile(&step.kernel).unwrap_or_else(|e| panic!("{what}: jit: {e}"));
-            jk.run(&mut a_jit, &scalars, InterpOptions::default()).unwrap();
-            for (x, y) in a_int.iter().zip(&a_jit) {
-                assert_eq!(x.data, y.data, "{what}: the JIT differs from the interpreter");
-            }
+            jit_matches_interpreter(&plan, step, &what);
         }
     }
 }
@@ -883,32 +889,9 @@ fn slim_intra_layout() {
         assert_eq!(a.get(n).unwrap().data, b.get(n).unwrap().data, "{n}: ARENA=2 and ARENA=0 differ");
     }
     // The Cranelift JIT runs the slim intra kernel bit for bit like the interpreter (from poisoned scratch).
-    {
-        use k3k_codegen::cpu::interp::{self, InterpOptions};
-        use k3k_codegen::cpu::jit;
-        let plan = kda::chunk_plan(&pb, &d, &slim).unwrap();
-        let step = plan.steps.iter().find(|st| st.kernel.name.ends_with("_sl")).expect("the slim intra step");
-        let fresh = || -> Vec<HostTensor> {
-            step.args
-                .iter()
-                .map(|&a| {
-                    let mut t = plan.buffers[a].tensor.clone();
-                    if plan.buffers[a].role != k3k_ops::plan::Role::Input {
-                        t.poison();
-                    }
-                    t
-                })
-                .collect()
-        };
-        let scalars: Vec<(&str, SymValue)> = step.scalars.iter().map(|(n, v)| (n.as_str(), *v)).collect();
-        let (mut a_int, mut a_jit) = (fresh(), fresh());
-        interp::run(&step.kernel, &mut a_int, &scalars, InterpOptions::default()).unwrap();
-        let jk = jit::compile(&step.kernel).unwrap_or_else(|e| panic!("{}: jit: {e}", step.kernel.name));
-        jk.run(&mut a_jit, &scalars, InterpOptions::default()).unwrap();
-        for (x, y) in a_int.iter().zip(&a_jit) {
-            assert_eq!(x.data, y.data, "{}: the JIT differs from the interpreter", step.kernel.name);
-        }
-    }
+    let plan = kda::chunk_plan(&pb, &d, &slim).unwrap();
+    let step = plan.steps.iter().find(|st| st.kernel.name.ends_with("_sl")).expect("the slim intra step");
+    jit_matches_interpreter(&plan, step, &step.kernel.name);
     // Footprint at the benchmark shape: three blocks per SM (<= 75 KB each with 1 KB reserved), asked of ptxas.
     let pb = problem(&[("B", 1), ("T", 8192), ("H", 96), ("K", 128), ("V", 128), ("safe", 1)]);
     let l = kda::Launch::resolve(&slim, &pb).unwrap();
