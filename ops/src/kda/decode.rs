@@ -230,10 +230,17 @@ pub fn build_decode(spec: &DecodeSpec) -> Result<Kernel, OpError> {
     let o = b.tensor("o", DType::Bf16, &[n.clone(), t.clone(), hv.clone(), Expr::Int(dv)], Access::Write);
     let scale = b.float_arg("scale");
     let lb = matches!(spec.gate, GateForm::Safe { .. }).then(|| b.float_arg("lb"));
-    b.grid(n.clone(), hv.clone(), dv / lay.block_cols() as i64);
-
-    let seq = b.let_("seq", Expr::block_idx(0));
-    let hvi = b.let_("hv", Expr::block_idx(1));
+    // One flat grid, column blocks fastest, then value heads, then sequences: consecutive blocks walk one
+    // contiguous stretch of the state. (The grid was (N, HV, column blocks): neighbouring blocks a whole
+    // sequence's state apart, HV * K * V * 4 bytes = 2 MB at H32, a power-of-two stride that sends the
+    // concurrently running blocks to the same HBM channels; measured under ncu, 2026-12-02, N256 H32 auto:
+    // 412 us, DRAM 55% of peak, while FLA's contiguous grid ran 316 us.)
+    let cbs = dv / lay.block_cols() as i64;
+    b.grid(&n * hv.clone() * cbs, 1i64, 1i64);
+    let bid = Expr::block_idx(0);
+    let cb = b.let_("cb", &bid % cbs);
+    let seq = b.let_("seq", &bid / (hv.clone() * cbs));
+    let hvi = b.let_("hv", (&bid / cbs) % hv.clone());
     let hq = b.let_("hq", &hvi / (hv.clone() / h.clone()));
     let a_coef = a_log.map(|a| b.let_("a_coef", -Expr::load(a, hvi.clone()).exp()));
     // One token: a threads region that loads this lane's state values (every load issued before the first is
@@ -246,9 +253,7 @@ pub fn build_decode(spec: &DecodeSpec) -> Result<Kernel, OpError> {
             let rl = b.let_("rl", &lane / cl);
             let c0 = b.let_(
                 "c0",
-                Expr::block_idx(2) * lay.block_cols() as i64
-                    + (&tid / 32i64) * lay.warp_cols() as i64
-                    + (&lane % cl) * lane_cols,
+                &cb * lay.block_cols() as i64 + (&tid / 32i64) * lay.warp_cols() as i64 + (&lane % cl) * lane_cols,
             );
             let row = b.let_("row", &seq * t.clone() + tok);
             let sbase = b.let_("sbase", (&seq * hv.clone() + hvi.clone()) * (dk * dv) + &rl * dv + c0.clone());
