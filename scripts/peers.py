@@ -65,6 +65,8 @@ def main():
         op = rep["op"]
         fam = op.split(".")[0]
         for row in rep["rows"]:
+            if row.get("earlier_run"):
+                continue  # kept from an earlier run, with that run's peer (k3k bench --merge-peers skips it too)
             r = {"op": op, "preset": row["preset"], "peer": "none", "ms": None}
             try:
                 fn = PEERS.get(op) or PEERS.get(fam)

@@ -52,6 +52,18 @@ pub struct BenchRow {
     /// passed.
     #[serde(default)]
     pub variants: Vec<(Knobs, Option<f64>)>,
+    /// Set when the row was not measured by the run that wrote the report but kept from an earlier report of the
+    /// same operator and GPU (a `k3k bench --preset` run times only some presets; the others stay as they were
+    /// measured, with their own same-run peer figure). `None` for the rows of this run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub earlier_run: Option<EarlierRun>,
+}
+
+/// The run a kept row was measured in.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EarlierRun {
+    pub date: String,
+    pub k3k_commit: String,
 }
 
 /// One operator's benchmark file.
@@ -196,6 +208,7 @@ pub fn bench_op(
             bytes: w.bytes,
             problem: inst.problem(),
             variants,
+            earlier_run: None,
         };
         log(&format!(
             "{:<44} {:>9.4} ms {:>7.1} TFLOP/s {:>7.0} GB/s floor {:>8.4} ms rel {:.2e} {}",
@@ -233,9 +246,13 @@ pub fn render_markdown(r: &BenchReport) -> String {
             Some(p) => (format!("{p:.4}"), format!("{:.2}x", p / row.k3k_ms)),
             None => ("-".into(), "-".into()),
         };
+        let preset = match &row.earlier_run {
+            Some(e) => format!("{} (kept from the run of {}, `{}`)", row.preset, e.date, e.k3k_commit),
+            None => row.preset.clone(),
+        };
         s.push_str(&format!(
             "| {} | {:.4} | {} | {} | {} | {:.4} | {:.2}x | {:.1} | {:.0} | {:.2e} | `{}` |\n",
-            row.preset,
+            preset,
             row.k3k_ms,
             row.peer,
             peer_ms,
@@ -251,6 +268,30 @@ pub fn render_markdown(r: &BenchReport) -> String {
     s
 }
 
+/// Keep the rows of an earlier report (same operator and GPU) whose presets this run did not time, each marked
+/// with the run it came from; rows follow `order` (the operator's preset order; unknown presets last, in their
+/// earlier order). Returns how many rows were kept.
+pub fn keep_earlier_rows(new: &mut BenchReport, old: BenchReport, order: &[String]) -> usize {
+    if old.op != new.op || old.gpu != new.gpu {
+        return 0;
+    }
+    let mut kept = 0;
+    for mut row in old.rows {
+        if new.rows.iter().any(|r| r.preset == row.preset) {
+            continue;
+        }
+        if row.earlier_run.is_none() {
+            row.earlier_run = Some(EarlierRun { date: old.date.clone(), k3k_commit: old.k3k_commit.clone() });
+        }
+        new.rows.push(row);
+        kept += 1;
+    }
+    let pos = |p: &str| order.iter().position(|o| o == p).unwrap_or(order.len());
+    // A stable sort: rows of unknown presets keep their relative order.
+    new.rows.sort_by_key(|r| pos(&r.preset));
+    kept
+}
+
 /// Where an operator's report lives.
 pub fn report_path(dir: &Path, gpu_name: &str, op: &str) -> PathBuf {
     dir.join(crate::environment::gpu_slug(gpu_name)).join(format!("{op}.json"))
@@ -263,6 +304,38 @@ pub fn write_report(dir: &Path, r: &BenchReport) -> anyhow::Result<PathBuf> {
     write_atomic(&path, serde_json::to_string_pretty(r)?.as_bytes())?;
     write_atomic(&path.with_extension("md"), render_markdown(r).as_bytes())?;
     Ok(path)
+}
+
+/// Write a report as [`write_report`] does, after keeping the rows of the report already there that this run
+/// did not time ([`keep_earlier_rows`], in the order of `order`). A report there that does not parse is moved
+/// aside (`<op>.json.corrupt-<unix seconds>`, named in the returned note), never overwritten silently.
+/// Returns the path and a note for the user when rows were kept or a file was moved aside.
+pub fn write_report_keeping(
+    dir: &Path,
+    mut r: BenchReport,
+    order: &[String],
+) -> anyhow::Result<(PathBuf, Option<String>)> {
+    let path = report_path(dir, &r.gpu, &r.op);
+    let note = match std::fs::read(&path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(anyhow::anyhow!("{}: cannot read the existing report: {e}", path.display())),
+        Ok(bytes) => match serde_json::from_slice::<BenchReport>(&bytes) {
+            Ok(old) => {
+                let kept = keep_earlier_rows(&mut r, old, order);
+                (kept > 0).then(|| format!("kept {kept} row(s) of the earlier report (presets not timed in this run)"))
+            }
+            Err(e) => {
+                let secs = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_secs())
+                    .unwrap_or(0);
+                let aside = path.with_extension(format!("json.corrupt-{secs}"));
+                std::fs::rename(&path, &aside)?;
+                Some(format!("the existing report did not parse ({e}); moved aside to {}", aside.display()))
+            }
+        },
+    };
+    Ok((write_report(dir, &r)?, note))
 }
 
 /// Write a file atomically (a temporary beside it, then a rename).
@@ -299,10 +372,121 @@ pub fn merge_peers(r: &mut BenchReport, peers: &PeerFile) {
             row.floor_ms = (row.flops / (c.bf16_tflops * 1e9)).max(row.bytes / (c.hbm_gbps * 1e6));
         }
     }
-    for row in &mut r.rows {
+    // Rows kept from an earlier run keep that run's peer: a peer timed now would not be a same-run figure.
+    for row in r.rows.iter_mut().filter(|row| row.earlier_run.is_none()) {
         if let Some(p) = peers.rows.iter().find(|p| p.op == r.op && p.preset == row.preset) {
             row.peer = p.peer.clone();
             row.peer_ms = p.ms;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(preset: &str, ms: f64, peer_ms: Option<f64>) -> BenchRow {
+        BenchRow {
+            preset: preset.into(),
+            k3k_ms: ms,
+            k3k_p20_ms: ms,
+            k3k_p80_ms: ms,
+            peer: "peer".into(),
+            peer_ms,
+            floor_ms: 0.1,
+            tflops: 1.0,
+            gbps: 1.0,
+            max_rel_err: 1e-3,
+            check_scope: "all".into(),
+            config: Knobs::new().with("BM", 128i64),
+            flops: 1e9,
+            bytes: 1e6,
+            problem: serde_json::json!({"preset": preset}),
+            variants: vec![],
+            earlier_run: None,
+        }
+    }
+
+    fn report(date: &str, commit: &str, rows: Vec<BenchRow>) -> BenchReport {
+        BenchReport {
+            schema: 1,
+            op: "kda".into(),
+            gpu: "NVIDIA H200".into(),
+            date: date.into(),
+            k3k_commit: commit.into(),
+            ceilings: Ceilings::default(),
+            rows,
+        }
+    }
+
+    fn order() -> Vec<String> {
+        ["A", "B", "C"].map(String::from).to_vec()
+    }
+
+    #[test]
+    fn a_partial_run_keeps_the_other_presets_marked_and_in_order() {
+        let old =
+            report("2026-12-01", "old", vec![row("A", 1.0, Some(2.0)), row("B", 3.0, Some(4.0)), row("C", 5.0, None)]);
+        let mut new = report("2026-12-02", "new", vec![row("B", 2.5, None)]);
+        assert_eq!(keep_earlier_rows(&mut new, old, &order()), 2);
+        let presets: Vec<_> = new.rows.iter().map(|r| r.preset.as_str()).collect();
+        assert_eq!(presets, ["A", "B", "C"]);
+        // The row timed now is this run's; the kept ones carry their run and their own peer figure.
+        assert_eq!(new.rows[1].k3k_ms, 2.5);
+        assert_eq!(new.rows[1].earlier_run, None);
+        let e = EarlierRun { date: "2026-12-01".into(), k3k_commit: "old".into() };
+        assert_eq!(new.rows[0].earlier_run.as_ref(), Some(&e));
+        assert_eq!((new.rows[0].k3k_ms, new.rows[0].peer_ms), (1.0, Some(2.0)));
+        assert!(render_markdown(&new).contains("A (kept from the run of 2026-12-01, `old`)"));
+        // A peer file timed in a later run fills only the row of this run.
+        let peers = PeerFile {
+            ceilings: None,
+            rows: ["A", "B"]
+                .map(|p| PeerRow { op: "kda".into(), preset: p.into(), peer: "FLA".into(), ms: Some(9.0), error: None })
+                .to_vec(),
+        };
+        merge_peers(&mut new, &peers);
+        assert_eq!(new.rows[1].peer_ms, Some(9.0));
+        assert_eq!(new.rows[0].peer_ms, Some(2.0), "a kept row's peer is its own run's");
+    }
+
+    #[test]
+    fn a_row_kept_twice_keeps_its_first_run_and_other_ops_are_not_mixed() {
+        let mut first = row("A", 1.0, None);
+        first.earlier_run = Some(EarlierRun { date: "2026-11-30".into(), k3k_commit: "first".into() });
+        let old = report("2026-12-01", "old", vec![first]);
+        let mut new = report("2026-12-02", "new", vec![row("B", 2.0, None)]);
+        keep_earlier_rows(&mut new, old, &order());
+        assert_eq!(new.rows[0].earlier_run.as_ref().unwrap().k3k_commit, "first");
+        let mut other = report("2026-12-01", "old", vec![row("C", 1.0, None)]);
+        other.op = "kda.decode".into();
+        assert_eq!(keep_earlier_rows(&mut new, other, &order()), 0);
+        assert_eq!(new.rows.len(), 2);
+    }
+
+    #[test]
+    fn writing_keeps_earlier_rows_and_moves_a_corrupt_report_aside() {
+        let dir = tempfile::tempdir().unwrap();
+        let old = report("2026-12-01", "old", vec![row("A", 1.0, None), row("C", 5.0, None)]);
+        write_report(dir.path(), &old).unwrap();
+        let (path, note) =
+            write_report_keeping(dir.path(), report("2026-12-02", "new", vec![row("B", 2.0, None)]), &order()).unwrap();
+        assert!(note.unwrap().contains("kept 2 row"));
+        let back: BenchReport = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        assert_eq!(back.rows.iter().map(|r| r.preset.as_str()).collect::<Vec<_>>(), ["A", "B", "C"]);
+        assert_eq!(back.k3k_commit, "new");
+        std::fs::write(&path, b"{ not json").unwrap();
+        let (path, note) =
+            write_report_keeping(dir.path(), report("2026-12-02", "new", vec![row("B", 2.0, None)]), &order()).unwrap();
+        assert!(note.unwrap().contains("moved aside"));
+        let back: BenchReport = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        assert_eq!(back.rows.len(), 1);
+        let aside: Vec<_> = std::fs::read_dir(path.parent().unwrap())
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().contains(".json.corrupt-"))
+            .collect();
+        assert_eq!(aside.len(), 1);
+        assert_eq!(std::fs::read(aside[0].path()).unwrap(), b"{ not json");
     }
 }

@@ -104,8 +104,12 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             bench::bench_op(&mut exec, op.as_ref(), &presets, &knobs_for, timing, &Ceilings::default(), &mut |l| {
                 println!("{l}")
             })?;
-        let path = bench::write_report(&a.out, &report)?;
+        let order: Vec<String> = op.bench_presets().into_iter().map(|p| p.name).collect();
+        let (path, note) = bench::write_report_keeping(&a.out, report, &order)?;
         println!("wrote {}", path.display());
+        if let Some(note) = note {
+            println!("  {note}");
+        }
     }
     Ok(0)
 }

@@ -104,8 +104,12 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                     &mut |l| println!("{l}"),
                 ) {
                     Ok(report) => {
-                        let path = k3k::bench::write_report(&a.results.join("bench"), &report)?;
+                        let order: Vec<String> = op.bench_presets().into_iter().map(|p| p.name).collect();
+                        let (path, note) = k3k::bench::write_report_keeping(&a.results.join("bench"), report, &order)?;
                         println!("wrote {}", path.display());
+                        if let Some(note) = note {
+                            println!("  {note}");
+                        }
                     }
                     Err(e) => println!("{}: benchmark failed: {e:#}", op.name()),
                 }
