@@ -167,9 +167,9 @@ impl Plan {
                 .map(|(_, t)| t.access != k3k_ir::Access::Read)
                 .collect()
         };
-        for j in 0..n {
-            for i in 0..j {
-                if self.schedule[i].stream == self.schedule[j].stream || before[j][i] {
+        for (j, bj) in before.iter().enumerate() {
+            for (i, &ordered) in bj.iter().enumerate().take(j) {
+                if self.schedule[i].stream == self.schedule[j].stream || ordered {
                     continue;
                 }
                 for &a in &self.steps[j].args {

@@ -69,6 +69,13 @@
 //! instead of a level pass (-4% more, 2 barriers, 122 -> 76 registers); `SYNC=2` (default for rings) runs the
 //! state pass with two barriers per chunk instead of four.
 //!
+//! Session 7 (not yet measured): `TSPLIT=P` (1 by default: the two-launch plan) cuts the chunk table along time
+//! into P parts and runs intra(p) on the main stream and the state pass of part p on a second, higher-priority
+//! stream after intra(p), chaining the parts' states through `[N, HV, K, V]` f32 scratch (see [`chunk_plan`]):
+//! the latency-bound state pass of part p can then overlap intra(p+1). Same bits as `TSPLIT=1` (tested on the
+//! CPU backends); whether the GPU overlaps the two (the state blocks need free shared memory on SMs that the
+//! intra grid fills) is the measurement to make.
+//!
 //! Checks compare with `k3k_reference::kda::kda_recurrent` (f64) per (sequence, value head) pair: every pair for
 //! small problems, a documented sample of pairs (first, last and seeded others; every o row and state element of
 //! each) for the benchmark sizes, whose full f64 recurrence would take minutes on a CPU.
