@@ -344,30 +344,36 @@ impl GpuExec {
             self.gpu.record(&self.events[fork], main)?;
             self.gpu.wait(on(1), &self.events[fork])?;
         }
-        for (i, s) in plan.steps.iter().enumerate() {
-            let lk = self
-                .loaded
-                .get(&k3k_ir::stable_hash(&s.kernel))
-                .ok_or_else(|| OpError::Internal(format!("kernel `{}` not loaded", s.kernel.name)))?;
-            let args: Vec<&DeviceTensor> = s.args.iter().map(|&i| &dev[i]).collect();
-            let scalars: Vec<(&str, SymValue)> = s.scalars.iter().map(|(n, v)| (n.as_str(), *v)).collect();
-            let sc = plan.sched(i);
-            let stream = on(sc.stream);
-            for &w in &sc.waits {
-                if plan.sched(w).stream != sc.stream {
-                    self.gpu.wait(stream, &self.events[w])?;
+        let enqueue = || -> Result<(), OpError> {
+            for (i, s) in plan.steps.iter().enumerate() {
+                let lk = self
+                    .loaded
+                    .get(&k3k_ir::stable_hash(&s.kernel))
+                    .ok_or_else(|| OpError::Internal(format!("kernel `{}` not loaded", s.kernel.name)))?;
+                let args: Vec<&DeviceTensor> = s.args.iter().map(|&i| &dev[i]).collect();
+                let scalars: Vec<(&str, SymValue)> = s.scalars.iter().map(|(n, v)| (n.as_str(), *v)).collect();
+                let sc = plan.sched(i);
+                let stream = on(sc.stream);
+                for &w in &sc.waits {
+                    if plan.sched(w).stream != sc.stream {
+                        self.gpu.wait(stream, &self.events[w])?;
+                    }
+                }
+                self.gpu.launch_on(stream, lk, &args, &scalars)?;
+                if signal[i] {
+                    self.gpu.record(&self.events[i], stream)?;
                 }
             }
-            self.gpu.launch_on(stream, lk, &args, &scalars)?;
-            if signal[i] {
-                self.gpu.record(&self.events[i], stream)?;
-            }
-        }
+            Ok(())
+        };
+        let r = enqueue();
+        // Join even when a step failed to enqueue: the side launches already enqueued must finish before the main
+        // stream frees or reuses any buffer (frees are ordered on the main stream).
         if side {
             self.gpu.record(&self.events[join], on(1))?;
             self.gpu.wait(main, &self.events[join])?;
         }
-        Ok(())
+        r
     }
 }
 
