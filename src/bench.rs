@@ -126,7 +126,7 @@ fn measure(
     let mut steps = vec![];
     if plan.steps.len() > 1 && std::env::var("K3K_BENCH_STEPS").is_ok_and(|v| v == "1") {
         for s in &plan.steps {
-            let one = k3k_ops::plan::Plan { buffers: vec![], steps: vec![s.clone()] };
+            let one = k3k_ops::plan::Plan { buffers: vec![], steps: vec![s.clone()], ..Default::default() };
             steps.push((s.kernel.name.clone(), median(&exec.time(&one, &dev, timing)?)));
         }
     }

@@ -38,4 +38,6 @@ pub enum OpError {
     Interp(#[from] k3k_codegen::cpu::interp::InterpError),
     #[error("internal error: {0}")]
     Internal(String),
+    #[error("plan schedule: step {step}: {why}")]
+    Schedule { step: usize, why: String },
 }

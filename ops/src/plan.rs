@@ -4,12 +4,19 @@
 //! ordered list of [`Step`]s (one kernel launch each, naming its buffers in kernel argument order). The
 //! [`Executor`] runs a plan on the CPU interpreter or on a GPU, with the same checks and the same results, so an
 //! operator is written once and every backend, the fuzzer, the tuner and the benchmarks share it.
+//!
+//! Streams: a plan may give its steps a [`Sched`] (a stream, 0 main or 1 side, and the earlier steps it waits
+//! for). The CPU executors run the steps in plan order, which is a topological order of those dependencies (a
+//! step may wait only for earlier steps), so their results do not depend on the schedule; the GPU executor runs
+//! stream-1 steps on [`Gpu::side_stream`] and orders the streams with events only where a step waits for a step
+//! of the other stream. [`Plan::check_schedule`] refuses a schedule that leaves two steps of different streams
+//! unordered while they share a buffer one of them writes.
 
 use crate::OpError;
 use k3k_codegen::cpu::interp::{self, InterpOptions};
 use k3k_codegen::{BuildOptions, build};
 use k3k_ir::{DType, HostTensor, Kernel, SymValue};
-use k3k_runtime::{DeviceTensor, Gpu, LoadedKernel, TimingOptions};
+use k3k_runtime::{CudaEvent, DeviceTensor, Gpu, LoadedKernel, TimingOptions};
 use std::collections::HashMap;
 
 /// What a buffer is for.
@@ -40,11 +47,26 @@ pub struct Step {
     pub scalars: Vec<(String, SymValue)>,
 }
 
+/// Where a step runs on a GPU and what it waits for.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Sched {
+    /// 0: the main stream; 1: the side stream (higher priority, see [`Gpu::side_stream`]).
+    pub stream: u8,
+    /// Earlier steps (indices into [`Plan::steps`]) that must finish before this one starts. The previous step
+    /// of the same stream always does; a wait is needed only for steps of the other stream.
+    pub waits: Vec<usize>,
+}
+
+/// The streams a schedule may name.
+pub const STREAMS: u8 = 2;
+
 /// Buffers and launches for one problem.
 #[derive(Clone, Debug, Default)]
 pub struct Plan {
     pub buffers: Vec<Buffer>,
     pub steps: Vec<Step>,
+    /// Empty: every step on the main stream, in order (the plan of one stream). Else one entry per step.
+    pub schedule: Vec<Sched>,
 }
 
 impl Plan {
@@ -63,13 +85,116 @@ impl Plan {
         self.buffers.push(Buffer { name: name.into(), role: Role::Scratch, tensor: HostTensor::zeros(dtype, shape) });
         self.buffers.len() - 1
     }
-    /// Add a launch.
+    /// Add a launch (on the main stream).
     pub fn step(&mut self, kernel: Kernel, args: &[usize], scalars: &[(&str, SymValue)]) {
         self.steps.push(Step {
             kernel,
             args: args.to_vec(),
             scalars: scalars.iter().map(|(n, v)| (n.to_string(), *v)).collect(),
         });
+        if !self.schedule.is_empty() {
+            self.schedule.push(Sched::default());
+        }
+    }
+    /// Add a launch on `stream` that waits for the earlier steps `waits`; returns its step index. (Checked by
+    /// [`Plan::check_schedule`] before any executor runs the plan.)
+    pub fn step_on(
+        &mut self,
+        kernel: Kernel,
+        args: &[usize],
+        scalars: &[(&str, SymValue)],
+        stream: u8,
+        waits: &[usize],
+    ) -> usize {
+        // The steps added before the first scheduled one ran on the main stream.
+        self.schedule.resize(self.steps.len(), Sched::default());
+        self.steps.push(Step {
+            kernel,
+            args: args.to_vec(),
+            scalars: scalars.iter().map(|(n, v)| (n.to_string(), *v)).collect(),
+        });
+        self.schedule.push(Sched { stream, waits: waits.to_vec() });
+        self.steps.len() - 1
+    }
+    /// The schedule of step `i` (the main stream, no waits, when the plan has none).
+    pub fn sched(&self, i: usize) -> Sched {
+        self.schedule.get(i).cloned().unwrap_or_default()
+    }
+    /// True when some step runs on the side stream.
+    pub fn uses_side_stream(&self) -> bool {
+        self.schedule.iter().any(|s| s.stream != 0)
+    }
+    /// Check the schedule: one entry per step (or none), streams below [`STREAMS`], waits only for earlier steps,
+    /// and every pair of steps on different streams that share a buffer which either of them writes (by the
+    /// kernels' declared access) ordered by the waits (transitively, through either stream's order). The error
+    /// names the step and the buffer.
+    pub fn check_schedule(&self) -> Result<(), OpError> {
+        let n = self.steps.len();
+        if self.schedule.is_empty() {
+            return Ok(());
+        }
+        let err = |step: usize, why: String| OpError::Schedule { step, why };
+        if self.schedule.len() != n {
+            return Err(err(n, format!("{} schedule entries for {n} steps", self.schedule.len())));
+        }
+        // before[j][i]: step i finishes before step j starts.
+        let mut before: Vec<Vec<bool>> = Vec::with_capacity(n);
+        let mut last_on = [None::<usize>; STREAMS as usize];
+        for (j, sc) in self.schedule.iter().enumerate() {
+            if sc.stream >= STREAMS {
+                return Err(err(j, format!("stream {} (streams are 0 and 1)", sc.stream)));
+            }
+            let mut b = vec![false; n];
+            let mut preds = sc.waits.clone();
+            if let Some(w) = sc.waits.iter().find(|&&w| w >= j) {
+                return Err(err(j, format!("waits for step {w}, which is not an earlier step")));
+            }
+            preds.extend(last_on[sc.stream as usize]);
+            for p in preds {
+                b[p] = true;
+                for (x, &y) in before[p].iter().enumerate() {
+                    b[x] |= y;
+                }
+            }
+            before.push(b);
+            last_on[sc.stream as usize] = Some(j);
+        }
+        let writes = |s: &Step, a: usize| -> Vec<bool> {
+            s.args
+                .iter()
+                .zip(&s.kernel.tensors)
+                .filter(|(b, _)| **b == a)
+                .map(|(_, t)| t.access != k3k_ir::Access::Read)
+                .collect()
+        };
+        for (j, bj) in before.iter().enumerate() {
+            for (i, &ordered) in bj.iter().enumerate().take(j) {
+                if self.schedule[i].stream == self.schedule[j].stream || ordered {
+                    continue;
+                }
+                for &a in &self.steps[j].args {
+                    if !self.steps[i].args.contains(&a) {
+                        continue;
+                    }
+                    let w = writes(&self.steps[i], a).into_iter().chain(writes(&self.steps[j], a)).any(|w| w);
+                    if w {
+                        return Err(err(
+                            j,
+                            format!(
+                                "`{}` (stream {}) and step {i} `{}` (stream {}) share buffer `{}`, which one of them \
+                                 writes, without a wait between them",
+                                self.steps[j].kernel.name,
+                                self.schedule[j].stream,
+                                self.steps[i].kernel.name,
+                                self.schedule[i].stream,
+                                self.buffers[a].name
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
     }
     /// Index of a buffer by name.
     pub fn index(&self, name: &str) -> Option<usize> {
@@ -93,16 +218,20 @@ impl Outputs {
     }
 }
 
-/// A GPU with a cache of loaded kernels.
+/// A GPU with a cache of loaded kernels (and the events of scheduled plans).
 pub struct GpuExec {
     pub gpu: Gpu,
     loaded: HashMap<String, LoadedKernel>,
+    /// For plans that use the side stream: one event per step (recorded after a step that a step of the other
+    /// stream waits for), then the fork and the join event. Reused from run to run: a wait captures the record
+    /// that precedes it, so re-recording an event later does not affect an enqueued wait.
+    events: Vec<CudaEvent>,
 }
 
 impl GpuExec {
     /// Wrap an open GPU.
     pub fn new(gpu: Gpu) -> Self {
-        GpuExec { gpu, loaded: HashMap::new() }
+        GpuExec { gpu, loaded: HashMap::new(), events: vec![] }
     }
 
     /// Loaded kernels are keyed by the stable hash of their IR, never by name: two variants that differ only
@@ -122,10 +251,18 @@ impl GpuExec {
         Ok(&self.loaded[&key])
     }
 
-    /// Make sure every kernel of a plan is compiled and loaded (so timing excludes compilation).
+    /// Check a plan's schedule and make sure every kernel of it is compiled and loaded, and for a plan that uses
+    /// the side stream that the stream and its events exist (so timing excludes compilation and creation).
     pub fn prepare(&mut self, plan: &Plan) -> Result<(), OpError> {
+        plan.check_schedule()?;
         for k in plan.kernels() {
             self.load(k)?;
+        }
+        if plan.uses_side_stream() {
+            self.gpu.side_stream()?;
+            while self.events.len() < plan.steps.len() + 2 {
+                self.events.push(self.gpu.new_sync_event()?);
+            }
         }
         Ok(())
     }
@@ -177,17 +314,66 @@ impl GpuExec {
         Ok(samples?)
     }
 
+    /// Enqueue the steps (after [`GpuExec::prepare`]). A plan without side-stream steps is enqueued on the main
+    /// stream alone, as before streams existed. Otherwise: the side stream first waits for the main stream (a
+    /// fork event: the side steps follow every upload, poison memset and earlier launch); a step waits for each
+    /// waited step of the other stream (an event recorded right after that step); at the end the main stream
+    /// waits for the side stream (a join event), so that whatever is enqueued on the main stream next (the timing
+    /// end event, downloads, a sync, the next run) follows the whole plan.
     fn launch_plan_raw(&self, plan: &Plan, dev: &[DeviceTensor]) -> Result<(), OpError> {
-        for s in &plan.steps {
-            let lk = self
-                .loaded
-                .get(&k3k_ir::stable_hash(&s.kernel))
-                .ok_or_else(|| OpError::Internal(format!("kernel `{}` not loaded", s.kernel.name)))?;
-            let args: Vec<&DeviceTensor> = s.args.iter().map(|&i| &dev[i]).collect();
-            let scalars: Vec<(&str, SymValue)> = s.scalars.iter().map(|(n, v)| (n.as_str(), *v)).collect();
-            self.gpu.launch(lk, &args, &scalars)?;
+        let side = plan.uses_side_stream();
+        let n = plan.steps.len();
+        if side && self.events.len() < n + 2 {
+            return Err(OpError::Internal("a plan with side-stream steps was launched before GpuExec::prepare".into()));
         }
-        Ok(())
+        let main = &self.gpu.stream;
+        let side_stream = if side { Some(self.gpu.side_stream()?) } else { None };
+        let on = |s: u8| if s == 0 { main } else { side_stream.expect("side stream prepared") };
+        // Steps that a step of the other stream waits for get an event after their launch.
+        let mut signal = vec![false; n];
+        for j in 0..n {
+            let sj = plan.sched(j);
+            for &w in &sj.waits {
+                if plan.sched(w).stream != sj.stream {
+                    signal[w] = true;
+                }
+            }
+        }
+        let (fork, join) = (n, n + 1);
+        if side {
+            self.gpu.record(&self.events[fork], main)?;
+            self.gpu.wait(on(1), &self.events[fork])?;
+        }
+        let enqueue = || -> Result<(), OpError> {
+            for (i, s) in plan.steps.iter().enumerate() {
+                let lk = self
+                    .loaded
+                    .get(&k3k_ir::stable_hash(&s.kernel))
+                    .ok_or_else(|| OpError::Internal(format!("kernel `{}` not loaded", s.kernel.name)))?;
+                let args: Vec<&DeviceTensor> = s.args.iter().map(|&i| &dev[i]).collect();
+                let scalars: Vec<(&str, SymValue)> = s.scalars.iter().map(|(n, v)| (n.as_str(), *v)).collect();
+                let sc = plan.sched(i);
+                let stream = on(sc.stream);
+                for &w in &sc.waits {
+                    if plan.sched(w).stream != sc.stream {
+                        self.gpu.wait(stream, &self.events[w])?;
+                    }
+                }
+                self.gpu.launch_on(stream, lk, &args, &scalars)?;
+                if signal[i] {
+                    self.gpu.record(&self.events[i], stream)?;
+                }
+            }
+            Ok(())
+        };
+        let r = enqueue();
+        // Join even when a step failed to enqueue: the side launches already enqueued must finish before the main
+        // stream frees or reuses any buffer (frees are ordered on the main stream).
+        if side {
+            self.gpu.record(&self.events[join], on(1))?;
+            self.gpu.wait(main, &self.events[join])?;
+        }
+        r
     }
 }
 
@@ -212,6 +398,8 @@ impl Executor {
     pub fn run(&mut self, plan: &Plan) -> Result<Outputs, OpError> {
         match self {
             Executor::Cpu => {
+                // Steps in plan order: a topological order of the schedule's waits.
+                plan.check_schedule()?;
                 let mut bufs: Vec<HostTensor> = plan
                     .buffers
                     .iter()

@@ -102,7 +102,7 @@ fn gpu_step_times() {
                 if r.passed { "ok" } else { &r.detail }
             );
             for s in &plan.steps {
-                let one = Plan { buffers: vec![], steps: vec![s.clone()] };
+                let one = Plan { buffers: vec![], steps: vec![s.clone()], ..Default::default() };
                 let ms = median(&g.time(&one, &dev, opts).unwrap());
                 eprintln!("  {:<56} {ms:.4} ms  ({:.0} GB/s of score bytes)", s.kernel.name, score_bytes / ms / 1e6);
             }

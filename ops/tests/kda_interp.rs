@@ -919,3 +919,209 @@ fn slim_intra_layout() {
     }
     assert!(kda::Launch::resolve(&slim.clone().with("ARENA", 3i64), &pb).is_err());
 }
+
+// ------------------------------------------------------------------------------------------------------------
+// TSPLIT: the chunk sequence cut along time into parts (intra(p) on the main stream, state(p) on the side stream).
+
+/// Varlen sequences 1, 15, 200, 63, 0 and 130 tokens (16 chunks of 32: 1 + 1 + 7 + 2 + 0 + 5), GVA HV = 2H: at
+/// TSPLIT=4 the first two sequences have no chunk in parts 1-3, the 200-token one spans three parts, the last two.
+fn split_varlen(h0: i64, safe: i64) -> Vec<(&'static str, i64)> {
+    vec![
+        ("N", 6),
+        ("L0", 1),
+        ("L1", 15),
+        ("L2", 200),
+        ("L3", 63),
+        ("L4", 0),
+        ("L5", 130),
+        ("H", 2),
+        ("HV", 4),
+        ("K", 32),
+        ("V", 32),
+        ("h0", h0),
+        ("safe", safe),
+    ]
+}
+
+#[test]
+fn tsplit_matches_reference() {
+    let s = seed();
+    for p in [2i64, 4, 8] {
+        let kn = knobs(32).with("TSPLIT", p);
+        // T not a multiple of the chunk (5 and 4 chunks: TSPLIT=8 clamps), with and without h0, both paths.
+        run_with(&[("B", 1), ("T", 130), ("H", 1), ("K", 32), ("V", 32), ("safe", 1)], &kn, s ^ p as u64);
+        run_with(&[("B", 2), ("T", 100), ("H", 1), ("K", 32), ("V", 64), ("safe", 0), ("h0", 1)], &kn, s ^ 7);
+        for h0 in [0, 1] {
+            run_with(&split_varlen(h0, 1), &kn, s ^ (p as u64 * 11 + h0 as u64));
+            run_with(&split_varlen(h0, 0), &kn.clone().with("CHUNK", 64i64), s ^ (p as u64 * 13 + h0 as u64));
+        }
+    }
+    // K = V = 128 at the default chunk (32) with the 3-stage ring of the one-block-per-SM grids.
+    let big = [("B", 1i64), ("T", 140), ("H", 1), ("K", 128), ("V", 128), ("safe", 1)];
+    run_with(&big, &kda::default_knobs().with("TSPLIT", 4i64).with("STAGES", 3i64), s ^ 99);
+    // The operator's random cases (what `k3k check --op kda --knobs TSPLIT=4` draws).
+    let mut rng = <rand::rngs::StdRng as rand::SeedableRng>::seed_from_u64(s);
+    let op = kda::Kda;
+    for _ in 0..6 {
+        let p = op.random_case(&mut rng);
+        let inst = op.instance(&p, s).unwrap();
+        for (ex, out) in run_all(&inst.plan(&kda::default_knobs().with("TSPLIT", 4i64)).unwrap(), &inst.describe()) {
+            let r = inst.check(&out).unwrap();
+            assert!(r.passed, "{} TSPLIT=4 on {ex} (seed {s}): {}", inst.describe(), r.detail);
+        }
+    }
+}
+
+/// Every step of a plan run by the Cranelift JIT, in plan order, outputs poisoned first (as `Executor::Cpu` does
+/// with the interpreter).
+fn run_plan_jit(plan: &Plan) -> Outputs {
+    use k3k_codegen::cpu::interp::InterpOptions;
+    use k3k_codegen::cpu::jit;
+    use k3k_ops::plan::Role;
+    let mut bufs: Vec<HostTensor> = plan
+        .buffers
+        .iter()
+        .map(|b| {
+            let mut t = b.tensor.clone();
+            if b.role != Role::Input {
+                t.poison();
+            }
+            t
+        })
+        .collect();
+    for st in &plan.steps {
+        let mut args: Vec<HostTensor> = st.args.iter().map(|&i| bufs[i].clone()).collect();
+        let scalars: Vec<(&str, SymValue)> = st.scalars.iter().map(|(n, v)| (n.as_str(), *v)).collect();
+        let jk = jit::compile(&st.kernel).unwrap_or_else(|e| panic!("jit {}: {e}", st.kernel.name));
+        jk.run(&mut args, &scalars, InterpOptions::default()).unwrap();
+        for (&i, t) in st.args.iter().zip(args) {
+            bufs[i] = t;
+        }
+    }
+    let mut out = Outputs::default();
+    for (b, t) in plan.buffers.iter().zip(bufs) {
+        if b.role == Role::Output {
+            out.0.insert(b.name.clone(), t);
+        }
+    }
+    out
+}
+
+#[test]
+fn tsplit_is_bit_identical_to_one_part() {
+    // Each chunk step does the arithmetic of the one-part plan in the same order (the state pass is sequential per
+    // sequence; a part boundary only stores the f32 state and loads it back), so o and ht are the same bits: on the
+    // interpreter at TSPLIT = 2, 4, 8 and on the JIT at TSPLIT = 4.
+    let s = seed();
+    for (h0, safe) in [(0, 1), (1, 1), (1, 0)] {
+        let pb = problem(&split_varlen(h0, safe));
+        let d = KdaData::generate(&pb, s ^ h0 as u64);
+        let one = Executor::Cpu.run(&kda::chunk_plan(&pb, &d, &knobs(32)).unwrap()).unwrap();
+        for p in [2i64, 4, 8] {
+            let plan = kda::chunk_plan(&pb, &d, &knobs(32).with("TSPLIT", p)).unwrap();
+            assert_eq!(plan.steps.len(), 2 * p as usize, "TSPLIT={p}: one intra and one state step per part");
+            let split = Executor::Cpu.run(&plan).unwrap();
+            for name in ["o", "ht"] {
+                assert_eq!(
+                    one.get(name).unwrap().data,
+                    split.get(name).unwrap().data,
+                    "h0={h0} safe={safe} TSPLIT={p}: {name} differs from the one-part plan (seed {s})"
+                );
+            }
+            if p == 4 {
+                let jit = run_plan_jit(&plan);
+                for name in ["o", "ht"] {
+                    assert_eq!(one.get(name).unwrap().data, jit.get(name).unwrap().data, "JIT TSPLIT=4: {name}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn tsplit_plan_structure() {
+    use k3k_ops::plan::{Role, Sched};
+    let pb = problem(&split_varlen(0, 1));
+    let d = KdaData::generate(&pb, 5);
+    let one = kda::chunk_plan(&pb, &d, &knobs(32)).unwrap();
+    assert!(one.schedule.is_empty() && !one.uses_side_stream(), "TSPLIT=1 is the one-stream plan");
+    assert_eq!(one.steps.len(), 2);
+    // The default knobs and TSPLIT=1 are the same plan (same kernels, buffers and steps).
+    let def = kda::chunk_plan(&pb, &d, &knobs(32).with("TSPLIT", 1i64)).unwrap();
+    assert_eq!(
+        def.steps.iter().map(|s| &s.kernel.name).collect::<Vec<_>>(),
+        one.steps.iter().map(|s| &s.kernel.name).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        def.steps.iter().map(|s| s.args.clone()).collect::<Vec<_>>(),
+        one.steps.iter().map(|s| s.args.clone()).collect::<Vec<_>>()
+    );
+    let plan = kda::chunk_plan(&pb, &d, &knobs(32).with("TSPLIT", 4i64)).unwrap();
+    plan.check_schedule().unwrap();
+    assert!(plan.uses_side_stream());
+    assert_eq!(plan.steps.len(), 8);
+    for p in 0..4 {
+        let (i, s) = (2 * p, 2 * p + 1);
+        assert_eq!(plan.sched(i), Sched { stream: 0, waits: vec![] }, "intra({p})");
+        assert_eq!(plan.sched(s), Sched { stream: 1, waits: vec![i] }, "state({p})");
+        assert!(plan.steps[i].kernel.name.starts_with("k3k_kda_intra"), "{}", plan.steps[i].kernel.name);
+        let name = &plan.steps[s].kernel.name;
+        assert!(name.starts_with("k3k_kda_state"), "{name}");
+        assert_eq!(name.contains("_h0"), p > 0, "state({p}) {name}: parts after the first start from a given state");
+        let bname = |j: usize| plan.buffers[*plan.steps[s].args.get(j).unwrap()].name.clone();
+        let args: Vec<String> = (0..plan.steps[s].args.len()).map(bname).collect();
+        let out_state = args.last().unwrap();
+        assert_eq!(out_state, &if p == 3 { "ht".to_string() } else { format!("h@{p}") }, "{args:?}");
+        if p > 0 {
+            assert!(args.contains(&format!("h@{}", p - 1)), "state({p}) reads the previous part's state: {args:?}");
+        }
+    }
+    // The part tables: 16 chunks in four parts of four; each sequence's chunks inside the part.
+    let ctab = |p: usize| plan.buffers[plan.index(&format!("ctab@{p}")).unwrap()].tensor.to_f64_vec();
+    let stab = |p: usize| plan.buffers[plan.index(&format!("stab@{p}")).unwrap()].tensor.to_f64_vec();
+    assert_eq!(ctab(0), vec![0.0, 1.0, 1.0, 15.0, 16.0, 32.0, 48.0, 32.0]);
+    assert_eq!(stab(0), vec![0.0, 1.0, 1.0, 1.0, 2.0, 2.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]);
+    assert_eq!(stab(1), vec![0.0, 0.0, 0.0, 0.0, 0.0, 4.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]);
+    assert_eq!(stab(2), vec![0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 2.0, 0.0, 0.0, 3.0, 1.0]);
+    assert_eq!(stab(3), vec![0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 4.0]);
+    assert_eq!(ctab(3)[0], (1 + 15 + 200 + 63 + 32) as f64, "absolute token rows");
+    // Scratch grows only by the P - 1 intermediate states.
+    let scratch = |pl: &Plan| -> usize {
+        pl.buffers.iter().filter(|b| b.role == Role::Scratch).map(|b| b.tensor.data.len()).sum()
+    };
+    assert_eq!(scratch(&plan), scratch(&one) + 3 * 6 * 4 * 32 * 32 * 4);
+    // P larger than the chunk count clamps; one chunk is the one-part plan.
+    let short = problem(&[("B", 1), ("T", 40), ("H", 1), ("K", 32), ("V", 32)]);
+    let ds = KdaData::generate(&short, 1);
+    assert_eq!(kda::chunk_plan(&short, &ds, &knobs(32).with("TSPLIT", 8i64)).unwrap().steps.len(), 4);
+    let tiny = problem(&[("B", 1), ("T", 17), ("H", 1), ("K", 32), ("V", 32)]);
+    let dt = KdaData::generate(&tiny, 1);
+    let p1 = kda::chunk_plan(&tiny, &dt, &knobs(32).with("TSPLIT", 8i64)).unwrap();
+    assert!(p1.steps.len() == 2 && p1.schedule.is_empty());
+    assert_eq!(kda::time_parts(0, 4), vec![]);
+    assert_eq!(kda::time_parts(10, 4), vec![(0, 2), (2, 5), (5, 7), (7, 10)]);
+    // Knob values outside the list are refused.
+    for bad in [0i64, 3, 32] {
+        let e = kda::chunk_plan(&pb, &d, &knobs(32).with("TSPLIT", bad)).unwrap_err();
+        assert!(matches!(e, OpError::InvalidKnobs { .. }) && e.to_string().contains("TSPLIT"), "{e}");
+    }
+    // The schedule check: a missing wait leaves state(1) reading wu@1 while intra(1) may still write it.
+    let mut broken = plan.clone();
+    broken.schedule[3].waits.clear();
+    let e = broken.check_schedule().unwrap_err();
+    assert!(matches!(e, OpError::Schedule { step: 3, .. }) && e.to_string().contains("wu@1"), "{e}");
+    assert!(Executor::Cpu.run(&broken).is_err(), "the CPU executor checks the schedule too");
+    let mut later = plan.clone();
+    later.schedule[1].waits = vec![2];
+    assert!(matches!(later.check_schedule(), Err(OpError::Schedule { step: 1, .. })));
+    let mut stream2 = plan.clone();
+    stream2.schedule[1].stream = 2;
+    assert!(matches!(stream2.check_schedule(), Err(OpError::Schedule { step: 1, .. })));
+    let mut short_sched = plan.clone();
+    short_sched.schedule.pop();
+    assert!(short_sched.check_schedule().is_err());
+    // All on one stream: ordered by the stream whatever the waits.
+    let mut serial = plan.clone();
+    serial.schedule.iter_mut().for_each(|s| *s = Sched::default());
+    serial.check_schedule().unwrap();
+}

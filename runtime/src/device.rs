@@ -2,10 +2,10 @@
 
 use crate::{RuntimeError, cuda};
 use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute_enum};
-use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, PushKernelArg};
+use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, DevicePtr, PushKernelArg};
 use k3k_codegen::CompiledModule;
 use k3k_ir::{HostTensor, Kernel, SymValue, TensorShape, bind, eval_grid};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// What a GPU is (part of tuning keys and reports).
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -20,11 +20,13 @@ pub struct GpuInfo {
     pub driver_version: i32,
 }
 
-/// An open GPU with one stream.
+/// An open GPU: the main stream (every upload, download, timing event and launch goes there), and on demand one
+/// side stream for plans whose steps overlap (see [`Gpu::side_stream`]).
 pub struct Gpu {
     pub ctx: Arc<CudaContext>,
     pub stream: Arc<CudaStream>,
     pub info: GpuInfo,
+    side: OnceLock<Arc<CudaStream>>,
 }
 
 /// A tensor in device memory.
@@ -84,9 +86,16 @@ impl Gpu {
             return Err(RuntimeError::NoGpu { count, extra: format!(", ordinal {ordinal} requested") });
         }
         let ctx = cuda("create context", CudaContext::new(ordinal))?;
-        // One stream, no cross-stream hazards: skip cudarc's per-buffer event bookkeeping (it would add work
-        // between timed launches).
-        // SAFETY: all k3k work on this context goes through `stream`.
+        // Skip cudarc's per-buffer event bookkeeping (it would add work between timed launches). All memory
+        // traffic (uploads, poisoning, downloads, frees) goes through `stream`; the only other stream is the side
+        // stream of [`Gpu::side_stream`], on which only kernels of a plan run, and every hazard between the two is
+        // covered by k3k's own events: a plan's launches on the side stream first wait for an event recorded on
+        // the main stream when the plan is enqueued (so they follow every earlier upload, memset and launch), a
+        // side launch that reads what a main launch wrote (or the other way round) waits for that launch's event,
+        // and the main stream waits for the side stream's last launch before the plan returns (so timing end
+        // events, downloads, syncs and frees follow it) -- see `k3k_ops::plan::GpuExec` and `Plan::check_schedule`,
+        // which refuses a plan whose declared waits leave a buffer shared across the streams unordered.
+        // SAFETY: as above; no buffer is used on the side stream outside those fences.
         unsafe { ctx.disable_event_tracking() };
         let stream = ctx.default_stream();
         let attr = |a| cuda("device attribute", ctx.attribute(a));
@@ -105,7 +114,7 @@ impl Gpu {
             memory_bytes: cuda("total memory", ctx.total_mem())?,
             driver_version,
         };
-        Ok(Gpu { ctx, stream, info })
+        Ok(Gpu { ctx, stream, info, side: OnceLock::new() })
     }
 
     /// Number of GPUs the driver reports (0 when there is no driver).
@@ -233,9 +242,51 @@ impl Gpu {
         Ok(clusters as u32 * size)
     }
 
-    /// Launch a kernel: tensors in kernel order, named scalars. Shapes are checked against the kernel first.
+    /// Launch a kernel on the main stream: tensors in kernel order, named scalars. Shapes are checked against the
+    /// kernel first.
     pub fn launch(
         &self,
+        lk: &LoadedKernel,
+        tensors: &[&DeviceTensor],
+        scalars: &[(&str, SymValue)],
+    ) -> Result<(), RuntimeError> {
+        self.launch_on(&self.stream, lk, tensors, scalars)
+    }
+
+    /// The side stream, created on first use (non-blocking, so it never synchronises implicitly with the main
+    /// stream, which is the legacy default stream; at the context's greatest priority, so that its few blocks are
+    /// given SMs ahead of a large grid's waiting blocks of the main stream as soon as any retire). Work on it is
+    /// ordered only by events ([`Gpu::new_sync_event`], [`Gpu::record`], [`Gpu::wait`]).
+    pub fn side_stream(&self) -> Result<&Arc<CudaStream>, RuntimeError> {
+        if let Some(s) = self.side.get() {
+            return Ok(s);
+        }
+        cuda("bind context", self.ctx.bind_to_thread())?;
+        // (least, greatest): lower numbers are higher priorities; the default stream has priority 0, the least.
+        let (_least, greatest) = cuda("stream priority range", cudarc::driver::result::stream::get_priority_range())?;
+        let s = cuda("create side stream", self.ctx.new_stream_with_priority(greatest))?;
+        Ok(self.side.get_or_init(|| s))
+    }
+
+    /// A synchronisation event (no timing).
+    pub fn new_sync_event(&self) -> Result<CudaEvent, RuntimeError> {
+        cuda("create event", self.ctx.new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)))
+    }
+
+    /// Record `ev` on `stream` (it completes when everything enqueued on `stream` so far has).
+    pub fn record(&self, ev: &CudaEvent, stream: &CudaStream) -> Result<(), RuntimeError> {
+        cuda("event record", ev.record(stream))
+    }
+
+    /// Make `stream`'s later work wait for `ev`'s last record (a later record of `ev` does not affect it).
+    pub fn wait(&self, stream: &CudaStream, ev: &CudaEvent) -> Result<(), RuntimeError> {
+        cuda("stream wait event", stream.wait(ev))
+    }
+
+    /// Launch a kernel on `stream` (the main stream or [`Gpu::side_stream`]), as [`Gpu::launch`].
+    pub fn launch_on(
+        &self,
+        stream: &CudaStream,
         lk: &LoadedKernel,
         tensors: &[&DeviceTensor],
         scalars: &[(&str, SymValue)],
@@ -256,7 +307,7 @@ impl Gpu {
         // TMA descriptors, encoded for these tensors (after the symbols in the signature).
         let shapes: Vec<&[usize]> = tensors.iter().map(|t| t.shape.as_slice()).collect();
         let maps = k3k_codegen::tensor_map::encode(k, &shapes, &ptrs)?;
-        let mut b = self.stream.launch_builder(&lk.func);
+        let mut b = stream.launch_builder(&lk.func);
         for p in &ptrs {
             b.arg(p);
         }

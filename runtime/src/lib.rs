@@ -7,6 +7,8 @@
 mod device;
 mod timing;
 
+/// The stream and event types of [`Gpu::side_stream`] and [`Gpu::new_sync_event`].
+pub use cudarc::driver::{CudaEvent, CudaStream};
 pub use device::{DeviceTensor, Gpu, GpuInfo, LoadedKernel};
 pub use timing::{TimingOptions, median};
 

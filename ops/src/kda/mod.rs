@@ -69,6 +69,13 @@
 //! instead of a level pass (-4% more, 2 barriers, 122 -> 76 registers); `SYNC=2` (default for rings) runs the
 //! state pass with two barriers per chunk instead of four.
 //!
+//! Session 7 (not yet measured): `TSPLIT=P` (1 by default: the two-launch plan) cuts the chunk table along time
+//! into P parts and runs intra(p) on the main stream and the state pass of part p on a second, higher-priority
+//! stream after intra(p), chaining the parts' states through `[N, HV, K, V]` f32 scratch (see [`chunk_plan`]):
+//! the latency-bound state pass of part p can then overlap intra(p+1). Same bits as `TSPLIT=1` (tested on the
+//! CPU backends); whether the GPU overlaps the two (the state blocks need free shared memory on SMs that the
+//! intra grid fills) is the measurement to make.
+//!
 //! Checks compare with `k3k_reference::kda::kda_recurrent` (f64) per (sequence, value head) pair: every pair for
 //! small problems, a documented sample of pairs (first, last and seeded others; every o row and state element of
 //! each) for the benchmark sizes, whose full f64 recurrence would take minutes on a CPU.
@@ -276,7 +283,13 @@ pub struct Launch {
     pub stages: u32,
     pub op_dt: DType,
     pub lvl_dt: DType,
+    /// Parts of the chunk sequence along time (knob `TSPLIT`; 1 = one intra launch and one state pass), see
+    /// [`chunk_plan`].
+    pub tsplit: u32,
 }
+
+/// The values knob `TSPLIT` takes.
+pub const TSPLIT_VALUES: [u32; 5] = [1, 2, 4, 8, 16];
 
 /// Streaming multiprocessors assumed by the automatic value-block choice (H100/H200).
 const ASSUMED_SMS: usize = 132;
@@ -421,6 +434,11 @@ impl Launch {
             4 => false,
             other => return Err(invalid(format!("SYNC={other}: 2 or 4"))),
         };
+        // Knob sets without TSPLIT (all of them before it existed) mean the one-part plan.
+        let tsplit = if knobs.0.contains_key("TSPLIT") { knobs.u32("TSPLIT")? } else { 1 };
+        if !TSPLIT_VALUES.contains(&tsplit) {
+            return Err(invalid(format!("TSPLIT={tsplit}: one of {TSPLIT_VALUES:?}")));
+        }
         Ok(Launch {
             chunk,
             w1,
@@ -435,6 +453,7 @@ impl Launch {
             stages,
             op_dt: dt("OPDT")?,
             lvl_dt: dt("LVLDT")?,
+            tsplit,
         })
     }
 }
@@ -737,7 +756,38 @@ pub fn chunk_kernels(pb: &KdaProblem, l: &Launch) -> Result<(Kernel, Kernel), Op
     ))
 }
 
+/// The chunk ranges `[lo, hi)` of the parts of a `TSPLIT = parts` plan over `nch` chunks: part p is
+/// `[p*nch/P, (p+1)*nch/P)` of the global chunk table with `P = min(parts, nch)`, so no part is empty (no parts
+/// when there is no chunk).
+pub fn time_parts(nch: usize, parts: u32) -> Vec<(usize, usize)> {
+    let p = (parts as usize).min(nch);
+    (0..p).map(|i| (i * nch / p, (i + 1) * nch / p)).collect()
+}
+
+/// The per-sequence `[first, count]` rows of a part `[lo, hi)` of the chunk table from the whole table's `stab`:
+/// each sequence's chunks inside the part, `first` counted from `lo`; `[0, 0]` for a sequence with no chunk there
+/// (the state pass then passes its state through unchanged: the chunk loop runs zero times between the state's
+/// load from `h0` or zeros and its store to `ht`).
+pub fn part_seq_table(stab: &[i64], lo: usize, hi: usize) -> Vec<i64> {
+    stab.chunks_exact(2)
+        .flat_map(|e| {
+            let (a, b) = ((e[0] as usize).max(lo), ((e[0] + e[1]) as usize).min(hi));
+            if a < b { [(a - lo) as i64, (b - a) as i64] } else { [0, 0] }
+        })
+        .collect()
+}
+
 /// The plan of a chunked problem: checks the inputs (safe-path gates on the host), then intra + state pass.
+///
+/// `TSPLIT = P > 1` (with at least two chunks): the chunk table is cut along time into P parts of consecutive
+/// chunks (see [`time_parts`]; chunk boundaries, so the kernels are unchanged and a sequence may span parts).
+/// Part p has its own chunk table (absolute token rows, so every part writes its own rows of the one `o`), its own
+/// sequence table ([`part_seq_table`]), its own scratch (its chunks only: the scratch totals that of one part),
+/// and its state pass starts from the state the previous part's pass ended with (`h{p-1}`, a `[N, HV, K, V]` f32
+/// scratch; part 0 from `h0`, or zeros through the no-`h0` kernel) and the last part's writes `ht`. Steps:
+/// intra(p) on the main stream; state(p) on the side stream, waiting for intra(p) (state(p-1) precedes it on the
+/// side stream), so on a GPU the state pass of part p can run while intra(p+1) does. The arithmetic of every
+/// chunk step is that of the one-part plan, in the same order, so `o` and `ht` are the same bits.
 pub fn chunk_plan(pb: &KdaProblem, d: &KdaData, knobs: &Knobs) -> Result<Plan, OpError> {
     pb.validate()?;
     if pb.safe && pb.gate == GateForm::Pre {
@@ -747,6 +797,10 @@ pub fn chunk_plan(pb: &KdaProblem, d: &KdaData, knobs: &Knobs) -> Result<Plan, O
     let (k1, k2) = chunk_kernels(pb, &l)?;
     let (ctab, stab) = pb.chunk_tables(l.chunk as usize);
     let nch = ctab.len() / 2;
+    let parts = time_parts(nch, l.tsplit);
+    if parts.len() > 1 {
+        return split_plan(pb, d, &l, k1, &ctab, &stab, &parts);
+    }
     let (tt, hv, dk, dv, c, n) = (pb.tokens(), pb.hv, pb.dk, pb.dv, l.chunk as usize, pb.num_seqs());
     let mut plan = Plan::default();
     let q = plan.input("q", d.q.clone());
@@ -769,10 +823,7 @@ pub fn chunk_plan(pb: &KdaProblem, d: &KdaData, knobs: &Knobs) -> Result<Plan, O
     let pm = plan.scratch("p", l.op_dt, &[hv, nch, c, c]);
     let gam = plan.scratch("gamma", DType::F32, &[hv, nch, dk]);
     a1.extend([ct, wu, qb, kb, pm, gam]);
-    let mut s1 = vec![("scale", SymValue::Float(pb.scale()))];
-    if matches!(pb.gate, GateForm::Safe { .. }) {
-        s1.push(("lb", SymValue::Float(LOWER_BOUND)));
-    }
+    let s1 = intra_scalars(pb);
     let mut a2 = vec![wu, qb, kb, pm, gam, ct, st];
     if let Some(h0) = &d.h0 {
         a2.push(plan.input("h0", h0.clone()));
@@ -784,6 +835,79 @@ pub fn chunk_plan(pb: &KdaProblem, d: &KdaData, knobs: &Knobs) -> Result<Plan, O
         plan.step(k1, &a1, &s1);
     }
     plan.step(k2, &a2, &[]);
+    Ok(plan)
+}
+
+/// The scalars of the intra kernel.
+fn intra_scalars(pb: &KdaProblem) -> Vec<(&'static str, SymValue)> {
+    let mut s1 = vec![("scale", SymValue::Float(pb.scale()))];
+    if matches!(pb.gate, GateForm::Safe { .. }) {
+        s1.push(("lb", SymValue::Float(LOWER_BOUND)));
+    }
+    s1
+}
+
+/// The `TSPLIT > 1` plan of [`chunk_plan`] over at least two parts.
+fn split_plan(
+    pb: &KdaProblem,
+    d: &KdaData,
+    l: &Launch,
+    k1: Kernel,
+    ctab: &[i64],
+    stab: &[i64],
+    parts: &[(usize, usize)],
+) -> Result<Plan, OpError> {
+    let (tt, hv, dk, dv, c, n) = (pb.tokens(), pb.hv, pb.dk, pb.dv, l.chunk as usize, pb.num_seqs());
+    // The state pass from zeros (part 0 without h0) and from a given state (every other part).
+    let spec = pb.spec();
+    let state_kernel =
+        |h0: bool| state::build_state(&KdaSpec { h0, ..spec }, l.chunk, l.bv, l.w2, l.op_dt, l.stages, l.two_bars);
+    let k2_from = state_kernel(true)?;
+    let k2_zero = if pb.h0 { None } else { Some(state_kernel(false)?) };
+    let mut plan = Plan::default();
+    let q = plan.input("q", d.q.clone());
+    let k = plan.input("k", d.k.clone());
+    let v = plan.input("v", d.v.clone());
+    let g = plan.input("g", d.g.clone());
+    let beta = plan.input("beta", d.beta.clone());
+    let mut a1_common = vec![q, k, v, g, beta];
+    if let Some(b) = &d.bias {
+        a1_common.push(plan.input("bias", b.clone()));
+    }
+    if let Some(a) = &d.a_log {
+        a1_common.push(plan.input("a_log", a.clone()));
+    }
+    let mut prev_state = d.h0.as_ref().map(|h0| plan.input("h0", h0.clone()));
+    let o = plan.output("o", DType::Bf16, &[tt, hv, dv]);
+    let ht = plan.output("ht", DType::F32, &[n, hv, dk, dv]);
+    let s1 = intra_scalars(pb);
+    for (p, &(lo, hi)) in parts.iter().enumerate() {
+        let m = hi - lo;
+        let ct = plan.input(&format!("ctab@{p}"), HostTensor::from_i64(DType::I32, &[m, 2], &ctab[2 * lo..2 * hi]));
+        let st =
+            plan.input(&format!("stab@{p}"), HostTensor::from_i64(DType::I32, &[n, 2], &part_seq_table(stab, lo, hi)));
+        let wu = plan.scratch(&format!("wu@{p}"), l.op_dt, &[hv, m, c, dk + dv]);
+        let qb = plan.scratch(&format!("qbar@{p}"), l.op_dt, &[hv, m, c, dk]);
+        let kb = plan.scratch(&format!("kbar@{p}"), l.op_dt, &[hv, m, c, dk]);
+        let pm = plan.scratch(&format!("p@{p}"), l.op_dt, &[hv, m, c, c]);
+        let gam = plan.scratch(&format!("gamma@{p}"), DType::F32, &[hv, m, dk]);
+        let mut a1 = a1_common.clone();
+        a1.extend([ct, wu, qb, kb, pm, gam]);
+        let intra = plan.step_on(k1.clone(), &a1, &s1, 0, &[]);
+        let out_state =
+            if p + 1 == parts.len() { ht } else { plan.scratch(&format!("h@{p}"), DType::F32, &[n, hv, dk, dv]) };
+        let mut a2 = vec![wu, qb, kb, pm, gam, ct, st];
+        let kernel = match prev_state {
+            Some(h) => {
+                a2.push(h);
+                k2_from.clone()
+            }
+            None => k2_zero.clone().expect("the no-h0 state kernel"),
+        };
+        a2.extend([o, out_state]);
+        plan.step_on(kernel, &a2, &[], 1, &[intra]);
+        prev_state = Some(out_state);
+    }
     Ok(plan)
 }
 
@@ -943,8 +1067,23 @@ impl Operator for Kda {
     }
     fn kernels(&self, p: &Preset, knobs: &Knobs) -> Result<Vec<Kernel>, OpError> {
         let pb = KdaProblem::from_preset(p)?;
-        let (a, b) = chunk_kernels(&pb, &Launch::resolve(knobs, &pb)?)?;
-        Ok(vec![a, b])
+        let l = Launch::resolve(knobs, &pb)?;
+        let (a, b) = chunk_kernels(&pb, &l)?;
+        let mut ks = vec![a, b];
+        // A split plan without h0 also runs the state pass from a given state (every part after the first).
+        let nch = pb.chunk_tables(l.chunk as usize).0.len() / 2;
+        if !pb.h0 && time_parts(nch, l.tsplit).len() > 1 {
+            ks.push(state::build_state(
+                &KdaSpec { h0: true, ..pb.spec() },
+                l.chunk,
+                l.bv,
+                l.w2,
+                l.op_dt,
+                l.stages,
+                l.two_bars,
+            )?);
+        }
+        Ok(ks)
     }
     fn bucket_dims(&self, p: &Preset) -> Vec<(String, u64)> {
         match KdaProblem::from_preset(p) {
