@@ -398,6 +398,9 @@ pub fn build_dequant_wide(spec: &MatSpec, mx: &Knobs, words: u32) -> Result<Kern
                     let sf = b.let_(&format!("sf{u}"), scale);
                     // The words holding this thread's 8 values, shifted so value j sits at bits 4 (j % 2) of
                     // word j / 2 (packed) or at bits 4 j of the one word (natural).
+                    // The words holding this thread's 8 values, shifted so value j is the nibble at bits
+                    // 4 (j % 2) of word j / 2 (packed) or at bits 4 j of the one word (natural; values 6 and 7
+                    // from the word shifted down by 24).
                     let src: Vec<Expr> = if let Some(sh) = &sh {
                         (0..4)
                             .map(|l| {
@@ -405,14 +408,23 @@ pub fn build_dequant_wide(spec: &MatSpec, mx: &Knobs, words: u32) -> Result<Kern
                             })
                             .collect()
                     } else {
-                        vec![b.let_(&format!("x{u}"), Expr::array_get(q, u as i64))]
+                        let w = b.let_(&format!("x{u}"), Expr::array_get(q, u as i64));
+                        let hi = b.let_(&format!("x{u}_hi"), w.shr(24i64));
+                        vec![w, hi]
                     };
                     let o = b.let_array(&format!("o{u}"), 8, ScalarTy::Float, 0.0);
                     for j in 0..8u32 {
-                        let (word, at) = if packed { (&src[(j / 2) as usize], 4 * (j % 2)) } else { (&src[0], 4 * j) };
-                        let nib = word.shr(at as i64).bitand(15i64);
-                        // e2m1(nib) * 2^-126 as f32 bits: sign to bit 31, exponent and mantissa to bits 22..25.
-                        let bits = nib.bitand(8i64).shl(28i64).bitor(nib.bitand(7i64).shl(22i64)).from_bits();
+                        let (word, at) = match (packed, j) {
+                            (true, _) => (&src[(j / 2) as usize], 4 * (j % 2)),
+                            (false, 0..6) => (&src[0], 4 * j),
+                            (false, _) => (&src[1], 4 * (j - 6)),
+                        };
+                        // e2m1(nib) * 2^-126 as f32 bits: the sign (nibble bit 3) to bit 31, exponent and
+                        // mantissa (bits 0..2) to bits 22..24. With the nibble n in place (`word & 15 << at`),
+                        // one multiply adds n << 22 and n << 28 (disjoint bits) and a mask keeps bits 31 and
+                        // 22..24: three integer instructions per value.
+                        let mult = (1i64 << (22 - at)) + (1i64 << (28 - at));
+                        let bits = (word.bitand(15i64 << at) * mult).bitand(0x81C0_0000i64).from_bits();
                         let v = if fold {
                             bits * sf.clone()
                         } else {
