@@ -47,10 +47,16 @@ fn dqw(u: i64) -> Knobs {
     dq(&[("DQU", u)]).with("DQ", "wide")
 }
 
+/// `DQ=wide` with `u` words per thread as a persistent grid-stride loop of `p` CTAs per SM (the interpreter's
+/// NUM_SMS is 4, so every CTA of a shape above a few thousand words loops).
+fn dqp(u: i64, p: i64) -> Knobs {
+    dqw(u).with("DQP", p)
+}
+
 /// The dequant kernel knob sets every dequant test runs: the register-tile kernel (default and explicit) and the
-/// wide kernel at every words-per-thread value.
+/// wide kernel at every words-per-thread value, one CTA per chunk and persistent.
 fn dq_kernels() -> Vec<Knobs> {
-    vec![dq(&[]), dq(&[]).with("DQ", "tile"), dqw(0), dqw(1), dqw(2), dqw(8)]
+    vec![dq(&[]), dq(&[]).with("DQ", "tile"), dqw(0), dqw(1), dqw(2), dqw(8), dqp(0, 1), dqp(2, 3)]
 }
 
 /// Run the dequant launch alone (its scratch made an output) and compare it bit for bit with the reference's
@@ -155,7 +161,7 @@ fn dequant_kernels_at_edge_shapes() {
             let seed: u64 = rng.random();
             let (q, s) = random_weights(g, n, k, wide, seed);
             let w = weights(g, n, k, packed, q, s);
-            for kn in [dq(&[]), dqw(0), dqw(8)] {
+            for kn in [dq(&[]), dqw(0), dqw(8), dqp(0, 1), dqp(1, 2)] {
                 check_dequant(&w, &counts, &kn, seed);
             }
         }
@@ -189,7 +195,7 @@ fn dequant_kernels_keep_scale_edge_semantics() {
         assert_eq!(!s.contains(&255), finite);
         for packed in [false, true] {
             let w = weights(g, n, k, packed, q.clone(), s.clone());
-            for kn in [dq(&[]), dqw(0), dqw(1)] {
+            for kn in [dq(&[]), dqw(0), dqw(1), dqp(0, 1)] {
                 let nan_seen = check_dequant(&w, &[2], &kn, seed);
                 assert_eq!(nan_seen, !finite, "{bytes:?}");
             }
@@ -340,6 +346,8 @@ fn invalid_knobs_are_typed_errors() {
         dq(&[]).with("DQ", "z"),
         dqw(3),
         dqw(16),
+        dqp(0, 33),
+        dq(&[("DQP", 1)]),
     ] {
         match inst.plan(&kn) {
             Err(OpError::InvalidKnobs { op, .. }) => assert_eq!(op, "mxfp4_matmul", "{kn}"),
@@ -386,6 +394,10 @@ fn prefill_kernels_compile_without_spills() {
         (m4096(&[("packed", 1), ("wide", 1)]), dqw(0)),
         (m4096(&[("wide", 1)]), dqw(8)),
         (vec![("G", 28), ("mean", 1024), ("N", 6144), ("K", 3584), ("packed", 1)], dqw(0)),
+        (m4096(&[("packed", 1)]), dqp(0, 4)),
+        (m4096(&[("packed", 1)]), dqp(2, 8)),
+        (m4096(&[]), dqp(0, 8)),
+        (vec![("G", 28), ("mean", 1024), ("N", 6144), ("K", 3584), ("packed", 1)], dqp(0, 4)),
         // The in-kernel wgmma path these shapes took by default before (the A/B baseline, PATH=tile).
         (m4096(&[("packed", 1)]), default_knobs().with("PATH", "tile")),
         (m4096(&[]), default_knobs().with("PATH", "tile")),
@@ -419,7 +431,7 @@ fn jit_matches_the_interpreter_bit_for_bit() {
     ] {
         let p = Preset::new("jit", &dims);
         let inst = Mxfp4Matmul.instance(&p, rng.random()).unwrap();
-        for kn in [dq(&[]), dqw(0), dqw(1)] {
+        for kn in [dq(&[]), dqw(0), dqw(1), dqp(1, 1)] {
             let plan = inst.plan(&kn).unwrap();
             let mut outs = vec![];
             for use_jit in [false, true] {

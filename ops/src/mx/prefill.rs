@@ -51,6 +51,9 @@ pub const DQ_TILE: &str = "tile";
 pub const DQ_WIDE: &str = "wide";
 /// `DQ=wide`: words (8 values each) per thread, `DQU=1|2|4|8`; 0 or absent: [`DQW_WORDS`].
 pub const DQU_KNOB: &str = "DQU";
+/// `DQ=wide`: `DQP=n` (1..=32) runs the dequant as a persistent grid-stride loop of about n CTAs per SM
+/// ([`build_dequant_wide`]); 0 or absent: one CTA per chunk of words.
+pub const DQP_KNOB: &str = "DQP";
 /// `DQ=wide`: threads per CTA.
 pub const DQW_THREADS: u32 = 256;
 /// `DQ=wide`: the default words per thread (all their loads issued before the first decode).
@@ -148,6 +151,8 @@ pub struct DqCfg {
     pub mx: Knobs,
     /// `DQ=wide`: the words per thread of [`build_dequant_wide`]; `None`: `DQ=tile` ([`build_dequant_weights`]).
     pub wide: Option<u32>,
+    /// `DQ=wide`, `DQP`: CTAs per SM of a persistent grid-stride dequant grid; 0: one CTA per chunk.
+    pub persist: u32,
 }
 
 /// Map the `mxfp4_matmul` knobs onto the GEMM's: BM, BN, BK, STAGES, RASTER as they are, WA -> WM (warps
@@ -196,6 +201,12 @@ pub fn resolve(knobs: &Knobs) -> Result<DqCfg, OpError> {
         }),
         other => return Err(bad_knobs(knobs, format!("DQ={other}: {DQ_TILE} or {DQ_WIDE}"))),
     };
+    let persist = match (wide, int_or0(knobs, DQP_KNOB)?) {
+        (_, 0) => 0,
+        (Some(_), p @ 1..=32) => p,
+        (None, p) => return Err(bad_knobs(knobs, format!("DQP={p}: a persistent dequant grid needs DQ={DQ_WIDE}"))),
+        (_, p) => return Err(bad_knobs(knobs, format!("DQP={p}: 0 (one CTA per chunk) or 1..=32 CTAs per SM"))),
+    };
     let gemm = Knobs::new()
         .with("BM", bm)
         .with("BN", bn)
@@ -225,9 +236,9 @@ pub fn resolve(knobs: &Knobs) -> Result<DqCfg, OpError> {
         .with("MINB", 1u32);
     let mx = match wide {
         None => mx.with(DQ_KNOB, DQ_TILE),
-        Some(u) => mx.with(DQ_KNOB, DQ_WIDE).with(DQU_KNOB, u),
+        Some(u) => mx.with(DQ_KNOB, DQ_WIDE).with(DQU_KNOB, u).with(DQP_KNOB, persist),
     };
-    Ok(DqCfg { gemm, mx, wide })
+    Ok(DqCfg { gemm, mx, wide, persist })
 }
 
 /// The weight dequant kernel. Tensors (grouped / dense): `wq: [G, N, KW] / [N, KW] u32` (natural bytes as
@@ -294,7 +305,7 @@ pub fn build_dequant_weights(spec: &MatSpec, mx: &Knobs) -> Result<Kernel, OpErr
 fn dequant_kernel(spec: &MatSpec, c: &DqCfg) -> Result<Kernel, OpError> {
     match c.wide {
         None => build_dequant_weights(spec, &c.mx),
-        Some(u) => build_dequant_wide(spec, &c.mx, u),
+        Some(u) => build_dequant_wide(spec, &c.mx, u, c.persist),
     }
 }
 
@@ -328,10 +339,15 @@ fn dq_suffix(spec: &MatSpec) -> String {
 /// `e2m1 * 2^-126`, times `2^(s-1)`, or with scale bytes above 128 times `2^126` then `2^(s-127)`; `s = 0` is the
 /// subnormal `2^-127`; exact, as the bf16 it is stored as) and stores them as one 16-byte `StoreWide`.
 /// Grouped: CTAs of experts without tokens return at once.
-pub fn build_dequant_wide(spec: &MatSpec, mx: &Knobs, words: u32) -> Result<Kernel, OpError> {
+///
+/// With `persist` > 0 (`DQP`), a grid-stride loop instead: `max(1, NUM_SMS * persist / G)` CTAs per expert (at
+/// most its chunk count) each take the chunks `x, x + gridDim.x, ...` of `T U` words, so the grid is about
+/// `persist` CTAs per SM and no partial last wave is left.
+pub fn build_dequant_wide(spec: &MatSpec, mx: &Knobs, words: u32, persist: u32) -> Result<Kernel, OpError> {
     let threads = DQW_THREADS;
     let per_cta = (threads * words) as i64;
-    let name = format!("k3k_mxfp4_dq_w_{}_wide_t{threads}_u{words}", dq_suffix(spec));
+    let pname = if persist > 0 { format!("_p{persist}") } else { String::new() };
+    let name = format!("k3k_mxfp4_dq_w_{}_wide_t{threads}_u{words}{pname}", dq_suffix(spec));
     let mut b = KernelBuilder::new(&name, threads);
     b.knobs(mx.clone());
     let n = b.dim("N");
@@ -350,19 +366,26 @@ pub fn build_dequant_wide(spec: &MatSpec, mx: &Knobs, words: u32) -> Result<Kern
     let offs = spec.grouped.then(|| b.tensor("offs", DType::I32, std::slice::from_ref(&g), Access::Read));
     let wd = b.tensor("wd", DType::Bf16, &shape(&kd), Access::Write);
     let nw_expr = n.clone() * kq.clone();
-    b.grid(nw_expr.ceil_div(per_cta), g, 1i64);
+    let chunks = nw_expr.ceil_div(per_cta);
+    if persist > 0 {
+        let num_sms = b.int_arg(k3k_ir::NUM_SMS);
+        let per_group = (num_sms * persist as i64 / g.clone()).max(1i64);
+        b.grid(per_group.min(chunks.clone()), g, 1i64);
+    } else {
+        b.grid(chunks.clone(), g, 1i64);
+    }
     let nw = b.let_("nw", nw_expr);
     let gi = if spec.grouped { Expr::block_idx(1) } else { Expr::Int(0) };
-    let c0 = b.let_("c0", Expr::block_idx(0) * per_cta);
     let gbase = b.let_("gbase", &gi * nw.clone());
     let (packed, fold, finite) = (spec.packed, spec.fold, spec.finite);
-    let region = |b: &mut KernelBuilder, bounded: bool| {
+    // One chunk of T U words from word c0 of the expert (bounded: the expert's last, partial chunk).
+    let region = |b: &mut KernelBuilder, c0: &Expr, bounded: bool| {
         b.threads(|b| {
             let tid = Expr::thread_idx();
             let wlen = if packed { 4 * words } else { words };
             let q = b.let_array("q", wlen, ScalarTy::Int, 0i64);
             let s = b.let_array("s", words, ScalarTy::Int, 0i64);
-            let loc = |u: u32| &c0 + &tid + (u * threads) as i64;
+            let loc = |u: u32| c0 + &tid + (u * threads) as i64;
             let guarded = |b: &mut KernelBuilder, u: u32, f: &dyn Fn(&mut KernelBuilder)| {
                 if bounded { b.if_(loc(u).lt(nw.clone()), f) } else { f(b) }
             };
@@ -437,8 +460,19 @@ pub fn build_dequant_wide(spec: &MatSpec, mx: &Knobs, words: u32) -> Result<Kern
             }
         });
     };
+    let chunk = |b: &mut KernelBuilder, c0: Expr| {
+        b.if_else((&c0 + per_cta).le(nw.clone()), |b| region(b, &c0, false), |b| region(b, &c0, true));
+    };
     let body = |b: &mut KernelBuilder| {
-        b.if_else((&c0 + per_cta).le(nw.clone()), |b| region(b, false), |b| region(b, true));
+        if persist > 0 {
+            b.for_("chunk", Expr::block_idx(0), chunks.clone(), Expr::grid_dim(0), |b, ch| {
+                let c0 = b.let_("c0", ch * per_cta);
+                chunk(b, c0);
+            });
+        } else {
+            let c0 = b.let_("c0", Expr::block_idx(0) * per_cta);
+            chunk(b, c0);
+        }
     };
     if let Some(o) = offs {
         let start = Expr::select(gi.gt(0i64), Expr::load(o, &gi - 1i64), Expr::Int(0));
