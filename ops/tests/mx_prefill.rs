@@ -42,8 +42,81 @@ fn path(dims: &[(&str, i64)], kn: &Knobs) -> String {
     ks[0].knobs.str("PATH").unwrap().to_string()
 }
 
-/// The dequant launch alone (its scratch made an output): bit for bit the reference's dequantized values
-/// (exact in bf16), NaN blocks as NaN; with grouped empty experts, only the rows of experts with tokens.
+/// `PATH=dq_gemm` with the flat 16-byte-store dequant kernel (`DQ=wide`) and `u` words per thread (0: default).
+fn dqw(u: i64) -> Knobs {
+    dq(&[("DQU", u)]).with("DQ", "wide")
+}
+
+/// `DQ=wide` with `u` words per thread as a persistent grid-stride loop of `p` CTAs per SM (the interpreter's
+/// NUM_SMS is 4, so every CTA of a shape above a few thousand words loops).
+fn dqp(u: i64, p: i64) -> Knobs {
+    dqw(u).with("DQP", p)
+}
+
+/// The dequant kernel knob sets every dequant test runs: the register-tile kernel (default and explicit) and the
+/// wide kernel at every words-per-thread value, one CTA per chunk and persistent.
+fn dq_kernels() -> Vec<Knobs> {
+    vec![dq(&[]), dq(&[]).with("DQ", "tile"), dqw(0), dqw(1), dqw(2), dqw(8), dqp(0, 1), dqp(2, 3)]
+}
+
+/// Run the dequant launch alone (its scratch made an output) and compare it bit for bit with the reference's
+/// dequantized values (exact in bf16), NaN blocks as NaN; grouped experts without tokens are not compared.
+/// Returns whether a NaN was expected somewhere.
+fn check_dequant(w: &Fp4Weights, counts: &[usize], kn: &Knobs, seed: u64) -> bool {
+    let (g, n, k) = (w.groups, w.n, w.k);
+    let mut rng = StdRng::seed_from_u64(seed);
+    let m: usize = counts.iter().sum();
+    let xv: Vec<f32> = (0..m * k).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+    let x = HostTensor::from_f32(DType::Bf16, &[m, k], &xv);
+    let offs: Vec<i32> = counts
+        .iter()
+        .scan(0i32, |a, c| {
+            *a += *c as i32;
+            Some(*a)
+        })
+        .collect();
+    let inp = MatInputs { x: Act::Bf16(&x), offs: (g > 1).then_some(&offs[..]), p: None, epilogue: Epilogue::None };
+    let mut plan = matmul_plan(w, &inp, kn).unwrap_or_else(|e| panic!("[{kn}]: {e}"));
+    assert_eq!(plan.steps.len(), 2, "dequant + GEMM");
+    let name = plan.steps[0].kernel.name.clone();
+    assert!(name.starts_with("k3k_mxfp4_dq_w"), "{name}");
+    let is_wide = kn.0.get("DQ").is_some_and(|_| kn.str("DQ").unwrap() == "wide");
+    assert_eq!(name.contains("_wide_"), is_wide, "{name} [{kn}]");
+    assert_eq!(plan.steps[0].kernel.knobs.str("PATH").unwrap(), "dq_gemm");
+    plan.steps.truncate(1);
+    let wd = plan.index("wd").unwrap();
+    plan.buffers[wd].role = Role::Output;
+    let got = Executor::Cpu.run(&plan).unwrap().get("wd").unwrap().to_f32_vec();
+    assert_eq!(got.len(), g * n * k);
+    let mut nan_seen = false;
+    for gi in 0..g {
+        if counts[gi] == 0 && g > 1 {
+            // Rows of experts without tokens are skipped (their scratch stays poisoned) unless a dequant
+            // window also covers rows of an expert with tokens.
+            continue;
+        }
+        let want = rmx::dequantize(&w.group_tensor(gi).unwrap()).unwrap();
+        let mine = &got[gi * n * k..(gi + 1) * n * k];
+        for (i, (a, b)) in mine.iter().zip(&want).enumerate() {
+            nan_seen |= b.is_nan();
+            assert!(
+                (a.is_nan() && b.is_nan()) || a.to_bits() == b.to_bits(),
+                "{name} G{g} N{n} K{k}: group {gi} row {} col {}: {a} vs {b} [{kn}]",
+                i / k,
+                i % k
+            );
+        }
+    }
+    nan_seen
+}
+
+fn weights(g: usize, n: usize, k: usize, packed: bool, q: Vec<u8>, s: Vec<u8>) -> Fp4Weights {
+    let qb = if packed { WeightBytes::Packed(pack::pack(&q, g * n, k).unwrap()) } else { WeightBytes::Natural(q) };
+    Fp4Weights { groups: g, n, k, q: qb, s }
+}
+
+/// The dequant launch alone: bit for bit the reference's dequantized values, every dequant kernel, both layouts,
+/// narrow and wide (NaN, tiny, huge) scales; with grouped empty experts, only the rows of experts with tokens.
 #[test]
 fn dequant_kernel_is_bit_exact() {
     let mut rng = StdRng::seed_from_u64(rand::rng().random());
@@ -57,49 +130,75 @@ fn dequant_kernel_is_bit_exact() {
     ] {
         let seed: u64 = rng.random();
         let (q, s) = random_weights(g, n, k, wide, seed);
-        let qb = if packed { WeightBytes::Packed(pack::pack(&q, g * n, k).unwrap()) } else { WeightBytes::Natural(q) };
-        let w = Fp4Weights { groups: g, n, k, q: qb, s };
-        let m: usize = counts.iter().sum();
-        let xv: Vec<f32> = (0..m * k).map(|_| rng.random_range(-1.0f32..1.0)).collect();
-        let x = HostTensor::from_f32(DType::Bf16, &[m, k], &xv);
-        let offs: Vec<i32> = counts
-            .iter()
-            .scan(0i32, |a, c| {
-                *a += *c as i32;
-                Some(*a)
-            })
-            .collect();
-        let inp = MatInputs { x: Act::Bf16(&x), offs: (g > 1).then_some(&offs[..]), p: None, epilogue: Epilogue::None };
-        let mut plan = matmul_plan(&w, &inp, &dq(&[])).unwrap();
-        assert_eq!(plan.steps.len(), 2, "dequant + GEMM");
-        assert!(plan.steps[0].kernel.name.starts_with("k3k_mxfp4_dq_w"), "{}", plan.steps[0].kernel.name);
-        assert_eq!(plan.steps[0].kernel.knobs.str("PATH").unwrap(), "dq_gemm");
-        plan.steps.truncate(1);
-        let wd = plan.index("wd").unwrap();
-        plan.buffers[wd].role = Role::Output;
-        let got = Executor::Cpu.run(&plan).unwrap().get("wd").unwrap().to_f32_vec();
-        assert_eq!(got.len(), g * n * k);
-        let mut nan_seen = false;
-        for gi in 0..g {
-            let want = rmx::dequantize(&w.group_tensor(gi).unwrap()).unwrap();
-            let mine = &got[gi * n * k..(gi + 1) * n * k];
-            if counts[gi] == 0 && g > 1 {
-                // Rows of experts without tokens are skipped (their scratch stays poisoned) unless a dequant
-                // window also covers rows of an expert with tokens.
-                continue;
-            }
-            for (i, (a, b)) in mine.iter().zip(&want).enumerate() {
-                nan_seen |= b.is_nan();
-                assert!(
-                    (a.is_nan() && b.is_nan()) || a.to_bits() == b.to_bits(),
-                    "G{g} N{n} K{k} packed {packed} wide {wide}: group {gi} row {} col {}: {a} vs {b}",
-                    i / k,
-                    i % k
-                );
+        let w = weights(g, n, k, packed, q, s);
+        for kn in dq_kernels() {
+            let nan_seen = check_dequant(&w, &counts, &kn, seed);
+            if wide && g == 1 && n * k >= 64 * 128 {
+                assert!(nan_seen, "wide scales include NaN blocks");
             }
         }
-        if wide && g == 1 && n * k >= 64 * 128 {
-            assert!(nan_seen, "wide scales include NaN blocks");
+    }
+}
+
+/// Edge shapes for the wide kernel's flat word stream: N 1 / 15 / 17 / 65, K 32 / 96 / 4000 (not multiples of the
+/// tile kernel's 128-column window), word counts below one CTA, whole CTAs and a partial last CTA, grouped with
+/// empty experts (first, middle and last), both layouts and scale ranges; every dequant kernel.
+#[test]
+fn dequant_kernels_at_edge_shapes() {
+    let mut rng = StdRng::seed_from_u64(rand::rng().random());
+    for (g, n, k, counts) in [
+        (1usize, 1usize, 32usize, vec![1usize]),
+        (1, 15, 96, vec![2]),
+        (1, 17, 4000, vec![1]),
+        (1, 65, 96, vec![3]),
+        (1, 65, 4000, vec![1]),
+        (1, 1, 4000, vec![1]),
+        (5, 17, 96, vec![0, 3, 0, 0, 2]),
+        (3, 40, 1024, vec![2, 0, 1]),
+        (4, 15, 4000, vec![0, 1, 1, 0]),
+    ] {
+        for (packed, wide) in [(false, false), (true, true), (true, false), (false, true)] {
+            let seed: u64 = rng.random();
+            let (q, s) = random_weights(g, n, k, wide, seed);
+            let w = weights(g, n, k, packed, q, s);
+            for kn in [dq(&[]), dqw(0), dqw(8), dqp(0, 1), dqp(1, 2)] {
+                check_dequant(&w, &counts, &kn, seed);
+            }
+        }
+    }
+}
+
+/// The four fold / finite promise combinations with scale bytes at their limits: 0 (the subnormal 2^-127 times
+/// e2m1, down to 2^-128), 1, 127, 128 (fold), 255 (NaN blocks), 129 / 200 / 254 (no fold; 254 overflows 6 x 2^127
+/// to inf), every nibble value in every block; both layouts, every dequant kernel.
+#[test]
+fn dequant_kernels_keep_scale_edge_semantics() {
+    let (g, n, k) = (1usize, 66usize, 512usize);
+    let mut rng = StdRng::seed_from_u64(rand::rng().random());
+    for (bytes, fold, finite) in [
+        (vec![0u8, 1, 127, 128, 120], true, true),
+        (vec![0u8, 1, 127, 128, 255], true, false),
+        (vec![0u8, 1, 129, 200, 254], false, true),
+        (vec![0u8, 254, 129, 255, 127], false, false),
+    ] {
+        let seed: u64 = rng.random();
+        // Every byte holds two random nibbles; the first 8 bytes of each block hold all 16 nibble values.
+        let mut q: Vec<u8> = (0..g * n * k / 2).map(|_| rng.random()).collect();
+        for (i, b) in q.iter_mut().enumerate() {
+            let j = i % 16;
+            if j < 8 {
+                *b = (2 * j as u8) | ((2 * j as u8 + 1) << 4);
+            }
+        }
+        let s: Vec<u8> = (0..g * n * k / 32).map(|_| bytes[rng.random_range(0..bytes.len())]).collect();
+        assert_eq!(scales_foldable(&s), fold);
+        assert_eq!(!s.contains(&255), finite);
+        for packed in [false, true] {
+            let w = weights(g, n, k, packed, q.clone(), s.clone());
+            for kn in [dq(&[]), dqw(0), dqw(1), dqp(0, 1)] {
+                let nan_seen = check_dequant(&w, &[2], &kn, seed);
+                assert_eq!(nan_seen, !finite, "{bytes:?}");
+            }
         }
     }
 }
@@ -119,7 +218,9 @@ fn dense_edges_on_the_dq_gemm_path() {
             &format!("dq M{m} K{k} N{n}"),
             &[("M", m), ("K", k), ("N", n), ("packed", packed), ("wide", wide)],
         );
-        assert_eq!(run(&p, rng.random(), &dq(&[])), 2);
+        for kn in [dq(&[]), dqw(0)] {
+            assert_eq!(run(&p, rng.random(), &kn), 2);
+        }
     }
 }
 
@@ -146,8 +247,10 @@ fn grouped_epilogues_activations_and_knob_points() {
                 ("act", act),
             ],
         );
-        let launches = run(&p, rng.random(), &dq(&[]));
-        assert_eq!(launches, if act == 1 { 3 } else { 2 });
+        for kn in [dq(&[]), dqw(0)] {
+            let launches = run(&p, rng.random(), &kn);
+            assert_eq!(launches, if act == 1 { 3 } else { 2 });
+        }
     }
     // GEMM knob sets: one warpgroup, narrower tiles, three stages, n raster, the mma.sync GEMM.
     let p = Preset::new(
@@ -240,6 +343,11 @@ fn invalid_knobs_are_typed_errors() {
         dq(&[("WA", 3)]),
         dq(&[]).with("RASTER", "z"),
         dq(&[]).with("MMA", "tensor"),
+        dq(&[]).with("DQ", "z"),
+        dqw(3),
+        dqw(16),
+        dqp(0, 33),
+        dq(&[("DQP", 1)]),
     ] {
         match inst.plan(&kn) {
             Err(OpError::InvalidKnobs { op, .. }) => assert_eq!(op, "mxfp4_matmul", "{kn}"),
@@ -276,6 +384,20 @@ fn prefill_kernels_compile_without_spills() {
         (m4096(&[("packed", 1)]), dq(&[]).with("RASTER", "n")),
         (m4096(&[("packed", 1), ("epilogue", 1), ("p", 1)]), dq(&[])),
         (vec![("G", 28), ("mean", 1024), ("N", 6144), ("K", 3584), ("packed", 1)], default_knobs()),
+        // The wide dequant kernel (DQ=wide) at every words-per-thread value, both layouts and scale ranges.
+        (m4096(&[("packed", 1)]), dqw(0)),
+        (m4096(&[("packed", 1)]), dqw(1)),
+        (m4096(&[("packed", 1)]), dqw(2)),
+        (m4096(&[("packed", 1)]), dqw(8)),
+        (m4096(&[]), dqw(0)),
+        (m4096(&[]), dqw(8)),
+        (m4096(&[("packed", 1), ("wide", 1)]), dqw(0)),
+        (m4096(&[("wide", 1)]), dqw(8)),
+        (vec![("G", 28), ("mean", 1024), ("N", 6144), ("K", 3584), ("packed", 1)], dqw(0)),
+        (m4096(&[("packed", 1)]), dqp(0, 4)),
+        (m4096(&[("packed", 1)]), dqp(2, 8)),
+        (m4096(&[]), dqp(0, 8)),
+        (vec![("G", 28), ("mean", 1024), ("N", 6144), ("K", 3584), ("packed", 1)], dqp(0, 4)),
         // The in-kernel wgmma path these shapes took by default before (the A/B baseline, PATH=tile).
         (m4096(&[("packed", 1)]), default_knobs().with("PATH", "tile")),
         (m4096(&[]), default_knobs().with("PATH", "tile")),
@@ -309,36 +431,38 @@ fn jit_matches_the_interpreter_bit_for_bit() {
     ] {
         let p = Preset::new("jit", &dims);
         let inst = Mxfp4Matmul.instance(&p, rng.random()).unwrap();
-        let plan = inst.plan(&dq(&[])).unwrap();
-        let mut outs = vec![];
-        for use_jit in [false, true] {
-            let mut bufs: Vec<HostTensor> = plan
-                .buffers
-                .iter()
-                .map(|b| {
-                    let mut t = b.tensor.clone();
-                    if b.role != Role::Input {
-                        t.poison();
+        for kn in [dq(&[]), dqw(0), dqw(1), dqp(1, 1)] {
+            let plan = inst.plan(&kn).unwrap();
+            let mut outs = vec![];
+            for use_jit in [false, true] {
+                let mut bufs: Vec<HostTensor> = plan
+                    .buffers
+                    .iter()
+                    .map(|b| {
+                        let mut t = b.tensor.clone();
+                        if b.role != Role::Input {
+                            t.poison();
+                        }
+                        t
+                    })
+                    .collect();
+                for s in &plan.steps {
+                    let mut args: Vec<HostTensor> = s.args.iter().map(|&i| bufs[i].clone()).collect();
+                    if use_jit {
+                        let jk = jit::compile(&s.kernel).unwrap_or_else(|e| panic!("{}: {e}", s.kernel.name));
+                        jk.run(&mut args, &[], InterpOptions::default()).unwrap();
+                    } else {
+                        interp::run(&s.kernel, &mut args, &[], InterpOptions::default()).unwrap();
                     }
-                    t
-                })
-                .collect();
-            for s in &plan.steps {
-                let mut args: Vec<HostTensor> = s.args.iter().map(|&i| bufs[i].clone()).collect();
-                if use_jit {
-                    let jk = jit::compile(&s.kernel).unwrap_or_else(|e| panic!("{}: {e}", s.kernel.name));
-                    jk.run(&mut args, &[], InterpOptions::default()).unwrap();
-                } else {
-                    interp::run(&s.kernel, &mut args, &[], InterpOptions::default()).unwrap();
+                    for (&i, t) in s.args.iter().zip(args) {
+                        bufs[i] = t;
+                    }
                 }
-                for (&i, t) in s.args.iter().zip(args) {
-                    bufs[i] = t;
-                }
+                outs.push(bufs);
             }
-            outs.push(bufs);
-        }
-        for (i, b) in plan.buffers.iter().enumerate() {
-            assert_eq!(outs[0][i].data, outs[1][i].data, "{dims:?}: buffer {}", b.name);
+            for (i, b) in plan.buffers.iter().enumerate() {
+                assert_eq!(outs[0][i].data, outs[1][i].data, "{dims:?} [{kn}]: buffer {}", b.name);
+            }
         }
     }
 }

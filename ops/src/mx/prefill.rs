@@ -8,7 +8,11 @@
 //!    in-kernel paths: one prmt, three bit operations and one bf16x2 multiply per two values) and stores the
 //!    bf16 tile. Grouped: windows whose rows belong only to experts without tokens are skipped (the GEMM never
 //!    reads them). Bandwidth-bound and independent of M: `N*K*(1/2 + 1/32)` bytes read, `2*N*K` written per
-//!    expert with tokens (6144 x 3584: 11.7 MB + 44.0 MB, ~13 us at 4.3 TB/s).
+//!    expert with tokens (6144 x 3584: 11.7 MB + 44.0 MB, ~13 us at 4.3 TB/s). Measured (ncu, M4096 packed,
+//!    session 7): 47 us at 14% DRAM throughput: the tile's bf16 pairs leave as 4-byte stores, each warp store
+//!    touching 8 rows (8 cache lines for 128 bytes), 32 per thread. `DQ=wide` selects [`build_dequant_wide`]
+//!    instead (a flat word stream, 16-byte loads and stores covering contiguous bytes per warp; `DQU` words per
+//!    thread, `DQP` a persistent grid); `DQ=tile` (the default until the GPU A/B) this kernel.
 //! 2. MXFP8 activations only: `mx.dequantize` (E4M3 -> bf16, [`super::quant::build_dequantize`]) into a bf16
 //!    scratch `xd: [M, K]` (`M*K*(1 + 1/32)` bytes read, `2*M*K` written).
 //! 3. The `latent_moe_gemm` kernel ([`crate::latent_moe_gemm::build_kernel`], wgmma by default) on the bf16
@@ -40,6 +44,24 @@ pub const DQ_ROWS: u32 = 16 * DQ_WARPS;
 /// Weight columns (K) per dequant CTA: four 32-wide blocks, eight 32-bit words and eight scale bytes in
 /// flight per thread (packed layout; natural: eight 16-byte block loads), a 32-register bf16 tile.
 pub const DQ_COLS: u32 = 128;
+
+/// The knob that picks the weight dequant kernel of this path: `tile` ([`build_dequant_weights`]'s
+/// `[DQ_ROWS, DQ_COLS]` register-tile windows, the default) or `wide` ([`build_dequant_wide`]: a flat SIMT stream of
+/// 32-bit words, each thread's 8 values stored as one 16-byte access). Absent: `tile`.
+pub const DQ_KNOB: &str = "DQ";
+/// `DQ=tile`: the register-tile dequant kernel.
+pub const DQ_TILE: &str = "tile";
+/// `DQ=wide`: the flat 16-byte-store dequant kernel.
+pub const DQ_WIDE: &str = "wide";
+/// `DQ=wide`: words (8 values each) per thread, `DQU=1|2|4|8`; 0 or absent: [`DQW_WORDS`].
+pub const DQU_KNOB: &str = "DQU";
+/// `DQ=wide`: `DQP=n` (1..=32) runs the dequant as a persistent grid-stride loop of about n CTAs per SM
+/// ([`build_dequant_wide`]); 0 or absent: one CTA per chunk of words.
+pub const DQP_KNOB: &str = "DQP";
+/// `DQ=wide`: threads per CTA.
+pub const DQW_THREADS: u32 = 256;
+/// `DQ=wide`: the default words per thread (all their loads issued before the first decode).
+pub const DQW_WORDS: u32 = 4;
 
 /// `PATH=auto` takes this path when the GEMM's 128-row token tiles number at least this many per expert with
 /// tokens (dense: M > 128). The arithmetic (H200, N6144 K3584, `results/bench/nvidia-h200/NOTES.md`):
@@ -131,6 +153,10 @@ pub fn auto_selects(knobs: &Knobs, sh: &ShapeFacts) -> Result<bool, OpError> {
 pub struct DqCfg {
     pub gemm: Knobs,
     pub mx: Knobs,
+    /// `DQ=wide`: the words per thread of [`build_dequant_wide`]; `None`: `DQ=tile` ([`build_dequant_weights`]).
+    pub wide: Option<u32>,
+    /// `DQ=wide`, `DQP`: CTAs per SM of a persistent grid-stride dequant grid; 0: one CTA per chunk.
+    pub persist: u32,
 }
 
 /// Map the `mxfp4_matmul` knobs onto the GEMM's: BM, BN, BK, STAGES, RASTER as they are, WA -> WM (warps
@@ -170,6 +196,21 @@ pub fn resolve(knobs: &Knobs) -> Result<DqCfg, OpError> {
         return Err(bad_knobs(knobs, format!("RASTER={raster}: m or n")));
     }
     let mma_name = if wgmma { "wgmma" } else { "sync" };
+    let wide = match str_or(knobs, DQ_KNOB, DQ_TILE)? {
+        DQ_TILE => None,
+        DQ_WIDE => Some(match int_or0(knobs, DQU_KNOB)? {
+            0 => DQW_WORDS,
+            u @ (1 | 2 | 4 | 8) => u,
+            u => return Err(bad_knobs(knobs, format!("DQU={u}: 1, 2, 4 or 8 words per thread (0 = {DQW_WORDS})"))),
+        }),
+        other => return Err(bad_knobs(knobs, format!("DQ={other}: {DQ_TILE} or {DQ_WIDE}"))),
+    };
+    let persist = match (wide, int_or0(knobs, DQP_KNOB)?) {
+        (_, 0) => 0,
+        (Some(_), p @ 1..=32) => p,
+        (None, p) => return Err(bad_knobs(knobs, format!("DQP={p}: a persistent dequant grid needs DQ={DQ_WIDE}"))),
+        (_, p) => return Err(bad_knobs(knobs, format!("DQP={p}: 0 (one CTA per chunk) or 1..=32 CTAs per SM"))),
+    };
     let gemm = Knobs::new()
         .with("BM", bm)
         .with("BN", bn)
@@ -197,7 +238,11 @@ pub fn resolve(knobs: &Knobs) -> Result<DqCfg, OpError> {
         .with("FIN", "auto")
         .with("PF", "off")
         .with("MINB", 1u32);
-    Ok(DqCfg { gemm, mx })
+    let mx = match wide {
+        None => mx.with(DQ_KNOB, DQ_TILE),
+        Some(u) => mx.with(DQ_KNOB, DQ_WIDE).with(DQU_KNOB, u).with(DQP_KNOB, persist),
+    };
+    Ok(DqCfg { gemm, mx, wide, persist })
 }
 
 /// The weight dequant kernel. Tensors (grouped / dense): `wq: [G, N, KW] / [N, KW] u32` (natural bytes as
@@ -205,17 +250,7 @@ pub fn resolve(knobs: &Knobs) -> Result<DqCfg, OpError> {
 /// `wd: [G, N, K] / [N, K] bf16` (written). The launcher guarantees K = 8 KW = 32 KB. `mx` are the knobs it
 /// records.
 pub fn build_dequant_weights(spec: &MatSpec, mx: &Knobs) -> Result<Kernel, OpError> {
-    let name = format!(
-        "k3k_mxfp4_dq_w_{}{}{}_r{DQ_ROWS}_c{DQ_COLS}",
-        if spec.grouped { "grouped" } else { "dense" },
-        if spec.packed { "_packed" } else { "" },
-        match (spec.fold, spec.finite) {
-            (true, true) => "_foldf",
-            (true, false) => "_fold",
-            (false, true) => "_finite",
-            (false, false) => "",
-        },
-    );
+    let name = format!("k3k_mxfp4_dq_w_{}_r{DQ_ROWS}_c{DQ_COLS}", dq_suffix(spec));
     let mut b = KernelBuilder::new(&name, 32 * DQ_WARPS);
     b.knobs(mx.clone());
     let n = b.dim("N");
@@ -270,6 +305,189 @@ pub fn build_dequant_weights(spec: &MatSpec, mx: &Knobs) -> Result<Kernel, OpErr
     Ok(b.finish()?)
 }
 
+/// The weight dequant kernel the knobs pick (`DQ`).
+fn dequant_kernel(spec: &MatSpec, c: &DqCfg) -> Result<Kernel, OpError> {
+    match c.wide {
+        None => build_dequant_weights(spec, &c.mx),
+        Some(u) => build_dequant_wide(spec, &c.mx, u, c.persist),
+    }
+}
+
+/// The kernel name's layout and promise suffix.
+fn dq_suffix(spec: &MatSpec) -> String {
+    format!(
+        "{}{}{}",
+        if spec.grouped { "grouped" } else { "dense" },
+        if spec.packed { "_packed" } else { "" },
+        match (spec.fold, spec.finite) {
+            (true, true) => "_foldf",
+            (true, false) => "_fold",
+            (false, true) => "_finite",
+            (false, false) => "",
+        },
+    )
+}
+
+/// `DQ=wide`: the weight dequant kernel as a flat stream (same tensors, result and grouped skip as
+/// [`build_dequant_weights`]). Since K = 8 KW = 32 KB, the 32-bit word `i` of an expert's `wq` (`N * KW` words)
+/// holds exactly the 8 values `wd[8 i .. 8 i + 8]` of its `wd` rows, of scale byte `ws[i / 4]` (word `i % 4` of
+/// its 32-value block): natural layout, nibble `j` of word `i` is value `8 i + j`; packed, value `8 i + j` is
+/// nibble `2 (i % 4) + j % 2` of word `j / 2` of the block (`mx::pack`), so a thread loads its whole 16-byte
+/// block (the four threads of a block share it) and shifts its byte out of each word. No K or N edges: only the
+/// expert's word count bounds the last CTA.
+///
+/// Grid `(ceil(N KW / (T U)), G)`, `T` = [`DQW_THREADS`] threads of `words` = U words each, thread `t` of CTA `x`
+/// taking words `x T U + t + u T` (`u < U`: every warp access covers consecutive words; a warp's 16-byte stores
+/// cover 512 contiguous bytes). Each thread first issues all its loads (U words or U 16-byte blocks, U scale
+/// bytes), then per word decodes 8 values in f32 (sign and exponent/mantissa bits moved into an f32 that is
+/// `e2m1 * 2^-126`, times `2^(s-1)`, or with scale bytes above 128 times `2^126` then `2^(s-127)`; `s = 0` is the
+/// subnormal `2^-127`; exact, as the bf16 it is stored as) and stores them as one 16-byte `StoreWide`.
+/// Grouped: CTAs of experts without tokens return at once.
+///
+/// With `persist` > 0 (`DQP`), a grid-stride loop instead: `max(1, NUM_SMS * persist / G)` CTAs per expert (at
+/// most its chunk count) each take the chunks `x, x + gridDim.x, ...` of `T U` words, so the grid is about
+/// `persist` CTAs per SM and no partial last wave is left.
+pub fn build_dequant_wide(spec: &MatSpec, mx: &Knobs, words: u32, persist: u32) -> Result<Kernel, OpError> {
+    let threads = DQW_THREADS;
+    let per_cta = (threads * words) as i64;
+    let pname = if persist > 0 { format!("_p{persist}") } else { String::new() };
+    let name = format!("k3k_mxfp4_dq_w_{}_wide_t{threads}_u{words}{pname}", dq_suffix(spec));
+    let mut b = KernelBuilder::new(&name, threads);
+    b.knobs(mx.clone());
+    let n = b.dim("N");
+    let kq = b.dim("KW");
+    let kb = b.dim("KB");
+    let kd = b.dim("K");
+    let (g, lead) = if spec.grouped {
+        let g = b.dim("G");
+        (g.clone(), vec![g, n.clone()])
+    } else {
+        (Expr::Int(1), vec![n.clone()])
+    };
+    let shape = |last: &Expr| -> Vec<Expr> { lead.iter().cloned().chain([last.clone()]).collect() };
+    let wq = b.tensor("wq", DType::U32, &shape(&kq), Access::Read);
+    let ws = b.tensor("ws", DType::U8, &shape(&kb), Access::Read);
+    let offs = spec.grouped.then(|| b.tensor("offs", DType::I32, std::slice::from_ref(&g), Access::Read));
+    let wd = b.tensor("wd", DType::Bf16, &shape(&kd), Access::Write);
+    let nw_expr = n.clone() * kq.clone();
+    let chunks = nw_expr.ceil_div(per_cta);
+    if persist > 0 {
+        let num_sms = b.int_arg(k3k_ir::NUM_SMS);
+        let per_group = (num_sms * persist as i64 / g.clone()).max(1i64);
+        b.grid(per_group.min(chunks.clone()), g, 1i64);
+    } else {
+        b.grid(chunks.clone(), g, 1i64);
+    }
+    let nw = b.let_("nw", nw_expr);
+    let gi = if spec.grouped { Expr::block_idx(1) } else { Expr::Int(0) };
+    let gbase = b.let_("gbase", &gi * nw.clone());
+    let (packed, fold, finite) = (spec.packed, spec.fold, spec.finite);
+    // One chunk of T U words from word c0 of the expert (bounded: the expert's last, partial chunk).
+    let region = |b: &mut KernelBuilder, c0: &Expr, bounded: bool| {
+        b.threads(|b| {
+            let tid = Expr::thread_idx();
+            let wlen = if packed { 4 * words } else { words };
+            let q = b.let_array("q", wlen, ScalarTy::Int, 0i64);
+            let s = b.let_array("s", words, ScalarTy::Int, 0i64);
+            let loc = |u: u32| c0 + &tid + (u * threads) as i64;
+            let guarded = |b: &mut KernelBuilder, u: u32, f: &dyn Fn(&mut KernelBuilder)| {
+                if bounded { b.if_(loc(u).lt(nw.clone()), f) } else { f(b) }
+            };
+            // Every load first.
+            for u in 0..words {
+                let flat = &gbase + loc(u);
+                guarded(b, u, &|b| {
+                    if packed {
+                        // The block's four words (gbase, c0 and u T are multiples of 4: the block starts at
+                        // flat - tid % 4).
+                        b.load_wide(q, 4 * u, wq, &flat - tid.bitand(3i64), 4);
+                    } else {
+                        b.array_set(q, u, Expr::load(wq, flat.clone()));
+                    }
+                    b.array_set(s, u, Expr::load(ws, flat.shr(2i64)));
+                });
+            }
+            // This thread's byte of each word of its block (packed): 8 * (tid % 4).
+            let sh = if packed { Some(b.let_("sh", tid.bitand(3i64) * 8i64)) } else { None };
+            for u in 0..words {
+                let flat = &gbase + loc(u);
+                guarded(b, u, &|b| {
+                    let sv = b.let_(&format!("s{u}"), Expr::array_get(s, u as i64));
+                    let nan = Expr::Int(0x7FC0_0000).from_bits();
+                    let scale = if fold {
+                        // 2^(s-1): s <= 128 (or 255).
+                        (&sv + 126i64).shl(23i64).from_bits()
+                    } else {
+                        // 2^(s-127); s = 0: the subnormal 2^-127.
+                        Expr::select(sv.eq(0i64), Expr::Int(0x0040_0000), sv.shl(23i64)).from_bits()
+                    };
+                    let scale = if finite { scale } else { Expr::select(sv.eq(255i64), nan, scale) };
+                    let sf = b.let_(&format!("sf{u}"), scale);
+                    // The words holding this thread's 8 values, shifted so value j sits at bits 4 (j % 2) of
+                    // word j / 2 (packed) or at bits 4 j of the one word (natural).
+                    // The words holding this thread's 8 values, shifted so value j is the nibble at bits
+                    // 4 (j % 2) of word j / 2 (packed) or at bits 4 j of the one word (natural; values 6 and 7
+                    // from the word shifted down by 24).
+                    let src: Vec<Expr> = if let Some(sh) = &sh {
+                        (0..4)
+                            .map(|l| {
+                                b.let_(&format!("x{u}_{l}"), Expr::array_get(q, (4 * u + l) as i64).shr(sh.clone()))
+                            })
+                            .collect()
+                    } else {
+                        let w = b.let_(&format!("x{u}"), Expr::array_get(q, u as i64));
+                        let hi = b.let_(&format!("x{u}_hi"), w.shr(24i64));
+                        vec![w, hi]
+                    };
+                    let o = b.let_array(&format!("o{u}"), 8, ScalarTy::Float, 0.0);
+                    for j in 0..8u32 {
+                        let (word, at) = match (packed, j) {
+                            (true, _) => (&src[(j / 2) as usize], 4 * (j % 2)),
+                            (false, 0..6) => (&src[0], 4 * j),
+                            (false, _) => (&src[1], 4 * (j - 6)),
+                        };
+                        // e2m1(nib) * 2^-126 as f32 bits: the sign (nibble bit 3) to bit 31, exponent and
+                        // mantissa (bits 0..2) to bits 22..24. With the nibble n in place (`word & 15 << at`),
+                        // one multiply adds n << 22 and n << 28 (disjoint bits) and a mask keeps bits 31 and
+                        // 22..24: three integer instructions per value.
+                        let mult = (1i64 << (22 - at)) + (1i64 << (28 - at));
+                        let bits = (word.bitand(15i64 << at) * mult).bitand(0x81C0_0000i64).from_bits();
+                        let v = if fold {
+                            bits * sf.clone()
+                        } else {
+                            (bits * Expr::Int(0x7E80_0000).from_bits()) * sf.clone()
+                        };
+                        b.array_set(o, j as i64, v);
+                    }
+                    b.store_wide(wd, flat.clone() * 8i64, o, 0, 8);
+                });
+            }
+        });
+    };
+    let chunk = |b: &mut KernelBuilder, c0: Expr| {
+        b.if_else((&c0 + per_cta).le(nw.clone()), |b| region(b, &c0, false), |b| region(b, &c0, true));
+    };
+    let body = |b: &mut KernelBuilder| {
+        if persist > 0 {
+            b.for_("chunk", Expr::block_idx(0), chunks.clone(), Expr::grid_dim(0), |b, ch| {
+                let c0 = b.let_("c0", ch * per_cta);
+                chunk(b, c0);
+            });
+        } else {
+            let c0 = b.let_("c0", Expr::block_idx(0) * per_cta);
+            chunk(b, c0);
+        }
+    };
+    if let Some(o) = offs {
+        let start = Expr::select(gi.gt(0i64), Expr::load(o, &gi - 1i64), Expr::Int(0));
+        let tokens = b.let_("tokens", Expr::load(o, gi.clone()) - start);
+        b.if_(tokens.gt(0i64), body);
+    } else {
+        body(&mut b);
+    }
+    Ok(b.finish()?)
+}
+
 /// The GEMM variant for the problem.
 pub fn gemm_spec(spec: &MatSpec, sh: &ShapeFacts) -> GemmSpec {
     GemmSpec::for_shape(spec.grouped, spec.epilogue, spec.row_scale, sh.k, sh.n_out)
@@ -293,7 +511,7 @@ fn act_kernel() -> Result<Kernel, OpError> {
 /// The kernels of this path, in launch order: weight dequant, (MXFP8) activation dequant, GEMM.
 pub fn kernels(spec: &MatSpec, sh: &ShapeFacts, knobs: &Knobs) -> Result<Vec<Kernel>, OpError> {
     let c = resolve(knobs)?;
-    let mut v = vec![build_dequant_weights(spec, &c.mx)?];
+    let mut v = vec![dequant_kernel(spec, &c)?];
     if spec.act8 {
         v.push(act_kernel()?);
     }
@@ -315,7 +533,7 @@ pub fn plan(
     let (g, n, k) = (w.groups, w.n, w.k);
     let m = inp.x.shape().0;
     let mut plan = Plan::default();
-    let dq = build_dequant_weights(spec, &c.mx)?;
+    let dq = dequant_kernel(spec, &c)?;
     let gemm = gemm_kernel(spec, sh, &c)?;
     let act = if spec.act8 { Some(act_kernel()?) } else { None };
     if m == 0 {
