@@ -31,6 +31,13 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(unsigned char* bar, unsign
 __device__ __forceinline__ void mbar_arrive(unsigned char* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
 }
+// Lane 0 of every warp (after the warp converges, so the arrival releases what all its lanes did) arrives once.
+__device__ __forceinline__ void mbar_arrive_warp(unsigned char* bar) {
+  __syncwarp();
+  if ((threadIdx.x & 31) == 0) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
+  }
+}
 // Wait until the phase of parity PARITY has completed (try_wait suspends for a bounded time per attempt). The
 // retry loop is one asm block with labels local to its braces (as CUTLASS's ClusterBarrier::wait).
 __device__ __forceinline__ void mbar_wait(unsigned char* bar, int parity) {

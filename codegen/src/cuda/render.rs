@@ -36,11 +36,12 @@ pub fn uses_tma(k: &Kernel) -> bool {
     !k.mbarriers.is_empty() || !k.tensor_maps.is_empty() || uses_cluster(k)
 }
 
-/// True when a kernel has a cluster shape or a cluster statement.
+/// True when a kernel has a cluster shape or a cluster barrier. (Without a cluster, a per-warp arrival on CTA 0
+/// is an arrival on the block's own barrier, rendered from [`PRELUDE_TMA`].)
 pub fn uses_cluster(k: &Kernel) -> bool {
     let mut any = k.cluster_size() > 1;
     k.visit_stmts(&mut |s| {
-        any |= matches!(s, Stmt::MbarArriveCluster { .. } | Stmt::ClusterSync);
+        any |= matches!(s, Stmt::ClusterSync);
     });
     any
 }
@@ -398,6 +399,12 @@ impl<'a> Renderer<'a> {
                     self.mbar_ptr(&t.bar),
                     coords.join(", ")
                 );
+                self.line(&line);
+            }
+            // Without a cluster the block is rank 0 of a one-CTA cluster (the only rank the validator and the
+            // CPU backends accept): a plain arrival on its own barrier, one per warp.
+            Stmt::MbarArriveCluster { bar, .. } if k.cluster_size() == 1 => {
+                let line = format!("k3k::mbar_arrive_warp({});", self.mbar_ptr(bar));
                 self.line(&line);
             }
             Stmt::MbarArriveCluster { bar, cta } => {
