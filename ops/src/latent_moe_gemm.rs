@@ -606,14 +606,26 @@ pub fn build_kernel(spec: &GemmSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
         }
     };
     let stage_bytes = 2 * bk * (bm + bn);
+    // The ring slot of stage use `u` and the parity of its phase (`u / STAGES` completed phases of the slot before
+    // it). AHEAD (whose uses are never negative) with a power-of-two STAGES: a mask and a shift instead of the
+    // signed 64-bit remainder and quotient (the measured in-loop schedule keeps its expressions).
+    let bits = c.ahead.is_some() && st.is_power_of_two();
+    let slot_of = |u: Expr| -> Expr { if bits { u.bitand(st as i64 - 1) } else { u % st as i64 } };
+    let phase_of = |u: Expr| -> Expr {
+        if bits { u.shr(st.trailing_zeros() as i64).bitand(1i64) } else { (u / st as i64) % 2i64 }
+    };
+    // The parity an empty-barrier wait before filling use `u` waits for: phase `u / STAGES - 1` (a fresh barrier
+    // passes parity 1 at once).
+    let empty_parity =
+        |u: Expr| -> Expr { if bits { phase_of(u).bitxor(1i64) } else { (u / st as i64 + 1i64) % 2i64 } };
     // Load k-step `kt` of tile `cs` as stage use `use_` of the ring: slot `use_ % STAGES` (LOAD=tma: waiting for
     // that use's empty phase and completing on its full barrier; the cp.async path is called with `use_ = kt`).
     let load_stage_at = |b: &mut KernelBuilder, cs: &Coords, kt: Expr, use_: Expr| {
-        let slot = use_.clone() % st as i64;
+        let slot = slot_of(use_.clone());
         if let Some((xm, wm, full, empty)) = tma {
             // The producer (thread 0) waits until every thread has released the slot's previous use (`use -
             // STAGES`: phase `use / STAGES - 1` of its empty barrier; a fresh barrier passes parity 1 at once).
-            b.mbar_wait_elected(empty, slot.clone(), (use_ / st as i64 + 1i64) % 2i64);
+            b.mbar_wait_elected(empty, slot.clone(), empty_parity(use_));
             let k0 = kt * bk as i64;
             // (CLUSTER=2: the full stage, half of the shared operand from each CTA of the pair.)
             b.mbar_arrive_expect_tx(full, slot.clone(), stage_bytes);
@@ -812,9 +824,9 @@ pub fn build_kernel(spec: &GemmSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
                     let next = &kt + (st - 2) as i64;
                     b.if_(next.lt(k_tiles.clone()), |b| load_stage(b, cs, next.clone()));
                 }
-                let slot = use_of(&kt) % st as i64;
+                let slot = slot_of(use_of(&kt));
                 if let Some((_, _, full, _)) = tma {
-                    b.mbar_wait(full, slot.clone(), (use_of(&kt) / st as i64) % 2i64);
+                    b.mbar_wait(full, slot.clone(), phase_of(use_of(&kt)));
                 } else {
                     b.commit();
                 }
@@ -830,7 +842,7 @@ pub fn build_kernel(spec: &GemmSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
                 b.mma_wait(groups);
                 // The previous k-step's products are complete: release their slot to the producer.
                 if let Some((_, _, _, empty)) = tma {
-                    b.if_(kt.gt(0i64), |b| release(b, empty, (use_of(&kt) - 1i64) % st as i64));
+                    b.if_(kt.gt(0i64), |b| release(b, empty, slot_of(use_of(&kt) - 1i64)));
                 }
                 // AHEAD: the producer's next stage, into the slot released `STAGES - AHEAD` uses ago (at
                 // AHEAD = STAGES-1 the one just released: thread 0 waits for the other warps' releases while
@@ -843,7 +855,7 @@ pub fn build_kernel(spec: &GemmSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
             b.mma_wait(0);
             if let Some((_, _, _, empty)) = tma {
                 let last = use_of(&(k_tiles.clone() - 1i64));
-                b.if_(k_tiles.gt(0i64), |b| release(b, empty, last % st as i64));
+                b.if_(k_tiles.gt(0i64), |b| release(b, empty, slot_of(last)));
             }
             // K = 0: no product ran, the result is zero.
             b.if_(k_tiles.le(0i64), |b| {
