@@ -2,11 +2,10 @@
 // products. Generic primitives only (ThunderKittens-style); the IR decides what runs on which tiles.
 namespace k3k {
 
-__device__ __forceinline__ unsigned smem_u32(const void* p) {
-  unsigned long long a;
-  asm("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(p));
-  return (unsigned)a;
-}
+// The shared-window address of a generic pointer into shared memory. The intrinsic (not an opaque cvta in asm) lets
+// the compiler fold `smem_u32(base + offset)` into a 32-bit `shared base + offset`, instead of materializing the
+// 64-bit generic address (shared window + CTA id) and converting it back at every use.
+__device__ __forceinline__ unsigned smem_u32(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
 __device__ __forceinline__ float shfl_xor(float v, int m) {
   float r;
   asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(r) : "f"(v), "r"(m));
