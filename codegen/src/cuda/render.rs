@@ -549,12 +549,12 @@ impl<'a> Renderer<'a> {
                             t.0
                         ));
                         self.line(&format!(
-                            "  {name}(&t{}.v[0][0][0], ar_, bd_ + (unsigned long long)({bstep16} * kk_), kk_ > 0 ? 1 : scale_d_);",
+                            "  {name}(&t{}.v[0][0][0], ar_, k3k::wgmma_desc_add(bd_, {bstep16} * kk_), kk_ > 0 ? 1 : scale_d_);",
                             acc.0
                         ));
                     }
                     _ => self.line(&format!(
-                        "  {name}(&t{}.v[0][0][0], ad_ + (unsigned long long)(2 * kk_), bd_ + (unsigned long long)({bstep16} * kk_), kk_ > 0 ? 1 : scale_d_);",
+                        "  {name}(&t{}.v[0][0][0], k3k::wgmma_desc_add(ad_, 2 * kk_), k3k::wgmma_desc_add(bd_, {bstep16} * kk_), kk_ > 0 ? 1 : scale_d_);",
                         acc.0
                     )),
                 }
