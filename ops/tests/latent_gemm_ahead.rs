@@ -83,8 +83,8 @@ fn ahead_stream_matches_f64_across_tile_boundaries() {
     {
         for &k in ks {
             for ahead in 1..stages {
-                let release = if i % 2 == 0 { "warp" } else { "thread" };
-                let overlap = if (i / 2) % 2 == 0 { "off" } else { "on" };
+                let release = if i.is_multiple_of(2) { "warp" } else { "thread" };
+                let overlap = if (i / 2).is_multiple_of(2) { "off" } else { "on" };
                 i += 1;
                 let knobs = ahead_knobs(bm, 64, stages, ahead, release, overlap);
                 check_case(seed, &mut rng, &counts, true, Epilogue::None, false, k, 130, &knobs);
