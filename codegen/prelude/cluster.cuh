@@ -14,7 +14,7 @@ __device__ __forceinline__ void mbar_arrive_cluster(unsigned char* bar, unsigned
   if ((threadIdx.x & 31) == 0) {
     asm volatile(
         "{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\nmbarrier.arrive.release.cluster.shared::cluster.b64 _, "
-        "[ra];\n}\n" ::"r"(smem_u32(bar)),
+        "[ra];\n}\n" ::"r"(smem_u32_folded(bar)),
         "r"(cta)
         : "memory");
   }
@@ -23,7 +23,7 @@ __device__ __forceinline__ void mbar_arrive_cluster(unsigned char* bar, unsigned
 __device__ __forceinline__ void mbar_wait_cluster(unsigned char* bar, int parity) {
   asm volatile(
       "{\n.reg .pred p;\nK3K_MBARC_WAIT:\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%0], %1;\n@p bra "
-      "K3K_MBARC_DONE;\nbra K3K_MBARC_WAIT;\nK3K_MBARC_DONE:\n}\n" ::"r"(smem_u32(bar)),
+      "K3K_MBARC_DONE;\nbra K3K_MBARC_WAIT;\nK3K_MBARC_DONE:\n}\n" ::"r"(smem_u32_folded(bar)),
       "r"(parity)
       : "memory");
 }
@@ -38,8 +38,8 @@ __device__ __forceinline__ void tma_load_mc(unsigned char* dst, const TensorMap*
   if (threadIdx.x == 0) {
     asm volatile(
         "cp.async.bulk.tensor.1d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, "
-        "{%4}], [%2], %3;\n" ::"r"(smem_u32(dst)),
-        "l"((unsigned long long)map), "r"(smem_u32(bar)), "h"(mask), "r"(c0)
+        "{%4}], [%2], %3;\n" ::"r"(smem_u32_folded(dst)),
+        "l"((unsigned long long)map), "r"(smem_u32_folded(bar)), "h"(mask), "r"(c0)
         : "memory");
   }
 }
@@ -48,8 +48,8 @@ __device__ __forceinline__ void tma_load_mc(unsigned char* dst, const TensorMap*
   if (threadIdx.x == 0) {
     asm volatile(
         "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, "
-        "{%4, %5}], [%2], %3;\n" ::"r"(smem_u32(dst)),
-        "l"((unsigned long long)map), "r"(smem_u32(bar)), "h"(mask), "r"(c0), "r"(c1)
+        "{%4, %5}], [%2], %3;\n" ::"r"(smem_u32_folded(dst)),
+        "l"((unsigned long long)map), "r"(smem_u32_folded(bar)), "h"(mask), "r"(c0), "r"(c1)
         : "memory");
   }
 }
@@ -58,8 +58,8 @@ __device__ __forceinline__ void tma_load_mc(unsigned char* dst, const TensorMap*
   if (threadIdx.x == 0) {
     asm volatile(
         "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, "
-        "{%4, %5, %6}], [%2], %3;\n" ::"r"(smem_u32(dst)),
-        "l"((unsigned long long)map), "r"(smem_u32(bar)), "h"(mask), "r"(c0), "r"(c1), "r"(c2)
+        "{%4, %5, %6}], [%2], %3;\n" ::"r"(smem_u32_folded(dst)),
+        "l"((unsigned long long)map), "r"(smem_u32_folded(bar)), "h"(mask), "r"(c0), "r"(c1), "r"(c2)
         : "memory");
   }
 }
@@ -68,8 +68,8 @@ __device__ __forceinline__ void tma_load_mc(unsigned char* dst, const TensorMap*
   if (threadIdx.x == 0) {
     asm volatile(
         "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, "
-        "{%4, %5, %6, %7}], [%2], %3;\n" ::"r"(smem_u32(dst)),
-        "l"((unsigned long long)map), "r"(smem_u32(bar)), "h"(mask), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+        "{%4, %5, %6, %7}], [%2], %3;\n" ::"r"(smem_u32_folded(dst)),
+        "l"((unsigned long long)map), "r"(smem_u32_folded(bar)), "h"(mask), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
         : "memory");
   }
 }
@@ -78,8 +78,8 @@ __device__ __forceinline__ void tma_load_mc(unsigned char* dst, const TensorMap*
   if (threadIdx.x == 0) {
     asm volatile(
         "cp.async.bulk.tensor.5d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, "
-        "{%4, %5, %6, %7, %8}], [%2], %3;\n" ::"r"(smem_u32(dst)),
-        "l"((unsigned long long)map), "r"(smem_u32(bar)), "h"(mask), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4)
+        "{%4, %5, %6, %7, %8}], [%2], %3;\n" ::"r"(smem_u32_folded(dst)),
+        "l"((unsigned long long)map), "r"(smem_u32_folded(bar)), "h"(mask), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4)
         : "memory");
   }
 }

@@ -7,6 +7,16 @@ __device__ __forceinline__ unsigned smem_u32(const void* p) {
   asm("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(p));
   return (unsigned)a;
 }
+// The same address by the compiler's intrinsic, which it folds into a 32-bit `shared base + offset` instead of
+// materializing the 64-bit generic address (shared window + CTA id) at every use; used by the barrier and bulk-copy
+// primitives, whose addresses are recomputed every pipeline step. (Not yet for every shared access: it moves
+// register allocation, and one 384-thread gated-MLA prefill kernel spilled with it.)
+__device__ __forceinline__ unsigned smem_u32_folded(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
+// A wgmma descriptor whose start-address field (bits 0-13, 16-byte units) moves by UNITS: added to the low word
+// only (the field never carries: tiles end below the 256 KiB the 18-bit address spans), the high word untouched.
+__device__ __forceinline__ unsigned long long wgmma_desc_add(unsigned long long d, unsigned units) {
+  return (d & 0xFFFFFFFF00000000ull) | (unsigned long long)((unsigned)d + units);
+}
 __device__ __forceinline__ float shfl_xor(float v, int m) {
   float r;
   asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(r) : "f"(v), "r"(m));

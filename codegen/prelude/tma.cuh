@@ -13,7 +13,7 @@ struct alignas(64) TensorMap {
 __device__ __forceinline__ void mbar_init(unsigned char* bars, int n, unsigned count) {
   if (threadIdx.x == 0) {
     for (int i = 0; i < n; ++i) {
-      asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bars + 8 * i)), "r"(count) : "memory");
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32_folded(bars + 8 * i)), "r"(count) : "memory");
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
@@ -23,20 +23,27 @@ __device__ __forceinline__ void mbar_init(unsigned char* bars, int n, unsigned c
 // Thread 0 announces BYTES of transactions for the current phase and arrives (one arrival).
 __device__ __forceinline__ void mbar_arrive_expect_tx(unsigned char* bar, unsigned bytes) {
   if (threadIdx.x == 0) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(bytes)
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32_folded(bar)), "r"(bytes)
                  : "memory");
   }
 }
 // Every calling thread arrives once.
 __device__ __forceinline__ void mbar_arrive(unsigned char* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32_folded(bar)) : "memory");
+}
+// Lane 0 of every warp (after the warp converges, so the arrival releases what all its lanes did) arrives once.
+__device__ __forceinline__ void mbar_arrive_warp(unsigned char* bar) {
+  __syncwarp();
+  if ((threadIdx.x & 31) == 0) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32_folded(bar)) : "memory");
+  }
 }
 // Wait until the phase of parity PARITY has completed (try_wait suspends for a bounded time per attempt). The
 // retry loop is one asm block with labels local to its braces (as CUTLASS's ClusterBarrier::wait).
 __device__ __forceinline__ void mbar_wait(unsigned char* bar, int parity) {
   asm volatile(
       "{\n.reg .pred p;\nK3K_MBAR_WAIT:\nmbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n@p bra "
-      "K3K_MBAR_DONE;\nbra K3K_MBAR_WAIT;\nK3K_MBAR_DONE:\n}\n" ::"r"(smem_u32(bar)),
+      "K3K_MBAR_DONE;\nbra K3K_MBAR_WAIT;\nK3K_MBAR_DONE:\n}\n" ::"r"(smem_u32_folded(bar)),
       "r"(parity)
       : "memory");
 }
@@ -51,8 +58,8 @@ __device__ __forceinline__ void tma_load(unsigned char* dst, const TensorMap* ma
   if (threadIdx.x == 0) {
     asm volatile(
         "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];\n" ::"r"(
-            smem_u32(dst)),
-        "l"((unsigned long long)map), "r"(smem_u32(bar)), "r"(c0), "r"(c1)
+            smem_u32_folded(dst)),
+        "l"((unsigned long long)map), "r"(smem_u32_folded(bar)), "r"(c0), "r"(c1)
         : "memory");
   }
 }
@@ -61,8 +68,8 @@ __device__ __forceinline__ void tma_load(unsigned char* dst, const TensorMap* ma
   if (threadIdx.x == 0) {
     asm volatile(
         "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], "
-        "[%2];\n" ::"r"(smem_u32(dst)),
-        "l"((unsigned long long)map), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "r"(c2)
+        "[%2];\n" ::"r"(smem_u32_folded(dst)),
+        "l"((unsigned long long)map), "r"(smem_u32_folded(bar)), "r"(c0), "r"(c1), "r"(c2)
         : "memory");
   }
 }
@@ -70,8 +77,8 @@ __device__ __forceinline__ void tma_load(unsigned char* dst, const TensorMap* ma
   if (threadIdx.x == 0) {
     asm volatile(
         "cp.async.bulk.tensor.1d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3}], [%2];\n" ::"r"(
-            smem_u32(dst)),
-        "l"((unsigned long long)map), "r"(smem_u32(bar)), "r"(c0)
+            smem_u32_folded(dst)),
+        "l"((unsigned long long)map), "r"(smem_u32_folded(bar)), "r"(c0)
         : "memory");
   }
 }
@@ -80,8 +87,8 @@ __device__ __forceinline__ void tma_load(unsigned char* dst, const TensorMap* ma
   if (threadIdx.x == 0) {
     asm volatile(
         "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6}], "
-        "[%2];\n" ::"r"(smem_u32(dst)),
-        "l"((unsigned long long)map), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+        "[%2];\n" ::"r"(smem_u32_folded(dst)),
+        "l"((unsigned long long)map), "r"(smem_u32_folded(bar)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
         : "memory");
   }
 }
@@ -90,8 +97,8 @@ __device__ __forceinline__ void tma_load(unsigned char* dst, const TensorMap* ma
   if (threadIdx.x == 0) {
     asm volatile(
         "cp.async.bulk.tensor.5d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6, %7}], "
-        "[%2];\n" ::"r"(smem_u32(dst)),
-        "l"((unsigned long long)map), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4)
+        "[%2];\n" ::"r"(smem_u32_folded(dst)),
+        "l"((unsigned long long)map), "r"(smem_u32_folded(bar)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4)
         : "memory");
   }
 }

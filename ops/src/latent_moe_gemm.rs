@@ -116,6 +116,26 @@ pub const CLUSTER_KNOB: &str = "CLUSTER";
 /// (they share the x tile, BM rows; idle only when the n-tile count is odd).
 pub const CLUSTER_ALONG_KNOB: &str = "CLUSTER_ALONG";
 
+/// The knob `AHEAD` (an integer 1..=STAGES-1; absent = the in-loop schedule), LOAD=tma only, not yet an axis of
+/// [`knob_space`] nor part of [`default_knobs`] (until the GPU A/B). Absent: the schedule measured as the
+/// default (at k-step `kt` thread 0 first refills the slot of `kt+STAGES-2`, whose previous use was released at
+/// step `kt-1`, then the product of `kt` is issued: STAGES-2 stages in flight, and each tile's first stages are
+/// issued at the tile's start). `AHEAD=a`: a continuous producer stream over the block's whole tile walk: the
+/// producer (thread 0) keeps its own cursor (tile, k-step, coordinates), issues `a` stages before the walk and
+/// then one per k-step, right after the step's `wgmma.wait_group` and release (the refill of use `u+a` waits for
+/// the release of use `u+a-STAGES`, at `a = STAGES-1` the slot of `u-1` released in the same step), so `a`
+/// stages are in flight whatever the tile boundaries: the next tile's first stages are issued during the last
+/// k-steps of the current one, and no block barrier is left in the walk. With `LOAD=auto` on a shape the copy
+/// engine cannot serve (the cp.async kernel) the knob is ignored; with `LOAD=cp_async` or `CLUSTER=2` it is an
+/// error.
+pub const AHEAD_KNOB: &str = "AHEAD";
+
+/// The knob `RELEASE` (`thread` | `warp`, absent = `thread`), LOAD=tma only, not yet an axis of [`knob_space`]:
+/// how consumers release a stage to the producer: every thread arrives on the slot's empty barrier (count =
+/// threads), or lane 0 of each warp after the warp converges (count = warps; the CLUSTER=2 path always does the
+/// latter, on both CTAs). Ignored where `LOAD=auto` resolves to cp.async; an error with `LOAD=cp_async`.
+pub const RELEASE_KNOB: &str = "RELEASE";
+
 /// The knobs used when no tuning record exists.
 pub fn default_knobs() -> Knobs {
     Knobs::new()
@@ -158,6 +178,10 @@ struct Cfg {
     /// CLUSTER=2: pairs of CTAs sharing one operand by multicast; `pair_m`: the pair covers two m-tiles.
     cluster2: bool,
     pair_m: bool,
+    /// AHEAD=a (LOAD=tma): the producer stream with `a` stages in flight; `None`: the in-loop schedule.
+    ahead: Option<u32>,
+    /// RELEASE=warp (LOAD=tma): one empty-barrier arrival per warp instead of one per thread.
+    warp_release: bool,
 }
 
 fn cfg(spec: &GemmSpec, k: &Knobs) -> Result<Cfg, OpError> {
@@ -214,6 +238,24 @@ fn cfg(spec: &GemmSpec, k: &Knobs) -> Result<Cfg, OpError> {
                         op: "latent_moe_gemm",
                         knobs: k.to_string(),
                         why: format!("CLUSTER_ALONG must be m or n, got {other}"),
+                    });
+                }
+            },
+        },
+        ahead: match k.0.get(AHEAD_KNOB) {
+            None => None,
+            Some(_) => Some(k.u32(AHEAD_KNOB)?),
+        },
+        warp_release: match k.0.get(RELEASE_KNOB) {
+            None => false,
+            Some(_) => match k.str(RELEASE_KNOB)? {
+                "warp" => true,
+                "thread" => false,
+                other => {
+                    return Err(OpError::InvalidKnobs {
+                        op: "latent_moe_gemm",
+                        knobs: k.to_string(),
+                        why: format!("RELEASE must be thread or warp, got {other}"),
                     });
                 }
             },
@@ -275,6 +317,27 @@ fn cfg(spec: &GemmSpec, k: &Knobs) -> Result<Cfg, OpError> {
     }
     if c.cluster2 && !c.tma {
         return invalid("CLUSTER=2 needs LOAD=tma (the shared operand arrives by multicast bulk tensor copies)".into());
+    }
+    // The producer stream and warp releases are schedules of the TMA ring: ignored where LOAD=auto runs the
+    // cp.async kernel, an error on request of cp.async.
+    if !c.tma && load == "auto" {
+        c.ahead = None;
+        c.warp_release = false;
+    }
+    if !c.tma && (c.ahead.is_some() || c.warp_release) {
+        return invalid(
+            "AHEAD and RELEASE=warp need LOAD=tma (they schedule the mbarrier ring of the copy engine)".into(),
+        );
+    }
+    if let Some(a) = c.ahead {
+        if a < 1 || a >= c.stages {
+            return invalid(format!("AHEAD={a} must be in 1..=STAGES-1 = {}", c.stages - 1));
+        }
+        if c.cluster2 {
+            return invalid(
+                "AHEAD is not implemented with CLUSTER=2 (the pair's walk keeps the in-loop schedule)".into(),
+            );
+        }
     }
     let warps = c.wm * c.wn;
     if warps > 8 {
@@ -511,16 +574,21 @@ pub fn build_kernel(spec: &GemmSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
             // and both CTAs' barriers are initialized before either CTA arrives on or copies into the peer's.
             b.mbar_init(empty, 2 * (threads / 32));
             b.cluster_sync();
+        } else if c.warp_release {
+            b.mbar_init(empty, threads / 32);
         } else {
             b.mbar_init(empty, threads);
         }
         b.let_var("kbase", 0i64)
     });
-    // Release a slot to the producers: every thread (CLUSTER=1), or one arrival per warp on both CTAs' barrier.
+    // Release a slot to the producers: every thread (CLUSTER=1), one arrival per warp (RELEASE=warp: rank 0 of
+    // the one-CTA cluster is the block itself), or one arrival per warp on both CTAs' barrier (CLUSTER=2).
     let release = |b: &mut KernelBuilder, empty: MbarId, slot: Expr| {
         if c.cluster2 {
             b.mbar_arrive_cluster(empty, slot.clone(), 0i64);
             b.mbar_arrive_cluster(empty, slot, 1i64);
+        } else if c.warp_release {
+            b.mbar_arrive_cluster(empty, slot, 0i64);
         } else {
             b.mbar_arrive(empty, slot);
         }
@@ -538,12 +606,26 @@ pub fn build_kernel(spec: &GemmSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
         }
     };
     let stage_bytes = 2 * bk * (bm + bn);
-    let load_stage = |b: &mut KernelBuilder, cs: &Coords, kt: Expr| {
-        let slot = use_of(&kt) % st as i64;
+    // The ring slot of stage use `u` and the parity of its phase (`u / STAGES` completed phases of the slot before
+    // it). AHEAD (whose uses are never negative) with a power-of-two STAGES: a mask and a shift instead of the
+    // signed 64-bit remainder and quotient (the measured in-loop schedule keeps its expressions).
+    let bits = c.ahead.is_some() && st.is_power_of_two();
+    let slot_of = |u: Expr| -> Expr { if bits { u.bitand(st as i64 - 1) } else { u % st as i64 } };
+    let phase_of = |u: Expr| -> Expr {
+        if bits { u.shr(st.trailing_zeros() as i64).bitand(1i64) } else { (u / st as i64) % 2i64 }
+    };
+    // The parity an empty-barrier wait before filling use `u` waits for: phase `u / STAGES - 1` (a fresh barrier
+    // passes parity 1 at once).
+    let empty_parity =
+        |u: Expr| -> Expr { if bits { phase_of(u).bitxor(1i64) } else { (u / st as i64 + 1i64) % 2i64 } };
+    // Load k-step `kt` of tile `cs` as stage use `use_` of the ring: slot `use_ % STAGES` (LOAD=tma: waiting for
+    // that use's empty phase and completing on its full barrier; the cp.async path is called with `use_ = kt`).
+    let load_stage_at = |b: &mut KernelBuilder, cs: &Coords, kt: Expr, use_: Expr| {
+        let slot = slot_of(use_.clone());
         if let Some((xm, wm, full, empty)) = tma {
             // The producer (thread 0) waits until every thread has released the slot's previous use (`use -
             // STAGES`: phase `use / STAGES - 1` of its empty barrier; a fresh barrier passes parity 1 at once).
-            b.mbar_wait_elected(empty, slot.clone(), (use_of(&kt) / st as i64 + 1i64) % 2i64);
+            b.mbar_wait_elected(empty, slot.clone(), empty_parity(use_));
             let k0 = kt * bk as i64;
             // (CLUSTER=2: the full stage, half of the shared operand from each CTA of the pair.)
             b.mbar_arrive_expect_tx(full, slot.clone(), stage_bytes);
@@ -650,6 +732,62 @@ pub fn build_kernel(spec: &GemmSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
             b.copy_async(b_dst, b_src);
         }
     };
+    let load_stage = |b: &mut KernelBuilder, cs: &Coords, kt: Expr| load_stage_at(b, cs, kt.clone(), use_of(&kt));
+    // AHEAD=a: the producer's own cursor over the block's tile walk (every thread keeps it, block-uniform; thread
+    // 0 issues): the tile and k-step it loads next, that tile's coordinates, its next stage use, and the state
+    // of its forward group search.
+    struct Producer {
+        tile: VarId,
+        kt: VarId,
+        use_: VarId,
+        grp: VarId,
+        r0: VarId,
+        n0: VarId,
+        g: VarId,
+        local: VarId,
+        from: (VarId, VarId),
+    }
+    let prod = c.ahead.map(|_| Producer {
+        tile: b.let_var("p_tile", walk_first.clone()),
+        kt: b.let_var("p_kt", 0i64),
+        use_: b.let_var("p_use", 0i64),
+        grp: b.let_var("p_grp", 0i64),
+        r0: b.let_var("p_r0", 0i64),
+        n0: b.let_var("p_n0", 0i64),
+        g: b.let_var("p_g", 0i64),
+        local: b.let_var("p_local", 0i64),
+        from: (b.let_var("p_walk_g", 0i64), b.let_var("p_walk_seen", 0i64)),
+    });
+    // The producer finds the coordinates of its tile (`p_tile < total`).
+    let locate = |b: &mut KernelBuilder, p: &Producer| {
+        search(b, Expr::Var(p.tile), p.g, p.local, Some(p.from));
+        let cs = coords(b, Expr::Var(p.g), Expr::Var(p.local));
+        b.assign(p.grp, cs.grp);
+        b.assign(p.r0, cs.r0);
+        b.assign(p.n0, cs.n0);
+    };
+    // Issue the producer's next stage (if its walk is not over) and advance its cursor, moving to its next
+    // tile after the last k-step. No stage at all when K = 0 (the consumers run no k-steps either).
+    let produce = |b: &mut KernelBuilder, p: &Producer| {
+        b.if_(Expr::Var(p.tile).lt(Expr::Var(total)).and(k_tiles.gt(0i64)), |b| {
+            let pc = Coords {
+                r0: Expr::Var(p.r0),
+                rows_valid: Expr::Int(0),
+                n0: Expr::Var(p.n0),
+                w_base: Expr::Int(0),
+                grp: Expr::Var(p.grp),
+                valid: Expr::Bool(true),
+            };
+            load_stage_at(b, &pc, Expr::Var(p.kt), Expr::Var(p.use_));
+            b.assign(p.use_, Expr::Var(p.use_) + 1i64);
+            b.assign(p.kt, Expr::Var(p.kt) + 1i64);
+            b.if_(Expr::Var(p.kt).ge(k_tiles.clone()), |b| {
+                b.assign(p.kt, 0i64);
+                b.assign(p.tile, Expr::Var(p.tile) + walk_step.clone());
+                b.if_(Expr::Var(p.tile).lt(Expr::Var(total)), |b| locate(b, p));
+            });
+        });
+    };
     // The stages before the first product; one commit group per stage whether or not it loads.
     let prologue = |b: &mut KernelBuilder, cs: Option<&Coords>| {
         for s in 0..ahead {
@@ -682,11 +820,13 @@ pub fn build_kernel(spec: &GemmSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
                     b.barrier();
                 }
                 // (LOAD=tma: the producer waits for the slot's empty barrier instead.)
-                let next = &kt + (st - 2) as i64;
-                b.if_(next.lt(k_tiles.clone()), |b| load_stage(b, cs, next.clone()));
-                let slot = use_of(&kt) % st as i64;
+                if prod.is_none() {
+                    let next = &kt + (st - 2) as i64;
+                    b.if_(next.lt(k_tiles.clone()), |b| load_stage(b, cs, next.clone()));
+                }
+                let slot = slot_of(use_of(&kt));
                 if let Some((_, _, full, _)) = tma {
-                    b.mbar_wait(full, slot.clone(), (use_of(&kt) / st as i64) % 2i64);
+                    b.mbar_wait(full, slot.clone(), phase_of(use_of(&kt)));
                 } else {
                     b.commit();
                 }
@@ -702,14 +842,20 @@ pub fn build_kernel(spec: &GemmSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
                 b.mma_wait(groups);
                 // The previous k-step's products are complete: release their slot to the producer.
                 if let Some((_, _, _, empty)) = tma {
-                    b.if_(kt.gt(0i64), |b| release(b, empty, (use_of(&kt) - 1i64) % st as i64));
+                    b.if_(kt.gt(0i64), |b| release(b, empty, slot_of(use_of(&kt) - 1i64)));
+                }
+                // AHEAD: the producer's next stage, into the slot released `STAGES - AHEAD` uses ago (at
+                // AHEAD = STAGES-1 the one just released: thread 0 waits for the other warps' releases while
+                // this step's products run).
+                if let Some(p) = &prod {
+                    produce(b, p);
                 }
             });
             tail(b);
             b.mma_wait(0);
             if let Some((_, _, _, empty)) = tma {
                 let last = use_of(&(k_tiles.clone() - 1i64));
-                b.if_(k_tiles.gt(0i64), |b| release(b, empty, last % st as i64));
+                b.if_(k_tiles.gt(0i64), |b| release(b, empty, slot_of(last)));
             }
             // K = 0: no product ran, the result is zero.
             b.if_(k_tiles.le(0i64), |b| {
@@ -767,7 +913,44 @@ pub fn build_kernel(spec: &GemmSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
         }
     };
 
-    if c.overlap {
+    if let Some(p) = &prod {
+        // AHEAD: the producer stream runs `AHEAD` stages ahead of the consumers over the whole walk (the
+        // loads of a tile's first stages are issued during the previous tile's last k-steps), so the walk has
+        // no prologue per tile and no block barrier; the consumers find their tiles with a forward search
+        // (OVERLAP=on: the next tile's, while the current tile's last product is in flight).
+        b.if_(Expr::Var(p.tile).lt(Expr::Var(total)), |b| locate(b, p));
+        b.for_("s", 0i64, c.ahead.unwrap_or(1) as i64, 1i64, |b, _| produce(b, p));
+        let from = (b.let_var("walk_g", 0i64), b.let_var("walk_seen", 0i64));
+        if c.overlap {
+            let cur_grp = b.let_var("cur_grp", 0i64);
+            let cur_local = b.let_var("cur_local", 0i64);
+            let first = walk_first.clone();
+            b.if_(first.lt(Expr::Var(total)), |b| search(b, first.clone(), cur_grp, cur_local, Some(from)));
+            b.for_("tile", walk_first.clone(), total, walk_step.clone(), |b, t| {
+                let cs = coords(b, Expr::Var(cur_grp), Expr::Var(cur_local));
+                let next = &t + walk_step.clone();
+                let nxt_grp = b.let_var("nxt_grp", 0i64);
+                let nxt_local = b.let_var("nxt_local", 0i64);
+                main_loop(b, &cs, &|b: &mut KernelBuilder| {
+                    b.if_(next.lt(Expr::Var(total)), |b| search(b, next.clone(), nxt_grp, nxt_local, Some(from)))
+                });
+                advance(b);
+                epilogue(b, &cs);
+                b.assign(cur_grp, Expr::Var(nxt_grp));
+                b.assign(cur_local, Expr::Var(nxt_local));
+            });
+        } else {
+            b.for_("tile", walk_first.clone(), total, walk_step.clone(), |b, t| {
+                let grp = b.let_var("grp", 0i64);
+                let local = b.let_var("local", 0i64);
+                search(b, t, grp, local, Some(from));
+                let cs = coords(b, Expr::Var(grp), Expr::Var(local));
+                main_loop(b, &cs, &|_: &mut KernelBuilder| {});
+                advance(b);
+                epilogue(b, &cs);
+            });
+        }
+    } else if c.overlap {
         // Software-pipelined tile walk: the next tile's group search runs while the current tile's last product
         // is in flight (and starts where the previous search ended), and its first stages are issued before the
         // current tile's epilogue, so the refill latency is hidden behind the epilogue.

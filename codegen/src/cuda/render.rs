@@ -36,11 +36,12 @@ pub fn uses_tma(k: &Kernel) -> bool {
     !k.mbarriers.is_empty() || !k.tensor_maps.is_empty() || uses_cluster(k)
 }
 
-/// True when a kernel has a cluster shape or a cluster statement.
+/// True when a kernel has a cluster shape or a cluster barrier. (Without a cluster, a per-warp arrival on CTA 0
+/// is an arrival on the block's own barrier, rendered from [`PRELUDE_TMA`].)
 pub fn uses_cluster(k: &Kernel) -> bool {
     let mut any = k.cluster_size() > 1;
     k.visit_stmts(&mut |s| {
-        any |= matches!(s, Stmt::MbarArriveCluster { .. } | Stmt::ClusterSync);
+        any |= matches!(s, Stmt::ClusterSync);
     });
     any
 }
@@ -400,6 +401,12 @@ impl<'a> Renderer<'a> {
                 );
                 self.line(&line);
             }
+            // Without a cluster the block is rank 0 of a one-CTA cluster (the only rank the validator and the
+            // CPU backends accept): a plain arrival on its own barrier, one per warp.
+            Stmt::MbarArriveCluster { bar, .. } if k.cluster_size() == 1 => {
+                let line = format!("k3k::mbar_arrive_warp({});", self.mbar_ptr(bar));
+                self.line(&line);
+            }
             Stmt::MbarArriveCluster { bar, cta } => {
                 let line = format!(
                     "k3k::mbar_arrive_cluster({}, (unsigned)({}));",
@@ -523,6 +530,15 @@ impl<'a> Renderer<'a> {
                 // One k16 step is 32 bytes along a K-contiguous row, or 16 rows of 128 bytes of an N-contiguous B.
                 let bstep = if shape.b_mn { 2048 } else { 32 };
                 let name = wgmma::wrapper_name(shape);
+                // The descriptors of the k16 steps differ only in the start-address field (bits 0-13, the
+                // shared address in 16-byte units): the step's offset is added to the first step's descriptor
+                // (exact: tiles start 16-byte aligned and end below the 256 KiB the 18-bit address spans, so the
+                // field never carries), instead of rebuilding both descriptors per step.
+                if matches!(a, Operand::Shared { .. }) {
+                    self.line("const unsigned long long ad_ = k3k::wgmma_desc_sw128(a_);");
+                }
+                self.line("const unsigned long long bd_ = k3k::wgmma_desc_sw128(b_);");
+                let bstep16 = bstep / 16;
                 self.line("#pragma unroll");
                 self.line(&format!("for (int kk_ = 0; kk_ < {}; ++kk_) {{", kdim / 16));
                 match a {
@@ -533,12 +549,12 @@ impl<'a> Renderer<'a> {
                             t.0
                         ));
                         self.line(&format!(
-                            "  {name}(&t{}.v[0][0][0], ar_, k3k::wgmma_desc_sw128(b_ + {bstep} * kk_), kk_ > 0 ? 1 : scale_d_);",
+                            "  {name}(&t{}.v[0][0][0], ar_, k3k::wgmma_desc_add(bd_, {bstep16} * kk_), kk_ > 0 ? 1 : scale_d_);",
                             acc.0
                         ));
                     }
                     _ => self.line(&format!(
-                        "  {name}(&t{}.v[0][0][0], k3k::wgmma_desc_sw128(a_ + 32 * kk_), k3k::wgmma_desc_sw128(b_ + {bstep} * kk_), kk_ > 0 ? 1 : scale_d_);",
+                        "  {name}(&t{}.v[0][0][0], k3k::wgmma_desc_add(ad_, 2 * kk_), k3k::wgmma_desc_add(bd_, {bstep16} * kk_), kk_ > 0 ? 1 : scale_d_);",
                         acc.0
                     )),
                 }
