@@ -116,9 +116,13 @@ pub const CLUSTER_KNOB: &str = "CLUSTER";
 /// (they share the x tile, BM rows; idle only when the n-tile count is odd).
 pub const CLUSTER_ALONG_KNOB: &str = "CLUSTER_ALONG";
 
-/// The knob `AHEAD` (an integer 1..=STAGES-1; absent = the in-loop schedule), LOAD=tma only, not yet an axis of
-/// [`knob_space`] nor part of [`default_knobs`] (until the GPU A/B). Absent: the schedule measured as the
-/// default (at k-step `kt` thread 0 first refills the slot of `kt+STAGES-2`, whose previous use was released at
+/// The knob `AHEAD` (an integer 1..=STAGES-1, or `auto`; absent = the in-loop schedule), LOAD=tma only, not an
+/// axis of [`knob_space`]. The default is `auto`: STAGES-1 where the TMA ring runs without a cluster (else the
+/// in-loop schedule), measured on the H200 (2026-12-02, session 7 call 3, same run, defaults otherwise): AHEAD=3
+/// vs the in-loop schedule 0.6653 / 0.6739 ms at G28 mean256, 2.1839 / 2.2385 at mean1024, 1.0945 / 1.1373 at
+/// K3072 N3584, 0.6683 / 0.6853 at G56 mean64 (AHEAD=2 0.6604 / 2.1819 / 1.1028 / 0.6862; RELEASE=warp was slower
+/// everywhere). Absent (tuned records and knob-space points written before AHEAD): the schedule measured as the
+/// default until then (at k-step `kt` thread 0 first refills the slot of `kt+STAGES-2`, whose previous use was released at
 /// step `kt-1`, then the product of `kt` is issued: STAGES-2 stages in flight, and each tile's first stages are
 /// issued at the tile's start). `AHEAD=a`: a continuous producer stream over the block's whole tile walk: the
 /// producer (thread 0) keeps its own cursor (tile, k-step, coordinates), issues `a` stages before the walk and
@@ -129,6 +133,9 @@ pub const CLUSTER_ALONG_KNOB: &str = "CLUSTER_ALONG";
 /// engine cannot serve (the cp.async kernel) the knob is ignored; with `LOAD=cp_async` or `CLUSTER=2` it is an
 /// error.
 pub const AHEAD_KNOB: &str = "AHEAD";
+
+/// `AHEAD=auto` before it is resolved (never a valid depth: depths are below STAGES <= 4).
+const AHEAD_AUTO: u32 = u32::MAX;
 
 /// The knob `RELEASE` (`thread` | `warp`, absent = `thread`), LOAD=tma only, not yet an axis of [`knob_space`]:
 /// how consumers release a stage to the producer: every thread arrives on the slot's empty barrier (count =
@@ -148,6 +155,7 @@ pub fn default_knobs() -> Knobs {
         .with("RASTER", "m")
         .with("MMA", "wgmma")
         .with(LOAD_KNOB, "auto")
+        .with(AHEAD_KNOB, "auto")
 }
 
 /// The best mma.sync configuration measured on the H200 (2026-11-29), kept as the portable fallback.
@@ -244,6 +252,8 @@ fn cfg(spec: &GemmSpec, k: &Knobs) -> Result<Cfg, OpError> {
         },
         ahead: match k.0.get(AHEAD_KNOB) {
             None => None,
+            // `auto` is resolved below, once the load path and the cluster are known.
+            Some(KnobValue::Str(a)) if a == "auto" => Some(AHEAD_AUTO),
             Some(_) => Some(k.u32(AHEAD_KNOB)?),
         },
         warp_release: match k.0.get(RELEASE_KNOB) {
@@ -323,6 +333,11 @@ fn cfg(spec: &GemmSpec, k: &Knobs) -> Result<Cfg, OpError> {
     if !c.tma && load == "auto" {
         c.ahead = None;
         c.warp_release = false;
+    }
+    // AHEAD=auto (the default): STAGES-1 stages in flight on the TMA ring without a cluster, else the in-loop
+    // schedule.
+    if c.ahead == Some(AHEAD_AUTO) {
+        c.ahead = (c.tma && !c.cluster2).then(|| c.stages - 1);
     }
     if !c.tma && (c.ahead.is_some() || c.warp_release) {
         return invalid(

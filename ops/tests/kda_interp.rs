@@ -1100,8 +1100,20 @@ fn tsplit_plan_structure() {
     assert!(p1.steps.len() == 2 && p1.schedule.is_empty());
     assert_eq!(kda::time_parts(0, 4), vec![]);
     assert_eq!(kda::time_parts(10, 4), vec![(0, 2), (2, 5), (5, 7), (7, 10)]);
+    // TSPLIT=0 is the automatic choice: one part for a short problem, and for many (sequence, head) pairs.
+    let auto = kda::chunk_plan(&pb, &d, &knobs(32).with("TSPLIT", 0i64)).unwrap();
+    assert_eq!(auto.steps.len(), one.steps.len());
+    let long = |b: i64, t: i64, h: i64| problem(&[("B", b), ("T", t), ("H", h), ("K", 128), ("V", 128)]);
+    // The SPEC presets at chunk 32 (K = V = 128): one part per 128 chunks, a power of two, at most 8.
+    assert_eq!(kda::auto_tsplit(&long(1, 65536, 32), 32), 8, "2048 chunks clamp to 8 parts");
+    assert_eq!(kda::auto_tsplit(&long(1, 16384, 32), 32), 4, "512 chunks");
+    assert_eq!(kda::auto_tsplit(&long(1, 12288, 32), 32), 2, "384 chunks: 3 parts round down to 2");
+    assert_eq!(kda::auto_tsplit(&long(1, 4096, 32), 32), 1, "128 chunks");
+    assert_eq!(kda::auto_tsplit(&long(1, 8192, 96), 32), 1, "96 pairs: the intra kernel is the long pole");
+    assert_eq!(kda::auto_tsplit(&long(4, 4096, 64), 32), 1, "256 pairs");
+    assert_eq!(kda::auto_tsplit(&long(4, 16384, 8), 32), 8, "32 pairs over 2048 chunks");
     // Knob values outside the list are refused.
-    for bad in [0i64, 3, 32] {
+    for bad in [3i64, 32] {
         let e = kda::chunk_plan(&pb, &d, &knobs(32).with("TSPLIT", bad)).unwrap_err();
         assert!(matches!(e, OpError::InvalidKnobs { .. }) && e.to_string().contains("TSPLIT"), "{e}");
     }

@@ -164,8 +164,20 @@ fn ahead_and_release_knobs_are_checked() {
     // LOAD=auto where TMA serves the shape: the stream.
     let k = build_kernel(&spec, &default_knobs().with(AHEAD_KNOB, 3i64)).unwrap();
     assert!(!k.mbarriers.is_empty() && count_stmts(&k, |s| matches!(s, Stmt::Barrier)) == 0);
-    // Without the knobs the kernel is the measured default: the in-loop schedule, per-thread releases.
+    // The default (AHEAD=auto) is the stream at STAGES-1 = 3: the same kernel as AHEAD=3.
     let d = build_kernel(&spec, &default_knobs()).unwrap();
+    assert_eq!(count_stmts(&d, |s| matches!(s, Stmt::Barrier)), 0);
+    let a3 = build_kernel(&spec, &default_knobs().with(AHEAD_KNOB, 3i64)).unwrap();
+    assert!(d.body == a3.body && d.shared == a3.shared && d.mbarriers == a3.mbarriers, "auto is AHEAD=3 here");
+    // AHEAD=auto with a cluster or on the cp.async path: the in-loop schedule, no error.
+    let c2 = build_kernel(&spec, &default_knobs().with(LOAD_KNOB, "tma").with(CLUSTER_KNOB, 2i64)).unwrap();
+    assert!(count_stmts(&c2, |s| matches!(s, Stmt::MbarArriveCluster { .. })) > 0);
+    let cp = build_kernel(&spec, &default_knobs().with(LOAD_KNOB, "cp_async")).unwrap();
+    assert!(cp.mbarriers.is_empty());
+    // Knob sets without AHEAD (records written before it): the in-loop schedule, per-thread releases.
+    let mut old = default_knobs();
+    old.0.remove(AHEAD_KNOB);
+    let d = build_kernel(&spec, &old).unwrap();
     assert_eq!(count_stmts(&d, |s| matches!(s, Stmt::MbarArriveCluster { .. })), 0);
     assert!(count_stmts(&d, |s| matches!(s, Stmt::Barrier)) > 0);
 }

@@ -53,10 +53,11 @@ fn dqp(u: i64, p: i64) -> Knobs {
     dqw(u).with("DQP", p)
 }
 
-/// The dequant kernel knob sets every dequant test runs: the register-tile kernel (default and explicit) and the
-/// wide kernel at every words-per-thread value, one CTA per chunk and persistent.
+/// The dequant kernel knob sets every dequant test runs: the default (`DQ=auto`: the wide kernel at 2 words per
+/// thread), the register-tile kernel, and the wide kernel at every words-per-thread value, one CTA per chunk and
+/// persistent.
 fn dq_kernels() -> Vec<Knobs> {
-    vec![dq(&[]), dq(&[]).with("DQ", "tile"), dqw(0), dqw(1), dqw(2), dqw(8), dqp(0, 1), dqp(2, 3)]
+    vec![dq(&[]), dq(&[]).with("DQ", "tile"), dqw(0), dqw(1), dqw(4), dqw(8), dqp(0, 1), dqp(4, 3)]
 }
 
 /// Run the dequant launch alone (its scratch made an output) and compare it bit for bit with the reference's
@@ -80,7 +81,7 @@ fn check_dequant(w: &Fp4Weights, counts: &[usize], kn: &Knobs, seed: u64) -> boo
     assert_eq!(plan.steps.len(), 2, "dequant + GEMM");
     let name = plan.steps[0].kernel.name.clone();
     assert!(name.starts_with("k3k_mxfp4_dq_w"), "{name}");
-    let is_wide = kn.0.get("DQ").is_some_and(|_| kn.str("DQ").unwrap() == "wide");
+    let is_wide = kn.0.get("DQ").is_some_and(|_| matches!(kn.str("DQ").unwrap(), "wide" | "auto"));
     assert_eq!(name.contains("_wide_"), is_wide, "{name} [{kn}]");
     assert_eq!(plan.steps[0].kernel.knobs.str("PATH").unwrap(), "dq_gemm");
     plan.steps.truncate(1);
@@ -347,7 +348,7 @@ fn invalid_knobs_are_typed_errors() {
         dqw(3),
         dqw(16),
         dqp(0, 33),
-        dq(&[("DQP", 1)]),
+        dq(&[("DQP", 1)]).with("DQ", "tile"),
     ] {
         match inst.plan(&kn) {
             Err(OpError::InvalidKnobs { op, .. }) => assert_eq!(op, "mxfp4_matmul", "{kn}"),

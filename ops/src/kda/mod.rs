@@ -69,12 +69,12 @@
 //! instead of a level pass (-4% more, 2 barriers, 122 -> 76 registers); `SYNC=2` (default for rings) runs the
 //! state pass with two barriers per chunk instead of four.
 //!
-//! Session 7 (not yet measured): `TSPLIT=P` (1 by default: the two-launch plan) cuts the chunk table along time
+//! Session 7: `TSPLIT=P` (default 0 = [`auto_tsplit`]; 1 = the two-launch plan) cuts the chunk table along time
 //! into P parts and runs intra(p) on the main stream and the state pass of part p on a second, higher-priority
 //! stream after intra(p), chaining the parts' states through `[N, HV, K, V]` f32 scratch (see [`chunk_plan`]):
 //! the latency-bound state pass of part p can then overlap intra(p+1). Same bits as `TSPLIT=1` (tested on the
-//! CPU backends); whether the GPU overlaps the two (the state blocks need free shared memory on SMs that the
-//! intra grid fills) is the measurement to make.
+//! CPU backends). Measured (H200, 2026-12-02): B1 T65536 H32 5.746 -> 4.910 ms at 8 parts (4.772 with STAGES=2),
+//! T16384 H32 1.450 -> 1.353 at 4; shapes with many (sequence, head) pairs lose, hence the automatic choice.
 //!
 //! Checks compare with `k3k_reference::kda::kda_recurrent` (f64) per (sequence, value head) pair: every pair for
 //! small problems, a documented sample of pairs (first, last and seeded others; every o row and state element of
@@ -257,6 +257,7 @@ pub fn default_knobs() -> Knobs {
         .with("SYNC", 2i64)
         .with("OPDT", "f16")
         .with("LVLDT", "f16")
+        .with("TSPLIT", 0i64)
 }
 
 /// Knobs resolved for one problem.
@@ -286,6 +287,21 @@ pub struct Launch {
     /// Parts of the chunk sequence along time (knob `TSPLIT`; 1 = one intra launch and one state pass), see
     /// [`chunk_plan`].
     pub tsplit: u32,
+}
+
+/// `TSPLIT=0`: the parts along time for a problem. The overlap pays where the state pass is the long pole, i.e.
+/// few (sequence, value head) pairs over many chunks: measured on the H200 (2026-12-02, session 7 call 3, same
+/// run), B1 H32 gains at T16384 (1.450 -> 1.353 ms at 4 parts; 8 parts 1.636) and T65536 (5.746 -> 4.958 at 4,
+/// 4.910 at 8), while B1 H96 T8192 (1.669 -> 1.686 at 4) and B4 H64 T4096 (2.317 -> 2.544) lose: their intra
+/// kernel is the long pole and their state pass already fills the GPU. So: one part per 128 chunks (a power of
+/// two, at most 8) when there are at most 32 pairs, else one part.
+pub fn auto_tsplit(pb: &KdaProblem, chunk: u32) -> u32 {
+    if pb.num_seqs() * pb.hv > 32 {
+        return 1;
+    }
+    let nch = pb.chunk_tables(chunk as usize).0.len() / 2;
+    let parts = (nch / 128).clamp(1, 8) as u32;
+    1 << parts.ilog2()
 }
 
 /// The values knob `TSPLIT` takes.
@@ -434,10 +450,14 @@ impl Launch {
             4 => false,
             other => return Err(invalid(format!("SYNC={other}: 2 or 4"))),
         };
-        // Knob sets without TSPLIT (all of them before it existed) mean the one-part plan.
-        let tsplit = if knobs.0.contains_key("TSPLIT") { knobs.u32("TSPLIT")? } else { 1 };
+        // Knob sets without TSPLIT (all of them before it existed) mean the one-part plan; 0 (the default) is
+        // the automatic choice of [`auto_tsplit`].
+        let tsplit = match if knobs.0.contains_key("TSPLIT") { knobs.u32("TSPLIT")? } else { 1 } {
+            0 => auto_tsplit(pb, chunk),
+            t => t,
+        };
         if !TSPLIT_VALUES.contains(&tsplit) {
-            return Err(invalid(format!("TSPLIT={tsplit}: one of {TSPLIT_VALUES:?}")));
+            return Err(invalid(format!("TSPLIT={tsplit}: 0 (auto) or one of {TSPLIT_VALUES:?}")));
         }
         Ok(Launch {
             chunk,

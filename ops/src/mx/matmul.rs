@@ -188,6 +188,7 @@ pub fn default_knobs() -> Knobs {
         .with("PF", "auto")
         .with("MINB", 0i64)
         .with("GR", 0i64)
+        .with(super::prefill::DQ_KNOB, super::prefill::DQ_AUTO)
 }
 
 /// Concrete knob values for one problem.

@@ -47,8 +47,13 @@ pub const DQ_COLS: u32 = 128;
 
 /// The knob that picks the weight dequant kernel of this path: `tile` ([`build_dequant_weights`]'s
 /// `[DQ_ROWS, DQ_COLS]` register-tile windows, the default) or `wide` ([`build_dequant_wide`]: a flat SIMT stream of
-/// 32-bit words, each thread's 8 values stored as one 16-byte access). Absent: `tile`.
+/// 32-bit words, each thread's 8 values stored as one 16-byte access), or `auto` (`mxfp4_matmul`'s default):
+/// `wide`. Absent (knob sets written before the knob existed): `tile`. Measured on the H200 (2026-12-02, session
+/// 7 call 3, same run): M4096 N6144 K3584 packed 0.3147 ms with `tile`, 0.2889 with `wide` at DQU=2 (0.3263 at
+/// DQU=4, 0.3339 persistent); the 28-expert prefill (G28 mean1024) 3.002 with `tile`, 2.389 / 2.390 at DQU=4 / 2.
 pub const DQ_KNOB: &str = "DQ";
+/// `DQ=auto`: the measured default, [`DQ_WIDE`].
+pub const DQ_AUTO: &str = "auto";
 /// `DQ=tile`: the register-tile dequant kernel.
 pub const DQ_TILE: &str = "tile";
 /// `DQ=wide`: the flat 16-byte-store dequant kernel.
@@ -60,8 +65,9 @@ pub const DQU_KNOB: &str = "DQU";
 pub const DQP_KNOB: &str = "DQP";
 /// `DQ=wide`: threads per CTA.
 pub const DQW_THREADS: u32 = 256;
-/// `DQ=wide`: the default words per thread (all their loads issued before the first decode).
-pub const DQW_WORDS: u32 = 4;
+/// `DQ=wide`: the default words per thread (all their loads issued before the first decode): 2, measured
+/// fastest (see [`DQ_KNOB`]).
+pub const DQW_WORDS: u32 = 2;
 
 /// `PATH=auto` takes this path when the GEMM's 128-row token tiles number at least this many per expert with
 /// tokens (dense: M > 128). The arithmetic (H200, N6144 K3584, `results/bench/nvidia-h200/NOTES.md`):
@@ -198,12 +204,12 @@ pub fn resolve(knobs: &Knobs) -> Result<DqCfg, OpError> {
     let mma_name = if wgmma { "wgmma" } else { "sync" };
     let wide = match str_or(knobs, DQ_KNOB, DQ_TILE)? {
         DQ_TILE => None,
-        DQ_WIDE => Some(match int_or0(knobs, DQU_KNOB)? {
+        DQ_WIDE | DQ_AUTO => Some(match int_or0(knobs, DQU_KNOB)? {
             0 => DQW_WORDS,
             u @ (1 | 2 | 4 | 8) => u,
             u => return Err(bad_knobs(knobs, format!("DQU={u}: 1, 2, 4 or 8 words per thread (0 = {DQW_WORDS})"))),
         }),
-        other => return Err(bad_knobs(knobs, format!("DQ={other}: {DQ_TILE} or {DQ_WIDE}"))),
+        other => return Err(bad_knobs(knobs, format!("DQ={other}: {DQ_AUTO}, {DQ_TILE} or {DQ_WIDE}"))),
     };
     let persist = match (wide, int_or0(knobs, DQP_KNOB)?) {
         (_, 0) => 0,
@@ -220,8 +226,10 @@ pub fn resolve(knobs: &Knobs) -> Result<DqCfg, OpError> {
         .with("WN", wn)
         .with("RASTER", raster)
         .with("MMA", mma_name)
-        // The latent GEMM's default: TMA where the copy engine serves the shape (K is a multiple of 32 here).
-        .with(lmg::LOAD_KNOB, "auto");
+        // The latent GEMM's default: TMA where the copy engine serves the shape (K is a multiple of 32 here),
+        // with its measured producer depth.
+        .with(lmg::LOAD_KNOB, "auto")
+        .with(lmg::AHEAD_KNOB, "auto");
     let mx = Knobs::new()
         .with("BN", bn)
         .with("BM", bm)
