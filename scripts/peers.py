@@ -80,8 +80,16 @@ def main():
             torch.cuda.empty_cache()
             res["rows"].append(r)
             print(json.dumps(r), flush=True)
-    json.dump(res, open(out, "w"), indent=1)
+            write(res, out)  # after every row: a call cut short keeps the peers timed so far
+    write(res, out)
     print("wrote", out)
+
+
+def write(res, out):
+    tmp = out + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(res, f, indent=1)
+    os.replace(tmp, out)
 
 
 if __name__ == "__main__":
