@@ -134,7 +134,10 @@ fn measure(
 }
 
 /// Time and check every preset of `op` under each knob set `knobs_for` lists (tuned or default first); the
-/// row reports the fastest knob set whose run passed its check.
+/// row reports the fastest knob set whose run passed its check. `on_row` sees the report so far after every
+/// preset (a preset on which no knob set ran is logged and left out; the call then fails after the last preset,
+/// naming them).
+#[allow(clippy::too_many_arguments)]
 pub fn bench_op(
     exec: &mut GpuExec,
     op: &dyn Operator,
@@ -143,8 +146,18 @@ pub fn bench_op(
     timing: TimingOptions,
     ceilings: &Ceilings,
     log: &mut dyn FnMut(&str),
+    on_row: &mut dyn FnMut(&BenchReport) -> anyhow::Result<()>,
 ) -> anyhow::Result<BenchReport> {
-    let mut rows = vec![];
+    let mut report = BenchReport {
+        schema: 1,
+        op: op.name().into(),
+        gpu: exec.gpu.info.name.clone(),
+        date: k3k_tuner::record::utc_date_today(),
+        k3k_commit: COMMIT.into(),
+        ceilings: ceilings.clone(),
+        rows: vec![],
+    };
+    let mut not_run = vec![];
     for (i, p) in presets.iter().enumerate() {
         let inst = op.instance(p, 0x006b_336b_0000 + i as u64)?;
         let mut best: Option<Measured> = None;
@@ -183,7 +196,9 @@ pub fn bench_op(
             }
         }
         let Some(m) = best else {
-            anyhow::bail!("{}: no knob set ran on preset `{}`", op.name(), p.name);
+            log(&format!("{:<44} no knob set ran: left out of the report", p.name));
+            not_run.push(p.name.clone());
+            continue;
         };
         let mut sorted = m.samples.clone();
         sorted.sort_by(f64::total_cmp);
@@ -220,17 +235,37 @@ pub fn bench_op(
             m.check.max_rel_err,
             if m.check.passed { "ok" } else { "CHECK FAILED" }
         ));
-        rows.push(row);
+        report.rows.push(row);
+        on_row(&report)?;
     }
-    Ok(BenchReport {
-        schema: 1,
-        op: op.name().into(),
-        gpu: exec.gpu.info.name.clone(),
-        date: k3k_tuner::record::utc_date_today(),
-        k3k_commit: COMMIT.into(),
-        ceilings: ceilings.clone(),
-        rows,
-    })
+    if !not_run.is_empty() {
+        anyhow::bail!("{}: no knob set ran on preset(s) {}", op.name(), not_run.join(", "));
+    }
+    Ok(report)
+}
+
+/// [`bench_op`] with the report written into `dir` after every preset ([`write_report_keeping`], rows of the
+/// earlier report that this run has not timed kept in the operator's preset order), so a run cut short (a
+/// timeout, a killed job, a GPU fault) keeps every preset it finished. Returns the path and the last write's
+/// note.
+#[allow(clippy::too_many_arguments)]
+pub fn bench_op_into(
+    dir: &Path,
+    exec: &mut GpuExec,
+    op: &dyn Operator,
+    presets: &[Preset],
+    knobs_for: &dyn Fn(&Preset) -> Vec<Knobs>,
+    timing: TimingOptions,
+    ceilings: &Ceilings,
+    log: &mut dyn FnMut(&str),
+) -> anyhow::Result<(PathBuf, Option<String>)> {
+    let order: Vec<String> = op.bench_presets().into_iter().map(|p| p.name).collect();
+    let mut last = None;
+    bench_op(exec, op, presets, knobs_for, timing, ceilings, log, &mut |r| {
+        last = Some(write_report_keeping(dir, r.clone(), &order)?);
+        Ok(())
+    })?;
+    last.ok_or_else(|| anyhow::anyhow!("{}: no preset to benchmark", op.name()))
 }
 
 /// Render a report as a markdown table.
@@ -488,5 +523,33 @@ mod tests {
             .collect();
         assert_eq!(aside.len(), 1);
         assert_eq!(std::fs::read(aside[0].path()).unwrap(), b"{ not json");
+    }
+
+    /// The write pattern of [`bench_op_into`]: the report so far rewritten after every preset over an earlier
+    /// report. A run cut short after B leaves A kept from the earlier run and B this run's; the finished run
+    /// leaves only this run's rows, none of them marked as kept.
+    #[test]
+    fn rewriting_after_every_preset_keeps_what_a_cut_run_finished() {
+        let dir = tempfile::tempdir().unwrap();
+        let old = report("2026-12-01", "old", vec![row("A", 1.0, Some(2.0)), row("B", 3.0, None), row("C", 5.0, None)]);
+        write_report(dir.path(), &old).unwrap();
+        let mut run = report("2026-12-02", "new", vec![]);
+        let read = |p: &Path| serde_json::from_slice::<BenchReport>(&std::fs::read(p).unwrap()).unwrap();
+        for (preset, ms) in [("B", 2.5), ("A", 0.5)] {
+            run.rows.push(row(preset, ms, None));
+            let (path, _) = write_report_keeping(dir.path(), run.clone(), &order()).unwrap();
+            if preset == "B" {
+                // Cut here: B is this run's, A and C the earlier run's.
+                let back = read(&path);
+                let kept: Vec<_> = back.rows.iter().map(|r| (r.preset.as_str(), r.earlier_run.is_some())).collect();
+                assert_eq!(kept, [("A", true), ("B", false), ("C", true)]);
+            }
+        }
+        run.rows.push(row("C", 4.5, None));
+        let (path, note) = write_report_keeping(dir.path(), run.clone(), &order()).unwrap();
+        assert_eq!(note, None, "nothing kept once every preset ran");
+        let back = read(&path);
+        assert!(back.rows.iter().all(|r| r.earlier_run.is_none()));
+        assert_eq!(back.rows.iter().map(|r| r.k3k_ms).collect::<Vec<_>>(), [0.5, 2.5, 4.5]);
     }
 }

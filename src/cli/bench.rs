@@ -100,12 +100,17 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             v
         };
         println!("== {} on {}", op.name(), exec.gpu.info.name);
-        let report =
-            bench::bench_op(&mut exec, op.as_ref(), &presets, &knobs_for, timing, &Ceilings::default(), &mut |l| {
-                println!("{l}")
-            })?;
-        let order: Vec<String> = op.bench_presets().into_iter().map(|p| p.name).collect();
-        let (path, note) = bench::write_report_keeping(&a.out, report, &order)?;
+        // The report is rewritten after every preset: a run cut short keeps what it finished.
+        let (path, note) = bench::bench_op_into(
+            &a.out,
+            &mut exec,
+            op.as_ref(),
+            &presets,
+            &knobs_for,
+            timing,
+            &Ceilings::default(),
+            &mut |l| println!("{l}"),
+        )?;
         println!("wrote {}", path.display());
         if let Some(note) = note {
             println!("  {note}");

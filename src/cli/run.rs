@@ -94,7 +94,8 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             for op in registry::all() {
                 let knobs_for =
                     |p: &k3k::ops::op::Preset| vec![k3k::tuning::tuned_knobs(&store, op.as_ref(), p, &gpu_key).0];
-                match k3k::bench::bench_op(
+                match k3k::bench::bench_op_into(
+                    &a.results.join("bench"),
                     &mut g,
                     op.as_ref(),
                     &op.bench_presets(),
@@ -103,9 +104,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                     &Default::default(),
                     &mut |l| println!("{l}"),
                 ) {
-                    Ok(report) => {
-                        let order: Vec<String> = op.bench_presets().into_iter().map(|p| p.name).collect();
-                        let (path, note) = k3k::bench::write_report_keeping(&a.results.join("bench"), report, &order)?;
+                    Ok((path, note)) => {
                         println!("wrote {}", path.display());
                         if let Some(note) = note {
                             println!("  {note}");
