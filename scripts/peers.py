@@ -1,9 +1,11 @@
 """Time the peers a user would otherwise pick (torch, FLA) on exactly the problems `k3k bench` ran, in the same
 device call, and measure the ceilings (HBM copy bandwidth, cuBLAS bf16 rate) of this GPU in the same run.
 
-Usage: python3 scripts/peers.py results/bench/<gpu-slug> [--out peers.json]
+Usage: python3 scripts/peers.py results/bench/<gpu-slug> [--out peers.json] [--ops kda,kda.decode]
 Reads every <op>.json written by `k3k bench` (each row carries its exact `problem`), writes
-{"ceilings": {...}, "rows": [{"op", "preset", "peer", "ms"}]} for `k3k bench --merge-peers`.
+{"ceilings": {...}, "rows": [{"op", "preset", "peer", "ms"}]} for `k3k bench --merge-peers`. `--ops` limits it to
+those operators: run on the committed reports while the GPU only checks (no timing), it compiles and autotunes the
+FLA Triton kernels into TRITON_CACHE_DIR, so the timed peer run later in the call starts warm.
 Inputs are drawn from the same distributions as k3k's (never zeros); shapes and ragged group sizes are identical.
 Needs torch + triton (and FLA wheels on PYTHONPATH for KDA)."""
 import json, math, os, sys, glob, traceback
@@ -55,6 +57,7 @@ def load_peers():
 def main():
     folder = sys.argv[1]
     out = sys.argv[sys.argv.index("--out") + 1] if "--out" in sys.argv else os.path.join(folder, "peers.json")
+    only = sys.argv[sys.argv.index("--ops") + 1].split(",") if "--ops" in sys.argv else None
     PEERS = load_peers()
     res = {"ceilings": ceilings(), "rows": []}
     print("ceilings:", res["ceilings"], flush=True)
@@ -63,6 +66,8 @@ def main():
             continue
         rep = json.load(open(f))
         op = rep["op"]
+        if only is not None and op not in only:
+            continue
         fam = op.split(".")[0]
         for row in rep["rows"]:
             if row.get("earlier_run"):
