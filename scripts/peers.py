@@ -5,7 +5,9 @@ Usage: python3 scripts/peers.py results/bench/<gpu-slug> [--out peers.json] [--o
 Reads every <op>.json written by `k3k bench` (each row carries its exact `problem`), writes
 {"ceilings": {...}, "rows": [{"op", "preset", "peer", "ms"}]} for `k3k bench --merge-peers`. `--ops` limits it to
 those operators: run on the committed reports while the GPU only checks (no timing), it compiles and autotunes the
-FLA Triton kernels into TRITON_CACHE_DIR, so the timed peer run later in the call starts warm.
+FLA Triton kernels into TRITON_CACHE_DIR, so the timed peer run later in the call starts warm (give the warm-up
+FLA_CACHE_RESULTS=0: its autotune choices, made while the GPU is busy, must not be kept; the timed run re-tunes
+from the compiled kernels).
 Inputs are drawn from the same distributions as k3k's (never zeros); shapes and ragged group sizes are identical.
 Needs torch + triton (and FLA wheels on PYTHONPATH for KDA)."""
 import json, math, os, sys, glob, traceback

@@ -2,7 +2,8 @@
 # A ready plan for the next session's first device call (written in session 8, not yet run): what session 8 call 1
 # could not finish, with the FLA Triton compile moved off the critical path.
 #  1. FLA warm-up in the background (peers.py --ops kda,kda.decode on the committed reports: same problems)
-#     while the GPU only checks and fuzzes (nothing is timed while it runs);
+#     while the GPU only checks and fuzzes (nothing is timed while it runs); FLA_CACHE_RESULTS=0 keeps its
+#     autotune choices (made under contention) off disk: only the compiled kernels are kept, the timed run re-tunes;
 #  2. mxfp4_matmul bench at the defaults (+ tuned records) and its cuBLAS peers (session 8 call 1 lost the report
 #     to a timeout; the report is now rewritten after every preset);
 #  3. kda bench (all presets) with FLA, now warm (session 8 call 1 missed B4 T4096 H64's FLA figure);
@@ -19,7 +20,7 @@ export LD_LIBRARY_PATH=/usr/local/cuda/lib64 K3K_CACHE_DIR=$W/cache PYTHONUNBUFF
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
 L=$OUT/log.txt; echo "start $(date -u +%T) $(git rev-parse --short HEAD 2>/dev/null)" > $L
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv >> $L 2>&1
-( timeout 300 python3 scripts/peers.py results/bench/nvidia-h200 --ops kda,kda.decode --out $W/warm.json > $W/warm.txt 2>&1; echo "fla warm rc=$? $(date -u +%T)" >> $L ) &
+( FLA_CACHE_RESULTS=0 timeout 300 python3 scripts/peers.py results/bench/nvidia-h200 --ops kda,kda.decode --out $W/warm.json > $W/warm.txt 2>&1; echo "fla warm rc=$? $(date -u +%T)" >> $L ) &
 WARM=$!
 c() { timeout ${T:-60} $K check --backend cuda "$@" > $W/c.txt 2>&1; echo "check rc=$? [$*] $(date -u +%T)" >> $L; grep -E "^[a-z_.]+ +cuda|fail|error|mismatch" $W/c.txt | head -12 >> $L; }
 pack() { tar czf $OUT/bench.tgz -C $W b_mx b_kda b_gemm 2>/dev/null; }
