@@ -513,7 +513,7 @@ pub fn knob_space() -> KnobSpace {
             "lanes along K per warp, the sums over K finished by xor shuffles (0 = auto: 4)",
             [0i64, 1, 2, 4, 8],
         )
-        .axis("VPL", "value columns per lane, each in every state row the lane holds (0 = auto: 2)", [0i64, 1, 2, 4])
+        .axis("VPL", "value columns per lane, each in every state row the lane holds (0 = auto: 1)", [0i64, 1, 2, 4])
         .axis("DW", "warps per block, side by side along V (0 = auto: up to 4)", [0i64, 1, 2, 4, 8])
         .axis(
             "SW",
