@@ -8,9 +8,8 @@
 use crate::runner::Backend;
 use k3k_codegen::cpu::interp::InterpOptions;
 use k3k_codegen::cpu::jit::{self, Engine};
-use k3k_ir::{DType, HostTensor, SymValue};
 use k3k_ops::OpError;
-use k3k_ops::plan::{Executor, Outputs, Plan, Role};
+use k3k_ops::plan::{Executor, Outputs, Plan};
 use std::collections::BTreeMap;
 
 /// The JIT, with the interpreter for kernels it does not lower yet.
@@ -49,43 +48,20 @@ impl Backend for JitBackend {
     }
 
     fn run(&mut self, plan: &Plan) -> Result<Outputs, OpError> {
-        let mut bufs: Vec<HostTensor> = plan
-            .buffers
-            .iter()
-            .map(|b| {
-                let mut t = b.tensor.clone();
-                if b.role != Role::Input {
-                    t.poison();
-                }
-                t
-            })
-            .collect();
-        for s in &plan.steps {
-            let empty = || HostTensor { dtype: DType::U8, shape: vec![0], data: vec![] };
-            let mut args: Vec<HostTensor> = s.args.iter().map(|&i| std::mem::replace(&mut bufs[i], empty())).collect();
-            let scalars: Vec<(&str, SymValue)> = s.scalars.iter().map(|(n, v)| (n.as_str(), *v)).collect();
-            let r = jit::run(&s.kernel, &mut args, &scalars, InterpOptions::default());
-            for (&i, t) in s.args.iter().zip(args) {
-                bufs[i] = t;
-            }
-            match r? {
+        let bufs = plan.run_host(|kernel, args, scalars| {
+            match jit::run(kernel, args, scalars, InterpOptions::default())? {
                 Engine::Jit => self.jit_launches += 1,
                 Engine::Interpreter => {
                     self.interp_launches += 1;
-                    if !self.fallbacks.contains_key(&s.kernel.name) {
-                        let why = jit::supports(&s.kernel).err().map_or("the JIT failed".into(), |e| e.to_string());
-                        self.fallbacks.insert(s.kernel.name.clone(), why);
+                    if !self.fallbacks.contains_key(&kernel.name) {
+                        let why = jit::supports(kernel).err().map_or("the JIT failed".into(), |e| e.to_string());
+                        self.fallbacks.insert(kernel.name.clone(), why);
                     }
                 }
             }
-        }
-        let mut out = Outputs::default();
-        for (b, t) in plan.buffers.iter().zip(bufs) {
-            if b.role == Role::Output {
-                out.0.insert(b.name.clone(), t);
-            }
-        }
-        Ok(out)
+            Ok(())
+        })?;
+        Ok(plan.outputs(bufs))
     }
 }
 

@@ -85,6 +85,46 @@ impl Plan {
         self.buffers.push(Buffer { name: name.into(), role: Role::Scratch, tensor: HostTensor::zeros(dtype, shape) });
         self.buffers.len() - 1
     }
+    /// Run the steps in plan order on host copies of the buffers (every buffer but the inputs poisoned first),
+    /// each step's kernel launched by `launch` on its tensor arguments and scalars; returns every buffer, in
+    /// `buffers` order. The CPU backends (the interpreter's [`Executor::Cpu`], the JIT's) are this loop with
+    /// their own launch.
+    pub fn run_host(
+        &self,
+        mut launch: impl FnMut(&Kernel, &mut [HostTensor], &[(&str, SymValue)]) -> Result<(), OpError>,
+    ) -> Result<Vec<HostTensor>, OpError> {
+        let mut bufs: Vec<HostTensor> = self
+            .buffers
+            .iter()
+            .map(|b| {
+                let mut t = b.tensor.clone();
+                if b.role != Role::Input {
+                    t.poison();
+                }
+                t
+            })
+            .collect();
+        for s in &self.steps {
+            let mut args: Vec<HostTensor> = s.args.iter().map(|&i| take_host(&mut bufs[i])).collect();
+            let scalars: Vec<(&str, SymValue)> = s.scalars.iter().map(|(n, v)| (n.as_str(), *v)).collect();
+            let r = launch(&s.kernel, &mut args, &scalars);
+            for (&i, t) in s.args.iter().zip(args) {
+                bufs[i] = t;
+            }
+            r?;
+        }
+        Ok(bufs)
+    }
+    /// The outputs among the buffers [`Plan::run_host`] returned.
+    pub fn outputs(&self, bufs: Vec<HostTensor>) -> Outputs {
+        let mut out = Outputs::default();
+        for (b, t) in self.buffers.iter().zip(bufs) {
+            if b.role == Role::Output {
+                out.0.insert(b.name.clone(), t);
+            }
+        }
+        out
+    }
     /// Add a launch (on the main stream).
     pub fn step(&mut self, kernel: Kernel, args: &[usize], scalars: &[(&str, SymValue)]) {
         self.steps.push(Step {
@@ -400,33 +440,11 @@ impl Executor {
             Executor::Cpu => {
                 // Steps in plan order: a topological order of the schedule's waits.
                 plan.check_schedule()?;
-                let mut bufs: Vec<HostTensor> = plan
-                    .buffers
-                    .iter()
-                    .map(|b| {
-                        let mut t = b.tensor.clone();
-                        if b.role != Role::Input {
-                            t.poison();
-                        }
-                        t
-                    })
-                    .collect();
-                for s in &plan.steps {
-                    let mut args: Vec<HostTensor> = s.args.iter().map(|&i| take_host(&mut bufs[i])).collect();
-                    let scalars: Vec<(&str, SymValue)> = s.scalars.iter().map(|(n, v)| (n.as_str(), *v)).collect();
-                    let r = interp::run(&s.kernel, &mut args, &scalars, InterpOptions::default());
-                    for (&i, t) in s.args.iter().zip(args) {
-                        bufs[i] = t;
-                    }
-                    r?;
-                }
-                let mut out = Outputs::default();
-                for (b, t) in plan.buffers.iter().zip(bufs) {
-                    if b.role == Role::Output {
-                        out.0.insert(b.name.clone(), t);
-                    }
-                }
-                Ok(out)
+                let bufs = plan.run_host(|kernel, args, scalars| {
+                    interp::run(kernel, args, scalars, InterpOptions::default())?;
+                    Ok(())
+                })?;
+                Ok(plan.outputs(bufs))
             }
             Executor::Gpu(g) => {
                 g.prepare(plan)?;

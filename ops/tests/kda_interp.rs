@@ -973,38 +973,18 @@ fn tsplit_matches_reference() {
 }
 
 /// Every step of a plan run by the Cranelift JIT, in plan order, outputs poisoned first (as `Executor::Cpu` does
-/// with the interpreter).
+/// with the interpreter); a kernel the JIT does not lower fails the test.
 fn run_plan_jit(plan: &Plan) -> Outputs {
     use k3k_codegen::cpu::interp::InterpOptions;
     use k3k_codegen::cpu::jit;
-    use k3k_ops::plan::Role;
-    let mut bufs: Vec<HostTensor> = plan
-        .buffers
-        .iter()
-        .map(|b| {
-            let mut t = b.tensor.clone();
-            if b.role != Role::Input {
-                t.poison();
-            }
-            t
+    let bufs = plan
+        .run_host(|kernel, args, scalars| {
+            let jk = jit::compile(kernel).unwrap_or_else(|e| panic!("jit {}: {e}", kernel.name));
+            jk.run(args, scalars, InterpOptions::default()).unwrap();
+            Ok(())
         })
-        .collect();
-    for st in &plan.steps {
-        let mut args: Vec<HostTensor> = st.args.iter().map(|&i| bufs[i].clone()).collect();
-        let scalars: Vec<(&str, SymValue)> = st.scalars.iter().map(|(n, v)| (n.as_str(), *v)).collect();
-        let jk = jit::compile(&st.kernel).unwrap_or_else(|e| panic!("jit {}: {e}", st.kernel.name));
-        jk.run(&mut args, &scalars, InterpOptions::default()).unwrap();
-        for (&i, t) in st.args.iter().zip(args) {
-            bufs[i] = t;
-        }
-    }
-    let mut out = Outputs::default();
-    for (b, t) in plan.buffers.iter().zip(bufs) {
-        if b.role == Role::Output {
-            out.0.insert(b.name.clone(), t);
-        }
-    }
-    out
+        .unwrap();
+    plan.outputs(bufs)
 }
 
 #[test]

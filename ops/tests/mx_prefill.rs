@@ -436,29 +436,17 @@ fn jit_matches_the_interpreter_bit_for_bit() {
             let plan = inst.plan(&kn).unwrap();
             let mut outs = vec![];
             for use_jit in [false, true] {
-                let mut bufs: Vec<HostTensor> = plan
-                    .buffers
-                    .iter()
-                    .map(|b| {
-                        let mut t = b.tensor.clone();
-                        if b.role != Role::Input {
-                            t.poison();
+                let bufs = plan
+                    .run_host(|kernel, args, scalars| {
+                        if use_jit {
+                            let jk = jit::compile(kernel).unwrap_or_else(|e| panic!("{}: {e}", kernel.name));
+                            jk.run(args, scalars, InterpOptions::default()).unwrap();
+                        } else {
+                            interp::run(kernel, args, scalars, InterpOptions::default()).unwrap();
                         }
-                        t
+                        Ok(())
                     })
-                    .collect();
-                for s in &plan.steps {
-                    let mut args: Vec<HostTensor> = s.args.iter().map(|&i| bufs[i].clone()).collect();
-                    if use_jit {
-                        let jk = jit::compile(&s.kernel).unwrap_or_else(|e| panic!("{}: {e}", s.kernel.name));
-                        jk.run(&mut args, &[], InterpOptions::default()).unwrap();
-                    } else {
-                        interp::run(&s.kernel, &mut args, &[], InterpOptions::default()).unwrap();
-                    }
-                    for (&i, t) in s.args.iter().zip(args) {
-                        bufs[i] = t;
-                    }
-                }
+                    .unwrap();
                 outs.push(bufs);
             }
             for (i, b) in plan.buffers.iter().enumerate() {
