@@ -192,6 +192,20 @@ struct Cfg {
     warp_release: bool,
 }
 
+/// A string knob with two values, each meaning one setting (`absent`: knob sets written before the knob
+/// existed); any other value is an error naming the knob and both values, in `values` order.
+fn two_way(k: &Knobs, name: &str, absent: bool, values: [(&str, bool); 2]) -> Result<bool, OpError> {
+    if !k.0.contains_key(name) {
+        return Ok(absent);
+    }
+    let v = k.str(name)?;
+    values.iter().find(|(s, _)| *s == v).map(|&(_, b)| b).ok_or_else(|| OpError::InvalidKnobs {
+        op: "latent_moe_gemm",
+        knobs: k.to_string(),
+        why: format!("{name} must be {} or {}, got {v}", values[0].0, values[1].0),
+    })
+}
+
 fn cfg(spec: &GemmSpec, k: &Knobs) -> Result<Cfg, OpError> {
     let c = Cfg {
         bm: k.u32("BM")?,
@@ -206,20 +220,7 @@ fn cfg(spec: &GemmSpec, k: &Knobs) -> Result<Cfg, OpError> {
             Some(_) => k.str("MMA")? == "wgmma",
         },
         // Records written before the knob existed mean the plain tile walk.
-        overlap: match k.0.get(OVERLAP_KNOB) {
-            None => false,
-            Some(_) => match k.str(OVERLAP_KNOB)? {
-                "on" => true,
-                "off" => false,
-                other => {
-                    return Err(OpError::InvalidKnobs {
-                        op: "latent_moe_gemm",
-                        knobs: k.to_string(),
-                        why: format!("OVERLAP must be on or off, got {other}"),
-                    });
-                }
-            },
-        },
+        overlap: two_way(k, OVERLAP_KNOB, false, [("on", true), ("off", false)])?,
         // Records written before the knob existed mean cp_async; `auto` is resolved below.
         tma: false,
         cluster2: match k.0.get(CLUSTER_KNOB) {
@@ -236,40 +237,14 @@ fn cfg(spec: &GemmSpec, k: &Knobs) -> Result<Cfg, OpError> {
                 }
             },
         },
-        pair_m: match k.0.get(CLUSTER_ALONG_KNOB) {
-            None => true,
-            Some(_) => match k.str(CLUSTER_ALONG_KNOB)? {
-                "m" => true,
-                "n" => false,
-                other => {
-                    return Err(OpError::InvalidKnobs {
-                        op: "latent_moe_gemm",
-                        knobs: k.to_string(),
-                        why: format!("CLUSTER_ALONG must be m or n, got {other}"),
-                    });
-                }
-            },
-        },
+        pair_m: two_way(k, CLUSTER_ALONG_KNOB, true, [("m", true), ("n", false)])?,
         ahead: match k.0.get(AHEAD_KNOB) {
             None => None,
             // `auto` is resolved below, once the load path and the cluster are known.
             Some(KnobValue::Str(a)) if a == "auto" => Some(AHEAD_AUTO),
             Some(_) => Some(k.u32(AHEAD_KNOB)?),
         },
-        warp_release: match k.0.get(RELEASE_KNOB) {
-            None => false,
-            Some(_) => match k.str(RELEASE_KNOB)? {
-                "warp" => true,
-                "thread" => false,
-                other => {
-                    return Err(OpError::InvalidKnobs {
-                        op: "latent_moe_gemm",
-                        knobs: k.to_string(),
-                        why: format!("RELEASE must be thread or warp, got {other}"),
-                    });
-                }
-            },
-        },
+        warp_release: two_way(k, RELEASE_KNOB, false, [("thread", false), ("warp", true)])?,
     };
     let load = match k.0.get(LOAD_KNOB) {
         None => "cp_async".to_string(),
