@@ -253,14 +253,21 @@ pub fn resolve(knobs: &Knobs) -> Result<DqCfg, OpError> {
     Ok(DqCfg { gemm, mx, wide, persist })
 }
 
-/// The weight dequant kernel. Tensors (grouped / dense): `wq: [G, N, KW] / [N, KW] u32` (natural bytes as
-/// little-endian words, or the packed layout), `ws: [G, N, KB] / [N, KB] u8`, grouped `offs: [G] i32`, and
-/// `wd: [G, N, K] / [N, K] bf16` (written). The launcher guarantees K = 8 KW = 32 KB. `mx` are the knobs it
-/// records.
-pub fn build_dequant_weights(spec: &MatSpec, mx: &Knobs) -> Result<Kernel, OpError> {
-    let name = format!("k3k_mxfp4_dq_w_{}_r{DQ_ROWS}_c{DQ_COLS}", dq_suffix(spec));
-    let mut b = KernelBuilder::new(&name, 32 * DQ_WARPS);
-    b.knobs(mx.clone());
+/// The dims and tensors both dequant kernels declare, in this order (see [`build_dequant_weights`]); `g` is the
+/// expert count (1 dense).
+struct DqTensors {
+    n: Expr,
+    kq: Expr,
+    kb: Expr,
+    kd: Expr,
+    g: Expr,
+    wq: TensorId,
+    ws: TensorId,
+    offs: Option<TensorId>,
+    wd: TensorId,
+}
+
+fn dq_tensors(b: &mut KernelBuilder, spec: &MatSpec) -> DqTensors {
     let n = b.dim("N");
     let kq = b.dim("KW");
     let kb = b.dim("KB");
@@ -276,6 +283,18 @@ pub fn build_dequant_weights(spec: &MatSpec, mx: &Knobs) -> Result<Kernel, OpErr
     let ws = b.tensor("ws", DType::U8, &shape(&kb), Access::Read);
     let offs = spec.grouped.then(|| b.tensor("offs", DType::I32, std::slice::from_ref(&g), Access::Read));
     let wd = b.tensor("wd", DType::Bf16, &shape(&kd), Access::Write);
+    DqTensors { n, kq, kb, kd, g, wq, ws, offs, wd }
+}
+
+/// The weight dequant kernel. Tensors (grouped / dense): `wq: [G, N, KW] / [N, KW] u32` (natural bytes as
+/// little-endian words, or the packed layout), `ws: [G, N, KB] / [N, KB] u8`, grouped `offs: [G] i32`, and
+/// `wd: [G, N, K] / [N, K] bf16` (written). The launcher guarantees K = 8 KW = 32 KB. `mx` are the knobs it
+/// records.
+pub fn build_dequant_weights(spec: &MatSpec, mx: &Knobs) -> Result<Kernel, OpError> {
+    let name = format!("k3k_mxfp4_dq_w_{}_r{DQ_ROWS}_c{DQ_COLS}", dq_suffix(spec));
+    let mut b = KernelBuilder::new(&name, 32 * DQ_WARPS);
+    b.knobs(mx.clone());
+    let DqTensors { n, kq, kb, kd, g, wq, ws, offs, wd } = dq_tensors(&mut b, spec);
     // Flattened rows G*N; x: column windows (neighbouring CTAs share the rows' scale bytes), y: row windows.
     let rows = g * n.clone();
     b.grid(kd.ceil_div(DQ_COLS as i64), rows.ceil_div(DQ_ROWS as i64), 1i64);
@@ -362,21 +381,7 @@ pub fn build_dequant_wide(spec: &MatSpec, mx: &Knobs, words: u32, persist: u32) 
     let name = format!("k3k_mxfp4_dq_w_{}_wide_t{threads}_u{words}{pname}", dq_suffix(spec));
     let mut b = KernelBuilder::new(&name, threads);
     b.knobs(mx.clone());
-    let n = b.dim("N");
-    let kq = b.dim("KW");
-    let kb = b.dim("KB");
-    let kd = b.dim("K");
-    let (g, lead) = if spec.grouped {
-        let g = b.dim("G");
-        (g.clone(), vec![g, n.clone()])
-    } else {
-        (Expr::Int(1), vec![n.clone()])
-    };
-    let shape = |last: &Expr| -> Vec<Expr> { lead.iter().cloned().chain([last.clone()]).collect() };
-    let wq = b.tensor("wq", DType::U32, &shape(&kq), Access::Read);
-    let ws = b.tensor("ws", DType::U8, &shape(&kb), Access::Read);
-    let offs = spec.grouped.then(|| b.tensor("offs", DType::I32, std::slice::from_ref(&g), Access::Read));
-    let wd = b.tensor("wd", DType::Bf16, &shape(&kd), Access::Write);
+    let DqTensors { n, kq, g, wq, ws, offs, wd, .. } = dq_tensors(&mut b, spec);
     let nw_expr = n.clone() * kq.clone();
     let chunks = nw_expr.ceil_div(per_cta);
     if persist > 0 {
