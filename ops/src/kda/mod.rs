@@ -823,18 +823,7 @@ pub fn chunk_plan(pb: &KdaProblem, d: &KdaData, knobs: &Knobs) -> Result<Plan, O
     }
     let (tt, hv, dk, dv, c, n) = (pb.tokens(), pb.hv, pb.dk, pb.dv, l.chunk as usize, pb.num_seqs());
     let mut plan = Plan::default();
-    let q = plan.input("q", d.q.clone());
-    let k = plan.input("k", d.k.clone());
-    let v = plan.input("v", d.v.clone());
-    let g = plan.input("g", d.g.clone());
-    let beta = plan.input("beta", d.beta.clone());
-    let mut a1 = vec![q, k, v, g, beta];
-    if let Some(b) = &d.bias {
-        a1.push(plan.input("bias", b.clone()));
-    }
-    if let Some(a) = &d.a_log {
-        a1.push(plan.input("a_log", a.clone()));
-    }
+    let mut a1 = token_inputs(&mut plan, d);
     let ct = plan.input("ctab", HostTensor::from_i64(DType::I32, &[nch, 2], &ctab));
     let st = plan.input("stab", HostTensor::from_i64(DType::I32, &[n, 2], &stab));
     let wu = plan.scratch("wu", l.op_dt, &[hv, nch, c, dk + dv]);
@@ -856,6 +845,25 @@ pub fn chunk_plan(pb: &KdaProblem, d: &KdaData, knobs: &Knobs) -> Result<Plan, O
     }
     plan.step(k2, &a2, &[]);
     Ok(plan)
+}
+
+/// The per-token inputs of the intra kernel, added to `plan` in its argument order: q, k, v, g, beta, then the
+/// gate's bias and A_log where the problem has them.
+fn token_inputs(plan: &mut Plan, d: &KdaData) -> Vec<usize> {
+    let mut a = vec![
+        plan.input("q", d.q.clone()),
+        plan.input("k", d.k.clone()),
+        plan.input("v", d.v.clone()),
+        plan.input("g", d.g.clone()),
+        plan.input("beta", d.beta.clone()),
+    ];
+    if let Some(b) = &d.bias {
+        a.push(plan.input("bias", b.clone()));
+    }
+    if let Some(l) = &d.a_log {
+        a.push(plan.input("a_log", l.clone()));
+    }
+    a
 }
 
 /// The scalars of the intra kernel.
@@ -885,18 +893,7 @@ fn split_plan(
     let k2_from = state_kernel(true)?;
     let k2_zero = if pb.h0 { None } else { Some(state_kernel(false)?) };
     let mut plan = Plan::default();
-    let q = plan.input("q", d.q.clone());
-    let k = plan.input("k", d.k.clone());
-    let v = plan.input("v", d.v.clone());
-    let g = plan.input("g", d.g.clone());
-    let beta = plan.input("beta", d.beta.clone());
-    let mut a1_common = vec![q, k, v, g, beta];
-    if let Some(b) = &d.bias {
-        a1_common.push(plan.input("bias", b.clone()));
-    }
-    if let Some(a) = &d.a_log {
-        a1_common.push(plan.input("a_log", a.clone()));
-    }
+    let a1_common = token_inputs(&mut plan, d);
     let mut prev_state = d.h0.as_ref().map(|h0| plan.input("h0", h0.clone()));
     let o = plan.output("o", DType::Bf16, &[tt, hv, dv]);
     let ht = plan.output("ht", DType::F32, &[n, hv, dk, dv]);
