@@ -321,7 +321,23 @@ impl GpuExec {
     /// Enqueue every step of a plan on resident buffers.
     pub fn launch_all(&mut self, plan: &Plan, dev: &[DeviceTensor]) -> Result<(), OpError> {
         self.prepare(plan)?;
-        self.launch_plan_raw(plan, dev)
+        let kernels = self.step_kernels(plan)?;
+        self.launch_plan_raw(plan, &kernels, dev)
+    }
+
+    /// The loaded kernel of every step, in step order (after [`GpuExec::prepare`]). Looked up once per run or
+    /// timing, never per launch: the key is the hash of the printed IR, which costs 20-350 us of host time for
+    /// the large kernels (kda.decode: 350 us on a 2-core x86 machine), and hashing inside the timed loop let the
+    /// host fall behind a short kernel plus its L2 flush, so the GPU idled inside the timed interval.
+    fn step_kernels(&self, plan: &Plan) -> Result<Vec<&LoadedKernel>, OpError> {
+        plan.steps
+            .iter()
+            .map(|s| {
+                self.loaded
+                    .get(&k3k_ir::stable_hash(&s.kernel))
+                    .ok_or_else(|| OpError::Internal(format!("kernel `{}` not loaded", s.kernel.name)))
+            })
+            .collect()
     }
 
     /// Download the outputs of a plan.
@@ -338,10 +354,11 @@ impl GpuExec {
     /// Time the whole plan (all steps) on resident buffers; ms per sample.
     pub fn time(&mut self, plan: &Plan, dev: &[DeviceTensor], opts: TimingOptions) -> Result<Vec<f64>, OpError> {
         self.prepare(plan)?;
+        let kernels = self.step_kernels(plan)?;
         let mut err = None;
         let samples = self.gpu.time(
             || {
-                if let Err(e) = self.launch_plan_raw(plan, dev) {
+                if let Err(e) = self.launch_plan_raw(plan, &kernels, dev) {
                     err = Some(e.to_string());
                 }
                 Ok(())
@@ -360,7 +377,7 @@ impl GpuExec {
     /// waited step of the other stream (an event recorded right after that step); at the end the main stream
     /// waits for the side stream (a join event), so that whatever is enqueued on the main stream next (the timing
     /// end event, downloads, a sync, the next run) follows the whole plan.
-    fn launch_plan_raw(&self, plan: &Plan, dev: &[DeviceTensor]) -> Result<(), OpError> {
+    fn launch_plan_raw(&self, plan: &Plan, kernels: &[&LoadedKernel], dev: &[DeviceTensor]) -> Result<(), OpError> {
         let side = plan.uses_side_stream();
         let n = plan.steps.len();
         if side && self.events.len() < n + 2 {
@@ -385,11 +402,7 @@ impl GpuExec {
             self.gpu.wait(on(1), &self.events[fork])?;
         }
         let enqueue = || -> Result<(), OpError> {
-            for (i, s) in plan.steps.iter().enumerate() {
-                let lk = self
-                    .loaded
-                    .get(&k3k_ir::stable_hash(&s.kernel))
-                    .ok_or_else(|| OpError::Internal(format!("kernel `{}` not loaded", s.kernel.name)))?;
+            for ((i, s), lk) in plan.steps.iter().enumerate().zip(kernels) {
                 let args: Vec<&DeviceTensor> = s.args.iter().map(|&i| &dev[i]).collect();
                 let scalars: Vec<(&str, SymValue)> = s.scalars.iter().map(|(n, v)| (n.as_str(), *v)).collect();
                 let sc = plan.sched(i);

@@ -84,22 +84,33 @@ impl Gpu {
                 cuda("event", self.ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)))?,
             ));
         }
+        // The flush's own GPU time, for the host-bound check below.
+        let flush_ms = match &flush {
+            Some(buf) => {
+                let (start, end) = &events[0];
+                cuda("event record", start.record(&self.stream))?;
+                self.flush(buf)?;
+                cuda("event record", end.record(&self.stream))?;
+                cuda("event sync", end.synchronize())?;
+                cuda("elapsed", start.elapsed_ms(end))? as f64
+            }
+            None => 0.0,
+        };
         let mut samples = Vec::with_capacity(pairs);
+        let mut host_ms = 0.0;
         let t1 = std::time::Instant::now();
         loop {
             let batch = next_batch(samples.len(), &o).min(pairs);
+            let h = std::time::Instant::now();
             for (start, end) in &events[..batch] {
                 if let Some(buf) = &flush {
-                    // SAFETY: the whole buffer, on our stream.
-                    let (ptr, _g) = cudarc::driver::DevicePtr::device_ptr(buf, &self.stream);
-                    cuda("L2 flush", unsafe {
-                        cudarc::driver::result::memset_d8_async(ptr, 0x5a, buf.len(), self.stream.cu_stream())
-                    })?;
+                    self.flush(buf)?;
                 }
                 cuda("event record", start.record(&self.stream))?;
                 f()?;
                 cuda("event record", end.record(&self.stream))?;
             }
+            host_ms += h.elapsed().as_secs_f64() * 1e3;
             cuda("event sync", events[batch - 1].1.synchronize())?;
             for (start, end) in &events[..batch] {
                 samples.push(cuda("elapsed", start.elapsed_ms(end))? as f64);
@@ -109,13 +120,50 @@ impl Gpu {
             }
         }
         self.sync()?;
+        let host_per_rep = host_ms / samples.len().max(1) as f64;
+        tracing::debug!(
+            "timing: host {host_per_rep:.4} ms per repetition, flush {flush_ms:.4} ms, {} samples",
+            samples.len()
+        );
+        if host_bound(host_per_rep, flush_ms, median(&samples)) {
+            tracing::warn!(
+                "host-bound timing: enqueueing one repetition took {host_per_rep:.4} ms of host time, more than \
+                 the GPU's {flush_ms:.4} ms flush + {:.4} ms sample, so the GPU waited for the host inside the \
+                 timed interval and the samples overstate the kernel",
+                median(&samples)
+            );
+        }
         Ok(samples)
     }
+
+    /// Overwrite the L2 flush buffer (enqueued on our stream).
+    fn flush(&self, buf: &cudarc::driver::CudaSlice<u8>) -> Result<(), RuntimeError> {
+        // SAFETY: the whole buffer, on our stream.
+        let (ptr, _g) = cudarc::driver::DevicePtr::device_ptr(buf, &self.stream);
+        cuda("L2 flush", unsafe {
+            cudarc::driver::result::memset_d8_async(ptr, 0x5a, buf.len(), self.stream.cu_stream())
+        })
+    }
+}
+
+/// Whether a timing was host-bound: the host took longer to enqueue a repetition (flush, events, launches) than
+/// the GPU took to run it, so each start event was recorded before the launch arrived. The 10% margin keeps a
+/// host that the GPU paced (a full launch queue) from reading as host-bound.
+fn host_bound(host_ms_per_rep: f64, flush_ms: f64, sample_ms: f64) -> bool {
+    host_ms_per_rep > 1.1 * (flush_ms + sample_ms)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{MAX_REPS, TimingOptions, median, next_batch, window_done};
+    use super::{MAX_REPS, TimingOptions, host_bound, median, next_batch, window_done};
+
+    #[test]
+    fn a_host_slower_than_flush_plus_kernel_is_host_bound() {
+        // kda.decode before the hash was hoisted: ~0.35 ms of host time per launch, a 0.06 ms flush, 0.3 ms kernel.
+        assert!(host_bound(0.45, 0.06, 0.3));
+        assert!(!host_bound(0.03, 0.06, 0.012), "a short kernel whose flush hides the host is not host-bound");
+        assert!(!host_bound(0.36, 0.06, 0.3), "a host paced by the GPU reads about flush + sample");
+    }
 
     #[test]
     fn median_of_odd_and_even() {
