@@ -112,7 +112,7 @@ fn variants_and_knob_points_compile() {
             l2norm: l2,
             beta_sigmoid: l2,
             in_place: inplace,
-            layout: decode::DecodeLayout::auto(128, 128),
+            layout: decode::DecodeLayout::auto(128, 128, matches!(gate, 1 | 2)),
         };
         ks.push(decode::build_decode(&spec).unwrap());
         // Other layouts the knobs offer at K = V = 128 (each fits a lane's registers: no spills).

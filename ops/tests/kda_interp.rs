@@ -495,9 +495,9 @@ fn decode_layouts_match_reference() {
         assert!(h0.iter().filter(|x| **x == 0.0).count() < h0.len() / 100, "h0 should be random, not zeros");
         let cp = pb.as_chunked();
         let (pairs, scope) = kda::check_scope(&cp, s);
-        // SW=1 (one wide state access per row) wherever VPL is 2 or 4.
+        // Both access widths (SW=1: one wide state access per row; SW=2: 4-byte accesses) wherever VPL is 2 or 4.
         let with_sw = layouts.iter().flat_map(|&(kl, vpl, dw)| {
-            let sws: &[i64] = if vpl >= 2 { &[0, 1] } else { &[0] };
+            let sws: &[i64] = if vpl >= 2 { &[2, 1] } else { &[0] };
             sws.iter().map(move |&sw| (kl, vpl, dw, sw))
         });
         for (kl, vpl, dw, sw) in with_sw {

@@ -77,15 +77,18 @@ impl DecodeLayout {
     pub fn block_cols(&self) -> u32 {
         self.warps * self.warp_cols()
     }
-    /// The automatic layout: 4 lanes along K, 1 value column per lane, 4 warps per block (fewer when V is
-    /// narrower): at K = V = 128, 32 state values per lane. Measured on the H200 (2026-12-01, session 5 call C,
-    /// same run, both presets): KL=4 VPL=1 DW=4 0.340 / 0.404 ms at N64 H96 / N256 H32, against 0.574 / 0.595 for
-    /// KL=4 VPL=2 DW=4 (the fewest instructions per element, predicted best), 0.488 / 0.665 for KL=8 VPL=1 and
-    /// 0.707 / 0.696 for KL=2 VPL=1; the old one-thread-per-column kernel ran 0.479 / 0.603 (call A).
-    pub fn auto(_dk: u32, dv: u32) -> DecodeLayout {
-        let (kl, vpl) = (4, 1);
-        let warp_cols = 32 / kl * vpl;
-        DecodeLayout { kl, vpl, warps: (dv / warp_cols).clamp(1, 4), wide: false }
+    /// The automatic layout: 4 lanes along K, 4 consecutive value columns per lane moved as one 16-byte access per
+    /// state row (`SW=1`), 2 warps per block; where a lane would hold too many values (a gate bias at K = 128) or
+    /// V is too narrow, 2 columns, then 1. Measured on the H200 (2026-12-02, session 9 call 3, the tuner's worker
+    /// after the host-bound timing fix): `KL=4 VPL=4 DW=2 SW=1` 0.2027 / 0.2681 ms at N64 H96 / N256 H32 (FLA
+    /// 0.2050 / 0.2748 in the same call), DW=1 and DW=4 within 3% of it, `KL=4 VPL=2 DW=1 SW=1` 0.2361 / 0.3079,
+    /// the same VPL=4 with 4-byte accesses 0.2472 / 0.3278, and the previous automatic layout (`KL=4 VPL=1 DW=4`,
+    /// chosen in session 5 from timings that were host-bound) 0.2621 / 0.3461.
+    pub fn auto(dk: u32, dv: u32, gate_bias: bool) -> DecodeLayout {
+        let kl = 4;
+        let fits = |vpl: u32| lane_values(dk, kl, vpl, gate_bias) <= MAX_LANE_VALUES && dv.is_multiple_of(32 / kl * vpl);
+        let vpl = [4, 2].into_iter().find(|&v| fits(v)).unwrap_or(1);
+        DecodeLayout { kl, vpl, warps: (dv / (32 / kl * vpl)).clamp(1, 2), wide: vpl > 1 }
     }
     /// Read knobs `KL`, `VPL`, `DW` (0 or missing: the automatic value of [`DecodeLayout::auto`]) and check them
     /// against the head dims and the registers of a lane (with a gate bias, see [`MAX_LANE_VALUES`]).
@@ -93,7 +96,7 @@ impl DecodeLayout {
         let invalid = |why: String| OpError::InvalidKnobs { op: "kda.decode", knobs: knobs.to_string(), why };
         let get =
             |name: &str| -> Result<u32, OpError> { Ok(if knobs.0.contains_key(name) { knobs.u32(name)? } else { 0 }) };
-        let auto = DecodeLayout::auto(dk, dv);
+        let auto = DecodeLayout::auto(dk, dv, gate_bias);
         let kl = match get("KL")? {
             0 => auto.kl,
             v => v,
@@ -110,16 +113,22 @@ impl DecodeLayout {
         }
         let warp_cols = 32 / kl * vpl;
         let warps = match get("DW")? {
-            0 => (dv / warp_cols).clamp(1, 4),
+            0 if (kl, vpl) == (auto.kl, auto.vpl) => auto.warps,
+            0 => (dv / warp_cols).clamp(1, 2),
             v => v,
         };
         if !matches!(warps, 1 | 2 | 4 | 8) {
             return Err(invalid(format!("DW={warps}: 0 (auto), 1, 2, 4 or 8")));
         }
         let wide = match get("SW")? {
-            0 => false,
+            0 => vpl > 1,
             1 => true,
-            v => return Err(invalid(format!("SW={v}: 0 (4-byte state accesses) or 1 (one wide access per row)"))),
+            2 => false,
+            v => {
+                return Err(invalid(format!(
+                    "SW={v}: 0 (auto: wide where VPL >= 2), 1 (one wide access per row) or 2 (4-byte accesses)"
+                )));
+            }
         };
         if wide && vpl == 1 {
             return Err(invalid("SW=1 moves a lane's VPL columns of a row as one access: VPL must be 2 or 4".into()));
@@ -447,7 +456,7 @@ impl DecodeProblem {
     }
     /// The kernel variant at the automatic layout.
     pub fn spec(&self, in_place: bool) -> DecodeSpec {
-        self.spec_at(in_place, DecodeLayout::auto(self.dk as u32, self.dv as u32))
+        self.spec_at(in_place, DecodeLayout::auto(self.dk as u32, self.dv as u32, self.gate.has_bias()))
     }
     /// The kernel variant at the layout knobs `KL`, `VPL`, `DW` (see [`DecodeLayout::resolve`]).
     pub fn spec_with(&self, in_place: bool, knobs: &Knobs) -> Result<DecodeSpec, OpError> {
@@ -513,12 +522,17 @@ pub fn knob_space() -> KnobSpace {
             "lanes along K per warp, the sums over K finished by xor shuffles (0 = auto: 4)",
             [0i64, 1, 2, 4, 8],
         )
-        .axis("VPL", "value columns per lane, each in every state row the lane holds (0 = auto: 1)", [0i64, 1, 2, 4])
-        .axis("DW", "warps per block, side by side along V (0 = auto: up to 4)", [0i64, 1, 2, 4, 8])
+        .axis(
+            "VPL",
+            "value columns per lane, each in every state row the lane holds (0 = auto: 4, 2 with a gate bias at K = 128)",
+            [0i64, 1, 2, 4],
+        )
+        .axis("DW", "warps per block, side by side along V (0 = auto: up to 2)", [0i64, 1, 2, 4, 8])
         .axis(
             "SW",
-            "1: a lane's VPL columns consecutive, each state row moved as one 8/16-byte access (VPL 2/4)",
-            [0i64, 1],
+            "1: a lane's VPL columns consecutive, each state row moved as one 8/16-byte access (VPL 2/4); 2: 4-byte \
+             accesses; 0 = auto: 1 where VPL >= 2",
+            [0i64, 1, 2],
         )
 }
 
@@ -629,5 +643,36 @@ impl Instance for DecodeInstance {
             "gate_bias": pb.gate.has_bias(), "l2norm": pb.l2norm, "beta_sigmoid": pb.beta_sigmoid,
             "lower_bound": LOWER_BOUND, "scale": (1.0 / (pb.dk as f64).sqrt()) as f32,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{DecodeLayout, MAX_LANE_VALUES, default_knobs, lane_values};
+
+    #[test]
+    fn the_automatic_layout_is_the_measured_one_and_always_fits() {
+        let lay = |kl, vpl, warps, wide| DecodeLayout { kl, vpl, warps, wide };
+        assert_eq!(DecodeLayout::auto(128, 128, false), lay(4, 4, 2, true), "the session 9 winner at K = V = 128");
+        // A gate bias at K = 128 would put 288 values in a lane at VPL = 4: VPL = 2.
+        assert_eq!(DecodeLayout::auto(128, 128, true), lay(4, 2, 2, true));
+        assert_eq!(DecodeLayout::auto(32, 32, true), lay(4, 4, 1, true), "one 32-column warp covers V = 32");
+        for dk in [32, 64, 128] {
+            for dv in [32, 64, 128] {
+                for bias in [false, true] {
+                    let a = DecodeLayout::auto(dk, dv, bias);
+                    assert!(lane_values(dk, a.kl, a.vpl, bias) <= MAX_LANE_VALUES, "{dk} {dv} {bias}: {a:?}");
+                    assert!(dv.is_multiple_of(a.block_cols()), "{dk} {dv} {bias}: {a:?}");
+                    // The default knobs resolve to it, and SW=2 / SW=1 pick the access width explicitly.
+                    assert_eq!(DecodeLayout::resolve(&default_knobs(), dk, dv, bias).unwrap(), a);
+                    let narrow = DecodeLayout::resolve(&default_knobs().with("SW", 2i64), dk, dv, bias).unwrap();
+                    assert_eq!(narrow, DecodeLayout { wide: false, ..a });
+                }
+            }
+        }
+        let e = DecodeLayout::resolve(&default_knobs().with("SW", 3i64), 128, 128, false).unwrap_err().to_string();
+        assert!(e.contains("SW=3") && e.contains("4-byte"), "{e}");
+        let e = DecodeLayout::resolve(&default_knobs().with("VPL", 1i64).with("SW", 1i64), 128, 128, false);
+        assert!(e.unwrap_err().to_string().contains("VPL must be 2 or 4"));
     }
 }
