@@ -37,6 +37,42 @@ pub struct Args {
     /// Instead of running: merge peer timings (from scripts/peers.py) into the existing reports.
     #[arg(long)]
     pub merge_peers: Option<PathBuf>,
+    /// Instead of running: fold the reports of a run written elsewhere (`<DIR>/<gpu>/<op>.json`, e.g. a device
+    /// call's output) into `--out`, keeping the rows of `--out`'s reports that the run did not time, each marked
+    /// with the run it came from.
+    #[arg(long, value_name = "DIR")]
+    pub publish: Option<PathBuf>,
+}
+
+/// `--publish`: every report under `from` folded into `out` (rows in the operator's preset order).
+fn publish(from: &std::path::Path, out: &std::path::Path) -> anyhow::Result<i32> {
+    let mut n = 0;
+    for entry in std::fs::read_dir(from)? {
+        let dir = entry?.path();
+        if !dir.is_dir() {
+            continue;
+        }
+        for f in std::fs::read_dir(&dir)? {
+            let f = f?.path();
+            if f.extension().is_none_or(|e| e != "json") {
+                continue;
+            }
+            let r: BenchReport = serde_json::from_slice(&std::fs::read(&f)?)
+                .map_err(|e| anyhow::anyhow!("{}: not a benchmark report: {e}", f.display()))?;
+            let op = k3k::ops::registry::all()
+                .into_iter()
+                .find(|o| o.name() == r.op)
+                .ok_or_else(|| anyhow::anyhow!("{}: unknown operator `{}`", f.display(), r.op))?;
+            let order: Vec<String> = op.bench_presets().into_iter().map(|p| p.name).collect();
+            let (path, note) = bench::write_report_keeping(out, r, &order)?;
+            println!("{}{}", path.display(), note.map(|n| format!(": {n}")).unwrap_or_default());
+            n += 1;
+        }
+    }
+    if n == 0 {
+        anyhow::bail!("{}: no reports (<gpu>/<op>.json) to publish", from.display());
+    }
+    Ok(0)
 }
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
@@ -61,6 +97,9 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         }
         println!("merged peer timings into {n} reports under {}", a.out.display());
         return Ok(0);
+    }
+    if let Some(from) = &a.publish {
+        return publish(from, &a.out);
     }
     let gpu = Gpu::open(0)?;
     let gpu_key = GpuKey::new(gpu.info.name.clone(), gpu.info.compute_capability, gpu.info.sm_count);
@@ -117,4 +156,45 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         }
     }
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::publish;
+    use k3k::bench::BenchReport;
+    use std::path::Path;
+
+    fn read(p: &Path) -> BenchReport {
+        serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn publishing_a_partial_run_keeps_the_presets_it_did_not_time() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("results/bench/nvidia-h200");
+        // A device run that timed six of mxfp4_matmul's presets, published over a report that also has a seventh.
+        let run = root.join("session9-call4/b/mxfp4_matmul");
+        let new = read(&run.join("nvidia-h200/mxfp4_matmul.json"));
+        let mut old = new.clone();
+        old.date = "2026-01-01".into();
+        old.rows.truncate(1);
+        old.rows[0].preset = "MXFP4 decode 28 experts x 4 tokens N6144 K3584 situ_glu+p".into();
+        assert!(new.rows.iter().all(|r| r.preset != old.rows[0].preset), "the fixture must lack that preset");
+        let out = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(out.path().join("nvidia-h200")).unwrap();
+        let at = out.path().join("nvidia-h200/mxfp4_matmul.json");
+        std::fs::write(&at, serde_json::to_vec(&old).unwrap()).unwrap();
+        assert_eq!(publish(&run, out.path()).unwrap(), 0);
+        let got = read(&at);
+        assert_eq!(got.rows.len(), new.rows.len() + 1);
+        let kept = got.rows.iter().find(|r| r.preset == old.rows[0].preset).unwrap();
+        assert_eq!(kept.earlier_run.as_ref().map(|e| e.date.as_str()), Some("2026-01-01"));
+        assert!(got.rows.iter().filter(|r| r.preset != kept.preset).all(|r| r.earlier_run.is_none()));
+        // Rows follow the operator's preset order: the GLU preset comes right after the plain 28-expert decode.
+        let pos = |p: &str| got.rows.iter().position(|r| r.preset == p).unwrap();
+        assert_eq!(pos(&kept.preset), pos("MXFP4 decode 28 experts x 4 tokens N6144 K3584") + 1);
+        assert!(std::fs::read_to_string(at.with_extension("md")).unwrap().contains("kept from the run of 2026-01-01"));
+        // A folder with no reports is an error, not a silent no-op.
+        let empty = tempfile::tempdir().unwrap();
+        assert!(publish(empty.path(), out.path()).unwrap_err().to_string().contains("no reports"));
+    }
 }
