@@ -113,7 +113,14 @@ pub fn resolve(
         return default(format!(
             "no tuning record for this program and shape in {shown} (key: {}; tuned buckets: {})",
             key,
-            loaded.entries.iter().map(|e| format!("[{}]", e.key.shape_bucket)).collect::<Vec<_>>().join(" ")
+            loaded
+                .entries
+                .iter()
+                .map(|e| format!("[{}]", e.key.shape_bucket))
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect::<Vec<_>>()
+                .join(" ")
         ));
     };
     let Some(knobs) = knobs_from_record(&defaults, &hit.knobs) else {

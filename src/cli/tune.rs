@@ -76,8 +76,9 @@ pub struct Args {
     /// With `--plan`: compile seconds (one core) per candidate for every operator, instead of measuring here.
     #[arg(long)]
     pub compile_s: Option<f64>,
-    /// With `--plan`: GPU seconds to time one candidate (launch, warm-up, ~100 ms of samples, round trip).
-    #[arg(long, default_value_t = 0.3)]
+    /// With `--plan`: GPU seconds to time one candidate (inputs, launch, warm-up, ~100 ms of samples, round trip;
+    /// 1.0-1.6 s measured on the H200 for most presets).
+    #[arg(long, default_value_t = 1.3)]
     pub time_s: f64,
 }
 

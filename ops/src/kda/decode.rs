@@ -86,7 +86,8 @@ impl DecodeLayout {
     /// chosen in session 5 from timings that were host-bound) 0.2621 / 0.3461.
     pub fn auto(dk: u32, dv: u32, gate_bias: bool) -> DecodeLayout {
         let kl = 4;
-        let fits = |vpl: u32| lane_values(dk, kl, vpl, gate_bias) <= MAX_LANE_VALUES && dv.is_multiple_of(32 / kl * vpl);
+        let fits =
+            |vpl: u32| lane_values(dk, kl, vpl, gate_bias) <= MAX_LANE_VALUES && dv.is_multiple_of(32 / kl * vpl);
         let vpl = [4, 2].into_iter().find(|&v| fits(v)).unwrap_or(1);
         DecodeLayout { kl, vpl, warps: (dv / (32 / kl * vpl)).clamp(1, 2), wide: vpl > 1 }
     }
