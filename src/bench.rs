@@ -259,7 +259,7 @@ pub fn bench_op_into(
     ceilings: &Ceilings,
     log: &mut dyn FnMut(&str),
 ) -> anyhow::Result<(PathBuf, Option<String>)> {
-    let order: Vec<String> = op.bench_presets().into_iter().map(|p| p.name).collect();
+    let order = preset_order(op);
     let mut last = None;
     bench_op(exec, op, presets, knobs_for, timing, ceilings, log, &mut |r| {
         last = Some(write_report_keeping(dir, r.clone(), &order)?);
@@ -325,6 +325,31 @@ pub fn keep_earlier_rows(new: &mut BenchReport, old: BenchReport, order: &[Strin
     // A stable sort: rows of unknown presets keep their relative order.
     new.rows.sort_by_key(|r| pos(&r.preset));
     kept
+}
+
+/// The order of an operator's report rows: its benchmark presets, in order.
+pub fn preset_order(op: &dyn Operator) -> Vec<String> {
+    op.bench_presets().into_iter().map(|p| p.name).collect()
+}
+
+/// The report files under `dir` (`<gpu-slug>/<op>.json`, as [`report_path`] places them), sorted; other files
+/// beside the GPU folders are not reports.
+pub fn report_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut files = vec![];
+    for gpu in std::fs::read_dir(dir)? {
+        let gpu = gpu?.path();
+        if !gpu.is_dir() {
+            continue;
+        }
+        for f in std::fs::read_dir(&gpu)? {
+            let f = f?.path();
+            if f.extension().is_some_and(|e| e == "json") {
+                files.push(f);
+            }
+        }
+    }
+    files.sort();
+    Ok(files)
 }
 
 /// Where an operator's report lives.

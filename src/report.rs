@@ -11,18 +11,10 @@ pub fn load_reports(dir: &Path) -> anyhow::Result<Vec<BenchReport>> {
     if !dir.is_dir() {
         return Ok(out);
     }
-    let mut gpus: Vec<_> =
-        std::fs::read_dir(dir)?.filter_map(|e| e.ok()).map(|e| e.path()).filter(|p| p.is_dir()).collect();
-    gpus.sort();
-    for g in gpus {
-        let mut files: Vec<_> = std::fs::read_dir(&g)?.filter_map(|e| e.ok()).map(|e| e.path()).collect();
-        files.sort();
-        for f in files {
-            if f.extension().is_some_and(|e| e == "json")
-                && let Ok(r) = serde_json::from_slice::<BenchReport>(&std::fs::read(&f)?)
-            {
-                out.push(r);
-            }
+    // Other JSON files beside the reports (peer timings) do not parse as reports and are skipped.
+    for f in crate::bench::report_files(dir)? {
+        if let Ok(r) = serde_json::from_slice::<BenchReport>(&std::fs::read(&f)?) {
+            out.push(r);
         }
     }
     Ok(out)

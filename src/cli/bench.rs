@@ -46,31 +46,19 @@ pub struct Args {
 
 /// `--publish`: every report under `from` folded into `out` (rows in the operator's preset order).
 fn publish(from: &std::path::Path, out: &std::path::Path) -> anyhow::Result<i32> {
-    let mut n = 0;
-    for entry in std::fs::read_dir(from)? {
-        let dir = entry?.path();
-        if !dir.is_dir() {
-            continue;
-        }
-        for f in std::fs::read_dir(&dir)? {
-            let f = f?.path();
-            if f.extension().is_none_or(|e| e != "json") {
-                continue;
-            }
-            let r: BenchReport = serde_json::from_slice(&std::fs::read(&f)?)
-                .map_err(|e| anyhow::anyhow!("{}: not a benchmark report: {e}", f.display()))?;
-            let op = k3k::ops::registry::all()
-                .into_iter()
-                .find(|o| o.name() == r.op)
-                .ok_or_else(|| anyhow::anyhow!("{}: unknown operator `{}`", f.display(), r.op))?;
-            let order: Vec<String> = op.bench_presets().into_iter().map(|p| p.name).collect();
-            let (path, note) = bench::write_report_keeping(out, r, &order)?;
-            println!("{}{}", path.display(), note.map(|n| format!(": {n}")).unwrap_or_default());
-            n += 1;
-        }
-    }
-    if n == 0 {
+    let files = bench::report_files(from)?;
+    if files.is_empty() {
         anyhow::bail!("{}: no reports (<gpu>/<op>.json) to publish", from.display());
+    }
+    for f in files {
+        let r: BenchReport = serde_json::from_slice(&std::fs::read(&f)?)
+            .map_err(|e| anyhow::anyhow!("{}: not a benchmark report: {e}", f.display()))?;
+        let op = k3k::ops::registry::all()
+            .into_iter()
+            .find(|o| o.name() == r.op)
+            .ok_or_else(|| anyhow::anyhow!("{}: unknown operator `{}`", f.display(), r.op))?;
+        let (path, note) = bench::write_report_keeping(out, r, &bench::preset_order(op.as_ref()))?;
+        println!("{}{}", path.display(), note.map(|n| format!(": {n}")).unwrap_or_default());
     }
     Ok(0)
 }
@@ -79,23 +67,13 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     if let Some(peers) = &a.merge_peers {
         let pf: PeerFile = serde_json::from_slice(&std::fs::read(peers)?)
             .map_err(|e| anyhow::anyhow!("{}: not a peers file: {e}", peers.display()))?;
-        let mut n = 0;
-        for entry in std::fs::read_dir(&a.out)? {
-            let dir = entry?.path();
-            if !dir.is_dir() {
-                continue;
-            }
-            for f in std::fs::read_dir(&dir)? {
-                let f = f?.path();
-                if f.extension().is_some_and(|e| e == "json") {
-                    let mut r: BenchReport = serde_json::from_slice(&std::fs::read(&f)?)?;
-                    bench::merge_peers(&mut r, &pf);
-                    bench::write_report(&a.out, &r)?;
-                    n += 1;
-                }
-            }
+        let files = bench::report_files(&a.out)?;
+        for f in &files {
+            let mut r: BenchReport = serde_json::from_slice(&std::fs::read(f)?)?;
+            bench::merge_peers(&mut r, &pf);
+            bench::write_report(&a.out, &r)?;
         }
-        println!("merged peer timings into {n} reports under {}", a.out.display());
+        println!("merged peer timings into {} reports under {}", files.len(), a.out.display());
         return Ok(0);
     }
     if let Some(from) = &a.publish {

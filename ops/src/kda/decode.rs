@@ -59,6 +59,11 @@ pub struct DecodeLayout {
 /// VPL = 2, standard gate with bias, 224: 238; no spills).
 pub const MAX_LANE_VALUES: u32 = 240;
 
+/// The automatic warps per block (knob `DW=0`): side by side along V, as many as V has warp widths, at most 2.
+fn auto_warps(dv: u32, warp_cols: u32) -> u32 {
+    (dv / warp_cols).clamp(1, 2)
+}
+
 /// The registers one lane of layout `(kl, vpl)` spends on values at head dim `dk` (see [`MAX_LANE_VALUES`]).
 pub fn lane_values(dk: u32, kl: u32, vpl: u32, gate_bias: bool) -> u32 {
     dk / kl * (vpl + 2 + 3 * gate_bias as u32)
@@ -89,7 +94,7 @@ impl DecodeLayout {
         let fits =
             |vpl: u32| lane_values(dk, kl, vpl, gate_bias) <= MAX_LANE_VALUES && dv.is_multiple_of(32 / kl * vpl);
         let vpl = [4, 2].into_iter().find(|&v| fits(v)).unwrap_or(1);
-        DecodeLayout { kl, vpl, warps: (dv / (32 / kl * vpl)).clamp(1, 2), wide: vpl > 1 }
+        DecodeLayout { kl, vpl, warps: auto_warps(dv, 32 / kl * vpl), wide: vpl > 1 }
     }
     /// Read knobs `KL`, `VPL`, `DW` (0 or missing: the automatic value of [`DecodeLayout::auto`]) and check them
     /// against the head dims and the registers of a lane (with a gate bias, see [`MAX_LANE_VALUES`]).
@@ -114,8 +119,7 @@ impl DecodeLayout {
         }
         let warp_cols = 32 / kl * vpl;
         let warps = match get("DW")? {
-            0 if (kl, vpl) == (auto.kl, auto.vpl) => auto.warps,
-            0 => (dv / warp_cols).clamp(1, 2),
+            0 => auto_warps(dv, warp_cols),
             v => v,
         };
         if !matches!(warps, 1 | 2 | 4 | 8) {
