@@ -2,16 +2,23 @@
 // products. Generic primitives only (ThunderKittens-style); the IR decides what runs on which tiles.
 namespace k3k {
 
+// The 32-bit shared address of a generic pointer into shared memory, by the compiler's intrinsic: it folds into a
+// 32-bit `shared base + offset` instead of materializing the 64-bit generic address (shared window + CTA id) at
+// every use (the asm `cvta.to.shared.u64` form cost 3-4 instructions per ldmatrix / cp.async / shared access:
+// -11% SASS in the kda state pass's chunk loop, codegen v8). Kernels of 384 threads or more and wgmma kernels keep
+// the asm form (the renderer defines K3K_SMEM_ASM_CVTA for them, see `smem_asm_cvta` in render.rs): folded
+// addresses stay live longer, a 384-thread gated-MLA prefill kernel (BM=192 BN=96, 168 registers at most) spilled
+// 72 bytes with them, and the wgmma prefill ran 1.8% slower.
+__device__ __forceinline__ unsigned smem_u32_folded(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
+#ifdef K3K_SMEM_ASM_CVTA
 __device__ __forceinline__ unsigned smem_u32(const void* p) {
   unsigned long long a;
   asm("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(p));
   return (unsigned)a;
 }
-// The same address by the compiler's intrinsic, which it folds into a 32-bit `shared base + offset` instead of
-// materializing the 64-bit generic address (shared window + CTA id) at every use; used by the barrier and bulk-copy
-// primitives, whose addresses are recomputed every pipeline step. (Not yet for every shared access: it moves
-// register allocation, and one 384-thread gated-MLA prefill kernel spilled with it.)
-__device__ __forceinline__ unsigned smem_u32_folded(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
+#else
+__device__ __forceinline__ unsigned smem_u32(const void* p) { return smem_u32_folded(p); }
+#endif
 // A wgmma descriptor whose start-address field (bits 0-13, 16-byte units) moves by UNITS: added to the low word
 // only (the field never carries: tiles end below the 256 KiB the 18-bit address spans), the high word untouched.
 __device__ __forceinline__ unsigned long long wgmma_desc_add(unsigned long long d, unsigned units) {
@@ -218,16 +225,21 @@ template <class TT, class T, int VEC>
 __device__ __forceinline__ void load_global(TT& t, const T* __restrict__ g, long long off, long long stride,
                                             long long rows, long long cols) {
   typedef typename TT::elem_t E;
+  // One 64-bit row address per row of the thread (the row does not depend on the fragment column f), the
+  // columns as offsets from it: the row multiply and its bounds test leave the column loop.
 #pragma unroll
   for (int b = 0; b < TT::L::NB; ++b)
 #pragma unroll
-    for (int f = 0; f < TT::L::NF; ++f)
+    for (int jp = 0; jp < 2; ++jp) {
+      const int r = TT::L::row(b, 2 * jp);
+      const bool rok = r < rows;
+      const T* const rp = g + off + (long long)r * stride;
 #pragma unroll
-      for (int jp = 0; jp < 2; ++jp) {
-        const int r = TT::L::row(b, 2 * jp), c = TT::L::col(f, 2 * jp);
+      for (int f = 0; f < TT::L::NF; ++f) {
+        const int c = TT::L::col(f, 2 * jp);
         E e0 = 0, e1 = 0;
-        if (r < rows) {
-          const T* p = g + off + (long long)r * stride + c;
+        if (rok) {
+          const T* p = rp + c;
           if (VEC >= 2 && c + 1 < cols) {
             const Pair<T> pr = *(const Pair<T>*)p;
             e0 = ld_elem(&pr.a, (E*)0);
@@ -239,30 +251,34 @@ __device__ __forceinline__ void load_global(TT& t, const T* __restrict__ g, long
         }
         t.set2(b, f, jp, e0, e1);
       }
+    }
 }
 
 template <class TT, class T, int VEC>
 __device__ __forceinline__ void store_global(const TT& t, T* __restrict__ g, long long off, long long stride,
                                              long long rows, long long cols) {
   if (TT::L::G::replica() != 0) return;
+  // As `load_global`: one row address per row of the thread.
 #pragma unroll
   for (int b = 0; b < TT::L::NB; ++b)
 #pragma unroll
-    for (int f = 0; f < TT::L::NF; ++f)
+    for (int jp = 0; jp < 2; ++jp) {
+      const int r = TT::L::row(b, 2 * jp);
+      if (r >= rows) continue;
+      T* const rp = g + off + (long long)r * stride;
 #pragma unroll
-      for (int jp = 0; jp < 2; ++jp) {
-        const int r = TT::L::row(b, 2 * jp), c = TT::L::col(f, 2 * jp);
-        if (r < rows) {
-          T* p = g + off + (long long)r * stride + c;
-          if (VEC >= 2 && c + 1 < cols) {
-            // Both elements valid and pair-aligned (the program promised offset and stride are multiples of VEC).
-            st_pair(p, t.get(b, f, 2 * jp), t.get(b, f, 2 * jp + 1));
-          } else {
-            if (c < cols) st_elem(p, t.get(b, f, 2 * jp));
-            if (c + 1 < cols) st_elem(p + 1, t.get(b, f, 2 * jp + 1));
-          }
+      for (int f = 0; f < TT::L::NF; ++f) {
+        const int c = TT::L::col(f, 2 * jp);
+        T* p = rp + c;
+        if (VEC >= 2 && c + 1 < cols) {
+          // Both elements valid and pair-aligned (the program promised offset and stride are multiples of VEC).
+          st_pair(p, t.get(b, f, 2 * jp), t.get(b, f, 2 * jp + 1));
+        } else {
+          if (c < cols) st_elem(p, t.get(b, f, 2 * jp));
+          if (c + 1 < cols) st_elem(p + 1, t.get(b, f, 2 * jp + 1));
         }
       }
+    }
 }
 
 template <class A, class B> struct same_t { static constexpr bool value = false; };

@@ -96,10 +96,11 @@ pub fn build_state(
 
     let slot_of = |ch: &Expr| &hvi * nch.clone() + ch.clone();
     let len_of = |ch: &Expr| Expr::load(ctab, ch * 2i64 + 1i64);
-    // Group A: W, U, Qbar (read by the first half of a chunk), into stage slot `sl`.
-    let issue_a = |b: &mut KernelBuilder, ch: Expr, sl: Expr| {
+    // Group A: W, U, Qbar (read by the first half of a chunk), into stage slot `sl`; `rows`: the chunk's length
+    // when the caller has it (else it is loaded from the chunk table here).
+    let issue_a = |b: &mut KernelBuilder, ch: Expr, sl: Expr, rows: Option<Expr>| {
         let slot = b.let_("slot_a", slot_of(&ch));
-        let rows = b.let_("rows_a", len_of(&ch));
+        let rows = b.let_("rows_a", rows.unwrap_or_else(|| len_of(&ch)));
         let base = b.let_("wu_base", &slot * (cc * (kk + vv)));
         let d = b.slot(sw, sl.clone());
         b.copy_async(d, view(wu, base.clone(), kk + vv, rows.clone(), kk, 8));
@@ -109,9 +110,9 @@ pub fn build_state(
         b.copy_async(d, view(qb, &slot * (cc * kk), kk, rows, kk, 8));
     };
     // Group B: P, Kbar, gamma (read by the second half), into stage slot `sl`.
-    let issue_b = |b: &mut KernelBuilder, ch: Expr, sl: Expr| {
+    let issue_b = |b: &mut KernelBuilder, ch: Expr, sl: Expr, rows: Option<Expr>| {
         let slot = b.let_("slot_b", slot_of(&ch));
-        let rows = b.let_("rows_b", len_of(&ch));
+        let rows = b.let_("rows_b", rows.unwrap_or_else(|| len_of(&ch)));
         let d = b.slot(sp, sl.clone());
         b.copy_async(d, view(pm, &slot * (cc * cc), cc, rows.clone(), cc, 8));
         let d = b.slot(skb, sl.clone());
@@ -122,9 +123,9 @@ pub fn build_state(
     let z = || Expr::Int(0);
     if stages == 1 {
         b.if_(nc.gt(0i64), |b| {
-            issue_a(b, c0.clone(), z());
+            issue_a(b, c0.clone(), z(), None);
             b.commit();
-            issue_b(b, c0.clone(), z());
+            issue_b(b, c0.clone(), z(), None);
             b.commit();
         });
     } else {
@@ -134,12 +135,22 @@ pub fn build_state(
         for p in 0..stages as i64 - 1 {
             b.if_(nc.gt(p), |b| {
                 let ch = if p == 0 { c0.clone() } else { &c0 + p };
-                issue_a(b, ch.clone(), Expr::Int(p));
-                issue_b(b, ch, Expr::Int(p));
+                issue_a(b, ch.clone(), Expr::Int(p), None);
+                issue_b(b, ch, Expr::Int(p), None);
             });
             b.commit();
         }
     }
+    // `two_bars`: the length of the next chunk to issue (j + S - 1), loaded one chunk ahead of its use and carried
+    // across iterations, so the loads' bounds do not wait for a chunk-table read right after the barrier (that
+    // compare was the state pass's most-sampled instruction under ncu, 3.3% of its stall samples at B1 T65536 H32,
+    // session 10).
+    let ahead = stages as i64 - 1;
+    let rows_next = two_bars.then(|| {
+        let rv = b.let_var("rows_next", 0i64);
+        b.if_(nc.gt(ahead), |b| b.assign(rv, len_of(&(&c0 + ahead))));
+        rv
+    });
     // `two_bars` with 3 stages: the ring slot of the current chunk, carried across iterations (no 64-bit `% 3`
     // a chunk; with 2 stages `j & 1` is as cheap, and the carried slot costs ptxas 16 spilled bytes at 16 warps).
     let ring = (two_bars && stages == 3).then(|| b.let_var("ring", 0i64));
@@ -197,18 +208,19 @@ pub fn build_state(
             let d = b.slot(ss, 0i64);
             b.store(st, Place::Shared(d));
             b.barrier();
-            let ahead = stages as i64 - 1;
             // Slot (j + S - 1) % S = (j - 1) % S.
             let next = if stages == 2 {
                 Expr::Int(1) - cur.clone()
             } else {
                 b.let_("next", Expr::select(cur.clone().eq(0i64), 2i64, &cur - 1i64))
             };
+            let rn = rows_next.expect("two_bars carries the next chunk's length");
             b.if_((&j + ahead).lt(nc.clone()), |b| {
-                issue_a(b, &ch + ahead, next.clone());
-                issue_b(b, &ch + ahead, next.clone());
+                issue_a(b, &ch + ahead, next.clone(), Some(Expr::Var(rn)));
+                issue_b(b, &ch + ahead, next.clone(), Some(Expr::Var(rn)));
             });
             b.commit();
+            b.if_((&j + (ahead + 1)).lt(nc.clone()), |b| b.assign(rn, len_of(&(&ch + (ahead + 1)))));
             values(b);
             output_and_state(b);
             if let Some(rv) = ring {
@@ -220,16 +232,15 @@ pub fn build_state(
         if stages == 2 {
             let next = Expr::Int(1) - cur.clone();
             b.if_(more.clone(), |b| {
-                issue_a(b, &ch + 1i64, next.clone());
-                issue_b(b, &ch + 1i64, next.clone());
+                issue_a(b, &ch + 1i64, next.clone(), None);
+                issue_b(b, &ch + 1i64, next.clone(), None);
             });
             b.commit();
         } else if stages > 2 {
-            let ahead = stages as i64 - 1;
             let next = b.let_("next", (&j + ahead) % (stages as i64));
             b.if_((&j + ahead).lt(nc.clone()), |b| {
-                issue_a(b, &ch + ahead, next.clone());
-                issue_b(b, &ch + ahead, next.clone());
+                issue_a(b, &ch + ahead, next.clone(), None);
+                issue_b(b, &ch + ahead, next.clone(), None);
             });
             b.commit();
         }
@@ -242,7 +253,7 @@ pub fn build_state(
         b.barrier();
         values(b);
         if stages == 1 {
-            b.if_(more.clone(), |b| issue_a(b, &ch + 1i64, z()));
+            b.if_(more.clone(), |b| issue_a(b, &ch + 1i64, z(), None));
             b.commit();
             b.wait(1);
             b.barrier();
@@ -250,7 +261,7 @@ pub fn build_state(
         output_and_state(b);
         b.barrier();
         if stages == 1 {
-            b.if_(more, |b| issue_b(b, &ch + 1i64, z()));
+            b.if_(more, |b| issue_b(b, &ch + 1i64, z(), None));
             b.commit();
         }
     });
