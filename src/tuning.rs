@@ -28,7 +28,7 @@ pub fn tune_key(op: &dyn Operator, preset: &Preset, gpu: &GpuKey) -> anyhow::Res
     })
 }
 
-/// The alignment class a kernel name carries (`in8_out2`), or `any`.
+/// The alignment class a kernel name carries (`in8_out8`), or `any`.
 fn alignment_class(name: &str) -> String {
     name.split('_')
         .find(|p| p.starts_with("in") && p.contains("out"))

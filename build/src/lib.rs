@@ -26,7 +26,7 @@
 //! use k3k_build::rt::{Bf16, Gpu, I32, Tensor};
 //!
 //! let gpu = Gpu::open(0)?;
-//! let up = kernels::moe_up::GemmGroupedSituGluIn8Out2::load(&gpu)?;
+//! let up = kernels::moe_up::GemmGroupedSituGluIn8Out8::load(&gpu)?;
 //! // x: [M, K] bf16, w: [G, N, K] bf16, offs: [G] i32, y: [M, N/2] bf16
 //! up.launch(&gpu, &x, &w, &offs, &mut y)?;   // dtypes in the signature, shapes checked here
 //! ```
@@ -34,7 +34,7 @@
 //! ## What is generated
 //!
 //! For each request, `pub mod <alias>` holds:
-//! - per kernel, a struct named after the kernel (`GemmGroupedSituGluIn8Out2`; [`Builder::roles`] renames)
+//! - per kernel, a struct named after the kernel (`GemmGroupedSituGluIn8Out8`; [`Builder::roles`] renames)
 //!   with `load(&Gpu)` and `launch(&self, &Gpu, <tensors>, <scalars>)`: parameters named after the kernel's
 //!   tensor arguments, typed [`rt::Tensor<rt::Bf16>`](rt::Tensor) & co. (`&mut` for the ones it writes), then
 //!   its scalar arguments (`i64` / `f32`). Each launch checks the shapes against the kernel's symbolic dims

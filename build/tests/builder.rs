@@ -104,7 +104,7 @@ fn emits_ptx_and_typed_launchers_with_default_knob_warning() {
     // Files: PTX + IR (+ CUBIN when ptxas is here), and the Rust module.
     assert_eq!(report.kernels.len(), 1);
     let k = &report.kernels[0];
-    assert!(k.name.starts_with("k3k_gemm_grouped_situ_glu_in8_out2"), "{}", k.name);
+    assert!(k.name.starts_with("k3k_gemm_grouped_situ_glu_in8_out8"), "{}", k.name);
     assert!(k.ir.starts_with(out.path().join("k3k")));
     let ptx = std::fs::read_to_string(k.ptx.as_ref().unwrap()).unwrap();
     assert!(ptx.contains(&format!(".entry {}", k.name)));
@@ -121,7 +121,7 @@ fn emits_ptx_and_typed_launchers_with_default_knob_warning() {
 
     // The Rust: parses, names the arguments after the kernel's tensors, types them, pins K and N and G.
     let file = parse(&report.rust_file);
-    let params = fn_params(&file, "moe_up", "GemmGroupedSituGluIn8Out2", "launch");
+    let params = fn_params(&file, "moe_up", "GemmGroupedSituGluIn8Out8", "launch");
     assert_eq!(
         params,
         [

@@ -97,7 +97,8 @@ template <int R, int WM, int WN> struct RV {
 };
 
 // ---------------------------------------------------------------------------------------------------------
-// Shared tile layout: row-major, optionally with the 16-byte chunks of row r XOR-ed by r mod M, where M is the
+// Shared tile layout: row-major, optionally with the 16-byte chunks of row r XOR-ed by r mod M (SWZ = 1) or by
+// 2 (r / P) mod M (SWZ = 2: 4-byte elements moved as pairs; P rows per 128-byte bank line), where M is the
 // largest power of two (<= 8) dividing the chunks per row (so a swizzled chunk stays inside its row).
 __host__ __device__ constexpr int swizzle_group(int chunks) {
   return chunks % 8 == 0 ? 8 : chunks % 4 == 0 ? 4 : chunks % 2 == 0 ? 2 : 1;
@@ -108,7 +109,9 @@ template <class T, int ROWS, int COLS, int SWZ> struct SL {
   static constexpr int TILE_BYTES = ROWS * ROW_BYTES;
   __device__ __forceinline__ static int off(int r, int c) {
     int byte = c * (int)sizeof(T);
-    if (M > 1) byte ^= (r % M) << 4;
+    // (SWZ = 2: P rows share a 128-byte bank line, so the XOR advances by 2 chunks every P rows.)
+    constexpr int P = ROW_BYTES >= 128 ? 1 : 128 / ROW_BYTES;
+    if (M > 1) byte ^= (SWZ == 2 ? ((r / P) << 5) & ((M - 1) << 4) : (r % M) << 4);
     return r * ROW_BYTES + byte;
   }
 };
@@ -205,6 +208,8 @@ template <int N> __device__ __forceinline__ void async_wait() {
 
 // ---------------------------------------------------------------------------------------------------------
 // Element moves between register tiles and memory. Each thread moves its own neighbouring-column pairs.
+template <class A, class B> struct same_t { static constexpr bool value = false; };
+template <class A> struct same_t<A, A> { static constexpr bool value = true; };
 template <class T> __device__ __forceinline__ float ld_elem(const T* p, float*) { return to_f32(*p); }
 template <class T> __device__ __forceinline__ long long ld_elem(const T* p, long long*) { return to_i64(*p); }
 template <class T> __device__ __forceinline__ void st_elem(T* p, float v) { *p = from_f32<T>::cvt(v); }
@@ -254,10 +259,107 @@ __device__ __forceinline__ void load_global(TT& t, const T* __restrict__ g, long
     }
 }
 
+// The packed 16-bit pair (element 2 jp, 2 jp + 1 of fragment (b, f)) of an f32 or 16-bit register tile as T.
+template <class T, class TT> __device__ __forceinline__ unsigned packed_pair(const TT& t, int b, int f, int jp) {
+  if constexpr (same_t<typename TT::stor_t, T>::value) {
+    return t.v[b][f][jp];
+  } else {
+    return pack2((T*)0, t.get(b, f, 2 * jp), t.get(b, f, 2 * jp + 1));
+  }
+}
+
+// The words of `w` (this lane's packed pair of each of N neighbouring fragments, N = 2 or 4, in the quad of lanes
+// that shares a row) regrouped so that lane q of the quad holds N consecutive pairs of one fragment: fragment q
+// (N = 4: pairs 0..3, 16 bytes) or fragment q % 2 (N = 2: pairs 2 (q / 2)... of it, 8 bytes). A transpose of the
+// quad's N x N (lane, fragment) words by N / 2 rounds of exchanges with the lanes q ^ 2 and q ^ 1 (N = 4) or one
+// with q ^ 1 (N = 2); every lane of the warp takes part (call it outside any row test).
+template <int N> __device__ __forceinline__ void quad_transpose(unsigned (&w)[N]) {
+  const int q = lane_id() & 3;
+  if constexpr (N == 4) {
+    const bool hi2 = (q & 2) != 0;
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const unsigned r = __shfl_xor_sync(0xffffffffu, hi2 ? w[k] : w[k + 2], 2);
+      if (hi2) w[k] = r; else w[k + 2] = r;
+    }
+  }
+  const bool hi1 = (q & 1) != 0;
+#pragma unroll
+  for (int k = 0; k < N; k += 2) {
+    const unsigned r = __shfl_xor_sync(0xffffffffu, hi1 ? w[k] : w[k + 1], 1);
+    if (hi1) w[k] = r; else w[k + 1] = r;
+  }
+}
+
+// One 16- or 8-byte global store, as the vector instruction itself (NVRTC split a plain `uint4` store of
+// regrouped words into four 32-bit ones where it could prove the store unconditional).
+__device__ __forceinline__ void st_global_v4(void* p, unsigned a, unsigned b, unsigned c, unsigned d) {
+  asm volatile("{ .reg .u64 g; cvta.to.global.u64 g, %0; st.global.v4.b32 [g], {%1, %2, %3, %4}; }"
+               ::"l"(p), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
+}
+__device__ __forceinline__ void st_global_v2(void* p, unsigned a, unsigned b) {
+  asm volatile("{ .reg .u64 g; cvta.to.global.u64 g, %0; st.global.v2.b32 [g], {%1, %2}; }"
+               ::"l"(p), "r"(a), "r"(b) : "memory");
+}
+
+// 16-bit stores of N neighbouring fragments per row as one 8- or 16-byte access per lane (`quad_transpose`):
+// a warp instruction then writes 32 or 64 contiguous bytes of each of its 8 rows instead of 16 (the pair path:
+// half a sector per row, twice the L2 sectors and 2-4 times the L1 requests per byte). Columns past the view take
+// the pair and element path on the regrouped words.
+template <int N, class TT, class T>
+__device__ __forceinline__ void store_global_wide(const TT& t, T* __restrict__ g, long long off, long long stride,
+                                                  long long rows, long long cols) {
+  static_assert(sizeof(T) == 2 && TT::L::NF % N == 0, "wide stores: 16-bit outputs, whole fragment groups");
+  const int q = lane_id() & 3;
+#pragma unroll
+  for (int b = 0; b < TT::L::NB; ++b)
+#pragma unroll
+    for (int jp = 0; jp < 2; ++jp) {
+      const int r = TT::L::row(b, 2 * jp);
+      T* const rp = g + off + (long long)r * stride;
+#pragma unroll
+      for (int f0 = 0; f0 < TT::L::NF; f0 += N) {
+        unsigned w[N];
+#pragma unroll
+        for (int i = 0; i < N; ++i) w[i] = packed_pair<T>(t, b, f0 + i, jp);
+        quad_transpose<N>(w);
+        if (r >= rows) continue;
+        // N = 4: lane q holds fragment f0 + q, columns 0..7; N = 2: fragment f0 + q % 2, columns 4 (q / 2)...
+        const int c = N == 4 ? TT::L::col(f0 + q, 0) - 2 * q : TT::L::col(f0 + (q & 1), 0) - 2 * (q & 1);
+        T* const p = rp + c;
+        if (c + 2 * N - 1 < cols) {
+          if constexpr (N == 4) {
+            st_global_v4(p, w[0], w[1], w[2], w[3]);
+          } else {
+            st_global_v2(p, w[0], w[1]);
+          }
+        } else {
+#pragma unroll
+          for (int i = 0; i < N; ++i) {
+            if (c + 2 * i + 1 < cols) {
+              *(unsigned*)(p + 2 * i) = w[i];
+            } else if (c + 2 * i < cols) {
+              *(unsigned short*)(p + 2 * i) = (unsigned short)(w[i] & 0xffffu);
+            }
+          }
+        }
+      }
+    }
+}
+
 template <class TT, class T, int VEC>
 __device__ __forceinline__ void store_global(const TT& t, T* __restrict__ g, long long off, long long stride,
                                              long long rows, long long cols) {
   if (TT::L::G::replica() != 0) return;
+  // 16-bit outputs from f32 or 16-bit tiles, rows aligned to the access (the view's promise): the wide path.
+  if constexpr (sizeof(T) == 2 && same_t<typename TT::elem_t, float>::value && VEC >= 8 && TT::L::NF % 4 == 0) {
+    store_global_wide<4>(t, g, off, stride, rows, cols);
+    return;
+  } else if constexpr (sizeof(T) == 2 && same_t<typename TT::elem_t, float>::value && VEC >= 4 &&
+                       TT::L::NF % 2 == 0) {
+    store_global_wide<2>(t, g, off, stride, rows, cols);
+    return;
+  }
   // As `load_global`: one row address per row of the thread.
 #pragma unroll
   for (int b = 0; b < TT::L::NB; ++b)
@@ -281,8 +383,6 @@ __device__ __forceinline__ void store_global(const TT& t, T* __restrict__ g, lon
     }
 }
 
-template <class A, class B> struct same_t { static constexpr bool value = false; };
-template <class A> struct same_t<A, A> { static constexpr bool value = true; };
 
 // Shared tiles whose rows hold whole pairs move a thread's neighbouring-column pair as one access (the swizzle
 // permutes 16-byte chunks, so an even column and the next share a chunk); 16-bit tiles into a buffer of their

@@ -112,6 +112,7 @@ pub fn encode(k: &Kernel, shapes: &[&[usize]], addrs: &[u64]) -> Result<Vec<Tens
             let swizzle = match m.swizzle {
                 Swizzle::Xor16B => CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
                 Swizzle::None => CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_NONE,
+                Swizzle::Xor16BPairs => return Err(err("no copy-engine layout for Xor16BPairs (validated)".into())),
             };
             let elem_strides = vec![1u32; boxd.len()];
             let mut out = std::mem::MaybeUninit::<CUtensorMap>::zeroed();

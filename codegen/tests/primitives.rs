@@ -76,12 +76,14 @@ primitive!(
     tma_mbarrier,
     tma_multicast_cluster,
     wide_access,
+    wide_tile_stores,
+    shared_pairs_swizzle,
 );
 
 #[test]
 fn every_case_is_listed() {
     // `cases::all` feeds the GPU run; keep it in step with the list above.
-    assert_eq!(cases::all().len(), 38);
+    assert_eq!(cases::all().len(), 40);
 }
 
 /// The wide accesses of `wide_access` are single vector instructions in the PTX: f32 x 4, bf16 x 8 and u8 x 16
@@ -95,4 +97,18 @@ fn wide_accesses_are_vector_instructions() {
     eprintln!("ld.global.v4: {ld4}, st.global.v4: {st4}, st.global.v2: {st2}");
     assert!(ld4 + count("ld.global.nc.v4") >= 3, "three 16-byte loads expected:\n{}", m.ptx);
     assert!(st4 >= 2 && st2 >= 1, "two 16-byte and one 8-byte store expected:\n{}", m.ptx);
+}
+
+/// The tile stores of `wide_tile_stores` take the wide paths: 16-byte stores for `y` (vec 8, 8 fragments per
+/// warp), 8-byte ones for `z` and `w` (2 fragments), with the quad's regrouping shuffles before them.
+#[test]
+fn wide_tile_stores_are_vector_instructions() {
+    let k = cases::wide_tile_stores().kernel;
+    let m = k3k_codegen::build(&k, k3k_codegen::BuildOptions { assemble: true }).unwrap();
+    let count = |pat: &str| m.ptx.lines().filter(|l| l.contains(pat)).count();
+    let (st4, st2, shfl) = (count("st.global.v4"), count("st.global.v2"), count("shfl.sync"));
+    eprintln!("st.global.v4: {st4}, st.global.v2: {st2}, shfl.sync: {shfl}");
+    assert!(st4 >= 2, "16-byte stores expected for y:\n{}", m.ptx);
+    assert!(st2 >= 2, "8-byte stores expected for z and w:\n{}", m.ptx);
+    assert!(shfl >= 4, "the quad regrouping shuffles expected:\n{}", m.ptx);
 }

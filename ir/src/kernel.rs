@@ -106,6 +106,12 @@ pub enum Swizzle {
     None,
     /// 16-byte chunk `c` of row `r` is stored at chunk `c ^ (r % min(8, chunks_per_row))`.
     Xor16B,
+    /// 16-byte chunk `c` of row `r` is stored at chunk `c ^ (2 (r / p) % min(8, chunks_per_row))`, `p` the rows
+    /// per 128-byte bank line (1 for rows of 128 bytes or more): for tiles of 4-byte elements moved as the 8-byte
+    /// pairs of the register-tile layout (a half-warp reads 32 bytes of each of 4 consecutive rows), those rows
+    /// land on distinct banks, where `Xor16B` maps rows `2i` and `2i + 1` onto the same ones (2-way conflicts). A
+    /// layout of the SIMT and `mma.sync` paths only: no copy-engine or `wgmma` tile.
+    Xor16BPairs,
 }
 
 /// `count` shared-memory tiles of `rows x cols` elements (e.g. the stages of a pipeline).

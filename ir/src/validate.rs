@@ -171,8 +171,8 @@ impl<'a> Checker<'a> {
             if s.count == 0 || s.rows == 0 || s.cols == 0 {
                 return Err(self.err(IrErrorKind::Shape, "shared buffers need rows, cols and count >= 1"));
             }
-            if s.swizzle == Swizzle::Xor16B && (s.dtype.storage_bytes(s.cols as usize) % 16 != 0) {
-                return Err(self.err(IrErrorKind::Layout, "Xor16B swizzle needs rows of a multiple of 16 bytes"));
+            if s.swizzle != Swizzle::None && (s.dtype.storage_bytes(s.cols as usize) % 16 != 0) {
+                return Err(self.err(IrErrorKind::Layout, "XOR swizzles need rows of a multiple of 16 bytes"));
             }
             self.path.pop();
         }
@@ -295,6 +295,9 @@ impl<'a> Checker<'a> {
             }
             if p.dtype.bits() < 8 {
                 return Err(self.err(IrErrorKind::Type, format!("tensor `{}`: no TMA of 4-bit storage", p.name)));
+            }
+            if t.swizzle == Swizzle::Xor16BPairs {
+                return Err(self.err(IrErrorKind::Layout, "the copy engine has no Xor16BPairs layout (None or Xor16B)"));
             }
             let row = p.dtype.storage_bytes(t.box_dims[0] as usize);
             if !row.is_multiple_of(16) || (t.swizzle == Swizzle::Xor16B && row != 128) {
@@ -1344,12 +1347,8 @@ impl<'a> Checker<'a> {
                         if matches!(s, Stmt::Store { .. }) && g.access == Access::Read {
                             return Err(self.err(IrErrorKind::Type, format!("tensor `{}` is read-only", g.name)));
                         }
-                        if v.vec > 2 && matches!(s, Stmt::Store { .. }) {
-                            return Err(self.err(
-                                IrErrorKind::Shape,
-                                "tile stores move at most 2 consecutive elements per access",
-                            ));
-                        }
+                        // (A store's `vec` is the alignment of the view's offset and row stride; 16-bit stores
+                        // with vec 4 or 8 regroup a quad's pairs into 8- or 16-byte accesses, others move pairs.)
                     }
                 }
             }

@@ -910,7 +910,7 @@ pub fn build_prefill(spec: &PrefillSpec, knobs: &Knobs) -> Result<Kernel, OpErro
                 None => b.map(acc, el(acc) * rv(inv_l)),
             }
             let dst =
-                view(o, out_off.clone() + (c as u32 * KC) as i64, row_stride_v.clone(), rows_q.clone(), KC as i64, 2);
+                view(o, out_off.clone() + (c as u32 * KC) as i64, row_stride_v.clone(), rows_q.clone(), KC as i64, 8);
             b.store(acc, Place::Global(dst));
         }
         b.vec_map(lse_v, sm.lse_nat());
@@ -1646,13 +1646,14 @@ fn build_decode_impl(spec: &DecodeSpec, knobs: &Knobs, direct: bool) -> Result<K
     let part_row = b.let_("part_row", (bi * nsplit + split) * rows_total + m0);
     for (c, &acc) in accs.iter().enumerate() {
         b.map(acc, el(acc) * rv(inv_l));
+        // (16-byte stores of bf16 o, 4-element groups of f32 partials: every offset is a multiple of KC.)
         let dst = view(
             o_part,
             part_row.clone() * dv as i64 + (c as u32 * KC) as i64,
             dv as i64,
             rows_valid.clone(),
             KC as i64,
-            2,
+            if direct { 8 } else { 4 },
         );
         b.store(acc, Place::Global(dst));
     }
@@ -1789,7 +1790,7 @@ fn build_decode_wgmma(spec: &DecodeSpec, knobs: &Knobs, c: &DecodeCfg, direct: b
             dv as i64,
             rows_valid.clone(),
             KC as i64,
-            2,
+            if direct { 8 } else { 4 },
         );
         b.store(acc, Place::Global(dst));
     }
@@ -1918,7 +1919,7 @@ pub fn build_decode_combine(spec: &DecodeSpec, knobs: &Knobs) -> Result<Kernel, 
     b.vec_map(out, Expr::select(rv(sum).gt(0.0f64), rv(sum).recip(), 0.0f64));
     b.map(acc, el(acc) * rv(out));
     let o_off = ((bi.clone() * sqd.clone() + qi.clone()) * h.clone() + h0.clone()) * dv as i64 + c0.clone();
-    b.store(acc, Place::Global(view(o, o_off, dv as i64, rows.clone(), bc as i64, 2)));
+    b.store(acc, Place::Global(view(o, o_off, dv as i64, rows.clone(), bc as i64, 8)));
     // The LSE once per head tile (by its first column block).
     b.if_(c0.eq(0i64), |b| {
         b.vec_map(out, Expr::select(rv(sum).gt(0.0f64), (rv(mu) + rv(sum).log2()) * LN_2, POS_INF));
@@ -2065,6 +2066,6 @@ pub fn build_gate(spec: &GateSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
         b.load(zt, Place::Shared(zs));
         b.map(acc, el(acc) * el(zt).sigmoid());
     }
-    b.store(acc, Place::Global(view(y, out_off, h * dv as i64, rows, dv as i64, 2)));
+    b.store(acc, Place::Global(view(y, out_off, h * dv as i64, rows, dv as i64, 8)));
     Ok(b.finish()?)
 }

@@ -48,7 +48,7 @@ pub struct GemmSpec {
     pub row_scale: bool,
     /// Elements per global load of x and w: 8 when K % 8 == 0 (16-byte cp.async), else 4, 2 or 1.
     pub in_vec: u32,
-    /// Elements per store of y: 2 when the output width is even, else 1.
+    /// Elements per store of y: 8, 4, 2 or 1, the widest the output width divides (8: 16-byte stores).
     pub out_vec: u32,
 }
 
@@ -56,7 +56,7 @@ impl GemmSpec {
     /// The variant for a problem shape: the widest accesses K and the output width allow.
     pub fn for_shape(grouped: bool, epilogue: Epilogue, row_scale: bool, k: usize, n_out: usize) -> Self {
         let in_vec = [8u32, 4, 2, 1].into_iter().find(|v| k.is_multiple_of(*v as usize)).unwrap_or(1);
-        let out_vec = if n_out.is_multiple_of(2) { 2 } else { 1 };
+        let out_vec = [8u32, 4, 2, 1].into_iter().find(|v| n_out.is_multiple_of(*v as usize)).unwrap_or(1);
         GemmSpec { grouped, epilogue, row_scale, in_vec, out_vec }
     }
     /// The alignment class, part of the tuning key.

@@ -12,7 +12,7 @@ use k3k_ir::*;
 use std::fmt::Write;
 
 /// Version of the renderer + prelude; part of every cache and tuning key. Bump on any change of output.
-pub const CODEGEN_VERSION: u32 = 8;
+pub const CODEGEN_VERSION: u32 = 9;
 
 /// Kernels with at least this many threads keep the 64-bit `cvta.to.shared` form of shared addresses (prelude
 /// `smem_u32`): with folded addresses a 384-thread gated-MLA prefill kernel spilled 72 bytes under its 168-register
@@ -221,7 +221,11 @@ impl<'a> Renderer<'a> {
         self.line("extern __shared__ __align__(128) unsigned char k3k_smem[];");
         let (offsets, _) = k.shared_layout();
         for (i, s) in k.shared.iter().enumerate() {
-            let swz = (s.swizzle == Swizzle::Xor16B) as u8;
+            let swz = match s.swizzle {
+                Swizzle::None => 0u8,
+                Swizzle::Xor16B => 1,
+                Swizzle::Xor16BPairs => 2,
+            };
             self.line(&format!(
                 "typedef k3k::SL<{}, {}, {}, {swz}> SL{i};  // {}",
                 c_type(s.dtype),

@@ -63,6 +63,8 @@ pub fn all() -> Vec<Case> {
         tma_mbarrier(),
         tma_multicast_cluster(),
         wide_access(),
+        wide_tile_stores(),
+        shared_pairs_swizzle(),
     ]
 }
 
@@ -2103,6 +2105,128 @@ pub fn wide_access() -> Case {
                     }
                 }
             }
+        }),
+    }
+}
+
+/// Tile stores through the wide 16-bit paths (`store_global` with vec 8 / 4: a quad of lanes regroups its pairs
+/// into 16- or 8-byte accesses) over a ragged [40, *] problem in 32-row tiles on a replicated [2, 1] warp grid
+/// (4 warps: the replicas store nothing):
+/// - `y` (bf16 [40, 48], vec 8) from an f32 [32, 64] tile: 8 fragments per warp (16-byte groups), the view ends
+///   at column 45, inside a group (the pair and element fallback), so columns 45..47 must stay poisoned;
+/// - `z` (bf16 [40, 16], vec 4) from a bf16 [32, 16] tile: 2 fragments (8-byte groups), packed words as they are;
+/// - `w` (f16 [40, 16], vec 8) from the same bf16 tile: 2 fragments (8 bytes), each pair converted.
+pub fn wide_tile_stores() -> Case {
+    let (m, ny, vy, nz) = (40usize, 48usize, 45usize, 16usize);
+    let mut b = KernelBuilder::new("p_wide_tile_stores", 128);
+    let md = b.dim("M");
+    let x = b.tensor("x", DType::F32, &[md.clone(), Expr::Int(ny as i64)], Access::Read);
+    let y = b.tensor("y", DType::Bf16, &[md.clone(), Expr::Int(ny as i64)], Access::Write);
+    let z = b.tensor("z", DType::Bf16, &[md.clone(), Expr::Int(nz as i64)], Access::Write);
+    let w = b.tensor("w", DType::F16, &[md.clone(), Expr::Int(nz as i64)], Access::Write);
+    let t = b.tile("t", DType::F32, 32, 64, [2, 1]);
+    let u = b.tile("u", DType::Bf16, 32, 16, [2, 1]);
+    b.grid(md.ceil_div(32i64), 1i64, 1i64);
+    let r0 = b.let_("r0", Expr::block_idx(0) * 32i64);
+    let rows = md.clone() - r0.clone();
+    b.load(t, Place::Global(view(x, &r0 * ny as i64, ny as i64, rows.clone(), vy as i64, 2)));
+    b.map(t, Expr::Elem(t) * 1.5 + Expr::RowIdx.to_float() * 0.125 - Expr::ColIdx.to_float());
+    b.store(t, Place::Global(view(y, &r0 * ny as i64, ny as i64, rows.clone(), vy as i64, 8)));
+    b.map(u, Expr::RowIdx.to_float() * 0.5 + Expr::ColIdx.to_float() * 0.25 + Expr::block_idx(0).to_float());
+    b.store(u, Place::Global(view(z, &r0 * nz as i64, nz as i64, rows.clone(), nz as i64, 4)));
+    b.store(u, Place::Global(view(w, &r0 * nz as i64, nz as i64, rows, nz as i64, 8)));
+    let k = b.finish().unwrap();
+    let mut rng = Rng::new(91);
+    let xs = rng.vals(DType::F32, m * ny, -4.0, 4.0);
+    let xs2 = xs.clone();
+    Case {
+        name: "wide_tile_stores",
+        kernel: k,
+        tensors: vec![
+            HostTensor::from_f32(DType::F32, &[m, ny], &xs),
+            poisoned(DType::Bf16, &[m, ny]),
+            poisoned(DType::Bf16, &[m, nz]),
+            poisoned(DType::F16, &[m, nz]),
+        ],
+        scalars: vec![],
+        check: Box::new(move |ts| {
+            let round = |d: DType, v: f32| HostTensor::from_f32(d, &[1], &[v]).get_f32(0);
+            for r in 0..m {
+                for c in 0..ny {
+                    let got = ts[1].get_f32(r * ny + c);
+                    if c >= vy {
+                        assert!(got.is_nan(), "y[{r}, {c}] past the view was written: {got}");
+                    } else {
+                        let want = round(DType::Bf16, xs2[r * ny + c] * 1.5 + (r % 32) as f32 * 0.125 - c as f32);
+                        assert_eq!(got, want, "y[{r}, {c}]");
+                    }
+                }
+                for c in 0..nz {
+                    let v = round(DType::Bf16, (r % 32) as f32 * 0.5 + c as f32 * 0.25 + (r / 32) as f32);
+                    assert_eq!(ts[2].get_f32(r * nz + c), v, "z[{r}, {c}]");
+                    assert_eq!(ts[3].get_f32(r * nz + c), round(DType::F16, v), "w[{r}, {c}]");
+                }
+            }
+        }),
+    }
+}
+
+/// The pair-friendly swizzle (`Xor16BPairs`) on f32 buffers of 256-, 64- and 32-byte rows: tile stores and loads
+/// (pairs), scalar reads (`shared_load`) and `cp.async` chunks must all agree on where an element lives.
+/// `y1 = x^T` (pair stores, scalar reads across rows), `y2 = x[:, 0..16]` (64-byte rows, pairs both ways),
+/// `y3 = x[:, 8..16]` (32-byte rows, filled by `cp.async`, read as pairs).
+pub fn shared_pairs_swizzle() -> Case {
+    let n = 32usize;
+    let mut b = KernelBuilder::new("p_shared_pairs_swizzle", 128);
+    let x = b.tensor("x", DType::F32, &[Expr::Int(n as i64), Expr::Int(n as i64)], Access::Read);
+    let y1 = b.tensor("y1", DType::F32, &[Expr::Int(n as i64), Expr::Int(n as i64)], Access::Write);
+    let y2 = b.tensor("y2", DType::F32, &[Expr::Int(n as i64), Expr::Int(16)], Access::Write);
+    let y3 = b.tensor("y3", DType::F32, &[Expr::Int(n as i64), Expr::Int(8)], Access::Write);
+    let sp = b.shared("sp", DType::F32, 32, 64, 1, Swizzle::Xor16BPairs);
+    let sq = b.shared("sq", DType::F32, 32, 16, 1, Swizzle::Xor16BPairs);
+    let sr = b.shared("sr", DType::F32, 32, 8, 2, Swizzle::Xor16BPairs);
+    let t = b.tile("t", DType::F32, 32, 32, [2, 2]);
+    let u = b.tile("u", DType::F32, 32, 32, [2, 1]);
+    let h = b.tile("h", DType::F32, 32, 16, [2, 1]);
+    let e = b.tile("e", DType::F32, 32, 8, [2, 1]);
+    b.load(t, Place::Global(view(x, 0i64, n as i64, n as i64, n as i64, 2)));
+    b.copy_async(b.slot(sr, 1i64), view(x, 8i64, n as i64, n as i64, 8i64, 4));
+    b.commit();
+    let win = b.window(sp, 0i64, 0, 8, 32, 32);
+    b.store(t, Place::Shared(win));
+    let winq = b.window(sq, 0i64, 0, 0, 32, 16);
+    b.load(h, Place::Global(view(x, 0i64, n as i64, n as i64, 16i64, 2)));
+    b.store(h, Place::Shared(winq.clone()));
+    b.wait(0);
+    b.barrier();
+    b.map(u, Expr::shared_load(sp, 0i64, Expr::ColIdx, Expr::RowIdx + 8i64));
+    b.store(u, Place::Global(view(y1, 0i64, n as i64, n as i64, n as i64, 2)));
+    b.map(h, 0.0);
+    b.load(h, Place::Shared(winq));
+    b.store(h, Place::Global(view(y2, 0i64, 16i64, n as i64, 16i64, 2)));
+    b.load(e, Place::Shared(b.slot(sr, 1i64)));
+    b.store(e, Place::Global(view(y3, 0i64, 8i64, n as i64, 8i64, 2)));
+    let k = b.finish().unwrap();
+    let mut rng = Rng::new(17);
+    let xs = rng.vals(DType::F32, n * n, -3.0, 3.0);
+    let xs2 = xs.clone();
+    Case {
+        name: "shared_pairs_swizzle",
+        kernel: k,
+        tensors: vec![
+            HostTensor::from_f32(DType::F32, &[n, n], &xs),
+            poisoned(DType::F32, &[n, n]),
+            poisoned(DType::F32, &[n, 16]),
+            poisoned(DType::F32, &[n, 8]),
+        ],
+        scalars: vec![],
+        check: Box::new(move |ts| {
+            let t: Vec<f32> = (0..n * n).map(|i| xs2[(i % n) * n + i / n]).collect();
+            close("y1", &ts[1].to_f32_vec(), &t, 0.0);
+            let h: Vec<f32> = (0..n * 16).map(|i| xs2[(i / 16) * n + i % 16]).collect();
+            close("y2", &ts[2].to_f32_vec(), &h, 0.0);
+            let e: Vec<f32> = (0..n * 8).map(|i| xs2[(i / 8) * n + 8 + i % 8]).collect();
+            close("y3", &ts[3].to_f32_vec(), &e, 0.0);
         }),
     }
 }

@@ -93,6 +93,8 @@ pub struct IntraOpts {
     /// products' reads of sOp). 71 KB instead of 106 KB: three blocks per SM at 8 warps (`__launch_bounds__(256,
     /// 3)`: 80 registers).
     pub slim: bool,
+    /// The f32 buffer of G~ (`sG`) in [`Swizzle::Xor16BPairs`] instead of `Xor16B` (knob `GSWZ=pairs`).
+    pub g_pairs: bool,
 }
 
 /// Build kernel 1 for a variant, chunk size and warp count with the options `o`.
@@ -113,7 +115,7 @@ pub fn build_intra(
     lvl_dt: DType,
     o: IntraOpts,
 ) -> Result<Kernel, OpError> {
-    let IntraOpts { arena, xdiag, ex2_ftz, midoff, slim } = o;
+    let IntraOpts { arena, xdiag, ex2_ftz, midoff, slim, g_pairs } = o;
     let (dk, dv, c) = (spec.dk, spec.dv, chunk);
     // `2^x`: with `ex2_ftz` the single `ex2.approx.ftz` (a result below 2^-126 is 0: every such factor lands in
     // an f16 operand, whose smallest subnormal is 2^-24, or in a bf16 one next to O(1) terms, or is a decay of
@@ -128,13 +130,14 @@ pub fn build_intra(
     let lvl_dt = if spec.safe || xdiag { DType::Bf16 } else { lvl_dt };
     let threads = 32 * warps;
     let name = format!(
-        "k3k_kda_intra_{}_c{c}_w{warps}_{op_dt}_{lvl_dt}{}{}{}{}{}",
+        "k3k_kda_intra_{}_c{c}_w{warps}_{op_dt}_{lvl_dt}{}{}{}{}{}{}",
         spec.tag(),
         if arena { "_a" } else { "" },
         if xdiag { "_xd" } else { "" },
         if ex2_ftz { "_ftz" } else { "" },
         if midoff { "_mo" } else { "" },
-        if slim { "_sl" } else { "" }
+        if slim { "_sl" } else { "" },
+        if g_pairs { "_gp" } else { "" }
     );
     let mut b = KernelBuilder::new(&name, threads);
     let (kk, vv, cc) = (dk as i64, dv as i64, c as i64);
@@ -166,7 +169,9 @@ pub fn build_intra(
     let opk = if arena { kc } else { dk };
     let sk = b.shared("sK", DType::Bf16, c, dk, 1, Swizzle::Xor16B);
     let sv_own = (!slim).then(|| b.shared("sV", DType::Bf16, c, dv, 1, Swizzle::Xor16B));
-    let sg = b.shared("sG", DType::F32, c, dk, 1, Swizzle::Xor16B);
+    // (f32, moved as pairs by the scan, the operand builds and the substitution: `g_pairs` takes the pair-friendly
+    // swizzle.)
+    let sg = b.shared("sG", DType::F32, c, dk, 1, if g_pairs { Swizzle::Xor16BPairs } else { Swizzle::Xor16B });
     // Row table: beta (0), q norm factor (1), k norm factor (2).
     let svec = b.shared("sVec", DType::F32, 3, c, 1, Swizzle::None);
     let sbias = spec.gate.has_bias().then(|| b.shared("sBias", DType::F32, 1, dk, 1, Swizzle::None));
@@ -402,7 +407,7 @@ pub fn build_intra(
     };
     for j in 0..dk / kc {
         let cj = Expr::ColIdx + (j * kc) as i64;
-        let view_j = |t: TensorId| view(t, &slot_base * (cc * kk) + (j * kc) as i64, kk, len.clone(), kc as i64, 2);
+        let view_j = |t: TensorId| view(t, &slot_base * (cc * kk) + (j * kc) as i64, kk, len.clone(), kc as i64, 8);
         let d = b.window(sg, 0i64, 0, j * kc, c, kc);
         b.load(tgr, Place::Shared(d));
         let d = b.window(sq, 0i64, 0, j * kc, c, kc);
@@ -634,7 +639,7 @@ pub fn build_intra(
         scale.clone()
             * Expr::select(same_tile, Expr::shared_load(sd, 0i64, r.clone(), col.bitand(15i64)), Expr::Elem(tot_p)),
     );
-    b.store(tot_p, Place::Global(view(pm, &slot_base * (cc * cc), cc, len.clone(), cc, 2)));
+    b.store(tot_p, Place::Global(view(pm, &slot_base * (cc * cc), cc, len.clone(), cc, 8)));
 
     if arena {
         // sXU's rows from 16 on take sD's bytes: every warp is done reading P's diagonal tiles.
@@ -697,8 +702,8 @@ pub fn build_intra(
         b.store(acc_u, Place::Shared(d));
         let rows = len.clone() - r0;
         let base = (&slot_base * cc + r0) * (kk + vv);
-        b.store(acc_w, Place::Global(view(wu, base.clone(), kk + vv, rows.clone(), kk, 2)));
-        b.store(acc_u, Place::Global(view(wu, base + kk, kk + vv, rows, vv, 2)));
+        b.store(acc_w, Place::Global(view(wu, base.clone(), kk + vv, rows.clone(), kk, 8)));
+        b.store(acc_u, Place::Global(view(wu, base + kk, kk + vv, rows, vv, 8)));
         b.barrier();
     }
     Ok(b.finish()?)

@@ -95,6 +95,9 @@ use rand::Rng;
 use rand::rngs::StdRng;
 use rayon::prelude::*;
 
+/// The knob `GSWZ` (`rows` | `pairs`, absent = `rows`), not an axis of the knob space: see [`Launch::g_pairs`].
+pub const GSWZ_KNOB: &str = "GSWZ";
+
 /// The log-decay lower bound of the safe path and the safe gate form (SPEC 2.3).
 pub const LOWER_BOUND: f32 = -5.0;
 
@@ -278,6 +281,8 @@ pub struct Launch {
     pub midoff: bool,
     /// Two barriers per state-pass chunk instead of four (knob `SYNC=2`; rings only).
     pub two_bars: bool,
+    /// The intra kernel's f32 gate-cumsum buffer in the pair-friendly swizzle (knob `GSWZ=pairs`).
+    pub g_pairs: bool,
     pub bv: u32,
     pub w2: u32,
     /// Operand buffers of the state pass (1 or 2).
@@ -450,6 +455,15 @@ impl Launch {
             4 => false,
             other => return Err(invalid(format!("SYNC={other}: 2 or 4"))),
         };
+        // GSWZ (not an axis of the knob space, absent = rows): the layout of the intra kernel's f32 G~ buffer,
+        // `rows` the 16-bit operands' XOR swizzle (2-way bank conflicts on its 8-byte pair accesses: 13.4 M of its
+        // 132.5 M shared wavefronts at B1 T8192 H96, ncu session 10), `pairs` Swizzle::Xor16BPairs (no conflicts;
+        // ptxas spills 16 bytes under the 80-register cap of the default ARENA=2 kernel).
+        let g_pairs = match if knobs.0.contains_key(GSWZ_KNOB) { knobs.str(GSWZ_KNOB)? } else { "rows" } {
+            "rows" => false,
+            "pairs" => true,
+            other => return Err(invalid(format!("{GSWZ_KNOB}={other}: rows or pairs"))),
+        };
         // Knob sets without TSPLIT (all of them before it existed) mean the one-part plan; 0 (the default) is
         // the automatic choice of [`auto_tsplit`].
         let tsplit = match if knobs.0.contains_key("TSPLIT") { knobs.u32("TSPLIT")? } else { 1 } {
@@ -468,6 +482,7 @@ impl Launch {
             ex2_ftz,
             midoff,
             two_bars,
+            g_pairs,
             bv,
             w2,
             stages,
@@ -770,7 +785,14 @@ pub fn chunk_kernels(pb: &KdaProblem, l: &Launch) -> Result<(Kernel, Kernel), Op
             l.w1,
             l.op_dt,
             l.lvl_dt,
-            intra::IntraOpts { arena: l.arena, slim: l.slim, xdiag: l.xdiag, ex2_ftz: l.ex2_ftz, midoff: l.midoff },
+            intra::IntraOpts {
+                arena: l.arena,
+                slim: l.slim,
+                xdiag: l.xdiag,
+                ex2_ftz: l.ex2_ftz,
+                midoff: l.midoff,
+                g_pairs: l.g_pairs,
+            },
         )?,
         state::build_state(&spec, l.chunk, l.bv, l.w2, l.op_dt, l.stages, l.two_bars)?,
     ))

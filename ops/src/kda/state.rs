@@ -191,7 +191,7 @@ pub fn build_state(
                     hv.clone() * vv,
                     len.clone(),
                     bvv,
-                    2,
+                    8,
                 )),
             );
             b.vec_map(vgam, Expr::shared_load(sgam, cur.clone(), 0i64, Expr::RowIdx));

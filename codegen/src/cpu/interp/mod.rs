@@ -69,6 +69,13 @@ pub enum InterpError {
         index: i64,
         lanes: u32,
     },
+    /// A global view's offset or row stride breaks the alignment its `vec` promises (the GPU code moves `vec`
+    /// elements per access, or groups of them, and would fault or tear).
+    #[error(
+        "kernel `{kernel}`, block {block:?}: view of tensor `{tensor}` promises {vec}-element alignment, but its \
+         {what} is {value}"
+    )]
+    ViewAlignment { kernel: String, block: [u32; 3], tensor: String, what: &'static str, value: i64, vec: u32 },
     #[error("kernel `{kernel}`: {what}")]
     Arith { kernel: String, what: String },
     #[error("kernel `{kernel}`, block {block:?}: mbarrier `{bar}`[{index}]: {what}")]

@@ -295,13 +295,36 @@ impl<'a> Block<'a> {
     }
 
     /// Offset, row stride, valid rows and valid cols of a global view.
+    /// The view's alignment promise is checked here: offset and (for more than one row) the row stride of a
+    /// non-empty view must be multiples of `vec`, which the GPU code relies on for its wide accesses.
     fn view(&self, v: &GlobalView, tensors: &[HostTensor]) -> Result<(i64, i64, i64, i64), InterpError> {
-        Ok((
+        let (off, stride, rows, cols) = (
             self.int(&v.offset, tensors)?,
             self.int(&v.row_stride, tensors)?,
             self.int(&v.rows, tensors)?,
             self.int(&v.cols, tensors)?,
-        ))
+        );
+        let vec = v.vec as i64;
+        let bad = if rows <= 0 || cols <= 0 {
+            None
+        } else if off % vec != 0 {
+            Some(("offset", off))
+        } else if rows > 1 && stride % vec != 0 {
+            Some(("row stride", stride))
+        } else {
+            None
+        };
+        if let Some((what, value)) = bad {
+            return Err(InterpError::ViewAlignment {
+                kernel: self.k.name.clone(),
+                block: self.block,
+                tensor: self.k.tensors[v.tensor.0 as usize].name.clone(),
+                what,
+                value,
+                vec: v.vec,
+            });
+        }
+        Ok((off, stride, rows, cols))
     }
 
     pub(super) fn shared_base(&self, r: &SharedRef, tensors: &[HostTensor]) -> Result<usize, InterpError> {
