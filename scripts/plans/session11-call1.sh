@@ -5,7 +5,7 @@
 # FLA's Triton kernels are compiled in the background while the GPU only checks (GPU primitive tests + `k3k check
 # --backend cuda --op all`), then old/new benches interleaved per operator, then the peers of the new benches
 # (FLA chunk_kda, torch._grouped_mm) in the same call.
-# Run: bash scripts/plans/session11-call1.sh  (carry [".carry", ".whl"], timeout_s 595)
+# Run: BUDGET_S=575 bash scripts/plans/session11-call1.sh  (carry [".carry", ".whl"], timeout_s 600)
 set -uo pipefail
 NEW=.carry/k3k; OLD=.carry/k3k-old; OUT=${OUT:-./gpu-out}; W=/tmp/w11; rm -rf $W; mkdir -p $W "$OUT"
 END=$(( $(date +%s) + ${BUDGET_S:-560} )); left() { echo $(( END - $(date +%s) )); }
@@ -18,29 +18,40 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,power.draw,temperature.gpu --fo
 WARM=$!
 K3K_GPU=1 timeout 90 .carry/gpu_primitives > $OUT/primitives.txt 2>&1; echo "primitives rc=$? $(date -u +%T)" >> $L
 grep -E "test result|FAILED" $OUT/primitives.txt | head -5 >> $L
-timeout 200 $NEW check --backend cuda --op all --cases 3 > $OUT/check.txt 2>&1; echo "check all rc=$? $(date -u +%T)" >> $L
+timeout 180 $NEW check --backend cuda --op all --cases 2 > $OUT/check.txt 2>&1; echo "check all rc=$? $(date -u +%T)" >> $L
 grep -iE "fail|error" $OUT/check.txt | head -8 >> $L
 wait $WARM
-pack() { tar czf $OUT/bench.tgz -C $W old new 2>/dev/null; }
-ab() { # op presets-old presets-new
+pack() { tar czf $OUT/bench.tgz -C $W old new gemm 2>/dev/null; }
+ab() { # op presets-old presets-new knob-sets-of-new timeout-new timeout-old
   for v in old new; do
-    [ "$(left)" -lt 120 ] && { echo "no time for $1 $v" >> $L; return; }
-    local bin=$NEW pre=$3; [ $v = old ] && { bin=$OLD; pre=$2; }
-    timeout 100 $bin bench --op $1 --preset "$pre" --results /nonexistent --out $W/$v >> $OUT/bench-$v.txt 2>&1
+    [ "$(left)" -lt 150 ] && { echo "no time for $1 $v" >> $L; return; }
+    local bin=$NEW pre=$3 kn=${4:-}; [ $v = old ] && { bin=$OLD; pre=$2; kn=; }
+    local tl=$5; [ $v = old ] && tl=$6
+    timeout $tl $bin bench --op $1 --preset "$pre" ${kn:+--knobs "$kn"} --results /nonexistent --out $W/$v >> $OUT/bench-$v.txt 2>&1
     echo "bench $1 $v rc=$? $(date -u +%T)" >> $L; pack
   done
 }
 KDA3="B1 T8192 H96 K128 safe;B1 T65536 H32 K128 safe;B1 T16384 H32 K128 safe"
-ab kda "$KDA3" "$KDA3;B1 T16384 H32 K128 exact;B4 T4096 H64 K128 safe"
-G="G28 mean256 K3584 N6144;G28 mean1024 K3584 N6144;G28 mean1024 K3072 N3584;G56 mean64 K3584 N6144"
-ab latent_moe_gemm "$G" "$G"
-slug=$(ls $W/new 2>/dev/null | head -1)
-if [ -n "$slug" ] && [ "$(left)" -gt 20 ]; then
-  timeout $(( $(left) - 5 )) python3 scripts/peers.py $W/new/$slug --out $W/new/peers.json > $OUT/peers.txt 2>&1
-  echo "peers rc=$? $(date -u +%T)" >> $L
-  [ -f $W/new/peers.json ] && $NEW bench --merge-peers $W/new/peers.json --out $W/new >> $OUT/peers.txt 2>&1
+KD="ARENA=2,BV=0,CHUNK=0,EX2=ftz,LVLDT=f16,ODIAG=1,OPDT=f16,STAGES=0,SYNC=2,TSPLIT=0,W1=0,W2=0,XDIAG=1"
+# New: the defaults and the same with the pair-swizzled G~ buffer (GSWZ=pairs), both timed, per preset.
+ab kda "$KDA3" "$KDA3;B1 T16384 H32 K128 exact;B4 T4096 H64 K128 safe" "$KD;$KD,GSWZ=pairs" 150 70
+peers() { # folder cap-seconds: the peers of its reports, then merged into them
+  local slug; slug=$(ls $1 2>/dev/null | head -1); [ -z "$slug" ] && return
+  [ "$(left)" -lt 20 ] && { echo "no time for the peers of $1" >> $L; return; }
+  local t=$(( $(left) - 5 )); [ $t -gt $2 ] && t=$2
+  timeout $t python3 scripts/peers.py $1/$slug --out $1/peers.json >> $OUT/peers.txt 2>&1
+  echo "peers $1 rc=$? $(date -u +%T)" >> $L
+  [ -f $1/peers.json ] && $NEW bench --merge-peers $1/peers.json --out $1 >> $OUT/peers.txt 2>&1
   pack
+}
+peers $W/new 170
+G="G28 mean256 K3584 N6144;G28 mean1024 K3584 N6144;G28 mean1024 K3072 N3584;G56 mean64 K3584 N6144"
+# (The GEMM's old binary is timed in call 2.)
+if [ "$(left)" -gt 110 ]; then
+  timeout 60 $NEW bench --op latent_moe_gemm --preset "$G" --results /nonexistent --out $W/gemm >> $OUT/bench-new.txt 2>&1
+  echo "bench latent_moe_gemm new rc=$? $(date -u +%T)" >> $L; pack
+  peers $W/gemm 60
 fi
 echo "end $(date -u +%T)" >> $L
 cat $L | cut -c1-220
-for v in old new; do echo "== $v"; grep -h "^| " $W/$v/*/*.md 2>/dev/null | grep -v "^| ---\|^| preset" | cut -d'|' -f2-7; done
+for v in old new gemm; do echo "== $v"; grep -h "^| " $W/$v/*/*.md 2>/dev/null | grep -v "^| ---\|^| preset" | cut -d'|' -f2-7; done
