@@ -95,7 +95,8 @@ use rand::Rng;
 use rand::rngs::StdRng;
 use rayon::prelude::*;
 
-/// The knob `GSWZ` (`rows` | `pairs`, absent = `rows`), not an axis of the knob space: see [`Launch::g_pairs`].
+/// The knob `GSWZ` (`pairs` | `rows`, absent = `pairs`, the default), not an axis of the knob space (so the
+/// tuner's samples, which lack it, take the default): see [`Launch::g_pairs`].
 pub const GSWZ_KNOB: &str = "GSWZ";
 
 /// The log-decay lower bound of the safe path and the safe gate form (SPEC 2.3).
@@ -255,6 +256,7 @@ pub fn default_knobs() -> Knobs {
         .with("W2", 0i64)
         .with("STAGES", 0i64)
         .with("XDIAG", 1i64)
+        .with(GSWZ_KNOB, "pairs")
         .with("ODIAG", 1i64)
         .with("EX2", "ftz")
         .with("SYNC", 2i64)
@@ -455,11 +457,14 @@ impl Launch {
             4 => false,
             other => return Err(invalid(format!("SYNC={other}: 2 or 4"))),
         };
-        // GSWZ (not an axis of the knob space, absent = rows): the layout of the intra kernel's f32 G~ buffer,
-        // `rows` the 16-bit operands' XOR swizzle (2-way bank conflicts on its 8-byte pair accesses: 13.4 M of its
-        // 132.5 M shared wavefronts at B1 T8192 H96, ncu session 10), `pairs` Swizzle::Xor16BPairs (no conflicts;
-        // ptxas spills 16 bytes under the 80-register cap of the default ARENA=2 kernel).
-        let g_pairs = match if knobs.0.contains_key(GSWZ_KNOB) { knobs.str(GSWZ_KNOB)? } else { "rows" } {
+        // GSWZ (not an axis of the knob space; absent = pairs: knob sets written before it were made at codegen
+        // v8 or earlier, whose records no longer match their keys): the layout of the intra kernel's f32 G~ buffer.
+        // `rows`: the 16-bit operands' XOR swizzle, 2-way bank conflicts on its 8-byte pair accesses (13.4 M of the
+        // kernel's 132.5 M shared wavefronts at B1 T8192 H96, ncu, session 10). `pairs`: Swizzle::Xor16BPairs, no
+        // conflicts; ptxas spills 16 bytes under the 80-register cap of the default ARENA=2 kernel, and it is still
+        // faster on every preset (H200, session 11 call 1, same run: T8192 H96 1.545 vs 1.577 ms, T65536 H32 4.483
+        // vs 4.581, T16384 safe 1.176 vs 1.198, exact 1.351 vs 1.379, B4 T4096 H64 2.153 vs 2.195).
+        let g_pairs = match if knobs.0.contains_key(GSWZ_KNOB) { knobs.str(GSWZ_KNOB)? } else { "pairs" } {
             "rows" => false,
             "pairs" => true,
             other => return Err(invalid(format!("{GSWZ_KNOB}={other}: rows or pairs"))),
