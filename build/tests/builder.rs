@@ -267,7 +267,7 @@ fn two_gpus_share_launchers_and_kernels() {
     assert_eq!(report.kernels[0].gpus, ["nvidia-h200", "nvidia-h100-80gb-hbm3"]);
     assert!(report.kernels[0].cubin.is_none());
     let src = std::fs::read_to_string(&report.rust_file).unwrap();
-    assert!(src.contains("pub static GEMM_GROUPED_SITU_GLU_IN8_OUT2_IMAGES: [rt::KernelImage; 2]"), "{src}");
+    assert!(src.contains("pub static GEMM_GROUPED_SITU_GLU_IN8_OUT8_IMAGES: [rt::KernelImage; 2]"), "{src}");
     parse(&report.rust_file);
 }
 

@@ -645,6 +645,10 @@ pub fn build_intra(
         // sXU's rows from 16 on take sD's bytes: every warp is done reading P's diagonal tiles.
         b.barrier();
     }
+    // W and U go out as pairs: regrouped into 8-byte accesses (session 11 call 1 measured that form) they push the
+    // 80-register kernels into spills (16 bytes on the default slim kernel with GSWZ=pairs, 8-36 on the exact path
+    // and with the in-kernel options), and every kernel here is held to none.
+    let wu_vec = 2;
     // 5b. Block substitution, row tile by row tile.
     let xw = |b: &KernelBuilder, rows: u32| b.window(sxw, 0i64, 0, 0, rows, dk);
     for i in 0..nt {
@@ -702,8 +706,8 @@ pub fn build_intra(
         b.store(acc_u, Place::Shared(d));
         let rows = len.clone() - r0;
         let base = (&slot_base * cc + r0) * (kk + vv);
-        b.store(acc_w, Place::Global(view(wu, base.clone(), kk + vv, rows.clone(), kk, 8)));
-        b.store(acc_u, Place::Global(view(wu, base + kk, kk + vv, rows, vv, 8)));
+        b.store(acc_w, Place::Global(view(wu, base.clone(), kk + vv, rows.clone(), kk, wu_vec)));
+        b.store(acc_u, Place::Global(view(wu, base + kk, kk + vv, rows, vv, wu_vec)));
         b.barrier();
     }
     Ok(b.finish()?)

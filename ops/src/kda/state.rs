@@ -94,6 +94,9 @@ pub fn build_state(
         None => b.map(st, 0.0),
     }
 
+    // o's stores: 8-byte regrouped pairs (every offset is a multiple of BV >= 16) at chunk 32; at chunk 64 the
+    // kernel holds 168 registers and the regrouping's temporaries spill 4 bytes (BV=32, 4 warps), so pairs.
+    let o_vec = if c == 32 { 8 } else { 2 };
     let slot_of = |ch: &Expr| &hvi * nch.clone() + ch.clone();
     let len_of = |ch: &Expr| Expr::load(ctab, ch * 2i64 + 1i64);
     // Group A: W, U, Qbar (read by the first half of a chunk), into stage slot `sl`; `rows`: the chunk's length
@@ -191,7 +194,7 @@ pub fn build_state(
                     hv.clone() * vv,
                     len.clone(),
                     bvv,
-                    8,
+                    o_vec,
                 )),
             );
             b.vec_map(vgam, Expr::shared_load(sgam, cur.clone(), 0i64, Expr::RowIdx));
