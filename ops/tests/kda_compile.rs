@@ -1,9 +1,16 @@
 //! Every KDA kernel variant renders, compiles with NVRTC and assembles for sm_90a with no spills (and no stack
-//! frame), at the default knobs and at the other knob points the operator offers.
+//! frame), at the default knobs and at the other knob points the operator offers, but for the operator's one
+//! measured exception (see [`known_spill`]).
 use k3k_codegen::{BuildOptions, build};
 use k3k_ir::{Kernel, Knobs};
 use k3k_ops::kda::{self, KdaProblem, Launch, decode};
 use k3k_ops::op::{Operator, Preset};
+
+/// The bytes a kernel may spill: [`Operator::known_spill_bytes`] (16 for the plain intra kernels with
+/// `GSWZ=pairs`, measured fastest; 0 for every other kernel). More than this is a regression.
+fn known_spill(k: &Kernel) -> u32 {
+    kda::Kda.known_spill_bytes(k)
+}
 
 fn assemble(k: &Kernel) {
     let m = match build(k, BuildOptions { assemble: true }) {
@@ -12,8 +19,9 @@ fn assemble(k: &Kernel) {
     };
     let r = m.resources.clone().unwrap();
     eprintln!("{}: {:?} smem {} nvrtc {:.0} ms", k.name, r, k.shared_bytes(), m.nvrtc_ms);
-    assert!(!r.spills(), "{}: {r:?}", k.name);
-    assert_eq!(r.stack_frame_bytes, 0, "{}: {r:?}", k.name);
+    let cap = known_spill(k);
+    assert!(r.spill_store_bytes <= cap && r.spill_load_bytes <= cap, "{}: {r:?}", k.name);
+    assert!(r.stack_frame_bytes <= cap, "{}: {r:?}", k.name);
 }
 
 fn chunk_kernels(dims: &[(&str, i64)], knobs: &Knobs) -> (Kernel, Kernel) {

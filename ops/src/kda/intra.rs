@@ -645,10 +645,14 @@ pub fn build_intra(
         // sXU's rows from 16 on take sD's bytes: every warp is done reading P's diagonal tiles.
         b.barrier();
     }
-    // W and U go out as pairs: regrouped into 8-byte accesses (session 11 call 1 measured that form) they push the
-    // 80-register kernels into spills (16 bytes on the default slim kernel with GSWZ=pairs, 8-36 on the exact path
-    // and with the in-kernel options), and every kernel here is held to none.
-    let wu_vec = 2;
+    // W and U go out as regrouped 8-byte stores (every offset is a multiple of K) on the plain variants, which
+    // the presets run: measured on the H200 (session 11, calls 1 and 3, defaults otherwise), B1 T8192 H96 1.545
+    // ms with them vs 1.608 with pair stores, T65536 H32 4.483 vs 4.633, in both calls against FLA chunk_kda
+    // 2.42 / 6.89-6.90 ms in the same call. Under the 80-register cap their temporaries cost ptxas 8-16 spilled
+    // bytes with GSWZ=pairs (see `kda_compile.rs`), which those timings include. With the in-kernel gate, norm and
+    // beta options the spill would reach 36 bytes: pair stores there.
+    let plain = spec.gate == GateForm::Pre && !spec.l2norm && !spec.beta_sigmoid;
+    let wu_vec = if plain { 8 } else { 2 };
     // 5b. Block substitution, row tile by row tile.
     let xw = |b: &KernelBuilder, rows: u32| b.window(sxw, 0i64, 0, 0, rows, dk);
     for i in 0..nt {

@@ -1045,6 +1045,15 @@ impl Operator for Kda {
     fn name(&self) -> &'static str {
         "kda"
     }
+    /// The plain intra kernels (no in-kernel gate, norm or beta options: `_pre_c` in the name) with the
+    /// pair-swizzled G~ buffer (`GSWZ=pairs`, the default: `_gp`) and W/U regrouped into 8-byte stores spill 8
+    /// (exact path) to 16 bytes (safe path) under their 80-register cap, and are the fastest measured (H200, session
+    /// 11, same calls as FLA: B1 T8192 H96 1.545 ms vs 1.577 with the other swizzle and 1.608 with pair stores, see
+    /// [`intra`]). Every other kda kernel: none.
+    fn known_spill_bytes(&self, kernel: &Kernel) -> u32 {
+        let n = &kernel.name;
+        if n.starts_with("k3k_kda_intra_") && n.contains("_pre_c") && n.ends_with("_gp") { 16 } else { 0 }
+    }
     fn summary(&self) -> &'static str {
         "chunked Kimi Delta Attention forward (safe-gate and exact diagonal tiles, varlen, GVA, h0, in-kernel l2norm/gates/beta sigmoid)"
     }
