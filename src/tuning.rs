@@ -232,3 +232,23 @@ mod neighbour_tests {
         }
     }
 }
+
+#[cfg(test)]
+mod spill_tests {
+    use super::compile_candidate;
+    use k3k_ops::op::{Operator, Preset};
+
+    /// kda's default intra kernel spills 16 bytes by design (its measured allowance): the tuner keeps it, both as
+    /// the default (the baseline is never refused) and as a kernel within its operator's allowance; the same
+    /// kernels at the other G~ swizzle spill nothing and compile too.
+    #[test]
+    fn a_default_within_its_spill_allowance_is_kept() {
+        let op = k3k_ops::kda::Kda;
+        let p = Preset::new("t", &[("B", 1), ("T", 256), ("H", 2), ("K", 128), ("V", 128), ("safe", 1)]);
+        let d = op.default_knobs();
+        let spills_somewhere = op.kernels(&p, &d).unwrap().iter().any(|k| op.known_spill_bytes(k) > 0);
+        assert!(spills_somewhere, "the default plain intra kernel carries the measured allowance");
+        compile_candidate(&op, &p, &d).expect("the default is compiled and kept");
+        compile_candidate(&op, &p, &d.clone().with(k3k_ops::kda::GSWZ_KNOB, "rows")).expect("rows: no spills");
+    }
+}

@@ -112,3 +112,27 @@ fn wide_tile_stores_are_vector_instructions() {
     assert!(st2 >= 2, "8-byte stores expected for z and w:\n{}", m.ptx);
     assert!(shfl >= 4, "the quad regrouping shuffles expected:\n{}", m.ptx);
 }
+
+/// A view whose offset or row stride breaks its `vec` promise is a typed error of the interpreter (naming the
+/// tensor, the offset or stride and the promise), not a silent pass: on the GPU the wide stores would fault.
+#[test]
+fn a_broken_alignment_promise_is_an_error() {
+    use k3k_codegen::cpu::interp::{InterpError, InterpOptions, run};
+    use k3k_ir::*;
+    for (off, stride, what) in [(4i64, 48i64, "offset"), (0, 44, "row stride")] {
+        let mut b = KernelBuilder::new("p_bad_vec", 64);
+        let y = b.tensor("y", DType::Bf16, &[Expr::Int(4096)], Access::Write);
+        let t = b.tile("t", DType::F32, 32, 32, [2, 1]);
+        b.map(t, Expr::RowIdx.to_float());
+        b.store(t, Place::Global(view(y, off, stride, 32i64, 32i64, 8)));
+        let k = b.finish().unwrap();
+        let mut ts = vec![HostTensor::zeros(DType::Bf16, &[4096])];
+        let e = run(&k, &mut ts, &[], InterpOptions::default()).unwrap_err();
+        assert!(
+            matches!(&e, InterpError::ViewAlignment { tensor, what: w, vec: 8, .. } if tensor == "y" && *w == what),
+            "{e}"
+        );
+        let msg = e.to_string();
+        assert!(msg.contains("`y`") && msg.contains("8-element alignment") && msg.contains(what), "{msg}");
+    }
+}
