@@ -498,6 +498,11 @@ mod tests {
         assert_eq!(new.rows[0].earlier_run.as_ref(), Some(&e));
         assert_eq!((new.rows[0].k3k_ms, new.rows[0].peer_ms), (1.0, Some(2.0)));
         assert!(render_markdown(&new).contains("A (kept from the run of 2026-12-01, `old`)"));
+        // `k3k report`'s summary dates each row by the run that timed it.
+        let summary = crate::report::markdown(std::slice::from_ref(&new));
+        let line = |p: &str| summary.lines().find(|l| l.contains(&format!("| {p} |"))).unwrap().to_string();
+        assert!(line("A").ends_with("| 2026-12-01 | `old` |"), "{}", line("A"));
+        assert!(line("B").ends_with("| 2026-12-02 | `new` |"), "{}", line("B"));
         // A peer file timed in a later run fills only the row of this run.
         let peers = PeerFile {
             ceilings: None,

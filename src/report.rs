@@ -34,6 +34,11 @@ pub fn markdown(reports: &[BenchReport]) -> String {
                 Some(p) => (format!("{p:.4}"), format!("{:.2}x", p / row.k3k_ms)),
                 None => ("-".into(), "-".into()),
             };
+            // A row kept from an earlier run (`k3k bench --publish`) carries that run's date and commit.
+            let (date, commit) = match &row.earlier_run {
+                Some(e) => (e.date.as_str(), e.k3k_commit.as_str()),
+                None => (r.date.as_str(), r.k3k_commit.as_str()),
+            };
             s.push_str(&format!(
                 "| {} | {} | {} | {:.4} | {} | {} | {} | {:.0}% | {:.1e} | {} | `{}` |\n",
                 r.gpu,
@@ -45,8 +50,8 @@ pub fn markdown(reports: &[BenchReport]) -> String {
                 sp,
                 100.0 * row.floor_ms / row.k3k_ms,
                 row.max_rel_err,
-                r.date,
-                r.k3k_commit
+                date,
+                commit
             ));
         }
     }
