@@ -59,13 +59,14 @@ pub struct Pruned {
 /// The first round of a tune: a sample of the knob space. Every candidate's kernels must build for the preset
 /// and, with `compile` (and when ptxas is available), assemble without spills, compiled in parallel so the
 /// worker finds them in the module cache (`compile: false` is for the CPU interpreter backend and for
-/// `k3k tune --plan`). The default knobs come first; at most `max` candidates are kept (the rest of the space in
-/// a stable hash order, i.e. a fixed pseudo-random sample).
+/// `k3k tune --plan`). The default knobs come first, then `seeds` (see [`stale_winners`]); at most `max`
+/// candidates are kept (the rest of the space in a stable hash order, i.e. a fixed pseudo-random sample).
 pub fn plan_candidates(
     op: &dyn Operator,
     preset: &Preset,
     max: usize,
     compile: bool,
+    seeds: &[Knobs],
 ) -> (Vec<CandidateSpec>, Vec<Pruned>) {
     let default = op.default_knobs();
     let space = op.knob_space();
@@ -77,8 +78,47 @@ pub fn plan_candidates(
         // The MXFP4 space has ~1.9 M points: materializing and sorting them cost gigabytes and minutes per preset.
         Box::new(space.shuffled(u64::from_str_radix(&k3k_ir::hash::hash_str(op.name()), 16).unwrap_or(0x006b_336b)))
     };
-    let d = default.clone();
-    plan_points(op, preset, std::iter::once(default).chain(rest.filter(move |k| k != &d)), max, compile)
+    let mut first = vec![default];
+    for s in seeds {
+        if !first.contains(s) {
+            first.push(s.clone());
+        }
+    }
+    let taken = first.clone();
+    plan_points(op, preset, first.into_iter().chain(rest.filter(move |k| !taken.contains(k))), max, compile)
+}
+
+/// The winners stored for the same problem under keys that no longer apply (an older codegen version or
+/// operator program, another alignment class: same operator, GPU, dtype and shape bucket), newest first, at most
+/// `max`, each once. A tune after a codegen bump times them right after the defaults, so a winner its sample would
+/// rarely draw again is measured at once (session 11's short v9 tune missed mxfp4's 28 x 4 gemv point that
+/// sessions 6-10 had found, 0.139 against 0.190 ms). Points that no longer build are pruned like any other.
+pub fn stale_winners(store: &ResultsStore, op: &dyn Operator, preset: &Preset, gpu: &GpuKey, max: usize) -> Vec<Knobs> {
+    let Ok(key) = tune_key(op, preset, gpu) else { return vec![] };
+    let Ok(Some(file)) = store.load(&gpu.slug(), op.name()) else { return vec![] };
+    let same_problem = |k: &TuneKey| {
+        k.op == key.op
+            && k.gpu_name == key.gpu_name
+            && k.compute_capability == key.compute_capability
+            && k.sm_count == key.sm_count
+            && k.dtype == key.dtype
+            && k.shape_bucket == key.shape_bucket
+    };
+    let mut stale: Vec<_> = file.entries.iter().filter(|e| e.key != key && same_problem(&e.key)).collect();
+    stale.sort_by(|a, b| b.date.cmp(&a.date));
+    let mut out: Vec<Knobs> = vec![];
+    for e in stale {
+        let Some(w) = e.winner.as_deref().and_then(|id| e.candidate(id)) else { continue };
+        if let Ok(k) = knobs_of(&w.knobs)
+            && !out.contains(&k)
+        {
+            out.push(k);
+        }
+        if out.len() >= max {
+            break;
+        }
+    }
+    out
 }
 
 /// Spaces up to this many points are enumerated and ordered by the hash of each point; larger ones are walked
@@ -250,5 +290,55 @@ mod spill_tests {
         assert!(spills_somewhere, "the default plain intra kernel carries the measured allowance");
         compile_candidate(&op, &p, &d).expect("the default is compiled and kept");
         compile_candidate(&op, &p, &d.clone().with(k3k_ops::kda::GSWZ_KNOB, "rows")).expect("rows: no spills");
+    }
+}
+
+#[cfg(test)]
+mod seed_tests {
+    use super::{knob_map, knobs_of, plan_candidates, stale_winners, tune_key};
+    use k3k_ops::latent_moe_gemm::{LatentMoeGemm, sync_knobs};
+    use k3k_ops::op::{Operator, Preset};
+    use k3k_tuner::record::{CandidateResult, CheckRecord, Outcome, TuneEntry};
+    use k3k_tuner::stats::TimingStats;
+    use k3k_tuner::{GpuKey, ResultsStore};
+
+    /// A winner recorded under an older codegen version for the same problem is timed right after the defaults
+    /// of a new tune; the record of the current key itself is no seed, nor a problem of another shape bucket.
+    #[test]
+    fn stale_winners_are_tuned_right_after_the_defaults() {
+        let op = LatentMoeGemm;
+        let p = Preset::new("t", &[("G", 4), ("mean", 32), ("K", 256), ("N", 512)]);
+        let other = Preset::new("t", &[("G", 4), ("mean", 2048), ("K", 256), ("N", 512)]);
+        let gpu = GpuKey::new("cpu-interp", (0, 0), 1);
+        let dir = tempfile::tempdir().unwrap();
+        let store = ResultsStore::open(dir.path()).unwrap();
+        let entry = |preset: &Preset, codegen: u32, winner: &k3k_ir::Knobs| {
+            let mut key = tune_key(&op, preset, &gpu).unwrap();
+            key.codegen_version = codegen;
+            let mut e = TuneEntry::new(key);
+            let t = TimingStats { median_ms: 1.0, p20_ms: 1.0, p80_ms: 1.0, min_ms: 1.0, samples: 10 };
+            let mut c = CandidateResult::new(winner.to_string(), knob_map(winner), Outcome::Timed(t));
+            c.check = Some(CheckRecord { max_rel_err: 1e-3, passed: true });
+            e.upsert_candidate(c);
+            e
+        };
+        let old = sync_knobs();
+        let current = op.default_knobs().with("STAGES", 3i64);
+        let other_bucket = op.default_knobs().with("BM", 64i64);
+        for e in [
+            entry(&p, k3k_codegen::CODEGEN_VERSION - 1, &old),
+            entry(&p, k3k_codegen::CODEGEN_VERSION, &current),
+            entry(&other, k3k_codegen::CODEGEN_VERSION - 1, &other_bucket),
+        ] {
+            store.record_candidate(&e.key, e.candidates[0].clone()).unwrap();
+            store.record_check(&e.key, &e.candidates[0].id, e.candidates[0].check.unwrap()).unwrap();
+        }
+        let seeds = stale_winners(&store, &op, &p, &gpu, 3);
+        assert_eq!(seeds, vec![old.clone()]);
+        let (cands, _) = plan_candidates(&op, &p, 3, false, &seeds);
+        let first: Vec<_> = cands.iter().map(|c| knobs_of(&c.knobs).unwrap()).collect();
+        assert_eq!(first[0], op.default_knobs());
+        assert_eq!(first[1], old);
+        assert_eq!(cands.len(), 3);
     }
 }

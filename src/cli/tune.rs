@@ -14,11 +14,14 @@ use k3k::tuner::budget::{self, CostModel, PresetCost};
 use k3k::tuner::{
     CandidateSpec, GpuKey, ResultsStore, Shard, TuneEvent, TuneOptions, Worker, WorkerMeasurer, WorkerSpec, tune,
 };
-use k3k::tuning::{knob_map, knobs_of, plan_candidates, plan_neighbours, tune_key};
+use k3k::tuning::{knob_map, knobs_of, plan_candidates, plan_neighbours, stale_winners, tune_key};
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
+
+/// Winners of stale records (e.g. an older codegen version) timed right after the defaults of each preset.
+const STALE_SEEDS: usize = 3;
 
 /// Arguments of `k3k tune`.
 #[derive(clap::Args, Debug)]
@@ -337,7 +340,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     std::thread::scope(|s| {
         // The compile thread: the first round of each preset, at most `gpus` presets ahead of the lanes, as many
         // candidates as the preset's share of the time left affords at the compile speed seen so far.
-        let (pipe_r, cv_r, items_r) = (&pipe, &cv, &items);
+        let (pipe_r, cv_r, items_r, store_r, gpu_r) = (&pipe, &cv, &items, &store, &gpu_key);
         s.spawn(move || {
             let (mut spent, mut compiled) = (0.0f64, 0usize);
             for i in 0..items_r.len() {
@@ -356,7 +359,9 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                     let n = budget::affordable(share, per, a.min_candidates, n1);
                     let op = find_op(items_r[i].op);
                     let t = Instant::now();
-                    let (cands, pruned) = plan_candidates(op.as_ref(), &items_r[i].preset, n, compile);
+                    // Winners of records that no longer apply (e.g. an older codegen version) first.
+                    let seeds = stale_winners(store_r, op.as_ref(), &items_r[i].preset, gpu_r, STALE_SEEDS);
+                    let (cands, pruned) = plan_candidates(op.as_ref(), &items_r[i].preset, n, compile, &seeds);
                     let dt = t.elapsed().as_secs_f64();
                     if compile {
                         spent += dt;
@@ -491,7 +496,7 @@ fn print_plan(a: &Args, items: &[Item], budget_d: Duration) -> anyhow::Result<i3
     let mut costs = vec![];
     for it in items {
         let op = find_op(it.op);
-        let (cands, _) = plan_candidates(op.as_ref(), &it.preset, a.max_candidates, false);
+        let (cands, _) = plan_candidates(op.as_ref(), &it.preset, a.max_candidates, false, &[]);
         let c = match (a.compile_s, compile_of.get(it.op)) {
             (Some(c), _) => (c, "given"),
             (None, Some(c)) => *c,
