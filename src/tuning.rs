@@ -96,15 +96,7 @@ pub fn plan_candidates(
 pub fn stale_winners(store: &ResultsStore, op: &dyn Operator, preset: &Preset, gpu: &GpuKey, max: usize) -> Vec<Knobs> {
     let Ok(key) = tune_key(op, preset, gpu) else { return vec![] };
     let Ok(Some(file)) = store.load(&gpu.slug(), op.name()) else { return vec![] };
-    let same_problem = |k: &TuneKey| {
-        k.op == key.op
-            && k.gpu_name == key.gpu_name
-            && k.compute_capability == key.compute_capability
-            && k.sm_count == key.sm_count
-            && k.dtype == key.dtype
-            && k.shape_bucket == key.shape_bucket
-    };
-    let mut stale: Vec<_> = file.entries.iter().filter(|e| e.key != key && same_problem(&e.key)).collect();
+    let mut stale: Vec<_> = file.entries.iter().filter(|e| e.key != key && e.key.same_problem(&key)).collect();
     stale.sort_by(|a, b| b.date.cmp(&a.date));
     let mut out: Vec<Knobs> = vec![];
     for e in stale {
@@ -171,7 +163,7 @@ pub fn compile_candidate(op: &dyn Operator, preset: &Preset, k: &Knobs) -> Resul
         let m = build(kern, BuildOptions { assemble }).map_err(|e| e.to_string())?;
         let known = op.known_spill_bytes(kern);
         if let Some(r) = &m.resources
-            && (r.spill_store_bytes > known || r.spill_load_bytes > known)
+            && r.spills_over(known)
             && !allow_spills
         {
             return Err(format!("{} spills ({:?})", kern.name, r));

@@ -17,7 +17,13 @@ pub struct Resources {
 impl Resources {
     /// True when registers spilled to local memory.
     pub fn spills(&self) -> bool {
-        self.spill_store_bytes > 0 || self.spill_load_bytes > 0
+        self.spills_over(0)
+    }
+
+    /// True when more than `allowed` bytes were spilled (stored, or loaded) to local memory: an operator's
+    /// measured allowance (`Operator::known_spill_bytes` in k3k-ops).
+    pub fn spills_over(&self, allowed: u32) -> bool {
+        self.spill_store_bytes > allowed || self.spill_load_bytes > allowed
     }
 }
 

@@ -34,7 +34,7 @@ fn compile_all() -> anyhow::Result<usize> {
                         let r = m.resources.clone().unwrap_or_default();
                         let spill = r.spill_store_bytes + r.spill_load_bytes;
                         let known = op.known_spill_bytes(&k);
-                        let over = r.spill_store_bytes > known || r.spill_load_bytes > known;
+                        let over = r.spills_over(known);
                         if over {
                             bad += 1;
                         }

@@ -187,6 +187,18 @@ impl TuneKey {
         self
     }
 
+    /// The same problem on the same device (operator, GPU, dtype and shape bucket), whatever the program, codegen
+    /// and NVRTC versions or alignment class it was tuned with: a record of such a key may hold a winner worth
+    /// timing again after any of those change.
+    pub fn same_problem(&self, other: &TuneKey) -> bool {
+        self.op == other.op
+            && self.gpu_name == other.gpu_name
+            && self.compute_capability == other.compute_capability
+            && self.sm_count == other.sm_count
+            && self.dtype == other.dtype
+            && self.shape_bucket == other.shape_bucket
+    }
+
     /// Equal in every field except the shape bucket.
     pub fn same_except_bucket(&self, other: &TuneKey) -> bool {
         self.op == other.op

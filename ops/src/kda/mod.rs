@@ -462,8 +462,8 @@ impl Launch {
         // `rows`: the 16-bit operands' XOR swizzle, 2-way bank conflicts on its 8-byte pair accesses (13.4 M of the
         // kernel's 132.5 M shared wavefronts at B1 T8192 H96, ncu, session 10). `pairs`: Swizzle::Xor16BPairs, no
         // conflicts: faster on every preset (H200, session 11 call 1, same run, with W and U regrouped into 8-byte
-        // stores, which the kernel no longer does (they spilled with `pairs`): T8192 H96 1.545 vs 1.577 ms, T65536
-        // H32 4.483 vs 4.581, T16384 safe 1.176 vs 1.198, exact 1.351 vs 1.379, B4 T4096 H64 2.153 vs 2.195).
+        // stores as the kernel does on its plain variants: T8192 H96 1.545 vs 1.577 ms, T65536 H32 4.483 vs 4.581,
+        // T16384 safe 1.176 vs 1.198, exact 1.351 vs 1.379, B4 T4096 H64 2.153 vs 2.195).
         let g_pairs = match if knobs.0.contains_key(GSWZ_KNOB) { knobs.str(GSWZ_KNOB)? } else { "pairs" } {
             "rows" => false,
             "pairs" => true,
