@@ -12,16 +12,13 @@ Inputs are drawn from the same distributions as k3k's (never zeros); shapes and 
 Needs torch + triton (and FLA wheels on PYTHONPATH for KDA)."""
 import json, math, os, sys, glob, traceback
 import torch
-import triton.testing as tt
+
+PEER_OPS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "peer_ops")
+sys.path.insert(0, PEER_OPS)
+from timing import bench  # noqa: E402  (the one timing rule of every peer and of the ceilings)
 
 dev = "cuda"
 torch.manual_seed(0)
-
-
-def bench(fn):
-    fn()
-    torch.cuda.synchronize()
-    return tt.do_bench(fn, warmup=25, rep=200, return_mode="median")
 
 
 def ceilings():
@@ -43,13 +40,12 @@ def load_peers():
     """Every scripts/peer_ops/<family>.py defines PEERS = {op name: fn(problem) -> (peer name, ms)}."""
     import importlib.util
     peers = {}
-    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "peer_ops")
-    for f in sorted(glob.glob(os.path.join(here, "*.py"))):
+    for f in sorted(glob.glob(os.path.join(PEER_OPS, "*.py"))):
         spec = importlib.util.spec_from_file_location(os.path.basename(f)[:-3], f)
         m = importlib.util.module_from_spec(spec)
         try:
             spec.loader.exec_module(m)
-            peers.update(m.PEERS)
+            peers.update(getattr(m, "PEERS", {}))  # timing.py is the shared timing rule, not a family
         except Exception:
             print("could not load", f, flush=True)
             traceback.print_exc()

@@ -8,15 +8,9 @@
 - gated_mla.gate: per-head bmm of the latent output with W_UV^T, times sigmoid(z) when gated."""
 import torch
 import torch.nn.functional as F
-import triton.testing as tt
+from timing import bench
 
 dev = "cuda"
-
-
-def bench(fn):
-    fn()
-    torch.cuda.synchronize()
-    return tt.do_bench(fn, warmup=25, rep=200, return_mode="median")
 
 
 def peer_prefill(pb):

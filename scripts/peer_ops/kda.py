@@ -10,15 +10,9 @@ final state (output_final_state=True), the work k3k's kernels do.
 """
 import torch
 import torch.nn.functional as F
-import triton.testing as tt
+from timing import bench
 
 dev = "cuda"
-
-
-def bench(fn):
-    fn()
-    torch.cuda.synchronize()
-    return tt.do_bench(fn, warmup=25, rep=200, return_mode="median")
 
 
 def _fla(name):

@@ -1,14 +1,8 @@
 """Peer for latent_moe_gemm: torch._grouped_mm (CUTLASS), plus torch's elementwise GLU epilogue when fused."""
 import torch
-import triton.testing as tt
+from timing import bench
 
 dev = "cuda"
-
-
-def bench(fn):
-    fn()
-    torch.cuda.synchronize()
-    return tt.do_bench(fn, warmup=25, rep=200, return_mode="median")
 
 
 def situ(a, b):
@@ -39,8 +33,6 @@ def peer_latent_moe_gemm(pb):
 
 
 PEERS = {"latent_moe_gemm": peer_latent_moe_gemm}
-
-
 
 
 PEERS = {"latent_moe_gemm": peer_latent_moe_gemm}

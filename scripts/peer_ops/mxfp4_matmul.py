@@ -3,15 +3,9 @@ torch.nn.functional.linear for a dense product, torch.bmm for equal-sized expert
 torch._grouped_mm for ragged groups; plus torch's elementwise GLU epilogue and routing weight when the problem
 has them (unfused)."""
 import torch
-import triton.testing as tt
+from timing import bench
 
 dev = "cuda"
-
-
-def bench(fn):
-    fn()
-    torch.cuda.synchronize()
-    return tt.do_bench(fn, warmup=25, rep=200, return_mode="median")
 
 
 def situ(a, b):
