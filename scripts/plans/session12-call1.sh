@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 12, call 1 (ran 04:42-04:50 UTC on 2026-12-04, files results/bench/nvidia-h200/session12-call1/), written in session 11 as next-call.sh:
+# Session 12, call 1 (ran 04:42-04:50 UTC on 2026-12-04, files results/bench/nvidia-h200/session12-call1/), written in session 11 as next-call.sh to restore the tuned
 # records codegen v9 left stale, and re-time what v9 changed but session 11 did not reach.
 #  1. `k3k tune` of mxfp4_matmul and gated_mla.gate at the K3 presets: round 1 now times the v8 winners of the same
 #     problems right after the defaults (mxfp4 28 x 4 gemv: 0.139 ms at v8 against the v9 record's 0.190; the gate:
