@@ -694,6 +694,20 @@ impl Kernel {
         self.tensors.iter().position(|t| t.name == name).map(|i| TensorId(i as u32))
     }
 
+    /// Whether some CTA of the cluster arrives on barrier declaration `bar` remotely ([`Stmt::MbarArriveCluster`]):
+    /// only then can a peer's generic-proxy release complete one of its phases, and a wait on it must acquire at
+    /// cluster scope. The phases of the other barriers complete by this CTA's own arrivals and by the
+    /// transaction bytes of bulk copies (a peer's multicast included), which a CTA-scope wait observes.
+    pub fn arrived_on_by_peers(&self, bar: MbarId) -> bool {
+        let mut found = false;
+        self.visit_stmts(&mut |s| {
+            if let Stmt::MbarArriveCluster { bar: r, .. } = s {
+                found |= r.bar == bar;
+            }
+        });
+        found
+    }
+
     /// Visit every statement, parents before children.
     pub fn visit_stmts(&self, f: &mut impl FnMut(&Stmt)) {
         fn walk(body: &[Stmt], f: &mut impl FnMut(&Stmt)) {

@@ -130,8 +130,10 @@ pub const CLUSTER_ALONG_KNOB: &str = "CLUSTER_ALONG";
 /// the release of use `u+a-STAGES`, at `a = STAGES-1` the slot of `u-1` released in the same step), so `a`
 /// stages are in flight whatever the tile boundaries: the next tile's first stages are issued during the last
 /// k-steps of the current one, and no block barrier is left in the walk. With `LOAD=auto` on a shape the copy
-/// engine cannot serve (the cp.async kernel) the knob is ignored; with `LOAD=cp_async` or `CLUSTER=2` it is an
-/// error.
+/// engine cannot serve (the cp.async kernel) the knob is ignored; with `LOAD=cp_async` it is an error. With
+/// `CLUSTER=2` each CTA of a pair runs its own stream over the pair's common walk: its producer copies its half
+/// of the shared operand into both CTAs and refills a slot once both CTAs' warps released it (`auto` keeps
+/// the pair on the in-loop schedule until the GPU A/B).
 pub const AHEAD_KNOB: &str = "AHEAD";
 
 /// `AHEAD=auto` before it is resolved (never a valid depth: depths are below STAGES <= 4).
@@ -310,7 +312,7 @@ fn cfg(spec: &GemmSpec, k: &Knobs) -> Result<Cfg, OpError> {
         c.warp_release = false;
     }
     // AHEAD=auto (the default): STAGES-1 stages in flight on the TMA ring without a cluster, else the in-loop
-    // schedule.
+    // schedule (a pair's stream, AHEAD=a with CLUSTER=2, is asked for by number until the GPU A/B).
     if c.ahead == Some(AHEAD_AUTO) {
         c.ahead = (c.tma && !c.cluster2).then(|| c.stages - 1);
     }
@@ -319,15 +321,10 @@ fn cfg(spec: &GemmSpec, k: &Knobs) -> Result<Cfg, OpError> {
             "AHEAD and RELEASE=warp need LOAD=tma (they schedule the mbarrier ring of the copy engine)".into(),
         );
     }
-    if let Some(a) = c.ahead {
-        if a < 1 || a >= c.stages {
-            return invalid(format!("AHEAD={a} must be in 1..=STAGES-1 = {}", c.stages - 1));
-        }
-        if c.cluster2 {
-            return invalid(
-                "AHEAD is not implemented with CLUSTER=2 (the pair's walk keeps the in-loop schedule)".into(),
-            );
-        }
+    if let Some(a) = c.ahead
+        && (a < 1 || a >= c.stages)
+    {
+        return invalid(format!("AHEAD={a} must be in 1..=STAGES-1 = {}", c.stages - 1));
     }
     let warps = c.wm * c.wn;
     if warps > 8 {

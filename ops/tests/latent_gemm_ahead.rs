@@ -151,9 +151,10 @@ fn ahead_and_release_knobs_are_checked() {
     assert!(err(tma.clone().with(AHEAD_KNOB, 4i64)).contains("AHEAD=4 must be in 1..=STAGES-1 = 3"));
     assert!(err(tma.clone().with(AHEAD_KNOB, "x")).contains("AHEAD"));
     assert!(err(tma.clone().with(RELEASE_KNOB, "block")).contains("RELEASE must be thread or warp"));
-    assert!(
-        err(tma.clone().with(AHEAD_KNOB, 3i64).with(CLUSTER_KNOB, 2i64)).contains("not implemented with CLUSTER=2")
-    );
+    // A pair's stream: remote releases on both CTAs, no block barrier in the walk.
+    let pair = build_kernel(&spec, &tma.clone().with(AHEAD_KNOB, 3i64).with(CLUSTER_KNOB, 2i64)).unwrap();
+    assert!(count_stmts(&pair, |s| matches!(s, Stmt::MbarArriveCluster { .. })) > 0);
+    assert_eq!(count_stmts(&pair, |s| matches!(s, Stmt::Barrier)), 0);
     let cp = default_knobs().with(LOAD_KNOB, "cp_async");
     assert!(err(cp.clone().with(AHEAD_KNOB, 3i64)).contains("need LOAD=tma"));
     assert!(err(cp.with(RELEASE_KNOB, "warp")).contains("need LOAD=tma"));

@@ -4,8 +4,8 @@
 //! fails the checked barriers): pairs along M and along N, groups with odd m-tile counts and N tails with odd
 //! n-tile counts (the idle sibling still copies its half and arrives, and stores nothing: y is poisoned, so a
 //! stray store would also be caught by the checks of the rows it overwrote), empty groups, K tails, both tile
-//! walks, GLU epilogues with routing weights, the dense variant, grids of one and two clusters. The JIT must
-//! lower the kernel and agree with the interpreter bit for bit.
+//! walks, the producer streams (AHEAD), GLU epilogues with routing weights, the dense variant, grids of one and
+//! two clusters. The JIT must lower the kernel and agree with the interpreter bit for bit.
 #[path = "common/gemm_f64.rs"]
 mod gemm_f64;
 
@@ -57,6 +57,11 @@ fn cluster_pairs_match_f64_on_ragged_groups_k_and_n_tails() {
                     let knobs = knobs.with("OVERLAP", overlap);
                     check_case(seed, &mut rng, &counts, true, Epilogue::None, false, k, n, &knobs);
                 }
+                // The pair's producer streams (AHEAD): each CTA's producer runs ahead over the common walk.
+                for (stages, ahead) in [(3i64, 2i64), (4, 3), (4, 1)] {
+                    let knobs = cluster_knobs(64, 64, stages, along).with("OVERLAP", overlap).with(AHEAD_KNOB, ahead);
+                    check_case(seed, &mut rng, &counts, true, Epilogue::None, false, k, n, &knobs);
+                }
             }
         }
     }
@@ -72,6 +77,8 @@ fn cluster_pairs_match_f64_with_glu_epilogues_routing_weights_and_dense() {
             // GLU: along M the two CTAs copy the gate and the up half of the weight tile.
             check_case(seed, &mut rng, &counts, true, epilogue, true, 136, 40, &cluster_knobs(64, 128, 3, along));
             check_case(seed, &mut rng, &counts, true, epilogue, false, 64, 65, &cluster_knobs(128, 64, 4, along));
+            let stream = cluster_knobs(64, 128, 4, along).with(AHEAD_KNOB, 3i64);
+            check_case(seed, &mut rng, &counts, true, epilogue, true, 136, 40, &stream);
         }
         check_case(seed, &mut rng, &[77], false, Epilogue::None, true, 200, 90, &cluster_knobs(64, 64, 3, along));
         check_case(seed, &mut rng, &[0, 0], true, Epilogue::None, false, 64, 64, &cluster_knobs(64, 64, 3, along));
@@ -108,11 +115,17 @@ fn cluster_knob_is_checked() {
 
 #[test]
 fn cluster_kernels_compile_without_spills() {
-    // The default tile (128x256, STAGES=4) with pairs along M and N, and a GLU variant.
+    // The default tile (128x256, STAGES=4) with pairs along M and N, and a GLU variant; the pairs' streams too.
     let glu = GemmSpec::for_shape(true, Epilogue::SituGlu, true, 3584, 3072);
     let plain = GemmSpec::for_shape(true, Epilogue::None, false, 3584, 6144);
-    for (spec, along) in [(plain, "m"), (plain, "n"), (glu, "m")] {
+    let cases =
+        [(plain, "m", None), (plain, "n", None), (glu, "m", None), (plain, "m", Some(3i64)), (plain, "n", Some(3))];
+    for (spec, along, ahead) in cases {
         let knobs = default_knobs().with(CLUSTER_KNOB, 2i64).with(CLUSTER_ALONG_KNOB, along).with("OVERLAP", "on");
+        let knobs = match ahead {
+            Some(a) => knobs.with(AHEAD_KNOB, a),
+            None => knobs,
+        };
         let k = build_kernel(&spec, &knobs).unwrap();
         let m = k3k_codegen::build(&k, k3k_codegen::BuildOptions { assemble: true })
             .unwrap_or_else(|e| panic!("{knobs}: {e}"));

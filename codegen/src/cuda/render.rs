@@ -393,8 +393,10 @@ impl<'a> Renderer<'a> {
                 self.line(&line);
             }
             Stmt::MbarWait { bar, parity, elected } => {
-                // In a cluster, arrivals may come from peers: acquire at cluster scope.
-                let f = match (*elected, k.cluster_size() > 1) {
+                // Acquire at cluster scope where peers arrive on the barrier (a slot's release); a barrier completed
+                // by local arrivals and copy transactions (a peer's multicast bytes too) needs only CTA scope, as
+                // CUTLASS's pipelines wait on their full barriers.
+                let f = match (*elected, k.cluster_size() > 1 && k.arrived_on_by_peers(bar.bar)) {
                     (true, false) => "mbar_wait_elected",
                     (false, false) => "mbar_wait",
                     (true, true) => "mbar_wait_cluster_elected",
