@@ -8,28 +8,19 @@ __device__ __forceinline__ void cluster_sync() {
   asm volatile("barrier.cluster.arrive.aligned;\nbarrier.cluster.wait.aligned;\n" ::: "memory");
 }
 // Lane 0 of every warp (after the warp converges) arrives once on the barrier at BAR's offset in the shared
-// memory of cluster CTA CTA: mapa maps the local address to the peer's, the arrival releases at cluster scope.
+// memory of cluster CTA CTA: mapa maps the local address to the peer's. The arrival has mbarrier.arrive's default
+// semantics (release at CTA scope), as CUTLASS's ClusterBarrier::arrive: it tells a peer's producer that this
+// warp's reads of a slot are complete, which needs no cluster-scope fence (a `.release.cluster` arrival cost the
+// latent GEMM's pairs 40% of their warps' cycles in MEMBAR stalls on the H200, session 13).
 __device__ __forceinline__ void mbar_arrive_cluster(unsigned char* bar, unsigned cta) {
   __syncwarp();
   if ((threadIdx.x & 31) == 0) {
     asm volatile(
-        "{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\nmbarrier.arrive.release.cluster.shared::cluster.b64 _, "
+        "{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\nmbarrier.arrive.shared::cluster.b64 _, "
         "[ra];\n}\n" ::"r"(smem_u32_folded(bar)),
         "r"(cta)
         : "memory");
   }
-}
-// A wait whose phase may have been completed by peers' arrivals (acquire at cluster scope).
-__device__ __forceinline__ void mbar_wait_cluster(unsigned char* bar, int parity) {
-  asm volatile(
-      "{\n.reg .pred p;\nK3K_MBARC_WAIT:\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%0], %1;\n@p bra "
-      "K3K_MBARC_DONE;\nbra K3K_MBARC_WAIT;\nK3K_MBARC_DONE:\n}\n" ::"r"(smem_u32_folded(bar)),
-      "r"(parity)
-      : "memory");
-}
-__device__ __forceinline__ void mbar_wait_cluster_elected(unsigned char* bar, int parity) {
-  if (threadIdx.x == 0) mbar_wait_cluster(bar, parity);
-  __syncwarp();
 }
 // Thread 0 starts the copy of one box into DST of every cluster CTA in MASK (same shared offset), completing its
 // bytes on the barrier at BAR's offset in each of them.

@@ -8,7 +8,9 @@
 //! - a multicast [`crate::TmaLoad`] (`.multicast::cluster`): one copy lands the box in every CTA of a rank
 //!   mask, at the same shared offset, completing its bytes on the same barrier of each of those CTAs;
 //! - [`crate::Stmt::MbarArriveCluster`]: lane 0 of each warp arrives on a barrier of any CTA of the cluster
-//!   (`mapa` + `mbarrier.arrive.release.cluster.shared::cluster`);
+//!   (`mapa` + `mbarrier.arrive.shared::cluster`, release at CTA scope as CUTLASS's `ClusterBarrier::arrive`: it
+//!   says the warp's reads of a slot are done; writes a peer must see need a `ClusterSync`); every mbarrier wait
+//!   is at CTA scope, as CUTLASS's;
 //! - [`crate::Stmt::ClusterSync`]: every thread of the cluster meets (`barrier.cluster.arrive.release` +
 //!   `barrier.cluster.wait.acquire`).
 //!

@@ -346,9 +346,9 @@ pub enum Stmt {
     /// box's bytes on its barrier. Reading the destination is only valid after a wait on that barrier's phase.
     TmaLoad(Box<TmaLoad>),
     /// Lane 0 of every warp arrives once on barrier `bar` of CTA `cta` (an int, the rank in the cluster) of
-    /// the block's thread-block cluster (`warps` arrivals; a remote arrival with release semantics at cluster
-    /// scope, after the warp's lanes converge): how a consumer releases a slot a peer's multicast refills (see
-    /// [`crate::cluster`]).
+    /// the block's thread-block cluster (`warps` arrivals, after the warp's lanes converge; release at CTA scope,
+    /// so it orders the warp's completed reads, not its writes, for the peer): how a consumer releases a slot a
+    /// peer's multicast refills (see [`crate::cluster`]).
     MbarArriveCluster { bar: MbarRef, cta: Expr },
     /// Every thread of every CTA of the cluster arrives at and waits on the cluster barrier (release/acquire
     /// at cluster scope; see [`crate::cluster`]).
@@ -692,20 +692,6 @@ impl Kernel {
     /// Look up a tensor by name.
     pub fn tensor(&self, name: &str) -> Option<TensorId> {
         self.tensors.iter().position(|t| t.name == name).map(|i| TensorId(i as u32))
-    }
-
-    /// Whether some CTA of the cluster arrives on barrier declaration `bar` remotely ([`Stmt::MbarArriveCluster`]):
-    /// only then can a peer's generic-proxy release complete one of its phases, and a wait on it must acquire at
-    /// cluster scope. The phases of the other barriers complete by this CTA's own arrivals and by the
-    /// transaction bytes of bulk copies (a peer's multicast included), which a CTA-scope wait observes.
-    pub fn arrived_on_by_peers(&self, bar: MbarId) -> bool {
-        let mut found = false;
-        self.visit_stmts(&mut |s| {
-            if let Stmt::MbarArriveCluster { bar: r, .. } = s {
-                found |= r.bar == bar;
-            }
-        });
-        found
     }
 
     /// Visit every statement, parents before children.

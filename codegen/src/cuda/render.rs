@@ -393,15 +393,10 @@ impl<'a> Renderer<'a> {
                 self.line(&line);
             }
             Stmt::MbarWait { bar, parity, elected } => {
-                // Acquire at cluster scope where peers arrive on the barrier (a slot's release); a barrier completed
-                // by local arrivals and copy transactions (a peer's multicast bytes too) needs only CTA scope, as
-                // CUTLASS's pipelines wait on their full barriers.
-                let f = match (*elected, k.cluster_size() > 1 && k.arrived_on_by_peers(bar.bar)) {
-                    (true, false) => "mbar_wait_elected",
-                    (false, false) => "mbar_wait",
-                    (true, true) => "mbar_wait_cluster_elected",
-                    (false, true) => "mbar_wait_cluster",
-                };
+                // CTA scope in a cluster too, as CUTLASS's pipelines: a phase completes by copy transactions (a
+                // peer's multicast bytes included, visible to the waiters) or by arrivals that only say a slot's
+                // reads are done (see `mbar_arrive_cluster`).
+                let f = if *elected { "mbar_wait_elected" } else { "mbar_wait" };
                 let line = format!("k3k::{f}({}, (int)({}));", self.mbar_ptr(bar), self.e(parity, Ctx::Scalar));
                 self.line(&line);
             }
