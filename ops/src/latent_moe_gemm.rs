@@ -100,8 +100,11 @@ pub const LOAD_KNOB: &str = "LOAD";
 /// are issued before the current tile's epilogue).
 pub const OVERLAP_KNOB: &str = "OVERLAP";
 
-/// The knob `CLUSTER` (`1` | `2`, absent = `1`), not yet an axis of [`knob_space`] nor part of
-/// [`default_knobs`] (until the GPU A/B): `2` launches the blocks in thread-block clusters of two (LOAD=tma
+/// The knob `CLUSTER` (`1` | `2`, absent = `1`), not an axis of [`knob_space`] nor part of [`default_knobs`]:
+/// measured on the H200 (session 13, same runs as the defaults), the best pair (along n, AHEAD=2, OVERLAP=on)
+/// reads 2.1394 ms at G28 mean1024 K3584 N6144 against 2.1036 for one CTA per tile, 1.0867 / 1.0596 at K3072
+/// N3584, 0.6856 / 0.6620 at G56 mean64: the L2 traffic the multicast saves (ncu: L2 throughput 49% vs 70%) is
+/// given back while thread 0 of consumer warp 0, the producer, waits for the peer's releases. `2` launches the blocks in thread-block clusters of two (LOAD=tma
 /// only) that compute sibling tiles of one (group, k-loop) and share the operand both need through
 /// `.multicast::cluster` copies: each CTA copies half of the shared tile into both CTAs' shared memory, so each
 /// reads 32 instead of 48 KiB per k-step from L2 at 128x256 tiles with [`CLUSTER_ALONG_KNOB`] = `m`. With
@@ -117,8 +120,8 @@ pub const CLUSTER_KNOB: &str = "CLUSTER";
 pub const CLUSTER_ALONG_KNOB: &str = "CLUSTER_ALONG";
 
 /// The knob `AHEAD` (an integer 1..=STAGES-1, or `auto`; absent = the in-loop schedule), LOAD=tma only, not an
-/// axis of [`knob_space`]. The default is `auto`: STAGES-1 where the TMA ring runs without a cluster (else the
-/// in-loop schedule), measured on the H200 (2026-12-02, session 7 call 3, same run, defaults otherwise): AHEAD=3
+/// axis of [`knob_space`]. The default is `auto`: STAGES-1 where the TMA ring runs without a cluster (STAGES-2
+/// for a pair, below), measured on the H200 (2026-12-02, session 7 call 3, same run, defaults otherwise): AHEAD=3
 /// vs the in-loop schedule 0.6653 / 0.6739 ms at G28 mean256, 2.1839 / 2.2385 at mean1024, 1.0945 / 1.1373 at
 /// K3072 N3584, 0.6683 / 0.6853 at G56 mean64 (AHEAD=2 0.6604 / 2.1819 / 1.1028 / 0.6862; RELEASE=warp was slower
 /// everywhere). Absent (tuned records and knob-space points written before AHEAD): the schedule measured as the
@@ -132,8 +135,8 @@ pub const CLUSTER_ALONG_KNOB: &str = "CLUSTER_ALONG";
 /// k-steps of the current one, and no block barrier is left in the walk. With `LOAD=auto` on a shape the copy
 /// engine cannot serve (the cp.async kernel) the knob is ignored; with `LOAD=cp_async` it is an error. With
 /// `CLUSTER=2` each CTA of a pair runs its own stream over the pair's common walk: its producer copies its half
-/// of the shared operand into both CTAs and refills a slot once both CTAs' warps released it (`auto` keeps
-/// the pair on the in-loop schedule until the GPU A/B).
+/// of the shared operand into both CTAs and refills a slot once both CTAs' warps released it (`auto`: STAGES-2
+/// for a pair, measured best; see `cfg`).
 pub const AHEAD_KNOB: &str = "AHEAD";
 
 /// `AHEAD=auto` before it is resolved (never a valid depth: depths are below STAGES <= 4).
@@ -311,10 +314,12 @@ fn cfg(spec: &GemmSpec, k: &Knobs) -> Result<Cfg, OpError> {
         c.ahead = None;
         c.warp_release = false;
     }
-    // AHEAD=auto (the default): STAGES-1 stages in flight on the TMA ring without a cluster, else the in-loop
-    // schedule (a pair's stream, AHEAD=a with CLUSTER=2, is asked for by number until the GPU A/B).
+    // AHEAD=auto (the default): STAGES-1 stages in flight on the TMA ring without a cluster; STAGES-2 for a pair,
+    // whose refill then waits for a release (its peer's included) one step old instead of the one just made
+    // (H200, session 13 calls 2-3, mean1024 K3584 N6144 along m: AHEAD=2 2.1907 ms, in-loop 2.2656, AHEAD=3
+    // 2.3684; along n: AHEAD=2 2.1936, AHEAD=1 2.7577).
     if c.ahead == Some(AHEAD_AUTO) {
-        c.ahead = (c.tma && !c.cluster2).then(|| c.stages - 1);
+        c.ahead = c.tma.then(|| if c.cluster2 { c.stages - 2 } else { c.stages - 1 });
     }
     if !c.tma && (c.ahead.is_some() || c.warp_release) {
         return invalid(

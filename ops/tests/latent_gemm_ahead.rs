@@ -170,9 +170,13 @@ fn ahead_and_release_knobs_are_checked() {
     assert_eq!(count_stmts(&d, |s| matches!(s, Stmt::Barrier)), 0);
     let a3 = build_kernel(&spec, &default_knobs().with(AHEAD_KNOB, 3i64)).unwrap();
     assert!(d.body == a3.body && d.shared == a3.shared && d.mbarriers == a3.mbarriers, "auto is AHEAD=3 here");
-    // AHEAD=auto with a cluster or on the cp.async path: the in-loop schedule, no error.
+    // AHEAD=auto with a cluster: the pair's stream at STAGES-2 = 2; on the cp.async path: no ring, no error.
     let c2 = build_kernel(&spec, &default_knobs().with(LOAD_KNOB, "tma").with(CLUSTER_KNOB, 2i64)).unwrap();
     assert!(count_stmts(&c2, |s| matches!(s, Stmt::MbarArriveCluster { .. })) > 0);
+    let c2a2 =
+        build_kernel(&spec, &default_knobs().with(LOAD_KNOB, "tma").with(CLUSTER_KNOB, 2i64).with(AHEAD_KNOB, 2i64))
+            .unwrap();
+    assert!(c2.body == c2a2.body, "auto is AHEAD=2 for a pair");
     let cp = build_kernel(&spec, &default_knobs().with(LOAD_KNOB, "cp_async")).unwrap();
     assert!(cp.mbarriers.is_empty());
     // Knob sets without AHEAD (records written before it): the in-loop schedule, per-thread releases.
