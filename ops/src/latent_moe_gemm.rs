@@ -104,10 +104,11 @@ pub const OVERLAP_KNOB: &str = "OVERLAP";
 /// measured on the H200 (session 13, same runs as the defaults), the best pair (along n, AHEAD=2, OVERLAP=on)
 /// reads 2.1394 ms at G28 mean1024 K3584 N6144 against 2.1036 for one CTA per tile, 1.0867 / 1.0596 at K3072
 /// N3584, 0.6856 / 0.6620 at G56 mean64: the L2 traffic the multicast saves (ncu: L2 throughput 49% vs 70%) is
-/// given back while thread 0 of consumer warp 0, the producer, waits for the peer's releases. `2` launches the blocks in thread-block clusters of two (LOAD=tma
-/// only) that compute sibling tiles of one (group, k-loop) and share the operand both need through
-/// `.multicast::cluster` copies: each CTA copies half of the shared tile into both CTAs' shared memory, so each
-/// reads 32 instead of 48 KiB per k-step from L2 at 128x256 tiles with [`CLUSTER_ALONG_KNOB`] = `m`. With
+/// given back while thread 0 of consumer warp 0, the producer, waits for the peer's releases. `2` launches the
+/// blocks in thread-block clusters of two (LOAD=tma only) that compute sibling tiles of one (group, k-loop) and
+/// share the operand both need through `.multicast::cluster` copies: each CTA copies half of the shared tile
+/// into both CTAs' shared memory, so each reads 32 instead of 48 KiB per k-step from L2 at 128x256 tiles with
+/// [`CLUSTER_ALONG_KNOB`] = `m`. With
 /// `LOAD=auto` on a shape the copy engine cannot serve, the cp.async kernel runs unpaired; with `LOAD=cp_async`,
 /// CLUSTER=2 is an error.
 pub const CLUSTER_KNOB: &str = "CLUSTER";

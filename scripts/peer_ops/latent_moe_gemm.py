@@ -33,6 +33,3 @@ def peer_latent_moe_gemm(pb):
 
 
 PEERS = {"latent_moe_gemm": peer_latent_moe_gemm}
-
-
-PEERS = {"latent_moe_gemm": peer_latent_moe_gemm}
