@@ -65,6 +65,8 @@ def main():
         if f.endswith("peers.json"):
             continue
         rep = json.load(open(f))
+        if not isinstance(rep, dict) or "op" not in rep or "rows" not in rep:
+            continue  # not a `k3k bench` report
         op = rep["op"]
         if only is not None and op not in only:
             continue
