@@ -9,7 +9,7 @@
 #  4. a GPU fuzz of every operator with what time is left.
 # Build first here: cargo build --release; mkdir -p .carry; strip -o .carry/k3k target/release/k3k;
 #   python3 -m pip download --no-deps fla-core==0.6.0 flash-linear-attention==0.6.0 -d .whl (see ../device README)
-# Run: BUDGET_S=560 bash scripts/plans/next-call.sh  (carry [".carry", ".whl"], timeout_s 590)
+# Run: BUDGET_S=560 bash scripts/plans/session12-call1.sh  (carry [".carry", ".whl"], timeout_s 590)
 set -uo pipefail
 K=.carry/k3k; OUT=${OUT:-./gpu-out}; W=/tmp/wn; rm -rf $W; mkdir -p $W "$OUT"
 END=$(( $(date +%s) + ${BUDGET_S:-560} )); left() { echo $(( END - $(date +%s) )); }

@@ -5,8 +5,9 @@
 # Session 6 read CLUSTER=2 1.6-1.9x slower (in-loop schedule); session 7 ncu: tensor pipe 37% for the pair.
 #  1. GPU primitive tests (tma_multicast_cluster renders the new waits) and `k3k check --backend cuda` of the pair
 #     variants at random shapes;
-#  2. `k3k bench` of the four GEMM presets, every variant timed in the same run: the defaults; pairs along m / n with
-#     AHEAD=3; pairs along m in-loop (AHEAD=auto); pairs along m with AHEAD=2; torch._grouped_mm in the same call;
+#  2. `k3k bench` of the five GEMM presets (the GLU one too), every variant timed in the same run: the defaults;
+#     pairs along m / n with AHEAD=3; pairs along m in-loop (AHEAD=auto); pairs along m with AHEAD=2;
+#     torch._grouped_mm in the same call;
 #  3. ncu (clocks left alone, one launch) of the pair along m with AHEAD=3 and of the defaults at mean1024.
 # Build first here: cargo build --release; strip -o .carry/k3k target/release/k3k;
 #   cargo test --release -p k3k-codegen --test gpu_primitives --no-run, that binary to .carry/gpu_primitives
