@@ -184,7 +184,7 @@ fn launcher(o: &mut String, r: &Resolved, ri: usize, role: &str, artifacts: &Has
          signature; shapes are checked at every launch against the symbolic dims and the dims this kernel was \
          built for, `NAME=value`):\n",
         k0.name,
-        k0.threads,
+        k0.launch_threads(),
         k0.shared_bytes(),
         k0.grid.iter().map(|e| k3k_ir::print::expr(k0, e)).collect::<Vec<_>>().join(", ")
     );

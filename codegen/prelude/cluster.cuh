@@ -26,7 +26,7 @@ __device__ __forceinline__ void mbar_arrive_cluster(unsigned char* bar, unsigned
 // bytes on the barrier at BAR's offset in each of them.
 __device__ __forceinline__ void tma_load_mc(unsigned char* dst, const TensorMap* map, unsigned char* bar,
                                             unsigned short mask, int c0) {
-  if (threadIdx.x == 0) {
+  if (threadIdx.x == K3K_ELECTED_TID) {
     asm volatile(
         "cp.async.bulk.tensor.1d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, "
         "{%4}], [%2], %3;\n" ::"r"(smem_u32_folded(dst)),
@@ -36,7 +36,7 @@ __device__ __forceinline__ void tma_load_mc(unsigned char* dst, const TensorMap*
 }
 __device__ __forceinline__ void tma_load_mc(unsigned char* dst, const TensorMap* map, unsigned char* bar,
                                             unsigned short mask, int c0, int c1) {
-  if (threadIdx.x == 0) {
+  if (threadIdx.x == K3K_ELECTED_TID) {
     asm volatile(
         "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, "
         "{%4, %5}], [%2], %3;\n" ::"r"(smem_u32_folded(dst)),
@@ -46,7 +46,7 @@ __device__ __forceinline__ void tma_load_mc(unsigned char* dst, const TensorMap*
 }
 __device__ __forceinline__ void tma_load_mc(unsigned char* dst, const TensorMap* map, unsigned char* bar,
                                             unsigned short mask, int c0, int c1, int c2) {
-  if (threadIdx.x == 0) {
+  if (threadIdx.x == K3K_ELECTED_TID) {
     asm volatile(
         "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, "
         "{%4, %5, %6}], [%2], %3;\n" ::"r"(smem_u32_folded(dst)),
@@ -56,7 +56,7 @@ __device__ __forceinline__ void tma_load_mc(unsigned char* dst, const TensorMap*
 }
 __device__ __forceinline__ void tma_load_mc(unsigned char* dst, const TensorMap* map, unsigned char* bar,
                                             unsigned short mask, int c0, int c1, int c2, int c3) {
-  if (threadIdx.x == 0) {
+  if (threadIdx.x == K3K_ELECTED_TID) {
     asm volatile(
         "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, "
         "{%4, %5, %6, %7}], [%2], %3;\n" ::"r"(smem_u32_folded(dst)),
@@ -66,7 +66,7 @@ __device__ __forceinline__ void tma_load_mc(unsigned char* dst, const TensorMap*
 }
 __device__ __forceinline__ void tma_load_mc(unsigned char* dst, const TensorMap* map, unsigned char* bar,
                                             unsigned short mask, int c0, int c1, int c2, int c3, int c4) {
-  if (threadIdx.x == 0) {
+  if (threadIdx.x == K3K_ELECTED_TID) {
     asm volatile(
         "cp.async.bulk.tensor.5d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, "
         "{%4, %5, %6, %7, %8}], [%2], %3;\n" ::"r"(smem_u32_folded(dst)),

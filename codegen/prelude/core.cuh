@@ -1,5 +1,11 @@
 // k3k device prelude, part 1: scalar types, conversions and math. Self-contained: no toolkit headers.
 // Everything here is a generic primitive; operators are written in the IR, never here.
+// The thread that issues a block's single-thread operations (TMA copies, expect_tx arrivals, elected waits,
+// barrier initialization): thread 0, or the producer warp's lane 0 (the renderer defines it, see
+// `Stmt::Producer`).
+#ifndef K3K_ELECTED_TID
+#define K3K_ELECTED_TID 0
+#endif
 namespace k3k {
 
 struct bf16 { unsigned short x; };

@@ -29,7 +29,16 @@ __device__ __forceinline__ float shfl_xor(float v, int m) {
   asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(r) : "f"(v), "r"(m));
   return r;
 }
-__device__ __forceinline__ void barrier() { __syncthreads(); }
+// The block's barrier: every thread, or with a producer warp (`K3K_CONSUMER_THREADS` defined: the consumer
+// threads, warps 0.., the producer warp after them; see `Stmt::Producer`) the consumer threads only, on named
+// barrier 1 (barrier 0 is __syncthreads, which the kernel's top-level barriers use with the producer warp).
+__device__ __forceinline__ void barrier() {
+#ifdef K3K_CONSUMER_THREADS
+  asm volatile("bar.sync 1, %0;" ::"n"(K3K_CONSUMER_THREADS) : "memory");
+#else
+  __syncthreads();
+#endif
+}
 
 // ---------------------------------------------------------------------------------------------------------
 // Warp grid: the warp's position in a WM x WN grid, column-major so that a [WM, 1] tile's row bands line up
@@ -500,9 +509,9 @@ __device__ __forceinline__ void reduce_rows(V& out, const TT& t, bool accumulate
 // the interpreter's), reload. Begins with a barrier so earlier readers of the scratch are done.
 template <class OP, class L, int R, int C, int THREADS, class TT>
 __device__ __forceinline__ void scan_cols(TT& t, unsigned char* scratch) {
-  __syncthreads();
+  barrier();
   store_shared<TT, float, L>(t, scratch, 0, 0);
-  __syncthreads();
+  barrier();
   for (int c = (int)threadIdx.x; c < C; c += THREADS) {
     if constexpr (R <= 64) {
       // The whole column first (independent loads in flight together), then the same sequential sums.
@@ -524,7 +533,7 @@ __device__ __forceinline__ void scan_cols(TT& t, unsigned char* scratch) {
       }
     }
   }
-  __syncthreads();
+  barrier();
   load_shared<TT, float, L>(t, scratch, 0, 0);
 }
 
@@ -1129,7 +1138,7 @@ __device__ __forceinline__ void fp4_gemv(unsigned char* ot, int or0, int oc0, un
         const int r = 16 * b + g + 8 * (i >> 1), c = 8 * tt + 2 * l + (i & 1);
         *(float*)(mine + (r * T + c) * 4) = acc[b][tt][i];
       }
-  __syncthreads();
+  barrier();
   for (int e = threadIdx.x; e < R * T; e += WARPS * 32) {
     const int r = e / T, c = e % T;
     float sum = 0.f;
@@ -1137,7 +1146,7 @@ __device__ __forceinline__ void fp4_gemv(unsigned char* ot, int or0, int oc0, un
     for (int w = 0; w < WARPS; ++w) sum += *(const float*)(pt + w * LP::TILE_BYTES + e * 4);
     *(float*)(ot + LO::off(or0 + r, oc0 + c)) = (r < vr && c < vt) ? sum : 0.f;
   }
-  __syncthreads();
+  barrier();
 }
 
 // ---------------------------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ struct alignas(64) TensorMap {
 // Thread 0 initializes N barriers with COUNT expected arrivals each, makes the initialization visible to the
 // async proxy (the copy engine) and the cluster, then the block synchronizes.
 __device__ __forceinline__ void mbar_init(unsigned char* bars, int n, unsigned count) {
-  if (threadIdx.x == 0) {
+  if (threadIdx.x == K3K_ELECTED_TID) {
     for (int i = 0; i < n; ++i) {
       asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32_folded(bars + 8 * i)), "r"(count) : "memory");
     }
@@ -22,7 +22,7 @@ __device__ __forceinline__ void mbar_init(unsigned char* bars, int n, unsigned c
 }
 // Thread 0 announces BYTES of transactions for the current phase and arrives (one arrival).
 __device__ __forceinline__ void mbar_arrive_expect_tx(unsigned char* bar, unsigned bytes) {
-  if (threadIdx.x == 0) {
+  if (threadIdx.x == K3K_ELECTED_TID) {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32_folded(bar)), "r"(bytes)
                  : "memory");
   }
@@ -49,13 +49,13 @@ __device__ __forceinline__ void mbar_wait(unsigned char* bar, int parity) {
 }
 // Thread 0 alone waits (a producer); its warp reconverges before going on.
 __device__ __forceinline__ void mbar_wait_elected(unsigned char* bar, int parity) {
-  if (threadIdx.x == 0) mbar_wait(bar, parity);
+  if (threadIdx.x == K3K_ELECTED_TID) mbar_wait(bar, parity);
   __syncwarp();
 }
 // Thread 0 starts the copy of one box at element coordinates C (innermost first) into DST, completing its
 // bytes on BAR. Elements outside the tensor are written as zero.
 __device__ __forceinline__ void tma_load(unsigned char* dst, const TensorMap* map, unsigned char* bar, int c0, int c1) {
-  if (threadIdx.x == 0) {
+  if (threadIdx.x == K3K_ELECTED_TID) {
     asm volatile(
         "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];\n" ::"r"(
             smem_u32_folded(dst)),
@@ -65,7 +65,7 @@ __device__ __forceinline__ void tma_load(unsigned char* dst, const TensorMap* ma
 }
 __device__ __forceinline__ void tma_load(unsigned char* dst, const TensorMap* map, unsigned char* bar, int c0, int c1,
                                          int c2) {
-  if (threadIdx.x == 0) {
+  if (threadIdx.x == K3K_ELECTED_TID) {
     asm volatile(
         "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], "
         "[%2];\n" ::"r"(smem_u32_folded(dst)),
@@ -74,7 +74,7 @@ __device__ __forceinline__ void tma_load(unsigned char* dst, const TensorMap* ma
   }
 }
 __device__ __forceinline__ void tma_load(unsigned char* dst, const TensorMap* map, unsigned char* bar, int c0) {
-  if (threadIdx.x == 0) {
+  if (threadIdx.x == K3K_ELECTED_TID) {
     asm volatile(
         "cp.async.bulk.tensor.1d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3}], [%2];\n" ::"r"(
             smem_u32_folded(dst)),
@@ -84,7 +84,7 @@ __device__ __forceinline__ void tma_load(unsigned char* dst, const TensorMap* ma
 }
 __device__ __forceinline__ void tma_load(unsigned char* dst, const TensorMap* map, unsigned char* bar, int c0, int c1,
                                          int c2, int c3) {
-  if (threadIdx.x == 0) {
+  if (threadIdx.x == K3K_ELECTED_TID) {
     asm volatile(
         "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6}], "
         "[%2];\n" ::"r"(smem_u32_folded(dst)),
@@ -94,7 +94,7 @@ __device__ __forceinline__ void tma_load(unsigned char* dst, const TensorMap* ma
 }
 __device__ __forceinline__ void tma_load(unsigned char* dst, const TensorMap* map, unsigned char* bar, int c0, int c1,
                                          int c2, int c3, int c4) {
-  if (threadIdx.x == 0) {
+  if (threadIdx.x == K3K_ELECTED_TID) {
     asm volatile(
         "cp.async.bulk.tensor.5d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6, %7}], "
         "[%2];\n" ::"r"(smem_u32_folded(dst)),

@@ -35,6 +35,7 @@ impl KernelBuilder {
                 mbarriers: vec![],
                 tensor_maps: vec![],
                 cluster: crate::cluster::no_cluster(),
+                producer_warp: false,
             },
             stack: vec![vec![]],
         }
@@ -462,6 +463,16 @@ impl KernelBuilder {
     /// Inclusive column scan with any [`ScanOp`].
     pub fn scan(&mut self, tile: TileId, scratch: SharedId, op: ScanOp) {
         self.push(Stmt::Scan { tile, scratch, op });
+    }
+
+    /// Give the block a producer warp (see [`Stmt::Producer`]); its statements come from [`Self::producer`].
+    pub fn producer_warp(&mut self) {
+        self.k.producer_warp = true;
+    }
+    /// Statements only the producer warp runs (see [`Stmt::Producer`]; needs [`Self::producer_warp`]).
+    pub fn producer(&mut self, f: impl FnOnce(&mut Self)) {
+        let body = self.body(f);
+        self.push(Stmt::Producer { body });
     }
 
     /// A SIMT region: `f` emits statements every thread runs on its own (see [`Stmt::Threads`]). Read the

@@ -379,6 +379,28 @@ pub enum Stmt {
     /// shared memory and any statement (including a later region) that reads what other threads wrote, and
     /// must not read, in one region, shared data other threads of that region write.
     Threads { body: Vec<Stmt> },
+    /// The producer warp's statements (kernels with [`Kernel::producer_warp`] only; warp specialization).
+    ///
+    /// A producer-warp kernel launches one warpgroup (128 threads) more than [`Kernel::threads`] (a multiple of
+    /// 128): the *producer warpgroup* after the `threads` consumer threads, whose first warp is the producer warp
+    /// (a whole warpgroup, so that the GPU code can move registers from it to the consumers with `setmaxnreg`;
+    /// its other warps run the same code and issue nothing). Both roles run the program's control skeleton (block-level `let`, `assign`,
+    /// `for`, `if`, and the top-level barriers, barrier initializations and cluster barriers, with the same
+    /// block-uniform values); the producer warp runs nothing else but the bodies of these statements, and the
+    /// consumer threads run everything but them. The roles meet only through mbarriers, so the producer warp runs
+    /// ahead of the consumers as far as the barriers let it: its waits for released slots are the only brake, and
+    /// no consumer warp ever waits for a copy to be issued. The producer's elected thread (its lane 0) issues
+    /// the copies, the `expect_tx` arrivals and the elected waits.
+    ///
+    /// Semantics: the statements take effect in program order (what the CPU backends run). The GPU run is one of
+    /// the interleavings the mbarriers allow, so a program must order every exchange between the roles through
+    /// them (a refill waits for the release of the slot's previous use; a consumer waits for the slot's full
+    /// phase), as it must for a producer thread inside a consumer warp. The validator enforces what program order
+    /// alone cannot: a body holds only scalar control, elected waits, `expect_tx` arrivals and TMA copies; those
+    /// three appear nowhere else; variables assigned in a body are read only in bodies; and the skeleton both roles
+    /// run reads no shared memory and no tensor the kernel writes. Barriers nested in loops or conditionals (and
+    /// those inside tile statements) synchronize the consumer threads only.
+    Producer { body: Vec<Stmt> },
     /// Threads regions only: `tensor[index] = value` (flat element index; the value converts to the tensor's
     /// dtype: floats round to nearest even, E4M3 saturates, ints wrap).
     StoreScalar { tensor: TensorId, index: Expr, value: Expr },
@@ -594,11 +616,18 @@ pub struct Kernel {
     /// Thread-block cluster shape (blocks per cluster along x, y, z; see [`crate::cluster`]); `[1, 1, 1]`: none.
     #[serde(default = "crate::cluster::no_cluster", skip_serializing_if = "crate::cluster::is_no_cluster")]
     pub cluster: [u32; 3],
+    /// Warp specialization: a producer warpgroup past the `threads` consumer threads runs the [`Stmt::Producer`]
+    /// bodies (see there); the block is launched with [`Kernel::launch_threads`] threads.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub producer_warp: bool,
 }
 
 fn is_zero(v: &u32) -> bool {
     *v == 0
 }
+
+/// Threads of the producer warpgroup of a producer-warp kernel (see [`Stmt::Producer`]).
+pub const PRODUCER_THREADS: u32 = 128;
 
 /// Shared buffers start at multiples of this many bytes.
 pub const SHARED_ALIGN: usize = 128;
@@ -609,6 +638,12 @@ impl Kernel {
     /// Warps per block.
     pub fn warps(&self) -> u32 {
         self.threads / 32
+    }
+
+    /// Threads a block is launched with: the consumer `threads`, plus the producer warpgroup's 128 (see
+    /// [`Stmt::Producer`]).
+    pub fn launch_threads(&self) -> u32 {
+        self.threads + if self.producer_warp { PRODUCER_THREADS } else { 0 }
     }
 
     /// Blocks per cluster (1 without a cluster shape).
@@ -705,7 +740,7 @@ impl Kernel {
                         walk(then_body, f);
                         walk(else_body, f);
                     }
-                    Stmt::Threads { body } => walk(body, f),
+                    Stmt::Threads { body } | Stmt::Producer { body } => walk(body, f),
                     _ => {}
                 }
             }

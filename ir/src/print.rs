@@ -103,7 +103,8 @@ fn operand(k: &Kernel, o: &Operand) -> String {
 /// Print a whole kernel.
 pub fn kernel(k: &Kernel) -> String {
     let mut s = String::new();
-    let _ = writeln!(s, "kernel {} threads={} knobs{{{}}}", k.name, k.threads, k.knobs);
+    let pw = if k.producer_warp { " +producer_warp" } else { "" };
+    let _ = writeln!(s, "kernel {} threads={}{pw} knobs{{{}}}", k.name, k.threads, k.knobs);
     for sym in &k.syms {
         let _ = writeln!(s, "  sym {}: {:?}", sym.name, sym.kind);
     }
@@ -192,6 +193,11 @@ fn body(k: &Kernel, b: &[Stmt], depth: usize, s: &mut String) {
             }
             Stmt::Barrier => {
                 let _ = writeln!(s, "{pad}barrier");
+            }
+            Stmt::Producer { body: inner } => {
+                let _ = writeln!(s, "{pad}producer warp {{");
+                body(k, inner, depth + 1, s);
+                let _ = writeln!(s, "{pad}}}");
             }
             Stmt::Map { tile, value } => {
                 let _ = writeln!(s, "{pad}{}[r,c] = {}", k.tiles[tile.0 as usize].name, expr(k, value));

@@ -3,7 +3,7 @@
 use crate::dtype::{DType, ScalarTy};
 use crate::expr::{ArrId, BinOp, Expr, SharedId, Special, TileId, UnOp, VarId, VecId};
 use crate::kernel::*;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// Largest dynamic shared memory one block may opt into on sm_90 (227 KiB).
 pub const MAX_SHARED_BYTES: usize = 232_448;
@@ -76,6 +76,36 @@ struct Checker<'a> {
     /// Inside a threads region: the number of scopes that were open at its start (variables of those
     /// scopes are block-level and must not be assigned).
     region: Option<usize>,
+    /// Inside a [`Stmt::Producer`] body.
+    producer: bool,
+    /// Producer-warp kernels: the variables assigned in producer bodies (only those bodies may read them).
+    producer_owned: HashSet<VarId>,
+    /// Producer-warp kernels: checking an expression of the skeleton both roles run (block-level control
+    /// outside producer bodies), which must not read shared memory or a tensor the kernel writes.
+    skeleton: std::cell::Cell<bool>,
+}
+
+/// The variables assigned inside [`Stmt::Producer`] bodies.
+fn producer_owned(k: &Kernel) -> HashSet<VarId> {
+    fn walk(body: &[Stmt], inside: bool, out: &mut HashSet<VarId>) {
+        for s in body {
+            match s {
+                Stmt::Assign { var, .. } if inside => {
+                    out.insert(*var);
+                }
+                Stmt::For { body, .. } | Stmt::Threads { body } => walk(body, inside, out),
+                Stmt::If { then_body, else_body, .. } => {
+                    walk(then_body, inside, out);
+                    walk(else_body, inside, out);
+                }
+                Stmt::Producer { body } => walk(body, true, out),
+                _ => {}
+            }
+        }
+    }
+    let mut out = HashSet::new();
+    walk(&k.body, false, &mut out);
+    out
 }
 
 /// Check a kernel; returns the first problem found.
@@ -93,6 +123,9 @@ pub fn var_types(k: &Kernel) -> Result<Vec<Option<ScalarTy>>, IrError> {
         var_types: vec![None; k.vars.len()],
         array_seen: vec![false; k.arrays.len()],
         region: None,
+        producer: false,
+        producer_owned: producer_owned(k),
+        skeleton: std::cell::Cell::new(false),
     };
     c.kernel_level()?;
     c.body(&k.body)?;
@@ -114,6 +147,22 @@ impl<'a> Checker<'a> {
         if k.threads == 0 || !k.threads.is_multiple_of(32) || k.threads > 1024 {
             return Err(self
                 .err(IrErrorKind::Resource, format!("threads = {} must be a multiple of 32 in 32..=1024", k.threads)));
+        }
+        if k.producer_warp && !k.threads.is_multiple_of(128) {
+            return Err(self.err(
+                IrErrorKind::Resource,
+                format!(
+                    "threads = {} with a producer warp: the consumer threads must be whole warpgroups (a multiple \
+                     of 128), so that the producer warpgroup starts on a warpgroup boundary",
+                    k.threads
+                ),
+            ));
+        }
+        if k.launch_threads() > 1024 {
+            return Err(self.err(
+                IrErrorKind::Resource,
+                format!("threads = {} plus the producer warpgroup exceed 1024 threads per block", k.threads),
+            ));
         }
         for (i, t) in k.tensors.iter().enumerate() {
             for d in &t.dims {
@@ -473,9 +522,20 @@ impl<'a> Checker<'a> {
                 Some(_) => Int,
                 None => return Err(self.err(IrErrorKind::Scope, format!("no symbol #{}", s.0))),
             },
-            Expr::Var(v) => self
-                .var_ty(*v)
-                .ok_or_else(|| self.err(IrErrorKind::Scope, format!("variable #{} used out of scope", v.0)))?,
+            Expr::Var(v) => {
+                if !self.producer && self.producer_owned.contains(v) {
+                    return Err(self.err(
+                        IrErrorKind::Scope,
+                        format!(
+                            "variable `{}` is assigned by the producer warp (in a `producer` body) and read outside \
+                             the producer bodies: the consumer threads never see its value",
+                            self.var_name(*v)
+                        ),
+                    ));
+                }
+                self.var_ty(*v)
+                    .ok_or_else(|| self.err(IrErrorKind::Scope, format!("variable #{} used out of scope", v.0)))?
+            }
             Expr::Special(sp) => match ctx {
                 Ctx::Scalar { allow_special: false } => {
                     return Err(self.err(IrErrorKind::Type, "block indices are not allowed here"));
@@ -495,6 +555,16 @@ impl<'a> Checker<'a> {
             },
             Expr::SharedLoad { buf, index, row, col } => {
                 let d = self.shared(*buf)?;
+                if self.skeleton.get() {
+                    return Err(self.err(
+                        IrErrorKind::Scope,
+                        format!(
+                            "shared `{}` is read by block-level control of a producer-warp kernel, which both roles \
+                             run: the producer warp would read it unsynchronized",
+                            d.name
+                        ),
+                    ));
+                }
                 if d.dtype.bits() < 8 {
                     return Err(self.err(
                         IrErrorKind::Type,
@@ -529,6 +599,16 @@ impl<'a> Checker<'a> {
                     .ok_or_else(|| self.err(IrErrorKind::Scope, format!("no tensor #{}", tensor.0)))?;
                 if self.ty(index, Ctx::Scalar { allow_special: true })? != Int {
                     return Err(self.err(IrErrorKind::Type, "load index must be int"));
+                }
+                if self.skeleton.get() && t.access != Access::Read {
+                    return Err(self.err(
+                        IrErrorKind::Scope,
+                        format!(
+                            "tensor `{}`, which the kernel writes, is read by block-level control of a producer-warp \
+                             kernel, which both roles run: the producer warp would read it unsynchronized",
+                            t.name
+                        ),
+                    ));
                 }
                 if t.dtype.bits() < 8 {
                     return Err(
@@ -795,6 +875,7 @@ impl<'a> Checker<'a> {
             Stmt::DequantFp4Stream { .. } => ("dequant_fp4_stream", BlockOnly),
             Stmt::Fp4Gemv { .. } => ("fp4_gemv", BlockOnly),
             Stmt::Threads { .. } => ("threads region", BlockOnly),
+            Stmt::Producer { .. } => ("producer", BlockOnly),
             Stmt::StoreScalar { .. } => ("store_scalar", RegionOnly),
             Stmt::SharedStore { .. } => ("shared_store", RegionOnly),
             Stmt::Atomic { .. } => ("atomic", RegionOnly),
@@ -827,7 +908,62 @@ impl<'a> Checker<'a> {
             }
             _ => {}
         }
+        if self.k.producer_warp {
+            self.producer_placement(s)?;
+        } else if matches!(s, Stmt::Producer { .. }) {
+            return Err(self.err(
+                IrErrorKind::Scope,
+                "a `producer` body needs a producer-warp kernel (`KernelBuilder::producer_warp`)",
+            ));
+        }
+        let skeleton = self.k.producer_warp && !self.producer && self.region.is_none();
+        self.skeleton
+            .set(skeleton && matches!(s, Stmt::Let { .. } | Stmt::Assign { .. } | Stmt::For { .. } | Stmt::If { .. }));
+        let r = self.stmt_inner(s);
+        self.skeleton.set(false);
+        r
+    }
+
+    /// Producer-warp kernels: what may appear inside and outside [`Stmt::Producer`] bodies.
+    fn producer_placement(&self, s: &Stmt) -> Result<(), IrError> {
+        let elected =
+            matches!(s, Stmt::TmaLoad(_) | Stmt::MbarArriveExpectTx { .. } | Stmt::MbarWait { elected: true, .. });
+        let control = matches!(s, Stmt::Let { .. } | Stmt::Assign { .. } | Stmt::For { .. } | Stmt::If { .. });
+        if self.producer && !(elected || control) {
+            let (name, _) = Self::placement(s);
+            return Err(self.err(
+                IrErrorKind::Scope,
+                format!(
+                    "`{name}` inside a `producer` body: the producer warp runs scalar control, elected mbarrier \
+                     waits, expect_tx arrivals and TMA copies only"
+                ),
+            ));
+        }
+        if !self.producer && elected {
+            let (name, _) = Self::placement(s);
+            return Err(self.err(
+                IrErrorKind::Scope,
+                format!(
+                    "`{name}` outside a `producer` body of a producer-warp kernel: its elected thread is the \
+                     producer warp's, so it belongs in a `producer` body"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    fn stmt_inner(&mut self, s: &Stmt) -> Result<(), IrError> {
         match s {
+            Stmt::Producer { body } => {
+                self.path.push("producer".into());
+                self.producer = true;
+                self.scopes.push(Scope::default());
+                let r = self.body(body);
+                self.scopes.pop();
+                self.producer = false;
+                self.path.pop();
+                r?;
+            }
             Stmt::Let { var, value } => {
                 if var.0 as usize >= self.k.vars.len() {
                     return Err(self.err(IrErrorKind::Scope, format!("no variable #{}", var.0)));
@@ -1703,6 +1839,62 @@ mod tests {
         let m = b.dim("M");
         b.tensor("x", DType::F32, &[m], Access::Read);
         b
+    }
+
+    #[test]
+    fn producer_rules() {
+        // A producer-warp kernel whose producer body assigns a variable the skeleton declared.
+        let build = |threads: u32, warp: bool, f: &dyn Fn(&mut KernelBuilder, VarId, SharedId, TensorId)| {
+            let mut b = KernelBuilder::new("p", threads);
+            let m = b.dim("M");
+            let x = b.tensor("x", DType::F32, std::slice::from_ref(&m), Access::Read);
+            let y = b.tensor("y", DType::F32, &[m], Access::Write);
+            let sh = b.shared("s", DType::F32, 16, 16, 1, Swizzle::None);
+            if warp {
+                b.producer_warp();
+            }
+            let v = b.let_var("cursor", Expr::load(x, 0i64).to_int());
+            f(&mut b, v, sh, y);
+            b.finish()
+        };
+        let ok = |b: &mut KernelBuilder, v: VarId, _: SharedId, _: TensorId| {
+            b.for_("i", 0i64, 4i64, 1i64, |b, i| b.producer(|b| b.assign(v, Expr::Var(v) + i)));
+        };
+        let k = build(128, true, &ok).unwrap();
+        assert_eq!(k.launch_threads(), 128 + PRODUCER_THREADS);
+        let kind = |r: Result<Kernel, IrError>| r.map(|_| ()).map_err(|e| (e.kind, e.msg));
+        // Without a producer warp, or consumer threads that are not whole warpgroups.
+        let e = kind(build(128, false, &ok)).unwrap_err();
+        assert!(e.1.contains("needs a producer-warp kernel"), "{e:?}");
+        let e = kind(build(64, true, &ok)).unwrap_err();
+        assert!(e.0 == IrErrorKind::Resource && e.1.contains("whole warpgroups"), "{e:?}");
+        let e = kind(build(1024, true, &ok)).unwrap_err();
+        assert!(e.1.contains("exceed 1024"), "{e:?}");
+        // Tile statements inside a producer body; a producer-owned variable read by the skeleton.
+        let e = kind(build(128, true, &|b, _, sh, _| {
+            let t = b.tile("t", DType::F32, 16, 16, [1, 1]);
+            let r = b.slot(sh, 0i64);
+            b.producer(|b| b.load(t, Place::Shared(r)));
+        }))
+        .unwrap_err();
+        assert!(e.1.contains("inside a `producer` body"), "{e:?}");
+        let e = kind(build(128, true, &|b, v, _, _| {
+            b.producer(|b| b.assign(v, 1i64));
+            b.if_(Expr::Var(v).gt(0i64), |_| {});
+        }))
+        .unwrap_err();
+        assert!(e.1.contains("assigned by the producer warp"), "{e:?}");
+        // The skeleton both roles run reads no shared memory and no tensor the kernel writes.
+        let e = kind(build(128, true, &|b, _, sh, _| {
+            b.let_var("s0", Expr::shared_load(sh, 0i64, 0i64, 0i64));
+        }))
+        .unwrap_err();
+        assert!(e.1.contains("block-level control of a producer-warp kernel"), "{e:?}");
+        let e = kind(build(128, true, &|b, _, _, y| {
+            b.let_var("y0", Expr::load(y, 0i64));
+        }))
+        .unwrap_err();
+        assert!(e.1.contains("which the kernel writes"), "{e:?}");
     }
 
     #[test]

@@ -149,6 +149,14 @@ const AHEAD_AUTO: u32 = u32::MAX;
 /// latter, on both CTAs). Ignored where `LOAD=auto` resolves to cp.async; an error with `LOAD=cp_async`.
 pub const RELEASE_KNOB: &str = "RELEASE";
 
+/// The knob `PRODUCER` (`thread` | `warp`, absent = `thread`), with the producer stream (`AHEAD`) only, not an
+/// axis of [`knob_space`] nor part of [`default_knobs`] until measured: who issues the TMA ring's copies.
+/// `thread`: thread 0 of consumer warp 0, between its own k-steps (its warp waits while it waits for a slot's
+/// release). `warp`: a dedicated producer warp past the consumer warps (warp specialization, [`Stmt::Producer`]),
+/// which runs the same stream ahead of the consumers as far as the empty barriers let it; no consumer warp ever
+/// waits for a release or spends issue slots on copies.
+pub const PRODUCER_KNOB: &str = "PRODUCER";
+
 /// The knobs used when no tuning record exists.
 pub fn default_knobs() -> Knobs {
     Knobs::new()
@@ -196,6 +204,8 @@ struct Cfg {
     ahead: Option<u32>,
     /// RELEASE=warp (LOAD=tma): one empty-barrier arrival per warp instead of one per thread.
     warp_release: bool,
+    /// PRODUCER=warp: the producer stream runs on a dedicated producer warp ([`Stmt::Producer`]).
+    producer_warp: bool,
 }
 
 /// A string knob with two values, each meaning one setting (`absent`: knob sets written before the knob
@@ -251,6 +261,7 @@ fn cfg(spec: &GemmSpec, k: &Knobs) -> Result<Cfg, OpError> {
             Some(_) => Some(k.u32(AHEAD_KNOB)?),
         },
         warp_release: two_way(k, RELEASE_KNOB, false, [("thread", false), ("warp", true)])?,
+        producer_warp: two_way(k, PRODUCER_KNOB, false, [("thread", false), ("warp", true)])?,
     };
     let load = match k.0.get(LOAD_KNOB) {
         None => "cp_async".to_string(),
@@ -314,6 +325,7 @@ fn cfg(spec: &GemmSpec, k: &Knobs) -> Result<Cfg, OpError> {
     if !c.tma && load == "auto" {
         c.ahead = None;
         c.warp_release = false;
+        c.producer_warp = false;
     }
     // AHEAD=auto (the default): STAGES-1 stages in flight on the TMA ring without a cluster; STAGES-2 for a pair,
     // whose refill then waits for a release (its peer's included) one step old instead of the one just made
@@ -331,6 +343,9 @@ fn cfg(spec: &GemmSpec, k: &Knobs) -> Result<Cfg, OpError> {
         && (a < 1 || a >= c.stages)
     {
         return invalid(format!("AHEAD={a} must be in 1..=STAGES-1 = {}", c.stages - 1));
+    }
+    if c.producer_warp && c.ahead.is_none() {
+        return invalid("PRODUCER=warp needs the producer stream (LOAD=tma and AHEAD, e.g. AHEAD=auto)".into());
     }
     let warps = c.wm * c.wn;
     if warps > 8 {
@@ -391,6 +406,9 @@ pub fn build_kernel(spec: &GemmSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
     );
     let mut b = KernelBuilder::new(&name, threads);
     b.knobs(knobs.clone());
+    if c.producer_warp {
+        b.producer_warp();
+    }
     let m = b.dim("M");
     let kd = b.dim("K");
     let n = b.dim("N");
@@ -841,7 +859,11 @@ pub fn build_kernel(spec: &GemmSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
                 // AHEAD = STAGES-1 the one just released: thread 0 waits for the other warps' releases while
                 // this step's products run).
                 if let Some(p) = &prod {
-                    produce(b, p);
+                    if c.producer_warp {
+                        b.producer(|b| produce(b, p));
+                    } else {
+                        produce(b, p);
+                    }
                 }
             });
             tail(b);
@@ -911,8 +933,16 @@ pub fn build_kernel(spec: &GemmSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
         // loads of a tile's first stages are issued during the previous tile's last k-steps), so the walk has
         // no prologue per tile and no block barrier; the consumers find their tiles with a forward search
         // (OVERLAP=on: the next tile's, while the current tile's last product is in flight).
-        b.if_(Expr::Var(p.tile).lt(Expr::Var(total)), |b| locate(b, p));
-        b.for_("s", 0i64, c.ahead.unwrap_or(1) as i64, 1i64, |b, _| produce(b, p));
+        let start = |b: &mut KernelBuilder| {
+            b.if_(Expr::Var(p.tile).lt(Expr::Var(total)), |b| locate(b, p));
+            b.for_("s", 0i64, c.ahead.unwrap_or(1) as i64, 1i64, |b, _| produce(b, p));
+        };
+        if c.producer_warp {
+            // PRODUCER=warp: the stream's first stages and every later one come from the producer warp.
+            b.producer(start);
+        } else {
+            start(&mut b);
+        }
         let from = (b.let_var("walk_g", 0i64), b.let_var("walk_seen", 0i64));
         if c.overlap {
             let cur_grp = b.let_var("cur_grp", 0i64);

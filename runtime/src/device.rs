@@ -219,7 +219,7 @@ impl Gpu {
             gridDimX: cx,
             gridDimY: cy,
             gridDimZ: cz,
-            blockDimX: kernel.threads,
+            blockDimX: kernel.launch_threads(),
             blockDimY: 1,
             blockDimZ: 1,
             sharedMemBytes: shared_bytes as u32,
@@ -322,7 +322,7 @@ impl Gpu {
         }
         let cfg = cudarc::driver::LaunchConfig {
             grid_dim: (grid[0], grid[1], grid[2]),
-            block_dim: (k.threads, 1, 1),
+            block_dim: (k.launch_threads(), 1, 1),
             shared_mem_bytes: lk.shared_bytes as u32,
         };
         // SAFETY: argument count, order and types follow the kernel signature the renderer emitted for `k`

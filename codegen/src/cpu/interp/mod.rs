@@ -270,6 +270,8 @@ impl<'a> Block<'a> {
                     i += st;
                 }
             }
+            // The producer warp's statements take effect in program order (see `Stmt::Producer`).
+            Stmt::Producer { body } => self.body(body, tensors)?,
             Stmt::If { cond, then_body, else_body } => {
                 if self.eval(cond, None, tensors)?.b() {
                     self.body(then_body, tensors)?;
