@@ -475,6 +475,11 @@ impl KernelBuilder {
         self.push(Stmt::Producer { body });
     }
 
+    /// `f`'s statements in a producer body when `on` (see [`Self::producer`]), else in place.
+    pub fn producer_if(&mut self, on: bool, f: impl FnOnce(&mut Self)) {
+        if on { self.producer(f) } else { f(self) }
+    }
+
     /// A SIMT region: `f` emits statements every thread runs on its own (see [`Stmt::Threads`]). Read the
     /// thread's coordinates with [`Expr::thread_idx`], [`Expr::lane_idx`] and [`Expr::warp_idx`].
     pub fn threads(&mut self, f: impl FnOnce(&mut Self)) {

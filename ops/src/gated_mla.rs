@@ -260,6 +260,13 @@ pub fn prefill_knob_space() -> KnobSpace {
 /// [`prefill_knob_space`] (it would duplicate points).
 pub const PREFILL_LOAD_KNOB: &str = "LOAD";
 
+/// The prefill knob `PRODUCER` (`thread` | `warp`; absent = `thread`), LOAD=tma only, not an axis of
+/// [`prefill_knob_space`] nor part of [`prefill_default_knobs`] until measured: who issues the Q, K and V copies.
+/// `thread`: thread 0, in the consumers' loop (its warp waits there for a slot's release). `warp`: a dedicated
+/// producer warpgroup (warp specialization, [`Stmt::Producer`]) that runs the same loads ahead of the consumers as
+/// far as the empty barriers let it.
+pub const PREFILL_PRODUCER_KNOB: &str = "PRODUCER";
+
 /// The prefill knobs used when no tuning record exists: the wgmma kernel ([`prefill_wgmma_knobs`] with the
 /// overlapped schedule, 0 spills at 192 registers; 4.97 ms causal T = 8192 H = 96 on an H200 against 8.73
 /// for the mma.sync kernel, whose knobs are [`prefill_sync_knobs`]) with the causal blocks per head
@@ -333,6 +340,9 @@ struct PrefillCfg {
     smguard: bool,
     /// `LOAD=tma`: Q, K and V tiles by bulk tensor copies on mbarriers (see [`PREFILL_LOAD_KNOB`]).
     tma: bool,
+    /// `PRODUCER=warp` (LOAD=tma): the copies come from a dedicated producer warpgroup (see
+    /// [`PREFILL_PRODUCER_KNOB`]).
+    producer_warp: bool,
 }
 
 /// The K/V bytes an LPT head group may keep in L2 (FA3's 32 MB rule).
@@ -392,7 +402,26 @@ fn prefill_cfg(spec: &PrefillSpec, k: &Knobs) -> Result<PrefillCfg, OpError> {
                 other => return invalid(OP, k, format!("LOAD={other}: cp_async, tma or auto")),
             },
         },
+        producer_warp: match k.0.get(PREFILL_PRODUCER_KNOB) {
+            None => false,
+            Some(_) => match k.str(PREFILL_PRODUCER_KNOB)? {
+                "thread" => false,
+                "warp" => true,
+                other => return invalid(OP, k, format!("PRODUCER={other}: thread or warp")),
+            },
+        },
     };
+    // LOAD=auto keeping cp.async: no copies to hand to a producer warp.
+    let c = PrefillCfg { producer_warp: c.producer_warp && c.tma, ..c };
+    if c.producer_warp && c.wm * 32 % 128 != 0 {
+        return invalid(OP, k, format!("PRODUCER=warp needs whole consumer warpgroups (WM a multiple of 4, got {})", c.wm));
+    }
+    if k.0.get(PREFILL_PRODUCER_KNOB).is_some_and(|_| k.str(PREFILL_PRODUCER_KNOB).is_ok_and(|v| v == "warp"))
+        && !c.tma
+        && k.0.get(PREFILL_LOAD_KNOB).is_some_and(|_| k.str(PREFILL_LOAD_KNOB).is_ok_and(|v| v == "cp_async"))
+    {
+        return invalid(OP, k, "PRODUCER=warp needs LOAD=tma (the producer warp issues bulk tensor copies)".into());
+    }
     if c.tma && !c.wgmma {
         return invalid(
             OP,
@@ -474,6 +503,9 @@ pub fn build_prefill(spec: &PrefillSpec, knobs: &Knobs) -> Result<Kernel, OpErro
     );
     let mut b = KernelBuilder::new(&name, 32 * c.wm);
     b.knobs(knobs.clone());
+    if c.producer_warp {
+        b.producer_warp();
+    }
     let (tq, tk) = if spec.varlen { (b.dim("TQ"), b.dim("TK")) } else { (b.dim("T"), b.dim("S")) };
     let h = b.dim("H");
     let q = b.tensor("q", DType::Bf16, &[tq.clone(), h.clone(), Expr::from(dqk)], Access::Read);
@@ -648,12 +680,14 @@ pub fn build_prefill(spec: &PrefillSpec, knobs: &Knobs) -> Result<Kernel, OpErro
             b.mbar_init(m.v_full, 1);
             b.mbar_init(m.v_empty, 32 * c.wm);
             // The Q tile: one box per 64-column chunk (rows past the sequence's end are never stored).
-            b.mbar_arrive_expect_tx(m.q_full, 0i64, 2 * bm * dqk);
-            for cc in 0..nqk {
-                let dst = b.slot(sq, cc as i64);
-                let coords = vec![Expr::from((cc * KC) as i64), hh.clone(), q_start.clone() + m0.clone()];
-                b.tma_load(m.qm, dst, coords, m.q_full, 0i64);
-            }
+            b.producer_if(c.producer_warp, |b| {
+                b.mbar_arrive_expect_tx(m.q_full, 0i64, 2 * bm * dqk);
+                for cc in 0..nqk {
+                    let dst = b.slot(sq, cc as i64);
+                    let coords = vec![Expr::from((cc * KC) as i64), hh.clone(), q_start.clone() + m0.clone()];
+                    b.tma_load(m.qm, dst, coords, m.q_full, 0i64);
+                }
+            });
         }
         // Q tile (first commit group, with KV stage 0).
         for c in (0..nqk).filter(|_| tma.is_none()) {
@@ -723,7 +757,9 @@ pub fn build_prefill(spec: &PrefillSpec, knobs: &Knobs) -> Result<Kernel, OpErro
         if !c.wgmma || !c.overlap {
             // The ring prefetches STAGES - 1 tiles ahead.
             for i in 0..st - 1 {
-                b.if_(Expr::Int(i as i64).lt(n_tiles.clone()), |b| load_stage(b, Expr::Int(i as i64)));
+                b.producer_if(c.producer_warp, |b| {
+                    b.if_(Expr::Int(i as i64).lt(n_tiles.clone()), |b| load_stage(b, Expr::Int(i as i64)))
+                });
                 if tma.is_none() {
                     b.commit();
                 }
@@ -742,7 +778,7 @@ pub fn build_prefill(spec: &PrefillSpec, knobs: &Knobs) -> Result<Kernel, OpErro
                 }
                 // (LOAD=tma: thread 0 waits for the refilled slot's empty barriers instead.)
                 let next = &kt + (st - 1) as i64;
-                b.if_(next.lt(n_tiles.clone()), |b| load_stage(b, next.clone()));
+                b.producer_if(c.producer_warp, |b| b.if_(next.lt(n_tiles.clone()), |b| load_stage(b, next.clone())));
                 if tma.is_none() {
                     b.commit();
                 }
@@ -806,10 +842,10 @@ pub fn build_prefill(spec: &PrefillSpec, knobs: &Knobs) -> Result<Kernel, OpErro
                     b.commit();
                 }
             };
-            b.if_(Expr::Int(0).lt(n_tiles.clone()), |b| load_k(b, Expr::Int(0)));
+            b.producer_if(c.producer_warp, |b| b.if_(Expr::Int(0).lt(n_tiles.clone()), |b| load_k(b, Expr::Int(0))));
             commit(b);
             for j in 1..st - 1 {
-                load_group(b, Expr::Int(j as i64));
+                b.producer_if(c.producer_warp, |b| load_group(b, Expr::Int(j as i64)));
                 commit(b);
             }
             sm.init(b);
@@ -824,7 +860,7 @@ pub fn build_prefill(spec: &PrefillSpec, knobs: &Knobs) -> Result<Kernel, OpErro
                     b.wait(st - 2);
                     b.barrier();
                 }
-                load_group(b, &kt + (st - 1) as i64);
+                b.producer_if(c.producer_warp, |b| load_group(b, &kt + (st - 1) as i64));
                 commit(b);
                 let slot = b.let_("slot", &kt % st as i64);
                 let kv0 = b.let_("kv0", &kt * bn as i64);

@@ -122,7 +122,7 @@ pub const CLUSTER_ALONG_KNOB: &str = "CLUSTER_ALONG";
 
 /// The knob `AHEAD` (an integer 1..=STAGES-1, or `auto`; absent = the in-loop schedule), LOAD=tma only, not an
 /// axis of [`knob_space`]. The default is `auto`: STAGES-1 where the TMA ring runs without a cluster (STAGES-2
-/// for a pair, below), measured on the H200 (2026-12-02, session 7 call 3, same run, defaults otherwise): AHEAD=3
+/// for a pair, below, and with a producer warp, [`PRODUCER_KNOB`]), measured on the H200 (2026-12-02, session 7 call 3, same run, defaults otherwise): AHEAD=3
 /// vs the in-loop schedule 0.6653 / 0.6739 ms at G28 mean256, 2.1839 / 2.2385 at mean1024, 1.0945 / 1.1373 at
 /// K3072 N3584, 0.6683 / 0.6853 at G56 mean64 (AHEAD=2 0.6604 / 2.1819 / 1.1028 / 0.6862; RELEASE=warp was slower
 /// everywhere). Absent (tuned records and knob-space points written before AHEAD): the schedule measured as the
@@ -331,8 +331,10 @@ fn cfg(spec: &GemmSpec, k: &Knobs) -> Result<Cfg, OpError> {
     // whose refill then waits for a release (its peer's included) one step old instead of the one just made
     // (H200, session 13 calls 2-3, mean1024 K3584 N6144 along m: AHEAD=2 2.1907 ms, in-loop 2.2656, AHEAD=3
     // 2.3684; along n: AHEAD=2 2.1936, AHEAD=1 2.7577).
+    // With a producer warp (PRODUCER=warp) STAGES-2 as well (session 14 call 1, same run, AHEAD=2 vs 3: mean256
+    // 0.6153 / 0.6252 ms, mean1024 2.0600 / 2.0864, K3072 1.0408 / 1.0418, G56 mean64 0.6574 / 0.6547).
     if c.ahead == Some(AHEAD_AUTO) {
-        c.ahead = c.tma.then(|| if c.cluster2 { c.stages - 2 } else { c.stages - 1 });
+        c.ahead = c.tma.then(|| if c.cluster2 || c.producer_warp { c.stages - 2 } else { c.stages - 1 });
     }
     if !c.tma && (c.ahead.is_some() || c.warp_release) {
         return invalid(

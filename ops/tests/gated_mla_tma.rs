@@ -28,7 +28,8 @@ fn tma(k: Knobs) -> Knobs {
 }
 
 /// The LOAD=tma points: the default (overlapped, 2 stages), the plain schedule at 2 and 3 stages, the
-/// overlapped one at 3 stages of 64 keys, one warpgroup with the rolled score loop, three warpgroups.
+/// overlapped one at 3 stages of 64 keys, one warpgroup with the rolled score loop, three warpgroups, and three
+/// of them with a producer warpgroup.
 fn points() -> Vec<Knobs> {
     let w = prefill_wgmma_knobs();
     vec![
@@ -43,6 +44,10 @@ fn points() -> Vec<Knobs> {
             .with("BN", 64i64)
             .with("STAGES", 3i64)
             .with("QORDER", "lpt")),
+        // A dedicated producer warpgroup (PRODUCER=warp): overlapped and plain schedules, 3 stages of 64 keys.
+        tma(prefill_default_knobs()).with(PREFILL_PRODUCER_KNOB, "warp"),
+        tma(w.clone()).with(PREFILL_PRODUCER_KNOB, "warp"),
+        tma(prefill_default_knobs().with("BN", 64i64).with("STAGES", 3i64)).with(PREFILL_PRODUCER_KNOB, "warp"),
     ]
 }
 
