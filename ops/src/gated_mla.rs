@@ -244,6 +244,12 @@ pub fn prefill_knob_space() -> KnobSpace {
              (thread 0 issues bulk tensor copies completing on per-slot mbarriers)",
             ["cp_async", "tma"],
         )
+        .axis(
+            PREFILL_PRODUCER_KNOB,
+            "LOAD=tma: who issues the copies: a dedicated producer warpgroup (warp specialization) or thread 0 in the \
+             consumers' loop",
+            ["warp", "thread"],
+        )
 }
 
 /// The prefill knob `LOAD` (`cp_async` | `tma` | `auto`; absent = `cp_async`): how the Q tile and the K/V
@@ -260,8 +266,10 @@ pub fn prefill_knob_space() -> KnobSpace {
 /// [`prefill_knob_space`] (it would duplicate points).
 pub const PREFILL_LOAD_KNOB: &str = "LOAD";
 
-/// The prefill knob `PRODUCER` (`thread` | `warp`; absent = `thread`), LOAD=tma only, not an axis of
-/// [`prefill_knob_space`] nor part of [`prefill_default_knobs`] until measured: who issues the Q, K and V copies.
+/// The prefill knob `PRODUCER` (`thread` | `warp`; absent = `thread`), for the TMA kernel of at most two consumer
+/// warpgroups (ignored elsewhere: cp.async, BM=192); `warp` in [`prefill_default_knobs`] since session 14 (H200, same
+/// run: causal T8192 H96 3.9859 ms vs 4.3065, T32768 H12 6.9094 vs 7.5580; `results/bench/nvidia-h200/
+/// session14-call2/`). Who issues the Q, K and V copies.
 /// `thread`: thread 0, in the consumers' loop (its warp waits there for a slot's release). `warp`: a dedicated
 /// producer warpgroup (warp specialization, [`Stmt::Producer`]) that runs the same loads ahead of the consumers as
 /// far as the empty barriers let it.
@@ -282,6 +290,7 @@ pub fn prefill_default_knobs() -> Knobs {
         .with("QORDER", "head")
         .with("SOFTMAX", "fast")
         .with(PREFILL_LOAD_KNOB, "auto")
+        .with(PREFILL_PRODUCER_KNOB, "warp")
 }
 
 /// The mma.sync prefill knobs (the fastest mma.sync point of a first sweep on an H200: 218 TFLOP/s causal at
@@ -411,16 +420,16 @@ fn prefill_cfg(spec: &PrefillSpec, k: &Knobs) -> Result<PrefillCfg, OpError> {
             },
         },
     };
-    // LOAD=auto keeping cp.async: no copies to hand to a producer warp.
-    let c = PrefillCfg { producer_warp: c.producer_warp && c.tma, ..c };
+    // PRODUCER=warp applies to the TMA kernel of one or two consumer warpgroups: cp.async has no copies to hand to a
+    // producer warp, and three consumer warpgroups (BM=192) spill under the producer's 512-thread launch (144
+    // bytes at BN=64, ptxas sm_90a, even with setmaxnreg); elsewhere it is ignored, as `LOAD=auto` is.
+    let c = PrefillCfg { producer_warp: c.producer_warp && c.tma && c.wm * 32 <= 256, ..c };
     if c.producer_warp && c.wm * 32 % 128 != 0 {
-        return invalid(OP, k, format!("PRODUCER=warp needs whole consumer warpgroups (WM a multiple of 4, got {})", c.wm));
-    }
-    if k.0.get(PREFILL_PRODUCER_KNOB).is_some_and(|_| k.str(PREFILL_PRODUCER_KNOB).is_ok_and(|v| v == "warp"))
-        && !c.tma
-        && k.0.get(PREFILL_LOAD_KNOB).is_some_and(|_| k.str(PREFILL_LOAD_KNOB).is_ok_and(|v| v == "cp_async"))
-    {
-        return invalid(OP, k, "PRODUCER=warp needs LOAD=tma (the producer warp issues bulk tensor copies)".into());
+        return invalid(
+            OP,
+            k,
+            format!("PRODUCER=warp needs whole consumer warpgroups (WM a multiple of 4, got {})", c.wm),
+        );
     }
     if c.tma && !c.wgmma {
         return invalid(

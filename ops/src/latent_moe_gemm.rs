@@ -92,9 +92,9 @@ pub fn knob_space() -> KnobSpace {
 /// of 8), else `cp_async`.
 pub const LOAD_KNOB: &str = "LOAD";
 
-/// The knob `OVERLAP` (`off` | `on`, absent = `off`), not yet an axis of [`knob_space`] nor part of
-/// [`default_knobs`] (so the measured default kernel, its name and the tuning records stay as they were until
-/// the GPU A/B): `off` is the plain tile walk (each tile searches its group from group 0 and fills its pipeline
+/// The knob `OVERLAP` (`off` | `on`, absent = `off`), not an axis of [`knob_space`]; `on` in [`default_knobs`]
+/// since session 14 (with the producer warpgroup, same run: mean1024 2.0620 ms vs 2.0690 off, K3072 1.0322 vs
+/// 1.0399, SiTU-GLU + p 0.6702 vs 0.6861, mean256 and G56 mean64 equal): `off` is the plain tile walk (each tile searches its group from group 0 and fills its pipeline
 /// after the previous tile's epilogue); `on` software-pipelines the walk (the next tile's group search, starting
 /// where the previous one ended, overlaps the current tile's last product, and the next tile's first stages
 /// are issued before the current tile's epilogue).
@@ -150,7 +150,10 @@ const AHEAD_AUTO: u32 = u32::MAX;
 pub const RELEASE_KNOB: &str = "RELEASE";
 
 /// The knob `PRODUCER` (`thread` | `warp`, absent = `thread`), with the producer stream (`AHEAD`) only, not an
-/// axis of [`knob_space`] nor part of [`default_knobs`] until measured: who issues the TMA ring's copies.
+/// axis of [`knob_space`]; `warp` in [`default_knobs`] since session 14 (H200, same run as the thread-0 producer,
+/// both with AHEAD=auto: mean256 0.6092 vs 0.6220 ms, mean1024 2.0690 vs 2.0837, K3072 1.0399 vs 1.0449, G56 mean64
+/// 0.6406 vs 0.6440, SiTU-GLU + p 0.6861 vs 0.7067; `results/bench/nvidia-h200/session14-call2/`). Without the TMA
+/// ring (the cp.async kernel) it is ignored. Who issues the TMA ring's copies.
 /// `thread`: thread 0 of consumer warp 0, between its own k-steps (its warp waits while it waits for a slot's
 /// release). `warp`: a dedicated producer warp past the consumer warps (warp specialization, [`Stmt::Producer`]),
 /// which runs the same stream ahead of the consumers as far as the empty barriers let it; no consumer warp ever
@@ -170,6 +173,8 @@ pub fn default_knobs() -> Knobs {
         .with("MMA", "wgmma")
         .with(LOAD_KNOB, "auto")
         .with(AHEAD_KNOB, "auto")
+        .with(OVERLAP_KNOB, "on")
+        .with(PRODUCER_KNOB, "warp")
 }
 
 /// The best mma.sync configuration measured on the H200 (2026-11-29), kept as the portable fallback.
@@ -325,6 +330,9 @@ fn cfg(spec: &GemmSpec, k: &Knobs) -> Result<Cfg, OpError> {
     if !c.tma && load == "auto" {
         c.ahead = None;
         c.warp_release = false;
+    }
+    // PRODUCER=warp (a default) is ignored where no TMA ring runs, as AHEAD=auto is.
+    if !c.tma {
         c.producer_warp = false;
     }
     // AHEAD=auto (the default): STAGES-1 stages in flight on the TMA ring without a cluster; STAGES-2 for a pair,

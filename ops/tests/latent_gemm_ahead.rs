@@ -25,6 +25,8 @@ fn ahead_knobs(bm: i64, bn: i64, stages: i64, ahead: i64, release: &str, overlap
         .with(AHEAD_KNOB, ahead)
         .with(RELEASE_KNOB, release)
         .with(OVERLAP_KNOB, overlap)
+        // The thread-0 producer (latent_gemm_producer.rs covers the producer warpgroup).
+        .with(PRODUCER_KNOB, "thread")
 }
 
 fn count_stmts(k: &Kernel, f: impl Fn(&Stmt) -> bool) -> usize {
@@ -165,11 +167,16 @@ fn ahead_and_release_knobs_are_checked() {
     // LOAD=auto where TMA serves the shape: the stream.
     let k = build_kernel(&spec, &default_knobs().with(AHEAD_KNOB, 3i64)).unwrap();
     assert!(!k.mbarriers.is_empty() && count_stmts(&k, |s| matches!(s, Stmt::Barrier)) == 0);
-    // The default (AHEAD=auto) is the stream at STAGES-1 = 3: the same kernel as AHEAD=3.
-    let d = build_kernel(&spec, &default_knobs()).unwrap();
+    // AHEAD=auto with the thread-0 producer is the stream at STAGES-1 = 3: the same kernel as AHEAD=3; with the
+    // default producer warpgroup, STAGES-2 = 2.
+    let t = default_knobs().with(PRODUCER_KNOB, "thread");
+    let d = build_kernel(&spec, &t).unwrap();
     assert_eq!(count_stmts(&d, |s| matches!(s, Stmt::Barrier)), 0);
-    let a3 = build_kernel(&spec, &default_knobs().with(AHEAD_KNOB, 3i64)).unwrap();
+    let a3 = build_kernel(&spec, &t.clone().with(AHEAD_KNOB, 3i64)).unwrap();
     assert!(d.body == a3.body && d.shared == a3.shared && d.mbarriers == a3.mbarriers, "auto is AHEAD=3 here");
+    let w = build_kernel(&spec, &default_knobs()).unwrap();
+    let w2 = build_kernel(&spec, &default_knobs().with(AHEAD_KNOB, 2i64)).unwrap();
+    assert!(w.producer_warp && w.body == w2.body, "auto is AHEAD=2 with the producer warpgroup");
     // AHEAD=auto with a cluster: the pair's stream at STAGES-2 = 2; on the cp.async path: no ring, no error.
     let c2 = build_kernel(&spec, &default_knobs().with(LOAD_KNOB, "tma").with(CLUSTER_KNOB, 2i64)).unwrap();
     assert!(count_stmts(&c2, |s| matches!(s, Stmt::MbarArriveCluster { .. })) > 0);
@@ -182,6 +189,8 @@ fn ahead_and_release_knobs_are_checked() {
     // Knob sets without AHEAD (records written before it): the in-loop schedule, per-thread releases.
     let mut old = default_knobs();
     old.0.remove(AHEAD_KNOB);
+    old.0.remove(PRODUCER_KNOB);
+    old.0.remove(OVERLAP_KNOB);
     let d = build_kernel(&spec, &old).unwrap();
     assert_eq!(count_stmts(&d, |s| matches!(s, Stmt::MbarArriveCluster { .. })), 0);
     assert!(count_stmts(&d, |s| matches!(s, Stmt::Barrier)) > 0);

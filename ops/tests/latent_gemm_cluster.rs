@@ -22,6 +22,8 @@ fn cluster_knobs(bm: i64, bn: i64, stages: i64, along: &str) -> Knobs {
         .with(LOAD_KNOB, "tma")
         .with(CLUSTER_KNOB, 2i64)
         .with(CLUSTER_ALONG_KNOB, along)
+        // The thread-0 producer (latent_gemm_producer.rs covers the producer warpgroup).
+        .with(PRODUCER_KNOB, "thread")
 }
 
 /// The shared f64 check at grids of 1, 3 and 5 blocks (one and two clusters, and an odd count that rounds down);

@@ -120,15 +120,18 @@ fn producer_warp_matches_f64_with_pairs_glu_routing_weights_dense_and_no_tiles()
 #[test]
 fn producer_knob_is_checked() {
     let spec = GemmSpec::for_shape(true, Epilogue::None, false, 3584, 6144);
-    let d = build_kernel(&spec, &default_knobs()).unwrap();
+    let d = build_kernel(&spec, &default_knobs().with(PRODUCER_KNOB, "thread")).unwrap();
     assert!(!d.producer_warp && d.launch_threads() == d.threads);
     let w = build_kernel(&spec, &default_knobs().with(PRODUCER_KNOB, "warp")).unwrap();
     assert!(w.producer_warp && w.launch_threads() == 384, "{}", w.launch_threads());
     let e = build_kernel(&spec, &default_knobs().with(PRODUCER_KNOB, "warps")).unwrap_err().to_string();
     assert!(e.contains("PRODUCER must be thread or warp"), "{e}");
-    let e = build_kernel(&spec, &default_knobs().with(PRODUCER_KNOB, "warp").with(LOAD_KNOB, "cp_async"))
-        .unwrap_err()
-        .to_string();
+    // Without the TMA ring (cp.async) the knob is ignored; with the ring but no producer stream, an error.
+    let cp = build_kernel(&spec, &default_knobs().with(LOAD_KNOB, "cp_async")).unwrap();
+    assert!(!cp.producer_warp && cp.tensor_maps.is_empty());
+    let mut in_loop = default_knobs().with(LOAD_KNOB, "tma");
+    in_loop.0.remove(AHEAD_KNOB);
+    let e = build_kernel(&spec, &in_loop).unwrap_err().to_string();
     assert!(e.contains("PRODUCER=warp needs the producer stream"), "{e}");
     // LOAD=auto on a shape the copy engine cannot serve: the cp.async kernel, without a producer warp.
     let odd = GemmSpec::for_shape(true, Epilogue::None, false, 3583, 6144);

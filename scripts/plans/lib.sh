@@ -1,0 +1,21 @@
+# Shared helpers of the device-call plans (sourced; from session 14 on). Set W (work folder) before sourcing;
+# BUDGET_S bounds the call. Defines K (the carried binary), OUT, L (the log), left(), pack() and op().
+set -uo pipefail
+K=.carry/k3k; OUT=${OUT:-./gpu-out}; rm -rf "$W"; mkdir -p "$W" "$OUT"
+END=$(( $(date +%s) + ${BUDGET_S:-560} )); left() { echo $(( END - $(date +%s) )); }
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64 K3K_CACHE_DIR=$W/cache PYTHONUNBUFFERED=1
+L=$OUT/log.txt; echo "start $(date -u +%T) $(git rev-parse --short HEAD 2>/dev/null)" > $L
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv >> $L 2>&1
+# Everything under $W/b (reports) and $W/results (tuned records), packed after each step.
+pack() { tar czf $OUT/bench.tgz -C $W b 2>/dev/null; [ -d $W/results ] && tar czf $OUT/results.tgz -C $W results 2>/dev/null; }
+# op NAME BENCH_S PEERS_S [bench args...]: bench the operator's presets (records of $W/results where present, else
+# the defaults), then its peers in the same call, merged into the reports of $W/b/NAME.
+op() { local name=$1 bt=$2 pt=$3; shift 3; local dir=$W/b/$name
+  [ "$(left)" -lt 40 ] && { echo "no time for $name" >> $L; return; }
+  local res=$W/results; [ -d $res ] || res=/nonexistent
+  timeout $bt $K bench --op $name --results $res --out $dir "$@" >> $OUT/bench.txt 2>&1; echo "bench $name rc=$? $(date -u +%T)" >> $L
+  pack; local slug; slug=$(ls $dir 2>/dev/null | head -1); [ -z "$slug" ] && return
+  [ $pt -gt $(left) ] && pt=$(left)
+  timeout $pt python3 scripts/peers.py $dir/$slug --out $dir/peers.json >> $OUT/peers.txt 2>&1; echo "peers $name rc=$? $(date -u +%T)" >> $L
+  [ -f $dir/peers.json ] && $K bench --merge-peers $dir/peers.json --out $dir >> $OUT/peers.txt 2>&1
+  pack; }
