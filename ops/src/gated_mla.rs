@@ -424,7 +424,7 @@ fn prefill_cfg(spec: &PrefillSpec, k: &Knobs) -> Result<PrefillCfg, OpError> {
     // producer warp, and three consumer warpgroups (BM=192) spill under the producer's 512-thread launch (144
     // bytes at BN=64, ptxas sm_90a, even with setmaxnreg); elsewhere it is ignored, as `LOAD=auto` is.
     let c = PrefillCfg { producer_warp: c.producer_warp && c.tma && c.wm * 32 <= 256, ..c };
-    if c.producer_warp && c.wm * 32 % 128 != 0 {
+    if c.producer_warp && !(c.wm * 32).is_multiple_of(128) {
         return invalid(
             OP,
             k,
