@@ -129,18 +129,22 @@ enum View {
 }
 
 /// Registers per thread of a producer-warp kernel after `setmaxnreg`: the producer warpgroup's (40, as CUTLASS's
-/// warp-specialized kernels) and the consumers' (the rest of the register file of the blocks per SM, a multiple
-/// of 8, at most 256).
+/// warp-specialized kernels) and the consumers' (a multiple of 8, at most 256). `setmaxnreg.inc` takes registers
+/// from the CTA's own pool and blocks until they are there, so the consumers ask for no more than the producer
+/// gives back from the launch allocation: ptxas allocates a kernel that uses `setmaxnreg` the launch bounds'
+/// whole per-thread budget (`R`, 168 at 384 threads; the compile tests check it), and the consumers get
+/// `R + (R - 40) x 128 / threads` (232 for two consumer warpgroups).
 pub fn producer_registers(k: &Kernel) -> (u32, u32) {
     const PRODUCER: u32 = 40;
     let per_block = 65536 / k.min_blocks_per_sm.max(1);
-    let consumer = ((per_block - PRODUCER_THREADS * PRODUCER) / k.threads.max(1) / 8 * 8).min(256);
+    let launch = (per_block / k.launch_threads() / 8 * 8).min(248);
+    let consumer = ((launch + (launch - PRODUCER) * PRODUCER_THREADS / k.threads.max(1)) / 8 * 8).min(256);
     (PRODUCER, consumer)
 }
 
 /// In a producer-warp kernel (see [`Stmt::Producer`]): whether only the consumer threads run `s`, which is
-/// `nest` loops or conditionals deep. Both roles run the scalar control, the producer bodies (which guard
-/// themselves) and the top-level barriers, barrier initializations and cluster barriers.
+/// `nest` loops or conditionals deep. Both role slices hold the scalar control and the top-level barriers,
+/// barrier initializations and cluster barriers; the producer bodies are the producer slice's only.
 fn consumer_only(s: &Stmt, nest: usize) -> bool {
     match s {
         Stmt::Let { .. }
@@ -267,7 +271,6 @@ impl<'a> Renderer<'a> {
             params.join(", ")
         );
         self.line("extern __shared__ __align__(128) unsigned char k3k_smem[];");
-
         let (offsets, _) = k.shared_layout();
         for (i, s) in k.shared.iter().enumerate() {
             let swz = match s.swizzle {
