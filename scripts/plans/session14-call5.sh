@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Session 14, device call 5: mxfp4's dq_gemm prefill now runs its GEMM with the latent GEMM's new defaults (producer
 # warpgroup, overlapped walk; call 3 had timed it without them: 2.2709 ms vs grouped_mm 1.9729). `k3k check --backend
-# cuda` of that path, then the preset against the thread-0 GEMM in the same run, the peer in the same call.
+# cuda` of that path, then the preset at the defaults (no thread-0 variant in this run), the peer in the same call.
 # Build first here: cargo build --release; strip -o .carry/k3k target/release/k3k
 # Run: BUDGET_S=200 bash scripts/plans/session14-call5.sh  (carry [".carry"], timeout_s 230)
 W=/tmp/w14e; source scripts/plans/lib.sh
