@@ -244,12 +244,6 @@ pub fn prefill_knob_space() -> KnobSpace {
              (thread 0 issues bulk tensor copies completing on per-slot mbarriers)",
             ["cp_async", "tma"],
         )
-        .axis(
-            PREFILL_PRODUCER_KNOB,
-            "LOAD=tma: who issues the copies: a dedicated producer warpgroup (warp specialization) or thread 0 in the \
-             consumers' loop",
-            ["warp", "thread"],
-        )
 }
 
 /// The prefill knob `LOAD` (`cp_async` | `tma` | `auto`; absent = `cp_async`): how the Q tile and the K/V
@@ -269,7 +263,8 @@ pub const PREFILL_LOAD_KNOB: &str = "LOAD";
 /// The prefill knob `PRODUCER` (`thread` | `warp`; absent = `thread`), for the TMA kernel of at most two consumer
 /// warpgroups (ignored elsewhere: cp.async, BM=192); `warp` in [`prefill_default_knobs`] since session 14 (H200, same
 /// run: causal T8192 H96 3.9859 ms vs 4.3065, T32768 H12 6.9094 vs 7.5580; `results/bench/nvidia-h200/
-/// session14-call2/`). Who issues the Q, K and V copies.
+/// session14-call2/`); not an axis of [`prefill_knob_space`] (on the cp.async points, half of the space, it would
+/// duplicate kernels). Who issues the Q, K and V copies.
 /// `thread`: thread 0, in the consumers' loop (its warp waits there for a slot's release). `warp`: a dedicated
 /// producer warpgroup (warp specialization, [`Stmt::Producer`]) that runs the same loads ahead of the consumers as
 /// far as the empty barriers let it.
