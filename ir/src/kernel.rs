@@ -384,10 +384,10 @@ pub enum Stmt {
     /// A producer-warp kernel launches one warpgroup (128 threads) more than [`Kernel::threads`] (a multiple of
     /// 128): the *producer warpgroup* after the `threads` consumer threads, whose first warp is the producer warp
     /// (a whole warpgroup, so that the GPU code can move registers from it to the consumers with `setmaxnreg`;
-    /// its other warps run the same code and issue nothing). Both roles run the program's control skeleton (block-level `let`, `assign`,
-    /// `for`, `if`, and the top-level barriers, barrier initializations and cluster barriers, with the same
-    /// block-uniform values); the producer warp runs nothing else but the bodies of these statements, and the
-    /// consumer threads run everything but them. The roles meet only through mbarriers, so the producer warp runs
+    /// its other warps run the same code and issue nothing). Both roles run the program's control skeleton
+    /// (block-level `let`, `assign`, `for`, `if`, and the top-level barriers, barrier initializations and cluster
+    /// barriers, with the same block-uniform values); besides it, the producer warpgroup runs the `Producer`
+    /// bodies only, and the consumer threads everything but them. The roles meet only through mbarriers, so the producer warp runs
     /// ahead of the consumers as far as the barriers let it: its waits for released slots are the only brake, and
     /// no consumer warp ever waits for a copy to be issued. The producer's elected thread (its lane 0) issues
     /// the copies, the `expect_tx` arrivals and the elected waits.
