@@ -94,7 +94,8 @@ pub const LOAD_KNOB: &str = "LOAD";
 
 /// The knob `OVERLAP` (`off` | `on`, absent = `off`), not an axis of [`knob_space`]; `on` in [`default_knobs`]
 /// since session 14 (with the producer warpgroup, same run: mean1024 2.0620 ms vs 2.0690 off, K3072 1.0322 vs
-/// 1.0399, SiTU-GLU + p 0.6702 vs 0.6861, mean256 and G56 mean64 equal): `off` is the plain tile walk (each tile searches its group from group 0 and fills its pipeline
+/// 1.0399, SiTU-GLU + p 0.6702 vs 0.6861, mean256 and G56 mean64 equal): `off` is the plain tile walk (each tile
+/// searches its group from group 0 and fills its pipeline
 /// after the previous tile's epilogue); `on` software-pipelines the walk (the next tile's group search, starting
 /// where the previous one ended, overlaps the current tile's last product, and the next tile's first stages
 /// are issued before the current tile's epilogue).
@@ -122,8 +123,8 @@ pub const CLUSTER_ALONG_KNOB: &str = "CLUSTER_ALONG";
 
 /// The knob `AHEAD` (an integer 1..=STAGES-1, or `auto`; absent = the in-loop schedule), LOAD=tma only, not an
 /// axis of [`knob_space`]. The default is `auto`: STAGES-1 where the TMA ring runs without a cluster (STAGES-2
-/// for a pair, below, and with a producer warp, [`PRODUCER_KNOB`]), measured on the H200 (2026-12-02, session 7 call 3, same run, defaults otherwise): AHEAD=3
-/// vs the in-loop schedule 0.6653 / 0.6739 ms at G28 mean256, 2.1839 / 2.2385 at mean1024, 1.0945 / 1.1373 at
+/// for a pair, below, and with a producer warp, [`PRODUCER_KNOB`]), measured on the H200 (2026-12-02, session 7
+/// call 3, same run, defaults otherwise): AHEAD=3 vs the in-loop schedule 0.6653 / 0.6739 ms at G28 mean256, 2.1839 / 2.2385 at mean1024, 1.0945 / 1.1373 at
 /// K3072 N3584, 0.6683 / 0.6853 at G56 mean64 (AHEAD=2 0.6604 / 2.1819 / 1.1028 / 0.6862; RELEASE=warp was slower
 /// everywhere). Absent (tuned records and knob-space points written before AHEAD): the schedule measured as the
 /// default until then (at k-step `kt` thread 0 first refills the slot of `kt+STAGES-2`, whose previous use was released at
@@ -869,11 +870,7 @@ pub fn build_kernel(spec: &GemmSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
                 // AHEAD = STAGES-1 the one just released: thread 0 waits for the other warps' releases while
                 // this step's products run).
                 if let Some(p) = &prod {
-                    if c.producer_warp {
-                        b.producer(|b| produce(b, p));
-                    } else {
-                        produce(b, p);
-                    }
+                    b.producer_if(c.producer_warp, |b| produce(b, p));
                 }
             });
             tail(b);
@@ -943,16 +940,11 @@ pub fn build_kernel(spec: &GemmSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
         // loads of a tile's first stages are issued during the previous tile's last k-steps), so the walk has
         // no prologue per tile and no block barrier; the consumers find their tiles with a forward search
         // (OVERLAP=on: the next tile's, while the current tile's last product is in flight).
-        let start = |b: &mut KernelBuilder| {
+        // (PRODUCER=warp: the stream's first stages and every later one come from the producer warp.)
+        b.producer_if(c.producer_warp, |b| {
             b.if_(Expr::Var(p.tile).lt(Expr::Var(total)), |b| locate(b, p));
             b.for_("s", 0i64, c.ahead.unwrap_or(1) as i64, 1i64, |b, _| produce(b, p));
-        };
-        if c.producer_warp {
-            // PRODUCER=warp: the stream's first stages and every later one come from the producer warp.
-            b.producer(start);
-        } else {
-            start(&mut b);
-        }
+        });
         let from = (b.let_var("walk_g", 0i64), b.let_var("walk_seen", 0i64));
         if c.overlap {
             let cur_grp = b.let_var("cur_grp", 0i64);
