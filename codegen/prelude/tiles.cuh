@@ -40,6 +40,21 @@ __device__ __forceinline__ void barrier() {
 #endif
 }
 
+// Ping-pong turns of the consumer warpgroups (`Stmt::InTurn`): warpgroup w's turn is named barrier 2 + w over
+// 256 threads, completed by w's sync and the arrival of warpgroup w - 1 (mod WGS) passing the turn on.
+// Warpgroup 0 holds the first turn (it arrives on its own barrier once).
+__device__ __forceinline__ void turn_start() {
+  if (threadIdx.x < 128) asm volatile("bar.arrive 2, 256;" ::: "memory");
+}
+template <int WGS>
+__device__ __forceinline__ void turn_take() {
+  asm volatile("bar.sync %0, 256;" ::"r"(2 + (int)(threadIdx.x / 128)) : "memory");
+}
+template <int WGS>
+__device__ __forceinline__ void turn_pass() {
+  asm volatile("bar.arrive %0, 256;" ::"r"(2 + ((int)(threadIdx.x / 128) + 1) % WGS) : "memory");
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // Warp grid: the warp's position in a WM x WN grid, column-major so that a [WM, 1] tile's row bands line up
 // with those of any [WM, WN] tile; warps beyond WM*WN hold replicas.

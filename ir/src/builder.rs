@@ -480,6 +480,17 @@ impl KernelBuilder {
         if on { self.producer(f) } else { f(self) }
     }
 
+    /// Statements the consumer warpgroups run in turn, one warpgroup at a time (ping-pong; see [`Stmt::InTurn`]).
+    pub fn in_turn(&mut self, f: impl FnOnce(&mut Self)) {
+        let body = self.body(f);
+        self.push(Stmt::InTurn { body });
+    }
+
+    /// `f`'s statements in an [`Self::in_turn`] body when `on`, else in place.
+    pub fn in_turn_if(&mut self, on: bool, f: impl FnOnce(&mut Self)) {
+        if on { self.in_turn(f) } else { f(self) }
+    }
+
     /// A SIMT region: `f` emits statements every thread runs on its own (see [`Stmt::Threads`]). Read the
     /// thread's coordinates with [`Expr::thread_idx`], [`Expr::lane_idx`] and [`Expr::warp_idx`].
     pub fn threads(&mut self, f: impl FnOnce(&mut Self)) {

@@ -401,6 +401,24 @@ pub enum Stmt {
     /// run reads no shared memory and no tensor the kernel writes. Barriers nested in loops or conditionals (and
     /// those inside tile statements) synchronize the consumer threads only.
     Producer { body: Vec<Stmt> },
+    /// Ping-pong scheduling of the consumer warpgroups: they run `body` in turn, one warpgroup at a time, in a
+    /// fixed ring (0, 1, .., n-1, 0, 1, ..; `n = threads / 128`, at least 2). Warpgroup w's k-th entry into any
+    /// `InTurn` of the kernel waits until warpgroup w-1 has left its k-th (warpgroup 0: until warpgroup n-1 has
+    /// left its (k-1)-th), so the bodies of different warpgroups never run at the same time. What it is for:
+    /// the body issues a warpgroup's asynchronous tensor-core products ([`Stmt::MmaAsync`]), so that one
+    /// warpgroup's products keep the tensor cores busy while another runs its softmax or epilogue, instead of
+    /// every warpgroup issuing at once and then waiting at once (FlashAttention-3's ping-pong schedule).
+    ///
+    /// Semantics: a pure scheduling constraint. It orders no memory access (the products it issues complete
+    /// at their `MmaWait`s as ever), and the CPU backends run the body in program order. Every consumer
+    /// warpgroup runs the block-level statements alike, so each enters every `InTurn` the same number of times.
+    /// The validator keeps what could deadlock a warpgroup that holds the turn out of the body: block and
+    /// consumer barriers (also the ones inside `Scan` and `Fp4Gemv`), barrier initializations, cluster
+    /// barriers, elected mbarrier waits outside producer bodies, and nested `InTurn`s. A producer warpgroup
+    /// (see [`Stmt::Producer`]) takes no turns: it runs the body's control skeleton and producer bodies as
+    /// anywhere else. On the GPU the turns are named barriers `2 + w` (256 threads: warpgroup w's sync and its
+    /// predecessor's arrival), and warpgroup 0 holds the first turn.
+    InTurn { body: Vec<Stmt> },
     /// Threads regions only: `tensor[index] = value` (flat element index; the value converts to the tensor's
     /// dtype: floats round to nearest even, E4M3 saturates, ints wrap).
     StoreScalar { tensor: TensorId, index: Expr, value: Expr },
@@ -740,7 +758,7 @@ impl Kernel {
                         walk(then_body, f);
                         walk(else_body, f);
                     }
-                    Stmt::Threads { body } | Stmt::Producer { body } => walk(body, f),
+                    Stmt::Threads { body } | Stmt::Producer { body } | Stmt::InTurn { body } => walk(body, f),
                     _ => {}
                 }
             }

@@ -78,6 +78,8 @@ struct Checker<'a> {
     region: Option<usize>,
     /// Inside a [`Stmt::Producer`] body.
     producer: bool,
+    /// Inside a [`Stmt::InTurn`] body.
+    in_turn: bool,
     /// Producer-warp kernels: the variables assigned in producer bodies (only those bodies may read them).
     producer_owned: HashSet<VarId>,
     /// Producer-warp kernels: checking an expression of the skeleton both roles run (block-level control
@@ -93,7 +95,7 @@ fn producer_owned(k: &Kernel) -> HashSet<VarId> {
                 Stmt::Assign { var, .. } if inside => {
                     out.insert(*var);
                 }
-                Stmt::For { body, .. } | Stmt::Threads { body } => walk(body, inside, out),
+                Stmt::For { body, .. } | Stmt::Threads { body } | Stmt::InTurn { body } => walk(body, inside, out),
                 Stmt::If { then_body, else_body, .. } => {
                     walk(then_body, inside, out);
                     walk(else_body, inside, out);
@@ -124,6 +126,7 @@ pub fn var_types(k: &Kernel) -> Result<Vec<Option<ScalarTy>>, IrError> {
         array_seen: vec![false; k.arrays.len()],
         region: None,
         producer: false,
+        in_turn: false,
         producer_owned: producer_owned(k),
         skeleton: std::cell::Cell::new(false),
     };
@@ -876,6 +879,7 @@ impl<'a> Checker<'a> {
             Stmt::Fp4Gemv { .. } => ("fp4_gemv", BlockOnly),
             Stmt::Threads { .. } => ("threads region", BlockOnly),
             Stmt::Producer { .. } => ("producer", BlockOnly),
+            Stmt::InTurn { .. } => ("in_turn", BlockOnly),
             Stmt::StoreScalar { .. } => ("store_scalar", RegionOnly),
             Stmt::SharedStore { .. } => ("shared_store", RegionOnly),
             Stmt::Atomic { .. } => ("atomic", RegionOnly),
@@ -916,12 +920,38 @@ impl<'a> Checker<'a> {
                 "a `producer` body needs a producer-warp kernel (`KernelBuilder::producer_warp`)",
             ));
         }
+        if self.in_turn {
+            self.turn_placement(s)?;
+        }
         let skeleton = self.k.producer_warp && !self.producer && self.region.is_none();
         self.skeleton
             .set(skeleton && matches!(s, Stmt::Let { .. } | Stmt::Assign { .. } | Stmt::For { .. } | Stmt::If { .. }));
         let r = self.stmt_inner(s);
         self.skeleton.set(false);
         r
+    }
+
+    /// Inside an [`Stmt::InTurn`] body: nothing that waits for another consumer warpgroup (which may be waiting
+    /// for the turn this warpgroup holds).
+    fn turn_placement(&self, s: &Stmt) -> Result<(), IrError> {
+        let what = match s {
+            Stmt::Barrier | Stmt::Scan { .. } | Stmt::Fp4Gemv { .. } => "a barrier",
+            Stmt::MbarInit { .. } => "a barrier initialization (a block barrier)",
+            Stmt::ClusterSync => "a cluster barrier",
+            Stmt::MbarWait { elected: true, .. } if !self.producer => {
+                "an elected mbarrier wait outside a producer body (its thread may wait for a release another \
+                 warpgroup makes after its own turn)"
+            }
+            Stmt::InTurn { .. } => "a nested `in_turn`",
+            _ => return Ok(()),
+        };
+        Err(self.err(
+            IrErrorKind::Scope,
+            format!(
+                "{what} inside an `in_turn` body: the warpgroup holding the turn would wait for one waiting for \
+                 the turn"
+            ),
+        ))
     }
 
     /// Producer-warp kernels: what may appear inside and outside [`Stmt::Producer`] bodies.
@@ -954,6 +984,26 @@ impl<'a> Checker<'a> {
 
     fn stmt_inner(&mut self, s: &Stmt) -> Result<(), IrError> {
         match s {
+            Stmt::InTurn { body } => {
+                let t = self.k.threads;
+                if !t.is_multiple_of(128) || t < 256 {
+                    return Err(self.err(
+                        IrErrorKind::Shape,
+                        format!(
+                            "`in_turn` needs at least two whole consumer warpgroups (threads a multiple of 128, \
+                             at least 256; the kernel has {t})"
+                        ),
+                    ));
+                }
+                self.path.push("in_turn".into());
+                self.in_turn = true;
+                self.scopes.push(Scope::default());
+                let r = self.body(body);
+                self.scopes.pop();
+                self.in_turn = false;
+                self.path.pop();
+                r?;
+            }
             Stmt::Producer { body } => {
                 self.path.push("producer".into());
                 self.producer = true;
@@ -1895,6 +1945,57 @@ mod tests {
         }))
         .unwrap_err();
         assert!(e.1.contains("which the kernel writes"), "{e:?}");
+    }
+
+    #[test]
+    fn in_turn_rules() {
+        // A kernel of `threads` consumer threads whose body `f` builds around a turn.
+        let build = |threads: u32, f: &dyn Fn(&mut KernelBuilder, SharedId)| {
+            let mut b = KernelBuilder::new("t", threads);
+            let m = b.dim("M");
+            let _y = b.tensor("y", DType::F32, &[m], Access::Write);
+            let sh = b.shared("s", DType::F32, 16, 16, 1, Swizzle::None);
+            f(&mut b, sh);
+            b.finish()
+        };
+        let kind = |r: Result<Kernel, IrError>| r.map(|_| ()).map_err(|e| (e.kind, e.msg));
+        let ok = |b: &mut KernelBuilder, _: SharedId| {
+            b.for_("i", 0i64, 4i64, 1i64, |b, i| {
+                b.in_turn(|b| {
+                    let j = b.let_("j", i + 1i64);
+                    b.if_(j.gt(2i64), |_| {});
+                })
+            });
+        };
+        let k = build(256, &ok).unwrap();
+        assert!(crate::print::kernel(&k).contains("in turn {"));
+        // Turns need two whole warpgroups.
+        for threads in [128, 192] {
+            let e = kind(build(threads, &ok)).unwrap_err();
+            assert!(e.0 == IrErrorKind::Shape && e.1.contains("at least two whole consumer warpgroups"), "{e:?}");
+        }
+        // Nothing inside that waits for the other warpgroup: barriers (also in a loop and a scan), nested turns,
+        // an elected wait outside a producer body.
+        let e = kind(build(256, &|b, _| b.in_turn(|b| b.for_("i", 0i64, 2i64, 1i64, |b, _| b.barrier())))).unwrap_err();
+        assert!(e.1.contains("a barrier inside an `in_turn` body"), "{e:?}");
+        let e = kind(build(256, &|b, sh| {
+            let t = b.tile("t", DType::F32, 16, 16, [1, 1]);
+            b.in_turn(|b| b.scan_rows(t, sh));
+        }))
+        .unwrap_err();
+        assert!(e.1.contains("a barrier inside an `in_turn` body"), "{e:?}");
+        let e = kind(build(256, &|b, _| b.in_turn(|b| b.in_turn(|_| {})))).unwrap_err();
+        assert!(e.1.contains("a nested `in_turn`"), "{e:?}");
+        let e = kind(build(256, &|b, _| {
+            let bar = b.mbarriers("full", 1);
+            b.mbar_init(bar, 1);
+            b.in_turn(|b| b.mbar_wait_elected(bar, 0i64, 0i64));
+        }))
+        .unwrap_err();
+        assert!(e.1.contains("an elected mbarrier wait outside a producer body"), "{e:?}");
+        // Not inside a threads region.
+        let e = kind(build(256, &|b, _| b.threads(|b| b.in_turn(|_| {})))).unwrap_err();
+        assert!(e.0 == IrErrorKind::Scope && e.1.contains("`in_turn` is a block-level statement"), "{e:?}");
     }
 
     #[test]

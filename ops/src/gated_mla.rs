@@ -239,6 +239,11 @@ pub fn prefill_knob_space() -> KnobSpace {
             [false, true],
         )
         .axis(
+            PREFILL_PINGPONG_KNOB,
+            "OVERLAP: the warpgroups issue their products in turn (ping-pong), one's softmax under the other's products",
+            [false, true],
+        )
+        .axis(
             PREFILL_LOAD_KNOB,
             "wgmma: Q/K/V tiles by cp.async (every thread, commit groups and a block barrier per KV tile) or by TMA \
              (thread 0 issues bulk tensor copies completing on per-slot mbarriers)",
@@ -269,6 +274,13 @@ pub const PREFILL_LOAD_KNOB: &str = "LOAD";
 /// producer warpgroup (warp specialization, [`Stmt::Producer`]) that runs the same loads ahead of the consumers as
 /// far as the empty barriers let it.
 pub const PREFILL_PRODUCER_KNOB: &str = "PRODUCER";
+
+/// The prefill knob `PINGPONG` (bool; absent = false; `OVERLAP` with two or more consumer warpgroups): the
+/// warpgroups issue each tile's products (`S = Q K^T` and the previous tile's `O += P V`) in turn
+/// ([`Stmt::InTurn`], FlashAttention-3's ping-pong schedule), so that one warpgroup's products run on the tensor
+/// cores while the other runs its softmax. The first KV tile is peeled off the loop (its turn holds the score
+/// product only).
+pub const PREFILL_PINGPONG_KNOB: &str = "PINGPONG";
 
 /// The prefill knobs used when no tuning record exists: the wgmma kernel ([`prefill_wgmma_knobs`] with the
 /// overlapped schedule, 0 spills at 192 registers; 4.97 ms causal T = 8192 H = 96 on an H200 against 8.73
@@ -347,6 +359,8 @@ struct PrefillCfg {
     /// `PRODUCER=warp` (LOAD=tma): the copies come from a dedicated producer warpgroup (see
     /// [`PREFILL_PRODUCER_KNOB`]).
     producer_warp: bool,
+    /// `PINGPONG` (OVERLAP, two or more warpgroups): the warpgroups issue their products in turn.
+    pingpong: bool,
 }
 
 /// The K/V bytes an LPT head group may keep in L2 (FA3's 32 MB rule).
@@ -414,6 +428,10 @@ fn prefill_cfg(spec: &PrefillSpec, k: &Knobs) -> Result<PrefillCfg, OpError> {
                 other => return invalid(OP, k, format!("PRODUCER={other}: thread or warp")),
             },
         },
+        pingpong: match k.0.get(PREFILL_PINGPONG_KNOB) {
+            None => false,
+            Some(_) => k.bool(PREFILL_PINGPONG_KNOB)?,
+        },
     };
     // PRODUCER=warp applies to the TMA kernel of one or two consumer warpgroups: cp.async has no copies to hand to a
     // producer warp, and three consumer warpgroups (BM=192) spill under the producer's 512-thread launch (144
@@ -451,6 +469,13 @@ fn prefill_cfg(spec: &PrefillSpec, k: &Knobs) -> Result<PrefillCfg, OpError> {
     }
     if c.smguard && !c.overlap {
         return invalid(OP, k, "SMGUARD needs OVERLAP=true".into());
+    }
+    if c.pingpong && !(c.overlap && c.wm >= 8) {
+        return invalid(
+            OP,
+            k,
+            format!("PINGPONG needs OVERLAP=true and two or more warpgroups to take turns (WM >= 8, got {})", c.wm),
+        );
     }
     let rows = c.bm / c.wm;
     if c.wgmma {
@@ -752,6 +777,15 @@ pub fn build_prefill(spec: &PrefillSpec, knobs: &Knobs) -> Result<Kernel, OpErro
                 b.for_("chunk", 0i64, nqk as i64, 1i64, chunk);
             }
         };
+        // The score product as three statements (no loop): inside a turn (PINGPONG), so that the renderer sees
+        // which products the following wait leaves in flight.
+        let qk_flat = |b: &mut KernelBuilder, slot: Expr| {
+            for cc in 0..nqk as i64 {
+                let qa = Operand::Shared { src: b.slot(sq, cc), transpose: false };
+                let kb = Operand::Shared { src: b.slot(sk, slot.clone() * nqk as i64 + cc), transpose: true };
+                b.mma_async_init(s, qa, kb, Expr::Bool(cc > 0));
+            }
+        };
         let pv_async = |b: &mut KernelBuilder, slot: Expr| {
             for (cv, &acc) in accs.iter().enumerate() {
                 let vb = Operand::Shared { src: b.slot(sv, slot.clone() * nv as i64 + cv as i64), transpose: false };
@@ -859,7 +893,14 @@ pub fn build_prefill(spec: &PrefillSpec, knobs: &Knobs) -> Result<Kernel, OpErro
             if let Some(m) = &tma {
                 b.mbar_wait(m.q_full, 0i64, 0i64);
             }
-            b.for_("kt", 0i64, n_tiles.clone(), 1i64, |b, kt| {
+            // One KV tile. `later`: whether kt > 0 is known statically (PINGPONG peels the first tile, so that a
+            // turn holds straight-line products and the P V wait knows which it leaves in flight), or tested.
+            let iteration = |b: &mut KernelBuilder, kt: Expr, later: Option<bool>| {
+                let if_later = |b: &mut KernelBuilder, f: &dyn Fn(&mut KernelBuilder)| match later {
+                    None => b.if_(kt.clone().gt(0i64), |b| f(b)),
+                    Some(true) => f(b),
+                    Some(false) => {}
+                };
                 if tma.is_none() {
                     b.wait(st - 2);
                     b.barrier();
@@ -871,20 +912,31 @@ pub fn build_prefill(spec: &PrefillSpec, knobs: &Knobs) -> Result<Kernel, OpErro
                 let prev = (&kt + (st - 1) as i64) % st as i64;
                 if let Some(m) = &tma {
                     b.mbar_wait(m.k_full, slot.clone(), (&kt / st as i64) % 2i64);
-                    b.if_(kt.clone().gt(0i64), |b| {
-                        b.mbar_wait(m.v_full, prev.clone(), ((&kt - 1i64) / st as i64) % 2i64)
-                    });
+                    if_later(b, &|b| b.mbar_wait(m.v_full, prev.clone(), ((&kt - 1i64) / st as i64) % 2i64));
                 }
-                qk_async(b, slot.clone());
-                b.if_else(
-                    kt.clone().gt(0i64),
-                    |b| {
-                        pv_async(b, prev.clone());
-                        // The score product's groups were committed first: at most the P V ones remain.
-                        b.mma_wait(nv);
-                    },
-                    |b| b.mma_wait(0),
-                );
+                match later {
+                    None => {
+                        qk_async(b, slot.clone());
+                        b.if_else(
+                            kt.clone().gt(0i64),
+                            |b| {
+                                pv_async(b, prev.clone());
+                                // The score product's groups were committed first: at most the P V ones remain.
+                                b.mma_wait(nv);
+                            },
+                            |b| b.mma_wait(0),
+                        );
+                    }
+                    Some(later) => {
+                        b.in_turn_if(c.pingpong, |b| {
+                            qk_flat(b, slot.clone());
+                            if later {
+                                pv_async(b, prev.clone());
+                            }
+                        });
+                        b.mma_wait(if later { nv } else { 0 });
+                    }
+                }
                 if let Some(m) = &tma {
                     b.mbar_arrive(m.k_empty, slot.clone());
                 }
@@ -898,10 +950,16 @@ pub fn build_prefill(spec: &PrefillSpec, knobs: &Knobs) -> Result<Kernel, OpErro
                 }
                 b.mma_wait(0);
                 if let Some(m) = &tma {
-                    b.if_(kt.clone().gt(0i64), |b| b.mbar_arrive(m.v_empty, prev.clone()));
+                    if_later(b, &|b| b.mbar_arrive(m.v_empty, prev.clone()));
                 }
                 sm.step_finish(b, s, p, &accs);
-            });
+            };
+            if c.pingpong {
+                b.if_(Expr::Int(0).lt(n_tiles.clone()), |b| iteration(b, Expr::Int(0), Some(false)));
+                b.for_("kt", 1i64, n_tiles.clone(), 1i64, |b, kt| iteration(b, kt, Some(true)));
+            } else {
+                b.for_("kt", 0i64, n_tiles.clone(), 1i64, |b, kt| iteration(b, kt, None));
+            }
             // The last tile's P V: its V is in group n_tiles, issued during the last iteration.
             b.if_(n_tiles.clone().gt(0i64), |b| {
                 let last = (n_tiles.clone() + (st - 1) as i64) % st as i64;

@@ -28,8 +28,8 @@ fn tma(k: Knobs) -> Knobs {
 }
 
 /// The LOAD=tma points: the default (overlapped, 2 stages), the plain schedule at 2 and 3 stages, the
-/// overlapped one at 3 stages of 64 keys, one warpgroup with the rolled score loop, three warpgroups, and three
-/// of them with a producer warpgroup.
+/// overlapped one at 3 stages of 64 keys, one warpgroup with the rolled score loop, three warpgroups, three
+/// of them with a producer warpgroup, and four with the warpgroups taking turns (ping-pong).
 fn points() -> Vec<Knobs> {
     let w = prefill_wgmma_knobs();
     vec![
@@ -48,6 +48,13 @@ fn points() -> Vec<Knobs> {
         tma(prefill_default_knobs()).with(PREFILL_PRODUCER_KNOB, "warp"),
         tma(w.clone()).with(PREFILL_PRODUCER_KNOB, "warp"),
         tma(prefill_default_knobs().with("BN", 64i64).with("STAGES", 3i64)).with(PREFILL_PRODUCER_KNOB, "warp"),
+        // Ping-pong (PINGPONG=true, the first KV tile peeled): with the producer warpgroup at 2 and 3 stages,
+        // with thread 0 producing, and three warpgroups taking turns.
+        tma(prefill_default_knobs()).with(PREFILL_PINGPONG_KNOB, true),
+        tma(prefill_default_knobs().with("BN", 64i64).with("STAGES", 3i64)).with(PREFILL_PINGPONG_KNOB, true),
+        tma(prefill_default_knobs()).with(PREFILL_PRODUCER_KNOB, "thread").with(PREFILL_PINGPONG_KNOB, true),
+        tma(prefill_default_knobs().with("BM", 192i64).with("WM", 12i64).with("BN", 64i64).with("STAGES", 3i64))
+            .with(PREFILL_PINGPONG_KNOB, true),
     ]
 }
 
@@ -187,6 +194,59 @@ fn tma_load_knob_is_checked() {
     assert!(build_prefill(&spec, &three).unwrap().tensor_maps.is_empty());
     let cp = build_prefill(&spec, &prefill_default_knobs().with(PREFILL_LOAD_KNOB, "cp_async")).unwrap();
     assert!(cp.tensor_maps.is_empty() && cp.mbarriers.is_empty());
+}
+
+/// `PINGPONG` needs the overlapped schedule and two warpgroups to take turns; with it, the kernel issues every
+/// product inside a turn (the first tile's score product in one, then per tile the score and P V products in
+/// one), and without it there is no turn.
+#[test]
+fn pingpong_knob_is_checked() {
+    let spec = PrefillSpec::new(true, true, false);
+    let pp = |k: Knobs| build_prefill(&spec, &k.with(PREFILL_PINGPONG_KNOB, true));
+    for k in [prefill_wgmma_knobs(), prefill_default_knobs().with("BM", 64i64).with("WM", 4i64)] {
+        let e = pp(k).unwrap_err();
+        assert!(matches!(e, OpError::InvalidKnobs { .. }) && e.to_string().contains("PINGPONG needs"), "{e}");
+    }
+    let turns = |k: &Kernel| {
+        let (mut turns, mut in_turn, mut mmas) = (0, 0, 0);
+        fn walk(b: &[Stmt], inside: bool, t: &mut usize, i: &mut usize, m: &mut usize) {
+            for s in b {
+                match s {
+                    Stmt::InTurn { body } => {
+                        *t += 1;
+                        walk(body, true, t, i, m)
+                    }
+                    Stmt::MmaAsync { .. } => {
+                        *m += 1;
+                        *i += inside as usize
+                    }
+                    Stmt::For { body, .. } | Stmt::Producer { body } => walk(body, inside, t, i, m),
+                    Stmt::If { then_body, else_body, .. } => {
+                        walk(then_body, inside, t, i, m);
+                        walk(else_body, inside, t, i, m)
+                    }
+                    _ => {}
+                }
+            }
+        }
+        walk(&k.body, false, &mut turns, &mut in_turn, &mut mmas);
+        (turns, in_turn, mmas)
+    };
+    let on = pp(prefill_default_knobs()).unwrap();
+    // Turns: the peeled first tile's (3 score chunks) and the loop's (3 + 2); the last tile's P V after the loop
+    // needs no turn.
+    assert_eq!(turns(&on), (2, 3 + 5, 3 + 5 + 2));
+    let off = build_prefill(&spec, &prefill_default_knobs()).unwrap();
+    assert_eq!(turns(&off).0, 0);
+    // The CUDA: warpgroup 0 takes the first turn once; the consumer slice takes and passes each turn of the two
+    // warpgroups, the producer warpgroup's slice (before `} else {  // the consumer warpgroups`) none.
+    let cuda = k3k_codegen::render(&on).unwrap();
+    let (producer, consumer) = cuda.split_once("// the consumer warpgroups").expect("two role slices");
+    assert_eq!(cuda.matches("k3k::turn_start();").count(), 1);
+    assert_eq!(consumer.matches("k3k::turn_take<2>();").count(), 2);
+    assert_eq!(consumer.matches("k3k::turn_pass<2>();").count(), 2);
+    assert!(!producer.contains("turn_take<") && !producer.contains("turn_start();"));
+    assert!(!k3k_codegen::render(&off).unwrap().contains("turn_start();"));
 }
 
 /// Every variant of the spec at the default + LOAD=tma, and the other points (causal gated), assemble for

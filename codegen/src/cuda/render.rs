@@ -173,7 +173,9 @@ fn visit(body: &[Stmt], f: &mut impl FnMut(&Stmt)) {
     for s in body {
         f(s);
         match s {
-            Stmt::For { body, .. } | Stmt::Threads { body } | Stmt::Producer { body } => visit(body, f),
+            Stmt::For { body, .. } | Stmt::Threads { body } | Stmt::Producer { body } | Stmt::InTurn { body } => {
+                visit(body, f)
+            }
             Stmt::If { then_body, else_body, .. } => {
                 visit(then_body, f);
                 visit(else_body, f);
@@ -330,15 +332,26 @@ impl<'a> Renderer<'a> {
             self.line("} else {  // the consumer warpgroups");
             self.depth += 1;
             self.line(&format!("asm volatile(\"setmaxnreg.inc.sync.aligned.u32 {c};\\n\");"));
+            self.turn_start();
             self.view = View::Consumer;
             self.body(&body);
             self.depth -= 1;
             self.line("}");
             self.view = View::All;
         } else {
+            self.turn_start();
             self.body(&body);
         }
         self.out.push_str("}\n");
+    }
+
+    /// Kernels with [`Stmt::InTurn`]: consumer warpgroup 0 takes the first turn.
+    fn turn_start(&mut self) {
+        let mut turns = false;
+        self.k.visit_stmts(&mut |s| turns |= matches!(s, Stmt::InTurn { .. }));
+        if turns {
+            self.line("k3k::turn_start();");
+        }
     }
 
     fn body(&mut self, b: &[Stmt]) {
@@ -372,6 +385,19 @@ impl<'a> Renderer<'a> {
                 Stmt::MmaAsync { .. } => {
                     if let Some(v) = started.as_mut() {
                         v.push(s);
+                    }
+                    self.stmt(s);
+                }
+                // A turn body is straight-line code of this list: its products count as started here when none
+                // of them is nested deeper.
+                Stmt::InTurn { body } => {
+                    let mut nested = false;
+                    for t in body.iter().filter(|t| !matches!(t, Stmt::MmaAsync { .. })) {
+                        visit(std::slice::from_ref(t), &mut |u| nested |= matches!(u, Stmt::MmaAsync { .. }));
+                    }
+                    match started.as_mut() {
+                        Some(v) if !nested => v.extend(body.iter().filter(|t| matches!(t, Stmt::MmaAsync { .. }))),
+                        _ => started = None,
                     }
                     self.stmt(s);
                 }
@@ -460,6 +486,24 @@ impl<'a> Renderer<'a> {
                     self.line("} else {");
                     self.depth += 1;
                     self.body(else_body);
+                }
+                self.nest -= 1;
+                self.depth -= 1;
+                self.line("}");
+            }
+            // The consumer warpgroups take turns (named barriers, see `Stmt::InTurn` and the prelude's
+            // `turn_take`); the producer warpgroup runs the body's skeleton without them.
+            Stmt::InTurn { body } => {
+                let wgs = k.threads / 128;
+                self.line("{  // in turn");
+                self.depth += 1;
+                self.nest += 1;
+                if self.view != View::Producer {
+                    self.line(&format!("k3k::turn_take<{wgs}>();"));
+                }
+                self.body(body);
+                if self.view != View::Producer {
+                    self.line(&format!("k3k::turn_pass<{wgs}>();"));
                 }
                 self.nest -= 1;
                 self.depth -= 1;

@@ -272,6 +272,8 @@ impl<'a> Block<'a> {
             }
             // The producer warp's statements take effect in program order (see `Stmt::Producer`).
             Stmt::Producer { body } => self.body(body, tensors)?,
+            // Turns only schedule the warpgroups' issue; the block runs as one (see `Stmt::InTurn`).
+            Stmt::InTurn { body } => self.body(body, tensors)?,
             Stmt::If { cond, then_body, else_body } => {
                 if self.eval(cond, None, tensors)?.b() {
                     self.body(then_body, tensors)?;

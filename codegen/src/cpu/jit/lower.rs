@@ -239,7 +239,7 @@ impl<'a> Types<'a> {
                     self.stmts(else_body)?;
                 }
                 Stmt::Barrier | Stmt::AsyncCommit | Stmt::AsyncWait { .. } | Stmt::MmaWait { .. } | Stmt::Fence => {}
-                Stmt::Threads { body } | Stmt::Producer { body } => self.stmts(body)?,
+                Stmt::Threads { body } | Stmt::Producer { body } | Stmt::InTurn { body } => self.stmts(body)?,
                 Stmt::StoreScalar { tensor, index, value } => {
                     self.ty(index)?;
                     let vt = self.ty(value)?;
@@ -860,6 +860,8 @@ impl<'a, 'f> Lower<'a, 'f> {
             Stmt::Barrier | Stmt::AsyncCommit | Stmt::AsyncWait { .. } | Stmt::MmaWait { .. } | Stmt::Fence => {}
             // The producer warp's statements take effect in program order (see `Stmt::Producer`).
             Stmt::Producer { body } => self.stmts(body)?,
+            // Turns only schedule the warpgroups' issue; the block runs as one (see `Stmt::InTurn`).
+            Stmt::InTurn { body } => self.stmts(body)?,
             Stmt::Threads { body } if body.iter().any(rt::is_warp_stmt) => self.lockstep(body)?,
             Stmt::Threads { body } => {
                 let t = self.b.declare_var(types::I64);
