@@ -279,7 +279,10 @@ pub const PREFILL_PRODUCER_KNOB: &str = "PRODUCER";
 /// warpgroups issue each tile's products (`S = Q K^T` and the previous tile's `O += P V`) in turn
 /// ([`Stmt::InTurn`], FlashAttention-3's ping-pong schedule), so that one warpgroup's products run on the tensor
 /// cores while the other runs its softmax. The first KV tile is peeled off the loop (its turn holds the score
-/// product only).
+/// product only). In [`prefill_default_knobs`] since session 15 (H200, 2026-12-04, same run against the session 14
+/// defaults: causal T8192 H96 3.7363 ms vs 3.9565, T32768 H12 6.5232 vs 6.9020; with the thread-0 producer 4.1346 vs
+/// 4.2651; `results/bench/nvidia-h200/session15-call1/`). An error where it cannot apply (knob sets that change
+/// `OVERLAP` or `WM` from the defaults say `PINGPONG=false`).
 pub const PREFILL_PINGPONG_KNOB: &str = "PINGPONG";
 
 /// The prefill knobs used when no tuning record exists: the wgmma kernel ([`prefill_wgmma_knobs`] with the
@@ -298,6 +301,7 @@ pub fn prefill_default_knobs() -> Knobs {
         .with("SOFTMAX", "fast")
         .with(PREFILL_LOAD_KNOB, "auto")
         .with(PREFILL_PRODUCER_KNOB, "warp")
+        .with(PREFILL_PINGPONG_KNOB, true)
 }
 
 /// The mma.sync prefill knobs (the fastest mma.sync point of a first sweep on an H200: 218 TFLOP/s causal at

@@ -221,7 +221,7 @@ fn prefill_lpt_block_order() {
         lpt.clone(),
         lpt.clone().with("HGROUP", 2i64),
         lpt.clone().with("HGROUP", 1i64),
-        lpt.clone().with("HGROUP", 2i64).with("BM", 64i64).with("WM", 4i64),
+        lpt.clone().with("HGROUP", 2i64).with("BM", 64i64).with("WM", 4i64).with("PINGPONG", false),
         lpt.clone().with("QORDER", "head"),
     ] {
         for (t, s, h) in [(300, 300, 3), (130, 200, 3), (200, 70, 2)] {

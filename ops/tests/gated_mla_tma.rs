@@ -32,29 +32,31 @@ fn tma(k: Knobs) -> Knobs {
 /// of them with a producer warpgroup, and four with the warpgroups taking turns (ping-pong).
 fn points() -> Vec<Knobs> {
     let w = prefill_wgmma_knobs();
+    // The session 14 default: the overlapped schedule without turns.
+    let d = prefill_default_knobs().with(PREFILL_PINGPONG_KNOB, false);
     vec![
-        tma(prefill_default_knobs()),
+        tma(d.clone()).with(PREFILL_PRODUCER_KNOB, "thread"),
         tma(w.clone()),
         tma(w.clone().with("BN", 64i64).with("STAGES", 3i64)),
-        tma(prefill_default_knobs().with("BN", 64i64).with("STAGES", 3i64)),
-        tma(prefill_default_knobs().with("BM", 64i64).with("WM", 4i64).with("QK_UNROLL", false)),
-        tma(prefill_default_knobs()
+        tma(d.clone().with("BN", 64i64).with("STAGES", 3i64)).with(PREFILL_PRODUCER_KNOB, "thread"),
+        tma(d.clone().with("BM", 64i64).with("WM", 4i64).with("QK_UNROLL", false)),
+        tma(d
+            .clone()
             .with("BM", 192i64)
             .with("WM", 12i64)
             .with("BN", 64i64)
             .with("STAGES", 3i64)
             .with("QORDER", "lpt")),
         // A dedicated producer warpgroup (PRODUCER=warp): overlapped and plain schedules, 3 stages of 64 keys.
-        tma(prefill_default_knobs()).with(PREFILL_PRODUCER_KNOB, "warp"),
+        tma(d.clone()),
         tma(w.clone()).with(PREFILL_PRODUCER_KNOB, "warp"),
-        tma(prefill_default_knobs().with("BN", 64i64).with("STAGES", 3i64)).with(PREFILL_PRODUCER_KNOB, "warp"),
-        // Ping-pong (PINGPONG=true, the first KV tile peeled): with the producer warpgroup at 2 and 3 stages,
-        // with thread 0 producing, and three warpgroups taking turns.
-        tma(prefill_default_knobs()).with(PREFILL_PINGPONG_KNOB, true),
-        tma(prefill_default_knobs().with("BN", 64i64).with("STAGES", 3i64)).with(PREFILL_PINGPONG_KNOB, true),
-        tma(prefill_default_knobs()).with(PREFILL_PRODUCER_KNOB, "thread").with(PREFILL_PINGPONG_KNOB, true),
-        tma(prefill_default_knobs().with("BM", 192i64).with("WM", 12i64).with("BN", 64i64).with("STAGES", 3i64))
-            .with(PREFILL_PINGPONG_KNOB, true),
+        tma(d.clone().with("BN", 64i64).with("STAGES", 3i64)),
+        // Ping-pong (PINGPONG=true, the first KV tile peeled): the default (producer warpgroup, 2 stages), 3
+        // stages of 64 keys, thread 0 producing, and three warpgroups taking turns.
+        tma(prefill_default_knobs()),
+        tma(prefill_default_knobs().with("BN", 64i64).with("STAGES", 3i64)),
+        tma(prefill_default_knobs()).with(PREFILL_PRODUCER_KNOB, "thread"),
+        tma(prefill_default_knobs().with("BM", 192i64).with("WM", 12i64).with("BN", 64i64).with("STAGES", 3i64)),
     ]
 }
 
@@ -204,6 +206,7 @@ fn pingpong_knob_is_checked() {
     let spec = PrefillSpec::new(true, true, false);
     let pp = |k: Knobs| build_prefill(&spec, &k.with(PREFILL_PINGPONG_KNOB, true));
     for k in [prefill_wgmma_knobs(), prefill_default_knobs().with("BM", 64i64).with("WM", 4i64)] {
+        // (The default has PINGPONG=true.)
         let e = pp(k).unwrap_err();
         assert!(matches!(e, OpError::InvalidKnobs { .. }) && e.to_string().contains("PINGPONG needs"), "{e}");
     }
@@ -232,11 +235,11 @@ fn pingpong_knob_is_checked() {
         walk(&k.body, false, &mut turns, &mut in_turn, &mut mmas);
         (turns, in_turn, mmas)
     };
-    let on = pp(prefill_default_knobs()).unwrap();
+    let on = build_prefill(&spec, &prefill_default_knobs()).unwrap();
     // Turns: the peeled first tile's (3 score chunks) and the loop's (3 + 2); the last tile's P V after the loop
     // needs no turn.
     assert_eq!(turns(&on), (2, 3 + 5, 3 + 5 + 2));
-    let off = build_prefill(&spec, &prefill_default_knobs()).unwrap();
+    let off = build_prefill(&spec, &prefill_default_knobs().with(PREFILL_PINGPONG_KNOB, false)).unwrap();
     assert_eq!(turns(&off).0, 0);
     // The CUDA: warpgroup 0 takes the first turn once; the consumer slice takes and passes each turn of the two
     // warpgroups, the producer warpgroup's slice (before `} else {  // the consumer warpgroups`) none.

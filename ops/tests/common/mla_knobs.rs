@@ -40,9 +40,15 @@ pub fn prefill_wgmma_points() -> Vec<Knobs> {
 /// The three-warpgroup wgmma prefill points (BM = 192 on 12 warps, the default's other knobs, causal blocks in
 /// LPT order as they were timed): 64-key tiles in a 3-deep ring, and 96- or 80-key tiles in a 2-deep ring
 /// (BN = 128 does not fit the shared memory). These sit at the 168-register cap of 384 threads: with the
-/// per-head order the varlen BN = 96 kernel spills 4 bytes (ptxas 13.0), so the points keep `QORDER=lpt`.
+/// per-head order the varlen BN = 96 kernel spills 4 bytes (ptxas 13.0), so the points keep `QORDER=lpt`, and
+/// `PINGPONG=false`.
 pub fn prefill_bm192_points() -> Vec<Knobs> {
-    let d = k3k_ops::gated_mla::prefill_default_knobs().with("BM", 192i64).with("WM", 12i64).with("QORDER", "lpt");
+    // Without turns: PINGPONG=true spills 8-16 bytes here at BN = 96 and 80 (ptxas 13.0, session 15).
+    let d = k3k_ops::gated_mla::prefill_default_knobs()
+        .with("BM", 192i64)
+        .with("WM", 12i64)
+        .with("QORDER", "lpt")
+        .with("PINGPONG", false);
     vec![
         d.clone().with("BN", 64i64).with("STAGES", 3i64),
         d.clone().with("BN", 96i64).with("STAGES", 2i64),
@@ -62,8 +68,8 @@ pub fn prefill_fast_softmax_points() -> Vec<Knobs> {
         g.clone(),
         prefill_default_knobs().with("SMGUARD", true),
         prefill_wgmma_knobs().with("SOFTMAX", "fast"),
-        g.clone().with("BM", 64i64).with("WM", 4i64).with("BN", 64i64).with("STAGES", 3i64),
-        g.with("BM", 192i64).with("WM", 12i64).with("BN", 96i64).with("QORDER", "lpt"),
+        g.clone().with("BM", 64i64).with("WM", 4i64).with("BN", 64i64).with("STAGES", 3i64).with("PINGPONG", false),
+        g.with("BM", 192i64).with("WM", 12i64).with("BN", 96i64).with("QORDER", "lpt").with("PINGPONG", false),
         prefill_sync_knobs().with("SOFTMAX", "fast"),
     ]
 }
