@@ -1,5 +1,7 @@
 # Shared helpers of the device-call plans (sourced; from session 14 on). Set W (work folder) before sourcing;
 # BUDGET_S bounds the call. Defines K (the carried binary), OUT, L (the log), left(), pack() and op().
+# At most 8 files come back from $OUT (device README, Limits): op() writes log.txt, bench.txt, peers.txt,
+# bench.tgz and results.tgz; a plan adds at most three more (tar the rest into one).
 set -uo pipefail
 K=.carry/k3k; OUT=${OUT:-./gpu-out}; rm -rf "$W"; mkdir -p "$W" "$OUT"
 END=$(( $(date +%s) + ${BUDGET_S:-560} )); left() { echo $(( END - $(date +%s) )); }
