@@ -275,6 +275,15 @@ pub const PREFILL_LOAD_KNOB: &str = "LOAD";
 /// far as the empty barriers let it.
 pub const PREFILL_PRODUCER_KNOB: &str = "PRODUCER";
 
+/// The prefill knob `PERSIST` (bool; absent = false): a persistent grid of one block per SM (`NUM_SMS`) that walks
+/// the (q-tile, head) items in the per-head order, `gridDim.x` apart, instead of one block per item. The K / V ring and
+/// its barrier phases run on across items, so the producer warpgroup loads the next item's first K / V tiles while the
+/// consumers finish the current one, and its Q tile (a `q_empty` barrier, released after the item's last product)
+/// during the current item's epilogue, which reads the gate straight from global memory (the Q buffer may already
+/// hold the next item's tile). For the overlapped wgmma kernel with `LOAD=tma`, `PRODUCER=warp` and `QORDER=head`
+/// (an error elsewhere); varlen problems keep one block per item.
+pub const PREFILL_PERSIST_KNOB: &str = "PERSIST";
+
 /// The prefill knob `PINGPONG` (bool; absent = false; `OVERLAP` with two or more consumer warpgroups): the
 /// warpgroups issue each tile's products (`S = Q K^T` and the previous tile's `O += P V`) in turn
 /// ([`Stmt::InTurn`], FlashAttention-3's ping-pong schedule), so that one warpgroup's products run on the tensor
@@ -336,6 +345,8 @@ struct PrefillTma {
     km: TmapId,
     vm: TmapId,
     q_full: MbarId,
+    /// PERSIST: the consumers release the Q tile after an item's last product.
+    q_empty: Option<MbarId>,
     k_full: MbarId,
     k_empty: MbarId,
     v_full: MbarId,
@@ -365,6 +376,8 @@ struct PrefillCfg {
     producer_warp: bool,
     /// `PINGPONG` (OVERLAP, two or more warpgroups): the warpgroups issue their products in turn.
     pingpong: bool,
+    /// `PERSIST` (fixed lengths): one block per SM walks the (q-tile, head) items (see [`PREFILL_PERSIST_KNOB`]).
+    persist: bool,
 }
 
 /// The K/V bytes an LPT head group may keep in L2 (FA3's 32 MB rule).
@@ -436,6 +449,10 @@ fn prefill_cfg(spec: &PrefillSpec, k: &Knobs) -> Result<PrefillCfg, OpError> {
             None => false,
             Some(_) => k.bool(PREFILL_PINGPONG_KNOB)?,
         },
+        persist: match k.0.get(PREFILL_PERSIST_KNOB) {
+            None => false,
+            Some(_) => k.bool(PREFILL_PERSIST_KNOB)?,
+        },
     };
     // PRODUCER=warp applies to the TMA kernel of one or two consumer warpgroups: cp.async has no copies to hand to a
     // producer warp, and three consumer warpgroups (BM=192) spill under the producer's 512-thread launch (144
@@ -474,6 +491,15 @@ fn prefill_cfg(spec: &PrefillSpec, k: &Knobs) -> Result<PrefillCfg, OpError> {
     if c.smguard && !c.overlap {
         return invalid(OP, k, "SMGUARD needs OVERLAP=true".into());
     }
+    if c.persist && !(c.tma && c.producer_warp && c.overlap && c.wgmma && !c.qorder_lpt) {
+        return invalid(
+            OP,
+            k,
+            "PERSIST needs the overlapped wgmma kernel with LOAD=tma, PRODUCER=warp and QORDER=head".into(),
+        );
+    }
+    // Varlen items have per-sequence lengths: the block-per-item grid stays.
+    let c = PrefillCfg { persist: c.persist && !spec.varlen, ..c };
     if c.pingpong && !(c.overlap && c.wm >= 8) {
         return invalid(
             OP,
@@ -561,6 +587,12 @@ pub fn build_prefill(spec: &PrefillSpec, knobs: &Knobs) -> Result<Kernel, OpErro
             let max_q = b.int_arg("MAX_SEQLEN_Q");
             b.grid(max_q.ceil_div(bm as i64), h.clone(), n1.clone() - 1i64);
         }
+        None if c.persist => {
+            // One block per SM (at least one, at most one per item).
+            let items = tq.ceil_div(bm as i64) * h.clone();
+            let num_sms = b.int_arg(NUM_SMS);
+            b.grid(num_sms.min(items).max(1i64), 1i64, 1i64);
+        }
         None => b.grid(tq.ceil_div(bm as i64), h.clone(), 1i64),
     }
 
@@ -583,6 +615,7 @@ pub fn build_prefill(spec: &PrefillSpec, knobs: &Knobs) -> Result<Kernel, OpErro
         km: b.tensor_map("k_map", k, &[KC, 1, bn], Swizzle::Xor16B),
         vm: b.tensor_map("v_map", v, &[KC, 1, bn], Swizzle::Xor16B),
         q_full: b.mbarriers("q_full", 1),
+        q_empty: c.persist.then(|| b.mbarriers("q_empty", 1)),
         k_full: b.mbarriers("k_full", st),
         k_empty: b.mbarriers("k_empty", st),
         v_full: b.mbarriers("v_full", st),
@@ -607,7 +640,15 @@ pub fn build_prefill(spec: &PrefillSpec, knobs: &Knobs) -> Result<Kernel, OpErro
         }
         None => (Expr::Int(0), tq.clone(), Expr::Int(0), tk.clone()),
     };
-    let (mt, hh) = if spec.causal && c.qorder_lpt {
+    // PERSIST: the items' coordinates come inside the walk; the ring's running stage count `kbase` (K / V tiles of
+    // earlier items of this block) and the item count (the Q barriers' phases) carry across items.
+    let walk = c.persist.then(|| {
+        let scale_log2 = b.let_("scale_log2", scale.clone() * LOG2_E);
+        (scale_log2, b.let_var("kbase", 0i64), b.let_var("item", 0i64))
+    });
+    let (mt, hh) = if walk.is_some() {
+        (Expr::Int(0), Expr::Int(0))
+    } else if spec.causal && c.qorder_lpt {
         // Longest tiles first over groups of `g` heads (FA3's LPT order): the linear block index walks the
         // q-tiles from the last to the first with the heads of a group innermost, so the tail wave holds only
         // the shortest tiles; a group's K/V (g heads of `s_n` keys) is sized to stay in L2.
@@ -632,10 +673,33 @@ pub fn build_prefill(spec: &PrefillSpec, knobs: &Knobs) -> Result<Kernel, OpErro
         let hh = b.let_("head", Expr::block_idx(1));
         (mt, hh)
     };
-    let m0 = b.let_("m0", mt * bm as i64);
-    let scale_log2 = b.let_("scale_log2", scale * LOG2_E);
+    let (m0, scale_log2) = match &walk {
+        Some((sl, _, _)) => (Expr::Int(0), sl.clone()),
+        None => {
+            let m0 = b.let_("m0", mt * bm as i64);
+            (m0, b.let_("scale_log2", scale * LOG2_E))
+        }
+    };
+    // The ring use of K / V tile `kt` of the item (PERSIST: after the earlier items' tiles).
+    let u = |kt: Expr| -> Expr {
+        match &walk {
+            Some((_, kbase, _)) => Expr::Var(*kbase) + kt,
+            None => kt,
+        }
+    };
 
-    let body = |b: &mut KernelBuilder| {
+    let init_barriers = |b: &mut KernelBuilder, m: &PrefillTma| {
+        b.mbar_init(m.q_full, 1);
+        if let Some(qe) = m.q_empty {
+            b.mbar_init(qe, 32 * c.wm);
+        }
+        b.mbar_init(m.k_full, 1);
+        b.mbar_init(m.k_empty, 32 * c.wm);
+        b.mbar_init(m.v_full, 1);
+        b.mbar_init(m.v_empty, 32 * c.wm);
+    };
+
+    let body = |b: &mut KernelBuilder, m0: Expr, hh: Expr| {
         let rows_q = b.let_("rows_q", t_n.clone() - m0.clone());
         // Keys this q-tile may see: all, or up to the last row's diagonal (bottom-right aligned).
         let n_end = if spec.causal {
@@ -652,7 +716,7 @@ pub fn build_prefill(spec: &PrefillSpec, knobs: &Knobs) -> Result<Kernel, OpErro
 
         // Stage `kt` of a K or V ring: the tile's `n` 64-column chunks of a `[S, H, d]` tensor into its slot.
         let load_chunks = |b: &mut KernelBuilder, kt: Expr, t: TensorId, d: u32, n: u32, buf: SharedId| {
-            let slot = kt.clone() % st as i64;
+            let slot = u(kt.clone()) % st as i64;
             let kv0 = kt.clone() * bn as i64;
             if let Some(m) = &tma {
                 let (map, full, empty) = if t == k { (m.km, m.k_full, m.k_empty) } else { (m.vm, m.v_full, m.v_empty) };
@@ -660,7 +724,7 @@ pub fn build_prefill(spec: &PrefillSpec, knobs: &Knobs) -> Result<Kernel, OpErro
                 // kt / STAGES - 1 of its empty barrier; a fresh barrier passes parity 1 at once), then announces
                 // the stage's bytes (whole boxes: rows past the tensor's end arrive as zeros) and issues the copies.
                 // Rows past the sequence's end come from the next sequence: masked like the cp.async zeros.
-                b.mbar_wait_elected(empty, slot.clone(), (kt.clone() / st as i64 + 1i64) % 2i64);
+                b.mbar_wait_elected(empty, slot.clone(), (u(kt.clone()) / st as i64 + 1i64) % 2i64);
                 b.mbar_arrive_expect_tx(full, slot.clone(), 2 * bn * d);
                 for cc in 0..n {
                     let dst = b.slot(buf, slot.clone() * n as i64 + cc as i64);
@@ -706,14 +770,13 @@ pub fn build_prefill(spec: &PrefillSpec, knobs: &Knobs) -> Result<Kernel, OpErro
             load_v(b, kt);
         };
 
-        if let Some(m) = &tma {
-            b.mbar_init(m.q_full, 1);
-            b.mbar_init(m.k_full, 1);
-            b.mbar_init(m.k_empty, 32 * c.wm);
-            b.mbar_init(m.v_full, 1);
-            b.mbar_init(m.v_empty, 32 * c.wm);
-            // The Q tile: one box per 64-column chunk (rows past the sequence's end are never stored).
+        // The Q tile: one box per 64-column chunk (rows past the sequence's end are never stored); PERSIST: once
+        // the consumers have released the previous item's.
+        let load_q = |b: &mut KernelBuilder, m: &PrefillTma| {
             b.producer_if(c.producer_warp, |b| {
+                if let (Some(qe), Some((_, _, item))) = (m.q_empty, &walk) {
+                    b.mbar_wait_elected(qe, 0i64, (Expr::Var(*item) + 1i64) % 2i64);
+                }
                 b.mbar_arrive_expect_tx(m.q_full, 0i64, 2 * bm * dqk);
                 for cc in 0..nqk {
                     let dst = b.slot(sq, cc as i64);
@@ -721,6 +784,17 @@ pub fn build_prefill(spec: &PrefillSpec, knobs: &Knobs) -> Result<Kernel, OpErro
                     b.tma_load(m.qm, dst, coords, m.q_full, 0i64);
                 }
             });
+        };
+        // The Q tile's phase: the item's (PERSIST), else the only one.
+        let q_parity = match &walk {
+            Some((_, _, item)) => Expr::Var(*item) % 2i64,
+            None => Expr::Int(0),
+        };
+        if let Some(m) = &tma
+            && walk.is_none()
+        {
+            init_barriers(b, m);
+            load_q(b, m);
         }
         // Q tile (first commit group, with KV stage 0).
         for c in (0..nqk).filter(|_| tma.is_none()) {
@@ -886,6 +960,12 @@ pub fn build_prefill(spec: &PrefillSpec, knobs: &Knobs) -> Result<Kernel, OpErro
             };
             b.producer_if(c.producer_warp, |b| b.if_(Expr::Int(0).lt(n_tiles.clone()), |b| load_k(b, Expr::Int(0))));
             commit(b);
+            // PERSIST: the next item's first K tile may load while the consumers still read this item's Q tile.
+            if let Some(m) = &tma
+                && walk.is_some()
+            {
+                load_q(b, m);
+            }
             for j in 1..st - 1 {
                 b.producer_if(c.producer_warp, |b| load_group(b, Expr::Int(j as i64)));
                 commit(b);
@@ -895,7 +975,7 @@ pub fn build_prefill(spec: &PrefillSpec, knobs: &Knobs) -> Result<Kernel, OpErro
                 b.map(acc, 0.0f64);
             }
             if let Some(m) = &tma {
-                b.mbar_wait(m.q_full, 0i64, 0i64);
+                b.mbar_wait(m.q_full, 0i64, q_parity.clone());
             }
             // One KV tile. `later`: whether kt > 0 is known statically (PINGPONG peels the first tile, so that a
             // turn holds straight-line products and the P V wait knows which it leaves in flight), or tested.
@@ -911,12 +991,12 @@ pub fn build_prefill(spec: &PrefillSpec, knobs: &Knobs) -> Result<Kernel, OpErro
                 }
                 b.producer_if(c.producer_warp, |b| load_group(b, &kt + (st - 1) as i64));
                 commit(b);
-                let slot = b.let_("slot", &kt % st as i64);
+                let slot = b.let_("slot", u(kt.clone()) % st as i64);
                 let kv0 = b.let_("kv0", &kt * bn as i64);
-                let prev = (&kt + (st - 1) as i64) % st as i64;
+                let prev = (u(kt.clone()) + (st - 1) as i64) % st as i64;
                 if let Some(m) = &tma {
-                    b.mbar_wait(m.k_full, slot.clone(), (&kt / st as i64) % 2i64);
-                    if_later(b, &|b| b.mbar_wait(m.v_full, prev.clone(), ((&kt - 1i64) / st as i64) % 2i64));
+                    b.mbar_wait(m.k_full, slot.clone(), (u(kt.clone()) / st as i64) % 2i64);
+                    if_later(b, &|b| b.mbar_wait(m.v_full, prev.clone(), ((u(kt.clone()) - 1i64) / st as i64) % 2i64));
                 }
                 match later {
                     None => {
@@ -966,17 +1046,25 @@ pub fn build_prefill(spec: &PrefillSpec, knobs: &Knobs) -> Result<Kernel, OpErro
             }
             // The last tile's P V: its V is in group n_tiles, issued during the last iteration.
             b.if_(n_tiles.clone().gt(0i64), |b| {
-                let last = (n_tiles.clone() + (st - 1) as i64) % st as i64;
+                let last = (u(n_tiles.clone()) + (st - 1) as i64) % st as i64;
                 match &tma {
-                    Some(m) => b.mbar_wait(m.v_full, last.clone(), ((n_tiles.clone() - 1i64) / st as i64) % 2i64),
+                    Some(m) => b.mbar_wait(m.v_full, last.clone(), ((u(n_tiles.clone()) - 1i64) / st as i64) % 2i64),
                     None => {
                         b.wait(0);
                         b.barrier();
                     }
                 }
-                pv_async(b, last);
+                pv_async(b, last.clone());
                 b.mma_wait(0);
+                // PERSIST: the ring runs on into the next item.
+                if let Some(m) = tma.as_ref().filter(|_| walk.is_some()) {
+                    b.mbar_arrive(m.v_empty, last);
+                }
             });
+            // PERSIST: the item's products are complete; the producer may load the next item's Q tile.
+            if let Some(qe) = tma.as_ref().and_then(|m| m.q_empty) {
+                b.mbar_arrive(qe, 0i64);
+            }
         }
         if tma.is_none() {
             b.wait(0);
@@ -989,7 +1077,8 @@ pub fn build_prefill(spec: &PrefillSpec, knobs: &Knobs) -> Result<Kernel, OpErro
         // Epilogue: o = acc / l (* sigmoid(z)), lse = ln(sum exp(tau q k)).
         b.vec_map(inv_l, sm.inv_l());
         let out_off = ((q_start.clone() + m0.clone()) * h.clone() + hh.clone()) * dv as i64;
-        if let Some(z) = z {
+        // (PERSIST: the Q buffer may already hold the next item's tile; the gate comes from global memory.)
+        if let Some(z) = z.filter(|_| walk.is_none()) {
             // Stage the gate tile through the Q chunks (no longer read) with coalesced 16-byte copies.
             b.barrier();
             for c in 0..nv {
@@ -1005,8 +1094,18 @@ pub fn build_prefill(spec: &PrefillSpec, knobs: &Knobs) -> Result<Kernel, OpErro
         for (c, &acc) in accs.iter().enumerate() {
             match zt {
                 Some(zt) => {
-                    let zs = b.slot(sq, c as i64);
-                    b.load(zt, Place::Shared(zs));
+                    let src = match (z, &walk) {
+                        (Some(z), Some(_)) => Place::Global(view(
+                            z,
+                            out_off.clone() + (c * KC as usize) as i64,
+                            row_stride_v.clone(),
+                            rows_q.clone(),
+                            KC as i64,
+                            8,
+                        )),
+                        _ => Place::Shared(b.slot(sq, c as i64)),
+                    };
+                    b.load(zt, src);
                     b.map(acc, el(acc) * rv(inv_l) * el(zt).sigmoid());
                 }
                 None => b.map(acc, el(acc) * rv(inv_l)),
@@ -1017,11 +1116,28 @@ pub fn build_prefill(spec: &PrefillSpec, knobs: &Knobs) -> Result<Kernel, OpErro
         }
         b.vec_map(lse_v, sm.lse_nat());
         b.store_vec(lse_v, vec_view(lse, hh.clone() * tq.clone() + q_start.clone() + m0.clone(), 1i64, rows_q));
+        if let Some((_, kbase, item)) = &walk {
+            b.assign(*kbase, Expr::Var(*kbase) + n_tiles.clone());
+            b.assign(*item, Expr::Var(*item) + 1i64);
+        }
     };
-    if spec.varlen {
-        b.if_(m0.lt(t_n.clone()), body);
-    } else {
-        body(&mut b);
+    match &walk {
+        Some(_) => {
+            // PERSIST: the barriers are initialized once; block b takes items b, b + gridDim.x, ... in the
+            // per-head order (each head's q-tiles from the last, longest, to the first).
+            if let Some(m) = &tma {
+                init_barriers(&mut b, m);
+            }
+            let nq = b.let_("n_qtiles", tq.ceil_div(bm as i64));
+            b.for_("w", Expr::block_idx(0), nq.clone() * h.clone(), Expr::grid_dim(0), |b, w| {
+                let mt = b.let_("mt", nq.clone() - 1i64 - w.clone() % nq.clone());
+                let hh = b.let_("head", w / nq.clone());
+                let m0 = b.let_("m0", mt * bm as i64);
+                body(b, m0, hh);
+            });
+        }
+        None if spec.varlen => b.if_(m0.lt(t_n.clone()), |b| body(b, m0.clone(), hh.clone())),
+        None => body(&mut b, m0.clone(), hh.clone()),
     }
     Ok(b.finish()?)
 }

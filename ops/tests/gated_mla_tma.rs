@@ -198,6 +198,35 @@ fn tma_load_knob_is_checked() {
     assert!(cp.tensor_maps.is_empty() && cp.mbarriers.is_empty());
 }
 
+/// PERSIST (a block per SM walking the items, here 4 blocks as the CPU backends bind `NUM_SMS`): many items per
+/// block, so the K / V ring, its phases and the Q tile's barriers run across items of different KV-tile counts
+/// (causal q-tiles, cached prefixes, full attention), at 2 stages with turns and 3 without; gated and not.
+#[test]
+fn tma_prefill_persistent_walk() {
+    let p = tma(prefill_default_knobs()).with(PREFILL_PERSIST_KNOB, true);
+    for knobs in [p.clone(), p.clone().with("BN", 64i64).with("STAGES", 3i64).with(PREFILL_PINGPONG_KNOB, false)] {
+        let k = build_prefill(&PrefillSpec::new(true, true, false), &knobs).unwrap();
+        assert!(k.syms.iter().any(|s| s.name == k3k_ir::NUM_SMS), "a persistent grid");
+        for (causal, gate, t, s, h) in [
+            (true, true, 300, 300, 3),
+            (true, false, 130, 200, 5),
+            (true, true, 17, 150, 6),
+            (false, true, 65, 100, 6),
+            (true, true, 1, 1, 9),
+        ] {
+            case(causal, gate, &knobs, t, s, h, None);
+        }
+    }
+    // Varlen keeps one block per item (the knob is ignored there); elsewhere it needs the TMA producer warp.
+    let v = build_prefill(&PrefillSpec::new(true, true, true), &p).unwrap();
+    assert!(!v.syms.iter().any(|s| s.name == k3k_ir::NUM_SMS));
+    let spec = PrefillSpec::new(true, true, false);
+    for bad in [p.clone().with(PREFILL_PRODUCER_KNOB, "thread"), p.clone().with("QORDER", "lpt")] {
+        let e = build_prefill(&spec, &bad).unwrap_err();
+        assert!(matches!(e, OpError::InvalidKnobs { .. }) && e.to_string().contains("PERSIST needs"), "{e}");
+    }
+}
+
 /// `PINGPONG` needs the overlapped schedule and two warpgroups to take turns; with it, the kernel issues every
 /// product inside a turn (the first tile's score product in one, then per tile the score and P V products in
 /// one), and without it there is no turn.
