@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
-# Session 15, device call 4: the MLA prefill's
-# Call 4 repeats call 3 after two changes: the items walked in longest/shortest pairs per head (call 3's round robin
-# over the longest-first order was 17% / 32% slower), and the Q tile released after the last score product.
-# persistent grid (PERSIST=true: one block per SM walks the (q-tile, head) items, the K/V ring and the Q barriers run
+# Session 15, device call 4: call 3 again after two changes to the MLA prefill's persistent grid: the items walked in
+# longest/shortest pairs per head (call 3's round robin over the longest-first order was 17% / 32% slower), and the Q
+# tile released after the item's last score product. The persistent grid (PERSIST=true: one block per SM walks the (q-tile, head) items, the K/V ring and the Q barriers run
 # across items). `k3k check --backend cuda` of two persistent points and a GPU fuzz with PERSIST=true, then a same-run
 # A/B on the two presets: the defaults (ping-pong), PERSIST=true, and PERSIST=true without turns.
 # Build first here: cargo build --release; strip -o .carry/k3k target/release/k3k
