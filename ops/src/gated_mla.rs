@@ -681,12 +681,19 @@ pub fn build_prefill(spec: &PrefillSpec, knobs: &Knobs) -> Result<Kernel, OpErro
             (m0, b.let_("scale_log2", scale * LOG2_E))
         }
     };
-    // The ring use of K / V tile `kt` of the item (PERSIST: after the earlier items' tiles).
+    // The ring use of K / V tile `kt` of the item (PERSIST: after the earlier items' tiles), its slot and the parity
+    // of its phase. PERSIST with a power-of-two STAGES: a mask and a shift (uses are never negative) instead of the
+    // signed 64-bit remainder and quotient, which ptxas cannot simplify once the use is a loop-carried sum.
     let u = |kt: Expr| -> Expr {
         match &walk {
             Some((_, kbase, _)) => Expr::Var(*kbase) + kt,
             None => kt,
         }
+    };
+    let bits = walk.is_some() && st.is_power_of_two();
+    let slot_of = |u: Expr| -> Expr { if bits { u.bitand(st as i64 - 1) } else { u % st as i64 } };
+    let phase_of = |u: Expr| -> Expr {
+        if bits { u.shr(st.trailing_zeros() as i64).bitand(1i64) } else { (u / st as i64) % 2i64 }
     };
 
     let init_barriers = |b: &mut KernelBuilder, m: &PrefillTma| {
@@ -717,7 +724,7 @@ pub fn build_prefill(spec: &PrefillSpec, knobs: &Knobs) -> Result<Kernel, OpErro
 
         // Stage `kt` of a K or V ring: the tile's `n` 64-column chunks of a `[S, H, d]` tensor into its slot.
         let load_chunks = |b: &mut KernelBuilder, kt: Expr, t: TensorId, d: u32, n: u32, buf: SharedId| {
-            let slot = u(kt.clone()) % st as i64;
+            let slot = slot_of(u(kt.clone()));
             let kv0 = kt.clone() * bn as i64;
             if let Some(m) = &tma {
                 let (map, full, empty) = if t == k { (m.km, m.k_full, m.k_empty) } else { (m.vm, m.v_full, m.v_empty) };
@@ -725,7 +732,9 @@ pub fn build_prefill(spec: &PrefillSpec, knobs: &Knobs) -> Result<Kernel, OpErro
                 // kt / STAGES - 1 of its empty barrier; a fresh barrier passes parity 1 at once), then announces
                 // the stage's bytes (whole boxes: rows past the tensor's end arrive as zeros) and issues the copies.
                 // Rows past the sequence's end come from the next sequence: masked like the cp.async zeros.
-                b.mbar_wait_elected(empty, slot.clone(), (u(kt.clone()) / st as i64 + 1i64) % 2i64);
+                let parity =
+                    if bits { phase_of(u(kt.clone())).bitxor(1i64) } else { (u(kt.clone()) / st as i64 + 1i64) % 2i64 };
+                b.mbar_wait_elected(empty, slot.clone(), parity);
                 b.mbar_arrive_expect_tx(full, slot.clone(), 2 * bn * d);
                 for cc in 0..n {
                     let dst = b.slot(buf, slot.clone() * n as i64 + cc as i64);
@@ -776,7 +785,7 @@ pub fn build_prefill(spec: &PrefillSpec, knobs: &Knobs) -> Result<Kernel, OpErro
         let load_q = |b: &mut KernelBuilder, m: &PrefillTma| {
             b.producer_if(c.producer_warp, |b| {
                 if let (Some(qe), Some((_, _, item))) = (m.q_empty, &walk) {
-                    b.mbar_wait_elected(qe, 0i64, (Expr::Var(*item) + 1i64) % 2i64);
+                    b.mbar_wait_elected(qe, 0i64, Expr::Var(*item).bitand(1i64).bitxor(1i64));
                 }
                 b.mbar_arrive_expect_tx(m.q_full, 0i64, 2 * bm * dqk);
                 for cc in 0..nqk {
@@ -788,7 +797,7 @@ pub fn build_prefill(spec: &PrefillSpec, knobs: &Knobs) -> Result<Kernel, OpErro
         };
         // The Q tile's phase: the item's (PERSIST), else the only one.
         let q_parity = match &walk {
-            Some((_, _, item)) => Expr::Var(*item) % 2i64,
+            Some((_, _, item)) => Expr::Var(*item).bitand(1i64),
             None => Expr::Int(0),
         };
         if let Some(m) = &tma
@@ -992,12 +1001,12 @@ pub fn build_prefill(spec: &PrefillSpec, knobs: &Knobs) -> Result<Kernel, OpErro
                 }
                 b.producer_if(c.producer_warp, |b| load_group(b, &kt + (st - 1) as i64));
                 commit(b);
-                let slot = b.let_("slot", u(kt.clone()) % st as i64);
+                let slot = b.let_("slot", slot_of(u(kt.clone())));
                 let kv0 = b.let_("kv0", &kt * bn as i64);
-                let prev = (u(kt.clone()) + (st - 1) as i64) % st as i64;
+                let prev = slot_of(u(kt.clone()) + (st - 1) as i64);
                 if let Some(m) = &tma {
-                    b.mbar_wait(m.k_full, slot.clone(), (u(kt.clone()) / st as i64) % 2i64);
-                    if_later(b, &|b| b.mbar_wait(m.v_full, prev.clone(), ((u(kt.clone()) - 1i64) / st as i64) % 2i64));
+                    b.mbar_wait(m.k_full, slot.clone(), phase_of(u(kt.clone())));
+                    if_later(b, &|b| b.mbar_wait(m.v_full, prev.clone(), phase_of(u(kt.clone()) - 1i64)));
                 }
                 match later {
                     None => {
@@ -1052,9 +1061,9 @@ pub fn build_prefill(spec: &PrefillSpec, knobs: &Knobs) -> Result<Kernel, OpErro
             }
             // The last tile's P V: its V is in group n_tiles, issued during the last iteration.
             b.if_(n_tiles.clone().gt(0i64), |b| {
-                let last = (u(n_tiles.clone()) + (st - 1) as i64) % st as i64;
+                let last = slot_of(u(n_tiles.clone()) + (st - 1) as i64);
                 match &tma {
-                    Some(m) => b.mbar_wait(m.v_full, last.clone(), ((u(n_tiles.clone()) - 1i64) / st as i64) % 2i64),
+                    Some(m) => b.mbar_wait(m.v_full, last.clone(), phase_of(u(n_tiles.clone()) - 1i64)),
                     None => {
                         b.wait(0);
                         b.barrier();
