@@ -282,7 +282,13 @@ pub const PREFILL_PRODUCER_KNOB: &str = "PRODUCER";
 /// consumers finish the current one, and its Q tile (a `q_empty` barrier, released once the item's last score
 /// product is complete) during the current item's last softmax, P V product and epilogue, which reads the gate straight from global memory (the Q buffer may already
 /// hold the next item's tile). For the overlapped wgmma kernel with `LOAD=tma`, `PRODUCER=warp` and `QORDER=head`
-/// (an error elsewhere); varlen problems keep one block per item.
+/// (an error elsewhere); varlen problems keep one block per item. Measured slower, so neither a default nor an axis
+/// of [`prefill_knob_space`]: on the H200 (2026-12-04, session 15 call 6, same run against the defaults) causal T8192
+/// H96 3.9228 ms vs 3.6674, T32768 H12 7.1403 vs 6.3995 (a plain round robin over the longest-first order was 17% /
+/// 32% slower, call 3). The static walk leaves about 3% imbalance by the arithmetic, and ncu of call 5 counted some
+/// 10% more instructions issued for the same work; where the rest goes is not known. Kept as the base of a dynamic
+/// tile scheduler (an atomic item counter, FA3's), which needs the item index passed from the producer to the
+/// consumers through shared memory.
 pub const PREFILL_PERSIST_KNOB: &str = "PERSIST";
 
 /// The prefill knob `PINGPONG` (bool; absent = false; `OVERLAP` with two or more consumer warpgroups): the
