@@ -240,7 +240,8 @@ pub fn prefill_knob_space() -> KnobSpace {
         )
         .axis(
             PREFILL_PINGPONG_KNOB,
-            "OVERLAP: the warpgroups issue their products in turn (ping-pong), one's softmax under the other's products",
+            "OVERLAP: the warpgroups issue their products in turn (ping-pong), one's softmax under the other's \
+             products",
             [false, true],
         )
         .axis(
@@ -276,19 +277,20 @@ pub const PREFILL_LOAD_KNOB: &str = "LOAD";
 pub const PREFILL_PRODUCER_KNOB: &str = "PRODUCER";
 
 /// The prefill knob `PERSIST` (bool; absent = false): a persistent grid of one block per SM (`NUM_SMS`) that walks
-/// the (q-tile, head) items head after head, each head's longest q-tile paired with its shortest, a pair per
-/// block `gridDim.x` pairs apart, instead of one block per item. The K / V ring and
-/// its barrier phases run on across items, so the producer warpgroup loads the next item's first K / V tiles while the
-/// consumers finish the current one, and its Q tile (a `q_empty` barrier, released once the item's last score
-/// product is complete) during the current item's last softmax, P V product and epilogue, which reads the gate straight from global memory (the Q buffer may already
-/// hold the next item's tile). For the overlapped wgmma kernel with `LOAD=tma`, `PRODUCER=warp` and `QORDER=head`
-/// (an error elsewhere); varlen problems keep one block per item. Measured slower, so neither a default nor an axis
-/// of [`prefill_knob_space`]: on the H200 (2026-12-04, session 15 call 6, same run against the defaults) causal T8192
-/// H96 3.9228 ms vs 3.6674, T32768 H12 7.1403 vs 6.3995 (a plain round robin over the longest-first order was 17% /
-/// 32% slower, call 3). The static walk leaves about 3% imbalance by the arithmetic, and ncu of call 5 counted some
-/// 10% more instructions issued for the same work; where the rest goes is not known. Kept as the base of a dynamic
-/// tile scheduler (an atomic item counter, FA3's), which needs the item index passed from the producer to the
-/// consumers through shared memory.
+/// the (q-tile, head) items head after head, each head's longest q-tile paired with its shortest, a pair per step,
+/// `gridDim.x` pairs apart, instead of one block per item. The K / V ring and its barrier phases run on across items,
+/// so the producer warpgroup loads the next item's first K / V tiles while the consumers finish the current one, and
+/// its Q tile (a `q_empty` barrier, released once the item's last score product is complete) during the current
+/// item's last softmax, P V product and epilogue, which reads the gate straight from global memory (the Q buffer may
+/// already hold the next item's tile). For the overlapped wgmma kernel with `LOAD=tma`, `PRODUCER=warp` and
+/// `QORDER=head` (an error elsewhere); varlen problems keep one block per item.
+///
+/// Measured slower, so neither a default nor an axis of [`prefill_knob_space`]: on the H200 (2026-12-04, session 15
+/// call 6, same run against the defaults) causal T8192 H96 3.9228 ms vs 3.6674, T32768 H12 7.1403 vs 6.3995 (a plain
+/// round robin over the longest-first order was 17% / 32% slower, call 3). The static walk leaves about 3% imbalance
+/// by the arithmetic, and ncu (call 5) counted some 10% more instructions issued for the same work; where the rest
+/// goes is not known. Kept as the base of a dynamic item scheduler (an atomic item counter, as in FA3), which needs
+/// the item index handed from the producer to the consumers through shared memory.
 pub const PREFILL_PERSIST_KNOB: &str = "PERSIST";
 
 /// The prefill knob `PINGPONG` (bool; absent = false; `OVERLAP` with two or more consumer warpgroups): the
@@ -1040,7 +1042,7 @@ pub fn build_prefill(spec: &PrefillSpec, knobs: &Knobs) -> Result<Kernel, OpErro
                 if let Some(m) = &tma {
                     b.mbar_arrive(m.k_empty, slot.clone());
                     // PERSIST: the item's last score product is complete: release the Q tile, so that the next
-                    // item's loads while this one finishes.
+                    // item's Q tile loads while this one finishes.
                     if let Some(qe) = m.q_empty {
                         b.if_(kt.clone().eq(n_tiles.clone() - 1i64), |b| b.mbar_arrive(qe, 0i64));
                     }
