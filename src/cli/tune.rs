@@ -441,10 +441,9 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     }
     println!("results in {} ({:.0?})", a.results.join(gpu_key.slug()).display(), start.elapsed());
     if !rows.is_empty() && a.backend != "cpu" {
-        let md = format!(
-            "# k3k tune on {} ({})\n\n`k3k tune --op {} --preset {} --budget {} --max-candidates {}{}`: {} preset(s) in \
-             {:.0} s wall on {gpus} GPU(s).\n\n```\n{table}```\n{}",
-            gpu_key.name,
+        let run = format!(
+            "## {}: `k3k tune --op {} --preset {} --budget {} --max-candidates {}{}`\n\n{} preset(s) in {:.0} s wall on \
+             {gpus} GPU(s).\n\n```\n{table}```\n{}",
             k3k::tuner::utc_date_today(),
             a.op,
             a.preset,
@@ -457,9 +456,30 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         );
         let path = a.results.join(gpu_key.slug()).join("TUNE.md");
         std::fs::create_dir_all(path.parent().expect("a folder"))?;
+        let before = std::fs::read_to_string(&path).ok();
+        let md = tune_log(before.as_deref(), &gpu_key.name, &run);
         k3k::bench::write_atomic(&path, md.as_bytes())?;
     }
     Ok(0)
+}
+
+/// The tune log `TUNE.md` of a GPU's results folder: its title, then this run's section, then everything the
+/// file held under its title before (earlier runs and notes), so that a tune of one operator keeps the tables of
+/// the others.
+fn tune_log(before: Option<&str>, gpu: &str, run: &str) -> String {
+    let earlier = before.map_or("", |b| match b.split_once('\n') {
+        Some((first, rest)) if first.starts_with("# k3k tune on ") => rest.trim_start_matches('\n'),
+        _ => b,
+    });
+    let mut md = format!("# k3k tune on {gpu}\n\n{}\n", run.trim_end());
+    if !earlier.trim().is_empty() {
+        md.push('\n');
+        md.push_str(earlier);
+        if !md.ends_with('\n') {
+            md.push('\n');
+        }
+    }
+    md
 }
 
 /// Compile seconds (one core) of one candidate of `op` at `preset`: the slowest of up to two candidates compiled
@@ -631,8 +651,29 @@ fn render_table(rows: &[Row], peers: &HashMap<(String, String), (String, f64, St
 
 #[cfg(test)]
 mod tests {
-    use super::parse_budget;
+    use super::{parse_budget, tune_log};
     use std::time::Duration;
+
+    #[test]
+    fn tune_log_keeps_earlier_runs() {
+        let first = tune_log(None, "NVIDIA H200", "## 2026-12-04: `k3k tune --op all`\n\ntable A\n");
+        assert_eq!(first, "# k3k tune on NVIDIA H200\n\n## 2026-12-04: `k3k tune --op all`\n\ntable A\n");
+        // A later run of one operator goes first; the earlier run and notes stay, the title once.
+        let second = tune_log(Some(&first), "NVIDIA H200", "## 2026-12-05: `k3k tune --op kda`\n\ntable B\n");
+        assert_eq!(
+            second,
+            "# k3k tune on NVIDIA H200\n\n## 2026-12-05: `k3k tune --op kda`\n\ntable B\n\n## 2026-12-04: `k3k tune --op \
+             all`\n\ntable A\n"
+        );
+        // A file written before the log format (dated title, notes): kept whole below the new run.
+        let old = "# k3k tune on NVIDIA H200 (2026-12-01)\n\n**Note.** read first\n\n`k3k tune --op all`: 18 presets\n";
+        let third = tune_log(Some(old), "NVIDIA H200", "## run C\n");
+        assert_eq!(
+            third,
+            "# k3k tune on NVIDIA H200\n\n## run C\n\n**Note.** read first\n\n`k3k tune --op all`: 18 presets\n"
+        );
+        assert_eq!(third.matches("# k3k tune on").count(), 1);
+    }
 
     #[test]
     fn budgets() {
