@@ -28,6 +28,40 @@ use crate::expr::{Expr, TensorId};
 use crate::kernel::{SharedRef, Swizzle};
 use serde::{Deserialize, Serialize};
 
+/// The ring arithmetic of a `stages`-deep pipeline on per-slot barriers: stage use `u` (the u-th tile through the
+/// ring) goes to slot `u % stages`, and its full barrier's phase has parity `(u / stages) % 2` (`u / stages` earlier
+/// uses of the slot completed a phase each). `bits` (the program promises `u >= 0`, and `stages` is a power of two):
+/// a mask and a shift instead of the signed 64-bit remainder and quotient, which ptxas cannot simplify once a use
+/// is a loop-carried sum.
+#[derive(Clone, Copy, Debug)]
+pub struct StageRing {
+    pub stages: u32,
+    pub bits: bool,
+}
+
+impl StageRing {
+    /// The ring of `stages` slots; the mask-and-shift forms where `nonneg` uses meet a power-of-two depth.
+    pub fn new(stages: u32, nonneg: bool) -> Self {
+        StageRing { stages, bits: nonneg && stages.is_power_of_two() }
+    }
+    /// The slot of use `u`.
+    pub fn slot(&self, u: Expr) -> Expr {
+        let st = self.stages as i64;
+        if self.bits { u.bitand(st - 1) } else { u % st }
+    }
+    /// The parity of use `u`'s phase of its slot's barrier.
+    pub fn phase(&self, u: Expr) -> Expr {
+        let st = self.stages as i64;
+        if self.bits { u.shr(self.stages.trailing_zeros() as i64).bitand(1i64) } else { (u / st) % 2i64 }
+    }
+    /// The parity a producer waits for on the slot's empty barrier before filling use `u`: the release of use
+    /// `u - stages`, phase `u / stages - 1` (a fresh barrier passes parity 1 at once).
+    pub fn empty_parity(&self, u: Expr) -> Expr {
+        let st = self.stages as i64;
+        if self.bits { self.phase(u).bitxor(1i64) } else { (u / st + 1i64) % 2i64 }
+    }
+}
+
 /// Index of a barrier declaration in [`crate::Kernel::mbarriers`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct MbarId(pub u32);

@@ -655,54 +655,50 @@ pub fn build_prefill(spec: &PrefillSpec, knobs: &Knobs) -> Result<Kernel, OpErro
         let scale_log2 = b.let_("scale_log2", scale.clone() * LOG2_E);
         (scale_log2, b.let_var("kbase", 0i64), b.let_var("item", 0i64))
     });
-    let (mt, hh) = if walk.is_some() {
-        (Expr::Int(0), Expr::Int(0))
-    } else if spec.causal && c.qorder_lpt {
-        // Longest tiles first over groups of `g` heads (FA3's LPT order): the linear block index walks the
-        // q-tiles from the last to the first with the heads of a group innermost, so the tail wave holds only
-        // the shortest tiles; a group's K/V (g heads of `s_n` keys) is sized to stay in L2.
-        let g = if c.hgroup > 0 {
-            h.clone().min(c.hgroup as i64)
+    // One block per item (no PERSIST): the item's first query row and head from the block index.
+    let block_item = walk.is_none().then(|| {
+        let (mt, hh) = if spec.causal && c.qorder_lpt {
+            // Longest tiles first over groups of `g` heads (FA3's LPT order): the linear block index walks the
+            // q-tiles from the last to the first with the heads of a group innermost, so the tail wave holds only
+            // the shortest tiles; a group's K/V (g heads of `s_n` keys) is sized to stay in L2.
+            let g = if c.hgroup > 0 {
+                h.clone().min(c.hgroup as i64)
+            } else {
+                let per_head = s_n.clone().max(1i64) * (2 * (dqk + dv)) as i64;
+                (Expr::Int(L2_GROUP_BYTES) / per_head).min(h.clone()).max(1i64)
+            };
+            let g = b.let_("hgroup", g);
+            let nq = Expr::grid_dim(0);
+            let lin = b.let_("lin", Expr::block_idx(0) + nq.clone() * Expr::block_idx(1));
+            let per_group = g.clone() * nq.clone();
+            let h0 = b.let_("h0", lin.clone() / per_group.clone() * g.clone());
+            let within = b.let_("within", lin % per_group);
+            let hig = b.let_("heads_in_group", g.min(h.clone() - h0.clone()));
+            let mt = b.let_("mt", nq - 1i64 - within.clone() / hig.clone());
+            let hh = b.let_("head", h0 + within % hig);
+            (mt, hh)
         } else {
-            let per_head = s_n.clone().max(1i64) * (2 * (dqk + dv)) as i64;
-            (Expr::Int(L2_GROUP_BYTES) / per_head).min(h.clone()).max(1i64)
+            let mt = b.let_("mt", Expr::grid_dim(0) - 1i64 - Expr::block_idx(0));
+            let hh = b.let_("head", Expr::block_idx(1));
+            (mt, hh)
         };
-        let g = b.let_("hgroup", g);
-        let nq = Expr::grid_dim(0);
-        let lin = b.let_("lin", Expr::block_idx(0) + nq.clone() * Expr::block_idx(1));
-        let per_group = g.clone() * nq.clone();
-        let h0 = b.let_("h0", lin.clone() / per_group.clone() * g.clone());
-        let within = b.let_("within", lin % per_group);
-        let hig = b.let_("heads_in_group", g.min(h.clone() - h0.clone()));
-        let mt = b.let_("mt", nq - 1i64 - within.clone() / hig.clone());
-        let hh = b.let_("head", h0 + within % hig);
-        (mt, hh)
-    } else {
-        let mt = b.let_("mt", Expr::grid_dim(0) - 1i64 - Expr::block_idx(0));
-        let hh = b.let_("head", Expr::block_idx(1));
-        (mt, hh)
-    };
-    let (m0, scale_log2) = match &walk {
-        Some((sl, _, _)) => (Expr::Int(0), sl.clone()),
-        None => {
-            let m0 = b.let_("m0", mt * bm as i64);
-            (m0, b.let_("scale_log2", scale * LOG2_E))
-        }
+        (b.let_("m0", mt * bm as i64), hh)
+    });
+    let scale_log2 = match &walk {
+        Some((sl, _, _)) => sl.clone(),
+        None => b.let_("scale_log2", scale * LOG2_E),
     };
     // The ring use of K / V tile `kt` of the item (PERSIST: after the earlier items' tiles), its slot and the parity
-    // of its phase. PERSIST with a power-of-two STAGES: a mask and a shift (uses are never negative) instead of the
-    // signed 64-bit remainder and quotient, which ptxas cannot simplify once the use is a loop-carried sum.
+    // of its phase (PERSIST's uses are never negative: a mask and a shift at a power-of-two STAGES).
     let u = |kt: Expr| -> Expr {
         match &walk {
             Some((_, kbase, _)) => Expr::Var(*kbase) + kt,
             None => kt,
         }
     };
-    let bits = walk.is_some() && st.is_power_of_two();
-    let slot_of = |u: Expr| -> Expr { if bits { u.bitand(st as i64 - 1) } else { u % st as i64 } };
-    let phase_of = |u: Expr| -> Expr {
-        if bits { u.shr(st.trailing_zeros() as i64).bitand(1i64) } else { (u / st as i64) % 2i64 }
-    };
+    let ring = StageRing::new(st, walk.is_some());
+    let slot_of = |u: Expr| ring.slot(u);
+    let phase_of = |u: Expr| ring.phase(u);
 
     let init_barriers = |b: &mut KernelBuilder, m: &PrefillTma| {
         b.mbar_init(m.q_full, 1);
@@ -740,9 +736,7 @@ pub fn build_prefill(spec: &PrefillSpec, knobs: &Knobs) -> Result<Kernel, OpErro
                 // kt / STAGES - 1 of its empty barrier; a fresh barrier passes parity 1 at once), then announces
                 // the stage's bytes (whole boxes: rows past the tensor's end arrive as zeros) and issues the copies.
                 // Rows past the sequence's end come from the next sequence: masked like the cp.async zeros.
-                let parity =
-                    if bits { phase_of(u(kt.clone())).bitxor(1i64) } else { (u(kt.clone()) / st as i64 + 1i64) % 2i64 };
-                b.mbar_wait_elected(empty, slot.clone(), parity);
+                b.mbar_wait_elected(empty, slot.clone(), ring.empty_parity(u(kt.clone())));
                 b.mbar_arrive_expect_tx(full, slot.clone(), 2 * bn * d);
                 for cc in 0..n {
                     let dst = b.slot(buf, slot.clone() * n as i64 + cc as i64);
@@ -1176,8 +1170,14 @@ pub fn build_prefill(spec: &PrefillSpec, knobs: &Knobs) -> Result<Kernel, OpErro
                 });
             });
         }
-        None if spec.varlen => b.if_(m0.lt(t_n.clone()), |b| body(b, m0.clone(), hh.clone())),
-        None => body(&mut b, m0.clone(), hh.clone()),
+        None => {
+            let (m0, hh) = block_item.expect("a block per item without PERSIST");
+            if spec.varlen {
+                b.if_(m0.lt(t_n.clone()), |b| body(b, m0.clone(), hh.clone()));
+            } else {
+                body(&mut b, m0, hh);
+            }
+        }
     }
     Ok(b.finish()?)
 }

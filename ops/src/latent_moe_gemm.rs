@@ -628,18 +628,11 @@ pub fn build_kernel(spec: &GemmSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
         }
     };
     let stage_bytes = 2 * bk * (bm + bn);
-    // The ring slot of stage use `u` and the parity of its phase (`u / STAGES` completed phases of the slot before
-    // it). AHEAD (whose uses are never negative) with a power-of-two STAGES: a mask and a shift instead of the
-    // signed 64-bit remainder and quotient (the measured in-loop schedule keeps its expressions).
-    let bits = c.ahead.is_some() && st.is_power_of_two();
-    let slot_of = |u: Expr| -> Expr { if bits { u.bitand(st as i64 - 1) } else { u % st as i64 } };
-    let phase_of = |u: Expr| -> Expr {
-        if bits { u.shr(st.trailing_zeros() as i64).bitand(1i64) } else { (u / st as i64) % 2i64 }
-    };
-    // The parity an empty-barrier wait before filling use `u` waits for: phase `u / STAGES - 1` (a fresh barrier
-    // passes parity 1 at once).
-    let empty_parity =
-        |u: Expr| -> Expr { if bits { phase_of(u).bitxor(1i64) } else { (u / st as i64 + 1i64) % 2i64 } };
+    // The ring slot of stage use `u` and the parity of its phase. AHEAD (whose uses are never negative) with a
+    // power-of-two STAGES: a mask and a shift (the measured in-loop schedule keeps its expressions).
+    let ring = StageRing::new(st, c.ahead.is_some());
+    let slot_of = |u: Expr| ring.slot(u);
+    let phase_of = |u: Expr| ring.phase(u);
     // Load k-step `kt` of tile `cs` as stage use `use_` of the ring: slot `use_ % STAGES` (LOAD=tma: waiting for
     // that use's empty phase and completing on its full barrier; the cp.async path is called with `use_ = kt`).
     let load_stage_at = |b: &mut KernelBuilder, cs: &Coords, kt: Expr, use_: Expr| {
@@ -647,7 +640,7 @@ pub fn build_kernel(spec: &GemmSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
         if let Some((xm, wm, full, empty)) = tma {
             // The producer (thread 0) waits until every thread has released the slot's previous use (`use -
             // STAGES`: phase `use / STAGES - 1` of its empty barrier; a fresh barrier passes parity 1 at once).
-            b.mbar_wait_elected(empty, slot.clone(), empty_parity(use_));
+            b.mbar_wait_elected(empty, slot.clone(), ring.empty_parity(use_));
             let k0 = kt * bk as i64;
             // (CLUSTER=2: the full stage, half of the shared operand from each CTA of the pair.)
             b.mbar_arrive_expect_tx(full, slot.clone(), stage_bytes);
