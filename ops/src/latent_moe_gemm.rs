@@ -161,6 +161,17 @@ pub const RELEASE_KNOB: &str = "RELEASE";
 /// waits for a release or spends issue slots on copies.
 pub const PRODUCER_KNOB: &str = "PRODUCER";
 
+/// The knob `EPI_TURN` (`off` | `on`, absent = `off`), not an axis of [`knob_space`]: with the producer stream
+/// on a wgmma kernel of two or more consumer warpgroups, `on` runs each tile's epilogue in turn
+/// ([`Stmt::InTurn`]): warpgroup 0 stores its rows while warpgroup 1 waits, then warpgroup 1 stores while
+/// warpgroup 0 already issues the next tile's products. After the first tile the warpgroups stay staggered by
+/// one epilogue, so each one's epilogue runs under the other's tensor-core products instead of both idling
+/// the tensor cores at once (the effect FlashAttention-3 and CUTLASS's ping-pong kernels get from one output
+/// tile per warpgroup, here with the cooperative tile and no extra registers; the price is ring depth: the
+/// leading warpgroup runs up to one epilogue ahead of the slot releases of the other). An error on the
+/// mma.sync path or with one warpgroup; ignored where no producer stream runs (the cp.async kernel).
+pub const EPI_TURN_KNOB: &str = "EPI_TURN";
+
 /// The knobs used when no tuning record exists.
 pub fn default_knobs() -> Knobs {
     Knobs::new()
@@ -212,6 +223,8 @@ struct Cfg {
     warp_release: bool,
     /// PRODUCER=warp: the producer stream runs on a dedicated producer warp ([`Stmt::Producer`]).
     producer_warp: bool,
+    /// EPI_TURN=on: the consumer warpgroups store their epilogues in turn.
+    epi_turn: bool,
 }
 
 /// A string knob with two values, each meaning one setting (`absent`: knob sets written before the knob
@@ -268,6 +281,7 @@ fn cfg(spec: &GemmSpec, k: &Knobs) -> Result<Cfg, OpError> {
         },
         warp_release: two_way(k, RELEASE_KNOB, false, [("thread", false), ("warp", true)])?,
         producer_warp: two_way(k, PRODUCER_KNOB, false, [("thread", false), ("warp", true)])?,
+        epi_turn: two_way(k, EPI_TURN_KNOB, false, [("off", false), ("on", true)])?,
     };
     let load = match k.0.get(LOAD_KNOB) {
         None => "cp_async".to_string(),
@@ -357,6 +371,17 @@ fn cfg(spec: &GemmSpec, k: &Knobs) -> Result<Cfg, OpError> {
     }
     if c.producer_warp && c.ahead.is_none() {
         return invalid("PRODUCER=warp needs the producer stream (LOAD=tma and AHEAD, e.g. AHEAD=auto)".into());
+    }
+    if c.epi_turn && (!c.wgmma || c.wm < 8) {
+        return invalid(format!(
+            "EPI_TURN=on needs MMA=wgmma and two or more consumer warpgroups to take turns (WM >= 8, got MMA={}, WM={})",
+            if c.wgmma { "wgmma" } else { "sync" },
+            c.wm
+        ));
+    }
+    // The turns only stagger the warpgroups where no block barrier re-aligns them: the producer stream.
+    if c.ahead.is_none() {
+        c.epi_turn = false;
     }
     let warps = c.wm * c.wn;
     if warps > 8 {
@@ -919,13 +944,15 @@ pub fn build_kernel(spec: &GemmSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
         }
         b.store(acc, Place::Global(out_rows));
     };
-    // An idle sibling of a cluster stores nothing.
+    // An idle sibling of a cluster stores nothing. EPI_TURN: one warpgroup at a time.
     let epilogue = |b: &mut KernelBuilder, cs: &Coords| {
-        if c.cluster2 {
-            b.if_(cs.valid.clone(), |b| epilogue_tile(b, cs));
-        } else {
-            epilogue_tile(b, cs);
-        }
+        b.in_turn_if(c.epi_turn, |b| {
+            if c.cluster2 {
+                b.if_(cs.valid.clone(), |b| epilogue_tile(b, cs));
+            } else {
+                epilogue_tile(b, cs);
+            }
+        });
     };
 
     if let Some(p) = &prod {
