@@ -15,6 +15,10 @@ pub struct Args {
     /// Only these presets, separated by `;` (default: every benchmark preset of the operator).
     #[arg(long)]
     pub preset: Option<String>,
+    /// Problems by their dims instead of presets, separated by `;`, e.g. `G=28,mean=1024,K=64,N=6144;...` (each a
+    /// preset named `custom <dims>`): for sweeps off the preset list (the report keeps them like presets).
+    #[arg(long, conflicts_with = "preset")]
+    pub dims: Option<String>,
     /// Knob sets (default: the defaults, plus the tuned config of this GPU where `--results` has one for the
     /// preset's shape bucket; both are timed and the faster that passes is reported). Several sets separated by `;`
     /// are all timed and the fastest that passes its check is reported (every set's time is kept in the JSON).
@@ -86,11 +90,18 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     let mut exec = GpuExec::new(gpu);
     let timing = TimingOptions { reps: a.reps, min_window_ms: a.window_ms, ..Default::default() };
     for op in super::select_ops(&a.op)? {
-        let presets: Vec<_> = op
-            .bench_presets()
-            .into_iter()
-            .filter(|p| a.preset.as_ref().is_none_or(|sel| sel.split(';').any(|n| n.trim() == p.name)))
-            .collect();
+        let presets: Vec<_> = match &a.dims {
+            Some(d) => d
+                .split(';')
+                .filter(|s| !s.trim().is_empty())
+                .map(|s| super::pick_preset(op.as_ref(), None, Some(s.trim())))
+                .collect::<anyhow::Result<_>>()?,
+            None => op
+                .bench_presets()
+                .into_iter()
+                .filter(|p| a.preset.as_ref().is_none_or(|sel| sel.split(';').any(|n| n.trim() == p.name)))
+                .collect(),
+        };
         if presets.is_empty() {
             println!("== {}: no preset matches `--preset {}`", op.name(), a.preset.as_deref().unwrap_or(""));
             continue;

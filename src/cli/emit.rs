@@ -94,7 +94,12 @@ fn disassemble(cubin: &[u8]) -> anyhow::Result<String> {
         for cand in
             [bin.join(tool), std::path::PathBuf::from(tool), std::path::PathBuf::from("/usr/local/cuda/bin").join(tool)]
         {
-            if let Ok(o) = std::process::Command::new(&cand).args(&args).arg(&path).output()
+            // cuobjdump runs the nvdisasm beside it (found through PATH).
+            let path_var = match std::env::var_os("PATH") {
+                Some(p) => std::env::join_paths(std::iter::once(bin.to_path_buf()).chain(std::env::split_paths(&p)))?,
+                None => bin.as_os_str().to_owned(),
+            };
+            if let Ok(o) = std::process::Command::new(&cand).env("PATH", &path_var).args(&args).arg(&path).output()
                 && o.status.success()
             {
                 return Ok(String::from_utf8_lossy(&o.stdout).into_owned());
