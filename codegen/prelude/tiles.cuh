@@ -443,6 +443,36 @@ __device__ __forceinline__ void load_shared(TT& t, const unsigned char* tile, in
       }
 }
 
+// `Stmt::StoreCols`: columns C0 .. C0+W of the tile (multiples of 8: whole fragments) into the window at
+// (row0, col0); a thread's neighbouring-column pairs move as one access where the rows allow.
+template <class TT, class T, class L, int C0, int W>
+__device__ __forceinline__ void store_shared_cols(const TT& t, unsigned char* tile, int row0, int col0) {
+  if (TT::L::G::replica() != 0) return;
+#pragma unroll
+  for (int b = 0; b < TT::L::NB; ++b)
+#pragma unroll
+    for (int f = 0; f < TT::L::NF; ++f) {
+      // The fragment's first column (the lane's offset inside it is below 8).
+      const int c8 = TT::L::G::wj() * TT::L::WC + f * 8;
+      if (c8 < C0 || c8 >= C0 + W) continue;
+#pragma unroll
+      for (int jp = 0; jp < 2; ++jp) {
+        const int r = row0 + TT::L::row(b, 2 * jp), c = col0 + TT::L::col(f, 2 * jp) - C0;
+        if (L::ROW_BYTES % (2 * (int)sizeof(T)) == 0 && (col0 & 1) == 0) {
+          unsigned char* p = tile + L::off(r, c);
+          if constexpr (same_t<typename TT::stor_t, T>::value && sizeof(T) == 2) {
+            *(unsigned*)p = t.v[b][f][jp];
+          } else {
+            st_pair((T*)p, t.get(b, f, 2 * jp), t.get(b, f, 2 * jp + 1));
+          }
+        } else {
+          st_elem((T*)(tile + L::off(r, c)), t.get(b, f, 2 * jp));
+          st_elem((T*)(tile + L::off(r, c + 1)), t.get(b, f, 2 * jp + 1));
+        }
+      }
+    }
+}
+
 template <class TT, class T, class L>
 __device__ __forceinline__ void store_shared(const TT& t, unsigned char* tile, int row0, int col0) {
   if (TT::L::G::replica() != 0) return;

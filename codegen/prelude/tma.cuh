@@ -103,4 +103,51 @@ __device__ __forceinline__ void tma_load(unsigned char* dst, const TensorMap* ma
   }
 }
 
+// Bulk tensor stores, shared -> global (`Stmt::TmaStore`): every consumer thread makes its shared writes visible
+// to the async proxy, the consumers synchronize, then thread 0 (a consumer thread) starts the copy of one box at
+// element coordinates C (innermost first) from SRC and commits it as one bulk group. Box elements outside the
+// tensor are not written.
+__device__ __forceinline__ void tma_store_fence() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+  barrier();
+}
+__device__ __forceinline__ void tma_store(unsigned char* src, const TensorMap* map, int c0) {
+  if (threadIdx.x == 0) {
+    asm volatile("cp.async.bulk.tensor.1d.global.shared::cta.bulk_group [%0, {%2}], [%1];\n" ::"l"(
+                     (unsigned long long)map),
+                 "r"(smem_u32_folded(src)), "r"(c0)
+                 : "memory");
+    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+  }
+}
+__device__ __forceinline__ void tma_store(unsigned char* src, const TensorMap* map, int c0, int c1) {
+  if (threadIdx.x == 0) {
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(
+                     (unsigned long long)map),
+                 "r"(smem_u32_folded(src)), "r"(c0), "r"(c1)
+                 : "memory");
+    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+  }
+}
+__device__ __forceinline__ void tma_store(unsigned char* src, const TensorMap* map, int c0, int c1, int c2) {
+  if (threadIdx.x == 0) {
+    asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];\n" ::"l"(
+                     (unsigned long long)map),
+                 "r"(smem_u32_folded(src)), "r"(c0), "r"(c1), "r"(c2)
+                 : "memory");
+    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+  }
+}
+// `Stmt::TmaStoreWait`: thread 0 waits until at most N of its bulk stores still read shared memory; then the
+// consumers synchronize, so any of them may overwrite the sources of the others.
+template <int N>
+__device__ __forceinline__ void tma_store_wait() {
+  if (threadIdx.x == 0) asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+  barrier();
+}
+// The end of a kernel with bulk stores: thread 0 waits for all of them to complete (writes included).
+__device__ __forceinline__ void tma_store_drain() {
+  if (threadIdx.x == 0) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+}
+
 }  // namespace k3k

@@ -5,7 +5,7 @@ use crate::dtype::{DType, ScalarTy};
 use crate::expr::{ArrId, Expr, SharedId, SymId, TensorId, TileId, VarId, VecId};
 use crate::kernel::*;
 use crate::knob::Knobs;
-use crate::tma::{MbarDecl, MbarId, MbarRef, TensorMapDecl, TmaLoad, TmapId};
+use crate::tma::{MbarDecl, MbarId, MbarRef, TensorMapDecl, TmaLoad, TmaStore, TmapId};
 use crate::validate::{IrError, validate};
 
 /// Builds one [`Kernel`].
@@ -446,6 +446,18 @@ impl KernelBuilder {
     /// Store a register tile.
     pub fn store(&mut self, tile: TileId, dst: Place) {
         self.push(Stmt::Store { tile, dst });
+    }
+    /// Store columns `col0 .. col0 + dst.cols` of a register tile into a shared window (see [`Stmt::StoreCols`]).
+    pub fn store_cols(&mut self, tile: TileId, col0: u32, dst: SharedRef) {
+        self.push(Stmt::StoreCols { tile, col0, dst });
+    }
+    /// Fence, synchronize the consumers, and thread 0 stores one TMA box from `src` (see [`Stmt::TmaStore`]).
+    pub fn tma_store(&mut self, map: TmapId, src: SharedRef, coords: Vec<Expr>) {
+        self.push(Stmt::TmaStore(Box::new(TmaStore { map, src, coords })));
+    }
+    /// Thread 0 waits until at most `pending` bulk stores still read shared memory; the consumers synchronize.
+    pub fn tma_store_wait(&mut self, pending: u32) {
+        self.push(Stmt::TmaStoreWait { pending });
     }
     /// Load a row vector.
     pub fn load_vec(&mut self, vec: VecId, src: VecView) {

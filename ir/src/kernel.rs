@@ -17,7 +17,7 @@ use crate::dtype::DType;
 use crate::dtype::ScalarTy;
 use crate::expr::{ArrId, Expr, SharedId, SymId, TensorId, TileId, VarId, VecId};
 use crate::knob::Knobs;
-use crate::tma::{MbarDecl, MbarId, MbarRef, TensorMapDecl, TmaLoad};
+use crate::tma::{MbarDecl, MbarId, MbarRef, TensorMapDecl, TmaLoad, TmaStore};
 use serde::{Deserialize, Serialize};
 
 /// How a kernel uses a tensor argument.
@@ -345,6 +345,20 @@ pub enum Stmt {
     /// Thread 0 starts a bulk tensor copy of one box (see [`TmaLoad`], [`crate::tma`]); it completes the
     /// box's bytes on its barrier. Reading the destination is only valid after a wait on that barrier's phase.
     TmaLoad(Box<TmaLoad>),
+    /// A bulk tensor store of one box, shared -> global (see [`TmaStore`]): the consumer threads make their
+    /// earlier shared writes visible to the copy engine (`fence.proxy.async`) and synchronize, then thread 0
+    /// starts the copy and commits it as one bulk group. Box elements outside the tensor are not written. The
+    /// copy reads the source asynchronously: the program must not overwrite it before a [`Stmt::TmaStoreWait`]
+    /// has seen the store's group read. The CPU backends copy at once (and check the wait discipline).
+    TmaStore(Box<TmaStore>),
+    /// Thread 0 waits until at most `pending` of its most recent bulk stores ([`Stmt::TmaStore`]) still read
+    /// shared memory, then the consumer threads synchronize: the sources of the others may be overwritten.
+    /// Every kernel with bulk stores also waits for all of them to complete before it exits (implicitly).
+    TmaStoreWait { pending: u32 },
+    /// Store columns `col0 .. col0 + dst.cols` of a register tile into the shared window `dst` (`dst.rows` =
+    /// the tile's rows; `col0` and `dst.cols` multiples of 8, within the tile), converting to the buffer's
+    /// dtype: an epilogue staging a wide accumulator through a narrower buffer, one column slice at a time.
+    StoreCols { tile: TileId, col0: u32, dst: SharedRef },
     /// Lane 0 of every warp arrives once on barrier `bar` of CTA `cta` (an int, the rank in the cluster) of
     /// the block's thread-block cluster (`warps` arrivals, after the warp's lanes converge; release at CTA scope,
     /// so it orders the warp's completed reads, not its writes, for the peer): how a consumer releases a slot a

@@ -318,6 +318,18 @@ fn body(k: &Kernel, b: &[Stmt], depth: usize, s: &mut String) {
                     mbar_ref(k, &t.bar)
                 );
             }
+            Stmt::TmaStore(t) => {
+                let coords: Vec<String> = t.coords.iter().map(|c| expr(k, c)).collect();
+                let map = k.tensor_maps.get(t.map.0 as usize).map_or("?", |m| &m.name);
+                let _ = writeln!(s, "{pad}{map}[{}] <~tma {} (fence, consumer barrier)", coords.join(", "), shared_ref(k, &t.src));
+            }
+            Stmt::TmaStoreWait { pending } => {
+                let _ = writeln!(s, "{pad}tma_store_wait reads pending<={pending} (consumer barrier)");
+            }
+            Stmt::StoreCols { tile, col0, dst } => {
+                let t = &k.tiles[tile.0 as usize];
+                let _ = writeln!(s, "{pad}{}[:, {col0}..{}] -> {}", t.name, col0 + dst.cols, shared_ref(k, dst));
+            }
             Stmt::MbarArriveCluster { bar, cta } => {
                 let _ = writeln!(
                     s,

@@ -125,6 +125,17 @@ pub struct TmaLoad {
     pub multicast: Option<Expr>,
 }
 
+/// A bulk tensor store (see [`crate::Stmt::TmaStore`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TmaStore {
+    pub map: TmapId,
+    /// The box's source: a window of the box's rows x `box_dims[0]` columns, starting at column 0 of a buffer
+    /// whose rows are exactly one box row, laid out with the map's swizzle.
+    pub src: SharedRef,
+    /// Element coordinates of the box's first element, innermost first (parts outside the tensor are skipped).
+    pub coords: Vec<Expr>,
+}
+
 /// The CUDA driver's bound on box dims.
 pub const TMA_MAX_BOX: u32 = 256;
 /// Tensor maps are 128-byte kernel arguments.

@@ -383,69 +383,88 @@ impl<'a> Checker<'a> {
     }
 
     fn tma_load(&mut self, t: &crate::tma::TmaLoad) -> Result<(), IrError> {
+        self.tma_box(t.map, &t.dst, &t.coords, false)?;
+        self.mbar_ref(&t.bar)?;
+        self.path.pop();
+        Ok(())
+    }
+
+    fn tma_store(&mut self, t: &crate::tma::TmaStore) -> Result<(), IrError> {
+        self.tma_box(t.map, &t.src, &t.coords, true)?;
+        let m = &self.k.tensor_maps[t.map.0 as usize];
+        let p = &self.k.tensors[m.tensor.0 as usize];
+        if p.access == Access::Read {
+            return Err(self.err(IrErrorKind::Type, format!("TMA store into read-only tensor `{}`", p.name)));
+        }
+        self.path.pop();
+        Ok(())
+    }
+
+    /// The checks a TMA box copy shares in both directions (`window`: the shared side); pushes the copy onto
+    /// the path, which the caller pops.
+    fn tma_box(&mut self, map: crate::tma::TmapId, window: &SharedRef, coords: &[Expr], store: bool) -> Result<(), IrError> {
         let k = self.k;
         let m = k
             .tensor_maps
-            .get(t.map.0 as usize)
-            .ok_or_else(|| self.err(IrErrorKind::Scope, format!("no tensor map #{}", t.map.0)))?;
-        self.path.push(format!("tma_load `{}`", m.name));
-        let d = self.shared_ref(&t.dst)?;
+            .get(map.0 as usize)
+            .ok_or_else(|| self.err(IrErrorKind::Scope, format!("no tensor map #{}", map.0)))?;
+        self.path.push(format!("{} `{}`", if store { "tma_store" } else { "tma_load" }, m.name));
+        let d = self.shared_ref(window)?;
         let p = &k.tensors[m.tensor.0 as usize];
+        let side = if store { "source" } else { "destination" };
         if d.dtype != p.dtype {
             return Err(self.err(
                 IrErrorKind::Type,
-                format!("TMA from `{}` ({}) into shared `{}` ({}) cannot convert", p.name, p.dtype, d.name, d.dtype),
+                format!("TMA between `{}` ({}) and shared `{}` ({}) cannot convert", p.name, p.dtype, d.name, d.dtype),
             ));
         }
-        if d.swizzle != m.swizzle || t.dst.col0 != 0 || t.dst.cols != d.cols || d.cols != m.box_dims[0] {
+        if d.swizzle != m.swizzle || window.col0 != 0 || window.cols != d.cols || d.cols != m.box_dims[0] {
             return Err(self.err(
                 IrErrorKind::Layout,
                 format!(
-                    "TMA destination `{}` ({}x{} {:?}, window cols {}..{}) must be whole rows of {} elements with the map's {:?} swizzle",
+                    "TMA {side} `{}` ({}x{} {:?}, window cols {}..{}) must be whole rows of {} elements with the map's {:?} swizzle",
                     d.name,
                     d.rows,
                     d.cols,
                     d.swizzle,
-                    t.dst.col0,
-                    t.dst.col0 + t.dst.cols,
+                    window.col0,
+                    window.col0 + window.cols,
                     m.box_dims[0],
                     m.swizzle
                 ),
             ));
         }
-        if t.dst.rows != m.box_rows() {
+        if window.rows != m.box_rows() {
             return Err(self.err(
                 IrErrorKind::Shape,
-                format!("TMA destination window of {} rows, the box has {}", t.dst.rows, m.box_rows()),
+                format!("TMA {side} window of {} rows, the box has {}", window.rows, m.box_rows()),
             ));
         }
         // Every tile of the buffer, and the window inside it, starts on the alignment the copy engine needs (the
         // 8-row, 1024-byte atom of the 128-byte swizzle, so that the swizzle phase is the row index mod 8).
         let align = if m.swizzle == Swizzle::Xor16B { SWIZZLE_ATOM_ALIGN } else { SHARED_ALIGN };
         let (offsets, _) = k.shared_layout();
-        let start = offsets[t.dst.buf.0 as usize] + t.dst.row0 as usize * d.row_bytes();
+        let start = offsets[window.buf.0 as usize] + window.row0 as usize * d.row_bytes();
         if !start.is_multiple_of(align) || !d.tile_bytes().is_multiple_of(align) {
             return Err(self.err(
                 IrErrorKind::Layout,
                 format!(
-                    "TMA destination `{}` row {} starts at byte {start} with tiles of {} bytes: both must be multiples of {align}",
+                    "TMA {side} `{}` row {} starts at byte {start} with tiles of {} bytes: both must be multiples of {align}",
                     d.name,
-                    t.dst.row0,
+                    window.row0,
                     d.tile_bytes()
                 ),
             ));
         }
-        if t.coords.len() != m.box_dims.len() {
+        if coords.len() != m.box_dims.len() {
             return Err(self.err(
                 IrErrorKind::Shape,
-                format!("{} coordinates for a map of rank {}", t.coords.len(), m.box_dims.len()),
+                format!("{} coordinates for a map of rank {}", coords.len(), m.box_dims.len()),
             ));
         }
-        for c in &t.coords {
+        for c in coords {
             self.scalar(c, ScalarTy::Int, "TMA coordinate")?;
         }
-        self.mbar_ref(&t.bar)?;
-        self.path.pop();
         Ok(())
     }
 
@@ -865,6 +884,9 @@ impl<'a> Checker<'a> {
             Stmt::MbarArrive { .. } => ("mbar_arrive", BlockOnly),
             Stmt::MbarWait { .. } => ("mbar_wait", BlockOnly),
             Stmt::TmaLoad(_) => ("tma_load", BlockOnly),
+            Stmt::TmaStore(_) => ("tma_store", BlockOnly),
+            Stmt::TmaStoreWait { .. } => ("tma_store_wait", BlockOnly),
+            Stmt::StoreCols { .. } => ("tile column store", BlockOnly),
             Stmt::MbarArriveCluster { .. } => ("mbar_arrive_cluster", BlockOnly),
             Stmt::ClusterSync => ("cluster_sync", BlockOnly),
             Stmt::AsyncCommit => ("async commit", BlockOnly),
@@ -935,7 +957,11 @@ impl<'a> Checker<'a> {
     /// for the turn this warpgroup holds).
     fn turn_placement(&self, s: &Stmt) -> Result<(), IrError> {
         let what = match s {
-            Stmt::Barrier | Stmt::Scan { .. } | Stmt::Fp4Gemv { .. } => "a barrier",
+            Stmt::Barrier
+            | Stmt::Scan { .. }
+            | Stmt::Fp4Gemv { .. }
+            | Stmt::TmaStore(_)
+            | Stmt::TmaStoreWait { .. } => "a barrier",
             Stmt::MbarInit { .. } => "a barrier initialization (a block barrier)",
             Stmt::ClusterSync => "a cluster barrier",
             Stmt::MbarWait { elected: true, .. } if !self.producer => {
@@ -1464,6 +1490,34 @@ impl<'a> Checker<'a> {
                 if let Some(mask) = &t.multicast {
                     self.scalar(mask, ScalarTy::Int, "tma multicast mask")?;
                     self.cluster_mask(mask)?;
+                }
+            }
+            Stmt::TmaStore(t) => self.tma_store(t)?,
+            Stmt::TmaStoreWait { .. } => {}
+            Stmt::StoreCols { tile, col0, dst } => {
+                let t = self.tile(*tile)?;
+                let d = self.shared_ref(dst)?;
+                if dst.rows != t.rows
+                    || !col0.is_multiple_of(8)
+                    || !dst.cols.is_multiple_of(8)
+                    || dst.cols == 0
+                    || col0 + dst.cols > t.cols
+                {
+                    return Err(self.err(
+                        IrErrorKind::Shape,
+                        format!(
+                            "columns {col0}..{} of tile `{}` ({}x{}) into a {}x{} shared window: the window needs the tile's rows, and the columns must lie inside the tile at multiples of 8",
+                            col0 + dst.cols,
+                            t.name,
+                            t.rows,
+                            t.cols,
+                            dst.rows,
+                            dst.cols
+                        ),
+                    ));
+                }
+                if (t.dtype == DType::I32) != d.dtype.is_int() {
+                    return Err(self.err(IrErrorKind::Type, "int tiles move to and from int storage only"));
                 }
             }
             Stmt::MbarArriveCluster { bar, cta } => {

@@ -172,6 +172,15 @@ pub const PRODUCER_KNOB: &str = "PRODUCER";
 /// mma.sync path or with one warpgroup; ignored where no producer stream runs (the cp.async kernel).
 pub const EPI_TURN_KNOB: &str = "EPI_TURN";
 
+/// The knob `STORE` (`reg` | `tma`, absent = `reg`), not an axis of [`knob_space`]: how the epilogue writes `y`.
+/// `reg`: every thread stores its accumulator pairs to global memory ([`Stmt::Store`]), a burst the tensor cores
+/// wait behind once per tile. `tma`: tiles whose rows all lie inside their group go through two 128x64
+/// shared staging buffers ([`Stmt::StoreCols`]) and bulk tensor stores ([`Stmt::TmaStore`]), 64 columns at a
+/// time, which drain while the next tile's products run (CUTLASS's TMA-store epilogue); a group's last,
+/// partial m-tile keeps the register path (a box would overwrite the next group's rows). Needs the TMA ring
+/// (LOAD=tma resolved) and `y` rows of a multiple of 8 elements; elsewhere the register path runs.
+pub const STORE_KNOB: &str = "STORE";
+
 /// The knobs used when no tuning record exists.
 pub fn default_knobs() -> Knobs {
     Knobs::new()
@@ -225,6 +234,8 @@ struct Cfg {
     producer_warp: bool,
     /// EPI_TURN=on: the consumer warpgroups store their epilogues in turn.
     epi_turn: bool,
+    /// STORE=tma: full tiles leave through shared staging buffers and bulk tensor stores.
+    tma_store: bool,
 }
 
 /// A string knob with two values, each meaning one setting (`absent`: knob sets written before the knob
@@ -282,6 +293,7 @@ fn cfg(spec: &GemmSpec, k: &Knobs) -> Result<Cfg, OpError> {
         warp_release: two_way(k, RELEASE_KNOB, false, [("thread", false), ("warp", true)])?,
         producer_warp: two_way(k, PRODUCER_KNOB, false, [("thread", false), ("warp", true)])?,
         epi_turn: two_way(k, EPI_TURN_KNOB, false, [("off", false), ("on", true)])?,
+        tma_store: two_way(k, STORE_KNOB, false, [("reg", false), ("tma", true)])?,
     };
     let load = match k.0.get(LOAD_KNOB) {
         None => "cp_async".to_string(),
@@ -383,6 +395,14 @@ fn cfg(spec: &GemmSpec, k: &Knobs) -> Result<Cfg, OpError> {
     if c.ahead.is_none() {
         c.epi_turn = false;
     }
+    if c.epi_turn && c.tma_store {
+        return invalid("EPI_TURN=on and STORE=tma do not combine (the bulk stores synchronize the warpgroups)".into());
+    }
+    // The bulk-store epilogue rides on the TMA ring's kernel and needs 16-byte rows of y and whole 64-column
+    // slices of the accumulator.
+    if !c.tma || spec.out_vec != 8 || !acc_cols.is_multiple_of(64) {
+        c.tma_store = false;
+    }
     let warps = c.wm * c.wn;
     if warps > 8 {
         return invalid(format!("{warps} warps: at most 8"));
@@ -479,6 +499,13 @@ pub fn build_kernel(spec: &GemmSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
     let sa = b.shared("sA", DType::Bf16, bm, bk, st, Swizzle::Xor16B);
     let sb = b.shared("sB", DType::Bf16, bn, bk, st, Swizzle::Xor16B);
     let acc = b.tile("acc", DType::F32, bm, acc_n, warps);
+    // STORE=tma: two staging buffers of 64 output columns (128-byte rows, the 128-byte swizzle of the map).
+    const SLICE: u32 = 64;
+    let staging = c.tma_store.then(|| {
+        let buf = b.shared("sY", DType::Bf16, bm, SLICE, 2, Swizzle::Xor16B);
+        let map = b.tensor_map("y_map", y, &[SLICE, bm], Swizzle::Xor16B);
+        (buf, map)
+    });
     let acc_up = glu.then(|| b.tile("acc_up", DType::F32, bm, acc_n, warps));
     let pv = spec.row_scale.then(|| b.vec("p_rows", bm, warps));
 
@@ -942,7 +969,24 @@ pub fn build_kernel(spec: &GemmSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
             b.load_vec(pv, vec_view(p, cs.r0.clone(), 1i64, cs.rows_valid.clone()));
             b.map(acc, Expr::Elem(acc) * Expr::RowVal(pv));
         }
-        b.store(acc, Place::Global(out_rows));
+        match staging {
+            // A tile whose rows all lie in its group leaves as bulk stores of 64 columns, alternating between
+            // the two staging buffers: before a buffer is rewritten, the store that read it two slices ago
+            // (possibly the previous tile's) has finished reading; the last ones drain under the next tile.
+            Some((sy, ymap)) => {
+                let full = cs.rows_valid.ge(bm as i64);
+                b.if_(full.clone(), |b| {
+                    for j in 0..acc_n / SLICE {
+                        let buf = b.window(sy, (j % 2) as i64, 0, 0, bm, SLICE);
+                        b.tma_store_wait(1);
+                        b.store_cols(acc, j * SLICE, buf.clone());
+                        b.tma_store(ymap, buf, vec![cs.n0.clone() + (j * SLICE) as i64, cs.r0.clone()]);
+                    }
+                });
+                b.if_(full.not(), |b| b.store(acc, Place::Global(out_rows)));
+            }
+            None => b.store(acc, Place::Global(out_rows)),
+        }
     };
     // An idle sibling of a cluster stores nothing. EPI_TURN: one warpgroup at a time.
     let epilogue = |b: &mut KernelBuilder, cs: &Coords| {

@@ -335,14 +335,25 @@ impl<'a> Renderer<'a> {
             self.turn_start();
             self.view = View::Consumer;
             self.body(&body);
+            self.store_drain();
             self.depth -= 1;
             self.line("}");
             self.view = View::All;
         } else {
             self.turn_start();
             self.body(&body);
+            self.store_drain();
         }
         self.out.push_str("}\n");
+    }
+
+    /// Kernels with [`Stmt::TmaStore`]: thread 0 waits for every bulk store to complete before the block exits.
+    fn store_drain(&mut self) {
+        let mut stores = false;
+        self.k.visit_stmts(&mut |s| stores |= matches!(s, Stmt::TmaStore(_)));
+        if stores {
+            self.line("k3k::tma_store_drain();");
+        }
     }
 
     /// Kernels with [`Stmt::InTurn`]: consumer warpgroup 0 takes the first turn.
@@ -555,6 +566,35 @@ impl<'a> Renderer<'a> {
                     t.map.0,
                     self.mbar_ptr(&t.bar),
                     coords.join(", ")
+                );
+                self.line(&line);
+            }
+            Stmt::TmaStore(t) => {
+                let coords: Vec<String> =
+                    t.coords.iter().map(|c| format!("(int)({})", self.e(c, Ctx::Scalar))).collect();
+                self.line("k3k::tma_store_fence();");
+                let line = format!(
+                    "k3k::tma_store({} + {} * {}::ROW_BYTES, &tm{}, {});",
+                    self.shared_ptr(&t.src),
+                    t.src.row0,
+                    self.shared_layout(t.src.buf),
+                    t.map.0,
+                    coords.join(", ")
+                );
+                self.line(&line);
+            }
+            Stmt::TmaStoreWait { pending } => self.line(&format!("k3k::tma_store_wait<{pending}>();")),
+            Stmt::StoreCols { tile, col0, dst } => {
+                let line = format!(
+                    "k3k::store_shared_cols<{}, {}, {}, {col0}, {}>(t{}, {}, {}, {});",
+                    self.tile_ty(*tile),
+                    c_type(k.shared[dst.buf.0 as usize].dtype),
+                    self.shared_layout(dst.buf),
+                    dst.cols,
+                    tile.0,
+                    self.shared_ptr(dst),
+                    dst.row0,
+                    dst.col0
                 );
                 self.line(&line);
             }

@@ -292,6 +292,7 @@ impl<'a> Block<'a> {
             | Stmt::CopyAsync { .. }
             | Stmt::Load { .. }
             | Stmt::Store { .. }
+            | Stmt::StoreCols { .. }
             | Stmt::LoadVec { .. }
             | Stmt::StoreVec { .. }
             | Stmt::Scan { .. }
@@ -303,6 +304,8 @@ impl<'a> Block<'a> {
             | Stmt::MbarArrive { .. }
             | Stmt::MbarWait { .. }
             | Stmt::TmaLoad(_)
+            | Stmt::TmaStore(_)
+            | Stmt::TmaStoreWait { .. }
             | Stmt::MbarArriveCluster { .. }
             | Stmt::ClusterSync => self.tma_stmt(s, tensors)?,
             Stmt::Threads { .. }

@@ -152,6 +152,20 @@ impl<'a> Block<'a> {
                     }
                 }
             }
+            Stmt::StoreCols { tile, col0, dst: r } => {
+                let d = &k.tiles[tile.0 as usize];
+                let (rows, cols) = (d.rows as usize, d.cols as usize);
+                let base = self.shared_base(r, tensors)?;
+                let sd = &k.shared[r.buf.0 as usize];
+                self.claim(r.buf);
+                for i in 0..rows {
+                    for j in 0..r.cols as usize {
+                        let v = self.tiles[tile.0 as usize][i * cols + *col0 as usize + j];
+                        let at = base + (r.row0 as usize + i) * sd.cols as usize + r.col0 as usize + j;
+                        self.shared[r.buf.0 as usize].set_f64(sd.dtype, at, v);
+                    }
+                }
+            }
             Stmt::LoadVec { vec, src } => {
                 let (off, stride, vr) =
                     (self.int(&src.offset, tensors)?, self.int(&src.stride, tensors)?, self.int(&src.rows, tensors)?);

@@ -310,6 +310,29 @@ impl<'a> Block<'a> {
                     })?;
                 }
             }
+            // The copy engine reads the source some time before the wait that retires the store; the CPU
+            // backends copy at once (a source overwritten before its wait shows as wrong output on the GPU).
+            Stmt::TmaStore(t) => {
+                let m = &k.tensor_maps[t.map.0 as usize];
+                let base = self.shared_base(&t.src, tensors)?;
+                let coords = t.coords.iter().map(|c| self.int(c, tensors)).collect::<Result<Vec<_>, _>>()?;
+                let d = &k.shared[t.src.buf.0 as usize];
+                let shared = &self.shared[t.src.buf.0 as usize];
+                let dst = &mut tensors[m.tensor.0 as usize];
+                let shape = dst.shape.clone();
+                tma_box(&shape, &m.box_dims, &coords, |r, c, flat| {
+                    if let Some(i) = flat {
+                        let v = shared.get_f64(base + (t.src.row0 as usize + r) * d.cols as usize + c);
+                        if d.dtype.is_int() {
+                            dst.set_i64(i, v as i64);
+                        } else {
+                            dst.set_f32(i, v as f32);
+                        }
+                    }
+                    Ok(())
+                })?;
+            }
+            Stmt::TmaStoreWait { .. } => {}
             _ => unreachable!("not a TMA statement"),
         }
         Ok(())

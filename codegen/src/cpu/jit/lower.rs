@@ -315,6 +315,14 @@ impl<'a> Types<'a> {
                 }
                 Stmt::Load { tile, src } => self.place(*tile, src, false)?,
                 Stmt::Store { tile, dst } => self.place(*tile, dst, true)?,
+                Stmt::StoreCols { dst, .. } => self.window(dst, 1)?,
+                Stmt::TmaStore(t) => {
+                    self.window(&t.src, 1)?;
+                    for c in &t.coords {
+                        self.ty(c)?;
+                    }
+                }
+                Stmt::TmaStoreWait { .. } => {}
                 Stmt::LoadVec { src: v, .. } | Stmt::StoreVec { dst: v, .. } => {
                     for e in [&v.offset, &v.stride, &v.rows] {
                         self.ty(e)?;
@@ -520,6 +528,8 @@ fn stmt_name(s: &Stmt) -> &'static str {
         Stmt::CopyAsync { .. } => "copy_async",
         Stmt::Load { .. } => "tile load",
         Stmt::Store { .. } => "tile store",
+        Stmt::StoreCols { .. } => "tile column store",
+        Stmt::TmaStore(_) => "tma_store",
         Stmt::LoadVec { .. } => "load_vec",
         Stmt::StoreVec { .. } => "store_vec",
         Stmt::Scan { .. } => "scan",
@@ -1006,6 +1016,20 @@ impl<'a, 'f> Lower<'a, 'f> {
                 args.extend(self.global_view(x)?);
                 self.host_tile(s, &args);
             }
+            Stmt::StoreCols { dst, .. } => {
+                let i = self.shared_index(dst)?;
+                self.host_tile(s, &[i]);
+            }
+            Stmt::TmaStore(t) => {
+                // The interpreter's order: shared tile index, coordinates.
+                let mut args = vec![self.shared_index(&t.src)?];
+                for c in &t.coords {
+                    args.push(self.int(c)?);
+                }
+                self.host_tile(s, &args);
+            }
+            // The stores copy at once (see the interpreter): nothing to wait for.
+            Stmt::TmaStoreWait { .. } => {}
             Stmt::Load { src: p, .. } | Stmt::Store { dst: p, .. } => match p {
                 Place::Shared(r) => {
                     let i = self.shared_index(r)?;

@@ -451,6 +451,39 @@ unsafe fn tile_stmt(ctx: &mut Ctx, s: &Stmt, arg: &dyn Fn(usize) -> i64) -> Resu
                     pf.mbar_op(block, t.bar.bar, arg(1 + rank), MbarOp::Complete(bytes))?;
                 }
             }
+            Stmt::TmaStore(t) => {
+                let m = &k.tensor_maps[t.map.0 as usize];
+                let base = f.shared_base(&t.src, arg(0));
+                let coords: Vec<i64> = (0..t.coords.len()).map(|i| arg(1 + i)).collect();
+                let d = &k.shared[t.src.buf.0 as usize];
+                let mut vals = vec![];
+                tma_box(&hosts[m.tensor.0 as usize].shape, &m.box_dims, &coords, |r, c, flat| {
+                    if let Some(i) = flat {
+                        vals.push((i, f.shared(t.src.buf, base + (t.src.row0 as usize + r) * d.cols as usize + c)));
+                    }
+                    Ok(())
+                })?;
+                let dst = &mut hosts[m.tensor.0 as usize];
+                for (i, v) in vals {
+                    if d.dtype.is_int() {
+                        dst.set_i64(i, v as i64);
+                    } else {
+                        dst.set_f32(i, v as f32);
+                    }
+                }
+            }
+            Stmt::StoreCols { tile, col0, dst: r } => {
+                let cols = k.tiles[tile.0 as usize].cols as usize;
+                let base = f.shared_base(r, arg(0));
+                let sd = &k.shared[r.buf.0 as usize];
+                for i in 0..r.rows as usize {
+                    for j in 0..r.cols as usize {
+                        let v = f.tile(*tile, i * cols + *col0 as usize + j);
+                        let at = base + (r.row0 as usize + i) * sd.cols as usize + r.col0 as usize + j;
+                        f.set_shared(r.buf, at, v);
+                    }
+                }
+            }
             Stmt::Load { tile, src } => {
                 let d = &k.tiles[tile.0 as usize];
                 let (rows, cols) = (d.rows as usize, d.cols as usize);
