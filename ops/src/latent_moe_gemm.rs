@@ -172,7 +172,11 @@ pub const PRODUCER_KNOB: &str = "PRODUCER";
 /// mma.sync path or with one warpgroup; ignored where no producer stream runs (the cp.async kernel).
 pub const EPI_TURN_KNOB: &str = "EPI_TURN";
 
-/// The knob `STORE` (`reg` | `tma`, absent = `reg`), not an axis of [`knob_space`]: how the epilogue writes `y`.
+/// The knob `STORE` (`reg` | `tma`, absent = `reg`), not an axis of [`knob_space`]; `tma` in [`default_knobs`]
+/// since session 16 (H200, two calls, same runs as the register stores: G28 mean1024 K3584 N6144 2.0529 / 2.0292
+/// vs 2.0614 / 2.0907 ms, K3072 N3584 1.0188 / 1.0228 vs 1.0347 / 1.0384, mean256 0.6139 / 0.6208 vs 0.6143 /
+/// 0.6255, G56 mean64 0.6619 / 0.6628 vs 0.6576 / 0.6596, SiTU-GLU + p 0.6782 / 0.6836 vs 0.6879 / 0.6827;
+/// `results/bench/nvidia-h200/session16-call{5,6}/`). How the epilogue writes `y`.
 /// `reg`: every thread stores its accumulator pairs to global memory ([`Stmt::Store`]), a burst the tensor cores
 /// wait behind once per tile. `tma`: tiles whose rows all lie inside their group go through two 128x64
 /// shared staging buffers ([`Stmt::StoreCols`]) and bulk tensor stores ([`Stmt::TmaStore`]), 64 columns at a
@@ -196,6 +200,7 @@ pub fn default_knobs() -> Knobs {
         .with(AHEAD_KNOB, "auto")
         .with(OVERLAP_KNOB, "on")
         .with(PRODUCER_KNOB, "warp")
+        .with(STORE_KNOB, "tma")
 }
 
 /// The best mma.sync configuration measured on the H200 (2026-11-29), kept as the portable fallback.
