@@ -230,8 +230,9 @@ pub fn resolve(knobs: &Knobs) -> Result<DqCfg, OpError> {
         // with its measured producer depth.
         .with(lmg::LOAD_KNOB, "auto")
         .with(lmg::AHEAD_KNOB, "auto");
-    // The rest of the GEMM's defaults (wgmma: the producer warpgroup and the overlapped walk, session 14).
-    let gemm = [lmg::OVERLAP_KNOB, lmg::PRODUCER_KNOB]
+    // The rest of the GEMM's defaults (wgmma: the producer warpgroup and the overlapped walk, session 14; the
+    // bulk-store epilogue, session 16).
+    let gemm = [lmg::OVERLAP_KNOB, lmg::PRODUCER_KNOB, lmg::STORE_KNOB]
         .into_iter()
         .filter_map(|name| base.0.get(name).map(|v| (name, v.clone())))
         .fold(gemm, |g, (name, v)| g.with(name, v));
