@@ -562,17 +562,23 @@ pub fn build_kernel(spec: &GemmSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
         };
         let seen = b.let_var("seen", seen_init);
         let found = from.map(|_| b.let_var("found_seen", 0i64));
+        // Once the tile's group is behind (`seen > t`), the remaining groups cost a compare each: no `offs`
+        // loads, no tile counts (the walk is a forward scan that finds its group within a group or two, but
+        // the IR's loops run to their end; ncu, session 16: the unguarded scan ran ~830 instructions per warp
+        // per tile at G28, with its dependent loads longer than the product it overlaps).
         b.for_("g", start, g_count.clone(), 1i64, |b, g| {
-            let rows = group_end(&g) - group_start(&g);
-            let tg = b.let_("tg", units(rows));
-            b.if_(t.ge(Expr::Var(seen)).and(t.lt(Expr::Var(seen) + tg.clone())), |b| {
-                b.assign(grp, g.clone());
-                b.assign(local, &t - Expr::Var(seen));
-                if let Some(f) = found {
-                    b.assign(f, Expr::Var(seen));
-                }
+            b.if_(t.ge(Expr::Var(seen)), |b| {
+                let rows = group_end(&g) - group_start(&g);
+                let tg = b.let_("tg", units(rows));
+                b.if_(t.lt(Expr::Var(seen) + tg.clone()), |b| {
+                    b.assign(grp, g.clone());
+                    b.assign(local, &t - Expr::Var(seen));
+                    if let Some(f) = found {
+                        b.assign(f, Expr::Var(seen));
+                    }
+                });
+                b.assign(seen, Expr::Var(seen) + tg);
             });
-            b.assign(seen, Expr::Var(seen) + tg);
         });
         if let (Some((g0, s0)), Some(f)) = (from, found) {
             b.assign(g0, Expr::Var(grp));
