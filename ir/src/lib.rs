@@ -74,5 +74,7 @@ pub use hash::stable_hash;
 pub use kernel::*;
 pub use knob::{KnobAxis, KnobError, KnobSpace, KnobValue, Knobs};
 pub use tensor::HostTensor;
-pub use tma::{MbarDecl, MbarId, MbarRef, StageRing, TENSOR_MAP_BYTES, TMA_MAX_BOX, TensorMapDecl, TmaLoad, TmaStore, TmapId};
+pub use tma::{
+    MbarDecl, MbarId, MbarRef, StageRing, TENSOR_MAP_BYTES, TMA_MAX_BOX, TensorMapDecl, TmaLoad, TmaStore, TmapId,
+};
 pub use validate::{IrError, IrErrorKind, MAX_ARRAY_LEN, MAX_SHARED_BYTES, validate, var_types};

@@ -321,7 +321,12 @@ fn body(k: &Kernel, b: &[Stmt], depth: usize, s: &mut String) {
             Stmt::TmaStore(t) => {
                 let coords: Vec<String> = t.coords.iter().map(|c| expr(k, c)).collect();
                 let map = k.tensor_maps.get(t.map.0 as usize).map_or("?", |m| &m.name);
-                let _ = writeln!(s, "{pad}{map}[{}] <~tma {} (fence, consumer barrier)", coords.join(", "), shared_ref(k, &t.src));
+                let _ = writeln!(
+                    s,
+                    "{pad}{map}[{}] <~tma {} (fence, consumer barrier)",
+                    coords.join(", "),
+                    shared_ref(k, &t.src)
+                );
             }
             Stmt::TmaStoreWait { pending } => {
                 let _ = writeln!(s, "{pad}tma_store_wait reads pending<={pending} (consumer barrier)");

@@ -402,7 +402,13 @@ impl<'a> Checker<'a> {
 
     /// The checks a TMA box copy shares in both directions (`window`: the shared side); pushes the copy onto
     /// the path, which the caller pops.
-    fn tma_box(&mut self, map: crate::tma::TmapId, window: &SharedRef, coords: &[Expr], store: bool) -> Result<(), IrError> {
+    fn tma_box(
+        &mut self,
+        map: crate::tma::TmapId,
+        window: &SharedRef,
+        coords: &[Expr],
+        store: bool,
+    ) -> Result<(), IrError> {
         let k = self.k;
         let m = k
             .tensor_maps

@@ -48,7 +48,18 @@ fn bulk_store_epilogue_matches_f64() {
     for (bm, bn) in [(64i64, 128i64), (128, 128), (128, 256)] {
         let knobs = store_knobs(bm, bn);
         check_case(seed, &mut rng, &counts, true, Epilogue::None, false, 136, 200, &knobs, bn as usize / 64);
-        check_case(seed, &mut rng, &counts, true, Epilogue::None, true, 64, 64, &knobs.clone().with(OVERLAP_KNOB, "off"), bn as usize / 64);
+        check_case(
+            seed,
+            &mut rng,
+            &counts,
+            true,
+            Epilogue::None,
+            true,
+            64,
+            64,
+            &knobs.clone().with(OVERLAP_KNOB, "off"),
+            bn as usize / 64,
+        );
     }
     // GLU epilogues with routing weights: 128 accumulator columns of 256, two slices.
     for epilogue in [Epilogue::SituGlu, Epilogue::SwiGlu] {
@@ -91,7 +102,12 @@ fn bulk_store_kernels_compile_without_spills_inside_the_shared_memory_limit() {
     ] {
         let k = build_kernel(&spec, &knobs).unwrap();
         let src = k3k_codegen::render(&k).unwrap();
-        for want in ["k3k::tma_store_fence();", "k3k::tma_store_wait<1>();", "k3k::store_shared_cols<", "k3k::tma_store_drain();"] {
+        for want in [
+            "k3k::tma_store_fence();",
+            "k3k::tma_store_wait<1>();",
+            "k3k::store_shared_cols<",
+            "k3k::tma_store_drain();",
+        ] {
             assert!(src.contains(want), "{knobs}: no `{want}` in the CUDA");
         }
         let (_, total) = k.shared_layout();
