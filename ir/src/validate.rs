@@ -396,6 +396,12 @@ impl<'a> Checker<'a> {
         if p.access == Access::Read {
             return Err(self.err(IrErrorKind::Type, format!("TMA store into read-only tensor `{}`", p.name)));
         }
+        if m.box_dims.len() > 3 {
+            return Err(self.err(
+                IrErrorKind::Shape,
+                format!("TMA stores take maps of rank 1 to 3 (`{}` has rank {})", m.name, m.box_dims.len()),
+            ));
+        }
         self.path.pop();
         Ok(())
     }
@@ -2056,6 +2062,52 @@ mod tests {
         // Not inside a threads region.
         let e = kind(build(256, &|b, _| b.threads(|b| b.in_turn(|_| {})))).unwrap_err();
         assert!(e.0 == IrErrorKind::Scope && e.1.contains("`in_turn` is a block-level statement"), "{e:?}");
+    }
+
+    #[test]
+    fn tma_store_rules() {
+        // A 256-thread kernel storing a 64x64 bf16 tile through a staging buffer: `f` edits the statements.
+        let build = |access: Access, f: &dyn Fn(&mut KernelBuilder, TileId, SharedId, crate::tma::TmapId)| {
+            let mut b = KernelBuilder::new("t", 256);
+            let m = b.dim("M");
+            let n = b.dim("N");
+            let y = b.tensor("y", DType::Bf16, &[m, n], access);
+            let t = b.tile("acc", DType::F32, 64, 128, [4, 1]);
+            let sh = b.shared("sy", DType::Bf16, 64, 64, 2, Swizzle::Xor16B);
+            let map = b.tensor_map("y_map", y, &[64, 64], Swizzle::Xor16B);
+            f(&mut b, t, sh, map);
+            b.finish()
+        };
+        let kind = |r: Result<Kernel, IrError>| r.map(|_| ()).map_err(|e| (e.kind, e.msg));
+        let ok = |b: &mut KernelBuilder, t: TileId, sh: SharedId, map: crate::tma::TmapId| {
+            for j in 0..2u32 {
+                let w = b.window(sh, j as i64, 0, 0, 64, 64);
+                b.tma_store_wait(1);
+                b.store_cols(t, 64 * j, w.clone());
+                b.tma_store(map, w, vec![Expr::Int(64 * j as i64), Expr::Int(0)]);
+            }
+        };
+        let k = build(Access::Write, &ok).unwrap();
+        let text = crate::print::kernel(&k);
+        assert!(text.contains("<~tma") && text.contains("acc[:, 64..128]"), "{text}");
+        // A read-only destination, a window narrower than the box, columns outside the tile or off the 8-column
+        // grid, a store or wait inside a turn (they synchronize the consumers), inside a threads region.
+        let e = kind(build(Access::Read, &ok)).unwrap_err();
+        assert!(e.0 == IrErrorKind::Type && e.1.contains("read-only tensor `y`"), "{e:?}");
+        let e = kind(build(Access::Write, &|b, _, sh, map| {
+            b.tma_store(map, b.window(sh, 0i64, 0, 0, 32, 64), vec![Expr::Int(0), Expr::Int(0)])
+        }))
+        .unwrap_err();
+        assert!(e.0 == IrErrorKind::Shape && e.1.contains("window of 32 rows, the box has 64"), "{e:?}");
+        for col0 in [96, 4] {
+            let e = kind(build(Access::Write, &|b, t, sh, _| b.store_cols(t, col0, b.window(sh, 0i64, 0, 0, 64, 64))))
+                .unwrap_err();
+            assert!(e.0 == IrErrorKind::Shape && e.1.contains("columns must lie inside the tile"), "{col0}: {e:?}");
+        }
+        let e = kind(build(Access::Write, &|b, t, sh, map| b.in_turn(|b| ok(b, t, sh, map)))).unwrap_err();
+        assert!(e.1.contains("a barrier inside an `in_turn` body"), "{e:?}");
+        let e = kind(build(Access::Write, &|b, _, _, _| b.threads(|b| b.tma_store_wait(0)))).unwrap_err();
+        assert!(e.0 == IrErrorKind::Scope && e.1.contains("`tma_store_wait` is a block-level statement"), "{e:?}");
     }
 
     #[test]
