@@ -16,7 +16,8 @@ pub struct Args {
     #[arg(long)]
     pub preset: Option<String>,
     /// Problems by their dims instead of presets, separated by `;`, e.g. `G=28,mean=1024,K=64,N=6144;...` (each a
-    /// preset named `custom <dims>`): for sweeps off the preset list (the report keeps them like presets).
+    /// preset named `custom <dims>`, for the one operator of `--op`): sweeps off the preset list (the report keeps
+    /// them like presets).
     #[arg(long, conflicts_with = "preset")]
     pub dims: Option<String>,
     /// Knob sets (default: the defaults, plus the tuned config of this GPU where `--results` has one for the
