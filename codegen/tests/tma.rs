@@ -131,3 +131,49 @@ fn tensor_map_parameters_are_checked_and_named() {
     let e = map_params(&k, m, &[0, 64], 0x1000).unwrap_err();
     assert!(matches!(&e, TensorMapError::Shape { .. }), "{e}");
 }
+
+/// A 64x64 tile (`(64 r + c) % 97`) stored to y [64, 64] through one staging buffer by a bulk store; `rewrite`: the program then
+/// overwrites the staging buffer with another tile (`waited`: after retiring the store with a wait, as it must).
+fn bulk_store_kernel(rewrite: bool, waited: bool) -> Kernel {
+    let mut b = KernelBuilder::new("tma_store", 128);
+    let y = b.tensor("y", DType::Bf16, &[Expr::Int(64), Expr::Int(64)], Access::Write);
+    let s = b.shared("s", DType::Bf16, 64, 64, 1, Swizzle::Xor16B);
+    let t = b.tile("t", DType::F32, 64, 64, [4, 1]);
+    let map = b.tensor_map("y_map", y, &[64, 64], Swizzle::Xor16B);
+    b.map(t, ((Expr::RowIdx * 64i64 + Expr::ColIdx) % 97i64).to_float());
+    b.store_cols(t, 0, b.slot(s, 0i64));
+    b.tma_store(map, b.slot(s, 0i64), vec![Expr::Int(0), Expr::Int(0)]);
+    if rewrite {
+        if waited {
+            b.tma_store_wait(0);
+        }
+        b.map(t, -1.0f64);
+        b.store_cols(t, 0, b.slot(s, 0i64));
+    }
+    b.finish().unwrap()
+}
+
+#[test]
+fn a_bulk_store_reads_its_source_up_to_the_wait_that_retires_it() {
+    let run = |k: &Kernel| -> (Vec<f32>, Vec<f32>) {
+        let mut y = HostTensor::zeros(DType::Bf16, &[64, 64]);
+        y.poison();
+        let (mut a, mut c) = (vec![y.clone()], vec![y]);
+        interp::run(k, &mut a, &[], InterpOptions::default()).unwrap();
+        assert!(jit::supports(k).is_ok(), "{:?}", jit::supports(k));
+        jit::compile(k).unwrap().run(&mut c, &[], InterpOptions::default()).unwrap();
+        (a[0].to_f32_vec(), c[0].to_f32_vec())
+    };
+    let want: Vec<f32> = (0..64 * 64).map(|i| (i % 97) as f32).collect();
+    // Stored and never touched again, or rewritten after the wait: both backends store the tile.
+    for k in [bulk_store_kernel(false, false), bulk_store_kernel(true, true)] {
+        let (a, c) = run(&k);
+        assert_eq!(a, want, "{}", k.name);
+        assert_eq!(c, want, "{}", k.name);
+    }
+    // Rewritten before any wait: the copy engine may read the new contents; the interpreter reads at the latest
+    // moment (the block's end) and stores them, so the program's check fails there (the JIT copies at once).
+    let (a, c) = run(&bulk_store_kernel(true, false));
+    assert!(a.iter().all(|&v| v == -1.0), "the interpreter read the source before it was rewritten");
+    assert_eq!(c, want);
+}

@@ -509,10 +509,15 @@ pub fn build_kernel(spec: &GemmSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
     let acc = b.tile("acc", DType::F32, bm, acc_n, warps);
     // STORE=tma: two staging buffers of 64 output columns (128-byte rows, the 128-byte swizzle of the map).
     const SLICE: u32 = 64;
+    // With an odd number of slices per tile the buffers alternate across tiles too: `y_slices` counts the block's
+    // bulk stores, whose parity picks the buffer (a per-tile index would rewrite the buffer of the store just
+    // issued: the interpreter, which reads a store's source at its retiring wait, caught it at BN=64). With an
+    // even number the slice index within the tile is the same parity.
     let staging = c.tma_store.then(|| {
         let buf = b.shared("sY", DType::Bf16, bm, SLICE, 2, Swizzle::Xor16B);
         let map = b.tensor_map("y_map", y, &[SLICE, bm], Swizzle::Xor16B);
-        (buf, map)
+        let odd = (acc_n / SLICE) % 2 == 1;
+        (buf, map, odd.then(|| b.let_var("y_slices", 0i64)))
     });
     let acc_up = glu.then(|| b.tile("acc_up", DType::F32, bm, acc_n, warps));
     let pv = spec.row_scale.then(|| b.vec("p_rows", bm, warps));
@@ -987,14 +992,21 @@ pub fn build_kernel(spec: &GemmSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
             // A tile whose rows all lie in its group leaves as bulk stores of 64 columns, alternating between
             // the two staging buffers: before a buffer is rewritten, the store that read it two slices ago
             // (possibly the previous tile's) has finished reading; the last ones drain under the next tile.
-            Some((sy, ymap)) => {
+            Some((sy, ymap, slices)) => {
                 let full = cs.rows_valid.ge(bm as i64);
                 b.if_(full.clone(), |b| {
                     for j in 0..acc_n / SLICE {
-                        let buf = b.window(sy, (j % 2) as i64, 0, 0, bm, SLICE);
+                        let parity = match slices {
+                            Some(v) => Expr::Var(v).bitand(1i64),
+                            None => Expr::Int((j % 2) as i64),
+                        };
+                        let buf = b.window(sy, parity, 0, 0, bm, SLICE);
                         b.tma_store_wait(1);
                         b.store_cols(acc, j * SLICE, buf.clone());
                         b.tma_store(ymap, buf, vec![cs.n0.clone() + (j * SLICE) as i64, cs.r0.clone()]);
+                        if let Some(v) = slices {
+                            b.assign(v, Expr::Var(v) + 1i64);
+                        }
                     }
                 });
                 b.if_(full.not(), |b| b.store(acc, Place::Global(out_rows)));

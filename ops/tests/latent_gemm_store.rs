@@ -61,6 +61,14 @@ fn bulk_store_epilogue_matches_f64() {
             bn as usize / 64,
         );
     }
+    // An odd number of slices per tile (BN=64: one, BN=192: three): the buffers alternate across tiles, so the
+    // next tile's first slice does not rewrite the buffer of the store just issued (the interpreter reads each
+    // store's source at its retiring wait, so it fails such a program; one block walks several tiles).
+    for bn in [64i64, 192] {
+        let knobs = store_knobs(64, bn);
+        check_case(seed, &mut rng, &counts, true, Epilogue::None, false, 72, 392, &knobs, bn as usize / 64);
+    }
+    check_case(seed, &mut rng, &counts, true, Epilogue::SituGlu, true, 72, 136, &store_knobs(64, 128), 1);
     // GLU epilogues with routing weights: 128 accumulator columns of 256, two slices.
     for epilogue in [Epilogue::SituGlu, Epilogue::SwiGlu] {
         check_case(seed, &mut rng, &counts, true, epilogue, true, 72, 136, &store_knobs(128, 256), 2);

@@ -128,6 +128,7 @@ pub fn run(
         overlaps: &overlaps,
         live: vec![false; k.shared.len()],
         mbars: k.mbarriers.iter().map(|m| vec![[0; 4]; m.count as usize]).collect(),
+        bulk_stores: vec![],
         cl: None,
     };
     if k.cluster_size() > 1 {
@@ -138,6 +139,7 @@ pub fn run(
             for x in 0..grid[0] {
                 let mut b = new_block([x, y, z]);
                 b.body(&k.body, tensors)?;
+                b.retire_bulk_stores(0, tensors)?;
             }
         }
     }
@@ -166,6 +168,9 @@ struct Block<'a> {
     live: Vec<bool>,
     /// Per barrier declaration, its barriers' states.
     mbars: Vec<Vec<MbarState>>,
+    /// Bulk tensor stores ([`Stmt::TmaStore`]) whose source reads no wait has retired yet, oldest first: the
+    /// statement, the source's base element and the box coordinates.
+    bulk_stores: Vec<(k3k_ir::TmaStore, usize, Vec<i64>)>,
     /// In a thread-block cluster: the scheduler, this CTA's rank and its peers (see `cpu::cluster`).
     cl: Option<tma::ClusterLink<'a>>,
 }

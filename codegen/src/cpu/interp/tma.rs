@@ -55,7 +55,8 @@ pub(super) fn run_clusters<'a>(
             let b = unsafe { &mut *p };
             let (tp, tn) = *tens.get();
             let ts = unsafe { std::slice::from_raw_parts_mut(tp, tn) };
-            b.body(&k.body, ts)
+            b.body(&k.body, ts)?;
+            b.retire_bulk_stores(0, ts)
         })?;
         drop(blocks);
     }
@@ -202,6 +203,30 @@ pub(crate) fn tma_box(
 }
 
 impl<'a> Block<'a> {
+    /// Carry out the source reads (and the copies) of all but the `keep` most recent bulk stores.
+    pub(super) fn retire_bulk_stores(&mut self, keep: usize, tensors: &mut [HostTensor]) -> Result<(), InterpError> {
+        let n = self.bulk_stores.len().saturating_sub(keep);
+        for (t, base, coords) in self.bulk_stores.drain(..n).collect::<Vec<_>>() {
+            let m = &self.k.tensor_maps[t.map.0 as usize];
+            let d = &self.k.shared[t.src.buf.0 as usize];
+            let shared = &self.shared[t.src.buf.0 as usize];
+            let dst = &mut tensors[m.tensor.0 as usize];
+            let shape = dst.shape.clone();
+            tma_box(&shape, &m.box_dims, &coords, |r, c, flat| {
+                if let Some(i) = flat {
+                    let v = shared.get_f64(base + (t.src.row0 as usize + r) * d.cols as usize + c);
+                    if d.dtype.is_int() {
+                        dst.set_i64(i, v as i64);
+                    } else {
+                        dst.set_f32(i, v as f32);
+                    }
+                }
+                Ok(())
+            })?;
+        }
+        Ok(())
+    }
+
     /// Run `f` on cluster CTA `cta` (this block itself for its own rank, or without a cluster for rank 0).
     fn with_cta<R>(
         &mut self,
@@ -310,29 +335,16 @@ impl<'a> Block<'a> {
                     })?;
                 }
             }
-            // The copy engine reads the source some time before the wait that retires the store; the CPU
-            // backends copy at once (a source overwritten before its wait shows as wrong output on the GPU).
+            // The copy engine may read the source at any time before the wait that retires the store: the
+            // interpreter reads it at the latest, at that wait (or at the block's end), so a program that
+            // rewrites a source too early stores the new contents and fails its check (the JIT copies at once,
+            // so the two backends also disagree on such a program).
             Stmt::TmaStore(t) => {
-                let m = &k.tensor_maps[t.map.0 as usize];
                 let base = self.shared_base(&t.src, tensors)?;
                 let coords = t.coords.iter().map(|c| self.int(c, tensors)).collect::<Result<Vec<_>, _>>()?;
-                let d = &k.shared[t.src.buf.0 as usize];
-                let shared = &self.shared[t.src.buf.0 as usize];
-                let dst = &mut tensors[m.tensor.0 as usize];
-                let shape = dst.shape.clone();
-                tma_box(&shape, &m.box_dims, &coords, |r, c, flat| {
-                    if let Some(i) = flat {
-                        let v = shared.get_f64(base + (t.src.row0 as usize + r) * d.cols as usize + c);
-                        if d.dtype.is_int() {
-                            dst.set_i64(i, v as i64);
-                        } else {
-                            dst.set_f32(i, v as f32);
-                        }
-                    }
-                    Ok(())
-                })?;
+                self.bulk_stores.push(((**t).clone(), base, coords));
             }
-            Stmt::TmaStoreWait { .. } => {}
+            Stmt::TmaStoreWait { pending } => self.retire_bulk_stores(*pending as usize, tensors)?,
             _ => unreachable!("not a TMA statement"),
         }
         Ok(())
