@@ -11,8 +11,8 @@ for kn in "STORE=tma,BN=64" "STORE=tma,BN=192" "STORE=tma,BN=128"; do
   timeout 60 $K check --backend cuda --op latent_moe_gemm --knobs "$kn" --cases 8 >> $OUT/check.txt 2>&1
   echo "check gemm $kn rc=$? $(date -u +%T)" >> $L
 done
-timeout 60 $K check --backend cuda --op latent_moe_gemm --preset "G28 mean256 K3584 N6144 situ_glu+p" \
-  --knobs "STORE=tma,BN=128" >> $OUT/check.txt 2>&1; echo "check gemm GLU BN=128 preset rc=$? $(date -u +%T)" >> $L
+timeout 60 $K check --backend cuda --op latent_moe_gemm --dims "G=28,mean=256,K=3584,N=6144,epilogue=1,p=1" \
+  --knobs "STORE=tma,BN=128" >> $OUT/check.txt 2>&1; echo "check gemm GLU BN=128 at the preset's dims rc=$? $(date -u +%T)" >> $L
 grep -iE "failed|error|mismatch" $OUT/check.txt | grep -v " 0 failed" | head -5 >> $L
 timeout 80 $K fuzz --backend cuda --op latent_moe_gemm --knobs "STORE=tma,BN=64" --time 60s > $OUT/fuzz-bn64.txt 2>&1
 echo "fuzz gemm BN=64 rc=$? $(date -u +%T)" >> $L; tail -2 $OUT/fuzz-bn64.txt >> $L
