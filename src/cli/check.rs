@@ -187,7 +187,7 @@ fn precompile(op: &dyn Operator, cases: usize, knobs: &Knobs, seed: u64, which: 
                 .unwrap_or_default()
         })
         .collect();
-    super::precompile(op.name(), kernels, t0);
+    super::precompile(op.name(), kernels, t0, None);
 }
 
 pub fn print_table(rows: &[Summary]) {

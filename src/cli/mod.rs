@@ -131,11 +131,52 @@ pub fn pick_preset(op: &dyn Operator, name: Option<&str>, dims: Option<&str>) ->
 /// Compile (NVRTC, and ptxas to CUBIN where it is found; all cores) the distinct kernels among `kernels` into the module cache, so that a GPU run of
 /// `op`'s cases loads them from there instead of compiling one variant per case. A kernel that fails to compile
 /// here fails again, and is reported, in its case. `since`: when collecting the kernels began (for the log).
-pub fn precompile(op: &str, kernels: Vec<k3k::ir::Kernel>, since: std::time::Instant) {
+/// `deadline`: no compile starts after it (the rest compile on first use, inside the run's own budget). Returns
+/// how many variants were compiled and how many were left for first use.
+pub fn precompile(
+    op: &str,
+    kernels: Vec<k3k::ir::Kernel>,
+    since: std::time::Instant,
+    deadline: Option<std::time::Instant>,
+) -> (usize, usize) {
     use rayon::prelude::*;
     let mut seen = std::collections::HashSet::new();
     let unique: Vec<_> = kernels.into_iter().filter(|k| seen.insert(k3k::ir::stable_hash(k))).collect();
-    let built =
-        unique.par_iter().filter(|k| k3k::codegen::build(k, k3k::codegen::BuildOptions::for_loading()).is_ok()).count();
-    eprintln!("{op}: precompiled {built} of {} kernel variants in {:.1}s", unique.len(), since.elapsed().as_secs_f64());
+    let outcomes: Vec<Option<bool>> = unique
+        .par_iter()
+        .map(|k| {
+            let late = deadline.is_some_and(|d| std::time::Instant::now() >= d);
+            (!late).then(|| k3k::codegen::build(k, k3k::codegen::BuildOptions::for_loading()).is_ok())
+        })
+        .collect();
+    let built = outcomes.iter().filter(|o| **o == Some(true)).count();
+    let left = outcomes.iter().filter(|o| o.is_none()).count();
+    let note =
+        if left > 0 { format!(" ({left} left for first use: the precompile deadline passed)") } else { String::new() };
+    eprintln!(
+        "{op}: precompiled {built} of {} kernel variants in {:.1}s{note}",
+        unique.len(),
+        since.elapsed().as_secs_f64()
+    );
+    (built, left)
+}
+
+#[cfg(test)]
+mod tests {
+    use k3k::ir::{Access, DType, Expr, KernelBuilder};
+    use std::time::Instant;
+
+    #[test]
+    fn precompile_starts_no_compile_after_its_deadline() {
+        let mut b = KernelBuilder::new("precompile_probe", 32);
+        let n = b.dim("N");
+        let y = b.tensor("y", DType::F32, &[n], Access::Write);
+        b.threads(|b| b.store_scalar(y, Expr::thread_idx(), 1.0f64));
+        let k = b.finish().unwrap();
+        // A deadline already behind: nothing compiles, the one distinct variant (twice listed) is left.
+        let past = Instant::now();
+        assert_eq!(super::precompile("probe", vec![k.clone(), k.clone()], Instant::now(), Some(past)), (0, 1));
+        // No deadline: it compiles (NVRTC from `scripts/install-cuda-tools.sh`, as every compile test).
+        assert_eq!(super::precompile("probe", vec![k], Instant::now(), None), (1, 0));
+    }
 }
