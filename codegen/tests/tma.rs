@@ -171,9 +171,9 @@ fn a_bulk_store_reads_its_source_up_to_the_wait_that_retires_it() {
         assert_eq!(a, want, "{}", k.name);
         assert_eq!(c, want, "{}", k.name);
     }
-    // Rewritten before any wait: the copy engine may read the new contents; the interpreter reads at the latest
-    // moment (the block's end) and stores them, so the program's check fails there (the JIT copies at once).
+    // Rewritten before any wait: the copy engine may read the new contents; both backends read at the latest
+    // moment (here the block's end) and store them, so the program's check fails on the CPU.
     let (a, c) = run(&bulk_store_kernel(true, false));
     assert!(a.iter().all(|&v| v == -1.0), "the interpreter read the source before it was rewritten");
-    assert_eq!(c, want);
+    assert!(c.iter().all(|&v| v == -1.0), "the JIT read the source before it was rewritten");
 }

@@ -349,9 +349,9 @@ pub enum Stmt {
     /// earlier shared writes visible to the copy engine (`fence.proxy.async`) and synchronize, then thread 0
     /// starts the copy and commits it as one bulk group. Box elements outside the tensor are not written. The
     /// copy reads the source asynchronously: the program must not overwrite it before a [`Stmt::TmaStoreWait`]
-    /// has seen the store's group read. The interpreter reads the source at the latest moment allowed (the wait
+    /// has seen the store's group read. The CPU backends read the source at the latest moment allowed (the wait
     /// that retires the store, or the block's end), so a source rewritten too early stores its new contents and
-    /// fails the program's check; the JIT copies at once.
+    /// fails the program's check.
     TmaStore(Box<TmaStore>),
     /// Thread 0 waits until at most `pending` of its most recent bulk stores ([`Stmt::TmaStore`]) still read
     /// shared memory, then the consumer threads synchronize: the sources of the others may be overwritten.

@@ -511,7 +511,7 @@ pub fn build_kernel(spec: &GemmSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
     const SLICE: u32 = 64;
     // With an odd number of slices per tile the buffers alternate across tiles too: `y_slices` counts the block's
     // bulk stores, whose parity picks the buffer (a per-tile index would rewrite the buffer of the store just
-    // issued: the interpreter, which reads a store's source at its retiring wait, caught it at BN=64). With an
+    // issued: the CPU backends, which read a store's source at its retiring wait, caught it at BN=64). With an
     // even number the slice index within the tile is the same parity.
     let staging = c.tma_store.then(|| {
         let buf = b.shared("sY", DType::Bf16, bm, SLICE, 2, Swizzle::Xor16B);

@@ -336,9 +336,8 @@ impl<'a> Block<'a> {
                 }
             }
             // The copy engine may read the source at any time before the wait that retires the store: the
-            // interpreter reads it at the latest, at that wait (or at the block's end), so a program that
-            // rewrites a source too early stores the new contents and fails its check (the JIT copies at once,
-            // so the two backends also disagree on such a program).
+            // interpreter (and the JIT) read it at the latest, at that wait (or at the block's end), so a program
+            // that rewrites a source too early stores the new contents and fails its check.
             Stmt::TmaStore(t) => {
                 let base = self.shared_base(&t.src, tensors)?;
                 let coords = t.coords.iter().map(|c| self.int(c, tensors)).collect::<Result<Vec<_>, _>>()?;

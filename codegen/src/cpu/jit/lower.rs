@@ -1028,8 +1028,8 @@ impl<'a, 'f> Lower<'a, 'f> {
                 }
                 self.host_tile(s, &args);
             }
-            // The stores copy at once (see the interpreter): nothing to wait for.
-            Stmt::TmaStoreWait { .. } => {}
+            // The runtime retires the older stores (reads their sources) here.
+            Stmt::TmaStoreWait { .. } => self.host_tile(s, &[]),
             Stmt::Load { src: p, .. } | Stmt::Store { dst: p, .. } => match p {
                 Place::Shared(r) => {
                     let i = self.shared_index(r)?;

@@ -80,6 +80,9 @@ pub(crate) struct Ctx {
     pub(crate) lanes: *mut u8,
     /// The block's cluster (null without a cluster shape; see `cpu::cluster`).
     pub(crate) cluster: *const rt::ClusterRt,
+    /// Bulk tensor stores whose source reads no wait has retired yet, oldest first (see `rt::retire_bulk_stores`;
+    /// after the fields the compiled code reads).
+    pub(crate) bulk_stores: Vec<rt::PendingStore>,
 }
 
 /// A compiled kernel.
@@ -166,6 +169,7 @@ impl JitKernel {
             error: None,
             lanes: lanes.as_mut_ptr() as *mut u8,
             cluster: std::ptr::null(),
+            bulk_stores: vec![],
         };
         if k.cluster_size() > 1 {
             drop((frame, lanes));
@@ -186,6 +190,8 @@ impl JitKernel {
                         }
                         return Err(lower::error(k, [x, y, z], &ctx.err, tensors));
                     }
+                    // SAFETY: the block's frame and tensors, as the compiled code left them.
+                    unsafe { rt::retire_bulk_stores(&mut ctx, 0) }?;
                 }
             }
         }
@@ -239,6 +245,7 @@ impl JitKernel {
                     error: None,
                     lanes: lanes[r].as_mut_ptr() as *mut u8,
                     cluster: &crt,
+                    bulk_stores: vec![],
                 })
                 .collect();
             let ptrs = &Shared(ctxs.iter_mut().map(|c| c as *mut Ctx).collect::<Vec<_>>());
@@ -258,7 +265,8 @@ impl JitKernel {
                     let b = [ctx.block[0] as u32, ctx.block[1] as u32, ctx.block[2] as u32];
                     return Err(lower::error(k, b, &ctx.err, ts));
                 }
-                Ok(())
+                // SAFETY: this CTA's frame and the tensors, while it runs alone.
+                unsafe { rt::retire_bulk_stores(ctx, 0) }
             })?;
             drop((ctxs, frames, lanes));
         }

@@ -317,6 +317,48 @@ pub(crate) extern "C" fn host_tile(ctx: *mut Ctx, s: *const Stmt, args: *const i
     }
 }
 
+/// A bulk tensor store not yet retired: the statement, its source's base element and the box coordinates.
+pub(crate) struct PendingStore {
+    store: k3k_ir::TmaStore,
+    base: usize,
+    coords: Vec<i64>,
+}
+
+/// Carry out the source reads (and the copies) of all but the `keep` most recent bulk stores of the block.
+/// SAFETY: `ctx` describes the running block (its frame and tensors), as for [`tile_stmt`].
+pub(crate) unsafe fn retire_bulk_stores(ctx: &mut Ctx, keep: usize) -> Result<(), InterpError> {
+    let n = ctx.bulk_stores.len().saturating_sub(keep);
+    if n == 0 {
+        return Ok(());
+    }
+    let (k, l) = unsafe { (&*ctx.kernel, &*ctx.layout) };
+    let f = Frame { k, l, base: ctx.frame };
+    let hosts = unsafe { std::slice::from_raw_parts_mut(ctx.hosts, k.tensors.len()) };
+    for p in ctx.bulk_stores.drain(..n) {
+        let t = &p.store;
+        let m = &k.tensor_maps[t.map.0 as usize];
+        let d = &k.shared[t.src.buf.0 as usize];
+        let mut vals = vec![];
+        tma_box(&hosts[m.tensor.0 as usize].shape, &m.box_dims, &p.coords, |r, c, flat| {
+            if let Some(i) = flat {
+                vals.push((i, unsafe {
+                    f.shared(t.src.buf, p.base + (t.src.row0 as usize + r) * d.cols as usize + c)
+                }));
+            }
+            Ok(())
+        })?;
+        let dst = &mut hosts[m.tensor.0 as usize];
+        for (i, v) in vals {
+            if d.dtype.is_int() {
+                dst.set_i64(i, v as i64);
+            } else {
+                dst.set_f32(i, v as f32);
+            }
+        }
+    }
+    Ok(())
+}
+
 unsafe fn tile_stmt(ctx: &mut Ctx, s: &Stmt, arg: &dyn Fn(usize) -> i64) -> Result<(), InterpError> {
     // SAFETY: `ctx.kernel`, `ctx.layout` and `ctx.frame` describe the running kernel and its zeroed frame;
     // `ctx.hosts` points to its tensors (the compiled code holds no reference into them across this call).
@@ -451,27 +493,13 @@ unsafe fn tile_stmt(ctx: &mut Ctx, s: &Stmt, arg: &dyn Fn(usize) -> i64) -> Resu
                     pf.mbar_op(block, t.bar.bar, arg(1 + rank), MbarOp::Complete(bytes))?;
                 }
             }
+            // As the interpreter: the source is read at the wait that retires the store (or the block's end).
             Stmt::TmaStore(t) => {
-                let m = &k.tensor_maps[t.map.0 as usize];
                 let base = f.shared_base(&t.src, arg(0));
                 let coords: Vec<i64> = (0..t.coords.len()).map(|i| arg(1 + i)).collect();
-                let d = &k.shared[t.src.buf.0 as usize];
-                let mut vals = vec![];
-                tma_box(&hosts[m.tensor.0 as usize].shape, &m.box_dims, &coords, |r, c, flat| {
-                    if let Some(i) = flat {
-                        vals.push((i, f.shared(t.src.buf, base + (t.src.row0 as usize + r) * d.cols as usize + c)));
-                    }
-                    Ok(())
-                })?;
-                let dst = &mut hosts[m.tensor.0 as usize];
-                for (i, v) in vals {
-                    if d.dtype.is_int() {
-                        dst.set_i64(i, v as i64);
-                    } else {
-                        dst.set_f32(i, v as f32);
-                    }
-                }
+                ctx.bulk_stores.push(PendingStore { store: (**t).clone(), base, coords });
             }
+            Stmt::TmaStoreWait { pending } => retire_bulk_stores(ctx, *pending as usize)?,
             Stmt::StoreCols { tile, col0, dst: r } => {
                 let cols = k.tiles[tile.0 as usize].cols as usize;
                 let base = f.shared_base(r, arg(0));
