@@ -763,6 +763,13 @@ impl Kernel {
         self.tensors.iter().position(|t| t.name == name).map(|i| TensorId(i as u32))
     }
 
+    /// Whether any statement (nested ones included) satisfies `pred`.
+    pub fn any_stmt(&self, pred: impl Fn(&Stmt) -> bool) -> bool {
+        let mut any = false;
+        self.visit_stmts(&mut |s| any |= pred(s));
+        any
+    }
+
     /// Visit every statement, parents before children.
     pub fn visit_stmts(&self, f: &mut impl FnMut(&Stmt)) {
         fn walk(body: &[Stmt], f: &mut impl FnMut(&Stmt)) {

@@ -54,11 +54,7 @@ pub fn uses_tma(k: &Kernel) -> bool {
 /// True when a kernel has a cluster shape or a cluster barrier. (Without a cluster, a per-warp arrival on CTA 0
 /// is an arrival on the block's own barrier, rendered from [`PRELUDE_TMA`].)
 pub fn uses_cluster(k: &Kernel) -> bool {
-    let mut any = k.cluster_size() > 1;
-    k.visit_stmts(&mut |s| {
-        any |= matches!(s, Stmt::ClusterSync);
-    });
-    any
+    k.cluster_size() > 1 || k.any_stmt(|s| matches!(s, Stmt::ClusterSync))
 }
 
 /// The C type of a dtype in generated code.
@@ -349,18 +345,14 @@ impl<'a> Renderer<'a> {
 
     /// Kernels with [`Stmt::TmaStore`]: thread 0 waits for every bulk store to complete before the block exits.
     fn store_drain(&mut self) {
-        let mut stores = false;
-        self.k.visit_stmts(&mut |s| stores |= matches!(s, Stmt::TmaStore(_)));
-        if stores {
+        if self.k.any_stmt(|s| matches!(s, Stmt::TmaStore(_))) {
             self.line("k3k::tma_store_drain();");
         }
     }
 
     /// Kernels with [`Stmt::InTurn`]: consumer warpgroup 0 takes the first turn.
     fn turn_start(&mut self) {
-        let mut turns = false;
-        self.k.visit_stmts(&mut |s| turns |= matches!(s, Stmt::InTurn { .. }));
-        if turns {
+        if self.k.any_stmt(|s| matches!(s, Stmt::InTurn { .. })) {
             self.line("k3k::turn_start();");
         }
     }

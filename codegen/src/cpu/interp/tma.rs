@@ -202,6 +202,25 @@ pub(crate) fn tma_box(
     Ok(())
 }
 
+/// A bulk store's box written into `dst` (elements outside the tensor skipped), element (row, col) of the box
+/// read by `read`: the copy both CPU backends carry out when they retire the store.
+pub(crate) fn store_box(
+    dst: &mut HostTensor,
+    box_dims: &[u32],
+    coords: &[i64],
+    int: bool,
+    read: impl Fn(usize, usize) -> f64,
+) -> Result<(), InterpError> {
+    let shape = dst.shape.clone();
+    tma_box(&shape, box_dims, coords, |r, c, flat| {
+        if let Some(i) = flat {
+            let v = read(r, c);
+            if int { dst.set_i64(i, v as i64) } else { dst.set_f32(i, v as f32) }
+        }
+        Ok(())
+    })
+}
+
 impl<'a> Block<'a> {
     /// Carry out the source reads (and the copies) of all but the `keep` most recent bulk stores.
     pub(super) fn retire_bulk_stores(&mut self, keep: usize, tensors: &mut [HostTensor]) -> Result<(), InterpError> {
@@ -210,18 +229,8 @@ impl<'a> Block<'a> {
             let m = &self.k.tensor_maps[t.map.0 as usize];
             let d = &self.k.shared[t.src.buf.0 as usize];
             let shared = &self.shared[t.src.buf.0 as usize];
-            let dst = &mut tensors[m.tensor.0 as usize];
-            let shape = dst.shape.clone();
-            tma_box(&shape, &m.box_dims, &coords, |r, c, flat| {
-                if let Some(i) = flat {
-                    let v = shared.get_f64(base + (t.src.row0 as usize + r) * d.cols as usize + c);
-                    if d.dtype.is_int() {
-                        dst.set_i64(i, v as i64);
-                    } else {
-                        dst.set_f32(i, v as f32);
-                    }
-                }
-                Ok(())
+            store_box(&mut tensors[m.tensor.0 as usize], &m.box_dims, &coords, d.dtype.is_int(), |r, c| {
+                shared.get_f64(base + (t.src.row0 as usize + r) * d.cols as usize + c)
             })?;
         }
         Ok(())

@@ -14,7 +14,7 @@ use super::Ctx;
 use crate::cpu::cluster::{Cond, stop_error};
 use crate::cpu::interp::{
     InterpError, MbarOp, MbarState, atomic_value, dequant_fp4_value, fp4_gemv_sums, mbar_error, mbar_index, mbar_step,
-    multicast_ctas, reduce, round_to, tile_value, tma_box, wrap_int,
+    multicast_ctas, reduce, round_to, store_box, tile_value, tma_box, wrap_int,
 };
 use k3k_ir::*;
 
@@ -79,8 +79,7 @@ impl Layout {
         let arrays_at = take(0);
         let arrays = array_decl.iter().map(|d| take(8 + 8 * d.map_or(0, |d| d.1 as usize))).collect();
         let size = take(0);
-        let mut lockstep = false;
-        k.visit_stmts(&mut |s| lockstep |= is_warp_stmt(s));
+        let lockstep = k.any_stmt(is_warp_stmt);
         let lane_arrays = 8 * k.vars.len();
         let lane_value = lane_arrays + (size - arrays_at);
         let lane_stride = lane_value + 8;
@@ -338,23 +337,9 @@ pub(crate) unsafe fn retire_bulk_stores(ctx: &mut Ctx, keep: usize) -> Result<()
         let t = &p.store;
         let m = &k.tensor_maps[t.map.0 as usize];
         let d = &k.shared[t.src.buf.0 as usize];
-        let mut vals = vec![];
-        tma_box(&hosts[m.tensor.0 as usize].shape, &m.box_dims, &p.coords, |r, c, flat| {
-            if let Some(i) = flat {
-                vals.push((i, unsafe {
-                    f.shared(t.src.buf, p.base + (t.src.row0 as usize + r) * d.cols as usize + c)
-                }));
-            }
-            Ok(())
+        store_box(&mut hosts[m.tensor.0 as usize], &m.box_dims, &p.coords, d.dtype.is_int(), |r, c| unsafe {
+            f.shared(t.src.buf, p.base + (t.src.row0 as usize + r) * d.cols as usize + c)
         })?;
-        let dst = &mut hosts[m.tensor.0 as usize];
-        for (i, v) in vals {
-            if d.dtype.is_int() {
-                dst.set_i64(i, v as i64);
-            } else {
-                dst.set_f32(i, v as f32);
-            }
-        }
     }
     Ok(())
 }
