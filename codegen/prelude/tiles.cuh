@@ -675,12 +675,21 @@ __device__ __forceinline__ void mma_rs(ACC& acc, const AT& at, const unsigned ch
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// MXFP4 decode into a bf16 register tile (the A operand of mma_rs). In the packed layout word l of a 32-column
-// block holds columns 2l + 8f + h at nibble 2f + h, so lane l (l = lane % 4) reads one word per row and block
-// and byte f of it gives its fragment pair f. Per pair: one prmt puts the low nibble (shifted up by 4) in
-// byte 1 and the high nibble in byte 3, then sign bits stay and the three exponent/mantissa bits move down 6:
-// the bf16 bits of e2m1(q) * 2^-126 (e = 0 is the subnormal 0.5 * 2^-126). One bf16x2 multiply by 2^126 *
+// MXFP4 decode into a bf16 register tile (the A operand of mma_rs). Lane l (l = lane % 4) of a lane quad needs
+// columns 2l + 8f + h (f = 0..3, h = 0..1) of each 32-column block: its fragment pair f is columns 2l + 8f and
+// 2l + 8f + 1. Either way a pair becomes the bf16 bits of e2m1(q) * 2^-126 in both halves (sign at bit 15,
+// exponent and mantissa bits at 8..6; e = 0 is the subnormal 0.5 * 2^-126), then one bf16x2 multiply by 2^126 *
 // 2^(s-127) (exact: a power of two) gives the values; without `FOLD` (scale bytes above 128) two multiplies.
+// - Packed layout (`k3k_ir::fp4`): word l of the block holds exactly the lane's eight values, pair f where
+//   `fp4_packed_bits` builds it: pairs 0..2 at rotations by 0, 3 and 6 bits of the bit mask (one funnel shift
+//   and one AND), pair 3 by one multiply that adds three shifted copies without carries, and the AND.
+// - Natural layout (SPEC 1 bytes as words): the lane's pair f is byte l of word f; three prmt gather them into
+//   one word with pair f in byte f (low nibble first), and per pair one prmt puts the low nibble (shifted up by
+//   4) in byte 1 and the high nibble in byte 3, then sign bits stay and the three exponent/mantissa bits move
+//   down 6.
+__device__ __forceinline__ unsigned fp4_packed_bits(unsigned q, int f) {
+  return f == 3 ? ((q & 0x001B001Bu) * 0x4108u) & 0x81C081C0u : __funnelshift_r(q, q, 3 * f) & 0x81C081C0u;
+}
 __device__ __forceinline__ unsigned hmul2_bf16(unsigned a, unsigned b) {
   unsigned r;
   asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
@@ -694,10 +703,15 @@ template <bool FOLD, bool FINITE> __device__ __forceinline__ unsigned fp4_scale2
   const unsigned m = s == 0u ? 0x00400040u : s * 0x00800080u;  // bf16 2^(s-127); s = 0: subnormal 2^-127
   return (!FINITE && s == 255u) ? 0x7FC07FC0u : m;
 }
+template <bool FOLD> __device__ __forceinline__ unsigned fp4_scaled(unsigned v, unsigned scale2) {
+  return FOLD ? hmul2_bf16(v, scale2) : hmul2_bf16(hmul2_bf16(v, 0x7E807E80u), scale2);
+}
 template <bool FOLD> __device__ __forceinline__ unsigned fp4_pair(unsigned q4, unsigned q, int f, unsigned scale2) {
   const unsigned u = __byte_perm(q4, q, (unsigned)(f | (f << 4) | ((4 + f) << 8) | ((4 + f) << 12)));
-  const unsigned v = (u & 0x80008000u) | ((u & 0x70007000u) >> 6);
-  return FOLD ? hmul2_bf16(v, scale2) : hmul2_bf16(hmul2_bf16(v, 0x7E807E80u), scale2);
+  return fp4_scaled<FOLD>((u & 0x80008000u) | ((u & 0x70007000u) >> 6), scale2);
+}
+template <bool FOLD> __device__ __forceinline__ unsigned fp4_pair_packed(unsigned q, int f, unsigned scale2) {
+  return fp4_scaled<FOLD>(fp4_packed_bits(q, f), scale2);
 }
 // Natural layout (SPEC 1 bytes as words: word w of a block holds columns 8w..8w+7): the lane's pair f is byte
 // l of word f, so one 16-byte load of the block's four words (one swizzle chunk) and three prmt build the
@@ -726,7 +740,8 @@ __device__ __forceinline__ void dequant_fp4(TT& t, const unsigned char* qt, int 
         const unsigned sc = fp4_scale2<FOLD, FINITE>(s);
         const unsigned q4 = q << 4;
 #pragma unroll
-        for (int f = 0; f < 4; ++f) t.v[b][4 * blk + f][jp] = fp4_pair<FOLD>(q4, q, f, sc);
+        for (int f = 0; f < 4; ++f)
+          t.v[b][4 * blk + f][jp] = PACKED ? fp4_pair_packed<FOLD>(q, f, sc) : fp4_pair<FOLD>(q4, q, f, sc);
       }
     }
 }
@@ -794,7 +809,8 @@ __device__ __forceinline__ void fp4_stream_decode(TT& t, const Fp4StreamRaw<TT>&
         const unsigned s2 = fp4_scale2<FOLD, FINITE>(raw.sc[b][jp][blk]);
         const unsigned q4 = qq << 4;
 #pragma unroll
-        for (int f = 0; f < 4; ++f) t.v[b][4 * blk + f][jp] = fp4_pair<FOLD>(q4, qq, f, s2);
+        for (int f = 0; f < 4; ++f)
+          t.v[b][4 * blk + f][jp] = PACKED ? fp4_pair_packed<FOLD>(qq, f, s2) : fp4_pair<FOLD>(q4, qq, f, s2);
       }
 }
 
@@ -878,8 +894,7 @@ __device__ __forceinline__ unsigned prmt_b32(unsigned a, unsigned b, unsigned se
 }
 template <bool FOLD> __device__ __forceinline__ unsigned fp4_pair_lh(unsigned lo, unsigned hi, int f, unsigned scale2) {
   const unsigned y = prmt_b32(lo, hi, (unsigned)(f | (8 << 4) | ((4 + f) << 8) | (8 << 12)));
-  const unsigned v = (y * 0x1040u) & 0x81C081C0u;
-  return FOLD ? hmul2_bf16(v, scale2) : hmul2_bf16(hmul2_bf16(v, 0x7E807E80u), scale2);
+  return fp4_scaled<FOLD>((y * 0x1040u) & 0x81C081C0u, scale2);
 }
 // 0, computed from `v` in a way the compilers do not fold: an address offset that makes a load wait for `v`.
 __device__ __forceinline__ int opaque_zero(float v) {
@@ -993,18 +1008,28 @@ __device__ __forceinline__ void fp4_gemv(unsigned char* ot, int or0, int oc0, un
 #pragma unroll
       for (int st = 0; st < 8; ++st) {
         // Step st multiplies x chunk i, words 2j and 2j + 1 (columns 8i + 4j .. 8i + 4j + 3: an aligned register
-        // pair, the B fragment as loaded) with the weight pairs of the same columns: packed, byte i of words 2j and
-        // 2j + 1 (word w holds columns 8f + 2w + h at nibble 2f + h); natural, bytes 2j and 2j + 1 of word i.
-        // The order keeps each word's nibble planes live for consecutive steps only.
+        // pair, the B fragment as loaded) with the weight pairs of the same columns: packed, pair i of words 2j
+        // and 2j + 1 (word w holds columns 8f + 2w + h as value 2f + h); natural, bytes 2j and 2j + 1 of word i
+        // (the order keeps each word's nibble planes live for consecutive steps only).
         const int i = PACKED ? (st & 3) : (st >> 1), j = PACKED ? (st >> 2) : (st & 1);
         const int wa = PACKED ? 2 * j : i, wb = PACKED ? 2 * j + 1 : i;
         const int fa = PACKED ? i : 2 * j, fb = PACKED ? i : 2 * j + 1;
-        const unsigned la0 = q0[wa] & 0x0F0F0F0Fu, ha0 = (q0[wa] >> 4) & 0x0F0F0F0Fu;
-        const unsigned la1 = q1[wa] & 0x0F0F0F0Fu, ha1 = (q1[wa] >> 4) & 0x0F0F0F0Fu;
-        const unsigned lb0 = q0[wb] & 0x0F0F0F0Fu, hb0 = (q0[wb] >> 4) & 0x0F0F0F0Fu;
-        const unsigned lb1 = q1[wb] & 0x0F0F0F0Fu, hb1 = (q1[wb] >> 4) & 0x0F0F0F0Fu;
-        const unsigned a[4] = {fp4_pair_lh<FOLD>(la0, ha0, fa, s0), fp4_pair_lh<FOLD>(la1, ha1, fa, s1),
-                               fp4_pair_lh<FOLD>(lb0, hb0, fb, s0), fp4_pair_lh<FOLD>(lb1, hb1, fb, s1)};
+        unsigned a[4];
+        if (PACKED) {
+          a[0] = fp4_pair_packed<FOLD>(q0[wa], fa, s0);
+          a[1] = fp4_pair_packed<FOLD>(q1[wa], fa, s1);
+          a[2] = fp4_pair_packed<FOLD>(q0[wb], fb, s0);
+          a[3] = fp4_pair_packed<FOLD>(q1[wb], fb, s1);
+        } else {
+          const unsigned la0 = q0[wa] & 0x0F0F0F0Fu, ha0 = (q0[wa] >> 4) & 0x0F0F0F0Fu;
+          const unsigned la1 = q1[wa] & 0x0F0F0F0Fu, ha1 = (q1[wa] >> 4) & 0x0F0F0F0Fu;
+          const unsigned lb0 = q0[wb] & 0x0F0F0F0Fu, hb0 = (q0[wb] >> 4) & 0x0F0F0F0Fu;
+          const unsigned lb1 = q1[wb] & 0x0F0F0F0Fu, hb1 = (q1[wb] >> 4) & 0x0F0F0F0Fu;
+          a[0] = fp4_pair_lh<FOLD>(la0, ha0, fa, s0);
+          a[1] = fp4_pair_lh<FOLD>(la1, ha1, fa, s1);
+          a[2] = fp4_pair_lh<FOLD>(lb0, hb0, fb, s0);
+          a[3] = fp4_pair_lh<FOLD>(lb1, hb1, fb, s1);
+        }
 #pragma unroll
         for (int tt = 0; tt < TT; ++tt) {
           const uint4 xc = xr[tt][i];

@@ -1,7 +1,11 @@
-//! CPU checks of the parts of the CUDA `fp4_gemv` prelude primitive that the interpreter and the JIT do not model
-//! (they compute the plain sum): the 4-op pair decode `fp4_pair_lh` (bit-exact against `fp4_pair` and the e2m1
-//! table, under the PTX `prmt` semantics) and the k-step order (each mma's A pairs and B pairs are the same
-//! columns of the block). Transcriptions of codegen/prelude/tiles.cuh: keep them in step with it.
+//! CPU checks of the parts of the CUDA MXFP4 prelude decoders that the interpreter and the JIT do not model (they
+//! compute plain values and sums): the natural layout's 4-op pair decode `fp4_pair_lh` (bit-exact against
+//! `fp4_pair` and the e2m1 table, under the PTX `prmt` semantics), the packed layout's `fp4_packed_bits` (the
+//! constants of `k3k_ir::fp4`, exact against the e2m1 table), and `fp4_gemv`'s k-step order (each mma's A pairs
+//! and B pairs are the same columns of the block). Transcriptions of codegen/prelude/tiles.cuh: keep them in step
+//! with it.
+
+use k3k_ir::fp4;
 
 const TILES: &str = include_str!("../prelude/tiles.cuh");
 
@@ -133,5 +137,26 @@ fn fp4_gemv_k_steps_pair_a_and_b_columns() {
             }
         }
         assert!(seen.iter().all(|&c| c == 1), "packed {packed}: {seen:?}");
+    }
+}
+
+#[test]
+fn fp4_packed_bits_spells_the_ir_layout_and_decodes_every_pair_exactly() {
+    let start = TILES.find("unsigned fp4_packed_bits(").expect("fp4_packed_bits in tiles.cuh");
+    let body = &TILES[start..start + TILES[start..].find("\n}\n").expect("end of fp4_packed_bits")];
+    // The prelude's constants are those of `k3k_ir::fp4`, which its own tests check against the layout.
+    for c in [format!("{:#010X}u", fp4::PAIR3_SOURCE), format!("{:#X}u", fp4::PAIR3_MUL), format!("{:#010X}u", fp4::PAIR_BITS)] {
+        assert!(body.contains(&c.replacen("0X", "0x", 1)), "{c} not in {body}");
+    }
+    assert_eq!(fp4::PAIR_ROTATION, [0, 3, 6]);
+    assert!(body.contains("f == 3 ?") && body.contains("__funnelshift_r(q, q, 3 * f)"), "{body}");
+    // Every pair of every word decodes to the e2m1 values (times 2^-126) of the codes the layout puts there.
+    for q in words() {
+        for f in 0..4 {
+            let v = fp4::packed_pair_bits(q, f);
+            assert_eq!(v & !fp4::PAIR_BITS, 0);
+            assert_eq!(bf16_times_2_126(v & 0xFFFF), e2m1(fp4::code(q, 2 * f, true)), "q {q:#010x} f {f} low");
+            assert_eq!(bf16_times_2_126(v >> 16), e2m1(fp4::code(q, 2 * f + 1, true)), "q {q:#010x} f {f} high");
+        }
     }
 }

@@ -164,6 +164,9 @@ pub enum BinOp {
     BitXor,
     /// `x * 2^n` for float x and int n (exact scaling by a power of two).
     Ldexp,
+    /// `fp4_pair(word, f)`: pair `f & 3` of a 32-bit word in k3k's packed MXFP4 layout as the bf16x2 bit
+    /// pattern of its two values times 2^-126 ([`crate::fp4::packed_pair_bits`]; ints, the word's low 32 bits).
+    Fp4Pair,
 }
 
 impl BinOp {
@@ -191,12 +194,13 @@ impl BinOp {
             BinOp::BitOr => "|",
             BinOp::BitXor => "^",
             BinOp::Ldexp => "ldexp",
+            BinOp::Fp4Pair => "fp4_pair",
         }
     }
 
     /// Operators printed as function calls rather than infix.
     pub fn is_call(self) -> bool {
-        matches!(self, BinOp::Min | BinOp::Max | BinOp::Ldexp)
+        matches!(self, BinOp::Min | BinOp::Max | BinOp::Ldexp | BinOp::Fp4Pair)
     }
 
     /// Comparisons produce bool.
@@ -413,7 +417,7 @@ impl Expr {
         round => Round, exp2_ftz => Exp2Ftz);
     bin_method!(min => Min, max => Max, lt => Lt, le => Le, gt => Gt, ge => Ge, eq => Eq, ne => Ne,
         and => And, or => Or, shl => Shl, shr => Shr, bitand => BitAnd, bitor => BitOr, bitxor => BitXor,
-        ldexp => Ldexp);
+        ldexp => Ldexp, fp4_pair => Fp4Pair);
 
     /// Visit every node, parents before children.
     pub fn visit(&self, f: &mut impl FnMut(&Expr)) {

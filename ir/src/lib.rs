@@ -58,6 +58,7 @@ pub mod builder;
 pub mod cluster;
 pub mod dtype;
 pub mod expr;
+pub mod fp4;
 pub mod hash;
 pub mod kernel;
 pub mod knob;

@@ -777,7 +777,13 @@ impl<'a> Checker<'a> {
                         }
                         Bool
                     }
-                    BinOp::Rem | BinOp::Shl | BinOp::Shr | BinOp::BitAnd | BinOp::BitOr | BinOp::BitXor => {
+                    BinOp::Rem
+                    | BinOp::Shl
+                    | BinOp::Shr
+                    | BinOp::BitAnd
+                    | BinOp::BitOr
+                    | BinOp::BitXor
+                    | BinOp::Fp4Pair => {
                         if ta != Int || tb != Int {
                             return Err(
                                 self.err(IrErrorKind::Type, format!("`{}` takes ints, got {ta} and {tb}", op.symbol()))

@@ -1414,19 +1414,18 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
 /// per-warp value). Shifts and masks rather than `/` and `%`: tile coordinates are not provably non-negative,
 /// and with bit operations the compiler sees which values of a thread share one word.
 pub fn decode_expr(spec: &MatSpec, sq: SharedId, ss: SharedId, slot: &Expr, block: Expr, col: Expr) -> Expr {
-    let nib = if spec.packed {
-        // Packed: word (c%8)/2 of the block (the lane's own word), nibble 2 ((c/8)%4) + c%2.
+    let bits = if spec.packed {
+        // Packed: word (c%8)/2 of the block (the lane's own word), pair (c/8)%4, half c%2.
         let wi = &block * 4i64 + col.bitand(7i64).shr(1i64);
         let word = Expr::shared_load(sq, slot.clone(), Expr::RowIdx, wi);
-        let pos = col.shr(3i64).bitand(3i64).shl(1i64) + col.bitand(1i64);
-        word.shr(pos.shl(2i64)).bitand(15i64)
+        packed_fp4_bits(&word, col.shr(3i64).bitand(3i64), col.bitand(1i64))
     } else {
         // Natural: word c/8 of the block, nibble c%8.
         let word = Expr::shared_load(sq, slot.clone(), Expr::RowIdx, &block * 4i64 + col.shr(3i64));
-        word.shr(col.bitand(7i64).shl(2i64)).bitand(15i64)
+        fp4_bits(word.shr(col.bitand(7i64).shl(2i64)).bitand(15i64))
     };
     let sb = Expr::shared_load(ss, slot.clone(), Expr::RowIdx, block);
-    if spec.fold { fp4_bits(nib) * scale_mult(spec, sb) } else { fp4_value(nib) * e8m0(sb) }
+    if spec.fold { bits * scale_mult(spec, sb) } else { bits * TWO_126 * e8m0(sb) }
 }
 
 /// Convert a stage's MXFP8 activations (`sxq`: E4M3 bytes as words, `sxs`: E8M0 scales) into the bf16 x tile
@@ -1501,14 +1500,15 @@ fn dequant_words(
                 // ways; 2^126 * 2^(e-127) overflows f32 for e > 128).
                 let mult = b.let_("mult", if spec.fold { scale_mult(spec, sb) } else { e8m0(sb) });
                 for p in 0..8i64 {
-                    let nib = word.shr(4 * p).bitand(15i64);
-                    let col = if spec.packed {
-                        // Word l of block k holds columns 2l + 8 (p / 2) + p % 2 of the block.
-                        w.shr(2i64).shl(5i64) + w.bitand(3i64).shl(1i64) + (8 * (p / 2) + p % 2)
+                    let (col, bits) = if spec.packed {
+                        // Word l of block k holds columns 2l + 8 (p / 2) + p % 2 of the block: pair p / 2, half
+                        // p % 2.
+                        let col = w.shr(2i64).shl(5i64) + w.bitand(3i64).shl(1i64) + (8 * (p / 2) + p % 2);
+                        (col, packed_fp4_bits(&word, p / 2, p % 2))
                     } else {
-                        w.shl(3i64) + p
+                        (w.shl(3i64) + p, fp4_bits(word.shr(4 * p).bitand(15i64)))
                     };
-                    let v = if spec.fold { fp4_bits(nib) * mult.clone() } else { fp4_value(nib) * mult.clone() };
+                    let v = if spec.fold { bits * mult.clone() } else { bits * TWO_126 * mult.clone() };
                     b.shared_store(dst, index.clone(), r.clone(), col, v);
                 }
             };

@@ -7,8 +7,8 @@
 //!   `latent_moe_gemm` and an optional split-K for decode shapes;
 //! - [`prefill`]: `mxfp4_matmul` `PATH=dq_gemm` for many tokens: the weights dequantized once into a bf16
 //!   scratch (`2*G*N*K` bytes), then the `latent_moe_gemm` kernel;
-//! - [`pack`]: an offline re-layout of MXFP4 weights that gives each thread its eight nibbles of a 32-wide
-//!   block in one 32-bit word (`unpack(pack(w)) == w`).
+//! - [`pack`]: an offline re-layout of MXFP4 weights that gives each thread its eight values of a 32-wide
+//!   block in one 32-bit word, placed for a short decode (`unpack(pack(w)) == w`; layout: [`k3k_ir::fp4`]).
 //!
 //! Layouts (SPEC 1): a `[R, K]` MXFP4 matrix is `q: [R, K/2] u8` (element 2i in the LOW nibble) and
 //! `s: [R, K/32] u8` (E8M0); MXFP8 is `q: [R, K] u8` (E4M3 bytes) and the same `s`. K must be a multiple of 32.
@@ -115,6 +115,13 @@ pub fn e8m0_times_2_126(s: Expr) -> Expr {
 /// the code is used once, so a byte read for it is read once.
 pub fn fp4_bits(nib: Expr) -> Expr {
     (nib * 0x1040_0000i64).bitand(0x81C0_0000i64).from_bits()
+}
+
+/// Value `h` (0 low, 1 high) of pair `f` (0..4) of a 32-bit word in k3k's packed layout ([`k3k_ir::fp4`]), as
+/// [`fp4_bits`] gives a code: its E2M1 value times 2^-126, as f32 bits. The pair is built as the GPU decoders
+/// build it ([`Expr::fp4_pair`]); a half's 16 bits become the f32's high half.
+pub fn packed_fp4_bits(word: &Expr, f: impl Into<Expr>, h: impl Into<Expr>) -> Expr {
+    word.fp4_pair(f).shr(h.into().shl(4i64)).shl(16i64).from_bits()
 }
 
 /// An E2M1 code (0..=15) -> its value (exact).

@@ -3,17 +3,19 @@
 //! In the natural layout (SPEC 1) the eight values a thread needs from one row of a 32-wide block — the
 //! `mma.m16n8k16` A-fragment columns `2l, 2l+1, 2l+8, 2l+9, 2l+16, 2l+17, 2l+24, 2l+25` for lane `l = lane % 4`
 //! — sit in four different bytes, so the on-chip decoder reads four bytes per eight values. [`pack`] reorders
-//! the 16 bytes of every block into four 32-bit words, word `l` holding exactly those eight nibbles (nibble
-//! position `2f + h` for column `2l + 8f + h`): one 32-bit shared-memory load per eight values, and the four
-//! lanes of a quad read one contiguous 16-byte chunk. Scales are unchanged. [`unpack`] is the inverse.
+//! the 16 bytes of every block into four 32-bit words, word `l` holding exactly those eight values, and places
+//! each pair of neighbouring columns where the decoder builds its bf16x2 register in two or three instructions
+//! ([`k3k_ir::fp4`] defines the layout): one 32-bit load per eight values, and the four lanes of a quad read one
+//! contiguous 16-byte chunk. Scales are unchanged. [`unpack`] is the inverse.
 
 use super::BLOCK;
+use k3k_ir::fp4;
 use crate::OpError;
 use rayon::prelude::*;
 
-/// Word index (0..4) and nibble position (0..8) of column `c` (0..32) of a block in the packed layout.
+/// Word index (0..4) and value index (0..8) of column `c` (0..32) of a block in the packed layout.
 pub fn packed_slot(c: usize) -> (usize, usize) {
-    ((c % 8) / 2, (c / 8) * 2 + c % 2)
+    fp4::slot(c, true)
 }
 
 fn check(rows: usize, k: usize, got: usize, what: &str, per_row: usize) -> Result<(), OpError> {
@@ -36,7 +38,7 @@ pub fn pack(q: &[u8], rows: usize, k: usize) -> Result<Vec<u32>, OpError> {
         for c in 0..BLOCK {
             let nib = (bytes[c / 2] >> (4 * (c % 2))) & 0xf;
             let (w, p) = packed_slot(c);
-            words[w] |= (nib as u32) << (4 * p);
+            words[w] |= fp4::place(nib as u32, p, true);
         }
     });
     Ok(out)
@@ -49,7 +51,7 @@ pub fn unpack(words: &[u32], rows: usize, k: usize) -> Result<Vec<u8>, OpError> 
     out.par_chunks_mut(BLOCK / 2).zip(words.par_chunks(4)).for_each(|(bytes, w)| {
         for c in 0..BLOCK {
             let (wi, p) = packed_slot(c);
-            let nib = ((w[wi] >> (4 * p)) & 0xf) as u8;
+            let nib = fp4::code(w[wi], p, true) as u8;
             bytes[c / 2] |= nib << (4 * (c % 2));
         }
     });

@@ -365,8 +365,8 @@ fn dq_suffix(spec: &MatSpec) -> String {
 /// [`build_dequant_weights`]). Since K = 8 KW = 32 KB, the 32-bit word `i` of an expert's `wq` (`N * KW` words)
 /// holds exactly the 8 values `wd[8 i .. 8 i + 8]` of its `wd` rows, of scale byte `ws[i / 4]` (word `i % 4` of
 /// its 32-value block): natural layout, nibble `j` of word `i` is value `8 i + j`; packed, value `8 i + j` is
-/// nibble `2 (i % 4) + j % 2` of word `j / 2` of the block (`mx::pack`), so a thread loads its whole 16-byte
-/// block (the four threads of a block share it) and shifts its byte out of each word. No K or N edges: only the
+/// half `j % 2` of pair `i % 4` of word `j / 2` of the block (`mx::pack`, [`k3k_ir::fp4`]), so a thread loads
+/// its whole 16-byte block (the four threads of a block share it) and decodes its pair of each word. No K or N edges: only the
 /// expert's word count bounds the last CTA.
 ///
 /// Grid `(ceil(N KW / (T U)), G)`, `T` = [`DQW_THREADS`] threads of `words` = U words each, thread `t` of CTA `x`
@@ -426,8 +426,8 @@ pub fn build_dequant_wide(spec: &MatSpec, mx: &Knobs, words: u32, persist: u32) 
                     b.array_set(s, u, Expr::load(ws, flat.shr(2i64)));
                 });
             }
-            // This thread's byte of each word of its block (packed): 8 * (tid % 4).
-            let sh = if packed { Some(b.let_("sh", tid.bitand(3i64) * 8i64)) } else { None };
+            // This thread's pair of each word of its block (packed): tid % 4.
+            let pair = if packed { Some(b.let_("pair", tid.bitand(3i64))) } else { None };
             for u in 0..words {
                 let flat = &gbase + loc(u);
                 guarded(b, u, &|b| {
@@ -442,17 +442,9 @@ pub fn build_dequant_wide(spec: &MatSpec, mx: &Knobs, words: u32, persist: u32) 
                     };
                     let scale = if finite { scale } else { Expr::select(sv.eq(255i64), nan, scale) };
                     let sf = b.let_(&format!("sf{u}"), scale);
-                    // The words holding this thread's 8 values, shifted so value j sits at bits 4 (j % 2) of
-                    // word j / 2 (packed) or at bits 4 j of the one word (natural).
-                    // The words holding this thread's 8 values, shifted so value j is the nibble at bits
-                    // 4 (j % 2) of word j / 2 (packed) or at bits 4 j of the one word (natural; values 6 and 7
-                    // from the word shifted down by 24).
-                    let src: Vec<Expr> = if let Some(sh) = &sh {
-                        (0..4)
-                            .map(|l| {
-                                b.let_(&format!("x{u}_{l}"), Expr::array_get(q, (4 * u + l) as i64).shr(sh.clone()))
-                            })
-                            .collect()
+                    // Natural: the word and the word shifted down by 24 (values 6 and 7 at bits 0 and 4).
+                    let src: Vec<Expr> = if packed {
+                        (0..4).map(|l| b.let_(&format!("x{u}_{l}"), Expr::array_get(q, (4 * u + l) as i64))).collect()
                     } else {
                         let w = b.let_(&format!("x{u}"), Expr::array_get(q, u as i64));
                         let hi = b.let_(&format!("x{u}_hi"), w.shr(24i64));
@@ -460,17 +452,19 @@ pub fn build_dequant_wide(spec: &MatSpec, mx: &Knobs, words: u32, persist: u32) 
                     };
                     let o = b.let_array(&format!("o{u}"), 8, ScalarTy::Float, 0.0);
                     for j in 0..8u32 {
-                        let (word, at) = match (packed, j) {
-                            (true, _) => (&src[(j / 2) as usize], 4 * (j % 2)),
-                            (false, 0..6) => (&src[0], 4 * j),
-                            (false, _) => (&src[1], 4 * (j - 6)),
+                        // e2m1 * 2^-126 as f32 bits. Packed: value j is half j % 2 of the thread's pair of word
+                        // j / 2 (`fp4_pair`: a funnel shift or a multiply, and a mask, per word). Natural: the sign
+                        // (nibble bit 3) to bit 31, exponent and mantissa (bits 0..2) to bits 22..24; with the
+                        // nibble n in place (`word & 15 << at`), one multiply adds n << 22 and n << 28 (disjoint
+                        // bits) and a mask keeps bits 31 and 22..24: three integer instructions per value.
+                        let bits = match (&pair, j) {
+                            (Some(f), _) => packed_fp4_bits(&src[(j / 2) as usize], f.clone(), (j % 2) as i64),
+                            (None, _) => {
+                                let (word, at) = if j < 6 { (&src[0], 4 * j) } else { (&src[1], 4 * (j - 6)) };
+                                let mult = (1i64 << (22 - at)) + (1i64 << (28 - at));
+                                (word.bitand(15i64 << at) * mult).bitand(0x81C0_0000i64).from_bits()
+                            }
                         };
-                        // e2m1(nib) * 2^-126 as f32 bits: the sign (nibble bit 3) to bit 31, exponent and
-                        // mantissa (bits 0..2) to bits 22..24. With the nibble n in place (`word & 15 << at`),
-                        // one multiply adds n << 22 and n << 28 (disjoint bits) and a mask keeps bits 31 and
-                        // 22..24: three integer instructions per value.
-                        let mult = (1i64 << (22 - at)) + (1i64 << (28 - at));
-                        let bits = (word.bitand(15i64 << at) * mult).bitand(0x81C0_0000i64).from_bits();
                         let v = if fold {
                             bits * sf.clone()
                         } else {

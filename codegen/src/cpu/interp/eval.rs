@@ -127,6 +127,7 @@ impl<'a> Block<'a> {
                 BitAnd => V::I(x & y),
                 BitOr => V::I(x | y),
                 BitXor => V::I(x ^ y),
+                Fp4Pair => V::I(fp4::packed_pair_bits(x as u32, (y & 3) as usize) as i64),
                 And | Or | Ldexp => unreachable!("validated"),
             },
             (V::F(x), V::I(n)) if op == Ldexp => V::F(ldexp(x, n)),

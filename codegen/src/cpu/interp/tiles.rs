@@ -219,9 +219,9 @@ impl<'a> Block<'a> {
                 for r in 0..rows {
                     for c in 0..cols {
                         let (w, p) =
-                            if *packed { ((c % 8) / 2, 2 * ((c / 8) % 4) + c % 2) } else { ((c % 32) / 8, c % 8) };
+                            fp4::slot(c % 32, *packed);
                         let word = self.shared_at(words, qb, r, 4 * (c / 32) + w) as u32;
-                        let nib = (word >> (4 * p)) & 15;
+                        let nib = fp4::code(word, p, *packed);
                         let s = self.shared_at(scales, sb, r, c / 32) as u32;
                         out[r * cols + c] = dequant_fp4_value(nib, s, *fold, *finite) as f64;
                     }
@@ -252,7 +252,7 @@ impl<'a> Block<'a> {
                 for r in 0..rows {
                     for c in 0..cols {
                         let (w, p) =
-                            if *packed { ((c % 8) / 2, 2 * ((c / 8) % 4) + c % 2) } else { ((c % 32) / 8, c % 8) };
+                            fp4::slot(c % 32, *packed);
                         let (ri, bl) = (r as i64, (c / 32) as i64);
                         if ri >= qr || ri >= sr || bl >= qc / 4 || bl >= sc {
                             continue;
@@ -263,7 +263,7 @@ impl<'a> Block<'a> {
                         let si =
                             self.global_index("dequant_fp4_stream scales", scales.tensor, so + ri * ss + bl, tensors)?;
                         let s = tensors[scales.tensor.0 as usize].get_i64(si) as u32;
-                        out[r * cols + c] = dequant_fp4_value((word >> (4 * p)) & 15, s, *fold, *finite) as f64;
+                        out[r * cols + c] = dequant_fp4_value(fp4::code(word, p, *packed), s, *fold, *finite) as f64;
                     }
                 }
                 self.tiles[tile.0 as usize] = out;
@@ -451,9 +451,9 @@ pub(crate) fn fp4_gemv_sums(
         for bl in 0..nblk {
             let sv = scale(so + ri * ss + bl)?;
             for c in 0..32usize {
-                let (w, p) = if packed { ((c % 8) / 2, 2 * ((c / 8) % 4) + c % 2) } else { ((c % 32) / 8, c % 8) };
+                let (w, p) = fp4::slot(c % 32, packed);
                 let wd = word(qo + ri * qs + 4 * bl + w as i64)?;
-                wv.push(dequant_fp4_value((wd >> (4 * p)) & 15, sv, fold, finite));
+                wv.push(dequant_fp4_value(fp4::code(wd, p, packed), sv, fold, finite));
             }
         }
         for t in 0..cols.min(xr.max(0) as usize) {
@@ -471,7 +471,7 @@ pub(crate) fn fp4_gemv_sums(
 pub(crate) fn dequant_fp4_value(nib: u32, s: u32, fold: bool, finite: bool) -> f32 {
     let bf = |bits: u32| f32::from_bits((bits & 0xffff) << 16);
     let mul = |a: f32, b: f32| round_to(DType::Bf16, a * b);
-    let v = bf(((nib & 8) << 12) | ((nib & 7) << 6));
+    let v = bf(fp4::code_bits(nib));
     let nan = !finite && s == 255;
     if fold {
         let m = if nan { bf(0x7fc0) } else { bf(s.wrapping_mul(0x80).wrapping_add(0x3f00)) };

@@ -593,6 +593,9 @@ extern "C" fn host_min(a: f32, b: f32) -> f32 {
 extern "C" fn host_max(a: f32, b: f32) -> f32 {
     a.max(b)
 }
+extern "C" fn host_fp4_pair(word: i64, f: i64) -> i64 {
+    fp4::packed_pair_bits(word as u32, (f & 3) as usize) as i64
+}
 extern "C" fn host_ldexp(x: f32, n: i64) -> f32 {
     let n = n.clamp(-400, 400) as i32;
     (x as f64 * 2f64.powi(n)) as f32
@@ -1778,6 +1781,7 @@ impl<'a, 'f> Lower<'a, 'f> {
                 BitAnd => self.b.ins().band(x, y),
                 BitOr => self.b.ins().bor(x, y),
                 BitXor => self.b.ins().bxor(x, y),
+                Fp4Pair => self.call(host_fp4_pair as *const u8, &[types::I64, types::I64], types::I64, &[x, y]),
                 And | Or | Ldexp => unreachable!("typed"),
             },
             Ty::F if op == Ldexp => self.call(host_ldexp as *const u8, &[types::F32, types::I64], types::F32, &[x, y]),

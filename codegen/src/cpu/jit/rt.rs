@@ -610,9 +610,9 @@ unsafe fn tile_stmt(ctx: &mut Ctx, s: &Stmt, arg: &dyn Fn(usize) -> i64) -> Resu
                     for c in 0..cols {
                         // Word of the block and nibble in it: the packed layout, or the natural (SPEC 1) one.
                         let (w, p) =
-                            if *packed { ((c % 8) / 2, 2 * ((c / 8) % 4) + c % 2) } else { ((c % 32) / 8, c % 8) };
+                            fp4::slot(c % 32, *packed);
                         let word = f.shared_at(words, qb, r, 4 * (c / 32) + w) as u32;
-                        let nib = (word >> (4 * p)) & 15;
+                        let nib = fp4::code(word, p, *packed);
                         let s = f.shared_at(scales, sb, r, c / 32) as u32;
                         f.set_tile(*tile, r * cols + c, dequant_fp4_value(nib, s, *fold, *finite) as f64);
                     }
@@ -634,7 +634,7 @@ unsafe fn tile_stmt(ctx: &mut Ctx, s: &Stmt, arg: &dyn Fn(usize) -> i64) -> Resu
                     for r in 0..rows {
                         for c in 0..cols {
                             let (w, p) =
-                                if *packed { ((c % 8) / 2, 2 * ((c / 8) % 4) + c % 2) } else { ((c % 32) / 8, c % 8) };
+                                fp4::slot(c % 32, *packed);
                             let (ri, bl) = (r as i64, (c / 32) as i64);
                             let val = if ri >= qr || ri >= sr || bl >= qc / 4 || bl >= sc {
                                 0.0
@@ -644,7 +644,7 @@ unsafe fn tile_stmt(ctx: &mut Ctx, s: &Stmt, arg: &dyn Fn(usize) -> i64) -> Resu
                                 let word = hosts[wt.0 as usize].get_i64(qi) as u32;
                                 let si = check("dequant_fp4_stream scales", st, so + ri * ss + bl, hosts)?;
                                 let s = hosts[st.0 as usize].get_i64(si) as u32;
-                                dequant_fp4_value((word >> (4 * p)) & 15, s, *fold, *finite) as f64
+                                dequant_fp4_value(fp4::code(word, p, *packed), s, *fold, *finite) as f64
                             };
                             f.set_tile(*tile, r * cols + c, val);
                         }

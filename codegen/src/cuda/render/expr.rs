@@ -55,6 +55,7 @@ impl<'a> Renderer<'a> {
                     BinOp::Min => format!("k3k::min_({a}, {b})"),
                     BinOp::Max => format!("k3k::max_({a}, {b})"),
                     BinOp::Ldexp => format!("k3k::ldexp_f({a}, {b})"),
+                    BinOp::Fp4Pair => format!("((long long)k3k::fp4_packed_bits((unsigned)({a}), (int)({b}) & 3))"),
                     _ => format!("({a} {} {b})", op.symbol()),
                 }
             }
