@@ -97,7 +97,8 @@ pub fn knob_space() -> KnobSpace {
             "STAGES",
             "cp.async pipeline depth; PATH=gemv: 0..=2 the register ring of GR slots, 3..=8 the warps' rings in shared \
              memory of that many cp.async stages (every stage in flight: a register ring's loads share the six \
-             hardware scoreboards, so ptxas waits for all of them at each slot); 0 = auto (gemv: the register ring)",
+             hardware scoreboards, so ptxas waits for all of them at each slot); 0 = auto (gemv: 3 stages for grouped \
+             decode with many 8-token tiles and for dense 16-token problems without a GLU epilogue, else the register ring)",
             [0i64, 3, 4],
         )
         .axis("WA", "warps along weight rows (wgmma: BM/16); 0 = auto", [0i64, 4, 8])
@@ -157,7 +158,8 @@ pub fn knob_space() -> KnobSpace {
             "MINB",
             "blocks per SM ptxas compiles the main kernel for (`__launch_bounds__`: caps its registers; 1 = no cap); \
              0 = auto: 3 with PF=on for BM=16 on 128 threads (uncapped, ptxas takes 255 registers and 2 CTAs fit; 168 does not \
-             spill at the presets), else none",
+             spill at the presets); PATH=gemv: 5 for grouped decode with many tiles, 4 for the dense staged ring, 3 for \
+             a 16-row register ring that fits, else none",
             [0i64, 4],
         )
         .axis(
@@ -601,53 +603,60 @@ fn resolve_gemv(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, O
     let bm = pick(knobs, "BM", if sh.max_rows <= 8 { 8 } else { 16 })?;
     let glu = sh.glu;
     // 16 rows per statement (GLU: BN = 32, two statements): wider tiles reuse each activation fragment over more
-    // rows but multiply the ring's registers; they are left to the tuner.
+    // rows but multiply the ring's registers; they are left to the tuner, except for many tiles (below).
     let unit = if glu { 32 } else { 16 };
-    let bn = pick(knobs, "BN", unit)?;
+    // Many 8-token tiles (grouped decode; 28 experts x 4 tokens has 10752 tiles of 16 rows): measured best on the
+    // H200 (session 17, calls 1-3, packed layout v2, one bench run each, 14 and 14 knob sets): 32-row CTAs of 4
+    // warps, each warp a 3-stage cp.async ring of 256-column batches, 5 CTAs per SM (94 registers, no spill):
+    // 0.1194 ms, against 0.1278 for the tuned point of call 1 (BK=512, MINB=4), 0.1458 for one-warp CTAs streaming
+    // all of K, and 0.1892 for the former automatic choice (one-warp 16-row CTAs, an 8-slot register ring). With
+    // the GLU epilogue (16 rows per half) the same knobs: 0.1462 ms against 0.1529 at MINB=4.
+    let tiles16: usize = sh.counts.iter().map(|&r| r.div_ceil(bm as usize) * sh.n_out.div_ceil(16)).sum();
+    let many = bm == 8 && tiles16 >= 12 * ASSUMED_SMS;
+    let bn = pick(knobs, "BN", if many { 32 } else { unit })?;
     let rows = if glu { bn / 2 } else { bn };
-    // Auto (ptxas, sm_90a, no spills at the presets): 8 tokens: U = 4, 3 slots, 80 registers under MINB=3 (7 warps,
-    // 21 per SM: 63 KB of weights in flight per SM); 16 tokens (twice the activation and accumulator registers):
-    // U = 8, 4 slots, 166 registers under MINB=3 (4 warps, 12 per SM: 48 KB). PF=on doubles the slots.
-    // Many tiles (grouped decode, 28 experts x 4 tokens: 10752 CTAs of 16 rows): one warp per CTA streams the
-    // whole K range through an 8-slot ring (U = 8; 167 registers, 12 CTAs per SM: 96 KB in flight per SM) instead
-    // of a CTA that loads everything at once and then drains (a prediction from the register count and the SASS;
-    // not measured yet).
-    let tiles: usize =
-        sh.counts.iter().map(|&r| r.div_ceil(bm as usize) * sh.n_out.div_ceil(rows.max(1) as usize)).sum();
-    let streaming = bm == 8 && rows == 16 && tiles >= 12 * ASSUMED_SMS;
-    let bk = pick(knobs, "BK", if bm == 8 && !streaming { 512 } else { 1024 })?;
+    let bk = pick(knobs, "BK", if many { 256 } else if bm == 8 { 512 } else { 1024 })?;
     let split = pick(knobs, "SPLIT", 1)?;
     let u = (bk / 128).max(1);
     let prefetch = prefetch_knob(knobs)?;
     let nb = (rows / 16).max(1);
-    let ring_auto =
-        if streaming { 8 } else { ((if bm == 8 { 3 } else { 4 }) * if prefetch { 2 } else { 1 } / nb).clamp(1, 8) };
+    let ring_auto = ((if bm == 8 { 3 } else { 4 }) * if prefetch { 2 } else { 1 } / nb).clamp(1, 8);
     let ring = if knobs.0.contains_key("GR") { pick(knobs, "GR", ring_auto)? } else { ring_auto };
     let batches = (sh.k / 32).div_ceil(split.max(1) as usize).div_ceil(4 * u as usize).max(1);
     // The fewest warps (at most 8) that reach the smallest number of batches per warp.
     let least = batches.div_ceil(8);
-    let wa_auto = if streaming { 1 } else { (1..=8u32).find(|&w| batches.div_ceil(w as usize) == least).unwrap_or(8) };
+    let wa_auto = if many { 4 } else { (1..=8u32).find(|&w| batches.div_ceil(w as usize) == least).unwrap_or(8) };
     let wa = pick(knobs, "WA", wa_auto)?;
     // FIN auto: the second launch (FIN=last measured slower on the H200 for the stream kernels).
     let fin_last = fin_last(knobs, false)?;
     let minb = if knobs.0.contains_key("MINB") { knobs.u32("MINB")? } else { 1 };
-    // Auto: three CTAs per SM (80 registers at 7 warps, 168 at 4) for 16 rows per statement where ptxas fits the
-    // ring without spills (8 tokens: at most 3 slots on more than 4 warps; at most 4 warps: 8 slots at 8 tokens,
-    // 4 at 16; not with a GLU epilogue: two statements, and 24 spilled bytes at 28 x 4 under the cap), else uncapped.
-    // STAGES: 0, 1 or 2 = the register ring of GR slots; 3..=8 = the shared-memory ring of that many cp.async stages
-    // per warp (`Stmt::Fp4Gemv` staged; GR is then unused and recorded as the stage count).
+    // STAGES: 1 or 2 = the register ring of GR slots; 3..=8 = the shared-memory ring of that many cp.async stages
+    // per warp (`Stmt::Fp4Gemv` staged; GR is then unused and recorded as the stage count); 0 (or none) = auto:
+    // 3 stages for many tiles and for dense 16-token problems without a GLU epilogue (session 17, calls 2-3: M16
+    // 0.0153 / 0.0157 ms with 3 stages at MINB=4 against 0.0161 for the register ring), else the register ring (M1
+    // read 0.0117 / 0.0118 against 0.0124 staged at MINB=4, but there the 7-warp CTAs get 72 registers and spill 8
+    // bytes: left to the tuner).
+    let staged_auto = many || (!spec.grouped && !glu && bm == 16);
     let stages = match knobs.0.get("STAGES") {
         None => 2,
         Some(_) => match knobs.u32("STAGES")? {
+            0 if staged_auto => 3,
             0..=2 => 2,
             s => s,
         },
     };
     let ring = if stages >= 3 { stages } else { ring };
-    // The staged ring keeps no weights in registers (72-80 registers uncapped at 7 warps, 117-167 at one): its
-    // automatic MINB is none (an explicit MINB=16 fits one-warp CTAs in 123 registers without spills).
+    // MINB auto (0): 5 CTAs per SM for many tiles (above), 4 for the automatic staged ring of dense problems; else
+    // three CTAs per SM (80 registers at 7 warps, 168 at 4) for 16 rows per statement where ptxas fits the register
+    // ring without spills (8 tokens: at most 3 slots on more than 4 warps; at most 4 warps: 8 slots at 8 tokens, 4
+    // at 16; not with a GLU epilogue: two statements, and 24 spilled bytes at 28 x 4 under the cap), else uncapped.
     let fits3 = stages < 3 && !glu && if wa <= 4 { ring <= if bm == 8 { 8 } else { 4 } } else { bm == 8 && ring <= 3 };
-    let minb = if minb == 0 && rows == 16 && fits3 && wa * 32 * 3 <= 1024 { 3 } else { minb };
+    let minb = match minb {
+        0 if many && stages >= 3 => 5,
+        0 if staged_auto && stages >= 3 => 4,
+        0 if rows == 16 && fits3 && wa * 32 * 3 <= 1024 => 3,
+        m => m,
+    };
     let c = Cfg {
         bn,
         bm,
