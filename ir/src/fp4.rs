@@ -17,6 +17,13 @@
 //!   mask: the set {6, 7, 8, 15} does not tile Z16 (nor any cyclic group: its generating polynomial has one
 //!   cyclotomic factor of 2-power order where a tile of four elements needs two).
 
+/// The version of the packed layout. It is k3k's own and changes when a faster decode needs other bit
+/// positions: version 1 (until 2026-12-04) kept each pair's two codes as adjacent nibbles (value index `i` at
+/// bits `4 i`); version 2 is the one described above. Packed words stored outside the process must be stored
+/// with this number and packed again from the natural layout when it differs (the kernels cannot tell the
+/// layouts apart: old words decode to wrong values, not to an error).
+pub const PACKED_LAYOUT_VERSION: u32 = 2;
+
 /// The bits of a decoded pair: a bf16x2 of `e2m1 * 2^-126` (sign 15, exponent 8..7, mantissa 6; the same in
 /// the high half).
 pub const PAIR_BITS: u32 = 0x81C0_81C0;

@@ -7,11 +7,18 @@
 //! each pair of neighbouring columns where the decoder builds its bf16x2 register in two or three instructions
 //! ([`k3k_ir::fp4`] defines the layout): one 32-bit load per eight values, and the four lanes of a quad read one
 //! contiguous 16-byte chunk. Scales are unchanged. [`unpack`] is the inverse.
+//!
+//! The packed layout is versioned ([`LAYOUT_VERSION`], version 2 since 2026-12-04): pack at load time, or keep
+//! the version beside stored packed weights and pack them again from the natural layout when it changes (the
+//! kernels cannot detect words of another version; they would decode them to wrong values).
 
 use super::BLOCK;
-use k3k_ir::fp4;
 use crate::OpError;
+use k3k_ir::fp4;
 use rayon::prelude::*;
+
+/// The packed layout's version ([`fp4::PACKED_LAYOUT_VERSION`]).
+pub const LAYOUT_VERSION: u32 = fp4::PACKED_LAYOUT_VERSION;
 
 /// Word index (0..4) and value index (0..8) of column `c` (0..32) of a block in the packed layout.
 pub fn packed_slot(c: usize) -> (usize, usize) {
