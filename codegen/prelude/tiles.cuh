@@ -902,6 +902,10 @@ __device__ __forceinline__ int opaque_zero(float v) {
   asm("prmt.b32 %0, %1, 0, 0x4444;" : "=r"(z) : "r"(__float_as_uint(v)));
   return (int)z;
 }
+// A compile-time bool as a value (to instantiate a generic lambda for both cases).
+template <bool B> struct BoolC {
+  static constexpr bool value = B;
+};
 template <int NB> struct Fp4GemvSlot {
   uint4 w[NB][2];
   unsigned s[NB][2];
@@ -1071,45 +1075,21 @@ __device__ __forceinline__ void fp4_gemv(unsigned char* ot, int or0, int oc0, un
     // (whose loads ptxas tracks on one of six scoreboards and waits for all at once) every stage stays in flight.
     // The activations of the next quad are loaded into registers one quad ahead. Staging starts after the warps'
     // partial tiles, 16-byte aligned; a stage is NB x 2 x 32 x 20 bytes (blocks, then scale words).
+    // Lane piece p = 2b + jp (p < 2 NB) is tile row g + 8p. Two forms of the copies' addresses:
+    // - FAST (every row of the tile valid and scale rows a multiple of 4 bytes, the presets' case): one base per
+    //   operand and lane (row g) plus p times a row step the whole warp shares, no predicates; the stage slots are
+    //   running counters. Under the register caps of many resident CTAs the general form's per-piece offsets,
+    //   selects and the slot's remainder by S were rebuilt at every quad (~150 of ~480 instructions per quad step,
+    //   session 17 ncu of the 28 x 4 decode).
+    // - general: per-piece offsets (invalid rows copy the view's first row with a zero source size, their values
+    //   reach only their own, discarded outputs) and per-piece byte selects.
     constexpr int SLOT = NB * 2 * 32 * 20, WOFF = NB * 2 * 32 * 16;
     unsigned char* const stg = pt + ((WARPS * LP::TILE_BYTES + 15) & ~15) + wid * S * SLOT;
     const unsigned sbase = smem_u32(stg);
     // Scale bytes: each lane copies the aligned 4-byte word holding its byte (row r's block 4q + l at
     // sb + r sstride + 4q: the word's position is the same for every quad) and picks the byte with one prmt.
-    // Invalid rows copy the first word of the view (their values reach only their own, discarded outputs).
     const unsigned char* const swb = (const unsigned char*)((unsigned long long)sb & ~3ull);
     const int smis = (int)((unsigned long long)sb & 3ull);
-    unsigned ssel[NB][2];
-    int swo[NB][2], wrc[NB][2];
-#pragma unroll
-    for (int b = 0; b < NB; ++b)
-#pragma unroll
-      for (int jp = 0; jp < 2; ++jp) {
-        const int o = rok[b][jp] ? sro[b][jp] + smis : 0;
-        swo[b][jp] = o & ~3;
-        ssel[b][jp] = (unsigned)(o & 3) | 0x4440u;
-        wrc[b][jp] = rok[b][jp] ? wro[b][jp] : 0;
-      }
-    auto issue = [&](int n) {
-      const int qd = quad(n);
-      const unsigned dst = sbase + (unsigned)((n % S) * SLOT);
-      if (qd < nfull) {
-#pragma unroll
-        for (int b = 0; b < NB; ++b)
-#pragma unroll
-          for (int jp = 0; jp < 2; ++jp) {
-            const int ok = rok[b][jp] ? 16 : 0;
-            const int piece = (2 * b + jp) * 32 + lane;
-            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst + 16 * piece),
-                         "l"(wb + (wrc[b][jp] + 4 * qd)), "r"(ok)
-                         : "memory");
-            asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst + WOFF + 4 * piece),
-                         "l"(swb + (swo[b][jp] + 4 * qd)), "r"(ok >> 2)
-                         : "memory");
-          }
-      }
-      asm volatile("cp.async.commit_group;\n" ::: "memory");
-    };
     // The activations of the warp's n-th quad (full quads only; kept when past them), `after` added to the offset.
     auto load_x = [&](uint4 (&xr)[TT][4], int n, int after) {
       const int qd = quad(n);
@@ -1120,46 +1100,122 @@ __device__ __forceinline__ void fp4_gemv(unsigned char* ot, int or0, int oc0, un
         for (int i = 0; i < 4; ++i) ldg_nc_v4_keep(xr[tt][i], xp + i, tok[tt] && qd < nfull);
       }
     };
+    auto ring = [&](auto fast_c) {
+      constexpr bool FAST = decltype(fast_c)::value;
+      // General form: per-piece offsets and selects (unused by FAST).
+      unsigned ssel[NB][2];
+      int swo[NB][2], wrc[NB][2];
+      // FAST form: the lane's sources of its next issued quad (row g; loop-carried, so no compiler rebuilds them
+      // from the thread index under a register cap), advanced by the quads between two issues, and the warp's
+      // row steps (8 rows, in bytes).
+      const unsigned char* wq = (const unsigned char*)(wb + (wro[0][0] + 4 * quad(0)));
+      const unsigned char* sq = swb + (((sro[0][0] + smis) & ~3) + 4 * quad(0));
+      const unsigned fsel = (unsigned)((sro[0][0] + smis) & 3) | 0x4440u;
+      const unsigned wstep = 8u * 16u * (unsigned)(qstride >> 2), sstep = 8u * (unsigned)sstride;
+      if constexpr (!FAST) {
 #pragma unroll
-    for (int s = 0; s + 1 < S; ++s) issue(s);
-    load_x(xv, 0, 0);
-    // One quad: its stage is waited for and read, multiplied with the activations `cx`, then the next quad's
-    // activations are loaded into `nx` (the two register sets alternate, so none is copied). Those loads depend on
-    // the last product (`opaque_zero`): issued before it, they would share its scoreboard with `cx`'s loads and the
-    // product would wait for them too (ptxas waits for every load of a scoreboard at once).
-    auto step = [&](int n, const uint4 (&cx)[TT][4], uint4 (&nx)[TT][4]) {
-      issue(n + S - 1);
-      asm volatile("cp.async.wait_group %0;\n" ::"n"(S - 1) : "memory");
-      const unsigned src = sbase + (unsigned)((n % S) * SLOT);
-      Fp4GemvSlot<NB> sl;
+        for (int b = 0; b < NB; ++b)
 #pragma unroll
-      for (int b = 0; b < NB; ++b)
+          for (int jp = 0; jp < 2; ++jp) {
+            const int o = rok[b][jp] ? sro[b][jp] + smis : 0;
+            swo[b][jp] = o & ~3;
+            ssel[b][jp] = (unsigned)(o & 3) | 0x4440u;
+            wrc[b][jp] = rok[b][jp] ? wro[b][jp] : 0;
+          }
+      }
+      // The next slot to fill and the next to read (running counters: S need not be a power of two), and for FAST
+      // the lane's first piece in each (loop-carried addresses, advanced with the counters).
+      int wslot = 0, rslot = 0;
+      unsigned wdst = sbase + 16u * lane, rsrc = wdst;
+      auto next_slot = [&](int& slot, unsigned& addr) {
+        addr = slot == S - 1 ? addr - (S - 1) * SLOT : addr + SLOT;
+        slot = slot == S - 1 ? 0 : slot + 1;
+      };
+      auto issue = [&](int n) {
+        const int qd = quad(n);
+        const unsigned dst = sbase + (unsigned)(wslot * SLOT);
+        if (qd < nfull) {
 #pragma unroll
-        for (int jp = 0; jp < 2; ++jp) {
-          const int piece = (2 * b + jp) * 32 + lane;
-          uint4 w;
-          unsigned sv;
-          asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-                       : "=r"(w.x), "=r"(w.y), "=r"(w.z), "=r"(w.w)
-                       : "r"(src + 16 * piece)
-                       : "memory");
-          asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(sv) : "r"(src + WOFF + 4 * piece) : "memory");
-          sl.w[b][jp] = w;
-          sl.s[b][jp] = prmt_b32(sv, 0u, ssel[b][jp]);
+          for (int b = 0; b < NB; ++b)
+#pragma unroll
+            for (int jp = 0; jp < 2; ++jp) {
+              const int p = 2 * b + jp, piece = p * 32 + lane;
+              if constexpr (FAST) {
+                asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(wdst + 16 * 32 * p),
+                             "l"(wq + p * wstep)
+                             : "memory");
+                asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(wdst + (WOFF - 12 * lane) + 4 * 32 * p),
+                             "l"(sq + p * sstep)
+                             : "memory");
+              } else {
+                const int ok = rok[b][jp] ? 16 : 0;
+                asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst + 16 * piece),
+                             "l"(wb + (wrc[b][jp] + 4 * qd)), "r"(ok)
+                             : "memory");
+                asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst + WOFF + 4 * piece),
+                             "l"(swb + (swo[b][jp] + 4 * qd)), "r"(ok >> 2)
+                             : "memory");
+              }
+            }
         }
-      product(sl, cx);
-      load_x(nx, n + 1, opaque_zero(acc[NB - 1][TT - 1][3]));
-    };
-    uint4 xw[TT][4];
+        asm volatile("cp.async.commit_group;\n" ::: "memory");
+        next_slot(wslot, wdst);
+        if constexpr (FAST) {
+          // quad(n + 1) - quad(n): the next quad of the batch, or the first of the warp's next batch.
+          const int dq = n % U == U - 1 ? (WARPS - 1) * U + 1 : 1;
+          wq += 64 * dq;
+          sq += 4 * dq;
+        }
+      };
 #pragma unroll
-    for (int tt = 0; tt < TT; ++tt)
+      for (int s = 0; s + 1 < S; ++s) issue(s);
+      load_x(xv, 0, 0);
+      // One quad: its stage is waited for and read, multiplied with the activations `cx`, then the next quad's
+      // activations are loaded into `nx` (the two register sets alternate, so none is copied). Those loads depend
+      // on the last product (`opaque_zero`): issued before it, they would share its scoreboard with `cx`'s loads
+      // and the product would wait for them too (ptxas waits for every load of a scoreboard at once).
+      auto step = [&](int n, const uint4 (&cx)[TT][4], uint4 (&nx)[TT][4]) {
+        issue(n + S - 1);
+        asm volatile("cp.async.wait_group %0;\n" ::"n"(S - 1) : "memory");
+        const unsigned src = sbase + (unsigned)(rslot * SLOT), rl = rsrc;
+        next_slot(rslot, rsrc);
+        Fp4GemvSlot<NB> sl;
 #pragma unroll
-      for (int i = 0; i < 4; ++i) xw[tt][i] = make_uint4(0u, 0u, 0u, 0u);
+        for (int b = 0; b < NB; ++b)
+#pragma unroll
+          for (int jp = 0; jp < 2; ++jp) {
+            const int p = 2 * b + jp, piece = p * 32 + lane;
+            const unsigned wa = FAST ? rl + 16 * 32 * p : src + 16 * piece;
+            const unsigned sa = FAST ? rl + (WOFF - 12 * lane) + 4 * 32 * p : src + WOFF + 4 * piece;
+            uint4 w;
+            unsigned sv;
+            asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                         : "=r"(w.x), "=r"(w.y), "=r"(w.z), "=r"(w.w)
+                         : "r"(wa)
+                         : "memory");
+            asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(sv) : "r"(sa) : "memory");
+            sl.w[b][jp] = w;
+            sl.s[b][jp] = prmt_b32(sv, 0u, FAST ? fsel : ssel[b][jp]);
+          }
+        product(sl, cx);
+        load_x(nx, n + 1, opaque_zero(acc[NB - 1][TT - 1][3]));
+      };
+      uint4 xw[TT][4];
+#pragma unroll
+      for (int tt = 0; tt < TT; ++tt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) xw[tt][i] = make_uint4(0u, 0u, 0u, 0u);
 #pragma unroll 1
-    for (int n = 0; quad(n) < nfull; n += 2) {
-      step(n, xv, xw);
-      if (quad(n + 1) >= nfull) break;
-      step(n + 1, xw, xv);
+      for (int n = 0; quad(n) < nfull; n += 2) {
+        step(n, xv, xw);
+        if (quad(n + 1) >= nfull) break;
+        step(n + 1, xw, xv);
+      }
+    };
+    if (vr == R && (sstride & 3) == 0) {
+      ring(BoolC<true>());
+    } else {
+      ring(BoolC<false>());
     }
     // No copy may still be writing the staging area when the statement ends (the groups past the warp's quads
     // are empty, but the wait is cheap).
