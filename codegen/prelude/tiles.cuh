@@ -1076,11 +1076,13 @@ __device__ __forceinline__ void fp4_gemv(unsigned char* ot, int or0, int oc0, un
     // The activations of the next quad are loaded into registers one quad ahead. Staging starts after the warps'
     // partial tiles, 16-byte aligned; a stage is NB x 2 x 32 x 20 bytes (blocks, then scale words).
     // Lane piece p = 2b + jp (p < 2 NB) is tile row g + 8p. Two forms of the copies' addresses:
-    // - FAST (every row of the tile valid and scale rows a multiple of 4 bytes, the presets' case): one base per
-    //   operand and lane (row g) plus p times a row step the whole warp shares, no predicates; the stage slots are
-    //   running counters. Under the register caps of many resident CTAs the general form's per-piece offsets,
-    //   selects and the slot's remainder by S were rebuilt at every quad (~150 of ~480 instructions per quad step,
-    //   session 17 ncu of the 28 x 4 decode).
+    // - FAST (every row of the tile valid and scale rows a multiple of 4 bytes, the presets' case): the lane's
+    //   sources (row g) of the next quad and its addresses in the next slots to fill and to read are loop-carried
+    //   (advanced per quad, so ptxas has nothing to rematerialize), plus p times a row step the whole warp
+    //   shares; no predicates. Under the register caps of many resident CTAs the general form's per-piece
+    //   offsets, selects, the slot's remainder by S and the lane's shared address were rebuilt from the thread
+    //   index at every quad (~150 of ~480 instructions per quad step, session 17 ncu of the 28 x 4 decode; the
+    //   loop went from 845 to 613 SASS instructions per two quads).
     // - general: per-piece offsets (invalid rows copy the view's first row with a zero source size, their values
     //   reach only their own, discarded outputs) and per-piece byte selects.
     constexpr int SLOT = NB * 2 * 32 * 20, WOFF = NB * 2 * 32 * 16;

@@ -145,7 +145,11 @@ fn fp4_packed_bits_spells_the_ir_layout_and_decodes_every_pair_exactly() {
     let start = TILES.find("unsigned fp4_packed_bits(").expect("fp4_packed_bits in tiles.cuh");
     let body = &TILES[start..start + TILES[start..].find("\n}\n").expect("end of fp4_packed_bits")];
     // The prelude's constants are those of `k3k_ir::fp4`, which its own tests check against the layout.
-    for c in [format!("{:#010X}u", fp4::PAIR3_SOURCE), format!("{:#X}u", fp4::PAIR3_MUL), format!("{:#010X}u", fp4::PAIR_BITS)] {
+    for c in [
+        format!("{:#010X}u", fp4::PAIR3_SOURCE),
+        format!("{:#X}u", fp4::PAIR3_MUL),
+        format!("{:#010X}u", fp4::PAIR_BITS),
+    ] {
         assert!(body.contains(&c.replacen("0X", "0x", 1)), "{c} not in {body}");
     }
     assert_eq!(fp4::PAIR_ROTATION, [0, 3, 6]);

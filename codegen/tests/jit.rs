@@ -357,8 +357,9 @@ fn jit_decodes_mxfp4_like_the_interpreter() {
                 if (fold && s > 128 && s != 255) || (finite && s == 255) {
                     continue;
                 }
-                let word = words[rows * wcols + r * wcols + 4 + 4 * (col / 32) + (col % 8) / 2] as u32;
-                let nib = (word >> (4 * (2 * ((col / 8) % 4) + col % 2))) & 15;
+                let (w, p) = k3k_ir::fp4::slot(col % 32, true);
+                let word = words[rows * wcols + r * wcols + 4 + 4 * (col / 32) + w] as u32;
+                let nib = k3k_ir::fp4::code(word, p, true);
                 let want = if s == 255 { f32::NAN } else { (E2M1[nib as usize] * 2f64.powi(s as i32 - 127)) as f32 };
                 let got = c[2].get_f32(r * cols + col);
                 assert!(

@@ -70,7 +70,11 @@ pub fn place(code: u32, index: usize, packed: bool) -> u32 {
 /// What the GPU decoders compute for pair `f` (0..4) of a packed word: the [`PAIR_BITS`] pattern of its two
 /// values (low half: column `2l + 8f`, high half: `+ 1`).
 pub fn packed_pair_bits(word: u32, f: usize) -> u32 {
-    if f == 3 { ((word & PAIR3_SOURCE).wrapping_mul(PAIR3_MUL)) & PAIR_BITS } else { word.rotate_right(PAIR_ROTATION[f]) & PAIR_BITS }
+    if f == 3 {
+        ((word & PAIR3_SOURCE).wrapping_mul(PAIR3_MUL)) & PAIR_BITS
+    } else {
+        word.rotate_right(PAIR_ROTATION[f]) & PAIR_BITS
+    }
 }
 
 /// The [`PAIR_BITS`] pattern of one code (0..16) in the low half: what the decoders make of it.

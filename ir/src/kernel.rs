@@ -488,8 +488,8 @@ pub enum Stmt {
     /// (u32 `[R, C / 8]`, four words per block). With `packed` (the `mx::pack` layout, which puts each
     /// thread's eight values of a block in one word): word `4 (c / 32) + (c % 8) / 2`, value
     /// `2 ((c / 8) % 4) + c % 2` of it, at the bits [`crate::fp4`] gives; else (SPEC 1 bytes read as little-endian
-    /// words): word `4 (c / 32) + (c % 32) / 8`, nibble `c % 8`. The value is exact in bf16 (or overflows to inf like the f32 product). `scales` is a u8
-    /// window `[R, C / 32]`.
+    /// words): word `4 (c / 32) + (c % 32) / 8`, nibble `c % 8`. The value is exact in bf16 (or overflows to inf
+    /// like the f32 product). `scales` is a u8 window `[R, C / 32]`.
     ///
     /// Two promises about the scale bytes let the GPU code drop work (the program must keep them; when one is
     /// broken the result is what the GPU computes, which the interpreter reproduces): `fold`, every byte is at

@@ -977,8 +977,8 @@ pub fn dequant_fp4_stream_prefetch() -> Case {
                         continue;
                     }
                     let cc = col % 32;
-                    let (w, p) = if packed { ((cc % 8) / 2, 2 * ((cc / 8) % 4) + cc % 2) } else { (cc / 8, cc % 8) };
-                    let nib = ((qw[row * kw + 4 * blk + w] >> (4 * p)) & 15) as usize;
+                    let (w, p) = fp4::slot(cc, packed);
+                    let nib = fp4::code(qw[row * kw + 4 * blk + w], p, packed) as usize;
                     let s = sb[row * kb + blk];
                     want[((v * slices + sl) * r + row) * c + col] =
                         if s == 255 { f32::NAN } else { (E2M1[nib] * 2f64.powi(s as i32 - 127)) as f32 };
@@ -1471,10 +1471,9 @@ pub fn dequant_fp4() -> Case {
     for (v, &(packed, _, _, si)) in variants.iter().enumerate() {
         for row in 0..r {
             for col in 0..c {
-                let (w, p) =
-                    if packed { ((col % 8) / 2, 2 * ((col / 8) % 4) + col % 2) } else { ((col % 32) / 8, col % 8) };
+                let (w, p) = fp4::slot(col % 32, packed);
                 let word = qw[row * kw + 4 * (col / 32) + w];
-                let nib = ((word >> (4 * p)) & 15) as usize;
+                let nib = fp4::code(word, p, packed) as usize;
                 let s = sv[si][row * kb + col / 32];
                 want[(v * r + row) * c + col] =
                     if s == 255 { f32::NAN } else { (E2M1[nib] * 2f64.powi(s as i32 - 127)) as f32 };
@@ -1546,10 +1545,9 @@ pub fn dequant_fp4_stream() -> Case {
     for (v, &(packed, _, _, si)) in variants.iter().enumerate() {
         for row in 0..rows {
             for col in 0..32 * blocks {
-                let (w, p) =
-                    if packed { ((col % 8) / 2, 2 * ((col / 8) % 4) + col % 2) } else { ((col % 32) / 8, col % 8) };
+                let (w, p) = fp4::slot(col % 32, packed);
                 let word = qw[row * kw + 4 + 4 * (col / 32) + w];
-                let nib = ((word >> (4 * p)) & 15) as usize;
+                let nib = fp4::code(word, p, packed) as usize;
                 let s = sv[si][row * kb + 1 + col / 32];
                 want[(v * r + row) * c + col] =
                     if s == 255 { f32::NAN } else { (E2M1[nib] * 2f64.powi(s as i32 - 127)) as f32 };
@@ -1768,10 +1766,9 @@ fn fp4_gemv_case(staged: bool) -> Case {
             for tok in 0..toks {
                 let (mut s, mut a) = (0f64, 0f64);
                 for col in 0..32 * blocks {
-                    let (w, p) =
-                        if packed { ((col % 8) / 2, 2 * ((col / 8) % 4) + col % 2) } else { ((col % 32) / 8, col % 8) };
+                    let (w, p) = fp4::slot(col % 32, packed);
                     let word = qw[row * kw + 4 + 4 * (col / 32) + w];
-                    let nib = ((word >> (4 * p)) & 15) as usize;
+                    let nib = fp4::code(word, p, packed) as usize;
                     let sc = sv[si][row * kb + 1 + col / 32];
                     let wv = if sc == 255 { f64::NAN } else { E2M1[nib] * 2f64.powi(sc as i32 - 127) };
                     let xe = if col / 8 * 8 + 8 <= xcols { xvals[tok * k + 32 + col] as f64 } else { 0.0 };

@@ -97,8 +97,9 @@ pub fn knob_space() -> KnobSpace {
             "STAGES",
             "cp.async pipeline depth; PATH=gemv: 0..=2 the register ring of GR slots, 3..=8 the warps' rings in shared \
              memory of that many cp.async stages (every stage in flight: a register ring's loads share the six \
-             hardware scoreboards, so ptxas waits for all of them at each slot); 0 = auto (gemv: 3 stages for grouped \
-             decode with many 8-token tiles and for dense 16-token problems without a GLU epilogue, else the register ring)",
+             hardware scoreboards, so ptxas waits for all of them at each slot); 0 = auto (gemv: 3 stages for \
+             grouped decode with many 8-token tiles and for dense 16-token problems without a GLU epilogue, else the \
+             register ring)",
             [0i64, 3, 4],
         )
         .axis("WA", "warps along weight rows (wgmma: BM/16); 0 = auto", [0i64, 4, 8])
@@ -615,7 +616,17 @@ fn resolve_gemv(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, O
     let many = bm == 8 && tiles16 >= 12 * ASSUMED_SMS;
     let bn = pick(knobs, "BN", if many { 32 } else { unit })?;
     let rows = if glu { bn / 2 } else { bn };
-    let bk = pick(knobs, "BK", if many { 256 } else if bm == 8 { 512 } else { 1024 })?;
+    let bk = pick(
+        knobs,
+        "BK",
+        if many {
+            256
+        } else if bm == 8 {
+            512
+        } else {
+            1024
+        },
+    )?;
     let split = pick(knobs, "SPLIT", 1)?;
     let u = (bk / 128).max(1);
     let prefetch = prefetch_knob(knobs)?;

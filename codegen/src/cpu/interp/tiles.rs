@@ -218,8 +218,7 @@ impl<'a> Block<'a> {
                 let mut out = vec![0.0f64; rows * cols];
                 for r in 0..rows {
                     for c in 0..cols {
-                        let (w, p) =
-                            fp4::slot(c % 32, *packed);
+                        let (w, p) = fp4::slot(c % 32, *packed);
                         let word = self.shared_at(words, qb, r, 4 * (c / 32) + w) as u32;
                         let nib = fp4::code(word, p, *packed);
                         let s = self.shared_at(scales, sb, r, c / 32) as u32;
@@ -251,8 +250,7 @@ impl<'a> Block<'a> {
                 let mut out = vec![0.0f64; rows * cols];
                 for r in 0..rows {
                     for c in 0..cols {
-                        let (w, p) =
-                            fp4::slot(c % 32, *packed);
+                        let (w, p) = fp4::slot(c % 32, *packed);
                         let (ri, bl) = (r as i64, (c / 32) as i64);
                         if ri >= qr || ri >= sr || bl >= qc / 4 || bl >= sc {
                             continue;

@@ -609,8 +609,7 @@ unsafe fn tile_stmt(ctx: &mut Ctx, s: &Stmt, arg: &dyn Fn(usize) -> i64) -> Resu
                 for r in 0..rows {
                     for c in 0..cols {
                         // Word of the block and nibble in it: the packed layout, or the natural (SPEC 1) one.
-                        let (w, p) =
-                            fp4::slot(c % 32, *packed);
+                        let (w, p) = fp4::slot(c % 32, *packed);
                         let word = f.shared_at(words, qb, r, 4 * (c / 32) + w) as u32;
                         let nib = fp4::code(word, p, *packed);
                         let s = f.shared_at(scales, sb, r, c / 32) as u32;
@@ -633,8 +632,7 @@ unsafe fn tile_stmt(ctx: &mut Ctx, s: &Stmt, arg: &dyn Fn(usize) -> i64) -> Resu
                     let (so, ss, sr, sc) = (arg(base + 4), arg(base + 5), arg(base + 6), arg(base + 7));
                     for r in 0..rows {
                         for c in 0..cols {
-                            let (w, p) =
-                                fp4::slot(c % 32, *packed);
+                            let (w, p) = fp4::slot(c % 32, *packed);
                             let (ri, bl) = (r as i64, (c / 32) as i64);
                             let val = if ri >= qr || ri >= sr || bl >= qc / 4 || bl >= sc {
                                 0.0
