@@ -1076,7 +1076,8 @@ __device__ __forceinline__ void fp4_gemv(unsigned char* ot, int or0, int oc0, un
     // The activations of the next quad are loaded into registers one quad ahead. Staging starts after the warps'
     // partial tiles, 16-byte aligned; a stage is NB x 2 x 32 x 20 bytes (blocks, then scale words).
     // Lane piece p = 2b + jp (p < 2 NB) is tile row g + 8p. Two forms of the copies' addresses:
-    // - FAST (every row of the tile valid and scale rows a multiple of 4 bytes, the presets' case): the lane's
+    // - FAST (8-token tiles whose rows are all valid and whose scale rows are a multiple of 4 bytes, the decode
+    //   presets' case): the lane's
     //   sources (row g) of the next quad and its addresses in the next slots to fill and to read are loop-carried
     //   (advanced per quad, so ptxas has nothing to rematerialize), plus p times a row step the whole warp
     //   shares; no predicates. Under the register caps of many resident CTAs the general form's per-piece
@@ -1125,17 +1126,20 @@ __device__ __forceinline__ void fp4_gemv(unsigned char* ot, int or0, int oc0, un
             wrc[b][jp] = rok[b][jp] ? wro[b][jp] : 0;
           }
       }
-      // The next slot to fill and the next to read (running counters: S need not be a power of two), and for FAST
-      // the lane's first piece in each (loop-carried addresses, advanced with the counters).
+      // FAST: the next slot to fill and the next to read (running counters, S need not be a power of two) and the
+      // lane's first piece in each (loop-carried addresses, advanced with the counters). The general form takes
+      // the slot as `n % S` (two more live counters made ptxas spill at 16 tokens).
       int wslot = 0, rslot = 0;
       unsigned wdst = sbase + 16u * lane, rsrc = wdst;
       auto next_slot = [&](int& slot, unsigned& addr) {
-        addr = slot == S - 1 ? addr - (S - 1) * SLOT : addr + SLOT;
-        slot = slot == S - 1 ? 0 : slot + 1;
+        if constexpr (FAST) {
+          addr = slot == S - 1 ? addr - (S - 1) * SLOT : addr + SLOT;
+          slot = slot == S - 1 ? 0 : slot + 1;
+        }
       };
       auto issue = [&](int n) {
         const int qd = quad(n);
-        const unsigned dst = sbase + (unsigned)(wslot * SLOT);
+        const unsigned dst = sbase + (unsigned)((n % S) * SLOT);
         if (qd < nfull) {
 #pragma unroll
           for (int b = 0; b < NB; ++b)
@@ -1179,7 +1183,7 @@ __device__ __forceinline__ void fp4_gemv(unsigned char* ot, int or0, int oc0, un
       auto step = [&](int n, const uint4 (&cx)[TT][4], uint4 (&nx)[TT][4]) {
         issue(n + S - 1);
         asm volatile("cp.async.wait_group %0;\n" ::"n"(S - 1) : "memory");
-        const unsigned src = sbase + (unsigned)(rslot * SLOT), rl = rsrc;
+        const unsigned src = sbase + (unsigned)((n % S) * SLOT), rl = rsrc;
         next_slot(rslot, rsrc);
         Fp4GemvSlot<NB> sl;
 #pragma unroll
@@ -1214,8 +1218,15 @@ __device__ __forceinline__ void fp4_gemv(unsigned char* ot, int or0, int oc0, un
         step(n + 1, xw, xv);
       }
     };
-    if (vr == R && (sstride & 3) == 0) {
-      ring(BoolC<true>());
+    // FAST only for 8-token tiles (the decode shapes it was measured on, session 17 call 7): with 16 tokens the
+    // activations' registers double, and keeping both forms made ptxas spill (8 bytes at M16 under MINB=4, 20 in
+    // the 4-variant primitive case).
+    if constexpr (TT == 1) {
+      if (vr == R && (sstride & 3) == 0) {
+        ring(BoolC<true>());
+      } else {
+        ring(BoolC<false>());
+      }
     } else {
       ring(BoolC<false>());
     }
