@@ -849,8 +849,8 @@ __device__ __forceinline__ void dequant_fp4_stream_pf(
 // first S quads are loaded before the first is used, and after a slot's quad is consumed the slot is refilled
 // with the quad S steps ahead, so S quads (S x 2 x R/16 x 16 bytes per lane) stay in flight while the warp
 // decodes and multiplies. Loads are predicated, not branched around (see `nfull`). The sum over K is taken in a
-// lane-specific order that both operands share: the lane's 16 value pairs (w, f) of a block (word w, byte f: two
-// consecutive columns, low nibble first) are the A pairs of its 8 mma.m16n8k16 k-steps and its B pairs are the
+// lane-specific order that both operands share: the lane's 16 value pairs (w, f) of a block (word w, pair f: two
+// consecutive columns, the lower first; natural: byte f of the word) are the A pairs of its 8 mma.m16n8k16 k-steps and its B pairs are the
 // activations of the same two columns of token 8 tt + g (tt < T / 8), read as four 16-byte loads per block and
 // token when the block is used (step: x chunk i, word pair j, so each B fragment is an aligned register pair of
 // a load). The warps' f32 partials go to `scratch` tiles (one per warp) and are summed in warp order into `out`,
