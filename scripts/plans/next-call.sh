@@ -1,22 +1,27 @@
 #!/usr/bin/env bash
-# Ready for the next session's first device call (written at the end of session 16, which had no device time left):
-# the latent GEMM kernels with an odd number of 64-column bulk-store slices per tile (BN=64, BN=192, SiTU-GLU at
-# BN=128), whose staging buffers now alternate by a running count, checked on the GPU (`k3k check --backend cuda`,
-# pinned to a SPEC shape and random cases) and fuzzed; then the GEMM defaults fuzzed once more. Rename it to the
-# session's call name when it runs, and commit its output under results/bench/nvidia-h200/.
+# Ready for the next session's first device call (written at the end of session 17, which had no device time left
+# after its last code change): the MXFP4 gemv as committed (the staged ring's FAST form compiled for 8-token tiles
+# only, the general form on `n % S` again; this exact build has not run on a GPU) checked with `k3k check --backend
+# cuda` (random cases; the FAST form at a many-tile shape with and without SiTU-GLU; the general form on partial
+# tiles with 33-byte scale rows; M16), then the bench of every mxfp4 preset with cuBLAS in the same call (publish
+# it: the README's s17 rows and call 7's A/B), then a GPU fuzz. Rename it to the session's call name when it runs,
+# and commit its output under results/bench/nvidia-h200/. At most 8 files under $OUT.
 # Build first here: cargo build --release; strip -o .carry/k3k target/release/k3k
-# Run: BUDGET_S=300 bash scripts/plans/next-call.sh  (carry [".carry"], timeout_s 320)
+# Run: BUDGET_S=330 bash scripts/plans/next-call.sh  (carry [".carry"], timeout_s 350)
 W=/tmp/wnext; source scripts/plans/lib.sh
-for kn in "STORE=tma,BN=64" "STORE=tma,BN=192" "STORE=tma,BN=128"; do
-  timeout 60 $K check --backend cuda --op latent_moe_gemm --knobs "$kn" --cases 8 >> $OUT/check.txt 2>&1
-  echo "check gemm $kn rc=$? $(date -u +%T)" >> $L
-done
-timeout 60 $K check --backend cuda --op latent_moe_gemm --dims "G=28,mean=256,K=3584,N=6144,epilogue=1,p=1" \
-  --knobs "STORE=tma,BN=128" >> $OUT/check.txt 2>&1; echo "check gemm GLU BN=128 at the preset's dims rc=$? $(date -u +%T)" >> $L
-grep -iE "failed|error|mismatch" $OUT/check.txt | grep -v " 0 failed" | head -5 >> $L
-timeout 80 $K fuzz --backend cuda --op latent_moe_gemm --knobs "STORE=tma,BN=64" --time 60s > $OUT/fuzz-bn64.txt 2>&1
-echo "fuzz gemm BN=64 rc=$? $(date -u +%T)" >> $L; tail -2 $OUT/fuzz-bn64.txt >> $L
-timeout 80 $K fuzz --backend cuda --op latent_moe_gemm --time 60s > $OUT/fuzz.txt 2>&1
-echo "fuzz gemm rc=$? $(date -u +%T)" >> $L; tail -2 $OUT/fuzz.txt >> $L
+C=$OUT/check.txt
+ck() { timeout $1 $K check --backend cuda --op mxfp4_matmul "${@:2}" >> $C 2>&1; echo "check ${*:2} rc=$? $(date -u +%T)" | cut -c1-200 >> $L; }
+ck 60 --cases 16
+ck 30 --dims "G=9,per=4,N=6144,K=1024,packed=1" --cases 2
+ck 30 --dims "G=9,per=4,N=6144,K=1024,packed=1,epilogue=1,p=1" --cases 2
+ck 30 --dims "G=3,per=4,N=200,K=1056,packed=1" --knobs "PATH=gemv,STAGES=3,BN=32,WA=4" --cases 3
+ck 30 --dims "G=3,per=3,N=256,K=1056,packed=0" --knobs "PATH=gemv,STAGES=3,BN=32,WA=4" --cases 3
+ck 30 --dims "M=16,N=200,K=2048,packed=1" --cases 3
+grep -iE "fail|error|mismatch" $C | grep -v " 0 fail" | head -5 >> $L
+mkdir -p $W/results && cp -r results/nvidia-h200 $W/results/
+op mxfp4_matmul 100 70
+rm -f $OUT/results.tgz
+[ "$(left)" -gt 40 ] && { timeout $(( $(left) - 8 )) $K fuzz --backend cuda --op mxfp4_matmul --time $(( $(left) - 20 ))s > $OUT/fuzz.txt 2>&1; echo "fuzz rc=$? $(date -u +%T)" >> $L; tail -2 $OUT/fuzz.txt >> $L; }
 echo "end $(date -u +%T)" >> $L
 cat $L | cut -c1-220
+grep -h "^| " $W/b/*/*/*.md 2>/dev/null | grep -v "^| ---\|^| preset" | cut -d'|' -f2-8
