@@ -82,6 +82,11 @@ pub fn code_bits(code: u32) -> u32 {
     ((code & 8) << 12) | ((code & 7) << 6)
 }
 
+/// The inverse of [`code_bits`]: the code (0..16) a low half's [`PAIR_BITS`] pattern carries (other bits ignored).
+pub fn bits_code(bits: u32) -> u32 {
+    ((bits >> 6) & 7) | ((bits >> 12) & 8)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -141,7 +146,9 @@ mod tests {
                             word |= place((fill >> (4 * i)) & 15, i, true);
                         }
                         let want = code_bits(lo) | (code_bits(hi) << 16);
-                        assert_eq!(packed_pair_bits(word, f), want, "pair {f} codes {lo} {hi} fill {fill:#x}");
+                        let got = packed_pair_bits(word, f);
+                        assert_eq!(got, want, "pair {f} codes {lo} {hi} fill {fill:#x}");
+                        assert_eq!((bits_code(got & 0xFFFF), bits_code(got >> 16)), (lo, hi));
                     }
                 }
             }

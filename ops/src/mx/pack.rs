@@ -77,14 +77,13 @@ pub fn pack(q: &[u8], rows: usize, k: usize) -> Result<Vec<u32>, OpError> {
 /// decoders' own [`fp4::packed_pair_bits`], whose halves carry the two codes' bits in place).
 pub fn unpack(words: &[u32], rows: usize, k: usize) -> Result<Vec<u8>, OpError> {
     check(rows, k, words.len(), "packed", k / 8)?;
-    let code = |bits: u32| ((bits >> 6) & 7) | ((bits >> 12) & 8);
     let mut out = vec![0u8; rows * k / 2];
     let (wi, bi) = (4 * BLOCKS_PER_ITEM, BLOCK / 2 * BLOCKS_PER_ITEM);
     out.par_chunks_mut(bi).zip(words.par_chunks(wi)).for_each(|(bytes, words)| {
         for (b, w) in bytes.chunks_exact_mut(BLOCK / 2).zip(words.chunks_exact(4)) {
             for (j, byte) in b.iter_mut().enumerate() {
                 let pair = fp4::packed_pair_bits(w[j % 4], j / 4);
-                *byte = (code(pair & 0xFFFF) | code(pair >> 16) << 4) as u8;
+                *byte = (fp4::bits_code(pair & 0xFFFF) | fp4::bits_code(pair >> 16) << 4) as u8;
             }
         }
     });

@@ -366,8 +366,8 @@ fn dq_suffix(spec: &MatSpec) -> String {
 /// holds exactly the 8 values `wd[8 i .. 8 i + 8]` of its `wd` rows, of scale byte `ws[i / 4]` (word `i % 4` of
 /// its 32-value block): natural layout, nibble `j` of word `i` is value `8 i + j`; packed, value `8 i + j` is
 /// half `j % 2` of pair `i % 4` of word `j / 2` of the block (`mx::pack`, [`k3k_ir::fp4`]), so a thread loads
-/// its whole 16-byte block (the four threads of a block share it) and decodes its pair of each word. No K or N edges: only the
-/// expert's word count bounds the last CTA.
+/// its whole 16-byte block (the four threads of a block share it) and decodes its pair of each word. No K or N
+/// edges: only the expert's word count bounds the last CTA.
 ///
 /// Grid `(ceil(N KW / (T U)), G)`, `T` = [`DQW_THREADS`] threads of `words` = U words each, thread `t` of CTA `x`
 /// taking words `x T U + t + u T` (`u < U`: every warp access covers consecutive words; a warp's 16-byte stores
@@ -457,9 +457,9 @@ pub fn build_dequant_wide(spec: &MatSpec, mx: &Knobs, words: u32, persist: u32) 
                         // (nibble bit 3) to bit 31, exponent and mantissa (bits 0..2) to bits 22..24; with the
                         // nibble n in place (`word & 15 << at`), one multiply adds n << 22 and n << 28 (disjoint
                         // bits) and a mask keeps bits 31 and 22..24: three integer instructions per value.
-                        let bits = match (&pair, j) {
-                            (Some(f), _) => packed_fp4_bits(&src[(j / 2) as usize], f.clone(), (j % 2) as i64),
-                            (None, _) => {
+                        let bits = match &pair {
+                            Some(f) => packed_fp4_bits(&src[(j / 2) as usize], f.clone(), (j % 2) as i64),
+                            None => {
                                 let (word, at) = if j < 6 { (&src[0], 4 * j) } else { (&src[1], 4 * (j - 6)) };
                                 let mult = (1i64 << (22 - at)) + (1i64 << (28 - at));
                                 (word.bitand(15i64 << at) * mult).bitand(0x81C0_0000i64).from_bits()
