@@ -1276,6 +1276,19 @@ pub fn decode_knob_space() -> KnobSpace {
              become constants plus the slot offset); 0 keeps the loop rolled",
             [0i64, 1],
         )
+        .axis(
+            "OVERLAP",
+            "MMA=wgmma: issue tile j's score product, then tile j-1's P V product, and run tile j's softmax while \
+             P V is in flight (K and V share a stage, so the ring holds two tiles in use and loads STAGES - 2 ahead: \
+             STAGES >= 3)",
+            [false, true],
+        )
+        .axis(
+            "SOFTMAX",
+            "MMA=wgmma: exact (scores scaled, then exp2) or fast (max of the raw scores, the scale folded into one \
+             fused multiply-add per exponent, exp2_ftz)",
+            ["exact", "fast"],
+        )
 }
 
 /// The wgmma decode knobs: one warpgroup of 64 packed rows per block, 64-key stages (72 KB each) in a 2-deep
@@ -1364,6 +1377,10 @@ struct DecodeCfg {
     dvs: u32,
     /// MMA=wgmma: unroll the 9 score products of a tile.
     qk_unroll: bool,
+    /// MMA=wgmma: `OVERLAP`, tile j's softmax under tile j-1's P V product.
+    overlap: bool,
+    /// MMA=wgmma: `SOFTMAX=fast`.
+    fast_softmax: bool,
     /// Register-tile registers per thread (the estimate the knob checks use).
     tile_regs: u32,
     /// Dynamic shared memory per block.
@@ -1412,6 +1429,18 @@ fn decode_cfg(spec: &DecodeSpec, k: &Knobs) -> Result<DecodeCfg, OpError> {
             1 => true,
             v => return invalid(OP, k, format!("QK_UNROLL={v}: 0 or 1")),
         },
+        overlap: match k.0.get("OVERLAP") {
+            None => false,
+            Some(_) => k.bool("OVERLAP")?,
+        },
+        fast_softmax: match k.0.get("SOFTMAX") {
+            None => false,
+            Some(_) => match k.str("SOFTMAX")? {
+                "exact" => false,
+                "fast" => true,
+                other => return invalid(OP, k, format!("SOFTMAX={other}: exact or fast")),
+            },
+        },
         tile_regs: 0,
         smem: 0,
     };
@@ -1423,6 +1452,9 @@ fn decode_cfg(spec: &DecodeSpec, k: &Knobs) -> Result<DecodeCfg, OpError> {
     }
     if c.qk_unroll {
         return invalid(OP, k, "QK_UNROLL=1 needs MMA=wgmma (mma.sync keeps the 576-deep score loop rolled)".into());
+    }
+    if c.overlap || c.fast_softmax {
+        return invalid(OP, k, "OVERLAP=true and SOFTMAX=fast need MMA=wgmma".into());
     }
     if c.wm == 0 || c.wn == 0 || c.wm * c.wn > 16 {
         return invalid(OP, k, format!("WM*WN = {} warps must be in 1..=16", c.wm * c.wn));
@@ -1509,8 +1541,12 @@ fn decode_cfg_wgmma(spec: &DecodeSpec, k: &Knobs, mut c: DecodeCfg) -> Result<De
     if c.dvs == 0 || !nv.is_multiple_of(c.dvs) {
         return invalid(OP, k, format!("DVS={} must divide the {nv} value tiles", c.dvs));
     }
-    if c.stages < 2 {
-        return invalid(OP, k, "STAGES >= 2".into());
+    if c.stages < 2 + u32::from(c.overlap) {
+        return invalid(
+            OP,
+            k,
+            format!("STAGES={} must be >= 2 (>= 3 with OVERLAP: two stages are in use at once)", c.stages),
+        );
     }
     c.swn = 1;
     // Per thread of a warpgroup (128 threads, 64 rows): the accumulator, the scores and P.
@@ -1589,6 +1625,9 @@ struct KvRing {
     bn: u32,
     page: u32,
     st: u32,
+    /// How many tiles ahead of the one in use the ring loads: `STAGES - 1`, or `STAGES - 2` when a stage stays
+    /// in use one iteration longer (OVERLAP: tile j-1's values are read while tile j's scores are computed).
+    ahead: u32,
     /// BT_PREFETCH: the block-table entry of the tile the next iteration loads (set by [`KvRing::prologue`]).
     blk_next: Option<VarId>,
 }
@@ -1613,9 +1652,9 @@ impl KvRing {
         }
     }
 
-    /// Before the loop: the block's Q rows into `sq` (one chunk per slot), the first `STAGES - 1` tiles (one
-    /// commit group each) and, with `bt_prefetch`, the block-table entry of the tile the first iteration loads
-    /// (so that the copies do not wait for a dependent global load).
+    /// Before the loop: the block's Q rows into `sq` (one chunk per slot), the first `ahead` tiles (one commit
+    /// group each) and, with `bt_prefetch`, the block-table entry of the tile the first iteration loads (so that
+    /// the copies do not wait for a dependent global load).
     #[allow(clippy::too_many_arguments)]
     fn prologue(
         &mut self,
@@ -1627,7 +1666,7 @@ impl KvRing {
         rows_valid: &Expr,
         bt_prefetch: bool,
     ) {
-        let (d, st) = (self.d, self.st);
+        let (d, ahead) = (self.d, self.ahead);
         for c in 0..d / KC {
             let qsrc = view(
                 q,
@@ -1640,14 +1679,14 @@ impl KvRing {
             let qd = b.slot(sq, c as i64);
             b.copy_async(qd, qsrc);
         }
-        for i in 0..st - 1 {
+        for i in 0..ahead {
             let j = Expr::Int(i as i64);
             b.if_(j.lt(self.count.clone()), |b| self.load_stage(b, j.clone(), self.blk_of(j.clone())));
             b.commit();
         }
         let blk_next = bt_prefetch.then(|| {
             let v = b.let_var("blk_next", 0i64);
-            let j = Expr::Int((st - 1) as i64);
+            let j = Expr::Int(ahead as i64);
             b.if_(j.lt(self.count.clone()), |b| b.assign(v, self.blk_of(j.clone())));
             v
         });
@@ -1655,12 +1694,12 @@ impl KvRing {
     }
 
     /// The top of loop iteration `j`: tile j's copies landed and every warp finished reading the slot the next
-    /// load overwrites; then tile `j + STAGES - 1` is issued (one commit group) and the prefetched entry advanced.
+    /// load overwrites; then tile `j + ahead` is issued (one commit group) and the prefetched entry advanced.
     fn step(&self, b: &mut KernelBuilder, j: &Expr) {
-        let st = self.st;
-        b.wait(st - 2);
+        let ahead = self.ahead;
+        b.wait(ahead - 1);
         b.barrier();
-        let next = j + (st - 1) as i64;
+        let next = j + ahead as i64;
         let blk = self.blk_next.map_or_else(|| self.blk_of(next.clone()), Expr::Var);
         b.if_(next.lt(self.count.clone()), |b| self.load_stage(b, next.clone(), blk));
         b.commit();
@@ -1844,6 +1883,7 @@ fn build_decode_impl(spec: &DecodeSpec, knobs: &Knobs, direct: bool) -> Result<K
         bn,
         page,
         st,
+        ahead: st - 1,
         blk_next: None,
     };
     ring.prologue(&mut b, q, sq, &rows_total, &m0, &rows_valid, c.bt_prefetch);
@@ -1992,6 +2032,7 @@ fn build_decode_wgmma(spec: &DecodeSpec, knobs: &Knobs, c: &DecodeCfg, direct: b
         bn,
         page,
         st,
+        ahead: if c.overlap { st - 2 } else { st - 1 },
         blk_next: None,
     };
     ring.prologue(&mut b, q, sq, &rows_total, &m0, &rows_valid, c.bt_prefetch);
@@ -1999,35 +2040,23 @@ fn build_decode_wgmma(spec: &DecodeSpec, knobs: &Knobs, c: &DecodeCfg, direct: b
     for &acc in &accs {
         b.map(acc, 0.0f64);
     }
-    b.for_("j", 0i64, count.clone(), 1i64, |b, j| {
-        // The copies of tile j landed (and were fenced for the async proxy); every warpgroup finished reading
-        // the slot the next load overwrites (its products were waited for at the end of the last iteration).
-        ring.step(b, &j);
-        let slot = b.let_("slot", &j % st as i64);
-        let kv0 = b.let_("kv0", (t0.clone() + j.clone()) * bn as i64);
+    // S = Q K^T of the tile in `slot`: 9 asynchronous 64-deep products from the swizzled Q chunks and the slot's
+    // K chunks. Unrolled, their shared-memory descriptors fold into constants plus the slot offset (the operands
+    // stay in shared memory, so no fragments are hoisted into registers).
+    let qk_async = |b: &mut KernelBuilder, slot: &Expr| {
         let chunk = |b: &mut KernelBuilder, cc: Expr| {
             let qa = Operand::Shared { src: b.slot(sq, cc.clone()), transpose: false };
             let kb = Operand::Shared { src: b.slot(skv, slot.clone() * nch as i64 + cc.clone()), transpose: true };
             b.mma_async_init(s, qa, kb, cc.gt(0i64));
         };
-        // Unrolled, the shared-memory descriptors of the 9 products fold into constants plus the slot offset
-        // (the operands stay in shared memory, so no fragments are hoisted into registers).
         if c.qk_unroll {
             b.for_unrolled("chunk", 0i64, nch as i64, 1i64, chunk);
         } else {
             b.for_("chunk", 0i64, nch as i64, 1i64, chunk);
         }
-        b.mma_wait(0);
-        let key = kv0.clone() + Expr::ColIdx;
-        let query = (m0.clone() + Expr::RowIdx) / h.clone();
-        let visible = key.lt(s_k.clone()).and(key.le(s_k.clone() - sqd.clone() + query));
-        b.if_else(
-            (kv0.clone() + (bn as i64 - 1)).gt(diag.clone()),
-            |b| b.map(s, Expr::select(visible, el(s) * scale_log2.clone(), NEG_INF)),
-            |b| b.map(s, el(s) * scale_log2.clone()),
-        );
-        sm.step(b, s, p, &accs);
-        // Values: this slice's chunks of the first DV columns of the same cache rows, stored [keys, values].
+    };
+    // O += P V: this slice's chunks of the first DV columns of the slot's cache rows, stored [keys, values].
+    let pv_async = |b: &mut KernelBuilder, slot: &Expr| {
         for (cv, &acc) in accs.iter().enumerate() {
             let vb = Operand::Shared {
                 src: b.slot(skv, slot.clone() * nch as i64 + v0.clone() + cv as i64),
@@ -2035,8 +2064,68 @@ fn build_decode_wgmma(spec: &DecodeSpec, knobs: &Knobs, c: &DecodeCfg, direct: b
             };
             b.mma_async(acc, Operand::Reg(p), vb);
         }
-        b.mma_wait(0);
+    };
+    // The scores of tile j (starting at key kv0) in the log2 domain, -inf where masked; SOFTMAX=fast keeps them
+    // raw (the scale is applied inside the exponent) and masks only the tiles that need it.
+    let softmax = |b: &mut KernelBuilder, kv0: &Expr| {
+        let key = kv0.clone() + Expr::ColIdx;
+        let query = (m0.clone() + Expr::RowIdx) / h.clone();
+        let visible = key.lt(s_k.clone()).and(key.le(s_k.clone() - sqd.clone() + query));
+        let crosses = (kv0.clone() + (bn as i64 - 1)).gt(diag.clone());
+        if c.fast_softmax {
+            b.if_(crosses, |b| b.map(s, Expr::select(visible, el(s), NEG_INF)));
+            fast_step_scores(b, &sm, s, scale_log2.clone());
+        } else {
+            b.if_else(
+                crosses,
+                |b| b.map(s, Expr::select(visible, el(s) * scale_log2.clone(), NEG_INF)),
+                |b| b.map(s, el(s) * scale_log2.clone()),
+            );
+            sm.step_scores(b, s);
+        }
+    };
+    b.for_("j", 0i64, count.clone(), 1i64, |b, j| {
+        // The copies of tile j landed (and were fenced for the async proxy); every warpgroup finished reading
+        // the slot the next load overwrites (its products were waited for at the end of an earlier iteration).
+        ring.step(b, &j);
+        let slot = b.let_("slot", &j % st as i64);
+        let kv0 = b.let_("kv0", (t0.clone() + j.clone()) * bn as i64);
+        qk_async(b, &slot);
+        if c.overlap {
+            // Tile j-1's P V after tile j's scores (their groups complete in order): the scores are waited for
+            // alone, and tile j's softmax runs while P V is in flight. Its stage (`prev`) is refilled only
+            // after the next iteration's barrier.
+            let prev = (&j + (st - 1) as i64) % st as i64;
+            b.if_else(
+                j.clone().gt(0i64),
+                |b| {
+                    pv_async(b, &prev);
+                    b.mma_wait(nvl);
+                },
+                |b| b.mma_wait(0),
+            );
+            softmax(b, &kv0);
+            b.mma_wait(0);
+            sm.step_finish(b, s, p, &accs);
+        } else {
+            b.mma_wait(0);
+            softmax(b, &kv0);
+            sm.step_finish(b, s, p, &accs);
+            pv_async(b, &slot);
+            b.mma_wait(0);
+        }
     });
+    if c.overlap {
+        // The last tile's P V (its stage was not refilled: no tile follows it).
+        b.if_(count.clone().gt(0i64), |b| {
+            pv_async(b, &((count.clone() - 1i64) % st as i64));
+            b.mma_wait(0);
+        });
+    }
+    if c.fast_softmax {
+        // The running max is in raw score units; the LSE wants it in the log2 domain (-inf stays -inf).
+        b.vec_map(sm.m, rv(sm.m) * scale_log2.clone());
+    }
     b.wait(0);
     b.vec_map(inv_l, sm.inv_l());
     let part_row = b.let_("part_row", (bi * nsplit + split) * rows_total + m0);

@@ -182,6 +182,11 @@ fn decode_wgmma_kernels_compile_without_spills() {
         // 4-deep rings (session 6): 32-key stages on one warpgroup, 16-key stages on two.
         decode_wgmma_knobs(2).with("BN", 32i64).with("STAGES", 4i64),
         decode_wgmma_knobs(2).with("BM", 128i64).with("WM", 8i64).with("BN", 16i64).with("STAGES", 4i64),
+        // Session 18: the overlapped schedule (32-key stages, 3 and 4 deep) and the fast softmax (which spills 16
+        // bytes at 64-key stages: 255 registers).
+        decode_wgmma_knobs(2).with("BN", 32i64).with("STAGES", 3i64).with("OVERLAP", true),
+        decode_wgmma_knobs(2).with("BN", 32i64).with("STAGES", 4i64).with("OVERLAP", true).with("SOFTMAX", "fast"),
+        decode_wgmma_knobs(2).with("BN", 32i64).with("STAGES", 3i64).with("SOFTMAX", "fast"),
     ] {
         assemble(&build_decode(&spec, &k).unwrap());
         assemble(&build_decode_direct(&spec, &k).unwrap());

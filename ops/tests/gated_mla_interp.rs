@@ -566,6 +566,29 @@ fn decode_deep_rings() {
     decode_case(&lens, 1, 12, 2, &sync16.with("QK_ACCS", 3i64));
 }
 
+/// The overlapped wgmma schedule (tile j's scores and softmax under tile j-1's P V, the ring loading STAGES - 2
+/// ahead) and the fast softmax (raw-score max, the scale inside the exponent): lengths 1/15/17/63/65 and 200
+/// (the 3-deep ring wraps many times), an empty request (no iteration, no final P V), a split with a single
+/// tile, s_q 1 and 2 across m-tiles, 96 heads, the direct kernel.
+#[test]
+fn decode_wgmma_overlap_and_fast_softmax() {
+    let lens = [200usize, 1, 15, 0, 17, 63, 65];
+    let over3 = decode_wgmma_knobs(2).with("BN", 32i64).with("STAGES", 3i64).with("OVERLAP", true);
+    decode_case(&lens, 1, 12, 1, &over3);
+    decode_case(&lens, 2, 16, 3, &over3);
+    decode_case(&lens[..4], 1, 96, 2, &over3);
+    decode_direct_case(&lens, 12, &over3);
+    let over4 = over3.clone().with("STAGES", 4i64).with("SOFTMAX", "fast");
+    decode_case(&lens, 1, 16, 2, &over4);
+    decode_direct_case(&lens[..4], 96, &over4);
+    let fast = decode_wgmma_knobs(2).with("SOFTMAX", "fast");
+    decode_case(&lens, 2, 12, 2, &fast);
+    decode_direct_case(&lens, 12, &fast);
+    // Three 64-key stages do not fit beside the 64-row Q tile (288 KB of shared memory).
+    let over64 = decode_wgmma_knobs(4).with("OVERLAP", true).with("STAGES", 3i64);
+    assert!(build_decode(&DecodeSpec::default(), &over64).is_err());
+}
+
 #[test]
 fn decode_wgmma_knobs_are_checked() {
     let spec = DecodeSpec::default();
@@ -586,6 +609,11 @@ fn decode_wgmma_knobs_are_checked() {
     bad(sync.clone().with("MMA", "tcgen05"));
     bad(sync.clone().with("QK_UNROLL", 1i64));
     bad(decode_wgmma_knobs(2).with("QK_UNROLL", 2i64));
+    // OVERLAP keeps two stages in use, so it needs a third; both knobs belong to the wgmma kernel.
+    bad(decode_wgmma_knobs(2).with("BN", 32i64).with("OVERLAP", true));
+    bad(decode_wgmma_knobs(2).with("SOFTMAX", "exp"));
+    bad(sync.clone().with("OVERLAP", true));
+    bad(sync.clone().with("SOFTMAX", "fast"));
     assert!(build_decode(&spec, &sync.with("MMA", "sync").with("DVS", 1i64)).is_ok());
 }
 
