@@ -305,12 +305,15 @@ pub enum Stmt {
     Mma { acc: TileId, a: Operand, b: Operand },
     /// Start `acc += a @ b` on the warpgroup tensor cores (Hopper `wgmma`), asynchronously. A is either a shared
     /// window stored K-contiguous in 128-byte rows (a 64-element bf16/f16 K slice, `Swizzle::Xor16B`) `[M, K]`,
-    /// not transposed, or a 16-bit register tile on the accumulator's warps (any K, a multiple of 16: the
-    /// accumulator layout of a score tile converted to bf16 is the register A fragment of `m64nNk16`). B is a
-    /// shared window of such rows stored either `[N, K]` (K-contiguous, read transposed, K <= 64) or `[K, N]`
-    /// with N = 64 (N-contiguous, the `wgmma` transpose mode: e.g. V tiles as they lie in global memory, keys x
-    /// values; K any multiple of 16). The accumulator sits on warps `[4*g, 1]`, one warpgroup per 64 rows, and
-    /// uses every warp of the block. Until an [`Stmt::MmaWait`] covers this statement, neither `acc`, a
+    /// not transposed, or a 16-bit register tile on the accumulator's row bands, warps `[4*g, 1]` (any K, a
+    /// multiple of 16: the accumulator layout of a score tile converted to bf16 is the register A fragment of
+    /// `m64nNk16`). B is a shared window of such rows stored either `[N, K]` (K-contiguous, read transposed,
+    /// K <= 64) or `[K, N]` with N = 64 (N-contiguous, the `wgmma` transpose mode: e.g. V tiles as they lie in
+    /// global memory, keys x values; K any multiple of 16). The accumulator sits on warps `[4*g, 1]`, one
+    /// warpgroup per 64 rows, replicated over the block's further warpgroups if it has more (each replica computes
+    /// the same product), or on warps `[4*g, 2]` using every warp of the block, where the second g warpgroups
+    /// hold the right half of the columns (N/2 each; B stored `[K, N]` only: two warpgroups sharing one register
+    /// A and one shared stage, each multiplying half of its columns). Until an [`Stmt::MmaWait`] covers this statement, neither `acc`, a
     /// register A operand, nor the operands' shared memory may be touched (loads of *other* shared tiles may
     /// proceed, which is the point). Shared data written by ordinary stores must be followed by an
     /// `AsyncWait` (which fences the async proxy) and a barrier before this statement reads it.

@@ -1781,13 +1781,22 @@ impl<'a> Checker<'a> {
         if c.dtype != DType::F32 {
             return Err(self.err(IrErrorKind::Type, format!("mma_async accumulator `{}` must be f32", c.name)));
         }
+        // Warps [4g, 1]: g warpgroups of 64 rows, replicated over the block's other warpgroups (each replica
+        // computes the same product). Warps [4g, 2] (column bands, all warps of the block): warpgroup g * j + i
+        // computes row band i, column band j, reading the same columns of an N-contiguous B.
         let groups = c.warps[0] / 4;
-        if c.warps[1] != 1 || !c.warps[0].is_multiple_of(4) || c.warps[0] != self.k.warps() || c.rows != 64 * groups {
+        let banded = c.warps[1] > 1;
+        let warps_ok = if banded {
+            c.warps[1] == 2 && c.warps[0] * 2 == self.k.warps()
+        } else {
+            c.warps[1] == 1 && self.k.warps().is_multiple_of(c.warps[0])
+        };
+        if groups == 0 || !c.warps[0].is_multiple_of(4) || !warps_ok || c.rows != 64 * groups {
             return Err(self.err(
                 IrErrorKind::Layout,
                 format!(
                     "mma_async accumulator `{}` ({}x{} on warps {:?}) must have 64 rows per warpgroup on warps [4*g, 1] \
-                     using all {} warps of the block",
+                     (replicated over the block's {} warps) or [4*g, 2] using all of them",
                     c.name,
                     c.rows,
                     c.cols,
@@ -1796,10 +1805,21 @@ impl<'a> Checker<'a> {
                 ),
             ));
         }
-        if c.cols > 256 || !c.cols.is_multiple_of(8) {
-            return Err(
-                self.err(IrErrorKind::Shape, format!("mma_async: N = {} must be a multiple of 8 up to 256", c.cols))
-            );
+        let n = c.cols / c.warps[1];
+        if n > 256 || !n.is_multiple_of(8) || !c.cols.is_multiple_of(c.warps[1]) {
+            return Err(self.err(
+                IrErrorKind::Shape,
+                format!("mma_async: N = {n} per warpgroup must be a multiple of 8 up to 256"),
+            ));
+        }
+        if banded && !matches!(b, Operand::Shared { transpose: false, .. }) {
+            return Err(self.err(
+                IrErrorKind::Layout,
+                format!(
+                    "mma_async accumulator `{}` on column bands needs a B operand stored [K, N] (N-contiguous)",
+                    c.name
+                ),
+            ));
         }
         // A: a K-contiguous shared window [M, K] (K <= 64, one swizzled row), or a 16-bit register tile on the
         // accumulator's warps (its m16n8 pairs are the register A fragments of m64nNk16).
@@ -1810,12 +1830,12 @@ impl<'a> Checker<'a> {
             }
             Operand::Reg(t) => {
                 let t = self.tile(*t)?;
-                if t.warps != c.warps {
+                if t.warps != [c.warps[0], 1] {
                     return Err(self.err(
                         IrErrorKind::Layout,
                         format!(
-                            "mma_async: register A operand `{}` must use the accumulator's warps {:?}",
-                            t.name, c.warps
+                            "mma_async: register A operand `{}` must use warps [{}, 1] (the accumulator's row bands)",
+                            t.name, c.warps[0]
                         ),
                     ));
                 }
@@ -1961,6 +1981,32 @@ mod tests {
         let m = b.dim("M");
         b.tensor("x", DType::F32, &[m], Access::Read);
         b
+    }
+
+    #[test]
+    fn mma_async_accumulator_layouts() {
+        // A 256-thread block (two warpgroups) multiplying a [64, 64] register A by a [64 keys, 64 cols] B stored
+        // [K, N] into an accumulator on `acc_warps`; `transpose` reads B as [N, K] instead.
+        let build = |acc_warps: [u32; 2], a_warps: [u32; 2], transpose: bool| {
+            let mut b = KernelBuilder::new("w", 256);
+            let sh = b.shared("v", DType::Bf16, 64, 64, 1, Swizzle::Xor16B);
+            let p = b.tile("p", DType::Bf16, 64, 64, a_warps);
+            let acc = b.tile("acc", DType::F32, 64, 64, acc_warps);
+            b.map(p, 1.0f64);
+            let src = b.slot(sh, 0i64);
+            b.mma_async(acc, Operand::Reg(p), Operand::Shared { src, transpose });
+            b.mma_wait(0);
+            b.finish().map(|_| ()).map_err(|e| e.msg)
+        };
+        // Replicated over the second warpgroup, and split by columns over both (32 columns each).
+        build([4, 1], [4, 1], false).unwrap();
+        build([4, 1], [4, 1], true).unwrap();
+        build([4, 2], [4, 1], false).unwrap();
+        // Column bands read a [K, N] B only; the register A keeps the row bands [4, 1]; bands use every warp.
+        assert!(build([4, 2], [4, 1], true).unwrap_err().contains("N-contiguous"));
+        assert!(build([4, 2], [4, 2], false).unwrap_err().contains("warps [4, 1]"));
+        let e = build([2, 2], [2, 1], false).unwrap_err();
+        assert!(e.contains("64 rows per warpgroup"), "{e}");
     }
 
     #[test]

@@ -31,7 +31,9 @@
 //!   one warpgroup per 64 packed rows, `S = Q K^T` from the swizzled Q chunks and the stage's K chunks, the
 //!   softmax on the score accumulator, `O += P V` with P in registers and V the first 512 columns of the same
 //!   stage; the `BM x 512` accumulator does not fit a warpgroup, so the grid's x also splits the value columns
-//!   into `DVS` slices (each recomputing the scores of its rows).
+//!   into `DVS` slices (each recomputing the scores of its rows). `OVERLAP` issues tile j's score product before
+//!   tile j-1's `P V` and runs tile j's softmax while `P V` is in flight; `SOFTMAX=fast` folds the scale into
+//!   the exponent (as the prefill's).
 //! * [`build_decode_combine`]: the log-sum-exp merge of the splits (trivial for one split), writing
 //!   `o [B, s_q, H, 512]` bf16 and `lse [B, H, s_q]` f32 (natural log); `BC` value columns per block.
 //! * [`build_gate`]: the decode-side output projection `y = sigmoid(z) * (o_latent @ W_UV[h]^T)`, a per-head
@@ -227,6 +229,12 @@ pub fn prefill_knob_space() -> KnobSpace {
             "QORDER",
             "causal block order: per head, or longest tiles first over L2-sized head groups",
             ["head", "lpt"],
+        )
+        .axis(
+            "VWG",
+            "MMA=wgmma, BM=64: warpgroups per block sharing its Q tile and K/V stages; each computes the scores and \
+             32 of every 64 value columns (DVS=1 at VWG=2 holds all 512 columns in 128 registers per thread)",
+            [1i64, 2],
         )
         .axis(
             "SOFTMAX",
@@ -1284,6 +1292,12 @@ pub fn decode_knob_space() -> KnobSpace {
             [false, true],
         )
         .axis(
+            "VWG",
+            "MMA=wgmma, BM=64: warpgroups per block sharing its Q tile and K/V stages; each computes the scores and \
+             32 of every 64 value columns (DVS=1 at VWG=2 holds all 512 columns in 128 registers per thread)",
+            [1i64, 2],
+        )
+        .axis(
             "SOFTMAX",
             "MMA=wgmma: exact (scores scaled, then exp2) or fast (max of the raw scores, the scale folded into one \
              fused multiply-add per exponent, exp2_ftz)",
@@ -1381,6 +1395,8 @@ struct DecodeCfg {
     overlap: bool,
     /// MMA=wgmma: `SOFTMAX=fast`.
     fast_softmax: bool,
+    /// MMA=wgmma: `VWG`, warpgroup sets sharing the block's stages, splitting the value columns (1 or 2).
+    vwg: u32,
     /// Register-tile registers per thread (the estimate the knob checks use).
     tile_regs: u32,
     /// Dynamic shared memory per block.
@@ -1441,6 +1457,7 @@ fn decode_cfg(spec: &DecodeSpec, k: &Knobs) -> Result<DecodeCfg, OpError> {
                 other => return invalid(OP, k, format!("SOFTMAX={other}: exact or fast")),
             },
         },
+        vwg: opt_u32(k, "VWG", 1)?,
         tile_regs: 0,
         smem: 0,
     };
@@ -1453,8 +1470,8 @@ fn decode_cfg(spec: &DecodeSpec, k: &Knobs) -> Result<DecodeCfg, OpError> {
     if c.qk_unroll {
         return invalid(OP, k, "QK_UNROLL=1 needs MMA=wgmma (mma.sync keeps the 576-deep score loop rolled)".into());
     }
-    if c.overlap || c.fast_softmax {
-        return invalid(OP, k, "OVERLAP=true and SOFTMAX=fast need MMA=wgmma".into());
+    if c.overlap || c.fast_softmax || c.vwg != 1 {
+        return invalid(OP, k, "OVERLAP=true, SOFTMAX=fast and VWG=2 need MMA=wgmma".into());
     }
     if c.wm == 0 || c.wn == 0 || c.wm * c.wn > 16 {
         return invalid(OP, k, format!("WM*WN = {} warps must be in 1..=16", c.wm * c.wn));
@@ -1548,9 +1565,13 @@ fn decode_cfg_wgmma(spec: &DecodeSpec, k: &Knobs, mut c: DecodeCfg) -> Result<De
             format!("STAGES={} must be >= 2 (>= 3 with OVERLAP: two stages are in use at once)", c.stages),
         );
     }
+    if !(c.vwg == 1 || c.vwg == 2 && c.bm == 64) {
+        return invalid(OP, k, format!("VWG={}: 1, or 2 with BM=64 (one warpgroup of rows)", c.vwg));
+    }
     c.swn = 1;
-    // Per thread of a warpgroup (128 threads, 64 rows): the accumulator, the scores and P.
-    let acc = 64 * (spec.dv / c.dvs) / 128;
+    // Per thread of a warpgroup (128 threads, 64 rows): the accumulator (split over VWG warpgroups), the scores
+    // and P.
+    let acc = 64 * (spec.dv / c.dvs) / (128 * c.vwg);
     let regs = acc + 64 * c.bn / 128 + 64 * c.bn / 256;
     if regs > 176 {
         return invalid(OP, k, format!("{regs} tile registers per thread (max 176 for MMA=wgmma)"));
@@ -1580,7 +1601,7 @@ const SM_SHARED_RESERVED: usize = 1024;
 /// plus 64 for fragments and addresses, which is above what ptxas allocated over the knob space).
 pub fn decode_blocks_per_sm(spec: &DecodeSpec, knobs: &Knobs) -> Result<usize, OpError> {
     let c = decode_cfg(spec, knobs)?;
-    let threads = (32 * c.wm * c.wn) as usize;
+    let threads = (32 * c.wm * c.wn * c.vwg) as usize;
     let by_smem = SM_SHARED_BYTES / (c.smem + SM_SHARED_RESERVED);
     let regs = ((c.tile_regs as usize + 64).min(255)).next_multiple_of(8);
     let by_regs = 65536 / (regs * threads);
@@ -1966,7 +1987,10 @@ fn build_decode_impl(spec: &DecodeSpec, knobs: &Knobs, direct: bool) -> Result<K
 /// Each warpgroup owns 64 packed rows: `S = Q K^T` is 9 asynchronous 64-deep products from the swizzled Q
 /// chunks and the stage's K chunks, the online softmax runs on the score accumulator itself, and `O += P V`
 /// reads P from registers and the slice's V chunks (the first 512 columns of the same stage, N-contiguous).
-/// Every value slice recomputes the scores and the LSE of its rows; slice 0 writes the LSE.
+/// Every value slice recomputes the scores and the LSE of its rows; slice 0 writes the LSE. `OVERLAP`: iteration
+/// j issues S(j), then P(j-1) V(j-1), waits for S(j) alone and runs its softmax while P V is in flight, then
+/// waits for P V, rescales O and writes P(j); the last tile's P V follows the loop. Tile j-1's stage is read
+/// during iteration j, so the ring loads `STAGES - 2` tiles ahead instead of `STAGES - 1`.
 fn build_decode_wgmma(spec: &DecodeSpec, knobs: &Knobs, c: &DecodeCfg, direct: bool) -> Result<Kernel, OpError> {
     let (bm, bn, st, dvs) = (c.bm, c.bn, c.stages, c.dvs);
     let (d, dv, page) = (spec.d, spec.dv, spec.page);
@@ -1975,22 +1999,26 @@ fn build_decode_wgmma(spec: &DecodeSpec, knobs: &Knobs, c: &DecodeCfg, direct: b
         if direct { "_direct" } else { "" },
         knobs.id().to_lowercase()
     );
-    let mut b = KernelBuilder::new(&name, 32 * c.wm);
+    // VWG=2: a second set of warpgroups shares the block's Q tile and K/V stages; every warpgroup computes the
+    // scores of its rows (the score tile is replicated), and the value accumulators are split by columns, each
+    // warpgroup multiplying 32 of every 64 value columns.
+    let mut b = KernelBuilder::new(&name, 32 * c.wm * c.vwg);
     b.knobs(knobs.clone());
     let DecodeIo { bsz, sqd, h, maxb, nsplit, q, kv, bt, seqlens, o_part, lse_part, scale } =
         decode_io(&mut b, spec, direct);
     b.grid((sqd.clone() * h.clone()).ceil_div(bm as i64) * dvs as i64, nsplit.clone(), bsz);
 
     let warps = [c.wm, 1];
+    let acc_warps = [c.wm, c.vwg];
     let (nch, nv) = (d / KC, dv / KC);
     let nvl = nv / dvs;
     let sq = b.shared("sQ", DType::Bf16, bm, KC, nch, Swizzle::Xor16B);
     let skv = b.shared("sKV", DType::Bf16, bn, KC, st * nch, Swizzle::Xor16B);
     let s = b.tile("s", DType::F32, bm, bn, warps);
     let p = b.tile("p", DType::Bf16, bm, bn, warps);
-    let accs: Vec<TileId> = (0..nvl).map(|c| b.tile(&format!("acc{c}"), DType::F32, bm, KC, warps)).collect();
-    let sm = OnlineSoftmax::new(&mut b, bm, warps, warps);
-    let inv_l = b.vec("inv_l", bm, warps);
+    let accs: Vec<TileId> = (0..nvl).map(|c| b.tile(&format!("acc{c}"), DType::F32, bm, KC, acc_warps)).collect();
+    let sm = OnlineSoftmax::new(&mut b, bm, warps, acc_warps);
+    let inv_l = b.vec("inv_l", bm, acc_warps);
     let lse_v = b.vec("lse_rows", bm, warps);
 
     let mt = b.let_("mt", Expr::block_idx(0) / dvs as i64);

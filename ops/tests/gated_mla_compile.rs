@@ -187,6 +187,9 @@ fn decode_wgmma_kernels_compile_without_spills() {
         decode_wgmma_knobs(2).with("BN", 32i64).with("STAGES", 3i64).with("OVERLAP", true),
         decode_wgmma_knobs(2).with("BN", 32i64).with("STAGES", 4i64).with("OVERLAP", true).with("SOFTMAX", "fast"),
         decode_wgmma_knobs(2).with("BN", 32i64).with("STAGES", 3i64).with("SOFTMAX", "fast"),
+        // Two value warpgroups per block (256 threads at up to 255 registers each fit the 64 K register file).
+        decode_wgmma_knobs(1).with("VWG", 2i64),
+        decode_wgmma_knobs(2).with("VWG", 2i64),
     ] {
         assemble(&build_decode(&spec, &k).unwrap());
         assemble(&build_decode_direct(&spec, &k).unwrap());

@@ -589,6 +589,28 @@ fn decode_wgmma_overlap_and_fast_softmax() {
     assert!(build_decode(&DecodeSpec::default(), &over64).is_err());
 }
 
+/// Two warpgroups per block sharing its Q tile and K/V stages (`VWG=2`): the score tile replicated on both, the
+/// value accumulators split by columns (each warpgroup 32 of every 64). All 512 columns in one block (DVS=1)
+/// and two slices (DVS=2); ragged lengths, an empty request, splits, s_q 2, 96 heads, the direct kernel, with
+/// the overlapped schedule and the fast softmax.
+#[test]
+fn decode_wgmma_two_value_warpgroups() {
+    let lens = [200usize, 1, 15, 0, 17, 63, 65];
+    let vwg = decode_wgmma_knobs(1).with("VWG", 2i64);
+    decode_case(&lens, 1, 12, 1, &vwg);
+    decode_case(&lens, 2, 16, 3, &vwg);
+    decode_case(&lens[..4], 1, 96, 2, &vwg);
+    decode_direct_case(&lens, 12, &vwg);
+    decode_direct_case(&lens[..4], 96, &vwg.clone().with("DVS", 2i64));
+    let over = vwg.with("BN", 32i64).with("STAGES", 3i64).with("OVERLAP", true).with("SOFTMAX", "fast");
+    decode_case(&lens, 1, 16, 2, &over);
+    // Two sets of two row warpgroups (BM=128) are not built: VWG=2 takes one warpgroup of rows.
+    let spec = DecodeSpec::default();
+    let two_rows = decode_wgmma_knobs(1).with("VWG", 2i64).with("BM", 128i64).with("WM", 8i64).with("BN", 32i64);
+    assert!(matches!(build_decode(&spec, &two_rows), Err(OpError::InvalidKnobs { .. })));
+    assert!(matches!(build_decode(&spec, &decode_wgmma_knobs(2).with("VWG", 3i64)), Err(OpError::InvalidKnobs { .. })));
+}
+
 #[test]
 fn decode_wgmma_knobs_are_checked() {
     let spec = DecodeSpec::default();

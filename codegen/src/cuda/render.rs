@@ -700,12 +700,21 @@ impl<'a> Renderer<'a> {
                     self.line(&format!("k3k::fence_operand(t{});", t.0));
                 }
                 self.line("k3k::wgmma_fence();");
+                // Warpgroup w computes row band w % g (g = the accumulator's warpgroup rows; warpgroups past
+                // them are replicas, or on [4g, 2] warps the second column band, w / g).
+                let ad = &k.tiles[acc.0 as usize];
+                let (g, bands) = (ad.warps[0] / 4, ad.warps[1]);
+                let band = if 4 * g == k.warps() {
+                    "(k3k::warp_id() / 4)".to_string()
+                } else {
+                    format!("(k3k::warp_id() / 4 % {g})")
+                };
                 let kdim = match a {
                     Operand::Shared { src: asrc, .. } => {
                         // Each warpgroup reads its 64 rows of A; rows are 128 bytes.
                         let aptr = self.shared_ptr(asrc);
                         self.line(&format!(
-                            "const unsigned a_ = k3k::smem_u32({aptr}) + ({} + 64 * (k3k::warp_id() / 4)) * 128;",
+                            "const unsigned a_ = k3k::smem_u32({aptr}) + ({} + 64 * {band}) * 128;",
                             asrc.row0
                         ));
                         asrc.cols
@@ -713,7 +722,13 @@ impl<'a> Renderer<'a> {
                     Operand::Reg(t) => k.tiles[t.0 as usize].cols,
                     Operand::Banded { .. } => unreachable!("validated: no banded mma_async operands"),
                 };
-                self.line(&format!("const unsigned b_ = k3k::smem_u32({bptr}) + {} * 128;", bsrc.row0));
+                // Column bands (B stored [K, N]): warpgroup w reads columns (w / g) * N of each 128-byte row.
+                let col_bytes = if bands > 1 {
+                    format!(" + (k3k::warp_id() / {}) * {}", 4 * g, 2 * shape.n)
+                } else {
+                    String::new()
+                };
+                self.line(&format!("const unsigned b_ = k3k::smem_u32({bptr}) + {} * 128{col_bytes};", bsrc.row0));
                 let acc_flag = self.e(accumulate, Ctx::Scalar);
                 self.line(&format!("const int scale_d_ = ({acc_flag}) ? 1 : 0;"));
                 // One k16 step is 32 bytes along a K-contiguous row, or 16 rows of 128 bytes of an N-contiguous B.

@@ -20,7 +20,9 @@ pub struct Shape {
 impl Shape {
     /// The form of one `MmaAsync` statement.
     pub fn of(k: &Kernel, acc: k3k_ir::TileId, a: &Operand, b: &Operand) -> Shape {
-        let n = k.tiles[acc.0 as usize].cols;
+        // N per warpgroup (an accumulator on [4g, 2] warps splits its columns over two warpgroups).
+        let t = &k.tiles[acc.0 as usize];
+        let n = t.cols / t.warps[1];
         let (dt, b_mn) = match b {
             Operand::Shared { src, transpose } | Operand::Banded { src, transpose } => {
                 (k.shared[src.buf.0 as usize].dtype, !transpose)
