@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Session 18, device call 4: the automatic MLA decode knobs from 64 rows as committed (VWG=2, DVS=1, exact softmax,
+# score products unrolled: no spills): `k3k check --backend cuda`, the bench of the decode presets with the torch
+# decode path in the same call (to publish), the same run's neighbours at H96 (fast softmax unrolled / rolled, the
+# former default), a GPU fuzz of the decode.
+# Build first here: cargo build --release; strip -o .carry/k3k target/release/k3k
+# Run: BUDGET_S=200 bash scripts/plans/session18-call4.sh  (carry [".carry"], timeout_s 220)
+W=/tmp/w18c4; source scripts/plans/lib.sh
+C=$OUT/check.txt
+G="MMA=wgmma,SCORES=replicated,WN=1,SWN=0,QK_ACCS=1,BT_PREFETCH=0,BM=64,WM=4,BN=64,STAGES=2"
+timeout 60 $K check --backend cuda --op gated_mla.decode --cases 12 >> $C 2>&1; echo "check decode random rc=$? $(date -u +%T)" >> $L
+timeout 60 $K check --backend cuda --op gated_mla.decode --knobs "$G,DVS=1,VWG=2,QK_UNROLL=1" --cases 8 >> $C 2>&1; echo "check decode default rc=$? $(date -u +%T)" >> $L
+grep -E "cases, [0-9]+ failed" $C | sort | uniq -c >> $L
+mkdir -p $W/results && cp -r results/nvidia-h200 $W/results/
+op gated_mla.decode 100 60
+rm -f $OUT/results.tgz
+V="$G,DVS=1,VWG=2,QK_UNROLL=1;$G,DVS=1,VWG=2,QK_UNROLL=1,SOFTMAX=fast;$G,DVS=1,VWG=2,QK_UNROLL=0,SOFTMAX=fast;$G,DVS=2,QK_UNROLL=1"
+[ "$(left)" -gt 50 ] && { timeout 60 $K bench --op gated_mla.decode --preset "b128 S4096 H96" --knobs "$V" --results /nonexistent --out $W/ab > $OUT/ab.txt 2>&1; echo "ab rc=$? $(date -u +%T)" >> $L; tar czf $OUT/ab.tgz -C $W ab; }
+[ "$(left)" -gt 30 ] && { timeout $(( $(left) - 8 )) $K fuzz --backend cuda --op gated_mla.decode --time $(( $(left) - 20 ))s > $OUT/fuzz.txt 2>&1; echo "fuzz rc=$? $(date -u +%T)" >> $L; tail -2 $OUT/fuzz.txt >> $L; }
+echo "end $(date -u +%T)" >> $L
+cat $L | cut -c1-220
+grep -h "^| " $W/b/*/*/*.md 2>/dev/null | grep -v "^| ---\|^| preset" | cut -d'|' -f2-8
+python3 - $W/ab <<'PY'
+import json, glob, sys
+for f in sorted(glob.glob(sys.argv[1] + "/**/*.json", recursive=True)):
+    for r in json.load(open(f)).get("rows", []):
+        print(r['preset'][:30])
+        for kn, ms in r.get("variants", []):
+            print("  %s" % ("%.4f" % ms if ms is not None else "failed"), ",".join(f"{k}={v}" for k, v in kn.items() if k in ("DVS","VWG","SOFTMAX","QK_UNROLL")))
+PY
