@@ -57,7 +57,22 @@ pub struct BenchRow {
     /// measured, with their own same-run peer figure). `None` for the rows of this run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub earlier_run: Option<EarlierRun>,
+    /// The knobs the preset's first kernel was built with, when `config` stands for others (an operator's
+    /// defaults resolve to the knobs of the row count or shape, e.g. `gated_mla.decode`'s wgmma kernel from 64
+    /// rows): what the report's config column shows. `None` when they are `config` itself, and in reports written
+    /// before the field (it is filled by the run that measures the row, never later: later code may resolve the
+    /// same defaults differently).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_knobs: Option<Knobs>,
 }
+
+/// The knobs `op`'s first kernel for preset `p` is built with at `knobs`, when they differ from `knobs` (see
+/// [`BenchRow::kernel_knobs`]; no GPU needed).
+pub fn kernel_knobs(op: &dyn Operator, p: &Preset, knobs: &Knobs) -> Option<Knobs> {
+    let ks = op.kernels(p, knobs).ok()?;
+    ks.first().map(|k| k.knobs.clone()).filter(|k| k != knobs)
+}
+
 
 /// The run a kept row was measured in.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -218,6 +233,7 @@ pub fn bench_op(
             gbps: w.bytes / ms / 1e6,
             max_rel_err: m.check.max_rel_err,
             check_scope: if m.check.passed { m.check.scope.clone() } else { format!("FAILED: {}", m.check.detail) },
+            kernel_knobs: kernel_knobs(op, p, &m.knobs),
             config: m.knobs.clone(),
             flops: w.flops,
             bytes: w.bytes,
@@ -286,7 +302,7 @@ pub fn render_markdown(r: &BenchReport) -> String {
             None => row.preset.clone(),
         };
         s.push_str(&format!(
-            "| {} | {:.4} | {} | {} | {} | {:.4} | {:.2}x | {:.1} | {:.0} | {:.2e} | `{}` |\n",
+            "| {} | {:.4} | {} | {} | {} | {:.4} | {:.2}x | {:.1} | {:.0} | {:.2e} | {} |\n",
             preset,
             row.k3k_ms,
             row.peer,
@@ -297,7 +313,10 @@ pub fn render_markdown(r: &BenchReport) -> String {
             row.tflops,
             row.gbps,
             row.max_rel_err,
-            row.config
+            match &row.kernel_knobs {
+                Some(k) => format!("`{k}` (automatic for `{}`)", row.config),
+                None => format!("`{}`", row.config),
+            }
         ));
     }
     s
@@ -464,7 +483,25 @@ mod tests {
             problem: serde_json::json!({"preset": preset}),
             variants: vec![],
             earlier_run: None,
+            kernel_knobs: None,
         }
+    }
+
+    #[test]
+    fn the_config_column_shows_the_knobs_the_kernels_were_built_with() {
+        // gated_mla.decode's defaults stand for the row count's knobs: the wgmma kernel at 96 heads.
+        let op = k3k_ops::registry::all().into_iter().find(|o| o.name() == "gated_mla.decode").unwrap();
+        let presets = op.bench_presets();
+        let h96 = presets.iter().find(|p| p.name.contains("H96")).unwrap();
+        let built = kernel_knobs(op.as_ref(), h96, &op.default_knobs()).expect("resolved knobs");
+        assert_eq!(built.str("MMA").unwrap(), "wgmma");
+        assert_eq!(kernel_knobs(op.as_ref(), h96, &built), None, "explicit knobs are used as given");
+        let mut r = row("b128 S4096 H96", 0.46, Some(0.76));
+        r.config = op.default_knobs();
+        r.kernel_knobs = Some(built.clone());
+        let md = render_markdown(&report("2026-12-04", "abc", vec![r, row("other", 1.0, None)]));
+        assert!(md.contains(&format!("`{built}` (automatic for `{}`)", op.default_knobs())), "{md}");
+        assert!(md.contains("| `BM=128` |"), "{md}");
     }
 
     fn report(date: &str, commit: &str, rows: Vec<BenchRow>) -> BenchReport {

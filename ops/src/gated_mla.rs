@@ -1330,22 +1330,30 @@ pub fn decode_default_knobs() -> Knobs {
     decode_knobs_for_rows(16)
 }
 
-/// The automatic decode knobs for `rows = s_q * H` packed query rows per request. The rule: from 64 rows (one
-/// full warpgroup m-tile) the wgmma kernel with two warpgroups per block sharing its Q tile and K/V ring, each
-/// computing the scores and 32 of every 64 value columns (`VWG=2`, all 512 columns in one block: `DVS=1`; 238
-/// and 246 registers, no spills); below that the mma.sync kernel ([`decode_sync_knobs_for_rows`], with `MMA=sync`
-/// spelled out). Measured on the H200 (2026-12-04, b128 S4096 H96, torch decode path 0.760 ms), same run (session
-/// 18, call 2): VWG=2 DVS=1 **0.450 ms** against 0.578 for one warpgroup per block and two value slices
-/// ([`decode_wgmma_knobs`]`(2)`, the rule before). `SOFTMAX=fast` read 0.433 (call 2) and 0.441 (call 3) but
-/// spills at 255 registers (8 bytes in the direct kernel, 20 in the split one), and rolled to avoid that 0.461:
-/// left to the tuner. 2026-12-01: the one-warpgroup kernel 0.727 ms against 0.838 for the sync BM=32 knobs;
-/// 12 heads 0.394 ms wgmma against 0.239 sync (a 64-row tile holds 12 useful rows).
+/// The automatic decode knobs for `rows = s_q * H` packed query rows per request ([`decode_auto_wgmma_knobs`]
+/// from 64 rows, one full warpgroup m-tile; below that the mma.sync kernel, [`decode_sync_knobs_for_rows`] with
+/// `MMA=sync` spelled out). 2026-12-01, same run, b128 S4096: 96 heads 0.727 ms on the wgmma kernel of that day
+/// against 0.838 for the sync BM=32 knobs; 12 heads 0.394 ms wgmma against 0.239 sync (a 64-row tile holds 12
+/// useful rows).
 pub fn decode_knobs_for_rows(rows: usize) -> Knobs {
     if rows >= 64 {
-        decode_wgmma_knobs(1).with("VWG", 2i64)
+        decode_auto_wgmma_knobs()
     } else {
         decode_sync_knobs_for_rows(rows).with("MMA", "sync").with("DVS", 1i64).with("QK_UNROLL", 0i64)
     }
+}
+
+/// The automatic wgmma decode knobs: two warpgroups per block sharing its Q tile and K/V ring, each computing the
+/// scores and 32 of every 64 value columns (`VWG=2`, all 512 columns in one block: `DVS=1`), the fast softmax and
+/// the score loop rolled (254 registers, no spills). Measured on the H200 (2026-12-04, b128 S4096 H96, torch
+/// decode path 0.760 ms; session 18): same run (call 2), VWG=2 DVS=1 **0.450 ms** against 0.578 for one
+/// warpgroup per block and two value slices ([`decode_wgmma_knobs`]`(2)`, the automatic knobs before); same run
+/// (call 3, these knobs, checked and fuzzed on the GPU in that call): **0.461** (0.4605 among the neighbours),
+/// exact softmax rolled 0.457, fast softmax unrolled 0.441 (it spills 8 bytes in the direct kernel and 20 in the
+/// split one at 255 registers: left to the tuner, as is the exact softmax unrolled, 0.450 in call 2, no spills),
+/// 32-key stages 0.649.
+pub fn decode_auto_wgmma_knobs() -> Knobs {
+    decode_wgmma_knobs(1).with("VWG", 2i64).with("SOFTMAX", "fast").with("QK_UNROLL", 0i64)
 }
 
 /// The mma.sync decode knobs for `rows = s_q * H` packed query rows per request (the automatic knobs before

@@ -52,15 +52,17 @@ fn decode_knob_mapping() {
     let h12 = DecodeProblem::from_preset(&o.bench_presets()[0]).unwrap();
     let h96 = DecodeProblem::from_preset(&o.bench_presets()[1]).unwrap();
     // The defaults stand for the row count's defaults; 128 requests of 12 heads (the mma.sync kernel, one
-    // 16-row tile: 128 blocks) and of 96 heads (the wgmma kernel, two m-tiles of 64 rows in two value slices:
-    // 512 blocks) fill the GPU without splitting. The automatic rule: wgmma from 64 rows, mma.sync below.
+    // 16-row tile: 128 blocks) and of 96 heads (the wgmma kernel, two m-tiles of 64 rows, each a block of two
+    // warpgroups holding all value columns: 256 blocks) fill the GPU without splitting. The automatic rule: wgmma
+    // from 64 rows, mma.sync below.
     assert_eq!(decode_plan_knobs(&h12, &o.default_knobs()).unwrap(), (decode_knobs_for_rows(12), 1));
     assert_eq!(decode_plan_knobs(&h96, &o.default_knobs()).unwrap(), (decode_knobs_for_rows(96), 1));
-    assert_eq!(decode_knobs_for_rows(96), decode_wgmma_knobs(2));
+    assert_eq!(decode_knobs_for_rows(96), decode_auto_wgmma_knobs());
+    assert_eq!(decode_blocks_per_request(&DecodeSpec::default(), &decode_auto_wgmma_knobs(), 96).unwrap(), 2);
     assert_eq!(o.default_knobs(), decode_knobs_for_rows(16));
     assert_eq!(decode_knobs_for_rows(12).str("MMA").unwrap(), "sync");
     assert_eq!(decode_knobs_for_rows(63).str("MMA").unwrap(), "sync");
-    assert_eq!(decode_knobs_for_rows(64), decode_wgmma_knobs(2));
+    assert_eq!(decode_knobs_for_rows(64), decode_auto_wgmma_knobs());
     // The mma.sync knobs, given explicitly, are used as given (3 m-tiles of 32 rows at 96 heads: one split).
     let sync96 = decode_sync_knobs_for_rows(96);
     assert_eq!(decode_plan_knobs(&h96, &sync96).unwrap(), (sync96, 1));
