@@ -1,27 +1,32 @@
 #!/usr/bin/env bash
-# Ready for the next session's first device call (written at the end of session 17, which had no device time left
-# after its last code change): the MXFP4 gemv as committed (the staged ring's FAST form compiled for 8-token tiles
-# only, the general form on `n % S` again; this exact build has not run on a GPU) checked with `k3k check --backend
-# cuda` (random cases; the FAST form at a many-tile shape with and without SiTU-GLU; the general form on partial
-# tiles with 33-byte scale rows; M16), then the bench of every mxfp4 preset with cuBLAS in the same call (publish
-# it: the README's s17 rows and call 7's A/B), then a GPU fuzz. Rename it to the session's call name when it runs,
-# and commit its output under results/bench/nvidia-h200/. At most 8 files under $OUT.
+# Ready for the next session's first device call (written at the end of session 18, whose device was not lent again
+# after call 3): the MLA decode's automatic knobs from 64 rows as committed (VWG=2 DVS=1, fast softmax, rolled; the
+# same as call 3's binary) re-published so that the report's config column shows the knobs the kernels were built
+# with (`kernel_knobs`, new in this build), `k3k check --backend cuda`, the neighbours at b128 S4096 H96 in one run
+# (exact softmax unrolled: 0.4502 in call 2, no spills; fast unrolled: spills 8-20 bytes; the former default), and a
+# GPU fuzz of the decode. Rename it to the session's call name when it runs, and commit its output.
 # Build first here: cargo build --release; strip -o .carry/k3k target/release/k3k
-# Run: BUDGET_S=330 bash scripts/plans/next-call.sh  (carry [".carry"], timeout_s 350)
+# Run: BUDGET_S=200 bash scripts/plans/next-call.sh  (carry [".carry"], timeout_s 220)
 W=/tmp/wnext; source scripts/plans/lib.sh
 C=$OUT/check.txt
-ck() { timeout $1 $K check --backend cuda --op mxfp4_matmul "${@:2}" >> $C 2>&1; echo "check ${*:2} rc=$? $(date -u +%T)" | cut -c1-200 >> $L; }
-ck 60 --cases 16
-ck 30 --dims "G=9,per=4,N=6144,K=1024,packed=1" --cases 2
-ck 30 --dims "G=9,per=4,N=6144,K=1024,packed=1,epilogue=1,p=1" --cases 2
-ck 30 --dims "G=3,per=4,N=200,K=1056,packed=1" --knobs "PATH=gemv,STAGES=3,BN=32,WA=4" --cases 3
-ck 30 --dims "G=3,per=3,N=256,K=1056,packed=0" --knobs "PATH=gemv,STAGES=3,BN=32,WA=4" --cases 3
-ck 30 --dims "M=16,N=200,K=2048,packed=1" --cases 3
-grep -iE "fail|error|mismatch" $C | grep -v " 0 fail" | head -5 >> $L
+G="MMA=wgmma,SCORES=replicated,WN=1,SWN=0,QK_ACCS=1,BT_PREFETCH=0,BM=64,WM=4,BN=64,STAGES=2"
+timeout 60 $K check --backend cuda --op gated_mla.decode --cases 12 >> $C 2>&1; echo "check decode random rc=$? $(date -u +%T)" >> $L
+timeout 60 $K check --backend cuda --op gated_mla.decode --knobs "$G,DVS=1,VWG=2,QK_UNROLL=0,SOFTMAX=fast" --cases 8 >> $C 2>&1; echo "check decode default rc=$? $(date -u +%T)" >> $L
+grep -E "cases, [0-9]+ failed" $C | sort | uniq -c >> $L
 mkdir -p $W/results && cp -r results/nvidia-h200 $W/results/
-op mxfp4_matmul 100 70
+op gated_mla.decode 100 60
 rm -f $OUT/results.tgz
-[ "$(left)" -gt 40 ] && { timeout $(( $(left) - 8 )) $K fuzz --backend cuda --op mxfp4_matmul --time $(( $(left) - 20 ))s > $OUT/fuzz.txt 2>&1; echo "fuzz rc=$? $(date -u +%T)" >> $L; tail -2 $OUT/fuzz.txt >> $L; }
+V="$G,DVS=1,VWG=2,QK_UNROLL=0,SOFTMAX=fast;$G,DVS=1,VWG=2,QK_UNROLL=1;$G,DVS=1,VWG=2,QK_UNROLL=1,SOFTMAX=fast;$G,DVS=2,QK_UNROLL=1"
+[ "$(left)" -gt 50 ] && { timeout 60 $K bench --op gated_mla.decode --preset "b128 S4096 H96" --knobs "$V" --results /nonexistent --out $W/ab > $OUT/ab.txt 2>&1; echo "ab rc=$? $(date -u +%T)" >> $L; tar czf $OUT/ab.tgz -C $W ab; }
+[ "$(left)" -gt 30 ] && { timeout $(( $(left) - 8 )) $K fuzz --backend cuda --op gated_mla.decode --time $(( $(left) - 20 ))s > $OUT/fuzz.txt 2>&1; echo "fuzz rc=$? $(date -u +%T)" >> $L; tail -2 $OUT/fuzz.txt >> $L; }
 echo "end $(date -u +%T)" >> $L
 cat $L | cut -c1-220
 grep -h "^| " $W/b/*/*/*.md 2>/dev/null | grep -v "^| ---\|^| preset" | cut -d'|' -f2-8
+python3 - $W/ab <<'PY'
+import json, glob, sys
+for f in sorted(glob.glob(sys.argv[1] + "/**/*.json", recursive=True)):
+    for r in json.load(open(f)).get("rows", []):
+        print(r['preset'][:30])
+        for kn, ms in r.get("variants", []):
+            print("  %s" % ("%.4f" % ms if ms is not None else "failed"), ",".join(f"{k}={v}" for k, v in kn.items() if k in ("DVS","VWG","SOFTMAX","QK_UNROLL")))
+PY
