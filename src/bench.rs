@@ -73,7 +73,6 @@ pub fn kernel_knobs(op: &dyn Operator, p: &Preset, knobs: &Knobs) -> Option<Knob
     ks.first().map(|k| k.knobs.clone()).filter(|k| k != knobs)
 }
 
-
 /// The run a kept row was measured in.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EarlierRun {

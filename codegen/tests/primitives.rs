@@ -68,6 +68,7 @@ primitive!(
     dequant_fp4_stream,
     mma_async_rs_bmn,
     mma_async_ss_then_rs,
+    mma_async_replicated_and_banded,
     last_block_reduction,
     dequant_fp4_stream_prefetch,
     fp4_gemv,

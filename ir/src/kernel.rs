@@ -313,9 +313,9 @@ pub enum Stmt {
     /// warpgroup per 64 rows, replicated over the block's further warpgroups if it has more (each replica computes
     /// the same product), or on warps `[4*g, 2]` using every warp of the block, where the second g warpgroups
     /// hold the right half of the columns (N/2 each; B stored `[K, N]` only: two warpgroups sharing one register
-    /// A and one shared stage, each multiplying half of its columns). Until an [`Stmt::MmaWait`] covers this statement, neither `acc`, a
-    /// register A operand, nor the operands' shared memory may be touched (loads of *other* shared tiles may
-    /// proceed, which is the point). Shared data written by ordinary stores must be followed by an
+    /// A and one shared stage, each multiplying half of its columns). Until an [`Stmt::MmaWait`] covers this
+    /// statement, neither `acc`, a register A operand, nor the operands' shared memory may be touched (loads of
+    /// *other* shared tiles may proceed, which is the point). Shared data written by ordinary stores must be followed by an
     /// `AsyncWait` (which fences the async proxy) and a barrier before this statement reads it.
     /// `accumulate` (a block-uniform bool) false means `acc = a @ b`: the way to start a tile, since zeroing the
     /// accumulator registers with ordinary instructions would serialize the tensor-core pipeline.

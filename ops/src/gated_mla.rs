@@ -231,12 +231,6 @@ pub fn prefill_knob_space() -> KnobSpace {
             ["head", "lpt"],
         )
         .axis(
-            "VWG",
-            "MMA=wgmma, BM=64: warpgroups per block sharing its Q tile and K/V stages; each computes the scores and \
-             32 of every 64 value columns (DVS=1 at VWG=2 holds all 512 columns in 128 registers per thread)",
-            [1i64, 2],
-        )
-        .axis(
             "SOFTMAX",
             "online softmax: scaled scores and exp2, or raw-score max with the scale in exp2_ftz",
             ["exact", "fast"],

@@ -4,8 +4,11 @@
 # same as call 3's binary) re-published so that the report's config column shows the knobs the kernels were built
 # with (`kernel_knobs`, new in this build), `k3k check --backend cuda`, the neighbours at b128 S4096 H96 in one run
 # (exact softmax unrolled: 0.4502 in call 2, no spills; fast unrolled: spills 8-20 bytes; the former default), and a
-# GPU fuzz of the decode. Rename it to the session's call name when it runs, and commit its output.
-# Build first here: cargo build --release; strip -o .carry/k3k target/release/k3k
+# GPU fuzz of the decode; the GPU primitive tests (`K3K_GPU=1`: among them the new replicated and column-banded
+# `wgmma` accumulators, and session 17's packed MXFP4 expectations, not run on a GPU since). Rename it to the
+# session's call name when it runs, and commit its output. At most 8 files under $OUT.
+# Build first here: cargo build --release; strip -o .carry/k3k target/release/k3k;
+#   cp $(cargo test --release -p k3k-codegen --test gpu_primitives --no-run 2>&1 | grep -o 'target/release/deps/gpu_primitives-[0-9a-f]*') .carry/gpu_primitives
 # Run: BUDGET_S=200 bash scripts/plans/next-call.sh  (carry [".carry"], timeout_s 220)
 W=/tmp/wnext; source scripts/plans/lib.sh
 C=$OUT/check.txt
@@ -13,11 +16,12 @@ G="MMA=wgmma,SCORES=replicated,WN=1,SWN=0,QK_ACCS=1,BT_PREFETCH=0,BM=64,WM=4,BN=
 timeout 60 $K check --backend cuda --op gated_mla.decode --cases 12 >> $C 2>&1; echo "check decode random rc=$? $(date -u +%T)" >> $L
 timeout 60 $K check --backend cuda --op gated_mla.decode --knobs "$G,DVS=1,VWG=2,QK_UNROLL=0,SOFTMAX=fast" --cases 8 >> $C 2>&1; echo "check decode default rc=$? $(date -u +%T)" >> $L
 grep -E "cases, [0-9]+ failed" $C | sort | uniq -c >> $L
+K3K_GPU=1 timeout 90 .carry/gpu_primitives > $OUT/gpu_primitives.txt 2>&1; echo "gpu_primitives rc=$? $(grep 'test result' $OUT/gpu_primitives.txt) $(date -u +%T)" >> $L
 mkdir -p $W/results && cp -r results/nvidia-h200 $W/results/
 op gated_mla.decode 100 60
 rm -f $OUT/results.tgz
 V="$G,DVS=1,VWG=2,QK_UNROLL=0,SOFTMAX=fast;$G,DVS=1,VWG=2,QK_UNROLL=1;$G,DVS=1,VWG=2,QK_UNROLL=1,SOFTMAX=fast;$G,DVS=2,QK_UNROLL=1"
-[ "$(left)" -gt 50 ] && { timeout 60 $K bench --op gated_mla.decode --preset "b128 S4096 H96" --knobs "$V" --results /nonexistent --out $W/ab > $OUT/ab.txt 2>&1; echo "ab rc=$? $(date -u +%T)" >> $L; tar czf $OUT/ab.tgz -C $W ab; }
+[ "$(left)" -gt 50 ] && { timeout 60 $K bench --op gated_mla.decode --preset "b128 S4096 H96" --knobs "$V" --results /nonexistent --out $W/ab >> $OUT/bench.txt 2>&1; echo "ab rc=$? $(date -u +%T)" >> $L; tar czf $OUT/ab.tgz -C $W ab; }
 [ "$(left)" -gt 30 ] && { timeout $(( $(left) - 8 )) $K fuzz --backend cuda --op gated_mla.decode --time $(( $(left) - 20 ))s > $OUT/fuzz.txt 2>&1; echo "fuzz rc=$? $(date -u +%T)" >> $L; tail -2 $OUT/fuzz.txt >> $L; }
 echo "end $(date -u +%T)" >> $L
 cat $L | cut -c1-220

@@ -55,6 +55,7 @@ pub fn all() -> Vec<Case> {
         dequant_fp4_stream(),
         mma_async_rs_bmn(),
         mma_async_ss_then_rs(),
+        mma_async_replicated_and_banded(),
         last_block_reduction(),
         dequant_fp4_stream_prefetch(),
         fp4_gemv(),
@@ -1621,6 +1622,67 @@ pub fn mma_async_rs_bmn() -> Case {
         ],
         scalars: vec![],
         check: Box::new(move |ts| close("c", &ts[2].to_f32_vec(), &want, 1e-4)),
+    }
+}
+
+/// Two warpgroups sharing one 64-row tile (the MLA decode's `VWG=2`): `s = A W^T` on a [64, 64] accumulator
+/// on [4, 1] warps, replicated (both warpgroups compute it from the same shared A and W), `p = bf16(s / 8)`, then
+/// `o = p V` on a [64, 64] accumulator on [4, 2] warps (column bands: each warpgroup multiplies 32 of V's 64
+/// columns, V stored [K, N] in a swizzled shared tile). Both products start from NaN with `accumulate = false`.
+pub fn mma_async_replicated_and_banded() -> Case {
+    let (m, n, kd) = (64usize, 64usize, 64usize);
+    let mut b = KernelBuilder::new("p_mma_async_replicated_banded", 256);
+    let a = b.tensor("a", DType::Bf16, &[Expr::Int(m as i64), Expr::Int(kd as i64)], Access::Read);
+    let w = b.tensor("w", DType::Bf16, &[Expr::Int(n as i64), Expr::Int(kd as i64)], Access::Read);
+    let v = b.tensor("v", DType::Bf16, &[Expr::Int(n as i64), Expr::Int(n as i64)], Access::Read);
+    let c = b.tensor("c", DType::F32, &[Expr::Int(m as i64), Expr::Int(n as i64)], Access::Write);
+    let sa = b.shared("sa", DType::Bf16, m as u32, kd as u32, 1, Swizzle::Xor16B);
+    let sw = b.shared("sw", DType::Bf16, n as u32, kd as u32, 1, Swizzle::Xor16B);
+    let sv = b.shared("sv", DType::Bf16, n as u32, n as u32, 1, Swizzle::Xor16B);
+    let s = b.tile("s", DType::F32, m as u32, n as u32, [4, 1]);
+    let p = b.tile("p", DType::Bf16, m as u32, n as u32, [4, 1]);
+    let o = b.tile("o", DType::F32, m as u32, n as u32, [4, 2]);
+    let (da, dw, dv) = (b.slot(sa, 0i64), b.slot(sw, 0i64), b.slot(sv, 0i64));
+    b.copy_async(da.clone(), view(a, 0i64, kd as i64, m as i64, kd as i64, 8));
+    b.copy_async(dw.clone(), view(w, 0i64, kd as i64, n as i64, kd as i64, 8));
+    b.copy_async(dv.clone(), view(v, 0i64, n as i64, n as i64, n as i64, 8));
+    b.commit();
+    b.map(s, f64::NAN);
+    b.map(o, f64::NAN);
+    b.wait(0);
+    b.barrier();
+    b.mma_async_init(
+        s,
+        Operand::Shared { src: da, transpose: false },
+        Operand::Shared { src: dw, transpose: true },
+        false,
+    );
+    b.mma_wait(0);
+    b.map(p, Expr::Elem(s) * 0.125);
+    b.mma_async_init(o, Operand::Reg(p), Operand::Shared { src: dv, transpose: false }, false);
+    b.mma_wait(0);
+    b.store(o, Place::Global(view(c, 0i64, n as i64, m as i64, n as i64, 2)));
+    let k = b.finish().unwrap();
+    // Multiples of 1/8: the scores are exact in f32 on both sides, so p's bf16 rounding is the same.
+    let mut rng = Rng::new(33);
+    let eighths = |v: Vec<f32>| v.into_iter().map(|x| (x * 8.0).round() / 8.0).collect::<Vec<f32>>();
+    let av = eighths(rng.vals(DType::Bf16, m * kd, -1.0, 1.0));
+    let wv = eighths(rng.vals(DType::Bf16, n * kd, -1.0, 1.0));
+    let vv = rng.vals(DType::Bf16, n * n, -1.0, 1.0);
+    let sref = gemm_check(m, n, kd, &av, false, &wv, true);
+    let p_bf: Vec<f32> = sref.iter().map(|&x| half::bf16::from_f32(x * 0.125).to_f32()).collect();
+    let want = gemm_check(m, n, n, &p_bf, false, &vv, false);
+    Case {
+        name: "mma_async_replicated_and_banded",
+        kernel: k,
+        tensors: vec![
+            HostTensor::from_f32(DType::Bf16, &[m, kd], &av),
+            HostTensor::from_f32(DType::Bf16, &[n, kd], &wv),
+            HostTensor::from_f32(DType::Bf16, &[n, n], &vv),
+            poisoned(DType::F32, &[m, n]),
+        ],
+        scalars: vec![],
+        check: Box::new(move |ts| close("c", &ts[3].to_f32_vec(), &want, 1e-3)),
     }
 }
 
