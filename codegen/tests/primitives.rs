@@ -84,7 +84,7 @@ primitive!(
 #[test]
 fn every_case_is_listed() {
     // `cases::all` feeds the GPU run; keep it in step with the list above.
-    assert_eq!(cases::all().len(), 40);
+    assert_eq!(cases::all().len(), 41);
 }
 
 /// The wide accesses of `wide_access` are single vector instructions in the PTX: f32 x 4, bf16 x 8 and u8 x 16
