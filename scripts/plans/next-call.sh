@@ -4,12 +4,13 @@
 # same as call 3's binary) re-published so that the report's config column shows the knobs the kernels were built
 # with (`kernel_knobs`, new in this build), `k3k check --backend cuda`, the neighbours at b128 S4096 H96 in one run
 # (exact softmax unrolled: 0.4502 in call 2, no spills; fast unrolled: spills 8-20 bytes; the former default), and a
-# GPU fuzz of the decode; the GPU primitive tests (`K3K_GPU=1`: among them the new replicated and column-banded
+# GPU fuzz of the decode; an ncu profile of the new decode (stall reasons, tensor pipe, L2 and DRAM bytes); the GPU
+# primitive tests (`K3K_GPU=1`: among them the new replicated and column-banded
 # `wgmma` accumulators, and session 17's packed MXFP4 expectations, not run on a GPU since). Rename it to the
 # session's call name when it runs, and commit its output. At most 8 files under $OUT.
 # Build first here: cargo build --release; strip -o .carry/k3k target/release/k3k;
 #   cp $(cargo test --release -p k3k-codegen --test gpu_primitives --no-run 2>&1 | grep -o 'target/release/deps/gpu_primitives-[0-9a-f]*') .carry/gpu_primitives
-# Run: BUDGET_S=200 bash scripts/plans/next-call.sh  (carry [".carry"], timeout_s 220)
+# Run: BUDGET_S=300 bash scripts/plans/next-call.sh  (carry [".carry"], timeout_s 320)
 W=/tmp/wnext; source scripts/plans/lib.sh
 C=$OUT/check.txt
 G="MMA=wgmma,SCORES=replicated,WN=1,SWN=0,QK_ACCS=1,BT_PREFETCH=0,BM=64,WM=4,BN=64,STAGES=2"
@@ -22,6 +23,12 @@ op gated_mla.decode 100 60
 rm -f $OUT/results.tgz
 V="$G,DVS=1,VWG=2,QK_UNROLL=0,SOFTMAX=fast;$G,DVS=1,VWG=2,QK_UNROLL=1;$G,DVS=1,VWG=2,QK_UNROLL=1,SOFTMAX=fast;$G,DVS=2,QK_UNROLL=1"
 [ "$(left)" -gt 50 ] && { timeout 60 $K bench --op gated_mla.decode --preset "b128 S4096 H96" --knobs "$V" --results /nonexistent --out $W/ab >> $OUT/bench.txt 2>&1; echo "ab rc=$? $(date -u +%T)" >> $L; tar czf $OUT/ab.tgz -C $W ab; }
+# What bounds the VWG=2 decode now (ncu, first launch, clocks left alone): stall reasons and the tensor pipe.
+mkdir -p $W/prof
+[ "$(left)" -gt 90 ] && { timeout 60 ncu --clock-control none --kernel-name "regex:k3k_mla_decode" --launch-count 1 \
+  --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,lts__t_bytes.sum,dram__bytes_read.sum,gpu__time_duration.sum" \
+  $K bench --op gated_mla.decode --preset "b128 S4096 H96" --reps 1 --window-ms 0 --results /nonexistent --out $W/pb > $W/prof/vwg2.txt 2>&1
+  echo "ncu rc=$? $(date -u +%T)" >> $L; tar czf $OUT/ab.tgz -C $W ab prof; }
 [ "$(left)" -gt 30 ] && { timeout $(( $(left) - 8 )) $K fuzz --backend cuda --op gated_mla.decode --time $(( $(left) - 20 ))s > $OUT/fuzz.txt 2>&1; echo "fuzz rc=$? $(date -u +%T)" >> $L; tail -2 $OUT/fuzz.txt >> $L; }
 echo "end $(date -u +%T)" >> $L
 cat $L | cut -c1-220
@@ -34,3 +41,4 @@ for f in sorted(glob.glob(sys.argv[1] + "/**/*.json", recursive=True)):
         for kn, ms in r.get("variants", []):
             print("  %s" % ("%.4f" % ms if ms is not None else "failed"), ",".join(f"{k}={v}" for k, v in kn.items() if k in ("DVS","VWG","SOFTMAX","QK_UNROLL")))
 PY
+grep -E "stalled|gmma|bytes|duration" $W/prof/vwg2.txt 2>/dev/null | awk '{print $1, $(NF-1), $NF}' | sort -k3 -g -r | head -16
