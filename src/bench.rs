@@ -66,11 +66,13 @@ pub struct BenchRow {
     pub kernel_knobs: Option<Knobs>,
 }
 
-/// The knobs `op`'s first kernel for preset `p` is built with at `knobs`, when they differ from `knobs` (see
-/// [`BenchRow::kernel_knobs`]; no GPU needed).
+/// The knobs `op`'s first kernel for preset `p` is built with at `knobs`, when they differ from `knobs` and name
+/// every knob `knobs` names (a complete resolution; operators whose kernels each take a part of the knobs, or
+/// whose first kernel is a helper, give `None`; see [`BenchRow::kernel_knobs`]; no GPU needed).
 pub fn kernel_knobs(op: &dyn Operator, p: &Preset, knobs: &Knobs) -> Option<Knobs> {
     let ks = op.kernels(p, knobs).ok()?;
-    ks.first().map(|k| k.knobs.clone()).filter(|k| k != knobs)
+    let first = ks.first()?.knobs.clone();
+    (first != *knobs && knobs.0.keys().all(|k| first.0.contains_key(k))).then_some(first)
 }
 
 /// The run a kept row was measured in.
@@ -495,6 +497,9 @@ mod tests {
         let built = kernel_knobs(op.as_ref(), h96, &op.default_knobs()).expect("resolved knobs");
         assert_eq!(built.str("MMA").unwrap(), "wgmma");
         assert_eq!(kernel_knobs(op.as_ref(), h96, &built), None, "explicit knobs are used as given");
+        // kda's first kernel takes none of the operator's knobs: no resolution is shown.
+        let kda = k3k_ops::registry::all().into_iter().find(|o| o.name() == "kda").unwrap();
+        assert_eq!(kernel_knobs(kda.as_ref(), &kda.bench_presets()[0], &kda.default_knobs()), None);
         let mut r = row("b128 S4096 H96", 0.46, Some(0.76));
         r.config = op.default_knobs();
         r.kernel_knobs = Some(built.clone());
