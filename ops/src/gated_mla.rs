@@ -396,18 +396,8 @@ const L2_GROUP_BYTES: i64 = 32 << 20;
 
 fn prefill_cfg(spec: &PrefillSpec, k: &Knobs) -> Result<PrefillCfg, OpError> {
     const OP: &str = "gated_mla_prefill";
-    let wgmma = match k.0.get("MMA") {
-        None => false,
-        Some(_) => match k.str("MMA")? {
-            "sync" => false,
-            "wgmma" => true,
-            other => return invalid(OP, k, format!("MMA={other}: sync or wgmma")),
-        },
-    };
-    let overlap = match k.0.get("OVERLAP") {
-        None => false,
-        Some(_) => k.bool("OVERLAP")?,
-    };
+    let wgmma = opt_choice(OP, k, "MMA", "sync", "wgmma")?;
+    let overlap = opt_bool(k, "OVERLAP")?;
     let c = PrefillCfg {
         bm: k.u32("BM")?,
         bn: k.u32("BN")?,
@@ -416,27 +406,10 @@ fn prefill_cfg(spec: &PrefillSpec, k: &Knobs) -> Result<PrefillCfg, OpError> {
         qk_unroll: k.bool("QK_UNROLL")?,
         wgmma,
         overlap,
-        qorder_lpt: match k.0.get("QORDER") {
-            None => false,
-            Some(_) => match k.str("QORDER")? {
-                "head" => false,
-                "lpt" => true,
-                other => return invalid(OP, k, format!("QORDER={other}: head or lpt")),
-            },
-        },
+        qorder_lpt: opt_choice(OP, k, "QORDER", "head", "lpt")?,
         hgroup: opt_u32(k, "HGROUP", 0)?,
-        fast_softmax: match k.0.get("SOFTMAX") {
-            None => false,
-            Some(_) => match k.str("SOFTMAX")? {
-                "exact" => false,
-                "fast" => true,
-                other => return invalid(OP, k, format!("SOFTMAX={other}: exact or fast")),
-            },
-        },
-        smguard: match k.0.get("SMGUARD") {
-            None => false,
-            Some(_) => k.bool("SMGUARD")?,
-        },
+        fast_softmax: opt_choice(OP, k, "SOFTMAX", "exact", "fast")?,
+        smguard: opt_bool(k, "SMGUARD")?,
         tma: match k.0.get(PREFILL_LOAD_KNOB) {
             None => false,
             Some(_) => match k.str(PREFILL_LOAD_KNOB)? {
@@ -448,22 +421,9 @@ fn prefill_cfg(spec: &PrefillSpec, k: &Knobs) -> Result<PrefillCfg, OpError> {
                 other => return invalid(OP, k, format!("LOAD={other}: cp_async, tma or auto")),
             },
         },
-        producer_warp: match k.0.get(PREFILL_PRODUCER_KNOB) {
-            None => false,
-            Some(_) => match k.str(PREFILL_PRODUCER_KNOB)? {
-                "thread" => false,
-                "warp" => true,
-                other => return invalid(OP, k, format!("PRODUCER={other}: thread or warp")),
-            },
-        },
-        pingpong: match k.0.get(PREFILL_PINGPONG_KNOB) {
-            None => false,
-            Some(_) => k.bool(PREFILL_PINGPONG_KNOB)?,
-        },
-        persist: match k.0.get(PREFILL_PERSIST_KNOB) {
-            None => false,
-            Some(_) => k.bool(PREFILL_PERSIST_KNOB)?,
-        },
+        producer_warp: opt_choice(OP, k, PREFILL_PRODUCER_KNOB, "thread", "warp")?,
+        pingpong: opt_bool(k, PREFILL_PINGPONG_KNOB)?,
+        persist: opt_bool(k, PREFILL_PERSIST_KNOB)?,
     };
     // PRODUCER=warp applies to the TMA kernel of one or two consumer warpgroups: cp.async has no copies to hand to a
     // producer warp, and three consumer warpgroups (BM=192) spill under the producer's 512-thread launch (144
@@ -837,24 +797,9 @@ pub fn build_prefill(spec: &PrefillSpec, knobs: &Knobs) -> Result<Kernel, OpErro
             if spec.causal {
                 visible = visible.and(key.le(m0.clone() + Expr::RowIdx + s_n.clone() - t_n.clone()));
             }
-            if c.fast_softmax {
-                // Raw scores: the scale is applied inside the exponent.
-                b.if_(need_mask, |b| b.map(s, Expr::select(visible, el(s), NEG_INF)));
-            } else {
-                b.if_else(
-                    need_mask,
-                    |b| b.map(s, Expr::select(visible, el(s) * scale_log2.clone(), NEG_INF)),
-                    |b| b.map(s, el(s) * scale_log2.clone()),
-                );
-            }
+            mask_scores(b, s, need_mask, visible, &scale_log2, c.fast_softmax);
         };
-        let softmax_scores = |b: &mut KernelBuilder| {
-            if c.fast_softmax {
-                fast_step_scores(b, &sm, s, scale_log2.clone());
-            } else {
-                sm.step_scores(b, s);
-            }
-        };
+        let softmax_scores = |b: &mut KernelBuilder| step_scores(b, &sm, s, &scale_log2, c.fast_softmax);
         // wgmma: S = Q K^T over the three 64-column chunks (the first starts the tile), and O += P V per
         // 64-column value slice (B stored [keys, values]).
         let qk_async = |b: &mut KernelBuilder, slot: Expr| {
@@ -1197,6 +1142,30 @@ fn fast_step_scores(b: &mut KernelBuilder, sm: &OnlineSoftmax, s: TileId, scale_
     b.reduce(sm.l, s, ReduceOp::Sum, true);
 }
 
+/// A score tile `s` ready for the online softmax: `-inf` outside `visible` where `need_mask` (a block-uniform
+/// bool; tiles that need no mask skip the select), and scaled by `scale_log2` into the log2 domain, unless `fast`
+/// (raw scores for [`fast_step_scores`], which applies the scale inside the exponent).
+fn mask_scores(b: &mut KernelBuilder, s: TileId, need_mask: Expr, visible: Expr, scale_log2: &Expr, fast: bool) {
+    if fast {
+        b.if_(need_mask, |b| b.map(s, Expr::select(visible, el(s), NEG_INF)));
+    } else {
+        b.if_else(
+            need_mask,
+            |b| b.map(s, Expr::select(visible, el(s) * scale_log2.clone(), NEG_INF)),
+            |b| b.map(s, el(s) * scale_log2.clone()),
+        );
+    }
+}
+
+/// [`OnlineSoftmax::step_scores`], or [`fast_step_scores`] on raw scores when `fast`.
+fn step_scores(b: &mut KernelBuilder, sm: &OnlineSoftmax, s: TileId, scale_log2: &Expr, fast: bool) {
+    if fast {
+        fast_step_scores(b, sm, s, scale_log2.clone());
+    } else {
+        sm.step_scores(b, s);
+    }
+}
+
 // =============================================================================================================
 // Decode (absorbed MQA over the paged latent cache), split-KV
 // =============================================================================================================
@@ -1417,6 +1386,26 @@ fn opt_u32(k: &Knobs, name: &str, default: u32) -> Result<u32, OpError> {
     }
 }
 
+/// An optional bool knob (absent: false).
+fn opt_bool(k: &Knobs, name: &str) -> Result<bool, OpError> {
+    match k.0.get(name) {
+        None => Ok(false),
+        Some(_) => Ok(k.bool(name)?),
+    }
+}
+
+/// An optional two-valued string knob (absent: `off`): whether it names `on`; any other value is invalid knobs.
+fn opt_choice(op: &'static str, k: &Knobs, name: &str, off: &str, on: &str) -> Result<bool, OpError> {
+    match k.0.get(name) {
+        None => Ok(false),
+        Some(_) => match k.str(name)? {
+            v if v == off => Ok(false),
+            v if v == on => Ok(true),
+            other => invalid(op, k, format!("{name}={other}: {off} or {on}")),
+        },
+    }
+}
+
 fn decode_cfg(spec: &DecodeSpec, k: &Knobs) -> Result<DecodeCfg, OpError> {
     const OP: &str = "gated_mla_decode";
     let mut c = DecodeCfg {
@@ -1437,32 +1426,15 @@ fn decode_cfg(spec: &DecodeSpec, k: &Knobs) -> Result<DecodeCfg, OpError> {
             1 => true,
             v => return invalid(OP, k, format!("BT_PREFETCH={v}: 0 or 1")),
         },
-        wgmma: match k.0.get("MMA") {
-            None => false,
-            Some(_) => match k.str("MMA")? {
-                "sync" => false,
-                "wgmma" => true,
-                other => return invalid(OP, k, format!("MMA={other}: sync or wgmma")),
-            },
-        },
+        wgmma: opt_choice(OP, k, "MMA", "sync", "wgmma")?,
         dvs: opt_u32(k, "DVS", 1)?,
         qk_unroll: match opt_u32(k, "QK_UNROLL", 0)? {
             0 => false,
             1 => true,
             v => return invalid(OP, k, format!("QK_UNROLL={v}: 0 or 1")),
         },
-        overlap: match k.0.get("OVERLAP") {
-            None => false,
-            Some(_) => k.bool("OVERLAP")?,
-        },
-        fast_softmax: match k.0.get("SOFTMAX") {
-            None => false,
-            Some(_) => match k.str("SOFTMAX")? {
-                "exact" => false,
-                "fast" => true,
-                other => return invalid(OP, k, format!("SOFTMAX={other}: exact or fast")),
-            },
-        },
+        overlap: opt_bool(k, "OVERLAP")?,
+        fast_softmax: opt_choice(OP, k, "SOFTMAX", "exact", "fast")?,
         vwg: opt_u32(k, "VWG", 1)?,
         tile_regs: 0,
         smem: 0,
@@ -1810,6 +1782,16 @@ struct DecodeRange {
     scale_log2: Expr,
 }
 
+/// The decode's mask of a KV tile starting at key `kv0` of an m-tile starting at packed row `m0`: whether the tile
+/// reaches past `diag` (the causal diagonal of the block's first query, so that some pair may be masked), and
+/// which (row, key) pairs are visible (query `(m0 + row) / H` of `SQ` sees keys `[0, S_k - SQ + query]`).
+fn decode_mask(kv0: &Expr, m0: &Expr, h: &Expr, s_k: &Expr, sqd: &Expr, diag: &Expr, bn: u32) -> (Expr, Expr) {
+    let key = kv0.clone() + Expr::ColIdx;
+    let query = (m0.clone() + Expr::RowIdx) / h.clone();
+    let visible = key.lt(s_k.clone()).and(key.le(s_k.clone() - sqd.clone() + query));
+    ((kv0.clone() + (bn as i64 - 1)).gt(diag.clone()), visible)
+}
+
 fn decode_range(b: &mut KernelBuilder, o: &DecodeRangeOf<'_>, bm: u32, bn: u32) -> DecodeRange {
     let (sqd, h) = (o.sqd, o.h);
     let s_k = b.let_("s_k", load(o.seqlens, o.bi.clone()));
@@ -1943,14 +1925,8 @@ fn build_decode_impl(spec: &DecodeSpec, knobs: &Knobs, direct: bool) -> Result<K
             let sum = s_parts.iter().fold(el(s_calc), |acc, &t| acc + el(t));
             b.map(s_calc, sum);
         }
-        let key = kv0.clone() + Expr::ColIdx;
-        let query = (m0.clone() + Expr::RowIdx) / h.clone();
-        let visible = key.lt(s_k.clone()).and(key.le(s_k.clone() - sqd.clone() + query));
-        b.if_else(
-            (kv0.clone() + (bn as i64 - 1)).gt(diag.clone()),
-            |b| b.map(s_calc, Expr::select(visible, el(s_calc) * scale_log2.clone(), NEG_INF)),
-            |b| b.map(s_calc, el(s_calc) * scale_log2.clone()),
-        );
+        let (crosses, visible) = decode_mask(&kv0, &m0, &h, &s_k, &sqd, &diag, bn);
+        mask_scores(b, s_calc, crosses, visible, &scale_log2, false);
         if let Some((sw, ss)) = exchange {
             // The previous iteration's reads of sS finished before this iteration's first barrier.
             let dst = b.slot(ss, 0i64);
@@ -2102,21 +2078,9 @@ fn build_decode_wgmma(spec: &DecodeSpec, knobs: &Knobs, c: &DecodeCfg, direct: b
     // The scores of tile j (starting at key kv0) in the log2 domain, -inf where masked; SOFTMAX=fast keeps them
     // raw (the scale is applied inside the exponent) and masks only the tiles that need it.
     let softmax = |b: &mut KernelBuilder, kv0: &Expr| {
-        let key = kv0.clone() + Expr::ColIdx;
-        let query = (m0.clone() + Expr::RowIdx) / h.clone();
-        let visible = key.lt(s_k.clone()).and(key.le(s_k.clone() - sqd.clone() + query));
-        let crosses = (kv0.clone() + (bn as i64 - 1)).gt(diag.clone());
-        if c.fast_softmax {
-            b.if_(crosses, |b| b.map(s, Expr::select(visible, el(s), NEG_INF)));
-            fast_step_scores(b, &sm, s, scale_log2.clone());
-        } else {
-            b.if_else(
-                crosses,
-                |b| b.map(s, Expr::select(visible, el(s) * scale_log2.clone(), NEG_INF)),
-                |b| b.map(s, el(s) * scale_log2.clone()),
-            );
-            sm.step_scores(b, s);
-        }
+        let (crosses, visible) = decode_mask(kv0, &m0, &h, &s_k, &sqd, &diag, bn);
+        mask_scores(b, s, crosses, visible, &scale_log2, c.fast_softmax);
+        step_scores(b, &sm, s, &scale_log2, c.fast_softmax);
     };
     b.for_("j", 0i64, count.clone(), 1i64, |b, j| {
         // The copies of tile j landed (and were fenced for the async proxy); every warpgroup finished reading

@@ -1,5 +1,5 @@
 # Shared helpers of the device-call plans (sourced; from session 14 on). Set W (work folder) before sourcing;
-# BUDGET_S bounds the call. Defines K (the carried binary), OUT, L (the log), left(), pack() and op().
+# BUDGET_S bounds the call. Defines K (the carried binary), OUT, L (the log), left(), pack(), op() and variants().
 # At most 8 files come back from $OUT (device README, Limits): op() writes log.txt, bench.txt, peers.txt,
 # bench.tgz and results.tgz; a plan adds at most three more (tar the rest into one).
 set -uo pipefail
@@ -21,3 +21,16 @@ op() { local name=$1 bt=$2 pt=$3; shift 3; local dir=$W/b/$name
   timeout $pt python3 scripts/peers.py $dir/$slug --out $dir/peers.json >> $OUT/peers.txt 2>&1; echo "peers $name rc=$? $(date -u +%T)" >> $L
   [ -f $dir/peers.json ] && $K bench --merge-peers $dir/peers.json --out $dir >> $OUT/peers.txt 2>&1
   pack; }
+# variants DIR KEY...: every knob set a `k3k bench --knobs "A;B"` run under DIR timed, per preset: its ms (or
+# "failed") and the values of the named knobs (from session 18 on).
+variants() { python3 - "$@" <<'PY'
+import json, glob, sys
+keys = set(sys.argv[2:])
+for f in sorted(glob.glob(sys.argv[1] + "/**/*.json", recursive=True)):
+    if "peers" in f: continue
+    for r in json.load(open(f)).get("rows", []):
+        print(r['preset'][:30])
+        for kn, ms in r.get("variants", []):
+            print("  %s" % ("%.4f" % ms if ms is not None else "failed"), ",".join(f"{k}={v}" for k, v in kn.items() if k in keys))
+PY
+}

@@ -33,12 +33,5 @@ mkdir -p $W/prof
 echo "end $(date -u +%T)" >> $L
 cat $L | cut -c1-220
 grep -h "^| " $W/b/*/*/*.md 2>/dev/null | grep -v "^| ---\|^| preset" | cut -d'|' -f2-8
-python3 - $W/ab <<'PY'
-import json, glob, sys
-for f in sorted(glob.glob(sys.argv[1] + "/**/*.json", recursive=True)):
-    for r in json.load(open(f)).get("rows", []):
-        print(r['preset'][:30])
-        for kn, ms in r.get("variants", []):
-            print("  %s" % ("%.4f" % ms if ms is not None else "failed"), ",".join(f"{k}={v}" for k, v in kn.items() if k in ("DVS","VWG","SOFTMAX","QK_UNROLL")))
-PY
+variants $W/ab DVS VWG SOFTMAX QK_UNROLL
 grep -E "stalled|gmma|bytes|duration" $W/prof/vwg2.txt 2>/dev/null | awk '{print $1, $(NF-1), $NF}' | sort -k3 -g -r | head -16
