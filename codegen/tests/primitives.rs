@@ -69,6 +69,7 @@ primitive!(
     mma_async_rs_bmn,
     mma_async_ss_then_rs,
     mma_async_replicated_and_banded,
+    first_warpgroups_share_p,
     last_block_reduction,
     dequant_fp4_stream_prefetch,
     fp4_gemv,
@@ -84,7 +85,7 @@ primitive!(
 #[test]
 fn every_case_is_listed() {
     // `cases::all` feeds the GPU run; keep it in step with the list above.
-    assert_eq!(cases::all().len(), 41);
+    assert_eq!(cases::all().len(), 42);
 }
 
 /// The wide accesses of `wide_access` are single vector instructions in the PTX: f32 x 4, bf16 x 8 and u8 x 16

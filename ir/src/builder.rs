@@ -498,6 +498,17 @@ impl KernelBuilder {
         self.push(Stmt::InTurn { body });
     }
 
+    /// Statements only the block's first `count` warpgroups run (see [`Stmt::FirstWarpgroups`]).
+    pub fn first_warpgroups(&mut self, count: u32, f: impl FnOnce(&mut Self)) {
+        let body = self.body(f);
+        self.push(Stmt::FirstWarpgroups { count, body });
+    }
+
+    /// `f`'s statements in a [`Self::first_warpgroups`] body of `count` when `on`, else in place.
+    pub fn first_warpgroups_if(&mut self, on: bool, count: u32, f: impl FnOnce(&mut Self)) {
+        if on { self.first_warpgroups(count, f) } else { f(self) }
+    }
+
     /// `f`'s statements in an [`Self::in_turn`] body when `on`, else in place.
     pub fn in_turn_if(&mut self, on: bool, f: impl FnOnce(&mut Self)) {
         if on { self.in_turn(f) } else { f(self) }

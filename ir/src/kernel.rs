@@ -280,7 +280,7 @@ pub enum ScanOp {
 /// [`Stmt::Threads`] region, whose statements each thread executes on its own. Which statements are valid
 /// where is checked by [`crate::validate()`]:
 /// - anywhere: `Let`, `Assign`, `For`, `If`;
-/// - block level only: `Threads`, `Producer`, `InTurn`, `Barrier`, the async copies, the tile and vector
+/// - block level only: `Threads`, `Producer`, `InTurn`, `FirstWarpgroups`, `Barrier`, the async copies, the tile and vector
 ///   statements, `Scan`, `DequantFp4`;
 /// - inside regions only: `StoreScalar`, `SharedStore`, `Atomic`, `LetArray`, `ArraySet`, `Fence`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -438,6 +438,25 @@ pub enum Stmt {
     /// anywhere else. On the GPU the turns are named barriers `2 + w` (256 threads: warpgroup w's sync and its
     /// predecessor's arrival), and warpgroup 0 holds the first turn.
     InTurn { body: Vec<Stmt> },
+    /// Warp specialization of the consumers: only the block's first `count` warpgroups (threads
+    /// `0..128 * count`) run `body`; the others skip it and go on to the next statement. What it is for: work
+    /// one warpgroup does for all, whose result the others then read from shared memory (FlashMLA's decode: one
+    /// warpgroup computes the scores and the softmax and stores the probabilities, and every warpgroup multiplies
+    /// them by its half of the value columns), instead of every warpgroup repeating it on a replicated tile.
+    ///
+    /// Semantics: the CPU backends run the body in program order, once, as they run the whole block. On the GPU,
+    /// the tiles and row vectors the body touches hold their values in the running warps only (the replicas in
+    /// the skipping warpgroups keep stale values), so the validator requires that every tile and vector the body
+    /// mentions is mentioned *only* inside such bodies of the same `count`, and lies on at most `4 * count`
+    /// warps. What crosses to the other warpgroups goes through shared memory: a store in the body, then (outside
+    /// it) an [`Stmt::AsyncWait`] when a `wgmma` reads it, and a [`Stmt::Barrier`]. The body holds scalar control
+    /// (`let`, `for`, `if`; no assignment of variables from outside it, which the skipping warps would not see)
+    /// and tile statements that a warpgroup runs on its own: `map`, `vec_map`, `reduce`, `mma`, `mma_async`,
+    /// `mma_wait`, tile and vector loads and stores, `store_cols`. Not: barriers, copies and anything that
+    /// spreads its work over the whole block (`copy_async`, TMA, mbarriers, `scan`, `fp4_gemv`, threads
+    /// regions), `in_turn`, or another such body. The kernel has at least `count + 1` whole warpgroups and no
+    /// producer warp. Rendered as `if (threadIdx.x < 128 * count) { .. }`.
+    FirstWarpgroups { count: u32, body: Vec<Stmt> },
     /// Threads regions only: `tensor[index] = value` (flat element index; the value converts to the tensor's
     /// dtype: floats round to nearest even, E4M3 saturates, ints wrap).
     StoreScalar { tensor: TensorId, index: Expr, value: Expr },
@@ -784,7 +803,10 @@ impl Kernel {
                         walk(then_body, f);
                         walk(else_body, f);
                     }
-                    Stmt::Threads { body } | Stmt::Producer { body } | Stmt::InTurn { body } => walk(body, f),
+                    Stmt::Threads { body }
+                    | Stmt::Producer { body }
+                    | Stmt::InTurn { body }
+                    | Stmt::FirstWarpgroups { body, .. } => walk(body, f),
                     _ => {}
                 }
             }

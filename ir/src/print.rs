@@ -204,6 +204,11 @@ fn body(k: &Kernel, b: &[Stmt], depth: usize, s: &mut String) {
                 body(k, inner, depth + 1, s);
                 let _ = writeln!(s, "{pad}}}");
             }
+            Stmt::FirstWarpgroups { count, body: inner } => {
+                let _ = writeln!(s, "{pad}first {count} warpgroups {{");
+                body(k, inner, depth + 1, s);
+                let _ = writeln!(s, "{pad}}}");
+            }
             Stmt::Map { tile, value } => {
                 let _ = writeln!(s, "{pad}{}[r,c] = {}", k.tiles[tile.0 as usize].name, expr(k, value));
             }

@@ -80,6 +80,9 @@ struct Checker<'a> {
     producer: bool,
     /// Inside a [`Stmt::InTurn`] body.
     in_turn: bool,
+    /// Inside a [`Stmt::FirstWarpgroups`] body: its count, and the number of scopes open at its start (variables
+    /// of those scopes must not be assigned in it).
+    first_wgs: Option<(u32, usize)>,
     /// Producer-warp kernels: the variables assigned in producer bodies (only those bodies may read them).
     producer_owned: HashSet<VarId>,
     /// Producer-warp kernels: checking an expression of the skeleton both roles run (block-level control
@@ -95,7 +98,10 @@ fn producer_owned(k: &Kernel) -> HashSet<VarId> {
                 Stmt::Assign { var, .. } if inside => {
                     out.insert(*var);
                 }
-                Stmt::For { body, .. } | Stmt::Threads { body } | Stmt::InTurn { body } => walk(body, inside, out),
+                Stmt::For { body, .. }
+                | Stmt::Threads { body }
+                | Stmt::InTurn { body }
+                | Stmt::FirstWarpgroups { body, .. } => walk(body, inside, out),
                 Stmt::If { then_body, else_body, .. } => {
                     walk(then_body, inside, out);
                     walk(else_body, inside, out);
@@ -127,12 +133,134 @@ pub fn var_types(k: &Kernel) -> Result<Vec<Option<ScalarTy>>, IrError> {
         region: None,
         producer: false,
         in_turn: false,
+        first_wgs: None,
         producer_owned: producer_owned(k),
         skeleton: std::cell::Cell::new(false),
     };
     c.kernel_level()?;
     c.body(&k.body)?;
+    first_warpgroups_ownership(k)?;
     Ok(c.var_types)
+}
+
+/// The register tiles and row vectors a statement mentions (not those of nested bodies).
+fn stmt_tiles_vecs(s: &Stmt) -> (Vec<TileId>, Vec<VecId>) {
+    let (mut tiles, mut vecs) = (vec![], vec![]);
+    let leaves = |e: &Expr, tiles: &mut Vec<TileId>, vecs: &mut Vec<VecId>| {
+        e.visit(&mut |x| match x {
+            Expr::Elem(t) => tiles.push(*t),
+            Expr::RowVal(v) => vecs.push(*v),
+            _ => {}
+        })
+    };
+    let operand = |o: &Operand, tiles: &mut Vec<TileId>| {
+        if let Operand::Reg(t) = o {
+            tiles.push(*t);
+        }
+    };
+    match s {
+        Stmt::Map { tile, value } => {
+            tiles.push(*tile);
+            leaves(value, &mut tiles, &mut vecs);
+        }
+        Stmt::VecMap { vec, value } => {
+            vecs.push(*vec);
+            leaves(value, &mut tiles, &mut vecs);
+        }
+        Stmt::Reduce { vec, tile, .. } => {
+            vecs.push(*vec);
+            tiles.push(*tile);
+        }
+        Stmt::Mma { acc, a, b } | Stmt::MmaAsync { acc, a, b, .. } => {
+            tiles.push(*acc);
+            operand(a, &mut tiles);
+            operand(b, &mut tiles);
+        }
+        Stmt::StoreCols { tile, .. }
+        | Stmt::Load { tile, .. }
+        | Stmt::Store { tile, .. }
+        | Stmt::Scan { tile, .. }
+        | Stmt::DequantFp4 { tile, .. }
+        | Stmt::DequantFp4Stream { tile, .. } => tiles.push(*tile),
+        Stmt::LoadVec { vec, .. } | Stmt::StoreVec { vec, .. } => vecs.push(*vec),
+        _ => {}
+    }
+    (tiles, vecs)
+}
+
+/// [`Stmt::FirstWarpgroups`]: every tile and row vector a body mentions is mentioned only inside bodies of the
+/// same count (elsewhere the skipping warpgroups' stale replicas would be read), and lies on the running warps.
+fn first_warpgroups_ownership(k: &Kernel) -> Result<(), IrError> {
+    // Per tile / vector: the contexts it is mentioned in (None: outside every body).
+    let mut tiles: HashMap<TileId, HashSet<Option<u32>>> = HashMap::new();
+    let mut vecs: HashMap<VecId, HashSet<Option<u32>>> = HashMap::new();
+    fn walk(
+        body: &[Stmt],
+        at: Option<u32>,
+        tiles: &mut HashMap<TileId, HashSet<Option<u32>>>,
+        vecs: &mut HashMap<VecId, HashSet<Option<u32>>>,
+    ) {
+        for s in body {
+            let (ts, vs) = stmt_tiles_vecs(s);
+            for t in ts {
+                tiles.entry(t).or_default().insert(at);
+            }
+            for v in vs {
+                vecs.entry(v).or_default().insert(at);
+            }
+            match s {
+                Stmt::FirstWarpgroups { count, body } => walk(body, Some(*count), tiles, vecs),
+                Stmt::For { body, .. } | Stmt::Threads { body } | Stmt::Producer { body } | Stmt::InTurn { body } => {
+                    walk(body, at, tiles, vecs)
+                }
+                Stmt::If { then_body, else_body, .. } => {
+                    walk(then_body, at, tiles, vecs);
+                    walk(else_body, at, tiles, vecs);
+                }
+                _ => {}
+            }
+        }
+    }
+    walk(&k.body, None, &mut tiles, &mut vecs);
+    let err = |kind, msg: String| IrError { kernel: k.name.clone(), at: "kernel".into(), kind, msg };
+    let named = tiles
+        .iter()
+        .map(|(t, at)| (format!("tile `{}`", k.tiles[t.0 as usize].name), k.tiles[t.0 as usize].warps, at))
+        .chain(
+            vecs.iter()
+                .map(|(v, at)| (format!("vector `{}`", k.vecs[v.0 as usize].name), k.vecs[v.0 as usize].warps, at)),
+        );
+    let mut problems: Vec<(IrErrorKind, String)> = named
+        .filter_map(|(name, warps, at)| {
+            let counts: Vec<u32> = at.iter().flatten().copied().collect();
+            let &count = counts.first()?;
+            if at.len() > 1 {
+                return Some((
+                    IrErrorKind::Scope,
+                    format!(
+                        "{name} is mentioned inside a `first_warpgroups` body and {}: only the running warpgroups \
+                         hold its values (pass what the others need through shared memory)",
+                        if at.contains(&None) { "outside such bodies" } else { "in bodies of other counts" }
+                    ),
+                ));
+            }
+            (warps[0] * warps[1] > 4 * count).then(|| {
+                (
+                    IrErrorKind::Layout,
+                    format!(
+                        "{name} on warps {warps:?} is used in a `first_warpgroups` body of {count}, whose {} warps \
+                         run it",
+                        4 * count
+                    ),
+                )
+            })
+        })
+        .collect();
+    problems.sort_by(|a, b| a.1.cmp(&b.1));
+    match problems.into_iter().next() {
+        Some((kind, msg)) => Err(err(kind, msg)),
+        None => Ok(()),
+    }
 }
 
 impl<'a> Checker<'a> {
@@ -920,6 +1048,7 @@ impl<'a> Checker<'a> {
             Stmt::Threads { .. } => ("threads region", BlockOnly),
             Stmt::Producer { .. } => ("producer", BlockOnly),
             Stmt::InTurn { .. } => ("in_turn", BlockOnly),
+            Stmt::FirstWarpgroups { .. } => ("first_warpgroups", BlockOnly),
             Stmt::StoreScalar { .. } => ("store_scalar", RegionOnly),
             Stmt::SharedStore { .. } => ("shared_store", RegionOnly),
             Stmt::Atomic { .. } => ("atomic", RegionOnly),
@@ -963,6 +1092,9 @@ impl<'a> Checker<'a> {
         if self.in_turn {
             self.turn_placement(s)?;
         }
+        if self.first_wgs.is_some() {
+            self.first_wgs_placement(s)?;
+        }
         let skeleton = self.k.producer_warp && !self.producer && self.region.is_none();
         self.skeleton
             .set(skeleton && matches!(s, Stmt::Let { .. } | Stmt::Assign { .. } | Stmt::For { .. } | Stmt::If { .. }));
@@ -998,6 +1130,41 @@ impl<'a> Checker<'a> {
         ))
     }
 
+    /// Inside a [`Stmt::FirstWarpgroups`] body: only what a warpgroup runs on its own (the other warpgroups skip
+    /// the body, so nothing may wait for them or spread its work over them).
+    fn first_wgs_placement(&self, s: &Stmt) -> Result<(), IrError> {
+        let ok = matches!(
+            s,
+            Stmt::Let { .. }
+                | Stmt::Assign { .. }
+                | Stmt::For { .. }
+                | Stmt::If { .. }
+                | Stmt::Map { .. }
+                | Stmt::VecMap { .. }
+                | Stmt::Reduce { .. }
+                | Stmt::Mma { .. }
+                | Stmt::MmaAsync { .. }
+                | Stmt::MmaWait { .. }
+                | Stmt::Load { .. }
+                | Stmt::Store { .. }
+                | Stmt::LoadVec { .. }
+                | Stmt::StoreVec { .. }
+                | Stmt::StoreCols { .. }
+        );
+        if ok {
+            return Ok(());
+        }
+        let (name, _) = Self::placement(s);
+        Err(self.err(
+            IrErrorKind::Scope,
+            format!(
+                "`{name}` inside a `first_warpgroups` body: the other warpgroups skip the body, so it holds scalar \
+                 control and tile statements a warpgroup runs on its own (no barriers, copies, threads regions or \
+                 nested turns)"
+            ),
+        ))
+    }
+
     /// Producer-warp kernels: what may appear inside and outside [`Stmt::Producer`] bodies.
     fn producer_placement(&self, s: &Stmt) -> Result<(), IrError> {
         let elected =
@@ -1028,6 +1195,28 @@ impl<'a> Checker<'a> {
 
     fn stmt_inner(&mut self, s: &Stmt) -> Result<(), IrError> {
         match s {
+            Stmt::FirstWarpgroups { count, body } => {
+                let t = self.k.threads;
+                if self.k.producer_warp || !t.is_multiple_of(128) || *count == 0 || 128 * count >= t {
+                    return Err(self.err(
+                        IrErrorKind::Shape,
+                        format!(
+                            "`first_warpgroups` of {count} needs at least {} whole warpgroups (threads a multiple of \
+                             128) and no producer warp; the kernel has {t} threads{}",
+                            count + 1,
+                            if self.k.producer_warp { " and a producer warp" } else { "" }
+                        ),
+                    ));
+                }
+                self.path.push(format!("first {count} warpgroups"));
+                self.first_wgs = Some((*count, self.scopes.len()));
+                self.scopes.push(Scope::default());
+                let r = self.body(body);
+                self.scopes.pop();
+                self.first_wgs = None;
+                self.path.pop();
+                r?;
+            }
             Stmt::InTurn { body } => {
                 let t = self.k.threads;
                 if !t.is_multiple_of(128) || t < 256 {
@@ -1069,6 +1258,19 @@ impl<'a> Checker<'a> {
                 let want = self.var_ty(*var).ok_or_else(|| {
                     self.err(IrErrorKind::Scope, format!("assignment to variable #{} out of scope", var.0))
                 })?;
+                if let (Some((_, base)), Some(at)) = (self.first_wgs, self.var_scope(*var))
+                    && at < base
+                {
+                    return Err(self.err(
+                        IrErrorKind::Scope,
+                        format!(
+                            "variable `{}` is introduced outside the `first_warpgroups` body: the warpgroups that skip \
+                             the body would keep its old value (introduce a variable inside, or write through shared \
+                             memory)",
+                            self.var_name(*var)
+                        ),
+                    ));
+                }
                 if let (Some(base), Some(at)) = (self.region, self.var_scope(*var))
                     && at < base
                 {
@@ -2114,6 +2316,80 @@ mod tests {
         // Not inside a threads region.
         let e = kind(build(256, &|b, _| b.threads(|b| b.in_turn(|_| {})))).unwrap_err();
         assert!(e.0 == IrErrorKind::Scope && e.1.contains("`in_turn` is a block-level statement"), "{e:?}");
+    }
+
+    #[test]
+    fn first_warpgroups_rules() {
+        // A kernel of `threads` threads with a [64, 16] tile `t` and row vector `v` on [4, 1] warps, a [64, 16]
+        // tile `u` on [4, 2] warps and a shared buffer: `f` builds the body.
+        type Body = dyn Fn(&mut KernelBuilder, [TileId; 2], VecId, SharedId);
+        let build = |threads: u32, f: &Body| {
+            let mut b = KernelBuilder::new("t", threads);
+            let m = b.dim("M");
+            let _y = b.tensor("y", DType::F32, &[m], Access::Write);
+            let sh = b.shared("s", DType::F32, 64, 16, 1, Swizzle::None);
+            let t = b.tile("t", DType::F32, 64, 16, [4, 1]);
+            let u = b.tile("u", DType::F32, 64, 16, if threads == 256 { [4, 2] } else { [4, 1] });
+            let v = b.vec("v", 64, [4, 1]);
+            f(&mut b, [t, u], v, sh);
+            b.finish()
+        };
+        let kind = |r: Result<Kernel, IrError>| r.map(|_| ()).map_err(|e| (e.kind, e.msg));
+        // Warpgroup 0 computes `t` and its row sums and stores them; everyone reads the buffer after a barrier.
+        fn ok(b: &mut KernelBuilder, [t, u]: [TileId; 2], v: VecId, sh: SharedId) {
+            b.first_warpgroups(1, |b| {
+                let x = b.let_("x", 2i64);
+                b.for_("i", 0i64, 2i64, 1i64, |b, _| {
+                    b.map(t, Expr::RowIdx.to_float() * x.clone().to_float());
+                    b.reduce(v, t, ReduceOp::Sum, false);
+                    b.map(t, Expr::RowVal(v));
+                });
+                let dst = b.slot(sh, 0i64);
+                b.store(t, Place::Shared(dst));
+            });
+            b.barrier();
+            b.map(u, Expr::shared_load(sh, 0i64, Expr::RowIdx, Expr::ColIdx));
+        }
+        let k = build(256, &ok).unwrap();
+        assert!(crate::print::kernel(&k).contains("first 1 warpgroups {"));
+        // At least one warpgroup more than the body's, whole warpgroups.
+        let e = kind(build(128, &|b, [t, _], _, _| b.first_warpgroups(1, |b| b.map(t, 0.0f64)))).unwrap_err();
+        assert!(e.0 == IrErrorKind::Shape && e.1.contains("needs at least 2 whole warpgroups"), "{e:?}");
+        // A tile or vector of the body mentioned outside it (or in a body of another count).
+        let e = kind(build(256, &|b, [t, u], v, sh| {
+            ok(b, [t, u], v, sh);
+            b.map(t, 0.0f64);
+        }))
+        .unwrap_err();
+        assert!(e.0 == IrErrorKind::Scope && e.1.contains("tile `t` is mentioned inside"), "{e:?}");
+        let e = kind(build(256, &|b, [t, u], v, sh| {
+            ok(b, [t, u], v, sh);
+            b.vec_map(v, 1.0f64);
+        }))
+        .unwrap_err();
+        assert!(e.1.contains("vector `v` is mentioned inside a `first_warpgroups` body and outside"), "{e:?}");
+        let e = kind(build(384, &|b, [t, _], _, _| {
+            b.first_warpgroups(1, |b| b.map(t, 0.0f64));
+            b.first_warpgroups(2, |b| b.map(t, 1.0f64));
+        }))
+        .unwrap_err();
+        assert!(e.1.contains("in bodies of other counts"), "{e:?}");
+        // A tile on more warps than the body runs.
+        let e = kind(build(256, &|b, [_, u], _, _| b.first_warpgroups(1, |b| b.map(u, 0.0f64)))).unwrap_err();
+        assert!(e.0 == IrErrorKind::Layout && e.1.contains("tile `u` on warps [4, 2]"), "{e:?}");
+        // Nothing that waits for or spreads over the skipping warpgroups; no assignment of outer variables.
+        let e = kind(build(256, &|b, _, _, _| b.first_warpgroups(1, |b| b.barrier()))).unwrap_err();
+        assert!(e.0 == IrErrorKind::Scope && e.1.contains("`barrier` inside a `first_warpgroups` body"), "{e:?}");
+        let e = kind(build(256, &|b, _, _, _| b.first_warpgroups(1, |b| b.threads(|_| {})))).unwrap_err();
+        assert!(e.1.contains("`threads region` inside a `first_warpgroups` body"), "{e:?}");
+        let e = kind(build(256, &|b, _, _, _| b.first_warpgroups(1, |b| b.first_warpgroups(1, |_| {})))).unwrap_err();
+        assert!(e.1.contains("`first_warpgroups` inside a `first_warpgroups` body"), "{e:?}");
+        let e = kind(build(256, &|b, _, _, _| {
+            let x = b.let_var("x", 0i64);
+            b.first_warpgroups(1, |b| b.assign(x, 1i64));
+        }))
+        .unwrap_err();
+        assert!(e.1.contains("variable `x` is introduced outside the `first_warpgroups` body"), "{e:?}");
     }
 
     #[test]

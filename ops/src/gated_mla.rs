@@ -1207,7 +1207,9 @@ pub fn decode_knob_space() -> KnobSpace {
         .axis(
             "SCORES",
             "replicated: every warp column group computes the [BM, BN] scores of its rows itself; shared: the \
-             WN groups split the score columns and exchange them through shared memory",
+             WN groups split the score columns and exchange them through shared memory (MMA=wgmma, VWG=2: \
+             warpgroup 0 alone computes the scores and the softmax and shares P and the row scale through shared \
+             memory; both warpgroups multiply their value columns)",
             ["replicated", "shared"],
         )
         .axis(
@@ -1231,8 +1233,8 @@ pub fn decode_knob_space() -> KnobSpace {
         .axis(
             "MMA",
             "sync: mma.sync on [WM, WN] warps (16-row warp tiles); wgmma: the Hopper warpgroup instructions, BM / 64 \
-             warpgroups of 64 packed rows on [BM / 16, 1] warps (SCORES=replicated, WN=1), the [BM, BN] scores and \
-             a DV / DVS value slice per block, K and V from the same shared stage",
+             warpgroups of 64 packed rows on [BM / 16, 1] warps (WN=1; SCORES=shared only with VWG=2), the [BM, BN] \
+             scores and a DV / DVS value slice per block, K and V from the same shared stage",
             ["sync", "wgmma"],
         )
         .axis(
@@ -1523,8 +1525,19 @@ fn decode_cfg_wgmma(spec: &DecodeSpec, k: &Knobs, mut c: DecodeCfg) -> Result<De
     if c.bm == 0 || !c.bm.is_multiple_of(64) || c.wm != c.bm / 16 || c.wn != 1 {
         return invalid(OP, k, format!("MMA=wgmma needs BM a multiple of 64, WM = BM / 16 and WN = 1 (BM={})", c.bm));
     }
-    if c.shared_scores || c.swn != 0 || c.qk_accs != 1 {
-        return invalid(OP, k, "MMA=wgmma needs SCORES=replicated, SWN=0 and QK_ACCS=1".into());
+    if c.swn != 0 || c.qk_accs != 1 {
+        return invalid(OP, k, "MMA=wgmma needs SWN=0 and QK_ACCS=1".into());
+    }
+    // SCORES=shared: warpgroup 0 computes the scores; P goes through shared memory as a 64-key wgmma A operand.
+    if c.shared_scores && (c.vwg != 2 || c.bn != 64 || c.overlap) {
+        return invalid(
+            OP,
+            k,
+            format!(
+                "MMA=wgmma with SCORES=shared needs VWG=2, BN=64 and OVERLAP=false (VWG={}, BN={}, OVERLAP={})",
+                c.vwg, c.bn, c.overlap
+            ),
+        );
     }
     if c.bn == 0 || !c.bn.is_multiple_of(16) || !spec.page.is_multiple_of(c.bn) {
         return invalid(OP, k, format!("BN={} must be a multiple of 16 dividing the page {}", c.bn, spec.page));
@@ -1554,7 +1567,9 @@ fn decode_cfg_wgmma(spec: &DecodeSpec, k: &Knobs, mut c: DecodeCfg) -> Result<De
     if regs > 176 {
         return invalid(OP, k, format!("{regs} tile registers per thread (max 176 for MMA=wgmma)"));
     }
-    let smem = 2 * ((c.bm + c.stages * c.bn) * spec.d) as usize;
+    // SCORES=shared: P (bf16, [BM, BN]) and the row scale ([BM, 8] f32) beside the Q tile and the ring.
+    let exchange = if c.shared_scores { (2 * c.bm * c.bn + 4 * c.bm * 8) as usize } else { 0 };
+    let smem = 2 * ((c.bm + c.stages * c.bn) * spec.d) as usize + exchange;
     if smem > MAX_SHARED_BYTES {
         return invalid(OP, k, format!("{smem} bytes of shared memory"));
     }
@@ -1981,9 +1996,12 @@ fn build_decode_wgmma(spec: &DecodeSpec, knobs: &Knobs, c: &DecodeCfg, direct: b
         if direct { "_direct" } else { "" },
         knobs.id().to_lowercase()
     );
-    // VWG=2: a second set of warpgroups shares the block's Q tile and K/V stages; every warpgroup computes the
-    // scores of its rows (the score tile is replicated), and the value accumulators are split by columns, each
-    // warpgroup multiplying 32 of every 64 value columns.
+    // VWG=2: a second set of warpgroups shares the block's Q tile and K/V stages, and the value accumulators are
+    // split by columns, each warpgroup multiplying 32 of every 64 value columns. SCORES=replicated: every
+    // warpgroup computes the scores of its rows (the score tile is replicated). SCORES=shared: warpgroup 0 alone
+    // computes the scores and the softmax (the score tile, P and the softmax state are its own) and passes P and
+    // the row scale to both through shared memory (FlashMLA's split), which saves the second warpgroup's
+    // 576-deep score product: a third of the block's tensor work per tile.
     let mut b = KernelBuilder::new(&name, 32 * c.wm * c.vwg);
     b.knobs(knobs.clone());
     let DecodeIo { bsz, sqd, h, maxb, nsplit, q, kv, bt, seqlens, o_part, lse_part, scale } =
@@ -2002,6 +2020,12 @@ fn build_decode_wgmma(spec: &DecodeSpec, knobs: &Knobs, c: &DecodeCfg, direct: b
     let sm = OnlineSoftmax::new(&mut b, bm, warps, acc_warps);
     let inv_l = b.vec("inv_l", bm, acc_warps);
     let lse_v = b.vec("lse_rows", bm, warps);
+    // SCORES=shared: P as the products' A operand, and one f32 per row (the tile's row scale, then 1 / l) in
+    // column 0 of `sScale`, written through the [BM, 8] tile `row_scale`.
+    let shared_p = c.shared_scores;
+    let sp = shared_p.then(|| b.shared("sP", DType::Bf16, bm, bn, 1, Swizzle::Xor16B));
+    let ssc = shared_p.then(|| b.shared("sScale", DType::F32, bm, 8, 1, Swizzle::None));
+    let row_scale = shared_p.then(|| b.tile("row_scale", DType::F32, bm, 8, warps));
 
     let mt = b.let_("mt", Expr::block_idx(0) / dvs as i64);
     let vs = b.let_("vslice", Expr::block_idx(0) % dvs as i64);
@@ -2046,7 +2070,7 @@ fn build_decode_wgmma(spec: &DecodeSpec, knobs: &Knobs, c: &DecodeCfg, direct: b
         blk_next: None,
     };
     ring.prologue(&mut b, q, sq, &rows_total, &m0, &rows_valid, c.bt_prefetch);
-    sm.init(&mut b);
+    b.first_warpgroups_if(shared_p, 1, |b| sm.init(b));
     for &acc in &accs {
         b.map(acc, 0.0f64);
     }
@@ -2065,14 +2089,19 @@ fn build_decode_wgmma(spec: &DecodeSpec, knobs: &Knobs, c: &DecodeCfg, direct: b
             b.for_("chunk", 0i64, nch as i64, 1i64, chunk);
         }
     };
-    // O += P V: this slice's chunks of the first DV columns of the slot's cache rows, stored [keys, values].
+    // O += P V: this slice's chunks of the first DV columns of the slot's cache rows, stored [keys, values]; P
+    // from the registers, or (SCORES=shared) from `sP`.
     let pv_async = |b: &mut KernelBuilder, slot: &Expr| {
         for (cv, &acc) in accs.iter().enumerate() {
             let vb = Operand::Shared {
                 src: b.slot(skv, slot.clone() * nch as i64 + v0.clone() + cv as i64),
                 transpose: false,
             };
-            b.mma_async(acc, Operand::Reg(p), vb);
+            let pa = match sp {
+                Some(sp) => Operand::Shared { src: b.slot(sp, 0i64), transpose: false },
+                None => Operand::Reg(p),
+            };
+            b.mma_async(acc, pa, vb);
         }
     };
     // The scores of tile j (starting at key kv0) in the log2 domain, -inf where masked; SOFTMAX=fast keeps them
@@ -2088,6 +2117,32 @@ fn build_decode_wgmma(spec: &DecodeSpec, knobs: &Knobs, c: &DecodeCfg, direct: b
         ring.step(b, &j);
         let slot = b.let_("slot", &j % st as i64);
         let kv0 = b.let_("kv0", (t0.clone() + j.clone()) * bn as i64);
+        if let (Some(sp), Some(ssc), Some(rs)) = (sp, ssc, row_scale) {
+            // Warpgroup 0: the scores, the softmax, and P and the row scale into shared memory (the slot's
+            // previous readers finished before the ring's barrier above).
+            b.first_warpgroups(1, |b| {
+                qk_async(b, &slot);
+                b.mma_wait(0);
+                softmax(b, &kv0);
+                b.map(p, el(s));
+                let dst = b.slot(sp, 0i64);
+                b.store(p, Place::Shared(dst));
+                b.map(rs, rv(sm.alpha));
+                let dst = b.slot(ssc, 0i64);
+                b.store(rs, Place::Shared(dst));
+            });
+            // P visible to the tensor cores' async proxy (the ring's newest copies stay in flight), then to all.
+            b.wait(ring.ahead);
+            b.barrier();
+            let alpha = sm.alpha_acc.expect("VWG=2: the accumulators' warps differ from the scores'");
+            b.vec_map(alpha, Expr::shared_load(ssc, 0i64, Expr::RowIdx, 0i64));
+            for &acc in &accs {
+                b.map(acc, el(acc) * rv(alpha));
+            }
+            pv_async(b, &slot);
+            b.mma_wait(0);
+            return;
+        }
         qk_async(b, &slot);
         if c.overlap {
             // Tile j-1's P V after tile j's scores (their groups complete in order): the scores are waited for
@@ -2120,13 +2175,40 @@ fn build_decode_wgmma(spec: &DecodeSpec, knobs: &Knobs, c: &DecodeCfg, direct: b
             b.mma_wait(0);
         });
     }
-    if c.fast_softmax {
-        // The running max is in raw score units; the LSE wants it in the log2 domain (-inf stays -inf).
-        b.vec_map(sm.m, rv(sm.m) * scale_log2.clone());
+    // The running max is in raw score units with SOFTMAX=fast; the LSE wants it in the log2 domain (-inf stays
+    // -inf).
+    let log2_max = |b: &mut KernelBuilder| {
+        if c.fast_softmax {
+            b.vec_map(sm.m, rv(sm.m) * scale_log2.clone());
+        }
+    };
+    if !shared_p {
+        log2_max(&mut b);
     }
     b.wait(0);
-    b.vec_map(inv_l, sm.inv_l());
+    if !shared_p {
+        b.vec_map(inv_l, sm.inv_l());
+    }
     let part_row = b.let_("part_row", (bi * nsplit + split) * rows_total + m0);
+    let lse = |b: &mut KernelBuilder| {
+        b.if_(vs.clone().eq(0i64), |b| {
+            b.vec_map(lse_v, if direct { sm.lse_nat() } else { sm.lse_log2() });
+            b.store_vec(lse_v, vec_view(lse_part, part_row.clone(), 1i64, rows_valid.clone()));
+        });
+    };
+    if let (Some(ssc), Some(rs)) = (ssc, row_scale) {
+        // Warpgroup 0 stores the LSE and passes 1 / l (once the other warpgroup has read the last row scale).
+        b.barrier();
+        b.first_warpgroups(1, |b| {
+            log2_max(b);
+            lse(b);
+            b.map(rs, sm.inv_l());
+            let dst = b.slot(ssc, 0i64);
+            b.store(rs, Place::Shared(dst));
+        });
+        b.barrier();
+        b.vec_map(inv_l, Expr::shared_load(ssc, 0i64, Expr::RowIdx, 0i64));
+    }
     for (cv, &acc) in accs.iter().enumerate() {
         b.map(acc, el(acc) * rv(inv_l));
         let dst = view(
@@ -2139,10 +2221,9 @@ fn build_decode_wgmma(spec: &DecodeSpec, knobs: &Knobs, c: &DecodeCfg, direct: b
         );
         b.store(acc, Place::Global(dst));
     }
-    b.if_(vs.eq(0i64), |b| {
-        b.vec_map(lse_v, if direct { sm.lse_nat() } else { sm.lse_log2() });
-        b.store_vec(lse_v, vec_view(lse_part, part_row, 1i64, rows_valid));
-    });
+    if !shared_p {
+        lse(&mut b);
+    }
     Ok(b.finish()?)
 }
 

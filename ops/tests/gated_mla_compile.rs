@@ -194,6 +194,9 @@ fn decode_wgmma_kernels_compile_without_spills() {
         // the exact softmax unrolled.
         decode_knobs_for_rows(96),
         decode_knobs_for_rows(96).with("SOFTMAX", "exact").with("QK_UNROLL", 1i64),
+        // Session 19: warpgroup 0 alone computes the scores (SCORES=shared), both softmaxes, rolled and unrolled.
+        decode_knobs_for_rows(96).with("SCORES", "shared"),
+        decode_knobs_for_rows(96).with("SCORES", "shared").with("SOFTMAX", "exact").with("QK_UNROLL", 1i64),
     ] {
         assemble(&build_decode(&spec, &k).unwrap());
         assemble(&build_decode_direct(&spec, &k).unwrap());

@@ -611,6 +611,28 @@ fn decode_wgmma_two_value_warpgroups() {
     assert!(matches!(build_decode(&spec, &decode_wgmma_knobs(2).with("VWG", 3i64)), Err(OpError::InvalidKnobs { .. })));
 }
 
+/// `SCORES=shared` on two value warpgroups: warpgroup 0 alone computes the scores and the softmax and passes P and
+/// the row scale (then 1 / l) through shared memory; both multiply their value columns. Ragged lengths, an empty
+/// request (the final 1 / l is 0), splits, s_q 2 across m-tiles, 96 heads, the direct kernel, both softmaxes and
+/// the unrolled score loop. It needs VWG=2, 64-key stages and no OVERLAP.
+#[test]
+fn decode_wgmma_shared_scores() {
+    let lens = [200usize, 1, 15, 0, 17, 63, 65];
+    let shared = decode_wgmma_knobs(1).with("VWG", 2i64).with("SCORES", "shared");
+    decode_case(&lens, 1, 12, 1, &shared);
+    decode_case(&lens, 2, 16, 3, &shared);
+    decode_case(&lens[..4], 1, 96, 2, &shared);
+    decode_direct_case(&lens, 12, &shared);
+    let fast = shared.clone().with("SOFTMAX", "fast").with("QK_UNROLL", 0i64);
+    decode_case(&lens, 2, 16, 2, &fast);
+    decode_direct_case(&lens[..4], 96, &fast);
+    let spec = DecodeSpec::default();
+    let bad = |k: Knobs| assert!(matches!(build_decode(&spec, &k), Err(OpError::InvalidKnobs { .. })), "{k}");
+    bad(decode_wgmma_knobs(2).with("SCORES", "shared"));
+    bad(shared.clone().with("BN", 32i64).with("STAGES", 3i64));
+    bad(shared.with("OVERLAP", true).with("STAGES", 3i64));
+}
+
 #[test]
 fn decode_wgmma_knobs_are_checked() {
     let spec = DecodeSpec::default();

@@ -169,9 +169,11 @@ fn visit(body: &[Stmt], f: &mut impl FnMut(&Stmt)) {
     for s in body {
         f(s);
         match s {
-            Stmt::For { body, .. } | Stmt::Threads { body } | Stmt::Producer { body } | Stmt::InTurn { body } => {
-                visit(body, f)
-            }
+            Stmt::For { body, .. }
+            | Stmt::Threads { body }
+            | Stmt::Producer { body }
+            | Stmt::InTurn { body }
+            | Stmt::FirstWarpgroups { body, .. } => visit(body, f),
             Stmt::If { then_body, else_body, .. } => {
                 visit(then_body, f);
                 visit(else_body, f);
@@ -406,7 +408,7 @@ impl<'a> Renderer<'a> {
                 }
                 _ => {
                     let mut nested = false;
-                    if matches!(s, Stmt::For { .. } | Stmt::If { .. }) {
+                    if matches!(s, Stmt::For { .. } | Stmt::If { .. } | Stmt::FirstWarpgroups { .. }) {
                         let one = std::slice::from_ref(s);
                         visit(one, &mut |t| nested |= matches!(t, Stmt::MmaAsync { .. }));
                     }
@@ -508,6 +510,15 @@ impl<'a> Renderer<'a> {
                 if self.view != View::Producer {
                     self.line(&format!("k3k::turn_pass<{wgs}>();"));
                 }
+                self.nest -= 1;
+                self.depth -= 1;
+                self.line("}");
+            }
+            Stmt::FirstWarpgroups { count, body } => {
+                self.line(&format!("if (threadIdx.x < {}) {{  // first {count} warpgroups", 128 * count));
+                self.depth += 1;
+                self.nest += 1;
+                self.body(body);
                 self.nest -= 1;
                 self.depth -= 1;
                 self.line("}");

@@ -56,6 +56,7 @@ pub fn all() -> Vec<Case> {
         mma_async_rs_bmn(),
         mma_async_ss_then_rs(),
         mma_async_replicated_and_banded(),
+        first_warpgroups_share_p(),
         last_block_reduction(),
         dequant_fp4_stream_prefetch(),
         fp4_gemv(),
@@ -1674,6 +1675,97 @@ pub fn mma_async_replicated_and_banded() -> Case {
     let want = gemm_check(m, n, n, &p_bf, false, &vv, false);
     Case {
         name: "mma_async_replicated_and_banded",
+        kernel: k,
+        tensors: vec![
+            HostTensor::from_f32(DType::Bf16, &[m, kd], &av),
+            HostTensor::from_f32(DType::Bf16, &[n, kd], &wv),
+            HostTensor::from_f32(DType::Bf16, &[n, n], &vv),
+            poisoned(DType::F32, &[m, n]),
+        ],
+        scalars: vec![],
+        check: Box::new(move |ts| close("c", &ts[3].to_f32_vec(), &want, 1e-3)),
+    }
+}
+
+/// Warp specialization through shared memory (FlashMLA's decode split): in a block of two warpgroups, only
+/// warpgroup 0 computes `S = A W^T` (`wgmma`, [64, 64] on [4, 1] warps), its row max, `P = bf16(S / 8)`, and
+/// stores P and the row max (column 0 of a [64, 8] f32 buffer); then both warpgroups multiply P from shared
+/// memory by their column halves of V ([4, 2] warps) and scale each row by the max they read back:
+/// `c = (P V) * rowmax(S)`. The score tile starts as NaN inside the body, so a warpgroup reading its own stale
+/// replica instead of the shared copy would show.
+pub fn first_warpgroups_share_p() -> Case {
+    let (m, n, kd) = (64usize, 64usize, 64usize);
+    let mut b = KernelBuilder::new("p_first_warpgroups_share_p", 256);
+    let a = b.tensor("a", DType::Bf16, &[Expr::Int(m as i64), Expr::Int(kd as i64)], Access::Read);
+    let w = b.tensor("w", DType::Bf16, &[Expr::Int(n as i64), Expr::Int(kd as i64)], Access::Read);
+    let v = b.tensor("v", DType::Bf16, &[Expr::Int(n as i64), Expr::Int(n as i64)], Access::Read);
+    let c = b.tensor("c", DType::F32, &[Expr::Int(m as i64), Expr::Int(n as i64)], Access::Write);
+    let sa = b.shared("sa", DType::Bf16, m as u32, kd as u32, 1, Swizzle::Xor16B);
+    let sw = b.shared("sw", DType::Bf16, n as u32, kd as u32, 1, Swizzle::Xor16B);
+    let sv = b.shared("sv", DType::Bf16, n as u32, n as u32, 1, Swizzle::Xor16B);
+    let sp = b.shared("sp", DType::Bf16, m as u32, n as u32, 1, Swizzle::Xor16B);
+    let sm = b.shared("smax", DType::F32, m as u32, 8, 1, Swizzle::None);
+    let s = b.tile("s", DType::F32, m as u32, n as u32, [4, 1]);
+    let p = b.tile("p", DType::Bf16, m as u32, n as u32, [4, 1]);
+    let rm = b.vec("rowmax", m as u32, [4, 1]);
+    let rt = b.tile("rowmax_t", DType::F32, m as u32, 8, [4, 1]);
+    let o = b.tile("o", DType::F32, m as u32, n as u32, [4, 2]);
+    let ro = b.vec("rowmax_o", m as u32, [4, 2]);
+    let (da, dw, dv, dp, dm) =
+        (b.slot(sa, 0i64), b.slot(sw, 0i64), b.slot(sv, 0i64), b.slot(sp, 0i64), b.slot(sm, 0i64));
+    b.copy_async(da.clone(), view(a, 0i64, kd as i64, m as i64, kd as i64, 8));
+    b.copy_async(dw.clone(), view(w, 0i64, kd as i64, n as i64, kd as i64, 8));
+    b.copy_async(dv.clone(), view(v, 0i64, n as i64, n as i64, n as i64, 8));
+    b.commit();
+    b.map(o, f64::NAN);
+    b.wait(0);
+    b.barrier();
+    b.first_warpgroups(1, |b| {
+        b.map(s, f64::NAN);
+        b.mma_async_init(
+            s,
+            Operand::Shared { src: da, transpose: false },
+            Operand::Shared { src: dw, transpose: true },
+            false,
+        );
+        b.mma_wait(0);
+        b.reduce(rm, s, ReduceOp::Max, false);
+        b.map(p, Expr::Elem(s) * 0.125);
+        b.store(p, Place::Shared(dp.clone()));
+        b.map(rt, Expr::RowVal(rm));
+        b.store(rt, Place::Shared(dm));
+    });
+    b.wait(0);
+    b.barrier();
+    b.vec_map(ro, Expr::shared_load(sm, 0i64, Expr::RowIdx, 0i64));
+    b.mma_async_init(
+        o,
+        Operand::Shared { src: dp, transpose: false },
+        Operand::Shared { src: dv, transpose: false },
+        false,
+    );
+    b.mma_wait(0);
+    b.map(o, Expr::Elem(o) * Expr::RowVal(ro));
+    b.store(o, Place::Global(view(c, 0i64, n as i64, m as i64, n as i64, 2)));
+    let k = b.finish().unwrap();
+    // Multiples of 1/8: the scores are exact in f32 on both sides, so p's bf16 rounding is the same.
+    let mut rng = Rng::new(34);
+    let eighths = |v: Vec<f32>| v.into_iter().map(|x| (x * 8.0).round() / 8.0).collect::<Vec<f32>>();
+    let av = eighths(rng.vals(DType::Bf16, m * kd, -1.0, 1.0));
+    let wv = eighths(rng.vals(DType::Bf16, n * kd, -1.0, 1.0));
+    let vv = rng.vals(DType::Bf16, n * n, -1.0, 1.0);
+    let sref = gemm_check(m, n, kd, &av, false, &wv, true);
+    let p_bf: Vec<f32> = sref.iter().map(|&x| half::bf16::from_f32(x * 0.125).to_f32()).collect();
+    let pv = gemm_check(m, n, n, &p_bf, false, &vv, false);
+    let want: Vec<f32> = (0..m * n)
+        .map(|i| {
+            let r = i / n;
+            let max = sref[r * n..(r + 1) * n].iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            pv[i] * max
+        })
+        .collect();
+    Case {
+        name: "first_warpgroups_share_p",
         kernel: k,
         tensors: vec![
             HostTensor::from_f32(DType::Bf16, &[m, kd], &av),

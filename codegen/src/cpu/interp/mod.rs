@@ -279,6 +279,8 @@ impl<'a> Block<'a> {
             Stmt::Producer { body } => self.body(body, tensors)?,
             // Turns only schedule the warpgroups' issue; the block runs as one (see `Stmt::InTurn`).
             Stmt::InTurn { body } => self.body(body, tensors)?,
+            // The other warpgroups only skip the body; its tiles are the running warpgroups' alone (validated).
+            Stmt::FirstWarpgroups { body, .. } => self.body(body, tensors)?,
             Stmt::If { cond, then_body, else_body } => {
                 if self.eval(cond, None, tensors)?.b() {
                     self.body(then_body, tensors)?;

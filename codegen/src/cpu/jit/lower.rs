@@ -239,7 +239,10 @@ impl<'a> Types<'a> {
                     self.stmts(else_body)?;
                 }
                 Stmt::Barrier | Stmt::AsyncCommit | Stmt::AsyncWait { .. } | Stmt::MmaWait { .. } | Stmt::Fence => {}
-                Stmt::Threads { body } | Stmt::Producer { body } | Stmt::InTurn { body } => self.stmts(body)?,
+                Stmt::Threads { body }
+                | Stmt::Producer { body }
+                | Stmt::InTurn { body }
+                | Stmt::FirstWarpgroups { body, .. } => self.stmts(body)?,
                 Stmt::StoreScalar { tensor, index, value } => {
                     self.ty(index)?;
                     let vt = self.ty(value)?;
@@ -875,6 +878,8 @@ impl<'a, 'f> Lower<'a, 'f> {
             Stmt::Producer { body } => self.stmts(body)?,
             // Turns only schedule the warpgroups' issue; the block runs as one (see `Stmt::InTurn`).
             Stmt::InTurn { body } => self.stmts(body)?,
+            // The other warpgroups only skip the body; its tiles are the running warpgroups' alone (validated).
+            Stmt::FirstWarpgroups { body, .. } => self.stmts(body)?,
             Stmt::Threads { body } if body.iter().any(rt::is_warp_stmt) => self.lockstep(body)?,
             Stmt::Threads { body } => {
                 let t = self.b.declare_var(types::I64);
