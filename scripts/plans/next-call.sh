@@ -8,30 +8,41 @@
 # primitive tests (`K3K_GPU=1`: among them the new replicated and column-banded
 # `wgmma` accumulators, and session 17's packed MXFP4 expectations, not run on a GPU since). Rename it to the
 # session's call name when it runs, and commit its output. At most 8 files under $OUT.
+# Session 19 (no device lent) added the decode with SCORES=shared (warpgroup 0 alone computes the scores and passes P
+# through shared memory; new `first_warpgroups` IR bodies): checked on the GPU (both softmaxes), timed beside the
+# automatic knobs at H96 (rolled / unrolled, fast / exact), fuzzed, profiled; the GPU primitives include the new
+# `first_warpgroups_share_p` case.
 # Build first here: cargo build --release; strip -o .carry/k3k target/release/k3k;
 #   cp $(cargo test --release -p k3k-codegen --test gpu_primitives --no-run 2>&1 | grep -o 'target/release/deps/gpu_primitives-[0-9a-f]*') .carry/gpu_primitives
 # Run: BUDGET_S=300 bash scripts/plans/next-call.sh  (carry [".carry"], timeout_s 320)
 W=/tmp/wnext; source scripts/plans/lib.sh
 C=$OUT/check.txt
-G="MMA=wgmma,SCORES=replicated,WN=1,SWN=0,QK_ACCS=1,BT_PREFETCH=0,BM=64,WM=4,BN=64,STAGES=2"
+G="MMA=wgmma,WN=1,SWN=0,QK_ACCS=1,BT_PREFETCH=0,BM=64,WM=4,BN=64,STAGES=2,DVS=1,VWG=2"
+SH="$G,SCORES=shared"
 timeout 60 $K check --backend cuda --op gated_mla.decode --cases 12 >> $C 2>&1; echo "check decode random rc=$? $(date -u +%T)" >> $L
-timeout 60 $K check --backend cuda --op gated_mla.decode --knobs "$G,DVS=1,VWG=2,QK_UNROLL=0,SOFTMAX=fast" --cases 8 >> $C 2>&1; echo "check decode default rc=$? $(date -u +%T)" >> $L
+timeout 60 $K check --backend cuda --op gated_mla.decode --knobs "$G,SCORES=replicated,QK_UNROLL=0,SOFTMAX=fast" --cases 8 >> $C 2>&1; echo "check decode default rc=$? $(date -u +%T)" >> $L
+timeout 60 $K check --backend cuda --op gated_mla.decode --knobs "$SH,QK_UNROLL=0,SOFTMAX=fast" --cases 12 >> $C 2>&1; echo "check decode shared fast rc=$? $(date -u +%T)" >> $L
+timeout 60 $K check --backend cuda --op gated_mla.decode --knobs "$SH,QK_UNROLL=1,SOFTMAX=exact" --cases 12 >> $C 2>&1; echo "check decode shared exact rc=$? $(date -u +%T)" >> $L
 grep -E "cases, [0-9]+ failed" $C | sort | uniq -c >> $L
 K3K_GPU=1 timeout 90 .carry/gpu_primitives > $OUT/gpu_primitives.txt 2>&1; echo "gpu_primitives rc=$? $(grep 'test result' $OUT/gpu_primitives.txt) $(date -u +%T)" >> $L
 mkdir -p $W/results && cp -r results/nvidia-h200 $W/results/
 op gated_mla.decode 100 60
 rm -f $OUT/results.tgz
-V="$G,DVS=1,VWG=2,QK_UNROLL=0,SOFTMAX=fast;$G,DVS=1,VWG=2,QK_UNROLL=1;$G,DVS=1,VWG=2,QK_UNROLL=1,SOFTMAX=fast;$G,DVS=2,QK_UNROLL=1"
-[ "$(left)" -gt 50 ] && { timeout 60 $K bench --op gated_mla.decode --preset "b128 S4096 H96" --knobs "$V" --results /nonexistent --out $W/ab >> $OUT/bench.txt 2>&1; echo "ab rc=$? $(date -u +%T)" >> $L; tar czf $OUT/ab.tgz -C $W ab; }
-# What bounds the VWG=2 decode now (ncu, first launch, clocks left alone): stall reasons and the tensor pipe.
+V="$G,SCORES=replicated,QK_UNROLL=0,SOFTMAX=fast;$SH,QK_UNROLL=0,SOFTMAX=fast;$SH,QK_UNROLL=1,SOFTMAX=fast;$SH,QK_UNROLL=1,SOFTMAX=exact;$SH,QK_UNROLL=0,SOFTMAX=exact;$G,SCORES=replicated,QK_UNROLL=1,SOFTMAX=exact"
+[ "$(left)" -gt 50 ] && { timeout 70 $K bench --op gated_mla.decode --preset "b128 S4096 H96" --knobs "$V" --results /nonexistent --out $W/ab >> $OUT/bench.txt 2>&1; echo "ab rc=$? $(date -u +%T)" >> $L; tar czf $OUT/ab.tgz -C $W ab; }
+# What bounds the decode (ncu, first launch, clocks left alone): stall reasons and the tensor pipe, the automatic
+# knobs and SCORES=shared.
 mkdir -p $W/prof
-[ "$(left)" -gt 90 ] && { timeout 60 ncu --clock-control none --kernel-name "regex:k3k_mla_decode" --launch-count 1 \
-  --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,lts__t_bytes.sum,dram__bytes_read.sum,gpu__time_duration.sum" \
-  $K bench --op gated_mla.decode --preset "b128 S4096 H96" --reps 1 --window-ms 0 --results /nonexistent --out $W/pb > $W/prof/vwg2.txt 2>&1
-  echo "ncu rc=$? $(date -u +%T)" >> $L; tar czf $OUT/ab.tgz -C $W ab prof; }
-[ "$(left)" -gt 30 ] && { timeout $(( $(left) - 8 )) $K fuzz --backend cuda --op gated_mla.decode --time $(( $(left) - 20 ))s > $OUT/fuzz.txt 2>&1; echo "fuzz rc=$? $(date -u +%T)" >> $L; tail -2 $OUT/fuzz.txt >> $L; }
+M="regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,lts__t_bytes.sum,dram__bytes_read.sum,gpu__time_duration.sum"
+for v in "auto:" "shared:$SH,QK_UNROLL=0,SOFTMAX=fast"; do n=${v%%:*}; kn=${v#*:}
+  [ "$(left)" -gt 90 ] && { timeout 60 ncu --clock-control none --kernel-name "regex:k3k_mla_decode" --launch-count 1 --metrics "$M" \
+    $K bench --op gated_mla.decode --preset "b128 S4096 H96" ${kn:+--knobs "$kn"} --reps 1 --window-ms 0 --results /nonexistent --out $W/pb-$n > $W/prof/$n.txt 2>&1
+    echo "ncu $n rc=$? $(date -u +%T)" >> $L; tar czf $OUT/ab.tgz -C $W ab prof; }
+done
+[ "$(left)" -gt 40 ] && { timeout 40 $K fuzz --backend cuda --op gated_mla.decode --knobs "$SH,QK_UNROLL=0,SOFTMAX=fast" --time 25s > $OUT/fuzz.txt 2>&1; echo "fuzz shared rc=$? $(date -u +%T)" >> $L; tail -2 $OUT/fuzz.txt >> $L; }
+[ "$(left)" -gt 30 ] && { timeout $(( $(left) - 8 )) $K fuzz --backend cuda --op gated_mla.decode --time $(( $(left) - 20 ))s >> $OUT/fuzz.txt 2>&1; echo "fuzz rc=$? $(date -u +%T)" >> $L; tail -2 $OUT/fuzz.txt >> $L; }
 echo "end $(date -u +%T)" >> $L
 cat $L | cut -c1-220
 grep -h "^| " $W/b/*/*/*.md 2>/dev/null | grep -v "^| ---\|^| preset" | cut -d'|' -f2-8
-variants $W/ab DVS VWG SOFTMAX QK_UNROLL
-grep -E "stalled|gmma|bytes|duration" $W/prof/vwg2.txt 2>/dev/null | awk '{print $1, $(NF-1), $NF}' | sort -k3 -g -r | head -16
+variants $W/ab SCORES SOFTMAX QK_UNROLL
+for n in auto shared; do echo "== ncu $n"; grep -E "stalled|gmma|bytes|duration" $W/prof/$n.txt 2>/dev/null | awk '{print $1, $(NF-1), $NF}' | sort -k3 -g -r | head -12; done
