@@ -2020,12 +2020,15 @@ fn build_decode_wgmma(spec: &DecodeSpec, knobs: &Knobs, c: &DecodeCfg, direct: b
     let sm = OnlineSoftmax::new(&mut b, bm, warps, acc_warps);
     let inv_l = b.vec("inv_l", bm, acc_warps);
     let lse_v = b.vec("lse_rows", bm, warps);
-    // SCORES=shared: P as the products' A operand, and one f32 per row (the tile's row scale, then 1 / l) in
-    // column 0 of `sScale`, written through the [BM, 8] tile `row_scale`.
+    // SCORES=shared: P in `sP`, read back by every warpgroup into `p_all` (its register A operand: a shared A
+    // would be re-read from shared memory by each of the 32 k16 steps of both warpgroups, 2 KB each beside 1 KB of
+    // V, more bytes per step than the tensor cores take cycles at N = 32), and one f32 per row (the tile's row
+    // scale, then 1 / l) in column 0 of `sScale`, written through the [BM, 8] tile `row_scale`.
     let shared_p = c.shared_scores;
     let sp = shared_p.then(|| b.shared("sP", DType::Bf16, bm, bn, 1, Swizzle::Xor16B));
     let ssc = shared_p.then(|| b.shared("sScale", DType::F32, bm, 8, 1, Swizzle::None));
     let row_scale = shared_p.then(|| b.tile("row_scale", DType::F32, bm, 8, warps));
+    let p_all = shared_p.then(|| b.tile("p_all", DType::Bf16, bm, bn, warps));
 
     let mt = b.let_("mt", Expr::block_idx(0) / dvs as i64);
     let vs = b.let_("vslice", Expr::block_idx(0) % dvs as i64);
@@ -2090,18 +2093,14 @@ fn build_decode_wgmma(spec: &DecodeSpec, knobs: &Knobs, c: &DecodeCfg, direct: b
         }
     };
     // O += P V: this slice's chunks of the first DV columns of the slot's cache rows, stored [keys, values]; P
-    // from the registers, or (SCORES=shared) from `sP`.
+    // from the registers (SCORES=shared: as every warpgroup read it back).
     let pv_async = |b: &mut KernelBuilder, slot: &Expr| {
         for (cv, &acc) in accs.iter().enumerate() {
             let vb = Operand::Shared {
                 src: b.slot(skv, slot.clone() * nch as i64 + v0.clone() + cv as i64),
                 transpose: false,
             };
-            let pa = match sp {
-                Some(sp) => Operand::Shared { src: b.slot(sp, 0i64), transpose: false },
-                None => Operand::Reg(p),
-            };
-            b.mma_async(acc, pa, vb);
+            b.mma_async(acc, Operand::Reg(p_all.unwrap_or(p)), vb);
         }
     };
     // The scores of tile j (starting at key kv0) in the log2 domain, -inf where masked; SOFTMAX=fast keeps them
@@ -2117,7 +2116,7 @@ fn build_decode_wgmma(spec: &DecodeSpec, knobs: &Knobs, c: &DecodeCfg, direct: b
         ring.step(b, &j);
         let slot = b.let_("slot", &j % st as i64);
         let kv0 = b.let_("kv0", (t0.clone() + j.clone()) * bn as i64);
-        if let (Some(sp), Some(ssc), Some(rs)) = (sp, ssc, row_scale) {
+        if let (Some(sp), Some(ssc), Some(rs), Some(pa)) = (sp, ssc, row_scale, p_all) {
             // Warpgroup 0: the scores, the softmax, and P and the row scale into shared memory (the slot's
             // previous readers finished before the ring's barrier above).
             b.first_warpgroups(1, |b| {
@@ -2131,9 +2130,10 @@ fn build_decode_wgmma(spec: &DecodeSpec, knobs: &Knobs, c: &DecodeCfg, direct: b
                 let dst = b.slot(ssc, 0i64);
                 b.store(rs, Place::Shared(dst));
             });
-            // P visible to the tensor cores' async proxy (the ring's newest copies stay in flight), then to all.
-            b.wait(ring.ahead);
+            // P and the row scale visible to every warpgroup.
             b.barrier();
+            let src = b.slot(sp, 0i64);
+            b.load(pa, Place::Shared(src));
             let alpha = sm.alpha_acc.expect("VWG=2: the accumulators' warps differ from the scores'");
             b.vec_map(alpha, Expr::shared_load(ssc, 0i64, Expr::RowIdx, 0i64));
             for &acc in &accs {
