@@ -1528,14 +1528,14 @@ fn decode_cfg_wgmma(spec: &DecodeSpec, k: &Knobs, mut c: DecodeCfg) -> Result<De
     if c.swn != 0 || c.qk_accs != 1 {
         return invalid(OP, k, "MMA=wgmma needs SWN=0 and QK_ACCS=1".into());
     }
-    // SCORES=shared: warpgroup 0 computes the scores; P goes through shared memory as a 64-key wgmma A operand.
-    if c.shared_scores && (c.vwg != 2 || c.bn != 64 || c.overlap) {
+    // SCORES=shared: warpgroup 0 computes the scores for the second one (no OVERLAP schedule of it is built).
+    if c.shared_scores && (c.vwg != 2 || c.overlap) {
         return invalid(
             OP,
             k,
             format!(
-                "MMA=wgmma with SCORES=shared needs VWG=2, BN=64 and OVERLAP=false (VWG={}, BN={}, OVERLAP={})",
-                c.vwg, c.bn, c.overlap
+                "MMA=wgmma with SCORES=shared needs VWG=2 and OVERLAP=false (VWG={}, OVERLAP={})",
+                c.vwg, c.overlap
             ),
         );
     }

@@ -614,7 +614,7 @@ fn decode_wgmma_two_value_warpgroups() {
 /// `SCORES=shared` on two value warpgroups: warpgroup 0 alone computes the scores and the softmax and passes P and
 /// the row scale (then 1 / l) through shared memory; both multiply their value columns. Ragged lengths, an empty
 /// request (the final 1 / l is 0), splits, s_q 2 across m-tiles, 96 heads, the direct kernel, both softmaxes and
-/// the unrolled score loop. It needs VWG=2, 64-key stages and no OVERLAP.
+/// the unrolled score loop, 32-key stages. It needs VWG=2 and no OVERLAP.
 #[test]
 fn decode_wgmma_shared_scores() {
     let lens = [200usize, 1, 15, 0, 17, 63, 65];
@@ -629,8 +629,11 @@ fn decode_wgmma_shared_scores() {
     let spec = DecodeSpec::default();
     let bad = |k: Knobs| assert!(matches!(build_decode(&spec, &k), Err(OpError::InvalidKnobs { .. })), "{k}");
     bad(decode_wgmma_knobs(2).with("SCORES", "shared"));
-    bad(shared.clone().with("BN", 32i64).with("STAGES", 3i64));
-    bad(shared.with("OVERLAP", true).with("STAGES", 3i64));
+    bad(shared.clone().with("OVERLAP", true).with("BN", 32i64).with("STAGES", 3i64));
+    // 32-key stages, three deep (P [64, 32] in 64-byte rows).
+    let short = shared.with("BN", 32i64).with("STAGES", 3i64);
+    decode_case(&lens, 1, 12, 2, &short);
+    decode_direct_case(&lens[..4], 96, &short);
 }
 
 #[test]

@@ -28,7 +28,7 @@ K3K_GPU=1 timeout 90 .carry/gpu_primitives > $OUT/gpu_primitives.txt 2>&1; echo 
 mkdir -p $W/results && cp -r results/nvidia-h200 $W/results/
 op gated_mla.decode 100 60
 rm -f $OUT/results.tgz
-V="$G,SCORES=replicated,QK_UNROLL=0,SOFTMAX=fast;$SH,QK_UNROLL=0,SOFTMAX=fast;$SH,QK_UNROLL=1,SOFTMAX=fast;$SH,QK_UNROLL=1,SOFTMAX=exact;$SH,QK_UNROLL=0,SOFTMAX=exact;$G,SCORES=replicated,QK_UNROLL=1,SOFTMAX=exact"
+V="$G,SCORES=replicated,QK_UNROLL=0,SOFTMAX=fast;$SH,QK_UNROLL=0,SOFTMAX=fast;$SH,QK_UNROLL=1,SOFTMAX=fast;$SH,QK_UNROLL=1,SOFTMAX=exact;$SH,QK_UNROLL=0,SOFTMAX=exact;$G,SCORES=replicated,QK_UNROLL=1,SOFTMAX=exact;$SH,BN=32,STAGES=4,QK_UNROLL=0,SOFTMAX=fast"
 [ "$(left)" -gt 50 ] && { timeout 70 $K bench --op gated_mla.decode --preset "b128 S4096 H96" --knobs "$V" --results /nonexistent --out $W/ab >> $OUT/bench.txt 2>&1; echo "ab rc=$? $(date -u +%T)" >> $L; tar czf $OUT/ab.tgz -C $W ab; }
 # What bounds the decode (ncu, first launch, clocks left alone): stall reasons and the tensor pipe, the automatic
 # knobs and SCORES=shared.
@@ -44,5 +44,5 @@ done
 echo "end $(date -u +%T)" >> $L
 cat $L | cut -c1-220
 grep -h "^| " $W/b/*/*/*.md 2>/dev/null | grep -v "^| ---\|^| preset" | cut -d'|' -f2-8
-variants $W/ab SCORES SOFTMAX QK_UNROLL
+variants $W/ab SCORES SOFTMAX QK_UNROLL BN STAGES
 for n in auto shared; do echo "== ncu $n"; grep -E "stalled|gmma|bytes|duration" $W/prof/$n.txt 2>/dev/null | awk '{print $1, $(NF-1), $NF}' | sort -k3 -g -r | head -12; done
