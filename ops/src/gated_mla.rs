@@ -1253,7 +1253,8 @@ pub fn decode_knob_space() -> KnobSpace {
             "OVERLAP",
             "MMA=wgmma: issue tile j's score product, then tile j-1's P V product, and run tile j's softmax while \
              P V is in flight (K and V share a stage, so the ring holds two tiles in use and loads STAGES - 2 ahead: \
-             STAGES >= 3)",
+             STAGES >= 3); with SCORES=shared, every warpgroup's tile j-1 P V runs under warpgroup 0's tile j \
+             softmax",
             [false, true],
         )
         .axis(
@@ -1528,16 +1529,9 @@ fn decode_cfg_wgmma(spec: &DecodeSpec, k: &Knobs, mut c: DecodeCfg) -> Result<De
     if c.swn != 0 || c.qk_accs != 1 {
         return invalid(OP, k, "MMA=wgmma needs SWN=0 and QK_ACCS=1".into());
     }
-    // SCORES=shared: warpgroup 0 computes the scores for the second one (no OVERLAP schedule of it is built).
-    if c.shared_scores && (c.vwg != 2 || c.overlap) {
-        return invalid(
-            OP,
-            k,
-            format!(
-                "MMA=wgmma with SCORES=shared needs VWG=2 and OVERLAP=false (VWG={}, OVERLAP={})",
-                c.vwg, c.overlap
-            ),
-        );
+    // SCORES=shared: warpgroup 0 computes the scores for both warpgroups.
+    if c.shared_scores && c.vwg != 2 {
+        return invalid(OP, k, format!("MMA=wgmma with SCORES=shared needs VWG=2 (VWG={})", c.vwg));
     }
     if c.bn == 0 || !c.bn.is_multiple_of(16) || !spec.page.is_multiple_of(c.bn) {
         return invalid(OP, k, format!("BN={} must be a multiple of 16 dividing the page {}", c.bn, spec.page));
@@ -2110,37 +2104,69 @@ fn build_decode_wgmma(spec: &DecodeSpec, knobs: &Knobs, c: &DecodeCfg, direct: b
         mask_scores(b, s, crosses, visible, &scale_log2, c.fast_softmax);
         step_scores(b, &sm, s, &scale_log2, c.fast_softmax);
     };
-    b.for_("j", 0i64, count.clone(), 1i64, |b, j| {
-        // The copies of tile j landed (and were fenced for the async proxy); every warpgroup finished reading
-        // the slot the next load overwrites (its products were waited for at the end of an earlier iteration).
-        ring.step(b, &j);
-        let slot = b.let_("slot", &j % st as i64);
-        let kv0 = b.let_("kv0", (t0.clone() + j.clone()) * bn as i64);
-        if let (Some(sp), Some(ssc), Some(rs), Some(pa)) = (sp, ssc, row_scale, p_all) {
-            // Warpgroup 0: the scores, the softmax, and P and the row scale into shared memory (the slot's
-            // previous readers finished before the ring's barrier above).
-            b.first_warpgroups(1, |b| {
-                qk_async(b, &slot);
-                b.mma_wait(0);
-                softmax(b, &kv0);
+    // SCORES=shared: warpgroup 0 publishes a tile's P and row scale (`publish`, inside its body), and every
+    // warpgroup reads them back, rescales its accumulators and issues its P V from the stage `slot` (`pv`).
+    let shared = match (sp, ssc, row_scale, p_all) {
+        (Some(sp), Some(ssc), Some(rs), Some(pa)) => Some(SharedScores {
+            publish: Box::new(move |b: &mut KernelBuilder| {
                 b.map(p, el(s));
                 let dst = b.slot(sp, 0i64);
                 b.store(p, Place::Shared(dst));
                 b.map(rs, rv(sm.alpha));
                 let dst = b.slot(ssc, 0i64);
                 b.store(rs, Place::Shared(dst));
-            });
-            // P and the row scale visible to every warpgroup.
-            b.barrier();
-            let src = b.slot(sp, 0i64);
-            b.load(pa, Place::Shared(src));
-            let alpha = sm.alpha_acc.expect("VWG=2: the accumulators' warps differ from the scores'");
-            b.vec_map(alpha, Expr::shared_load(ssc, 0i64, Expr::RowIdx, 0i64));
-            for &acc in &accs {
-                b.map(acc, el(acc) * rv(alpha));
+            }),
+            pv: {
+                let (accs, pv_async) = (&accs, &pv_async);
+                let alpha = sm.alpha_acc.expect("VWG=2: the accumulators' warps differ from the scores'");
+                Box::new(move |b: &mut KernelBuilder, slot: &Expr| {
+                    let src = b.slot(sp, 0i64);
+                    b.load(pa, Place::Shared(src));
+                    b.vec_map(alpha, Expr::shared_load(ssc, 0i64, Expr::RowIdx, 0i64));
+                    for &acc in accs {
+                        b.map(acc, el(acc) * rv(alpha));
+                    }
+                    pv_async(b, slot);
+                })
+            },
+        }),
+        _ => None,
+    };
+    b.for_("j", 0i64, count.clone(), 1i64, |b, j| {
+        // The copies of tile j landed (and were fenced for the async proxy); every warpgroup finished reading
+        // the slot the next load overwrites (its products were waited for at the end of an earlier iteration).
+        ring.step(b, &j);
+        let slot = b.let_("slot", &j % st as i64);
+        let kv0 = b.let_("kv0", (t0.clone() + j.clone()) * bn as i64);
+        if let Some(sh) = &shared {
+            if c.overlap {
+                // Warpgroup 0 issues tile j's scores; every warpgroup reads tile j-1's P and row scale and issues
+                // its P V (tile j-1's stage is refilled only after the next iteration's barrier); once all have
+                // read them (the barrier), warpgroup 0 waits for its scores alone and runs tile j's softmax while
+                // the P V products are in flight, then publishes tile j's P.
+                let prev = (&j + (st - 1) as i64) % st as i64;
+                b.first_warpgroups(1, |b| qk_async(b, &slot));
+                b.if_(j.clone().gt(0i64), |b| (sh.pv)(b, &prev));
+                b.barrier();
+                b.first_warpgroups(1, |b| {
+                    b.if_else(j.clone().gt(0i64), |b| b.mma_wait(nvl), |b| b.mma_wait(0));
+                    softmax(b, &kv0);
+                    (sh.publish)(b);
+                });
+                b.mma_wait(0);
+            } else {
+                // Warpgroup 0: the scores, the softmax, and P and the row scale into shared memory (their previous
+                // readers finished before the ring's barrier above); then every warpgroup's P V.
+                b.first_warpgroups(1, |b| {
+                    qk_async(b, &slot);
+                    b.mma_wait(0);
+                    softmax(b, &kv0);
+                    (sh.publish)(b);
+                });
+                b.barrier();
+                (sh.pv)(b, &slot);
+                b.mma_wait(0);
             }
-            pv_async(b, &slot);
-            b.mma_wait(0);
             return;
         }
         qk_async(b, &slot);
@@ -2169,9 +2195,17 @@ fn build_decode_wgmma(spec: &DecodeSpec, knobs: &Knobs, c: &DecodeCfg, direct: b
         }
     });
     if c.overlap {
-        // The last tile's P V (its stage was not refilled: no tile follows it).
+        // The last tile's P V (its stage was not refilled: no tile follows it; SCORES=shared: once its P is
+        // published).
+        if shared.is_some() {
+            b.barrier();
+        }
         b.if_(count.clone().gt(0i64), |b| {
-            pv_async(b, &((count.clone() - 1i64) % st as i64));
+            let last = (count.clone() - 1i64) % st as i64;
+            match &shared {
+                Some(sh) => (sh.pv)(b, &last),
+                None => pv_async(b, &last),
+            }
             b.mma_wait(0);
         });
     }
@@ -2225,6 +2259,14 @@ fn build_decode_wgmma(spec: &DecodeSpec, knobs: &Knobs, c: &DecodeCfg, direct: b
         lse(&mut b);
     }
     Ok(b.finish()?)
+}
+
+/// The two steps of the wgmma decode's `SCORES=shared` exchange (see [`build_decode_wgmma`]).
+struct SharedScores<'a> {
+    /// Warpgroup 0 (inside its body): P and the row scale of the tile just scored into shared memory.
+    publish: Box<dyn Fn(&mut KernelBuilder) + 'a>,
+    /// Every warpgroup: P and the row scale read back, the accumulators rescaled, P V issued from a stage.
+    pv: Box<dyn Fn(&mut KernelBuilder, &Expr) + 'a>,
 }
 
 /// The split count the decode kernel should use for `batch` requests of `m_tiles` m-tiles each whose longest

@@ -197,6 +197,7 @@ fn decode_wgmma_kernels_compile_without_spills() {
         // Session 19: warpgroup 0 alone computes the scores (SCORES=shared), both softmaxes, rolled and unrolled.
         decode_knobs_for_rows(96).with("SCORES", "shared"),
         decode_knobs_for_rows(96).with("SCORES", "shared").with("SOFTMAX", "exact").with("QK_UNROLL", 1i64),
+        decode_knobs_for_rows(96).with("SCORES", "shared").with("BN", 32i64).with("STAGES", 4i64).with("OVERLAP", true),
     ] {
         assemble(&build_decode(&spec, &k).unwrap());
         assemble(&build_decode_direct(&spec, &k).unwrap());

@@ -614,7 +614,7 @@ fn decode_wgmma_two_value_warpgroups() {
 /// `SCORES=shared` on two value warpgroups: warpgroup 0 alone computes the scores and the softmax and passes P and
 /// the row scale (then 1 / l) through shared memory; both multiply their value columns. Ragged lengths, an empty
 /// request (the final 1 / l is 0), splits, s_q 2 across m-tiles, 96 heads, the direct kernel, both softmaxes and
-/// the unrolled score loop, 32-key stages. It needs VWG=2 and no OVERLAP.
+/// the unrolled score loop, 32-key stages, the overlapped schedule. It needs VWG=2.
 #[test]
 fn decode_wgmma_shared_scores() {
     let lens = [200usize, 1, 15, 0, 17, 63, 65];
@@ -629,11 +629,17 @@ fn decode_wgmma_shared_scores() {
     let spec = DecodeSpec::default();
     let bad = |k: Knobs| assert!(matches!(build_decode(&spec, &k), Err(OpError::InvalidKnobs { .. })), "{k}");
     bad(decode_wgmma_knobs(2).with("SCORES", "shared"));
-    bad(shared.clone().with("OVERLAP", true).with("BN", 32i64).with("STAGES", 3i64));
     // 32-key stages, three deep (P [64, 32] in 64-byte rows).
     let short = shared.with("BN", 32i64).with("STAGES", 3i64);
     decode_case(&lens, 1, 12, 2, &short);
     decode_direct_case(&lens[..4], 96, &short);
+    // OVERLAP: tile j-1's P V (every warpgroup) under warpgroup 0's softmax of tile j, the last tile's P V after
+    // the loop; 3- and 4-deep rings of 32-key stages.
+    let over = short.with("OVERLAP", true).with("SOFTMAX", "fast");
+    decode_case(&lens, 1, 12, 1, &over);
+    decode_case(&lens, 2, 16, 3, &over);
+    decode_direct_case(&lens[..4], 96, &over.clone().with("STAGES", 4i64));
+    decode_direct_case(&lens, 12, &over.with("SOFTMAX", "exact").with("QK_UNROLL", 1i64));
 }
 
 #[test]

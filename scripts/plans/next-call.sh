@@ -23,12 +23,13 @@ timeout 60 $K check --backend cuda --op gated_mla.decode --cases 12 >> $C 2>&1; 
 timeout 60 $K check --backend cuda --op gated_mla.decode --knobs "$G,SCORES=replicated,QK_UNROLL=0,SOFTMAX=fast" --cases 8 >> $C 2>&1; echo "check decode default rc=$? $(date -u +%T)" >> $L
 timeout 60 $K check --backend cuda --op gated_mla.decode --knobs "$SH,QK_UNROLL=0,SOFTMAX=fast" --cases 12 >> $C 2>&1; echo "check decode shared fast rc=$? $(date -u +%T)" >> $L
 timeout 60 $K check --backend cuda --op gated_mla.decode --knobs "$SH,QK_UNROLL=1,SOFTMAX=exact" --cases 12 >> $C 2>&1; echo "check decode shared exact rc=$? $(date -u +%T)" >> $L
+timeout 60 $K check --backend cuda --op gated_mla.decode --knobs "$SH,BN=32,STAGES=4,OVERLAP=true,QK_UNROLL=0,SOFTMAX=fast" --cases 12 >> $C 2>&1; echo "check decode shared overlap rc=$? $(date -u +%T)" >> $L
 grep -E "cases, [0-9]+ failed" $C | sort | uniq -c >> $L
 K3K_GPU=1 timeout 90 .carry/gpu_primitives > $OUT/gpu_primitives.txt 2>&1; echo "gpu_primitives rc=$? $(grep 'test result' $OUT/gpu_primitives.txt) $(date -u +%T)" >> $L
 mkdir -p $W/results && cp -r results/nvidia-h200 $W/results/
 op gated_mla.decode 100 60
 rm -f $OUT/results.tgz
-V="$G,SCORES=replicated,QK_UNROLL=0,SOFTMAX=fast;$SH,QK_UNROLL=0,SOFTMAX=fast;$SH,QK_UNROLL=1,SOFTMAX=fast;$SH,QK_UNROLL=1,SOFTMAX=exact;$SH,QK_UNROLL=0,SOFTMAX=exact;$G,SCORES=replicated,QK_UNROLL=1,SOFTMAX=exact;$SH,BN=32,STAGES=4,QK_UNROLL=0,SOFTMAX=fast"
+V="$G,SCORES=replicated,QK_UNROLL=0,SOFTMAX=fast;$SH,QK_UNROLL=0,SOFTMAX=fast;$SH,QK_UNROLL=1,SOFTMAX=fast;$SH,QK_UNROLL=1,SOFTMAX=exact;$SH,QK_UNROLL=0,SOFTMAX=exact;$G,SCORES=replicated,QK_UNROLL=1,SOFTMAX=exact;$SH,BN=32,STAGES=4,QK_UNROLL=0,SOFTMAX=fast;$SH,BN=32,STAGES=4,OVERLAP=true,QK_UNROLL=0,SOFTMAX=fast;$SH,BN=32,STAGES=3,OVERLAP=true,QK_UNROLL=0,SOFTMAX=fast"
 [ "$(left)" -gt 50 ] && { timeout 70 $K bench --op gated_mla.decode --preset "b128 S4096 H96" --knobs "$V" --results /nonexistent --out $W/ab >> $OUT/bench.txt 2>&1; echo "ab rc=$? $(date -u +%T)" >> $L; tar czf $OUT/ab.tgz -C $W ab; }
 # What bounds the decode (ncu, first launch, clocks left alone): stall reasons and the tensor pipe, the automatic
 # knobs and SCORES=shared.
@@ -44,5 +45,5 @@ done
 echo "end $(date -u +%T)" >> $L
 cat $L | cut -c1-220
 grep -h "^| " $W/b/*/*/*.md 2>/dev/null | grep -v "^| ---\|^| preset" | cut -d'|' -f2-8
-variants $W/ab SCORES SOFTMAX QK_UNROLL BN STAGES
+variants $W/ab SCORES SOFTMAX QK_UNROLL BN STAGES OVERLAP
 for n in auto shared; do echo "== ncu $n"; grep -E "stalled|gmma|bytes|duration" $W/prof/$n.txt 2>/dev/null | awk '{print $1, $(NF-1), $NF}' | sort -k3 -g -r | head -12; done
