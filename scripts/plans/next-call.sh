@@ -14,7 +14,7 @@
 # `first_warpgroups_share_p` case.
 # Build first here: cargo build --release; strip -o .carry/k3k target/release/k3k;
 #   cp $(cargo test --release -p k3k-codegen --test gpu_primitives --no-run 2>&1 | grep -o 'target/release/deps/gpu_primitives-[0-9a-f]*') .carry/gpu_primitives
-# Run: BUDGET_S=300 bash scripts/plans/next-call.sh  (carry [".carry"], timeout_s 320)
+# Run: BUDGET_S=540 bash scripts/plans/next-call.sh  (carry [".carry"], timeout_s 570)
 W=/tmp/wnext; source scripts/plans/lib.sh
 C=$OUT/check.txt
 G="MMA=wgmma,WN=1,SWN=0,QK_ACCS=1,BT_PREFETCH=0,BM=64,WM=4,BN=64,STAGES=2,DVS=1,VWG=2"
@@ -30,7 +30,7 @@ mkdir -p $W/results && cp -r results/nvidia-h200 $W/results/
 op gated_mla.decode 100 60
 rm -f $OUT/results.tgz
 V="$G,SCORES=replicated,QK_UNROLL=0,SOFTMAX=fast;$SH,QK_UNROLL=0,SOFTMAX=fast;$SH,QK_UNROLL=1,SOFTMAX=fast;$SH,QK_UNROLL=1,SOFTMAX=exact;$SH,QK_UNROLL=0,SOFTMAX=exact;$G,SCORES=replicated,QK_UNROLL=1,SOFTMAX=exact;$SH,BN=32,STAGES=4,QK_UNROLL=0,SOFTMAX=fast;$SH,BN=32,STAGES=4,OVERLAP=true,QK_UNROLL=0,SOFTMAX=fast;$SH,BN=32,STAGES=3,OVERLAP=true,QK_UNROLL=0,SOFTMAX=fast"
-[ "$(left)" -gt 50 ] && { timeout 70 $K bench --op gated_mla.decode --preset "b128 S4096 H96" --knobs "$V" --results /nonexistent --out $W/ab >> $OUT/bench.txt 2>&1; echo "ab rc=$? $(date -u +%T)" >> $L; tar czf $OUT/ab.tgz -C $W ab; }
+[ "$(left)" -gt 60 ] && { timeout 150 $K bench --op gated_mla.decode --preset "b128 S4096 H96" --knobs "$V" --results /nonexistent --out $W/ab >> $OUT/bench.txt 2>&1; echo "ab rc=$? $(date -u +%T)" >> $L; tar czf $OUT/ab.tgz -C $W ab; }
 # What bounds the decode (ncu, first launch, clocks left alone): stall reasons and the tensor pipe, the automatic
 # knobs and SCORES=shared.
 mkdir -p $W/prof
