@@ -1269,6 +1269,13 @@ pub fn decode_knob_space() -> KnobSpace {
              fused multiply-add per exponent, exp2_ftz)",
             ["exact", "fast"],
         )
+        .axis(
+            "LOAD",
+            "MMA=wgmma: the K/V ring by cp.async (every thread copies 16-byte chunks; a wait and a block barrier per \
+             tile) or tma (thread 0 issues one bulk tensor copy per 64-column chunk of a page, on per-slot full / \
+             empty mbarriers: no block barrier, the warpgroups only meet where they exchange data)",
+            ["cp_async", "tma"],
+        )
 }
 
 /// The wgmma decode knobs: one warpgroup of 64 packed rows per block, 64-key stages (72 KB each) in a 2-deep
@@ -1375,6 +1382,8 @@ struct DecodeCfg {
     fast_softmax: bool,
     /// MMA=wgmma: `VWG`, warpgroup sets sharing the block's stages, splitting the value columns (1 or 2).
     vwg: u32,
+    /// MMA=wgmma: `LOAD=tma`, the K/V ring by bulk tensor copies on mbarriers.
+    tma: bool,
     /// Register-tile registers per thread (the estimate the knob checks use).
     tile_regs: u32,
     /// Dynamic shared memory per block.
@@ -1439,6 +1448,7 @@ fn decode_cfg(spec: &DecodeSpec, k: &Knobs) -> Result<DecodeCfg, OpError> {
         overlap: opt_bool(k, "OVERLAP")?,
         fast_softmax: opt_choice(OP, k, "SOFTMAX", "exact", "fast")?,
         vwg: opt_u32(k, "VWG", 1)?,
+        tma: opt_choice(OP, k, "LOAD", "cp_async", "tma")?,
         tile_regs: 0,
         smem: 0,
     };
@@ -1451,8 +1461,8 @@ fn decode_cfg(spec: &DecodeSpec, k: &Knobs) -> Result<DecodeCfg, OpError> {
     if c.qk_unroll {
         return invalid(OP, k, "QK_UNROLL=1 needs MMA=wgmma (mma.sync keeps the 576-deep score loop rolled)".into());
     }
-    if c.overlap || c.fast_softmax || c.vwg != 1 {
-        return invalid(OP, k, "OVERLAP=true, SOFTMAX=fast and VWG=2 need MMA=wgmma".into());
+    if c.overlap || c.fast_softmax || c.vwg != 1 || c.tma {
+        return invalid(OP, k, "OVERLAP=true, SOFTMAX=fast, VWG=2 and LOAD=tma need MMA=wgmma".into());
     }
     if c.wm == 0 || c.wn == 0 || c.wm * c.wn > 16 {
         return invalid(OP, k, format!("WM*WN = {} warps must be in 1..=16", c.wm * c.wn));
@@ -1563,7 +1573,9 @@ fn decode_cfg_wgmma(spec: &DecodeSpec, k: &Knobs, mut c: DecodeCfg) -> Result<De
     }
     // SCORES=shared: P (bf16, [BM, BN]) and the row scale ([BM, 8] f32) beside the Q tile and the ring.
     let exchange = if c.shared_scores { (2 * c.bm * c.bn + 4 * c.bm * 8) as usize } else { 0 };
-    let smem = 2 * ((c.bm + c.stages * c.bn) * spec.d) as usize + exchange;
+    // LOAD=tma: a full and an empty mbarrier per slot, after the buffers (aligned to 128 bytes).
+    let bars = if c.tma { 128 + 16 * c.stages as usize } else { 0 };
+    let smem = 2 * ((c.bm + c.stages * c.bn) * spec.d) as usize + exchange + bars;
     if smem > MAX_SHARED_BYTES {
         return invalid(OP, k, format!("{smem} bytes of shared memory"));
     }
@@ -1638,6 +1650,32 @@ struct KvRing {
     ahead: u32,
     /// BT_PREFETCH: the block-table entry of the tile the next iteration loads (set by [`KvRing::prologue`]).
     blk_next: Option<VarId>,
+    /// `LOAD=tma`: the stages arrive by bulk tensor copies on mbarriers instead of cp.async.
+    tma: Option<KvTma>,
+}
+
+/// The decode's `LOAD=tma` ring: a map over the cache `[NBLK, page, d]` with boxes of one 64-column chunk of `bn`
+/// rows of one page, and per slot a full barrier (thread 0's expected bytes) and an empty one (every thread's
+/// release once its products have read the slot).
+struct KvTma {
+    map: TmapId,
+    full: MbarId,
+    empty: MbarId,
+    ring: StageRing,
+    /// Threads that release a slot.
+    threads: u32,
+}
+
+impl KvTma {
+    fn new(b: &mut KernelBuilder, kv: TensorId, bn: u32, st: u32, threads: u32) -> Self {
+        KvTma {
+            map: b.tensor_map("kv_map", kv, &[KC, bn, 1], Swizzle::Xor16B),
+            full: b.mbarriers("kv_full", st),
+            empty: b.mbarriers("kv_empty", st),
+            ring: StageRing::new(st, true),
+            threads,
+        }
+    }
 }
 
 impl KvRing {
@@ -1650,7 +1688,20 @@ impl KvRing {
     fn load_stage(&self, b: &mut KernelBuilder, j: Expr, blk: Expr) {
         let (bn, page, st, d, nch) = (self.bn, self.page, self.st, self.d, self.d / KC);
         let slot = j.clone() % st as i64;
-        let kv0 = (self.t0.clone() + j) * bn as i64;
+        let kv0 = (self.t0.clone() + j.clone()) * bn as i64;
+        if let Some(t) = &self.tma {
+            // Thread 0 waits until every thread has released the slot's previous use (a fresh barrier passes at
+            // once), announces the tile's bytes (whole boxes: the page holds every row) and issues the copies.
+            b.mbar_wait_elected(t.empty, slot.clone(), t.ring.empty_parity(j.clone()));
+            b.mbar_arrive_expect_tx(t.full, slot.clone(), 2 * bn * d);
+            let row = b.let_("page_row", kv0 % page as i64);
+            for c in 0..nch {
+                let dst = b.slot(self.skv, slot.clone() * nch as i64 + c as i64);
+                let coords = vec![Expr::from((c * KC) as i64), row.clone(), blk.clone()];
+                b.tma_load(t.map, dst, coords, t.full, slot.clone());
+            }
+            return;
+        }
         let row0 = b.let_("cache_row", blk * page as i64 + kv0.clone() % page as i64);
         let rows = b.let_("keys", self.s_k.clone() - kv0);
         for c in 0..nch {
@@ -1675,6 +1726,10 @@ impl KvRing {
         bt_prefetch: bool,
     ) {
         let (d, ahead) = (self.d, self.ahead);
+        if let Some(t) = &self.tma {
+            b.mbar_init(t.full, 1);
+            b.mbar_init(t.empty, t.threads);
+        }
         for c in 0..d / KC {
             let qsrc = view(
                 q,
@@ -1690,7 +1745,15 @@ impl KvRing {
         for i in 0..ahead {
             let j = Expr::Int(i as i64);
             b.if_(j.lt(self.count.clone()), |b| self.load_stage(b, j.clone(), self.blk_of(j.clone())));
+            if self.tma.is_none() {
+                b.commit();
+            }
+        }
+        if self.tma.is_some() {
+            // The Q tile (cp.async: rows past the block's are zeros) landed, fenced for the async proxy.
             b.commit();
+            b.wait(0);
+            b.barrier();
         }
         let blk_next = bt_prefetch.then(|| {
             let v = b.let_var("blk_next", 0i64);
@@ -1703,17 +1766,57 @@ impl KvRing {
 
     /// The top of loop iteration `j`: tile j's copies landed and every warp finished reading the slot the next
     /// load overwrites; then tile `j + ahead` is issued (one commit group) and the prefetched entry advanced.
+    /// `LOAD=tma`: tile `j + ahead` is issued first (thread 0 waits for its slot's release, see
+    /// [`KvRing::release`]), then every thread waits for tile j's bytes; no block barrier.
     fn step(&self, b: &mut KernelBuilder, j: &Expr) {
         let ahead = self.ahead;
-        b.wait(ahead - 1);
-        b.barrier();
+        if self.tma.is_none() {
+            b.wait(ahead - 1);
+            b.barrier();
+        }
         let next = j + ahead as i64;
         let blk = self.blk_next.map_or_else(|| self.blk_of(next.clone()), Expr::Var);
         b.if_(next.lt(self.count.clone()), |b| self.load_stage(b, next.clone(), blk));
-        b.commit();
+        if self.tma.is_none() {
+            b.commit();
+        }
         if let Some(v) = self.blk_next {
             let after = &next + 1i64;
             b.if_(after.lt(self.count.clone()), |b| b.assign(v, self.blk_of(after.clone())));
+        }
+        if let Some(t) = &self.tma {
+            let slot = j % self.st as i64;
+            b.mbar_wait(t.full, slot.clone(), t.ring.phase(j.clone()));
+            self.zero_tail(b, j, &slot, t.threads);
+        }
+    }
+
+    /// `LOAD=tma`: the copy engine moves whole pages, so the rows of a request's last tile past its cache length
+    /// hold whatever the page holds (unused rows may be NaN); their scores are masked, but `0 * NaN` would reach
+    /// `P V`. Zero their value columns (the cp.async path's zero fill), fenced for the async proxy.
+    fn zero_tail(&self, b: &mut KernelBuilder, j: &Expr, slot: &Expr, threads: u32) {
+        let (bn, nch) = (self.bn, self.d / KC);
+        let dv = nch * KC - KC;
+        let keys = b.let_("tile_keys", self.s_k.clone() - (self.t0.clone() + j.clone()) * bn as i64);
+        b.if_(keys.lt(bn as i64), |b| {
+            b.threads(|b| {
+                let n = (Expr::from(bn as i64) - keys.clone()) * dv as i64;
+                b.for_("z", Expr::thread_idx(), n, threads as i64, |b, z| {
+                    let col = &z % dv as i64;
+                    let chunk = slot.clone() * nch as i64 + &col / KC as i64;
+                    b.shared_store(self.skv, chunk, keys.clone() + &z / dv as i64, col % KC as i64, 0.0f64);
+                });
+            });
+            b.wait(0);
+            b.barrier();
+        });
+    }
+
+    /// `LOAD=tma`: every thread releases tile `j`'s slot (its products that read it have completed), so that the
+    /// producer may refill it; nothing with cp.async (the next iteration's barrier orders the refill).
+    fn release(&self, b: &mut KernelBuilder, j: &Expr) {
+        if let Some(t) = &self.tma {
+            b.mbar_arrive(t.empty, j % self.st as i64);
         }
     }
 }
@@ -1903,6 +2006,7 @@ fn build_decode_impl(spec: &DecodeSpec, knobs: &Knobs, direct: bool) -> Result<K
         st,
         ahead: st - 1,
         blk_next: None,
+        tma: None,
     };
     ring.prologue(&mut b, q, sq, &rows_total, &m0, &rows_valid, c.bt_prefetch);
     sm.init(&mut b);
@@ -2065,6 +2169,7 @@ fn build_decode_wgmma(spec: &DecodeSpec, knobs: &Knobs, c: &DecodeCfg, direct: b
         st,
         ahead: if c.overlap { st - 2 } else { st - 1 },
         blk_next: None,
+        tma: c.tma.then(|| KvTma::new(&mut b, kv, bn, st, 32 * c.wm * c.vwg)),
     };
     ring.prologue(&mut b, q, sq, &rows_total, &m0, &rows_valid, c.bt_prefetch);
     b.first_warpgroups_if(shared_p, 1, |b| sm.init(b));
@@ -2138,7 +2243,18 @@ fn build_decode_wgmma(spec: &DecodeSpec, knobs: &Knobs, c: &DecodeCfg, direct: b
         ring.step(b, &j);
         let slot = b.let_("slot", &j % st as i64);
         let kv0 = b.let_("kv0", (t0.clone() + j.clone()) * bn as i64);
+        // LOAD=tma: the slot of tile `u` is released once the products that read it completed.
+        let release_prev = |b: &mut KernelBuilder| {
+            if c.tma {
+                b.if_(j.clone().gt(0i64), |b| ring.release(b, &(&j - 1i64)));
+            }
+        };
         if let Some(sh) = &shared {
+            if c.tma {
+                // The ring's copies need no block barrier; the exchange does: the previous tile's P is published
+                // and read by all before warpgroup 0 overwrites it.
+                b.barrier();
+            }
             if c.overlap {
                 // Warpgroup 0 issues tile j's scores; every warpgroup reads tile j-1's P and row scale and issues
                 // its P V (tile j-1's stage is refilled only after the next iteration's barrier); once all have
@@ -2154,6 +2270,7 @@ fn build_decode_wgmma(spec: &DecodeSpec, knobs: &Knobs, c: &DecodeCfg, direct: b
                     (sh.publish)(b);
                 });
                 b.mma_wait(0);
+                release_prev(b);
             } else {
                 // Warpgroup 0: the scores, the softmax, and P and the row scale into shared memory (their previous
                 // readers finished before the ring's barrier above); then every warpgroup's P V.
@@ -2166,6 +2283,7 @@ fn build_decode_wgmma(spec: &DecodeSpec, knobs: &Knobs, c: &DecodeCfg, direct: b
                 b.barrier();
                 (sh.pv)(b, &slot);
                 b.mma_wait(0);
+                ring.release(b, &j);
             }
             return;
         }
@@ -2185,6 +2303,7 @@ fn build_decode_wgmma(spec: &DecodeSpec, knobs: &Knobs, c: &DecodeCfg, direct: b
             );
             softmax(b, &kv0);
             b.mma_wait(0);
+            release_prev(b);
             sm.step_finish(b, s, p, &accs);
         } else {
             b.mma_wait(0);
@@ -2192,6 +2311,7 @@ fn build_decode_wgmma(spec: &DecodeSpec, knobs: &Knobs, c: &DecodeCfg, direct: b
             sm.step_finish(b, s, p, &accs);
             pv_async(b, &slot);
             b.mma_wait(0);
+            ring.release(b, &j);
         }
     });
     if c.overlap {

@@ -198,6 +198,15 @@ fn decode_wgmma_kernels_compile_without_spills() {
         decode_knobs_for_rows(96).with("SCORES", "shared"),
         decode_knobs_for_rows(96).with("SCORES", "shared").with("SOFTMAX", "exact").with("QK_UNROLL", 1i64),
         decode_knobs_for_rows(96).with("SCORES", "shared").with("BN", 32i64).with("STAGES", 4i64).with("OVERLAP", true),
+        // LOAD=tma: the K/V ring by bulk tensor copies (238 registers for the automatic knobs instead of 254).
+        decode_knobs_for_rows(96).with("LOAD", "tma"),
+        decode_knobs_for_rows(96).with("LOAD", "tma").with("SCORES", "shared"),
+        decode_knobs_for_rows(96)
+            .with("LOAD", "tma")
+            .with("SCORES", "shared")
+            .with("BN", 32i64)
+            .with("STAGES", 4i64)
+            .with("OVERLAP", true),
     ] {
         assemble(&build_decode(&spec, &k).unwrap());
         assemble(&build_decode_direct(&spec, &k).unwrap());

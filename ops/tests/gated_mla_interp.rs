@@ -642,6 +642,32 @@ fn decode_wgmma_shared_scores() {
     decode_direct_case(&lens, 12, &over.with("SOFTMAX", "exact").with("QK_UNROLL", 1i64));
 }
 
+/// `LOAD=tma`: the K/V ring by bulk tensor copies of whole page rows on full / empty mbarriers (thread 0 refills a
+/// slot once every thread released it; the CPU backends check the protocol), the last tile's rows past the cache
+/// length zeroed (the cache's unused rows are NaN here, so a missed row shows), with replicated and shared scores,
+/// with and without OVERLAP, rings of 2-4 stages wrapping many times (200 keys), an empty request, splits, s_q 2.
+#[test]
+fn decode_wgmma_tma_ring() {
+    let lens = [200usize, 1, 15, 0, 17, 63, 65];
+    let tma = decode_wgmma_knobs(1).with("VWG", 2i64).with("LOAD", "tma");
+    decode_case(&lens, 1, 12, 1, &tma);
+    decode_case(&lens, 2, 16, 3, &tma);
+    decode_direct_case(&lens[..4], 96, &tma.clone().with("SOFTMAX", "fast").with("QK_UNROLL", 0i64));
+    let shared = tma.clone().with("SCORES", "shared");
+    decode_case(&lens, 2, 16, 2, &shared);
+    decode_direct_case(&lens, 12, &shared);
+    let over = shared.with("BN", 32i64).with("STAGES", 4i64).with("OVERLAP", true);
+    decode_case(&lens, 1, 12, 3, &over);
+    decode_direct_case(&lens[..4], 96, &over.with("STAGES", 3i64));
+    let over_rep = tma.with("BN", 32i64).with("STAGES", 3i64).with("OVERLAP", true);
+    decode_case(&lens, 2, 16, 2, &over_rep);
+    decode_direct_case(&lens, 12, &over_rep.with("DVS", 2i64).with("VWG", 1i64));
+    // The mma.sync kernel keeps cp.async.
+    let spec = DecodeSpec::default();
+    let sync = decode_knobs_for_rows(16).with("LOAD", "tma");
+    assert!(matches!(build_decode(&spec, &sync), Err(OpError::InvalidKnobs { .. })));
+}
+
 #[test]
 fn decode_wgmma_knobs_are_checked() {
     let spec = DecodeSpec::default();

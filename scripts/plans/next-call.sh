@@ -11,7 +11,8 @@
 # Session 19 (no device lent) added the decode with SCORES=shared (warpgroup 0 alone computes the scores and passes P
 # through shared memory; new `first_warpgroups` IR bodies): checked on the GPU (both softmaxes), timed beside the
 # automatic knobs at H96 (rolled / unrolled, fast / exact), fuzzed, profiled; the GPU primitives include the new
-# `first_warpgroups_share_p` case.
+# `first_warpgroups_share_p` case. Also new: `LOAD=tma` for the wgmma decode (thread 0 issues bulk copies of page
+# rows on full / empty mbarriers; no block barrier per tile), checked and timed with replicated and shared scores.
 # Build first here: cargo build --release; strip -o .carry/k3k target/release/k3k;
 #   cp $(cargo test --release -p k3k-codegen --test gpu_primitives --no-run 2>&1 | grep -o 'target/release/deps/gpu_primitives-[0-9a-f]*') .carry/gpu_primitives
 # Run: BUDGET_S=540 bash scripts/plans/next-call.sh  (carry [".carry"], timeout_s 570)
@@ -24,12 +25,14 @@ timeout 60 $K check --backend cuda --op gated_mla.decode --knobs "$G,SCORES=repl
 timeout 60 $K check --backend cuda --op gated_mla.decode --knobs "$SH,QK_UNROLL=0,SOFTMAX=fast" --cases 12 >> $C 2>&1; echo "check decode shared fast rc=$? $(date -u +%T)" >> $L
 timeout 60 $K check --backend cuda --op gated_mla.decode --knobs "$SH,QK_UNROLL=1,SOFTMAX=exact" --cases 12 >> $C 2>&1; echo "check decode shared exact rc=$? $(date -u +%T)" >> $L
 timeout 60 $K check --backend cuda --op gated_mla.decode --knobs "$SH,BN=32,STAGES=4,OVERLAP=true,QK_UNROLL=0,SOFTMAX=fast" --cases 12 >> $C 2>&1; echo "check decode shared overlap rc=$? $(date -u +%T)" >> $L
+timeout 60 $K check --backend cuda --op gated_mla.decode --knobs "$G,SCORES=replicated,LOAD=tma,QK_UNROLL=0,SOFTMAX=fast" --cases 12 >> $C 2>&1; echo "check decode tma rc=$? $(date -u +%T)" >> $L
+timeout 60 $K check --backend cuda --op gated_mla.decode --knobs "$SH,LOAD=tma,BN=32,STAGES=4,OVERLAP=true,QK_UNROLL=0,SOFTMAX=fast" --cases 12 >> $C 2>&1; echo "check decode tma shared overlap rc=$? $(date -u +%T)" >> $L
 grep -E "cases, [0-9]+ failed" $C | sort | uniq -c >> $L
 K3K_GPU=1 timeout 90 .carry/gpu_primitives > $OUT/gpu_primitives.txt 2>&1; echo "gpu_primitives rc=$? $(grep 'test result' $OUT/gpu_primitives.txt) $(date -u +%T)" >> $L
 mkdir -p $W/results && cp -r results/nvidia-h200 $W/results/
 op gated_mla.decode 100 60
 rm -f $OUT/results.tgz
-V="$G,SCORES=replicated,QK_UNROLL=0,SOFTMAX=fast;$SH,QK_UNROLL=0,SOFTMAX=fast;$SH,QK_UNROLL=1,SOFTMAX=fast;$SH,QK_UNROLL=1,SOFTMAX=exact;$SH,QK_UNROLL=0,SOFTMAX=exact;$G,SCORES=replicated,QK_UNROLL=1,SOFTMAX=exact;$SH,BN=32,STAGES=4,QK_UNROLL=0,SOFTMAX=fast;$SH,BN=32,STAGES=4,OVERLAP=true,QK_UNROLL=0,SOFTMAX=fast;$SH,BN=32,STAGES=3,OVERLAP=true,QK_UNROLL=0,SOFTMAX=fast"
+V="$G,SCORES=replicated,QK_UNROLL=0,SOFTMAX=fast;$SH,QK_UNROLL=0,SOFTMAX=fast;$SH,QK_UNROLL=1,SOFTMAX=fast;$SH,QK_UNROLL=1,SOFTMAX=exact;$SH,QK_UNROLL=0,SOFTMAX=exact;$G,SCORES=replicated,QK_UNROLL=1,SOFTMAX=exact;$SH,BN=32,STAGES=4,QK_UNROLL=0,SOFTMAX=fast;$SH,BN=32,STAGES=4,OVERLAP=true,QK_UNROLL=0,SOFTMAX=fast;$SH,BN=32,STAGES=3,OVERLAP=true,QK_UNROLL=0,SOFTMAX=fast;$G,SCORES=replicated,LOAD=tma,QK_UNROLL=0,SOFTMAX=fast;$SH,LOAD=tma,QK_UNROLL=0,SOFTMAX=fast;$SH,LOAD=tma,QK_UNROLL=1,SOFTMAX=fast;$SH,LOAD=tma,BN=32,STAGES=4,OVERLAP=true,QK_UNROLL=0,SOFTMAX=fast"
 [ "$(left)" -gt 60 ] && { timeout 150 $K bench --op gated_mla.decode --preset "b128 S4096 H96" --knobs "$V" --results /nonexistent --out $W/ab >> $OUT/bench.txt 2>&1; echo "ab rc=$? $(date -u +%T)" >> $L; tar czf $OUT/ab.tgz -C $W ab; }
 # What bounds the decode (ncu, first launch, clocks left alone): stall reasons and the tensor pipe, the automatic
 # knobs and SCORES=shared.
@@ -45,5 +48,5 @@ done
 echo "end $(date -u +%T)" >> $L
 cat $L | cut -c1-220
 grep -h "^| " $W/b/*/*/*.md 2>/dev/null | grep -v "^| ---\|^| preset" | cut -d'|' -f2-8
-variants $W/ab SCORES SOFTMAX QK_UNROLL BN STAGES OVERLAP
+variants $W/ab SCORES SOFTMAX QK_UNROLL BN STAGES OVERLAP LOAD
 for n in auto shared; do echo "== ncu $n"; grep -E "stalled|gmma|bytes|duration" $W/prof/$n.txt 2>/dev/null | awk '{print $1, $(NF-1), $NF}' | sort -k3 -g -r | head -12; done
