@@ -1695,6 +1695,7 @@ impl KvRing {
             b.mbar_wait_elected(t.empty, slot.clone(), t.ring.empty_parity(j.clone()));
             b.mbar_arrive_expect_tx(t.full, slot.clone(), 2 * bn * d);
             let row = b.let_("page_row", kv0 % page as i64);
+            let blk = b.let_("page", blk);
             for c in 0..nch {
                 let dst = b.slot(self.skv, slot.clone() * nch as i64 + c as i64);
                 let coords = vec![Expr::from((c * KC) as i64), row.clone(), blk.clone()];
