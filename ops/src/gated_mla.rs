@@ -2382,12 +2382,17 @@ fn build_decode_wgmma(spec: &DecodeSpec, knobs: &Knobs, c: &DecodeCfg, direct: b
     Ok(b.finish()?)
 }
 
+/// A statement emitter of the wgmma decode's `SCORES=shared` exchange.
+type Emit<'a> = Box<dyn Fn(&mut KernelBuilder) + 'a>;
+/// An emitter taking the K/V stage it reads.
+type EmitAt<'a> = Box<dyn Fn(&mut KernelBuilder, &Expr) + 'a>;
+
 /// The two steps of the wgmma decode's `SCORES=shared` exchange (see [`build_decode_wgmma`]).
 struct SharedScores<'a> {
     /// Warpgroup 0 (inside its body): P and the row scale of the tile just scored into shared memory.
-    publish: Box<dyn Fn(&mut KernelBuilder) + 'a>,
+    publish: Emit<'a>,
     /// Every warpgroup: P and the row scale read back, the accumulators rescaled, P V issued from a stage.
-    pv: Box<dyn Fn(&mut KernelBuilder, &Expr) + 'a>,
+    pv: EmitAt<'a>,
 }
 
 /// The split count the decode kernel should use for `batch` requests of `m_tiles` m-tiles each whose longest
