@@ -121,6 +121,11 @@ const SMALL_SPACE: usize = 1 << 16;
 /// its other values), minus those in `done`, in a stable hash order, planned like [`plan_candidates`]. A
 /// sampled space rarely holds the best point; its neighbourhood often does (a coordinate step of a local
 /// search, as Ansor / TVM's evolutionary search and Triton's "prune then refine" users do by hand).
+///
+/// When the leader stands for other knobs (an operator's defaults that resolve per shape, e.g.
+/// `gated_mla.decode`'s, which build the wgmma kernel's knobs from 64 rows: [`crate::bench::kernel_knobs`]), the
+/// neighbourhood is taken around the knobs the kernels are built with: one knob away from the literal defaults
+/// would be the 16-row mma.sync family, not the kernel that won.
 pub fn plan_neighbours(
     op: &dyn Operator,
     preset: &Preset,
@@ -129,7 +134,8 @@ pub fn plan_neighbours(
     max: usize,
     compile: bool,
 ) -> (Vec<CandidateSpec>, Vec<Pruned>) {
-    let mut points = neighbours(&op.knob_space(), leader);
+    let centre = crate::bench::kernel_knobs(op, preset, leader).unwrap_or_else(|| leader.clone());
+    let mut points = neighbours(&op.knob_space(), &centre);
     points.retain(|k| !done.contains(&CandidateSpec::from_knobs(knob_map(k)).id));
     points.sort_by_cached_key(|k| k3k_ir::hash::hash_str(&k.to_string()));
     plan_points(op, preset, points.into_iter(), max, compile)
@@ -262,6 +268,35 @@ mod neighbour_tests {
             let differing = k.0.iter().filter(|(name, v)| leader.0.get(*name) != Some(*v)).count();
             assert_eq!(differing, 1, "{k}");
         }
+    }
+}
+
+#[cfg(test)]
+mod centre_tests {
+    use super::plan_neighbours;
+    use k3k_ops::gated_mla::decode_knobs_for_rows;
+    use k3k_ops::gated_mla_ops::GatedMlaDecode;
+    use k3k_ops::op::Operator;
+
+    /// The decode's defaults resolve to the wgmma knobs from 64 rows: round 2 explores around those (e.g. the
+    /// shared scores and the TMA ring, one knob away), not around the 16-row mma.sync defaults.
+    #[test]
+    fn neighbours_of_resolving_defaults_are_taken_around_the_built_knobs() {
+        let op = GatedMlaDecode;
+        let h96 = op.bench_presets().into_iter().find(|p| p.name.contains("H96")).unwrap();
+        let (near, _) = plan_neighbours(&op, &h96, &op.default_knobs(), &Default::default(), 200, false);
+        let auto = decode_knobs_for_rows(96);
+        assert!(!near.is_empty());
+        for c in &near {
+            let k = super::knobs_of(&c.knobs).unwrap();
+            let differing = auto.0.iter().filter(|(name, v)| k.0.get(*name) != Some(*v)).count()
+                + k.0.keys().filter(|name| !auto.0.contains_key(*name)).count();
+            assert_eq!(differing, 1, "{k} is one knob away from {auto}");
+        }
+        let has = |name: &str, v: &str| {
+            near.iter().any(|c| super::knobs_of(&c.knobs).unwrap().0.get(name).is_some_and(|x| x.to_string() == v))
+        };
+        assert!(has("SCORES", "shared") && has("LOAD", "tma"), "the shared scores and the TMA ring are explored");
     }
 }
 
