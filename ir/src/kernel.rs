@@ -280,8 +280,8 @@ pub enum ScanOp {
 /// [`Stmt::Threads`] region, whose statements each thread executes on its own. Which statements are valid
 /// where is checked by [`crate::validate()`]:
 /// - anywhere: `Let`, `Assign`, `For`, `If`;
-/// - block level only: `Threads`, `Producer`, `InTurn`, `FirstWarpgroups`, `Barrier`, the async copies, the tile and vector
-///   statements, `Scan`, `DequantFp4`;
+/// - block level only: `Threads`, `Producer`, `InTurn`, `FirstWarpgroups`, `Barrier`, the async copies, the
+///   tile and vector statements, `Scan`, `DequantFp4`;
 /// - inside regions only: `StoreScalar`, `SharedStore`, `Atomic`, `LetArray`, `ArraySet`, `Fence`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Stmt {

@@ -31,9 +31,12 @@
 //!   one warpgroup per 64 packed rows, `S = Q K^T` from the swizzled Q chunks and the stage's K chunks, the
 //!   softmax on the score accumulator, `O += P V` with P in registers and V the first 512 columns of the same
 //!   stage; the `BM x 512` accumulator does not fit a warpgroup, so the grid's x also splits the value columns
-//!   into `DVS` slices (each recomputing the scores of its rows). `OVERLAP` issues tile j's score product before
-//!   tile j-1's `P V` and runs tile j's softmax while `P V` is in flight; `SOFTMAX=fast` folds the scale into
-//!   the exponent (as the prefill's).
+//!   into `DVS` slices (each recomputing the scores of its rows), or `VWG=2` puts two warpgroups on one Q tile and
+//!   K/V ring, each multiplying 32 of every 64 value columns: both compute the scores (`SCORES=replicated`), or
+//!   warpgroup 0 alone does (`SCORES=shared`, a [`Stmt::FirstWarpgroups`] body) and passes P and the row scale
+//!   through shared memory. `OVERLAP` issues tile j's score product before tile j-1's `P V` and runs tile j's
+//!   softmax while `P V` is in flight; `SOFTMAX=fast` folds the scale into the exponent (as the prefill's);
+//!   `LOAD=tma` fills the K/V ring by bulk tensor copies of page rows on full / empty mbarriers.
 //! * [`build_decode_combine`]: the log-sum-exp merge of the splits (trivial for one split), writing
 //!   `o [B, s_q, H, 512]` bf16 and `lse [B, H, s_q]` f32 (natural log); `BC` value columns per block.
 //! * [`build_gate`]: the decode-side output projection `y = sigmoid(z) * (o_latent @ W_UV[h]^T)`, a per-head
