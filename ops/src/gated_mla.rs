@@ -1274,9 +1274,9 @@ pub fn decode_knob_space() -> KnobSpace {
         )
         .axis(
             "LOAD",
-            "MMA=wgmma: the K/V ring by cp.async (every thread copies 16-byte chunks; a wait and a block barrier per \
-             tile) or tma (thread 0 issues one bulk tensor copy per 64-column chunk of a page, on per-slot full / \
-             empty mbarriers: no block barrier, the warpgroups only meet where they exchange data)",
+            "the K/V ring by cp.async (every thread copies 16-byte chunks; a wait and a block barrier per tile) or \
+             tma (thread 0 issues one bulk tensor copy per 64-column chunk of a page, on per-slot full / empty \
+             mbarriers; MMA=wgmma: no block barrier, the warpgroups only meet where they exchange data)",
             ["cp_async", "tma"],
         )
 }
@@ -1464,8 +1464,8 @@ fn decode_cfg(spec: &DecodeSpec, k: &Knobs) -> Result<DecodeCfg, OpError> {
     if c.qk_unroll {
         return invalid(OP, k, "QK_UNROLL=1 needs MMA=wgmma (mma.sync keeps the 576-deep score loop rolled)".into());
     }
-    if c.overlap || c.fast_softmax || c.vwg != 1 || c.tma {
-        return invalid(OP, k, "OVERLAP=true, SOFTMAX=fast, VWG=2 and LOAD=tma need MMA=wgmma".into());
+    if c.overlap || c.fast_softmax || c.vwg != 1 {
+        return invalid(OP, k, "OVERLAP=true, SOFTMAX=fast and VWG=2 need MMA=wgmma".into());
     }
     if c.wm == 0 || c.wn == 0 || c.wm * c.wn > 16 {
         return invalid(OP, k, format!("WM*WN = {} warps must be in 1..=16", c.wm * c.wn));
@@ -1521,8 +1521,9 @@ fn decode_cfg(spec: &DecodeSpec, k: &Knobs) -> Result<DecodeCfg, OpError> {
     if regs > budget {
         return invalid(OP, k, format!("{regs} tile registers per thread (max {budget} at {threads} threads)"));
     }
-    let smem =
-        2 * ((c.bm + c.stages * c.bn) * spec.d) as usize + if c.shared_scores { 4 * (c.bm * c.bn) as usize } else { 0 };
+    let smem = 2 * ((c.bm + c.stages * c.bn) * spec.d) as usize
+        + if c.shared_scores { 4 * (c.bm * c.bn) as usize } else { 0 }
+        + if c.tma { 128 + 16 * c.stages as usize } else { 0 };
     if smem > MAX_SHARED_BYTES {
         return invalid(OP, k, format!("{smem} bytes of shared memory"));
     }
@@ -2010,7 +2011,7 @@ fn build_decode_impl(spec: &DecodeSpec, knobs: &Knobs, direct: bool) -> Result<K
         st,
         ahead: st - 1,
         blk_next: None,
-        tma: None,
+        tma: c.tma.then(|| KvTma::new(&mut b, kv, bn, st, 32 * c.wm * c.wn)),
     };
     ring.prologue(&mut b, q, sq, &rows_total, &m0, &rows_valid, c.bt_prefetch);
     sm.init(&mut b);
@@ -2019,6 +2020,10 @@ fn build_decode_impl(spec: &DecodeSpec, knobs: &Knobs, direct: bool) -> Result<K
     }
     b.for_("j", 0i64, count.clone(), 1i64, |b, j| {
         ring.step(b, &j);
+        if c.tma {
+            // The ring's copies need no block barrier; the score exchange below relies on one per iteration.
+            b.barrier();
+        }
         let slot = &j % st as i64;
         let kv0 = b.let_("kv0", (t0.clone() + j.clone()) * bn as i64);
         b.map(s_calc, 0.0f64);
@@ -2058,6 +2063,7 @@ fn build_decode_impl(spec: &DecodeSpec, knobs: &Knobs, direct: bool) -> Result<K
             let vb = Operand::Shared { src: b.slot(skv, slot.clone() * nch as i64 + c as i64), transpose: false };
             b.mma(acc, Operand::Reg(p), vb);
         }
+        ring.release(b, &j);
     });
     b.wait(0);
     b.vec_map(inv_l, sm.inv_l());

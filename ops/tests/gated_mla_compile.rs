@@ -157,6 +157,9 @@ fn decode_kernels_compile_without_spills() {
         bn64().with("BN", 32i64).with("SWN", 2i64).with("STAGES", 4i64).with("QK_ACCS", 3i64),
         bn64().with("BN", 32i64).with("SWN", 2i64).with("STAGES", 5i64).with("QK_ACCS", 3i64),
         bn64().with("BN", 16i64).with("SCORES", "replicated").with("STAGES", 4i64).with("QK_ACCS", 3i64),
+        // Session 19: the K/V ring by bulk tensor copies (LOAD=tma), 64-key stages and a 5-deep 32-key ring.
+        bn64().with("LOAD", "tma"),
+        bn64().with("LOAD", "tma").with("BN", 32i64).with("SWN", 2i64).with("STAGES", 5i64),
     ] {
         assemble(&build_decode(&spec, &k).unwrap());
         assemble(&build_decode_direct(&spec, &k).unwrap());

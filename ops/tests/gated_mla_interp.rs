@@ -645,7 +645,8 @@ fn decode_wgmma_shared_scores() {
 /// `LOAD=tma`: the K/V ring by bulk tensor copies of whole page rows on full / empty mbarriers (thread 0 refills a
 /// slot once every thread released it; the CPU backends check the protocol), the last tile's rows past the cache
 /// length zeroed (the cache's unused rows are NaN here, so a missed row shows), with replicated and shared scores,
-/// with and without OVERLAP, rings of 2-4 stages wrapping many times (200 keys), an empty request, splits, s_q 2.
+/// with and without OVERLAP, rings of 2-5 stages wrapping many times (200 keys), an empty request, splits, s_q 2;
+/// and the mma.sync kernel.
 #[test]
 fn decode_wgmma_tma_ring() {
     let lens = [200usize, 1, 15, 0, 17, 63, 65];
@@ -662,10 +663,14 @@ fn decode_wgmma_tma_ring() {
     let over_rep = tma.with("BN", 32i64).with("STAGES", 3i64).with("OVERLAP", true);
     decode_case(&lens, 2, 16, 2, &over_rep);
     decode_direct_case(&lens, 12, &over_rep.with("DVS", 2i64).with("VWG", 1i64));
-    // The mma.sync kernel keeps cp.async.
-    let spec = DecodeSpec::default();
+    // The mma.sync kernel (a block barrier per tile kept for its score exchange): 64-key stages, and a 5-deep ring
+    // of 32-key stages.
     let sync = decode_knobs_for_rows(16).with("LOAD", "tma");
-    assert!(matches!(build_decode(&spec, &sync), Err(OpError::InvalidKnobs { .. })));
+    decode_case(&lens, 1, 12, 2, &sync);
+    decode_direct_case(&lens, 16, &sync);
+    let deep = sync.with("BN", 32i64).with("SWN", 2i64).with("STAGES", 5i64);
+    decode_case(&lens, 2, 12, 3, &deep);
+    decode_direct_case(&lens, 12, &deep);
 }
 
 #[test]

@@ -26,6 +26,7 @@ timeout 60 $K check --backend cuda --op gated_mla.decode --knobs "$SH,QK_UNROLL=
 timeout 60 $K check --backend cuda --op gated_mla.decode --knobs "$SH,QK_UNROLL=1,SOFTMAX=exact" --cases 12 >> $C 2>&1; echo "check decode shared exact rc=$? $(date -u +%T)" >> $L
 timeout 60 $K check --backend cuda --op gated_mla.decode --knobs "$SH,BN=32,STAGES=4,OVERLAP=true,QK_UNROLL=0,SOFTMAX=fast" --cases 12 >> $C 2>&1; echo "check decode shared overlap rc=$? $(date -u +%T)" >> $L
 timeout 60 $K check --backend cuda --op gated_mla.decode --knobs "$G,SCORES=replicated,LOAD=tma,QK_UNROLL=0,SOFTMAX=fast" --cases 12 >> $C 2>&1; echo "check decode tma rc=$? $(date -u +%T)" >> $L
+timeout 60 $K check --backend cuda --op gated_mla.decode --knobs "BM=16,BN=32,BT_PREFETCH=0,DVS=1,MMA=sync,QK_ACCS=1,QK_UNROLL=0,SCORES=shared,STAGES=5,SWN=2,WM=1,WN=4,LOAD=tma" --cases 12 >> $C 2>&1; echo "check decode sync tma rc=$? $(date -u +%T)" >> $L
 timeout 60 $K check --backend cuda --op gated_mla.decode --knobs "$SH,LOAD=tma,BN=32,STAGES=4,OVERLAP=true,QK_UNROLL=0,SOFTMAX=fast" --cases 12 >> $C 2>&1; echo "check decode tma shared overlap rc=$? $(date -u +%T)" >> $L
 grep -E "cases, [0-9]+ failed" $C | sort | uniq -c >> $L
 K3K_GPU=1 timeout 90 .carry/gpu_primitives > $OUT/gpu_primitives.txt 2>&1; echo "gpu_primitives rc=$? $(grep 'test result' $OUT/gpu_primitives.txt) $(date -u +%T)" >> $L
@@ -34,6 +35,10 @@ op gated_mla.decode 100 60
 rm -f $OUT/results.tgz
 V="$G,SCORES=replicated,QK_UNROLL=0,SOFTMAX=fast;$SH,QK_UNROLL=0,SOFTMAX=fast;$SH,QK_UNROLL=1,SOFTMAX=fast;$SH,QK_UNROLL=1,SOFTMAX=exact;$SH,QK_UNROLL=0,SOFTMAX=exact;$G,SCORES=replicated,QK_UNROLL=1,SOFTMAX=exact;$SH,BN=32,STAGES=4,QK_UNROLL=0,SOFTMAX=fast;$SH,BN=32,STAGES=4,OVERLAP=true,QK_UNROLL=0,SOFTMAX=fast;$SH,BN=32,STAGES=3,OVERLAP=true,QK_UNROLL=0,SOFTMAX=fast;$G,SCORES=replicated,LOAD=tma,QK_UNROLL=0,SOFTMAX=fast;$G,SCORES=replicated,LOAD=tma,QK_UNROLL=1,SOFTMAX=fast;$SH,LOAD=tma,QK_UNROLL=0,SOFTMAX=fast;$SH,LOAD=tma,QK_UNROLL=1,SOFTMAX=fast;$SH,LOAD=tma,BN=32,STAGES=4,OVERLAP=true,QK_UNROLL=0,SOFTMAX=fast"
 [ "$(left)" -gt 60 ] && { timeout 180 $K bench --op gated_mla.decode --preset "b128 S4096 H96" --knobs "$V" --results /nonexistent --out $W/ab >> $OUT/bench.txt 2>&1; echo "ab rc=$? $(date -u +%T)" >> $L; tar czf $OUT/ab.tgz -C $W ab; }
+# H12 (the mma.sync kernel): the automatic knobs against LOAD=tma (64-key stages; 5-deep 32-key rings).
+Y="BM=16,BN=64,BT_PREFETCH=0,DVS=1,MMA=sync,QK_ACCS=1,QK_UNROLL=0,SCORES=shared,STAGES=2,SWN=0,WM=1,WN=4"
+V12="$Y;$Y,LOAD=tma;$Y,LOAD=tma,BN=32,SWN=2,STAGES=5;$Y,LOAD=tma,BN=32,SWN=2,STAGES=3,QK_ACCS=3"
+[ "$(left)" -gt 60 ] && { timeout 60 $K bench --op gated_mla.decode --preset "b128 S4096 H12" --knobs "$V12" --results /nonexistent --out $W/ab12 >> $OUT/bench.txt 2>&1; echo "ab12 rc=$? $(date -u +%T)" >> $L; tar czf $OUT/ab.tgz -C $W ab ab12; }
 # What bounds the decode (ncu, first launch, clocks left alone): stall reasons and the tensor pipe, the automatic
 # knobs and SCORES=shared.
 mkdir -p $W/prof
@@ -41,7 +46,7 @@ M="regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,sm__pipe_t
 for v in "auto:" "shared:$SH,QK_UNROLL=0,SOFTMAX=fast"; do n=${v%%:*}; kn=${v#*:}
   [ "$(left)" -gt 90 ] && { timeout 60 ncu --clock-control none --kernel-name "regex:k3k_mla_decode" --launch-count 1 --metrics "$M" \
     $K bench --op gated_mla.decode --preset "b128 S4096 H96" ${kn:+--knobs "$kn"} --reps 1 --window-ms 0 --results /nonexistent --out $W/pb-$n > $W/prof/$n.txt 2>&1
-    echo "ncu $n rc=$? $(date -u +%T)" >> $L; tar czf $OUT/ab.tgz -C $W ab prof; }
+    echo "ncu $n rc=$? $(date -u +%T)" >> $L; tar czf $OUT/ab.tgz -C $W ab ab12 prof; }
 done
 [ "$(left)" -gt 40 ] && { timeout 40 $K fuzz --backend cuda --op gated_mla.decode --knobs "$SH,QK_UNROLL=0,SOFTMAX=fast" --time 25s > $OUT/fuzz.txt 2>&1; echo "fuzz shared rc=$? $(date -u +%T)" >> $L; tail -2 $OUT/fuzz.txt >> $L; }
 [ "$(left)" -gt 30 ] && { timeout $(( $(left) - 8 )) $K fuzz --backend cuda --op gated_mla.decode --time $(( $(left) - 20 ))s >> $OUT/fuzz.txt 2>&1; echo "fuzz rc=$? $(date -u +%T)" >> $L; tail -2 $OUT/fuzz.txt >> $L; }
@@ -49,4 +54,5 @@ echo "end $(date -u +%T)" >> $L
 cat $L | cut -c1-220
 grep -h "^| " $W/b/*/*/*.md 2>/dev/null | grep -v "^| ---\|^| preset" | cut -d'|' -f2-8
 variants $W/ab SCORES SOFTMAX QK_UNROLL BN STAGES OVERLAP LOAD
+variants $W/ab12 LOAD BN STAGES QK_ACCS
 for n in auto shared; do echo "== ncu $n"; grep -E "stalled|gmma|bytes|duration" $W/prof/$n.txt 2>/dev/null | awk '{print $1, $(NF-1), $NF}' | sort -k3 -g -r | head -12; done
