@@ -157,9 +157,11 @@ pub fn neighbours(space: &k3k_ir::KnobSpace, k: &Knobs) -> Vec<Knobs> {
 }
 
 /// Compile one candidate's kernels for a preset (NVRTC, and ptxas when found); `Err` when one fails or spills more
-/// than the operator's measured allowance (`Operator::known_spill_bytes`). The operator's default knobs are never
-/// refused for spilling: they are the baseline every tuned time is compared with and what runs without a record,
-/// so they are measured as they are (session 11's tune dropped kda's spilling default and stored slower winners).
+/// than the operator's measured allowance (`Operator::known_spill_bytes`), or when ptxas serialized its `wgmma`
+/// products (each waits for the previous: the pipeline the program asks for is gone, and timing it is wasted). The
+/// operator's default knobs are never refused: they are the baseline every tuned time is compared with and what
+/// runs without a record, so they are measured as they are (session 11's tune dropped kda's spilling default and
+/// stored slower winners).
 pub fn compile_candidate(op: &dyn Operator, preset: &Preset, k: &Knobs) -> Result<CompileStats, String> {
     let allow_spills = *k == op.default_knobs();
     let assemble = toolchain::find_ptxas().is_ok();
@@ -169,10 +171,14 @@ pub fn compile_candidate(op: &dyn Operator, preset: &Preset, k: &Knobs) -> Resul
         let m = build(kern, BuildOptions { assemble }).map_err(|e| e.to_string())?;
         let known = op.known_spill_bytes(kern);
         if let Some(r) = &m.resources
-            && r.spills_over(known)
             && !allow_spills
         {
-            return Err(format!("{} spills ({:?})", kern.name, r));
+            if r.spills_over(known) {
+                return Err(format!("{} spills ({:?})", kern.name, r));
+            }
+            if r.wgmma_serialized {
+                return Err(format!("{}: ptxas serialized its wgmma products", kern.name));
+            }
         }
         stats.kernels += 1;
         stats.cached += usize::from(m.cached);

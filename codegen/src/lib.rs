@@ -56,10 +56,14 @@ impl BuildOptions {
     }
 }
 
+/// The format of a cached module's metadata, part of its key: 2 since the resources record whether ptxas serialized
+/// the kernel's `wgmma` products (entries from before would read as not serialized).
+const CACHE_FORMAT: u32 = 2;
+
 /// The cache key of a kernel's generated source.
 pub fn module_key(src: &str, arch: &str) -> String {
     let nv = toolchain::nvrtc_version().unwrap_or_else(|_| "none".into());
-    k3k_ir::hash::hash_str(&format!("{CODEGEN_VERSION}|{arch}|{nv}|{src}"))
+    k3k_ir::hash::hash_str(&format!("{CODEGEN_VERSION}|{CACHE_FORMAT}|{arch}|{nv}|{src}"))
 }
 
 /// Render, compile (and optionally assemble) a kernel, using the cache.

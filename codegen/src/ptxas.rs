@@ -12,6 +12,11 @@ pub struct Resources {
     pub stack_frame_bytes: u32,
     pub spill_store_bytes: u32,
     pub spill_load_bytes: u32,
+    /// ptxas serialized the kernel's `wgmma.mma_async` instructions (its C7518 "Potential Performance Loss"
+    /// note): each product then waits for the previous one, which undoes the asynchronous pipeline the program
+    /// was written for (e.g. a product left in flight across a branch on the thread index).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub wgmma_serialized: bool,
 }
 
 impl Resources {
@@ -90,6 +95,9 @@ pub fn parse_report(log: &str) -> Option<Resources> {
             r.registers = number_before(line, " registers")?;
             r.static_shared_bytes = number_before(line, " bytes smem").unwrap_or(0);
         }
+        if line.contains("wgmma.mma_async instructions are serialized") {
+            r.wgmma_serialized = true;
+        }
         if line.contains("stack frame") {
             r.stack_frame_bytes = number_before(line, " bytes stack frame").unwrap_or(0);
             r.spill_store_bytes = number_before(line, " bytes spill stores").unwrap_or(0);
@@ -116,10 +124,22 @@ mod tests {
                 static_shared_bytes: 32,
                 stack_frame_bytes: 24,
                 spill_store_bytes: 8,
-                spill_load_bytes: 12
+                spill_load_bytes: 12,
+                wgmma_serialized: false,
             }
         );
         assert!(r.spills());
         assert!(parse_report("nothing here").is_none());
+    }
+
+    /// ptxas 13.0's note when it serializes a kernel's wgmma products (seen on a decode kernel whose score product
+    /// stayed in flight across a branch on the thread index).
+    #[test]
+    fn notices_serialized_wgmma() {
+        let log = "ptxas info    : (C7518) Potential Performance Loss: wgmma.mma_async instructions are serialized due \
+                   to program dependence on compiler-inserted WG.DP in divergent path in the function 'k'\n\
+                   ptxas info    : Used 214 registers, used 1 barriers, 0 bytes smem\n";
+        assert!(parse_report(log).unwrap().wgmma_serialized);
+        assert!(!parse_report("ptxas info    : Used 8 registers\n").unwrap().wgmma_serialized);
     }
 }

@@ -2266,16 +2266,20 @@ fn build_decode_wgmma(spec: &DecodeSpec, knobs: &Knobs, c: &DecodeCfg, direct: b
                 b.barrier();
             }
             if c.overlap {
-                // Warpgroup 0 issues tile j's scores; every warpgroup reads tile j-1's P and row scale and issues
-                // its P V (tile j-1's stage is refilled only after the next iteration's barrier); once all have
-                // read them (the barrier), warpgroup 0 waits for its scores alone and runs tile j's softmax while
-                // the P V products are in flight, then publishes tile j's P.
+                // Warpgroup 0 computes tile j's scores; every warpgroup reads tile j-1's P and row scale and issues
+                // its P V (warpgroup 1 at once, warpgroup 0 once its scores are in: the tensor cores run them one
+                // after the other anyway; tile j-1's stage is refilled only after its release below); once all
+                // have read P (the barrier), warpgroup 0 runs tile j's softmax while the P V products are in
+                // flight, then publishes tile j's P. (A score product left in flight across the body's end, to be
+                // waited for in the next body, makes ptxas serialize every wgmma of the kernel: C7518.)
                 let prev = (&j + (st - 1) as i64) % st as i64;
-                b.first_warpgroups(1, |b| qk_async(b, &slot));
+                b.first_warpgroups(1, |b| {
+                    qk_async(b, &slot);
+                    b.mma_wait(0);
+                });
                 b.if_(j.clone().gt(0i64), |b| (sh.pv)(b, &prev));
                 b.barrier();
                 b.first_warpgroups(1, |b| {
-                    b.if_else(j.clone().gt(0i64), |b| b.mma_wait(nvl), |b| b.mma_wait(0));
                     softmax(b, &kv0);
                     (sh.publish)(b);
                 });

@@ -24,6 +24,7 @@ fn assemble(k: &Kernel) -> u32 {
         m.nvrtc_ms
     );
     assert!(!r.spills(), "{}: spills {r:?}", k.name);
+    assert!(!r.wgmma_serialized, "{}: ptxas serialized the wgmma products {r:?}", k.name);
     assert!(r.registers <= 255, "{}: {r:?}", k.name);
     r.registers
 }

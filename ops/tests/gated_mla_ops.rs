@@ -41,6 +41,7 @@ fn bench_presets_compile_without_spills() {
                     p.name, k.name, r.registers, r.spill_store_bytes, r.spill_load_bytes
                 );
                 assert!(!r.spills(), "{name} {}: {}: spills {r:?}", p.name, k.name);
+                assert!(!r.wgmma_serialized, "{name} {}: {}: wgmma serialized {r:?}", p.name, k.name);
             }
         }
     }

@@ -17,8 +17,9 @@ pub struct Args {
     pub results: std::path::PathBuf,
 }
 
-/// Compile and assemble every kernel of every benchmark preset at default knobs; returns failures (a build error, or
-/// spills beyond the operator's measured allowance, `Operator::known_spill_bytes`).
+/// Compile and assemble every kernel of every benchmark preset at default knobs; returns failures (a build error,
+/// spills beyond the operator's measured allowance, `Operator::known_spill_bytes`, or `wgmma` products that ptxas
+/// serialized).
 fn compile_all() -> anyhow::Result<usize> {
     println!("{:<72} {:>5} {:>8} {:>7} {:>8}", "kernel", "regs", "smem B", "spills", "nvrtc ms");
     let mut bad = 0;
@@ -35,11 +36,15 @@ fn compile_all() -> anyhow::Result<usize> {
                         let spill = r.spill_store_bytes + r.spill_load_bytes;
                         let known = op.known_spill_bytes(&k);
                         let over = r.spills_over(known);
-                        if over {
+                        if over || r.wgmma_serialized {
                             bad += 1;
                         }
                         // A spill within the operator's measured allowance is marked, not counted.
-                        let note = if spill > 0 && !over { " (known)" } else { "" };
+                        let note = match (r.wgmma_serialized, spill > 0 && !over) {
+                            (true, _) => " (wgmma serialized by ptxas)",
+                            (false, true) => " (known)",
+                            (false, false) => "",
+                        };
                         println!(
                             "{:<72} {:>5} {:>8} {:>7} {:>8.0}{note}",
                             k.name,
@@ -79,7 +84,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             print_table(&rows);
             let failed = rows.iter().map(|r| r.failed).sum::<usize>();
             println!(
-                "\nNo GPU: compiled {} (failures or spills beyond the known allowances: {bad}); CPU check seed {seed}: {} failures. Run on a GPU to tune and benchmark.",
+                "\nNo GPU: compiled {} (failures, spills beyond the known allowances or serialized wgmma: {bad}); CPU check seed {seed}: {} failures. Run on a GPU to tune and benchmark.",
                 if bad == 0 { "every kernel" } else { "kernels" },
                 failed
             );

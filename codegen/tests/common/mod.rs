@@ -37,7 +37,8 @@ impl Rng {
     }
 }
 
-/// Render, compile with NVRTC and assemble with ptxas for sm_90a; the kernel must not spill.
+/// Render, compile with NVRTC and assemble with ptxas for sm_90a; the kernel must not spill, nor have its `wgmma`
+/// products serialized by ptxas.
 pub fn compiles(k: &Kernel) -> Resources {
     let m = match build(k, BuildOptions { assemble: true }) {
         Ok(m) => m,
@@ -45,6 +46,7 @@ pub fn compiles(k: &Kernel) -> Resources {
     };
     let r = m.resources.clone().expect("assembled");
     assert!(!r.spills(), "kernel `{}` spills: {r:?}", k.name);
+    assert!(!r.wgmma_serialized, "kernel `{}`: ptxas serialized its wgmma products: {r:?}", k.name);
     r
 }
 
