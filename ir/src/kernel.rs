@@ -454,8 +454,10 @@ pub enum Stmt {
     /// and tile statements that a warpgroup runs on its own: `map`, `vec_map`, `reduce`, `mma`, `mma_async`,
     /// `mma_wait`, tile and vector loads and stores, `store_cols`. Not: barriers, copies and anything that
     /// spreads its work over the whole block (`copy_async`, TMA, mbarriers, `scan`, `fp4_gemv`, threads
-    /// regions), `in_turn`, or another such body. The kernel has at least `count + 1` whole warpgroups and no
-    /// producer warp. Rendered as `if (threadIdx.x < 128 * count) { .. }`.
+    /// regions), `in_turn`, or another such body. The `mma_async` products the body starts complete inside it (a
+    /// `mma_wait(0)` at its top level after the last): ptxas serializes every `wgmma` of a kernel whose products
+    /// stay in flight across the branch. The kernel has at least `count + 1` whole warpgroups and no producer
+    /// warp. Rendered as `if (threadIdx.x < 128 * count) { .. }`.
     FirstWarpgroups { count: u32, body: Vec<Stmt> },
     /// Threads regions only: `tensor[index] = value` (flat element index; the value converts to the tensor's
     /// dtype: floats round to nearest even, E4M3 saturates, ints wrap).

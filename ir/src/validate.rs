@@ -143,6 +143,20 @@ pub fn var_types(k: &Kernel) -> Result<Vec<Option<ScalarTy>>, IrError> {
     Ok(c.var_types)
 }
 
+/// Visit a statement and its nested bodies, parents first.
+fn visit_one(s: &Stmt, f: &mut impl FnMut(&Stmt)) {
+    f(s);
+    match s {
+        Stmt::For { body, .. }
+        | Stmt::Threads { body }
+        | Stmt::Producer { body }
+        | Stmt::InTurn { body }
+        | Stmt::FirstWarpgroups { body, .. } => body.iter().for_each(|t| visit_one(t, f)),
+        Stmt::If { then_body, else_body, .. } => then_body.iter().chain(else_body).for_each(|t| visit_one(t, f)),
+        _ => {}
+    }
+}
+
 /// The register tiles and row vectors a statement mentions (not those of nested bodies).
 fn stmt_tiles_vecs(s: &Stmt) -> (Vec<TileId>, Vec<VecId>) {
     let (mut tiles, mut vecs) = (vec![], vec![]);
@@ -1206,6 +1220,24 @@ impl<'a> Checker<'a> {
                             count + 1,
                             if self.k.producer_warp { " and a producer warp" } else { "" }
                         ),
+                    ));
+                }
+                // Products the body starts complete inside it: a `mma_wait(0)` at its top level after the last
+                // statement that starts one (ptxas 13.0 serializes every wgmma of a kernel whose products stay in
+                // flight across such a branch, its note C7518).
+                let starts = |t: &Stmt| {
+                    let mut any = false;
+                    visit_one(t, &mut |u| any |= matches!(u, Stmt::MmaAsync { .. }));
+                    any
+                };
+                if let Some(last) = body.iter().rposition(starts)
+                    && !body[last..].iter().any(|t| matches!(t, Stmt::MmaWait { pending: 0 }))
+                {
+                    return Err(self.err(
+                        IrErrorKind::Scope,
+                        "a `first_warpgroups` body leaves `mma_async` products in flight: wait for them inside it \
+                         (`mma_wait(0)` after the last; ptxas serializes every wgmma of a kernel whose products stay \
+                         in flight across the branch)",
                     ));
                 }
                 self.path.push(format!("first {count} warpgroups"));
@@ -2390,6 +2422,28 @@ mod tests {
         }))
         .unwrap_err();
         assert!(e.1.contains("variable `x` is introduced outside the `first_warpgroups` body"), "{e:?}");
+        // Products started in the body are waited for in it.
+        let mma = |wait: bool| {
+            move |b: &mut KernelBuilder, _: [TileId; 2], _: VecId, _: SharedId| {
+                let sa = b.shared("a", DType::Bf16, 64, 64, 1, Swizzle::Xor16B);
+                let acc = b.tile("acc", DType::F32, 64, 64, [4, 1]);
+                b.first_warpgroups(1, |b| {
+                    let (a, w) = (b.slot(sa, 0i64), b.slot(sa, 0i64));
+                    b.mma_async_init(
+                        acc,
+                        Operand::Shared { src: a, transpose: false },
+                        Operand::Shared { src: w, transpose: true },
+                        false,
+                    );
+                    if wait {
+                        b.mma_wait(0);
+                    }
+                });
+            }
+        };
+        build(256, &mma(true)).unwrap();
+        let e = kind(build(256, &mma(false))).unwrap_err();
+        assert!(e.1.contains("leaves `mma_async` products in flight"), "{e:?}");
     }
 
     #[test]
