@@ -796,23 +796,30 @@ impl Kernel {
 
     /// Visit every statement, parents before children.
     pub fn visit_stmts(&self, f: &mut impl FnMut(&Stmt)) {
-        fn walk(body: &[Stmt], f: &mut impl FnMut(&Stmt)) {
-            for s in body {
-                f(s);
-                match s {
-                    Stmt::For { body, .. } => walk(body, f),
-                    Stmt::If { then_body, else_body, .. } => {
-                        walk(then_body, f);
-                        walk(else_body, f);
-                    }
-                    Stmt::Threads { body }
-                    | Stmt::Producer { body }
-                    | Stmt::InTurn { body }
-                    | Stmt::FirstWarpgroups { body, .. } => walk(body, f),
-                    _ => {}
-                }
-            }
+        self.body.iter().for_each(|s| s.visit(f));
+    }
+}
+
+impl Stmt {
+    /// The statement lists nested in this statement (a loop's or region's body, both branches of an `if`; none
+    /// for the others), in program order.
+    pub fn bodies(&self) -> Vec<&[Stmt]> {
+        match self {
+            Stmt::For { body, .. }
+            | Stmt::Threads { body }
+            | Stmt::Producer { body }
+            | Stmt::InTurn { body }
+            | Stmt::FirstWarpgroups { body, .. } => vec![body],
+            Stmt::If { then_body, else_body, .. } => vec![then_body, else_body],
+            _ => vec![],
         }
-        walk(&self.body, f);
+    }
+
+    /// Visit this statement and every statement nested in it, parents before children.
+    pub fn visit(&self, f: &mut impl FnMut(&Stmt)) {
+        f(self);
+        for body in self.bodies() {
+            body.iter().for_each(|s| s.visit(f));
+        }
     }
 }

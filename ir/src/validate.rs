@@ -98,16 +98,8 @@ fn producer_owned(k: &Kernel) -> HashSet<VarId> {
                 Stmt::Assign { var, .. } if inside => {
                     out.insert(*var);
                 }
-                Stmt::For { body, .. }
-                | Stmt::Threads { body }
-                | Stmt::InTurn { body }
-                | Stmt::FirstWarpgroups { body, .. } => walk(body, inside, out),
-                Stmt::If { then_body, else_body, .. } => {
-                    walk(then_body, inside, out);
-                    walk(else_body, inside, out);
-                }
                 Stmt::Producer { body } => walk(body, true, out),
-                _ => {}
+                _ => s.bodies().into_iter().for_each(|b| walk(b, inside, out)),
             }
         }
     }
@@ -141,20 +133,6 @@ pub fn var_types(k: &Kernel) -> Result<Vec<Option<ScalarTy>>, IrError> {
     c.body(&k.body)?;
     first_warpgroups_ownership(k)?;
     Ok(c.var_types)
-}
-
-/// Visit a statement and its nested bodies, parents first.
-fn visit_one(s: &Stmt, f: &mut impl FnMut(&Stmt)) {
-    f(s);
-    match s {
-        Stmt::For { body, .. }
-        | Stmt::Threads { body }
-        | Stmt::Producer { body }
-        | Stmt::InTurn { body }
-        | Stmt::FirstWarpgroups { body, .. } => body.iter().for_each(|t| visit_one(t, f)),
-        Stmt::If { then_body, else_body, .. } => then_body.iter().chain(else_body).for_each(|t| visit_one(t, f)),
-        _ => {}
-    }
 }
 
 /// The register tiles and row vectors a statement mentions (not those of nested bodies).
@@ -224,14 +202,7 @@ fn first_warpgroups_ownership(k: &Kernel) -> Result<(), IrError> {
             }
             match s {
                 Stmt::FirstWarpgroups { count, body } => walk(body, Some(*count), tiles, vecs),
-                Stmt::For { body, .. } | Stmt::Threads { body } | Stmt::Producer { body } | Stmt::InTurn { body } => {
-                    walk(body, at, tiles, vecs)
-                }
-                Stmt::If { then_body, else_body, .. } => {
-                    walk(then_body, at, tiles, vecs);
-                    walk(else_body, at, tiles, vecs);
-                }
-                _ => {}
+                _ => s.bodies().into_iter().for_each(|b| walk(b, at, tiles, vecs)),
             }
         }
     }
@@ -1227,7 +1198,7 @@ impl<'a> Checker<'a> {
                 // flight across such a branch, its note C7518).
                 let starts = |t: &Stmt| {
                     let mut any = false;
-                    visit_one(t, &mut |u| any |= matches!(u, Stmt::MmaAsync { .. }));
+                    t.visit(&mut |u| any |= matches!(u, Stmt::MmaAsync { .. }));
                     any
                 };
                 if let Some(last) = body.iter().rposition(starts)

@@ -166,21 +166,7 @@ fn mma_async_regs(s: &Stmt) -> Vec<u32> {
 
 /// Visit statements and their nested bodies, parents first.
 fn visit(body: &[Stmt], f: &mut impl FnMut(&Stmt)) {
-    for s in body {
-        f(s);
-        match s {
-            Stmt::For { body, .. }
-            | Stmt::Threads { body }
-            | Stmt::Producer { body }
-            | Stmt::InTurn { body }
-            | Stmt::FirstWarpgroups { body, .. } => visit(body, f),
-            Stmt::If { then_body, else_body, .. } => {
-                visit(then_body, f);
-                visit(else_body, f);
-            }
-            _ => {}
-        }
-    }
+    body.iter().for_each(|s| s.visit(f));
 }
 
 /// Render a validated kernel to CUDA C (prelude included).
