@@ -36,6 +36,7 @@ impl KernelBuilder {
                 tensor_maps: vec![],
                 cluster: crate::cluster::no_cluster(),
                 producer_warp: false,
+                elected_warpgroup: 0,
             },
             stack: vec![vec![]],
         }
@@ -477,6 +478,10 @@ impl KernelBuilder {
         self.push(Stmt::Scan { tile, scratch, op });
     }
 
+    /// Let the first thread of warpgroup `w` issue the single-thread operations (see [`Kernel::elected_warpgroup`]).
+    pub fn elected_warpgroup(&mut self, w: u32) {
+        self.k.elected_warpgroup = w;
+    }
     /// Give the block a producer warp (see [`Stmt::Producer`]); its statements come from [`Self::producer`].
     pub fn producer_warp(&mut self) {
         self.k.producer_warp = true;

@@ -678,6 +678,13 @@ pub struct Kernel {
     /// bodies (see there); the block is launched with [`Kernel::launch_threads`] threads.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub producer_warp: bool,
+    /// Kernels without a producer warp: the warpgroup whose first thread is the *elected* thread (thread
+    /// `128 * elected_warpgroup`) that issues the single-thread operations (TMA copies, `expect_tx` arrivals,
+    /// elected mbarrier waits, barrier initialization); 0: thread 0. A kernel whose warpgroup 0 carries the
+    /// critical path (e.g. a [`Stmt::FirstWarpgroups`] body of 1) moves that work to a warpgroup that waits
+    /// anyway. No effect on the CPU backends, which run the block as one.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub elected_warpgroup: u32,
 }
 
 fn is_zero(v: &u32) -> bool {

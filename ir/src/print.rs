@@ -150,6 +150,9 @@ pub fn kernel(k: &Kernel) -> String {
     if !crate::cluster::is_no_cluster(&k.cluster) {
         let _ = writeln!(s, "  cluster = {:?}", k.cluster);
     }
+    if k.elected_warpgroup > 0 {
+        let _ = writeln!(s, "  elected_warpgroup = {}", k.elected_warpgroup);
+    }
     if k.min_blocks_per_sm > 0 {
         let _ = writeln!(s, "  min_blocks_per_sm = {}", k.min_blocks_per_sm);
     }

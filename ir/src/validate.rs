@@ -264,6 +264,16 @@ impl<'a> Checker<'a> {
             return Err(self
                 .err(IrErrorKind::Resource, format!("threads = {} must be a multiple of 32 in 32..=1024", k.threads)));
         }
+        if k.elected_warpgroup > 0 && (k.producer_warp || 128 * (k.elected_warpgroup + 1) > k.threads) {
+            return Err(self.err(
+                IrErrorKind::Resource,
+                format!(
+                    "elected_warpgroup = {} needs that many whole warpgroups and one more (threads = {}) and no \
+                     producer warp (whose lane 0 is the elected thread)",
+                    k.elected_warpgroup, k.threads
+                ),
+            ));
+        }
         if k.producer_warp && !k.threads.is_multiple_of(128) {
             return Err(self.err(
                 IrErrorKind::Resource,
@@ -2319,6 +2329,24 @@ mod tests {
         // Not inside a threads region.
         let e = kind(build(256, &|b, _| b.threads(|b| b.in_turn(|_| {})))).unwrap_err();
         assert!(e.0 == IrErrorKind::Scope && e.1.contains("`in_turn` is a block-level statement"), "{e:?}");
+    }
+
+    #[test]
+    fn elected_warpgroup_rules() {
+        let build = |threads: u32, w: u32, producer: bool| {
+            let mut b = KernelBuilder::new("t", threads);
+            b.elected_warpgroup(w);
+            if producer {
+                b.producer_warp();
+            }
+            b.finish().map(|k| crate::print::kernel(&k)).map_err(|e| e.msg)
+        };
+        assert!(build(256, 1, false).unwrap().contains("elected_warpgroup = 1"));
+        assert!(!build(256, 0, false).unwrap().contains("elected_warpgroup"));
+        for (threads, w, producer) in [(128, 1, false), (256, 2, false), (256, 1, true)] {
+            let e = build(threads, w, producer).unwrap_err();
+            assert!(e.contains("elected_warpgroup"), "{e}");
+        }
     }
 
     #[test]

@@ -2112,6 +2112,11 @@ fn build_decode_wgmma(spec: &DecodeSpec, knobs: &Knobs, c: &DecodeCfg, direct: b
     // 576-deep score product: a third of the block's tensor work per tile.
     let mut b = KernelBuilder::new(&name, 32 * c.wm * c.vwg);
     b.knobs(knobs.clone());
+    if c.shared_scores && c.tma {
+        // Warpgroup 0 carries the critical path (the scores and the softmax); the TMA producer's waits and copies
+        // go to warpgroup 1, which waits for P meanwhile.
+        b.elected_warpgroup(1);
+    }
     let DecodeIo { bsz, sqd, h, maxb, nsplit, q, kv, bt, seqlens, o_part, lse_part, scale } =
         decode_io(&mut b, spec, direct);
     b.grid((sqd.clone() * h.clone()).ceil_div(bm as i64) * dvs as i64, nsplit.clone(), bsz);
