@@ -1659,8 +1659,8 @@ struct KvRing {
 }
 
 /// The decode's `LOAD=tma` ring: a map over the cache `[NBLK, page, d]` with boxes of one 64-column chunk of `bn`
-/// rows of one page, and per slot a full barrier (thread 0's expected bytes) and an empty one (every thread's
-/// release once its products have read the slot).
+/// rows of one page, and per slot a full barrier (the elected thread's expected bytes) and an empty one (every
+/// thread's release once its products have read the slot).
 struct KvTma {
     map: TmapId,
     full: MbarId,
@@ -1694,8 +1694,9 @@ impl KvRing {
         let slot = j.clone() % st as i64;
         let kv0 = (self.t0.clone() + j.clone()) * bn as i64;
         if let Some(t) = &self.tma {
-            // Thread 0 waits until every thread has released the slot's previous use (a fresh barrier passes at
-            // once), announces the tile's bytes (whole boxes: the page holds every row) and issues the copies.
+            // The elected thread waits until every thread has released the slot's previous use (a fresh barrier
+            // passes at once), announces the tile's bytes (whole boxes: the page holds every row) and issues the
+            // copies.
             b.mbar_wait_elected(t.empty, slot.clone(), t.ring.empty_parity(j.clone()));
             b.mbar_arrive_expect_tx(t.full, slot.clone(), 2 * bn * d);
             let row = b.let_("page_row", kv0 % page as i64);
@@ -1771,7 +1772,7 @@ impl KvRing {
 
     /// The top of loop iteration `j`: tile j's copies landed and every warp finished reading the slot the next
     /// load overwrites; then tile `j + ahead` is issued (one commit group) and the prefetched entry advanced.
-    /// `LOAD=tma`: tile `j + ahead` is issued first (thread 0 waits for its slot's release, see
+    /// `LOAD=tma`: tile `j + ahead` is issued first (the elected thread waits for its slot's release, see
     /// [`KvRing::release`]), then every thread waits for tile j's bytes; no block barrier.
     fn step(&self, b: &mut KernelBuilder, j: &Expr) {
         let ahead = self.ahead;
@@ -1798,18 +1799,17 @@ impl KvRing {
 
     /// `LOAD=tma`: the copy engine moves whole pages, so the rows of a request's last tile past its cache length
     /// hold whatever the page holds (unused rows may be NaN); their scores are masked, but `0 * NaN` would reach
-    /// `P V`. Zero their value columns (the cp.async path's zero fill), fenced for the async proxy.
+    /// `P V`. Zero those rows (the cp.async path's zero fill), fenced for the async proxy.
     fn zero_tail(&self, b: &mut KernelBuilder, j: &Expr, slot: &Expr, threads: u32) {
-        let (bn, nch) = (self.bn, self.d / KC);
-        let dv = nch * KC - KC;
+        let (bn, d, nch) = (self.bn, self.d, self.d / KC);
         let keys = b.let_("tile_keys", self.s_k.clone() - (self.t0.clone() + j.clone()) * bn as i64);
         b.if_(keys.lt(bn as i64), |b| {
             b.threads(|b| {
-                let n = (Expr::from(bn as i64) - keys.clone()) * dv as i64;
+                let n = (Expr::from(bn as i64) - keys.clone()) * d as i64;
                 b.for_("z", Expr::thread_idx(), n, threads as i64, |b, z| {
-                    let col = &z % dv as i64;
+                    let col = &z % d as i64;
                     let chunk = slot.clone() * nch as i64 + &col / KC as i64;
-                    b.shared_store(self.skv, chunk, keys.clone() + &z / dv as i64, col % KC as i64, 0.0f64);
+                    b.shared_store(self.skv, chunk, keys.clone() + &z / d as i64, col % KC as i64, 0.0f64);
                 });
             });
             b.wait(0);
