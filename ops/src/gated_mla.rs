@@ -1393,6 +1393,15 @@ struct DecodeCfg {
     smem: usize,
 }
 
+impl DecodeCfg {
+    /// Shared bytes of the Q tile and the K/V ring (both kernels), with `LOAD=tma` a full and an empty mbarrier
+    /// per slot after the buffers (aligned to 128 bytes).
+    fn q_and_ring_bytes(&self, spec: &DecodeSpec) -> usize {
+        let bars = if self.tma { 128 + 16 * self.stages as usize } else { 0 };
+        2 * ((self.bm + self.stages * self.bn) * spec.d) as usize + bars
+    }
+}
+
 /// An optional integer knob (absent: `default`), so that knob sets written before it existed still parse.
 fn opt_u32(k: &Knobs, name: &str, default: u32) -> Result<u32, OpError> {
     match k.0.get(name) {
@@ -1521,9 +1530,7 @@ fn decode_cfg(spec: &DecodeSpec, k: &Knobs) -> Result<DecodeCfg, OpError> {
     if regs > budget {
         return invalid(OP, k, format!("{regs} tile registers per thread (max {budget} at {threads} threads)"));
     }
-    let smem = 2 * ((c.bm + c.stages * c.bn) * spec.d) as usize
-        + if c.shared_scores { 4 * (c.bm * c.bn) as usize } else { 0 }
-        + if c.tma { 128 + 16 * c.stages as usize } else { 0 };
+    let smem = c.q_and_ring_bytes(spec) + if c.shared_scores { 4 * (c.bm * c.bn) as usize } else { 0 };
     if smem > MAX_SHARED_BYTES {
         return invalid(OP, k, format!("{smem} bytes of shared memory"));
     }
@@ -1577,9 +1584,7 @@ fn decode_cfg_wgmma(spec: &DecodeSpec, k: &Knobs, mut c: DecodeCfg) -> Result<De
     }
     // SCORES=shared: P (bf16, [BM, BN]) and the row scale ([BM, 8] f32) beside the Q tile and the ring.
     let exchange = if c.shared_scores { (2 * c.bm * c.bn + 4 * c.bm * 8) as usize } else { 0 };
-    // LOAD=tma: a full and an empty mbarrier per slot, after the buffers (aligned to 128 bytes).
-    let bars = if c.tma { 128 + 16 * c.stages as usize } else { 0 };
-    let smem = 2 * ((c.bm + c.stages * c.bn) * spec.d) as usize + exchange + bars;
+    let smem = c.q_and_ring_bytes(spec) + exchange;
     if smem > MAX_SHARED_BYTES {
         return invalid(OP, k, format!("{smem} bytes of shared memory"));
     }

@@ -210,6 +210,17 @@ fn float_lit(v: f64) -> String {
 }
 
 impl<'a> Renderer<'a> {
+    /// `header`, then `body` one level deeper, then the closing brace (a loop's or a guard's block).
+    fn nested(&mut self, header: &str, body: &[Stmt]) {
+        self.line(header);
+        self.depth += 1;
+        self.nest += 1;
+        self.body(body);
+        self.nest -= 1;
+        self.depth -= 1;
+        self.line("}");
+    }
+
     fn line(&mut self, s: &str) {
         for _ in 0..self.depth {
             self.out.push_str("  ");
@@ -461,13 +472,7 @@ impl<'a> Renderer<'a> {
                     k.vars[var.0 as usize].name,
                     v = var.0
                 );
-                self.line(&line);
-                self.depth += 1;
-                self.nest += 1;
-                self.body(body);
-                self.nest -= 1;
-                self.depth -= 1;
-                self.line("}");
+                self.nested(&line, body);
             }
             Stmt::If { cond, then_body, else_body } => {
                 let line = format!("if ({}) {{", self.e(cond, Ctx::Scalar));
@@ -504,13 +509,7 @@ impl<'a> Renderer<'a> {
                 self.line("}");
             }
             Stmt::FirstWarpgroups { count, body } => {
-                self.line(&format!("if (threadIdx.x < {}) {{  // first {count} warpgroups", 128 * count));
-                self.depth += 1;
-                self.nest += 1;
-                self.body(body);
-                self.nest -= 1;
-                self.depth -= 1;
-                self.line("}");
+                self.nested(&format!("if (threadIdx.x < {}) {{  // first {count} warpgroups", 128 * count), body);
             }
             // (Rendered in the producer's slice only, every statement of it.)
             Stmt::Producer { body } => {

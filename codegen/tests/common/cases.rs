@@ -1664,26 +1664,51 @@ pub fn mma_async_replicated_and_banded() -> Case {
     b.mma_wait(0);
     b.store(o, Place::Global(view(c, 0i64, n as i64, m as i64, n as i64, 2)));
     let k = b.finish().unwrap();
-    // Multiples of 1/8: the scores are exact in f32 on both sides, so p's bf16 rounding is the same.
-    let mut rng = Rng::new(33);
-    let eighths = |v: Vec<f32>| v.into_iter().map(|x| (x * 8.0).round() / 8.0).collect::<Vec<f32>>();
-    let av = eighths(rng.vals(DType::Bf16, m * kd, -1.0, 1.0));
-    let wv = eighths(rng.vals(DType::Bf16, n * kd, -1.0, 1.0));
-    let vv = rng.vals(DType::Bf16, n * n, -1.0, 1.0);
-    let sref = gemm_check(m, n, kd, &av, false, &wv, true);
-    let p_bf: Vec<f32> = sref.iter().map(|&x| half::bf16::from_f32(x * 0.125).to_f32()).collect();
-    let want = gemm_check(m, n, n, &p_bf, false, &vv, false);
+    let sp = ScoresPv::new(33, m, n, kd);
     Case {
         name: "mma_async_replicated_and_banded",
         kernel: k,
-        tensors: vec![
-            HostTensor::from_f32(DType::Bf16, &[m, kd], &av),
-            HostTensor::from_f32(DType::Bf16, &[n, kd], &wv),
-            HostTensor::from_f32(DType::Bf16, &[n, n], &vv),
-            poisoned(DType::F32, &[m, n]),
-        ],
+        tensors: sp.tensors(),
         scalars: vec![],
-        check: Box::new(move |ts| close("c", &ts[3].to_f32_vec(), &want, 1e-3)),
+        check: Box::new(move |ts| close("c", &ts[3].to_f32_vec(), &sp.pv, 1e-3)),
+    }
+}
+
+/// The data of the `S = A W^T`, `P = bf16(S / 8)`, `P V` cases: A [M, K] and W [N, K] in multiples of 1/8 (so the
+/// scores are exact in f32 on both sides and P's bf16 rounding is the same), V [N, N], and the references.
+struct ScoresPv {
+    dims: (usize, usize, usize),
+    a: Vec<f32>,
+    w: Vec<f32>,
+    v: Vec<f32>,
+    /// S, [M, N].
+    s: Vec<f32>,
+    /// P V, [M, N].
+    pv: Vec<f32>,
+}
+
+impl ScoresPv {
+    fn new(seed: u64, m: usize, n: usize, kd: usize) -> Self {
+        let mut rng = Rng::new(seed);
+        let eighths = |v: Vec<f32>| v.into_iter().map(|x| (x * 8.0).round() / 8.0).collect::<Vec<f32>>();
+        let a = eighths(rng.vals(DType::Bf16, m * kd, -1.0, 1.0));
+        let w = eighths(rng.vals(DType::Bf16, n * kd, -1.0, 1.0));
+        let v = rng.vals(DType::Bf16, n * n, -1.0, 1.0);
+        let s = gemm_check(m, n, kd, &a, false, &w, true);
+        let p_bf: Vec<f32> = s.iter().map(|&x| half::bf16::from_f32(x * 0.125).to_f32()).collect();
+        let pv = gemm_check(m, n, n, &p_bf, false, &v, false);
+        ScoresPv { dims: (m, n, kd), a, w, v, s, pv }
+    }
+
+    /// The kernel's tensors: a, w, v, and the poisoned f32 output [M, N].
+    fn tensors(&self) -> Vec<HostTensor> {
+        let (m, n, kd) = self.dims;
+        vec![
+            HostTensor::from_f32(DType::Bf16, &[m, kd], &self.a),
+            HostTensor::from_f32(DType::Bf16, &[n, kd], &self.w),
+            HostTensor::from_f32(DType::Bf16, &[n, n], &self.v),
+            poisoned(DType::F32, &[m, n]),
+        ]
     }
 }
 
@@ -1748,31 +1773,18 @@ pub fn first_warpgroups_share_p() -> Case {
     b.map(o, Expr::Elem(o) * Expr::RowVal(ro));
     b.store(o, Place::Global(view(c, 0i64, n as i64, m as i64, n as i64, 2)));
     let k = b.finish().unwrap();
-    // Multiples of 1/8: the scores are exact in f32 on both sides, so p's bf16 rounding is the same.
-    let mut rng = Rng::new(34);
-    let eighths = |v: Vec<f32>| v.into_iter().map(|x| (x * 8.0).round() / 8.0).collect::<Vec<f32>>();
-    let av = eighths(rng.vals(DType::Bf16, m * kd, -1.0, 1.0));
-    let wv = eighths(rng.vals(DType::Bf16, n * kd, -1.0, 1.0));
-    let vv = rng.vals(DType::Bf16, n * n, -1.0, 1.0);
-    let sref = gemm_check(m, n, kd, &av, false, &wv, true);
-    let p_bf: Vec<f32> = sref.iter().map(|&x| half::bf16::from_f32(x * 0.125).to_f32()).collect();
-    let pv = gemm_check(m, n, n, &p_bf, false, &vv, false);
+    let sp = ScoresPv::new(34, m, n, kd);
     let want: Vec<f32> = (0..m * n)
         .map(|i| {
             let r = i / n;
-            let max = sref[r * n..(r + 1) * n].iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            pv[i] * max
+            let max = sp.s[r * n..(r + 1) * n].iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            sp.pv[i] * max
         })
         .collect();
     Case {
         name: "first_warpgroups_share_p",
         kernel: k,
-        tensors: vec![
-            HostTensor::from_f32(DType::Bf16, &[m, kd], &av),
-            HostTensor::from_f32(DType::Bf16, &[n, kd], &wv),
-            HostTensor::from_f32(DType::Bf16, &[n, n], &vv),
-            poisoned(DType::F32, &[m, n]),
-        ],
+        tensors: sp.tensors(),
         scalars: vec![],
         check: Box::new(move |ts| close("c", &ts[3].to_f32_vec(), &want, 1e-3)),
     }
