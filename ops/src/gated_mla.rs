@@ -2138,15 +2138,12 @@ fn build_decode_wgmma(spec: &DecodeSpec, knobs: &Knobs, c: &DecodeCfg, direct: b
     let sm = OnlineSoftmax::new(&mut b, bm, warps, acc_warps);
     let inv_l = b.vec("inv_l", bm, acc_warps);
     let lse_v = b.vec("lse_rows", bm, warps);
-    // SCORES=shared: P in `sP`, read back by every warpgroup into `p_all` (its register A operand: a shared A
-    // would be re-read from shared memory by each of the 32 k16 steps of both warpgroups, 2 KB each beside 1 KB of
-    // V, more bytes per step than the tensor cores take cycles at N = 32), and one f32 per row (the tile's row
-    // scale, then 1 / l) in column 0 of `sScale`, written through the [BM, 8] tile `row_scale`.
-    let shared_p = c.shared_scores;
-    let sp = shared_p.then(|| b.shared("sP", DType::Bf16, bm, bn, 1, Swizzle::Xor16B));
-    let ssc = shared_p.then(|| b.shared("sScale", DType::F32, bm, 8, 1, Swizzle::None));
-    let row_scale = shared_p.then(|| b.tile("row_scale", DType::F32, bm, 8, warps));
-    let p_all = shared_p.then(|| b.tile("p_all", DType::Bf16, bm, bn, warps));
+    let shared = c.shared_scores.then(|| SharedP {
+        sp: b.shared("sP", DType::Bf16, bm, bn, 1, Swizzle::Xor16B),
+        ssc: b.shared("sScale", DType::F32, bm, 8, 1, Swizzle::None),
+        row_scale: b.tile("row_scale", DType::F32, bm, 8, warps),
+        p_all: b.tile("p_all", DType::Bf16, bm, bn, warps),
+    });
 
     let mt = b.let_("mt", Expr::block_idx(0) / dvs as i64);
     let vs = b.let_("vslice", Expr::block_idx(0) % dvs as i64);
@@ -2192,163 +2189,33 @@ fn build_decode_wgmma(spec: &DecodeSpec, knobs: &Knobs, c: &DecodeCfg, direct: b
         tma: c.tma.then(|| KvTma::new(&mut b, kv, bn, st, 32 * c.wm * c.vwg)),
     };
     ring.prologue(&mut b, q, sq, &rows_total, &m0, &rows_valid, c.bt_prefetch);
-    b.first_warpgroups_if(shared_p, 1, |b| sm.init(b));
-    for &acc in &accs {
+    let w = WgmmaDecode { c, sq, skv, nch, s, p, accs, sm, shared, v0, m0, h, s_k, sqd, diag, scale_log2 };
+    b.first_warpgroups_if(c.shared_scores, 1, |b| w.sm.init(b));
+    for &acc in &w.accs {
         b.map(acc, 0.0f64);
     }
-    // S = Q K^T of the tile in `slot`: 9 asynchronous 64-deep products from the swizzled Q chunks and the slot's
-    // K chunks. Unrolled, their shared-memory descriptors fold into constants plus the slot offset (the operands
-    // stay in shared memory, so no fragments are hoisted into registers).
-    let qk_async = |b: &mut KernelBuilder, slot: &Expr| {
-        let chunk = |b: &mut KernelBuilder, cc: Expr| {
-            let qa = Operand::Shared { src: b.slot(sq, cc.clone()), transpose: false };
-            let kb = Operand::Shared { src: b.slot(skv, slot.clone() * nch as i64 + cc.clone()), transpose: true };
-            b.mma_async_init(s, qa, kb, cc.gt(0i64));
-        };
-        if c.qk_unroll {
-            b.for_unrolled("chunk", 0i64, nch as i64, 1i64, chunk);
-        } else {
-            b.for_("chunk", 0i64, nch as i64, 1i64, chunk);
-        }
-    };
-    // O += P V: this slice's chunks of the first DV columns of the slot's cache rows, stored [keys, values]; P
-    // from the registers (SCORES=shared: as every warpgroup read it back).
-    let pv_async = |b: &mut KernelBuilder, slot: &Expr| {
-        for (cv, &acc) in accs.iter().enumerate() {
-            let vb = Operand::Shared {
-                src: b.slot(skv, slot.clone() * nch as i64 + v0.clone() + cv as i64),
-                transpose: false,
-            };
-            b.mma_async(acc, Operand::Reg(p_all.unwrap_or(p)), vb);
-        }
-    };
-    // The scores of tile j (starting at key kv0) in the log2 domain, -inf where masked; SOFTMAX=fast keeps them
-    // raw (the scale is applied inside the exponent) and masks only the tiles that need it.
-    let softmax = |b: &mut KernelBuilder, kv0: &Expr| {
-        let (crosses, visible) = decode_mask(kv0, &m0, &h, &s_k, &sqd, &diag, bn);
-        mask_scores(b, s, crosses, visible, &scale_log2, c.fast_softmax);
-        step_scores(b, &sm, s, &scale_log2, c.fast_softmax);
-    };
-    // SCORES=shared: warpgroup 0 publishes a tile's P and row scale (`publish`, inside its body), and every
-    // warpgroup reads them back, rescales its accumulators and issues its P V from the stage `slot` (`pv`).
-    let shared = match (sp, ssc, row_scale, p_all) {
-        (Some(sp), Some(ssc), Some(rs), Some(pa)) => Some(SharedScores {
-            publish: Box::new(move |b: &mut KernelBuilder| {
-                b.map(p, el(s));
-                let dst = b.slot(sp, 0i64);
-                b.store(p, Place::Shared(dst));
-                b.map(rs, rv(sm.alpha));
-                let dst = b.slot(ssc, 0i64);
-                b.store(rs, Place::Shared(dst));
-            }),
-            pv: {
-                let (accs, pv_async) = (&accs, &pv_async);
-                let alpha = sm.alpha_acc.expect("VWG=2: the accumulators' warps differ from the scores'");
-                Box::new(move |b: &mut KernelBuilder, slot: &Expr| {
-                    let src = b.slot(sp, 0i64);
-                    b.load(pa, Place::Shared(src));
-                    b.vec_map(alpha, Expr::shared_load(ssc, 0i64, Expr::RowIdx, 0i64));
-                    for &acc in accs {
-                        b.map(acc, el(acc) * rv(alpha));
-                    }
-                    pv_async(b, slot);
-                })
-            },
-        }),
-        _ => None,
-    };
     b.for_("j", 0i64, count.clone(), 1i64, |b, j| {
         // The copies of tile j landed (and were fenced for the async proxy); every warpgroup finished reading
         // the slot the next load overwrites (its products were waited for at the end of an earlier iteration).
         ring.step(b, &j);
         let slot = b.let_("slot", &j % st as i64);
         let kv0 = b.let_("kv0", (t0.clone() + j.clone()) * bn as i64);
-        // LOAD=tma: the slot of tile `u` is released once the products that read it completed.
-        let release_prev = |b: &mut KernelBuilder| {
-            if c.tma {
-                b.if_(j.clone().gt(0i64), |b| ring.release(b, &(&j - 1i64)));
-            }
-        };
-        if let Some(sh) = &shared {
-            if c.tma {
-                // The ring's copies need no block barrier; the exchange does: the previous tile's P is published
-                // and read by all before warpgroup 0 overwrites it.
-                b.barrier();
-            }
-            if c.overlap {
-                // Warpgroup 0 computes tile j's scores; every warpgroup reads tile j-1's P and row scale and issues
-                // its P V (warpgroup 1 at once, warpgroup 0 once its scores are in: the tensor cores run them one
-                // after the other anyway; tile j-1's stage is refilled only after its release below); once all
-                // have read P (the barrier), warpgroup 0 runs tile j's softmax while the P V products are in
-                // flight, then publishes tile j's P. (A score product left in flight across the body's end, to be
-                // waited for in the next body, makes ptxas serialize every wgmma of the kernel: C7518.)
-                let prev = (&j + (st - 1) as i64) % st as i64;
-                b.first_warpgroups(1, |b| {
-                    qk_async(b, &slot);
-                    b.mma_wait(0);
-                });
-                b.if_(j.clone().gt(0i64), |b| (sh.pv)(b, &prev));
-                b.barrier();
-                b.first_warpgroups(1, |b| {
-                    softmax(b, &kv0);
-                    (sh.publish)(b);
-                });
-                b.mma_wait(0);
-                release_prev(b);
-            } else {
-                // Warpgroup 0: the scores, the softmax, and P and the row scale into shared memory (their previous
-                // readers finished before the ring's barrier above); then every warpgroup's P V.
-                b.first_warpgroups(1, |b| {
-                    qk_async(b, &slot);
-                    b.mma_wait(0);
-                    softmax(b, &kv0);
-                    (sh.publish)(b);
-                });
-                b.barrier();
-                (sh.pv)(b, &slot);
-                b.mma_wait(0);
-                ring.release(b, &j);
-            }
-            return;
-        }
-        qk_async(b, &slot);
-        if c.overlap {
-            // Tile j-1's P V after tile j's scores (their groups complete in order): the scores are waited for
-            // alone, and tile j's softmax runs while P V is in flight. Its stage (`prev`) is refilled only
-            // after the next iteration's barrier.
-            let prev = (&j + (st - 1) as i64) % st as i64;
-            b.if_else(
-                j.clone().gt(0i64),
-                |b| {
-                    pv_async(b, &prev);
-                    b.mma_wait(nvl);
-                },
-                |b| b.mma_wait(0),
-            );
-            softmax(b, &kv0);
-            b.mma_wait(0);
-            release_prev(b);
-            sm.step_finish(b, s, p, &accs);
-        } else {
-            b.mma_wait(0);
-            softmax(b, &kv0);
-            sm.step_finish(b, s, p, &accs);
-            pv_async(b, &slot);
-            b.mma_wait(0);
-            ring.release(b, &j);
+        match &w.shared {
+            Some(sh) => w.tile_shared(b, sh, &ring, &j, &slot, &kv0),
+            None => w.tile_replicated(b, &ring, &j, &slot, &kv0),
         }
     });
     if c.overlap {
         // The last tile's P V (its stage was not refilled: no tile follows it; SCORES=shared: once its P is
         // published).
-        if shared.is_some() {
+        if w.shared.is_some() {
             b.barrier();
         }
         b.if_(count.clone().gt(0i64), |b| {
             let last = (count.clone() - 1i64) % st as i64;
-            match &shared {
-                Some(sh) => (sh.pv)(b, &last),
-                None => pv_async(b, &last),
+            match &w.shared {
+                Some(sh) => w.pv_shared(b, sh, &last),
+                None => w.pv_async(b, &last),
             }
             b.mma_wait(0);
         });
@@ -2357,41 +2224,41 @@ fn build_decode_wgmma(spec: &DecodeSpec, knobs: &Knobs, c: &DecodeCfg, direct: b
     // -inf).
     let log2_max = |b: &mut KernelBuilder| {
         if c.fast_softmax {
-            b.vec_map(sm.m, rv(sm.m) * scale_log2.clone());
+            b.vec_map(w.sm.m, rv(w.sm.m) * w.scale_log2.clone());
         }
     };
-    if !shared_p {
+    if w.shared.is_none() {
         log2_max(&mut b);
     }
     b.wait(0);
-    if !shared_p {
-        b.vec_map(inv_l, sm.inv_l());
+    if w.shared.is_none() {
+        b.vec_map(inv_l, w.sm.inv_l());
     }
-    let part_row = b.let_("part_row", (bi * nsplit + split) * rows_total + m0);
+    let part_row = b.let_("part_row", (bi * nsplit + split) * rows_total + w.m0.clone());
     let lse = |b: &mut KernelBuilder| {
         b.if_(vs.clone().eq(0i64), |b| {
-            b.vec_map(lse_v, if direct { sm.lse_nat() } else { sm.lse_log2() });
+            b.vec_map(lse_v, if direct { w.sm.lse_nat() } else { w.sm.lse_log2() });
             b.store_vec(lse_v, vec_view(lse_part, part_row.clone(), 1i64, rows_valid.clone()));
         });
     };
-    if let (Some(ssc), Some(rs)) = (ssc, row_scale) {
+    if let Some(sh) = &w.shared {
         // Warpgroup 0 stores the LSE and passes 1 / l (once the other warpgroup has read the last row scale).
         b.barrier();
         b.first_warpgroups(1, |b| {
             log2_max(b);
             lse(b);
-            b.map(rs, sm.inv_l());
-            let dst = b.slot(ssc, 0i64);
-            b.store(rs, Place::Shared(dst));
+            b.map(sh.row_scale, w.sm.inv_l());
+            let dst = b.slot(sh.ssc, 0i64);
+            b.store(sh.row_scale, Place::Shared(dst));
         });
         b.barrier();
-        b.vec_map(inv_l, Expr::shared_load(ssc, 0i64, Expr::RowIdx, 0i64));
+        b.vec_map(inv_l, Expr::shared_load(sh.ssc, 0i64, Expr::RowIdx, 0i64));
     }
-    for (cv, &acc) in accs.iter().enumerate() {
+    for (cv, &acc) in w.accs.iter().enumerate() {
         b.map(acc, el(acc) * rv(inv_l));
         let dst = view(
             o_part,
-            part_row.clone() * dv as i64 + (v0.clone() + cv as i64) * KC as i64,
+            part_row.clone() * dv as i64 + (w.v0.clone() + cv as i64) * KC as i64,
             dv as i64,
             rows_valid.clone(),
             KC as i64,
@@ -2399,23 +2266,191 @@ fn build_decode_wgmma(spec: &DecodeSpec, knobs: &Knobs, c: &DecodeCfg, direct: b
         );
         b.store(acc, Place::Global(dst));
     }
-    if !shared_p {
+    if w.shared.is_none() {
         lse(&mut b);
     }
     Ok(b.finish()?)
 }
 
-/// A statement emitter of the wgmma decode's `SCORES=shared` exchange.
-type Emit<'a> = Box<dyn Fn(&mut KernelBuilder) + 'a>;
-/// An emitter taking the K/V stage it reads.
-type EmitAt<'a> = Box<dyn Fn(&mut KernelBuilder, &Expr) + 'a>;
+/// `SCORES=shared` of the wgmma decode: P in `sp`, read back by every warpgroup into `p_all` (its register A
+/// operand: a shared A would be re-read from shared memory by each of the 32 k16 steps of both warpgroups, 2 KB
+/// each beside 1 KB of V, more bytes per step than the tensor cores take cycles at N = 32), and one f32 per row
+/// (the tile's row scale, then 1 / l) in column 0 of `ssc`, written through the [BM, 8] tile `row_scale`.
+struct SharedP {
+    sp: SharedId,
+    ssc: SharedId,
+    row_scale: TileId,
+    p_all: TileId,
+}
 
-/// The two steps of the wgmma decode's `SCORES=shared` exchange (see [`build_decode_wgmma`]).
-struct SharedScores<'a> {
-    /// Warpgroup 0 (inside its body): P and the row scale of the tile just scored into shared memory.
-    publish: Emit<'a>,
-    /// Every warpgroup: P and the row scale read back, the accumulators rescaled, P V issued from a stage.
-    pv: EmitAt<'a>,
+/// What the wgmma decode's tile schedules share ([`build_decode_wgmma`]): its knobs, the Q tile and K/V stages,
+/// the score, P and value tiles, the online softmax, and what its masks are computed from.
+struct WgmmaDecode<'a> {
+    c: &'a DecodeCfg,
+    sq: SharedId,
+    skv: SharedId,
+    /// 64-column chunks of a cache row.
+    nch: u32,
+    s: TileId,
+    p: TileId,
+    accs: Vec<TileId>,
+    sm: OnlineSoftmax,
+    shared: Option<SharedP>,
+    /// The first value chunk of this block's slice.
+    v0: Expr,
+    m0: Expr,
+    h: Expr,
+    s_k: Expr,
+    sqd: Expr,
+    diag: Expr,
+    scale_log2: Expr,
+}
+
+impl WgmmaDecode<'_> {
+    /// S = Q K^T of the tile in `slot`: 9 asynchronous 64-deep products from the swizzled Q chunks and the slot's
+    /// K chunks. Unrolled, their shared-memory descriptors fold into constants plus the slot offset (the operands
+    /// stay in shared memory, so no fragments are hoisted into registers).
+    fn qk_async(&self, b: &mut KernelBuilder, slot: &Expr) {
+        let nch = self.nch;
+        let chunk = |b: &mut KernelBuilder, cc: Expr| {
+            let qa = Operand::Shared { src: b.slot(self.sq, cc.clone()), transpose: false };
+            let kb = Operand::Shared { src: b.slot(self.skv, slot.clone() * nch as i64 + cc.clone()), transpose: true };
+            b.mma_async_init(self.s, qa, kb, cc.gt(0i64));
+        };
+        if self.c.qk_unroll {
+            b.for_unrolled("chunk", 0i64, nch as i64, 1i64, chunk);
+        } else {
+            b.for_("chunk", 0i64, nch as i64, 1i64, chunk);
+        }
+    }
+
+    /// O += P V: this slice's chunks of the first DV columns of the slot's cache rows, stored [keys, values]; P
+    /// from the registers (SCORES=shared: as every warpgroup read it back).
+    fn pv_async(&self, b: &mut KernelBuilder, slot: &Expr) {
+        let pa = self.shared.as_ref().map_or(self.p, |sh| sh.p_all);
+        for (cv, &acc) in self.accs.iter().enumerate() {
+            let vb = Operand::Shared {
+                src: b.slot(self.skv, slot.clone() * self.nch as i64 + self.v0.clone() + cv as i64),
+                transpose: false,
+            };
+            b.mma_async(acc, Operand::Reg(pa), vb);
+        }
+    }
+
+    /// The scores of the tile starting at key `kv0` in the log2 domain, -inf where masked; SOFTMAX=fast keeps them
+    /// raw (the scale is applied inside the exponent) and masks only the tiles that need it.
+    fn softmax(&self, b: &mut KernelBuilder, kv0: &Expr) {
+        let (crosses, visible) = decode_mask(kv0, &self.m0, &self.h, &self.s_k, &self.sqd, &self.diag, self.c.bn);
+        mask_scores(b, self.s, crosses, visible, &self.scale_log2, self.c.fast_softmax);
+        step_scores(b, &self.sm, self.s, &self.scale_log2, self.c.fast_softmax);
+    }
+
+    /// SCORES=shared, warpgroup 0 (inside its body): P and the row scale of the tile just scored into shared
+    /// memory.
+    fn publish(&self, b: &mut KernelBuilder, sh: &SharedP) {
+        b.map(self.p, el(self.s));
+        let dst = b.slot(sh.sp, 0i64);
+        b.store(self.p, Place::Shared(dst));
+        b.map(sh.row_scale, rv(self.sm.alpha));
+        let dst = b.slot(sh.ssc, 0i64);
+        b.store(sh.row_scale, Place::Shared(dst));
+    }
+
+    /// SCORES=shared, every warpgroup: P and the row scale read back, the accumulators rescaled, P V issued from
+    /// the stage `slot`.
+    fn pv_shared(&self, b: &mut KernelBuilder, sh: &SharedP, slot: &Expr) {
+        let alpha = self.sm.alpha_acc.expect("VWG=2: the accumulators' warps differ from the scores'");
+        let src = b.slot(sh.sp, 0i64);
+        b.load(sh.p_all, Place::Shared(src));
+        b.vec_map(alpha, Expr::shared_load(sh.ssc, 0i64, Expr::RowIdx, 0i64));
+        for &acc in &self.accs {
+            b.map(acc, el(acc) * rv(alpha));
+        }
+        self.pv_async(b, slot);
+    }
+
+    /// LOAD=tma: the slot of tile `j - 1` is released once the products that read it completed.
+    fn release_prev(&self, b: &mut KernelBuilder, ring: &KvRing, j: &Expr) {
+        if self.c.tma {
+            b.if_(j.clone().gt(0i64), |b| ring.release(b, &(j - 1i64)));
+        }
+    }
+
+    /// Tile `j` (in `slot`, first key `kv0`) with SCORES=shared.
+    fn tile_shared(&self, b: &mut KernelBuilder, sh: &SharedP, ring: &KvRing, j: &Expr, slot: &Expr, kv0: &Expr) {
+        if self.c.tma {
+            // The ring's copies need no block barrier; the exchange does: the previous tile's P is published and
+            // read by all before warpgroup 0 overwrites it.
+            b.barrier();
+        }
+        if self.c.overlap {
+            // Warpgroup 0 computes tile j's scores; every warpgroup reads tile j-1's P and row scale and issues its
+            // P V (warpgroup 1 at once, warpgroup 0 once its scores are in: the tensor cores run them one after the
+            // other anyway; tile j-1's stage is refilled only after its release below); once all have read P (the
+            // barrier), warpgroup 0 runs tile j's softmax while the P V products are in flight, then publishes tile
+            // j's P. (A score product left in flight across the body's end, to be waited for in the next body,
+            // makes ptxas serialize every wgmma of the kernel: C7518.)
+            let st = self.c.stages;
+            let prev = (j + (st - 1) as i64) % st as i64;
+            b.first_warpgroups(1, |b| {
+                self.qk_async(b, slot);
+                b.mma_wait(0);
+            });
+            b.if_(j.clone().gt(0i64), |b| self.pv_shared(b, sh, &prev));
+            b.barrier();
+            b.first_warpgroups(1, |b| {
+                self.softmax(b, kv0);
+                self.publish(b, sh);
+            });
+            b.mma_wait(0);
+            self.release_prev(b, ring, j);
+        } else {
+            // Warpgroup 0: the scores, the softmax, and P and the row scale into shared memory (their previous
+            // readers finished before the ring's barrier above); then every warpgroup's P V.
+            b.first_warpgroups(1, |b| {
+                self.qk_async(b, slot);
+                b.mma_wait(0);
+                self.softmax(b, kv0);
+                self.publish(b, sh);
+            });
+            b.barrier();
+            self.pv_shared(b, sh, slot);
+            b.mma_wait(0);
+            ring.release(b, j);
+        }
+    }
+
+    /// Tile `j` (in `slot`, first key `kv0`) with SCORES=replicated: every warpgroup computes the scores of its
+    /// rows.
+    fn tile_replicated(&self, b: &mut KernelBuilder, ring: &KvRing, j: &Expr, slot: &Expr, kv0: &Expr) {
+        self.qk_async(b, slot);
+        if self.c.overlap {
+            // Tile j-1's P V after tile j's scores (their groups complete in order): the scores are waited for
+            // alone, and tile j's softmax runs while P V is in flight. Its stage (`prev`) is refilled only after
+            // the next iteration's barrier.
+            let st = self.c.stages;
+            let prev = (j + (st - 1) as i64) % st as i64;
+            b.if_else(
+                j.clone().gt(0i64),
+                |b| {
+                    self.pv_async(b, &prev);
+                    b.mma_wait(self.accs.len() as u32);
+                },
+                |b| b.mma_wait(0),
+            );
+            self.softmax(b, kv0);
+            b.mma_wait(0);
+            self.release_prev(b, ring, j);
+            self.sm.step_finish(b, self.s, self.p, &self.accs);
+        } else {
+            b.mma_wait(0);
+            self.softmax(b, kv0);
+            self.sm.step_finish(b, self.s, self.p, &self.accs);
+            self.pv_async(b, slot);
+            b.mma_wait(0);
+            ring.release(b, j);
+        }
+    }
 }
 
 /// The split count the decode kernel should use for `batch` requests of `m_tiles` m-tiles each whose longest
