@@ -281,7 +281,7 @@ mod neighbour_tests {
 mod centre_tests {
     use super::plan_neighbours;
     use k3k_ops::gated_mla::decode_knobs_for_rows;
-    use k3k_ops::gated_mla_ops::GatedMlaDecode;
+    use k3k_ops::gated_mla::ops::GatedMlaDecode;
     use k3k_ops::op::Operator;
 
     /// The decode's defaults resolve to the wgmma knobs from 64 rows: round 2 explores around those (e.g. the

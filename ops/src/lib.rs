@@ -8,7 +8,6 @@
 pub mod check;
 pub mod data;
 pub mod gated_mla;
-pub mod gated_mla_ops;
 pub mod hist_quantile;
 pub mod kda;
 pub mod latent_moe_gemm;

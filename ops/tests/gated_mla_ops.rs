@@ -5,8 +5,8 @@
 //! reference (must pass) and perturbed ones (must fail).
 use k3k_codegen::{BuildOptions, build};
 use k3k_ir::{DType, HostTensor, Knobs};
+use k3k_ops::gated_mla::ops::*;
 use k3k_ops::gated_mla::*;
-use k3k_ops::gated_mla_ops::*;
 use k3k_ops::op::{Operator, Preset};
 use k3k_ops::plan::{Executor, Outputs, Plan};
 use k3k_ops::registry;
