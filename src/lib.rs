@@ -13,5 +13,6 @@ pub use k3k_tuner as tuner;
 
 pub mod bench;
 pub mod environment;
+pub mod fingerprint;
 pub mod report;
 pub mod tuning;
