@@ -480,450 +480,47 @@ pub fn build_prefill(spec: &PrefillSpec, knobs: &Knobs) -> Result<Kernel, OpErro
         Some((sl, _, _)) => sl.clone(),
         None => b.let_("scale_log2", scale * LOG2_E),
     };
-    // The ring use of K / V tile `kt` of the item (PERSIST: after the earlier items' tiles), its slot and the parity
-    // of its phase (PERSIST's uses are never negative: a mask and a shift at a power-of-two STAGES).
-    let u = |kt: Expr| -> Expr {
-        match &walk {
-            Some((_, kbase, _)) => Expr::Var(*kbase) + kt,
-            None => kt,
-        }
+    let pk = PrefillKernel {
+        spec,
+        c: &c,
+        q,
+        k,
+        v,
+        z,
+        o,
+        lse,
+        h: h.clone(),
+        tq: tq.clone(),
+        nqk,
+        nv,
+        sq,
+        sk,
+        sv,
+        tma,
+        s,
+        p,
+        accs,
+        zt,
+        sm,
+        inv_l,
+        lse_v,
+        q_start,
+        t_n: t_n.clone(),
+        k_start,
+        s_n,
+        walk,
+        scale_log2,
+        ring: StageRing::new(st, c.persist),
     };
-    let ring = StageRing::new(st, walk.is_some());
-    let slot_of = |u: Expr| ring.slot(u);
-    let phase_of = |u: Expr| ring.phase(u);
-
-    let init_barriers = |b: &mut KernelBuilder, m: &PrefillTma| {
-        b.mbar_init(m.q_full, 1);
-        if let Some(qe) = m.q_empty {
-            b.mbar_init(qe, 32 * c.wm);
-        }
-        b.mbar_init(m.k_full, 1);
-        b.mbar_init(m.k_empty, 32 * c.wm);
-        b.mbar_init(m.v_full, 1);
-        b.mbar_init(m.v_empty, 32 * c.wm);
-    };
-
-    let body = |b: &mut KernelBuilder, m0: Expr, hh: Expr| {
-        let rows_q = b.let_("rows_q", t_n.clone() - m0.clone());
-        // Keys this q-tile may see: all, or up to the last row's diagonal (bottom-right aligned).
-        let n_end = if spec.causal {
-            let last = (m0.clone() + bm as i64).min(t_n.clone()) + s_n.clone() - t_n.clone();
-            b.let_("n_end", last.min(s_n.clone()).max(0i64))
-        } else {
-            s_n.clone()
-        };
-        let n_tiles = b.let_("n_tiles", n_end.ceil_div(bn as i64));
-        // The last key row 0 of the tile may see (causal); tiles ending after it need the mask.
-        let diag = b.let_("diag", m0.clone() + s_n.clone() - t_n.clone());
-        let row_stride_qk = h.clone() * dqk as i64;
-        let row_stride_v = h.clone() * dv as i64;
-
-        // Stage `kt` of a K or V ring: the tile's `n` 64-column chunks of a `[S, H, d]` tensor into its slot.
-        let load_chunks = |b: &mut KernelBuilder, kt: Expr, t: TensorId, d: u32, n: u32, buf: SharedId| {
-            let slot = slot_of(u(kt.clone()));
-            let kv0 = kt.clone() * bn as i64;
-            if let Some(m) = &tma {
-                let (map, full, empty) = if t == k { (m.km, m.k_full, m.k_empty) } else { (m.vm, m.v_full, m.v_empty) };
-                // Thread 0 waits until every thread has released the slot's previous use (tile kt - STAGES, phase
-                // kt / STAGES - 1 of its empty barrier; a fresh barrier passes parity 1 at once), then announces
-                // the stage's bytes (whole boxes: rows past the tensor's end arrive as zeros) and issues the copies.
-                // Rows past the sequence's end come from the next sequence: masked like the cp.async zeros.
-                b.mbar_wait_elected(empty, slot.clone(), ring.empty_parity(u(kt.clone())));
-                b.mbar_arrive_expect_tx(full, slot.clone(), 2 * bn * d);
-                for cc in 0..n {
-                    let dst = b.slot(buf, slot.clone() * n as i64 + cc as i64);
-                    let coords = vec![Expr::from((cc * KC) as i64), hh.clone(), k_start.clone() + kv0.clone()];
-                    b.tma_load(map, dst, coords, full, slot.clone());
-                }
-                return;
-            }
-            for c in 0..n {
-                let src = view(
-                    t,
-                    ((k_start.clone() + kv0.clone()) * h.clone() + hh.clone()) * d as i64 + (c * KC) as i64,
-                    h.clone() * d as i64,
-                    s_n.clone() - kv0.clone(),
-                    KC as i64,
-                    8,
-                );
-                let dst = b.slot(buf, slot.clone() * n as i64 + c as i64);
-                b.copy_async(dst, src);
-            }
-        };
-        let load_k = |b: &mut KernelBuilder, kt: Expr| load_chunks(b, kt, k, dqk, nqk, sk);
-        let load_v = |b: &mut KernelBuilder, kt: Expr| {
-            if c.wgmma {
-                load_chunks(b, kt, v, dv, nv, sv);
-            } else {
-                let slot = kt.clone() % st as i64;
-                let kv0 = kt * bn as i64;
-                let vsrc = view(
-                    v,
-                    ((k_start.clone() + kv0.clone()) * h.clone() + hh.clone()) * dv as i64,
-                    row_stride_v.clone(),
-                    s_n.clone() - kv0,
-                    dv as i64,
-                    8,
-                );
-                let vd = b.slot(sv, slot);
-                b.copy_async(vd, vsrc);
-            }
-        };
-        let load_stage = |b: &mut KernelBuilder, kt: Expr| {
-            load_k(b, kt.clone());
-            load_v(b, kt);
-        };
-
-        // The Q tile: one box per 64-column chunk (rows past the sequence's end are never stored); PERSIST: once
-        // the consumers have released the previous item's.
-        let load_q = |b: &mut KernelBuilder, m: &PrefillTma| {
-            b.producer_if(c.producer_warp, |b| {
-                if let (Some(qe), Some((_, _, item))) = (m.q_empty, &walk) {
-                    b.mbar_wait_elected(qe, 0i64, Expr::Var(*item).bitand(1i64).bitxor(1i64));
-                }
-                b.mbar_arrive_expect_tx(m.q_full, 0i64, 2 * bm * dqk);
-                for cc in 0..nqk {
-                    let dst = b.slot(sq, cc as i64);
-                    let coords = vec![Expr::from((cc * KC) as i64), hh.clone(), q_start.clone() + m0.clone()];
-                    b.tma_load(m.qm, dst, coords, m.q_full, 0i64);
-                }
-            });
-        };
-        // The Q tile's phase: the item's (PERSIST), else the only one.
-        let q_parity = match &walk {
-            Some((_, _, item)) => Expr::Var(*item).bitand(1i64),
-            None => Expr::Int(0),
-        };
-        if let Some(m) = &tma
-            && walk.is_none()
-        {
-            init_barriers(b, m);
-            load_q(b, m);
-        }
-        // Q tile (first commit group, with KV stage 0).
-        for c in (0..nqk).filter(|_| tma.is_none()) {
-            let qsrc = view(
-                q,
-                ((q_start.clone() + m0.clone()) * h.clone() + hh.clone()) * dqk as i64 + (c * KC) as i64,
-                row_stride_qk.clone(),
-                rows_q.clone(),
-                KC as i64,
-                8,
-            );
-            let qd = b.slot(sq, c as i64);
-            b.copy_async(qd, qsrc);
-        }
-        // Scale the raw scores into the log2 domain; mask only the tiles that cross the diagonal or the end
-        // of the keys.
-        let scale_mask = |b: &mut KernelBuilder, kv0: Expr| {
-            let tile_end = kv0.clone() + bn as i64;
-            let need_mask = if spec.causal {
-                tile_end.clone().gt(s_n.clone()).or((tile_end - 1i64).gt(diag.clone()))
-            } else {
-                tile_end.gt(s_n.clone())
-            };
-            let key = kv0 + Expr::ColIdx;
-            let mut visible = key.lt(s_n.clone());
-            if spec.causal {
-                visible = visible.and(key.le(m0.clone() + Expr::RowIdx + s_n.clone() - t_n.clone()));
-            }
-            mask_scores(b, s, need_mask, visible, &scale_log2, c.fast_softmax);
-        };
-        let softmax_scores = |b: &mut KernelBuilder| step_scores(b, &sm, s, &scale_log2, c.fast_softmax);
-        // wgmma: S = Q K^T over the three 64-column chunks (the first starts the tile), and O += P V per
-        // 64-column value slice (B stored [keys, values]).
-        let qk_async = |b: &mut KernelBuilder, slot: Expr| {
-            let chunk = |b: &mut KernelBuilder, cc: Expr| {
-                let qa = Operand::Shared { src: b.slot(sq, cc.clone()), transpose: false };
-                let kb = Operand::Shared { src: b.slot(sk, slot.clone() * nqk as i64 + cc.clone()), transpose: true };
-                b.mma_async_init(s, qa, kb, cc.gt(0i64));
-            };
-            if c.qk_unroll {
-                b.for_unrolled("chunk", 0i64, nqk as i64, 1i64, chunk);
-            } else {
-                b.for_("chunk", 0i64, nqk as i64, 1i64, chunk);
-            }
-        };
-        // The score product as three statements (no loop): inside a turn (PINGPONG), so that the renderer sees
-        // which products the following wait leaves in flight.
-        let qk_flat = |b: &mut KernelBuilder, slot: Expr| {
-            for cc in 0..nqk as i64 {
-                let qa = Operand::Shared { src: b.slot(sq, cc), transpose: false };
-                let kb = Operand::Shared { src: b.slot(sk, slot.clone() * nqk as i64 + cc), transpose: true };
-                b.mma_async_init(s, qa, kb, Expr::Bool(cc > 0));
-            }
-        };
-        let pv_async = |b: &mut KernelBuilder, slot: Expr| {
-            for (cv, &acc) in accs.iter().enumerate() {
-                let vb = Operand::Shared { src: b.slot(sv, slot.clone() * nv as i64 + cv as i64), transpose: false };
-                b.mma_async(acc, Operand::Reg(p), vb);
-            }
-        };
-        if !c.wgmma || !c.overlap {
-            // The ring prefetches STAGES - 1 tiles ahead.
-            for i in 0..st - 1 {
-                b.producer_if(c.producer_warp, |b| {
-                    b.if_(Expr::Int(i as i64).lt(n_tiles.clone()), |b| load_stage(b, Expr::Int(i as i64)))
-                });
-                if tma.is_none() {
-                    b.commit();
-                }
-            }
-            sm.init(b);
-            for &acc in &accs {
-                b.map(acc, 0.0f64);
-            }
-            if let Some(m) = &tma {
-                b.mbar_wait(m.q_full, 0i64, 0i64);
-            }
-            b.for_("kt", 0i64, n_tiles.clone(), 1i64, |b, kt| {
-                if tma.is_none() {
-                    b.wait(st - 2);
-                    b.barrier();
-                }
-                // (LOAD=tma: thread 0 waits for the refilled slot's empty barriers instead.)
-                let next = &kt + (st - 1) as i64;
-                b.producer_if(c.producer_warp, |b| b.if_(next.lt(n_tiles.clone()), |b| load_stage(b, next.clone())));
-                if tma.is_none() {
-                    b.commit();
-                }
-                let slot = if c.wgmma { b.let_("slot", &kt % st as i64) } else { &kt % st as i64 };
-                let parity = (&kt / st as i64) % 2i64;
-                let kv0 = b.let_("kv0", &kt * bn as i64);
-                if c.wgmma {
-                    if let Some(m) = &tma {
-                        b.mbar_wait(m.k_full, slot.clone(), parity.clone());
-                    }
-                    qk_async(b, slot.clone());
-                    b.mma_wait(0);
-                    // The score product is complete: release the K slot to the producer.
-                    if let Some(m) = &tma {
-                        b.mbar_arrive(m.k_empty, slot.clone());
-                    }
-                } else {
-                    b.map(s, 0.0f64);
-                    qk_chunks(b, s, sq, sk, slot.clone() * nqk as i64, nqk, c.qk_unroll);
-                }
-                scale_mask(b, kv0);
-                softmax_scores(b);
-                sm.step_finish(b, s, p, &accs);
-                if c.wgmma {
-                    if let Some(m) = &tma {
-                        b.mbar_wait(m.v_full, slot.clone(), parity);
-                    }
-                    pv_async(b, slot.clone());
-                    b.mma_wait(0);
-                    if let Some(m) = &tma {
-                        b.mbar_arrive(m.v_empty, slot);
-                    }
-                } else {
-                    for (cv, &acc) in accs.iter().enumerate() {
-                        let vb = Operand::Shared {
-                            src: b.window(sv, slot.clone(), 0, cv as u32 * KC, bn, KC),
-                            transpose: false,
-                        };
-                        b.mma(acc, Operand::Reg(p), vb);
-                    }
-                }
-            });
-        } else {
-            // Overlapped wgmma: iteration kt issues S(kt) = Q K(kt)^T and then O += P(kt-1) V(kt-1), waits for
-            // S only, runs the softmax of tile kt while P V is in flight, then waits for it and rescales O and
-            // writes P(kt). V(kt-1) is still read during iteration kt, so the ring runs V one tile behind K:
-            // commit group j holds K(j) and V(j-1), and iteration kt loads group kt + STAGES - 1 (K into the slot
-            // of K(kt-1), read by S(kt-1); V into the slot of V(kt-2), read by P V in iteration kt-1), both
-            // finished by every thread at the top barrier.
-            // Group j >= 1 (group 0 holds K(0) and the Q tile).
-            let load_group = |b: &mut KernelBuilder, j: Expr| {
-                b.if_(j.clone().lt(n_tiles.clone()), |b| load_k(b, j.clone()));
-                b.if_((j.clone() - 1i64).lt(n_tiles.clone()), |b| load_v(b, j.clone() - 1i64));
-            };
-            // LOAD=tma: the same schedule without commit groups or the block barrier: K(j) and V(j) complete on
-            // the full barriers of slot j % STAGES; S(kt) waits for K(kt) and V(kt-1) (issued together), every
-            // thread releases K(kt) once S(kt) is complete and V(kt-1) once P V(kt-1) is, and thread 0 waits for
-            // those releases before loading K(kt + STAGES - 1) / V(kt + STAGES - 2) into the same slots.
-            let commit = |b: &mut KernelBuilder| {
-                if tma.is_none() {
-                    b.commit();
-                }
-            };
-            b.producer_if(c.producer_warp, |b| b.if_(Expr::Int(0).lt(n_tiles.clone()), |b| load_k(b, Expr::Int(0))));
-            commit(b);
-            // PERSIST: the next item's first K tile may load while the consumers still read this item's Q tile.
-            if let Some(m) = &tma
-                && walk.is_some()
-            {
-                load_q(b, m);
-            }
-            for j in 1..st - 1 {
-                b.producer_if(c.producer_warp, |b| load_group(b, Expr::Int(j as i64)));
-                commit(b);
-            }
-            sm.init(b);
-            for &acc in &accs {
-                b.map(acc, 0.0f64);
-            }
-            if let Some(m) = &tma {
-                b.mbar_wait(m.q_full, 0i64, q_parity.clone());
-            }
-            // One KV tile. `later`: whether kt > 0 is known statically (PINGPONG peels the first tile, so that a
-            // turn holds straight-line products and the P V wait knows which it leaves in flight), or tested.
-            let iteration = |b: &mut KernelBuilder, kt: Expr, later: Option<bool>| {
-                let if_later = |b: &mut KernelBuilder, f: &dyn Fn(&mut KernelBuilder)| match later {
-                    None => b.if_(kt.clone().gt(0i64), |b| f(b)),
-                    Some(true) => f(b),
-                    Some(false) => {}
-                };
-                if tma.is_none() {
-                    b.wait(st - 2);
-                    b.barrier();
-                }
-                b.producer_if(c.producer_warp, |b| load_group(b, &kt + (st - 1) as i64));
-                commit(b);
-                let slot = b.let_("slot", slot_of(u(kt.clone())));
-                let kv0 = b.let_("kv0", &kt * bn as i64);
-                let prev = slot_of(u(kt.clone()) + (st - 1) as i64);
-                if let Some(m) = &tma {
-                    b.mbar_wait(m.k_full, slot.clone(), phase_of(u(kt.clone())));
-                    if_later(b, &|b| b.mbar_wait(m.v_full, prev.clone(), phase_of(u(kt.clone()) - 1i64)));
-                }
-                match later {
-                    None => {
-                        qk_async(b, slot.clone());
-                        b.if_else(
-                            kt.clone().gt(0i64),
-                            |b| {
-                                pv_async(b, prev.clone());
-                                // The score product's groups were committed first: at most the P V ones remain.
-                                b.mma_wait(nv);
-                            },
-                            |b| b.mma_wait(0),
-                        );
-                    }
-                    Some(later) => {
-                        b.in_turn_if(c.pingpong, |b| {
-                            qk_flat(b, slot.clone());
-                            if later {
-                                pv_async(b, prev.clone());
-                            }
-                        });
-                        b.mma_wait(if later { nv } else { 0 });
-                    }
-                }
-                if let Some(m) = &tma {
-                    b.mbar_arrive(m.k_empty, slot.clone());
-                    // PERSIST: the item's last score product is complete: release the Q tile, so that the next
-                    // item's Q tile loads while this one finishes.
-                    if let Some(qe) = m.q_empty {
-                        b.if_(kt.clone().eq(n_tiles.clone() - 1i64), |b| b.mbar_arrive(qe, 0i64));
-                    }
-                }
-                if c.smguard {
-                    // Always true (kv0 < n_tiles * BN and n_tiles = ceil(n_end / BN)); see SMGUARD.
-                    scale_mask(b, kv0.clone());
-                    b.if_(kv0.lt(n_end.clone()), softmax_scores);
-                } else {
-                    scale_mask(b, kv0);
-                    softmax_scores(b);
-                }
-                b.mma_wait(0);
-                if let Some(m) = &tma {
-                    if_later(b, &|b| b.mbar_arrive(m.v_empty, prev.clone()));
-                }
-                sm.step_finish(b, s, p, &accs);
-            };
-            if c.pingpong {
-                b.if_(Expr::Int(0).lt(n_tiles.clone()), |b| iteration(b, Expr::Int(0), Some(false)));
-                b.for_("kt", 1i64, n_tiles.clone(), 1i64, |b, kt| iteration(b, kt, Some(true)));
-            } else {
-                b.for_("kt", 0i64, n_tiles.clone(), 1i64, |b, kt| iteration(b, kt, None));
-            }
-            // The last tile's P V: its V is in group n_tiles, issued during the last iteration.
-            b.if_(n_tiles.clone().gt(0i64), |b| {
-                let last = slot_of(u(n_tiles.clone()) + (st - 1) as i64);
-                match &tma {
-                    Some(m) => b.mbar_wait(m.v_full, last.clone(), phase_of(u(n_tiles.clone()) - 1i64)),
-                    None => {
-                        b.wait(0);
-                        b.barrier();
-                    }
-                }
-                pv_async(b, last.clone());
-                b.mma_wait(0);
-                // PERSIST: the ring runs on into the next item.
-                if let Some(m) = tma.as_ref().filter(|_| walk.is_some()) {
-                    b.mbar_arrive(m.v_empty, last);
-                }
-            });
-            // PERSIST: an item without keys releases its Q tile here.
-            if let Some(qe) = tma.as_ref().and_then(|m| m.q_empty) {
-                b.if_(n_tiles.clone().le(0i64), |b| b.mbar_arrive(qe, 0i64));
-            }
-        }
-        if tma.is_none() {
-            b.wait(0);
-        }
-        if c.fast_softmax {
-            // The running max is in raw score units; the LSE wants it in the log2 domain (-inf stays -inf).
-            b.vec_map(sm.m, rv(sm.m) * scale_log2.clone());
-        }
-
-        // Epilogue: o = acc / l (* sigmoid(z)), lse = ln(sum exp(tau q k)).
-        b.vec_map(inv_l, sm.inv_l());
-        let out_off = ((q_start.clone() + m0.clone()) * h.clone() + hh.clone()) * dv as i64;
-        // (PERSIST: the Q buffer may already hold the next item's tile; the gate comes from global memory.)
-        if let Some(z) = z.filter(|_| walk.is_none()) {
-            // Stage the gate tile through the Q chunks (no longer read) with coalesced 16-byte copies.
-            b.barrier();
-            for c in 0..nv {
-                let zsrc =
-                    view(z, out_off.clone() + (c * KC) as i64, row_stride_v.clone(), rows_q.clone(), KC as i64, 8);
-                let zd = b.slot(sq, c as i64);
-                b.copy_async(zd, zsrc);
-            }
-            b.commit();
-            b.wait(0);
-            b.barrier();
-        }
-        for (c, &acc) in accs.iter().enumerate() {
-            match zt {
-                Some(zt) => {
-                    let src = match (z, &walk) {
-                        (Some(z), Some(_)) => Place::Global(view(
-                            z,
-                            out_off.clone() + (c * KC as usize) as i64,
-                            row_stride_v.clone(),
-                            rows_q.clone(),
-                            KC as i64,
-                            8,
-                        )),
-                        _ => Place::Shared(b.slot(sq, c as i64)),
-                    };
-                    b.load(zt, src);
-                    b.map(acc, el(acc) * rv(inv_l) * el(zt).sigmoid());
-                }
-                None => b.map(acc, el(acc) * rv(inv_l)),
-            }
-            let dst =
-                view(o, out_off.clone() + (c as u32 * KC) as i64, row_stride_v.clone(), rows_q.clone(), KC as i64, 8);
-            b.store(acc, Place::Global(dst));
-        }
-        b.vec_map(lse_v, sm.lse_nat());
-        b.store_vec(lse_v, vec_view(lse, hh.clone() * tq.clone() + q_start.clone() + m0.clone(), 1i64, rows_q));
-        if let Some((_, kbase, item)) = &walk {
-            b.assign(*kbase, Expr::Var(*kbase) + n_tiles.clone());
-            b.assign(*item, Expr::Var(*item) + 1i64);
-        }
-    };
-    match &walk {
+    match &pk.walk {
         Some(_) => {
             // PERSIST: the barriers are initialized once. The items, head after head, pair each head's longest
             // q-tile with its shortest (the last with the first, the next-to-last with the second, ...: items 2i
             // and 2i + 1 of a head hold about nq + 1 KV tiles together), and block b takes pairs b, b +
             // gridDim.x, ...: equal work per pair, so a static walk balances (a plain round robin over the
             // longest-first order left 17% more work on the busiest block at T32768 H12).
-            if let Some(m) = &tma {
-                init_barriers(&mut b, m);
+            if let Some(m) = &pk.tma {
+                pk.init_barriers(&mut b, m);
             }
             let nq = b.let_("n_qtiles", tq.ceil_div(bm as i64));
             let items = b.let_("items", nq.clone() * h.clone());
@@ -942,7 +539,7 @@ pub fn build_prefill(spec: &PrefillSpec, knobs: &Knobs) -> Result<Kernel, OpErro
                         );
                         let hh = b.let_("head", w / nq.clone());
                         let m0 = b.let_("m0", mt * bm as i64);
-                        body(b, m0, hh);
+                        pk.item(b, m0, hh);
                     });
                 });
             });
@@ -950,11 +547,585 @@ pub fn build_prefill(spec: &PrefillSpec, knobs: &Knobs) -> Result<Kernel, OpErro
         None => {
             let (m0, hh) = block_item.expect("a block per item without PERSIST");
             if spec.varlen {
-                b.if_(m0.lt(t_n.clone()), |b| body(b, m0.clone(), hh.clone()));
+                b.if_(m0.lt(t_n.clone()), |b| pk.item(b, m0.clone(), hh.clone()));
             } else {
-                body(&mut b, m0, hh);
+                pk.item(&mut b, m0, hh);
             }
         }
     }
     Ok(b.finish()?)
+}
+
+/// What the prefill's per-item code shares ([`build_prefill`]): the problem, the knobs, the tensors, the Q tile
+/// and K/V stages, the score, P and value tiles, the online softmax and the sequence bounds.
+struct PrefillKernel<'a> {
+    spec: &'a PrefillSpec,
+    c: &'a PrefillCfg,
+    q: TensorId,
+    k: TensorId,
+    v: TensorId,
+    z: Option<TensorId>,
+    o: TensorId,
+    lse: TensorId,
+    h: Expr,
+    tq: Expr,
+    /// 64-column chunks of a Q / K row and of a V row.
+    nqk: u32,
+    nv: u32,
+    sq: SharedId,
+    sk: SharedId,
+    sv: SharedId,
+    tma: Option<PrefillTma>,
+    s: TileId,
+    p: TileId,
+    accs: Vec<TileId>,
+    zt: Option<TileId>,
+    sm: OnlineSoftmax,
+    inv_l: VecId,
+    lse_v: VecId,
+    /// The sequence's first query and key rows and its query and key counts (varlen: from `cu_seqlens`).
+    q_start: Expr,
+    t_n: Expr,
+    k_start: Expr,
+    s_n: Expr,
+    /// PERSIST: the scale in the log2 domain, the ring's running stage count and the item count.
+    walk: Option<(Expr, VarId, VarId)>,
+    scale_log2: Expr,
+    ring: StageRing,
+}
+
+/// One (q-tile, head) item of the prefill: its first query row `m0` and head `hh`, and what follows from them.
+struct PrefillItem {
+    m0: Expr,
+    hh: Expr,
+    rows_q: Expr,
+    /// Keys this q-tile may see, and their tiles.
+    n_end: Expr,
+    n_tiles: Expr,
+    /// The last key row 0 of the tile may see (causal); tiles ending after it need the mask.
+    diag: Expr,
+    row_stride_qk: Expr,
+    row_stride_v: Expr,
+}
+
+impl PrefillKernel<'_> {
+    /// The ring use of K / V tile `kt` of the item (PERSIST: after the earlier items' tiles).
+    fn u(&self, kt: Expr) -> Expr {
+        match &self.walk {
+            Some((_, kbase, _)) => Expr::Var(*kbase) + kt,
+            None => kt,
+        }
+    }
+
+    /// The slot of ring use `u` and the parity of its phase (PERSIST's uses are never negative: a mask and a shift
+    /// at a power-of-two STAGES).
+    fn slot_of(&self, u: Expr) -> Expr {
+        self.ring.slot(u)
+    }
+
+    fn phase_of(&self, u: Expr) -> Expr {
+        self.ring.phase(u)
+    }
+
+    fn init_barriers(&self, b: &mut KernelBuilder, m: &PrefillTma) {
+        let wm = self.c.wm;
+        b.mbar_init(m.q_full, 1);
+        if let Some(qe) = m.q_empty {
+            b.mbar_init(qe, 32 * wm);
+        }
+        b.mbar_init(m.k_full, 1);
+        b.mbar_init(m.k_empty, 32 * wm);
+        b.mbar_init(m.v_full, 1);
+        b.mbar_init(m.v_empty, 32 * wm);
+    }
+
+    /// Stage `kt` of a K or V ring (`t` is `k` or `v`): the tile's 64-column chunks of a `[S, H, d]` tensor into
+    /// its slot.
+    fn load_chunks(&self, b: &mut KernelBuilder, it: &PrefillItem, kt: Expr, t: TensorId) {
+        let (d, n, buf) =
+            if t == self.k { (self.spec.dqk, self.nqk, self.sk) } else { (self.spec.dv, self.nv, self.sv) };
+        let bn = self.c.bn;
+        let slot = self.slot_of(self.u(kt.clone()));
+        let kv0 = kt.clone() * bn as i64;
+        if let Some(m) = &self.tma {
+            let (map, full, empty) =
+                if t == self.k { (m.km, m.k_full, m.k_empty) } else { (m.vm, m.v_full, m.v_empty) };
+            // Thread 0 waits until every thread has released the slot's previous use (tile kt - STAGES, phase
+            // kt / STAGES - 1 of its empty barrier; a fresh barrier passes parity 1 at once), then announces
+            // the stage's bytes (whole boxes: rows past the tensor's end arrive as zeros) and issues the copies.
+            // Rows past the sequence's end come from the next sequence: masked like the cp.async zeros.
+            b.mbar_wait_elected(empty, slot.clone(), self.ring.empty_parity(self.u(kt.clone())));
+            b.mbar_arrive_expect_tx(full, slot.clone(), 2 * bn * d);
+            for cc in 0..n {
+                let dst = b.slot(buf, slot.clone() * n as i64 + cc as i64);
+                let coords = vec![Expr::from((cc * KC) as i64), it.hh.clone(), self.k_start.clone() + kv0.clone()];
+                b.tma_load(map, dst, coords, full, slot.clone());
+            }
+            return;
+        }
+        let h = &self.h;
+        for c in 0..n {
+            let src = view(
+                t,
+                ((self.k_start.clone() + kv0.clone()) * h.clone() + it.hh.clone()) * d as i64 + (c * KC) as i64,
+                h.clone() * d as i64,
+                self.s_n.clone() - kv0.clone(),
+                KC as i64,
+                8,
+            );
+            let dst = b.slot(buf, slot.clone() * n as i64 + c as i64);
+            b.copy_async(dst, src);
+        }
+    }
+
+    fn load_k(&self, b: &mut KernelBuilder, it: &PrefillItem, kt: Expr) {
+        self.load_chunks(b, it, kt, self.k);
+    }
+
+    fn load_v(&self, b: &mut KernelBuilder, it: &PrefillItem, kt: Expr) {
+        if self.c.wgmma {
+            self.load_chunks(b, it, kt, self.v);
+        } else {
+            let (bn, st, dv) = (self.c.bn, self.c.stages, self.spec.dv);
+            let slot = kt.clone() % st as i64;
+            let kv0 = kt * bn as i64;
+            let vsrc = view(
+                self.v,
+                ((self.k_start.clone() + kv0.clone()) * self.h.clone() + it.hh.clone()) * dv as i64,
+                it.row_stride_v.clone(),
+                self.s_n.clone() - kv0,
+                dv as i64,
+                8,
+            );
+            let vd = b.slot(self.sv, slot);
+            b.copy_async(vd, vsrc);
+        }
+    }
+
+    fn load_stage(&self, b: &mut KernelBuilder, it: &PrefillItem, kt: Expr) {
+        self.load_k(b, it, kt.clone());
+        self.load_v(b, it, kt);
+    }
+
+    /// The Q tile: one box per 64-column chunk (rows past the sequence's end are never stored); PERSIST: once
+    /// the consumers have released the previous item's.
+    fn load_q(&self, b: &mut KernelBuilder, it: &PrefillItem, m: &PrefillTma) {
+        let (bm, dqk, nqk) = (self.c.bm, self.spec.dqk, self.nqk);
+        b.producer_if(self.c.producer_warp, |b| {
+            if let (Some(qe), Some((_, _, item))) = (m.q_empty, &self.walk) {
+                b.mbar_wait_elected(qe, 0i64, Expr::Var(*item).bitand(1i64).bitxor(1i64));
+            }
+            b.mbar_arrive_expect_tx(m.q_full, 0i64, 2 * bm * dqk);
+            for cc in 0..nqk {
+                let dst = b.slot(self.sq, cc as i64);
+                let coords = vec![Expr::from((cc * KC) as i64), it.hh.clone(), self.q_start.clone() + it.m0.clone()];
+                b.tma_load(m.qm, dst, coords, m.q_full, 0i64);
+            }
+        });
+    }
+
+    /// Scale the raw scores into the log2 domain; mask only the tiles that cross the diagonal or the end of the
+    /// keys.
+    fn scale_mask(&self, b: &mut KernelBuilder, it: &PrefillItem, kv0: Expr) {
+        let (causal, bn) = (self.spec.causal, self.c.bn);
+        let tile_end = kv0.clone() + bn as i64;
+        let need_mask = if causal {
+            tile_end.clone().gt(self.s_n.clone()).or((tile_end - 1i64).gt(it.diag.clone()))
+        } else {
+            tile_end.gt(self.s_n.clone())
+        };
+        let key = kv0 + Expr::ColIdx;
+        let mut visible = key.lt(self.s_n.clone());
+        if causal {
+            visible = visible.and(key.le(it.m0.clone() + Expr::RowIdx + self.s_n.clone() - self.t_n.clone()));
+        }
+        mask_scores(b, self.s, need_mask, visible, &self.scale_log2, self.c.fast_softmax);
+    }
+
+    fn softmax_scores(&self, b: &mut KernelBuilder) {
+        step_scores(b, &self.sm, self.s, &self.scale_log2, self.c.fast_softmax);
+    }
+
+    /// wgmma: S = Q K^T over the three 64-column chunks (the first starts the tile).
+    fn qk_async(&self, b: &mut KernelBuilder, slot: Expr) {
+        let nqk = self.nqk;
+        let chunk = |b: &mut KernelBuilder, cc: Expr| {
+            let qa = Operand::Shared { src: b.slot(self.sq, cc.clone()), transpose: false };
+            let kb = Operand::Shared { src: b.slot(self.sk, slot.clone() * nqk as i64 + cc.clone()), transpose: true };
+            b.mma_async_init(self.s, qa, kb, cc.gt(0i64));
+        };
+        if self.c.qk_unroll {
+            b.for_unrolled("chunk", 0i64, nqk as i64, 1i64, chunk);
+        } else {
+            b.for_("chunk", 0i64, nqk as i64, 1i64, chunk);
+        }
+    }
+
+    /// The score product as three statements (no loop): inside a turn (PINGPONG), so that the renderer sees
+    /// which products the following wait leaves in flight.
+    fn qk_flat(&self, b: &mut KernelBuilder, slot: Expr) {
+        for cc in 0..self.nqk as i64 {
+            let qa = Operand::Shared { src: b.slot(self.sq, cc), transpose: false };
+            let kb = Operand::Shared { src: b.slot(self.sk, slot.clone() * self.nqk as i64 + cc), transpose: true };
+            b.mma_async_init(self.s, qa, kb, Expr::Bool(cc > 0));
+        }
+    }
+
+    /// wgmma: O += P V per 64-column value slice (B stored [keys, values]).
+    fn pv_async(&self, b: &mut KernelBuilder, slot: Expr) {
+        for (cv, &acc) in self.accs.iter().enumerate() {
+            let vb =
+                Operand::Shared { src: b.slot(self.sv, slot.clone() * self.nv as i64 + cv as i64), transpose: false };
+            b.mma_async(acc, Operand::Reg(self.p), vb);
+        }
+    }
+
+    /// One (q-tile, head) item: its Q tile, its K/V tiles through the ring, and its outputs.
+    fn item(&self, b: &mut KernelBuilder, m0: Expr, hh: Expr) {
+        let (spec, c) = (self.spec, self.c);
+        let (bm, bn) = (c.bm, c.bn);
+        let rows_q = b.let_("rows_q", self.t_n.clone() - m0.clone());
+        // Keys this q-tile may see: all, or up to the last row's diagonal (bottom-right aligned).
+        let n_end = if spec.causal {
+            let last = (m0.clone() + bm as i64).min(self.t_n.clone()) + self.s_n.clone() - self.t_n.clone();
+            b.let_("n_end", last.min(self.s_n.clone()).max(0i64))
+        } else {
+            self.s_n.clone()
+        };
+        let n_tiles = b.let_("n_tiles", n_end.ceil_div(bn as i64));
+        let diag = b.let_("diag", m0.clone() + self.s_n.clone() - self.t_n.clone());
+        let it = PrefillItem {
+            m0,
+            hh,
+            rows_q,
+            n_end,
+            n_tiles,
+            diag,
+            row_stride_qk: self.h.clone() * spec.dqk as i64,
+            row_stride_v: self.h.clone() * spec.dv as i64,
+        };
+        if let Some(m) = &self.tma
+            && self.walk.is_none()
+        {
+            self.init_barriers(b, m);
+            self.load_q(b, &it, m);
+        }
+        // Q tile (first commit group, with KV stage 0).
+        for cc in (0..self.nqk).filter(|_| self.tma.is_none()) {
+            let qsrc = view(
+                self.q,
+                ((self.q_start.clone() + it.m0.clone()) * self.h.clone() + it.hh.clone()) * spec.dqk as i64
+                    + (cc * KC) as i64,
+                it.row_stride_qk.clone(),
+                it.rows_q.clone(),
+                KC as i64,
+                8,
+            );
+            let qd = b.slot(self.sq, cc as i64);
+            b.copy_async(qd, qsrc);
+        }
+        if !c.wgmma || !c.overlap {
+            self.tiles_in_order(b, &it);
+        } else {
+            self.tiles_overlapped(b, &it);
+        }
+        self.epilogue(b, &it);
+    }
+
+    /// The K/V tiles one after the other: the ring prefetches STAGES - 1 tiles ahead; each tile's scores, softmax
+    /// and P V (mma.sync, or wgmma without OVERLAP).
+    fn tiles_in_order(&self, b: &mut KernelBuilder, it: &PrefillItem) {
+        let c = self.c;
+        let (bn, st) = (c.bn, c.stages);
+        for i in 0..st - 1 {
+            b.producer_if(c.producer_warp, |b| {
+                b.if_(Expr::Int(i as i64).lt(it.n_tiles.clone()), |b| self.load_stage(b, it, Expr::Int(i as i64)))
+            });
+            if self.tma.is_none() {
+                b.commit();
+            }
+        }
+        self.sm.init(b);
+        for &acc in &self.accs {
+            b.map(acc, 0.0f64);
+        }
+        if let Some(m) = &self.tma {
+            b.mbar_wait(m.q_full, 0i64, 0i64);
+        }
+        b.for_("kt", 0i64, it.n_tiles.clone(), 1i64, |b, kt| {
+            if self.tma.is_none() {
+                b.wait(st - 2);
+                b.barrier();
+            }
+            // (LOAD=tma: thread 0 waits for the refilled slot's empty barriers instead.)
+            let next = &kt + (st - 1) as i64;
+            b.producer_if(c.producer_warp, |b| {
+                b.if_(next.lt(it.n_tiles.clone()), |b| self.load_stage(b, it, next.clone()))
+            });
+            if self.tma.is_none() {
+                b.commit();
+            }
+            let slot = if c.wgmma { b.let_("slot", &kt % st as i64) } else { &kt % st as i64 };
+            let parity = (&kt / st as i64) % 2i64;
+            let kv0 = b.let_("kv0", &kt * bn as i64);
+            if c.wgmma {
+                if let Some(m) = &self.tma {
+                    b.mbar_wait(m.k_full, slot.clone(), parity.clone());
+                }
+                self.qk_async(b, slot.clone());
+                b.mma_wait(0);
+                // The score product is complete: release the K slot to the producer.
+                if let Some(m) = &self.tma {
+                    b.mbar_arrive(m.k_empty, slot.clone());
+                }
+            } else {
+                b.map(self.s, 0.0f64);
+                qk_chunks(b, self.s, self.sq, self.sk, slot.clone() * self.nqk as i64, self.nqk, c.qk_unroll);
+            }
+            self.scale_mask(b, it, kv0);
+            self.softmax_scores(b);
+            self.sm.step_finish(b, self.s, self.p, &self.accs);
+            if c.wgmma {
+                if let Some(m) = &self.tma {
+                    b.mbar_wait(m.v_full, slot.clone(), parity);
+                }
+                self.pv_async(b, slot.clone());
+                b.mma_wait(0);
+                if let Some(m) = &self.tma {
+                    b.mbar_arrive(m.v_empty, slot);
+                }
+            } else {
+                for (cv, &acc) in self.accs.iter().enumerate() {
+                    let vb = Operand::Shared {
+                        src: b.window(self.sv, slot.clone(), 0, cv as u32 * KC, bn, KC),
+                        transpose: false,
+                    };
+                    b.mma(acc, Operand::Reg(self.p), vb);
+                }
+            }
+        });
+    }
+
+    /// Overlapped wgmma: iteration kt issues S(kt) = Q K(kt)^T and then O += P(kt-1) V(kt-1), waits for S only,
+    /// runs the softmax of tile kt while P V is in flight, then waits for it and rescales O and writes P(kt).
+    /// V(kt-1) is still read during iteration kt, so the ring runs V one tile behind K: commit group j holds K(j)
+    /// and V(j-1), and iteration kt loads group kt + STAGES - 1 (K into the slot of K(kt-1), read by S(kt-1); V into
+    /// the slot of V(kt-2), read by P V in iteration kt-1), both finished by every thread at the top barrier.
+    fn tiles_overlapped(&self, b: &mut KernelBuilder, it: &PrefillItem) {
+        let c = self.c;
+        let (bn, st, nv) = (c.bn, c.stages, self.nv);
+        let n_tiles = &it.n_tiles;
+        // Group j >= 1 (group 0 holds K(0) and the Q tile).
+        let load_group = |b: &mut KernelBuilder, j: Expr| {
+            b.if_(j.clone().lt(n_tiles.clone()), |b| self.load_k(b, it, j.clone()));
+            b.if_((j.clone() - 1i64).lt(n_tiles.clone()), |b| self.load_v(b, it, j.clone() - 1i64));
+        };
+        // LOAD=tma: the same schedule without commit groups or the block barrier: K(j) and V(j) complete on
+        // the full barriers of slot j % STAGES; S(kt) waits for K(kt) and V(kt-1) (issued together), every
+        // thread releases K(kt) once S(kt) is complete and V(kt-1) once P V(kt-1) is, and thread 0 waits for
+        // those releases before loading K(kt + STAGES - 1) / V(kt + STAGES - 2) into the same slots.
+        let commit = |b: &mut KernelBuilder| {
+            if self.tma.is_none() {
+                b.commit();
+            }
+        };
+        b.producer_if(c.producer_warp, |b| {
+            b.if_(Expr::Int(0).lt(n_tiles.clone()), |b| self.load_k(b, it, Expr::Int(0)))
+        });
+        commit(b);
+        // PERSIST: the next item's first K tile may load while the consumers still read this item's Q tile.
+        if let Some(m) = &self.tma
+            && self.walk.is_some()
+        {
+            self.load_q(b, it, m);
+        }
+        for j in 1..st - 1 {
+            b.producer_if(c.producer_warp, |b| load_group(b, Expr::Int(j as i64)));
+            commit(b);
+        }
+        self.sm.init(b);
+        for &acc in &self.accs {
+            b.map(acc, 0.0f64);
+        }
+        // The Q tile's phase: the item's (PERSIST), else the only one.
+        let q_parity = match &self.walk {
+            Some((_, _, item)) => Expr::Var(*item).bitand(1i64),
+            None => Expr::Int(0),
+        };
+        if let Some(m) = &self.tma {
+            b.mbar_wait(m.q_full, 0i64, q_parity);
+        }
+        // One KV tile. `later`: whether kt > 0 is known statically (PINGPONG peels the first tile, so that a
+        // turn holds straight-line products and the P V wait knows which it leaves in flight), or tested.
+        let iteration = |b: &mut KernelBuilder, kt: Expr, later: Option<bool>| {
+            let if_later = |b: &mut KernelBuilder, f: &dyn Fn(&mut KernelBuilder)| match later {
+                None => b.if_(kt.clone().gt(0i64), |b| f(b)),
+                Some(true) => f(b),
+                Some(false) => {}
+            };
+            if self.tma.is_none() {
+                b.wait(st - 2);
+                b.barrier();
+            }
+            b.producer_if(c.producer_warp, |b| load_group(b, &kt + (st - 1) as i64));
+            commit(b);
+            let slot = b.let_("slot", self.slot_of(self.u(kt.clone())));
+            let kv0 = b.let_("kv0", &kt * bn as i64);
+            let prev = self.slot_of(self.u(kt.clone()) + (st - 1) as i64);
+            if let Some(m) = &self.tma {
+                b.mbar_wait(m.k_full, slot.clone(), self.phase_of(self.u(kt.clone())));
+                if_later(b, &|b| b.mbar_wait(m.v_full, prev.clone(), self.phase_of(self.u(kt.clone()) - 1i64)));
+            }
+            match later {
+                None => {
+                    self.qk_async(b, slot.clone());
+                    b.if_else(
+                        kt.clone().gt(0i64),
+                        |b| {
+                            self.pv_async(b, prev.clone());
+                            // The score product's groups were committed first: at most the P V ones remain.
+                            b.mma_wait(nv);
+                        },
+                        |b| b.mma_wait(0),
+                    );
+                }
+                Some(later) => {
+                    b.in_turn_if(c.pingpong, |b| {
+                        self.qk_flat(b, slot.clone());
+                        if later {
+                            self.pv_async(b, prev.clone());
+                        }
+                    });
+                    b.mma_wait(if later { nv } else { 0 });
+                }
+            }
+            if let Some(m) = &self.tma {
+                b.mbar_arrive(m.k_empty, slot.clone());
+                // PERSIST: the item's last score product is complete: release the Q tile, so that the next
+                // item's Q tile loads while this one finishes.
+                if let Some(qe) = m.q_empty {
+                    b.if_(kt.clone().eq(n_tiles.clone() - 1i64), |b| b.mbar_arrive(qe, 0i64));
+                }
+            }
+            if c.smguard {
+                // Always true (kv0 < n_tiles * BN and n_tiles = ceil(n_end / BN)); see SMGUARD.
+                self.scale_mask(b, it, kv0.clone());
+                b.if_(kv0.lt(it.n_end.clone()), |b| self.softmax_scores(b));
+            } else {
+                self.scale_mask(b, it, kv0);
+                self.softmax_scores(b);
+            }
+            b.mma_wait(0);
+            if let Some(m) = &self.tma {
+                if_later(b, &|b| b.mbar_arrive(m.v_empty, prev.clone()));
+            }
+            self.sm.step_finish(b, self.s, self.p, &self.accs);
+        };
+        if c.pingpong {
+            b.if_(Expr::Int(0).lt(n_tiles.clone()), |b| iteration(b, Expr::Int(0), Some(false)));
+            b.for_("kt", 1i64, n_tiles.clone(), 1i64, |b, kt| iteration(b, kt, Some(true)));
+        } else {
+            b.for_("kt", 0i64, n_tiles.clone(), 1i64, |b, kt| iteration(b, kt, None));
+        }
+        // The last tile's P V: its V is in group n_tiles, issued during the last iteration.
+        b.if_(n_tiles.clone().gt(0i64), |b| {
+            let last = self.slot_of(self.u(n_tiles.clone()) + (st - 1) as i64);
+            match &self.tma {
+                Some(m) => b.mbar_wait(m.v_full, last.clone(), self.phase_of(self.u(n_tiles.clone()) - 1i64)),
+                None => {
+                    b.wait(0);
+                    b.barrier();
+                }
+            }
+            self.pv_async(b, last.clone());
+            b.mma_wait(0);
+            // PERSIST: the ring runs on into the next item.
+            if let Some(m) = self.tma.as_ref().filter(|_| self.walk.is_some()) {
+                b.mbar_arrive(m.v_empty, last);
+            }
+        });
+        // PERSIST: an item without keys releases its Q tile here.
+        if let Some(qe) = self.tma.as_ref().and_then(|m| m.q_empty) {
+            b.if_(n_tiles.clone().le(0i64), |b| b.mbar_arrive(qe, 0i64));
+        }
+    }
+
+    /// o = acc / l (* sigmoid(z)), lse = ln(sum exp(tau q k)); PERSIST: the ring's count and the item count
+    /// advance.
+    fn epilogue(&self, b: &mut KernelBuilder, it: &PrefillItem) {
+        let (sm, h, dv) = (&self.sm, &self.h, self.spec.dv);
+        if self.tma.is_none() {
+            b.wait(0);
+        }
+        if self.c.fast_softmax {
+            // The running max is in raw score units; the LSE wants it in the log2 domain (-inf stays -inf).
+            b.vec_map(sm.m, rv(sm.m) * self.scale_log2.clone());
+        }
+
+        b.vec_map(self.inv_l, sm.inv_l());
+        let out_off = ((self.q_start.clone() + it.m0.clone()) * h.clone() + it.hh.clone()) * dv as i64;
+        // (PERSIST: the Q buffer may already hold the next item's tile; the gate comes from global memory.)
+        if let Some(z) = self.z.filter(|_| self.walk.is_none()) {
+            // Stage the gate tile through the Q chunks (no longer read) with coalesced 16-byte copies.
+            b.barrier();
+            for c in 0..self.nv {
+                let zsrc = view(
+                    z,
+                    out_off.clone() + (c * KC) as i64,
+                    it.row_stride_v.clone(),
+                    it.rows_q.clone(),
+                    KC as i64,
+                    8,
+                );
+                let zd = b.slot(self.sq, c as i64);
+                b.copy_async(zd, zsrc);
+            }
+            b.commit();
+            b.wait(0);
+            b.barrier();
+        }
+        for (c, &acc) in self.accs.iter().enumerate() {
+            match self.zt {
+                Some(zt) => {
+                    let src = match (self.z, &self.walk) {
+                        (Some(z), Some(_)) => Place::Global(view(
+                            z,
+                            out_off.clone() + (c * KC as usize) as i64,
+                            it.row_stride_v.clone(),
+                            it.rows_q.clone(),
+                            KC as i64,
+                            8,
+                        )),
+                        _ => Place::Shared(b.slot(self.sq, c as i64)),
+                    };
+                    b.load(zt, src);
+                    b.map(acc, el(acc) * rv(self.inv_l) * el(zt).sigmoid());
+                }
+                None => b.map(acc, el(acc) * rv(self.inv_l)),
+            }
+            let dst = view(
+                self.o,
+                out_off.clone() + (c as u32 * KC) as i64,
+                it.row_stride_v.clone(),
+                it.rows_q.clone(),
+                KC as i64,
+                8,
+            );
+            b.store(acc, Place::Global(dst));
+        }
+        b.vec_map(self.lse_v, sm.lse_nat());
+        b.store_vec(
+            self.lse_v,
+            vec_view(
+                self.lse,
+                it.hh.clone() * self.tq.clone() + self.q_start.clone() + it.m0.clone(),
+                1i64,
+                it.rows_q.clone(),
+            ),
+        );
+        if let Some((_, kbase, item)) = &self.walk {
+            b.assign(*kbase, Expr::Var(*kbase) + it.n_tiles.clone());
+            b.assign(*item, Expr::Var(*item) + 1i64);
+        }
+    }
 }
