@@ -106,6 +106,39 @@ pub fn collect(ops: &[Box<dyn Operator>], store: &ResultsStore, gpu_slug: &str) 
     Ok(out)
 }
 
+/// The fingerprints of `op`'s kernels at `preset` for every point of its knob space that builds (points rejected
+/// as invalid knobs are skipped), in the space's order: a refactor of a builder or of the renderer that should not
+/// change any kernel is checked by comparing two such lists (`k3k fingerprint --every-point`).
+pub fn every_point(op: &dyn Operator, preset: &k3k_ops::op::Preset) -> anyhow::Result<Vec<Fingerprint>> {
+    use rayon::prelude::*;
+    let points = op.knob_space().points();
+    let per_point: Vec<anyhow::Result<Vec<Fingerprint>>> = points
+        .par_iter()
+        .map(|knobs| {
+            let kernels = match op.kernels(preset, knobs) {
+                Ok(k) => k,
+                Err(k3k_ops::OpError::InvalidKnobs { .. }) => return Ok(vec![]),
+                Err(e) => return Err(anyhow::anyhow!("{} {} at {knobs}: {e}", op.name(), preset.name)),
+            };
+            kernels
+                .iter()
+                .map(|k| {
+                    Ok(Fingerprint {
+                        op: op.name().into(),
+                        preset: preset.name.clone(),
+                        source: Source::Default,
+                        knobs: knobs.to_string(),
+                        kernel: k.name.clone(),
+                        ir: stable_hash(k),
+                        cuda: hash_str(&render(k).with_context(|| format!("rendering {}", k.name))?),
+                    })
+                })
+                .collect()
+        })
+        .collect();
+    Ok(per_point.into_iter().collect::<anyhow::Result<Vec<_>>>()?.into_iter().flatten().collect())
+}
+
 const HEADER: &str =
     "# k3k kernel fingerprints: op, preset, knob source, knobs, kernel, IR hash, CUDA hash (tab-separated)";
 

@@ -4,6 +4,7 @@ mod bench;
 mod check;
 mod doctor;
 mod emit;
+mod fingerprint;
 mod fuzz;
 mod list;
 mod report;
@@ -34,6 +35,9 @@ pub enum Cmd {
     List(list::Args),
     /// Print one stage of the pipeline for an operator's kernels: the IR, CUDA C, PTX or SASS.
     Emit(emit::Args),
+    /// Print the IR and rendered-CUDA hashes of operators' kernels (default knobs, or every knob point), to
+    /// check that a refactor leaves every kernel as it was: `diff` two outputs.
+    Fingerprint(fingerprint::Args),
     /// Compile a CUDA C file with k3k's NVRTC options (debugging aid for hand-edited `emit --emit cuda` output).
     #[command(hide = true)]
     Nvrtc(emit::NvrtcArgs),
@@ -64,6 +68,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Cmd::List(a) => list::run(a),
         Cmd::Emit(a) => emit::run(a),
         Cmd::Nvrtc(a) => emit::run_nvrtc(a),
+        Cmd::Fingerprint(a) => fingerprint::run(a),
         Cmd::Doctor(a) => doctor::run(a),
         Cmd::Check(a) => check::run(a),
         Cmd::Fuzz(a) => fuzz::run(a),

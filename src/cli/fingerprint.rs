@@ -1,0 +1,51 @@
+//! `k3k fingerprint`: the IR and rendered-CUDA hashes of an operator's kernels, to check that a change leaves
+//! kernels as they were (see `k3k::fingerprint`).
+
+use k3k::codegen::CODEGEN_VERSION;
+use k3k::fingerprint::{Fingerprint, Source, every_point, to_text};
+
+/// Arguments of `k3k fingerprint`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Operator name, family prefix or `all`.
+    #[arg(long, default_value = "all")]
+    pub op: String,
+    /// One benchmark preset (default: all of each operator's).
+    #[arg(long)]
+    pub preset: Option<String>,
+    /// Every point of the knob space that builds, not only the default knobs (the decode's space holds about
+    /// 1.3 million points: a minute per preset on two cores).
+    #[arg(long)]
+    pub every_point: bool,
+}
+
+pub fn run(a: Args) -> anyhow::Result<i32> {
+    let mut out: Vec<Fingerprint> = vec![];
+    for op in super::select_ops(&a.op)? {
+        let presets = match &a.preset {
+            Some(p) => vec![super::pick_preset(op.as_ref(), Some(p), None)?],
+            None => op.bench_presets(),
+        };
+        for preset in presets {
+            if a.every_point {
+                out.extend(every_point(op.as_ref(), &preset)?);
+            } else {
+                let knobs = op.default_knobs();
+                for k in op.kernels(&preset, &knobs)? {
+                    out.push(Fingerprint {
+                        op: op.name().into(),
+                        preset: preset.name.clone(),
+                        source: Source::Default,
+                        knobs: knobs.to_string(),
+                        kernel: k.name.clone(),
+                        ir: k3k::ir::stable_hash(&k),
+                        cuda: k3k::ir::hash::hash_str(&k3k::codegen::render(&k)?),
+                    });
+                }
+            }
+        }
+    }
+    eprintln!("{} kernels", out.len());
+    print!("{}", to_text(CODEGEN_VERSION, &out));
+    Ok(0)
+}
