@@ -107,11 +107,20 @@ pub fn collect(ops: &[Box<dyn Operator>], store: &ResultsStore, gpu_slug: &str) 
 }
 
 /// The fingerprints of `op`'s kernels at `preset` for every point of its knob space that builds (points rejected
-/// as invalid knobs are skipped), in the space's order: a refactor of a builder or of the renderer that should not
-/// change any kernel is checked by comparing two such lists (`k3k fingerprint --every-point`).
-pub fn every_point(op: &dyn Operator, preset: &k3k_ops::op::Preset) -> anyhow::Result<Vec<Fingerprint>> {
+/// as invalid knobs are skipped), in the space's order, or for a fixed sample of `limit` points in a seeded order
+/// when the space is larger: a refactor of a builder or of the renderer that should not change any kernel is
+/// checked by comparing two such lists (`k3k fingerprint --every-point`).
+pub fn every_point(
+    op: &dyn Operator,
+    preset: &k3k_ops::op::Preset,
+    limit: Option<usize>,
+) -> anyhow::Result<Vec<Fingerprint>> {
     use rayon::prelude::*;
-    let points = op.knob_space().points();
+    let space = op.knob_space();
+    let points: Vec<_> = match limit {
+        Some(n) if space.size() > n => space.shuffled(0).take(n).collect(),
+        _ => space.points(),
+    };
     let per_point: Vec<anyhow::Result<Vec<Fingerprint>>> = points
         .par_iter()
         .map(|knobs| {

@@ -17,6 +17,10 @@ pub struct Args {
     /// 1.3 million points: a minute per preset on two cores).
     #[arg(long)]
     pub every_point: bool,
+    /// With `--every-point`: spaces larger than this are sampled (the same points every run; e.g. 100000 for
+    /// hist_quantile's 6 million points).
+    #[arg(long)]
+    pub sample: Option<usize>,
 }
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
@@ -28,7 +32,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         };
         for preset in presets {
             if a.every_point {
-                out.extend(every_point(op.as_ref(), &preset)?);
+                out.extend(every_point(op.as_ref(), &preset, a.sample)?);
             } else {
                 let knobs = op.default_knobs();
                 for k in op.kernels(&preset, &knobs)? {
