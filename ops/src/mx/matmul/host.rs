@@ -1,0 +1,254 @@
+//! The host API of `mxfp4_matmul` with typed errors: weights, inputs, the shape checks and the launch plan.
+
+use super::*;
+
+/// MXFP4 weights of `groups` experts, each `[n, k]`: element bytes (natural `[G, N, K/2]` or packed
+/// `[G, N, K/8]` words) and scale bytes `[G, N, K/32]`.
+#[derive(Clone, Debug)]
+pub struct Fp4Weights {
+    pub groups: usize,
+    pub n: usize,
+    pub k: usize,
+    pub q: WeightBytes,
+    pub s: Vec<u8>,
+}
+
+/// The element storage of [`Fp4Weights`].
+#[derive(Clone, Debug)]
+pub enum WeightBytes {
+    /// SPEC 1 layout: `[G, N, K/2]` bytes, element 2i in the low nibble.
+    Natural(Vec<u8>),
+    /// The [`super::pack`] layout: `[G, N, K/8]` u32 words.
+    Packed(Vec<u32>),
+}
+
+impl Fp4Weights {
+    /// Check K and the buffer sizes (typed errors naming the argument and the expected shape).
+    pub fn validate(&self) -> Result<(), OpError> {
+        check_k(OP, "K", self.k)?;
+        let (g, n, k) = (self.groups, self.n, self.k);
+        if g == 0 || n == 0 {
+            return Err(OpError::BadInput {
+                op: OP,
+                arg: "w".into(),
+                why: format!("G = {g} and N = {n} must be positive"),
+            });
+        }
+        match &self.q {
+            WeightBytes::Natural(q) => check_bytes(OP, "wq", q.len(), "[G, N, K/2]", &[g, n, k / 2])?,
+            WeightBytes::Packed(q) => {
+                check_bytes(OP, "wq (packed words)", q.len() * 4, "[G, N, K/8] u32", &[g, n, k / 2])?
+            }
+        }
+        check_bytes(OP, "ws", self.s.len(), "[G, N, K/32]", &[g, n, k / BLOCK])
+    }
+    /// Group g's weights as a reference MX tensor (natural layout).
+    pub fn group_tensor(&self, g: usize) -> Result<rmx::MxTensor, OpError> {
+        let (n, k) = (self.n, self.k);
+        let q = match &self.q {
+            WeightBytes::Natural(q) => q[g * n * k / 2..(g + 1) * n * k / 2].to_vec(),
+            WeightBytes::Packed(w) => super::pack::unpack(&w[g * n * k / 8..(g + 1) * n * k / 8], n, k)?,
+        };
+        let s = self.s[g * n * k / BLOCK..(g + 1) * n * k / BLOCK].to_vec();
+        Ok(rmx::MxTensor { rows: n, k, q, s, format: MxFormat::Fp4 })
+    }
+}
+
+/// The activations of a product.
+#[derive(Clone, Copy, Debug)]
+pub enum Act<'a> {
+    /// `[M, K]` bf16.
+    Bf16(&'a HostTensor),
+    /// `[M, K]` MXFP8: E4M3 bytes and E8M0 scales along K.
+    Mxfp8(&'a rmx::MxTensor),
+}
+
+impl Act<'_> {
+    /// Rows and columns.
+    pub fn shape(&self) -> (usize, usize) {
+        match self {
+            Act::Bf16(x) => (x.shape.first().copied().unwrap_or(0), x.shape.get(1).copied().unwrap_or(0)),
+            Act::Mxfp8(t) => (t.rows, t.k),
+        }
+    }
+}
+
+/// Everything a product needs besides the weights.
+#[derive(Clone, Debug)]
+pub struct MatInputs<'a> {
+    pub x: Act<'a>,
+    /// Grouped: `[G]` inclusive cumulative group ends (SPEC 2.1), the last equal to M. `None`: dense (G = 1).
+    pub offs: Option<&'a [i32]>,
+    /// Routing weight per row.
+    pub p: Option<&'a [f32]>,
+    pub epilogue: Epilogue,
+}
+
+/// Validate a problem and give its variant (without knobs). Typed errors: K not a multiple of 32, wrong
+/// weight or scale sizes, x of the wrong dtype or shape, `offs` not non-decreasing or not ending at M, `p` of
+/// the wrong length, an odd N with a GLU epilogue.
+pub fn spec_for(w: &Fp4Weights, inp: &MatInputs<'_>) -> Result<(MatSpec, Vec<usize>), OpError> {
+    w.validate()?;
+    let m = match inp.x {
+        Act::Bf16(x) => {
+            if x.dtype != DType::Bf16 || x.shape.len() != 2 || x.shape[1] != w.k {
+                return Err(bad(
+                    "x",
+                    format!("expected a [M, K = {}] bf16 matrix, got {} {:?}", w.k, x.dtype, x.shape),
+                ));
+            }
+            x.shape[0]
+        }
+        Act::Mxfp8(t) => {
+            if t.format != MxFormat::Fp8 || t.k != w.k {
+                return Err(bad(
+                    "x",
+                    format!("expected MXFP8 activations with K = {}, got {:?} K = {}", w.k, t.format, t.k),
+                ));
+            }
+            check_bytes(OP, "xq", t.q.len(), "[M, K]", &[t.rows, t.k])?;
+            check_bytes(OP, "xs", t.s.len(), "[M, K/32]", &[t.rows, t.k / BLOCK])?;
+            t.rows
+        }
+    };
+    let counts = match inp.offs {
+        Some(o) => {
+            if o.len() != w.groups {
+                return Err(bad("offs", format!("expected G = {} group ends, got {}", w.groups, o.len())));
+            }
+            let mut prev = 0i64;
+            let mut counts = vec![];
+            for (g, &e) in o.iter().enumerate() {
+                if (e as i64) < prev {
+                    return Err(bad(
+                        "offs",
+                        format!("group ends must be non-decreasing: offs[{g}] = {e} after {prev}"),
+                    ));
+                }
+                counts.push((e as i64 - prev) as usize);
+                prev = e as i64;
+            }
+            if prev != m as i64 {
+                return Err(bad("offs", format!("the last group end must be M = {m}, got {prev}")));
+            }
+            counts
+        }
+        None => {
+            if w.groups != 1 {
+                return Err(bad("offs", format!("{} weight groups need group ends", w.groups)));
+            }
+            vec![m]
+        }
+    };
+    if let Some(p) = inp.p
+        && p.len() != m
+    {
+        return Err(bad("p", format!("expected M = {m} routing weights, got {}", p.len())));
+    }
+    let glu = inp.epilogue.is_glu();
+    if glu && !w.n.is_multiple_of(2) {
+        return Err(bad("N", format!("a GLU epilogue needs an even N, got {}", w.n)));
+    }
+    let n_out = if glu { w.n / 2 } else { w.n };
+    let kb = w.k / BLOCK;
+    let spec = MatSpec {
+        grouped: inp.offs.is_some(),
+        epilogue: inp.epilogue,
+        row_scale: inp.p.is_some(),
+        packed: matches!(w.q, WeightBytes::Packed(_)),
+        fold: scales_foldable(&w.s),
+        finite: !w.s.par_iter().any(|&b| b == 255),
+        act8: matches!(inp.x, Act::Mxfp8(_)),
+        kb_align: [16u32, 8, 4, 2, 1].into_iter().find(|v| kb.is_multiple_of(*v as usize)).unwrap_or(1),
+        out_vec: if n_out.is_multiple_of(2) { 2 } else { 1 },
+    };
+    Ok((spec, counts))
+}
+
+fn facts(w: &Fp4Weights, glu: bool, counts: &[usize]) -> ShapeFacts {
+    ShapeFacts {
+        max_rows: counts.iter().copied().max().unwrap_or(0),
+        counts: counts.to_vec(),
+        n_out: if glu { w.n / 2 } else { w.n },
+        k: w.k,
+        glu,
+    }
+}
+
+/// The kernels of a problem at these knobs (main, plus finalize when split).
+pub fn kernels_for(spec: &MatSpec, c: &Cfg) -> Result<Vec<Kernel>, OpError> {
+    let mut v = vec![build_main(spec, c)?];
+    if c.split > 1 && !c.fused {
+        v.push(build_finalize(spec, c.split)?);
+    }
+    Ok(v)
+}
+
+/// Arrival counters of a FIN=last launch: one per output tile, at most `(ceil(M / BM) + G) * ceil(NO / BNO)`
+/// (grouped; dense: `ceil(M / BM) * ceil(N / BN)`), the bound the kernel's tile walk stays below.
+pub fn counter_count(spec: &MatSpec, c: &Cfg, m: usize, groups: usize, n_out: usize) -> usize {
+    let bno = if spec.epilogue.is_glu() { c.bn / 2 } else { c.bn } as usize;
+    let extra = if spec.grouped { groups } else { 0 };
+    ((m.div_ceil(c.bm as usize) + extra) * n_out.div_ceil(bno)).max(1)
+}
+
+/// The plan of one product: validated inputs, resolved knobs, one launch (or two with a K split).
+pub fn matmul_plan(w: &Fp4Weights, inp: &MatInputs<'_>, knobs: &Knobs) -> Result<Plan, OpError> {
+    let (spec, counts) = spec_for(w, inp)?;
+    let glu = inp.epilogue.is_glu();
+    let sh = facts(w, glu, &counts);
+    if super::prefill::selected(knobs, &sh)? {
+        return super::prefill::plan(w, inp, &spec, &sh, knobs);
+    }
+    let c = resolve(&spec, knobs, &sh)?;
+    let (g, n, k, m) = (w.groups, w.n, w.k, inp.x.shape().0);
+    let n_out = if glu { n / 2 } else { n };
+    let mut plan = Plan::default();
+    let mut args = match inp.x {
+        Act::Bf16(x) => vec![plan.input("x", x.clone())],
+        Act::Mxfp8(t) => vec![
+            plan.input("xq", HostTensor::from_bytes(DType::U32, &[m, k / 4], t.q.clone())),
+            plan.input("xs", HostTensor::from_bytes(DType::U8, &[m, k / BLOCK], t.s.clone())),
+        ],
+    };
+    let lead: Vec<usize> = if spec.grouped { vec![g, n] } else { vec![n] };
+    let shape = |last: usize| -> Vec<usize> { lead.iter().copied().chain([last]).collect() };
+    let wq = match &w.q {
+        WeightBytes::Natural(q) => HostTensor::from_bytes(DType::U32, &shape(k / 8), q.clone()),
+        WeightBytes::Packed(q) => HostTensor::from_bytes(DType::U32, &shape(k / 8), super::pack::words_to_bytes(q)),
+    };
+    args.push(plan.input("wq", wq));
+    args.push(plan.input("ws", HostTensor::from_bytes(DType::U8, &shape(k / BLOCK), w.s.clone())));
+    if let Some(o) = inp.offs {
+        let o: Vec<i64> = o.iter().map(|&v| v as i64).collect();
+        args.push(plan.input("offs", HostTensor::from_i64(DType::I32, &[g], &o)));
+    }
+    let p_idx = inp.p.map(|p| plan.input("p", data::tensor(DType::F32, &[m], p)));
+    let main = build_main(&spec, &c)?;
+    if m == 0 {
+        // No rows: an empty output and nothing to launch (a grid of zero CTAs is not a valid launch).
+        plan.output("y", DType::Bf16, &[0, n_out]);
+        return Ok(plan);
+    }
+    if c.split > 1 && c.fused {
+        // One launch: partials in scratch, arrival counters that start (and are left) at zero.
+        args.push(plan.scratch("part", DType::F32, &[c.split as usize, m, n]));
+        args.push(plan.input("sem", HostTensor::zeros(DType::I32, &[counter_count(&spec, &c, m, g, n_out)])));
+        args.extend(p_idx);
+        args.push(plan.output("y", DType::Bf16, &[m, n_out]));
+        plan.step(main, &args, &[]);
+    } else if c.split > 1 {
+        let part = plan.scratch("part", DType::F32, &[c.split as usize, m, n]);
+        args.push(part);
+        plan.step(main, &args, &[]);
+        let mut fargs = vec![part];
+        fargs.extend(p_idx);
+        fargs.push(plan.output("y", DType::Bf16, &[m, n_out]));
+        plan.step(build_finalize(&spec, c.split)?, &fargs, &[]);
+    } else {
+        args.extend(p_idx);
+        args.push(plan.output("y", DType::Bf16, &[m, n_out]));
+        plan.step(main, &args, &[]);
+    }
+    Ok(plan)
+}

@@ -1,0 +1,855 @@
+//! `mxfp4_matmul` (SPEC 2.2): `y[M, N] = x[M, K] · dequant(w)[N, K]^T` with MXFP4 weights, bf16 activations,
+//! f32 accumulation and bf16 output; dense, or grouped over ragged experts (`w: [G, N, K]`, rows of x permuted
+//! by expert, `offs` as in SPEC 2.1), with the epilogues of `latent_moe_gemm` (SiTU-GLU / SwiGLU over the two
+//! halves of N, routing weight per row).
+//!
+//! Hopper has no fp4 tensor cores, so the kernel computes the transposed product `y^T = W · x^T` on bf16
+//! tensor cores with the weights as the *register* A operand:
+//! - a persistent CTA walks (group, m-tile, n-tile, k-split) tiles; per tile a `STAGES`-deep `cp.async`
+//!   pipeline streams 16-byte chunks of packed nibbles (`[BN, BK/2]` bytes), their E8M0 scales (`[BN, BK/32]`)
+//!   and the x tile (`[BM, BK]` bf16) into shared memory;
+//! - for each 32-wide K block, a map decodes the nibbles straight into a bf16 register tile in the mma
+//!   A-fragment layout (bit tricks and products with powers of two, exact: E2M1 bits -> f32 bits, times 2^126,
+//!   times the scale; one multiply when every scale byte is <= 128), and `mma.sync` multiplies it with x^T
+//!   read by `ldmatrix` from shared memory. No dequantized weight ever touches shared or global memory.
+//! - the f32 accumulator `[BN, BM]` (weight rows x tokens) is transposed through shared memory into a
+//!   `[BM, BN]` tile for the epilogue (GLU, routing weight) and the bf16 store; with `SPLIT > 1` each k-split
+//!   writes an f32 partial `[SPLIT, M, N]` instead, and the partials are summed in split order (deterministic)
+//!   before the epilogue: by the CTA that arrives last at its tile's counter (`FIN=last`, one launch: partial
+//!   stores, a barrier, a fence and an atomic increment with fetch by one thread; the last CTA fences, sums and
+//!   resets the counter) or by a second kernel (`FIN=kernel`, and always for wgmma). Decode shapes (few
+//!   tokens, N = 6144) need the split to put enough weight streams in flight on every SM.
+//! - `PATH=stream` (decode): the weights go global -> registers ([`Stmt::DequantFp4Stream`]), one mma per BK
+//!   slice; with `PF=on` the statement is software-pipelined (the next slice's loads are issued right after
+//!   this slice's decode and stay in flight during its product and the next iteration's wait).
+//! - `PATH=dq_gemm` (prefill, [`super::prefill`]): the weights dequantized once into a bf16 scratch, then the
+//!   `latent_moe_gemm` kernel.
+//!
+//! The weight bytes come in the natural layout or the [`super::pack`] layout (one 32-bit word per eight values
+//! a thread needs).
+//!
+//! Files: this module holds the problem spec, the knob space and how knobs resolve per shape ([`resolve`]);
+//! `kernels.rs` builds the kernels, `host.rs` is the host API with typed errors and the launch plan, `ops.rs` the
+//! operator.
+
+use super::*;
+use crate::check::{compare, error_pattern};
+use crate::data;
+use crate::latent_moe_gemm::{Epilogue, ragged_counts};
+use crate::op::{CheckReport, Instance, Operator, Preset, Work};
+use crate::plan::{Outputs, Plan};
+use k3k_ir::*;
+use k3k_reference::gemm as refgemm;
+use k3k_reference::metrics::Tolerance;
+use k3k_reference::mx as rmx;
+use rand::Rng;
+use rand::rngs::StdRng;
+use rayon::prelude::*;
+
+mod host;
+mod kernels;
+mod ops;
+
+pub use host::*;
+pub use kernels::*;
+pub use ops::*;
+
+const OP: &str = "mxfp4_matmul";
+
+/// SMs assumed when resolving automatic knobs (an H200 has 132).
+pub const ASSUMED_SMS: usize = 132;
+
+/// What a kernel variant computes (fixed by the problem and the data, not tuned).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MatSpec {
+    pub grouped: bool,
+    pub epilogue: Epilogue,
+    /// Multiply each output row by a routing weight `p[r]`.
+    pub row_scale: bool,
+    /// Weight bytes in the [`super::pack`] layout (u32 words) instead of the natural one.
+    pub packed: bool,
+    /// Every scale byte is <= 128 or 255: one multiply per decoded element (see [`scales_foldable`]).
+    pub fold: bool,
+    /// No scale byte is 255 (NaN): the NaN select is left out of the decode.
+    pub finite: bool,
+    /// Activations in MXFP8 (E4M3 bytes + E8M0 scales along K), dequantized on chip into the bf16 x tile.
+    pub act8: bool,
+    /// Largest power of two <= 16 dividing K/32 (the alignment class of scale rows).
+    pub kb_align: u32,
+    /// Elements per store of the output (2 when its width is even).
+    pub out_vec: u32,
+}
+
+impl MatSpec {
+    /// The alignment class, part of names and tuning keys.
+    pub fn alignment(&self) -> String {
+        format!("s{}_o{}", self.kb_align, self.out_vec)
+    }
+}
+
+/// True when every scale byte is at most 128 or is 255 (NaN), so that `2^126 · 2^(s-127)` is one f32.
+pub fn scales_foldable(s: &[u8]) -> bool {
+    s.par_iter().all(|&b| b <= 128 || b == 255)
+}
+
+/// The tuning knobs (0 = chosen from the problem shape, see [`resolve`]).
+pub fn knob_space() -> KnobSpace {
+    // The tuner enumerates the product: the axes offer the values worth timing (any other value of the same
+    // knobs is accepted too, e.g. BM=16 or RASTER=n; 0 means "chosen from the shape", see `resolve`).
+    KnobSpace::default()
+        .axis("BN", "weight rows per tile (gate+up together for GLU); 0 = auto", [0i64, 32, 64, 128, 256])
+        .axis("BM", "tokens per tile (mma N; 16, 32, 64 or 128); 0 = auto", [0i64, 64, 128])
+        .axis(
+            "BK",
+            "K per pipeline stage (multiple of 32; 64 for wgmma; PATH=gemv: 128 x the 128-column quads per warp batch, \
+             128..1024); 0 = auto",
+            [0i64, 64, 128, 256, 512],
+        )
+        .axis(
+            "STAGES",
+            "cp.async pipeline depth; PATH=gemv: 0..=2 the register ring of GR slots, 3..=8 the warps' rings in shared \
+             memory of that many cp.async stages (every stage in flight: a register ring's loads share the six \
+             hardware scoreboards, so ptxas waits for all of them at each slot); 0 = auto (gemv: 3 stages for \
+             grouped decode with many 8-token tiles and for dense 16-token problems without a GLU epilogue, else the \
+             register ring)",
+            [0i64, 3, 4],
+        )
+        .axis("WA", "warps along weight rows (wgmma: BM/16); 0 = auto", [0i64, 4, 8])
+        .axis("WB", "warps along tokens (each recomputes its rows' dequantized weights); 0 = auto", [0i64, 2])
+        .axis("SPLIT", "K splits (partials summed in order by a second kernel); 0 = auto", [0i64, 1, 2, 4, 8, 16])
+        .axis("CPS", "0: one CTA per tile (hardware-scheduled); n: a persistent grid of n CTAs per SM", [0i64, 4])
+        .axis("RASTER", "tile order inside a group: m (neighbouring CTAs share weights) or n", ["m"])
+        .axis(
+            "MMA",
+            "sync: mma.sync with the dequantized weights as register A operand; wgmma: weights dequantized into a \
+             shared bf16 tile, warpgroup MMA (BK=64, WA=BM/16, BM a multiple of 64); auto: wgmma for BM >= 128",
+            ["auto", "sync", "wgmma"],
+        )
+        .axis(
+            "DEC",
+            "weight decode: bits (`Stmt::DequantFp4`: one prmt + 3 bit ops + one bf16x2 multiply per two values; \
+             natural layout: + one 16-byte load and 3 prmt per row and block; MMA=wgmma: into registers, then one \
+             4-byte shared store per pair, BN a multiple of 16*WA), expr (the per-element IR expression); auto: bits \
+             where the tile allows (so the tuner times auto and expr only; bits is accepted too)",
+            ["auto", "expr"],
+        )
+        .axis(
+            "PATH",
+            "weight path: tile (cp.async stages of packed words in shared memory, decoded from there), stream \
+             (`Stmt::DequantFp4Stream`: words and scales loaded from global memory straight into registers, \
+             a whole BK slice's loads in flight per thread; MMA=sync, no GLU epilogue; for few tokens); gemv (decode, \
+             `Stmt::Fp4Gemv`: one CTA per BN weight rows, group and 8 or 16 tokens over the whole K range, split over WA \
+             warps in batches of BK columns, whole 16-byte weight blocks per lane streamed through a register ring of \
+             GR 128-column quads, the warps' partials summed in shared memory, one launch; bf16 activations); dq_gemm (prefill, \
+             `mx::prefill`): a bandwidth-bound kernel dequantizes all weights once into a bf16 scratch of \
+             2*G*N*K bytes (44 MB at N6144 K3584; + 2*M*K with MXFP8 activations, dequantized the same way), then \
+             the latent_moe_gemm kernel runs on it (BM/BN/BK/STAGES/RASTER/MMA are its knobs, WA/WB its WM/WN; \
+             0 = its defaults); auto: dense with at most 16 tokens and bf16 activations: gemv (else stream for \
+             BM <= 16, packed, no GLU, when explicit knobs rule gemv out); grouped decode with at most 8 tokens per \
+             expert: gemv (a prediction for the register-ring kernel: the session-4 gemv lost to tile at 28 x 4); dq_gemm with every other knob automatic and at least 2 128-row token \
+             tiles per expert with tokens (dense: M > 128); else tile. dq_gemm is accepted but not an axis value (the tuner reaches it through \
+             auto)",
+            ["auto", "tile", "stream", "gemv"],
+        )
+        .axis(
+            "FIN",
+            "split-K reduction (SPLIT > 1): kernel (a second launch sums the partials), last (one launch: each \
+             CTA stores its partial, bumps its tile's arrival counter, and the CTA that arrives last sums the \
+             tile's partials in split order, deterministic, and applies the epilogue; MMA=sync); auto: last for \
+             MMA=sync",
+            ["auto", "kernel"],
+        )
+        .axis(
+            "PF",
+            "PATH=stream software pipeline: on (each K slice's decode reads the words the previous slice's statement \
+             prefetched into registers, then issues the next slice's loads, in flight during the product and the \
+             next wait), off (a slice's loads, then its decode); PATH=gemv: on doubles the automatic register ring \
+             (GR=0); auto: off on both paths (measured as fast or faster on the H200)",
+            ["off", "on"],
+        )
+        .axis(
+            "MINB",
+            "blocks per SM ptxas compiles the main kernel for (`__launch_bounds__`: caps its registers; 1 = no cap); \
+             0 = auto: 3 with PF=on for BM=16 on 128 threads (uncapped, ptxas takes 255 registers and 2 CTAs fit; 168 does not \
+             spill at the presets); PATH=gemv: 5 for grouped decode with many tiles, 4 for the dense staged ring, 3 for \
+             a 16-row register ring that fits, else none",
+            [0i64, 4],
+        )
+        .axis(
+            "GR",
+            "PATH=gemv register ring: slots per warp, one 128-column quad of the tile's rows each (16 bytes per lane and \
+             row), loaded GR quads ahead of their use (1..=8, with BN/16 x GR <= 8); 0 = auto: 4 slots of 16 rows \
+             (8 with PF=on), fewer for wider tiles; 0 on the other paths",
+            [0i64, 2, 8],
+        )
+}
+
+/// Defaults: everything chosen from the problem shape.
+pub fn default_knobs() -> Knobs {
+    Knobs::new()
+        .with("BN", 0i64)
+        .with("BM", 0i64)
+        .with("BK", 0i64)
+        .with("STAGES", 0i64)
+        .with("WA", 0i64)
+        .with("WB", 0i64)
+        .with("SPLIT", 0i64)
+        .with("CPS", 0i64)
+        .with("RASTER", "m")
+        .with("MMA", "auto")
+        .with("DEC", "auto")
+        .with("PATH", "auto")
+        .with("FIN", "auto")
+        .with("PF", "auto")
+        .with("MINB", 0i64)
+        .with("GR", 0i64)
+        .with(super::prefill::DQ_KNOB, super::prefill::DQ_AUTO)
+}
+
+/// Concrete knob values for one problem.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cfg {
+    pub bn: u32,
+    pub bm: u32,
+    pub bk: u32,
+    pub stages: u32,
+    pub wa: u32,
+    pub wb: u32,
+    pub split: u32,
+    pub cps: u32,
+    pub raster_m: bool,
+    /// Warpgroup MMA (`wgmma`) from a dequantized shared weight tile instead of `mma.sync` with the weights as
+    /// register operands.
+    pub wgmma: bool,
+    /// Decode the weights with [`Stmt::DequantFp4`] instead of a per-element map (MMA=sync) or a threads region
+    /// (MMA=wgmma).
+    pub dec_bits: bool,
+    /// Weights streamed from global memory into registers ([`Stmt::DequantFp4Stream`]) instead of staged in
+    /// shared memory.
+    pub stream: bool,
+    /// PATH=gemv ([`Stmt::Fp4Gemv`]): `wa` warps split K inside the CTA, `bk` = 128 x the 16-byte blocks per
+    /// lane of a chunk, `bm` 8 or 16 tokens, `prefetch` its register pipeline.
+    pub gemv: bool,
+    /// With `split > 1`: the last-arriving CTA of each tile sums the partials in the main kernel (one launch)
+    /// instead of a second finalize kernel.
+    pub fused: bool,
+    /// PATH=stream: prefetch the next K slice's words into registers during this slice's product.
+    pub prefetch: bool,
+    /// `__launch_bounds__` minimum blocks per SM of the main kernel (0: none).
+    pub min_blocks: u32,
+    /// PATH=gemv: register ring slots per warp (quads in flight, [`Stmt::Fp4Gemv`]'s `ring`); 0 on other paths.
+    pub ring: u32,
+}
+
+impl Cfg {
+    /// As knobs (what kernels record and results report).
+    pub fn knobs(&self) -> Knobs {
+        Knobs::new()
+            .with("BN", self.bn)
+            .with("BM", self.bm)
+            .with("BK", self.bk)
+            .with("STAGES", self.stages)
+            .with("WA", self.wa)
+            .with("WB", self.wb)
+            .with("SPLIT", self.split)
+            .with("CPS", self.cps)
+            .with("RASTER", if self.raster_m { "m" } else { "n" })
+            .with("MMA", if self.wgmma { "wgmma" } else { "sync" })
+            .with("DEC", if self.dec_bits { "bits" } else { "expr" })
+            .with(
+                "PATH",
+                if self.gemv {
+                    "gemv"
+                } else if self.stream {
+                    "stream"
+                } else {
+                    "tile"
+                },
+            )
+            .with("FIN", if self.fused { "last" } else { "kernel" })
+            .with("PF", if self.prefetch { "on" } else { "off" })
+            // 1 (no cap) for none: re-resolving the recorded knobs gives the same kernel.
+            .with("MINB", self.min_blocks.max(1))
+            .with("GR", self.ring)
+    }
+    /// Shared memory of the main kernel, bytes (what `Kernel::shared_bytes` will report, up to alignment).
+    pub fn shared_bytes(&self, packed: bool) -> usize {
+        let al = |b: usize| b.next_multiple_of(128);
+        let st = self.stages as usize;
+        let (bn, bm, bk) = (self.bn as usize, self.bm as usize, self.bk as usize);
+        let _ = packed;
+        let al1k = |b: usize| b.next_multiple_of(1024);
+        if self.gemv {
+            // The reduced [BN, 16 + 1] tile and one [rows per statement, BM] f32 partial per warp.
+            return al(bn * (bm.max(16) + 1) * 4)
+                + al((self.wa + gemv_stage_tiles(self)) as usize * bn * bm * 4)
+                + if self.fused && self.split > 1 { al(4) } else { 0 };
+        }
+        let common = if self.stream { 0 } else { al(bn * bk / 2 * st) + al(bn * bk / 32 * st) }
+            + if self.fused && self.split > 1 { al(4) } else { 0 };
+        if self.wgmma {
+            common + al1k(bm * bk * 2 * st) + al1k(bn * bk * 2 * 2) + 1024
+        } else {
+            common + al(bm * bk * 2 * st) + al(bn * (bm + 1) * 4)
+        }
+    }
+}
+
+/// PATH=gemv with `STAGES` >= 3 ([`Stmt::Fp4Gemv`] `staged`): the `[BN, BM]` f32 tiles of `spart` past the WA
+/// partial tiles that hold the warps' cp.async stages (16 + WA x STAGES x rows/16 x 1280 bytes; one statement
+/// at a time, so a GLU tile's two statements share them); 0 for the register ring.
+fn gemv_stage_tiles(c: &Cfg) -> u32 {
+    if !c.gemv || c.stages < 3 {
+        return 0;
+    }
+    let rows = c.bn; // GLU halves need half of it: the bound is safe either way
+    let need = 16 + c.wa * c.stages * (rows / 16).max(1) * 1280;
+    need.div_ceil(c.bn * c.bm * 4)
+}
+
+/// The shape facts automatic knobs depend on.
+#[derive(Clone, Debug)]
+pub struct ShapeFacts {
+    /// Rows of the largest group (dense: M).
+    pub max_rows: usize,
+    /// Rows per group.
+    pub counts: Vec<usize>,
+    pub n_out: usize,
+    pub k: usize,
+    pub glu: bool,
+}
+
+/// `FIN`: whether the split-K partials are summed by the last-arriving CTA (`last`) rather than by a second
+/// launch (`kernel`); `auto` means `auto_last`, and an absent knob (knob sets from before it existed) `kernel`.
+fn fin_last(knobs: &Knobs, auto_last: bool) -> Result<bool, OpError> {
+    if !knobs.0.contains_key("FIN") {
+        return Ok(false);
+    }
+    match knobs.str("FIN")? {
+        "auto" => Ok(auto_last),
+        "kernel" => Ok(false),
+        "last" => Ok(true),
+        other => Err(OpError::InvalidKnobs {
+            op: OP,
+            knobs: knobs.to_string(),
+            why: format!("FIN={other}: auto, kernel or last"),
+        }),
+    }
+}
+
+/// `PF` (the stream and gemv register pipelines): `on`; `off`, `auto` and an absent knob mean off. Auto is off
+/// from the H200 runs of 2026-12-01 (results/bench/nvidia-h200/NOTES.md): the pipelined stream lost at M1
+/// (0.0355 vs 0.0310 ms) and the 28x4 decode (0.336 vs 0.295) and tied at M16 (0.068 vs 0.069), session 3 call
+/// 3; gemv with PF=on took 0.0247 ms at M16 against 0.0235 off and 0.0138 vs 0.0136 at M1, session 4 call 4 (the
+/// second register set only raised the register count). PF=on stays in the knob space for the tuner.
+fn prefetch_knob(knobs: &Knobs) -> Result<bool, OpError> {
+    if !knobs.0.contains_key("PF") {
+        return Ok(false);
+    }
+    match knobs.str("PF")? {
+        "auto" | "off" => Ok(false),
+        "on" => Ok(true),
+        other => {
+            Err(OpError::InvalidKnobs { op: OP, knobs: knobs.to_string(), why: format!("PF={other}: auto, on or off") })
+        }
+    }
+}
+
+fn pick(k: &Knobs, name: &str, auto: u32) -> Result<u32, OpError> {
+    let v = k.u32(name)?;
+    Ok(if v == 0 { auto } else { v })
+}
+
+/// Resolve knobs for a problem: explicit values are kept, zeros are chosen from the shape (decode: narrow
+/// token tiles and a K split that gives about two waves of tiles when there are few; prefill: 128x128
+/// tiles), then the combination is validated.
+pub fn resolve(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, OpError> {
+    match gemv_wanted(spec, knobs, sh)? {
+        Some(true) => return resolve_gemv(spec, knobs, sh),
+        // Automatic: unless other explicit knobs rule it out (e.g. BN=128 at BK=256: too many registers).
+        Some(false) => {
+            if let Ok(c) = resolve_gemv(spec, knobs, sh) {
+                return Ok(c);
+            }
+        }
+        None => {}
+    }
+    let bm = pick(
+        knobs,
+        "BM",
+        match sh.max_rows {
+            0..=16 => 16,
+            17..=32 => 32,
+            33..=64 => 64,
+            _ => 128,
+        },
+    )?;
+    let decode = bm <= 64;
+    let wgmma = match knobs.0.get("MMA") {
+        None => false,
+        Some(_) => match knobs.str("MMA")? {
+            // wgmma for prefill tiles, unless other explicit knobs rule it out.
+            "auto" => {
+                bm >= 128
+                    && bm.is_multiple_of(64)
+                    && matches!(knobs.u32("BK")?, 0 | 64)
+                    && matches!(knobs.u32("WB")?, 0 | 1)
+                    && (knobs.u32("WA")? == 0 || knobs.u32("WA")? == bm / 16)
+            }
+            m => m == "wgmma",
+        },
+    };
+    // DEC: Some(true) bits, Some(false) expr, None auto (bits for packed weights where the tile allows).
+    let dec_req = match knobs.0.get("DEC") {
+        None => Some(false),
+        Some(_) => match knobs.str("DEC")? {
+            "auto" => None,
+            "bits" => Some(true),
+            "expr" => Some(false),
+            other => {
+                return Err(OpError::InvalidKnobs {
+                    op: OP,
+                    knobs: knobs.to_string(),
+                    why: format!("DEC={other}: auto, expr or bits"),
+                });
+            }
+        },
+    };
+    let dec_bits = dec_req.unwrap_or(!wgmma);
+    // PATH: the streaming weight path for decode tiles (see the knob's description).
+    let stream = match knobs.0.get("PATH") {
+        None => false,
+        Some(_) => match knobs.str("PATH")? {
+            // Packed weights and bf16 activations only: the natural layout's 16-byte block loads take four times
+            // the registers (the grouped kernel at BK=128 spilled 40 bytes under ptxas), and the MXFP8 grouped
+            // kernel at BK=256 spilled 12 (the tile path stays their default). Dense only: at 28 experts x 4 tokens
+            // the tile path ran 0.224-0.234 ms against 0.30-0.88 for stream knob sets (H200, 2026-12-01).
+            "auto" => {
+                bm <= 16
+                    && !spec.grouped
+                    && spec.packed
+                    && !spec.act8
+                    && !wgmma
+                    && !sh.glu
+                    && matches!(knobs.u32("WB")?, 0 | 1)
+                    && knobs.0.get("DEC").is_none_or(|_| knobs.str("DEC").is_ok_and(|d| d != "expr"))
+            }
+            "tile" => false,
+            "stream" => true,
+            other => {
+                return Err(OpError::InvalidKnobs {
+                    op: OP,
+                    knobs: knobs.to_string(),
+                    why: format!("PATH={other}: auto, tile, stream, gemv or dq_gemm"),
+                });
+            }
+        },
+    };
+    // The bit decode makes a decode tile's weight rows cheap enough that 128 rows per CTA (32 per warp) pay for
+    // the token tile's copies and fragment loads; three stages keep four such CTAs per SM (16-token tiles: wider
+    // token tiles would need too many accumulator registers).
+    let wide_rows = dec_bits && bm <= 16;
+    // Measured on the H200 (results/bench/nvidia-h200/mxfp4_matmul.json, 2026-11-30, every row checked):
+    // - dense M1 N6144 K3584: BN=64 0.034 ms, BN=128 (the old choice) 0.104, BN=256 0.085: few tiles, so the
+    //   K split fills the SMs and narrow tiles keep more CTAs (and their loads) resident per SM;
+    // - 28 experts x 4 tokens: BN=256 0.218 ms, BN=128 0.292, BN=64 0.271: a full grid of tiles without a
+    //   split, and the wide tile amortises the token tile's copies over four times the weight rows;
+    // - the same with the SiTU-GLU epilogue: BN=128 0.267 ms, BN=256 0.339, BN=64 0.310 (kept at 128);
+    // - M4096 (wgmma): BN=256 0.614 ms, BN=128 0.688 (GLU prefill not measured: kept at 128).
+    // So: 256 when the 256-row tiles alone fill about four CTAs per SM, else 64 (a split follows below).
+    let tiles_at = |rows_per_tile: usize| -> usize {
+        let nt = sh.n_out.div_ceil(if sh.glu { rows_per_tile / 2 } else { rows_per_tile });
+        sh.counts.iter().map(|&r| r.div_ceil(bm as usize) * nt).sum()
+    };
+    // The stream path: 16 weight rows per warp (4 warps), a 256-wide K slice per iteration (eight blocks per
+    // row in flight per thread); the split below fills the SMs.
+    let bn_auto = if stream {
+        64
+    } else if wide_rows {
+        if sh.glu {
+            128
+        } else if tiles_at(256) >= 4 * ASSUMED_SMS {
+            256
+        } else {
+            64
+        }
+    } else if wgmma && !sh.glu && bm >= 128 {
+        256
+    } else if decode {
+        64
+    } else {
+        128
+    };
+    let bn = pick(knobs, "BN", bn_auto)?;
+    // Stream: 256 packed (eight 4-byte words per row in flight), 128 natural (its 16-byte block loads hold four
+    // times the registers: at 256 ptxas spills under the 128-register cap of four CTAs per SM).
+    let bk_stream = if spec.packed { 256 } else { 128 };
+    let bk = pick(
+        knobs,
+        "BK",
+        if stream {
+            bk_stream
+        } else if decode && !wgmma {
+            128
+        } else {
+            64
+        },
+    )?;
+    let stages = pick(knobs, "STAGES", if (decode && !wide_rows) || wgmma || stream { 4 } else { 3 })?;
+    // The stream path keeps 16 weight rows per warp (its register tile holds a whole BK slice of them).
+    let wa_auto = if wgmma {
+        bm / 16
+    } else if stream {
+        (bn / 16).clamp(1, 16)
+    } else {
+        (bn / 16).min(if decode { 4 } else { 8 })
+    };
+    let wa = pick(knobs, "WA", wa_auto)?;
+    let wb = pick(knobs, "WB", 1)?;
+    // wgmma: the weight tile is decoded into registers (16 rows per warp at least) and stored to shared memory.
+    let dec_bits = if wgmma { dec_req.unwrap_or(bn.is_multiple_of(16 * wa)) } else { dec_bits };
+    let mut c = Cfg {
+        bn,
+        bm,
+        bk,
+        stages,
+        wa,
+        wb,
+        split: 1,
+        cps: 1,
+        raster_m: knobs.str("RASTER")? == "m",
+        wgmma,
+        dec_bits,
+        stream,
+        gemv: false,
+        fused: false,
+        prefetch: false,
+        min_blocks: 0,
+        ring: 0,
+    };
+    c.cps = knobs.u32("CPS")?;
+    // CTAs resident per SM: the persistent count, else an estimate from shared memory (registers permitting).
+    let resident =
+        if c.cps > 0 { c.cps as usize } else { (200 * 1024 / c.shared_bytes(spec.packed).max(1)).clamp(1, 4) };
+    let bno = if sh.glu { bn / 2 } else { bn } as usize;
+    let n_tiles = sh.n_out.div_ceil(bno.max(1));
+    let tiles: usize = sh.counts.iter().map(|&r| r.div_ceil(bm as usize) * n_tiles).sum();
+    let target = ASSUMED_SMS * resident;
+    let k_tiles = sh.k.div_ceil(bk as usize).max(1);
+    // Few tiles: split K. A persistent grid gets one wave of tiles (a partial second wave would double the
+    // time); one CTA per tile gets about two waves (the hardware fills SMs as CTAs finish).
+    if tiles == 0 {
+        // Nothing to compute (no rows): one launch at most, never a finalize over zero rows.
+        c.split = 1;
+        validate(spec, &c, knobs)?;
+        return Ok(c);
+    }
+    let split_auto = if tiles == 0 {
+        1
+    } else if c.cps > 0 {
+        if tiles * 4 >= target * 3 { 1 } else { (target / tiles).clamp(1, k_tiles.min(32)) }
+    } else if tiles >= target {
+        1
+    } else if wide_rows || stream {
+        // Bit-decode tiles stream their weights faster than a CTA starts and drains: one wave of longer CTAs.
+        target.div_ceil(tiles).clamp(1, k_tiles.min(32))
+    } else {
+        (2 * target).div_ceil(tiles).clamp(1, k_tiles.min(32))
+    };
+    // No empty splits: as many as the K tiles per split need (at most the count chosen).
+    let split_auto = k_tiles.div_ceil(k_tiles.div_ceil(split_auto.max(1)));
+    c.split = pick(knobs, "SPLIT", split_auto as u32)?;
+    c.fused = fin_last(knobs, !c.wgmma)? && c.split > 1;
+    c.prefetch = prefetch_knob(knobs)?;
+    // GR is a PATH=gemv knob (validated: 0 here).
+    c.ring = if knobs.0.contains_key("GR") { knobs.u32("GR")? } else { 0 };
+    // MINB: ptxas gives the pipelined stream kernel 255 registers (two CTAs per SM); three CTAs fit in 168
+    // without spills (ptxas, M1 and 28x4 presets), the occupancy of the unpipelined kernel (145-161 registers).
+    let minb = if knobs.0.contains_key("MINB") { knobs.u32("MINB")? } else { 1 };
+    // Auto: 3 CTAs (168 registers) for 16-token tiles on 128 threads, the presets' shape; others uncapped (at
+    // 168 registers the 64-thread BN=32 tile spills 96 bytes and the BM=64 tile 32; at 256 threads 3 CTAs
+    // leave 85).
+    let auto_blocks = if c.wa * c.wb == 4 && c.bm <= 16 { 3 } else { 0 };
+    c.min_blocks = match minb {
+        0 if c.prefetch && auto_blocks > 1 => auto_blocks,
+        0 | 1 => 0,
+        v => v,
+    };
+    validate(spec, &c, knobs)?;
+    Ok(c)
+}
+
+/// PATH=gemv: `Some(true)` explicit, `Some(false)` automatic (at most 16 tokens per group with bf16
+/// activations when no other explicit knob asks for another path's shape: MMA=wgmma, WB > 1, a BM other than
+/// 8 or 16), `None` another path.
+fn gemv_wanted(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Option<bool>, OpError> {
+    let Some(_) = knobs.0.get("PATH") else { return Ok(None) };
+    Ok(match knobs.str("PATH")? {
+        "gemv" => Some(true),
+        // Grouped: at most 8 tokens per expert. The session-4 gemv kernel lost at 28 experts x 4 tokens (0.531 ms
+        // against the tile path's 0.224 on the H200, 2026-12-01); the register-ring kernel with one streaming warp
+        // per 16-row tile is predicted at ~0.10-0.13 ms there (SASS: ~240 instructions per 1 KB quad step, 96 KB
+        // in flight per SM), a prediction until the GPU measures it.
+        "auto" => (sh.max_rows <= 16
+            && (!spec.grouped || sh.max_rows <= 8)
+            && !spec.act8
+            && knobs.0.get("MMA").is_none_or(|_| knobs.str("MMA").is_ok_and(|m| m != "wgmma"))
+            && matches!(knobs.u32("WB")?, 0 | 1)
+            && matches!(knobs.u32("BM")?, 0 | 8 | 16))
+        .then_some(false),
+        _ => None,
+    })
+}
+
+/// The knobs of PATH=gemv ([`Stmt::Fp4Gemv`]): BM 8 (at most 8 tokens per group) or 16 tokens per CTA; BN
+/// weight rows per CTA (each GLU half BN/2); BK = 128 x U, U the consecutive 128-column quads of a warp's batch
+/// (warps take batches round robin, so a warp's loads of a row cover 64U contiguous bytes); GR the register ring
+/// (quads in flight per warp); WA warps split the K range's batches; SPLIT the K range over CTAs.
+///
+/// Bytes in flight (the reason for the shape): an H200 streams ~4.3 TB/s at ~0.8-1 us of loaded DRAM latency, so
+/// ~4 MB must be outstanding, ~30-36 KB per SM. A warp keeps GR x BN/16 x 1 KB of weights in flight (32 lanes x
+/// 2 rows x 16 B per quad and 16 rows). Auto at 8 tokens: U = 4 (512 columns) and GR = 3, so at K = 3584 (28
+/// quads per row) a 16-row CTA of 7 warps has one batch of 4 quads per warp, 3 of them in flight from the start,
+/// and three such CTAs per SM (80 registers, MINB=3) keep ~63 KB per SM in flight; the M1 preset's 384 CTAs are
+/// all resident at once. At 16 tokens: U = 8, GR = 4, 4 warps (one batch each), three CTAs per SM.
+fn resolve_gemv(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, OpError> {
+    let bm = pick(knobs, "BM", if sh.max_rows <= 8 { 8 } else { 16 })?;
+    let glu = sh.glu;
+    // 16 rows per statement (GLU: BN = 32, two statements): wider tiles reuse each activation fragment over more
+    // rows but multiply the ring's registers; they are left to the tuner, except for many tiles (below).
+    let unit = if glu { 32 } else { 16 };
+    // Many 8-token tiles (grouped decode; 28 experts x 4 tokens has 10752 tiles of 16 rows): measured best on the
+    // H200 (session 17, calls 1-3, packed layout v2, one bench run each, 14 and 14 knob sets): 32-row CTAs of 4
+    // warps, each warp a 3-stage cp.async ring of 256-column batches, 5 CTAs per SM (94 registers, no spill):
+    // 0.1194 ms, against 0.1278 for the tuned point of call 1 (BK=512, MINB=4), 0.1458 for one-warp CTAs streaming
+    // all of K, and 0.1892 for the former automatic choice (one-warp 16-row CTAs, an 8-slot register ring). With
+    // the GLU epilogue (16 rows per half) the same knobs: 0.1462 ms against 0.1529 at MINB=4.
+    let tiles16: usize = sh.counts.iter().map(|&r| r.div_ceil(bm as usize) * sh.n_out.div_ceil(16)).sum();
+    let many = bm == 8 && tiles16 >= 12 * ASSUMED_SMS;
+    let bn = pick(knobs, "BN", if many { 32 } else { unit })?;
+    let rows = if glu { bn / 2 } else { bn };
+    let bk = pick(
+        knobs,
+        "BK",
+        if many {
+            256
+        } else if bm == 8 {
+            512
+        } else {
+            1024
+        },
+    )?;
+    let split = pick(knobs, "SPLIT", 1)?;
+    let u = (bk / 128).max(1);
+    let prefetch = prefetch_knob(knobs)?;
+    let nb = (rows / 16).max(1);
+    let ring_auto = ((if bm == 8 { 3 } else { 4 }) * if prefetch { 2 } else { 1 } / nb).clamp(1, 8);
+    let ring = if knobs.0.contains_key("GR") { pick(knobs, "GR", ring_auto)? } else { ring_auto };
+    let batches = (sh.k / 32).div_ceil(split.max(1) as usize).div_ceil(4 * u as usize).max(1);
+    // The fewest warps (at most 8) that reach the smallest number of batches per warp.
+    let least = batches.div_ceil(8);
+    let wa_auto = if many { 4 } else { (1..=8u32).find(|&w| batches.div_ceil(w as usize) == least).unwrap_or(8) };
+    let wa = pick(knobs, "WA", wa_auto)?;
+    // FIN auto: the second launch (FIN=last measured slower on the H200 for the stream kernels).
+    let fin_last = fin_last(knobs, false)?;
+    let minb = if knobs.0.contains_key("MINB") { knobs.u32("MINB")? } else { 1 };
+    // STAGES: 1 or 2 = the register ring of GR slots; 3..=8 = the shared-memory ring of that many cp.async stages
+    // per warp (`Stmt::Fp4Gemv` staged; GR is then unused and recorded as the stage count); 0 (or none) = auto:
+    // 3 stages for many tiles and for dense 16-token problems without a GLU epilogue (session 17, calls 2-3: M16
+    // 0.0153 / 0.0157 ms with 3 stages at MINB=4 against 0.0161 for the register ring), else the register ring (M1
+    // read 0.0117 / 0.0118 against 0.0124 staged at MINB=4, but there the 7-warp CTAs get 72 registers and spill 8
+    // bytes: left to the tuner).
+    let staged_auto = many || (!spec.grouped && !glu && bm == 16);
+    let stages = match knobs.0.get("STAGES") {
+        None => 2,
+        Some(_) => match knobs.u32("STAGES")? {
+            0 if staged_auto => 3,
+            0..=2 => 2,
+            s => s,
+        },
+    };
+    let ring = if stages >= 3 { stages } else { ring };
+    // MINB auto (0): 5 CTAs per SM for many tiles (above), 4 for the automatic staged ring of dense problems; else
+    // three CTAs per SM (80 registers at 7 warps, 168 at 4) for 16 rows per statement where ptxas fits the register
+    // ring without spills (8 tokens: at most 3 slots on more than 4 warps; at most 4 warps: 8 slots at 8 tokens, 4
+    // at 16; not with a GLU epilogue: two statements, and 24 spilled bytes at 28 x 4 under the cap), else uncapped.
+    let fits3 = stages < 3 && !glu && if wa <= 4 { ring <= if bm == 8 { 8 } else { 4 } } else { bm == 8 && ring <= 3 };
+    let minb = match minb {
+        0 if many && stages >= 3 => 5,
+        0 if staged_auto && stages >= 3 => 4,
+        0 if rows == 16 && fits3 && wa * 32 * 3 <= 1024 => 3,
+        m => m,
+    };
+    let c = Cfg {
+        bn,
+        bm,
+        bk,
+        stages,
+        wa,
+        wb: pick(knobs, "WB", 1)?,
+        split,
+        cps: knobs.u32("CPS")?,
+        raster_m: knobs.str("RASTER")? == "m",
+        // (Validated: an explicit MMA=wgmma is refused.)
+        wgmma: knobs.0.get("MMA").is_some_and(|_| knobs.str("MMA").is_ok_and(|m| m == "wgmma")),
+        dec_bits: true,
+        stream: false,
+        gemv: true,
+        fused: fin_last && split > 1,
+        prefetch,
+        min_blocks: if minb <= 1 { 0 } else { minb },
+        ring,
+    };
+    validate(spec, &c, knobs)?;
+    Ok(c)
+}
+
+fn validate(spec: &MatSpec, c: &Cfg, knobs: &Knobs) -> Result<(), OpError> {
+    let invalid = |why: String| Err(OpError::InvalidKnobs { op: OP, knobs: knobs.to_string(), why });
+    let glu = spec.epilogue.is_glu();
+    if c.gemv {
+        let rows = if glu { c.bn / 2 } else { c.bn };
+        if spec.act8 || c.wgmma || c.wb != 1 {
+            return invalid("PATH=gemv needs bf16 activations, MMA=sync and WB=1".into());
+        }
+        if !matches!(c.bm, 8 | 16) || !matches!(c.bk, 128 | 256 | 512 | 1024) {
+            return invalid(format!(
+                "PATH=gemv needs BM 8 or 16 and BK 128, 256, 512 or 1024 (got BM={}, BK={})",
+                c.bm, c.bk
+            ));
+        }
+        if rows == 0
+            || !rows.is_multiple_of(16)
+            || rows > 64
+            || !(1..=8).contains(&c.ring)
+            // (The staged ring keeps its stages in shared memory: only the register ring is capped.)
+            || (c.stages < 3 && rows / 16 * c.ring > 8)
+        {
+            return invalid(format!(
+                "PATH=gemv needs BN{} a multiple of 16, at most 64, and GR in 1..=8 with BN{}/16 x GR <= 8 ring \
+                 register blocks (got BN={}, GR={})",
+                if glu { "/2" } else { "" },
+                if glu { "/2" } else { "" },
+                c.bn,
+                c.ring
+            ));
+        }
+        if c.stages > 8 || (c.stages >= 3 && c.ring != c.stages) {
+            return invalid(format!("PATH=gemv needs STAGES in 0..=8 (got {})", c.stages));
+        }
+        if c.wa == 0 || c.wa > 16 || c.split == 0 || c.cps > 16 || c.min_blocks > 16 {
+            return invalid(format!(
+                "PATH=gemv needs WA in 1..=16, SPLIT >= 1, CPS in 0..=16, MINB in 0..=16 (got WA={}, SPLIT={}, CPS={}, MINB={})",
+                c.wa, c.split, c.cps, c.min_blocks
+            ));
+        }
+        let smem = c.shared_bytes(spec.packed);
+        if smem > MAX_SHARED_BYTES {
+            return invalid(format!("{smem} bytes of shared memory (max {MAX_SHARED_BYTES})"));
+        }
+        return Ok(());
+    }
+    if c.stream && (c.wgmma || glu || c.wb != 1 || !c.dec_bits) {
+        return invalid(format!(
+            "PATH=stream needs MMA=sync, WB=1, DEC=bits and no GLU epilogue (got MMA={}, WB={}, DEC={}, epilogue {})",
+            if c.wgmma { "wgmma" } else { "sync" },
+            c.wb,
+            if c.dec_bits { "bits" } else { "expr" },
+            spec.epilogue.name()
+        ));
+    }
+    if c.min_blocks > 16 {
+        return invalid(format!("MINB={} must be in 0..=16", c.min_blocks));
+    }
+    if c.prefetch && !c.stream {
+        return invalid("PF=on needs PATH=stream".into());
+    }
+    if c.ring != 0 {
+        return invalid(format!("GR={} needs PATH=gemv", c.ring));
+    }
+    if c.fused && c.wgmma {
+        return invalid("FIN=last needs MMA=sync (the wgmma kernel keeps the finalize launch)".into());
+    }
+    if c.dec_bits && c.wgmma && (c.wa == 0 || !c.bn.is_multiple_of(16 * c.wa)) {
+        return invalid(format!("DEC=bits with MMA=wgmma needs BN={} a multiple of 16*WA={}", c.bn, 16 * c.wa));
+    }
+    if !c.bk.is_multiple_of(32) || c.bk == 0 || c.bk > 1024 {
+        return invalid(format!("BK={} must be a positive multiple of 32 (at most 1024)", c.bk));
+    }
+    let row_unit = if c.wgmma { 16 } else { 16 * c.wa };
+    if c.bn == 0 || !c.bn.is_multiple_of(row_unit) {
+        return invalid(format!("BN={} must be a multiple of {row_unit} (16*WA for MMA=sync)", c.bn));
+    }
+    if glu && !(c.bn / 2).is_multiple_of(8) {
+        return invalid(format!("BN={} must be a multiple of 16 with a GLU epilogue", c.bn));
+    }
+    if c.bm == 0 || !c.bm.is_multiple_of(16 * c.wb) {
+        return invalid(format!("BM={} must be a multiple of 16*WB={}", c.bm, 16 * c.wb));
+    }
+    if c.stages < 2 || c.split == 0 || c.cps > 16 {
+        return invalid("STAGES >= 2, SPLIT >= 1 and CPS in 0..=16 are required".into());
+    }
+    let warps = c.wa * c.wb;
+    if warps == 0 || warps > 16 {
+        return invalid(format!("{warps} warps: 1..=16"));
+    }
+    if c.wgmma
+        && (c.bk != 64 || c.wb != 1 || c.bm != 16 * c.wa || !c.bm.is_multiple_of(64) || c.stages < 3 || c.bn > 256)
+    {
+        return invalid(format!(
+            "MMA=wgmma needs BK=64, WB=1, BM=16*WA a multiple of 64, STAGES>=3 and BN<=256 (got BK={}, WB={}, WA={}, BM={}, STAGES={}, BN={})",
+            c.bk, c.wb, c.wa, c.bm, c.stages, c.bn
+        ));
+    }
+    let acc_regs = c.bn * c.bm / (32 * warps);
+    if acc_regs > 128 {
+        return invalid(format!("{acc_regs} accumulator registers per thread (max 128)"));
+    }
+    let a_cols = if c.stream { c.bk } else { 32 };
+    let a_regs = if c.wgmma { c.bn * 64 / (32 * warps) / 2 } else { c.bn * a_cols / (32 * c.wa) / 2 };
+    // Measured with ptxas: beyond ~96 the decode's addresses and the B fragments push past 255 registers.
+    let reg_cap = if c.wgmma { 160 } else { 96 };
+    if acc_regs + a_regs > reg_cap {
+        return invalid(format!(
+            "{} accumulator + weight-tile registers per thread (max {reg_cap})",
+            acc_regs + a_regs
+        ));
+    }
+    let smem = c.shared_bytes(spec.packed);
+    if smem > MAX_SHARED_BYTES {
+        return invalid(format!("{smem} bytes of shared memory (max {MAX_SHARED_BYTES})"));
+    }
+    Ok(())
+}
+
+/// Scale-row cp.async width: the widest access K/32 and BK/32 allow.
+fn scale_vec(spec: &MatSpec, c: &Cfg) -> u32 {
+    let per_stage = c.bk / 32;
+    [16u32, 8, 4, 2, 1]
+        .into_iter()
+        .find(|v| spec.kb_align.is_multiple_of(*v) && per_stage.is_multiple_of(*v))
+        .unwrap_or(1)
+}
+
+fn kernel_name(prefix: &str, spec: &MatSpec, c: &Cfg, partial: bool) -> String {
+    format!(
+        "k3k_{prefix}_{}{}_{}{}{}{}{}_{}_{}",
+        if spec.grouped { "grouped" } else { "dense" },
+        if spec.row_scale { "_p" } else { "" },
+        spec.epilogue.name(),
+        if spec.act8 { "_x8" } else { "" },
+        if spec.packed { "_packed" } else { "" },
+        match (spec.fold, spec.finite) {
+            (true, true) => "_foldf",
+            (true, false) => "_fold",
+            _ => "",
+        },
+        if partial { "_partial" } else { "" },
+        spec.alignment(),
+        c.knobs().id().to_lowercase()
+    )
+}
+
+fn bad(arg: &str, why: String) -> OpError {
+    OpError::BadInput { op: OP, arg: arg.into(), why }
+}
