@@ -14,10 +14,11 @@
 //! the kernels this build makes; `tests/fingerprints.rs` runs it, and `K3K_BLESS=1` rewrites the file after an
 //! intended change (a version bump, a re-tune, or a change that cannot move a timing).
 
-use crate::tuning::tuned_knobs;
+use crate::tuning::tuned_record;
 use anyhow::{Context, bail};
 use k3k_codegen::{CODEGEN_VERSION, render};
 use k3k_ir::hash::{hash_str, stable_hash};
+use k3k_ir::{Kernel, Knobs};
 use k3k_ops::op::Operator;
 use k3k_tuner::ResultsStore;
 use std::collections::BTreeMap;
@@ -64,6 +65,20 @@ pub struct Fingerprint {
 }
 
 impl Fingerprint {
+    /// The fingerprint of kernel `k`, one of `op`'s at `preset` and `knobs`.
+    pub fn of(op: &str, preset: &str, source: Source, knobs: &Knobs, k: &Kernel) -> anyhow::Result<Self> {
+        let cuda = render(k).with_context(|| format!("{op}: rendering {}", k.name))?;
+        Ok(Fingerprint {
+            op: op.into(),
+            preset: preset.into(),
+            source,
+            knobs: knobs.to_string(),
+            kernel: k.name.clone(),
+            ir: stable_hash(k),
+            cuda: hash_str(&cuda),
+        })
+    }
+
     /// What a line is matched on between two files.
     fn id(&self) -> (String, String, Source, String, String) {
         (self.op.clone(), self.preset.clone(), self.source, self.knobs.clone(), self.kernel.clone())
@@ -78,27 +93,15 @@ pub fn collect(ops: &[Box<dyn Operator>], store: &ResultsStore, gpu_slug: &str) 
         let gpu = store.load(gpu_slug, op.name()).ok().flatten().map(|f| f.gpu);
         for preset in op.bench_presets() {
             let mut sets = vec![(Source::Default, op.default_knobs())];
-            if let Some(gpu) = &gpu {
-                let (knobs, how) = tuned_knobs(store, op.as_ref(), &preset, gpu);
-                if how.starts_with("tuned") {
-                    sets.push((Source::Tuned, knobs));
-                }
+            if let Some((knobs, _)) = gpu.as_ref().and_then(|gpu| tuned_record(store, op.as_ref(), &preset, gpu)) {
+                sets.push((Source::Tuned, knobs));
             }
             for (source, knobs) in sets {
                 let kernels = op
                     .kernels(&preset, &knobs)
                     .with_context(|| format!("{} {}: kernels at {knobs}", op.name(), preset.name))?;
-                for k in kernels {
-                    let cuda = render(&k).with_context(|| format!("{}: rendering {}", op.name(), k.name))?;
-                    out.push(Fingerprint {
-                        op: op.name().into(),
-                        preset: preset.name.clone(),
-                        source,
-                        knobs: knobs.to_string(),
-                        kernel: k.name.clone(),
-                        ir: stable_hash(&k),
-                        cuda: hash_str(&cuda),
-                    });
+                for k in &kernels {
+                    out.push(Fingerprint::of(op.name(), &preset.name, source, &knobs, k)?);
                 }
             }
         }
@@ -129,20 +132,7 @@ pub fn every_point(
                 Err(k3k_ops::OpError::InvalidKnobs { .. }) => return Ok(vec![]),
                 Err(e) => return Err(anyhow::anyhow!("{} {} at {knobs}: {e}", op.name(), preset.name)),
             };
-            kernels
-                .iter()
-                .map(|k| {
-                    Ok(Fingerprint {
-                        op: op.name().into(),
-                        preset: preset.name.clone(),
-                        source: Source::Default,
-                        knobs: knobs.to_string(),
-                        kernel: k.name.clone(),
-                        ir: stable_hash(k),
-                        cuda: hash_str(&render(k).with_context(|| format!("rendering {}", k.name))?),
-                    })
-                })
-                .collect()
+            kernels.iter().map(|k| Fingerprint::of(op.name(), &preset.name, Source::Default, knobs, k)).collect()
         })
         .collect();
     Ok(per_point.into_iter().collect::<anyhow::Result<Vec<_>>>()?.into_iter().flatten().collect())

@@ -247,15 +247,16 @@ fn plan_points(
 /// The knobs to use for a preset: the tuned winner for this GPU when the store has one (exact bucket, else
 /// the nearest bucket of the same program), else the operator's defaults.
 pub fn tuned_knobs(store: &ResultsStore, op: &dyn Operator, preset: &Preset, gpu: &GpuKey) -> (Knobs, String) {
-    let default = (op.default_knobs(), "default knobs".to_string());
-    let Ok(key) = tune_key(op, preset, gpu) else { return default };
-    match store.lookup(&key) {
-        Ok(Some(hit)) => match knobs_of(&hit.knobs) {
-            Ok(k) => (k, format!("tuned ({}{})", hit.candidate_id, if hit.exact { "" } else { ", nearest bucket" })),
-            Err(_) => default,
-        },
-        _ => default,
-    }
+    tuned_record(store, op, preset, gpu).unwrap_or_else(|| (op.default_knobs(), "default knobs".to_string()))
+}
+
+/// The tuned winner's knobs for a preset and how they were found (exact bucket, else the nearest bucket of the
+/// same program), or `None` when the store holds no record that applies.
+pub fn tuned_record(store: &ResultsStore, op: &dyn Operator, preset: &Preset, gpu: &GpuKey) -> Option<(Knobs, String)> {
+    let key = tune_key(op, preset, gpu).ok()?;
+    let hit = store.lookup(&key).ok()??;
+    let k = knobs_of(&hit.knobs).ok()?;
+    Some((k, format!("tuned ({}{})", hit.candidate_id, if hit.exact { "" } else { ", nearest bucket" })))
 }
 
 #[cfg(test)]

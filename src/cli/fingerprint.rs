@@ -35,16 +35,8 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                 out.extend(every_point(op.as_ref(), &preset, a.sample)?);
             } else {
                 let knobs = op.default_knobs();
-                for k in op.kernels(&preset, &knobs)? {
-                    out.push(Fingerprint {
-                        op: op.name().into(),
-                        preset: preset.name.clone(),
-                        source: Source::Default,
-                        knobs: knobs.to_string(),
-                        kernel: k.name.clone(),
-                        ir: k3k::ir::stable_hash(&k),
-                        cuda: k3k::ir::hash::hash_str(&k3k::codegen::render(&k)?),
-                    });
+                for k in &op.kernels(&preset, &knobs)? {
+                    out.push(Fingerprint::of(op.name(), &preset.name, Source::Default, &knobs, k)?);
                 }
             }
         }
