@@ -507,8 +507,6 @@ pub fn build_kernel(spec: &GemmSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
     let sa = b.shared("sA", DType::Bf16, bm, bk, st, Swizzle::Xor16B);
     let sb = b.shared("sB", DType::Bf16, bn, bk, st, Swizzle::Xor16B);
     let acc = b.tile("acc", DType::F32, bm, acc_n, warps);
-    // STORE=tma: two staging buffers of 64 output columns (128-byte rows, the 128-byte swizzle of the map).
-    const SLICE: u32 = 64;
     // With an odd number of slices per tile the buffers alternate across tiles too: `y_slices` counts the block's
     // bulk stores, whose parity picks the buffer (a per-tile index would rewrite the buffer of the store just
     // issued: the CPU backends, which read a store's source at its retiring wait, caught it at BN=64). With an
@@ -522,28 +520,12 @@ pub fn build_kernel(spec: &GemmSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
     let acc_up = glu.then(|| b.tile("acc_up", DType::F32, bm, acc_n, warps));
     let pv = spec.row_scale.then(|| b.vec("p_rows", bm, warps));
 
-    let group_start = |g: &Expr| -> Expr {
-        match offs {
-            Some(o) => Expr::select(g.gt(0i64), Expr::Load { tensor: o, index: Box::new(g - 1i64) }, Expr::Int(0)),
-            None => Expr::Int(0),
-        }
-    };
-    let group_end = |g: &Expr| -> Expr {
-        match offs {
-            Some(o) => Expr::Load { tensor: o, index: Box::new(g.clone()) },
-            None => m.clone(),
-        }
-    };
     let n_tiles = n_out.ceil_div(acc_n as i64);
     // CLUSTER=2: the walk is over units of two sibling tiles (along M or N); a unit's CTA takes the tile of its
     // cluster rank. Both CTAs of a cluster walk the same units, so they run the same k-steps.
     let pair_m = c.cluster2 && c.pair_m;
     let pair_n = c.cluster2 && !c.pair_m;
     let unit_n = if pair_n { n_tiles.ceil_div(2i64) } else { n_tiles.clone() };
-    let units = |rows: Expr| -> Expr {
-        let mt = rows.ceil_div(bm as i64);
-        (if pair_m { mt.ceil_div(2i64) } else { mt }) * unit_n.clone()
-    };
     let rank = b.cluster_rank();
     // The persistent walk: block b (cluster b/2) takes every grid-th unit.
     let (walk_first, walk_step) = if c.cluster2 {
@@ -554,92 +536,12 @@ pub fn build_kernel(spec: &GemmSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
     // Total tiles over all groups.
     let total = b.let_var("total", 0i64);
     b.for_("g", 0i64, g_count.clone(), 1i64, |b, g| {
-        let rows = group_end(&g) - group_start(&g);
-        b.assign(total, Expr::Var(total) + units(rows));
+        let rows = group_end_of(offs, &m, &g) - group_start_of(offs, &g);
+        b.assign(total, Expr::Var(total) + units_of(rows, bm, pair_m, &unit_n));
     });
     let k_tiles = b.let_("k_tiles", kd.ceil_div(bk as i64));
     // Stages loaded ahead of the first product: the wgmma ring keeps one product in flight, so STAGES-2.
     let ahead = if c.wgmma { st - 2 } else { st - 1 };
-
-    // Find tile `t`'s group and its index inside the group: `grp`, `local`. With `from = (g0, seen0)` the walk
-    // starts at group `g0`, before which `seen0` tiles lie (a block's tiles only move forward), and updates both.
-    let search = |b: &mut KernelBuilder, t: Expr, grp: VarId, local: VarId, from: Option<(VarId, VarId)>| {
-        let (start, seen_init) = match from {
-            Some((g0, s0)) => (Expr::Var(g0), Expr::Var(s0)),
-            None => (Expr::Int(0), Expr::Int(0)),
-        };
-        let seen = b.let_var("seen", seen_init);
-        let found = from.map(|_| b.let_var("found_seen", 0i64));
-        // Once the tile's group is behind (`seen > t`), the remaining groups cost a compare each: no `offs`
-        // loads, no tile counts (the walk is a forward scan that finds its group within a group or two, but
-        // the IR's loops run to their end; ncu, session 16: the unguarded scan ran ~830 instructions per warp
-        // per tile at G28, with its dependent loads longer than the product it overlaps).
-        b.for_("g", start, g_count.clone(), 1i64, |b, g| {
-            b.if_(t.ge(Expr::Var(seen)), |b| {
-                let rows = group_end(&g) - group_start(&g);
-                let tg = b.let_("tg", units(rows));
-                b.if_(t.lt(Expr::Var(seen) + tg.clone()), |b| {
-                    b.assign(grp, g.clone());
-                    b.assign(local, &t - Expr::Var(seen));
-                    if let Some(f) = found {
-                        b.assign(f, Expr::Var(seen));
-                    }
-                });
-                b.assign(seen, Expr::Var(seen) + tg);
-            });
-        });
-        if let (Some((g0, s0)), Some(f)) = (from, found) {
-            b.assign(g0, Expr::Var(grp));
-            b.assign(s0, Expr::Var(f));
-        }
-    };
-    // A tile's coordinates from its group and local index.
-    struct Coords {
-        /// First row of x (and y) of the tile.
-        r0: Expr,
-        /// Rows of the tile inside its group (may exceed BM).
-        rows_valid: Expr,
-        /// First output column.
-        n0: Expr,
-        /// Offset of the group's weight matrix.
-        w_base: Expr,
-        /// The group (the outer coordinate of the weights' tensor map).
-        grp: Expr,
-        /// CLUSTER=2: the tile lies inside its group and the output (a sibling past the end only copies its
-        /// share of the operand and takes part in the barriers).
-        valid: Expr,
-    }
-    let coords = |b: &mut KernelBuilder, grp: Expr, local: Expr| -> Coords {
-        let row0 = b.let_("row0", group_start(&grp));
-        let rows_g = b.let_("rows_g", group_end(&grp) - row0.clone());
-        let m_tiles = rows_g.ceil_div(bm as i64);
-        let unit_m = if pair_m { m_tiles.ceil_div(2i64) } else { m_tiles };
-        let (mt, nt) = if c.raster_m {
-            (local.clone() % unit_m.clone(), local / unit_m)
-        } else {
-            (local.clone() / unit_n.clone(), local % unit_n.clone())
-        };
-        let (mt, nt) = if pair_m {
-            (mt * 2i64 + rank.clone(), nt)
-        } else if pair_n {
-            (mt, nt * 2i64 + rank.clone())
-        } else {
-            (mt, nt)
-        };
-        let m0 = b.let_("m0", mt * bm as i64);
-        let n0 = b.let_("n0", nt * acc_n as i64);
-        let rows_valid = b.let_("rows_valid", rows_g - m0.clone());
-        let w_base = b.let_("w_base", grp.clone() * n.clone() * kd.clone());
-        let r0 = b.let_("r0", row0 + m0);
-        let valid = if pair_m {
-            rows_valid.gt(0i64)
-        } else if pair_n {
-            n0.lt(n_out.clone())
-        } else {
-            Expr::Bool(true)
-        };
-        Coords { r0, rows_valid, n0, w_base, grp, valid }
-    };
 
     // LOAD=tma: tensor maps over x ([K, M], boxes [BK, BM]) and w ([K, N(, G)], boxes [BK, BN or BN/2 (, 1)]),
     // one full barrier per stage, and a running k-step counter `kbase` (k-steps of earlier tiles of this block),
@@ -674,9 +576,372 @@ pub fn build_kernel(spec: &GemmSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
         }
         b.let_var("kbase", 0i64)
     });
-    // Release a slot to the producers: every thread (CLUSTER=1), one arrival per warp (RELEASE=warp: rank 0 of
-    // the one-CTA cluster is the block itself), or one arrival per warp on both CTAs' barrier (CLUSTER=2).
-    let release = |b: &mut KernelBuilder, empty: MbarId, slot: Expr| {
+    let stage_bytes = 2 * bk * (bm + bn);
+    let ring = StageRing::new(st, c.ahead.is_some());
+    let prod = c.ahead.map(|_| Producer {
+        tile: b.let_var("p_tile", walk_first.clone()),
+        kt: b.let_var("p_kt", 0i64),
+        use_: b.let_var("p_use", 0i64),
+        grp: b.let_var("p_grp", 0i64),
+        r0: b.let_var("p_r0", 0i64),
+        n0: b.let_var("p_n0", 0i64),
+        g: b.let_var("p_g", 0i64),
+        local: b.let_var("p_local", 0i64),
+        from: (b.let_var("p_walk_g", 0i64), b.let_var("p_walk_seen", 0i64)),
+    });
+    let g = GemmKernel {
+        spec,
+        c: &c,
+        glu,
+        acc_n,
+        m,
+        n,
+        kd,
+        n_out,
+        g_count,
+        x,
+        w,
+        offs,
+        p,
+        y,
+        sa,
+        sb,
+        acc,
+        acc_up,
+        pv,
+        staging,
+        pair_m,
+        pair_n,
+        unit_n,
+        rank,
+        walk_step: walk_step.clone(),
+        total,
+        k_tiles,
+        ahead,
+        tma,
+        kbase,
+        ring,
+        stage_bytes,
+        prod,
+    };
+
+    if let Some(p) = &g.prod {
+        // AHEAD: the producer stream runs `AHEAD` stages ahead of the consumers over the whole walk (the
+        // loads of a tile's first stages are issued during the previous tile's last k-steps), so the walk has
+        // no prologue per tile and no block barrier; the consumers find their tiles with a forward search
+        // (OVERLAP=on: the next tile's, while the current tile's last product is in flight).
+        // (PRODUCER=warp: the stream's first stages and every later one come from the producer warp.)
+        b.producer_if(c.producer_warp, |b| {
+            b.if_(Expr::Var(p.tile).lt(Expr::Var(total)), |b| g.locate(b, p));
+            b.for_("s", 0i64, c.ahead.unwrap_or(1) as i64, 1i64, |b, _| g.produce(b, p));
+        });
+        let from = (b.let_var("walk_g", 0i64), b.let_var("walk_seen", 0i64));
+        if c.overlap {
+            let cur_grp = b.let_var("cur_grp", 0i64);
+            let cur_local = b.let_var("cur_local", 0i64);
+            let first = walk_first.clone();
+            b.if_(first.lt(Expr::Var(total)), |b| g.search(b, first.clone(), cur_grp, cur_local, Some(from)));
+            b.for_("tile", walk_first.clone(), total, walk_step.clone(), |b, t| {
+                let cs = g.coords(b, Expr::Var(cur_grp), Expr::Var(cur_local));
+                let next = &t + walk_step.clone();
+                let nxt_grp = b.let_var("nxt_grp", 0i64);
+                let nxt_local = b.let_var("nxt_local", 0i64);
+                g.main_loop(b, &cs, &|b: &mut KernelBuilder| {
+                    b.if_(next.lt(Expr::Var(total)), |b| g.search(b, next.clone(), nxt_grp, nxt_local, Some(from)))
+                });
+                g.advance(b);
+                g.epilogue(b, &cs);
+                b.assign(cur_grp, Expr::Var(nxt_grp));
+                b.assign(cur_local, Expr::Var(nxt_local));
+            });
+        } else {
+            b.for_("tile", walk_first.clone(), total, walk_step.clone(), |b, t| {
+                let grp = b.let_var("grp", 0i64);
+                let local = b.let_var("local", 0i64);
+                g.search(b, t, grp, local, Some(from));
+                let cs = g.coords(b, Expr::Var(grp), Expr::Var(local));
+                g.main_loop(b, &cs, &|_: &mut KernelBuilder| {});
+                g.advance(b);
+                g.epilogue(b, &cs);
+            });
+        }
+    } else if c.overlap {
+        // Software-pipelined tile walk: the next tile's group search runs while the current tile's last product
+        // is in flight (and starts where the previous search ended), and its first stages are issued before the
+        // current tile's epilogue, so the refill latency is hidden behind the epilogue.
+        let from = (b.let_var("walk_g", 0i64), b.let_var("walk_seen", 0i64));
+        let cur_grp = b.let_var("cur_grp", 0i64);
+        let cur_local = b.let_var("cur_local", 0i64);
+        let first = walk_first.clone();
+        b.if_(first.lt(Expr::Var(total)), |b| {
+            g.search(b, first.clone(), cur_grp, cur_local, Some(from));
+            let cs = g.coords(b, Expr::Var(cur_grp), Expr::Var(cur_local));
+            g.prologue(b, Some(&cs));
+        });
+        b.if_(first.ge(Expr::Var(total)), |b| g.prologue(b, None));
+        b.for_("tile", walk_first.clone(), total, walk_step.clone(), |b, t| {
+            let cs = g.coords(b, Expr::Var(cur_grp), Expr::Var(cur_local));
+            let next = &t + walk_step.clone();
+            let nxt_grp = b.let_var("nxt_grp", 0i64);
+            let nxt_local = b.let_var("nxt_local", 0i64);
+            // The search runs while the tile's last product is still in flight.
+            g.main_loop(b, &cs, &|b: &mut KernelBuilder| {
+                b.if_(next.lt(Expr::Var(total)), |b| g.search(b, next.clone(), nxt_grp, nxt_local, Some(from)))
+            });
+            g.advance(b);
+            // Every warp is done reading the shared tiles before the next tile's first stages overwrite them.
+            b.barrier();
+            // One commit group per stage on both branches (the conditions are block-uniform).
+            b.if_(next.lt(Expr::Var(total)), |b| {
+                let ns = g.coords(b, Expr::Var(nxt_grp), Expr::Var(nxt_local));
+                g.prologue(b, Some(&ns));
+            });
+            b.if_(next.ge(Expr::Var(total)), |b| g.prologue(b, None));
+            g.epilogue(b, &cs);
+            b.assign(cur_grp, Expr::Var(nxt_grp));
+            b.assign(cur_local, Expr::Var(nxt_local));
+        });
+        if !c.tma {
+            b.wait(0);
+        }
+    } else {
+        b.for_("tile", walk_first.clone(), total, walk_step.clone(), |b, t| {
+            let grp = b.let_var("grp", 0i64);
+            let local = b.let_var("local", 0i64);
+            g.search(b, t, grp, local, None);
+            let cs = g.coords(b, Expr::Var(grp), Expr::Var(local));
+            g.prologue(b, Some(&cs));
+            g.main_loop(b, &cs, &|_: &mut KernelBuilder| {});
+            if c.tma {
+                g.advance(b);
+            } else {
+                b.wait(0);
+            }
+            g.epilogue(b, &cs);
+            // Every warp must be done reading shared tiles before the next tile's prologue overwrites them.
+            b.barrier();
+        });
+    }
+    if c.cluster2 {
+        // No CTA exits while its peer may still arrive on its barriers or copy into its shared memory.
+        b.cluster_sync();
+    }
+    Ok(b.finish()?)
+}
+
+/// STORE=tma: two staging buffers of 64 output columns (128-byte rows, the 128-byte swizzle of the map).
+const SLICE: u32 = 64;
+
+/// A tile's coordinates from its group and local index.
+struct Coords {
+    /// First row of x (and y) of the tile.
+    r0: Expr,
+    /// Rows of the tile inside its group (may exceed BM).
+    rows_valid: Expr,
+    /// First output column.
+    n0: Expr,
+    /// Offset of the group's weight matrix.
+    w_base: Expr,
+    /// The group (the outer coordinate of the weights' tensor map).
+    grp: Expr,
+    /// CLUSTER=2: the tile lies inside its group and the output (a sibling past the end only copies its
+    /// share of the operand and takes part in the barriers).
+    valid: Expr,
+}
+
+/// AHEAD=a: the producer's own cursor over the block's tile walk (every thread keeps it, block-uniform; thread
+/// 0 issues): the tile and k-step it loads next, that tile's coordinates, its next stage use, and the state
+/// of its forward group search.
+struct Producer {
+    tile: VarId,
+    kt: VarId,
+    use_: VarId,
+    grp: VarId,
+    r0: VarId,
+    n0: VarId,
+    g: VarId,
+    local: VarId,
+    from: (VarId, VarId),
+}
+
+/// The first row of group `g` (grouped: `offs[g - 1]`, 0 for the first group).
+fn group_start_of(offs: Option<TensorId>, g: &Expr) -> Expr {
+    match offs {
+        Some(o) => Expr::select(g.gt(0i64), Expr::Load { tensor: o, index: Box::new(g - 1i64) }, Expr::Int(0)),
+        None => Expr::Int(0),
+    }
+}
+
+/// The end of group `g`'s rows (grouped: `offs[g]`; dense: `M`).
+fn group_end_of(offs: Option<TensorId>, m: &Expr, g: &Expr) -> Expr {
+    match offs {
+        Some(o) => Expr::Load { tensor: o, index: Box::new(g.clone()) },
+        None => m.clone(),
+    }
+}
+
+/// The walk's units of a group of `rows` rows (CLUSTER=2 along M: pairs of m-tiles) times the units per row of
+/// tiles.
+fn units_of(rows: Expr, bm: u32, pair_m: bool, unit_n: &Expr) -> Expr {
+    let mt = rows.ceil_div(bm as i64);
+    (if pair_m { mt.ceil_div(2i64) } else { mt }) * unit_n.clone()
+}
+
+/// What the GEMM's tile walk shares ([`build_kernel`]): the problem, the knobs, the tensors, the stage ring and
+/// its barriers, the accumulators, the walk's bounds and the producer's cursor.
+struct GemmKernel<'a> {
+    spec: &'a GemmSpec,
+    c: &'a Cfg,
+    glu: bool,
+    /// Accumulator columns (BN, or BN/2 with a GLU).
+    acc_n: u32,
+    m: Expr,
+    n: Expr,
+    kd: Expr,
+    n_out: Expr,
+    g_count: Expr,
+    x: TensorId,
+    w: TensorId,
+    offs: Option<TensorId>,
+    p: Option<TensorId>,
+    y: TensorId,
+    sa: SharedId,
+    sb: SharedId,
+    acc: TileId,
+    acc_up: Option<TileId>,
+    pv: Option<VecId>,
+    staging: Option<(SharedId, TmapId, Option<VarId>)>,
+    pair_m: bool,
+    pair_n: bool,
+    unit_n: Expr,
+    rank: Expr,
+    walk_step: Expr,
+    total: VarId,
+    k_tiles: Expr,
+    /// Stages loaded ahead of the first product.
+    ahead: u32,
+    tma: Option<(TmapId, TmapId, MbarId, MbarId)>,
+    kbase: Option<VarId>,
+    ring: StageRing,
+    stage_bytes: u32,
+    prod: Option<Producer>,
+}
+
+impl GemmKernel<'_> {
+    fn group_start(&self, g: &Expr) -> Expr {
+        group_start_of(self.offs, g)
+    }
+
+    fn group_end(&self, g: &Expr) -> Expr {
+        group_end_of(self.offs, &self.m, g)
+    }
+
+    fn units(&self, rows: Expr) -> Expr {
+        units_of(rows, self.c.bm, self.pair_m, &self.unit_n)
+    }
+
+    /// The ring use of k-step `kt` (LOAD=tma: after the block's earlier tiles' k-steps).
+    fn use_of(&self, kt: &Expr) -> Expr {
+        match self.kbase {
+            Some(v) => Expr::Var(v) + kt.clone(),
+            None => kt.clone(),
+        }
+    }
+
+    /// After a tile's K loop: its k-steps are behind the block.
+    fn advance(&self, b: &mut KernelBuilder) {
+        if let Some(v) = self.kbase {
+            b.assign(v, Expr::Var(v) + self.k_tiles.clone());
+        }
+    }
+
+    /// The ring slot of stage use `u` and the parity of its phase. AHEAD (whose uses are never negative) with a
+    /// power-of-two STAGES: a mask and a shift (the measured in-loop schedule keeps its expressions).
+    fn slot_of(&self, u: Expr) -> Expr {
+        self.ring.slot(u)
+    }
+
+    fn phase_of(&self, u: Expr) -> Expr {
+        self.ring.phase(u)
+    }
+
+    fn load_stage(&self, b: &mut KernelBuilder, cs: &Coords, kt: Expr) {
+        self.load_stage_at(b, cs, kt.clone(), self.use_of(&kt));
+    }
+
+    /// Find tile `t`'s group and its index inside the group: `grp`, `local`. With `from = (g0, seen0)` the walk
+    /// starts at group `g0`, before which `seen0` tiles lie (a block's tiles only move forward), and updates both.
+    fn search(&self, b: &mut KernelBuilder, t: Expr, grp: VarId, local: VarId, from: Option<(VarId, VarId)>) {
+        let g_count = &self.g_count;
+        let (start, seen_init) = match from {
+            Some((g0, s0)) => (Expr::Var(g0), Expr::Var(s0)),
+            None => (Expr::Int(0), Expr::Int(0)),
+        };
+        let seen = b.let_var("seen", seen_init);
+        let found = from.map(|_| b.let_var("found_seen", 0i64));
+        // Once the tile's group is behind (`seen > t`), the remaining groups cost a compare each: no `offs`
+        // loads, no tile counts (the walk is a forward scan that finds its group within a group or two, but
+        // the IR's loops run to their end; ncu, session 16: the unguarded scan ran ~830 instructions per warp
+        // per tile at G28, with its dependent loads longer than the product it overlaps).
+        b.for_("g", start, g_count.clone(), 1i64, |b, g| {
+            b.if_(t.ge(Expr::Var(seen)), |b| {
+                let rows = self.group_end(&g) - self.group_start(&g);
+                let tg = b.let_("tg", self.units(rows));
+                b.if_(t.lt(Expr::Var(seen) + tg.clone()), |b| {
+                    b.assign(grp, g.clone());
+                    b.assign(local, &t - Expr::Var(seen));
+                    if let Some(f) = found {
+                        b.assign(f, Expr::Var(seen));
+                    }
+                });
+                b.assign(seen, Expr::Var(seen) + tg);
+            });
+        });
+        if let (Some((g0, s0)), Some(f)) = (from, found) {
+            b.assign(g0, Expr::Var(grp));
+            b.assign(s0, Expr::Var(f));
+        }
+    }
+
+    /// A tile's coordinates from its group and local index.
+    fn coords(&self, b: &mut KernelBuilder, grp: Expr, local: Expr) -> Coords {
+        let (c, bm, acc_n, pair_m, pair_n) = (self.c, self.c.bm, self.acc_n, self.pair_m, self.pair_n);
+        let (unit_n, rank, n, kd, n_out) = (&self.unit_n, &self.rank, &self.n, &self.kd, &self.n_out);
+        let row0 = b.let_("row0", self.group_start(&grp));
+        let rows_g = b.let_("rows_g", self.group_end(&grp) - row0.clone());
+        let m_tiles = rows_g.ceil_div(bm as i64);
+        let unit_m = if pair_m { m_tiles.ceil_div(2i64) } else { m_tiles };
+        let (mt, nt) = if c.raster_m {
+            (local.clone() % unit_m.clone(), local / unit_m)
+        } else {
+            (local.clone() / unit_n.clone(), local % unit_n.clone())
+        };
+        let (mt, nt) = if pair_m {
+            (mt * 2i64 + rank.clone(), nt)
+        } else if pair_n {
+            (mt, nt * 2i64 + rank.clone())
+        } else {
+            (mt, nt)
+        };
+        let m0 = b.let_("m0", mt * bm as i64);
+        let n0 = b.let_("n0", nt * acc_n as i64);
+        let rows_valid = b.let_("rows_valid", rows_g - m0.clone());
+        let w_base = b.let_("w_base", grp.clone() * n.clone() * kd.clone());
+        let r0 = b.let_("r0", row0 + m0);
+        let valid = if pair_m {
+            rows_valid.gt(0i64)
+        } else if pair_n {
+            n0.lt(n_out.clone())
+        } else {
+            Expr::Bool(true)
+        };
+        Coords { r0, rows_valid, n0, w_base, grp, valid }
+    }
+
+    /// Release a slot to the producers: every thread (CLUSTER=1), one arrival per warp (RELEASE=warp: rank 0 of
+    /// the one-CTA cluster is the block itself), or one arrival per warp on both CTAs' barrier (CLUSTER=2).
+    fn release(&self, b: &mut KernelBuilder, empty: MbarId, slot: Expr) {
+        let c = self.c;
         if c.cluster2 {
             b.mbar_arrive_cluster(empty, slot.clone(), 0i64);
             b.mbar_arrive_cluster(empty, slot, 1i64);
@@ -685,29 +950,16 @@ pub fn build_kernel(spec: &GemmSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
         } else {
             b.mbar_arrive(empty, slot);
         }
-    };
-    let use_of = |kt: &Expr| -> Expr {
-        match kbase {
-            Some(v) => Expr::Var(v) + kt.clone(),
-            None => kt.clone(),
-        }
-    };
-    // After a tile's K loop: its k-steps are behind the block.
-    let advance = |b: &mut KernelBuilder| {
-        if let Some(v) = kbase {
-            b.assign(v, Expr::Var(v) + k_tiles.clone());
-        }
-    };
-    let stage_bytes = 2 * bk * (bm + bn);
-    // The ring slot of stage use `u` and the parity of its phase. AHEAD (whose uses are never negative) with a
-    // power-of-two STAGES: a mask and a shift (the measured in-loop schedule keeps its expressions).
-    let ring = StageRing::new(st, c.ahead.is_some());
-    let slot_of = |u: Expr| ring.slot(u);
-    let phase_of = |u: Expr| ring.phase(u);
-    // Load k-step `kt` of tile `cs` as stage use `use_` of the ring: slot `use_ % STAGES` (LOAD=tma: waiting for
-    // that use's empty phase and completing on its full barrier; the cp.async path is called with `use_ = kt`).
-    let load_stage_at = |b: &mut KernelBuilder, cs: &Coords, kt: Expr, use_: Expr| {
-        let slot = slot_of(use_.clone());
+    }
+
+    /// Load k-step `kt` of tile `cs` as stage use `use_` of the ring: slot `use_ % STAGES` (LOAD=tma: waiting for
+    /// that use's empty phase and completing on its full barrier; the cp.async path is called with `use_ = kt`).
+    fn load_stage_at(&self, b: &mut KernelBuilder, cs: &Coords, kt: Expr, use_: Expr) {
+        let (spec, c, glu, pair_m, rank) = (self.spec, self.c, self.glu, self.pair_m, &self.rank);
+        let (bm, bn, bk, stage_bytes) = (c.bm, c.bn, c.bk, self.stage_bytes);
+        let (x, w, sa, sb, tma, ring) = (self.x, self.w, self.sa, self.sb, self.tma, &self.ring);
+        let (n, kd, n_out) = (&self.n, &self.kd, &self.n_out);
+        let slot = self.slot_of(use_.clone());
         if let Some((xm, wm, full, empty)) = tma {
             // The producer (thread 0) waits until every thread has released the slot's previous use (`use -
             // STAGES`: phase `use / STAGES - 1` of its empty barrier; a fresh barrier passes parity 1 at once).
@@ -817,44 +1069,21 @@ pub fn build_kernel(spec: &GemmSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
             let b_dst = b.slot(sb, slot);
             b.copy_async(b_dst, b_src);
         }
-    };
-    let load_stage = |b: &mut KernelBuilder, cs: &Coords, kt: Expr| load_stage_at(b, cs, kt.clone(), use_of(&kt));
-    // AHEAD=a: the producer's own cursor over the block's tile walk (every thread keeps it, block-uniform; thread
-    // 0 issues): the tile and k-step it loads next, that tile's coordinates, its next stage use, and the state
-    // of its forward group search.
-    struct Producer {
-        tile: VarId,
-        kt: VarId,
-        use_: VarId,
-        grp: VarId,
-        r0: VarId,
-        n0: VarId,
-        g: VarId,
-        local: VarId,
-        from: (VarId, VarId),
     }
-    let prod = c.ahead.map(|_| Producer {
-        tile: b.let_var("p_tile", walk_first.clone()),
-        kt: b.let_var("p_kt", 0i64),
-        use_: b.let_var("p_use", 0i64),
-        grp: b.let_var("p_grp", 0i64),
-        r0: b.let_var("p_r0", 0i64),
-        n0: b.let_var("p_n0", 0i64),
-        g: b.let_var("p_g", 0i64),
-        local: b.let_var("p_local", 0i64),
-        from: (b.let_var("p_walk_g", 0i64), b.let_var("p_walk_seen", 0i64)),
-    });
-    // The producer finds the coordinates of its tile (`p_tile < total`).
-    let locate = |b: &mut KernelBuilder, p: &Producer| {
-        search(b, Expr::Var(p.tile), p.g, p.local, Some(p.from));
-        let cs = coords(b, Expr::Var(p.g), Expr::Var(p.local));
+
+    /// The producer finds the coordinates of its tile (`p_tile < total`).
+    fn locate(&self, b: &mut KernelBuilder, p: &Producer) {
+        self.search(b, Expr::Var(p.tile), p.g, p.local, Some(p.from));
+        let cs = self.coords(b, Expr::Var(p.g), Expr::Var(p.local));
         b.assign(p.grp, cs.grp);
         b.assign(p.r0, cs.r0);
         b.assign(p.n0, cs.n0);
-    };
-    // Issue the producer's next stage (if its walk is not over) and advance its cursor, moving to its next
-    // tile after the last k-step. No stage at all when K = 0 (the consumers run no k-steps either).
-    let produce = |b: &mut KernelBuilder, p: &Producer| {
+    }
+
+    /// Issue the producer's next stage (if its walk is not over) and advance its cursor, moving to its next
+    /// tile after the last k-step. No stage at all when K = 0 (the consumers run no k-steps either).
+    fn produce(&self, b: &mut KernelBuilder, p: &Producer) {
+        let (total, k_tiles, walk_step) = (self.total, &self.k_tiles, &self.walk_step);
         b.if_(Expr::Var(p.tile).lt(Expr::Var(total)).and(k_tiles.gt(0i64)), |b| {
             let pc = Coords {
                 r0: Expr::Var(p.r0),
@@ -864,31 +1093,37 @@ pub fn build_kernel(spec: &GemmSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
                 grp: Expr::Var(p.grp),
                 valid: Expr::Bool(true),
             };
-            load_stage_at(b, &pc, Expr::Var(p.kt), Expr::Var(p.use_));
+            self.load_stage_at(b, &pc, Expr::Var(p.kt), Expr::Var(p.use_));
             b.assign(p.use_, Expr::Var(p.use_) + 1i64);
             b.assign(p.kt, Expr::Var(p.kt) + 1i64);
             b.if_(Expr::Var(p.kt).ge(k_tiles.clone()), |b| {
                 b.assign(p.kt, 0i64);
                 b.assign(p.tile, Expr::Var(p.tile) + walk_step.clone());
-                b.if_(Expr::Var(p.tile).lt(Expr::Var(total)), |b| locate(b, p));
+                b.if_(Expr::Var(p.tile).lt(Expr::Var(total)), |b| self.locate(b, p));
             });
         });
-    };
-    // The stages before the first product; one commit group per stage whether or not it loads.
-    let prologue = |b: &mut KernelBuilder, cs: Option<&Coords>| {
+    }
+
+    /// The stages before the first product; one commit group per stage whether or not it loads.
+    fn prologue(&self, b: &mut KernelBuilder, cs: Option<&Coords>) {
+        let (c, ahead, k_tiles) = (self.c, self.ahead, &self.k_tiles);
         for s in 0..ahead {
             if let Some(cs) = cs {
-                b.if_(Expr::Int(s as i64).lt(k_tiles.clone()), |b| load_stage(b, cs, Expr::Int(s as i64)));
+                b.if_(Expr::Int(s as i64).lt(k_tiles.clone()), |b| self.load_stage(b, cs, Expr::Int(s as i64)));
             }
             if !c.tma {
                 b.commit();
             }
         }
-    };
-    // The K loop of one tile; ends with every product complete (but shared tiles possibly still being read by
-    // other warps: a barrier must precede any refill).
-    // `tail` runs after the last product is issued and before it is waited for (scalar work to overlap it).
-    let main_loop = |b: &mut KernelBuilder, cs: &Coords, tail: &dyn Fn(&mut KernelBuilder)| {
+    }
+
+    /// The K loop of one tile; ends with every product complete (but shared tiles possibly still being read by
+    /// other warps: a barrier must precede any refill). `tail` runs after the last product is issued and before it
+    /// is waited for (scalar work to overlap it).
+    fn main_loop(&self, b: &mut KernelBuilder, cs: &Coords, tail: &dyn Fn(&mut KernelBuilder)) {
+        let (c, st, bn, bk) = (self.c, self.c.stages, self.c.bn, self.c.bk);
+        let (acc, acc_up, sa, sb, tma, k_tiles, prod) =
+            (self.acc, self.acc_up, self.sa, self.sb, self.tma, &self.k_tiles, &self.prod);
         if !c.wgmma {
             b.map(acc, 0.0f64);
             if let Some(u) = acc_up {
@@ -908,11 +1143,11 @@ pub fn build_kernel(spec: &GemmSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
                 // (LOAD=tma: the producer waits for the slot's empty barrier instead.)
                 if prod.is_none() {
                     let next = &kt + (st - 2) as i64;
-                    b.if_(next.lt(k_tiles.clone()), |b| load_stage(b, cs, next.clone()));
+                    b.if_(next.lt(k_tiles.clone()), |b| self.load_stage(b, cs, next.clone()));
                 }
-                let slot = slot_of(use_of(&kt));
+                let slot = self.slot_of(self.use_of(&kt));
                 if let Some((_, _, full, _)) = tma {
-                    b.mbar_wait(full, slot.clone(), phase_of(use_of(&kt)));
+                    b.mbar_wait(full, slot.clone(), self.phase_of(self.use_of(&kt)));
                 } else {
                     b.commit();
                 }
@@ -928,20 +1163,20 @@ pub fn build_kernel(spec: &GemmSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
                 b.mma_wait(groups);
                 // The previous k-step's products are complete: release their slot to the producer.
                 if let Some((_, _, _, empty)) = tma {
-                    b.if_(kt.gt(0i64), |b| release(b, empty, slot_of(use_of(&kt) - 1i64)));
+                    b.if_(kt.gt(0i64), |b| self.release(b, empty, self.slot_of(self.use_of(&kt) - 1i64)));
                 }
                 // AHEAD: the producer's next stage, into the slot released `STAGES - AHEAD` uses ago (at
                 // AHEAD = STAGES-1 the one just released: thread 0 waits for the other warps' releases while
                 // this step's products run).
                 if let Some(p) = &prod {
-                    b.producer_if(c.producer_warp, |b| produce(b, p));
+                    b.producer_if(c.producer_warp, |b| self.produce(b, p));
                 }
             });
             tail(b);
             b.mma_wait(0);
             if let Some((_, _, _, empty)) = tma {
-                let last = use_of(&(k_tiles.clone() - 1i64));
-                b.if_(k_tiles.gt(0i64), |b| release(b, empty, slot_of(last)));
+                let last = self.use_of(&(k_tiles.clone() - 1i64));
+                b.if_(k_tiles.gt(0i64), |b| self.release(b, empty, self.slot_of(last)));
             }
             // K = 0: no product ran, the result is zero.
             b.if_(k_tiles.le(0i64), |b| {
@@ -955,7 +1190,7 @@ pub fn build_kernel(spec: &GemmSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
                 b.wait(st - 2);
                 b.barrier();
                 let next = &kt + (st - 1) as i64;
-                b.if_(next.lt(k_tiles.clone()), |b| load_stage(b, cs, next.clone()));
+                b.if_(next.lt(k_tiles.clone()), |b| self.load_stage(b, cs, next.clone()));
                 b.commit();
                 let slot = &kt % st as i64;
                 let a = Operand::Shared { src: b.slot(sa, slot.clone()), transpose: false };
@@ -963,9 +1198,12 @@ pub fn build_kernel(spec: &GemmSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
             });
             tail(b);
         }
-    };
-    // Epilogue: the fused GLU and routing weight from the accumulator registers, then the bf16 store.
-    let epilogue_tile = |b: &mut KernelBuilder, cs: &Coords| {
+    }
+
+    /// Epilogue: the fused GLU and routing weight from the accumulator registers, then the bf16 store.
+    fn epilogue_tile(&self, b: &mut KernelBuilder, cs: &Coords) {
+        let (spec, bm, acc_n, n_out) = (self.spec, self.c.bm, self.acc_n, &self.n_out);
+        let (y, p, pv, acc, acc_up, staging) = (self.y, self.p, self.pv, self.acc, self.acc_up, self.staging);
         let out_rows = view(
             y,
             cs.r0.clone() * n_out.clone() + cs.n0.clone(),
@@ -1013,122 +1251,20 @@ pub fn build_kernel(spec: &GemmSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
             }
             None => b.store(acc, Place::Global(out_rows)),
         }
-    };
-    // An idle sibling of a cluster stores nothing. EPI_TURN: one warpgroup at a time.
-    let epilogue = |b: &mut KernelBuilder, cs: &Coords| {
+    }
+
+    /// An idle sibling of a cluster stores nothing. EPI_TURN: one warpgroup at a time.
+    fn epilogue(&self, b: &mut KernelBuilder, cs: &Coords) {
+        let c = self.c;
         b.in_turn_if(c.epi_turn, |b| {
             if c.cluster2 {
-                b.if_(cs.valid.clone(), |b| epilogue_tile(b, cs));
+                b.if_(cs.valid.clone(), |b| self.epilogue_tile(b, cs));
             } else {
-                epilogue_tile(b, cs);
+                self.epilogue_tile(b, cs);
             }
         });
-    };
-
-    if let Some(p) = &prod {
-        // AHEAD: the producer stream runs `AHEAD` stages ahead of the consumers over the whole walk (the
-        // loads of a tile's first stages are issued during the previous tile's last k-steps), so the walk has
-        // no prologue per tile and no block barrier; the consumers find their tiles with a forward search
-        // (OVERLAP=on: the next tile's, while the current tile's last product is in flight).
-        // (PRODUCER=warp: the stream's first stages and every later one come from the producer warp.)
-        b.producer_if(c.producer_warp, |b| {
-            b.if_(Expr::Var(p.tile).lt(Expr::Var(total)), |b| locate(b, p));
-            b.for_("s", 0i64, c.ahead.unwrap_or(1) as i64, 1i64, |b, _| produce(b, p));
-        });
-        let from = (b.let_var("walk_g", 0i64), b.let_var("walk_seen", 0i64));
-        if c.overlap {
-            let cur_grp = b.let_var("cur_grp", 0i64);
-            let cur_local = b.let_var("cur_local", 0i64);
-            let first = walk_first.clone();
-            b.if_(first.lt(Expr::Var(total)), |b| search(b, first.clone(), cur_grp, cur_local, Some(from)));
-            b.for_("tile", walk_first.clone(), total, walk_step.clone(), |b, t| {
-                let cs = coords(b, Expr::Var(cur_grp), Expr::Var(cur_local));
-                let next = &t + walk_step.clone();
-                let nxt_grp = b.let_var("nxt_grp", 0i64);
-                let nxt_local = b.let_var("nxt_local", 0i64);
-                main_loop(b, &cs, &|b: &mut KernelBuilder| {
-                    b.if_(next.lt(Expr::Var(total)), |b| search(b, next.clone(), nxt_grp, nxt_local, Some(from)))
-                });
-                advance(b);
-                epilogue(b, &cs);
-                b.assign(cur_grp, Expr::Var(nxt_grp));
-                b.assign(cur_local, Expr::Var(nxt_local));
-            });
-        } else {
-            b.for_("tile", walk_first.clone(), total, walk_step.clone(), |b, t| {
-                let grp = b.let_var("grp", 0i64);
-                let local = b.let_var("local", 0i64);
-                search(b, t, grp, local, Some(from));
-                let cs = coords(b, Expr::Var(grp), Expr::Var(local));
-                main_loop(b, &cs, &|_: &mut KernelBuilder| {});
-                advance(b);
-                epilogue(b, &cs);
-            });
-        }
-    } else if c.overlap {
-        // Software-pipelined tile walk: the next tile's group search runs while the current tile's last product
-        // is in flight (and starts where the previous search ended), and its first stages are issued before the
-        // current tile's epilogue, so the refill latency is hidden behind the epilogue.
-        let from = (b.let_var("walk_g", 0i64), b.let_var("walk_seen", 0i64));
-        let cur_grp = b.let_var("cur_grp", 0i64);
-        let cur_local = b.let_var("cur_local", 0i64);
-        let first = walk_first.clone();
-        b.if_(first.lt(Expr::Var(total)), |b| {
-            search(b, first.clone(), cur_grp, cur_local, Some(from));
-            let cs = coords(b, Expr::Var(cur_grp), Expr::Var(cur_local));
-            prologue(b, Some(&cs));
-        });
-        b.if_(first.ge(Expr::Var(total)), |b| prologue(b, None));
-        b.for_("tile", walk_first.clone(), total, walk_step.clone(), |b, t| {
-            let cs = coords(b, Expr::Var(cur_grp), Expr::Var(cur_local));
-            let next = &t + walk_step.clone();
-            let nxt_grp = b.let_var("nxt_grp", 0i64);
-            let nxt_local = b.let_var("nxt_local", 0i64);
-            // The search runs while the tile's last product is still in flight.
-            main_loop(b, &cs, &|b: &mut KernelBuilder| {
-                b.if_(next.lt(Expr::Var(total)), |b| search(b, next.clone(), nxt_grp, nxt_local, Some(from)))
-            });
-            advance(b);
-            // Every warp is done reading the shared tiles before the next tile's first stages overwrite them.
-            b.barrier();
-            // One commit group per stage on both branches (the conditions are block-uniform).
-            b.if_(next.lt(Expr::Var(total)), |b| {
-                let ns = coords(b, Expr::Var(nxt_grp), Expr::Var(nxt_local));
-                prologue(b, Some(&ns));
-            });
-            b.if_(next.ge(Expr::Var(total)), |b| prologue(b, None));
-            epilogue(b, &cs);
-            b.assign(cur_grp, Expr::Var(nxt_grp));
-            b.assign(cur_local, Expr::Var(nxt_local));
-        });
-        if !c.tma {
-            b.wait(0);
-        }
-    } else {
-        b.for_("tile", walk_first.clone(), total, walk_step.clone(), |b, t| {
-            let grp = b.let_var("grp", 0i64);
-            let local = b.let_var("local", 0i64);
-            search(b, t, grp, local, None);
-            let cs = coords(b, Expr::Var(grp), Expr::Var(local));
-            prologue(b, Some(&cs));
-            main_loop(b, &cs, &|_: &mut KernelBuilder| {});
-            if c.tma {
-                advance(b);
-            } else {
-                b.wait(0);
-            }
-            epilogue(b, &cs);
-            // Every warp must be done reading shared tiles before the next tile's prologue overwrites them.
-            b.barrier();
-        });
     }
-    if c.cluster2 {
-        // No CTA exits while its peer may still arrive on its barriers or copy into its shared memory.
-        b.cluster_sync();
-    }
-    Ok(b.finish()?)
 }
-
 // ------------------------------------------------------------------------------------------------------------
 // Problems, inputs, checks.
 
