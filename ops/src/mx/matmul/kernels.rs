@@ -161,389 +161,33 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
     let kchunk = b.let_("kchunk", kd.ceil_div(split * bk as i64) * bk as i64);
     // One tile: group `gsel` (its rows from `row0`, `rows_g` of them), K split `ks`, token tile `mt`, weight tile
     // `nt`; `t` the tile's index in the flat order (the split-K arrival counters are per `t / SPLIT`).
-    let tile_body = |b: &mut KernelBuilder,
-                     t: Expr,
-                     gsel: Expr,
-                     row0: Expr,
-                     rows_g: Expr,
-                     ks: Expr,
-                     mt: Expr,
-                     nt: Expr| {
-        let m0 = b.let_("m0", mt * bm as i64);
-        let n0 = b.let_("n0", nt * bno as i64);
-        // PATH=gemv: at most BM (8-token tiles keep 16-row epilogue tiles).
-        let rows_valid =
-            b.let_("rows_valid", if c.gemv { (rows_g - m0.clone()).min(bm as i64) } else { rows_g - m0.clone() });
-        let kbeg = b.let_("kbeg", &ks * kchunk.clone());
-        let kend = b.let_("kend", (&kbeg + kchunk.clone()).min(kd.clone()));
-        let k_tiles = b.let_("k_tiles", (&kend - kbeg.clone()).max(0i64).ceil_div(bk as i64));
-        let wrow = b.let_("wrow", &gsel * n.clone());
-
-        // Load K tile `kt` into pipeline slot `slot` (= kt % STAGES).
-        let load_stage = |b: &mut KernelBuilder, kt: Expr, slot: Expr| {
-            let k0 = b.let_("k0", &kbeg + kt * bk as i64);
-            let kleft = &kend - k0.clone();
-            // Weight rows: [0, BN) from n0, or the gate half from n0 and the up half from NH + n0.
-            let halves: Vec<(u32, Expr, Expr)> = if glu {
-                vec![
-                    (0, n0.clone(), n_out.clone() - n0.clone()),
-                    (bn / 2, &n_out + n0.clone(), n_out.clone() - n0.clone()),
-                ]
-            } else {
-                vec![(0, n0.clone(), n.clone() - n0.clone())]
-            };
-            let hrows = if glu { bn / 2 } else { bn };
-            for (r0, nrow, nvalid) in halves.into_iter().filter(|_| sqs.is_some()) {
-                let (sq, ss) = sqs.expect("tile path");
-                let (qoff, qcols, qvec) = ((&wrow + nrow.clone()) * kq.clone() + &k0 / 8i64, &kleft / 8i64, 4);
-                let dq = b.window(sq, slot.clone(), r0, 0, hrows, words_per_row);
-                b.copy_async(dq, view(wq, qoff, kq.clone(), nvalid.clone(), qcols, qvec));
-                let ds = b.window(ss, slot.clone(), r0, 0, hrows, bk / 32);
-                let soff = (&wrow + nrow) * kb.clone() + &k0 / 32i64;
-                b.copy_async(ds, view(ws, soff, kb.clone(), nvalid, &kleft / 32i64, scale_vec(spec, c)));
-            }
-            if let (Some((sxq, sxs)), Some(xs)) = (sx8, xs) {
-                let kx = kd.clone() / 4i64;
-                let kb4 = kd.clone() / 32i64;
-                let rows = &row0 + m0.clone();
-                let dq = b.slot(sxq, slot.clone());
-                b.copy_async(dq, view(x, &rows * kx.clone() + &k0 / 4i64, kx, rows_valid.clone(), &kleft / 4i64, 4));
-                let ds = b.slot(sxs, slot);
-                let svec = scale_vec(spec, c);
-                b.copy_async(
-                    ds,
-                    view(xs, &rows * kb4.clone() + &k0 / 32i64, kb4, rows_valid.clone(), &kleft / 32i64, svec),
-                );
-            } else {
-                let dx = b.slot(sx.expect("x tile"), slot);
-                b.copy_async(
-                    dx,
-                    view(x, (&row0 + m0.clone()) * kd.clone() + k0, kd.clone(), rows_valid.clone(), kleft, 8),
-                );
-            }
-        };
-
-        if let Some((sacc, acc, wt, yt, pv, sums, spart)) = sync {
-            if let (Some(acc), Some(wt)) = (acc, wt) {
-                b.map(acc, 0.0f64);
-                for s in 0..st - 1 {
-                    let s = Expr::Int(s as i64);
-                    b.if_(s.lt(k_tiles.clone()), |b| load_stage(b, s.clone(), s.clone()));
-                    b.commit();
-                }
-                // The slot of `kt` kept as a wrapping counter (no 64-bit `%` by a non-power of two per iteration).
-                let rslot = b.let_var("rslot", 0i64);
-                b.for_("kt", 0i64, k_tiles.clone(), 1i64, |b, kt| {
-                    b.wait(st - 2);
-                    b.barrier();
-                    let next = &kt + (st - 1) as i64;
-                    // (kt + STAGES - 1) % STAGES
-                    let nslot =
-                        Expr::select(Expr::Var(rslot).eq(0i64), Expr::Int((st - 1) as i64), Expr::Var(rslot) - 1i64);
-                    b.if_(next.lt(k_tiles.clone()), |b| load_stage(b, next.clone(), nslot));
-                    b.commit();
-                    let slot = b.let_("slot", Expr::Var(rslot));
-                    let xslot = if let Some((sxq, sxs)) = sx8 {
-                        dequant_x(b, sxq, sxs, sx.expect("x tile"), &slot, &Expr::Int(0), &rows_valid, bm, bk, threads);
-                        b.barrier();
-                        Expr::Int(0)
-                    } else {
-                        slot.clone()
-                    };
-                    if c.stream {
-                        // The slice's words and scales straight into registers, then one product over BK.
-                        let k0 = b.let_("k0", &kbeg + kt.clone() * bk as i64);
-                        let nvalid = n.clone() - n0.clone();
-                        // The packed words and the scales of the K slice from `k` on (masked at this split's end).
-                        let slice = |k: &Expr| {
-                            let kleft = &kend - k.clone();
-                            let qv = view(
-                                wq,
-                                (&wrow + n0.clone()) * kq.clone() + k / 8i64,
-                                kq.clone(),
-                                nvalid.clone(),
-                                &kleft / 8i64,
-                                4,
-                            );
-                            let sv = view(
-                                ws,
-                                (&wrow + n0.clone()) * kb.clone() + k / 32i64,
-                                kb.clone(),
-                                nvalid.clone(),
-                                &kleft / 32i64,
-                                1,
-                            );
-                            (qv, sv)
-                        };
-                        let (qv, sv) = slice(&k0);
-                        if c.prefetch {
-                            // The next slice's views (past this split's K range on the last slice: all masked).
-                            let (nq, ns) = slice(&(&k0 + bk as i64));
-                            let pf = Fp4Prefetch { words: nq, scales: ns, first: kt.eq(0i64) };
-                            b.dequant_fp4_stream_prefetch(wt, qv, sv, spec.packed, spec.fold, spec.finite, pf);
-                        } else {
-                            b.dequant_fp4_stream(wt, qv, sv, spec.packed, spec.fold, spec.finite);
-                        }
-                        let xw = b.window(sx.expect("x tile"), xslot.clone(), 0, 0, bm, bk);
-                        b.mma(acc, Operand::Reg(wt), Operand::Shared { src: xw, transpose: true });
-                    }
-                    for sub in (0..bk / 32).filter(|_| !c.stream) {
-                        let (sq, ss) = sqs.expect("tile path");
-                        if c.dec_bits {
-                            let q = b.window(sq, slot.clone(), 0, sub * 4, bn, 4);
-                            let s = b.window(ss, slot.clone(), 0, sub, bn, 1);
-                            b.dequant_fp4(wt, q, s, spec.packed, spec.fold, spec.finite);
-                        } else {
-                            b.map(wt, decode_expr(spec, sq, ss, &slot, Expr::Int(sub as i64), Expr::ColIdx));
-                        }
-                        let sub = sub as i64;
-                        let xw = b.window(sx.expect("x tile"), xslot.clone(), 0, (sub * 32) as u32, bm, 32);
-                        b.mma(acc, Operand::Reg(wt), Operand::Shared { src: xw, transpose: true });
-                    }
-                    let inc = Expr::Var(rslot) + 1i64;
-                    b.assign(rslot, Expr::select(inc.eq(st as i64), Expr::Int(0), inc));
-                });
-                b.wait(0);
-                // Epilogue: transpose the [BN, BM] accumulator through shared memory.
-                let sw = b.window(sacc, 0i64, 0, 0, bn, bm);
-                b.store(acc, Place::Shared(sw));
-                b.barrier();
-            } else {
-                // PATH=gemv: one statement per weight half over this split's K range, reduced into `sacc`.
-                let spart = spart.expect("gemv partials");
-                let kw_left = (&kend - kbeg.clone()) / 8i64;
-                let kb_left = (&kend - kbeg.clone()) / 32i64;
-                let halves: Vec<(u32, Expr, Expr)> = if glu {
-                    vec![
-                        (0, n0.clone(), n_out.clone() - n0.clone()),
-                        (bn / 2, &n_out + n0.clone(), n_out.clone() - n0.clone()),
-                    ]
-                } else {
-                    vec![(0, n0.clone(), n.clone() - n0.clone())]
-                };
-                let hrows = if glu { bn / 2 } else { bn };
-                for (r0, nrow, nvalid) in halves {
-                    let qv = view(
-                        wq,
-                        (&wrow + nrow.clone()) * kq.clone() + &kbeg / 8i64,
-                        kq.clone(),
-                        nvalid.clone(),
-                        kw_left.clone(),
-                        4,
-                    );
-                    let sv =
-                        view(ws, (&wrow + nrow) * kb.clone() + &kbeg / 32i64, kb.clone(), nvalid, kb_left.clone(), 1);
-                    let xv = view(
-                        x,
-                        (&row0 + m0.clone()) * kd.clone() + kbeg.clone(),
-                        kd.clone(),
-                        rows_valid.clone(),
-                        &kend - kbeg.clone(),
-                        8,
-                    );
-                    let out = b.window(sacc, 0i64, r0, 0, hrows, bm);
-                    let flags = Fp4Flags { packed: spec.packed, fold: spec.fold, finite: spec.finite };
-                    if c.stages >= 3 {
-                        b.fp4_gemv_staged(out, spart, qv, sv, xv, flags, bk / 128, c.stages);
-                    } else {
-                        b.fp4_gemv(out, spart, qv, sv, xv, flags, bk / 128, c.ring);
-                    }
-                }
-            }
-            let at = |row_off: u32| Expr::shared_load(sacc, 0i64, Expr::ColIdx + row_off as i64, Expr::RowIdx);
-            let rows_base = &row0 + m0.clone();
-            if partial {
-                let prow = (&ks * m.clone() + rows_base.clone()) * n.clone();
-                let pvec = if spec.out_vec == 2 { 2 } else { 1 };
-                b.map(yt, at(0));
-                b.store(
-                    yt,
-                    Place::Global(view(
-                        out,
-                        &prow + n0.clone(),
-                        n.clone(),
-                        rows_valid.clone(),
-                        n_out.clone() - n0.clone(),
-                        pvec,
-                    )),
-                );
-                if glu {
-                    b.map(yt, at(bn / 2));
-                    b.store(
-                        yt,
-                        Place::Global(view(
-                            out,
-                            &prow + n_out.clone() + n0.clone(),
-                            n.clone(),
-                            rows_valid.clone(),
-                            n_out.clone() - n0.clone(),
-                            pvec,
-                        )),
-                    );
-                }
-                if let (Some((ysum, usum, arrived)), Some((sem, y))) = (sums, fin) {
-                    // Every thread's partial stores are done (barrier); thread 0 fences them (cumulative: the
-                    // barrier ordered the block's stores before its fence) and counts this split in.
-                    let tile_id = b.let_("tile_id", &t / split);
-                    b.barrier();
-                    b.threads(|b| {
-                        b.if_(Expr::thread_idx().eq(0i64), |b| {
-                            b.fence();
-                            let target = AtomicTarget::Global { tensor: sem, index: tile_id.clone() };
-                            let before = b.atomic_fetch("before", target, AtomicOp::Add, 1i64);
-                            // Acquire side: the other splits' partials are read after this.
-                            b.fence();
-                            b.shared_store(arrived, 0i64, 0i64, 0i64, before);
-                        });
-                    });
-                    b.barrier();
-                    let last = Expr::shared_load(arrived, 0i64, 0i64, 0i64).eq(split - 1);
-                    b.if_(last, |b| {
-                        // Every split of this tile has arrived: reset its counter for the next launch, then sum
-                        // the partials in split order (the finalize kernel's order and rounding).
-                        b.threads(|b| b.if_(Expr::thread_idx().eq(0i64), |b| b.store_scalar(sem, tile_id, 0i64)));
-                        b.map(ysum, 0.0f64);
-                        if let Some(u) = usum {
-                            b.map(u, 0.0f64);
-                        }
-                        let body = |b: &mut KernelBuilder, si: Expr| {
-                            let base = (&si * m.clone() + rows_base.clone()) * n.clone();
-                            let cols = n_out.clone() - n0.clone();
-                            let src = view(out, &base + n0.clone(), n.clone(), rows_valid.clone(), cols.clone(), pvec);
-                            b.load(yt, Place::Global(src));
-                            b.map(ysum, Expr::Elem(ysum) + Expr::Elem(yt));
-                            if let Some(u) = usum {
-                                let off = &base + n_out.clone() + n0.clone();
-                                b.load(yt, Place::Global(view(out, off, n.clone(), rows_valid.clone(), cols, pvec)));
-                                b.map(u, Expr::Elem(u) + Expr::Elem(yt));
-                            }
-                        };
-                        if c.split <= FINALIZE_UNROLL {
-                            b.for_unrolled("s", 0i64, split, 1i64, body);
-                        } else {
-                            b.for_("s", 0i64, split, 1i64, body);
-                        }
-                        if let Some(u) = usum {
-                            b.map(ysum, epilogue_expr(spec.epilogue, Expr::Elem(ysum), Expr::Elem(u)));
-                        }
-                        if let (Some(pv), Some(p)) = (pv, p) {
-                            b.load_vec(pv, vec_view(p, rows_base.clone(), 1i64, rows_valid.clone()));
-                            b.map(ysum, Expr::Elem(ysum) * Expr::RowVal(pv));
-                        }
-                        b.store(
-                            ysum,
-                            Place::Global(view(
-                                y,
-                                &rows_base * n_out.clone() + n0.clone(),
-                                n_out.clone(),
-                                rows_valid.clone(),
-                                n_out.clone() - n0.clone(),
-                                spec.out_vec,
-                            )),
-                        );
-                    });
-                }
-            } else {
-                let h = if glu { epilogue_expr(spec.epilogue, at(0), at(bn / 2)) } else { at(0) };
-                b.map(yt, h);
-                if let (Some(pv), Some(p)) = (pv, p) {
-                    b.load_vec(pv, vec_view(p, rows_base.clone(), 1i64, rows_valid.clone()));
-                    b.map(yt, Expr::Elem(yt) * Expr::RowVal(pv));
-                }
-                b.store(
-                    yt,
-                    Place::Global(view(
-                        out,
-                        &rows_base * n_out.clone() + n0.clone(),
-                        n_out.clone(),
-                        rows_valid.clone(),
-                        n_out.clone() - n0.clone(),
-                        spec.out_vec,
-                    )),
-                );
-            }
-        }
-        if let Some((sw, acc, acc_up, pv, wreg)) = wg {
-            // Warpgroup MMA pipeline (as latent_moe_gemm's): a stage's x tile is refilled two iterations after
-            // its product was issued, so STAGES-2 loads and one product are in flight. Each iteration decodes
-            // the stage's weights (a threads region, one 32-bit word of eight values at a time) into one of two
-            // shared bf16 tiles (the one the product two iterations ago read).
-            for s in 0..st - 2 {
-                let s = Expr::Int(s as i64);
-                b.if_(s.lt(k_tiles.clone()), |b| load_stage(b, s.clone(), s.clone()));
-                b.commit();
-            }
-            let groups = if glu { 2 } else { 1 };
-            b.for_("kt", 0i64, k_tiles.clone(), 1i64, |b, kt| {
-                b.wait(st - 3);
-                b.barrier();
-                let next = &kt + (st - 2) as i64;
-                b.if_(next.lt(k_tiles.clone()), |b| load_stage(b, next.clone(), &next % st as i64));
-                b.commit();
-                let slot = b.let_("slot", &kt % st as i64);
-                let half = b.let_("half", &kt % 2i64);
-                let (sq, ss) = sqs.expect("tile path (validated: PATH=stream is MMA=sync)");
-                if let Some(wr) = wreg {
-                    let q = b.window(sq, slot.clone(), 0, 0, bn, bk / 8);
-                    let s = b.window(ss, slot.clone(), 0, 0, bn, bk / 32);
-                    b.dequant_fp4(wr, q, s, spec.packed, spec.fold, spec.finite);
-                    let dst = b.window(sw, half.clone(), 0, 0, bn, bk);
-                    b.store(wr, Place::Shared(dst));
-                } else {
-                    dequant_words(b, spec, sq, ss, sw, &slot, &half, bn, bk, threads);
-                }
-                let xslot = if let Some((sxq, sxs)) = sx8 {
-                    dequant_x(b, sxq, sxs, sx.expect("x tile"), &slot, &half, &rows_valid, bm, bk, threads);
-                    half.clone()
-                } else {
-                    slot.clone()
-                };
-                // Fence the ordinary shared stores for the async proxy (the loads just issued may stay in flight).
-                b.wait(st - 2);
-                b.barrier();
-                let a = Operand::Shared { src: b.slot(sx.expect("x tile"), xslot), transpose: false };
-                // The first product of a tile overwrites the accumulators (no zeroing instructions).
-                let accumulate = kt.gt(0i64);
-                crate::latent_moe_gemm::weight_products(b, acc, acc_up, a, sw, half, bn, bk, Some(accumulate));
-                b.mma_wait(groups);
-            });
-            b.mma_wait(0);
-            b.wait(0);
-            // K range empty (a split past K): no product ran, the result is zero.
-            b.if_(k_tiles.le(0i64), |b| {
-                b.map(acc, 0.0f64);
-                if let Some(u) = acc_up {
-                    b.map(u, 0.0f64);
-                }
-            });
-            let rows_base = &row0 + m0.clone();
-            if partial {
-                let prow = (&ks * m.clone() + rows_base.clone()) * n.clone();
-                let pvec = if spec.out_vec == 2 { 2 } else { 1 };
-                let cols = n_out.clone() - n0.clone();
-                b.store(
-                    acc,
-                    Place::Global(view(out, &prow + n0.clone(), n.clone(), rows_valid.clone(), cols.clone(), pvec)),
-                );
-                if let Some(u) = acc_up {
-                    let off = &prow + n_out.clone() + n0.clone();
-                    b.store(u, Place::Global(view(out, off, n.clone(), rows_valid.clone(), cols, pvec)));
-                }
-            } else {
-                if let Some(u) = acc_up {
-                    b.map(acc, epilogue_expr(spec.epilogue, Expr::Elem(acc), Expr::Elem(u)));
-                }
-                if let (Some(pv), Some(p)) = (pv, p) {
-                    b.load_vec(pv, vec_view(p, rows_base.clone(), 1i64, rows_valid.clone()));
-                    b.map(acc, Expr::Elem(acc) * Expr::RowVal(pv));
-                }
-                let off = &rows_base * n_out.clone() + n0.clone();
-                let cols = n_out.clone() - n0.clone();
-                b.store(acc, Place::Global(view(out, off, n_out.clone(), rows_valid.clone(), cols, spec.out_vec)));
-            }
-        }
-        // Every warp must be done with the shared tiles before the next tile's prologue overwrites them.
-        b.barrier();
+    let mk = MainKernel {
+        spec,
+        c,
+        glu,
+        partial,
+        threads,
+        bno,
+        words_per_row,
+        m: m.clone(),
+        n,
+        kb,
+        kd,
+        kq,
+        x,
+        xs,
+        wq,
+        ws,
+        out,
+        p,
+        fin,
+        n_out,
+        sqs,
+        sx,
+        sx8,
+        sync,
+        wg,
+        kchunk,
     };
     if c.gemv && c.cps == 0 && !fused {
         // PATH=gemv, one CTA per (weight tile, K split) of each group (grid y): no search over the groups, two
@@ -555,7 +199,7 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
         let ks = b.let_("ks", &local % split);
         let nt = b.let_("nt", &local / split);
         b.for_("mt", 0i64, rows_g.ceil_div(bm as i64), 1i64, |b, mt| {
-            tile_body(b, Expr::Int(0), gsel.clone(), row0.clone(), rows_g.clone(), ks.clone(), mt, nt.clone());
+            mk.tile(b, Expr::Int(0), gsel.clone(), row0.clone(), rows_g.clone(), ks.clone(), mt, nt.clone());
         });
         return Ok(b.finish()?);
     }
@@ -588,9 +232,490 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
         } else {
             (&rest / n_tiles.clone(), &rest % n_tiles.clone())
         };
-        tile_body(b, t, gsel, row0, rows_g, ks, mt, nt);
+        mk.tile(b, t, gsel, row0, rows_g, ks, mt, nt);
     });
     Ok(b.finish()?)
+}
+
+/// The mma.sync path's shared accumulator transpose, accumulator, decoded weights, output tile, row scales,
+/// FIN=last sums and arrival flag, and PATH=gemv's partials (see [`build_main`]).
+type SyncTiles = (
+    SharedId,
+    Option<TileId>,
+    Option<TileId>,
+    TileId,
+    Option<VecId>,
+    Option<(TileId, Option<TileId>, SharedId)>,
+    Option<SharedId>,
+);
+
+/// The wgmma path's decoded weight tiles, accumulators (gate and up), row scales and DEC=bits register tile.
+type WgmmaTiles = (SharedId, TileId, Option<TileId>, Option<VecId>, Option<TileId>);
+
+/// The coordinates and K range of one tile of the main kernel ([`MainKernel::tile`]).
+struct TileCtx {
+    /// The tile's index in the flat order.
+    t: Expr,
+    row0: Expr,
+    ks: Expr,
+    m0: Expr,
+    n0: Expr,
+    rows_valid: Expr,
+    kbeg: Expr,
+    kend: Expr,
+    k_tiles: Expr,
+    wrow: Expr,
+}
+
+/// What one tile of the main kernel reads ([`build_main`]): the problem, the knobs, the tensors, the shared
+/// stages and the accumulators of its path.
+struct MainKernel<'a> {
+    spec: &'a MatSpec,
+    c: &'a Cfg,
+    glu: bool,
+    /// SPLIT > 1: partial outputs.
+    partial: bool,
+    threads: u32,
+    /// Output columns of a tile (BN, or BN/2 with a GLU).
+    bno: u32,
+    words_per_row: u32,
+    m: Expr,
+    n: Expr,
+    kb: Expr,
+    kd: Expr,
+    kq: Expr,
+    x: TensorId,
+    xs: Option<TensorId>,
+    wq: TensorId,
+    ws: TensorId,
+    out: TensorId,
+    p: Option<TensorId>,
+    fin: Option<(TensorId, TensorId)>,
+    n_out: Expr,
+    sqs: Option<(SharedId, SharedId)>,
+    sx: Option<SharedId>,
+    sx8: Option<(SharedId, SharedId)>,
+    sync: Option<SyncTiles>,
+    wg: Option<WgmmaTiles>,
+    /// The K range of one split.
+    kchunk: Expr,
+}
+
+impl MainKernel<'_> {
+    /// One tile: group `gsel` (its rows from `row0`, `rows_g` of them), K split `ks`, token tile `mt`, weight tile
+    /// `nt`; `t` the tile's index in the flat order (the split-K arrival counters are per `t / SPLIT`).
+    #[allow(clippy::too_many_arguments)]
+    fn tile(&self, b: &mut KernelBuilder, t: Expr, gsel: Expr, row0: Expr, rows_g: Expr, ks: Expr, mt: Expr, nt: Expr) {
+        let (c, bm, bk) = (self.c, self.c.bm, self.c.bk);
+        let m0 = b.let_("m0", mt * bm as i64);
+        let n0 = b.let_("n0", nt * self.bno as i64);
+        // PATH=gemv: at most BM (8-token tiles keep 16-row epilogue tiles).
+        let rows_valid =
+            b.let_("rows_valid", if c.gemv { (rows_g - m0.clone()).min(bm as i64) } else { rows_g - m0.clone() });
+        let kbeg = b.let_("kbeg", &ks * self.kchunk.clone());
+        let kend = b.let_("kend", (&kbeg + self.kchunk.clone()).min(self.kd.clone()));
+        let k_tiles = b.let_("k_tiles", (&kend - kbeg.clone()).max(0i64).ceil_div(bk as i64));
+        let wrow = b.let_("wrow", &gsel * self.n.clone());
+        let tc = TileCtx { t, row0, ks, m0, n0, rows_valid, kbeg, kend, k_tiles, wrow };
+        if let Some(sync) = self.sync {
+            self.tile_sync(b, &tc, sync);
+        }
+        if let Some(wg) = self.wg {
+            self.tile_wgmma(b, &tc, wg);
+        }
+        // Every warp must be done with the shared tiles before the next tile's prologue overwrites them.
+        b.barrier();
+    }
+
+    /// Load K tile `kt` of the tile into pipeline slot `slot` (= kt % STAGES).
+    fn load_stage(&self, b: &mut KernelBuilder, tc: &TileCtx, kt: Expr, slot: Expr) {
+        let (spec, c, glu, bn, bk, words_per_row) =
+            (self.spec, self.c, self.glu, self.c.bn, self.c.bk, self.words_per_row);
+        let (n, kb, kd, kq, n_out) = (&self.n, &self.kb, &self.kd, &self.kq, &self.n_out);
+        let (x, xs, wq, ws, sqs, sx, sx8) = (self.x, self.xs, self.wq, self.ws, self.sqs, self.sx, self.sx8);
+        let (row0, m0, n0, rows_valid, kbeg, kend, wrow) =
+            (&tc.row0, &tc.m0, &tc.n0, &tc.rows_valid, &tc.kbeg, &tc.kend, &tc.wrow);
+        let k0 = b.let_("k0", kbeg + kt * bk as i64);
+        let kleft = kend - k0.clone();
+        // Weight rows: [0, BN) from n0, or the gate half from n0 and the up half from NH + n0.
+        let halves: Vec<(u32, Expr, Expr)> = if glu {
+            vec![(0, n0.clone(), n_out.clone() - n0.clone()), (bn / 2, n_out + n0.clone(), n_out.clone() - n0.clone())]
+        } else {
+            vec![(0, n0.clone(), n.clone() - n0.clone())]
+        };
+        let hrows = if glu { bn / 2 } else { bn };
+        for (r0, nrow, nvalid) in halves.into_iter().filter(|_| sqs.is_some()) {
+            let (sq, ss) = sqs.expect("tile path");
+            let (qoff, qcols, qvec) = ((wrow + nrow.clone()) * kq.clone() + &k0 / 8i64, &kleft / 8i64, 4);
+            let dq = b.window(sq, slot.clone(), r0, 0, hrows, words_per_row);
+            b.copy_async(dq, view(wq, qoff, kq.clone(), nvalid.clone(), qcols, qvec));
+            let ds = b.window(ss, slot.clone(), r0, 0, hrows, bk / 32);
+            let soff = (wrow + nrow) * kb.clone() + &k0 / 32i64;
+            b.copy_async(ds, view(ws, soff, kb.clone(), nvalid, &kleft / 32i64, scale_vec(spec, c)));
+        }
+        if let (Some((sxq, sxs)), Some(xs)) = (sx8, xs) {
+            let kx = kd.clone() / 4i64;
+            let kb4 = kd.clone() / 32i64;
+            let rows = row0 + m0.clone();
+            let dq = b.slot(sxq, slot.clone());
+            b.copy_async(dq, view(x, &rows * kx.clone() + &k0 / 4i64, kx, rows_valid.clone(), &kleft / 4i64, 4));
+            let ds = b.slot(sxs, slot);
+            let svec = scale_vec(spec, c);
+            b.copy_async(
+                ds,
+                view(xs, &rows * kb4.clone() + &k0 / 32i64, kb4, rows_valid.clone(), &kleft / 32i64, svec),
+            );
+        } else {
+            let dx = b.slot(sx.expect("x tile"), slot);
+            b.copy_async(dx, view(x, (row0 + m0.clone()) * kd.clone() + k0, kd.clone(), rows_valid.clone(), kleft, 8));
+        }
+    }
+
+    /// The mma.sync paths (PATH=tile, stream and gemv): the K loop, then the epilogue through `sacc`.
+    fn tile_sync(&self, b: &mut KernelBuilder, tc: &TileCtx, sync: SyncTiles) {
+        let (spec, c, glu, partial, threads, bm, bn, bk, st, split) = (
+            self.spec,
+            self.c,
+            self.glu,
+            self.partial,
+            self.threads,
+            self.c.bm,
+            self.c.bn,
+            self.c.bk,
+            self.c.stages,
+            self.c.split as i64,
+        );
+        let (m, n, kb, kd, kq, n_out) = (&self.m, &self.n, &self.kb, &self.kd, &self.kq, &self.n_out);
+        let (x, wq, ws, out, p, fin, sqs, sx, sx8) =
+            (self.x, self.wq, self.ws, self.out, self.p, self.fin, self.sqs, self.sx, self.sx8);
+        let (t, row0, ks, m0, n0, rows_valid, kbeg, kend, k_tiles, wrow) =
+            (&tc.t, &tc.row0, &tc.ks, &tc.m0, &tc.n0, &tc.rows_valid, &tc.kbeg, &tc.kend, &tc.k_tiles, &tc.wrow);
+        let (sacc, acc, wt, yt, pv, sums, spart) = sync;
+        if let (Some(acc), Some(wt)) = (acc, wt) {
+            b.map(acc, 0.0f64);
+            for s in 0..st - 1 {
+                let s = Expr::Int(s as i64);
+                b.if_(s.lt(k_tiles.clone()), |b| self.load_stage(b, tc, s.clone(), s.clone()));
+                b.commit();
+            }
+            // The slot of `kt` kept as a wrapping counter (no 64-bit `%` by a non-power of two per iteration).
+            let rslot = b.let_var("rslot", 0i64);
+            b.for_("kt", 0i64, k_tiles.clone(), 1i64, |b, kt| {
+                b.wait(st - 2);
+                b.barrier();
+                let next = &kt + (st - 1) as i64;
+                // (kt + STAGES - 1) % STAGES
+                let nslot =
+                    Expr::select(Expr::Var(rslot).eq(0i64), Expr::Int((st - 1) as i64), Expr::Var(rslot) - 1i64);
+                b.if_(next.lt(k_tiles.clone()), |b| self.load_stage(b, tc, next.clone(), nslot));
+                b.commit();
+                let slot = b.let_("slot", Expr::Var(rslot));
+                let xslot = if let Some((sxq, sxs)) = sx8 {
+                    dequant_x(b, sxq, sxs, sx.expect("x tile"), &slot, &Expr::Int(0), rows_valid, bm, bk, threads);
+                    b.barrier();
+                    Expr::Int(0)
+                } else {
+                    slot.clone()
+                };
+                if c.stream {
+                    // The slice's words and scales straight into registers, then one product over BK.
+                    let k0 = b.let_("k0", kbeg + kt.clone() * bk as i64);
+                    let nvalid = n.clone() - n0.clone();
+                    // The packed words and the scales of the K slice from `k` on (masked at this split's end).
+                    let slice = |k: &Expr| {
+                        let kleft = kend - k.clone();
+                        let qv = view(
+                            wq,
+                            (wrow + n0.clone()) * kq.clone() + k / 8i64,
+                            kq.clone(),
+                            nvalid.clone(),
+                            &kleft / 8i64,
+                            4,
+                        );
+                        let sv = view(
+                            ws,
+                            (wrow + n0.clone()) * kb.clone() + k / 32i64,
+                            kb.clone(),
+                            nvalid.clone(),
+                            &kleft / 32i64,
+                            1,
+                        );
+                        (qv, sv)
+                    };
+                    let (qv, sv) = slice(&k0);
+                    if c.prefetch {
+                        // The next slice's views (past this split's K range on the last slice: all masked).
+                        let (nq, ns) = slice(&(&k0 + bk as i64));
+                        let pf = Fp4Prefetch { words: nq, scales: ns, first: kt.eq(0i64) };
+                        b.dequant_fp4_stream_prefetch(wt, qv, sv, spec.packed, spec.fold, spec.finite, pf);
+                    } else {
+                        b.dequant_fp4_stream(wt, qv, sv, spec.packed, spec.fold, spec.finite);
+                    }
+                    let xw = b.window(sx.expect("x tile"), xslot.clone(), 0, 0, bm, bk);
+                    b.mma(acc, Operand::Reg(wt), Operand::Shared { src: xw, transpose: true });
+                }
+                for sub in (0..bk / 32).filter(|_| !c.stream) {
+                    let (sq, ss) = sqs.expect("tile path");
+                    if c.dec_bits {
+                        let q = b.window(sq, slot.clone(), 0, sub * 4, bn, 4);
+                        let s = b.window(ss, slot.clone(), 0, sub, bn, 1);
+                        b.dequant_fp4(wt, q, s, spec.packed, spec.fold, spec.finite);
+                    } else {
+                        b.map(wt, decode_expr(spec, sq, ss, &slot, Expr::Int(sub as i64), Expr::ColIdx));
+                    }
+                    let sub = sub as i64;
+                    let xw = b.window(sx.expect("x tile"), xslot.clone(), 0, (sub * 32) as u32, bm, 32);
+                    b.mma(acc, Operand::Reg(wt), Operand::Shared { src: xw, transpose: true });
+                }
+                let inc = Expr::Var(rslot) + 1i64;
+                b.assign(rslot, Expr::select(inc.eq(st as i64), Expr::Int(0), inc));
+            });
+            b.wait(0);
+            // Epilogue: transpose the [BN, BM] accumulator through shared memory.
+            let sw = b.window(sacc, 0i64, 0, 0, bn, bm);
+            b.store(acc, Place::Shared(sw));
+            b.barrier();
+        } else {
+            // PATH=gemv: one statement per weight half over this split's K range, reduced into `sacc`.
+            let spart = spart.expect("gemv partials");
+            let kw_left = (kend - kbeg.clone()) / 8i64;
+            let kb_left = (kend - kbeg.clone()) / 32i64;
+            let halves: Vec<(u32, Expr, Expr)> = if glu {
+                vec![
+                    (0, n0.clone(), n_out.clone() - n0.clone()),
+                    (bn / 2, n_out + n0.clone(), n_out.clone() - n0.clone()),
+                ]
+            } else {
+                vec![(0, n0.clone(), n.clone() - n0.clone())]
+            };
+            let hrows = if glu { bn / 2 } else { bn };
+            for (r0, nrow, nvalid) in halves {
+                let qv = view(
+                    wq,
+                    (wrow + nrow.clone()) * kq.clone() + kbeg / 8i64,
+                    kq.clone(),
+                    nvalid.clone(),
+                    kw_left.clone(),
+                    4,
+                );
+                let sv = view(ws, (wrow + nrow) * kb.clone() + kbeg / 32i64, kb.clone(), nvalid, kb_left.clone(), 1);
+                let xv = view(
+                    x,
+                    (row0 + m0.clone()) * kd.clone() + kbeg.clone(),
+                    kd.clone(),
+                    rows_valid.clone(),
+                    kend - kbeg.clone(),
+                    8,
+                );
+                let out = b.window(sacc, 0i64, r0, 0, hrows, bm);
+                let flags = Fp4Flags { packed: spec.packed, fold: spec.fold, finite: spec.finite };
+                if c.stages >= 3 {
+                    b.fp4_gemv_staged(out, spart, qv, sv, xv, flags, bk / 128, c.stages);
+                } else {
+                    b.fp4_gemv(out, spart, qv, sv, xv, flags, bk / 128, c.ring);
+                }
+            }
+        }
+        let at = |row_off: u32| Expr::shared_load(sacc, 0i64, Expr::ColIdx + row_off as i64, Expr::RowIdx);
+        let rows_base = row0 + m0.clone();
+        if partial {
+            let prow = (ks * m.clone() + rows_base.clone()) * n.clone();
+            let pvec = if spec.out_vec == 2 { 2 } else { 1 };
+            b.map(yt, at(0));
+            b.store(
+                yt,
+                Place::Global(view(
+                    out,
+                    &prow + n0.clone(),
+                    n.clone(),
+                    rows_valid.clone(),
+                    n_out.clone() - n0.clone(),
+                    pvec,
+                )),
+            );
+            if glu {
+                b.map(yt, at(bn / 2));
+                b.store(
+                    yt,
+                    Place::Global(view(
+                        out,
+                        &prow + n_out.clone() + n0.clone(),
+                        n.clone(),
+                        rows_valid.clone(),
+                        n_out.clone() - n0.clone(),
+                        pvec,
+                    )),
+                );
+            }
+            if let (Some((ysum, usum, arrived)), Some((sem, y))) = (sums, fin) {
+                // Every thread's partial stores are done (barrier); thread 0 fences them (cumulative: the
+                // barrier ordered the block's stores before its fence) and counts this split in.
+                let tile_id = b.let_("tile_id", t / split);
+                b.barrier();
+                b.threads(|b| {
+                    b.if_(Expr::thread_idx().eq(0i64), |b| {
+                        b.fence();
+                        let target = AtomicTarget::Global { tensor: sem, index: tile_id.clone() };
+                        let before = b.atomic_fetch("before", target, AtomicOp::Add, 1i64);
+                        // Acquire side: the other splits' partials are read after this.
+                        b.fence();
+                        b.shared_store(arrived, 0i64, 0i64, 0i64, before);
+                    });
+                });
+                b.barrier();
+                let last = Expr::shared_load(arrived, 0i64, 0i64, 0i64).eq(split - 1);
+                b.if_(last, |b| {
+                    // Every split of this tile has arrived: reset its counter for the next launch, then sum
+                    // the partials in split order (the finalize kernel's order and rounding).
+                    b.threads(|b| b.if_(Expr::thread_idx().eq(0i64), |b| b.store_scalar(sem, tile_id, 0i64)));
+                    b.map(ysum, 0.0f64);
+                    if let Some(u) = usum {
+                        b.map(u, 0.0f64);
+                    }
+                    let body = |b: &mut KernelBuilder, si: Expr| {
+                        let base = (&si * m.clone() + rows_base.clone()) * n.clone();
+                        let cols = n_out.clone() - n0.clone();
+                        let src = view(out, &base + n0.clone(), n.clone(), rows_valid.clone(), cols.clone(), pvec);
+                        b.load(yt, Place::Global(src));
+                        b.map(ysum, Expr::Elem(ysum) + Expr::Elem(yt));
+                        if let Some(u) = usum {
+                            let off = &base + n_out.clone() + n0.clone();
+                            b.load(yt, Place::Global(view(out, off, n.clone(), rows_valid.clone(), cols, pvec)));
+                            b.map(u, Expr::Elem(u) + Expr::Elem(yt));
+                        }
+                    };
+                    if c.split <= FINALIZE_UNROLL {
+                        b.for_unrolled("s", 0i64, split, 1i64, body);
+                    } else {
+                        b.for_("s", 0i64, split, 1i64, body);
+                    }
+                    if let Some(u) = usum {
+                        b.map(ysum, epilogue_expr(spec.epilogue, Expr::Elem(ysum), Expr::Elem(u)));
+                    }
+                    if let (Some(pv), Some(p)) = (pv, p) {
+                        b.load_vec(pv, vec_view(p, rows_base.clone(), 1i64, rows_valid.clone()));
+                        b.map(ysum, Expr::Elem(ysum) * Expr::RowVal(pv));
+                    }
+                    b.store(
+                        ysum,
+                        Place::Global(view(
+                            y,
+                            &rows_base * n_out.clone() + n0.clone(),
+                            n_out.clone(),
+                            rows_valid.clone(),
+                            n_out.clone() - n0.clone(),
+                            spec.out_vec,
+                        )),
+                    );
+                });
+            }
+        } else {
+            let h = if glu { epilogue_expr(spec.epilogue, at(0), at(bn / 2)) } else { at(0) };
+            b.map(yt, h);
+            if let (Some(pv), Some(p)) = (pv, p) {
+                b.load_vec(pv, vec_view(p, rows_base.clone(), 1i64, rows_valid.clone()));
+                b.map(yt, Expr::Elem(yt) * Expr::RowVal(pv));
+            }
+            b.store(
+                yt,
+                Place::Global(view(
+                    out,
+                    &rows_base * n_out.clone() + n0.clone(),
+                    n_out.clone(),
+                    rows_valid.clone(),
+                    n_out.clone() - n0.clone(),
+                    spec.out_vec,
+                )),
+            );
+        }
+    }
+
+    /// The wgmma path: the K loop with the weights decoded into shared bf16 tiles, then the epilogue.
+    fn tile_wgmma(&self, b: &mut KernelBuilder, tc: &TileCtx, wg: WgmmaTiles) {
+        let (spec, glu, partial, threads, bm, bn, bk, st) =
+            (self.spec, self.glu, self.partial, self.threads, self.c.bm, self.c.bn, self.c.bk, self.c.stages);
+        let (m, n, n_out) = (&self.m, &self.n, &self.n_out);
+        let (out, p, sqs, sx, sx8) = (self.out, self.p, self.sqs, self.sx, self.sx8);
+        let (row0, ks, m0, n0, rows_valid, k_tiles) = (&tc.row0, &tc.ks, &tc.m0, &tc.n0, &tc.rows_valid, &tc.k_tiles);
+        let (sw, acc, acc_up, pv, wreg) = wg;
+        // Warpgroup MMA pipeline (as latent_moe_gemm's): a stage's x tile is refilled two iterations after
+        // its product was issued, so STAGES-2 loads and one product are in flight. Each iteration decodes
+        // the stage's weights (a threads region, one 32-bit word of eight values at a time) into one of two
+        // shared bf16 tiles (the one the product two iterations ago read).
+        for s in 0..st - 2 {
+            let s = Expr::Int(s as i64);
+            b.if_(s.lt(k_tiles.clone()), |b| self.load_stage(b, tc, s.clone(), s.clone()));
+            b.commit();
+        }
+        let groups = if glu { 2 } else { 1 };
+        b.for_("kt", 0i64, k_tiles.clone(), 1i64, |b, kt| {
+            b.wait(st - 3);
+            b.barrier();
+            let next = &kt + (st - 2) as i64;
+            b.if_(next.lt(k_tiles.clone()), |b| self.load_stage(b, tc, next.clone(), &next % st as i64));
+            b.commit();
+            let slot = b.let_("slot", &kt % st as i64);
+            let half = b.let_("half", &kt % 2i64);
+            let (sq, ss) = sqs.expect("tile path (validated: PATH=stream is MMA=sync)");
+            if let Some(wr) = wreg {
+                let q = b.window(sq, slot.clone(), 0, 0, bn, bk / 8);
+                let s = b.window(ss, slot.clone(), 0, 0, bn, bk / 32);
+                b.dequant_fp4(wr, q, s, spec.packed, spec.fold, spec.finite);
+                let dst = b.window(sw, half.clone(), 0, 0, bn, bk);
+                b.store(wr, Place::Shared(dst));
+            } else {
+                dequant_words(b, spec, sq, ss, sw, &slot, &half, bn, bk, threads);
+            }
+            let xslot = if let Some((sxq, sxs)) = sx8 {
+                dequant_x(b, sxq, sxs, sx.expect("x tile"), &slot, &half, rows_valid, bm, bk, threads);
+                half.clone()
+            } else {
+                slot.clone()
+            };
+            // Fence the ordinary shared stores for the async proxy (the loads just issued may stay in flight).
+            b.wait(st - 2);
+            b.barrier();
+            let a = Operand::Shared { src: b.slot(sx.expect("x tile"), xslot), transpose: false };
+            // The first product of a tile overwrites the accumulators (no zeroing instructions).
+            let accumulate = kt.gt(0i64);
+            crate::latent_moe_gemm::weight_products(b, acc, acc_up, a, sw, half, bn, bk, Some(accumulate));
+            b.mma_wait(groups);
+        });
+        b.mma_wait(0);
+        b.wait(0);
+        // K range empty (a split past K): no product ran, the result is zero.
+        b.if_(k_tiles.le(0i64), |b| {
+            b.map(acc, 0.0f64);
+            if let Some(u) = acc_up {
+                b.map(u, 0.0f64);
+            }
+        });
+        let rows_base = row0 + m0.clone();
+        if partial {
+            let prow = (ks * m.clone() + rows_base.clone()) * n.clone();
+            let pvec = if spec.out_vec == 2 { 2 } else { 1 };
+            let cols = n_out.clone() - n0.clone();
+            b.store(
+                acc,
+                Place::Global(view(out, &prow + n0.clone(), n.clone(), rows_valid.clone(), cols.clone(), pvec)),
+            );
+            if let Some(u) = acc_up {
+                let off = &prow + n_out.clone() + n0.clone();
+                b.store(u, Place::Global(view(out, off, n.clone(), rows_valid.clone(), cols, pvec)));
+            }
+        } else {
+            if let Some(u) = acc_up {
+                b.map(acc, epilogue_expr(spec.epilogue, Expr::Elem(acc), Expr::Elem(u)));
+            }
+            if let (Some(pv), Some(p)) = (pv, p) {
+                b.load_vec(pv, vec_view(p, rows_base.clone(), 1i64, rows_valid.clone()));
+                b.map(acc, Expr::Elem(acc) * Expr::RowVal(pv));
+            }
+            let off = &rows_base * n_out.clone() + n0.clone();
+            let cols = n_out.clone() - n0.clone();
+            b.store(acc, Place::Global(view(out, off, n_out.clone(), rows_valid.clone(), cols, spec.out_vec)));
+        }
+    }
 }
 
 /// The decoded (bf16-exact) weight of the current element of a weight register tile: row `RowIdx` of the
