@@ -285,8 +285,8 @@ mod centre_tests {
     use k3k_ops::gated_mla::ops::GatedMlaDecode;
     use k3k_ops::op::Operator;
 
-    /// The decode's defaults resolve to the wgmma knobs from 64 rows: round 2 explores around those (e.g. the
-    /// shared scores and the TMA ring, one knob away), not around the 16-row mma.sync defaults.
+    /// The decode's defaults resolve to the wgmma knobs from 64 rows: round 2 explores around those (e.g. the other
+    /// score and ring forms, one knob away), not around the 16-row mma.sync defaults.
     #[test]
     fn neighbours_of_resolving_defaults_are_taken_around_the_built_knobs() {
         let op = GatedMlaDecode;
@@ -303,7 +303,10 @@ mod centre_tests {
         let has = |name: &str, v: &str| {
             near.iter().any(|c| super::knobs_of(&c.knobs).unwrap().0.get(name).is_some_and(|x| x.to_string() == v))
         };
-        assert!(has("SCORES", "shared") && has("LOAD", "tma"), "the shared scores and the TMA ring are explored");
+        // The built knobs' own alternatives one knob away (the automatic knobs share the scores and fill the ring
+        // by TMA since session 20): replicated scores and the cp.async ring.
+        assert!(auto.0.get("SCORES").is_some_and(|v| v.to_string() == "shared"));
+        assert!(has("SCORES", "replicated") && has("LOAD", "cp_async"), "the other score and ring forms are explored");
     }
 }
 

@@ -154,17 +154,21 @@ pub fn decode_knobs_for_rows(rows: usize) -> Knobs {
     }
 }
 
-/// The automatic wgmma decode knobs: two warpgroups per block sharing its Q tile and K/V ring, each computing the
-/// scores and 32 of every 64 value columns (`VWG=2`, all 512 columns in one block: `DVS=1`), the fast softmax and
-/// the score loop rolled (254 registers, no spills). Measured on the H200 (2026-12-04, b128 S4096 H96, torch
-/// decode path 0.760 ms; session 18): same run (call 2), VWG=2 DVS=1 **0.450 ms** against 0.578 for one
-/// warpgroup per block and two value slices ([`decode_wgmma_knobs`]`(2)`, the automatic knobs before); same run
-/// (call 3, these knobs, checked and fuzzed on the GPU in that call): **0.461** (0.4605 among the neighbours),
-/// exact softmax rolled 0.457, fast softmax unrolled 0.441 (it spills 8 bytes in the direct kernel and 20 in the
-/// split one at 255 registers: left to the tuner, as is the exact softmax unrolled, 0.450 in call 2, no spills),
-/// 32-key stages 0.649.
+/// The automatic wgmma decode knobs: two warpgroups per block sharing its Q tile and K/V ring (`VWG=2`, all 512
+/// value columns in one block: `DVS=1`), warpgroup 0 alone computing the scores and the softmax and passing P and
+/// the row scale through shared memory (`SCORES=shared`), the K/V ring by bulk tensor copies on mbarriers
+/// (`LOAD=tma`, no block barrier per tile for the ring), the fast softmax and the score loop unrolled (no spills).
+/// Measured on the H200 (2026-12-05, b128 S4096 H96, session 20 call 1, every set checked on the GPU in the same
+/// call): same run, **0.351 ms** against 0.451 for session 18's automatic knobs (replicated scores, cp.async ring,
+/// rolled); `SCORES=shared` alone 0.394 (rolled) / 0.391 (unrolled), `LOAD=tma` alone 0.450 / 0.406, both rolled
+/// 0.376; 32-key stages 0.59-0.63 with or without `OVERLAP`. Torch's decode path 0.758 ms in the same call.
 pub fn decode_auto_wgmma_knobs() -> Knobs {
-    decode_wgmma_knobs(1).with("VWG", 2i64).with("SOFTMAX", "fast").with("QK_UNROLL", 0i64)
+    decode_wgmma_knobs(1)
+        .with("VWG", 2i64)
+        .with("SCORES", "shared")
+        .with("LOAD", "tma")
+        .with("SOFTMAX", "fast")
+        .with("QK_UNROLL", 1i64)
 }
 
 /// The mma.sync decode knobs for `rows = s_q * H` packed query rows per request (the automatic knobs before
