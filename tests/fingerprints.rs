@@ -18,7 +18,10 @@ fn kernels_match_their_fingerprints() {
     assert!(now.len() > 20, "every operator's preset kernels are fingerprinted");
     let path = root.join(gpu).join("fingerprints.txt");
     if std::env::var("K3K_BLESS").is_ok_and(|v| v == "1") {
-        std::fs::write(&path, to_text(CODEGEN_VERSION, &now)).expect("write the fingerprint file");
+        // Written whole, then renamed over the old file (an interrupted bless leaves the old file intact).
+        let tmp = path.with_extension("txt.tmp");
+        std::fs::write(&tmp, to_text(CODEGEN_VERSION, &now)).expect("write the fingerprint file");
+        std::fs::rename(&tmp, &path).expect("replace the fingerprint file");
         eprintln!("wrote {}", path.display());
         return;
     }
