@@ -691,23 +691,16 @@ fn decode_io(b: &mut KernelBuilder, spec: &DecodeSpec, direct: bool) -> DecodeIo
     DecodeIo { bsz, sqd, h, maxb, nsplit, q, kv, bt, seqlens, o_part, lse_part, scale }
 }
 
-/// What [`decode_range`] reads: the block's request, first packed row and split, and the problem's sizes.
-struct DecodeRangeOf<'a> {
-    seqlens: TensorId,
-    bi: &'a Expr,
-    m0: &'a Expr,
-    rows_total: &'a Expr,
-    sqd: &'a Expr,
-    h: &'a Expr,
-    nsplit: &'a Expr,
-    split: &'a Expr,
-    scale: &'a Expr,
-}
-
-/// The KV tiles one decode block walks: the request's cache length `s_k`, this split's first tile `t0` and
-/// tile `count` (the splits partition the tiles of the keys the block's last query may see), the causal
-/// diagonal of its first query and the log2-domain scale.
-struct DecodeRange {
+/// A decode block's coordinates (its split, request and first packed row, the request's packed rows and how many
+/// lie at or past the block's first) and the KV tiles it walks: the request's cache length `s_k`, this split's first
+/// tile `t0` and tile `count` (the splits partition the tiles of the keys the block's last query may see), the
+/// causal diagonal of its first query and the log2-domain scale.
+struct DecodeBlock {
+    split: Expr,
+    bi: Expr,
+    rows_total: Expr,
+    m0: Expr,
+    rows_valid: Expr,
     s_k: Expr,
     t0: Expr,
     count: Expr,
@@ -725,20 +718,26 @@ fn decode_mask(kv0: &Expr, m0: &Expr, h: &Expr, s_k: &Expr, sqd: &Expr, diag: &E
     ((kv0.clone() + (bn as i64 - 1)).gt(diag.clone()), visible)
 }
 
-fn decode_range(b: &mut KernelBuilder, o: &DecodeRangeOf<'_>, bm: u32, bn: u32) -> DecodeRange {
-    let (sqd, h) = (o.sqd, o.h);
-    let s_k = b.let_("s_k", load(o.seqlens, o.bi.clone()));
-    let i_lo = b.let_("i_lo", o.m0.clone() / h.clone());
-    let i_hi = b.let_("i_hi", ((o.m0.clone() + bm as i64).min(o.rows_total.clone()) - 1i64) / h.clone());
+/// The coordinates and KV range of the block on m-tile `mt` (grid y: split, z: request), both decode kernels'.
+fn decode_block(b: &mut KernelBuilder, io: &DecodeIo, mt: Expr, bm: u32, bn: u32) -> DecodeBlock {
+    let (sqd, h) = (&io.sqd, &io.h);
+    let split = b.let_("split", Expr::block_idx(1));
+    let bi = b.let_("req", Expr::block_idx(2));
+    let rows_total = b.let_("rows_total", sqd.clone() * h.clone());
+    let m0 = b.let_("m0", mt * bm as i64);
+    let rows_valid = b.let_("rows_valid", rows_total.clone() - m0.clone());
+    let s_k = b.let_("s_k", load(io.seqlens, bi.clone()));
+    let i_lo = b.let_("i_lo", m0.clone() / h.clone());
+    let i_hi = b.let_("i_hi", ((m0.clone() + bm as i64).min(rows_total.clone()) - 1i64) / h.clone());
     // Keys the tile's last query may see; the splits partition their tiles.
     let n_keys = b.let_("n_keys", (s_k.clone() - sqd.clone() + 1i64 + i_hi).min(s_k.clone()).max(0i64));
     let n_tiles = b.let_("n_tiles", n_keys.ceil_div(bn as i64));
-    let per_split = b.let_("per_split", n_tiles.ceil_div(o.nsplit.clone()));
-    let t0 = b.let_("t0", (o.split.clone() * per_split.clone()).min(n_tiles.clone()));
+    let per_split = b.let_("per_split", n_tiles.ceil_div(io.nsplit.clone()));
+    let t0 = b.let_("t0", (split.clone() * per_split.clone()).min(n_tiles.clone()));
     let count = b.let_("count", (t0.clone() + per_split).min(n_tiles) - t0.clone());
     let diag = b.let_("diag", s_k.clone() - sqd.clone() + i_lo);
-    let scale_log2 = b.let_("scale_log2", o.scale.clone() * LOG2_E);
-    DecodeRange { s_k, t0, count, diag, scale_log2 }
+    let scale_log2 = b.let_("scale_log2", io.scale.clone() * LOG2_E);
+    DecodeBlock { split, bi, rows_total, m0, rows_valid, s_k, t0, count, diag, scale_log2 }
 }
 
 fn build_decode_impl(spec: &DecodeSpec, knobs: &Knobs, direct: bool) -> Result<Kernel, OpError> {
@@ -755,9 +754,8 @@ fn build_decode_impl(spec: &DecodeSpec, knobs: &Knobs, direct: bool) -> Result<K
     );
     let mut b = KernelBuilder::new(&name, 32 * c.wm * c.wn);
     b.knobs(knobs.clone());
-    let DecodeIo { bsz, sqd, h, maxb, nsplit, q, kv, bt, seqlens, o_part, lse_part, scale } =
-        decode_io(&mut b, spec, direct);
-    b.grid((sqd.clone() * h.clone()).ceil_div(bm as i64), nsplit.clone(), bsz);
+    let io = decode_io(&mut b, spec, direct);
+    b.grid((io.sqd.clone() * io.h.clone()).ceil_div(bm as i64), io.nsplit.clone(), io.bsz.clone());
 
     let s_warps = [c.wm, 1];
     let acc_warps = [c.wm, c.wn];
@@ -790,27 +788,9 @@ fn build_decode_impl(spec: &DecodeSpec, knobs: &Knobs, direct: bool) -> Result<K
     let lse_v = b.vec("lse_rows", bm, s_warps);
 
     let mt = Expr::block_idx(0);
-    let split = b.let_("split", Expr::block_idx(1));
-    let bi = b.let_("req", Expr::block_idx(2));
-    let rows_total = b.let_("rows_total", sqd.clone() * h.clone());
-    let m0 = b.let_("m0", mt * bm as i64);
-    let rows_valid = b.let_("rows_valid", rows_total.clone() - m0.clone());
-    let DecodeRange { s_k, t0, count, diag, scale_log2 } = decode_range(
-        &mut b,
-        &DecodeRangeOf {
-            seqlens,
-            bi: &bi,
-            m0: &m0,
-            rows_total: &rows_total,
-            sqd: &sqd,
-            h: &h,
-            nsplit: &nsplit,
-            split: &split,
-            scale: &scale,
-        },
-        bm,
-        bn,
-    );
+    let DecodeBlock { split, bi, rows_total, m0, rows_valid, s_k, t0, count, diag, scale_log2 } =
+        decode_block(&mut b, &io, mt, bm, bn);
+    let DecodeIo { sqd, h, maxb, nsplit, q, kv, bt, o_part, lse_part, .. } = io;
 
     let mut ring = KvRing {
         kv,

@@ -37,9 +37,8 @@ pub(super) fn build_decode_wgmma(
         // go to warpgroup 1, which waits for P meanwhile.
         b.elected_warpgroup(1);
     }
-    let DecodeIo { bsz, sqd, h, maxb, nsplit, q, kv, bt, seqlens, o_part, lse_part, scale } =
-        decode_io(&mut b, spec, direct);
-    b.grid((sqd.clone() * h.clone()).ceil_div(bm as i64) * dvs as i64, nsplit.clone(), bsz);
+    let io = decode_io(&mut b, spec, direct);
+    b.grid((io.sqd.clone() * io.h.clone()).ceil_div(bm as i64) * dvs as i64, io.nsplit.clone(), io.bsz.clone());
 
     let warps = [c.wm, 1];
     let acc_warps = [c.wm, c.vwg];
@@ -62,27 +61,9 @@ pub(super) fn build_decode_wgmma(
 
     let mt = b.let_("mt", Expr::block_idx(0) / dvs as i64);
     let vs = b.let_("vslice", Expr::block_idx(0) % dvs as i64);
-    let split = b.let_("split", Expr::block_idx(1));
-    let bi = b.let_("req", Expr::block_idx(2));
-    let rows_total = b.let_("rows_total", sqd.clone() * h.clone());
-    let m0 = b.let_("m0", mt * bm as i64);
-    let rows_valid = b.let_("rows_valid", rows_total.clone() - m0.clone());
-    let DecodeRange { s_k, t0, count, diag, scale_log2 } = decode_range(
-        &mut b,
-        &DecodeRangeOf {
-            seqlens,
-            bi: &bi,
-            m0: &m0,
-            rows_total: &rows_total,
-            sqd: &sqd,
-            h: &h,
-            nsplit: &nsplit,
-            split: &split,
-            scale: &scale,
-        },
-        bm,
-        bn,
-    );
+    let DecodeBlock { split, bi, rows_total, m0, rows_valid, s_k, t0, count, diag, scale_log2 } =
+        decode_block(&mut b, &io, mt, bm, bn);
+    let DecodeIo { sqd, h, maxb, nsplit, q, kv, bt, o_part, lse_part, .. } = io;
     // The first value chunk of this block's slice.
     let v0 = b.let_("v0", vs.clone() * nvl as i64);
 
