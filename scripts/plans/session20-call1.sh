@@ -16,7 +16,7 @@
 # rows on full / empty mbarriers; no block barrier per tile), checked and timed with replicated and shared scores.
 # Build first here: cargo build --release; strip -o .carry/k3k target/release/k3k;
 #   cp $(cargo test --release -p k3k-codegen --test gpu_primitives --no-run 2>&1 | grep -o 'target/release/deps/gpu_primitives-[0-9a-f]*') .carry/gpu_primitives
-# Run: BUDGET_S=540 bash scripts/plans/next-call.sh  (carry [".carry"], timeout_s 570)
+# Run: BUDGET_S=540 bash scripts/plans/session20-call1.sh  (carry [".carry"], timeout_s 570)
 W=/tmp/wnext; source scripts/plans/lib.sh
 C=$OUT/check.txt
 G="MMA=wgmma,WN=1,SWN=0,QK_ACCS=1,BT_PREFETCH=0,BM=64,WM=4,BN=64,STAGES=2,DVS=1,VWG=2"

@@ -2,7 +2,7 @@
 # Not run in session 20 (no device could be started after call 1); ready for the next session.
 # Session 20 call 2: the decode's new automatic knobs from 64 rows (SCORES=shared LOAD=tma QK_UNROLL=1, the fastest
 # point of call 1: 0.351 ms against 0.451 at H96) checked on the GPU, timed beside their neighbours in one run, then
-# session 19's `next-call-2.sh`: `k3k tune` of the decode (round 2 around the built knobs), the bench of both presets
+# session 19's `next-call-2.sh` (now this file): `k3k tune` of the decode (round 2 around the built knobs), the bench of both presets
 # with the tuned records and the torch peer in the same call (published), and a GPU fuzz of the tuned configs.
 # Build first: cargo build --release; strip -o .carry/k3k target/release/k3k
 # Run: BUDGET_S=540 bash scripts/plans/session20-call2.sh  (carry [".carry"], timeout_s 570)
