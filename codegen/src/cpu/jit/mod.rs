@@ -100,6 +100,25 @@ pub fn supports(k: &Kernel) -> Result<(), JitError> {
     lower::check(k)
 }
 
+/// Statements inside threads regions above which a kernel's function is register-allocated in a single pass.
+/// A long straight-line per-thread body (kda.decode's state rows held in registers: 490 to 1920 statements over
+/// the fuzzer's cases; no other operator's kernel has more than ~110) takes Cranelift's backtracking allocator over
+/// a second; the single pass compiles it 8x faster for a ~5% slower run, which is what the fuzzer wants (a fresh
+/// kernel per shape). Smaller kernels keep the backtracking allocator: there the single pass saved at most 2x of a
+/// few milliseconds and ran up to 1.5x slower (`cargo bench --bench cpu_backends`, session 21).
+const SINGLE_PASS_REGALLOC_STMTS: usize = 400;
+
+/// The register allocator for a kernel's function (see [`SINGLE_PASS_REGALLOC_STMTS`]).
+fn regalloc_for(k: &Kernel) -> &'static str {
+    let mut per_thread = 0usize;
+    k.visit_stmts(&mut |s| {
+        if let Stmt::Threads { body } = s {
+            body.iter().for_each(|t| t.visit(&mut |_| per_thread += 1));
+        }
+    });
+    if per_thread > SINGLE_PASS_REGALLOC_STMTS { "single_pass" } else { "backtracking" }
+}
+
 /// Compile a kernel.
 pub fn compile(k: &Kernel) -> Result<JitKernel, JitError> {
     validate(k).map_err(|e| JitError::Unsupported(format!("invalid kernel: {e}")))?;
@@ -107,6 +126,7 @@ pub fn compile(k: &Kernel) -> Result<JitKernel, JitError> {
     let cl = |e: &dyn std::fmt::Display| JitError::Cranelift(e.to_string());
     let mut flags = settings::builder();
     flags.set("opt_level", "speed").map_err(|e| cl(&e))?;
+    flags.set("regalloc_algorithm", regalloc_for(k)).map_err(|e| cl(&e))?;
     flags.set("use_colocated_libcalls", "false").map_err(|e| cl(&e))?;
     flags.set("is_pic", "false").map_err(|e| cl(&e))?;
     let isa =

@@ -1,0 +1,91 @@
+//! CPU cost of k3k's compile pipeline per operator, the work in front of every kernel a tune times, a
+//! `build.rs` embeds or `k3k fingerprint` hashes: the operator's builder (IR tile program at its default knobs and
+//! first benchmark preset), validation + the stable hash, and rendering to CUDA C; then NVRTC on the same source
+//! (the step these are measured against: a tuner candidate or a build pays it once per kernel), where libnvrtc is
+//! found (`scripts/install-cuda-tools.sh`), else that group is skipped with a note.
+//!
+//! `cargo bench --bench compile` (`-- 'render'` etc. to pick a group).
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use k3k_codegen::{ARCH, nvrtc, render, toolchain};
+use k3k_ir::{Kernel, stable_hash, validate};
+use k3k_ops::registry;
+use std::hint::black_box;
+
+/// Each operator with its first benchmark preset and its kernels at the default knobs.
+fn cases() -> Vec<(String, Box<dyn Fn() -> Vec<Kernel>>, Vec<Kernel>)> {
+    registry::all()
+        .into_iter()
+        .filter_map(|op| {
+            let preset = op.bench_presets().into_iter().next()?;
+            let knobs = op.default_knobs();
+            let kernels = op.kernels(&preset, &knobs).ok()?;
+            let name = op.name().to_string();
+            let build: Box<dyn Fn() -> Vec<Kernel>> =
+                Box::new(move || op.kernels(&preset, &knobs).expect("built once already"));
+            Some((name, build, kernels))
+        })
+        .collect()
+}
+
+fn bench(c: &mut Criterion) {
+    let cases = cases();
+    assert!(!cases.is_empty(), "every operator has a benchmark preset");
+
+    let mut g = c.benchmark_group("build IR");
+    g.sample_size(20);
+    for (name, build, kernels) in &cases {
+        g.throughput(Throughput::Elements(kernels.len() as u64));
+        g.bench_function(BenchmarkId::from_parameter(name), |b| b.iter(|| black_box(build())));
+    }
+    g.finish();
+
+    let mut g = c.benchmark_group("validate + hash");
+    g.sample_size(20);
+    for (name, _, kernels) in &cases {
+        g.throughput(Throughput::Elements(kernels.len() as u64));
+        g.bench_function(BenchmarkId::from_parameter(name), |b| {
+            b.iter(|| {
+                for k in kernels {
+                    validate(black_box(k)).expect("the operator's kernels validate");
+                    black_box(stable_hash(k));
+                }
+            })
+        });
+    }
+    g.finish();
+
+    let mut g = c.benchmark_group("render CUDA");
+    g.sample_size(20);
+    for (name, _, kernels) in &cases {
+        g.throughput(Throughput::Elements(kernels.len() as u64));
+        g.bench_function(BenchmarkId::from_parameter(name), |b| {
+            b.iter(|| {
+                for k in kernels {
+                    black_box(render(black_box(k)).expect("the operator's kernels render"));
+                }
+            })
+        });
+    }
+    g.finish();
+
+    // NVRTC on the first kernel of each operator (one compile per sample: seconds each, so few samples).
+    if let Err(e) = toolchain::load_nvrtc() {
+        eprintln!("NVRTC group skipped: {e}");
+        return;
+    }
+    let mut g = c.benchmark_group("NVRTC to PTX");
+    g.sample_size(10);
+    for (name, _, kernels) in &cases {
+        let k = &kernels[0];
+        let src = render(k).expect("renders");
+        g.throughput(Throughput::Elements(1));
+        g.bench_function(BenchmarkId::from_parameter(name), |b| {
+            b.iter(|| black_box(nvrtc::compile_ptx(&k.name, black_box(&src), ARCH).expect("compiles")))
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
