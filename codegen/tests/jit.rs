@@ -473,3 +473,40 @@ fn jit_reports_the_interpreters_wide_access_errors() {
         assert!(e2.to_string().contains(frag), "{e2}");
     }
 }
+
+/// A long straight-line per-thread body (the shape of kda.decode's register-resident state) is compiled with the
+/// single-pass register allocator (the backtracking one takes seconds on such bodies) and still runs bit for bit
+/// like the interpreter; a short body keeps the backtracking allocator.
+#[test]
+fn jit_compiles_long_per_thread_bodies_with_the_single_pass_allocator() {
+    use k3k_ir::*;
+    let build = |steps: usize| {
+        let mut b = KernelBuilder::new(&format!("jit_long_body_{steps}"), 32);
+        let n = b.dim("N");
+        let x = b.tensor("x", DType::F32, &[n], Access::ReadWrite);
+        b.grid(1i64, 1i64, 1i64);
+        b.threads(|b| {
+            let t = Expr::thread_idx();
+            // 8 running values, each step mixing two of them: every value stays live to the end.
+            let mut v: Vec<Expr> = (0..8i64).map(|i| b.let_("v", Expr::load(x, t.clone() * 8i64 + i))).collect();
+            for s in 0..steps {
+                let (i, j) = (s % 8, (s * 3 + 1) % 8);
+                v[i] = b.let_("v", v[i].clone() * 0.75 + v[j].clone() * 0.5 - 0.125);
+            }
+            for (i, vi) in v.iter().enumerate() {
+                b.store_scalar(x, t.clone() * 8i64 + i as i64, vi.clone());
+            }
+        });
+        b.finish().unwrap()
+    };
+    assert_eq!(jit::regalloc_for(&build(16)), "backtracking");
+    let k = build(600);
+    assert_eq!(jit::regalloc_for(&k), "single_pass");
+    let vals: Vec<f32> = (0..256).map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0).collect();
+    let t = HostTensor::from_f32(DType::F32, &[256], &vals);
+    let (mut want, mut got) = (vec![t.clone()], vec![t]);
+    interp::run(&k, &mut want, &[], InterpOptions::default()).unwrap();
+    jit::compile(&k).unwrap().run(&mut got, &[], InterpOptions::default()).unwrap();
+    assert_eq!(got[0].data, want[0].data, "single-pass JIT == interpreter");
+    assert_ne!(got[0].data, vals.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>(), "the kernel wrote x");
+}

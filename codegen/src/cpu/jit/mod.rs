@@ -109,7 +109,7 @@ pub fn supports(k: &Kernel) -> Result<(), JitError> {
 const SINGLE_PASS_REGALLOC_STMTS: usize = 400;
 
 /// The register allocator for a kernel's function (see [`SINGLE_PASS_REGALLOC_STMTS`]).
-fn regalloc_for(k: &Kernel) -> &'static str {
+pub fn regalloc_for(k: &Kernel) -> &'static str {
     let mut per_thread = 0usize;
     k.visit_stmts(&mut |s| {
         if let Stmt::Threads { body } = s {
