@@ -52,6 +52,31 @@ pub fn matmul_nt(x: &[f32], m: usize, k: usize, w: &[f32], n: usize) -> Result<V
     Ok(y)
 }
 
+/// `a[m, n] = sum_k |x[m, k] * w[n, k]|` in f64 (shapes as [`matmul_nt`]): the size of the terms behind each entry
+/// of the product. A kernel that accumulates in f32 lands within [`f32_sum_bound`] of it of the exact value; an
+/// entry smaller than that bound (terms that cancel) has no determined f32 value, not even its sign.
+pub fn matmul_nt_abs(x: &[f32], m: usize, k: usize, w: &[f32], n: usize) -> Result<Vec<f64>, RefError> {
+    check_len("x", x.len(), "[m, k]", &[m, k])?;
+    check_len("w", w.len(), "[n, k]", &[n, k])?;
+    let mut y = vec![0f64; prod("y", &[m, n])?];
+    if k == 0 {
+        return Ok(y);
+    }
+    for (xr, yr) in x.chunks_exact(k).zip(y.chunks_exact_mut(n.max(1))) {
+        for (wr, yv) in w.chunks_exact(k).zip(yr.iter_mut()) {
+            *yv = xr.iter().zip(wr).map(|(&p, &q)| (p as f64 * q as f64).abs()).sum();
+        }
+    }
+    Ok(y)
+}
+
+/// The worst-case error of a `k`-term sum accumulated in f32 in any order, for terms whose absolute values sum to
+/// `abs_sum`: `k * u * abs_sum` with u = 2^-24 (Higham, "Accuracy and Stability of Numerical Algorithms", 3.1,
+/// to first order).
+pub fn f32_sum_bound(k: usize, abs_sum: f64) -> f64 {
+    k as f64 * f64::powi(2.0, -24) * abs_sum
+}
+
 /// f64 dot product of two equal-length f32 slices.
 fn dot(a: &[f32], b: &[f32]) -> f64 {
     a.iter().zip(b).map(|(&p, &q)| p as f64 * q as f64).sum()

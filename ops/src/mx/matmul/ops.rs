@@ -327,68 +327,59 @@ impl Instance for MatInstance {
         let pb = &self.pb;
         let y = out.get("y")?.to_f64_vec();
         let (m, k, n, no) = (pb.m(), pb.k, pb.n, pb.n_out());
-        let g = pb.counts.len();
         let ierr = |e: k3k_reference::error::RefError| OpError::Internal(format!("reference: {e}"));
-        if m * n * k <= 1 << 24 {
-            // Small: the whole product through the reference's grouped MX GEMM.
-            let mut all = self.w.group_tensor(0)?;
-            for gi in 1..g {
-                let t = self.w.group_tensor(gi)?;
-                all.q.extend(t.q);
-                all.s.extend(t.s);
+        // The rows compared: all of a small problem; of a large one each group's first, middle and last, plus 64
+        // random.
+        let rows: Vec<usize> = if m * n * k <= 1 << 24 {
+            (0..m).collect()
+        } else {
+            let mut rows = vec![];
+            let mut start = 0;
+            for &c in &pb.counts {
+                if c > 0 {
+                    rows.extend([start, start + c / 2, start + c - 1]);
+                }
+                start += c;
             }
-            all.rows = g * n;
-            let epi = match pb.epilogue {
-                Epilogue::None => refgemm::Epilogue::None,
-                Epilogue::SituGlu => refgemm::Epilogue::SituGlu,
-                Epilogue::SwiGlu => refgemm::Epilogue::SwiGlu,
-            };
-            let want =
-                refgemm::grouped_gemm_mx(&self.xv, m, &all, g, &pb.offs(), self.p.as_deref(), epi).map_err(ierr)?;
-            let mut r = compare("y", &y, &want, Tolerance::Bf16, format!("all {m} rows"));
-            if !r.passed {
-                r.detail.push_str(&error_pattern(&y, &want, m, no));
+            let mut s = self.seed;
+            for _ in 0..64 {
+                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                rows.push((s >> 33) as usize % m.max(1));
             }
-            return Ok(r);
-        }
-        // Large: sampled rows (each group's first, middle and last, plus 64 random), per group on its
-        // dequantized weights (reference::mx::dequantize), rows in parallel.
-        let mut rows = vec![];
-        let mut start = 0;
-        for &c in &pb.counts {
-            if c > 0 {
-                rows.extend([start, start + c / 2, start + c - 1]);
-            }
-            start += c;
-        }
-        let mut s = self.seed;
-        for _ in 0..64 {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            rows.push((s >> 33) as usize % m.max(1));
-        }
-        rows.sort();
-        rows.dedup();
+            rows.sort();
+            rows.dedup();
+            rows
+        };
         let mut group_of = vec![0usize; m];
         let mut start = 0;
         for (gi, &c) in pb.counts.iter().enumerate() {
             group_of[start..start + c].fill(gi);
             start += c;
         }
+        // Per row, on the group's dequantized weights (reference::mx::dequantize) in f64: the epilogue's output,
+        // and whether every product behind it has a value an f32 accumulation determines. A product whose terms
+        // cancel to below their f32 error bound (wide scale ranges: terms of 1e11 summing to 13) may come out as
+        // anything within that bound, its sign included, and a GLU turns a flipped sign into a swing of up to
+        // 100; such outputs are not compared (their count is reported), the rest are, NaN positions everywhere.
         let mut want = vec![0f64; rows.len() * no];
         let mut got = vec![0f64; rows.len() * no];
-        for gi in 0..g {
+        let mut undetermined = 0usize;
+        for gi in 0..pb.counts.len() {
             let mine: Vec<usize> = (0..rows.len()).filter(|&i| group_of[rows[i]] == gi).collect();
             if mine.is_empty() {
                 continue;
             }
             let wd = rmx::dequantize(&self.w.group_tensor(gi)?).map_err(ierr)?;
-            let res: Vec<Result<Vec<f64>, OpError>> = mine
+            let res: Vec<Result<(Vec<f64>, Vec<bool>), OpError>> = mine
                 .par_iter()
                 .map(|&i| {
                     let r = rows[i];
-                    let acc = refgemm::matmul_nt(&self.xv[r * k..(r + 1) * k], 1, k, &wd, n).map_err(ierr)?;
+                    let xr = &self.xv[r * k..(r + 1) * k];
+                    let acc = refgemm::matmul_nt(xr, 1, k, &wd, n).map_err(ierr)?;
+                    let abs = refgemm::matmul_nt_abs(xr, 1, k, &wd, n).map_err(ierr)?;
+                    let determined = |j: usize| acc[j].abs() > refgemm::f32_sum_bound(k, abs[j]);
                     let scale = self.p.as_ref().map_or(1.0, |p| p[r] as f64);
-                    Ok((0..no)
+                    let out = (0..no)
                         .map(|j| {
                             scale
                                 * match pb.epilogue {
@@ -397,15 +388,34 @@ impl Instance for MatInstance {
                                     Epilogue::SwiGlu => refgemm::swiglu(acc[j], acc[j + no]),
                                 }
                         })
-                        .collect())
+                        .collect();
+                    let ok = (0..no).map(|j| determined(j) && (!pb.epilogue.is_glu() || determined(j + no))).collect();
+                    Ok((out, ok))
                 })
                 .collect();
             for (&i, r) in mine.iter().zip(res) {
-                want[i * no..(i + 1) * no].copy_from_slice(&r?);
-                got[i * no..(i + 1) * no].copy_from_slice(&y[rows[i] * no..(rows[i] + 1) * no]);
+                let (w, ok) = r?;
+                let yr = &y[rows[i] * no..(rows[i] + 1) * no];
+                for j in 0..no {
+                    // Not compared: an undetermined output where both sides are finite (a NaN or inf on either
+                    // side is still compared).
+                    if !ok[j] && w[j].is_finite() && yr[j].is_finite() {
+                        undetermined += 1;
+                        continue;
+                    }
+                    want[i * no + j] = w[j];
+                    got[i * no + j] = yr[j];
+                }
             }
         }
-        let mut r = compare("y", &got, &want, Tolerance::Bf16, format!("{} sampled rows of {m}", rows.len()));
+        let mut scope =
+            if rows.len() == m { format!("all {m} rows") } else { format!("{} sampled rows of {m}", rows.len()) };
+        if undetermined > 0 {
+            scope += &format!(
+                " ({undetermined} output(s) not compared: a product behind them cancels below its f32 error bound)"
+            );
+        }
+        let mut r = compare("y", &got, &want, Tolerance::Bf16, scope);
         if !r.passed {
             r.detail.push_str(&error_pattern(&got, &want, rows.len(), no));
         }
