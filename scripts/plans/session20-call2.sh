@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Not run in session 20 (no device could be started after call 1); ready for the next session.
+# Ran in session 21 as call 1 (2026-12-05 04:45 UTC; files results/bench/nvidia-h200/session21-call1/).
 # Session 20 call 2: the decode's new automatic knobs from 64 rows (SCORES=shared LOAD=tma QK_UNROLL=1, the fastest
 # point of call 1: 0.351 ms against 0.451 at H96) checked on the GPU, timed beside their neighbours in one run, then
 # session 19's `next-call-2.sh` (now this file): `k3k tune` of the decode (round 2 around the built knobs), the bench of both presets

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Not needed: the full session20-call2.sh ran in session 21 (call 1).
 # Session 20 call 2, short form (the device was scarce): the decode's new automatic knobs from 64 rows checked on the
 # GPU, timed beside their neighbours, published with the torch peer in the same call, fuzzed. No tune.
 # Run: BUDGET_S=300 bash scripts/plans/session20-call2b.sh  (carry [".carry"], timeout_s 330)

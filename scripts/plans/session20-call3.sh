@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Not run in session 20 (no device could be started after call 1); ready for the next session.
+# Superseded by session21-call2.sh (the same checks on session 21's binary, plus an ncu profile of the decode).
 # Session 20 call 3: the final binary of this session on the GPU. The session restructured the prefill, decode, GEMM
 # and MXFP4 builders and moved three operators into folders (every kernel's IR and CUDA hashes unchanged, so this
 # is insurance, not a requirement) and changed the decode's automatic knobs (calls 1-2). `k3k check --backend cuda
