@@ -2,7 +2,8 @@
 //! `build.rs` embeds or `k3k fingerprint` hashes: the operator's builder (IR tile program at its default knobs and
 //! first benchmark preset), validation + the stable hash, and rendering to CUDA C; then NVRTC on the same source
 //! (the step these are measured against: a tuner candidate or a build pays it once per kernel), where libnvrtc is
-//! found (`scripts/install-cuda-tools.sh`), else that group is skipped with a note.
+//! found (`scripts/install-cuda-tools.sh`), else that group is skipped with a note. Also the tuner's planning of a
+//! preset's candidates (the knob-space walk and the structural pruning, before compiling).
 //!
 //! `cargo bench --bench compile` (`-- 'render'` etc. to pick a group).
 
@@ -65,6 +66,18 @@ fn bench(c: &mut Criterion) {
                     black_box(render(black_box(k)).expect("the operator's kernels render"));
                 }
             })
+        });
+    }
+    g.finish();
+
+    // The tuner's planning before any compile: walk the knob space in its fixed order and keep the first 60 points
+    // whose kernels build for the preset (`k3k tune` then compiles those in parallel).
+    let mut g = c.benchmark_group("tune: plan 60 candidates (no compile)");
+    g.sample_size(10);
+    for op in registry::all() {
+        let Some(preset) = op.bench_presets().into_iter().next() else { continue };
+        g.bench_function(BenchmarkId::from_parameter(op.name()), |b| {
+            b.iter(|| black_box(k3k::tuning::plan_candidates(op.as_ref(), &preset, 60, false, &[])))
         });
     }
     g.finish();
