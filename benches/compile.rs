@@ -13,8 +13,11 @@ use k3k_ir::{Kernel, stable_hash, validate};
 use k3k_ops::registry;
 use std::hint::black_box;
 
+/// An operator's name, a closure that builds its kernels again, and the kernels it built.
+type Case = (String, Box<dyn Fn() -> Vec<Kernel>>, Vec<Kernel>);
+
 /// Each operator with its first benchmark preset and its kernels at the default knobs.
-fn cases() -> Vec<(String, Box<dyn Fn() -> Vec<Kernel>>, Vec<Kernel>)> {
+fn cases() -> Vec<Case> {
     registry::all()
         .into_iter()
         .filter_map(|op| {

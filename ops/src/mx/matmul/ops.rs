@@ -370,7 +370,9 @@ impl Instance for MatInstance {
                 continue;
             }
             let wd = rmx::dequantize(&self.w.group_tensor(gi)?).map_err(ierr)?;
-            let res: Vec<Result<(Vec<f64>, Vec<bool>), OpError>> = mine
+            // Per row: the outputs and whether each is determined in f32.
+            type RowCheck = Result<(Vec<f64>, Vec<bool>), OpError>;
+            let res: Vec<RowCheck> = mine
                 .par_iter()
                 .map(|&i| {
                     let r = rows[i];
