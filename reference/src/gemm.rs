@@ -53,7 +53,7 @@ pub fn matmul_nt(x: &[f32], m: usize, k: usize, w: &[f32], n: usize) -> Result<V
 }
 
 /// `a[m, n] = sum_k |x[m, k] * w[n, k]|` in f64 (shapes as [`matmul_nt`]): the size of the terms behind each entry
-/// of the product. A kernel that accumulates in f32 lands within [`f32_sum_bound`] of it of the exact value; an
+/// of the product. A kernel that accumulates the sum in f32 lands within [`f32_sum_bound`] of the exact value; an
 /// entry smaller than that bound (terms that cancel) has no determined f32 value, not even its sign.
 pub fn matmul_nt_abs(x: &[f32], m: usize, k: usize, w: &[f32], n: usize) -> Result<Vec<f64>, RefError> {
     check_len("x", x.len(), "[m, k]", &[m, k])?;
@@ -70,11 +70,12 @@ pub fn matmul_nt_abs(x: &[f32], m: usize, k: usize, w: &[f32], n: usize) -> Resu
     Ok(y)
 }
 
-/// The worst-case error of a `k`-term sum accumulated in f32 in any order, for terms whose absolute values sum to
-/// `abs_sum`: `k * u * abs_sum` with u = 2^-24 (Higham, "Accuracy and Stability of Numerical Algorithms", 3.1,
-/// to first order).
+/// The worst-case error of a `k`-term sum of exact terms accumulated in f32 in any order, for terms whose absolute
+/// values sum to `abs_sum`: `k * u * abs_sum` to first order (Higham, "Accuracy and Stability of Numerical
+/// Algorithms", 3.1), with u = 2^-23, one f32 ulp: round-to-nearest would give 2^-24, but tensor-core accumulators
+/// are not specified to round to nearest.
 pub fn f32_sum_bound(k: usize, abs_sum: f64) -> f64 {
-    k as f64 * f64::powi(2.0, -24) * abs_sum
+    k as f64 * f64::powi(2.0, -23) * abs_sum
 }
 
 /// f64 dot product of two equal-length f32 slices.
