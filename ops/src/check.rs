@@ -3,6 +3,36 @@
 use crate::op::CheckReport;
 use k3k_reference::metrics::{Tolerance, check};
 
+/// The rows of a grouped `[m, *]` output a check compares (`counts`: rows per group, m their sum): all of them
+/// when `all`, else each non-empty group's first, middle and last row plus 64 drawn from `seed`; sorted, each once.
+pub fn checked_rows(counts: &[usize], all: bool, seed: u64) -> Vec<usize> {
+    let m: usize = counts.iter().sum();
+    if all {
+        return (0..m).collect();
+    }
+    let mut rows = vec![];
+    let mut start = 0;
+    for &c in counts {
+        if c > 0 {
+            rows.extend([start, start + c / 2, start + c - 1]);
+        }
+        start += c;
+    }
+    let mut s = seed;
+    for _ in 0..64 {
+        s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        rows.push((s >> 33) as usize % m.max(1));
+    }
+    rows.sort();
+    rows.dedup();
+    rows
+}
+
+/// The group of each row of a grouped output (`counts`: rows per group).
+pub fn row_groups(counts: &[usize]) -> Vec<usize> {
+    counts.iter().enumerate().flat_map(|(g, &c)| std::iter::repeat_n(g, c)).collect()
+}
+
 /// Compare `got` with `want` under a tolerance; `name` and `scope` describe what was compared.
 pub fn compare(name: &str, got: &[f64], want: &[f64], tol: Tolerance, scope: String) -> CheckReport {
     match check(got, want, tol) {

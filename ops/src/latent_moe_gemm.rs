@@ -28,6 +28,16 @@ impl Epilogue {
     pub fn is_glu(self) -> bool {
         self != Epilogue::None
     }
+    /// Output column `j` of one row in f64 (the reference), from the row's product `acc` over all N columns (the
+    /// gated forms: gate `acc[j]`, up `acc[j + N/2]`).
+    pub fn reference(self, acc: &[f64], j: usize) -> f64 {
+        let no = acc.len() / 2;
+        match self {
+            Epilogue::None => acc[j],
+            Epilogue::SituGlu => k3k_reference::gemm::situ_glu(acc[j], acc[j + no]),
+            Epilogue::SwiGlu => k3k_reference::gemm::swiglu(acc[j], acc[j + no]),
+        }
+    }
     /// Short name.
     pub fn name(self) -> &'static str {
         match self {
@@ -1505,33 +1515,9 @@ impl Instance for GemmInstance {
         let pb = &self.pb;
         let y = out.get("y")?.to_f64_vec();
         let (m, k, n, no) = (pb.m(), pb.k, pb.n, pb.n_out());
-        // Every row for small problems, a sample of rows (each group's first and last included) for big ones.
-        let rows: Vec<usize> = if m * n * k <= 1 << 26 {
-            (0..m).collect()
-        } else {
-            let mut rows = vec![];
-            let mut start = 0;
-            for &c in &pb.counts {
-                if c > 0 {
-                    rows.extend([start, start + c - 1, start + c / 2]);
-                }
-                start += c;
-            }
-            let mut s = self.seed;
-            for _ in 0..64 {
-                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-                rows.push((s >> 33) as usize % m.max(1));
-            }
-            rows.sort();
-            rows.dedup();
-            rows
-        };
-        let mut group_of = vec![0usize; m];
-        let mut start = 0;
-        for (g, &c) in pb.counts.iter().enumerate() {
-            group_of[start..start + c].fill(g);
-            start += c;
-        }
+        // Every row for small problems, a sample of rows (each group's first, middle and last included) for big ones.
+        let rows = crate::check::checked_rows(&pb.counts, m * n * k <= 1 << 26, self.seed);
+        let group_of = crate::check::row_groups(&pb.counts);
         use rayon::prelude::*;
         type RowPair = (Vec<f64>, Vec<f64>);
         let per_row: Vec<Result<RowPair, OpError>> = rows
@@ -1542,16 +1528,7 @@ impl Instance for GemmInstance {
                 let acc = refgemm::matmul_nt(&self.x[r * k..(r + 1) * k], 1, k, wg, n)
                     .map_err(|e| OpError::Internal(e.to_string()))?;
                 let scale = self.p.as_ref().map_or(1.0, |p| p[r] as f64);
-                let want: Vec<f64> = (0..no)
-                    .map(|j| {
-                        scale
-                            * match pb.epilogue {
-                                Epilogue::None => acc[j],
-                                Epilogue::SituGlu => refgemm::situ_glu(acc[j], acc[j + no]),
-                                Epilogue::SwiGlu => refgemm::swiglu(acc[j], acc[j + no]),
-                            }
-                    })
-                    .collect();
+                let want: Vec<f64> = (0..no).map(|j| scale * pb.epilogue.reference(&acc, j)).collect();
                 Ok((want, y[r * no..(r + 1) * no].to_vec()))
             })
             .collect();

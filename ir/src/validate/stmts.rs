@@ -196,6 +196,25 @@ impl<'a> Checker<'a> {
         Ok(())
     }
 
+    /// A nested body (`first_warpgroups`, `in_turn`, `producer`) in a scope of its own, named `label` in error
+    /// paths, with its context set by `enter` for the body's duration and cleared by `leave`.
+    fn region(
+        &mut self,
+        label: String,
+        body: &[Stmt],
+        enter: impl FnOnce(&mut Self),
+        leave: impl FnOnce(&mut Self),
+    ) -> Result<(), IrError> {
+        self.path.push(label);
+        enter(self);
+        self.scopes.push(Scope::default());
+        let r = self.body(body);
+        self.scopes.pop();
+        leave(self);
+        self.path.pop();
+        r
+    }
+
     pub(super) fn stmt_inner(&mut self, s: &Stmt) -> Result<(), IrError> {
         match s {
             Stmt::FirstWarpgroups { count, body } => {
@@ -229,14 +248,12 @@ impl<'a> Checker<'a> {
                          in flight across the branch)",
                     ));
                 }
-                self.path.push(format!("first {count} warpgroups"));
-                self.first_wgs = Some((*count, self.scopes.len()));
-                self.scopes.push(Scope::default());
-                let r = self.body(body);
-                self.scopes.pop();
-                self.first_wgs = None;
-                self.path.pop();
-                r?;
+                self.region(
+                    format!("first {count} warpgroups"),
+                    body,
+                    |v| v.first_wgs = Some((*count, v.scopes.len())),
+                    |v| v.first_wgs = None,
+                )?;
             }
             Stmt::InTurn { body } => {
                 let t = self.k.threads;
@@ -249,24 +266,10 @@ impl<'a> Checker<'a> {
                         ),
                     ));
                 }
-                self.path.push("in_turn".into());
-                self.in_turn = true;
-                self.scopes.push(Scope::default());
-                let r = self.body(body);
-                self.scopes.pop();
-                self.in_turn = false;
-                self.path.pop();
-                r?;
+                self.region("in_turn".into(), body, |v| v.in_turn = true, |v| v.in_turn = false)?;
             }
             Stmt::Producer { body } => {
-                self.path.push("producer".into());
-                self.producer = true;
-                self.scopes.push(Scope::default());
-                let r = self.body(body);
-                self.scopes.pop();
-                self.producer = false;
-                self.path.pop();
-                r?;
+                self.region("producer".into(), body, |v| v.producer = true, |v| v.producer = false)?;
             }
             Stmt::Let { var, value } => {
                 if var.0 as usize >= self.k.vars.len() {

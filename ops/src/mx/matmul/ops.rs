@@ -330,32 +330,8 @@ impl Instance for MatInstance {
         let ierr = |e: k3k_reference::error::RefError| OpError::Internal(format!("reference: {e}"));
         // The rows compared: all of a small problem; of a large one each group's first, middle and last, plus 64
         // random.
-        let rows: Vec<usize> = if m * n * k <= 1 << 24 {
-            (0..m).collect()
-        } else {
-            let mut rows = vec![];
-            let mut start = 0;
-            for &c in &pb.counts {
-                if c > 0 {
-                    rows.extend([start, start + c / 2, start + c - 1]);
-                }
-                start += c;
-            }
-            let mut s = self.seed;
-            for _ in 0..64 {
-                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-                rows.push((s >> 33) as usize % m.max(1));
-            }
-            rows.sort();
-            rows.dedup();
-            rows
-        };
-        let mut group_of = vec![0usize; m];
-        let mut start = 0;
-        for (gi, &c) in pb.counts.iter().enumerate() {
-            group_of[start..start + c].fill(gi);
-            start += c;
-        }
+        let rows = crate::check::checked_rows(&pb.counts, m * n * k <= 1 << 24, self.seed);
+        let group_of = crate::check::row_groups(&pb.counts);
         // Per row, on the group's dequantized weights (reference::mx::dequantize) in f64: the epilogue's output,
         // and whether every product behind it has a value an f32 accumulation determines. A product whose terms
         // cancel to below their f32 error bound (wide scale ranges: terms of 1e11 summing to 13) may come out as
@@ -381,16 +357,7 @@ impl Instance for MatInstance {
                     let abs = refgemm::matmul_nt_abs(xr, 1, k, &wd, n).map_err(ierr)?;
                     let determined = |j: usize| acc[j].abs() > refgemm::f32_sum_bound(k, abs[j]);
                     let scale = self.p.as_ref().map_or(1.0, |p| p[r] as f64);
-                    let out = (0..no)
-                        .map(|j| {
-                            scale
-                                * match pb.epilogue {
-                                    Epilogue::None => acc[j],
-                                    Epilogue::SituGlu => refgemm::situ_glu(acc[j], acc[j + no]),
-                                    Epilogue::SwiGlu => refgemm::swiglu(acc[j], acc[j + no]),
-                                }
-                        })
-                        .collect();
+                    let out = (0..no).map(|j| scale * pb.epilogue.reference(&acc, j)).collect();
                     let ok = (0..no).map(|j| determined(j) && (!pb.epilogue.is_glu() || determined(j + no))).collect();
                     Ok((out, ok))
                 })
