@@ -514,7 +514,7 @@ fn gemm_kernel(spec: &MatSpec, sh: &ShapeFacts, c: &DqCfg) -> Result<Kernel, OpE
 }
 
 /// The MXFP8 activation dequant kernel (`mx.dequantize` to bf16).
-fn act_kernel() -> Result<Kernel, OpError> {
+pub(super) fn act_kernel() -> Result<Kernel, OpError> {
     super::quant::build_dequantize(
         &super::quant::DequantSpec { fmt: MxFormat::Fp8, out: DType::Bf16 },
         &super::quant::default_knobs(),

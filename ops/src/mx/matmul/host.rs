@@ -175,9 +175,29 @@ fn facts(w: &Fp4Weights, glu: bool, counts: &[usize]) -> ShapeFacts {
     }
 }
 
-/// The kernels of a problem at these knobs (main, plus finalize when split).
+/// PATH=gemv with MXFP8 activations: [`Stmt::Fp4Gemv`] reads bf16 activations only (16-byte chunks of a block's
+/// columns, reloaded by every CTA of a group), so a first launch dequantizes the activations once (`mx.dequantize`
+/// to bf16, the prefill path's activation kernel: `M*K*(1 + 1/32)` bytes read, `2*M*K` written; 0.4 + 0.8 MB at
+/// 28 experts x 4 tokens, K3584) into a scratch `xd: [M, K]`, and the main kernel is the bf16-activation one. Every
+/// activation is the bf16 the tile path's on-chip dequant feeds the tensor cores (an E4M3 value times a power of
+/// two), so the two paths differ only in the order of the f32 sums.
+pub fn act_dequant_first(spec: &MatSpec, c: &Cfg) -> bool {
+    spec.act8 && c.gemv
+}
+
+/// The variant the main kernel is built for: `spec`, with bf16 activations when [`act_dequant_first`].
+fn main_spec(spec: &MatSpec, c: &Cfg) -> MatSpec {
+    MatSpec { act8: spec.act8 && !act_dequant_first(spec, c), ..*spec }
+}
+
+/// The kernels of a problem at these knobs: main first (its knobs are the resolved configuration the tuner and
+/// the reports show), then the finalize when split and the activation dequant of [`act_dequant_first`] (which the
+/// plan launches before main).
 pub fn kernels_for(spec: &MatSpec, c: &Cfg) -> Result<Vec<Kernel>, OpError> {
-    let mut v = vec![build_main(spec, c)?];
+    let mut v = vec![build_main(&main_spec(spec, c), c)?];
+    if act_dequant_first(spec, c) {
+        v.push(super::prefill::act_kernel()?);
+    }
     if c.split > 1 && !c.fused {
         v.push(build_finalize(spec, c.split)?);
     }
@@ -204,10 +224,19 @@ pub fn matmul_plan(w: &Fp4Weights, inp: &MatInputs<'_>, knobs: &Knobs) -> Result
     let (g, n, k, m) = (w.groups, w.n, w.k, inp.x.shape().0);
     let n_out = if glu { n / 2 } else { n };
     let mut plan = Plan::default();
+    let act_first = act_dequant_first(&spec, &c);
     let mut args = match inp.x {
         Act::Bf16(x) => vec![plan.input("x", x.clone())],
+        // The activation dequant kernel reads the E4M3 bytes as bytes, the main kernels as u32 words.
         Act::Mxfp8(t) => vec![
-            plan.input("xq", HostTensor::from_bytes(DType::U32, &[m, k / 4], t.q.clone())),
+            plan.input(
+                "xq",
+                if act_first {
+                    HostTensor::from_bytes(DType::U8, &[m, k], t.q.clone())
+                } else {
+                    HostTensor::from_bytes(DType::U32, &[m, k / 4], t.q.clone())
+                },
+            ),
             plan.input("xs", HostTensor::from_bytes(DType::U8, &[m, k / BLOCK], t.s.clone())),
         ],
     };
@@ -224,11 +253,17 @@ pub fn matmul_plan(w: &Fp4Weights, inp: &MatInputs<'_>, knobs: &Knobs) -> Result
         args.push(plan.input("offs", HostTensor::from_i64(DType::I32, &[g], &o)));
     }
     let p_idx = inp.p.map(|p| plan.input("p", data::tensor(DType::F32, &[m], p)));
-    let main = build_main(&spec, &c)?;
+    let main = build_main(&main_spec(&spec, &c), &c)?;
     if m == 0 {
         // No rows: an empty output and nothing to launch (a grid of zero CTAs is not a valid launch).
         plan.output("y", DType::Bf16, &[0, n_out]);
         return Ok(plan);
+    }
+    if act_first {
+        // [xq, xs] -> the bf16 scratch the main kernel reads in their place.
+        let xd = plan.scratch("xd", DType::Bf16, &[m, k]);
+        plan.step(super::prefill::act_kernel()?, &[args[0], args[1], xd], &[]);
+        args.splice(0..2, [xd]);
     }
     if c.split > 1 && c.fused {
         // One launch: partials in scratch, arrival counters that start (and are left) at zero.

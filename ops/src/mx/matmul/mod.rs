@@ -140,11 +140,12 @@ pub fn knob_space() -> KnobSpace {
              a whole BK slice's loads in flight per thread; MMA=sync, no GLU epilogue; for few tokens); gemv (decode, \
              `Stmt::Fp4Gemv`: one CTA per BN weight rows, group and 8 or 16 tokens over the whole K range, split over WA \
              warps in batches of BK columns, whole 16-byte weight blocks per lane streamed through a register ring of \
-             GR 128-column quads, the warps' partials summed in shared memory, one launch; bf16 activations); dq_gemm (prefill, \
+             GR 128-column quads, the warps' partials summed in shared memory, one launch; MXFP8 activations are dequantized \
+             to bf16 by a first launch); dq_gemm (prefill, \
              `mx::prefill`): a bandwidth-bound kernel dequantizes all weights once into a bf16 scratch of \
              2*G*N*K bytes (44 MB at N6144 K3584; + 2*M*K with MXFP8 activations, dequantized the same way), then \
              the latent_moe_gemm kernel runs on it (BM/BN/BK/STAGES/RASTER/MMA are its knobs, WA/WB its WM/WN; \
-             0 = its defaults); auto: dense with at most 16 tokens and bf16 activations: gemv (else stream for \
+             0 = its defaults); auto: dense with at most 16 tokens: gemv (else stream for bf16 activations and \
              BM <= 16, packed, no GLU, when explicit knobs rule gemv out); grouped decode with at most 8 tokens per \
              expert: gemv (a prediction for the register-ring kernel: the session-4 gemv lost to tile at 28 x 4); dq_gemm with every other knob automatic and at least 2 128-row token \
              tiles per expert with tokens (dense: M > 128); else tile. dq_gemm is accepted but not an axis value (the tuner reaches it through \
@@ -579,9 +580,12 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, Op
     Ok(c)
 }
 
-/// PATH=gemv: `Some(true)` explicit, `Some(false)` automatic (at most 16 tokens per group with bf16
-/// activations when no other explicit knob asks for another path's shape: MMA=wgmma, WB > 1, a BM other than
-/// 8 or 16), `None` another path.
+/// PATH=gemv: `Some(true)` explicit, `Some(false)` automatic (at most 16 tokens per group, 8 per expert when
+/// grouped, when no other explicit knob asks for another path's shape: MMA=wgmma, WB > 1, a BM other than 8 or
+/// 16), `None` another path. MXFP8 activations included (dequantized by a first launch, see
+/// [`act_dequant_first`]): at 28 experts x 4 tokens the tile path, their only decode path before, ran
+/// 0.1952 ms against the gemv kernel's 0.1171 on bf16 activations (H200, session 20 report, same run); the
+/// dequant launch moves 1.2 MB. A prediction until the GPU times both.
 fn gemv_wanted(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Option<bool>, OpError> {
     let Some(_) = knobs.0.get("PATH") else { return Ok(None) };
     Ok(match knobs.str("PATH")? {
@@ -592,7 +596,6 @@ fn gemv_wanted(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Option<
         // in flight per SM), a prediction until the GPU measures it.
         "auto" => (sh.max_rows <= 16
             && (!spec.grouped || sh.max_rows <= 8)
-            && !spec.act8
             && knobs.0.get("MMA").is_none_or(|_| knobs.str("MMA").is_ok_and(|m| m != "wgmma"))
             && matches!(knobs.u32("WB")?, 0 | 1)
             && matches!(knobs.u32("BM")?, 0 | 8 | 16))
@@ -709,8 +712,8 @@ fn validate(spec: &MatSpec, c: &Cfg, knobs: &Knobs) -> Result<(), OpError> {
     let glu = spec.epilogue.is_glu();
     if c.gemv {
         let rows = if glu { c.bn / 2 } else { c.bn };
-        if spec.act8 || c.wgmma || c.wb != 1 {
-            return invalid("PATH=gemv needs bf16 activations, MMA=sync and WB=1".into());
+        if c.wgmma || c.wb != 1 {
+            return invalid("PATH=gemv needs MMA=sync and WB=1".into());
         }
         if !matches!(c.bm, 8 | 16) || !matches!(c.bk, 128 | 256 | 512 | 1024) {
             return invalid(format!(
