@@ -711,7 +711,12 @@ template <bool FOLD> __device__ __forceinline__ unsigned fp4_pair(unsigned q4, u
   return fp4_scaled<FOLD>((u & 0x80008000u) | ((u & 0x70007000u) >> 6), scale2);
 }
 template <bool FOLD> __device__ __forceinline__ unsigned fp4_pair_packed(unsigned q, int f, unsigned scale2) {
+#ifdef K3K_XP_NOSCALE
+  // Timing experiment (K3K_EXPERIMENT, wrong values on purpose): no scale multiply.
+  return fp4_packed_bits(q, f) | (scale2 & 0u);
+#else
   return fp4_scaled<FOLD>(fp4_packed_bits(q, f), scale2);
+#endif
 }
 // Natural layout (SPEC 1 bytes as words: word w of a block holds columns 8w..8w+7): the lane's pair f is byte
 // l of word f, so one 16-byte load of the block's four words (one swizzle chunk) and three prmt build the
@@ -1019,6 +1024,11 @@ __device__ __forceinline__ void fp4_gemv(unsigned char* ot, int or0, int oc0, un
         const int wa = PACKED ? 2 * j : i, wb = PACKED ? 2 * j + 1 : i;
         const int fa = PACKED ? i : 2 * j, fb = PACKED ? i : 2 * j + 1;
         unsigned a[4];
+#if defined(K3K_XP_NODECODE) || defined(K3K_XP_NOMATH)
+        // Timing experiments (K3K_EXPERIMENT, wrong values on purpose): the raw words, no decode, no scale.
+        (void)s0, (void)s1, (void)fa, (void)fb;
+        a[0] = q0[wa], a[1] = q1[wa], a[2] = q0[wb], a[3] = q1[wb];
+#else
         if (PACKED) {
           a[0] = fp4_pair_packed<FOLD>(q0[wa], fa, s0);
           a[1] = fp4_pair_packed<FOLD>(q1[wa], fa, s1);
@@ -1034,11 +1044,17 @@ __device__ __forceinline__ void fp4_gemv(unsigned char* ot, int or0, int oc0, un
           a[2] = fp4_pair_lh<FOLD>(lb0, hb0, fb, s0);
           a[3] = fp4_pair_lh<FOLD>(lb1, hb1, fb, s1);
         }
+#endif
 #pragma unroll
         for (int tt = 0; tt < TT; ++tt) {
           const uint4 xc = xr[tt][i];
           const unsigned bb[2] = {j ? xc.z : xc.x, j ? xc.w : xc.y};
+#if defined(K3K_XP_NOMMA) || defined(K3K_XP_NOMATH)
+          // Timing experiments: the operands are computed and kept live, no product.
+          asm volatile("" ::"r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(bb[0]), "r"(bb[1]));
+#else
           mma16816((bf16*)0, acc[b][tt], a, bb);
+#endif
         }
       }
     }

@@ -34,6 +34,51 @@ pub enum CodegenError {
     Compile(#[from] CompileError),
     #[error(transparent)]
     Ptxas(#[from] PtxasError),
+    /// `K3K_EXPERIMENT` names no experiment of [`EXPERIMENTS`], or is set where it must not be.
+    #[error("{EXPERIMENT_ENV}: {0}")]
+    Experiment(String),
+}
+
+/// The environment variable of the timing experiments: `K3K_EXPERIMENT=NAME[,NAME...]` makes [`build`] define
+/// `K3K_XP_<NAME>` at the top of every kernel it compiles, which switches on a block of the prelude that removes
+/// one piece of work from a kernel on purpose, so that a timing of what is left says what bounds it (a
+/// bottleneck decomposition without a profiler's replay). Such kernels compute wrong values: every check of them
+/// fails, and `k3k bench` keeps the time of a set that failed its check in the JSON but never reports it as a
+/// result. [`render`] (what the fingerprints hash) ignores it, and `k3k-build` refuses to run with it set.
+pub const EXPERIMENT_ENV: &str = "K3K_EXPERIMENT";
+
+/// The prelude's experiments, by name, with what each removes (all in `fp4_gemv`'s product, the MXFP4 decode
+/// kernel of `mxfp4_matmul` `PATH=gemv`, packed layout).
+pub const EXPERIMENTS: [(&str, &str); 4] = [
+    ("NOSCALE", "the bf16x2 multiply by the block scale (the decoded bits go to the tensor cores as they are)"),
+    ("NODECODE", "the decode and the scale multiply (the raw words go to the tensor cores)"),
+    ("NOMMA", "the mma.sync (its operands are still computed, kept live by an empty asm statement)"),
+    ("NOMATH", "decode, scale and mma (only the loads, the ring and the loop remain)"),
+];
+
+/// The experiments `K3K_EXPERIMENT` asks for (empty when unset or empty); an unknown name is an error.
+pub fn experiments() -> Result<Vec<&'static str>, CodegenError> {
+    std::env::var(EXPERIMENT_ENV).map_or(Ok(vec![]), |v| parse_experiments(&v))
+}
+
+/// The experiments a `K3K_EXPERIMENT` value names (comma-separated, any case); an unknown name is an error.
+pub fn parse_experiments(v: &str) -> Result<Vec<&'static str>, CodegenError> {
+    v.split(',')
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+        .map(|n| {
+            EXPERIMENTS.iter().map(|(name, _)| *name).find(|name| name.eq_ignore_ascii_case(n)).ok_or_else(|| {
+                let known: Vec<&str> = EXPERIMENTS.iter().map(|(name, _)| *name).collect();
+                CodegenError::Experiment(format!("unknown experiment `{n}` (known: {})", known.join(", ")))
+            })
+        })
+        .collect()
+}
+
+/// A rendered kernel with the experiments' defines in front (the source unchanged when there are none).
+pub fn with_experiments(src: &str, experiments: &[&str]) -> String {
+    let defines: String = experiments.iter().map(|n| format!("#define K3K_XP_{n} 1\n")).collect();
+    format!("{defines}{src}")
 }
 
 /// How far to take a kernel.
@@ -68,7 +113,7 @@ pub fn module_key(src: &str, arch: &str) -> String {
 
 /// Render, compile (and optionally assemble) a kernel, using the cache.
 pub fn build(kernel: &Kernel, opts: BuildOptions) -> Result<Arc<CompiledModule>, CodegenError> {
-    let src = render(kernel)?;
+    let src = with_experiments(&render(kernel)?, &experiments()?);
     let key = module_key(&src, ARCH);
     if let Some(m) = cache::get(&key, opts.assemble) {
         return Ok(m);

@@ -84,6 +84,15 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     if let Some(from) = &a.publish {
         return publish(from, &a.out);
     }
+    let experiments = k3k::codegen::experiments()?;
+    if !experiments.is_empty() {
+        println!(
+            "{}={}: timing experiments, every kernel computes wrong values on purpose (each check fails; the times \
+             say what the removed work cost)",
+            k3k::codegen::EXPERIMENT_ENV,
+            experiments.join(",")
+        );
+    }
     let gpu = Gpu::open(0)?;
     let gpu_key = GpuKey::new(gpu.info.name.clone(), gpu.info.compute_capability, gpu.info.sm_count);
     // A results folder that does not exist just means nothing is tuned; a corrupt file is an error (by name).

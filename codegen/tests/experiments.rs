@@ -1,0 +1,55 @@
+//! The timing experiments of `K3K_EXPERIMENT` (see `k3k_codegen::EXPERIMENTS`): each one compiles (NVRTC and
+//! ptxas, no spills) for the `fp4_gemv` primitive, register and shared-memory rings, and removes what it says it
+//! removes from the program; names are parsed strictly.
+
+mod common;
+
+use common::cases;
+use k3k_codegen::{ARCH, EXPERIMENTS, nvrtc, parse_experiments, ptxas, render, with_experiments};
+
+/// The PTX of a kernel's source with the given experiments defined.
+fn ptx(k: &k3k_ir::Kernel, xp: &[&str]) -> String {
+    let src = with_experiments(&render(k).unwrap(), xp);
+    let out = nvrtc::compile_ptx(&k.name, &src, ARCH).unwrap_or_else(|e| panic!("{}: {xp:?}: {e}", k.name));
+    let a = ptxas::assemble(&k.name, &out.ptx, ARCH).unwrap_or_else(|e| panic!("{}: {xp:?}: {e}", k.name));
+    assert!(!a.resources.spills(), "{} {xp:?} spills: {:?}", k.name, a.resources);
+    out.ptx
+}
+
+fn count(ptx: &str, what: &str) -> usize {
+    ptx.matches(what).count()
+}
+
+#[test]
+fn each_experiment_compiles_and_removes_its_work() {
+    for case in [cases::fp4_gemv(), cases::fp4_gemv_staged()] {
+        let k = &case.kernel;
+        let base = ptx(k, &[]);
+        let mma = count(&base, "mma.sync.aligned.m16n8k16");
+        let mul = count(&base, "mul.rn.bf16x2") + count(&base, "mul.bf16x2");
+        assert!(mma > 0 && mul > 0, "{}: the baseline multiplies and scales ({mma} mma, {mul} mul)", k.name);
+        for (name, _) in EXPERIMENTS {
+            let x = ptx(k, &[name]);
+            assert_ne!(x, base, "{} {name}: the program is unchanged", k.name);
+            let (xm, xs) =
+                (count(&x, "mma.sync.aligned.m16n8k16"), count(&x, "mul.rn.bf16x2") + count(&x, "mul.bf16x2"));
+            match name {
+                "NOSCALE" => assert!(xm == mma && xs < mul, "{} {name}: {xm} mma, {xs} mul", k.name),
+                "NODECODE" => assert!(xm == mma && xs < mul, "{} {name}: {xm} mma, {xs} mul", k.name),
+                "NOMMA" => assert!(xm == 0 && xs > 0, "{} {name}: {xm} mma, {xs} mul", k.name),
+                "NOMATH" => assert!(xm == 0 && xs < mul, "{} {name}: {xm} mma, {xs} mul", k.name),
+                other => panic!("experiment {other} has no test"),
+            }
+        }
+    }
+}
+
+#[test]
+fn experiment_names_are_parsed_strictly() {
+    assert_eq!(parse_experiments("").unwrap(), Vec::<&str>::new());
+    assert_eq!(parse_experiments("nodecode, NOMMA").unwrap(), vec!["NODECODE", "NOMMA"]);
+    let e = parse_experiments("NODECODE,FAST").unwrap_err().to_string();
+    assert!(e.contains("K3K_EXPERIMENT") && e.contains("`FAST`") && e.contains("NOSCALE"), "{e}");
+    let src = with_experiments("int x;", &["NOMATH"]);
+    assert_eq!(src, "#define K3K_XP_NOMATH 1\nint x;");
+}

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Session 22, device call 1 (issue 4). Two questions about the MXFP4 decode, in one call:
+# 1. MXFP8 activations (K3's expert inputs) now take PATH=gemv behind an activation dequant launch (session 22):
+#    GPU check of mxfp4_matmul (random cases include MXFP8 activations at decode sizes), then the 28 x 4 decode with
+#    MXFP8 activations, the new default against PATH=tile (the old default, 0.1952 ms in session 20), interleaved,
+#    per-launch times in bench.txt ("step" lines), and the bf16-activation decode as the reference point.
+# 2. What bounds the 28 x 4 gemv (0.117 ms, 1.38x the 84.7 us read floor): the default timed against the four
+#    timing experiments of K3K_EXPERIMENT (k3k_codegen::EXPERIMENTS: NOSCALE, NODECODE, NOMMA, NOMATH: each
+#    removes a piece of the product; wrong values on purpose, their checks fail), baseline before and after.
+#    If NODECODE is near the baseline, the decode is not the bound and the FP8-mma decode of the NOTES would not
+#    pay; if NOMATH is near the floor, it would. Then ncu pipe utilization of the default (ALU / FMA / tensor).
+# Build first here: cargo build --release; mkdir -p .carry; strip -o .carry/k3k target/release/k3k
+# Run: BUDGET_S=400 bash scripts/plans/session22-call1.sh  (carry [".carry"], timeout_s 430)
+W=/tmp/w22c1; source scripts/plans/lib.sh
+P28="MXFP4 decode 28 experts x 4 tokens N6144 K3584"
+timeout 120 $K check --backend cuda --op mxfp4_matmul --cases 24 > $OUT/check.txt 2>&1
+echo "check rc=$? $(date -u +%T)" >> $L; tail -3 $OUT/check.txt >> $L
+# 1. MXFP8 activations: new default (gemv + dequant launch) vs tile, interleaved twice; bf16 activations alongside.
+for r in 1 2; do
+  timeout 60 $K bench --op mxfp4_matmul --preset "$P28 mxfp8-act" --results /nonexistent --out $W/b/act8-$r \
+    --knobs "PATH=auto;PATH=tile" >> $OUT/bench.txt 2>&1; echo "act8 $r rc=$? $(date -u +%T)" >> $L
+  timeout 40 $K bench --op mxfp4_matmul --preset "$P28" --results /nonexistent --out $W/b/bf16-$r >> $OUT/bench.txt 2>&1
+  echo "bf16 $r rc=$? $(date -u +%T)" >> $L
+done
+pack
+# 2. The experiments, each between two baselines (same binary, same preset, same data).
+xp() { timeout 40 env ${1:+K3K_EXPERIMENT=$1} $K bench --op mxfp4_matmul --preset "$P28" --results /nonexistent \
+  --out $W/xp/${1:-base}-$2 > $W/xp.log 2>&1; echo "xp ${1:-base} $2 rc=$? $(grep -E "^ +$P28 " $W/xp.log | head -1 | cut -c1-120)" >> $OUT/xp.txt; }
+mkdir -p $W/xp; : > $OUT/xp.txt
+for x in NOSCALE NODECODE NOMMA NOMATH; do xp "" $x; xp $x 1; done; xp "" end
+pack; echo "experiments $(date -u +%T)" >> $L
+# 3. ncu: pipe utilization and instruction mix of the default's main kernel (clocks left alone).
+[ "$(left)" -gt 90 ] && { timeout $(( $(left) - 30 )) ncu --clock-control none --kernel-name "regex:mxfp4_mm" --launch-count 1 \
+  --section ComputeWorkloadAnalysis --section InstructionStats --section SchedulerStats --section SpeedOfLight \
+  $K bench --op mxfp4_matmul --preset "$P28" --reps 1 --window-ms 0 --results /nonexistent --out $W/pb > $OUT/ncu.txt 2>&1
+  echo "ncu rc=$? $(date -u +%T)" >> $L; }
+echo "end $(date -u +%T)" >> $L
+cat $L | cut -c1-200
+grep -E "step|ms rel" $OUT/bench.txt | cut -c1-170 | tail -24
+cat $OUT/xp.txt
+grep -iE "Pipe Utilization|ALU|FMA|Tensor|Issue Slots|Executed Ipc|Duration" $OUT/ncu.txt | head -24
