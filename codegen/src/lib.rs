@@ -52,8 +52,8 @@ pub const EXPERIMENT_ENV: &str = "K3K_EXPERIMENT";
 pub const EXPERIMENTS: [(&str, &str); 4] = [
     ("NOSCALE", "the bf16x2 multiply by the block scale (the decoded bits go to the tensor cores as they are)"),
     ("NODECODE", "the decode and the scale multiply (the raw words go to the tensor cores)"),
-    ("NOMMA", "the mma.sync (its operands are still computed, kept live by an empty asm statement)"),
-    ("NOMATH", "decode, scale and mma (only the loads, the ring and the loop remain)"),
+    ("NOMMA", "the mma.sync (its operands are still computed and summed into the output: 2 IADD3 per mma)"),
+    ("NOMATH", "decode, scale and mma (the loads, the ring, the loop and the sum of NOMMA remain)"),
 ];
 
 /// The experiments `K3K_EXPERIMENT` asks for (empty when unset or empty); an unknown name is an error.
