@@ -1140,8 +1140,17 @@ __device__ __forceinline__ void fp4_gemv(unsigned char* ot, int or0, int oc0, un
       // FAST form: the lane's sources of its next issued quad (row g; loop-carried, so no compiler rebuilds them
       // from the thread index under a register cap), advanced by the quads between two issues, and the warp's
       // row steps (8 rows, in bytes).
+#ifdef K3K_XP_TILEMAJOR
+      // Timing experiment (K3K_EXPERIMENT, wrong values on purpose): the copies read each 16-row block's quad as
+      // one contiguous 1 KB (its scale words as 64 B), as an offline tile-major layout would store them: the same
+      // bytes of the tile's rows, in another order (FAST tiles have all their rows; scale rows of 4 bytes per quad).
+      const unsigned char* wq = (const unsigned char*)(q + qoff) + (64 * g + 16 * l + 1024 * quad(0));
+      const unsigned char* sq =
+          (const unsigned char*)((unsigned long long)(sg + soff) & ~3ull) + (4 * g + 64 * quad(0));
+#else
       const unsigned char* wq = (const unsigned char*)(wb + (wro[0][0] + 4 * quad(0)));
       const unsigned char* sq = swb + (((sro[0][0] + smis) & ~3) + 4 * quad(0));
+#endif
       const unsigned fsel = (unsigned)((sro[0][0] + smis) & 3) | 0x4440u;
       const unsigned wstep = 8u * 16u * (unsigned)(qstride >> 2), sstep = 8u * (unsigned)sstride;
       if constexpr (!FAST) {
@@ -1176,12 +1185,22 @@ __device__ __forceinline__ void fp4_gemv(unsigned char* ot, int or0, int oc0, un
             for (int jp = 0; jp < 2; ++jp) {
               const int p = 2 * b + jp, piece = p * 32 + lane;
               if constexpr (FAST) {
+#ifdef K3K_XP_TILEMAJOR
+                (void)wstep, (void)sstep;
+                asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(wdst + 16 * 32 * p),
+                             "l"(wq + ((p >> 1) * 64u * (unsigned)qstride + (p & 1) * 512u))
+                             : "memory");
+                asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(wdst + (WOFF - 12 * lane) + 4 * 32 * p),
+                             "l"(sq + ((p >> 1) * 16u * (unsigned)sstride + (p & 1) * 32u))
+                             : "memory");
+#else
                 asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(wdst + 16 * 32 * p),
                              "l"(wq + p * wstep)
                              : "memory");
                 asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(wdst + (WOFF - 12 * lane) + 4 * 32 * p),
                              "l"(sq + p * sstep)
                              : "memory");
+#endif
               } else {
                 const int ok = rok[b][jp] ? 16 : 0;
                 asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst + 16 * piece),
@@ -1198,8 +1217,13 @@ __device__ __forceinline__ void fp4_gemv(unsigned char* ot, int or0, int oc0, un
         if constexpr (FAST) {
           // quad(n + 1) - quad(n): the next quad of the batch, or the first of the warp's next batch.
           const int dq = n % U == U - 1 ? (WARPS - 1) * U + 1 : 1;
+#ifdef K3K_XP_TILEMAJOR
+          wq += 1024 * dq;
+          sq += 64 * dq;
+#else
           wq += 64 * dq;
           sq += 4 * dq;
+#endif
         }
       };
 #pragma unroll

@@ -47,13 +47,18 @@ pub enum CodegenError {
 /// result. [`render`] (what the fingerprints hash) ignores it, and `k3k-build` refuses to run with it set.
 pub const EXPERIMENT_ENV: &str = "K3K_EXPERIMENT";
 
-/// The prelude's experiments, by name, with what each removes (all in `fp4_gemv`'s product, the MXFP4 decode
-/// kernel of `mxfp4_matmul` `PATH=gemv`, packed layout).
-pub const EXPERIMENTS: [(&str, &str); 4] = [
+/// The prelude's experiments, by name, with what each removes or changes (all in `fp4_gemv`, the MXFP4 decode
+/// kernel of `mxfp4_matmul` `PATH=gemv`, packed layout; TILEMAJOR in its FAST staged ring only).
+pub const EXPERIMENTS: [(&str, &str); 5] = [
     ("NOSCALE", "the bf16x2 multiply by the block scale (the decoded bits go to the tensor cores as they are)"),
     ("NODECODE", "the decode and the scale multiply (the raw words go to the tensor cores)"),
     ("NOMMA", "the mma.sync (its operands are still computed and summed into the output: 2 IADD3 per mma)"),
     ("NOMATH", "decode, scale and mma (the loads, the ring, the loop and the sum of NOMMA remain)"),
+    (
+        "TILEMAJOR",
+        "nothing: the ring reads each 16-row block's quad as one contiguous 1 KB (scales 64 B), the order an \
+         offline tile-major layout would store (the same bytes: DRAM locality alone)",
+    ),
 ];
 
 /// The experiments `K3K_EXPERIMENT` asks for (empty when unset or empty); an unknown name is an error.

@@ -894,3 +894,20 @@ fn outputs_of_products_that_cancel_below_f32_are_not_compared_and_counted() {
         assert!(r.passed && !r.scope.contains("not compared"), "{}: {} {}", inst.describe(), r.scope, r.detail);
     }
 }
+
+/// `K3K_EXPERIMENT=TILEMAJOR` (a timing experiment, see `k3k_codegen::EXPERIMENTS`) changes only the copies of the
+/// 28 x 4 decode's FAST staged ring: the program differs, its products, multiplies and copies are as many.
+#[test]
+fn the_tilemajor_experiment_reorders_the_decode_copies_only() {
+    use k3k_codegen::{ARCH, nvrtc, render, with_experiments};
+    let p = Preset::new("g28", &[("G", 28), ("per", 4), ("N", 6144), ("K", 3584), ("packed", 1)]);
+    let main = Mxfp4Matmul.kernels(&p, &default_knobs()).unwrap().remove(0);
+    let ptx =
+        |xp: &[&str]| nvrtc::compile_ptx(&main.name, &with_experiments(&render(&main).unwrap(), xp), ARCH).unwrap().ptx;
+    let (base, x) = (ptx(&[]), ptx(&["TILEMAJOR"]));
+    assert_ne!(base, x, "the FAST ring's copies are reordered");
+    for what in ["mma.sync.aligned.m16n8k16", "mul.rn.bf16x2", "cp.async.cg.shared.global", "cp.async.ca.shared.global"]
+    {
+        assert_eq!(base.matches(what).count(), x.matches(what).count(), "{what}");
+    }
+}
