@@ -300,3 +300,34 @@ fn raw_ir_kernels_get_launchers() {
     let src = std::fs::read_to_string(&report.rust_file).unwrap();
     assert!(src.contains(r#"PINS: &'static [(&'static str, i64)] = &[("K", 64)];"#), "{src}");
 }
+
+/// The MXFP4 decode with MXFP8 activations records two launches (the activation dequant into the `xd` scratch,
+/// then the gemv kernel), though the operator lists its main kernel first.
+#[test]
+fn mxfp8_decode_plan_launches_the_activation_dequant_first() {
+    let out = tempfile::tempdir().unwrap();
+    let report = Builder::new()
+        .op("mxfp4_matmul")
+        .alias("expert_up")
+        .dims(&[("G", 3), ("per", 4), ("K", 256), ("N", 64), ("packed", 1), ("act", 1)])
+        .plan(true)
+        .results_dir(out.path().join("none"))
+        .out_dir(out.path())
+        .cargo_output(false)
+        .build()
+        .unwrap();
+    parse(&report.rust_file);
+    let src = std::fs::read_to_string(&report.rust_file).unwrap();
+    assert!(src.contains(r#"name: "xq", role: rt::BufRole::Input"#), "{src}");
+    assert!(src.contains(r#"name: "xd", role: rt::BufRole::Scratch"#), "{src}");
+    let names: Vec<&str> = report.kernels.iter().map(|k| k.name.as_str()).collect();
+    assert_eq!(names.len(), 2, "{names:?}");
+    // The recorded launches in order, by kernel name: the dequant, then the gemv kernel.
+    let launched: Vec<&str> = src
+        .split("rt::StepSpec { kernel: ")
+        .skip(1)
+        .map(|rest| names[rest[..rest.find(',').unwrap()].parse::<usize>().unwrap()])
+        .collect();
+    assert_eq!(launched.len(), 2, "{src}");
+    assert!(launched[0].contains("dequant") && launched[1].contains("pathgemv"), "{launched:?}");
+}
