@@ -1115,6 +1115,14 @@ __device__ __forceinline__ void fp4_gemv(unsigned char* ot, int or0, int oc0, un
     //   loop went from 845 to 613 SASS instructions per two quads).
     // - general: per-piece offsets (invalid rows copy the view's first row with a zero source size, their values
     //   reach only their own, discarded outputs) and per-piece byte selects.
+#if defined(K3K_XP_L2PF256)
+// Timing experiment (K3K_EXPERIMENT; values unchanged): the FAST ring's copies ask L2 to fetch 256 B around each.
+#define K3K_GEMV_L2PF ".L2::256B"
+#elif defined(K3K_XP_L2PF128)
+#define K3K_GEMV_L2PF ".L2::128B"
+#else
+#define K3K_GEMV_L2PF ""
+#endif
     constexpr int SLOT = NB * 2 * 32 * 20, WOFF = NB * 2 * 32 * 16;
     unsigned char* const stg = pt + ((WARPS * LP::TILE_BYTES + 15) & ~15) + wid * S * SLOT;
     const unsigned sbase = smem_u32(stg);
@@ -1187,17 +1195,17 @@ __device__ __forceinline__ void fp4_gemv(unsigned char* ot, int or0, int oc0, un
               if constexpr (FAST) {
 #ifdef K3K_XP_TILEMAJOR
                 (void)wstep, (void)sstep;
-                asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(wdst + 16 * 32 * p),
+                asm volatile("cp.async.cg.shared.global" K3K_GEMV_L2PF " [%0], [%1], 16;\n" ::"r"(wdst + 16 * 32 * p),
                              "l"(wq + ((p >> 1) * 64u * (unsigned)qstride + (p & 1) * 512u))
                              : "memory");
-                asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(wdst + (WOFF - 12 * lane) + 4 * 32 * p),
+                asm volatile("cp.async.ca.shared.global" K3K_GEMV_L2PF " [%0], [%1], 4;\n" ::"r"(wdst + (WOFF - 12 * lane) + 4 * 32 * p),
                              "l"(sq + ((p >> 1) * 16u * (unsigned)sstride + (p & 1) * 32u))
                              : "memory");
 #else
-                asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(wdst + 16 * 32 * p),
+                asm volatile("cp.async.cg.shared.global" K3K_GEMV_L2PF " [%0], [%1], 16;\n" ::"r"(wdst + 16 * 32 * p),
                              "l"(wq + p * wstep)
                              : "memory");
-                asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(wdst + (WOFF - 12 * lane) + 4 * 32 * p),
+                asm volatile("cp.async.ca.shared.global" K3K_GEMV_L2PF " [%0], [%1], 4;\n" ::"r"(wdst + (WOFF - 12 * lane) + 4 * 32 * p),
                              "l"(sq + p * sstep)
                              : "memory");
 #endif

@@ -49,7 +49,7 @@ pub const EXPERIMENT_ENV: &str = "K3K_EXPERIMENT";
 
 /// The prelude's experiments, by name, with what each removes or changes (all in `fp4_gemv`, the MXFP4 decode
 /// kernel of `mxfp4_matmul` `PATH=gemv`, packed layout; TILEMAJOR in its FAST staged ring only).
-pub const EXPERIMENTS: [(&str, &str); 5] = [
+pub const EXPERIMENTS: [(&str, &str); 7] = [
     ("NOSCALE", "the bf16x2 multiply by the block scale (the decoded bits go to the tensor cores as they are)"),
     ("NODECODE", "the decode and the scale multiply (the raw words go to the tensor cores)"),
     ("NOMMA", "the mma.sync (its operands are still computed and summed into the output: 2 IADD3 per mma)"),
@@ -59,6 +59,8 @@ pub const EXPERIMENTS: [(&str, &str); 5] = [
         "nothing: the ring reads each 16-row block's quad as one contiguous 1 KB (scales 64 B), the order an \
          offline tile-major layout would store (the same bytes: DRAM locality alone)",
     ),
+    ("L2PF128", "nothing (values unchanged): the FAST ring's copies ask L2 to fetch 128 B around each (.L2::128B)"),
+    ("L2PF256", "nothing (values unchanged): the FAST ring's copies ask L2 to fetch 256 B around each (.L2::256B)"),
 ];
 
 /// The experiments `K3K_EXPERIMENT` asks for (empty when unset or empty); an unknown name is an error.

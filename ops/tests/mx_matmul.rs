@@ -895,19 +895,28 @@ fn outputs_of_products_that_cancel_below_f32_are_not_compared_and_counted() {
     }
 }
 
-/// `K3K_EXPERIMENT=TILEMAJOR` (a timing experiment, see `k3k_codegen::EXPERIMENTS`) changes only the copies of the
-/// 28 x 4 decode's FAST staged ring: the program differs, its products, multiplies and copies are as many.
+/// `K3K_EXPERIMENT=TILEMAJOR`, `L2PF128` and `L2PF256` (timing experiments, see `k3k_codegen::EXPERIMENTS`) change
+/// only the copies of the 28 x 4 decode's FAST staged ring: the program differs, its products, multiplies and
+/// copies are as many, and the L2 prefetch ones carry their qualifier.
 #[test]
-fn the_tilemajor_experiment_reorders_the_decode_copies_only() {
+fn the_copy_experiments_change_the_decode_copies_only() {
     use k3k_codegen::{ARCH, nvrtc, render, with_experiments};
     let p = Preset::new("g28", &[("G", 28), ("per", 4), ("N", 6144), ("K", 3584), ("packed", 1)]);
     let main = Mxfp4Matmul.kernels(&p, &default_knobs()).unwrap().remove(0);
     let ptx =
         |xp: &[&str]| nvrtc::compile_ptx(&main.name, &with_experiments(&render(&main).unwrap(), xp), ARCH).unwrap().ptx;
-    let (base, x) = (ptx(&[]), ptx(&["TILEMAJOR"]));
-    assert_ne!(base, x, "the FAST ring's copies are reordered");
-    for what in ["mma.sync.aligned.m16n8k16", "mul.rn.bf16x2", "cp.async.cg.shared.global", "cp.async.ca.shared.global"]
-    {
-        assert_eq!(base.matches(what).count(), x.matches(what).count(), "{what}");
+    let base = ptx(&[]);
+    assert!(!base.contains(".L2::"));
+    for name in ["TILEMAJOR", "L2PF128", "L2PF256"] {
+        let x = ptx(&[name]);
+        assert_ne!(base, x, "{name}: the FAST ring's copies change");
+        for what in
+            ["mma.sync.aligned.m16n8k16", "mul.rn.bf16x2", "cp.async.cg.shared.global", "cp.async.ca.shared.global"]
+        {
+            assert_eq!(base.matches(what).count(), x.matches(what).count(), "{name}: {what}");
+        }
+        if let Some(size) = name.strip_prefix("L2PF") {
+            assert!(x.contains(&format!("cp.async.cg.shared.global.L2::{size}B")), "{name}");
+        }
     }
 }

@@ -8,7 +8,8 @@
 #    timing experiments of K3K_EXPERIMENT (k3k_codegen::EXPERIMENTS: NOSCALE, NODECODE, NOMMA, NOMATH: each
 #    removes a piece of the product; TILEMAJOR reads the same bytes in the order a tile-major weight layout would
 #    store them, 1 KB contiguous per 16-row block and quad instead of 64 B per row; wrong values on purpose, their
-#    checks fail), each between two baselines.
+#    checks fail; L2PF128 / L2PF256 keep the values and only add cp.async's L2 prefetch-size hint, so their checks
+#    pass), each between two baselines.
 #    If NODECODE is near the baseline, the decode is not the bound and the FP8-mma decode of the NOTES would not
 #    pay; if NOMATH is near the floor, it would. Static SASS (scripts/sass_loops.py, session 22 NOTES): the FAST
 #    ring's loop issues 623 instructions per two quads (NODECODE 274, NOMATH 212), ~55% of the issue slots at
@@ -32,7 +33,7 @@ pack
 xp() { timeout 40 env ${1:+K3K_EXPERIMENT=$1} $K bench --op mxfp4_matmul --preset "$P28" --results /nonexistent \
   --out $W/xp/${1:-base}-$2 > $W/xp.log 2>&1; echo "xp ${1:-base} $2 rc=$? $(grep -E "^ +$P28 " $W/xp.log | head -1 | cut -c1-120)" >> $OUT/xp.txt; }
 mkdir -p $W/xp; : > $OUT/xp.txt
-for x in NOSCALE NODECODE NOMMA NOMATH TILEMAJOR; do xp "" $x; xp $x 1; done; xp "" end
+for x in NOSCALE NODECODE NOMMA NOMATH TILEMAJOR L2PF128 L2PF256; do xp "" $x; xp $x 1; done; xp "" end
 pack; echo "experiments $(date -u +%T)" >> $L
 # 3. Does a CTA's ring fill and drain cost? The same weight bytes (28 x 6144 x 3584) as shorter and longer rows:
 #    each gemv CTA streams whole rows of K, so GB/s rising with K says the per-CTA start and tail are the lever
