@@ -16,10 +16,10 @@
 #    0.117 ms, so the experiments are expected to show a memory-side bound. Then the same bytes at four row
 #    lengths (per-CTA fill and drain) and ncu pipe utilization of the default (ALU / FMA / tensor).
 # Build first here: cargo build --release; mkdir -p .carry; strip -o .carry/k3k target/release/k3k
-# Run: BUDGET_S=400 bash scripts/plans/session22-call1.sh  (carry [".carry"], timeout_s 430)
+# Run: BUDGET_S=540 bash scripts/plans/session22-call1.sh  (carry [".carry"], timeout_s 570)
 W=/tmp/w22c1; source scripts/plans/lib.sh
 P28="MXFP4 decode 28 experts x 4 tokens N6144 K3584"
-timeout 120 $K check --backend cuda --op mxfp4_matmul --cases 24 > $OUT/check.txt 2>&1
+timeout 120 $K check --backend cuda --op mxfp4_matmul --cases 16 > $OUT/check.txt 2>&1
 echo "check rc=$? $(date -u +%T)" >> $L; tail -3 $OUT/check.txt >> $L
 # 1. MXFP8 activations: new default (gemv + dequant launch) vs tile, interleaved twice; bf16 activations alongside.
 for r in 1 2; do
