@@ -92,6 +92,10 @@ pub struct BenchReport {
     pub k3k_commit: String,
     pub ceilings: Ceilings,
     pub rows: Vec<BenchRow>,
+    /// The timing experiments the kernels were built with (`K3K_EXPERIMENT`, see `k3k_codegen::EXPERIMENTS`):
+    /// such a report is a measurement of modified kernels, never a result (`k3k bench --publish` refuses it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub experiments: Vec<String>,
 }
 
 /// The peer a user would otherwise pick for an operator (SPEC section 4).
@@ -172,6 +176,7 @@ pub fn bench_op(
         k3k_commit: COMMIT.into(),
         ceilings: ceilings.clone(),
         rows: vec![],
+        experiments: k3k_codegen::experiments()?.iter().map(|n| n.to_string()).collect(),
     };
     let mut not_run = vec![];
     for (i, p) in presets.iter().enumerate() {
@@ -293,6 +298,15 @@ pub fn render_markdown(r: &BenchReport) -> String {
          CPU reference.\n\n| preset | k3k ms | peer | peer ms | speedup | floor ms | k3k / floor | TFLOP/s | GB/s | rel err | config |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
         r.op, r.gpu, r.date, r.k3k_commit, r.ceilings.hbm_gbps, r.ceilings.bf16_tflops, r.ceilings.source
     );
+    if !r.experiments.is_empty() {
+        s.insert_str(
+            s.find("\n\n").map_or(0, |i| i + 2),
+            &format!(
+                "**Timing experiment `K3K_EXPERIMENT={}`: modified kernels, not a result.**\n\n",
+                r.experiments.join(",")
+            ),
+        );
+    }
     for row in &r.rows {
         let (peer_ms, speed) = match row.peer_ms {
             Some(p) => (format!("{p:.4}"), format!("{:.2}x", p / row.k3k_ms)),
@@ -517,6 +531,7 @@ mod tests {
             k3k_commit: commit.into(),
             ceilings: Ceilings::default(),
             rows,
+            experiments: vec![],
         }
     }
 

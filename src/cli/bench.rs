@@ -58,6 +58,13 @@ fn publish(from: &std::path::Path, out: &std::path::Path) -> anyhow::Result<i32>
     for f in files {
         let r: BenchReport = serde_json::from_slice(&std::fs::read(&f)?)
             .map_err(|e| anyhow::anyhow!("{}: not a benchmark report: {e}", f.display()))?;
+        if !r.experiments.is_empty() {
+            anyhow::bail!(
+                "{}: measured with the timing experiments {} (modified kernels): not a result to publish",
+                f.display(),
+                r.experiments.join(",")
+            );
+        }
         let op = k3k::ops::registry::all()
             .into_iter()
             .find(|o| o.name() == r.op)
@@ -195,5 +202,24 @@ mod tests {
         // A folder with no reports is an error, not a silent no-op.
         let empty = tempfile::tempdir().unwrap();
         assert!(publish(empty.path(), out.path()).unwrap_err().to_string().contains("no reports"));
+    }
+
+    /// A run made with `K3K_EXPERIMENT` (modified kernels) is refused, and the results are left as they were.
+    #[test]
+    fn publishing_a_timing_experiment_is_refused() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("results/bench/nvidia-h200");
+        let mut r = read(&root.join("session9-call4/b/mxfp4_matmul/nvidia-h200/mxfp4_matmul.json"));
+        r.experiments = vec!["NODECODE".into()];
+        let run = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(run.path().join("nvidia-h200")).unwrap();
+        std::fs::write(run.path().join("nvidia-h200/mxfp4_matmul.json"), serde_json::to_vec(&r).unwrap()).unwrap();
+        let out = tempfile::tempdir().unwrap();
+        let e = publish(run.path(), out.path()).unwrap_err().to_string();
+        assert!(e.contains("NODECODE") && e.contains("not a result"), "{e}");
+        assert!(!out.path().join("nvidia-h200/mxfp4_matmul.json").exists());
+        // The markdown of such a report says what it is, at the top.
+        let md = k3k::bench::render_markdown(&r);
+        assert!(md.contains("Timing experiment `K3K_EXPERIMENT=NODECODE`: modified kernels, not a result."), "{md}");
+        assert!(!k3k::bench::render_markdown(&read(&root.join("mxfp4_matmul.json"))).contains("Timing experiment"));
     }
 }
