@@ -13,8 +13,8 @@
 #    If NODECODE is near the baseline, the decode is not the bound and the FP8-mma decode of the NOTES would not
 #    pay; if NOMATH is near the floor, it would. Static SASS (scripts/sass_loops.py, session 22 NOTES): the FAST
 #    ring's loop issues 623 instructions per two quads (NODECODE 274, NOMATH 212), ~55% of the issue slots at
-#    0.117 ms, so the experiments are expected to show a memory-side bound. Then the same bytes at four row
-#    lengths (per-CTA fill and drain) and ncu pipe utilization of the default (ALU / FMA / tensor).
+#    0.117 ms, so the experiments are expected to show a memory-side bound. Then the same bytes at three row
+#    lengths (fill and drain against locality) and ncu pipe utilization of the default (ALU / FMA / tensor).
 # Build first here: cargo build --release; mkdir -p .carry; strip -o .carry/k3k target/release/k3k
 # Run: BUDGET_S=540 bash scripts/plans/session22-call1.sh  (carry [".carry"], timeout_s 570)
 W=/tmp/w22c1; source scripts/plans/lib.sh
@@ -40,11 +40,12 @@ for x in NOSCALE NODECODE NOMMA NOMATH; do xp "" $x; xp $x 1; done
 # fits a locality bound) and, as the baseline, the default's knob set.
 for x in TILEMAJOR L2PF128 L2PF256; do xp "" $x "PATH=auto;STAGES=4"; xp $x 1 "PATH=auto;STAGES=4"; done; xp "" end
 pack; echo "experiments $(date -u +%T)" >> $L
-# 3. Does a CTA's ring fill and drain cost? The same weight bytes (28 x 6144 x 3584) as shorter and longer rows:
-#    each gemv CTA streams whole rows of K, so GB/s rising with K says the per-CTA start and tail are the lever
-#    (a persistent, cross-tile ring), flat GB/s says the steady stream is.
+# 3. Fill and drain or locality? The same weight bytes (28 x 6144 x 3584) as half-length and double-length rows
+#    (experts doubled or halved, so the grid stays >= 4 waves of 660 CTAs): each gemv CTA streams whole rows of K.
+#    Longer rows amortize a CTA's ring fill and drain (faster if those bound it) but spread each row's reads over a
+#    longer CTA life (slower if DRAM locality bounds it).
 timeout 60 $K bench --op mxfp4_matmul --results /nonexistent --out $W/b/shape \
-  --dims "G=28,per=4,N=12288,K=1792,packed=1;G=28,per=4,N=6144,K=3584,packed=1;G=28,per=4,N=3072,K=7168,packed=1;G=28,per=4,N=1536,K=14336,packed=1" \
+  --dims "G=56,per=4,N=6144,K=1792,packed=1;G=28,per=4,N=6144,K=3584,packed=1;G=14,per=4,N=6144,K=7168,packed=1" \
   > $W/shape.log 2>&1; echo "shapes rc=$? $(date -u +%T)" >> $L; grep -E "GB/s" $W/shape.log | cut -c1-150 >> $OUT/xp.txt
 pack
 # 4. ncu: pipe utilization and instruction mix of the default's main kernel (clocks left alone).
