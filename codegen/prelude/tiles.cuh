@@ -1116,7 +1116,8 @@ __device__ __forceinline__ void fp4_gemv(unsigned char* ot, int or0, int oc0, un
     // - general: per-piece offsets (invalid rows copy the view's first row with a zero source size, their values
     //   reach only their own, discarded outputs) and per-piece byte selects.
 #if defined(K3K_XP_L2PF256)
-// Timing experiment (K3K_EXPERIMENT; values unchanged): the FAST ring's copies ask L2 to fetch 256 B around each.
+// Timing experiments (K3K_EXPERIMENT; values unchanged): the FAST ring's copies ask L2 to fetch 256 (128) B around
+// each (cp.async's prefetch-size qualifier).
 #define K3K_GEMV_L2PF ".L2::256B"
 #elif defined(K3K_XP_L2PF128)
 #define K3K_GEMV_L2PF ".L2::128B"

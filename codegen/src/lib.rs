@@ -41,14 +41,16 @@ pub enum CodegenError {
 
 /// The environment variable of the timing experiments: `K3K_EXPERIMENT=NAME[,NAME...]` makes [`build`] define
 /// `K3K_XP_<NAME>` at the top of every kernel it compiles, which switches on a block of the prelude that removes
-/// one piece of work from a kernel on purpose, so that a timing of what is left says what bounds it (a
-/// bottleneck decomposition without a profiler's replay). Such kernels compute wrong values: every check of them
-/// fails, and `k3k bench` keeps the time of a set that failed its check in the JSON but never reports it as a
-/// result. [`render`] (what the fingerprints hash) ignores it, and `k3k-build` refuses to run with it set.
+/// (or reorders) one piece of a kernel's work on purpose, so that a timing of what is left says what bounds it (a
+/// bottleneck decomposition without a profiler's replay), or adds a hint that keeps the values (L2PF*). Most of
+/// them compute wrong values: their checks fail, and `k3k bench` keeps the time of a set that failed its check in
+/// the JSON but never reports it as a result. A bench report records the experiments it ran with and
+/// `k3k bench --publish` refuses it; [`render`] (what the fingerprints hash) ignores the variable, and `k3k tune`,
+/// `k3k run` and `k3k-build` refuse to run with it set.
 pub const EXPERIMENT_ENV: &str = "K3K_EXPERIMENT";
 
 /// The prelude's experiments, by name, with what each removes or changes (all in `fp4_gemv`, the MXFP4 decode
-/// kernel of `mxfp4_matmul` `PATH=gemv`, packed layout; TILEMAJOR in its FAST staged ring only).
+/// kernel of `mxfp4_matmul` `PATH=gemv`, packed layout; TILEMAJOR and L2PF* in its FAST staged ring only).
 pub const EXPERIMENTS: [(&str, &str); 7] = [
     ("NOSCALE", "the bf16x2 multiply by the block scale (the decoded bits go to the tensor cores as they are)"),
     ("NODECODE", "the decode and the scale multiply (the raw words go to the tensor cores)"),

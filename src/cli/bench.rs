@@ -94,8 +94,8 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     let experiments = k3k::codegen::experiments()?;
     if !experiments.is_empty() {
         println!(
-            "{}={}: timing experiments, every kernel computes wrong values on purpose (each check fails; the times \
-             say what the removed work cost)",
+            "{}={}: timing experiments, modified kernels (most compute wrong values on purpose and fail their \
+             checks; the times say what the removed or reordered work cost); the report records them",
             k3k::codegen::EXPERIMENT_ENV,
             experiments.join(",")
         );
