@@ -59,4 +59,5 @@ fn experiment_names_are_parsed_strictly() {
     assert!(e.contains("K3K_EXPERIMENT") && e.contains("`FAST`") && e.contains("NOSCALE"), "{e}");
     let src = with_experiments("int x;", &["NOMATH"]);
     assert_eq!(src, "#define K3K_XP_NOMATH 1\nint x;");
+    assert_eq!(with_experiments("int x;", &[]), "int x;", "no experiment: the source as rendered");
 }
