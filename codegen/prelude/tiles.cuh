@@ -911,13 +911,34 @@ __device__ __forceinline__ int opaque_zero(float v) {
 template <bool B> struct BoolC {
   static constexpr bool value = B;
 };
+// `cp.async` of 16 bytes (`.cg`, L2 only) or 4 bytes (`.ca`) with an L2 prefetch size (`.L2::<L2PF>B`: L2 fetches
+// the aligned L2PF bytes around the copy from DRAM; 0: no qualifier) and, for the `_n` forms, a source size (the
+// rest of the destination is zero-filled).
+#define K3K_CP_ASYNC_L2PF(L2PF, OP, ...)                                                              \
+  if constexpr (L2PF == 256) asm volatile(OP ".L2::256B" __VA_ARGS__ : "memory");                       \
+  else if constexpr (L2PF == 128) asm volatile(OP ".L2::128B" __VA_ARGS__ : "memory");                  \
+  else if constexpr (L2PF == 64) asm volatile(OP ".L2::64B" __VA_ARGS__ : "memory");                    \
+  else asm volatile(OP __VA_ARGS__ : "memory");
+template <int L2PF> __device__ __forceinline__ void cp_async16_pf(unsigned dst, const void* src) {
+  K3K_CP_ASYNC_L2PF(L2PF, "cp.async.cg.shared.global", " [%0], [%1], 16;\n" ::"r"(dst), "l"(src))
+}
+template <int L2PF> __device__ __forceinline__ void cp_async4_pf(unsigned dst, const void* src) {
+  K3K_CP_ASYNC_L2PF(L2PF, "cp.async.ca.shared.global", " [%0], [%1], 4;\n" ::"r"(dst), "l"(src))
+}
+template <int L2PF> __device__ __forceinline__ void cp_async16_pf_n(unsigned dst, const void* src, int n) {
+  K3K_CP_ASYNC_L2PF(L2PF, "cp.async.cg.shared.global", " [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n))
+}
+template <int L2PF> __device__ __forceinline__ void cp_async4_pf_n(unsigned dst, const void* src, int n) {
+  K3K_CP_ASYNC_L2PF(L2PF, "cp.async.ca.shared.global", " [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(n))
+}
+#undef K3K_CP_ASYNC_L2PF
 template <int NB> struct Fp4GemvSlot {
   uint4 w[NB][2];
   unsigned s[NB][2];
 };
 
 template <bool PACKED, bool FOLD, bool FINITE, int R, int T, int WARPS, int U, int S, class LO, class LP,
-          bool STAGED = false>
+          bool STAGED = false, int L2PF = 0>
 __device__ __forceinline__ void fp4_gemv(unsigned char* ot, int or0, int oc0, unsigned char* pt,
                                          const unsigned* __restrict__ q, long long qoff, long long qstride,
                                          long long qrows, long long qcols, const unsigned char* __restrict__ sg,
@@ -1115,15 +1136,7 @@ __device__ __forceinline__ void fp4_gemv(unsigned char* ot, int or0, int oc0, un
     //   loop went from 845 to 613 SASS instructions per two quads).
     // - general: per-piece offsets (invalid rows copy the view's first row with a zero source size, their values
     //   reach only their own, discarded outputs) and per-piece byte selects.
-#if defined(K3K_XP_L2PF256)
-// Timing experiments (K3K_EXPERIMENT; values unchanged): the FAST ring's copies ask L2 to fetch 256 (128) B around
-// each (cp.async's prefetch-size qualifier).
-#define K3K_GEMV_L2PF ".L2::256B"
-#elif defined(K3K_XP_L2PF128)
-#define K3K_GEMV_L2PF ".L2::128B"
-#else
-#define K3K_GEMV_L2PF ""
-#endif
+    // Every copy asks L2 for L2PF bytes around it (`Stmt::Fp4Gemv` l2_prefetch; 0 none).
     constexpr int SLOT = NB * 2 * 32 * 20, WOFF = NB * 2 * 32 * 16;
     unsigned char* const stg = pt + ((WARPS * LP::TILE_BYTES + 15) & ~15) + wid * S * SLOT;
     const unsigned sbase = smem_u32(stg);
@@ -1196,28 +1209,36 @@ __device__ __forceinline__ void fp4_gemv(unsigned char* ot, int or0, int oc0, un
               if constexpr (FAST) {
 #ifdef K3K_XP_TILEMAJOR
                 (void)wstep, (void)sstep;
-                asm volatile("cp.async.cg.shared.global" K3K_GEMV_L2PF " [%0], [%1], 16;\n" ::"r"(wdst + 16 * 32 * p),
-                             "l"(wq + ((p >> 1) * 64u * (unsigned)qstride + (p & 1) * 512u))
-                             : "memory");
-                asm volatile("cp.async.ca.shared.global" K3K_GEMV_L2PF " [%0], [%1], 4;\n" ::"r"(wdst + (WOFF - 12 * lane) + 4 * 32 * p),
-                             "l"(sq + ((p >> 1) * 16u * (unsigned)sstride + (p & 1) * 32u))
-                             : "memory");
+                cp_async16_pf<L2PF>(wdst + 16 * 32 * p, wq + ((p >> 1) * 64u * (unsigned)qstride + (p & 1) * 512u));
+                cp_async4_pf<L2PF>(wdst + (WOFF - 12 * lane) + 4 * 32 * p,
+                                   sq + ((p >> 1) * 16u * (unsigned)sstride + (p & 1) * 32u));
 #else
-                asm volatile("cp.async.cg.shared.global" K3K_GEMV_L2PF " [%0], [%1], 16;\n" ::"r"(wdst + 16 * 32 * p),
-                             "l"(wq + p * wstep)
-                             : "memory");
-                asm volatile("cp.async.ca.shared.global" K3K_GEMV_L2PF " [%0], [%1], 4;\n" ::"r"(wdst + (WOFF - 12 * lane) + 4 * 32 * p),
-                             "l"(sq + p * sstep)
-                             : "memory");
+                // (L2PF = 0 keeps its own statements: the helpers' inlining reorders NVVM's PTX.)
+                if constexpr (L2PF == 0) {
+                  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(wdst + 16 * 32 * p),
+                               "l"(wq + p * wstep)
+                               : "memory");
+                  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(wdst + (WOFF - 12 * lane) + 4 * 32 * p),
+                               "l"(sq + p * sstep)
+                               : "memory");
+                } else {
+                  cp_async16_pf<L2PF>(wdst + 16 * 32 * p, wq + p * wstep);
+                  cp_async4_pf<L2PF>(wdst + (WOFF - 12 * lane) + 4 * 32 * p, sq + p * sstep);
+                }
 #endif
               } else {
                 const int ok = rok[b][jp] ? 16 : 0;
-                asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst + 16 * piece),
-                             "l"(wb + (wrc[b][jp] + 4 * qd)), "r"(ok)
-                             : "memory");
-                asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst + WOFF + 4 * piece),
-                             "l"(swb + (swo[b][jp] + 4 * qd)), "r"(ok >> 2)
-                             : "memory");
+                if constexpr (L2PF == 0) {
+                  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst + 16 * piece),
+                               "l"(wb + (wrc[b][jp] + 4 * qd)), "r"(ok)
+                               : "memory");
+                  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst + WOFF + 4 * piece),
+                               "l"(swb + (swo[b][jp] + 4 * qd)), "r"(ok >> 2)
+                               : "memory");
+                } else {
+                  cp_async16_pf_n<L2PF>(dst + 16 * piece, wb + (wrc[b][jp] + 4 * qd), ok);
+                  cp_async4_pf_n<L2PF>(dst + WOFF + 4 * piece, swb + (swo[b][jp] + 4 * qd), ok >> 2);
+                }
               }
             }
         }

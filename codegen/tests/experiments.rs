@@ -61,3 +61,26 @@ fn experiment_names_are_parsed_strictly() {
     assert_eq!(src, "#define K3K_XP_NOMATH 1\nint x;");
     assert_eq!(with_experiments("int x;", &[]), "int x;", "no experiment: the source as rendered");
 }
+
+/// `Stmt::Fp4Gemv`'s `l2_prefetch` (the staged ring's L2 prefetch size): 0, 64, 128 or 256, and only with `staged`;
+/// the validator names it otherwise. (The primitive cases build the staged kernel at every size: `primitives.rs`.)
+#[test]
+fn l2_prefetch_is_validated() {
+    use k3k_ir::{Stmt, validate};
+    fn set(k: &mut k3k_ir::Kernel, v: u32) {
+        for s in &mut k.body {
+            if let Stmt::Fp4Gemv { l2_prefetch, .. } = s {
+                *l2_prefetch = v;
+            }
+        }
+    }
+    let mut staged = cases::fp4_gemv_staged().kernel;
+    validate(&staged).unwrap();
+    set(&mut staged, 100);
+    let e = validate(&staged).unwrap_err().to_string();
+    assert!(e.contains("l2_prefetch 100"), "{e}");
+    let mut ring = cases::fp4_gemv().kernel;
+    set(&mut ring, 128);
+    let e = validate(&ring).unwrap_err().to_string();
+    assert!(e.contains("l2_prefetch 128") && e.contains("staged"), "{e}");
+}

@@ -314,9 +314,23 @@ impl KernelBuilder {
         ring: u32,
     ) {
         let Fp4Flags { packed, fold, finite } = flags;
-        self.push(Stmt::Fp4Gemv { out, scratch, words, scales, x, packed, fold, finite, chunk, ring, staged: false });
+        self.push(Stmt::Fp4Gemv {
+            out,
+            scratch,
+            words,
+            scales,
+            x,
+            packed,
+            fold,
+            finite,
+            chunk,
+            ring,
+            staged: false,
+            l2_prefetch: 0,
+        });
     }
-    /// [`Self::fp4_gemv`] with its ring in shared memory stages of `scratch` (`staged`, see [`Stmt::Fp4Gemv`]).
+    /// [`Self::fp4_gemv`] with its ring in shared memory stages of `scratch` (`staged`, see [`Stmt::Fp4Gemv`]),
+    /// its copies asking L2 for `l2_prefetch` bytes (0, 64, 128 or 256; 0 none).
     #[allow(clippy::too_many_arguments)]
     pub fn fp4_gemv_staged(
         &mut self,
@@ -328,6 +342,7 @@ impl KernelBuilder {
         flags: Fp4Flags,
         chunk: u32,
         stages: u32,
+        l2_prefetch: u32,
     ) {
         let Fp4Flags { packed, fold, finite } = flags;
         self.push(Stmt::Fp4Gemv {
@@ -342,6 +357,7 @@ impl KernelBuilder {
             chunk,
             ring: stages,
             staged: true,
+            l2_prefetch,
         });
     }
     /// Start `acc += a @ b` on the warpgroup tensor cores (see [`Stmt::MmaAsync`]).

@@ -572,6 +572,9 @@ pub enum Stmt {
     /// after the partial tiles, `ring - 1` quads in flight while one is multiplied (the copies are waited for in
     /// commit order, so every stage stays in flight; a register ring's loads share the six hardware scoreboards).
     /// `scratch` then needs, past its first `warps` tiles, `16 + warps x ring x R / 16 x 1280` more bytes.
+    /// `l2_prefetch` (staged only; 0, 64, 128 or 256, schedule only): the L2 prefetch size the copies ask for
+    /// (`cp.async`'s `.L2::<n>B`: L2 fetches the aligned `n` bytes around each copy from DRAM, which the warp's
+    /// and its block's next quads of the same rows read soon after); 0 asks for nothing.
     Fp4Gemv {
         out: SharedRef,
         scratch: SharedId,
@@ -585,6 +588,8 @@ pub enum Stmt {
         ring: u32,
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         staged: bool,
+        #[serde(default, skip_serializing_if = "is_zero")]
+        l2_prefetch: u32,
     },
 }
 

@@ -228,10 +228,23 @@ fn body(k: &Kernel, b: &[Stmt], depth: usize, s: &mut String) {
                     k.tiles[tile.0 as usize].name
                 );
             }
-            Stmt::Fp4Gemv { out, scratch, words, scales, x, packed, fold, finite, chunk, ring, staged } => {
+            Stmt::Fp4Gemv {
+                out,
+                scratch,
+                words,
+                scales,
+                x,
+                packed,
+                fold,
+                finite,
+                chunk,
+                ring,
+                staged,
+                l2_prefetch,
+            } => {
                 let _ = writeln!(
                     s,
-                    "{pad}{}[{}][{}+{}, {}+{}] = fp4_gemv({}, {}, x={}){}{}{} chunk={chunk} ring={ring}{} scratch={}",
+                    "{pad}{}[{}][{}+{}, {}+{}] = fp4_gemv({}, {}, x={}){}{}{} chunk={chunk} ring={ring}{}{} scratch={}",
                     k.shared[out.buf.0 as usize].name,
                     expr(k, &out.index),
                     out.row0,
@@ -245,6 +258,7 @@ fn body(k: &Kernel, b: &[Stmt], depth: usize, s: &mut String) {
                     if *fold { " fold" } else { "" },
                     if *finite { " finite" } else { "" },
                     if *staged { " staged" } else { "" },
+                    if *l2_prefetch > 0 { format!(" l2_prefetch={l2_prefetch}") } else { String::new() },
                     k.shared[scratch.0 as usize].name,
                 );
             }

@@ -895,28 +895,65 @@ fn outputs_of_products_that_cancel_below_f32_are_not_compared_and_counted() {
     }
 }
 
-/// `K3K_EXPERIMENT=TILEMAJOR`, `L2PF128` and `L2PF256` (timing experiments, see `k3k_codegen::EXPERIMENTS`) change
-/// only the copies of the 28 x 4 decode's FAST staged ring: the program differs, its products, multiplies and
-/// copies are as many, and the L2 prefetch ones carry their qualifier.
+/// `K3K_EXPERIMENT=TILEMAJOR` (a timing experiment, see `k3k_codegen::EXPERIMENTS`) and the `L2PF` knob change only
+/// the copies of the 28 x 4 decode's FAST staged ring: the program differs, its products, multiplies and copies are
+/// as many, and `L2PF` puts its prefetch size on every copy.
 #[test]
-fn the_copy_experiments_change_the_decode_copies_only() {
+fn tilemajor_and_l2pf_change_the_decode_copies_only() {
     use k3k_codegen::{ARCH, nvrtc, render, with_experiments};
     let p = Preset::new("g28", &[("G", 28), ("per", 4), ("N", 6144), ("K", 3584), ("packed", 1)]);
-    let main = Mxfp4Matmul.kernels(&p, &default_knobs()).unwrap().remove(0);
-    let ptx =
-        |xp: &[&str]| nvrtc::compile_ptx(&main.name, &with_experiments(&render(&main).unwrap(), xp), ARCH).unwrap().ptx;
-    let base = ptx(&[]);
+    let ptx = |knobs: &Knobs, xp: &[&str]| {
+        let main = Mxfp4Matmul.kernels(&p, knobs).unwrap().remove(0);
+        nvrtc::compile_ptx(&main.name, &with_experiments(&render(&main).unwrap(), xp), ARCH).unwrap().ptx
+    };
+    let base = ptx(&default_knobs(), &[]);
     assert!(!base.contains(".L2::"));
-    for name in ["TILEMAJOR", "L2PF128", "L2PF256"] {
-        let x = ptx(&[name]);
+    let count = |ptx: &str, what: &str| ptx.matches(what).count();
+    let copies = ["cp.async.cg.shared.global", "cp.async.ca.shared.global"];
+    for (name, x) in [
+        ("TILEMAJOR", ptx(&default_knobs(), &["TILEMAJOR"])),
+        ("L2PF=128", ptx(&knobs(&[("L2PF", 128)]), &[])),
+        ("L2PF=256", ptx(&knobs(&[("L2PF", 256)]), &[])),
+    ] {
         assert_ne!(base, x, "{name}: the FAST ring's copies change");
-        for what in
-            ["mma.sync.aligned.m16n8k16", "mul.rn.bf16x2", "cp.async.cg.shared.global", "cp.async.ca.shared.global"]
-        {
-            assert_eq!(base.matches(what).count(), x.matches(what).count(), "{name}: {what}");
+        for what in ["mma.sync.aligned.m16n8k16", "mul.rn.bf16x2", copies[0], copies[1]] {
+            assert_eq!(count(&base, what), count(&x, what), "{name}: {what}");
         }
-        if let Some(size) = name.strip_prefix("L2PF") {
-            assert!(x.contains(&format!("cp.async.cg.shared.global.L2::{size}B")), "{name}");
+        if let Some(size) = name.strip_prefix("L2PF=") {
+            for c in copies {
+                assert_eq!(count(&x, &format!("{c}.L2::{size}B")), count(&x, c), "{name}: every {c} has the hint");
+            }
         }
     }
+}
+
+/// `L2PF` (the staged ring's L2 prefetch size) is a hint: the values are the reference's at every size; it is
+/// refused off the shared-memory ring and at other sizes.
+#[test]
+fn l2pf_keeps_the_values_and_is_refused_where_it_means_nothing() {
+    let mut rng = StdRng::seed_from_u64(rand::rng().random());
+    let g = Preset::new(
+        "gemv l2pf",
+        &[("G", 3), ("c0", 4), ("c1", 0), ("c2", 7), ("K", 640), ("N", 64), ("packed", 1), ("act", 1)],
+    );
+    for size in [64, 128, 256] {
+        run(&g, rng.random(), &knobs(&[("STAGES", 3), ("L2PF", size)]).with("PATH", "gemv"));
+    }
+    let d = Preset::new("dense", &[("M", 4), ("K", 256), ("N", 32), ("packed", 1)]);
+    run(&d, rng.random(), &knobs(&[("STAGES", 4), ("L2PF", 256)]).with("PATH", "gemv"));
+    for bad in [
+        knobs(&[("STAGES", 3), ("L2PF", 100)]).with("PATH", "gemv"),
+        knobs(&[("STAGES", 2), ("L2PF", 128)]).with("PATH", "gemv"),
+        knobs(&[("L2PF", 128)]).with("PATH", "tile"),
+        knobs(&[("L2PF", 128)]).with("PATH", "stream"),
+    ] {
+        match Mxfp4Matmul.kernels(&d, &bad) {
+            Err(OpError::InvalidKnobs { why, .. }) => assert!(why.contains("L2PF"), "{bad}: {why}"),
+            other => panic!("{bad}: {other:?}"),
+        }
+    }
+    // The prefill path (dq_gemm) has no such copies.
+    let big = Preset::new("prefill", &[("M", 300), ("K", 256), ("N", 64), ("packed", 1)]);
+    let e = Mxfp4Matmul.kernels(&big, &knobs(&[("L2PF", 128)]).with("PATH", "dq_gemm")).unwrap_err().to_string();
+    assert!(e.contains("L2PF"), "{e}");
 }

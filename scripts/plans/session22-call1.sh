@@ -8,8 +8,8 @@
 #    timing experiments of K3K_EXPERIMENT (k3k_codegen::EXPERIMENTS: NOSCALE, NODECODE, NOMMA, NOMATH: each
 #    removes a piece of the product; TILEMAJOR reads the same bytes in the order a tile-major weight layout would
 #    store them, 1 KB contiguous per 16-row block and quad instead of 64 B per row; wrong values on purpose, their
-#    checks fail; L2PF128 / L2PF256 keep the values and only add cp.async's L2 prefetch-size hint, so their checks
-#    pass), each between two baselines.
+#    checks fail), each between two baselines; and the new L2PF knob (cp.async's L2 prefetch size on the same
+#    copies: .L2::128B / .L2::256B, values unchanged) against the default in the same runs.
 #    If NODECODE is near the baseline, the decode is not the bound and the FP8-mma decode of the NOTES would not
 #    pay; if NOMATH is near the floor, it would. Static SASS (scripts/sass_loops.py, session 22 NOTES): the FAST
 #    ring's loop issues 623 instructions per two quads (NODECODE 274, NOMATH 212), ~55% of the issue slots at
@@ -36,9 +36,11 @@ xp() { timeout 50 env ${1:+K3K_EXPERIMENT=$1} $K bench --op mxfp4_matmul --prese
   grep -E "^ +$P28 " $W/xp.log | cut -c1-150 >> $OUT/xp.txt; }
 mkdir -p $W/xp; : > $OUT/xp.txt
 for x in NOSCALE NODECODE NOMMA NOMATH; do xp "" $x; xp $x 1; done
-# The memory-side ones also with a deeper ring (STAGES=4: slower than 3 in session 17, 0.1362 vs 0.1218 ms, which
+# The memory-side one also with a deeper ring (STAGES=4: slower than 3 in session 17, 0.1362 vs 0.1218 ms, which
 # fits a locality bound) and, as the baseline, the default's knob set.
-for x in TILEMAJOR L2PF128 L2PF256; do xp "" $x "PATH=auto;STAGES=4"; xp $x 1 "PATH=auto;STAGES=4"; done; xp "" end
+xp "" TILEMAJOR "PATH=auto;STAGES=4"; xp TILEMAJOR 1 "PATH=auto;STAGES=4"; xp "" end "PATH=auto;STAGES=4"
+# The L2PF knob (cp.async's L2 prefetch size on the staged ring's copies; values unchanged, checked), twice.
+for r in 1 2; do xp "" l2pf-$r "PATH=auto;L2PF=128;L2PF=256;STAGES=4;STAGES=4,L2PF=256"; done
 pack; echo "experiments $(date -u +%T)" >> $L
 # 3. Fill and drain or locality? The same weight bytes (28 x 6144 x 3584) as half-length and double-length rows
 #    (experts doubled or halved, so the grid stays >= 4 waves of 660 CTAs): each gemv CTA streams whole rows of K.

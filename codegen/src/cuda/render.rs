@@ -863,7 +863,20 @@ impl<'a> Renderer<'a> {
                 );
                 self.line(&line);
             }
-            Stmt::Fp4Gemv { out, scratch, words, scales, x, packed, fold, finite, chunk, ring, staged } => {
+            Stmt::Fp4Gemv {
+                out,
+                scratch,
+                words,
+                scales,
+                x,
+                packed,
+                fold,
+                finite,
+                chunk,
+                ring,
+                staged,
+                l2_prefetch,
+            } => {
                 let line = format!(
                     "k3k::fp4_gemv<{packed}, {fold}, {finite}, {}, {}, {}, {chunk}, {ring}, {}, {}{}>({}, {}, {}, s{}, {}, {}, {});",
                     out.rows,
@@ -871,7 +884,11 @@ impl<'a> Renderer<'a> {
                     k.threads / 32,
                     self.shared_layout(out.buf),
                     self.shared_layout(*scratch),
-                    if *staged { ", true" } else { "" },
+                    match (*staged, *l2_prefetch) {
+                        (false, _) => String::new(),
+                        (true, 0) => ", true".to_string(),
+                        (true, n) => format!(", true, {n}"),
+                    },
                     self.shared_ptr(out),
                     out.row0,
                     out.col0,

@@ -1898,8 +1898,10 @@ fn fp4_gemv_case(staged: bool) -> Case {
         let w = b.window(out, v as i64, 0, 0, r as u32, t as u32);
         let flags = Fp4Flags { packed, fold, finite };
         if staged {
-            // Stages 3 and 4 (ring + 2 of the register variants, capped at 4 by the 32-row tile).
-            b.fp4_gemv_staged(w.clone(), scratch, qv, sv, xv, flags, chunk, (ring + 2).min(4));
+            // Stages 3 and 4 (ring + 2 of the register variants, capped at 4 by the 32-row tile), every L2 prefetch
+            // size (a hint: the values are the same).
+            let l2_prefetch = [0, 64, 128, 256][v];
+            b.fp4_gemv_staged(w.clone(), scratch, qv, sv, xv, flags, chunk, (ring + 2).min(4), l2_prefetch);
         } else {
             b.fp4_gemv(w.clone(), scratch, qv, sv, xv, flags, chunk, ring);
         }

@@ -595,7 +595,7 @@ impl<'a> Checker<'a> {
                 }
                 self.path.pop();
             }
-            Stmt::Fp4Gemv { out, scratch, words, scales, x, chunk, ring, staged, .. } => {
+            Stmt::Fp4Gemv { out, scratch, words, scales, x, chunk, ring, staged, l2_prefetch, .. } => {
                 self.path.push("fp4_gemv".to_string());
                 let o = self.shared_ref(out)?;
                 let sc = self.shared(*scratch)?;
@@ -638,6 +638,11 @@ impl<'a> Checker<'a> {
                             sc.name
                         ));
                     }
+                }
+                if !matches!(l2_prefetch, 0 | 64 | 128 | 256) || (*l2_prefetch > 0 && !*staged) {
+                    return bad(format!(
+                        "fp4_gemv: l2_prefetch {l2_prefetch} (0, 64, 128 or 256 bytes; non-zero only with staged)"
+                    ));
                 }
                 if !matches!(chunk, 1 | 2 | 4 | 8) || !(1..=8).contains(ring) || !self.k.threads.is_multiple_of(32) {
                     return bad(format!(

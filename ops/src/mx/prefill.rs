@@ -116,6 +116,9 @@ fn foreign_knobs(knobs: &Knobs) -> Result<Option<String>, OpError> {
     if !matches!(str_or(knobs, "PF", "auto")?, "auto" | "off") {
         bad.push("PF = on");
     }
+    if int_or0(knobs, "L2PF")? != 0 {
+        bad.push("L2PF != 0");
+    }
     if int_or0(knobs, "MINB")? > 1 {
         bad.push("MINB > 1");
     }

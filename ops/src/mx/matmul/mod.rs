@@ -183,6 +183,18 @@ pub fn knob_space() -> KnobSpace {
              (8 with PF=on), fewer for wider tiles; 0 on the other paths",
             [0i64, 2, 8],
         )
+        .axis(
+            "L2PF",
+            "PATH=gemv with the shared-memory ring (STAGES >= 3): the L2 prefetch size of its cp.async copies in bytes \
+             (`.L2::128B` / `.L2::256B`: L2 fetches the aligned bytes around each 16-byte piece of a weight row, which \
+             the warp's and its CTA's next quads of the same rows copy soon after); 0 none (64 accepted too)",
+            [0i64, 128, 256],
+        )
+}
+
+/// The `L2PF` knob (0 when absent: knob sets from before it existed).
+fn l2pf_knob(knobs: &Knobs) -> Result<u32, OpError> {
+    if knobs.0.contains_key("L2PF") { Ok(knobs.u32("L2PF")?) } else { Ok(0) }
 }
 
 /// Defaults: everything chosen from the problem shape.
@@ -204,6 +216,7 @@ pub fn default_knobs() -> Knobs {
         .with("PF", "auto")
         .with("MINB", 0i64)
         .with("GR", 0i64)
+        .with("L2PF", 0i64)
         .with(super::prefill::DQ_KNOB, super::prefill::DQ_AUTO)
 }
 
@@ -240,12 +253,15 @@ pub struct Cfg {
     pub min_blocks: u32,
     /// PATH=gemv: register ring slots per warp (quads in flight, [`Stmt::Fp4Gemv`]'s `ring`); 0 on other paths.
     pub ring: u32,
+    /// PATH=gemv with the shared-memory ring (STAGES >= 3): the L2 prefetch size of its copies in bytes
+    /// ([`Stmt::Fp4Gemv`]'s `l2_prefetch`: 0, 64, 128 or 256); 0 elsewhere (validated).
+    pub l2pf: u32,
 }
 
 impl Cfg {
     /// As knobs (what kernels record and results report).
     pub fn knobs(&self) -> Knobs {
-        Knobs::new()
+        let k = Knobs::new()
             .with("BN", self.bn)
             .with("BM", self.bm)
             .with("BK", self.bk)
@@ -271,7 +287,9 @@ impl Cfg {
             .with("PF", if self.prefetch { "on" } else { "off" })
             // 1 (no cap) for none: re-resolving the recorded knobs gives the same kernel.
             .with("MINB", self.min_blocks.max(1))
-            .with("GR", self.ring)
+            .with("GR", self.ring);
+        // Recorded only when set, so the kernels (names and IR) of every other point stay as they were.
+        if self.l2pf > 0 { k.with("L2PF", self.l2pf) } else { k }
     }
     /// Shared memory of the main kernel, bytes (what `Kernel::shared_bytes` will report, up to alignment).
     pub fn shared_bytes(&self, packed: bool) -> usize {
@@ -527,6 +545,7 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, Op
         prefetch: false,
         min_blocks: 0,
         ring: 0,
+        l2pf: l2pf_knob(knobs)?,
     };
     c.cps = knobs.u32("CPS")?;
     // CTAs resident per SM: the persistent count, else an estimate from shared memory (registers permitting).
@@ -702,6 +721,7 @@ fn resolve_gemv(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, O
         prefetch,
         min_blocks: if minb <= 1 { 0 } else { minb },
         ring,
+        l2pf: l2pf_knob(knobs)?,
     };
     validate(spec, &c, knobs)?;
     Ok(c)
@@ -719,6 +739,13 @@ fn validate(spec: &MatSpec, c: &Cfg, knobs: &Knobs) -> Result<(), OpError> {
             return invalid(format!(
                 "PATH=gemv needs BM 8 or 16 and BK 128, 256, 512 or 1024 (got BM={}, BK={})",
                 c.bm, c.bk
+            ));
+        }
+        if !matches!(c.l2pf, 0 | 64 | 128 | 256) || (c.l2pf > 0 && c.stages < 3) {
+            return invalid(format!(
+                "L2PF={} needs 0, 64, 128 or 256 bytes, and STAGES >= 3 (the shared-memory ring) when set (got \
+                 STAGES={})",
+                c.l2pf, c.stages
             ));
         }
         if rows == 0
@@ -769,6 +796,9 @@ fn validate(spec: &MatSpec, c: &Cfg, knobs: &Knobs) -> Result<(), OpError> {
     }
     if c.ring != 0 {
         return invalid(format!("GR={} needs PATH=gemv", c.ring));
+    }
+    if c.l2pf != 0 {
+        return invalid(format!("L2PF={} needs PATH=gemv", c.l2pf));
     }
     if c.fused && c.wgmma {
         return invalid("FIN=last needs MMA=sync (the wgmma kernel keeps the finalize launch)".into());
