@@ -39,8 +39,9 @@ for x in NOSCALE NODECODE NOMMA NOMATH; do xp "" $x; xp $x 1; done
 # The memory-side one also with a deeper ring (STAGES=4: slower than 3 in session 17, 0.1362 vs 0.1218 ms, which
 # fits a locality bound) and, as the baseline, the default's knob set.
 xp "" TILEMAJOR "PATH=auto;STAGES=4"; xp TILEMAJOR 1 "PATH=auto;STAGES=4"; xp "" end "PATH=auto;STAGES=4"
-# The L2PF knob (cp.async's L2 prefetch size on the staged ring's copies; values unchanged, checked), twice.
-for r in 1 2; do xp "" l2pf-$r "PATH=auto;L2PF=128;L2PF=256;STAGES=4;STAGES=4,L2PF=256"; done
+# The L2PF knob (cp.async's L2 prefetch size on the staged ring's copies; values unchanged, checked), and CPS=5
+# (a persistent grid of 5 CTAs per SM: no CTA launches, each tile's ring still fills and drains), twice.
+for r in 1 2; do xp "" l2pf-$r "PATH=auto;L2PF=128;L2PF=256;STAGES=4;STAGES=4,L2PF=256;CPS=5"; done
 pack; echo "experiments $(date -u +%T)" >> $L
 # 3. Fill and drain or locality? The same weight bytes (28 x 6144 x 3584) as half-length and double-length rows
 #    (experts doubled or halved, so the grid stays >= 4 waves of 660 CTAs): each gemv CTA streams whole rows of K.
