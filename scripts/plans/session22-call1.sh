@@ -29,16 +29,16 @@ for r in 1 2; do
   echo "bf16 $r rc=$? $(date -u +%T)" >> $L
 done
 pack
-# 2. The experiments, each between two baselines (same binary, same preset, same data).
+# 2. The experiments, baselines between them (same binary, same preset, same data).
 # xp EXPERIMENT TAG [KNOB SETS]: one bench run; every knob set's line (time, check) into xp.txt.
 xp() { timeout 50 env ${1:+K3K_EXPERIMENT=$1} $K bench --op mxfp4_matmul --preset "$P28" --results /nonexistent \
   --out $W/xp/${1:-base}-$2 ${3:+--knobs "$3"} > $W/xp.log 2>&1; echo "xp ${1:-base} $2 rc=$?" >> $OUT/xp.txt
   grep -E "^ +$P28 " $W/xp.log | cut -c1-150 >> $OUT/xp.txt; }
 mkdir -p $W/xp; : > $OUT/xp.txt
-for x in NOSCALE NODECODE NOMMA NOMATH; do xp "" $x; xp $x 1; done
+xp "" b1; xp NOSCALE 1; xp NODECODE 1; xp "" b2; xp NOMMA 1; xp NOMATH 1; xp "" b3
 # The memory-side one also with a deeper ring (STAGES=4: slower than 3 in session 17, 0.1362 vs 0.1218 ms, which
-# fits a locality bound) and, as the baseline, the default's knob set.
-xp "" TILEMAJOR "PATH=auto;STAGES=4"; xp TILEMAJOR 1 "PATH=auto;STAGES=4"; xp "" end "PATH=auto;STAGES=4"
+# fits a locality bound), after a baseline of the same two knob sets.
+xp TILEMAJOR 1 "PATH=auto;STAGES=4"; xp "" b4 "PATH=auto;STAGES=4"
 # The L2PF knob (cp.async's L2 prefetch size on the staged ring's copies; values unchanged, checked), and CPS=5
 # (a persistent grid of 5 CTAs per SM: no CTA launches, each tile's ring still fills and drains), twice.
 for r in 1 2; do xp "" l2pf-$r "PATH=auto;L2PF=128;L2PF=256;STAGES=4;STAGES=4,L2PF=256;CPS=5"; done
