@@ -75,6 +75,11 @@ fn empty_problems() {
         let p = Preset::new("empty", &[("G", 2), ("c0", 0), ("c1", 0), ("K", 64), ("N", 16), ("epilogue", 1)]);
         run(&p, rng.random(), &kn);
     }
+    // MXFP8 activations on the gemv path: no rows, no launch (not even the activation dequant).
+    let p = Preset::new("empty x8", &[("G", 2), ("c0", 0), ("c1", 0), ("K", 64), ("N", 16), ("packed", 1), ("act", 1)]);
+    let gemv = default_knobs().with("PATH", "gemv");
+    run(&p, rng.random(), &gemv);
+    assert!(Mxfp4Matmul.instance(&p, 1).unwrap().plan(&gemv).unwrap().steps.is_empty());
 }
 
 #[test]
