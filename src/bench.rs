@@ -68,11 +68,23 @@ pub struct BenchRow {
 
 /// The knobs `op`'s first kernel for preset `p` is built with at `knobs`, when they differ from `knobs` and name
 /// every knob `knobs` names (a complete resolution; operators whose kernels each take a part of the knobs, or
-/// whose first kernel is a helper, give `None`; see [`BenchRow::kernel_knobs`]; no GPU needed).
+/// whose first kernel is a helper, give `None`; see [`BenchRow::kernel_knobs`]; no GPU needed). A knob no kernel
+/// of the problem records and that is at its default (mxfp4_matmul's `DQ` of the prefill path, `L2PF` at 0) does
+/// not make a resolution incomplete: it is carried over as given.
 pub fn kernel_knobs(op: &dyn Operator, p: &Preset, knobs: &Knobs) -> Option<Knobs> {
     let ks = op.kernels(p, knobs).ok()?;
-    let first = ks.first()?.knobs.clone();
-    (first != *knobs && knobs.0.keys().all(|k| first.0.contains_key(k))).then_some(first)
+    let mut first = ks.first()?.knobs.clone();
+    let defaults = op.default_knobs();
+    for (k, v) in &knobs.0 {
+        if first.0.contains_key(k) {
+            continue;
+        }
+        if defaults.0.get(k) != Some(v) || ks.iter().any(|kern| kern.knobs.0.contains_key(k)) {
+            return None;
+        }
+        first.0.insert(k.clone(), v.clone());
+    }
+    (first != *knobs).then_some(first)
 }
 
 /// The run a kept row was measured in.
@@ -514,6 +526,17 @@ mod tests {
         // kda's first kernel takes none of the operator's knobs: no resolution is shown.
         let kda = k3k_ops::registry::all().into_iter().find(|o| o.name() == "kda").unwrap();
         assert_eq!(kernel_knobs(kda.as_ref(), &kda.bench_presets()[0], &kda.default_knobs()), None);
+        // mxfp4_matmul's 28 x 4 decode: the gemv kernel's knobs, plus the default knobs no kernel of it records.
+        let mx = k3k_ops::registry::all().into_iter().find(|o| o.name() == "mxfp4_matmul").unwrap();
+        let g28 = mx.bench_presets().into_iter().find(|p| p.name == "MXFP4 decode 28 experts x 4 tokens N6144 K3584");
+        let g28 = g28.unwrap();
+        let got = kernel_knobs(mx.as_ref(), &g28, &mx.default_knobs()).expect("resolved knobs");
+        for (k, v) in [("PATH", "gemv"), ("BN", "32"), ("BK", "256"), ("STAGES", "3"), ("DQ", "auto"), ("L2PF", "0")] {
+            assert_eq!(got.0.get(k).map(|x| x.to_string()), Some(v.to_string()), "{k} in {got}");
+        }
+        assert_eq!(kernel_knobs(mx.as_ref(), &g28, &got), None, "the resolution resolves to itself");
+        // A non-default value of a knob no kernel records is not a resolution.
+        assert_eq!(kernel_knobs(mx.as_ref(), &g28, &mx.default_knobs().with("DQ", "tile")), None);
         let mut r = row("b128 S4096 H96", 0.46, Some(0.76));
         r.config = op.default_knobs();
         r.kernel_knobs = Some(built.clone());
