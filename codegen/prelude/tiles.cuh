@@ -938,7 +938,7 @@ template <int NB> struct Fp4GemvSlot {
 };
 
 template <bool PACKED, bool FOLD, bool FINITE, int R, int T, int WARPS, int U, int S, class LO, class LP,
-          bool STAGED = false, int L2PF = 0>
+          bool STAGED = false, int L2PF = 0, bool TILED = false>
 __device__ __forceinline__ void fp4_gemv(unsigned char* ot, int or0, int oc0, unsigned char* pt,
                                          const unsigned* __restrict__ q, long long qoff, long long qstride,
                                          long long qrows, long long qcols, const unsigned char* __restrict__ sg,
@@ -947,6 +947,7 @@ __device__ __forceinline__ void fp4_gemv(unsigned char* ot, int or0, int oc0, un
                                          long long xrows, long long xcols) {
   static_assert(R % 16 == 0 && (T == 8 || T == 16) && (U == 1 || U == 2 || U == 4 || U == 8) && S >= 1 && S <= 8,
                 "fp4_gemv shape");
+  static_assert(!TILED || (STAGED && PACKED && T == 8), "fp4_gemv tiled: staged ring, packed words, 8 tokens");
   constexpr int NB = R / 16, TT = T / 8;
   const int lane = lane_id(), g = lane >> 2, l = lane & 3, wid = warp_id();
   const long long vrows = qrows < srows ? qrows : srows;
@@ -1162,17 +1163,13 @@ __device__ __forceinline__ void fp4_gemv(unsigned char* ot, int or0, int oc0, un
       // FAST form: the lane's sources of its next issued quad (row g; loop-carried, so no compiler rebuilds them
       // from the thread index under a register cap), advanced by the quads between two issues, and the warp's
       // row steps (8 rows, in bytes).
-#ifdef K3K_XP_TILEMAJOR
-      // Timing experiment (K3K_EXPERIMENT, wrong values on purpose): the copies read each 16-row block's quad as
-      // one contiguous 1 KB (its scale words as 64 B), as an offline tile-major layout would store them: the same
-      // bytes of the tile's rows, in another order (FAST tiles have all their rows; scale rows of 4 bytes per quad).
-      const unsigned char* wq = (const unsigned char*)(q + qoff) + (64 * g + 16 * l + 1024 * quad(0));
-      const unsigned char* sq =
-          (const unsigned char*)((unsigned long long)(sg + soff) & ~3ull) + (4 * g + 64 * quad(0));
-#else
-      const unsigned char* wq = (const unsigned char*)(wb + (wro[0][0] + 4 * quad(0)));
-      const unsigned char* sq = swb + (((sro[0][0] + smis) & ~3) + 4 * quad(0));
-#endif
+      // TILED (`k3k_ir::fp4::tile_major`): each 16-row block's quad is 1 KB of words (row r % 16 at 64 r) and 64
+      // bytes of scales (at 4 r), the tile's first row on a 16-row boundary; row g + 8p is in block p / 2 at row
+      // g + 8 (p % 2) of it.
+      const unsigned char* wq = TILED ? (const unsigned char*)(q + qoff) + (64 * g + 16 * l + 1024 * quad(0))
+                                      : (const unsigned char*)(wb + (wro[0][0] + 4 * quad(0)));
+      const unsigned char* sq = TILED ? (const unsigned char*)(sg + soff) + (4 * g + 64 * quad(0))
+                                      : swb + (((sro[0][0] + smis) & ~3) + 4 * quad(0));
       const unsigned fsel = (unsigned)((sro[0][0] + smis) & 3) | 0x4440u;
       const unsigned wstep = 8u * 16u * (unsigned)(qstride >> 2), sstep = 8u * (unsigned)sstride;
       if constexpr (!FAST) {
@@ -1207,14 +1204,12 @@ __device__ __forceinline__ void fp4_gemv(unsigned char* ot, int or0, int oc0, un
             for (int jp = 0; jp < 2; ++jp) {
               const int p = 2 * b + jp, piece = p * 32 + lane;
               if constexpr (FAST) {
-#ifdef K3K_XP_TILEMAJOR
-                (void)wstep, (void)sstep;
-                cp_async16_pf<L2PF>(wdst + 16 * 32 * p, wq + ((p >> 1) * 64u * (unsigned)qstride + (p & 1) * 512u));
-                cp_async4_pf<L2PF>(wdst + (WOFF - 12 * lane) + 4 * 32 * p,
-                                   sq + ((p >> 1) * 16u * (unsigned)sstride + (p & 1) * 32u));
-#else
-                // (L2PF = 0 keeps its own statements: the helpers' inlining reorders NVVM's PTX.)
-                if constexpr (L2PF == 0) {
+                if constexpr (TILED) {
+                  cp_async16_pf<L2PF>(wdst + 16 * 32 * p, wq + ((p >> 1) * 64u * (unsigned)qstride + (p & 1) * 512u));
+                  cp_async4_pf<L2PF>(wdst + (WOFF - 12 * lane) + 4 * 32 * p,
+                                     sq + ((p >> 1) * 16u * (unsigned)sstride + (p & 1) * 32u));
+                } else if constexpr (L2PF == 0) {
+                  // (L2PF = 0 keeps its own statements: the helpers' inlining reorders NVVM's PTX.)
                   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(wdst + 16 * 32 * p),
                                "l"(wq + p * wstep)
                                : "memory");
@@ -1225,7 +1220,6 @@ __device__ __forceinline__ void fp4_gemv(unsigned char* ot, int or0, int oc0, un
                   cp_async16_pf<L2PF>(wdst + 16 * 32 * p, wq + p * wstep);
                   cp_async4_pf<L2PF>(wdst + (WOFF - 12 * lane) + 4 * 32 * p, sq + p * sstep);
                 }
-#endif
               } else {
                 const int ok = rok[b][jp] ? 16 : 0;
                 if constexpr (L2PF == 0) {
@@ -1247,13 +1241,8 @@ __device__ __forceinline__ void fp4_gemv(unsigned char* ot, int or0, int oc0, un
         if constexpr (FAST) {
           // quad(n + 1) - quad(n): the next quad of the batch, or the first of the warp's next batch.
           const int dq = n % U == U - 1 ? (WARPS - 1) * U + 1 : 1;
-#ifdef K3K_XP_TILEMAJOR
-          wq += 1024 * dq;
-          sq += 64 * dq;
-#else
-          wq += 64 * dq;
-          sq += 4 * dq;
-#endif
+          wq += (TILED ? 1024 : 64) * dq;
+          sq += (TILED ? 64 : 4) * dq;
         }
       };
 #pragma unroll
@@ -1307,6 +1296,8 @@ __device__ __forceinline__ void fp4_gemv(unsigned char* ot, int or0, int oc0, un
     if constexpr (TT == 1) {
       if (vr == R && (sstride & 3) == 0) {
         ring(BoolC<true>());
+      } else if constexpr (TILED) {
+        __trap();  // tiled words are read by the fast form only (the program promised full tiles: see Stmt::Fp4Gemv)
       } else {
         ring(BoolC<false>());
       }
@@ -1343,6 +1334,9 @@ __device__ __forceinline__ void fp4_gemv(unsigned char* ot, int or0, int oc0, un
   }
   }
   // The partial quads (at most one, or more where x's columns end first), one per warp, after the ring.
+  if constexpr (TILED) {
+    if (nfull < nq) __trap();  // no partial quads in tiled words (the program promised whole quads)
+  }
   for (int qd = nfull + wid; qd < nq; qd += WARPS) {
     Fp4GemvSlot<NB> tl;
     load_tail(tl, qd);

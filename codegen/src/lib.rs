@@ -41,25 +41,20 @@ pub enum CodegenError {
 
 /// The environment variable of the timing experiments: `K3K_EXPERIMENT=NAME[,NAME...]` makes [`build`] define
 /// `K3K_XP_<NAME>` at the top of every kernel it compiles, which switches on a block of the prelude that removes
-/// (or reorders) one piece of a kernel's work on purpose, so that a timing of what is left says what bounds it (a
+/// one piece of a kernel's work on purpose, so that a timing of what is left says what bounds it (a
 /// bottleneck decomposition without a profiler's replay). Such kernels compute wrong values: their checks fail,
 /// and `k3k bench` keeps the time of a set that failed its check in the JSON but never reports it as a result. A bench report records the experiments it ran with and
 /// `k3k bench --publish` refuses it; [`render`] (what the fingerprints hash) ignores the variable, and `k3k tune`,
 /// `k3k run` and `k3k-build` refuse to run with it set.
 pub const EXPERIMENT_ENV: &str = "K3K_EXPERIMENT";
 
-/// The prelude's experiments, by name, with what each removes or changes (all in `fp4_gemv`, the MXFP4 decode
-/// kernel of `mxfp4_matmul` `PATH=gemv`, packed layout; TILEMAJOR in its FAST staged ring only).
-pub const EXPERIMENTS: [(&str, &str); 5] = [
+/// The prelude's experiments, by name, with what each removes (all in `fp4_gemv`, the MXFP4 decode
+/// kernel of `mxfp4_matmul` `PATH=gemv`, packed layout).
+pub const EXPERIMENTS: [(&str, &str); 4] = [
     ("NOSCALE", "the bf16x2 multiply by the block scale (the decoded bits go to the tensor cores as they are)"),
     ("NODECODE", "the decode and the scale multiply (the raw words go to the tensor cores)"),
     ("NOMMA", "the mma.sync (its operands are still computed and summed into the output: 2 IADD3 per mma)"),
     ("NOMATH", "decode, scale and mma (the loads, the ring, the loop and the sum of NOMMA remain)"),
-    (
-        "TILEMAJOR",
-        "nothing: the ring reads each 16-row block's quad as one contiguous 1 KB (scales 64 B), the order an \
-         offline tile-major layout would store (the same bytes: DRAM locality alone)",
-    ),
 ];
 
 /// The experiments `K3K_EXPERIMENT` asks for (empty when unset or empty); an unknown name is an error.

@@ -327,10 +327,12 @@ impl KernelBuilder {
             ring,
             staged: false,
             l2_prefetch: 0,
+            tiled: false,
         });
     }
     /// [`Self::fp4_gemv`] with its ring in shared memory stages of `scratch` (`staged`, see [`Stmt::Fp4Gemv`]),
-    /// its copies asking L2 for `l2_prefetch` bytes (0, 64, 128 or 256; 0 none).
+    /// its copies asking L2 for `l2_prefetch` bytes (0, 64, 128 or 256; 0 none), the words and scales stored
+    /// tile-major when `tiled`.
     #[allow(clippy::too_many_arguments)]
     pub fn fp4_gemv_staged(
         &mut self,
@@ -343,6 +345,7 @@ impl KernelBuilder {
         chunk: u32,
         stages: u32,
         l2_prefetch: u32,
+        tiled: bool,
     ) {
         let Fp4Flags { packed, fold, finite } = flags;
         self.push(Stmt::Fp4Gemv {
@@ -358,6 +361,7 @@ impl KernelBuilder {
             ring: stages,
             staged: true,
             l2_prefetch,
+            tiled,
         });
     }
     /// Start `acc += a @ b` on the warpgroup tensor cores (see [`Stmt::MmaAsync`]).

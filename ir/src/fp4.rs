@@ -58,6 +58,23 @@ pub fn code(word: u32, index: usize, packed: bool) -> u32 {
     }
 }
 
+/// Rows per tile of the tile-major layouts ([`tile_major`]).
+pub const TILE_ROWS: usize = 16;
+/// Words (of the packed layout) per row of one tile-major chunk: a 128-column quad, four 32-column blocks.
+pub const TILE_QUAD_WORDS: usize = 16;
+/// Scale bytes per row of one tile-major chunk (the quad's four blocks).
+pub const TILE_QUAD_SCALES: usize = 4;
+
+/// The tile-major layouts of the MXFP4 decode (`PackedTiles` weights, `Stmt::Fp4Gemv` `tiled`): a row-major
+/// `[R, row_len]` matrix (R a multiple of [`TILE_ROWS`], `row_len` a multiple of `unit`) stored as
+/// `[R / 16, row_len / unit, 16, unit]`, so that the `unit` elements of 16 consecutive rows at the same columns
+/// (one 16-row block's quad: 16 x 64 bytes of words with `unit` = [`TILE_QUAD_WORDS`], 16 x 4 scale bytes with
+/// `unit` = [`TILE_QUAD_SCALES`]) are contiguous. Maps the row-major flat index `i` to the stored one.
+pub fn tile_major(i: usize, row_len: usize, unit: usize) -> usize {
+    let (r, c) = (i / row_len, i % row_len);
+    (r - r % TILE_ROWS) * row_len + (c / unit) * (TILE_ROWS * unit) + (r % TILE_ROWS) * unit + c % unit
+}
+
 /// The bits a code (0..16) sets as value `index` of a word (OR them into the word; the inverse of [`code`]).
 pub fn place(code: u32, index: usize, packed: bool) -> u32 {
     if packed {
@@ -112,6 +129,29 @@ mod tests {
             let cols = [2 * l, 2 * l + 1, 2 * l + 8, 2 * l + 9, 2 * l + 16, 2 * l + 17, 2 * l + 24, 2 * l + 25];
             for (i, c) in cols.into_iter().enumerate() {
                 assert_eq!(slot(c, true), (l, i));
+            }
+        }
+    }
+
+    /// The tile-major index is a permutation of each group of 16 rows, and a 16-row block's quad is contiguous.
+    #[test]
+    fn tile_major_permutes_16_row_blocks_and_keeps_a_quad_contiguous() {
+        for (rows, row_len, unit) in [(16, 16, 16), (48, 448, 16), (32, 112, 4), (16, 4, 4)] {
+            let mut seen = vec![false; rows * row_len];
+            for i in 0..rows * row_len {
+                let j = tile_major(i, row_len, unit);
+                assert!(j / (16 * row_len) == i / (16 * row_len), "stays in its 16-row block");
+                assert!(!seen[j], "{i} -> {j} twice");
+                seen[j] = true;
+            }
+            // Rows 16..32 (the second block when there is one), chunk 1: 16 x unit contiguous elements.
+            if rows >= 32 && row_len >= 2 * unit {
+                let first = tile_major(16 * row_len + unit, row_len, unit);
+                for r in 0..16 {
+                    for c in 0..unit {
+                        assert_eq!(tile_major((16 + r) * row_len + unit + c, row_len, unit), first + r * unit + c);
+                    }
+                }
             }
         }
     }

@@ -575,6 +575,12 @@ pub enum Stmt {
     /// `l2_prefetch` (staged only; 0, 64, 128 or 256, schedule only): the L2 prefetch size the copies ask for
     /// (`cp.async`'s `.L2::<n>B`: L2 fetches the aligned `n` bytes around each copy from DRAM, which the warp's
     /// and its block's next quads of the same rows read soon after); 0 asks for nothing.
+    /// `tiled` (staged and packed only): `words` and `scales` are stored tile-major ([`crate::fp4::tile_major`]:
+    /// each 16-row block's quad contiguous, 1 KB of words and 64 bytes of scales); the views still address them
+    /// as row-major `[rows, cols]` matrices. The program promises that the views start on a 16-row boundary of
+    /// tensors whose row strides are multiples of 16 words and 4 bytes, that every row of each `out` tile is valid,
+    /// that the scale rows hold whole quads, and that `out` has 8 columns (the GPU code reads tiled data only
+    /// through the shared-memory ring's fast form, and traps otherwise).
     Fp4Gemv {
         out: SharedRef,
         scratch: SharedId,
@@ -590,6 +596,8 @@ pub enum Stmt {
         staged: bool,
         #[serde(default, skip_serializing_if = "is_zero")]
         l2_prefetch: u32,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        tiled: bool,
     },
 }
 

@@ -241,10 +241,11 @@ fn body(k: &Kernel, b: &[Stmt], depth: usize, s: &mut String) {
                 ring,
                 staged,
                 l2_prefetch,
+                tiled,
             } => {
                 let _ = writeln!(
                     s,
-                    "{pad}{}[{}][{}+{}, {}+{}] = fp4_gemv({}, {}, x={}){}{}{} chunk={chunk} ring={ring}{}{} scratch={}",
+                    "{pad}{}[{}][{}+{}, {}+{}] = fp4_gemv({}, {}, x={}){}{}{}{} chunk={chunk} ring={ring}{}{} scratch={}",
                     k.shared[out.buf.0 as usize].name,
                     expr(k, &out.index),
                     out.row0,
@@ -255,6 +256,7 @@ fn body(k: &Kernel, b: &[Stmt], depth: usize, s: &mut String) {
                     global_view(k, scales),
                     global_view(k, x),
                     if *packed { " packed" } else { " natural" },
+                    if *tiled { " tiled" } else { "" },
                     if *fold { " fold" } else { "" },
                     if *finite { " finite" } else { "" },
                     if *staged { " staged" } else { "" },

@@ -900,26 +900,33 @@ fn outputs_of_products_that_cancel_below_f32_are_not_compared_and_counted() {
     }
 }
 
-/// `K3K_EXPERIMENT=TILEMAJOR` (a timing experiment, see `k3k_codegen::EXPERIMENTS`) and the `L2PF` knob change only
-/// the copies of the 28 x 4 decode's FAST staged ring: the program differs, its products, multiplies and copies are
-/// as many, and `L2PF` puts its prefetch size on every copy.
+/// The 28 x 4 decode's FAST staged ring with the `L2PF` knob: only the copies change (the program differs, its
+/// products, multiplies and copies are as many) and every copy carries the prefetch size. With tile-major weights
+/// (`tiles`) the kernel keeps the fast form only (no zero-filling copies of the general form, fewer products).
+/// Every variant compiles without spills.
 #[test]
-fn tilemajor_and_l2pf_change_the_decode_copies_only() {
-    use k3k_codegen::{ARCH, nvrtc, render, with_experiments};
-    let p = Preset::new("g28", &[("G", 28), ("per", 4), ("N", 6144), ("K", 3584), ("packed", 1)]);
-    let ptx = |knobs: &Knobs, xp: &[&str]| {
-        let main = Mxfp4Matmul.kernels(&p, knobs).unwrap().remove(0);
-        nvrtc::compile_ptx(&main.name, &with_experiments(&render(&main).unwrap(), xp), ARCH).unwrap().ptx
+fn l2pf_changes_the_decode_copies_only_and_tiles_keep_the_fast_form() {
+    use k3k_codegen::{ARCH, nvrtc, ptxas, render};
+    let dims = [("G", 28), ("per", 4), ("N", 6144), ("K", 3584), ("packed", 1)];
+    let ptx = |extra: &[(&str, i64)], knobs: &Knobs| {
+        let d: Vec<(&str, i64)> = dims.iter().chain(extra).copied().collect();
+        let main = Mxfp4Matmul.kernels(&Preset::new("g28", &d), knobs).unwrap().remove(0);
+        let out = nvrtc::compile_ptx(&main.name, &render(&main).unwrap(), ARCH).unwrap().ptx;
+        let spills = ptxas::assemble(&main.name, &out, ARCH).unwrap().resources.spills();
+        assert!(!spills, "{} spills", main.name);
+        out
     };
-    let base = ptx(&default_knobs(), &[]);
+    let base = ptx(&[], &default_knobs());
     assert!(!base.contains(".L2::"));
     let count = |ptx: &str, what: &str| ptx.matches(what).count();
     let copies = ["cp.async.cg.shared.global", "cp.async.ca.shared.global"];
-    for (name, x) in [
-        ("TILEMAJOR", ptx(&default_knobs(), &["TILEMAJOR"])),
-        ("L2PF=128", ptx(&knobs(&[("L2PF", 128)]), &[])),
-        ("L2PF=256", ptx(&knobs(&[("L2PF", 256)]), &[])),
-    ] {
+    let tiles = ptx(&[("tiles", 1)], &default_knobs());
+    assert!(base.contains("], 16, %r") && !tiles.contains("], 16, %r"), "tiles: no general-form copies");
+    let mma = "mma.sync.aligned.m16n8k16";
+    assert!(count(&tiles, mma) > 0 && count(&tiles, mma) < count(&base, mma));
+    for (name, x) in
+        [("L2PF=128", ptx(&[], &knobs(&[("L2PF", 128)]))), ("L2PF=256", ptx(&[], &knobs(&[("L2PF", 256)])))]
+    {
         assert_ne!(base, x, "{name}: the FAST ring's copies change");
         for what in ["mma.sync.aligned.m16n8k16", "mul.rn.bf16x2", copies[0], copies[1]] {
             assert_eq!(count(&base, what), count(&x, what), "{name}: {what}");
@@ -961,4 +968,76 @@ fn l2pf_keeps_the_values_and_is_refused_where_it_means_nothing() {
     let big = Preset::new("prefill", &[("M", 300), ("K", 256), ("N", 64), ("packed", 1)]);
     let e = Mxfp4Matmul.kernels(&big, &knobs(&[("L2PF", 128)]).with("PATH", "dq_gemm")).unwrap_err().to_string();
     assert!(e.contains("L2PF"), "{e}");
+}
+
+/// Tile-major packed weights (`WeightBytes::PackedTiles`, `mx::pack::tile`): the gemv shared-memory ring against the
+/// f64 reference on the untiled weights (grouped with empty groups, dense, GLU with routing weights, MXFP8
+/// activations, wide scales, L2PF, deeper rings), the JIT bit for bit with the interpreter, and every shape or knob
+/// set the layout cannot take refused by name.
+#[test]
+fn tile_major_weights_decode_on_the_gemv_ring() {
+    use k3k_codegen::cpu::interp::{self, InterpOptions};
+    use k3k_codegen::cpu::jit;
+    let mut rng = StdRng::seed_from_u64(rand::rng().random());
+    let grouped = |extra: &[(&str, i64)]| {
+        let mut d = vec![("G", 4), ("c0", 4), ("c1", 0), ("c2", 8), ("c3", 1), ("K", 512), ("N", 64), ("tiles", 1)];
+        d.extend_from_slice(extra);
+        Preset::new("tiles", &d)
+    };
+    let presets = [
+        grouped(&[]),
+        grouped(&[("epilogue", 1), ("p", 1)]),
+        grouped(&[("act", 1), ("wide", 1)]),
+        Preset::new("tiles dense", &[("M", 5), ("K", 384), ("N", 96), ("tiles", 1)]),
+    ];
+    for p in &presets {
+        for kn in
+            [default_knobs(), knobs(&[("L2PF", 256), ("STAGES", 4)]), knobs(&[("BN", 32), ("BK", 128), ("WA", 2)])]
+        {
+            run(p, rng.random(), &kn);
+        }
+        let ks = Mxfp4Matmul.kernels(p, &default_knobs()).unwrap();
+        assert!(ks[0].name.contains("_tiles") && ks[0].knobs.str("PATH").unwrap() == "gemv", "{}", ks[0].name);
+        assert!(ks[0].knobs.u32("STAGES").unwrap() >= 3);
+    }
+    // The JIT reads the tiled words and scales as the interpreter does.
+    let inst = Mxfp4Matmul.instance(&presets[1], rng.random()).unwrap();
+    let plan = inst.plan(&default_knobs()).unwrap();
+    let mut outs = vec![];
+    for use_jit in [false, true] {
+        let bufs = plan
+            .run_host(|kernel, args, scalars| {
+                if use_jit {
+                    jit::compile(kernel).unwrap().run(args, scalars, InterpOptions::default()).unwrap();
+                } else {
+                    interp::run(kernel, args, scalars, InterpOptions::default()).unwrap();
+                }
+                Ok(())
+            })
+            .unwrap();
+        outs.push(bufs);
+    }
+    let y = plan.index("y").unwrap();
+    assert_eq!(outs[0][y].data, outs[1][y].data, "JIT and interpreter agree on tiled weights");
+    // Refused by name: shapes the layout cannot hold, paths and knobs that cannot read it.
+    for (dims, what) in [
+        (vec![("G", 2), ("per", 4), ("K", 512), ("N", 48), ("tiles", 1)], "N a multiple of 32"),
+        (vec![("G", 2), ("per", 4), ("K", 320), ("N", 64), ("tiles", 1)], "K of 128"),
+        (vec![("G", 2), ("per", 9), ("K", 512), ("N", 64), ("tiles", 1)], "at most 8 tokens"),
+    ] {
+        let e = Mxfp4Matmul.kernels(&Preset::new("bad", &dims), &default_knobs()).unwrap_err().to_string();
+        assert!(e.contains(what), "{dims:?}: {e}");
+    }
+    let p = &presets[0];
+    for (kn, what) in [
+        (default_knobs().with("PATH", "tile"), "PATH=gemv only"),
+        (knobs(&[("STAGES", 2)]), "STAGES >= 3"),
+        (knobs(&[("SPLIT", 2)]), "no K split"),
+        (knobs(&[("BN", 48)]), "whole weight tiles"),
+    ] {
+        match Mxfp4Matmul.kernels(p, &kn) {
+            Err(OpError::InvalidKnobs { why, .. }) => assert!(why.contains(what), "[{kn}]: {why}"),
+            other => panic!("[{kn}]: {other:?}"),
+        }
+    }
 }

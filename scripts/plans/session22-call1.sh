@@ -6,10 +6,10 @@
 #    per-launch times in bench.txt ("step" lines), and the bf16-activation decode as the reference point.
 # 2. What bounds the 28 x 4 gemv (0.117 ms, 1.38x the 84.7 us read floor): the default timed against the four
 #    timing experiments of K3K_EXPERIMENT (k3k_codegen::EXPERIMENTS: NOSCALE, NODECODE, NOMMA, NOMATH: each
-#    removes a piece of the product; TILEMAJOR reads the same bytes in the order a tile-major weight layout would
-#    store them, 1 KB contiguous per 16-row block and quad instead of 64 B per row; wrong values on purpose, their
-#    checks fail), each between two baselines; and the new L2PF knob (cp.async's L2 prefetch size on the same
-#    copies: .L2::128B / .L2::256B, values unchanged) against the default in the same runs.
+#    removes a piece of the product; wrong values on purpose, their checks fail), baselines between them; the
+#    tile-major weight layout (session 22: `tiles`, each 16-row block's quad 1 KB contiguous instead of 64 B per
+#    row; checked on the GPU first) against the packed one; and the new L2PF knob (cp.async's L2 prefetch size on
+#    the same copies, values unchanged) against the default in the same runs.
 #    If NODECODE is near the baseline, the decode is not the bound and the FP8-mma decode of the NOTES would not
 #    pay; if NOMATH is near the floor, it would. Static SASS (scripts/sass_loops.py, session 22 NOTES): the FAST
 #    ring's loop issues 623 instructions per two quads (NODECODE 274, NOMATH 212), ~55% of the issue slots at
@@ -21,6 +21,15 @@ W=/tmp/w22c1; source scripts/plans/lib.sh
 P28="MXFP4 decode 28 experts x 4 tokens N6144 K3584"
 timeout 120 $K check --backend cuda --op mxfp4_matmul --cases 16 > $OUT/check.txt 2>&1
 echo "check rc=$? $(date -u +%T)" >> $L; tail -3 $OUT/check.txt >> $L
+# The tile-major weights' first GPU run (their addresses are GPU-only code): grouped with empty groups, GLU + p,
+# MXFP8 activations and wide scales, dense; default knobs and a deeper ring with L2PF.
+for d in "G=5,c0=4,c1=0,c2=8,c3=1,c4=3,K=512,N=64,tiles=1" "G=3,c0=8,c1=2,c2=5,K=1024,N=128,tiles=1,epilogue=1,p=1" \
+         "G=4,per=7,K=384,N=96,tiles=1,act=1,wide=1" "M=6,K=640,N=160,tiles=1"; do
+  for kn in "PATH=auto" "STAGES=4,L2PF=256"; do
+    timeout 40 $K check --backend cuda --op mxfp4_matmul --dims "$d" --knobs "$kn" --cases 2 2>&1 | tail -1 >> $OUT/check.txt
+  done
+done
+echo "tiles check $(date -u +%T) $(grep -c ' 0  ' $OUT/check.txt) rows" >> $L
 # 1. MXFP8 activations: new default (gemv + dequant launch) vs tile, interleaved twice; bf16 activations alongside.
 for r in 1 2; do
   timeout 60 $K bench --op mxfp4_matmul --preset "$P28 mxfp8-act" --results /nonexistent --out $W/b/act8-$r \
@@ -36,9 +45,14 @@ xp() { timeout 50 env ${1:+K3K_EXPERIMENT=$1} $K bench --op mxfp4_matmul --prese
   grep -E "^ +$P28 " $W/xp.log | cut -c1-150 >> $OUT/xp.txt; }
 mkdir -p $W/xp; : > $OUT/xp.txt
 xp "" b1; xp NOSCALE 1; xp NODECODE 1; xp "" b2; xp NOMMA 1; xp NOMATH 1; xp "" b3
-# The memory-side one also with a deeper ring (STAGES=4: slower than 3 in session 17, 0.1362 vs 0.1218 ms, which
-# fits a locality bound), after a baseline of the same two knob sets.
-xp TILEMAJOR 1 "PATH=auto;STAGES=4"; xp "" b4 "PATH=auto;STAGES=4"
+# The tile-major layout (the same bytes, each 16-row block's quad contiguous: DRAM locality) against the packed
+# layout in the same runs, also with a deeper ring (STAGES=4: slower than 3 in session 17, 0.1362 vs 0.1218 ms,
+# which fits a locality bound) and L2PF, twice.
+for r in 1 2; do
+  timeout 80 $K bench --op mxfp4_matmul --preset "$P28;$P28 tiles" --results /nonexistent --out $W/b/tiles-$r \
+    --knobs "PATH=auto;STAGES=4;L2PF=256" > $W/tiles.log 2>&1; echo "tiles $r rc=$?" >> $OUT/xp.txt
+  grep -E "^ +$P28" $W/tiles.log | cut -c1-160 >> $OUT/xp.txt
+done
 # The L2PF knob (cp.async's L2 prefetch size on the staged ring's copies; values unchanged, checked), and CPS=5
 # (a persistent grid of 5 CTAs per SM: no CTA launches, each tile's ring still fills and drains), twice.
 for r in 1 2; do xp "" l2pf-$r "PATH=auto;L2PF=128;L2PF=256;STAGES=4;STAGES=4,L2PF=256;CPS=5"; done

@@ -876,6 +876,7 @@ impl<'a> Renderer<'a> {
                 ring,
                 staged,
                 l2_prefetch,
+                tiled,
             } => {
                 let line = format!(
                     "k3k::fp4_gemv<{packed}, {fold}, {finite}, {}, {}, {}, {chunk}, {ring}, {}, {}{}>({}, {}, {}, s{}, {}, {}, {});",
@@ -884,10 +885,11 @@ impl<'a> Renderer<'a> {
                     k.threads / 32,
                     self.shared_layout(out.buf),
                     self.shared_layout(*scratch),
-                    match (*staged, *l2_prefetch) {
-                        (false, _) => String::new(),
-                        (true, 0) => ", true".to_string(),
-                        (true, n) => format!(", true, {n}"),
+                    match (*staged, *l2_prefetch, *tiled) {
+                        (false, ..) => String::new(),
+                        (true, 0, false) => ", true".to_string(),
+                        (true, n, false) => format!(", true, {n}"),
+                        (true, n, true) => format!(", true, {n}, true"),
                     },
                     self.shared_ptr(out),
                     out.row0,

@@ -595,7 +595,9 @@ impl<'a> Checker<'a> {
                 }
                 self.path.pop();
             }
-            Stmt::Fp4Gemv { out, scratch, words, scales, x, chunk, ring, staged, l2_prefetch, .. } => {
+            Stmt::Fp4Gemv {
+                out, scratch, words, scales, x, packed, chunk, ring, staged, l2_prefetch, tiled, ..
+            } => {
                 self.path.push("fp4_gemv".to_string());
                 let o = self.shared_ref(out)?;
                 let sc = self.shared(*scratch)?;
@@ -638,6 +640,13 @@ impl<'a> Checker<'a> {
                             sc.name
                         ));
                     }
+                }
+                if *tiled && !(*staged && *packed && out.cols == 8) {
+                    return bad(format!(
+                        "fp4_gemv: tiled words need the staged ring, the packed layout and 8-token tiles (staged \
+                         {staged}, packed {packed}, {} tokens)",
+                        out.cols
+                    ));
                 }
                 if !matches!(l2_prefetch, 0 | 64 | 128 | 256) || (*l2_prefetch > 0 && !*staged) {
                     return bad(format!(

@@ -90,6 +90,62 @@ pub fn unpack(words: &[u32], rows: usize, k: usize) -> Result<Vec<u8>, OpError> 
     Ok(out)
 }
 
+/// The tile-major decode layout (`WeightBytes::PackedTiles`, read by `mxfp4_matmul` PATH=gemv's shared-memory
+/// ring only): packed words `[rows, k/8]` stored as `[rows/16, k/128, 16, 16 words]` and scales `[rows, k/32]` as
+/// `[rows/16, k/128, 16, 4]` ([`fp4::tile_major`]): each 16-row block's 128-column quad is one contiguous 1 KB of
+/// words and 64 bytes of scales, so a warp's copies of a quad read whole DRAM lines instead of 64 bytes from each
+/// of 16 rows. Needs rows a multiple of 16 and K a multiple of 128 (typed errors otherwise).
+pub fn tile(words: &[u32], rows: usize, k: usize) -> Result<Vec<u32>, OpError> {
+    check_tiles(rows, k)?;
+    check(rows, k, words.len(), "packed", k / 8)?;
+    Ok(permute(words, k / 8, fp4::TILE_QUAD_WORDS, false))
+}
+
+/// The inverse of [`tile`].
+pub fn untile(tiled: &[u32], rows: usize, k: usize) -> Result<Vec<u32>, OpError> {
+    check_tiles(rows, k)?;
+    check(rows, k, tiled.len(), "tiled", k / 8)?;
+    Ok(permute(tiled, k / 8, fp4::TILE_QUAD_WORDS, true))
+}
+
+/// The scales of [`tile`]'s layout: `[rows, k/32]` bytes as `[rows/16, k/128, 16, 4]`.
+pub fn tile_scales(s: &[u8], rows: usize, k: usize) -> Result<Vec<u8>, OpError> {
+    check_tiles(rows, k)?;
+    check(rows, k, s.len(), "scales", k / BLOCK)?;
+    Ok(permute(s, k / BLOCK, fp4::TILE_QUAD_SCALES, false))
+}
+
+/// The inverse of [`tile_scales`].
+pub fn untile_scales(s: &[u8], rows: usize, k: usize) -> Result<Vec<u8>, OpError> {
+    check_tiles(rows, k)?;
+    check(rows, k, s.len(), "tiled scales", k / BLOCK)?;
+    Ok(permute(s, k / BLOCK, fp4::TILE_QUAD_SCALES, true))
+}
+
+fn check_tiles(rows: usize, k: usize) -> Result<(), OpError> {
+    if !rows.is_multiple_of(fp4::TILE_ROWS) || !k.is_multiple_of(4 * BLOCK) {
+        return Err(OpError::BadInput {
+            op: "mx.pack",
+            arg: "tiles".into(),
+            why: format!("the tile-major layout needs rows a multiple of 16 and K a multiple of 128, got {rows} x {k}"),
+        });
+    }
+    Ok(())
+}
+
+/// Row-major `[rows, row_len]` to tile-major (or back, `inverse`).
+fn permute<T: Copy + Default + Send + Sync>(src: &[T], row_len: usize, unit: usize, inverse: bool) -> Vec<T> {
+    let mut out = vec![T::default(); src.len()];
+    let block = fp4::TILE_ROWS * row_len;
+    out.par_chunks_mut(block).zip(src.par_chunks(block)).for_each(|(o, s)| {
+        for i in 0..s.len() {
+            let j = fp4::tile_major(i, row_len, unit);
+            if inverse { o[i] = s[j] } else { o[j] = s[i] }
+        }
+    });
+    out
+}
+
 /// Little-endian bytes of packed words (how a `[rows, k/8]` u32 host tensor stores them).
 pub fn words_to_bytes(w: &[u32]) -> Vec<u8> {
     w.par_iter().flat_map_iter(|v| v.to_le_bytes()).collect()
@@ -124,5 +180,30 @@ mod tests {
         assert_eq!(unpack(&words, rows, k).unwrap(), q);
         assert!(matches!(pack(&q, rows, k + 32), Err(OpError::BadInput { .. })));
         assert!(pack(&q, rows, k + 16).is_err(), "K not a multiple of 32");
+    }
+
+    /// `untile(tile(w)) == w` for words and scales; a 16-row block's quad is contiguous; bad shapes are named.
+    #[test]
+    fn tile_round_trips_and_puts_a_quad_together() {
+        let (rows, k) = (48, 384);
+        let words: Vec<u32> = (0..rows * k / 8).map(|i| i as u32).collect();
+        let t = tile(&words, rows, k).unwrap();
+        assert_eq!(untile(&t, rows, k).unwrap(), words);
+        // Block 1 (rows 16..32), quad 2 (words 32..48 of each row): 256 consecutive words, row by row.
+        let at = (16 * k / 8) + 2 * 256;
+        for r in 0..16 {
+            for w in 0..16 {
+                assert_eq!(t[at + 16 * r + w], ((16 + r) * k / 8 + 32 + w) as u32);
+            }
+        }
+        let s: Vec<u8> = (0..rows * k / 32).map(|i| (i * 7) as u8).collect();
+        let ts = tile_scales(&s, rows, k).unwrap();
+        assert_eq!(untile_scales(&ts, rows, k).unwrap(), s);
+        assert_eq!(&ts[..4], &s[..4]);
+        assert_eq!(&ts[4..8], &s[k / 32..k / 32 + 4], "row 1's first quad follows row 0's");
+        for (r, kk) in [(40, 384), (48, 352)] {
+            let e = tile(&vec![0; r * kk / 8], r, kk).unwrap_err().to_string();
+            assert!(e.contains("multiple of 16") && e.contains("128"), "{e}");
+        }
     }
 }

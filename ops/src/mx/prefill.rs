@@ -562,6 +562,9 @@ pub fn plan(
     let words = match &w.q {
         WeightBytes::Natural(q) => q.clone(),
         WeightBytes::Packed(q) => super::pack::words_to_bytes(q),
+        WeightBytes::PackedTiles(_) => {
+            return Err(OpError::Internal("PATH=dq_gemm does not read tile-major weights (resolved before)".into()));
+        }
     };
     let wq = plan.input("wq", HostTensor::from_bytes(DType::U32, &shape(k / 8), words));
     let ws = plan.input("ws", HostTensor::from_bytes(DType::U8, &shape(k / BLOCK), w.s.clone()));

@@ -266,7 +266,7 @@ impl<'a> Block<'a> {
                 }
                 self.tiles[tile.0 as usize] = out;
             }
-            Stmt::Fp4Gemv { out, scratch, words, scales, x, packed, fold, finite, .. } => {
+            Stmt::Fp4Gemv { out, scratch, words, scales, x, packed, fold, finite, tiled, .. } => {
                 let (qo, qs, qr, qc) = self.view(words, tensors)?;
                 let (so, ss, sr, sc) = self.view(scales, tensors)?;
                 let (xo, xs, xr, xc) = self.view(x, tensors)?;
@@ -275,7 +275,7 @@ impl<'a> Block<'a> {
                 let res = fp4_gemv_sums(
                     (rows, cols),
                     [(qo, qs, qr, qc), (so, ss, sr, sc), (xo, xs, xr, xc)],
-                    (*packed, *fold, *finite),
+                    (*packed, *fold, *finite, *tiled),
                     |i| {
                         let si = self.global_index("fp4_gemv scales", scales.tensor, i, tensors)?;
                         Ok(tensors[scales.tensor.0 as usize].get_i64(si) as u32)
@@ -427,12 +427,13 @@ impl<'a> Block<'a> {
 /// alike: `out[r, t]` for every weight row below the words' and the scales' valid rows, its decoded blocks (every
 /// block valid in both views) times token `t`'s activations, one f32 sum in column order; x is read in whole
 /// 8-column groups, as the GPU's 16-byte loads. `views` are (offset, row stride, rows, cols) of the words, the
-/// scales and x; `flags` are (packed, fold, finite); `scale`, `word` and `xval` read one element of their
-/// tensor at a flat index (checking it).
+/// scales and x; `flags` are (packed, fold, finite, tiled); `scale`, `word` and `xval` read one element of their
+/// tensor at a flat index (checking it). With `tiled`, the words' and the scales' row-major indices are mapped to
+/// their tile-major places ([`fp4::tile_major`], the views' row strides as row lengths).
 pub(crate) fn fp4_gemv_sums(
     (rows, cols): (usize, usize),
     views: [(i64, i64, i64, i64); 3],
-    (packed, fold, finite): (bool, bool, bool),
+    (packed, fold, finite, tiled): (bool, bool, bool, bool),
     mut scale: impl FnMut(i64) -> Result<u32, InterpError>,
     mut word: impl FnMut(i64) -> Result<u32, InterpError>,
     mut xval: impl FnMut(i64) -> Result<f32, InterpError>,
@@ -446,11 +447,14 @@ pub(crate) fn fp4_gemv_sums(
             continue;
         }
         let mut wv = Vec::with_capacity(nblk as usize * 32);
+        let at = |i: i64, stride: i64, unit: usize| -> i64 {
+            if tiled && i >= 0 && stride > 0 { fp4::tile_major(i as usize, stride as usize, unit) as i64 } else { i }
+        };
         for bl in 0..nblk {
-            let sv = scale(so + ri * ss + bl)?;
+            let sv = scale(at(so + ri * ss + bl, ss, fp4::TILE_QUAD_SCALES))?;
             for c in 0..32usize {
                 let (w, p) = fp4::slot(c % 32, packed);
-                let wd = word(qo + ri * qs + 4 * bl + w as i64)?;
+                let wd = word(at(qo + ri * qs + 4 * bl + w as i64, qs, fp4::TILE_QUAD_WORDS))?;
                 wv.push(dequant_fp4_value(fp4::code(wd, p, packed), sv, fold, finite));
             }
         }

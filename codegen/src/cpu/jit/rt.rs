@@ -649,7 +649,7 @@ unsafe fn tile_stmt(ctx: &mut Ctx, s: &Stmt, arg: &dyn Fn(usize) -> i64) -> Resu
                     }
                 }
             }
-            Stmt::Fp4Gemv { out, scratch, words, scales, x, packed, fold, finite, .. } => {
+            Stmt::Fp4Gemv { out, scratch, words, scales, x, packed, fold, finite, tiled, .. } => {
                 // The interpreter's sums: per valid row, its decoded blocks, one f32 sum per token in column order.
                 let base = f.shared_base(out, arg(0));
                 let (qo, qs, qr, qc) = (arg(1), arg(2), arg(3), arg(4));
@@ -659,7 +659,7 @@ unsafe fn tile_stmt(ctx: &mut Ctx, s: &Stmt, arg: &dyn Fn(usize) -> i64) -> Resu
                 let res = fp4_gemv_sums(
                     (rows, cols),
                     [(qo, qs, qr, qc), (so, ss, sr, sc), (xo, xs, xr, xc)],
-                    (*packed, *fold, *finite),
+                    (*packed, *fold, *finite, *tiled),
                     |i| {
                         let si = check("fp4_gemv scales", scales.tensor, i, hosts)?;
                         Ok(hosts[scales.tensor.0 as usize].get_i64(si) as u32)

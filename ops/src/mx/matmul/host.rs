@@ -20,6 +20,10 @@ pub enum WeightBytes {
     Natural(Vec<u8>),
     /// The [`super::pack`] layout: `[G, N, K/8]` u32 words.
     Packed(Vec<u32>),
+    /// The packed words stored tile-major ([`super::pack::tile`]; the weights' scales `s` then are tile-major too,
+    /// [`super::pack::tile_scales`]): each 16-row block's 128-column quad contiguous. For decode (at most 8 tokens
+    /// per group) on PATH=gemv's shared-memory ring; needs N a multiple of 32 and K a multiple of 128.
+    PackedTiles(Vec<u32>),
 }
 
 impl Fp4Weights {
@@ -39,6 +43,18 @@ impl Fp4Weights {
             WeightBytes::Packed(q) => {
                 check_bytes(OP, "wq (packed words)", q.len() * 4, "[G, N, K/8] u32", &[g, n, k / 2])?
             }
+            WeightBytes::PackedTiles(q) => {
+                if !n.is_multiple_of(32) || !k.is_multiple_of(128) {
+                    return Err(OpError::BadInput {
+                        op: OP,
+                        arg: "wq (tile-major words)".into(),
+                        why: format!(
+                            "the tile-major layout needs N a multiple of 32 and K of 128, got N = {n}, K = {k}"
+                        ),
+                    });
+                }
+                check_bytes(OP, "wq (tile-major words)", q.len() * 4, "[G, N, K/8] u32", &[g, n, k / 2])?
+            }
         }
         check_bytes(OP, "ws", self.s.len(), "[G, N, K/32]", &[g, n, k / BLOCK])
     }
@@ -48,8 +64,13 @@ impl Fp4Weights {
         let q = match &self.q {
             WeightBytes::Natural(q) => q[g * n * k / 2..(g + 1) * n * k / 2].to_vec(),
             WeightBytes::Packed(w) => super::pack::unpack(&w[g * n * k / 8..(g + 1) * n * k / 8], n, k)?,
+            WeightBytes::PackedTiles(w) => {
+                let words = super::pack::untile(&w[g * n * k / 8..(g + 1) * n * k / 8], n, k)?;
+                super::pack::unpack(&words, n, k)?
+            }
         };
         let s = self.s[g * n * k / BLOCK..(g + 1) * n * k / BLOCK].to_vec();
+        let s = if matches!(self.q, WeightBytes::PackedTiles(_)) { super::pack::untile_scales(&s, n, k)? } else { s };
         Ok(rmx::MxTensor { rows: n, k, q, s, format: MxFormat::Fp4 })
     }
 }
@@ -155,7 +176,8 @@ pub fn spec_for(w: &Fp4Weights, inp: &MatInputs<'_>) -> Result<(MatSpec, Vec<usi
         grouped: inp.offs.is_some(),
         epilogue: inp.epilogue,
         row_scale: inp.p.is_some(),
-        packed: matches!(w.q, WeightBytes::Packed(_)),
+        packed: matches!(w.q, WeightBytes::Packed(_) | WeightBytes::PackedTiles(_)),
+        tiled: matches!(w.q, WeightBytes::PackedTiles(_)),
         fold: scales_foldable(&w.s),
         finite: !w.s.par_iter().any(|&b| b == 255),
         act8: matches!(inp.x, Act::Mxfp8(_)),
@@ -217,7 +239,7 @@ pub fn matmul_plan(w: &Fp4Weights, inp: &MatInputs<'_>, knobs: &Knobs) -> Result
     let (spec, counts) = spec_for(w, inp)?;
     let glu = inp.epilogue.is_glu();
     let sh = facts(w, glu, &counts);
-    if super::prefill::selected(knobs, &sh)? {
+    if !spec.tiled && super::prefill::selected(knobs, &sh)? {
         return super::prefill::plan(w, inp, &spec, &sh, knobs);
     }
     let c = resolve(&spec, knobs, &sh)?;
@@ -244,7 +266,9 @@ pub fn matmul_plan(w: &Fp4Weights, inp: &MatInputs<'_>, knobs: &Knobs) -> Result
     let shape = |last: usize| -> Vec<usize> { lead.iter().copied().chain([last]).collect() };
     let wq = match &w.q {
         WeightBytes::Natural(q) => HostTensor::from_bytes(DType::U32, &shape(k / 8), q.clone()),
-        WeightBytes::Packed(q) => HostTensor::from_bytes(DType::U32, &shape(k / 8), super::pack::words_to_bytes(q)),
+        WeightBytes::Packed(q) | WeightBytes::PackedTiles(q) => {
+            HostTensor::from_bytes(DType::U32, &shape(k / 8), super::pack::words_to_bytes(q))
+        }
     };
     args.push(plan.input("wq", wq));
     args.push(plan.input("ws", HostTensor::from_bytes(DType::U8, &shape(k / BLOCK), w.s.clone())));

@@ -68,6 +68,8 @@ pub struct MatSpec {
     pub row_scale: bool,
     /// Weight bytes in the [`super::pack`] layout (u32 words) instead of the natural one.
     pub packed: bool,
+    /// Packed words and scales stored tile-major (`WeightBytes::PackedTiles`): PATH=gemv's shared-memory ring only.
+    pub tiled: bool,
     /// Every scale byte is <= 128 or 255: one multiply per decoded element (see [`scales_foldable`]).
     pub fold: bool,
     /// No scale byte is 255 (NaN): the NaN select is left out of the decode.
@@ -383,6 +385,9 @@ fn pick(k: &Knobs, name: &str, auto: u32) -> Result<u32, OpError> {
 /// token tiles and a K split that gives about two waves of tiles when there are few; prefill: 128x128
 /// tiles), then the combination is validated.
 pub fn resolve(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, OpError> {
+    if spec.tiled {
+        return resolve_tiled(spec, knobs, sh);
+    }
     match gemv_wanted(spec, knobs, sh)? {
         Some(true) => return resolve_gemv(spec, knobs, sh),
         // Automatic: unless other explicit knobs rule it out (e.g. BN=128 at BK=256: too many registers).
@@ -623,6 +628,36 @@ fn gemv_wanted(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Option<
     })
 }
 
+/// Tile-major weights (`WeightBytes::PackedTiles`): PATH=gemv with the shared-memory ring (STAGES 3 when not
+/// given), 8-token tiles, no K split, and weight tiles that are all full (the GPU code reads tiled words through
+/// the ring's fast form only). Anything else is refused by name.
+fn resolve_tiled(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, OpError> {
+    let bad = |why: String| OpError::InvalidKnobs { op: OP, knobs: knobs.to_string(), why };
+    if knobs.0.contains_key("PATH") && !matches!(knobs.str("PATH")?, "auto" | "gemv") {
+        return Err(bad(format!("tile-major weights are read by PATH=gemv only (got PATH={})", knobs.str("PATH")?)));
+    }
+    if sh.max_rows > 8 {
+        return Err(OpError::BadInput {
+            op: OP,
+            arg: "wq (tile-major words)".into(),
+            why: format!("tile-major weights serve decode, at most 8 tokens per group (got {})", sh.max_rows),
+        });
+    }
+    let mut k = knobs.clone();
+    if !knobs.0.contains_key("STAGES") || knobs.u32("STAGES")? == 0 {
+        k.set("STAGES", 3i64);
+    }
+    let c = resolve_gemv(spec, &k, sh)?;
+    let rows = if sh.glu { c.bn / 2 } else { c.bn } as usize;
+    if !sh.n_out.is_multiple_of(rows) {
+        return Err(bad(format!(
+            "tile-major weights need whole weight tiles: {rows} rows per tile do not divide the {} output rows",
+            sh.n_out
+        )));
+    }
+    Ok(c)
+}
+
 /// The knobs of PATH=gemv ([`Stmt::Fp4Gemv`]): BM 8 (at most 8 tokens per group) or 16 tokens per CTA; BN
 /// weight rows per CTA (each GLU half BN/2); BK = 128 x U, U the consecutive 128-column quads of a warp's batch
 /// (warps take batches round robin, so a warp's loads of a row cover 64U contiguous bytes); GR the register ring
@@ -739,6 +774,13 @@ fn validate(spec: &MatSpec, c: &Cfg, knobs: &Knobs) -> Result<(), OpError> {
             return invalid(format!(
                 "PATH=gemv needs BM 8 or 16 and BK 128, 256, 512 or 1024 (got BM={}, BK={})",
                 c.bm, c.bk
+            ));
+        }
+        if spec.tiled && (c.stages < 3 || c.bm != 8 || c.split != 1) {
+            return invalid(format!(
+                "tile-major weights need the shared-memory ring (STAGES >= 3), 8-token tiles and no K split (got \
+                 STAGES={}, BM={}, SPLIT={})",
+                c.stages, c.bm, c.split
             ));
         }
         if !matches!(c.l2pf, 0 | 64 | 128 | 256) || (c.l2pf > 0 && c.stages < 3) {
@@ -871,7 +913,13 @@ fn kernel_name(prefix: &str, spec: &MatSpec, c: &Cfg, partial: bool) -> String {
         if spec.row_scale { "_p" } else { "" },
         spec.epilogue.name(),
         if spec.act8 { "_x8" } else { "" },
-        if spec.packed { "_packed" } else { "" },
+        if spec.tiled {
+            "_tiles"
+        } else if spec.packed {
+            "_packed"
+        } else {
+            ""
+        },
         match (spec.fold, spec.finite) {
             (true, true) => "_foldf",
             (true, false) => "_fold",

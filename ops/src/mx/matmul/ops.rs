@@ -19,13 +19,15 @@ pub struct MatProblem {
     pub wide: bool,
     /// MXFP8 activations (quantized from the bf16 draw with the Ceil rule).
     pub act8: bool,
+    /// Tile-major packed weights (`WeightBytes::PackedTiles`; implies packed).
+    pub tiles: bool,
 }
 
 impl MatProblem {
     /// Dims `K`, `N` and either `M` (dense) or `G` with `c0..` (explicit counts), `per` (every group that
     /// many rows) or `mean` (+ `seed`, ragged as `latent_moe_gemm`); optional `epilogue` (0 none, 1 SiTU-GLU,
-    /// 2 SwiGLU), `p` (1: routing weights), `packed` (1: packed weight layout), `wide` (1: wide scale range),
-    /// `act` (1: MXFP8 activations).
+    /// 2 SwiGLU), `p` (1: routing weights), `packed` (1: packed weight layout), `tiles` (1: the tile-major packed
+    /// layout; N a multiple of 32, K of 128), `wide` (1: wide scale range), `act` (1: MXFP8 activations).
     pub fn from_preset(p: &Preset) -> Result<Self, OpError> {
         let k = p.get("K")? as usize;
         let n = p.get("N")? as usize;
@@ -52,6 +54,13 @@ impl MatProblem {
         if epilogue.is_glu() && !n.is_multiple_of(2) {
             return Err(bad("N", format!("a GLU epilogue needs an even N, got {n}")));
         }
+        let tiles = p.get_or("tiles", 0) == 1;
+        if tiles && (!n.is_multiple_of(32) || !k.is_multiple_of(128)) {
+            return Err(bad(
+                "tiles",
+                format!("the tile-major layout needs N a multiple of 32 and K of 128, got {n} x {k}"),
+            ));
+        }
         Ok(MatProblem {
             grouped,
             counts,
@@ -59,9 +68,10 @@ impl MatProblem {
             n,
             epilogue,
             row_scale: p.get_or("p", 0) == 1,
-            packed: p.get_or("packed", 0) == 1,
+            packed: tiles || p.get_or("packed", 0) == 1,
             wide: p.get_or("wide", 0) == 1,
             act8: p.get_or("act", 0) == 1,
+            tiles,
         })
     }
     pub fn m(&self) -> usize {
@@ -87,6 +97,7 @@ impl MatProblem {
             epilogue: self.epilogue,
             row_scale: self.row_scale,
             packed: self.packed,
+            tiled: self.tiles,
             fold: !self.wide,
             finite: !self.wide,
             act8: self.act8,
@@ -195,6 +206,10 @@ impl Operator for Mxfp4Matmul {
         for (name, dims) in rows.iter().take(4) {
             out.push(Preset::new(&format!("{name} natural"), dims));
         }
+        // The decode in the tile-major packed layout (`mx::pack::tile`: a 16-row block's quad contiguous).
+        let mut d = rows[3].1.clone();
+        d.push(("tiles", 1));
+        out.push(Preset::new(&format!("{} tiles", rows[3].0), &d));
         // K3's expert inputs are MXFP8: the decode and prefill rows with MXFP8 activations.
         for (name, dims) in [&rows[3], &rows[2]] {
             let mut d = dims.clone();
@@ -258,7 +273,14 @@ impl Operator for Mxfp4Matmul {
             None
         };
         let (q, s) = random_weights(g, n, k, pb.wide, seed ^ 0x77);
-        let q = if pb.packed { WeightBytes::Packed(super::pack::pack(&q, g * n, k)?) } else { WeightBytes::Natural(q) };
+        let (q, s) = if pb.tiles {
+            let words = super::pack::tile(&super::pack::pack(&q, g * n, k)?, g * n, k)?;
+            (WeightBytes::PackedTiles(words), super::pack::tile_scales(&s, g * n, k)?)
+        } else if pb.packed {
+            (WeightBytes::Packed(super::pack::pack(&q, g * n, k)?), s)
+        } else {
+            (WeightBytes::Natural(q), s)
+        };
         let w = Fp4Weights { groups: g, n, k, q, s };
         let p = pb.row_scale.then(|| data::uniform(m, 0.1, 1.0, seed ^ 0x7a7a));
         Ok(Box::new(MatInstance { pb, x, x8, xv, w, p, seed }))
@@ -266,7 +288,7 @@ impl Operator for Mxfp4Matmul {
     fn kernels(&self, p: &Preset, knobs: &Knobs) -> Result<Vec<Kernel>, OpError> {
         let pb = MatProblem::from_preset(p)?;
         let spec = pb.spec();
-        if super::prefill::selected(knobs, &pb.facts())? {
+        if !spec.tiled && super::prefill::selected(knobs, &pb.facts())? {
             return super::prefill::kernels(&spec, &pb.facts(), knobs);
         }
         let c = resolve(&spec, knobs, &pb.facts())?;
@@ -300,7 +322,7 @@ impl Instance for MatInstance {
     fn describe(&self) -> String {
         let pb = &self.pb;
         format!(
-            "{} M={} K={} N={} groups={} epilogue={} p={} packed={} wide={} act={} seed={}",
+            "{} M={} K={} N={} groups={} epilogue={} p={} packed={}{} wide={} act={} seed={}",
             if pb.grouped { "grouped" } else { "dense" },
             pb.m(),
             pb.k,
@@ -309,6 +331,7 @@ impl Instance for MatInstance {
             pb.epilogue.name(),
             pb.row_scale,
             pb.packed,
+            if pb.tiles { " tiles" } else { "" },
             pb.wide,
             if pb.act8 { "mxfp8" } else { "bf16" },
             self.seed
