@@ -147,6 +147,11 @@ fn latent_moe_gemm() -> BoxedStrategy<Preset> {
 }
 
 fn mxfp4_matmul() -> BoxedStrategy<Preset> {
+    prop_oneof![5 => mxfp4_any(), 1 => mxfp4_tiles()].boxed()
+}
+
+/// Any shape and layout the operator takes.
+fn mxfp4_any() -> BoxedStrategy<Preset> {
     let kblocks = prop_oneof![1..=3i64, 1..=10i64];
     // wide: scale bytes over a wide range with NaN (255) ones; act: MXFP8 activations.
     (kblocks, size(GEMM_EDGE, 140), 0..3i64, flag(0.5), flag(0.3), flag(0.4), flag(0.3), rows_layout(5, 70, 140))
@@ -162,6 +167,33 @@ fn mxfp4_matmul() -> BoxedStrategy<Preset> {
             ];
             dims.extend(rows);
             preset("mxfp4", dims)
+        })
+        .boxed()
+}
+
+/// The tile-major layout's decode shapes (`tiles`): N a multiple of 32, K of 128, at most 8 tokens per group.
+fn mxfp4_tiles() -> BoxedStrategy<Preset> {
+    let rows = prop_oneof![
+        1 => (1..=8i64).prop_map(|m| vec![d("M", m)]),
+        3 => proptest::collection::vec(prop_oneof![1 => Just(0i64), 3 => 1..=8i64], 1..=5).prop_map(|cs| {
+            let mut v = vec![d("G", cs.len() as i64)];
+            v.extend(cs.iter().enumerate().map(|(i, &c)| d(&format!("c{i}"), c)));
+            v
+        }),
+    ];
+    (1..=4i64, 1..=4i64, 0..3i64, flag(0.5), flag(0.4), flag(0.3), rows)
+        .prop_map(|(kq, nt, epi, p, wide, act, rows)| {
+            let mut dims = vec![
+                d("K", 128 * kq),
+                d("N", 32 * nt),
+                d("epilogue", epi),
+                d("p", p),
+                d("tiles", 1),
+                d("wide", wide),
+                d("act", act),
+            ];
+            dims.extend(rows);
+            preset("mxfp4 tiles", dims)
         })
         .boxed()
 }
