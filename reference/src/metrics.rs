@@ -58,6 +58,29 @@ pub fn rel_l2<T: ToF64>(out: &[T], reference: &[f64]) -> f64 {
     if den == 0.0 { num.sqrt() } else { (num / den).sqrt() }
 }
 
+/// [`rel_l2`] with the denominator floored: `||out - ref||_2 / max(||ref||_2, floor * sqrt(n))` over the `n`
+/// positions where the reference is finite (+inf where it is finite and `out` is not, or on a length mismatch).
+pub fn rel_l2_floor<T: ToF64>(out: &[T], reference: &[f64], floor: f64) -> f64 {
+    if out.len() != reference.len() {
+        return f64::INFINITY;
+    }
+    let (mut num, mut den, mut n) = (0f64, 0f64, 0usize);
+    for (o, &r) in out.iter().zip(reference) {
+        if !r.is_finite() {
+            continue;
+        }
+        let o = o.to_f64();
+        if !o.is_finite() {
+            return f64::INFINITY;
+        }
+        num += (o - r) * (o - r);
+        den += r * r;
+        n += 1;
+    }
+    let den = den.max(floor * floor * n as f64);
+    if den == 0.0 { num.sqrt() } else { (num / den).sqrt() }
+}
+
 /// Largest |out - ref| over positions where both are finite (0 for empty input; +inf on a
 /// length mismatch).
 pub fn max_abs_diff<T: ToF64>(out: &[T], reference: &[f64]) -> f64 {
@@ -109,6 +132,10 @@ pub enum Tolerance {
     Bf16,
     /// Any other relative threshold.
     Rel(f64),
+    /// Log-sum-exp outputs (attention's `lse`): rel L2 against the reference's RMS floored at 1 per element
+    /// ([`rel_l2_floor`]). An error in an lse is an error in the log of a softmax denominator, so near 0 it is
+    /// judged absolutely: an lse of 0.004 that is off by 8e-6 is a denominator off by 8e-6 relatively, not 0.2%.
+    LogSumExp(f64),
 }
 
 impl Tolerance {
@@ -118,7 +145,7 @@ impl Tolerance {
             Tolerance::Exact => 0.0,
             Tolerance::F32 => 1e-5,
             Tolerance::Bf16 => 5e-3,
-            Tolerance::Rel(t) => t,
+            Tolerance::Rel(t) | Tolerance::LogSumExp(t) => t,
         }
     }
 }
@@ -199,7 +226,8 @@ pub fn check<T: ToF64>(out: &[T], reference: &[f64], tol: Tolerance) -> Result<f
     if let Some(i) = first_nonfinite_mismatch(out, reference) {
         return Err(mk(MismatchKind::NonFinitePosition, i, f64::INFINITY));
     }
-    let rel = rel_l2(out, reference);
+    let floor = if matches!(tol, Tolerance::LogSumExp(_)) { 1.0 } else { 0.0 };
+    let rel = if floor > 0.0 { rel_l2_floor(out, reference, floor) } else { rel_l2(out, reference) };
     if tol == Tolerance::Exact {
         let bad = out.iter().zip(reference).position(|(o, &r)| r.is_finite() && o.to_f64() != r);
         return match bad {
@@ -216,7 +244,7 @@ pub fn check<T: ToF64>(out: &[T], reference: &[f64], tol: Tolerance) -> Result<f
     let index = finite
         .iter()
         .copied()
-        .find(|&i| diff(i) > thr * rms.max(f64::MIN_POSITIVE))
+        .find(|&i| diff(i) > thr * rms.max(floor).max(f64::MIN_POSITIVE))
         .or_else(|| finite.iter().copied().max_by(|&a, &b| diff(a).total_cmp(&diff(b))))
         .unwrap_or(0);
     Err(mk(MismatchKind::RelTooLarge, index, rel))
@@ -225,6 +253,21 @@ pub fn check<T: ToF64>(out: &[T], reference: &[f64], tol: Tolerance) -> Result<f
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// lse outputs near 0 are judged against a floor of 1: a small absolute error passes, a large one fails, and
+    /// large values are judged relatively as before.
+    #[test]
+    fn log_sum_exp_tolerance_floors_the_scale_at_one() {
+        let want = [0.004, -0.002];
+        let got = [0.004 + 8e-6, -0.002];
+        assert!(check(&got, &want, Tolerance::Rel(1e-3)).is_err(), "relative to a tiny lse: fails");
+        assert!(check(&got, &want, Tolerance::LogSumExp(1e-3)).is_ok());
+        assert!(check(&[0.004 + 0.01, -0.002], &want, Tolerance::LogSumExp(1e-3)).is_err());
+        let big = [100.0, 200.0];
+        assert!(check(&[100.1, 200.0], &big, Tolerance::LogSumExp(1e-3)).is_ok());
+        assert!(check(&[101.0, 200.0], &big, Tolerance::LogSumExp(1e-3)).is_err());
+        assert_eq!(rel_l2_floor(&[3.0f64, 4.5], &[3.0, 4.0], 1.0), rel_l2(&[3.0f64, 4.5], &[3.0, 4.0]));
+    }
 
     #[test]
     fn rel_l2_basics() {
