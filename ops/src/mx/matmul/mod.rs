@@ -142,8 +142,8 @@ pub fn knob_space() -> KnobSpace {
              a whole BK slice's loads in flight per thread; MMA=sync, no GLU epilogue; for few tokens); gemv (decode, \
              `Stmt::Fp4Gemv`: one CTA per BN weight rows, group and 8 or 16 tokens over the whole K range, split over WA \
              warps in batches of BK columns, whole 16-byte weight blocks per lane streamed through a register ring of \
-             GR 128-column quads, the warps' partials summed in shared memory, one launch; MXFP8 activations are dequantized \
-             to bf16 by a first launch); dq_gemm (prefill, \
+             GR 128-column quads, the warps' partials summed in shared memory, one launch; MXFP8 activations are \
+             dequantized to bf16 by a first launch); dq_gemm (prefill, \
              `mx::prefill`): a bandwidth-bound kernel dequantizes all weights once into a bf16 scratch of \
              2*G*N*K bytes (44 MB at N6144 K3584; + 2*M*K with MXFP8 activations, dequantized the same way), then \
              the latent_moe_gemm kernel runs on it (BM/BN/BK/STAGES/RASTER/MMA are its knobs, WA/WB its WM/WN; \
