@@ -25,9 +25,9 @@
 //!
 //! Checks (SPEC 3): o (and y) rel L2 <= 5e-3, lse rel L2 <= 1e-3 (its scale floored at 1), identical NaN/inf
 //! positions, against `k3k_reference::mla`. Small problems are checked whole; benchmark-sized ones on a
-//! documented sample whose reference alone is computed: prefill 2 heads x 64 query rows (stratified over the rows, the last row
-//! included), decode 8 requests (the first, the last and 6 drawn; all their queries and heads), gate 32
-//! tokens (all heads).
+//! documented sample whose reference alone is computed: prefill 2 heads x 64 query rows (stratified over the
+//! rows, the last row included), decode 8 requests (the first, the last and 6 drawn; all their queries and
+//! heads), gate 32 tokens (all heads).
 
 use crate::OpError;
 use crate::data;
