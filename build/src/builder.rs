@@ -597,12 +597,7 @@ pub fn launch_interface(k: &Kernel) -> Kernel {
 
 fn compile(k: &Kernel, kdir: &Path, runtime_nvrtc: bool, assemble: bool) -> Result<Artifacts, BuildError> {
     let cg = |err| BuildError::Codegen { kernel: k.name.clone(), err: Box::new(err) };
-    // Timing experiments compute wrong values on purpose: never in kernels users get.
-    if !k3k_codegen::experiments().map_err(cg)?.is_empty() {
-        return Err(cg(k3k_codegen::CodegenError::Experiment(
-            "set: timing experiments compute wrong values, k3k-build refuses to emit kernels with them".into(),
-        )));
-    }
+    k3k_codegen::refuse_experiments("k3k-build").map_err(cg)?;
     // The printed IR, for people; the launch interface (the IR without its body), for the launcher.
     write(&kdir.join(format!("{}.ir.txt", k.name)), k3k_ir::print::kernel(k).as_bytes())?;
     let ir = kdir.join(format!("{}.launch.json", k.name));

@@ -76,6 +76,19 @@ pub fn parse_experiments(v: &str) -> Result<Vec<&'static str>, CodegenError> {
         .collect()
 }
 
+/// `Err` naming `who` when `K3K_EXPERIMENT` asks for any experiment: what users get (built kernels, tuned
+/// records, the main job's reports) is never made from modified kernels.
+pub fn refuse_experiments(who: &str) -> Result<(), CodegenError> {
+    let xp = experiments()?;
+    if xp.is_empty() {
+        return Ok(());
+    }
+    Err(CodegenError::Experiment(format!(
+        "{} is set: timing experiments compute wrong values; {who} refuses to run with them (use `k3k bench`)",
+        xp.join(",")
+    )))
+}
+
 /// A rendered kernel with the experiments' defines in front (the source unchanged when there are none).
 pub fn with_experiments(src: &str, experiments: &[&str]) -> String {
     let defines: String = experiments.iter().map(|n| format!("#define K3K_XP_{n} 1\n")).collect();

@@ -66,12 +66,7 @@ fn compile_all() -> anyhow::Result<usize> {
 }
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
-    if !k3k::codegen::experiments()?.is_empty() {
-        anyhow::bail!(
-            "{} is set: timing experiments compute wrong values; the main job refuses to run with them (use `k3k bench`)",
-            k3k::codegen::EXPERIMENT_ENV
-        );
-    }
+    k3k::codegen::refuse_experiments("the main job")?;
     let env = Environment::probe();
     if let Err(e) = &env.nvrtc {
         anyhow::bail!("{e}");

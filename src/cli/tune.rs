@@ -305,12 +305,7 @@ fn tune_one(
 }
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
-    if !k3k::codegen::experiments()?.is_empty() {
-        anyhow::bail!(
-            "{} is set: timing experiments compute wrong values; tune refuses to run with them (use `k3k bench`)",
-            k3k::codegen::EXPERIMENT_ENV
-        );
-    }
+    k3k::codegen::refuse_experiments("tune")?;
     let budget = parse_budget(&a.budget)?;
     if a.max_candidates == 0 {
         anyhow::bail!("--max-candidates: must be at least 1");
