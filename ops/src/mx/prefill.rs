@@ -88,7 +88,7 @@ fn bad_knobs(knobs: &Knobs, why: String) -> OpError {
 }
 
 /// An integer knob, 0 when absent (knob sets from before it existed).
-fn int_or0(knobs: &Knobs, name: &str) -> Result<u32, OpError> {
+pub(super) fn int_or0(knobs: &Knobs, name: &str) -> Result<u32, OpError> {
     if knobs.0.contains_key(name) { Ok(knobs.u32(name)?) } else { Ok(0) }
 }
 

@@ -194,11 +194,6 @@ pub fn knob_space() -> KnobSpace {
         )
 }
 
-/// The `L2PF` knob (0 when absent: knob sets from before it existed).
-fn l2pf_knob(knobs: &Knobs) -> Result<u32, OpError> {
-    if knobs.0.contains_key("L2PF") { Ok(knobs.u32("L2PF")?) } else { Ok(0) }
-}
-
 /// Defaults: everything chosen from the problem shape.
 pub fn default_knobs() -> Knobs {
     Knobs::new()
@@ -550,7 +545,7 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, Op
         prefetch: false,
         min_blocks: 0,
         ring: 0,
-        l2pf: l2pf_knob(knobs)?,
+        l2pf: super::prefill::int_or0(knobs, "L2PF")?,
     };
     c.cps = knobs.u32("CPS")?;
     // CTAs resident per SM: the persistent count, else an estimate from shared memory (registers permitting).
@@ -644,7 +639,7 @@ fn resolve_tiled(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, 
         });
     }
     let mut k = knobs.clone();
-    if !knobs.0.contains_key("STAGES") || knobs.u32("STAGES")? == 0 {
+    if super::prefill::int_or0(knobs, "STAGES")? == 0 {
         k.set("STAGES", 3i64);
     }
     let c = resolve_gemv(spec, &k, sh)?;
@@ -756,7 +751,7 @@ fn resolve_gemv(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, O
         prefetch,
         min_blocks: if minb <= 1 { 0 } else { minb },
         ring,
-        l2pf: l2pf_knob(knobs)?,
+        l2pf: super::prefill::int_or0(knobs, "L2PF")?,
     };
     validate(spec, &c, knobs)?;
     Ok(c)
