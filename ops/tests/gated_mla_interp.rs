@@ -13,7 +13,7 @@ use k3k_ops::gated_mla::*;
 #[path = "common/mla_knobs.rs"]
 mod mla_knobs;
 use k3k_ops::plan::{Executor, GpuExec, Outputs, Plan};
-use k3k_reference::metrics::{first_nonfinite_mismatch, rel_l2};
+use k3k_reference::metrics::{first_nonfinite_mismatch, rel_l2_floor};
 use k3k_reference::mla::{gate_wuv, mla_decode_paged, mla_prefill, mla_prefill_varlen};
 use k3k_reference::random::{bf16_normal, block_table, fresh_seed, seeded};
 use k3k_runtime::Gpu;
@@ -28,6 +28,18 @@ const TAU: f32 = 0.072_168_78;
 
 /// rel L2 within `tol` and identical non-finite positions (exact zeros where the reference is all zero).
 fn check(what: &str, seed: u64, got: &[f32], want: &[f64], tol: f64) {
+    check_scaled(what, seed, got, want, tol, 0.0);
+}
+
+/// lse: [`check`] against the reference's RMS floored at 1 (`Tolerance::LogSumExp`): near 0 an lse's error is
+/// absolute (a single-key lse of q.k tau ~ N(0, 1) made the plain rel L2 fail on small values now and then).
+fn check_lse(what: &str, seed: u64, got: &[f32], want: &[f64]) {
+    check_scaled(what, seed, got, want, LSE_TOL, 1.0);
+}
+
+/// rel L2 (its denominator floored at `floor` per element, `rel_l2_floor`) within `tol`, and the non-finite and
+/// all-zero rules of [`check`].
+fn check_scaled(what: &str, seed: u64, got: &[f32], want: &[f64], tol: f64, floor: f64) {
     if let Some(i) = first_nonfinite_mismatch(got, want) {
         panic!("seed {seed}: {what}: non-finite mismatch at {i}: got {} want {}", got[i], want[i]);
     }
@@ -36,9 +48,7 @@ fn check(what: &str, seed: u64, got: &[f32], want: &[f64], tol: f64) {
         assert!(bad.is_none(), "seed {seed}: {what}: expected 0 at {bad:?}");
         return;
     }
-    // lse (`tol` = LSE_TOL) is judged against a scale floored at 1 (`Tolerance::LogSumExp`): near 0 its error is
-    // absolute (a single-key lse of q.k tau ~ N(0, 1) made the plain rel L2 fail on small values now and then).
-    let r = if tol == LSE_TOL { k3k_reference::metrics::rel_l2_floor(got, want, 1.0) } else { rel_l2(got, want) };
+    let r = rel_l2_floor(got, want, floor);
     if std::env::var("K3K_VERBOSE").is_ok() {
         eprintln!("{what}: rel L2 {r:.2e}");
     }
@@ -114,7 +124,7 @@ fn prefill_case(spec: PrefillSpec, knobs: &Knobs, t: usize, s: usize, h: usize) 
     let (want_o, want_lse) = mla_prefill(&q, &k, &v, z.as_deref(), t, s, h, dqk, dv, TAU as f64, spec.causal).unwrap();
     run_everywhere(seed, &what, &plan, |ex, outs| {
         check(&format!("{what} [{ex}] o"), seed, &f32s(outs, "o"), &want_o, BF16_TOL);
-        check(&format!("{what} [{ex}] lse"), seed, &f32s(outs, "lse"), &want_lse, LSE_TOL);
+        check_lse(&format!("{what} [{ex}] lse"), seed, &f32s(outs, "lse"), &want_lse);
     });
 }
 
@@ -324,7 +334,7 @@ fn prefill_varlen_case(knobs: &Knobs) {
             mla_prefill_varlen(&q, &k, &v, z.as_deref(), &cu_q_us, &cu_k_us, h, dqk, dv, TAU as f64, causal).unwrap();
         run_everywhere(seed, &what, &plan, |ex, outs| {
             check(&format!("{what} [{ex}] o"), seed, &f32s(outs, "o"), &want_o, BF16_TOL);
-            check(&format!("{what} [{ex}] lse"), seed, &f32s(outs, "lse"), &want_lse, LSE_TOL);
+            check_lse(&format!("{what} [{ex}] lse"), seed, &f32s(outs, "lse"), &want_lse);
         });
     }
 }
@@ -406,7 +416,7 @@ fn decode_case_combine(
         assert!(f32s(outs, "lse_part").iter().all(|x| !x.is_nan()), "seed {seed}: {what} [{ex}]: lse_part");
         let o = f32s(outs, "o");
         check(&format!("{what} [{ex}] o"), seed, &o, &want_o, BF16_TOL);
-        check(&format!("{what} [{ex}] lse"), seed, &f32s(outs, "lse"), &want_lse, LSE_TOL);
+        check_lse(&format!("{what} [{ex}] lse"), seed, &f32s(outs, "lse"), &want_lse);
         first.get_or_insert(o);
     });
     first.unwrap()
@@ -500,7 +510,7 @@ fn decode_direct_case(lens: &[usize], h: usize, knobs: &Knobs) {
         mla_decode_paged(&q, &paged.cache, &paged.table, &lens32, b, 1, h, d, dv, page, TAU as f64).unwrap();
     run_everywhere(seed, &what, &plan, |ex, outs| {
         check(&format!("{what} [{ex}] o"), seed, &f32s(outs, "o"), &want_o, BF16_TOL);
-        check(&format!("{what} [{ex}] lse"), seed, &f32s(outs, "lse"), &want_lse, LSE_TOL);
+        check_lse(&format!("{what} [{ex}] lse"), seed, &f32s(outs, "lse"), &want_lse);
     });
 }
 

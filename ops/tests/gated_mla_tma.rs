@@ -14,7 +14,7 @@ use k3k_codegen::{BuildOptions, build};
 use k3k_ir::*;
 use k3k_ops::OpError;
 use k3k_ops::gated_mla::*;
-use k3k_reference::metrics::{first_nonfinite_mismatch, rel_l2};
+use k3k_reference::metrics::{first_nonfinite_mismatch, rel_l2_floor};
 use k3k_reference::mla::{mla_prefill, mla_prefill_varlen};
 use k3k_reference::random::{bf16_normal, fresh_seed, seeded};
 
@@ -62,6 +62,18 @@ fn points() -> Vec<Knobs> {
 
 /// rel L2 within `tol` and identical non-finite positions (exact zeros where the reference is all zero).
 fn check(what: &str, seed: u64, got: &[f32], want: &[f64], tol: f64) {
+    check_scaled(what, seed, got, want, tol, 0.0);
+}
+
+/// lse: [`check`] against the reference's RMS floored at 1 (`Tolerance::LogSumExp`): near 0 an lse's error is
+/// absolute (a single-key lse of q.k tau ~ N(0, 1) made the plain rel L2 fail on small values now and then).
+fn check_lse(what: &str, seed: u64, got: &[f32], want: &[f64]) {
+    check_scaled(what, seed, got, want, LSE_TOL, 1.0);
+}
+
+/// rel L2 (its denominator floored at `floor` per element, `rel_l2_floor`) within `tol`, and the non-finite and
+/// all-zero rules of [`check`].
+fn check_scaled(what: &str, seed: u64, got: &[f32], want: &[f64], tol: f64, floor: f64) {
     if let Some(i) = first_nonfinite_mismatch(got, want) {
         panic!("seed {seed}: {what}: non-finite mismatch at {i}: got {} want {}", got[i], want[i]);
     }
@@ -70,9 +82,7 @@ fn check(what: &str, seed: u64, got: &[f32], want: &[f64], tol: f64) {
         assert!(bad.is_none(), "seed {seed}: {what}: expected 0 at {bad:?}");
         return;
     }
-    // lse (`tol` = LSE_TOL) is judged against a scale floored at 1 (`Tolerance::LogSumExp`): near 0 its error is
-    // absolute (a single-key lse of q.k tau ~ N(0, 1) made the plain rel L2 fail on small values now and then).
-    let r = if tol == LSE_TOL { k3k_reference::metrics::rel_l2_floor(got, want, 1.0) } else { rel_l2(got, want) };
+    let r = rel_l2_floor(got, want, floor);
     assert!(r <= tol, "seed {seed}: {what}: rel L2 {r:.3e} > {tol:.0e}");
 }
 
@@ -129,7 +139,7 @@ fn case(causal: bool, gate: bool, knobs: &Knobs, t: usize, s: usize, h: usize, c
     }
     .unwrap();
     check(&format!("{what} o"), seed, &a[oi].to_f32_vec(), &want_o, BF16_TOL);
-    check(&format!("{what} lse"), seed, &a[li].to_f32_vec(), &want_lse, LSE_TOL);
+    check_lse(&format!("{what} lse"), seed, &a[li].to_f32_vec(), &want_lse);
 }
 
 /// Fixed lengths at every point: ragged T, single rows, cached prefixes, rows without keys, full and causal,
