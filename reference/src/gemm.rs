@@ -38,6 +38,18 @@ pub fn swiglu(a: f64, b: f64) -> f64 {
 
 /// `y[m, n] = sum_k x[m, k] * w[n, k]` in f64; `x: [m, k]`, `w: [n, k]` row-major; returns `[m, n]`.
 pub fn matmul_nt(x: &[f32], m: usize, k: usize, w: &[f32], n: usize) -> Result<Vec<f64>, RefError> {
+    per_row_pair(x, m, k, w, n, dot)
+}
+
+/// `y[m, n] = f(x[m, :], w[n, :])` over row-major `x: [m, k]` and `w: [n, k]` (0 where k = 0).
+fn per_row_pair(
+    x: &[f32],
+    m: usize,
+    k: usize,
+    w: &[f32],
+    n: usize,
+    f: impl Fn(&[f32], &[f32]) -> f64,
+) -> Result<Vec<f64>, RefError> {
     check_len("x", x.len(), "[m, k]", &[m, k])?;
     check_len("w", w.len(), "[n, k]", &[n, k])?;
     let mut y = vec![0f64; prod("y", &[m, n])?];
@@ -46,7 +58,7 @@ pub fn matmul_nt(x: &[f32], m: usize, k: usize, w: &[f32], n: usize) -> Result<V
     }
     for (xr, yr) in x.chunks_exact(k).zip(y.chunks_exact_mut(n.max(1))) {
         for (wr, yv) in w.chunks_exact(k).zip(yr.iter_mut()) {
-            *yv = dot(xr, wr);
+            *yv = f(xr, wr);
         }
     }
     Ok(y)
@@ -56,18 +68,7 @@ pub fn matmul_nt(x: &[f32], m: usize, k: usize, w: &[f32], n: usize) -> Result<V
 /// of the product. A kernel that accumulates the sum in f32 lands within [`f32_sum_bound`] of the exact value; an
 /// entry smaller than that bound (terms that cancel) has no determined f32 value, not even its sign.
 pub fn matmul_nt_abs(x: &[f32], m: usize, k: usize, w: &[f32], n: usize) -> Result<Vec<f64>, RefError> {
-    check_len("x", x.len(), "[m, k]", &[m, k])?;
-    check_len("w", w.len(), "[n, k]", &[n, k])?;
-    let mut y = vec![0f64; prod("y", &[m, n])?];
-    if k == 0 {
-        return Ok(y);
-    }
-    for (xr, yr) in x.chunks_exact(k).zip(y.chunks_exact_mut(n.max(1))) {
-        for (wr, yv) in w.chunks_exact(k).zip(yr.iter_mut()) {
-            *yv = xr.iter().zip(wr).map(|(&p, &q)| (p as f64 * q as f64).abs()).sum();
-        }
-    }
-    Ok(y)
+    per_row_pair(x, m, k, w, n, |xr, wr| xr.iter().zip(wr).map(|(&p, &q)| (p as f64 * q as f64).abs()).sum())
 }
 
 /// The worst-case error of a `k`-term sum of exact terms accumulated in f32 in any order, for terms whose absolute
