@@ -531,7 +531,15 @@ mod tests {
         let g28 = mx.bench_presets().into_iter().find(|p| p.name == "MXFP4 decode 28 experts x 4 tokens N6144 K3584");
         let g28 = g28.unwrap();
         let got = kernel_knobs(mx.as_ref(), &g28, &mx.default_knobs()).expect("resolved knobs");
-        for (k, v) in [("PATH", "gemv"), ("BN", "32"), ("BK", "256"), ("STAGES", "3"), ("DQ", "auto"), ("L2PF", "0")] {
+        for (k, v) in [
+            ("PATH", "gemv"),
+            ("BN", "32"),
+            ("BK", "256"),
+            ("STAGES", "3"),
+            ("DQ", "auto"),
+            ("L2PF", "0"),
+            ("COPY", "auto"),
+        ] {
             assert_eq!(got.0.get(k).map(|x| x.to_string()), Some(v.to_string()), "{k} in {got}");
         }
         assert_eq!(kernel_knobs(mx.as_ref(), &g28, &got), None, "the resolution resolves to itself");

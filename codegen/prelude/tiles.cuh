@@ -932,13 +932,37 @@ template <int L2PF> __device__ __forceinline__ void cp_async4_pf_n(unsigned dst,
   K3K_CP_ASYNC_L2PF(L2PF, "cp.async.ca.shared.global", " [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(n))
 }
 #undef K3K_CP_ASYNC_L2PF
+// The bulk copies of `fp4_gemv`'s BULK ring (per-warp, lane 0 issuing; addresses of the executing CTA's shared
+// memory): a barrier per stage counting one arrival plus the copies' bytes, the copies completing on it.
+__device__ __forceinline__ void gemv_mbar_init(unsigned bar) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void gemv_mbar_inval(unsigned bar) {
+  asm volatile("mbarrier.inval.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void gemv_mbar_expect(unsigned bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void gemv_mbar_wait(unsigned bar, unsigned parity) {
+  asm volatile(
+      "{\n.reg .pred p;\nK3K_GEMV_WAIT:\nmbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n@p bra "
+      "K3K_GEMV_DONE;\nbra K3K_GEMV_WAIT;\nK3K_GEMV_DONE:\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+// `bytes` (a multiple of 16) from 16-byte aligned `src` to 16-byte aligned shared `dst`, completing on `bar`.
+__device__ __forceinline__ void gemv_bulk_copy(unsigned dst, const void* src, unsigned bytes, unsigned bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+               "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
+}
 template <int NB> struct Fp4GemvSlot {
   uint4 w[NB][2];
   unsigned s[NB][2];
 };
 
 template <bool PACKED, bool FOLD, bool FINITE, int R, int T, int WARPS, int U, int S, class LO, class LP,
-          bool STAGED = false, int L2PF = 0, bool TILED = false>
+          bool STAGED = false, int L2PF = 0, bool TILED = false, bool BULK = false>
 __device__ __forceinline__ void fp4_gemv(unsigned char* ot, int or0, int oc0, unsigned char* pt,
                                          const unsigned* __restrict__ q, long long qoff, long long qstride,
                                          long long qrows, long long qcols, const unsigned char* __restrict__ sg,
@@ -948,6 +972,7 @@ __device__ __forceinline__ void fp4_gemv(unsigned char* ot, int or0, int oc0, un
   static_assert(R % 16 == 0 && (T == 8 || T == 16) && (U == 1 || U == 2 || U == 4 || U == 8) && S >= 1 && S <= 8,
                 "fp4_gemv shape");
   static_assert(!TILED || (STAGED && PACKED && T == 8), "fp4_gemv tiled: staged ring, packed words, 8 tokens");
+  static_assert(!BULK || (TILED && L2PF == 0), "fp4_gemv bulk: tiled words, no L2 prefetch size");
   constexpr int NB = R / 16, TT = T / 8;
   const int lane = lane_id(), g = lane >> 2, l = lane & 3, wid = warp_id();
   const long long vrows = qrows < srows ? qrows : srows;
@@ -1138,6 +1163,11 @@ __device__ __forceinline__ void fp4_gemv(unsigned char* ot, int or0, int oc0, un
     // - general: per-piece offsets (invalid rows copy the view's first row with a zero source size, their values
     //   reach only their own, discarded outputs) and per-piece byte selects.
     // Every copy asks L2 for L2PF bytes around it (`Stmt::Fp4Gemv` l2_prefetch; 0 none).
+    // BULK (tiled words, FAST form only): lane 0 copies a quad's 16-row blocks whole, each 1 KB of words and 64
+    // bytes of scales, by `cp.async.bulk` (the copy engine) completing on the stage's barrier (`mbarrier`, at
+    // byte WOFF + 64 NB of the stage, which the copies leave alone); every lane waits for the barrier's phase. A
+    // block's tile-major bytes land where the per-lane copies put them (lane 4g + l's 16 bytes of row g + 8(p % 2)
+    // at 512 (p % 2) + 16 lane), its scales as 16 rows of 4 bytes (row g + 8(p % 2) at 32 (p % 2) + 4g).
     constexpr int SLOT = NB * 2 * 32 * 20, WOFF = NB * 2 * 32 * 16;
     unsigned char* const stg = pt + ((WARPS * LP::TILE_BYTES + 15) & ~15) + wid * S * SLOT;
     const unsigned sbase = smem_u32(stg);
@@ -1166,11 +1196,14 @@ __device__ __forceinline__ void fp4_gemv(unsigned char* ot, int or0, int oc0, un
       // TILED (`k3k_ir::fp4::tile_major`): each 16-row block's quad is 1 KB of words (row r % 16 at 64 r) and 64
       // bytes of scales (at 4 r), the tile's first row on a 16-row boundary; row g + 8p is in block p / 2 at row
       // g + 8 (p % 2) of it.
-      const unsigned char* wq = TILED ? (const unsigned char*)(q + qoff) + (64 * g + 16 * l + 1024 * quad(0))
-                                      : (const unsigned char*)(wb + (wro[0][0] + 4 * quad(0)));
-      const unsigned char* sq = TILED ? (const unsigned char*)(sg + soff) + (4 * g + 64 * quad(0))
-                                      : swb + (((sro[0][0] + smis) & ~3) + 4 * quad(0));
-      const unsigned fsel = (unsigned)((sro[0][0] + smis) & 3) | 0x4440u;
+      // (BULK: the blocks' first bytes, the same for every lane.)
+      const unsigned char* wq = BULK    ? (const unsigned char*)(q + qoff) + 1024 * quad(0)
+                                : TILED ? (const unsigned char*)(q + qoff) + (64 * g + 16 * l + 1024 * quad(0))
+                                        : (const unsigned char*)(wb + (wro[0][0] + 4 * quad(0)));
+      const unsigned char* sq = BULK    ? (const unsigned char*)(sg + soff) + 64 * quad(0)
+                                : TILED ? (const unsigned char*)(sg + soff) + (4 * g + 64 * quad(0))
+                                        : swb + (((sro[0][0] + smis) & ~3) + 4 * quad(0));
+      const unsigned fsel = BULK ? (unsigned)l | 0x4440u : (unsigned)((sro[0][0] + smis) & 3) | 0x4440u;
       const unsigned wstep = 8u * 16u * (unsigned)(qstride >> 2), sstep = 8u * (unsigned)sstride;
       if constexpr (!FAST) {
 #pragma unroll
@@ -1186,18 +1219,41 @@ __device__ __forceinline__ void fp4_gemv(unsigned char* ot, int or0, int oc0, un
       // FAST: the next slot to fill and the next to read (running counters, S need not be a power of two) and the
       // lane's first piece in each (loop-carried addresses, advanced with the counters). The general form takes
       // the slot as `n % S` (two more live counters made ptxas spill at 16 tokens).
+      // BULK: the barrier phase the next read waits for (flips when the read slot wraps).
       int wslot = 0, rslot = 0;
-      unsigned wdst = sbase + 16u * lane, rsrc = wdst;
+      unsigned wdst = sbase + 16u * lane, rsrc = wdst, rpar = 0;
       auto next_slot = [&](int& slot, unsigned& addr) {
         if constexpr (FAST) {
           addr = slot == S - 1 ? addr - (S - 1) * SLOT : addr + SLOT;
           slot = slot == S - 1 ? 0 : slot + 1;
         }
       };
+      constexpr unsigned BAR = WOFF + 64 * NB;  // a stage's barrier, past its scales (BULK)
+      if constexpr (BULK && FAST) {
+        if (lane == 0) {
+#pragma unroll
+          for (int s = 0; s < S; ++s) gemv_mbar_init(sbase + s * SLOT + BAR);
+          asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+          asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        }
+        __syncwarp();
+      }
       auto issue = [&](int n) {
         const int qd = quad(n);
         const unsigned dst = sbase + (unsigned)((n % S) * SLOT);
-        if (qd < nfull) {
+        if constexpr (BULK && FAST) {
+          // Every lane has read the slot's previous quad (its values are in the last product's registers).
+          __syncwarp();
+          if (qd < nfull && lane == 0) {
+            const unsigned slot = wdst - 16u * lane, bar = slot + BAR;
+            gemv_mbar_expect(bar, NB * (1024u + 64u));
+#pragma unroll
+            for (int b = 0; b < NB; ++b) {
+              gemv_bulk_copy(slot + 1024 * b, wq + b * 64u * (unsigned)qstride, 1024u, bar);
+              gemv_bulk_copy(slot + WOFF + 64 * b, sq + b * 16u * (unsigned)sstride, 64u, bar);
+            }
+          }
+        } else if (qd < nfull) {
 #pragma unroll
           for (int b = 0; b < NB; ++b)
 #pragma unroll
@@ -1236,7 +1292,7 @@ __device__ __forceinline__ void fp4_gemv(unsigned char* ot, int or0, int oc0, un
               }
             }
         }
-        asm volatile("cp.async.commit_group;\n" ::: "memory");
+        if constexpr (!(BULK && FAST)) asm volatile("cp.async.commit_group;\n" ::: "memory");
         next_slot(wslot, wdst);
         if constexpr (FAST) {
           // quad(n + 1) - quad(n): the next quad of the batch, or the first of the warp's next batch.
@@ -1254,7 +1310,12 @@ __device__ __forceinline__ void fp4_gemv(unsigned char* ot, int or0, int oc0, un
       // and the product would wait for them too (ptxas waits for every load of a scoreboard at once).
       auto step = [&](int n, const uint4 (&cx)[TT][4], uint4 (&nx)[TT][4]) {
         issue(n + S - 1);
-        asm volatile("cp.async.wait_group %0;\n" ::"n"(S - 1) : "memory");
+        if constexpr (BULK && FAST) {
+          gemv_mbar_wait(rsrc - 16u * lane + BAR, rpar);
+          rpar ^= rslot == S - 1 ? 1u : 0u;
+        } else {
+          asm volatile("cp.async.wait_group %0;\n" ::"n"(S - 1) : "memory");
+        }
         const unsigned src = sbase + (unsigned)((n % S) * SLOT), rl = rsrc;
         next_slot(rslot, rsrc);
         Fp4GemvSlot<NB> sl;
@@ -1264,7 +1325,9 @@ __device__ __forceinline__ void fp4_gemv(unsigned char* ot, int or0, int oc0, un
           for (int jp = 0; jp < 2; ++jp) {
             const int p = 2 * b + jp, piece = p * 32 + lane;
             const unsigned wa = FAST ? rl + 16 * 32 * p : src + 16 * piece;
-            const unsigned sa = FAST ? rl + (WOFF - 12 * lane) + 4 * 32 * p : src + WOFF + 4 * piece;
+            const unsigned sa = BULK   ? rl + (WOFF - 16 * lane + 4 * g) + 64 * (p >> 1) + 32 * (p & 1)
+                                : FAST ? rl + (WOFF - 12 * lane) + 4 * 32 * p
+                                       : src + WOFF + 4 * piece;
             uint4 w;
             unsigned sv;
             asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
@@ -1288,6 +1351,14 @@ __device__ __forceinline__ void fp4_gemv(unsigned char* ot, int or0, int oc0, un
         step(n, xv, xw);
         if (quad(n + 1) >= nfull) break;
         step(n + 1, xw, xv);
+      }
+      if constexpr (BULK && FAST) {
+        // Every issued copy was waited for; the barriers' memory is a plain stage again.
+        __syncwarp();
+        if (lane == 0) {
+#pragma unroll
+          for (int s = 0; s < S; ++s) gemv_mbar_inval(sbase + s * SLOT + BAR);
+        }
       }
     };
     // FAST only for 8-token tiles (the decode shapes it was measured on, session 17 call 7): with 16 tokens the

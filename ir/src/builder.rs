@@ -328,11 +328,12 @@ impl KernelBuilder {
             staged: false,
             l2_prefetch: 0,
             tiled: false,
+            bulk: false,
         });
     }
-    /// [`Self::fp4_gemv`] with its ring in shared memory stages of `scratch` (`staged`, see [`Stmt::Fp4Gemv`]),
-    /// its copies asking L2 for `l2_prefetch` bytes (0, 64, 128 or 256; 0 none), the words and scales stored
-    /// tile-major when `tiled`.
+    /// [`Self::fp4_gemv`] with its ring in `ring.stages` shared memory stages of `scratch` (`staged`, see
+    /// [`Stmt::Fp4Gemv`]), its copies asking L2 for `ring.l2_prefetch` bytes (0, 64, 128 or 256; 0 none), the words
+    /// and scales stored tile-major when `ring.tiled`, copied in whole blocks when `ring.bulk`.
     #[allow(clippy::too_many_arguments)]
     pub fn fp4_gemv_staged(
         &mut self,
@@ -343,11 +344,10 @@ impl KernelBuilder {
         x: GlobalView,
         flags: Fp4Flags,
         chunk: u32,
-        stages: u32,
-        l2_prefetch: u32,
-        tiled: bool,
+        ring: Fp4Staging,
     ) {
         let Fp4Flags { packed, fold, finite } = flags;
+        let Fp4Staging { stages, l2_prefetch, tiled, bulk } = ring;
         self.push(Stmt::Fp4Gemv {
             out,
             scratch,
@@ -362,6 +362,7 @@ impl KernelBuilder {
             staged: true,
             l2_prefetch,
             tiled,
+            bulk,
         });
     }
     /// Start `acc += a @ b` on the warpgroup tensor cores (see [`Stmt::MmaAsync`]).

@@ -581,6 +581,10 @@ pub enum Stmt {
     /// tensors whose row strides are multiples of 16 words and 4 bytes, that every row of each `out` tile is valid,
     /// that the scale rows hold whole quads, and that `out` has 8 columns (the GPU code reads tiled data only
     /// through the shared-memory ring's fast form, and traps otherwise).
+    /// `bulk` (tiled only, without `l2_prefetch`; schedule only): one lane per warp copies each 16-row block of a
+    /// quad whole (1 KB of words, 64 bytes of scales) by `cp.async.bulk`, completing on a barrier in the stage,
+    /// instead of every lane copying its own 16-byte blocks and scale words by `cp.async`. The words' and scales'
+    /// views must then start 16-byte aligned (tile-major rows of whole quads do, from a 16-byte aligned tensor).
     Fp4Gemv {
         out: SharedRef,
         scratch: SharedId,
@@ -598,6 +602,8 @@ pub enum Stmt {
         l2_prefetch: u32,
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         tiled: bool,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        bulk: bool,
     },
 }
 
@@ -607,6 +613,16 @@ pub struct Fp4Flags {
     pub packed: bool,
     pub fold: bool,
     pub finite: bool,
+}
+
+/// The shared-memory ring of a staged [`Stmt::Fp4Gemv`]: its stages per warp, the L2 prefetch size of its
+/// copies, whether the words and scales are tile-major, and whether they are copied in whole blocks (`bulk`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fp4Staging {
+    pub stages: u32,
+    pub l2_prefetch: u32,
+    pub tiled: bool,
+    pub bulk: bool,
 }
 
 /// The next views of a prefetching [`Stmt::DequantFp4Stream`]: words and scales as the statement's own, and

@@ -242,10 +242,11 @@ fn body(k: &Kernel, b: &[Stmt], depth: usize, s: &mut String) {
                 staged,
                 l2_prefetch,
                 tiled,
+                bulk,
             } => {
                 let _ = writeln!(
                     s,
-                    "{pad}{}[{}][{}+{}, {}+{}] = fp4_gemv({}, {}, x={}){}{}{}{} chunk={chunk} ring={ring}{}{} scratch={}",
+                    "{pad}{}[{}][{}+{}, {}+{}] = fp4_gemv({}, {}, x={}){}{}{}{} chunk={chunk} ring={ring}{}{}{} scratch={}",
                     k.shared[out.buf.0 as usize].name,
                     expr(k, &out.index),
                     out.row0,
@@ -261,6 +262,7 @@ fn body(k: &Kernel, b: &[Stmt], depth: usize, s: &mut String) {
                     if *finite { " finite" } else { "" },
                     if *staged { " staged" } else { "" },
                     if *l2_prefetch > 0 { format!(" l2_prefetch={l2_prefetch}") } else { String::new() },
+                    if *bulk { " bulk" } else { "" },
                     k.shared[scratch.0 as usize].name,
                 );
             }

@@ -991,9 +991,13 @@ fn tile_major_weights_decode_on_the_gemv_ring() {
         Preset::new("tiles dense", &[("M", 5), ("K", 384), ("N", 96), ("tiles", 1)]),
     ];
     for p in &presets {
-        for kn in
-            [default_knobs(), knobs(&[("L2PF", 256), ("STAGES", 4)]), knobs(&[("BN", 32), ("BK", 128), ("WA", 2)])]
-        {
+        for kn in [
+            default_knobs(),
+            knobs(&[("L2PF", 256), ("STAGES", 4)]),
+            knobs(&[("BN", 32), ("BK", 128), ("WA", 2)]),
+            default_knobs().with("COPY", "bulk"),
+            knobs(&[("STAGES", 5), ("BN", 32)]).with("COPY", "bulk"),
+        ] {
             run(p, rng.random(), &kn);
         }
         let ks = Mxfp4Matmul.kernels(p, &default_knobs()).unwrap();
@@ -1034,10 +1038,56 @@ fn tile_major_weights_decode_on_the_gemv_ring() {
         (knobs(&[("STAGES", 2)]), "STAGES >= 3"),
         (knobs(&[("SPLIT", 2)]), "no K split"),
         (knobs(&[("BN", 48)]), "whole weight tiles"),
+        (knobs(&[("L2PF", 128)]).with("COPY", "bulk"), "L2PF=0"),
     ] {
         match Mxfp4Matmul.kernels(p, &kn) {
             Err(OpError::InvalidKnobs { why, .. }) => assert!(why.contains(what), "[{kn}]: {why}"),
             other => panic!("[{kn}]: {other:?}"),
         }
     }
+}
+
+/// `COPY=bulk` (tile-major weights only): the 28 x 4 decode's ring is filled by whole-block `cp.async.bulk` copies
+/// on stage barriers instead of per-lane `cp.async`; the products are the same (as many mma and bf16 multiplies as
+/// the per-lane kernel), no spills. Refused by name on row-major weights, with L2PF, off PATH=gemv and at unknown
+/// values; `COPY=lanes` and `auto` build the per-lane kernel.
+#[test]
+fn bulk_copies_fill_the_tiled_ring() {
+    use k3k_codegen::{ARCH, nvrtc, ptxas, render};
+    let tiles = Preset::new("g28", &[("G", 28), ("per", 4), ("N", 6144), ("K", 3584), ("packed", 1), ("tiles", 1)]);
+    let ptx = |knobs: &Knobs| {
+        let main = Mxfp4Matmul.kernels(&tiles, knobs).unwrap().remove(0);
+        let out = nvrtc::compile_ptx(&main.name, &render(&main).unwrap(), ARCH).unwrap().ptx;
+        assert!(!ptxas::assemble(&main.name, &out, ARCH).unwrap().resources.spills(), "{} spills", main.name);
+        (main.name, out)
+    };
+    let (lanes_name, lanes) = ptx(&default_knobs());
+    let (bulk_name, bulk) = ptx(&default_knobs().with("COPY", "bulk"));
+    assert!(bulk_name.contains("copybulk") && !lanes_name.contains("copy"), "{lanes_name} / {bulk_name}");
+    assert_eq!(ptx(&default_knobs().with("COPY", "lanes")).1, lanes, "lanes is the per-lane kernel");
+    let count = |ptx: &str, what: &str| ptx.matches(what).count();
+    let bulk_copy = "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes";
+    assert_eq!(count(&lanes, bulk_copy), 0);
+    assert!(count(&bulk, bulk_copy) > 0 && count(&bulk, "mbarrier.try_wait.parity") > 0);
+    for c in ["cp.async.cg.shared.global", "cp.async.ca.shared.global"] {
+        assert!(count(&lanes, c) > 0 && count(&bulk, c) == 0, "{c}");
+    }
+    for what in ["mma.sync.aligned.m16n8k16", "mul.rn.bf16x2"] {
+        assert_eq!(count(&lanes, what), count(&bulk, what), "{what}");
+    }
+    let packed = Preset::new("g4", &[("G", 4), ("per", 4), ("N", 64), ("K", 512), ("packed", 1)]);
+    for (p, kn, what) in [
+        (&packed, default_knobs().with("COPY", "bulk").with("PATH", "gemv"), "tile-major weights"),
+        (&tiles, knobs(&[("L2PF", 256)]).with("COPY", "bulk"), "L2PF=0"),
+        (&packed, default_knobs().with("COPY", "bulk").with("PATH", "tile"), "COPY=bulk needs PATH=gemv"),
+        (&packed, default_knobs().with("COPY", "tma"), "COPY=tma"),
+    ] {
+        match Mxfp4Matmul.kernels(p, &kn) {
+            Err(OpError::InvalidKnobs { why, .. }) => assert!(why.contains(what), "[{kn}]: {why}"),
+            other => panic!("[{kn}]: {other:?}"),
+        }
+    }
+    let big = Preset::new("prefill", &[("M", 300), ("K", 256), ("N", 64), ("packed", 1)]);
+    let e = Mxfp4Matmul.kernels(&big, &default_knobs().with("COPY", "bulk").with("PATH", "dq_gemm")).unwrap_err();
+    assert!(e.to_string().contains("COPY"), "{e}");
 }

@@ -877,6 +877,7 @@ impl<'a> Renderer<'a> {
                 staged,
                 l2_prefetch,
                 tiled,
+                bulk,
             } => {
                 let line = format!(
                     "k3k::fp4_gemv<{packed}, {fold}, {finite}, {}, {}, {}, {chunk}, {ring}, {}, {}{}>({}, {}, {}, s{}, {}, {}, {});",
@@ -885,11 +886,12 @@ impl<'a> Renderer<'a> {
                     k.threads / 32,
                     self.shared_layout(out.buf),
                     self.shared_layout(*scratch),
-                    match (*staged, *l2_prefetch, *tiled) {
+                    match (*staged, *l2_prefetch, *tiled, *bulk) {
                         (false, ..) => String::new(),
-                        (true, 0, false) => ", true".to_string(),
-                        (true, n, false) => format!(", true, {n}"),
-                        (true, n, true) => format!(", true, {n}, true"),
+                        (true, 0, false, _) => ", true".to_string(),
+                        (true, n, false, _) => format!(", true, {n}"),
+                        (true, n, true, false) => format!(", true, {n}, true"),
+                        (true, n, true, true) => format!(", true, {n}, true, true"),
                     },
                     self.shared_ptr(out),
                     out.row0,

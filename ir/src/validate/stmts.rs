@@ -596,7 +596,19 @@ impl<'a> Checker<'a> {
                 self.path.pop();
             }
             Stmt::Fp4Gemv {
-                out, scratch, words, scales, x, packed, chunk, ring, staged, l2_prefetch, tiled, ..
+                out,
+                scratch,
+                words,
+                scales,
+                x,
+                packed,
+                chunk,
+                ring,
+                staged,
+                l2_prefetch,
+                tiled,
+                bulk,
+                ..
             } => {
                 self.path.push("fp4_gemv".to_string());
                 let o = self.shared_ref(out)?;
@@ -646,6 +658,12 @@ impl<'a> Checker<'a> {
                         "fp4_gemv: tiled words need the staged ring, the packed layout and 8-token tiles (staged \
                          {staged}, packed {packed}, {} tokens)",
                         out.cols
+                    ));
+                }
+                if *bulk && !(*tiled && *l2_prefetch == 0) {
+                    return bad(format!(
+                        "fp4_gemv: bulk copies need tiled words and no l2_prefetch (tiled {tiled}, l2_prefetch \
+                         {l2_prefetch})"
                     ));
                 }
                 if !matches!(l2_prefetch, 0 | 64 | 128 | 256) || (*l2_prefetch > 0 && !*staged) {

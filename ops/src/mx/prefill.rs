@@ -98,7 +98,8 @@ fn str_or<'a>(knobs: &'a Knobs, name: &str, default: &'a str) -> Result<&'a str,
 }
 
 /// The knobs that mean nothing on this path are at their automatic (or no-op) values: SPLIT 0|1, CPS 0,
-/// DEC auto, FIN auto|kernel, PF auto|off, MINB 0|1. `None` when they are, else what is not.
+/// DEC auto, FIN auto|kernel, PF auto|off, L2PF 0, COPY auto|lanes, MINB 0|1, GR 0. `None` when they are, else what is
+/// not.
 fn foreign_knobs(knobs: &Knobs) -> Result<Option<String>, OpError> {
     let mut bad = vec![];
     if int_or0(knobs, "SPLIT")? > 1 {
@@ -118,6 +119,9 @@ fn foreign_knobs(knobs: &Knobs) -> Result<Option<String>, OpError> {
     }
     if int_or0(knobs, "L2PF")? != 0 {
         bad.push("L2PF != 0");
+    }
+    if !matches!(str_or(knobs, "COPY", "auto")?, "auto" | "lanes") {
+        bad.push("COPY = bulk");
     }
     if int_or0(knobs, "MINB")? > 1 {
         bad.push("MINB > 1");

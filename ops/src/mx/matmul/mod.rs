@@ -192,6 +192,14 @@ pub fn knob_space() -> KnobSpace {
              the warp's and its CTA's next quads of the same rows copy soon after); 0 none (64 accepted too)",
             [0i64, 128, 256],
         )
+        .axis(
+            "COPY",
+            "PATH=gemv with tile-major weights: how a warp's shared-memory ring is filled: lanes (every lane copies \
+             its own 16-byte blocks and scale words by cp.async), bulk (one lane copies each 16-row block of a quad \
+             whole, 1 KB of words and 64 B of scales, by cp.async.bulk completing on a barrier in the stage; no \
+             L2PF); auto: lanes; other weight layouts take lanes only",
+            ["auto", "bulk"],
+        )
 }
 
 /// Defaults: everything chosen from the problem shape.
@@ -214,6 +222,7 @@ pub fn default_knobs() -> Knobs {
         .with("MINB", 0i64)
         .with("GR", 0i64)
         .with("L2PF", 0i64)
+        .with("COPY", "auto")
         .with(super::prefill::DQ_KNOB, super::prefill::DQ_AUTO)
 }
 
@@ -253,6 +262,9 @@ pub struct Cfg {
     /// PATH=gemv with the shared-memory ring (STAGES >= 3): the L2 prefetch size of its copies in bytes
     /// ([`Stmt::Fp4Gemv`]'s `l2_prefetch`: 0, 64, 128 or 256); 0 elsewhere (validated).
     pub l2pf: u32,
+    /// PATH=gemv with tile-major weights: the ring's stages are filled by whole-block bulk copies
+    /// ([`Stmt::Fp4Gemv`]'s `bulk`, knob `COPY=bulk`) instead of per-lane copies.
+    pub bulk: bool,
 }
 
 impl Cfg {
@@ -286,7 +298,8 @@ impl Cfg {
             .with("MINB", self.min_blocks.max(1))
             .with("GR", self.ring);
         // Recorded only when set, so the kernels (names and IR) of every other point stay as they were.
-        if self.l2pf > 0 { k.with("L2PF", self.l2pf) } else { k }
+        let k = if self.l2pf > 0 { k.with("L2PF", self.l2pf) } else { k };
+        if self.bulk { k.with("COPY", "bulk") } else { k }
     }
     /// Shared memory of the main kernel, bytes (what `Kernel::shared_bytes` will report, up to alignment).
     pub fn shared_bytes(&self, packed: bool) -> usize {
@@ -321,6 +334,23 @@ fn gemv_stage_tiles(c: &Cfg) -> u32 {
     let rows = c.bn; // GLU halves need half of it: the bound is safe either way
     let need = 16 + c.wa * c.stages * (rows / 16).max(1) * 1280;
     need.div_ceil(c.bn * c.bm * 4)
+}
+
+/// `COPY`: whether PATH=gemv's ring is filled by whole-block bulk copies (`bulk`) rather than per-lane copies
+/// (`lanes`; `auto` and an absent knob, from before it existed, mean lanes).
+fn copy_bulk(knobs: &Knobs) -> Result<bool, OpError> {
+    if !knobs.0.contains_key("COPY") {
+        return Ok(false);
+    }
+    match knobs.str("COPY")? {
+        "auto" | "lanes" => Ok(false),
+        "bulk" => Ok(true),
+        other => Err(OpError::InvalidKnobs {
+            op: OP,
+            knobs: knobs.to_string(),
+            why: format!("COPY={other}: expected auto, lanes or bulk"),
+        }),
+    }
 }
 
 /// The shape facts automatic knobs depend on.
@@ -546,6 +576,7 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, Op
         min_blocks: 0,
         ring: 0,
         l2pf: super::prefill::int_or0(knobs, "L2PF")?,
+        bulk: copy_bulk(knobs)?,
     };
     c.cps = knobs.u32("CPS")?;
     // CTAs resident per SM: the persistent count, else an estimate from shared memory (registers permitting).
@@ -752,6 +783,7 @@ fn resolve_gemv(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, O
         min_blocks: if minb <= 1 { 0 } else { minb },
         ring,
         l2pf: super::prefill::int_or0(knobs, "L2PF")?,
+        bulk: copy_bulk(knobs)?,
     };
     validate(spec, &c, knobs)?;
     Ok(c)
@@ -776,6 +808,13 @@ fn validate(spec: &MatSpec, c: &Cfg, knobs: &Knobs) -> Result<(), OpError> {
                 "tile-major weights need the shared-memory ring (STAGES >= 3), 8-token tiles and no K split (got \
                  STAGES={}, BM={}, SPLIT={})",
                 c.stages, c.bm, c.split
+            ));
+        }
+        if c.bulk && !(spec.tiled && c.l2pf == 0) {
+            return invalid(format!(
+                "COPY=bulk needs tile-major weights (WeightBytes::PackedTiles) and L2PF=0 (got {} weights, L2PF={})",
+                if spec.tiled { "tile-major" } else { "row-major" },
+                c.l2pf
             ));
         }
         if !matches!(c.l2pf, 0 | 64 | 128 | 256) || (c.l2pf > 0 && c.stages < 3) {
@@ -836,6 +875,9 @@ fn validate(spec: &MatSpec, c: &Cfg, knobs: &Knobs) -> Result<(), OpError> {
     }
     if c.l2pf != 0 {
         return invalid(format!("L2PF={} needs PATH=gemv", c.l2pf));
+    }
+    if c.bulk {
+        return invalid("COPY=bulk needs PATH=gemv".into());
     }
     if c.fused && c.wgmma {
         return invalid("FIN=last needs MMA=sync (the wgmma kernel keeps the finalize launch)".into());
