@@ -40,22 +40,8 @@ pub fn to_f64_vec<T: ToF64>(x: &[T]) -> Vec<f64> {
 /// positions if the reference norm there is 0. Returns +inf if the lengths differ or `out` is
 /// non-finite where `reference` is finite.
 pub fn rel_l2<T: ToF64>(out: &[T], reference: &[f64]) -> f64 {
-    if out.len() != reference.len() {
-        return f64::INFINITY;
-    }
-    let (mut num, mut den) = (0f64, 0f64);
-    for (o, &r) in out.iter().zip(reference) {
-        if !r.is_finite() {
-            continue;
-        }
-        let o = o.to_f64();
-        if !o.is_finite() {
-            return f64::INFINITY;
-        }
-        num += (o - r) * (o - r);
-        den += r * r;
-    }
-    if den == 0.0 { num.sqrt() } else { (num / den).sqrt() }
+    // (A zero floor keeps the reference norm as it is.)
+    rel_l2_floor(out, reference, 0.0)
 }
 
 /// [`rel_l2`] with the denominator floored: `||out - ref||_2 / max(||ref||_2, floor * sqrt(n))` over the `n`
