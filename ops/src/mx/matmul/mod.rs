@@ -339,18 +339,22 @@ fn gemv_stage_tiles(c: &Cfg) -> u32 {
 /// `COPY`: whether PATH=gemv's ring is filled by whole-block bulk copies (`bulk`) rather than per-lane copies
 /// (`lanes`; `auto` and an absent knob, from before it existed, mean lanes).
 fn copy_bulk(knobs: &Knobs) -> Result<bool, OpError> {
-    if !knobs.0.contains_key("COPY") {
-        return Ok(false);
+    two_way(knobs, "COPY", false, &[("auto", false), ("lanes", false), ("bulk", true)])
+}
+
+/// A string knob that picks one of two ways: `absent` when the knob is not given (knob sets from before it
+/// existed), else the way `choices` gives its value; any other value is refused, naming the choices in order.
+fn two_way(knobs: &Knobs, name: &str, absent: bool, choices: &[(&str, bool)]) -> Result<bool, OpError> {
+    if !knobs.0.contains_key(name) {
+        return Ok(absent);
     }
-    match knobs.str("COPY")? {
-        "auto" | "lanes" => Ok(false),
-        "bulk" => Ok(true),
-        other => Err(OpError::InvalidKnobs {
-            op: OP,
-            knobs: knobs.to_string(),
-            why: format!("COPY={other}: expected auto, lanes or bulk"),
-        }),
-    }
+    let v = knobs.str(name)?;
+    choices.iter().find(|(c, _)| *c == v).map(|&(_, way)| way).ok_or_else(|| {
+        let names: Vec<&str> = choices.iter().map(|&(c, _)| c).collect();
+        let (last, rest) = names.split_last().expect("two_way: at least one choice");
+        let why = format!("{name}={v}: {} or {last}", rest.join(", "));
+        OpError::InvalidKnobs { op: OP, knobs: knobs.to_string(), why }
+    })
 }
 
 /// The shape facts automatic knobs depend on.
@@ -368,19 +372,7 @@ pub struct ShapeFacts {
 /// `FIN`: whether the split-K partials are summed by the last-arriving CTA (`last`) rather than by a second
 /// launch (`kernel`); `auto` means `auto_last`, and an absent knob (knob sets from before it existed) `kernel`.
 fn fin_last(knobs: &Knobs, auto_last: bool) -> Result<bool, OpError> {
-    if !knobs.0.contains_key("FIN") {
-        return Ok(false);
-    }
-    match knobs.str("FIN")? {
-        "auto" => Ok(auto_last),
-        "kernel" => Ok(false),
-        "last" => Ok(true),
-        other => Err(OpError::InvalidKnobs {
-            op: OP,
-            knobs: knobs.to_string(),
-            why: format!("FIN={other}: auto, kernel or last"),
-        }),
-    }
+    two_way(knobs, "FIN", false, &[("auto", auto_last), ("kernel", false), ("last", true)])
 }
 
 /// `PF` (the stream and gemv register pipelines): `on`; `off`, `auto` and an absent knob mean off. Auto is off
@@ -389,16 +381,7 @@ fn fin_last(knobs: &Knobs, auto_last: bool) -> Result<bool, OpError> {
 /// 3; gemv with PF=on took 0.0247 ms at M16 against 0.0235 off and 0.0138 vs 0.0136 at M1, session 4 call 4 (the
 /// second register set only raised the register count). PF=on stays in the knob space for the tuner.
 fn prefetch_knob(knobs: &Knobs) -> Result<bool, OpError> {
-    if !knobs.0.contains_key("PF") {
-        return Ok(false);
-    }
-    match knobs.str("PF")? {
-        "auto" | "off" => Ok(false),
-        "on" => Ok(true),
-        other => {
-            Err(OpError::InvalidKnobs { op: OP, knobs: knobs.to_string(), why: format!("PF={other}: auto, on or off") })
-        }
-    }
+    two_way(knobs, "PF", false, &[("auto", false), ("on", true), ("off", false)])
 }
 
 fn pick(k: &Knobs, name: &str, auto: u32) -> Result<u32, OpError> {
