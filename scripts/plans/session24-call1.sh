@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Session 24, device call 1 (issue 4): session 23's call 1 (session 22's call 1 plus COPY=bulk; neither ran, no
-# device machine started in sessions 22-24) with a short tune of the tile-major preset added as step 7. In priority
+# device machine started in sessions 22-24) with a short tune of the tile-major preset (step 7) and
+# the report rows with cuBLAS in the same call (step 8) added. In priority
 # order, each step skipped when the budget is short:
 # 1. GPU checks: mxfp4_matmul random cases, then the tile-major weights' first GPU runs (their addresses are
 #    GPU-only code), per-lane copies and COPY=bulk (whole-block cp.async.bulk copies on stage barriers).
@@ -11,7 +12,7 @@
 # 4. The timing experiments (K3K_EXPERIMENT=NOSCALE|NODECODE|NOMMA|NOMATH, wrong values on purpose) between
 #    baselines: is the decode or the memory side the bound (static SASS says memory side, session 22 NOTES)?
 # 5. L2PF / STAGES=4 / CPS=5 knob sets; 6. the same bytes at K 1792/3584/7168; 7. a tune of the tiles preset;
-# 8. ncu pipes of the default.
+# 8. the report rows with peers; 9. ncu pipes of the default.
 # NOTES session 22 and 23 say what to build for each outcome.
 # Build first here: cargo build --release; mkdir -p .carry; strip -o .carry/k3k target/release/k3k
 # Run: BUDGET_S=540 bash scripts/plans/session24-call1.sh  (carry [".carry"], timeout_s 570)
@@ -65,11 +66,15 @@ pack; echo "experiments $(date -u +%T)" >> $L
   --dims "G=56,per=4,N=6144,K=1792,packed=1;G=28,per=4,N=6144,K=3584,packed=1;G=14,per=4,N=6144,K=7168,packed=1" \
   > $W/shape.log 2>&1; echo "shapes rc=$? $(date -u +%T)" >> $L; grep -E "GB/s" $W/shape.log | cut -c1-150 >> $OUT/xp.txt; }
 pack
-# 7. A short tune of the tile-major preset (the tuner's axes hold COPY, L2PF, STAGES) with what is left but ncu's 90 s.
-t=$(( $(left) - 100 ))
+# 7. A short tune of the tile-major preset (the tuner's axes hold COPY, L2PF, STAGES) with what is left but
+# step 8's ~100 s (the tuned record, if any, is what step 8 times for the tiles preset).
+t=$(( $(left) - 200 ))
 [ $t -gt 60 ] && { timeout $(( t + 20 )) $K tune --op mxfp4_matmul --preset "$P28 tiles" --budget ${t}s --results $W/results \
   > $W/tune.log 2>&1; echo "tune rc=$? $(date -u +%T)" >> $L; tail -12 $W/tune.log >> $OUT/xp.txt; pack; }
-# 8. ncu: pipe utilization and instruction mix of the default's main kernel (clocks left alone).
+# 8. The report rows, with cuBLAS bf16 timed in the same call: packed, tile-major, MXFP8 activations.
+op mxfp4_matmul 90 60 --preset "$P28;$P28 tiles;$P28 mxfp8-act"
+grep -E "ms rel|GB/s" $OUT/bench.txt | tail -3 | cut -c1-160 >> $OUT/xp.txt
+# 9. ncu: pipe utilization and instruction mix of the default's main kernel (clocks left alone).
 [ "$(left)" -gt 90 ] && { timeout $(( $(left) - 30 )) ncu --clock-control none --kernel-name "regex:mxfp4_mm" --launch-count 1 \
   --section ComputeWorkloadAnalysis --section InstructionStats --section SchedulerStats --section SpeedOfLight \
   $K bench --op mxfp4_matmul --preset "$P28" --reps 1 --window-ms 0 --results /nonexistent --out $W/pb > $OUT/ncu.txt 2>&1
