@@ -41,7 +41,7 @@ xp() { timeout 60 env ${1:+K3K_EXPERIMENT=$1} $K bench --op mxfp4_matmul --prese
 for r in 1 2; do
   [ "$(left)" -gt 200 ] || break
   xp "" tiles-$r "$P28;$P28 tiles" "PATH=auto;STAGES=4;L2PF=256"
-  xp "" bulk-$r "$P28 tiles" "PATH=auto;COPY=bulk;COPY=bulk,STAGES=4;COPY=bulk,STAGES=5,MINB=4;COPY=bulk,STAGES=8,MINB=2;COPY=bulk,WA=1,STAGES=8"
+  xp "" bulk-$r "$P28 tiles" "PATH=auto;COPY=bulk;COPY=bulk,STAGES=4;COPY=bulk,STAGES=5,MINB=4;COPY=bulk,STAGES=6,MINB=4;COPY=bulk,STAGES=8,MINB=2;COPY=bulk,WA=2,STAGES=8,MINB=4;COPY=bulk,WA=1,STAGES=8"
 done
 pack; echo "tiles/bulk $(date -u +%T)" >> $L
 # 3. MXFP8 activations: new default (gemv + dequant launch) vs tile, interleaved twice; bf16 activations alongside.
