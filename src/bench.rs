@@ -69,8 +69,8 @@ pub struct BenchRow {
 /// The knobs `op`'s first kernel for preset `p` is built with at `knobs`, when they differ from `knobs` and name
 /// every knob `knobs` names (a complete resolution; operators whose kernels each take a part of the knobs, or
 /// whose first kernel is a helper, give `None`; see [`BenchRow::kernel_knobs`]; no GPU needed). A knob no kernel
-/// of the problem records and that is at its default (mxfp4_matmul's `DQ` of the prefill path, `L2PF` at 0) does
-/// not make a resolution incomplete: it is carried over as given.
+/// of the problem records and that is at its default (mxfp4_matmul's `DQ` of the prefill path, `L2PF` off the gemv
+/// ring) does not make a resolution incomplete: it is carried over as given.
 pub fn kernel_knobs(op: &dyn Operator, p: &Preset, knobs: &Knobs) -> Option<Knobs> {
     let ks = op.kernels(p, knobs).ok()?;
     let mut first = ks.first()?.knobs.clone();
@@ -537,7 +537,7 @@ mod tests {
             ("BK", "256"),
             ("STAGES", "3"),
             ("DQ", "auto"),
-            ("L2PF", "0"),
+            ("L2PF", "128"),
             ("COPY", "auto"),
         ] {
             assert_eq!(got.0.get(k).map(|x| x.to_string()), Some(v.to_string()), "{k} in {got}");

@@ -3,7 +3,7 @@
 //! layouts and K splits; bad inputs give typed errors; every preset's kernels compile for sm_90a without spills.
 use k3k_codegen::cpu::interp::{self, InterpOptions};
 use k3k_codegen::{BuildOptions, build};
-use k3k_ir::{DType, HostTensor, Knobs};
+use k3k_ir::{DType, HostTensor, Kernel, Knobs};
 use k3k_ops::OpError;
 use k3k_ops::latent_moe_gemm::Epilogue;
 use k3k_ops::mx::matmul::*;
@@ -916,11 +916,13 @@ fn l2pf_changes_the_decode_copies_only_and_tiles_keep_the_fast_form() {
         assert!(!spills, "{} spills", main.name);
         out
     };
-    let base = ptx(&[], &default_knobs());
+    let base = ptx(&[], &knobs(&[("L2PF", 0)]));
     assert!(!base.contains(".L2::"));
+    // L2PF=auto (the default) is 128 on this ring.
+    assert_eq!(ptx(&[], &default_knobs()), ptx(&[], &knobs(&[("L2PF", 128)])), "auto = 128 on the staged ring");
     let count = |ptx: &str, what: &str| ptx.matches(what).count();
     let copies = ["cp.async.cg.shared.global", "cp.async.ca.shared.global"];
-    let tiles = ptx(&[("tiles", 1)], &default_knobs());
+    let tiles = ptx(&[("tiles", 1)], &knobs(&[("L2PF", 0)]));
     assert!(base.contains("], 16, %r") && !tiles.contains("], 16, %r"), "tiles: no general-form copies");
     let mma = "mma.sync.aligned.m16n8k16";
     assert!(count(&tiles, mma) > 0 && count(&tiles, mma) < count(&base, mma));
@@ -964,10 +966,43 @@ fn l2pf_keeps_the_values_and_is_refused_where_it_means_nothing() {
             other => panic!("{bad}: {other:?}"),
         }
     }
+    match Mxfp4Matmul.kernels(&d, &default_knobs().with("L2PF", "big")) {
+        Err(OpError::InvalidKnobs { why, .. }) => assert!(why.contains("L2PF=big: auto, 0, 64, 128 or 256"), "{why}"),
+        other => panic!("L2PF=big: {other:?}"),
+    }
     // The prefill path (dq_gemm) has no such copies.
     let big = Preset::new("prefill", &[("M", 300), ("K", 256), ("N", 64), ("packed", 1)]);
     let e = Mxfp4Matmul.kernels(&big, &knobs(&[("L2PF", 128)]).with("PATH", "dq_gemm")).unwrap_err().to_string();
     assert!(e.contains("L2PF"), "{e}");
+}
+
+/// `L2PF=auto` (the default): 128 on the per-lane shared-memory ring, none on the register ring, the tile path,
+/// the bulk ring and the prefill path. The kernels record the value wherever auto would set it, so an explicit 0
+/// re-resolves to the same kernel; elsewhere they record nothing (their names and programs as before auto).
+#[test]
+fn l2pf_auto_prefetches_on_the_per_lane_ring_only() {
+    let first = |p: &Preset, k: &Knobs| Mxfp4Matmul.kernels(p, k).unwrap().remove(0);
+    let recorded = |k: &Kernel| k.knobs.0.get("L2PF").map(|v| v.to_string());
+    let g28 = Preset::new("g28", &[("G", 28), ("per", 4), ("N", 6144), ("K", 3584), ("packed", 1)]);
+    let tiles = Preset::new("g28 tiles", &[("G", 28), ("per", 4), ("N", 6144), ("K", 3584), ("tiles", 1)]);
+    let m1 = Preset::new("m1", &[("M", 1), ("N", 6144), ("K", 3584), ("packed", 1)]);
+    let m64 = Preset::new("m64", &[("M", 64), ("N", 6144), ("K", 3584), ("packed", 1)]);
+    for (p, k, want) in [
+        (&g28, default_knobs(), Some("128")),
+        (&tiles, default_knobs(), Some("128")),
+        (&g28, knobs(&[("L2PF", 0)]), Some("0")),
+        (&g28, knobs(&[("L2PF", 256)]), Some("256")),
+        (&tiles, default_knobs().with("COPY", "bulk"), None),
+        (&m1, default_knobs(), None),
+        (&m64, default_knobs(), None),
+    ] {
+        let kernel = first(p, &k);
+        assert_eq!(recorded(&kernel).as_deref(), want, "{} at {k}", p.name);
+        // The recorded knobs give the same kernel back.
+        assert_eq!(first(p, &kernel.knobs).name, kernel.name, "{} at {k}", p.name);
+    }
+    // An explicit 0 is a different kernel from auto's.
+    assert_ne!(first(&g28, &knobs(&[("L2PF", 0)])).name, first(&g28, &default_knobs()).name);
 }
 
 /// Tile-major packed weights (`WeightBytes::PackedTiles`, `mx::pack::tile`): the gemv shared-memory ring against the

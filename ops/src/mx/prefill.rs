@@ -98,7 +98,7 @@ fn str_or<'a>(knobs: &'a Knobs, name: &str, default: &'a str) -> Result<&'a str,
 }
 
 /// The knobs that mean nothing on this path are at their automatic (or no-op) values: SPLIT 0|1, CPS 0,
-/// DEC auto, FIN auto|kernel, PF auto|off, L2PF 0, COPY auto|lanes, MINB 0|1, GR 0. `None` when they are, else what is
+/// DEC auto, FIN auto|kernel, PF auto|off, L2PF auto|0, COPY auto|lanes, MINB 0|1, GR 0. `None` when they are, else what is
 /// not.
 fn foreign_knobs(knobs: &Knobs) -> Result<Option<String>, OpError> {
     let mut bad = vec![];
@@ -117,7 +117,7 @@ fn foreign_knobs(knobs: &Knobs) -> Result<Option<String>, OpError> {
     if !matches!(str_or(knobs, "PF", "auto")?, "auto" | "off") {
         bad.push("PF = on");
     }
-    if int_or0(knobs, "L2PF")? != 0 {
+    if super::matmul::l2pf_knob(knobs)?.is_some_and(|b| b != 0) {
         bad.push("L2PF != 0");
     }
     if !matches!(str_or(knobs, "COPY", "auto")?, "auto" | "lanes") {

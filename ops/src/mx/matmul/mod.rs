@@ -189,8 +189,9 @@ pub fn knob_space() -> KnobSpace {
             "L2PF",
             "PATH=gemv with the shared-memory ring (STAGES >= 3): the L2 prefetch size of its cp.async copies in bytes \
              (`.L2::128B` / `.L2::256B`: L2 fetches the aligned bytes around each 16-byte piece of a weight row, which \
-             the warp's and its CTA's next quads of the same rows copy soon after); 0 none (64 accepted too)",
-            [0i64, 128, 256],
+             the warp's and its CTA's next quads of the same rows copy soon after); 0 none (64 accepted too); auto: \
+             128 on that ring with per-lane copies, else none",
+            [KnobValue::from("auto"), 0i64.into(), 256i64.into()],
         )
         .axis(
             "COPY",
@@ -221,7 +222,7 @@ pub fn default_knobs() -> Knobs {
         .with("PF", "auto")
         .with("MINB", 0i64)
         .with("GR", 0i64)
-        .with("L2PF", 0i64)
+        .with("L2PF", "auto")
         .with("COPY", "auto")
         .with(super::prefill::DQ_KNOB, super::prefill::DQ_AUTO)
 }
@@ -297,9 +298,19 @@ impl Cfg {
             // 1 (no cap) for none: re-resolving the recorded knobs gives the same kernel.
             .with("MINB", self.min_blocks.max(1))
             .with("GR", self.ring);
-        // Recorded only when set, so the kernels (names and IR) of every other point stay as they were.
-        let k = if self.l2pf > 0 { k.with("L2PF", self.l2pf) } else { k };
+        // Recorded where it is set or where `auto` would set it (the per-lane staged ring, whose explicit 0 must
+        // re-resolve to 0), so the kernels (names and IR) of every other point stay as they were.
+        let k = if self.l2pf > 0 || self.l2pf_auto() > 0 { k.with("L2PF", self.l2pf) } else { k };
         if self.bulk { k.with("COPY", "bulk") } else { k }
+    }
+    /// `L2PF=auto`: 128 bytes on PATH=gemv's shared-memory ring with per-lane copies, else none. Measured on the
+    /// H200 (session 24, calls 2, 3 and 5, each against the former default in the same run): 28 x 4 decode 0.1083
+    /// and 0.1087 ms against 0.1161 (256: 0.1085), MXFP8 activations 0.1109 against 0.1188, SiTU-GLU + p 0.1411
+    /// against 0.1450, tile-major weights 0.1070 against 0.1077, M16 0.0157 against 0.0158 (call 1 on an H100: 28 x 4
+    /// 0.1345 against 0.1437). One or three more 64-byte pieces of the same rows come into L2 with each copy, which
+    /// the warp's next quads then find there; a deeper ring instead was slower in every run (STAGES=4: 0.1218).
+    pub fn l2pf_auto(&self) -> u32 {
+        if self.gemv && self.stages >= 3 && !self.bulk { 128 } else { 0 }
     }
     /// Shared memory of the main kernel, bytes (what `Kernel::shared_bytes` will report, up to alignment).
     pub fn shared_bytes(&self, packed: bool) -> usize {
@@ -338,6 +349,20 @@ fn gemv_stage_tiles(c: &Cfg) -> u32 {
 
 /// `COPY`: whether PATH=gemv's ring is filled by whole-block bulk copies (`bulk`) rather than per-lane copies
 /// (`lanes`; `auto` and an absent knob, from before it existed, mean lanes).
+/// `L2PF`: `None` for `auto` (or absent), else the explicit size in bytes (validated later: 0, 64, 128, 256).
+pub(super) fn l2pf_knob(knobs: &Knobs) -> Result<Option<u32>, OpError> {
+    match knobs.0.get("L2PF") {
+        None => Ok(None),
+        Some(KnobValue::Str(s)) if s == "auto" => Ok(None),
+        Some(KnobValue::Int(_)) => Ok(Some(knobs.u32("L2PF")?)),
+        Some(other) => Err(OpError::InvalidKnobs {
+            op: OP,
+            knobs: knobs.to_string(),
+            why: format!("L2PF={other}: auto, 0, 64, 128 or 256"),
+        }),
+    }
+}
+
 fn copy_bulk(knobs: &Knobs) -> Result<bool, OpError> {
     two_way(knobs, "COPY", false, &[("auto", false), ("lanes", false), ("bulk", true)])
 }
@@ -558,7 +583,8 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, Op
         prefetch: false,
         min_blocks: 0,
         ring: 0,
-        l2pf: super::prefill::int_or0(knobs, "L2PF")?,
+        // (auto: none off the gemv ring; an explicit size is refused there.)
+        l2pf: l2pf_knob(knobs)?.unwrap_or(0),
         bulk: copy_bulk(knobs)?,
     };
     c.cps = knobs.u32("CPS")?;
@@ -765,9 +791,11 @@ fn resolve_gemv(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, O
         prefetch,
         min_blocks: if minb <= 1 { 0 } else { minb },
         ring,
-        l2pf: super::prefill::int_or0(knobs, "L2PF")?,
+        l2pf: 0,
         bulk: copy_bulk(knobs)?,
     };
+    // L2PF auto: see `Cfg::l2pf_auto`.
+    let c = Cfg { l2pf: l2pf_knob(knobs)?.unwrap_or(c.l2pf_auto()), ..c };
     validate(spec, &c, knobs)?;
     Ok(c)
 }
