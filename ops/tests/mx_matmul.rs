@@ -278,8 +278,13 @@ fn automatic_knobs_follow_the_h200_measurements() {
     assert_eq!(path(&g28, &op.default_knobs()), "gemv");
     let ks = op.kernels(&Preset::new("g28", &g28), &op.default_knobs()).unwrap();
     let kn = &ks[0].knobs;
-    let shape = ["WA", "BK", "BN", "STAGES", "MINB"].map(|k| kn.u32(k).unwrap());
-    assert_eq!(shape, [4, 256, 32, 3, 5]);
+    let shape = ["WA", "BK", "BN", "STAGES", "MINB", "L2PF"].map(|k| kn.u32(k).unwrap());
+    assert_eq!(shape, [4, 256, 32, 3, 5, 128]);
+    // The same problem with tile-major weights: 64-row CTAs of 128-column batches, 4 CTAs per SM (session 24).
+    let tiles = [("G", 28), ("per", 4), ("N", 6144), ("K", 3584), ("tiles", 1)];
+    let kn = op.kernels(&Preset::new("g28 tiles", &tiles), &op.default_knobs()).unwrap().remove(0).knobs;
+    let shape = ["WA", "BK", "BN", "STAGES", "MINB", "L2PF"].map(|k| kn.u32(k).unwrap());
+    assert_eq!(shape, [4, 128, 64, 3, 4, 128]);
     let g28x9 = [("G", 28), ("per", 9), ("N", 6144), ("K", 3584), ("packed", 1)];
     assert_eq!(path(&g28x9, &op.default_knobs()), "tile");
     let glu28 = [("G", 28), ("per", 4), ("N", 6144), ("K", 3584), ("packed", 1), ("epilogue", 1), ("p", 1)];
@@ -922,7 +927,8 @@ fn l2pf_changes_the_decode_copies_only_and_tiles_keep_the_fast_form() {
     assert_eq!(ptx(&[], &default_knobs()), ptx(&[], &knobs(&[("L2PF", 128)])), "auto = 128 on the staged ring");
     let count = |ptx: &str, what: &str| ptx.matches(what).count();
     let copies = ["cp.async.cg.shared.global", "cp.async.ca.shared.global"];
-    let tiles = ptx(&[("tiles", 1)], &knobs(&[("L2PF", 0)]));
+    // (At the packed kernel's tile shape, not the tile-major default's wider one.)
+    let tiles = ptx(&[("tiles", 1)], &knobs(&[("L2PF", 0), ("BN", 32), ("BK", 256), ("MINB", 5)]));
     assert!(base.contains("], 16, %r") && !tiles.contains("], 16, %r"), "tiles: no general-form copies");
     let mma = "mma.sync.aligned.m16n8k16";
     assert!(count(&tiles, mma) > 0 && count(&tiles, mma) < count(&base, mma));

@@ -718,12 +718,28 @@ fn resolve_gemv(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, O
     // the GLU epilogue (16 rows per half) the same knobs: 0.1462 ms against 0.1529 at MINB=4.
     let tiles16: usize = sh.counts.iter().map(|&r| r.div_ceil(bm as usize) * sh.n_out.div_ceil(16)).sum();
     let many = bm == 8 && tiles16 >= 12 * ASSUMED_SMS;
-    let bn = pick(knobs, "BN", if many { 32 } else { unit })?;
+    // The same with tile-major weights (`mx::pack::tile`) and no GLU: 64-row CTAs of 128-column batches, 4 CTAs per
+    // SM (session 24, H200, calls 2-4: the tune's winner, 0.1041 / 0.1040 ms at MINB 4 / 3 against 0.1070 with the
+    // knobs above and L2PF=128; on packed weights the same knobs read 0.1098 against 0.1087).
+    let wide_tiles = many && spec.tiled && !glu;
+    let bn = pick(
+        knobs,
+        "BN",
+        if wide_tiles {
+            64
+        } else if many {
+            32
+        } else {
+            unit
+        },
+    )?;
     let rows = if glu { bn / 2 } else { bn };
     let bk = pick(
         knobs,
         "BK",
-        if many {
+        if wide_tiles {
+            128
+        } else if many {
             256
         } else if bm == 8 {
             512
@@ -761,12 +777,14 @@ fn resolve_gemv(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, O
         },
     };
     let ring = if stages >= 3 { stages } else { ring };
-    // MINB auto (0): 5 CTAs per SM for many tiles (above), 4 for the automatic staged ring of dense problems; else
-    // three CTAs per SM (80 registers at 7 warps, 168 at 4) for 16 rows per statement where ptxas fits the register
-    // ring without spills (8 tokens: at most 3 slots on more than 4 warps; at most 4 warps: 8 slots at 8 tokens, 4
-    // at 16; not with a GLU epilogue: two statements, and 24 spilled bytes at 28 x 4 under the cap), else uncapped.
+    // MINB auto (0): 5 CTAs per SM for many tiles (above; 4 with tile-major weights), 4 for the automatic staged
+    // ring of dense problems; else three CTAs per SM (80 registers at 7 warps, 168 at 4) for 16 rows per statement
+    // where ptxas fits the register ring without spills (8 tokens: at most 3 slots on more than 4 warps; at most 4
+    // warps: 8 slots at 8 tokens, 4 at 16; not with a GLU epilogue: two statements, and 24 spilled bytes at 28 x 4
+    // under the cap), else uncapped.
     let fits3 = stages < 3 && !glu && if wa <= 4 { ring <= if bm == 8 { 8 } else { 4 } } else { bm == 8 && ring <= 3 };
     let minb = match minb {
+        0 if wide_tiles && stages >= 3 => 4,
         0 if many && stages >= 3 => 5,
         0 if staged_auto && stages >= 3 => 4,
         0 if rows == 16 && fits3 && wa * 32 * 3 <= 1024 => 3,
