@@ -11,6 +11,11 @@
 //! The packed layout is versioned ([`LAYOUT_VERSION`], version 2 since 2026-12-04): pack at load time, or keep
 //! the version beside stored packed weights and pack them again from the natural layout when it changes (the
 //! kernels cannot detect words of another version; they would decode them to wrong values).
+//!
+//! Which layout to store: for decode (at most 8 tokens per expert) the tile-major form of the packed words
+//! ([`tile`] / [`tile_scales`]) is the fastest measured (H200, session 24, one call: 28 experts x 4 tokens 0.104 ms
+//! against 0.109 packed and cuBLAS bf16's 0.297). Prefill and the other paths read only the packed layout
+//! (tile-major weights are refused there by name), so a node that serves both keeps the packed words, or both forms.
 
 use super::BLOCK;
 use crate::OpError;
