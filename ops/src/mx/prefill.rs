@@ -98,8 +98,8 @@ fn str_or<'a>(knobs: &'a Knobs, name: &str, default: &'a str) -> Result<&'a str,
 }
 
 /// The knobs that mean nothing on this path are at their automatic (or no-op) values: SPLIT 0|1, CPS 0,
-/// DEC auto, FIN auto|kernel, PF auto|off, L2PF auto|0, COPY auto|lanes, MINB 0|1, GR 0. `None` when they are, else what is
-/// not.
+/// DEC auto, FIN auto|kernel, PF auto|off, L2PF auto|0, COPY auto|lanes, MINB 0|1, GR 0. `None` when they are,
+/// else what is not.
 fn foreign_knobs(knobs: &Knobs) -> Result<Option<String>, OpError> {
     let mut bad = vec![];
     if int_or0(knobs, "SPLIT")? > 1 {

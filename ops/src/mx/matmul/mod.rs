@@ -347,8 +347,6 @@ fn gemv_stage_tiles(c: &Cfg) -> u32 {
     need.div_ceil(c.bn * c.bm * 4)
 }
 
-/// `COPY`: whether PATH=gemv's ring is filled by whole-block bulk copies (`bulk`) rather than per-lane copies
-/// (`lanes`; `auto` and an absent knob, from before it existed, mean lanes).
 /// `L2PF`: `None` for `auto` (or absent), else the explicit size in bytes (validated later: 0, 64, 128, 256).
 pub(super) fn l2pf_knob(knobs: &Knobs) -> Result<Option<u32>, OpError> {
     match knobs.0.get("L2PF") {
@@ -363,6 +361,8 @@ pub(super) fn l2pf_knob(knobs: &Knobs) -> Result<Option<u32>, OpError> {
     }
 }
 
+/// `COPY`: whether PATH=gemv's ring is filled by whole-block bulk copies (`bulk`) rather than per-lane copies
+/// (`lanes`; `auto` and an absent knob, from before it existed, mean lanes).
 fn copy_bulk(knobs: &Knobs) -> Result<bool, OpError> {
     two_way(knobs, "COPY", false, &[("auto", false), ("lanes", false), ("bulk", true)])
 }
@@ -718,9 +718,9 @@ fn resolve_gemv(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, O
     // the GLU epilogue (16 rows per half) the same knobs: 0.1462 ms against 0.1529 at MINB=4.
     let tiles16: usize = sh.counts.iter().map(|&r| r.div_ceil(bm as usize) * sh.n_out.div_ceil(16)).sum();
     let many = bm == 8 && tiles16 >= 12 * ASSUMED_SMS;
-    // The same with tile-major weights (`mx::pack::tile`) and no GLU: 64-row CTAs of 128-column batches, 4 CTAs per
-    // SM (session 24, H200, calls 2-4: the tune's winner, 0.1041 / 0.1040 ms at MINB 4 / 3 against 0.1070 with the
-    // knobs above and L2PF=128; on packed weights the same knobs read 0.1098 against 0.1087).
+    // The same with tile-major weights (`mx::pack::tile`) and no GLU: 64-row CTAs of 128-column batches, registers
+    // capped for 4 CTAs per SM (session 24, H200, calls 2-4: the tune's winner, 0.1041 / 0.1040 ms at MINB 4 / 3
+    // against 0.1070 with the knobs above and L2PF=128; on packed weights the same knobs read 0.1098 against 0.1087).
     let wide_tiles = many && spec.tiled && !glu;
     let bn = pick(
         knobs,
