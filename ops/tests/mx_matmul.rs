@@ -280,7 +280,7 @@ fn automatic_knobs_follow_the_h200_measurements() {
     let kn = &ks[0].knobs;
     let shape = ["WA", "BK", "BN", "STAGES", "MINB", "L2PF"].map(|k| kn.u32(k).unwrap());
     assert_eq!(shape, [4, 256, 32, 3, 5, 128]);
-    // The same problem with tile-major weights: 64-row CTAs of 128-column batches, 4 CTAs per SM (session 24).
+    // The same problem with tile-major weights: 64-row CTAs of 128-column batches, MINB=4 (session 24).
     let tiles = [("G", 28), ("per", 4), ("N", 6144), ("K", 3584), ("tiles", 1)];
     let kn = op.kernels(&Preset::new("g28 tiles", &tiles), &op.default_knobs()).unwrap().remove(0).knobs;
     let shape = ["WA", "BK", "BN", "STAGES", "MINB", "L2PF"].map(|k| kn.u32(k).unwrap());
