@@ -425,7 +425,7 @@ fn gemv_path_edges_and_layouts() {
         gemv(&[("GR", 9)]),
         gemv(&[("BN", 64), ("GR", 4)]),
         gemv(&[("STAGES", 9)]),
-        gemv(&[("BN", 80), ("STAGES", 4)]),
+        gemv(&[("BN", 144), ("STAGES", 4)]),
         gemv(&[("BN", 64), ("STAGES", 8), ("WA", 16), ("BK", 128)]),
         knobs(&[("GR", 2)]).with("PATH", "tile"),
         gemv(&[("WB", 2)]),
@@ -980,6 +980,48 @@ fn l2pf_keeps_the_values_and_is_refused_where_it_means_nothing() {
     let big = Preset::new("prefill", &[("M", 300), ("K", 256), ("N", 64), ("packed", 1)]);
     let e = Mxfp4Matmul.kernels(&big, &knobs(&[("L2PF", 128)]).with("PATH", "dq_gemm")).unwrap_err().to_string();
     assert!(e.contains("L2PF"), "{e}");
+}
+
+/// PATH=gemv's shared-memory ring takes tiles of up to 128 weight rows (8 blocks per quad; the register ring keeps
+/// 64): the reference's values on packed and tile-major weights, grouped and GLU; at 28 x 4 without spills; beyond
+/// 128 rows, on the register ring, or past the shared memory, refused by name.
+#[test]
+fn gemv_staged_ring_takes_128_row_tiles() {
+    use k3k_codegen::{ARCH, nvrtc, ptxas, render};
+    let mut rng = StdRng::seed_from_u64(rand::rng().random());
+    let g = |extra: &[(&str, i64)]| {
+        let mut d = vec![("G", 3), ("c0", 4), ("c1", 0), ("c2", 7), ("K", 384), ("N", 256)];
+        d.extend_from_slice(extra);
+        Preset::new("g wide", &d)
+    };
+    for (p, kn) in [
+        (g(&[("packed", 1)]), knobs(&[("BN", 128), ("BK", 128), ("STAGES", 3)])),
+        (g(&[("tiles", 1)]), knobs(&[("BN", 128), ("BK", 128)])),
+        (g(&[("packed", 1), ("epilogue", 1), ("p", 1)]), knobs(&[("BN", 256), ("BK", 256), ("STAGES", 4)])),
+        (g(&[("packed", 1), ("act", 1)]), knobs(&[("BN", 96), ("BK", 128), ("STAGES", 3)])),
+    ] {
+        let kn = kn.with("PATH", "gemv");
+        let ks = Mxfp4Matmul.kernels(&p, &kn).unwrap();
+        let main = ks.iter().find(|k| k.name.starts_with("k3k_mxfp4_mm")).unwrap();
+        assert_eq!(main.knobs.str("PATH").unwrap(), "gemv", "{}", main.name);
+        run(&p, rng.random(), &kn);
+    }
+    let g28 = Preset::new("g28", &[("G", 28), ("per", 4), ("N", 6144), ("K", 3584), ("tiles", 1)]);
+    let main = Mxfp4Matmul.kernels(&g28, &knobs(&[("BN", 128), ("BK", 128), ("MINB", 3)])).unwrap().remove(0);
+    let ptx = nvrtc::compile_ptx(&main.name, &render(&main).unwrap(), ARCH).unwrap().ptx;
+    assert!(!ptxas::assemble(&main.name, &ptx, ARCH).unwrap().resources.spills(), "{} spills", main.name);
+    let p = g(&[("packed", 1)]);
+    for (bad, what) in [
+        (knobs(&[("BN", 144), ("STAGES", 3)]), "at most 64 (128 with STAGES >= 3)"),
+        (knobs(&[("BN", 128), ("STAGES", 2), ("GR", 1)]), "at most 64 (128 with STAGES >= 3)"),
+        (knobs(&[("BN", 128), ("BK", 1024), ("STAGES", 8), ("WA", 4)]), "bytes of shared memory"),
+    ] {
+        let bad = bad.with("PATH", "gemv");
+        match Mxfp4Matmul.kernels(&p, &bad) {
+            Err(OpError::InvalidKnobs { why, .. }) => assert!(why.contains(what), "{bad}: {why}"),
+            other => panic!("{bad}: {other:?}"),
+        }
+    }
 }
 
 /// `L2PF=auto` (the default): 128 on the per-lane shared-memory ring, none on the register ring, the tile path,

@@ -9,6 +9,7 @@
 # 3. a re-tune of the stale presets (stale winners are timed first), then 4. the mxfp4 report rows with cuBLAS in
 #    the same call (the tuned records where present);
 # 5. the same weight bytes at K 1792 / 3584 / 7168 with tile-major weights (grid >= 4 waves).
+# (2b: tiles of 96 and 128 rows on the staged ring, allowed since session 24, timed against the default.)
 # Build first here: cargo build --release; mkdir -p .carry; strip -o .carry/k3k target/release/k3k
 # Run: BUDGET_S=540 bash scripts/plans/session25-call1.sh  (carry [".carry"], timeout_s 570)
 W=/tmp/w25c1; source scripts/plans/lib.sh
@@ -21,6 +22,11 @@ timeout 60 $K check --backend cuda --op mxfp4_matmul --dims "G=28,per=4,N=6144,K
   --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
   $K bench --op mxfp4_matmul --preset "$P28 tiles" --reps 1 --window-ms 0 --results /nonexistent --out $W/pb \
   > $OUT/ncu.txt 2>&1; echo "ncu rc=$? $(date -u +%T)" >> $L; }
+# 2b. Wider tiles on the staged ring (BN up to 128 since session 24; fewer CTAs re-reading the activations).
+mkdir -p $W/xp
+[ "$(left)" -gt 330 ] && { timeout 75 $K bench --op mxfp4_matmul --preset "$P28 tiles" --results /nonexistent --out $W/xp/wide \
+  --knobs "PATH=auto;BN=96,BK=128,MINB=3;BN=128,BK=128,MINB=3;BN=128,BK=128,WA=2,MINB=4;BN=128,BK=256,WA=2,MINB=3" \
+  > $W/wide.log 2>&1; echo "wide rc=$? $(date -u +%T)" >> $L; grep -E "^ +$P28" $W/wide.log | cut -c1-200 >> $L; }
 # 3. Re-tune the stale presets into $W/results (shared fairly over them; stale winners first).
 # (`k3k tune --preset` takes one preset: one run each, the time left but step 4's split evenly.)
 per=$(( ($(left) - 220) / 5 ))

@@ -855,18 +855,21 @@ fn validate(spec: &MatSpec, c: &Cfg, knobs: &Knobs) -> Result<(), OpError> {
         }
         if rows == 0
             || !rows.is_multiple_of(16)
-            || rows > 64
+            // (128 rows on the shared-memory ring: 8 blocks per quad, 167 registers at 28 x 4 under MINB=3 and no
+            // spill; the register ring keeps 64.)
+            || rows > if c.stages >= 3 { 128 } else { 64 }
             || !(1..=8).contains(&c.ring)
             // (The staged ring keeps its stages in shared memory: only the register ring is capped.)
             || (c.stages < 3 && rows / 16 * c.ring > 8)
         {
             return invalid(format!(
-                "PATH=gemv needs BN{} a multiple of 16, at most 64, and GR in 1..=8 with BN{}/16 x GR <= 8 ring \
-                 register blocks (got BN={}, GR={})",
+                "PATH=gemv needs BN{} a multiple of 16, at most 64 (128 with STAGES >= 3), and GR in 1..=8 with \
+                 BN{}/16 x GR <= 8 ring register blocks (got BN={}, GR={}, STAGES={})",
                 if glu { "/2" } else { "" },
                 if glu { "/2" } else { "" },
                 c.bn,
-                c.ring
+                c.ring,
+                c.stages
             ));
         }
         if c.stages > 8 || (c.stages >= 3 && c.ring != c.stages) {
