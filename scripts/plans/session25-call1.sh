@@ -6,10 +6,10 @@
 # 1. GPU checks of mxfp4_matmul at the new defaults (10 random cases; the tile-major 28 x 4 default, 3 cases);
 # 2. ncu of the tile-major default's main kernel: DRAM and L2 throughput, L2 hit rate, warp stall reasons (what
 #    bounds it now that the arithmetic is not the bound: session 24's NOMATH read 5% faster);
-# 3. a re-tune of the stale presets (stale winners are timed first), then 4. the mxfp4 report rows with cuBLAS in
+# 2b. tiles of 96 and 128 rows on the staged ring (allowed since session 24) against the default;
+# 3. a re-tune of the two 28 x 4 presets (tile-major and packed) (stale winners are timed first), then 4. the mxfp4 report rows with cuBLAS in
 #    the same call (the tuned records where present);
 # 5. the same weight bytes at K 1792 / 3584 / 7168 with tile-major weights (grid >= 4 waves).
-# (2b: tiles of 96 and 128 rows on the staged ring, allowed since session 24, timed against the default.)
 # Build first here: cargo build --release; mkdir -p .carry; strip -o .carry/k3k target/release/k3k
 # Run: BUDGET_S=540 bash scripts/plans/session25-call1.sh  (carry [".carry"], timeout_s 570)
 W=/tmp/w25c1; source scripts/plans/lib.sh
@@ -27,11 +27,11 @@ mkdir -p $W/xp
 [ "$(left)" -gt 330 ] && { timeout 75 $K bench --op mxfp4_matmul --preset "$P28 tiles" --results /nonexistent --out $W/xp/wide \
   --knobs "PATH=auto;BN=96,BK=128,MINB=3;BN=128,BK=128,MINB=3;BN=128,BK=128,WA=2,MINB=4;BN=128,BK=256,WA=2,MINB=3" \
   > $W/wide.log 2>&1; echo "wide rc=$? $(date -u +%T)" >> $L; grep -E "^ +$P28" $W/wide.log | cut -c1-200 >> $L; }
-# 3. Re-tune the stale presets into $W/results (shared fairly over them; stale winners first).
-# (`k3k tune --preset` takes one preset: one run each, the time left but step 4's split evenly.)
-per=$(( ($(left) - 220) / 5 ))
+# 3. Re-tune the two 28 x 4 presets into $W/results (stale winners first; the GLU, M16 and MXFP8-activation records
+# are stale too: a later call). `k3k tune --preset` takes one preset: one run each, the time left but step 4's split.
+per=$(( ($(left) - 220) / 2 ))
 if [ $per -gt 30 ]; then
-  for p in "$P28 tiles" "$P28" "$P28 mxfp8-act" "$P28 situ_glu+p" "MXFP4 linear M16 N6144 K3584"; do
+  for p in "$P28 tiles" "$P28"; do
     timeout $(( per + 20 )) $K tune --op mxfp4_matmul --results $W/results --budget ${per}s --preset "$p" \
       > $W/tune.log 2>&1; echo "tune [$p] rc=$? $(date -u +%T)" >> $L; grep -E "^mxfp4_matmul " $W/tune.log | cut -c1-220 >> $L
   done
