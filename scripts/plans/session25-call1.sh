@@ -7,8 +7,8 @@
 # 2. ncu of the tile-major default's main kernel: DRAM and L2 throughput, L2 hit rate, warp stall reasons (what
 #    bounds it now that the arithmetic is not the bound: session 24's NOMATH read 5% faster);
 # 2b. tiles of 96 and 128 rows on the staged ring (allowed since session 24) against the default;
-# 3. a re-tune of the two 28 x 4 presets (tile-major and packed) (stale winners are timed first), then 4. the mxfp4 report rows with cuBLAS in
-#    the same call (the tuned records where present);
+# 3. a re-tune of the two 28 x 4 presets, tile-major and packed (stale winners are timed first), then 4. the mxfp4
+#    report rows with cuBLAS in the same call (the tuned records where present);
 # 5. the same weight bytes at K 1792 / 3584 / 7168 with tile-major weights (grid >= 4 waves).
 # Build first here: cargo build --release; mkdir -p .carry; strip -o .carry/k3k target/release/k3k
 # Run: BUDGET_S=540 bash scripts/plans/session25-call1.sh  (carry [".carry"], timeout_s 570)
