@@ -987,7 +987,6 @@ fn l2pf_keeps_the_values_and_is_refused_where_it_means_nothing() {
 /// 128 rows, on the register ring, or past the shared memory, refused by name.
 #[test]
 fn gemv_staged_ring_takes_128_row_tiles() {
-    use k3k_codegen::{ARCH, nvrtc, ptxas, render};
     let mut rng = StdRng::seed_from_u64(rand::rng().random());
     let g = |extra: &[(&str, i64)]| {
         let mut d = vec![("G", 3), ("c0", 4), ("c1", 0), ("c2", 7), ("K", 384), ("N", 256)];
@@ -1007,9 +1006,7 @@ fn gemv_staged_ring_takes_128_row_tiles() {
         run(&p, rng.random(), &kn);
     }
     let g28 = Preset::new("g28", &[("G", 28), ("per", 4), ("N", 6144), ("K", 3584), ("tiles", 1)]);
-    let main = Mxfp4Matmul.kernels(&g28, &knobs(&[("BN", 128), ("BK", 128), ("MINB", 3)])).unwrap().remove(0);
-    let ptx = nvrtc::compile_ptx(&main.name, &render(&main).unwrap(), ARCH).unwrap().ptx;
-    assert!(!ptxas::assemble(&main.name, &ptx, ARCH).unwrap().resources.spills(), "{} spills", main.name);
+    assemble_all(&Mxfp4Matmul, &g28, &knobs(&[("BN", 128), ("BK", 128), ("MINB", 3)]));
     let p = g(&[("packed", 1)]);
     for (bad, what) in [
         (knobs(&[("BN", 144), ("STAGES", 3)]), "at most 64 (128 with STAGES >= 3)"),
