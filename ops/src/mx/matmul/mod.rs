@@ -722,31 +722,17 @@ fn resolve_gemv(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, O
     // capped for 4 CTAs per SM (session 24, H200, calls 2-4: the tune's winner, 0.1041 / 0.1040 ms at MINB 4 / 3
     // against 0.1070 with the knobs above and L2PF=128; on packed weights the same knobs read 0.1098 against 0.1087).
     let wide_tiles = many && spec.tiled && !glu;
-    let bn = pick(
-        knobs,
-        "BN",
-        if wide_tiles {
-            64
-        } else if many {
-            32
-        } else {
-            unit
-        },
-    )?;
+    // Rows and columns per tile by regime (otherwise: 16 rows per statement, 512 columns at 8 tokens, 1024 at 16).
+    let (bn_auto, bk_auto) = if wide_tiles {
+        (64, 128)
+    } else if many {
+        (32, 256)
+    } else {
+        (unit, if bm == 8 { 512 } else { 1024 })
+    };
+    let bn = pick(knobs, "BN", bn_auto)?;
     let rows = if glu { bn / 2 } else { bn };
-    let bk = pick(
-        knobs,
-        "BK",
-        if wide_tiles {
-            128
-        } else if many {
-            256
-        } else if bm == 8 {
-            512
-        } else {
-            1024
-        },
-    )?;
+    let bk = pick(knobs, "BK", bk_auto)?;
     let split = pick(knobs, "SPLIT", 1)?;
     let u = (bk / 128).max(1);
     let prefetch = prefetch_knob(knobs)?;
