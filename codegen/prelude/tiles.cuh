@@ -974,6 +974,11 @@ __device__ __forceinline__ void fp4_gemv(unsigned char* ot, int or0, int oc0, un
   static_assert(!TILED || (STAGED && PACKED && T == 8), "fp4_gemv tiled: staged ring, packed words, 8 tokens");
   static_assert(!BULK || (TILED && L2PF == 0), "fp4_gemv bulk: tiled words, no L2 prefetch size");
   constexpr int NB = R / 16, TT = T / 8;
+  // STAGED: the bytes of one warp's stage (SCOMPACT: tile-major scales copied whole; see the ring below) and where
+  // the stages start (the scratch's first 16-byte boundary).
+  constexpr bool SCOMPACT = TILED && !BULK;
+  constexpr int SLOT = SCOMPACT ? NB * 1088 : NB * 2 * 32 * 20;
+  unsigned char* const stages0 = pt + ((16u - (smem_u32(pt) & 15u)) & 15u);
   const int lane = lane_id(), g = lane >> 2, l = lane & 3, wid = warp_id();
   const long long vrows = qrows < srows ? qrows : srows;
   const long long nblk64 = (qcols >> 2) < scols ? (qcols >> 2) : scols;
@@ -1168,8 +1173,13 @@ __device__ __forceinline__ void fp4_gemv(unsigned char* ot, int or0, int oc0, un
     // byte WOFF + 64 NB of the stage, which the copies leave alone); every lane waits for the barrier's phase. A
     // block's tile-major bytes land where the per-lane copies put them (lane 4g + l's 16 bytes of row g + 8(p % 2)
     // at 512 (p % 2) + 16 lane), its scales as 16 rows of 4 bytes (row g + 8(p % 2) at 32 (p % 2) + 4g).
-    constexpr int SLOT = NB * 2 * 32 * 20, WOFF = NB * 2 * 32 * 16;
-    unsigned char* const stg = pt + ((WARPS * LP::TILE_BYTES + 15) & ~15) + wid * S * SLOT;
+    // TILED per-lane copies (SCOMPACT): a stage is NB x 1088 bytes, the blocks' 16 x 4 scale bytes copied whole by
+    // the first 4 NB lanes (16 bytes each) as the BULK ring lays them out; the other forms keep 32 per-lane scale
+    // words per piece (NB x 1280; BULK's barrier sits past its scales). The stages start at the scratch's first
+    // 16-byte boundary (`Stmt::Fp4Gemv`: 16 + WARPS x S x SLOT bytes), and each warp's partials go to its own first
+    // stage once its ring has drained.
+    constexpr int WOFF = NB * 2 * 32 * 16;
+    unsigned char* const stg = stages0 + wid * S * SLOT;
     const unsigned sbase = smem_u32(stg);
     // Scale bytes: each lane copies the aligned 4-byte word holding its byte (row r's block 4q + l at
     // sb + r sstride + 4q: the word's position is the same for every quad) and picks the byte with one prmt.
@@ -1201,9 +1211,10 @@ __device__ __forceinline__ void fp4_gemv(unsigned char* ot, int or0, int oc0, un
                                 : TILED ? (const unsigned char*)(q + qoff) + (64 * g + 16 * l + 1024 * quad(0))
                                         : (const unsigned char*)(wb + (wro[0][0] + 4 * quad(0)));
       const unsigned char* sq = BULK    ? (const unsigned char*)(sg + soff) + 64 * quad(0)
-                                : TILED ? (const unsigned char*)(sg + soff) + (4 * g + 64 * quad(0))
+                                : TILED ? (const unsigned char*)(sg + soff) +
+                                              (64 * quad(0) + (lane >> 2) * 16u * (unsigned)sstride + 16 * l)
                                         : swb + (((sro[0][0] + smis) & ~3) + 4 * quad(0));
-      const unsigned fsel = BULK ? (unsigned)l | 0x4440u : (unsigned)((sro[0][0] + smis) & 3) | 0x4440u;
+      const unsigned fsel = TILED ? (unsigned)l | 0x4440u : (unsigned)((sro[0][0] + smis) & 3) | 0x4440u;
       const unsigned wstep = 8u * 16u * (unsigned)(qstride >> 2), sstep = 8u * (unsigned)sstride;
       if constexpr (!FAST) {
 #pragma unroll
@@ -1262,8 +1273,6 @@ __device__ __forceinline__ void fp4_gemv(unsigned char* ot, int or0, int oc0, un
               if constexpr (FAST) {
                 if constexpr (TILED) {
                   cp_async16_pf<L2PF>(wdst + 16 * 32 * p, wq + ((p >> 1) * 64u * (unsigned)qstride + (p & 1) * 512u));
-                  cp_async4_pf<L2PF>(wdst + (WOFF - 12 * lane) + 4 * 32 * p,
-                                     sq + ((p >> 1) * 16u * (unsigned)sstride + (p & 1) * 32u));
                 } else if constexpr (L2PF == 0) {
                   // (L2PF = 0 keeps its own statements: the helpers' inlining reorders NVVM's PTX.)
                   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(wdst + 16 * 32 * p),
@@ -1291,6 +1300,11 @@ __device__ __forceinline__ void fp4_gemv(unsigned char* ot, int or0, int oc0, un
                 }
               }
             }
+          // SCOMPACT: lane 4b + i (b < NB) copies bytes 16i .. 16i + 15 of block b's 64 scale bytes (row r % 16 at
+          // 4 (r % 16)), to 64 b + 16 i past the stage's words.
+          if constexpr (SCOMPACT && FAST) {
+            if (lane < 4 * NB) cp_async16_pf<L2PF>(wdst + WOFF, sq);
+          }
         }
         if constexpr (!(BULK && FAST)) asm volatile("cp.async.commit_group;\n" ::: "memory");
         next_slot(wslot, wdst);
@@ -1325,7 +1339,7 @@ __device__ __forceinline__ void fp4_gemv(unsigned char* ot, int or0, int oc0, un
           for (int jp = 0; jp < 2; ++jp) {
             const int p = 2 * b + jp, piece = p * 32 + lane;
             const unsigned wa = FAST ? rl + 16 * 32 * p : src + 16 * piece;
-            const unsigned sa = BULK   ? rl + (WOFF - 16 * lane + 4 * g) + 64 * (p >> 1) + 32 * (p & 1)
+            const unsigned sa = TILED  ? rl + (WOFF - 16 * lane + 4 * g) + 64 * (p >> 1) + 32 * (p & 1)
                                 : FAST ? rl + (WOFF - 12 * lane) + 4 * 32 * p
                                        : src + WOFF + 4 * piece;
             uint4 w;
@@ -1414,8 +1428,17 @@ __device__ __forceinline__ void fp4_gemv(unsigned char* ot, int or0, int oc0, un
     compute(tl, qd, true);
   }
   // The warps' partials (C fragment: rows 16b + g (+8), tokens 8tt + 2l (+1)) as flat [R, T] f32 tiles of
-  // `scratch` (its layout is irrelevant: only this function reads them), then their sum in warp order.
-  unsigned char* mine = pt + wid * LP::TILE_BYTES;
+  // `scratch` (its layout is irrelevant: only this function reads them), then their sum in warp order. STAGED:
+  // each warp's tile is the start of its own ring, which it has drained (`cp.async.wait_group 0` above), at least
+  // R x T x 4 bytes (S x NB x 1088 >= 64 NB T); else tile `wid` of `scratch`.
+  auto part = [&](int w) {
+    if constexpr (STAGED) {
+      return stages0 + w * S * SLOT;
+    } else {
+      return pt + w * LP::TILE_BYTES;
+    }
+  };
+  unsigned char* mine = part(wid);
 #pragma unroll
   for (int b = 0; b < NB; ++b)
 #pragma unroll
@@ -1430,7 +1453,7 @@ __device__ __forceinline__ void fp4_gemv(unsigned char* ot, int or0, int oc0, un
     const int r = e / T, c = e % T;
     float sum = 0.f;
 #pragma unroll
-    for (int w = 0; w < WARPS; ++w) sum += *(const float*)(pt + w * LP::TILE_BYTES + e * 4);
+    for (int w = 0; w < WARPS; ++w) sum += *(const float*)(part(w) + e * 4);
     *(float*)(ot + LO::off(or0 + r, oc0 + c)) = (r < vr && c < vt) ? sum : 0.f;
   }
   barrier();

@@ -165,21 +165,21 @@ fn fp4_packed_bits_spells_the_ir_layout_and_decodes_every_pair_exactly() {
     }
 }
 
-/// `fp4_gemv`'s tiled ring (`TILED`, FAST form), both fillings: the per-lane copies and BULK's whole-block copies.
-/// For every lane (g, l), piece p (row g + 8p of the tile, block p / 2 of 16 rows) and quad, the bytes the lane
-/// reads back from its stage (words at `rl + 16 * 32 * p`; scales at `rl + (WOFF - 12 * lane) + 4 * 32 * p` per
-/// lane, at `rl + (WOFF - 16 * lane + 4 * g) + 64 * (p >> 1) + 32 * (p & 1)` after a bulk copy, byte l picked) are
-/// the tile-major bytes of its row's block `4 quad + l` ([`fp4::tile_major`]). The bulk copies of a stage stay
-/// clear of its barrier and of each other. Transcriptions of tiles.cuh: the expressions are checked to be there.
+/// `fp4_gemv`'s tiled ring (`TILED`, FAST form), both fillings: the per-lane copies (each lane 16 bytes of words
+/// per piece, the first 4 NB lanes 16 bytes of the blocks' scales each) and BULK's whole-block copies. For every
+/// lane (g, l), piece p (row g + 8p of the tile, block p / 2 of 16 rows) and quad, the bytes the lane reads back
+/// from its stage (words at `rl + 16 * 32 * p`, scales at `rl + (WOFF - 16 * lane + 4 * g) + 64 * (p >> 1) + 32 *
+/// (p & 1)`, byte l picked) are the tile-major bytes of its row's block `4 quad + l` ([`fp4::tile_major`]). No
+/// stage byte is written twice, the per-lane stage fits its NB x 1088 bytes, and the bulk copies stay clear of
+/// the barrier. Transcriptions of tiles.cuh: the expressions are checked to be there.
 #[test]
 fn fp4_gemv_tiled_ring_reads_each_lanes_blocks() {
     for needle in [
         "(const unsigned char*)(q + qoff) + (64 * g + 16 * l + 1024 * quad(0))",
-        "(const unsigned char*)(sg + soff) + (4 * g + 64 * quad(0))",
+        "(64 * quad(0) + (lane >> 2) * 16u * (unsigned)sstride + 16 * l)",
         "wq + ((p >> 1) * 64u * (unsigned)qstride + (p & 1) * 512u)",
-        "sq + ((p >> 1) * 16u * (unsigned)sstride + (p & 1) * 32u)",
         "cp_async16_pf<L2PF>(wdst + 16 * 32 * p,",
-        "cp_async4_pf<L2PF>(wdst + (WOFF - 12 * lane) + 4 * 32 * p,",
+        "if (lane < 4 * NB) cp_async16_pf<L2PF>(wdst + WOFF, sq);",
         "(const unsigned char*)(q + qoff) + 1024 * quad(0)",
         "(const unsigned char*)(sg + soff) + 64 * quad(0)",
         "gemv_bulk_copy(slot + 1024 * b, wq + b * 64u * (unsigned)qstride, 1024u, bar);",
@@ -187,17 +187,17 @@ fn fp4_gemv_tiled_ring_reads_each_lanes_blocks() {
         "gemv_mbar_expect(bar, NB * (1024u + 64u));",
         "constexpr unsigned BAR = WOFF + 64 * NB;",
         "const unsigned wa = FAST ? rl + 16 * 32 * p : src + 16 * piece;",
-        "BULK   ? rl + (WOFF - 16 * lane + 4 * g) + 64 * (p >> 1) + 32 * (p & 1)",
-        ": FAST ? rl + (WOFF - 12 * lane) + 4 * 32 * p",
-        "constexpr int SLOT = NB * 2 * 32 * 20, WOFF = NB * 2 * 32 * 16;",
+        "TILED  ? rl + (WOFF - 16 * lane + 4 * g) + 64 * (p >> 1) + 32 * (p & 1)",
+        "constexpr int SLOT = SCOMPACT ? NB * 1088 : NB * 2 * 32 * 20;",
+        "constexpr int WOFF = NB * 2 * 32 * 16;",
         "wq += (TILED ? 1024 : 64) * dq;",
         "sq += (TILED ? 64 : 4) * dq;",
     ] {
         assert!(TILES.contains(needle), "tiles.cuh no longer has `{needle}`: update this transcription");
     }
     use std::collections::HashMap;
-    for nb in [1usize, 2, 4] {
-        let (slot_bytes, woff) = (nb * 2 * 32 * 20, nb * 2 * 32 * 16);
+    for nb in [1usize, 2, 4, 8] {
+        let woff = nb * 2 * 32 * 16;
         for k in [128usize, 384, 3584] {
             let (qstride, sstride) = (k / 8, k / 32); // words (u32) and scale bytes per row
             let rows = 16 * nb * 3;
@@ -207,47 +207,53 @@ fn fp4_gemv_tiled_ring_reads_each_lanes_blocks() {
                 assert_eq!(qbase / 4, fp4::tile_major(r0 * qstride, qstride, fp4::TILE_QUAD_WORDS));
                 assert_eq!(sbase, fp4::tile_major(r0 * sstride, sstride, fp4::TILE_QUAD_SCALES));
                 for qd in 0..k / 128 {
-                    // Bulk: each block's words and scales, global byte -> stage byte.
-                    let mut stage: HashMap<usize, usize> = HashMap::new();
-                    let mut put = |dst: usize, src: usize, n: usize| {
+                    // Each filling: global byte per stage byte.
+                    let put = |stage: &mut HashMap<usize, usize>, dst: usize, src: usize, n: usize| {
                         let aligned = [dst, src, n].iter().all(|v| v.is_multiple_of(16));
-                        assert!(aligned, "bulk copies are 16-byte aligned");
+                        assert!(aligned, "copies are 16-byte aligned");
                         for j in 0..n {
                             assert!(stage.insert(dst + j, src + j).is_none(), "stage byte {} written twice", dst + j);
                         }
                     };
                     let (wq, sq) = (qbase + 1024 * qd, sbase + 64 * qd);
+                    let mut bulk = HashMap::new();
                     for b in 0..nb {
-                        put(1024 * b, wq + b * 64 * qstride, 1024);
-                        put(woff + 64 * b, sq + b * 16 * sstride, 64);
+                        put(&mut bulk, 1024 * b, wq + b * 64 * qstride, 1024);
+                        put(&mut bulk, woff + 64 * b, sq + b * 16 * sstride, 64);
                     }
                     let bar = woff + 64 * nb;
-                    assert_eq!(stage.len(), nb * (1024 + 64), "the barrier's expected bytes");
-                    assert!(bar % 8 == 0 && bar + 8 <= slot_bytes && (bar..bar + 8).all(|a| !stage.contains_key(&a)));
+                    assert_eq!(bulk.len(), nb * (1024 + 64), "the barrier's expected bytes");
+                    assert!(bar % 8 == 0 && bar + 8 <= nb * 1280 && (bar..bar + 8).all(|a| !bulk.contains_key(&a)));
+                    let mut lanes = HashMap::new();
                     for lane in 0..32 {
                         let (g, l) = (lane / 4, lane % 4);
                         for p in 0..2 * nb {
-                            let row = r0 + g + 8 * p;
-                            let wtile = 4 * fp4::tile_major(row * qstride + 16 * qd + 4 * l, qstride, 16);
-                            let stile = fp4::tile_major(row * sstride + 4 * qd + l, sstride, 4);
-                            // Per-lane copies: 16 bytes of words and the aligned scale word, from the lane's sources.
                             let wsrc = qbase + 64 * g + 16 * l + 1024 * qd + (p >> 1) * 64 * qstride + (p & 1) * 512;
-                            let ssrc = sbase + 4 * g + 64 * qd + (p >> 1) * 16 * sstride + (p & 1) * 32;
-                            assert_eq!(wsrc, wtile, "nb {nb} k {k} r0 {r0} quad {qd} lane {lane} piece {p}: words");
-                            assert_eq!(ssrc + l, stile, "nb {nb} k {k} r0 {r0} quad {qd} lane {lane} piece {p}: scale");
-                            assert_eq!(ssrc % 4, 0, "4-byte copies are aligned");
-                            // Bulk: the stage bytes the lane reads (rl = slot + 16 lane) hold the same global bytes.
+                            put(&mut lanes, 16 * lane + 16 * 32 * p, wsrc, 16);
+                        }
+                        if lane < 4 * nb {
+                            let ssrc = sbase + 64 * qd + (lane >> 2) * 16 * sstride + 16 * l;
+                            put(&mut lanes, woff + 16 * lane, ssrc, 16);
+                        }
+                    }
+                    assert_eq!(lanes.len(), nb * 1088, "the per-lane stage is full");
+                    assert!(lanes.keys().all(|&a| a < nb * 1088), "the per-lane stage fits NB x 1088 bytes");
+                    for (what, stage) in [("per-lane", &lanes), ("bulk", &bulk)] {
+                        for lane in 0..32 {
+                            let (g, l) = (lane / 4, lane % 4);
                             let rl = 16 * lane;
-                            for j in 0..16 {
-                                assert_eq!(
-                                    stage[&(rl + 16 * 32 * p + j)],
-                                    wtile + j,
-                                    "bulk words lane {lane} piece {p}"
-                                );
+                            for p in 0..2 * nb {
+                                let row = r0 + g + 8 * p;
+                                let wtile = 4 * fp4::tile_major(row * qstride + 16 * qd + 4 * l, qstride, 16);
+                                let stile = fp4::tile_major(row * sstride + 4 * qd + l, sstride, 4);
+                                for j in 0..16 {
+                                    let got = stage[&(rl + 16 * 32 * p + j)];
+                                    assert_eq!(got, wtile + j, "{what} nb {nb} k {k} quad {qd} lane {lane} piece {p}");
+                                }
+                                let sa = rl + woff - 16 * lane + 4 * g + 64 * (p >> 1) + 32 * (p & 1);
+                                assert_eq!(sa % 4, 0);
+                                assert_eq!(stage[&(sa + l)], stile, "{what} scale nb {nb} k {k} lane {lane} piece {p}");
                             }
-                            let sa = rl + woff - 16 * lane + 4 * g + 64 * (p >> 1) + 32 * (p & 1);
-                            assert_eq!(sa % 4, 0);
-                            assert_eq!(stage[&(sa + l)], stile, "bulk scale lane {lane} piece {p}");
                         }
                     }
                 }

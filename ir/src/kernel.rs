@@ -571,7 +571,10 @@ pub enum Stmt {
     /// quads are copied by `cp.async` (each lane its own blocks and scale words) into per-warp stages of `scratch`
     /// after the partial tiles, `ring - 1` quads in flight while one is multiplied (the copies are waited for in
     /// commit order, so every stage stays in flight; a register ring's loads share the six hardware scoreboards).
-    /// `scratch` then needs, past its first `warps` tiles, `16 + warps x ring x R / 16 x 1280` more bytes.
+    /// `scratch` then needs [`Fp4Staging::scratch_bytes`] bytes in all, whatever its tiles' shape: `16 + warps x
+    /// ring x R / 16 x` the stage bytes of 16 rows (1088 with tiled words and per-lane copies: 1 KB of words and the
+    /// 64 scale bytes of the block; else 1280: 32 per-lane scale words per 8 rows), and each warp's partials take
+    /// the start of its own ring once it has drained.
     /// `l2_prefetch` (staged only; 0, 64, 128 or 256, schedule only): the L2 prefetch size the copies ask for
     /// (`cp.async`'s `.L2::<n>B`: L2 fetches the aligned `n` bytes around each copy from DRAM, which the warp's
     /// and its block's next quads of the same rows read soon after); 0 asks for nothing.
@@ -623,6 +626,21 @@ pub struct Fp4Staging {
     pub l2_prefetch: u32,
     pub tiled: bool,
     pub bulk: bool,
+}
+
+impl Fp4Staging {
+    /// Bytes of one warp's stage per 16 rows of the tile: 1 KB of words, then the scales, 64 bytes copied whole
+    /// with tiled words and per-lane copies, else 32 per-lane 4-byte words per 8 rows (the bulk ring's barrier
+    /// sits past its 64 bytes).
+    pub fn stage_bytes_per_16_rows(&self) -> u64 {
+        if self.tiled && !self.bulk { 1088 } else { 1280 }
+    }
+
+    /// The shared memory a staged [`Stmt::Fp4Gemv`] of `warps` warps and `rows` tile rows needs in its `scratch`,
+    /// bytes: the warps' rings from the buffer's first 16-byte boundary (the partials alias them).
+    pub fn scratch_bytes(&self, warps: u32, rows: u32) -> u64 {
+        16 + warps as u64 * self.stages as u64 * (rows as u64 / 16).max(1) * self.stage_bytes_per_16_rows()
+    }
 }
 
 /// The next views of a prefetching [`Stmt::DequantFp4Stream`]: words and scales as the statement's own, and

@@ -1888,8 +1888,8 @@ fn fp4_gemv_case(staged: bool) -> Case {
     let x = b.tensor("x", DType::Bf16, &dims(toks, k), Access::Read);
     let y = b.tensor("y", DType::F32, &[Expr::Int(4), Expr::Int(r as i64), Expr::Int(t as i64)], Access::Write);
     let out = b.shared("out", DType::F32, r as u32, t as u32 + 1, 4, Swizzle::None);
-    // Staged: 4 partial tiles, then 16 + 4 warps x 4 stages x 2 x 1280 bytes of stages (21 tiles of 2 KB).
-    let scratch = b.shared("scratch", DType::F32, r as u32, t as u32, if staged { 25 } else { 4 }, Swizzle::None);
+    // Staged: 16 + 4 warps x 4 stages x 2 x 1280 bytes of rings (21 tiles of 2 KB), which the partials alias.
+    let scratch = b.shared("scratch", DType::F32, r as u32, t as u32, if staged { 21 } else { 4 }, Swizzle::None);
     let o = b.tile("o", DType::F32, r as u32, t as u32, [2, 2]);
     for (v, &(packed, fold, finite, si, chunk, ring)) in variants.iter().enumerate() {
         let qv = view(q, 4i64, kw as i64, rows as i64, (4 * blocks) as i64, 4);

@@ -622,9 +622,9 @@ impl<'a> Checker<'a> {
                         o.name, o.dtype, out.rows, out.cols
                     ));
                 }
+                // Staged: the partials alias the rings (their size is checked below), whatever the tiles' shape.
                 if sc.dtype != DType::F32
-                    || sc.rows * sc.cols < out.rows * out.cols
-                    || sc.count < warps
+                    || (!*staged && (sc.rows * sc.cols < out.rows * out.cols || sc.count < warps))
                     || sc.alias.is_some()
                 {
                     return bad(format!(
@@ -642,12 +642,12 @@ impl<'a> Checker<'a> {
                     return bad("fp4_gemv: scratch and out must be different buffers".into());
                 }
                 if *staged {
-                    let tile = sc.rows as u64 * sc.cols as u64 * 4;
-                    let have = (sc.count as u64).saturating_sub(warps as u64) * tile;
-                    let need = 16 + warps as u64 * *ring as u64 * (out.rows as u64 / 16) * 1280;
+                    let have = sc.count as u64 * sc.rows as u64 * sc.cols as u64 * 4;
+                    let staging = Fp4Staging { stages: *ring, l2_prefetch: *l2_prefetch, tiled: *tiled, bulk: *bulk };
+                    let need = staging.scratch_bytes(warps, out.rows);
                     if have < need {
                         return bad(format!(
-                            "fp4_gemv staged: scratch `{}` needs {need} bytes past its first {warps} tiles for {ring} \
+                            "fp4_gemv staged: scratch `{}` needs {need} bytes for {warps} warps' rings of {ring} \
                              stages, has {have}",
                             sc.name
                         ));

@@ -341,6 +341,41 @@ mod unit {
     }
 
     #[test]
+    fn fp4_gemv_staged_scratch_holds_the_rings() {
+        // 4 warps, 64-row tiles: the staged rings need 16 + 4 x 3 x 4 x 1088 = 52240 bytes with tile-major words
+        // (per-lane copies), 61456 with row-major ones, in tiles of any shape (the partials alias the rings); the
+        // register ring needs a [64, 8] tile per warp.
+        let build = |tiled: bool, staged: bool, rows: u32, count: u32| {
+            let mut b = KernelBuilder::new("t", 128);
+            let q = b.tensor("q", DType::U32, &[Expr::Int(64), Expr::Int(448)], Access::Read);
+            let s = b.tensor("s", DType::U8, &[Expr::Int(64), Expr::Int(112)], Access::Read);
+            let x = b.tensor("x", DType::Bf16, &[Expr::Int(4), Expr::Int(3584)], Access::Read);
+            let out = b.shared("out", DType::F32, 64, 17, 1, Swizzle::None);
+            let scratch = b.shared("scratch", DType::F32, rows, 8, count, Swizzle::None);
+            let (qv, sv) = (view(q, 0i64, 448i64, 64i64, 448i64, 4), view(s, 0i64, 112i64, 64i64, 112i64, 1));
+            let xv = view(x, 0i64, 3584i64, 4i64, 3584i64, 8);
+            let w = b.window(out, 0i64, 0, 0, 64, 8);
+            let flags = Fp4Flags { packed: true, fold: true, finite: true };
+            if staged {
+                let ring = Fp4Staging { stages: 3, l2_prefetch: 128, tiled, bulk: false };
+                b.fp4_gemv_staged(w, scratch, qv, sv, xv, flags, 1, ring);
+            } else {
+                b.fp4_gemv(w, scratch, qv, sv, xv, flags, 1, 3);
+            }
+            b.finish()
+        };
+        assert!(build(true, true, 16, 103).is_ok(), "52736 bytes hold the tile-major rings");
+        let e = build(true, true, 16, 102).unwrap_err();
+        assert!(e.kind == IrErrorKind::Layout && e.to_string().contains("needs 52240 bytes"), "{e}");
+        let e = build(false, true, 16, 103).unwrap_err();
+        assert!(e.to_string().contains("needs 61456 bytes") && e.to_string().contains("has 52736"), "{e}");
+        assert!(build(false, true, 64, 31).is_ok(), "31 [64, 8] tiles: 63488 bytes");
+        let e = build(false, false, 16, 103).unwrap_err();
+        assert!(e.to_string().contains("at least 512 elements per tile"), "{e}");
+        assert!(build(false, false, 64, 4).is_ok(), "a [64, 8] tile per warp for the register ring");
+    }
+
+    #[test]
     fn type_errors_name_the_place() {
         let mut b = small();
         let acc = b.tile("acc", DType::F32, 64, 64, [2, 2]);

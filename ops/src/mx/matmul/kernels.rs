@@ -129,7 +129,10 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
             (ys, us, b.shared("arrived", DType::I32, 1, 1, 1, Swizzle::None))
         });
         // PATH=gemv: the warps' partials of one `Fp4Gemv` (one per GLU half).
-        let spart = c.gemv.then(|| b.shared("spart", DType::F32, bn, bm, c.wa + gemv_stage_tiles(c), Swizzle::None));
+        let spart = c.gemv.then(|| {
+            let (rows, count) = gemv_scratch(c, spec.tiled);
+            b.shared("spart", DType::F32, rows, bm, count, Swizzle::None)
+        });
         sync = Some((sacc, acc, wt, yt, pv, sums, spart));
     }
 

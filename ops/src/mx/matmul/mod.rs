@@ -312,17 +312,18 @@ impl Cfg {
     pub fn l2pf_auto(&self) -> u32 {
         if self.gemv && self.stages >= 3 && !self.bulk { 128 } else { 0 }
     }
-    /// Shared memory of the main kernel, bytes (what `Kernel::shared_bytes` will report, up to alignment).
-    pub fn shared_bytes(&self, packed: bool) -> usize {
+    /// Shared memory of the main kernel, bytes (what `Kernel::shared_bytes` will report, up to alignment), for
+    /// weights stored tile-major (`tiled`) or not.
+    pub fn shared_bytes(&self, tiled: bool) -> usize {
         let al = |b: usize| b.next_multiple_of(128);
         let st = self.stages as usize;
         let (bn, bm, bk) = (self.bn as usize, self.bm as usize, self.bk as usize);
-        let _ = packed;
         let al1k = |b: usize| b.next_multiple_of(1024);
         if self.gemv {
-            // The reduced [BN, 16 + 1] tile and one [rows per statement, BM] f32 partial per warp.
+            // The reduced [BN, 16 + 1] tile and the warps' partials or rings (`gemv_scratch`).
+            let (rows, count) = gemv_scratch(self, tiled);
             return al(bn * (bm.max(16) + 1) * 4)
-                + al((self.wa + gemv_stage_tiles(self)) as usize * bn * bm * 4)
+                + al((rows * count) as usize * bm * 4)
                 + if self.fused && self.split > 1 { al(4) } else { 0 };
         }
         let common = if self.stream { 0 } else { al(bn * bk / 2 * st) + al(bn * bk / 32 * st) }
@@ -335,16 +336,20 @@ impl Cfg {
     }
 }
 
-/// PATH=gemv with `STAGES` >= 3 ([`Stmt::Fp4Gemv`] `staged`): the `[BN, BM]` f32 tiles of `spart` past the WA
-/// partial tiles that hold the warps' cp.async stages (16 + WA x STAGES x rows/16 x 1280 bytes; one statement
-/// at a time, so a GLU tile's two statements share them); 0 for the register ring.
-fn gemv_stage_tiles(c: &Cfg) -> u32 {
-    if !c.gemv || c.stages < 3 {
-        return 0;
+/// PATH=gemv's `spart` scratch ([`Stmt::Fp4Gemv`]), as `(rows, count)` of `[rows, BM]` f32 tiles: the register
+/// ring's WA `[BN, BM]` partial tiles, or, with `STAGES` >= 3 (`staged`), the warps' cp.async rings
+/// ([`Fp4Staging::scratch_bytes`]: 16 + WA x STAGES x rows/16 x 1088 bytes with tile-major weights, 1280 otherwise;
+/// the partials alias them) in 16-row tiles, so that no more than 16 x BM x 4 bytes are wasted (four 28 x 4 decode
+/// CTAs of 64 rows fit an SM's 228 KB with 1 KB to spare). One statement at a time, so a GLU tile's two
+/// statements share it.
+pub(super) fn gemv_scratch(c: &Cfg, tiled: bool) -> (u32, u32) {
+    if c.stages < 3 {
+        return (c.bn, c.wa);
     }
-    let rows = c.bn; // GLU halves need half of it: the bound is safe either way
-    let need = 16 + c.wa * c.stages * (rows / 16).max(1) * 1280;
-    need.div_ceil(c.bn * c.bm * 4)
+    let staging = Fp4Staging { stages: c.stages, l2_prefetch: c.l2pf, tiled, bulk: c.bulk };
+    // GLU halves need half of BN's rows: the bound is safe either way.
+    let need = staging.scratch_bytes(c.wa, c.bn);
+    (16, need.div_ceil(16 * c.bm as u64 * 4) as u32)
 }
 
 /// `L2PF`: `None` for `auto` (or absent), else the explicit size in bytes (validated later: 0, 64, 128, 256).
@@ -590,7 +595,7 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, Op
     c.cps = knobs.u32("CPS")?;
     // CTAs resident per SM: the persistent count, else an estimate from shared memory (registers permitting).
     let resident =
-        if c.cps > 0 { c.cps as usize } else { (200 * 1024 / c.shared_bytes(spec.packed).max(1)).clamp(1, 4) };
+        if c.cps > 0 { c.cps as usize } else { (200 * 1024 / c.shared_bytes(spec.tiled).max(1)).clamp(1, 4) };
     let bno = if sh.glu { bn / 2 } else { bn } as usize;
     let n_tiles = sh.n_out.div_ceil(bno.max(1));
     let tiles: usize = sh.counts.iter().map(|&r| r.div_ceil(bm as usize) * n_tiles).sum();
@@ -867,7 +872,7 @@ fn validate(spec: &MatSpec, c: &Cfg, knobs: &Knobs) -> Result<(), OpError> {
                 c.wa, c.split, c.cps, c.min_blocks
             ));
         }
-        let smem = c.shared_bytes(spec.packed);
+        let smem = c.shared_bytes(spec.tiled);
         if smem > MAX_SHARED_BYTES {
             return invalid(format!("{smem} bytes of shared memory (max {MAX_SHARED_BYTES})"));
         }
@@ -945,7 +950,7 @@ fn validate(spec: &MatSpec, c: &Cfg, knobs: &Knobs) -> Result<(), OpError> {
             acc_regs + a_regs
         ));
     }
-    let smem = c.shared_bytes(spec.packed);
+    let smem = c.shared_bytes(spec.tiled);
     if smem > MAX_SHARED_BYTES {
         return invalid(format!("{smem} bytes of shared memory (max {MAX_SHARED_BYTES})"));
     }
