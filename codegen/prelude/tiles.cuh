@@ -962,7 +962,7 @@ template <int NB> struct Fp4GemvSlot {
 };
 
 template <bool PACKED, bool FOLD, bool FINITE, int R, int T, int WARPS, int U, int S, class LO, class LP,
-          bool STAGED = false, int L2PF = 0, bool TILED = false, bool BULK = false>
+          bool STAGED = false, int L2PF = 0, bool TILED = false, bool BULK = false, bool XA2 = false>
 __device__ __forceinline__ void fp4_gemv(unsigned char* ot, int or0, int oc0, unsigned char* pt,
                                          const unsigned* __restrict__ q, long long qoff, long long qstride,
                                          long long qrows, long long qcols, const unsigned char* __restrict__ sg,
@@ -973,6 +973,7 @@ __device__ __forceinline__ void fp4_gemv(unsigned char* ot, int or0, int oc0, un
                 "fp4_gemv shape");
   static_assert(!TILED || (STAGED && PACKED && T == 8), "fp4_gemv tiled: staged ring, packed words, 8 tokens");
   static_assert(!BULK || (TILED && L2PF == 0), "fp4_gemv bulk: tiled words, no L2 prefetch size");
+  static_assert(!XA2 || STAGED, "fp4_gemv x_two_ahead: staged ring");
   constexpr int NB = R / 16, TT = T / 8;
   // STAGED: the bytes of one warp's stage (SCOMPACT: tile-major scales copied whole; see the ring below) and where
   // the stages start (the scratch's first 16-byte boundary).
@@ -1319,10 +1320,11 @@ __device__ __forceinline__ void fp4_gemv(unsigned char* ot, int or0, int oc0, un
       for (int s = 0; s + 1 < S; ++s) issue(s);
       load_x(xv, 0, 0);
       // One quad: its stage is waited for and read, multiplied with the activations `cx`, then the next quad's
-      // activations are loaded into `nx` (the two register sets alternate, so none is copied). Those loads depend
+      // activations are loaded into `nx` (the two register sets alternate, so none is copied; XA2: the quad after
+      // next into `cx`, whose values the product has used, while `nx` holds the next one's). Those loads depend
       // on the last product (`opaque_zero`): issued before it, they would share its scoreboard with `cx`'s loads
       // and the product would wait for them too (ptxas waits for every load of a scoreboard at once).
-      auto step = [&](int n, const uint4 (&cx)[TT][4], uint4 (&nx)[TT][4]) {
+      auto step = [&](int n, uint4 (&cx)[TT][4], uint4 (&nx)[TT][4]) {
         issue(n + S - 1);
         if constexpr (BULK && FAST) {
           gemv_mbar_wait(rsrc - 16u * lane + BAR, rpar);
@@ -1353,13 +1355,19 @@ __device__ __forceinline__ void fp4_gemv(unsigned char* ot, int or0, int oc0, un
             sl.s[b][jp] = prmt_b32(sv, 0u, FAST ? fsel : ssel[b][jp]);
           }
         product(sl, cx);
-        load_x(nx, n + 1, opaque_zero(acc[NB - 1][TT - 1][3]));
+        if constexpr (XA2) {
+          load_x(cx, n + 2, opaque_zero(acc[NB - 1][TT - 1][3]));
+        } else {
+          load_x(nx, n + 1, opaque_zero(acc[NB - 1][TT - 1][3]));
+        }
       };
       uint4 xw[TT][4];
 #pragma unroll
       for (int tt = 0; tt < TT; ++tt)
 #pragma unroll
         for (int i = 0; i < 4; ++i) xw[tt][i] = make_uint4(0u, 0u, 0u, 0u);
+      // XA2 (`x_two_ahead`): the second set holds the next quad's activations from the start.
+      if constexpr (XA2) load_x(xw, 1, 0);
 #pragma unroll 1
       for (int n = 0; quad(n) < nfull; n += 2) {
         step(n, xv, xw);

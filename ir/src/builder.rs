@@ -329,11 +329,13 @@ impl KernelBuilder {
             l2_prefetch: 0,
             tiled: false,
             bulk: false,
+            x_two_ahead: false,
         });
     }
     /// [`Self::fp4_gemv`] with its ring in `ring.stages` shared memory stages of `scratch` (`staged`, see
     /// [`Stmt::Fp4Gemv`]), its copies asking L2 for `ring.l2_prefetch` bytes (0, 64, 128 or 256; 0 none), the words
-    /// and scales stored tile-major when `ring.tiled`, copied in whole blocks when `ring.bulk`.
+    /// and scales stored tile-major when `ring.tiled`, copied in whole blocks when `ring.bulk`, the activations
+    /// loaded two quads ahead when `ring.x_two_ahead`.
     #[allow(clippy::too_many_arguments)]
     pub fn fp4_gemv_staged(
         &mut self,
@@ -347,7 +349,7 @@ impl KernelBuilder {
         ring: Fp4Staging,
     ) {
         let Fp4Flags { packed, fold, finite } = flags;
-        let Fp4Staging { stages, l2_prefetch, tiled, bulk } = ring;
+        let Fp4Staging { stages, l2_prefetch, tiled, bulk, x_two_ahead } = ring;
         self.push(Stmt::Fp4Gemv {
             out,
             scratch,
@@ -363,6 +365,7 @@ impl KernelBuilder {
             l2_prefetch,
             tiled,
             bulk,
+            x_two_ahead,
         });
     }
     /// Start `acc += a @ b` on the warpgroup tensor cores (see [`Stmt::MmaAsync`]).

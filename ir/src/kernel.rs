@@ -588,6 +588,9 @@ pub enum Stmt {
     /// quad whole (1 KB of words, 64 bytes of scales) by `cp.async.bulk`, completing on a barrier in the stage,
     /// instead of every lane copying its own 16-byte blocks and scale words by `cp.async`. The words' and scales'
     /// views must then start 16-byte aligned (tile-major rows of whole quads do, from a 16-byte aligned tensor).
+    /// `x_two_ahead` (staged only; schedule only): each warp loads a quad's activations into registers two quads
+    /// ahead of their product instead of one (a second register set live across each product, which then hides
+    /// the activations' L2 latency).
     Fp4Gemv {
         out: SharedRef,
         scratch: SharedId,
@@ -607,6 +610,8 @@ pub enum Stmt {
         tiled: bool,
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         bulk: bool,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        x_two_ahead: bool,
     },
 }
 
@@ -619,13 +624,15 @@ pub struct Fp4Flags {
 }
 
 /// The shared-memory ring of a staged [`Stmt::Fp4Gemv`]: its stages per warp, the L2 prefetch size of its
-/// copies, whether the words and scales are tile-major, and whether they are copied in whole blocks (`bulk`).
+/// copies, whether the words and scales are tile-major, whether they are copied in whole blocks (`bulk`), and
+/// whether the activations are loaded two quads ahead (`x_two_ahead`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Fp4Staging {
     pub stages: u32,
     pub l2_prefetch: u32,
     pub tiled: bool,
     pub bulk: bool,
+    pub x_two_ahead: bool,
 }
 
 impl Fp4Staging {

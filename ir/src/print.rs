@@ -243,10 +243,11 @@ fn body(k: &Kernel, b: &[Stmt], depth: usize, s: &mut String) {
                 l2_prefetch,
                 tiled,
                 bulk,
+                x_two_ahead,
             } => {
                 let _ = writeln!(
                     s,
-                    "{pad}{}[{}][{}+{}, {}+{}] = fp4_gemv({}, {}, x={}){}{}{}{} chunk={chunk} ring={ring}{}{}{} scratch={}",
+                    "{pad}{}[{}][{}+{}, {}+{}] = fp4_gemv({}, {}, x={}){}{}{}{} chunk={chunk} ring={ring}{}{}{}{} scratch={}",
                     k.shared[out.buf.0 as usize].name,
                     expr(k, &out.index),
                     out.row0,
@@ -263,6 +264,7 @@ fn body(k: &Kernel, b: &[Stmt], depth: usize, s: &mut String) {
                     if *staged { " staged" } else { "" },
                     if *l2_prefetch > 0 { format!(" l2_prefetch={l2_prefetch}") } else { String::new() },
                     if *bulk { " bulk" } else { "" },
+                    if *x_two_ahead { " x_two_ahead" } else { "" },
                     k.shared[scratch.0 as usize].name,
                 );
             }

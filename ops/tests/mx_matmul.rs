@@ -1176,3 +1176,56 @@ fn bulk_copies_fill_the_tiled_ring() {
     let e = Mxfp4Matmul.kernels(&big, &default_knobs().with("COPY", "bulk").with("PATH", "dq_gemm")).unwrap_err();
     assert!(e.to_string().contains("COPY"), "{e}");
 }
+
+/// `XA=2` (the staged ring loads each quad's activations two quads ahead of its product): the reference's values
+/// on packed and tile-major weights, grouped (empty groups, a ragged last quad), GLU with a row scale and MXFP8
+/// activations; the same loads and products as XA=1 in the PTX, no spills at the 28 x 4 default; recorded only
+/// when 2 (XA=1 is the automatic kernel itself); refused off the shared-memory ring, at other values and on the
+/// prefill path.
+#[test]
+fn xa_loads_the_activations_two_quads_ahead() {
+    use k3k_codegen::{ARCH, nvrtc, ptxas, render};
+    let mut rng = StdRng::seed_from_u64(rand::rng().random());
+    let xa2 = |k: Knobs| k.with("XA", 2i64).with("PATH", "gemv");
+    let g = [("G", 3), ("c0", 4), ("c1", 0), ("c2", 7), ("K", 640), ("N", 64)];
+    let with = |extra: &[(&'static str, i64)]| -> Vec<(&'static str, i64)> { g.iter().chain(extra).copied().collect() };
+    run(&Preset::new("packed", &with(&[("packed", 1)])), rng.random(), &xa2(knobs(&[("STAGES", 3)])));
+    run(&Preset::new("tiles", &with(&[("tiles", 1)])), rng.random(), &xa2(knobs(&[("STAGES", 4), ("BN", 32)])));
+    let glu = with(&[("packed", 1), ("epilogue", 1), ("p", 1), ("act", 1)]);
+    run(&Preset::new("glu", &glu), rng.random(), &xa2(knobs(&[("STAGES", 3)])));
+    let dense = Preset::new("dense", &[("M", 16), ("K", 992), ("N", 48), ("packed", 1)]);
+    run(&dense, rng.random(), &xa2(knobs(&[("STAGES", 3)])));
+
+    let tiles = Preset::new("g28 tiles", &[("G", 28), ("per", 4), ("N", 6144), ("K", 3584), ("tiles", 1)]);
+    let main = |k: &Knobs| Mxfp4Matmul.kernels(&tiles, k).unwrap().remove(0);
+    let (auto, one, two) = (main(&default_knobs()), main(&knobs(&[("XA", 1)])), main(&knobs(&[("XA", 2)])));
+    assert_eq!(auto.name, one.name, "XA=1 is the automatic kernel");
+    assert!(!auto.knobs.0.contains_key("XA") && two.knobs.u32("XA").unwrap() == 2, "{}", two.knobs);
+    assert_eq!(main(&two.knobs).name, two.name, "the recorded knobs give the same kernel back");
+    let ptx = |k: &Kernel| {
+        let out = nvrtc::compile_ptx(&k.name, &render(k).unwrap(), ARCH).unwrap().ptx;
+        assert!(!ptxas::assemble(&k.name, &out, ARCH).unwrap().resources.spills(), "{} spills", k.name);
+        out
+    };
+    let (p1, p2) = (ptx(&auto), ptx(&two));
+    assert_ne!(p1, p2);
+    let count = |ptx: &str, what: &str| ptx.matches(what).count();
+    for what in ["mma.sync.aligned.m16n8k16", "cp.async.cg.shared.global", "ld.global.nc.v4"] {
+        assert!(count(&p1, what) > 0, "{what}");
+        // (XA=2 loads the second quad's activations once more, before the loop.)
+        assert!(count(&p2, what) >= count(&p1, what) && count(&p2, what) <= count(&p1, what) + 4, "{what}");
+    }
+    for (bad, what) in [
+        (knobs(&[("XA", 2), ("STAGES", 2)]).with("PATH", "gemv"), "XA=2 needs"),
+        (knobs(&[("XA", 3)]).with("PATH", "gemv"), "XA=3 needs 1 or 2"),
+        (knobs(&[("XA", 2)]).with("PATH", "tile"), "XA=2 needs PATH=gemv"),
+    ] {
+        match Mxfp4Matmul.kernels(&dense, &bad) {
+            Err(OpError::InvalidKnobs { why, .. }) => assert!(why.contains(what), "{bad}: {why}"),
+            other => panic!("{bad}: {other:?}"),
+        }
+    }
+    let big = Preset::new("prefill", &[("M", 300), ("K", 256), ("N", 64), ("packed", 1)]);
+    let e = Mxfp4Matmul.kernels(&big, &knobs(&[("XA", 2)]).with("PATH", "dq_gemm")).unwrap_err().to_string();
+    assert!(e.contains("XA"), "{e}");
+}

@@ -6,12 +6,12 @@
 # rings, so the tile-major default takes 57 KB and four CTAs fit an SM (and STAGES=4 three). In priority order:
 # 1. GPU checks: 10 random cases; tile-major problems (per-lane at several BN / STAGES, GLU, MXFP8, bulk) and the
 #    packed staged rings (the partials moved for every staged kernel);
-# 2. the tiles preset at the new default against the shapes the smaller ring now admits (twice, interleaved),
-#    packed default alongside;
+# 2. the tiles preset at the new default against the shapes the smaller ring now admits and XA=2 (activations
+#    loaded two quads ahead: call 1's long-scoreboard stalls), twice; the packed preset once;
 # 3. ncu of the new default (occupancy, DRAM, stalls);
 # 4. the report rows with cuBLAS in the same call (packed and tile-major 28 x 4).
 # Build first here: cargo build --release; mkdir -p .carry; strip -o .carry/k3k target/release/k3k
-# Run: BUDGET_S=420 bash scripts/plans/session25-call2.sh  (carry [".carry"], timeout_s 450)
+# Run: BUDGET_S=450 bash scripts/plans/session25-call2.sh  (carry [".carry"], timeout_s 480)
 W=/tmp/w25c2; source scripts/plans/lib.sh
 P28="MXFP4 decode 28 experts x 4 tokens N6144 K3584"
 timeout 80 $K check --backend cuda --op mxfp4_matmul --cases 10 > $OUT/check.txt 2>&1
@@ -24,21 +24,22 @@ for dk in "G=5,c0=4,c1=0,c2=8,c3=1,c4=3,K=512,N=64,tiles=1|PATH=auto" \
           "G=3,c0=8,c1=2,c2=5,K=1024,N=128,tiles=1,epilogue=1,p=1|COPY=bulk,STAGES=5" \
           "G=28,per=4,N=6144,K=3584,tiles=1|PATH=auto" "G=28,per=4,N=6144,K=3584,packed=1|PATH=auto" \
           "G=3,c0=8,c1=2,c2=5,K=1024,N=128,packed=1,epilogue=1,p=1|PATH=gemv,STAGES=4" \
-          "M=16,N=512,K=1024,packed=1|PATH=auto"; do
+          "M=16,N=512,K=1024,packed=1|PATH=auto" "G=28,per=4,N=6144,K=3584,tiles=1|XA=2" \
+          "G=3,c0=8,c1=2,c2=5,K=1024,N=128,packed=1,epilogue=1,p=1|PATH=gemv,STAGES=3,XA=2" \
+          "M=16,N=512,K=1024,packed=1|XA=2"; do
   timeout 40 $K check --backend cuda --op mxfp4_matmul --dims "${dk%|*}" --knobs "${dk#*|}" --cases 2 2>&1 | tail -1 \
     | sed "s/^/[${dk}] /" >> $OUT/check.txt
 done
-echo "dims checks $(date -u +%T)" >> $L; tail -11 $OUT/check.txt | cut -c1-200 >> $L
+echo "dims checks $(date -u +%T)" >> $L; tail -14 $OUT/check.txt | cut -c1-200 >> $L
 # 2. Shapes the smaller ring admits (each variant checked in the run), twice.
 mkdir -p $W/xp
-for r in 1 2; do
-  [ "$(left)" -gt 200 ] || break
-  timeout 80 $K bench --op mxfp4_matmul --preset "$P28 tiles;$P28" --results /nonexistent --out $W/xp/r$r \
-    --knobs "PATH=auto;MINB=3;STAGES=4,MINB=3;BN=32,BK=128,MINB=6;BN=32,BK=128,STAGES=4,MINB=5;WA=8,MINB=2;BN=128,BK=128,MINB=2" \
-    > $W/xp$r.log 2>&1; echo "xp $r rc=$? $(date -u +%T)" >> $L
-  grep -E "^ +$P28" $W/xp$r.log | cut -c1-200 >> $OUT/xp.txt
-done
-grep -E "^ +$P28" $W/xp1.log | cut -c1-200 >> $L
+xp() { timeout 80 $K bench --op mxfp4_matmul --preset "$2" --results /nonexistent --out $W/xp/$1 --knobs "$3" \
+  > $W/xp-$1.log 2>&1; echo "xp $1 rc=$? $(date -u +%T)" >> $L; grep -E "^ +$P28" $W/xp-$1.log | cut -c1-200 >> $OUT/xp.txt; }
+TS="PATH=auto;XA=2;XA=2,MINB=3;MINB=3;STAGES=4,MINB=3;STAGES=4,MINB=3,XA=2;BN=32,BK=128,MINB=6;BN=32,BK=128,MINB=6,XA=2;WA=8,MINB=2"
+[ "$(left)" -gt 250 ] && xp tiles1 "$P28 tiles" "$TS"
+[ "$(left)" -gt 220 ] && xp packed1 "$P28" "PATH=auto;XA=2;XA=2,MINB=4;BN=128,BK=128,MINB=2"
+[ "$(left)" -gt 200 ] && xp tiles2 "$P28 tiles" "$TS"
+cat $OUT/xp.txt >> $L
 # 3. ncu of the new default (clocks left alone; one launch of the main kernel).
 [ "$(left)" -gt 170 ] && { timeout 100 ncu --clock-control none --kernel-name "regex:mxfp4_mm" --launch-count 1 \
   --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \

@@ -878,6 +878,7 @@ impl<'a> Renderer<'a> {
                 l2_prefetch,
                 tiled,
                 bulk,
+                x_two_ahead,
             } => {
                 let line = format!(
                     "k3k::fp4_gemv<{packed}, {fold}, {finite}, {}, {}, {}, {chunk}, {ring}, {}, {}{}>({}, {}, {}, s{}, {}, {}, {});",
@@ -886,12 +887,13 @@ impl<'a> Renderer<'a> {
                     k.threads / 32,
                     self.shared_layout(out.buf),
                     self.shared_layout(*scratch),
-                    match (*staged, *l2_prefetch, *tiled, *bulk) {
+                    match (*staged, *l2_prefetch, *tiled, *bulk, *x_two_ahead) {
                         (false, ..) => String::new(),
-                        (true, 0, false, _) => ", true".to_string(),
-                        (true, n, false, _) => format!(", true, {n}"),
-                        (true, n, true, false) => format!(", true, {n}, true"),
-                        (true, n, true, true) => format!(", true, {n}, true, true"),
+                        (true, n, t, b, true) => format!(", true, {n}, {t}, {b}, true"),
+                        (true, 0, false, _, false) => ", true".to_string(),
+                        (true, n, false, _, false) => format!(", true, {n}"),
+                        (true, n, true, false, false) => format!(", true, {n}, true"),
+                        (true, n, true, true, false) => format!(", true, {n}, true, true"),
                     },
                     self.shared_ptr(out),
                     out.row0,

@@ -608,6 +608,7 @@ impl<'a> Checker<'a> {
                 l2_prefetch,
                 tiled,
                 bulk,
+                x_two_ahead,
                 ..
             } => {
                 self.path.push("fp4_gemv".to_string());
@@ -643,7 +644,13 @@ impl<'a> Checker<'a> {
                 }
                 if *staged {
                     let have = sc.count as u64 * sc.rows as u64 * sc.cols as u64 * 4;
-                    let staging = Fp4Staging { stages: *ring, l2_prefetch: *l2_prefetch, tiled: *tiled, bulk: *bulk };
+                    let staging = Fp4Staging {
+                        stages: *ring,
+                        l2_prefetch: *l2_prefetch,
+                        tiled: *tiled,
+                        bulk: *bulk,
+                        x_two_ahead: *x_two_ahead,
+                    };
                     let need = staging.scratch_bytes(warps, out.rows);
                     if have < need {
                         return bad(format!(
@@ -659,6 +666,9 @@ impl<'a> Checker<'a> {
                          {staged}, packed {packed}, {} tokens)",
                         out.cols
                     ));
+                }
+                if *x_two_ahead && !*staged {
+                    return bad("fp4_gemv: x_two_ahead needs the staged ring".into());
                 }
                 if *bulk && !(*tiled && *l2_prefetch == 0) {
                     return bad(format!(

@@ -357,7 +357,7 @@ mod unit {
             let w = b.window(out, 0i64, 0, 0, 64, 8);
             let flags = Fp4Flags { packed: true, fold: true, finite: true };
             if staged {
-                let ring = Fp4Staging { stages: 3, l2_prefetch: 128, tiled, bulk: false };
+                let ring = Fp4Staging { stages: 3, l2_prefetch: 128, tiled, bulk: false, x_two_ahead: false };
                 b.fp4_gemv_staged(w, scratch, qv, sv, xv, flags, 1, ring);
             } else {
                 b.fp4_gemv(w, scratch, qv, sv, xv, flags, 1, 3);

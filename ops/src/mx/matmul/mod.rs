@@ -201,6 +201,13 @@ pub fn knob_space() -> KnobSpace {
              L2PF); auto: lanes; other weight layouts take lanes only",
             ["auto", "bulk"],
         )
+        .axis(
+            "XA",
+            "PATH=gemv with the shared-memory ring (STAGES >= 3): how many quads ahead of its product a warp loads a \
+             quad's activations into registers (1 or 2; 2 keeps a second register set live across each product, \
+             hiding the activations' L2 latency); 0 = auto: 1",
+            [0i64, 2],
+        )
 }
 
 /// Defaults: everything chosen from the problem shape.
@@ -224,6 +231,7 @@ pub fn default_knobs() -> Knobs {
         .with("GR", 0i64)
         .with("L2PF", "auto")
         .with("COPY", "auto")
+        .with("XA", 0i64)
         .with(super::prefill::DQ_KNOB, super::prefill::DQ_AUTO)
 }
 
@@ -266,6 +274,9 @@ pub struct Cfg {
     /// PATH=gemv with tile-major weights: the ring's stages are filled by whole-block bulk copies
     /// ([`Stmt::Fp4Gemv`]'s `bulk`, knob `COPY=bulk`) instead of per-lane copies.
     pub bulk: bool,
+    /// PATH=gemv with the shared-memory ring: quads ahead that the activations are loaded (1, or 2 for
+    /// [`Stmt::Fp4Gemv`]'s `x_two_ahead`; knob `XA`); 1 elsewhere (validated).
+    pub xa: u32,
 }
 
 impl Cfg {
@@ -301,6 +312,8 @@ impl Cfg {
         // Recorded where it is set or where `auto` would set it (the per-lane staged ring, whose explicit 0 must
         // re-resolve to 0), so the kernels (names and IR) of every other point stay as they were.
         let k = if self.l2pf > 0 || self.l2pf_auto() > 0 { k.with("L2PF", self.l2pf) } else { k };
+        // XA recorded where it is not the automatic 1, so the kernels of every other point stay as they were.
+        let k = if self.xa != 1 { k.with("XA", self.xa) } else { k };
         if self.bulk { k.with("COPY", "bulk") } else { k }
     }
     /// `L2PF=auto`: 128 bytes on PATH=gemv's shared-memory ring with per-lane copies, else none. Measured on the
@@ -346,7 +359,7 @@ pub(super) fn gemv_scratch(c: &Cfg, tiled: bool) -> (u32, u32) {
     if c.stages < 3 {
         return (c.bn, c.wa);
     }
-    let staging = Fp4Staging { stages: c.stages, l2_prefetch: c.l2pf, tiled, bulk: c.bulk };
+    let staging = Fp4Staging { stages: c.stages, l2_prefetch: c.l2pf, tiled, bulk: c.bulk, x_two_ahead: c.xa == 2 };
     // GLU halves need half of BN's rows: the bound is safe either way.
     let need = staging.scratch_bytes(c.wa, c.bn);
     (16, need.div_ceil(16 * c.bm as u64 * 4) as u32)
@@ -412,6 +425,12 @@ fn fin_last(knobs: &Knobs, auto_last: bool) -> Result<bool, OpError> {
 /// second register set only raised the register count). PF=on stays in the knob space for the tuner.
 fn prefetch_knob(knobs: &Knobs) -> Result<bool, OpError> {
     two_way(knobs, "PF", false, &[("auto", false), ("on", true), ("off", false)])
+}
+
+/// `XA`: the activations' lookahead in quads (0, auto, and an absent knob from before it existed: 1).
+fn xa_knob(knobs: &Knobs) -> Result<u32, OpError> {
+    let v = if knobs.0.contains_key("XA") { knobs.u32("XA")? } else { 0 };
+    Ok(if v == 0 { 1 } else { v })
 }
 
 fn pick(k: &Knobs, name: &str, auto: u32) -> Result<u32, OpError> {
@@ -591,6 +610,7 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, Op
         // (auto: none off the gemv ring; an explicit size is refused there.)
         l2pf: l2pf_knob(knobs)?.unwrap_or(0),
         bulk: copy_bulk(knobs)?,
+        xa: xa_knob(knobs)?,
     };
     c.cps = knobs.u32("CPS")?;
     // CTAs resident per SM: the persistent count, else an estimate from shared memory (registers permitting).
@@ -802,6 +822,7 @@ fn resolve_gemv(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, O
         ring,
         l2pf: 0,
         bulk: copy_bulk(knobs)?,
+        xa: xa_knob(knobs)?,
     };
     // L2PF auto: see `Cfg::l2pf_auto`.
     let c = Cfg { l2pf: l2pf_knob(knobs)?.unwrap_or(c.l2pf_auto()), ..c };
@@ -835,6 +856,12 @@ fn validate(spec: &MatSpec, c: &Cfg, knobs: &Knobs) -> Result<(), OpError> {
                 "COPY=bulk needs tile-major weights (WeightBytes::PackedTiles) and L2PF=0 (got {} weights, L2PF={})",
                 if spec.tiled { "tile-major" } else { "row-major" },
                 c.l2pf
+            ));
+        }
+        if !matches!(c.xa, 1 | 2) || (c.xa == 2 && c.stages < 3) {
+            return invalid(format!(
+                "XA={} needs 1 or 2 quads, and STAGES >= 3 (the shared-memory ring) for 2 (got STAGES={})",
+                c.xa, c.stages
             ));
         }
         if !matches!(c.l2pf, 0 | 64 | 128 | 256) || (c.l2pf > 0 && c.stages < 3) {
@@ -901,6 +928,9 @@ fn validate(spec: &MatSpec, c: &Cfg, knobs: &Knobs) -> Result<(), OpError> {
     }
     if c.bulk {
         return invalid("COPY=bulk needs PATH=gemv".into());
+    }
+    if c.xa != 1 {
+        return invalid(format!("XA={} needs PATH=gemv", c.xa));
     }
     if c.fused && c.wgmma {
         return invalid("FIN=last needs MMA=sync (the wgmma kernel keeps the finalize launch)".into());
