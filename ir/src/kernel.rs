@@ -588,7 +588,7 @@ pub enum Stmt {
     /// quad whole (1 KB of words, 64 bytes of scales) by `cp.async.bulk`, completing on a barrier in the stage,
     /// instead of every lane copying its own 16-byte blocks and scale words by `cp.async`. The words' and scales'
     /// views must then start 16-byte aligned (tile-major rows of whole quads do, from a 16-byte aligned tensor).
-    /// `x_two_ahead` (staged only; schedule only): each warp loads a quad's activations into registers two quads
+    /// `x_two_ahead` (staged 8-token tiles only; schedule only): each warp loads a quad's activations into registers two quads
     /// ahead of their product instead of one (a second register set live across each product, which then hides
     /// the activations' L2 latency).
     Fp4Gemv {

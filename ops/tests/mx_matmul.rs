@@ -1193,7 +1193,7 @@ fn xa_loads_the_activations_two_quads_ahead() {
     run(&Preset::new("tiles", &with(&[("tiles", 1)])), rng.random(), &xa2(knobs(&[("STAGES", 4), ("BN", 32)])));
     let glu = with(&[("packed", 1), ("epilogue", 1), ("p", 1), ("act", 1)]);
     run(&Preset::new("glu", &glu), rng.random(), &xa2(knobs(&[("STAGES", 3)])));
-    let dense = Preset::new("dense", &[("M", 16), ("K", 992), ("N", 48), ("packed", 1)]);
+    let dense = Preset::new("dense", &[("M", 5), ("K", 992), ("N", 48), ("packed", 1)]);
     run(&dense, rng.random(), &xa2(knobs(&[("STAGES", 3)])));
 
     let tiles = Preset::new("g28 tiles", &[("G", 28), ("per", 4), ("N", 6144), ("K", 3584), ("tiles", 1)]);
@@ -1217,6 +1217,7 @@ fn xa_loads_the_activations_two_quads_ahead() {
     }
     for (bad, what) in [
         (knobs(&[("XA", 2), ("STAGES", 2)]).with("PATH", "gemv"), "XA=2 needs"),
+        (knobs(&[("XA", 2), ("STAGES", 3), ("BM", 16)]).with("PATH", "gemv"), "BM=8"),
         (knobs(&[("XA", 3)]).with("PATH", "gemv"), "XA=3 needs 1 or 2"),
         (knobs(&[("XA", 2)]).with("PATH", "tile"), "XA=2 needs PATH=gemv"),
     ] {

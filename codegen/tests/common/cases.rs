@@ -1901,7 +1901,8 @@ fn fp4_gemv_case(staged: bool) -> Case {
             // Stages 3 and 4 (ring + 2 of the register variants, capped at 4 by the 32-row tile), every L2 prefetch
             // size (a hint: the values are the same).
             let l2_prefetch = [0, 64, 128, 256][v];
-            let stages = Fp4Staging { stages: (ring + 2).min(4), l2_prefetch, tiled: false, bulk: false, x_two_ahead: v % 2 == 1 };
+            let stages =
+                Fp4Staging { stages: (ring + 2).min(4), l2_prefetch, tiled: false, bulk: false, x_two_ahead: false };
             b.fp4_gemv_staged(w.clone(), scratch, qv, sv, xv, flags, chunk, stages);
         } else {
             b.fp4_gemv(w.clone(), scratch, qv, sv, xv, flags, chunk, ring);

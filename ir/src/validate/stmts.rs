@@ -667,8 +667,11 @@ impl<'a> Checker<'a> {
                         out.cols
                     ));
                 }
-                if *x_two_ahead && !*staged {
-                    return bad("fp4_gemv: x_two_ahead needs the staged ring".into());
+                if *x_two_ahead && !(*staged && out.cols == 8) {
+                    return bad(format!(
+                        "fp4_gemv: x_two_ahead needs the staged ring and 8-token tiles (staged {staged}, {} tokens)",
+                        out.cols
+                    ));
                 }
                 if *bulk && !(*tiled && *l2_prefetch == 0) {
                     return bad(format!(

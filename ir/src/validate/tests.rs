@@ -345,7 +345,7 @@ mod unit {
         // 4 warps, 64-row tiles: the staged rings need 16 + 4 x 3 x 4 x 1088 = 52240 bytes with tile-major words
         // (per-lane copies), 61456 with row-major ones, in tiles of any shape (the partials alias the rings); the
         // register ring needs a [64, 8] tile per warp.
-        let build = |tiled: bool, staged: bool, rows: u32, count: u32| {
+        let build_xa = |tiled: bool, staged: bool, rows: u32, count: u32, x_two_ahead: bool| {
             let mut b = KernelBuilder::new("t", 128);
             let q = b.tensor("q", DType::U32, &[Expr::Int(64), Expr::Int(448)], Access::Read);
             let s = b.tensor("s", DType::U8, &[Expr::Int(64), Expr::Int(112)], Access::Read);
@@ -357,13 +357,14 @@ mod unit {
             let w = b.window(out, 0i64, 0, 0, 64, 8);
             let flags = Fp4Flags { packed: true, fold: true, finite: true };
             if staged {
-                let ring = Fp4Staging { stages: 3, l2_prefetch: 128, tiled, bulk: false, x_two_ahead: false };
+                let ring = Fp4Staging { stages: 3, l2_prefetch: 128, tiled, bulk: false, x_two_ahead };
                 b.fp4_gemv_staged(w, scratch, qv, sv, xv, flags, 1, ring);
             } else {
                 b.fp4_gemv(w, scratch, qv, sv, xv, flags, 1, 3);
             }
             b.finish()
         };
+        let build = |tiled: bool, staged: bool, rows: u32, count: u32| build_xa(tiled, staged, rows, count, false);
         assert!(build(true, true, 16, 103).is_ok(), "52736 bytes hold the tile-major rings");
         let e = build(true, true, 16, 102).unwrap_err();
         assert!(e.kind == IrErrorKind::Layout && e.to_string().contains("needs 52240 bytes"), "{e}");
@@ -373,6 +374,7 @@ mod unit {
         let e = build(false, false, 16, 103).unwrap_err();
         assert!(e.to_string().contains("at least 512 elements per tile"), "{e}");
         assert!(build(false, false, 64, 4).is_ok(), "a [64, 8] tile per warp for the register ring");
+        assert!(build_xa(true, true, 16, 103, true).is_ok(), "x_two_ahead on the staged ring");
     }
 
     #[test]

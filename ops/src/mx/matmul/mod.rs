@@ -204,8 +204,8 @@ pub fn knob_space() -> KnobSpace {
         .axis(
             "XA",
             "PATH=gemv with the shared-memory ring (STAGES >= 3): how many quads ahead of its product a warp loads a \
-             quad's activations into registers (1 or 2; 2 keeps a second register set live across each product, \
-             hiding the activations' L2 latency); 0 = auto: 1",
+             quad's activations into registers (1 or 2; 2, with 8-token tiles only, keeps a second register set live \
+             across each product, hiding the activations' L2 latency); 0 = auto: 1",
             [0i64, 2],
         )
 }
@@ -858,10 +858,11 @@ fn validate(spec: &MatSpec, c: &Cfg, knobs: &Knobs) -> Result<(), OpError> {
                 c.l2pf
             ));
         }
-        if !matches!(c.xa, 1 | 2) || (c.xa == 2 && c.stages < 3) {
+        if !matches!(c.xa, 1 | 2) || (c.xa == 2 && (c.stages < 3 || c.bm != 8)) {
             return invalid(format!(
-                "XA={} needs 1 or 2 quads, and STAGES >= 3 (the shared-memory ring) for 2 (got STAGES={})",
-                c.xa, c.stages
+                "XA={} needs 1 or 2 quads, and for 2 STAGES >= 3 (the shared-memory ring) and BM=8 (16 tokens' two \
+                 register sets spill) (got STAGES={}, BM={})",
+                c.xa, c.stages, c.bm
             ));
         }
         if !matches!(c.l2pf, 0 | 64 | 128 | 256) || (c.l2pf > 0 && c.stages < 3) {
