@@ -1179,9 +1179,10 @@ fn bulk_copies_fill_the_tiled_ring() {
 
 /// `XA=2` (the staged ring loads each quad's activations two quads ahead of its product): the reference's values
 /// on packed and tile-major weights, grouped (empty groups, a ragged last quad), GLU with a row scale and MXFP8
-/// activations; the same loads and products as XA=1 in the PTX, no spills at the 28 x 4 default; recorded only
-/// when 2 (XA=1 is the automatic kernel itself); refused off the shared-memory ring, at other values and on the
-/// prefill path.
+/// activations; the same loads and products as XA=1 in the PTX, no spills at the 28 x 4 default; the automatic
+/// choice of 8-token staged rings (recorded there at 1 and 2, so both re-resolve to themselves; not recorded for
+/// 16-token tiles or the register ring); refused off the shared-memory ring, with 16-token tiles, at other values
+/// and on the prefill path.
 #[test]
 fn xa_loads_the_activations_two_quads_ahead() {
     use k3k_codegen::{ARCH, nvrtc, ptxas, render};
@@ -1199,9 +1200,19 @@ fn xa_loads_the_activations_two_quads_ahead() {
     let tiles = Preset::new("g28 tiles", &[("G", 28), ("per", 4), ("N", 6144), ("K", 3584), ("tiles", 1)]);
     let main = |k: &Knobs| Mxfp4Matmul.kernels(&tiles, k).unwrap().remove(0);
     let (auto, one, two) = (main(&default_knobs()), main(&knobs(&[("XA", 1)])), main(&knobs(&[("XA", 2)])));
-    assert_eq!(auto.name, one.name, "XA=1 is the automatic kernel");
-    assert!(!auto.knobs.0.contains_key("XA") && two.knobs.u32("XA").unwrap() == 2, "{}", two.knobs);
-    assert_eq!(main(&two.knobs).name, two.name, "the recorded knobs give the same kernel back");
+    assert_eq!(auto.name, two.name, "XA=2 is the automatic kernel of 8-token staged rings");
+    assert_eq!((one.knobs.u32("XA").unwrap(), two.knobs.u32("XA").unwrap()), (1, 2), "{} / {}", one.knobs, two.knobs);
+    for k in [&one, &two] {
+        assert_eq!(main(&k.knobs).name, k.name, "the recorded knobs give the same kernel back");
+    }
+    // 16-token tiles and the register ring keep 1 (not recorded).
+    let m16 = Preset::new("m16", &[("M", 16), ("N", 6144), ("K", 3584), ("packed", 1)]);
+    let m1 = Preset::new("m1", &[("M", 1), ("N", 6144), ("K", 3584), ("packed", 1)]);
+    for p in [&m16, &m1] {
+        let k = Mxfp4Matmul.kernels(p, &default_knobs()).unwrap().remove(0);
+        assert!(!k.knobs.0.contains_key("XA"), "{}", k.knobs);
+    }
+    let (auto, two) = (one, two);
     let ptx = |k: &Kernel| {
         let out = nvrtc::compile_ptx(&k.name, &render(k).unwrap(), ARCH).unwrap().ptx;
         assert!(!ptxas::assemble(&k.name, &out, ARCH).unwrap().resources.spills(), "{} spills", k.name);

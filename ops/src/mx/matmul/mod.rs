@@ -205,8 +205,9 @@ pub fn knob_space() -> KnobSpace {
             "XA",
             "PATH=gemv with the shared-memory ring (STAGES >= 3): how many quads ahead of its product a warp loads a \
              quad's activations into registers (1 or 2; 2, with 8-token tiles only, keeps a second register set live \
-             across each product, hiding the activations' L2 latency); 0 = auto: 1",
-            [0i64, 2],
+             across each product, hiding the activations' L2 latency); 0 = auto: 2 on that ring with 8-token tiles, \
+             else 1",
+            [0i64, 1],
         )
 }
 
@@ -312,8 +313,8 @@ impl Cfg {
         // Recorded where it is set or where `auto` would set it (the per-lane staged ring, whose explicit 0 must
         // re-resolve to 0), so the kernels (names and IR) of every other point stay as they were.
         let k = if self.l2pf > 0 || self.l2pf_auto() > 0 { k.with("L2PF", self.l2pf) } else { k };
-        // XA recorded where it is not the automatic 1, so the kernels of every other point stay as they were.
-        let k = if self.xa != 1 { k.with("XA", self.xa) } else { k };
+        // XA likewise: recorded where it is not 1 or where auto would make it 2.
+        let k = if self.xa != 1 || self.xa_auto() != 1 { k.with("XA", self.xa) } else { k };
         if self.bulk { k.with("COPY", "bulk") } else { k }
     }
     /// `L2PF=auto`: 128 bytes on PATH=gemv's shared-memory ring with per-lane copies, else none. Measured on the
@@ -324,6 +325,15 @@ impl Cfg {
     /// the warp's next quads then find there; a deeper ring instead was slower in every run (STAGES=4: 0.1218).
     pub fn l2pf_auto(&self) -> u32 {
         if self.gemv && self.stages >= 3 && !self.bulk { 128 } else { 0 }
+    }
+    /// `XA=auto`: 2 (each quad's activations loaded two quads ahead of their product) on PATH=gemv's shared-memory
+    /// ring with 8-token tiles, else 1. Measured on an H100 (session 25, call 2, two bench runs): 28 x 4 tile-major
+    /// 0.1282 / 0.1282 ms against 0.1311 / 0.1311, packed 0.1286 against 0.1351 (call 1's ncu of the tile-major
+    /// kernel: 43% of the warps' cycles stalled on loads, the activations, which the ring's stages do not cover,
+    /// coming from L2 one quad ahead). No spills at the presets' register caps (127 registers at MINB=4); with
+    /// 16-token tiles the two register sets spill, so it stays 1 there.
+    pub fn xa_auto(&self) -> u32 {
+        if self.gemv && self.stages >= 3 && self.bm == 8 { 2 } else { 1 }
     }
     /// Shared memory of the main kernel, bytes (what `Kernel::shared_bytes` will report, up to alignment), for
     /// weights stored tile-major (`tiled`) or not.
@@ -427,10 +437,10 @@ fn prefetch_knob(knobs: &Knobs) -> Result<bool, OpError> {
     two_way(knobs, "PF", false, &[("auto", false), ("on", true), ("off", false)])
 }
 
-/// `XA`: the activations' lookahead in quads (0, auto, and an absent knob from before it existed: 1).
-fn xa_knob(knobs: &Knobs) -> Result<u32, OpError> {
+/// `XA`: the activations' lookahead in quads; `None` for 0 (auto) and an absent knob (from before it existed).
+fn xa_knob(knobs: &Knobs) -> Result<Option<u32>, OpError> {
     let v = if knobs.0.contains_key("XA") { knobs.u32("XA")? } else { 0 };
-    Ok(if v == 0 { 1 } else { v })
+    Ok((v != 0).then_some(v))
 }
 
 fn pick(k: &Knobs, name: &str, auto: u32) -> Result<u32, OpError> {
@@ -610,7 +620,7 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, Op
         // (auto: none off the gemv ring; an explicit size is refused there.)
         l2pf: l2pf_knob(knobs)?.unwrap_or(0),
         bulk: copy_bulk(knobs)?,
-        xa: xa_knob(knobs)?,
+        xa: xa_knob(knobs)?.unwrap_or(1),
     };
     c.cps = knobs.u32("CPS")?;
     // CTAs resident per SM: the persistent count, else an estimate from shared memory (registers permitting).
@@ -822,10 +832,10 @@ fn resolve_gemv(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, O
         ring,
         l2pf: 0,
         bulk: copy_bulk(knobs)?,
-        xa: xa_knob(knobs)?,
+        xa: 1,
     };
-    // L2PF auto: see `Cfg::l2pf_auto`.
-    let c = Cfg { l2pf: l2pf_knob(knobs)?.unwrap_or(c.l2pf_auto()), ..c };
+    // L2PF and XA auto: see `Cfg::l2pf_auto` and `Cfg::xa_auto`.
+    let c = Cfg { l2pf: l2pf_knob(knobs)?.unwrap_or(c.l2pf_auto()), xa: xa_knob(knobs)?.unwrap_or(c.xa_auto()), ..c };
     validate(spec, &c, knobs)?;
     Ok(c)
 }
