@@ -1182,7 +1182,7 @@ __device__ __forceinline__ void fp4_gemv(unsigned char* ot, int or0, int oc0, un
     constexpr int WOFF = NB * 2 * 32 * 16;
     unsigned char* const stg = stages0 + wid * S * SLOT;
     const unsigned sbase = smem_u32(stg);
-    // Scale bytes: each lane copies the aligned 4-byte word holding its byte (row r's block 4q + l at
+    // Row-major scale bytes: each lane copies the aligned 4-byte word holding its byte (row r's block 4q + l at
     // sb + r sstride + 4q: the word's position is the same for every quad) and picks the byte with one prmt.
     const unsigned char* const swb = (const unsigned char*)((unsigned long long)sb & ~3ull);
     const int smis = (int)((unsigned long long)sb & 3ull);

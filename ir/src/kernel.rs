@@ -568,8 +568,8 @@ pub enum Stmt {
     /// depend on them.
     ///
     /// With `staged` (schedule only too), the ring is `ring` stages of shared memory instead of registers: the full
-    /// quads are copied by `cp.async` (each lane its own blocks and scale words) into per-warp stages of `scratch`
-    /// after the partial tiles, `ring - 1` quads in flight while one is multiplied (the copies are waited for in
+    /// quads are copied by `cp.async` (each lane its own blocks and scale words) into per-warp stages of `scratch`,
+    /// `ring - 1` quads in flight while one is multiplied (the copies are waited for in
     /// commit order, so every stage stays in flight; a register ring's loads share the six hardware scoreboards).
     /// `scratch` then needs [`Fp4Staging::scratch_bytes`] bytes in all, whatever its tiles' shape: `16 + warps x
     /// ring x R / 16 x` the stage bytes of 16 rows (1088 with tiled words and per-lane copies: 1 KB of words and the
@@ -588,9 +588,9 @@ pub enum Stmt {
     /// quad whole (1 KB of words, 64 bytes of scales) by `cp.async.bulk`, completing on a barrier in the stage,
     /// instead of every lane copying its own 16-byte blocks and scale words by `cp.async`. The words' and scales'
     /// views must then start 16-byte aligned (tile-major rows of whole quads do, from a 16-byte aligned tensor).
-    /// `x_two_ahead` (staged 8-token tiles only; schedule only): each warp loads a quad's activations into registers two quads
-    /// ahead of their product instead of one (a second register set live across each product, which then hides
-    /// the activations' L2 latency).
+    /// `x_two_ahead` (staged 8-token tiles only; schedule only): each warp loads a quad's activations into
+    /// registers two quads ahead of their product instead of one (a second register set live across each product,
+    /// which then hides the activations' L2 latency).
     Fp4Gemv {
         out: SharedRef,
         scratch: SharedId,

@@ -327,11 +327,12 @@ impl Cfg {
         if self.gemv && self.stages >= 3 && !self.bulk { 128 } else { 0 }
     }
     /// `XA=auto`: 2 (each quad's activations loaded two quads ahead of their product) on PATH=gemv's shared-memory
-    /// ring with 8-token tiles, else 1. Measured on an H100 (session 25, call 2, two bench runs): 28 x 4 tile-major
-    /// 0.1282 / 0.1282 ms against 0.1311 / 0.1311, packed 0.1286 against 0.1351 (call 1's ncu of the tile-major
-    /// kernel: 43% of the warps' cycles stalled on loads, the activations, which the ring's stages do not cover,
-    /// coming from L2 one quad ahead). No spills at the presets' register caps (127 registers at MINB=4); with
-    /// 16-token tiles the two register sets spill, so it stays 1 there.
+    /// ring with 8-token tiles, else 1. Measured on an H100 (session 25; not yet timed on an H200): call 2, two
+    /// bench runs, 28 x 4 tile-major 0.1282 / 0.1282 ms against 0.1311 / 0.1311, packed 0.1286 against 0.1351;
+    /// call 3, SiTU-GLU + p 0.1449 against 0.1581, MXFP8 activations 0.1331 against 0.1377. (Call 1's ncu of the
+    /// tile-major kernel: 43% of the warps' cycles stalled on loads, the activations, which the ring's stages do
+    /// not cover, coming from L2 one quad ahead.) No spills at the presets' register caps (127 registers at
+    /// MINB=4); with 16-token tiles the two register sets spill, so it stays 1 there.
     pub fn xa_auto(&self) -> u32 {
         if self.gemv && self.stages >= 3 && self.bm == 8 { 2 } else { 1 }
     }
