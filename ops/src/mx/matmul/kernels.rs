@@ -513,14 +513,7 @@ impl MainKernel<'_> {
                 let out = b.window(sacc, 0i64, r0, 0, hrows, bm);
                 let flags = Fp4Flags { packed: spec.packed, fold: spec.fold, finite: spec.finite };
                 if c.stages >= 3 {
-                    let ring = Fp4Staging {
-                        stages: c.stages,
-                        l2_prefetch: c.l2pf,
-                        tiled: spec.tiled,
-                        bulk: c.bulk,
-                        x_two_ahead: c.xa == 2,
-                    };
-                    b.fp4_gemv_staged(out, spart, qv, sv, xv, flags, bk / 128, ring);
+                    b.fp4_gemv_staged(out, spart, qv, sv, xv, flags, bk / 128, c.staging(spec.tiled));
                 } else {
                     b.fp4_gemv(out, spart, qv, sv, xv, flags, bk / 128, c.ring);
                 }

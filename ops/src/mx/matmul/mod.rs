@@ -336,6 +336,11 @@ impl Cfg {
     pub fn xa_auto(&self) -> u32 {
         if self.gemv && self.stages >= 3 && self.bm == 8 { 2 } else { 1 }
     }
+    /// PATH=gemv's shared-memory ring (STAGES >= 3) as [`Stmt::Fp4Gemv`] takes it, for weights stored tile-major
+    /// (`tiled`) or not.
+    pub fn staging(&self, tiled: bool) -> Fp4Staging {
+        Fp4Staging { stages: self.stages, l2_prefetch: self.l2pf, tiled, bulk: self.bulk, x_two_ahead: self.xa == 2 }
+    }
     /// Shared memory of the main kernel, bytes (what `Kernel::shared_bytes` will report, up to alignment), for
     /// weights stored tile-major (`tiled`) or not.
     pub fn shared_bytes(&self, tiled: bool) -> usize {
@@ -370,9 +375,8 @@ pub(super) fn gemv_scratch(c: &Cfg, tiled: bool) -> (u32, u32) {
     if c.stages < 3 {
         return (c.bn, c.wa);
     }
-    let staging = Fp4Staging { stages: c.stages, l2_prefetch: c.l2pf, tiled, bulk: c.bulk, x_two_ahead: c.xa == 2 };
     // GLU halves need half of BN's rows: the bound is safe either way.
-    let need = staging.scratch_bytes(c.wa, c.bn);
+    let need = c.staging(tiled).scratch_bytes(c.wa, c.bn);
     (16, need.div_ceil(16 * c.bm as u64 * 4) as u32)
 }
 
@@ -440,7 +444,7 @@ fn prefetch_knob(knobs: &Knobs) -> Result<bool, OpError> {
 
 /// `XA`: the activations' lookahead in quads; `None` for 0 (auto) and an absent knob (from before it existed).
 fn xa_knob(knobs: &Knobs) -> Result<Option<u32>, OpError> {
-    let v = if knobs.0.contains_key("XA") { knobs.u32("XA")? } else { 0 };
+    let v = super::prefill::int_or0(knobs, "XA")?;
     Ok((v != 0).then_some(v))
 }
 
