@@ -175,8 +175,9 @@ pub fn knob_space() -> KnobSpace {
             "blocks per SM ptxas compiles the main kernel for (`__launch_bounds__`: caps its registers; 1 = no cap); \
              0 = auto: 3 with PF=on for BM=16 on 128 threads (uncapped, ptxas takes 255 registers and 2 CTAs fit; 168 does not \
              spill at the presets); PATH=gemv: 5 for grouped decode with many tiles, 4 for the dense staged ring, 3 for \
-             a 16-row register ring that fits, else none",
-            [0i64, 4],
+             a 16-row register ring that fits, else none (the axis reaches 6: 32-row gemv tiles at MINB=6 were the \
+             H100's fastest tile-major 28 x 4 shape in sessions 25 and 26)",
+            [0i64, 4, 6],
         )
         .axis(
             "GR",
