@@ -9,7 +9,7 @@
 # 2. one bench run of the 28 x 4 presets at the defaults (XA=2), XA=1 and the H100's shapes (every set checked; the
 #    report keeps the fastest that passes, every set's time in the JSON), then cuBLAS in the same call;
 # 3. ncu of the tile-major default (did the activations' long-scoreboard stalls go, what bounds it now);
-# 4. a re-tune of the tile-major preset (its records are stale since session 24; up to 64 candidates, MINB now reaching 6).
+# 4. a re-tune of the tile-major preset (its records are stale since session 24).
 # Build first here: cargo build --release; mkdir -p .carry; strip -o .carry/k3k target/release/k3k
 # Run: BUDGET_S=540 bash scripts/plans/session26-call1.sh  (carry [".carry"], timeout_s 570, kind nvidia-h200)
 W=/tmp/w26c1; source scripts/plans/lib.sh
@@ -26,7 +26,7 @@ op mxfp4_matmul 260 60 --preset "$P28 tiles;$P28;$P28 situ_glu+p;$P28 mxfp8-act"
   $K bench --op mxfp4_matmul --preset "$P28 tiles" --reps 1 --window-ms 0 --results /nonexistent --out $W/pb \
   > $OUT/ncu.txt 2>&1; echo "ncu rc=$? $(date -u +%T)" >> $L; }
 t=$(( $(left) - 20 ))
-[ $t -gt 60 ] && { timeout $(( t + 10 )) $K tune --op mxfp4_matmul --preset "$P28 tiles" --budget ${t}s --max-candidates 64 --results $W/results \
+[ $t -gt 60 ] && { timeout $(( t + 10 )) $K tune --op mxfp4_matmul --preset "$P28 tiles" --budget ${t}s --results $W/results \
   > $W/tune.log 2>&1; echo "tune rc=$? $(date -u +%T)" >> $L; grep -E "^mxfp4_matmul " $W/tune.log | cut -c1-220 >> $L; pack; }
 echo "end $(date -u +%T)" >> $L
 cat $L | cut -c1-220
