@@ -12,11 +12,27 @@
 #     profiles BN=64 and BN=32 (L2 throughput in SpeedOfLight).
 # Steps: 1. checks; 2. the four 28 x 4 presets at auto / XA=1 / BN=32 BK=128 MINB=6 / BN=64 BK=128 MINB=4 with
 # cuBLAS; 3. tile-major at BN=128 MINB=2 and BN=96 MINB=3 against auto and BN=32; 4. the read floor; 5. NOMATH
-# between baselines; 6. ncu of auto and of BN=32 MINB=6; 7. a re-tune with what is left.
+# between baselines; 6. ncu of auto and of BN=32 MINB=6; 7. a re-tune with what is left. On an H100, only step 3
+# and ncu of BN=64 / 32 / 128 (the H100's figures are in; the budget is kept for the H200).
 # Build first here: cargo build --release; mkdir -p .carry; strip -o .carry/k3k target/release/k3k
 # Run: BUDGET_S=540 bash scripts/plans/session26-call3.sh  (carry [".carry"], timeout_s 570, kind nvidia-h200)
 W=/tmp/w26c3; source scripts/plans/lib.sh
 P28="MXFP4 decode 28 experts x 4 tokens N6144 K3584"
+S32="BN=32,BK=128,MINB=6"
+# On an H100 (sessions 25-26 have its figures), only what tests hypothesis (b) there, so the budget is left for the
+# H200: the wide shapes and ncu of BN=64 / BN=32 (does the L2 throughput follow the activations' re-reads?).
+if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H100; then
+  mkdir -p $W/xp; timeout 60 $K bench --op mxfp4_matmul --preset "$P28 tiles" --results /nonexistent --out $W/xp/wide \
+    --knobs "PATH=auto;$S32;BN=128,BK=128,MINB=2;BN=96,BK=128,MINB=3" > $OUT/bench.txt 2>&1; echo "wide rc=$? $(date -u +%T)" >> $L
+  grep -E "^ +$P28" $OUT/bench.txt | cut -c1-170 >> $L
+  for kn in PATH=auto $S32 BN=128,BK=128,MINB=2; do echo "== ncu $kn" >> $OUT/ncu.txt
+    timeout 40 ncu --clock-control none --kernel-name "regex:mxfp4_mm" --launch-count 1 --section SpeedOfLight \
+      --section MemoryWorkloadAnalysis $K bench --op mxfp4_matmul --preset "$P28 tiles" --knobs "$kn" --reps 1 \
+      --window-ms 0 --results /nonexistent --out $W/pb >> $OUT/ncu.txt 2>&1; echo "ncu $kn rc=$? $(date -u +%T)" >> $L; done
+  cat $L | cut -c1-200
+  grep -iE "^== ncu|DRAM Throughput|L2 Cache Throughput|Duration|L2 Hit Rate|Mem Busy|Max Bandwidth" $OUT/ncu.txt
+  exit 0
+fi
 timeout 80 $K check --backend cuda --op mxfp4_matmul --cases 10 > $OUT/check.txt 2>&1
 echo "check rc=$? $(date -u +%T)" >> $L; tail -1 $OUT/check.txt >> $L
 for d in "G=28,per=4,N=6144,K=3584,tiles=1" "G=28,per=4,N=6144,K=3584,packed=1,epilogue=1,p=1"; do
@@ -28,7 +44,6 @@ mkdir -p $W/xp; : > $W/xp.txt
 xp() { timeout 50 env ${1:+K3K_EXPERIMENT=$1} $K bench --op mxfp4_matmul --preset "$3" --results /nonexistent \
   --out $W/xp/${1:-base}-$2 ${4:+--knobs "$4"} > $W/xp.log 2>&1; echo "xp ${1:-base} $2 rc=$? $(date -u +%T)" >> $W/xp.txt
   grep -E "^ +$P28" $W/xp.log | cut -c1-170 >> $W/xp.txt; }
-S32="BN=32,BK=128,MINB=6"
 [ "$(left)" -gt 260 ] && { xp "" wide "$P28 tiles" "PATH=auto;$S32;BN=128,BK=128,MINB=2;BN=96,BK=128,MINB=3"; cat $W/xp.txt >> $L; : > $W/xp.txt; }
 [ "$(left)" -gt 200 ] && { timeout 90 python3 scripts/plans/session10-read-floor.py $OUT/read-floor.json > $W/read-floor.txt 2>&1
   echo "read floor rc=$? $(date -u +%T)" >> $L; tail -6 $W/read-floor.txt >> $L; }
