@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# NOT RUN: its steps were folded into session26-h200.sh, which ran as call 2 (the numbering of calls follows the runs).
 # Session 26, device call 2 (issue 4), on the machine call 1 left warm (whichever card it is). Call 1 landed on an
 # H100 again: the 32-row CTAs of 128-column batches (BN=32 BK=128 MINB=6) are the fastest tile-major 28 x 4 shape
 # there in a second session (0.1261 vs 0.1284 auto), and ncu puts the default at 82.8% of DRAM peak. What bounds it

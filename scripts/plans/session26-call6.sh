@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# NOT RUN: no device time was left to start a machine (refused).
 # Session 26, call 6 (issue 4), the last ~250 s of device time: the core of call 4 only, in case an H200 comes.
 # On an H100 it stops at once. 1. a GPU check of the tile-major 28 x 4 default; 2. the tile-major and packed 28 x 4
 # presets at auto (XA=2), XA=1 and BN=32 BK=128 MINB=6, with cuBLAS in the same call; 3. NOMATH between baselines.
