@@ -34,3 +34,15 @@ for f in sorted(glob.glob(sys.argv[1] + "/**/*.json", recursive=True)):
             print("  %s" % ("%.4f" % ms if ms is not None else "failed"), ",".join(f"{k}={v}" for k, v in kn.items() if k in keys))
 PY
 }
+# xp EXPERIMENT TAG PRESET [KNOBS]: one `k3k bench` of mxfp4_matmul (under K3K_EXPERIMENT=EXPERIMENT when it is not
+# empty) into $W/xp/EXPERIMENT-TAG; its rows (the preset's name up to its first 40 characters) go to $W/xp.txt
+# (from session 27 on; sessions 22-26 defined their own copies).
+xp() { mkdir -p $W/xp; timeout ${XP_S:-50} env ${1:+K3K_EXPERIMENT=$1} $K bench --op mxfp4_matmul --preset "$3" \
+  --results /nonexistent --out $W/xp/${1:-base}-$2 ${4:+--knobs "$4"} > $W/xp.log 2>&1
+  echo "xp ${1:-base} $2 rc=$? $(date -u +%T)" >> $W/xp.txt; grep -F -- "${3:0:40}" $W/xp.log | cut -c1-170 >> $W/xp.txt; }
+# ncu_mxfp4 PRESET KNOBS: ncu of one launch of the mxfp4 kernel at those knobs, appended to $OUT/ncu.txt.
+ncu_mxfp4() { echo "== ncu $2" >> $OUT/ncu.txt
+  timeout ${NCU_S:-60} ncu --clock-control none --kernel-name "regex:mxfp4_mm" --launch-count 1 --section SpeedOfLight \
+    --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy --section SchedulerStats \
+    $K bench --op mxfp4_matmul --preset "$1" --knobs "$2" --reps 1 --window-ms 0 --results /nonexistent --out $W/pb \
+    >> $OUT/ncu.txt 2>&1; echo "ncu $2 rc=$? $(date -u +%T)" >> $L; }
