@@ -914,36 +914,6 @@ template <bool B> struct BoolC {
 // `cp.async` of 16 bytes (`.cg`, L2 only) or 4 bytes (`.ca`) with an L2 prefetch size (`.L2::<L2PF>B`: L2 fetches
 // the aligned L2PF bytes around the copy from DRAM; 0: no qualifier) and, for the `_n` forms, a source size (the
 // rest of the destination is zero-filled).
-#if defined(K3K_XP_EVICTFIRST)
-// Timing experiment (K3K_EXPERIMENT=EVICTFIRST, values unchanged): these copies (the staged decode ring's) carry an
-// L2 evict-first policy (`createpolicy.fractional.L2::evict_first`, a non-volatile asm so ptxas may hoist it).
-__device__ __forceinline__ unsigned long long l2_evict_first() {
-  unsigned long long p;
-  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
-  return p;
-}
-#define K3K_CP_ASYNC_L2PF(L2PF, OP, ...)                                                              \
-  if constexpr (L2PF == 256) asm volatile(OP ".L2::cache_hint.L2::256B" __VA_ARGS__ : "memory");        \
-  else if constexpr (L2PF == 128) asm volatile(OP ".L2::cache_hint.L2::128B" __VA_ARGS__ : "memory");   \
-  else if constexpr (L2PF == 64) asm volatile(OP ".L2::cache_hint.L2::64B" __VA_ARGS__ : "memory");     \
-  else asm volatile(OP ".L2::cache_hint" __VA_ARGS__ : "memory");
-template <int L2PF> __device__ __forceinline__ void cp_async16_pf(unsigned dst, const void* src) {
-  K3K_CP_ASYNC_L2PF(L2PF, "cp.async.cg.shared.global", " [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-                    "l"(l2_evict_first()))
-}
-template <int L2PF> __device__ __forceinline__ void cp_async4_pf(unsigned dst, const void* src) {
-  K3K_CP_ASYNC_L2PF(L2PF, "cp.async.ca.shared.global", " [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src),
-                    "l"(l2_evict_first()))
-}
-template <int L2PF> __device__ __forceinline__ void cp_async16_pf_n(unsigned dst, const void* src, int n) {
-  K3K_CP_ASYNC_L2PF(L2PF, "cp.async.cg.shared.global", " [%0], [%1], 16, %2, %3;\n" ::"r"(dst), "l"(src), "r"(n),
-                    "l"(l2_evict_first()))
-}
-template <int L2PF> __device__ __forceinline__ void cp_async4_pf_n(unsigned dst, const void* src, int n) {
-  K3K_CP_ASYNC_L2PF(L2PF, "cp.async.ca.shared.global", " [%0], [%1], 4, %2, %3;\n" ::"r"(dst), "l"(src), "r"(n),
-                    "l"(l2_evict_first()))
-}
-#else
 #define K3K_CP_ASYNC_L2PF(L2PF, OP, ...)                                                              \
   if constexpr (L2PF == 256) asm volatile(OP ".L2::256B" __VA_ARGS__ : "memory");                       \
   else if constexpr (L2PF == 128) asm volatile(OP ".L2::128B" __VA_ARGS__ : "memory");                  \
@@ -961,7 +931,6 @@ template <int L2PF> __device__ __forceinline__ void cp_async16_pf_n(unsigned dst
 template <int L2PF> __device__ __forceinline__ void cp_async4_pf_n(unsigned dst, const void* src, int n) {
   K3K_CP_ASYNC_L2PF(L2PF, "cp.async.ca.shared.global", " [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(n))
 }
-#endif
 #undef K3K_CP_ASYNC_L2PF
 // The bulk copies of `fp4_gemv`'s BULK ring (per-warp, lane 0 issuing; addresses of the executing CTA's shared
 // memory): a barrier per stage counting one arrival plus the copies' bytes, the copies completing on it.

@@ -50,16 +50,11 @@ pub const EXPERIMENT_ENV: &str = "K3K_EXPERIMENT";
 
 /// The prelude's experiments, by name, with what each removes (all in `fp4_gemv`, the MXFP4 decode
 /// kernel of `mxfp4_matmul` `PATH=gemv`, packed layout).
-pub const EXPERIMENTS: [(&str, &str); 5] = [
+pub const EXPERIMENTS: [(&str, &str); 4] = [
     ("NOSCALE", "the bf16x2 multiply by the block scale (the decoded bits go to the tensor cores as they are)"),
     ("NODECODE", "the decode and the scale multiply (the raw words go to the tensor cores)"),
     ("NOMMA", "the mma.sync (its operands are still computed and summed into the output: 2 IADD3 per mma)"),
     ("NOMATH", "decode, scale and mma (the loads, the ring, the loop and the sum of NOMMA remain)"),
-    (
-        "EVICTFIRST",
-        "nothing: the staged ring's copies (with an L2 prefetch size, or tile-major) carry an L2 evict-first policy; \
-         values unchanged, a probe of what the L2's dirty lines cost",
-    ),
 ];
 
 /// The experiments `K3K_EXPERIMENT` asks for (empty when unset or empty); an unknown name is an error.

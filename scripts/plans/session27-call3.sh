@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# RAN as call 3 (H100) from commit 69c88ea; K3K_EXPERIMENT=EVICTFIRST was reverted after it (see session27-call4.sh).
 # Session 27, call 3 (issue 4): does an L2 evict-first policy on the decode's streamed weight copies help?
 # k3k bench (like triton's do_bench) overwrites 4x the L2 with a memset before each sample, so the L2 is full of
 # dirty lines when the kernel starts and the streamed weights' fills write them back to DRAM during the kernel: the

@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# RAN ONCE (18:30 UTC, an H100: stopped at once). It needs K3K_EXPERIMENT=EVICTFIRST, which exists only at commits
+# 69c88ea..ef20c69: the experiment was reverted (its prelude text changed every kernel's fingerprint, and a probe
+# that found nothing is not worth re-keying every tuned record). The next H200 call runs session27-call1.sh.
 # Session 27, call 4 (issue 4): call 3 for an H200 only (call 3 ran on an H100: EVICTFIRST changed nothing for
 # tile-major weights and cost packed ones 25%); on an H100 it stops at once. Call 3's header follows.
 # Session 27, call 3 (issue 4): does an L2 evict-first policy on the decode's streamed weight copies help?
