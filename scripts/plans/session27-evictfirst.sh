@@ -1,10 +1,7 @@
 #!/usr/bin/env bash
-# RAN ONCE (18:30 UTC, an H100: stopped at once). It needs K3K_EXPERIMENT=EVICTFIRST, which exists only at commits
-# 69c88ea..ef20c69: the experiment was reverted (its prelude text changed every kernel's fingerprint, and a probe
-# that found nothing is not worth re-keying every tuned record). The next H200 call runs session27-call1.sh.
-# Session 27, call 4 (issue 4): call 3 for an H200 only (call 3 ran on an H100: EVICTFIRST changed nothing for
-# tile-major weights and cost packed ones 25%); on an H100 it stops at once. Call 3's header follows.
-# Session 27, call 3 (issue 4): does an L2 evict-first policy on the decode's streamed weight copies help?
+# RAN as session 27's call 6 (H100) from commit 69c88ea (then named session27-call3.sh); K3K_EXPERIMENT=EVICTFIRST was
+# reverted after it (see session27-evictfirst-h200.sh).
+# Session 27, EVICTFIRST probe (issue 4): does an L2 evict-first policy on the decode's streamed weight copies help?
 # k3k bench (like triton's do_bench) overwrites 4x the L2 with a memset before each sample, so the L2 is full of
 # dirty lines when the kernel starts and the streamed weights' fills write them back to DRAM during the kernel: the
 # read floor is 84.7 us on the H200 with that flush and 77.2 with a read-only one (0.1161 / 0.1070 ms on the H100).
@@ -12,11 +9,8 @@
 # other rather than the dirty lines. Any GPU: tile-major 28 x 4 (auto, BN=32 MINB=6) and the packed and GLU presets
 # (auto) between baselines. On an H200 the rest of session27-call1.sh follows with what is left.
 # Build first here: cargo build --release; mkdir -p .carry; strip -o .carry/k3k target/release/k3k
-# Run: BUDGET_S=400 bash scripts/plans/session27-call4.sh  (carry [".carry"], timeout_s 430, kind nvidia-h200)
-W=/tmp/w27c4; source scripts/plans/lib.sh
-if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H100; then
-  echo "an H100: measured there in calls 2 and 3, the budget is kept" >> $L; cat $L; exit 0
-fi
+# Run: BUDGET_S=400 bash scripts/plans/session27-evictfirst.sh  (carry [".carry"], timeout_s 430, kind nvidia-h200)
+W=/tmp/w27c3; source scripts/plans/lib.sh
 P28="MXFP4 decode 28 experts x 4 tokens N6144 K3584"
 S32="BN=32,BK=128,MINB=6"
 XP_S=60
@@ -26,6 +20,9 @@ for r in b1 x1 b2 x2; do
 done
 cat $W/xp.txt >> $L; : > $W/xp.txt
 tar czf $OUT/xp.tgz -C $W xp 2>/dev/null
+if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H100; then
+  echo "end (H100) $(date -u +%T)" >> $L; cat $L | cut -c1-200; exit 0
+fi
 timeout 80 $K check --backend cuda --op mxfp4_matmul --cases 10 > $OUT/check.txt 2>&1
 echo "check rc=$? $(date -u +%T)" >> $L; tail -1 $OUT/check.txt >> $L
 op mxfp4_matmul 260 60 --preset "$P28 tiles;$P28;$P28 situ_glu+p;$P28 mxfp8-act" \
