@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# RAN as session 27's calls 1, 3-5, 8 and 9, each on an H100 (stopped at once); the next H200 call runs it as it is.
 # Session 27, call 1 (issue 4): session26-call4.sh (the H200 plan that never met an H200 in session 26) with one step
 # more: session27-read-pattern.py, the same 328 MB read in 16 / 56 / 112 KB per program and as a persistent grid,
 # to see whether the decode's order of reads (a few hundred concurrent 112 KB streams) is what costs the H200 1.23x
