@@ -46,3 +46,21 @@ ncu_mxfp4() { echo "== ncu $2" >> $OUT/ncu.txt
     --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy --section SchedulerStats \
     $K bench --op mxfp4_matmul --preset "$1" --knobs "$2" --reps 1 --window-ms 0 --results /nonexistent --out $W/pb \
     >> $OUT/ncu.txt 2>&1; echo "ncu $2 rc=$? $(date -u +%T)" >> $L; }
+# checks_mxfp4: 10 random GPU cases of mxfp4_matmul into $OUT/check.txt, then 2 cases each of the tile-major and the
+# SiTU-GLU + p 28 x 4 problems; the last line of each goes to the log (from session 27 on).
+checks_mxfp4() { timeout 80 $K check --backend cuda --op mxfp4_matmul --cases 10 > $OUT/check.txt 2>&1
+  echo "check rc=$? $(date -u +%T)" >> $L; tail -1 $OUT/check.txt >> $L
+  for d in "G=28,per=4,N=6144,K=3584,tiles=1" "G=28,per=4,N=6144,K=3584,packed=1,epilogue=1,p=1"; do
+    timeout 40 $K check --backend cuda --op mxfp4_matmul --dims "$d" --cases 2 2>&1 | tail -1 | sed "s/^/[$d] /" >> $L
+  done; }
+# tune_rest PRESET: `k3k tune` of mxfp4_matmul's PRESET (at most 64 candidates) into $W/results with the budget left
+# less 20 s, if that is over 60 s; its table row goes to the log.
+tune_rest() { local t=$(( $(left) - 20 )); [ $t -gt 60 ] || return 0
+  timeout $(( t + 10 )) $K tune --op mxfp4_matmul --preset "$1" --budget ${t}s --max-candidates 64 \
+    --results $W/results > $W/tune.log 2>&1; echo "tune rc=$? $(date -u +%T)" >> $L
+  grep -E "^mxfp4_matmul " $W/tune.log | cut -c1-220 >> $L; pack; }
+# summary: a call's last output: the log, the timed bench rows and the ncu figures that matter for the decode.
+summary() { echo "end $(date -u +%T)" >> $L; cut -c1-220 $L
+  grep -E "ms rel|GB/s" $OUT/bench.txt | cut -c1-200 | tail -20
+  grep -iE "^== ncu|DRAM Throughput|L2 Cache Throughput|Duration|L2 Hit Rate|Warp Cycles Per Issued|No Eligible" \
+    $OUT/ncu.txt | head -16; }

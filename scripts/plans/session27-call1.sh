@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # RAN as session 27's calls 1, 3-5, 8 and 9, each on an H100 (stopped at once); the next H200 call runs it as it is.
+# (After those calls its checks, tune and summary moved into lib.sh's checks_mxfp4, tune_rest and summary, unchanged.)
 # Session 27, call 1 (issue 4): session26-call4.sh (the H200 plan that never met an H200 in session 26) with one step
 # more: session27-read-pattern.py, the same 328 MB read in 16 / 56 / 112 KB per program and as a persistent grid,
 # to see whether the decode's order of reads (a few hundred concurrent 112 KB streams) is what costs the H200 1.23x
@@ -14,11 +15,7 @@ S32="BN=32,BK=128,MINB=6"
 if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H100; then
   echo "an H100: nothing left to measure there (sessions 25-26), the budget is kept" >> $L; cat $L; exit 0
 fi
-timeout 80 $K check --backend cuda --op mxfp4_matmul --cases 10 > $OUT/check.txt 2>&1
-echo "check rc=$? $(date -u +%T)" >> $L; tail -1 $OUT/check.txt >> $L
-for d in "G=28,per=4,N=6144,K=3584,tiles=1" "G=28,per=4,N=6144,K=3584,packed=1,epilogue=1,p=1"; do
-  timeout 40 $K check --backend cuda --op mxfp4_matmul --dims "$d" --cases 2 2>&1 | tail -1 | sed "s/^/[$d] /" >> $L
-done
+checks_mxfp4
 op mxfp4_matmul 260 60 --preset "$P28 tiles;$P28;$P28 situ_glu+p;$P28 mxfp8-act" \
   --knobs "PATH=auto;XA=1;BN=32,BK=128,MINB=6;BN=64,BK=128,MINB=4"
 [ "$(left)" -gt 220 ] && { timeout 90 python3 scripts/plans/session10-read-floor.py $OUT/read-floor.json > $W/rf.txt 2>&1
@@ -29,11 +26,5 @@ op mxfp4_matmul 260 60 --preset "$P28 tiles;$P28;$P28 situ_glu+p;$P28 mxfp8-act"
   xp "" b2 "$P28 tiles" "PATH=auto;$S32"; cat $W/xp.txt >> $L; : > $W/xp.txt; }
 [ "$(left)" -gt 150 ] && { xp "" wide "$P28 tiles" "PATH=auto;$S32;BN=128,BK=128,MINB=2;BN=96,BK=128,MINB=3"; cat $W/xp.txt >> $L; }
 for kn in PATH=auto $S32; do [ "$(left)" -gt 80 ] && ncu_mxfp4 "$P28 tiles" "$kn"; done
-t=$(( $(left) - 20 ))
-[ $t -gt 60 ] && { timeout $(( t + 10 )) $K tune --op mxfp4_matmul --preset "$P28 tiles" --budget ${t}s --max-candidates 64 \
-  --results $W/results > $W/tune.log 2>&1; echo "tune rc=$? $(date -u +%T)" >> $L
-  grep -E "^mxfp4_matmul " $W/tune.log | cut -c1-220 >> $L; pack; }
-echo "end $(date -u +%T)" >> $L
-cat $L | cut -c1-220
-grep -E "ms rel|GB/s" $OUT/bench.txt | cut -c1-200 | tail -20
-grep -iE "^== ncu|DRAM Throughput|L2 Cache Throughput|Duration|L2 Hit Rate|Warp Cycles Per Issued|No Eligible" $OUT/ncu.txt | head -16
+tune_rest "$P28 tiles"
+summary
