@@ -67,14 +67,16 @@ summary() { echo "end $(date -u +%T)" >> $L; cut -c1-220 $L
 # ncu_rate TAG CACHE SEL WHAT KNOBS [EXPERIMENT]: ncu's rate metrics (duration, SM clock, instructions, issue slots,
 # eligible warps, L2 hit rate and bytes, DRAM bytes) of the 5th launch of the mxfp4 kernel in a `k3k bench` of
 # `--SEL WHAT` (SEL preset or dims) at KNOBS (under K3K_EXPERIMENT=EXPERIMENT when given), appended to
-# $OUT/ncu-rate.txt (ncu's CSV lines; scripts/plans/session28-rates.py tabulates them). CACHE: `all` (ncu flushes the caches before the launch, as k3k bench does) or `none` (the L2
-# keeps what the four launches before it read: operands that fit in L2 are read from there). From session 28 on.
+# $OUT/ncu-rate.txt (ncu's CSV lines; scripts/plans/session28-rates.py tabulates them). CACHE: `all` (ncu flushes
+# the caches before the launch, as k3k bench does) or `none` (the L2 keeps what the launches before it read; with
+# NCU_X="--replay-mode application" no save and restore of memory between passes evicts it, so operands that fit in
+# L2 are read from there). NCU_X: more ncu arguments. From session 28 on.
 NCU_M=gpu__time_duration.sum,sm__cycles_elapsed.avg.per_second,sm__cycles_active.avg,smsp__inst_executed.sum,\
 smsp__issue_active.avg.pct_of_peak_sustained_active,smsp__warps_eligible.avg.per_cycle_active,\
 smsp__warps_active.avg.per_cycle_active,lts__t_sector_hit_rate.pct,lts__t_bytes.sum,dram__bytes_read.sum,\
 dram__bytes_write.sum,smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio
 ncu_rate() { echo "== $1 cache=$2 $3=$4 knobs=$5 exp=${6:-none}" >> $OUT/ncu-rate.txt
   timeout ${NCU_S:-60} env ${6:+K3K_EXPERIMENT=$6} ncu --clock-control none --cache-control $2 \
-    --kernel-name "regex:mxfp4_mm" --launch-skip 4 --launch-count 1 --metrics $NCU_M --csv --print-units base \
+    --kernel-name "regex:mxfp4_mm" --launch-skip 4 --launch-count 1 --metrics $NCU_M --csv --print-units base ${NCU_X:-} \
     $K bench --op mxfp4_matmul --$3 "$4" --knobs "$5" --reps 1 --window-ms 0 --results /nonexistent --out $W/pb \
     >> $OUT/ncu-rate.txt 2>&1; echo "ncu $1 rc=$? $(date -u +%T)" >> $L; }

@@ -40,7 +40,7 @@ def to_base(value, unit):
 def blocks(path):
     out, cur = [], None
     for line in open(path, errors="replace"):
-        if line.startswith("== "):
+        if line.startswith("== ") and " cache=" in line:
             cur = {"head": line[3:].strip(), "m": {}}
             out.append(cur)
         elif line.startswith('"') and cur is not None:
