@@ -77,6 +77,7 @@ smsp__warps_active.avg.per_cycle_active,lts__t_sector_hit_rate.pct,lts__t_bytes.
 dram__bytes_write.sum,smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio
 ncu_rate() { echo "== $1 cache=$2 $3=$4 knobs=$5 exp=${6:-none}" >> $OUT/ncu-rate.txt
   timeout ${NCU_S:-60} env ${6:+K3K_EXPERIMENT=$6} ncu --clock-control none --cache-control $2 \
-    --kernel-name "regex:mxfp4_mm" --launch-skip 4 --launch-count 1 --metrics $NCU_M --csv --print-units base ${NCU_X:-} \
+    --kernel-name "regex:mxfp4_mm" --launch-skip 4 --launch-count 1 --metrics $NCU_M --csv --print-units base \
+    ${NCU_X:-} \
     $K bench --op mxfp4_matmul --$3 "$4" --knobs "$5" --reps 1 --window-ms 0 --results /nonexistent --out $W/pb \
     >> $OUT/ncu-rate.txt 2>&1; echo "ncu $1 rc=$? $(date -u +%T)" >> $L; }

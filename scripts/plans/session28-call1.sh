@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# RAN as session 28's call 1, on an H100 (results/bench/nvidia-h100-80gb-hbm3/session28-call1/). Its L2-fed step
+# did not keep the weights in L2 (ncu's kernel replay restores memory between passes): call 2 repeated it with
+# application replay.
 # Session 28, call 1 (issue 4): can the decode kernel's instruction stream keep up with the H200's bandwidth?
 # The H200 has the H100's SMs at the same clock (132 SMs, 1.98 GHz boost) and 1.43x its HBM bandwidth, so if the
 # kernel's issue rate is what holds it at 1.23x its read floor there (session 26's hypothesis a), the H100 can show

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# RAN as session 28's call 2, on an H100 (results/bench/nvidia-h100-80gb-hbm3/session28-call2/).
 # Session 28, call 2 (issue 4). Two probes on whatever card comes (written for an H100):
 # 1. Call 1's L2-fed probe again, with ncu's application replay: kernel replay saves and restores memory between
 #    its passes, which evicted the 24 MB of weights (call 1 read 0.90 of the problem's bytes from DRAM with

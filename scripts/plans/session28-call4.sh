@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# RAN as session 28's call 5 (an H100; results/bench/nvidia-h100-80gb-hbm3/session28-call5/). The SM clock samples
+# did not work: nvidia-smi read 1980 MHz whenever the GPU was busy and never over 250 W (its power is a 1 s average).
 # Session 28, call 4 (issue 4). On an H200: session28-call3.sh (the H200 plan and its SM-limit sweep). On an H100:
 # call 2's SM-limit sweep (MPS) at 100 / 70 / 60 / 55 / 50% with the SM clock and power sampled by nvidia-smi every
 # 20 ms during each bench, because fewer busy SMs draw less power and may clock higher, which would flatter their
