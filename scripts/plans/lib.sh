@@ -81,3 +81,10 @@ ncu_rate() { echo "== $1 cache=$2 $3=$4 knobs=$5 exp=${6:-none}" >> $OUT/ncu-rat
     ${NCU_X:-} \
     $K bench --op mxfp4_matmul --$3 "$4" --knobs "$5" --reps 1 --window-ms 0 --results /nonexistent --out $W/pb \
     >> $OUT/ncu-rate.txt 2>&1; echo "ncu $1 rc=$? $(date -u +%T)" >> $L; }
+# mps_start / mps_stop: an MPS daemon (pipe and log under /tmp), so that `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=P` gives
+# each process run under it about P% of the SMs (torch then sees that many). mps_stop unsets the percentage and
+# quits the daemon. From session 28 on.
+mps_start() { export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
+  mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
+  nvidia-cuda-mps-control -d >> $L 2>&1; echo "mps daemon rc=$? $(date -u +%T)" >> $L; }
+mps_stop() { unset CUDA_MPS_ACTIVE_THREAD_PERCENTAGE; echo quit | nvidia-cuda-mps-control >> $L 2>&1; }

@@ -18,9 +18,7 @@ mv $L $W/log-head.txt
 BUDGET_S=$(( $(left) - 100 )) bash scripts/plans/session27-call1.sh > /dev/null 2>&1
 cat $W/log-head.txt >> $L; echo "== session27-call1.sh done $(date -u +%T); the SM-limit sweep:" >> $L
 mv $OUT/bench.tgz $OUT/bench-h200.tgz
-export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
-mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
-nvidia-cuda-mps-control -d >> $L 2>&1; echo "mps daemon rc=$? $(date -u +%T)" >> $L
+mps_start
 for pct in 100 70 50; do [ "$(left)" -gt 25 ] || break
   export CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=$pct; echo "== SM limit $pct%" >> $L
   timeout 40 python3 scripts/plans/session28-read-328.py >> $L 2>&1 || echo "read rc=$?" >> $L
@@ -28,7 +26,7 @@ for pct in 100 70 50; do [ "$(left)" -gt 25 ] || break
     --out $W/b/mps$pct > $W/mps$pct.txt 2>&1; echo "bench rc=$? $(date -u +%T)" >> $L
   grep -E "ms rel" $W/mps$pct.txt | cut -c1-120 >> $L
 done
-unset CUDA_MPS_ACTIVE_THREAD_PERCENTAGE; echo quit | nvidia-cuda-mps-control >> $L 2>&1
+mps_stop
 # At most 8 files come back: the smaller ones travel in extra.tgz.
 X="check.txt read-floor.json read-pattern.json peers.txt"
 (cd $OUT && tar czf extra.tgz $X 2>/dev/null; rm -f $X)

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# RAN as session 28's call 5 (an H100; results/bench/nvidia-h100-80gb-hbm3/session28-call5/). The SM clock samples
+# RAN as session 28's call 5 (an H100; results/bench/nvidia-h100-80gb-hbm3/session28-call5/), with the MPS start and
+# stop inline (now lib.sh's mps_start and mps_stop, the same commands). The SM clock samples
 # did not work: nvidia-smi read 1980 MHz whenever the GPU was busy and never over 250 W (its power is a 1 s average).
 # Session 28, call 4 (issue 4). On an H200: session28-call3.sh (the H200 plan and its SM-limit sweep). On an H100:
 # call 2's SM-limit sweep (MPS) at 100 / 70 / 60 / 55 / 50% with the SM clock and power sampled by nvidia-smi every
@@ -13,9 +14,7 @@ fi
 W=/tmp/w28c4; source scripts/plans/lib.sh
 P28="MXFP4 decode 28 experts x 4 tokens N6144 K3584"
 S32="BN=32,BK=128,MINB=6"
-export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
-mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
-nvidia-cuda-mps-control -d >> $L 2>&1; echo "mps daemon rc=$? $(date -u +%T)" >> $L
+mps_start
 # clocks TAG CMD...: run CMD with nvidia-smi sampling the SM clock and power every 20 ms; log the median SM clock
 # of the samples drawing over 250 W (the GPU busy) and how many there were.
 clocks() { local tag=$1; shift
@@ -36,5 +35,5 @@ for pct in 100 70 60 55 50; do [ "$(left)" -gt 40 ] || break
     grep -E "^  .*ms rel" $W/mps.txt | cut -c1-120 >> $L; cat $W/mps.txt >> $OUT/bench.txt
   done
 done
-unset CUDA_MPS_ACTIVE_THREAD_PERCENTAGE; echo quit | nvidia-cuda-mps-control >> $L 2>&1
+mps_stop
 pack; echo "end $(date -u +%T)" >> $L; cat $L
