@@ -41,7 +41,7 @@ for line in open(sys.argv[1], errors="replace"):
             try: cur[1][r[-3]] = float(r[-1].replace(",", ""))
             except ValueError: pass
 for tag, m in blocks:
-    b = 28 * 6144 * 3584 * 0.5625
+    b = 28 * 6144 * (1792 + 112)  # weights + scales: the read floor's bytes
     print("== %s: %.1f us, L2 bytes %.2fx, from SMs %.2fx, over the fabric %.2fx, DRAM read %.2fx, hit %.1f%%" % (
         tag, m.get("gpu__time_duration.sum", 0) / 1e3, m.get("lts__t_bytes.sum", 0) / b,
         m.get("lts__t_sectors_srcunit_tex.sum", 0) * 32 / b, m.get("lts__t_sectors_srcunit_ltcfabric.sum", 0) * 32 / b,
