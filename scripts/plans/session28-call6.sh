@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# RAN as session 28's call 7, on an H100 (results/bench/nvidia-h100-80gb-hbm3/session28-call7/). Its summary labels are
+# shifted: each tag's figures are under the "mxfp4_matmul on ..." line that k3k bench printed after it.
 # Session 28, call 6 (issue 4): is the decode heavier on the L2 than a pure read of the same bytes? On the H100 in
 # session 26 the decode's L2 throughput (79.9% of peak) followed its DRAM throughput (83.4%). The H200 has the same
 # L2 design and clock and 1.43x the DRAM bandwidth: a kernel whose L2 load per DRAM byte is near the H100's L2 limit
@@ -33,7 +35,7 @@ python3 - $OUT/l2.txt <<'PY' | tee -a $L
 import csv, sys
 blocks, cur = [], None
 for line in open(sys.argv[1], errors="replace"):
-    if line.startswith("== "):
+    if line.startswith("== ") and " on NVIDIA" not in line:
         cur = (line[3:].strip(), {}); blocks.append(cur)
     elif line.startswith('"') and cur:
         r = next(csv.reader([line]))
