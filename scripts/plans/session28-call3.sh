@@ -3,19 +3,20 @@
 # Session 28, call 3 (issue 4): the H200 plan, and on the H200 the SM-limit sweep of call 2 as well. Call 2 found
 # on an H100 that the tile-major decode keeps its time at 92 of 132 SMs (MPS, 70%), i.e. at the per-SM rate the
 # H200's target needs, and reaches 1.22x the read floor only at 66 SMs. On an H200 the same sweep says whether its
-# SMs are the bound there: if 70% costs it nothing either, its 1.2x gap is on the memory side.
+# SMs are the bound there: if 70% costs it nothing either, its 1.2x gap is on the memory side. Then the size sweep
+# of call 8 (lib.sh size_sweep): fixed costs against the steady rate.
 # On an H100 it stops at once (calls 1-2 measured there).
 # Build first here: cargo build --release; mkdir -p .carry; strip -o .carry/k3k target/release/k3k
-# Run: BUDGET_S=500 bash scripts/plans/session28-call3.sh  (carry [".carry"], timeout_s 540, kind nvidia-h200)
+# Run: BUDGET_S=540 bash scripts/plans/session28-call3.sh  (carry [".carry"], timeout_s 580, kind nvidia-h200)
 W=/tmp/w28c3; source scripts/plans/lib.sh
 P28="MXFP4 decode 28 experts x 4 tokens N6144 K3584"
 S32="BN=32,BK=128,MINB=6"
 if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H100; then
   echo "an H100: calls 1-2 measured there, the budget is kept" >> $L; cat $L; exit 0
 fi
-# The H200 plan (its own log.txt, read back below), leaving ~100 s for the sweep.
+# The H200 plan (its own log.txt, read back below), leaving ~230 s for the sweeps.
 mv $L $W/log-head.txt
-BUDGET_S=$(( $(left) - 100 )) bash scripts/plans/session27-call1.sh > /dev/null 2>&1
+BUDGET_S=$(( $(left) - 230 )) bash scripts/plans/session27-call1.sh > /dev/null 2>&1
 cat $W/log-head.txt >> $L; echo "== session27-call1.sh done $(date -u +%T); the SM-limit sweep:" >> $L
 mv $OUT/bench.tgz $OUT/bench-h200.tgz
 mps_start
@@ -27,6 +28,8 @@ for pct in 100 70 50; do [ "$(left)" -gt 25 ] || break
   grep -E "ms rel" $W/mps$pct.txt | cut -c1-120 >> $L
 done
 mps_stop
+# The sizes: fixed costs against the steady rate (session 28, call 8 on an H100).
+[ "$(left)" -gt 100 ] && size_sweep
 # At most 8 files come back: the smaller ones travel in extra.tgz.
 X="check.txt read-floor.json read-pattern.json peers.txt"
 (cd $OUT && tar czf extra.tgz $X 2>/dev/null; rm -f $X)
