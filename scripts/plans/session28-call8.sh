@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# RAN as session 28's call 8, on an H100 (results/bench/nvidia-h100-80gb-hbm3/session28-call8/).
 # Session 28, call 8 (issue 4): fixed costs or a slower steady state? The tile-major decode is 1.085x the read floor
 # on the H100 whatever the SM count down to 92 (calls 2 and 5), and ncu shows it keeps DRAM busy 83% of the time
 # against the read's 91% (call 7). Timing both at 14 / 28 / 56 / 112 experts (lib.sh size_sweep) separates a fixed
