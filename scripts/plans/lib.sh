@@ -88,11 +88,14 @@ mps_start() { export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTOR
   mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
   nvidia-cuda-mps-control -d >> $L 2>&1; echo "mps daemon rc=$? $(date -u +%T)" >> $L; }
 mps_stop() { unset CUDA_MPS_ACTIVE_THREAD_PERCENTAGE; echo quit | nvidia-cuda-mps-control >> $L 2>&1; }
-# size_sweep: the tile-major decode (N=6144 K=3584, 4 tokens per expert) at 14 / 28 / 56 / 112 experts (auto and
-# BN=32 BK=128 MINB=6) and the read floor of the same bytes, into the log. The differences between sizes give each
-# kernel's steady rate without its fixed costs (launch, ramp, tail). From session 28 on.
-size_sweep() { local d="" g; for g in 14 28 56 112; do d="$d;G=$g,per=4,N=6144,K=3584,tiles=1"; done
-  timeout 100 python3 scripts/plans/session28-read-328.py 14 28 56 112 >> $L 2>&1 || echo "read rc=$?" >> $L
-  timeout 150 $K bench --op mxfp4_matmul --dims "${d#;}" --knobs "PATH=auto;BN=32,BK=128,MINB=6" --results /nonexistent \
-    --out $W/b/sizes > $W/sizes.txt 2>&1; echo "bench sizes rc=$? $(date -u +%T)" >> $L
+# size_sweep [KNOBS [NOREAD]]: the tile-major decode (N=6144 K=3584, 4 tokens per expert) at 14 / 28 / 56 / 112
+# experts at KNOBS (default: auto and BN=32 BK=128 MINB=6) and, unless NOREAD is given, the read floor of the same
+# bytes, into the log. The differences between sizes give each kernel's steady rate without its fixed costs (launch,
+# ramp, tail). From session 28 on.
+size_sweep() { local d="" g kn=${1:-PATH=auto;BN=32,BK=128,MINB=6}; for g in 14 28 56 112; do
+    d="$d;G=$g,per=4,N=6144,K=3584,tiles=1"; done
+  [ -z "${2:-}" ] && { timeout 100 python3 scripts/plans/session28-read-328.py 14 28 56 112 >> $L 2>&1 \
+    || echo "read rc=$?" >> $L; }
+  timeout 200 $K bench --op mxfp4_matmul --dims "${d#;}" --knobs "$kn" --results /nonexistent --out $W/b/sizes \
+    > $W/sizes.txt 2>&1; echo "bench sizes rc=$? $(date -u +%T)" >> $L
   grep -E "^  .*ms rel" $W/sizes.txt | cut -c1-110 >> $L; cat $W/sizes.txt >> $OUT/bench.txt; }
