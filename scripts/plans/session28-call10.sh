@@ -7,7 +7,7 @@
 # Build first here: cargo build --release; mkdir -p .carry; strip -o .carry/k3k target/release/k3k
 # Run: BUDGET_S=200 bash scripts/plans/session28-call10.sh  (carry [".carry"], timeout_s 580, kind nvidia-h200)
 if ! nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H100; then
-  BUDGET_S=540 exec bash scripts/plans/session28-call3.sh
+  BUDGET_S=470 exec bash scripts/plans/session28-call3.sh
 fi
 W=/tmp/w28c10; source scripts/plans/lib.sh
 size_sweep "PATH=auto;BN=16,BK=128,MINB=7;BN=128,BK=128,MINB=2" noread
