@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# RAN as session 28's call 10, on an H100 (results/bench/nvidia-h100-80gb-hbm3/session28-call10/); the bench hit its
+# 200 s timeout before BN=128 at 112 experts.
 # Session 28, call 10 (issue 4): does the decode's fixed cost follow the tile's size? Call 8 fitted t = F + bytes / R
 # at 14-112 experts: F = 21.2 us at BN=64 and 19.4 at BN=32 against the read's 14.4, R 3.6% under the read's. If F
 # is the tail of CTAs that each stream one tile (122 KB at 64 rows), it should fall further at 16 rows and rise at

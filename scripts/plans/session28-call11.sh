@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# RAN as session 28's call 11, on an H100 (results/bench/nvidia-h100-80gb-hbm3/session28-call11/).
 # Session 28, call 11 (issue 4): where in time does the decode lose to the read? Call 8 and 10 put the decode's
 # extra fixed cost at ~5-7 us over the read's (F 19-22 us against 14.4), only 1-3 us of it growing with the tile (the
 # tail). ncu's PM sampling (`--section PmSampling`) records DRAM and SM activity through one launch; the series of

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# NOT RUN: the device refused it in session 28 (too little budget left to start a machine).
 # Session 28, call 12 (issue 4): call 11's two PM-sampling reports (results/bench/nvidia-h100-80gb-hbm3/
 # session28-call11/reps.tgz) at full resolution: every sample of the DRAM read throughput, the CTAs launched, the SM
 # cycles active, the instructions and the L2 throughput, from the first to the last sample with SMs active. No GPU

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# RAN as session 28's calls 3 and 4, each on an H100 (stopped at once).
+# RAN as session 28's calls 3, 4, 6 and 9, each on an H100 (stopped at once).
 # Session 28, call 3 (issue 4): the H200 plan, and on the H200 the SM-limit sweep of call 2 as well. Call 2 found
 # on an H100 that the tile-major decode keeps its time at 92 of 132 SMs (MPS, 70%), i.e. at the per-SM rate the
 # H200's target needs, and reaches 1.22x the read floor only at 66 SMs. On an H200 the same sweep says whether its
