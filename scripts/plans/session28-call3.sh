@@ -30,6 +30,7 @@ done
 mps_stop
 # The sizes: fixed costs against the steady rate (session 28, call 8 on an H100).
 [ "$(left)" -gt 100 ] && size_sweep
+pack
 # At most 8 files come back: the smaller ones travel in extra.tgz.
 X="check.txt read-floor.json read-pattern.json peers.txt"
 (cd $OUT && tar czf extra.tgz $X 2>/dev/null; rm -f $X)
