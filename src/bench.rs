@@ -132,16 +132,46 @@ struct Measured {
     samples: Vec<f64>,
     /// With `K3K_BENCH_STEPS=1`: each kernel of a multi-kernel plan timed alone (name, median ms).
     steps: Vec<(String, f64)>,
+    /// [`local_memory_warning`] of each kernel the driver loaded with more local memory than allowed.
+    warnings: Vec<String>,
+}
+
+/// A warning when the driver loaded `kernel` with more local memory per thread (`local_bytes`: ptxas's spills and
+/// stack frame) than its operator's spill allowance: hand-picked knobs can cap the registers below what the kernel
+/// needs (e.g. mxfp4_matmul's MINB=6 with the automatic 7-8 warps of a small problem: 40 registers, 312 bytes), and
+/// such a kernel runs, checks and times like any other, only slower. The tuner never keeps one (it prunes spilling
+/// candidates at compile time); `k3k bench --knobs` says so in its log.
+pub fn local_memory_warning(
+    op: &dyn Operator,
+    kernel: &k3k_ir::Kernel,
+    local_bytes: i32,
+    registers: i32,
+) -> Option<String> {
+    let allowed = op.known_spill_bytes(kernel);
+    (local_bytes.max(0) as u32 > allowed).then(|| {
+        format!(
+            "{} has {local_bytes} bytes of local memory per thread at {registers} registers (spills or a stack \
+             frame; {allowed} allowed for {}): with hand-picked knobs, usually a register cap (MINB) below what it needs",
+            kernel.name,
+            op.name()
+        )
+    })
 }
 
 fn measure(
     exec: &mut GpuExec,
+    op: &dyn Operator,
     inst: &dyn k3k_ops::op::Instance,
     knobs: &Knobs,
     timing: TimingOptions,
 ) -> anyhow::Result<Measured> {
     let plan = inst.plan(knobs)?;
     exec.prepare(&plan)?;
+    let warnings = exec
+        .step_kernels(&plan)?
+        .iter()
+        .filter_map(|lk| local_memory_warning(op, &lk.kernel, lk.local_bytes, lk.registers))
+        .collect();
     let dev = exec.upload(&plan)?;
     exec.launch_all(&plan, &dev)?;
     exec.gpu.sync()?;
@@ -162,7 +192,7 @@ fn measure(
             steps.push((s.kernel.name.clone(), median(&exec.time(&one, &dev, timing)?)));
         }
     }
-    Ok(Measured { knobs: knobs.clone(), check, samples, steps })
+    Ok(Measured { knobs: knobs.clone(), check, samples, steps, warnings })
 }
 
 /// Time and check every preset of `op` under each knob set `knobs_for` lists (tuned or default first); the
@@ -196,7 +226,7 @@ pub fn bench_op(
         let mut best: Option<Measured> = None;
         let mut variants = vec![];
         for knobs in knobs_for(p) {
-            match measure(exec, inst.as_ref(), &knobs, timing) {
+            match measure(exec, op, inst.as_ref(), &knobs, timing) {
                 Ok(m) => {
                     let ms = median(&m.samples);
                     log(&format!(
@@ -207,6 +237,9 @@ pub fn bench_op(
                         if m.check.passed { "ok" } else { "CHECK FAILED" },
                         knobs
                     ));
+                    for w in &m.warnings {
+                        log(&format!("    warning: {w}"));
+                    }
                     for (name, ms) in &m.steps {
                         log(&format!("    step {name:<58} {ms:>9.4} ms"));
                     }
@@ -490,6 +523,24 @@ pub fn merge_peers(r: &mut BenchReport, peers: &PeerFile) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The bench's local-memory warning: named kernel, bytes and registers past the operator's allowance; nothing
+    /// within it (kda's 16-byte intra kernel) or at zero.
+    #[test]
+    fn local_memory_past_the_allowance_is_warned_about() {
+        let op = k3k_ops::mx::matmul::Mxfp4Matmul;
+        let p = Preset::new("t", &[("G", 33), ("per", 4), ("N", 512), ("K", 2816), ("tiles", 1)]);
+        let k = &op.kernels(&p, &op.default_knobs()).unwrap()[0];
+        let w = local_memory_warning(&op, k, 312, 40).expect("312 bytes past a 0-byte allowance");
+        assert!(w.starts_with(&k.name) && w.contains("312 bytes") && w.contains("40 registers"), "{w}");
+        assert!(local_memory_warning(&op, k, 0, 127).is_none());
+        let kda = k3k_ops::kda::Kda;
+        let kp = Preset::new("t", &[("B", 1), ("T", 256), ("H", 2), ("K", 128), ("V", 128), ("safe", 1)]);
+        let kernels = kda.kernels(&kp, &kda.default_knobs()).unwrap();
+        let intra = kernels.iter().find(|k| kda.known_spill_bytes(k) == 16).expect("kda's allowance");
+        assert!(local_memory_warning(&kda, intra, 16, 168).is_none(), "within the measured allowance");
+        assert!(local_memory_warning(&kda, intra, 32, 168).is_some());
+    }
 
     fn row(preset: &str, ms: f64, peer_ms: Option<f64>) -> BenchRow {
         BenchRow {

@@ -329,7 +329,7 @@ impl GpuExec {
     /// timing, never per launch: the key is the hash of the printed IR, which costs 20-350 us of host time for
     /// the large kernels (kda.decode: 350 us on a 2-core x86 machine), and hashing inside the timed loop let the
     /// host fall behind a short kernel plus its L2 flush, so the GPU idled inside the timed interval.
-    fn step_kernels(&self, plan: &Plan) -> Result<Vec<&LoadedKernel>, OpError> {
+    pub fn step_kernels(&self, plan: &Plan) -> Result<Vec<&LoadedKernel>, OpError> {
         plan.steps
             .iter()
             .map(|s| {
