@@ -416,6 +416,11 @@ fn gemv_path_edges_and_layouts() {
         run(&p, rng.random(), &gemv(&[("WA", 1), ("BK", 1024), ("STAGES", 8)]));
         run(&p, rng.random(), &gemv(&[("WA", 2), ("STAGES", 4), ("BN", 32)]));
         run(&p, rng.random(), &gemv(&[("WA", 3), ("STAGES", 3), ("BN", 64), ("BK", 128)]));
+        // Persistent grids (4 SMs on the CPU) with balanced tiles: 4 token tiles (16 tokens) x 3 or 5 weight tiles
+        // on 4 CTAs, twice as many (two K splits, FIN=last's counters) on 8, and more CTAs than tiles.
+        run(&p, rng.random(), &gemv(&[("CPS", 1), ("BN", 32)]));
+        run(&p, rng.random(), &gemv(&[("CPS", 2), ("SPLIT", 2), ("BK", 128), ("BN", 32)]).with("FIN", "last"));
+        run(&p, rng.random(), &gemv(&[("CPS", 16), ("STAGES", 3), ("BN", 32)]));
     }
     let op = Mxfp4Matmul;
     let m4 = Preset::new("m4", &[("M", 4), ("K", 64), ("N", 32)]);
@@ -1080,6 +1085,10 @@ fn tile_major_weights_decode_on_the_gemv_ring() {
             knobs(&[("BN", 32), ("BK", 128), ("WA", 2)]),
             default_knobs().with("COPY", "bulk"),
             knobs(&[("STAGES", 5), ("BN", 32)]).with("COPY", "bulk"),
+            // Persistent grids (4 SMs on the CPU): 6 tiles of 32 rows on 4 CTAs (3 work, 2 tiles each; one exits at
+            // once) and on 16.
+            knobs(&[("CPS", 1), ("BN", 32)]),
+            knobs(&[("CPS", 4), ("BN", 32)]),
         ] {
             run(p, rng.random(), &kn);
         }

@@ -211,7 +211,23 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
         let rows = group_end(&g) - group_start(&g);
         b.assign(total, Expr::Var(total) + rows.ceil_div(bm as i64) * n_tiles.clone() * split);
     });
-    b.for_("tile", Expr::block_idx(0), total, Expr::grid_dim(0), |b, t| {
+    // The persistent grid's tiles: CTA c takes tiles c, c + step, c + 2 step, ... For PATH=gemv (CPS > 0) the
+    // tiles are balanced: with `per` = ceil(total / grid) tiles for the busiest CTA, only the first
+    // `active` = ceil(total / per) CTAs work (the rest exit at once), so every working CTA takes `per` tiles or,
+    // for a few, `per` - 1 (28 x 4 at 64 rows on 528 CTAs: 448 CTAs of 6 tiles, where the plain stride gave 48
+    // CTAs a sixth tile that ran on after the other 480 had finished). The decode's tiles all stream the same
+    // bytes, so balanced CTAs that start together can also end together; the hardware-scheduled grid's tail (its
+    // last CTAs draining alone: ~9 us of lost DRAM time at 28 x 4 on an H100, session 29's reading of session 28's
+    // PM samples) is what this is for. Not yet timed (session 29 had no GPU: scripts/plans/session29-call1.sh).
+    // Each tile still finds its group by a walk over all G groups (two loads of `offs` each).
+    let (t_end, t_step) = if c.gemv && c.cps > 0 {
+        let per = b.let_("per", Expr::Var(total).ceil_div(Expr::grid_dim(0)).max(1i64));
+        let active = b.let_("active", Expr::Var(total).ceil_div(per).max(1i64));
+        (Expr::select(Expr::block_idx(0).lt(active.clone()), Expr::Var(total), 0i64), active)
+    } else {
+        (Expr::Var(total), Expr::grid_dim(0))
+    };
+    b.for_("tile", Expr::block_idx(0), t_end, t_step, |b, t| {
         let grp = b.let_var("grp", 0i64);
         let local = b.let_var("local", 0i64);
         let seen = b.let_var("seen", 0i64);

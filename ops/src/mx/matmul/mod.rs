@@ -119,7 +119,13 @@ pub fn knob_space() -> KnobSpace {
         .axis("WA", "warps along weight rows (wgmma: BM/16); 0 = auto", [0i64, 4, 8])
         .axis("WB", "warps along tokens (each recomputes its rows' dequantized weights); 0 = auto", [0i64, 2])
         .axis("SPLIT", "K splits (partials summed in order by a second kernel); 0 = auto", [0i64, 1, 2, 4, 8, 16])
-        .axis("CPS", "0: one CTA per tile (hardware-scheduled); n: a persistent grid of n CTAs per SM", [0i64, 4])
+        .axis(
+            "CPS",
+            "0: one CTA per tile (hardware-scheduled); n: a persistent grid of n CTAs per SM (PATH=gemv: the tiles \
+             balanced over the fewest CTAs that keep the busiest one's count, the others exit at once, so the CTAs \
+             start together and end together)",
+            [0i64, 4],
+        )
         .axis("RASTER", "tile order inside a group: m (neighbouring CTAs share weights) or n", ["m"])
         .axis(
             "MMA",
