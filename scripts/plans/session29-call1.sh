@@ -7,13 +7,17 @@
 # grid's last CTAs (each a 64-row tile's 122 KB) drain on their own. Session 29 made `CPS` (a persistent grid) give
 # PATH=gemv balanced tiles (28 x 4 at 64 rows: 448 CTAs of exactly 6 tiles each; at 32 rows and 5 CTAs per SM,
 # 5376 tiles: 660 CTAs -> 8 or 9 tiles). This call checks those kernels on the GPU, times them beside the
-# automatic grid at 28 x 4, then the size sweep (the fixed cost F of each) and PM sampling of the persistent one.
+# automatic grid at 28 x 4 (with 7-8 warps per tile too: a CTA's drain lasts about its warps' quads over the quads
+# they keep in flight, 7 / 2 at the automatic 4 warps), then the size sweep (the fixed cost F of each) and PM
+# sampling of the persistent one.
 # On an H200: the CPS rows first (~90 s), then the H200 plan (session28-call3.sh) with what is left.
 # Run: BUDGET_S=540 bash scripts/plans/session29-call1.sh  (carry [".carry"], timeout_s 580, kind nvidia-h200)
 W=/tmp/w29c1; source scripts/plans/lib.sh
 P28="MXFP4 decode 28 experts x 4 tokens N6144 K3584"
 D28="G=28,per=4,N=6144,K=3584,tiles=1"
 CPSK="PATH=auto;CPS=4;CPS=3;BN=32,BK=128,MINB=6;BN=32,BK=128,MINB=6,CPS=5;BN=32,BK=128,MINB=6,CPS=6"
+# Shorter drains: 8 warps split a tile's 28 quads (3-4 each instead of 7), 3 CTAs per SM (80 registers, no spill).
+CPSK="$CPSK;BN=32,BK=128,WA=8,MINB=3;BN=32,BK=128,WA=8,MINB=3,CPS=3;WA=7,BN=32,BK=128,MINB=3"
 # GPU checks of the persistent gemv kernels (tile-major and packed 28 x 4; ragged groups with empty ones).
 for kn in "CPS=4" "BN=32,BK=128,MINB=6,CPS=6"; do
   timeout 60 $K check --backend cuda --op mxfp4_matmul --dims "$D28" --knobs "$kn" --cases 2 2>&1 | tail -1 \
