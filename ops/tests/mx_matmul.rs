@@ -589,6 +589,13 @@ fn presets_compile_without_spills() {
             knobs(&[("WA", 4), ("WB", 2)]).with("MMA", "sync"),
         ),
         (vec![("G", 28), ("per", 4), ("N", 6144), ("K", 3584), ("packed", 1)], knobs(&[("CPS", 4)])),
+        // Persistent gemv grids: balanced whole tiles, and stream-K (tile-major and packed words).
+        (vec![("G", 28), ("per", 4), ("N", 6144), ("K", 3584), ("tiles", 1)], knobs(&[("CPS", 4), ("BK", 128)])),
+        (
+            vec![("G", 28), ("per", 4), ("N", 6144), ("K", 3584), ("tiles", 1)],
+            knobs(&[("CPS", 4), ("SK", 1), ("BK", 128), ("BN", 64), ("MINB", 4)]),
+        ),
+        (vec![("G", 28), ("per", 4), ("N", 6144), ("K", 3584), ("packed", 1)], knobs(&[("CPS", 5), ("SK", 1)])),
         (vec![("M", 1), ("N", 6144), ("K", 3584), ("packed", 1)], knobs(&[("CPS", 4), ("BK", 256), ("STAGES", 3)])),
         (
             vec![("M", 4096), ("N", 6144), ("K", 3584), ("packed", 1)],
@@ -1248,4 +1255,93 @@ fn xa_loads_the_activations_two_quads_ahead() {
     let big = Preset::new("prefill", &[("M", 300), ("K", 256), ("N", 64), ("packed", 1)]);
     let e = Mxfp4Matmul.kernels(&big, &knobs(&[("XA", 2)]).with("PATH", "dq_gemm")).unwrap_err().to_string();
     assert!(e.contains("XA"), "{e}");
+}
+
+/// PATH=gemv stream-K (`CPS` > 0, `SK=1`): every CTA an equal run of the tiles' BK units, a tile split between two
+/// CTAs summed by the second to arrive. Against the f64 reference on the CPU's 4 SMs: runs that split tiles (grouped
+/// with empty groups, GLU epilogues with routing weights, natural and packed words, two token tiles, N tails, dense),
+/// tile-major weights (segments that start at K > 0: the tiled offsets), more CTAs than tiles (no split); the JIT bit
+/// for bit with the interpreter; the arrival counters left at zero for the next launch; the knob sets it cannot
+/// take refused by name.
+#[test]
+fn gemv_stream_k_splits_tiles_between_ctas() {
+    use k3k_codegen::cpu::interp::{self, InterpOptions};
+    use k3k_codegen::cpu::jit;
+    let mut rng = StdRng::seed_from_u64(rand::rng().random());
+    let sk = |pairs: &[(&str, i64)]| knobs(pairs).with("PATH", "gemv").with("SK", 1i64);
+    for (packed, wide, epi, pw) in [(1i64, 0i64, 0i64, 0i64), (0, 1, 1, 1), (1, 1, 2, 1)] {
+        let p = Preset::new(
+            "sk grouped",
+            &[
+                ("G", 5),
+                ("c0", 0),
+                ("c1", 4),
+                ("c2", 0),
+                ("c3", 17),
+                ("c4", 1),
+                ("K", 640),
+                ("N", 66),
+                ("epilogue", epi),
+                ("p", pw),
+                ("packed", packed),
+                ("wide", wide),
+            ],
+        );
+        run(&p, rng.random(), &sk(&[("CPS", 1), ("BK", 128), ("BN", 32)]));
+        run(&p, rng.random(), &sk(&[("CPS", 2), ("BK", 256), ("STAGES", 3), ("BN", 32)]));
+        run(&p, rng.random(), &sk(&[("CPS", 3), ("BK", 128), ("GR", 2)]));
+        run(&p, rng.random(), &sk(&[("CPS", 16)]));
+    }
+    // Dense: 5 weight tiles of 16 rows x 9 units on 4 CTAs (11, 11, 11 and 12 units).
+    let dense = Preset::new("sk dense", &[("M", 3), ("K", 1152), ("N", 80), ("packed", 1)]);
+    run(&dense, rng.random(), &sk(&[("CPS", 1), ("BK", 128), ("BN", 16)]));
+    run(&dense, rng.random(), &sk(&[("CPS", 1), ("BK", 128), ("BN", 16), ("STAGES", 4)]).with("FIN", "last"));
+    // Tile-major: 6 tiles of 32 rows x 4 units on 4 CTAs (6 units each: three tiles split at K = 256).
+    let tiles = |extra: &[(&str, i64)]| {
+        let mut d = vec![("G", 4), ("c0", 4), ("c1", 0), ("c2", 8), ("c3", 1), ("K", 512), ("N", 64), ("tiles", 1)];
+        d.extend_from_slice(extra);
+        Preset::new("sk tiles", &d)
+    };
+    for p in [tiles(&[]), tiles(&[("epilogue", 1), ("p", 1)])] {
+        run(&p, rng.random(), &knobs(&[("CPS", 1), ("SK", 1), ("BK", 128), ("BN", 32)]));
+        run(&p, rng.random(), &knobs(&[("CPS", 1), ("SK", 1), ("BK", 128), ("BN", 32)]).with("COPY", "bulk"));
+    }
+    // The JIT as the interpreter, and the counters back at zero.
+    let inst = Mxfp4Matmul.instance(&tiles(&[("epilogue", 1), ("p", 1)]), rng.random()).unwrap();
+    let plan = inst.plan(&knobs(&[("CPS", 1), ("SK", 1), ("BK", 128), ("BN", 32)])).unwrap();
+    let mut outs = vec![];
+    for use_jit in [false, true] {
+        let bufs = plan
+            .run_host(|kernel, args, scalars| {
+                if use_jit {
+                    jit::compile(kernel).unwrap().run(args, scalars, InterpOptions::default()).unwrap();
+                } else {
+                    interp::run(kernel, args, scalars, InterpOptions::default()).unwrap();
+                }
+                Ok(())
+            })
+            .unwrap();
+        outs.push(bufs);
+    }
+    let (y, sem) = (plan.index("y").unwrap(), plan.index("sem").unwrap());
+    assert_eq!(outs[0][y].data, outs[1][y].data, "JIT and interpreter agree on stream-K");
+    for o in &outs {
+        assert!(o[sem].data.iter().all(|&b| b == 0), "every split tile's counter is reset");
+    }
+    let r = inst.check(&plan.outputs(outs.remove(0))).unwrap();
+    assert!(r.passed, "{}", r.detail);
+    // Refused by name.
+    let g = tiles(&[]);
+    for (kn, what) in [
+        (sk(&[]), "CPS > 0"),
+        (sk(&[("CPS", 1), ("SPLIT", 2)]), "SPLIT 0 or 1"),
+        (sk(&[("CPS", 1)]).with("FIN", "kernel"), "FIN auto or last"),
+        (knobs(&[("CPS", 1), ("SK", 2)]).with("PATH", "gemv"), "SK=2: 0 or 1"),
+        (knobs(&[("CPS", 1), ("SK", 1)]).with("PATH", "tile"), "SK=1 needs PATH=gemv"),
+    ] {
+        let e = Mxfp4Matmul.kernels(&Preset::new("sk dense", &[("M", 3), ("K", 1152), ("N", 80)]), &kn);
+        let e = e.map(|_| ()).unwrap_err().to_string();
+        assert!(e.contains(what), "{kn}: {e}");
+    }
+    assert!(Mxfp4Matmul.kernels(&g, &knobs(&[("CPS", 1), ("SK", 1)])).is_ok());
 }

@@ -220,7 +220,7 @@ pub fn kernels_for(spec: &MatSpec, c: &Cfg) -> Result<Vec<Kernel>, OpError> {
     if act_dequant_first(spec, c) {
         v.push(super::prefill::act_kernel()?);
     }
-    if c.split > 1 && !c.fused {
+    if c.partial() && !c.fused {
         v.push(build_finalize(spec, c.split)?);
     }
     Ok(v)
@@ -289,9 +289,9 @@ pub fn matmul_plan(w: &Fp4Weights, inp: &MatInputs<'_>, knobs: &Knobs) -> Result
         plan.step(super::prefill::act_kernel()?, &[args[0], args[1], xd], &[]);
         args.splice(0..2, [xd]);
     }
-    if c.split > 1 && c.fused {
+    if c.partial() && c.fused {
         // One launch: partials in scratch, arrival counters that start (and are left) at zero.
-        args.push(plan.scratch("part", DType::F32, &[c.split as usize, m, n]));
+        args.push(plan.scratch("part", DType::F32, &[c.part_slots() as usize, m, n]));
         args.push(plan.input("sem", HostTensor::zeros(DType::I32, &[counter_count(&spec, &c, m, g, n_out)])));
         args.extend(p_idx);
         args.push(plan.output("y", DType::Bf16, &[m, n_out]));

@@ -8,7 +8,7 @@ use super::*;
 /// `SPLIT > 1`: `part: [S, M, N] f32` instead. The launcher guarantees K = 8 KW = 32 KB and N = 2 NH.
 pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
     let glu = spec.epilogue.is_glu();
-    let partial = c.split > 1;
+    let partial = c.partial();
     let threads = 32 * c.wa * c.wb;
     let mut b = KernelBuilder::new(&kernel_name("mxfp4_mm", spec, c, partial), threads);
     b.knobs(c.knobs());
@@ -202,7 +202,7 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
         let ks = b.let_("ks", &local % split);
         let nt = b.let_("nt", &local / split);
         b.for_("mt", 0i64, rows_g.ceil_div(bm as i64), 1i64, |b, mt| {
-            mk.tile(b, Expr::Int(0), gsel.clone(), row0.clone(), rows_g.clone(), ks.clone(), mt, nt.clone());
+            mk.tile(b, Expr::Int(0), gsel.clone(), row0.clone(), rows_g.clone(), ks.clone(), mt, nt.clone(), None);
         });
         return Ok(b.finish()?);
     }
@@ -211,6 +211,66 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
         let rows = group_end(&g) - group_start(&g);
         b.assign(total, Expr::Var(total) + rows.ceil_div(bm as i64) * n_tiles.clone() * split);
     });
+    // Tile `t` of the flat order (groups in order; in each, its token tiles x weight tiles x K splits): its group,
+    // found by a walk over all groups (two loads of `offs` each), the group's rows, K split, token and weight tile.
+    let locate = |b: &mut KernelBuilder, t: &Expr| {
+        let grp = b.let_var("grp", 0i64);
+        let local = b.let_var("local", 0i64);
+        let seen = b.let_var("seen", 0i64);
+        b.for_("g", 0i64, g_count.clone(), 1i64, |b, g| {
+            let rows = group_end(&g) - group_start(&g);
+            let tg = b.let_("tg", rows.ceil_div(bm as i64) * n_tiles.clone() * split);
+            b.if_(t.ge(Expr::Var(seen)).and(t.lt(Expr::Var(seen) + tg.clone())), |b| {
+                b.assign(grp, g.clone());
+                b.assign(local, t - Expr::Var(seen));
+            });
+            b.assign(seen, Expr::Var(seen) + tg);
+        });
+        let gsel = Expr::Var(grp);
+        let row0 = b.let_("row0", group_start(&gsel));
+        let rows_g = b.let_("rows_g", group_end(&gsel) - row0.clone());
+        let m_tiles = rows_g.ceil_div(bm as i64);
+        let ks = b.let_("ks", Expr::Var(local) % split);
+        let rest = b.let_("rest", Expr::Var(local) / split);
+        let (mt, nt) = if c.raster_m {
+            (&rest % m_tiles.clone(), &rest / m_tiles)
+        } else {
+            (&rest / n_tiles.clone(), &rest % n_tiles.clone())
+        };
+        (gsel, row0, rows_g, ks, mt, nt)
+    };
+    if c.sk {
+        // Stream-K (PATH=gemv, CPS > 0, SK=1): the `total` tiles' K ranges in BK units, `nk` per tile, split into
+        // equal contiguous runs over the first `active` = min(grid, total) CTAs (the rest exit at once). A run has
+        // at least `nk` units, so a tile is either one CTA's whole (the plain epilogue) or split between exactly
+        // two: the CTA whose run ends inside it (partial slot 0, from K = 0) and the one whose run starts inside it
+        // (slot 1); the second to arrive sums both (FIN=last's counters, slots in order). The runs start at
+        // different K offsets of their first tiles, so the CTAs' tile boundaries fall at different times.
+        let kd = mk.kd.clone();
+        let nk = b.let_("nk", kd.ceil_div(bk as i64));
+        let units = b.let_("units", Expr::Var(total) * nk.clone());
+        let active = b.let_("active", Expr::Var(total).min(Expr::grid_dim(0)).max(1i64));
+        let cta = Expr::block_idx(0);
+        let u0 = b.let_("u0", &cta * units.clone() / active.clone());
+        let u1 = b.let_("u1", (&cta + 1i64) * units.clone() / active.clone());
+        let t0 = b.let_("t0", &u0 / nk.clone());
+        let busy = cta.lt(active.clone()).and(u1.gt(u0.clone()));
+        let t_end = Expr::select(busy, (&u1 - 1i64) / nk.clone() + 1i64, t0.clone());
+        b.for_("tile", t0, t_end, 1i64, |b, t| {
+            let tb = b.let_("tb", &t * nk.clone());
+            let lo = b.let_("lo", u0.max(tb.clone()) - tb.clone());
+            let hi = b.let_("hi", u1.min(&tb + nk.clone()) - tb.clone());
+            let (gsel, row0, rows_g, _, mt, nt) = locate(b, &t);
+            let seg = SkSeg {
+                kbeg: &lo * bk as i64,
+                kend: (&hi * bk as i64).min(kd.clone()),
+                full: lo.eq(0i64).and(hi.eq(nk.clone())),
+            };
+            let slot = Expr::select(lo.gt(0i64), Expr::Int(1), Expr::Int(0));
+            mk.tile(b, t, gsel, row0, rows_g, slot, mt, nt, Some(seg));
+        });
+        return Ok(b.finish()?);
+    }
     // The persistent grid's tiles: CTA c takes tiles c, c + step, c + 2 step, ... For PATH=gemv (CPS > 0) the
     // tiles are balanced: with `per` = ceil(total / grid) tiles for the busiest CTA, only the first
     // `active` = ceil(total / per) CTAs work (the rest exit at once), so every working CTA takes `per` tiles or,
@@ -228,30 +288,8 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
         (Expr::Var(total), Expr::grid_dim(0))
     };
     b.for_("tile", Expr::block_idx(0), t_end, t_step, |b, t| {
-        let grp = b.let_var("grp", 0i64);
-        let local = b.let_var("local", 0i64);
-        let seen = b.let_var("seen", 0i64);
-        b.for_("g", 0i64, g_count.clone(), 1i64, |b, g| {
-            let rows = group_end(&g) - group_start(&g);
-            let tg = b.let_("tg", rows.ceil_div(bm as i64) * n_tiles.clone() * split);
-            b.if_(t.ge(Expr::Var(seen)).and(t.lt(Expr::Var(seen) + tg.clone())), |b| {
-                b.assign(grp, g.clone());
-                b.assign(local, &t - Expr::Var(seen));
-            });
-            b.assign(seen, Expr::Var(seen) + tg);
-        });
-        let gsel = Expr::Var(grp);
-        let row0 = b.let_("row0", group_start(&gsel));
-        let rows_g = b.let_("rows_g", group_end(&gsel) - row0.clone());
-        let m_tiles = rows_g.ceil_div(bm as i64);
-        let ks = b.let_("ks", Expr::Var(local) % split);
-        let rest = b.let_("rest", Expr::Var(local) / split);
-        let (mt, nt) = if c.raster_m {
-            (&rest % m_tiles.clone(), &rest / m_tiles)
-        } else {
-            (&rest / n_tiles.clone(), &rest % n_tiles.clone())
-        };
-        mk.tile(b, t, gsel, row0, rows_g, ks, mt, nt);
+        let (gsel, row0, rows_g, ks, mt, nt) = locate(b, &t);
+        mk.tile(b, t, gsel, row0, rows_g, ks, mt, nt, None);
     });
     Ok(b.finish()?)
 }
@@ -271,6 +309,13 @@ type SyncTiles = (
 /// The wgmma path's decoded weight tiles, accumulators (gate and up), row scales and DEC=bits register tile.
 type WgmmaTiles = (SharedId, TileId, Option<TileId>, Option<VecId>, Option<TileId>);
 
+/// A stream-K segment of a tile ([`build_main`] with `SK=1`): its K range and whether it is the whole tile.
+struct SkSeg {
+    kbeg: Expr,
+    kend: Expr,
+    full: Expr,
+}
+
 /// The coordinates and K range of one tile of the main kernel ([`MainKernel::tile`]).
 struct TileCtx {
     /// The tile's index in the flat order.
@@ -284,6 +329,8 @@ struct TileCtx {
     kend: Expr,
     k_tiles: Expr,
     wrow: Expr,
+    /// Stream-K: whether this segment is the whole tile (the plain epilogue) or a partial (slot `ks`).
+    full: Option<Expr>,
 }
 
 /// What one tile of the main kernel reads ([`build_main`]): the problem, the knobs, the tensors, the shared
@@ -322,20 +369,37 @@ struct MainKernel<'a> {
 
 impl MainKernel<'_> {
     /// One tile: group `gsel` (its rows from `row0`, `rows_g` of them), K split `ks`, token tile `mt`, weight tile
-    /// `nt`; `t` the tile's index in the flat order (the split-K arrival counters are per `t / SPLIT`).
+    /// `nt`; `t` the tile's index in the flat order (the split-K arrival counters are per `t / SPLIT`). With a
+    /// stream-K segment `seg`, its K range instead of split `ks`'s, and `ks` its partial slot.
     #[allow(clippy::too_many_arguments)]
-    fn tile(&self, b: &mut KernelBuilder, t: Expr, gsel: Expr, row0: Expr, rows_g: Expr, ks: Expr, mt: Expr, nt: Expr) {
+    fn tile(
+        &self,
+        b: &mut KernelBuilder,
+        t: Expr,
+        gsel: Expr,
+        row0: Expr,
+        rows_g: Expr,
+        ks: Expr,
+        mt: Expr,
+        nt: Expr,
+        seg: Option<SkSeg>,
+    ) {
         let (c, bm, bk) = (self.c, self.c.bm, self.c.bk);
         let m0 = b.let_("m0", mt * bm as i64);
         let n0 = b.let_("n0", nt * self.bno as i64);
         // PATH=gemv: at most BM (8-token tiles keep 16-row epilogue tiles).
         let rows_valid =
             b.let_("rows_valid", if c.gemv { (rows_g - m0.clone()).min(bm as i64) } else { rows_g - m0.clone() });
-        let kbeg = b.let_("kbeg", &ks * self.kchunk.clone());
-        let kend = b.let_("kend", (&kbeg + self.kchunk.clone()).min(self.kd.clone()));
+        let (kbeg, kend, full) = match seg {
+            Some(s) => (b.let_("kbeg", s.kbeg), b.let_("kend", s.kend), Some(b.let_("full", s.full))),
+            None => {
+                let kbeg = b.let_("kbeg", &ks * self.kchunk.clone());
+                (kbeg.clone(), b.let_("kend", (&kbeg + self.kchunk.clone()).min(self.kd.clone())), None)
+            }
+        };
         let k_tiles = b.let_("k_tiles", (&kend - kbeg.clone()).max(0i64).ceil_div(bk as i64));
         let wrow = b.let_("wrow", &gsel * self.n.clone());
-        let tc = TileCtx { t, row0, ks, m0, n0, rows_valid, kbeg, kend, k_tiles, wrow };
+        let tc = TileCtx { t, row0, ks, m0, n0, rows_valid, kbeg, kend, k_tiles, wrow, full };
         if let Some(sync) = self.sync {
             self.tile_sync(b, &tc, sync);
         }
@@ -537,7 +601,10 @@ impl MainKernel<'_> {
         }
         let at = |row_off: u32| Expr::shared_load(sacc, 0i64, Expr::ColIdx + row_off as i64, Expr::RowIdx);
         let rows_base = row0 + m0.clone();
-        if partial {
+        // A K split's or a split stream-K tile's partial (slot `ks`), summed by the last to arrive (FIN=last) or
+        // by the finalize kernel.
+        let slots = c.part_slots() as i64;
+        let partial_epilogue = |b: &mut KernelBuilder| {
             let prow = (ks * m.clone() + rows_base.clone()) * n.clone();
             let pvec = if spec.out_vec == 2 { 2 } else { 1 };
             b.map(yt, at(0));
@@ -582,7 +649,7 @@ impl MainKernel<'_> {
                     });
                 });
                 b.barrier();
-                let last = Expr::shared_load(arrived, 0i64, 0i64, 0i64).eq(split - 1);
+                let last = Expr::shared_load(arrived, 0i64, 0i64, 0i64).eq(slots - 1);
                 b.if_(last, |b| {
                     // Every split of this tile has arrived: reset its counter for the next launch, then sum
                     // the partials in split order (the finalize kernel's order and rounding).
@@ -603,10 +670,10 @@ impl MainKernel<'_> {
                             b.map(u, Expr::Elem(u) + Expr::Elem(yt));
                         }
                     };
-                    if c.split <= FINALIZE_UNROLL {
-                        b.for_unrolled("s", 0i64, split, 1i64, body);
+                    if slots <= FINALIZE_UNROLL as i64 {
+                        b.for_unrolled("s", 0i64, slots, 1i64, body);
                     } else {
-                        b.for_("s", 0i64, split, 1i64, body);
+                        b.for_("s", 0i64, slots, 1i64, body);
                     }
                     if let Some(u) = usum {
                         b.map(ysum, epilogue_expr(spec.epilogue, Expr::Elem(ysum), Expr::Elem(u)));
@@ -628,7 +695,9 @@ impl MainKernel<'_> {
                     );
                 });
             }
-        } else {
+        };
+        // The finished tile: the GLU and the row scales, then bf16 into `dst`.
+        let plain_epilogue = |b: &mut KernelBuilder, dst: TensorId| {
             let h = if glu { epilogue_expr(spec.epilogue, at(0), at(bn / 2)) } else { at(0) };
             b.map(yt, h);
             if let (Some(pv), Some(p)) = (pv, p) {
@@ -638,7 +707,7 @@ impl MainKernel<'_> {
             b.store(
                 yt,
                 Place::Global(view(
-                    out,
+                    dst,
                     &rows_base * n_out.clone() + n0.clone(),
                     n_out.clone(),
                     rows_valid.clone(),
@@ -646,6 +715,14 @@ impl MainKernel<'_> {
                     spec.out_vec,
                 )),
             );
+        };
+        match &tc.full {
+            Some(full) => {
+                let y = fin.expect("stream-K sums its split tiles in the kernel").1;
+                b.if_else(full.clone(), |b| plain_epilogue(b, y), partial_epilogue);
+            }
+            None if partial => partial_epilogue(b),
+            None => plain_epilogue(b, out),
         }
     }
 

@@ -126,6 +126,14 @@ pub fn knob_space() -> KnobSpace {
              start together and end together)",
             [0i64, 4],
         )
+        .axis(
+            "SK",
+            "PATH=gemv with CPS > 0: 1 = stream-K, the K ranges of all tiles (in BK units) split evenly over the \
+             persistent CTAs, each a contiguous run that may start and end inside a tile (such a tile's two \
+             partials summed by the last to arrive, as FIN=last), so the CTAs carry equal bytes and turn over at \
+             different times; 0 = whole tiles",
+            [0i64, 1],
+        )
         .axis("RASTER", "tile order inside a group: m (neighbouring CTAs share weights) or n", ["m"])
         .axis(
             "MMA",
@@ -240,6 +248,7 @@ pub fn default_knobs() -> Knobs {
         .with("L2PF", "auto")
         .with("COPY", "auto")
         .with("XA", 0i64)
+        .with("SK", 0i64)
         .with(super::prefill::DQ_KNOB, super::prefill::DQ_AUTO)
 }
 
@@ -285,6 +294,9 @@ pub struct Cfg {
     /// PATH=gemv with the shared-memory ring: quads ahead that the activations are loaded (1, or 2 for
     /// [`Stmt::Fp4Gemv`]'s `x_two_ahead`; knob `XA`); 1 elsewhere (validated).
     pub xa: u32,
+    /// PATH=gemv with a persistent grid: stream-K (knob `SK=1`): every CTA takes an equal run of the tiles' K
+    /// units; a tile split between two CTAs gets two partials (`part: [2, M, N]`) summed by the last to arrive.
+    pub sk: bool,
 }
 
 impl Cfg {
@@ -322,7 +334,16 @@ impl Cfg {
         let k = if self.l2pf > 0 || self.l2pf_auto() > 0 { k.with("L2PF", self.l2pf) } else { k };
         // XA likewise: recorded where it is not 1 or where auto would make it 2.
         let k = if self.xa != 1 || self.xa_auto() != 1 { k.with("XA", self.xa) } else { k };
+        let k = if self.sk { k.with("SK", 1i64) } else { k };
         if self.bulk { k.with("COPY", "bulk") } else { k }
+    }
+    /// Partial outputs (`part: [S, M, N]`) instead of the finished `y`: a K split, or stream-K's split tiles.
+    pub fn partial(&self) -> bool {
+        self.split > 1 || self.sk
+    }
+    /// The partial slots per tile, `S` (the splits, or stream-K's two contributors of a split tile).
+    pub fn part_slots(&self) -> u32 {
+        if self.sk { 2 } else { self.split }
     }
     /// `L2PF=auto`: 128 bytes on PATH=gemv's shared-memory ring with per-lane copies, else none. Measured on the
     /// H200 (session 24, calls 2, 3 and 5, each against the former default in the same run): 28 x 4 decode 0.1083
@@ -360,7 +381,7 @@ impl Cfg {
             let (rows, count) = gemv_scratch(self, tiled);
             return al(bn * (bm.max(16) + 1) * 4)
                 + al((rows * count) as usize * bm * 4)
-                + if self.fused && self.split > 1 { al(4) } else { 0 };
+                + if self.fused && self.partial() { al(4) } else { 0 };
         }
         let common = if self.stream { 0 } else { al(bn * bk / 2 * st) + al(bn * bk / 32 * st) }
             + if self.fused && self.split > 1 { al(4) } else { 0 };
@@ -438,6 +459,15 @@ pub struct ShapeFacts {
 /// launch (`kernel`); `auto` means `auto_last`, and an absent knob (knob sets from before it existed) `kernel`.
 fn fin_last(knobs: &Knobs, auto_last: bool) -> Result<bool, OpError> {
     two_way(knobs, "FIN", false, &[("auto", auto_last), ("kernel", false), ("last", true)])
+}
+
+/// `SK` (stream-K on PATH=gemv's persistent grid): 1 on, 0 or absent off; any other value is refused.
+fn sk_knob(knobs: &Knobs) -> Result<bool, OpError> {
+    match super::prefill::int_or0(knobs, "SK")? {
+        0 => Ok(false),
+        1 => Ok(true),
+        v => Err(OpError::InvalidKnobs { op: OP, knobs: knobs.to_string(), why: format!("SK={v}: 0 or 1") }),
+    }
 }
 
 /// `PF` (the stream and gemv register pipelines): `on`; `off`, `auto` and an absent knob mean off. Auto is off
@@ -633,6 +663,7 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, Op
         l2pf: l2pf_knob(knobs)?.unwrap_or(0),
         bulk: copy_bulk(knobs)?,
         xa: xa_knob(knobs)?.unwrap_or(1),
+        sk: sk_knob(knobs)?,
     };
     c.cps = knobs.u32("CPS")?;
     // CTAs resident per SM: the persistent count, else an estimate from shared memory (registers permitting).
@@ -793,6 +824,7 @@ fn resolve_gemv(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, O
     let wa = pick(knobs, "WA", wa_auto)?;
     // FIN auto: the second launch (FIN=last measured slower on the H200 for the stream kernels).
     let fin_last = fin_last(knobs, false)?;
+    let sk = sk_knob(knobs)?;
     let minb = if knobs.0.contains_key("MINB") { knobs.u32("MINB")? } else { 1 };
     // STAGES: 1 or 2 = the register ring of GR slots; 3..=8 = the shared-memory ring of that many cp.async stages
     // per warp (`Stmt::Fp4Gemv` staged; GR is then unused and recorded as the stage count); 0 (or none) = auto:
@@ -838,13 +870,19 @@ fn resolve_gemv(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, O
         dec_bits: true,
         stream: false,
         gemv: true,
-        fused: fin_last && split > 1,
+        // (Stream-K sums its split tiles in the kernel: FIN auto means last there, and FIN=kernel is refused.)
+        fused: if sk {
+            two_way(knobs, "FIN", true, &[("auto", true), ("kernel", false), ("last", true)])?
+        } else {
+            fin_last && split > 1
+        },
         prefetch,
         min_blocks: if minb <= 1 { 0 } else { minb },
         ring,
         l2pf: 0,
         bulk: copy_bulk(knobs)?,
         xa: 1,
+        sk,
     };
     // L2PF and XA auto: see `Cfg::l2pf_auto` and `Cfg::xa_auto`.
     let c = Cfg { l2pf: l2pf_knob(knobs)?.unwrap_or(c.l2pf_auto()), xa: xa_knob(knobs)?.unwrap_or(c.xa_auto()), ..c };
@@ -871,6 +909,15 @@ fn validate(spec: &MatSpec, c: &Cfg, knobs: &Knobs) -> Result<(), OpError> {
                 "tile-major weights need the shared-memory ring (STAGES >= 3), 8-token tiles and no K split (got \
                  STAGES={}, BM={}, SPLIT={})",
                 c.stages, c.bm, c.split
+            ));
+        }
+        if c.sk && (c.cps == 0 || c.split != 1 || !c.fused) {
+            return invalid(format!(
+                "SK=1 needs a persistent grid (CPS > 0), no K split (SPLIT 0 or 1) and the in-kernel sum (FIN auto or \
+                 last) (got CPS={}, SPLIT={}, FIN={})",
+                c.cps,
+                c.split,
+                if c.fused { "last" } else { "kernel" }
             ));
         }
         if c.bulk && !(spec.tiled && c.l2pf == 0) {
@@ -951,6 +998,9 @@ fn validate(spec: &MatSpec, c: &Cfg, knobs: &Knobs) -> Result<(), OpError> {
     }
     if c.bulk {
         return invalid("COPY=bulk needs PATH=gemv".into());
+    }
+    if c.sk {
+        return invalid("SK=1 needs PATH=gemv".into());
     }
     if c.xa != 1 {
         return invalid(format!("XA={} needs PATH=gemv", c.xa));
