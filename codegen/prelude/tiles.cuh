@@ -956,12 +956,6 @@ __device__ __forceinline__ void gemv_bulk_copy(unsigned dst, const void* src, un
                "l"(src), "r"(bytes), "r"(bar)
                : "memory");
 }
-// The tile-major place (`k3k_ir::fp4::tile_major`) of row-major flat index `i` of a matrix of rows of `len`
-// elements stored as [rows / 16, len / unit, 16, unit].
-__device__ __forceinline__ long long tile_major_index(long long i, long long len, long long unit) {
-  const long long r = i / len, c = i - r * len;
-  return (r - (r & 15)) * len + (c / unit) * (16 * unit) + (r & 15) * unit + c % unit;
-}
 template <int NB> struct Fp4GemvSlot {
   uint4 w[NB][2];
   unsigned s[NB][2];
@@ -1214,15 +1208,11 @@ __device__ __forceinline__ void fp4_gemv(unsigned char* ot, int or0, int oc0, un
       // bytes of scales (at 4 r), the tile's first row on a 16-row boundary; row g + 8p is in block p / 2 at row
       // g + 8 (p % 2) of it.
       // (BULK: the blocks' first bytes, the same for every lane.)
-      // TILED: the views' offsets are row-major indices (row r, a multiple of 16, column c, a whole quad: a K
-      // split's or stream-K segment's start), stored tile-major at `tile_major_index`: r x len + 16 c.
-      const long long qtm = TILED ? tile_major_index(qoff, qstride, 16) : qoff;
-      const long long stm = TILED ? tile_major_index(soff, sstride, 4) : soff;
-      const unsigned char* wq = BULK    ? (const unsigned char*)(q + qtm) + 1024 * quad(0)
-                                : TILED ? (const unsigned char*)(q + qtm) + (64 * g + 16 * l + 1024 * quad(0))
+      const unsigned char* wq = BULK    ? (const unsigned char*)(q + qoff) + 1024 * quad(0)
+                                : TILED ? (const unsigned char*)(q + qoff) + (64 * g + 16 * l + 1024 * quad(0))
                                         : (const unsigned char*)(wb + (wro[0][0] + 4 * quad(0)));
-      const unsigned char* sq = BULK    ? (const unsigned char*)(sg + stm) + 64 * quad(0)
-                                : TILED ? (const unsigned char*)(sg + stm) +
+      const unsigned char* sq = BULK    ? (const unsigned char*)(sg + soff) + 64 * quad(0)
+                                : TILED ? (const unsigned char*)(sg + soff) +
                                               (64 * quad(0) + (lane >> 2) * 16u * (unsigned)sstride + 16 * l)
                                         : swb + (((sro[0][0] + smis) & ~3) + 4 * quad(0));
       const unsigned fsel = TILED ? (unsigned)l | 0x4440u : (unsigned)((sro[0][0] + smis) & 3) | 0x4440u;

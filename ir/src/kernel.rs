@@ -579,9 +579,11 @@ pub enum Stmt {
     /// (`cp.async`'s `.L2::<n>B`: L2 fetches the aligned `n` bytes around each copy from DRAM, which the warp's
     /// and its block's next quads of the same rows read soon after); 0 asks for nothing.
     /// `tiled` (staged and packed only): `words` and `scales` are stored tile-major ([`crate::fp4::tile_major`]:
-    /// each 16-row block's quad contiguous, 1 KB of words and 64 bytes of scales); the views still address them
-    /// as row-major `[rows, cols]` matrices. The program promises that the views start on a 16-row boundary of
-    /// tensors whose row strides are multiples of 16 words and 4 bytes, that every row of each `out` tile is valid,
+    /// each 16-row block's quad contiguous, 1 KB of words and 64 bytes of scales); a view's offset is then the
+    /// stored place of its first element, and its element `(r, c)` lies `tile_major(r x stride + c)` past it (for a
+    /// view at column 0 that is the row-major offset; a view from K > 0, a stream-K segment's, starts at the
+    /// stored place of its first quad). The program promises that the views start on a 16-row boundary and a whole
+    /// quad of tensors whose row strides are multiples of 16 words and 4 bytes, that every row of each `out` tile is valid,
     /// that the scale rows hold whole quads, and that `out` has 8 columns (the GPU code reads tiled data only
     /// through the shared-memory ring's fast form, and traps otherwise).
     /// `bulk` (tiled only, without `l2_prefetch`; schedule only): one lane per warp copies each 16-row block of a

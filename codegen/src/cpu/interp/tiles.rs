@@ -428,8 +428,9 @@ impl<'a> Block<'a> {
 /// block valid in both views) times token `t`'s activations, one f32 sum in column order; x is read in whole
 /// 8-column groups, as the GPU's 16-byte loads. `views` are (offset, row stride, rows, cols) of the words, the
 /// scales and x; `flags` are (packed, fold, finite, tiled); `scale`, `word` and `xval` read one element of their
-/// tensor at a flat index (checking it). With `tiled`, the words' and the scales' row-major indices are mapped to
-/// their tile-major places ([`fp4::tile_major`], the views' row strides as row lengths).
+/// tensor at a flat index (checking it). With `tiled`, the words' and the scales' views start at the stored place
+/// of their first element and their elements follow tile-major from there ([`fp4::tile_major`] of the index
+/// relative to the view, the views' row strides as row lengths; `Stmt::Fp4Gemv`).
 pub(crate) fn fp4_gemv_sums(
     (rows, cols): (usize, usize),
     views: [(i64, i64, i64, i64); 3],
@@ -447,14 +448,15 @@ pub(crate) fn fp4_gemv_sums(
             continue;
         }
         let mut wv = Vec::with_capacity(nblk as usize * 32);
+        // Element `i` of a view (its index relative to the view's start, row-major with the view's stride).
         let at = |i: i64, stride: i64, unit: usize| -> i64 {
             if tiled && i >= 0 && stride > 0 { fp4::tile_major(i as usize, stride as usize, unit) as i64 } else { i }
         };
         for bl in 0..nblk {
-            let sv = scale(at(so + ri * ss + bl, ss, fp4::TILE_QUAD_SCALES))?;
+            let sv = scale(so + at(ri * ss + bl, ss, fp4::TILE_QUAD_SCALES))?;
             for c in 0..32usize {
                 let (w, p) = fp4::slot(c % 32, packed);
-                let wd = word(at(qo + ri * qs + 4 * bl + w as i64, qs, fp4::TILE_QUAD_WORDS))?;
+                let wd = word(qo + at(ri * qs + 4 * bl + w as i64, qs, fp4::TILE_QUAD_WORDS))?;
                 wv.push(dequant_fp4_value(fp4::code(wd, p, packed), sv, fold, finite));
             }
         }

@@ -213,19 +213,32 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
     });
     // Tile `t` of the flat order (groups in order; in each, its token tiles x weight tiles x K splits): its group,
     // found by a walk over all groups (two loads of `offs` each), the group's rows, K split, token and weight tile.
-    let locate = |b: &mut KernelBuilder, t: &Expr| {
-        let grp = b.let_var("grp", 0i64);
-        let local = b.let_var("local", 0i64);
-        let seen = b.let_var("seen", 0i64);
-        b.for_("g", 0i64, g_count.clone(), 1i64, |b, g| {
-            let rows = group_end(&g) - group_start(&g);
-            let tg = b.let_("tg", rows.ceil_div(bm as i64) * n_tiles.clone() * split);
-            b.if_(t.ge(Expr::Var(seen)).and(t.lt(Expr::Var(seen) + tg.clone())), |b| {
-                b.assign(grp, g.clone());
-                b.assign(local, t - Expr::Var(seen));
+    // With `carried` (stream-K, whose CTAs take consecutive tiles): the group, the tiles before it and its tiles
+    // kept from the CTA's previous tile, and the walk run only when `t` is past that group.
+    let locate = |b: &mut KernelBuilder, t: &Expr, carried: Option<(VarId, VarId, VarId)>| {
+        let (grp, before, in_grp) = match carried {
+            Some(v) => v,
+            None => (b.let_var("grp", 0i64), b.let_var("before", 0i64), b.let_var("in_grp", 0i64)),
+        };
+        let walk = |b: &mut KernelBuilder| {
+            let seen = b.let_var("seen", 0i64);
+            b.for_("g", 0i64, g_count.clone(), 1i64, |b, g| {
+                let rows = group_end(&g) - group_start(&g);
+                let tg = b.let_("tg", rows.ceil_div(bm as i64) * n_tiles.clone() * split);
+                b.if_(t.ge(Expr::Var(seen)).and(t.lt(Expr::Var(seen) + tg.clone())), |b| {
+                    b.assign(grp, g.clone());
+                    b.assign(before, Expr::Var(seen));
+                    b.assign(in_grp, tg.clone());
+                });
+                b.assign(seen, Expr::Var(seen) + tg);
             });
-            b.assign(seen, Expr::Var(seen) + tg);
-        });
+        };
+        if carried.is_some() {
+            b.if_(t.ge(Expr::Var(before) + Expr::Var(in_grp)), walk);
+        } else {
+            walk(b);
+        }
+        let local = b.let_var("local", t - Expr::Var(before));
         let gsel = Expr::Var(grp);
         let row0 = b.let_("row0", group_start(&gsel));
         let rows_g = b.let_("rows_g", group_end(&gsel) - row0.clone());
@@ -256,11 +269,13 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
         let t0 = b.let_("t0", &u0 / nk.clone());
         let busy = cta.lt(active.clone()).and(u1.gt(u0.clone()));
         let t_end = Expr::select(busy, (&u1 - 1i64) / nk.clone() + 1i64, t0.clone());
+        // The current group, the tiles before it and its tiles (none yet: the first tile walks).
+        let carried = (b.let_var("grp", 0i64), b.let_var("before", 0i64), b.let_var("in_grp", 0i64));
         b.for_("tile", t0, t_end, 1i64, |b, t| {
             let tb = b.let_("tb", &t * nk.clone());
             let lo = b.let_("lo", u0.max(tb.clone()) - tb.clone());
             let hi = b.let_("hi", u1.min(&tb + nk.clone()) - tb.clone());
-            let (gsel, row0, rows_g, _, mt, nt) = locate(b, &t);
+            let (gsel, row0, rows_g, _, mt, nt) = locate(b, &t, Some(carried));
             let seg = SkSeg {
                 kbeg: &lo * bk as i64,
                 kend: (&hi * bk as i64).min(kd.clone()),
@@ -288,7 +303,7 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
         (Expr::Var(total), Expr::grid_dim(0))
     };
     b.for_("tile", Expr::block_idx(0), t_end, t_step, |b, t| {
-        let (gsel, row0, rows_g, ks, mt, nt) = locate(b, &t);
+        let (gsel, row0, rows_g, ks, mt, nt) = locate(b, &t, None);
         mk.tile(b, t, gsel, row0, rows_g, ks, mt, nt, None);
     });
     Ok(b.finish()?)
@@ -572,16 +587,25 @@ impl MainKernel<'_> {
                 vec![(0, n0.clone(), n.clone() - n0.clone())]
             };
             let hrows = if glu { bn / 2 } else { bn };
+            // The K range's first words and scales: row-major, or, tile-major (`Stmt::Fp4Gemv` tiled), the stored
+            // place of the range's first quad, 16 quads' words (256) and scales (64) per 16-row block's quad step.
+            // Without stream-K a tiled range starts at K = 0 (no K split), where the two agree, so those kernels keep
+            // the row-major form (and their IR).
+            let (kq_at, kb_at) = if spec.tiled && tc.full.is_some() {
+                (kbeg / 8i64 * 16i64, kbeg / 32i64 * 16i64)
+            } else {
+                (kbeg / 8i64, kbeg / 32i64)
+            };
             for (r0, nrow, nvalid) in halves {
                 let qv = view(
                     wq,
-                    (wrow + nrow.clone()) * kq.clone() + kbeg / 8i64,
+                    (wrow + nrow.clone()) * kq.clone() + kq_at.clone(),
                     kq.clone(),
                     nvalid.clone(),
                     kw_left.clone(),
                     4,
                 );
-                let sv = view(ws, (wrow + nrow) * kb.clone() + kbeg / 32i64, kb.clone(), nvalid, kb_left.clone(), 1);
+                let sv = view(ws, (wrow + nrow) * kb.clone() + kb_at.clone(), kb.clone(), nvalid, kb_left.clone(), 1);
                 let xv = view(
                     x,
                     (row0 + m0.clone()) * kd.clone() + kbeg.clone(),
