@@ -5,7 +5,8 @@ use super::*;
 /// Build the main kernel. Tensor arguments: `x: [M, K] bf16`; `wq: [G, N, KW] u32` (dense: `[N, KW]`; the
 /// natural layout's bytes read as little-endian words, or the packed layout); `ws: [G, N, KB] u8`; grouped: `offs: [G] i32`; fused epilogue:
 /// `p: [M] f32` (with `row_scale`) and `y: [M, NO] bf16` (NO = N, or N/2 = `NH` with a GLU epilogue);
-/// `SPLIT > 1`: `part: [S, M, N] f32` instead. The launcher guarantees K = 8 KW = 32 KB and N = 2 NH.
+/// `SPLIT > 1`: `part: [S, M, N] f32` instead (with FIN=last, and for stream-K with S = 2, then `sem: [T] i32`,
+/// `p` and `y`). The launcher guarantees K = 8 KW = 32 KB and N = 2 NH.
 pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
     let glu = spec.epilogue.is_glu();
     let partial = c.partial();
