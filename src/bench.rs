@@ -132,7 +132,8 @@ struct Measured {
     samples: Vec<f64>,
     /// With `K3K_BENCH_STEPS=1`: each kernel of a multi-kernel plan timed alone (name, median ms).
     steps: Vec<(String, f64)>,
-    /// [`local_memory_warning`] of each kernel the driver loaded with more local memory than allowed.
+    /// [`local_memory_warning`] of each kernel the driver loaded with more local memory than allowed, and
+    /// [`persistent_grid_warning`] of each persistent grid wider than what fits.
     warnings: Vec<String>,
 }
 
@@ -158,6 +159,21 @@ pub fn local_memory_warning(
     })
 }
 
+/// A warning when `kernel` asks for a persistent grid (knob `CPS`: that many CTAs per SM) of more CTAs per SM than
+/// fit at once (`blocks_per_sm`, the driver's occupancy at its block size and shared memory): the surplus CTAs start
+/// only as others finish, and with equal shares of the work they then run a whole second round on their own. The
+/// result stays right; the time does not mean what the knob says.
+pub fn persistent_grid_warning(kernel: &k3k_ir::Kernel, blocks_per_sm: u32) -> Option<String> {
+    let cps = kernel.knobs.0.get("CPS").and_then(|_| kernel.knobs.u32("CPS").ok()).unwrap_or(0);
+    (cps > blocks_per_sm).then(|| {
+        format!(
+            "{} asks for a persistent grid of {cps} CTAs per SM (CPS={cps}) but only {blocks_per_sm} fit on an SM at \
+             once: the others start as those finish",
+            kernel.name
+        )
+    })
+}
+
 fn measure(
     exec: &mut GpuExec,
     op: &dyn Operator,
@@ -170,7 +186,13 @@ fn measure(
     let warnings = exec
         .step_kernels(&plan)?
         .iter()
-        .filter_map(|lk| local_memory_warning(op, &lk.kernel, lk.local_bytes, lk.registers))
+        .flat_map(|lk| {
+            [
+                local_memory_warning(op, &lk.kernel, lk.local_bytes, lk.registers),
+                persistent_grid_warning(&lk.kernel, lk.blocks_per_sm),
+            ]
+        })
+        .flatten()
         .collect();
     let dev = exec.upload(&plan)?;
     exec.launch_all(&plan, &dev)?;
@@ -540,6 +562,21 @@ mod tests {
         let intra = kernels.iter().find(|k| kda.known_spill_bytes(k) == 16).expect("kda's allowance");
         assert!(local_memory_warning(&kda, intra, 16, 168).is_none(), "within the measured allowance");
         assert!(local_memory_warning(&kda, intra, 32, 168).is_some());
+    }
+
+    /// The persistent-grid warning: a CPS past the CTAs that fit per SM is named; one that fits, and a kernel
+    /// without the knob, are not.
+    #[test]
+    fn persistent_grids_wider_than_an_sm_holds_are_warned_about() {
+        let op = k3k_ops::mx::matmul::Mxfp4Matmul;
+        let p = Preset::new("t", &[("G", 28), ("per", 4), ("N", 6144), ("K", 3584), ("tiles", 1)]);
+        let knobs = op.default_knobs().with("CPS", 5i64).with("SK", 1i64);
+        let k = &op.kernels(&p, &knobs).unwrap()[0];
+        let w = persistent_grid_warning(k, 4).expect("5 CTAs per SM where 4 fit");
+        assert!(w.starts_with(&k.name) && w.contains("CPS=5") && w.contains("only 4 fit"), "{w}");
+        assert!(persistent_grid_warning(k, 5).is_none());
+        let plain = &op.kernels(&p, &op.default_knobs()).unwrap()[0];
+        assert!(persistent_grid_warning(plain, 1).is_none(), "CPS=0: a hardware-scheduled grid");
     }
 
     fn row(preset: &str, ms: f64, peer_ms: Option<f64>) -> BenchRow {

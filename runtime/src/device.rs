@@ -66,6 +66,9 @@ pub struct LoadedKernel {
     /// the clusters left over would run as a second wave. (On the H200 this sizing did not change the CLUSTER=2
     /// GEMM's time: session 6 calls 2-3, NOTES.md.)
     pub persistent_ctas: u32,
+    /// CTAs of this kernel that fit on one SM at once (`cuOccupancyMaxActiveBlocksPerMultiprocessor` at its block
+    /// size and shared memory): a persistent grid of more per SM runs its surplus after the others.
+    pub blocks_per_sm: u32,
 }
 
 impl Gpu {
@@ -199,7 +202,27 @@ impl Gpu {
         let registers = cuda("function registers", func.num_regs())?;
         let local_bytes = cuda("function local memory", func.local_size_bytes())?;
         let persistent_ctas = self.resident_cluster_ctas(kernel, &func, shared_bytes)?;
-        Ok(LoadedKernel { kernel: kernel.clone(), func, shared_bytes, registers, local_bytes, persistent_ctas })
+        let mut blocks: std::ffi::c_int = 0;
+        // SAFETY: a loaded function of this context and a valid out pointer.
+        let r = unsafe {
+            cudarc::driver::sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(
+                &mut blocks,
+                func.cu_function(),
+                kernel.launch_threads() as std::ffi::c_int,
+                shared_bytes,
+            )
+        };
+        cuda(&format!("max active blocks per SM of `{}`", kernel.name), r.result())?;
+        let blocks_per_sm = blocks.max(0) as u32;
+        Ok(LoadedKernel {
+            kernel: kernel.clone(),
+            func,
+            shared_bytes,
+            registers,
+            local_bytes,
+            persistent_ctas,
+            blocks_per_sm,
+        })
     }
 
     /// The CTAs of `kernel` that fit on this GPU at once in whole clusters (the SM count for a kernel without a
