@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# NOT RUN: no device machine was lent in session 29. The next session's first call, on any card.
+# RAN in session 29 (the third try: the first two got no machine), on an H100 (results/bench/nvidia-h100-80gb-hbm3/session29-call1/).
+# Written while no device was lent.
 # Session 29, call 1 (issue 4): does a balanced persistent grid, or stream-K, remove the decode's tail?
 # Session 28 call 11's PM samples, read at full resolution in session 29 without a device
 # (results/bench/nvidia-h100-80gb-hbm3/session29-pm/), put ~9 us of lost DRAM time in the decode's last 10 us (83%,

@@ -3,7 +3,7 @@
 `dramc__read_throughput` and which includes `sm__cycles_active.avg` (session 29).
 
 Each 1.5 us sample below the plateau (98% of peak, the read's) loses (1 - pct / 98) x its length. The samples are
-split into: start (to the first sample at 95% or more), tail (from the last CTA launch's sample on, once below 90%),
+split into: start (to the first sample at 95% or more), tail (after the last sample at 90% or more),
 dips (samples under 80% in between) and steady (the rest in between).
 Usage: session29-pm-loss.py DUMP [DUMP ...]
 """
@@ -28,14 +28,12 @@ def main():
         cols, r = rows(path)
         dram = 2 + next(i for i, c in enumerate(cols) if "dramc__read_throughput" in c)
         act = 2 + next(i for i, c in enumerate(cols) if "sm__cycles_active.avg" in c)
-        cta = 2 + next(i for i, c in enumerate(cols) if "ctas_launched" in c)
         on = [i for i, x in enumerate(r) if x[act] > 0]
         a, b = on[0], on[-1]
         dt = r[a + 1][1] - r[a][1]
         v = [x[dram] for x in r]
         start = next(i for i in range(a, b + 1) if v[i] >= 95)
-        last_launch = max(i for i in range(a + 1, b + 1) if r[i][cta] > 0)
-        tail = next(i for i in range(last_launch, b + 1) if v[i] < 90)
+        tail = max(i for i in range(start, b + 1) if v[i] >= 90) + 1
         seg = {"start": range(a, start), "tail": range(tail, b + 1)}
         mid = range(start, tail)
         seg["dips"] = [i for i in mid if v[i] < 80]
