@@ -1345,3 +1345,82 @@ fn gemv_stream_k_splits_tiles_between_ctas() {
     }
     assert!(Mxfp4Matmul.kernels(&g, &knobs(&[("CPS", 1), ("SK", 1)])).is_ok());
 }
+
+/// PATH=gemv's tail split (`TS`: the last TS groups' tiles in two K halves on the hardware-scheduled grid, summed by
+/// the second to arrive). Against the f64 reference: grouped with empty groups (split groups empty or of two token
+/// tiles), GLU epilogues with routing weights, natural and packed words, TS past G, tile-major weights (the second
+/// half's views start at K > 0) with per-lane and bulk copies; the JIT bit for bit with the interpreter; every
+/// counter back at zero; the knob sets it cannot take refused by name.
+#[test]
+fn gemv_tail_split_halves_the_last_groups_tiles() {
+    use k3k_codegen::cpu::interp::{self, InterpOptions};
+    use k3k_codegen::cpu::jit;
+    let mut rng = StdRng::seed_from_u64(rand::rng().random());
+    let ts = |pairs: &[(&str, i64)]| knobs(pairs).with("PATH", "gemv");
+    for (packed, wide, epi, pw) in [(1i64, 0i64, 0i64, 0i64), (0, 1, 1, 1), (1, 1, 2, 1)] {
+        let p = Preset::new(
+            "ts grouped",
+            &[
+                ("G", 5),
+                ("c0", 0),
+                ("c1", 4),
+                ("c2", 0),
+                ("c3", 17),
+                ("c4", 1),
+                ("K", 640),
+                ("N", 66),
+                ("epilogue", epi),
+                ("p", pw),
+                ("packed", packed),
+                ("wide", wide),
+            ],
+        );
+        run(&p, rng.random(), &ts(&[("TS", 1), ("BK", 128), ("BN", 32)]));
+        run(&p, rng.random(), &ts(&[("TS", 2), ("BK", 256), ("STAGES", 3), ("BN", 32)]));
+        run(&p, rng.random(), &ts(&[("TS", 3), ("BK", 128), ("GR", 2)]));
+        run(&p, rng.random(), &ts(&[("TS", 9)]).with("FIN", "last"));
+    }
+    let tiles = |extra: &[(&str, i64)]| {
+        let mut d = vec![("G", 4), ("c0", 4), ("c1", 0), ("c2", 8), ("c3", 1), ("K", 512), ("N", 64), ("tiles", 1)];
+        d.extend_from_slice(extra);
+        Preset::new("ts tiles", &d)
+    };
+    for p in [tiles(&[]), tiles(&[("epilogue", 1), ("p", 1)])] {
+        run(&p, rng.random(), &knobs(&[("TS", 2), ("BK", 128), ("BN", 32)]));
+        run(&p, rng.random(), &knobs(&[("TS", 4), ("BK", 128), ("BN", 32)]).with("COPY", "bulk"));
+    }
+    let inst = Mxfp4Matmul.instance(&tiles(&[("epilogue", 1), ("p", 1)]), rng.random()).unwrap();
+    let plan = inst.plan(&knobs(&[("TS", 3), ("BK", 128), ("BN", 32)])).unwrap();
+    let mut outs = vec![];
+    for use_jit in [false, true] {
+        let bufs = plan
+            .run_host(|kernel, args, scalars| {
+                if use_jit {
+                    jit::compile(kernel).unwrap().run(args, scalars, InterpOptions::default()).unwrap();
+                } else {
+                    interp::run(kernel, args, scalars, InterpOptions::default()).unwrap();
+                }
+                Ok(())
+            })
+            .unwrap();
+        outs.push(bufs);
+    }
+    let (y, sem) = (plan.index("y").unwrap(), plan.index("sem").unwrap());
+    assert_eq!(outs[0][y].data, outs[1][y].data, "JIT and interpreter agree on the tail split");
+    for o in &outs {
+        assert!(o[sem].data.iter().all(|&b| b == 0), "every split tile's counter is reset");
+    }
+    let r = inst.check(&plan.outputs(outs.remove(0))).unwrap();
+    assert!(r.passed, "{}", r.detail);
+    let dense = Preset::new("ts dense", &[("M", 3), ("K", 1152), ("N", 80)]);
+    for (p, kn, what) in [
+        (&dense, ts(&[("TS", 1)]), "grouped weights"),
+        (&tiles(&[]), knobs(&[("TS", 2), ("CPS", 4)]), "CPS=0"),
+        (&tiles(&[]), knobs(&[("TS", 2)]).with("FIN", "kernel"), "FIN auto or last"),
+        (&tiles(&[]), knobs(&[("TS", 2), ("CPS", 4), ("SK", 1)]), "SK=0"),
+        (&dense, knobs(&[("TS", 1)]).with("PATH", "tile"), "TS=1 needs PATH=gemv"),
+    ] {
+        let e = Mxfp4Matmul.kernels(p, &kn).map(|_| ()).unwrap_err().to_string();
+        assert!(e.contains(what), "{kn}: {e}");
+    }
+}

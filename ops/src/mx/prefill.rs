@@ -98,7 +98,7 @@ fn str_or<'a>(knobs: &'a Knobs, name: &str, default: &'a str) -> Result<&'a str,
 }
 
 /// The knobs that mean nothing on this path are at their automatic (or no-op) values: SPLIT 0|1, CPS 0,
-/// DEC auto, FIN auto|kernel, PF auto|off, L2PF auto|0, COPY auto|lanes, MINB 0|1, GR 0, XA 0|1, SK 0. `None` when they are,
+/// DEC auto, FIN auto|kernel, PF auto|off, L2PF auto|0, COPY auto|lanes, MINB 0|1, GR 0, XA 0|1, SK 0, TS 0. `None` when they are,
 /// else what is not.
 fn foreign_knobs(knobs: &Knobs) -> Result<Option<String>, OpError> {
     let mut bad = vec![];
@@ -134,6 +134,9 @@ fn foreign_knobs(knobs: &Knobs) -> Result<Option<String>, OpError> {
     }
     if int_or0(knobs, "SK")? != 0 {
         bad.push("SK != 0");
+    }
+    if int_or0(knobs, "TS")? != 0 {
+        bad.push("TS != 0");
     }
     Ok(if bad.is_empty() { None } else { Some(bad.join(", ")) })
 }

@@ -230,6 +230,10 @@ pub fn kernels_for(spec: &MatSpec, c: &Cfg) -> Result<Vec<Kernel>, OpError> {
 /// (grouped; dense: `ceil(M / BM) * ceil(N / BN)`), the bound the kernel's tile walk stays below.
 pub fn counter_count(spec: &MatSpec, c: &Cfg, m: usize, groups: usize, n_out: usize) -> usize {
     let bno = if spec.epilogue.is_glu() { c.bn / 2 } else { c.bn } as usize;
+    if c.ts > 0 {
+        // TS: one per split tile, `((g - whole) x ceil(M / BM) + mt) x n_tiles + nt` (`build_main`).
+        return ((c.ts as usize).min(groups) * m.div_ceil(c.bm as usize) * n_out.div_ceil(bno)).max(1);
+    }
     let extra = if spec.grouped { groups } else { 0 };
     ((m.div_ceil(c.bm as usize) + extra) * n_out.div_ceil(bno)).max(1)
 }

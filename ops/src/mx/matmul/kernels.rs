@@ -151,7 +151,11 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
     };
     let n_tiles = n_out.ceil_div(bno as i64);
     let split = c.split as i64;
-    if c.gemv && c.cps == 0 && !fused {
+    // TS: the groups whose tiles are split in two along K (the last min(TS, G)).
+    let ts_groups = (c.ts > 0).then(|| g_count.min(c.ts as i64));
+    if let Some(gs) = &ts_groups {
+        b.grid(n_tiles.clone(), g_count.clone() + gs.clone(), 1i64);
+    } else if c.gemv && c.cps == 0 && !fused {
         b.grid(n_tiles.clone() * split, g_count.clone(), 1i64);
     } else if c.cps > 0 {
         b.grid(num_sms * c.cps as i64, 1i64, 1i64);
@@ -193,6 +197,37 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
         wg,
         kchunk,
     };
+    if let Some(gs) = ts_groups {
+        // TS (PATH=gemv, grouped, CPS=0): grid rows y below `whole` = G - gs are group y's whole tiles, as below;
+        // the last 2 gs rows are the last gs groups' tiles in halves along K (row whole + 2i + h: group whole + i,
+        // K half h, a whole number of BK), so the CTAs launched last each stream half a tile. A tile's halves are
+        // partial slots 0 and 1, summed by the second to arrive (FIN=last's counters, one per split tile:
+        // `((g - whole) x ceil(M / BM) + mt) x n_tiles + nt`).
+        let gs = b.let_("gs", gs);
+        let whole = b.let_("whole", g_count.clone() - gs);
+        let y = Expr::block_idx(1);
+        let halves = b.let_("halves", y.ge(whole.clone()));
+        let r = b.let_("r", Expr::select(halves.clone(), &y - whole.clone(), 0i64));
+        let gsel = b.let_("gsel", Expr::select(halves.clone(), whole.clone() + &r / 2i64, y));
+        let half = b.let_("half", &r % 2i64);
+        let row0 = b.let_("row0", group_start(&gsel));
+        let rows_g = b.let_("rows_g", group_end(&gsel) - row0.clone());
+        let nt = b.let_("nt", Expr::block_idx(0));
+        let kd = mk.kd.clone();
+        let kc = b.let_("kc", kd.ceil_div(2 * bk as i64) * bk as i64);
+        let m_max = m.ceil_div(bm as i64);
+        b.for_("mt", 0i64, rows_g.ceil_div(bm as i64), 1i64, |b, mt| {
+            let kbeg = Expr::select(halves.clone(), &half * kc.clone(), 0i64);
+            let seg = SkSeg {
+                kbeg: kbeg.clone(),
+                kend: Expr::select(halves.clone(), (&kbeg + kc.clone()).min(kd.clone()), kd.clone()),
+                full: halves.not(),
+            };
+            let t = ((&gsel - whole.clone()) * m_max.clone() + mt.clone()) * n_tiles.clone() + nt.clone();
+            mk.tile(b, t, gsel.clone(), row0.clone(), rows_g.clone(), half.clone(), mt, nt.clone(), Some(seg));
+        });
+        return Ok(b.finish()?);
+    }
     if c.gemv && c.cps == 0 && !fused {
         // PATH=gemv, one CTA per (weight tile, K split) of each group (grid y): no search over the groups, two
         // loads of `offs`; the CTA walks its group's token tiles (one at decode; none for an empty group).

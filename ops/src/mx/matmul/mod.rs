@@ -134,6 +134,13 @@ pub fn knob_space() -> KnobSpace {
              different times; 0 = whole tiles",
             [0i64, 1],
         )
+        .axis(
+            "TS",
+            "PATH=gemv, grouped, hardware-scheduled grid (CPS=0): the last TS groups' tiles (the last CTAs launched) \
+             split in two along K, two half-tile CTAs per tile summed by the second to arrive (as FIN=last), so the \
+             grid's last CTAs drain half a tile each; 0 = none",
+            [0i64, 6],
+        )
         .axis("RASTER", "tile order inside a group: m (neighbouring CTAs share weights) or n", ["m"])
         .axis(
             "MMA",
@@ -249,6 +256,7 @@ pub fn default_knobs() -> Knobs {
         .with("COPY", "auto")
         .with("XA", 0i64)
         .with("SK", 0i64)
+        .with("TS", 0i64)
         .with(super::prefill::DQ_KNOB, super::prefill::DQ_AUTO)
 }
 
@@ -297,6 +305,9 @@ pub struct Cfg {
     /// PATH=gemv with a persistent grid: stream-K (knob `SK=1`): every CTA takes an equal run of the tiles' K
     /// units; a tile split between two CTAs gets two partials (`part: [2, M, N]`) summed by the last to arrive.
     pub sk: bool,
+    /// PATH=gemv's hardware-scheduled grouped grid: the last `ts` groups' tiles split in two along K (knob `TS`),
+    /// their halves' partials (`part: [2, M, N]`) summed by the second to arrive; 0 none.
+    pub ts: u32,
 }
 
 impl Cfg {
@@ -335,15 +346,16 @@ impl Cfg {
         // XA likewise: recorded where it is not 1 or where auto would make it 2.
         let k = if self.xa != 1 || self.xa_auto() != 1 { k.with("XA", self.xa) } else { k };
         let k = if self.sk { k.with("SK", 1i64) } else { k };
+        let k = if self.ts > 0 { k.with("TS", self.ts) } else { k };
         if self.bulk { k.with("COPY", "bulk") } else { k }
     }
     /// Partial outputs (`part: [S, M, N]`) instead of the finished `y`: a K split, or stream-K's split tiles.
     pub fn partial(&self) -> bool {
-        self.split > 1 || self.sk
+        self.split > 1 || self.sk || self.ts > 0
     }
     /// The partial slots per tile, `S` (the splits, or stream-K's two contributors of a split tile).
     pub fn part_slots(&self) -> u32 {
-        if self.sk { 2 } else { self.split }
+        if self.sk || self.ts > 0 { 2 } else { self.split }
     }
     /// `L2PF=auto`: 128 bytes on PATH=gemv's shared-memory ring with per-lane copies, else none. Measured on the
     /// H200 (session 24, calls 2, 3 and 5, each against the former default in the same run): 28 x 4 decode 0.1083
@@ -664,6 +676,7 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, Op
         bulk: copy_bulk(knobs)?,
         xa: xa_knob(knobs)?.unwrap_or(1),
         sk: sk_knob(knobs)?,
+        ts: super::prefill::int_or0(knobs, "TS")?,
     };
     c.cps = knobs.u32("CPS")?;
     // CTAs resident per SM: the persistent count, else an estimate from shared memory (registers permitting).
@@ -825,6 +838,7 @@ fn resolve_gemv(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, O
     // FIN auto: the second launch (FIN=last measured slower on the H200 for the stream kernels).
     let fin_last = fin_last(knobs, false)?;
     let sk = sk_knob(knobs)?;
+    let ts = super::prefill::int_or0(knobs, "TS")?;
     let minb = if knobs.0.contains_key("MINB") { knobs.u32("MINB")? } else { 1 };
     // STAGES: 1 or 2 = the register ring of GR slots; 3..=8 = the shared-memory ring of that many cp.async stages
     // per warp (`Stmt::Fp4Gemv` staged; GR is then unused and recorded as the stage count); 0 (or none) = auto:
@@ -870,8 +884,8 @@ fn resolve_gemv(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, O
         dec_bits: true,
         stream: false,
         gemv: true,
-        // (Stream-K sums its split tiles in the kernel: FIN auto means last there, and FIN=kernel is refused.)
-        fused: if sk {
+        // (Stream-K and TS sum their split tiles in the kernel: FIN auto means last there, FIN=kernel is refused.)
+        fused: if sk || ts > 0 {
             two_way(knobs, "FIN", true, &[("auto", true), ("kernel", false), ("last", true)])?
         } else {
             fin_last && split > 1
@@ -883,6 +897,7 @@ fn resolve_gemv(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, O
         bulk: copy_bulk(knobs)?,
         xa: 1,
         sk,
+        ts,
     };
     // L2PF and XA auto: see `Cfg::l2pf_auto` and `Cfg::xa_auto`.
     let c = Cfg { l2pf: l2pf_knob(knobs)?.unwrap_or(c.l2pf_auto()), xa: xa_knob(knobs)?.unwrap_or(c.xa_auto()), ..c };
@@ -916,6 +931,18 @@ fn validate(spec: &MatSpec, c: &Cfg, knobs: &Knobs) -> Result<(), OpError> {
                 "SK=1 needs a persistent grid (CPS > 0), no K split (SPLIT 0 or 1) and the in-kernel sum (FIN auto or \
                  last) (got CPS={}, SPLIT={}, FIN={})",
                 c.cps,
+                c.split,
+                if c.fused { "last" } else { "kernel" }
+            ));
+        }
+        if c.ts > 0 && (!spec.grouped || c.cps != 0 || c.sk || c.split != 1 || !c.fused) {
+            return invalid(format!(
+                "TS={} needs grouped weights, the hardware-scheduled grid (CPS=0, SK=0), no K split (SPLIT 0 or 1) \
+                 and the in-kernel sum (FIN auto or last) (got {}, CPS={}, SK={}, SPLIT={}, FIN={})",
+                c.ts,
+                if spec.grouped { "grouped" } else { "dense" },
+                c.cps,
+                c.sk as u32,
                 c.split,
                 if c.fused { "last" } else { "kernel" }
             ));
@@ -1001,6 +1028,9 @@ fn validate(spec: &MatSpec, c: &Cfg, knobs: &Knobs) -> Result<(), OpError> {
     }
     if c.sk {
         return invalid("SK=1 needs PATH=gemv".into());
+    }
+    if c.ts > 0 {
+        return invalid(format!("TS={} needs PATH=gemv", c.ts));
     }
     if c.xa != 1 {
         return invalid(format!("XA={} needs PATH=gemv", c.xa));
