@@ -295,6 +295,9 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
         // two: the CTA whose run ends inside it (partial slot 0, from K = 0) and the one whose run starts inside it
         // (slot 1); the second to arrive sums both (FIN=last's counters, slots in order). The runs start at
         // different K offsets of their first tiles, so the CTAs' tile boundaries fall at different times.
+        // Measured (session 29, call 1, H100, 28 x 4): 1.09x slower than the hardware grid: ~7 us pass before the
+        // first byte (the tile count's walk, the divisions, the first group walk), and the CTAs, whose rates
+        // differ by ~10%, end ~15 us apart, where the hardware grid's dynamic hand-out absorbs those differences.
         let kd = mk.kd.clone();
         let nk = b.let_("nk", kd.ceil_div(bk as i64));
         let units = b.let_("units", Expr::Var(total) * nk.clone());
@@ -329,8 +332,9 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
     // CTAs a sixth tile that ran on after the other 480 had finished). The decode's tiles all stream the same
     // bytes, so balanced CTAs that start together can also end together; the hardware-scheduled grid's tail (its
     // last CTAs draining alone: ~9 us of lost DRAM time at 28 x 4 on an H100, session 29's reading of session 28's
-    // PM samples) is what this is for. Not yet timed (session 29 had no GPU: scripts/plans/session29-call1.sh).
-    // Each tile still finds its group by a walk over all G groups (two loads of `offs` each).
+    // PM samples) is what this was for. Measured (session 29, call 1, H100, 28 x 4): 1.17x slower than the hardware
+    // grid: the CTAs turn over in lockstep (DRAM dips to 22-80% at each tile boundary), and each tile walks all G
+    // groups (two loads of `offs` each; at 112 experts 1.64x slower).
     let (t_end, t_step) = if c.gemv && c.cps > 0 {
         let per = b.let_("per", Expr::Var(total).ceil_div(Expr::grid_dim(0)).max(1i64));
         let active = b.let_("active", Expr::Var(total).ceil_div(per).max(1i64));

@@ -122,8 +122,8 @@ pub fn knob_space() -> KnobSpace {
         .axis(
             "CPS",
             "0: one CTA per tile (hardware-scheduled); n: a persistent grid of n CTAs per SM (PATH=gemv: the tiles \
-             balanced over the fewest CTAs that keep the busiest one's count, the others exit at once, so the CTAs \
-             start together and end together)",
+             balanced over the fewest CTAs that keep the busiest one's count, the others exit at once; at 28 x 4 on an \
+             H100 1.17x slower than the hardware grid, its CTAs turning over in lockstep: session 29)",
             [0i64, 4],
         )
         .axis(
@@ -131,7 +131,8 @@ pub fn knob_space() -> KnobSpace {
             "PATH=gemv with CPS > 0: 1 = stream-K, the K ranges of all tiles (in BK units) split evenly over the \
              persistent CTAs, each a contiguous run that may start and end inside a tile (such a tile's two \
              partials summed by the last to arrive, as FIN=last), so the CTAs carry equal bytes and turn over at \
-             different times; 0 = whole tiles",
+             different times (at 28 x 4 on an H100 1.09x slower than the hardware grid: a prologue, and CTAs whose \
+             rates differ end apart; session 29); 0 = whole tiles",
             [0i64, 1],
         )
         .axis(
@@ -349,11 +350,12 @@ impl Cfg {
         let k = if self.ts > 0 { k.with("TS", self.ts) } else { k };
         if self.bulk { k.with("COPY", "bulk") } else { k }
     }
-    /// Partial outputs (`part: [S, M, N]`) instead of the finished `y`: a K split, or stream-K's split tiles.
+    /// Partial outputs (`part: [S, M, N]`) instead of the finished `y`: a K split, or the split tiles of stream-K or
+    /// of the tail split.
     pub fn partial(&self) -> bool {
         self.split > 1 || self.sk || self.ts > 0
     }
-    /// The partial slots per tile, `S` (the splits, or stream-K's two contributors of a split tile).
+    /// The partial slots per tile, `S` (the splits, or the two contributors of a stream-K or tail-split tile).
     pub fn part_slots(&self) -> u32 {
         if self.sk || self.ts > 0 { 2 } else { self.split }
     }
