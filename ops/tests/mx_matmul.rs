@@ -1071,8 +1071,6 @@ fn l2pf_auto_prefetches_on_the_per_lane_ring_only() {
 /// set the layout cannot take refused by name.
 #[test]
 fn tile_major_weights_decode_on_the_gemv_ring() {
-    use k3k_codegen::cpu::interp::{self, InterpOptions};
-    use k3k_codegen::cpu::jit;
     let mut rng = StdRng::seed_from_u64(rand::rng().random());
     let grouped = |extra: &[(&str, i64)]| {
         let mut d = vec![("G", 4), ("c0", 4), ("c1", 0), ("c2", 8), ("c3", 1), ("K", 512), ("N", 64), ("tiles", 1)];
@@ -1106,20 +1104,7 @@ fn tile_major_weights_decode_on_the_gemv_ring() {
     // The JIT reads the tiled words and scales as the interpreter does.
     let inst = Mxfp4Matmul.instance(&presets[1], rng.random()).unwrap();
     let plan = inst.plan(&default_knobs()).unwrap();
-    let mut outs = vec![];
-    for use_jit in [false, true] {
-        let bufs = plan
-            .run_host(|kernel, args, scalars| {
-                if use_jit {
-                    jit::compile(kernel).unwrap().run(args, scalars, InterpOptions::default()).unwrap();
-                } else {
-                    interp::run(kernel, args, scalars, InterpOptions::default()).unwrap();
-                }
-                Ok(())
-            })
-            .unwrap();
-        outs.push(bufs);
-    }
+    let outs = interp_and_jit_buffers(&plan);
     let y = plan.index("y").unwrap();
     assert_eq!(outs[0][y].data, outs[1][y].data, "JIT and interpreter agree on tiled weights");
     // Refused by name: shapes the layout cannot hold, paths and knobs that cannot read it.
@@ -1257,6 +1242,68 @@ fn xa_loads_the_activations_two_quads_ahead() {
     assert!(e.contains("XA"), "{e}");
 }
 
+/// A grouped gemv problem of five groups (two empty, one of two 16-token tiles) with N not a multiple of the tiles.
+fn five_groups(name: &str, packed: i64, wide: i64, epi: i64, pw: i64) -> Preset {
+    Preset::new(
+        name,
+        &[
+            ("G", 5),
+            ("c0", 0),
+            ("c1", 4),
+            ("c2", 0),
+            ("c3", 17),
+            ("c4", 1),
+            ("K", 640),
+            ("N", 66),
+            ("epilogue", epi),
+            ("p", pw),
+            ("packed", packed),
+            ("wide", wide),
+        ],
+    )
+}
+
+/// A grouped problem on tile-major weights: four groups (one empty), 64 rows, K = 512.
+fn four_tiled_groups(name: &str, extra: &[(&str, i64)]) -> Preset {
+    let mut d = vec![("G", 4), ("c0", 4), ("c1", 0), ("c2", 8), ("c3", 1), ("K", 512), ("N", 64), ("tiles", 1)];
+    d.extend_from_slice(extra);
+    Preset::new(name, &d)
+}
+
+/// Every buffer of `plan` after a run on the interpreter, then after one on the JIT.
+fn interp_and_jit_buffers(plan: &k3k_ops::plan::Plan) -> Vec<Vec<HostTensor>> {
+    use k3k_codegen::cpu::jit;
+    [false, true]
+        .into_iter()
+        .map(|use_jit| {
+            plan.run_host(|kernel, args, scalars| {
+                if use_jit {
+                    jit::compile(kernel).unwrap().run(args, scalars, InterpOptions::default()).unwrap();
+                } else {
+                    interp::run(kernel, args, scalars, InterpOptions::default()).unwrap();
+                }
+                Ok(())
+            })
+            .unwrap()
+        })
+        .collect()
+}
+
+/// The plan of `p` at `kn` run on the interpreter and on the JIT: the same `y` bit for bit, every arrival counter
+/// (`sem`) back at zero for the next launch, and the interpreter's output within the check.
+fn interp_and_jit_agree_and_reset_counters(p: &Preset, kn: &Knobs, seed: u64) {
+    let inst = Mxfp4Matmul.instance(p, seed).unwrap();
+    let plan = inst.plan(kn).unwrap();
+    let mut outs = interp_and_jit_buffers(&plan);
+    let (y, sem) = (plan.index("y").unwrap(), plan.index("sem").unwrap());
+    assert_eq!(outs[0][y].data, outs[1][y].data, "JIT and interpreter agree [{kn}]");
+    for o in &outs {
+        assert!(o[sem].data.iter().all(|&b| b == 0), "every split tile's counter is reset [{kn}]");
+    }
+    let r = inst.check(&plan.outputs(outs.remove(0))).unwrap();
+    assert!(r.passed, "[{kn}] {}", r.detail);
+}
+
 /// PATH=gemv stream-K (`CPS` > 0, `SK=1`): every CTA an equal run of the tiles' BK units, a tile split between two
 /// CTAs summed by the second to arrive. Against the f64 reference on the CPU's 4 SMs: runs that split tiles (grouped
 /// with empty groups, GLU epilogues with routing weights, natural and packed words, two token tiles, N tails, dense),
@@ -1265,28 +1312,10 @@ fn xa_loads_the_activations_two_quads_ahead() {
 /// take refused by name.
 #[test]
 fn gemv_stream_k_splits_tiles_between_ctas() {
-    use k3k_codegen::cpu::interp::{self, InterpOptions};
-    use k3k_codegen::cpu::jit;
     let mut rng = StdRng::seed_from_u64(rand::rng().random());
     let sk = |pairs: &[(&str, i64)]| knobs(pairs).with("PATH", "gemv").with("SK", 1i64);
     for (packed, wide, epi, pw) in [(1i64, 0i64, 0i64, 0i64), (0, 1, 1, 1), (1, 1, 2, 1)] {
-        let p = Preset::new(
-            "sk grouped",
-            &[
-                ("G", 5),
-                ("c0", 0),
-                ("c1", 4),
-                ("c2", 0),
-                ("c3", 17),
-                ("c4", 1),
-                ("K", 640),
-                ("N", 66),
-                ("epilogue", epi),
-                ("p", pw),
-                ("packed", packed),
-                ("wide", wide),
-            ],
-        );
+        let p = five_groups("sk grouped", packed, wide, epi, pw);
         run(&p, rng.random(), &sk(&[("CPS", 1), ("BK", 128), ("BN", 32)]));
         run(&p, rng.random(), &sk(&[("CPS", 2), ("BK", 256), ("STAGES", 3), ("BN", 32)]));
         run(&p, rng.random(), &sk(&[("CPS", 3), ("BK", 128), ("GR", 2)]));
@@ -1297,39 +1326,13 @@ fn gemv_stream_k_splits_tiles_between_ctas() {
     run(&dense, rng.random(), &sk(&[("CPS", 1), ("BK", 128), ("BN", 16)]));
     run(&dense, rng.random(), &sk(&[("CPS", 1), ("BK", 128), ("BN", 16), ("STAGES", 4)]).with("FIN", "last"));
     // Tile-major: 6 tiles of 32 rows x 4 units on 4 CTAs (6 units each: three tiles split at K = 256).
-    let tiles = |extra: &[(&str, i64)]| {
-        let mut d = vec![("G", 4), ("c0", 4), ("c1", 0), ("c2", 8), ("c3", 1), ("K", 512), ("N", 64), ("tiles", 1)];
-        d.extend_from_slice(extra);
-        Preset::new("sk tiles", &d)
-    };
+    let tiles = |extra: &[(&str, i64)]| four_tiled_groups("sk tiles", extra);
     for p in [tiles(&[]), tiles(&[("epilogue", 1), ("p", 1)])] {
         run(&p, rng.random(), &knobs(&[("CPS", 1), ("SK", 1), ("BK", 128), ("BN", 32)]));
         run(&p, rng.random(), &knobs(&[("CPS", 1), ("SK", 1), ("BK", 128), ("BN", 32)]).with("COPY", "bulk"));
     }
-    // The JIT as the interpreter, and the counters back at zero.
-    let inst = Mxfp4Matmul.instance(&tiles(&[("epilogue", 1), ("p", 1)]), rng.random()).unwrap();
-    let plan = inst.plan(&knobs(&[("CPS", 1), ("SK", 1), ("BK", 128), ("BN", 32)])).unwrap();
-    let mut outs = vec![];
-    for use_jit in [false, true] {
-        let bufs = plan
-            .run_host(|kernel, args, scalars| {
-                if use_jit {
-                    jit::compile(kernel).unwrap().run(args, scalars, InterpOptions::default()).unwrap();
-                } else {
-                    interp::run(kernel, args, scalars, InterpOptions::default()).unwrap();
-                }
-                Ok(())
-            })
-            .unwrap();
-        outs.push(bufs);
-    }
-    let (y, sem) = (plan.index("y").unwrap(), plan.index("sem").unwrap());
-    assert_eq!(outs[0][y].data, outs[1][y].data, "JIT and interpreter agree on stream-K");
-    for o in &outs {
-        assert!(o[sem].data.iter().all(|&b| b == 0), "every split tile's counter is reset");
-    }
-    let r = inst.check(&plan.outputs(outs.remove(0))).unwrap();
-    assert!(r.passed, "{}", r.detail);
+    let kn = knobs(&[("CPS", 1), ("SK", 1), ("BK", 128), ("BN", 32)]);
+    interp_and_jit_agree_and_reset_counters(&tiles(&[("epilogue", 1), ("p", 1)]), &kn, rng.random());
     // Refused by name.
     let g = tiles(&[]);
     for (kn, what) in [
@@ -1353,65 +1356,22 @@ fn gemv_stream_k_splits_tiles_between_ctas() {
 /// counter back at zero; the knob sets it cannot take refused by name.
 #[test]
 fn gemv_tail_split_halves_the_last_groups_tiles() {
-    use k3k_codegen::cpu::interp::{self, InterpOptions};
-    use k3k_codegen::cpu::jit;
     let mut rng = StdRng::seed_from_u64(rand::rng().random());
     let ts = |pairs: &[(&str, i64)]| knobs(pairs).with("PATH", "gemv");
     for (packed, wide, epi, pw) in [(1i64, 0i64, 0i64, 0i64), (0, 1, 1, 1), (1, 1, 2, 1)] {
-        let p = Preset::new(
-            "ts grouped",
-            &[
-                ("G", 5),
-                ("c0", 0),
-                ("c1", 4),
-                ("c2", 0),
-                ("c3", 17),
-                ("c4", 1),
-                ("K", 640),
-                ("N", 66),
-                ("epilogue", epi),
-                ("p", pw),
-                ("packed", packed),
-                ("wide", wide),
-            ],
-        );
+        let p = five_groups("ts grouped", packed, wide, epi, pw);
         run(&p, rng.random(), &ts(&[("TS", 1), ("BK", 128), ("BN", 32)]));
         run(&p, rng.random(), &ts(&[("TS", 2), ("BK", 256), ("STAGES", 3), ("BN", 32)]));
         run(&p, rng.random(), &ts(&[("TS", 3), ("BK", 128), ("GR", 2)]));
         run(&p, rng.random(), &ts(&[("TS", 9)]).with("FIN", "last"));
     }
-    let tiles = |extra: &[(&str, i64)]| {
-        let mut d = vec![("G", 4), ("c0", 4), ("c1", 0), ("c2", 8), ("c3", 1), ("K", 512), ("N", 64), ("tiles", 1)];
-        d.extend_from_slice(extra);
-        Preset::new("ts tiles", &d)
-    };
+    let tiles = |extra: &[(&str, i64)]| four_tiled_groups("ts tiles", extra);
     for p in [tiles(&[]), tiles(&[("epilogue", 1), ("p", 1)])] {
         run(&p, rng.random(), &knobs(&[("TS", 2), ("BK", 128), ("BN", 32)]));
         run(&p, rng.random(), &knobs(&[("TS", 4), ("BK", 128), ("BN", 32)]).with("COPY", "bulk"));
     }
-    let inst = Mxfp4Matmul.instance(&tiles(&[("epilogue", 1), ("p", 1)]), rng.random()).unwrap();
-    let plan = inst.plan(&knobs(&[("TS", 3), ("BK", 128), ("BN", 32)])).unwrap();
-    let mut outs = vec![];
-    for use_jit in [false, true] {
-        let bufs = plan
-            .run_host(|kernel, args, scalars| {
-                if use_jit {
-                    jit::compile(kernel).unwrap().run(args, scalars, InterpOptions::default()).unwrap();
-                } else {
-                    interp::run(kernel, args, scalars, InterpOptions::default()).unwrap();
-                }
-                Ok(())
-            })
-            .unwrap();
-        outs.push(bufs);
-    }
-    let (y, sem) = (plan.index("y").unwrap(), plan.index("sem").unwrap());
-    assert_eq!(outs[0][y].data, outs[1][y].data, "JIT and interpreter agree on the tail split");
-    for o in &outs {
-        assert!(o[sem].data.iter().all(|&b| b == 0), "every split tile's counter is reset");
-    }
-    let r = inst.check(&plan.outputs(outs.remove(0))).unwrap();
-    assert!(r.passed, "{}", r.detail);
+    let kn = knobs(&[("TS", 3), ("BK", 128), ("BN", 32)]);
+    interp_and_jit_agree_and_reset_counters(&tiles(&[("epilogue", 1), ("p", 1)]), &kn, rng.random());
     let dense = Preset::new("ts dense", &[("M", 3), ("K", 1152), ("N", 80)]);
     for (p, kn, what) in [
         (&dense, ts(&[("TS", 1)]), "grouped weights"),

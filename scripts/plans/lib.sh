@@ -99,3 +99,15 @@ size_sweep() { local d="" g kn=${1:-PATH=auto;BN=32,BK=128,MINB=6}; for g in 14 
   timeout 200 $K bench --op mxfp4_matmul --dims "${d#;}" --knobs "$kn" --results /nonexistent --out $W/b/sizes \
     > $W/sizes.txt 2>&1; echo "bench sizes rc=$? $(date -u +%T)" >> $L
   grep -E "^  .*ms rel" $W/sizes.txt | cut -c1-110 >> $L; cat $W/sizes.txt >> $OUT/bench.txt; }
+# pm_sample TAG PRESET KNOBS: ncu's PM samples (`--section PmSampling`, caches flushed, clocks left alone) of the 5th
+# mxfp4 launch of a `k3k bench` of PRESET at KNOBS; the series (DRAM read, CTAs launched, SM cycles, instructions)
+# into $OUT/pm-TAG.txt, its lost-DRAM-time split into the log, the report in $W/TAG.ncu-rep. From session 29 on
+# (session29-call1.sh has its own copy, as run).
+pm_sample() { local tag=$1 preset=$2 kn=$3
+  timeout 60 ncu --section PmSampling --clock-control none --cache-control all --kernel-name "regex:mxfp4_mm" \
+    --launch-skip 4 --launch-count 1 -o $W/$tag $K bench --op mxfp4_matmul --preset "$preset" --knobs "$kn" \
+    --reps 1 --window-ms 0 --results /nonexistent --out $W/pb > $W/$tag.log 2>&1; echo "ncu $tag rc=$? $(date -u +%T)" >> $L
+  timeout 30 python3 scripts/plans/session29-pm-raw.py $W/$tag.ncu-rep TriageCompute.dramc__read_throughput \
+    gr__ctas_launched sm__cycles_active.avg sm__inst_executed_realtime.avg.pct > $OUT/pm-$tag.txt 2>&1
+  echo "dump $tag rc=$? $(wc -l < $OUT/pm-$tag.txt) lines" >> $L
+  python3 scripts/plans/session29-pm-loss.py $OUT/pm-$tag.txt >> $L 2>&1; }

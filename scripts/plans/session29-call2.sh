@@ -32,16 +32,8 @@ if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
   BUDGET_S=$(( $(left) - 10 )) OUT=$OUT/h200 exec bash scripts/plans/session28-call3.sh
 fi
 size_sweep "PATH=auto;TS=6;TS=11" NOREAD
-pm() { local tag=$1; shift
-  timeout 60 ncu --section PmSampling --clock-control none --cache-control all --kernel-name "regex:mxfp4_mm" \
-    --launch-skip 4 --launch-count 1 -o $W/$tag $K bench --op mxfp4_matmul --preset "$P28 tiles" --knobs "$1" \
-    --reps 1 --window-ms 0 --results /nonexistent --out $W/pb > $W/$tag.log 2>&1; echo "ncu $tag rc=$? $(date -u +%T)" >> $L
-  timeout 30 python3 scripts/plans/session29-pm-raw.py $W/$tag.ncu-rep TriageCompute.dramc__read_throughput \
-    gr__ctas_launched sm__cycles_active.avg sm__inst_executed_realtime.avg.pct > $OUT/pm-$tag.txt 2>&1
-  echo "dump $tag rc=$? $(wc -l < $OUT/pm-$tag.txt) lines" >> $L
-  python3 scripts/plans/session29-pm-loss.py $OUT/pm-$tag.txt >> $L 2>&1; }
-[ $(left) -gt 50 ] && pm ts6 "TS=6"
-[ $(left) -gt 40 ] && pm ts11 "TS=11"
-[ $(left) -gt 30 ] && pm auto "PATH=auto"
+[ $(left) -gt 50 ] && pm_sample ts6 "$P28 tiles" "TS=6"
+[ $(left) -gt 40 ] && pm_sample ts11 "$P28 tiles" "TS=11"
+[ $(left) -gt 30 ] && pm_sample auto "$P28 tiles" "PATH=auto"
 tar czf $OUT/reps.tgz -C $W ts6.ncu-rep ts11.ncu-rep auto.ncu-rep 2>/dev/null
 summary
