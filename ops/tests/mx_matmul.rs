@@ -391,7 +391,8 @@ fn gemv_path_edges_and_layouts() {
         }
     }
     for (packed, wide, epi, pw) in [(1i64, 0i64, 0i64, 0i64), (0, 1, 1, 1), (1, 1, 2, 1), (1, 0, 0, 1)] {
-        let p = five_groups("gemv grouped", 320, packed, wide, epi, pw);
+        let p =
+            five_groups("gemv grouped", 320, 66, &[("epilogue", epi), ("p", pw), ("packed", packed), ("wide", wide)]);
         // (Grouped problems no longer take gemv automatically; PATH=gemv keeps this its automatic knob set.)
         run(&p, rng.random(), &gemv(&[]));
         run(&p, rng.random(), &gemv(&[("SPLIT", 2), ("BK", 128), ("BN", 64), ("WA", 4)]).with("PF", "off"));
@@ -498,23 +499,7 @@ fn stream_path_edges_and_layouts() {
         run(&p, rng.random(), &default_knobs());
     }
     for (packed, wide, act, pw) in [(1i64, 0i64, 0i64, 0i64), (0, 1, 0, 1), (1, 1, 1, 1)] {
-        let p = Preset::new(
-            "stream grouped",
-            &[
-                ("G", 5),
-                ("c0", 0),
-                ("c1", 4),
-                ("c2", 0),
-                ("c3", 17),
-                ("c4", 1),
-                ("K", 320),
-                ("N", 34),
-                ("p", pw),
-                ("packed", packed),
-                ("wide", wide),
-                ("act", act),
-            ],
-        );
+        let p = five_groups("stream grouped", 320, 34, &[("p", pw), ("packed", packed), ("wide", wide), ("act", act)]);
         run(&p, rng.random(), &default_knobs());
         run(&p, rng.random(), &stream(&[("SPLIT", 3), ("BK", 64)]));
     }
@@ -1226,25 +1211,12 @@ fn xa_loads_the_activations_two_quads_ahead() {
     assert!(e.contains("XA"), "{e}");
 }
 
-/// A grouped gemv problem of five groups (two empty, one of two 16-token tiles) with N not a multiple of the tiles.
-fn five_groups(name: &str, k: i64, packed: i64, wide: i64, epi: i64, pw: i64) -> Preset {
-    Preset::new(
-        name,
-        &[
-            ("G", 5),
-            ("c0", 0),
-            ("c1", 4),
-            ("c2", 0),
-            ("c3", 17),
-            ("c4", 1),
-            ("K", k),
-            ("N", 66),
-            ("epilogue", epi),
-            ("p", pw),
-            ("packed", packed),
-            ("wide", wide),
-        ],
-    )
+/// A grouped problem of five groups (two empty, one of two 16-token tiles), K and N given, with `rest` (layout,
+/// epilogue, row scales, activations).
+fn five_groups(name: &str, k: i64, n: i64, rest: &[(&str, i64)]) -> Preset {
+    let mut d = vec![("G", 5), ("c0", 0), ("c1", 4), ("c2", 0), ("c3", 17), ("c4", 1), ("K", k), ("N", n)];
+    d.extend_from_slice(rest);
+    Preset::new(name, &d)
 }
 
 /// A grouped problem on tile-major weights: four groups (one empty), 64 rows, K = 512.
@@ -1299,7 +1271,7 @@ fn gemv_stream_k_splits_tiles_between_ctas() {
     let mut rng = StdRng::seed_from_u64(rand::rng().random());
     let sk = |pairs: &[(&str, i64)]| knobs(pairs).with("PATH", "gemv").with("SK", 1i64);
     for (packed, wide, epi, pw) in [(1i64, 0i64, 0i64, 0i64), (0, 1, 1, 1), (1, 1, 2, 1)] {
-        let p = five_groups("sk grouped", 640, packed, wide, epi, pw);
+        let p = five_groups("sk grouped", 640, 66, &[("epilogue", epi), ("p", pw), ("packed", packed), ("wide", wide)]);
         run(&p, rng.random(), &sk(&[("CPS", 1), ("BK", 128), ("BN", 32)]));
         run(&p, rng.random(), &sk(&[("CPS", 2), ("BK", 256), ("STAGES", 3), ("BN", 32)]));
         run(&p, rng.random(), &sk(&[("CPS", 3), ("BK", 128), ("GR", 2)]));
@@ -1343,7 +1315,7 @@ fn gemv_tail_split_halves_the_last_groups_tiles() {
     let mut rng = StdRng::seed_from_u64(rand::rng().random());
     let ts = |pairs: &[(&str, i64)]| knobs(pairs).with("PATH", "gemv");
     for (packed, wide, epi, pw) in [(1i64, 0i64, 0i64, 0i64), (0, 1, 1, 1), (1, 1, 2, 1)] {
-        let p = five_groups("ts grouped", 640, packed, wide, epi, pw);
+        let p = five_groups("ts grouped", 640, 66, &[("epilogue", epi), ("p", pw), ("packed", packed), ("wide", wide)]);
         run(&p, rng.random(), &ts(&[("TS", 1), ("BK", 128), ("BN", 32)]));
         run(&p, rng.random(), &ts(&[("TS", 2), ("BK", 256), ("STAGES", 3), ("BN", 32)]));
         run(&p, rng.random(), &ts(&[("TS", 3), ("BK", 128), ("GR", 2)]));
