@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# NOT RUN: session 29's nine tries for it got no machine (NOTES, session 29). The next call, on any card.
+# RAN as session 30 call 1 on an H100 (results/bench/nvidia-h100-80gb-hbm3/session30-call1/; NOTES, session 30).
 # Session 29, call 2 (issue 4): the tail split (`TS`). Call 1 (H100) found that the persistent grids lose (a 7 us
 # prologue; equal static shares still end ~15 us apart, the CTAs' rates differing by ~10%), while the
 # hardware-scheduled grid's dynamic hand-out absorbs rate differences and leaves only its last tiles' drain (8.5 us
