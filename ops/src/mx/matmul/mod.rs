@@ -139,7 +139,8 @@ pub fn knob_space() -> KnobSpace {
             "TS",
             "PATH=gemv, grouped, hardware-scheduled grid (CPS=0): the last TS groups' tiles (the last CTAs launched) \
              split in two along K, two half-tile CTAs per tile summed by the second to arrive (as FIN=last), so the \
-             grid's last CTAs drain half a tile each; 0 = none",
+             grid's last CTAs drain half a tile each (at 28 x 4 on an H100 within 1% of TS=0 for TS 2-11, slower \
+             packed: the SMs still work through their on-chip data after DRAM stops; session 30); 0 = none",
             [0i64, 6],
         )
         .axis("RASTER", "tile order inside a group: m (neighbouring CTAs share weights) or n", ["m"])
