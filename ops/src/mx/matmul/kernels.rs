@@ -251,30 +251,41 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
     // found by a walk over all groups (two loads of `offs` each), the group's rows, K split, token and weight tile.
     // With `carried` (stream-K, whose CTAs take consecutive tiles): the group, the tiles before it and its tiles
     // kept from the CTA's previous tile, and the walk run only when `t` is past that group.
+    // Without `carried` the IR is exactly that of before stream-K (vars `grp`, `local`, `seen`): tuning records are
+    // keyed by the hash of the default kernels' IR, and PATH=tile's FIN=last default (M64) walks this way.
     let locate = |b: &mut KernelBuilder, t: &Expr, carried: Option<(VarId, VarId, VarId)>| {
-        let (grp, before, in_grp) = match carried {
-            Some(v) => v,
-            None => (b.let_var("grp", 0i64), b.let_var("before", 0i64), b.let_var("in_grp", 0i64)),
-        };
-        let walk = |b: &mut KernelBuilder| {
-            let seen = b.let_var("seen", 0i64);
+        // The walk over all groups; `hit(b, g, seen, tg)` runs in the group that holds `t`.
+        let walk = |b: &mut KernelBuilder, seen: VarId, hit: &dyn Fn(&mut KernelBuilder, &Expr, VarId, &Expr)| {
             b.for_("g", 0i64, g_count.clone(), 1i64, |b, g| {
                 let rows = group_end(&g) - group_start(&g);
                 let tg = b.let_("tg", rows.ceil_div(bm as i64) * n_tiles.clone() * split);
-                b.if_(t.ge(Expr::Var(seen)).and(t.lt(Expr::Var(seen) + tg.clone())), |b| {
-                    b.assign(grp, g.clone());
-                    b.assign(before, Expr::Var(seen));
-                    b.assign(in_grp, tg.clone());
-                });
+                b.if_(t.ge(Expr::Var(seen)).and(t.lt(Expr::Var(seen) + tg.clone())), |b| hit(b, &g, seen, &tg));
                 b.assign(seen, Expr::Var(seen) + tg);
             });
         };
-        if carried.is_some() {
-            b.if_(t.ge(Expr::Var(before) + Expr::Var(in_grp)), walk);
-        } else {
-            walk(b);
-        }
-        let local = b.let_var("local", t - Expr::Var(before));
+        let (grp, local) = match carried {
+            None => {
+                let grp = b.let_var("grp", 0i64);
+                let local = b.let_var("local", 0i64);
+                let seen = b.let_var("seen", 0i64);
+                walk(b, seen, &|b, g, seen, _| {
+                    b.assign(grp, g.clone());
+                    b.assign(local, t - Expr::Var(seen));
+                });
+                (grp, local)
+            }
+            Some((grp, before, in_grp)) => {
+                b.if_(t.ge(Expr::Var(before) + Expr::Var(in_grp)), |b| {
+                    let seen = b.let_var("seen", 0i64);
+                    walk(b, seen, &|b, g, seen, tg| {
+                        b.assign(grp, g.clone());
+                        b.assign(before, Expr::Var(seen));
+                        b.assign(in_grp, tg.clone());
+                    });
+                });
+                (grp, b.let_var("local", t - Expr::Var(before)))
+            }
+        };
         let gsel = Expr::Var(grp);
         let row0 = b.let_("row0", group_start(&gsel));
         let rows_g = b.let_("rows_g", group_end(&gsel) - row0.clone());

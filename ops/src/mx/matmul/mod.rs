@@ -815,7 +815,10 @@ fn resolve_gemv(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, O
     // The same with tile-major weights (`mx::pack::tile`) and no GLU: 64-row CTAs of 128-column batches, registers
     // capped for 4 CTAs per SM (session 24, H200, calls 2-4: the tune's winner, 0.1041 / 0.1040 ms at MINB 4 / 3
     // against 0.1070 with the knobs above and L2PF=128; on packed weights the same knobs read 0.1098 against 0.1087).
-    let wide_tiles = many && spec.tiled && !glu;
+    // With the GLU epilogue on packed weights the same 64-row (32 per half), 128-column CTAs win as well: on the
+    // H200 0.1206 ms against 0.1348 for the 32-row knobs above (session 30, call 2, one bench run), on H100s
+    // 0.1346-0.1378 against 0.1431-0.1460 (sessions 25-28). Tile-major weights with GLU are untimed: unchanged.
+    let wide_tiles = many && if glu { spec.packed && !spec.tiled } else { spec.tiled };
     // Rows and columns per tile by regime (otherwise: 16 rows per statement, 512 columns at 8 tokens, 1024 at 16).
     let (bn_auto, bk_auto) = if wide_tiles {
         (64, 128)
