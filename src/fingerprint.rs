@@ -7,10 +7,14 @@
 //! - an operator's builder changes the IR of a tuned (non-default) knob point while its default kernels stay the
 //!   same, so the key still matches.
 //!
+//! And one change breaks the key where it should not: a builder change that alters the default kernels' IR
+//! without changing what they compute (a renamed variable) makes every record of the preset stop applying, and
+//! the tuned knobs silently fall back to the defaults. A tuned line of the file with no tuned kernel now is named.
+//!
 //! A fingerprint file (`results/<gpu>/fingerprints.txt`) lists, for every operator and benchmark preset, the
 //! kernels at the default knobs and at the knobs the store hands out ([`crate::tuning::tuned_knobs`]): the
 //! kernels model crates get from `k3k-build` and `k3k bench` times. Each line holds the stable hash of the
-//! kernel's IR and of its rendered CUDA. [`compare`] names every line that breaks one of the two rules against
+//! kernel's IR and of its rendered CUDA. [`compare`] names every line that breaks one of the three rules against
 //! the kernels this build makes; `tests/fingerprints.rs` runs it, and `K3K_BLESS=1` rewrites the file after an
 //! intended change (a version bump, a re-tune, or a change that cannot move a timing).
 
@@ -204,6 +208,23 @@ pub fn compare(version: u32, old: &[Fingerprint], now: &[Fingerprint]) -> Compar
         ));
         return c;
     }
+    // A preset whose tuned record applied when the file was written and applies no more: the record is keyed by
+    // the hash of the default kernels' IR, so a builder change that alters that IR (even a renamed variable)
+    // silently drops the tuned knobs users got (session 30 found the M64 records lost this way).
+    let tuned_now: std::collections::BTreeSet<_> =
+        now.iter().filter(|f| f.source == Source::Tuned).map(|f| (&f.op, &f.preset)).collect();
+    let mut lost: Vec<_> = old
+        .values()
+        .filter(|f| f.source == Source::Tuned && !tuned_now.contains(&(&f.op, &f.preset)))
+        .map(|f| (&f.op, &f.preset))
+        .collect();
+    lost.dedup();
+    for (op, preset) in lost {
+        c.violations.push(format!(
+            "{op} {preset}: its tuned record no longer applies (the tuning key hashes the default kernels' IR, which \
+             changed): keep the default IR, re-tune, or bless if the record is meant to go"
+        ));
+    }
     for f in now {
         let Some(o) = old.get(&f.id()) else {
             c.unlisted += 1;
@@ -270,6 +291,14 @@ mod tests {
         // A tuned point's IR changed while its record still applies.
         let c = compare(v, &[fp(Source::Tuned, "aa", "bb")], &[fp(Source::Tuned, "a2", "b2")]);
         assert!(c.violations[0].contains("re-tune"), "{:?}", c.violations);
+        // A tuned record that applied and applies no more (its default IR changed): named.
+        let c = compare(
+            v,
+            &[fp(Source::Default, "aa", "bb"), fp(Source::Tuned, "cc", "dd")],
+            &[fp(Source::Default, "a2", "b2")],
+        );
+        assert_eq!(c.violations.len(), 1, "{:?}", c.violations);
+        assert!(c.violations[0].contains("op p: its tuned record no longer applies"), "{:?}", c.violations);
         // New kernels are counted, not violations; another version asks for a bless.
         let c = compare(v, &[], &[fp(Source::Tuned, "aa", "bb")]);
         assert_eq!((c.violations.len(), c.unlisted), (0, 1));
