@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# RAN as session 30 call 2 on an H200 (the H200 plan; results/bench/nvidia-h200/session30-call2/; NOTES, session 30). Its H100 probe has not run.
 # Session 30, call 2 (issue 4): on an H200 the H200 plan (session28-call3.sh, with the whole budget); on an H100 a
 # short probe of the decode's tail (at most ~150 s, so that an H200 call can still follow in this session).
 # Call 1 (H100) found that with the tail split (TS=6) every SM stays active, issuing at ~50% of peak, for ~3 us
