@@ -164,7 +164,7 @@ pub fn local_memory_warning(
 /// only as others finish, and with equal shares of the work they then run a whole second round on their own. The
 /// result stays right; the time does not mean what the knob says.
 pub fn persistent_grid_warning(kernel: &k3k_ir::Kernel, blocks_per_sm: u32) -> Option<String> {
-    let cps = kernel.knobs.0.get("CPS").and_then(|_| kernel.knobs.u32("CPS").ok()).unwrap_or(0);
+    let cps = kernel.knobs.u32("CPS").unwrap_or(0);
     (cps > blocks_per_sm).then(|| {
         format!(
             "{} asks for a persistent grid of {cps} CTAs per SM (CPS={cps}) but only {blocks_per_sm} fit on an SM at \

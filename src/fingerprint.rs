@@ -213,12 +213,11 @@ pub fn compare(version: u32, old: &[Fingerprint], now: &[Fingerprint]) -> Compar
     // silently drops the tuned knobs users got (session 30 found the M64 records lost this way).
     let tuned_now: std::collections::BTreeSet<_> =
         now.iter().filter(|f| f.source == Source::Tuned).map(|f| (&f.op, &f.preset)).collect();
-    let mut lost: Vec<_> = old
+    let lost: std::collections::BTreeSet<_> = old
         .values()
         .filter(|f| f.source == Source::Tuned && !tuned_now.contains(&(&f.op, &f.preset)))
         .map(|f| (&f.op, &f.preset))
         .collect();
-    lost.dedup();
     for (op, preset) in lost {
         c.violations.push(format!(
             "{op} {preset}: its tuned record no longer applies (the tuning key hashes the default kernels' IR, which \
