@@ -51,6 +51,8 @@ pub enum KnobError {
     Missing { name: String },
     #[error("knob `{name}` has value `{value}`, expected {expected}")]
     Invalid { name: String, value: String, expected: String },
+    #[error("unknown knob `{name}`; this operator's knobs are {known}")]
+    Unknown { name: String, known: String },
 }
 
 /// A set of knob values, ordered by name (stable for hashing and printing).
@@ -201,6 +203,47 @@ impl KnobSpace {
         (0..=mask).map(mix).filter(move |&y| y < size).filter_map(|y| self.point(y as usize))
     }
 
+    /// Check hand-given knobs (from the CLI, `k3k-build`'s `.knobs(..)`, a fuzz or tune request) against this
+    /// space and the operator's defaults, and return them with each value in its axis's type. Every name must be
+    /// an axis of the space or a default knob, and every value one the axis offers or the default's: a knob
+    /// outside the space is refused rather than read as something else (`MMA=tensor` as `sync`). A value is read
+    /// in the axis's type first, so `OVERLAP=true` on a string axis is the word `true` and `BM=64` on a string
+    /// axis the word `64`. The error names the knob and lists what is allowed.
+    pub fn check(&self, knobs: &Knobs, defaults: &Knobs) -> Result<Knobs, KnobError> {
+        let mut out = Knobs::new();
+        for (name, value) in &knobs.0 {
+            let axis = self.axes.iter().find(|a| &a.name == name);
+            let default = defaults.0.get(name);
+            let mut allowed: Vec<KnobValue> = axis.map(|a| a.values.clone()).unwrap_or_default();
+            if let Some(d) = default
+                && !allowed.contains(d)
+            {
+                allowed.push(d.clone());
+            }
+            if allowed.is_empty() {
+                let mut known: Vec<&str> = self.axes.iter().map(|a| a.name.as_str()).collect();
+                known.extend(defaults.0.keys().map(String::as_str).filter(|k| !known.contains(k)));
+                known.sort_unstable();
+                let known = if known.is_empty() {
+                    "none (it takes no knobs)".to_string()
+                } else {
+                    known.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ")
+                };
+                return Err(KnobError::Unknown { name: name.clone(), known });
+            }
+            let text = value.to_string();
+            let found = allowed.iter().find(|v| **v == *value || v.to_string() == text);
+            match found {
+                Some(v) => out.set(name, v.clone()),
+                None => {
+                    let list = allowed.iter().map(|v| v.to_string()).collect::<Vec<_>>().join(", ");
+                    return Err(KnobError::Invalid { name: name.clone(), value: text, expected: format!("one of {list}") });
+                }
+            }
+        }
+        Ok(out)
+    }
+
     /// Every point of the space, in [`KnobSpace::point`]'s order. This materializes the whole product: for a
     /// large space use [`KnobSpace::shuffled`], [`KnobSpace::strided`] or [`KnobSpace::point`].
     pub fn points(&self) -> Vec<Knobs> {
@@ -304,6 +347,33 @@ mod tests {
         let e = k.int("swz").unwrap_err();
         assert!(e.to_string().contains("`swz`"), "{e}");
         assert!(matches!(k.bool("nope"), Err(KnobError::Missing { .. })));
+    }
+
+    #[test]
+    fn check_refuses_unknown_knobs_and_values_outside_the_space() {
+        let s = space();
+        let defaults = Knobs::new().with("A", 1i64).with("E", 0i64);
+        // In the space, read in each axis's type; a default knob outside the axes is known too.
+        let ok = Knobs::new().with("A", 3i64).with("B", "y").with("C", false).with("E", 0i64);
+        assert_eq!(s.check(&ok, &defaults).unwrap(), ok);
+        // A value given as a word on an int axis, or as a number on a string axis, is read in the axis's type.
+        let words = Knobs::new().with("A", "2");
+        assert_eq!(s.check(&words, &defaults).unwrap(), Knobs::new().with("A", 2i64));
+        // An unknown name lists the known ones.
+        let e = s.check(&Knobs::new().with("FOO", 1i64), &defaults).unwrap_err();
+        assert!(matches!(&e, KnobError::Unknown { name, .. } if name == "FOO"), "{e}");
+        assert!(e.to_string().contains("`A`") && e.to_string().contains("`E`"), "{e}");
+        // A misspelt (lower-case) name is unknown, not ignored.
+        assert!(matches!(s.check(&Knobs::new().with("a", 1i64), &defaults), Err(KnobError::Unknown { .. })));
+        // A value outside the axis lists the allowed values.
+        let e = s.check(&Knobs::new().with("B", "z"), &defaults).unwrap_err();
+        assert!(e.to_string().contains("`B`") && e.to_string().contains("x, y"), "{e}");
+        let e = s.check(&Knobs::new().with("D", 9i64), &defaults).unwrap_err();
+        assert!(e.to_string().contains("4, 5, 6, 7, 8"), "{e}");
+        assert!(s.check(&Knobs::new().with("C", "maybe"), &defaults).is_err());
+        // An operator without knobs says so.
+        let e = KnobSpace::default().check(&Knobs::new().with("X", 1i64), &Knobs::new()).unwrap_err();
+        assert!(e.to_string().contains("takes no knobs"), "{e}");
     }
 
     #[test]

@@ -100,6 +100,13 @@ pub trait Operator: Send + Sync {
     fn instance(&self, p: &Preset, seed: u64) -> Result<Box<dyn Instance>, OpError>;
     /// The kernels a preset needs at these knobs, without generating data (compile-only checks).
     fn kernels(&self, p: &Preset, knobs: &Knobs) -> Result<Vec<Kernel>, OpError>;
+    /// Check a problem's dims before anything is built or allocated: every dim is one this operator takes
+    /// (an unknown or misspelt dim is an error naming it and listing the accepted ones), within the bounds the
+    /// operator supports, and the problem's bytes are bounded. The CLI, the tuner's planner and `k3k-build`
+    /// call it first. The default accepts everything: an operator overrides it with its declared dims.
+    fn check_dims(&self, _p: &Preset) -> Result<(), OpError> {
+        Ok(())
+    }
     /// The shape bucket of a preset, for tuning keys.
     fn bucket_dims(&self, p: &Preset) -> Vec<(String, u64)> {
         p.dims.iter().map(|(k, v)| (k.clone(), (*v).max(0) as u64)).collect()
