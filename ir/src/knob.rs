@@ -222,8 +222,9 @@ impl KnobSpace {
             }
             if allowed.is_empty() {
                 let mut known: Vec<&str> = self.axes.iter().map(|a| a.name.as_str()).collect();
-                known.extend(defaults.0.keys().map(String::as_str).filter(|k| !known.contains(k)));
+                known.extend(defaults.0.keys().map(String::as_str));
                 known.sort_unstable();
+                known.dedup();
                 let known = if known.is_empty() {
                     "none (it takes no knobs)".to_string()
                 } else {
