@@ -65,6 +65,8 @@ struct Request {
     roles: Vec<String>,
     plan: bool,
     runtime_inputs: Vec<String>,
+    /// `assume_folded_scales`: MXFP4 kernels that read every E8M0 scale byte as at most 128 (or 255).
+    folded_scales: bool,
 }
 
 impl Request {
@@ -78,6 +80,7 @@ impl Request {
             roles: vec![],
             plan: false,
             runtime_inputs: vec![],
+            folded_scales: false,
         }
     }
 }
@@ -110,6 +113,8 @@ impl Default for Builder {
 #[derive(Clone, Debug)]
 pub struct EmittedKernel {
     pub name: String,
+    /// The kernel's IR (what the CPU interpreter runs to check it without a GPU).
+    pub kernel: Kernel,
     /// The GPU slugs this kernel serves.
     pub gpus: Vec<String>,
     pub ir: PathBuf,
@@ -161,6 +166,8 @@ pub(crate) struct Resolved {
     pub roles: Vec<String>,
     pub pins: Vec<Vec<(String, i64)>>,
     pub variants: Vec<Variant>,
+    /// Built with `assume_folded_scales()`: every launcher takes an `rt::FoldedScales`.
+    pub folded_scales: bool,
 }
 
 /// One launch of a recorded plan: (role index, buffer indices, scalars).
@@ -357,6 +364,18 @@ impl Builder {
         self
     }
 
+    /// `mxfp4_matmul` only: build the faster kernels that read every E8M0 scale byte of the weights as at most
+    /// 128 (or 255 = NaN): one multiply per decoded value instead of two. By default k3k-build emits the kernels
+    /// that are right for every scale byte 0-255; with this, the launchers take an extra argument
+    /// `scales: rt::FoldedScales`, made by [`crate::rt::FoldedScales::check`] over the scale bytes (once, when the
+    /// weights are loaded) or unsafely asserted, so the assumption shows at every call.
+    pub fn assume_folded_scales(mut self) -> Self {
+        if let Some(r) = self.last("assume_folded_scales") {
+            r.folded_scales = true;
+        }
+        self
+    }
+
     /// A plan input to keep as a run-time argument even if it looks like a shape-only table.
     pub fn runtime_input(mut self, buffer: &str) -> Self {
         if let Some(r) = self.last("runtime_input") {
@@ -512,6 +531,14 @@ impl Builder {
                 }
             };
 
+        let mut aliases = std::collections::HashSet::new();
+        for a in self.requests.iter().filter_map(|r| r.alias.as_deref()) {
+            if !aliases.insert(crate::ident::snake(a)) {
+                return Err(BuildError::Usage(format!(
+                    "alias `{a}` names two requests; give each request its own alias (the module name)"
+                )));
+            }
+        }
         let kdir = out.join("k3k");
         std::fs::create_dir_all(&kdir).map_err(io(&kdir))?;
         let ops = k3k_ops::registry::all();
@@ -563,6 +590,7 @@ impl Builder {
                     let a = compile(k, &kdir, runtime_nvrtc, assemble)?;
                     emitted.push(EmittedKernel {
                         name: k.name.clone(),
+                        kernel: k.clone(),
                         gpus: vec![v.gpu.clone()],
                         ir: a.ir.clone(),
                         cuda: kdir.join(format!("{}.cu", k.name)),
@@ -667,9 +695,11 @@ fn resolve_request(
     kdir: &Path,
     warnings: &mut Vec<String>,
 ) -> Result<(Resolved, Vec<ResolvedRequest>), BuildError> {
-    let mut variants = vec![];
+    let mut variants: Vec<Variant> = vec![];
     let mut reports = vec![];
     let (title, op_name, shape, preset_dims);
+    // Role names without knob values, for an operator request (computed below).
+    let mut knob_free: Vec<String> = vec![];
     match &r.source {
         Source::Raw { kernels } => {
             if kernels.is_empty() {
@@ -698,6 +728,22 @@ fn resolve_request(
         Source::Op { name, preset, dims } => {
             let op = find_op(ops, name)?;
             let p = preset_of(op, preset, dims)?;
+            let usage = |what: String| BuildError::Usage(format!("request `{module}` (`{name}`): {what}"));
+            op.check_dims(&p).map_err(|e| BuildError::Op {
+                request: module.clone(),
+                gpu: "-".into(),
+                err: Box::new(e),
+            })?;
+            if let Some(f) = &r.knobs {
+                op.knob_space().check(f, &op.default_knobs()).map_err(|e| usage(format!(".knobs(..): {e}")))?;
+            }
+            if r.folded_scales && name != MXFP4_OP {
+                return Err(usage(format!("`assume_folded_scales()` applies to `{MXFP4_OP}` only")));
+            }
+            // The shape the kernels (and a plan's instances) are built for: for MXFP4 weights, the kernels that
+            // are right for every scale byte unless the request assumes folded scales (the lookup of tuned knobs
+            // keeps the request's shape: the knobs were tuned on the same problem).
+            let build_p = build_preset(name, &p, r.folded_scales);
             op_name = name.clone();
             shape = p.name.clone();
             preset_dims = p.dims.clone();
@@ -706,7 +752,10 @@ fn resolve_request(
                 |gpu: &str, err| BuildError::Op { request: module.clone(), gpu: gpu.into(), err: Box::new(err) };
             // Plans are recorded from two seeded instances (seed 1 and 2): what differs is run-time data.
             let instances = if r.plan {
-                Some((op.instance(&p, 1).map_err(|e| op_err("-", e))?, op.instance(&p, 2).map_err(|e| op_err("-", e))?))
+                Some((
+                    op.instance(&build_p, 1).map_err(|e| op_err("-", e))?,
+                    op.instance(&build_p, 2).map_err(|e| op_err("-", e))?,
+                ))
             } else {
                 None
             };
@@ -720,13 +769,13 @@ fn resolve_request(
                 };
                 let (tuned, mut source) = lookup::resolve(op, &p, g, results, nvrtc, warnings);
                 let mut knobs = forced(tuned);
-                let kernels = match op.kernels(&p, &knobs) {
+                let kernels = match op.kernels(&build_p, &knobs) {
                     Ok(k) => k,
                     Err(e) if matches!(source, KnobSource::Tuned { .. }) => {
                         warnings.push(format!("{module} on {g}: knobs {knobs} fail ({e}); using the defaults"));
                         knobs = forced(op.default_knobs());
                         source = KnobSource::Default { why: "the tuned knobs failed to build".into() };
-                        op.kernels(&p, &knobs).map_err(|e| op_err(g, e))?
+                        op.kernels(&build_p, &knobs).map_err(|e| op_err(g, e))?
                     }
                     Err(e) => return Err(op_err(g, e)),
                 };
@@ -758,6 +807,7 @@ fn resolve_request(
                 });
                 variants.push(Variant { gpu: g.clone(), knobs, source: source_text, kernels: ks, plan });
             }
+            knob_free = knob_free_names(op, &build_p, &variants[0].kernels, &variants[0].knobs);
         }
     }
 
@@ -795,9 +845,36 @@ fn resolve_request(
         }
     }
     let mut roles: Vec<String> = first.kernels.iter().map(role_of).collect();
-    for (i, name) in r.roles.iter().enumerate().take(roles.len()) {
+    for (role, name) in roles.iter_mut().zip(&knob_free) {
+        *role = name.clone();
+    }
+    if !r.roles.is_empty() && r.roles.len() != roles.len() {
+        return Err(BuildError::Usage(format!(
+            "request `{module}`: `.roles(..)` names {} kernels ({}), but the request has {}: {}",
+            r.roles.len(),
+            r.roles.join(", "),
+            roles.len(),
+            first.kernels.iter().map(|k| format!("`{}`", k.name)).collect::<Vec<_>>().join(", ")
+        )));
+    }
+    for (i, name) in r.roles.iter().enumerate() {
         roles[i] = name.clone();
     }
+    // Every dim `.pin(..)` or `.free_dims(..)` names must be a dim of the request's kernels.
+    let kernel_dims: std::collections::BTreeSet<&str> = first
+        .kernels
+        .iter()
+        .flat_map(|k| k.syms.iter().filter(|s| s.kind == SymKind::Dim).map(|s| s.name.as_str()))
+        .collect();
+    for (what, name) in r.pins.iter().map(|(n, _)| (".pin", n)).chain(r.free.iter().map(|n| (".free_dims", n))) {
+        if !kernel_dims.contains(name.as_str()) {
+            return Err(BuildError::Usage(format!(
+                "request `{module}`: `{what}(..)` names `{name}`, which is no dim of its kernels; their dims are {}",
+                kernel_dims.iter().map(|d| format!("`{d}`")).collect::<Vec<_>>().join(", ")
+            )));
+        }
+    }
+    let runtime = runtime_dims(&op_name);
     let roles = crate::ident::unique(
         roles.iter().map(|s| crate::ident::camel(s)).collect(),
         &["Plan", "Inputs", "Outputs", "Self"],
@@ -809,7 +886,8 @@ fn resolve_request(
         .map(|k| {
             let mut p: Vec<(String, i64)> = vec![];
             for s in k.syms.iter().filter(|s| s.kind == SymKind::Dim) {
-                if r.free.contains(&s.name) {
+                let pinned = r.pins.iter().any(|(n, _)| n == &s.name);
+                if r.free.contains(&s.name) || (runtime.contains(&s.name.as_str()) && !pinned) {
                     continue;
                 }
                 let v =
@@ -821,7 +899,83 @@ fn resolve_request(
             p
         })
         .collect();
-    Ok((Resolved { module, title, op: op_name, shape, roles, pins, variants }, reports))
+    let folded_scales = r.folded_scales;
+    Ok((Resolved { module, title, op: op_name, shape, roles, pins, variants, folded_scales }, reports))
+}
+
+/// The MXFP4 operator, whose default kernels k3k-build builds for every scale byte.
+const MXFP4_OP: &str = "mxfp4_matmul";
+
+/// The dims a model changes from step to step, per operator: launchers take any value of them (the kernels
+/// are symbolic in them and were checked at other sizes than they were built for) unless `.pin(..)` fixes
+/// one. Every other kernel dim named like a request dim is fixed at build time, as a model fixes it.
+pub fn runtime_dims(op: &str) -> &'static [&'static str] {
+    match op {
+        "latent_moe_gemm" | MXFP4_OP => &["M"],
+        _ => &[],
+    }
+}
+
+/// The shape the kernels of a request are built for. For `mxfp4_matmul`, `wide=1` (kernels right for every
+/// E8M0 byte: two multiplies per decoded value, NaN blocks) unless the request assumes folded scales.
+fn build_preset(op: &str, p: &Preset, folded_scales: bool) -> Preset {
+    let mut b = p.clone();
+    if op == MXFP4_OP {
+        b.dims.insert("wide".into(), if folded_scales { 0 } else { 1 });
+    }
+    b
+}
+
+/// Kernel names without the parts that depend on knobs: each kernel's name (as [`role_of`] shortens it) is
+/// split into `_` tokens, and a token is dropped when a kernel built at a point one knob away from the defaults
+/// or from `knobs` (with the same number and interfaces of kernels) does not carry it. So a tune that changes
+/// knobs does not rename the generated types. Kernels a plan adds keep their names.
+fn knob_free_names(op: &dyn Operator, p: &Preset, kernels: &[Kernel], knobs: &Knobs) -> Vec<String> {
+    let build = |k: &Knobs| -> Option<Vec<Kernel>> {
+        let mut seen = std::collections::HashSet::new();
+        op.kernels(p, k).ok().map(|ks| ks.into_iter().filter(|k| seen.insert(stable_hash(k))).collect())
+    };
+    let Some(base) = build(knobs) else { return vec![] };
+    if base.len() > kernels.len() || base.iter().zip(kernels).any(|(a, b)| stable_hash(a) != stable_hash(b)) {
+        return vec![];
+    }
+    let mut tokens: Vec<Vec<(String, bool)>> =
+        base.iter().map(|k| role_of(k).split('_').map(|t| (t.to_string(), true)).collect()).collect();
+    let space = op.knob_space();
+    let mut points = vec![];
+    for start in [op.default_knobs(), knobs.clone()] {
+        points.push(start.clone());
+        for axis in &space.axes {
+            for v in &axis.values {
+                let mut k = start.clone();
+                k.set(&axis.name, v.clone());
+                points.push(k);
+            }
+        }
+    }
+    // At most 96 points, spread over the list (a large space's axes are sampled, not all walked).
+    let step = points.len().div_ceil(96).max(1);
+    for k in points.iter().step_by(step) {
+        let Some(other) = build(k) else { continue };
+        if other.len() != base.len() || other.iter().zip(&base).any(|(a, b)| signature(a) != signature(b)) {
+            continue;
+        }
+        for (toks, o) in tokens.iter_mut().zip(&other) {
+            let theirs = role_of(o);
+            let theirs: Vec<&str> = theirs.split('_').collect();
+            for (t, keep) in toks.iter_mut() {
+                *keep &= theirs.contains(&t.as_str());
+            }
+        }
+    }
+    tokens
+        .iter()
+        .zip(&base)
+        .map(|(toks, k)| {
+            let kept: Vec<&str> = toks.iter().filter(|(_, keep)| *keep).map(|(t, _)| t.as_str()).collect();
+            if kept.is_empty() { role_of(k) } else { kept.join("_") }
+        })
+        .collect()
 }
 
 /// Record a plan from two instances that differ only in their random data: buffers and launches must match;

@@ -176,7 +176,7 @@ fn launcher(o: &mut String, r: &Resolved, ri: usize, role: &str, artifacts: &Has
     let scalars: Vec<_> = k0.syms.iter().filter(|s| s.kind != SymKind::Dim && s.name != k3k_ir::NUM_SMS).collect();
     let names = unique(
         k0.tensors.iter().map(|t| snake(&t.name)).chain(scalars.iter().map(|s| snake(&s.name))).collect(),
-        &["gpu", "self_", "rt"],
+        &["stream", "self_", "rt"],
     );
     let (tnames, snames) = names.split_at(k0.tensors.len());
     let mut d = format!(
@@ -209,24 +209,32 @@ fn launcher(o: &mut String, r: &Resolved, ri: usize, role: &str, artifacts: &Has
     doc(
         o,
         "        ",
-        "Load the variant built for `gpu` (by its name's slug; else the first target GPU's). With run-time NVRTC\nthis compiles the kernel.",
+        "Load the variant built for the device of `ctx` (a cudarc context or stream, or k3k's `Gpu`; by the device\nname's slug, else the first target GPU's), once per context. With run-time NVRTC this compiles the kernel.",
     );
     let _ = writeln!(
         o,
-        "        pub fn load(gpu: &rt::Gpu) -> Result<Self, rt::Error> {{\n            Ok({role} {{ k: rt::Loaded::load(gpu, &{stat}, Self::PINS)? }})\n        }}\n"
+        "        pub fn load(ctx: &(impl rt::AsContext + ?Sized)) -> Result<Self, rt::Error> {{\n            Ok({role} {{ k: rt::Loaded::load(ctx, &{stat}, Self::PINS)? }})\n        }}\n"
     );
     doc(o, "        ", "The loaded kernel (its image, IR and resources).");
     let _ = writeln!(o, "        pub fn loaded(&self) -> &rt::Loaded {{\n            &self.k\n        }}\n");
-    doc(o, "        ", "Enqueue one launch on `gpu`'s stream (see the type's docs for the arguments).");
-    let mut params = vec!["&self".to_string(), "gpu: &rt::Gpu".to_string()];
+    doc(
+        o,
+        "        ",
+        "Enqueue one launch on `stream` (a cudarc stream, a `rt::RawStream` or k3k's `Gpu`, of the context this\nwas loaded in), on tensors the caller owns (`rt::View`/`rt::ViewMut` of cudarc buffers or raw pointers,\nor `rt::Tensor`); see the type's docs for the arguments. Nothing is allocated, copied or waited for: the\nlaunch can be captured into a CUDA graph.",
+    );
+    let mut params = vec!["&self".to_string(), "stream: &(impl rt::AsStream + ?Sized)".to_string()];
     for (t, n) in k0.tensors.iter().zip(tnames) {
-        let m = if t.access == Access::Read { "" } else { "mut " };
-        params.push(format!("{n}: &{m}rt::Tensor<{}>", elem(t.dtype)));
+        let kind = if t.access == Access::Read { "&dyn rt::In" } else { "&mut dyn rt::Out" };
+        params.push(format!("{n}: {kind}<{}>", elem(t.dtype)));
     }
     for (s, n) in scalars.iter().zip(snames) {
         params.push(format!("{n}: {}", if s.kind == SymKind::Int { "i64" } else { "f32" }));
     }
-    let targs: Vec<String> = tnames.iter().map(|n| format!("{n}.dev()")).collect();
+    if r.folded_scales {
+        // The assumption the kernel was built with, in the signature (`rt::FoldedScales::check` makes it).
+        params.push("_scales: rt::FoldedScales".into());
+    }
+    let targs: Vec<String> = tnames.iter().map(|n| format!("{n}.arg()")).collect();
     let sargs: Vec<String> = scalars
         .iter()
         .zip(snames)
@@ -240,7 +248,7 @@ fn launcher(o: &mut String, r: &Resolved, ri: usize, role: &str, artifacts: &Has
         "        pub fn launch(\n            {},\n        ) -> Result<(), rt::Error> {{",
         params.join(",\n            ")
     );
-    let _ = writeln!(o, "            self.k.launch(gpu, &[{}], &[{}])", targs.join(", "), sargs.join(", "));
+    let _ = writeln!(o, "            self.k.launch(stream, &[{}], &[{}])", targs.join(", "), sargs.join(", "));
     let _ = writeln!(o, "        }}\n    }}\n");
 }
 
@@ -295,7 +303,7 @@ fn plan(o: &mut String, r: &Resolved) {
     let _ = writeln!(o, "    pub struct Inputs<'a> {{");
     for (b, n) in inputs.iter().zip(&in_names) {
         doc(o, "        ", &format!("`{}`: {} `{}`.", b.name, b.dtype.name(), shape(&b.shape)));
-        let _ = writeln!(o, "        pub {n}: &'a rt::Tensor<{}>,", elem(b.dtype));
+        let _ = writeln!(o, "        pub {n}: &'a dyn rt::In<{}>,", elem(b.dtype));
     }
     if inputs.is_empty() {
         let _ = writeln!(o, "        pub _none: std::marker::PhantomData<&'a ()>,");
@@ -347,14 +355,19 @@ fn plan(o: &mut String, r: &Resolved) {
             writeln!(o, "                {n}: rt::Tensor::from_device(self.p.alloc_output(gpu, {})?)?,", lit(&b.name));
     }
     let _ = writeln!(o, "            }})\n        }}\n");
-    doc(o, "        ", "Enqueue every launch of the plan on `gpu`'s stream.");
+    doc(
+        o,
+        "        ",
+        "Enqueue every launch of the plan on `stream` (a stream of the context the plan was loaded in). Nothing is\nallocated, copied or waited for.",
+    );
     let _ = writeln!(
         o,
-        "        pub fn run(&self, gpu: &rt::Gpu, inputs: &Inputs<'_>, outputs: &mut Outputs) -> Result<(), rt::Error> {{"
+        "        pub fn run(&self, stream: &(impl rt::AsStream + ?Sized), inputs: &Inputs<'_>, outputs: &mut Outputs{}) -> Result<(), rt::Error> {{",
+        if r.folded_scales { ", _scales: rt::FoldedScales" } else { "" }
     );
-    let ia: Vec<String> = in_names.iter().map(|n| format!("inputs.{n}.dev()")).collect();
-    let oa: Vec<String> = out_names.iter().map(|n| format!("outputs.{n}.dev()")).collect();
-    let _ = writeln!(o, "            self.p.run(gpu, &[{}], &[{}])", ia.join(", "), oa.join(", "));
+    let ia: Vec<String> = in_names.iter().map(|n| format!("inputs.{n}.arg()")).collect();
+    let oa: Vec<String> = out_names.iter().map(|n| format!("rt::In::arg(&outputs.{n})")).collect();
+    let _ = writeln!(o, "            self.p.run(stream, &[{}], &[{}])", ia.join(", "), oa.join(", "));
     let _ = writeln!(o, "        }}\n");
     doc(o, "        ", "The loaded plan.");
     let _ = writeln!(o, "        pub fn runner(&self) -> &rt::PlanRunner {{\n            &self.p\n        }}\n    }}");

@@ -52,34 +52,50 @@ fn fn_params(f: &syn::File, module: &str, ty: &str, func: &str) -> Vec<String> {
 mod quote_free {
     pub fn type_name(t: &syn::Type) -> String {
         match t {
-            syn::Type::Path(p) => p
-                .path
-                .segments
-                .iter()
-                .map(|s| {
-                    let args = match &s.arguments {
-                        syn::PathArguments::AngleBracketed(a) => format!(
-                            "<{}>",
-                            a.args
-                                .iter()
-                                .map(|g| match g {
-                                    syn::GenericArgument::Type(t) => type_name(t),
-                                    _ => "_".into(),
-                                })
-                                .collect::<Vec<_>>()
-                                .join(", ")
-                        ),
-                        _ => String::new(),
-                    };
-                    format!("{}{args}", s.ident)
-                })
-                .collect::<Vec<_>>()
-                .join("::"),
+            syn::Type::Path(p) => path_name(&p.path),
             syn::Type::Reference(r) => {
                 format!("&{}{}", if r.mutability.is_some() { "mut " } else { "" }, type_name(&r.elem))
             }
+            syn::Type::TraitObject(t) => format!("dyn {}", bounds(&t.bounds)),
+            syn::Type::ImplTrait(t) => format!("impl {}", bounds(&t.bounds)),
+            syn::Type::Paren(p) => format!("({})", type_name(&p.elem)),
             _ => "?".into(),
         }
+    }
+    fn path_name(p: &syn::Path) -> String {
+        p.segments
+            .iter()
+            .map(|s| {
+                let args = match &s.arguments {
+                    syn::PathArguments::AngleBracketed(a) => format!(
+                        "<{}>",
+                        a.args
+                            .iter()
+                            .map(|g| match g {
+                                syn::GenericArgument::Type(t) => type_name(t),
+                                _ => "_".into(),
+                            })
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                    _ => String::new(),
+                };
+                format!("{}{args}", s.ident)
+            })
+            .collect::<Vec<_>>()
+            .join("::")
+    }
+    fn bounds(b: &syn::punctuated::Punctuated<syn::TypeParamBound, syn::Token![+]>) -> String {
+        b.iter()
+            .map(|b| match b {
+                syn::TypeParamBound::Trait(t) => {
+                    let q = if matches!(t.modifier, syn::TraitBoundModifier::Maybe(_)) { "?" } else { "" };
+                    format!("{q}{}", path_name(&t.path))
+                }
+                _ => "_".into(),
+            })
+            .collect::<Vec<_>>()
+            .join(" + ")
     }
     pub fn pat_name(p: &syn::Pat) -> String {
         match p {
@@ -126,11 +142,11 @@ fn emits_ptx_and_typed_launchers_with_default_knob_warning() {
         params,
         [
             "self",
-            "gpu: &rt::Gpu",
-            "x: &rt::Tensor<rt::Bf16>",
-            "w: &rt::Tensor<rt::Bf16>",
-            "offs: &rt::Tensor<rt::I32>",
-            "y: &mut rt::Tensor<rt::Bf16>"
+            "stream: &(impl rt::AsStream + ?Sized)",
+            "x: &dyn rt::In<rt::Bf16>",
+            "w: &dyn rt::In<rt::Bf16>",
+            "offs: &dyn rt::In<rt::I32>",
+            "y: &mut dyn rt::Out<rt::Bf16>"
         ]
     );
     let src = std::fs::read_to_string(&report.rust_file).unwrap();
@@ -191,8 +207,8 @@ fn plan_records_tables_scalars_and_io() {
     let src = std::fs::read_to_string(&report.rust_file).unwrap();
     // Inputs s and b are data (they differ between seeds); outputs alpha, counts, bias.
     assert!(src.contains("pub struct Inputs<'a>"));
-    assert!(src.contains("pub s: &'a rt::Tensor<rt::F32>,"), "{src}");
-    assert!(src.contains("pub b: &'a rt::Tensor<rt::F32>,"));
+    assert!(src.contains("pub s: &'a dyn rt::In<rt::F32>,"), "{src}");
+    assert!(src.contains("pub b: &'a dyn rt::In<rt::F32>,"));
     assert!(src.contains("pub bias: rt::Tensor<rt::F32>,"));
     assert!(src.contains("rt::BufRole::Scratch"), "partials are scratch");
     assert!(src.contains(r#"("tceil", rt::SymValue::Int("#), "scalars recorded");
@@ -204,7 +220,7 @@ fn plan_records_tables_scalars_and_io() {
         assert!(back.body.is_empty() && !back.tensors.is_empty());
     }
     let run = fn_params(&file, "router_qb", "Plan", "run");
-    assert_eq!(run, ["self", "gpu: &rt::Gpu", "inputs: &Inputs<_>", "outputs: &mut Outputs"]);
+    assert_eq!(run, ["self", "stream: &(impl rt::AsStream + ?Sized)", "inputs: &Inputs<_>", "outputs: &mut Outputs"]);
 }
 
 #[test]
@@ -291,10 +307,10 @@ fn raw_ir_kernels_get_launchers() {
     assert_eq!(
         params[2..],
         [
-            "x: &rt::Tensor<rt::Bf16>",
-            "w: &rt::Tensor<rt::Bf16>",
-            "p: &rt::Tensor<rt::F32>",
-            "y: &mut rt::Tensor<rt::Bf16>"
+            "x: &dyn rt::In<rt::Bf16>",
+            "w: &dyn rt::In<rt::Bf16>",
+            "p: &dyn rt::In<rt::F32>",
+            "y: &mut dyn rt::Out<rt::Bf16>"
         ]
     );
     let src = std::fs::read_to_string(&report.rust_file).unwrap();

@@ -2,7 +2,7 @@
 
 use crate::{RuntimeError, cuda};
 use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute_enum};
-use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, DevicePtr, PushKernelArg};
+use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, DevicePtr};
 use k3k_codegen::CompiledModule;
 use k3k_ir::{HostTensor, Kernel, SymValue, TensorShape, bind, eval_grid};
 use std::sync::{Arc, OnceLock};
@@ -52,9 +52,53 @@ impl DeviceTensor {
     }
 }
 
+/// One tensor argument of a launch: a device address with the dtype and shape the kernel sees. Made from a
+/// [`DeviceTensor`] ([`DeviceTensor::arg`]) or, by a caller that owns the memory, with [`ArgRef::new`]; it
+/// borrows nothing, so a launch can take memory from any allocator (cudarc slices, a framework's caching
+/// allocator, a model's own arena).
+#[derive(Clone, Copy, Debug)]
+pub struct ArgRef<'a> {
+    ptr: u64,
+    dtype: k3k_ir::DType,
+    shape: &'a [usize],
+}
+
+impl<'a> ArgRef<'a> {
+    /// An argument at device address `ptr` holding a dense row-major `dtype` tensor of `shape`.
+    ///
+    /// # Safety
+    /// `ptr` must be an address of the context the kernel is launched in, with at least
+    /// `dtype.storage_bytes(product of shape)` bytes readable (and writable where the kernel writes), and stay
+    /// valid until the launch has run on its stream.
+    pub unsafe fn new(ptr: u64, dtype: k3k_ir::DType, shape: &'a [usize]) -> Self {
+        ArgRef { ptr, dtype, shape }
+    }
+    /// The device address.
+    pub fn ptr(&self) -> u64 {
+        self.ptr
+    }
+    /// The element type.
+    pub fn dtype(&self) -> k3k_ir::DType {
+        self.dtype
+    }
+    /// The shape.
+    pub fn shape(&self) -> &'a [usize] {
+        self.shape
+    }
+}
+
+impl DeviceTensor {
+    /// This tensor as a launch argument.
+    pub fn arg(&self) -> ArgRef<'_> {
+        ArgRef { ptr: self.ptr, dtype: self.dtype, shape: &self.shape }
+    }
+}
+
 /// A kernel loaded into the context, ready to launch.
 pub struct LoadedKernel {
     pub kernel: Kernel,
+    /// The context the module was loaded in (launches bind it and refuse a stream of another context).
+    pub ctx: Arc<CudaContext>,
     pub func: CudaFunction,
     pub shared_bytes: usize,
     pub registers: i32,
@@ -69,6 +113,28 @@ pub struct LoadedKernel {
     /// CTAs of this kernel that fit on one SM at once (`cuOccupancyMaxActiveBlocksPerMultiprocessor` at its block
     /// size and shared memory): a persistent grid of more per SM runs its surplus after the others.
     pub blocks_per_sm: u32,
+}
+
+impl GpuInfo {
+    /// What the device of `ctx` is (a handful of attribute queries; no allocation, no synchronisation).
+    pub fn query(ctx: &CudaContext) -> Result<GpuInfo, RuntimeError> {
+        let attr = |a| cuda("device attribute", ctx.attribute(a));
+        let (maj, min) = cuda("compute capability", ctx.compute_capability())?;
+        let mut driver_version = 0i32;
+        // SAFETY: valid out-pointer.
+        unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut driver_version) };
+        Ok(GpuInfo {
+            ordinal: ctx.ordinal(),
+            name: cuda("device name", ctx.name())?,
+            compute_capability: (maj as u32, min as u32),
+            sm_count: attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32,
+            shared_optin_bytes: attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?
+                as usize,
+            l2_bytes: attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)? as usize,
+            memory_bytes: cuda("total memory", ctx.total_mem())?,
+            driver_version,
+        })
+    }
 }
 
 impl Gpu {
@@ -101,22 +167,16 @@ impl Gpu {
         // SAFETY: as above; no buffer is used on the side stream outside those fences.
         unsafe { ctx.disable_event_tracking() };
         let stream = ctx.default_stream();
-        let attr = |a| cuda("device attribute", ctx.attribute(a));
-        let (maj, min) = cuda("compute capability", ctx.compute_capability())?;
-        let mut driver_version = 0i32;
-        // SAFETY: valid out-pointer.
-        unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut driver_version) };
-        let info = GpuInfo {
-            ordinal,
-            name: cuda("device name", ctx.name())?,
-            compute_capability: (maj as u32, min as u32),
-            sm_count: attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32,
-            shared_optin_bytes: attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?
-                as usize,
-            l2_bytes: attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)? as usize,
-            memory_bytes: cuda("total memory", ctx.total_mem())?,
-            driver_version,
-        };
+        let info = GpuInfo::query(&ctx)?;
+        Ok(Gpu { ctx, stream, info, side: OnceLock::new() })
+    }
+
+    /// A `Gpu` on the caller's CUDA world: the context of `stream` (a cudarc stream the caller created, in a
+    /// context it owns), with `stream` as the main stream for uploads, downloads and launches. Nothing of the
+    /// context is changed (its event tracking stays as the caller set it), and no stream or memory is created.
+    pub fn from_stream(stream: Arc<CudaStream>) -> Result<Gpu, RuntimeError> {
+        let ctx = stream.context().clone();
+        let info = GpuInfo::query(&ctx)?;
         Ok(Gpu { ctx, stream, info, side: OnceLock::new() })
     }
 
@@ -176,93 +236,9 @@ impl Gpu {
         cuda("synchronize", self.stream.synchronize())
     }
 
-    /// Load a compiled kernel (CUBIN when present, else PTX that the driver JIT-compiles).
+    /// Load a compiled kernel into this GPU's context (see [`load_kernel`]).
     pub fn load(&self, kernel: &Kernel, m: &CompiledModule) -> Result<LoadedKernel, RuntimeError> {
-        let image = match &m.cubin {
-            Some(c) => cudarc::nvrtc::Ptx::from_binary(c.clone()),
-            None => cudarc::nvrtc::Ptx::from_src(m.ptx.clone()),
-        };
-        let module = cuda(&format!("load module of `{}`", kernel.name), self.ctx.load_module(image))?;
-        let func = cuda(&format!("load function `{}`", kernel.name), module.load_function(&kernel.name))?;
-        let shared_bytes = kernel.shared_bytes();
-        if shared_bytes > self.info.shared_optin_bytes {
-            return Err(RuntimeError::SharedMemory {
-                kernel: kernel.name.clone(),
-                need: shared_bytes,
-                limit: self.info.shared_optin_bytes,
-            });
-        }
-        cuda(
-            "set max dynamic shared memory",
-            func.set_attribute(
-                CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                shared_bytes as i32,
-            ),
-        )?;
-        let registers = cuda("function registers", func.num_regs())?;
-        let local_bytes = cuda("function local memory", func.local_size_bytes())?;
-        let persistent_ctas = self.resident_cluster_ctas(kernel, &func, shared_bytes)?;
-        let mut blocks: std::ffi::c_int = 0;
-        // SAFETY: a loaded function of this context and a valid out pointer.
-        let r = unsafe {
-            cudarc::driver::sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(
-                &mut blocks,
-                func.cu_function(),
-                kernel.launch_threads() as std::ffi::c_int,
-                shared_bytes,
-            )
-        };
-        cuda(&format!("max active blocks per SM of `{}`", kernel.name), r.result())?;
-        let blocks_per_sm = blocks.max(0) as u32;
-        Ok(LoadedKernel {
-            kernel: kernel.clone(),
-            func,
-            shared_bytes,
-            registers,
-            local_bytes,
-            persistent_ctas,
-            blocks_per_sm,
-        })
-    }
-
-    /// The CTAs of `kernel` that fit on this GPU at once in whole clusters (the SM count for a kernel without a
-    /// cluster shape). A cluster kernel of which not one cluster fits is an error, not a hang.
-    fn resident_cluster_ctas(
-        &self,
-        kernel: &Kernel,
-        func: &CudaFunction,
-        shared_bytes: usize,
-    ) -> Result<u32, RuntimeError> {
-        let [cx, cy, cz] = kernel.cluster;
-        let size = cx * cy * cz;
-        if size <= 1 {
-            return Ok(self.info.sm_count);
-        }
-        let config = cudarc::driver::sys::CUlaunchConfig {
-            gridDimX: cx,
-            gridDimY: cy,
-            gridDimZ: cz,
-            blockDimX: kernel.launch_threads(),
-            blockDimY: 1,
-            blockDimZ: 1,
-            sharedMemBytes: shared_bytes as u32,
-            hStream: std::ptr::null_mut(),
-            attrs: std::ptr::null_mut(),
-            numAttrs: 0,
-        };
-        let mut clusters: std::ffi::c_int = 0;
-        // SAFETY: a loaded function of this context, a config without attributes (the cluster shape is compiled
-        // into the kernel by `__cluster_dims__`), and a valid out pointer.
-        let r =
-            unsafe { cudarc::driver::sys::cuOccupancyMaxActiveClusters(&mut clusters, func.cu_function(), &config) };
-        cuda(&format!("max active clusters of `{}`", kernel.name), r.result())?;
-        if clusters <= 0 {
-            return Err(RuntimeError::Cuda {
-                what: format!("max active clusters of `{}`", kernel.name),
-                err: format!("not one cluster of {size} CTAs with {shared_bytes} bytes of shared memory each fits"),
-            });
-        }
-        Ok(clusters as u32 * size)
+        load_kernel(&self.ctx, &self.info, kernel, m)
     }
 
     /// Launch a kernel on the main stream: tensors in kernel order, named scalars. Shapes are checked against the
@@ -314,42 +290,165 @@ impl Gpu {
         tensors: &[&DeviceTensor],
         scalars: &[(&str, SymValue)],
     ) -> Result<(), RuntimeError> {
-        let k = &lk.kernel;
-        let shapes: Vec<TensorShape<'_>> =
-            tensors.iter().map(|t| TensorShape { dtype: t.dtype, shape: &t.shape }).collect();
-        let syms = bind(k, &shapes, scalars, lk.persistent_ctas as i64)?;
-        let Some(grid) = eval_grid(k, &syms)? else { return Ok(()) };
-        for (p, t) in k.tensors.iter().zip(tensors) {
-            if t.ptr % 16 != 0 {
-                return Err(RuntimeError::Misaligned { arg: p.name.clone(), addr: t.ptr });
-            }
-        }
-        let ptrs: Vec<u64> = tensors.iter().map(|t| t.ptr).collect();
-        let ints: Vec<i64> = syms.iter().map(|s| s.as_int()).collect();
-        let floats: Vec<f32> = syms.iter().map(|s| if let SymValue::Float(f) = s { *f } else { 0.0 }).collect();
-        // TMA descriptors, encoded for these tensors (after the symbols in the signature).
-        let shapes: Vec<&[usize]> = tensors.iter().map(|t| t.shape.as_slice()).collect();
-        let maps = k3k_codegen::tensor_map::encode(k, &shapes, &ptrs)?;
-        let mut b = stream.launch_builder(&lk.func);
-        for p in &ptrs {
-            b.arg(p);
-        }
-        for (i, s) in syms.iter().enumerate() {
-            match s {
-                SymValue::Int(_) => b.arg(&ints[i]),
-                SymValue::Float(_) => b.arg(&floats[i]),
-            };
-        }
-        for m in &maps {
-            b.arg(m);
-        }
-        let cfg = cudarc::driver::LaunchConfig {
-            grid_dim: (grid[0], grid[1], grid[2]),
-            block_dim: (k.launch_threads(), 1, 1),
-            shared_mem_bytes: lk.shared_bytes as u32,
-        };
-        // SAFETY: argument count, order and types follow the kernel signature the renderer emitted for `k`
-        // (tensor pointers, then one i64/f32 per symbol, then one CUtensorMap by value per tensor map), and every shape was checked by `bind`.
-        cuda(&format!("launch `{}`", k.name), unsafe { b.launch(cfg) }.map(|_| ()))
+        let args: Vec<ArgRef<'_>> = tensors.iter().map(|t| t.arg()).collect();
+        // SAFETY: a live cudarc stream.
+        unsafe { launch_raw(stream.cu_stream(), lk, &args, scalars) }
     }
+}
+
+/// Launch a kernel on any stream of its context: tensors in kernel order, named scalars. The shapes are bound
+/// against the kernel's symbolic dims, the grid is evaluated, the TMA descriptors are encoded on the host and
+/// the launch is enqueued with `cuLaunchKernel`: nothing is allocated on the device, nothing is copied and
+/// nothing waits, so the call can be captured into a CUDA graph. A stream of another context is refused.
+///
+/// # Safety
+/// `stream` must be a valid stream handle (or null, the legacy default stream of the current context).
+pub unsafe fn launch_raw(
+    stream: cudarc::driver::sys::CUstream,
+    lk: &LoadedKernel,
+    tensors: &[ArgRef<'_>],
+    scalars: &[(&str, SymValue)],
+) -> Result<(), RuntimeError> {
+    let k = &lk.kernel;
+    let shapes: Vec<TensorShape<'_>> = tensors.iter().map(|t| TensorShape { dtype: t.dtype, shape: t.shape }).collect();
+    let syms = bind(k, &shapes, scalars, lk.persistent_ctas as i64)?;
+    let Some(grid) = eval_grid(k, &syms)? else { return Ok(()) };
+    for (p, t) in k.tensors.iter().zip(tensors) {
+        if t.ptr % 16 != 0 {
+            return Err(RuntimeError::Misaligned { arg: p.name.clone(), addr: t.ptr });
+        }
+    }
+    cuda("bind context", lk.ctx.bind_to_thread())?;
+    let mut stream_ctx: cudarc::driver::sys::CUcontext = std::ptr::null_mut();
+    // SAFETY: a stream handle the caller vouches for and a valid out pointer; a query, not a stream operation.
+    let r = unsafe { cudarc::driver::sys::cuStreamGetCtx(stream, &mut stream_ctx) };
+    cuda("stream context", r.result())?;
+    if stream_ctx != lk.ctx.cu_ctx() {
+        return Err(RuntimeError::WrongContext { kernel: k.name.clone() });
+    }
+    let mut ptrs: Vec<u64> = tensors.iter().map(|t| t.ptr).collect();
+    let mut ints: Vec<i64> = syms.iter().map(|s| s.as_int()).collect();
+    let mut floats: Vec<f32> = syms.iter().map(|s| if let SymValue::Float(f) = s { *f } else { 0.0 }).collect();
+    // TMA descriptors, encoded for these tensors (after the symbols in the signature).
+    let shapes: Vec<&[usize]> = tensors.iter().map(|t| t.shape).collect();
+    let mut maps = k3k_codegen::tensor_map::encode(k, &shapes, &ptrs)?;
+    // The kernel's parameters, in the order of the signature the renderer emitted for `k`: tensor pointers, one
+    // i64/f32 per symbol, one CUtensorMap by value per tensor map.
+    let mut params: Vec<*mut std::ffi::c_void> = Vec::with_capacity(ptrs.len() + syms.len() + maps.len());
+    params.extend(ptrs.iter_mut().map(|p| p as *mut u64 as *mut std::ffi::c_void));
+    for (i, s) in syms.iter().enumerate() {
+        params.push(match s {
+            SymValue::Int(_) => &mut ints[i] as *mut i64 as *mut std::ffi::c_void,
+            SymValue::Float(_) => &mut floats[i] as *mut f32 as *mut std::ffi::c_void,
+        });
+    }
+    params.extend(maps.iter_mut().map(|m| m as *mut _ as *mut std::ffi::c_void));
+    // SAFETY: the parameter count, order and types follow the kernel's signature (above); every shape was checked
+    // by `bind`; every pointer was vouched for by its `ArgRef`; the parameter storage outlives the call.
+    let r = unsafe {
+        cudarc::driver::result::launch_kernel(
+            lk.func.cu_function(),
+            (grid[0], grid[1], grid[2]),
+            (k.launch_threads(), 1, 1),
+            lk.shared_bytes as u32,
+            stream,
+            &mut params,
+        )
+    };
+    cuda(&format!("launch `{}`", k.name), r)
+}
+
+/// Load a compiled kernel into `ctx` (CUBIN when present, else PTX that the driver JIT-compiles); `info` is the
+/// context's device ([`GpuInfo::query`]). The module stays loaded as long as the [`LoadedKernel`] lives.
+pub fn load_kernel(
+    ctx: &Arc<CudaContext>,
+    info: &GpuInfo,
+    kernel: &Kernel,
+    m: &CompiledModule,
+) -> Result<LoadedKernel, RuntimeError> {
+    let image = match &m.cubin {
+        Some(c) => cudarc::nvrtc::Ptx::from_binary(c.clone()),
+        None => cudarc::nvrtc::Ptx::from_src(m.ptx.clone()),
+    };
+    let module = cuda(&format!("load module of `{}`", kernel.name), ctx.load_module(image))?;
+    let func = cuda(&format!("load function `{}`", kernel.name), module.load_function(&kernel.name))?;
+    let shared_bytes = kernel.shared_bytes();
+    if shared_bytes > info.shared_optin_bytes {
+        return Err(RuntimeError::SharedMemory {
+            kernel: kernel.name.clone(),
+            need: shared_bytes,
+            limit: info.shared_optin_bytes,
+        });
+    }
+    cuda(
+        "set max dynamic shared memory",
+        func.set_attribute(
+            CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            shared_bytes as i32,
+        ),
+    )?;
+    let registers = cuda("function registers", func.num_regs())?;
+    let local_bytes = cuda("function local memory", func.local_size_bytes())?;
+    let persistent_ctas = resident_cluster_ctas(info, kernel, &func, shared_bytes)?;
+    let mut blocks: std::ffi::c_int = 0;
+    // SAFETY: a loaded function of this context and a valid out pointer.
+    let r = unsafe {
+        cudarc::driver::sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(
+            &mut blocks,
+            func.cu_function(),
+            kernel.launch_threads() as std::ffi::c_int,
+            shared_bytes,
+        )
+    };
+    cuda(&format!("max active blocks per SM of `{}`", kernel.name), r.result())?;
+    let blocks_per_sm = blocks.max(0) as u32;
+    Ok(LoadedKernel {
+        kernel: kernel.clone(),
+        ctx: ctx.clone(),
+        func,
+        shared_bytes,
+        registers,
+        local_bytes,
+        persistent_ctas,
+        blocks_per_sm,
+    })
+}
+
+/// The CTAs of `kernel` that fit on this GPU at once in whole clusters (the SM count for a kernel without a
+/// cluster shape). A cluster kernel of which not one cluster fits is an error, not a hang.
+fn resident_cluster_ctas(
+    info: &GpuInfo,
+    kernel: &Kernel,
+    func: &CudaFunction,
+    shared_bytes: usize,
+) -> Result<u32, RuntimeError> {
+    let [cx, cy, cz] = kernel.cluster;
+    let size = cx * cy * cz;
+    if size <= 1 {
+        return Ok(info.sm_count);
+    }
+    let config = cudarc::driver::sys::CUlaunchConfig {
+        gridDimX: cx,
+        gridDimY: cy,
+        gridDimZ: cz,
+        blockDimX: kernel.launch_threads(),
+        blockDimY: 1,
+        blockDimZ: 1,
+        sharedMemBytes: shared_bytes as u32,
+        hStream: std::ptr::null_mut(),
+        attrs: std::ptr::null_mut(),
+        numAttrs: 0,
+    };
+    let mut clusters: std::ffi::c_int = 0;
+    // SAFETY: a loaded function of this context, a config without attributes (the cluster shape is compiled
+    // into the kernel by `__cluster_dims__`), and a valid out pointer.
+    let r = unsafe { cudarc::driver::sys::cuOccupancyMaxActiveClusters(&mut clusters, func.cu_function(), &config) };
+    cuda(&format!("max active clusters of `{}`", kernel.name), r.result())?;
+    if clusters <= 0 {
+        return Err(RuntimeError::Cuda {
+            what: format!("max active clusters of `{}`", kernel.name),
+            err: format!("not one cluster of {size} CTAs with {shared_bytes} bytes of shared memory each fits"),
+        });
+    }
+    Ok(clusters as u32 * size)
 }

@@ -7,9 +7,16 @@
 mod device;
 mod timing;
 
+/// The cudarc crate k3k is built on: a caller uses this one so that its streams and buffers are the types the
+/// launchers take.
+pub use cudarc;
+/// cudarc's context, for callers that load kernels in their own.
+pub use cudarc::driver::CudaContext;
+/// The driver API's raw handles, for callers that pass their own streams.
+pub use cudarc::driver::sys::{CUcontext, CUstream};
 /// The stream and event types of [`Gpu::side_stream`] and [`Gpu::new_sync_event`].
 pub use cudarc::driver::{CudaEvent, CudaStream};
-pub use device::{DeviceTensor, Gpu, GpuInfo, LoadedKernel};
+pub use device::{ArgRef, DeviceTensor, Gpu, GpuInfo, LoadedKernel, launch_raw, load_kernel};
 pub use timing::{TimingOptions, median};
 
 use k3k_codegen::CodegenError;
@@ -33,6 +40,11 @@ pub enum RuntimeError {
     Codegen(#[from] CodegenError),
     #[error("kernel `{kernel}` needs {need} bytes of shared memory; this GPU allows {limit}")]
     SharedMemory { kernel: String, need: usize, limit: usize },
+    #[error(
+        "kernel `{kernel}` was loaded in another CUDA context than the stream it was launched on (load it once per \
+         context, on a stream's context)"
+    )]
+    WrongContext { kernel: String },
     #[error("tensor `{arg}` base address {addr:#x} is not 16-byte aligned")]
     Misaligned { arg: String, addr: u64 },
     #[error(transparent)]

@@ -1,0 +1,262 @@
+//! What a model crate needs of k3k-build, checked without a GPU: run-time shapes (a launcher built at one token
+//! count takes others, and the same kernel computes them right on the CPU interpreter), fixed dims refused with
+//! the argument named, names that do not change with knobs, kernels that are right for every MXFP4 scale byte
+//! unless the request assumes otherwise, and typos in a request refused at build time.
+
+use k3k_build::rt::{self, ArgRef, DType, HostTensor};
+use k3k_build::{BuildError, Builder, Report};
+use k3k_codegen::cpu::interp::{self, InterpOptions};
+use k3k_ir::{Kernel, stable_hash};
+use k3k_ops::op::Preset;
+use std::path::Path;
+
+/// Build `b` into a fresh folder with run-time NVRTC (so the test needs no NVRTC) and no results.
+fn build(b: Builder, out: &Path) -> Result<Report, BuildError> {
+    b.gpu("nvidia-h200")
+        .results_dir(out.join("no-results"))
+        .out_dir(out)
+        .runtime_nvrtc(true)
+        .cargo_output(false)
+        .build()
+}
+
+fn generated(r: &Report) -> String {
+    std::fs::read_to_string(&r.rust_file).unwrap()
+}
+
+/// The `PINS` constant of a generated type, as written.
+fn pins_of(src: &str, ty: &str) -> String {
+    let at = src.find(&format!("pub struct {ty} ")).unwrap_or_else(|| panic!("no struct {ty}:\n{src}"));
+    let rest = &src[at..];
+    let p = rest.find("pub const PINS").expect("PINS");
+    rest[p..].lines().next().unwrap().to_string()
+}
+
+/// The struct names a generated file defines (launchers, plans).
+fn struct_names(src: &str) -> Vec<String> {
+    src.lines()
+        .filter_map(|l| l.trim().strip_prefix("pub struct "))
+        .map(|l| l.split([' ', '<', '{']).next().unwrap().to_string())
+        .collect()
+}
+
+fn arg<'a>(dtype: DType, shape: &'a [usize]) -> ArgRef<'a> {
+    // SAFETY: these arguments are only checked, never launched.
+    unsafe { ArgRef::new(0x1000, dtype, shape) }
+}
+
+/// A deterministic draw in [-1, 1) (never zeros).
+fn draw(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+fn rel_l2(got: &[f32], want: &[f64]) -> f64 {
+    let num: f64 = got.iter().zip(want).map(|(g, w)| (*g as f64 - w).powi(2)).sum();
+    let den: f64 = want.iter().map(|w| w * w).sum();
+    (num / den).sqrt()
+}
+
+#[test]
+fn a_dense_gemm_built_at_one_token_count_runs_at_others() {
+    let out = tempfile::tempdir().unwrap();
+    let (k, n) = (256usize, 128usize);
+    let r = build(
+        Builder::new().op("latent_moe_gemm").alias("proj").dims(&[("M", 64), ("K", k as i64), ("N", n as i64)]),
+        out.path(),
+    )
+    .unwrap();
+    assert_eq!(r.kernels.len(), 1);
+    let kern: &Kernel = &r.kernels[0].kernel;
+    let src = generated(&r);
+    let ty = struct_names(&src).into_iter().find(|s| s != "Plan").unwrap();
+    // M is a run-time dim: not pinned; K and N are fixed by the model.
+    let pins = pins_of(&src, &ty);
+    assert!(pins.contains(r#"("K", 256)"#) && pins.contains(r#"("N", 128)"#), "{pins}");
+    assert!(!pins.contains(r#""M""#), "M must not be pinned: {pins}");
+    let pins: &[(&str, i64)] = &[("K", k as i64), ("N", n as i64)];
+
+    // The launch check takes other token counts ...
+    for m in [1usize, 17, 64, 300, 4096] {
+        let (x, w, y) = ([m, k], [n, k], [m, n]);
+        let args = [arg(DType::Bf16, &x), arg(DType::Bf16, &w), arg(DType::Bf16, &y)];
+        rt::check_launch(kern, pins, &args, &[], 132).unwrap_or_else(|e| panic!("M = {m}: {e}"));
+    }
+    // ... and refuses a changed fixed dim, naming the argument and the dim.
+    let (x, w, y) = ([17, 128], [n, 128], [17, n]);
+    let e = rt::check_launch(kern, pins, &[arg(DType::Bf16, &x), arg(DType::Bf16, &w), arg(DType::Bf16, &y)], &[], 132)
+        .unwrap_err();
+    assert!(matches!(&e, rt::Error::Pinned { sym, expected: 256, got: 128, .. } if sym == "K"), "{e}");
+    assert!(e.to_string().contains("argument `x`"), "{e}");
+    // A wrong dtype is refused too.
+    let (x, w, y) = ([17, k], [n, k], [17, n]);
+    assert!(
+        rt::check_launch(kern, pins, &[arg(DType::F32, &x), arg(DType::Bf16, &w), arg(DType::Bf16, &y)], &[], 132)
+            .is_err()
+    );
+
+    // The very kernel that was built for M = 64 computes M = 17 and M = 130 right (CPU interpreter vs f64).
+    for m in [17usize, 130] {
+        let xv = draw(m * k, 1 + m as u64);
+        let wv: Vec<f32> = draw(n * k, 7).iter().map(|v| v / 16.0).collect();
+        let mut ts = vec![
+            HostTensor::from_f32(DType::Bf16, &[m, k], &xv),
+            HostTensor::from_f32(DType::Bf16, &[n, k], &wv),
+            HostTensor::from_f32(DType::Bf16, &[m, n], &vec![f32::NAN; m * n]),
+        ];
+        // The reference sees the bf16-rounded inputs the kernel sees.
+        let xr: Vec<f32> = (0..m * k).map(|i| ts[0].get_f32(i)).collect();
+        let wr: Vec<f32> = (0..n * k).map(|i| ts[1].get_f32(i)).collect();
+        interp::run(kern, &mut ts, &[], InterpOptions::default()).unwrap();
+        let got: Vec<f32> = (0..m * n).map(|i| ts[2].get_f32(i)).collect();
+        let want = k3k_reference::gemm::matmul_nt(&xr, m, k, &wr, n).unwrap();
+        let err = rel_l2(&got, &want);
+        assert!(err < 5e-3, "M = {m}: relative error {err}");
+    }
+}
+
+fn mxfp4(b: Builder, dims: &[(&str, i64)]) -> Builder {
+    b.op("mxfp4_matmul").alias("expert").dims(dims)
+}
+
+/// Run `inst`'s plan on the CPU interpreter with each step's kernel replaced by the emitted kernel of the same
+/// position among the plan's distinct kernels, and return the check.
+fn run_with(inst: &dyn k3k_ops::op::Instance, knobs: &k3k_ir::Knobs, emitted: &[Kernel]) -> k3k_ops::op::CheckReport {
+    let plan = inst.plan(knobs).unwrap();
+    let mut order: Vec<String> = vec![];
+    for s in &plan.steps {
+        let h = stable_hash(&s.kernel);
+        if !order.contains(&h) {
+            order.push(h);
+        }
+    }
+    assert_eq!(order.len(), emitted.len(), "the plan and the build have the same kernels");
+    let bufs = plan
+        .run_host(|k, args, scalars| {
+            let i = order.iter().position(|h| *h == stable_hash(k)).unwrap();
+            interp::run(&emitted[i], args, scalars, InterpOptions::default())?;
+            Ok(())
+        })
+        .unwrap();
+    inst.check(&plan.outputs(bufs)).unwrap()
+}
+
+#[test]
+fn the_default_mxfp4_launcher_is_right_for_every_scale_byte() {
+    let op = k3k_ops::registry::all().into_iter().find(|o| o.name() == "mxfp4_matmul").unwrap();
+    for dims in
+        [&[("M", 4), ("N", 64), ("K", 256)][..], &[("G", 3), ("per", 5), ("N", 64), ("K", 128), ("epilogue", 1)]]
+    {
+        let out = tempfile::tempdir().unwrap();
+        let r = build(mxfp4(Builder::new(), dims), out.path()).unwrap();
+        let knobs = r.requests[0].knobs.clone();
+        let emitted: Vec<Kernel> = r.kernels.iter().map(|k| k.kernel.clone()).collect();
+        // Weights whose scale bytes span 0..=20, 129..=160 and 255 (NaN blocks): valid MX, past what folding takes.
+        let mut p = Preset::new("wide", dims);
+        p.dims.insert("wide".into(), 1);
+        let inst = op.instance(&p, 11).unwrap();
+        // The kernels the operator picks for these weights are exactly the ones k3k-build emitted by default ...
+        let plan = inst.plan(&knobs).unwrap();
+        for s in &plan.steps {
+            assert!(
+                emitted.iter().any(|k| stable_hash(k) == stable_hash(&s.kernel)),
+                "{dims:?}: the plan for wide scales uses `{}`, which the default build did not emit",
+                s.kernel.name
+            );
+        }
+        // ... and they match the f64 reference there (NaN rows included).
+        let rep = run_with(inst.as_ref(), &knobs, &emitted);
+        assert!(rep.passed, "{dims:?}: {} ({})", rep.detail, rep.max_rel_err);
+
+        // The folded-scale kernels, built only when the request assumes them, are wrong on these weights: the
+        // check above can fail, and the assumption is in the launcher's signature.
+        let out2 = tempfile::tempdir().unwrap();
+        let r2 = build(mxfp4(Builder::new(), dims).assume_folded_scales(), out2.path()).unwrap();
+        let folded: Vec<Kernel> = r2.kernels.iter().map(|k| k.kernel.clone()).collect();
+        assert_ne!(
+            folded.iter().map(stable_hash).collect::<Vec<_>>(),
+            emitted.iter().map(stable_hash).collect::<Vec<_>>()
+        );
+        let bad = run_with(inst.as_ref(), &r2.requests[0].knobs, &folded);
+        assert!(!bad.passed, "{dims:?}: folded-scale kernels must fail on wide scales");
+        let src = generated(&r2);
+        assert!(src.contains("_scales: rt::FoldedScales"), "the assumption shows in the signature");
+        assert!(!generated(&r).contains("FoldedScales"));
+    }
+}
+
+#[test]
+fn generated_names_do_not_change_with_knobs() {
+    let names = |knobs: &str| {
+        let out = tempfile::tempdir().unwrap();
+        let mut b = Builder::new().op("kda.decode").alias("decode").dims(&[
+            ("N", 2),
+            ("T", 1),
+            ("H", 2),
+            ("K", 128),
+            ("V", 128),
+            ("safe", 1),
+        ]);
+        if !knobs.is_empty() {
+            b = b.knobs(knobs);
+        }
+        let r = build(b, out.path()).unwrap();
+        let src = generated(&r);
+        let kernels: Vec<String> = r.kernels.iter().map(|k| k.name.clone()).collect();
+        (struct_names(&src), kernels)
+    };
+    let (a, ka) = names("");
+    let (b, kb) = names("KL=8,VPL=2");
+    assert_ne!(ka, kb, "the knobs change the kernels");
+    assert_eq!(a, b, "but not the generated names");
+    for n in &a {
+        for knob_text in ["Kl4", "Kl8", "Vpl", "W2"] {
+            assert!(!n.contains(knob_text), "`{n}` carries a knob value");
+        }
+    }
+    // The GEMM too: another tile shape, the same launcher.
+    let gemm = |knobs: &str| {
+        let out = tempfile::tempdir().unwrap();
+        let mut b = Builder::new().op("latent_moe_gemm").dims(&[("G", 4), ("mean", 32), ("K", 256), ("N", 512)]);
+        if !knobs.is_empty() {
+            b = b.knobs(knobs);
+        }
+        struct_names(&generated(&build(b, out.path()).unwrap()))
+    };
+    assert_eq!(gemm(""), gemm("BN=128"));
+}
+
+#[test]
+fn typos_in_a_request_are_build_errors() {
+    let out = tempfile::tempdir().unwrap();
+    let gemm =
+        || Builder::new().op("latent_moe_gemm").alias("g").dims(&[("G", 2), ("mean", 32), ("K", 256), ("N", 512)]);
+    let err = |b: Builder| match build(b, out.path()) {
+        Ok(_) => panic!("the request built; a build error was expected"),
+        Err(e) => e.to_string(),
+    };
+
+    let e = err(gemm().knobs("bm=64"));
+    assert!(e.contains("unknown knob `bm`") && e.contains("`BM`"), "{e}");
+    let e = err(gemm().knobs("MMA=tensor"));
+    assert!(e.contains("`MMA`") && e.contains("tensor"), "{e}");
+    let e = err(gemm().knobs("FOO=1"));
+    assert!(e.contains("`FOO`"), "{e}");
+    let e = err(gemm().pin("NX", 3));
+    assert!(e.contains("`.pin(..)` names `NX`") && e.contains("`K`"), "{e}");
+    let e = err(gemm().free_dims(&["MM"]));
+    assert!(e.contains("`.free_dims(..)` names `MM`"), "{e}");
+    let e = err(gemm().roles(&["A", "B"]));
+    assert!(e.contains("`.roles(..)` names 2 kernels"), "{e}");
+    let e = err(gemm().op("latent_moe_gemm").alias("g").dims(&[("M", 4), ("K", 256), ("N", 512)]));
+    assert!(e.contains("alias `g` names two requests"), "{e}");
+    let e = err(gemm().assume_folded_scales());
+    assert!(e.contains("`assume_folded_scales()` applies to `mxfp4_matmul` only"), "{e}");
+}
