@@ -88,6 +88,8 @@ impl Row {
 #[derive(Default)]
 pub struct Report {
     pub rows: Vec<Row>,
+    /// Lines printed after the table (measurements that are not per-op rows).
+    pub notes: Vec<String>,
 }
 
 impl Report {
@@ -119,9 +121,15 @@ impl Report {
         }
     }
 
-    /// Append another report's rows.
+    /// Append another report's rows and notes.
     pub fn merge(&mut self, other: Report) {
         self.rows.extend(other.rows);
+        self.notes.extend(other.notes);
+    }
+
+    /// A line for after the table.
+    pub fn note(&mut self, line: String) {
+        self.notes.push(line);
     }
 
     /// Rows whose check failed.
@@ -156,6 +164,9 @@ impl Report {
             "GPU time is the median of {REPS} repetitions of each launch (warm L2), summed over the launches; all \
              timed launches: {total:.1} us"
         );
+        for n in &self.notes {
+            println!("{n}");
+        }
     }
 }
 
