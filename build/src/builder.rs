@@ -168,6 +168,8 @@ pub(crate) struct Resolved {
     pub variants: Vec<Variant>,
     /// Built with `assume_folded_scales()`: every launcher takes an `rt::FoldedScales`.
     pub folded_scales: bool,
+    /// The operator's run-time dims this request leaves free (see [`runtime_dims`]).
+    pub runtime_free: Vec<String>,
 }
 
 /// One launch of a recorded plan: (role index, buffer indices, scalars).
@@ -698,8 +700,9 @@ fn resolve_request(
     let mut variants: Vec<Variant> = vec![];
     let mut reports = vec![];
     let (title, op_name, shape, preset_dims);
-    // Role names without knob values, for an operator request (computed below).
+    // Role names without knob values, and the run-time dims left free, for an operator request (below).
     let mut knob_free: Vec<String> = vec![];
+    let mut runtime_free: Vec<String> = vec![];
     match &r.source {
         Source::Raw { kernels } => {
             if kernels.is_empty() {
@@ -808,6 +811,16 @@ fn resolve_request(
                 variants.push(Variant { gpu: g.clone(), knobs, source: source_text, kernels: ks, plan });
             }
             knob_free = knob_free_names(op, &build_p, &variants[0].kernels, &variants[0].knobs);
+            // Free only where every GPU's kernels are the same at other values of the dim.
+            let mut free: Option<Vec<String>> = None;
+            for v in &variants {
+                let f = free_runtime_dims(op, &build_p, &v.knobs, &v.kernels);
+                free = Some(match free {
+                    None => f,
+                    Some(prev) => prev.into_iter().filter(|d| f.contains(d)).collect(),
+                });
+            }
+            runtime_free = free.unwrap_or_default();
         }
     }
 
@@ -874,7 +887,7 @@ fn resolve_request(
             )));
         }
     }
-    let runtime = runtime_dims(&op_name);
+    let runtime = runtime_free.clone();
     let roles = crate::ident::unique(
         roles.iter().map(|s| crate::ident::camel(s)).collect(),
         &["Plan", "Inputs", "Outputs", "Self"],
@@ -887,7 +900,7 @@ fn resolve_request(
             let mut p: Vec<(String, i64)> = vec![];
             for s in k.syms.iter().filter(|s| s.kind == SymKind::Dim) {
                 let pinned = r.pins.iter().any(|(n, _)| n == &s.name);
-                if r.free.contains(&s.name) || (runtime.contains(&s.name.as_str()) && !pinned) {
+                if r.free.contains(&s.name) || (runtime.contains(&s.name) && !pinned) {
                     continue;
                 }
                 let v =
@@ -900,20 +913,68 @@ fn resolve_request(
         })
         .collect();
     let folded_scales = r.folded_scales;
-    Ok((Resolved { module, title, op: op_name, shape, roles, pins, variants, folded_scales }, reports))
+    let runtime_free = runtime_free.into_iter().filter(|d| !r.pins.iter().any(|(n, _)| n == d)).collect();
+    Ok((Resolved { module, title, op: op_name, shape, roles, pins, variants, folded_scales, runtime_free }, reports))
 }
 
 /// The MXFP4 operator, whose default kernels k3k-build builds for every scale byte.
 const MXFP4_OP: &str = "mxfp4_matmul";
 
-/// The dims a model changes from step to step, per operator: launchers take any value of them (the kernels
-/// are symbolic in them and were checked at other sizes than they were built for) unless `.pin(..)` fixes
-/// one. Every other kernel dim named like a request dim is fixed at build time, as a model fixes it.
+/// The dims a model changes from step to step, per operator: token counts, batch sizes, sequence lengths.
+/// A request leaves one of them free (launchers take any value) when the operator builds the very same kernels
+/// (same IR hash) at other values of it, so that the launcher is exactly the kernel the operator itself runs at
+/// those shapes; otherwise it stays pinned to the request's value. `.pin(..)` pins one anyway. Every other
+/// kernel dim named like a request dim is fixed at build time, as a model fixes it.
 pub fn runtime_dims(op: &str) -> &'static [&'static str] {
     match op {
         "latent_moe_gemm" | MXFP4_OP => &["M"],
+        "kda" => &["B", "T"],
+        "kda.decode" => &["N"],
+        "gated_mla.prefill" => &["T", "S"],
+        "gated_mla.decode" => &["B", "S"],
+        "gated_mla.gate" => &["T"],
+        _ if op.starts_with("hist_quantile") => &["T"],
         _ => &[],
     }
+}
+
+/// The values a run-time dim is probed at: small counts, the neighbours of the request's value, and every power
+/// of two (and its neighbours) up to 2^20 tokens.
+fn probe_values(v: i64) -> Vec<i64> {
+    let mut xs: Vec<i64> = vec![1, 2, 3, 5, 7, v - 1, v + 1, 2 * v + 3];
+    for i in 1..=20 {
+        let p = 1i64 << i;
+        xs.extend([p - 1, p, p + 1, 3 * p / 2]);
+    }
+    xs.retain(|&x| x >= 1 && x != v);
+    xs.sort_unstable();
+    xs.dedup();
+    xs
+}
+
+/// The run-time dims of a request that are free: building the operator at other values of the dim (see
+/// [`probe_values`]) gives the same kernels.
+fn free_runtime_dims(op: &dyn Operator, p: &Preset, knobs: &Knobs, kernels: &[Kernel]) -> Vec<String> {
+    let hashes = |ks: Vec<Kernel>| -> Vec<String> {
+        let mut seen = std::collections::HashSet::new();
+        ks.iter().map(stable_hash).filter(|h| seen.insert(h.clone())).collect()
+    };
+    let Ok(base) = op.kernels(p, knobs).map(hashes) else { return vec![] };
+    if base.iter().zip(kernels).any(|(h, k)| *h != stable_hash(k)) {
+        return vec![];
+    }
+    runtime_dims(op.name())
+        .iter()
+        .filter(|d| {
+            let Some(&v) = p.dims.get(**d) else { return false };
+            probe_values(v).into_iter().all(|x| {
+                let mut q = p.clone();
+                q.dims.insert(d.to_string(), x);
+                op.kernels(&q, knobs).map(hashes).is_ok_and(|h| h == base)
+            })
+        })
+        .map(|d| d.to_string())
+        .collect()
 }
 
 /// The shape the kernels of a request are built for. For `mxfp4_matmul`, `wide=1` (kernels right for every

@@ -200,6 +200,15 @@ fn launcher(o: &mut String, r: &Resolved, ri: usize, role: &str, artifacts: &Has
         let ty = if s.kind == SymKind::Int { "i64" } else { "f32" };
         let _ = writeln!(d, "- `{n}`: scalar `{}` ({ty})", s.name);
     }
+    let free: Vec<String> =
+        r.runtime_free.iter().filter(|f| k0.syms.iter().any(|s| &s.name == *f)).map(|f| format!("`{f}`")).collect();
+    if !free.is_empty() {
+        let _ = writeln!(
+            d,
+            "\nRun-time dims, any value at each launch (the operator builds this same kernel for every value): {}.",
+            free.join(", ")
+        );
+    }
     doc(o, "    ", &d);
     let _ = writeln!(o, "    pub struct {role} {{\n        k: rt::Loaded,\n    }}\n");
     let _ = writeln!(o, "    impl {role} {{");

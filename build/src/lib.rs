@@ -19,27 +19,36 @@
 //! ```
 //!
 //! ```ignore
-//! // src/main.rs
+//! // src/main.rs: the model's own context, stream and buffers (cudarc)
 //! mod kernels {
 //!     include!(concat!(env!("OUT_DIR"), "/k3k_kernels.rs"));
 //! }
-//! use k3k_build::rt::{Bf16, Gpu, I32, Tensor};
+//! use k3k_build::rt::{Bf16, I32, View, ViewMut, cudarc::driver::CudaContext};
 //!
-//! let gpu = Gpu::open(0)?;
-//! let up = kernels::moe_up::GemmGroupedSituGluIn8Out8::load(&gpu)?;
-//! // x: [M, K] bf16, w: [G, N, K] bf16, offs: [G] i32, y: [M, N/2] bf16
-//! up.launch(&gpu, &x, &w, &offs, &mut y)?;   // dtypes in the signature, shapes checked here
+//! let stream = CudaContext::new(0)?.new_stream()?;
+//! let up = kernels::moe_up::GemmGroupedSituGluIn8Out8::load(&stream)?;   // once per context
+//! // x: [M, K] bf16, w: [G, N, K] bf16, offs: [G] i32, y: [M, N/2] bf16 (CudaSlices of any element type)
+//! up.launch(
+//!     &stream,
+//!     &View::<Bf16>::of(&x, &stream, &[m, k])?,
+//!     &View::<Bf16>::of(&w, &stream, &[g, n, k])?,
+//!     &View::<I32>::of(&offs, &stream, &[g])?,
+//!     &mut ViewMut::<Bf16>::of(&mut y, &stream, &[m, n / 2])?,
+//! )?;   // dtypes in the signature, shapes checked here; nothing allocated, copied or waited for
 //! ```
 //!
 //! ## What is generated
 //!
 //! For each request, `pub mod <alias>` holds:
-//! - per kernel, a struct named after the kernel (`GemmGroupedSituGluIn8Out8`; [`Builder::roles`] renames)
-//!   with `load(&Gpu)` and `launch(&self, &Gpu, <tensors>, <scalars>)`: parameters named after the kernel's
-//!   tensor arguments, typed [`rt::Tensor<rt::Bf16>`](rt::Tensor) & co. (`&mut` for the ones it writes), then
-//!   its scalar arguments (`i64` / `f32`). Each launch checks the shapes against the kernel's symbolic dims
-//!   ([`k3k_ir::bind`]) and against the dims it was built for (`PINS`: every kernel dim named like a request
-//!   dim, plus [`Builder::pin`], minus [`Builder::free_dims`]), and returns [`rt::Error`] naming the argument.
+//! - per kernel, a struct named after the kernel without what its knobs decide (`GemmGroupedSituGluIn8Out8`;
+//!   [`Builder::roles`] renames) with `load(ctx)` (a cudarc context or stream, or [`rt::Gpu`]; once per
+//!   context) and `launch(&self, stream, <tensors>, <scalars>)` on any [`rt::AsStream`]: parameters named
+//!   after the kernel's tensor arguments, typed [`&dyn rt::In<rt::Bf16>`](rt::In) & co. (`&mut dyn rt::Out`
+//!   for the ones it writes: an [`rt::View`]/[`rt::ViewMut`] of the caller's memory or an [`rt::Tensor`]),
+//!   then its scalar arguments (`i64` / `f32`). Each launch checks the shapes against the kernel's symbolic
+//!   dims ([`k3k_ir::bind`]) and against the dims it was built for (`PINS`: every kernel dim named like a
+//!   request dim except the run-time ones of [`runtime_dims`], plus [`Builder::pin`], minus
+//!   [`Builder::free_dims`]), and returns [`rt::Error`] naming the argument.
 //!   The PTX, the CUBIN and the kernel's IR (JSON) are embedded with `include_str!`/`include_bytes!`; one
 //!   variant per target GPU, picked at load time by the device name's slug.
 //! - with [`Builder::plan`], a `Plan` (+ `Inputs`, `Outputs`) that runs the operator's whole plan for that
@@ -86,8 +95,8 @@
 //! assert!(report.warnings.iter().any(|w| w.contains("using the default knobs")));
 //! let rust = std::fs::read_to_string(&report.rust_file).unwrap();
 //! assert!(rust.contains("pub mod moe_up"));
-//! assert!(rust.contains("x: &rt::Tensor<rt::Bf16>"));
-//! assert!(rust.contains("y: &mut rt::Tensor<rt::Bf16>"));
+//! assert!(rust.contains("x: &dyn rt::In<rt::Bf16>"));
+//! assert!(rust.contains("y: &mut dyn rt::Out<rt::Bf16>"));
 //! assert!(rust.contains(r#"("K", 256)"#)); // K is pinned to the request's value
 //! # }
 //! ```
@@ -108,7 +117,7 @@ pub mod rt;
 #[cfg(feature = "build")]
 pub use builder::{
     BuildError, Builder, DEFAULT_GPU, ENV_RESULTS_DIR, ENV_RUNTIME_NVRTC, EmittedKernel, Report, ResolvedRequest,
-    find_nvrtc,
+    find_nvrtc, runtime_dims,
 };
 #[cfg(feature = "build")]
 pub use lookup::KnobSource;

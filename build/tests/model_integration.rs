@@ -260,3 +260,84 @@ fn typos_in_a_request_are_build_errors() {
     let e = err(gemm().assume_folded_scales());
     assert!(e.contains("`assume_folded_scales()` applies to `mxfp4_matmul` only"), "{e}");
 }
+
+/// The `PINS` of every generated launcher, as (struct, pinned dim names).
+fn all_pins(src: &str) -> Vec<(String, String)> {
+    struct_names(src)
+        .into_iter()
+        .filter(|s| s != "Plan" && s != "Inputs" && s != "Outputs")
+        .map(|s| (pins_of(src, &s), s))
+        .collect()
+}
+
+#[test]
+fn run_time_dims_are_free_exactly_where_the_operator_builds_the_same_kernels() {
+    let ops = k3k_ops::registry::all();
+    let cases: &[(&str, &[(&str, i64)])] = &[
+        ("latent_moe_gemm", &[("M", 64), ("K", 256), ("N", 128)]),
+        ("mxfp4_matmul", &[("M", 4), ("N", 64), ("K", 256)]),
+        ("mxfp4_matmul", &[("M", 512), ("N", 256), ("K", 256)]),
+        ("kda.decode", &[("N", 2), ("T", 1), ("H", 2), ("K", 128), ("V", 128), ("safe", 1)]),
+        ("gated_mla.decode", &[("B", 2), ("SQ", 1), ("H", 4), ("S", 100)]),
+        ("gated_mla.gate", &[("T", 3), ("H", 4), ("gate", 1)]),
+        ("gated_mla.prefill", &[("T", 64), ("S", 64), ("H", 2), ("causal", 1), ("gate", 1)]),
+    ];
+    let mut free_seen = 0;
+    for (name, dims) in cases {
+        let op = ops.iter().find(|o| o.name() == *name).unwrap();
+        let out = tempfile::tempdir().unwrap();
+        let r = build(Builder::new().op(name).dims(dims), out.path()).unwrap();
+        let knobs = &r.requests[0].knobs;
+        let emitted: Vec<String> = r.kernels.iter().map(|k| stable_hash(&k.kernel)).collect();
+        let pins = all_pins(&generated(&r));
+        for d in k3k_build::runtime_dims(name) {
+            let Some(&v) = dims.iter().find(|(n, _)| n == d).map(|(_, v)| v) else { continue };
+            // Only a dim the kernels take as a shape can be checked at a launch (a decode's cache length, say,
+            // comes as data, in a lengths tensor).
+            if !r.kernels.iter().any(|k| k.kernel.syms.iter().any(|s| s.name == *d && s.kind == k3k_ir::SymKind::Dim)) {
+                continue;
+            }
+            let pinned = pins.iter().any(|(p, _)| p.contains(&format!("(\"{d}\", {v})")));
+            // What the operator builds at other values of the dim (as k3k-build builds it: MXFP4 for any scale).
+            let same_at = |x: i64| {
+                let mut q = Preset::new("other", dims);
+                q.dims.insert(d.to_string(), x);
+                if *name == "mxfp4_matmul" {
+                    q.dims.insert("wide".into(), 1);
+                }
+                op.kernels(&q, knobs).is_ok_and(|ks| {
+                    let mut seen = std::collections::HashSet::new();
+                    ks.iter().map(stable_hash).filter(|h| seen.insert(h.clone())).collect::<Vec<_>>() == emitted
+                })
+            };
+            let probes = [1, v + 1, 2 * v + 3, 3 * v + 5, 1000, 4097, 65539, 300_001];
+            let differing: Vec<i64> = probes.into_iter().filter(|&x| !same_at(x)).collect();
+            let same = differing.is_empty();
+            if !same {
+                println!("{name} {dims:?}: {d}: other kernels at {differing:?}");
+            }
+            println!("{name} {dims:?}: {d} {}", if pinned { "pinned" } else { "free" });
+            assert_eq!(
+                !pinned,
+                same,
+                "{name} {dims:?}: `{d}` is {} but the operator's kernels at other values are {}",
+                if pinned { "pinned" } else { "free" },
+                if same { "the same" } else { "others" }
+            );
+            free_seen += usize::from(!pinned);
+        }
+    }
+    assert!(free_seen >= 3, "the token counts of the GEMMs and the decode batches are run-time dims");
+
+    // A kda.decode launcher built for 2 sequences takes 5 at run time.
+    let out = tempfile::tempdir().unwrap();
+    let r = build(
+        Builder::new().op("kda.decode").dims(&[("N", 2), ("T", 1), ("H", 2), ("K", 128), ("V", 128), ("safe", 1)]),
+        out.path(),
+    )
+    .unwrap();
+    let src = generated(&r);
+    if !all_pins(&src).iter().any(|(p, _)| p.contains(r#"("N", 2)"#)) {
+        assert!(src.contains("Run-time dims, any value at each launch"), "the docs say which dims are free");
+    }
+}

@@ -238,7 +238,11 @@ impl KnobSpace {
                 Some(v) => out.set(name, v.clone()),
                 None => {
                     let list = allowed.iter().map(|v| v.to_string()).collect::<Vec<_>>().join(", ");
-                    return Err(KnobError::Invalid { name: name.clone(), value: text, expected: format!("one of {list}") });
+                    return Err(KnobError::Invalid {
+                        name: name.clone(),
+                        value: text,
+                        expected: format!("one of {list}"),
+                    });
                 }
             }
         }
