@@ -28,6 +28,14 @@ fn main() {
         .dims(&[("M", TOKENS as i64), ("K", HIDDEN as i64), ("N", HIDDEN as i64)])
         .free_dims(&["M", "K", "N"])
         .roles(&["Linear"]);
+    // Projections whose output rows are narrower than 16 bytes (beta, N = HEADS): the bulk-copy (TMA) store
+    // needs 16-byte rows, so this one stores from registers.
+    b = b
+        .op("latent_moe_gemm")
+        .alias("linear_narrow")
+        .dims(&[("M", TOKENS as i64), ("K", HIDDEN as i64), ("N", HEADS as i64)])
+        .knobs("STORE=reg")
+        .roles(&["Linear"]);
 
     // LatentMoE: the QB step on the router scores (the whole hist_quantile plan for T x E).
     b = b

@@ -143,12 +143,26 @@ pub struct KnobAxis {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct KnobSpace {
     pub axes: Vec<KnobAxis>,
+    /// Values a kernel builder accepts beyond those the tuner samples (a layout kept for hand-picked or older
+    /// knob sets): [`KnobSpace::check`] takes them, the tuner's walks never visit them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub accepted: Vec<KnobAxis>,
 }
 
 impl KnobSpace {
     /// Add an axis.
     pub fn axis<V: Into<KnobValue>>(mut self, name: &str, doc: &str, values: impl IntoIterator<Item = V>) -> Self {
         self.axes.push(KnobAxis {
+            name: name.into(),
+            values: values.into_iter().map(Into::into).collect(),
+            doc: doc.into(),
+        });
+        self
+    }
+
+    /// Accept `values` of knob `name` too (see [`KnobSpace::accepted`]).
+    pub fn accepts<V: Into<KnobValue>>(mut self, name: &str, doc: &str, values: impl IntoIterator<Item = V>) -> Self {
+        self.accepted.push(KnobAxis {
             name: name.into(),
             values: values.into_iter().map(Into::into).collect(),
             doc: doc.into(),
@@ -212,16 +226,21 @@ impl KnobSpace {
     pub fn check(&self, knobs: &Knobs, defaults: &Knobs) -> Result<Knobs, KnobError> {
         let mut out = Knobs::new();
         for (name, value) in &knobs.0 {
-            let axis = self.axes.iter().find(|a| &a.name == name);
             let default = defaults.0.get(name);
-            let mut allowed: Vec<KnobValue> = axis.map(|a| a.values.clone()).unwrap_or_default();
+            let mut allowed: Vec<KnobValue> = self
+                .axes
+                .iter()
+                .chain(&self.accepted)
+                .filter(|a| &a.name == name)
+                .flat_map(|a| a.values.iter().cloned())
+                .collect();
             if let Some(d) = default
                 && !allowed.contains(d)
             {
                 allowed.push(d.clone());
             }
             if allowed.is_empty() {
-                let mut known: Vec<&str> = self.axes.iter().map(|a| a.name.as_str()).collect();
+                let mut known: Vec<&str> = self.axes.iter().chain(&self.accepted).map(|a| a.name.as_str()).collect();
                 known.extend(defaults.0.keys().map(String::as_str));
                 known.sort_unstable();
                 known.dedup();
@@ -376,6 +395,10 @@ mod tests {
         let e = s.check(&Knobs::new().with("D", 9i64), &defaults).unwrap_err();
         assert!(e.to_string().contains("4, 5, 6, 7, 8"), "{e}");
         assert!(s.check(&Knobs::new().with("C", "maybe"), &defaults).is_err());
+        // Values accepted beyond the sampled axes (not walked by the tuner).
+        let wider = space().accepts("B", "", ["z"]).accepts("F", "", [1i64]);
+        assert!(wider.check(&Knobs::new().with("B", "z").with("F", 1i64), &defaults).is_ok());
+        assert_eq!(wider.size(), s.size(), "accepted values are no tuning points");
         // An operator without knobs says so.
         let e = KnobSpace::default().check(&Knobs::new().with("X", 1i64), &Knobs::new()).unwrap_err();
         assert!(e.to_string().contains("takes no knobs"), "{e}");

@@ -95,6 +95,16 @@ pub fn knob_space() -> KnobSpace {
             "operand loads (MMA=wgmma only): cp_async (every thread copies 16-byte chunks, cp.async groups + a barrier per k-step) or tma (one thread issues bulk tensor copies per stage into the same 128-byte-swizzled tiles, completing on a per-stage mbarrier the consumers wait on)",
             ["cp_async", "tma"],
         )
+        // Values the kernel builder takes that the tuner does not sample (hand-picked or older knob sets).
+        .accepts(LOAD_KNOB, "`auto`: TMA where the copy engine serves the shape", ["auto"])
+        .accepts(STORE_KNOB, "epilogue store: reg (from registers) or tma (bulk tensor store)", ["reg", "tma"])
+        .accepts(OVERLAP_KNOB, "epilogue overlapped with the next tile's loads", ["on", "off"])
+        .accepts(PRODUCER_KNOB, "TMA producer: one thread or one warp", ["thread", "warp"])
+        .accepts(RELEASE_KNOB, "stage release: one thread or one warp", ["thread", "warp"])
+        .accepts(EPI_TURN_KNOB, "epilogues in turns", ["off", "on"])
+        .accepts(CLUSTER_KNOB, "CTAs per thread-block cluster", [1i64, 2])
+        .accepts(CLUSTER_ALONG_KNOB, "cluster pairs along m or n", ["m", "n"])
+        .accepts(AHEAD_KNOB, "stages loaded ahead (auto or a count)", ["auto"])
 }
 
 /// The knob `LOAD` (`auto` | `cp_async` | `tma`, absent = `cp_async`, the default `auto`): how the operand tiles

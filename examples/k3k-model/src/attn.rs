@@ -54,6 +54,7 @@ pub struct State {
 /// The loaded launchers.
 struct Kernels {
     lin: kernels::linear::Linear,
+    lin_narrow: kernels::linear_narrow::Linear,
     kda: kernels::kda_prefill::Plan,
     step: kernels::kda_decode::Step,
     mla: kernels::mla_prefill::Attend,
@@ -83,6 +84,7 @@ impl<'g> Ctx<'g> {
     pub fn gpu(gpu: &'g Gpu) -> Res<Self> {
         let k = Kernels {
             lin: kernels::linear::Linear::load(gpu)?,
+            lin_narrow: kernels::linear_narrow::Linear::load(gpu)?,
             kda: kernels::kda_prefill::Plan::load(gpu)?,
             step: kernels::kda_decode::Step::load(gpu)?,
             mla: kernels::mla_prefill::Attend::load(gpu)?,
@@ -127,8 +129,16 @@ impl<'g> Ctx<'g> {
         let (us, got) = match &self.gpu {
             Some((gpu, kk)) => {
                 let mut y = out::<Bf16>(gpu, &[m, n])?;
-                kk.lin.launch(gpu, x.dev(), w.dev(), &mut y)?;
-                (time_us(gpu, || kk.lin.launch(gpu, x.dev(), w.dev(), &mut y))?, Some(y))
+                // Rows narrower than 16 bytes (beta) go through the register-store GEMM.
+                let launch = |y: &mut Tensor<Bf16>| {
+                    if n % 8 == 0 {
+                        kk.lin.launch(gpu, x.dev(), w.dev(), y)
+                    } else {
+                        kk.lin_narrow.launch(gpu, x.dev(), w.dev(), y)
+                    }
+                };
+                launch(&mut y)?;
+                (time_us(gpu, || launch(&mut y))?, Some(y))
             }
             None => (f64::NAN, None),
         };

@@ -80,6 +80,8 @@ struct Step {
 
 struct Launchers {
     lin: kernels::linear::Linear,
+    /// For the beta projection (rows of HEADS bf16 values, narrower than a bulk-copy store takes).
+    lin_narrow: kernels::linear_narrow::Linear,
     step: kernels::kda_decode::StepInPlace,
 }
 
@@ -87,8 +89,8 @@ fn view<'a>(b: &'a Buf, s: &'a CudaStream, shape: &[usize]) -> Res<View<'a, Bf16
     Ok(View::of(&b.d, s, shape)?)
 }
 
-/// Enqueue one decode step (7 launches per layer is what an engine would fuse; here 5: q, k, v, beta, the KDA
-/// step, out = 5 + 1). Returns the number of launches.
+/// Enqueue one decode step: per layer the q, k, v and beta projections, the KDA step and the output projection
+/// (six launches). Returns the number of launches.
 fn enqueue(k: &Launchers, s: &Arc<CudaStream>, st: &mut Step) -> Res<usize> {
     let hd = HEADS * HEAD_DIM;
     let mut launches = 0;
@@ -101,7 +103,7 @@ fn enqueue(k: &Launchers, s: &Arc<CudaStream>, st: &mut Step) -> Res<usize> {
             k.lin.launch(s, &x, &w, &mut ViewMut::<Bf16>::of(&mut dst.d, s, &[1, hd])?)?;
         }
         let wb = view(&lay.w[3], s, &[HEADS, HIDDEN])?;
-        k.lin.launch(s, &x, &wb, &mut ViewMut::<Bf16>::of(&mut st.beta.d, s, &[1, HEADS])?)?;
+        k.lin_narrow.launch(s, &x, &wb, &mut ViewMut::<Bf16>::of(&mut st.beta.d, s, &[1, HEADS])?)?;
         let qkv = [1, 1, HEADS, HEAD_DIM];
         k.step.launch(
             s,
@@ -172,7 +174,11 @@ fn gpu_us(s: &Arc<CudaStream>, f: impl FnOnce() -> Res<()>) -> Res<f64> {
 pub fn run(stream: &Arc<CudaStream>, rep: &mut Report, seed: u64) -> Res<()> {
     println!("\ndecode step as a CUDA graph: {LAYERS} KDA layers (q, k, v, beta, decode step, out), {STEPS} tokens");
     let s = stream;
-    let k = Launchers { lin: kernels::linear::Linear::load(s)?, step: kernels::kda_decode::StepInPlace::load(s)? };
+    let k = Launchers {
+        lin: kernels::linear::Linear::load(s)?,
+        lin_narrow: kernels::linear_narrow::Linear::load(s)?,
+        step: kernels::kda_decode::StepInPlace::load(s)?,
+    };
     let hd = HEADS * HEAD_DIM;
     let mut rng = Rng::new(seed);
     let mut layers = vec![];

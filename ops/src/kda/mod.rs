@@ -83,6 +83,7 @@
 pub mod decode;
 pub mod intra;
 pub mod state;
+pub mod varlen;
 
 use crate::OpError;
 use crate::data;
@@ -894,7 +895,7 @@ fn token_inputs(plan: &mut Plan, d: &KdaData) -> Vec<usize> {
 }
 
 /// The scalars of the intra kernel.
-fn intra_scalars(pb: &KdaProblem) -> Vec<(&'static str, SymValue)> {
+pub fn intra_scalars(pb: &KdaProblem) -> Vec<(&'static str, SymValue)> {
     let mut s1 = vec![("scale", SymValue::Float(pb.scale()))];
     if matches!(pb.gate, GateForm::Safe { .. }) {
         s1.push(("lb", SymValue::Float(LOWER_BOUND)));
