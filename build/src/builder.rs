@@ -67,6 +67,8 @@ struct Request {
     runtime_inputs: Vec<String>,
     /// `assume_folded_scales`: MXFP4 kernels that read every E8M0 scale byte as at most 128 (or 255).
     folded_scales: bool,
+    /// `varlen(max_tokens, max_seqs)`: a KDA request for batches of run-time sequence lengths.
+    varlen: Option<(usize, usize)>,
 }
 
 impl Request {
@@ -81,6 +83,7 @@ impl Request {
             plan: false,
             runtime_inputs: vec![],
             folded_scales: false,
+            varlen: None,
         }
     }
 }
@@ -155,6 +158,21 @@ pub(crate) struct Variant {
     /// Kernels in role order.
     pub kernels: Vec<Kernel>,
     pub plan: Option<RecordedPlan>,
+    /// A varlen KDA request: its kernels are `kernels[0..3]` (intra, state from zeros, state from `h0`).
+    pub varlen: Option<VarlenRecord>,
+}
+
+/// What the run-time half needs of a varlen KDA request (see `rt::KdaVarlenSpec`).
+pub(crate) struct VarlenRecord {
+    pub chunk: usize,
+    pub hv: usize,
+    pub dk: usize,
+    pub dv: usize,
+    pub op_dt: DType,
+    pub max_tokens: usize,
+    pub max_seqs: usize,
+    pub token_inputs: usize,
+    pub scalars: Vec<(String, SymValue)>,
 }
 
 /// A request resolved on every GPU.
@@ -374,6 +392,18 @@ impl Builder {
     pub fn assume_folded_scales(mut self) -> Self {
         if let Some(r) = self.last("assume_folded_scales") {
             r.folded_scales = true;
+        }
+        self
+    }
+
+    /// `kda` only: also generate `Varlen`, which runs the chunked KDA on a batch whose sequence lengths come at
+    /// run time (`cu_seqlens`), up to `max_tokens` tokens in `max_seqs` sequences, on a workspace the caller
+    /// allocates (`Varlen::workspace_bytes()`). The request's dims give the heads, head dims and options; the
+    /// automatic knob choices that depend on the batch are made for `max_seqs` sequences sharing `max_tokens`
+    /// (or for the request's `B`/`T` when given) and then fixed, so one pair of kernels serves every batch.
+    pub fn varlen(mut self, max_tokens: usize, max_seqs: usize) -> Self {
+        if let Some(r) = self.last("varlen") {
+            r.varlen = Some((max_tokens, max_seqs));
         }
         self
     }
@@ -725,6 +755,7 @@ fn resolve_request(
                     source: "IR kernels given in build.rs".into(),
                     kernels: ks.clone(),
                     plan: None,
+                    varlen: None,
                 });
             }
         }
@@ -746,7 +777,26 @@ fn resolve_request(
             // The shape the kernels (and a plan's instances) are built for: for MXFP4 weights, the kernels that
             // are right for every scale byte unless the request assumes folded scales (the lookup of tuned knobs
             // keeps the request's shape: the knobs were tuned on the same problem).
-            let build_p = build_preset(name, &p, r.folded_scales);
+            let mut build_p = build_preset(name, &p, r.folded_scales);
+            if let Some((max_tokens, max_seqs)) = r.varlen {
+                if name != "kda" {
+                    return Err(usage("`varlen(..)` applies to `kda` only".into()));
+                }
+                if r.plan {
+                    return Err(usage("`varlen(..)` and `plan(true)` exclude each other".into()));
+                }
+                if max_tokens == 0 || max_seqs == 0 || max_tokens > i32::MAX as usize {
+                    return Err(usage(format!(
+                        "`varlen({max_tokens}, {max_seqs})`: both limits from 1, tokens < 2^31"
+                    )));
+                }
+                // The representative batch the automatic knob choices are made for.
+                if !build_p.dims.contains_key("N") && !build_p.dims.contains_key("B") {
+                    let b = max_seqs.min(max_tokens);
+                    build_p.dims.insert("B".into(), b as i64);
+                    build_p.dims.insert("T".into(), (max_tokens / b).max(1) as i64);
+                }
+            }
             op_name = name.clone();
             shape = p.name.clone();
             preset_dims = p.dims.clone();
@@ -770,17 +820,33 @@ fn resolve_request(
                     }
                     k
                 };
-                let (tuned, mut source) = lookup::resolve(op, &p, g, results, nvrtc, warnings);
+                let lookup_p = if r.varlen.is_some() { &build_p } else { &p };
+                let (tuned, mut source) = lookup::resolve(op, lookup_p, g, results, nvrtc, warnings);
+                let mut varlen_rec = None;
                 let mut knobs = forced(tuned);
-                let kernels = match op.kernels(&build_p, &knobs) {
-                    Ok(k) => k,
-                    Err(e) if matches!(source, KnobSource::Tuned { .. }) => {
-                        warnings.push(format!("{module} on {g}: knobs {knobs} fail ({e}); using the defaults"));
-                        knobs = forced(op.default_knobs());
-                        source = KnobSource::Default { why: "the tuned knobs failed to build".into() };
-                        op.kernels(&build_p, &knobs).map_err(|e| op_err(g, e))?
+                if r.varlen.is_some() {
+                    knobs = varlen_knobs(&build_p, &knobs).map_err(|e| op_err(g, e))?;
+                }
+                let kernels = match (r.varlen, op.kernels(&build_p, &knobs)) {
+                    (Some((max_tokens, max_seqs)), _) => {
+                        let (ks, rec) =
+                            varlen_kernels(op, &build_p, &knobs, max_tokens, max_seqs).map_err(|e| match e {
+                                Ok(e) => op_err(g, e),
+                                Err(why) => BuildError::Inconsistent { request: module.clone(), why },
+                            })?;
+                        varlen_rec = Some(rec);
+                        ks
                     }
-                    Err(e) => return Err(op_err(g, e)),
+                    (None, r) => match r {
+                        Ok(k) => k,
+                        Err(e) if matches!(source, KnobSource::Tuned { .. }) => {
+                            warnings.push(format!("{module} on {g}: knobs {knobs} fail ({e}); using the defaults"));
+                            knobs = forced(op.default_knobs());
+                            source = KnobSource::Default { why: "the tuned knobs failed to build".into() };
+                            op.kernels(&build_p, &knobs).map_err(|e| op_err(g, e))?
+                        }
+                        Err(e) => return Err(op_err(g, e)),
+                    },
                 };
                 if let KnobSource::Default { why } = &source {
                     warnings.push(format!("{name} [{}] on {g}: {why}; using the default knobs {knobs}", p.name));
@@ -808,7 +874,14 @@ fn resolve_request(
                     source: source.clone(),
                     kernels: ks.iter().map(|k| k.name.clone()).collect(),
                 });
-                variants.push(Variant { gpu: g.clone(), knobs, source: source_text, kernels: ks, plan });
+                variants.push(Variant {
+                    gpu: g.clone(),
+                    knobs,
+                    source: source_text,
+                    kernels: ks,
+                    plan,
+                    varlen: varlen_rec,
+                });
             }
             knob_free = knob_free_names(op, &build_p, &variants[0].kernels, &variants[0].knobs);
             // Free only where every GPU's kernels are the same at other values of the dim.
@@ -821,6 +894,11 @@ fn resolve_request(
                 });
             }
             runtime_free = free.unwrap_or_default();
+            if r.varlen.is_some() {
+                // The batch's tokens, sequences and chunks all come at run time.
+                knob_free = vec!["intra".into(), "state".into(), "state_from_h0".into()];
+                runtime_free = ["B", "T", "N"].map(String::from).to_vec();
+            }
         }
     }
 
@@ -915,6 +993,79 @@ fn resolve_request(
     let folded_scales = r.folded_scales;
     let runtime_free = runtime_free.into_iter().filter(|d| !r.pins.iter().any(|(n, _)| n == d)).collect();
     Ok((Resolved { module, title, op: op_name, shape, roles, pins, variants, folded_scales, runtime_free }, reports))
+}
+
+/// The knobs of a varlen KDA request: the automatic choices made for the representative batch, then fixed.
+fn varlen_knobs(p: &Preset, knobs: &Knobs) -> Result<Knobs, k3k_ops::OpError> {
+    let pb = k3k_ops::kda::KdaProblem::from_preset(p)?;
+    k3k_ops::kda::varlen::fixed_knobs(knobs, &pb)
+}
+
+/// The kernels of a varlen KDA request (intra, state from zeros, state from `h0`) and what the run-time half
+/// needs, after checking that other batches (one token; the most tokens; ragged sequences) get the very same
+/// kernels. `Err(Ok(..))`: the operator refused; `Err(Err(why))`: the kernels depend on the batch.
+#[allow(clippy::type_complexity)]
+fn varlen_kernels(
+    op: &dyn Operator,
+    p: &Preset,
+    knobs: &Knobs,
+    max_tokens: usize,
+    max_seqs: usize,
+) -> Result<(Vec<Kernel>, VarlenRecord), Result<k3k_ops::OpError, String>> {
+    let with = |p: &Preset, extra: &[(&str, i64)]| {
+        let mut q = p.clone();
+        for (k, v) in extra {
+            q.dims.insert(k.to_string(), *v);
+        }
+        q
+    };
+    let pair = |q: &Preset| -> Result<Vec<Kernel>, k3k_ops::OpError> {
+        let zero = op.kernels(&with(q, &[("h0", 0)]), knobs)?;
+        let from = op.kernels(&with(q, &[("h0", 1)]), knobs)?;
+        Ok(vec![zero[0].clone(), zero[1].clone(), from[0].clone(), from[1].clone()])
+    };
+    let ks = pair(p).map_err(Ok)?;
+    if stable_hash(&ks[0]) != stable_hash(&ks[2]) {
+        return Err(Err("the intra kernel differs with and without h0".into()));
+    }
+    let hashes = |v: &[Kernel]| v.iter().map(stable_hash).collect::<Vec<_>>();
+    let unbatched = |q: &Preset| {
+        let mut q = q.clone();
+        for k in ["B", "T", "N"] {
+            q.dims.remove(k);
+        }
+        q.dims.retain(|k, _| !(k.starts_with('L') && k[1..].parse::<u32>().is_ok()));
+        q
+    };
+    let base = unbatched(p);
+    let max_t = max_tokens as i64;
+    for other in [
+        with(&base, &[("B", 1), ("T", 1)]),
+        with(&base, &[("B", 1), ("T", max_t)]),
+        with(&base, &[("N", 3), ("L0", 1), ("L1", (max_t / 2).max(1)), ("L2", 37)]),
+    ] {
+        if pair(&other).map(|o| hashes(&o)).ok() != Some(hashes(&ks)) {
+            return Err(Err(format!(
+                "at knobs {knobs} the KDA kernels change with the batch ({:?}); fix the knob that depends on it",
+                other.dims
+            )));
+        }
+    }
+    let pb = k3k_ops::kda::KdaProblem::from_preset(p).map_err(Ok)?;
+    let l = k3k_ops::kda::Launch::resolve(knobs, &pb).map_err(Ok)?;
+    let token_inputs = ks[0].tensors.iter().position(|t| t.name == "ctab").ok_or_else(|| Err("no ctab".to_string()))?;
+    let rec = VarlenRecord {
+        chunk: l.chunk as usize,
+        hv: pb.hv,
+        dk: pb.dk,
+        dv: pb.dv,
+        op_dt: l.op_dt,
+        max_tokens,
+        max_seqs,
+        token_inputs,
+        scalars: k3k_ops::kda::intra_scalars(&pb).into_iter().map(|(n, v)| (n.to_string(), v)).collect(),
+    };
+    Ok((vec![ks[0].clone(), ks[1].clone(), ks[3].clone()], rec))
 }
 
 /// The MXFP4 operator, whose default kernels k3k-build builds for every scale byte.

@@ -126,6 +126,9 @@ fn module(o: &mut String, r: &Resolved, artifacts: &HashMap<String, Artifacts>) 
     if r.variants[0].plan.is_some() {
         head.push_str(" The whole operator plan for this shape: [`Plan`].");
     }
+    if r.variants[0].varlen.is_some() {
+        head.push_str(" Batches of run-time sequence lengths: [`Varlen`].");
+    }
     doc(o, "", &head);
     let _ = writeln!(o, "#[allow(dead_code, unused_imports, clippy::too_many_arguments, clippy::needless_lifetimes)]");
     let _ = writeln!(o, "pub mod {} {{", r.module);
@@ -139,6 +142,9 @@ fn module(o: &mut String, r: &Resolved, artifacts: &HashMap<String, Artifacts>) 
     }
     if r.variants[0].plan.is_some() {
         plan(o, r);
+    }
+    if r.variants[0].varlen.is_some() {
+        varlen(o, r);
     }
     let _ = writeln!(o, "}}\n");
 }
@@ -380,4 +386,103 @@ fn plan(o: &mut String, r: &Resolved) {
     let _ = writeln!(o, "        }}\n");
     doc(o, "        ", "The loaded plan.");
     let _ = writeln!(o, "        pub fn runner(&self) -> &rt::PlanRunner {{\n            &self.p\n        }}\n    }}");
+}
+
+/// The `Varlen` runner of a varlen KDA request: its recorded specs and a typed `run`.
+fn varlen(o: &mut String, r: &Resolved) {
+    let v0 = r.variants[0].varlen.as_ref().expect("varlen");
+    let k0 = &r.variants[0].kernels[0];
+    let _ = writeln!(o, "    /// The varlen runner's specs, one per target GPU.");
+    let _ = writeln!(o, "    pub static VARLEN: [rt::KdaVarlenSpec; {}] = [", r.variants.len());
+    for (gi, v) in r.variants.iter().enumerate() {
+        let rec = v.varlen.as_ref().expect("varlen");
+        let img = |ri: usize| format!("&{}[{gi}]", images_static(&r.roles[ri]));
+        let sc: Vec<String> = rec.scalars.iter().map(|(n, v)| format!("({}, {})", lit(n), sym_value(v))).collect();
+        let _ = writeln!(
+            o,
+            "        rt::KdaVarlenSpec {{ name: {}, gpu: {}, chunk: {}, hv: {}, dk: {}, dv: {}, op_dt: rt::DType::{:?}, \
+             max_tokens: {}, max_seqs: {}, token_inputs: {}, intra: {}, state: {}, state_h0: {}, scalars: &[{}] }},",
+            lit(&r.module),
+            lit(&v.gpu),
+            rec.chunk,
+            rec.hv,
+            rec.dk,
+            rec.dv,
+            rec.op_dt,
+            rec.max_tokens,
+            rec.max_seqs,
+            rec.token_inputs,
+            img(0),
+            img(1),
+            img(2),
+            sc.join(", ")
+        );
+    }
+    let _ = writeln!(o, "    ];\n");
+    let tokens = &k0.tensors[..v0.token_inputs];
+    let names = unique(
+        tokens.iter().map(|t| snake(&t.name)).collect(),
+        &["stream", "self_", "rt", "cu_seqlens", "h0", "o", "ht", "workspace"],
+    );
+    let mut d = format!(
+        "Chunked KDA over a batch of run-time sequence lengths: up to {} tokens in up to {} sequences, chunks of {} \
+         tokens, {} value heads, K = {}, V = {}.\n\nArguments of [`Varlen::run`]: `cu_seqlens` (N + 1 row offsets from 0, on the \
+         host), then the per-token inputs",
+        v0.max_tokens, v0.max_seqs, v0.chunk, v0.hv, v0.dk, v0.dv
+    );
+    for (t, n) in tokens.iter().zip(&names) {
+        let _ = write!(d, ", `{n}` ({})", t.dtype.name());
+    }
+    d.push_str(
+        ", `h0` (`[N, HV, K, V]` f32 initial states, or `None` for zeros), the outputs `o` (`[T, HV, V]` bf16) and \
+         `ht` (`[N, HV, K, V]` f32), and the workspace (a u8 buffer of [`Varlen::workspace_bytes`], 256-byte \
+         aligned). The chunk tables are built on the host and copied into the workspace on the stream; a run \
+         allocates nothing.",
+    );
+    doc(o, "    ", &d);
+    let _ = writeln!(o, "    pub struct Varlen {{\n        r: rt::KdaVarlen,\n    }}\n");
+    let _ = writeln!(o, "    impl Varlen {{");
+    let _ = writeln!(o, "        /// The most tokens and sequences a batch may have.");
+    let _ = writeln!(o, "        pub const MAX_TOKENS: usize = {};", v0.max_tokens);
+    let _ = writeln!(o, "        pub const MAX_SEQS: usize = {};\n", v0.max_seqs);
+    doc(o, "        ", "Load the kernels for the device of `ctx` (once per context).");
+    let _ = writeln!(
+        o,
+        "        pub fn load(ctx: &(impl rt::AsContext + ?Sized)) -> Result<Self, rt::Error> {{\n            Ok(Varlen {{ r: rt::KdaVarlen::load(ctx, &VARLEN)? }})\n        }}\n"
+    );
+    doc(o, "        ", "Workspace bytes for any batch within the limits.");
+    let _ = writeln!(
+        o,
+        "        pub fn workspace_bytes(&self) -> usize {{\n            self.r.spec().workspace_bytes()\n        }}\n"
+    );
+    doc(o, "        ", "Enqueue one batch on `stream` (see the type's docs).");
+    let mut params = vec![
+        "&mut self".to_string(),
+        "stream: &(impl rt::AsStream + ?Sized)".to_string(),
+        "cu_seqlens: &[i32]".to_string(),
+    ];
+    for (t, n) in tokens.iter().zip(&names) {
+        params.push(format!("{n}: &dyn rt::In<{}>", elem(t.dtype)));
+    }
+    params.extend([
+        "h0: Option<&dyn rt::In<rt::F32>>".to_string(),
+        "o: &mut dyn rt::Out<rt::Bf16>".to_string(),
+        "ht: &mut dyn rt::Out<rt::F32>".to_string(),
+        "workspace: &mut dyn rt::Out<rt::U8>".to_string(),
+    ]);
+    let _ = writeln!(
+        o,
+        "        pub fn run(\n            {},\n        ) -> Result<(), rt::Error> {{",
+        params.join(",\n            ")
+    );
+    let targs: Vec<String> = names.iter().map(|n| format!("{n}.arg()")).collect();
+    let _ = writeln!(
+        o,
+        "            self.r.run(stream, cu_seqlens, &[{}], h0.map(|h| h.arg()), o.arg(), ht.arg(), workspace.arg())",
+        targs.join(", ")
+    );
+    let _ = writeln!(
+        o,
+        "        }}\n\n        /// The runner.\n        pub fn runner(&self) -> &rt::KdaVarlen {{\n            &self.r\n        }}\n    }}"
+    );
 }

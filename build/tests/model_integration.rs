@@ -341,3 +341,124 @@ fn run_time_dims_are_free_exactly_where_the_operator_builds_the_same_kernels() {
         assert!(src.contains("Run-time dims, any value at each launch"), "the docs say which dims are free");
     }
 }
+
+/// A `KdaVarlenSpec` for layout arithmetic (its kernel images are never loaded).
+fn varlen_spec(chunk: usize, hv: usize, dk: usize, dv: usize, max_tokens: usize, max_seqs: usize) -> rt::KdaVarlenSpec {
+    let img: &'static rt::KernelImage = Box::leak(Box::new(rt::KernelImage {
+        gpu: "nvidia-h200",
+        name: "none",
+        knobs: "",
+        knobs_source: "",
+        ir_json: "",
+        ptx: None,
+        cubin: None,
+        cuda: None,
+    }));
+    rt::KdaVarlenSpec {
+        name: "t",
+        gpu: "nvidia-h200",
+        chunk,
+        hv,
+        dk,
+        dv,
+        op_dt: DType::F16,
+        max_tokens,
+        max_seqs,
+        token_inputs: 5,
+        intra: img,
+        state: img,
+        state_h0: img,
+        scalars: &[],
+    }
+}
+
+#[test]
+fn a_varlen_kda_request_serves_batches_of_any_lengths() {
+    let op = k3k_ops::registry::all().into_iter().find(|o| o.name() == "kda").unwrap();
+    let dims = [("H", 2), ("K", 64), ("V", 64), ("safe", 1), ("gate", 1), ("l2norm", 1), ("bsig", 1)];
+    let out = tempfile::tempdir().unwrap();
+    let r = build(Builder::new().op("kda").alias("attn").dims(&dims).varlen(4096, 8), out.path()).unwrap();
+    let src = generated(&r);
+    for want in [
+        "pub struct Varlen",
+        "cu_seqlens: &[i32]",
+        "h0: Option<&dyn rt::In<rt::F32>>",
+        "workspace: &mut dyn rt::Out<rt::U8>",
+        "pub struct Intra",
+        "pub struct StateFromH0",
+    ] {
+        assert!(src.contains(want), "generated code lacks `{want}`:\n{src}");
+    }
+    let emitted: Vec<Kernel> = r.kernels.iter().map(|k| k.kernel.clone()).collect();
+    assert_eq!(emitted.len(), 3, "intra, state from zeros, state from h0");
+    let knobs = r.requests[0].knobs.clone();
+    let chunk = knobs.u32("CHUNK").unwrap() as usize;
+    assert_eq!(knobs.u32("TSPLIT").unwrap(), 1);
+    let spec = varlen_spec(chunk, 2, 64, 64, 4096, 8);
+
+    // Batches the build never saw: every launch is one of the emitted kernels on tables the run-time half
+    // computes, and the batch matches the f64 recurrence on the CPU interpreter.
+    for (lens, h0) in [(vec![37usize, 1, 130, 64], 0), (vec![300], 1), (vec![5, 0, 90, 16, 16], 1)] {
+        let mut p = Preset::new("varlen", &dims);
+        p.dims.insert("N".into(), lens.len() as i64);
+        p.dims.insert("h0".into(), h0);
+        for (i, l) in lens.iter().enumerate() {
+            p.dims.insert(format!("L{i}"), *l as i64);
+        }
+        let inst = op.instance(&p, 5).unwrap();
+        let plan = inst.plan(&knobs).unwrap();
+        let cu: Vec<i32> = std::iter::once(0)
+            .chain(lens.iter().scan(0i32, |s, &l| {
+                *s += l as i32;
+                Some(*s)
+            }))
+            .collect();
+        let mut tables = vec![];
+        let (nch, n) = rt::chunk_tables(&cu, chunk, &mut tables).unwrap();
+        let buf =
+            |name: &str| plan.buffers.iter().find(|b| b.name == name).unwrap_or_else(|| panic!("no buffer {name}"));
+        let as_i32 = |t: &HostTensor| (0..t.len()).map(|i| t.get_f32(i) as i32).collect::<Vec<_>>();
+        assert_eq!(as_i32(&buf("ctab").tensor), tables[..2 * nch], "{lens:?}: chunk table");
+        assert_eq!(as_i32(&buf("stab").tensor), tables[2 * nch..], "{lens:?}: sequence table");
+        assert_eq!(n, lens.len());
+        let shapes = spec.scratch_shapes(nch);
+        for (i, name) in ["wu", "qbar", "kbar", "p"].iter().enumerate() {
+            assert_eq!(buf(name).tensor.shape, shapes[i], "{lens:?}: {name}");
+        }
+        assert_eq!(buf("gamma").tensor.shape, shapes[4][..3], "{lens:?}: gamma");
+        assert!(spec.layout(nch, n).bytes <= spec.workspace_bytes());
+        for s in &plan.steps {
+            assert!(
+                emitted.iter().any(|k| stable_hash(k) == stable_hash(&s.kernel)),
+                "{lens:?}: the operator runs `{}`, which the varlen request did not emit",
+                s.kernel.name
+            );
+        }
+        let bufs = plan
+            .run_host(|k, args, scalars| {
+                let e = emitted.iter().find(|e| stable_hash(e) == stable_hash(k)).unwrap();
+                interp::run(e, args, scalars, InterpOptions::default())?;
+                Ok(())
+            })
+            .unwrap();
+        let rep = inst.check(&plan.outputs(bufs)).unwrap();
+        assert!(rep.passed, "{lens:?}: {} ({})", rep.detail, rep.max_rel_err);
+    }
+
+    // The workspace layout: aligned, disjoint, and within the bound for every batch within the limits.
+    let l = spec.layout(40, 8);
+    let offs = [l.ctab, l.stab, l.wu, l.qbar, l.kbar, l.p, l.gamma, l.bytes];
+    assert!(offs.iter().all(|o| o % 256 == 0) && offs.windows(2).all(|w| w[0] < w[1]), "{l:?}");
+    assert_eq!(spec.layout(spec.max_chunks(), 8).bytes, spec.workspace_bytes());
+    // Bad offsets are refused with the entry named.
+    let mut t = vec![];
+    assert!(rt::chunk_tables(&[3, 4], chunk, &mut t).unwrap_err().to_string().contains("start with 0"));
+    assert!(rt::chunk_tables(&[0, 9, 4], chunk, &mut t).unwrap_err().to_string().contains("entry 2 (4)"));
+
+    // Varlen is for `kda` alone, and not with a recorded plan.
+    let e =
+        build(Builder::new().op("latent_moe_gemm").dims(&[("M", 4), ("K", 256), ("N", 64)]).varlen(64, 2), out.path())
+            .err()
+            .unwrap();
+    assert!(e.to_string().contains("`varlen(..)` applies to `kda` only"), "{e}");
+}

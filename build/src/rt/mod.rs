@@ -27,6 +27,7 @@ mod loaded;
 mod plan;
 mod stream;
 mod tensor;
+mod varlen;
 mod view;
 
 pub use assume::FoldedScales;
@@ -38,6 +39,7 @@ pub use loaded::{Loaded, check_launch};
 pub use plan::{BufRole, BufferSpec, PlanRunner, PlanSpec, StepSpec};
 pub use stream::{AsContext, AsStream, RawStream};
 pub use tensor::{Bf16, E2m1, E4m3, E8m0, Elem, F16, F32, I32, I64, Tensor, U8, U32, U64};
+pub use varlen::{KdaVarlen, KdaVarlenSpec, VarlenLayout, chunk_tables};
 pub use view::{In, MAX_RANK, Out, Shape, View, ViewMut};
 
 /// Why a generated launcher could not load or launch a kernel.
@@ -64,6 +66,9 @@ pub enum Error {
     /// The data does not meet an assumption the kernels were built with (see [`FoldedScales`]).
     #[error("{what}: {why}")]
     Assumption { what: String, why: String },
+    /// A varlen batch that does not fit its request (bad `cu_seqlens`, too many tokens, a small workspace).
+    #[error("varlen batch: `{what}`: {why}")]
+    Varlen { what: String, why: String },
     /// The embedded kernel is unusable (its IR does not parse, or no code was embedded).
     #[error("kernel `{kernel}`: {why}")]
     Embedded { kernel: String, why: String },
