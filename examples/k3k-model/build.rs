@@ -88,6 +88,8 @@ fn main() {
         ("bsig", 1),
     ];
     b = b.op("kda").alias("kda_prefill").dims(&[("B", 1), ("T", TOKENS as i64)]).dims(&kda).plan(true);
+    // KDA prefill of a varlen batch: sequence lengths come at run time (cu_seqlens), up to the limits.
+    b = b.op("kda").alias("kda_varlen").dims(&kda).varlen(VARLEN_MAX_TOKENS, VARLEN_MAX_SEQS);
     b = b.op("kda.decode").alias("kda_decode").dims(&[("N", 1), ("T", 1)]).dims(&kda).roles(&["Step", "StepInPlace"]);
 
     // Gated MLA: MHA-mode prefill, absorbed paged decode (+ LSE combine), the gated W_UV projection, and the

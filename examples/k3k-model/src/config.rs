@@ -28,3 +28,9 @@ pub const MLA_DQK: usize = MLA_NOPE + MLA_ROPE;
 pub const MLA_DV: usize = 128;
 /// Rows per page of the paged latent cache.
 pub const PAGE: usize = 64;
+
+/// The varlen KDA prefill: a batch of sequences of different lengths (the serving-engine case), within these
+/// limits the launchers were built for.
+pub const VARLEN_LENS: [usize; 6] = [1300, 547, 2048, 963, 271, 3063];
+pub const VARLEN_MAX_TOKENS: usize = 16384;
+pub const VARLEN_MAX_SEQS: usize = 16;

@@ -19,6 +19,7 @@ mod config;
 mod graph;
 mod host;
 mod moe;
+mod varlen;
 
 /// The launchers `build.rs` generated.
 mod kernels {
@@ -87,6 +88,7 @@ fn main() -> ExitCode {
     let t0 = std::time::Instant::now();
     let run = moe::run(&gpu, &mut rep, seed)
         .and_then(|()| attn::run(&gpu, &mut rep, seed ^ 0xa77e))
+        .and_then(|()| varlen::run(&stream, &mut rep, seed ^ 0x7a1e))
         .and_then(|()| graph::run(&stream, &mut rep, seed ^ 0x6a4f));
     rep.print();
     if let Err(e) = run {
