@@ -67,7 +67,7 @@ summary() { echo "end $(date -u +%T)" >> $L; cut -c1-220 $L
 # ncu_rate TAG CACHE SEL WHAT KNOBS [EXPERIMENT]: ncu's rate metrics (duration, SM clock, instructions, issue slots,
 # eligible warps, L2 hit rate and bytes, DRAM bytes) of the 5th launch of the mxfp4 kernel in a `k3k bench` of
 # `--SEL WHAT` (SEL preset or dims) at KNOBS (under K3K_EXPERIMENT=EXPERIMENT when given), appended to
-# $OUT/ncu-rate.txt (ncu's CSV lines; scripts/plans/session28-rates.py tabulates them). CACHE: `all` (ncu flushes
+# $OUT/ncu-rate.txt (ncu's CSV lines; lab/plans/session28-rates.py tabulates them). CACHE: `all` (ncu flushes
 # the caches before the launch, as k3k bench does) or `none` (the L2 keeps what the launches before it read; with
 # NCU_X="--replay-mode application" no save and restore of memory between passes evicts it, so operands that fit in
 # L2 are read from there). NCU_X: more ncu arguments. From session 28 on.
@@ -94,7 +94,7 @@ mps_stop() { unset CUDA_MPS_ACTIVE_THREAD_PERCENTAGE; echo quit | nvidia-cuda-mp
 # ramp, tail). From session 28 on.
 size_sweep() { local d="" g kn=${1:-PATH=auto;BN=32,BK=128,MINB=6}; for g in 14 28 56 112; do
     d="$d;G=$g,per=4,N=6144,K=3584,tiles=1"; done
-  [ -z "${2:-}" ] && { timeout 100 python3 scripts/plans/session28-read-328.py 14 28 56 112 >> $L 2>&1 \
+  [ -z "${2:-}" ] && { timeout 100 python3 lab/plans/session28-read-328.py 14 28 56 112 >> $L 2>&1 \
     || echo "read rc=$?" >> $L; }
   timeout 200 $K bench --op mxfp4_matmul --dims "${d#;}" --knobs "$kn" --results /nonexistent --out $W/b/sizes \
     > $W/sizes.txt 2>&1; echo "bench sizes rc=$? $(date -u +%T)" >> $L
@@ -107,7 +107,7 @@ pm_sample() { local tag=$1 preset=$2 kn=$3
   timeout 60 ncu --section PmSampling --clock-control none --cache-control all --kernel-name "regex:mxfp4_mm" \
     --launch-skip 4 --launch-count 1 -o $W/$tag $K bench --op mxfp4_matmul --preset "$preset" --knobs "$kn" \
     --reps 1 --window-ms 0 --results /nonexistent --out $W/pb > $W/$tag.log 2>&1; echo "ncu $tag rc=$? $(date -u +%T)" >> $L
-  timeout 30 python3 scripts/plans/session29-pm-raw.py $W/$tag.ncu-rep TriageCompute.dramc__read_throughput \
+  timeout 30 python3 lab/plans/session29-pm-raw.py $W/$tag.ncu-rep TriageCompute.dramc__read_throughput \
     gr__ctas_launched sm__cycles_active.avg sm__inst_executed_realtime.avg.pct > $OUT/pm-$tag.txt 2>&1
   echo "dump $tag rc=$? $(wc -l < $OUT/pm-$tag.txt) lines" >> $L
-  python3 scripts/plans/session29-pm-loss.py $OUT/pm-$tag.txt >> $L 2>&1; }
+  python3 lab/plans/session29-pm-loss.py $OUT/pm-$tag.txt >> $L 2>&1; }

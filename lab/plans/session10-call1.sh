@@ -3,8 +3,8 @@
 # ncu (clocks left alone) with PC-sampling stall counters per SASS instruction on the kernels the open targets are
 # stuck on: kda state pass at T65536 H32 (TSPLIT=1, so the kernel runs alone) and at T8192 H96, kda intra at T8192
 # H96, the MXFP4 gemv at 28 experts x 4 tokens and at M1 (their tuned records). Then the streaming-read floor at the
-# decode presets' byte counts (scripts/plans/session10-read-floor.py) and the mxfp4 decode presets timed by k3k in
-# the same call. Run: bash scripts/plans/session10-call1.sh (carry [".carry"], timeout_s ~400)
+# decode presets' byte counts (lab/plans/session10-read-floor.py) and the mxfp4 decode presets timed by k3k in
+# the same call. Run: bash lab/plans/session10-call1.sh (carry [".carry"], timeout_s ~400)
 set -uo pipefail
 K=.carry/k3k; OUT=${OUT:-./gpu-out}; W=/tmp/w10a; rm -rf $W; mkdir -p $W/prof "$OUT"
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64 K3K_CACHE_DIR=$W/cache PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=$W/triton
@@ -25,7 +25,7 @@ prof kda-intra-t8192 kda "B1 T8192 H96 K128 safe" "" "kda_intra"
 prof mx-28x4 mxfp4_matmul "MXFP4 decode 28 experts x 4 tokens N6144 K3584" "BK=512,BN=32,GR=2,MINB=4,PF=on,WA=4,SPLIT=1,PATH=gemv" "mxfp4_mm"
 prof mx-m1 mxfp4_matmul "MXFP4 linear M1 N6144 K3584" "BN=32" "mxfp4_mm"
 tar czf $OUT/prof.tgz --exclude='*.ncu-rep' -C $W prof
-timeout 120 python3 scripts/plans/session10-read-floor.py $OUT/read-floor.json > $OUT/read-floor.txt 2>&1
+timeout 120 python3 lab/plans/session10-read-floor.py $OUT/read-floor.json > $OUT/read-floor.txt 2>&1
 echo "read floor rc=$? $(date -u +%T)" >> $L
 timeout 90 $K bench --op mxfp4_matmul --preset "MXFP4 linear M1 N6144 K3584;MXFP4 linear M16 N6144 K3584;MXFP4 decode 28 experts x 4 tokens N6144 K3584" --out $W/b > $OUT/bench.txt 2>&1
 echo "bench rc=$? $(date -u +%T)" >> $L

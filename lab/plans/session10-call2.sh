@@ -3,7 +3,7 @@
 # moves, kda state pass carrying the next chunk's length) against the v7 binary of main e619983, same machine, same
 # call, defaults only (--results /nonexistent: the tuned records are keyed by codegen version). First the GPU
 # primitive tests and `k3k check --backend cuda` of every operator with the new binary.
-# Run: bash scripts/plans/session10-call2.sh (carry [".carry"], timeout_s 590)
+# Run: bash lab/plans/session10-call2.sh (carry [".carry"], timeout_s 590)
 set -uo pipefail
 NEW=.carry/k3k; OLD=.carry/k3k-old; OUT=${OUT:-./gpu-out}; W=/tmp/w10b; rm -rf $W; mkdir -p $W "$OUT"
 END=$(( $(date +%s) + ${BUDGET_S:-540} )); left() { echo $(( END - $(date +%s) )); }

@@ -2,7 +2,7 @@
 # Session 10, device call 3: a fresh tune of every operator at codegen v8 (the v7 records no longer match their keys),
 # into an empty results folder; then FLA's Triton kernels
 # compiled for the next call (its cache comes back as triton.tgz and travels in .carry/triton).
-# Run: BUDGET_S=570 TUNE_S=260 bash scripts/plans/session10-call3.sh  (carry [".carry", ".whl"], timeout_s 590)
+# Run: BUDGET_S=570 TUNE_S=260 bash lab/plans/session10-call3.sh  (carry [".carry", ".whl"], timeout_s 590)
 set -uo pipefail
 OUT=${OUT:-./gpu-out}; W=/tmp/w10t; rm -rf $W; mkdir -p $W "$OUT"
 END=$(( $(date +%s) + ${BUDGET_S:-560} ))

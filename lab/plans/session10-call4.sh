@@ -2,7 +2,7 @@
 # Session 10, device call 4: codegen v8 + the call-3 records: bench the operators whose kernels changed at the
 # defaults + the tuned records of results/, each followed by its peers in the same call (FLA from the Triton cache
 # compiled in call 3: .carry/triton.tgz), most important first; a short GPU fuzz of every operator if time is left.
-# Run: BUDGET_S=540 bash scripts/plans/session10-call4.sh  (carry [".carry", ".whl"], timeout_s 590)
+# Run: BUDGET_S=540 bash lab/plans/session10-call4.sh  (carry [".carry", ".whl"], timeout_s 590)
 set -uo pipefail
 K=.carry/k3k; OUT=${OUT:-./gpu-out}; W=/tmp/w10d; rm -rf $W; mkdir -p $W "$OUT"
 END=$(( $(date +%s) + ${BUDGET_S:-560} ))

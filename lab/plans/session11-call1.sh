@@ -5,7 +5,7 @@
 # FLA's Triton kernels are compiled in the background while the GPU only checks (GPU primitive tests + `k3k check
 # --backend cuda --op all`), then old/new benches interleaved per operator, then the peers of the new benches
 # (FLA chunk_kda, torch._grouped_mm) in the same call.
-# Run: BUDGET_S=575 bash scripts/plans/session11-call1.sh  (carry [".carry", ".whl"], timeout_s 600)
+# Run: BUDGET_S=575 bash lab/plans/session11-call1.sh  (carry [".carry", ".whl"], timeout_s 600)
 set -uo pipefail
 NEW=.carry/k3k; OLD=.carry/k3k-old; OUT=${OUT:-./gpu-out}; W=/tmp/w11; rm -rf $W; mkdir -p $W "$OUT"
 END=$(( $(date +%s) + ${BUDGET_S:-560} )); left() { echo $(( END - $(date +%s) )); }

@@ -4,7 +4,7 @@
 # presets (every v8 record is stale: the codegen version is part of the key) into a copy of results/; (3) the
 # gated MLA benches (its output views moved to 16-byte stores) with their torch peers in the same call; (4) a GPU
 # fuzz of every operator.
-# Run: BUDGET_S=560 bash scripts/plans/session11-call2.sh  (carry [".carry"], timeout_s 590)
+# Run: BUDGET_S=560 bash lab/plans/session11-call2.sh  (carry [".carry"], timeout_s 590)
 set -uo pipefail
 NEW=.carry/k3k; OLD=.carry/k3k-old; OUT=${OUT:-./gpu-out}; W=/tmp/w11b; rm -rf $W; mkdir -p $W "$OUT"
 END=$(( $(date +%s) + ${BUDGET_S:-560} )); left() { echo $(( END - $(date +%s) )); }

@@ -2,7 +2,7 @@
 # Session 11, device call 3: kda at the committed defaults of 4d22776 (GSWZ=pairs, W/U as pair stores, qb/kb/P and
 # o regrouped into 8/16-byte stores, 0 spills) benched on every preset, then FLA chunk_kda in the same call
 # (cold: its Triton compile and autotune run inside the peers step, with nothing else on the GPU).
-# Run: BUDGET_S=420 bash scripts/plans/session11-call3.sh  (carry [".carry", ".whl"], timeout_s 450)
+# Run: BUDGET_S=420 bash lab/plans/session11-call3.sh  (carry [".carry", ".whl"], timeout_s 450)
 set -uo pipefail
 NEW=.carry/k3k; OUT=${OUT:-./gpu-out}; W=/tmp/w11c; rm -rf $W; mkdir -p $W "$OUT"
 END=$(( $(date +%s) + ${BUDGET_S:-420} )); left() { echo $(( END - $(date +%s) )); }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 12, call 1 (ran 04:42-04:50 UTC on 2026-12-04, files results/bench/nvidia-h200/session12-call1/), written in session 11 as next-call.sh to restore the tuned
+# Session 12, call 1 (ran 04:42-04:50 UTC on 2026-12-04, files lab/2026-12-04/0947-h200-run/), written in session 11 as next-call.sh to restore the tuned
 # records codegen v9 left stale, and re-time what v9 changed but session 11 did not reach.
 #  1. `k3k tune` of mxfp4_matmul and gated_mla.gate at the K3 presets: round 1 now times the v8 winners of the same
 #     problems right after the defaults (mxfp4 28 x 4 gemv: 0.139 ms at v8 against the v9 record's 0.190; the gate:
@@ -9,7 +9,7 @@
 #  4. a GPU fuzz of every operator with what time is left.
 # Build first here: cargo build --release; mkdir -p .carry; strip -o .carry/k3k target/release/k3k;
 #   python3 -m pip download --no-deps fla-core==0.6.0 flash-linear-attention==0.6.0 -d .whl (see ../device README)
-# Run: BUDGET_S=560 bash scripts/plans/session12-call1.sh  (carry [".carry", ".whl"], timeout_s 590)
+# Run: BUDGET_S=560 bash lab/plans/session12-call1.sh  (carry [".carry", ".whl"], timeout_s 590)
 set -uo pipefail
 K=.carry/k3k; OUT=${OUT:-./gpu-out}; W=/tmp/wn; rm -rf $W; mkdir -p $W "$OUT"
 END=$(( $(date +%s) + ${BUDGET_S:-560} )); left() { echo $(( END - $(date +%s) )); }

@@ -10,7 +10,7 @@
 #  3. ncu (clocks left alone, one launch) of the pair along m with AHEAD=3 and of the defaults at mean1024.
 # Build first here: cargo build --release; strip -o .carry/k3k target/release/k3k;
 #   cargo test --release -p k3k-codegen --test gpu_primitives --no-run, that binary to .carry/gpu_primitives
-# Run: BUDGET_S=560 bash scripts/plans/session13-call1.sh  (carry [".carry"], timeout_s 590)
+# Run: BUDGET_S=560 bash lab/plans/session13-call1.sh  (carry [".carry"], timeout_s 590)
 set -uo pipefail
 K=.carry/k3k; OUT=${OUT:-./gpu-out}; W=/tmp/w13; rm -rf $W; mkdir -p $W/prof "$OUT"
 END=$(( $(date +%s) + ${BUDGET_S:-560} )); left() { echo $(( END - $(date +%s) )); }

@@ -5,7 +5,7 @@
 # gated_mla.gate with the tuned records of session 12 and their peers (now the better of two triton medians), to
 # publish: session 12's mxfp4 report has two cuBLAS rows 3x too slow.
 # Build first here: cargo build --release; strip -o .carry/k3k target/release/k3k
-# Run: BUDGET_S=560 bash scripts/plans/session13-call3.sh  (carry [".carry"], timeout_s 590)
+# Run: BUDGET_S=560 bash lab/plans/session13-call3.sh  (carry [".carry"], timeout_s 590)
 set -uo pipefail
 K=.carry/k3k; OUT=${OUT:-./gpu-out}; W=/tmp/w13c; rm -rf $W; mkdir -p $W "$OUT"
 END=$(( $(date +%s) + ${BUDGET_S:-560} )); left() { echo $(( END - $(date +%s) )); }

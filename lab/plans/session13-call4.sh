@@ -2,7 +2,7 @@
 # Session 13, device call 4: do the peers' first rows still read slow with the ceilings measured after the rows
 # (scripts/peers.py)? Two back-to-back peer runs of gated_mla.gate and mxfp4_matmul on the published reports
 # (no k3k timing in this call; ratios need k3k's side from the same call, so this only checks the peers' stability).
-# Run: bash scripts/plans/session13-call4.sh  (no carry needed, timeout_s 300)
+# Run: bash lab/plans/session13-call4.sh  (no carry needed, timeout_s 300)
 set -uo pipefail
 OUT=${OUT:-./gpu-out}; mkdir -p "$OUT"; export PYTHONUNBUFFERED=1
 for run in a b; do

@@ -7,7 +7,7 @@
 # preset for the defaults and the best guesses; torch._grouped_mm in the same call; (3) ncu (clocks left alone,
 # one launch) of PRODUCER=warp and of its pair along n at mean1024.
 # Build first here: cargo build --release; strip -o .carry/k3k target/release/k3k
-# Run: BUDGET_S=570 bash scripts/plans/session14-call1.sh  (carry [".carry"], timeout_s 595)
+# Run: BUDGET_S=570 bash lab/plans/session14-call1.sh  (carry [".carry"], timeout_s 595)
 set -uo pipefail
 K=.carry/k3k; OUT=${OUT:-./gpu-out}; W=/tmp/w14a; rm -rf $W; mkdir -p $W/prof "$OUT"
 END=$(( $(date +%s) + ${BUDGET_S:-570} )); left() { echo $(( END - $(date +%s) )); }

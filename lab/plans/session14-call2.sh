@@ -5,7 +5,7 @@
 # producer warpgroup, new in this session): `k3k check --backend cuda`, then the two presets against the defaults
 # (overlapped and plain schedules, 3 stages of 64 keys), torch SDPA + gate in the same call.
 # Build first here: cargo build --release; strip -o .carry/k3k target/release/k3k
-# Run: BUDGET_S=570 bash scripts/plans/session14-call2.sh  (carry [".carry"], timeout_s 595)
+# Run: BUDGET_S=570 bash lab/plans/session14-call2.sh  (carry [".carry"], timeout_s 595)
 set -uo pipefail
 K=.carry/k3k; OUT=${OUT:-./gpu-out}; W=/tmp/w14b; rm -rf $W; mkdir -p $W "$OUT"
 END=$(( $(date +%s) + ${BUDGET_S:-570} )); left() { echo $(( END - $(date +%s) )); }

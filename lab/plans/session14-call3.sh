@@ -6,8 +6,8 @@
 # published reports; mxfp4's dq_gemm prefill (its GEMM takes the GEMM defaults) too; a short GPU fuzz of both.
 # Build first here: cargo build --release; strip -o .carry/k3k target/release/k3k;
 #   cargo test --release -p k3k-codegen --test gpu_primitives --no-run, that binary to .carry/gpu_primitives
-# Run: BUDGET_S=575 bash scripts/plans/session14-call3.sh  (carry [".carry"], timeout_s 598)
-W=/tmp/w14c; source scripts/plans/lib.sh
+# Run: BUDGET_S=575 bash lab/plans/session14-call3.sh  (carry [".carry"], timeout_s 598)
+W=/tmp/w14c; source lab/plans/lib.sh
 mkdir -p $W/results && cp -r results/nvidia-h200 $W/results/
 K3K_GPU=1 timeout 60 .carry/gpu_primitives > $OUT/primitives.txt 2>&1; echo "primitives rc=$? $(date -u +%T)" >> $L
 grep -E "test result|FAILED|panicked" $OUT/primitives.txt | head -5 >> $L

@@ -5,8 +5,8 @@
 # deeper stages, 32-token tiles, 32-row tiles. Every variant in the same run, cuBLAS in the same call; `k3k check
 # --backend cuda` of the new points first.
 # Build first here: cargo build --release; strip -o .carry/k3k target/release/k3k
-# Run: BUDGET_S=300 bash scripts/plans/session14-call4.sh  (carry [".carry"], timeout_s 330)
-W=/tmp/w14d; source scripts/plans/lib.sh
+# Run: BUDGET_S=300 bash lab/plans/session14-call4.sh  (carry [".carry"], timeout_s 330)
+W=/tmp/w14d; source lab/plans/lib.sh
 R="BK=256,BN=64,PATH=tile,SPLIT=1"
 V="$R;PATH=tile,BK=128,BN=64,STAGES=4,SPLIT=2,FIN=last;PATH=tile,BK=128,BN=64,STAGES=3,SPLIT=3,FIN=last;PATH=tile,BK=256,BN=64,STAGES=2,SPLIT=2,FIN=last;PATH=tile,BK=128,BN=32,WA=2,STAGES=4,SPLIT=1;PATH=tile,BK=128,BN=64,STAGES=4,SPLIT=1;PATH=tile,BK=128,BN=128,WA=8,STAGES=3,SPLIT=2,FIN=last;PATH=tile,BK=64,BN=64,STAGES=6,SPLIT=2,FIN=last;PATH=tile,BM=32,BK=128,BN=64,STAGES=4,SPLIT=1;PATH=tile,BM=32,BK=256,BN=64,SPLIT=1"
 IFS=';' read -ra VS <<< "$V"

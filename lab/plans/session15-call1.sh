@@ -5,8 +5,8 @@
 # the two presets: the defaults against PINGPONG=true at 2 stages of 128 keys and at 3 stages of 64, and the
 # thread-0 producer with and without it; a short GPU fuzz of the prefill (PINGPONG is an axis of its space).
 # Build first here: cargo build --release; strip -o .carry/k3k target/release/k3k
-# Run: BUDGET_S=400 bash scripts/plans/session15-call1.sh  (carry [".carry"], timeout_s 420)
-W=/tmp/w15a; source scripts/plans/lib.sh
+# Run: BUDGET_S=400 bash lab/plans/session15-call1.sh  (carry [".carry"], timeout_s 420)
+W=/tmp/w15a; source lab/plans/lib.sh
 P="BM=128,BN=128,LOAD=auto,MMA=wgmma,OVERLAP=true,QK_UNROLL=true,QORDER=head,SOFTMAX=fast,STAGES=2,WM=8,PRODUCER=warp"
 for kn in "$P,PINGPONG=true" "$P,PINGPONG=true,BN=64,STAGES=3" "$P,PINGPONG=true,PRODUCER=thread" \
           "$P,PINGPONG=true,BM=192,WM=12,BN=64,STAGES=3"; do

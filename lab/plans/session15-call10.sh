@@ -3,8 +3,8 @@
 # alone) at T8192 H96, with turns (the default) and without, for the next step on the prefill: the turn barriers,
 # the wgmma waits, or the K/V ring (mbarrier waits).
 # Build first here: cargo build --release; strip -o .carry/k3k target/release/k3k
-# Run: BUDGET_S=150 bash scripts/plans/session15-call10.sh  (carry [".carry"], timeout_s 170)
-W=/tmp/w15j; source scripts/plans/lib.sh
+# Run: BUDGET_S=150 bash lab/plans/session15-call10.sh  (carry [".carry"], timeout_s 170)
+W=/tmp/w15j; source lab/plans/lib.sh
 mkdir -p $W/prof
 prof() { # name knobs
   timeout 50 ncu --clock-control none --kernel-name "regex:k3k_mla_prefill" --launch-count 1 \

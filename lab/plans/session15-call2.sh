@@ -5,8 +5,8 @@
 # records and torch SDPA + gate in the same call, a GPU fuzz (the defaults now take turns), and ncu (clocks left
 # alone) of the default with and without turns at T8192 H96.
 # Build first here: cargo build --release; strip -o .carry/k3k target/release/k3k
-# Run: BUDGET_S=560 bash scripts/plans/session15-call2.sh  (carry [".carry"], timeout_s 590)
-W=/tmp/w15b; source scripts/plans/lib.sh
+# Run: BUDGET_S=560 bash lab/plans/session15-call2.sh  (carry [".carry"], timeout_s 590)
+W=/tmp/w15b; source lab/plans/lib.sh
 mkdir -p $W/results $W/prof && cp -r results/nvidia-h200 $W/results/
 timeout 60 $K check --backend cuda --op gated_mla.prefill --cases 6 > $OUT/check.txt 2>&1; echo "check prefill rc=$? $(date -u +%T)" >> $L
 grep -iE "failed|error|mismatch" $OUT/check.txt | grep -v " 0 failed" | head -5 >> $L

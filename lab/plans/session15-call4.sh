@@ -5,8 +5,8 @@
 # across items). `k3k check --backend cuda` of two persistent points and a GPU fuzz with PERSIST=true, then a same-run
 # A/B on the two presets: the defaults (ping-pong), PERSIST=true, and PERSIST=true without turns.
 # Build first here: cargo build --release; strip -o .carry/k3k target/release/k3k
-# Run: BUDGET_S=330 bash scripts/plans/session15-call4.sh  (carry [".carry"], timeout_s 350)
-W=/tmp/w15d; source scripts/plans/lib.sh
+# Run: BUDGET_S=330 bash lab/plans/session15-call4.sh  (carry [".carry"], timeout_s 350)
+W=/tmp/w15d; source lab/plans/lib.sh
 for kn in "PERSIST=true" "PERSIST=true,PINGPONG=false,BN=64,STAGES=3"; do
   timeout 60 $K check --backend cuda --op gated_mla.prefill --knobs "$kn" --cases 6 >> $OUT/check.txt 2>&1
   echo "check prefill $kn rc=$? $(date -u +%T)" >> $L

@@ -3,8 +3,8 @@
 # T32768 H12, same run): ncu (clocks left alone) of the default and of PERSIST=true at T32768 H12, launch statistics,
 # speed of light, warp states and the scheduler.
 # Build first here: cargo build --release; strip -o .carry/k3k target/release/k3k
-# Run: BUDGET_S=200 bash scripts/plans/session15-call5.sh  (carry [".carry"], timeout_s 220)
-W=/tmp/w15e; source scripts/plans/lib.sh
+# Run: BUDGET_S=200 bash lab/plans/session15-call5.sh  (carry [".carry"], timeout_s 220)
+W=/tmp/w15e; source lab/plans/lib.sh
 mkdir -p $W/prof
 SEC="--section LaunchStats --section Occupancy --section SpeedOfLight --section WarpStateStats --section SchedulerStats"
 prof() { # name knobs

@@ -4,8 +4,8 @@
 # (call 5's ncu: the persistent kernel issued about 9% more instructions for the same work). Checks, a GPU fuzz with
 # PERSIST=true, and the same-run A/B of call 4.
 # Build first here: cargo build --release; strip -o .carry/k3k target/release/k3k
-# Run: BUDGET_S=330 bash scripts/plans/session15-call6.sh  (carry [".carry"], timeout_s 350)
-W=/tmp/w15f; source scripts/plans/lib.sh
+# Run: BUDGET_S=330 bash lab/plans/session15-call6.sh  (carry [".carry"], timeout_s 350)
+W=/tmp/w15f; source lab/plans/lib.sh
 for kn in "PERSIST=true" "PERSIST=true,PINGPONG=false,BN=64,STAGES=3"; do
   timeout 60 $K check --backend cuda --op gated_mla.prefill --knobs "$kn" --cases 6 >> $OUT/check.txt 2>&1
   echo "check prefill $kn rc=$? $(date -u +%T)" >> $L

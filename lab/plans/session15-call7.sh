@@ -3,8 +3,8 @@
 # so `k3k check --backend cuda --op all`), and the GPU fuzz of the latent GEMM with a box long enough to precompile
 # (session 14's 20 s box ended in the precompile, no verdict), then of the prefill at its defaults.
 # Build first here: cargo build --release; strip -o .carry/k3k target/release/k3k
-# Run: BUDGET_S=300 bash scripts/plans/session15-call7.sh  (carry [".carry"], timeout_s 320)
-W=/tmp/w15g; source scripts/plans/lib.sh
+# Run: BUDGET_S=300 bash lab/plans/session15-call7.sh  (carry [".carry"], timeout_s 320)
+W=/tmp/w15g; source lab/plans/lib.sh
 timeout 110 $K check --backend cuda --op all --cases 3 > $OUT/check.txt 2>&1; echo "check all rc=$? $(date -u +%T)" >> $L
 grep -iE "failed|error|mismatch" $OUT/check.txt | grep -v " 0 failed" | head -8 >> $L
 timeout 100 $K fuzz --backend cuda --op latent_moe_gemm --time 30s > $OUT/fuzz.txt 2>&1; echo "fuzz gemm rc=$? $(date -u +%T)" >> $L

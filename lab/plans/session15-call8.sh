@@ -4,8 +4,8 @@
 # default (one warpgroup of 64 rows, two m-tiles, DVS=2). `k3k check --backend cuda` of the points, then a same-run
 # A/B with the torch decode path measured in the same call. Knob sets only (no code change).
 # Build first here: cargo build --release; strip -o .carry/k3k target/release/k3k
-# Run: BUDGET_S=240 bash scripts/plans/session15-call8.sh  (carry [".carry"], timeout_s 260)
-W=/tmp/w15h; source scripts/plans/lib.sh
+# Run: BUDGET_S=240 bash lab/plans/session15-call8.sh  (carry [".carry"], timeout_s 260)
+W=/tmp/w15h; source lab/plans/lib.sh
 G="MMA=wgmma,SCORES=replicated,WN=1,SWN=0,QK_ACCS=1,BT_PREFETCH=0,QK_UNROLL=1"
 D="$G,BM=64,WM=4,BN=64,STAGES=2,DVS=2"
 for kn in "$G,BM=128,WM=8,BN=32,STAGES=2,DVS=2" "$G,BM=128,WM=8,BN=32,STAGES=2,DVS=4"; do

@@ -4,8 +4,8 @@
 # BM=192 keeps LOAD=cp_async under LOAD=auto (its TMA kernel also runs, thread 0 producing: PRODUCER=warp does not
 # apply at 512 threads). `k3k check --backend cuda` of the points, then a same-run A/B on both presets. Knob sets only.
 # Build first here: cargo build --release; strip -o .carry/k3k target/release/k3k
-# Run: BUDGET_S=240 bash scripts/plans/session15-call9.sh  (carry [".carry"], timeout_s 260)
-W=/tmp/w15i; source scripts/plans/lib.sh
+# Run: BUDGET_S=240 bash lab/plans/session15-call9.sh  (carry [".carry"], timeout_s 260)
+W=/tmp/w15i; source lab/plans/lib.sh
 P="BM=128,BN=128,LOAD=auto,MMA=wgmma,OVERLAP=true,QK_UNROLL=true,QORDER=head,SOFTMAX=fast,STAGES=2,WM=8,PRODUCER=warp,PINGPONG=true"
 T3="$P,BM=192,WM=12,BN=64,STAGES=3"
 for kn in "$T3" "$T3,LOAD=tma"; do

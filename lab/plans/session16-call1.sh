@@ -5,8 +5,8 @@
 # presets: the defaults, EPI_TURN=on, EPI_TURN=on with RELEASE=warp, RELEASE=warp alone; torch._grouped_mm in the
 # same call.
 # Build first here: cargo build --release; strip -o .carry/k3k target/release/k3k
-# Run: BUDGET_S=420 bash scripts/plans/session16-call1.sh  (carry [".carry"], timeout_s 440)
-W=/tmp/w16a; source scripts/plans/lib.sh
+# Run: BUDGET_S=420 bash lab/plans/session16-call1.sh  (carry [".carry"], timeout_s 440)
+W=/tmp/w16a; source lab/plans/lib.sh
 for kn in "EPI_TURN=on" "EPI_TURN=on,RELEASE=warp" "EPI_TURN=on,PRODUCER=thread"; do
   timeout 60 $K check --backend cuda --op latent_moe_gemm --knobs "$kn" --cases 6 >> $OUT/check.txt 2>&1
   echo "check gemm $kn rc=$? $(date -u +%T)" >> $L

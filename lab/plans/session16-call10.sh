@@ -3,8 +3,8 @@
 # bulk-store epilogue) against torch._grouped_mm on the five presets (call 9 read mean256 at parity, 1.00x), and
 # mxfp4's dq_gemm prefill presets, which run the same GEMM, against cuBLAS / grouped_mm.
 # Build first here: cargo build --release; strip -o .carry/k3k target/release/k3k
-# Run: BUDGET_S=300 bash scripts/plans/session16-call10.sh  (carry [".carry"], timeout_s 320)
-W=/tmp/w16j; source scripts/plans/lib.sh
+# Run: BUDGET_S=300 bash lab/plans/session16-call10.sh  (carry [".carry"], timeout_s 320)
+W=/tmp/w16j; source lab/plans/lib.sh
 mkdir -p $W/results && cp -r results/nvidia-h200 $W/results/
 op latent_moe_gemm 90 70
 op mxfp4_matmul 60 50 --preset "MXFP4 linear M4096 N6144 K3584;MXFP4 prefill 28 experts mean1024 N6144 K3584"

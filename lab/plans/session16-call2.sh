@@ -3,17 +3,17 @@
 # of torch._grouped_mm's kernel (its name tells tile, cluster and schedule: cooperative or ping-pong) next to ours at
 # the defaults: launch statistics, speed of light, pipes, memory, warp states and instruction statistics.
 # Build first here: cargo build --release; strip -o .carry/k3k target/release/k3k
-# Run: BUDGET_S=300 bash scripts/plans/session16-call2.sh  (carry [".carry"], timeout_s 320)
-W=/tmp/w16b; source scripts/plans/lib.sh
+# Run: BUDGET_S=300 bash lab/plans/session16-call2.sh  (carry [".carry"], timeout_s 320)
+W=/tmp/w16b; source lab/plans/lib.sh
 mkdir -p $W/prof
 PRE="G28 mean1024 K3584 N6144"
 SEC="--section LaunchStats --section Occupancy --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats --section InstructionStats"
 # Which kernels the peer launches (names, grids).
-timeout 90 ncu --clock-control none --launch-count 6 --section LaunchStats python3 scripts/plans/session16-gemm-peer.py "$PRE" 3 > $W/prof/peer-list.txt 2>&1
+timeout 90 ncu --clock-control none --launch-count 6 --section LaunchStats python3 lab/plans/session16-gemm-peer.py "$PRE" 3 > $W/prof/peer-list.txt 2>&1
 echo "ncu peer list rc=$? $(date -u +%T)" >> $L
 grep -E '^  [a-zA-Z_].*\(|Grid Size|Block Size|Cluster Size|Registers Per|Shared Memory Config' $W/prof/peer-list.txt | head -40 >> $L
 timeout 90 ncu --clock-control none --kernel-name "regex:(?i)(cutlass|gemm|sm90)" --launch-skip 2 --launch-count 1 $SEC \
-  python3 scripts/plans/session16-gemm-peer.py "$PRE" 4 > $W/prof/peer.txt 2>&1
+  python3 lab/plans/session16-gemm-peer.py "$PRE" 4 > $W/prof/peer.txt 2>&1
 echo "ncu peer rc=$? $(date -u +%T)" >> $L
 timeout 90 ncu --clock-control none --kernel-name "regex:k3k_gemm" --launch-count 1 $SEC $K bench --op latent_moe_gemm \
   --preset "$PRE" --reps 1 --window-ms 0 --results /nonexistent --out $W/pb > $W/prof/k3k.txt 2>&1

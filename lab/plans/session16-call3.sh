@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Session 16, device call 3: call 2 again for the peer only, matching the CUTLASS kernel itself (call 2's regex caught
 # torch's prepare_grouped_gemm_data): ncu (clocks left alone) of torch._grouped_mm at G28 mean1024 K3584 N6144.
-# Run: BUDGET_S=120 bash scripts/plans/session16-call3.sh  (carry [".carry"], timeout_s 140)
-W=/tmp/w16c; source scripts/plans/lib.sh
+# Run: BUDGET_S=120 bash lab/plans/session16-call3.sh  (carry [".carry"], timeout_s 140)
+W=/tmp/w16c; source lab/plans/lib.sh
 PRE="G28 mean1024 K3584 N6144"
 SEC="--section LaunchStats --section Occupancy --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats --section InstructionStats"
 timeout 100 ncu --clock-control none --kernel-name "regex:device_kernel|GemmUniversal|sm90" --launch-skip 1 --launch-count 1 $SEC \
-  python3 scripts/plans/session16-gemm-peer.py "$PRE" 3 > $OUT/ncu-peer.txt 2>&1
+  python3 lab/plans/session16-gemm-peer.py "$PRE" 3 > $OUT/ncu-peer.txt 2>&1
 echo "ncu peer rc=$? $(date -u +%T)" >> $L
 echo "end $(date -u +%T)" >> $L
 cat $L | cut -c1-220

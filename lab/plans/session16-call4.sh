@@ -4,8 +4,8 @@
 # defaults and at STAGES=3 (what a 64 KiB staging buffer for a bulk-store epilogue would cost the main loop),
 # torch._grouped_mm in the same call.
 # Build first here: cargo build --release; strip -o .carry/k3k target/release/k3k
-# Run: BUDGET_S=300 bash scripts/plans/session16-call4.sh  (carry [".carry"], timeout_s 320)
-W=/tmp/w16d; source scripts/plans/lib.sh
+# Run: BUDGET_S=300 bash lab/plans/session16-call4.sh  (carry [".carry"], timeout_s 320)
+W=/tmp/w16d; source lab/plans/lib.sh
 D="AHEAD=auto,BK=64,BM=128,BN=256,LOAD=auto,MMA=wgmma,OVERLAP=on,PRODUCER=warp,RASTER=m,STAGES=4,WM=8,WN=1"
 op latent_moe_gemm 200 80 --dims "G=28,mean=1024,K=64,N=6144;G=28,mean=1024,K=256,N=6144;G=28,mean=1024,K=1024,N=6144;G=28,mean=1024,K=3584,N=6144" --knobs "$D;$D,STAGES=3"
 echo "end $(date -u +%T)" >> $L

@@ -4,8 +4,8 @@
 # (random cases, defaults with STORE=tma, pairs, GLU), a GPU fuzz with STORE=tma, then a same-run A/B on the five
 # presets against the defaults, torch._grouped_mm in the same call.
 # Build first here: cargo build --release; strip -o .carry/k3k target/release/k3k
-# Run: BUDGET_S=420 bash scripts/plans/session16-call5.sh  (carry [".carry"], timeout_s 440)
-W=/tmp/w16e; source scripts/plans/lib.sh
+# Run: BUDGET_S=420 bash lab/plans/session16-call5.sh  (carry [".carry"], timeout_s 440)
+W=/tmp/w16e; source lab/plans/lib.sh
 for kn in "STORE=tma" "STORE=tma,CLUSTER=2,CLUSTER_ALONG=m" "STORE=tma,BM=64,WM=4,BN=128"; do
   timeout 60 $K check --backend cuda --op latent_moe_gemm --knobs "$kn" --cases 6 >> $OUT/check.txt 2>&1
   echo "check gemm $kn rc=$? $(date -u +%T)" >> $L

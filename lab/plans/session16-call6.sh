@@ -5,8 +5,8 @@
 # STORE=tma on the five presets; torch._grouped_mm in the same call. (Both new points spill 16 bytes, stores only,
 # in ptxas's report: explored, not eligible for the tuner.)
 # Build first here: cargo build --release; strip -o .carry/k3k target/release/k3k
-# Run: BUDGET_S=330 bash scripts/plans/session16-call6.sh  (carry [".carry"], timeout_s 350)
-W=/tmp/w16f; source scripts/plans/lib.sh
+# Run: BUDGET_S=330 bash lab/plans/session16-call6.sh  (carry [".carry"], timeout_s 350)
+W=/tmp/w16f; source lab/plans/lib.sh
 D="AHEAD=auto,BK=64,BM=128,BN=256,LOAD=auto,MMA=wgmma,OVERLAP=on,PRODUCER=warp,RASTER=m,STAGES=4,WM=8,WN=1"
 V="$D;$D,STORE=tma;$D,BN=192,STAGES=5;$D,BN=128,STAGES=6;$D,BN=128,STAGES=6,STORE=tma"
 op latent_moe_gemm 250 70 --preset "G28 mean1024 K3584 N6144;G28 mean1024 K3072 N3584;G56 mean64 K3584 N6144;G28 mean256 K3584 N6144;G28 mean256 K3584 N6144 situ_glu+p" --knobs "$V"

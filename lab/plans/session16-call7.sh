@@ -3,8 +3,8 @@
 # the committed records and published with torch._grouped_mm in the same call; mxfp4's dq_gemm path (which takes
 # the GEMM's defaults) checked and its two prefill presets timed against cuBLAS / grouped_mm; GPU fuzz of both.
 # Build first here: cargo build --release; strip -o .carry/k3k target/release/k3k
-# Run: BUDGET_S=560 bash scripts/plans/session16-call7.sh  (carry [".carry"], timeout_s 590)
-W=/tmp/w16g; source scripts/plans/lib.sh
+# Run: BUDGET_S=560 bash lab/plans/session16-call7.sh  (carry [".carry"], timeout_s 590)
+W=/tmp/w16g; source lab/plans/lib.sh
 mkdir -p $W/results && cp -r results/nvidia-h200 $W/results/
 timeout 60 $K check --backend cuda --op latent_moe_gemm --cases 8 > $OUT/check.txt 2>&1; echo "check gemm rc=$? $(date -u +%T)" >> $L
 timeout 60 $K check --backend cuda --op mxfp4_matmul --knobs PATH=dq_gemm --cases 4 >> $OUT/check.txt 2>&1; echo "check mxfp4 dq_gemm rc=$? $(date -u +%T)" >> $L

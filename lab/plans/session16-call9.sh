@@ -5,8 +5,8 @@
 # (before, after, before, after), torch._grouped_mm in the same call; a GPU fuzz with a box long enough to get past
 # the precompile; the published run (committed records) with peers.
 # Build first here: cargo build --release; strip -o .carry/k3k target/release/k3k (.carry/k3k-before: call 7's)
-# Run: BUDGET_S=560 bash scripts/plans/session16-call9.sh  (carry [".carry"], timeout_s 590)
-W=/tmp/w16i; source scripts/plans/lib.sh
+# Run: BUDGET_S=560 bash lab/plans/session16-call9.sh  (carry [".carry"], timeout_s 590)
+W=/tmp/w16i; source lab/plans/lib.sh
 mkdir -p $W/results && cp -r results/nvidia-h200 $W/results/
 timeout 60 $K check --backend cuda --op latent_moe_gemm --cases 8 > $OUT/check.txt 2>&1; echo "check gemm rc=$? $(date -u +%T)" >> $L
 grep -iE "failed|error|mismatch" $OUT/check.txt | grep -v " 0 failed" | head -5 >> $L

@@ -10,8 +10,8 @@
 #  3. `k3k tune --op mxfp4_matmul --preset k3` (round 1 re-times the stale winners), then the bench of every
 #     preset with cuBLAS in the same call, then a GPU fuzz.
 # Build first here: cargo build --release; strip -o .carry/k3k target/release/k3k
-# Run: BUDGET_S=560 bash scripts/plans/session17-call1.sh  (carry [".carry"], timeout_s 590)
-W=/tmp/w17a; source scripts/plans/lib.sh
+# Run: BUDGET_S=560 bash lab/plans/session17-call1.sh  (carry [".carry"], timeout_s 590)
+W=/tmp/w17a; source lab/plans/lib.sh
 C=$OUT/check.txt
 ck() { timeout $1 $K check --backend cuda --op $2 "${@:3}" >> $C 2>&1; echo "check $2 ${*:3} rc=$? $(date -u +%T)" | cut -c1-200 >> $L; }
 ck 120 mxfp4_matmul --cases 24

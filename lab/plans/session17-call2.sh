@@ -5,8 +5,8 @@
 # the JSON), then the dense M1 / M16 gemv the same way, and ncu (clocks left alone) of the 28 x 4 winner:
 # speed of light, occupancy, warp states and memory. No knob is changed by this call.
 # Build first here: cargo build --release; strip -o .carry/k3k target/release/k3k
-# Run: BUDGET_S=300 bash scripts/plans/session17-call2.sh  (carry [".carry"], timeout_s 330)
-W=/tmp/w17b; source scripts/plans/lib.sh
+# Run: BUDGET_S=300 bash lab/plans/session17-call2.sh  (carry [".carry"], timeout_s 330)
+W=/tmp/w17b; source lab/plans/lib.sh
 B="PATH=gemv,PF=on,SPLIT=1"
 T="$B,BK=512,BN=32,GR=2,MINB=4,STAGES=3,WA=4"
 SETS="$T;$B,BK=512,BN=32,GR=2,MINB=5,STAGES=3,WA=4;$B,BK=512,BN=32,GR=2,MINB=6,STAGES=3,WA=4"

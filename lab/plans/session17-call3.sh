@@ -5,8 +5,8 @@
 # quads, no cross-warp reduction) at several occupancies (MINB), ring depths and batches; two-warp CTAs; and call 2's
 # best (MINB=5) again. Then the dense M1 / M16 gemv with WA=1 and K splits, and the GLU decode preset.
 # Build first here: cargo build --release; strip -o .carry/k3k target/release/k3k
-# Run: BUDGET_S=240 bash scripts/plans/session17-call3.sh  (carry [".carry"], timeout_s 270)
-W=/tmp/w17c; source scripts/plans/lib.sh
+# Run: BUDGET_S=240 bash lab/plans/session17-call3.sh  (carry [".carry"], timeout_s 270)
+W=/tmp/w17c; source lab/plans/lib.sh
 B="PATH=gemv,PF=on,SPLIT=1"
 S="$B,BK=512,BN=32,MINB=5,STAGES=3,WA=4;$B,BK=512,BN=32,MINB=16,STAGES=3,WA=1;$B,BK=512,BN=32,MINB=16,STAGES=4,WA=1"
 S="$S;$B,BK=512,BN=32,MINB=16,STAGES=5,WA=1;$B,BK=256,BN=32,MINB=16,STAGES=4,WA=1;$B,BK=1024,BN=32,MINB=16,STAGES=3,WA=1"

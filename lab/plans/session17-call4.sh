@@ -5,8 +5,8 @@
 # committed (now stale) records, the bench of every preset with the tuned records and cuBLAS in the same call,
 # then a GPU fuzz. At most 8 files come back: log, check, tune, results, bench (2), peers, fuzz.
 # Build first here: cargo build --release; strip -o .carry/k3k target/release/k3k
-# Run: BUDGET_S=540 bash scripts/plans/session17-call4.sh  (carry [".carry"], timeout_s 570)
-W=/tmp/w17d; source scripts/plans/lib.sh
+# Run: BUDGET_S=540 bash lab/plans/session17-call4.sh  (carry [".carry"], timeout_s 570)
+W=/tmp/w17d; source lab/plans/lib.sh
 timeout 90 $K check --backend cuda --op mxfp4_matmul --cases 24 > $OUT/check.txt 2>&1; echo "check mxfp4 rc=$? $(date -u +%T)" >> $L
 timeout 60 $K check --backend cuda --op mxfp4_matmul --dims "G=9,per=4,N=6144,K=1024,packed=1" --cases 2 >> $OUT/check.txt 2>&1
 echo "check mxfp4 many-tile auto rc=$? $(date -u +%T)" >> $L

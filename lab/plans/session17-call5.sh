@@ -3,8 +3,8 @@
 # MINB=5 WA=4, 0.1186 ms in call 4): ncu (clocks left alone) with PC-sampling stall counters per SASS instruction,
 # warp states, memory. No timing claims.
 # Build first here: cargo build --release; strip -o .carry/k3k target/release/k3k
-# Run: BUDGET_S=150 bash scripts/plans/session17-call5.sh  (carry [".carry"], timeout_s 170)
-W=/tmp/w17e; source scripts/plans/lib.sh
+# Run: BUDGET_S=150 bash lab/plans/session17-call5.sh  (carry [".carry"], timeout_s 170)
+W=/tmp/w17e; source lab/plans/lib.sh
 mkdir -p $W/prof
 P28="MXFP4 decode 28 experts x 4 tokens N6144 K3584"
 SEC="--section SpeedOfLight --section WarpStateStats --section SourceCounters --section Occupancy --section MemoryWorkloadAnalysis --section SchedulerStats"

@@ -3,8 +3,8 @@
 # CTA's final barrier: at BK=256 the 14 batches of K=3584 split 4/4/3/3 over the 4 warps. Balanced splits (BK=128:
 # 7 batches per warp; 7 warps: 2 or 1 per warp) against the default in one bench run, the GLU preset too.
 # Build first here: cargo build --release; strip -o .carry/k3k target/release/k3k
-# Run: BUDGET_S=150 bash scripts/plans/session17-call6.sh  (carry [".carry"], timeout_s 170)
-W=/tmp/w17f; source scripts/plans/lib.sh
+# Run: BUDGET_S=150 bash lab/plans/session17-call6.sh  (carry [".carry"], timeout_s 170)
+W=/tmp/w17f; source lab/plans/lib.sh
 B="PATH=gemv,PF=on,SPLIT=1,BN=32"
 S="$B,BK=256,MINB=5,STAGES=3,WA=4;$B,BK=128,MINB=5,STAGES=3,WA=4;$B,BK=128,MINB=5,STAGES=4,WA=4;$B,BK=128,MINB=5,STAGES=5,WA=4"
 S="$S;$B,BK=256,MINB=3,STAGES=3,WA=7;$B,BK=512,MINB=3,STAGES=3,WA=7;$B,BK=128,MINB=3,STAGES=3,WA=7;$B,BK=512,MINB=2,STAGES=3,WA=7"

@@ -5,8 +5,8 @@
 # on the FAST form, a partial tile with odd scale rows on the general form, GLU), then an interleaved A/B against
 # the previous binary (.carry/k3k-old, calls 4-6) at 28 x 4, GLU and M16, then a GPU fuzz.
 # Build first here: cp .carry/k3k .carry/k3k-old (the previous binary); cargo build --release; strip -o .carry/k3k target/release/k3k
-# Run: BUDGET_S=200 bash scripts/plans/session17-call7.sh  (carry [".carry"], timeout_s 220)
-W=/tmp/w17g; source scripts/plans/lib.sh
+# Run: BUDGET_S=200 bash lab/plans/session17-call7.sh  (carry [".carry"], timeout_s 220)
+W=/tmp/w17g; source lab/plans/lib.sh
 C=$OUT/check.txt
 ck() { timeout $1 $K check --backend cuda --op mxfp4_matmul "${@:2}" >> $C 2>&1; echo "check ${*:2} rc=$? $(date -u +%T)" | cut -c1-200 >> $L; }
 ck 60 --cases 16

@@ -4,8 +4,8 @@
 # H96: `k3k check --backend cuda` of OVERLAP (3- and 4-deep 32-key rings) and SOFTMAX=fast, a same-run A/B of the knob
 # sets against the default with the torch decode path in the same call; a GPU fuzz of mxfp4 with what time is left.
 # Build first here: cargo build --release; strip -o .carry/k3k target/release/k3k
-# Run: BUDGET_S=560 bash scripts/plans/session18-call1.sh  (carry [".carry"], timeout_s 580)
-W=/tmp/w18c1; source scripts/plans/lib.sh
+# Run: BUDGET_S=560 bash lab/plans/session18-call1.sh  (carry [".carry"], timeout_s 580)
+W=/tmp/w18c1; source lab/plans/lib.sh
 C=$OUT/check.txt
 ck() { timeout $1 $K check --backend cuda --op mxfp4_matmul "${@:2}" >> $C 2>&1; echo "check ${*:2} rc=$? $(date -u +%T)" | cut -c1-200 >> $L; }
 ck 60 --cases 16

@@ -5,8 +5,8 @@
 # (the column-banded wgmma accumulators run on a GPU for the first time), then a same-run A/B against the default
 # with the torch decode path in the same call.
 # Build first here: cargo build --release; strip -o .carry/k3k target/release/k3k
-# Run: BUDGET_S=300 bash scripts/plans/session18-call2.sh  (carry [".carry"], timeout_s 320)
-W=/tmp/w18c2; source scripts/plans/lib.sh
+# Run: BUDGET_S=300 bash lab/plans/session18-call2.sh  (carry [".carry"], timeout_s 320)
+W=/tmp/w18c2; source lab/plans/lib.sh
 C=$OUT/check.txt
 G="MMA=wgmma,SCORES=replicated,WN=1,SWN=0,QK_ACCS=1,BT_PREFETCH=0,QK_UNROLL=1,BM=64,WM=4,BN=64,STAGES=2"
 for kn in "$G,DVS=1,VWG=2" "$G,DVS=2,VWG=2" "$G,DVS=1,VWG=2,SOFTMAX=fast" "$G,DVS=2"; do

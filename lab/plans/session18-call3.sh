@@ -4,8 +4,8 @@
 # with the torch decode path in the same call (to publish), the neighbours at b128 S4096 H96 in one run (unrolled,
 # exact softmax, 32-key stages, OVERLAP, the old default), then a GPU fuzz of the decode with what time is left.
 # Build first here: cargo build --release; strip -o .carry/k3k target/release/k3k
-# Run: BUDGET_S=330 bash scripts/plans/session18-call3.sh  (carry [".carry"], timeout_s 350)
-W=/tmp/w18c3; source scripts/plans/lib.sh
+# Run: BUDGET_S=330 bash lab/plans/session18-call3.sh  (carry [".carry"], timeout_s 350)
+W=/tmp/w18c3; source lab/plans/lib.sh
 C=$OUT/check.txt
 G="MMA=wgmma,SCORES=replicated,WN=1,SWN=0,QK_ACCS=1,BT_PREFETCH=0,BM=64,WM=4"
 N="$G,BN=64,STAGES=2,DVS=1,VWG=2,SOFTMAX=fast,QK_UNROLL=0"

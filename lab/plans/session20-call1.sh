@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Ran as session 20 call 1 (2026-12-05 02:35 UTC, binary of 85b6175-era HEAD, no kernel changed since session 19): outputs in results/bench/nvidia-h200/session20-call1/.
+# Ran as session 20 call 1 (2026-12-05 02:35 UTC, binary of 85b6175-era HEAD, no kernel changed since session 19): outputs in lab/2026-12-05/0241-h200-run/.
 # Ready for the next session's first device call (written at the end of session 18, whose device was not lent again
 # after call 3): the MLA decode's automatic knobs from 64 rows as committed (VWG=2 DVS=1, fast softmax, rolled; the
 # same as call 3's binary) re-published so that the report's config column shows the knobs the kernels were built
@@ -16,8 +16,8 @@
 # rows on full / empty mbarriers; no block barrier per tile), checked and timed with replicated and shared scores.
 # Build first here: cargo build --release; strip -o .carry/k3k target/release/k3k;
 #   cp $(cargo test --release -p k3k-codegen --test gpu_primitives --no-run 2>&1 | grep -o 'target/release/deps/gpu_primitives-[0-9a-f]*') .carry/gpu_primitives
-# Run: BUDGET_S=540 bash scripts/plans/session20-call1.sh  (carry [".carry"], timeout_s 570)
-W=/tmp/wnext; source scripts/plans/lib.sh
+# Run: BUDGET_S=540 bash lab/plans/session20-call1.sh  (carry [".carry"], timeout_s 570)
+W=/tmp/wnext; source lab/plans/lib.sh
 C=$OUT/check.txt
 G="MMA=wgmma,WN=1,SWN=0,QK_ACCS=1,BT_PREFETCH=0,BM=64,WM=4,BN=64,STAGES=2,DVS=1,VWG=2"
 SH="$G,SCORES=shared"

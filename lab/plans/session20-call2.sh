@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Ran in session 21 as call 1 (2026-12-05 04:45 UTC; files results/bench/nvidia-h200/session21-call1/).
+# Ran in session 21 as call 1 (2026-12-05 04:45 UTC; files lab/2026-12-05/0448-h200-run/).
 # Session 20 call 2: the decode's new automatic knobs from 64 rows (SCORES=shared LOAD=tma QK_UNROLL=1, the fastest
 # point of call 1: 0.351 ms against 0.451 at H96) checked on the GPU, timed beside their neighbours in one run, then
 # session 19's `next-call-2.sh` (now this file): `k3k tune` of the decode (round 2 around the built knobs), the bench of both presets
 # with the tuned records and the torch peer in the same call (published), and a GPU fuzz of the tuned configs.
 # Build first: cargo build --release; strip -o .carry/k3k target/release/k3k
-# Run: BUDGET_S=540 bash scripts/plans/session20-call2.sh  (carry [".carry"], timeout_s 570)
-W=/tmp/wnext2; source scripts/plans/lib.sh
+# Run: BUDGET_S=540 bash lab/plans/session20-call2.sh  (carry [".carry"], timeout_s 570)
+W=/tmp/wnext2; source lab/plans/lib.sh
 N="MMA=wgmma,WN=1,SWN=0,QK_ACCS=1,BT_PREFETCH=0,BM=64,WM=4,BN=64,STAGES=2,DVS=1,VWG=2,SCORES=shared,LOAD=tma"
 timeout 60 $K check --backend cuda --op gated_mla.decode --cases 16 > $OUT/check.txt 2>&1; echo "check decode rc=$? $(date -u +%T)" >> $L
 timeout 60 $K check --backend cuda --op gated_mla.decode --knobs "$N,QK_UNROLL=1,SOFTMAX=fast" --cases 12 >> $OUT/check.txt 2>&1; echo "check decode new auto rc=$? $(date -u +%T)" >> $L

@@ -2,8 +2,8 @@
 # Not needed: the full session20-call2.sh ran in session 21 (call 1).
 # Session 20 call 2, short form (the device was scarce): the decode's new automatic knobs from 64 rows checked on the
 # GPU, timed beside their neighbours, published with the torch peer in the same call, fuzzed. No tune.
-# Run: BUDGET_S=300 bash scripts/plans/session20-call2b.sh  (carry [".carry"], timeout_s 330)
-W=/tmp/w20c2b; source scripts/plans/lib.sh
+# Run: BUDGET_S=300 bash lab/plans/session20-call2b.sh  (carry [".carry"], timeout_s 330)
+W=/tmp/w20c2b; source lab/plans/lib.sh
 N="MMA=wgmma,WN=1,SWN=0,QK_ACCS=1,BT_PREFETCH=0,BM=64,WM=4,BN=64,STAGES=2,DVS=1,VWG=2,SCORES=shared,LOAD=tma"
 timeout 60 $K check --backend cuda --op gated_mla.decode --cases 16 > $OUT/check.txt 2>&1; echo "check decode rc=$? $(date -u +%T)" >> $L
 grep -E "cases, [0-9]+ failed" $OUT/check.txt | sort | uniq -c >> $L

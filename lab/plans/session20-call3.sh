@@ -5,8 +5,8 @@
 # is insurance, not a requirement) and changed the decode's automatic knobs (calls 1-2). `k3k check --backend cuda
 # --op all`, the GPU primitive tests and a GPU fuzz of every operator.
 # Build first: cargo build --release; strip -o .carry/k3k target/release/k3k; the gpu_primitives test binary (stripped)
-# Run: BUDGET_S=300 bash scripts/plans/session20-call3.sh  (carry [".carry"], timeout_s 330)
-W=/tmp/w20c3; source scripts/plans/lib.sh
+# Run: BUDGET_S=300 bash lab/plans/session20-call3.sh  (carry [".carry"], timeout_s 330)
+W=/tmp/w20c3; source lab/plans/lib.sh
 timeout 120 $K check --backend cuda --op all --cases 4 > $OUT/check.txt 2>&1; echo "check all rc=$? $(date -u +%T)" >> $L
 grep -iE "failed|error|mismatch" $OUT/check.txt | grep -v " 0 failed" | head -8 >> $L
 K3K_GPU=1 timeout 60 .carry/gpu_primitives > $OUT/gpu_primitives.txt 2>&1; echo "gpu_primitives rc=$? $(grep 'test result' $OUT/gpu_primitives.txt) $(date -u +%T)" >> $L

@@ -5,8 +5,8 @@
 # knobs at H96 (sections: speed of light, memory workload, warp states) to see whether shared memory or the tensor
 # pipe bounds the 2.83 us per tile (NOTES, session 21).
 # Build first: cargo build --release; strip -o .carry/k3k target/release/k3k; the gpu_primitives test binary (stripped)
-# Run: BUDGET_S=360 bash scripts/plans/session21-call2.sh  (carry [".carry"], timeout_s 390)
-W=/tmp/w21c2; source scripts/plans/lib.sh
+# Run: BUDGET_S=360 bash lab/plans/session21-call2.sh  (carry [".carry"], timeout_s 390)
+W=/tmp/w21c2; source lab/plans/lib.sh
 timeout 120 $K check --backend cuda --op all --cases 4 > $OUT/check.txt 2>&1; echo "check all rc=$? $(date -u +%T)" >> $L
 grep -iE "failed|error|mismatch" $OUT/check.txt | grep -v " 0 failed" | head -8 >> $L
 K3K_GPU=1 timeout 60 .carry/gpu_primitives > $OUT/gpu_primitives.txt 2>&1; echo "gpu_primitives rc=$? $(grep 'test result' $OUT/gpu_primitives.txt) $(date -u +%T)" >> $L

@@ -3,8 +3,8 @@
 # tuned within 10 minutes of wall time, at HEAD; tuned vs default per preset), starting from the committed records
 # (stale ones seed round 1). Writes the tuned records and TUNE.md back (results.tgz).
 # Build first: cargo build --release; strip -o .carry/k3k target/release/k3k
-# Run: BUDGET_S=560 bash scripts/plans/session21-call3.sh  (carry [".carry"], timeout_s 590)
-W=/tmp/w21c3; source scripts/plans/lib.sh
+# Run: BUDGET_S=560 bash lab/plans/session21-call3.sh  (carry [".carry"], timeout_s 590)
+W=/tmp/w21c3; source lab/plans/lib.sh
 mkdir -p $W/results && cp -r results/nvidia-h200 $W/results/
 timeout $(( $(left) - 25 )) $K tune --op all --preset k3 --budget $(( $(left) - 60 ))s --results $W/results > $OUT/tune.txt 2>&1
 echo "tune rc=$? $(date -u +%T)" >> $L; pack

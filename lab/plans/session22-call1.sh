@@ -16,8 +16,8 @@
 #    0.117 ms, so the experiments are expected to show a memory-side bound. Then the same bytes at three row
 #    lengths (fill and drain against locality) and ncu pipe utilization of the default (ALU / FMA / tensor).
 # Build first here: cargo build --release; mkdir -p .carry; strip -o .carry/k3k target/release/k3k
-# Run: BUDGET_S=540 bash scripts/plans/session22-call1.sh  (carry [".carry"], timeout_s 570)
-W=/tmp/w22c1; source scripts/plans/lib.sh
+# Run: BUDGET_S=540 bash lab/plans/session22-call1.sh  (carry [".carry"], timeout_s 570)
+W=/tmp/w22c1; source lab/plans/lib.sh
 P28="MXFP4 decode 28 experts x 4 tokens N6144 K3584"
 timeout 100 $K check --backend cuda --op mxfp4_matmul --cases 10 > $OUT/check.txt 2>&1
 echo "check rc=$? $(date -u +%T)" >> $L; tail -3 $OUT/check.txt >> $L

@@ -12,8 +12,8 @@
 # 5. L2PF / STAGES=4 / CPS=5 knob sets; 6. the same bytes at K 1792/3584/7168; 7. ncu pipes of the default.
 # NOTES session 22 and 23 say what to build for each outcome.
 # Build first here: cargo build --release; mkdir -p .carry; strip -o .carry/k3k target/release/k3k
-# Run: BUDGET_S=540 bash scripts/plans/session23-call1.sh  (carry [".carry"], timeout_s 570)
-W=/tmp/w23c1; source scripts/plans/lib.sh
+# Run: BUDGET_S=540 bash lab/plans/session23-call1.sh  (carry [".carry"], timeout_s 570)
+W=/tmp/w23c1; source lab/plans/lib.sh
 P28="MXFP4 decode 28 experts x 4 tokens N6144 K3584"
 timeout 100 $K check --backend cuda --op mxfp4_matmul --cases 10 > $OUT/check.txt 2>&1
 echo "check rc=$? $(date -u +%T)" >> $L; tail -3 $OUT/check.txt >> $L

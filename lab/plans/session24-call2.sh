@@ -4,8 +4,8 @@
 # 1. the report rows (packed, tiles, MXFP8 activations) at the default and L2PF=128, cuBLAS in the same call;
 # 2. tile-major: STAGES=4, COPY=bulk, STAGES=4 with L2PF=128; 3. packed: STAGES=4 with L2PF=128, L2PF=256;
 # 4. a short tune of the tile-major preset with what is left.
-# Run: BUDGET_S=330 bash scripts/plans/session24-call2.sh  (carry [".carry"], timeout_s 360)
-W=/tmp/w24c2; source scripts/plans/lib.sh
+# Run: BUDGET_S=330 bash lab/plans/session24-call2.sh  (carry [".carry"], timeout_s 360)
+W=/tmp/w24c2; source lab/plans/lib.sh
 P28="MXFP4 decode 28 experts x 4 tokens N6144 K3584"
 op mxfp4_matmul 130 50 --preset "$P28;$P28 tiles;$P28 mxfp8-act" --knobs "PATH=auto;L2PF=128"
 mkdir -p $W/xp; : > $OUT/xp.txt

@@ -11,8 +11,8 @@
 # 3. ncu of the new default (occupancy, DRAM, stalls);
 # 4. the report rows with cuBLAS in the same call (packed and tile-major 28 x 4).
 # Build first here: cargo build --release; mkdir -p .carry; strip -o .carry/k3k target/release/k3k
-# Run: BUDGET_S=450 bash scripts/plans/session25-call2.sh  (carry [".carry"], timeout_s 480)
-W=/tmp/w25c2; source scripts/plans/lib.sh
+# Run: BUDGET_S=450 bash lab/plans/session25-call2.sh  (carry [".carry"], timeout_s 480)
+W=/tmp/w25c2; source lab/plans/lib.sh
 P28="MXFP4 decode 28 experts x 4 tokens N6144 K3584"
 timeout 80 $K check --backend cuda --op mxfp4_matmul --cases 10 > $OUT/check.txt 2>&1
 echo "check rc=$? $(date -u +%T)" >> $L; tail -1 $OUT/check.txt >> $L

@@ -6,8 +6,8 @@
 # former default) and that point (every set checked; the report keeps the fastest that passes, all sets' times in
 # the JSON), then cuBLAS in the same call.
 # Build first here: cargo build --release; mkdir -p .carry; strip -o .carry/k3k target/release/k3k
-# Run: BUDGET_S=330 bash scripts/plans/session25-call3.sh  (carry [".carry"], timeout_s 360)
-W=/tmp/w25c3; source scripts/plans/lib.sh
+# Run: BUDGET_S=330 bash lab/plans/session25-call3.sh  (carry [".carry"], timeout_s 360)
+W=/tmp/w25c3; source lab/plans/lib.sh
 P28="MXFP4 decode 28 experts x 4 tokens N6144 K3584"
 timeout 30 $K check --backend cuda --op mxfp4_matmul --dims "G=28,per=4,N=6144,K=3584,tiles=1" \
   --knobs "BN=32,BK=128,MINB=6" --cases 1 > $OUT/check.txt 2>&1; echo "check rc=$? $(date -u +%T)" >> $L

@@ -11,8 +11,8 @@
 # 3. ncu of the tile-major default (did the activations' long-scoreboard stalls go, what bounds it now);
 # 4. a re-tune of the tile-major preset (its records are stale since session 24).
 # Build first here: cargo build --release; mkdir -p .carry; strip -o .carry/k3k target/release/k3k
-# Run: BUDGET_S=540 bash scripts/plans/session26-call1.sh  (carry [".carry"], timeout_s 570, kind nvidia-h200)
-W=/tmp/w26c1; source scripts/plans/lib.sh
+# Run: BUDGET_S=540 bash lab/plans/session26-call1.sh  (carry [".carry"], timeout_s 570, kind nvidia-h200)
+W=/tmp/w26c1; source lab/plans/lib.sh
 P28="MXFP4 decode 28 experts x 4 tokens N6144 K3584"
 timeout 80 $K check --backend cuda --op mxfp4_matmul --cases 10 > $OUT/check.txt 2>&1
 echo "check rc=$? $(date -u +%T)" >> $L; tail -1 $OUT/check.txt >> $L

@@ -10,10 +10,10 @@
 #    at the automatic shape and at BN=32 BK=128 MINB=6: is the math on the critical path at XA=2?
 # 3. the 32-row shape's neighbours: MINB 5-8, STAGES=4 (a 32-row stage is 2176 bytes per warp, so a fourth stage
 #    costs little residency), XA=1, L2PF=256.
-# Run: BUDGET_S=300 bash scripts/plans/session26-call2.sh  (carry [".carry"], timeout_s 330)
-W=/tmp/w26c2; source scripts/plans/lib.sh
+# Run: BUDGET_S=300 bash lab/plans/session26-call2.sh  (carry [".carry"], timeout_s 330)
+W=/tmp/w26c2; source lab/plans/lib.sh
 P28="MXFP4 decode 28 experts x 4 tokens N6144 K3584"
-timeout 90 python3 scripts/plans/session10-read-floor.py $OUT/read-floor.json > $OUT/read-floor.txt 2>&1
+timeout 90 python3 lab/plans/session10-read-floor.py $OUT/read-floor.json > $OUT/read-floor.txt 2>&1
 echo "read floor rc=$? $(date -u +%T)" >> $L; tail -8 $OUT/read-floor.txt >> $L
 mkdir -p $W/xp; : > $OUT/xp.txt
 xp() { timeout 60 env ${1:+K3K_EXPERIMENT=$1} $K bench --op mxfp4_matmul --preset "$3" --results /nonexistent \

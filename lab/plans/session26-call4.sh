@@ -17,8 +17,8 @@
 # cuBLAS; 3. tile-major at BN=128 MINB=2 and BN=96 MINB=3 against auto and BN=32; 4. the read floor; 5. NOMATH
 # between baselines; 6. ncu of auto and of BN=32 MINB=6; 7. a re-tune with what is left.
 # Build first here: cargo build --release; mkdir -p .carry; strip -o .carry/k3k target/release/k3k
-# Run: BUDGET_S=420 bash scripts/plans/session26-call4.sh  (carry [".carry"], timeout_s 450, kind nvidia-h200)
-W=/tmp/w26c4; source scripts/plans/lib.sh
+# Run: BUDGET_S=420 bash lab/plans/session26-call4.sh  (carry [".carry"], timeout_s 450, kind nvidia-h200)
+W=/tmp/w26c4; source lab/plans/lib.sh
 P28="MXFP4 decode 28 experts x 4 tokens N6144 K3584"
 S32="BN=32,BK=128,MINB=6"
 if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H100; then
@@ -36,7 +36,7 @@ xp() { timeout 50 env ${1:+K3K_EXPERIMENT=$1} $K bench --op mxfp4_matmul --prese
   --out $W/xp/${1:-base}-$2 ${4:+--knobs "$4"} > $W/xp.log 2>&1; echo "xp ${1:-base} $2 rc=$? $(date -u +%T)" >> $W/xp.txt
   grep -E "^ +$P28" $W/xp.log | cut -c1-170 >> $W/xp.txt; }
 [ "$(left)" -gt 240 ] && { xp "" wide "$P28 tiles" "PATH=auto;$S32;BN=128,BK=128,MINB=2;BN=96,BK=128,MINB=3"; cat $W/xp.txt >> $L; : > $W/xp.txt; }
-[ "$(left)" -gt 200 ] && { timeout 90 python3 scripts/plans/session10-read-floor.py $OUT/read-floor.json > $W/read-floor.txt 2>&1
+[ "$(left)" -gt 200 ] && { timeout 90 python3 lab/plans/session10-read-floor.py $OUT/read-floor.json > $W/read-floor.txt 2>&1
   echo "read floor rc=$? $(date -u +%T)" >> $L; tail -6 $W/read-floor.txt >> $L; }
 [ "$(left)" -gt 170 ] && { xp "" b1 "$P28 tiles" "PATH=auto;$S32"; xp NOMATH 1 "$P28 tiles" "PATH=auto;$S32"
   xp "" b2 "$P28 tiles" "PATH=auto;$S32"; cat $W/xp.txt >> $L; }

@@ -3,8 +3,8 @@
 # Session 26, call 6 (issue 4), the last ~250 s of device time: the core of call 4 only, in case an H200 comes.
 # On an H100 it stops at once. 1. a GPU check of the tile-major 28 x 4 default; 2. the tile-major and packed 28 x 4
 # presets at auto (XA=2), XA=1 and BN=32 BK=128 MINB=6, with cuBLAS in the same call; 3. NOMATH between baselines.
-# Run: BUDGET_S=140 bash scripts/plans/session26-call6.sh  (carry [".carry"], timeout_s 150, kind nvidia-h200)
-W=/tmp/w26c6; source scripts/plans/lib.sh
+# Run: BUDGET_S=140 bash lab/plans/session26-call6.sh  (carry [".carry"], timeout_s 150, kind nvidia-h200)
+W=/tmp/w26c6; source lab/plans/lib.sh
 P28="MXFP4 decode 28 experts x 4 tokens N6144 K3584"
 if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H100; then echo "an H100: stop" >> $L; cat $L; exit 0; fi
 timeout 30 $K check --backend cuda --op mxfp4_matmul --dims "G=28,per=4,N=6144,K=3584,tiles=1" --cases 1 > $OUT/check.txt 2>&1

@@ -14,8 +14,8 @@
 # 5. ncu of the tile-major default (stall reasons, issue rate, DRAM);
 # 6. a re-tune of the tile-major preset with what is left (up to 64 candidates; MINB now reaches 6).
 # Build first here: cargo build --release; mkdir -p .carry; strip -o .carry/k3k target/release/k3k
-# Run: BUDGET_S=540 bash scripts/plans/session26-h200.sh  (carry [".carry"], timeout_s 570, kind nvidia-h200)
-W=/tmp/w26h; source scripts/plans/lib.sh
+# Run: BUDGET_S=540 bash lab/plans/session26-h200.sh  (carry [".carry"], timeout_s 570, kind nvidia-h200)
+W=/tmp/w26h; source lab/plans/lib.sh
 P28="MXFP4 decode 28 experts x 4 tokens N6144 K3584"
 timeout 80 $K check --backend cuda --op mxfp4_matmul --cases 10 > $OUT/check.txt 2>&1
 echo "check rc=$? $(date -u +%T)" >> $L; tail -1 $OUT/check.txt >> $L
@@ -24,7 +24,7 @@ for d in "G=28,per=4,N=6144,K=3584,tiles=1" "G=28,per=4,N=6144,K=3584,packed=1,e
 done
 op mxfp4_matmul 260 60 --preset "$P28 tiles;$P28;$P28 situ_glu+p;$P28 mxfp8-act" \
   --knobs "PATH=auto;XA=1;BN=32,BK=128,MINB=6;BN=64,BK=128,MINB=4"
-[ "$(left)" -gt 200 ] && { timeout 90 python3 scripts/plans/session10-read-floor.py $OUT/read-floor.json > $W/read-floor.txt 2>&1
+[ "$(left)" -gt 200 ] && { timeout 90 python3 lab/plans/session10-read-floor.py $OUT/read-floor.json > $W/read-floor.txt 2>&1
   echo "read floor rc=$? $(date -u +%T)" >> $L; tail -6 $W/read-floor.txt >> $L; }
 mkdir -p $W/xp; : > $W/xp.txt
 xp() { timeout 50 env ${1:+K3K_EXPERIMENT=$1} $K bench --op mxfp4_matmul --preset "$3" --results /nonexistent \

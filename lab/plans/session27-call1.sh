@@ -8,8 +8,8 @@
 # report rows of the current kernels); the read floor and the read pattern; NOMATH between baselines; wide tiles; ncu
 # of auto and BN=32; a re-tune with what is left. On an H100 it stops at once (sessions 25-26 measured it there).
 # Build first here: cargo build --release; mkdir -p .carry; strip -o .carry/k3k target/release/k3k
-# Run: BUDGET_S=420 bash scripts/plans/session27-call1.sh  (carry [".carry"], timeout_s 450, kind nvidia-h200)
-W=/tmp/w27c1; source scripts/plans/lib.sh
+# Run: BUDGET_S=420 bash lab/plans/session27-call1.sh  (carry [".carry"], timeout_s 450, kind nvidia-h200)
+W=/tmp/w27c1; source lab/plans/lib.sh
 P28="MXFP4 decode 28 experts x 4 tokens N6144 K3584"
 S32="BN=32,BK=128,MINB=6"
 if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H100; then
@@ -18,9 +18,9 @@ fi
 checks_mxfp4
 op mxfp4_matmul 260 60 --preset "$P28 tiles;$P28;$P28 situ_glu+p;$P28 mxfp8-act" \
   --knobs "PATH=auto;XA=1;BN=32,BK=128,MINB=6;BN=64,BK=128,MINB=4"
-[ "$(left)" -gt 220 ] && { timeout 90 python3 scripts/plans/session10-read-floor.py $OUT/read-floor.json > $W/rf.txt 2>&1
+[ "$(left)" -gt 220 ] && { timeout 90 python3 lab/plans/session10-read-floor.py $OUT/read-floor.json > $W/rf.txt 2>&1
   echo "read floor rc=$? $(date -u +%T)" >> $L; tail -6 $W/rf.txt >> $L
-  timeout 60 python3 scripts/plans/session27-read-pattern.py $OUT/read-pattern.json > $W/rp.txt 2>&1
+  timeout 60 python3 lab/plans/session27-read-pattern.py $OUT/read-pattern.json > $W/rp.txt 2>&1
   echo "read pattern rc=$? $(date -u +%T)" >> $L; tail -10 $W/rp.txt >> $L; }
 [ "$(left)" -gt 170 ] && { xp "" b1 "$P28 tiles" "PATH=auto;$S32"; xp NOMATH 1 "$P28 tiles" "PATH=auto;$S32"
   xp "" b2 "$P28 tiles" "PATH=auto;$S32"; cat $W/xp.txt >> $L; : > $W/xp.txt; }

@@ -12,8 +12,8 @@
 # other rather than the dirty lines. Any GPU: tile-major 28 x 4 (auto, BN=32 MINB=6) and the packed and GLU presets
 # (auto) between baselines. On an H200 the rest of session27-call1.sh follows with what is left.
 # Build first here: cargo build --release; mkdir -p .carry; strip -o .carry/k3k target/release/k3k
-# Run: BUDGET_S=400 bash scripts/plans/session27-evictfirst-h200.sh  (carry [".carry"], timeout_s 430, kind nvidia-h200)
-W=/tmp/w27c4; source scripts/plans/lib.sh
+# Run: BUDGET_S=400 bash lab/plans/session27-evictfirst-h200.sh  (carry [".carry"], timeout_s 430, kind nvidia-h200)
+W=/tmp/w27c4; source lab/plans/lib.sh
 if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H100; then
   echo "an H100: measured there in calls 2 and 3, the budget is kept" >> $L; cat $L; exit 0
 fi
@@ -30,9 +30,9 @@ timeout 80 $K check --backend cuda --op mxfp4_matmul --cases 10 > $OUT/check.txt
 echo "check rc=$? $(date -u +%T)" >> $L; tail -1 $OUT/check.txt >> $L
 op mxfp4_matmul 260 60 --preset "$P28 tiles;$P28;$P28 situ_glu+p;$P28 mxfp8-act" \
   --knobs "PATH=auto;XA=1;BN=32,BK=128,MINB=6;BN=64,BK=128,MINB=4"
-[ "$(left)" -gt 150 ] && { timeout 90 python3 scripts/plans/session10-read-floor.py $OUT/read-floor.json > $W/rf.txt 2>&1
+[ "$(left)" -gt 150 ] && { timeout 90 python3 lab/plans/session10-read-floor.py $OUT/read-floor.json > $W/rf.txt 2>&1
   echo "read floor rc=$? $(date -u +%T)" >> $L; tail -6 $W/rf.txt >> $L
-  timeout 60 python3 scripts/plans/session27-read-pattern.py $OUT/read-pattern.json > $W/rp.txt 2>&1
+  timeout 60 python3 lab/plans/session27-read-pattern.py $OUT/read-pattern.json > $W/rp.txt 2>&1
   echo "read pattern rc=$? $(date -u +%T)" >> $L; tail -10 $W/rp.txt >> $L; }
 [ "$(left)" -gt 110 ] && { xp "" b3 "$P28 tiles" "PATH=auto;$S32"; xp NOMATH 1 "$P28 tiles" "PATH=auto;$S32"; cat $W/xp.txt >> $L; }
 for kn in PATH=auto $S32; do [ "$(left)" -gt 60 ] && ncu_mxfp4 "$P28 tiles" "$kn"; done

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# RAN as session 28's call 1, on an H100 (results/bench/nvidia-h100-80gb-hbm3/session28-call1/). Its L2-fed step
+# RAN as session 28's call 1, on an H100 (lab/2026-12-05/1927-h100-run/). Its L2-fed step
 # did not keep the weights in L2 (ncu's kernel replay restores memory between passes): call 2 repeated it with
 # application replay.
 # Session 28, call 1 (issue 4): can the decode kernel's instruction stream keep up with the H200's bandwidth?
@@ -15,8 +15,8 @@
 # issue slots are at the rate HBM allows. Then a tune of the MXFP8-activation preset (no H100 record yet).
 # On an H200, session27-call1.sh (the H200 plan) runs first, then the probe with what is left (~190 s).
 # Build first here: cargo build --release; mkdir -p .carry; strip -o .carry/k3k target/release/k3k
-# Run: BUDGET_S=540 bash scripts/plans/session28-call1.sh  (carry [".carry"], timeout_s 580)
-W=/tmp/w28c1; source scripts/plans/lib.sh
+# Run: BUDGET_S=540 bash lab/plans/session28-call1.sh  (carry [".carry"], timeout_s 580)
+W=/tmp/w28c1; source lab/plans/lib.sh
 P28="MXFP4 decode 28 experts x 4 tokens N6144 K3584"
 D="G=66,per=4,N=384,K=1792,tiles=1"
 S32="BN=32,BK=128,MINB=6"
@@ -37,7 +37,7 @@ if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H100; then
   probe; tune_rest "$P28 mxfp8-act"
 else
   # An H200: its plan first (its own log), then the probe with what is left (the 28 x 4 steps only with 60 s spare).
-  BUDGET_S=$(( $(left) - 190 )) bash scripts/plans/session27-call1.sh > /dev/null 2>&1
+  BUDGET_S=$(( $(left) - 190 )) bash lab/plans/session27-call1.sh > /dev/null 2>&1
   mv $OUT/bench.tgz $OUT/bench-h200.tgz
   echo "== session27-call1.sh done $(date -u +%T); the probe:" >> $L; probe 60
   # At most 8 files come back: the smaller ones travel in extra.tgz.
@@ -45,4 +45,4 @@ else
   (cd $OUT && tar czf extra.tgz $X 2>/dev/null; rm -f $X)
 fi
 summary
-python3 scripts/plans/session28-rates.py $OUT/ncu-rate.txt 2>&1 | tee -a $L
+python3 lab/plans/session28-rates.py $OUT/ncu-rate.txt 2>&1 | tee -a $L

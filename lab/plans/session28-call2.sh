@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# RAN as session 28's call 2, on an H100 (results/bench/nvidia-h100-80gb-hbm3/session28-call2/).
+# RAN as session 28's call 2, on an H100 (lab/2026-12-05/1927-h100-run-2/).
 # Session 28, call 2 (issue 4). Two probes on whatever card comes (written for an H100):
 # 1. Call 1's L2-fed probe again, with ncu's application replay: kernel replay saves and restores memory between
 #    its passes, which evicted the 24 MB of weights (call 1 read 0.90 of the problem's bytes from DRAM with
@@ -11,8 +11,8 @@
 #    (auto, BN=32 BK=128 MINB=6) are timed at 100 / 70 / 50%: if the decode's ratio to the floor rises from the
 #    H100's ~1.08x toward the H200's 1.23x as the SMs shrink, the H100 can stand in for the H200's gap.
 # Build first here: cargo build --release; mkdir -p .carry; strip -o .carry/k3k target/release/k3k
-# Run: BUDGET_S=420 bash scripts/plans/session28-call2.sh  (carry [".carry"], timeout_s 450)
-W=/tmp/w28c2; source scripts/plans/lib.sh
+# Run: BUDGET_S=420 bash lab/plans/session28-call2.sh  (carry [".carry"], timeout_s 450)
+W=/tmp/w28c2; source lab/plans/lib.sh
 P28="MXFP4 decode 28 experts x 4 tokens N6144 K3584"
 D="G=66,per=4,N=384,K=1792,tiles=1"
 S32="BN=32,BK=128,MINB=6"
@@ -21,7 +21,7 @@ for kn in PATH=auto $S32; do [ "$(left)" -gt 300 ] || break
   NCU_X="--replay-mode application" ncu_rate warm-nomath none dims "$D" "$kn" NOMATH
   NCU_X="--replay-mode application" ncu_rate warm-base2 none dims "$D" "$kn"
 done
-python3 scripts/plans/session28-rates.py $OUT/ncu-rate.txt >> $L 2>&1
+python3 lab/plans/session28-rates.py $OUT/ncu-rate.txt >> $L 2>&1
 if command -v nvidia-cuda-mps-control > /dev/null; then
   export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
   mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
@@ -29,7 +29,7 @@ if command -v nvidia-cuda-mps-control > /dev/null; then
   for pct in 100 70 50; do [ "$(left)" -gt 50 ] || break
     export CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=$pct
     echo "== SM limit $pct%" >> $L
-    timeout 60 python3 scripts/plans/session28-read-328.py >> $L 2>&1 || echo "read rc=$?" >> $L
+    timeout 60 python3 lab/plans/session28-read-328.py >> $L 2>&1 || echo "read rc=$?" >> $L
     timeout 90 $K bench --op mxfp4_matmul --preset "$P28 tiles" --knobs "PATH=auto;$S32" --results /nonexistent \
       --out $W/b/mps$pct > $W/mps$pct.txt 2>&1; echo "bench rc=$? $(date -u +%T)" >> $L
     grep -E "ms rel" $W/mps$pct.txt | cut -c1-120 >> $L; cat $W/mps$pct.txt >> $OUT/bench.txt

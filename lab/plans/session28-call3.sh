@@ -7,8 +7,8 @@
 # of call 8 (lib.sh size_sweep): fixed costs against the steady rate.
 # On an H100 it stops at once (calls 1-2 measured there).
 # Build first here: cargo build --release; mkdir -p .carry; strip -o .carry/k3k target/release/k3k
-# Run: BUDGET_S=540 bash scripts/plans/session28-call3.sh  (carry [".carry"], timeout_s 580, kind nvidia-h200)
-W=/tmp/w28c3; source scripts/plans/lib.sh
+# Run: BUDGET_S=540 bash lab/plans/session28-call3.sh  (carry [".carry"], timeout_s 580, kind nvidia-h200)
+W=/tmp/w28c3; source lab/plans/lib.sh
 P28="MXFP4 decode 28 experts x 4 tokens N6144 K3584"
 S32="BN=32,BK=128,MINB=6"
 if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H100; then
@@ -16,13 +16,13 @@ if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H100; then
 fi
 # The H200 plan (its own log.txt, read back below), leaving ~230 s for the sweeps.
 mv $L $W/log-head.txt
-BUDGET_S=$(( $(left) - 230 )) bash scripts/plans/session27-call1.sh > /dev/null 2>&1
+BUDGET_S=$(( $(left) - 230 )) bash lab/plans/session27-call1.sh > /dev/null 2>&1
 cat $W/log-head.txt >> $L; echo "== session27-call1.sh done $(date -u +%T); the SM-limit sweep:" >> $L
 mv $OUT/bench.tgz $OUT/bench-h200.tgz
 mps_start
 for pct in 100 70 50; do [ "$(left)" -gt 25 ] || break
   export CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=$pct; echo "== SM limit $pct%" >> $L
-  timeout 40 python3 scripts/plans/session28-read-328.py >> $L 2>&1 || echo "read rc=$?" >> $L
+  timeout 40 python3 lab/plans/session28-read-328.py >> $L 2>&1 || echo "read rc=$?" >> $L
   timeout 40 $K bench --op mxfp4_matmul --preset "$P28 tiles" --knobs "PATH=auto;$S32" --results /nonexistent \
     --out $W/b/mps$pct > $W/mps$pct.txt 2>&1; echo "bench rc=$? $(date -u +%T)" >> $L
   grep -E "ms rel" $W/mps$pct.txt | cut -c1-120 >> $L

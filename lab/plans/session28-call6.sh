@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# RAN as session 28's call 7, on an H100 (results/bench/nvidia-h100-80gb-hbm3/session28-call7/). Its summary labels are
+# RAN as session 28's call 7, on an H100 (lab/2026-12-05/1937-h100-run/). Its summary labels are
 # shifted: each tag's figures are under the "mxfp4_matmul on ..." line that k3k bench printed after it.
 # Session 28, call 6 (issue 4): is the decode heavier on the L2 than a pure read of the same bytes? On the H100 in
 # session 26 the decode's L2 throughput (79.9% of peak) followed its DRAM throughput (83.4%). The H200 has the same
@@ -10,11 +10,11 @@
 # session 10's Triton read of the same 327.5 MB (its 21st launch) says which L2 unit each one loads how much.
 # On an H200: session28-call3.sh (the H200 plan) instead.
 # Build first here: cargo build --release; mkdir -p .carry; strip -o .carry/k3k target/release/k3k
-# Run: BUDGET_S=300 bash scripts/plans/session28-call6.sh  (carry [".carry"], timeout_s 330, kind nvidia-h200)
+# Run: BUDGET_S=300 bash lab/plans/session28-call6.sh  (carry [".carry"], timeout_s 330, kind nvidia-h200)
 if ! nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H100; then
-  exec bash scripts/plans/session28-call3.sh
+  exec bash lab/plans/session28-call3.sh
 fi
-W=/tmp/w28c6; source scripts/plans/lib.sh
+W=/tmp/w28c6; source lab/plans/lib.sh
 P28="MXFP4 decode 28 experts x 4 tokens N6144 K3584"
 M=breakdown:lts__throughput.avg.pct_of_peak_sustained_elapsed,breakdown:dram__throughput.avg.pct_of_peak_sustained_elapsed
 M=$M,gpu__time_duration.sum,lts__t_bytes.sum,lts__t_sectors_srcunit_tex.sum,lts__t_sectors_srcunit_ltcfabric.sum
@@ -24,7 +24,7 @@ l2() { local tag=$1 re=$2 skip=$3; shift 3; echo "== $tag" >> $OUT/l2.txt
   timeout 90 ncu --clock-control none --cache-control all --kernel-name "regex:$re" --launch-skip $skip \
     --launch-count 1 --metrics $M --csv --print-units base "$@" >> $OUT/l2.txt 2>&1
   echo "ncu $tag rc=$? $(date -u +%T)" >> $L; }
-l2 read-floor read_sum 20 python3 scripts/plans/session28-read-328.py
+l2 read-floor read_sum 20 python3 lab/plans/session28-read-328.py
 for kn in PATH=auto "BN=32,BK=128,MINB=6" "BN=128,BK=128,MINB=2"; do [ "$(left)" -gt 60 ] || break
   l2 "tiles $kn" mxfp4_mm 4 $K bench --op mxfp4_matmul --preset "$P28 tiles" --knobs "$kn" --reps 1 --window-ms 0 \
     --results /nonexistent --out $W/pb

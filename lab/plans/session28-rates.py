@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Tabulate the `ncu_rate` blocks of a device call (scripts/plans/lib.sh; ncu --csv --print-units base):
+"""Tabulate the `ncu_rate` blocks of a device call (lab/plans/lib.sh; ncu --csv --print-units base):
 per block its duration, SM clock, the problem's bytes over the duration, warp instructions per KB of weights,
 issue-slot use, eligible and active warps per scheduler, L2 hit rate, and L2 / DRAM bytes against the problem's.
 

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# RAN in session 29 (the third try: the first two got no machine), on an H100 (results/bench/nvidia-h100-80gb-hbm3/session29-call1/).
+# RAN in session 29 (the third try: the first two got no machine), on an H100 (lab/2026-12-05/2151-h100-run/).
 # Written while no device was lent.
 # Session 29, call 1 (issue 4): does a balanced persistent grid, or stream-K, remove the decode's tail?
 # Session 28 call 11's PM samples, read at full resolution in session 29 without a device
-# (results/bench/nvidia-h100-80gb-hbm3/session29-pm/), put ~9 us of lost DRAM time in the decode's last 10 us (83%,
+# (lab/2026-12-05/2049-h100-run/), put ~9 us of lost DRAM time in the decode's last 10 us (83%,
 # 49%, 29%, 18%, 10%, 3% of peak, one sample per 1.5 us) against ~1.5 us for the read: the hardware-scheduled
 # grid's last CTAs (each a 64-row tile's 122 KB) drain on their own. Session 29 made `CPS` (a persistent grid) give
 # PATH=gemv balanced tiles (28 x 4 at 64 rows: 448 CTAs of exactly 6 tiles each; at 32 rows and 5 CTAs per SM,
@@ -15,8 +15,8 @@
 # the quads they keep in flight, 7 / 2 at the automatic 4 warps), then the size sweep (the fixed cost F of each) and
 # PM samples of the automatic grid, stream-K and the balanced whole tiles.
 # On an H200: the CPS rows first (~90 s), then the H200 plan (session28-call3.sh) with what is left.
-# Run: BUDGET_S=540 bash scripts/plans/session29-call1.sh  (carry [".carry"], timeout_s 580, kind nvidia-h200)
-W=/tmp/w29c1; source scripts/plans/lib.sh
+# Run: BUDGET_S=540 bash lab/plans/session29-call1.sh  (carry [".carry"], timeout_s 580, kind nvidia-h200)
+W=/tmp/w29c1; source lab/plans/lib.sh
 P28="MXFP4 decode 28 experts x 4 tokens N6144 K3584"
 D28="G=28,per=4,N=6144,K=3584,tiles=1"
 CPSK="PATH=auto;CPS=4;CPS=4,SK=1;CPS=3,SK=1;BN=32,BK=128,MINB=6;BN=32,BK=128,MINB=6,CPS=6;BN=32,BK=128,MINB=6,CPS=6,SK=1"
@@ -39,7 +39,7 @@ timeout 60 $K bench --op mxfp4_matmul --preset "$P28" --knobs "PATH=auto;CPS=5;C
 cat $W/cps.txt $W/cps-packed.txt >> $OUT/bench.txt; pack
 variants $W/b/cps BN MINB CPS SK WA >> $L; variants $W/b/cps-packed BN MINB CPS SK >> $L
 if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
-  summary; BUDGET_S=$(( $(left) - 10 )) OUT=$OUT/h200 exec bash scripts/plans/session28-call3.sh
+  summary; BUDGET_S=$(( $(left) - 10 )) OUT=$OUT/h200 exec bash lab/plans/session28-call3.sh
 fi
 # H100 (or other): the fixed cost of each grid (size sweep, the read floor once), then PM samples of each.
 size_sweep "PATH=auto;CPS=4;CPS=4,SK=1"
@@ -47,7 +47,7 @@ pm() { local tag=$1; shift
   timeout 60 ncu --section PmSampling --clock-control none --cache-control all --kernel-name "regex:mxfp4_mm" \
     --launch-skip 4 --launch-count 1 -o $W/$tag $K bench --op mxfp4_matmul --preset "$P28 tiles" --knobs "$1" \
     --reps 1 --window-ms 0 --results /nonexistent --out $W/pb > $W/$tag.log 2>&1; echo "ncu $tag rc=$? $(date -u +%T)" >> $L
-  timeout 30 python3 scripts/plans/session29-pm-raw.py $W/$tag.ncu-rep TriageCompute.dramc__read_throughput \
+  timeout 30 python3 lab/plans/session29-pm-raw.py $W/$tag.ncu-rep TriageCompute.dramc__read_throughput \
     gr__ctas_launched sm__cycles_active.avg sm__inst_executed_realtime.avg.pct > $OUT/pm-$tag.txt 2>&1
   echo "dump $tag rc=$? $(wc -l < $OUT/pm-$tag.txt) lines" >> $L; }
 [ $(left) -gt 60 ] && pm auto "PATH=auto"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# RAN as session 30 call 1 on an H100 (results/bench/nvidia-h100-80gb-hbm3/session30-call1/; NOTES, session 30).
+# RAN as session 30 call 1 on an H100 (lab/2026-12-05/2359-h100-run/; NOTES, session 30).
 # Session 29, call 2 (issue 4): the tail split (`TS`). Call 1 (H100) found that the persistent grids lose (a 7 us
 # prologue; equal static shares still end ~15 us apart, the CTAs' rates differing by ~10%), while the
 # hardware-scheduled grid's dynamic hand-out absorbs rate differences and leaves only its last tiles' drain (8.5 us
@@ -9,8 +9,8 @@
 # This call checks TS on the GPU (tile-major halves start at K = 1792: tiled views from K > 0), times it at 28 x 4
 # (tile-major and packed) and, on an H100, at 14-112 experts with PM samples; on an H200 it goes on with the H200
 # plan (session28-call3.sh).
-# Run: BUDGET_S=540 bash scripts/plans/session29-call2.sh  (carry [".carry"], timeout_s 580, kind nvidia-h200)
-W=/tmp/w29c2; source scripts/plans/lib.sh
+# Run: BUDGET_S=540 bash lab/plans/session29-call2.sh  (carry [".carry"], timeout_s 580, kind nvidia-h200)
+W=/tmp/w29c2; source lab/plans/lib.sh
 P28="MXFP4 decode 28 experts x 4 tokens N6144 K3584"
 D28="G=28,per=4,N=6144,K=3584,tiles=1"
 for kn in "TS=6" "TS=6,COPY=bulk" "BN=32,BK=128,MINB=5,TS=6"; do
@@ -29,7 +29,7 @@ variants $W/b/ts BN MINB TS >> $L; variants $W/b/ts-packed TS >> $L
 if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
   # (At most 8 files come back: this call's three go into one, the H200 plan's into $OUT/h200.)
   summary; tar czf $OUT/ts.tgz -C $OUT log.txt bench.txt bench.tgz && rm -f $OUT/log.txt $OUT/bench.txt $OUT/bench.tgz
-  BUDGET_S=$(( $(left) - 10 )) OUT=$OUT/h200 exec bash scripts/plans/session28-call3.sh
+  BUDGET_S=$(( $(left) - 10 )) OUT=$OUT/h200 exec bash lab/plans/session28-call3.sh
 fi
 size_sweep "PATH=auto;TS=6;TS=11" NOREAD
 [ $(left) -gt 50 ] && pm_sample ts6 "$P28 tiles" "TS=6"

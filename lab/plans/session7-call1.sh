@@ -21,9 +21,9 @@ prof mx-m1 mxfp4_matmul "MXFP4 linear M1 N6144 K3584" "" "." 2
 prof kdadec-n64-auto kda.decode "N64 H96 K128 decode" "KL=4,VPL=1,DW=4" "." 2
 prof kdadec-n64-sw kda.decode "N64 H96 K128 decode" "KL=8,VPL=2,DW=4,SW=1" "." 2
 prof kdadec-n256-auto kda.decode "N256 H32 K128 decode" "KL=4,VPL=1,DW=4" "." 2
-timeout 120 ncu --kernel-name "regex:fused_recurrent" --launch-count 2 $SEC python3 scripts/plans/session7-fla-decode.py > $W/prof/fla-decode.txt 2>&1
+timeout 120 ncu --kernel-name "regex:fused_recurrent" --launch-count 2 $SEC python3 lab/plans/session7-fla-decode.py > $W/prof/fla-decode.txt 2>&1
 echo "prof fla-decode rc=$? $(date -u +%T)" >> $L
-timeout 120 ncu --kernel-name "regex:fused_recurrent" --launch-skip 3 --launch-count 1 $SEC python3 scripts/plans/session7-fla-decode.py > $W/prof/fla-decode-n256.txt 2>&1
+timeout 120 ncu --kernel-name "regex:fused_recurrent" --launch-skip 3 --launch-count 1 $SEC python3 lab/plans/session7-fla-decode.py > $W/prof/fla-decode-n256.txt 2>&1
 echo "prof fla-decode-n256 rc=$? $(date -u +%T)" >> $L
 prof mla-prefill gated_mla.prefill "causal T8192 H96 d192/128" "" "." 1
 tar czf $OUT/prof.tgz -C $W prof; echo "end $(date -u +%T)" >> $L

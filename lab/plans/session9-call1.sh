@@ -5,7 +5,7 @@
 # those operators in the same call.
 # Build here: cargo build --release; strip -o .carry/k3k target/release/k3k (and the parent commit into k3k-old);
 #   pip download --no-deps fla-core==0.6.0 flash-linear-attention==0.6.0 -d .whl
-# Run: BUDGET_S=540 bash scripts/plans/session9-call1.sh  (carry [".carry", ".whl"], timeout_s 590)
+# Run: BUDGET_S=540 bash lab/plans/session9-call1.sh  (carry [".carry", ".whl"], timeout_s 590)
 set -uo pipefail
 OUT=${OUT:-./gpu-out}; W=/tmp/w9; rm -rf $W; mkdir -p $W "$OUT"
 END=$(( $(date +%s) + ${BUDGET_S:-540} ))

@@ -2,7 +2,7 @@
 # Session 9, device call 2: a fresh tune of every operator with the timing fix of e4cd532 (the earlier records were
 # timed while kda.decode and hist_quantile were host-bound), into an empty results folder; then FLA's Triton kernels
 # compiled for the next call (its cache comes back as triton.tgz and travels in .carry/triton).
-# Run: BUDGET_S=560 TUNE_S=420 bash scripts/plans/session9-call2.sh  (carry [".carry", ".whl"], timeout_s 590)
+# Run: BUDGET_S=560 TUNE_S=420 bash lab/plans/session9-call2.sh  (carry [".carry", ".whl"], timeout_s 590)
 set -uo pipefail
 OUT=${OUT:-./gpu-out}; W=/tmp/w9t; rm -rf $W; mkdir -p $W "$OUT"
 END=$(( $(date +%s) + ${BUDGET_S:-560} ))

@@ -2,7 +2,7 @@
 # Session 9, device call 3: tune kda.decode (never tuned before; its earlier timings were host-bound) and hist B4096,
 # then bench every operator but the MX family at the defaults + the tuned records of results/, each followed by
 # its peers in the same call (FLA starts from the Triton cache compiled in call 2: .carry/triton.tgz).
-# Run: BUDGET_S=560 bash scripts/plans/session9-call3.sh  (carry [".carry", ".whl"], timeout_s 590)
+# Run: BUDGET_S=560 bash lab/plans/session9-call3.sh  (carry [".carry", ".whl"], timeout_s 590)
 set -uo pipefail
 K=.carry/k3k; OUT=${OUT:-./gpu-out}; W=/tmp/w9b; rm -rf $W; mkdir -p $W "$OUT"
 END=$(( $(date +%s) + ${BUDGET_S:-560} ))

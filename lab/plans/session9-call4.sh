@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Session 9, device call 4: kda.decode at its new automatic layout (KL=4 VPL=4 DW=2 SW=1): GPU check, bench, FLA in
 # the same call; then mxfp4_matmul's main presets at the defaults + the session 9 tuned records, with cuBLAS.
-# Run: BUDGET_S=230 bash scripts/plans/session9-call4.sh  (carry [".carry", ".whl"], timeout_s 280)
+# Run: BUDGET_S=230 bash lab/plans/session9-call4.sh  (carry [".carry", ".whl"], timeout_s 280)
 set -uo pipefail
 K=.carry/k3k; OUT=${OUT:-./gpu-out}; W=/tmp/w9d; rm -rf $W; mkdir -p $W "$OUT"
 END=$(( $(date +%s) + ${BUDGET_S:-230} ))

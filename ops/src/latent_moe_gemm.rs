@@ -8,7 +8,7 @@
 //! pipeline feeding `mma.sync` or `wgmma` from swizzled shared tiles. With `OVERLAP=on` the walk is software
 //! pipelined: the next tile's group search overlaps the current tile's last product, and the next tile's first
 //! stages are in flight during the current tile's epilogue (see
-//! `results/profiles/latent_moe_gemm-sass-analysis-2026-12-01.md`).
+//! `lab/2026-12-01/1645-profile-latent_moe_gemm-sass-analysis.md`).
 
 use crate::OpError;
 use k3k_ir::*;
@@ -163,7 +163,7 @@ pub const RELEASE_KNOB: &str = "RELEASE";
 /// The knob `PRODUCER` (`thread` | `warp`, absent = `thread`), with the producer stream (`AHEAD`) only, not an
 /// axis of [`knob_space`]; `warp` in [`default_knobs`] since session 14 (H200, same run as the thread-0 producer,
 /// both with AHEAD=auto: mean256 0.6092 vs 0.6220 ms, mean1024 2.0690 vs 2.0837, K3072 1.0399 vs 1.0449, G56 mean64
-/// 0.6406 vs 0.6440, SiTU-GLU + p 0.6861 vs 0.7067; `results/bench/nvidia-h200/session14-call2/`). Without the TMA
+/// 0.6406 vs 0.6440, SiTU-GLU + p 0.6861 vs 0.7067; `lab/2026-12-04/1309-h200-run/`). Without the TMA
 /// ring (the cp.async kernel) it is ignored. Who issues the TMA ring's copies.
 /// `thread`: thread 0 of consumer warp 0, between its own k-steps (its warp waits while it waits for a slot's
 /// release). `warp`: a dedicated producer warp past the consumer warps (warp specialization, [`Stmt::Producer`]),

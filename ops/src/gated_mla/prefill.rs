@@ -131,7 +131,7 @@ pub const PREFILL_PERSIST_KNOB: &str = "PERSIST";
 /// cores while the other runs its softmax. The first KV tile is peeled off the loop (its turn holds the score
 /// product only). In [`prefill_default_knobs`] since session 15 (H200, 2026-12-04, same run against the session 14
 /// defaults: causal T8192 H96 3.7363 ms vs 3.9565, T32768 H12 6.5232 vs 6.9020; with the thread-0 producer 4.1346 vs
-/// 4.2651; `results/bench/nvidia-h200/session15-call1/`). An error where it cannot apply (knob sets that change
+/// 4.2651; `lab/2026-12-04/1437-h200-run/`). An error where it cannot apply (knob sets that change
 /// `OVERLAP` or `WM` from the defaults say `PINGPONG=false`).
 pub const PREFILL_PINGPONG_KNOB: &str = "PINGPONG";
 

@@ -62,7 +62,7 @@
 //! latency chain per step; `STAGES=3` issues each chunk's loads two chunks ahead, and `STAGES=0` now takes the
 //! deepest ring that keeps the resident blocks the grid needs (3 at H32, 2 at H96, 1 at B4 H64).
 //!
-//! Session 5 (not yet measured; analysis in `results/profiles/kda-floors-and-sass-2026-12-01.md`): both kernels
+//! Session 5 (not yet measured; analysis in `lab/2026-12-01/1948-profile-kda-floors-and-sass.md`): both kernels
 //! are far from their byte floors (intra 5.0 GB, state 2.85 GB at B1 T65536 H32) and bound by instruction issue
 //! and per-step latency. `EX2=ftz` (default) makes every intra 2^x one `ex2.approx.ftz` (-15% SASS);
 //! `ODIAG=1` (default, chunk 32, safe path and XDIAG chunks) takes the off-diagonal tile from the midpoint-anchored operands

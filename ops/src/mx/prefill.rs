@@ -70,7 +70,7 @@ pub const DQW_THREADS: u32 = 256;
 pub const DQW_WORDS: u32 = 2;
 
 /// `PATH=auto` takes this path when the GEMM's 128-row token tiles number at least this many per expert with
-/// tokens (dense: M > 128). The arithmetic (H200, N6144 K3584, `results/bench/nvidia-h200/NOTES.md`):
+/// tokens (dense: M > 128). The arithmetic (H200, N6144 K3584, `lab/NOTES.md`):
 /// - dequant: `N*K*(1/2 + 1/32 + 2)` = 55.8 MB per expert with tokens, ~16 us at 3.5 TB/s (82% of the measured
 ///   4.26 TB/s copy);
 /// - the in-kernel dequant costs every 128-row token tile a decode of the whole `N x K` weight matrix: the

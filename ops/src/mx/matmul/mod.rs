@@ -486,7 +486,7 @@ fn sk_knob(knobs: &Knobs) -> Result<bool, OpError> {
 }
 
 /// `PF` (the stream and gemv register pipelines): `on`; `off`, `auto` and an absent knob mean off. Auto is off
-/// from the H200 runs of 2026-12-01 (results/bench/nvidia-h200/NOTES.md): the pipelined stream lost at M1
+/// from the H200 runs of 2026-12-01 (lab/NOTES.md): the pipelined stream lost at M1
 /// (0.0355 vs 0.0310 ms) and the 28x4 decode (0.336 vs 0.295) and tied at M16 (0.068 vs 0.069), session 3 call
 /// 3; gemv with PF=on took 0.0247 ms at M16 against 0.0235 off and 0.0138 vs 0.0136 at M1, session 4 call 4 (the
 /// second register set only raised the register count). PF=on stays in the knob space for the tuner.
