@@ -518,7 +518,7 @@ pub fn decode_plan_knobs(pb: &DecodeProblem, knobs: &Knobs) -> Result<(Knobs, us
 /// [`decode_plan_knobs`] plus whether the plan runs [`build_decode_direct`] (one query per request and one
 /// split: the decode kernel writes o and lse itself and no combine runs), which the optional plan knob
 /// `DIRECT` controls (default 1; `DIRECT=0` keeps the split-KV kernel + combine; not passed to the kernel). Timed on
-/// the H200 (session 6 call 2, b128 S4096, same run): H12 0.1682 ms direct vs 0.1892 with the combine, H96 0.6505
+/// the H200 (2026-12-01, b128 S4096, same run): H12 0.1682 ms direct vs 0.1892 with the combine, H96 0.6505
 /// vs 0.6631.
 pub fn decode_plan(pb: &DecodeProblem, knobs: &Knobs) -> Result<(Knobs, usize, bool), OpError> {
     let mut k = knobs.clone();
