@@ -1,4 +1,4 @@
-//! `latent_moe_gemm`: the grouped GEMM over routed experts of SPEC 2.1 (and the dense GEMM as its one-group
+//! `latent_moe_gemm`: the grouped GEMM over routed experts of SEMANTICS.md section 2.1 (and the dense GEMM as its one-group
 //! case), written as an IR tile program.
 //!
 //! `y[r, n] = p[r]? * sum_k x[r, k] * w[g(r), n, k]`, where expert g owns rows `offs[g-1]..offs[g]`

@@ -1,5 +1,5 @@
 //! `mxfp4_matmul`: the tile programs (CPU interpreter) match the f64 reference on the dequantized weights
-//! (SPEC 3 bf16 tolerance) on small problems with edge sizes, empty groups, NaN scale blocks, both weight
+//! (SEMANTICS.md section 3 bf16 tolerance) on small problems with edge sizes, empty groups, NaN scale blocks, both weight
 //! layouts and K splits; bad inputs give typed errors; every preset's kernels compile for sm_90a without spills.
 use k3k_codegen::cpu::interp::{self, InterpOptions};
 use k3k_codegen::{BuildOptions, build};

@@ -1,4 +1,4 @@
-//! `k3k bench`: GPU benchmarks in the SPEC section 5 format.
+//! `k3k bench`: GPU benchmarks in the SEMANTICS.md section 5 format.
 
 use k3k::bench::{self, BenchReport, Ceilings, PeerFile};
 use k3k::ops::plan::GpuExec;

@@ -1,4 +1,4 @@
-//! `hist_quantile`: the histogram quantile reduction of Quantile Balancing (SPEC 2.5), as IR programs.
+//! `hist_quantile`: the histogram quantile reduction of Quantile Balancing (SEMANTICS.md section 2.5), as IR programs.
 //!
 //! Two operators share the kernels:
 //! - `hist_quantile.qb`: the full QB step. Scores `s: [T, E]` f32, bias `b: [E]` f32, `k`;

@@ -658,7 +658,7 @@ mod tests {
     #[test]
     fn the_automatic_layout_is_the_measured_one_and_always_fits() {
         let lay = |kl, vpl, warps, wide| DecodeLayout { kl, vpl, warps, wide };
-        assert_eq!(DecodeLayout::auto(128, 128, false), lay(4, 4, 2, true), "the 2026-12-02 tune's winner at K = V = 128");
+        assert_eq!(DecodeLayout::auto(128, 128, false), lay(4, 4, 2, true), "the winner at K = V = 128 (2026-12-02)");
         // A gate bias at K = 128 would put 288 values in a lane at VPL = 4: VPL = 2.
         assert_eq!(DecodeLayout::auto(128, 128, true), lay(4, 2, 2, true));
         assert_eq!(DecodeLayout::auto(32, 32, true), lay(4, 4, 1, true), "one 32-column warp covers V = 32");

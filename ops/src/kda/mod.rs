@@ -1,4 +1,4 @@
-//! `kda` and `kda.decode`: the Kimi Delta Attention forward of SPEC 2.3 as IR tile programs.
+//! `kda` and `kda.decode`: the Kimi Delta Attention forward of SEMANTICS.md section 2.3 as IR tile programs.
 //!
 //! Layouts (time-major, row-major): `q, k: [B, T, H, K]` bf16, `v: [B, T, HV, V]` bf16, `g: [B, T, HV, K]` f32
 //! (the log-decay, or the raw gate input for the in-kernel gate forms), `beta: [B, T, HV]` bf16 (post-sigmoid,
@@ -99,7 +99,7 @@ use rayon::prelude::*;
 /// tuner's samples, which lack it, take the default): see [`Launch::g_pairs`].
 pub const GSWZ_KNOB: &str = "GSWZ";
 
-/// The log-decay lower bound of the safe path and the safe gate form (SPEC 2.3).
+/// The log-decay lower bound of the safe path and the safe gate form (SEMANTICS.md section 2.3).
 pub const LOWER_BOUND: f32 = -5.0;
 
 /// How the gate reaches the kernel.

@@ -1001,7 +1001,7 @@ fn dequant_words(
     });
 }
 
-/// The GLU activations of SPEC 2.1 as an expression of the gate `a` and up `u` values.
+/// The GLU activations of SEMANTICS.md section 2.1 as an expression of the gate `a` and up `u` values.
 pub fn epilogue_expr(e: Epilogue, a: Expr, u: Expr) -> Expr {
     match e {
         Epilogue::SituGlu => (&a * 0.25f64).tanh() * 4.0f64 * a.sigmoid() * ((&u * 0.04f64).tanh() * 25.0f64),

@@ -1,6 +1,6 @@
-//! `mxfp4_matmul` (SPEC 2.2): `y[M, N] = x[M, K] · dequant(w)[N, K]^T` with MXFP4 weights, bf16 activations,
+//! `mxfp4_matmul` (SEMANTICS.md section 2.2): `y[M, N] = x[M, K] · dequant(w)[N, K]^T` with MXFP4 weights, bf16 activations,
 //! f32 accumulation and bf16 output; dense, or grouped over ragged experts (`w: [G, N, K]`, rows of x permuted
-//! by expert, `offs` as in SPEC 2.1), with the epilogues of `latent_moe_gemm` (SiTU-GLU / SwiGLU over the two
+//! by expert, `offs` as in SEMANTICS.md section 2.1), with the epilogues of `latent_moe_gemm` (SiTU-GLU / SwiGLU over the two
 //! halves of N, routing weight per row).
 //!
 //! Hopper has no fp4 tensor cores, so the kernel computes the transposed product `y^T = W · x^T` on bf16
