@@ -45,7 +45,7 @@ nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_thr
   -l 1 > "$OUT/clocks.csv" 2>/dev/null & SMI=$!
 nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv >> $W/log.txt
 # Warm the GPU before the first measurement (WARM=0 skips): memory-bound kernels timed in the first minute of a fresh
-# machine ran 20-30% slow (NOTES.md, session 5 call A). ~3 s of GEMM (4096 repetitions).
+# machine ran 20-30% slow (lab/NOTES.md, 2026-12-01). ~3 s of GEMM (4096 repetitions).
 if [ "${WARM:-1}" != 0 ]; then
   timeout 90 $BIN bench --op latent_moe_gemm --preset "G28 mean256 K3584 N6144" --knobs "OVERLAP=off" --window-ms 1e5 \
     --out $W/warm > $W/warm.txt 2>&1; echo "warm-up rc=$? $(date -u +%T)" | tee -a $W/log.txt

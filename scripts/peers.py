@@ -58,8 +58,8 @@ def main():
     only = sys.argv[sys.argv.index("--ops") + 1].split(",") if "--ops" in sys.argv else None
     PEERS = load_peers()
     # The ceilings (a 4 GiB copy, cuBLAS 8192^3 at full power) are measured after the rows: the peer rows timed
-    # right after them were the ones that read up to 3x slow (session 12's first two mxfp4 rows, session 13's gate
-    # H12). Until then the file has no ceilings and `k3k bench --merge-peers` keeps the report's own.
+    # right after them were the ones that read up to 3x slow (on 2026-12-04: the first two mxfp4 rows of one run, the
+    # gate's H12 in another). Until then the file has no ceilings and `k3k bench --merge-peers` keeps the report's own.
     res = {"ceilings": None, "rows": []}
     for f in sorted(glob.glob(os.path.join(folder, "*.json"))):
         if f.endswith("peers.json"):

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The loops of a kernel's SASS and their instruction mix by pipe: a static estimate of what bounds a loop,
-without a GPU (session 22: the 28 x 4 MXFP4 decode).
+without a GPU (2026-12-05: the 28 x 4 MXFP4 decode).
 
     ./scripts/install-cuda-tools.sh --sass
     PATH=.tools/cuda/nvidia/cu13/bin:$PATH k3k emit --op mxfp4_matmul --preset "..." --emit sass > k.sass

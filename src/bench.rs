@@ -1,5 +1,5 @@
 //! `k3k bench`: time each benchmark preset of an operator on the GPU, check the very run against the f64
-//! reference, and write `results/bench/<gpu-slug>/<op>.json` + `.md` in the SPEC section 5 format. Peers
+//! reference, and write `results/bench/<gpu-slug>/<op>.json` + `.md` in the SEMANTICS.md section 5 format. Peers
 //! (torch, FLA) are timed by `scripts/peers.py` in the same device call on the same problems and merged in
 //! with [`merge_peers`].
 
@@ -10,7 +10,7 @@ use k3k_runtime::{TimingOptions, median};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
-/// Ceilings measured on the GPU (or the SPEC anchors when not measured in this run).
+/// Ceilings measured on the GPU (or the reference figures of SEMANTICS.md section 4 when not measured in this run).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Ceilings {
     /// Device-to-device copy bandwidth, bytes read + written, GB/s.
@@ -23,12 +23,12 @@ pub struct Ceilings {
 
 impl Default for Ceilings {
     fn default() -> Self {
-        // SPEC section 4 anchors on the H200 (copy 4282 GB/s; the table's floors use 790 TFLOP/s).
-        Ceilings { hbm_gbps: 4282.0, bf16_tflops: 790.0, source: "SPEC section 4 anchors (H200)".into() }
+        // The H200 reference figures of SEMANTICS.md section 4 (copy 4282 GB/s, 790 TFLOP/s bf16 for the floors).
+        Ceilings { hbm_gbps: 4282.0, bf16_tflops: 790.0, source: "SEMANTICS.md section 4 (H200)".into() }
     }
 }
 
-/// One benchmark row (SPEC section 5).
+/// One benchmark row (SEMANTICS.md section 5).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct BenchRow {
     pub preset: String,
@@ -110,7 +110,7 @@ pub struct BenchReport {
     pub experiments: Vec<String>,
 }
 
-/// The peer a user would otherwise pick for an operator (SPEC section 4).
+/// The peer a user would otherwise pick for an operator (SEMANTICS.md section 4).
 pub fn peer_name(op: &str) -> &'static str {
     match op.split('.').next().unwrap_or(op) {
         "latent_moe_gemm" => "torch._grouped_mm",
@@ -361,7 +361,7 @@ pub fn bench_op_into(
 pub fn render_markdown(r: &BenchReport) -> String {
     let mut s = format!(
         "# {} on {} ({})\n\nk3k commit `{}`. Ceilings: {:.0} GB/s, {:.0} TFLOP/s bf16 ({}). Times are medians of CUDA-event \
-         samples with an L2 flush before each; `rel err` is SPEC 3's relative L2 error of this very run against the f64 \
+         samples with an L2 flush before each; `rel err` is the relative L2 error (SEMANTICS.md section 3) of this very run against the f64 \
          CPU reference.\n\n| preset | k3k ms | peer | peer ms | speedup | floor ms | k3k / floor | TFLOP/s | GB/s | rel err | config |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
         r.op, r.gpu, r.date, r.k3k_commit, r.ceilings.hbm_gbps, r.ceilings.bf16_tflops, r.ceilings.source
     );

@@ -210,7 +210,7 @@ pub fn compare(version: u32, old: &[Fingerprint], now: &[Fingerprint]) -> Compar
     }
     // A preset whose tuned record applied when the file was written and applies no more: the record is keyed by
     // the hash of the default kernels' IR, so a builder change that alters that IR (even a renamed variable)
-    // silently drops the tuned knobs users got (session 30 found the M64 records lost this way).
+    // silently drops the tuned knobs users got (on 2026-12-06 the M64 records were found lost this way).
     let tuned_now: std::collections::BTreeSet<_> =
         now.iter().filter(|f| f.source == Source::Tuned).map(|f| (&f.op, &f.preset)).collect();
     let lost: std::collections::BTreeSet<_> = old

@@ -91,8 +91,8 @@ pub fn plan_candidates(
 /// The winners stored for the same problem under keys that no longer apply (an older codegen version or
 /// operator program, another alignment class: same operator, GPU, dtype and shape bucket), newest first, at most
 /// `max`, each once. A tune after a codegen bump times them right after the defaults, so a winner its sample would
-/// rarely draw again is measured at once (session 11's short v9 tune missed mxfp4's 28 x 4 gemv point that
-/// sessions 6-10 had found, 0.139 against 0.190 ms). Points that no longer build are pruned like any other.
+/// rarely draw again is measured at once (the short v9 tune of 2026-12-04 missed mxfp4's 28 x 4 gemv point that
+/// the tunes of 2026-12-01 to 2026-12-02 had found, 0.139 against 0.190 ms). Points that no longer build are pruned like any other.
 pub fn stale_winners(store: &ResultsStore, op: &dyn Operator, preset: &Preset, gpu: &GpuKey, max: usize) -> Vec<Knobs> {
     let Ok(key) = tune_key(op, preset, gpu) else { return vec![] };
     let Ok(Some(file)) = store.load(&gpu.slug(), op.name()) else { return vec![] };
@@ -160,7 +160,7 @@ pub fn neighbours(space: &k3k_ir::KnobSpace, k: &Knobs) -> Vec<Knobs> {
 /// than the operator's measured allowance (`Operator::known_spill_bytes`), or when ptxas serialized its `wgmma`
 /// products (each waits for the previous: the pipeline the program asks for is gone, and timing it is wasted). The
 /// operator's default knobs are never refused: they are the baseline every tuned time is compared with and what
-/// runs without a record, so they are measured as they are (session 11's tune dropped kda's spilling default and
+/// runs without a record, so they are measured as they are (the tune of 2026-12-04 dropped kda's spilling default and
 /// stored slower winners).
 pub fn compile_candidate(op: &dyn Operator, preset: &Preset, k: &Knobs) -> Result<CompileStats, String> {
     let allow_spills = *k == op.default_knobs();
@@ -304,7 +304,7 @@ mod centre_tests {
             near.iter().any(|c| super::knobs_of(&c.knobs).unwrap().0.get(name).is_some_and(|x| x.to_string() == v))
         };
         // The built knobs' own alternatives one knob away (the automatic knobs share the scores and fill the ring
-        // by TMA since session 20): replicated scores and the cp.async ring.
+        // by TMA since 2026-12-05): replicated scores and the cp.async ring.
         assert!(auto.0.get("SCORES").is_some_and(|v| v.to_string() == "shared"));
         assert!(has("SCORES", "replicated") && has("LOAD", "cp_async"), "the other score and ring forms are explored");
     }

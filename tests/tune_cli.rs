@@ -156,7 +156,7 @@ fn the_budget_is_shared_by_every_preset() {
     assert_eq!(stdout.lines().filter(|l| l.starts_with("latent_moe_gemm")).count(), 3, "{stdout}");
 }
 
-/// `--plan` needs no GPU: every preset of `--op all` listed once, the SPEC anchor presets first and each with
+/// `--plan` needs no GPU: every preset of `--op all` listed once, the anchor presets (SEMANTICS.md section 4) first and each with
 /// at least the minimum, within the budget.
 #[test]
 fn plan_covers_every_preset_spec_anchors_first() {

@@ -3,7 +3,7 @@
 //! (0..32) of a 32-column block sits in the block's four 32-bit words. The op builders, the CPU backends, the
 //! offline re-layout (`mx::pack`) and the CUDA prelude's decoders all follow this one definition.
 //!
-//! - **Natural** (SPEC 1 bytes read as little-endian words): word `c / 8`, value index `c % 8` at bits
+//! - **Natural** (the bytes of SEMANTICS.md section 1.3 read as little-endian words): word `c / 8`, value index `c % 8` at bits
 //!   `4 i .. 4 i + 3`.
 //! - **Packed** (k3k's offline re-layout): word `l = (c % 8) / 2` holds the eight values a lane `l` of a lane
 //!   quad needs for an `mma.m16n8k16` A fragment (columns `2l + 8f + h`, f = 0..3, h = 0..1): value index

@@ -511,7 +511,7 @@ pub enum Stmt {
     /// byte; 255 gives NaN) and `q` is the nibble of column `c % 32` of block `c / 32` of row r in `words`
     /// (u32 `[R, C / 8]`, four words per block). With `packed` (the `mx::pack` layout, which puts each
     /// thread's eight values of a block in one word): word `4 (c / 32) + (c % 8) / 2`, value
-    /// `2 ((c / 8) % 4) + c % 2` of it, at the bits [`crate::fp4`] gives; else (SPEC 1 bytes read as little-endian
+    /// `2 ((c / 8) % 4) + c % 2` of it, at the bits [`crate::fp4`] gives; else (the bytes of SEMANTICS.md section 1.3 read as little-endian
     /// words): word `4 (c / 32) + (c % 32) / 8`, nibble `c % 8`. The value is exact in bf16 (or overflows to inf
     /// like the f32 product). `scales` is a u8 window `[R, C / 32]`.
     ///
@@ -521,7 +521,7 @@ pub enum Stmt {
     DequantFp4 { tile: TileId, words: SharedRef, scales: SharedRef, packed: bool, fold: bool, finite: bool },
     /// [`Stmt::DequantFp4`] with the words and scales read straight from global memory (streamed into
     /// registers, no shared staging): the same tile, column order, layouts (`packed`: the `mx::pack` layout, else
-    /// SPEC 1 bytes as little-endian words) and `fold` / `finite` promises. `words` is a u32 view `[R, C / 8]`
+    /// the bytes of SEMANTICS.md section 1.3 as little-endian words) and `fold` / `finite` promises. `words` is a u32 view `[R, C / 8]`
     /// (four words per block) with `vec` 4 (its offset and row stride are multiples of four words: every block
     /// starts on 16 bytes), `scales` a u8 view `[R, C / 32]`. Element `[r, c]` is 0 when `r` is not below both
     /// views' `rows`, or its block `c / 32` is not below `words.cols / 4` or not below `scales.cols`. Every load of

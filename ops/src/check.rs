@@ -1,4 +1,4 @@
-//! Comparing outputs with the reference (SPEC 3): relative L2 error, NaN/inf positions, every element written.
+//! Comparing outputs with the reference (SEMANTICS.md section 3): relative L2 error, NaN/inf positions, every element written.
 
 use crate::op::CheckReport;
 use k3k_reference::metrics::{Tolerance, check};

@@ -1,4 +1,4 @@
-//! `latent_moe_gemm`: the grouped GEMM over routed experts of SPEC 2.1 (and the dense GEMM as its one-group
+//! `latent_moe_gemm`: the grouped GEMM over routed experts of SEMANTICS.md section 2.1 (and the dense GEMM as its one-group
 //! case), written as an IR tile program.
 //!
 //! `y[r, n] = p[r]? * sum_k x[r, k] * w[g(r), n, k]`, where expert g owns rows `offs[g-1]..offs[g]`
@@ -8,7 +8,7 @@
 //! pipeline feeding `mma.sync` or `wgmma` from swizzled shared tiles. With `OVERLAP=on` the walk is software
 //! pipelined: the next tile's group search overlaps the current tile's last product, and the next tile's first
 //! stages are in flight during the current tile's epilogue (see
-//! `results/profiles/latent_moe_gemm-sass-analysis-2026-12-01.md`).
+//! `lab/2026-12-01/1645-profile-latent_moe_gemm-sass-analysis.md`).
 
 use crate::OpError;
 use k3k_ir::*;
@@ -113,7 +113,7 @@ pub fn knob_space() -> KnobSpace {
 pub const LOAD_KNOB: &str = "LOAD";
 
 /// The knob `OVERLAP` (`off` | `on`, absent = `off`), not an axis of [`knob_space`]; `on` in [`default_knobs`]
-/// since session 14 (with the producer warpgroup, same run: mean1024 2.0620 ms vs 2.0690 off, K3072 1.0322 vs
+/// since 2026-12-04 (with the producer warpgroup, same run: mean1024 2.0620 ms vs 2.0690 off, K3072 1.0322 vs
 /// 1.0399, SiTU-GLU + p 0.6702 vs 0.6861, mean256 and G56 mean64 equal): `off` is the plain tile walk (each tile
 /// searches its group from group 0 and fills its pipeline
 /// after the previous tile's epilogue); `on` software-pipelines the walk (the next tile's group search, starting
@@ -122,7 +122,7 @@ pub const LOAD_KNOB: &str = "LOAD";
 pub const OVERLAP_KNOB: &str = "OVERLAP";
 
 /// The knob `CLUSTER` (`1` | `2`, absent = `1`), not an axis of [`knob_space`] nor part of [`default_knobs`]:
-/// measured on the H200 (session 13, same runs as the defaults), the best pair (along n, AHEAD=2, OVERLAP=on)
+/// measured on the H200 (2026-12-04, same runs as the defaults), the best pair (along n, AHEAD=2, OVERLAP=on)
 /// reads 2.1394 ms at G28 mean1024 K3584 N6144 against 2.1036 for one CTA per tile, 1.0867 / 1.0596 at K3072
 /// N3584, 0.6856 / 0.6620 at G56 mean64: the L2 traffic the multicast saves (ncu: L2 throughput 49% vs 70%) is
 /// given back while thread 0 of consumer warp 0, the producer, waits for the peer's releases. `2` launches the
@@ -143,8 +143,8 @@ pub const CLUSTER_ALONG_KNOB: &str = "CLUSTER_ALONG";
 
 /// The knob `AHEAD` (an integer 1..=STAGES-1, or `auto`; absent = the in-loop schedule), LOAD=tma only, not an
 /// axis of [`knob_space`]. The default is `auto`: STAGES-1 where the TMA ring runs without a cluster (STAGES-2
-/// for a pair, below, and with a producer warp, [`PRODUCER_KNOB`]), measured on the H200 (2026-12-02, session 7
-/// call 3, same run, defaults otherwise): AHEAD=3 vs the in-loop schedule 0.6653 / 0.6739 ms at G28 mean256, 2.1839 / 2.2385 at mean1024, 1.0945 / 1.1373 at
+/// for a pair, below, and with a producer warp, [`PRODUCER_KNOB`]), measured on the H200 (2026-12-02,
+/// same run, defaults otherwise): AHEAD=3 vs the in-loop schedule 0.6653 / 0.6739 ms at G28 mean256, 2.1839 / 2.2385 at mean1024, 1.0945 / 1.1373 at
 /// K3072 N3584, 0.6683 / 0.6853 at G56 mean64 (AHEAD=2 0.6604 / 2.1819 / 1.1028 / 0.6862; RELEASE=warp was slower
 /// everywhere). Absent (tuned records and knob-space points written before AHEAD): the schedule measured as the
 /// default until then (at k-step `kt` thread 0 first refills the slot of `kt+STAGES-2`, whose previous use was released at
@@ -171,9 +171,9 @@ const AHEAD_AUTO: u32 = u32::MAX;
 pub const RELEASE_KNOB: &str = "RELEASE";
 
 /// The knob `PRODUCER` (`thread` | `warp`, absent = `thread`), with the producer stream (`AHEAD`) only, not an
-/// axis of [`knob_space`]; `warp` in [`default_knobs`] since session 14 (H200, same run as the thread-0 producer,
+/// axis of [`knob_space`]; `warp` in [`default_knobs`] since 2026-12-04 (H200, same run as the thread-0 producer,
 /// both with AHEAD=auto: mean256 0.6092 vs 0.6220 ms, mean1024 2.0690 vs 2.0837, K3072 1.0399 vs 1.0449, G56 mean64
-/// 0.6406 vs 0.6440, SiTU-GLU + p 0.6861 vs 0.7067; `results/bench/nvidia-h200/session14-call2/`). Without the TMA
+/// 0.6406 vs 0.6440, SiTU-GLU + p 0.6861 vs 0.7067; `lab/2026-12-04/1309-h200-run/`). Without the TMA
 /// ring (the cp.async kernel) it is ignored. Who issues the TMA ring's copies.
 /// `thread`: thread 0 of consumer warp 0, between its own k-steps (its warp waits while it waits for a slot's
 /// release). `warp`: a dedicated producer warp past the consumer warps (warp specialization, [`Stmt::Producer`]),
@@ -189,17 +189,17 @@ pub const PRODUCER_KNOB: &str = "PRODUCER";
 /// the tensor cores at once (the effect FlashAttention-3 and CUTLASS's ping-pong kernels get from one output
 /// tile per warpgroup, here with the cooperative tile and no extra registers; the price is ring depth: the
 /// leading warpgroup runs up to one epilogue ahead of the slot releases of the other). Measured on the H200
-/// (session 16 call 1, same run, register stores): no gain (mean1024 2.0451 vs 2.0419 ms, K3072 1.0327 vs 1.0329,
+/// (2026-12-04, same run, register stores): no gain (mean1024 2.0451 vs 2.0419 ms, K3072 1.0327 vs 1.0329,
 /// mean256 0.6221 vs 0.6092, SiTU-GLU + p 0.6937 vs 0.6643): the lead eats the 4-slot ring. An error on the
 /// mma.sync path, with one warpgroup or with `STORE=tma`; ignored where no producer stream runs (the cp.async
 /// kernel).
 pub const EPI_TURN_KNOB: &str = "EPI_TURN";
 
 /// The knob `STORE` (`reg` | `tma`, absent = `reg`), not an axis of [`knob_space`]; `tma` in [`default_knobs`]
-/// since session 16 (H200, two calls, same runs as the register stores: G28 mean1024 K3584 N6144 2.0529 / 2.0292
+/// since 2026-12-04 (H200, two runs, same runs as the register stores: G28 mean1024 K3584 N6144 2.0529 / 2.0292
 /// vs 2.0614 / 2.0907 ms, K3072 N3584 1.0188 / 1.0228 vs 1.0347 / 1.0384, mean256 0.6139 / 0.6208 vs 0.6143 /
 /// 0.6255, G56 mean64 0.6619 / 0.6628 vs 0.6576 / 0.6596, SiTU-GLU + p 0.6782 / 0.6836 vs 0.6879 / 0.6827;
-/// `results/bench/nvidia-h200/session16-call{5,6}/`). How the epilogue writes `y`.
+/// `lab/2026-12-04/1622-h200-run/`, `lab/2026-12-04/1626-h200-run/`). How the epilogue writes `y`.
 /// `reg`: every thread stores its accumulator pairs to global memory ([`Stmt::Store`]), a burst the tensor cores
 /// wait behind once per tile. `tma`: tiles whose rows all lie inside their group go through two 128x64
 /// shared staging buffers ([`Stmt::StoreCols`]) and bulk tensor stores ([`Stmt::TmaStore`]), 64 columns at a
@@ -331,7 +331,7 @@ fn cfg(spec: &GemmSpec, k: &Knobs) -> Result<Cfg, OpError> {
     c.tma = match load.as_str() {
         "tma" => true,
         "cp_async" => false,
-        // Measured on the H200 (NOTES.md, session 5 call T, same run): TMA at STAGES=4 beat cp.async on all five
+        // Measured on the H200 (2026-12-01, `lab/NOTES.md`, same run): TMA at STAGES=4 beat cp.async on all five
         // presets (mean256 0.623 vs 0.694 ms, mean1024 2.117 vs 2.305, K3072 1.021 vs 1.115, G56 mean64 0.725 vs
         // 0.766, SiTU-GLU+p 0.757 vs 0.951); where the copy engine cannot serve the shape, the cp.async pipeline.
         "auto" => c.wgmma && c.bk == 64 && spec.in_vec == 8,
@@ -392,9 +392,9 @@ fn cfg(spec: &GemmSpec, k: &Knobs) -> Result<Cfg, OpError> {
     }
     // AHEAD=auto (the default): STAGES-1 stages in flight on the TMA ring without a cluster; STAGES-2 for a pair,
     // whose refill then waits for a release (its peer's included) one step old instead of the one just made
-    // (H200, session 13 calls 2-3, mean1024 K3584 N6144 along m: AHEAD=2 2.1907 ms, in-loop 2.2656, AHEAD=3
+    // (H200, 2026-12-04, mean1024 K3584 N6144 along m: AHEAD=2 2.1907 ms, in-loop 2.2656, AHEAD=3
     // 2.3684; along n: AHEAD=2 2.1936, AHEAD=1 2.7577).
-    // With a producer warp (PRODUCER=warp) STAGES-2 as well (session 14 call 1, same run, AHEAD=2 vs 3: mean256
+    // With a producer warp (PRODUCER=warp) STAGES-2 as well (2026-12-04, same run, AHEAD=2 vs 3: mean256
     // 0.6153 / 0.6252 ms, mean1024 2.0600 / 2.0864, K3072 1.0408 / 1.0418, G56 mean64 0.6574 / 0.6547).
     if c.ahead == Some(AHEAD_AUTO) {
         c.ahead = c.tma.then(|| if c.cluster2 || c.producer_warp { c.stages - 2 } else { c.stages - 1 });
@@ -901,7 +901,7 @@ impl GemmKernel<'_> {
         let found = from.map(|_| b.let_var("found_seen", 0i64));
         // Once the tile's group is behind (`seen > t`), the remaining groups cost a compare each: no `offs`
         // loads, no tile counts (the walk is a forward scan that finds its group within a group or two, but
-        // the IR's loops run to their end; ncu, session 16: the unguarded scan ran ~830 instructions per warp
+        // the IR's loops run to their end; ncu, 2026-12-04: the unguarded scan ran ~830 instructions per warp
         // per tile at G28, with its dependent loads longer than the product it overlaps).
         b.for_("g", start, g_count.clone(), 1i64, |b, g| {
             b.if_(t.ge(Expr::Var(seen)), |b| {

@@ -1,5 +1,5 @@
 //! Every operator's tile programs, run by the CPU interpreter on fresh random small problems (edge sizes and
-//! empty groups included), match the f64 reference (SPEC 3 tolerances).
+//! empty groups included), match the f64 reference (SEMANTICS.md section 3 tolerances).
 use k3k_ops::plan::Executor;
 use k3k_ops::registry;
 use rand::{Rng, SeedableRng, rngs::StdRng};

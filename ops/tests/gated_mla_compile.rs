@@ -148,7 +148,7 @@ fn decode_kernels_compile_without_spills() {
     ] {
         assemble(&build_decode(&spec, &k).unwrap());
     }
-    // 4-deep rings of 32-key stages at 16 rows (session 6), split-KV and direct.
+    // 4-deep rings of 32-key stages at 16 rows (2026-12-01), split-KV and direct.
     for k in [
         bn64().with("BN", 32i64).with("SWN", 2i64).with("STAGES", 4i64),
         bn64().with("BN", 32i64).with("SWN", 2i64).with("STAGES", 3i64),
@@ -158,7 +158,7 @@ fn decode_kernels_compile_without_spills() {
         bn64().with("BN", 32i64).with("SWN", 2i64).with("STAGES", 4i64).with("QK_ACCS", 3i64),
         bn64().with("BN", 32i64).with("SWN", 2i64).with("STAGES", 5i64).with("QK_ACCS", 3i64),
         bn64().with("BN", 16i64).with("SCORES", "replicated").with("STAGES", 4i64).with("QK_ACCS", 3i64),
-        // Session 19: the K/V ring by bulk tensor copies (LOAD=tma), 64-key stages and a 5-deep 32-key ring.
+        // 2026-12-04: the K/V ring by bulk tensor copies (LOAD=tma), 64-key stages and a 5-deep 32-key ring.
         bn64().with("LOAD", "tma"),
         bn64().with("LOAD", "tma").with("BN", 32i64).with("SWN", 2i64).with("STAGES", 5i64),
     ] {
@@ -183,10 +183,10 @@ fn decode_wgmma_kernels_compile_without_spills() {
         decode_wgmma_knobs(2).with("QK_UNROLL", 0i64),
         decode_wgmma_knobs(2).with("BN", 32i64).with("STAGES", 3i64),
         decode_wgmma_knobs(2).with("BM", 128i64).with("WM", 8i64).with("BN", 32i64),
-        // 4-deep rings (session 6): 32-key stages on one warpgroup, 16-key stages on two.
+        // 4-deep rings (2026-12-01): 32-key stages on one warpgroup, 16-key stages on two.
         decode_wgmma_knobs(2).with("BN", 32i64).with("STAGES", 4i64),
         decode_wgmma_knobs(2).with("BM", 128i64).with("WM", 8i64).with("BN", 16i64).with("STAGES", 4i64),
-        // Session 18: the overlapped schedule (32-key stages, 3 and 4 deep) and the fast softmax (which spills 16
+        // 2026-12-04: the overlapped schedule (32-key stages, 3 and 4 deep) and the fast softmax (which spills 16
         // bytes at 64-key stages: 255 registers).
         decode_wgmma_knobs(2).with("BN", 32i64).with("STAGES", 3i64).with("OVERLAP", true),
         decode_wgmma_knobs(2).with("BN", 32i64).with("STAGES", 4i64).with("OVERLAP", true).with("SOFTMAX", "fast"),
@@ -198,7 +198,7 @@ fn decode_wgmma_kernels_compile_without_spills() {
         // the exact softmax unrolled.
         decode_knobs_for_rows(96),
         decode_knobs_for_rows(96).with("SOFTMAX", "exact").with("QK_UNROLL", 1i64),
-        // Session 19: warpgroup 0 alone computes the scores (SCORES=shared), both softmaxes, rolled and unrolled.
+        // 2026-12-04: warpgroup 0 alone computes the scores (SCORES=shared), both softmaxes, rolled and unrolled.
         decode_knobs_for_rows(96).with("SCORES", "shared"),
         decode_knobs_for_rows(96).with("SCORES", "shared").with("SOFTMAX", "exact").with("QK_UNROLL", 1i64),
         decode_knobs_for_rows(96).with("SCORES", "shared").with("BN", 32i64).with("STAGES", 4i64).with("OVERLAP", true),

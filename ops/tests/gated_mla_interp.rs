@@ -546,7 +546,7 @@ fn decode_wgmma_ragged_splits_and_mtp() {
     decode_direct_case(&lens[..3], 96, &decode_wgmma_knobs(4));
 }
 
-/// 4-deep KV rings (three tiles in flight while one is used; session 6): the mma.sync kernel at 32-key stages
+/// 4-deep KV rings (three tiles in flight while one is used; 2026-12-01): the mma.sync kernel at 32-key stages
 /// with the score columns on 2 of 4 warp columns and on 2 warps, the wgmma kernel at 32-key stages (one and two
 /// warpgroups) and at 16-key stages. Lengths 1/15/17/63/65 and 200 (13 tiles of 16 keys: the ring wraps three
 /// times), an empty request; 1..3 splits (a split with fewer tiles than the ring is deep), s_q 1 and 2, the

@@ -32,7 +32,7 @@ fn tma(k: Knobs) -> Knobs {
 /// of them with a producer warpgroup, and four with the warpgroups taking turns (ping-pong).
 fn points() -> Vec<Knobs> {
     let w = prefill_wgmma_knobs();
-    // The session 14 default: the overlapped schedule without turns.
+    // The default of 2026-12-04: the overlapped schedule without turns.
     let d = prefill_default_knobs().with(PREFILL_PINGPONG_KNOB, false);
     vec![
         tma(d.clone()).with(PREFILL_PRODUCER_KNOB, "thread"),

@@ -71,7 +71,7 @@ fn gpu_step_times() {
     let only = std::env::var("K3K_HQ_PRESET").unwrap_or_default();
     for p in HistQuantileQb.bench_presets().into_iter().filter(|p| p.name.contains(only.as_str())) {
         let inst = HistQuantileQb.instance(&p, 1).unwrap();
-        // The session-3 default (serial locate loads) and the session-1 kernels.
+        // The default of 2026-12-01 (serial locate loads) and the kernels of 2026-11-29.
         let s3 = d.clone().with("LU", 1i64);
         let old = d.clone().with("ASEL", "rank").with("HLAYOUT", "rows").with("ABPS", 6i64).with("LU", 1i64);
         let packed = d.clone().with("PPACK", "packed");

@@ -1,5 +1,5 @@
 //! The chunked KDA kernels and the decode kernel on the CPU interpreter against the f64 recurrence
-//! (`k3k_reference::kda::kda_recurrent`, SPEC 3: rel L2 <= 5e-3 for o and the final state): edge lengths,
+//! (`k3k_reference::kda::kda_recurrent`, SEMANTICS.md section 3: rel L2 <= 5e-3 for o and the final state): edge lengths,
 //! varlen mixes, GVA, h0, both diagonal-tile paths with their gates (-1000 on the exact path, [-5, 0) on the
 //! safe path), the in-kernel options, chunk 32 and 64; the safe path's typed rejection of a gate below the
 //! bound; decode in place and not; prefill/decode and split/whole consistency. With `K3K_GPU=1` every checked
@@ -564,7 +564,7 @@ fn decode_continues_a_prefill() {
     };
     let out_dec = Executor::Cpu.run(&decode::decode_plan(&pb, &dd).unwrap()).unwrap();
     let (dec_s, dec_o) = (out_dec.get("ht").unwrap().to_f64_vec(), out_dec.get("o").unwrap().to_f64_vec());
-    // Against the f64 recurrence over all T + 1 tokens (SPEC 3: 5e-3 for o and the state) ...
+    // Against the f64 recurrence over all T + 1 tokens (SEMANTICS.md section 3: 5e-3 for o and the state) ...
     let truth = k3k_reference::kda::kda_recurrent(&d.pair_inputs(&full, (0, t + 1), 0, 0)).unwrap();
     let (ts, to) = (rel_l2(&dec_s, &truth.final_state), rel_l2(&dec_o, &truth.o[t * 64..]));
     // ... and against the whole prefill, itself within 5e-3 of the truth: two approximations of one value, so
@@ -1085,7 +1085,7 @@ fn tsplit_plan_structure() {
     let auto = kda::chunk_plan(&pb, &d, &knobs(32).with("TSPLIT", 0i64)).unwrap();
     assert_eq!(auto.steps.len(), one.steps.len());
     let long = |b: i64, t: i64, h: i64| problem(&[("B", b), ("T", t), ("H", h), ("K", 128), ("V", 128)]);
-    // The SPEC presets at chunk 32 (K = V = 128): one part per 128 chunks, a power of two, at most 8.
+    // The anchor presets (SEMANTICS.md section 4) at chunk 32 (K = V = 128): one part per 128 chunks, a power of two, at most 8.
     assert_eq!(kda::auto_tsplit(&long(1, 65536, 32), 32), 8, "2048 chunks clamp to 8 parts");
     assert_eq!(kda::auto_tsplit(&long(1, 16384, 32), 32), 4, "512 chunks");
     assert_eq!(kda::auto_tsplit(&long(1, 12288, 32), 32), 2, "384 chunks: 3 parts round down to 2");

@@ -1,5 +1,5 @@
 //! `mxfp4_matmul`: the tile programs (CPU interpreter) match the f64 reference on the dequantized weights
-//! (SPEC 3 bf16 tolerance) on small problems with edge sizes, empty groups, NaN scale blocks, both weight
+//! (SEMANTICS.md section 3 bf16 tolerance) on small problems with edge sizes, empty groups, NaN scale blocks, both weight
 //! layouts and K splits; bad inputs give typed errors; every preset's kernels compile for sm_90a without spills.
 use k3k_codegen::cpu::interp::{self, InterpOptions};
 use k3k_codegen::{BuildOptions, build};
@@ -271,7 +271,7 @@ fn automatic_knobs_follow_the_h200_measurements() {
     assert_eq!(path(&[("M", 17), ("N", 6144), ("K", 3584), ("packed", 1)], &op.default_knobs()), "tile");
     assert_eq!(path(&[("M", 1), ("N", 6144), ("K", 3584)], &op.default_knobs()), "gemv", "natural layout");
     // Grouped decode with at most 8 tokens per expert (28 experts x 4 tokens) takes the gemv kernel with the
-    // session-17 measurements' shape: 32-row CTAs of 4 warps, 3-stage cp.async rings of 256-column batches, 5 CTAs
+    // shape measured on 2026-12-04: 32-row CTAs of 4 warps, 3-stage cp.async rings of 256-column batches, 5 CTAs
     // per SM (0.1194 ms against 0.1892 for the former one-warp register ring); 9 tokens per expert keep the tile
     // path.
     let g28 = [("G", 28), ("per", 4), ("N", 6144), ("K", 3584), ("packed", 1)];
@@ -280,13 +280,13 @@ fn automatic_knobs_follow_the_h200_measurements() {
     let kn = &ks[0].knobs;
     let shape = ["WA", "BK", "BN", "STAGES", "MINB", "L2PF"].map(|k| kn.u32(k).unwrap());
     assert_eq!(shape, [4, 256, 32, 3, 5, 128]);
-    // The same problem with tile-major weights: 64-row CTAs of 128-column batches, MINB=4 (session 24).
+    // The same problem with tile-major weights: 64-row CTAs of 128-column batches, MINB=4 (2026-12-05).
     let tiles = [("G", 28), ("per", 4), ("N", 6144), ("K", 3584), ("tiles", 1)];
     let main = op.kernels(&Preset::new("g28 tiles", &tiles), &op.default_knobs()).unwrap().remove(0);
     let shape = ["WA", "BK", "BN", "STAGES", "MINB", "L2PF"].map(|k| main.knobs.u32(k).unwrap());
     assert_eq!(shape, [4, 128, 64, 3, 4, 128]);
     // Four such CTAs fit an SM's 228 KB of shared memory (1 KB reserved per CTA): the ring's tile-major scales are
-    // copied whole and the partials alias the rings (session 25; three fit before, whatever MINB asked).
+    // copied whole and the partials alias the rings (2026-12-05; three fit before, whatever MINB asked).
     assert!(4 * (main.shared_bytes() + 1024) <= 233_472, "{} bytes of shared memory", main.shared_bytes());
     let g28x9 = [("G", 28), ("per", 9), ("N", 6144), ("K", 3584), ("packed", 1)];
     assert_eq!(path(&g28x9, &op.default_knobs()), "tile");
@@ -606,7 +606,7 @@ fn presets_compile_without_spills() {
             vec![("M", 1), ("N", 6144), ("K", 3584), ("packed", 1)],
             default_knobs().with("PF", "off").with("FIN", "kernel"),
         ),
-        // (The stream kernels capped at four CTAs per SM, as measured in session 3.)
+        // (The stream kernels capped at four CTAs per SM, as measured on 2026-12-01.)
         (
             vec![("G", 28), ("per", 4), ("N", 6144), ("K", 3584), ("packed", 1)],
             knobs(&[("MINB", 4)]).with("PATH", "stream"),

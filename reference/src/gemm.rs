@@ -1,4 +1,4 @@
-//! GEMM references (SPEC 2.1 / 2.2): plain `x w^T`, the ragged grouped GEMM over experts with
+//! GEMM references (SEMANTICS.md section 2.1 / 2.2): plain `x w^T`, the ragged grouped GEMM over experts with
 //! optional per-row routing weight and fused GLU epilogues, and the MX-weight matmul. All sums are
 //! accumulated in f64 in k order.
 
@@ -84,7 +84,7 @@ fn dot(a: &[f32], b: &[f32]) -> f64 {
     a.iter().zip(b).map(|(&p, &q)| p as f64 * q as f64).sum()
 }
 
-/// MX-weight matmul (SPEC 2.2): `y[m, n] = sum_k x[m, k] * dequant(w)[n, k]` in f64; `x: [m, k]`
+/// MX-weight matmul (SEMANTICS.md section 2.2): `y[m, n] = sum_k x[m, k] * dequant(w)[n, k]` in f64; `x: [m, k]`
 /// row-major, `w` an `[n, k]` [`MxTensor`] (k must equal `w.k`); returns `[m, n]`. NaN-scale blocks
 /// propagate NaN.
 pub fn mx_matmul_nt(x: &[f32], m: usize, w: &MxTensor) -> Result<Vec<f64>, RefError> {
@@ -117,15 +117,15 @@ pub fn group_ranges(offs: &[i32], m_total: usize) -> Result<Vec<std::ops::Range<
     Ok(out)
 }
 
-/// Grouped GEMM over ragged expert groups (SPEC 2.1, like `torch._grouped_mm`).
+/// Grouped GEMM over ragged expert groups (SEMANTICS.md section 2.1, like `torch._grouped_mm`).
 /// `x: [m_total, k]` rows permuted by expert; `w: [g, n, k]`; `offs: [g]` inclusive cumulative
 /// group ends (group j owns rows `offs[j-1]..offs[j]`, `offs[-1] = 0`; empty groups allowed);
 /// optional `row_scale: [m_total]` (routing weight p).
 /// Accumulator `a[r, c] = sum_k x[r, k] w[g(r), c, k]` (f64). Output `[m_total, n]` with
 /// `y = p[r] * a` for `Epilogue::None`, else `[m_total, n/2]` with `y[r, j] = p[r] * act(a[r, j], a[r, j + n/2])`
 /// (gate = first half, up = second half; `n` must be even). The routing weight scales the expert's
-/// *activated* output, as MoE engines apply it (project decision; SPEC 2.1 is silent on the order when an
-/// epilogue is fused, and the two orders agree without one). Rows at or after `offs[g-1]` belong to no group and
+/// *activated* output, as MoE engines apply it (project decision, stated in SEMANTICS.md section 2.1; the
+/// two orders agree without an epilogue). Rows at or after `offs[g-1]` belong to no group and
 /// are left 0.
 #[allow(clippy::too_many_arguments)]
 pub fn grouped_gemm(

@@ -1,4 +1,4 @@
-//! Kimi Delta Attention forward (SPEC 2.3): the token recurrence, the chunked algorithm with exact
+//! Kimi Delta Attention forward (SEMANTICS.md section 2.3): the token recurrence, the chunked algorithm with exact
 //! per-pair exponents, the safe-gate chunked variant with midpoint-anchored 16x16 diagonal tiles,
 //! and the gate / L2-norm helpers. Everything runs in f64.
 //!
@@ -197,7 +197,7 @@ impl<'a> Prep<'a> {
     }
 }
 
-/// The KDA token recurrence of SPEC 2.3 in f64 (the ground truth): per sequence and value head,
+/// The KDA token recurrence of SEMANTICS.md section 2.3 in f64 (the ground truth): per sequence and value head,
 /// `S' = Diag(exp g_t) S`, `S = S' + beta_t k_t (v_t - S'^T k_t)^T`, `o_t = S^T (s q_t)`.
 pub fn kda_recurrent(x: &KdaInputs) -> Result<KdaOutput, RefError> {
     let p = Prep::new(x)?;
@@ -387,7 +387,7 @@ pub fn kda_chunk_trace(x: &KdaInputs, chunk: usize, seq: usize, hv: usize) -> Re
     Ok(chunked(x, chunk, Intra::Exact, Some((seq, hv)))?.1)
 }
 
-/// Shared chunked driver (SPEC 2.3) for both intra modes; records the intermediates of the
+/// Shared chunked driver (SEMANTICS.md section 2.3) for both intra modes; records the intermediates of the
 /// (sequence, value head) in `trace`.
 fn chunked(
     x: &KdaInputs,
@@ -489,7 +489,7 @@ fn chunked(
     Ok((out, traces))
 }
 
-/// The chunked KDA forward exactly as SPEC 2.3 writes it, with chunk size `chunk` (64 or 32 in
+/// The chunked KDA forward exactly as SEMANTICS.md section 2.3 writes it, with chunk size `chunk` (64 or 32 in
 /// the kernels; any positive size here): in-chunk cumsum G, L and P with per-pair exponents
 /// `exp(G_r - G_c)` (all <= 0 for g <= 0, so safe for any gate), `A = (I + L)^-1` by forward
 /// substitution, W, U, then per chunk `Vt = U - W S`, `O = s (Gamma . Q) S + P Vt`,

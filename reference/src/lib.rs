@@ -1,5 +1,5 @@
 //! k3k-reference: straightforward CPU ground truth (f64 accumulation) for every k3k operator and
-//! for the MX number formats (see SPEC sections 1-3). Clarity over speed: simple loops, every
+//! for the MX number formats (see SEMANTICS.md sections 1-3). Clarity over speed: simple loops, every
 //! public entry point validates its inputs and returns [`RefError`] instead of panicking.
 //! See README.md for an overview and an example.
 

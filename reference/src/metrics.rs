@@ -1,4 +1,4 @@
-//! Correctness metrics of SPEC section 3: relative L2 error, NaN/inf position matching, and a
+//! Correctness metrics of SEMANTICS.md section 3: relative L2 error, NaN/inf position matching, and a
 //! tolerance check with named levels.
 
 use std::fmt;
@@ -107,7 +107,7 @@ pub fn nan_positions_match<T: ToF64>(out: &[T], reference: &[f64]) -> bool {
     first_nonfinite_mismatch(out, reference).is_none()
 }
 
-/// Named correctness thresholds of SPEC section 3 (on the relative L2 error).
+/// Named correctness thresholds of SEMANTICS.md section 3 (on the relative L2 error).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Tolerance {
     /// Bit-for-bit equality of every finite element (mx_quantize / mx_dequantize, counts).

@@ -1,4 +1,4 @@
-//! Gated Multi-head Latent Attention (SPEC 2.4): prefill (MHA mode, decompressed K/V, sigmoid
+//! Gated Multi-head Latent Attention (SEMANTICS.md section 2.4): prefill (MHA mode, decompressed K/V, sigmoid
 //! output gate, bottom-right causal), its varlen wrapper, absorbed paged decode (MQA over the
 //! shared latent cache) and the W_UV projection + gate epilogue. Softmax and sums in f64; `lse` is
 //! the natural-log log-sum-exp of the scaled scores, +inf (with o = 0) for a query that sees no key.

@@ -1,4 +1,4 @@
-//! MX (OCP Microscaling) number formats, bit-exact with SPEC section 1: E2M1 (fp4), E4M3 (fp8),
+//! MX (OCP Microscaling) number formats, bit-exact with SEMANTICS.md section 1: E2M1 (fp4), E4M3 (fp8),
 //! E8M0 scales, bf16 rounding, and block quantization / dequantization of `[rows, K]` matrices.
 //!
 //! Every conversion here is exact arithmetic: element values are scaled by exact powers of two in

@@ -1,4 +1,4 @@
-//! Histogram quantile reduction for Quantile Balancing (SPEC 2.5): per-token cutoffs alpha_t,
+//! Histogram quantile reduction for Quantile Balancing (SEMANTICS.md section 2.5): per-token cutoffs alpha_t,
 //! margins, mergeable per-expert histograms with a bin rule a GPU reproduces bit-for-bit, the
 //! interpolated quantile (one or two passes), the QB bias, and the exact sort-based references.
 //!
@@ -201,7 +201,7 @@ impl Histogram {
         Ok((Located::Underflow, above))
     }
 
-    /// The value with `target_count` values above it, from the histogram (SPEC 2.5 step 4): in the
+    /// The value with `target_count` values above it, from the histogram (SEMANTICS.md section 2.5 step 4): in the
     /// located bin b*, `lo + w (b* + 1 - (target - above(b*)) / count(b*))` (uniform-in-bin linear
     /// interpolation); `hi` if the target falls in the overflow slot, `lo` if in the underflow.
     /// It is within one bin width (plus f32 edge rounding) of the ceil(target)-th largest value.
@@ -269,7 +269,7 @@ pub fn qb_target(t: usize, e: usize, k: usize) -> f64 {
     t as f64 * k as f64 / e as f64
 }
 
-/// The full Quantile Balancing step (SPEC 2.5): alpha = [`biased_alpha`] (k+1-th largest of
+/// The full Quantile Balancing step (SEMANTICS.md section 2.5): alpha = [`biased_alpha`] (k+1-th largest of
 /// f32(s + b)), margins r = f32(s - alpha), per-expert histograms on `[lo, hi)` with `bins` bins,
 /// quantile at target `q = T k / E` from the top ([`hist_quantile_columns`], optionally two-pass),
 /// and the new bias `b_hat_e = -quantile_e`. `s: [t, e]`, `b: [e]`; returns `[e]`. Needs k < e.

@@ -15,7 +15,7 @@ pub struct TimingOptions {
     /// Keep timing (in batches of `reps`, at most [`MAX_REPS`]) until this much wall time has passed, flushes
     /// included: the sample window of the peers' `triton.testing.do_bench(rep=200)`, so that a short kernel is
     /// timed under the same sustained load as its peer (a 20-sample burst on a GPU that was idle a moment ago
-    /// reads 6-12% faster: results/bench/nvidia-h200/NOTES.md, session 5 call A). 0: exactly `reps`.
+    /// reads 6-12% faster: lab/NOTES.md, 2026-12-01). 0: exactly `reps`.
     pub min_window_ms: f64,
 }
 

@@ -1,4 +1,4 @@
-"""Peers for gated MLA (as the SPEC 4 anchors timed them, scripts in /work/shared/anchors/h200_k3_presets.py):
+"""Peers for gated MLA (docs/SEMANTICS.md section 4), timed as the project's first H200 anchor measurements timed them:
 - gated_mla.prefill: torch SDPA on [1, H, T, 192] q/k and [1, H, S, 128] v (is_causal=True when S == T, the
   bottom-right causal mask of torch.nn.attention.bias otherwise; varlen: one SDPA per sequence), times
   sigmoid(z) when gated.

@@ -1,4 +1,4 @@
-"""Peers for hist_quantile (SPEC 4): what a user would otherwise run, exact and on one GPU.
+"""Peers for hist_quantile (docs/SEMANTICS.md section 4): what a user would otherwise run, exact and on one GPU.
 
 hist_quantile.qb: alpha_t = torch.topk(s + b, k + 1).values[:, k], margins r = s - alpha_t, the ceil(q)-th largest
 margin per expert with torch.kthvalue(dim=0) (q = T k / E), bias = -that. The peer name carries the split

@@ -1,4 +1,4 @@
-"""Peer for mxfp4_matmul (SPEC 4): cuBLAS bf16 through torch on unquantized bf16 weights of the same shape —
+"""Peer for mxfp4_matmul (docs/SEMANTICS.md section 4): cuBLAS bf16 through torch on unquantized bf16 weights of the same shape —
 torch.nn.functional.linear for a dense product, torch.bmm for equal-sized expert groups (the 28-expert decode),
 torch._grouped_mm for ragged groups; plus torch's elementwise GLU epilogue and routing weight when the problem
 has them (unfused)."""

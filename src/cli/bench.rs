@@ -1,4 +1,4 @@
-//! `k3k bench`: GPU benchmarks in the SPEC section 5 format.
+//! `k3k bench`: GPU benchmarks in the SEMANTICS.md section 5 format.
 
 use k3k::bench::{self, BenchReport, Ceilings, PeerFile};
 use k3k::ops::plan::GpuExec;
@@ -176,9 +176,8 @@ mod tests {
 
     #[test]
     fn publishing_a_partial_run_keeps_the_presets_it_did_not_time() {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("results/bench/nvidia-h200");
         // A device run that timed six of mxfp4_matmul's presets, published over a report that also has a seventh.
-        let run = root.join("session9-call4/b/mxfp4_matmul");
+        let run = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/bench-run-mxfp4");
         let new = read(&run.join("nvidia-h200/mxfp4_matmul.json"));
         let mut old = new.clone();
         old.date = "2026-01-01".into();
@@ -208,7 +207,8 @@ mod tests {
     #[test]
     fn publishing_a_timing_experiment_is_refused() {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("results/bench/nvidia-h200");
-        let mut r = read(&root.join("session9-call4/b/mxfp4_matmul/nvidia-h200/mxfp4_matmul.json"));
+        let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/bench-run-mxfp4");
+        let mut r = read(&fixture.join("nvidia-h200/mxfp4_matmul.json"));
         r.experiments = vec!["NODECODE".into()];
         let run = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(run.path().join("nvidia-h200")).unwrap();

@@ -4,8 +4,8 @@
 //! first-round candidates of the next presets on the host's cores (NVRTC + ptxas into the module cache) while one
 //! lane per visible GPU times the current ones in its worker. Each preset gets, when it starts, an equal share of
 //! the time left among the presets of its tier still to run; its first `--min-candidates` (the defaults first)
-//! are always measured. `--op all` runs the presets of the SPEC's anchor table first (tier 0), then the other
-//! presets of the five SPEC operators (tier 1), then the rest (tier 2), each tier interleaving its operators.
+//! are always measured. `--op all` runs the presets of the anchor table (SEMANTICS.md section 4) first (tier 0),
+//! then the other presets of its five operator families (tier 1), then the rest (tier 2), each tier interleaving its operators.
 //! `--plan` prints the plan and its estimated time without a GPU.
 
 use k3k::ops::op::{Operator, Preset};
@@ -99,10 +99,10 @@ pub fn parse_budget(s: &str) -> anyhow::Result<Duration> {
     Ok(Duration::from_secs_f64(secs))
 }
 
-/// The operator families of the SPEC (its section 4 anchors); `--op all` tunes their presets first.
+/// The operator families of SEMANTICS.md section 2 (anchors in its section 4); `--op all` tunes their presets first.
 pub const SPEC_FAMILIES: [&str; 5] = ["latent_moe_gemm", "mxfp4_matmul", "kda", "gated_mla", "hist_quantile"];
 
-/// The presets of the SPEC's anchor table (section 4), as (operator, preset).
+/// The presets of the anchor table of SEMANTICS.md section 4, as (operator, preset).
 pub const SPEC_PRESETS: [(&str, &str); 18] = [
     ("latent_moe_gemm", "G28 mean256 K3584 N6144"),
     ("latent_moe_gemm", "G28 mean1024 K3584 N6144"),
@@ -124,7 +124,7 @@ pub const SPEC_PRESETS: [(&str, &str); 18] = [
     ("kda", "B1 T16384 H32 K128 exact"),
 ];
 
-/// 0: a SPEC anchor preset; 1: another preset of a SPEC operator family; 2: the rest.
+/// 0: an anchor preset (SEMANTICS.md section 4); 1: another preset of one of its operator families; 2: the rest.
 pub fn tier(op: &str, preset: &str) -> u8 {
     if SPEC_PRESETS.contains(&(op, preset)) {
         0

@@ -116,7 +116,7 @@ impl State {
                         // samples as the budget allows. The estimate once came from the first run, which can
                         // take twice a warm one: such a candidate got fewer samples over a shorter window than
                         // the others, whose medians are not comparable with it under power-limited clocks
-                        // (session 16: a stale GEMM record read 0.563 ms over 83 samples against the default's
+                        // (2026-12-04: a stale GEMM record read 0.563 ms over 83 samples against the default's
                         // 0.602 over 214; the bench, with equal windows, read 0.611 vs 0.605).
                         for _ in 0..2 {
                             if let Err(e) = g.launch_all(&plan, &dev).and_then(|_| Ok(g.gpu.sync()?)) {

@@ -43,7 +43,7 @@ pub struct CostModel {
     /// GPUs (one worker each).
     pub lanes: usize,
     /// GPU wall time of timing one candidate (launch, warm-up, samples, L2 flushes, round trip). The default,
-    /// 1.3 s, is what the H200 tune of 2026-12-02 (session 9, 16 host cores) spent per timed candidate on most
+    /// 1.3 s, is what the H200 tune of 2026-12-02 (16 host cores) spent per timed candidate on most
     /// presets (1.0-1.6 s: fresh inputs uploaded per candidate, warm-up, the sample window, the worker round
     /// trip; kda T65536 7.5 s); the 0.3 s assumed before made `--plan` promise 40 presets where 20 fit.
     pub time_s: f64,

@@ -21,7 +21,7 @@ pub const SMEM_ASM_CVTA_THREADS: u32 = 384;
 
 /// Whether a kernel keeps the asm `cvta.to.shared` form of shared addresses (`K3K_SMEM_ASM_CVTA` in the prelude)
 /// instead of the folded 32-bit form: kernels of [`SMEM_ASM_CVTA_THREADS`] threads or more (spills), and wgmma
-/// kernels, where folding bought nothing and cost the gated-MLA prefill 1.8% (H200, session 10 call 2, same run:
+/// kernels, where folding bought nothing and cost the gated-MLA prefill 1.8% (H200, 2026-12-02, same run:
 /// causal T8192 H96 4.2284 -> 4.3058 ms; latent GEMM and the MXFP4 M4096 dq_gemm within 0.5%). Elsewhere folding
 /// won: kda B1 T65536 H32 4.935 -> 4.664 ms (with the state pass's carried chunk length), gated_mla.decode H96
 /// 0.579 -> 0.537.

@@ -1,4 +1,4 @@
-//! `gated_mla`: Multi-head Latent Attention with a sigmoid output gate (SPEC 2.4), written as IR tile programs.
+//! `gated_mla`: Multi-head Latent Attention with a sigmoid output gate (SEMANTICS.md section 2.4), written as IR tile programs.
 //!
 //! Five kernels:
 //! * [`build_prefill`]: FlashAttention style prefill (MHA mode, `d_qk = 192`, `d_v = 128`). One block per

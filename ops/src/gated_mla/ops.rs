@@ -1,5 +1,5 @@
 //! The gated-MLA kernels of [`crate::gated_mla`] as [`Operator`]s: `gated_mla.prefill`, `gated_mla.decode`
-//! and `gated_mla.gate` (SPEC 2.4).
+//! and `gated_mla.gate` (SEMANTICS.md section 2.4).
 //!
 //! * `gated_mla.prefill`: one [`build_prefill`] launch; presets `T`, `S` (default `T`), `H`, `causal`, `gate`
 //!   (0/1, default 1) or, for varlen, `N` sequences of `q{i}` query and `k{i}` key rows. Knobs: the prefill
@@ -23,7 +23,7 @@
 //! anything but a live key shows. The softmax scale is tau = 192^-1/2 (as f32, given to the reference
 //! exactly).
 //!
-//! Checks (SPEC 3): o (and y) rel L2 <= 5e-3, lse rel L2 <= 1e-3 (its scale floored at 1), identical NaN/inf
+//! Checks (SEMANTICS.md section 3): o (and y) rel L2 <= 5e-3, lse rel L2 <= 1e-3 (its scale floored at 1), identical NaN/inf
 //! positions, against `k3k_reference::mla`. Small problems are checked whole; benchmark-sized ones on a
 //! documented sample whose reference alone is computed: prefill 2 heads x 64 query rows (stratified over the
 //! rows, the last row included), decode 8 requests (the first, the last and 6 drawn; all their queries and
@@ -198,8 +198,8 @@ impl PrefillProblem {
         self.cu_q.windows(2).zip(self.cu_k.windows(2)).map(|(q, k)| (q[1] - q[0], k[1] - k[0])).collect()
     }
     /// (query, key) pairs that take part, per head: `T * S`, or for the causal mask (bottom-right aligned)
-    /// `T * (S - T) + T^2 / 2` when `S >= T` and `S^2 / 2` otherwise (the half-square convention of the SPEC
-    /// anchors, exact up to the diagonal).
+    /// `T * (S - T) + T^2 / 2` when `S >= T` and `S^2 / 2` otherwise (the half-square convention of SEMANTICS.md
+    /// section 4, exact up to the diagonal).
     pub fn pairs(&self) -> f64 {
         self.seqs()
             .iter()
@@ -518,7 +518,7 @@ pub fn decode_plan_knobs(pb: &DecodeProblem, knobs: &Knobs) -> Result<(Knobs, us
 /// [`decode_plan_knobs`] plus whether the plan runs [`build_decode_direct`] (one query per request and one
 /// split: the decode kernel writes o and lse itself and no combine runs), which the optional plan knob
 /// `DIRECT` controls (default 1; `DIRECT=0` keeps the split-KV kernel + combine; not passed to the kernel). Timed on
-/// the H200 (session 6 call 2, b128 S4096, same run): H12 0.1682 ms direct vs 0.1892 with the combine, H96 0.6505
+/// the H200 (2026-12-01, b128 S4096, same run): H12 0.1682 ms direct vs 0.1892 with the combine, H96 0.6505
 /// vs 0.6631.
 pub fn decode_plan(pb: &DecodeProblem, knobs: &Knobs) -> Result<(Knobs, usize, bool), OpError> {
     let mut k = knobs.clone();

@@ -99,9 +99,9 @@ pub fn prefill_knob_space() -> KnobSpace {
 pub const PREFILL_LOAD_KNOB: &str = "LOAD";
 
 /// The prefill knob `PRODUCER` (`thread` | `warp`; absent = `thread`), for the TMA kernel of at most two consumer
-/// warpgroups (ignored elsewhere: cp.async, BM=192); `warp` in [`prefill_default_knobs`] since session 14 (H200, same
-/// run: causal T8192 H96 3.9859 ms vs 4.3065, T32768 H12 6.9094 vs 7.5580; `results/bench/nvidia-h200/
-/// session14-call2/`); not an axis of [`prefill_knob_space`] (on the cp.async points, half of the space, it would
+/// warpgroups (ignored elsewhere: cp.async, BM=192); `warp` in [`prefill_default_knobs`] since 2026-12-04 (H200, same
+/// run: causal T8192 H96 3.9859 ms vs 4.3065, T32768 H12 6.9094 vs 7.5580; `lab/2026-12-04/
+/// 1309-h200-run/`); not an axis of [`prefill_knob_space`] (on the cp.async points, half of the space, it would
 /// duplicate kernels). Who issues the Q, K and V copies.
 /// `thread`: thread 0, in the consumers' loop (its warp waits there for a slot's release). `warp`: a dedicated
 /// producer warpgroup (warp specialization, [`Stmt::Producer`]) that runs the same loads ahead of the consumers as
@@ -117,10 +117,10 @@ pub const PREFILL_PRODUCER_KNOB: &str = "PRODUCER";
 /// already hold the next item's tile). For the overlapped wgmma kernel with `LOAD=tma`, `PRODUCER=warp` and
 /// `QORDER=head` (an error elsewhere); varlen problems keep one block per item.
 ///
-/// Measured slower, so neither a default nor an axis of [`prefill_knob_space`]: on the H200 (2026-12-04, session 15
-/// call 6, same run against the defaults) causal T8192 H96 3.9228 ms vs 3.6674, T32768 H12 7.1403 vs 6.3995 (a plain
-/// round robin over the longest-first order was 17% / 32% slower, call 3). The static walk leaves about 3% imbalance
-/// by the arithmetic, and ncu (call 5) counted some 10% more instructions issued for the same work; where the rest
+/// Measured slower, so neither a default nor an axis of [`prefill_knob_space`]: on the H200 (2026-12-04,
+/// same run against the defaults) causal T8192 H96 3.9228 ms vs 3.6674, T32768 H12 7.1403 vs 6.3995 (a plain
+/// round robin over the longest-first order was 17% / 32% slower, an earlier run that day). The static walk leaves about 3% imbalance
+/// by the arithmetic, and ncu (that day) counted some 10% more instructions issued for the same work; where the rest
 /// goes is not known. Kept as the base of a dynamic item scheduler (an atomic item counter, as in FA3), which needs
 /// the item index handed from the producer to the consumers through shared memory.
 pub const PREFILL_PERSIST_KNOB: &str = "PERSIST";
@@ -129,9 +129,9 @@ pub const PREFILL_PERSIST_KNOB: &str = "PERSIST";
 /// warpgroups issue each tile's products (`S = Q K^T` and the previous tile's `O += P V`) in turn
 /// ([`Stmt::InTurn`], FlashAttention-3's ping-pong schedule), so that one warpgroup's products run on the tensor
 /// cores while the other runs its softmax. The first KV tile is peeled off the loop (its turn holds the score
-/// product only). In [`prefill_default_knobs`] since session 15 (H200, 2026-12-04, same run against the session 14
-/// defaults: causal T8192 H96 3.7363 ms vs 3.9565, T32768 H12 6.5232 vs 6.9020; with the thread-0 producer 4.1346 vs
-/// 4.2651; `results/bench/nvidia-h200/session15-call1/`). An error where it cannot apply (knob sets that change
+/// product only). In [`prefill_default_knobs`] since 2026-12-04 (H200, same run against the earlier defaults of
+/// that day: causal T8192 H96 3.7363 ms vs 3.9565, T32768 H12 6.5232 vs 6.9020; with the thread-0 producer 4.1346 vs
+/// 4.2651; `lab/2026-12-04/1437-h200-run/`). An error where it cannot apply (knob sets that change
 /// `OVERLAP` or `WM` from the defaults say `PINGPONG=false`).
 pub const PREFILL_PINGPONG_KNOB: &str = "PINGPONG";
 
@@ -143,7 +143,7 @@ pub const PREFILL_PINGPONG_KNOB: &str = "PINGPONG";
 pub fn prefill_default_knobs() -> Knobs {
     // SOFTMAX=fast measured on the H200 (2026-12-01, same run): causal T8192 H96 4.825 ms against 4.983 exact,
     // T32768 H12 8.797 against 9.057 (SMGUARD=true was slower on both: 5.028 / 9.162).
-    // LOAD=auto (TMA for the wgmma kernel) from the H200 (2026-12-01, session 5 call D, same run): T8192 H96 4.486
+    // LOAD=auto (TMA for the wgmma kernel) from the H200 (2026-12-01, same run): T8192 H96 4.486
     // ms against 4.812 with cp.async, T32768 H12 7.912 against 8.663 (BN=64 STAGES=3 with TMA: 6.474 / 11.818).
     prefill_wgmma_knobs()
         .with("OVERLAP", true)

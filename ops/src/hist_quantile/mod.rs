@@ -1,4 +1,4 @@
-//! `hist_quantile`: the histogram quantile reduction of Quantile Balancing (SPEC 2.5), as IR programs.
+//! `hist_quantile`: the histogram quantile reduction of Quantile Balancing (SEMANTICS.md section 2.5), as IR programs.
 //!
 //! Two operators share the kernels:
 //! - `hist_quantile.qb`: the full QB step. Scores `s: [T, E]` f32, bias `b: [E]` f32, `k`;
@@ -183,7 +183,7 @@ pub fn knob_space() -> KnobSpace {
 pub fn default_knobs() -> Knobs {
     Knobs::new()
         .with("AW", 8i64)
-        // ASEL=lean at 6 blocks per SM (40 registers) from the H200 (2026-12-01, session 5 call B, same run, 200 ms
+        // ASEL=lean at 6 blocks per SM (40 registers) from the H200 (2026-12-01, same run, 200 ms
         // windows): T262144 E896 B1024 step 0.5665 ms (alpha 0.239) against 0.5723 (alpha 0.316) for the warp
         // select at ABPS=4; T65536 B4096 0.4871 against 0.5558.
         .with("ABPS", 6i64)
@@ -195,7 +195,7 @@ pub fn default_knobs() -> Knobs {
         // LU=1 from the H200 (2026-12-01, same run, T262144 E896 B1024, step times with K3K_BENCH_STEPS=1): the
         // batched partial loads (LU=8) made the locate slower, 0.069 ms against 0.053 at LU=1. MERGE stays
         // partials: atomic won by 1.5% at B1024 (0.729 vs 0.740 ms, within the spread) but ran 0.705 ms at
-        // T65536 B4096 against 0.467 for partials (session 3); the tuner picks atomic per bucket where it wins.
+        // T65536 B4096 against 0.467 for partials (2026-12-01); the tuner picks atomic per bucket where it wins.
         .with("MERGE", "partials")
         .with("HLAYOUT", "banks")
         .with("PPACK", "wide")

@@ -84,11 +84,11 @@ impl DecodeLayout {
     }
     /// The automatic layout: 4 lanes along K, 4 consecutive value columns per lane moved as one 16-byte access per
     /// state row (`SW=1`), 2 warps per block; where a lane would hold too many values (a gate bias at K = 128) or
-    /// V is too narrow, 2 columns, then 1. Measured on the H200 (2026-12-02, session 9 call 3, the tuner's worker
+    /// V is too narrow, 2 columns, then 1. Measured on the H200 (2026-12-02, the tuner's worker
     /// after the host-bound timing fix): `KL=4 VPL=4 DW=2 SW=1` 0.2027 / 0.2681 ms at N64 H96 / N256 H32 (FLA
     /// 0.2050 / 0.2748 in the same call), DW=1 and DW=4 within 3% of it, `KL=4 VPL=2 DW=1 SW=1` 0.2361 / 0.3079,
     /// the same VPL=4 with 4-byte accesses 0.2472 / 0.3278, and the previous automatic layout (`KL=4 VPL=1 DW=4`,
-    /// chosen in session 5 from timings that were host-bound) 0.2621 / 0.3461.
+    /// chosen on 2026-12-01 from timings that were host-bound) 0.2621 / 0.3461.
     pub fn auto(dk: u32, dv: u32, gate_bias: bool) -> DecodeLayout {
         let kl = 4;
         let fits =
@@ -658,7 +658,7 @@ mod tests {
     #[test]
     fn the_automatic_layout_is_the_measured_one_and_always_fits() {
         let lay = |kl, vpl, warps, wide| DecodeLayout { kl, vpl, warps, wide };
-        assert_eq!(DecodeLayout::auto(128, 128, false), lay(4, 4, 2, true), "the session 9 winner at K = V = 128");
+        assert_eq!(DecodeLayout::auto(128, 128, false), lay(4, 4, 2, true), "the winner at K = V = 128 (2026-12-02)");
         // A gate bias at K = 128 would put 288 values in a lane at VPL = 4: VPL = 2.
         assert_eq!(DecodeLayout::auto(128, 128, true), lay(4, 2, 2, true));
         assert_eq!(DecodeLayout::auto(32, 32, true), lay(4, 4, 1, true), "one 32-column warp covers V = 32");

@@ -646,7 +646,7 @@ pub fn build_intra(
         b.barrier();
     }
     // W and U go out as regrouped 8-byte stores (every offset is a multiple of K) on the plain variants, which
-    // the presets run: measured on the H200 (session 11, calls 1 and 3, defaults otherwise), B1 T8192 H96 1.545
+    // the presets run: measured on the H200 (2026-12-04, two runs, defaults otherwise), B1 T8192 H96 1.545
     // ms with them vs 1.608 with pair stores, T65536 H32 4.483 vs 4.633, in both calls against FLA chunk_kda
     // 2.42 / 6.89-6.90 ms in the same call. Under the 80-register cap their temporaries cost ptxas 8-16 spilled
     // bytes with GSWZ=pairs (see `kda_compile.rs`), which those timings include. With the in-kernel gate, norm and

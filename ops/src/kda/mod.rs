@@ -1,4 +1,4 @@
-//! `kda` and `kda.decode`: the Kimi Delta Attention forward of SPEC 2.3 as IR tile programs.
+//! `kda` and `kda.decode`: the Kimi Delta Attention forward of SEMANTICS.md section 2.3 as IR tile programs.
 //!
 //! Layouts (time-major, row-major): `q, k: [B, T, H, K]` bf16, `v: [B, T, HV, V]` bf16, `g: [B, T, HV, K]` f32
 //! (the log-decay, or the raw gate input for the in-kernel gate forms), `beta: [B, T, HV]` bf16 (post-sigmoid,
@@ -54,7 +54,7 @@
 //! [`intra`]) and with `W1=8` asks for two blocks per SM (128 registers, 8 bytes spilled); the old layout was held
 //! to one block per SM by both shared memory and registers (182 at 8 warps, 116 x 512 threads at 16).
 //!
-//! Session 4 (not yet measured): the exact path's diagonal hierarchy (4 levels, each a full pass of operand
+//! 2026-12-01 (not yet measured then): the exact path's diagonal hierarchy (4 levels, each a full pass of operand
 //! building over C x K plus two banded products) was the 0.50 ms between the exact and safe H32 T16384 runs;
 //! `XDIAG=1` (default) runs the safe path's single midpoint-anchored pass on every chunk whose gates allow it
 //! (a block-wide check of `|G~_r - G~_anchor| <= 48` after the scan) and keeps the hierarchy for the others
@@ -62,14 +62,14 @@
 //! latency chain per step; `STAGES=3` issues each chunk's loads two chunks ahead, and `STAGES=0` now takes the
 //! deepest ring that keeps the resident blocks the grid needs (3 at H32, 2 at H96, 1 at B4 H64).
 //!
-//! Session 5 (not yet measured; analysis in `results/profiles/kda-floors-and-sass-2026-12-01.md`): both kernels
+//! 2026-12-01, later (not yet measured then; analysis in `lab/2026-12-01/1948-profile-kda-floors-and-sass.md`): both kernels
 //! are far from their byte floors (intra 5.0 GB, state 2.85 GB at B1 T65536 H32) and bound by instruction issue
 //! and per-step latency. `EX2=ftz` (default) makes every intra 2^x one `ex2.approx.ftz` (-15% SASS);
 //! `ODIAG=1` (default, chunk 32, safe path and XDIAG chunks) takes the off-diagonal tile from the midpoint-anchored operands
 //! instead of a level pass (-4% more, 2 barriers, 122 -> 76 registers); `SYNC=2` (default for rings) runs the
 //! state pass with two barriers per chunk instead of four.
 //!
-//! Session 7: `TSPLIT=P` (default 0 = [`auto_tsplit`]; 1 = the two-launch plan) cuts the chunk table along time
+//! 2026-12-02: `TSPLIT=P` (default 0 = [`auto_tsplit`]; 1 = the two-launch plan) cuts the chunk table along time
 //! into P parts and runs intra(p) on the main stream and the state pass of part p on a second, higher-priority
 //! stream after intra(p), chaining the parts' states through `[N, HV, K, V]` f32 scratch (see [`chunk_plan`]):
 //! the latency-bound state pass of part p can then overlap intra(p+1). Same bits as `TSPLIT=1` (tested on the
@@ -100,7 +100,7 @@ use rayon::prelude::*;
 /// tuner's samples, which lack it, take the default): see [`Launch::g_pairs`].
 pub const GSWZ_KNOB: &str = "GSWZ";
 
-/// The log-decay lower bound of the safe path and the safe gate form (SPEC 2.3).
+/// The log-decay lower bound of the safe path and the safe gate form (SEMANTICS.md section 2.3).
 pub const LOWER_BOUND: f32 = -5.0;
 
 /// How the gate reaches the kernel.
@@ -246,7 +246,7 @@ pub fn knob_space() -> KnobSpace {
 
 /// The knobs used when nothing is tuned: chunk and intra warps automatic (see [`Launch::resolve`]). `ARENA=2`
 /// (the slim intra layout, three blocks per SM where it applies, else the separate buffers) measured faster on
-/// every safe preset of the H200 (session 6 call 2, same run: T8192 H96 1.685 vs 1.790 ms, T65536 H32 5.795 vs
+/// every safe preset of the H200 (2026-12-01, same run: T8192 H96 1.685 vs 1.790 ms, T65536 H32 5.795 vs
 /// 6.111, T16384 H32 1.461 vs 1.543, B4 T4096 H64 2.329 vs 2.477).
 pub fn default_knobs() -> Knobs {
     Knobs::new()
@@ -298,7 +298,7 @@ pub struct Launch {
 }
 
 /// `TSPLIT=0`: the parts along time for a problem. The overlap pays where the state pass is the long pole, i.e.
-/// few (sequence, value head) pairs over many chunks: measured on the H200 (2026-12-02, session 7 call 3, same
+/// few (sequence, value head) pairs over many chunks: measured on the H200 (2026-12-02, same
 /// run), B1 H32 gains at T16384 (1.450 -> 1.353 ms at 4 parts; 8 parts 1.636) and T65536 (5.746 -> 4.958 at 4,
 /// 4.910 at 8), while B1 H96 T8192 (1.669 -> 1.686 at 4) and B4 H64 T4096 (2.317 -> 2.544) lose: their intra
 /// kernel is the long pole and their state pass already fills the GPU. So: one part per 128 chunks (a power of
@@ -461,8 +461,8 @@ impl Launch {
         // GSWZ (not an axis of the knob space; absent = pairs: knob sets written before it were made at codegen
         // v8 or earlier, whose records no longer match their keys): the layout of the intra kernel's f32 G~ buffer.
         // `rows`: the 16-bit operands' XOR swizzle, 2-way bank conflicts on its 8-byte pair accesses (13.4 M of the
-        // kernel's 132.5 M shared wavefronts at B1 T8192 H96, ncu, session 10). `pairs`: Swizzle::Xor16BPairs, no
-        // conflicts: faster on every preset (H200, session 11 call 1, same run, with W and U regrouped into 8-byte
+        // kernel's 132.5 M shared wavefronts at B1 T8192 H96, ncu, 2026-12-02). `pairs`: Swizzle::Xor16BPairs, no
+        // conflicts: faster on every preset (H200, 2026-12-04, same run, with W and U regrouped into 8-byte
         // stores as the kernel does on its plain variants: T8192 H96 1.545 vs 1.577 ms, T65536 H32 4.483 vs 4.581,
         // T16384 safe 1.176 vs 1.198, exact 1.351 vs 1.379, B4 T4096 H64 2.153 vs 2.195).
         let g_pairs = match if knobs.0.contains_key(GSWZ_KNOB) { knobs.str(GSWZ_KNOB)? } else { "pairs" } {
@@ -1048,8 +1048,8 @@ impl Operator for Kda {
     }
     /// The plain intra kernels (no in-kernel gate, norm or beta options: `_pre_c` in the name) with the
     /// pair-swizzled G~ buffer (`GSWZ=pairs`, the default: `_gp`) and W/U regrouped into 8-byte stores spill 8
-    /// (exact path) to 16 bytes (safe path) under their 80-register cap, and are the fastest measured (H200, session
-    /// 11, same calls as FLA: B1 T8192 H96 1.545 ms vs 1.577 with the other swizzle and 1.608 with pair stores, see
+    /// (exact path) to 16 bytes (safe path) under their 80-register cap, and are the fastest measured (H200,
+    /// 2026-12-04, same runs as FLA: B1 T8192 H96 1.545 ms vs 1.577 with the other swizzle and 1.608 with pair stores, see
     /// [`intra`]). Every other kda kernel: none.
     fn known_spill_bytes(&self, kernel: &Kernel) -> u32 {
         let n = &kernel.name;

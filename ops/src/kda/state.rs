@@ -147,7 +147,7 @@ pub fn build_state(
     // `two_bars`: the length of the next chunk to issue (j + S - 1), loaded one chunk ahead of its use and carried
     // across iterations, so the loads' bounds do not wait for a chunk-table read right after the barrier (that
     // compare was the state pass's most-sampled instruction under ncu, 3.3% of its stall samples at B1 T65536 H32,
-    // session 10).
+    // 2026-12-02).
     let ahead = stages as i64 - 1;
     let rows_next = two_bars.then(|| {
         let rv = b.let_var("rows_next", 0i64);

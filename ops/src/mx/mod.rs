@@ -1,4 +1,4 @@
-//! MX (OCP Microscaling) operators of SPEC 1 and 2.2, written in the IR:
+//! MX (OCP Microscaling) operators of SEMANTICS.md sections 1 and 2.2, written in the IR:
 //!
 //! - [`quant`]: `mx.quantize` (f32 or bf16 -> MXFP4 / MXFP8, `Floor` or `Ceil` scale rule) and `mx.dequantize`
 //!   (MX -> f32 or bf16), bit-exact with `k3k_reference::mx`;
@@ -10,7 +10,7 @@
 //! - [`pack`]: an offline re-layout of MXFP4 weights that gives each thread its eight values of a 32-wide
 //!   block in one 32-bit word, placed for a short decode (`unpack(pack(w)) == w`; layout: [`k3k_ir::fp4`]).
 //!
-//! Layouts (SPEC 1): a `[R, K]` MXFP4 matrix is `q: [R, K/2] u8` (element 2i in the LOW nibble) and
+//! Layouts (SEMANTICS.md section 1.3): a `[R, K]` MXFP4 matrix is `q: [R, K/2] u8` (element 2i in the LOW nibble) and
 //! `s: [R, K/32] u8` (E8M0); MXFP8 is `q: [R, K] u8` (E4M3 bytes) and the same `s`. K must be a multiple of 32.
 
 pub mod matmul;

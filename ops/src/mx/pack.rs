@@ -1,6 +1,6 @@
 //! Offline MXFP4 weight re-layout for the `mxfp4_matmul` kernels.
 //!
-//! In the natural layout (SPEC 1) the eight values a thread needs from one row of a 32-wide block — the
+//! In the natural layout (SEMANTICS.md section 1.3) the eight values a thread needs from one row of a 32-wide block — the
 //! `mma.m16n8k16` A-fragment columns `2l, 2l+1, 2l+8, 2l+9, 2l+16, 2l+17, 2l+24, 2l+25` for lane `l = lane % 4`
 //! — sit in four different bytes, so the on-chip decoder reads four bytes per eight values. [`pack`] reorders
 //! the 16 bytes of every block into four 32-bit words, word `l` holding exactly those eight values, and places
@@ -13,7 +13,7 @@
 //! kernels cannot detect words of another version; they would decode them to wrong values).
 //!
 //! Which layout to store: for decode (at most 8 tokens per expert) the tile-major form of the packed words
-//! ([`tile`] / [`tile_scales`]) is the fastest measured (H200, session 24, one call: 28 experts x 4 tokens 0.104 ms
+//! ([`tile`] / [`tile_scales`]) is the fastest measured (H200, 2026-12-05, one run: 28 experts x 4 tokens 0.104 ms
 //! against 0.109 packed and cuBLAS bf16's 0.297). Prefill and the other paths read only the packed layout
 //! (tile-major weights are refused there by name), so a node that serves both keeps the packed words, or both forms.
 

@@ -9,7 +9,7 @@
 //!    bf16 tile. Grouped: windows whose rows belong only to experts without tokens are skipped (the GEMM never
 //!    reads them). Bandwidth-bound and independent of M: `N*K*(1/2 + 1/32)` bytes read, `2*N*K` written per
 //!    expert with tokens (6144 x 3584: 11.7 MB + 44.0 MB, ~13 us at 4.3 TB/s). Measured (ncu, M4096 packed,
-//!    session 7): 47 us at 14% DRAM throughput: the tile's bf16 pairs leave as 4-byte stores, each warp store
+//!    2026-12-02): 47 us at 14% DRAM throughput: the tile's bf16 pairs leave as 4-byte stores, each warp store
 //!    touching 8 rows (8 cache lines for 128 bytes), 32 per thread. `DQ=wide` selects [`build_dequant_wide`]
 //!    instead (a flat word stream, 16-byte loads and stores covering contiguous bytes per warp; `DQU` words per
 //!    thread, `DQP` a persistent grid); `DQ=tile` (the default until the GPU A/B) this kernel.
@@ -48,8 +48,8 @@ pub const DQ_COLS: u32 = 128;
 /// The knob that picks the weight dequant kernel of this path: `tile` ([`build_dequant_weights`]'s
 /// `[DQ_ROWS, DQ_COLS]` register-tile windows, the default) or `wide` ([`build_dequant_wide`]: a flat SIMT stream of
 /// 32-bit words, each thread's 8 values stored as one 16-byte access), or `auto` (`mxfp4_matmul`'s default):
-/// `wide`. Absent (knob sets written before the knob existed): `tile`. Measured on the H200 (2026-12-02, session
-/// 7 call 3, same run): M4096 N6144 K3584 packed 0.3147 ms with `tile`, 0.2889 with `wide` at DQU=2 (0.3263 at
+/// `wide`. Absent (knob sets written before the knob existed): `tile`. Measured on the H200 (2026-12-02,
+/// same run): M4096 N6144 K3584 packed 0.3147 ms with `tile`, 0.2889 with `wide` at DQU=2 (0.3263 at
 /// DQU=4, 0.3339 persistent); the 28-expert prefill (G28 mean1024) 3.002 with `tile`, 2.389 / 2.390 at DQU=4 / 2.
 pub const DQ_KNOB: &str = "DQ";
 /// `DQ=auto`: the measured default, [`DQ_WIDE`].
@@ -70,7 +70,7 @@ pub const DQW_THREADS: u32 = 256;
 pub const DQW_WORDS: u32 = 2;
 
 /// `PATH=auto` takes this path when the GEMM's 128-row token tiles number at least this many per expert with
-/// tokens (dense: M > 128). The arithmetic (H200, N6144 K3584, `results/bench/nvidia-h200/NOTES.md`):
+/// tokens (dense: M > 128). The arithmetic (H200, N6144 K3584, `lab/NOTES.md`):
 /// - dequant: `N*K*(1/2 + 1/32 + 2)` = 55.8 MB per expert with tokens, ~16 us at 3.5 TB/s (82% of the measured
 ///   4.26 TB/s copy);
 /// - the in-kernel dequant costs every 128-row token tile a decode of the whole `N x K` weight matrix: the
@@ -246,8 +246,8 @@ pub fn resolve(knobs: &Knobs) -> Result<DqCfg, OpError> {
         // with its measured producer depth.
         .with(lmg::LOAD_KNOB, "auto")
         .with(lmg::AHEAD_KNOB, "auto");
-    // The rest of the GEMM's defaults (wgmma: the producer warpgroup and the overlapped walk, session 14; the
-    // bulk-store epilogue, session 16).
+    // The rest of the GEMM's defaults (wgmma: the producer warpgroup and the overlapped walk, 2026-12-04; the
+    // bulk-store epilogue, later that day).
     let gemm = [lmg::OVERLAP_KNOB, lmg::PRODUCER_KNOB, lmg::STORE_KNOB]
         .into_iter()
         .filter_map(|name| base.0.get(name).map(|v| (name, v.clone())))

@@ -1,4 +1,4 @@
-//! `mx.quantize` and `mx.dequantize`: MX block quantization of SPEC 1 as tile programs, bit-exact with
+//! `mx.quantize` and `mx.dequantize`: MX block quantization of SEMANTICS.md section 1 as tile programs, bit-exact with
 //! `k3k_reference::mx::{quantize, dequantize}`.
 //!
 //! Both view a `[R, K]` matrix as `[R*K/32, 32]`: one row per MX block. A block of BR such rows per CTA:

@@ -43,7 +43,7 @@ pub fn prefill_wgmma_points() -> Vec<Knobs> {
 /// per-head order the varlen BN = 96 kernel spills 4 bytes (ptxas 13.0), so the points keep `QORDER=lpt`, and
 /// `PINGPONG=false`.
 pub fn prefill_bm192_points() -> Vec<Knobs> {
-    // Without turns: PINGPONG=true spills 8-16 bytes here at BN = 96 and 80 (ptxas 13.0, session 15).
+    // Without turns: PINGPONG=true spills 8-16 bytes here at BN = 96 and 80 (ptxas 13.0, 2026-12-04).
     let d = k3k_ops::gated_mla::prefill_default_knobs()
         .with("BM", 192i64)
         .with("WM", 12i64)

@@ -513,7 +513,7 @@ pub(crate) fn reduce(op: ReduceOp, a: f32, b: f32) -> f32 {
 mod tests {
     use super::dequant_fp4_value;
 
-    /// The E2M1 values of codes 0..16 (SPEC 1).
+    /// The E2M1 values of codes 0..16 (SEMANTICS.md section 1.2).
     const E2M1: [f64; 16] = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0];
 
     #[test]

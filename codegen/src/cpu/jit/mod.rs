@@ -105,7 +105,7 @@ pub fn supports(k: &Kernel) -> Result<(), JitError> {
 /// the fuzzer's cases; no other operator's kernel has more than ~110) takes Cranelift's backtracking allocator over
 /// a second; the single pass compiles it 8x faster for a ~5% slower run, which is what the fuzzer wants (a fresh
 /// kernel per shape). Smaller kernels keep the backtracking allocator: there the single pass saved at most 2x of a
-/// few milliseconds and ran up to 1.5x slower (`cargo bench --bench cpu_backends`, session 21).
+/// few milliseconds and ran up to 1.5x slower (`cargo bench --bench cpu_backends`, 2026-12-05).
 const SINGLE_PASS_REGALLOC_STMTS: usize = 400;
 
 /// The register allocator for a kernel's function (see [`SINGLE_PASS_REGALLOC_STMTS`]).

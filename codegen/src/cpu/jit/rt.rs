@@ -608,7 +608,7 @@ unsafe fn tile_stmt(ctx: &mut Ctx, s: &Stmt, arg: &dyn Fn(usize) -> i64) -> Resu
                 let (qb, sb) = (f.shared_base(words, arg(0)), f.shared_base(scales, arg(1)));
                 for r in 0..rows {
                     for c in 0..cols {
-                        // Word of the block and nibble in it: the packed layout, or the natural (SPEC 1) one.
+                        // Word of the block and nibble in it: the packed layout, or the natural (SEMANTICS.md section 1.3) one.
                         let (w, p) = fp4::slot(c % 32, *packed);
                         let word = f.shared_at(words, qb, r, 4 * (c / 32) + w) as u32;
                         let nib = fp4::code(word, p, *packed);

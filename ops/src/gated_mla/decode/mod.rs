@@ -158,8 +158,8 @@ pub fn decode_knobs_for_rows(rows: usize) -> Knobs {
 /// value columns in one block: `DVS=1`), warpgroup 0 alone computing the scores and the softmax and passing P and
 /// the row scale through shared memory (`SCORES=shared`), the K/V ring by bulk tensor copies on mbarriers
 /// (`LOAD=tma`, no block barrier per tile for the ring), the fast softmax and the score loop unrolled (no spills).
-/// Measured on the H200 (2026-12-05, b128 S4096 H96, session 20 call 1, every set checked on the GPU in the same
-/// call): same run, **0.351 ms** against 0.451 for session 18's automatic knobs (replicated scores, cp.async ring,
+/// Measured on the H200 (2026-12-05, b128 S4096 H96, every set checked on the GPU in the same
+/// run): same run, **0.351 ms** against 0.451 for the automatic knobs of 2026-12-04 (replicated scores, cp.async ring,
 /// rolled); `SCORES=shared` alone 0.394 (rolled) / 0.391 (unrolled), `LOAD=tma` alone 0.450 / 0.406, both rolled
 /// 0.376; 32-key stages 0.59-0.63 with or without `OVERLAP`. Torch's decode path 0.758 ms in the same call.
 pub fn decode_auto_wgmma_knobs() -> Knobs {
@@ -179,11 +179,11 @@ pub fn decode_auto_wgmma_knobs() -> Knobs {
 /// SWN=2, QK_ACCS=3, BT_PREFETCH=1`, 92 KB) was slower on the H200 (see the measurements below); it stays in the
 /// knob space for the tuner.
 pub fn decode_sync_knobs_for_rows(rows: usize) -> Knobs {
-    // Measured on the H200 (2026-11-30, same run, b128 S4096): for 12 heads these knobs took 0.287 ms against
+    // Measured on the H200 (2026-11-30, b128 S4096, same run): for 12 heads these knobs took 0.287 ms against
     // 0.432 ms for BN=32 with duplicated score warps (SWN=2), three score accumulators and the block-table
     // prefetch; for 96 heads BM=32 without those took 0.777 ms against 0.831 ms with them. The split-KV pair is
-    // what was timed then; the direct kernel (no combine, the plan's default since session 6) took 0.1682 ms against
-    // 0.1892 for the split pair at these knobs at 12 heads (H200, session 6 call 2).
+    // what was timed then; the direct kernel (no combine, the plan's default since 2026-12-01) took 0.1682 ms against
+    // 0.1892 for the split pair at these knobs at 12 heads (H200, 2026-12-01).
     let k = Knobs::new()
         .with("SCORES", "shared")
         .with("BN", 64i64)

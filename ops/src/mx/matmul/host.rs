@@ -16,7 +16,7 @@ pub struct Fp4Weights {
 /// The element storage of [`Fp4Weights`].
 #[derive(Clone, Debug)]
 pub enum WeightBytes {
-    /// SPEC 1 layout: `[G, N, K/2]` bytes, element 2i in the low nibble.
+    /// The natural layout (SEMANTICS.md section 1.3): `[G, N, K/2]` bytes, element 2i in the low nibble.
     Natural(Vec<u8>),
     /// The [`super::pack`] layout: `[G, N, K/8]` u32 words.
     Packed(Vec<u32>),
@@ -98,7 +98,7 @@ impl Act<'_> {
 #[derive(Clone, Debug)]
 pub struct MatInputs<'a> {
     pub x: Act<'a>,
-    /// Grouped: `[G]` inclusive cumulative group ends (SPEC 2.1), the last equal to M. `None`: dense (G = 1).
+    /// Grouped: `[G]` inclusive cumulative group ends (SEMANTICS.md section 2.1), the last equal to M. `None`: dense (G = 1).
     pub offs: Option<&'a [i32]>,
     /// Routing weight per row.
     pub p: Option<&'a [f32]>,

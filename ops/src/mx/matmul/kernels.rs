@@ -306,7 +306,7 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
         // two: the CTA whose run ends inside it (partial slot 0, from K = 0) and the one whose run starts inside it
         // (slot 1); the second to arrive sums both (FIN=last's counters, slots in order). The runs start at
         // different K offsets of their first tiles, so the CTAs' tile boundaries fall at different times.
-        // Measured (session 29, call 1, H100, 28 x 4): 1.09x slower than the hardware grid: ~7 us pass before the
+        // Measured (2026-12-05, H100, 28 x 4): 1.09x slower than the hardware grid: ~7 us pass before the
         // first byte (the tile count's walk, the divisions, the first group walk), and the CTAs, whose rates
         // differ by ~10%, end ~15 us apart, where the hardware grid's dynamic hand-out absorbs those differences.
         let kd = mk.kd.clone();
@@ -342,8 +342,8 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
     // for a few, `per` - 1 (28 x 4 at 64 rows on 528 CTAs: 448 CTAs of 6 tiles, where the plain stride gave 48
     // CTAs a sixth tile that ran on after the other 480 had finished). The decode's tiles all stream the same
     // bytes, so balanced CTAs that start together can also end together; the hardware-scheduled grid's tail (its
-    // last CTAs draining alone: ~9 us of lost DRAM time at 28 x 4 on an H100, session 29's reading of session 28's
-    // PM samples) is what this was for. Measured (session 29, call 1, H100, 28 x 4): 1.17x slower than the hardware
+    // last CTAs draining alone: ~9 us of lost DRAM time at 28 x 4 on an H100, as read off the PM samples of
+    // 2026-12-05) is what this was for. Measured (2026-12-05, H100, 28 x 4): 1.17x slower than the hardware
     // grid: the CTAs turn over in lockstep (DRAM dips to 22-80% at each tile boundary), and each tile walks all G
     // groups (two loads of `offs` each; at 112 experts 1.64x slower).
     let (t_end, t_step) = if c.gemv && c.cps > 0 {
@@ -1001,7 +1001,7 @@ fn dequant_words(
     });
 }
 
-/// The GLU activations of SPEC 2.1 as an expression of the gate `a` and up `u` values.
+/// The GLU activations of SEMANTICS.md section 2.1 as an expression of the gate `a` and up `u` values.
 pub fn epilogue_expr(e: Epilogue, a: Expr, u: Expr) -> Expr {
     match e {
         Epilogue::SituGlu => (&a * 0.25f64).tanh() * 4.0f64 * a.sigmoid() * ((&u * 0.04f64).tanh() * 25.0f64),

@@ -1,6 +1,6 @@
-//! `mxfp4_matmul` (SPEC 2.2): `y[M, N] = x[M, K] · dequant(w)[N, K]^T` with MXFP4 weights, bf16 activations,
+//! `mxfp4_matmul` (SEMANTICS.md section 2.2): `y[M, N] = x[M, K] · dequant(w)[N, K]^T` with MXFP4 weights, bf16 activations,
 //! f32 accumulation and bf16 output; dense, or grouped over ragged experts (`w: [G, N, K]`, rows of x permuted
-//! by expert, `offs` as in SPEC 2.1), with the epilogues of `latent_moe_gemm` (SiTU-GLU / SwiGLU over the two
+//! by expert, `offs` as in SEMANTICS.md section 2.1), with the epilogues of `latent_moe_gemm` (SiTU-GLU / SwiGLU over the two
 //! halves of N, routing weight per row).
 //!
 //! Hopper has no fp4 tensor cores, so the kernel computes the transposed product `y^T = W · x^T` on bf16
@@ -123,7 +123,7 @@ pub fn knob_space() -> KnobSpace {
             "CPS",
             "0: one CTA per tile (hardware-scheduled); n: a persistent grid of n CTAs per SM (PATH=gemv: the tiles \
              balanced over the fewest CTAs that keep the busiest one's count, the others exit at once; at 28 x 4 on an \
-             H100 1.17x slower than the hardware grid, its CTAs turning over in lockstep: session 29)",
+             H100 1.17x slower than the hardware grid, its CTAs turning over in lockstep: 2026-12-05)",
             [0i64, 4],
         )
         .axis(
@@ -132,7 +132,7 @@ pub fn knob_space() -> KnobSpace {
              persistent CTAs, each a contiguous run that may start and end inside a tile (such a tile's two \
              partials summed by the last to arrive, as FIN=last), so the CTAs carry equal bytes and turn over at \
              different times (at 28 x 4 on an H100 1.09x slower than the hardware grid: a prologue, and CTAs whose \
-             rates differ end apart; session 29); 0 = whole tiles",
+             rates differ end apart; 2026-12-05); 0 = whole tiles",
             [0i64, 1],
         )
         .axis(
@@ -140,7 +140,7 @@ pub fn knob_space() -> KnobSpace {
             "PATH=gemv, grouped, hardware-scheduled grid (CPS=0): the last TS groups' tiles (the last CTAs launched) \
              split in two along K, two half-tile CTAs per tile summed by the second to arrive (as FIN=last), so the \
              grid's last CTAs drain half a tile each (at 28 x 4 on an H100 within 1% of TS=0 for TS 2-11, slower \
-             packed: the SMs still work through their on-chip data after DRAM stops; session 30); 0 = none",
+             packed: the SMs still work through their on-chip data after DRAM stops; 2026-12-05); 0 = none",
             [0i64, 6],
         )
         .axis("RASTER", "tile order inside a group: m (neighbouring CTAs share weights) or n", ["m"])
@@ -172,7 +172,7 @@ pub fn knob_space() -> KnobSpace {
              the latent_moe_gemm kernel runs on it (BM/BN/BK/STAGES/RASTER/MMA are its knobs, WA/WB its WM/WN; \
              0 = its defaults); auto: dense with at most 16 tokens: gemv (else stream for bf16 activations and \
              BM <= 16, packed, no GLU, when explicit knobs rule gemv out); grouped decode with at most 8 tokens per \
-             expert: gemv (a prediction for the register-ring kernel: the session-4 gemv lost to tile at 28 x 4); dq_gemm with every other knob automatic and at least 2 128-row token \
+             expert: gemv (a prediction for the register-ring kernel: the gemv of 2026-12-01 lost to tile at 28 x 4); dq_gemm with every other knob automatic and at least 2 128-row token \
              tiles per expert with tokens (dense: M > 128); else tile. dq_gemm is accepted but not an axis value (the tuner reaches it through \
              auto)",
             ["auto", "tile", "stream", "gemv"],
@@ -199,7 +199,7 @@ pub fn knob_space() -> KnobSpace {
              0 = auto: 3 with PF=on for BM=16 on 128 threads (uncapped, ptxas takes 255 registers and 2 CTAs fit; 168 does not \
              spill at the presets); PATH=gemv: 5 for grouped decode with many tiles, 4 for the dense staged ring, 3 for \
              a 16-row register ring that fits, else none (the axis reaches 6: 32-row gemv tiles at MINB=6 were the \
-             H100's fastest tile-major 28 x 4 shape in sessions 25 and 26)",
+             H100's fastest tile-major 28 x 4 shape on 2026-12-05)",
             [0i64, 4, 6],
         )
         .axis(
@@ -361,18 +361,18 @@ impl Cfg {
         if self.sk || self.ts > 0 { 2 } else { self.split }
     }
     /// `L2PF=auto`: 128 bytes on PATH=gemv's shared-memory ring with per-lane copies, else none. Measured on the
-    /// H200 (session 24, calls 2, 3 and 5, each against the former default in the same run): 28 x 4 decode 0.1083
+    /// H200 (2026-12-05, three runs, each against the former default in the same run): 28 x 4 decode 0.1083
     /// and 0.1087 ms against 0.1161 (256: 0.1085), MXFP8 activations 0.1109 against 0.1188, SiTU-GLU + p 0.1411
-    /// against 0.1450, tile-major weights 0.1070 against 0.1077, M16 0.0157 against 0.0158 (call 1 on an H100: 28 x 4
+    /// against 0.1450, tile-major weights 0.1070 against 0.1077, M16 0.0157 against 0.0158 (an H100 the same day: 28 x 4
     /// 0.1345 against 0.1437). One or three more 64-byte pieces of the same rows come into L2 with each copy, which
     /// the warp's next quads then find there; a deeper ring instead was slower in every run (STAGES=4: 0.1218).
     pub fn l2pf_auto(&self) -> u32 {
         if self.gemv && self.stages >= 3 && !self.bulk { 128 } else { 0 }
     }
     /// `XA=auto`: 2 (each quad's activations loaded two quads ahead of their product) on PATH=gemv's shared-memory
-    /// ring with 8-token tiles, else 1. Measured on an H100 (session 25; not yet timed on an H200): call 2, two
+    /// ring with 8-token tiles, else 1. Measured on an H100 (2026-12-05; not yet timed on an H200): two
     /// bench runs, 28 x 4 tile-major 0.1282 / 0.1282 ms against 0.1311 / 0.1311, packed 0.1286 against 0.1351;
-    /// call 3, SiTU-GLU + p 0.1449 against 0.1581, MXFP8 activations 0.1331 against 0.1377. (Call 1's ncu of the
+    /// another run, SiTU-GLU + p 0.1449 against 0.1581, MXFP8 activations 0.1331 against 0.1377. (That day's ncu of the
     /// tile-major kernel: 43% of the warps' cycles stalled on loads, the activations, which the ring's stages do
     /// not cover, coming from L2 one quad ahead.) No spills at the presets' register caps (127 registers at
     /// MINB=4); with 16-token tiles the two register sets spill, so it stays 1 there.
@@ -486,9 +486,9 @@ fn sk_knob(knobs: &Knobs) -> Result<bool, OpError> {
 }
 
 /// `PF` (the stream and gemv register pipelines): `on`; `off`, `auto` and an absent knob mean off. Auto is off
-/// from the H200 runs of 2026-12-01 (results/bench/nvidia-h200/NOTES.md): the pipelined stream lost at M1
-/// (0.0355 vs 0.0310 ms) and the 28x4 decode (0.336 vs 0.295) and tied at M16 (0.068 vs 0.069), session 3 call
-/// 3; gemv with PF=on took 0.0247 ms at M16 against 0.0235 off and 0.0138 vs 0.0136 at M1, session 4 call 4 (the
+/// from the H200 runs of 2026-12-01 (lab/NOTES.md): the pipelined stream lost at M1
+/// (0.0355 vs 0.0310 ms) and the 28x4 decode (0.336 vs 0.295) and tied at M16 (0.068 vs 0.069), 2026-12-01;
+/// gemv with PF=on took 0.0247 ms at M16 against 0.0235 off and 0.0138 vs 0.0136 at M1, later that day (the
 /// second register set only raised the register count). PF=on stays in the knob space for the tuner.
 fn prefetch_knob(knobs: &Knobs) -> Result<bool, OpError> {
     two_way(knobs, "PF", false, &[("auto", false), ("on", true), ("off", false)])
@@ -737,13 +737,13 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, Op
 /// grouped, when no other explicit knob asks for another path's shape: MMA=wgmma, WB > 1, a BM other than 8 or
 /// 16), `None` another path. MXFP8 activations included (dequantized by a first launch, see
 /// [`act_dequant_first`]): at 28 experts x 4 tokens the tile path, their only decode path before, ran
-/// 0.1952 ms against the gemv kernel's 0.1171 on bf16 activations (H200, session 20 report, same run); the
+/// 0.1952 ms against the gemv kernel's 0.1171 on bf16 activations (H200, 2026-12-05 report, same run); the
 /// dequant launch moves 1.2 MB. A prediction until the GPU times both.
 fn gemv_wanted(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Option<bool>, OpError> {
     let Some(_) = knobs.0.get("PATH") else { return Ok(None) };
     Ok(match knobs.str("PATH")? {
         "gemv" => Some(true),
-        // Grouped: at most 8 tokens per expert. The session-4 gemv kernel lost at 28 experts x 4 tokens (0.531 ms
+        // Grouped: at most 8 tokens per expert. The gemv kernel of 2026-12-01 lost at 28 experts x 4 tokens (0.531 ms
         // against the tile path's 0.224 on the H200, 2026-12-01); the register-ring kernel with one streaming warp
         // per 16-row tile is predicted at ~0.10-0.13 ms there (SASS: ~240 instructions per 1 KB quad step, 96 KB
         // in flight per SM), a prediction until the GPU measures it.
@@ -805,19 +805,19 @@ fn resolve_gemv(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, O
     // rows but multiply the ring's registers; they are left to the tuner, except for many tiles (below).
     let unit = if glu { 32 } else { 16 };
     // Many 8-token tiles (grouped decode; 28 experts x 4 tokens has 10752 tiles of 16 rows): measured best on the
-    // H200 (session 17, calls 1-3, packed layout v2, one bench run each, 14 and 14 knob sets): 32-row CTAs of 4
+    // H200 (2026-12-04, packed layout v2, three runs, one bench run each, 14 and 14 knob sets): 32-row CTAs of 4
     // warps, each warp a 3-stage cp.async ring of 256-column batches, 5 CTAs per SM (94 registers, no spill):
-    // 0.1194 ms, against 0.1278 for the tuned point of call 1 (BK=512, MINB=4), 0.1458 for one-warp CTAs streaming
+    // 0.1194 ms, against 0.1278 for the tuned point of the first run (BK=512, MINB=4), 0.1458 for one-warp CTAs streaming
     // all of K, and 0.1892 for the former automatic choice (one-warp 16-row CTAs, an 8-slot register ring). With
     // the GLU epilogue (16 rows per half) the same knobs: 0.1462 ms against 0.1529 at MINB=4.
     let tiles16: usize = sh.counts.iter().map(|&r| r.div_ceil(bm as usize) * sh.n_out.div_ceil(16)).sum();
     let many = bm == 8 && tiles16 >= 12 * ASSUMED_SMS;
     // The same with tile-major weights (`mx::pack::tile`) and no GLU: 64-row CTAs of 128-column batches, registers
-    // capped for 4 CTAs per SM (session 24, H200, calls 2-4: the tune's winner, 0.1041 / 0.1040 ms at MINB 4 / 3
+    // capped for 4 CTAs per SM (2026-12-05, H200, three runs: the tune's winner, 0.1041 / 0.1040 ms at MINB 4 / 3
     // against 0.1070 with the knobs above and L2PF=128; on packed weights the same knobs read 0.1098 against 0.1087).
     // With the GLU epilogue on packed weights the same 64-row (32 per half), 128-column CTAs win as well: on the
-    // H200 0.1206 ms against 0.1348 for the 32-row knobs above (session 30, call 2, one bench run), on H100s
-    // 0.1346-0.1378 against 0.1431-0.1460 (sessions 25-28). Tile-major weights with GLU are untimed: unchanged.
+    // H200 0.1206 ms against 0.1348 for the 32-row knobs above (2026-12-06, one bench run), on H100s
+    // 0.1346-0.1378 against 0.1431-0.1460 (2026-12-05). Tile-major weights with GLU are untimed: unchanged.
     let wide_tiles = many && if glu { spec.packed && !spec.tiled } else { spec.tiled };
     // Rows and columns per tile by regime (otherwise: 16 rows per statement, 512 columns at 8 tokens, 1024 at 16).
     let (bn_auto, bk_auto) = if wide_tiles {
@@ -848,7 +848,7 @@ fn resolve_gemv(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, O
     let minb = if knobs.0.contains_key("MINB") { knobs.u32("MINB")? } else { 1 };
     // STAGES: 1 or 2 = the register ring of GR slots; 3..=8 = the shared-memory ring of that many cp.async stages
     // per warp (`Stmt::Fp4Gemv` staged; GR is then unused and recorded as the stage count); 0 (or none) = auto:
-    // 3 stages for many tiles and for dense 16-token problems without a GLU epilogue (session 17, calls 2-3: M16
+    // 3 stages for many tiles and for dense 16-token problems without a GLU epilogue (2026-12-04, two runs: M16
     // 0.0153 / 0.0157 ms with 3 stages at MINB=4 against 0.0161 for the register ring), else the register ring (M1
     // read 0.0117 / 0.0118 against 0.0124 staged at MINB=4, but there the 7-warp CTAs get 72 registers and spill 8
     // bytes: left to the tuner).

@@ -183,8 +183,8 @@ impl Operator for Mxfp4Matmul {
         default_knobs()
     }
     fn bench_presets(&self) -> Vec<Preset> {
-        // The SPEC 4 rows use weights in the offline packed layout (`mx::pack`, like every Hopper MXFP4
-        // kernel's re-layout); the `natural` rows read the SPEC 1 layout as stored.
+        // The anchor rows (SEMANTICS.md section 4) use weights in the offline packed layout (`mx::pack`, like every Hopper MXFP4
+        // kernel's re-layout); the `natural` rows read the layout of SEMANTICS.md section 1.3 as stored.
         let rows: [(&str, Vec<(&str, i64)>); 6] = [
             ("MXFP4 linear M1 N6144 K3584", vec![("M", 1), ("N", 6144), ("K", 3584)]),
             ("MXFP4 linear M64 N6144 K3584", vec![("M", 64), ("N", 6144), ("K", 3584)]),
