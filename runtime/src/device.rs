@@ -108,7 +108,7 @@ pub struct LoadedKernel {
     /// (`cuOccupancyMaxActiveClusters` x the cluster size). A persistent grid of `SM count` CTAs in clusters of two
     /// need not fit at once (a cluster lives in one GPC; a GPC with an odd number of free SMs leaves one idle), and
     /// the clusters left over would run as a second wave. (On the H200 this sizing did not change the CLUSTER=2
-    /// GEMM's time: session 6 calls 2-3, NOTES.md.)
+    /// GEMM's time, measured 2026-12-01: lab/NOTES.md.)
     pub persistent_ctas: u32,
     /// CTAs of this kernel that fit on one SM at once (`cuOccupancyMaxActiveBlocksPerMultiprocessor` at its block
     /// size and shared memory): a persistent grid of more per SM runs its surplus after the others.
