@@ -763,11 +763,6 @@ fn resolve_request(
             let op = find_op(ops, name)?;
             let p = preset_of(op, preset, dims)?;
             let usage = |what: String| BuildError::Usage(format!("request `{module}` (`{name}`): {what}"));
-            op.check_dims(&p).map_err(|e| BuildError::Op {
-                request: module.clone(),
-                gpu: "-".into(),
-                err: Box::new(e),
-            })?;
             if let Some(f) = &r.knobs {
                 op.knob_space().check(f, &op.default_knobs()).map_err(|e| usage(format!(".knobs(..): {e}")))?;
             }
@@ -797,6 +792,12 @@ fn resolve_request(
                     build_p.dims.insert("T".into(), (max_tokens / b).max(1) as i64);
                 }
             }
+            // Dims the operator does not take, or out of its bounds, before anything is built.
+            op.check_dims(&build_p).map_err(|e| BuildError::Op {
+                request: module.clone(),
+                gpu: "-".into(),
+                err: Box::new(e),
+            })?;
             op_name = name.clone();
             shape = p.name.clone();
             preset_dims = p.dims.clone();
