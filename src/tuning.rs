@@ -194,6 +194,10 @@ pub struct CompileStats {
     pub cached: usize,
 }
 
+/// The most points of a space [`plan_points`] looks at for one preset: past them, a space where almost nothing
+/// builds for the shape is not walked to its end (a space of millions of points, each pruned point kept).
+const MAX_LOOKED: usize = 1 << 16;
+
 /// Keep the points (in order) whose kernels build for the preset and (with `compile`) assemble without spills (the
 /// defaults also with them, see [`compile_candidate`]), at most `max`. The structural check (the operator's own validation, no compile) runs lazily in order, so a
 /// large space costs only the points looked at; each wave compiles just the survivors still missing, in
@@ -207,7 +211,12 @@ fn plan_points(
 ) -> (Vec<CandidateSpec>, Vec<Pruned>) {
     let mut keep = vec![];
     let mut pruned = vec![];
-    let mut rest = points;
+    // A shape the operator refuses builds no point: one reason, not one per point of the space.
+    if let Err(e) = op.check_dims(preset) {
+        pruned.push(Pruned { knobs: op.default_knobs(), why: e.to_string() });
+        return (keep, pruned);
+    }
+    let mut rest = points.take(MAX_LOOKED);
     while keep.len() < max {
         let need = max - keep.len();
         let mut group = vec![];

@@ -100,12 +100,12 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             experiments.join(",")
         );
     }
-    let gpu = Gpu::open(0)?;
-    let gpu_key = GpuKey::new(gpu.info.name.clone(), gpu.info.compute_capability, gpu.info.sm_count);
-    // A results folder that does not exist just means nothing is tuned; a corrupt file is an error (by name).
-    let store = if a.results.exists() { Some(ResultsStore::open(&a.results)?) } else { None };
-    let mut exec = GpuExec::new(gpu);
-    let timing = TimingOptions { reps: a.reps, min_window_ms: a.window_ms, ..Default::default() };
+    // Every argument is checked before the GPU is opened: the timing window, presets, dims and knob sets.
+    k3k::input::seconds("--window-ms", a.window_ms / 1e3)?;
+    if a.reps == 0 {
+        anyhow::bail!("--reps: must be at least 1");
+    }
+    let mut work = vec![];
     for op in super::select_ops(&a.op)? {
         let presets: Vec<_> = match &a.dims {
             Some(d) => d
@@ -120,15 +120,28 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                 .collect(),
         };
         if presets.is_empty() {
-            println!("== {}: no preset matches `--preset {}`", op.name(), a.preset.as_deref().unwrap_or(""));
             continue;
         }
         let sets: Vec<_> = match &a.knobs {
             None => vec![op.default_knobs()],
-            Some(s) => {
-                s.split(';').map(|one| super::parse_knobs(op.default_knobs(), Some(one))).collect::<Result<_, _>>()?
-            }
+            Some(s) => s.split(';').map(|one| super::parse_knobs(op.as_ref(), Some(one))).collect::<Result<_, _>>()?,
         };
+        work.push((op, presets, sets));
+    }
+    if work.is_empty() {
+        anyhow::bail!(
+            "no preset of `--op {}` matches `--preset {}` (see `k3k list` for each operator's presets)",
+            a.op,
+            a.preset.as_deref().unwrap_or("")
+        );
+    }
+    let gpu = Gpu::open(0)?;
+    let gpu_key = GpuKey::new(gpu.info.name.clone(), gpu.info.compute_capability, gpu.info.sm_count);
+    // A results folder that does not exist just means nothing is tuned; a corrupt file is an error (by name).
+    let store = if a.results.exists() { Some(ResultsStore::open(&a.results)?) } else { None };
+    let mut exec = GpuExec::new(gpu);
+    let timing = TimingOptions { reps: a.reps, min_window_ms: a.window_ms, ..Default::default() };
+    for (op, presets, sets) in work {
         // Without `--knobs`: the defaults and, where this GPU has a tuned record for the preset's shape bucket,
         // the tuned config too (both timed in this run; the row reports the faster that passed, and both stay
         // in the JSON's `variants`).

@@ -621,6 +621,11 @@ impl Operator for GatedMlaDecode {
     fn default_knobs(&self) -> Knobs {
         decode_default_knobs()
     }
+    fn plan_knobs(&self) -> KnobSpace {
+        KnobSpace::default()
+            .axis("NSPLIT", "the split count (0: automatic, see decode_plan_knobs)", 0..=256i64)
+            .axis("DIRECT", "0: keep the split-KV kernel and the combine for one split and one query", [0i64, 1])
+    }
     fn bench_presets(&self) -> Vec<Preset> {
         vec![
             Preset::new("b128 S4096 H12", &[("B", 128), ("SQ", 1), ("H", 12), ("S", 4096)]),
