@@ -160,7 +160,9 @@ mod tests {
         assert_eq!(parse_knobs(g.as_ref(), None).unwrap(), g.default_knobs());
         let k = parse_knobs(g.as_ref(), Some(" BM = 64 ")).unwrap();
         assert_eq!(k.int("BM").unwrap(), 64);
-        for (s, want) in [("bm=64", "`bm`"), ("MMA=tensor", "`MMA`"), ("RASTER=diagonal", "`RASTER`"), ("BM=64,BM=128", "twice")] {
+        for (s, want) in
+            [("bm=64", "`bm`"), ("MMA=tensor", "`MMA`"), ("RASTER=diagonal", "`RASTER`"), ("BM=64,BM=128", "twice")]
+        {
             let e = format!("{:#}", parse_knobs(g.as_ref(), Some(s)).unwrap_err());
             assert!(e.contains(want), "{s}: {e}");
         }

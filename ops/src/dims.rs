@@ -110,11 +110,7 @@ pub fn check(op: &'static str, decls: &[DimDecl], p: &Preset) -> Result<(), OpEr
             match p.dims.get(count) {
                 None => return Err(bad(op, dim, format!("`{dim}` needs the count `{count}` ({})", d.doc))),
                 Some(&n) if i >= n.max(0) as u64 => {
-                    return Err(bad(
-                        op,
-                        dim,
-                        format!("`{dim}` is past {count} = {n}: the family is {}", d.display()),
-                    ));
+                    return Err(bad(op, dim, format!("`{dim}` is past {count} = {n}: the family is {}", d.display())));
                 }
                 Some(_) => {}
             }

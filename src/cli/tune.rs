@@ -150,9 +150,8 @@ pub fn ordered_work(ops: &[Box<dyn Operator>], preset: &str, dims: &[String]) ->
             for d in dims {
                 let p = super::pick_preset(op.as_ref(), None, Some(d))?;
                 // A shape no kernel builds for is refused here, before any planning or compiling.
-                op.kernels(&p, &op.default_knobs()).map_err(|e| {
-                    anyhow::anyhow!("--dims {d}: {} builds no kernel for this shape: {e}", op.name())
-                })?;
+                op.kernels(&p, &op.default_knobs())
+                    .map_err(|e| anyhow::anyhow!("--dims {d}: {} builds no kernel for this shape: {e}", op.name()))?;
                 items.push(Item { op: op.name(), tier: tier(op.name(), &p.name), preset: p });
             }
         }
@@ -396,8 +395,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                 if gpus > 1 {
                     spec = spec.env("CUDA_VISIBLE_DEVICES", gi.to_string());
                 }
-                let mut m =
-                    WorkerMeasurer::new(Worker::new(spec, timeout), Default::default());
+                let mut m = WorkerMeasurer::new(Worker::new(spec, timeout), Default::default());
                 loop {
                     let (i, slot) = {
                         let mut p = pipe.lock().unwrap();

@@ -622,9 +622,11 @@ impl Operator for GatedMlaDecode {
         decode_default_knobs()
     }
     fn plan_knobs(&self) -> KnobSpace {
-        KnobSpace::default()
-            .axis("NSPLIT", "the split count (0: automatic, see decode_plan_knobs)", 0..=256i64)
-            .axis("DIRECT", "0: keep the split-KV kernel and the combine for one split and one query", [0i64, 1])
+        KnobSpace::default().axis("NSPLIT", "the split count (0: automatic, see decode_plan_knobs)", 0..=256i64).axis(
+            "DIRECT",
+            "0: keep the split-KV kernel and the combine for one split and one query",
+            [0i64, 1],
+        )
     }
     fn bench_presets(&self) -> Vec<Preset> {
         vec![
@@ -891,7 +893,11 @@ impl Operator for GatedMlaGate {
     }
     fn check_dims(&self, p: &Preset) -> Result<(), OpError> {
         dims::check(self.name(), GATE_DIMS, p)?;
-        dims::bound(self.name(), p, (dims::size(p, "T", 0) * (DV_LAT + 2 * DV) as f64 + (DV * DV_LAT) as f64) * dims::size(p, "H", 0))
+        dims::bound(
+            self.name(),
+            p,
+            (dims::size(p, "T", 0) * (DV_LAT + 2 * DV) as f64 + (DV * DV_LAT) as f64) * dims::size(p, "H", 0),
+        )
     }
     fn instance(&self, p: &Preset, seed: u64) -> Result<Box<dyn Instance>, OpError> {
         self.check_dims(p)?;
