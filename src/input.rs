@@ -166,6 +166,10 @@ mod tests {
             let e = format!("{:#}", parse_knobs(g.as_ref(), Some(s)).unwrap_err());
             assert!(e.contains(want), "{s}: {e}");
         }
+        // Plan knobs outside the tuning space are known too.
+        assert_eq!(parse_knobs(op("kda").as_ref(), Some("TSPLIT=4")).unwrap().int("TSPLIT").unwrap(), 4);
+        assert!(parse_knobs(op("kda").as_ref(), Some("TSPLIT=3")).is_err());
+        assert!(parse_knobs(op("gated_mla.decode").as_ref(), Some("NSPLIT=2,DIRECT=0")).is_ok());
     }
 
     #[test]

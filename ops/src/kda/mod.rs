@@ -1103,6 +1103,10 @@ impl Operator for Kda {
     fn default_knobs(&self) -> Knobs {
         default_knobs()
     }
+    fn plan_knobs(&self) -> KnobSpace {
+        let parts = std::iter::once(0i64).chain(TSPLIT_VALUES.iter().map(|&t| t as i64));
+        KnobSpace::default().axis("TSPLIT", "time parts of each sequence's chunk loop (0: automatic)", parts)
+    }
     fn bench_presets(&self) -> Vec<Preset> {
         let p = |name: &str, b: i64, t: i64, h: i64, safe: i64| {
             Preset::new(name, &[("B", b), ("T", t), ("H", h), ("K", 128), ("V", 128), ("safe", safe)])
