@@ -184,6 +184,22 @@ fn usage_errors_and_exit_codes() {
 }
 
 #[test]
+fn tune_exits_non_zero_when_a_preset_fails() {
+    // Every measurement outlasts the 1 s timeout: the one candidate fails, the preset is not tuned.
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = Command::new(env!("CARGO_BIN_EXE_k3k"));
+    c.args(["tune", "--backend", "cpu", "--op", "latent_moe_gemm", "--dims", "G=2,c0=17,c1=5,K=32,N=48"])
+        .args(["--max-candidates", "1", "--min-candidates", "1", "--timeout-s", "1", "--budget", "30s"])
+        .arg("--results")
+        .arg(dir.path())
+        .env("K3K_TEST_MEASURE_MS", "3000");
+    let out = c.output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("not tuned because of an error") && stdout.contains("failed"), "{stdout}");
+}
+
+#[test]
 fn a_broken_pipe_ends_quietly() {
     let mut child = Command::new(env!("CARGO_BIN_EXE_k3k"))
         .args(["emit", "--op", "all", "--emit", "cuda"])
