@@ -181,6 +181,7 @@ fn usage_errors_and_exit_codes() {
     refused(&["tune", "--backend", "foo", "--op", "mx.quantize"], &["unknown backend `foo`"]);
     refused(&["bench", "--op", "mx.quantize", "--preset", "nope"], &["nope"]);
     refused(&["bench", "--op", "mx.quantize", "--window-ms", "inf"], &["--window-ms"]);
+    refused(&["bench", "--merge-peers", "/nonexistent/peers.json"], &["/nonexistent/peers.json"]);
 }
 
 #[test]

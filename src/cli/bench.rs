@@ -77,11 +77,14 @@ fn publish(from: &std::path::Path, out: &std::path::Path) -> anyhow::Result<i32>
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
     if let Some(peers) = &a.merge_peers {
-        let pf: PeerFile = serde_json::from_slice(&std::fs::read(peers)?)
+        let bytes = std::fs::read(peers).map_err(|e| anyhow::anyhow!("--merge-peers {}: {e}", peers.display()))?;
+        let pf: PeerFile = serde_json::from_slice(&bytes)
             .map_err(|e| anyhow::anyhow!("{}: not a peers file: {e}", peers.display()))?;
         let files = bench::report_files(&a.out)?;
         for f in &files {
-            let mut r: BenchReport = serde_json::from_slice(&std::fs::read(f)?)?;
+            let bytes = std::fs::read(f).map_err(|e| anyhow::anyhow!("{}: {e}", f.display()))?;
+            let mut r: BenchReport = serde_json::from_slice(&bytes)
+                .map_err(|e| anyhow::anyhow!("{}: not a benchmark report: {e}", f.display()))?;
             bench::merge_peers(&mut r, &pf);
             bench::write_report(&a.out, &r)?;
         }
