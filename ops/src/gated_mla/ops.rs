@@ -834,6 +834,11 @@ pub const GATE_DIMS: &[DimDecl] = &[
     DimDecl::flag("gate", "1: the sigmoid output gate (default)"),
 ];
 
+/// o_latent, gate, output and weight elements of a gate projection.
+fn gate_footprint(p: &Preset) -> f64 {
+    (dims::size(p, "T", 0) * (DV_LAT + 2 * DV) as f64 + (DV * DV_LAT) as f64) * dims::size(p, "H", 0)
+}
+
 /// A concrete gate-projection problem.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct GateProblem {
@@ -893,11 +898,7 @@ impl Operator for GatedMlaGate {
     }
     fn check_dims(&self, p: &Preset) -> Result<(), OpError> {
         dims::check(self.name(), GATE_DIMS, p)?;
-        dims::bound(
-            self.name(),
-            p,
-            (dims::size(p, "T", 0) * (DV_LAT + 2 * DV) as f64 + (DV * DV_LAT) as f64) * dims::size(p, "H", 0),
-        )
+        dims::bound(self.name(), p, gate_footprint(p))
     }
     fn instance(&self, p: &Preset, seed: u64) -> Result<Box<dyn Instance>, OpError> {
         self.check_dims(p)?;
