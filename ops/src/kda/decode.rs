@@ -410,6 +410,7 @@ pub const DIMS: &[DimDecl] = &[
     DimDecl::flag("bias", "1: the gate's bias"),
     DimDecl::flag("l2norm", "1: in-kernel l2norm of q and k"),
     DimDecl::flag("bsig", "1: in-kernel sigmoid of beta"),
+    DimDecl::flag("safe", "taken so that kda's dims serve both operators; the decode step has one path"),
 ];
 
 /// A decode problem: N sequences, T tokens each, against states `[N, HV, K, V]`.
