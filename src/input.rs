@@ -117,7 +117,7 @@ pub fn seconds(flag: &str, secs: f64) -> anyhow::Result<Duration> {
         bail!("{flag}: {secs} s is not a duration (a non-negative number of seconds)");
     }
     if secs > MAX_DURATION.as_secs_f64() {
-        bail!("{flag}: {secs} s is more than the 30 days allowed");
+        bail!("{flag}: {secs:.3e} s is more than the 30 days allowed");
     }
     Ok(Duration::from_secs_f64(secs))
 }

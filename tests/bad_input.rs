@@ -157,6 +157,14 @@ fn durations_are_bounded() {
     refused(&["tune", "--plan", "--op", "mx.quantize", "--compile-s", "inf"], &["--compile-s"]);
     refused(&["fuzz", "--op", "mx.quantize", "--time", "99999999999999999999999h", "--no-persist"], &["--time"]);
     refused(&["tune", "--backend", "cpu", "--op", "mx.quantize", "--timeout-s", "0"], &["--timeout-s"]);
+    refused(
+        &["tune", "--plan", "--op", "mx.quantize", "--compile-s", "1", "--gpus", "18446744073709551615"],
+        &["--gpus"],
+    );
+    refused(&["check", "--backend", "cpu", "--op", "mx.quantize", "--cases", "18446744073709551615"], &["--cases"]);
+    // `--only` ends the draw at its case, however many `--cases` says.
+    let r = k3k(&["check", "--backend", "cpu", "--op", "mx.quantize", "--cases", "1000000", "--only", "2"], LIMIT);
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
 }
 
 #[test]

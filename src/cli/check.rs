@@ -100,6 +100,9 @@ pub fn check_ops(
         for i in 0..cases {
             let mut preset = op.random_case(&mut rng);
             let data_seed: u64 = rng.random();
+            if which.only.is_some_and(|o| i > o) {
+                break;
+            }
             if which.only.is_some_and(|o| o != i) {
                 continue;
             }
@@ -172,6 +175,9 @@ fn precompile(op: &dyn Operator, cases: usize, knobs: &Knobs, seed: u64, which: 
     let mut rng = StdRng::seed_from_u64(seed);
     let mut drawn = vec![];
     for i in 0..cases {
+        if which.only.is_some_and(|o| i > o) {
+            break;
+        }
         let preset = op.random_case(&mut rng);
         let data_seed: u64 = rng.random();
         if which.only.is_none_or(|o| o == i) && which.dims.is_none() {
@@ -201,11 +207,17 @@ pub fn print_table(rows: &[Summary]) {
     }
 }
 
+/// The most cases `check` draws per operator.
+pub const MAX_CASES: usize = 1_000_000;
+
 /// Refuse arguments that cannot run before anything opens the GPU: no cases, an unknown operator, knobs or dims
 /// the operators refuse.
 pub fn validate(sel: &str, cases: usize, knobs: Option<&str>, dims: Option<&str>) -> anyhow::Result<()> {
     if cases == 0 {
         anyhow::bail!("--cases: must be at least 1 (0 would check nothing)");
+    }
+    if cases > MAX_CASES {
+        anyhow::bail!("--cases: at most {MAX_CASES} per operator");
     }
     for op in super::select_ops(sel)? {
         super::parse_knobs(op.as_ref(), knobs)?;

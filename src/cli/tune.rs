@@ -90,6 +90,10 @@ pub fn parse_budget(s: &str) -> anyhow::Result<Duration> {
     k3k::input::parse_duration("--budget", s)
 }
 
+/// The most GPUs and compile jobs a plan is made for.
+const MAX_GPUS: usize = 1024;
+const MAX_JOBS: usize = 1 << 16;
+
 /// The operator families of the SPEC (its section 4 anchors); `--op all` tunes their presets first.
 pub const SPEC_FAMILIES: [&str; 5] = ["latent_moe_gemm", "mxfp4_matmul", "kda", "gated_mla", "hist_quantile"];
 
@@ -312,6 +316,12 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         k3k::input::seconds("--compile-s", c)?;
     }
     k3k::input::seconds("--time-s", a.time_s)?;
+    if a.gpus.is_some_and(|g| !(1..=MAX_GPUS).contains(&g)) {
+        anyhow::bail!("--gpus: 1 to {MAX_GPUS} GPUs");
+    }
+    if a.jobs.is_some_and(|j| !(1..=MAX_JOBS).contains(&j)) {
+        anyhow::bail!("--jobs: 1 to {MAX_JOBS} compile jobs");
+    }
     if a.min_candidates > a.max_candidates {
         anyhow::bail!("--min-candidates {} is more than --max-candidates {}", a.min_candidates, a.max_candidates);
     }
