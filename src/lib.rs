@@ -14,5 +14,6 @@ pub use k3k_tuner as tuner;
 pub mod bench;
 pub mod environment;
 pub mod fingerprint;
+pub mod input;
 pub mod report;
 pub mod tuning;

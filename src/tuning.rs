@@ -49,11 +49,37 @@ pub fn knobs_of(m: &k3k_tuner::record::KnobMap) -> anyhow::Result<Knobs> {
     Ok(serde_json::from_value(serde_json::Value::Object(m.clone().into_iter().collect()))?)
 }
 
-/// A candidate that was dropped before timing, and why.
-#[derive(Debug, Clone)]
+/// The candidates dropped before timing: how many, and how many for each reason (the first
+/// [`PRUNE_REASONS`] distinct reasons; later ones count under `other`). Counted, not stored: a space of millions of
+/// points pruned for one shape costs no memory.
+#[derive(Debug, Clone, Default)]
 pub struct Pruned {
-    pub knobs: Knobs,
-    pub why: String,
+    count: usize,
+    reasons: std::collections::BTreeMap<String, usize>,
+}
+
+/// Distinct prune reasons [`Pruned`] keeps.
+pub const PRUNE_REASONS: usize = 32;
+
+impl Pruned {
+    fn add(&mut self, why: String) {
+        self.count += 1;
+        let key =
+            if self.reasons.len() < PRUNE_REASONS || self.reasons.contains_key(&why) { why } else { "other".into() };
+        *self.reasons.entry(key).or_default() += 1;
+    }
+    /// Candidates pruned.
+    pub fn len(&self) -> usize {
+        self.count
+    }
+    /// Whether none was.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+    /// (reason, count), by reason.
+    pub fn reasons(&self) -> impl Iterator<Item = (&str, usize)> {
+        self.reasons.iter().map(|(r, n)| (r.as_str(), *n))
+    }
 }
 
 /// The first round of a tune: a sample of the knob space. Every candidate's kernels must build for the preset
@@ -67,7 +93,7 @@ pub fn plan_candidates(
     max: usize,
     compile: bool,
     seeds: &[Knobs],
-) -> (Vec<CandidateSpec>, Vec<Pruned>) {
+) -> (Vec<CandidateSpec>, Pruned) {
     let default = op.default_knobs();
     let space = op.knob_space();
     let rest: Box<dyn Iterator<Item = Knobs>> = if space.size() <= SMALL_SPACE {
@@ -133,7 +159,7 @@ pub fn plan_neighbours(
     done: &std::collections::HashSet<String>,
     max: usize,
     compile: bool,
-) -> (Vec<CandidateSpec>, Vec<Pruned>) {
+) -> (Vec<CandidateSpec>, Pruned) {
     let centre = crate::bench::kernel_knobs(op, preset, leader).unwrap_or_else(|| leader.clone());
     let mut points = neighbours(&op.knob_space(), &centre);
     points.retain(|k| !done.contains(&CandidateSpec::from_knobs(knob_map(k)).id));
@@ -194,6 +220,10 @@ pub struct CompileStats {
     pub cached: usize,
 }
 
+/// The most points of a space [`plan_points`] looks at for one preset: past them, a space where almost nothing
+/// builds for the shape is not walked to its end (the MXFP4 space has ~1.9 M points).
+const MAX_LOOKED: usize = 1 << 18;
+
 /// Keep the points (in order) whose kernels build for the preset and (with `compile`) assemble without spills (the
 /// defaults also with them, see [`compile_candidate`]), at most `max`. The structural check (the operator's own validation, no compile) runs lazily in order, so a
 /// large space costs only the points looked at; each wave compiles just the survivors still missing, in
@@ -204,17 +234,22 @@ fn plan_points(
     points: impl Iterator<Item = Knobs>,
     max: usize,
     compile: bool,
-) -> (Vec<CandidateSpec>, Vec<Pruned>) {
+) -> (Vec<CandidateSpec>, Pruned) {
     let mut keep = vec![];
-    let mut pruned = vec![];
-    let mut rest = points;
+    let mut pruned = Pruned::default();
+    // A shape the operator refuses builds no point: one reason, not one per point of the space.
+    if let Err(e) = op.check_dims(preset) {
+        pruned.add(e.to_string());
+        return (keep, pruned);
+    }
+    let mut rest = points.take(MAX_LOOKED);
     while keep.len() < max {
         let need = max - keep.len();
         let mut group = vec![];
         for k in rest.by_ref() {
             match op.kernels(preset, &k) {
                 Ok(_) => group.push(k),
-                Err(e) => pruned.push(Pruned { knobs: k, why: e.to_string() }),
+                Err(e) => pruned.add(e.to_string()),
             }
             if group.len() >= need {
                 break;
@@ -237,7 +272,7 @@ fn plan_points(
         for (k, r) in results {
             match r {
                 Ok(()) => keep.push(CandidateSpec::from_knobs(knob_map(&k))),
-                Err(why) => pruned.push(Pruned { knobs: k, why }),
+                Err(why) => pruned.add(why),
             }
         }
     }

@@ -120,7 +120,13 @@ impl fmt::Display for Failure {
         writeln!(f, "  knobs:     {} ({})", self.knobs.knobs, self.knobs.label)?;
         writeln!(f, "  failure:   {}", self.detail)?;
         if let Some(s) = self.case_seed {
-            write!(f, "  replay:    k3k fuzz --op {} --replay {s}", self.op)?;
+            // The operator's exact name selects it alone; the run's `--knobs` are repeated (they were its only set).
+            let knobs = if self.knobs.label.starts_with("--knobs") {
+                format!(" --knobs {}", self.knobs.knobs)
+            } else {
+                String::new()
+            };
+            write!(f, "  replay:    k3k fuzz --op {} --replay {s}{knobs}", self.op)?;
         }
         Ok(())
     }

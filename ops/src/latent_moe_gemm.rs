@@ -1289,6 +1289,7 @@ impl GemmKernel<'_> {
 // Problems, inputs, checks.
 
 use crate::data;
+use crate::dims::{self, DimDecl};
 use crate::op::{CheckReport, Instance, Operator, Preset, Work};
 use crate::plan::{Outputs, Plan};
 use k3k_reference::gemm as refgemm;
@@ -1319,6 +1320,36 @@ fn epilogue_of(code: i64) -> Result<Epilogue, OpError> {
             why: format!("unknown code {code}"),
         }),
     }
+}
+
+/// The dims of `latent_moe_gemm` presets (see [`GemmProblem::from_preset`]).
+pub const DIMS: &[DimDecl] = &[
+    DimDecl::required("K", 1, dims::MAX_COLS, "reduction dim"),
+    DimDecl::required("N", 1, dims::MAX_COLS, "output columns (a GLU epilogue halves them)"),
+    DimDecl::optional("M", 0, dims::MAX_ROWS, "rows of a dense product (instead of G)"),
+    DimDecl::optional("G", 1, dims::MAX_GROUPS, "groups (routed experts)"),
+    DimDecl::optional("mean", 0, dims::MAX_ROWS, "mean rows per group, drawn ragged (with G)"),
+    DimDecl::optional("seed", 0, i64::MAX, "seed of the ragged draw (with mean)"),
+    DimDecl::indexed("c", "G", 0, dims::MAX_ROWS, "rows of group i (instead of mean)"),
+    DimDecl::optional("epilogue", 0, 2, "0 none, 1 SiTU-GLU, 2 SwiGLU"),
+    DimDecl::flag("p", "1: routing weights scale each row"),
+];
+
+/// The elements of a `latent_moe_gemm` or `mxfp4_matmul` problem: weights, activations and outputs (rows of a
+/// ragged draw count up to twice the mean).
+pub fn gemm_footprint(p: &Preset) -> f64 {
+    let (k, n) = (dims::size(p, "K", 0), dims::size(p, "N", 0));
+    let g = if p.dims.contains_key("M") { 1.0 } else { dims::size(p, "G", 0) };
+    let m = if p.dims.contains_key("M") {
+        dims::size(p, "M", 0)
+    } else if p.dims.contains_key("c0") {
+        dims::family_sum(p, "c", g)
+    } else if p.dims.contains_key("per") {
+        g * dims::size(p, "per", 0)
+    } else {
+        2.0 * g * dims::size(p, "mean", 0)
+    };
+    g * n * k + m * k + m * n
 }
 
 /// A concrete problem.
@@ -1451,7 +1482,12 @@ impl Operator for LatentMoeGemm {
         }
         Preset { name: format!("G{g} [{desc}] K{k} N{n} epi{epilogue} p{p}"), dims: dims.into_iter().collect() }
     }
+    fn check_dims(&self, p: &Preset) -> Result<(), OpError> {
+        dims::check(self.name(), DIMS, p)?;
+        dims::bound(self.name(), p, gemm_footprint(p))
+    }
     fn instance(&self, p: &Preset, seed: u64) -> Result<Box<dyn Instance>, OpError> {
+        self.check_dims(p)?;
         let pb = GemmProblem::from_preset(p)?;
         let (m, k, n, g) = (pb.m(), pb.k, pb.n, pb.counts.len());
         let mut x = data::normal(m * k, 1.0, seed);
@@ -1472,6 +1508,7 @@ impl Operator for LatentMoeGemm {
         Ok(Box::new(GemmInstance { pb, x, w, p, plan_inputs, seed }))
     }
     fn kernels(&self, p: &Preset, knobs: &Knobs) -> Result<Vec<Kernel>, OpError> {
+        self.check_dims(p)?;
         let pb = GemmProblem::from_preset(p)?;
         Ok(vec![build_kernel(&pb.spec(), knobs)?])
     }

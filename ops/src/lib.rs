@@ -7,6 +7,7 @@
 
 pub mod check;
 pub mod data;
+pub mod dims;
 pub mod gated_mla;
 pub mod hist_quantile;
 pub mod kda;

@@ -92,6 +92,11 @@ pub trait Operator: Send + Sync {
     fn knob_space(&self) -> KnobSpace;
     /// Knobs used when nothing is tuned.
     fn default_knobs(&self) -> Knobs;
+    /// Knobs a plan reads besides the kernels' space (not tuned; e.g. a forced split count), so that hand-given
+    /// knobs can be checked against them too. Default: none.
+    fn plan_knobs(&self) -> KnobSpace {
+        KnobSpace::default()
+    }
     /// The benchmark presets (SPEC section 4 rows for this operator).
     fn bench_presets(&self) -> Vec<Preset>;
     /// A random small problem for correctness checks (edge sizes, empty groups, ...).

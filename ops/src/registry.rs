@@ -19,10 +19,22 @@ pub fn all() -> Vec<Box<dyn Operator>> {
     ]
 }
 
-/// Operators whose name equals `sel` or starts with `sel.` (so `gated_mla` selects `gated_mla.prefill` and
-/// `gated_mla.decode`); `all` selects every operator.
+/// Operators selected by `sel`: an operator's exact name selects it alone (`kda`, not `kda.decode`); a family
+/// prefix ending in `.` (`gated_mla.`), or a family name that is not itself an operator (`gated_mla`), selects
+/// the operators of the family; `all` selects every operator.
 pub fn select(sel: &str) -> Vec<Box<dyn Operator>> {
-    all().into_iter().filter(|o| sel == "all" || o.name() == sel || o.name().starts_with(&format!("{sel}."))).collect()
+    let ops = all();
+    if sel == "all" {
+        return ops;
+    }
+    if ops.iter().any(|o| o.name() == sel) {
+        return ops.into_iter().filter(|o| o.name() == sel).collect();
+    }
+    let family = sel.strip_suffix('.').unwrap_or(sel);
+    if family.is_empty() {
+        return vec![];
+    }
+    ops.into_iter().filter(|o| o.name().starts_with(&format!("{family}."))).collect()
 }
 
 /// The names of every operator.

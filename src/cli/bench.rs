@@ -77,11 +77,14 @@ fn publish(from: &std::path::Path, out: &std::path::Path) -> anyhow::Result<i32>
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
     if let Some(peers) = &a.merge_peers {
-        let pf: PeerFile = serde_json::from_slice(&std::fs::read(peers)?)
+        let bytes = std::fs::read(peers).map_err(|e| anyhow::anyhow!("--merge-peers {}: {e}", peers.display()))?;
+        let pf: PeerFile = serde_json::from_slice(&bytes)
             .map_err(|e| anyhow::anyhow!("{}: not a peers file: {e}", peers.display()))?;
         let files = bench::report_files(&a.out)?;
         for f in &files {
-            let mut r: BenchReport = serde_json::from_slice(&std::fs::read(f)?)?;
+            let bytes = std::fs::read(f).map_err(|e| anyhow::anyhow!("{}: {e}", f.display()))?;
+            let mut r: BenchReport = serde_json::from_slice(&bytes)
+                .map_err(|e| anyhow::anyhow!("{}: not a benchmark report: {e}", f.display()))?;
             bench::merge_peers(&mut r, &pf);
             bench::write_report(&a.out, &r)?;
         }
@@ -100,12 +103,12 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             experiments.join(",")
         );
     }
-    let gpu = Gpu::open(0)?;
-    let gpu_key = GpuKey::new(gpu.info.name.clone(), gpu.info.compute_capability, gpu.info.sm_count);
-    // A results folder that does not exist just means nothing is tuned; a corrupt file is an error (by name).
-    let store = if a.results.exists() { Some(ResultsStore::open(&a.results)?) } else { None };
-    let mut exec = GpuExec::new(gpu);
-    let timing = TimingOptions { reps: a.reps, min_window_ms: a.window_ms, ..Default::default() };
+    // Every argument is checked before the GPU is opened: the timing window, presets, dims and knob sets.
+    k3k::input::seconds("--window-ms", a.window_ms / 1e3)?;
+    if a.reps == 0 {
+        anyhow::bail!("--reps: must be at least 1");
+    }
+    let mut work = vec![];
     for op in super::select_ops(&a.op)? {
         let presets: Vec<_> = match &a.dims {
             Some(d) => d
@@ -120,15 +123,28 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                 .collect(),
         };
         if presets.is_empty() {
-            println!("== {}: no preset matches `--preset {}`", op.name(), a.preset.as_deref().unwrap_or(""));
             continue;
         }
         let sets: Vec<_> = match &a.knobs {
             None => vec![op.default_knobs()],
-            Some(s) => {
-                s.split(';').map(|one| super::parse_knobs(op.default_knobs(), Some(one))).collect::<Result<_, _>>()?
-            }
+            Some(s) => s.split(';').map(|one| super::parse_knobs(op.as_ref(), Some(one))).collect::<Result<_, _>>()?,
         };
+        work.push((op, presets, sets));
+    }
+    if work.is_empty() {
+        anyhow::bail!(
+            "no preset of `--op {}` matches `--preset {}` (see `k3k list` for each operator's presets)",
+            a.op,
+            a.preset.as_deref().unwrap_or("")
+        );
+    }
+    let gpu = Gpu::open(0)?;
+    let gpu_key = GpuKey::new(gpu.info.name.clone(), gpu.info.compute_capability, gpu.info.sm_count);
+    // A results folder that does not exist just means nothing is tuned; a corrupt file is an error (by name).
+    let store = if a.results.exists() { Some(ResultsStore::open(&a.results)?) } else { None };
+    let mut exec = GpuExec::new(gpu);
+    let timing = TimingOptions { reps: a.reps, min_window_ms: a.window_ms, ..Default::default() };
+    for (op, presets, sets) in work {
         // Without `--knobs`: the defaults and, where this GPU has a tuned record for the preset's shape bucket,
         // the tuned config too (both timed in this run; the row reports the faster that passed, and both stay
         // in the JSON's `variants`).

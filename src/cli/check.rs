@@ -89,7 +89,8 @@ pub fn check_ops(
     let mut out = vec![];
     for op in super::select_ops(sel)? {
         let explicit = knobs.is_some();
-        let knobs = super::parse_knobs(op.default_knobs(), knobs)?;
+        let knobs = super::parse_knobs(op.as_ref(), knobs)?;
+        let fixed = which.dims.map(|d| super::pick_preset(op.as_ref(), None, Some(d))).transpose()?;
         if matches!(exec, Executor::Gpu(_)) {
             precompile(op.as_ref(), cases, &knobs, seed, which);
         }
@@ -99,11 +100,14 @@ pub fn check_ops(
         for i in 0..cases {
             let mut preset = op.random_case(&mut rng);
             let data_seed: u64 = rng.random();
+            if which.only.is_some_and(|o| i > o) {
+                break;
+            }
             if which.only.is_some_and(|o| o != i) {
                 continue;
             }
-            if which.dims.is_some() {
-                preset = super::pick_preset(op.as_ref(), None, which.dims)?;
+            if let Some(p) = &fixed {
+                preset = p.clone();
             }
             let inst = op.instance(&preset, data_seed)?;
             let plan = match inst.plan(&knobs) {
@@ -171,6 +175,9 @@ fn precompile(op: &dyn Operator, cases: usize, knobs: &Knobs, seed: u64, which: 
     let mut rng = StdRng::seed_from_u64(seed);
     let mut drawn = vec![];
     for i in 0..cases {
+        if which.only.is_some_and(|o| i > o) {
+            break;
+        }
         let preset = op.random_case(&mut rng);
         let data_seed: u64 = rng.random();
         if which.only.is_none_or(|o| o == i) && which.dims.is_none() {
@@ -200,7 +207,34 @@ pub fn print_table(rows: &[Summary]) {
     }
 }
 
+/// The most cases `check` draws per operator.
+pub const MAX_CASES: usize = 1_000_000;
+
+/// Refuse arguments that cannot run before anything opens the GPU: no cases, an unknown operator, knobs or dims
+/// the operators refuse.
+pub fn validate(sel: &str, cases: usize, knobs: Option<&str>, dims: Option<&str>) -> anyhow::Result<()> {
+    if cases == 0 {
+        anyhow::bail!("--cases: must be at least 1 (0 would check nothing)");
+    }
+    if cases > MAX_CASES {
+        anyhow::bail!("--cases: at most {MAX_CASES} per operator");
+    }
+    for op in super::select_ops(sel)? {
+        super::parse_knobs(op.as_ref(), knobs)?;
+        if let Some(d) = dims {
+            super::pick_preset(op.as_ref(), None, Some(d))?;
+        }
+    }
+    Ok(())
+}
+
 pub fn run(a: Args) -> anyhow::Result<i32> {
+    validate(&a.op, a.cases, a.knobs.as_deref(), a.dims.as_deref())?;
+    if let Some(o) = a.only
+        && o >= a.cases
+    {
+        anyhow::bail!("--only {o}: past the {} case(s) of --cases", a.cases);
+    }
     let seed = a.seed.unwrap_or_else(|| rand::rng().random());
     println!("k3k check: seed {seed}");
     let mut exec = executor(a.backend)?;

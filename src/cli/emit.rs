@@ -64,7 +64,7 @@ pub fn run_nvrtc(a: NvrtcArgs) -> anyhow::Result<i32> {
 pub fn run(a: Args) -> anyhow::Result<i32> {
     for op in super::select_ops(&a.op)? {
         let preset = super::pick_preset(op.as_ref(), a.preset.as_deref(), a.dims.as_deref())?;
-        let knobs = super::parse_knobs(op.default_knobs(), a.knobs.as_deref())?;
+        let knobs = super::parse_knobs(op.as_ref(), a.knobs.as_deref())?;
         for k in op.kernels(&preset, &knobs)? {
             match a.emit {
                 Stage::Ir => print!("{}", print::kernel(&k)),

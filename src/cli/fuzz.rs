@@ -93,7 +93,7 @@ fn knob_sets(
     store: Option<&ResultsStore>,
 ) -> anyhow::Result<Vec<KnobSet>> {
     let mut sets = vec![match &a.knobs {
-        Some(k) => KnobSet { label: format!("--knobs {k}"), knobs: super::parse_knobs(op.default_knobs(), Some(k))? },
+        Some(k) => KnobSet { label: format!("--knobs {k}"), knobs: super::parse_knobs(op, Some(k))? },
         None => KnobSet { label: "default".into(), knobs: op.default_knobs() },
     }];
     if let (Some(gpu), Some(store)) = (gpu, store) {
@@ -132,6 +132,18 @@ fn print_table(rows: &[OpReport]) {
 pub fn run(a: Args) -> anyhow::Result<i32> {
     let seed = a.seed.unwrap_or_else(|| rand::rng().random());
     let ops = super::select_ops(&a.op)?;
+    if a.cases == 0 && a.replay.is_none() {
+        anyhow::bail!("--cases: must be at least 1 (0 would fuzz nothing)");
+    }
+    if a.replay.is_some() && ops.len() != 1 {
+        anyhow::bail!("--replay needs --op naming one operator (a case seed belongs to one)");
+    }
+    // Arguments are checked before a backend (a GPU) is opened.
+    for op in &ops {
+        super::parse_knobs(op.as_ref(), a.knobs.as_deref())?;
+    }
+    let budget = a.time.as_deref().map(|t| k3k::input::parse_duration("--time", t)).transpose()?;
+    let shrink_time = k3k::input::parse_duration("--shrink-time", &a.shrink_time)?;
     let mut be = backend(a.backend)?;
     let (gpu, store) = if a.tuned {
         anyhow::ensure!(a.backend == FuzzBackend::Cuda, "--tuned needs --backend cuda (tuned configs are per GPU)");
@@ -141,7 +153,6 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     } else {
         (None, None)
     };
-    let budget = a.time.as_deref().map(super::tune::parse_budget).transpose()?;
     let base = FuzzOptions {
         cases: a.cases,
         budget,
@@ -149,11 +160,10 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         knob_sets: vec![],
         regressions: (!a.no_persist).then(|| a.regressions.clone()),
         max_shrink_iters: a.max_shrink_iters,
-        max_shrink_time: super::tune::parse_budget(&a.shrink_time)?,
+        max_shrink_time: shrink_time,
         max_failures: a.max_failures,
     };
     if let Some(case_seed) = a.replay {
-        anyhow::ensure!(ops.len() == 1, "--replay needs --op naming one operator (a case seed belongs to one)");
         let op = &ops[0];
         let opts = FuzzOptions { knob_sets: knob_sets(op.as_ref(), &a, gpu.as_ref(), store.as_ref())?, ..base };
         let (drawn, failure) = k3k_fuzz::replay(be.as_mut(), op.as_ref(), case_seed, &opts);

@@ -15,7 +15,6 @@ mod worker;
 
 use clap::{Parser, Subcommand};
 use k3k::ops::op::{Operator, Preset};
-use k3k::ops::registry;
 
 /// k3k compiles the Kimi K3 operators from a tile IR to CUDA (NVRTC -> PTX), checks every kernel against an
 /// f64 CPU reference, autotunes tile shapes per GPU and benchmarks against the peers a user would pick.
@@ -80,57 +79,35 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
     }
 }
 
-/// Operators selected by `--op` (an exact name, a family prefix like `gated_mla`, or `all`).
+/// Operators selected by `--op` (see [`k3k::input::select_ops`]: an exact name, a family, or `all`).
 pub fn select_ops(sel: &str) -> anyhow::Result<Vec<Box<dyn Operator>>> {
-    let ops = registry::select(sel);
-    if ops.is_empty() {
-        anyhow::bail!("no operator matches `--op {sel}`; known: {}", registry::names().join(", "));
-    }
-    Ok(ops)
+    k3k::input::select_ops(sel)
 }
 
-/// Parse `k=v,k=v` into knobs (ints, bools, else strings), on top of `base`.
-pub fn parse_knobs(base: k3k::ir::Knobs, s: Option<&str>) -> anyhow::Result<k3k::ir::Knobs> {
-    let mut k = base;
-    for part in s.unwrap_or("").split(',').filter(|p| !p.is_empty()) {
-        let (name, v) =
-            part.split_once('=').ok_or_else(|| anyhow::anyhow!("--knobs: expected NAME=VALUE, got `{part}`"))?;
-        if let Ok(i) = v.parse::<i64>() {
-            k.set(name, i);
-        } else if let Ok(b) = v.parse::<bool>() {
-            k.set(name, b);
-        } else {
-            k.set(name, v);
-        }
-    }
-    Ok(k)
+/// `--knobs k=v,...` on top of `op`'s defaults, checked against its knob space ([`k3k::input::parse_knobs`]).
+pub fn parse_knobs(op: &dyn Operator, s: Option<&str>) -> anyhow::Result<k3k::ir::Knobs> {
+    k3k::input::parse_knobs(op, s)
 }
 
-/// A preset by name, or from `--dims k=v,...`, or the operator's first benchmark preset.
+/// A preset by name, or from `--dims k=v,...` (checked: [`k3k::input::parse_dims`]), or the operator's first
+/// benchmark preset.
 pub fn pick_preset(op: &dyn Operator, name: Option<&str>, dims: Option<&str>) -> anyhow::Result<Preset> {
     if let Some(d) = dims {
-        let mut pairs = vec![];
-        for part in d.split(',').filter(|p| !p.is_empty()) {
-            let (k, v) =
-                part.split_once('=').ok_or_else(|| anyhow::anyhow!("--dims: expected NAME=INT, got `{part}`"))?;
-            pairs.push((
-                k.to_string(),
-                v.parse::<i64>().map_err(|_| anyhow::anyhow!("--dims: `{v}` is not an integer"))?,
-            ));
-        }
-        return Ok(Preset { name: format!("custom {d}"), dims: pairs.into_iter().collect() });
+        return k3k::input::parse_dims(op, d);
     }
     let presets = op.bench_presets();
-    match name {
-        None => presets.into_iter().next().ok_or_else(|| anyhow::anyhow!("{} has no presets", op.name())),
-        Some(n) => presets.into_iter().find(|p| p.name == n).ok_or_else(|| {
+    let p = match name {
+        None => presets.into_iter().next().ok_or_else(|| anyhow::anyhow!("{} has no presets", op.name()))?,
+        Some(n) => presets.into_iter().find(|p| p.name == n.trim()).ok_or_else(|| {
             anyhow::anyhow!(
                 "{} has no preset `{n}`; presets: {}",
                 op.name(),
                 op.bench_presets().iter().map(|p| format!("`{}`", p.name)).collect::<Vec<_>>().join(", ")
             )
-        }),
-    }
+        })?,
+    };
+    op.check_dims(&p)?;
+    Ok(p)
 }
 
 /// Compile (NVRTC, and ptxas to CUBIN where it is found; all cores) the distinct kernels among `kernels` into the module cache, so that a GPU run of

@@ -67,6 +67,9 @@ fn compile_all() -> anyhow::Result<usize> {
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
     k3k::codegen::refuse_experiments("the main job")?;
+    if a.cases == 0 {
+        anyhow::bail!("--cases: must be at least 1 (0 would check nothing)");
+    }
     let env = Environment::probe();
     if let Err(e) = &env.nvrtc {
         anyhow::bail!("{e}");

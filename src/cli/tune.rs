@@ -85,19 +85,14 @@ pub struct Args {
     pub time_s: f64,
 }
 
-/// Parse `90s`, `10m`, `1h` or plain seconds.
+/// Parse `90s`, `10m`, `1h` or plain seconds (at most 30 days: [`k3k::input::parse_duration`]).
 pub fn parse_budget(s: &str) -> anyhow::Result<Duration> {
-    let (num, unit) =
-        s.trim().split_at(s.trim().find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(s.trim().len()));
-    let v: f64 = num.parse().map_err(|_| anyhow::anyhow!("--budget: `{s}` is not like 90s, 10m or 1h"))?;
-    let secs = match unit {
-        "" | "s" => v,
-        "m" => v * 60.0,
-        "h" => v * 3600.0,
-        _ => anyhow::bail!("--budget: unknown unit in `{s}` (use s, m or h)"),
-    };
-    Ok(Duration::from_secs_f64(secs))
+    k3k::input::parse_duration("--budget", s)
 }
+
+/// The most GPUs and compile jobs a plan is made for.
+const MAX_GPUS: usize = 1024;
+const MAX_JOBS: usize = 1 << 16;
 
 /// The operator families of SEMANTICS.md section 2 (anchors in its section 4); `--op all` tunes their presets first.
 pub const SPEC_FAMILIES: [&str; 5] = ["latent_moe_gemm", "mxfp4_matmul", "kda", "gated_mla", "hist_quantile"];
@@ -158,6 +153,9 @@ pub fn ordered_work(ops: &[Box<dyn Operator>], preset: &str, dims: &[String]) ->
         } else {
             for d in dims {
                 let p = super::pick_preset(op.as_ref(), None, Some(d))?;
+                // A shape no kernel builds for is refused here, before any planning or compiling.
+                op.kernels(&p, &op.default_knobs())
+                    .map_err(|e| anyhow::anyhow!("--dims {d}: {} builds no kernel for this shape: {e}", op.name()))?;
                 items.push(Item { op: op.name(), tier: tier(op.name(), &p.name), preset: p });
             }
         }
@@ -307,6 +305,26 @@ fn tune_one(
 pub fn run(a: Args) -> anyhow::Result<i32> {
     k3k::codegen::refuse_experiments("tune")?;
     let budget = parse_budget(&a.budget)?;
+    if !matches!(a.backend.as_str(), "cuda" | "cpu") {
+        anyhow::bail!("--backend: unknown backend `{}` (cuda or cpu)", a.backend);
+    }
+    if a.timeout_s == 0 {
+        anyhow::bail!("--timeout-s: must be at least 1 (no measurement finishes in 0 s)");
+    }
+    let timeout = k3k::input::seconds("--timeout-s", a.timeout_s as f64)?;
+    if let Some(c) = a.compile_s {
+        k3k::input::seconds("--compile-s", c)?;
+    }
+    k3k::input::seconds("--time-s", a.time_s)?;
+    if a.gpus.is_some_and(|g| !(1..=MAX_GPUS).contains(&g)) {
+        anyhow::bail!("--gpus: 1 to {MAX_GPUS} GPUs");
+    }
+    if a.jobs.is_some_and(|j| !(1..=MAX_JOBS).contains(&j)) {
+        anyhow::bail!("--jobs: 1 to {MAX_JOBS} compile jobs");
+    }
+    if a.min_candidates > a.max_candidates {
+        anyhow::bail!("--min-candidates {} is more than --max-candidates {}", a.min_candidates, a.max_candidates);
+    }
     if a.max_candidates == 0 {
         anyhow::bail!("--max-candidates: must be at least 1");
     }
@@ -338,6 +356,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     let pipe = Mutex::new(Pipe { slots: items.iter().map(|_| Slot::Pending).collect(), next: 0 });
     let cv = Condvar::new();
     let rows = Mutex::new(vec![]);
+    let errors: Mutex<Vec<String>> = Mutex::new(vec![]);
     std::thread::scope(|s| {
         // The compile thread: the first round of each preset, at most `gpus` presets ahead of the lanes, as many
         // candidates as the preset's share of the time left affords at the compile speed seen so far.
@@ -377,6 +396,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         // One lane per visible GPU, each with its own worker (kept across presets), taking presets in order.
         for gi in 0..gpus {
             let (pipe, cv, rows, store, a, gpu_key, items) = (&pipe, &cv, &rows, &store, &a, &gpu_key, &items);
+            let (errors, timeout) = (&errors, timeout);
             s.spawn(move || {
                 let mut spec = WorkerSpec::new(std::env::current_exe().expect("the k3k binary"))
                     .arg("worker")
@@ -385,8 +405,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                 if gpus > 1 {
                     spec = spec.env("CUDA_VISIBLE_DEVICES", gi.to_string());
                 }
-                let mut m =
-                    WorkerMeasurer::new(Worker::new(spec, Duration::from_secs(a.timeout_s)), Default::default());
+                let mut m = WorkerMeasurer::new(Worker::new(spec, timeout), Default::default());
                 loop {
                     let (i, slot) = {
                         let mut p = pipe.lock().unwrap();
@@ -420,7 +439,10 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                     let op = find_op(it.op);
                     match tune_one(op.as_ref(), &it.preset, cands, gpu_key, store, a, shard, &mut m, now + slice) {
                         Ok(r) => rows.lock().unwrap().push((i, r)),
-                        Err(e) => eprintln!("{} / {}: {e:#}", it.op, it.preset.name),
+                        Err(e) => {
+                            eprintln!("{} / {}: {e:#}", it.op, it.preset.name);
+                            errors.lock().unwrap().push(format!("{} / {}: {e:#}", it.op, it.preset.name));
+                        }
                     }
                 }
             });
@@ -439,6 +461,13 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     print!("\n{table}");
     if !skipped.is_empty() {
         println!("budget of {} spent after {:.0?}; not tuned: {}", a.budget, start.elapsed(), skipped.join(", "));
+    }
+    let mut errors = errors.into_inner().unwrap();
+    for r in rows.iter().filter(|r| r.measured > 0 && r.failed == r.measured) {
+        errors.push(format!("{} / {}: every one of its {} candidate(s) failed", r.op, r.preset, r.measured));
+    }
+    if !errors.is_empty() {
+        println!("not tuned because of an error: {}", errors.join("; "));
     }
     println!("results in {} ({:.0?})", a.results.join(gpu_key.slug()).display(), start.elapsed());
     if !rows.is_empty() && a.backend != "cpu" {
@@ -461,7 +490,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         let md = tune_log(before.as_deref(), &gpu_key.name, &run);
         k3k::bench::write_atomic(&path, md.as_bytes())?;
     }
-    Ok(0)
+    Ok(if errors.is_empty() { 0 } else { 1 })
 }
 
 /// The tune log `TUNE.md` of a GPU's results folder: its title, then this run's section, then everything the

@@ -31,6 +31,7 @@
 
 use crate::OpError;
 use crate::data;
+use crate::dims::{self, DimDecl};
 use crate::gated_mla::*;
 use crate::op::{CheckReport, Instance, Operator, Preset, Work};
 use crate::plan::{Outputs, Plan};
@@ -137,6 +138,31 @@ fn compare(name: &str, got: &[f64], want: &[f64], tol: Tolerance, scope: &str) -
 
 /// The `gated_mla.prefill` operator.
 pub struct GatedMlaPrefill;
+
+/// The dims of `gated_mla.prefill` presets (see [`PrefillProblem::from_preset`]).
+pub const PREFILL_DIMS: &[DimDecl] = &[
+    DimDecl::required("H", 1, dims::MAX_HEADS, "heads"),
+    DimDecl::optional("T", 0, dims::MAX_ROWS, "query rows of the one sequence (instead of N)"),
+    DimDecl::optional("S", 0, dims::MAX_ROWS, "key rows of the one sequence (default T)"),
+    DimDecl::optional("N", 0, dims::MAX_GROUPS, "varlen: the number of sequences"),
+    DimDecl::indexed("q", "N", 0, dims::MAX_ROWS, "varlen: query rows of sequence i"),
+    DimDecl::indexed("k", "N", 0, dims::MAX_ROWS, "varlen: key rows of sequence i"),
+    DimDecl::flag("causal", "1: causal mask, bottom-right aligned (default)"),
+    DimDecl::flag("gate", "1: the sigmoid output gate (default)"),
+];
+
+/// q, k, v, gate and output elements of a prefill.
+fn prefill_footprint(p: &Preset) -> f64 {
+    let h = dims::size(p, "H", 0);
+    let (tq, tk) = if p.dims.contains_key("N") {
+        let n = dims::size(p, "N", 0);
+        (dims::family_sum(p, "q", n), dims::family_sum(p, "k", n))
+    } else {
+        let t = dims::size(p, "T", 0);
+        (t, dims::size(p, "S", t as i64))
+    };
+    h * (tq * (DQK + 2 * DV) as f64 + tk * (DQK + DV) as f64)
+}
 
 /// A concrete prefill problem: one sequence (`cu_q = [0, T]`, `cu_k = [0, S]`) or several (varlen).
 #[derive(Clone, Debug, PartialEq)]
@@ -294,7 +320,12 @@ impl Operator for GatedMlaPrefill {
             dims: dims.into_iter().collect(),
         }
     }
+    fn check_dims(&self, p: &Preset) -> Result<(), OpError> {
+        dims::check(self.name(), PREFILL_DIMS, p)?;
+        dims::bound(self.name(), p, prefill_footprint(p))
+    }
     fn instance(&self, p: &Preset, seed: u64) -> Result<Box<dyn Instance>, OpError> {
+        self.check_dims(p)?;
         let pb = PrefillProblem::from_preset(p)?;
         let (tq, tk, h) = (pb.tq(), pb.tk(), pb.h);
         let q = bf16_normal(tq * h * DQK, 1.0, seed);
@@ -319,6 +350,7 @@ impl Operator for GatedMlaPrefill {
         Ok(Box::new(PrefillInstance { pb, q, k, v, z, inputs, seed }))
     }
     fn kernels(&self, p: &Preset, knobs: &Knobs) -> Result<Vec<Kernel>, OpError> {
+        self.check_dims(p)?;
         let pb = PrefillProblem::from_preset(p)?;
         Ok(vec![build_prefill(&pb.spec(), knobs)?])
     }
@@ -465,6 +497,23 @@ impl Instance for PrefillInstance {
 /// The `gated_mla.decode` operator.
 pub struct GatedMlaDecode;
 
+/// The dims of `gated_mla.decode` presets (see [`DecodeProblem::from_preset`]).
+pub const DECODE_DIMS: &[DimDecl] = &[
+    DimDecl::required("B", 1, dims::MAX_GROUPS, "requests"),
+    DimDecl::optional("SQ", 1, 1024, "queries per request (default 1; MTP)"),
+    DimDecl::required("H", 1, dims::MAX_HEADS, "heads"),
+    DimDecl::optional("S", 0, dims::MAX_ROWS, "keys of every request (instead of l0..)"),
+    DimDecl::indexed("l", "B", 0, dims::MAX_ROWS, "keys of request i"),
+];
+
+/// Queries, cache and output elements of a decode.
+fn decode_footprint(p: &Preset) -> f64 {
+    let b = dims::size(p, "B", 0);
+    let keys = if p.dims.contains_key("S") { b * dims::size(p, "S", 0) } else { dims::family_sum(p, "l", b) };
+    let rows = b * dims::size(p, "SQ", 1) * dims::size(p, "H", 0);
+    (keys + 2.0 * PAGE as f64 * b) * D_LAT as f64 + rows * (D_LAT + DV_LAT) as f64
+}
+
 /// A concrete decode problem.
 #[derive(Clone, Debug, PartialEq)]
 pub struct DecodeProblem {
@@ -572,6 +621,13 @@ impl Operator for GatedMlaDecode {
     fn default_knobs(&self) -> Knobs {
         decode_default_knobs()
     }
+    fn plan_knobs(&self) -> KnobSpace {
+        KnobSpace::default().axis("NSPLIT", "the split count (0: automatic, see decode_plan_knobs)", 0..=256i64).axis(
+            "DIRECT",
+            "0: keep the split-KV kernel and the combine for one split and one query",
+            [0i64, 1],
+        )
+    }
     fn bench_presets(&self) -> Vec<Preset> {
         vec![
             Preset::new("b128 S4096 H12", &[("B", 128), ("SQ", 1), ("H", 12), ("S", 4096)]),
@@ -594,7 +650,12 @@ impl Operator for GatedMlaDecode {
         }
         Preset { name: format!("B{b} SQ{sq} H{h} lens {lens:?}"), dims: dims.into_iter().collect() }
     }
+    fn check_dims(&self, p: &Preset) -> Result<(), OpError> {
+        dims::check(self.name(), DECODE_DIMS, p)?;
+        dims::bound(self.name(), p, decode_footprint(p))
+    }
     fn instance(&self, p: &Preset, seed: u64) -> Result<Box<dyn Instance>, OpError> {
+        self.check_dims(p)?;
         let pb = DecodeProblem::from_preset(p)?;
         let (b, sq, h) = (pb.b, pb.sq, pb.h);
         let mut rng = StdRng::seed_from_u64(seed ^ 0x7461_626c);
@@ -623,6 +684,7 @@ impl Operator for GatedMlaDecode {
         Ok(Box::new(DecodeInstance { pb, q, cache, table, max_blocks, inputs, seed, last_plan: Mutex::default() }))
     }
     fn kernels(&self, p: &Preset, knobs: &Knobs) -> Result<Vec<Kernel>, OpError> {
+        self.check_dims(p)?;
         let pb = DecodeProblem::from_preset(p)?;
         let (k, _, direct) = decode_plan(&pb, knobs)?;
         let spec = DecodeSpec::default();
@@ -765,6 +827,18 @@ impl Instance for DecodeInstance {
 /// The `gated_mla.gate` operator: the decode-side W_UV projection with the fused sigmoid gate.
 pub struct GatedMlaGate;
 
+/// The dims of `gated_mla.gate` presets (see [`GateProblem::from_preset`]).
+pub const GATE_DIMS: &[DimDecl] = &[
+    DimDecl::required("T", 1, dims::MAX_ROWS, "tokens"),
+    DimDecl::required("H", 1, dims::MAX_HEADS, "heads"),
+    DimDecl::flag("gate", "1: the sigmoid output gate (default)"),
+];
+
+/// o_latent, gate, output and weight elements of a gate projection.
+fn gate_footprint(p: &Preset) -> f64 {
+    (dims::size(p, "T", 0) * (DV_LAT + 2 * DV) as f64 + (DV * DV_LAT) as f64) * dims::size(p, "H", 0)
+}
+
 /// A concrete gate-projection problem.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct GateProblem {
@@ -822,7 +896,12 @@ impl Operator for GatedMlaGate {
         let gate = rng.random_bool(0.8) as i64;
         Preset::new(&format!("T{t} H{h} gate{gate}"), &[("T", t), ("H", h), ("gate", gate)])
     }
+    fn check_dims(&self, p: &Preset) -> Result<(), OpError> {
+        dims::check(self.name(), GATE_DIMS, p)?;
+        dims::bound(self.name(), p, gate_footprint(p))
+    }
     fn instance(&self, p: &Preset, seed: u64) -> Result<Box<dyn Instance>, OpError> {
+        self.check_dims(p)?;
         let pb = GateProblem::from_preset(p)?;
         let (t, h) = (pb.t, pb.h);
         let ol = bf16_normal(t * h * DV_LAT, 1.0, seed);
@@ -838,6 +917,7 @@ impl Operator for GatedMlaGate {
         Ok(Box::new(GateInstance { pb, ol, w, z, inputs, seed }))
     }
     fn kernels(&self, p: &Preset, knobs: &Knobs) -> Result<Vec<Kernel>, OpError> {
+        self.check_dims(p)?;
         let pb = GateProblem::from_preset(p)?;
         Ok(vec![build_gate(&GateSpec::new(pb.gate), knobs)?])
     }

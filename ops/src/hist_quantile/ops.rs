@@ -1,6 +1,7 @@
 //! The instances and the operators `hist_quantile.qb` and `hist_quantile.column`.
 
 use super::*;
+use crate::dims::{self, DimDecl};
 
 /// A problem with its inputs (checked on construction).
 pub struct QbInstance {
@@ -108,6 +109,35 @@ pub struct HistQuantileQb;
 /// `hist_quantile.column`: the per-column quantile of a `[T, E]` matrix from its histograms.
 pub struct HistQuantileColumn;
 
+/// The dims of `hist_quantile.qb` presets (see [`Problem::from_preset`]).
+pub const QB_DIMS: &[DimDecl] = &[
+    DimDecl::required("T", 1, i32::MAX as i64, "tokens (rows)"),
+    DimDecl::required("E", 1, MAX_E as i64, "experts (columns)"),
+    DimDecl::required("k", 0, MAX_K as i64, "experts per token (k < E)"),
+    DimDecl::required("B", 1, MAX_BINS as i64, "regular bins"),
+    DimDecl::flag("two", "1: a zoomed second pass"),
+    DimDecl::optional("lo_milli", -(1 << 40), 1 << 40, "histogram range start, in thousandths (default -1000)"),
+    DimDecl::optional("hi_milli", -(1 << 40), 1 << 40, "histogram range end, in thousandths (default 1000)"),
+    DimDecl::optional("data", 0, 3, "inputs: 0 random, 1 ties, 2 constant, 3 edges"),
+];
+
+/// The dims of `hist_quantile.column` presets (see [`Problem::from_preset`]).
+pub const COLUMN_DIMS: &[DimDecl] = &[
+    DimDecl::required("T", 1, i32::MAX as i64, "tokens (rows)"),
+    DimDecl::required("E", 1, dims::MAX_COLS, "columns"),
+    DimDecl::required("B", 1, MAX_BINS as i64, "regular bins"),
+    DimDecl::optional("frac_ppm", 0, 1_000_000, "the quantile's fraction, parts per million (default 982143)"),
+    DimDecl::flag("two", "1: a zoomed second pass"),
+    DimDecl::optional("lo_milli", -(1 << 40), 1 << 40, "histogram range start, in thousandths (default 0)"),
+    DimDecl::optional("hi_milli", -(1 << 40), 1 << 40, "histogram range end, in thousandths (default 1000)"),
+    DimDecl::optional("data", 0, 3, "inputs: 0 random, 1 ties, 2 constant, 3 edges"),
+];
+
+fn check_dims_of(op: &'static str, decls: &[DimDecl], p: &Preset) -> Result<(), OpError> {
+    dims::check(op, decls, p)?;
+    dims::bound(op, p, dims::size(p, "T", 0) * (dims::size(p, "E", 0) + 2.0))
+}
+
 fn instance_of(op: &str, p: &Preset, seed: u64) -> Result<Box<dyn Instance>, OpError> {
     let pb = Problem::from_preset(op, p)?;
     let (s, b) = generate(&pb, seed);
@@ -153,10 +183,15 @@ impl Operator for HistQuantileQb {
             &[("T", t), ("E", e), ("k", k), ("B", bins), ("two", two), ("data", data)],
         )
     }
+    fn check_dims(&self, p: &Preset) -> Result<(), OpError> {
+        check_dims_of(self.name(), QB_DIMS, p)
+    }
     fn instance(&self, p: &Preset, seed: u64) -> Result<Box<dyn Instance>, OpError> {
+        self.check_dims(p)?;
         instance_of(OP_QB, p, seed)
     }
     fn kernels(&self, p: &Preset, knobs: &Knobs) -> Result<Vec<Kernel>, OpError> {
+        self.check_dims(p)?;
         kernels_of(OP_QB, p, knobs)
     }
 }
@@ -206,10 +241,15 @@ impl Operator for HistQuantileColumn {
             ],
         )
     }
+    fn check_dims(&self, p: &Preset) -> Result<(), OpError> {
+        check_dims_of(self.name(), COLUMN_DIMS, p)
+    }
     fn instance(&self, p: &Preset, seed: u64) -> Result<Box<dyn Instance>, OpError> {
+        self.check_dims(p)?;
         instance_of(OP_COLUMN, p, seed)
     }
     fn kernels(&self, p: &Preset, knobs: &Knobs) -> Result<Vec<Kernel>, OpError> {
+        self.check_dims(p)?;
         kernels_of(OP_COLUMN, p, knobs)
     }
 }

@@ -9,6 +9,7 @@
 
 use super::{GateForm, KdaData, LOWER_BOUND, bad, check_pairs};
 use crate::OpError;
+use crate::dims::{self, DimDecl};
 use crate::op::{CheckReport, Instance, Operator, Preset, Work};
 use crate::plan::{Outputs, Plan};
 use k3k_ir::*;
@@ -397,6 +398,21 @@ pub fn build_decode(spec: &DecodeSpec) -> Result<Kernel, OpError> {
 // ------------------------------------------------------------------------------------------------------------
 // The `kda.decode` operator.
 
+/// The dims of `kda.decode` presets (see [`DecodeProblem::from_preset`]).
+pub const DIMS: &[DimDecl] = &[
+    DimDecl::required("N", 1, dims::MAX_ROWS, "sequences (states)"),
+    DimDecl::optional("T", 1, 1024, "tokens per sequence (default 1)"),
+    DimDecl::required("H", 1, dims::MAX_HEADS, "query/key heads"),
+    DimDecl::optional("HV", 1, dims::MAX_HEADS, "value heads, a multiple of H (default H)"),
+    DimDecl::required("K", 1, 128, "key head dim: 32, 64 or 128"),
+    DimDecl::optional("V", 1, 128, "value head dim: 32, 64 or 128 (default K)"),
+    DimDecl::optional("gate", 0, 2, "gate form: 0 pre-computed, 1 lb*sigmoid, 2 standard"),
+    DimDecl::flag("bias", "1: the gate's bias"),
+    DimDecl::flag("l2norm", "1: in-kernel l2norm of q and k"),
+    DimDecl::flag("bsig", "1: in-kernel sigmoid of beta"),
+    DimDecl::flag("safe", "taken so that kda's dims serve both operators; the decode step has one path"),
+];
+
 /// A decode problem: N sequences, T tokens each, against states `[N, HV, K, V]`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct DecodeProblem {
@@ -596,12 +612,18 @@ impl Operator for KdaDecode {
         ];
         Preset::new(&format!("kda.decode N{n} T{t} H{h} HV{hv} K{dk} V{dv} gate{gate}"), &dims)
     }
+    fn check_dims(&self, p: &Preset) -> Result<(), OpError> {
+        dims::check(self.name(), DIMS, p)?;
+        dims::bound(self.name(), p, super::kda_footprint(p, true))
+    }
     fn instance(&self, p: &Preset, seed: u64) -> Result<Box<dyn Instance>, OpError> {
+        self.check_dims(p)?;
         let pb = DecodeProblem::from_preset(p)?;
         let d = KdaData::generate(&pb.as_chunked(), seed);
         Ok(Box::new(DecodeInstance { pb, d, seed }))
     }
     fn kernels(&self, p: &Preset, knobs: &Knobs) -> Result<Vec<Kernel>, OpError> {
+        self.check_dims(p)?;
         let pb = DecodeProblem::from_preset(p)?;
         Ok(vec![build_decode(&pb.spec_with(false, knobs)?)?, build_decode(&pb.spec_with(true, knobs)?)?])
     }

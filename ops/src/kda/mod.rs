@@ -87,6 +87,7 @@ pub mod varlen;
 
 use crate::OpError;
 use crate::data;
+use crate::dims::{self, DimDecl};
 use crate::op::{CheckReport, Instance, Operator, Preset, Work};
 use crate::plan::{Outputs, Plan};
 use k3k_ir::*;
@@ -501,6 +502,45 @@ impl Launch {
 
 // ------------------------------------------------------------------------------------------------------------
 // Problems.
+
+/// The dims of `kda` presets (see [`KdaProblem::from_preset`]).
+pub const DIMS: &[DimDecl] = &[
+    DimDecl::optional("B", 1, dims::MAX_GROUPS, "sequences of T tokens (instead of N)"),
+    DimDecl::optional("T", 0, dims::MAX_ROWS, "tokens per sequence"),
+    DimDecl::required("H", 1, dims::MAX_HEADS, "query/key heads"),
+    DimDecl::optional("HV", 1, dims::MAX_HEADS, "value heads, a multiple of H (default H)"),
+    DimDecl::required("K", 1, 128, "key head dim: 32, 64 or 128"),
+    DimDecl::optional("V", 1, 128, "value head dim: 32, 64 or 128 (default K)"),
+    DimDecl::optional("N", 1, dims::MAX_GROUPS, "varlen: the number of sequences (then B = 1)"),
+    DimDecl::indexed("L", "N", 0, dims::MAX_ROWS, "varlen: tokens of sequence i"),
+    DimDecl::flag("safe", "1: the safe-gate path (default), 0: the exact path"),
+    DimDecl::optional("gate", 0, 2, "gate form: 0 pre-computed, 1 lb*sigmoid, 2 standard"),
+    DimDecl::flag("bias", "1: the gate's bias"),
+    DimDecl::flag("l2norm", "1: in-kernel l2norm of q and k"),
+    DimDecl::flag("bsig", "1: in-kernel sigmoid of beta"),
+    DimDecl::flag("h0", "1: an initial state"),
+    DimDecl::flag("extreme", "1: gates of -1000 mixed in (exact path)"),
+];
+
+/// Elements of q, k, v, g, o and the per-chunk states of a `kda` problem (or, `decode`, of N sequences of T
+/// tokens against their states).
+fn kda_footprint(p: &Preset, decode: bool) -> f64 {
+    let h = dims::size(p, "H", 0);
+    let hv = dims::size(p, "HV", h as i64);
+    let k = dims::size(p, "K", 0);
+    let v = dims::size(p, "V", k as i64);
+    let (seqs, tokens) = if decode {
+        let n = dims::size(p, "N", 0);
+        (n, n * dims::size(p, "T", 1))
+    } else if p.dims.contains_key("N") {
+        let n = dims::size(p, "N", 0);
+        (n, dims::family_sum(p, "L", n))
+    } else {
+        let b = dims::size(p, "B", 0);
+        (b, b * dims::size(p, "T", 0))
+    };
+    tokens * hv * (3.0 * k + 2.0 * v) + (tokens / 64.0 + 2.0 * seqs) * hv * k * v
+}
 
 /// One chunked-KDA problem.
 #[derive(Clone, Debug, PartialEq)]
@@ -1064,6 +1104,10 @@ impl Operator for Kda {
     fn default_knobs(&self) -> Knobs {
         default_knobs()
     }
+    fn plan_knobs(&self) -> KnobSpace {
+        let parts = std::iter::once(0i64).chain(TSPLIT_VALUES.iter().map(|&t| t as i64));
+        KnobSpace::default().axis("TSPLIT", "time parts of each sequence's chunk loop (0: automatic)", parts)
+    }
     fn bench_presets(&self) -> Vec<Preset> {
         let p = |name: &str, b: i64, t: i64, h: i64, safe: i64| {
             Preset::new(name, &[("B", b), ("T", t), ("H", h), ("K", 128), ("V", 128), ("safe", safe)])
@@ -1114,12 +1158,18 @@ impl Operator for Kda {
             dims: dims.into_iter().collect(),
         }
     }
+    fn check_dims(&self, p: &Preset) -> Result<(), OpError> {
+        dims::check(self.name(), DIMS, p)?;
+        dims::bound(self.name(), p, kda_footprint(p, false))
+    }
     fn instance(&self, p: &Preset, seed: u64) -> Result<Box<dyn Instance>, OpError> {
+        self.check_dims(p)?;
         let pb = KdaProblem::from_preset(p)?;
         let d = KdaData::generate(&pb, seed);
         Ok(Box::new(KdaInstance { pb, d, seed }))
     }
     fn kernels(&self, p: &Preset, knobs: &Knobs) -> Result<Vec<Kernel>, OpError> {
+        self.check_dims(p)?;
         let pb = KdaProblem::from_preset(p)?;
         let l = Launch::resolve(knobs, &pb)?;
         let (a, b) = chunk_kernels(&pb, &l)?;

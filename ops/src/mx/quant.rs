@@ -15,6 +15,7 @@
 use super::*;
 use crate::check::compare;
 use crate::data;
+use crate::dims::{self, DimDecl};
 use crate::op::{CheckReport, Instance, Operator, Preset, Work};
 use crate::plan::{Outputs, Plan};
 use k3k_ir::*;
@@ -389,6 +390,29 @@ pub struct MxQuantize;
 /// `mx.dequantize`.
 pub struct MxDequantize;
 
+/// The dims of `mx.quantize` presets (see `QuantProblem::from_preset`).
+pub const QUANT_DIMS: &[DimDecl] = &[
+    DimDecl::required("R", 0, dims::MAX_ROWS, "rows"),
+    DimDecl::required("K", 1, dims::MAX_COLS, "columns, a multiple of 32"),
+    DimDecl::flag("fmt", "0 MXFP4, 1 MXFP8 (E4M3)"),
+    DimDecl::flag("rule", "0 Floor, 1 Ceil scale rule"),
+    DimDecl::flag("src", "0 f32, 1 bf16 input"),
+    DimDecl::flag("edge", "1: edge-case blocks (default), 0: ordinary values"),
+];
+
+/// The dims of `mx.dequantize` presets (see `DequantProblem::from_preset`).
+pub const DEQUANT_DIMS: &[DimDecl] = &[
+    DimDecl::required("R", 0, dims::MAX_ROWS, "rows"),
+    DimDecl::required("K", 1, dims::MAX_COLS, "columns, a multiple of 32"),
+    DimDecl::flag("fmt", "0 MXFP4, 1 MXFP8 (E4M3)"),
+    DimDecl::flag("out", "0 f32, 1 bf16 output"),
+];
+
+/// Input and output elements of an R x K (de)quantization.
+fn mx_footprint(p: &Preset) -> f64 {
+    2.0 * dims::size(p, "R", 0) * dims::size(p, "K", 0)
+}
+
 struct QuantProblem {
     rows: usize,
     k: usize,
@@ -464,7 +488,12 @@ impl Operator for MxQuantize {
             &[("R", rows), ("K", k), ("fmt", fmt), ("rule", rule), ("src", src)],
         )
     }
+    fn check_dims(&self, p: &Preset) -> Result<(), OpError> {
+        dims::check(QOP, QUANT_DIMS, p)?;
+        dims::bound(QOP, p, mx_footprint(p))
+    }
     fn instance(&self, p: &Preset, seed: u64) -> Result<Box<dyn Instance>, OpError> {
+        self.check_dims(p)?;
         let pb = QuantProblem::from_preset(p)?;
         let mut vals = test_values(pb.rows, pb.k, seed, pb.edge);
         if pb.src == DType::Bf16 {
@@ -474,6 +503,7 @@ impl Operator for MxQuantize {
         Ok(Box::new(QuantInstance { pb, x, vals }))
     }
     fn kernels(&self, p: &Preset, knobs: &Knobs) -> Result<Vec<Kernel>, OpError> {
+        self.check_dims(p)?;
         let pb = QuantProblem::from_preset(p)?;
         Ok(vec![build_quantize(&QuantSpec { fmt: pb.fmt, rule: pb.rule, src: pb.src }, knobs)?])
     }
@@ -635,12 +665,18 @@ impl Operator for MxDequantize {
         let (fmt, out) = (rng.random_range(0..2i64), rng.random_range(0..2i64));
         Preset::new(&format!("R{rows} K{k} fmt{fmt} out{out}"), &[("R", rows), ("K", k), ("fmt", fmt), ("out", out)])
     }
+    fn check_dims(&self, p: &Preset) -> Result<(), OpError> {
+        dims::check(DOP, DEQUANT_DIMS, p)?;
+        dims::bound(DOP, p, mx_footprint(p))
+    }
     fn instance(&self, p: &Preset, seed: u64) -> Result<Box<dyn Instance>, OpError> {
+        self.check_dims(p)?;
         let pb = DequantProblem::from_preset(p)?;
         let t = random_mx(pb.rows, pb.k, pb.fmt, seed);
         Ok(Box::new(DequantInstance { pb, t }))
     }
     fn kernels(&self, p: &Preset, knobs: &Knobs) -> Result<Vec<Kernel>, OpError> {
+        self.check_dims(p)?;
         let pb = DequantProblem::from_preset(p)?;
         Ok(vec![build_dequantize(&DequantSpec { fmt: pb.fmt, out: pb.out }, knobs)?])
     }

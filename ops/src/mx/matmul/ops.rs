@@ -1,9 +1,28 @@
 //! The operator `mxfp4_matmul`: problems, presets, random cases and instances.
 
 use super::*;
+use crate::dims::{self, DimDecl};
 
 /// `mxfp4_matmul`.
 pub struct Mxfp4Matmul;
+
+/// The dims of `mxfp4_matmul` presets (see [`MatProblem::from_preset`]).
+pub const DIMS: &[DimDecl] = &[
+    DimDecl::required("K", 1, dims::MAX_COLS, "reduction dim, a multiple of 32"),
+    DimDecl::required("N", 1, dims::MAX_COLS, "output columns (a GLU epilogue halves them)"),
+    DimDecl::optional("M", 0, dims::MAX_ROWS, "rows of a dense product (instead of G)"),
+    DimDecl::optional("G", 1, dims::MAX_GROUPS, "groups (routed experts)"),
+    DimDecl::indexed("c", "G", 0, dims::MAX_ROWS, "rows of group i (instead of per or mean)"),
+    DimDecl::optional("per", 0, dims::MAX_ROWS, "rows of every group (instead of mean)"),
+    DimDecl::optional("mean", 0, dims::MAX_ROWS, "mean rows per group, drawn ragged (with G)"),
+    DimDecl::optional("seed", 0, i64::MAX, "seed of the ragged draw (with mean)"),
+    DimDecl::optional("epilogue", 0, 2, "0 none, 1 SiTU-GLU, 2 SwiGLU"),
+    DimDecl::flag("p", "1: routing weights scale each row"),
+    DimDecl::flag("packed", "1: the packed weight layout"),
+    DimDecl::flag("tiles", "1: the tile-major packed layout (N a multiple of 32, K of 128)"),
+    DimDecl::flag("wide", "1: scale bytes over a wide range"),
+    DimDecl::flag("act", "1: MXFP8 activations"),
+];
 
 /// A concrete problem.
 #[derive(Clone, Debug)]
@@ -258,7 +277,12 @@ impl Operator for Mxfp4Matmul {
         }
         Preset { name: format!("G{g} [{desc}] {tag}"), dims: dims.into_iter().collect() }
     }
+    fn check_dims(&self, p: &Preset) -> Result<(), OpError> {
+        dims::check(OP, DIMS, p)?;
+        dims::bound(OP, p, crate::latent_moe_gemm::gemm_footprint(p))
+    }
     fn instance(&self, p: &Preset, seed: u64) -> Result<Box<dyn Instance>, OpError> {
+        self.check_dims(p)?;
         let pb = MatProblem::from_preset(p)?;
         let (m, k, n, g) = (pb.m(), pb.k, pb.n, pb.counts.len());
         let mut xv = data::normal(m * k, 1.0, seed);
@@ -286,6 +310,7 @@ impl Operator for Mxfp4Matmul {
         Ok(Box::new(MatInstance { pb, x, x8, xv, w, p, seed }))
     }
     fn kernels(&self, p: &Preset, knobs: &Knobs) -> Result<Vec<Kernel>, OpError> {
+        self.check_dims(p)?;
         let pb = MatProblem::from_preset(p)?;
         let spec = pb.spec();
         if !spec.tiled && super::prefill::selected(knobs, &pb.facts())? {
