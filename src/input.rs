@@ -60,11 +60,9 @@ pub fn parse_dims(op: &dyn Operator, s: &str) -> anyhow::Result<Preset> {
     Ok(p)
 }
 
-/// The knob space `--knobs` is checked against: the operator's tuning space and the plan knobs it also reads.
+/// The knob space `--knobs` is checked against: [`Operator::checked_knobs`].
 pub fn knob_space(op: &dyn Operator) -> KnobSpace {
-    let mut space = op.knob_space();
-    space.axes.extend(op.plan_knobs().axes);
-    space
+    op.checked_knobs()
 }
 
 /// `--knobs NAME=VALUE,...` on top of `op`'s defaults, each checked against the operator's knob space (the

@@ -764,7 +764,7 @@ fn resolve_request(
             let p = preset_of(op, preset, dims)?;
             let usage = |what: String| BuildError::Usage(format!("request `{module}` (`{name}`): {what}"));
             if let Some(f) = &r.knobs {
-                op.knob_space().check(f, &op.default_knobs()).map_err(|e| usage(format!(".knobs(..): {e}")))?;
+                op.checked_knobs().check(f, &op.default_knobs()).map_err(|e| usage(format!(".knobs(..): {e}")))?;
             }
             if r.folded_scales && name != MXFP4_OP {
                 return Err(usage(format!("`assume_folded_scales()` applies to `{MXFP4_OP}` only")));
@@ -1091,7 +1091,7 @@ pub fn runtime_dims(op: &str) -> &'static [&'static str] {
 }
 
 /// The values a run-time dim is probed at: small counts, the neighbours of the request's value, and every power
-/// of two (and its neighbours) up to 2^20 tokens.
+/// of two (and its neighbours) up to 2^20 tokens (those within the operator's declared bounds).
 fn probe_values(v: i64) -> Vec<i64> {
     let mut xs: Vec<i64> = vec![1, 2, 3, 5, 7, v - 1, v + 1, 2 * v + 3];
     for i in 1..=20 {
@@ -1122,7 +1122,8 @@ fn free_runtime_dims(op: &dyn Operator, p: &Preset, knobs: &Knobs, kernels: &[Ke
             probe_values(v).into_iter().all(|x| {
                 let mut q = p.clone();
                 q.dims.insert(d.to_string(), x);
-                op.kernels(&q, knobs).map(hashes).is_ok_and(|h| h == base)
+                // Values past the operator's bounds are no shapes it takes.
+                op.check_dims(&q).is_err() || op.kernels(&q, knobs).map(hashes).is_ok_and(|h| h == base)
             })
         })
         .map(|d| d.to_string())

@@ -305,6 +305,9 @@ fn run_time_dims_are_free_exactly_where_the_operator_builds_the_same_kernels() {
                 if *name == "mxfp4_matmul" {
                     q.dims.insert("wide".into(), 1);
                 }
+                if op.check_dims(&q).is_err() {
+                    return true; // past the operator's bounds: no shape it takes
+                }
                 op.kernels(&q, knobs).is_ok_and(|ks| {
                     let mut seen = std::collections::HashSet::new();
                     ks.iter().map(stable_hash).filter(|h| seen.insert(h.clone())).collect::<Vec<_>>() == emitted
@@ -461,4 +464,22 @@ fn a_varlen_kda_request_serves_batches_of_any_lengths() {
             .err()
             .unwrap();
     assert!(e.to_string().contains("`varlen(..)` applies to `kda` only"), "{e}");
+}
+
+#[test]
+fn unknown_or_negative_dims_are_build_errors() {
+    let out = tempfile::tempdir().unwrap();
+    let gemm =
+        || Builder::new().op("latent_moe_gemm").alias("g").dims(&[("G", 2), ("mean", 32), ("K", 256), ("N", 512)]);
+    let err = |b: Builder| match build(b, out.path()) {
+        Ok(_) => panic!("the request built; a build error was expected"),
+        Err(e) => e.to_string(),
+    };
+    // Dims the operator does not take, misspelt or unknown, name the dim.
+    let e = err(gemm().dims(&[("FOO", 7)]));
+    assert!(e.contains("FOO"), "{e}");
+    let e = err(Builder::new().op("mxfp4_matmul").dims(&[("M", 4), ("N", 64), ("K", 256), ("pakced", 1)]));
+    assert!(e.contains("pakced"), "{e}");
+    let e = err(gemm().dims(&[("G", -1)]));
+    assert!(e.contains("`G`") || e.contains("G"), "{e}");
 }

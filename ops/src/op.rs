@@ -97,7 +97,16 @@ pub trait Operator: Send + Sync {
     fn plan_knobs(&self) -> KnobSpace {
         KnobSpace::default()
     }
-    /// The benchmark presets (SPEC section 4 rows for this operator).
+    /// What hand-given knobs are checked against ([`KnobSpace::check`]): the tuning space, the values it also
+    /// accepts, and the plan knobs.
+    fn checked_knobs(&self) -> KnobSpace {
+        let mut space = self.knob_space();
+        let plan = self.plan_knobs();
+        space.axes.extend(plan.axes);
+        space.accepted.extend(plan.accepted);
+        space
+    }
+    /// The benchmark presets (SEMANTICS.md section 4 rows for this operator).
     fn bench_presets(&self) -> Vec<Preset>;
     /// A random small problem for correctness checks (edge sizes, empty groups, ...).
     fn random_case(&self, rng: &mut StdRng) -> Preset;
