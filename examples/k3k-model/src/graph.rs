@@ -162,7 +162,10 @@ fn reference_step(layers: &[Layer], states: &mut [Vec<f32>], t: &Token) -> Res<V
 /// GPU time of `f`'s enqueued work, by events on `s`, in microseconds.
 fn gpu_us(s: &Arc<CudaStream>, f: impl FnOnce() -> Res<()>) -> Res<f64> {
     let ctx = s.context();
-    let (a, b) = (ctx.new_event(None)?, ctx.new_event(None)?);
+    let (a, b) = (
+        ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))?,
+        ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))?,
+    );
     a.record(s)?;
     f()?;
     b.record(s)?;
@@ -307,11 +310,23 @@ pub fn run(stream: &Arc<CudaStream>, rep: &mut Report, seed: u64) -> Res<()> {
     Ok(())
 }
 
-/// Each launch of one step timed alone (events around it), summed: what the step's kernels cost on the GPU
-/// without launch gaps.
+/// GPU time of one launch, without the host in the way: `f` (one launch) captured 20 times into a graph, the
+/// graph replayed once untimed and once between events; the time per launch.
+fn launch_us(s: &Arc<CudaStream>, mut f: impl FnMut() -> Res<()>) -> Res<f64> {
+    const REPS: usize = 20;
+    s.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
+    let captured = (0..REPS).try_for_each(|_| f());
+    let graph = s.end_capture(sys::CUgraphInstantiate_flags(0))?;
+    captured?;
+    let graph = graph.ok_or("the capture recorded no graph")?;
+    graph.launch()?;
+    Ok(gpu_us(s, || Ok(graph.launch()?))? / REPS as f64)
+}
+
+/// Each launch of one step timed alone ([`launch_us`]), summed: what the step's kernels cost on the GPU with
+/// the least launch gaps (a graph's, between repetitions of one kernel).
 fn gpu_us_each(k: &Launchers, s: &Arc<CudaStream>, st: &mut Step) -> Res<f64> {
-    // Warm the step once, then time each launch of another step by replaying it launch by launch: the same
-    // launches as `enqueue`, one event pair each.
+    // Warm the step once, then time each launch of the step: the same launches as `enqueue`.
     enqueue(k, s, st)?;
     s.synchronize()?;
     let hd = HEADS * HEAD_DIM;
@@ -321,7 +336,7 @@ fn gpu_us_each(k: &Launchers, s: &Arc<CudaStream>, st: &mut Step) -> Res<f64> {
         let xb = if l == 0 { &st.x } else { &prev[l - 1] };
         let lay = &mut st.layers[l];
         for (i, dst) in [&mut st.q, &mut st.k, &mut st.v].into_iter().enumerate() {
-            total += gpu_us(s, || {
+            total += launch_us(s, || {
                 let w = view(&lay.w[i], s, &[hd, HIDDEN])?;
                 Ok(k.lin.launch(
                     s,
@@ -331,9 +346,9 @@ fn gpu_us_each(k: &Launchers, s: &Arc<CudaStream>, st: &mut Step) -> Res<f64> {
                 )?)
             })?;
         }
-        total += gpu_us(s, || {
+        total += launch_us(s, || {
             let wb = view(&lay.w[3], s, &[HEADS, HIDDEN])?;
-            Ok(k.lin.launch(
+            Ok(k.lin_narrow.launch(
                 s,
                 &view(xb, s, &[1, HIDDEN])?,
                 &wb,
@@ -341,7 +356,7 @@ fn gpu_us_each(k: &Launchers, s: &Arc<CudaStream>, st: &mut Step) -> Res<f64> {
             )?)
         })?;
         let qkv = [1, 1, HEADS, HEAD_DIM];
-        total += gpu_us(s, || {
+        total += launch_us(s, || {
             Ok(k.step.launch(
                 s,
                 &view(&st.q, s, &qkv)?,
@@ -355,7 +370,7 @@ fn gpu_us_each(k: &Launchers, s: &Arc<CudaStream>, st: &mut Step) -> Res<f64> {
                 LB,
             )?)
         })?;
-        total += gpu_us(s, || {
+        total += launch_us(s, || {
             let wo = view(&lay.w[4], s, &[HIDDEN, hd])?;
             Ok(k.lin.launch(
                 s,

@@ -9,7 +9,7 @@ use crate::host::*;
 use crate::kernels;
 use k3k_build::reference::gemm as rg;
 use k3k_build::reference::kda::{KdaInputs, gate_safe, kda_recurrent};
-use k3k_build::rt::cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
+use k3k_build::rt::cudarc::driver::{CudaSlice, CudaStream, DevicePtr, sys};
 use k3k_build::rt::{Bf16, DType, F32, HostTensor, U8, View, ViewMut};
 use std::sync::Arc;
 
@@ -84,7 +84,10 @@ pub fn run(stream: &Arc<CudaStream>, rep: &mut Report, seed: u64) -> Res<()> {
     let got_o = down(s, DType::Bf16, &[t, h, dv], &od)?;
     let got_ht = down(s, DType::F32, &[n, h, dk, dv], &htd)?;
     let ctx = s.context();
-    let (e0, e1) = (ctx.new_event(None)?, ctx.new_event(None)?);
+    let (e0, e1) = (
+        ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))?,
+        ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))?,
+    );
     let reps = 20;
     e0.record(s)?;
     for _ in 0..reps {
