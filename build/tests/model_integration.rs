@@ -483,3 +483,33 @@ fn unknown_or_negative_dims_are_build_errors() {
     let e = err(gemm().dims(&[("G", -1)]));
     assert!(e.contains("`G`") || e.contains("G"), "{e}");
 }
+
+#[test]
+fn a_paged_mla_decode_built_for_one_cache_length_serves_others() {
+    // The cache length comes as data (a lengths tensor), so no shape check can catch a launcher used past the
+    // length it was built for. The launcher built for S = 100 is the one-split kernel (no combine); the
+    // operator builds the very same kernel for the one-split plan at every length, and it is right there.
+    let op = k3k_ops::registry::all().into_iter().find(|o| o.name() == "gated_mla.decode").unwrap();
+    let dims = [("B", 2), ("SQ", 1), ("H", 4), ("S", 100)];
+    let out = tempfile::tempdir().unwrap();
+    let r = build(Builder::new().op("gated_mla.decode").dims(&dims), out.path()).unwrap();
+    let emitted: Vec<Kernel> = r.kernels.iter().map(|k| k.kernel.clone()).collect();
+    assert_eq!(emitted.len(), 1, "one split at S = 100: one kernel");
+    let mut knobs = r.requests[0].knobs.clone();
+    knobs.set("NSPLIT", 1i64);
+    for s in [1i64, 257, 1000, 4099] {
+        let mut p = Preset::new("other", &dims);
+        p.dims.insert("S".into(), s);
+        let inst = op.instance(&p, 3).unwrap();
+        let plan = inst.plan(&knobs).unwrap();
+        assert!(plan.steps.iter().all(|st| stable_hash(&st.kernel) == stable_hash(&emitted[0])), "S = {s}");
+        let bufs = plan
+            .run_host(|k, args, scalars| {
+                interp::run(k, args, scalars, InterpOptions::default())?;
+                Ok(())
+            })
+            .unwrap();
+        let rep = inst.check(&plan.outputs(bufs)).unwrap();
+        assert!(rep.passed, "S = {s}: {} ({})", rep.detail, rep.max_rel_err);
+    }
+}
