@@ -69,6 +69,8 @@ struct Request {
     folded_scales: bool,
     /// `varlen(max_tokens, max_seqs)`: a KDA request for batches of run-time sequence lengths.
     varlen: Option<(usize, usize)>,
+    /// `buckets(dim, values)`: one kernel per bucket of a run-time dim, picked at launch.
+    buckets: Option<(String, Vec<i64>)>,
 }
 
 impl Request {
@@ -84,6 +86,7 @@ impl Request {
             runtime_inputs: vec![],
             folded_scales: false,
             varlen: None,
+            buckets: None,
         }
     }
 }
@@ -188,6 +191,8 @@ pub(crate) struct Resolved {
     pub folded_scales: bool,
     /// The operator's run-time dims this request leaves free (see [`runtime_dims`]).
     pub runtime_free: Vec<String>,
+    /// `buckets(dim, values)`: the kernels are one per bucket, in `values` order.
+    pub buckets: Option<(String, Vec<i64>)>,
 }
 
 /// One launch of a recorded plan: (role index, buffer indices, scalars).
@@ -404,6 +409,21 @@ impl Builder {
     pub fn varlen(mut self, max_tokens: usize, max_seqs: usize) -> Self {
         if let Some(r) = self.last("varlen") {
             r.varlen = Some((max_tokens, max_seqs));
+        }
+        self
+    }
+
+    /// Build one kernel per bucket of the run-time dim `dim` (each with the knobs tuned for that bucket, as the
+    /// tuner buckets shapes) and generate `Dispatch`, whose `launch` takes any value of `dim` and runs the kernel of
+    /// the smallest bucket at or above it (the largest bucket past them all). For shapes where the operator
+    /// picks kernels by size, such as MXFP4's decode-like and mid-size paths by token count `M`. Every bucket
+    /// must be one kernel with the same arguments (a bucket whose path needs several kernels is a build error).
+    pub fn buckets(mut self, dim: &str, values: &[i64]) -> Self {
+        if let Some(r) = self.last("buckets") {
+            let mut v = values.to_vec();
+            v.sort_unstable();
+            v.dedup();
+            r.buckets = Some((dim.to_string(), v));
         }
         self
     }
@@ -769,6 +789,19 @@ fn resolve_request(
             if r.folded_scales && name != MXFP4_OP {
                 return Err(usage(format!("`assume_folded_scales()` applies to `{MXFP4_OP}` only")));
             }
+            if let Some((dim, values)) = &r.buckets {
+                if !runtime_dims(name).contains(&dim.as_str()) {
+                    return Err(usage(format!(
+                        "`buckets({dim:?}, ..)`: `{dim}` is no run-time dim of `{name}` (those are {:?})",
+                        runtime_dims(name)
+                    )));
+                }
+                if values.is_empty() || values[0] < 1 || r.plan || r.varlen.is_some() {
+                    return Err(usage(
+                        "`buckets(..)` takes values from 1, and no `plan(true)` or `varlen(..)` beside it".into(),
+                    ));
+                }
+            }
             // The shape the kernels (and a plan's instances) are built for: for MXFP4 weights, the kernels that
             // are right for every scale byte unless the request assumes folded scales (the lookup of tuned knobs
             // keeps the request's shape: the knobs were tuned on the same problem).
@@ -821,6 +854,13 @@ fn resolve_request(
                     }
                     k
                 };
+                if let Some((dim, values)) = &r.buckets {
+                    let v =
+                        bucket_variant(op, &p, &build_p, dim, values, g, results, nvrtc, warnings, &forced, &module)?;
+                    reports.extend(v.1);
+                    variants.push(v.0);
+                    continue;
+                }
                 let lookup_p = if r.varlen.is_some() { &build_p } else { &p };
                 let (tuned, mut source) = lookup::resolve(op, lookup_p, g, results, nvrtc, warnings);
                 let mut varlen_rec = None;
@@ -895,6 +935,10 @@ fn resolve_request(
                 });
             }
             runtime_free = free.unwrap_or_default();
+            if let Some((dim, values)) = &r.buckets {
+                knob_free = values.iter().map(|b| format!("{dim}{b}")).collect();
+                runtime_free = vec![dim.clone()];
+            }
             if r.varlen.is_some() {
                 // The batch's tokens, sequences and chunks all come at run time.
                 knob_free = vec!["intra".into(), "state".into(), "state_from_h0".into()];
@@ -993,7 +1037,87 @@ fn resolve_request(
         .collect();
     let folded_scales = r.folded_scales;
     let runtime_free = runtime_free.into_iter().filter(|d| !r.pins.iter().any(|(n, _)| n == d)).collect();
-    Ok((Resolved { module, title, op: op_name, shape, roles, pins, variants, folded_scales, runtime_free }, reports))
+    let buckets = r.buckets.clone();
+    Ok((
+        Resolved { module, title, op: op_name, shape, roles, pins, variants, folded_scales, runtime_free, buckets },
+        reports,
+    ))
+}
+
+/// One GPU's variant of a bucketed request: per bucket value, the knobs the results give that shape (the
+/// tuner's rule) and the one kernel the operator builds there; every bucket's kernel takes the same arguments.
+#[allow(clippy::too_many_arguments)]
+fn bucket_variant(
+    op: &dyn Operator,
+    p: &Preset,
+    build_p: &Preset,
+    dim: &str,
+    values: &[i64],
+    g: &str,
+    results: &Path,
+    nvrtc: Option<&str>,
+    warnings: &mut Vec<String>,
+    forced: &dyn Fn(Knobs) -> Knobs,
+    module: &str,
+) -> Result<(Variant, Vec<ResolvedRequest>), BuildError> {
+    let inconsistent = |why: String| BuildError::Inconsistent { request: module.into(), why };
+    let mut kernels: Vec<Kernel> = vec![];
+    let mut texts = vec![];
+    let mut reports = vec![];
+    for &b in values {
+        let (mut pb, mut bb) = (p.clone(), build_p.clone());
+        pb.dims.insert(dim.into(), b);
+        bb.dims.insert(dim.into(), b);
+        pb.name = format!("{} {dim}={b}", dims_text(&p.dims));
+        let (tuned, source) = lookup::resolve(op, &pb, g, results, nvrtc, warnings);
+        let knobs = forced(tuned);
+        let mut seen = std::collections::HashSet::new();
+        let built: Vec<Kernel> = op
+            .kernels(&bb, &knobs)
+            .map_err(|e| BuildError::Op { request: module.into(), gpu: g.into(), err: Box::new(e) })?
+            .into_iter()
+            .filter(|k| seen.insert(stable_hash(k)))
+            .collect();
+        if built.len() != 1 {
+            return Err(inconsistent(format!(
+                "at {dim} = {b} the operator runs {} kernels ({}); a bucket takes a one-kernel path: end the buckets \
+                 below {b}",
+                built.len(),
+                built.iter().map(|k| k.name.as_str()).collect::<Vec<_>>().join(", ")
+            )));
+        }
+        if let Some(k0) = kernels.first()
+            && signature(k0) != signature(&built[0])
+        {
+            return Err(inconsistent(format!(
+                "the kernel at {dim} = {b} takes other arguments than the one at {dim} = {}",
+                values[0]
+            )));
+        }
+        if let KnobSource::Default { why } = &source {
+            warnings.push(format!("{} [{}] on {g}: {why}; using the default knobs {knobs}", op.name(), pb.name));
+        }
+        texts.push(format!("{dim} <= {b}: {source}"));
+        reports.push(ResolvedRequest {
+            module: module.into(),
+            op: op.name().into(),
+            shape: pb.name.clone(),
+            gpu: g.into(),
+            knobs,
+            source,
+            kernels: vec![built[0].name.clone()],
+        });
+        kernels.extend(built);
+    }
+    let variant = Variant {
+        gpu: g.into(),
+        knobs: reports[0].knobs.clone(),
+        source: texts.join("; "),
+        kernels,
+        plan: None,
+        varlen: None,
+    };
+    Ok((variant, reports))
 }
 
 /// The knobs of a varlen KDA request: the automatic choices made for the representative batch, then fixed.

@@ -129,8 +129,11 @@ fn module(o: &mut String, r: &Resolved, artifacts: &HashMap<String, Artifacts>) 
     if r.variants[0].varlen.is_some() {
         head.push_str(" Batches of run-time sequence lengths: [`Varlen`].");
     }
+    if let Some((dim, _)) = &r.buckets {
+        let _ = write!(head, " One kernel per bucket of `{dim}`, picked at each launch: [`Dispatch`].");
+    }
     doc(o, "", &head);
-    let _ = writeln!(o, "#[allow(dead_code, unused_imports, clippy::too_many_arguments, clippy::needless_lifetimes)]");
+    let _ = writeln!(o, "#[allow(dead_code, unused_imports, clippy::too_many_arguments, clippy::needless_lifetimes, clippy::get_first)]");
     let _ = writeln!(o, "pub mod {} {{", r.module);
     let _ = writeln!(o, "    use k3k_build::rt;\n");
     doc(o, "    ", "The operator (empty for IR kernels given in build.rs).");
@@ -145,6 +148,9 @@ fn module(o: &mut String, r: &Resolved, artifacts: &HashMap<String, Artifacts>) 
     }
     if r.variants[0].varlen.is_some() {
         varlen(o, r);
+    }
+    if let Some((dim, values)) = &r.buckets {
+        dispatch(o, r, dim, values);
     }
     let _ = writeln!(o, "}}\n");
 }
@@ -485,4 +491,82 @@ fn varlen(o: &mut String, r: &Resolved) {
         o,
         "        }}\n\n        /// The runner.\n        pub fn runner(&self) -> &rt::KdaVarlen {{\n            &self.r\n        }}\n    }}"
     );
+}
+
+/// `Dispatch`: the launcher of a bucketed request, which picks the bucket's kernel from the run-time dim.
+fn dispatch(o: &mut String, r: &Resolved, dim: &str, values: &[i64]) {
+    let k0 = &r.variants[0].kernels[0];
+    // Where the dim is read at a launch: the first tensor argument that has it.
+    let Some((ti, di)) = k0.tensors.iter().enumerate().find_map(|(i, t)| {
+        t.dims.iter().position(|d| matches!(d, Dim::Sym(s) if k0.syms[s.0 as usize].name == dim)).map(|d| (i, d))
+    }) else {
+        return;
+    };
+    let scalars: Vec<_> = k0.syms.iter().filter(|s| s.kind != SymKind::Dim && s.name != k3k_ir::NUM_SMS).collect();
+    let names = unique(
+        k0.tensors.iter().map(|t| snake(&t.name)).chain(scalars.iter().map(|s| snake(&s.name))).collect(),
+        &["stream", "self_", "rt"],
+    );
+    let (tnames, snames) = names.split_at(k0.tensors.len());
+    doc(
+        o,
+        "    ",
+        &format!(
+            "The kernels of every bucket of `{dim}` ({}), loaded together; [`Dispatch::launch`] reads `{dim}` from \
+             `{}` (dim {di}) and runs the kernel of the smallest bucket at or above it (the largest bucket's past \
+             them all). Each bucket's kernel is right for every value of `{dim}`; the buckets pick the fastest.",
+            values.iter().map(|b| b.to_string()).collect::<Vec<_>>().join(", "),
+            tnames[ti]
+        ),
+    );
+    let _ = writeln!(o, "    pub struct Dispatch {{\n        k: Vec<rt::Loaded>,\n    }}\n");
+    let _ = writeln!(o, "    impl Dispatch {{");
+    let _ = writeln!(o, "        /// The bucket values, ascending.");
+    let list: Vec<String> = values.iter().map(|v| v.to_string()).collect();
+    let _ = writeln!(o, "        pub const BUCKETS: &'static [i64] = &[{}];\n", list.join(", "));
+    doc(o, "        ", "Load every bucket's kernel for the device of `ctx` (once per context).");
+    let loads: Vec<String> =
+        r.roles.iter().map(|role| format!("rt::Loaded::load(ctx, &{}, {role}::PINS)?", images_static(role))).collect();
+    let _ = writeln!(
+        o,
+        "        pub fn load(ctx: &(impl rt::AsContext + ?Sized)) -> Result<Self, rt::Error> {{\n            Ok(Dispatch {{ k: vec![{}] }})\n        }}\n",
+        loads.join(", ")
+    );
+    doc(
+        o,
+        "        ",
+        &format!("Enqueue the kernel of `{dim}`'s bucket on `stream` (arguments as each bucket's launcher)."),
+    );
+    let mut params = vec!["&self".to_string(), "stream: &(impl rt::AsStream + ?Sized)".to_string()];
+    for (t, n) in k0.tensors.iter().zip(tnames) {
+        let kind = if t.access == Access::Read { "&dyn rt::In" } else { "&mut dyn rt::Out" };
+        params.push(format!("{n}: {kind}<{}>", elem(t.dtype)));
+    }
+    for (s, n) in scalars.iter().zip(snames) {
+        params.push(format!("{n}: {}", if s.kind == SymKind::Int { "i64" } else { "f32" }));
+    }
+    if r.folded_scales {
+        params.push("_scales: rt::FoldedScales".into());
+    }
+    let targs: Vec<String> = tnames.iter().map(|n| format!("{n}.arg()")).collect();
+    let sargs: Vec<String> = scalars
+        .iter()
+        .zip(snames)
+        .map(|(s, n)| {
+            let v = if s.kind == SymKind::Int { "Int" } else { "Float" };
+            format!("({}, rt::SymValue::{v}({n}))", lit(&s.name))
+        })
+        .collect();
+    let _ = writeln!(
+        o,
+        "        pub fn launch(\n            {},\n        ) -> Result<(), rt::Error> {{",
+        params.join(",\n            ")
+    );
+    let _ = writeln!(o, "            let args = [{}];", targs.join(", "));
+    let _ = writeln!(
+        o,
+        "            let v = args[{ti}].shape().get({di}).copied().unwrap_or(0) as i64;\n            self.k[rt::pick_bucket(Self::BUCKETS, v)].launch(stream, &args, &[{}])",
+        sargs.join(", ")
+    );
+    let _ = writeln!(o, "        }}\n    }}");
 }

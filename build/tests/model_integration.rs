@@ -265,7 +265,7 @@ fn typos_in_a_request_are_build_errors() {
 fn all_pins(src: &str) -> Vec<(String, String)> {
     struct_names(src)
         .into_iter()
-        .filter(|s| s != "Plan" && s != "Inputs" && s != "Outputs")
+        .filter(|s| !["Plan", "Inputs", "Outputs", "Dispatch", "Varlen"].contains(&s.as_str()))
         .map(|s| (pins_of(src, &s), s))
         .collect()
 }
@@ -564,4 +564,58 @@ fn a_grouped_mxfp4_launcher_built_for_few_rows_per_expert_is_right_for_more() {
         assert!(rep.passed, "per = {per}: {} ({})", rep.detail, rep.max_rel_err);
     }
     assert!(other_paths >= 1, "the operator picks other kernels for many rows per expert");
+}
+
+#[test]
+fn a_bucketed_mxfp4_launcher_picks_the_kernel_of_the_token_count() {
+    assert_eq!([0, 1, 2, 5, 16, 17, 64, 1000].map(|v| rt::pick_bucket(&[1, 4, 16, 64], v)), [0, 0, 1, 2, 2, 3, 3, 3]);
+    let op = k3k_ops::registry::all().into_iter().find(|o| o.name() == "mxfp4_matmul").unwrap();
+    let dims = [("M", 16), ("N", 64), ("K", 256)];
+    let buckets = [1i64, 4, 16];
+    let out = tempfile::tempdir().unwrap();
+    let r =
+        build(Builder::new().op("mxfp4_matmul").alias("mx").dims(&dims).buckets("M", &buckets), out.path()).unwrap();
+    let src = generated(&r);
+    assert!(src.contains("pub struct Dispatch"), "{src}");
+    assert!(src.contains("pub const BUCKETS: &'static [i64] = &[1, 4, 16];"));
+    for b in buckets {
+        assert!(src.contains(&format!("pub struct M{b} ")), "a launcher per bucket");
+    }
+    assert!(all_pins(&src).iter().all(|(p, _)| !p.contains("\"M\"")), "M is free in every bucket's launcher");
+    assert_eq!(r.requests.len(), buckets.len(), "one knob lookup per bucket");
+    assert!(
+        r.kernels.len() >= 2,
+        "the buckets run different paths: {:?}",
+        r.kernels.iter().map(|k| &k.name).collect::<Vec<_>>()
+    );
+    // Each bucket's kernel is the operator's own at that token count, and right at the counts it serves.
+    for (i, b) in buckets.iter().enumerate() {
+        let mut p = Preset::new("b", &dims);
+        p.dims.insert("M".into(), *b);
+        p.dims.insert("wide".into(), 1);
+        let own = op.kernels(&p, &r.requests[i].knobs).unwrap();
+        let built = r.kernels.iter().find(|k| k.name == r.requests[i].kernels[0]).unwrap();
+        assert_eq!(stable_hash(&own[0]), stable_hash(&built.kernel), "bucket {b}");
+        let lo = if i == 0 { 1 } else { buckets[i - 1] + 1 };
+        for m in [lo, *b] {
+            p.dims.insert("M".into(), m);
+            let inst = op.instance(&p, 21).unwrap();
+            let plan = inst.plan(&r.requests[i].knobs).unwrap();
+            let scalars: Vec<(&str, k3k_ir::SymValue)> = plan
+                .steps
+                .last()
+                .map(|s| s.scalars.iter().map(|(n, v)| (n.as_str(), *v)).collect())
+                .unwrap_or_default();
+            let rep = inst.check(&run_by_name(&built.kernel, &plan, &scalars)).unwrap();
+            assert!(rep.passed, "bucket {b} at M = {m}: {} ({})", rep.detail, rep.max_rel_err);
+        }
+    }
+    // A bucket whose path needs several kernels (the prefill path at 4096) or other arguments (the split-K tile
+    // path's partial sums at 32) is refused, naming it.
+    let e = build(Builder::new().op("mxfp4_matmul").dims(&dims).buckets("M", &[16, 4096]), out.path()).err().unwrap();
+    assert!(e.to_string().contains("at M = 4096") && e.to_string().contains("one-kernel path"), "{e}");
+    let e = build(Builder::new().op("mxfp4_matmul").dims(&dims).buckets("M", &[16, 32]), out.path()).err().unwrap();
+    assert!(e.to_string().contains("at M = 32 takes other arguments"), "{e}");
+    let e = build(Builder::new().op("mxfp4_matmul").dims(&dims).buckets("K", &[16]), out.path()).err().unwrap();
+    assert!(e.to_string().contains("no run-time dim"), "{e}");
 }

@@ -64,6 +64,8 @@ fn main() {
         .pin("KB", m / 32)
         .pin("KW", m / 8)
         .roles(&["DownP"]);
+    // A dense MXFP4 projection at decode-like token counts: one kernel per bucket of M, picked at each launch.
+    b = b.op("mxfp4_matmul").alias("mx_dense").dims(&[("M", 16), ("K", l), ("N", 2 * m)]).buckets("M", &[1, 4, 16]);
     // The same two products with bf16 weights (the dequantized MXFP4 values), for comparison.
     b = b
         .op("latent_moe_gemm")

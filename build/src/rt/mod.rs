@@ -42,6 +42,11 @@ pub use tensor::{Bf16, E2m1, E4m3, E8m0, Elem, F16, F32, I32, I64, Tensor, U8, U
 pub use varlen::{KdaVarlen, KdaVarlenSpec, VarlenLayout, chunk_tables};
 pub use view::{In, MAX_RANK, Out, Shape, View, ViewMut};
 
+/// The bucket of `value` among ascending `buckets`: the smallest at or above it, else the largest.
+pub fn pick_bucket(buckets: &[i64], value: i64) -> usize {
+    buckets.iter().position(|&b| value <= b).unwrap_or(buckets.len().saturating_sub(1))
+}
+
 /// Why a generated launcher could not load or launch a kernel.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum Error {

@@ -16,6 +16,7 @@
 
 mod attn;
 mod config;
+mod dense;
 mod graph;
 mod host;
 mod moe;
@@ -89,6 +90,7 @@ fn main() -> ExitCode {
     let run = moe::run(&gpu, &mut rep, seed)
         .and_then(|()| attn::run(&gpu, &mut rep, seed ^ 0xa77e))
         .and_then(|()| varlen::run(&stream, &mut rep, seed ^ 0x7a1e))
+        .and_then(|()| dense::run(&stream, &mut rep, seed ^ 0xde75))
         .and_then(|()| graph::run(&stream, &mut rep, seed ^ 0x6a4f));
     rep.print();
     if let Err(e) = run {
