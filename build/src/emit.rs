@@ -133,7 +133,10 @@ fn module(o: &mut String, r: &Resolved, artifacts: &HashMap<String, Artifacts>) 
         let _ = write!(head, " One kernel per bucket of `{dim}`, picked at each launch: [`Dispatch`].");
     }
     doc(o, "", &head);
-    let _ = writeln!(o, "#[allow(dead_code, unused_imports, clippy::too_many_arguments, clippy::needless_lifetimes, clippy::get_first)]");
+    let _ = writeln!(
+        o,
+        "#[allow(dead_code, unused_imports, clippy::too_many_arguments, clippy::needless_lifetimes, clippy::get_first)]"
+    );
     let _ = writeln!(o, "pub mod {} {{", r.module);
     let _ = writeln!(o, "    use k3k_build::rt;\n");
     doc(o, "    ", "The operator (empty for IR kernels given in build.rs).");

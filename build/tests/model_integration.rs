@@ -619,3 +619,35 @@ fn a_bucketed_mxfp4_launcher_picks_the_kernel_of_the_token_count() {
     let e = build(Builder::new().op("mxfp4_matmul").dims(&dims).buckets("K", &[16]), out.path()).err().unwrap();
     assert!(e.to_string().contains("no run-time dim"), "{e}");
 }
+
+#[test]
+fn a_varlen_gated_mla_prefill_launcher_serves_other_batches() {
+    // The kernel reads cu_seqlens from device memory: a launcher built for one batch takes any other (its
+    // kernel is the operator's own for every varlen batch; H stays fixed).
+    let op = k3k_ops::registry::all().into_iter().find(|o| o.name() == "gated_mla.prefill").unwrap();
+    let base = [("H", 2), ("causal", 1), ("gate", 1)];
+    let out = tempfile::tempdir().unwrap();
+    let mut dims: Vec<(&str, i64)> = base.to_vec();
+    dims.extend([("N", 2), ("q0", 5), ("q1", 7), ("k0", 5), ("k1", 7)]);
+    let r = build(Builder::new().op("gated_mla.prefill").alias("mla").dims(&dims), out.path()).unwrap();
+    assert_eq!(r.kernels.len(), 1);
+    let built = &r.kernels[0].kernel;
+    let pins = all_pins(&generated(&r));
+    assert!(pins.iter().all(|(p, _)| p.contains(r#"("H", 2)"#) && !p.contains("TQ") && !p.contains("N1")), "{pins:?}");
+    let knobs = r.requests[0].knobs.clone();
+    for lens in [vec![3i64, 40, 1], vec![130]] {
+        let mut p = Preset::new("other", &base);
+        p.dims.insert("N".into(), lens.len() as i64);
+        for (i, l) in lens.iter().enumerate() {
+            p.dims.insert(format!("q{i}"), *l);
+            p.dims.insert(format!("k{i}"), *l);
+        }
+        let inst = op.instance(&p, 4).unwrap();
+        let plan = inst.plan(&knobs).unwrap();
+        assert!(plan.steps.iter().all(|s| stable_hash(&s.kernel) == stable_hash(built)), "{lens:?}");
+        let scalars: Vec<(&str, k3k_ir::SymValue)> =
+            plan.steps[0].scalars.iter().map(|(n, v)| (n.as_str(), *v)).collect();
+        let rep = inst.check(&run_by_name(built, &plan, &scalars)).unwrap();
+        assert!(rep.passed, "{lens:?}: {} ({})", rep.detail, rep.max_rel_err);
+    }
+}
