@@ -76,6 +76,11 @@ pub struct Args {
 }
 
 fn backend(b: FuzzBackend) -> anyhow::Result<Box<dyn Backend>> {
+    if b != FuzzBackend::Cuda {
+        let name =
+            clap::ValueEnum::to_possible_value(&b).map_or_else(|| format!("{b:?}"), |v| v.get_name().to_string());
+        super::check::refuse_experiments_on_cpu(&format!("fuzz --backend {name}"))?;
+    }
     Ok(match b {
         FuzzBackend::Cpu => Box::new(Executor::Cpu),
         FuzzBackend::CpuJit => Box::new(k3k_fuzz::JitBackend::default()),
