@@ -41,6 +41,11 @@ pub const TOOL_ENV: [&str; 3] = ["K3K_NVRTC", "K3K_PTXAS", "K3K_CUDA_TOOLS"];
 /// `Err` when `K3K_NVRTC`, `K3K_PTXAS` or `K3K_CUDA_TOOLS` is set but empty or names no existing path (a folder
 /// for `K3K_CUDA_TOOLS`, a file or a folder holding `libnvrtc.so.13` for `K3K_NVRTC`, a file for `K3K_PTXAS`).
 pub fn check_tool_env() -> Result<(), ToolchainError> {
+    check_env(true, true)
+}
+
+/// [`check_tool_env`] for the variables of one tool: `K3K_CUDA_TOOLS`, and `K3K_NVRTC` or `K3K_PTXAS`.
+fn check_env(nvrtc: bool, ptxas: bool) -> Result<(), ToolchainError> {
     let bad = |var: &'static str, value: &str, reason: &str| {
         Err(ToolchainError::BadEnv { var, value: value.to_string(), reason: reason.to_string() })
     };
@@ -53,7 +58,7 @@ pub fn check_tool_env() -> Result<(), ToolchainError> {
             return bad("K3K_CUDA_TOOLS", &v, "no such folder (expected the folder holding nvidia/cu13/{lib,bin})");
         }
     }
-    if let Some(v) = std::env::var_os("K3K_NVRTC") {
+    if let Some(v) = std::env::var_os("K3K_NVRTC").filter(|_| nvrtc) {
         let v = v.to_string_lossy().into_owned();
         let p = Path::new(&v);
         if v.trim().is_empty() {
@@ -67,7 +72,7 @@ pub fn check_tool_env() -> Result<(), ToolchainError> {
             return bad("K3K_NVRTC", &v, &format!("no such file (expected {NVRTC_LIB} or its folder)"));
         }
     }
-    if let Some(v) = std::env::var_os("K3K_PTXAS") {
+    if let Some(v) = std::env::var_os("K3K_PTXAS").filter(|_| ptxas) {
         let v = v.to_string_lossy().into_owned();
         if v.trim().is_empty() {
             return bad("K3K_PTXAS", &v, "empty (unset it, or name the ptxas binary)");
@@ -143,7 +148,7 @@ pub fn ptxas_candidates() -> Vec<PathBuf> {
 
 /// Locate ptxas.
 pub fn find_ptxas() -> Result<PathBuf, ToolchainError> {
-    check_tool_env()?;
+    check_env(false, true)?;
     let cands = ptxas_candidates();
     cands.iter().find(|p| p.is_file()).cloned().ok_or_else(|| ToolchainError::PtxasMissing {
         searched: cands.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "),
@@ -157,7 +162,7 @@ pub fn load_nvrtc() -> Result<String, ToolchainError> {
     NVRTC
         .get_or_init(|| {
             use libloading::os::unix::{Library, RTLD_GLOBAL, RTLD_NOW};
-            check_tool_env()?;
+            check_env(true, false)?;
             let cands = nvrtc_candidates();
             for p in &cands {
                 if !p.is_file() {

@@ -19,7 +19,8 @@ fn line(what: &str, r: &Result<String, String>) {
     }
 }
 
-pub fn run(a: Args) -> anyhow::Result<i32> {
+pub fn run(mut a: Args) -> anyhow::Result<i32> {
+    a.results = k3k::paths::resolve(&a.results, "--results")?;
     let env = Environment::probe();
     println!("k3k {} (commit {})", env!("CARGO_PKG_VERSION"), k3k::bench::COMMIT);
     let mut set: Vec<(String, String)> = std::env::vars_os()
@@ -36,6 +37,9 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         for (k, v) in &set {
             println!("            {k}={v}");
         }
+    }
+    if let Err(e) = k3k::codegen::experiments() {
+        println!("  [error]   {e}");
     }
     line("NVRTC", &env.nvrtc);
     line("NVRTC version", &env.nvrtc_version);

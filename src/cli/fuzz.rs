@@ -134,7 +134,13 @@ fn print_table(rows: &[OpReport]) {
     }
 }
 
-pub fn run(a: Args) -> anyhow::Result<i32> {
+pub fn run(mut a: Args) -> anyhow::Result<i32> {
+    if a.tuned {
+        a.results = k3k::paths::resolve(&a.results, "--results")?;
+    }
+    if !a.no_persist {
+        a.regressions = k3k::paths::resolve(&a.regressions, "--regressions")?;
+    }
     let seed = a.seed.unwrap_or_else(|| rand::rng().random());
     let ops = super::select_ops(&a.op)?;
     if a.cases == 0 && a.replay.is_none() {

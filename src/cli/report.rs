@@ -13,7 +13,9 @@ pub struct Args {
     pub out: PathBuf,
 }
 
-pub fn run(a: Args) -> anyhow::Result<i32> {
+pub fn run(mut a: Args) -> anyhow::Result<i32> {
+    a.bench = k3k::paths::resolve(&a.bench, "--bench")?;
+    a.out = k3k::paths::resolve(&a.out, "--out")?;
     let reports = k3k::report::load_reports(&a.bench)?;
     if reports.is_empty() {
         anyhow::bail!("no benchmark reports under {} (run `k3k bench` on a GPU first)", a.bench.display());
