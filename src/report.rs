@@ -15,9 +15,12 @@ pub fn load_reports(dir: &Path) -> anyhow::Result<Vec<BenchReport>> {
     Ok(reports)
 }
 
+/// A file that should be a benchmark report but cannot be read: its path and why.
+pub type Unreadable = (PathBuf, String);
+
 /// Every benchmark report under `dir`, and the files that should be one but cannot be read (path, why). The peer
 /// timings of `scripts/peers.py` (`*peers.json`) beside the reports are not reports and are skipped.
-pub fn load_reports_checked(dir: &Path) -> anyhow::Result<(Vec<BenchReport>, Vec<(PathBuf, String)>)> {
+pub fn load_reports_checked(dir: &Path) -> anyhow::Result<(Vec<BenchReport>, Vec<Unreadable>)> {
     let (mut out, mut bad) = (vec![], vec![]);
     if !dir.is_dir() {
         return Ok((out, bad));

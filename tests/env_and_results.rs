@@ -301,3 +301,18 @@ fn report_draws_a_roof_per_gpu_and_names_an_unreadable_report() {
     assert_eq!(r.code, Some(1), "{}", r.all());
     assert!(r.stderr.contains(broken.to_str().unwrap()), "{}", r.all());
 }
+
+#[test]
+fn report_files_keep_their_mode_and_a_read_only_one_is_not_replaced() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("x.md");
+    k3k::bench::write_atomic(&f, b"one").unwrap();
+    assert_eq!(mode(&f), 0o644);
+    std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o600)).unwrap();
+    k3k::bench::write_atomic(&f, b"two").unwrap();
+    assert_eq!((mode(&f), std::fs::read(&f).unwrap()), (0o600, b"two".to_vec()));
+    std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o444)).unwrap();
+    let e = k3k::bench::write_atomic(&f, b"three").unwrap_err().to_string();
+    assert!(e.contains(f.to_str().unwrap()) && e.contains("read-only"), "{e}");
+    assert_eq!(std::fs::read(&f).unwrap(), b"two");
+}
