@@ -316,3 +316,19 @@ fn report_files_keep_their_mode_and_a_read_only_one_is_not_replaced() {
     assert!(e.contains(f.to_str().unwrap()) && e.contains("read-only"), "{e}");
     assert_eq!(std::fs::read(&f).unwrap(), b"two");
 }
+
+#[test]
+fn the_tools_are_found_under_k3k_home() {
+    let tools = Path::new(env!("CARGO_MANIFEST_DIR")).join(".tools/cuda");
+    if !tools.join("nvidia/cu13/bin/ptxas").is_file() {
+        eprintln!("no .tools/cuda in the checkout: skipped");
+        return;
+    }
+    let home = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(home.path().join("results")).unwrap();
+    std::fs::create_dir_all(home.path().join(".tools")).unwrap();
+    std::os::unix::fs::symlink(&tools, home.path().join(".tools/cuda")).unwrap();
+    let r = k3k(&["doctor"], &[("K3K_HOME", home.path().to_str().unwrap())]);
+    let ptxas = home.path().join(".tools/cuda/nvidia/cu13/bin/ptxas");
+    assert!(r.stdout.contains(&format!("ptxas          {}", ptxas.display())), "{}", r.all());
+}

@@ -4,7 +4,9 @@
 //! 1. `K3K_NVRTC` (the library file or its folder) and `K3K_PTXAS` (the binary);
 //! 2. `K3K_CUDA_TOOLS`: a folder where the PyPI wheels `nvidia-cuda-nvrtc==13.0.88` and
 //!    `nvidia-cuda-nvcc==13.0.88` were installed with `pip install --target` (`nvidia/cu13/{lib,bin}`);
-//! 3. `.tools/cuda` in the k3k checkout (where `.ci/run` and `scripts/install-cuda-tools.sh` put the wheels);
+//! 3. `.tools/cuda` under `K3K_HOME` (the k3k checkout a copied binary is used with), then beside the running
+//!    binary (`<dir of k3k>/.tools/cuda`), then in the k3k checkout this was built from (where `.ci/run` and
+//!    `scripts/install-cuda-tools.sh` put the wheels);
 //! 4. `CUDA_HOME`/`CUDA_PATH`, then `/usr/local/cuda` (`lib64`, `targets/x86_64-linux/lib`, `bin`);
 //! 5. the system loader (`LD_LIBRARY_PATH`, `ldconfig`) for the library and `PATH` for ptxas.
 //!
@@ -93,6 +95,12 @@ fn tool_roots() -> Vec<PathBuf> {
     let mut roots = vec![];
     if let Ok(d) = std::env::var("K3K_CUDA_TOOLS") {
         roots.push(PathBuf::from(d));
+    }
+    if let Some(h) = std::env::var_os("K3K_HOME").filter(|h| !h.is_empty()) {
+        roots.push(PathBuf::from(h).join(".tools").join("cuda"));
+    }
+    if let Some(dir) = std::env::current_exe().ok().and_then(|e| e.parent().map(Path::to_path_buf)) {
+        roots.push(dir.join(".tools").join("cuda"));
     }
     roots.push(checkout_tools());
     roots
