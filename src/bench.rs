@@ -492,6 +492,11 @@ pub fn write_report_keeping(
                     .unwrap_or(0);
                 let aside = path.with_extension(format!("json.corrupt-{secs}"));
                 std::fs::rename(&path, &aside)?;
+                eprintln!(
+                    "warning: benchmark report {} did not parse ({e}); moved aside to {}",
+                    path.display(),
+                    aside.display()
+                );
                 Some(format!("the existing report did not parse ({e}); moved aside to {}", aside.display()))
             }
         },
@@ -499,10 +504,23 @@ pub fn write_report_keeping(
     Ok((write_report(dir, &r)?, note))
 }
 
-/// Write a file atomically (a temporary beside it, then a rename).
+/// Write a file atomically (a temporary beside it, then a rename). The new file keeps the old one's mode (0644
+/// when there is none), and a read-only file (no owner write bit) is not replaced: an error naming it.
 pub fn write_atomic(path: &Path, data: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = match std::fs::metadata(path) {
+        Ok(m) if m.permissions().mode() & 0o200 == 0 => {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                format!("{} is read-only; it was not replaced", path.display()),
+            ));
+        }
+        Ok(m) => m.permissions().mode() & 0o7777,
+        Err(_) => 0o644,
+    };
     let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
     std::fs::write(&tmp, data)?;
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode))?;
     std::fs::rename(&tmp, path)
 }
 

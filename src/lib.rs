@@ -15,5 +15,6 @@ pub mod bench;
 pub mod environment;
 pub mod fingerprint;
 pub mod input;
+pub mod paths;
 pub mod report;
 pub mod tuning;

@@ -289,7 +289,15 @@ pub fn tuned_knobs(store: &ResultsStore, op: &dyn Operator, preset: &Preset, gpu
 /// same program), or `None` when the store holds no record that applies.
 pub fn tuned_record(store: &ResultsStore, op: &dyn Operator, preset: &Preset, gpu: &GpuKey) -> Option<(Knobs, String)> {
     let key = tune_key(op, preset, gpu).ok()?;
-    let hit = store.lookup(&key).ok()??;
+    let hit = match store.lookup(&key) {
+        Ok(h) => h?,
+        // A corrupt file was moved aside and warned about by the store; anything else is said here, never dropped.
+        Err(k3k_tuner::StoreError::Corrupt { moved_to: Some(_), .. }) => return None,
+        Err(e) => {
+            eprintln!("warning: {e}; using default knobs");
+            return None;
+        }
+    };
     let k = knobs_of(&hit.knobs).ok()?;
     Some((k, format!("tuned ({}{})", hit.candidate_id, if hit.exact { "" } else { ", nearest bucket" })))
 }

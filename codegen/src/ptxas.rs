@@ -43,6 +43,61 @@ pub enum PtxasError {
     Io(String),
     #[error("ptxas printed no resource line for `{kernel}`:\n{log}")]
     NoReport { kernel: String, log: String },
+    #[error("ptxas ran over {secs} s for `{kernel}` and was killed (set {PTXAS_TIMEOUT_ENV} to allow longer)")]
+    Timeout { kernel: String, secs: f64 },
+}
+
+/// The environment variable that bounds one ptxas run, in seconds (default [`PTXAS_TIMEOUT_DEFAULT_S`]).
+pub const PTXAS_TIMEOUT_ENV: &str = "K3K_PTXAS_TIMEOUT_S";
+/// The default bound of one ptxas run: the largest kernels assemble in a few seconds.
+pub const PTXAS_TIMEOUT_DEFAULT_S: f64 = 120.0;
+
+/// The bound of one ptxas run: `K3K_PTXAS_TIMEOUT_S` (a positive number of seconds, at most a day) or 120 s.
+pub fn ptxas_timeout() -> Result<std::time::Duration, ToolchainError> {
+    let Ok(v) = std::env::var(PTXAS_TIMEOUT_ENV) else {
+        return Ok(std::time::Duration::from_secs_f64(PTXAS_TIMEOUT_DEFAULT_S));
+    };
+    match v.trim().parse::<f64>() {
+        Ok(s) if s > 0.0 && s <= 86400.0 => Ok(std::time::Duration::from_secs_f64(s)),
+        _ => Err(ToolchainError::BadEnv {
+            var: PTXAS_TIMEOUT_ENV,
+            value: v,
+            reason: "expected a number of seconds, more than 0 and at most 86400".into(),
+        }),
+    }
+}
+
+/// Run `cmd` to its end with its output captured, killing it after `limit` (`Ok(None)` then).
+fn output_within(cmd: &mut Command, limit: std::time::Duration) -> std::io::Result<Option<std::process::Output>> {
+    use std::io::Read;
+    use std::process::Stdio;
+    let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
+    let drain = |r: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut buf = vec![];
+            if let Some(mut r) = r {
+                let _ = r.read_to_end(&mut buf);
+            }
+            buf
+        })
+    };
+    let out = drain(child.stdout.take().map(|r| Box::new(r) as Box<dyn Read + Send>));
+    let err = drain(child.stderr.take().map(|r| Box::new(r) as Box<dyn Read + Send>));
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait()? {
+            break st;
+        }
+        if start.elapsed() >= limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Ok(None);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    };
+    let stdout = out.join().unwrap_or_default();
+    let stderr = err.join().unwrap_or_default();
+    Ok(Some(std::process::Output { status, stdout, stderr }))
 }
 
 /// ptxas output: the CUBIN and the parsed resource report.
@@ -56,19 +111,17 @@ pub struct Assembled {
 /// Assemble PTX for `arch` with `-v` and parse its report.
 pub fn assemble(kernel: &str, ptx: &str, arch: &str) -> Result<Assembled, PtxasError> {
     let ptxas = find_ptxas()?;
+    let limit = ptxas_timeout()?;
     let dir = tempfile::tempdir().map_err(|e| PtxasError::Io(e.to_string()))?;
     let src = dir.path().join("k.ptx");
     let out = dir.path().join("k.cubin");
     std::fs::write(&src, ptx).map_err(|e| PtxasError::Io(e.to_string()))?;
-    let o = Command::new(&ptxas)
-        .arg(format!("-arch={arch}"))
-        .arg("-v")
-        .arg("-O3")
-        .arg(&src)
-        .arg("-o")
-        .arg(&out)
-        .output()
-        .map_err(|e| PtxasError::Io(format!("{}: {e}", ptxas.display())))?;
+    let o = output_within(
+        Command::new(&ptxas).arg(format!("-arch={arch}")).arg("-v").arg("-O3").arg(&src).arg("-o").arg(&out),
+        limit,
+    )
+    .map_err(|e| PtxasError::Io(format!("{}: {e}", ptxas.display())))?
+    .ok_or_else(|| PtxasError::Timeout { kernel: kernel.into(), secs: limit.as_secs_f64() })?;
     let log = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
     if !o.status.success() {
         return Err(PtxasError::Failed { kernel: kernel.into(), log });

@@ -4,7 +4,9 @@
 //! 1. `K3K_NVRTC` (the library file or its folder) and `K3K_PTXAS` (the binary);
 //! 2. `K3K_CUDA_TOOLS`: a folder where the PyPI wheels `nvidia-cuda-nvrtc==13.0.88` and
 //!    `nvidia-cuda-nvcc==13.0.88` were installed with `pip install --target` (`nvidia/cu13/{lib,bin}`);
-//! 3. `.tools/cuda` in the k3k checkout (where `.ci/run` and `scripts/install-cuda-tools.sh` put the wheels);
+//! 3. `.tools/cuda` under `K3K_HOME` (the k3k checkout a copied binary is used with), then beside the running
+//!    binary (`<dir of k3k>/.tools/cuda`), then in the k3k checkout this was built from (where `.ci/run` and
+//!    `scripts/install-cuda-tools.sh` put the wheels);
 //! 4. `CUDA_HOME`/`CUDA_PATH`, then `/usr/local/cuda` (`lib64`, `targets/x86_64-linux/lib`, `bin`);
 //! 5. the system loader (`LD_LIBRARY_PATH`, `ldconfig`) for the library and `PATH` for ptxas.
 //!
@@ -30,6 +32,58 @@ pub enum ToolchainError {
     NvrtcLoad { path: String, reason: String },
     #[error("ptxas was not found; searched: {searched}. Install nvidia-cuda-nvcc==13.0.88 or set K3K_PTXAS")]
     PtxasMissing { searched: String },
+    /// A `K3K_*` variable names something that is not there (a set variable is never silently skipped).
+    #[error("{var}={value:?}: {reason}")]
+    BadEnv { var: &'static str, value: String, reason: String },
+}
+
+/// The environment variables that point the search at the tools.
+pub const TOOL_ENV: [&str; 3] = ["K3K_NVRTC", "K3K_PTXAS", "K3K_CUDA_TOOLS"];
+
+/// `Err` when `K3K_NVRTC`, `K3K_PTXAS` or `K3K_CUDA_TOOLS` is set but empty or names no existing path (a folder
+/// for `K3K_CUDA_TOOLS`, a file or a folder holding `libnvrtc.so.13` for `K3K_NVRTC`, a file for `K3K_PTXAS`).
+pub fn check_tool_env() -> Result<(), ToolchainError> {
+    check_env(true, true)
+}
+
+/// [`check_tool_env`] for the variables of one tool: `K3K_CUDA_TOOLS`, and `K3K_NVRTC` or `K3K_PTXAS`.
+fn check_env(nvrtc: bool, ptxas: bool) -> Result<(), ToolchainError> {
+    let bad = |var: &'static str, value: &str, reason: &str| {
+        Err(ToolchainError::BadEnv { var, value: value.to_string(), reason: reason.to_string() })
+    };
+    if let Some(v) = std::env::var_os("K3K_CUDA_TOOLS") {
+        let v = v.to_string_lossy().into_owned();
+        if v.trim().is_empty() {
+            return bad("K3K_CUDA_TOOLS", &v, "empty (unset it, or name the folder of the pip wheels)");
+        }
+        if !Path::new(&v).is_dir() {
+            return bad("K3K_CUDA_TOOLS", &v, "no such folder (expected the folder holding nvidia/cu13/{lib,bin})");
+        }
+    }
+    if let Some(v) = std::env::var_os("K3K_NVRTC").filter(|_| nvrtc) {
+        let v = v.to_string_lossy().into_owned();
+        let p = Path::new(&v);
+        if v.trim().is_empty() {
+            return bad("K3K_NVRTC", &v, "empty (unset it, or name libnvrtc.so.13 or its folder)");
+        }
+        if p.is_dir() {
+            if !p.join(NVRTC_LIB).is_file() {
+                return bad("K3K_NVRTC", &v, &format!("the folder holds no {NVRTC_LIB}"));
+            }
+        } else if !p.is_file() {
+            return bad("K3K_NVRTC", &v, &format!("no such file (expected {NVRTC_LIB} or its folder)"));
+        }
+    }
+    if let Some(v) = std::env::var_os("K3K_PTXAS").filter(|_| ptxas) {
+        let v = v.to_string_lossy().into_owned();
+        if v.trim().is_empty() {
+            return bad("K3K_PTXAS", &v, "empty (unset it, or name the ptxas binary)");
+        }
+        if !Path::new(&v).is_file() {
+            return bad("K3K_PTXAS", &v, "no such file (expected the ptxas binary)");
+        }
+    }
+    Ok(())
 }
 
 fn checkout_tools() -> PathBuf {
@@ -41,6 +95,12 @@ fn tool_roots() -> Vec<PathBuf> {
     let mut roots = vec![];
     if let Ok(d) = std::env::var("K3K_CUDA_TOOLS") {
         roots.push(PathBuf::from(d));
+    }
+    if let Some(h) = std::env::var_os("K3K_HOME").filter(|h| !h.is_empty()) {
+        roots.push(PathBuf::from(h).join(".tools").join("cuda"));
+    }
+    if let Some(dir) = std::env::current_exe().ok().and_then(|e| e.parent().map(Path::to_path_buf)) {
+        roots.push(dir.join(".tools").join("cuda"));
     }
     roots.push(checkout_tools());
     roots
@@ -96,6 +156,7 @@ pub fn ptxas_candidates() -> Vec<PathBuf> {
 
 /// Locate ptxas.
 pub fn find_ptxas() -> Result<PathBuf, ToolchainError> {
+    check_env(false, true)?;
     let cands = ptxas_candidates();
     cands.iter().find(|p| p.is_file()).cloned().ok_or_else(|| ToolchainError::PtxasMissing {
         searched: cands.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "),
@@ -109,6 +170,7 @@ pub fn load_nvrtc() -> Result<String, ToolchainError> {
     NVRTC
         .get_or_init(|| {
             use libloading::os::unix::{Library, RTLD_GLOBAL, RTLD_NOW};
+            check_env(true, false)?;
             let cands = nvrtc_candidates();
             for p in &cands {
                 if !p.is_file() {
@@ -130,7 +192,25 @@ pub fn load_nvrtc() -> Result<String, ToolchainError> {
                 // SAFETY: as above. The handle is leaked on purpose: cudarc keeps using the library.
                 return match unsafe { Library::open(Some(p), RTLD_NOW | RTLD_GLOBAL) } {
                     Ok(lib) => {
+                        // A library that is not NVRTC (or one cudarc cannot find again under NVRTC's names) is an
+                        // error here, not a panic in cudarc's first call.
+                        for sym in ["nvrtcVersion", "nvrtcCreateProgram", "nvrtcCompileProgram", "nvrtcGetPTX"] {
+                            // SAFETY: only the symbol's presence is checked; it is not called.
+                            if unsafe { lib.get::<*const ()>(sym.as_bytes()) }.is_err() {
+                                return Err(ToolchainError::NvrtcLoad {
+                                    path: p.display().to_string(),
+                                    reason: format!("it is not NVRTC (no symbol `{sym}`)"),
+                                });
+                            }
+                        }
                         std::mem::forget(lib);
+                        // SAFETY: loads by name only (what cudarc's first call will do).
+                        if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+                            return Err(ToolchainError::NvrtcLoad {
+                                path: p.display().to_string(),
+                                reason: format!("loaded, but not found again under the name {NVRTC_LIB} (its soname)"),
+                            });
+                        }
                         Ok(p.display().to_string())
                     }
                     Err(e) => Err(ToolchainError::NvrtcLoad { path: p.display().to_string(), reason: e.to_string() }),

@@ -75,7 +75,9 @@ fn publish(from: &std::path::Path, out: &std::path::Path) -> anyhow::Result<i32>
     Ok(0)
 }
 
-pub fn run(a: Args) -> anyhow::Result<i32> {
+pub fn run(mut a: Args) -> anyhow::Result<i32> {
+    a.out = k3k::paths::resolve(&a.out, "--out")?;
+    a.results = k3k::paths::resolve(&a.results, "--results")?;
     if let Some(peers) = &a.merge_peers {
         let bytes = std::fs::read(peers).map_err(|e| anyhow::anyhow!("--merge-peers {}: {e}", peers.display()))?;
         let pf: PeerFile = serde_json::from_slice(&bytes)

@@ -54,13 +54,31 @@ pub struct Summary {
     pub max_rel_err: f64,
 }
 
+/// `K3K_EXPERIMENT` names kernel changes made in the CUDA prelude; the CPU interpreter runs the IR and
+/// implements none of them, so a CPU run with an experiment set would check unmodified kernels: refused.
+pub fn refuse_experiments_on_cpu(who: &str) -> anyhow::Result<()> {
+    let xp = k3k::codegen::experiments()?;
+    anyhow::ensure!(
+        xp.is_empty(),
+        "{}={} is set, but {who} runs the IR on the CPU, which implements no timing experiment (they change the \
+         CUDA prelude only); unset it, or use --backend cuda",
+        k3k::codegen::EXPERIMENT_ENV,
+        xp.join(",")
+    );
+    Ok(())
+}
+
 pub fn executor(b: Backend) -> anyhow::Result<Executor> {
     Ok(match b {
-        Backend::Cpu => Executor::Cpu,
+        Backend::Cpu => {
+            refuse_experiments_on_cpu("check --backend cpu")?;
+            Executor::Cpu
+        }
         Backend::Cuda => Executor::Gpu(Box::new(GpuExec::new(Gpu::open(0)?))),
         Backend::Auto => match Gpu::open(0) {
             Ok(g) => Executor::Gpu(Box::new(GpuExec::new(g))),
             Err(e) => {
+                refuse_experiments_on_cpu("check --backend auto (no GPU: the CPU interpreter)")?;
                 eprintln!("no GPU ({e}); checking on the CPU interpreter");
                 Executor::Cpu
             }

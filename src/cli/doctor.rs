@@ -19,9 +19,31 @@ fn line(what: &str, r: &Result<String, String>) {
     }
 }
 
-pub fn run(a: Args) -> anyhow::Result<i32> {
+pub fn run(mut a: Args) -> anyhow::Result<i32> {
+    a.results = k3k::paths::resolve(&a.results, "--results")?;
     let env = Environment::probe();
     println!("k3k {} (commit {})", env!("CARGO_PKG_VERSION"), k3k::bench::COMMIT);
+    let mut set: Vec<(String, String)> = std::env::vars_os()
+        .filter_map(|(k, v)| {
+            let k = k.to_string_lossy().into_owned();
+            k.starts_with("K3K_").then(|| (k, v.to_string_lossy().into_owned()))
+        })
+        .collect();
+    set.sort();
+    if set.is_empty() {
+        println!("  environment: no K3K_* variable set (README.md, \"Environment variables\", lists them)");
+    } else {
+        println!("  environment (K3K_* variables set):");
+        for (k, v) in &set {
+            println!("            {k}={v}");
+        }
+    }
+    if let Err(e) = k3k::codegen::experiments() {
+        println!("  [error]   {e}");
+    }
+    if let Err(e) = k3k::codegen::ptxas::ptxas_timeout() {
+        println!("  [error]   {e}");
+    }
     line("NVRTC", &env.nvrtc);
     line("NVRTC version", &env.nvrtc_version);
     line("ptxas", &env.ptxas);
@@ -54,6 +76,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         }
         Err(e) => println!("  [missing] GPU            {e}"),
     }
+    let corrupt = results_files(&a.results, env.gpu.as_ref().ok().map(|g| gpu_slug(&g.name)).as_deref());
     let ok = env.nvrtc.is_ok() && env.ptxas.is_ok();
     println!(
         "{}",
@@ -63,5 +86,52 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             (false, _) => "compiler tools missing: run scripts/install-cuda-tools.sh",
         }
     );
-    Ok(if ok { 0 } else { 1 })
+    if corrupt > 0 {
+        println!("{corrupt} results file(s) cannot be read (see above): k3k would move them aside on first use");
+    }
+    Ok(if ok && corrupt == 0 { 0 } else { 1 })
+}
+
+/// Parse every results file under `root` (`<gpu>/<op>.json`) and say what it holds; the folder of this GPU
+/// (`slug`) is marked. Returns how many files could not be read. Nothing is moved.
+fn results_files(root: &std::path::Path, slug: Option<&str>) -> usize {
+    let store = k3k::tuner::ResultsStore::open_read_only(root);
+    let files = match store.list() {
+        Ok(f) => f,
+        Err(e) => {
+            println!("  [error]   results        {e}");
+            return 1;
+        }
+    };
+    if files.is_empty() {
+        println!("  results:  no results files under {}", root.display());
+        return 0;
+    }
+    println!("  results files under {}:", root.display());
+    let mut bad = 0;
+    for (gpu, op) in files {
+        let path = root.join(&gpu).join(format!("{op}.json"));
+        let mark = if slug == Some(gpu.as_str()) { " (this GPU)" } else { "" };
+        match k3k::tuner::read_results_file(&path) {
+            Ok(f) => {
+                let winners = f.entries.iter().filter(|e| e.winner.is_some()).count();
+                let current = f
+                    .entries
+                    .iter()
+                    .filter(|e| e.winner.is_some() && e.key.codegen_version == k3k::codegen::CODEGEN_VERSION)
+                    .count();
+                println!(
+                    "  [ok]      {:<22} {}{mark}: {} shape(s), {winners} tuned, {current} from this codegen version",
+                    op,
+                    path.display(),
+                    f.entries.len()
+                );
+            }
+            Err(e) => {
+                bad += 1;
+                println!("  [corrupt] {op:<22} {e}");
+            }
+        }
+    }
+    bad
 }

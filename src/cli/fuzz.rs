@@ -76,6 +76,11 @@ pub struct Args {
 }
 
 fn backend(b: FuzzBackend) -> anyhow::Result<Box<dyn Backend>> {
+    if b != FuzzBackend::Cuda {
+        let name =
+            clap::ValueEnum::to_possible_value(&b).map_or_else(|| format!("{b:?}"), |v| v.get_name().to_string());
+        super::check::refuse_experiments_on_cpu(&format!("fuzz --backend {name}"))?;
+    }
     Ok(match b {
         FuzzBackend::Cpu => Box::new(Executor::Cpu),
         FuzzBackend::CpuJit => Box::new(k3k_fuzz::JitBackend::default()),
@@ -129,7 +134,13 @@ fn print_table(rows: &[OpReport]) {
     }
 }
 
-pub fn run(a: Args) -> anyhow::Result<i32> {
+pub fn run(mut a: Args) -> anyhow::Result<i32> {
+    if a.tuned {
+        a.results = k3k::paths::resolve(&a.results, "--results")?;
+    }
+    if !a.no_persist {
+        a.regressions = k3k::paths::resolve(&a.regressions, "--regressions")?;
+    }
     let seed = a.seed.unwrap_or_else(|| rand::rng().random());
     let ops = super::select_ops(&a.op)?;
     if a.cases == 0 && a.replay.is_none() {

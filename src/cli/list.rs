@@ -38,7 +38,8 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         }
         println!("  benchmark presets:");
         for p in o.bench_presets() {
-            println!("    {}", p.name);
+            let dims: Vec<String> = p.dims.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            println!("    {:<32} --dims {}", p.name, dims.join(","));
         }
         println!();
     }

@@ -62,6 +62,10 @@ pub enum Cmd {
 
 /// Run a parsed command; returns the process exit code.
 pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
+    // An unknown `K3K_EXPERIMENT` name is refused whatever the command and backend (`doctor` reports it).
+    if !matches!(cli.cmd, Cmd::Doctor(_)) {
+        k3k::codegen::experiments()?;
+    }
     match cli.cmd {
         Cmd::Run(a) => run::run(a),
         Cmd::List(a) => list::run(a),

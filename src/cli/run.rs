@@ -65,7 +65,8 @@ fn compile_all() -> anyhow::Result<usize> {
     Ok(bad)
 }
 
-pub fn run(a: Args) -> anyhow::Result<i32> {
+pub fn run(mut a: Args) -> anyhow::Result<i32> {
+    a.results = k3k::paths::resolve(&a.results, "--results")?;
     k3k::codegen::refuse_experiments("the main job")?;
     if a.cases == 0 {
         anyhow::bail!("--cases: must be at least 1 (0 would check nothing)");

@@ -302,7 +302,9 @@ fn tune_one(
     })
 }
 
-pub fn run(a: Args) -> anyhow::Result<i32> {
+pub fn run(mut a: Args) -> anyhow::Result<i32> {
+    a.results = k3k::paths::resolve(&a.results, "--results")?;
+    a.peers = k3k::paths::resolve(&a.peers, "--peers")?;
     k3k::codegen::refuse_experiments("tune")?;
     let budget = parse_budget(&a.budget)?;
     if !matches!(a.backend.as_str(), "cuda" | "cpu") {

@@ -32,6 +32,10 @@ pub enum StoreError {
     )]
     UnsupportedSchema { path: PathBuf, found: u64, supported: u32 },
 
+    /// The file to replace is read-only (no owner write bit): it is left as it is.
+    #[error("results file {} is read-only; it was not replaced (make it writable, or write elsewhere)", path.display())]
+    ReadOnly { path: PathBuf },
+
     #[error("results for GPU {found} cannot go into the results of GPU {expected}")]
     GpuMismatch { expected: GpuKey, found: GpuKey },
 

@@ -210,12 +210,29 @@ pub fn write_results_file(path: &Path, file: &ResultsFile) -> Result<(), StoreEr
         _ => PathBuf::from("."),
     };
     fs::create_dir_all(&dir).map_err(|e| StoreError::io(&dir, e))?;
+    // The new file keeps the old one's permissions (0644 for a new file, not the temporary file's 0600), and a
+    // read-only file is not replaced.
+    let mode = match fs::metadata(path) {
+        Ok(m) => {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = m.permissions().mode() & 0o7777;
+            if mode & 0o200 == 0 {
+                return Err(StoreError::ReadOnly { path: path.to_path_buf() });
+            }
+            mode
+        }
+        Err(_) => 0o644,
+    };
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let mut tmp = tempfile::Builder::new()
         .prefix(&format!(".{name}."))
         .suffix(".tmp")
         .tempfile_in(&dir)
         .map_err(|e| StoreError::io(&dir, e))?;
+    {
+        use std::os::unix::fs::PermissionsExt;
+        tmp.as_file().set_permissions(fs::Permissions::from_mode(mode)).map_err(|e| StoreError::io(tmp.path(), e))?;
+    }
     tmp.write_all(&bytes).and_then(|_| tmp.as_file().sync_all()).map_err(|e| StoreError::io(tmp.path(), e))?;
     tmp.persist(path).map_err(|e| StoreError::io(path, e.error))?;
     sync_dir(&dir);
@@ -277,6 +294,13 @@ fn load_locked(path: &Path) -> Result<ResultsFile, StoreError> {
         Some(Err(Unreadable::Newer(found))) => Err(unsupported(path, found)),
         Some(Err(Unreadable::Corrupt(reason))) => {
             let moved_to = move_aside(path)?;
+            // Never silent, whatever the caller makes of the error (a lookup falls back to default knobs, a
+            // tuning run starts a fresh file).
+            eprintln!(
+                "warning: results file {} is corrupt ({reason}); moved aside to {}",
+                path.display(),
+                moved_to.display()
+            );
             Err(StoreError::Corrupt { path: path.to_path_buf(), reason, moved_to: Some(moved_to) })
         }
     }
