@@ -557,7 +557,16 @@ impl Builder {
         let results = results.canonicalize().unwrap_or(results);
         let mut warnings: Vec<String> = vec![];
         let mut cargo_lines: Vec<String> = vec![];
-        for var in ["K3K_NVRTC", "K3K_PTXAS", "K3K_CUDA_TOOLS", "CUDA_HOME", ENV_RUNTIME_NVRTC, ENV_RESULTS_DIR] {
+        for var in [
+            "K3K_NVRTC",
+            "K3K_PTXAS",
+            "K3K_PTXAS_TIMEOUT_S",
+            "K3K_CUDA_TOOLS",
+            "K3K_HOME",
+            "CUDA_HOME",
+            ENV_RUNTIME_NVRTC,
+            ENV_RESULTS_DIR,
+        ] {
             cargo_lines.push(format!("cargo:rerun-if-env-changed={var}"));
         }
         if results.is_dir() {
