@@ -1067,7 +1067,8 @@ impl<'a, 'f> Lower<'a, 'f> {
                     }
                     AtomicTarget::Shared { buf, index, row, col } => {
                         let flat = self.shared_flat(*buf, index, row, col, 2)?;
-                        (rt::host_atomic_shared as *const u8, buf.0, flat, !self.k.shared[buf.0 as usize].dtype.is_int())
+                        let float = !self.k.shared[buf.0 as usize].dtype.is_int();
+                        (rt::host_atomic_shared as *const u8, buf.0, flat, float)
                     }
                 };
                 let id = self.iconst(id as i64);
