@@ -35,6 +35,18 @@ fn jit_matches_the_interpreter_bit_for_bit_on_every_primitive_case() {
     assert_eq!(compiled.len(), common::cases::all().len());
 }
 
+/// Kernel `k` on a tensor `x` of `len` ones with `D = dv` fails with the same error on the interpreter and the
+/// JIT, and the message contains `frag`.
+fn same_error(k: &k3k_ir::Kernel, len: usize, dv: i64, frag: &str) {
+    use k3k_ir::*;
+    let t = HostTensor::from_f32(DType::F32, &[len], &vec![1.0; len]);
+    let (mut a, mut c) = (vec![t.clone()], vec![t]);
+    let e1 = interp::run(k, &mut a, &[("D", SymValue::Int(dv))], InterpOptions::default()).unwrap_err();
+    let e2 = jit::compile(k).unwrap().run(&mut c, &[("D", SymValue::Int(dv))], InterpOptions::default()).unwrap_err();
+    assert_eq!(e1.to_string(), e2.to_string());
+    assert!(e2.to_string().contains(frag), "{e2}");
+}
+
 /// Out-of-bounds accesses and integer division by zero end a JIT run with the interpreter's error.
 #[test]
 fn jit_reports_the_interpreters_errors() {
@@ -50,13 +62,7 @@ fn jit_reports_the_interpreters_errors() {
     });
     let k = b.finish().unwrap();
     for (len, dv, frag) in [(16usize, 1i64, "outside tensor `x`"), (64, 0, "division by zero")] {
-        let t = HostTensor::from_f32(DType::F32, &[len], &vec![1.0; len]);
-        let (mut a, mut c) = (vec![t.clone()], vec![t]);
-        let e1 = interp::run(&k, &mut a, &[("D", SymValue::Int(dv))], InterpOptions::default()).unwrap_err();
-        let e2 =
-            jit::compile(&k).unwrap().run(&mut c, &[("D", SymValue::Int(dv))], InterpOptions::default()).unwrap_err();
-        assert_eq!(e1.to_string(), e2.to_string());
-        assert!(e2.to_string().contains(frag), "{e2}");
+        same_error(&k, len, dv, frag);
     }
 }
 
@@ -464,13 +470,7 @@ fn jit_reports_the_interpreters_wide_access_errors() {
     });
     let k = b.finish().unwrap();
     for (len, dv, frag) in [(128usize, 1i64, "not a multiple of its 4 lanes"), (126, 0, "outside tensor `x`")] {
-        let t = HostTensor::from_f32(DType::F32, &[len], &vec![1.0; len]);
-        let (mut a, mut c) = (vec![t.clone()], vec![t]);
-        let e1 = interp::run(&k, &mut a, &[("D", SymValue::Int(dv))], InterpOptions::default()).unwrap_err();
-        let e2 =
-            jit::compile(&k).unwrap().run(&mut c, &[("D", SymValue::Int(dv))], InterpOptions::default()).unwrap_err();
-        assert_eq!(e1.to_string(), e2.to_string());
-        assert!(e2.to_string().contains(frag), "{e2}");
+        same_error(&k, len, dv, frag);
     }
 }
 

@@ -300,7 +300,7 @@ impl KernelBuilder {
         });
     }
     /// Streamed MXFP4 weights times a few bf16 activation rows into shared memory, split over the block's warps
-    /// (see [`Stmt::Fp4Gemv`]).
+    /// (see [`Stmt::Fp4Gemv`]), its ring in registers or in shared memory stages of `scratch` ([`Fp4Ring`]).
     #[allow(clippy::too_many_arguments)]
     pub fn fp4_gemv(
         &mut self,
@@ -311,45 +311,15 @@ impl KernelBuilder {
         x: GlobalView,
         flags: Fp4Flags,
         chunk: u32,
-        ring: u32,
+        ring: Fp4Ring,
     ) {
         let Fp4Flags { packed, fold, finite } = flags;
-        self.push(Stmt::Fp4Gemv {
-            out,
-            scratch,
-            words,
-            scales,
-            x,
-            packed,
-            fold,
-            finite,
-            chunk,
-            ring,
-            staged: false,
-            l2_prefetch: 0,
-            tiled: false,
-            bulk: false,
-            x_two_ahead: false,
-        });
-    }
-    /// [`Self::fp4_gemv`] with its ring in `ring.stages` shared memory stages of `scratch` (`staged`, see
-    /// [`Stmt::Fp4Gemv`]), its copies asking L2 for `ring.l2_prefetch` bytes (0, 64, 128 or 256; 0 none), the words
-    /// and scales stored tile-major when `ring.tiled`, copied in whole blocks when `ring.bulk`, the activations
-    /// loaded two quads ahead when `ring.x_two_ahead`.
-    #[allow(clippy::too_many_arguments)]
-    pub fn fp4_gemv_staged(
-        &mut self,
-        out: SharedRef,
-        scratch: SharedId,
-        words: GlobalView,
-        scales: GlobalView,
-        x: GlobalView,
-        flags: Fp4Flags,
-        chunk: u32,
-        ring: Fp4Staging,
-    ) {
-        let Fp4Flags { packed, fold, finite } = flags;
-        let Fp4Staging { stages, l2_prefetch, tiled, bulk, x_two_ahead } = ring;
+        let (staged, Fp4Staging { stages, l2_prefetch, tiled, bulk, x_two_ahead }) = match ring {
+            Fp4Ring::Registers(stages) => {
+                (false, Fp4Staging { stages, l2_prefetch: 0, tiled: false, bulk: false, x_two_ahead: false })
+            }
+            Fp4Ring::Shared(staging) => (true, staging),
+        };
         self.push(Stmt::Fp4Gemv {
             out,
             scratch,
@@ -361,7 +331,7 @@ impl KernelBuilder {
             finite,
             chunk,
             ring: stages,
-            staged: true,
+            staged,
             l2_prefetch,
             tiled,
             bulk,

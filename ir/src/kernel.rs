@@ -637,6 +637,15 @@ pub struct Fp4Staging {
     pub x_two_ahead: bool,
 }
 
+/// Where [`crate::KernelBuilder::fp4_gemv`] keeps its ring of quads (see [`Stmt::Fp4Gemv`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fp4Ring {
+    /// That many register stages per warp.
+    Registers(u32),
+    /// Stages in shared memory (`staged`), with their L2 prefetch and layout.
+    Shared(Fp4Staging),
+}
+
 impl Fp4Staging {
     /// Bytes of one warp's stage per 16 rows of the tile: 1 KB of words, then the scales, 64 bytes copied whole
     /// with tiled words and per-lane copies, else 32 per-lane 4-byte words per 8 rows (the bulk ring's barrier

@@ -10,50 +10,19 @@ use k3k_ir::*;
 use k3k_ops::OpError;
 use k3k_ops::gated_mla::*;
 
+#[path = "common/mla_check.rs"]
+mod mla_check;
+use mla_check::{BF16_TOL, TAU, bf16, check, check_lse};
+
 #[path = "common/mla_knobs.rs"]
 mod mla_knobs;
 use k3k_ops::plan::{Executor, GpuExec, Outputs, Plan};
-use k3k_reference::metrics::{first_nonfinite_mismatch, rel_l2_floor};
 use k3k_reference::mla::{gate_wuv, mla_decode_paged, mla_prefill, mla_prefill_varlen};
 use k3k_reference::random::{bf16_normal, block_table, fresh_seed, seeded};
 use k3k_runtime::Gpu;
 use mla_knobs::{bn64, prefill_bm192_points, prefill_fast_softmax_points, prefill_wgmma_points, rows32};
 use rand::Rng;
 use rand::rngs::StdRng;
-
-const BF16_TOL: f64 = 5e-3;
-const LSE_TOL: f64 = 1e-3;
-/// tau = 192^-1/2.
-const TAU: f32 = 0.072_168_78;
-
-/// rel L2 within `tol` and identical non-finite positions (exact zeros where the reference is all zero).
-fn check(what: &str, seed: u64, got: &[f32], want: &[f64], tol: f64) {
-    check_scaled(what, seed, got, want, tol, 0.0);
-}
-
-/// lse: [`check`] against the reference's RMS floored at 1 (`Tolerance::LogSumExp`): near 0 an lse's error is
-/// absolute (a single-key lse of q.k tau ~ N(0, 1) made the plain rel L2 fail on small values now and then).
-fn check_lse(what: &str, seed: u64, got: &[f32], want: &[f64]) {
-    check_scaled(what, seed, got, want, LSE_TOL, 1.0);
-}
-
-/// rel L2 (its denominator floored at `floor` per element, `rel_l2_floor`) within `tol`, and the non-finite and
-/// all-zero rules of [`check`].
-fn check_scaled(what: &str, seed: u64, got: &[f32], want: &[f64], tol: f64, floor: f64) {
-    if let Some(i) = first_nonfinite_mismatch(got, want) {
-        panic!("seed {seed}: {what}: non-finite mismatch at {i}: got {} want {}", got[i], want[i]);
-    }
-    if want.iter().all(|w| !w.is_finite() || *w == 0.0) {
-        let bad = got.iter().zip(want).position(|(g, w)| w.is_finite() && *g != 0.0);
-        assert!(bad.is_none(), "seed {seed}: {what}: expected 0 at {bad:?}");
-        return;
-    }
-    let r = rel_l2_floor(got, want, floor);
-    if std::env::var("K3K_VERBOSE").is_ok() {
-        eprintln!("{what}: rel L2 {r:.2e}");
-    }
-    assert!(r <= tol, "seed {seed}: {what}: rel L2 {r:.3e} > {tol:.0e}");
-}
 
 /// Gate logits: N(0, 2^2) with a few extreme values (sigmoid saturates to exactly 0 or 1).
 fn gate_logits(rng: &mut StdRng, n: usize) -> Vec<f32> {
@@ -63,10 +32,6 @@ fn gate_logits(rng: &mut StdRng, n: usize) -> Vec<f32> {
         z[i] = if rng.random_bool(0.5) { 1000.0 } else { -1000.0 };
     }
     z
-}
-
-fn bf16(shape: &[usize], v: &[f32]) -> HostTensor {
-    HostTensor::from_f32(DType::Bf16, shape, v)
 }
 
 fn i32s(shape: &[usize], v: &[i64]) -> HostTensor {
@@ -204,22 +169,8 @@ fn prefill_varlen() {
 /// single rows, cached prefixes (S > T), rows without keys, full and causal, gated and not, and varlen.
 #[test]
 fn prefill_wgmma_edges_and_varlen() {
-    for knobs in prefill_wgmma_points() {
-        for (causal, gate, t, s, h) in [
-            (true, true, 65, 65, 2),
-            (true, true, 17, 150, 1),
-            (true, true, 1, 1, 1),
-            (true, false, 15, 15, 1),
-            (true, true, 63, 63, 1),
-            (true, true, 130, 200, 1),
-            (true, true, 20, 5, 1),
-            (false, true, 17, 65, 1),
-            (false, false, 1, 33, 2),
-        ] {
-            prefill_case(PrefillSpec::new(causal, gate, false), &knobs, t, s, h);
-        }
-        prefill_varlen_case(&knobs);
-    }
+    let more = [(65, 65, 2), (63, 63, 1), (130, 200, 1)];
+    edges_and_varlen(prefill_wgmma_points(), &more, &[(17, 65, 1), (1, 33, 2)]);
 }
 
 /// The causal LPT block order (`QORDER=lpt`) against the per-head order: several q-tiles and heads, the
@@ -250,21 +201,7 @@ fn prefill_lpt_block_order() {
 /// rows without keys, full and ungated, several heads (LPT order), and varlen.
 #[test]
 fn prefill_bm192_edges_and_varlen() {
-    for knobs in prefill_bm192_points() {
-        for (causal, gate, t, s, h) in [
-            (true, true, 65, 65, 1),
-            (true, true, 17, 150, 1),
-            (true, true, 1, 1, 1),
-            (true, false, 15, 15, 1),
-            (true, true, 200, 260, 3),
-            (true, true, 20, 5, 1),
-            (false, true, 193, 63, 2),
-            (false, false, 1, 33, 1),
-        ] {
-            prefill_case(PrefillSpec::new(causal, gate, false), &knobs, t, s, h);
-        }
-        prefill_varlen_case(&knobs);
-    }
+    edges_and_varlen(prefill_bm192_points(), &[(65, 65, 1), (200, 260, 3)], &[(193, 63, 2), (1, 33, 1)]);
 }
 
 /// `SOFTMAX=fast` (raw-score max, scale folded into the exponent, `exp2_ftz`) and `SMGUARD=true` (the
@@ -272,22 +209,8 @@ fn prefill_bm192_edges_and_varlen() {
 /// and causal, gated and not, and varlen; an unknown value is a typed knob error.
 #[test]
 fn prefill_fast_softmax_edges_and_varlen() {
-    for knobs in prefill_fast_softmax_points() {
-        for (causal, gate, t, s, h) in [
-            (true, true, 65, 65, 2),
-            (true, true, 17, 150, 1),
-            (true, true, 1, 1, 1),
-            (true, false, 15, 15, 1),
-            (true, true, 63, 63, 1),
-            (true, true, 300, 300, 2),
-            (true, true, 20, 5, 1),
-            (false, true, 17, 65, 1),
-            (false, false, 1, 33, 2),
-        ] {
-            prefill_case(PrefillSpec::new(causal, gate, false), &knobs, t, s, h);
-        }
-        prefill_varlen_case(&knobs);
-    }
+    let more = [(65, 65, 2), (63, 63, 1), (300, 300, 2)];
+    edges_and_varlen(prefill_fast_softmax_points(), &more, &[(17, 65, 1), (1, 33, 2)]);
     let spec = PrefillSpec::new(true, true, false);
     for bad in [
         prefill_default_knobs().with("SOFTMAX", "approx"),
@@ -295,6 +218,21 @@ fn prefill_fast_softmax_edges_and_varlen() {
         prefill_sync_knobs().with("SMGUARD", true),
     ] {
         assert!(matches!(build_prefill(&spec, &bad), Err(OpError::InvalidKnobs { .. })), "{bad}");
+    }
+}
+
+/// Every knob point at the edge sizes, then varlen: causal and gated at the shared `(t, s, h)` edges (single
+/// rows, a cached prefix, rows without keys) and at `causal`, causal ungated at 15 x 15, and full at `full`
+/// (gated at the first shape, ungated at the rest).
+fn edges_and_varlen(points: Vec<Knobs>, causal: &[(usize, usize, usize)], full: &[(usize, usize, usize)]) {
+    const EDGES: [(usize, usize, usize); 3] = [(17, 150, 1), (1, 1, 1), (20, 5, 1)];
+    for knobs in points {
+        let causal_gated = EDGES.iter().chain(causal).map(|&(t, s, h)| (true, true, t, s, h));
+        let full = full.iter().enumerate().map(|(i, &(t, s, h))| (false, i == 0, t, s, h));
+        for (causal, gate, t, s, h) in causal_gated.chain([(true, false, 15, 15, 1)]).chain(full) {
+            prefill_case(PrefillSpec::new(causal, gate, false), &knobs, t, s, h);
+        }
+        prefill_varlen_case(&knobs);
     }
 }
 

@@ -14,14 +14,12 @@ use k3k_codegen::{BuildOptions, build};
 use k3k_ir::*;
 use k3k_ops::OpError;
 use k3k_ops::gated_mla::*;
-use k3k_reference::metrics::{first_nonfinite_mismatch, rel_l2_floor};
+
+#[path = "common/mla_check.rs"]
+mod mla_check;
 use k3k_reference::mla::{mla_prefill, mla_prefill_varlen};
 use k3k_reference::random::{bf16_normal, fresh_seed, seeded};
-
-const BF16_TOL: f64 = 5e-3;
-const LSE_TOL: f64 = 1e-3;
-/// tau = 192^-1/2.
-const TAU: f32 = 0.072_168_78;
+use mla_check::{BF16_TOL, TAU, bf16, check, check_lse};
 
 fn tma(k: Knobs) -> Knobs {
     k.with(PREFILL_LOAD_KNOB, "tma")
@@ -58,36 +56,6 @@ fn points() -> Vec<Knobs> {
         tma(prefill_default_knobs()).with(PREFILL_PRODUCER_KNOB, "thread"),
         tma(prefill_default_knobs().with("BM", 192i64).with("WM", 12i64).with("BN", 64i64).with("STAGES", 3i64)),
     ]
-}
-
-/// rel L2 within `tol` and identical non-finite positions (exact zeros where the reference is all zero).
-fn check(what: &str, seed: u64, got: &[f32], want: &[f64], tol: f64) {
-    check_scaled(what, seed, got, want, tol, 0.0);
-}
-
-/// lse: [`check`] against the reference's RMS floored at 1 (`Tolerance::LogSumExp`): near 0 an lse's error is
-/// absolute (a single-key lse of q.k tau ~ N(0, 1) made the plain rel L2 fail on small values now and then).
-fn check_lse(what: &str, seed: u64, got: &[f32], want: &[f64]) {
-    check_scaled(what, seed, got, want, LSE_TOL, 1.0);
-}
-
-/// rel L2 (its denominator floored at `floor` per element, `rel_l2_floor`) within `tol`, and the non-finite and
-/// all-zero rules of [`check`].
-fn check_scaled(what: &str, seed: u64, got: &[f32], want: &[f64], tol: f64, floor: f64) {
-    if let Some(i) = first_nonfinite_mismatch(got, want) {
-        panic!("seed {seed}: {what}: non-finite mismatch at {i}: got {} want {}", got[i], want[i]);
-    }
-    if want.iter().all(|w| !w.is_finite() || *w == 0.0) {
-        let bad = got.iter().zip(want).position(|(g, w)| w.is_finite() && *g != 0.0);
-        assert!(bad.is_none(), "seed {seed}: {what}: expected 0 at {bad:?}");
-        return;
-    }
-    let r = rel_l2_floor(got, want, floor);
-    assert!(r <= tol, "seed {seed}: {what}: rel L2 {r:.3e} > {tol:.0e}");
-}
-
-fn bf16(shape: &[usize], v: &[f32]) -> HostTensor {
-    HostTensor::from_f32(DType::Bf16, shape, v)
 }
 
 /// One prefill on fresh inputs: fixed length `(t, s)` when `cu` is `None`, else varlen over the cumulative

@@ -11,17 +11,14 @@
 #[path = "common/gemm_f64.rs"]
 mod gemm_f64;
 
+use gemm_f64::{Case, tma_knobs};
+
 use k3k_ir::*;
 use k3k_ops::latent_moe_gemm::*;
 use rand::{Rng, SeedableRng, rngs::StdRng};
 
 fn ahead_knobs(bm: i64, bn: i64, stages: i64, ahead: i64, release: &str, overlap: &str) -> Knobs {
-    default_knobs()
-        .with("BM", bm)
-        .with("BN", bn)
-        .with("WM", bm / 16)
-        .with("STAGES", stages)
-        .with(LOAD_KNOB, "tma")
+    tma_knobs(bm, bn, stages)
         .with(AHEAD_KNOB, ahead)
         .with(RELEASE_KNOB, release)
         .with(OVERLAP_KNOB, overlap)
@@ -37,20 +34,9 @@ fn count_stmts(k: &Kernel, f: impl Fn(&Stmt) -> bool) -> usize {
 
 /// The shared f64 check at grids of 1 and 3 blocks. The kernel must be the stream: tensor maps, mbarriers, no
 /// block barrier, and its empty barriers counting one arrival per warp with RELEASE=warp (else per thread).
-#[allow(clippy::too_many_arguments)]
-fn check_case(
-    seed: u64,
-    rng: &mut StdRng,
-    counts: &[usize],
-    grouped: bool,
-    epilogue: Epilogue,
-    row_scale: bool,
-    k: usize,
-    n_out: usize,
-    knobs: &Knobs,
-) {
+fn check_case(seed: u64, rng: &mut StdRng, case: Case, knobs: &Knobs) {
     let warp = knobs.str(RELEASE_KNOB).unwrap() == "warp";
-    gemm_f64::check_case(seed, rng, counts, grouped, epilogue, row_scale, k, n_out, knobs, &[1, 3], |kern| {
+    gemm_f64::check_case(seed, rng, case, knobs, &[1, 3], |kern| {
         assert!(!kern.tensor_maps.is_empty() && !kern.mbarriers.is_empty(), "{}", kern.name);
         assert_eq!(count_stmts(kern, |s| matches!(s, Stmt::Barrier)), 0, "{}: a block barrier in the walk", kern.name);
         let threads = kern.threads;
@@ -89,7 +75,7 @@ fn ahead_stream_matches_f64_across_tile_boundaries() {
                 let overlap = if (i / 2).is_multiple_of(2) { "off" } else { "on" };
                 i += 1;
                 let knobs = ahead_knobs(bm, 64, stages, ahead, release, overlap);
-                check_case(seed, &mut rng, &counts, true, Epilogue::None, false, k, 130, &knobs);
+                check_case(seed, &mut rng, Case(&counts, true, Epilogue::None, false, k, 130), &knobs);
             }
         }
     }
@@ -106,40 +92,40 @@ fn ahead_stream_matches_f64_with_glu_epilogues_routing_weights_dense_and_no_tile
             check_case(
                 seed,
                 &mut rng,
-                &counts,
-                true,
-                epilogue,
-                true,
-                k,
-                n_out,
+                Case(&counts, true, epilogue, true, k, n_out),
                 &ahead_knobs(64, 128, 3, 2, "warp", "on"),
             );
             check_case(
                 seed,
                 &mut rng,
-                &counts,
-                true,
-                epilogue,
-                false,
-                k,
-                n_out,
+                Case(&counts, true, epilogue, false, k, n_out),
                 &ahead_knobs(128, 64, 4, 3, "thread", "off"),
             );
         }
     }
-    check_case(seed, &mut rng, &[77], false, Epilogue::None, true, 200, 90, &ahead_knobs(64, 64, 4, 3, "warp", "off"));
-    check_case(seed, &mut rng, &[77], false, Epilogue::SwiGlu, false, 72, 33, &ahead_knobs(64, 64, 3, 2, "warp", "on"));
-    // No rows at all: no tiles, the producer issues nothing.
-    check_case(seed, &mut rng, &[0, 0], true, Epilogue::None, false, 64, 64, &ahead_knobs(64, 64, 4, 3, "warp", "off"));
     check_case(
         seed,
         &mut rng,
-        &[0, 0],
-        true,
-        Epilogue::None,
-        false,
-        64,
-        64,
+        Case(&[77], false, Epilogue::None, true, 200, 90),
+        &ahead_knobs(64, 64, 4, 3, "warp", "off"),
+    );
+    check_case(
+        seed,
+        &mut rng,
+        Case(&[77], false, Epilogue::SwiGlu, false, 72, 33),
+        &ahead_knobs(64, 64, 3, 2, "warp", "on"),
+    );
+    // No rows at all: no tiles, the producer issues nothing.
+    check_case(
+        seed,
+        &mut rng,
+        Case(&[0, 0], true, Epilogue::None, false, 64, 64),
+        &ahead_knobs(64, 64, 4, 3, "warp", "off"),
+    );
+    check_case(
+        seed,
+        &mut rng,
+        Case(&[0, 0], true, Epilogue::None, false, 64, 64),
         &ahead_knobs(64, 64, 4, 3, "thread", "on"),
     );
 }

@@ -9,17 +9,14 @@
 #[path = "common/gemm_f64.rs"]
 mod gemm_f64;
 
+use gemm_f64::{Case, tma_knobs};
+
 use k3k_ir::*;
 use k3k_ops::latent_moe_gemm::*;
 use rand::{Rng, SeedableRng, rngs::StdRng};
 
 fn cluster_knobs(bm: i64, bn: i64, stages: i64, along: &str) -> Knobs {
-    default_knobs()
-        .with("BM", bm)
-        .with("BN", bn)
-        .with("WM", bm / 16)
-        .with("STAGES", stages)
-        .with(LOAD_KNOB, "tma")
+    tma_knobs(bm, bn, stages)
         .with(CLUSTER_KNOB, 2i64)
         .with(CLUSTER_ALONG_KNOB, along)
         // The thread-0 producer (latent_gemm_producer.rs covers the producer warpgroup).
@@ -28,19 +25,8 @@ fn cluster_knobs(bm: i64, bn: i64, stages: i64, along: &str) -> Knobs {
 
 /// The shared f64 check at grids of 1, 3 and 5 blocks (one and two clusters, and an odd count that rounds down);
 /// the kernel must use tensor maps, mbarriers and clusters of two.
-#[allow(clippy::too_many_arguments)]
-fn check_case(
-    seed: u64,
-    rng: &mut StdRng,
-    counts: &[usize],
-    grouped: bool,
-    epilogue: Epilogue,
-    row_scale: bool,
-    k: usize,
-    n_out: usize,
-    knobs: &Knobs,
-) {
-    gemm_f64::check_case(seed, rng, counts, grouped, epilogue, row_scale, k, n_out, knobs, &[1, 3, 5], |kern| {
+fn check_case(seed: u64, rng: &mut StdRng, case: Case, knobs: &Knobs) {
+    gemm_f64::check_case(seed, rng, case, knobs, &[1, 3, 5], |kern| {
         assert!(!kern.tensor_maps.is_empty() && !kern.mbarriers.is_empty(), "{}", kern.name);
         assert_eq!(kern.cluster, [2, 1, 1], "{}", kern.name);
     });
@@ -57,12 +43,12 @@ fn cluster_pairs_match_f64_on_ragged_groups_k_and_n_tails() {
             for overlap in ["off", "on"] {
                 for knobs in [cluster_knobs(64, 64, 3, along), cluster_knobs(128, 64, 4, along)] {
                     let knobs = knobs.with("OVERLAP", overlap);
-                    check_case(seed, &mut rng, &counts, true, Epilogue::None, false, k, n, &knobs);
+                    check_case(seed, &mut rng, Case(&counts, true, Epilogue::None, false, k, n), &knobs);
                 }
                 // The pair's producer streams (AHEAD): each CTA's producer runs ahead over the common walk.
                 for (stages, ahead) in [(3i64, 2i64), (4, 3), (4, 1)] {
                     let knobs = cluster_knobs(64, 64, stages, along).with("OVERLAP", overlap).with(AHEAD_KNOB, ahead);
-                    check_case(seed, &mut rng, &counts, true, Epilogue::None, false, k, n, &knobs);
+                    check_case(seed, &mut rng, Case(&counts, true, Epilogue::None, false, k, n), &knobs);
                 }
             }
         }
@@ -77,13 +63,18 @@ fn cluster_pairs_match_f64_with_glu_epilogues_routing_weights_and_dense() {
     for along in ["m", "n"] {
         for epilogue in [Epilogue::SwiGlu, Epilogue::SituGlu] {
             // GLU: along M the two CTAs copy the gate and the up half of the weight tile.
-            check_case(seed, &mut rng, &counts, true, epilogue, true, 136, 40, &cluster_knobs(64, 128, 3, along));
-            check_case(seed, &mut rng, &counts, true, epilogue, false, 64, 65, &cluster_knobs(128, 64, 4, along));
+            check_case(seed, &mut rng, Case(&counts, true, epilogue, true, 136, 40), &cluster_knobs(64, 128, 3, along));
+            check_case(seed, &mut rng, Case(&counts, true, epilogue, false, 64, 65), &cluster_knobs(128, 64, 4, along));
             let stream = cluster_knobs(64, 128, 4, along).with(AHEAD_KNOB, 3i64);
-            check_case(seed, &mut rng, &counts, true, epilogue, true, 136, 40, &stream);
+            check_case(seed, &mut rng, Case(&counts, true, epilogue, true, 136, 40), &stream);
         }
-        check_case(seed, &mut rng, &[77], false, Epilogue::None, true, 200, 90, &cluster_knobs(64, 64, 3, along));
-        check_case(seed, &mut rng, &[0, 0], true, Epilogue::None, false, 64, 64, &cluster_knobs(64, 64, 3, along));
+        check_case(seed, &mut rng, Case(&[77], false, Epilogue::None, true, 200, 90), &cluster_knobs(64, 64, 3, along));
+        check_case(
+            seed,
+            &mut rng,
+            Case(&[0, 0], true, Epilogue::None, false, 64, 64),
+            &cluster_knobs(64, 64, 3, along),
+        );
     }
 }
 

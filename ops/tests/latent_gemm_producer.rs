@@ -7,20 +7,14 @@
 #[path = "common/gemm_f64.rs"]
 mod gemm_f64;
 
+use gemm_f64::{Case, tma_knobs};
+
 use k3k_ir::*;
 use k3k_ops::latent_moe_gemm::*;
 use rand::{Rng, SeedableRng, rngs::StdRng};
 
 fn producer_knobs(bm: i64, bn: i64, stages: i64, ahead: i64, overlap: &str) -> Knobs {
-    default_knobs()
-        .with("BM", bm)
-        .with("BN", bn)
-        .with("WM", bm / 16)
-        .with("STAGES", stages)
-        .with(LOAD_KNOB, "tma")
-        .with(AHEAD_KNOB, ahead)
-        .with(OVERLAP_KNOB, overlap)
-        .with(PRODUCER_KNOB, "warp")
+    tma_knobs(bm, bn, stages).with(AHEAD_KNOB, ahead).with(OVERLAP_KNOB, overlap).with(PRODUCER_KNOB, "warp")
 }
 
 /// Where the producer's statements are: (inside producer bodies, outside them).
@@ -50,19 +44,8 @@ fn producer_split(k: &Kernel) -> (usize, usize) {
     n
 }
 
-#[allow(clippy::too_many_arguments)]
-fn check_case(
-    seed: u64,
-    rng: &mut StdRng,
-    counts: &[usize],
-    grouped: bool,
-    epilogue: Epilogue,
-    row_scale: bool,
-    k: usize,
-    n_out: usize,
-    knobs: &Knobs,
-) {
-    gemm_f64::check_case(seed, rng, counts, grouped, epilogue, row_scale, k, n_out, knobs, &[1, 3], |kern| {
+fn check_case(seed: u64, rng: &mut StdRng, case: Case, knobs: &Knobs) {
+    gemm_f64::check_case(seed, rng, case, knobs, &[1, 3], |kern| {
         assert!(kern.producer_warp, "{}", kern.name);
         assert_eq!(kern.launch_threads(), kern.threads + PRODUCER_THREADS, "{}", kern.name);
         let (inside, outside) = producer_split(kern);
@@ -92,7 +75,7 @@ fn producer_warp_matches_f64_across_tile_boundaries() {
                 let overlap = if i.is_multiple_of(2) { "off" } else { "on" };
                 i += 1;
                 let knobs = producer_knobs(bm, 64, stages, ahead, overlap);
-                check_case(seed, &mut rng, &counts, true, Epilogue::None, false, k, 130, &knobs);
+                check_case(seed, &mut rng, Case(&counts, true, Epilogue::None, false, k, 130), &knobs);
             }
         }
     }
@@ -105,16 +88,21 @@ fn producer_warp_matches_f64_with_pairs_glu_routing_weights_dense_and_no_tiles()
     let counts = [3usize, 0, 70, 129];
     for along in ["m", "n"] {
         let pair = producer_knobs(64, 64, 4, 2, "on").with(CLUSTER_KNOB, 2i64).with(CLUSTER_ALONG_KNOB, along);
-        check_case(seed, &mut rng, &counts, true, Epilogue::None, false, 200, 130, &pair);
-        check_case(seed, &mut rng, &counts, true, Epilogue::SituGlu, true, 136, 40, &pair.clone().with("BN", 128i64));
+        check_case(seed, &mut rng, Case(&counts, true, Epilogue::None, false, 200, 130), &pair);
+        check_case(
+            seed,
+            &mut rng,
+            Case(&counts, true, Epilogue::SituGlu, true, 136, 40),
+            &pair.clone().with("BN", 128i64),
+        );
     }
     for epilogue in [Epilogue::SwiGlu, Epilogue::SituGlu] {
-        check_case(seed, &mut rng, &counts, true, epilogue, true, 136, 40, &producer_knobs(64, 128, 3, 2, "on"));
-        check_case(seed, &mut rng, &counts, true, epilogue, false, 64, 65, &producer_knobs(128, 64, 4, 3, "off"));
+        check_case(seed, &mut rng, Case(&counts, true, epilogue, true, 136, 40), &producer_knobs(64, 128, 3, 2, "on"));
+        check_case(seed, &mut rng, Case(&counts, true, epilogue, false, 64, 65), &producer_knobs(128, 64, 4, 3, "off"));
     }
-    check_case(seed, &mut rng, &[77], false, Epilogue::None, true, 200, 90, &producer_knobs(64, 64, 4, 3, "off"));
+    check_case(seed, &mut rng, Case(&[77], false, Epilogue::None, true, 200, 90), &producer_knobs(64, 64, 4, 3, "off"));
     // No rows at all: no tiles, the producer issues nothing.
-    check_case(seed, &mut rng, &[0, 0], true, Epilogue::None, false, 64, 64, &producer_knobs(64, 64, 4, 3, "on"));
+    check_case(seed, &mut rng, Case(&[0, 0], true, Epilogue::None, false, 64, 64), &producer_knobs(64, 64, 4, 3, "on"));
 }
 
 #[test]

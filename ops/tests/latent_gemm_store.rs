@@ -6,6 +6,8 @@
 #[path = "common/gemm_f64.rs"]
 mod gemm_f64;
 
+use gemm_f64::Case;
+
 use k3k_ir::*;
 use k3k_ops::latent_moe_gemm::*;
 use rand::{Rng, SeedableRng, rngs::StdRng};
@@ -20,20 +22,8 @@ fn bulk_stores(k: &Kernel) -> usize {
     n
 }
 
-#[allow(clippy::too_many_arguments)]
-fn check_case(
-    seed: u64,
-    rng: &mut StdRng,
-    counts: &[usize],
-    grouped: bool,
-    epilogue: Epilogue,
-    row_scale: bool,
-    k: usize,
-    n_out: usize,
-    knobs: &Knobs,
-    slices: usize,
-) {
-    gemm_f64::check_case(seed, rng, counts, grouped, epilogue, row_scale, k, n_out, knobs, &[1, 3], |kern| {
+fn check_case(seed: u64, rng: &mut StdRng, case: Case, knobs: &Knobs, slices: usize) {
+    gemm_f64::check_case(seed, rng, case, knobs, &[1, 3], |kern| {
         assert_eq!(bulk_stores(kern), slices, "{}: bulk stores", kern.name);
     });
 }
@@ -47,16 +37,11 @@ fn bulk_store_epilogue_matches_f64() {
     let counts = [0usize, 130, 64, 0, 7, 257, 128];
     for (bm, bn) in [(64i64, 128i64), (128, 128), (128, 256)] {
         let knobs = store_knobs(bm, bn);
-        check_case(seed, &mut rng, &counts, true, Epilogue::None, false, 136, 200, &knobs, bn as usize / 64);
+        check_case(seed, &mut rng, Case(&counts, true, Epilogue::None, false, 136, 200), &knobs, bn as usize / 64);
         check_case(
             seed,
             &mut rng,
-            &counts,
-            true,
-            Epilogue::None,
-            true,
-            64,
-            64,
+            Case(&counts, true, Epilogue::None, true, 64, 64),
             &knobs.clone().with(OVERLAP_KNOB, "off"),
             bn as usize / 64,
         );
@@ -66,20 +51,20 @@ fn bulk_store_epilogue_matches_f64() {
     // store's source at its retiring wait, so it fails such a program; one block walks several tiles).
     for bn in [64i64, 192] {
         let knobs = store_knobs(64, bn);
-        check_case(seed, &mut rng, &counts, true, Epilogue::None, false, 72, 392, &knobs, bn as usize / 64);
+        check_case(seed, &mut rng, Case(&counts, true, Epilogue::None, false, 72, 392), &knobs, bn as usize / 64);
     }
-    check_case(seed, &mut rng, &counts, true, Epilogue::SituGlu, true, 72, 136, &store_knobs(64, 128), 1);
+    check_case(seed, &mut rng, Case(&counts, true, Epilogue::SituGlu, true, 72, 136), &store_knobs(64, 128), 1);
     // GLU epilogues with routing weights: 128 accumulator columns of 256, two slices.
     for epilogue in [Epilogue::SituGlu, Epilogue::SwiGlu] {
-        check_case(seed, &mut rng, &counts, true, epilogue, true, 72, 136, &store_knobs(128, 256), 2);
+        check_case(seed, &mut rng, Case(&counts, true, epilogue, true, 72, 136), &store_knobs(128, 256), 2);
     }
     // Dense, thread-0 producer, pairs along m and n.
-    check_case(seed, &mut rng, &[300], false, Epilogue::None, false, 200, 128, &store_knobs(128, 256), 4);
+    check_case(seed, &mut rng, Case(&[300], false, Epilogue::None, false, 200, 128), &store_knobs(128, 256), 4);
     let thread = store_knobs(64, 128).with(PRODUCER_KNOB, "thread");
-    check_case(seed, &mut rng, &counts, true, Epilogue::None, false, 136, 200, &thread, 2);
+    check_case(seed, &mut rng, Case(&counts, true, Epilogue::None, false, 136, 200), &thread, 2);
     for along in ["m", "n"] {
         let pair = store_knobs(64, 128).with(CLUSTER_KNOB, 2i64).with(CLUSTER_ALONG_KNOB, along);
-        check_case(seed, &mut rng, &counts, true, Epilogue::None, true, 136, 200, &pair, 2);
+        check_case(seed, &mut rng, Case(&counts, true, Epilogue::None, true, 136, 200), &pair, 2);
     }
 }
 

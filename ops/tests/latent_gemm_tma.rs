@@ -7,28 +7,15 @@
 #[path = "common/gemm_f64.rs"]
 mod gemm_f64;
 
+use gemm_f64::{Case, tma_knobs};
+
 use k3k_ir::*;
 use k3k_ops::latent_moe_gemm::*;
 use rand::{Rng, SeedableRng, rngs::StdRng};
 
-fn tma_knobs(bm: i64, bn: i64, stages: i64) -> Knobs {
-    default_knobs().with("BM", bm).with("BN", bn).with("WM", bm / 16).with("STAGES", stages).with(LOAD_KNOB, "tma")
-}
-
 /// The shared f64 check at grids of 1 and 3 blocks; the kernel must use tensor maps and mbarriers.
-#[allow(clippy::too_many_arguments)]
-fn check_case(
-    seed: u64,
-    rng: &mut StdRng,
-    counts: &[usize],
-    grouped: bool,
-    epilogue: Epilogue,
-    row_scale: bool,
-    k: usize,
-    n_out: usize,
-    knobs: &Knobs,
-) {
-    gemm_f64::check_case(seed, rng, counts, grouped, epilogue, row_scale, k, n_out, knobs, &[1, 3], |kern| {
+fn check_case(seed: u64, rng: &mut StdRng, case: Case, knobs: &Knobs) {
+    gemm_f64::check_case(seed, rng, case, knobs, &[1, 3], |kern| {
         assert!(!kern.tensor_maps.is_empty() && !kern.mbarriers.is_empty(), "{}", kern.name);
     });
 }
@@ -42,7 +29,7 @@ fn tma_loads_match_f64_on_ragged_groups_k_and_n_tails() {
         for overlap in ["off", "on"] {
             for knobs in [tma_knobs(64, 64, 3), tma_knobs(64, 32, 4), tma_knobs(128, 64, 3)] {
                 let knobs = knobs.with("OVERLAP", overlap);
-                check_case(seed, &mut rng, &counts, true, Epilogue::None, false, k, n, &knobs);
+                check_case(seed, &mut rng, Case(&counts, true, Epilogue::None, false, k, n), &knobs);
             }
         }
     }
@@ -56,12 +43,12 @@ fn tma_loads_match_f64_with_glu_epilogues_routing_weights_and_dense() {
     for epilogue in [Epilogue::SwiGlu, Epilogue::SituGlu] {
         for (k, n_out) in [(136usize, 40usize), (64, 65)] {
             // GLU tiles: BN covers gate + up, so the accumulator is BN/2 wide.
-            check_case(seed, &mut rng, &counts, true, epilogue, true, k, n_out, &tma_knobs(64, 128, 3));
-            check_case(seed, &mut rng, &counts, true, epilogue, false, k, n_out, &tma_knobs(128, 64, 4));
+            check_case(seed, &mut rng, Case(&counts, true, epilogue, true, k, n_out), &tma_knobs(64, 128, 3));
+            check_case(seed, &mut rng, Case(&counts, true, epilogue, false, k, n_out), &tma_knobs(128, 64, 4));
         }
     }
-    check_case(seed, &mut rng, &[77], false, Epilogue::None, true, 200, 90, &tma_knobs(64, 64, 3));
-    check_case(seed, &mut rng, &[77], false, Epilogue::SwiGlu, false, 72, 33, &tma_knobs(64, 64, 3));
+    check_case(seed, &mut rng, Case(&[77], false, Epilogue::None, true, 200, 90), &tma_knobs(64, 64, 3));
+    check_case(seed, &mut rng, Case(&[77], false, Epilogue::SwiGlu, false, 72, 33), &tma_knobs(64, 64, 3));
 }
 
 #[test]

@@ -12,25 +12,9 @@ use k3k_ops::op::{Operator, Preset};
 use k3k_ops::plan::Executor;
 use rand::{Rng, SeedableRng, rngs::StdRng};
 
-fn run(p: &Preset, seed: u64, knobs: &Knobs) {
-    let op = Mxfp4Matmul;
-    let inst = op.instance(p, seed).unwrap();
-    let plan = inst.plan(knobs).unwrap_or_else(|e| panic!("{}: {e}", p.name));
-    let out = Executor::Cpu.run(&plan).unwrap_or_else(|e| panic!("{} ({}): {e}", p.name, inst.describe()));
-    let r = inst.check(&out).unwrap();
-    if std::env::var("K3K_VERBOSE").is_ok() {
-        eprintln!("{} -> {:.2e} ({} launches) [{knobs}]", inst.describe(), r.max_rel_err, plan.steps.len());
-    }
-    assert!(r.passed, "{} seed {seed} ({}) [{knobs}]: rel {:.3e} {}", p.name, inst.describe(), r.max_rel_err, r.detail);
-}
-
-fn knobs(pairs: &[(&str, i64)]) -> Knobs {
-    let mut k = default_knobs();
-    for (n, v) in pairs {
-        k.set(n, *v);
-    }
-    k
-}
+#[path = "common/mx_run.rs"]
+mod mx_run;
+use mx_run::{dense_preset, knobs, run};
 
 #[test]
 fn dense_edge_rows_and_k() {
@@ -355,10 +339,7 @@ fn gemv_path_edges_and_layouts() {
         (17, 64, 20, 1, 0),
         (40, 352, 18, 0, 1),
     ] {
-        let p = Preset::new(
-            &format!("gemv M{m} K{k} N{n}"),
-            &[("M", m), ("K", k), ("N", n), ("packed", packed), ("wide", wide)],
-        );
+        let p = dense_preset("gemv", (m, k, n, packed, wide));
         run(&p, rng.random(), &gemv(&[]));
         run(&p, rng.random(), &gemv(&[("BM", 16), ("BK", 256), ("WA", 3)]).with("PF", "off"));
         run(&p, rng.random(), &gemv(&[("BN", 32), ("BK", 256), ("WA", 2), ("SPLIT", 2)]).with("PF", "on"));
@@ -487,10 +468,7 @@ fn stream_path_edges_and_layouts() {
         (63, 224, 8, 1, 0),
         (65, 64, 33, 0, 0),
     ] {
-        let p = Preset::new(
-            &format!("stream M{m} K{k} N{n}"),
-            &[("M", m), ("K", k), ("N", n), ("packed", packed), ("wide", wide)],
-        );
+        let p = dense_preset("stream", (m, k, n, packed, wide));
         run(&p, rng.random(), &stream(&[("BM", 16)]));
         run(&p, rng.random(), &stream(&[("BM", 16), ("BK", 128), ("BN", 32), ("WA", 2), ("SPLIT", 2)]));
     }

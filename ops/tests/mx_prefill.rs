@@ -15,25 +15,12 @@ use k3k_ops::plan::{Executor, Role};
 use k3k_reference::mx as rmx;
 use rand::{Rng, SeedableRng, rngs::StdRng};
 
-fn run(p: &Preset, seed: u64, knobs: &Knobs) -> usize {
-    let op = Mxfp4Matmul;
-    let inst = op.instance(p, seed).unwrap();
-    let plan = inst.plan(knobs).unwrap_or_else(|e| panic!("{}: {e}", p.name));
-    let out = Executor::Cpu.run(&plan).unwrap_or_else(|e| panic!("{} ({}): {e}", p.name, inst.describe()));
-    let r = inst.check(&out).unwrap();
-    if std::env::var("K3K_VERBOSE").is_ok() {
-        eprintln!("{} -> {:.2e} ({} launches) [{knobs}]", inst.describe(), r.max_rel_err, plan.steps.len());
-    }
-    assert!(r.passed, "{} seed {seed} ({}) [{knobs}]: rel {:.3e} {}", p.name, inst.describe(), r.max_rel_err, r.detail);
-    plan.steps.len()
-}
+#[path = "common/mx_run.rs"]
+mod mx_run;
+use mx_run::{dense_preset, knobs, run};
 
 fn dq(pairs: &[(&str, i64)]) -> Knobs {
-    let mut k = default_knobs().with("PATH", "dq_gemm");
-    for (n, v) in pairs {
-        k.set(n, *v);
-    }
-    k
+    knobs(pairs).with("PATH", "dq_gemm")
 }
 
 /// The first kernel's recorded PATH at these dims and knobs.
@@ -215,10 +202,7 @@ fn dense_edges_on_the_dq_gemm_path() {
         (65, 64, 33, 0, 0),
         (130, 160, 70, 1, 1),
     ] {
-        let p = Preset::new(
-            &format!("dq M{m} K{k} N{n}"),
-            &[("M", m), ("K", k), ("N", n), ("packed", packed), ("wide", wide)],
-        );
+        let p = dense_preset("dq", (m, k, n, packed, wide));
         for kn in [dq(&[]), dqw(0)] {
             assert_eq!(run(&p, rng.random(), &kn), 2);
         }

@@ -356,12 +356,12 @@ mod unit {
             let xv = view(x, 0i64, 3584i64, 4i64, 3584i64, 8);
             let w = b.window(out, 0i64, 0, 0, 64, 8);
             let flags = Fp4Flags { packed: true, fold: true, finite: true };
-            if staged {
-                let ring = Fp4Staging { stages: 3, l2_prefetch: 128, tiled, bulk: false, x_two_ahead };
-                b.fp4_gemv_staged(w, scratch, qv, sv, xv, flags, 1, ring);
+            let ring = if staged {
+                Fp4Ring::Shared(Fp4Staging { stages: 3, l2_prefetch: 128, tiled, bulk: false, x_two_ahead })
             } else {
-                b.fp4_gemv(w, scratch, qv, sv, xv, flags, 1, 3);
-            }
+                Fp4Ring::Registers(3)
+            };
+            b.fp4_gemv(w, scratch, qv, sv, xv, flags, 1, ring);
             b.finish()
         };
         let build = |tiled: bool, staged: bool, rows: u32, count: u32| build_xa(tiled, staged, rows, count, false);

@@ -413,6 +413,23 @@ fn mx_footprint(p: &Preset) -> f64 {
     2.0 * dims::size(p, "R", 0) * dims::size(p, "K", 0)
 }
 
+/// Dims `R` and `K` of a (de)quantization, `K` checked.
+fn rows_and_k(op: &'static str, p: &Preset) -> Result<(usize, usize), OpError> {
+    let rows = p.get("R")? as usize;
+    let k = p.get("K")? as usize;
+    check_k(op, "K", k)?;
+    Ok((rows, k))
+}
+
+/// Optional dim `arg`: 0 f32 (the default), 1 bf16.
+fn f32_or_bf16(op: &'static str, p: &Preset, arg: &str) -> Result<DType, OpError> {
+    match p.get_or(arg, 0) {
+        0 => Ok(DType::F32),
+        1 => Ok(DType::Bf16),
+        c => Err(OpError::BadInput { op, arg: arg.into(), why: format!("0 or 1, got {c}") }),
+    }
+}
+
 struct QuantProblem {
     rows: usize,
     k: usize,
@@ -426,14 +443,8 @@ impl QuantProblem {
     /// Dims `R`, `K`; optional `fmt` (0 fp4, 1 fp8), `rule` (0 Floor, 1 Ceil), `src` (0 f32, 1 bf16), `edge`
     /// (1: edge-case blocks, default; 0: ordinary values).
     fn from_preset(p: &Preset) -> Result<Self, OpError> {
-        let rows = p.get("R")? as usize;
-        let k = p.get("K")? as usize;
-        check_k(QOP, "K", k)?;
-        let src = match p.get_or("src", 0) {
-            0 => DType::F32,
-            1 => DType::Bf16,
-            c => return Err(OpError::BadInput { op: QOP, arg: "src".into(), why: format!("0 or 1, got {c}") }),
-        };
+        let (rows, k) = rows_and_k(QOP, p)?;
+        let src = f32_or_bf16(QOP, p, "src")?;
         Ok(QuantProblem {
             rows,
             k,
@@ -602,14 +613,8 @@ struct DequantProblem {
 impl DequantProblem {
     /// Dims `R`, `K`; optional `fmt` (0 fp4, 1 fp8) and `out` (0 f32, 1 bf16).
     fn from_preset(p: &Preset) -> Result<Self, OpError> {
-        let rows = p.get("R")? as usize;
-        let k = p.get("K")? as usize;
-        check_k(DOP, "K", k)?;
-        let out = match p.get_or("out", 0) {
-            0 => DType::F32,
-            1 => DType::Bf16,
-            c => return Err(OpError::BadInput { op: DOP, arg: "out".into(), why: format!("0 or 1, got {c}") }),
-        };
+        let (rows, k) = rows_and_k(DOP, p)?;
+        let out = f32_or_bf16(DOP, p, "out")?;
         Ok(DequantProblem { rows, k, fmt: format_of(DOP, p.get_or("fmt", 0))?, out })
     }
 }

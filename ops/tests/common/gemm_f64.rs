@@ -14,20 +14,20 @@ fn bf(v: f32) -> f32 {
     half::bf16::from_f32(v).to_f32()
 }
 
-#[allow(clippy::too_many_arguments)]
-pub fn check_case(
-    seed: u64,
-    rng: &mut StdRng,
-    counts: &[usize],
-    grouped: bool,
-    epilogue: Epilogue,
-    row_scale: bool,
-    k: usize,
-    n_out: usize,
-    knobs: &Knobs,
-    num_sms: &[i64],
-    expect: impl Fn(&Kernel),
-) {
+/// The default knobs with tiles of `bm` x `bn` over `bm / 16` warps and `stages` stages loaded by tensor copies
+/// (LOAD=tma). (The bulk-store tests do not use it.)
+#[allow(dead_code)]
+pub fn tma_knobs(bm: i64, bn: i64, stages: i64) -> Knobs {
+    default_knobs().with("BM", bm).with("BN", bn).with("WM", bm / 16).with("STAGES", stages).with(LOAD_KNOB, "tma")
+}
+
+/// One case's shape: the rows of each group (`grouped`: one weight matrix a group, else one dense matrix), the
+/// epilogue, whether rows carry routing weights, K and the output width N.
+#[derive(Clone, Copy)]
+pub struct Case<'a>(pub &'a [usize], pub bool, pub Epilogue, pub bool, pub usize, pub usize);
+
+pub fn check_case(seed: u64, rng: &mut StdRng, case: Case, knobs: &Knobs, num_sms: &[i64], expect: impl Fn(&Kernel)) {
+    let Case(counts, grouped, epilogue, row_scale, k, n_out) = case;
     let g = counts.len();
     let m: usize = counts.iter().sum();
     let n = if epilogue.is_glu() { 2 * n_out } else { n_out };

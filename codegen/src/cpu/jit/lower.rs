@@ -114,6 +114,13 @@ impl Ty {
     }
 }
 
+/// A start, end or step of a counted loop (see `Lower::counted_loop`): a value, or a constant.
+#[derive(Clone, Copy)]
+enum Bound {
+    Value(Value),
+    Const(i64),
+}
+
 fn unsupported(what: impl Into<String>) -> JitError {
     JitError::Unsupported(what.into())
 }
@@ -843,21 +850,10 @@ impl<'a, 'f> Lower<'a, 'f> {
                 let bad = self.b.ins().icmp_imm_s(IntCC::SignedLessThanOrEqual, st, 0);
                 let z = self.iconst(0);
                 self.fail_if(bad, Fail::Step, &[st, z, z]);
-                let (head, body_b, exit) = (self.b.create_block(), self.b.create_block(), self.b.create_block());
-                let i = self.b.append_block_param(head, types::I64);
-                self.b.ins().jump(head, &[i0.into()]);
-                self.b.switch_to_block(head);
-                let go = self.b.ins().icmp(IntCC::SignedLessThan, i, e);
-                self.b.ins().brif(go, body_b, &[], exit, &[]);
-                self.b.switch_to_block(body_b);
-                self.b.seal_block(body_b);
-                self.b.def_var(self.vars[var.0 as usize], i);
-                self.stmts(body)?;
-                let next = self.b.ins().iadd(i, st);
-                self.b.ins().jump(head, &[next.into()]);
-                self.b.seal_block(head);
-                self.b.switch_to_block(exit);
-                self.b.seal_block(exit);
+                self.counted_loop(Bound::Value(i0), Bound::Value(e), Bound::Value(st), &mut |s, i| {
+                    s.b.def_var(s.vars[var.0 as usize], i);
+                    s.stmts(body)
+                })?;
             }
             Stmt::If { cond, then_body, else_body } => {
                 let (c, _) = self.expr(cond)?;
@@ -884,24 +880,13 @@ impl<'a, 'f> Lower<'a, 'f> {
             Stmt::Threads { body } => {
                 let t = self.b.declare_var(types::I64);
                 let n = self.iconst(self.k.threads as i64);
-                let (head, body_b, exit) = (self.b.create_block(), self.b.create_block(), self.b.create_block());
-                let i = self.b.append_block_param(head, types::I64);
-                let z = self.iconst(0);
-                self.b.ins().jump(head, &[z.into()]);
-                self.b.switch_to_block(head);
-                let go = self.b.ins().icmp(IntCC::SignedLessThan, i, n);
-                self.b.ins().brif(go, body_b, &[], exit, &[]);
-                self.b.switch_to_block(body_b);
-                self.b.seal_block(body_b);
-                self.b.def_var(t, i);
-                let outer = self.thread.replace(t);
-                self.stmts(body)?;
-                self.thread = outer;
-                let next = self.b.ins().iadd_imm_s(i, 1);
-                self.b.ins().jump(head, &[next.into()]);
-                self.b.seal_block(head);
-                self.b.switch_to_block(exit);
-                self.b.seal_block(exit);
+                self.counted_loop(Bound::Const(0), Bound::Value(n), Bound::Const(1), &mut |s, i| {
+                    s.b.def_var(t, i);
+                    let outer = s.thread.replace(t);
+                    s.stmts(body)?;
+                    s.thread = outer;
+                    Ok(())
+                })?;
             }
             Stmt::StoreScalar { tensor, index, value } => {
                 let i = self.int(index)?;
@@ -929,9 +914,7 @@ impl<'a, 'f> Lower<'a, 'f> {
                             let i = l.as_int(v, t);
                             l.b.ins().istore32(l.trusted, i, a, 0);
                         } else {
-                            let f = l.as_float(v, t);
-                            let f = l.round_to(dtype, f);
-                            let f = l.quiet(f);
+                            let f = l.stored_float(dtype, v, t);
                             l.b.ins().store(l.trusted, f, a, 0);
                         }
                         Ok(())
@@ -1066,9 +1049,7 @@ impl<'a, 'f> Lower<'a, 'f> {
                     let i = self.wrap_int(dtype, i);
                     self.b.ins().store(self.trusted, i, a, 0);
                 } else {
-                    let f = self.as_float(v, t);
-                    let f = self.round_to(dtype, f);
-                    let f = self.quiet(f);
+                    let f = self.stored_float(dtype, v, t);
                     self.b.ins().store(self.trusted, f, a, 0);
                 }
             }
@@ -1076,35 +1057,23 @@ impl<'a, 'f> Lower<'a, 'f> {
                 let (v, t) = self.expr(value)?;
                 let (vi, vf) = (self.as_int(v, t), self.as_float(v, t));
                 let opc = self.iconst(rt::ATOMIC_OPS.iter().position(|o| o == op).expect("listed") as i64);
-                let (old, float) = match target {
+                // The host function, the tensor or buffer, the (flat) index and whether it holds floats.
+                let (f, id, i, float) = match target {
                     AtomicTarget::Global { tensor, index } => {
                         let i = self.int(index)?;
                         let i = self.check_index(*tensor, i, 2);
-                        let tid = self.iconst(tensor.0 as i64);
-                        let f = rt::host_atomic_global as *const u8;
-                        let (p, i64t) = (self.ptr, types::I64);
-                        let old = self.call(
-                            f,
-                            &[p, i64t, i64t, i64t, i64t, types::F32],
-                            i64t,
-                            &[self.ctx, tid, i, opc, vi, vf],
-                        );
-                        (old, self.k.tensors[tensor.0 as usize].dtype == DType::F32)
+                        let float = self.k.tensors[tensor.0 as usize].dtype == DType::F32;
+                        (rt::host_atomic_global as *const u8, tensor.0, i, float)
                     }
                     AtomicTarget::Shared { buf, index, row, col } => {
                         let flat = self.shared_flat(*buf, index, row, col, 2)?;
-                        let bid = self.iconst(buf.0 as i64);
-                        let f = rt::host_atomic_shared as *const u8;
-                        let (p, i64t) = (self.ptr, types::I64);
-                        let old = self.call(
-                            f,
-                            &[p, i64t, i64t, i64t, i64t, types::F32],
-                            i64t,
-                            &[self.ctx, bid, flat, opc, vi, vf],
-                        );
-                        (old, !self.k.shared[buf.0 as usize].dtype.is_int())
+                        let float = !self.k.shared[buf.0 as usize].dtype.is_int();
+                        (rt::host_atomic_shared as *const u8, buf.0, flat, float)
                     }
                 };
+                let id = self.iconst(id as i64);
+                let (p, i64t) = (self.ptr, types::I64);
+                let old = self.call(f, &[p, i64t, i64t, i64t, i64t, types::F32], i64t, &[self.ctx, id, i, opc, vi, vf]);
                 if let Some(var) = fetch {
                     let old = if float {
                         let w = self.b.ins().ireduce(types::I32, old);
@@ -1281,17 +1250,38 @@ impl<'a, 'f> Lower<'a, 'f> {
         n: i64,
         body: &mut dyn FnMut(&mut Self, Value) -> Result<(), JitError>,
     ) -> Result<(), JitError> {
+        self.counted_loop(Bound::Const(0), Bound::Const(n), Bound::Const(1), body)
+    }
+
+    /// Emit `for (i = start; i < end; i += step) { body(i) }`: the loop of `Stmt::For`, of the threads
+    /// of a block and of [`Self::for_range`]. A constant end or step is taken as an immediate.
+    fn counted_loop(
+        &mut self,
+        start: Bound,
+        end: Bound,
+        step: Bound,
+        body: &mut dyn FnMut(&mut Self, Value) -> Result<(), JitError>,
+    ) -> Result<(), JitError> {
         let (head, body_b, exit) = (self.b.create_block(), self.b.create_block(), self.b.create_block());
         let i = self.b.append_block_param(head, types::I64);
-        let z = self.iconst(0);
-        self.b.ins().jump(head, &[z.into()]);
+        let start = match start {
+            Bound::Value(v) => v,
+            Bound::Const(n) => self.iconst(n),
+        };
+        self.b.ins().jump(head, &[start.into()]);
         self.b.switch_to_block(head);
-        let go = self.b.ins().icmp_imm_s(IntCC::SignedLessThan, i, n);
+        let go = match end {
+            Bound::Value(e) => self.b.ins().icmp(IntCC::SignedLessThan, i, e),
+            Bound::Const(n) => self.b.ins().icmp_imm_s(IntCC::SignedLessThan, i, n),
+        };
         self.b.ins().brif(go, body_b, &[], exit, &[]);
         self.b.switch_to_block(body_b);
         self.b.seal_block(body_b);
         body(self, i)?;
-        let next = self.b.ins().iadd_imm_s(i, 1);
+        let next = match step {
+            Bound::Value(st) => self.b.ins().iadd(i, st),
+            Bound::Const(n) => self.b.ins().iadd_imm_s(i, n),
+        };
         self.b.ins().jump(head, &[next.into()]);
         self.b.seal_block(head);
         self.b.switch_to_block(exit);
@@ -1311,6 +1301,13 @@ impl<'a, 'f> Lower<'a, 'f> {
         let bytes = self.b.ins().imul_imm_s(i, size);
         let a = self.b.ins().iadd(self.frame, bytes);
         self.b.ins().iadd_imm_s(a, off)
+    }
+
+    /// A value as a float element of `dtype` stores it: rounded to `dtype`, NaNs quieted.
+    fn stored_float(&mut self, dtype: DType, v: Value, t: Ty) -> Value {
+        let f = self.as_float(v, t);
+        let f = self.round_to(dtype, f);
+        self.quiet(f)
     }
 
     /// `round_to(dtype, x)`: what a float register or shared element of `dtype` keeps.

@@ -667,11 +667,9 @@ impl MainKernel<'_> {
                 );
                 let out = b.window(sacc, 0i64, r0, 0, hrows, bm);
                 let flags = Fp4Flags { packed: spec.packed, fold: spec.fold, finite: spec.finite };
-                if c.stages >= 3 {
-                    b.fp4_gemv_staged(out, spart, qv, sv, xv, flags, bk / 128, c.staging(spec.tiled));
-                } else {
-                    b.fp4_gemv(out, spart, qv, sv, xv, flags, bk / 128, c.ring);
-                }
+                let ring =
+                    if c.stages >= 3 { Fp4Ring::Shared(c.staging(spec.tiled)) } else { Fp4Ring::Registers(c.ring) };
+                b.fp4_gemv(out, spart, qv, sv, xv, flags, bk / 128, ring);
             }
         }
         let at = |row_off: u32| Expr::shared_load(sacc, 0i64, Expr::ColIdx + row_off as i64, Expr::RowIdx);
