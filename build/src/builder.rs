@@ -1077,7 +1077,7 @@ fn bucket_variant(
         let (mut pb, mut bb) = (p.clone(), build_p.clone());
         pb.dims.insert(dim.into(), b);
         bb.dims.insert(dim.into(), b);
-        pb.name = format!("{} {dim}={b}", dims_text(&p.dims));
+        pb.name = dims_text(&pb.dims);
         let (tuned, source) = lookup::resolve(op, &pb, g, results, nvrtc, warnings);
         let knobs = forced(tuned);
         let mut seen = std::collections::HashSet::new();

@@ -246,6 +246,25 @@ fn launcher(o: &mut String, r: &Resolved, ri: usize, role: &str, artifacts: &Has
         "        ",
         "Enqueue one launch on `stream` (a cudarc stream, a `rt::RawStream` or k3k's `Gpu`, of the context this\nwas loaded in), on tensors the caller owns (`rt::View`/`rt::ViewMut` of cudarc buffers or raw pointers,\nor `rt::Tensor`); see the type's docs for the arguments. Nothing is allocated, copied or waited for: the\nlaunch can be captured into a CUDA graph.",
     );
+    let (params, targs, sargs) = launch_signature(k0, r, tnames, snames);
+    let _ = writeln!(
+        o,
+        "        pub fn launch(\n            {},\n        ) -> Result<(), rt::Error> {{",
+        params.join(",\n            ")
+    );
+    let _ = writeln!(o, "            self.k.launch(stream, &[{}], &[{}])", targs.join(", "), sargs.join(", "));
+    let _ = writeln!(o, "        }}\n    }}\n");
+}
+
+/// A launcher's parameters (`&self`, the stream, the tensors typed by dtype and access, the scalars, and the
+/// folded-scale proof where the request assumes it), the tensor arguments and the named scalars of its launch.
+fn launch_signature(
+    k0: &Kernel,
+    r: &Resolved,
+    tnames: &[String],
+    snames: &[String],
+) -> (Vec<String>, Vec<String>, Vec<String>) {
+    let scalars: Vec<_> = k0.syms.iter().filter(|s| s.kind != SymKind::Dim && s.name != k3k_ir::NUM_SMS).collect();
     let mut params = vec!["&self".to_string(), "stream: &(impl rt::AsStream + ?Sized)".to_string()];
     for (t, n) in k0.tensors.iter().zip(tnames) {
         let kind = if t.access == Access::Read { "&dyn rt::In" } else { "&mut dyn rt::Out" };
@@ -258,8 +277,8 @@ fn launcher(o: &mut String, r: &Resolved, ri: usize, role: &str, artifacts: &Has
         // The assumption the kernel was built with, in the signature (`rt::FoldedScales::check` makes it).
         params.push("_scales: rt::FoldedScales".into());
     }
-    let targs: Vec<String> = tnames.iter().map(|n| format!("{n}.arg()")).collect();
-    let sargs: Vec<String> = scalars
+    let targs = tnames.iter().map(|n| format!("{n}.arg()")).collect();
+    let sargs = scalars
         .iter()
         .zip(snames)
         .map(|(s, n)| {
@@ -267,13 +286,7 @@ fn launcher(o: &mut String, r: &Resolved, ri: usize, role: &str, artifacts: &Has
             format!("({}, rt::SymValue::{v}({n}))", lit(&s.name))
         })
         .collect();
-    let _ = writeln!(
-        o,
-        "        pub fn launch(\n            {},\n        ) -> Result<(), rt::Error> {{",
-        params.join(",\n            ")
-    );
-    let _ = writeln!(o, "            self.k.launch(stream, &[{}], &[{}])", targs.join(", "), sargs.join(", "));
-    let _ = writeln!(o, "        }}\n    }}\n");
+    (params, targs, sargs)
 }
 
 fn plan(o: &mut String, r: &Resolved) {
@@ -540,26 +553,7 @@ fn dispatch(o: &mut String, r: &Resolved, dim: &str, values: &[i64]) {
         "        ",
         &format!("Enqueue the kernel of `{dim}`'s bucket on `stream` (arguments as each bucket's launcher)."),
     );
-    let mut params = vec!["&self".to_string(), "stream: &(impl rt::AsStream + ?Sized)".to_string()];
-    for (t, n) in k0.tensors.iter().zip(tnames) {
-        let kind = if t.access == Access::Read { "&dyn rt::In" } else { "&mut dyn rt::Out" };
-        params.push(format!("{n}: {kind}<{}>", elem(t.dtype)));
-    }
-    for (s, n) in scalars.iter().zip(snames) {
-        params.push(format!("{n}: {}", if s.kind == SymKind::Int { "i64" } else { "f32" }));
-    }
-    if r.folded_scales {
-        params.push("_scales: rt::FoldedScales".into());
-    }
-    let targs: Vec<String> = tnames.iter().map(|n| format!("{n}.arg()")).collect();
-    let sargs: Vec<String> = scalars
-        .iter()
-        .zip(snames)
-        .map(|(s, n)| {
-            let v = if s.kind == SymKind::Int { "Int" } else { "Float" };
-            format!("({}, rt::SymValue::{v}({n}))", lit(&s.name))
-        })
-        .collect();
+    let (params, targs, sargs) = launch_signature(k0, r, tnames, snames);
     let _ = writeln!(
         o,
         "        pub fn launch(\n            {},\n        ) -> Result<(), rt::Error> {{",
