@@ -1,11 +1,18 @@
 //! The build-time half: [`Builder`] resolves requests to kernels, compiles them and writes the launchers.
 
+use crate::compile::compile;
+pub use crate::compile::find_nvrtc;
 use crate::emit;
 use crate::lookup::{self, KnobSource};
-use k3k_codegen::{BuildOptions, CODEGEN_VERSION};
-use k3k_ir::{DType, Dim, Kernel, KnobValue, Knobs, SymKind, SymValue, stable_hash};
+pub(crate) use crate::names::signature;
+use crate::names::{knob_free_names, role_of};
+use crate::record::record_plan;
+use crate::shapes::{
+    MXFP4_OP, bucket_variant, build_preset, free_runtime_dims, runtime_dims, varlen_kernels, varlen_knobs,
+};
+use k3k_codegen::CODEGEN_VERSION;
+use k3k_ir::{DType, Kernel, KnobValue, Knobs, SymKind, SymValue, stable_hash};
 use k3k_ops::op::{Operator, Preset};
-use k3k_ops::plan::{Plan, Role};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
@@ -16,7 +23,7 @@ pub const ENV_RESULTS_DIR: &str = "K3K_RESULTS_DIR";
 /// The GPU targeted when `build.rs` names none.
 pub const DEFAULT_GPU: &str = "nvidia-h200";
 /// Const tables larger than this stay run-time inputs of a recorded plan.
-const MAX_CONST_BYTES: usize = 4 << 20;
+pub(crate) const MAX_CONST_BYTES: usize = 4 << 20;
 
 /// Why [`Builder::build`] failed. Every message says what to change.
 #[derive(Debug, thiserror::Error)]
@@ -241,7 +248,7 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> BuildError + '_ {
     move |err| BuildError::Io { path: path.display().to_string(), err }
 }
 
-fn write(path: &Path, data: &[u8]) -> Result<(), BuildError> {
+pub(crate) fn write(path: &Path, data: &[u8]) -> Result<(), BuildError> {
     // Leave an identical file alone: its mtime is what cargo's change tracking looks at.
     if std::fs::read(path).is_ok_and(|old| old == data) {
         return Ok(());
@@ -249,57 +256,9 @@ fn write(path: &Path, data: &[u8]) -> Result<(), BuildError> {
     std::fs::write(path, data).map_err(io(path))
 }
 
-/// Where NVRTC is, or why not (honouring `K3K_NVRTC` strictly: a path set there that does not exist is an
-/// error, not a reason to look elsewhere).
-pub fn find_nvrtc() -> Result<String, String> {
-    if let Ok(p) = std::env::var("K3K_NVRTC") {
-        let path = PathBuf::from(&p);
-        let lib = if path.is_dir() { path.join(k3k_codegen::toolchain::NVRTC_LIB) } else { path };
-        if !lib.is_file() {
-            return Err(format!("K3K_NVRTC={p} does not name an existing libnvrtc.so.13 (or a folder holding one)"));
-        }
-    }
-    k3k_codegen::toolchain::load_nvrtc().map_err(|e| format!("it was not found ({e})"))
-}
-
 /// A short text for a shape (`G=8,K=3584,N=6144`).
-fn dims_text(dims: &BTreeMap<String, i64>) -> String {
+pub(crate) fn dims_text(dims: &BTreeMap<String, i64>) -> String {
     dims.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",")
-}
-
-/// The interface of a kernel (arguments and symbols), to tell whether two kernels can share a launcher.
-pub(crate) fn signature(k: &Kernel) -> String {
-    let sym = |d: &Dim| match d {
-        Dim::Const(c) => c.to_string(),
-        Dim::Sym(s) => k.syms[s.0 as usize].name.clone(),
-    };
-    let tensors: Vec<String> = k
-        .tensors
-        .iter()
-        .map(|t| {
-            format!(
-                "{}: {}[{}] {:?}",
-                t.name,
-                t.dtype.name(),
-                t.dims.iter().map(sym).collect::<Vec<_>>().join(", "),
-                t.access
-            )
-        })
-        .collect();
-    let syms: Vec<String> = k.syms.iter().map(|s| format!("{}:{:?}", s.name, s.kind)).collect();
-    format!("({}) syms {}", tensors.join(", "), syms.join(" "))
-}
-
-/// A role name from a kernel name: without the `k3k_` prefix and the knob suffix the kernel's name carries.
-fn role_of(k: &Kernel) -> String {
-    let mut n = k.name.strip_prefix("k3k_").unwrap_or(&k.name).to_string();
-    let id = k.knobs.id().to_lowercase();
-    if !id.is_empty()
-        && let Some(s) = n.strip_suffix(&format!("_{id}"))
-    {
-        n = s.to_string();
-    }
-    n
 }
 
 impl Builder {
@@ -678,40 +637,6 @@ impl Builder {
     }
 }
 
-/// What a launcher needs of a kernel: its name, threads, arguments, symbols, grid and shared memory, without
-/// the body (whose float constants, such as -inf, JSON cannot carry).
-pub fn launch_interface(k: &Kernel) -> Kernel {
-    Kernel { vars: vec![], tiles: vec![], vecs: vec![], arrays: vec![], body: vec![], ..k.clone() }
-}
-
-fn compile(k: &Kernel, kdir: &Path, runtime_nvrtc: bool, assemble: bool) -> Result<Artifacts, BuildError> {
-    let cg = |err| BuildError::Codegen { kernel: k.name.clone(), err: Box::new(err) };
-    k3k_codegen::refuse_experiments("k3k-build").map_err(cg)?;
-    // The printed IR, for people; the launch interface (the IR without its body), for the launcher.
-    write(&kdir.join(format!("{}.ir.txt", k.name)), k3k_ir::print::kernel(k).as_bytes())?;
-    let ir = kdir.join(format!("{}.launch.json", k.name));
-    let json = serde_json::to_string(&launch_interface(k)).expect("a kernel serializes");
-    write(&ir, json.as_bytes())?;
-    let src = k3k_codegen::render(k).map_err(|e| cg(e.into()))?;
-    let cu = kdir.join(format!("{}.cu", k.name));
-    write(&cu, src.as_bytes())?;
-    if runtime_nvrtc {
-        return Ok(Artifacts { ir, ptx: None, cubin: None, cuda: Some(cu) });
-    }
-    let m = k3k_codegen::build(k, BuildOptions { assemble }).map_err(cg)?;
-    let ptx = kdir.join(format!("{}.ptx", k.name));
-    write(&ptx, m.ptx.as_bytes())?;
-    let cubin = match m.cubin.as_ref().filter(|_| assemble) {
-        Some(c) => {
-            let p = kdir.join(format!("{}.sm_90a.cubin", k.name));
-            write(&p, c)?;
-            Some(p)
-        }
-        None => None,
-    };
-    Ok(Artifacts { ir, ptx: Some(ptx), cubin, cuda: None })
-}
-
 fn find_op<'a>(ops: &'a [Box<dyn Operator>], name: &str) -> Result<&'a dyn Operator, BuildError> {
     ops.iter().find(|o| o.name() == name).map(|o| o.as_ref()).ok_or_else(|| {
         BuildError::Usage(format!(
@@ -1051,347 +976,6 @@ fn resolve_request(
         Resolved { module, title, op: op_name, shape, roles, pins, variants, folded_scales, runtime_free, buckets },
         reports,
     ))
-}
-
-/// One GPU's variant of a bucketed request: per bucket value, the knobs the results give that shape (the
-/// tuner's rule) and the one kernel the operator builds there; every bucket's kernel takes the same arguments.
-#[allow(clippy::too_many_arguments)]
-fn bucket_variant(
-    op: &dyn Operator,
-    p: &Preset,
-    build_p: &Preset,
-    dim: &str,
-    values: &[i64],
-    g: &str,
-    results: &Path,
-    nvrtc: Option<&str>,
-    warnings: &mut Vec<String>,
-    forced: &dyn Fn(Knobs) -> Knobs,
-    module: &str,
-) -> Result<(Variant, Vec<ResolvedRequest>), BuildError> {
-    let inconsistent = |why: String| BuildError::Inconsistent { request: module.into(), why };
-    let mut kernels: Vec<Kernel> = vec![];
-    let mut texts = vec![];
-    let mut reports = vec![];
-    for &b in values {
-        let (mut pb, mut bb) = (p.clone(), build_p.clone());
-        pb.dims.insert(dim.into(), b);
-        bb.dims.insert(dim.into(), b);
-        pb.name = dims_text(&pb.dims);
-        let (tuned, source) = lookup::resolve(op, &pb, g, results, nvrtc, warnings);
-        let knobs = forced(tuned);
-        let mut seen = std::collections::HashSet::new();
-        let built: Vec<Kernel> = op
-            .kernels(&bb, &knobs)
-            .map_err(|e| BuildError::Op { request: module.into(), gpu: g.into(), err: Box::new(e) })?
-            .into_iter()
-            .filter(|k| seen.insert(stable_hash(k)))
-            .collect();
-        if built.len() != 1 {
-            return Err(inconsistent(format!(
-                "at {dim} = {b} the operator runs {} kernels ({}); a bucket takes a one-kernel path: end the buckets \
-                 below {b}",
-                built.len(),
-                built.iter().map(|k| k.name.as_str()).collect::<Vec<_>>().join(", ")
-            )));
-        }
-        if let Some(k0) = kernels.first()
-            && signature(k0) != signature(&built[0])
-        {
-            return Err(inconsistent(format!(
-                "the kernel at {dim} = {b} takes other arguments than the one at {dim} = {}",
-                values[0]
-            )));
-        }
-        if let KnobSource::Default { why } = &source {
-            warnings.push(format!("{} [{}] on {g}: {why}; using the default knobs {knobs}", op.name(), pb.name));
-        }
-        texts.push(format!("{dim} <= {b}: {source}"));
-        reports.push(ResolvedRequest {
-            module: module.into(),
-            op: op.name().into(),
-            shape: pb.name.clone(),
-            gpu: g.into(),
-            knobs,
-            source,
-            kernels: vec![built[0].name.clone()],
-        });
-        kernels.extend(built);
-    }
-    let variant = Variant {
-        gpu: g.into(),
-        knobs: reports[0].knobs.clone(),
-        source: texts.join("; "),
-        kernels,
-        plan: None,
-        varlen: None,
-    };
-    Ok((variant, reports))
-}
-
-/// The knobs of a varlen KDA request: the automatic choices made for the representative batch, then fixed.
-fn varlen_knobs(p: &Preset, knobs: &Knobs) -> Result<Knobs, k3k_ops::OpError> {
-    let pb = k3k_ops::kda::KdaProblem::from_preset(p)?;
-    k3k_ops::kda::varlen::fixed_knobs(knobs, &pb)
-}
-
-/// The kernels of a varlen KDA request (intra, state from zeros, state from `h0`) and what the run-time half
-/// needs, after checking that other batches (one token; the most tokens; ragged sequences) get the very same
-/// kernels. `Err(Ok(..))`: the operator refused; `Err(Err(why))`: the kernels depend on the batch.
-#[allow(clippy::type_complexity)]
-fn varlen_kernels(
-    op: &dyn Operator,
-    p: &Preset,
-    knobs: &Knobs,
-    max_tokens: usize,
-    max_seqs: usize,
-) -> Result<(Vec<Kernel>, VarlenRecord), Result<k3k_ops::OpError, String>> {
-    let with = |p: &Preset, extra: &[(&str, i64)]| {
-        let mut q = p.clone();
-        for (k, v) in extra {
-            q.dims.insert(k.to_string(), *v);
-        }
-        q
-    };
-    let pair = |q: &Preset| -> Result<Vec<Kernel>, k3k_ops::OpError> {
-        let zero = op.kernels(&with(q, &[("h0", 0)]), knobs)?;
-        let from = op.kernels(&with(q, &[("h0", 1)]), knobs)?;
-        Ok(vec![zero[0].clone(), zero[1].clone(), from[0].clone(), from[1].clone()])
-    };
-    let ks = pair(p).map_err(Ok)?;
-    if stable_hash(&ks[0]) != stable_hash(&ks[2]) {
-        return Err(Err("the intra kernel differs with and without h0".into()));
-    }
-    let hashes = |v: &[Kernel]| v.iter().map(stable_hash).collect::<Vec<_>>();
-    let unbatched = |q: &Preset| {
-        let mut q = q.clone();
-        for k in ["B", "T", "N"] {
-            q.dims.remove(k);
-        }
-        q.dims.retain(|k, _| !(k.starts_with('L') && k[1..].parse::<u32>().is_ok()));
-        q
-    };
-    let base = unbatched(p);
-    let max_t = max_tokens as i64;
-    for other in [
-        with(&base, &[("B", 1), ("T", 1)]),
-        with(&base, &[("B", 1), ("T", max_t)]),
-        with(&base, &[("N", 3), ("L0", 1), ("L1", (max_t / 2).max(1)), ("L2", 37)]),
-    ] {
-        if pair(&other).map(|o| hashes(&o)).ok() != Some(hashes(&ks)) {
-            return Err(Err(format!(
-                "at knobs {knobs} the KDA kernels change with the batch ({:?}); fix the knob that depends on it",
-                other.dims
-            )));
-        }
-    }
-    let pb = k3k_ops::kda::KdaProblem::from_preset(p).map_err(Ok)?;
-    let l = k3k_ops::kda::Launch::resolve(knobs, &pb).map_err(Ok)?;
-    let token_inputs = ks[0].tensors.iter().position(|t| t.name == "ctab").ok_or_else(|| Err("no ctab".to_string()))?;
-    let rec = VarlenRecord {
-        chunk: l.chunk as usize,
-        hv: pb.hv,
-        dk: pb.dk,
-        dv: pb.dv,
-        op_dt: l.op_dt,
-        max_tokens,
-        max_seqs,
-        token_inputs,
-        scalars: k3k_ops::kda::intra_scalars(&pb).into_iter().map(|(n, v)| (n.to_string(), v)).collect(),
-    };
-    Ok((vec![ks[0].clone(), ks[1].clone(), ks[3].clone()], rec))
-}
-
-/// The MXFP4 operator, whose default kernels k3k-build builds for every scale byte.
-const MXFP4_OP: &str = "mxfp4_matmul";
-
-/// The dims a model changes from step to step, per operator: token counts, batch sizes, sequence lengths.
-/// A request leaves one of them free (launchers take any value) when the operator builds the very same kernels
-/// (same IR hash) at other values of it, so that the launcher is exactly the kernel the operator itself runs at
-/// those shapes; otherwise it stays pinned to the request's value. `.pin(..)` pins one anyway. Every other
-/// kernel dim named like a request dim is fixed at build time, as a model fixes it.
-pub fn runtime_dims(op: &str) -> &'static [&'static str] {
-    match op {
-        "latent_moe_gemm" | MXFP4_OP => &["M"],
-        "kda" => &["B", "T"],
-        "kda.decode" => &["N"],
-        "gated_mla.prefill" => &["T", "S"],
-        "gated_mla.decode" => &["B", "S"],
-        "gated_mla.gate" => &["T"],
-        _ if op.starts_with("hist_quantile") => &["T"],
-        _ => &[],
-    }
-}
-
-/// The values a run-time dim is probed at: small counts, the neighbours of the request's value, and every power
-/// of two (and its neighbours) up to 2^20 tokens (those within the operator's declared bounds).
-fn probe_values(v: i64) -> Vec<i64> {
-    let mut xs: Vec<i64> = vec![1, 2, 3, 5, 7, v - 1, v + 1, 2 * v + 3];
-    for i in 1..=20 {
-        let p = 1i64 << i;
-        xs.extend([p - 1, p, p + 1, 3 * p / 2]);
-    }
-    xs.retain(|&x| x >= 1 && x != v);
-    xs.sort_unstable();
-    xs.dedup();
-    xs
-}
-
-/// The run-time dims of a request that are free: building the operator at other values of the dim (see
-/// [`probe_values`]) gives the same kernels.
-fn free_runtime_dims(op: &dyn Operator, p: &Preset, knobs: &Knobs, kernels: &[Kernel]) -> Vec<String> {
-    let hashes = |ks: Vec<Kernel>| -> Vec<String> {
-        let mut seen = std::collections::HashSet::new();
-        ks.iter().map(stable_hash).filter(|h| seen.insert(h.clone())).collect()
-    };
-    let Ok(base) = op.kernels(p, knobs).map(hashes) else { return vec![] };
-    if base.iter().zip(kernels).any(|(h, k)| *h != stable_hash(k)) {
-        return vec![];
-    }
-    runtime_dims(op.name())
-        .iter()
-        .filter(|d| {
-            let Some(&v) = p.dims.get(**d) else { return false };
-            probe_values(v).into_iter().all(|x| {
-                let mut q = p.clone();
-                q.dims.insert(d.to_string(), x);
-                // Values past the operator's bounds are no shapes it takes.
-                op.check_dims(&q).is_err() || op.kernels(&q, knobs).map(hashes).is_ok_and(|h| h == base)
-            })
-        })
-        .map(|d| d.to_string())
-        .collect()
-}
-
-/// The shape the kernels of a request are built for. For `mxfp4_matmul`, `wide=1` (kernels right for every
-/// E8M0 byte: two multiplies per decoded value, NaN blocks) unless the request assumes folded scales.
-fn build_preset(op: &str, p: &Preset, folded_scales: bool) -> Preset {
-    let mut b = p.clone();
-    if op == MXFP4_OP {
-        b.dims.insert("wide".into(), if folded_scales { 0 } else { 1 });
-    }
-    b
-}
-
-/// Kernel names without the parts that depend on knobs: each kernel's name (as [`role_of`] shortens it) is
-/// split into `_` tokens, and a token is dropped when a kernel built at a point one knob away from the defaults
-/// or from `knobs` (with the same number and interfaces of kernels) does not carry it. So a tune that changes
-/// knobs does not rename the generated types. Kernels a plan adds keep their names.
-fn knob_free_names(op: &dyn Operator, p: &Preset, kernels: &[Kernel], knobs: &Knobs) -> Vec<String> {
-    let build = |k: &Knobs| -> Option<Vec<Kernel>> {
-        let mut seen = std::collections::HashSet::new();
-        op.kernels(p, k).ok().map(|ks| ks.into_iter().filter(|k| seen.insert(stable_hash(k))).collect())
-    };
-    let Some(base) = build(knobs) else { return vec![] };
-    if base.len() > kernels.len() || base.iter().zip(kernels).any(|(a, b)| stable_hash(a) != stable_hash(b)) {
-        return vec![];
-    }
-    let mut tokens: Vec<Vec<(String, bool)>> =
-        base.iter().map(|k| role_of(k).split('_').map(|t| (t.to_string(), true)).collect()).collect();
-    let space = op.knob_space();
-    let mut points = vec![];
-    for start in [op.default_knobs(), knobs.clone()] {
-        points.push(start.clone());
-        for axis in &space.axes {
-            for v in &axis.values {
-                let mut k = start.clone();
-                k.set(&axis.name, v.clone());
-                points.push(k);
-            }
-        }
-    }
-    // At most 96 points, spread over the list (a large space's axes are sampled, not all walked).
-    let step = points.len().div_ceil(96).max(1);
-    for k in points.iter().step_by(step) {
-        let Some(other) = build(k) else { continue };
-        if other.len() != base.len() || other.iter().zip(&base).any(|(a, b)| signature(a) != signature(b)) {
-            continue;
-        }
-        for (toks, o) in tokens.iter_mut().zip(&other) {
-            let theirs = role_of(o);
-            let theirs: Vec<&str> = theirs.split('_').collect();
-            for (t, keep) in toks.iter_mut() {
-                *keep &= theirs.contains(&t.as_str());
-            }
-        }
-    }
-    tokens
-        .iter()
-        .zip(&base)
-        .map(|(toks, k)| {
-            let kept: Vec<&str> = toks.iter().filter(|(_, keep)| *keep).map(|(t, _)| t.as_str()).collect();
-            if kept.is_empty() { role_of(k) } else { kept.join("_") }
-        })
-        .collect()
-}
-
-/// Record a plan from two instances that differ only in their random data: buffers and launches must match;
-/// inputs with equal bytes are shape-only tables (embedded), the others are run-time inputs.
-#[allow(clippy::too_many_arguments)]
-fn record_plan(
-    module: &str,
-    gpu: &str,
-    a: &Plan,
-    b: &Plan,
-    kernels: &mut Vec<Kernel>,
-    seen: &mut std::collections::HashSet<String>,
-    runtime_inputs: &[String],
-    kdir: &Path,
-) -> Result<RecordedPlan, BuildError> {
-    use crate::rt::BufRole;
-    let bad = |why: String| BuildError::Inconsistent {
-        request: module.into(),
-        why: format!("{why}: its plan depends on the input data, so it cannot be recorded; use the kernel launchers"),
-    };
-    if a.buffers.len() != b.buffers.len() || a.steps.len() != b.steps.len() {
-        return Err(bad("the number of buffers or launches changes with the data".into()));
-    }
-    let mut buffers = vec![];
-    for (x, y) in a.buffers.iter().zip(&b.buffers) {
-        if x.name != y.name || x.role != y.role || x.tensor.dtype != y.tensor.dtype || x.tensor.shape != y.tensor.shape
-        {
-            return Err(bad(format!("buffer `{}` changes with the data", x.name)));
-        }
-        let role = match x.role {
-            Role::Input
-                if x.tensor.data == y.tensor.data
-                    && x.tensor.data.len() <= MAX_CONST_BYTES
-                    && !runtime_inputs.contains(&x.name) =>
-            {
-                BufRole::Const
-            }
-            Role::Input => BufRole::Input,
-            Role::Output => BufRole::Output,
-            Role::Scratch => BufRole::Scratch,
-        };
-        let data_file = if role == BufRole::Const {
-            let p = kdir.join(format!("{module}.{gpu}.{}.bin", crate::ident::snake(&x.name)));
-            write(&p, &x.tensor.data)?;
-            Some(p)
-        } else {
-            None
-        };
-        buffers.push(RecordedBuffer {
-            name: x.name.clone(),
-            role,
-            dtype: x.tensor.dtype,
-            shape: x.tensor.shape.clone(),
-            data_file,
-        });
-    }
-    let mut steps = vec![];
-    for (s, t) in a.steps.iter().zip(&b.steps) {
-        let h = stable_hash(&s.kernel);
-        if h != stable_hash(&t.kernel) || s.args != t.args || s.scalars != t.scalars {
-            return Err(bad(format!("launch of `{}` changes with the data", s.kernel.name)));
-        }
-        if seen.insert(h.clone()) {
-            kernels.push(s.kernel.clone());
-        }
-        let role = kernels.iter().position(|k| stable_hash(k) == h).expect("kernel recorded");
-        steps.push((role, s.args.clone(), s.scalars.clone()));
-    }
-    Ok(RecordedPlan { buffers, steps })
 }
 
 /// The codegen version the kernels were rendered with (for generated docs).

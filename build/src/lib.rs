@@ -107,20 +107,30 @@
 #[cfg(feature = "build")]
 mod builder;
 #[cfg(feature = "build")]
+mod compile;
+#[cfg(feature = "build")]
 mod emit;
 #[cfg(feature = "build")]
 mod ident;
 #[cfg(feature = "build")]
 pub mod lookup;
+#[cfg(feature = "build")]
+mod names;
+#[cfg(feature = "build")]
+mod record;
 pub mod rt;
+#[cfg(feature = "build")]
+mod shapes;
 
 #[cfg(feature = "build")]
 pub use builder::{
     BuildError, Builder, DEFAULT_GPU, ENV_RESULTS_DIR, ENV_RUNTIME_NVRTC, EmittedKernel, Report, ResolvedRequest,
-    find_nvrtc, runtime_dims,
+    find_nvrtc,
 };
 #[cfg(feature = "build")]
 pub use lookup::KnobSource;
+#[cfg(feature = "build")]
+pub use shapes::runtime_dims;
 
 /// The IR (to build kernels in `build.rs` for [`Builder::kernels`]).
 #[cfg(feature = "build")]
