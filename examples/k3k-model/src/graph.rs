@@ -17,8 +17,8 @@ use crate::host::*;
 use crate::kernels;
 use k3k_build::reference::gemm as rg;
 use k3k_build::reference::kda::{KdaInputs, gate_safe, kda_recurrent};
-use k3k_build::rt::cudarc::driver::{CudaSlice, CudaStream, DevicePtr, sys};
-use k3k_build::rt::{self, Bf16, DType, F32, HostTensor, View, ViewMut};
+use k3k_build::rt::cudarc::driver::{CudaSlice, CudaStream, sys};
+use k3k_build::rt::{Bf16, DType, F32, HostTensor, View, ViewMut};
 use std::sync::Arc;
 
 /// Decode steps replayed.
@@ -89,39 +89,62 @@ fn view<'a>(b: &'a Buf, s: &'a CudaStream, shape: &[usize]) -> Res<View<'a, Bf16
     Ok(View::of(&b.d, s, shape)?)
 }
 
-/// Enqueue one decode step: per layer the q, k, v and beta projections, the KDA step and the output projection
-/// (six launches). Returns the number of launches.
-fn enqueue(k: &Launchers, s: &Arc<CudaStream>, st: &mut Step) -> Res<usize> {
+/// A wrapper around each launch of a step: runs it (eagerly, or captured and timed) and may count it.
+type EachLaunch<'a> = dyn FnMut(&mut dyn FnMut() -> Res<()>) -> Res<()> + 'a;
+
+/// One decode step, each launch handed to `run`: per layer the q, k, v and beta projections, the KDA step and
+/// the output projection (six launches). Returns the number of launches.
+fn step_launches(k: &Launchers, s: &Arc<CudaStream>, st: &mut Step, run: &mut EachLaunch<'_>) -> Res<usize> {
     let hd = HEADS * HEAD_DIM;
     let mut launches = 0;
     for l in 0..LAYERS {
         let (prev, rest) = st.y.split_at_mut(l);
-        let x = if l == 0 { view(&st.x, s, &[1, HIDDEN])? } else { view(&prev[l - 1], s, &[1, HIDDEN])? };
+        let xb = if l == 0 { &st.x } else { &prev[l - 1] };
         let lay = &mut st.layers[l];
         for (i, dst) in [&mut st.q, &mut st.k, &mut st.v].into_iter().enumerate() {
-            let w = view(&lay.w[i], s, &[hd, HIDDEN])?;
-            k.lin.launch(s, &x, &w, &mut ViewMut::<Bf16>::of(&mut dst.d, s, &[1, hd])?)?;
+            run(&mut || {
+                let w = view(&lay.w[i], s, &[hd, HIDDEN])?;
+                Ok(k.lin.launch(
+                    s,
+                    &view(xb, s, &[1, HIDDEN])?,
+                    &w,
+                    &mut ViewMut::<Bf16>::of(&mut dst.d, s, &[1, hd])?,
+                )?)
+            })?;
         }
-        let wb = view(&lay.w[3], s, &[HEADS, HIDDEN])?;
-        k.lin_narrow.launch(s, &x, &wb, &mut ViewMut::<Bf16>::of(&mut st.beta.d, s, &[1, HEADS])?)?;
+        run(&mut || {
+            let wb = view(&lay.w[3], s, &[HEADS, HIDDEN])?;
+            let mut beta = ViewMut::<Bf16>::of(&mut st.beta.d, s, &[1, HEADS])?;
+            Ok(k.lin_narrow.launch(s, &view(xb, s, &[1, HIDDEN])?, &wb, &mut beta)?)
+        })?;
         let qkv = [1, 1, HEADS, HEAD_DIM];
-        k.step.launch(
-            s,
-            &view(&st.q, s, &qkv)?,
-            &view(&st.k, s, &qkv)?,
-            &view(&st.v, s, &qkv)?,
-            &View::<F32>::of(&lay.g.d, s, &qkv)?,
-            &view(&st.beta, s, &[1, 1, HEADS])?,
-            &mut ViewMut::<F32>::of(&mut lay.state.d, s, &[1, HEADS, HEAD_DIM, HEAD_DIM])?,
-            &mut ViewMut::<Bf16>::of(&mut st.o.d, s, &qkv)?,
-            scale_kda(),
-            LB,
-        )?;
-        let wo = view(&lay.w[4], s, &[HIDDEN, hd])?;
-        k.lin.launch(s, &view(&st.o, s, &[1, hd])?, &wo, &mut ViewMut::<Bf16>::of(&mut rest[0].d, s, &[1, HIDDEN])?)?;
+        run(&mut || {
+            Ok(k.step.launch(
+                s,
+                &view(&st.q, s, &qkv)?,
+                &view(&st.k, s, &qkv)?,
+                &view(&st.v, s, &qkv)?,
+                &View::<F32>::of(&lay.g.d, s, &qkv)?,
+                &view(&st.beta, s, &[1, 1, HEADS])?,
+                &mut ViewMut::<F32>::of(&mut lay.state.d, s, &[1, HEADS, HEAD_DIM, HEAD_DIM])?,
+                &mut ViewMut::<Bf16>::of(&mut st.o.d, s, &qkv)?,
+                scale_kda(),
+                LB,
+            )?)
+        })?;
+        run(&mut || {
+            let wo = view(&lay.w[4], s, &[HIDDEN, hd])?;
+            let mut y = ViewMut::<Bf16>::of(&mut rest[0].d, s, &[1, HIDDEN])?;
+            Ok(k.lin.launch(s, &view(&st.o, s, &[1, hd])?, &wo, &mut y)?)
+        })?;
         launches += 6;
     }
     Ok(launches)
+}
+
+/// Enqueue one decode step. Returns the number of launches.
+fn enqueue(k: &Launchers, s: &Arc<CudaStream>, st: &mut Step) -> Res<usize> {
+    step_launches(k, s, st, &mut |f| f())
 }
 
 /// The per-token inputs: the hidden state and each layer's raw gate.
@@ -157,20 +180,6 @@ fn reference_step(layers: &[Layer], states: &mut [Vec<f32>], t: &Token) -> Res<V
         x = lin(&bf16(&r.o), &lay.wh[4], HIDDEN)?;
     }
     Ok(x)
-}
-
-/// GPU time of `f`'s enqueued work, by events on `s`, in microseconds.
-fn gpu_us(s: &Arc<CudaStream>, f: impl FnOnce() -> Res<()>) -> Res<f64> {
-    let ctx = s.context();
-    let (a, b) = (
-        ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))?,
-        ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))?,
-    );
-    a.record(s)?;
-    f()?;
-    b.record(s)?;
-    b.synchronize()?;
-    Ok(a.elapsed_ms(&b)? as f64 * 1e3)
 }
 
 /// Run the decode steps eagerly and as a graph on `stream` (the model's own), check and time them.
@@ -227,12 +236,6 @@ pub fn run(stream: &Arc<CudaStream>, rep: &mut Report, seed: u64) -> Res<()> {
         }
         Ok(())
     };
-    let poison = |s: &Arc<CudaStream>, b: &Buf| -> Res<()> {
-        let (p, _g) = b.d.device_ptr(s);
-        // SAFETY: the whole allocation, ordered on `s`.
-        unsafe { rt::cudarc::driver::result::memset_d8_async(p, 0xff, b.d.len(), s.cu_stream()) }?;
-        Ok(())
-    };
 
     // Eager: every launch enqueued by the host, token after token.
     reset_states(s, &mut step)?;
@@ -242,9 +245,9 @@ pub fn run(stream: &Arc<CudaStream>, rep: &mut Report, seed: u64) -> Res<()> {
     let mut launches = 0;
     for t in &tokens {
         set_inputs(s, &mut step, t)?;
-        poison(s, &step.y[LAYERS - 1])?;
+        poison(s, &step.y[LAYERS - 1].d)?;
         let mut host = 0.0;
-        eager_us += gpu_us(s, || {
+        eager_us += stream_us(s, || {
             let t0 = std::time::Instant::now();
             launches = enqueue(&k, s, &mut step)?;
             host = t0.elapsed().as_nanos() as f64;
@@ -271,8 +274,8 @@ pub fn run(stream: &Arc<CudaStream>, rep: &mut Report, seed: u64) -> Res<()> {
     let mut graph_us = 0.0;
     for t in &tokens {
         set_inputs(s, &mut step, t)?;
-        poison(s, &step.y[LAYERS - 1])?;
-        graph_us += gpu_us(s, || Ok(graph.launch()?))?;
+        poison(s, &step.y[LAYERS - 1].d)?;
+        graph_us += stream_us(s, || Ok(graph.launch()?))?;
         replayed.push(fetch(s, DType::Bf16, &step.y[LAYERS - 1])?);
     }
     let graph_states: Vec<Vec<f32>> = step.layers.iter().map(|l| fetch(s, DType::F32, &l.state)).collect::<Res<_>>()?;
@@ -320,65 +323,19 @@ fn launch_us(s: &Arc<CudaStream>, mut f: impl FnMut() -> Res<()>) -> Res<f64> {
     captured?;
     let graph = graph.ok_or("the capture recorded no graph")?;
     graph.launch()?;
-    Ok(gpu_us(s, || Ok(graph.launch()?))? / REPS as f64)
+    Ok(stream_us(s, || Ok(graph.launch()?))? / REPS as f64)
 }
 
 /// Each launch of one step timed alone ([`launch_us`]), summed: what the step's kernels cost on the GPU with
 /// the least launch gaps (a graph's, between repetitions of one kernel).
 fn gpu_us_each(k: &Launchers, s: &Arc<CudaStream>, st: &mut Step) -> Res<f64> {
-    // Warm the step once, then time each launch of the step: the same launches as `enqueue`.
+    // Warm the step once, then time each of its launches.
     enqueue(k, s, st)?;
     s.synchronize()?;
-    let hd = HEADS * HEAD_DIM;
     let mut total = 0.0;
-    for l in 0..LAYERS {
-        let (prev, rest) = st.y.split_at_mut(l);
-        let xb = if l == 0 { &st.x } else { &prev[l - 1] };
-        let lay = &mut st.layers[l];
-        for (i, dst) in [&mut st.q, &mut st.k, &mut st.v].into_iter().enumerate() {
-            total += launch_us(s, || {
-                let w = view(&lay.w[i], s, &[hd, HIDDEN])?;
-                Ok(k.lin.launch(
-                    s,
-                    &view(xb, s, &[1, HIDDEN])?,
-                    &w,
-                    &mut ViewMut::<Bf16>::of(&mut dst.d, s, &[1, hd])?,
-                )?)
-            })?;
-        }
-        total += launch_us(s, || {
-            let wb = view(&lay.w[3], s, &[HEADS, HIDDEN])?;
-            Ok(k.lin_narrow.launch(
-                s,
-                &view(xb, s, &[1, HIDDEN])?,
-                &wb,
-                &mut ViewMut::<Bf16>::of(&mut st.beta.d, s, &[1, HEADS])?,
-            )?)
-        })?;
-        let qkv = [1, 1, HEADS, HEAD_DIM];
-        total += launch_us(s, || {
-            Ok(k.step.launch(
-                s,
-                &view(&st.q, s, &qkv)?,
-                &view(&st.k, s, &qkv)?,
-                &view(&st.v, s, &qkv)?,
-                &View::<F32>::of(&lay.g.d, s, &qkv)?,
-                &view(&st.beta, s, &[1, 1, HEADS])?,
-                &mut ViewMut::<F32>::of(&mut lay.state.d, s, &[1, HEADS, HEAD_DIM, HEAD_DIM])?,
-                &mut ViewMut::<Bf16>::of(&mut st.o.d, s, &qkv)?,
-                scale_kda(),
-                LB,
-            )?)
-        })?;
-        total += launch_us(s, || {
-            let wo = view(&lay.w[4], s, &[HIDDEN, hd])?;
-            Ok(k.lin.launch(
-                s,
-                &view(&st.o, s, &[1, hd])?,
-                &wo,
-                &mut ViewMut::<Bf16>::of(&mut rest[0].d, s, &[1, HIDDEN])?,
-            )?)
-        })?;
-    }
+    step_launches(k, s, st, &mut |f| {
+        total += launch_us(s, f)?;
+        Ok(())
+    })?;
     Ok(total)
 }

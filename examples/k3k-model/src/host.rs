@@ -2,6 +2,7 @@
 
 use k3k_build::reference::metrics::rel_l2;
 use k3k_build::reference::mx::bf16_round;
+use k3k_build::rt::cudarc::driver::{CudaSlice, CudaStream, DevicePtr, sys};
 use k3k_build::rt::{self, Bf16, Elem, Gpu, Tensor};
 
 pub type Res<T> = Result<T, Box<dyn std::error::Error>>;
@@ -201,4 +202,27 @@ pub fn err(got: &[f32], want: &[f64]) -> f64 {
 /// `[a, b, c]` as text.
 pub fn shape_text(s: &[usize]) -> String {
     format!("{s:?}")
+}
+
+/// GPU time of the work `f` enqueues on `s`, by events around it, in microseconds.
+pub fn stream_us(s: &CudaStream, f: impl FnOnce() -> Res<()>) -> Res<f64> {
+    let ctx = s.context();
+    // Timing events (cudarc's default flags disable timing).
+    let (a, b) = (
+        ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))?,
+        ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))?,
+    );
+    a.record(s)?;
+    f()?;
+    b.record(s)?;
+    b.synchronize()?;
+    Ok(a.elapsed_ms(&b)? as f64 * 1e3)
+}
+
+/// Fill a device buffer with 0xFF bytes (NaN in every float format), ordered on `s`.
+pub fn poison(s: &CudaStream, b: &CudaSlice<u8>) -> Res<()> {
+    let (p, _g) = b.device_ptr(s);
+    // SAFETY: the whole allocation, ordered on `s`.
+    unsafe { rt::cudarc::driver::result::memset_d8_async(p, 0xff, b.len(), s.cu_stream()) }?;
+    Ok(())
 }

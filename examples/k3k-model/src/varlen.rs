@@ -9,7 +9,7 @@ use crate::host::*;
 use crate::kernels;
 use k3k_build::reference::gemm as rg;
 use k3k_build::reference::kda::{KdaInputs, gate_safe, kda_recurrent};
-use k3k_build::rt::cudarc::driver::{CudaSlice, CudaStream, DevicePtr, sys};
+use k3k_build::rt::cudarc::driver::{CudaSlice, CudaStream};
 use k3k_build::rt::{Bf16, DType, F32, HostTensor, U8, View, ViewMut};
 use std::sync::Arc;
 
@@ -75,27 +75,13 @@ pub fn run(stream: &Arc<CudaStream>, rep: &mut Report, seed: u64) -> Res<()> {
         )?)
     };
     // Poisoned outputs, one run, then timed runs (the same inputs: each run recomputes the same outputs).
-    for b in [&od, &htd] {
-        let (p, _g) = b.device_ptr(s);
-        // SAFETY: the whole allocation, ordered on `s`.
-        unsafe { k3k_build::rt::cudarc::driver::result::memset_d8_async(p, 0xff, b.len(), s.cu_stream()) }?;
-    }
+    poison(s, &od)?;
+    poison(s, &htd)?;
     launch(&mut od, &mut htd, &mut ws)?;
     let got_o = down(s, DType::Bf16, &[t, h, dv], &od)?;
     let got_ht = down(s, DType::F32, &[n, h, dk, dv], &htd)?;
-    let ctx = s.context();
-    let (e0, e1) = (
-        ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))?,
-        ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))?,
-    );
     let reps = 20;
-    e0.record(s)?;
-    for _ in 0..reps {
-        launch(&mut od, &mut htd, &mut ws)?;
-    }
-    e1.record(s)?;
-    e1.synchronize()?;
-    let us = e0.elapsed_ms(&e1)? as f64 * 1e3 / reps as f64;
+    let us = stream_us(s, || (0..reps).try_for_each(|_| launch(&mut od, &mut htd, &mut ws)))? / reps as f64;
 
     // The f64 recurrence over the same batch (gate and beta activations as the kernel applies them).
     let gg: Vec<f32> = g.iter().map(|&x| gate_safe(x as f64, 0.0, LB) as f32).collect();
