@@ -3,61 +3,19 @@
 //! offending dim, knob or flag. A proptest feeds random `--dims` / `--knobs` strings of every operator to the
 //! library functions the commands use and asserts an `Ok` or an `Err`, never a panic.
 
+mod common;
+
+use common::{Run, k3k_command, run};
 use proptest::prelude::*;
 use std::io::Read;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// How a run of the binary ended.
-struct Run {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-    took: Duration,
-}
-
 /// Run `k3k args...` without a GPU (the CPU paths), killing it after `limit`.
 fn k3k(args: &[&str], limit: Duration) -> Run {
-    let t = Instant::now();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_k3k"))
-        .args(args)
-        .env("CUDA_VISIBLE_DEVICES", "")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn k3k");
-    let mut out = child.stdout.take().unwrap();
-    let mut err = child.stderr.take().unwrap();
-    let o = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = out.read_to_string(&mut s);
-        s
-    });
-    let e = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = err.read_to_string(&mut s);
-        s
-    });
-    let status = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break st;
-        }
-        if t.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("k3k {args:?} ran past {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let took = t.elapsed();
-    let (stdout, stderr) = (o.join().unwrap(), e.join().unwrap());
-    #[cfg(unix)]
-    {
-        use std::os::unix::process::ExitStatusExt;
-        assert_eq!(status.signal(), None, "k3k {args:?} killed by a signal\n{stderr}");
-    }
-    Run { code: status.code(), stdout, stderr, took }
+    let mut c = k3k_command();
+    c.args(args);
+    run(c, &format!("{args:?}"), limit)
 }
 
 const LIMIT: Duration = Duration::from_secs(10);

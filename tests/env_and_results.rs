@@ -4,66 +4,26 @@
 //! default folders are found from the checkout, `list` prints the presets' dims and `report` names what it cannot
 //! read. Each run ends by itself within a few seconds, with no panic.
 
-use std::io::Read;
+mod common;
+
+use common::{Run, k3k_command, run};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
-
-struct Run {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-    took: Duration,
-}
-
-impl Run {
-    fn all(&self) -> String {
-        format!("{}\n{}", self.stdout, self.stderr)
-    }
-}
+use std::time::Duration;
 
 /// Run `k3k args...` in `cwd` with `env` (no GPU; a private, empty module cache), killing it after 60 s.
 fn k3k_in(cwd: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
-    let t = Instant::now();
     let cache = tempfile::tempdir().unwrap();
-    let mut c = Command::new(env!("CARGO_BIN_EXE_k3k"));
+    let mut c = k3k_command();
     c.current_dir(cwd)
         .args(args)
-        .env("CUDA_VISIBLE_DEVICES", "")
         .env("K3K_CACHE_DIR", cache.path())
         .env_remove("K3K_EXPERIMENT")
-        .env_remove("K3K_HOME")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+        .env_remove("K3K_HOME");
     for (k, v) in env {
         c.env(k, v);
     }
-    let mut child = c.spawn().expect("spawn k3k");
-    let mut out = child.stdout.take().unwrap();
-    let mut err = child.stderr.take().unwrap();
-    let o = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = out.read_to_string(&mut s);
-        s
-    });
-    let e = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = err.read_to_string(&mut s);
-        s
-    });
-    let status = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break st;
-        }
-        if t.elapsed() > Duration::from_secs(60) {
-            let _ = child.kill();
-            panic!("k3k {args:?} ran over 60 s");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    let r = Run { code: status.code(), stdout: o.join().unwrap(), stderr: e.join().unwrap(), took: t.elapsed() };
+    let r = run(c, &format!("{args:?}"), Duration::from_secs(60));
     assert!(!r.all().contains("panicked"), "k3k {args:?} panicked:\n{}", r.all());
     r
 }
