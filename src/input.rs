@@ -2,7 +2,7 @@
 //! durations. Every bad input is a typed error naming what is wrong (the dim, the knob, the flag) and what is
 //! accepted; nothing is clamped, wrapped or silently dropped.
 
-use crate::ir::{KnobSpace, KnobValue, Knobs};
+use crate::ir::{KnobValue, Knobs};
 use crate::ops::op::{Operator, Preset};
 use crate::ops::registry;
 use anyhow::{anyhow, bail};
@@ -60,11 +60,6 @@ pub fn parse_dims(op: &dyn Operator, s: &str) -> anyhow::Result<Preset> {
     Ok(p)
 }
 
-/// The knob space `--knobs` is checked against: [`Operator::checked_knobs`].
-pub fn knob_space(op: &dyn Operator) -> KnobSpace {
-    op.checked_knobs()
-}
-
 /// `--knobs NAME=VALUE,...` on top of `op`'s defaults, each checked against the operator's knob space (the
 /// value read in the axis's type, so `OVERLAP=true` on a string axis is the word `true`): an unknown knob or a
 /// value outside its axis is an error listing what is allowed. `None` or an empty list: the defaults.
@@ -81,7 +76,7 @@ pub fn parse_knobs(op: &dyn Operator, s: Option<&str>) -> anyhow::Result<Knobs> 
         };
         given.set(name, value);
     }
-    let checked = knob_space(op).check(&given, &defaults).map_err(|e| anyhow!("--knobs for {}: {e}", op.name()))?;
+    let checked = op.checked_knobs().check(&given, &defaults).map_err(|e| anyhow!("--knobs for {}: {e}", op.name()))?;
     let mut out = defaults;
     for (k, v) in checked.0 {
         out.set(&k, v);

@@ -514,8 +514,11 @@ fn a_paged_mla_decode_built_for_one_cache_length_serves_others() {
     }
 }
 
-/// Run the single kernel `k` on the buffers of `plan` named like its arguments, and return the plan's outputs.
-fn run_by_name(k: &Kernel, plan: &k3k_ops::plan::Plan, scalars: &[(&str, k3k_ir::SymValue)]) -> k3k_ops::plan::Outputs {
+/// Run the single kernel `k` on the buffers of `plan` named like its arguments, with the scalars of the plan's
+/// last launch, and return the plan's outputs.
+fn run_by_name(k: &Kernel, plan: &k3k_ops::plan::Plan) -> k3k_ops::plan::Outputs {
+    let scalars: Vec<(&str, k3k_ir::SymValue)> =
+        plan.steps.last().map(|s| s.scalars.iter().map(|(n, v)| (n.as_str(), *v)).collect()).unwrap_or_default();
     let mut args: Vec<HostTensor> = k
         .tensors
         .iter()
@@ -528,7 +531,7 @@ fn run_by_name(k: &Kernel, plan: &k3k_ops::plan::Plan, scalars: &[(&str, k3k_ir:
             h
         })
         .collect();
-    interp::run(k, &mut args, scalars, InterpOptions::default()).unwrap();
+    interp::run(k, &mut args, &scalars, InterpOptions::default()).unwrap();
     let mut out = k3k_ops::plan::Outputs::default();
     for (t, h) in k.tensors.iter().zip(args) {
         if plan.buffers.iter().any(|b| b.name == t.name && b.role == k3k_ops::plan::Role::Output) {
@@ -558,9 +561,7 @@ fn a_grouped_mxfp4_launcher_built_for_few_rows_per_expert_is_right_for_more() {
         let inst = op.instance(&p, 9).unwrap();
         let plan = inst.plan(&knobs).unwrap();
         other_paths += usize::from(plan.steps.iter().any(|s| stable_hash(&s.kernel) != stable_hash(built)));
-        let scalars: Vec<(&str, k3k_ir::SymValue)> =
-            plan.steps.last().map(|s| s.scalars.iter().map(|(n, v)| (n.as_str(), *v)).collect()).unwrap_or_default();
-        let rep = inst.check(&run_by_name(built, &plan, &scalars)).unwrap();
+        let rep = inst.check(&run_by_name(built, &plan)).unwrap();
         assert!(rep.passed, "per = {per}: {} ({})", rep.detail, rep.max_rel_err);
     }
     assert!(other_paths >= 1, "the operator picks other kernels for many rows per expert");
@@ -601,12 +602,7 @@ fn a_bucketed_mxfp4_launcher_picks_the_kernel_of_the_token_count() {
             p.dims.insert("M".into(), m);
             let inst = op.instance(&p, 21).unwrap();
             let plan = inst.plan(&r.requests[i].knobs).unwrap();
-            let scalars: Vec<(&str, k3k_ir::SymValue)> = plan
-                .steps
-                .last()
-                .map(|s| s.scalars.iter().map(|(n, v)| (n.as_str(), *v)).collect())
-                .unwrap_or_default();
-            let rep = inst.check(&run_by_name(&built.kernel, &plan, &scalars)).unwrap();
+            let rep = inst.check(&run_by_name(&built.kernel, &plan)).unwrap();
             assert!(rep.passed, "bucket {b} at M = {m}: {} ({})", rep.detail, rep.max_rel_err);
         }
     }
@@ -645,9 +641,7 @@ fn a_varlen_gated_mla_prefill_launcher_serves_other_batches() {
         let inst = op.instance(&p, 4).unwrap();
         let plan = inst.plan(&knobs).unwrap();
         assert!(plan.steps.iter().all(|s| stable_hash(&s.kernel) == stable_hash(built)), "{lens:?}");
-        let scalars: Vec<(&str, k3k_ir::SymValue)> =
-            plan.steps[0].scalars.iter().map(|(n, v)| (n.as_str(), *v)).collect();
-        let rep = inst.check(&run_by_name(built, &plan, &scalars)).unwrap();
+        let rep = inst.check(&run_by_name(built, &plan)).unwrap();
         assert!(rep.passed, "{lens:?}: {} ({})", rep.detail, rep.max_rel_err);
     }
 }
