@@ -858,26 +858,25 @@ fn resolve_request(
                     varlen: varlen_rec,
                 });
             }
-            knob_free = knob_free_names(op, &build_p, &variants[0].kernels, &variants[0].knobs);
-            // Free only where every GPU's kernels are the same at other values of the dim.
-            let mut free: Option<Vec<String>> = None;
-            for v in &variants {
-                let f = free_runtime_dims(op, &build_p, &v.knobs, &v.kernels);
-                free = Some(match free {
-                    None => f,
-                    Some(prev) => prev.into_iter().filter(|d| f.contains(d)).collect(),
-                });
-            }
-            runtime_free = free.unwrap_or_default();
-            if let Some((dim, values)) = &r.buckets {
-                knob_free = values.iter().map(|b| format!("{dim}{b}")).collect();
-                runtime_free = vec![dim.clone()];
-            }
-            if r.varlen.is_some() {
+            (knob_free, runtime_free) = if let Some((dim, values)) = &r.buckets {
+                (values.iter().map(|b| format!("{dim}{b}")).collect(), vec![dim.clone()])
+            } else if r.varlen.is_some() {
                 // The batch's tokens, sequences and chunks all come at run time.
-                knob_free = vec!["intra".into(), "state".into(), "state_from_h0".into()];
-                runtime_free = ["B", "T", "N"].map(String::from).to_vec();
-            }
+                let names = ["intra", "state", "state_from_h0"].map(String::from).to_vec();
+                (names, ["B", "T", "N"].map(String::from).to_vec())
+            } else {
+                // Free only where every GPU's kernels are the same at other values of the dim.
+                let mut free: Option<Vec<String>> = None;
+                for v in &variants {
+                    let f = free_runtime_dims(op, &build_p, &v.knobs, &v.kernels);
+                    free = Some(match free {
+                        None => f,
+                        Some(prev) => prev.into_iter().filter(|d| f.contains(d)).collect(),
+                    });
+                }
+                let names = knob_free_names(op, &build_p, &variants[0].kernels, &variants[0].knobs);
+                (names, free.unwrap_or_default())
+            };
         }
     }
 
