@@ -309,10 +309,35 @@ pub unsafe fn launch_raw(
     tensors: &[ArgRef<'_>],
     scalars: &[(&str, SymValue)],
 ) -> Result<(), RuntimeError> {
-    let k = &lk.kernel;
+    let syms = bind_args(lk, tensors, scalars)?;
+    // SAFETY: forwarded from the caller; `syms` were bound from these tensors.
+    unsafe { launch_bound(stream, lk, tensors, &syms) }
+}
+
+/// The kernel's symbol values for a launch on `tensors` and `scalars` (their shapes checked against the
+/// kernel's symbolic dims, `NUM_SMS` the kernel's persistent grid size): what [`launch_bound`] takes, so that a
+/// caller that checks more of the symbols (pinned dims) binds once.
+pub fn bind_args(
+    lk: &LoadedKernel,
+    tensors: &[ArgRef<'_>],
+    scalars: &[(&str, SymValue)],
+) -> Result<Vec<SymValue>, RuntimeError> {
     let shapes: Vec<TensorShape<'_>> = tensors.iter().map(|t| TensorShape { dtype: t.dtype, shape: t.shape }).collect();
-    let syms = bind(k, &shapes, scalars, lk.persistent_ctas as i64)?;
-    let Some(grid) = eval_grid(k, &syms)? else { return Ok(()) };
+    Ok(bind(&lk.kernel, &shapes, scalars, lk.persistent_ctas as i64)?)
+}
+
+/// [`launch_raw`] with the symbols already bound by [`bind_args`].
+///
+/// # Safety
+/// As [`launch_raw`], and `syms` are [`bind_args`]'s result for these `tensors`.
+pub unsafe fn launch_bound(
+    stream: cudarc::driver::sys::CUstream,
+    lk: &LoadedKernel,
+    tensors: &[ArgRef<'_>],
+    syms: &[SymValue],
+) -> Result<(), RuntimeError> {
+    let k = &lk.kernel;
+    let Some(grid) = eval_grid(k, syms)? else { return Ok(()) };
     for (p, t) in k.tensors.iter().zip(tensors) {
         if t.ptr % 16 != 0 {
             return Err(RuntimeError::Misaligned { arg: p.name.clone(), addr: t.ptr });

@@ -16,7 +16,7 @@ pub use cudarc::driver::CudaContext;
 pub use cudarc::driver::sys::{CUcontext, CUstream};
 /// The stream and event types of [`Gpu::side_stream`] and [`Gpu::new_sync_event`].
 pub use cudarc::driver::{CudaEvent, CudaStream};
-pub use device::{ArgRef, DeviceTensor, Gpu, GpuInfo, LoadedKernel, launch_raw, load_kernel};
+pub use device::{ArgRef, DeviceTensor, Gpu, GpuInfo, LoadedKernel, bind_args, launch_bound, launch_raw, load_kernel};
 pub use timing::{TimingOptions, median};
 
 use k3k_codegen::CodegenError;

@@ -109,23 +109,24 @@ impl Loaded {
     /// Check a launch's arguments without launching: dtypes and symbolic shapes ([`k3k_ir::bind`]) and the
     /// pinned dims.
     pub fn check_args(&self, tensors: &[ArgRef<'_>], scalars: &[(&str, SymValue)]) -> Result<(), Error> {
-        check_launch(&self.lk.kernel, self.pins, tensors, scalars, self.lk.persistent_ctas as i64)
+        let syms = k3k_runtime::bind_args(&self.lk, tensors, scalars)?;
+        check_pins(&self.lk.kernel, self.pins, &syms)
     }
 
     /// Launch on `stream` (a stream of the context this kernel was loaded in): tensors in kernel order, named
-    /// scalars. Checks the dtypes, the symbolic shapes and the pinned dims, then enqueues the kernel; nothing
-    /// is allocated, copied or waited for.
+    /// scalars. Checks the dtypes, the symbolic shapes and the pinned dims (one binding of the symbols), then
+    /// enqueues the kernel; nothing is allocated, copied or waited for.
     pub fn launch(
         &self,
         stream: &(impl AsStream + ?Sized),
         tensors: &[ArgRef<'_>],
         scalars: &[(&str, SymValue)],
     ) -> Result<(), Error> {
-        if !self.pins.is_empty() {
-            self.check_args(tensors, scalars)?;
-        }
-        // SAFETY: `AsStream` is an unsafe trait: its implementors hand out valid stream handles.
-        Ok(unsafe { k3k_runtime::launch_raw(stream.cu_stream(), &self.lk, tensors, scalars) }?)
+        let syms = k3k_runtime::bind_args(&self.lk, tensors, scalars)?;
+        check_pins(&self.lk.kernel, self.pins, &syms)?;
+        // SAFETY: `AsStream` is an unsafe trait: its implementors hand out valid stream handles; `syms` were bound
+        // from these tensors just above.
+        Ok(unsafe { k3k_runtime::launch_bound(stream.cu_stream(), &self.lk, tensors, &syms) }?)
     }
 }
 
@@ -141,6 +142,12 @@ pub fn check_launch(
     let shapes: Vec<TensorShape<'_>> =
         tensors.iter().map(|t| TensorShape { dtype: t.dtype(), shape: t.shape() }).collect();
     let syms = bind(k, &shapes, scalars, num_sms).map_err(RuntimeError::from)?;
+    check_pins(k, pins, &syms)
+}
+
+/// Every pinned dim of `k` has, among the bound `syms`, the value the kernel was built for; the error names
+/// the first argument that carries the dim.
+fn check_pins(k: &Kernel, pins: &[(&str, i64)], syms: &[SymValue]) -> Result<(), Error> {
     for &(name, expected) in pins {
         let Some(s) = k.sym(name) else { continue };
         let got = syms[s.0 as usize].as_int();
