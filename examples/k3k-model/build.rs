@@ -2,12 +2,16 @@
 //! the knobs up in k3k's `results/` (default knobs with a warning where nothing is tuned), compiles every
 //! kernel to PTX (+ CUBIN for sm_90a) and writes the typed launchers `src/main.rs` includes.
 //!
-//! The shapes are a scaled-down K3 (see `src/config.rs`, which this file includes so both sides agree).
+//! The shapes are one GPU's share of Kimi K3 (see `src/config.rs`, which this file includes so both sides
+//! agree). Token counts, sequence lengths and expert row counts are run-time values: each request below names
+//! the shapes it is tuned for, and the launchers take any other within the kernel's limits.
 
 include!("src/config.rs");
 
 fn main() {
     let e = EXPERTS as i64;
+    let h = HEADS as i64;
+    let t = PREFILL_TOKENS as i64;
     // PTX at build time when NVRTC is here; otherwise embed the CUDA C and let the program compile it with
     // NVRTC at run time, so that the crate builds anywhere (k3k-build alone would stop with a message saying
     // how to install NVRTC).
@@ -20,98 +24,112 @@ fn main() {
     }
     let mut b = k3k_build::Builder::new().gpu("nvidia-h200").runtime_nvrtc(!nvrtc_here);
 
-    // Every projection (router, q/k/v/gate/beta/output, MLA latents): one dense bf16 GEMM kernel, shape-generic
-    // in M, K and N (K a multiple of 8 and N even: its alignment class).
+    // Every projection (q/k/v/gate, outputs, MLA latents, MoE latent down/up): one dense bf16 GEMM kernel,
+    // shape-generic in M, K and N (K a multiple of 8 and N even: its alignment class).
     b = b
         .op("latent_moe_gemm")
         .alias("linear")
-        .dims(&[("M", TOKENS as i64), ("K", HIDDEN as i64), ("N", HIDDEN as i64)])
+        .dims(&[("M", t), ("K", HIDDEN as i64), ("N", (HEADS * HEAD_DIM) as i64)])
         .free_dims(&["M", "K", "N"])
         .roles(&["Linear"]);
-    // Projections whose output rows are narrower than 16 bytes (beta, N = HEADS): the bulk-copy (TMA) store
-    // needs 16-byte rows, so this one stores from registers.
+    // Projections whose output rows are narrower than 16 bytes or not a multiple of them (beta: N = 12, the
+    // router: N = 28): the bulk-copy (TMA) store needs 16-byte rows, so these store from registers.
     b = b
         .op("latent_moe_gemm")
         .alias("linear_narrow")
-        .dims(&[("M", TOKENS as i64), ("K", HIDDEN as i64), ("N", HEADS as i64)])
+        .dims(&[("M", t), ("K", HIDDEN as i64), ("N", h)])
         .knobs("STORE=reg")
+        .free_dims(&["M", "K", "N"])
         .roles(&["Linear"]);
 
-    // LatentMoE: the QB step on the router scores (the whole hist_quantile plan for T x E).
+    // LatentMoE: the QB step on the router scores of the prefill batch (the whole hist_quantile plan).
     b = b
         .op("hist_quantile.qb")
         .alias("router_qb")
-        .dims(&[("T", TOKENS as i64), ("E", e), ("k", TOP_K as i64), ("B", QB_BINS as i64)])
+        .dims(&[("T", t), ("E", e), ("k", TOP_K as i64), ("B", QB_BINS as i64)])
         .plan(true);
 
-    // LatentMoE experts with MXFP4 weights: GEMM1 (gate|up, SiTU-GLU fused) and GEMM2 (routing weight fused).
-    // One launch each (SPLIT=1); the row counts per expert change with the routing at run time.
+    // LatentMoE experts with MXFP4 weights: GEMM1 (gate|up, SiTU-GLU fused) and GEMM2 (routing weight fused),
+    // one kernel each for prefill-like and decode-like row counts. The rows per expert change with the routing
+    // at run time (they are data: the group ends `offs`).
     let (l, m) = (LATENT as i64, INTER as i64);
-    b = b
-        .op("mxfp4_matmul")
-        .alias("moe_up_mx")
-        .dims(&[("G", e), ("mean", 32), ("K", l), ("N", 2 * m), ("epilogue", 1)])
-        .knobs("SPLIT=1")
-        .pin("KB", l / 32)
-        .pin("KW", l / 8)
-        .pin("NH", m)
-        .roles(&["UpGlu"]);
-    b = b
-        .op("mxfp4_matmul")
-        .alias("moe_down_mx")
-        .dims(&[("G", e), ("mean", 32), ("K", m), ("N", l), ("p", 1)])
-        .knobs("SPLIT=1")
-        .pin("KB", m / 32)
-        .pin("KW", m / 8)
-        .roles(&["DownP"]);
+    let rows = (PREFILL_TOKENS * TOP_K / EXPERTS) as i64;
+    let decode_rows = ((DECODE_BATCH * TOP_K).div_ceil(EXPERTS)) as i64;
+    // Prefill-like row counts take the dq_gemm path: one kernel dequantizes every expert's weights into a
+    // bf16 workspace, the grouped GEMM runs on it (the faster of the measured paths at ~1000 rows per expert).
+    for (alias, mean, roles) in
+        [("moe_up", rows, &["Dequant", "UpGlu"][..]), ("moe_up_decode", decode_rows, &["UpGlu"][..])]
+    {
+        b = b
+            .op("mxfp4_matmul")
+            .alias(alias)
+            .dims(&[("G", e), ("mean", mean), ("K", l), ("N", 2 * m), ("epilogue", 1)])
+            .knobs("SPLIT=1")
+            .pin("KB", l / 32)
+            .pin("KW", l / 8)
+            .pin("NH", m)
+            .roles(roles);
+    }
+    for (alias, mean, roles) in
+        [("moe_down", rows, &["Dequant", "DownP"][..]), ("moe_down_decode", decode_rows, &["DownP"][..])]
+    {
+        b = b
+            .op("mxfp4_matmul")
+            .alias(alias)
+            .dims(&[("G", e), ("mean", mean), ("K", m), ("N", l), ("p", 1)])
+            .knobs("SPLIT=1")
+            .pin("KB", m / 32)
+            .pin("KW", m / 8)
+            .roles(roles);
+    }
     // A dense MXFP4 projection at decode-like token counts: one kernel per bucket of M, picked at each launch.
     b = b.op("mxfp4_matmul").alias("mx_dense").dims(&[("M", 16), ("K", l), ("N", 2 * m)]).buckets("M", &[1, 4, 16]);
-    // The same two products with bf16 weights (the dequantized MXFP4 values), for comparison.
-    b = b
-        .op("latent_moe_gemm")
-        .alias("moe_up_bf16")
-        .dims(&[("G", e), ("mean", 32), ("K", l), ("N", 2 * m), ("epilogue", 1)])
-        .pin("NH", m)
-        .roles(&["UpGlu"]);
-    b = b
-        .op("latent_moe_gemm")
-        .alias("moe_down_bf16")
-        .dims(&[("G", e), ("mean", 32), ("K", m), ("N", l), ("p", 1)])
-        .roles(&["DownP"]);
 
-    // Attention block: KDA prefill (the whole chunked plan for one sequence) and the recurrent decode step.
+    // KDA with K3's in-kernel options: the safe gate lb*sigmoid(x + bias) with a [H, K] bias, L2-normalised q
+    // and k, beta sigmoid. The prefill takes a varlen batch (sequence lengths at run time, cu_seqlens, up to
+    // the limits); decode steps every sequence by one token against its state, in place.
     let kda = [
-        ("H", HEADS as i64),
+        ("H", h),
         ("K", HEAD_DIM as i64),
         ("V", HEAD_DIM as i64),
         ("safe", 1),
         ("gate", 1),
+        ("bias", 1),
         ("l2norm", 1),
         ("bsig", 1),
     ];
-    b = b.op("kda").alias("kda_prefill").dims(&[("B", 1), ("T", TOKENS as i64)]).dims(&kda).plan(true);
-    // KDA prefill of a varlen batch: sequence lengths come at run time (cu_seqlens), up to the limits.
     b = b.op("kda").alias("kda_varlen").dims(&kda).varlen(VARLEN_MAX_TOKENS, VARLEN_MAX_SEQS);
-    b = b.op("kda.decode").alias("kda_decode").dims(&[("N", 1), ("T", 1)]).dims(&kda).roles(&["Step", "StepInPlace"]);
-
-    // Gated MLA: MHA-mode prefill, absorbed paged decode (+ LSE combine), the gated W_UV projection, and the
-    // per-head query absorption q_nope @ W_UK as a grouped GEMM (one group per head).
-    let h = HEADS as i64;
     b = b
-        .op("gated_mla.prefill")
-        .alias("mla_prefill")
-        .dims(&[("T", TOKENS as i64), ("S", TOKENS as i64), ("H", h), ("causal", 1), ("gate", 1)])
-        .free_dims(&["T", "S"])
-        .roles(&["Attend"]);
+        .op("kda.decode")
+        .alias("kda_decode")
+        .dims(&[("N", DECODE_BATCH as i64), ("T", 1)])
+        .dims(&kda)
+        .roles(&["Step", "StepInPlace"]);
+
+    // Gated MLA: MHA-mode prefill over the varlen batch (cu_seqlens read on the device, so any batch), absorbed
+    // paged decode (+ LSE combine; cache lengths read on the device), the gated W_UV projection, and the
+    // per-head query absorption q_nope @ W_UK as a grouped GEMM (one group per head).
+    let mut prefill: Vec<(String, i64)> =
+        vec![("H".into(), h), ("causal".into(), 1), ("gate".into(), 1), ("N".into(), PREFILL_LENS.len() as i64)];
+    for (i, len) in PREFILL_LENS.iter().enumerate() {
+        prefill.push((format!("q{i}"), *len as i64));
+        prefill.push((format!("k{i}"), *len as i64));
+    }
+    let prefill: Vec<(&str, i64)> = prefill.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+    b = b.op("gated_mla.prefill").alias("mla_prefill").dims(&prefill).roles(&["Attend"]);
     b = b
         .op("gated_mla.decode")
         .alias("mla_decode")
-        .dims(&[("B", 1), ("SQ", 1), ("H", h), ("S", (TOKENS + DECODE_STEPS) as i64)])
+        .dims(&[("B", DECODE_BATCH as i64), ("SQ", 1), ("H", h), ("S", MAX_SEQ as i64)])
         .roles(&["Attend", "Combine"]);
-    b = b.op("gated_mla.gate").alias("mla_gate").dims(&[("T", 1), ("H", h), ("gate", 1)]).roles(&["Project"]);
+    b = b
+        .op("gated_mla.gate")
+        .alias("mla_gate")
+        .dims(&[("T", DECODE_BATCH as i64), ("H", h), ("gate", 1)])
+        .roles(&["Project"]);
     let mut absorb: Vec<(String, i64)> =
         vec![("G".into(), h), ("K".into(), MLA_NOPE as i64), ("N".into(), MLA_LATENT as i64)];
-    absorb.extend((0..HEADS).map(|i| (format!("c{i}"), 1)));
+    absorb.extend((0..HEADS).map(|i| (format!("c{i}"), DECODE_BATCH as i64)));
     let absorb: Vec<(&str, i64)> = absorb.iter().map(|(k, v)| (k.as_str(), *v)).collect();
     b = b.op("latent_moe_gemm").alias("mla_absorb").dims(&absorb).roles(&["PerHead"]);
 

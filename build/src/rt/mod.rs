@@ -47,6 +47,16 @@ pub fn pick_bucket(buckets: &[i64], value: i64) -> usize {
     buckets.iter().position(|&b| value <= b).unwrap_or(buckets.len().saturating_sub(1))
 }
 
+/// Compile CUDA C of the caller's own kernels (an engine's routing, residual or cache kernels that run between
+/// k3k's launches) to PTX for the architecture k3k targets, with the NVRTC k3k itself loads (`K3K_NVRTC`, the
+/// installed wheel or the CUDA toolkit). `name` only labels errors. Load the PTX with cudarc
+/// (`CudaContext::load_module(Ptx::from_src(..))`).
+pub fn compile_cuda(name: &str, src: &str) -> Result<String, Error> {
+    k3k_codegen::nvrtc::compile_ptx(name, src, k3k_codegen::ARCH)
+        .map(|o| o.ptx)
+        .map_err(|e| Error::Nvrtc { kernel: name.into(), why: e.to_string() })
+}
+
 /// Why a generated launcher could not load or launch a kernel.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum Error {

@@ -43,7 +43,6 @@ pub fn run(stream: &Arc<CudaStream>, rep: &mut Report, seed: u64) -> Res<()> {
             "dense",
             "mxfp4_matmul (Dispatch)",
             &format!("M{m} (bucket {bucket}) K{k} N{n}"),
-            f64::NAN,
             err(&got, &want),
             5e-3,
             "",

@@ -2,8 +2,8 @@
 
 use k3k_build::reference::metrics::rel_l2;
 use k3k_build::reference::mx::bf16_round;
+use k3k_build::rt;
 use k3k_build::rt::cudarc::driver::{CudaSlice, CudaStream, DevicePtr, sys};
-use k3k_build::rt::{self, Bf16, Elem, Gpu, Tensor};
 
 pub type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
@@ -41,39 +41,14 @@ pub fn bf16(v: &[f64]) -> Vec<f32> {
     v.iter().map(|&x| bf16_round(x as f32)).collect()
 }
 
-/// A bf16 tensor on the device with its values on the host (what the reference reads).
-pub struct Dev {
-    pub t: Tensor<Bf16>,
-    pub h: Vec<f32>,
-}
-
-impl Dev {
-    /// Upload bf16 values.
-    pub fn new(gpu: &Gpu, shape: &[usize], h: Vec<f32>) -> Res<Dev> {
-        Ok(Dev { t: Tensor::from_f32(gpu, shape, &h)?, h })
-    }
-    /// Download a device tensor.
-    pub fn fetch(gpu: &Gpu, t: Tensor<Bf16>) -> Res<Dev> {
-        let h = t.to_f32_vec(gpu)?;
-        Ok(Dev { t, h })
-    }
-}
-
-/// A poisoned output tensor.
-pub fn out<T: Elem>(gpu: &Gpu, shape: &[usize]) -> Res<Tensor<T>> {
-    Ok(Tensor::poisoned(gpu, shape)?)
-}
-
-/// One row of the report: every launch of one op in one stage.
+/// One row of the report: every check of one op in one stage.
 pub struct Row {
     pub stage: String,
     pub op: String,
-    /// The shape of the first launch.
+    /// The shape of the first check.
     pub shape: String,
     pub launches: usize,
-    /// Summed median times (NaN when not timed).
-    pub us: f64,
-    /// The largest error over the launches.
+    /// The largest error over the checks.
     pub err: f64,
     pub tol: f64,
     pub what: String,
@@ -85,7 +60,7 @@ impl Row {
     }
 }
 
-/// Per-op times and checks.
+/// Per-op checks, and the measurements printed after them.
 #[derive(Default)]
 pub struct Report {
     pub rows: Vec<Row>,
@@ -94,19 +69,11 @@ pub struct Report {
 }
 
 impl Report {
-    /// Record one launch of `op` in `stage`: its median time and its error against the reference.
-    #[allow(clippy::too_many_arguments)]
-    pub fn add(&mut self, stage: &str, op: &str, shape: &str, us: f64, err: f64, tol: f64, what: &str) {
+    /// Record one check of `op` in `stage`: its error against the reference and the tolerance.
+    pub fn add(&mut self, stage: &str, op: &str, shape: &str, err: f64, tol: f64, what: &str) {
         match self.rows.iter_mut().find(|r| r.stage == stage && r.op == op) {
             Some(r) => {
                 r.launches += 1;
-                r.us = if r.us.is_nan() {
-                    us
-                } else if us.is_nan() {
-                    r.us
-                } else {
-                    r.us + us
-                };
                 r.err = if err.is_nan() || r.err.is_nan() { f64::NAN } else { r.err.max(err) };
             }
             None => self.rows.push(Row {
@@ -114,18 +81,11 @@ impl Report {
                 op: op.into(),
                 shape: shape.into(),
                 launches: 1,
-                us,
                 err,
                 tol,
                 what: what.into(),
             }),
         }
-    }
-
-    /// Append another report's rows and notes.
-    pub fn merge(&mut self, other: Report) {
-        self.rows.extend(other.rows);
-        self.notes.extend(other.notes);
     }
 
     /// A line for after the table.
@@ -142,56 +102,26 @@ impl Report {
     pub fn print(&self) {
         println!(
             "
-{:<10} {:<26} {:<22} {:>8} {:>11} {:>10} {:>7}  check",
-            "stage", "op", "first shape", "launches", "GPU us", "max err", "tol"
+{:<13} {:<38} {:<24} {:>6} {:>10} {:>7}  check",
+            "stage", "op", "shape", "checks", "max err", "tol"
         );
         for r in &self.rows {
-            let us = if r.us.is_nan() { "-".to_string() } else { format!("{:.1}", r.us) };
             println!(
-                "{:<10} {:<26} {:<22} {:>8} {:>11} {:>10.2e} {:>7.0e}  {}{}",
+                "{:<13} {:<38} {:<24} {:>6} {:>10.2e} {:>7.0e}  {}{}",
                 r.stage,
                 r.op,
                 r.shape,
                 r.launches,
-                us,
                 r.err,
                 r.tol,
                 if r.ok() { "ok" } else { "FAIL" },
                 if r.what.is_empty() { String::new() } else { format!(" ({})", r.what) }
             );
         }
-        let total: f64 = self.rows.iter().filter(|r| r.us.is_finite()).map(|r| r.us).sum();
-        println!(
-            "GPU time is the median of {REPS} repetitions of each launch (warm L2), summed over the launches; all \
-             timed launches: {total:.1} us"
-        );
         for n in &self.notes {
             println!("{n}");
         }
     }
-}
-
-/// Timed repetitions per launch.
-pub const REPS: usize = 20;
-
-/// Median time of `f` in microseconds: `f` enqueues one launch (idempotent: same inputs, same outputs).
-pub fn time_us(gpu: &Gpu, mut f: impl FnMut() -> Result<(), rt::Error>) -> Res<f64> {
-    let mut err = None;
-    let samples = gpu.time(
-        || {
-            if let Err(e) = f() {
-                err.get_or_insert(e);
-            }
-            Ok(())
-        },
-        rt::TimingOptions { warmup: 3, reps: REPS, flush_l2: false, ..Default::default() },
-    )?;
-    if let Some(e) = err {
-        return Err(e.into());
-    }
-    let mut s = samples;
-    s.sort_by(f64::total_cmp);
-    Ok(s[s.len() / 2] * 1e3)
 }
 
 /// Relative L2 error (SPEC 3) of `got` against `want`.

@@ -1,26 +1,31 @@
 //! An example model crate that uses k3k only through `k3k-build`: `build.rs` picks the operators, shapes and
-//! GPU; this program includes the generated launchers and composes one LatentMoE layer and one attention block
-//! (3 KDA + 1 gated MLA, prefill then decode) from them.
+//! GPU; this program includes the generated launchers and runs one GPU's share of Kimi K3 at its real widths
+//! (hidden 7168, 12 heads, latent 3584, 28 MXFP4 experts): a varlen prefill of six sequences (8192 tokens)
+//! through 3 KDA layers, 1 gated MLA layer and 1 LatentMoE layer, then 32 decode steps of all six sequences,
+//! each step captured once as a CUDA graph and replayed.
 //!
-//! It runs in its own CUDA world, as an engine would: it creates the context handle and a stream with cudarc,
-//! and every k3k launch goes to that stream (k3k's `Gpu` is made from it, for uploads and timing only).
+//! It runs in its own CUDA world, as an engine would: it creates the context and a stream with cudarc, owns
+//! every buffer (cudarc allocations), launches its own kernels (`engine.rs`: residual adds, routing, cache
+//! appends) between k3k's on the same stream, and every k3k launch goes to that stream.
 //!
-//! Without a GPU it checks that every kernel is embedded and exits 0. On a GPU it runs both, then a decode step
-//! of three KDA layers on the model's own buffers, eagerly and captured as a CUDA graph (`graph.rs`); it checks
-//! every op and the composed outputs against the CPU reference (`k3k-reference`, f64), prints per-op GPU times,
-//! and exits 1 if any check failed.
+//! Without a GPU it checks that every kernel is embedded and exits 0. On a GPU it checks every op against the
+//! f64 reference (`k3k-reference`) on sampled rows, sequences and heads, prints per-op GPU times, the decode
+//! step eager and as a graph, the host cost per launch, and a bucketed dense MXFP4 projection; it exits 1 if
+//! any check failed.
 //!
 //! ```text
 //! cargo run --release -p k3k-model            # on the GPU machine: LD_LIBRARY_PATH=/usr/local/cuda/lib64
 //! ```
 
-mod attn;
+mod check;
 mod config;
+mod decode;
 mod dense;
-mod graph;
+mod dev;
+mod engine;
 mod host;
-mod moe;
-mod varlen;
+mod model;
+mod weights;
 
 /// The launchers `build.rs` generated.
 mod kernels {
@@ -43,6 +48,29 @@ fn own_stream() -> Result<Arc<CudaStream>, String> {
     // SAFETY: every buffer of this program is used on the one stream below.
     unsafe { ctx.disable_event_tracking() };
     ctx.new_stream().map_err(|e| format!("{e:?}"))
+}
+
+fn run(s: &Arc<CudaStream>, gpu: &Gpu, rep: &mut host::Report, seed: u64) -> host::Res<()> {
+    let t0 = std::time::Instant::now();
+    let mut k = model::Launchers::load(s, gpu)?;
+    let w = weights::Weights::new(s, seed)?;
+    println!("weights generated and uploaded in {:.1} s", t0.elapsed().as_secs_f64());
+    let mut p = model::Prefill::new(s, &k, gpu, seed ^ 0x9e11)?;
+    let mut cache = engine::Cache::new(s, &config::PREFILL_LENS)?;
+    println!(
+        "\nprefill: {} sequences {:?} ({} tokens), hidden {}, {} heads, 3 KDA + 1 gated MLA + 1 LatentMoE ({} MXFP4 \
+         experts, top-{})",
+        config::PREFILL_LENS.len(),
+        config::PREFILL_LENS,
+        config::PREFILL_TOKENS,
+        config::HIDDEN,
+        config::HEADS,
+        config::EXPERTS,
+        config::TOP_K
+    );
+    model::run(&mut k, s, gpu, &w, &mut p, &mut cache, rep)?;
+    decode::run(&k, s, &w, &p, &mut cache, rep, seed ^ 0xdec0)?;
+    dense::run(s, rep, seed ^ 0xde75)
 }
 
 fn main() -> ExitCode {
@@ -87,13 +115,9 @@ fn main() -> ExitCode {
     let seed = std::env::var("K3K_MODEL_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(2026);
     let mut rep = host::Report::default();
     let t0 = std::time::Instant::now();
-    let run = moe::run(&gpu, &mut rep, seed)
-        .and_then(|()| attn::run(&gpu, &mut rep, seed ^ 0xa77e))
-        .and_then(|()| varlen::run(&stream, &mut rep, seed ^ 0x7a1e))
-        .and_then(|()| dense::run(&stream, &mut rep, seed ^ 0xde75))
-        .and_then(|()| graph::run(&stream, &mut rep, seed ^ 0x6a4f));
+    let result = run(&stream, &gpu, &mut rep, seed);
     rep.print();
-    if let Err(e) = run {
+    if let Err(e) = result {
         eprintln!("k3k-model: run failed: {e}");
         return ExitCode::FAILURE;
     }
