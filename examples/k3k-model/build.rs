@@ -32,6 +32,15 @@ fn main() {
         .dims(&[("M", t), ("K", HIDDEN as i64), ("N", (HEADS * HEAD_DIM) as i64)])
         .free_dims(&["M", "K", "N"])
         .roles(&["Linear"]);
+    // The same projections at decode-like token counts (M <= 64): the smallest tiles, so that a [1536, 7168]
+    // weight is read by 24 blocks instead of 6 (the bf16 GEMM has no split-K; what bounds it is in the note).
+    b = b
+        .op("latent_moe_gemm")
+        .alias("linear_small")
+        .dims(&[("M", DECODE_BATCH as i64), ("K", HIDDEN as i64), ("N", (HEADS * HEAD_DIM) as i64)])
+        .knobs("BM=64,BN=64,WM=4,WN=1")
+        .free_dims(&["M", "K", "N"])
+        .roles(&["Linear"]);
     // Projections whose output rows are narrower than 16 bytes or not a multiple of them (beta: N = 12, the
     // router: N = 28): the bulk-copy (TMA) store needs 16-byte rows, so these store from registers.
     b = b

@@ -30,6 +30,7 @@ use std::sync::Arc;
 pub struct Launchers {
     pub lin: kernels::linear::Linear,
     pub narrow: kernels::linear_narrow::Linear,
+    pub small: kernels::linear_small::Linear,
     pub qb: kernels::router_qb::Plan,
     pub up_dq: kernels::moe_up::Dequant,
     pub up: kernels::moe_up::UpGlu,
@@ -52,6 +53,7 @@ impl Launchers {
         Ok(Launchers {
             lin: kernels::linear::Linear::load(s)?,
             narrow: kernels::linear_narrow::Linear::load(s)?,
+            small: kernels::linear_small::Linear::load(s)?,
             qb: kernels::router_qb::Plan::load(gpu)?,
             up_dq: kernels::moe_up::Dequant::load(s)?,
             up: kernels::moe_up::UpGlu::load(s)?,
@@ -70,15 +72,18 @@ impl Launchers {
         })
     }
 
-    /// `y = x w^T` with the dense GEMM (the register-store variant for rows narrower than 16 bytes or not a
-    /// multiple of them).
+    /// `y = x w^T` with the dense GEMM: the register-store variant for rows narrower than 16 bytes or not a
+    /// multiple of them, the small-tile variant for decode-like token counts.
     pub fn linear(&self, s: &Arc<CudaStream>, x: &Buf, w: &Lin, y: &mut Buf) -> Res<()> {
-        let (xv, wv) = (x.v_as::<Bf16>(s, &[x.shape[0], w.k])?, w.d.v::<Bf16>(s)?);
-        let mut yv = y.m_as::<Bf16>(s, &[x.shape[0], w.n])?;
-        if (w.n * 2).is_multiple_of(16) {
-            self.lin.launch(s, &xv, &wv, &mut yv)?;
-        } else {
+        let m = x.shape[0];
+        let (xv, wv) = (x.v_as::<Bf16>(s, &[m, w.k])?, w.d.v::<Bf16>(s)?);
+        let mut yv = y.m_as::<Bf16>(s, &[m, w.n])?;
+        if !(w.n * 2).is_multiple_of(16) {
             self.narrow.launch(s, &xv, &wv, &mut yv)?;
+        } else if m <= 64 {
+            self.small.launch(s, &xv, &wv, &mut yv)?;
+        } else {
+            self.lin.launch(s, &xv, &wv, &mut yv)?;
         }
         Ok(())
     }
