@@ -272,7 +272,10 @@ fn tune_one(
     let leader = load()?.and_then(|e| {
         let w = e.winner.clone()?;
         let knobs = knobs_of(&e.candidate(&w)?.knobs).ok()?;
-        let done: HashSet<String> = e.candidates.iter().map(|c| c.id.clone()).collect();
+        // Round 2 skips what round 1 timed, and with `--shard` also the other shards' part of round 1 (timed
+        // there): a shard's round 2 once re-timed points of other shards that neighbour its own leader.
+        let done: HashSet<String> =
+            e.candidates.iter().map(|c| c.id.clone()).chain(cands.iter().map(|c| c.id.clone())).collect();
         Some((knobs, done))
     });
     let n1 = first_round(a.max_candidates);
