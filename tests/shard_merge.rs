@@ -145,6 +145,9 @@ fn scheduler_variables_give_the_split_of_the_flag() {
     assert!(splits[0] != splits[1] && splits[1] != splits[2] && splits[0] != splits[2]);
 }
 
+/// Environment variables of one run: (name, value).
+type Vars<'a> = &'a [(&'a str, &'a str)];
+
 #[test]
 fn the_flag_wins_and_bad_variables_are_refused_by_name() {
     let dir = tempfile::tempdir().unwrap();
@@ -155,7 +158,7 @@ fn the_flag_wins_and_bad_variables_are_refused_by_name() {
         &slurm,
         "shard 1/3 from --shard (overrides SLURM_ARRAY_TASK_ID=0 of the environment)",
     );
-    let cases: [(&[(&str, &str)], &[&str], &str); 4] = [
+    let cases: [(Vars, &[&str], &str); 4] = [
         (
             &[("SLURM_ARRAY_TASK_ID", "4"), ("SLURM_ARRAY_TASK_MIN", "1"), ("SLURM_ARRAY_TASK_COUNT", "3")],
             &[],
