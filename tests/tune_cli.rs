@@ -9,8 +9,13 @@ use std::process::Command;
 
 const DIMS: &str = "G=2,c0=17,c1=5,K=32,N=48";
 
+/// `k3k`, without the shard variables of a job scheduler the tests may run under.
 fn k3k() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_k3k"))
+    let mut c = Command::new(env!("CARGO_BIN_EXE_k3k"));
+    for k in k3k::tuner::scheduler::SCHEDULER_VARS {
+        c.env_remove(k);
+    }
+    c
 }
 
 fn results_file(dir: &Path) -> std::path::PathBuf {

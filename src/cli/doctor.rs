@@ -38,6 +38,7 @@ pub fn run(mut a: Args) -> anyhow::Result<i32> {
             println!("            {k}={v}");
         }
     }
+    scheduler();
     if let Err(e) = k3k::codegen::experiments() {
         println!("  [error]   {e}");
     }
@@ -90,6 +91,26 @@ pub fn run(mut a: Args) -> anyhow::Result<i32> {
         println!("{corrupt} results file(s) cannot be read (see above): k3k would move them aside on first use");
     }
     Ok(if ok && corrupt == 0 { 0 } else { 1 })
+}
+
+/// The job scheduler variables set (a Slurm array task's, a Kubernetes Indexed Job's; `K3K_SHARD_COUNT` is listed
+/// with the `K3K_*` ones) and the shard `k3k tune` would take from them without `--shard`; nothing when none is set.
+fn scheduler() {
+    use k3k::tuner::scheduler::{SCHEDULER_VARS, SHARD_COUNT_VAR, choose_from_process_env};
+    let set: Vec<String> = SCHEDULER_VARS
+        .iter()
+        .filter(|k| **k != SHARD_COUNT_VAR)
+        .filter_map(|k| std::env::var_os(k).map(|v| format!("{k}={}", v.to_string_lossy())))
+        .collect();
+    if !set.is_empty() {
+        println!("  scheduler: {}", set.join(" "));
+    } else if std::env::var_os(SHARD_COUNT_VAR).is_none() {
+        return;
+    }
+    match choose_from_process_env(None, None) {
+        Ok(c) => println!("  tune:     without --shard, {c}"),
+        Err(e) => println!("  [error]   tune without --shard: {e}"),
+    }
 }
 
 /// Parse every results file under `root` (`<gpu>/<op>.json`) and say what it holds; the folder of this GPU

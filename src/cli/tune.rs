@@ -6,13 +6,15 @@
 //! the time left among the presets of its tier still to run; its first `--min-candidates` (the defaults first)
 //! are always measured. `--op all` runs the presets of the anchor table (SEMANTICS.md section 4) first (tier 0),
 //! then the other presets of its five operator families (tier 1), then the rest (tier 2), each tier interleaving its operators.
-//! `--plan` prints the plan and its estimated time without a GPU.
+//! `--plan` prints the plan and its estimated time without a GPU. `--shard i/n`, or without it a Slurm array task's or
+//! a Kubernetes Indexed Job's variables (`k3k_tuner::scheduler`), makes this process time one shard of every list.
 
 use k3k::ops::op::{Operator, Preset};
 use k3k::runtime::Gpu;
 use k3k::tuner::budget::{self, CostModel, PresetCost};
 use k3k::tuner::{
-    CandidateSpec, GpuKey, ResultsStore, Shard, TuneEvent, TuneOptions, Worker, WorkerMeasurer, WorkerSpec, tune,
+    CandidateSpec, GpuKey, ResultsStore, Shard, ShardSource, TuneEvent, TuneOptions, Worker, WorkerMeasurer,
+    WorkerSpec, tune,
 };
 use k3k::tuning::{knob_map, knobs_of, plan_candidates, plan_neighbours, stale_winners, tune_key};
 use std::collections::{HashMap, HashSet};
@@ -43,9 +45,15 @@ pub struct Args {
     #[arg(long)]
     pub resume: bool,
     /// Measure only shard `i/n` of every candidate list (0-based), e.g. for a job array; combine the files
-    /// with `k3k results merge`.
+    /// with `k3k results merge`. Without it, a Slurm array task (`SLURM_ARRAY_TASK_ID`) or a Kubernetes
+    /// Indexed Job's pod (`JOB_COMPLETION_INDEX`, with `--shard-count`) names the shard; `--shard 0/1` tunes
+    /// everything there.
     #[arg(long)]
     pub shard: Option<String>,
+    /// The shard count that goes with a Kubernetes Indexed Job's `JOB_COMPLETION_INDEX` (its `completions`,
+    /// which Kubernetes does not export; or set `K3K_SHARD_COUNT`).
+    #[arg(long)]
+    pub shard_count: Option<u32>,
     /// Results folder.
     #[arg(long, default_value = "results")]
     pub results: PathBuf,
@@ -264,7 +272,10 @@ fn tune_one(
     let leader = load()?.and_then(|e| {
         let w = e.winner.clone()?;
         let knobs = knobs_of(&e.candidate(&w)?.knobs).ok()?;
-        let done: HashSet<String> = e.candidates.iter().map(|c| c.id.clone()).collect();
+        // Round 2 skips what round 1 timed, and with `--shard` also the other shards' part of round 1 (timed
+        // there): a shard's round 2 once re-timed points of other shards that neighbour its own leader.
+        let done: HashSet<String> =
+            e.candidates.iter().map(|c| c.id.clone()).chain(cands.iter().map(|c| c.id.clone())).collect();
         Some((knobs, done))
     });
     let n1 = first_round(a.max_candidates);
@@ -330,10 +341,8 @@ pub fn run(mut a: Args) -> anyhow::Result<i32> {
     if a.max_candidates == 0 {
         anyhow::bail!("--max-candidates: must be at least 1");
     }
-    let shard: Shard = match &a.shard {
-        Some(s) => s.parse().map_err(|e| anyhow::anyhow!("--shard: {e}"))?,
-        None => Shard::ALL,
-    };
+    let choice = k3k::tuner::scheduler::choose_from_process_env(a.shard.as_deref(), a.shard_count)?;
+    let shard: Shard = choice.shard;
     let ops = super::select_ops(&a.op)?;
     let items = ordered_work(&ops, &a.preset, &a.dims)?;
     if items.is_empty() {
@@ -342,6 +351,7 @@ pub fn run(mut a: Args) -> anyhow::Result<i32> {
     if a.plan {
         return print_plan(&a, &items, budget);
     }
+    println!("{choice}");
     let (gpu_key, gpus) = if a.backend == "cpu" {
         (GpuKey::new("cpu-interp", (0, 0), 1), 1)
     } else {
@@ -475,15 +485,19 @@ pub fn run(mut a: Args) -> anyhow::Result<i32> {
     if !rows.is_empty() && a.backend != "cpu" {
         let run = format!(
             "## {}: `k3k tune --op {} --preset {} --budget {} --max-candidates {}{}`\n\n{} preset(s) in {:.0} s wall on \
-             {gpus} GPU(s).\n\n```\n{table}```\n{}",
+             {gpus} GPU(s){}.\n\n```\n{table}```\n{}",
             k3k::tuner::utc_date_today(),
             a.op,
             a.preset,
             a.budget,
             a.max_candidates,
-            a.shard.as_deref().map(|s| format!(" --shard {s}")).unwrap_or_default(),
+            if shard == Shard::ALL { String::new() } else { format!(" --shard {shard}") },
             rows.len(),
             start.elapsed().as_secs_f64(),
+            match choice.source {
+                ShardSource::Slurm { .. } | ShardSource::Kubernetes { .. } => format!("; {choice}"),
+                _ => String::new(),
+            },
             if skipped.is_empty() { String::new() } else { format!("\nNot tuned (budget): {}\n", skipped.join(", ")) },
         );
         let path = a.results.join(gpu_key.slug()).join("TUNE.md");

@@ -9,6 +9,7 @@ pub struct Run {
     pub code: Option<i32>,
     pub stdout: String,
     pub stderr: String,
+    #[allow(dead_code)]
     pub took: Duration,
 }
 
@@ -20,10 +21,14 @@ impl Run {
     }
 }
 
-/// `k3k` with no GPU visible and no standard input (add arguments, folders and variables to it).
+/// `k3k` with no GPU visible, no standard input and no job scheduler's shard variables (the tests may run in a
+/// Slurm array task themselves; add arguments, folders and variables to it).
 pub fn k3k_command() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_k3k"));
     c.env("CUDA_VISIBLE_DEVICES", "").stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    for k in k3k::tuner::scheduler::SCHEDULER_VARS {
+        c.env_remove(k);
+    }
     c
 }
 

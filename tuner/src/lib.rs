@@ -15,8 +15,9 @@
 //!   makes a bad candidate cost one candidate, not the run.
 //! - **Choosing** ([`stats`], [`mod@tune`]): median of repeated runs, re-time the top few, break ties
 //!   deterministically, and only a candidate whose output matched the reference can win.
-//! - **Scaling out** ([`Shard`], [`mod@merge`]): `--shard i/n` splits candidates by a stable hash of their
-//!   id; shards tuned on different hosts merge associatively and commutatively.
+//! - **Scaling out** ([`Shard`], [`mod@merge`], [`scheduler`]): `--shard i/n` splits candidates by a stable hash
+//!   of their id; without it a Slurm array task or a Kubernetes Indexed Job's pod names its shard; shards tuned on
+//!   different hosts merge associatively and commutatively.
 //!
 //! The GPU parts (CUDA events, L2 flush, compiling, comparing with the reference) live in the crates
 //! that own CUDA; they plug in through [`Measurer`] or a worker binary built on [`protocol::serve`].
@@ -30,6 +31,7 @@ pub mod merge;
 pub mod protocol;
 pub mod record;
 pub mod resume;
+pub mod scheduler;
 pub mod shard;
 pub mod stats;
 pub mod store;
@@ -45,6 +47,7 @@ pub use record::{
     utc_date_today,
 };
 pub use resume::{CandidateSpec, ResumeOptions, remaining};
+pub use scheduler::{SchedulerError, ShardChoice, ShardSource};
 pub use shard::{Shard, ShardParseError, stable_hash};
 pub use stats::{StatsError, TimingStats, pick_winner, retime_top_k, winner_order};
 pub use store::{ResultsStore, read_results_file, write_results_file};
