@@ -1,8 +1,9 @@
 //! Issue 43, the environment and the results files: bad `K3K_*` variables are typed errors naming the variable, a
-//! ptxas that never returns is killed, `K3K_EXPERIMENT` is refused where it cannot be honoured, a corrupt results
-//! file is never moved aside silently, results files keep their mode (and a read-only one is not replaced), the
-//! default folders are found from the checkout, `list` prints the presets' dims and `report` names what it cannot
-//! read. Each run ends by itself within a few seconds, with no panic.
+//! ptxas that never returns is killed, an NVRTC compile past its limit is cancelled, `K3K_EXPERIMENT` is refused
+//! where it cannot be honoured, a corrupt results file is never moved aside silently, results files keep their mode
+//! (and a read-only one is not replaced), the default folders are found from the checkout, `list` prints the
+//! presets' dims and `report` names what it cannot read. Each run ends by itself within a few seconds, with no
+//! panic.
 
 mod common;
 
@@ -92,6 +93,34 @@ fn a_ptxas_that_never_returns_is_killed_after_its_timeout() {
     let r = k3k(&emit, &[("K3K_PTXAS", p), ("K3K_PTXAS_TIMEOUT_S", "soon")]);
     assert_eq!(r.code, Some(2), "{}", r.all());
     assert!(r.stderr.contains("K3K_PTXAS_TIMEOUT_S=\"soon\""), "{}", r.all());
+}
+
+#[test]
+fn an_nvrtc_compile_over_its_timeout_is_an_error_naming_the_kernel_and_the_limit() {
+    if !nvrtc_present() {
+        eprintln!("no NVRTC: skipped");
+        return;
+    }
+    let emit = ["emit", "--op", "latent_moe_gemm", "--emit", "ptx"];
+    // NVRTC cancels the compile at the limit: far sooner than the compile (seconds) would end.
+    let r = k3k(&emit, &[("K3K_NVRTC_TIMEOUT_S", "0.001")]);
+    assert_eq!(r.code, Some(2), "{}", r.all());
+    assert!(r.stderr.contains("NVRTC ran over 0.001 s for kernel `k3k_gemm_"), "{}", r.all());
+    assert!(r.stderr.contains("K3K_NVRTC_TIMEOUT_S"), "{}", r.all());
+    assert!(r.stdout.is_empty(), "no PTX after a timeout:\n{}", r.all());
+    assert!(r.took < Duration::from_secs(30), "took {:?}", r.took);
+    // A bad value is refused, also where the module cache holds the kernel.
+    let cache = tempfile::tempdir().unwrap();
+    let c = cache.path().to_str().unwrap();
+    let r = k3k(&emit, &[("K3K_CACHE_DIR", c)]);
+    assert_eq!(r.code, Some(0), "{}", r.all());
+    for bad in ["soon", "0", "-1", "86401"] {
+        let r = k3k(&emit, &[("K3K_CACHE_DIR", c), ("K3K_NVRTC_TIMEOUT_S", bad)]);
+        assert_eq!(r.code, Some(2), "{bad}: {}", r.all());
+        assert!(r.stderr.contains(&format!("K3K_NVRTC_TIMEOUT_S={bad:?}")), "{}", r.all());
+    }
+    let r = k3k(&["doctor"], &[("K3K_NVRTC_TIMEOUT_S", "soon")]);
+    assert!(r.stdout.contains("[error]   K3K_NVRTC_TIMEOUT_S=\"soon\""), "{}", r.all());
 }
 
 #[test]

@@ -520,6 +520,7 @@ impl Builder {
             "K3K_NVRTC",
             "K3K_PTXAS",
             "K3K_PTXAS_TIMEOUT_S",
+            "K3K_NVRTC_TIMEOUT_S",
             "K3K_CUDA_TOOLS",
             "K3K_HOME",
             "CUDA_HOME",

@@ -128,6 +128,11 @@ pub fn module_key(src: &str, arch: &str) -> String {
 /// Render, compile (and optionally assemble) a kernel, using the cache.
 pub fn build(kernel: &Kernel, opts: BuildOptions) -> Result<Arc<CompiledModule>, CodegenError> {
     let src = with_experiments(&render(kernel)?, &experiments()?);
+    // A bad time limit is an error even when the cache would answer (it is not silently ignored until a compile).
+    nvrtc::nvrtc_timeout().map_err(CompileError::from)?;
+    if opts.assemble {
+        ptxas::ptxas_timeout().map_err(PtxasError::from)?;
+    }
     let key = module_key(&src, ARCH);
     if let Some(m) = cache::get(&key, opts.assemble) {
         return Ok(m);

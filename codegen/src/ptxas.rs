@@ -54,17 +54,7 @@ pub const PTXAS_TIMEOUT_DEFAULT_S: f64 = 120.0;
 
 /// The bound of one ptxas run: `K3K_PTXAS_TIMEOUT_S` (a positive number of seconds, at most a day) or 120 s.
 pub fn ptxas_timeout() -> Result<std::time::Duration, ToolchainError> {
-    let Ok(v) = std::env::var(PTXAS_TIMEOUT_ENV) else {
-        return Ok(std::time::Duration::from_secs_f64(PTXAS_TIMEOUT_DEFAULT_S));
-    };
-    match v.trim().parse::<f64>() {
-        Ok(s) if s > 0.0 && s <= 86400.0 => Ok(std::time::Duration::from_secs_f64(s)),
-        _ => Err(ToolchainError::BadEnv {
-            var: PTXAS_TIMEOUT_ENV,
-            value: v,
-            reason: "expected a number of seconds, more than 0 and at most 86400".into(),
-        }),
-    }
+    crate::toolchain::seconds_from_env(PTXAS_TIMEOUT_ENV, PTXAS_TIMEOUT_DEFAULT_S)
 }
 
 /// Run `cmd` to its end with its output captured, killing it after `limit` (`Ok(None)` then).

@@ -86,6 +86,22 @@ fn check_env(nvrtc: bool, ptxas: bool) -> Result<(), ToolchainError> {
     Ok(())
 }
 
+/// A bound in seconds from `var`: a positive number of seconds, at most a day (86400), or `default_s` when
+/// the variable is unset. Anything else is [`ToolchainError::BadEnv`] naming the variable.
+pub fn seconds_from_env(var: &'static str, default_s: f64) -> Result<std::time::Duration, ToolchainError> {
+    let Ok(v) = std::env::var(var) else {
+        return Ok(std::time::Duration::from_secs_f64(default_s));
+    };
+    match v.trim().parse::<f64>() {
+        Ok(s) if s > 0.0 && s <= 86400.0 => Ok(std::time::Duration::from_secs_f64(s)),
+        _ => Err(ToolchainError::BadEnv {
+            var,
+            value: v,
+            reason: "expected a number of seconds, more than 0 and at most 86400".into(),
+        }),
+    }
+}
+
 fn checkout_tools() -> PathBuf {
     // codegen/ lives one level below the workspace root.
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(".tools").join("cuda")

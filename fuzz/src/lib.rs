@@ -22,7 +22,7 @@ pub mod strategy;
 
 pub use jit::{DiffBackend, JitBackend};
 pub use runner::{
-    Backend, Failure, FuzzOptions, KnobSet, OpReport, case_seed, draw_case, fuzz_op, kernels_of_cases,
-    load_regressions, replay,
+    Backend, CaseProgress, Failure, FuzzOptions, KnobSet, OpReport, case_seed, draw_case, fuzz_op,
+    fuzz_op_with_progress, kernels_of_cases, load_regressions, replay,
 };
 pub use strategy::{Case, case_strategy, preset_strategy};

@@ -369,6 +369,27 @@ pub fn fuzz_op(
     opts: &FuzzOptions,
     log: &mut dyn FnMut(&str),
 ) -> OpReport {
+    fuzz_op_with_progress(backend, op, opts, log, &mut |_| {})
+}
+
+/// How far [`fuzz_op_with_progress`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CaseProgress {
+    /// Cases done (run, or skipped because the knobs do not apply), replayed ones included.
+    pub done: usize,
+    /// The most cases of the run: the regression file's and `opts.cases` new ones (a budget or
+    /// `opts.max_failures` may end it sooner).
+    pub total: usize,
+}
+
+/// [`fuzz_op`], calling `on_case` once before the first case and after every case.
+pub fn fuzz_op_with_progress(
+    backend: &mut dyn Backend,
+    op: &dyn Operator,
+    opts: &FuzzOptions,
+    log: &mut dyn FnMut(&str),
+    on_case: &mut dyn FnMut(CaseProgress),
+) -> OpReport {
     let start = Instant::now();
     let sets = default_sets(op, opts);
     let mut rep = OpReport {
@@ -385,8 +406,10 @@ pub fn fuzz_op(
         failures: vec![],
     };
     let stored = opts.regressions.as_deref().map(|d| load_regressions(d, op.name())).unwrap_or_default();
+    let total = stored.len() + opts.cases;
+    on_case(CaseProgress { done: 0, total });
     let fresh = (0..opts.cases as u64).map(|i| (false, seed_bytes(case_seed(opts.seed, i))));
-    for (from_file, seed) in stored.into_iter().map(|s| (true, s)).chain(fresh) {
+    for (done, (from_file, seed)) in stored.into_iter().map(|s| (true, s)).chain(fresh).enumerate() {
         if !from_file && opts.budget.is_some_and(|b| start.elapsed() >= b) {
             break;
         }
@@ -413,6 +436,7 @@ pub fn fuzz_op(
             }
             CaseResult::Skip => rep.skipped += 1,
         }
+        on_case(CaseProgress { done: done + 1, total });
     }
     rep.elapsed = start.elapsed();
     rep

@@ -10,7 +10,7 @@
 //! deterministic (`K3K_FUZZ_SEED=N` picks another, `K3K_FUZZ_SEED=random` a fresh one, printed); `k3k fuzz`
 //! draws fresh seeds. Failures found here are appended to `proptest-regressions/<op>.txt`.
 
-use k3k_fuzz::{Backend, FuzzOptions, JitBackend, fuzz_op, replay};
+use k3k_fuzz::{Backend, CaseProgress, FuzzOptions, JitBackend, fuzz_op, fuzz_op_with_progress, replay};
 use k3k_ir::{Kernel, KnobSpace, Knobs};
 use k3k_ops::OpError;
 use k3k_ops::op::{CheckReport, Instance, Operator, Preset, Work};
@@ -205,6 +205,35 @@ fn a_poisoned_output_is_caught_and_shrunk_to_the_threshold() {
     // The same cases pass on the honest interpreter.
     let clean = fuzz_op(&mut Executor::Cpu, op.as_ref(), &FuzzOptions { cases: 5, ..opts }, &mut |_| {});
     assert_eq!(clean.mismatches, 0);
+}
+
+/// The progress of a run counts every case it takes, the regression file's first, out of all it may draw.
+#[test]
+fn progress_counts_the_replayed_and_the_new_cases() {
+    let op = registry::select("mx.dequantize").remove(0);
+    let dir = tempfile::tempdir().unwrap();
+    let opts = FuzzOptions {
+        cases: 30,
+        seed: 5,
+        max_shrink_iters: 50,
+        max_failures: 1,
+        regressions: Some(dir.path().to_path_buf()),
+        ..FuzzOptions::default()
+    };
+    let mut seen = vec![];
+    let r =
+        fuzz_op_with_progress(&mut Poisoning(Executor::Cpu), op.as_ref(), &opts, &mut |_| {}, &mut |p| seen.push(p));
+    assert_eq!(r.mismatches, 1);
+    // Stopped at its first failure: the last call says how far it got, out of the 30 it could draw.
+    assert_eq!(seen.first(), Some(&CaseProgress { done: 0, total: 30 }));
+    assert_eq!(seen.last().map(|p| p.done), Some(r.cases + r.skipped));
+    assert!(seen.windows(2).all(|w| w[1].done == w[0].done + 1 && w[1].total == 30), "{seen:?}");
+    // The next run replays the kept failure first, and counts it.
+    let mut seen = vec![];
+    let again = FuzzOptions { cases: 3, ..opts };
+    let r = fuzz_op_with_progress(&mut Executor::Cpu, op.as_ref(), &again, &mut |_| {}, &mut |p| seen.push(p));
+    assert_eq!(r.replayed, 1);
+    assert_eq!(seen, (0..=4).map(|done| CaseProgress { done, total: 4 }).collect::<Vec<_>>());
 }
 
 /// Dim names with their index suffix dropped (`c3` -> `c`), so ragged lists compare by kind.

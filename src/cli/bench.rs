@@ -1,5 +1,6 @@
 //! `k3k bench`: GPU benchmarks in the SEMANTICS.md section 5 format.
 
+use super::progress::Progress;
 use k3k::bench::{self, BenchReport, Ceilings, PeerFile};
 use k3k::ops::plan::GpuExec;
 use k3k::runtime::{Gpu, TimingOptions};
@@ -146,23 +147,27 @@ pub fn run(mut a: Args) -> anyhow::Result<i32> {
     let store = if a.results.exists() { Some(ResultsStore::open(&a.results)?) } else { None };
     let mut exec = GpuExec::new(gpu);
     let timing = TimingOptions { reps: a.reps, min_window_ms: a.window_ms, ..Default::default() };
+    let bar = Progress::new(work.iter().map(|(_, presets, _)| presets.len() as u64).sum(), "bench");
     for (op, presets, sets) in work {
         // Without `--knobs`: the defaults and, where this GPU has a tuned record for the preset's shape bucket,
         // the tuned config too (both timed in this run; the row reports the faster that passed, and both stay
-        // in the JSON's `variants`).
+        // in the JSON's `variants`). `bench_op` asks once per preset, as the preset starts: the bar counts the
+        // presets started.
         let knobs_for = |p: &k3k::ops::op::Preset| -> Vec<k3k::ir::Knobs> {
+            bar.set_message(format!("{}: {}", op.name(), p.name));
+            bar.inc(1);
             let mut v = sets.clone();
             if a.knobs.is_none()
                 && let Some(store) = &store
             {
-                let (tuned, _) = k3k::tuning::tuned_knobs(store, op.as_ref(), p, &gpu_key);
+                let (tuned, _) = bar.suspend(|| k3k::tuning::tuned_knobs(store, op.as_ref(), p, &gpu_key));
                 if !v.contains(&tuned) {
                     v.push(tuned);
                 }
             }
             v
         };
-        println!("== {} on {}", op.name(), exec.gpu.info.name);
+        bar.println(&format!("== {} on {}", op.name(), exec.gpu.info.name));
         // The report is rewritten after every preset: a run cut short keeps what it finished.
         let (path, note) = bench::bench_op_into(
             &a.out,
@@ -172,11 +177,11 @@ pub fn run(mut a: Args) -> anyhow::Result<i32> {
             &knobs_for,
             timing,
             &Ceilings::default(),
-            &mut |l| println!("{l}"),
+            &mut |l| bar.println(l),
         )?;
-        println!("wrote {}", path.display());
+        bar.println(&format!("wrote {}", path.display()));
         if let Some(note) = note {
-            println!("  {note}");
+            bar.println(&format!("  {note}"));
         }
     }
     Ok(0)

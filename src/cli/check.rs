@@ -1,5 +1,6 @@
 //! `k3k check`: correctness on fresh random problems.
 
+use super::progress::Progress;
 use k3k::ir::Knobs;
 use k3k::ops::op::Operator;
 use k3k::ops::plan::{Executor, GpuExec};
@@ -105,12 +106,16 @@ pub fn check_ops(
     which: &Selection<'_>,
 ) -> anyhow::Result<Vec<Summary>> {
     let mut out = vec![];
-    for op in super::select_ops(sel)? {
+    let ops = super::select_ops(sel)?;
+    let per_op = if which.only.is_some() { 1 } else { cases };
+    let bar = Progress::new((ops.len() * per_op) as u64, "check");
+    for op in ops {
         let explicit = knobs.is_some();
         let knobs = super::parse_knobs(op.as_ref(), knobs)?;
         let fixed = which.dims.map(|d| super::pick_preset(op.as_ref(), None, Some(d))).transpose()?;
         if matches!(exec, Executor::Gpu(_)) {
-            precompile(op.as_ref(), cases, &knobs, seed, which);
+            bar.set_message(format!("{}: compiling", op.name()));
+            bar.suspend(|| precompile(op.as_ref(), cases, &knobs, seed, which));
         }
         let mut rng = StdRng::seed_from_u64(seed);
         let mut s =
@@ -127,6 +132,7 @@ pub fn check_ops(
             if let Some(p) = &fixed {
                 preset = p.clone();
             }
+            bar.set_message(format!("{} case {i}", op.name()));
             let inst = op.instance(&preset, data_seed)?;
             let plan = match inst.plan(&knobs) {
                 Ok(plan) => plan,
@@ -135,41 +141,43 @@ pub fn check_ops(
                 Err(e @ k3k::ops::OpError::InvalidKnobs { .. }) if explicit => {
                     s.skipped += 1;
                     if std::env::var_os("K3K_VERBOSE").is_some() {
-                        eprintln!("case {i}: {} skipped: {e}", inst.describe());
+                        bar.eprintln(&format!("case {i}: {} skipped: {e}", inst.describe()));
                     }
+                    bar.inc(1);
                     continue;
                 }
                 Err(e) => return Err(e.into()),
             };
             s.cases += 1;
             if std::env::var_os("K3K_VERBOSE").is_some() {
-                eprintln!("case {i}: {}", inst.describe());
+                bar.eprintln(&format!("case {i}: {}", inst.describe()));
             }
             match exec.run(&plan).map_err(anyhow::Error::from).and_then(|o| Ok(inst.check(&o)?)) {
                 Ok(r) if r.passed => s.max_rel_err = s.max_rel_err.max(r.max_rel_err),
                 Ok(r) => {
                     s.failed += 1;
-                    eprintln!(
+                    bar.eprintln(&format!(
                         "FAIL {} case {i} (--seed {seed}): {}: {} ({})",
                         op.name(),
                         inst.describe(),
                         r.detail,
                         r.scope
-                    );
+                    ));
                 }
                 Err(e) => {
                     s.failed += 1;
-                    eprintln!("FAIL {} case {i} (--seed {seed}): {}: {e:#}", op.name(), inst.describe());
+                    bar.eprintln(&format!("FAIL {} case {i} (--seed {seed}): {}: {e:#}", op.name(), inst.describe()));
                 }
             }
+            bar.inc(1);
         }
         if s.skipped > 0 {
-            eprintln!(
+            bar.eprintln(&format!(
                 "{}: {} cases, {} failed, {} drawn cases skipped (the knobs do not fit their shape)",
                 s.op, s.cases, s.failed, s.skipped
-            );
+            ));
         } else {
-            eprintln!("{}: {} cases, {} failed", s.op, s.cases, s.failed);
+            bar.eprintln(&format!("{}: {} cases, {} failed", s.op, s.cases, s.failed));
         }
         if s.cases == 0 && s.skipped > 0 {
             anyhow::bail!(

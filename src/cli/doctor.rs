@@ -45,6 +45,9 @@ pub fn run(mut a: Args) -> anyhow::Result<i32> {
     if let Err(e) = k3k::codegen::ptxas::ptxas_timeout() {
         println!("  [error]   {e}");
     }
+    if let Err(e) = k3k::codegen::nvrtc::nvrtc_timeout() {
+        println!("  [error]   {e}");
+    }
     line("NVRTC", &env.nvrtc);
     line("NVRTC version", &env.nvrtc_version);
     line("ptxas", &env.ptxas);

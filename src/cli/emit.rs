@@ -2,6 +2,9 @@
 
 use k3k::codegen::{self, BuildOptions, toolchain};
 use k3k::ir::print;
+use k3k::tuner::slugify;
+use k3k_build::{KnobSource, lookup};
+use std::path::{Path, PathBuf};
 
 /// Which stage to print.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,6 +39,79 @@ pub struct Args {
     /// Knob overrides, e.g. `BM=64,STAGES=4` (default: the operator's defaults).
     #[arg(long)]
     pub knobs: Option<String>,
+    /// Emit the kernels a GPU's tuning records select for the problem: the lookup k3k-build does (the record of
+    /// the problem's shape bucket, else the nearest tuned bucket of the same program, on the NVRTC found here). A
+    /// comment line in front of each operator's kernels names the record and the knobs; where no record applies,
+    /// the default knobs, said in that line and in a warning on stderr.
+    #[arg(long, conflicts_with = "knobs")]
+    pub tuned: bool,
+    /// With `--tuned`: the GPU whose records to use, by its results folder name (e.g. `nvidia-h200`; default: this
+    /// machine's GPU).
+    #[arg(long, requires = "tuned", value_name = "SLUG")]
+    pub gpu: Option<String>,
+    /// With `--tuned`: the results folder the records are read from.
+    #[arg(long, default_value = "results", requires = "tuned")]
+    pub results: PathBuf,
+}
+
+/// Why `emit --tuned` cannot look records up.
+#[derive(Debug, thiserror::Error)]
+pub enum TunedError {
+    #[error("--gpu `{given}`: not a GPU slug; use `{slug}` (the name of its folder under results/)")]
+    NotASlug { given: String, slug: String },
+    #[error("--gpu {slug}: {} has no folder `{slug}` (tuned GPUs there: {available})", results.display())]
+    UnknownGpu { slug: String, results: PathBuf, available: String },
+    #[error(
+        "--tuned: no GPU here to look records up for ({reason}); name one with --gpu <slug> (tuned GPUs in {}: \
+         {available})",
+        results.display()
+    )]
+    NoGpu { reason: String, results: PathBuf, available: String },
+}
+
+/// The GPU slugs with a folder of tuning records (`<slug>/*.json`) under `results`, or `none`.
+fn tuned_gpus(results: &Path) -> String {
+    let mut v: Vec<String> = std::fs::read_dir(results)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| {
+            std::fs::read_dir(e.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+                .any(|f| f.path().extension().is_some_and(|x| x == "json"))
+        })
+        .filter_map(|e| e.file_name().to_str().map(str::to_string))
+        .filter(|n| n != "bench")
+        .collect();
+    v.sort();
+    if v.is_empty() { "none".into() } else { v.join(", ") }
+}
+
+/// The slug of the GPU whose records `--tuned` uses: `--gpu` (which must name a folder of `results`), else this
+/// machine's GPU 0.
+fn tuned_slug(gpu: Option<&str>, results: &Path) -> Result<String, TunedError> {
+    match gpu.map(str::trim) {
+        Some(g) => {
+            let slug = slugify(g);
+            if slug != g {
+                return Err(TunedError::NotASlug { given: g.into(), slug });
+            }
+            if !results.join(&slug).is_dir() {
+                return Err(TunedError::UnknownGpu { slug, results: results.into(), available: tuned_gpus(results) });
+            }
+            Ok(slug)
+        }
+        None => match k3k::runtime::Gpu::open(0) {
+            Ok(g) => Ok(slugify(&g.info.name)),
+            Err(e) => Err(TunedError::NoGpu {
+                reason: e.to_string(),
+                results: results.into(),
+                available: tuned_gpus(results),
+            }),
+        },
+    }
 }
 
 /// Arguments of `k3k nvrtc` (a debugging aid: compile a hand-edited CUDA file with k3k's NVRTC options).
@@ -61,10 +137,49 @@ pub fn run_nvrtc(a: NvrtcArgs) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-pub fn run(a: Args) -> anyhow::Result<i32> {
-    for op in super::select_ops(&a.op)? {
+pub fn run(mut a: Args) -> anyhow::Result<i32> {
+    let ops = super::select_ops(&a.op)?;
+    let tuned = if a.tuned {
+        a.results = k3k::paths::resolve(&a.results, "--results")?;
+        let slug = tuned_slug(a.gpu.as_deref(), &a.results)?;
+        // As k3k-build: a record keyed by another NVRTC is stale; with no NVRTC here, any NVRTC's record. A
+        // `K3K_NVRTC` naming something that is not NVRTC stays an error.
+        let nvrtc = match toolchain::nvrtc_version() {
+            Ok(v) => Some(v),
+            Err(toolchain::ToolchainError::NvrtcMissing { .. }) => None,
+            Err(e) => return Err(e.into()),
+        };
+        Some((slug, nvrtc))
+    } else {
+        None
+    };
+    for op in ops {
         let preset = super::pick_preset(op.as_ref(), a.preset.as_deref(), a.dims.as_deref())?;
-        let knobs = super::parse_knobs(op.as_ref(), a.knobs.as_deref())?;
+        let knobs = match &tuned {
+            None => super::parse_knobs(op.as_ref(), a.knobs.as_deref())?,
+            Some((slug, nvrtc)) => {
+                let mut warnings = vec![];
+                let (knobs, source) =
+                    lookup::resolve(op.as_ref(), &preset, slug, &a.results, nvrtc.as_deref(), &mut warnings);
+                for w in warnings {
+                    eprintln!("warning: {w}");
+                }
+                if let KnobSource::Default { .. } = &source {
+                    eprintln!(
+                        "warning: {} `{}` on {slug}: no tuning record applies; emitting the {source}",
+                        op.name(),
+                        preset.name
+                    );
+                }
+                let any_nvrtc = if nvrtc.is_none() { " (no NVRTC here: records of any NVRTC version)" } else { "" };
+                println!(
+                    "// k3k emit --tuned: {} `{}` on {slug}: {source}{any_nvrtc}; knobs {knobs}",
+                    op.name(),
+                    preset.name
+                );
+                knobs
+            }
+        };
         for k in op.kernels(&preset, &knobs)? {
             match a.emit {
                 Stage::Ir => print!("{}", print::kernel(&k)),

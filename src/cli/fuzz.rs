@@ -6,6 +6,7 @@
 //! case. On CUDA, `--tuned` also fuzzes the tuned configs found in `results/` (each case runs on the defaults
 //! or on one of them).
 
+use super::progress::Progress;
 use k3k::ops::op::Operator;
 use k3k::ops::plan::{Executor, GpuExec};
 use k3k::runtime::Gpu;
@@ -214,7 +215,12 @@ pub fn run(mut a: Args) -> anyhow::Result<i32> {
             precompile(op.as_ref(), &opts, opts.budget.map(|b| t0 + b / 2));
             opts.budget = opts.budget.map(|b| b.saturating_sub(t0.elapsed()));
         }
-        let r = k3k_fuzz::fuzz_op(be.as_mut(), op.as_ref(), &opts, &mut |l| eprintln!("{l}"));
+        let bar = Progress::new(opts.cases as u64, op.name());
+        let r = k3k_fuzz::fuzz_op_with_progress(be.as_mut(), op.as_ref(), &opts, &mut |l| bar.eprintln(l), &mut |p| {
+            bar.set_length(p.total as u64);
+            bar.set_position(p.done as u64);
+        });
+        drop(bar);
         eprintln!(
             "{}: {} cases ({} replayed, {} skipped), {} mismatches in {:.1}s",
             r.op,

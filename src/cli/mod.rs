@@ -7,6 +7,7 @@ mod emit;
 mod fingerprint;
 mod fuzz;
 mod list;
+mod progress;
 mod report;
 mod results;
 mod run;
@@ -128,13 +129,17 @@ pub fn precompile(
     use rayon::prelude::*;
     let mut seen = std::collections::HashSet::new();
     let unique: Vec<_> = kernels.into_iter().filter(|k| seen.insert(k3k::ir::stable_hash(k))).collect();
+    let bar = progress::Progress::new(unique.len() as u64, format!("{op}: compiling"));
     let outcomes: Vec<Option<bool>> = unique
         .par_iter()
         .map(|k| {
             let late = deadline.is_some_and(|d| std::time::Instant::now() >= d);
-            (!late).then(|| k3k::codegen::build(k, k3k::codegen::BuildOptions::for_loading()).is_ok())
+            let built = (!late).then(|| k3k::codegen::build(k, k3k::codegen::BuildOptions::for_loading()).is_ok());
+            bar.inc(1);
+            built
         })
         .collect();
+    drop(bar);
     let built = outcomes.iter().filter(|o| **o == Some(true)).count();
     let left = outcomes.iter().filter(|o| o.is_none()).count();
     let note =

@@ -1,6 +1,7 @@
 //! `k3k run`: the main job.
 
 use super::check::{Backend, check_ops, executor, print_table};
+use super::progress::Progress;
 use k3k::codegen::{BuildOptions, build};
 use k3k::environment::Environment;
 use k3k::ops::registry;
@@ -24,43 +25,48 @@ fn compile_all() -> anyhow::Result<usize> {
     println!("{:<72} {:>5} {:>8} {:>7} {:>8}", "kernel", "regs", "smem B", "spills", "nvrtc ms");
     let mut bad = 0;
     let mut seen = std::collections::HashSet::new();
+    let mut kernels = vec![];
     for op in registry::all() {
         for p in op.bench_presets() {
             for k in op.kernels(&p, &op.default_knobs())? {
-                if !seen.insert(k3k::ir::stable_hash(&k)) {
-                    continue;
-                }
-                match build(&k, BuildOptions { assemble: true }) {
-                    Ok(m) => {
-                        let r = m.resources.clone().unwrap_or_default();
-                        let spill = r.spill_store_bytes + r.spill_load_bytes;
-                        let known = op.known_spill_bytes(&k);
-                        let over = r.spills_over(known);
-                        if over || r.wgmma_serialized {
-                            bad += 1;
-                        }
-                        // A spill within the operator's measured allowance is marked, not counted.
-                        let note = match (r.wgmma_serialized, spill > 0 && !over) {
-                            (true, _) => " (wgmma serialized by ptxas)",
-                            (false, true) => " (known)",
-                            (false, false) => "",
-                        };
-                        println!(
-                            "{:<72} {:>5} {:>8} {:>7} {:>8.0}{note}",
-                            k.name,
-                            r.registers,
-                            k.shared_bytes(),
-                            spill,
-                            m.nvrtc_ms
-                        );
-                    }
-                    Err(e) => {
-                        bad += 1;
-                        println!("{:<72} FAILED: {e}", k.name);
-                    }
+                if seen.insert(k3k::ir::stable_hash(&k)) {
+                    kernels.push((op.known_spill_bytes(&k), k));
                 }
             }
         }
+    }
+    let bar = Progress::new(kernels.len() as u64, "compile");
+    for (known, k) in kernels {
+        bar.set_message(k.name.clone());
+        match build(&k, BuildOptions { assemble: true }) {
+            Ok(m) => {
+                let r = m.resources.clone().unwrap_or_default();
+                let spill = r.spill_store_bytes + r.spill_load_bytes;
+                let over = r.spills_over(known);
+                if over || r.wgmma_serialized {
+                    bad += 1;
+                }
+                // A spill within the operator's measured allowance is marked, not counted.
+                let note = match (r.wgmma_serialized, spill > 0 && !over) {
+                    (true, _) => " (wgmma serialized by ptxas)",
+                    (false, true) => " (known)",
+                    (false, false) => "",
+                };
+                bar.println(&format!(
+                    "{:<72} {:>5} {:>8} {:>7} {:>8.0}{note}",
+                    k.name,
+                    r.registers,
+                    k.shared_bytes(),
+                    spill,
+                    m.nvrtc_ms
+                ));
+            }
+            Err(e) => {
+                bad += 1;
+                bar.println(&format!("{:<72} FAILED: {e}", k.name));
+            }
+        }
+        bar.inc(1);
     }
     Ok(bad)
 }
@@ -106,9 +112,15 @@ pub fn run(mut a: Args) -> anyhow::Result<i32> {
             let store = k3k::tuner::ResultsStore::open_read_only(&a.results);
             let gpu_key =
                 k3k::tuner::GpuKey::new(g.gpu.info.name.clone(), g.gpu.info.compute_capability, g.gpu.info.sm_count);
-            for op in registry::all() {
-                let knobs_for =
-                    |p: &k3k::ops::op::Preset| vec![k3k::tuning::tuned_knobs(&store, op.as_ref(), p, &gpu_key).0];
+            let ops = registry::all();
+            let bar = Progress::new(ops.iter().map(|op| op.bench_presets().len() as u64).sum(), "bench");
+            for op in ops {
+                // `bench_op` asks once per preset, as the preset starts: the bar counts the presets started.
+                let knobs_for = |p: &k3k::ops::op::Preset| {
+                    bar.set_message(format!("{}: {}", op.name(), p.name));
+                    bar.inc(1);
+                    vec![bar.suspend(|| k3k::tuning::tuned_knobs(&store, op.as_ref(), p, &gpu_key)).0]
+                };
                 match k3k::bench::bench_op_into(
                     &a.results.join("bench"),
                     &mut g,
@@ -117,17 +129,18 @@ pub fn run(mut a: Args) -> anyhow::Result<i32> {
                     &knobs_for,
                     Default::default(),
                     &Default::default(),
-                    &mut |l| println!("{l}"),
+                    &mut |l| bar.println(l),
                 ) {
                     Ok((path, note)) => {
-                        println!("wrote {}", path.display());
+                        bar.println(&format!("wrote {}", path.display()));
                         if let Some(note) = note {
-                            println!("  {note}");
+                            bar.println(&format!("  {note}"));
                         }
                     }
-                    Err(e) => println!("{}: benchmark failed: {e:#}", op.name()),
+                    Err(e) => bar.println(&format!("{}: benchmark failed: {e:#}", op.name())),
                 }
             }
+            drop(bar);
             let reports = k3k::report::load_reports(&a.results.join("bench"))?;
             std::fs::write(a.results.join("SUMMARY.md"), k3k::report::markdown(&reports))?;
             k3k::report::roofline_svg(&reports, &a.results.join("roofline.svg"))?;

@@ -9,6 +9,7 @@ pub struct Run {
     pub code: Option<i32>,
     pub stdout: String,
     pub stderr: String,
+    /// Not every test file reads it.
     #[allow(dead_code)]
     pub took: Duration,
 }
