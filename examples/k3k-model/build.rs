@@ -42,14 +42,20 @@ fn main() {
         .free_dims(&["M", "K", "N"])
         .roles(&["Linear"]);
     // Projections whose output rows are narrower than 16 bytes or not a multiple of them (beta: N = 12, the
-    // router: N = 28): the bulk-copy (TMA) store needs 16-byte rows, so these store from registers.
-    b = b
-        .op("latent_moe_gemm")
-        .alias("linear_narrow")
-        .dims(&[("M", t), ("K", HIDDEN as i64), ("N", h)])
-        .knobs("STORE=reg")
-        .free_dims(&["M", "K", "N"])
-        .roles(&["Linear"]);
+    // router: N = 28): the bulk-copy (TMA) store needs 16-byte rows, so these store from registers; again with
+    // the smallest tiles for decode.
+    for (alias, m, knobs) in [
+        ("linear_narrow", t, "STORE=reg"),
+        ("linear_narrow_small", DECODE_BATCH as i64, "STORE=reg,BM=64,BN=64,WM=4,WN=1"),
+    ] {
+        b = b
+            .op("latent_moe_gemm")
+            .alias(alias)
+            .dims(&[("M", m), ("K", HIDDEN as i64), ("N", h)])
+            .knobs(knobs)
+            .free_dims(&["M", "K", "N"])
+            .roles(&["Linear"]);
+    }
 
     // LatentMoE: the QB step on the router scores of the prefill batch (the whole hist_quantile plan).
     b = b

@@ -1,4 +1,4 @@
-// The model's shapes: one GPU's share of Kimi K3 (docs/SEMANTICS.md, "K3 at a glance") at tensor parallelism 8
+// The model's shapes: one GPU's share of Kimi K3 (docs/SEMANTICS.md section 0) at tensor parallelism 8
 // and expert parallelism 32. Shared by build.rs (which compiles kernels for them) and the model (which runs
 // them), so both sides agree.
 

@@ -31,6 +31,7 @@ pub struct Launchers {
     pub lin: kernels::linear::Linear,
     pub narrow: kernels::linear_narrow::Linear,
     pub small: kernels::linear_small::Linear,
+    pub narrow_small: kernels::linear_narrow_small::Linear,
     pub qb: kernels::router_qb::Plan,
     pub up_dq: kernels::moe_up::Dequant,
     pub up: kernels::moe_up::UpGlu,
@@ -54,6 +55,7 @@ impl Launchers {
             lin: kernels::linear::Linear::load(s)?,
             narrow: kernels::linear_narrow::Linear::load(s)?,
             small: kernels::linear_small::Linear::load(s)?,
+            narrow_small: kernels::linear_narrow_small::Linear::load(s)?,
             qb: kernels::router_qb::Plan::load(gpu)?,
             up_dq: kernels::moe_up::Dequant::load(s)?,
             up: kernels::moe_up::UpGlu::load(s)?,
@@ -78,12 +80,11 @@ impl Launchers {
         let m = x.shape[0];
         let (xv, wv) = (x.v_as::<Bf16>(s, &[m, w.k])?, w.d.v::<Bf16>(s)?);
         let mut yv = y.m_as::<Bf16>(s, &[m, w.n])?;
-        if !(w.n * 2).is_multiple_of(16) {
-            self.narrow.launch(s, &xv, &wv, &mut yv)?;
-        } else if m <= 64 {
-            self.small.launch(s, &xv, &wv, &mut yv)?;
-        } else {
-            self.lin.launch(s, &xv, &wv, &mut yv)?;
+        match ((w.n * 2).is_multiple_of(16), m <= 64) {
+            (true, false) => self.lin.launch(s, &xv, &wv, &mut yv)?,
+            (true, true) => self.small.launch(s, &xv, &wv, &mut yv)?,
+            (false, false) => self.narrow.launch(s, &xv, &wv, &mut yv)?,
+            (false, true) => self.narrow_small.launch(s, &xv, &wv, &mut yv)?,
         }
         Ok(())
     }
