@@ -21,7 +21,8 @@
 //!   is <= 0.
 //!
 //! In-kernel options: L2 normalisation of q and k (`l2norm=1`), the gate forms (`gate=1`: `lb*sigmoid(x+bias)`,
-//! `gate=2`: `-exp(A_log)*softplus(x+dt_bias)`, `bias=1` for a `[HV, K]` bias), beta sigmoid (`bsig=1`).
+//! `gate=2`: `-exp(A_log)*softplus(x+dt_bias)`, `gate=3`: `lb*sigmoid(exp(A_log)*(x+bias))`, FlashKDA's form and
+//! FLA's `safe_gate` with `A_log`; `bias=1` for a `[HV, K]` bias), beta sigmoid (`bsig=1`).
 //! Head dims K, V in {32, 64, 128}; chunk 64 or 32 (knob `CHUNK`).
 //!
 //! Precision (knobs `OPDT`, `LVLDT`): the scratch between the kernels and the tensor-core operands of the state
@@ -109,8 +110,9 @@ pub const LOWER_BOUND: f32 = -5.0;
 pub enum GateForm {
     /// `g` is the log-decay itself.
     Pre,
-    /// `g = lb * sigmoid(x + bias)` (in `(lb, 0)`), `bias: [HV, K]` optional.
-    Safe { bias: bool },
+    /// `g = lb * sigmoid(x + bias)` (in `(lb, 0)`), `bias: [HV, K]` optional; with `a_log` (gate code 3, FlashKDA's
+    /// form and FLA's `safe_gate` with `A_log`) `g = lb * sigmoid(exp(A_log[hv]) * (x + bias))`, `A_log: [HV]`.
+    Safe { bias: bool, a_log: bool },
     /// `g = -exp(A_log[hv]) * softplus(x + dt_bias)`, `A_log: [HV]`, `dt_bias: [HV, K]` optional.
     Standard { bias: bool },
 }
@@ -118,14 +120,20 @@ pub enum GateForm {
 impl GateForm {
     /// True when a `[HV, K]` bias tensor is passed.
     pub fn has_bias(self) -> bool {
-        matches!(self, GateForm::Safe { bias: true } | GateForm::Standard { bias: true })
+        matches!(self, GateForm::Safe { bias: true, .. } | GateForm::Standard { bias: true })
+    }
+    /// True when an `A_log: [HV]` tensor is passed (the standard form, and the safe form with its scale).
+    pub fn has_a_log(self) -> bool {
+        matches!(self, GateForm::Standard { .. } | GateForm::Safe { a_log: true, .. })
     }
     /// Short name.
     pub fn name(self) -> &'static str {
         match self {
             GateForm::Pre => "pre",
-            GateForm::Safe { bias: false } => "lbsig",
-            GateForm::Safe { bias: true } => "lbsigb",
+            GateForm::Safe { bias: false, a_log: false } => "lbsig",
+            GateForm::Safe { bias: true, a_log: false } => "lbsigb",
+            GateForm::Safe { bias: false, a_log: true } => "lbsiga",
+            GateForm::Safe { bias: true, a_log: true } => "lbsigab",
             GateForm::Standard { bias: false } => "std",
             GateForm::Standard { bias: true } => "stdb",
         }
@@ -133,9 +141,13 @@ impl GateForm {
     fn from_code(code: i64, bias: bool) -> Result<Self, OpError> {
         match code {
             0 => Ok(GateForm::Pre),
-            1 => Ok(GateForm::Safe { bias }),
+            1 => Ok(GateForm::Safe { bias, a_log: false }),
             2 => Ok(GateForm::Standard { bias }),
-            _ => Err(bad("gate", format!("unknown gate form {code} (0 pre, 1 lb*sigmoid, 2 standard)"))),
+            3 => Ok(GateForm::Safe { bias, a_log: true }),
+            _ => Err(bad(
+                "gate",
+                format!("unknown gate form {code} (0 pre, 1 lb*sigmoid, 2 standard, 3 lb*sigmoid(exp(A_log)*..))"),
+            )),
         }
     }
 }
@@ -514,7 +526,7 @@ pub const DIMS: &[DimDecl] = &[
     DimDecl::optional("N", 1, dims::MAX_GROUPS, "varlen: the number of sequences (then B = 1)"),
     DimDecl::indexed("L", "N", 0, dims::MAX_ROWS, "varlen: tokens of sequence i"),
     DimDecl::flag("safe", "1: the safe-gate path (default), 0: the exact path"),
-    DimDecl::optional("gate", 0, 2, "gate form: 0 pre-computed, 1 lb*sigmoid, 2 standard"),
+    DimDecl::optional("gate", 0, 3, "gate form: 0 pre-computed, 1 lb*sigmoid, 2 standard, 3 lb*sigmoid(exp(A_log)*..)"),
     DimDecl::flag("bias", "1: the gate's bias"),
     DimDecl::flag("l2norm", "1: in-kernel l2norm of q and k"),
     DimDecl::flag("bsig", "1: in-kernel sigmoid of beta"),
@@ -564,7 +576,7 @@ pub struct KdaProblem {
 
 impl KdaProblem {
     /// Resolve a preset: dims `B`, `T`, `H`, `K`, and optionally `HV` (default H), `V` (default K), `safe`
-    /// (default 1), `gate` (0 pre, 1 lb*sigmoid, 2 standard) with `bias`, `l2norm`, `bsig`, `h0`, `extreme`,
+    /// (default 1), `gate` (0 pre, 1 lb*sigmoid, 2 standard, 3 lb*sigmoid(exp(A_log)*..)) with `bias`, `l2norm`, `bsig`, `h0`, `extreme`,
     /// and for varlen `N` with lengths `L0..L{N-1}` (then B = 1 and T = their sum).
     pub fn from_preset(p: &Preset) -> Result<Self, OpError> {
         let flag = |d: &str| p.get_or(d, 0) != 0;
@@ -774,8 +786,8 @@ impl KdaData {
         let beta = data::tensor(DType::Bf16, &[tt, hv], &beta);
         let bias =
             pb.gate.has_bias().then(|| data::tensor(DType::F32, &[hv, dk], &data::normal(hv * dk, 0.5, seed ^ 0x31)));
-        let a_log = matches!(pb.gate, GateForm::Standard { .. })
-            .then(|| data::tensor(DType::F32, &[hv], &data::uniform(hv, -1.0, 1.0, seed ^ 0x41)));
+        let a_log =
+            pb.gate.has_a_log().then(|| data::tensor(DType::F32, &[hv], &data::uniform(hv, -1.0, 1.0, seed ^ 0x41)));
         let n = pb.num_seqs();
         let h0 = pb
             .h0
@@ -800,12 +812,12 @@ impl KdaData {
             x.g.extend((0..dk).map(|i| {
                 let raw = self.g.get_f32(go + i) as f64;
                 let bias = self.bias.as_ref().map_or(0.0, |b| b.get_f32(hv * dk + i) as f64);
+                let a_log = || self.a_log.as_ref().expect("A_log of the gate form").get_f32(hv) as f64;
                 (match pb.gate {
                     GateForm::Pre => raw,
-                    GateForm::Safe { .. } => rk::gate_safe(raw, bias, LOWER_BOUND as f64),
-                    GateForm::Standard { .. } => {
-                        rk::gate_standard(raw, self.a_log.as_ref().unwrap().get_f32(hv) as f64, bias)
-                    }
+                    GateForm::Safe { a_log: false, .. } => rk::gate_safe(raw, bias, LOWER_BOUND as f64),
+                    GateForm::Safe { a_log: true, .. } => rk::gate_safe_scaled(raw, a_log(), bias, LOWER_BOUND as f64),
+                    GateForm::Standard { .. } => rk::gate_standard(raw, a_log(), bias),
                 }) as f32
             }));
             let bv = self.beta.get_f32(r * pb.hv + hv) as f64;
@@ -1146,7 +1158,7 @@ impl Operator for Kda {
             dims.push(("T".into(), t));
             desc = format!("T{t}");
         }
-        let gate = if safe { [0i64, 0, 1][rng.random_range(0..3)] } else { [0i64, 0, 2][rng.random_range(0..3)] };
+        let gate = if safe { [0i64, 0, 1, 3][rng.random_range(0..4)] } else { [0i64, 0, 2, 3][rng.random_range(0..4)] };
         dims.push(("gate".into(), gate));
         dims.push(("bias".into(), rng.random_bool(0.5) as i64));
         dims.push(("l2norm".into(), rng.random_bool(0.3) as i64));
