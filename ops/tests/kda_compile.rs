@@ -101,6 +101,13 @@ fn variants_and_knob_points_compile() {
     let slim = def.clone().with("CHUNK", 32i64).with("ARENA", 2i64);
     add(with(&[("safe", 1)]), &slim, 1);
     add(with(&[("safe", 1), ("gate", 1), ("bias", 1), ("l2norm", 1), ("bsig", 1)]), &slim, 1);
+    // The state pass with a pair's value blocks consecutive (SGRID=vb), at the automatic and the widest blocks.
+    add(with(&[("safe", 1), ("h0", 1)]), &def.clone().with(kda::SGRID_KNOB, "vb"), 2);
+    add(
+        with(&[("safe", 1), ("h0", 1)]),
+        &def.clone().with(kda::SGRID_KNOB, "vb").with("BV", 128i64).with("W2", 16i64),
+        2,
+    );
     // FlashKDA's gate form (lb * sigmoid(exp(A_log) * (x + bias))) with every in-kernel option, on both paths.
     add(with(&[("safe", 1), ("gate", 3), ("bias", 1), ("l2norm", 1), ("bsig", 1), ("h0", 1)]), &slim, 3);
     add(with(&[("safe", 0), ("gate", 3), ("bias", 1), ("l2norm", 1), ("bsig", 1)]), &def, 1);

@@ -1173,3 +1173,38 @@ fn tsplit_plan_structure() {
     serial.schedule.iter_mut().for_each(|s| *s = Sched::default());
     serial.check_schedule().unwrap();
 }
+
+/// `SGRID=vb` (the state pass's value blocks consecutive) only renumbers the blocks: o and ht are the same bits as
+/// with the default order (varlen with an empty sequence, h0, four value blocks of 16 columns), and it passes the
+/// reference; the kernels differ in their grid and name. `BV=128` (one block per pair, accepted beyond the tuning
+/// space) passes the reference too, given on the command line's path (`checked_knobs`).
+#[test]
+fn kda_state_grid_orders_are_bit_identical() {
+    let s = seed();
+    let pb = problem(&split_varlen(1, 1));
+    let d = KdaData::generate(&pb, s);
+    let base = knobs(32).with("BV", 16i64).with("W2", 4i64);
+    let vb = base.clone().with(kda::SGRID_KNOB, "vb");
+    let one = Executor::Cpu.run(&kda::chunk_plan(&pb, &d, &base).unwrap()).unwrap();
+    let other = Executor::Cpu.run(&kda::chunk_plan(&pb, &d, &vb).unwrap()).unwrap();
+    for name in ["o", "ht"] {
+        assert_eq!(one.get(name).unwrap().data, other.get(name).unwrap().data, "SGRID=vb: {name} (seed {s})");
+    }
+    run_with(&split_varlen(1, 1), &vb, s ^ 5);
+    let (_, k_seqs) = kda::chunk_kernels(&pb, &kda::Launch::resolve(&base, &pb).unwrap()).unwrap();
+    let (_, k_vb) = kda::chunk_kernels(&pb, &kda::Launch::resolve(&vb, &pb).unwrap()).unwrap();
+    assert!(k_vb.name.ends_with("_gv") && !k_seqs.name.ends_with("_gv"), "{} / {}", k_seqs.name, k_vb.name);
+    assert_eq!(k_seqs.grid[0], k_vb.grid[1], "the sequences move from x to y");
+    assert_ne!(k_seqs.grid, k_vb.grid);
+    // BV=128 with 16 warps, as `k3k bench --knobs BV=128,W2=16` gives it.
+    let given = Knobs::new().with("BV", 128i64).with("W2", 16i64).with(kda::SGRID_KNOB, "vb");
+    let checked = kda::Kda.checked_knobs().check(&given, &kda::default_knobs()).unwrap();
+    let mut wide = kda::default_knobs();
+    for (k, v) in checked.0 {
+        wide.set(&k, v);
+    }
+    run_with(&[("N", 2), ("L0", 40), ("L1", 33), ("H", 1), ("K", 128), ("V", 128), ("safe", 1), ("h0", 1)], &wide, s);
+    assert!(
+        kda::Kda.checked_knobs().check(&Knobs::new().with(kda::SGRID_KNOB, "rows"), &kda::default_knobs()).is_err()
+    );
+}

@@ -102,6 +102,10 @@ use rayon::prelude::*;
 /// tuner's samples, which lack it, take the default): see [`Launch::g_pairs`].
 pub const GSWZ_KNOB: &str = "GSWZ";
 
+/// The knob `SGRID` (`seqs` | `vb`, absent = `seqs`), accepted but not an axis of the knob space (not yet timed):
+/// the order of the state pass's blocks, see [`state::StateGrid`].
+pub const SGRID_KNOB: &str = "SGRID";
+
 /// The log-decay lower bound of the safe path and the safe gate form (SEMANTICS.md section 2.3).
 pub const LOWER_BOUND: f32 = -5.0;
 
@@ -255,6 +259,17 @@ pub fn knob_space() -> KnobSpace {
         )
         .axis("OPDT", "16-bit type of the scratch and of the tensor-core operands built from it", ["f16", "bf16"])
         .axis("LVLDT", "16-bit type of the off-diagonal and exact-diagonal tile operands", ["f16", "bf16"])
+        .accepts(
+            "BV",
+            "128: one state-pass block per (sequence, value head), reading each chunk's operands once (with W2=16)",
+            [128i64],
+        )
+        .accepts(
+            SGRID_KNOB,
+            "state-pass block order: seqs (absent: grid N x HV x V/BV) or vb (V/BV x N x HV: a pair's value blocks \
+             consecutive, so they share its chunk operands in L2 also when the grid takes several waves)",
+            ["seqs", "vb"],
+        )
 }
 
 /// The knobs used when nothing is tuned: chunk and intra warps automatic (see [`Launch::resolve`]). `ARENA=2`
@@ -308,6 +323,8 @@ pub struct Launch {
     /// Parts of the chunk sequence along time (knob `TSPLIT`; 1 = one intra launch and one state pass), see
     /// [`chunk_plan`].
     pub tsplit: u32,
+    /// The state pass's block order (knob `SGRID`).
+    pub state_grid: state::StateGrid,
 }
 
 /// `TSPLIT=0`: the parts along time for a problem. The overlap pays where the state pass is the long pole, i.e.
@@ -492,6 +509,11 @@ impl Launch {
         if !TSPLIT_VALUES.contains(&tsplit) {
             return Err(invalid(format!("TSPLIT={tsplit}: 0 (auto) or one of {TSPLIT_VALUES:?}")));
         }
+        let state_grid = match if knobs.0.contains_key(SGRID_KNOB) { knobs.str(SGRID_KNOB)? } else { "seqs" } {
+            "seqs" => state::StateGrid::Seqs,
+            "vb" => state::StateGrid::ValueBlocks,
+            other => return Err(invalid(format!("{SGRID_KNOB}={other}: seqs or vb"))),
+        };
         Ok(Launch {
             chunk,
             w1,
@@ -508,6 +530,7 @@ impl Launch {
             op_dt: dt("OPDT")?,
             lvl_dt: dt("LVLDT")?,
             tsplit,
+            state_grid,
         })
     }
 }
@@ -852,8 +875,13 @@ pub fn chunk_kernels(pb: &KdaProblem, l: &Launch) -> Result<(Kernel, Kernel), Op
                 g_pairs: l.g_pairs,
             },
         )?,
-        state::build_state(&spec, l.chunk, l.bv, l.w2, l.op_dt, l.stages, l.two_bars)?,
+        state_kernel(&spec, l)?,
     ))
+}
+
+/// The state pass of a variant at resolved knobs.
+pub fn state_kernel(spec: &KdaSpec, l: &Launch) -> Result<Kernel, OpError> {
+    state::build_state_in(spec, l.chunk, l.bv, l.w2, l.op_dt, l.stages, l.two_bars, l.state_grid)
 }
 
 /// The chunk ranges `[lo, hi)` of the parts of a `TSPLIT = parts` plan over `nch` chunks: part p is
@@ -968,10 +996,8 @@ fn split_plan(
     let (tt, hv, dk, dv, c, n) = (pb.tokens(), pb.hv, pb.dk, pb.dv, l.chunk as usize, pb.num_seqs());
     // The state pass from zeros (part 0 without h0) and from a given state (every other part).
     let spec = pb.spec();
-    let state_kernel =
-        |h0: bool| state::build_state(&KdaSpec { h0, ..spec }, l.chunk, l.bv, l.w2, l.op_dt, l.stages, l.two_bars);
-    let k2_from = state_kernel(true)?;
-    let k2_zero = if pb.h0 { None } else { Some(state_kernel(false)?) };
+    let k2_from = state_kernel(&KdaSpec { h0: true, ..spec }, l)?;
+    let k2_zero = if pb.h0 { None } else { Some(state_kernel(&KdaSpec { h0: false, ..spec }, l)?) };
     let mut plan = Plan::default();
     let a1_common = token_inputs(&mut plan, d);
     let mut prev_state = d.h0.as_ref().map(|h0| plan.input("h0", h0.clone()));
@@ -1227,15 +1253,7 @@ impl Operator for Kda {
         // A split plan without h0 also runs the state pass from a given state (every part after the first).
         let nch = pb.chunk_tables(l.chunk as usize).0.len() / 2;
         if !pb.h0 && time_parts(nch, l.tsplit).len() > 1 {
-            ks.push(state::build_state(
-                &KdaSpec { h0: true, ..pb.spec() },
-                l.chunk,
-                l.bv,
-                l.w2,
-                l.op_dt,
-                l.stages,
-                l.two_bars,
-            )?);
+            ks.push(state_kernel(&KdaSpec { h0: true, ..pb.spec() }, &l)?);
         }
         Ok(ks)
     }
