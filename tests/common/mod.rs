@@ -9,6 +9,8 @@ pub struct Run {
     pub code: Option<i32>,
     pub stdout: String,
     pub stderr: String,
+    /// (Read by some of the test binaries that include this module.)
+    #[allow(dead_code)]
     pub took: Duration,
 }
 
