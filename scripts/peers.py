@@ -1,9 +1,14 @@
 """Time the peers a user would otherwise pick (torch, FLA) on exactly the problems `k3k bench` ran, in the same
 device call, and measure the ceilings (HBM copy bandwidth, cuBLAS bf16 rate) of this GPU in the same run.
 
-Usage: python3 scripts/peers.py results/bench/<gpu-slug> [--out peers.json] [--ops kda,kda.decode]
+Usage: python3 scripts/peers.py results/bench/<gpu-slug> [--out peers.json] [--ops kda,kda.decode] [--ranks 0,1]
 Reads every <op>.json written by `k3k bench` (each row carries its exact `problem`), writes
-{"ceilings": {...}, "rows": [{"op", "preset", "peer", "ms"}]} for `k3k bench --merge-peers`. `--ops` limits it to
+{"ceilings": {...}, "rows": [{"op", "preset", "peer", "rank", "ms"}]} for `k3k bench --merge-peers`: one row per
+peer of an op (a family module may list several, e.g. kda: FlashKDA, then FLA pinned to Triton), `rank` its place
+in that list (rank 0 is the report's peer column, the others get report rows of their own). The peers run rank by
+rank over all presets (every rank-0 peer first), so a call cut short keeps the first peers of every preset. A peer
+may add an `extra` dict to its row (e.g. FLA's agreement with FlashKDA). `--ranks 0,1` runs only those ranks (two runs'
+files can be joined into one for the merge: the merge takes a file as one run's peers). `--ops` limits it to
 those operators: run on the committed reports while the GPU only checks (no timing), it compiles and autotunes the
 FLA Triton kernels into TRITON_CACHE_DIR, so the timed peer run later in the call starts warm (give the warm-up
 FLA_CACHE_RESULTS=0: its autotune choices, made while the GPU is busy, must not be kept; the timed run re-tunes
@@ -37,7 +42,9 @@ def ceilings():
 
 
 def load_peers():
-    """Every scripts/peer_ops/<family>.py defines PEERS = {op name: fn(problem) -> (peer name, ms)}."""
+    """Every scripts/peer_ops/<family>.py defines PEERS = {op name: fn or [fn, ...]}, each fn(problem) -> (peer
+    name, ms) or (peer name, ms, extra dict); a list is the op's peers in rank order. A fn may carry a `peer`
+    attribute: the name its row gets when it fails before naming itself."""
     import importlib.util
     peers = {}
     for f in sorted(glob.glob(os.path.join(PEER_OPS, "*.py"))):
@@ -60,7 +67,9 @@ def main():
     # The ceilings (a 4 GiB copy, cuBLAS 8192^3 at full power) are measured after the rows: the peer rows timed
     # right after them were the ones that read up to 3x slow (on 2026-12-04: the first two mxfp4 rows of one run, the
     # gate's H12 in another). Until then the file has no ceilings and `k3k bench --merge-peers` keeps the report's own.
+    ranks = {int(r) for r in sys.argv[sys.argv.index("--ranks") + 1].split(",")} if "--ranks" in sys.argv else None
     res = {"ceilings": None, "rows": []}
+    work = []  # (rank, op, report row, fn or None)
     for f in sorted(glob.glob(os.path.join(folder, "*.json"))):
         if f.endswith("peers.json"):
             continue
@@ -71,23 +80,30 @@ def main():
         if only is not None and op not in only:
             continue
         fam = op.split(".")[0]
+        fns = PEERS.get(op) or PEERS.get(fam)
+        fns = [None] if fns is None else (list(fns) if isinstance(fns, (list, tuple)) else [fns])
         for row in rep["rows"]:
             if row.get("earlier_run"):
                 continue  # kept from an earlier run, with that run's peer (k3k bench --merge-peers skips it too)
-            r = {"op": op, "preset": row["preset"], "peer": "none", "ms": None}
-            try:
-                fn = PEERS.get(op) or PEERS.get(fam)
-                if fn is None:
-                    r["error"] = "no peer for this op"
-                else:
-                    r["peer"], r["ms"] = fn(row["problem"])
-            except Exception as e:
-                r["error"] = repr(e)[:300]
-                traceback.print_exc()
-            torch.cuda.empty_cache()
-            res["rows"].append(r)
-            print(json.dumps(r), flush=True)
-            write(res, out)  # after every row: a call cut short keeps the peers timed so far
+            work.extend((rank, op, row, fn) for rank, fn in enumerate(fns) if ranks is None or rank in ranks)
+    work.sort(key=lambda w: w[0])  # stable: every op's first peer over all presets, then the second ones
+    for rank, op, row, fn in work:
+        r = {"op": op, "preset": row["preset"], "peer": getattr(fn, "peer", "none"), "rank": rank, "ms": None}
+        try:
+            if fn is None:
+                r["error"] = "no peer for this op"
+            else:
+                got = fn(row["problem"])
+                r["peer"], r["ms"] = got[0], got[1]
+                if len(got) > 2:
+                    r["extra"] = got[2]
+        except Exception as e:
+            r["error"] = repr(e)[:300]
+            traceback.print_exc()
+        torch.cuda.empty_cache()
+        res["rows"].append(r)
+        print(json.dumps(r), flush=True)
+        write(res, out)  # after every row: a call cut short keeps the peers timed so far
     res["ceilings"] = ceilings()
     print("ceilings:", res["ceilings"], flush=True)
     write(res, out)

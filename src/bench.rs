@@ -64,6 +64,31 @@ pub struct BenchRow {
     /// same defaults differently).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kernel_knobs: Option<Knobs>,
+    /// The op's other peers timed on this preset in the same run (`scripts/peers.py` ranks 1, 2, ...; rank 0 is
+    /// `peer` / `peer_ms`), e.g. kda's FLA Triton path after FlashKDA: each gets a report line of its own.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub more_peers: Vec<PeerTiming>,
+}
+
+/// One more peer's figure on a benchmark row (see [`BenchRow::more_peers`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PeerTiming {
+    pub peer: String,
+    pub ms: Option<f64>,
+    /// Why it has no time, when it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// What the peer script added (e.g. FlashKDA's agreement with FLA's output).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extra: Option<serde_json::Value>,
+}
+
+impl BenchRow {
+    /// Every peer figure of the row, rank 0 (`peer`, `peer_ms`) first.
+    pub fn peer_figures(&self) -> impl Iterator<Item = (&str, Option<f64>)> {
+        std::iter::once((self.peer.as_str(), self.peer_ms))
+            .chain(self.more_peers.iter().map(|p| (p.peer.as_str(), p.ms)))
+    }
 }
 
 /// The knobs `op`'s first kernel for preset `p` is built with at `knobs`, when they differ from `knobs` and name
@@ -313,6 +338,7 @@ pub fn bench_op(
             problem: inst.problem(),
             variants,
             earlier_run: None,
+            more_peers: vec![],
         };
         log(&format!(
             "{:<44} {:>9.4} ms {:>7.1} TFLOP/s {:>7.0} GB/s floor {:>8.4} ms rel {:.2e} {}",
@@ -375,31 +401,34 @@ pub fn render_markdown(r: &BenchReport) -> String {
         );
     }
     for row in &r.rows {
-        let (peer_ms, speed) = match row.peer_ms {
-            Some(p) => (format!("{p:.4}"), format!("{:.2}x", p / row.k3k_ms)),
-            None => ("-".into(), "-".into()),
-        };
         let preset = match &row.earlier_run {
             Some(e) => format!("{} (kept from the run of {}, `{}`)", row.preset, e.date, e.k3k_commit),
             None => row.preset.clone(),
         };
-        s.push_str(&format!(
-            "| {} | {:.4} | {} | {} | {} | {:.4} | {:.2}x | {:.1} | {:.0} | {:.2e} | {} |\n",
-            preset,
-            row.k3k_ms,
-            row.peer,
-            peer_ms,
-            speed,
-            row.floor_ms,
-            row.k3k_ms / row.floor_ms,
-            row.tflops,
-            row.gbps,
-            row.max_rel_err,
-            match &row.kernel_knobs {
-                Some(k) => format!("`{k}` (automatic for `{}`)", row.config),
-                None => format!("`{}`", row.config),
-            }
-        ));
+        // One line per peer: the row's own (rank 0), then each more peer of the same run with the same k3k figures.
+        for (peer, peer_ms) in row.peer_figures() {
+            let (peer_ms, speed) = match peer_ms {
+                Some(p) => (format!("{p:.4}"), format!("{:.2}x", p / row.k3k_ms)),
+                None => ("-".into(), "-".into()),
+            };
+            s.push_str(&format!(
+                "| {} | {:.4} | {} | {} | {} | {:.4} | {:.2}x | {:.1} | {:.0} | {:.2e} | {} |\n",
+                preset,
+                row.k3k_ms,
+                peer,
+                peer_ms,
+                speed,
+                row.floor_ms,
+                row.k3k_ms / row.floor_ms,
+                row.tflops,
+                row.gbps,
+                row.max_rel_err,
+                match &row.kernel_knobs {
+                    Some(k) => format!("`{k}` (automatic for `{}`)", row.config),
+                    None => format!("`{}`", row.config),
+                }
+            ));
+        }
     }
     s
 }
@@ -541,9 +570,18 @@ pub struct PeerRow {
     pub ms: Option<f64>,
     #[serde(default)]
     pub error: Option<String>,
+    /// The peer's place among its op's peers (0: the report's peer column; files written before ranks existed
+    /// had one peer per op, rank 0).
+    #[serde(default)]
+    pub rank: u32,
+    #[serde(default)]
+    pub extra: Option<serde_json::Value>,
 }
 
-/// Fill peer figures (and measured ceilings, recomputing floors) into a report.
+/// Fill peer figures (and measured ceilings, recomputing floors) into a report: on each row of this run, the
+/// file's rows for its op and preset in rank order (ties in file order), the first as `peer` / `peer_ms` and the
+/// others as [`BenchRow::more_peers`] (replacing those of an earlier merge). A row with no peer in the file keeps
+/// what it had.
 pub fn merge_peers(r: &mut BenchReport, peers: &PeerFile) {
     if let Some(c) = &peers.ceilings {
         r.ceilings = c.clone();
@@ -553,10 +591,15 @@ pub fn merge_peers(r: &mut BenchReport, peers: &PeerFile) {
     }
     // Rows kept from an earlier run keep that run's peer: a peer timed now would not be a same-run figure.
     for row in r.rows.iter_mut().filter(|row| row.earlier_run.is_none()) {
-        if let Some(p) = peers.rows.iter().find(|p| p.op == r.op && p.preset == row.preset) {
-            row.peer = p.peer.clone();
-            row.peer_ms = p.ms;
-        }
+        let mut mine: Vec<&PeerRow> = peers.rows.iter().filter(|p| p.op == r.op && p.preset == row.preset).collect();
+        mine.sort_by_key(|p| p.rank);
+        let Some((first, rest)) = mine.split_first() else { continue };
+        row.peer = first.peer.clone();
+        row.peer_ms = first.ms;
+        row.more_peers = rest
+            .iter()
+            .map(|p| PeerTiming { peer: p.peer.clone(), ms: p.ms, error: p.error.clone(), extra: p.extra.clone() })
+            .collect();
     }
 }
 
@@ -617,6 +660,7 @@ mod tests {
             variants: vec![],
             earlier_run: None,
             kernel_knobs: None,
+            more_peers: vec![],
         }
     }
 
@@ -700,12 +744,77 @@ mod tests {
         let peers = PeerFile {
             ceilings: None,
             rows: ["A", "B"]
-                .map(|p| PeerRow { op: "kda".into(), preset: p.into(), peer: "FLA".into(), ms: Some(9.0), error: None })
+                .map(|p| PeerRow {
+                    op: "kda".into(),
+                    preset: p.into(),
+                    peer: "FLA".into(),
+                    ms: Some(9.0),
+                    error: None,
+                    rank: 0,
+                    extra: None,
+                })
                 .to_vec(),
         };
         merge_peers(&mut new, &peers);
         assert_eq!(new.rows[1].peer_ms, Some(9.0));
         assert_eq!(new.rows[0].peer_ms, Some(2.0), "a kept row's peer is its own run's");
+    }
+
+    /// Several peers of one op (kda: FlashKDA rank 0, FLA rank 1): the rank-0 peer fills the peer column, the others
+    /// `more_peers`, each with a report line and a summary line of its own; ranks order them whatever the file
+    /// order; a later merge replaces them; a file of an older peers.py (no ranks: one peer per op) still merges.
+    #[test]
+    fn several_peers_per_preset_get_a_line_each() {
+        let peer = |preset: &str, name: &str, rank: u32, ms: Option<f64>| PeerRow {
+            op: "kda".into(),
+            preset: preset.into(),
+            peer: name.into(),
+            ms,
+            error: ms.is_none().then(|| "not built".to_string()),
+            rank,
+            extra: Some(serde_json::json!({"vs_fla_triton_rel_o": 0.01})),
+        };
+        let mut r = report("2026-12-06", "new", vec![row("A", 2.0, None), row("B", 1.0, None)]);
+        let file = PeerFile {
+            ceilings: None,
+            rows: vec![
+                peer("A", "FLA (Triton)", 1, Some(3.0)),
+                peer("B", "FLA (Triton)", 1, Some(2.5)),
+                peer("A", "FlashKDA", 0, Some(1.5)),
+                peer("B", "FlashKDA", 0, None),
+            ],
+        };
+        merge_peers(&mut r, &file);
+        assert_eq!((r.rows[0].peer.as_str(), r.rows[0].peer_ms), ("FlashKDA", Some(1.5)));
+        assert_eq!(r.rows[0].more_peers.len(), 1);
+        assert_eq!((r.rows[0].more_peers[0].peer.as_str(), r.rows[0].more_peers[0].ms), ("FLA (Triton)", Some(3.0)));
+        assert_eq!(
+            (r.rows[1].peer.as_str(), r.rows[1].peer_ms),
+            ("FlashKDA", None),
+            "a failed rank-0 peer stays first"
+        );
+        let md = render_markdown(&r);
+        let lines: Vec<&str> = md.lines().filter(|l| l.starts_with("| A |") || l.starts_with("| B |")).collect();
+        assert_eq!(lines.len(), 4, "{md}");
+        assert!(lines[0].contains("| FlashKDA | 1.5000 | 0.75x |"), "{}", lines[0]);
+        assert!(lines[1].contains("| FLA (Triton) | 3.0000 | 1.50x |"), "{}", lines[1]);
+        assert!(lines[2].contains("| FlashKDA | - | - |") && lines[3].contains("| FLA (Triton) | 2.5000 | 2.50x |"));
+        let summary = crate::report::markdown(std::slice::from_ref(&r));
+        assert_eq!(summary.lines().filter(|l| l.contains("| kda | A |")).count(), 2, "{summary}");
+        // The JSON keeps them (and the error and extra); reports without the field read as no more peers.
+        let back: BenchReport = serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
+        assert_eq!(back.rows[0].more_peers, r.rows[0].more_peers);
+        assert_eq!(back.rows[0].more_peers[0].extra, Some(serde_json::json!({"vs_fla_triton_rel_o": 0.01})));
+        let mut old_json = serde_json::to_value(row("C", 1.0, Some(2.0))).unwrap();
+        assert!(old_json.get("more_peers").is_none(), "an empty list is not written");
+        old_json.as_object_mut().unwrap().remove("more_peers");
+        assert!(serde_json::from_value::<BenchRow>(old_json).unwrap().more_peers.is_empty());
+        // A second merge with one peer per preset (an older peers.py file: no rank) replaces the more peers.
+        let old_file: PeerFile =
+            serde_json::from_str(r#"{"rows": [{"op": "kda", "preset": "A", "peer": "FLA", "ms": 4.0}]}"#).unwrap();
+        merge_peers(&mut r, &old_file);
+        assert_eq!((r.rows[0].peer.as_str(), r.rows[0].peer_ms, r.rows[0].more_peers.len()), ("FLA", Some(4.0), 0));
+        assert_eq!(r.rows[1].more_peers.len(), 1, "a preset the file does not name keeps its peers");
     }
 
     #[test]

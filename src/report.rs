@@ -39,7 +39,8 @@ pub fn load_reports_checked(dir: &Path) -> anyhow::Result<(Vec<BenchReport>, Vec
     Ok((out, bad))
 }
 
-/// The summary table: one row per benchmark preset.
+/// The summary table: one row per benchmark preset and peer (a preset timed against several peers in the same run,
+/// e.g. kda's FlashKDA and FLA, has a row for each).
 pub fn markdown(reports: &[BenchReport]) -> String {
     let mut s = String::from(
         "# k3k benchmark summary\n\nSpeedup = peer ms / k3k ms, both measured in the same device call; floor = max(flops / \
@@ -48,8 +49,8 @@ pub fn markdown(reports: &[BenchReport]) -> String {
          |---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for r in reports {
-        for row in &r.rows {
-            let (pm, sp) = match row.peer_ms {
+        for (row, (peer, peer_ms)) in r.rows.iter().flat_map(|row| row.peer_figures().map(move |p| (row, p))) {
+            let (pm, sp) = match peer_ms {
                 Some(p) => (format!("{p:.4}"), format!("{:.2}x", p / row.k3k_ms)),
                 None => ("-".into(), "-".into()),
             };
@@ -64,7 +65,7 @@ pub fn markdown(reports: &[BenchReport]) -> String {
                 r.op,
                 row.preset,
                 row.k3k_ms,
-                row.peer,
+                peer,
                 pm,
                 sp,
                 100.0 * row.floor_ms / row.k3k_ms,

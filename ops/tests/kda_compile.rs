@@ -101,6 +101,16 @@ fn variants_and_knob_points_compile() {
     let slim = def.clone().with("CHUNK", 32i64).with("ARENA", 2i64);
     add(with(&[("safe", 1)]), &slim, 1);
     add(with(&[("safe", 1), ("gate", 1), ("bias", 1), ("l2norm", 1), ("bsig", 1)]), &slim, 1);
+    // The state pass with a pair's value blocks consecutive (SGRID=vb), at the automatic and the widest blocks.
+    add(with(&[("safe", 1), ("h0", 1)]), &def.clone().with(kda::SGRID_KNOB, "vb"), 2);
+    add(
+        with(&[("safe", 1), ("h0", 1)]),
+        &def.clone().with(kda::SGRID_KNOB, "vb").with("BV", 128i64).with("W2", 16i64),
+        2,
+    );
+    // FlashKDA's gate form (lb * sigmoid(exp(A_log) * (x + bias))) with every in-kernel option, on both paths.
+    add(with(&[("safe", 1), ("gate", 3), ("bias", 1), ("l2norm", 1), ("bsig", 1), ("h0", 1)]), &slim, 3);
+    add(with(&[("safe", 0), ("gate", 3), ("bias", 1), ("l2norm", 1), ("bsig", 1)]), &def, 1);
     add(with(&[("safe", 1), ("h0", 1)]), &slim.clone().with("W1", 4i64), 1);
     // Smaller head dims.
     for (k, v) in [(64i64, 64i64), (32, 32), (64, 128), (128, 32)] {
@@ -108,19 +118,20 @@ fn variants_and_knob_points_compile() {
     }
     add(vec![("B", 1), ("T", 100), ("H", 2), ("K", 64), ("V", 64), ("safe", 1)], &def, 1);
     // Decode, in place and not, with every gate form.
-    for (gate, l2, inplace) in [(0, false, true), (1, true, false), (2, false, false)] {
+    for (gate, l2, inplace) in [(0, false, true), (1, true, false), (2, false, false), (3, true, false)] {
         let spec = decode::DecodeSpec {
             dk: 128,
             dv: 128,
             gate: match gate {
                 0 => kda::GateForm::Pre,
-                1 => kda::GateForm::Safe { bias: true },
-                _ => kda::GateForm::Standard { bias: true },
+                1 => kda::GateForm::Safe { bias: true, a_log: false },
+                2 => kda::GateForm::Standard { bias: true },
+                _ => kda::GateForm::Safe { bias: true, a_log: true },
             },
             l2norm: l2,
             beta_sigmoid: l2,
             in_place: inplace,
-            layout: decode::DecodeLayout::auto(128, 128, matches!(gate, 1 | 2)),
+            layout: decode::DecodeLayout::auto(128, 128, gate != 0),
         };
         ks.push(decode::build_decode(&spec).unwrap());
         // Other layouts the knobs offer at K = V = 128 (each fits a lane's registers: no spills).

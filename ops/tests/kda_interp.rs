@@ -196,6 +196,61 @@ fn in_kernel_options() {
     }
 }
 
+/// FlashKDA's gate form (`gate=3`: `lb * sigmoid(exp(A_log[hv]) * (x + bias))`) in the chunked kernels (both
+/// paths, varlen, h0, every in-kernel option) and in the decode kernel, against the f64 reference of that form; and
+/// the same outputs against the reference of the form without the `exp(A_log)` factor (`gate=1`) fail, so the factor
+/// is applied (A_log ~ U(-1, 1) scales the sigmoid's argument by 0.37 to 2.7).
+#[test]
+fn kda_scaled_safe_gate_matches_reference() {
+    let s = seed();
+    let opts = [("gate", 3i64), ("bias", 1), ("l2norm", 1), ("bsig", 1), ("h0", 1)];
+    let cases: [Vec<(&str, i64)>; 4] = [
+        [("B", 1i64), ("T", 70), ("H", 2), ("K", 32), ("V", 32), ("safe", 1)].into_iter().chain(opts).collect(),
+        [("B", 2i64), ("T", 33), ("H", 1), ("HV", 2), ("K", 64), ("V", 32), ("safe", 0)]
+            .into_iter()
+            .chain(opts)
+            .collect(),
+        [("N", 3i64), ("L0", 17), ("L1", 0), ("L2", 65), ("H", 2), ("K", 32), ("V", 64), ("safe", 1)]
+            .into_iter()
+            .chain(opts)
+            .collect(),
+        vec![("B", 1), ("T", 40), ("H", 1), ("K", 128), ("V", 128), ("safe", 1), ("gate", 3)],
+    ];
+    for (i, dims) in cases.iter().enumerate() {
+        let seed = s ^ i as u64;
+        let pb = problem(dims);
+        assert_eq!(pb.gate, kda::GateForm::Safe { bias: i < 3, a_log: true });
+        let d = KdaData::generate(&pb, seed);
+        assert!(d.a_log.is_some(), "the scaled form passes A_log");
+        let plan = kda::chunk_plan(&pb, &d, &knobs(if i % 2 == 0 { 32 } else { 64 })).unwrap();
+        let (pairs, scope) = kda::check_scope(&pb, seed);
+        for (ex, out) in run_all(&plan, &format!("{dims:?}")) {
+            let r = kda::check_pairs(&pb, &d, &out, &pairs, scope.clone()).unwrap();
+            eprintln!("{dims:?} {ex}: rel {:.3e}", r.max_rel_err);
+            assert!(r.passed, "{dims:?} on {ex}, seed {seed}: {} (rel {:.3e})", r.detail, r.max_rel_err);
+            let unscaled = KdaProblem { gate: kda::GateForm::Safe { bias: i < 3, a_log: false }, ..pb.clone() };
+            let w = kda::check_pairs(&unscaled, &d, &out, &pairs, scope.clone()).unwrap();
+            assert!(
+                !w.passed && w.max_rel_err > 2e-2,
+                "{dims:?} on {ex}: the A_log factor changes o (rel {:.3e})",
+                w.max_rel_err
+            );
+        }
+    }
+    // Decode, out of place through the operator's plan.
+    let dims =
+        [("N", 2i64), ("T", 3), ("H", 1), ("HV", 2), ("K", 64), ("V", 32), ("gate", 3), ("bias", 1), ("l2norm", 1)];
+    let pb = decode_problem(&dims);
+    let cp = pb.as_chunked();
+    let d = KdaData::generate(&cp, s);
+    let (pairs, scope) = kda::check_scope(&cp, s);
+    for (ex, out) in run_all(&decode::decode_plan(&pb, &d).unwrap(), "decode gate=3") {
+        let r = kda::check_pairs(&cp, &d, &out, &pairs, scope.clone()).unwrap();
+        eprintln!("decode {dims:?} {ex}: rel {:.2e}", r.max_rel_err);
+        assert!(r.passed, "decode {dims:?} on {ex}, seed {s}: {}", r.detail);
+    }
+}
+
 #[test]
 fn knob_points_agree() {
     let s = seed();
@@ -1117,4 +1172,39 @@ fn tsplit_plan_structure() {
     let mut serial = plan.clone();
     serial.schedule.iter_mut().for_each(|s| *s = Sched::default());
     serial.check_schedule().unwrap();
+}
+
+/// `SGRID=vb` (the state pass's value blocks consecutive) only renumbers the blocks: o and ht are the same bits as
+/// with the default order (varlen with an empty sequence, h0, four value blocks of 16 columns), and it passes the
+/// reference; the kernels differ in their grid and name. `BV=128` (one block per pair, accepted beyond the tuning
+/// space) passes the reference too, given on the command line's path (`checked_knobs`).
+#[test]
+fn kda_state_grid_orders_are_bit_identical() {
+    let s = seed();
+    let pb = problem(&split_varlen(1, 1));
+    let d = KdaData::generate(&pb, s);
+    let base = knobs(32).with("BV", 16i64).with("W2", 4i64);
+    let vb = base.clone().with(kda::SGRID_KNOB, "vb");
+    let one = Executor::Cpu.run(&kda::chunk_plan(&pb, &d, &base).unwrap()).unwrap();
+    let other = Executor::Cpu.run(&kda::chunk_plan(&pb, &d, &vb).unwrap()).unwrap();
+    for name in ["o", "ht"] {
+        assert_eq!(one.get(name).unwrap().data, other.get(name).unwrap().data, "SGRID=vb: {name} (seed {s})");
+    }
+    run_with(&split_varlen(1, 1), &vb, s ^ 5);
+    let (_, k_seqs) = kda::chunk_kernels(&pb, &kda::Launch::resolve(&base, &pb).unwrap()).unwrap();
+    let (_, k_vb) = kda::chunk_kernels(&pb, &kda::Launch::resolve(&vb, &pb).unwrap()).unwrap();
+    assert!(k_vb.name.ends_with("_gv") && !k_seqs.name.ends_with("_gv"), "{} / {}", k_seqs.name, k_vb.name);
+    assert_eq!(k_seqs.grid[0], k_vb.grid[1], "the sequences move from x to y");
+    assert_ne!(k_seqs.grid, k_vb.grid);
+    // BV=128 with 16 warps, as `k3k bench --knobs BV=128,W2=16` gives it.
+    let given = Knobs::new().with("BV", 128i64).with("W2", 16i64).with(kda::SGRID_KNOB, "vb");
+    let checked = kda::Kda.checked_knobs().check(&given, &kda::default_knobs()).unwrap();
+    let mut wide = kda::default_knobs();
+    for (k, v) in checked.0 {
+        wide.set(&k, v);
+    }
+    run_with(&[("N", 2), ("L0", 40), ("L1", 33), ("H", 1), ("K", 128), ("V", 128), ("safe", 1), ("h0", 1)], &wide, s);
+    assert!(
+        kda::Kda.checked_knobs().check(&Knobs::new().with(kda::SGRID_KNOB, "rows"), &kda::default_knobs()).is_err()
+    );
 }

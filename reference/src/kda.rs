@@ -529,6 +529,12 @@ pub fn gate_safe(x: f64, bias: f64, lb: f64) -> f64 {
     lb * sigmoid(x + bias)
 }
 
+/// Safe-form gate with a per-head scale (FlashKDA's and FLA's `safe_gate` form with `A_log`):
+/// `lb * sigmoid(exp(a_log) * (x + bias))`, in (lb, 0).
+pub fn gate_safe_scaled(x: f64, a_log: f64, bias: f64, lb: f64) -> f64 {
+    lb * sigmoid(a_log.exp() * (x + bias))
+}
+
 /// Numerically stable softplus `ln(1 + e^z)`.
 pub fn softplus(z: f64) -> f64 {
     z.max(0.0) + (-z.abs()).exp().ln_1p()
@@ -561,6 +567,27 @@ pub fn gate_standard_tensor(
         .map(|(i, &v)| {
             let j = i % row;
             gate_standard(v as f64, a_log[j / dk] as f64, dt_bias.map_or(0.0, |b| b[j] as f64))
+        })
+        .collect())
+}
+
+/// Applies [`gate_safe_scaled`] to a `[.., HV, K]` tensor `x` with `a_log: [HV]` and optional
+/// `bias: [HV * K]`.
+pub fn gate_safe_scaled_tensor(
+    x: &[f32],
+    hv: usize,
+    dk: usize,
+    a_log: &[f32],
+    bias: Option<&[f32]>,
+    lb: f64,
+) -> Result<Vec<f64>, RefError> {
+    let row = check_gate_shapes(x, hv, dk, bias)?;
+    check_len("a_log", a_log.len(), "[HV]", &[hv])?;
+    Ok(x.iter()
+        .enumerate()
+        .map(|(i, &v)| {
+            let j = i % row;
+            gate_safe_scaled(v as f64, a_log[j / dk] as f64, bias.map_or(0.0, |b| b[j] as f64), lb)
         })
         .collect())
 }
@@ -866,6 +893,13 @@ mod tests {
         assert_eq!(gs[4], gate_safe(1.0, 0.2f32 as f64, -5.0));
         let gt = gate_standard_tensor(&x, 3, 1, &[0.0, 1.0, 2.0], None).unwrap();
         assert_eq!(gt[5], gate_standard(1.0, 2.0, 0.0));
+        // The scaled safe form: exp(a_log) multiplies x + bias inside the sigmoid; a_log = 0 is the plain form.
+        let want = -5.0 / (1.0 + (-(0.5f64).exp() * 1.5).exp());
+        assert!((gate_safe_scaled(1.0, 0.5, 0.5, -5.0) - want).abs() < 1e-14);
+        assert_eq!(gate_safe_scaled(0.3, 0.0, 0.2, -5.0), gate_safe(0.3, 0.2, -5.0));
+        let gc = gate_safe_scaled_tensor(&x, 3, 1, &[0.0, 1.0, -1.0], Some(&bias), -5.0).unwrap();
+        assert_eq!(gc[5], gate_safe_scaled(1.0, -1.0, 0.3f32 as f64, -5.0));
+        assert!(gate_safe_scaled_tensor(&x, 3, 1, &[0.0], None, -5.0).is_err());
         assert!(gate_safe_tensor(&x, 4, 1, None, -5.0).is_err());
         assert!(gate_standard_tensor(&x, 3, 1, &[0.0], None).is_err());
     }

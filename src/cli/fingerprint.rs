@@ -13,6 +13,10 @@ pub struct Args {
     /// One benchmark preset (default: all of each operator's).
     #[arg(long)]
     pub preset: Option<String>,
+    /// Problems by their dims instead of presets, separated by `;` (each a preset named `custom <dims>`, for the one
+    /// operator of `--op`), e.g. `B=1,T=64,H=2,K=128,gate=1,bias=1` to cover kernel variants no preset builds.
+    #[arg(long, conflicts_with = "preset")]
+    pub dims: Option<String>,
     /// Every point of the knob space that builds, not only the default knobs (the decode's space holds about
     /// 1.3 million points: a minute per preset on two cores).
     #[arg(long)]
@@ -26,9 +30,14 @@ pub struct Args {
 pub fn run(a: Args) -> anyhow::Result<i32> {
     let mut out: Vec<Fingerprint> = vec![];
     for op in super::select_ops(&a.op)? {
-        let presets = match &a.preset {
-            Some(p) => vec![super::pick_preset(op.as_ref(), Some(p), None)?],
-            None => op.bench_presets(),
+        let presets = match (&a.preset, &a.dims) {
+            (Some(p), _) => vec![super::pick_preset(op.as_ref(), Some(p), None)?],
+            (None, Some(d)) => d
+                .split(';')
+                .filter(|s| !s.trim().is_empty())
+                .map(|s| super::pick_preset(op.as_ref(), None, Some(s.trim())))
+                .collect::<anyhow::Result<_>>()?,
+            (None, None) => op.bench_presets(),
         };
         for preset in presets {
             if a.every_point {

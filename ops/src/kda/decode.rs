@@ -232,8 +232,7 @@ pub fn build_decode(spec: &DecodeSpec) -> Result<Kernel, OpError> {
     let g = b.tensor("g", DType::F32, &[n.clone(), t.clone(), hv.clone(), Expr::Int(dk)], Access::Read);
     let beta = b.tensor("beta", DType::Bf16, &[n.clone(), t.clone(), hv.clone()], Access::Read);
     let bias = spec.gate.has_bias().then(|| b.tensor("bias", DType::F32, &[hv.clone(), Expr::Int(dk)], Access::Read));
-    let a_log = matches!(spec.gate, GateForm::Standard { .. })
-        .then(|| b.tensor("a_log", DType::F32, std::slice::from_ref(&hv), Access::Read));
+    let a_log = spec.gate.has_a_log().then(|| b.tensor("a_log", DType::F32, std::slice::from_ref(&hv), Access::Read));
     let sdims = [n.clone(), hv.clone(), Expr::Int(dk), Expr::Int(dv)];
     // Out of place, token 0 reads h0 and writes ht; later tokens read back ht (hence read-write).
     let (s_in, s_out) = if spec.in_place {
@@ -257,7 +256,11 @@ pub fn build_decode(spec: &DecodeSpec) -> Result<Kernel, OpError> {
     let seq = b.let_("seq", &bid / (hv.clone() * cbs));
     let hvi = b.let_("hv", (&bid / cbs) % hv.clone());
     let hq = b.let_("hq", &hvi / (hv.clone() / h.clone()));
-    let a_coef = a_log.map(|a| b.let_("a_coef", -Expr::load(a, hvi.clone()).exp()));
+    // The factor A_log brings: -exp(A_log) for the standard form, exp(A_log) for the scaled safe form.
+    let a_coef = a_log.map(|a| {
+        let e = Expr::load(a, hvi.clone()).exp();
+        b.let_("a_coef", if matches!(spec.gate, GateForm::Standard { .. }) { -e } else { e })
+    });
     // One token: a threads region that loads this lane's state values (every load issued before the first is
     // used), the rows' k, q and decay, reduces S^T k over K, updates and stores the state and reduces S^T q.
     // Tokens after the first read back what the previous one stored (the same thread's addresses).
@@ -306,7 +309,10 @@ pub fn build_decode(spec: &DecodeSpec) -> Result<Kernel, OpError> {
                     };
                     let gate = match spec.gate {
                         GateForm::Pre => x,
-                        GateForm::Safe { .. } => lb.clone().unwrap() * (x + bias_i).sigmoid(),
+                        GateForm::Safe { a_log: false, .. } => lb.clone().unwrap() * (x + bias_i).sigmoid(),
+                        GateForm::Safe { a_log: true, .. } => {
+                            lb.clone().unwrap() * (a_coef.clone().unwrap() * (x + bias_i)).sigmoid()
+                        }
                         GateForm::Standard { .. } => a_coef.clone().unwrap() * (x + bias_i).softplus(),
                     };
                     b.let_(&format!("d{m}"), gate.exp())
@@ -406,7 +412,7 @@ pub const DIMS: &[DimDecl] = &[
     DimDecl::optional("HV", 1, dims::MAX_HEADS, "value heads, a multiple of H (default H)"),
     DimDecl::required("K", 1, 128, "key head dim: 32, 64 or 128"),
     DimDecl::optional("V", 1, 128, "value head dim: 32, 64 or 128 (default K)"),
-    DimDecl::optional("gate", 0, 2, "gate form: 0 pre-computed, 1 lb*sigmoid, 2 standard"),
+    DimDecl::optional("gate", 0, 3, "gate form: 0 pre-computed, 1 lb*sigmoid, 2 standard, 3 lb*sigmoid(exp(A_log)*..)"),
     DimDecl::flag("bias", "1: the gate's bias"),
     DimDecl::flag("l2norm", "1: in-kernel l2norm of q and k"),
     DimDecl::flag("bsig", "1: in-kernel sigmoid of beta"),
@@ -597,7 +603,7 @@ impl Operator for KdaDecode {
         let hv = h * [1i64, 2][rng.random_range(0..2)];
         let n = rng.random_range(1..=3i64);
         let t = [1i64, 1, 2, 5][rng.random_range(0..4)];
-        let gate = rng.random_range(0..3i64);
+        let gate = rng.random_range(0..4i64);
         let dims = [
             ("N", n),
             ("T", t),

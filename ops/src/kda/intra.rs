@@ -151,8 +151,7 @@ pub fn build_intra(
     let g = b.tensor("g", DType::F32, &[tt.clone(), hv.clone(), Expr::Int(kk)], Access::Read);
     let beta = b.tensor("beta", DType::Bf16, &[tt.clone(), hv.clone()], Access::Read);
     let bias = spec.gate.has_bias().then(|| b.tensor("bias", DType::F32, &[hv.clone(), Expr::Int(kk)], Access::Read));
-    let a_log = matches!(spec.gate, GateForm::Standard { .. })
-        .then(|| b.tensor("a_log", DType::F32, std::slice::from_ref(&hv), Access::Read));
+    let a_log = spec.gate.has_a_log().then(|| b.tensor("a_log", DType::F32, std::slice::from_ref(&hv), Access::Read));
     let ctab = b.tensor("ctab", DType::I32, &[nch.clone(), Expr::Int(2)], Access::Read);
     let wu = b.tensor("wu", op_dt, &[hv.clone(), nch.clone(), Expr::Int(cc), Expr::Int(kk + vv)], Access::Write);
     let qb = b.tensor("qb", op_dt, &[hv.clone(), nch.clone(), Expr::Int(cc), Expr::Int(kk)], Access::Write);
@@ -330,7 +329,11 @@ pub fn build_intra(
     };
     let gate = match spec.gate {
         GateForm::Pre => x.clone(),
-        GateForm::Safe { .. } => lb.clone().unwrap() * (x.clone() + bias_at(Expr::ColIdx)).sigmoid(),
+        GateForm::Safe { a_log: false, .. } => lb.clone().unwrap() * (x.clone() + bias_at(Expr::ColIdx)).sigmoid(),
+        GateForm::Safe { a_log: true, .. } => {
+            lb.clone().unwrap()
+                * (Expr::load(a_log.unwrap(), hvi.clone()).exp() * (x.clone() + bias_at(Expr::ColIdx))).sigmoid()
+        }
         GateForm::Standard { .. } => {
             -Expr::load(a_log.unwrap(), hvi.clone()).exp() * (x.clone() + bias_at(Expr::ColIdx)).softplus()
         }

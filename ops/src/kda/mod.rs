@@ -21,7 +21,8 @@
 //!   is <= 0.
 //!
 //! In-kernel options: L2 normalisation of q and k (`l2norm=1`), the gate forms (`gate=1`: `lb*sigmoid(x+bias)`,
-//! `gate=2`: `-exp(A_log)*softplus(x+dt_bias)`, `bias=1` for a `[HV, K]` bias), beta sigmoid (`bsig=1`).
+//! `gate=2`: `-exp(A_log)*softplus(x+dt_bias)`, `gate=3`: `lb*sigmoid(exp(A_log)*(x+bias))`, FlashKDA's form and
+//! FLA's `safe_gate` with `A_log`; `bias=1` for a `[HV, K]` bias), beta sigmoid (`bsig=1`).
 //! Head dims K, V in {32, 64, 128}; chunk 64 or 32 (knob `CHUNK`).
 //!
 //! Precision (knobs `OPDT`, `LVLDT`): the scratch between the kernels and the tensor-core operands of the state
@@ -101,6 +102,10 @@ use rayon::prelude::*;
 /// tuner's samples, which lack it, take the default): see [`Launch::g_pairs`].
 pub const GSWZ_KNOB: &str = "GSWZ";
 
+/// The knob `SGRID` (`seqs` | `vb`, absent = `seqs`), accepted but not an axis of the knob space (not yet timed):
+/// the order of the state pass's blocks, see [`state::StateGrid`].
+pub const SGRID_KNOB: &str = "SGRID";
+
 /// The log-decay lower bound of the safe path and the safe gate form (SEMANTICS.md section 2.3).
 pub const LOWER_BOUND: f32 = -5.0;
 
@@ -109,8 +114,9 @@ pub const LOWER_BOUND: f32 = -5.0;
 pub enum GateForm {
     /// `g` is the log-decay itself.
     Pre,
-    /// `g = lb * sigmoid(x + bias)` (in `(lb, 0)`), `bias: [HV, K]` optional.
-    Safe { bias: bool },
+    /// `g = lb * sigmoid(x + bias)` (in `(lb, 0)`), `bias: [HV, K]` optional; with `a_log` (gate code 3, FlashKDA's
+    /// form and FLA's `safe_gate` with `A_log`) `g = lb * sigmoid(exp(A_log[hv]) * (x + bias))`, `A_log: [HV]`.
+    Safe { bias: bool, a_log: bool },
     /// `g = -exp(A_log[hv]) * softplus(x + dt_bias)`, `A_log: [HV]`, `dt_bias: [HV, K]` optional.
     Standard { bias: bool },
 }
@@ -118,14 +124,20 @@ pub enum GateForm {
 impl GateForm {
     /// True when a `[HV, K]` bias tensor is passed.
     pub fn has_bias(self) -> bool {
-        matches!(self, GateForm::Safe { bias: true } | GateForm::Standard { bias: true })
+        matches!(self, GateForm::Safe { bias: true, .. } | GateForm::Standard { bias: true })
+    }
+    /// True when an `A_log: [HV]` tensor is passed (the standard form, and the safe form with its scale).
+    pub fn has_a_log(self) -> bool {
+        matches!(self, GateForm::Standard { .. } | GateForm::Safe { a_log: true, .. })
     }
     /// Short name.
     pub fn name(self) -> &'static str {
         match self {
             GateForm::Pre => "pre",
-            GateForm::Safe { bias: false } => "lbsig",
-            GateForm::Safe { bias: true } => "lbsigb",
+            GateForm::Safe { bias: false, a_log: false } => "lbsig",
+            GateForm::Safe { bias: true, a_log: false } => "lbsigb",
+            GateForm::Safe { bias: false, a_log: true } => "lbsiga",
+            GateForm::Safe { bias: true, a_log: true } => "lbsigab",
             GateForm::Standard { bias: false } => "std",
             GateForm::Standard { bias: true } => "stdb",
         }
@@ -133,9 +145,13 @@ impl GateForm {
     fn from_code(code: i64, bias: bool) -> Result<Self, OpError> {
         match code {
             0 => Ok(GateForm::Pre),
-            1 => Ok(GateForm::Safe { bias }),
+            1 => Ok(GateForm::Safe { bias, a_log: false }),
             2 => Ok(GateForm::Standard { bias }),
-            _ => Err(bad("gate", format!("unknown gate form {code} (0 pre, 1 lb*sigmoid, 2 standard)"))),
+            3 => Ok(GateForm::Safe { bias, a_log: true }),
+            _ => Err(bad(
+                "gate",
+                format!("unknown gate form {code} (0 pre, 1 lb*sigmoid, 2 standard, 3 lb*sigmoid(exp(A_log)*..))"),
+            )),
         }
     }
 }
@@ -243,6 +259,17 @@ pub fn knob_space() -> KnobSpace {
         )
         .axis("OPDT", "16-bit type of the scratch and of the tensor-core operands built from it", ["f16", "bf16"])
         .axis("LVLDT", "16-bit type of the off-diagonal and exact-diagonal tile operands", ["f16", "bf16"])
+        .accepts(
+            "BV",
+            "128: one state-pass block per (sequence, value head), reading each chunk's operands once (with W2=16)",
+            [128i64],
+        )
+        .accepts(
+            SGRID_KNOB,
+            "state-pass block order: seqs (absent: grid N x HV x V/BV) or vb (V/BV x N x HV: a pair's value blocks \
+             consecutive, so they share its chunk operands in L2 also when the grid takes several waves)",
+            ["seqs", "vb"],
+        )
 }
 
 /// The knobs used when nothing is tuned: chunk and intra warps automatic (see [`Launch::resolve`]). `ARENA=2`
@@ -296,6 +323,8 @@ pub struct Launch {
     /// Parts of the chunk sequence along time (knob `TSPLIT`; 1 = one intra launch and one state pass), see
     /// [`chunk_plan`].
     pub tsplit: u32,
+    /// The state pass's block order (knob `SGRID`).
+    pub state_grid: state::StateGrid,
 }
 
 /// `TSPLIT=0`: the parts along time for a problem. The overlap pays where the state pass is the long pole, i.e.
@@ -480,6 +509,11 @@ impl Launch {
         if !TSPLIT_VALUES.contains(&tsplit) {
             return Err(invalid(format!("TSPLIT={tsplit}: 0 (auto) or one of {TSPLIT_VALUES:?}")));
         }
+        let state_grid = match if knobs.0.contains_key(SGRID_KNOB) { knobs.str(SGRID_KNOB)? } else { "seqs" } {
+            "seqs" => state::StateGrid::Seqs,
+            "vb" => state::StateGrid::ValueBlocks,
+            other => return Err(invalid(format!("{SGRID_KNOB}={other}: seqs or vb"))),
+        };
         Ok(Launch {
             chunk,
             w1,
@@ -496,6 +530,7 @@ impl Launch {
             op_dt: dt("OPDT")?,
             lvl_dt: dt("LVLDT")?,
             tsplit,
+            state_grid,
         })
     }
 }
@@ -514,7 +549,7 @@ pub const DIMS: &[DimDecl] = &[
     DimDecl::optional("N", 1, dims::MAX_GROUPS, "varlen: the number of sequences (then B = 1)"),
     DimDecl::indexed("L", "N", 0, dims::MAX_ROWS, "varlen: tokens of sequence i"),
     DimDecl::flag("safe", "1: the safe-gate path (default), 0: the exact path"),
-    DimDecl::optional("gate", 0, 2, "gate form: 0 pre-computed, 1 lb*sigmoid, 2 standard"),
+    DimDecl::optional("gate", 0, 3, "gate form: 0 pre-computed, 1 lb*sigmoid, 2 standard, 3 lb*sigmoid(exp(A_log)*..)"),
     DimDecl::flag("bias", "1: the gate's bias"),
     DimDecl::flag("l2norm", "1: in-kernel l2norm of q and k"),
     DimDecl::flag("bsig", "1: in-kernel sigmoid of beta"),
@@ -564,7 +599,7 @@ pub struct KdaProblem {
 
 impl KdaProblem {
     /// Resolve a preset: dims `B`, `T`, `H`, `K`, and optionally `HV` (default H), `V` (default K), `safe`
-    /// (default 1), `gate` (0 pre, 1 lb*sigmoid, 2 standard) with `bias`, `l2norm`, `bsig`, `h0`, `extreme`,
+    /// (default 1), `gate` (0 pre, 1 lb*sigmoid, 2 standard, 3 lb*sigmoid(exp(A_log)*..)) with `bias`, `l2norm`, `bsig`, `h0`, `extreme`,
     /// and for varlen `N` with lengths `L0..L{N-1}` (then B = 1 and T = their sum).
     pub fn from_preset(p: &Preset) -> Result<Self, OpError> {
         let flag = |d: &str| p.get_or(d, 0) != 0;
@@ -774,8 +809,8 @@ impl KdaData {
         let beta = data::tensor(DType::Bf16, &[tt, hv], &beta);
         let bias =
             pb.gate.has_bias().then(|| data::tensor(DType::F32, &[hv, dk], &data::normal(hv * dk, 0.5, seed ^ 0x31)));
-        let a_log = matches!(pb.gate, GateForm::Standard { .. })
-            .then(|| data::tensor(DType::F32, &[hv], &data::uniform(hv, -1.0, 1.0, seed ^ 0x41)));
+        let a_log =
+            pb.gate.has_a_log().then(|| data::tensor(DType::F32, &[hv], &data::uniform(hv, -1.0, 1.0, seed ^ 0x41)));
         let n = pb.num_seqs();
         let h0 = pb
             .h0
@@ -800,12 +835,12 @@ impl KdaData {
             x.g.extend((0..dk).map(|i| {
                 let raw = self.g.get_f32(go + i) as f64;
                 let bias = self.bias.as_ref().map_or(0.0, |b| b.get_f32(hv * dk + i) as f64);
+                let a_log = || self.a_log.as_ref().expect("A_log of the gate form").get_f32(hv) as f64;
                 (match pb.gate {
                     GateForm::Pre => raw,
-                    GateForm::Safe { .. } => rk::gate_safe(raw, bias, LOWER_BOUND as f64),
-                    GateForm::Standard { .. } => {
-                        rk::gate_standard(raw, self.a_log.as_ref().unwrap().get_f32(hv) as f64, bias)
-                    }
+                    GateForm::Safe { a_log: false, .. } => rk::gate_safe(raw, bias, LOWER_BOUND as f64),
+                    GateForm::Safe { a_log: true, .. } => rk::gate_safe_scaled(raw, a_log(), bias, LOWER_BOUND as f64),
+                    GateForm::Standard { .. } => rk::gate_standard(raw, a_log(), bias),
                 }) as f32
             }));
             let bv = self.beta.get_f32(r * pb.hv + hv) as f64;
@@ -840,8 +875,13 @@ pub fn chunk_kernels(pb: &KdaProblem, l: &Launch) -> Result<(Kernel, Kernel), Op
                 g_pairs: l.g_pairs,
             },
         )?,
-        state::build_state(&spec, l.chunk, l.bv, l.w2, l.op_dt, l.stages, l.two_bars)?,
+        state_kernel(&spec, l)?,
     ))
+}
+
+/// The state pass of a variant at resolved knobs.
+pub fn state_kernel(spec: &KdaSpec, l: &Launch) -> Result<Kernel, OpError> {
+    state::build_state_in(spec, l.chunk, l.bv, l.w2, l.op_dt, l.stages, l.two_bars, l.state_grid)
 }
 
 /// The chunk ranges `[lo, hi)` of the parts of a `TSPLIT = parts` plan over `nch` chunks: part p is
@@ -956,10 +996,8 @@ fn split_plan(
     let (tt, hv, dk, dv, c, n) = (pb.tokens(), pb.hv, pb.dk, pb.dv, l.chunk as usize, pb.num_seqs());
     // The state pass from zeros (part 0 without h0) and from a given state (every other part).
     let spec = pb.spec();
-    let state_kernel =
-        |h0: bool| state::build_state(&KdaSpec { h0, ..spec }, l.chunk, l.bv, l.w2, l.op_dt, l.stages, l.two_bars);
-    let k2_from = state_kernel(true)?;
-    let k2_zero = if pb.h0 { None } else { Some(state_kernel(false)?) };
+    let k2_from = state_kernel(&KdaSpec { h0: true, ..spec }, l)?;
+    let k2_zero = if pb.h0 { None } else { Some(state_kernel(&KdaSpec { h0: false, ..spec }, l)?) };
     let mut plan = Plan::default();
     let a1_common = token_inputs(&mut plan, d);
     let mut prev_state = d.h0.as_ref().map(|h0| plan.input("h0", h0.clone()));
@@ -1073,6 +1111,42 @@ pub fn check_scope(pb: &KdaProblem, seed: u64) -> (Vec<(usize, usize)>, String) 
 // ------------------------------------------------------------------------------------------------------------
 // The `kda` operator.
 
+/// The in-kernel options of the FlashKDA comparison (issue 42), as preset dims: K = V = 128 on the safe path, L2
+/// norm of q and k, the gate `lb * sigmoid(exp(A_log[h]) * (g + bias))` with a `[H, K]` bias (`gate=3`, FlashKDA's
+/// form), beta sigmoid, an f32 initial state (the final state is always written).
+pub const FLASHKDA_OPTIONS: [(&str, i64); 8] =
+    [("K", 128), ("V", 128), ("safe", 1), ("gate", 3), ("bias", 1), ("l2norm", 1), ("bsig", 1), ("h0", 1)];
+
+/// The suffix of the FlashKDA comparison presets' names (the options of [`FLASHKDA_OPTIONS`], named as the
+/// kernel tags name them).
+pub const FLASHKDA_SUFFIX: &str = "K128 safe lbsigab l2 bsig h0";
+
+/// The six shapes FlashKDA is compared on (issue 42), with [`FLASHKDA_OPTIONS`]: three single sequences, a batch
+/// of four, and two varlen batches (8 x 1024 and six ragged lengths) at 96 heads.
+pub fn flashkda_presets() -> Vec<Preset> {
+    let with = |name: String, shape: Vec<(String, i64)>| {
+        let dims: Vec<(String, i64)> =
+            shape.into_iter().chain(FLASHKDA_OPTIONS.iter().map(|&(k, v)| (k.to_string(), v))).collect();
+        Preset { name: format!("{name} {FLASHKDA_SUFFIX}"), dims: dims.into_iter().collect() }
+    };
+    let dense = |b: i64, t: i64, h: i64| {
+        with(format!("B{b} T{t} H{h}"), vec![("B".into(), b), ("T".into(), t), ("H".into(), h)])
+    };
+    let varlen = |name: &str, lens: &[i64], h: i64| {
+        let mut shape = vec![("N".to_string(), lens.len() as i64), ("H".to_string(), h)];
+        shape.extend(lens.iter().enumerate().map(|(i, &l)| (format!("L{i}"), l)));
+        with(format!("varlen {name} H{h}"), shape)
+    };
+    vec![
+        dense(1, 8192, 96),
+        dense(1, 65536, 32),
+        dense(1, 8192, 64),
+        dense(4, 4096, 64),
+        varlen("8x1024", &[1024; 8], 96),
+        varlen("[1300,547,2048,963,271,3063]", &[1300, 547, 2048, 963, 271, 3063], 96),
+    ]
+}
+
 /// Chunked KDA forward (`kda`).
 pub struct Kda;
 
@@ -1112,13 +1186,15 @@ impl Operator for Kda {
         let p = |name: &str, b: i64, t: i64, h: i64, safe: i64| {
             Preset::new(name, &[("B", b), ("T", t), ("H", h), ("K", 128), ("V", 128), ("safe", safe)])
         };
-        vec![
+        let mut v = vec![
             p("B1 T8192 H96 K128 safe", 1, 8192, 96, 1),
             p("B1 T65536 H32 K128 safe", 1, 65536, 32, 1),
             p("B1 T16384 H32 K128 safe", 1, 16384, 32, 1),
             p("B1 T16384 H32 K128 exact", 1, 16384, 32, 0),
             p("B4 T4096 H64 K128 safe", 4, 4096, 64, 1),
-        ]
+        ];
+        v.extend(flashkda_presets());
+        v
     }
     fn random_case(&self, rng: &mut StdRng) -> Preset {
         const T_EDGE: [i64; 7] = [1, 15, 17, 63, 64, 65, 130];
@@ -1146,7 +1222,7 @@ impl Operator for Kda {
             dims.push(("T".into(), t));
             desc = format!("T{t}");
         }
-        let gate = if safe { [0i64, 0, 1][rng.random_range(0..3)] } else { [0i64, 0, 2][rng.random_range(0..3)] };
+        let gate = if safe { [0i64, 0, 1, 3][rng.random_range(0..4)] } else { [0i64, 0, 2, 3][rng.random_range(0..4)] };
         dims.push(("gate".into(), gate));
         dims.push(("bias".into(), rng.random_bool(0.5) as i64));
         dims.push(("l2norm".into(), rng.random_bool(0.3) as i64));
@@ -1177,15 +1253,7 @@ impl Operator for Kda {
         // A split plan without h0 also runs the state pass from a given state (every part after the first).
         let nch = pb.chunk_tables(l.chunk as usize).0.len() / 2;
         if !pb.h0 && time_parts(nch, l.tsplit).len() > 1 {
-            ks.push(state::build_state(
-                &KdaSpec { h0: true, ..pb.spec() },
-                l.chunk,
-                l.bv,
-                l.w2,
-                l.op_dt,
-                l.stages,
-                l.two_bars,
-            )?);
+            ks.push(state_kernel(&KdaSpec { h0: true, ..pb.spec() }, &l)?);
         }
         Ok(ks)
     }
@@ -1240,10 +1308,56 @@ impl Instance for KdaInstance {
         serde_json::json!({
             "B": pb.b, "T": pb.t, "H": pb.h, "HV": pb.hv, "K": pb.dk, "V": pb.dv,
             "cu_seqlens": cu, "safe": pb.safe, "lower_bound": LOWER_BOUND, "gate": pb.gate.name(),
-            "gate_bias": pb.gate.has_bias(), "l2norm": pb.l2norm, "beta_sigmoid": pb.beta_sigmoid,
-            "h0": pb.h0, "output_final_state": true, "scale": pb.scale(),
+            "gate_bias": pb.gate.has_bias(), "gate_a_log": pb.gate.has_a_log(), "l2norm": pb.l2norm,
+            "beta_sigmoid": pb.beta_sigmoid, "h0": pb.h0, "output_final_state": true, "scale": pb.scale(),
         })
     }
 }
 
 pub use decode::KdaDecode;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The six FlashKDA comparison presets: their shapes (tokens, sequences, heads, varlen lengths) and every
+    /// option of issue 42 (the scaled safe gate with its bias, L2 norm, beta sigmoid, h0), as the peer reads them
+    /// from `problem()`.
+    #[test]
+    fn kda_flashkda_presets_resolve() {
+        let op = Kda;
+        let all = op.bench_presets();
+        let fk: Vec<_> = all.iter().filter(|p| p.name.ends_with(FLASHKDA_SUFFIX)).collect();
+        assert_eq!(fk.len(), 6, "{:?}", all.iter().map(|p| &p.name).collect::<Vec<_>>());
+        let want = [(8192, 1, 96), (65536, 1, 32), (8192, 1, 64), (16384, 4, 64), (8192, 8, 96), (8192, 6, 96)];
+        for (p, (tokens, seqs, heads)) in fk.iter().zip(want) {
+            op.check_dims(p).unwrap_or_else(|e| panic!("{}: {e}", p.name));
+            let pb = KdaProblem::from_preset(p).unwrap();
+            assert_eq!((pb.tokens(), pb.num_seqs(), pb.hv, pb.h), (tokens, seqs, heads, heads), "{}", p.name);
+            assert_eq!((pb.dk, pb.dv, pb.safe), (128, 128, true), "{}", p.name);
+            assert_eq!(pb.gate, GateForm::Safe { bias: true, a_log: true }, "{}", p.name);
+            assert!(pb.l2norm && pb.beta_sigmoid && pb.h0 && !pb.extreme, "{}", p.name);
+        }
+        let ragged = KdaProblem::from_preset(fk[5]).unwrap();
+        assert_eq!(ragged.lens.as_deref(), Some(&[1300, 547, 2048, 963, 271, 3063][..]));
+        let inst = op
+            .instance(
+                &Preset::new(
+                    "small",
+                    &[("N", 2), ("L0", 5), ("L1", 7), ("H", 2)].into_iter().chain(FLASHKDA_OPTIONS).collect::<Vec<_>>(),
+                ),
+                1,
+            )
+            .unwrap();
+        let j = inst.problem();
+        assert_eq!(j["cu_seqlens"], serde_json::json!([0, 5, 12]));
+        assert_eq!(
+            (j["gate"].as_str(), j["gate_bias"].as_bool(), j["gate_a_log"].as_bool()),
+            (Some("lbsigab"), Some(true), Some(true))
+        );
+        assert_eq!(
+            (j["l2norm"].as_bool(), j["beta_sigmoid"].as_bool(), j["h0"].as_bool()),
+            (Some(true), Some(true), Some(true))
+        );
+    }
+}

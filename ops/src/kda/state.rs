@@ -23,7 +23,20 @@ use super::{KdaSpec, grid};
 use crate::OpError;
 use k3k_ir::*;
 
-/// Build kernel 2 for a variant, chunk size, value block and warp count.
+/// The order of the state pass's blocks (knob `SGRID`, not an axis of the knob space).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StateGrid {
+    /// Grid `(N, HV, V / BV)`: sequences fastest, value blocks slowest (`SGRID=seqs`, the default).
+    Seqs,
+    /// Grid `(V / BV, N, HV)`: the value blocks of one (sequence, value head) pair are consecutive, so they are
+    /// resident together and read the pair's chunk operands from L2 once between them also when the grid takes
+    /// several waves (`SGRID=vb`; kernel names end in `_gv`). With `Seqs` and more blocks than fit at once (e.g.
+    /// varlen 8 x 1024 at H96: 3072 blocks, 528 resident), the value blocks of a pair run in different waves and
+    /// each reads the operands from DRAM.
+    ValueBlocks,
+}
+
+/// Build kernel 2 for a variant, chunk size, value block and warp count (blocks in the [`StateGrid::Seqs`] order).
 pub fn build_state(
     spec: &KdaSpec,
     chunk: u32,
@@ -32,6 +45,21 @@ pub fn build_state(
     op_dt: DType,
     stages: u32,
     two_bars: bool,
+) -> Result<Kernel, OpError> {
+    build_state_in(spec, chunk, bv, warps, op_dt, stages, two_bars, StateGrid::Seqs)
+}
+
+/// [`build_state`] with the blocks in the order `order`.
+#[allow(clippy::too_many_arguments)]
+pub fn build_state_in(
+    spec: &KdaSpec,
+    chunk: u32,
+    bv: u32,
+    warps: u32,
+    op_dt: DType,
+    stages: u32,
+    two_bars: bool,
+    order: StateGrid,
 ) -> Result<Kernel, OpError> {
     let (dk, dv, c) = (spec.dk, spec.dv, chunk);
     if !(1..=3).contains(&stages) {
@@ -44,8 +72,11 @@ pub fn build_state(
         (s, false) => format!("_s{s}"),
         (s, true) => format!("_s{s}b2"),
     };
-    let name =
-        format!("k3k_kda_state_k{dk}_v{dv}{}_c{c}_bv{bv}_w{warps}_{op_dt}{sfx}", if spec.h0 { "_h0" } else { "" });
+    let name = format!(
+        "k3k_kda_state_k{dk}_v{dv}{}_c{c}_bv{bv}_w{warps}_{op_dt}{sfx}{}",
+        if spec.h0 { "_h0" } else { "" },
+        if order == StateGrid::ValueBlocks { "_gv" } else { "" }
+    );
     let mut b = KernelBuilder::new(&name, 32 * warps);
     let (kk, vv, cc, bvv) = (dk as i64, dv as i64, c as i64, bv as i64);
     let tt = b.dim("TT");
@@ -64,7 +95,10 @@ pub fn build_state(
         .then(|| b.tensor("h0", DType::F32, &[n.clone(), hv.clone(), Expr::Int(kk), Expr::Int(vv)], Access::Read));
     let o = b.tensor("o", DType::Bf16, &[tt.clone(), hv.clone(), Expr::Int(vv)], Access::Write);
     let ht = b.tensor("ht", DType::F32, &[n.clone(), hv.clone(), Expr::Int(kk), Expr::Int(vv)], Access::Write);
-    b.grid(n.clone(), hv.clone(), vv / bvv);
+    match order {
+        StateGrid::Seqs => b.grid(n.clone(), hv.clone(), vv / bvv),
+        StateGrid::ValueBlocks => b.grid(vv / bvv, n.clone(), hv.clone()),
+    }
 
     let sw = b.shared("sW", op_dt, c, dk, stages, Swizzle::Xor16B);
     let su = b.shared("sU", op_dt, c, bv, stages, Swizzle::Xor16B);
@@ -83,9 +117,18 @@ pub fn build_state(
     let acc_o = b.tile("accO", DType::F32, c, bv, og);
     let tu = b.tile("tU", DType::F32, c, bv, og);
 
-    let seq = b.let_("seq", Expr::block_idx(0));
-    let hvi = b.let_("hv", Expr::block_idx(1));
-    let v0 = b.let_("v0", Expr::block_idx(2) * bvv);
+    let (seq, hvi, v0) = match order {
+        StateGrid::Seqs => {
+            let seq = b.let_("seq", Expr::block_idx(0));
+            let hvi = b.let_("hv", Expr::block_idx(1));
+            (seq, hvi, b.let_("v0", Expr::block_idx(2) * bvv))
+        }
+        StateGrid::ValueBlocks => {
+            let seq = b.let_("seq", Expr::block_idx(1));
+            let hvi = b.let_("hv", Expr::block_idx(2));
+            (seq, hvi, b.let_("v0", Expr::block_idx(0) * bvv))
+        }
+    };
     let c0 = b.let_("c0", Expr::load(stab, &seq * 2i64));
     let nc = b.let_("nc", Expr::load(stab, &seq * 2i64 + 1i64));
     let state_off = b.let_("state_off", (&seq * hv.clone() + hvi.clone()) * (kk * vv) + v0.clone());
