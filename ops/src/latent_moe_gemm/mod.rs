@@ -15,9 +15,10 @@
 //! - `mod.rs`: this map and the [`Operator`] impl ([`LatentMoeGemm`]).
 //! - The problem: `spec.rs` ([`Epilogue`], [`GemmSpec`]: what a kernel variant computes), `problem.rs` ([`DIMS`],
 //!   [`GemmProblem`], [`ragged_counts`], [`gemm_footprint`]), `presets.rs` (benchmark presets, random cases).
-//! - The knobs: `knobs.rs` (the knob names and their meaning, the tuning space [`knob_space`], the defaults
-//!   [`default_knobs`], the mma.sync fallback [`sync_knobs`]), and `config.rs` (the knobs read and resolved for a
-//!   variant: `auto` values, refused combinations, the meaning of knobs absent from older records).
+//! - The knobs: `knobs.rs` ([`GemmKnobs`], one declaration giving each knob's meaning, the tuning space
+//!   [`knob_space`], the defaults [`default_knobs`] and the meaning of knobs absent from older records; the
+//!   mma.sync fallback [`sync_knobs`]), and `config.rs` (the typed knobs resolved for a variant: `auto` values,
+//!   refused combinations).
 //! - The kernel builder ([`build_kernel`]), by phase:
 //!   - `kernel.rs`: the entry, and the declarations every phase shares (interface, tiles, walk bounds, ring);
 //!   - `walk.rs`: the persistent tile walk (group search, tile coordinates) and its three schedules;
