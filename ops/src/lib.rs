@@ -16,6 +16,7 @@ pub mod mx;
 pub mod op;
 pub mod plan;
 pub mod registry;
+pub mod typed_knobs;
 
 use k3k_ir::{IrError, KnobError};
 
