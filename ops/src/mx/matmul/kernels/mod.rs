@@ -62,30 +62,11 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
     };
     // FIN=last: the partials, the tiles' arrival counters `sem: [T] i32` (zero before the launch, and left
     // zero: the last CTA of a tile resets its counter), then `p` and `y` as without a split.
-    let mut fin = None;
-    let (p, out) = if partial {
-        let s = b.dim("S");
-        let access = if fused { Access::ReadWrite } else { Access::Write };
-        let part = b.tensor("part", DType::F32, &[s, m.clone(), n.clone()], access);
-        if fused {
-            let t = b.dim("T");
-            let sem = b.tensor("sem", DType::I32, &[t], Access::ReadWrite);
-            let p = spec.row_scale.then(|| b.tensor("p", DType::F32, std::slice::from_ref(&m), Access::Read));
-            let y = b.tensor("y", DType::Bf16, &[m.clone(), n_out.clone()], Access::Write);
-            fin = Some((sem, y));
-            (p, part)
-        } else {
-            (None, part)
-        }
-    } else {
-        let p = spec.row_scale.then(|| b.tensor("p", DType::F32, std::slice::from_ref(&m), Access::Read));
-        (p, b.tensor("y", DType::Bf16, &[m.clone(), n_out.clone()], Access::Write))
-    };
+    let (p, out, fin) = main_outputs(&mut b, spec, (partial, fused), (&m, &n, &n_out));
     let num_sms = b.int_arg(NUM_SMS);
 
     let (bn, bm, bk, st) = (c.bn, c.bm, c.bk, c.stages);
     let bno = if glu { bn / 2 } else { bn };
-    let warps = [c.wa, c.wb];
     let words_per_row = bk / 8;
     // PATH=stream: no shared weight stages (the words go global -> registers).
     let sqs = (!c.stream && !c.gemv).then(|| {
@@ -106,47 +87,7 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
             b.shared("sxs", DType::U8, bm, bk / 32, st, Swizzle::None),
         )
     });
-    // mma.sync path: the accumulator is [weight rows, tokens], transposed through `sacc` for the epilogue.
-    let mut sync = None;
-    // wgmma path: the accumulator is [tokens, output columns] (gate and up halves apart with a GLU epilogue).
-    let mut wg = None;
-    if c.wgmma {
-        let sw = b.shared("sw", DType::Bf16, bn, bk, 2, Swizzle::Xor16B);
-        let acc = b.tile("acc", DType::F32, bm, bno, [c.wa, 1]);
-        let acc_up = glu.then(|| b.tile("acc_up", DType::F32, bm, bno, [c.wa, 1]));
-        let pv = (spec.row_scale && !partial).then(|| b.vec("p_rows", bm, [c.wa, 1]));
-        // DEC=bits: the stage's [BN, BK] weights decoded into registers, then stored to `sw`.
-        let wreg = c.dec_bits.then(|| b.tile("wdec", DType::Bf16, bn, bk, [c.wa, 1]));
-        wg = Some((sw, acc, acc_up, pv, wreg));
-    } else {
-        // PATH=gemv: 8-token tiles keep the 16-row epilogue tiles (their rows past 8 are never valid).
-        let bmt = bm.max(16);
-        let sacc = b.shared("sacc", DType::F32, bn, bmt + 1, 1, Swizzle::None);
-        let acc = (!c.gemv).then(|| b.tile("acc", DType::F32, bn, bm, warps));
-        // The decoded weights of one 32-wide block (PATH=stream: of the whole BK slice).
-        let wt = (!c.gemv).then(|| b.tile("w", DType::Bf16, bn, if c.stream { bk } else { 32 }, [c.wa, 1]));
-        // Output tile [BM, BNO] (tokens x output columns) on as many warps along columns as divide it.
-        let yw = [1u32, 2, 4, 8, 16]
-            .into_iter()
-            .rev()
-            .find(|w| (c.wa * c.wb).is_multiple_of(*w) && bno.is_multiple_of(8 * w))
-            .unwrap_or(1);
-        let yt = b.tile("y", DType::F32, bmt, bno, [1, yw]);
-        let pv = (spec.row_scale && (!partial || fused)).then(|| b.vec("p_rows", bmt, [1, yw]));
-        // FIN=last: the sums of the gate (or only) and up halves of the tile's partials, and the block's view of
-        // its tile's arrival count.
-        let sums = fused.then(|| {
-            let ys = b.tile("ysum", DType::F32, bmt, bno, [1, yw]);
-            let us = glu.then(|| b.tile("usum", DType::F32, bmt, bno, [1, yw]));
-            (ys, us, b.shared("arrived", DType::I32, 1, 1, 1, Swizzle::None))
-        });
-        // PATH=gemv: the warps' partials of one `Fp4Gemv` (one per GLU half).
-        let spart = c.gemv.then(|| {
-            let (rows, count) = gemv_scratch(c, spec.tiled);
-            b.shared("spart", DType::F32, rows, bm, count, Swizzle::None)
-        });
-        sync = Some((sacc, acc, wt, yt, pv, sums, spart));
-    }
+    let (sync, wg) = main_tiles(&mut b, spec, c, (partial, fused, bno));
 
     let group_start = |g: &Expr| -> Expr {
         match offs {
@@ -164,18 +105,7 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
     let split = c.split as i64;
     // TS: the groups whose tiles are split in two along K (the last min(TS, G)).
     let ts_groups = (c.ts > 0).then(|| g_count.min(c.ts as i64));
-    if let Some(gs) = &ts_groups {
-        b.grid(n_tiles.clone(), g_count.clone() + gs.clone(), 1i64);
-    } else if c.gemv && c.cps == 0 && !fused {
-        b.grid(n_tiles.clone() * split, g_count.clone(), 1i64);
-    } else if c.cps > 0 {
-        b.grid(num_sms * c.cps as i64, 1i64, 1i64);
-    } else {
-        // One CTA per tile: an upper bound of the tile count from the shapes (sum over groups of
-        // ceil(rows/BM) <= ceil(M/BM) + G); CTAs past the real count exit at once.
-        let groups_extra = if spec.grouped { g_count.clone() } else { Expr::Int(0) };
-        b.grid((m.ceil_div(bm as i64) + groups_extra) * n_tiles.clone() * split, 1i64, 1i64);
-    }
+    main_grid(&mut b, spec, c, fused, ts_groups.as_ref(), (&m, &g_count, &n_tiles, num_sms));
     // K range of one split: a multiple of BK.
     let kchunk = b.let_("kchunk", kd.ceil_div(split * bk as i64) * bk as i64);
     // One tile: group `gsel` (its rows from `row0`, `rows_g` of them), K split `ks`, token tile `mt`, weight tile
@@ -214,43 +144,11 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
         // K half h, a whole number of BK), so the CTAs launched last each stream half a tile. A tile's halves are
         // partial slots 0 and 1, summed by the second to arrive (FIN=last's counters, one per split tile:
         // `((g - whole) x ceil(M / BM) + mt) x n_tiles + nt`).
-        let gs = b.let_("gs", gs);
-        let whole = b.let_("whole", g_count.clone() - gs);
-        let y = Expr::block_idx(1);
-        let halves = b.let_("halves", y.ge(whole.clone()));
-        let r = b.let_("r", Expr::select(halves.clone(), &y - whole.clone(), 0i64));
-        let gsel = b.let_("gsel", Expr::select(halves.clone(), whole.clone() + &r / 2i64, y));
-        let half = b.let_("half", &r % 2i64);
-        let row0 = b.let_("row0", group_start(&gsel));
-        let rows_g = b.let_("rows_g", group_end(&gsel) - row0.clone());
-        let nt = b.let_("nt", Expr::block_idx(0));
-        let kd = mk.kd.clone();
-        let kc = b.let_("kc", kd.ceil_div(2 * bk as i64) * bk as i64);
-        let m_max = m.ceil_div(bm as i64);
-        b.for_("mt", 0i64, rows_g.ceil_div(bm as i64), 1i64, |b, mt| {
-            let kbeg = Expr::select(halves.clone(), &half * kc.clone(), 0i64);
-            let seg = SkSeg {
-                kbeg: kbeg.clone(),
-                kend: Expr::select(halves.clone(), (&kbeg + kc.clone()).min(kd.clone()), kd.clone()),
-                full: halves.not(),
-            };
-            let t = ((&gsel - whole.clone()) * m_max.clone() + mt.clone()) * n_tiles.clone() + nt.clone();
-            mk.tile(b, t, gsel.clone(), row0.clone(), rows_g.clone(), half.clone(), mt, nt.clone(), Some(seg));
-        });
+        mk.walk_split_groups(&mut b, gs, (&g_count, &n_tiles), (&group_start, &group_end));
         return Ok(b.finish()?);
     }
     if c.gemv && c.cps == 0 && !fused {
-        // PATH=gemv, one CTA per (weight tile, K split) of each group (grid y): no search over the groups, two
-        // loads of `offs`; the CTA walks its group's token tiles (one at decode; none for an empty group).
-        let gsel = Expr::block_idx(1);
-        let row0 = b.let_("row0", group_start(&gsel));
-        let rows_g = b.let_("rows_g", group_end(&gsel) - row0.clone());
-        let local = Expr::block_idx(0);
-        let ks = b.let_("ks", &local % split);
-        let nt = b.let_("nt", &local / split);
-        b.for_("mt", 0i64, rows_g.ceil_div(bm as i64), 1i64, |b, mt| {
-            mk.tile(b, Expr::Int(0), gsel.clone(), row0.clone(), rows_g.clone(), ks.clone(), mt, nt.clone(), None);
-        });
+        mk.walk_gemv_groups(&mut b, split, (&group_start, &group_end));
         return Ok(b.finish()?);
     }
     let total = b.let_var("total", 0i64);
@@ -310,64 +208,7 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
         };
         (gsel, row0, rows_g, ks, mt, nt)
     };
-    if c.sk {
-        // Stream-K (PATH=gemv, CPS > 0, SK=1): the `total` tiles' K ranges in BK units, `nk` per tile, split into
-        // equal contiguous runs over the first `active` = min(grid, total) CTAs (the rest exit at once). A run has
-        // at least `nk` units, so a tile is either one CTA's whole (the plain epilogue) or split between exactly
-        // two: the CTA whose run ends inside it (partial slot 0, from K = 0) and the one whose run starts inside it
-        // (slot 1); the second to arrive sums both (FIN=last's counters, slots in order). The runs start at
-        // different K offsets of their first tiles, so the CTAs' tile boundaries fall at different times.
-        // Measured (2026-12-05, H100, 28 x 4): 1.09x slower than the hardware grid: ~7 us pass before the
-        // first byte (the tile count's walk, the divisions, the first group walk), and the CTAs, whose rates
-        // differ by ~10%, end ~15 us apart, where the hardware grid's dynamic hand-out absorbs those differences.
-        let kd = mk.kd.clone();
-        let nk = b.let_("nk", kd.ceil_div(bk as i64));
-        let units = b.let_("units", Expr::Var(total) * nk.clone());
-        let active = b.let_("active", Expr::Var(total).min(Expr::grid_dim(0)).max(1i64));
-        let cta = Expr::block_idx(0);
-        let u0 = b.let_("u0", &cta * units.clone() / active.clone());
-        let u1 = b.let_("u1", (&cta + 1i64) * units.clone() / active.clone());
-        let t0 = b.let_("t0", &u0 / nk.clone());
-        let busy = cta.lt(active.clone()).and(u1.gt(u0.clone()));
-        let t_end = Expr::select(busy, (&u1 - 1i64) / nk.clone() + 1i64, t0.clone());
-        // The current group, the tiles before it and its tiles (none yet: the first tile walks).
-        let carried = (b.let_var("grp", 0i64), b.let_var("before", 0i64), b.let_var("in_grp", 0i64));
-        b.for_("tile", t0, t_end, 1i64, |b, t| {
-            let tb = b.let_("tb", &t * nk.clone());
-            let lo = b.let_("lo", u0.max(tb.clone()) - tb.clone());
-            let hi = b.let_("hi", u1.min(&tb + nk.clone()) - tb.clone());
-            let (gsel, row0, rows_g, _, mt, nt) = locate(b, &t, Some(carried));
-            let seg = SkSeg {
-                kbeg: &lo * bk as i64,
-                kend: (&hi * bk as i64).min(kd.clone()),
-                full: lo.eq(0i64).and(hi.eq(nk.clone())),
-            };
-            let slot = Expr::select(lo.gt(0i64), Expr::Int(1), Expr::Int(0));
-            mk.tile(b, t, gsel, row0, rows_g, slot, mt, nt, Some(seg));
-        });
-        return Ok(b.finish()?);
-    }
-    // The persistent grid's tiles: CTA c takes tiles c, c + step, c + 2 step, ... For PATH=gemv (CPS > 0) the
-    // tiles are balanced: with `per` = ceil(total / grid) tiles for the busiest CTA, only the first
-    // `active` = ceil(total / per) CTAs work (the rest exit at once), so every working CTA takes `per` tiles or,
-    // for a few, `per` - 1 (28 x 4 at 64 rows on 528 CTAs: 448 CTAs of 6 tiles, where the plain stride gave 48
-    // CTAs a sixth tile that ran on after the other 480 had finished). The decode's tiles all stream the same
-    // bytes, so balanced CTAs that start together can also end together; the hardware-scheduled grid's tail (its
-    // last CTAs draining alone: ~9 us of lost DRAM time at 28 x 4 on an H100, as read off the PM samples of
-    // 2026-12-05) is what this was for. Measured (2026-12-05, H100, 28 x 4): 1.17x slower than the hardware
-    // grid: the CTAs turn over in lockstep (DRAM dips to 22-80% at each tile boundary), and each tile walks all G
-    // groups (two loads of `offs` each; at 112 experts 1.64x slower).
-    let (t_end, t_step) = if c.gemv && c.cps > 0 {
-        let per = b.let_("per", Expr::Var(total).ceil_div(Expr::grid_dim(0)).max(1i64));
-        let active = b.let_("active", Expr::Var(total).ceil_div(per).max(1i64));
-        (Expr::select(Expr::block_idx(0).lt(active.clone()), Expr::Var(total), 0i64), active)
-    } else {
-        (Expr::Var(total), Expr::grid_dim(0))
-    };
-    b.for_("tile", Expr::block_idx(0), t_end, t_step, |b, t| {
-        let (gsel, row0, rows_g, ks, mt, nt) = locate(b, &t, None);
-        mk.tile(b, t, gsel, row0, rows_g, ks, mt, nt, None);
-    });
+    mk.walk_persistent(&mut b, total, &locate);
     Ok(b.finish()?)
 }
 
@@ -442,4 +283,245 @@ struct MainKernel<'a> {
     wg: Option<WgmmaTiles>,
     /// The K range of one split.
     kchunk: Expr,
+}
+
+/// The path's shared stages and register tiles: the mma.sync path's accumulator transpose, accumulator,
+/// decoded weights, output tile, row scales, FIN=last sums and gemv partials, or the wgmma path's.
+fn main_tiles(
+    b: &mut KernelBuilder,
+    spec: &MatSpec,
+    c: &Cfg,
+    (partial, fused, bno): (bool, bool, u32),
+) -> (Option<SyncTiles>, Option<WgmmaTiles>) {
+    let glu = spec.epilogue.is_glu();
+    let (bn, bm, bk) = (c.bn, c.bm, c.bk);
+    let warps = [c.wa, c.wb];
+    // mma.sync path: the accumulator is [weight rows, tokens], transposed through `sacc` for the epilogue.
+    let mut sync = None;
+    // wgmma path: the accumulator is [tokens, output columns] (gate and up halves apart with a GLU epilogue).
+    let mut wg = None;
+    if c.wgmma {
+        let sw = b.shared("sw", DType::Bf16, bn, bk, 2, Swizzle::Xor16B);
+        let acc = b.tile("acc", DType::F32, bm, bno, [c.wa, 1]);
+        let acc_up = glu.then(|| b.tile("acc_up", DType::F32, bm, bno, [c.wa, 1]));
+        let pv = (spec.row_scale && !partial).then(|| b.vec("p_rows", bm, [c.wa, 1]));
+        // DEC=bits: the stage's [BN, BK] weights decoded into registers, then stored to `sw`.
+        let wreg = c.dec_bits.then(|| b.tile("wdec", DType::Bf16, bn, bk, [c.wa, 1]));
+        wg = Some((sw, acc, acc_up, pv, wreg));
+    } else {
+        // PATH=gemv: 8-token tiles keep the 16-row epilogue tiles (their rows past 8 are never valid).
+        let bmt = bm.max(16);
+        let sacc = b.shared("sacc", DType::F32, bn, bmt + 1, 1, Swizzle::None);
+        let acc = (!c.gemv).then(|| b.tile("acc", DType::F32, bn, bm, warps));
+        // The decoded weights of one 32-wide block (PATH=stream: of the whole BK slice).
+        let wt = (!c.gemv).then(|| b.tile("w", DType::Bf16, bn, if c.stream { bk } else { 32 }, [c.wa, 1]));
+        // Output tile [BM, BNO] (tokens x output columns) on as many warps along columns as divide it.
+        let yw = [1u32, 2, 4, 8, 16]
+            .into_iter()
+            .rev()
+            .find(|w| (c.wa * c.wb).is_multiple_of(*w) && bno.is_multiple_of(8 * w))
+            .unwrap_or(1);
+        let yt = b.tile("y", DType::F32, bmt, bno, [1, yw]);
+        let pv = (spec.row_scale && (!partial || fused)).then(|| b.vec("p_rows", bmt, [1, yw]));
+        // FIN=last: the sums of the gate (or only) and up halves of the tile's partials, and the block's view of
+        // its tile's arrival count.
+        let sums = fused.then(|| {
+            let ys = b.tile("ysum", DType::F32, bmt, bno, [1, yw]);
+            let us = glu.then(|| b.tile("usum", DType::F32, bmt, bno, [1, yw]));
+            (ys, us, b.shared("arrived", DType::I32, 1, 1, 1, Swizzle::None))
+        });
+        // PATH=gemv: the warps' partials of one `Fp4Gemv` (one per GLU half).
+        let spart = c.gemv.then(|| {
+            let (rows, count) = gemv_scratch(c, spec.tiled);
+            b.shared("spart", DType::F32, rows, bm, count, Swizzle::None)
+        });
+        sync = Some((sacc, acc, wt, yt, pv, sums, spart));
+    }
+    (sync, wg)
+}
+
+impl MainKernel<'_> {
+    /// TS: the whole tiles of the first groups and the K halves of the last `gs` groups' tiles (grid rows).
+    fn walk_split_groups(
+        &self,
+        b: &mut KernelBuilder,
+        gs: Expr,
+        (g_count, n_tiles): (&Expr, &Expr),
+        (group_start, group_end): (&dyn Fn(&Expr) -> Expr, &dyn Fn(&Expr) -> Expr),
+    ) {
+        let (m, bm, bk) = (&self.m, self.c.bm, self.c.bk);
+        let gs = b.let_("gs", gs);
+        let whole = b.let_("whole", g_count.clone() - gs);
+        let y = Expr::block_idx(1);
+        let halves = b.let_("halves", y.ge(whole.clone()));
+        let r = b.let_("r", Expr::select(halves.clone(), &y - whole.clone(), 0i64));
+        let gsel = b.let_("gsel", Expr::select(halves.clone(), whole.clone() + &r / 2i64, y));
+        let half = b.let_("half", &r % 2i64);
+        let row0 = b.let_("row0", group_start(&gsel));
+        let rows_g = b.let_("rows_g", group_end(&gsel) - row0.clone());
+        let nt = b.let_("nt", Expr::block_idx(0));
+        let kd = self.kd.clone();
+        let kc = b.let_("kc", kd.ceil_div(2 * bk as i64) * bk as i64);
+        let m_max = m.ceil_div(bm as i64);
+        b.for_("mt", 0i64, rows_g.ceil_div(bm as i64), 1i64, |b, mt| {
+            let kbeg = Expr::select(halves.clone(), &half * kc.clone(), 0i64);
+            let seg = SkSeg {
+                kbeg: kbeg.clone(),
+                kend: Expr::select(halves.clone(), (&kbeg + kc.clone()).min(kd.clone()), kd.clone()),
+                full: halves.not(),
+            };
+            let t = ((&gsel - whole.clone()) * m_max.clone() + mt.clone()) * n_tiles.clone() + nt.clone();
+            self.tile(b, t, gsel.clone(), row0.clone(), rows_g.clone(), half.clone(), mt, nt.clone(), Some(seg));
+        });
+    }
+}
+
+/// The main kernel's outputs: the row scales `p` and `y`, or the split-K partials (with FIN=last, then the
+/// arrival counters, `p` and `y`).
+#[allow(clippy::type_complexity)]
+fn main_outputs(
+    b: &mut KernelBuilder,
+    spec: &MatSpec,
+    (partial, fused): (bool, bool),
+    (m, n, n_out): (&Expr, &Expr, &Expr),
+) -> (Option<TensorId>, TensorId, Option<(TensorId, TensorId)>) {
+    let mut fin = None;
+    let (p, out) = if partial {
+        let s = b.dim("S");
+        let access = if fused { Access::ReadWrite } else { Access::Write };
+        let part = b.tensor("part", DType::F32, &[s, m.clone(), n.clone()], access);
+        if fused {
+            let t = b.dim("T");
+            let sem = b.tensor("sem", DType::I32, &[t], Access::ReadWrite);
+            let p = spec.row_scale.then(|| b.tensor("p", DType::F32, std::slice::from_ref(&m), Access::Read));
+            let y = b.tensor("y", DType::Bf16, &[m.clone(), n_out.clone()], Access::Write);
+            fin = Some((sem, y));
+            (p, part)
+        } else {
+            (None, part)
+        }
+    } else {
+        let p = spec.row_scale.then(|| b.tensor("p", DType::F32, std::slice::from_ref(&m), Access::Read));
+        (p, b.tensor("y", DType::Bf16, &[m.clone(), n_out.clone()], Access::Write))
+    };
+    (p, out, fin)
+}
+
+/// Where a tile of the flat order lies: group, its first row and row count, K split, token tile and weight tile.
+type Located = (Expr, Expr, Expr, Expr, Expr, Expr);
+/// [`Located`] of tile `t`, with the group walk's state carried across a CTA's tiles (stream-K) or not.
+type Locate<'l> = &'l dyn Fn(&mut KernelBuilder, &Expr, Option<(VarId, VarId, VarId)>) -> Located;
+
+impl MainKernel<'_> {
+    /// The flat order's `total` tiles on the persistent or hardware grid: stream-K runs (SK=1), else CTA c takes
+    /// tiles c, c + step, ...
+    fn walk_persistent(&self, b: &mut KernelBuilder, total: VarId, locate: Locate<'_>) {
+        let (c, bk) = (self.c, self.c.bk);
+        if c.sk {
+            // Stream-K (PATH=gemv, CPS > 0, SK=1): the `total` tiles' K ranges in BK units, `nk` per tile, split into
+            // equal contiguous runs over the first `active` = min(grid, total) CTAs (the rest exit at once). A run has
+            // at least `nk` units, so a tile is either one CTA's whole (the plain epilogue) or split between exactly
+            // two: the CTA whose run ends inside it (partial slot 0, from K = 0) and the one whose run starts inside it
+            // (slot 1); the second to arrive sums both (FIN=last's counters, slots in order). The runs start at
+            // different K offsets of their first tiles, so the CTAs' tile boundaries fall at different times.
+            // Measured (2026-12-05, H100, 28 x 4): 1.09x slower than the hardware grid: ~7 us pass before the
+            // first byte (the tile count's walk, the divisions, the first group walk), and the CTAs, whose rates
+            // differ by ~10%, end ~15 us apart, where the hardware grid's dynamic hand-out absorbs those differences.
+            let kd = self.kd.clone();
+            let nk = b.let_("nk", kd.ceil_div(bk as i64));
+            let units = b.let_("units", Expr::Var(total) * nk.clone());
+            let active = b.let_("active", Expr::Var(total).min(Expr::grid_dim(0)).max(1i64));
+            let cta = Expr::block_idx(0);
+            let u0 = b.let_("u0", &cta * units.clone() / active.clone());
+            let u1 = b.let_("u1", (&cta + 1i64) * units.clone() / active.clone());
+            let t0 = b.let_("t0", &u0 / nk.clone());
+            let busy = cta.lt(active.clone()).and(u1.gt(u0.clone()));
+            let t_end = Expr::select(busy, (&u1 - 1i64) / nk.clone() + 1i64, t0.clone());
+            // The current group, the tiles before it and its tiles (none yet: the first tile walks).
+            let carried = (b.let_var("grp", 0i64), b.let_var("before", 0i64), b.let_var("in_grp", 0i64));
+            b.for_("tile", t0, t_end, 1i64, |b, t| {
+                let tb = b.let_("tb", &t * nk.clone());
+                let lo = b.let_("lo", u0.max(tb.clone()) - tb.clone());
+                let hi = b.let_("hi", u1.min(&tb + nk.clone()) - tb.clone());
+                let (gsel, row0, rows_g, _, mt, nt) = locate(b, &t, Some(carried));
+                let seg = SkSeg {
+                    kbeg: &lo * bk as i64,
+                    kend: (&hi * bk as i64).min(kd.clone()),
+                    full: lo.eq(0i64).and(hi.eq(nk.clone())),
+                };
+                let slot = Expr::select(lo.gt(0i64), Expr::Int(1), Expr::Int(0));
+                self.tile(b, t, gsel, row0, rows_g, slot, mt, nt, Some(seg));
+            });
+            return;
+        }
+        // The persistent grid's tiles: CTA c takes tiles c, c + step, c + 2 step, ... For PATH=gemv (CPS > 0) the
+        // tiles are balanced: with `per` = ceil(total / grid) tiles for the busiest CTA, only the first
+        // `active` = ceil(total / per) CTAs work (the rest exit at once), so every working CTA takes `per` tiles or,
+        // for a few, `per` - 1 (28 x 4 at 64 rows on 528 CTAs: 448 CTAs of 6 tiles, where the plain stride gave 48
+        // CTAs a sixth tile that ran on after the other 480 had finished). The decode's tiles all stream the same
+        // bytes, so balanced CTAs that start together can also end together; the hardware-scheduled grid's tail (its
+        // last CTAs draining alone: ~9 us of lost DRAM time at 28 x 4 on an H100, as read off the PM samples of
+        // 2026-12-05) is what this was for. Measured (2026-12-05, H100, 28 x 4): 1.17x slower than the hardware
+        // grid: the CTAs turn over in lockstep (DRAM dips to 22-80% at each tile boundary), and each tile walks all G
+        // groups (two loads of `offs` each; at 112 experts 1.64x slower).
+        let (t_end, t_step) = if c.gemv && c.cps > 0 {
+            let per = b.let_("per", Expr::Var(total).ceil_div(Expr::grid_dim(0)).max(1i64));
+            let active = b.let_("active", Expr::Var(total).ceil_div(per).max(1i64));
+            (Expr::select(Expr::block_idx(0).lt(active.clone()), Expr::Var(total), 0i64), active)
+        } else {
+            (Expr::Var(total), Expr::grid_dim(0))
+        };
+        b.for_("tile", Expr::block_idx(0), t_end, t_step, |b, t| {
+            let (gsel, row0, rows_g, ks, mt, nt) = locate(b, &t, None);
+            self.tile(b, t, gsel, row0, rows_g, ks, mt, nt, None);
+        });
+    }
+}
+
+impl MainKernel<'_> {
+    /// PATH=gemv with one CTA per (weight tile, K split) of each group: the group's token tiles.
+    fn walk_gemv_groups(
+        &self,
+        b: &mut KernelBuilder,
+        split: i64,
+        (group_start, group_end): (&dyn Fn(&Expr) -> Expr, &dyn Fn(&Expr) -> Expr),
+    ) {
+        let bm = self.c.bm;
+        // PATH=gemv, one CTA per (weight tile, K split) of each group (grid y): no search over the groups, two
+        // loads of `offs`; the CTA walks its group's token tiles (one at decode; none for an empty group).
+        let gsel = Expr::block_idx(1);
+        let row0 = b.let_("row0", group_start(&gsel));
+        let rows_g = b.let_("rows_g", group_end(&gsel) - row0.clone());
+        let local = Expr::block_idx(0);
+        let ks = b.let_("ks", &local % split);
+        let nt = b.let_("nt", &local / split);
+        b.for_("mt", 0i64, rows_g.ceil_div(bm as i64), 1i64, |b, mt| {
+            self.tile(b, Expr::Int(0), gsel.clone(), row0.clone(), rows_g.clone(), ks.clone(), mt, nt.clone(), None);
+        });
+    }
+}
+
+/// The main kernel's grid: TS's whole and halved groups, PATH=gemv's (weight tile, K split) x group, the
+/// persistent CTAs, or one CTA per tile (an upper bound of the count).
+fn main_grid(
+    b: &mut KernelBuilder,
+    spec: &MatSpec,
+    c: &Cfg,
+    fused: bool,
+    ts_groups: Option<&Expr>,
+    (m, g_count, n_tiles, num_sms): (&Expr, &Expr, &Expr, Expr),
+) {
+    let (bm, split) = (c.bm, c.split as i64);
+    if let Some(gs) = ts_groups {
+        b.grid(n_tiles.clone(), g_count.clone() + gs.clone(), 1i64);
+    } else if c.gemv && c.cps == 0 && !fused {
+        b.grid(n_tiles.clone() * split, g_count.clone(), 1i64);
+    } else if c.cps > 0 {
+        b.grid(num_sms * c.cps as i64, 1i64, 1i64);
+    } else {
+        // One CTA per tile: an upper bound of the tile count from the shapes (sum over groups of
+        // ceil(rows/BM) <= ceil(M/BM) + G); CTAs past the real count exit at once.
+        let groups_extra = if spec.grouped { g_count.clone() } else { Expr::Int(0) };
+        b.grid((m.ceil_div(bm as i64) + groups_extra) * n_tiles.clone() * split, 1i64, 1i64);
+    }
 }
