@@ -5,108 +5,15 @@ use super::*;
 impl MainKernel<'_> {
     /// The mma.sync paths (PATH=tile, stream and gemv): the K loop, then the epilogue through `sacc`.
     pub(super) fn tile_sync(&self, b: &mut KernelBuilder, tc: &TileCtx, sync: SyncTiles) {
-        let (spec, c, glu, partial, threads, bm, bn, bk, st, split) = (
-            self.spec,
-            self.c,
-            self.glu,
-            self.partial,
-            self.threads,
-            self.c.bm,
-            self.c.bn,
-            self.c.bk,
-            self.c.stages,
-            self.c.split as i64,
-        );
+        let (spec, c, glu, partial, bm, bn, bk, split) =
+            (self.spec, self.c, self.glu, self.partial, self.c.bm, self.c.bn, self.c.bk, self.c.split as i64);
         let (m, n, kb, kd, kq, n_out) = (&self.m, &self.n, &self.kb, &self.kd, &self.kq, &self.n_out);
-        let (x, wq, ws, out, p, fin, sqs, sx, sx8) =
-            (self.x, self.wq, self.ws, self.out, self.p, self.fin, self.sqs, self.sx, self.sx8);
-        let (t, row0, ks, m0, n0, rows_valid, kbeg, kend, k_tiles, wrow) =
-            (&tc.t, &tc.row0, &tc.ks, &tc.m0, &tc.n0, &tc.rows_valid, &tc.kbeg, &tc.kend, &tc.k_tiles, &tc.wrow);
+        let (x, wq, ws, out, p, fin) = (self.x, self.wq, self.ws, self.out, self.p, self.fin);
+        let (t, row0, ks, m0, n0, rows_valid, kbeg, kend, wrow) =
+            (&tc.t, &tc.row0, &tc.ks, &tc.m0, &tc.n0, &tc.rows_valid, &tc.kbeg, &tc.kend, &tc.wrow);
         let (sacc, acc, wt, yt, pv, sums, spart) = sync;
         if let (Some(acc), Some(wt)) = (acc, wt) {
-            b.map(acc, 0.0f64);
-            for s in 0..st - 1 {
-                let s = Expr::Int(s as i64);
-                b.if_(s.lt(k_tiles.clone()), |b| self.load_stage(b, tc, s.clone(), s.clone()));
-                b.commit();
-            }
-            // The slot of `kt` kept as a wrapping counter (no 64-bit `%` by a non-power of two per iteration).
-            let rslot = b.let_var("rslot", 0i64);
-            b.for_("kt", 0i64, k_tiles.clone(), 1i64, |b, kt| {
-                b.wait(st - 2);
-                b.barrier();
-                let next = &kt + (st - 1) as i64;
-                // (kt + STAGES - 1) % STAGES
-                let nslot =
-                    Expr::select(Expr::Var(rslot).eq(0i64), Expr::Int((st - 1) as i64), Expr::Var(rslot) - 1i64);
-                b.if_(next.lt(k_tiles.clone()), |b| self.load_stage(b, tc, next.clone(), nslot));
-                b.commit();
-                let slot = b.let_("slot", Expr::Var(rslot));
-                let xslot = if let Some((sxq, sxs)) = sx8 {
-                    dequant_x(b, sxq, sxs, sx.expect("x tile"), &slot, &Expr::Int(0), rows_valid, bm, bk, threads);
-                    b.barrier();
-                    Expr::Int(0)
-                } else {
-                    slot.clone()
-                };
-                if c.stream {
-                    // The slice's words and scales straight into registers, then one product over BK.
-                    let k0 = b.let_("k0", kbeg + kt.clone() * bk as i64);
-                    let nvalid = n.clone() - n0.clone();
-                    // The packed words and the scales of the K slice from `k` on (masked at this split's end).
-                    let slice = |k: &Expr| {
-                        let kleft = kend - k.clone();
-                        let qv = view(
-                            wq,
-                            (wrow + n0.clone()) * kq.clone() + k / 8i64,
-                            kq.clone(),
-                            nvalid.clone(),
-                            &kleft / 8i64,
-                            4,
-                        );
-                        let sv = view(
-                            ws,
-                            (wrow + n0.clone()) * kb.clone() + k / 32i64,
-                            kb.clone(),
-                            nvalid.clone(),
-                            &kleft / 32i64,
-                            1,
-                        );
-                        (qv, sv)
-                    };
-                    let (qv, sv) = slice(&k0);
-                    if c.prefetch {
-                        // The next slice's views (past this split's K range on the last slice: all masked).
-                        let (nq, ns) = slice(&(&k0 + bk as i64));
-                        let pf = Fp4Prefetch { words: nq, scales: ns, first: kt.eq(0i64) };
-                        b.dequant_fp4_stream_prefetch(wt, qv, sv, spec.packed, spec.fold, spec.finite, pf);
-                    } else {
-                        b.dequant_fp4_stream(wt, qv, sv, spec.packed, spec.fold, spec.finite);
-                    }
-                    let xw = b.window(sx.expect("x tile"), xslot.clone(), 0, 0, bm, bk);
-                    b.mma(acc, Operand::Reg(wt), Operand::Shared { src: xw, transpose: true });
-                }
-                for sub in (0..bk / 32).filter(|_| !c.stream) {
-                    let (sq, ss) = sqs.expect("tile path");
-                    if c.dec_bits {
-                        let q = b.window(sq, slot.clone(), 0, sub * 4, bn, 4);
-                        let s = b.window(ss, slot.clone(), 0, sub, bn, 1);
-                        b.dequant_fp4(wt, q, s, spec.packed, spec.fold, spec.finite);
-                    } else {
-                        b.map(wt, decode_expr(spec, sq, ss, &slot, Expr::Int(sub as i64), Expr::ColIdx));
-                    }
-                    let sub = sub as i64;
-                    let xw = b.window(sx.expect("x tile"), xslot.clone(), 0, (sub * 32) as u32, bm, 32);
-                    b.mma(acc, Operand::Reg(wt), Operand::Shared { src: xw, transpose: true });
-                }
-                let inc = Expr::Var(rslot) + 1i64;
-                b.assign(rslot, Expr::select(inc.eq(st as i64), Expr::Int(0), inc));
-            });
-            b.wait(0);
-            // Epilogue: transpose the [BN, BM] accumulator through shared memory.
-            let sw = b.window(sacc, 0i64, 0, 0, bn, bm);
-            b.store(acc, Place::Shared(sw));
-            b.barrier();
+            self.sync_k_loop(b, tc, acc, wt, sacc);
         } else {
             // PATH=gemv: one statement per weight half over this split's K range, reduced into `sacc`.
             let spart = spart.expect("gemv partials");
@@ -280,5 +187,98 @@ impl MainKernel<'_> {
             None if partial => partial_epilogue(b),
             None => plain_epilogue(b, out),
         }
+    }
+
+    /// PATH=tile and stream: the `STAGES`-deep K loop into the `[BN, BM]` accumulator, then its transpose
+    /// through `sacc`.
+    fn sync_k_loop(&self, b: &mut KernelBuilder, tc: &TileCtx, acc: TileId, wt: TileId, sacc: SharedId) {
+        let (spec, c, threads, bm, bn, bk, st) =
+            (self.spec, self.c, self.threads, self.c.bm, self.c.bn, self.c.bk, self.c.stages);
+        let (n, kb, kq) = (&self.n, &self.kb, &self.kq);
+        let (wq, ws, sqs, sx, sx8) = (self.wq, self.ws, self.sqs, self.sx, self.sx8);
+        let (n0, rows_valid, kbeg, kend, k_tiles, wrow) =
+            (&tc.n0, &tc.rows_valid, &tc.kbeg, &tc.kend, &tc.k_tiles, &tc.wrow);
+        b.map(acc, 0.0f64);
+        for s in 0..st - 1 {
+            let s = Expr::Int(s as i64);
+            b.if_(s.lt(k_tiles.clone()), |b| self.load_stage(b, tc, s.clone(), s.clone()));
+            b.commit();
+        }
+        // The slot of `kt` kept as a wrapping counter (no 64-bit `%` by a non-power of two per iteration).
+        let rslot = b.let_var("rslot", 0i64);
+        b.for_("kt", 0i64, k_tiles.clone(), 1i64, |b, kt| {
+            b.wait(st - 2);
+            b.barrier();
+            let next = &kt + (st - 1) as i64;
+            // (kt + STAGES - 1) % STAGES
+            let nslot = Expr::select(Expr::Var(rslot).eq(0i64), Expr::Int((st - 1) as i64), Expr::Var(rslot) - 1i64);
+            b.if_(next.lt(k_tiles.clone()), |b| self.load_stage(b, tc, next.clone(), nslot));
+            b.commit();
+            let slot = b.let_("slot", Expr::Var(rslot));
+            let xslot = if let Some((sxq, sxs)) = sx8 {
+                dequant_x(b, sxq, sxs, sx.expect("x tile"), &slot, &Expr::Int(0), rows_valid, bm, bk, threads);
+                b.barrier();
+                Expr::Int(0)
+            } else {
+                slot.clone()
+            };
+            if c.stream {
+                // The slice's words and scales straight into registers, then one product over BK.
+                let k0 = b.let_("k0", kbeg + kt.clone() * bk as i64);
+                let nvalid = n.clone() - n0.clone();
+                // The packed words and the scales of the K slice from `k` on (masked at this split's end).
+                let slice = |k: &Expr| {
+                    let kleft = kend - k.clone();
+                    let qv = view(
+                        wq,
+                        (wrow + n0.clone()) * kq.clone() + k / 8i64,
+                        kq.clone(),
+                        nvalid.clone(),
+                        &kleft / 8i64,
+                        4,
+                    );
+                    let sv = view(
+                        ws,
+                        (wrow + n0.clone()) * kb.clone() + k / 32i64,
+                        kb.clone(),
+                        nvalid.clone(),
+                        &kleft / 32i64,
+                        1,
+                    );
+                    (qv, sv)
+                };
+                let (qv, sv) = slice(&k0);
+                if c.prefetch {
+                    // The next slice's views (past this split's K range on the last slice: all masked).
+                    let (nq, ns) = slice(&(&k0 + bk as i64));
+                    let pf = Fp4Prefetch { words: nq, scales: ns, first: kt.eq(0i64) };
+                    b.dequant_fp4_stream_prefetch(wt, qv, sv, spec.packed, spec.fold, spec.finite, pf);
+                } else {
+                    b.dequant_fp4_stream(wt, qv, sv, spec.packed, spec.fold, spec.finite);
+                }
+                let xw = b.window(sx.expect("x tile"), xslot.clone(), 0, 0, bm, bk);
+                b.mma(acc, Operand::Reg(wt), Operand::Shared { src: xw, transpose: true });
+            }
+            for sub in (0..bk / 32).filter(|_| !c.stream) {
+                let (sq, ss) = sqs.expect("tile path");
+                if c.dec_bits {
+                    let q = b.window(sq, slot.clone(), 0, sub * 4, bn, 4);
+                    let s = b.window(ss, slot.clone(), 0, sub, bn, 1);
+                    b.dequant_fp4(wt, q, s, spec.packed, spec.fold, spec.finite);
+                } else {
+                    b.map(wt, decode_expr(spec, sq, ss, &slot, Expr::Int(sub as i64), Expr::ColIdx));
+                }
+                let sub = sub as i64;
+                let xw = b.window(sx.expect("x tile"), xslot.clone(), 0, (sub * 32) as u32, bm, 32);
+                b.mma(acc, Operand::Reg(wt), Operand::Shared { src: xw, transpose: true });
+            }
+            let inc = Expr::Var(rslot) + 1i64;
+            b.assign(rslot, Expr::select(inc.eq(st as i64), Expr::Int(0), inc));
+        });
+        b.wait(0);
+        // Epilogue: transpose the [BN, BM] accumulator through shared memory.
+        let sw = b.window(sacc, 0i64, 0, 0, bn, bm);
+        b.store(acc, Place::Shared(sw));
+        b.barrier();
     }
 }
