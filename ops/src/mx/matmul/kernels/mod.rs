@@ -347,7 +347,7 @@ impl MainKernel<'_> {
         b: &mut KernelBuilder,
         gs: Expr,
         (g_count, n_tiles): (&Expr, &Expr),
-        (group_start, group_end): (&dyn Fn(&Expr) -> Expr, &dyn Fn(&Expr) -> Expr),
+        (group_start, group_end): (GroupBound<'_>, GroupBound<'_>),
     ) {
         let (m, bm, bk) = (&self.m, self.c.bm, self.c.bk);
         let gs = b.let_("gs", gs);
@@ -393,7 +393,7 @@ fn main_outputs(
         if fused {
             let t = b.dim("T");
             let sem = b.tensor("sem", DType::I32, &[t], Access::ReadWrite);
-            let p = spec.row_scale.then(|| b.tensor("p", DType::F32, std::slice::from_ref(&m), Access::Read));
+            let p = spec.row_scale.then(|| b.tensor("p", DType::F32, std::slice::from_ref(m), Access::Read));
             let y = b.tensor("y", DType::Bf16, &[m.clone(), n_out.clone()], Access::Write);
             fin = Some((sem, y));
             (p, part)
@@ -401,11 +401,14 @@ fn main_outputs(
             (None, part)
         }
     } else {
-        let p = spec.row_scale.then(|| b.tensor("p", DType::F32, std::slice::from_ref(&m), Access::Read));
+        let p = spec.row_scale.then(|| b.tensor("p", DType::F32, std::slice::from_ref(m), Access::Read));
         (p, b.tensor("y", DType::Bf16, &[m.clone(), n_out.clone()], Access::Write))
     };
     (p, out, fin)
 }
+
+/// A group's first row (or its end), from the group index.
+type GroupBound<'g> = &'g dyn Fn(&Expr) -> Expr;
 
 /// Where a tile of the flat order lies: group, its first row and row count, K split, token tile and weight tile.
 type Located = (Expr, Expr, Expr, Expr, Expr, Expr);
@@ -484,7 +487,7 @@ impl MainKernel<'_> {
         &self,
         b: &mut KernelBuilder,
         split: i64,
-        (group_start, group_end): (&dyn Fn(&Expr) -> Expr, &dyn Fn(&Expr) -> Expr),
+        (group_start, group_end): (GroupBound<'_>, GroupBound<'_>),
     ) {
         let bm = self.c.bm;
         // PATH=gemv, one CTA per (weight tile, K split) of each group (grid y): no search over the groups, two
