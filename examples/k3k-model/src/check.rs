@@ -87,30 +87,34 @@ impl KdaCheck<'_> {
         let d = HEAD_DIM;
         let (mut go, mut wo, mut gs, mut ws) = (vec![], vec![], vec![], vec![]);
         let ht = self.ht.fetch(s)?;
+        // The sequence's rows of q, k, v, g, beta and o, read once for all of its pairs.
+        let mut seq_rows: Option<(usize, [Vec<f32>; 6])> = None;
         for p in pairs {
             let (r0, r1) = (self.cu[p.seq], self.cu[p.seq + 1]);
             let t = r1 - r0;
-            let head = |b: &Buf, w: usize| -> Res<Vec<f32>> {
-                let all = b.fetch_rows(s, r0..r1)?;
-                Ok((0..t).flat_map(|i| all[(i * HEADS + p.head) * w..(i * HEADS + p.head + 1) * w].to_vec()).collect())
+            if seq_rows.as_ref().is_none_or(|(seq, _)| *seq != p.seq) {
+                let bufs = [self.q, self.k, self.v, self.g, self.beta, self.o];
+                let fetched: Vec<Vec<f32>> = bufs.iter().map(|b| b.fetch_rows(s, r0..r1)).collect::<Res<_>>()?;
+                seq_rows = Some((p.seq, fetched.try_into().map_err(|_| "six buffers")?));
+            }
+            let [q, k, v, graw, beta, o] = &seq_rows.as_ref().expect("fetched above").1;
+            let head = |all: &[f32], w: usize| -> Vec<f32> {
+                (0..t).flat_map(|i| all[(i * HEADS + p.head) * w..(i * HEADS + p.head + 1) * w].to_vec()).collect()
             };
-            let (q, k, v, graw, beta) =
-                (head(self.q, d)?, head(self.k, d)?, head(self.v, d)?, head(self.g, d)?, head(self.beta, 1)?);
             let bias = &self.bias[p.head * d..(p.head + 1) * d];
-            let g: Vec<f32> = graw
+            let g: Vec<f32> = head(graw, d)
                 .iter()
                 .enumerate()
                 .map(|(i, &x)| gate_safe(x as f64, bias[i % d] as f64, KDA_LB as f64) as f32)
                 .collect();
-            let b: Vec<f32> = beta.iter().map(|&x| rg::sigmoid(x as f64) as f32).collect();
-            let mut inp = KdaInputs::new(1, t, 1, 1, d, d, q, k, v, g, b);
+            let b: Vec<f32> = head(beta, 1).iter().map(|&x| rg::sigmoid(x as f64) as f32).collect();
+            let mut inp = KdaInputs::new(1, t, 1, 1, d, d, head(q, d), head(k, d), head(v, d), g, b);
             inp.use_qk_l2norm = true;
             inp.scale = Some(kda_scale() as f64);
             let st = (p.seq * HEADS + p.head) * d * d;
             inp.h0 = self.h0.map(|h| h[st..st + d * d].to_vec());
             let r = kda_recurrent(&inp)?;
-            let o = self.o.fetch_rows(s, r0..r1)?;
-            go.extend((0..t).flat_map(|i| o[(i * HEADS + p.head) * d..(i * HEADS + p.head + 1) * d].to_vec()));
+            go.extend(head(o, d));
             wo.extend(r.o);
             gs.extend_from_slice(&ht[st..st + d * d]);
             ws.extend(r.final_state);

@@ -7,12 +7,12 @@
 //! batch is small); every step's output and the final states of the graph replays equal the eager steps' bits.
 //! Times: the eager step, the graph step, the sum of the step's kernels' GPU times, the host cost per launch.
 
-use crate::check::{self, Checker, KdaCheck, KdaPair, kda_scale, mla_scale};
+use crate::check::{self, Checker, KdaPair, kda_scale, mla_scale};
 use crate::config::*;
 use crate::dev::Buf;
 use crate::engine::{Cache, Routing};
 use crate::host::*;
-use crate::model::{Each, Launchers, Prefill};
+use crate::model::{Each, KdaBufs, Launchers, Prefill};
 use crate::weights::Weights;
 use k3k_build::reference::gemm::{self as rg, Epilogue};
 use k3k_build::reference::mla as rmla;
@@ -24,18 +24,6 @@ use std::sync::Arc;
 /// splits = 96 blocks of the 132 SMs of an H100 SXM or H200.
 const NSPLIT: usize = 16;
 const B: usize = DECODE_BATCH;
-
-struct KdaStep {
-    q: Buf,
-    k: Buf,
-    v: Buf,
-    graw: Buf,
-    g: Buf,
-    beta: Buf,
-    o: Buf,
-    y: Buf,
-    state: Buf,
-}
 
 struct MlaStep {
     qa: Buf,
@@ -69,7 +57,7 @@ struct MoeStep {
 pub struct Step {
     /// The step's input (the new tokens' hidden states), then the hidden state after each layer.
     xs: Vec<Buf>,
-    kda: Vec<KdaStep>,
+    kda: Vec<KdaBufs>,
     mla: MlaStep,
     moe: MoeStep,
 }
@@ -84,22 +72,7 @@ fn f32b(s: &Arc<CudaStream>, shape: &[usize]) -> Res<Buf> {
 
 impl Step {
     pub fn new(s: &Arc<CudaStream>) -> Res<Step> {
-        let hd = HEADS * HEAD_DIM;
-        let kda = (0..KDA_LAYERS)
-            .map(|_| -> Res<KdaStep> {
-                Ok(KdaStep {
-                    q: bf(s, &[B, hd])?,
-                    k: bf(s, &[B, hd])?,
-                    v: bf(s, &[B, hd])?,
-                    graw: bf(s, &[B, hd])?,
-                    g: f32b(s, &[B, hd])?,
-                    beta: bf(s, &[B, HEADS])?,
-                    o: bf(s, &[B, hd])?,
-                    y: bf(s, &[B, HIDDEN])?,
-                    state: f32b(s, &[B, HEADS, HEAD_DIM, HEAD_DIM])?,
-                })
-            })
-            .collect::<Res<_>>()?;
+        let kda = (0..KDA_LAYERS).map(|_| KdaBufs::new(s, B, B)).collect::<Res<_>>()?;
         let offs_h: Vec<i32> = (1..=HEADS).map(|h| (h * B) as i32).collect();
         let mla = MlaStep {
             qa: bf(s, &[B, MLA_Q_RANK])?,
@@ -160,13 +133,7 @@ impl Step {
         for (l, (a, lw)) in self.kda.iter_mut().zip(&w.kda).enumerate() {
             let (before, after) = self.xs.split_at_mut(l + 1);
             let (x, xo) = (&before[l], &mut after[0]);
-            for (name, wt, dst) in
-                [("q", &lw.q, &mut a.q), ("k", &lw.k, &mut a.k), ("v", &lw.v, &mut a.v), ("g", &lw.g, &mut a.graw)]
-            {
-                each(&format!("KDA{l} linear {name}"), &mut || k.linear(s, x, wt, dst))?;
-            }
-            each(&format!("KDA{l} linear beta"), &mut || k.linear(s, x, &lw.beta, &mut a.beta))?;
-            each(&format!("KDA{l} cast g (engine)"), &mut || k.eng.cast(s, &a.graw, &mut a.g))?;
+            a.enqueue_inputs(l, k, s, x, lw, each)?;
             each(&format!("KDA{l} kda.decode step (in place)"), &mut || {
                 Ok(k.kda_step.launch(
                     s,
@@ -182,8 +149,7 @@ impl Step {
                     KDA_LB,
                 )?)
             })?;
-            each(&format!("KDA{l} linear o"), &mut || k.linear(s, &a.o, &lw.o, &mut a.y))?;
-            each(&format!("KDA{l} residual add (engine)"), &mut || k.eng.add(s, x, &a.y, xo))?;
+            a.enqueue_output(l, k, s, x, lw, xo, each)?;
         }
 
         let (before, after) = self.xs.split_at_mut(KDA_LAYERS + 1);
@@ -272,38 +238,17 @@ impl Step {
     }
 
     /// Check every op of the step just run eagerly, from what the device held before it.
-    fn check(&self, s: &Arc<CudaStream>, w: &Weights, cache: &Cache, before: &Before, rep: &mut Report) -> Res<()> {
+    fn check(&self, s: &Arc<CudaStream>, w: &Weights, cache: &Cache, before: &Before<'_>, rep: &mut Report) -> Res<()> {
         let mut ck = Checker { s, rep, stage: "decode" };
         let rows: Vec<usize> = (0..B).collect();
         let cu: Vec<usize> = (0..=B).collect();
+        let pairs: Vec<KdaPair> = (0..B).flat_map(|seq| (0..HEADS).map(move |head| KdaPair { seq, head })).collect();
         for (l, (a, lw)) in self.kda.iter().zip(&w.kda).enumerate() {
-            let x = &self.xs[l];
-            for (name, wt, y) in [("q", &lw.q, &a.q), ("k", &lw.k, &a.k), ("v", &lw.v, &a.v), ("g", &lw.g, &a.graw)] {
-                ck.linear(&format!("KDA{l} {name}"), x, wt, y, &rows)?;
-            }
-            ck.linear(&format!("KDA{l} beta"), x, &lw.beta, &a.beta, &rows)?;
-            let pairs: Vec<KdaPair> =
-                (0..B).flat_map(|seq| (0..HEADS).map(move |head| KdaPair { seq, head })).collect();
-            let kc = KdaCheck {
-                q: &a.q,
-                k: &a.k,
-                v: &a.v,
-                g: &a.graw,
-                beta: &a.beta,
-                bias: &lw.bias_h,
-                o: &a.o,
-                ht: &a.state,
-                h0: Some(&before.states[l]),
-                cu: &cu,
-            };
-            let (eo, es) = kc.run(s, &pairs)?;
-            ck.row(&format!("KDA{l} kda.decode o"), "N6 H12", eo, check::TOL, "every pair");
-            ck.row(&format!("KDA{l} kda.decode state"), "[6,12,128,128]", es, check::TOL, "in place");
-            ck.linear(&format!("KDA{l} o"), &a.o, &lw.o, &a.y, &rows)?;
-            ck.add(x, &a.y, &self.xs[l + 1], &rows)?;
+            let kda = ("kda.decode", &cu[..], &pairs[..], Some(&before.states[l][..]));
+            a.check(&mut ck, l, &self.xs[l], lw, &self.xs[l + 1], &rows, kda)?;
         }
         self.check_mla(s, w, cache, &before.lens, rep, &rows)?;
-        self.check_moe(s, w, &before.bias, rep, &rows)
+        self.check_moe(s, w, before.bias, rep, &rows)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -425,10 +370,10 @@ impl Step {
 }
 
 /// What a checked step reads from before it ran: the KDA states, the cache lengths, and the QB bias.
-struct Before {
+struct Before<'a> {
     states: Vec<Vec<f32>>,
     lens: Vec<i32>,
-    bias: Vec<f32>,
+    bias: &'a [f32],
 }
 
 /// GPU time of one launch without the host in the way: `f` captured 20 times into a graph, replayed once
@@ -476,7 +421,7 @@ pub fn run(
         let before = Before {
             states: if checked { st.kda.iter().map(|a| a.state.fetch(s)).collect::<Res<_>>()? } else { vec![] },
             lens: cache.lens.fetch_i32(s)?,
-            bias: bias.clone(),
+            bias: &bias,
         };
         let mut host = 0.0;
         let mut n = 0;

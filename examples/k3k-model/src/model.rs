@@ -18,7 +18,7 @@ use crate::dev::Buf;
 use crate::engine::{Cache, Engine, Routing};
 use crate::host::*;
 use crate::kernels;
-use crate::weights::{Lin, Weights};
+use crate::weights::{KdaLayer, Lin, Weights};
 use k3k_build::reference::gemm::Epilogue;
 use k3k_build::reference::mla as rmla;
 use k3k_build::reference::quantile as rq;
@@ -97,17 +97,113 @@ fn bf(s: &Arc<CudaStream>, shape: &[usize]) -> Res<Buf> {
     Buf::alloc(s, DType::Bf16, shape)
 }
 
-/// A KDA layer's activations in the prefill.
-struct KdaActs {
-    q: Buf,
-    k: Buf,
-    v: Buf,
-    graw: Buf,
-    g: Buf,
-    beta: Buf,
-    o: Buf,
-    y: Buf,
-    ht: Buf,
+/// A KDA layer's buffers for `t` tokens (the prefill's, or a decode step's): the projections of its input, the
+/// gate input as f32, the output, its projection, and the recurrent state (`[N, H, 128, 128]` f32: the prefill's
+/// final states, or the state a decode step updates in place).
+pub struct KdaBufs {
+    pub q: Buf,
+    pub k: Buf,
+    pub v: Buf,
+    pub graw: Buf,
+    pub g: Buf,
+    pub beta: Buf,
+    pub o: Buf,
+    pub y: Buf,
+    pub state: Buf,
+}
+
+impl KdaBufs {
+    pub fn new(s: &Arc<CudaStream>, t: usize, n: usize) -> Res<KdaBufs> {
+        let hd = HEADS * HEAD_DIM;
+        Ok(KdaBufs {
+            q: bf(s, &[t, hd])?,
+            k: bf(s, &[t, hd])?,
+            v: bf(s, &[t, hd])?,
+            graw: bf(s, &[t, hd])?,
+            g: Buf::alloc(s, DType::F32, &[t, hd])?,
+            beta: bf(s, &[t, HEADS])?,
+            o: bf(s, &[t, hd])?,
+            y: bf(s, &[t, HIDDEN])?,
+            state: Buf::alloc(s, DType::F32, &[n, HEADS, HEAD_DIM, HEAD_DIM])?,
+        })
+    }
+
+    /// Enqueue layer `l`'s input side: the q, k, v, gate-input and beta projections of `x`, the gate's cast.
+    pub fn enqueue_inputs(
+        &mut self,
+        l: usize,
+        k: &Launchers,
+        s: &Arc<CudaStream>,
+        x: &Buf,
+        lw: &KdaLayer,
+        each: &mut Each<'_>,
+    ) -> Res<()> {
+        let a = self;
+        for (name, wt, dst) in
+            [("q", &lw.q, &mut a.q), ("k", &lw.k, &mut a.k), ("v", &lw.v, &mut a.v), ("g", &lw.g, &mut a.graw)]
+        {
+            each(&format!("KDA{l} linear {name}"), &mut || k.linear(s, x, wt, dst))?;
+        }
+        each(&format!("KDA{l} linear beta"), &mut || k.linear(s, x, &lw.beta, &mut a.beta))?;
+        each(&format!("KDA{l} cast g (engine)"), &mut || k.eng.cast(s, &a.graw, &mut a.g))
+    }
+
+    /// Enqueue layer `l`'s output side: the output projection and the residual add `xo = x + o W_o^T`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn enqueue_output(
+        &mut self,
+        l: usize,
+        k: &Launchers,
+        s: &Arc<CudaStream>,
+        x: &Buf,
+        lw: &KdaLayer,
+        xo: &mut Buf,
+        each: &mut Each<'_>,
+    ) -> Res<()> {
+        let a = self;
+        each(&format!("KDA{l} linear o"), &mut || k.linear(s, &a.o, &lw.o, &mut a.y))?;
+        each(&format!("KDA{l} residual add (engine)"), &mut || k.eng.add(s, x, &a.y, xo))
+    }
+
+    /// Check layer `l`'s projections, its KDA op (`h0`: the states before it, `None` for zeros; `pairs` of the
+    /// sequences `cu`) and its output side.
+    #[allow(clippy::too_many_arguments)]
+    pub fn check(
+        &self,
+        ck: &mut Checker,
+        l: usize,
+        x: &Buf,
+        lw: &KdaLayer,
+        xo: &Buf,
+        rows: &[usize],
+        kda: (&str, &[usize], &[KdaPair], Option<&[f32]>),
+    ) -> Res<()> {
+        let a = self;
+        for (name, wt, y) in [("q", &lw.q, &a.q), ("k", &lw.k, &a.k), ("v", &lw.v, &a.v), ("g", &lw.g, &a.graw)] {
+            ck.linear(&format!("KDA{l} {name}"), x, wt, y, rows)?;
+        }
+        ck.linear(&format!("KDA{l} beta"), x, &lw.beta, &a.beta, rows)?;
+        let (op, cu, pairs, h0) = kda;
+        let kc = KdaCheck {
+            q: &a.q,
+            k: &a.k,
+            v: &a.v,
+            g: &a.graw,
+            beta: &a.beta,
+            bias: &lw.bias_h,
+            o: &a.o,
+            ht: &a.state,
+            h0,
+            cu,
+        };
+        let (eo, es) = kc.run(ck.s, pairs)?;
+        let what = format!("{} (seq, head) pairs", pairs.len());
+        let shape = format!("{} seqs, {} tokens, H{HEADS}", cu.len() - 1, cu[cu.len() - 1]);
+        ck.row(&format!("KDA{l} {op} o"), &shape, eo, check::TOL, &what);
+        ck.row(&format!("KDA{l} {op} states"), &shape_text(&a.state.shape), es, check::TOL, &what);
+        ck.linear(&format!("KDA{l} o"), &a.o, &lw.o, &a.y, rows)?;
+        ck.add(x, &a.y, xo, rows)
+    }
 }
 
 struct MlaActs {
@@ -140,7 +236,7 @@ struct MoeActs {
 pub struct Prefill {
     /// Hidden states: the input, then after each layer (3 KDA, MLA, MoE).
     xs: Vec<Buf>,
-    kda: Vec<KdaActs>,
+    kda: Vec<KdaBufs>,
     mla: MlaActs,
     moe: MoeActs,
     cu: Vec<usize>,
@@ -156,7 +252,6 @@ pub struct Prefill {
 impl Prefill {
     pub fn new(s: &Arc<CudaStream>, k: &Launchers, gpu: &Gpu, seed: u64) -> Res<Prefill> {
         let t = PREFILL_TOKENS;
-        let hd = HEADS * HEAD_DIM;
         let mut cu = vec![0usize];
         for l in PREFILL_LENS {
             cu.push(cu.last().unwrap() + l);
@@ -182,21 +277,7 @@ impl Prefill {
             )
             .into());
         }
-        let kda = (0..KDA_LAYERS)
-            .map(|_| -> Res<KdaActs> {
-                Ok(KdaActs {
-                    q: bf(s, &[t, hd])?,
-                    k: bf(s, &[t, hd])?,
-                    v: bf(s, &[t, hd])?,
-                    graw: bf(s, &[t, hd])?,
-                    g: Buf::alloc(s, DType::F32, &[t, hd])?,
-                    beta: bf(s, &[t, HEADS])?,
-                    o: bf(s, &[t, hd])?,
-                    y: bf(s, &[t, HIDDEN])?,
-                    ht: Buf::alloc(s, DType::F32, &[n, HEADS, HEAD_DIM, HEAD_DIM])?,
-                })
-            })
-            .collect::<Res<_>>()?;
+        let kda = (0..KDA_LAYERS).map(|_| KdaBufs::new(s, t, n)).collect::<Res<_>>()?;
         let mla = MlaActs {
             qa: bf(s, &[t, MLA_Q_RANK])?,
             q: bf(s, &[t, HEADS * MLA_DQK])?,
@@ -241,7 +322,7 @@ impl Prefill {
 
     /// Each KDA layer's final states `[N, H, 128, 128]` f32: the decode states.
     pub fn states(&self) -> impl Iterator<Item = &Buf> {
-        self.kda.iter().map(|a| &a.ht)
+        self.kda.iter().map(|a| &a.state)
     }
 
     /// Enqueue the whole prefill, each launch handed to `each`.
@@ -254,18 +335,11 @@ impl Prefill {
         each: &mut Each<'_>,
     ) -> Res<()> {
         let t = PREFILL_TOKENS;
-        let hd = HEADS * HEAD_DIM;
         let cu: Vec<i32> = self.cu.iter().map(|&c| c as i32).collect();
         for (l, (a, lw)) in self.kda.iter_mut().zip(&w.kda).enumerate() {
             let (before, after) = self.xs.split_at_mut(l + 1);
             let (x, xo) = (&before[l], &mut after[0]);
-            for (name, wt, dst) in
-                [("q", &lw.q, &mut a.q), ("k", &lw.k, &mut a.k), ("v", &lw.v, &mut a.v), ("g", &lw.g, &mut a.graw)]
-            {
-                each(&format!("linear {name} [{t},{HIDDEN}]x[{hd},{HIDDEN}]"), &mut || k.linear(s, x, wt, dst))?;
-            }
-            each("linear beta (N=12, register store)", &mut || k.linear(s, x, &lw.beta, &mut a.beta))?;
-            each("cast g to f32 (engine)", &mut || k.eng.cast(s, &a.graw, &mut a.g))?;
+            a.enqueue_inputs(l, k, s, x, lw, each)?;
             let kk = &mut k.kda;
             each("kda varlen (6 seqs, 8192 tokens)", &mut || {
                 let tok = [t, HEADS, HEAD_DIM];
@@ -280,12 +354,11 @@ impl Prefill {
                     &lw.bias.v::<F32>(s)?,
                     None,
                     &mut a.o.m_as::<Bf16>(s, &tok)?,
-                    &mut a.ht.m::<F32>(s)?,
+                    &mut a.state.m::<F32>(s)?,
                     &mut self.ws.m::<U8>(s)?,
                 )?)
             })?;
-            each(&format!("linear o [{t},{hd}]x[{HIDDEN},{hd}]"), &mut || k.linear(s, &a.o, &lw.o, &mut a.y))?;
-            each("residual add (engine)", &mut || k.eng.add(s, x, &a.y, xo))?;
+            a.enqueue_output(l, k, s, x, lw, xo, each)?;
         }
 
         let (before, after) = self.xs.split_at_mut(KDA_LAYERS + 1);
@@ -376,34 +449,12 @@ impl Prefill {
         // Rows: both ends of every sequence and a few inside.
         let mut rows: Vec<usize> = cu.windows(2).flat_map(|c| [c[0], (c[0] + c[1]) / 2, c[1] - 1]).collect();
         rows.dedup();
+        // Every head of the shortest sequence, one head of the first and one of the longest.
+        let mut pairs: Vec<KdaPair> = (0..HEADS).map(|head| KdaPair { seq: 4, head }).collect();
+        pairs.push(KdaPair { seq: 0, head: 3 });
+        pairs.push(KdaPair { seq: 5, head: HEADS - 1 });
         for (l, (a, lw)) in self.kda.iter().zip(&w.kda).enumerate() {
-            let x = &self.xs[l];
-            for (name, wt, y) in [("q", &lw.q, &a.q), ("k", &lw.k, &a.k), ("v", &lw.v, &a.v), ("g", &lw.g, &a.graw)] {
-                ck.linear(&format!("KDA{l} {name}"), x, wt, y, &rows)?;
-            }
-            ck.linear(&format!("KDA{l} beta"), x, &lw.beta, &a.beta, &rows)?;
-            // Every head of the shortest sequence, one head of the first and one of the longest.
-            let mut pairs: Vec<KdaPair> = (0..HEADS).map(|head| KdaPair { seq: 4, head }).collect();
-            pairs.push(KdaPair { seq: 0, head: 3 });
-            pairs.push(KdaPair { seq: 5, head: HEADS - 1 });
-            let kc = KdaCheck {
-                q: &a.q,
-                k: &a.k,
-                v: &a.v,
-                g: &a.graw,
-                beta: &a.beta,
-                bias: &lw.bias_h,
-                o: &a.o,
-                ht: &a.ht,
-                h0: None,
-                cu,
-            };
-            let (eo, es) = kc.run(s, &pairs)?;
-            let what = format!("{} (seq, head) pairs", pairs.len());
-            ck.row(&format!("KDA{l} kda varlen o"), "6 seqs, 8192 tokens, H12", eo, check::TOL, &what);
-            ck.row(&format!("KDA{l} kda final states"), "[6,12,128,128]", es, check::TOL, &what);
-            ck.linear(&format!("KDA{l} o"), &a.o, &lw.o, &a.y, &rows)?;
-            ck.add(x, &a.y, &self.xs[l + 1], &rows)?;
+            a.check(&mut ck, l, &self.xs[l], lw, &self.xs[l + 1], &rows, ("kda varlen", cu, &pairs, None))?;
         }
         self.check_mla(s, w, cache, rep, &rows)?;
         self.check_moe(s, gpu, w, rep, &rows)
