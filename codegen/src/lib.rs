@@ -122,7 +122,8 @@ const CACHE_FORMAT: u32 = 2;
 /// The cache key of a kernel's generated source.
 pub fn module_key(src: &str, arch: &str) -> String {
     let nv = toolchain::nvrtc_version().unwrap_or_else(|_| "none".into());
-    k3k_ir::hash::hash_str(&format!("{CODEGEN_VERSION}|{CACHE_FORMAT}|{arch}|{nv}|{src}"))
+    let li = if nvrtc::lineinfo() { "|lineinfo" } else { "" };
+    k3k_ir::hash::hash_str(&format!("{CODEGEN_VERSION}|{CACHE_FORMAT}|{arch}|{nv}{li}|{src}"))
 }
 
 /// Render, compile (and optionally assemble) a kernel, using the cache.

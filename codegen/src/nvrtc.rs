@@ -98,9 +98,23 @@ pub struct NvrtcOutput {
     pub millis: f64,
 }
 
+/// `K3K_NVRTC_LINEINFO=1`: compile with `-lineinfo`, so a profiler (ncu's source page) maps SASS back to the
+/// generated CUDA C. Off by default; it does not change the code, only the PTX's debug sections (and the cache key).
+pub const LINEINFO_ENV: &str = "K3K_NVRTC_LINEINFO";
+
+/// Whether [`LINEINFO_ENV`] asks for line information.
+pub fn lineinfo() -> bool {
+    std::env::var(LINEINFO_ENV).is_ok_and(|v| v == "1")
+}
+
 /// The options every k3k kernel is compiled with.
 pub fn options(arch: &str) -> Vec<String> {
-    vec![format!("--gpu-architecture={arch}"), "-std=c++17".into(), "--device-as-default-execution-space".into()]
+    let mut o =
+        vec![format!("--gpu-architecture={arch}"), "-std=c++17".into(), "--device-as-default-execution-space".into()];
+    if lineinfo() {
+        o.push("-lineinfo".into());
+    }
+    o
 }
 
 /// The bound of one NVRTC compile: `K3K_NVRTC_TIMEOUT_S` (a positive number of seconds, at most a day) or 120 s.
