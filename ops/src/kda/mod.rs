@@ -102,8 +102,12 @@ use rayon::prelude::*;
 /// tuner's samples, which lack it, take the default): see [`Launch::g_pairs`].
 pub const GSWZ_KNOB: &str = "GSWZ";
 
-/// The knob `SGRID` (`seqs` | `vb`, absent = `seqs`), accepted but not an axis of the knob space (not yet timed):
-/// the order of the state pass's blocks, see [`state::StateGrid`].
+/// The knob `SGRID` (`vb` | `seqs`, absent = `vb`), accepted but not an axis of the knob space: the order of the
+/// state pass's blocks, see [`state::StateGrid`]. `vb` is as fast or faster everywhere it was timed (H100,
+/// 2026-12-06, same run, ms: B1 T8192 H96 with every in-kernel option 2.035 vs 2.066 `seqs`, B4 T4096 H64 2.742 vs
+/// 2.997, varlen 8 x 1024 H96 2.087 vs 2.581): with more state blocks than fit on the GPU at once, `seqs` puts a
+/// pair's value blocks in different waves and each reads the pair's scratch from DRAM. Records written before it
+/// (codegen 8 or earlier) no longer match their keys, so an absent knob need not mean the old grid.
 pub const SGRID_KNOB: &str = "SGRID";
 
 /// The log-decay lower bound of the safe path and the safe gate form (SEMANTICS.md section 2.3).
@@ -266,9 +270,9 @@ pub fn knob_space() -> KnobSpace {
         )
         .accepts(
             SGRID_KNOB,
-            "state-pass block order: seqs (absent: grid N x HV x V/BV) or vb (V/BV x N x HV: a pair's value blocks \
-             consecutive, so they share its chunk operands in L2 also when the grid takes several waves)",
-            ["seqs", "vb"],
+            "state-pass block order: vb (absent: grid V/BV x N x HV, a pair's value blocks consecutive, so they \
+             share its chunk operands in L2 also when the grid takes several waves) or seqs (N x HV x V/BV)",
+            ["vb", "seqs"],
         )
 }
 
@@ -364,9 +368,9 @@ impl Launch {
     /// Read and check the knobs for a problem. `STAGES = 0` picks the deepest operand ring (3, 2 or 1 chunks)
     /// with which the resident blocks the grid needs still fit on an SM (a knob set without `STAGES`, from
     /// before it existed, means 1). `XDIAG` (exact path; missing: 0) picks the adaptive diagonal tiles.
-    /// `BV = 0` picks 32 value columns per state-pass block, or 16 when
-    /// that would leave more than half the SMs idle (fewer than ~66 blocks); every value block re-reads the
-    /// chunk's W, Qbar, Kbar and P, so narrower blocks cost L2 bandwidth. `W2 = 0` picks 8 warps for BV > 32,
+    /// `BV = 0` picks 32 value columns per state-pass block, 16 when
+    /// that would leave more than half the SMs idle (fewer than ~66 blocks), 64 when 64 still makes two blocks per
+    /// SM; every value block re-reads the chunk's W, Qbar, Kbar and P, so narrower blocks cost L2 bandwidth. `W2 = 0` picks 8 warps for BV > 32,
     /// else 4.
     pub fn resolve(knobs: &Knobs, pb: &KdaProblem) -> Result<Launch, OpError> {
         let invalid = |why: String| OpError::InvalidKnobs { op: "kda", knobs: knobs.to_string(), why };
@@ -404,8 +408,19 @@ impl Launch {
         }
         let dv = pb.dv as u32;
         if bv == 0 {
+            // 16 when 32 would leave more than half the SMs idle; 64 when even 64 gives two blocks per SM (every
+            // value block re-reads its pair's chunk operands: wider blocks read fewer bytes from L2). Measured on the
+            // H100 (2026-12-06, same run, with SGRID=vb): BV=64 on 8 warps with 2 stages 2.576 ms vs 2.742 at BV=32
+            // (B4 T4096 H64, 512 blocks of 64) and 1.957 vs 2.087 (varlen 8 x 1024 H96, 1536 blocks), while B1 T8192
+            // H96 (192 blocks of 64) took 2.100 vs 2.035: there BV=32 stays.
             let heads = pb.num_seqs() * pb.hv;
-            bv = if 2 * heads * pb.dv / 32 < ASSUMED_SMS { 16 } else { 32 };
+            bv = if 2 * heads * pb.dv / 32 < ASSUMED_SMS {
+                16
+            } else if pb.dv.is_multiple_of(64) && heads * pb.dv / 64 >= 2 * ASSUMED_SMS {
+                64
+            } else {
+                32
+            };
         }
         if !matches!(bv, 16 | 32 | 64 | 128) || bv > dv || !dv.is_multiple_of(bv) {
             return Err(invalid(format!("BV={bv} must be 16, 32, 64 or 128 and divide V={dv}")));
@@ -419,6 +434,11 @@ impl Launch {
         }
         if !matches!(w2, 4 | 8 | 16) {
             return Err(invalid(format!("W2={w2}: 0, 4, 8 or 16")));
+        }
+        if stages == 0 && bv == 64 && w2 == 8 {
+            // 64 columns on 8 warps: 2 stages (ptxas, 2026-12-06: 128 registers, two blocks per SM; 3 stages
+            // take 154 registers, one block per SM, which the register model below does not see).
+            stages = 2;
         }
         if stages == 0 {
             // More operand stages multiply the chunk buffers (38 -> 67 -> 96 KB at chunk 32, K = V = 128, BV = 32)
@@ -509,7 +529,7 @@ impl Launch {
         if !TSPLIT_VALUES.contains(&tsplit) {
             return Err(invalid(format!("TSPLIT={tsplit}: 0 (auto) or one of {TSPLIT_VALUES:?}")));
         }
-        let state_grid = match if knobs.0.contains_key(SGRID_KNOB) { knobs.str(SGRID_KNOB)? } else { "seqs" } {
+        let state_grid = match if knobs.0.contains_key(SGRID_KNOB) { knobs.str(SGRID_KNOB)? } else { "vb" } {
             "seqs" => state::StateGrid::Seqs,
             "vb" => state::StateGrid::ValueBlocks,
             other => return Err(invalid(format!("{SGRID_KNOB}={other}: seqs or vb"))),
