@@ -297,13 +297,14 @@ fn knob_points_agree() {
         let l = kda::Launch::resolve(&def, &pb).unwrap();
         let blocks = pb.num_seqs() * pb.hv * pb.dv / l.bv as usize;
         // (W2 = 4 at BV = 32 everywhere now: at H32 the 128 blocks still get 3 stages, one block an SM.)
-        // The FlashKDA presets: B1 H64 (256 blocks, 2 an SM: 3 stages, 2 x 97 KB), varlen 8 x 1024 and the ragged
-        // varlen at H96 (3072 and 2304 blocks, 4 an SM by registers: 1 stage).
-        let want = match (blocks, l.w2) {
-            (b, 4) if b <= 132 => 3,
-            (256, 4) => 3,
-            (384, 4) => 2,
-            (1024 | 2304 | 3072, 4) => 1,
+        // The FlashKDA presets: B1 H64 (256 blocks, 2 an SM: 3 stages, 2 x 97 KB). Where 64-column blocks still
+        // make two a SM (B4 H64: 512, varlen 8 x 1024 H96: 1536, the ragged varlen: 1152), BV = 64 on 8 warps with 2
+        // stages (128 registers; 3 would take 154).
+        let want = match (blocks, l.bv, l.w2) {
+            (b, 32, 4) if b <= 132 => 3,
+            (256, 32, 4) => 3,
+            (384, 32, 4) => 2,
+            (512 | 1152 | 1536, 64, 8) => 2,
             other => panic!("{}: unexpected state-pass grid {other:?}", p.name),
         };
         assert_eq!(l.stages, want, "{}: {l:?}", p.name);
@@ -1186,8 +1187,13 @@ fn kda_state_grid_orders_are_bit_identical() {
     let s = seed();
     let pb = problem(&split_varlen(1, 1));
     let d = KdaData::generate(&pb, s);
-    let base = knobs(32).with("BV", 16i64).with("W2", 4i64);
+    let base = knobs(32).with("BV", 16i64).with("W2", 4i64).with(kda::SGRID_KNOB, "seqs");
     let vb = base.clone().with(kda::SGRID_KNOB, "vb");
+    // An absent SGRID is the vb order.
+    let absent = Knobs(
+        base.0.iter().filter(|(k, _)| k.as_str() != kda::SGRID_KNOB).map(|(k, v)| (k.clone(), v.clone())).collect(),
+    );
+    assert_eq!(kda::Launch::resolve(&absent, &pb).unwrap(), kda::Launch::resolve(&vb, &pb).unwrap());
     let one = Executor::Cpu.run(&kda::chunk_plan(&pb, &d, &base).unwrap()).unwrap();
     let other = Executor::Cpu.run(&kda::chunk_plan(&pb, &d, &vb).unwrap()).unwrap();
     for name in ["o", "ht"] {
