@@ -376,20 +376,36 @@ pub fn build_intra(
     let beta_at = |r: Expr| Expr::shared_load(svec, 0i64, 0i64, r);
 
     if spec.l2norm {
-        // Thread t < C: the q row t; C <= t < 2C: the k row t - C.
+        // One warp a row (rows 0..C of q, then of k, dealt round the warps, the rows of a warp unrolled so their
+        // loads are independent): each lane sums the squares of every 32nd element, a butterfly of shuffles adds
+        // the lanes' sums, lane 0 stores the factor. (A thread a row walked its K elements one dependent load
+        // after another while three quarters of the block waited.)
+        let warps_n = threads / 32;
         b.threads(|b| {
             let t = Expr::thread_idx();
-            b.for_("row", t.clone(), 2 * cc, threads as i64, |b, row| {
+            let lane = b.let_("lane", &t % 32i64);
+            let warp = b.let_("warp", &t / 32i64);
+            for j in 0..(2 * c).div_ceil(warps_n) {
+                let row = b.let_("row", &warp + (j * warps_n) as i64);
                 let r = b.let_("r", &row % cc);
                 let is_q = b.let_("is_q", row.lt(cc));
                 let ss = b.let_var("ss", 0.0);
-                b.for_("i", 0i64, kk, 1i64, |b, i| {
-                    let xv = b.let_("xv", Expr::select(is_q.clone(), qs(r.clone(), i.clone()), ks(r.clone(), i)));
-                    b.assign(ss, Expr::Var(ss) + &xv * xv.clone());
+                b.if_(row.lt(2 * cc), |b| {
+                    b.for_("i", lane.clone(), kk, 32i64, |b, i| {
+                        let xv =
+                            b.let_("xv", Expr::select(is_q.clone(), qs(r.clone(), i.clone()), ks(r.clone(), i)));
+                        b.assign(ss, Expr::Var(ss) + &xv * xv.clone());
+                    });
                 });
+                for mask in [16u32, 8, 4, 2, 1] {
+                    let other = b.warp_shuffle("ssx", WarpOp::ShflXor(mask), Expr::Var(ss));
+                    b.assign(ss, Expr::Var(ss) + other);
+                }
                 let which = Expr::select(is_q.clone(), 1i64, 2i64);
-                b.shared_store(svec, 0i64, which, r, (Expr::Var(ss) + 1e-6).rsqrt());
-            });
+                b.if_(lane.eq(0i64).and(row.lt(2 * cc)), |b| {
+                    b.shared_store(svec, 0i64, which, r, (Expr::Var(ss) + 1e-6).rsqrt())
+                });
+            }
         });
         b.barrier();
     }
