@@ -13,7 +13,8 @@
 #   .dev/triton-cache.tgz (optional)      a Triton cache from an earlier call (SAVE_TRITON=1 writes one to $OUT)
 # Usage, on the GPU machine from the repository root: bash scripts/gpu_kda_flashkda.sh
 # Environment: BUDGET_S (default 530: the whole call's seconds), SWEEP=0 (no knob sweep), NCU=0 (no ncu),
-#   SAVE_TRITON=1, WORK (work folder, default /tmp/kda-fk).
+#   FLA=0 (no FLA rows), OLD=1 (the five earlier presets too), PROFILE=1 (ncu full set with source counters of
+#   the intra kernel), SAVE_TRITON=1, WORK (work folder, default /tmp/kda-fk).
 # $OUT (at most 8 files come back): log.txt, summary.md, bench.tgz (reports, peers files, logs, sweep), ncu.tgz,
 #   flashkda-build.log, clocks.csv, triton-cache.tgz (SAVE_TRITON=1).
 set -uo pipefail
@@ -85,6 +86,20 @@ if [ "${NCU:-1}" != 0 ]; then
   ncu_k3k b4 "$P4"
   ncu_k3k varlen8 "$P5"
 fi
+# PROFILE=1: ncu's full set with source counters of the intra kernel at B1 T8192 H96 (line info on), its details
+# and per-line source pages, and the generated CUDA C the lines refer to, as $OUT/intra-profile.tgz.
+if [ "${PROFILE:-0}" = 1 ]; then
+  mkdir -p "$W/profile"
+  "$BIN" emit --op kda --preset "$P1" --emit cuda > "$W/profile/kernels.cu" 2>&1
+  K3K_NVRTC_LINEINFO=1 step profile-intra 120 330 "$NCU_BIN" --set full --import-source yes --clock-control none \
+    --kernel-name regex:k3k_kda_intra --launch-count 1 -o "$W/profile/intra" "$BIN" bench --op kda --preset "$P1" \
+    --reps 1 --window-ms 0 --out "$W/ncu-bench"
+  "$NCU_BIN" -i "$W/profile/intra.ncu-rep" --page details > "$W/profile/details.txt" 2>&1
+  "$NCU_BIN" -i "$W/profile/intra.ncu-rep" --page source --csv --print-source cuda > "$W/profile/source-cuda.csv" 2>&1
+  "$NCU_BIN" -i "$W/profile/intra.ncu-rep" --page source --csv --print-source sass > "$W/profile/source-sass.csv" 2>&1
+  tar czf "$OUT/intra-profile.tgz" -C "$W" profile 2>/dev/null
+  grep -E "Duration|Warp Cycles Per Issued|Issue Slots Busy|No Eligible|L1/TEX Hit|Bank" "$W/profile/details.txt" | head -12 >> "$L"
+fi
 
 if [ -n "$BUILD" ]; then
   t=$(( $(left) - 340 )); [ $t -lt 10 ] && t=10
@@ -97,6 +112,9 @@ fi
 # 3. k3k on the six presets (defaults, or a tuned record of this GPU where results/ has one: none for kda at this
 #    codegen version); K3K_BENCH_STEPS=1 also times each kernel of the plan alone (logged, not in the report).
 K3K_BENCH_STEPS=1 step bench 200 230 "$BIN" bench --op kda --preset "$ALL" --out "$W/bench"
+# OLD=1: the five earlier presets too (pre-computed gates), into the same report.
+OLDP="B1 T8192 H96 K128 safe;B1 T65536 H32 K128 safe;B1 T16384 H32 K128 safe;B1 T16384 H32 K128 exact;B4 T4096 H64 K128 safe"
+[ "${OLD:-0}" = 1 ] && K3K_BENCH_STEPS=1 step bench-old 90 200 "$BIN" bench --op kda --preset "$OLDP" --out "$W/bench"
 pack
 SLUG=$(ls "$W/bench" 2>/dev/null | head -1)
 REPORT=$W/bench/$SLUG/kda.json
@@ -123,7 +141,7 @@ fi
 
 # 6. FLA pinned to Triton (rank 1: compiles and autotunes its Triton kernels, the longest step); then both peer
 #    files merged as one run's.
-if [ -f "$REPORT" ]; then
+if [ -f "$REPORT" ] && [ "${FLA:-1}" != 0 ]; then
   step peers-fla 260 25 python3 scripts/peers.py "$W/bench/$SLUG" --ops kda --ranks 1 --out "$W/peers-1.json"
   grep '^{' "$W/logs/peers-fla.txt" | cut -c1-300 >> "$L"
   python3 - "$W" <<'PY' >> "$L" 2>&1
