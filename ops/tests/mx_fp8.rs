@@ -64,3 +64,21 @@ fn fp8_refuses_what_it_does_not_cover() {
     let bad = Preset::new("K48", &[("M", 4), ("K", 48), ("N", 16), ("act", 1)]);
     assert!(op.instance(&bad, seed).is_err() || op.instance(&bad, seed).unwrap().plan(&fp8(&[])).is_err());
 }
+
+/// The FP8 kernels at the benchmark shape compile for sm_90a (NVRTC + ptxas) without spills, at the tile shapes
+/// the device script times.
+#[test]
+fn fp8_kernels_assemble_without_spills() {
+    use k3k_codegen::{BuildOptions, build};
+    let op = Mxfp4Matmul;
+    let p = Preset::new("M4096", &[("M", 4096), ("N", 6144), ("K", 3584), ("act", 1)]);
+    // (BN=256 with one temporary takes 255 registers and spills: 2 x 128 accumulator registers per thread.)
+    for kn in [fp8(&[]), fp8(&[("BM", 64), ("BN", 128)])] {
+        for k in op.kernels(&p, &kn).unwrap() {
+            let m = build(&k, BuildOptions { assemble: true }).unwrap_or_else(|e| panic!("{}: {e}", k.name));
+            let r = m.resources.clone().unwrap();
+            eprintln!("{}: {r:?} smem {}", k.name, k.shared_bytes());
+            assert!(!r.spills(), "{}: {r:?}", k.name);
+        }
+    }
+}
