@@ -59,8 +59,8 @@ pub fn shapes(k: &Kernel) -> BTreeSet<Shape> {
 pub fn wrapper_name(s: Shape) -> String {
     format!(
         "k3k::wgmma_m64n{}k{}_{}{}{}",
-        s.k_step(),
         s.n,
+        s.k_step(),
         s.ty,
         if s.a_reg { "_rs" } else { "" },
         if s.b_mn { "_bmn" } else { "" }
