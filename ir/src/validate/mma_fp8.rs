@@ -56,3 +56,32 @@ impl<'a> Checker<'a> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::*;
+
+    /// A 128-thread kernel with one FP8 product: A `[64, 8 x aw]` words, B `[n, 8 x bw]` words (transposed or not).
+    fn fp8(aw: u32, bw: u32, b_transpose: bool, a_dt: DType) -> Result<Kernel, IrError> {
+        let mut b = KernelBuilder::new("fp8", 128);
+        let sa = b.shared("sa", a_dt, 64, if a_dt == DType::U32 { 32 } else { 64 }, 1, Swizzle::Xor16B);
+        let sb = b.shared("sb", DType::U32, 64, 32, 1, Swizzle::Xor16B);
+        let acc = b.tile("acc", DType::F32, 64, 64, [4, 1]);
+        let a = Operand::Shared { src: b.window(sa, 0i64, 0, 0, 64, 8 * aw), transpose: false };
+        let w = Operand::Shared { src: b.window(sb, 0i64, 0, 0, 64, 8 * bw), transpose: b_transpose };
+        b.mma_async_init(acc, a, w, false);
+        b.mma_wait(0);
+        b.finish()
+    }
+
+    #[test]
+    fn fp8_products_validate_and_refuse_by_kind() {
+        for k in 1..=4 {
+            assert!(fp8(k, k, true, DType::U32).is_ok(), "K = {}", 32 * k);
+        }
+        let e = fp8(2, 2, false, DType::U32).unwrap_err();
+        assert!(matches!(e.kind, IrErrorKind::Layout | IrErrorKind::Shape), "{e}");
+        assert_eq!(fp8(2, 1, true, DType::U32).unwrap_err().kind, IrErrorKind::Shape);
+        assert_eq!(fp8(2, 2, true, DType::Bf16).unwrap_err().kind, IrErrorKind::Type);
+    }
+}
