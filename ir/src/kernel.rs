@@ -319,6 +319,10 @@ pub enum Stmt {
     /// `AsyncWait` (which fences the async proxy) and a barrier before this statement reads it.
     /// `accumulate` (a block-uniform bool) false means `acc = a @ b`: the way to start a tile, since zeroing the
     /// accumulator registers with ordinary instructions would serialize the tensor-core pipeline.
+    /// FP8 form (`wgmma ... .e4m3.e4m3`): both operands shared windows of **u32** words, each word four E4M3 codes
+    /// (byte j = element 4c + j), in Xor16B 128-byte rows (32 words = 128 codes of K); A `[M, K]` not transposed,
+    /// B `[N, K]` read transposed (8-bit operands have no transpose mode), K = 4 x the words, a multiple of 32 up
+    /// to 128; accumulator on warps `[4*g, 1]`. Products of E4M3 values are exact in f32.
     MmaAsync { acc: TileId, a: Operand, b: Operand, accumulate: Expr },
     /// Wait until at most `pending` [`Stmt::MmaAsync`] statements of this warpgroup are still in flight.
     MmaWait { pending: u32 },

@@ -7,6 +7,7 @@
 mod expr;
 mod threads;
 mod wgmma;
+mod wgmma_fp8;
 
 use k3k_ir::*;
 use std::fmt::Write;
@@ -713,10 +714,12 @@ impl<'a> Renderer<'a> {
                         // Each warpgroup reads its 64 rows of A; rows are 128 bytes.
                         let aptr = self.shared_ptr(asrc);
                         self.line(&format!(
-                            "const unsigned a_ = k3k::smem_u32({aptr}) + ({} + 64 * {band}) * 128;",
-                            asrc.row0
+                            "const unsigned a_ = k3k::smem_u32({aptr}) + ({} + 64 * {band}) * 128{};",
+                            asrc.row0,
+                            wgmma_fp8::col_bytes(shape, asrc.col0)
                         ));
-                        asrc.cols
+                        // E4M3 words hold four codes each.
+                        asrc.cols * if shape.ty == "e4m3" { 4 } else { 1 }
                     }
                     Operand::Reg(t) => k.tiles[t.0 as usize].cols,
                     Operand::Banded { .. } => unreachable!("validated: no banded mma_async operands"),
@@ -727,6 +730,7 @@ impl<'a> Renderer<'a> {
                 } else {
                     String::new()
                 };
+                let col_bytes = col_bytes + &wgmma_fp8::col_bytes(shape, bsrc.col0);
                 self.line(&format!("const unsigned b_ = k3k::smem_u32({bptr}) + {} * 128{col_bytes};", bsrc.row0));
                 let acc_flag = self.e(accumulate, Ctx::Scalar);
                 self.line(&format!("const int scale_d_ = ({acc_flag}) ? 1 : 0;"));
@@ -743,7 +747,7 @@ impl<'a> Renderer<'a> {
                 self.line("const unsigned long long bd_ = k3k::wgmma_desc_sw128(b_);");
                 let bstep16 = bstep / 16;
                 self.line("#pragma unroll");
-                self.line(&format!("for (int kk_ = 0; kk_ < {}; ++kk_) {{", kdim / 16));
+                self.line(&format!("for (int kk_ = 0; kk_ < {}; ++kk_) {{", kdim / shape.k_step()));
                 match a {
                     Operand::Reg(t) => {
                         // The m16n8 pairs of k16 step kk_: the A fragment of each warp's 16 rows.

@@ -25,7 +25,9 @@ impl<'a> Checker<'a> {
     /// A shared `wgmma` operand: Xor16B-swizzled 128-byte rows, the window at column 0 on a multiple of 8 rows.
     pub(super) fn wgmma_shared(&self, src: &SharedRef, which: &str) -> Result<DType, IrError> {
         let d = self.shared_ref(src)?;
-        if !d.is_swizzle_128b() || !d.rows.is_multiple_of(8) || src.col0 != 0 || !src.row0.is_multiple_of(8) {
+        // E4M3 words (the FP8 form): a window may start at a k32 step of the row (8 words).
+        let col_ok = src.col0 == 0 || (d.dtype == DType::U32 && src.col0.is_multiple_of(8));
+        if !d.is_swizzle_128b() || !d.rows.is_multiple_of(8) || !col_ok || !src.row0.is_multiple_of(8) {
             return Err(self.err(
                 IrErrorKind::Layout,
                 format!(
@@ -140,6 +142,10 @@ impl<'a> Checker<'a> {
                     .err(IrErrorKind::Layout, "mma_async: the B operand must be a shared window ([N, K] or [K, N])"));
             }
         };
+        if adt == DType::U32 || bdt == DType::U32 {
+            // E4M3 codes packed four to a u32 word (`mma_fp8.rs`).
+            return self.mma_async_e4m3(c, a, b, (am, ak, adt), (bn, bk, bdt));
+        }
         if !matches!(adt, DType::Bf16 | DType::F16) || adt != bdt {
             return Err(self.err(
                 IrErrorKind::Type,

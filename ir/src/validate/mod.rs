@@ -12,6 +12,7 @@ use std::collections::{HashMap, HashSet};
 mod decls;
 mod exprs;
 mod mma;
+mod mma_fp8;
 mod stmts;
 #[cfg(test)]
 mod tests;

@@ -13,6 +13,7 @@
 //! Layouts (SEMANTICS.md section 1.3): a `[R, K]` MXFP4 matrix is `q: [R, K/2] u8` (element 2i in the LOW nibble) and
 //! `s: [R, K/32] u8` (E8M0); MXFP8 is `q: [R, K] u8` (E4M3 bytes) and the same `s`. K must be a multiple of 32.
 
+pub mod fp8;
 pub mod matmul;
 pub mod pack;
 pub mod prefill;

@@ -371,6 +371,12 @@ impl<'a> Block<'a> {
             Operand::Shared { src, transpose } => {
                 let base = self.shared_base(src, tensors)?;
                 let (wr, wc) = (src.rows as usize, src.cols as usize);
+                if self.k.shared[src.buf.0 as usize].dtype == DType::U32 {
+                    // E4M3 codes four to a word (the FP8 `mma_async`, validated).
+                    return Ok(crate::cpu::e4m3_words::expand(wr, wc, *transpose, |i, j| {
+                        self.shared_at(src, base, i, j)
+                    }));
+                }
                 let (r, c) = if *transpose { (wc, wr) } else { (wr, wc) };
                 let mut m = vec![0.0; r * c];
                 for i in 0..r {

@@ -211,6 +211,13 @@ impl Frame<'_> {
                 moved.row0 += row_shift;
                 let base = self.shared_base(&moved, index);
                 let (wr, wc) = (src.rows as usize, src.cols as usize);
+                if self.k.shared[src.buf.0 as usize].dtype == DType::U32 {
+                    // E4M3 codes four to a word (the FP8 `mma_async`, validated).
+                    let (r, c, m) = crate::cpu::e4m3_words::expand(wr, wc, *transpose, |i, j| unsafe {
+                        self.shared_at(&moved, base, i, j)
+                    });
+                    return (r, c, m.into_iter().map(|v| v as f32).collect());
+                }
                 let (r, c) = if *transpose { (wc, wr) } else { (wr, wc) };
                 let mut m = vec![0.0f32; r * c];
                 for i in 0..r {

@@ -18,6 +18,11 @@ pub struct Shape {
 }
 
 impl Shape {
+    /// K of one instruction: 16 for 16-bit operands, 32 for E4M3 (32 bytes of each K-contiguous row either way).
+    pub fn k_step(&self) -> u32 {
+        if self.ty == "e4m3" { 32 } else { 16 }
+    }
+
     /// The form of one `MmaAsync` statement.
     pub fn of(k: &Kernel, acc: k3k_ir::TileId, a: &Operand, b: &Operand) -> Shape {
         // N per warpgroup (an accumulator on [4g, 2] warps splits its columns over two warpgroups).
@@ -29,7 +34,13 @@ impl Shape {
             }
             Operand::Reg(t) => (k.tiles[t.0 as usize].dtype, false),
         };
-        Shape { n, ty: if dt == DType::F16 { "f16" } else { "bf16" }, a_reg: matches!(a, Operand::Reg(_)), b_mn }
+        let ty = match dt {
+            DType::F16 => "f16",
+            // u32 words of four E4M3 codes (the FP8 form, `wgmma_fp8.rs`).
+            DType::U32 => "e4m3",
+            _ => "bf16",
+        };
+        Shape { n, ty, a_reg: matches!(a, Operand::Reg(_)), b_mn }
     }
 }
 
@@ -47,8 +58,9 @@ pub fn shapes(k: &Kernel) -> BTreeSet<Shape> {
 /// The name of the wrapper for a form.
 pub fn wrapper_name(s: Shape) -> String {
     format!(
-        "k3k::wgmma_m64n{}k16_{}{}{}",
+        "k3k::wgmma_m64n{}k{}_{}{}{}",
         s.n,
+        s.k_step(),
         s.ty,
         if s.a_reg { "_rs" } else { "" },
         if s.b_mn { "_bmn" } else { "" }
@@ -59,6 +71,9 @@ pub fn wrapper_name(s: Shape) -> String {
 /// accumulators and A a descriptor (`unsigned long long da`) or the thread's four packed A registers
 /// (`const unsigned* a`).
 pub fn wrapper(s: Shape) -> String {
+    if s.ty == "e4m3" {
+        return super::wgmma_fp8::wrapper(s);
+    }
     let regs = s.n / 2;
     let (n, ty) = (s.n, s.ty);
     let name = wrapper_name(s);

@@ -243,6 +243,9 @@ pub fn matmul_plan(w: &Fp4Weights, inp: &MatInputs<'_>, knobs: &Knobs) -> Result
     let (spec, counts) = spec_for(w, inp)?;
     let glu = inp.epilogue.is_glu();
     let sh = facts(w, glu, &counts);
+    if super::super::fp8::selected(knobs)? {
+        return super::super::fp8::plan(w, inp, &spec, &sh, knobs);
+    }
     if !spec.tiled && super::prefill::selected(knobs, &sh)? {
         return super::prefill::plan(w, inp, &spec, &sh, knobs);
     }

@@ -53,6 +53,13 @@ pub fn knob_space() -> KnobSpace {
             [0i64, 6],
         )
         .axis("RASTER", "tile order inside a group: m (neighbouring CTAs share weights) or n", ["m"])
+        .accepts(
+            "MMA",
+            "fp8: MXFP8 activations on FP8 tensor cores (`mx::fp8`: weights converted exactly to E4M3 in shared \
+             memory, wgmma e4m3 per 32-wide block, both scales applied exactly to the f32 accumulator; dense, \
+             natural-layout weights, no epilogue; BM 64|128, BN <= 256, BK 128, STAGES)",
+            ["fp8"],
+        )
         .axis(
             "MMA",
             "sync: mma.sync with the dequantized weights as register A operand; wgmma: weights dequantized into a \

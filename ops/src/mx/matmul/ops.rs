@@ -313,6 +313,9 @@ impl Operator for Mxfp4Matmul {
         self.check_dims(p)?;
         let pb = MatProblem::from_preset(p)?;
         let spec = pb.spec();
+        if super::super::fp8::selected(knobs)? {
+            return super::super::fp8::kernels(&spec, knobs);
+        }
         if !spec.tiled && super::prefill::selected(knobs, &pb.facts())? {
             return super::prefill::kernels(&spec, &pb.facts(), knobs);
         }

@@ -1,0 +1,211 @@
+//! The dense MX x MX kernel on FP8 tensor cores (`MMA=fp8`, [`super`]): `y[M, N] = x[M, K] · w[N, K]^T` with
+//! MXFP8 activations (E4M3 codes, E8M0 scales per 32 along K) and MXFP4 weights (E2M1 codes, natural layout).
+//!
+//! Per CTA a `BM x BN` output tile (BM/64 warpgroups, each its 64 token rows). A `STAGES`-deep `cp.async` ring
+//! stages, per 128-wide K slice, the activation codes `[BM, 32]` words (128-byte Xor16B rows: the wgmma A operand
+//! as they lie in memory), the activation scales `[BM, 4]`, the weight words `[BN, 16]` and scales `[BN, 4]`.
+//! Then per slice:
+//! - a threads region converts each weight word (eight E2M1 codes) into two words of E4M3 codes in the shared
+//!   B tile `[BN, 32]` words: code `s.e1e0.m` -> byte `s.0000.e1e0m.00`, which is the E2M1 value times 2^-6
+//!   exactly (e = 0: the E4M3 subnormal m 2^-7 = 0.5 m 2^-6; else 2^(e-7)(1 + m/2) = 2^(e-1)(1 + m/2) 2^-6), so
+//!   every product of the tensor core is exact; the 2^6 is applied once to the finished f32 accumulator;
+//! - a threads region writes the slice's scale factors `2^(s - 127)` (NaN for 255) as f32 vectors;
+//! - per 32-wide scale block j: one `wgmma m64nBNk32 e4m3` into a temporary accumulator (two temporaries
+//!   alternate, so block j+1's product runs while block j is promoted), then
+//!   `acc += tmp * (fa[m, j] * fb[n, j])`: the factor is a product of two powers of two, exact in f32 wherever
+//!   it is a normal or subnormal f32 (scale-byte sums 0..381; beyond that the f32 pipeline of every path
+//!   overflows), and the block's 32 products summed in the tensor core are exact E4M3 x E4M3 products, so each
+//!   block's term is the exact block dot product rounded once, then scaled exactly.
+//!
+//! Cost per 32-wide block and output element: one FMUL and one FFMA (2 FP32 ops against 32 FP8 MACs: at the
+//! Hopper rates of 128 FP32 lanes and 4096 FP8 MACs per SM and clock the promotion takes twice the product's
+//! time; see lab/2026-12-06/mx-fp8.md for the plan that cuts it to one op).
+
+use super::super::{BLOCK, e8m0};
+use super::Fp8Cfg;
+use crate::OpError;
+use k3k_ir::*;
+
+/// The bit masks of the E2M1 -> E4M3 x 2^-6 conversion (see the module docs).
+const SIGN: i64 = 0x0808_0808;
+const MAG: i64 = 0x0707_0707;
+
+/// One E2M1 word (codes c0..c7 in nibbles 0..7) -> the E4M3 words `(c0..c3, c4..c7)`, each byte
+/// `((c & 8) << 4) | ((c & 7) << 2)`.
+pub fn e4m3_words(w: Expr) -> (Expr, Expr) {
+    // Even codes (low nibbles) and odd codes (high nibbles) of each byte, converted in place.
+    let lo = (w.bitand(SIGN).shl(4i64)).bitor(w.bitand(MAG).shl(2i64)); // bytes c0 c2 c4 c6
+    let hi = w.bitand(SIGN << 4).bitor(w.shr(2i64).bitand(MAG << 2)); // bytes c1 c3 c5 c7
+    // Interleave: t1 = [c0 c1 c4 c5], t2 = [c2 c3 c6 c7], then [c0 c1 c2 c3], [c4 c5 c6 c7].
+    let t1 = lo.bitand(0x00ff_00ffi64).bitor(hi.shl(8i64).bitand(0xff00_ff00u32 as i64));
+    let t2 = lo.shr(8i64).bitand(0x00ff_00ffi64).bitor(hi.bitand(0xff00_ff00u32 as i64));
+    let out0 = t1.bitand(0xffffi64).bitor(t2.shl(16i64).bitand(0xffff_0000u32 as i64));
+    let out1 = t1.shr(16i64).bitand(0xffffi64).bitor(t2.bitand(0xffff_0000u32 as i64));
+    (out0, out1)
+}
+
+/// Build the dense kernel. Tensors: `xq: [M, KX] u32` (E4M3 codes, four per word), `xs: [M, KB] u8`,
+/// `wq: [N, KW] u32` (natural layout words), `ws: [N, KB] u8`, `y: [M, N] bf16`; K = 4 KX = 8 KW = 32 KB.
+pub fn build(c: &Fp8Cfg, kb_align: u32, out_vec: u32) -> Result<Kernel, OpError> {
+    let (bm, bn, st) = (c.bm, c.bn, c.stages);
+    let bk = 128u32;
+    let wgs = bm / 64;
+    let threads = 128 * wgs;
+    let name = format!("k3k_mxfp4_mm8_dense_s{kb_align}_o{out_vec}_bm{bm}_bn{bn}_st{st}_t{}", c.tmps);
+    let mut b = KernelBuilder::new(&name, threads);
+    b.knobs(c.knobs());
+    let m = b.dim("M");
+    let n = b.dim("N");
+    let kb = b.dim("KB");
+    let kx = b.dim("KX");
+    let kw = b.dim("KW");
+    let xq = b.tensor("xq", DType::U32, &[m.clone(), kx.clone()], Access::Read);
+    let xs = b.tensor("xs", DType::U8, &[m.clone(), kb.clone()], Access::Read);
+    let wq = b.tensor("wq", DType::U32, &[n.clone(), kw.clone()], Access::Read);
+    let ws = b.tensor("ws", DType::U8, &[n.clone(), kb.clone()], Access::Read);
+    let y = b.tensor("y", DType::Bf16, &[m.clone(), n.clone()], Access::Write);
+    let kd = kb.clone() * BLOCK as i64;
+
+    let sxq = b.shared("sxq", DType::U32, bm, bk / 4, st, Swizzle::Xor16B);
+    let sxs = b.shared("sxs", DType::U8, bm, bk / 32, st, Swizzle::None);
+    let sq = b.shared("sq", DType::U32, bn, bk / 8, st, Swizzle::None);
+    let ss = b.shared("ss", DType::U8, bn, bk / 32, st, Swizzle::None);
+    let sw = b.shared("sw", DType::U32, bn, bk / 4, 1, Swizzle::Xor16B);
+    let sfa = b.shared("sfa", DType::F32, bk / 32, bm, 1, Swizzle::None);
+    let sfb = b.shared("sfb", DType::F32, bk / 32, bn, 1, Swizzle::None);
+    let acc = b.tile("acc", DType::F32, bm, bn, [4 * wgs, 1]);
+    let tmps: Vec<TileId> = (0..c.tmps).map(|i| b.tile(&format!("tmp{i}"), DType::F32, bm, bn, [4 * wgs, 1])).collect();
+
+    b.grid(m.ceil_div(bm as i64), n.ceil_div(bn as i64), 1i64);
+    let m0 = b.let_("m0", Expr::block_idx(0) * bm as i64);
+    let n0 = b.let_("n0", Expr::block_idx(1) * bn as i64);
+    let rows_valid = b.let_("rows_valid", m.clone() - m0.clone());
+    let cols_valid = b.let_("cols_valid", n.clone() - n0.clone());
+    let k_tiles = b.let_("k_tiles", kd.ceil_div(bk as i64));
+    // Scale rows: the widest cp.async the alignment of KB allows (4 bytes per row and slice at most).
+    let svec = [4u32, 2, 1].into_iter().find(|v| kb_align.is_multiple_of(*v)).unwrap_or(1);
+
+    let load = |b: &mut KernelBuilder, kt: Expr, slot: Expr| {
+        let k0 = b.let_("k0", kt * bk as i64);
+        let kleft = kd.clone() - k0.clone();
+        let dq = b.slot(sxq, slot.clone());
+        b.copy_async(dq, view(xq, &m0 * kx.clone() + &k0 / 4i64, kx.clone(), rows_valid.clone(), &kleft / 4i64, 4));
+        let ds = b.slot(sxs, slot.clone());
+        b.copy_async(
+            ds,
+            view(xs, &m0 * kb.clone() + &k0 / 32i64, kb.clone(), rows_valid.clone(), &kleft / 32i64, svec),
+        );
+        let dq = b.slot(sq, slot.clone());
+        b.copy_async(dq, view(wq, &n0 * kw.clone() + &k0 / 8i64, kw.clone(), cols_valid.clone(), &kleft / 8i64, 4));
+        let ds = b.slot(ss, slot);
+        b.copy_async(
+            ds,
+            view(ws, &n0 * kb.clone() + &k0 / 32i64, kb.clone(), cols_valid.clone(), &kleft / 32i64, svec),
+        );
+    };
+
+    b.map(acc, 0.0f64);
+    for s in 0..st - 1 {
+        let s = Expr::Int(s as i64);
+        b.if_(s.lt(k_tiles.clone()), |b| load(b, s.clone(), s.clone()));
+        b.commit();
+    }
+    b.for_("kt", 0i64, k_tiles.clone(), 1i64, |b, kt| {
+        // Slice kt has landed (this thread's copies; the barrier makes everyone's visible).
+        b.wait(st - 2);
+        b.barrier();
+        let next = &kt + (st - 1) as i64;
+        // Its slot was last read by slice kt - 1, whose products and conversions are complete.
+        b.if_(next.lt(k_tiles.clone()), |b| load(b, next.clone(), &next % st as i64));
+        b.commit();
+        let slot = b.let_("slot", &kt % st as i64);
+        convert_weights(b, sq, sw, &slot, bn, threads);
+        scale_factors(b, (sxs, sfa, bm), (ss, sfb, bn), &slot, threads);
+        // The ordinary shared stores above, fenced for the async proxy, then visible to every warpgroup.
+        b.wait(st - 1);
+        b.barrier();
+        let prod = |b: &mut KernelBuilder, j: u32, t: TileId| {
+            let a = Operand::Shared { src: b.window(sxq, slot.clone(), 0, 8 * j, bm, 8), transpose: false };
+            let w = Operand::Shared { src: b.window(sw, 0i64, 0, 8 * j, bn, 8), transpose: true };
+            b.mma_async_init(t, a, w, false);
+        };
+        let promote = |b: &mut KernelBuilder, j: u32, t: TileId| {
+            let f = Expr::shared_load(sfa, 0i64, j as i64, Expr::RowIdx)
+                * Expr::shared_load(sfb, 0i64, j as i64, Expr::ColIdx);
+            b.map(acc, Expr::Elem(acc) + Expr::Elem(t) * f);
+        };
+        let blocks = bk / 32;
+        if tmps.len() == 1 {
+            for j in 0..blocks {
+                prod(b, j, tmps[0]);
+                b.mma_wait(0);
+                promote(b, j, tmps[0]);
+            }
+        } else {
+            // Block j + 1's product in flight while block j is promoted.
+            prod(b, 0, tmps[0]);
+            for j in 0..blocks {
+                if j + 1 < blocks {
+                    prod(b, j + 1, tmps[((j + 1) % 2) as usize]);
+                    b.mma_wait(1);
+                } else {
+                    b.mma_wait(0);
+                }
+                promote(b, j, tmps[(j % 2) as usize]);
+            }
+        }
+        // Every warp is done with this slice's shared tiles before the next iteration refills or rewrites them.
+        b.barrier();
+    });
+    b.wait(0);
+    // The conversion's 2^-6 per weight value.
+    b.map(acc, Expr::Elem(acc) * 64.0f64);
+    let off = &m0 * n.clone() + n0.clone();
+    b.store(acc, Place::Global(view(y, off, n.clone(), rows_valid.clone(), cols_valid.clone(), out_vec)));
+    Ok(b.finish()?)
+}
+
+/// The weight words of slot `slot` (`[BN, 16]`, eight E2M1 codes each) -> the E4M3 words of `sw` (`[BN, 32]`).
+fn convert_weights(b: &mut KernelBuilder, sq: SharedId, sw: SharedId, slot: &Expr, bn: u32, threads: u32) {
+    let words = (bn * 16) as i64;
+    let per = (words + threads as i64 - 1) / threads as i64;
+    b.threads(|b| {
+        b.for_unrolled("i", 0i64, per, 1i64, |b, i| {
+            let idx = b.let_("idx", Expr::thread_idx() + i * threads as i64);
+            b.if_(idx.lt(words), |b| {
+                let r = b.let_("r", idx.shr(4i64));
+                let col = b.let_("col", idx.bitand(15i64));
+                let w = b.let_("w", Expr::shared_load(sq, slot.clone(), r.clone(), col.clone()));
+                let (o0, o1) = e4m3_words(w);
+                b.shared_store(sw, 0i64, r.clone(), col.shl(1i64), o0);
+                b.shared_store(sw, 0i64, r, col.shl(1i64) + 1i64, o1);
+            });
+        });
+    });
+}
+
+/// The scale factors `2^(s - 127)` (NaN for 255) of slot `slot`'s activation rows and weight rows, as f32
+/// vectors `fa: [4, BM]` and `fb: [4, BN]` (one row per 32-wide block of the slice).
+fn scale_factors(
+    b: &mut KernelBuilder,
+    (sxs, sfa, bm): (SharedId, SharedId, u32),
+    (ss, sfb, bn): (SharedId, SharedId, u32),
+    slot: &Expr,
+    threads: u32,
+) {
+    for (src, dst, rows) in [(sxs, sfa, bm), (ss, sfb, bn)] {
+        let total = (rows * 4) as i64;
+        let per = (total + threads as i64 - 1) / threads as i64;
+        b.threads(|b| {
+            b.for_unrolled("i", 0i64, per, 1i64, |b, i| {
+                let idx = b.let_("idx", Expr::thread_idx() + i * threads as i64);
+                b.if_(idx.lt(total), |b| {
+                    let r = b.let_("r", idx.shr(2i64));
+                    let j = b.let_("j", idx.bitand(3i64));
+                    let s = Expr::shared_load(src, slot.clone(), r.clone(), j.clone());
+                    b.shared_store(dst, 0i64, j, r, e8m0(s));
+                });
+            });
+        });
+    }
+}

@@ -1,0 +1,130 @@
+//! `mxfp4_matmul` with MXFP8 activations on FP8 tensor cores (knob `MMA=fp8`): the MXFP4 weights converted
+//! exactly to E4M3 on the way into shared memory, the activations' E4M3 codes fed to `wgmma ... .e4m3.e4m3` as
+//! they lie in memory, and the per-32 E8M0 scales of both operands applied exactly to an f32 accumulator per
+//! 32-wide K block ([`kernel`]). Dense problems with natural-layout weights and no epilogue so far; other
+//! variants are refused with a typed error naming what is missing (lab/2026-12-06/mx-fp8.md: the plan).
+
+use super::BLOCK;
+use super::matmul::{Act, Fp4Weights, MatInputs, MatSpec, ShapeFacts, WeightBytes};
+use crate::OpError;
+use crate::plan::Plan;
+use k3k_ir::{DType, HostTensor, Kernel, Knobs};
+
+pub mod kernel;
+
+const OP: &str = "mxfp4_matmul";
+
+/// The resolved configuration of the FP8 kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fp8Cfg {
+    /// Token rows per CTA: 64 or 128 (one warpgroup per 64).
+    pub bm: u32,
+    /// Weight rows per CTA: a multiple of 8 up to 256.
+    pub bn: u32,
+    /// cp.async ring depth (>= 3).
+    pub stages: u32,
+    /// Temporary accumulators (2: the next block's product in flight during a promotion).
+    pub tmps: u32,
+}
+
+impl Fp8Cfg {
+    /// As knobs (recorded in the kernel; re-resolving them gives the same kernel).
+    pub fn knobs(&self) -> Knobs {
+        Knobs::new()
+            .with("MMA", "fp8")
+            .with("BM", self.bm)
+            .with("BN", self.bn)
+            .with("BK", 128i64)
+            .with("STAGES", self.stages)
+    }
+}
+
+/// True when the knobs ask for the FP8 path (`MMA=fp8`).
+pub fn selected(knobs: &Knobs) -> Result<bool, OpError> {
+    Ok(knobs.0.contains_key("MMA") && knobs.str("MMA")? == "fp8")
+}
+
+fn invalid(knobs: &Knobs, why: String) -> OpError {
+    OpError::InvalidKnobs { op: OP, knobs: knobs.to_string(), why }
+}
+
+/// Resolve the knobs (BM, BN, STAGES; 0 = auto: 128, 128, 4) and check the problem is one the kernel covers.
+pub fn resolve(spec: &MatSpec, knobs: &Knobs) -> Result<Fp8Cfg, OpError> {
+    let get = |name: &str, auto: u32| -> Result<u32, OpError> {
+        let v = if knobs.0.contains_key(name) { knobs.u32(name)? } else { 0 };
+        Ok(if v == 0 { auto } else { v })
+    };
+    let (bm, bn, stages) = (get("BM", 128)?, get("BN", 128)?, get("STAGES", 4)?);
+    let bk = get("BK", 128)?;
+    if !matches!(bm, 64 | 128)
+        || bn == 0
+        || !bn.is_multiple_of(8)
+        || bn > 256
+        || bk != 128
+        || !(3..=8).contains(&stages)
+    {
+        return Err(invalid(
+            knobs,
+            format!(
+                "MMA=fp8 needs BM 64 or 128, BN a multiple of 8 up to 256, BK=128, STAGES 3..=8 (got BM={bm}, BN={bn}, BK={bk}, STAGES={stages})"
+            ),
+        ));
+    }
+    let mut missing = vec![];
+    if !spec.act8 {
+        missing.push("MXFP8 activations");
+    }
+    if spec.grouped {
+        missing.push("dense problems only (grouped: not yet)");
+    }
+    if spec.epilogue.is_glu() || spec.row_scale {
+        missing.push("no epilogue or routing weight (not yet)");
+    }
+    if spec.packed || spec.tiled {
+        missing.push("natural-layout weights (packed, tile-major: not yet)");
+    }
+    if !missing.is_empty() {
+        return Err(invalid(knobs, format!("MMA=fp8 covers {}", missing.join(", "))));
+    }
+    // Registers per thread: the accumulator and the temporaries, BN/2 each per 64 rows.
+    let tmps = if bn <= 128 { 2 } else { 1 };
+    Ok(Fp8Cfg { bm, bn, stages, tmps })
+}
+
+/// The kernels of the FP8 path (one launch).
+pub fn kernels(spec: &MatSpec, knobs: &Knobs) -> Result<Vec<Kernel>, OpError> {
+    let c = resolve(spec, knobs)?;
+    Ok(vec![kernel::build(&c, spec.kb_align, spec.out_vec)?])
+}
+
+/// The plan of one product on the FP8 path.
+pub fn plan(
+    w: &Fp4Weights,
+    inp: &MatInputs<'_>,
+    spec: &MatSpec,
+    sh: &ShapeFacts,
+    knobs: &Knobs,
+) -> Result<Plan, OpError> {
+    let c = resolve(spec, knobs)?;
+    let main = kernel::build(&c, spec.kb_align, spec.out_vec)?;
+    let (n, k) = (w.n, w.k);
+    let mut plan = Plan::default();
+    let Act::Mxfp8(t) = inp.x else {
+        return Err(OpError::Internal("MMA=fp8 resolved without MXFP8 activations".into()));
+    };
+    let m = t.rows;
+    if m == 0 {
+        plan.output("y", DType::Bf16, &[0, sh.n_out]);
+        return Ok(plan);
+    }
+    let WeightBytes::Natural(q) = &w.q else {
+        return Err(OpError::Internal("MMA=fp8 resolved with re-laid-out weights".into()));
+    };
+    let xq = plan.input("xq", HostTensor::from_bytes(DType::U32, &[m, k / 4], t.q.clone()));
+    let xs = plan.input("xs", HostTensor::from_bytes(DType::U8, &[m, k / BLOCK], t.s.clone()));
+    let wq = plan.input("wq", HostTensor::from_bytes(DType::U32, &[n, k / 8], q.clone()));
+    let ws = plan.input("ws", HostTensor::from_bytes(DType::U8, &[n, k / BLOCK], w.s.clone()));
+    let y = plan.output("y", DType::Bf16, &[m, n]);
+    plan.step(main, &[xq, xs, wq, ws, y], &[]);
+    Ok(plan)
+}
