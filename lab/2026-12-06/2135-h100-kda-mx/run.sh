@@ -9,7 +9,7 @@ set -uo pipefail
 T0=$(date +%s)
 FINAL=${OUT:-./gpu-out}; mkdir -p "$FINAL"
 echo "== KDA $(date -u +%T)"
-OUT=/tmp/kda-out BUDGET_S=${KDA_S:-310} FLA=0 OLD=1 PROFILE=1 SWEEP=0 NCU=0 bash scripts/gpu_kda_flashkda.sh > /tmp/kda-run.txt 2>&1
+OUT=/tmp/kda-out BUDGET_S=${KDA_S:-530} FLA=0 OLD=1 PROFILE=1 SWEEP=0 NCU=0 bash scripts/gpu_kda_flashkda.sh > /tmp/kda-run.txt 2>&1
 echo "kda rc=$? after $(( $(date +%s) - T0 ))s"
 cp /tmp/kda-out/summary.md "$FINAL/kda-summary.md" 2>/dev/null
 mv /tmp/kda-out/intra-profile.tgz "$FINAL/" 2>/dev/null
