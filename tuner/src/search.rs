@@ -553,13 +553,13 @@ mod tests {
         (FakeLane { delay: Duration::from_millis(delay_ms), log: log.clone(), crash: vec![] }, log)
     }
 
-    /// 30 presets of 40 candidates each at 20 ms a measurement (re-time and check included), in 6 s: round 1 reaches
+    /// 20 presets of 40 candidates each at 20 ms a measurement (re-time and check included), in 6 s: round 1 reaches
     /// every preset, round 2 spends what is left, and the run keeps to its budget (past it by one job at most).
     #[test]
     fn a_small_budget_tunes_every_preset_first() {
         let dir = tempfile::tempdir().unwrap();
         let store = ResultsStore::open(dir.path()).unwrap();
-        let ps = presets(30);
+        let ps = presets(20);
         let (l, log) = lane(20);
         let opts = SearchOptions { budget: Duration::from_secs(6), ..SearchOptions::default() };
         let r = search(&store, &ps, &Plans { space: 40 }, vec![Box::new(l)], &opts, &|_| {});
