@@ -5,7 +5,7 @@ use k3k::ops::op::{Instance, Preset};
 use k3k::ops::plan::{Executor, GpuExec};
 use k3k::ops::registry;
 use k3k::runtime::{Gpu, TimingOptions};
-use k3k::tuner::protocol::{MeasureRequest, MeasureResponse, Task, serve};
+use k3k::tuner::protocol::{MeasureRequest, MeasureResponse, SCREEN_SAMPLES, Task, serve};
 use k3k::tuner::{CheckRecord, FailStage, Outcome, TimingStats};
 use std::time::Instant;
 
@@ -90,9 +90,13 @@ impl State {
                 // Test hook: the time of a candidate is a fixed function of its id, the same in every process, so
                 // tests can compare the winners of separate runs (interpreter wall times are noise). CPU backend
                 // only: made-up times never reach a GPU's results.
+                // The early-stop screen is honoured the same way: over `stop_ms`, the screen's samples, flagged.
                 if self.backend == "cpu" && std::env::var("K3K_TEST_TIME_BY_ID").is_ok_and(|v| v == "1") {
                     let ms = 1.0 + (k3k::tuner::stable_hash(&req.candidate.id) % 1_000_000) as f64 * 1e-5;
-                    return match TimingStats::from_samples(&[ms; 3]) {
+                    let stopped = req.bench.stop_ms > 0.0 && ms > req.bench.stop_ms;
+                    let n = if stopped { SCREEN_SAMPLES } else { 10 };
+                    return match TimingStats::from_samples(&vec![ms; n]) {
+                        Ok(t) if stopped => MeasureResponse::stopped(Outcome::Timed(t)),
                         Ok(t) => MeasureResponse::outcome(Outcome::Timed(t)),
                         Err(e) => failed(FailStage::Launch, e),
                     };
@@ -138,6 +142,25 @@ impl State {
                             return failed(FailStage::Launch, e);
                         }
                         let (warmup, reps) = bench.runs_for(t.elapsed().as_secs_f64() * 1e3);
+                        // The early-stop screen: a few samples under the same conditions (L2 flushed before each);
+                        // clearly slower than the best so far, the candidate is not timed further.
+                        if bench.stop_ms > 0.0 {
+                            let screen = TimingOptions {
+                                warmup: 1,
+                                reps: SCREEN_SAMPLES,
+                                flush_l2: bench.flush_l2,
+                                ..Default::default()
+                            };
+                            let s = match g.time(&plan, &dev, screen) {
+                                Ok(s) => s,
+                                Err(e) => return failed(FailStage::Launch, e),
+                            };
+                            if let Ok(t) = TimingStats::from_samples(&s)
+                                && t.median_ms > bench.stop_ms
+                            {
+                                return MeasureResponse::stopped(Outcome::Timed(t));
+                            }
+                        }
                         match g.time(
                             &plan,
                             &dev,
