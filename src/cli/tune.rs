@@ -297,7 +297,9 @@ pub fn run(mut a: Args) -> anyhow::Result<i32> {
             shard,
             resume: a.resume,
             max_consecutive_transient: 4,
-            retime_top: 2,
+            // The leader re-timed (its first pass is the one most likely flattered by noise): one longer window
+            // per preset and round, not three.
+            retime_top: 1,
             early_stop: a.early_stop,
             ..TuneOptions::default()
         },

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Issue 46: `k3k tune --op all` on one GPU, every benchmark preset within the budget (round 1 over every preset,
+# round 2 with what is left; see tuner/src/search.rs). Runs the carried stripped binary .dev/bin/k3k.
+#   bash lab/2026-12-06/tune-all/run.sh [BUDGET_S]      (default 450; the device allows 600 s per call, so keep
+#                                                      BUDGET_S + ~60 s of start-up, overrun and copying under it)
+# Writes to $OUT (5 files): TUNE.md, tune.txt (stdout: the table), tune-err.txt.gz (per-job progress lines),
+# records.tgz (results/<gpu-slug>/ after the run: the JSON records), log.txt. Prints a short table last.
+set -uo pipefail
+T0=$(date +%s)
+OUT=${OUT:-./gpu-out}; mkdir -p "$OUT"
+BUDGET=${1:-450}
+W=/tmp/tune-all; rm -rf "$W"; mkdir -p "$W"
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64 K3K_NVRTC=/usr/local/cuda/lib64/libnvrtc.so.13 K3K_PTXAS=/usr/local/cuda/bin/ptxas
+export K3K_CACHE_DIR=$W/cache
+BIN=$PWD/.dev/bin/k3k
+L=$OUT/log.txt; log() { echo "[+$(( $(date +%s) - T0 ))s] $*" | tee -a "$L"; }
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,power.limit --format=csv >> "$L" 2>&1
+log "cores $(nproc), budget ${BUDGET}s, $($BIN --version)"
+# A copy of the checkout's results: other GPUs' records seed round 1; this GPU's own records (if any) too.
+cp -r results "$W/results"
+timeout $((BUDGET + 90)) "$BIN" tune --op all --budget "${BUDGET}s" --results "$W/results" --peers results/bench \
+  > "$W/tune.txt" 2> "$W/tune-err.txt"
+rc=$?
+log "tune rc=$rc"
+SLUG=$(sed -n 's|^results in .*/\([^/ ]*\) ([0-9]* s)$|\1|p' "$W/tune.txt" | tail -1)
+[ -n "$SLUG" ] || SLUG=$(ls -td "$W"/results/*/ | head -1 | xargs basename)
+log "gpu slug $SLUG"
+cp "$W/tune.txt" "$OUT/tune.txt"
+gzip -c "$W/tune-err.txt" > "$OUT/tune-err.txt.gz"
+[ -f "$W/results/$SLUG/TUNE.md" ] && cp "$W/results/$SLUG/TUNE.md" "$OUT/TUNE.md"
+tar czf "$OUT/records.tgz" -C "$W/results" "$SLUG"
+# Where the time went: lane seconds per round from the progress lines.
+grep -c '\[round 1\]: .* timed' "$W/tune-err.txt" | xargs -I{} echo "round-1 jobs finished: {}" | tee -a "$L"
+grep -c '\[round 2\]: .* timed' "$W/tune-err.txt" | xargs -I{} echo "round-2 jobs finished: {}" | tee -a "$L"
+log "done"
+echo "== k3k tune --op all --budget ${BUDGET}s on $SLUG (rc=$rc) =="
+awk '/^op  /{p=1} p' "$W/tune.txt" | cut -c1-150 | tail -62
