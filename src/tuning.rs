@@ -115,7 +115,13 @@ pub fn plan_candidates(
     }
     let taken = first.clone();
     let space = op.knob_space();
-    plan_points(op, preset, first.into_iter().chain(space_sample(op, &space).filter(move |k| !taken.contains(k))), max, compile)
+    plan_points(
+        op,
+        preset,
+        first.into_iter().chain(space_sample(op, &space).filter(move |k| !taken.contains(k))),
+        max,
+        compile,
+    )
 }
 
 /// The points of an operator's knob space in a fixed pseudo-random order: spaces up to [`SMALL_SPACE`] points
@@ -243,7 +249,13 @@ pub fn stale_winners(store: &ResultsStore, op: &dyn Operator, preset: &Preset, g
 /// codegen version), newest first, each once, at most `max`: a new GPU starts from what won elsewhere. Read from
 /// the sibling folders of `store` (`results/<other-gpu>/<op>.json`); points that no longer build are pruned like
 /// any other.
-pub fn other_gpu_winners(store: &ResultsStore, op: &dyn Operator, preset: &Preset, gpu: &GpuKey, max: usize) -> Vec<Knobs> {
+pub fn other_gpu_winners(
+    store: &ResultsStore,
+    op: &dyn Operator,
+    preset: &Preset,
+    gpu: &GpuKey,
+    max: usize,
+) -> Vec<Knobs> {
     let Ok(key) = tune_key(op, preset, gpu) else { return vec![] };
     let Ok(dirs) = std::fs::read_dir(store.root()) else { return vec![] };
     let mut slugs: Vec<String> = dirs
@@ -363,13 +375,17 @@ pub struct CompileStats {
 /// What the cost model reads of a kernel: its launch threads, the program's shared memory plus ptxas's static
 /// shared memory, ptxas's registers and spills (when assembled), and its grid when it is a constant.
 pub fn kernel_shape(k: &k3k_ir::Kernel, r: Option<&k3k_codegen::ptxas::Resources>) -> KernelShape {
-    let grid = k.grid.iter().map(|e| e.as_const_int().and_then(|v| u64::try_from(v).ok())).try_fold(1u64, |acc, v| {
-        v.map(|v| acc.saturating_mul(v.max(1)))
-    });
+    let grid = k
+        .grid
+        .iter()
+        .map(|e| e.as_const_int().and_then(|v| u64::try_from(v).ok()))
+        .try_fold(1u64, |acc, v| v.map(|v| acc.saturating_mul(v.max(1))));
     KernelShape {
         threads: k.launch_threads(),
         registers: r.map(|r| r.registers),
-        shared_bytes: u32::try_from(k.shared_bytes()).unwrap_or(u32::MAX).saturating_add(r.map_or(0, |r| r.static_shared_bytes)),
+        shared_bytes: u32::try_from(k.shared_bytes())
+            .unwrap_or(u32::MAX)
+            .saturating_add(r.map_or(0, |r| r.static_shared_bytes)),
         grid_blocks: grid,
         spill_bytes: r.map_or(0, |r| r.spill_store_bytes + r.spill_load_bytes),
     }

@@ -19,7 +19,9 @@ use k3k::runtime::Gpu;
 use k3k::tuner::budget::{self, CostModel, PresetCost};
 use k3k::tuner::cost::SmLimits;
 use k3k::tuner::search::{Lane, SearchEvent, SearchOptions, SearchPreset, SearchReport, search};
-use k3k::tuner::{CandidateSpec, GpuKey, ResultsStore, Shard, ShardSource, TuneOptions, Worker, WorkerMeasurer, WorkerSpec};
+use k3k::tuner::{
+    CandidateSpec, GpuKey, ResultsStore, Shard, ShardSource, TuneOptions, Worker, WorkerMeasurer, WorkerSpec,
+};
 use k3k::tuning::{knob_map, knobs_of, plan_candidates, tune_key};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -281,8 +283,7 @@ pub fn run(mut a: Args) -> anyhow::Result<i32> {
     };
     let mut lanes: Vec<Box<dyn Lane + '_>> = vec![];
     for gi in 0..gpus {
-        let mut spec =
-            WorkerSpec::new(std::env::current_exe()?).arg("worker").arg("--backend").arg(&a.backend);
+        let mut spec = WorkerSpec::new(std::env::current_exe()?).arg("worker").arg("--backend").arg(&a.backend);
         if gpus > 1 {
             spec = spec.env("CUDA_VISIBLE_DEVICES", gi.to_string());
         }

@@ -50,10 +50,12 @@ pub use record::{
 };
 pub use resume::{CandidateSpec, ResumeOptions, remaining};
 pub use scheduler::{SchedulerError, ShardChoice, ShardSource};
+pub use search::{
+    Lane, Planned, Planner, PresetResult, SearchEvent, SearchOptions, SearchPreset, SearchReport, search,
+};
 pub use shard::{Shard, ShardParseError, stable_hash};
 pub use stats::{StatsError, TimingStats, pick_winner, retime_top_k, winner_order};
 pub use store::{ResultsStore, read_results_file, write_results_file};
-pub use search::{Lane, Planned, Planner, PresetResult, SearchEvent, SearchOptions, SearchPreset, SearchReport, search};
 pub use tune::{Abort, Measurer, TuneError, TuneEvent, TuneOptions, TuneReport, WorkerMeasurer, tune};
 
 /// The README's example, compiled and run as a doctest.

@@ -127,12 +127,31 @@ pub struct PresetResult {
 #[derive(Debug)]
 pub enum SearchEvent<'a> {
     /// A job starts on a lane with `planned`, and may use `share_s` seconds.
-    Started { preset: usize, round: u8, planned: &'a Planned, share_s: f64 },
-    Tune { preset: usize, event: TuneEvent<'a> },
-    Finished { preset: usize, round: u8, report: &'a TuneReport },
+    Started {
+        preset: usize,
+        round: u8,
+        planned: &'a Planned,
+        share_s: f64,
+    },
+    Tune {
+        preset: usize,
+        event: TuneEvent<'a>,
+    },
+    Finished {
+        preset: usize,
+        round: u8,
+        report: &'a TuneReport,
+    },
     /// A round 2 the budget did not afford.
-    Skipped { preset: usize, round: u8 },
-    Failed { preset: usize, round: u8, error: &'a str },
+    Skipped {
+        preset: usize,
+        round: u8,
+    },
+    Failed {
+        preset: usize,
+        round: u8,
+        error: &'a str,
+    },
 }
 
 /// What [`search`] did.
@@ -261,7 +280,9 @@ pub fn search(
             }
         });
         for lane in lanes {
-            s.spawn(move || run_lane(lane, state, cv, jobs, presets, store, opts, deadline, n_lanes, round1_jobs, on_event));
+            s.spawn(move || {
+                run_lane(lane, state, cv, jobs, presets, store, opts, deadline, n_lanes, round1_jobs, on_event)
+            });
         }
     });
     let st = state.into_inner().unwrap();
@@ -381,7 +402,8 @@ fn run_lane(
         let left = deadline.saturating_duration_since(now);
         // Round 1 shares the time left among the round-1 jobs still to run; a round-2 list was sized to its share
         // when planned, and runs up to the end of the budget.
-        let share = if round == 1 { left.mul_f64(lanes as f64 / (round1_jobs - j).max(1) as f64).min(left) } else { left };
+        let share =
+            if round == 1 { left.mul_f64(lanes as f64 / (round1_jobs - j).max(1) as f64).min(left) } else { left };
         on_event(SearchEvent::Started { preset: i, round, planned: &planned, share_s: share.as_secs_f64() });
         let p = &presets[i];
         let t_opts = TuneOptions {

@@ -188,7 +188,8 @@ pub fn tune(
     }
     let mut transient_in_a_row = 0;
     // The best median of the key so far (earlier rounds and runs included): the early stop's reference.
-    let mut best: Option<f64> = if opts.early_stop > 0.0 { load_entry(store, key)?.and_then(|e| best_ms(&e)) } else { None };
+    let mut best: Option<f64> =
+        if opts.early_stop > 0.0 { load_entry(store, key)?.and_then(|e| best_ms(&e)) } else { None };
     let started = Instant::now();
     let todo_len = todo.len();
     for (n, spec) in todo.into_iter().enumerate() {
@@ -381,7 +382,9 @@ impl WorkerMeasurer {
     ) -> Result<(Outcome, bool), Abort> {
         Ok(match self.call(Task::Time, key, c, bench)? {
             Ok(MeasureResponse { outcome: Some(o), stopped, .. }) => (o, stopped),
-            Ok(_) => (Outcome::failed(FailStage::Crash, "the worker answered a time request without an outcome"), false),
+            Ok(_) => {
+                (Outcome::failed(FailStage::Crash, "the worker answered a time request without an outcome"), false)
+            }
             Err(f) => (f.to_outcome(), false),
         })
     }
