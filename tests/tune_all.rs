@@ -64,7 +64,7 @@ fn a_small_budget_tunes_every_preset_once_with_early_stops() {
         for c in &e.candidates {
             let Some(t) = c.outcome.timing() else { continue };
             assert!(hook_ms(&c.id) >= hook_ms(w), "{} beats the winner {w}", c.id);
-            if t.samples == k3k::tuner::protocol::SCREEN_SAMPLES {
+            if t.samples as usize == k3k::tuner::protocol::SCREEN_SAMPLES {
                 stopped += 1;
                 assert!(t.median_ms > hook_ms(w) * 1.25, "{} stopped at {} ms", c.id, t.median_ms);
             }
