@@ -523,7 +523,7 @@ mod tests {
     #[derive(Clone)]
     struct FakeLane {
         delay: Duration,
-        log: Arc<Mutex<Vec<(TuneKey, String, bool)>>>,
+        log: Log,
         crash: Vec<String>,
     }
 
@@ -570,7 +570,10 @@ mod tests {
             .collect()
     }
 
-    fn lane(delay_ms: u64) -> (FakeLane, Arc<Mutex<Vec<(TuneKey, String, bool)>>>) {
+    /// First-pass measurements: (key, id, stopped early).
+    type Log = Arc<Mutex<Vec<(TuneKey, String, bool)>>>;
+
+    fn lane(delay_ms: u64) -> (FakeLane, Log) {
         let log = Arc::new(Mutex::new(vec![]));
         (FakeLane { delay: Duration::from_millis(delay_ms), log: log.clone(), crash: vec![] }, log)
     }
