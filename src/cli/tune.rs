@@ -368,8 +368,8 @@ fn log_event(presets: &[SearchPreset], ev: SearchEvent<'_>) {
             planned.pruned,
             planned.compile_s
         ),
-        SearchEvent::Finished { preset, round, report } => eprintln!(
-            "{} [round {round}]: {} timed ({} stopped early, {} failed, {} cut), winner {}",
+        SearchEvent::Finished { preset, round, report, lane_s } => eprintln!(
+            "{} [round {round}]: {} timed ({} stopped early, {} failed, {} cut) in {lane_s:.1} s, winner {}",
             presets[preset].label,
             report.measured,
             report.stopped,

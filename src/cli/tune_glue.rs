@@ -33,10 +33,17 @@ impl OpPlanner<'_> {
 }
 
 impl Planner for OpPlanner<'_> {
-    fn first(&self, i: usize, n: usize) -> Planned {
+    /// The defaults, then the winners of stale records of this GPU, the winners this run already has for the
+    /// operator's other presets, the winners of other GPUs' records; the rest of `n` from the cost-ranked sample.
+    fn first(&self, i: usize, n: usize, hints: &[CandidateSpec]) -> Planned {
         let t = Instant::now();
         let (op, preset) = (self.op(i), &self.items[i].preset);
         let mut seeds = stale_winners(self.store, op, preset, self.gpu, STALE_SEEDS);
+        for k in hints.iter().filter_map(|h| knobs_of(&h.knobs).ok()) {
+            if !seeds.contains(&k) {
+                seeds.push(k);
+            }
+        }
         for k in other_gpu_winners(self.store, op, preset, self.gpu, OTHER_GPU_SEEDS) {
             if !seeds.contains(&k) {
                 seeds.push(k);

@@ -4,7 +4,8 @@
 //!   differ only in run-time sizes of the same shape bucket) share one record: the first is tuned, the others
 //!   report its result ([`PresetResult::shared_with`]).
 //! - **Round 1 over every preset first**: the defaults and the best guesses known before timing (the
-//!   [`Planner`] decides: winners of stale records, of other GPUs), so every preset has a baseline, a checked
+//!   [`Planner`] decides: winners of stale records, of the run's earlier presets of the same operator, of other
+//!   GPUs), so every preset has a baseline, a checked
 //!   winner and a record before any preset goes deeper. Each round-1 job may use an equal share of the time left
 //!   among the round-1 jobs still to run, and always measures its first candidate (the defaults).
 //! - **Round 2 with what is left**: each preset again, in the same order, with as many candidates as its equal share
@@ -53,8 +54,9 @@ pub struct Planned {
 
 /// Makes the candidate lists; implemented by the backend (it knows the operators and compiles).
 pub trait Planner: Sync {
-    /// Round 1 of preset `i`: the defaults first, then at most `n - 1` best guesses known before timing.
-    fn first(&self, i: usize, n: usize) -> Planned;
+    /// Round 1 of preset `i`: the defaults first, then at most `n - 1` best guesses known before timing; `hints`
+    /// are the winners the run already has for other presets of the same operator.
+    fn first(&self, i: usize, n: usize, hints: &[CandidateSpec]) -> Planned;
     /// Round 2 of preset `i`: at most `n` candidates not in `done`, `hints` first (the winners of the run's other
     /// presets of the same operator; the planner drops those that do not build here), then its own search around
     /// `leader` (the best of round 1).
@@ -137,10 +139,12 @@ pub enum SearchEvent<'a> {
         preset: usize,
         event: TuneEvent<'a>,
     },
+    /// A job ended, after `lane_s` seconds on its lane.
     Finished {
         preset: usize,
         round: u8,
         report: &'a TuneReport,
+        lane_s: f64,
     },
     /// A round 2 the budget did not afford.
     Skipped {
@@ -260,9 +264,16 @@ pub fn search(
                     }
                 }
                 if round == 1 {
+                    // The winners the run already has for the same operator (earlier presets' round 1).
+                    let hints: Vec<Vec<CandidateSpec>> = {
+                        let st = state.lock().unwrap();
+                        (j..j + batch).map(|k| op_winners(&st, presets, jobs[k].preset, &HashSet::new())).collect()
+                    };
+                    let n1 = opts.first.min(opts.max).max(1);
                     let planned: Vec<Planned> = std::thread::scope(|s2| {
                         let handles: Vec<_> = (j..j + batch)
-                            .map(|k| s2.spawn(move || planner.first(jobs[k].preset, opts.first.min(opts.max).max(1))))
+                            .zip(&hints)
+                            .map(|(k, h)| s2.spawn(move || planner.first(jobs[k].preset, n1, h)))
                             .collect();
                         handles.into_iter().map(|h| h.join().unwrap_or_default()).collect()
                     });
@@ -338,18 +349,7 @@ fn plan_round2(
             n = 2;
         }
         let n = n.min(opts.max.saturating_sub(done.len()));
-        let mut hints: Vec<CandidateSpec> = vec![];
-        for (k, p) in presets.iter().enumerate() {
-            if k != i
-                && p.op == presets[i].op
-                && let Some(w) = st.results[k].winner.as_deref()
-                && !done.contains(w)
-                && !hints.iter().any(|h| h.id == w)
-                && let Some(spec) = st.leader[k].as_ref().filter(|l| l.id == w)
-            {
-                hints.push(spec.clone());
-            }
-        }
+        let hints = op_winners(&st, presets, i, &done);
         (st.leader[i].clone(), done, hints, n)
     };
     if n == 0 {
@@ -446,13 +446,30 @@ fn run_lane(
         }
         drop(st);
         match &r {
-            Ok(rep) => on_event(SearchEvent::Finished { preset: i, round, report: rep }),
+            Ok(rep) => on_event(SearchEvent::Finished { preset: i, round, report: rep, lane_s }),
             Err(e) => on_event(SearchEvent::Failed { preset: i, round, error: &e.to_string() }),
         }
         if round == 1 {
             finish_round1(state, cv, i, lane_s, measured);
         }
     }
+}
+
+/// The winners so far of the other presets of preset `i`'s operator, not in `done`, each once, in preset order.
+fn op_winners(st: &State, presets: &[SearchPreset], i: usize, done: &HashSet<String>) -> Vec<CandidateSpec> {
+    let mut hints: Vec<CandidateSpec> = vec![];
+    for (k, p) in presets.iter().enumerate() {
+        if k != i
+            && p.op == presets[i].op
+            && let Some(w) = st.results[k].winner.as_deref()
+            && !done.contains(w)
+            && !hints.iter().any(|h| h.id == w)
+            && let Some(spec) = st.leader[k].as_ref().filter(|l| l.id == w)
+        {
+            hints.push(spec.clone());
+        }
+    }
+    hints
 }
 
 fn finish_round1(state: &Mutex<State>, cv: &Condvar, i: usize, lane_s: f64, measured: usize) {
@@ -491,14 +508,21 @@ mod tests {
         1.0 + ((i * 7 + salt) % 13) as f64
     }
 
-    /// Spaces of 40 candidates (i = 0..40, the defaults i = 0).
+    /// Spaces of `space` candidates (i = 0.., the defaults i = 0); logs the round-1 hints of each preset.
+    #[derive(Default)]
     struct Plans {
         space: u64,
+        hints: Mutex<Vec<(usize, Vec<String>)>>,
     }
 
     impl Planner for Plans {
-        fn first(&self, _: usize, n: usize) -> Planned {
-            Planned { cands: (0..n as u64).map(spec).collect(), ..Planned::default() }
+        fn first(&self, i: usize, n: usize, hints: &[CandidateSpec]) -> Planned {
+            self.hints.lock().unwrap().push((i, hints.iter().map(|h| h.id.clone()).collect()));
+            let mut cands: Vec<CandidateSpec> = vec![spec(0)];
+            cands.extend(hints.iter().filter(|h| h.id != spec(0).id).cloned());
+            cands.extend((1..self.space).map(spec).filter(|c| !hints.iter().any(|h| h.id == c.id)));
+            cands.truncate(n);
+            Planned { cands, ..Planned::default() }
         }
         fn more(
             &self,
@@ -587,7 +611,7 @@ mod tests {
         let ps = presets(20);
         let (l, log) = lane(20);
         let opts = SearchOptions { budget: Duration::from_secs(6), ..SearchOptions::default() };
-        let r = search(&store, &ps, &Plans { space: 40 }, vec![Box::new(l)], &opts, &|_| {});
+        let r = search(&store, &ps, &Plans { space: 40, ..Plans::default() }, vec![Box::new(l)], &opts, &|_| {});
         assert!(r.not_tuned().is_empty(), "{:?}", r.not_tuned());
         assert!(r.wall_s < 6.0 + 1.0, "{}", r.wall_s);
         for (i, p) in r.presets.iter().enumerate() {
@@ -617,7 +641,7 @@ mod tests {
         ps.push(SearchPreset { label: "p2 again".into(), ..ps[2].clone() });
         let (l, log) = lane(0);
         let opts = SearchOptions { budget: Duration::from_secs(30), max: 8, ..SearchOptions::default() };
-        let r = search(&store, &ps, &Plans { space: 40 }, vec![Box::new(l)], &opts, &|_| {});
+        let r = search(&store, &ps, &Plans { space: 40, ..Plans::default() }, vec![Box::new(l)], &opts, &|_| {});
         assert_eq!(r.presets[4].shared_with, Some(0));
         assert_eq!(r.presets[5].shared_with, Some(2));
         assert_eq!((r.presets[4].measured, r.presets[4].rounds), (0, 0));
@@ -643,7 +667,7 @@ mod tests {
         let (mut l, log) = lane(0);
         l.crash = vec![spec(3).id];
         let opts = SearchOptions { budget: Duration::from_secs(30), max: 13, ..SearchOptions::default() };
-        let r = search(&store, &ps, &Plans { space: 13 }, vec![Box::new(l)], &opts, &|_| {});
+        let r = search(&store, &ps, &Plans { space: 13, ..Plans::default() }, vec![Box::new(l)], &opts, &|_| {});
         assert!(r.not_tuned().is_empty());
         let log = log.lock().unwrap();
         let mut stopped = 0;
@@ -671,5 +695,31 @@ mod tests {
         assert!(stopped > 0, "the screen stopped some candidates");
         let total: usize = r.presets.iter().map(|p| p.stopped).sum();
         assert_eq!(total, stopped);
+    }
+
+    /// Round 1 of a preset tries the winners the run already has for its operator's earlier presets.
+    #[test]
+    fn round_1_starts_from_the_winners_of_earlier_presets_of_the_operator() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ResultsStore::open(dir.path()).unwrap();
+        let ps = presets(12);
+        let (l, _) = lane(0);
+        let plans = Plans { space: 13, ..Plans::default() };
+        let opts = SearchOptions { budget: Duration::from_secs(30), max: 4, ..SearchOptions::default() };
+        let r = search(&store, &ps, &plans, vec![Box::new(l)], &opts, &|_| {});
+        assert!(r.not_tuned().is_empty());
+        let hints = plans.hints.lock().unwrap();
+        let mut hinted = 0;
+        for (i, h) in hints.iter() {
+            for id in h {
+                // Each hint is the winner of another preset of the same operator.
+                let from = (0..ps.len())
+                    .find(|&k| k != *i && ps[k].op == ps[*i].op && r.presets[k].winner.as_deref() == Some(id));
+                assert!(from.is_some(), "preset {i}: hint {id} is no winner of its operator");
+            }
+            hinted += usize::from(!h.is_empty());
+        }
+        // The planner runs a few presets ahead of the lane: the later presets get hints.
+        assert!(hinted >= 4, "{hints:?}");
     }
 }
