@@ -674,6 +674,7 @@ mod tests {
 #[cfg(test)]
 mod order_tests {
     use super::*;
+    use std::collections::HashSet;
 
     #[test]
     fn spec_presets_exist_and_come_first_interleaved() {
