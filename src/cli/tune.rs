@@ -490,7 +490,14 @@ fn measure_compile_s(op: &dyn Operator, preset: &Preset, cands: &[CandidateSpec]
 /// allocation of `k3k_tuner::budget::allocate` with its simulated wall time.
 fn print_plan(a: &Args, items: &[Item], budget_d: Duration) -> anyhow::Result<i32> {
     let jobs = a.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())).max(1);
-    let model = CostModel { jobs, lanes: a.gpus.unwrap_or(1).max(1), time_s: a.time_s, ..CostModel::default() };
+    // Every list is compiled ahead by the planning thread (`first_round` 1.0).
+    let model = CostModel {
+        jobs,
+        lanes: a.gpus.unwrap_or(1).max(1),
+        time_s: a.time_s,
+        first_round: 1.0,
+        ..CostModel::default()
+    };
     let mut compile_of: HashMap<&str, (f64, &'static str)> = HashMap::new();
     let mut costs = vec![];
     for it in items {

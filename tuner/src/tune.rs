@@ -85,7 +85,7 @@ pub struct TuneOptions {
     /// candidate crashing. Those already recorded can be retried with `resume` + `retry_transient`.
     pub max_consecutive_transient: usize,
     /// Stop measuring new candidates once this instant would be passed (the preset's share of the budget,
-    /// see [`crate::budget::preset_slice`]); the re-timing and the checks still run, and time for them is
+    /// see [`crate::search`]); the re-timing and the checks still run, and time for them is
     /// kept back: measuring stops when `now + reserve` passes the deadline, where the reserve is the mean
     /// measurement so far times (`retime_top` + 1). Candidates not measured are counted in
     /// [`TuneReport::cut`]; a `resume` measures them.
