@@ -406,12 +406,16 @@ fn run_lane(
             if round == 1 { left.mul_f64(lanes as f64 / (round1_jobs - j).max(1) as f64).min(left) } else { left };
         on_event(SearchEvent::Started { preset: i, round, planned: &planned, share_s: share.as_secs_f64() });
         let p = &presets[i];
-        let t_opts = TuneOptions {
+        let mut t_opts = TuneOptions {
             default_candidate: Some(p.default_id.clone()),
             deadline: Some(now + share),
             min_measured: if round == 1 { 1 } else { 0 },
             ..opts.tune.clone()
         };
+        if left.is_zero() {
+            // Past the budget (round 1 still owes this preset its defaults): no re-time, only the check.
+            t_opts.retime_top = 0;
+        }
         let m = lane.measurer(i);
         let mut fwd = |ev: TuneEvent<'_>| on_event(SearchEvent::Tune { preset: i, event: ev });
         let r = tune(store, &p.key, &planned.cands, &t_opts, m, &mut fwd);
