@@ -24,6 +24,7 @@
 
 use crate::key::TuneKey;
 use crate::resume::CandidateSpec;
+use crate::shard::Shard;
 use crate::store::ResultsStore;
 use crate::tune::{Measurer, TuneEvent, TuneOptions, TuneReport, tune};
 use std::collections::{BTreeMap, HashSet};
@@ -264,10 +265,19 @@ pub fn search(
                     }
                 }
                 if round == 1 {
-                    // The winners the run already has for the same operator (earlier presets' round 1).
+                    // The winners the run already has for the same operator (earlier presets' round 1); none in a
+                    // shard, whose winners are its own: every shard must plan the same round-1 lists.
                     let hints: Vec<Vec<CandidateSpec>> = {
                         let st = state.lock().unwrap();
-                        (j..j + batch).map(|k| op_winners(&st, presets, jobs[k].preset, &HashSet::new())).collect()
+                        (j..j + batch)
+                            .map(|k| {
+                                if opts.tune.shard == Shard::ALL {
+                                    op_winners(&st, presets, jobs[k].preset, &HashSet::new())
+                                } else {
+                                    vec![]
+                                }
+                            })
+                            .collect()
                     };
                     let n1 = opts.first.min(opts.max).max(1);
                     let planned: Vec<Planned> = std::thread::scope(|s2| {
