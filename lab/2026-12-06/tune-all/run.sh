@@ -14,7 +14,7 @@ BUDGET=${1:-450}
 W=/tmp/tune-all; rm -rf "$W"; mkdir -p "$W"
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64 K3K_NVRTC=/usr/local/cuda/lib64/libnvrtc.so.13 K3K_PTXAS=/usr/local/cuda/bin/ptxas
 export K3K_CACHE_DIR=$W/cache K3K_TUNE_PHASES=$W/phases.jsonl
-BIN=$PWD/.dev/bin/k3k
+BIN=${K3K_BIN:-$PWD/.dev/bin/k3k}   # K3K_BIN: another binary (a dry run)
 L=$OUT/log.txt; log() { echo "[+$(( $(date +%s) - T0 ))s] $*" | tee -a "$L"; }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,power.limit --format=csv >> "$L" 2>&1
 log "cores $(nproc), budget ${BUDGET}s, $($BIN --version)"
