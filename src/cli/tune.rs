@@ -326,7 +326,7 @@ pub fn run(mut a: Args) -> anyhow::Result<i32> {
         errors.push(format!("{} / {}: every one of its {} candidate(s) failed", r.op, r.preset, r.measured));
     }
     if !errors.is_empty() {
-        println!("errors: {}", errors.join("; "));
+        println!("not tuned because of an error: {}", errors.join("; "));
     }
     let wall = start.elapsed().as_secs_f64();
     println!("results in {} ({wall:.0} s)", a.results.join(gpu_key.slug()).display());
