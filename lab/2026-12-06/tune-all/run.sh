@@ -20,8 +20,10 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,power.limit --format=csv >> "$L
 log "cores $(nproc), budget ${BUDGET}s, $($BIN --version)"
 # A copy of the checkout's results: other GPUs' records seed round 1; this GPU's own records (if any) too.
 cp -r results "$W/results"
-timeout $((BUDGET + 90)) "$BIN" tune --op all --budget "${BUDGET}s" --results "$W/results" --peers results/bench \
-  > "$W/tune.txt" 2> "$W/tune-err.txt"
+# --timeout-s 30: a hung candidate costs 30 s, not the default 120 (the longest legitimate request, a first
+# measurement of kda T65536 with its inputs made, takes well under 15 s on the H200).
+timeout $((BUDGET + 90)) "$BIN" tune --op all --budget "${BUDGET}s" --timeout-s 30 --results "$W/results" \
+  --peers results/bench > "$W/tune.txt" 2> "$W/tune-err.txt"
 rc=$?
 log "tune rc=$rc"
 SLUG=$(sed -n 's|^results in .*/\([^/ ]*\) ([0-9]* s)$|\1|p' "$W/tune.txt" | tail -1)
