@@ -4,6 +4,7 @@
 use k3k_codegen::{BuildOptions, CODEGEN_VERSION, build, toolchain};
 use k3k_ir::Knobs;
 use k3k_ops::op::{Operator, Preset};
+use k3k_tuner::cost::{KernelShape, SmLimits, candidate_cost};
 use k3k_tuner::{BucketPolicy, CandidateSpec, GpuKey, ResultsStore, ShapeBucket, TuneKey};
 use rayon::prelude::*;
 
@@ -80,6 +81,18 @@ impl Pruned {
     pub fn reasons(&self) -> impl Iterator<Item = (&str, usize)> {
         self.reasons.iter().map(|(r, n)| (r.as_str(), *n))
     }
+    /// Add another's counts.
+    pub fn merge(&mut self, other: Pruned) {
+        self.count += other.count;
+        for (why, n) in other.reasons {
+            let key = if self.reasons.len() < PRUNE_REASONS || self.reasons.contains_key(&why) {
+                why
+            } else {
+                "other".into()
+            };
+            *self.reasons.entry(key).or_default() += n;
+        }
+    }
 }
 
 /// The first round of a tune: a sample of the knob space. Every candidate's kernels must build for the preset
@@ -94,24 +107,117 @@ pub fn plan_candidates(
     compile: bool,
     seeds: &[Knobs],
 ) -> (Vec<CandidateSpec>, Pruned) {
-    let default = op.default_knobs();
-    let space = op.knob_space();
-    let rest: Box<dyn Iterator<Item = Knobs>> = if space.size() <= SMALL_SPACE {
-        let mut points = space.points();
-        points.sort_by_cached_key(|k| k3k_ir::hash::hash_str(&k.to_string()));
-        Box::new(points.into_iter())
-    } else {
-        // The MXFP4 space has ~1.9 M points: materializing and sorting them cost gigabytes and minutes per preset.
-        Box::new(space.shuffled(u64::from_str_radix(&k3k_ir::hash::hash_str(op.name()), 16).unwrap_or(0x006b_336b)))
-    };
-    let mut first = vec![default];
+    let mut first = vec![op.default_knobs()];
     for s in seeds {
         if !first.contains(s) {
             first.push(s.clone());
         }
     }
     let taken = first.clone();
-    plan_points(op, preset, first.into_iter().chain(rest.filter(move |k| !taken.contains(k))), max, compile)
+    let space = op.knob_space();
+    plan_points(
+        op,
+        preset,
+        first.into_iter().chain(space_sample(op, &space).filter(move |k| !taken.contains(k))),
+        max,
+        compile,
+    )
+}
+
+/// The points of an operator's knob space in a fixed pseudo-random order: spaces up to [`SMALL_SPACE`] points
+/// enumerated and ordered by the hash of each point, larger ones walked lazily in a seeded order.
+fn space_sample<'s>(op: &dyn Operator, space: &'s k3k_ir::KnobSpace) -> Box<dyn Iterator<Item = Knobs> + 's> {
+    if space.size() <= SMALL_SPACE {
+        let mut points = space.points();
+        points.sort_by_cached_key(|k| k3k_ir::hash::hash_str(&k.to_string()));
+        Box::new(points.into_iter())
+    } else {
+        // The MXFP4 space has ~1.9 M points: materializing and sorting them cost gigabytes and minutes per preset.
+        Box::new(space.shuffled(u64::from_str_radix(&k3k_ir::hash::hash_str(op.name()), 16).unwrap_or(0x006b_336b)))
+    }
+}
+
+/// Round 1 of a tune over many presets (`k3k tune`, [`k3k_tuner::search`]): the defaults, then `seeds` (the
+/// best guesses known before timing: winners of stale records and of other GPUs), then, up to `n`, the points of
+/// a sample of the space that the cost model ([`k3k_tuner::cost`]) ranks best. Every point kept builds for the
+/// preset and (with `compile`) compiles without spills, like [`plan_candidates`].
+pub fn plan_first(
+    op: &dyn Operator,
+    preset: &Preset,
+    n: usize,
+    compile: bool,
+    seeds: &[Knobs],
+    limits: &SmLimits,
+) -> (Vec<CandidateSpec>, Pruned) {
+    let mut fixed = vec![op.default_knobs()];
+    for s in seeds {
+        if !fixed.contains(s) {
+            fixed.push(s.clone());
+        }
+    }
+    fixed.truncate(n.max(1));
+    let taken = fixed.clone();
+    let space = op.knob_space();
+    let rest = space_sample(op, &space).filter(move |k| !taken.contains(k));
+    plan_ranked(op, preset, fixed, rest, n, compile, limits)
+}
+
+/// Round 2 of a tune over many presets: `hints` (the winners of the run's other presets of the same operator)
+/// first, then the points one knob away from `leader` (see [`plan_neighbours`] for the knobs it is taken around)
+/// and a sample of the space, ranked by the cost model; none of them in `done` (ids), at most `n`.
+#[allow(clippy::too_many_arguments)]
+pub fn plan_more(
+    op: &dyn Operator,
+    preset: &Preset,
+    leader: Option<&Knobs>,
+    hints: &[Knobs],
+    done: &std::collections::HashSet<String>,
+    n: usize,
+    compile: bool,
+    limits: &SmLimits,
+) -> (Vec<CandidateSpec>, Pruned) {
+    let id = |k: &Knobs| CandidateSpec::from_knobs(knob_map(k)).id;
+    let mut fixed: Vec<Knobs> = vec![];
+    for h in hints {
+        if !done.contains(&id(h)) && !fixed.contains(h) {
+            fixed.push(h.clone());
+        }
+    }
+    fixed.truncate(n);
+    let space = op.knob_space();
+    let mut near = match leader {
+        Some(l) => neighbours(&space, &crate::bench::kernel_knobs(op, preset, l).unwrap_or_else(|| l.clone())),
+        None => vec![],
+    };
+    near.sort_by_cached_key(|k| k3k_ir::hash::hash_str(&k.to_string()));
+    let taken: std::collections::HashSet<String> = done.iter().cloned().chain(fixed.iter().map(id)).collect();
+    let mut seen = taken.clone();
+    let rest = near.into_iter().chain(space_sample(op, &space)).filter(move |k| seen.insert(id(k)));
+    plan_ranked(op, preset, fixed, rest, n, compile, limits)
+}
+
+/// `fixed` in order (those that build), then up to `n` in all from `pool`: half as many again as needed are
+/// planned from it and the ones the cost model ranks best kept (ties in pool order).
+fn plan_ranked(
+    op: &dyn Operator,
+    preset: &Preset,
+    fixed: Vec<Knobs>,
+    pool: impl Iterator<Item = Knobs>,
+    n: usize,
+    compile: bool,
+    limits: &SmLimits,
+) -> (Vec<CandidateSpec>, Pruned) {
+    let nf = fixed.len();
+    let (first, mut pruned) = plan_points_costed(op, preset, fixed.into_iter(), nf, compile, limits);
+    let mut keep: Vec<CandidateSpec> = first.into_iter().map(|(c, _)| c).collect();
+    let need = n.saturating_sub(keep.len());
+    if need > 0 {
+        let (mut more, p2) = plan_points_costed(op, preset, pool, need + need.div_ceil(2), compile, limits);
+        k3k_tuner::cost::order_by_cost(&mut more);
+        keep.extend(more.into_iter().filter(|(_, c)| c.is_finite()).take(need).map(|(c, _)| c));
+        pruned.merge(p2);
+    }
+    (keep, pruned)
 }
 
 /// The winners stored for the same problem under keys that no longer apply (an older codegen version or
@@ -130,6 +236,49 @@ pub fn stale_winners(store: &ResultsStore, op: &dyn Operator, preset: &Preset, g
         if let Ok(k) = knobs_of(&w.knobs)
             && !out.contains(&k)
         {
+            out.push(k);
+        }
+        if out.len() >= max {
+            break;
+        }
+    }
+    out
+}
+
+/// The winners that other GPUs' records hold for the same problem (same operator, dtype and shape bucket; any
+/// codegen version), newest first, each once, at most `max`: a new GPU starts from what won elsewhere. Read from
+/// the sibling folders of `store` (`results/<other-gpu>/<op>.json`); points that no longer build are pruned like
+/// any other.
+pub fn other_gpu_winners(
+    store: &ResultsStore,
+    op: &dyn Operator,
+    preset: &Preset,
+    gpu: &GpuKey,
+    max: usize,
+) -> Vec<Knobs> {
+    let Ok(key) = tune_key(op, preset, gpu) else { return vec![] };
+    let Ok(dirs) = std::fs::read_dir(store.root()) else { return vec![] };
+    let mut slugs: Vec<String> = dirs
+        .filter_map(|d| d.ok())
+        .filter(|d| d.path().is_dir())
+        .filter_map(|d| d.file_name().into_string().ok())
+        .filter(|s| *s != gpu.slug() && s != "bench" && s != "cpu-interp")
+        .collect();
+    slugs.sort();
+    let mut found: Vec<(String, Knobs)> = vec![];
+    for slug in slugs {
+        let Ok(Some(file)) = store.load(&slug, op.name()) else { continue };
+        for e in file.entries.iter().filter(|e| e.key.dtype == key.dtype && e.key.shape_bucket == key.shape_bucket) {
+            let Some(w) = e.winner.as_deref().and_then(|id| e.candidate(id)) else { continue };
+            if let Ok(k) = knobs_of(&w.knobs) {
+                found.push((e.date.clone(), k));
+            }
+        }
+    }
+    found.sort_by(|a, b| b.0.cmp(&a.0));
+    let mut out: Vec<Knobs> = vec![];
+    for (_, k) in found {
+        if !out.contains(&k) {
             out.push(k);
         }
         if out.len() >= max {
@@ -195,6 +344,7 @@ pub fn compile_candidate(op: &dyn Operator, preset: &Preset, k: &Knobs) -> Resul
     let mut stats = CompileStats::default();
     for kern in &ks {
         let m = build(kern, BuildOptions { assemble }).map_err(|e| e.to_string())?;
+        stats.shapes.push(kernel_shape(kern, m.resources.as_ref()));
         let known = op.known_spill_bytes(kern);
         if let Some(r) = &m.resources
             && !allow_spills
@@ -213,11 +363,32 @@ pub fn compile_candidate(op: &dyn Operator, preset: &Preset, k: &Knobs) -> Resul
 }
 
 /// What [`compile_candidate`] did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct CompileStats {
     pub kernels: usize,
     /// Of which came out of the module cache.
     pub cached: usize,
+    /// What the cost model reads of each kernel ([`k3k_tuner::cost`]).
+    pub shapes: Vec<KernelShape>,
+}
+
+/// What the cost model reads of a kernel: its launch threads, the program's shared memory plus ptxas's static
+/// shared memory, ptxas's registers and spills (when assembled), and its grid when it is a constant.
+pub fn kernel_shape(k: &k3k_ir::Kernel, r: Option<&k3k_codegen::ptxas::Resources>) -> KernelShape {
+    let grid = k
+        .grid
+        .iter()
+        .map(|e| e.as_const_int().and_then(|v| u64::try_from(v).ok()))
+        .try_fold(1u64, |acc, v| v.map(|v| acc.saturating_mul(v.max(1))));
+    KernelShape {
+        threads: k.launch_threads(),
+        registers: r.map(|r| r.registers),
+        shared_bytes: u32::try_from(k.shared_bytes())
+            .unwrap_or(u32::MAX)
+            .saturating_add(r.map_or(0, |r| r.static_shared_bytes)),
+        grid_blocks: grid,
+        spill_bytes: r.map_or(0, |r| r.spill_store_bytes + r.spill_load_bytes),
+    }
 }
 
 /// The most points of a space [`plan_points`] looks at for one preset: past them, a space where almost nothing
@@ -235,6 +406,20 @@ fn plan_points(
     max: usize,
     compile: bool,
 ) -> (Vec<CandidateSpec>, Pruned) {
+    let (keep, pruned) = plan_points_costed(op, preset, points, max, compile, &SmLimits::sm90(132));
+    (keep.into_iter().map(|(c, _)| c).collect(), pruned)
+}
+
+/// [`plan_points`] with each kept candidate's modelled cost ([`k3k_tuner::cost::candidate_cost`]: from the ptxas
+/// report when compiled, else from the IR alone).
+fn plan_points_costed(
+    op: &dyn Operator,
+    preset: &Preset,
+    points: impl Iterator<Item = Knobs>,
+    max: usize,
+    compile: bool,
+    limits: &SmLimits,
+) -> (Vec<(CandidateSpec, f64)>, Pruned) {
     let mut keep = vec![];
     let mut pruned = Pruned::default();
     // A shape the operator refuses builds no point: one reason, not one per point of the space.
@@ -248,7 +433,7 @@ fn plan_points(
         let mut group = vec![];
         for k in rest.by_ref() {
             match op.kernels(preset, &k) {
-                Ok(_) => group.push(k),
+                Ok(ks) => group.push((k, ks.iter().map(|k| kernel_shape(k, None)).collect::<Vec<_>>())),
                 Err(e) => pruned.add(e.to_string()),
             }
             if group.len() >= need {
@@ -258,20 +443,20 @@ fn plan_points(
         if group.is_empty() {
             break;
         }
-        let results: Vec<(Knobs, Result<(), String>)> = if compile {
+        let results: Vec<(Knobs, Result<Vec<KernelShape>, String>)> = if compile {
             group
                 .into_par_iter()
-                .map(|k| {
-                    let r = compile_candidate(op, preset, &k).map(|_| ());
+                .map(|(k, _)| {
+                    let r = compile_candidate(op, preset, &k).map(|st| st.shapes);
                     (k, r)
                 })
                 .collect()
         } else {
-            group.into_iter().map(|k| (k, Ok(()))).collect()
+            group.into_iter().map(|(k, shapes)| (k, Ok(shapes))).collect()
         };
         for (k, r) in results {
             match r {
-                Ok(()) => keep.push(CandidateSpec::from_knobs(knob_map(&k))),
+                Ok(shapes) => keep.push((CandidateSpec::from_knobs(knob_map(&k)), candidate_cost(&shapes, limits))),
                 Err(why) => pruned.add(why),
             }
         }

@@ -12,6 +12,7 @@ mod report;
 mod results;
 mod run;
 mod tune;
+mod tune_glue;
 mod worker;
 
 use clap::{Parser, Subcommand};

@@ -1,29 +1,31 @@
 //! `k3k tune`: measure each operator's knob space on this GPU, in child workers, into `results/`.
 //!
-//! The run is a pipeline under one wall-time budget (see `k3k_tuner::budget`): a compile thread builds the
-//! first-round candidates of the next presets on the host's cores (NVRTC + ptxas into the module cache) while one
-//! lane per visible GPU times the current ones in its worker. Each preset gets, when it starts, an equal share of
-//! the time left among the presets of its tier still to run; its first `--min-candidates` (the defaults first)
-//! are always measured. `--op all` runs the presets of the anchor table (SEMANTICS.md section 4) first (tier 0),
-//! then the other presets of its five operator families (tier 1), then the rest (tier 2), each tier interleaving its operators.
-//! `--plan` prints the plan and its estimated time without a GPU. `--shard i/n`, or without it a Slurm array task's or
-//! a Kubernetes Indexed Job's variables (`k3k_tuner::scheduler`), makes this process time one shard of every list.
+//! The strategy is `k3k_tuner::search` (backend-agnostic); this module is its command line and glue
+//! (`tune_glue`: the operators' candidate lists, one worker per GPU). Under one wall-time budget:
+//! presets with the same kernels and shape bucket (the same tuning key) are tuned once; round 1 times every
+//! preset's defaults and best guesses (winners of stale records of this GPU and of other GPUs' records, then the
+//! points of a sample the cost model ranks best) before round 2 spends what is left on each preset in turn
+//! (winners of the run's other presets of the same operator, the leader's neighbours, the sample, ranked by the
+//! cost model); a short screen stops candidates clearly slower than the best so far (`--early-stop`); the winner is
+//! re-timed and checked against the reference. A planning thread compiles the next lists (NVRTC + ptxas, on every
+//! core) while the lanes time. `--op all` orders presets by tier: the anchor table of SEMANTICS.md section 4 (tier 0),
+//! the other presets of its five operator families (tier 1), the rest (tier 2), each tier interleaving its
+//! operators. `--plan` prints an estimate without a GPU. `--shard i/n`, or without it a Slurm array task's or a
+//! Kubernetes Indexed Job's variables (`k3k_tuner::scheduler`), makes this process time one shard of every list.
 
+use super::tune_glue::{OpPlanner, WorkerLane};
 use k3k::ops::op::{Operator, Preset};
 use k3k::runtime::Gpu;
 use k3k::tuner::budget::{self, CostModel, PresetCost};
+use k3k::tuner::cost::SmLimits;
+use k3k::tuner::search::{Lane, SearchEvent, SearchOptions, SearchPreset, SearchReport, search};
 use k3k::tuner::{
-    CandidateSpec, GpuKey, ResultsStore, Shard, ShardSource, TuneEvent, TuneOptions, Worker, WorkerMeasurer,
-    WorkerSpec, tune,
+    CandidateSpec, GpuKey, ResultsStore, Shard, ShardSource, TuneOptions, Worker, WorkerMeasurer, WorkerSpec,
 };
-use k3k::tuning::{knob_map, knobs_of, plan_candidates, plan_neighbours, stale_winners, tune_key};
-use std::collections::{HashMap, HashSet};
+use k3k::tuning::{knob_map, knobs_of, plan_candidates, tune_key};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
-
-/// Winners of stale records (e.g. an older codegen version) timed right after the defaults of each preset.
-const STALE_SEEDS: usize = 3;
 
 /// Arguments of `k3k tune`.
 #[derive(clap::Args, Debug)]
@@ -37,8 +39,8 @@ pub struct Args {
     /// A custom problem instead of the presets, e.g. `G=2,c0=17,c1=5,K=32,N=48` (repeat for several).
     #[arg(long)]
     pub dims: Vec<String>,
-    /// Wall-time budget (`90s`, `10m`, `1h`), shared fairly over the presets (see the module doc): presets not
-    /// started when it runs out are skipped (and listed).
+    /// Wall-time budget (`90s`, `10m`, `1h`): round 1 shares it over every preset first, round 2 gets what is left
+    /// (see the module doc); a preset whose round 1 could not time even its defaults is listed as not tuned.
     #[arg(long, default_value = "10m")]
     pub budget: String,
     /// Skip candidates already measured in the results file (after an interruption).
@@ -60,9 +62,14 @@ pub struct Args {
     /// At most this many candidates per preset (the default knobs always included).
     #[arg(long, default_value_t = 24)]
     pub max_candidates: usize,
-    /// At least this many candidates per preset started (the defaults first), whatever its share of the budget.
+    /// Round 1: up to this many candidates per preset (the defaults, always timed, then the best guesses), for
+    /// every preset before any preset gets more.
     #[arg(long, default_value_t = 4)]
     pub min_candidates: usize,
+    /// Early stop: a candidate whose short screen (5 samples) reads over this factor times the best of its preset so
+    /// far is not timed further (0: off; the defaults are always timed in full).
+    #[arg(long, default_value_t = 1.25)]
+    pub early_stop: f64,
     /// Measure on `cuda` or on the CPU interpreter (`cpu`: exercises the tuning machinery without a GPU; its
     /// times mean nothing and go to a `cpu-interp` results file; candidates are not compiled).
     #[arg(long, default_value = "cuda")]
@@ -186,131 +193,22 @@ fn find_op(name: &str) -> Box<dyn Operator> {
     k3k::ops::registry::all().into_iter().find(|o| o.name() == name).expect("registered")
 }
 
-struct Row {
+/// One row of the final table.
+pub struct Row {
     op: String,
     preset: String,
     measured: usize,
     failed: usize,
+    stopped: usize,
     default_ms: Option<f64>,
+    /// The defaults' p20..p80 spread (ms), for the noise verdict.
+    default_spread: Option<(f64, f64)>,
     tuned_ms: Option<f64>,
     winner: String,
-}
-
-/// A preset's first round, compiled ahead by the compile thread.
-enum Slot {
-    Pending,
-    Ready {
-        cands: Vec<CandidateSpec>,
-        pruned: usize,
-        compile_s: f64,
-    },
-    /// Not started: the budget ran out first.
-    Skipped,
-}
-
-struct Pipe {
-    slots: Vec<Slot>,
-    /// The next preset a lane takes.
-    next: usize,
-}
-
-/// The first-round share of `max` candidates (round 2 spends the rest on the neighbours of round 1's winner).
-fn first_round(max: usize) -> usize {
-    budget::first_round(max, 2.0 / 3.0)
-}
-
-/// Presets of `items[i..]` in the tier of `items[i]`.
-fn left_in_tier(items: &[Item], i: usize) -> usize {
-    items[i..].iter().filter(|x| x.tier == items[i].tier).count()
-}
-
-#[allow(clippy::too_many_arguments)]
-fn tune_one(
-    op: &dyn Operator,
-    preset: &Preset,
-    cands: Vec<CandidateSpec>,
-    gpu_key: &GpuKey,
-    store: &ResultsStore,
-    a: &Args,
-    shard: Shard,
-    m: &mut WorkerMeasurer,
-    deadline: Instant,
-) -> anyhow::Result<Row> {
-    let key = tune_key(op, preset, gpu_key)?;
-    m.dims = preset.dims.iter().map(|(k, v)| (k.clone(), (*v).max(0) as u64)).collect();
-    let default_id = CandidateSpec::from_knobs(knob_map(&op.default_knobs())).id;
-    let opts = TuneOptions {
-        shard,
-        resume: a.resume,
-        default_candidate: Some(default_id),
-        max_consecutive_transient: 4,
-        deadline: Some(deadline),
-        min_measured: a.min_candidates,
-        ..Default::default()
-    };
-    let bar = indicatif::ProgressBar::new(cands.len() as u64);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{prefix:.bold} [{bar:30}] {pos}/{len} {msg}")
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-    );
-    bar.set_prefix(format!("{} {}", op.name(), preset.name));
-    let mut on_event = |ev: TuneEvent<'_>| match ev {
-        TuneEvent::Measured { id, outcome } => {
-            bar.inc(1);
-            bar.set_message(match outcome.timing() {
-                Some(t) => format!("{id}: {:.4} ms", t.median_ms),
-                None => format!("{id}: failed"),
-            });
-        }
-        TuneEvent::Skipped { count } => bar.inc(count as u64),
-        _ => {}
-    };
-    let mut report = tune(store, &key, &cands, &opts, m, &mut on_event)?;
-    let load = || -> anyhow::Result<Option<k3k::tuner::TuneEntry>> {
-        Ok(store.load(&gpu_key.slug(), op.name())?.and_then(|f| f.entry(&key).cloned()))
-    };
-    let leader = load()?.and_then(|e| {
-        let w = e.winner.clone()?;
-        let knobs = knobs_of(&e.candidate(&w)?.knobs).ok()?;
-        // Round 2 skips what round 1 timed, and with `--shard` also the other shards' part of round 1 (timed
-        // there): a shard's round 2 once re-timed points of other shards that neighbour its own leader.
-        let done: HashSet<String> =
-            e.candidates.iter().map(|c| c.id.clone()).chain(cands.iter().map(|c| c.id.clone())).collect();
-        Some((knobs, done))
-    });
-    let n1 = first_round(a.max_candidates);
-    // Round 2 only when round 1 finished within the preset's share.
-    if a.max_candidates > n1
-        && report.cut == 0
-        && Instant::now() < deadline
-        && let Some((leader, done)) = leader
-    {
-        let (near, _) = plan_neighbours(op, preset, &leader, &done, a.max_candidates - n1, a.backend != "cpu");
-        if !near.is_empty() {
-            bar.inc_length(near.len() as u64);
-            let opts2 = TuneOptions { min_measured: 0, ..opts.clone() };
-            let r2 = tune(store, &key, &near, &opts2, m, &mut on_event)?;
-            report.measured += r2.measured;
-            report.failed += r2.failed;
-            report.cut += r2.cut;
-            report.winner = r2.winner;
-            report.winner_ms = r2.winner_ms;
-        }
-    }
-    bar.finish_and_clear();
-    if report.cut > 0 {
-        eprintln!("{} / {}: {} candidate(s) left for its share of the budget", op.name(), preset.name, report.cut);
-    }
-    let entry = load()?;
-    Ok(Row {
-        op: op.name().into(),
-        preset: preset.name.clone(),
-        measured: report.measured,
-        failed: report.failed,
-        default_ms: entry.as_ref().and_then(|e| e.default_ms),
-        tuned_ms: report.winner_ms,
-        winner: report.winner.unwrap_or_else(|| "-".into()),
-    })
+    /// Whether the winner is the operator's defaults.
+    winner_is_default: bool,
+    /// The preset whose record this one shares (the same kernels and shape bucket).
+    shared_with: Option<String>,
 }
 
 pub fn run(mut a: Args) -> anyhow::Result<i32> {
@@ -338,8 +236,11 @@ pub fn run(mut a: Args) -> anyhow::Result<i32> {
     if a.min_candidates > a.max_candidates {
         anyhow::bail!("--min-candidates {} is more than --max-candidates {}", a.min_candidates, a.max_candidates);
     }
-    if a.max_candidates == 0 {
-        anyhow::bail!("--max-candidates: must be at least 1");
+    if a.max_candidates == 0 || a.min_candidates == 0 {
+        anyhow::bail!("--max-candidates and --min-candidates: at least 1 (the defaults)");
+    }
+    if !(a.early_stop == 0.0 || (1.0..=100.0).contains(&a.early_stop)) {
+        anyhow::bail!("--early-stop: 0 (off) or a factor from 1 to 100, not {}", a.early_stop);
     }
     let choice = k3k::tuner::scheduler::choose_from_process_env(a.shard.as_deref(), a.shard_count)?;
     let shard: Shard = choice.shard;
@@ -362,130 +263,78 @@ pub fn run(mut a: Args) -> anyhow::Result<i32> {
     };
     let store = ResultsStore::open(&a.results)?;
     let start = Instant::now();
-    let deadline = start + budget;
-    let compile = a.backend != "cpu";
-    let n1 = first_round(a.max_candidates);
-    let pipe = Mutex::new(Pipe { slots: items.iter().map(|_| Slot::Pending).collect(), next: 0 });
-    let cv = Condvar::new();
-    let rows = Mutex::new(vec![]);
-    let errors: Mutex<Vec<String>> = Mutex::new(vec![]);
-    std::thread::scope(|s| {
-        // The compile thread: the first round of each preset, at most `gpus` presets ahead of the lanes, as many
-        // candidates as the preset's share of the time left affords at the compile speed seen so far.
-        let (pipe_r, cv_r, items_r, store_r, gpu_r) = (&pipe, &cv, &items, &store, &gpu_key);
-        s.spawn(move || {
-            let (mut spent, mut compiled) = (0.0f64, 0usize);
-            for i in 0..items_r.len() {
-                {
-                    let mut p = pipe_r.lock().unwrap();
-                    while i >= p.next + gpus {
-                        p = cv_r.wait(p).unwrap();
-                    }
-                }
-                let now = Instant::now();
-                let slot = if now >= deadline {
-                    Slot::Skipped
-                } else {
-                    let share = budget::preset_slice(deadline - now, 1, left_in_tier(items_r, i));
-                    let per = (compiled > 0).then(|| spent / compiled as f64);
-                    let n = budget::affordable(share, per, a.min_candidates, n1);
-                    let op = find_op(items_r[i].op);
-                    let t = Instant::now();
-                    // Winners of records that no longer apply (e.g. an older codegen version) first.
-                    let seeds = stale_winners(store_r, op.as_ref(), &items_r[i].preset, gpu_r, STALE_SEEDS);
-                    let (cands, pruned) = plan_candidates(op.as_ref(), &items_r[i].preset, n, compile, &seeds);
-                    let dt = t.elapsed().as_secs_f64();
-                    if compile {
-                        spent += dt;
-                        compiled += cands.len() + pruned.len();
-                    }
-                    Slot::Ready { cands, pruned: pruned.len(), compile_s: dt }
-                };
-                pipe_r.lock().unwrap().slots[i] = slot;
-                cv_r.notify_all();
-            }
+    let mut presets = vec![];
+    for it in &items {
+        let op = find_op(it.op);
+        presets.push(SearchPreset {
+            label: format!("{} / {}", it.op, it.preset.name),
+            op: it.op.to_string(),
+            key: tune_key(op.as_ref(), &it.preset, &gpu_key)?,
+            default_id: CandidateSpec::from_knobs(knob_map(&op.default_knobs())).id,
         });
-        // One lane per visible GPU, each with its own worker (kept across presets), taking presets in order.
-        for gi in 0..gpus {
-            let (pipe, cv, rows, store, a, gpu_key, items) = (&pipe, &cv, &rows, &store, &a, &gpu_key, &items);
-            let (errors, timeout) = (&errors, timeout);
-            s.spawn(move || {
-                let mut spec = WorkerSpec::new(std::env::current_exe().expect("the k3k binary"))
-                    .arg("worker")
-                    .arg("--backend")
-                    .arg(&a.backend);
-                if gpus > 1 {
-                    spec = spec.env("CUDA_VISIBLE_DEVICES", gi.to_string());
-                }
-                let mut m = WorkerMeasurer::new(Worker::new(spec, timeout), Default::default());
-                loop {
-                    let (i, slot) = {
-                        let mut p = pipe.lock().unwrap();
-                        let i = p.next;
-                        if i >= items.len() {
-                            break;
-                        }
-                        p.next += 1;
-                        cv.notify_all();
-                        while matches!(p.slots[i], Slot::Pending) {
-                            p = cv.wait(p).unwrap();
-                        }
-                        (i, std::mem::replace(&mut p.slots[i], Slot::Skipped))
-                    };
-                    let it = &items[i];
-                    let now = Instant::now();
-                    let Slot::Ready { cands, pruned, compile_s } = slot else { continue };
-                    if now >= deadline {
-                        continue;
-                    }
-                    let slice = budget::preset_slice(deadline - now, gpus, left_in_tier(items, i));
-                    eprintln!(
-                        "{} / {}: {} candidates ({} pruned; compiled in {:.1} s), {:.0} s of the budget",
-                        it.op,
-                        it.preset.name,
-                        cands.len(),
-                        pruned,
-                        compile_s,
-                        slice.as_secs_f64()
-                    );
-                    let op = find_op(it.op);
-                    match tune_one(op.as_ref(), &it.preset, cands, gpu_key, store, a, shard, &mut m, now + slice) {
-                        Ok(r) => rows.lock().unwrap().push((i, r)),
-                        Err(e) => {
-                            eprintln!("{} / {}: {e:#}", it.op, it.preset.name);
-                            errors.lock().unwrap().push(format!("{} / {}: {e:#}", it.op, it.preset.name));
-                        }
-                    }
-                }
-            });
+    }
+    let planner = OpPlanner {
+        items: &items,
+        ops: k3k::ops::registry::all(),
+        store: &store,
+        gpu: &gpu_key,
+        compile: a.backend != "cpu",
+        limits: SmLimits::sm90(gpu_key.sm_count),
+    };
+    let mut lanes: Vec<Box<dyn Lane + '_>> = vec![];
+    for gi in 0..gpus {
+        let mut spec = WorkerSpec::new(std::env::current_exe()?).arg("worker").arg("--backend").arg(&a.backend);
+        if gpus > 1 {
+            spec = spec.env("CUDA_VISIBLE_DEVICES", gi.to_string());
         }
-    });
-    let mut rows = rows.into_inner().unwrap();
-    rows.sort_by_key(|(i, _)| *i);
-    let done: HashSet<usize> = rows.iter().map(|(i, _)| *i).collect();
-    let rows: Vec<Row> = rows.into_iter().map(|(_, r)| r).collect();
-    let skipped: Vec<String> = (0..items.len())
-        .filter(|i| !done.contains(i))
-        .map(|i| format!("{} / {}", items[i].op, items[i].preset.name))
-        .collect();
+        let m = WorkerMeasurer::new(Worker::new(spec, timeout), Default::default());
+        lanes.push(Box::new(WorkerLane { m, items: &items }));
+    }
+    let opts = SearchOptions {
+        budget,
+        first: a.min_candidates,
+        max: a.max_candidates,
+        tune: TuneOptions {
+            shard,
+            resume: a.resume,
+            max_consecutive_transient: 4,
+            // The leader re-timed (its first pass is the one most likely flattered by noise): one longer window
+            // per preset and round, not three.
+            retime_top: 1,
+            early_stop: a.early_stop,
+            ..TuneOptions::default()
+        },
+        plan_batch: 4,
+        assumed_candidate_s: a.time_s,
+    };
+    let report = search(&store, &presets, &planner, lanes, &opts, &|ev| log_event(&presets, ev));
+    let rows = table_rows(&store, &gpu_key, &items, &presets, &report)?;
+    let not_tuned: Vec<String> = report.not_tuned().iter().map(|&i| presets[i].label.clone()).collect();
     let peers = peer_times(&a.peers, &gpu_key);
     let table = render_table(&rows, &peers);
     print!("\n{table}");
-    if !skipped.is_empty() {
-        println!("budget of {} spent after {:.0?}; not tuned: {}", a.budget, start.elapsed(), skipped.join(", "));
+    if !not_tuned.is_empty() {
+        println!("not tuned: {}", not_tuned.join(", "));
     }
-    let mut errors = errors.into_inner().unwrap();
+    let mut errors: Vec<String> = report
+        .presets
+        .iter()
+        .zip(&presets)
+        .flat_map(|(r, p)| r.errors.iter().map(move |e| format!("{}: {e}", p.label)))
+        .collect();
     for r in rows.iter().filter(|r| r.measured > 0 && r.failed == r.measured) {
         errors.push(format!("{} / {}: every one of its {} candidate(s) failed", r.op, r.preset, r.measured));
     }
     if !errors.is_empty() {
         println!("not tuned because of an error: {}", errors.join("; "));
     }
-    println!("results in {} ({:.0?})", a.results.join(gpu_key.slug()).display(), start.elapsed());
+    let wall = start.elapsed().as_secs_f64();
+    println!("results in {} ({wall:.0} s)", a.results.join(gpu_key.slug()).display());
     if !rows.is_empty() && a.backend != "cpu" {
+        let tuned = rows.len() - not_tuned.len();
         let run = format!(
-            "## {}: `k3k tune --op {} --preset {} --budget {} --max-candidates {}{}`\n\n{} preset(s) in {:.0} s wall on \
-             {gpus} GPU(s){}.\n\n```\n{table}```\n{}",
+            "## {}: `k3k tune --op {} --preset {} --budget {} --max-candidates {}{}`\n\n{tuned} of {} preset(s) tuned in \
+             {wall:.0} s wall on {gpus} GPU(s){}.\n\n```\n{table}```\n{}{}",
             k3k::tuner::utc_date_today(),
             a.op,
             a.preset,
@@ -493,12 +342,12 @@ pub fn run(mut a: Args) -> anyhow::Result<i32> {
             a.max_candidates,
             if shard == Shard::ALL { String::new() } else { format!(" --shard {shard}") },
             rows.len(),
-            start.elapsed().as_secs_f64(),
             match choice.source {
                 ShardSource::Slurm { .. } | ShardSource::Kubernetes { .. } => format!("; {choice}"),
                 _ => String::new(),
             },
-            if skipped.is_empty() { String::new() } else { format!("\nNot tuned (budget): {}\n", skipped.join(", ")) },
+            if not_tuned.is_empty() { String::new() } else { format!("\nNot tuned: {}\n", not_tuned.join(", ")) },
+            verdict_note(&rows),
         );
         let path = a.results.join(gpu_key.slug()).join("TUNE.md");
         std::fs::create_dir_all(path.parent().expect("a folder"))?;
@@ -506,7 +355,91 @@ pub fn run(mut a: Args) -> anyhow::Result<i32> {
         let md = tune_log(before.as_deref(), &gpu_key.name, &run);
         k3k::bench::write_atomic(&path, md.as_bytes())?;
     }
-    Ok(if errors.is_empty() { 0 } else { 1 })
+    Ok(if errors.is_empty() && not_tuned.is_empty() { 0 } else { 1 })
+}
+
+/// A progress line per job on stderr.
+fn log_event(presets: &[SearchPreset], ev: SearchEvent<'_>) {
+    match ev {
+        SearchEvent::Started { preset, round, planned, share_s } => eprintln!(
+            "{} [round {round}]: {} candidates ({} pruned; planned in {:.1} s), up to {share_s:.0} s",
+            presets[preset].label,
+            planned.cands.len(),
+            planned.pruned,
+            planned.compile_s
+        ),
+        SearchEvent::Finished { preset, round, report, lane_s } => eprintln!(
+            "{} [round {round}]: {} timed ({} stopped early, {} failed, {} cut) in {lane_s:.1} s, winner {}",
+            presets[preset].label,
+            report.measured,
+            report.stopped,
+            report.failed,
+            report.cut,
+            report.winner_ms.map_or("-".into(), |t| format!("{t:.4} ms"))
+        ),
+        SearchEvent::Failed { preset, round, error } => {
+            eprintln!("{} [round {round}]: {error}", presets[preset].label)
+        }
+        SearchEvent::Skipped { .. } | SearchEvent::Tune { .. } => {}
+    }
+}
+
+/// The rows of the final table, from the search's report and the stored entries.
+fn table_rows(
+    store: &ResultsStore,
+    gpu: &GpuKey,
+    items: &[Item],
+    presets: &[SearchPreset],
+    report: &SearchReport,
+) -> anyhow::Result<Vec<Row>> {
+    let mut rows = vec![];
+    for (i, (it, p)) in items.iter().zip(presets).enumerate() {
+        let r = &report.presets[i];
+        let entry = store.load(&gpu.slug(), it.op)?.and_then(|f| f.entry(&p.key).cloned());
+        let timing = |id: &str| entry.as_ref().and_then(|e| e.candidate(id)).and_then(|c| c.outcome.timing().cloned());
+        let def = timing(&p.default_id);
+        let winner = entry.as_ref().and_then(|e| e.winner.clone());
+        rows.push(Row {
+            op: it.op.into(),
+            preset: it.preset.name.clone(),
+            measured: r.measured,
+            failed: r.failed,
+            stopped: r.stopped,
+            default_ms: entry.as_ref().and_then(|e| e.default_ms).or(def.as_ref().map(|t| t.median_ms)),
+            default_spread: def.as_ref().map(|t| (t.p20_ms, t.p80_ms)),
+            tuned_ms: winner.as_deref().and_then(timing).map(|t| t.median_ms),
+            winner_is_default: winner.as_deref() == Some(p.default_id.as_str()),
+            winner: winner.unwrap_or_else(|| "-".into()),
+            shared_with: r.shared_with.map(|o| presets[o].label.clone()),
+        });
+    }
+    Ok(rows)
+}
+
+/// Whether the defaults are already the optimum of what was timed: `default` when they won, `noise` when the
+/// winner is within the defaults' own p20..p80 spread or 2% of their median, else the gain.
+fn verdict(r: &Row) -> String {
+    match (r.default_ms, r.tuned_ms) {
+        _ if r.winner_is_default => "default".into(),
+        (Some(d), Some(t)) if t > 0.0 => {
+            let lo = r.default_spread.map_or(d, |s| s.0).min(d * 0.98);
+            if t >= lo { "noise".into() } else { format!("+{:.0}%", (d / t - 1.0) * 100.0) }
+        }
+        _ => "-".into(),
+    }
+}
+
+/// The note under a run's table: how many presets the defaults already serve.
+fn verdict_note(rows: &[Row]) -> String {
+    let own: Vec<&Row> = rows.iter().filter(|r| r.shared_with.is_none() && r.tuned_ms.is_some()).collect();
+    let default = own.iter().filter(|r| verdict(r) == "default").count();
+    let noise = own.iter().filter(|r| verdict(r) == "noise").count();
+    format!(
+        "\nOf the {} preset(s) tuned: the defaults won {default}, and {noise} more winner(s) are within the defaults' \
+         timing noise (p20 of the defaults, or 2%): there the defaults are already the optimum of what was timed. \
+         `verdict`: `default`, `noise`, or the gain over the defaults.\n",
+        own.len()
+    )
 }
 
 /// The tune log `TUNE.md` of a GPU's results folder: its title, then this run's section, then everything the
@@ -557,7 +490,14 @@ fn measure_compile_s(op: &dyn Operator, preset: &Preset, cands: &[CandidateSpec]
 /// allocation of `k3k_tuner::budget::allocate` with its simulated wall time.
 fn print_plan(a: &Args, items: &[Item], budget_d: Duration) -> anyhow::Result<i32> {
     let jobs = a.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())).max(1);
-    let model = CostModel { jobs, lanes: a.gpus.unwrap_or(1).max(1), time_s: a.time_s, ..CostModel::default() };
+    // Every list is compiled ahead by the planning thread (`first_round` 1.0).
+    let model = CostModel {
+        jobs,
+        lanes: a.gpus.unwrap_or(1).max(1),
+        time_s: a.time_s,
+        first_round: 1.0,
+        ..CostModel::default()
+    };
     let mut compile_of: HashMap<&str, (f64, &'static str)> = HashMap::new();
     let mut costs = vec![];
     for it in items {
@@ -642,8 +582,8 @@ fn render_table(rows: &[Row], peers: &HashMap<(String, String), (String, f64, St
     let mut t = String::new();
     let _ = writeln!(
         t,
-        "{:<20} {:<46} {:>5} {:>5} {:>10} {:>10} {:>7} {:>10} {:>8}  winner",
-        "op", "preset", "timed", "fail", "default ms", "tuned ms", "speedup", "peer ms", "vs peer"
+        "{:<20} {:<46} {:>5} {:>4} {:>4} {:>10} {:>10} {:>7} {:>8} {:>10} {:>8}  winner",
+        "op", "preset", "timed", "stop", "fail", "default ms", "tuned ms", "speedup", "verdict", "peer ms", "vs peer"
     );
     let f = |v: Option<f64>| v.map_or("-".to_string(), |x| format!("{x:.4}"));
     let mut speedups = vec![];
@@ -653,7 +593,9 @@ fn render_table(rows: &[Row], peers: &HashMap<(String, String), (String, f64, St
             (Some(d), Some(t)) if t > 0.0 => Some(d / t),
             _ => None,
         };
-        speedups.extend(sp);
+        if r.shared_with.is_none() {
+            speedups.extend(sp);
+        }
         let peer = peers.get(&(r.op.clone(), r.preset.clone()));
         if let Some((_, _, d)) = peer {
             dates.insert(d.clone());
@@ -664,17 +606,22 @@ fn render_table(rows: &[Row], peers: &HashMap<(String, String), (String, f64, St
         };
         let _ = writeln!(
             t,
-            "{:<20} {:<46} {:>5} {:>5} {:>10} {:>10} {:>7} {:>10} {:>8}  {}",
+            "{:<20} {:<46} {:>5} {:>4} {:>4} {:>10} {:>10} {:>7} {:>8} {:>10} {:>8}  {}",
             r.op,
             r.preset,
             r.measured,
+            r.stopped,
             r.failed,
             f(r.default_ms),
             f(r.tuned_ms),
             sp.map_or("-".into(), |x| format!("{x:.2}x")),
+            verdict(r),
             f(peer.map(|p| p.1)),
             vs,
-            r.winner
+            match &r.shared_with {
+                Some(o) => format!("= {o} (same kernels and shape bucket: its record)"),
+                None => r.winner.clone(),
+            }
         );
     }
     if !speedups.is_empty() {
@@ -734,6 +681,7 @@ mod tests {
 #[cfg(test)]
 mod order_tests {
     use super::*;
+    use std::collections::HashSet;
 
     #[test]
     fn spec_presets_exist_and_come_first_interleaved() {

@@ -5,7 +5,7 @@ use k3k::ops::op::{Instance, Preset};
 use k3k::ops::plan::{Executor, GpuExec};
 use k3k::ops::registry;
 use k3k::runtime::{Gpu, TimingOptions};
-use k3k::tuner::protocol::{MeasureRequest, MeasureResponse, Task, serve};
+use k3k::tuner::protocol::{MeasureRequest, MeasureResponse, SCREEN_SAMPLES, Task, serve};
 use k3k::tuner::{CheckRecord, FailStage, Outcome, TimingStats};
 use std::time::Instant;
 
@@ -40,7 +40,29 @@ impl State {
         Ok(self.exec.as_mut().expect("set above"))
     }
 
+    /// [`State::answer`], and with `K3K_TUNE_PHASES=<file>` one JSON line per request appended to that file: the
+    /// wall milliseconds of each phase (where a tune's time goes on the GPU side).
     fn handle(&mut self, req: MeasureRequest) -> MeasureResponse {
+        let Some(path) = std::env::var_os("K3K_TUNE_PHASES") else {
+            return self.answer(req, &mut Phases::default());
+        };
+        let (op, id, task) = (req.key.op.clone(), req.candidate.id.clone(), req.task);
+        let mut ph = Phases { start: Some(Instant::now()), ..Default::default() };
+        let resp = self.answer(req, &mut ph);
+        ph.mark("end");
+        let line = serde_json::json!({
+            "op": op, "id": id, "task": task, "stopped": resp.stopped,
+            "samples": resp.outcome.as_ref().and_then(|o| o.timing()).map(|t| t.samples),
+            "ms": ph.marks.iter().map(|(k, v)| (k.to_string(), serde_json::json!(v))).collect::<serde_json::Map<_, _>>(),
+        });
+        use std::io::Write;
+        if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
+            let _ = writeln!(f, "{line}");
+        }
+        resp
+    }
+
+    fn answer(&mut self, req: MeasureRequest, ph: &mut Phases) -> MeasureResponse {
         // Test hook: make one candidate take the worker down the way an illegal address would.
         if std::env::var("K3K_TEST_CRASH_CANDIDATE").is_ok_and(|id| id == req.candidate.id) {
             eprintln!("k3k worker: K3K_TEST_CRASH_CANDIDATE={} -> abort", req.candidate.id);
@@ -62,11 +84,13 @@ impl State {
                 Ok(i) => self.inst = Some((ident, i)),
                 Err(e) => return failed(FailStage::Prune, e),
             }
+            ph.mark("instance");
         }
         let plan = match self.inst.as_ref().expect("set above").1.plan(&knobs) {
             Ok(p) => p,
             Err(e) => return failed(FailStage::Prune, e),
         };
+        ph.mark("plan");
         match req.task {
             Task::Check => {
                 let out = match self
@@ -90,9 +114,13 @@ impl State {
                 // Test hook: the time of a candidate is a fixed function of its id, the same in every process, so
                 // tests can compare the winners of separate runs (interpreter wall times are noise). CPU backend
                 // only: made-up times never reach a GPU's results.
+                // The early-stop screen is honoured the same way: over `stop_ms`, the screen's samples, flagged.
                 if self.backend == "cpu" && std::env::var("K3K_TEST_TIME_BY_ID").is_ok_and(|v| v == "1") {
                     let ms = 1.0 + (k3k::tuner::stable_hash(&req.candidate.id) % 1_000_000) as f64 * 1e-5;
-                    return match TimingStats::from_samples(&[ms; 3]) {
+                    let stopped = req.bench.stop_ms > 0.0 && ms > req.bench.stop_ms;
+                    let n = if stopped { SCREEN_SAMPLES } else { 10 };
+                    return match TimingStats::from_samples(&vec![ms; n]) {
+                        Ok(t) if stopped => MeasureResponse::stopped(Outcome::Timed(t)),
                         Ok(t) => MeasureResponse::outcome(Outcome::Timed(t)),
                         Err(e) => failed(FailStage::Launch, e),
                     };
@@ -118,10 +146,12 @@ impl State {
                         if let Err(e) = g.prepare(&plan) {
                             return failed(FailStage::Compile, e);
                         }
+                        ph.mark("prepare");
                         let dev = match g.upload(&plan) {
                             Ok(d) => d,
                             Err(e) => return failed(FailStage::Launch, e),
                         };
+                        ph.mark("upload");
                         // A first run (it loads the modules), a second to estimate the time, then as many
                         // samples as the budget allows. The estimate once came from the first run, which can
                         // take twice a warm one: such a candidate got fewer samples over a shorter window than
@@ -138,6 +168,27 @@ impl State {
                             return failed(FailStage::Launch, e);
                         }
                         let (warmup, reps) = bench.runs_for(t.elapsed().as_secs_f64() * 1e3);
+                        ph.mark("warm");
+                        // The early-stop screen: a few samples under the same conditions (L2 flushed before each);
+                        // clearly slower than the best so far, the candidate is not timed further.
+                        if bench.stop_ms > 0.0 {
+                            let screen = TimingOptions {
+                                warmup: 1,
+                                reps: SCREEN_SAMPLES,
+                                flush_l2: bench.flush_l2,
+                                ..Default::default()
+                            };
+                            let s = match g.time(&plan, &dev, screen) {
+                                Ok(s) => s,
+                                Err(e) => return failed(FailStage::Launch, e),
+                            };
+                            ph.mark("screen");
+                            if let Ok(t) = TimingStats::from_samples(&s)
+                                && t.median_ms > bench.stop_ms
+                            {
+                                return MeasureResponse::stopped(Outcome::Timed(t));
+                            }
+                        }
                         match g.time(
                             &plan,
                             &dev,
@@ -153,6 +204,22 @@ impl State {
                     Err(e) => failed(FailStage::Launch, e),
                 }
             }
+        }
+    }
+}
+
+/// Wall-time marks of one request (milliseconds since the previous mark), kept only when `start` is set.
+#[derive(Default)]
+struct Phases {
+    start: Option<Instant>,
+    marks: Vec<(&'static str, f64)>,
+}
+
+impl Phases {
+    fn mark(&mut self, name: &'static str) {
+        if let Some(t) = self.start {
+            self.marks.push((name, t.elapsed().as_secs_f64() * 1e3));
+            self.start = Some(Instant::now());
         }
     }
 }

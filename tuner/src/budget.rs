@@ -1,17 +1,10 @@
-//! Splitting a wall-time budget over the presets of a tuning run, and estimating how long a run takes.
+//! Budget arithmetic: an equal share of the time left ([`preset_slice`]), and the ahead-of-time estimate of a
+//! run that `k3k tune --plan` prints ([`allocate`] over a [`CostModel`], checked by [`simulate`]).
 //!
-//! A run is a pipeline: the host compiles the candidates of the next preset on its cores while the GPU lanes
-//! (one worker per GPU) time the current ones. Two rules keep one preset from eating the budget:
-//!
-//! - **At run time** ([`preset_slice`]): when a preset starts it may use an equal share of the time left among
-//!   the presets of its tier still to run (times the lanes that share them). What it leaves unused goes to the
-//!   presets after it, because the share is taken of what is left. Its first `min` candidates (the defaults
-//!   first) are always measured, so every preset gets a baseline and a few candidates.
-//! - **Ahead of time** ([`allocate`] over a [`CostModel`]): how many candidates each preset gets so that the
-//!   simulated pipeline ([`simulate`]) fits the budget: every preset of a tier gets `min` first, then one more
-//!   candidate each in turn while the run still fits; a later tier only gets what the earlier ones leave.
-//!   `k3k tune --plan` prints this plan; the run uses the same count to decide how many candidates of a preset
-//!   to compile.
+//! A run is a pipeline: the host compiles the candidates of the next presets on its cores while the GPU lanes
+//! (one worker per GPU) time the current ones. The run itself is planned as it goes by [`crate::search`] (round 1
+//! over every preset, round 2 with what is left); [`allocate`] mirrors it ahead of time: every preset gets `min`
+//! first, then one more candidate each in turn, tier by tier, while the simulated pipeline still fits the budget.
 
 use std::time::Duration;
 
@@ -49,8 +42,8 @@ pub struct CostModel {
     pub time_s: f64,
     /// Fixed GPU-lane cost per preset: the inputs and the reference, re-timing the leaders, the checks.
     pub fixed_s: f64,
-    /// Share of a preset's candidates compiled up front; the rest are the neighbours of the first round's
-    /// winner, compiled on the lane once it is known (not pipelined).
+    /// Share of a preset's candidates compiled up front; the rest are compiled on the lane once it gets there
+    /// (not pipelined). `k3k tune` plans and compiles every list on its planning thread: 1.0.
     pub first_round: f64,
 }
 
@@ -89,23 +82,23 @@ pub fn simulate(presets: &[PresetCost], alloc: &[usize], m: &CostModel) -> f64 {
     lanes.into_iter().fold(0.0, f64::max)
 }
 
-/// Candidates per preset so that [`simulate`] stays within `budget_s`: tier by tier, every preset gets
-/// `min(min, available)` while that fits (in order), then one more each in turn up to `max` while the run
-/// still fits. A preset that could not get its minimum gets 0 (not run).
+/// Candidates per preset so that [`simulate`] stays within `budget_s`, as `k3k_tuner::search` spends a budget:
+/// first every preset, whatever its tier, gets `min(min, available)` while that fits (in order: round 1), then
+/// tier by tier one more each in turn up to `max` while the run still fits (round 2). A preset that could not get
+/// its minimum gets 0 (not run).
 pub fn allocate(presets: &[PresetCost], m: &CostModel, budget_s: f64, min: usize, max: usize) -> Vec<usize> {
     let mut alloc = vec![0; presets.len()];
     let mut tiers: Vec<u8> = presets.iter().map(|p| p.tier).collect();
     tiers.sort_unstable();
     tiers.dedup();
+    for i in 0..presets.len() {
+        alloc[i] = min.min(max).min(presets[i].available);
+        if simulate(presets, &alloc, m) > budget_s {
+            alloc[i] = 0;
+        }
+    }
     for tier in tiers {
         let idx: Vec<usize> = (0..presets.len()).filter(|&i| presets[i].tier == tier).collect();
-        for &i in &idx {
-            let want = min.min(max).min(presets[i].available);
-            alloc[i] = want;
-            if simulate(presets, &alloc, m) > budget_s {
-                alloc[i] = 0;
-            }
-        }
         loop {
             let mut grew = false;
             for &i in &idx {
@@ -182,11 +175,12 @@ mod tests {
         let tier0: Vec<usize> = (0..10).filter(|&i| i != 3).map(|i| a[i]).collect();
         let (lo, hi) = (tier0.iter().min().unwrap(), tier0.iter().max().unwrap());
         assert!(*lo >= 4 && hi - lo <= 1, "round robin within a tier: {a:?}");
-        // a budget too small for everyone: tier 0 first, tier 1 left out
-        let small = allocate(&p, &m, 70.0, 4, 24);
-        assert!(small[..10].iter().all(|&n| n >= 2), "{small:?}");
-        assert!(small[10..].iter().all(|&n| n == 0), "{small:?}");
-        assert!(simulate(&p, &small, &m) <= 70.0);
+        // a budget too small for everyone's extras: every preset its minimum first, the extras to tier 0
+        let small = allocate(&p, &m, 90.0, 4, 24);
+        assert!(small.iter().enumerate().all(|(i, &n)| n >= if i == 3 { 2 } else { 4 }), "{small:?}");
+        assert!(small[10..].iter().all(|&n| n == 4), "{small:?}");
+        assert!(small[..10].iter().any(|&n| n > 4), "{small:?}");
+        assert!(simulate(&p, &small, &m) <= 90.0);
         // smaller still: part of tier 0 runs, within the budget
         let tiny = allocate(&p, &m, 20.0, 4, 24);
         assert!(tiny[0] >= 4 && tiny[9] == 0 && tiny[10..].iter().all(|&n| n == 0), "{tiny:?}");

@@ -23,6 +23,7 @@
 //! that own CUDA; they plug in through [`Measurer`] or a worker binary built on [`protocol::serve`].
 
 pub mod budget;
+pub mod cost;
 pub mod error;
 pub mod isolate;
 pub mod key;
@@ -32,6 +33,7 @@ pub mod protocol;
 pub mod record;
 pub mod resume;
 pub mod scheduler;
+pub mod search;
 pub mod shard;
 pub mod stats;
 pub mod store;
@@ -48,6 +50,9 @@ pub use record::{
 };
 pub use resume::{CandidateSpec, ResumeOptions, remaining};
 pub use scheduler::{SchedulerError, ShardChoice, ShardSource};
+pub use search::{
+    Lane, Planned, Planner, PresetResult, SearchEvent, SearchOptions, SearchPreset, SearchReport, search,
+};
 pub use shard::{Shard, ShardParseError, stable_hash};
 pub use stats::{StatsError, TimingStats, pick_winner, retime_top_k, winner_order};
 pub use store::{ResultsStore, read_results_file, write_results_file};

@@ -97,7 +97,15 @@ pub struct BenchSettings {
     /// the best of its preset so far and will not win (a leader is re-timed with full samples anyway; 0: none).
     #[serde(default)]
     pub slow_ms: f64,
+    /// Early stop: after the warm-up runs, time [`SCREEN_SAMPLES`] samples first; when their median is over this
+    /// (ms), answer with them, flagged [`MeasureResponse::stopped`], instead of the full window: the candidate is
+    /// clearly slower than the best of its key so far (the tuner sets this to a margin over that best; 0: off).
+    #[serde(default)]
+    pub stop_ms: f64,
 }
+
+/// The samples of an early-stop screen ([`BenchSettings::stop_ms`]).
+pub const SCREEN_SAMPLES: usize = 5;
 
 /// The samples a capped or hopelessly slow candidate gets.
 pub const FEW_SAMPLES: usize = 3;
@@ -112,6 +120,7 @@ impl Default for BenchSettings {
             flush_l2: true,
             cap_ms: 300.0,
             slow_ms: 0.0,
+            stop_ms: 0.0,
         }
     }
 }
@@ -158,15 +167,24 @@ pub struct MeasureResponse {
     /// For [`Task::Check`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub check: Option<CheckRecord>,
+    /// For [`Task::Time`]: the screen of [`BenchSettings::stop_ms`] stopped the measurement (the outcome holds
+    /// the screen's samples only).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stopped: bool,
 }
 
 impl MeasureResponse {
     pub fn outcome(outcome: Outcome) -> Self {
-        Self { outcome: Some(outcome), check: None }
+        Self { outcome: Some(outcome), check: None, stopped: false }
+    }
+
+    /// Timed by the early-stop screen only (see [`BenchSettings::stop_ms`]).
+    pub fn stopped(outcome: Outcome) -> Self {
+        Self { outcome: Some(outcome), check: None, stopped: true }
     }
 
     pub fn check(check: CheckRecord) -> Self {
-        Self { outcome: None, check: Some(check) }
+        Self { outcome: None, check: Some(check), stopped: false }
     }
 }
 
@@ -215,7 +233,7 @@ mod tests {
             r#"{"warmup_ms":25.0,"rep_ms":100.0,"min_samples":10,"max_samples":1000,"flush_l2":true}"#,
         )
         .unwrap();
-        assert_eq!((old.cap_ms, old.slow_ms), (0.0, 0.0));
+        assert_eq!((old.cap_ms, old.slow_ms, old.stop_ms), (0.0, 0.0, 0.0));
     }
 
     #[test]

@@ -4,8 +4,10 @@
 //!    already finished ([`remaining`]).
 //! 2. Measure each one and record it in the store at once (a `kill -9` loses at most the one in
 //!    flight). A failure is recorded too and scores +inf.
-//! 3. Re-time the `retime_top` best of this shard back to back and record the new timings (first-pass
-//!    timings of the leaders are the ones most likely flattered by noise).
+//!    With `early_stop`, a candidate is screened first (a few samples) and not measured further when it reads
+//!    clearly slower than the best of the key so far ([`Measurer::measure_or_stop`]); the defaults never are.
+//! 3. Re-time the `retime_top` best of the entry that this call planned, back to back, and record the new
+//!    timings (first-pass timings of the leaders are the ones most likely flattered by noise).
 //! 4. Check the best unchecked candidate against the reference; if it fails, the next one; until the
 //!    winner is the fastest candidate whose check passed ([`crate::TuneEntry::next_to_check`]).
 //!
@@ -32,6 +34,19 @@ pub struct Abort(pub String);
 /// Measures candidates. Candidate failures are `Ok(Outcome::Failed{..})`; `Err` aborts the run.
 pub trait Measurer {
     fn measure(&mut self, key: &TuneKey, candidate: &CandidateSpec) -> Result<Outcome, Abort>;
+
+    /// Measure with an early stop: a short screen first, and when its median is over `stop_ms` the screen's
+    /// outcome with `true` (the candidate is clearly slower than the best so far; see
+    /// [`crate::protocol::BenchSettings::stop_ms`]). Default: no screen, [`Measurer::measure`].
+    fn measure_or_stop(
+        &mut self,
+        key: &TuneKey,
+        candidate: &CandidateSpec,
+        stop_ms: f64,
+    ) -> Result<(Outcome, bool), Abort> {
+        let _ = stop_ms;
+        Ok((self.measure(key, candidate)?, false))
+    }
 
     /// Time a leader again (default: the same as [`Measurer::measure`]).
     fn retime(&mut self, key: &TuneKey, candidate: &CandidateSpec) -> Result<Outcome, Abort> {
@@ -70,7 +85,7 @@ pub struct TuneOptions {
     /// candidate crashing. Those already recorded can be retried with `resume` + `retry_transient`.
     pub max_consecutive_transient: usize,
     /// Stop measuring new candidates once this instant would be passed (the preset's share of the budget,
-    /// see [`crate::budget::preset_slice`]); the re-timing and the checks still run, and time for them is
+    /// see [`crate::search`]); the re-timing and the checks still run, and time for them is
     /// kept back: measuring stops when `now + reserve` passes the deadline, where the reserve is the mean
     /// measurement so far times (`retime_top` + 1). Candidates not measured are counted in
     /// [`TuneReport::cut`]; a `resume` measures them.
@@ -78,6 +93,9 @@ pub struct TuneOptions {
     /// With a `deadline`, always measure at least this many candidates (the first ones of the list, which
     /// start with the defaults), so every preset gets a baseline and a few candidates.
     pub min_measured: usize,
+    /// Early stop: a candidate (never the defaults) whose short screen reads over this factor times the best
+    /// median of its key so far is not measured further ([`Measurer::measure_or_stop`]); 0: off.
+    pub early_stop: f64,
 }
 
 impl Default for TuneOptions {
@@ -92,6 +110,7 @@ impl Default for TuneOptions {
             max_consecutive_transient: 0,
             deadline: None,
             min_measured: 0,
+            early_stop: 0.0,
         }
     }
 }
@@ -126,6 +145,8 @@ pub struct TuneReport {
     pub measured: usize,
     /// Measured with a failure.
     pub failed: usize,
+    /// Measured by the early-stop screen only (clearly slower than the best so far).
+    pub stopped: usize,
     pub retimed: usize,
     pub checked: usize,
     /// Left unmeasured because the deadline came.
@@ -166,6 +187,9 @@ pub fn tune(
         on_event(TuneEvent::Skipped { count: report.skipped });
     }
     let mut transient_in_a_row = 0;
+    // The best median of the key so far (earlier rounds and runs included): the early stop's reference.
+    let mut best: Option<f64> =
+        if opts.early_stop > 0.0 { load_entry(store, key)?.and_then(|e| best_ms(&e)) } else { None };
     let started = Instant::now();
     let todo_len = todo.len();
     for (n, spec) in todo.into_iter().enumerate() {
@@ -178,9 +202,23 @@ pub fn tune(
                 break;
             }
         }
-        let outcome = measurer.measure(key, spec).map_err(aborted)?;
+        let is_default = opts.default_candidate.as_deref() == Some(spec.id.as_str());
+        let stop_ms = match best {
+            Some(b) if opts.early_stop > 0.0 && !is_default => b * opts.early_stop,
+            _ => 0.0,
+        };
+        let (outcome, stopped) = if stop_ms > 0.0 {
+            measurer.measure_or_stop(key, spec, stop_ms).map_err(aborted)?
+        } else {
+            (measurer.measure(key, spec).map_err(aborted)?, false)
+        };
         store.record_candidate(key, CandidateResult::new(&spec.id, spec.knobs.clone(), outcome.clone()))?;
         report.measured += 1;
+        if stopped {
+            report.stopped += 1;
+        } else if let Some(t) = outcome.timing() {
+            best = Some(best.map_or(t.median_ms, |b| b.min(t.median_ms)));
+        }
         match &outcome {
             Outcome::Failed { stage, .. } => {
                 report.failed += 1;
@@ -203,15 +241,18 @@ pub fn tune(
     if opts.retime_top > 0
         && let Some(entry) = load_entry(store, key)?
     {
+        // The leaders of the whole entry (earlier rounds included) that this call planned: a later round whose
+        // candidates all trail an earlier round's leaders re-times none of them.
         let leaders: Vec<String> = retime_top_k(
             entry
                 .candidates
                 .iter()
-                .filter(|c| specs.contains_key(c.id.as_str()))
+                .filter(|c| opts.shard == Shard::ALL || specs.contains_key(c.id.as_str()))
                 .filter_map(|c| c.outcome.timing().map(|t| (c.id.as_str(), t))),
             opts.retime_top,
         )
         .into_iter()
+        .filter(|id| specs.contains_key(id))
         .map(String::from)
         .collect();
         for id in &leaders {
@@ -253,6 +294,11 @@ pub fn tune(
         report.winner = entry.winner;
     }
     Ok(report)
+}
+
+/// The best median of an entry's timed candidates.
+pub fn best_ms(e: &TuneEntry) -> Option<f64> {
+    e.candidates.iter().filter_map(|c| c.outcome.timing()).map(|t| t.median_ms).min_by(f64::total_cmp)
 }
 
 fn load_entry(store: &ResultsStore, key: &TuneKey) -> Result<Option<TuneEntry>, StoreError> {
@@ -325,10 +371,21 @@ impl WorkerMeasurer {
     }
 
     fn timed(&mut self, key: &TuneKey, c: &CandidateSpec, bench: BenchSettings) -> Result<Outcome, Abort> {
+        Ok(self.timed_or_stopped(key, c, bench)?.0)
+    }
+
+    fn timed_or_stopped(
+        &mut self,
+        key: &TuneKey,
+        c: &CandidateSpec,
+        bench: BenchSettings,
+    ) -> Result<(Outcome, bool), Abort> {
         Ok(match self.call(Task::Time, key, c, bench)? {
-            Ok(MeasureResponse { outcome: Some(o), .. }) => o,
-            Ok(_) => Outcome::failed(FailStage::Crash, "the worker answered a time request without an outcome"),
-            Err(f) => f.to_outcome(),
+            Ok(MeasureResponse { outcome: Some(o), stopped, .. }) => (o, stopped),
+            Ok(_) => {
+                (Outcome::failed(FailStage::Crash, "the worker answered a time request without an outcome"), false)
+            }
+            Err(f) => (f.to_outcome(), false),
         })
     }
 }
@@ -339,6 +396,15 @@ impl Measurer for WorkerMeasurer {
         let o = self.timed(key, c, bench)?;
         self.note(key, &o);
         Ok(o)
+    }
+
+    fn measure_or_stop(&mut self, key: &TuneKey, c: &CandidateSpec, stop_ms: f64) -> Result<(Outcome, bool), Abort> {
+        let bench = BenchSettings { stop_ms, ..self.first_pass(key) };
+        let (o, stopped) = self.timed_or_stopped(key, c, bench)?;
+        if !stopped {
+            self.note(key, &o);
+        }
+        Ok((o, stopped))
     }
 
     fn retime(&mut self, key: &TuneKey, c: &CandidateSpec) -> Result<Outcome, Abort> {
