@@ -1,11 +1,18 @@
 //! IR -> self-contained CUDA C. Every statement maps onto one generic primitive of the device prelude
 //! (`prelude/*.cuh`); no per-operator CUDA exists anywhere.
 //!
-//! This module renders the kernel signature, declarations, control flow and the block-level tile statements;
-//! `expr` renders expressions and `threads` the statements of threads regions (plain per-thread C).
+//! This module renders the kernel signature and declarations and hands each statement to its family, one file
+//! each: scalar control and nested bodies (`control`), barriers and copies (`sync`), register tiles and row
+//! vectors (`tiles`), tensor-core products (`mma`, with the `wgmma` wrappers in `wgmma`), the MXFP4 statements
+//! (`mx`) and the statements of threads regions, plain per-thread C (`threads`). `expr` renders expressions.
 
+mod control;
 mod expr;
+mod mma;
+mod mx;
+mod sync;
 mod threads;
+mod tiles;
 mod wgmma;
 
 use k3k_ir::*;
@@ -441,486 +448,42 @@ impl<'a> Renderer<'a> {
     }
 
     fn stmt(&mut self, s: &Stmt) {
-        let k = self.k;
         match s {
-            Stmt::Let { var, value } => {
-                let ty = self.var_types[var.0 as usize].expect("validated");
-                let line = format!(
-                    "{} x{} = {};  // {}",
-                    scalar_c_type(ty),
-                    var.0,
-                    self.e(value, Ctx::Scalar),
-                    k.vars[var.0 as usize].name
-                );
-                self.line(&line);
-            }
-            Stmt::Assign { var, value } => {
-                let line = format!("x{} = {};", var.0, self.e(value, Ctx::Scalar));
-                self.line(&line);
-            }
-            Stmt::For { var, start, end, step, body, unroll } => {
-                if *unroll {
-                    self.line("#pragma unroll");
-                } else {
-                    self.line("#pragma unroll 1");
-                }
-                let line = format!(
-                    "for (long long x{v} = {}; x{v} < {}; x{v} += {}) {{  // {}",
-                    self.e(start, Ctx::Scalar),
-                    self.e(end, Ctx::Scalar),
-                    self.e(step, Ctx::Scalar),
-                    k.vars[var.0 as usize].name,
-                    v = var.0
-                );
-                self.nested(&line, body);
-            }
-            Stmt::If { cond, then_body, else_body } => {
-                let line = format!("if ({}) {{", self.e(cond, Ctx::Scalar));
-                self.line(&line);
-                self.depth += 1;
-                self.nest += 1;
-                self.body(then_body);
-                if !else_body.is_empty() {
-                    self.depth -= 1;
-                    self.line("} else {");
-                    self.depth += 1;
-                    self.body(else_body);
-                }
-                self.nest -= 1;
-                self.depth -= 1;
-                self.line("}");
-            }
-            // The consumer warpgroups take turns (named barriers, see `Stmt::InTurn` and the prelude's
-            // `turn_take`); the producer warpgroup runs the body's skeleton without them.
-            Stmt::InTurn { body } => {
-                let wgs = k.threads / 128;
-                self.line("{  // in turn");
-                self.depth += 1;
-                self.nest += 1;
-                if self.view != View::Producer {
-                    self.line(&format!("k3k::turn_take<{wgs}>();"));
-                }
-                self.body(body);
-                if self.view != View::Producer {
-                    self.line(&format!("k3k::turn_pass<{wgs}>();"));
-                }
-                self.nest -= 1;
-                self.depth -= 1;
-                self.line("}");
-            }
-            Stmt::FirstWarpgroups { count, body } => {
-                self.nested(&format!("if (threadIdx.x < {}) {{  // first {count} warpgroups", 128 * count), body);
-            }
-            // (Rendered in the producer's slice only, every statement of it.)
-            Stmt::Producer { body } => {
-                let view = std::mem::replace(&mut self.view, View::All);
-                self.body(body);
-                self.view = view;
-            }
-            // With a producer warp, a barrier inside loops or conditionals is the consumers' (named barrier 1);
-            // at the top level every thread meets (see `Stmt::Producer`).
-            Stmt::Barrier if k.producer_warp && self.nest > 0 => self.line("k3k::barrier();"),
-            Stmt::Barrier => self.line("__syncthreads();"),
-            Stmt::AsyncCommit => self.line("k3k::async_commit();"),
-            Stmt::MbarInit { bar, count } => {
-                let n = k.mbarriers[bar.0 as usize].count;
-                self.line(&format!("k3k::mbar_init(mb{}, {n}, {count}u);", bar.0));
-            }
-            Stmt::MbarArriveExpectTx { bar, bytes } => {
-                let line = format!("k3k::mbar_arrive_expect_tx({}, {bytes}u);", self.mbar_ptr(bar));
-                self.line(&line);
-            }
-            Stmt::MbarArrive { bar } => {
-                let line = format!("k3k::mbar_arrive({});", self.mbar_ptr(bar));
-                self.line(&line);
-            }
-            Stmt::MbarWait { bar, parity, elected } => {
-                // CTA scope in a cluster too, as CUTLASS's pipelines: a phase completes by copy transactions (a
-                // peer's multicast bytes included, visible to the waiters) or by arrivals that only say a slot's
-                // reads are done (see `mbar_arrive_cluster`).
-                let f = if *elected { "mbar_wait_elected" } else { "mbar_wait" };
-                let line = format!("k3k::{f}({}, (int)({}));", self.mbar_ptr(bar), self.e(parity, Ctx::Scalar));
-                self.line(&line);
-            }
-            Stmt::TmaLoad(t) => {
-                let coords: Vec<String> =
-                    t.coords.iter().map(|c| format!("(int)({})", self.e(c, Ctx::Scalar))).collect();
-                let (f, mask) = match &t.multicast {
-                    Some(m) => ("tma_load_mc", format!(", (unsigned short)({})", self.e(m, Ctx::Scalar))),
-                    None => ("tma_load", String::new()),
-                };
-                let line = format!(
-                    "k3k::{f}({} + {} * {}::ROW_BYTES, &tm{}, {}{mask}, {});",
-                    self.shared_ptr(&t.dst),
-                    t.dst.row0,
-                    self.shared_layout(t.dst.buf),
-                    t.map.0,
-                    self.mbar_ptr(&t.bar),
-                    coords.join(", ")
-                );
-                self.line(&line);
-            }
-            Stmt::TmaStore(t) => {
-                let coords: Vec<String> =
-                    t.coords.iter().map(|c| format!("(int)({})", self.e(c, Ctx::Scalar))).collect();
-                self.line("k3k::tma_store_fence();");
-                let line = format!(
-                    "k3k::tma_store({} + {} * {}::ROW_BYTES, &tm{}, {});",
-                    self.shared_ptr(&t.src),
-                    t.src.row0,
-                    self.shared_layout(t.src.buf),
-                    t.map.0,
-                    coords.join(", ")
-                );
-                self.line(&line);
-            }
-            Stmt::TmaStoreWait { pending } => self.line(&format!("k3k::tma_store_wait<{pending}>();")),
-            Stmt::StoreCols { tile, col0, dst } => {
-                let line = format!(
-                    "k3k::store_shared_cols<{}, {}, {}, {col0}, {}>(t{}, {}, {}, {});",
-                    self.tile_ty(*tile),
-                    c_type(k.shared[dst.buf.0 as usize].dtype),
-                    self.shared_layout(dst.buf),
-                    dst.cols,
-                    tile.0,
-                    self.shared_ptr(dst),
-                    dst.row0,
-                    dst.col0
-                );
-                self.line(&line);
-            }
-            // Without a cluster the block is rank 0 of a one-CTA cluster (the only rank the validator and the
-            // CPU backends accept): a plain arrival on its own barrier, one per warp.
-            Stmt::MbarArriveCluster { bar, .. } if k.cluster_size() == 1 => {
-                let line = format!("k3k::mbar_arrive_warp({});", self.mbar_ptr(bar));
-                self.line(&line);
-            }
-            Stmt::MbarArriveCluster { bar, cta } => {
-                let line = format!(
-                    "k3k::mbar_arrive_cluster({}, (unsigned)({}));",
-                    self.mbar_ptr(bar),
-                    self.e(cta, Ctx::Scalar)
-                );
-                self.line(&line);
-            }
-            Stmt::ClusterSync => self.line("k3k::cluster_sync();"),
-            Stmt::AsyncWait { pending } => self.line(&format!("k3k::async_wait<{pending}>();")),
-            Stmt::Map { tile, value } => {
-                let tt = self.tile_ty(*tile);
-                let val = self.e(value, Ctx::Elem);
-                self.line("#pragma unroll");
-                self.line(&format!("for (int b_ = 0; b_ < {tt}::L::NB; ++b_)"));
-                self.line("#pragma unroll");
-                self.line(&format!("for (int f_ = 0; f_ < {tt}::L::NF; ++f_)"));
-                self.line("#pragma unroll");
-                self.line("for (int jp_ = 0; jp_ < 2; ++jp_) {");
-                self.depth += 1;
-                self.line(&format!("{tt}::elem_t e_[2];"));
-                self.line("#pragma unroll");
-                self.line("for (int h_ = 0; h_ < 2; ++h_) {");
-                self.depth += 1;
-                self.line("const int j_ = 2 * jp_ + h_;");
-                self.line(&format!("const int r_ = {tt}::L::row(b_, j_), c_ = {tt}::L::col(f_, j_);"));
-                self.line("(void)r_; (void)c_;");
-                self.line(&format!("e_[h_] = {val};"));
-                self.depth -= 1;
-                self.line("}");
-                self.line(&format!("t{}.set2(b_, f_, jp_, e_[0], e_[1]);", tile.0));
-                self.depth -= 1;
-                self.line("}");
-            }
-            Stmt::VecMap { vec, value } => {
-                let val = self.e(value, Ctx::Row);
-                let v = vec.0;
-                self.line("#pragma unroll");
-                self.line(&format!("for (int b_ = 0; b_ < decltype(v{v})::NB; ++b_)"));
-                self.line("#pragma unroll");
-                self.line("for (int h_ = 0; h_ < 2; ++h_) {");
-                self.depth += 1;
-                self.line(&format!("const int r_ = decltype(v{v})::row(b_, h_); (void)r_;"));
-                self.line(&format!("v{v}.v[b_][h_] = {val};"));
-                self.depth -= 1;
-                self.line("}");
-            }
-            Stmt::Reduce { vec, tile, op, accumulate } => {
-                let op = match op {
-                    ReduceOp::Sum => "OpSum",
-                    ReduceOp::Max => "OpMax",
-                    ReduceOp::Min => "OpMin",
-                };
-                self.line(&format!("k3k::reduce_rows<k3k::{op}>(v{}, t{}, {accumulate});", vec.0, tile.0));
-            }
-            Stmt::Mma { acc, a, b } => {
-                // A banded B operand moves down by its own height for each accumulator row band.
-                let (bsrc, tb, bshift) = match b {
-                    Operand::Shared { src, transpose } => (src, *transpose, 0),
-                    Operand::Banded { src, transpose } => (src, *transpose, src.rows),
-                    Operand::Reg(_) => unreachable!("validated: B comes from shared memory"),
-                };
-                let h = c_type(k.shared[bsrc.buf.0 as usize].dtype);
-                let kdim = if tb { bsrc.cols } else { bsrc.rows };
-                let bl = self.shared_layout(bsrc.buf);
-                let bptr = self.shared_ptr(bsrc);
-                let line = match a {
-                    Operand::Shared { src, transpose } => format!(
-                        "k3k::mma_ss<{h}, {kdim}, {}, {}, {tb}, {bl}>(t{}, {}, {}, {}, {bptr}, {}, {}{});",
-                        transpose,
-                        self.shared_layout(src.buf),
-                        acc.0,
-                        self.shared_ptr(src),
-                        src.row0,
-                        src.col0,
-                        bsrc.row0,
-                        bsrc.col0,
-                        if bshift > 0 { format!(", {bshift}") } else { String::new() }
-                    ),
-                    Operand::Reg(t) => format!(
-                        "k3k::mma_rs<{h}, {kdim}, {tb}, {bl}>(t{}, t{}, {bptr}, {}, {}{});",
-                        acc.0,
-                        t.0,
-                        bsrc.row0,
-                        bsrc.col0,
-                        if bshift > 0 { format!(", {bshift}") } else { String::new() }
-                    ),
-                    Operand::Banded { .. } => unreachable!("validated: banded operands are B operands"),
-                };
-                self.line(&line);
-            }
-            Stmt::MmaAsync { acc, a, b, accumulate } => {
-                let Operand::Shared { src: bsrc, .. } = b else {
-                    unreachable!("validated: the mma_async B operand comes from shared memory")
-                };
-                let shape = wgmma::Shape::of(k, *acc, a, b);
-                let bptr = self.shared_ptr(bsrc);
-                self.line("{");
-                self.depth += 1;
-                self.line(&format!("k3k::fence_operand(t{});", acc.0));
-                if let Operand::Reg(t) = a {
-                    self.line(&format!("k3k::fence_operand(t{});", t.0));
-                }
-                self.line("k3k::wgmma_fence();");
-                // Warpgroup w computes row band w % g (g = the accumulator's warpgroup rows; warpgroups past
-                // them are replicas, or on [4g, 2] warps the second column band, w / g).
-                let ad = &k.tiles[acc.0 as usize];
-                let (g, bands) = (ad.warps[0] / 4, ad.warps[1]);
-                let band = if 4 * g == k.warps() {
-                    "(k3k::warp_id() / 4)".to_string()
-                } else {
-                    format!("(k3k::warp_id() / 4 % {g})")
-                };
-                let kdim = match a {
-                    Operand::Shared { src: asrc, .. } => {
-                        // Each warpgroup reads its 64 rows of A; rows are 128 bytes.
-                        let aptr = self.shared_ptr(asrc);
-                        self.line(&format!(
-                            "const unsigned a_ = k3k::smem_u32({aptr}) + ({} + 64 * {band}) * 128;",
-                            asrc.row0
-                        ));
-                        asrc.cols
-                    }
-                    Operand::Reg(t) => k.tiles[t.0 as usize].cols,
-                    Operand::Banded { .. } => unreachable!("validated: no banded mma_async operands"),
-                };
-                // Column bands (B stored [K, N]): warpgroup w reads columns (w / g) * N of each 128-byte row.
-                let col_bytes = if bands > 1 {
-                    format!(" + (k3k::warp_id() / {}) * {}", 4 * g, 2 * shape.n)
-                } else {
-                    String::new()
-                };
-                self.line(&format!("const unsigned b_ = k3k::smem_u32({bptr}) + {} * 128{col_bytes};", bsrc.row0));
-                let acc_flag = self.e(accumulate, Ctx::Scalar);
-                self.line(&format!("const int scale_d_ = ({acc_flag}) ? 1 : 0;"));
-                // One k16 step is 32 bytes along a K-contiguous row, or 16 rows of 128 bytes of an N-contiguous B.
-                let bstep = if shape.b_mn { 2048 } else { 32 };
-                let name = wgmma::wrapper_name(shape);
-                // The descriptors of the k16 steps differ only in the start-address field (bits 0-13, the
-                // shared address in 16-byte units): the step's offset is added to the first step's descriptor
-                // (exact: tiles start 16-byte aligned and end below the 256 KiB the 18-bit address spans, so the
-                // field never carries), instead of rebuilding both descriptors per step.
-                if matches!(a, Operand::Shared { .. }) {
-                    self.line("const unsigned long long ad_ = k3k::wgmma_desc_sw128(a_);");
-                }
-                self.line("const unsigned long long bd_ = k3k::wgmma_desc_sw128(b_);");
-                let bstep16 = bstep / 16;
-                self.line("#pragma unroll");
-                self.line(&format!("for (int kk_ = 0; kk_ < {}; ++kk_) {{", kdim / 16));
-                match a {
-                    Operand::Reg(t) => {
-                        // The m16n8 pairs of k16 step kk_: the A fragment of each warp's 16 rows.
-                        self.line(&format!(
-                            "  const unsigned ar_[4] = {{t{0}.v[0][2 * kk_][0], t{0}.v[0][2 * kk_][1], t{0}.v[0][2 * kk_ + 1][0], t{0}.v[0][2 * kk_ + 1][1]}};",
-                            t.0
-                        ));
-                        self.line(&format!(
-                            "  {name}(&t{}.v[0][0][0], ar_, k3k::wgmma_desc_add(bd_, {bstep16} * kk_), kk_ > 0 ? 1 : scale_d_);",
-                            acc.0
-                        ));
-                    }
-                    _ => self.line(&format!(
-                        "  {name}(&t{}.v[0][0][0], k3k::wgmma_desc_add(ad_, 2 * kk_), k3k::wgmma_desc_add(bd_, {bstep16} * kk_), kk_ > 0 ? 1 : scale_d_);",
-                        acc.0
-                    )),
-                }
-                self.line("}");
-                // No operand fence here: touching the accumulators before the wait would serialize the pipeline.
-                self.line("k3k::wgmma_commit();");
-                self.depth -= 1;
-                self.line("}");
-            }
-            Stmt::MmaWait { pending } => {
-                self.line(&format!("k3k::wgmma_wait<{pending}>();"));
-                // Fence every register an asynchronous product may write (accumulators) or read (register A
-                // operands), so that later accesses stay after the wait; except those of the products the wait
-                // leaves in flight when this statement list shows which they are (fencing those would make
-                // ptxas wait for them here, serializing what the program overlaps).
-                let mut regs = std::collections::BTreeSet::new();
-                k.visit_stmts(&mut |s| regs.extend(mma_async_regs(s)));
-                if let Some(pending) = self.wait_pending.take() {
-                    regs.retain(|t| !pending.contains(t));
-                }
-                for a in regs {
-                    self.line(&format!("k3k::fence_operand(t{a});"));
-                }
-            }
-            Stmt::CopyAsync { dst, src } => {
-                let t = &k.tensors[src.tensor.0 as usize];
-                let line = format!(
-                    "k3k::copy_async<{}, {}, {}, {}, {}, {}>({}, {}, {}, {});",
-                    c_type(t.dtype),
-                    src.vec,
-                    k.threads,
-                    self.shared_layout(dst.buf),
-                    dst.rows,
-                    dst.cols,
-                    self.shared_ptr(dst),
-                    dst.row0,
-                    dst.col0,
-                    self.view_args(src)
-                );
-                self.line(&line);
-            }
-            Stmt::Load { tile, src: place } | Stmt::Store { tile, dst: place } => {
-                let verb = if matches!(s, Stmt::Load { .. }) { "load" } else { "store" };
-                let line = match place {
-                    Place::Global(v) => format!(
-                        "k3k::{verb}_global<{}, {}, {}>(t{}, {});",
-                        self.tile_ty(*tile),
-                        c_type(k.tensors[v.tensor.0 as usize].dtype),
-                        v.vec,
-                        tile.0,
-                        self.view_args(v)
-                    ),
-                    Place::Shared(r) => format!(
-                        "k3k::{verb}_shared<{}, {}, {}>(t{}, {}, {}, {});",
-                        self.tile_ty(*tile),
-                        c_type(k.shared[r.buf.0 as usize].dtype),
-                        self.shared_layout(r.buf),
-                        tile.0,
-                        self.shared_ptr(r),
-                        r.row0,
-                        r.col0
-                    ),
-                };
-                self.line(&line);
-            }
-            Stmt::DequantFp4 { tile, words, scales, packed, fold, finite } => {
-                let line = format!(
-                    "k3k::dequant_fp4<{packed}, {fold}, {finite}, {}, {}, {}>(t{}, {}, {}, {}, {}, {}, {});",
-                    self.tile_ty(*tile),
-                    self.shared_layout(words.buf),
-                    self.shared_layout(scales.buf),
-                    tile.0,
-                    self.shared_ptr(words),
-                    words.row0,
-                    words.col0,
-                    self.shared_ptr(scales),
-                    scales.row0,
-                    scales.col0
-                );
-                self.line(&line);
-            }
-            Stmt::DequantFp4Stream { tile, words, scales, packed, fold, finite, prefetch: None } => {
-                let line = format!(
-                    "k3k::dequant_fp4_stream<{packed}, {fold}, {finite}, {}>(t{}, {}, {});",
-                    self.tile_ty(*tile),
-                    tile.0,
-                    self.view_args(words),
-                    self.view_args(scales)
-                );
-                self.line(&line);
-            }
-            Stmt::DequantFp4Stream { tile, words, scales, packed, fold, finite, prefetch: Some(p) } => {
-                let line = format!(
-                    "k3k::dequant_fp4_stream_pf<{packed}, {fold}, {finite}, {}>(t{}, {}, {}, {}, {}, {}, {});",
-                    self.tile_ty(*tile),
-                    tile.0,
-                    prefetch_buf(*tile, *packed),
-                    self.e(&p.first, Ctx::Scalar),
-                    self.view_args(words),
-                    self.view_args(scales),
-                    self.view_args(&p.words),
-                    self.view_args(&p.scales)
-                );
-                self.line(&line);
-            }
-            Stmt::Fp4Gemv {
-                out,
-                scratch,
-                words,
-                scales,
-                x,
-                packed,
-                fold,
-                finite,
-                chunk,
-                ring,
-                staged,
-                l2_prefetch,
-                tiled,
-                bulk,
-                x_two_ahead,
-            } => {
-                let line = format!(
-                    "k3k::fp4_gemv<{packed}, {fold}, {finite}, {}, {}, {}, {chunk}, {ring}, {}, {}{}>({}, {}, {}, s{}, {}, {}, {});",
-                    out.rows,
-                    out.cols,
-                    k.threads / 32,
-                    self.shared_layout(out.buf),
-                    self.shared_layout(*scratch),
-                    match (*staged, *l2_prefetch, *tiled, *bulk, *x_two_ahead) {
-                        (false, ..) => String::new(),
-                        (true, n, t, b, true) => format!(", true, {n}, {t}, {b}, true"),
-                        (true, 0, false, _, false) => ", true".to_string(),
-                        (true, n, false, _, false) => format!(", true, {n}"),
-                        (true, n, true, false, false) => format!(", true, {n}, true"),
-                        (true, n, true, true, false) => format!(", true, {n}, true, true"),
-                    },
-                    self.shared_ptr(out),
-                    out.row0,
-                    out.col0,
-                    scratch.0,
-                    self.view_args(words),
-                    self.view_args(scales),
-                    self.view_args(x)
-                );
-                self.line(&line);
-            }
-            Stmt::Scan { tile, scratch, op } => {
-                let d = &k.tiles[tile.0 as usize];
-                let op = match op {
-                    ScanOp::Sum => "OpSum",
-                };
-                let line = format!(
-                    "k3k::scan_cols<k3k::{op}, {}, {}, {}, {}>(t{}, s{});",
-                    self.shared_layout(*scratch),
-                    d.rows,
-                    d.cols,
-                    k.threads,
-                    tile.0,
-                    scratch.0
-                );
-                self.line(&line);
-            }
+            Stmt::Let { .. }
+            | Stmt::Assign { .. }
+            | Stmt::For { .. }
+            | Stmt::If { .. }
+            | Stmt::InTurn { .. }
+            | Stmt::FirstWarpgroups { .. }
+            | Stmt::Producer { .. } => self.control_stmt(s),
+            Stmt::Barrier
+            | Stmt::AsyncCommit
+            | Stmt::AsyncWait { .. }
+            | Stmt::CopyAsync { .. }
+            | Stmt::MbarInit { .. }
+            | Stmt::MbarArriveExpectTx { .. }
+            | Stmt::MbarArrive { .. }
+            | Stmt::MbarWait { .. }
+            | Stmt::TmaLoad(_)
+            | Stmt::TmaStore(_)
+            | Stmt::TmaStoreWait { .. }
+            | Stmt::MbarArriveCluster { .. }
+            | Stmt::ClusterSync => self.sync_stmt(s),
+            Stmt::Map { .. }
+            | Stmt::VecMap { .. }
+            | Stmt::Reduce { .. }
+            | Stmt::Load { .. }
+            | Stmt::Store { .. }
+            | Stmt::StoreCols { .. }
+            | Stmt::LoadVec { .. }
+            | Stmt::StoreVec { .. }
+            | Stmt::Scan { .. } => self.tile_stmt(s),
+            Stmt::Mma { .. }
+            | Stmt::MmaAsync { .. }
+            | Stmt::MmaWait { .. } => self.mma_stmt(s),
+            Stmt::DequantFp4 { .. }
+            | Stmt::DequantFp4Stream { .. }
+            | Stmt::Fp4Gemv { .. } => self.mx_stmt(s),
             Stmt::Threads { .. }
             | Stmt::StoreScalar { .. }
             | Stmt::SharedStore { .. }
@@ -932,18 +495,6 @@ impl<'a> Renderer<'a> {
             | Stmt::WarpShuffle { .. }
             | Stmt::WarpSync
             | Stmt::Fence => self.thread_stmt(s),
-            Stmt::LoadVec { vec, src: v } | Stmt::StoreVec { vec, dst: v } => {
-                let f = if matches!(s, Stmt::LoadVec { .. }) { "load_vec" } else { "store_vec" };
-                let line = format!(
-                    "k3k::{f}(v{}, {}, {}, {}, {});",
-                    vec.0,
-                    tensor_arg(k, v.tensor),
-                    self.e(&v.offset, Ctx::Scalar),
-                    self.e(&v.stride, Ctx::Scalar),
-                    self.e(&v.rows, Ctx::Scalar)
-                );
-                self.line(&line);
-            }
         }
     }
 }

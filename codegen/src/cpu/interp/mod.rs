@@ -13,6 +13,7 @@
 
 mod eval;
 mod memory;
+mod mx;
 mod threads;
 mod tiles;
 mod tma;
@@ -296,17 +297,15 @@ impl<'a> Block<'a> {
             | Stmt::Reduce { .. }
             | Stmt::Mma { .. }
             | Stmt::MmaAsync { .. }
-            | Stmt::CopyAsync { .. }
             | Stmt::Load { .. }
             | Stmt::Store { .. }
             | Stmt::StoreCols { .. }
             | Stmt::LoadVec { .. }
             | Stmt::StoreVec { .. }
-            | Stmt::Scan { .. }
-            | Stmt::DequantFp4 { .. }
-            | Stmt::DequantFp4Stream { .. }
-            | Stmt::Fp4Gemv { .. } => self.tile_stmt(s, tensors)?,
-            Stmt::MbarInit { .. }
+            | Stmt::Scan { .. } => self.tile_stmt(s, tensors)?,
+            Stmt::DequantFp4 { .. } | Stmt::DequantFp4Stream { .. } | Stmt::Fp4Gemv { .. } => self.mx_stmt(s, tensors)?,
+            Stmt::CopyAsync { .. }
+            | Stmt::MbarInit { .. }
             | Stmt::MbarArriveExpectTx { .. }
             | Stmt::MbarArrive { .. }
             | Stmt::MbarWait { .. }

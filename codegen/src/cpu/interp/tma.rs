@@ -1,4 +1,4 @@
-//! TMA box copies and mbarriers on the CPU (see [`k3k_ir::tma`]): copies complete when issued; barriers are
+//! `cp.async` copies, TMA box copies and mbarriers on the CPU (see [`k3k_ir::tma`]): copies complete when issued; barriers are
 //! tracked and checked, since a broken protocol (a wait no arrival or copy can complete, more arrivals than
 //! the count, more bytes than expected) would hang or corrupt the GPU run. Shared with the JIT's runtime.
 
@@ -268,7 +268,7 @@ impl<'a> Block<'a> {
         mbar_step(&mut self.mbars[bar.0 as usize][i], op).map_err(|w| mbar_error(self.k, self.block, bar, index, w))
     }
 
-    /// Execute a barrier or TMA statement.
+    /// Execute a barrier, `cp.async` copy or TMA statement.
     pub(super) fn tma_stmt(&mut self, s: &Stmt, tensors: &mut [HostTensor]) -> Result<(), InterpError> {
         let k = self.k;
         match s {
@@ -353,7 +353,31 @@ impl<'a> Block<'a> {
                 self.bulk_stores.push(((**t).clone(), base, coords));
             }
             Stmt::TmaStoreWait { pending } => self.retire_bulk_stores(*pending as usize, tensors)?,
-            _ => unreachable!("not a TMA statement"),
+            Stmt::CopyAsync { dst, src } => {
+                let base = self.shared_base(dst, tensors)?;
+                let d = &k.shared[dst.buf.0 as usize];
+                let (off, stride, rows, cols) = self.view(src, tensors)?;
+                self.claim(dst.buf);
+                for r in 0..dst.rows as usize {
+                    for c in 0..dst.cols as usize {
+                        let v = if (r as i64) < rows && (c as i64) < cols {
+                            let i = self.global_index(
+                                "async copy",
+                                src.tensor,
+                                off + r as i64 * stride + c as i64,
+                                tensors,
+                            )?;
+                            let t = &tensors[src.tensor.0 as usize];
+                            if d.dtype.is_int() { t.get_i64(i) as f64 } else { t.get_f32(i) as f64 }
+                        } else {
+                            0.0
+                        };
+                        let at = base + (dst.row0 as usize + r) * d.cols as usize + dst.col0 as usize + c;
+                        self.shared[dst.buf.0 as usize].set_f64(d.dtype, at, v);
+                    }
+                }
+            }
+            _ => unreachable!("not a barrier or copy statement"),
         }
         Ok(())
     }
