@@ -1,4 +1,12 @@
 //! A readable, deterministic text form of a kernel (`k3k emit --emit ir`); also the input of the stable hash.
+//! Statements print by family, one file each: scalar control (`control`), barriers and copies (`sync`), tiles
+//! and tensor-core products (`tiles`), the MXFP4 statements (`mx`) and threads regions (`threads`).
+
+mod control;
+mod mx;
+mod sync;
+mod threads;
+mod tiles;
 
 use crate::expr::{ArrId, Expr, SharedId, Special};
 use crate::kernel::*;
@@ -166,291 +174,52 @@ fn body(k: &Kernel, b: &[Stmt], depth: usize, s: &mut String) {
     let pad = "  ".repeat(depth);
     for st in b {
         match st {
-            Stmt::Let { var, value } => {
-                let _ = writeln!(s, "{pad}let {} = {}", expr(k, &Expr::Var(*var)), expr(k, value));
+            Stmt::Let { .. }
+            | Stmt::Assign { .. }
+            | Stmt::For { .. }
+            | Stmt::If { .. }
+            | Stmt::Producer { .. }
+            | Stmt::InTurn { .. }
+            | Stmt::FirstWarpgroups { .. } => control::control_stmt(k, st, depth, &pad, s),
+            Stmt::Barrier
+            | Stmt::CopyAsync { .. }
+            | Stmt::MbarInit { .. }
+            | Stmt::MbarArriveExpectTx { .. }
+            | Stmt::MbarArrive { .. }
+            | Stmt::MbarWait { .. }
+            | Stmt::TmaLoad(_)
+            | Stmt::TmaStore(_)
+            | Stmt::TmaStoreWait { .. }
+            | Stmt::MbarArriveCluster { .. }
+            | Stmt::ClusterSync
+            | Stmt::AsyncCommit
+            | Stmt::AsyncWait { .. } => sync::sync_stmt(k, st, &pad, s),
+            Stmt::Map { .. }
+            | Stmt::VecMap { .. }
+            | Stmt::Reduce { .. }
+            | Stmt::Mma { .. }
+            | Stmt::MmaAsync { .. }
+            | Stmt::MmaWait { .. }
+            | Stmt::StoreCols { .. }
+            | Stmt::Load { .. }
+            | Stmt::Store { .. }
+            | Stmt::LoadVec { .. }
+            | Stmt::StoreVec { .. }
+            | Stmt::Scan { .. } => tiles::tile_stmt(k, st, &pad, s),
+            Stmt::Fp4Gemv { .. } | Stmt::DequantFp4Stream { .. } | Stmt::DequantFp4 { .. } => {
+                mx::mx_stmt(k, st, &pad, s)
             }
-            Stmt::Assign { var, value } => {
-                let _ = writeln!(s, "{pad}{} := {}", expr(k, &Expr::Var(*var)), expr(k, value));
-            }
-            Stmt::For { var, start, end, step, body: inner, unroll } => {
-                let _ = writeln!(
-                    s,
-                    "{pad}for {} in {}..{} step {}{} {{",
-                    expr(k, &Expr::Var(*var)),
-                    expr(k, start),
-                    expr(k, end),
-                    expr(k, step),
-                    if *unroll { " unroll" } else { "" }
-                );
-                body(k, inner, depth + 1, s);
-                let _ = writeln!(s, "{pad}}}");
-            }
-            Stmt::If { cond, then_body, else_body } => {
-                let _ = writeln!(s, "{pad}if {} {{", expr(k, cond));
-                body(k, then_body, depth + 1, s);
-                if !else_body.is_empty() {
-                    let _ = writeln!(s, "{pad}}} else {{");
-                    body(k, else_body, depth + 1, s);
-                }
-                let _ = writeln!(s, "{pad}}}");
-            }
-            Stmt::Barrier => {
-                let _ = writeln!(s, "{pad}barrier");
-            }
-            Stmt::Producer { body: inner } => {
-                let _ = writeln!(s, "{pad}producer warp {{");
-                body(k, inner, depth + 1, s);
-                let _ = writeln!(s, "{pad}}}");
-            }
-            Stmt::InTurn { body: inner } => {
-                let _ = writeln!(s, "{pad}in turn {{");
-                body(k, inner, depth + 1, s);
-                let _ = writeln!(s, "{pad}}}");
-            }
-            Stmt::FirstWarpgroups { count, body: inner } => {
-                let _ = writeln!(s, "{pad}first {count} warpgroups {{");
-                body(k, inner, depth + 1, s);
-                let _ = writeln!(s, "{pad}}}");
-            }
-            Stmt::Map { tile, value } => {
-                let _ = writeln!(s, "{pad}{}[r,c] = {}", k.tiles[tile.0 as usize].name, expr(k, value));
-            }
-            Stmt::VecMap { vec, value } => {
-                let _ = writeln!(s, "{pad}{}[r] = {}", k.vecs[vec.0 as usize].name, expr(k, value));
-            }
-            Stmt::Reduce { vec, tile, op, accumulate } => {
-                let _ = writeln!(
-                    s,
-                    "{pad}{}[r] {}= reduce_{:?}_c {}[r,c]",
-                    k.vecs[vec.0 as usize].name,
-                    if *accumulate { "op" } else { "" },
-                    op,
-                    k.tiles[tile.0 as usize].name
-                );
-            }
-            Stmt::Fp4Gemv {
-                out,
-                scratch,
-                words,
-                scales,
-                x,
-                packed,
-                fold,
-                finite,
-                chunk,
-                ring,
-                staged,
-                l2_prefetch,
-                tiled,
-                bulk,
-                x_two_ahead,
-            } => {
-                let _ = writeln!(
-                    s,
-                    "{pad}{}[{}][{}+{}, {}+{}] = fp4_gemv({}, {}, x={}){}{}{}{} chunk={chunk} ring={ring}{}{}{}{} scratch={}",
-                    k.shared[out.buf.0 as usize].name,
-                    expr(k, &out.index),
-                    out.row0,
-                    out.rows,
-                    out.col0,
-                    out.cols,
-                    global_view(k, words),
-                    global_view(k, scales),
-                    global_view(k, x),
-                    if *packed { " packed" } else { " natural" },
-                    if *tiled { " tiled" } else { "" },
-                    if *fold { " fold" } else { "" },
-                    if *finite { " finite" } else { "" },
-                    if *staged { " staged" } else { "" },
-                    if *l2_prefetch > 0 { format!(" l2_prefetch={l2_prefetch}") } else { String::new() },
-                    if *bulk { " bulk" } else { "" },
-                    if *x_two_ahead { " x_two_ahead" } else { "" },
-                    k.shared[scratch.0 as usize].name,
-                );
-            }
-            Stmt::DequantFp4Stream { tile, words, scales, packed, fold, finite, prefetch } => {
-                let _ = writeln!(
-                    s,
-                    "{pad}{} = dequant_fp4_stream({}, {}){}{}{}{}",
-                    k.tiles[tile.0 as usize].name,
-                    global_view(k, words),
-                    global_view(k, scales),
-                    if *packed { " packed" } else { " natural" },
-                    if *fold { " fold" } else { "" },
-                    if *finite { " finite" } else { "" },
-                    match prefetch {
-                        Some(p) => format!(
-                            " prefetch({}, {}, first={})",
-                            global_view(k, &p.words),
-                            global_view(k, &p.scales),
-                            expr(k, &p.first)
-                        ),
-                        None => String::new(),
-                    }
-                );
-            }
-            Stmt::DequantFp4 { tile, words, scales, packed, fold, finite } => {
-                let _ = writeln!(
-                    s,
-                    "{pad}{} = dequant_fp4({}, {}){}{}{}",
-                    k.tiles[tile.0 as usize].name,
-                    shared_ref(k, words),
-                    shared_ref(k, scales),
-                    if *packed { " packed" } else { " natural" },
-                    if *fold { " fold" } else { "" },
-                    if *finite { " finite" } else { "" }
-                );
-            }
-            Stmt::Mma { acc, a, b } => {
-                let _ = writeln!(s, "{pad}{} += {} @ {}", k.tiles[acc.0 as usize].name, operand(k, a), operand(k, b));
-            }
-            Stmt::MmaAsync { acc, a, b, accumulate } => {
-                let _ = writeln!(
-                    s,
-                    "{pad}{} = ({} ? {} : 0) + {} @ {} async",
-                    k.tiles[acc.0 as usize].name,
-                    expr(k, accumulate),
-                    k.tiles[acc.0 as usize].name,
-                    operand(k, a),
-                    operand(k, b)
-                );
-            }
-            Stmt::MmaWait { pending } => {
-                let _ = writeln!(s, "{pad}mma_wait pending<={pending}");
-            }
-            Stmt::CopyAsync { dst, src } => {
-                let _ = writeln!(s, "{pad}{} <~ {}", shared_ref(k, dst), global_view(k, src));
-            }
-            Stmt::MbarInit { bar, count } => {
-                let _ = writeln!(s, "{pad}mbar_init {} count={count}", mbar_name(k, bar.0));
-            }
-            Stmt::MbarArriveExpectTx { bar, bytes } => {
-                let _ = writeln!(s, "{pad}mbar_arrive_expect_tx {} bytes={bytes}", mbar_ref(k, bar));
-            }
-            Stmt::MbarArrive { bar } => {
-                let _ = writeln!(s, "{pad}mbar_arrive {}", mbar_ref(k, bar));
-            }
-            Stmt::MbarWait { bar, parity, elected } => {
-                let who = if *elected { " (thread 0)" } else { "" };
-                let _ = writeln!(s, "{pad}mbar_wait {} parity={}{who}", mbar_ref(k, bar), expr(k, parity));
-            }
-            Stmt::TmaLoad(t) => {
-                let coords: Vec<String> = t.coords.iter().map(|c| expr(k, c)).collect();
-                let map = k.tensor_maps.get(t.map.0 as usize).map_or("?", |m| &m.name);
-                let mc = t.multicast.as_ref().map_or(String::new(), |m| format!(" multicast={}", expr(k, m)));
-                let _ = writeln!(
-                    s,
-                    "{pad}{} <~tma {map}[{}] on {}{mc}",
-                    shared_ref(k, &t.dst),
-                    coords.join(", "),
-                    mbar_ref(k, &t.bar)
-                );
-            }
-            Stmt::TmaStore(t) => {
-                let coords: Vec<String> = t.coords.iter().map(|c| expr(k, c)).collect();
-                let map = k.tensor_maps.get(t.map.0 as usize).map_or("?", |m| &m.name);
-                let _ = writeln!(
-                    s,
-                    "{pad}{map}[{}] <~tma {} (fence, consumer barrier)",
-                    coords.join(", "),
-                    shared_ref(k, &t.src)
-                );
-            }
-            Stmt::TmaStoreWait { pending } => {
-                let _ = writeln!(s, "{pad}tma_store_wait reads pending<={pending} (consumer barrier)");
-            }
-            Stmt::StoreCols { tile, col0, dst } => {
-                let t = &k.tiles[tile.0 as usize];
-                let _ = writeln!(s, "{pad}{}[:, {col0}..{}] -> {}", t.name, col0 + dst.cols, shared_ref(k, dst));
-            }
-            Stmt::MbarArriveCluster { bar, cta } => {
-                let _ = writeln!(
-                    s,
-                    "{pad}mbar_arrive_cluster {} cta={} (lane 0 of each warp)",
-                    mbar_ref(k, bar),
-                    expr(k, cta)
-                );
-            }
-            Stmt::ClusterSync => {
-                let _ = writeln!(s, "{pad}cluster_sync");
-            }
-            Stmt::AsyncCommit => {
-                let _ = writeln!(s, "{pad}commit");
-            }
-            Stmt::AsyncWait { pending } => {
-                let _ = writeln!(s, "{pad}wait pending<={pending}");
-            }
-            Stmt::Load { tile, src } => {
-                let _ = writeln!(s, "{pad}{} <- {}", k.tiles[tile.0 as usize].name, place(k, src));
-            }
-            Stmt::Store { tile, dst } => {
-                let _ = writeln!(s, "{pad}{} -> {}", k.tiles[tile.0 as usize].name, place(k, dst));
-            }
-            Stmt::LoadVec { vec, src } => {
-                let _ = writeln!(s, "{pad}{} <- {}", k.vecs[vec.0 as usize].name, vec_view(k, src));
-            }
-            Stmt::StoreVec { vec, dst } => {
-                let _ = writeln!(s, "{pad}{} -> {}", k.vecs[vec.0 as usize].name, vec_view(k, dst));
-            }
-            Stmt::Scan { tile, scratch, op } => {
-                let sname = k.shared.get(scratch.0 as usize).map_or("?", |d| &d.name);
-                let _ =
-                    writeln!(s, "{pad}{}[r,c] = scan_{op:?}_r {0}[..=r,c] via {sname}", k.tiles[tile.0 as usize].name);
-            }
-            Stmt::Threads { body: inner } => {
-                let _ = writeln!(s, "{pad}threads {{");
-                body(k, inner, depth + 1, s);
-                let _ = writeln!(s, "{pad}}}");
-            }
-            Stmt::StoreScalar { tensor, index, value } => {
-                let _ = writeln!(s, "{pad}{}[{}] := {}", tensor_name(k, tensor.0), expr(k, index), expr(k, value));
-            }
-            Stmt::SharedStore { buf, index, row, col, value } => {
-                let _ = writeln!(s, "{pad}{} := {}", shared_elem(k, *buf, index, row, col), expr(k, value));
-            }
-            Stmt::Atomic { target, op, value, fetch } => {
-                let t = match target {
-                    AtomicTarget::Global { tensor, index } => {
-                        format!("{}[{}]", tensor_name(k, tensor.0), expr(k, index))
-                    }
-                    AtomicTarget::Shared { buf, index, row, col } => shared_elem(k, *buf, index, row, col),
-                };
-                let lhs = fetch.map_or(String::new(), |v| format!("let {} = ", expr(k, &Expr::Var(v))));
-                let _ = writeln!(s, "{pad}{lhs}atomic_{}({t}, {})", op.name(), expr(k, value));
-            }
-            Stmt::LetArray { arr, len, ty, init } => {
-                let _ = writeln!(s, "{pad}let {}: {ty}[{len}] = {}", array_name(k, *arr), expr(k, init));
-            }
-            Stmt::ArraySet { arr, index, value } => {
-                let _ = writeln!(s, "{pad}{}[{}] := {}", array_name(k, *arr), expr(k, index), expr(k, value));
-            }
-            Stmt::LoadWide { arr, at, tensor, index, lanes } => {
-                let _ = writeln!(
-                    s,
-                    "{pad}{}[{at}..+{lanes}] := wide {}[{}..+{lanes}]",
-                    array_name(k, *arr),
-                    tensor_name(k, tensor.0),
-                    expr(k, index)
-                );
-            }
-            Stmt::StoreWide { tensor, index, arr, at, lanes } => {
-                let _ = writeln!(
-                    s,
-                    "{pad}{}[{}..+{lanes}] := wide {}[{at}..+{lanes}]",
-                    tensor_name(k, tensor.0),
-                    expr(k, index),
-                    array_name(k, *arr)
-                );
-            }
-            Stmt::WarpShuffle { var, op, value } => {
-                let _ = writeln!(s, "{pad}let {} = warp_{}({})", expr(k, &Expr::Var(*var)), op.name(), expr(k, value));
-            }
-            Stmt::WarpSync => {
-                let _ = writeln!(s, "{pad}syncwarp");
-            }
-            Stmt::Fence => {
-                let _ = writeln!(s, "{pad}fence");
-            }
+            Stmt::Threads { .. }
+            | Stmt::StoreScalar { .. }
+            | Stmt::SharedStore { .. }
+            | Stmt::Atomic { .. }
+            | Stmt::LetArray { .. }
+            | Stmt::ArraySet { .. }
+            | Stmt::LoadWide { .. }
+            | Stmt::StoreWide { .. }
+            | Stmt::WarpShuffle { .. }
+            | Stmt::WarpSync
+            | Stmt::Fence => threads::thread_stmt(k, st, depth, &pad, s),
         }
     }
 }

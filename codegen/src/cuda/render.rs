@@ -478,12 +478,8 @@ impl<'a> Renderer<'a> {
             | Stmt::LoadVec { .. }
             | Stmt::StoreVec { .. }
             | Stmt::Scan { .. } => self.tile_stmt(s),
-            Stmt::Mma { .. }
-            | Stmt::MmaAsync { .. }
-            | Stmt::MmaWait { .. } => self.mma_stmt(s),
-            Stmt::DequantFp4 { .. }
-            | Stmt::DequantFp4Stream { .. }
-            | Stmt::Fp4Gemv { .. } => self.mx_stmt(s),
+            Stmt::Mma { .. } | Stmt::MmaAsync { .. } | Stmt::MmaWait { .. } => self.mma_stmt(s),
+            Stmt::DequantFp4 { .. } | Stmt::DequantFp4Stream { .. } | Stmt::Fp4Gemv { .. } => self.mx_stmt(s),
             Stmt::Threads { .. }
             | Stmt::StoreScalar { .. }
             | Stmt::SharedStore { .. }

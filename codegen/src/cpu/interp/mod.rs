@@ -303,7 +303,9 @@ impl<'a> Block<'a> {
             | Stmt::LoadVec { .. }
             | Stmt::StoreVec { .. }
             | Stmt::Scan { .. } => self.tile_stmt(s, tensors)?,
-            Stmt::DequantFp4 { .. } | Stmt::DequantFp4Stream { .. } | Stmt::Fp4Gemv { .. } => self.mx_stmt(s, tensors)?,
+            Stmt::DequantFp4 { .. } | Stmt::DequantFp4Stream { .. } | Stmt::Fp4Gemv { .. } => {
+                self.mx_stmt(s, tensors)?
+            }
             Stmt::CopyAsync { .. }
             | Stmt::MbarInit { .. }
             | Stmt::MbarArriveExpectTx { .. }

@@ -403,9 +403,9 @@ unsafe fn tile_stmt(ctx: &mut Ctx, s: &Stmt, arg: &dyn Fn(usize) -> i64) -> Resu
         | Stmt::TmaLoad(_)
         | Stmt::TmaStore(_)
         | Stmt::TmaStoreWait { .. } => unsafe { sync::sync_stmt(ctx, s, arg) },
-        Stmt::DequantFp4 { .. }
-        | Stmt::DequantFp4Stream { .. }
-        | Stmt::Fp4Gemv { .. } => unsafe { mx::mx_stmt(ctx, s, arg) },
+        Stmt::DequantFp4 { .. } | Stmt::DequantFp4Stream { .. } | Stmt::Fp4Gemv { .. } => unsafe {
+            mx::mx_stmt(ctx, s, arg)
+        },
         other => unreachable!("lower only calls host_tile for tile statements, not {other:?}"),
     }
 }
