@@ -173,53 +173,12 @@ pub fn kernel(k: &Kernel) -> String {
 fn body(k: &Kernel, b: &[Stmt], depth: usize, s: &mut String) {
     let pad = "  ".repeat(depth);
     for st in b {
-        match st {
-            Stmt::Let { .. }
-            | Stmt::Assign { .. }
-            | Stmt::For { .. }
-            | Stmt::If { .. }
-            | Stmt::Producer { .. }
-            | Stmt::InTurn { .. }
-            | Stmt::FirstWarpgroups { .. } => control::control_stmt(k, st, depth, &pad, s),
-            Stmt::Barrier
-            | Stmt::CopyAsync { .. }
-            | Stmt::MbarInit { .. }
-            | Stmt::MbarArriveExpectTx { .. }
-            | Stmt::MbarArrive { .. }
-            | Stmt::MbarWait { .. }
-            | Stmt::TmaLoad(_)
-            | Stmt::TmaStore(_)
-            | Stmt::TmaStoreWait { .. }
-            | Stmt::MbarArriveCluster { .. }
-            | Stmt::ClusterSync
-            | Stmt::AsyncCommit
-            | Stmt::AsyncWait { .. } => sync::sync_stmt(k, st, &pad, s),
-            Stmt::Map { .. }
-            | Stmt::VecMap { .. }
-            | Stmt::Reduce { .. }
-            | Stmt::Mma { .. }
-            | Stmt::MmaAsync { .. }
-            | Stmt::MmaWait { .. }
-            | Stmt::StoreCols { .. }
-            | Stmt::Load { .. }
-            | Stmt::Store { .. }
-            | Stmt::LoadVec { .. }
-            | Stmt::StoreVec { .. }
-            | Stmt::Scan { .. } => tiles::tile_stmt(k, st, &pad, s),
-            Stmt::Fp4Gemv { .. } | Stmt::DequantFp4Stream { .. } | Stmt::DequantFp4 { .. } => {
-                mx::mx_stmt(k, st, &pad, s)
-            }
-            Stmt::Threads { .. }
-            | Stmt::StoreScalar { .. }
-            | Stmt::SharedStore { .. }
-            | Stmt::Atomic { .. }
-            | Stmt::LetArray { .. }
-            | Stmt::ArraySet { .. }
-            | Stmt::LoadWide { .. }
-            | Stmt::StoreWide { .. }
-            | Stmt::WarpShuffle { .. }
-            | Stmt::WarpSync
-            | Stmt::Fence => threads::thread_stmt(k, st, depth, &pad, s),
+        match st.family() {
+            StmtFamily::Control => control::control_stmt(k, st, depth, &pad, s),
+            StmtFamily::Sync => sync::sync_stmt(k, st, &pad, s),
+            StmtFamily::Tiles | StmtFamily::Mma => tiles::tile_stmt(k, st, &pad, s),
+            StmtFamily::Mx => mx::mx_stmt(k, st, &pad, s),
+            StmtFamily::Threads => threads::thread_stmt(k, st, depth, &pad, s),
         }
     }
 }

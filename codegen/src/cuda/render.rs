@@ -448,49 +448,13 @@ impl<'a> Renderer<'a> {
     }
 
     fn stmt(&mut self, s: &Stmt) {
-        match s {
-            Stmt::Let { .. }
-            | Stmt::Assign { .. }
-            | Stmt::For { .. }
-            | Stmt::If { .. }
-            | Stmt::InTurn { .. }
-            | Stmt::FirstWarpgroups { .. }
-            | Stmt::Producer { .. } => self.control_stmt(s),
-            Stmt::Barrier
-            | Stmt::AsyncCommit
-            | Stmt::AsyncWait { .. }
-            | Stmt::CopyAsync { .. }
-            | Stmt::MbarInit { .. }
-            | Stmt::MbarArriveExpectTx { .. }
-            | Stmt::MbarArrive { .. }
-            | Stmt::MbarWait { .. }
-            | Stmt::TmaLoad(_)
-            | Stmt::TmaStore(_)
-            | Stmt::TmaStoreWait { .. }
-            | Stmt::MbarArriveCluster { .. }
-            | Stmt::ClusterSync => self.sync_stmt(s),
-            Stmt::Map { .. }
-            | Stmt::VecMap { .. }
-            | Stmt::Reduce { .. }
-            | Stmt::Load { .. }
-            | Stmt::Store { .. }
-            | Stmt::StoreCols { .. }
-            | Stmt::LoadVec { .. }
-            | Stmt::StoreVec { .. }
-            | Stmt::Scan { .. } => self.tile_stmt(s),
-            Stmt::Mma { .. } | Stmt::MmaAsync { .. } | Stmt::MmaWait { .. } => self.mma_stmt(s),
-            Stmt::DequantFp4 { .. } | Stmt::DequantFp4Stream { .. } | Stmt::Fp4Gemv { .. } => self.mx_stmt(s),
-            Stmt::Threads { .. }
-            | Stmt::StoreScalar { .. }
-            | Stmt::SharedStore { .. }
-            | Stmt::Atomic { .. }
-            | Stmt::LetArray { .. }
-            | Stmt::ArraySet { .. }
-            | Stmt::LoadWide { .. }
-            | Stmt::StoreWide { .. }
-            | Stmt::WarpShuffle { .. }
-            | Stmt::WarpSync
-            | Stmt::Fence => self.thread_stmt(s),
+        match s.family() {
+            StmtFamily::Control => self.control_stmt(s),
+            StmtFamily::Sync => self.sync_stmt(s),
+            StmtFamily::Tiles => self.tile_stmt(s),
+            StmtFamily::Mma => self.mma_stmt(s),
+            StmtFamily::Mx => self.mx_stmt(s),
+            StmtFamily::Threads => self.thread_stmt(s),
         }
     }
 }

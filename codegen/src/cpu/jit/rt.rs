@@ -383,30 +383,13 @@ fn bounds(
 /// Run the statement `s` for the current block: its family's runner (`tiles`, `sync`, `mx`).
 /// SAFETY: as [`parts`].
 unsafe fn tile_stmt(ctx: &mut Ctx, s: &Stmt, arg: &dyn Fn(usize) -> i64) -> Result<(), InterpError> {
-    match s {
-        Stmt::Reduce { .. }
-        | Stmt::Mma { .. }
-        | Stmt::MmaAsync { .. }
-        | Stmt::StoreCols { .. }
-        | Stmt::Load { .. }
-        | Stmt::Store { .. }
-        | Stmt::LoadVec { .. }
-        | Stmt::StoreVec { .. }
-        | Stmt::Scan { .. } => unsafe { tiles::tile_stmt(ctx, s, arg) },
-        Stmt::CopyAsync { .. }
-        | Stmt::MbarInit { .. }
-        | Stmt::MbarArriveExpectTx { .. }
-        | Stmt::MbarArrive { .. }
-        | Stmt::MbarWait { .. }
-        | Stmt::MbarArriveCluster { .. }
-        | Stmt::ClusterSync
-        | Stmt::TmaLoad(_)
-        | Stmt::TmaStore(_)
-        | Stmt::TmaStoreWait { .. } => unsafe { sync::sync_stmt(ctx, s, arg) },
-        Stmt::DequantFp4 { .. } | Stmt::DequantFp4Stream { .. } | Stmt::Fp4Gemv { .. } => unsafe {
-            mx::mx_stmt(ctx, s, arg)
-        },
-        other => unreachable!("lower only calls host_tile for tile statements, not {other:?}"),
+    match s.family() {
+        StmtFamily::Tiles | StmtFamily::Mma => unsafe { tiles::tile_stmt(ctx, s, arg) },
+        StmtFamily::Sync => unsafe { sync::sync_stmt(ctx, s, arg) },
+        StmtFamily::Mx => unsafe { mx::mx_stmt(ctx, s, arg) },
+        StmtFamily::Control | StmtFamily::Threads => {
+            unreachable!("lower only calls host_tile for tile statements, not {s:?}")
+        }
     }
 }
 

@@ -6,6 +6,7 @@ use super::*;
 impl<'a> Checker<'a> {
     pub(super) fn thread_stmt(&mut self, s: &Stmt) -> Result<(), IrError> {
         match s {
+            Stmt::Fence => {}
             Stmt::WarpShuffle { .. } | Stmt::WarpSync => {
                 let top = self.region.is_some_and(|base| self.scopes.len() == base + 1);
                 if !top {
