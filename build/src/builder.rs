@@ -670,6 +670,153 @@ fn preset_of(op: &dyn Operator, preset: &Option<String>, dims: &[(String, i64)])
     Ok(p)
 }
 
+/// Every GPU variant of a request must present the same launchers: as many kernels, with the same arguments,
+/// and plans with the same inputs and outputs.
+fn check_variants_agree(module: &str, variants: &[Variant]) -> Result<(), BuildError> {
+    let first = &variants[0];
+    for v in &variants[1..] {
+        let same = v.kernels.len() == first.kernels.len()
+            && v.kernels.iter().zip(&first.kernels).all(|(a, b)| signature(a) == signature(b));
+        if !same {
+            return Err(BuildError::Inconsistent {
+                request: module.to_string(),
+                why: format!(
+                    "the kernels for {} ({}) and {} ({}) differ in number or arguments; make one request per GPU",
+                    first.gpu,
+                    first.kernels.iter().map(|k| k.name.as_str()).collect::<Vec<_>>().join(", "),
+                    v.gpu,
+                    v.kernels.iter().map(|k| k.name.as_str()).collect::<Vec<_>>().join(", ")
+                ),
+            });
+        }
+        if let (Some(a), Some(b)) = (&first.plan, &v.plan) {
+            let io = |p: &RecordedPlan| -> Vec<String> {
+                p.buffers
+                    .iter()
+                    .filter(|b| matches!(b.role, crate::rt::BufRole::Input | crate::rt::BufRole::Output))
+                    .map(|b| format!("{} {:?} {:?} {:?}", b.name, b.role, b.dtype, b.shape))
+                    .collect()
+            };
+            if io(a) != io(b) {
+                return Err(BuildError::Inconsistent {
+                    request: module.to_string(),
+                    why: format!("the plans for {} and {} take different inputs or outputs", first.gpu, v.gpu),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Each kernel's pinned dims: the request's explicit pins, plus every kernel dim named like a request dim
+/// (unless freed or a run-time dim).
+fn kernel_pins(
+    r: &Request,
+    first: &Variant,
+    runtime: &[String],
+    preset_dims: &BTreeMap<String, i64>,
+) -> Vec<Vec<(String, i64)>> {
+    first
+        .kernels
+        .iter()
+        .map(|k| {
+            let mut p: Vec<(String, i64)> = vec![];
+            for s in k.syms.iter().filter(|s| s.kind == SymKind::Dim) {
+                let pinned = r.pins.iter().any(|(n, _)| n == &s.name);
+                if r.free.contains(&s.name) || (runtime.contains(&s.name) && !pinned) {
+                    continue;
+                }
+                let v =
+                    r.pins.iter().find(|(n, _)| n == &s.name).map(|(_, v)| *v).or(preset_dims.get(&s.name).copied());
+                if let Some(v) = v {
+                    p.push((s.name.clone(), v));
+                }
+            }
+            p
+        })
+        .collect()
+}
+
+/// The variants of a request for IR kernels given in build.rs: the same kernels (each once) on every GPU, and the
+/// request's title.
+fn raw_variants(
+    module: &str,
+    r: &Request,
+    kernels: &[Kernel],
+    gpus: &[String],
+) -> Result<(String, Vec<Variant>), BuildError> {
+    let mut variants = vec![];
+    if kernels.is_empty() {
+        return Err(BuildError::Usage(format!("kernel request `{module}` has no kernels")));
+    }
+    if r.plan {
+        return Err(BuildError::Usage("`plan(true)` needs an operator request".into()));
+    }
+    let title = format!("IR kernels `{}`", kernels.iter().map(|k| k.name.as_str()).collect::<Vec<_>>().join("`, `"));
+    let mut seen = std::collections::HashSet::new();
+    let ks: Vec<Kernel> = kernels.iter().filter(|k| seen.insert(stable_hash(k))).cloned().collect();
+    for g in gpus {
+        variants.push(Variant {
+            gpu: g.clone(),
+            knobs: Knobs::new(),
+            source: "IR kernels given in build.rs".into(),
+            kernels: ks.clone(),
+            plan: None,
+            varlen: None,
+        });
+    }
+    Ok((title, variants))
+}
+
+/// The role names without knob values and the run-time dims left free, for an operator request.
+fn free_names(op: &dyn Operator, r: &Request, build_p: &Preset, variants: &[Variant]) -> (Vec<String>, Vec<String>) {
+    if let Some((dim, values)) = &r.buckets {
+        (values.iter().map(|b| format!("{dim}{b}")).collect(), vec![dim.clone()])
+    } else if r.varlen.is_some() {
+        // The batch's tokens, sequences and chunks all come at run time.
+        let names = ["intra", "state", "state_from_h0"].map(String::from).to_vec();
+        (names, ["B", "T", "N"].map(String::from).to_vec())
+    } else {
+        // Free only where every GPU's kernels are the same at other values of the dim.
+        let mut free: Option<Vec<String>> = None;
+        for v in variants {
+            let f = free_runtime_dims(op, build_p, &v.knobs, &v.kernels);
+            free = Some(match free {
+                None => f,
+                Some(prev) => prev.into_iter().filter(|d| f.contains(d)).collect(),
+            });
+        }
+        let names = knob_free_names(op, build_p, &variants[0].kernels, &variants[0].knobs);
+        (names, free.unwrap_or_default())
+    }
+}
+
+/// The options of an operator request that do not depend on the GPU: forced knobs in the operator's space,
+/// `assume_folded_scales()` on MXFP4 only, `buckets(..)` over a run-time dim and alone.
+fn check_op_options(op: &dyn Operator, name: &str, r: &Request, module: &str) -> Result<(), BuildError> {
+    let usage = |what: String| BuildError::Usage(format!("request `{module}` (`{name}`): {what}"));
+    if let Some(f) = &r.knobs {
+        op.checked_knobs().check(f, &op.default_knobs()).map_err(|e| usage(format!(".knobs(..): {e}")))?;
+    }
+    if r.folded_scales && name != MXFP4_OP {
+        return Err(usage(format!("`assume_folded_scales()` applies to `{MXFP4_OP}` only")));
+    }
+    if let Some((dim, values)) = &r.buckets {
+        if !runtime_dims(name).contains(&dim.as_str()) {
+            return Err(usage(format!(
+                "`buckets({dim:?}, ..)`: `{dim}` is no run-time dim of `{name}` (those are {:?})",
+                runtime_dims(name)
+            )));
+        }
+        if values.is_empty() || values[0] < 1 || r.plan || r.varlen.is_some() {
+            return Err(usage(
+                "`buckets(..)` takes values from 1, and no `plan(true)` or `varlen(..)` beside it".into(),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Resolve one request on every GPU.
 #[allow(clippy::too_many_arguments)]
 fn resolve_request(
@@ -690,53 +837,16 @@ fn resolve_request(
     let mut runtime_free: Vec<String> = vec![];
     match &r.source {
         Source::Raw { kernels } => {
-            if kernels.is_empty() {
-                return Err(BuildError::Usage(format!("kernel request `{module}` has no kernels")));
-            }
-            if r.plan {
-                return Err(BuildError::Usage("`plan(true)` needs an operator request".into()));
-            }
+            (title, variants) = raw_variants(&module, r, kernels, gpus)?;
             op_name = String::new();
             shape = String::new();
-            title =
-                format!("IR kernels `{}`", kernels.iter().map(|k| k.name.as_str()).collect::<Vec<_>>().join("`, `"));
             preset_dims = BTreeMap::new();
-            let mut seen = std::collections::HashSet::new();
-            let ks: Vec<Kernel> = kernels.iter().filter(|k| seen.insert(stable_hash(k))).cloned().collect();
-            for g in gpus {
-                variants.push(Variant {
-                    gpu: g.clone(),
-                    knobs: Knobs::new(),
-                    source: "IR kernels given in build.rs".into(),
-                    kernels: ks.clone(),
-                    plan: None,
-                    varlen: None,
-                });
-            }
         }
         Source::Op { name, preset, dims } => {
             let op = find_op(ops, name)?;
             let p = preset_of(op, preset, dims)?;
             let usage = |what: String| BuildError::Usage(format!("request `{module}` (`{name}`): {what}"));
-            if let Some(f) = &r.knobs {
-                op.checked_knobs().check(f, &op.default_knobs()).map_err(|e| usage(format!(".knobs(..): {e}")))?;
-            }
-            if r.folded_scales && name != MXFP4_OP {
-                return Err(usage(format!("`assume_folded_scales()` applies to `{MXFP4_OP}` only")));
-            }
-            if let Some((dim, values)) = &r.buckets {
-                if !runtime_dims(name).contains(&dim.as_str()) {
-                    return Err(usage(format!(
-                        "`buckets({dim:?}, ..)`: `{dim}` is no run-time dim of `{name}` (those are {:?})",
-                        runtime_dims(name)
-                    )));
-                }
-                if values.is_empty() || values[0] < 1 || r.plan || r.varlen.is_some() {
-                    return Err(usage(
-                        "`buckets(..)` takes values from 1, and no `plan(true)` or `varlen(..)` beside it".into(),
-                    ));
-                }
-            }
+            check_op_options(op, name, r, &module)?;
             // The shape the kernels (and a plan's instances) are built for: for MXFP4 weights, the kernels that
             // are right for every scale byte unless the request assumes folded scales (the lookup of tuned knobs
             // keeps the request's shape: the knobs were tuned on the same problem).
@@ -859,61 +969,12 @@ fn resolve_request(
                     varlen: varlen_rec,
                 });
             }
-            (knob_free, runtime_free) = if let Some((dim, values)) = &r.buckets {
-                (values.iter().map(|b| format!("{dim}{b}")).collect(), vec![dim.clone()])
-            } else if r.varlen.is_some() {
-                // The batch's tokens, sequences and chunks all come at run time.
-                let names = ["intra", "state", "state_from_h0"].map(String::from).to_vec();
-                (names, ["B", "T", "N"].map(String::from).to_vec())
-            } else {
-                // Free only where every GPU's kernels are the same at other values of the dim.
-                let mut free: Option<Vec<String>> = None;
-                for v in &variants {
-                    let f = free_runtime_dims(op, &build_p, &v.knobs, &v.kernels);
-                    free = Some(match free {
-                        None => f,
-                        Some(prev) => prev.into_iter().filter(|d| f.contains(d)).collect(),
-                    });
-                }
-                let names = knob_free_names(op, &build_p, &variants[0].kernels, &variants[0].knobs);
-                (names, free.unwrap_or_default())
-            };
+            (knob_free, runtime_free) = free_names(op, r, &build_p, &variants);
         }
     }
 
-    // Every GPU variant must present the same launchers.
+    check_variants_agree(&module, &variants)?;
     let first = &variants[0];
-    for v in &variants[1..] {
-        let same = v.kernels.len() == first.kernels.len()
-            && v.kernels.iter().zip(&first.kernels).all(|(a, b)| signature(a) == signature(b));
-        if !same {
-            return Err(BuildError::Inconsistent {
-                request: module.clone(),
-                why: format!(
-                    "the kernels for {} ({}) and {} ({}) differ in number or arguments; make one request per GPU",
-                    first.gpu,
-                    first.kernels.iter().map(|k| k.name.as_str()).collect::<Vec<_>>().join(", "),
-                    v.gpu,
-                    v.kernels.iter().map(|k| k.name.as_str()).collect::<Vec<_>>().join(", ")
-                ),
-            });
-        }
-        if let (Some(a), Some(b)) = (&first.plan, &v.plan) {
-            let io = |p: &RecordedPlan| -> Vec<String> {
-                p.buffers
-                    .iter()
-                    .filter(|b| matches!(b.role, crate::rt::BufRole::Input | crate::rt::BufRole::Output))
-                    .map(|b| format!("{} {:?} {:?} {:?}", b.name, b.role, b.dtype, b.shape))
-                    .collect()
-            };
-            if io(a) != io(b) {
-                return Err(BuildError::Inconsistent {
-                    request: module.clone(),
-                    why: format!("the plans for {} and {} take different inputs or outputs", first.gpu, v.gpu),
-                });
-            }
-        }
-    }
     let mut roles: Vec<String> = first.kernels.iter().map(role_of).collect();
     for (role, name) in roles.iter_mut().zip(&knob_free) {
         *role = name.clone();
@@ -949,26 +1010,7 @@ fn resolve_request(
         roles.iter().map(|s| crate::ident::camel(s)).collect(),
         &["Plan", "Inputs", "Outputs", "Self"],
     );
-    // Pins: explicit ones, plus every kernel dim named like a request dim (unless freed).
-    let pins = first
-        .kernels
-        .iter()
-        .map(|k| {
-            let mut p: Vec<(String, i64)> = vec![];
-            for s in k.syms.iter().filter(|s| s.kind == SymKind::Dim) {
-                let pinned = r.pins.iter().any(|(n, _)| n == &s.name);
-                if r.free.contains(&s.name) || (runtime.contains(&s.name) && !pinned) {
-                    continue;
-                }
-                let v =
-                    r.pins.iter().find(|(n, _)| n == &s.name).map(|(_, v)| *v).or(preset_dims.get(&s.name).copied());
-                if let Some(v) = v {
-                    p.push((s.name.clone(), v));
-                }
-            }
-            p
-        })
-        .collect();
+    let pins = kernel_pins(r, first, &runtime, &preset_dims);
     let folded_scales = r.folded_scales;
     let runtime_free = runtime_free.into_iter().filter(|d| !r.pins.iter().any(|(n, _)| n == d)).collect();
     let buckets = r.buckets.clone();

@@ -274,3 +274,41 @@ pub fn cfg(k: &Knobs) -> Result<Cfg, OpError> {
     }
     Ok(c)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_from_before_the_optional_knobs_reads_with_their_legacy_meanings() {
+        let old = Knobs::new()
+            .with("AW", 8i64)
+            .with("ABPS", 4i64)
+            .with("HT", 256i64)
+            .with("HU", 4i64)
+            .with("HKB", 33i64)
+            .with("HBLOCKS", 264i64)
+            .with("MERGE", "atomic");
+        let c = cfg(&old).unwrap();
+        assert!(c.atomic && !c.banked && !c.warp_alpha && !c.ring_alpha && !c.lean_alpha && !c.bin_select);
+        assert!(c.ppack && c.hfx.is_none());
+        assert_eq!((c.atpw, c.astages, c.lu, c.fx(1024), c.fx(4096)), (1, 3, 1, 8, 32));
+        assert!(matches!(cfg(&old.clone().with("MERGE", "none")), Err(OpError::InvalidKnobs { .. })));
+        let mut no_merge = old;
+        no_merge.0.remove("MERGE");
+        assert!(matches!(cfg(&no_merge), Err(OpError::Knob(KnobError::Missing { .. }))));
+    }
+
+    #[test]
+    fn the_defaults_are_in_the_space_and_words_outside_it_are_named() {
+        let c = cfg(&default_knobs()).unwrap();
+        assert!(c.lean_alpha && c.banked && !c.atomic && !c.ppack && !c.bin_select && c.hfx.is_none());
+        assert_eq!((c.aw, c.abps, c.ht, c.hu, c.hkb, c.hblocks, c.lu), (8, 6, 512, 8, 66, 396, 1));
+        let names: Vec<&str> = knob_space().axes.iter().map(|a| a.name.as_str()).collect();
+        assert_eq!(names, HqKnobs::NAMES);
+        let e = cfg(&default_knobs().with("ASEL", "fast")).unwrap_err().to_string();
+        assert!(e.ends_with("ASEL must be rank, warp, ring or lean, got fast"), "{e}");
+        let e = cfg(&default_knobs().with("HFX", 12i64)).unwrap_err().to_string();
+        assert!(e.ends_with("HFX=12 must be a power of two in 1..=32"), "{e}");
+    }
+}
