@@ -874,7 +874,10 @@ impl Kernel {
 
 /// The statement families. Each stage (validator, printer, interpreter, JIT, CUDA renderer) keeps a family's
 /// statements in one file of its own, so a new statement touches one file per stage; [`Stmt::family`] says
-/// which family a statement belongs to.
+/// which family a statement belongs to. The stages' folders: `ir/src/validate/stmts/`, `ir/src/print/`,
+/// `codegen/src/cpu/interp/` (`tiles.rs`, `tma.rs`, `mx.rs`, `threads.rs`), the JIT's lowering
+/// `codegen/src/cpu/jit/lower/stmts/` and its runtime `codegen/src/cpu/jit/rt/`, and
+/// `codegen/src/cuda/render/` (`control.rs`, `sync.rs`, `tiles.rs`, `mma.rs`, `mx.rs`, `threads.rs`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum StmtFamily {
     /// Scalar control and nested bodies: `Let`, `Assign`, `For`, `If`, `InTurn`, `FirstWarpgroups`, `Producer`.
