@@ -304,7 +304,8 @@ mod tests {
         let c = cfg(&default_knobs()).unwrap();
         assert!(c.lean_alpha && c.banked && !c.atomic && !c.ppack && !c.bin_select && c.hfx.is_none());
         assert_eq!((c.aw, c.abps, c.ht, c.hu, c.hkb, c.hblocks, c.lu), (8, 6, 512, 8, 66, 396, 1));
-        let names: Vec<&str> = knob_space().axes.iter().map(|a| a.name.as_str()).collect();
+        let space = knob_space();
+        let names: Vec<&str> = space.axes.iter().map(|a| a.name.as_str()).collect();
         assert_eq!(names, HqKnobs::NAMES);
         let e = cfg(&default_knobs().with("ASEL", "fast")).unwrap_err().to_string();
         assert!(e.ends_with("ASEL must be rank, warp, ring or lean, got fast"), "{e}");
