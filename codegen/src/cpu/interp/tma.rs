@@ -3,7 +3,7 @@
 //! the count, more bytes than expected) would hang or corrupt the GPU run. Shared with the JIT's runtime.
 
 use super::{Block, InterpError};
-use crate::cpu::cluster::{Cond, Sched, clusters, run_cluster, stop_error};
+use crate::cpu::cluster::{Cond, Sched, Shared, clusters, run_cluster, stop_error};
 use k3k_ir::*;
 
 /// A CTA's place in its cluster (see `cpu::cluster`).
@@ -15,18 +15,6 @@ pub(super) struct ClusterLink<'a> {
     n: usize,
     /// The cluster's index (for errors).
     id: [u32; 3],
-}
-
-/// Raw pointers handed to a cluster's CTA threads (see `cpu::cluster`: one CTA runs at a time).
-struct Shared<T>(T);
-// SAFETY: the pointees are used by one thread at a time, handed over through the scheduler's lock.
-unsafe impl<T> Send for Shared<T> {}
-unsafe impl<T> Sync for Shared<T> {}
-impl<T> Shared<T> {
-    /// The pointers (a method, so that closures capture the whole wrapper).
-    fn get(&self) -> &T {
-        &self.0
-    }
 }
 
 /// Run a kernel with a cluster shape: the clusters one after another, the CTAs of each concurrently (one
