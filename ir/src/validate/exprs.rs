@@ -21,6 +21,10 @@ impl<'a> Checker<'a> {
             .ok_or_else(|| self.err(IrErrorKind::Scope, format!("no shared buffer #{}", id.0)))
     }
 
+    pub(super) fn tensor(&self, id: crate::TensorId) -> Result<&'a TensorParam, IrError> {
+        self.k.tensors.get(id.0 as usize).ok_or_else(|| self.err(IrErrorKind::Scope, format!("no tensor #{}", id.0)))
+    }
+
     pub(super) fn var_ty(&self, v: VarId) -> Option<ScalarTy> {
         self.scopes.iter().rev().find_map(|s| s.vars.get(&v).copied())
     }
@@ -180,11 +184,7 @@ impl<'a> Checker<'a> {
     /// The type of a global element read.
     fn load_ty(&self, tensor: &crate::TensorId, index: &Expr) -> Result<ScalarTy, IrError> {
         use ScalarTy::*;
-        let t = self
-            .k
-            .tensors
-            .get(tensor.0 as usize)
-            .ok_or_else(|| self.err(IrErrorKind::Scope, format!("no tensor #{}", tensor.0)))?;
+        let t = self.tensor(*tensor)?;
         if self.ty(index, Ctx::Scalar { allow_special: true })? != Int {
             return Err(self.err(IrErrorKind::Type, "load index must be int"));
         }
@@ -371,11 +371,7 @@ impl<'a> Checker<'a> {
     }
 
     pub(super) fn global_view(&self, v: &GlobalView) -> Result<&'a TensorParam, IrError> {
-        let t = self
-            .k
-            .tensors
-            .get(v.tensor.0 as usize)
-            .ok_or_else(|| self.err(IrErrorKind::Scope, format!("no tensor #{}", v.tensor.0)))?;
+        let t = self.tensor(v.tensor)?;
         for (e, what) in [
             (&v.offset, "view offset"),
             (&v.row_stride, "view row stride"),
