@@ -876,7 +876,79 @@ impl Kernel {
     }
 }
 
+/// The statement families. Each stage (validator, printer, interpreter, JIT, CUDA renderer) keeps a family's
+/// statements in one file of its own, so a new statement touches one file per stage; [`Stmt::family`] says
+/// which family a statement belongs to. The stages' folders: `ir/src/validate/stmts/`, `ir/src/print/`,
+/// `codegen/src/cpu/interp/` (`tiles.rs`, `tma.rs`, `mx.rs`, `threads.rs`), the JIT's lowering
+/// `codegen/src/cpu/jit/lower/stmts/` and its runtime `codegen/src/cpu/jit/rt/`, and
+/// `codegen/src/cuda/render/` (`control.rs`, `sync.rs`, `tiles.rs`, `mma.rs`, `mx.rs`, `threads.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StmtFamily {
+    /// Scalar control and nested bodies: `Let`, `Assign`, `For`, `If`, `InTurn`, `FirstWarpgroups`, `Producer`.
+    Control,
+    /// Barriers and copies: block and cluster barriers, `cp.async` copies and their commit and wait, mbarriers,
+    /// the TMA's bulk loads and stores.
+    Sync,
+    /// Register tiles and row vectors: maps, reductions, scans, loads and stores.
+    Tiles,
+    /// Tensor-core products and their wait: `Mma`, `MmaAsync`, `MmaWait`.
+    Mma,
+    /// The MXFP4 statements: `DequantFp4`, `DequantFp4Stream`, `Fp4Gemv`.
+    Mx,
+    /// Threads regions and the statements of threads: per-thread stores, atomics, arrays, wide accesses, warp
+    /// shuffles and syncs, fences.
+    Threads,
+}
+
 impl Stmt {
+    /// The family of this statement (see [`StmtFamily`]).
+    pub fn family(&self) -> StmtFamily {
+        match self {
+            Stmt::Let { .. }
+            | Stmt::Assign { .. }
+            | Stmt::For { .. }
+            | Stmt::If { .. }
+            | Stmt::InTurn { .. }
+            | Stmt::FirstWarpgroups { .. }
+            | Stmt::Producer { .. } => StmtFamily::Control,
+            Stmt::Barrier
+            | Stmt::AsyncCommit
+            | Stmt::AsyncWait { .. }
+            | Stmt::CopyAsync { .. }
+            | Stmt::MbarInit { .. }
+            | Stmt::MbarArriveExpectTx { .. }
+            | Stmt::MbarArrive { .. }
+            | Stmt::MbarWait { .. }
+            | Stmt::TmaLoad(_)
+            | Stmt::TmaStore(_)
+            | Stmt::TmaStoreWait { .. }
+            | Stmt::MbarArriveCluster { .. }
+            | Stmt::ClusterSync => StmtFamily::Sync,
+            Stmt::Map { .. }
+            | Stmt::VecMap { .. }
+            | Stmt::Reduce { .. }
+            | Stmt::Load { .. }
+            | Stmt::Store { .. }
+            | Stmt::StoreCols { .. }
+            | Stmt::LoadVec { .. }
+            | Stmt::StoreVec { .. }
+            | Stmt::Scan { .. } => StmtFamily::Tiles,
+            Stmt::Mma { .. } | Stmt::MmaAsync { .. } | Stmt::MmaWait { .. } => StmtFamily::Mma,
+            Stmt::DequantFp4 { .. } | Stmt::DequantFp4Stream { .. } | Stmt::Fp4Gemv { .. } => StmtFamily::Mx,
+            Stmt::Threads { .. }
+            | Stmt::StoreScalar { .. }
+            | Stmt::SharedStore { .. }
+            | Stmt::Atomic { .. }
+            | Stmt::LetArray { .. }
+            | Stmt::ArraySet { .. }
+            | Stmt::LoadWide { .. }
+            | Stmt::StoreWide { .. }
+            | Stmt::WarpShuffle { .. }
+            | Stmt::WarpSync
+            | Stmt::Fence => StmtFamily::Threads,
+        }
+    }
+
     /// The statement lists nested in this statement (a loop's or region's body, both branches of an `if`; none
     /// for the others), in program order.
     pub fn bodies(&self) -> Vec<&[Stmt]> {

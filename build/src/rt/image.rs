@@ -87,21 +87,6 @@ impl HasGpu for PlanSpec {
     }
 }
 
-/// The GPU slug of a device name, as `results/<slug>/` uses it: `NVIDIA H200` -> `nvidia-h200`.
-pub fn slugify(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for ch in s.chars() {
-        if ch.is_ascii_alphanumeric() {
-            out.push(ch.to_ascii_lowercase());
-        } else if !out.is_empty() && !out.ends_with('-') {
-            out.push('-');
-        }
-    }
-    while out.ends_with('-') {
-        out.pop();
-    }
-    if out.is_empty() {
-        out.push_str("unknown");
-    }
-    out
-}
+/// The GPU slug of a device name, as `results/<slug>/` uses it: `NVIDIA H200` -> `nvidia-h200` (the tuner's
+/// rule, [`k3k_tuner::key::slugify`]).
+pub use k3k_tuner::key::slugify;

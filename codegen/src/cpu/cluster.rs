@@ -184,6 +184,19 @@ impl Sched {
     }
 }
 
+/// Raw pointers handed to a cluster's CTA threads (one CTA runs at a time, see [`Sched`]); the interpreter's and
+/// the JIT's cluster runs share it.
+pub(crate) struct Shared<T>(pub(crate) T);
+// SAFETY: the pointees are used by one thread at a time, handed over through the scheduler's lock.
+unsafe impl<T> Send for Shared<T> {}
+unsafe impl<T> Sync for Shared<T> {}
+impl<T> Shared<T> {
+    /// The pointers (a method, so that closures capture the whole wrapper).
+    pub(crate) fn get(&self) -> &T {
+        &self.0
+    }
+}
+
 /// The clusters of a launch of `k` over `grid`, in launch order (x fastest): each cluster's id and the block
 /// indices of its CTAs by cluster rank (x fastest inside the cluster). A grid the cluster shape does not tile is
 /// an error. Both CPU backends walk a cluster launch with it.

@@ -21,6 +21,10 @@ impl<'a> Checker<'a> {
             .ok_or_else(|| self.err(IrErrorKind::Scope, format!("no shared buffer #{}", id.0)))
     }
 
+    pub(super) fn tensor(&self, id: crate::TensorId) -> Result<&'a TensorParam, IrError> {
+        self.k.tensors.get(id.0 as usize).ok_or_else(|| self.err(IrErrorKind::Scope, format!("no tensor #{}", id.0)))
+    }
+
     pub(super) fn var_ty(&self, v: VarId) -> Option<ScalarTy> {
         self.scopes.iter().rev().find_map(|s| s.vars.get(&v).copied())
     }
@@ -65,20 +69,7 @@ impl<'a> Checker<'a> {
                 Some(_) => Int,
                 None => return Err(self.err(IrErrorKind::Scope, format!("no symbol #{}", s.0))),
             },
-            Expr::Var(v) => {
-                if !self.producer && self.producer_owned.contains(v) {
-                    return Err(self.err(
-                        IrErrorKind::Scope,
-                        format!(
-                            "variable `{}` is assigned by the producer warp (in a `producer` body) and read outside \
-                             the producer bodies: the consumer threads never see its value",
-                            self.var_name(*v)
-                        ),
-                    ));
-                }
-                self.var_ty(*v)
-                    .ok_or_else(|| self.err(IrErrorKind::Scope, format!("variable #{} used out of scope", v.0)))?
-            }
+            Expr::Var(v) => self.var_read_ty(v)?,
             Expr::Special(sp) => match ctx {
                 Ctx::Scalar { allow_special: false } => {
                     return Err(self.err(IrErrorKind::Type, "block indices are not allowed here"));
@@ -96,35 +87,7 @@ impl<'a> Checker<'a> {
                 }
                 _ => Int,
             },
-            Expr::SharedLoad { buf, index, row, col } => {
-                let d = self.shared(*buf)?;
-                if self.skeleton.get() {
-                    return Err(self.err(
-                        IrErrorKind::Scope,
-                        format!(
-                            "shared `{}` is read by block-level control of a producer-warp kernel, which both roles \
-                             run: the producer warp would read it unsynchronized",
-                            d.name
-                        ),
-                    ));
-                }
-                if d.dtype.bits() < 8 {
-                    return Err(self.err(
-                        IrErrorKind::Type,
-                        format!("shared `{}`: 4-bit elements cannot be read one by one", d.name),
-                    ));
-                }
-                for (e, what) in
-                    [(&**index, "shared load tile index"), (&**row, "shared load row"), (&**col, "shared load col")]
-                {
-                    let t = self.ty(e, ctx)?;
-                    if t != Int {
-                        return Err(self.err(IrErrorKind::Type, format!("{what} must be int, got {t}")));
-                    }
-                }
-                self.shared_coords(d, index, row, col)?;
-                ScalarTy::of_dtype(d.dtype)
-            }
+            Expr::SharedLoad { buf, index, row, col } => self.shared_load_ty(buf, index, row, col, ctx)?,
             Expr::ArrayGet(a, index) => {
                 let (t, len) = self.array(*a)?;
                 let it = self.ty(index, ctx)?;
@@ -134,77 +97,9 @@ impl<'a> Checker<'a> {
                 self.array_index(*a, index, len)?;
                 t
             }
-            Expr::Load { tensor, index } => {
-                let t = self
-                    .k
-                    .tensors
-                    .get(tensor.0 as usize)
-                    .ok_or_else(|| self.err(IrErrorKind::Scope, format!("no tensor #{}", tensor.0)))?;
-                if self.ty(index, Ctx::Scalar { allow_special: true })? != Int {
-                    return Err(self.err(IrErrorKind::Type, "load index must be int"));
-                }
-                if self.skeleton.get() && t.access != Access::Read {
-                    return Err(self.err(
-                        IrErrorKind::Scope,
-                        format!(
-                            "tensor `{}`, which the kernel writes, is read by block-level control of a producer-warp \
-                             kernel, which both roles run: the producer warp would read it unsynchronized",
-                            t.name
-                        ),
-                    ));
-                }
-                if t.dtype.bits() < 8 {
-                    return Err(
-                        self.err(IrErrorKind::Type, "scalar loads of 4-bit types are not supported; view as u8")
-                    );
-                }
-                ScalarTy::of_dtype(t.dtype)
-            }
-            Expr::Elem(t) => {
-                let decl = self.tile(*t)?;
-                match ctx {
-                    Ctx::Elem { tile } => {
-                        if decl.rows != tile.rows || decl.cols != tile.cols || decl.warps != tile.warps {
-                            return Err(self.err(
-                                IrErrorKind::Layout,
-                                format!(
-                                    "tile `{}` ({}x{} on {:?}) read while mapping `{}` ({}x{} on {:?}): shapes and warps must match",
-                                    decl.name, decl.rows, decl.cols, decl.warps, tile.name, tile.rows, tile.cols, tile.warps
-                                ),
-                            ));
-                        }
-                    }
-                    _ => return Err(self.err(IrErrorKind::Type, "tile elements can only be read inside a map")),
-                }
-                if decl.dtype == DType::I32 { Int } else { Float }
-            }
-            Expr::RowVal(v) => {
-                let vd = self.vec(*v)?;
-                let (rows, warps) = match ctx {
-                    Ctx::Elem { tile } => (tile.rows, tile.warps),
-                    Ctx::Row { vec } => (vec.rows, vec.warps),
-                    Ctx::Scalar { .. } => {
-                        return Err(self.err(IrErrorKind::Type, "row vectors can only be read inside a map"));
-                    }
-                };
-                if vd.rows != rows || vd.warps[0] != warps[0] {
-                    return Err(self.err(
-                        IrErrorKind::Layout,
-                        format!(
-                            "row vector `{}` ({} rows on {:?}) does not match {} rows on {:?}",
-                            vd.name, vd.rows, vd.warps, rows, warps
-                        ),
-                    ));
-                }
-                if let Ctx::Elem { tile } = ctx
-                    && vd.warps[1] != tile.warps[1]
-                {
-                    return Err(
-                        self.err(IrErrorKind::Layout, format!("row vector `{}` warps differ from the tile's", vd.name))
-                    );
-                }
-                Float
-            }
+            Expr::Load { tensor, index } => self.load_ty(tensor, index)?,
+            Expr::Elem(t) => self.elem_ty(t, ctx)?,
+            Expr::RowVal(v) => self.row_val_ty(v, ctx)?,
             Expr::RowIdx => match ctx {
                 Ctx::Scalar { .. } => return Err(self.err(IrErrorKind::Type, "RowIdx is only valid inside a map")),
                 _ => Int,
@@ -230,89 +125,209 @@ impl<'a> Checker<'a> {
                 }
                 ta
             }
-            Expr::Un(op, a) => {
-                let t = self.ty(a, ctx)?;
-                match op {
-                    UnOp::Not => {
-                        if t != Bool {
-                            return Err(self.err(IrErrorKind::Type, "`not` needs a bool"));
-                        }
-                        Bool
-                    }
-                    UnOp::Neg | UnOp::Abs => {
-                        if t == Bool {
-                            return Err(self.err(IrErrorKind::Type, format!("`{}` needs a number", op.name())));
-                        }
-                        t
-                    }
-                    UnOp::IsNan | UnOp::IsFinite => {
-                        if t != Float {
-                            return Err(self.err(IrErrorKind::Type, format!("`{}` needs a float", op.name())));
-                        }
-                        Bool
-                    }
-                    UnOp::Bits => {
-                        if t != Float {
-                            return Err(self.err(IrErrorKind::Type, format!("`bits` needs a float, got {t}")));
-                        }
-                        Int
-                    }
-                    UnOp::FromBits => {
-                        if t != Int {
-                            return Err(self.err(IrErrorKind::Type, format!("`from_bits` needs an int, got {t}")));
-                        }
-                        Float
-                    }
-                    _ => {
-                        if t != Float {
-                            return Err(self.err(IrErrorKind::Type, format!("`{}` needs a float, got {t}", op.name())));
-                        }
-                        Float
-                    }
+            Expr::Un(op, a) => self.un_ty(op, a, ctx)?,
+            Expr::Bin(op, a, b) => self.bin_ty(op, a, b, ctx)?,
+        })
+    }
+
+    /// The type of a variable read (in scope, and not a producer warp's variable read outside the producer bodies).
+    fn var_read_ty(&self, v: &VarId) -> Result<ScalarTy, IrError> {
+        if !self.producer && self.producer_owned.contains(v) {
+            return Err(self.err(
+                IrErrorKind::Scope,
+                format!(
+                    "variable `{}` is assigned by the producer warp (in a `producer` body) and read outside \
+                     the producer bodies: the consumer threads never see its value",
+                    self.var_name(*v)
+                ),
+            ));
+        }
+        self.var_ty(*v).ok_or_else(|| self.err(IrErrorKind::Scope, format!("variable #{} used out of scope", v.0)))
+    }
+
+    /// The type of a shared element read.
+    fn shared_load_ty(
+        &self,
+        buf: &SharedId,
+        index: &Expr,
+        row: &Expr,
+        col: &Expr,
+        ctx: Ctx<'_>,
+    ) -> Result<ScalarTy, IrError> {
+        use ScalarTy::*;
+        let d = self.shared(*buf)?;
+        if self.skeleton.get() {
+            return Err(self.err(
+                IrErrorKind::Scope,
+                format!(
+                    "shared `{}` is read by block-level control of a producer-warp kernel, which both roles \
+                     run: the producer warp would read it unsynchronized",
+                    d.name
+                ),
+            ));
+        }
+        if d.dtype.bits() < 8 {
+            return Err(
+                self.err(IrErrorKind::Type, format!("shared `{}`: 4-bit elements cannot be read one by one", d.name))
+            );
+        }
+        for (e, what) in [(index, "shared load tile index"), (row, "shared load row"), (col, "shared load col")] {
+            let t = self.ty(e, ctx)?;
+            if t != Int {
+                return Err(self.err(IrErrorKind::Type, format!("{what} must be int, got {t}")));
+            }
+        }
+        self.shared_coords(d, index, row, col)?;
+        Ok(ScalarTy::of_dtype(d.dtype))
+    }
+
+    /// The type of a global element read.
+    fn load_ty(&self, tensor: &crate::TensorId, index: &Expr) -> Result<ScalarTy, IrError> {
+        use ScalarTy::*;
+        let t = self.tensor(*tensor)?;
+        if self.ty(index, Ctx::Scalar { allow_special: true })? != Int {
+            return Err(self.err(IrErrorKind::Type, "load index must be int"));
+        }
+        if self.skeleton.get() && t.access != Access::Read {
+            return Err(self.err(
+                IrErrorKind::Scope,
+                format!(
+                    "tensor `{}`, which the kernel writes, is read by block-level control of a producer-warp \
+                     kernel, which both roles run: the producer warp would read it unsynchronized",
+                    t.name
+                ),
+            ));
+        }
+        if t.dtype.bits() < 8 {
+            return Err(self.err(IrErrorKind::Type, "scalar loads of 4-bit types are not supported; view as u8"));
+        }
+        Ok(ScalarTy::of_dtype(t.dtype))
+    }
+
+    /// The type of a tile element read inside a map.
+    fn elem_ty(&self, t: &TileId, ctx: Ctx<'_>) -> Result<ScalarTy, IrError> {
+        use ScalarTy::*;
+        let decl = self.tile(*t)?;
+        match ctx {
+            Ctx::Elem { tile } => {
+                if decl.rows != tile.rows || decl.cols != tile.cols || decl.warps != tile.warps {
+                    return Err(self.err(
+                        IrErrorKind::Layout,
+                        format!(
+                            "tile `{}` ({}x{} on {:?}) read while mapping `{}` ({}x{} on {:?}): shapes and warps must match",
+                            decl.name, decl.rows, decl.cols, decl.warps, tile.name, tile.rows, tile.cols, tile.warps
+                        ),
+                    ));
                 }
             }
-            Expr::Bin(op, a, b) => {
-                let (ta, tb) = (self.ty(a, ctx)?, self.ty(b, ctx)?);
-                match op {
-                    BinOp::Ldexp => {
-                        if ta != Float || tb != Int {
-                            return Err(self.err(IrErrorKind::Type, "ldexp takes (float, int)"));
-                        }
-                        Float
-                    }
-                    BinOp::And | BinOp::Or => {
-                        if ta != Bool || tb != Bool {
-                            return Err(self.err(IrErrorKind::Type, format!("`{}` takes bools", op.symbol())));
-                        }
-                        Bool
-                    }
-                    BinOp::Rem
-                    | BinOp::Shl
-                    | BinOp::Shr
-                    | BinOp::BitAnd
-                    | BinOp::BitOr
-                    | BinOp::BitXor
-                    | BinOp::Fp4Pair => {
-                        if ta != Int || tb != Int {
-                            return Err(
-                                self.err(IrErrorKind::Type, format!("`{}` takes ints, got {ta} and {tb}", op.symbol()))
-                            );
-                        }
-                        Int
-                    }
-                    _ => {
-                        if ta != tb || ta == Bool && !matches!(op, BinOp::Eq | BinOp::Ne) {
-                            return Err(self.err(
-                                IrErrorKind::Type,
-                                format!(
-                                    "`{}` needs two numbers of one type, got {ta} and {tb} (cast explicitly)",
-                                    op.symbol()
-                                ),
-                            ));
-                        }
-                        if op.is_comparison() { Bool } else { ta }
-                    }
+            _ => return Err(self.err(IrErrorKind::Type, "tile elements can only be read inside a map")),
+        }
+        Ok(if decl.dtype == DType::I32 { Int } else { Float })
+    }
+
+    /// The type of a row vector read inside a map.
+    fn row_val_ty(&self, v: &VecId, ctx: Ctx<'_>) -> Result<ScalarTy, IrError> {
+        use ScalarTy::*;
+        let vd = self.vec(*v)?;
+        let (rows, warps) = match ctx {
+            Ctx::Elem { tile } => (tile.rows, tile.warps),
+            Ctx::Row { vec } => (vec.rows, vec.warps),
+            Ctx::Scalar { .. } => {
+                return Err(self.err(IrErrorKind::Type, "row vectors can only be read inside a map"));
+            }
+        };
+        if vd.rows != rows || vd.warps[0] != warps[0] {
+            return Err(self.err(
+                IrErrorKind::Layout,
+                format!(
+                    "row vector `{}` ({} rows on {:?}) does not match {} rows on {:?}",
+                    vd.name, vd.rows, vd.warps, rows, warps
+                ),
+            ));
+        }
+        if let Ctx::Elem { tile } = ctx
+            && vd.warps[1] != tile.warps[1]
+        {
+            return Err(self.err(IrErrorKind::Layout, format!("row vector `{}` warps differ from the tile's", vd.name)));
+        }
+        Ok(Float)
+    }
+
+    /// The type of a unary operation.
+    fn un_ty(&self, op: &UnOp, a: &Expr, ctx: Ctx<'_>) -> Result<ScalarTy, IrError> {
+        use ScalarTy::*;
+        let t = self.ty(a, ctx)?;
+        Ok(match op {
+            UnOp::Not => {
+                if t != Bool {
+                    return Err(self.err(IrErrorKind::Type, "`not` needs a bool"));
                 }
+                Bool
+            }
+            UnOp::Neg | UnOp::Abs => {
+                if t == Bool {
+                    return Err(self.err(IrErrorKind::Type, format!("`{}` needs a number", op.name())));
+                }
+                t
+            }
+            UnOp::IsNan | UnOp::IsFinite => {
+                if t != Float {
+                    return Err(self.err(IrErrorKind::Type, format!("`{}` needs a float", op.name())));
+                }
+                Bool
+            }
+            UnOp::Bits => {
+                if t != Float {
+                    return Err(self.err(IrErrorKind::Type, format!("`bits` needs a float, got {t}")));
+                }
+                Int
+            }
+            UnOp::FromBits => {
+                if t != Int {
+                    return Err(self.err(IrErrorKind::Type, format!("`from_bits` needs an int, got {t}")));
+                }
+                Float
+            }
+            _ => {
+                if t != Float {
+                    return Err(self.err(IrErrorKind::Type, format!("`{}` needs a float, got {t}", op.name())));
+                }
+                Float
+            }
+        })
+    }
+
+    /// The type of a binary operation.
+    fn bin_ty(&self, op: &BinOp, a: &Expr, b: &Expr, ctx: Ctx<'_>) -> Result<ScalarTy, IrError> {
+        use ScalarTy::*;
+        let (ta, tb) = (self.ty(a, ctx)?, self.ty(b, ctx)?);
+        Ok(match op {
+            BinOp::Ldexp => {
+                if ta != Float || tb != Int {
+                    return Err(self.err(IrErrorKind::Type, "ldexp takes (float, int)"));
+                }
+                Float
+            }
+            BinOp::And | BinOp::Or => {
+                if ta != Bool || tb != Bool {
+                    return Err(self.err(IrErrorKind::Type, format!("`{}` takes bools", op.symbol())));
+                }
+                Bool
+            }
+            BinOp::Rem | BinOp::Shl | BinOp::Shr | BinOp::BitAnd | BinOp::BitOr | BinOp::BitXor | BinOp::Fp4Pair => {
+                if ta != Int || tb != Int {
+                    return Err(self.err(IrErrorKind::Type, format!("`{}` takes ints, got {ta} and {tb}", op.symbol())));
+                }
+                Int
+            }
+            _ => {
+                if ta != tb || ta == Bool && !matches!(op, BinOp::Eq | BinOp::Ne) {
+                    return Err(self.err(
+                        IrErrorKind::Type,
+                        format!("`{}` needs two numbers of one type, got {ta} and {tb} (cast explicitly)", op.symbol()),
+                    ));
+                }
+                if op.is_comparison() { Bool } else { ta }
             }
         })
     }
@@ -356,11 +371,7 @@ impl<'a> Checker<'a> {
     }
 
     pub(super) fn global_view(&self, v: &GlobalView) -> Result<&'a TensorParam, IrError> {
-        let t = self
-            .k
-            .tensors
-            .get(v.tensor.0 as usize)
-            .ok_or_else(|| self.err(IrErrorKind::Scope, format!("no tensor #{}", v.tensor.0)))?;
+        let t = self.tensor(v.tensor)?;
         for (e, what) in [
             (&v.offset, "view offset"),
             (&v.row_stride, "view row stride"),

@@ -93,15 +93,10 @@ fn slot_select(b: &mut KernelBuilder, x: &Expr, lo: &Expr, hi: &Expr, scale: &Ex
     r.bits() - 0x4B00_0000i64
 }
 
-/// Build a histogram kernel. Arguments: `s [T, E]`, (`alpha [T]`), (`zoom [4, E]`), then `partials [P E, B+2]`
-/// (or `counts [E, B+2]` and the int argument `P` with `MERGE=atomic`); scalars `CH` (tokens per chunk) and,
-/// without zoom, `lo`, `hi`, `scale`. Grid `(ceil(E / ES), P)`.
-pub fn build_hist(spec: &HistSpec, c: &Cfg) -> Result<Kernel, OpError> {
+/// The histogram kernel's name: bins, what is binned, zoom, ES, the merge, HT, HU and the banked variants.
+fn hist_name(spec: &HistSpec, c: &Cfg) -> String {
     let (bins, es, nt, hu) = (spec.bins, spec.es, c.ht, c.hu);
-    let nb = bins + 2;
-    let wpe = words(bins);
-    let rp = nt / es;
-    let name = format!(
+    format!(
         "k3k_hq_hist_b{bins}_{}{}_es{es}_{}_ht{nt}_hu{hu}{}",
         match spec.binned {
             Binned::Margin => "margin",
@@ -117,8 +112,13 @@ pub fn build_hist(spec: &HistSpec, c: &Cfg) -> Result<Kernel, OpError> {
             format!("_bk_fx{}", spec.fx)
         }
     ) + if spec.banked && !spec.atomic && !spec.packed { "_wide" } else { "" }
-        + if spec.select { "_sel" } else { "" };
-    let mut b = KernelBuilder::new(&name, nt);
+        + if spec.select { "_sel" } else { "" }
+}
+
+/// The histogram kernel's knob record.
+fn hist_knobs(spec: &HistSpec, c: &Cfg) -> Knobs {
+    let nt = c.ht;
+    let hu = c.hu;
     let mut kn = Knobs::new()
         .with("HT", nt as i64)
         .with("HU", hu as i64)
@@ -134,7 +134,75 @@ pub fn build_hist(spec: &HistSpec, c: &Cfg) -> Result<Kernel, OpError> {
             kn = kn.with("HBIN", "select");
         }
     }
-    b.knobs(kn);
+    kn
+}
+
+/// The flush of the block's packed histograms `hist` to `out` (`partials`, or `counts` by global atomics).
+fn flush_hist(b: &mut KernelBuilder, spec: &HistSpec, nt: u32, hist: SharedId, out: TensorId, e_dim: &Expr) {
+    let (bins, es) = (spec.bins, spec.es);
+    let nb = bins + 2;
+    let wpe = words(bins);
+    let banked = spec.banked;
+    let at_hist = move |ex: Expr, wd: Expr| -> (Expr, Expr) { if banked { (wd, ex) } else { (ex, wd) } };
+    let total_words = (es * wpe) as i64;
+    // Banked: a warp takes `fx` experts x `32 / fx` consecutive words (tiles of the `[words, ES]` histogram;
+    // (32 / fx)-way bank conflicts, runs of 32 / fx words per expert in the stores).
+    let fx = spec.fx.min(es);
+    let run = 32 / fx;
+    let (tiles_r, tiles_w) = (es / fx, wpe.div_ceil(run));
+    let flush_total = if banked { (tiles_r * tiles_w * 32) as i64 } else { total_words };
+    let pw = packed_width(bins);
+    b.threads(|b| {
+        b.for_("i", Expr::thread_idx(), flush_total, nt as i64, |b, i| {
+            let (r, wd) = if banked {
+                let (l, q) = (&i % 32i64, &i / 32i64);
+                (
+                    b.let_("r", (&q % tiles_r as i64) * fx as i64 + &l / run as i64),
+                    b.let_("wd", (&q / tiles_r as i64) * run as i64 + &l % run as i64),
+                )
+            } else {
+                (b.let_("r", &i / wpe as i64), b.let_("wd", &i % wpe as i64))
+            };
+            let e = b.let_("e", Expr::block_idx(0) * es as i64 + r.clone());
+            b.if_(e.lt(e_dim.clone()).and(wd.lt(wpe as i64)), |b| {
+                let (hr, hc) = at_hist(r.clone(), wd.clone());
+                let v = b.let_("v", Expr::shared_load(hist, 0i64, hr, hc));
+                if banked && !spec.atomic && spec.packed {
+                    // The packed pair as it is (a chunk's count is <= 65535): half the bytes to write and merge.
+                    let at = (Expr::block_idx(1) * e_dim.clone() + e.clone()) * pw as i64 + wd.clone();
+                    b.store_scalar(out, at, v.clone());
+                    return;
+                }
+                let s0 = b.let_("s0", &wd * 2i64);
+                let lo16 = v.bitand(0xffffi64);
+                let hi16 = v.shr(16i64);
+                if spec.atomic {
+                    let at = b.let_("at", &e * nb as i64 + s0.clone());
+                    b.if_(lo16.ne(0i64), |b| b.atomic_add_global(out, at.clone(), lo16.clone()));
+                    b.if_((&s0 + 1i64).lt(nb as i64).and(hi16.ne(0i64)), |b| {
+                        b.atomic_add_global(out, &at + 1i64, hi16.clone())
+                    });
+                } else {
+                    let at = b.let_("at", (Expr::block_idx(1) * e_dim.clone() + e.clone()) * nb as i64 + s0.clone());
+                    b.store_scalar(out, at.clone(), lo16);
+                    b.if_((&s0 + 1i64).lt(nb as i64), |b| b.store_scalar(out, &at + 1i64, hi16.clone()));
+                }
+            });
+        });
+    });
+}
+
+/// Build a histogram kernel. Arguments: `s [T, E]`, (`alpha [T]`), (`zoom [4, E]`), then `partials [P E, B+2]`
+/// (or `counts [E, B+2]` and the int argument `P` with `MERGE=atomic`); scalars `CH` (tokens per chunk) and,
+/// without zoom, `lo`, `hi`, `scale`. Grid `(ceil(E / ES), P)`.
+pub fn build_hist(spec: &HistSpec, c: &Cfg) -> Result<Kernel, OpError> {
+    let (bins, es, nt, hu) = (spec.bins, spec.es, c.ht, c.hu);
+    let nb = bins + 2;
+    let wpe = words(bins);
+    let rp = nt / es;
+    let name = hist_name(spec, c);
+    let mut b = KernelBuilder::new(&name, nt);
+    b.knobs(hist_knobs(spec, c));
     let t_dim = b.dim("T");
     let e_dim = b.dim("E");
     let s = b.tensor("s", DType::F32, &[t_dim.clone(), e_dim.clone()], Access::Read);
@@ -252,51 +320,7 @@ pub fn build_hist(spec: &HistSpec, c: &Cfg) -> Result<Kernel, OpError> {
         });
     });
     b.barrier();
-    // Banked: a warp takes `fx` experts x `32 / fx` consecutive words (tiles of the `[words, ES]` histogram;
-    // (32 / fx)-way bank conflicts, runs of 32 / fx words per expert in the stores).
-    let fx = spec.fx.min(es);
-    let run = 32 / fx;
-    let (tiles_r, tiles_w) = (es / fx, wpe.div_ceil(run));
-    let flush_total = if banked { (tiles_r * tiles_w * 32) as i64 } else { total_words };
-    let pw = packed_width(bins);
-    b.threads(|b| {
-        b.for_("i", Expr::thread_idx(), flush_total, nt as i64, |b, i| {
-            let (r, wd) = if banked {
-                let (l, q) = (&i % 32i64, &i / 32i64);
-                (
-                    b.let_("r", (&q % tiles_r as i64) * fx as i64 + &l / run as i64),
-                    b.let_("wd", (&q / tiles_r as i64) * run as i64 + &l % run as i64),
-                )
-            } else {
-                (b.let_("r", &i / wpe as i64), b.let_("wd", &i % wpe as i64))
-            };
-            let e = b.let_("e", Expr::block_idx(0) * es as i64 + r.clone());
-            b.if_(e.lt(e_dim.clone()).and(wd.lt(wpe as i64)), |b| {
-                let (hr, hc) = at_hist(r.clone(), wd.clone());
-                let v = b.let_("v", Expr::shared_load(hist, 0i64, hr, hc));
-                if banked && !spec.atomic && spec.packed {
-                    // The packed pair as it is (a chunk's count is <= 65535): half the bytes to write and merge.
-                    let at = (Expr::block_idx(1) * e_dim.clone() + e.clone()) * pw as i64 + wd.clone();
-                    b.store_scalar(out, at, v.clone());
-                    return;
-                }
-                let s0 = b.let_("s0", &wd * 2i64);
-                let lo16 = v.bitand(0xffffi64);
-                let hi16 = v.shr(16i64);
-                if spec.atomic {
-                    let at = b.let_("at", &e * nb as i64 + s0.clone());
-                    b.if_(lo16.ne(0i64), |b| b.atomic_add_global(out, at.clone(), lo16.clone()));
-                    b.if_((&s0 + 1i64).lt(nb as i64).and(hi16.ne(0i64)), |b| {
-                        b.atomic_add_global(out, &at + 1i64, hi16.clone())
-                    });
-                } else {
-                    let at = b.let_("at", (Expr::block_idx(1) * e_dim.clone() + e.clone()) * nb as i64 + s0.clone());
-                    b.store_scalar(out, at.clone(), lo16);
-                    b.if_((&s0 + 1i64).lt(nb as i64), |b| b.store_scalar(out, &at + 1i64, hi16.clone()));
-                }
-            });
-        });
-    });
+    flush_hist(&mut b, spec, nt, hist, out, &e_dim);
     Ok(b.finish()?)
 }
 

@@ -33,63 +33,24 @@ fn locate_threads(nb: u32) -> u32 {
     nb.div_ceil(8).next_power_of_two().clamp(32, 256)
 }
 
-/// Build a locate kernel, one block per expert. Arguments: `src [P E, B+2]` u32 (P stacked histograms), (`counts [E, B+2]`),
-/// then per pass: Single `out [E]`; First `edges [B+1]`, `zoom [4, E]`, `zbin [E]` (written); Zoom `zoom`,
-/// `zbin` (read), `out [E]`. Scalars: `tceil` = ceil(target), `delta` = tceil - target (f32), and `lo`, `hi`
-/// (not for Zoom).
-pub fn build_locate(spec: &LocateSpec) -> Result<Kernel, OpError> {
-    // Only a merge of several partials reads `src` in a loop.
-    let (bins, lu) = (spec.bins, if spec.write_counts { spec.lu.max(1) } else { 1 });
+/// Phase 1 of the locate kernel: sum the `P` partials of `src` (packed u16 pairs or one u32 per slot) into the
+/// shared `cnt` row, and into `counts` when it is written.
+#[allow(clippy::too_many_arguments)]
+fn merge_partials(
+    b: &mut KernelBuilder,
+    spec: &LocateSpec,
+    lu: u32,
+    nt: u32,
+    src: TensorId,
+    counts: Option<TensorId>,
+    cnt: SharedId,
+    e_dim: &Expr,
+    p_dim: &Expr,
+) {
+    let bins = spec.bins;
     let nb = bins + 2;
-    let nt = locate_threads(nb);
-    let bpt = nb.div_ceil(nt);
-    let name = format!(
-        "k3k_hq_locate_b{bins}_{}{}{}",
-        match spec.pass {
-            LocatePass::Single => "single",
-            LocatePass::First => "first",
-            LocatePass::Zoom => "zoom",
-        },
-        if spec.write_counts { "_counts" } else { "" },
-        if spec.negate { "_neg" } else { "" },
-    ) + if spec.packed { "_packed" } else { "" }
-        + &if lu > 1 { format!("_lu{lu}") } else { String::new() };
-    let mut b = KernelBuilder::new(&name, nt);
-    let r_dim = b.dim("R");
-    let e_dim = b.dim("E");
-    let nbx = Expr::Int(nb as i64);
     let wpe = words(bins);
     let pw = packed_width(bins);
-    let src_w = Expr::Int(if spec.packed { pw } else { nb } as i64);
-    let src = b.tensor("src", DType::U32, &[r_dim.clone(), src_w], Access::Read);
-    let p_dim = r_dim / e_dim.clone();
-    let counts =
-        spec.write_counts.then(|| b.tensor("counts", DType::U32, &[e_dim.clone(), nbx.clone()], Access::Write));
-    let (edges, zoom, zbin, out) = match spec.pass {
-        LocatePass::Single => {
-            (None, None, None, Some(b.tensor("out", DType::F32, std::slice::from_ref(&e_dim), Access::Write)))
-        }
-        LocatePass::First => (
-            Some(b.tensor("edges", DType::F32, &[Expr::Int(bins as i64 + 1)], Access::Read)),
-            Some(b.tensor("zoom", DType::F32, &[Expr::Int(4), e_dim.clone()], Access::Write)),
-            Some(b.tensor("zbin", DType::I32, std::slice::from_ref(&e_dim), Access::Write)),
-            None,
-        ),
-        LocatePass::Zoom => (
-            None,
-            Some(b.tensor("zoom", DType::F32, &[Expr::Int(4), e_dim.clone()], Access::Read)),
-            Some(b.tensor("zbin", DType::I32, std::slice::from_ref(&e_dim), Access::Read)),
-            Some(b.tensor("out", DType::F32, std::slice::from_ref(&e_dim), Access::Write)),
-        ),
-    };
-    let tceil = b.int_arg("tceil");
-    let delta = b.float_arg("delta");
-    let geom = (spec.pass != LocatePass::Zoom).then(|| (b.float_arg("lo"), b.float_arg("hi")));
-    b.grid(e_dim.clone(), 1i64, 1i64);
-    let cnt = b.shared("cnt", DType::U32, 1, nb, 1, Swizzle::None);
-    let seg = b.shared("seg", DType::U32, 1, nt, 1, Swizzle::None);
-
-    // 1: merge the partials.
     if spec.packed {
         // The unpacked read's shape on half the words: each thread sums its words over the P partials (one load
         // per partial, the loop bound the only condition), then unpacks the two u16 halves (the low half is the
@@ -168,6 +129,65 @@ pub fn build_locate(spec: &LocateSpec) -> Result<Kernel, OpError> {
             });
         });
     }
+}
+
+/// Build a locate kernel, one block per expert. Arguments: `src [P E, B+2]` u32 (P stacked histograms), (`counts [E, B+2]`),
+/// then per pass: Single `out [E]`; First `edges [B+1]`, `zoom [4, E]`, `zbin [E]` (written); Zoom `zoom`,
+/// `zbin` (read), `out [E]`. Scalars: `tceil` = ceil(target), `delta` = tceil - target (f32), and `lo`, `hi`
+/// (not for Zoom).
+pub fn build_locate(spec: &LocateSpec) -> Result<Kernel, OpError> {
+    // Only a merge of several partials reads `src` in a loop.
+    let (bins, lu) = (spec.bins, if spec.write_counts { spec.lu.max(1) } else { 1 });
+    let nb = bins + 2;
+    let nt = locate_threads(nb);
+    let bpt = nb.div_ceil(nt);
+    let name = format!(
+        "k3k_hq_locate_b{bins}_{}{}{}",
+        match spec.pass {
+            LocatePass::Single => "single",
+            LocatePass::First => "first",
+            LocatePass::Zoom => "zoom",
+        },
+        if spec.write_counts { "_counts" } else { "" },
+        if spec.negate { "_neg" } else { "" },
+    ) + if spec.packed { "_packed" } else { "" }
+        + &if lu > 1 { format!("_lu{lu}") } else { String::new() };
+    let mut b = KernelBuilder::new(&name, nt);
+    let r_dim = b.dim("R");
+    let e_dim = b.dim("E");
+    let nbx = Expr::Int(nb as i64);
+    let pw = packed_width(bins);
+    let src_w = Expr::Int(if spec.packed { pw } else { nb } as i64);
+    let src = b.tensor("src", DType::U32, &[r_dim.clone(), src_w], Access::Read);
+    let p_dim = r_dim / e_dim.clone();
+    let counts =
+        spec.write_counts.then(|| b.tensor("counts", DType::U32, &[e_dim.clone(), nbx.clone()], Access::Write));
+    let (edges, zoom, zbin, out) = match spec.pass {
+        LocatePass::Single => {
+            (None, None, None, Some(b.tensor("out", DType::F32, std::slice::from_ref(&e_dim), Access::Write)))
+        }
+        LocatePass::First => (
+            Some(b.tensor("edges", DType::F32, &[Expr::Int(bins as i64 + 1)], Access::Read)),
+            Some(b.tensor("zoom", DType::F32, &[Expr::Int(4), e_dim.clone()], Access::Write)),
+            Some(b.tensor("zbin", DType::I32, std::slice::from_ref(&e_dim), Access::Write)),
+            None,
+        ),
+        LocatePass::Zoom => (
+            None,
+            Some(b.tensor("zoom", DType::F32, &[Expr::Int(4), e_dim.clone()], Access::Read)),
+            Some(b.tensor("zbin", DType::I32, std::slice::from_ref(&e_dim), Access::Read)),
+            Some(b.tensor("out", DType::F32, std::slice::from_ref(&e_dim), Access::Write)),
+        ),
+    };
+    let tceil = b.int_arg("tceil");
+    let delta = b.float_arg("delta");
+    let geom = (spec.pass != LocatePass::Zoom).then(|| (b.float_arg("lo"), b.float_arg("hi")));
+    b.grid(e_dim.clone(), 1i64, 1i64);
+    let cnt = b.shared("cnt", DType::U32, 1, nb, 1, Swizzle::None);
+    let seg = b.shared("seg", DType::U32, 1, nt, 1, Swizzle::None);
+
+    // 1: merge the partials.
+    merge_partials(&mut b, spec, lu, nt, src, counts, cnt, &e_dim, &p_dim);
     b.barrier();
     // 2: segment sums.
     b.threads(|b| {

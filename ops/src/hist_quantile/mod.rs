@@ -69,8 +69,8 @@
 //! (the device layout an all-reduce sums) through [`ExpertHistogram`]; [`locate_plan`] locates the quantiles
 //! of an already merged histogram (the distributed flow: count per rank, all-reduce, locate once).
 //!
-//! Files: this module holds the constants, the knobs and their configuration and the IR helpers the kernels
-//! share; `alpha.rs`, `hist.rs` and `locate.rs` build the three kernels, `problem.rs` holds the problem, its
+//! Files: this module holds the constants and the IR helpers the kernels share; `knobs.rs` the knobs (one
+//! declaration) and their configuration; `alpha.rs`, `hist.rs` and `locate.rs` build the three kernels, `problem.rs` holds the problem, its
 //! input checks and the host histograms, `plan.rs` the launch plans, `reference.rs` the inputs, the f64
 //! reference and the check, and `ops.rs` the instances and the two operators.
 
@@ -89,6 +89,7 @@ use serde::{Deserialize, Serialize};
 
 mod alpha;
 mod hist;
+mod knobs;
 mod locate;
 mod ops;
 mod plan;
@@ -97,6 +98,7 @@ mod reference;
 
 pub use alpha::*;
 pub use hist::*;
+pub use knobs::*;
 pub use locate::*;
 pub use ops::*;
 pub use plan::*;
@@ -117,216 +119,6 @@ pub const CAND_CAP: u32 = 64;
 pub const MAX_CHUNK: usize = 65535;
 /// Most regular bins.
 pub const MAX_BINS: usize = 16384;
-
-// ------------------------------------------------------------------------------------------------------------
-// Knobs.
-
-/// The tuning knobs and their meaning.
-pub fn knob_space() -> KnobSpace {
-    KnobSpace::default()
-        .axis("AW", "alpha: warps per block (one token per warp)", [4i64, 8, 16])
-        .axis("ABPS", "alpha: resident blocks per SM of the persistent grid", [2i64, 3, 4, 5, 6, 8])
-        .axis(
-            "ASEL",
-            "alpha: selection by ranking in shared memory with block barriers, warp shuffles (k < 32), warp \
-             shuffles fed by a cp.async ring of token rows (k < 32), or warp shuffles with shared-atomic candidate \
-             slots (k < 32: one sort, no scan)",
-            ["rank", "warp", "ring", "lean"],
-        )
-        .axis("ASTAGES", "ring alpha: row blocks in the cp.async ring (ASTAGES - 1 in flight)", [2i64, 3, 4])
-        .axis(
-            "LU",
-            "locate: partial histograms summed per batch of independent loads (1: one load per iteration)",
-            [1i64, 4, 8],
-        )
-        .axis("HT", "histogram: threads per block", [256i64, 512, 1024])
-        .axis("HU", "histogram: token rows each thread loads ahead of its atomics", [4i64, 8])
-        .axis("HKB", "histogram: shared-memory budget per block in KiB (sets experts per block)", [33i64, 66, 100, 132])
-        .axis(
-            "HBLOCKS",
-            "histogram: blocks to spread the token chunks over (~ SMs x resident blocks)",
-            [264i64, 396, 528, 792],
-        )
-        .axis("MERGE", "histogram flush: plain stores of per-block partials, or global atomics", ["partials", "atomic"])
-        .axis(
-            "HLAYOUT",
-            "histogram shared layout: expert rows (bank conflicts), or word-major with the expert as the bank \
-             (conflict-free atomics, packed u16 partials)",
-            ["rows", "banks"],
-        )
-        .axis(
-            "HFX",
-            "banked histogram flush: experts per warp store (32: conflict-free shared reads, scattered 4-byte \
-             stores; fewer: runs of 32/HFX consecutive words per expert, (32/HFX)-way bank conflicts)",
-            [4i64, 8, 32],
-        )
-        .axis(
-            "HBIN",
-            "banked histogram bin rule: nested selects as written (ptxas branches around the bin arithmetic), or \
-             the arithmetic computed unconditionally and two float selects (no branch per element)",
-            ["branch", "select"],
-        )
-        .axis("ATPW", "warp alpha: tokens per warp and step (their loads and shuffle chains overlap)", [1i64, 2])
-        .axis(
-            "PPACK",
-            "banked partials: u32 per slot as the expert-row layout writes them (the locate read measured fastest), \
-             or the packed u16 pairs (half the bytes)",
-            ["wide", "packed"],
-        )
-}
-
-/// The knobs used when no tuning record exists (H200: 132 SMs; lean alpha at 40 registers: 6 blocks of 8 warps
-/// per SM; 3 histogram blocks of 66 KiB per SM). `HFX` is left out: it then follows the bin count
-/// ([`auto_hfx`]); partials are written wide (`PPACK=wide`: the locate's u32 read measured 53 us at
-/// T262144 E896 B1024, the packed read 134 us, both with one dependent load per partial in flight per thread);
-/// the locate sums 8 partials per iteration from independent loads (`LU=8`; `LU=1` is the old serial loop).
-pub fn default_knobs() -> Knobs {
-    Knobs::new()
-        .with("AW", 8i64)
-        // ASEL=lean at 6 blocks per SM (40 registers) from the H200 (2026-12-01, same run, 200 ms
-        // windows): T262144 E896 B1024 step 0.5665 ms (alpha 0.239) against 0.5723 (alpha 0.316) for the warp
-        // select at ABPS=4; T65536 B4096 0.4871 against 0.5558.
-        .with("ABPS", 6i64)
-        .with("ASEL", "lean")
-        .with("HT", 512i64)
-        .with("HU", 8i64)
-        .with("HKB", 66i64)
-        .with("HBLOCKS", 396i64)
-        // LU=1 from the H200 (2026-12-01, same run, T262144 E896 B1024, step times with K3K_BENCH_STEPS=1): the
-        // batched partial loads (LU=8) made the locate slower, 0.069 ms against 0.053 at LU=1. MERGE stays
-        // partials: atomic won by 1.5% at B1024 (0.729 vs 0.740 ms, within the spread) but ran 0.705 ms at
-        // T65536 B4096 against 0.467 for partials (2026-12-01); the tuner picks atomic per bucket where it wins.
-        .with("MERGE", "partials")
-        .with("HLAYOUT", "banks")
-        .with("PPACK", "wide")
-        .with("LU", 1i64)
-}
-
-/// The banked flush's `HFX` when the knob is absent (H200, 2026-11-30): 8 at B1024 (histogram pass 0.365 ms
-/// vs 0.455 with 32), 32 at B4096 (QB step 0.413 ms vs 0.656 with 8).
-pub fn auto_hfx(bins: usize) -> u32 {
-    if bins >= 2048 { 32 } else { 8 }
-}
-
-/// Knob values read and checked.
-#[derive(Clone, Debug)]
-pub struct Cfg {
-    pub aw: u32,
-    pub abps: u32,
-    pub ht: u32,
-    pub hu: u32,
-    pub hkb: u32,
-    pub hblocks: u32,
-    pub atomic: bool,
-    /// `HLAYOUT=banks`: word-major shared histograms (expert = bank) and packed partials.
-    pub banked: bool,
-    /// `ASEL=warp`: the warp-shuffle alpha kernel where `k < 32`.
-    pub warp_alpha: bool,
-    /// `HFX`: experts per warp store in the banked flush (`None`: [`auto_hfx`] of the bin count).
-    pub hfx: Option<u32>,
-    /// `PPACK=packed`: banked partials as packed u16 pairs (else one u32 per slot).
-    pub ppack: bool,
-    /// `ATPW`: tokens per warp and step of the warp alpha kernel.
-    pub atpw: u32,
-    /// `ASEL=ring`: the ring-fed warp alpha kernel where `k < 32`.
-    pub ring_alpha: bool,
-    /// `ASEL=lean`: the warp alpha kernel with shared-atomic candidate slots where `k < 32`.
-    pub lean_alpha: bool,
-    /// `ASTAGES`: row blocks in the ring alpha kernel's cp.async ring.
-    pub astages: u32,
-    /// `LU`: partials per batch of independent loads in the locate merge.
-    pub lu: u32,
-    /// `HBIN=select`: the banked histogram's branch-free bin rule (`slot_select`).
-    pub bin_select: bool,
-}
-
-impl Cfg {
-    /// The banked flush's experts per warp store for `bins` bins.
-    pub fn fx(&self, bins: usize) -> u32 {
-        self.hfx.unwrap_or_else(|| auto_hfx(bins))
-    }
-    /// Whether the histogram partials are packed u16 pairs (banked layout, partials merge, `PPACK=packed`).
-    pub fn packed_partials(&self) -> bool {
-        self.banked && !self.atomic && self.ppack
-    }
-}
-
-/// Read and check the knobs.
-pub fn cfg(k: &Knobs) -> Result<Cfg, OpError> {
-    let merge = k.str("MERGE")?;
-    let layout = k.str("HLAYOUT").unwrap_or("rows");
-    let asel = k.str("ASEL").unwrap_or("rank");
-    let ppack = k.str("PPACK").unwrap_or("packed");
-    let hbin = k.str("HBIN").unwrap_or("branch");
-    let c = Cfg {
-        aw: k.u32("AW")?,
-        abps: k.u32("ABPS")?,
-        ht: k.u32("HT")?,
-        hu: k.u32("HU")?,
-        hkb: k.u32("HKB")?,
-        hblocks: k.u32("HBLOCKS")?,
-        atomic: merge == "atomic",
-        banked: layout == "banks",
-        warp_alpha: asel == "warp",
-        hfx: if k.0.contains_key("HFX") { Some(k.u32("HFX")?) } else { None },
-        ppack: ppack == "packed",
-        atpw: if k.0.contains_key("ATPW") { k.u32("ATPW")? } else { 1 },
-        ring_alpha: asel == "ring",
-        lean_alpha: asel == "lean",
-        astages: if k.0.contains_key("ASTAGES") { k.u32("ASTAGES")? } else { 3 },
-        lu: if k.0.contains_key("LU") { k.u32("LU")? } else { 1 },
-        bin_select: hbin == "select",
-    };
-    let invalid = |why: String| Err(OpError::InvalidKnobs { op: "hist_quantile", knobs: k.to_string(), why });
-    if !matches!(merge, "partials" | "atomic") {
-        return invalid(format!("MERGE must be partials or atomic, got {merge}"));
-    }
-    if let Some(fx) = c.hfx
-        && !(fx.is_power_of_two() && fx <= 32)
-    {
-        return invalid(format!("HFX={fx} must be a power of two in 1..=32"));
-    }
-    if !(1..=4).contains(&c.atpw) {
-        return invalid(format!("ATPW={} must be in 1..=4", c.atpw));
-    }
-    if !matches!(hbin, "branch" | "select") {
-        return invalid(format!("HBIN must be branch or select, got {hbin}"));
-    }
-    if !matches!(ppack, "wide" | "packed") {
-        return invalid(format!("PPACK must be wide or packed, got {ppack}"));
-    }
-    if !matches!(asel, "rank" | "warp" | "ring" | "lean") {
-        return invalid(format!("ASEL must be rank, warp, ring or lean, got {asel}"));
-    }
-    if !(2..=8).contains(&c.astages) {
-        return invalid(format!("ASTAGES={} must be in 2..=8", c.astages));
-    }
-    if !(1..=16).contains(&c.lu) {
-        return invalid(format!("LU={} must be in 1..=16", c.lu));
-    }
-    if !matches!(layout, "rows" | "banks") {
-        return invalid(format!("HLAYOUT must be rows or banks, got {layout}"));
-    }
-    if c.aw == 0 || c.aw > 32 {
-        return invalid(format!("AW={} must be in 1..=32", c.aw));
-    }
-    if c.ht < 64 || c.ht > 1024 || !c.ht.is_power_of_two() {
-        return invalid(format!("HT={} must be a power of two in 64..=1024", c.ht));
-    }
-    if c.hu == 0 || c.hu > 16 || c.abps == 0 || c.hblocks == 0 {
-        return invalid("HU in 1..=16, ABPS >= 1 and HBLOCKS >= 1 are required".into());
-    }
-    if c.ht * c.hu > 4096 {
-        return invalid(format!(
-            "HT x HU = {} > 4096: the unrolled slots of 1024 threads must fit 64 registers",
-            c.ht * c.hu
-        ));
-    }
-    if c.hkb == 0 || c.hkb as usize * 1024 > MAX_SHARED_BYTES {
-        return invalid(format!("HKB={} KiB exceeds the shared memory of a block", c.hkb));
-    }
-    Ok(c)
-}
 
 // ------------------------------------------------------------------------------------------------------------
 // IR helpers the kernels share.

@@ -13,6 +13,7 @@
 
 mod eval;
 mod memory;
+mod mx;
 mod threads;
 mod tiles;
 mod tma;
@@ -291,40 +292,13 @@ impl<'a> Block<'a> {
             // Copies and tensor-core products run to completion when issued, so waits have nothing to do.
             // Blocks and threads run one after another: a fence (threads regions) orders nothing more.
             Stmt::Barrier | Stmt::AsyncCommit | Stmt::AsyncWait { .. } | Stmt::MmaWait { .. } | Stmt::Fence => {}
-            Stmt::Map { .. }
-            | Stmt::VecMap { .. }
-            | Stmt::Reduce { .. }
-            | Stmt::Mma { .. }
-            | Stmt::MmaAsync { .. }
-            | Stmt::CopyAsync { .. }
-            | Stmt::Load { .. }
-            | Stmt::Store { .. }
-            | Stmt::StoreCols { .. }
-            | Stmt::LoadVec { .. }
-            | Stmt::StoreVec { .. }
-            | Stmt::Scan { .. }
-            | Stmt::DequantFp4 { .. }
-            | Stmt::DequantFp4Stream { .. }
-            | Stmt::Fp4Gemv { .. } => self.tile_stmt(s, tensors)?,
-            Stmt::MbarInit { .. }
-            | Stmt::MbarArriveExpectTx { .. }
-            | Stmt::MbarArrive { .. }
-            | Stmt::MbarWait { .. }
-            | Stmt::TmaLoad(_)
-            | Stmt::TmaStore(_)
-            | Stmt::TmaStoreWait { .. }
-            | Stmt::MbarArriveCluster { .. }
-            | Stmt::ClusterSync => self.tma_stmt(s, tensors)?,
-            Stmt::Threads { .. }
-            | Stmt::StoreScalar { .. }
-            | Stmt::SharedStore { .. }
-            | Stmt::Atomic { .. }
-            | Stmt::LetArray { .. }
-            | Stmt::ArraySet { .. }
-            | Stmt::LoadWide { .. }
-            | Stmt::StoreWide { .. }
-            | Stmt::WarpShuffle { .. }
-            | Stmt::WarpSync => self.thread_stmt(s, tensors)?,
+            _ => match s.family() {
+                StmtFamily::Tiles | StmtFamily::Mma => self.tile_stmt(s, tensors)?,
+                StmtFamily::Mx => self.mx_stmt(s, tensors)?,
+                StmtFamily::Sync => self.tma_stmt(s, tensors)?,
+                StmtFamily::Threads => self.thread_stmt(s, tensors)?,
+                StmtFamily::Control => unreachable!("every control statement has its arm above"),
+            },
         }
         Ok(())
     }

@@ -1,4 +1,5 @@
-//! The block-level tile statements: maps, reductions, products, copies, loads and stores, scans.
+//! The block-level tile statements: maps, reductions, products, loads and stores, scans (the MXFP4 statements
+//! are in `mx`, the copies in `tma`).
 
 use super::eval::At;
 use super::memory::round_to;
@@ -6,7 +7,7 @@ use super::{Block, InterpError};
 use k3k_ir::*;
 
 impl<'a> Block<'a> {
-    /// Execute one tile or vector statement.
+    /// Execute one tile or vector statement (the MXFP4 ones go to `mx_stmt`).
     pub(super) fn tile_stmt(&mut self, s: &Stmt, tensors: &mut [HostTensor]) -> Result<(), InterpError> {
         let k = self.k;
         match s {
@@ -49,30 +50,6 @@ impl<'a> Block<'a> {
                     self.tiles[acc.0 as usize].fill(0.0);
                 }
                 self.mma(*acc, a, b, tensors)?
-            }
-            Stmt::CopyAsync { dst, src } => {
-                let base = self.shared_base(dst, tensors)?;
-                let d = &k.shared[dst.buf.0 as usize];
-                let (off, stride, rows, cols) = self.view(src, tensors)?;
-                self.claim(dst.buf);
-                for r in 0..dst.rows as usize {
-                    for c in 0..dst.cols as usize {
-                        let v = if (r as i64) < rows && (c as i64) < cols {
-                            let i = self.global_index(
-                                "async copy",
-                                src.tensor,
-                                off + r as i64 * stride + c as i64,
-                                tensors,
-                            )?;
-                            let t = &tensors[src.tensor.0 as usize];
-                            if d.dtype.is_int() { t.get_i64(i) as f64 } else { t.get_f32(i) as f64 }
-                        } else {
-                            0.0
-                        };
-                        let at = base + (dst.row0 as usize + r) * d.cols as usize + dst.col0 as usize + c;
-                        self.shared[dst.buf.0 as usize].set_f64(d.dtype, at, v);
-                    }
-                }
             }
             Stmt::Load { tile, src } => {
                 let d = &k.tiles[tile.0 as usize];
@@ -210,97 +187,6 @@ impl<'a> Block<'a> {
                     }
                 }
             }
-            Stmt::DequantFp4 { tile, words, scales, packed, fold, finite } => {
-                let d = &k.tiles[tile.0 as usize];
-                let (rows, cols) = (d.rows as usize, d.cols as usize);
-                let qb = self.shared_base(words, tensors)?;
-                let sb = self.shared_base(scales, tensors)?;
-                let mut out = vec![0.0f64; rows * cols];
-                for r in 0..rows {
-                    for c in 0..cols {
-                        let (w, p) = fp4::slot(c % 32, *packed);
-                        let word = self.shared_at(words, qb, r, 4 * (c / 32) + w) as u32;
-                        let nib = fp4::code(word, p, *packed);
-                        let s = self.shared_at(scales, sb, r, c / 32) as u32;
-                        out[r * cols + c] = dequant_fp4_value(nib, s, *fold, *finite) as f64;
-                    }
-                }
-                self.tiles[tile.0 as usize] = out;
-            }
-            Stmt::DequantFp4Stream { tile, words, scales, packed, fold, finite, prefetch } => {
-                if let Some(p) = prefetch {
-                    // The GPU issues the prefetch views' loads: bound-check them the same way (the decode of
-                    // the statement's own views below overwrites every element of the tile).
-                    self.eval(&p.first, None, tensors)?;
-                    let pre = Stmt::DequantFp4Stream {
-                        tile: *tile,
-                        words: p.words.clone(),
-                        scales: p.scales.clone(),
-                        packed: *packed,
-                        fold: *fold,
-                        finite: *finite,
-                        prefetch: None,
-                    };
-                    self.tile_stmt(&pre, tensors)?;
-                }
-                let d = &k.tiles[tile.0 as usize];
-                let (rows, cols) = (d.rows as usize, d.cols as usize);
-                let (qo, qs, qr, qc) = self.view(words, tensors)?;
-                let (so, ss, sr, sc) = self.view(scales, tensors)?;
-                let mut out = vec![0.0f64; rows * cols];
-                for r in 0..rows {
-                    for c in 0..cols {
-                        let (w, p) = fp4::slot(c % 32, *packed);
-                        let (ri, bl) = (r as i64, (c / 32) as i64);
-                        if ri >= qr || ri >= sr || bl >= qc / 4 || bl >= sc {
-                            continue;
-                        }
-                        let at = qo + ri * qs + 4 * bl + w as i64;
-                        let qi = self.global_index("dequant_fp4_stream words", words.tensor, at, tensors)?;
-                        let word = tensors[words.tensor.0 as usize].get_i64(qi) as u32;
-                        let si =
-                            self.global_index("dequant_fp4_stream scales", scales.tensor, so + ri * ss + bl, tensors)?;
-                        let s = tensors[scales.tensor.0 as usize].get_i64(si) as u32;
-                        out[r * cols + c] = dequant_fp4_value(fp4::code(word, p, *packed), s, *fold, *finite) as f64;
-                    }
-                }
-                self.tiles[tile.0 as usize] = out;
-            }
-            Stmt::Fp4Gemv { out, scratch, words, scales, x, packed, fold, finite, tiled, .. } => {
-                let (qo, qs, qr, qc) = self.view(words, tensors)?;
-                let (so, ss, sr, sc) = self.view(scales, tensors)?;
-                let (xo, xs, xr, xc) = self.view(x, tensors)?;
-                let base = self.shared_base(out, tensors)?;
-                let (rows, cols) = (out.rows as usize, out.cols as usize);
-                let res = fp4_gemv_sums(
-                    (rows, cols),
-                    [(qo, qs, qr, qc), (so, ss, sr, sc), (xo, xs, xr, xc)],
-                    (*packed, *fold, *finite, *tiled),
-                    |i| {
-                        let si = self.global_index("fp4_gemv scales", scales.tensor, i, tensors)?;
-                        Ok(tensors[scales.tensor.0 as usize].get_i64(si) as u32)
-                    },
-                    |i| {
-                        let qi = self.global_index("fp4_gemv words", words.tensor, i, tensors)?;
-                        Ok(tensors[words.tensor.0 as usize].get_i64(qi) as u32)
-                    },
-                    |i| {
-                        let xi = self.global_index("fp4_gemv x", x.tensor, i, tensors)?;
-                        Ok(tensors[x.tensor.0 as usize].get_f32(xi))
-                    },
-                )?;
-                // The GPU leaves its warps' partials in `scratch`: unspecified, poisoned here.
-                self.claim(*scratch);
-                self.shared[scratch.0 as usize].poison(DType::F32);
-                self.claim(out.buf);
-                let d = &k.shared[out.buf.0 as usize];
-                for r in 0..rows {
-                    for c in 0..cols {
-                        let at = base + (out.row0 as usize + r) * d.cols as usize + out.col0 as usize + c;
-                        self.shared[out.buf.0 as usize].set_f64(d.dtype, at, res[r * cols + c] as f64);
-                    }
-                }
-            }
             _ => unreachable!("not a tile statement"),
         }
         Ok(())
@@ -309,7 +195,7 @@ impl<'a> Block<'a> {
     /// Offset, row stride, valid rows and valid cols of a global view.
     /// The view's alignment promise is checked here: offset and (for more than one row) the row stride of a
     /// non-empty view must be multiples of `vec`, which the GPU code relies on for its wide accesses.
-    fn view(&self, v: &GlobalView, tensors: &[HostTensor]) -> Result<(i64, i64, i64, i64), InterpError> {
+    pub(super) fn view(&self, v: &GlobalView, tensors: &[HostTensor]) -> Result<(i64, i64, i64, i64), InterpError> {
         let (off, stride, rows, cols) = (
             self.int(&v.offset, tensors)?,
             self.int(&v.row_stride, tensors)?,
@@ -355,7 +241,7 @@ impl<'a> Block<'a> {
     }
 
     /// Read logical element (r, c) of a shared window.
-    fn shared_at(&self, r: &SharedRef, base: usize, row: usize, col: usize) -> f64 {
+    pub(super) fn shared_at(&self, r: &SharedRef, base: usize, row: usize, col: usize) -> f64 {
         let d = &self.k.shared[r.buf.0 as usize];
         self.shared[r.buf.0 as usize].get_f64(base + (r.row0 as usize + row) * d.cols as usize + r.col0 as usize + col)
     }

@@ -1,9 +1,9 @@
-//! TMA box copies and mbarriers on the CPU (see [`k3k_ir::tma`]): copies complete when issued; barriers are
+//! `cp.async` copies, TMA box copies and mbarriers on the CPU (see [`k3k_ir::tma`]): copies complete when issued; barriers are
 //! tracked and checked, since a broken protocol (a wait no arrival or copy can complete, more arrivals than
 //! the count, more bytes than expected) would hang or corrupt the GPU run. Shared with the JIT's runtime.
 
 use super::{Block, InterpError};
-use crate::cpu::cluster::{Cond, Sched, clusters, run_cluster, stop_error};
+use crate::cpu::cluster::{Cond, Sched, Shared, clusters, run_cluster, stop_error};
 use k3k_ir::*;
 
 /// A CTA's place in its cluster (see `cpu::cluster`).
@@ -15,18 +15,6 @@ pub(super) struct ClusterLink<'a> {
     n: usize,
     /// The cluster's index (for errors).
     id: [u32; 3],
-}
-
-/// Raw pointers handed to a cluster's CTA threads (see `cpu::cluster`: one CTA runs at a time).
-struct Shared<T>(T);
-// SAFETY: the pointees are used by one thread at a time, handed over through the scheduler's lock.
-unsafe impl<T> Send for Shared<T> {}
-unsafe impl<T> Sync for Shared<T> {}
-impl<T> Shared<T> {
-    /// The pointers (a method, so that closures capture the whole wrapper).
-    fn get(&self) -> &T {
-        &self.0
-    }
 }
 
 /// Run a kernel with a cluster shape: the clusters one after another, the CTAs of each concurrently (one
@@ -268,7 +256,7 @@ impl<'a> Block<'a> {
         mbar_step(&mut self.mbars[bar.0 as usize][i], op).map_err(|w| mbar_error(self.k, self.block, bar, index, w))
     }
 
-    /// Execute a barrier or TMA statement.
+    /// Execute a barrier, `cp.async` copy or TMA statement.
     pub(super) fn tma_stmt(&mut self, s: &Stmt, tensors: &mut [HostTensor]) -> Result<(), InterpError> {
         let k = self.k;
         match s {
@@ -353,7 +341,31 @@ impl<'a> Block<'a> {
                 self.bulk_stores.push(((**t).clone(), base, coords));
             }
             Stmt::TmaStoreWait { pending } => self.retire_bulk_stores(*pending as usize, tensors)?,
-            _ => unreachable!("not a TMA statement"),
+            Stmt::CopyAsync { dst, src } => {
+                let base = self.shared_base(dst, tensors)?;
+                let d = &k.shared[dst.buf.0 as usize];
+                let (off, stride, rows, cols) = self.view(src, tensors)?;
+                self.claim(dst.buf);
+                for r in 0..dst.rows as usize {
+                    for c in 0..dst.cols as usize {
+                        let v = if (r as i64) < rows && (c as i64) < cols {
+                            let i = self.global_index(
+                                "async copy",
+                                src.tensor,
+                                off + r as i64 * stride + c as i64,
+                                tensors,
+                            )?;
+                            let t = &tensors[src.tensor.0 as usize];
+                            if d.dtype.is_int() { t.get_i64(i) as f64 } else { t.get_f32(i) as f64 }
+                        } else {
+                            0.0
+                        };
+                        let at = base + (dst.row0 as usize + r) * d.cols as usize + dst.col0 as usize + c;
+                        self.shared[dst.buf.0 as usize].set_f64(d.dtype, at, v);
+                    }
+                }
+            }
+            _ => unreachable!("not a barrier or copy statement"),
         }
         Ok(())
     }

@@ -33,6 +33,7 @@
 mod lower;
 mod rt;
 
+use crate::cpu::cluster::Shared;
 use crate::cpu::interp::{self, InterpError, InterpOptions};
 use cranelift_codegen::settings::{self, Configurable};
 use cranelift_jit::{JITBuilder, JITModule};
@@ -216,17 +217,6 @@ impl JitKernel {
             }
         }
         Ok(())
-    }
-}
-
-/// Raw pointers handed to a cluster's CTA threads (one runs at a time, see `cpu::cluster`).
-struct Shared<T>(T);
-// SAFETY: the pointees are used by one thread at a time, handed over through the scheduler's lock.
-unsafe impl<T> Send for Shared<T> {}
-unsafe impl<T> Sync for Shared<T> {}
-impl<T> Shared<T> {
-    fn get(&self) -> &T {
-        &self.0
     }
 }
 

@@ -10,6 +10,10 @@
 //! element by element in the interpreter's order with the interpreter's conversions, so results agree bit
 //! for bit.
 
+mod mx;
+mod sync;
+mod tiles;
+
 use super::Ctx;
 use crate::cpu::cluster::{Cond, stop_error};
 use crate::cpu::interp::{
@@ -351,14 +355,23 @@ pub(crate) unsafe fn retire_bulk_stores(ctx: &mut Ctx, keep: usize) -> Result<()
     Ok(())
 }
 
-unsafe fn tile_stmt(ctx: &mut Ctx, s: &Stmt, arg: &dyn Fn(usize) -> i64) -> Result<(), InterpError> {
-    // SAFETY: `ctx.kernel`, `ctx.layout` and `ctx.frame` describe the running kernel and its zeroed frame;
-    // `ctx.hosts` points to its tensors (the compiled code holds no reference into them across this call).
+/// What a host statement works on: the kernel, the block's frame, the block index and the tensors.
+/// SAFETY: `ctx.kernel`, `ctx.layout` and `ctx.frame` describe the running kernel and its zeroed frame;
+/// `ctx.hosts` points to its tensors (the compiled code holds no reference into them across this call).
+unsafe fn parts<'a>(ctx: &Ctx) -> (&'a Kernel, Frame<'a>, [u32; 3], &'a mut [HostTensor]) {
     let (k, l) = unsafe { (&*ctx.kernel, &*ctx.layout) };
     let f = Frame { k, l, base: ctx.frame };
     let block = [ctx.block[0] as u32, ctx.block[1] as u32, ctx.block[2] as u32];
     let hosts = unsafe { std::slice::from_raw_parts_mut(ctx.hosts, k.tensors.len()) };
-    let check = |what: &'static str, t: TensorId, i: i64, hosts: &[HostTensor]| {
+    (k, f, block, hosts)
+}
+
+/// The bounds check of a global element access: the index, or an out-of-bounds error naming `what`.
+fn bounds(
+    k: &Kernel,
+    block: [u32; 3],
+) -> impl Fn(&'static str, TensorId, i64, &[HostTensor]) -> Result<usize, InterpError> + '_ {
+    move |what: &'static str, t: TensorId, i: i64, hosts: &[HostTensor]| {
         let len = hosts[t.0 as usize].len();
         if i < 0 || i as usize >= len {
             return Err(InterpError::OutOfBounds {
@@ -371,332 +384,20 @@ unsafe fn tile_stmt(ctx: &mut Ctx, s: &Stmt, arg: &dyn Fn(usize) -> i64) -> Resu
             });
         }
         Ok(i as usize)
-    };
-    unsafe {
-        match s {
-            Stmt::Reduce { vec, tile, op, accumulate } => {
-                let d = &k.tiles[tile.0 as usize];
-                let (rows, cols) = (d.rows as usize, d.cols as usize);
-                let vp = f.vec(*vec);
-                for r in 0..rows {
-                    let mut a = f.tile(*tile, r * cols) as f32;
-                    for c in 1..cols {
-                        a = reduce(*op, a, f.tile(*tile, r * cols + c) as f32);
-                    }
-                    let slot = &mut *vp.add(r);
-                    *slot = if *accumulate { reduce(*op, *slot, a) } else { a };
-                }
-            }
-            Stmt::Mma { acc, a, b } => f.mma(*acc, a, b, arg(0), arg(1)),
-            Stmt::MmaAsync { acc, a, b, .. } => {
-                if arg(2) == 0 {
-                    let d = &k.tiles[acc.0 as usize];
-                    for i in 0..(d.rows * d.cols) as usize {
-                        f.set_tile(*acc, i, 0.0);
-                    }
-                }
-                f.mma(*acc, a, b, arg(0), arg(1))
-            }
-            Stmt::CopyAsync { dst, src } => {
-                let base = f.shared_base(dst, arg(0));
-                let d = &k.shared[dst.buf.0 as usize];
-                let (off, stride, rows, cols) = (arg(1), arg(2), arg(3), arg(4));
-                for r in 0..dst.rows as usize {
-                    for c in 0..dst.cols as usize {
-                        let v = if (r as i64) < rows && (c as i64) < cols {
-                            let i = check("async copy", src.tensor, off + r as i64 * stride + c as i64, hosts)?;
-                            let t = &hosts[src.tensor.0 as usize];
-                            if d.dtype.is_int() { t.get_i64(i) as f64 } else { t.get_f32(i) as f64 }
-                        } else {
-                            0.0
-                        };
-                        let at = base + (dst.row0 as usize + r) * d.cols as usize + dst.col0 as usize + c;
-                        f.set_shared(dst.buf, at, v);
-                    }
-                }
-            }
-            Stmt::MbarInit { bar, count } => {
-                for i in 0..k.mbarriers[bar.0 as usize].count as usize {
-                    mbar_step(&mut *f.mbar(*bar, i), MbarOp::Init(*count)).expect("init cannot fail");
-                }
-            }
-            Stmt::MbarArriveExpectTx { bar, bytes } => {
-                f.mbar_op(block, bar.bar, arg(0), MbarOp::Arrive { n: 1, tx: *bytes as i64 })?
-            }
-            Stmt::MbarArrive { bar } => {
-                f.mbar_op(block, bar.bar, arg(0), MbarOp::Arrive { n: k.threads as i64, tx: 0 })?
-            }
-            Stmt::MbarWait { bar, .. } => {
-                let (index, p) = (arg(0), arg(1));
-                if !ctx.cluster.is_null() {
-                    // In a cluster, peers may still complete the phase: block until one does (or deadlock).
-                    let cl = &*ctx.cluster;
-                    let i = mbar_index(k, block, bar.bar, index)?;
-                    let st = f.mbar(bar.bar, i) as *const MbarState;
-                    if (0..=1).contains(&p) && (*st)[0] != 0 {
-                        let what = format!("mbarrier `{}`[{index}]", k.mbarriers[bar.bar.0 as usize].name);
-                        (*cl.sched)
-                            .wait(cluster_rank(k, block), Cond::Mbar { st, parity: p, what })
-                            .map_err(|s| stop_error(k, cl.id, s))?;
-                    }
-                }
-                f.mbar_op(block, bar.bar, index, MbarOp::Wait(p))?
-            }
-            Stmt::MbarArriveCluster { bar, .. } => {
-                let pf = cta_frame(ctx, &f, block, arg(1))?;
-                pf.mbar_op(block, bar.bar, arg(0), MbarOp::Arrive { n: k.warps() as i64, tx: 0 })?
-            }
-            Stmt::ClusterSync => {
-                if !ctx.cluster.is_null() {
-                    let cl = &*ctx.cluster;
-                    (*cl.sched).cluster_sync(cluster_rank(k, block)).map_err(|s| stop_error(k, cl.id, s))?;
-                }
-            }
-            Stmt::TmaLoad(t) => {
-                let m = &k.tensor_maps[t.map.0 as usize];
-                let base = f.shared_base(&t.dst, arg(0));
-                let rank = t.coords.len();
-                let coords: Vec<i64> = (0..rank).map(|i| arg(1 + i)).collect();
-                let d = &k.shared[t.dst.buf.0 as usize];
-                let src = &hosts[m.tensor.0 as usize];
-                let ctas = match &t.multicast {
-                    None => vec![if ctx.cluster.is_null() { 0 } else { cluster_rank(k, block) as i64 }],
-                    Some(_) => {
-                        let n = if ctx.cluster.is_null() { 1 } else { (*ctx.cluster).n };
-                        multicast_ctas(k, block, arg(2 + rank), n)?
-                    }
-                };
-                let mut vals = Vec::with_capacity(m.box_elems());
-                tma_box(&src.shape, &m.box_dims, &coords, |r, c, flat| {
-                    let v = match flat {
-                        Some(i) if d.dtype.is_int() => src.get_i64(i) as f64,
-                        Some(i) => src.get_f32(i) as f64,
-                        None => 0.0,
-                    };
-                    vals.push((base + (t.dst.row0 as usize + r) * d.cols as usize + c, v));
-                    Ok(())
-                })?;
-                let bytes = d.dtype.storage_bytes(m.box_elems()) as i64;
-                for cta in ctas {
-                    let pf = cta_frame(ctx, &f, block, cta)?;
-                    for &(at, v) in &vals {
-                        pf.set_shared(t.dst.buf, at, v);
-                    }
-                    pf.mbar_op(block, t.bar.bar, arg(1 + rank), MbarOp::Complete(bytes))?;
-                }
-            }
-            // As the interpreter: the source is read at the wait that retires the store (or the block's end).
-            Stmt::TmaStore(t) => {
-                let base = f.shared_base(&t.src, arg(0));
-                let coords: Vec<i64> = (0..t.coords.len()).map(|i| arg(1 + i)).collect();
-                ctx.bulk_stores.push(PendingStore { store: (**t).clone(), base, coords });
-            }
-            Stmt::TmaStoreWait { pending } => retire_bulk_stores(ctx, *pending as usize)?,
-            Stmt::StoreCols { tile, col0, dst: r } => {
-                let cols = k.tiles[tile.0 as usize].cols as usize;
-                let base = f.shared_base(r, arg(0));
-                let sd = &k.shared[r.buf.0 as usize];
-                for i in 0..r.rows as usize {
-                    for j in 0..r.cols as usize {
-                        let v = f.tile(*tile, i * cols + *col0 as usize + j);
-                        let at = base + (r.row0 as usize + i) * sd.cols as usize + r.col0 as usize + j;
-                        f.set_shared(r.buf, at, v);
-                    }
-                }
-            }
-            Stmt::Load { tile, src } => {
-                let d = &k.tiles[tile.0 as usize];
-                let (rows, cols) = (d.rows as usize, d.cols as usize);
-                let mut out = vec![0.0f64; rows * cols];
-                match src {
-                    Place::Shared(r) => {
-                        let base = f.shared_base(r, arg(0));
-                        for i in 0..rows {
-                            for j in 0..cols {
-                                out[i * cols + j] = f.shared_at(r, base, i, j);
-                            }
-                        }
-                    }
-                    Place::Global(v) => {
-                        let (off, stride, vr, vc) = (arg(0), arg(1), arg(2), arg(3));
-                        for i in 0..rows {
-                            for j in 0..cols {
-                                if (i as i64) < vr && (j as i64) < vc {
-                                    let idx = check("tile load", v.tensor, off + i as i64 * stride + j as i64, hosts)?;
-                                    let t = &hosts[v.tensor.0 as usize];
-                                    out[i * cols + j] = if d.dtype == DType::I32 {
-                                        t.get_i64(idx) as f64
-                                    } else {
-                                        t.get_f32(idx) as f64
-                                    };
-                                }
-                            }
-                        }
-                    }
-                }
-                for (i, v) in out.into_iter().enumerate() {
-                    f.set_tile(*tile, i, tile_value(d.dtype, v as i64, v as f32));
-                }
-            }
-            Stmt::Store { tile, dst } => {
-                let d = &k.tiles[tile.0 as usize];
-                let (rows, cols) = (d.rows as usize, d.cols as usize);
-                match dst {
-                    Place::Shared(r) => {
-                        let base = f.shared_base(r, arg(0));
-                        let sd = &k.shared[r.buf.0 as usize];
-                        for i in 0..rows {
-                            for j in 0..cols {
-                                let v = f.tile(*tile, i * cols + j);
-                                let at = base + (r.row0 as usize + i) * sd.cols as usize + r.col0 as usize + j;
-                                f.set_shared(r.buf, at, v);
-                            }
-                        }
-                    }
-                    Place::Global(v) => {
-                        let (off, stride, vr, vc) = (arg(0), arg(1), arg(2), arg(3));
-                        for i in 0..rows.min(vr.max(0) as usize) {
-                            for j in 0..cols.min(vc.max(0) as usize) {
-                                let idx = check("tile store", v.tensor, off + i as i64 * stride + j as i64, hosts)?;
-                                let val = f.tile(*tile, i * cols + j);
-                                let t = &mut hosts[v.tensor.0 as usize];
-                                if d.dtype == DType::I32 {
-                                    t.set_i64(idx, val as i64);
-                                } else {
-                                    t.set_f32(idx, val as f32);
-                                }
-                            }
-                        }
-                    }
-                }
-            }
-            Stmt::LoadVec { vec, src } => {
-                let (off, stride, vr) = (arg(0), arg(1), arg(2));
-                let vp = f.vec(*vec);
-                for r in 0..k.vecs[vec.0 as usize].rows as usize {
-                    *vp.add(r) = if (r as i64) < vr {
-                        let i = check("vector load", src.tensor, off + r as i64 * stride, hosts)?;
-                        hosts[src.tensor.0 as usize].get_f32(i)
-                    } else {
-                        0.0
-                    };
-                }
-            }
-            Stmt::StoreVec { vec, dst } => {
-                let (off, stride, vr) = (arg(0), arg(1), arg(2));
-                let vp = f.vec(*vec);
-                let rows = k.vecs[vec.0 as usize].rows as usize;
-                for r in 0..rows.min(vr.max(0) as usize) {
-                    let i = check("vector store", dst.tensor, off + r as i64 * stride, hosts)?;
-                    hosts[dst.tensor.0 as usize].set_f32(i, *vp.add(r));
-                }
-            }
-            Stmt::Scan { tile, scratch, op: ScanOp::Sum } => {
-                let d = &k.tiles[tile.0 as usize];
-                let sd = &k.shared[scratch.0 as usize];
-                let (rows, cols) = (d.rows as usize, d.cols as usize);
-                for c in 0..cols {
-                    let mut s = f.tile(*tile, c) as f32;
-                    for r in 1..rows {
-                        s += f.tile(*tile, r * cols + c) as f32;
-                        f.set_tile(*tile, r * cols + c, s as f64);
-                    }
-                }
-                for r in 0..rows {
-                    for c in 0..cols {
-                        f.set_shared(*scratch, r * sd.cols as usize + c, f.tile(*tile, r * cols + c));
-                    }
-                }
-            }
-            Stmt::DequantFp4 { tile, words, scales, packed, fold, finite } => {
-                // The interpreter's decode, element by element (the tile is bf16: every value is exact in it).
-                let d = &k.tiles[tile.0 as usize];
-                let (rows, cols) = (d.rows as usize, d.cols as usize);
-                let (qb, sb) = (f.shared_base(words, arg(0)), f.shared_base(scales, arg(1)));
-                for r in 0..rows {
-                    for c in 0..cols {
-                        // Word of the block and nibble in it: the packed layout, or the natural (SEMANTICS.md section 1.3) one.
-                        let (w, p) = fp4::slot(c % 32, *packed);
-                        let word = f.shared_at(words, qb, r, 4 * (c / 32) + w) as u32;
-                        let nib = fp4::code(word, p, *packed);
-                        let s = f.shared_at(scales, sb, r, c / 32) as u32;
-                        f.set_tile(*tile, r * cols + c, dequant_fp4_value(nib, s, *fold, *finite) as f64);
-                    }
-                }
-            }
-            Stmt::DequantFp4Stream { tile, words, scales, packed, fold, finite, prefetch } => {
-                // The interpreter's decode, element by element; with a prefetch, its views first (arguments 8..16,
-                // bounds-checked as the GPU's loads), then the statement's own views overwrite every element.
-                let d = &k.tiles[tile.0 as usize];
-                let (rows, cols) = (d.rows as usize, d.cols as usize);
-                let mut passes = vec![];
-                if let Some(p) = prefetch {
-                    passes.push((8usize, p.words.tensor, p.scales.tensor));
-                }
-                passes.push((0, words.tensor, scales.tensor));
-                for (base, wt, st) in passes {
-                    let (qo, qs, qr, qc) = (arg(base), arg(base + 1), arg(base + 2), arg(base + 3));
-                    let (so, ss, sr, sc) = (arg(base + 4), arg(base + 5), arg(base + 6), arg(base + 7));
-                    for r in 0..rows {
-                        for c in 0..cols {
-                            let (w, p) = fp4::slot(c % 32, *packed);
-                            let (ri, bl) = (r as i64, (c / 32) as i64);
-                            let val = if ri >= qr || ri >= sr || bl >= qc / 4 || bl >= sc {
-                                0.0
-                            } else {
-                                let at = qo + ri * qs + 4 * bl + w as i64;
-                                let qi = check("dequant_fp4_stream words", wt, at, hosts)?;
-                                let word = hosts[wt.0 as usize].get_i64(qi) as u32;
-                                let si = check("dequant_fp4_stream scales", st, so + ri * ss + bl, hosts)?;
-                                let s = hosts[st.0 as usize].get_i64(si) as u32;
-                                dequant_fp4_value(fp4::code(word, p, *packed), s, *fold, *finite) as f64
-                            };
-                            f.set_tile(*tile, r * cols + c, val);
-                        }
-                    }
-                }
-            }
-            Stmt::Fp4Gemv { out, scratch, words, scales, x, packed, fold, finite, tiled, .. } => {
-                // The interpreter's sums: per valid row, its decoded blocks, one f32 sum per token in column order.
-                let base = f.shared_base(out, arg(0));
-                let (qo, qs, qr, qc) = (arg(1), arg(2), arg(3), arg(4));
-                let (so, ss, sr, sc) = (arg(5), arg(6), arg(7), arg(8));
-                let (xo, xs, xr, xc) = (arg(9), arg(10), arg(11), arg(12));
-                let (rows, cols) = (out.rows as usize, out.cols as usize);
-                let res = fp4_gemv_sums(
-                    (rows, cols),
-                    [(qo, qs, qr, qc), (so, ss, sr, sc), (xo, xs, xr, xc)],
-                    (*packed, *fold, *finite, *tiled),
-                    |i| {
-                        let si = check("fp4_gemv scales", scales.tensor, i, hosts)?;
-                        Ok(hosts[scales.tensor.0 as usize].get_i64(si) as u32)
-                    },
-                    |i| {
-                        let qi = check("fp4_gemv words", words.tensor, i, hosts)?;
-                        Ok(hosts[words.tensor.0 as usize].get_i64(qi) as u32)
-                    },
-                    |i| {
-                        let xi = check("fp4_gemv x", x.tensor, i, hosts)?;
-                        Ok(hosts[x.tensor.0 as usize].get_f32(xi))
-                    },
-                )?;
-                // The interpreter poisons the scratch buffer (the GPU's partials are unspecified).
-                let sd = &k.shared[scratch.0 as usize];
-                for i in 0..(sd.rows * sd.cols * sd.count) as usize {
-                    f.set_shared(*scratch, i, f64::NAN);
-                }
-                let d = &k.shared[out.buf.0 as usize];
-                for r in 0..rows {
-                    for c in 0..cols {
-                        let at = base + (out.row0 as usize + r) * d.cols as usize + out.col0 as usize + c;
-                        f.set_shared(out.buf, at, res[r * cols + c] as f64);
-                    }
-                }
-            }
-            other => unreachable!("lower only calls host_tile for tile statements, not {other:?}"),
+    }
+}
+
+/// Run the statement `s` for the current block: its family's runner (`tiles`, `sync`, `mx`).
+/// SAFETY: as [`parts`].
+unsafe fn tile_stmt(ctx: &mut Ctx, s: &Stmt, arg: &dyn Fn(usize) -> i64) -> Result<(), InterpError> {
+    match s.family() {
+        StmtFamily::Tiles | StmtFamily::Mma => unsafe { tiles::tile_stmt(ctx, s, arg) },
+        StmtFamily::Sync => unsafe { sync::sync_stmt(ctx, s, arg) },
+        StmtFamily::Mx => unsafe { mx::mx_stmt(ctx, s, arg) },
+        StmtFamily::Control | StmtFamily::Threads => {
+            unreachable!("lower only calls host_tile for tile statements, not {s:?}")
         }
     }
-    Ok(())
 }
 
 /// The atomic read-modify-write of element `i` of tensor `t` (index checked by the compiled code) with value

@@ -65,51 +65,12 @@ impl<'a> Checker<'a> {
 
     /// The statement's own checks, by family.
     pub(super) fn stmt_inner(&mut self, s: &Stmt) -> Result<(), IrError> {
-        match s {
-            Stmt::FirstWarpgroups { .. }
-            | Stmt::InTurn { .. }
-            | Stmt::Producer { .. }
-            | Stmt::Let { .. }
-            | Stmt::Assign { .. }
-            | Stmt::For { .. }
-            | Stmt::If { .. } => self.control_stmt(s),
-            Stmt::WarpShuffle { .. }
-            | Stmt::WarpSync
-            | Stmt::Threads { .. }
-            | Stmt::StoreScalar { .. }
-            | Stmt::SharedStore { .. }
-            | Stmt::Atomic { .. }
-            | Stmt::LetArray { .. }
-            | Stmt::ArraySet { .. }
-            | Stmt::LoadWide { .. }
-            | Stmt::StoreWide { .. } => self.thread_stmt(s),
-            Stmt::DequantFp4 { .. } | Stmt::DequantFp4Stream { .. } | Stmt::Fp4Gemv { .. } => self.mx_stmt(s),
-            Stmt::Scan { .. }
-            | Stmt::Map { .. }
-            | Stmt::VecMap { .. }
-            | Stmt::Reduce { .. }
-            | Stmt::Mma { .. }
-            | Stmt::MmaAsync { .. }
-            | Stmt::StoreCols { .. }
-            | Stmt::MmaWait { .. }
-            | Stmt::Load { .. }
-            | Stmt::Store { .. }
-            | Stmt::LoadVec { .. }
-            | Stmt::StoreVec { .. } => self.tile_stmt(s),
-            Stmt::Barrier
-            | Stmt::AsyncCommit
-            | Stmt::AsyncWait { .. }
-            | Stmt::Fence
-            | Stmt::MbarInit { .. }
-            | Stmt::MbarArriveExpectTx { .. }
-            | Stmt::MbarArrive { .. }
-            | Stmt::MbarWait { .. }
-            | Stmt::TmaLoad(_)
-            | Stmt::TmaStore(_)
-            | Stmt::TmaStoreWait { .. }
-            | Stmt::MbarArriveCluster { .. }
-            | Stmt::ClusterSync
-            | Stmt::CopyAsync { .. } => self.sync_stmt(s),
+        match s.family() {
+            StmtFamily::Control => self.control_stmt(s),
+            StmtFamily::Threads => self.thread_stmt(s),
+            StmtFamily::Mx => self.mx_stmt(s),
+            StmtFamily::Tiles | StmtFamily::Mma => self.tile_stmt(s),
+            StmtFamily::Sync => self.sync_stmt(s),
         }
     }
 }

@@ -6,7 +6,7 @@ use super::*;
 impl<'a> Checker<'a> {
     pub(super) fn sync_stmt(&mut self, s: &Stmt) -> Result<(), IrError> {
         match s {
-            Stmt::Barrier | Stmt::AsyncCommit | Stmt::AsyncWait { .. } | Stmt::Fence => {}
+            Stmt::Barrier | Stmt::AsyncCommit | Stmt::AsyncWait { .. } => {}
             Stmt::MbarInit { bar, count } => {
                 let m = self
                     .k

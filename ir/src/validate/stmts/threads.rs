@@ -6,6 +6,7 @@ use super::*;
 impl<'a> Checker<'a> {
     pub(super) fn thread_stmt(&mut self, s: &Stmt) -> Result<(), IrError> {
         match s {
+            Stmt::Fence => {}
             Stmt::WarpShuffle { .. } | Stmt::WarpSync => {
                 let top = self.region.is_some_and(|base| self.scopes.len() == base + 1);
                 if !top {
@@ -51,11 +52,7 @@ impl<'a> Checker<'a> {
                 self.path.pop();
             }
             Stmt::StoreScalar { tensor, index, value } => {
-                let t = self
-                    .k
-                    .tensors
-                    .get(tensor.0 as usize)
-                    .ok_or_else(|| self.err(IrErrorKind::Scope, format!("no tensor #{}", tensor.0)))?;
+                let t = self.tensor(*tensor)?;
                 if t.access == Access::Read {
                     return Err(self.err(IrErrorKind::Type, format!("tensor `{}` is read-only", t.name)));
                 }
@@ -77,11 +74,7 @@ impl<'a> Checker<'a> {
             Stmt::Atomic { target, op: _, value, fetch } => {
                 let (dtype, what) = match target {
                     AtomicTarget::Global { tensor, index } => {
-                        let t = self
-                            .k
-                            .tensors
-                            .get(tensor.0 as usize)
-                            .ok_or_else(|| self.err(IrErrorKind::Scope, format!("no tensor #{}", tensor.0)))?;
+                        let t = self.tensor(*tensor)?;
                         if t.access == Access::Read {
                             return Err(self.err(IrErrorKind::Type, format!("tensor `{}` is read-only", t.name)));
                         }
@@ -181,11 +174,7 @@ impl<'a> Checker<'a> {
         lanes: u32,
         store: bool,
     ) -> Result<(), IrError> {
-        let t = self
-            .k
-            .tensors
-            .get(tensor.0 as usize)
-            .ok_or_else(|| self.err(IrErrorKind::Scope, format!("no tensor #{}", tensor.0)))?;
+        let t = self.tensor(tensor)?;
         let what = if store { "wide store" } else { "wide load" };
         if store && t.access == Access::Read {
             return Err(self.err(IrErrorKind::Type, format!("{what}: tensor `{}` is read-only", t.name)));

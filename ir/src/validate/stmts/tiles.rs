@@ -121,11 +121,7 @@ impl<'a> Checker<'a> {
             }
             Stmt::LoadVec { vec, src: view } | Stmt::StoreVec { vec, dst: view } => {
                 self.vec(*vec)?;
-                let t = self
-                    .k
-                    .tensors
-                    .get(view.tensor.0 as usize)
-                    .ok_or_else(|| self.err(IrErrorKind::Scope, format!("no tensor #{}", view.tensor.0)))?;
+                let t = self.tensor(view.tensor)?;
                 if !t.dtype.is_float() {
                     return Err(self.err(
                         IrErrorKind::Type,

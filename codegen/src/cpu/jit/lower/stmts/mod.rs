@@ -20,50 +20,22 @@ impl<'a, 'f> Lower<'a, 'f> {
 
     pub(super) fn stmt(&mut self, s: &Stmt) -> Result<(), JitError> {
         match s {
-            Stmt::Let { .. }
-            | Stmt::Assign { .. }
-            | Stmt::For { .. }
-            | Stmt::If { .. }
-            | Stmt::Barrier
+            // The no-op synchronisation statements and threads regions are lowered with the scalar control;
+            // warp statements only inside lockstep regions (`lockstep`).
+            Stmt::Barrier
             | Stmt::AsyncCommit
             | Stmt::AsyncWait { .. }
             | Stmt::MmaWait { .. }
             | Stmt::Fence
-            | Stmt::Producer { .. }
-            | Stmt::InTurn { .. }
-            | Stmt::FirstWarpgroups { .. }
             | Stmt::Threads { .. } => self.control_stmt(s),
-            Stmt::StoreScalar { .. }
-            | Stmt::SharedStore { .. }
-            | Stmt::Atomic { .. }
-            | Stmt::LetArray { .. }
-            | Stmt::ArraySet { .. }
-            | Stmt::LoadWide { .. }
-            | Stmt::StoreWide { .. } => self.thread_stmt(s),
-            Stmt::Map { .. }
-            | Stmt::VecMap { .. }
-            | Stmt::Reduce { .. }
-            | Stmt::Scan { .. }
-            | Stmt::Mma { .. }
-            | Stmt::MmaAsync { .. }
-            | Stmt::StoreCols { .. }
-            | Stmt::Load { .. }
-            | Stmt::Store { .. }
-            | Stmt::LoadVec { .. }
-            | Stmt::StoreVec { .. } => self.tile_stmt(s),
-            Stmt::CopyAsync { .. }
-            | Stmt::MbarInit { .. }
-            | Stmt::MbarArriveExpectTx { .. }
-            | Stmt::MbarArrive { .. }
-            | Stmt::MbarWait { .. }
-            | Stmt::TmaLoad(_)
-            | Stmt::MbarArriveCluster { .. }
-            | Stmt::ClusterSync
-            | Stmt::TmaStore(_)
-            | Stmt::TmaStoreWait { .. } => self.sync_stmt(s),
-            Stmt::DequantFp4 { .. } | Stmt::DequantFp4Stream { .. } | Stmt::Fp4Gemv { .. } => self.mx_stmt(s),
-            #[allow(unreachable_patterns)]
-            other => Err(unsupported(format!("statement {}", stmt_name(other)))),
+            Stmt::WarpShuffle { .. } | Stmt::WarpSync => Err(unsupported(format!("statement {}", stmt_name(s)))),
+            _ => match s.family() {
+                StmtFamily::Control => self.control_stmt(s),
+                StmtFamily::Threads => self.thread_stmt(s),
+                StmtFamily::Tiles | StmtFamily::Mma => self.tile_stmt(s),
+                StmtFamily::Sync => self.sync_stmt(s),
+                StmtFamily::Mx => self.mx_stmt(s),
+            },
         }
     }
 }

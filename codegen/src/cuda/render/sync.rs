@@ -1,0 +1,104 @@
+//! Barriers and copies: block and cluster barriers, `cp.async` copies with their commit and wait, mbarriers and
+//! the TMA's bulk loads and stores.
+
+use super::*;
+
+impl<'a> Renderer<'a> {
+    pub(super) fn sync_stmt(&mut self, s: &Stmt) {
+        let k = self.k;
+        match s {
+            // With a producer warp, a barrier inside loops or conditionals is the consumers' (named barrier 1);
+            // at the top level every thread meets (see `Stmt::Producer`).
+            Stmt::Barrier if k.producer_warp && self.nest > 0 => self.line("k3k::barrier();"),
+            Stmt::Barrier => self.line("__syncthreads();"),
+            Stmt::AsyncCommit => self.line("k3k::async_commit();"),
+            Stmt::MbarInit { bar, count } => {
+                let n = k.mbarriers[bar.0 as usize].count;
+                self.line(&format!("k3k::mbar_init(mb{}, {n}, {count}u);", bar.0));
+            }
+            Stmt::MbarArriveExpectTx { bar, bytes } => {
+                let line = format!("k3k::mbar_arrive_expect_tx({}, {bytes}u);", self.mbar_ptr(bar));
+                self.line(&line);
+            }
+            Stmt::MbarArrive { bar } => {
+                let line = format!("k3k::mbar_arrive({});", self.mbar_ptr(bar));
+                self.line(&line);
+            }
+            Stmt::MbarWait { bar, parity, elected } => {
+                // CTA scope in a cluster too, as CUTLASS's pipelines: a phase completes by copy transactions (a
+                // peer's multicast bytes included, visible to the waiters) or by arrivals that only say a slot's
+                // reads are done (see `mbar_arrive_cluster`).
+                let f = if *elected { "mbar_wait_elected" } else { "mbar_wait" };
+                let line = format!("k3k::{f}({}, (int)({}));", self.mbar_ptr(bar), self.e(parity, Ctx::Scalar));
+                self.line(&line);
+            }
+            Stmt::TmaLoad(t) => {
+                let coords: Vec<String> =
+                    t.coords.iter().map(|c| format!("(int)({})", self.e(c, Ctx::Scalar))).collect();
+                let (f, mask) = match &t.multicast {
+                    Some(m) => ("tma_load_mc", format!(", (unsigned short)({})", self.e(m, Ctx::Scalar))),
+                    None => ("tma_load", String::new()),
+                };
+                let line = format!(
+                    "k3k::{f}({} + {} * {}::ROW_BYTES, &tm{}, {}{mask}, {});",
+                    self.shared_ptr(&t.dst),
+                    t.dst.row0,
+                    self.shared_layout(t.dst.buf),
+                    t.map.0,
+                    self.mbar_ptr(&t.bar),
+                    coords.join(", ")
+                );
+                self.line(&line);
+            }
+            Stmt::TmaStore(t) => {
+                let coords: Vec<String> =
+                    t.coords.iter().map(|c| format!("(int)({})", self.e(c, Ctx::Scalar))).collect();
+                self.line("k3k::tma_store_fence();");
+                let line = format!(
+                    "k3k::tma_store({} + {} * {}::ROW_BYTES, &tm{}, {});",
+                    self.shared_ptr(&t.src),
+                    t.src.row0,
+                    self.shared_layout(t.src.buf),
+                    t.map.0,
+                    coords.join(", ")
+                );
+                self.line(&line);
+            }
+            Stmt::TmaStoreWait { pending } => self.line(&format!("k3k::tma_store_wait<{pending}>();")),
+            // Without a cluster the block is rank 0 of a one-CTA cluster (the only rank the validator and the
+            // CPU backends accept): a plain arrival on its own barrier, one per warp.
+            Stmt::MbarArriveCluster { bar, .. } if k.cluster_size() == 1 => {
+                let line = format!("k3k::mbar_arrive_warp({});", self.mbar_ptr(bar));
+                self.line(&line);
+            }
+            Stmt::MbarArriveCluster { bar, cta } => {
+                let line = format!(
+                    "k3k::mbar_arrive_cluster({}, (unsigned)({}));",
+                    self.mbar_ptr(bar),
+                    self.e(cta, Ctx::Scalar)
+                );
+                self.line(&line);
+            }
+            Stmt::ClusterSync => self.line("k3k::cluster_sync();"),
+            Stmt::AsyncWait { pending } => self.line(&format!("k3k::async_wait<{pending}>();")),
+            Stmt::CopyAsync { dst, src } => {
+                let t = &k.tensors[src.tensor.0 as usize];
+                let line = format!(
+                    "k3k::copy_async<{}, {}, {}, {}, {}, {}>({}, {}, {}, {});",
+                    c_type(t.dtype),
+                    src.vec,
+                    k.threads,
+                    self.shared_layout(dst.buf),
+                    dst.rows,
+                    dst.cols,
+                    self.shared_ptr(dst),
+                    dst.row0,
+                    dst.col0,
+                    self.view_args(src)
+                );
+                self.line(&line);
+            }
+            _ => unreachable!("not a barrier or copy statement"),
+        }
+    }
+}
