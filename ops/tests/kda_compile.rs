@@ -7,7 +7,8 @@ use k3k_ops::kda::{self, KdaProblem, Launch, decode};
 use k3k_ops::op::{Operator, Preset};
 
 /// The bytes a kernel may spill: [`Operator::known_spill_bytes`] (16 for the plain intra kernels with
-/// `GSWZ=pairs`, measured fastest; 0 for every other kernel). More than this is a regression.
+/// `GSWZ=pairs`, 8 for the intra kernels with the in-kernel L2 norm, each measured fastest with it; 0 for every
+/// other kernel). More than this is a regression.
 fn known_spill(k: &Kernel) -> u32 {
     kda::Kda.known_spill_bytes(k)
 }

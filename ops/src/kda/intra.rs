@@ -392,8 +392,7 @@ pub fn build_intra(
                 let ss = b.let_var("ss", 0.0);
                 b.if_(row.lt(2 * cc), |b| {
                     b.for_("i", lane.clone(), kk, 32i64, |b, i| {
-                        let xv =
-                            b.let_("xv", Expr::select(is_q.clone(), qs(r.clone(), i.clone()), ks(r.clone(), i)));
+                        let xv = b.let_("xv", Expr::select(is_q.clone(), qs(r.clone(), i.clone()), ks(r.clone(), i)));
                         b.assign(ss, Expr::Var(ss) + &xv * xv.clone());
                     });
                 });

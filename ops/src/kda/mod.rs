@@ -1186,8 +1186,19 @@ impl Operator for Kda {
     /// 2026-12-04, same runs as FLA: B1 T8192 H96 1.545 ms vs 1.577 with the other swizzle and 1.608 with pair stores, see
     /// [`intra`]). Every other kda kernel: none.
     fn known_spill_bytes(&self, kernel: &Kernel) -> u32 {
+        // The plain intra kernels with `GSWZ=pairs`: 16 bytes (measured fastest). The intra kernels with the
+        // in-kernel L2 norm: 8 bytes under the 80-register cap of the slim layout since the norms are one warp a
+        // row (measured faster with the spill: H100, 2026-12-06, intra kernel 1.39 -> 1.27 ms at B1 T8192 H96 with
+        // every in-kernel option).
         let n = &kernel.name;
-        if n.starts_with("k3k_kda_intra_") && n.contains("_pre_c") && n.ends_with("_gp") { 16 } else { 0 }
+        let intra = n.starts_with("k3k_kda_intra_");
+        if intra && n.contains("_pre_c") && n.ends_with("_gp") {
+            16
+        } else if intra && n.contains("_l2_") {
+            8
+        } else {
+            0
+        }
     }
     fn summary(&self) -> &'static str {
         "chunked Kimi Delta Attention forward (safe-gate and exact diagonal tiles, varlen, GVA, h0, in-kernel l2norm/gates/beta sigmoid)"
