@@ -51,7 +51,8 @@ pub fn build(c: &Fp8Cfg, kb_align: u32, out_vec: u32) -> Result<Kernel, OpError>
     let bk = 128u32;
     let wgs = bm / 64;
     let threads = 128 * wgs;
-    let name = format!("k3k_mxfp4_mm8_dense_s{kb_align}_o{out_vec}_bm{bm}_bn{bn}_st{st}_t{}", c.tmps);
+    let v2 = format!("{}{}", if c.tma { "_tma" } else { "" }, if c.fa_reg { "_fr" } else { "" });
+    let name = format!("k3k_mxfp4_mm8_dense_s{kb_align}_o{out_vec}_bm{bm}_bn{bn}_st{st}_t{}{v2}", c.tmps);
     let mut b = KernelBuilder::new(&name, threads);
     b.knobs(c.knobs());
     let m = b.dim("M");
@@ -74,6 +75,8 @@ pub fn build(c: &Fp8Cfg, kb_align: u32, out_vec: u32) -> Result<Kernel, OpError>
     let sfa = b.shared("sfa", DType::F32, bk / 32, bm, 1, Swizzle::None);
     let sfb = b.shared("sfb", DType::F32, bk / 32, bn, 1, Swizzle::None);
     let acc = b.tile("acc", DType::F32, bm, bn, [4 * wgs, 1]);
+    let fa_vecs: Vec<VecId> =
+        (0..if c.fa_reg { bk / 32 } else { 0 }).map(|j| b.vec(&format!("fa{j}"), bm, [4 * wgs, 1])).collect();
     let tmps: Vec<TileId> = (0..c.tmps).map(|i| b.tile(&format!("tmp{i}"), DType::F32, bm, bn, [4 * wgs, 1])).collect();
 
     b.grid(m.ceil_div(bm as i64), n.ceil_div(bn as i64), 1i64);
@@ -85,23 +88,38 @@ pub fn build(c: &Fp8Cfg, kb_align: u32, out_vec: u32) -> Result<Kernel, OpError>
     // Scale rows: the widest cp.async the alignment of KB allows (4 bytes per row and slice at most).
     let svec = [4u32, 2, 1].into_iter().find(|v| kb_align.is_multiple_of(*v)).unwrap_or(1);
 
+    // LOAD=tma: the code tiles by TMA (one thread, completing on per-slot mbarriers; rows and K past the
+    // ends read zero), the scale rows by cp.async (4-byte rows are below TMA's 16-byte box minimum).
+    let tma = c.tma.then(|| {
+        let xm = b.tensor_map("xq_map", xq, &[bk / 4, bm], Swizzle::Xor16B);
+        let wm = b.tensor_map("wq_map", wq, &[bk / 8, bn], Swizzle::None);
+        let full = b.mbarriers("full", st);
+        b.mbar_init(full, 1);
+        (xm, wm, full)
+    });
+    let stage_bytes = bm * bk + bn * bk / 2;
     let load = |b: &mut KernelBuilder, kt: Expr, slot: Expr| {
         let k0 = b.let_("k0", kt * bk as i64);
         let kleft = kd.clone() - k0.clone();
-        let dq = b.slot(sxq, slot.clone());
-        b.copy_async(dq, view(xq, &m0 * kx.clone() + &k0 / 4i64, kx.clone(), rows_valid.clone(), &kleft / 4i64, 4));
-        let ds = b.slot(sxs, slot.clone());
-        b.copy_async(
-            ds,
-            view(xs, &m0 * kb.clone() + &k0 / 32i64, kb.clone(), rows_valid.clone(), &kleft / 32i64, svec),
-        );
-        let dq = b.slot(sq, slot.clone());
-        b.copy_async(dq, view(wq, &n0 * kw.clone() + &k0 / 8i64, kw.clone(), cols_valid.clone(), &kleft / 8i64, 4));
-        let ds = b.slot(ss, slot);
-        b.copy_async(
-            ds,
-            view(ws, &n0 * kb.clone() + &k0 / 32i64, kb.clone(), cols_valid.clone(), &kleft / 32i64, svec),
-        );
+        let xs_src = view(xs, &m0 * kb.clone() + &k0 / 32i64, kb.clone(), rows_valid.clone(), &kleft / 32i64, svec);
+        let ws_src = view(ws, &n0 * kb.clone() + &k0 / 32i64, kb.clone(), cols_valid.clone(), &kleft / 32i64, svec);
+        let (dxq, dxs, dq, ds) =
+            (b.slot(sxq, slot.clone()), b.slot(sxs, slot.clone()), b.slot(sq, slot.clone()), b.slot(ss, slot.clone()));
+        if let Some((xm, wm, full)) = tma {
+            b.mbar_arrive_expect_tx(full, slot.clone(), stage_bytes);
+            b.tma_load(xm, dxq, vec![&k0 / 4i64, m0.clone()], full, slot.clone());
+            b.tma_load(wm, dq, vec![&k0 / 8i64, n0.clone()], full, slot);
+            b.copy_async(dxs, xs_src);
+            b.copy_async(ds, ws_src);
+        } else {
+            b.copy_async(
+                dxq,
+                view(xq, &m0 * kx.clone() + &k0 / 4i64, kx.clone(), rows_valid.clone(), &kleft / 4i64, 4),
+            );
+            b.copy_async(dxs, xs_src);
+            b.copy_async(dq, view(wq, &n0 * kw.clone() + &k0 / 8i64, kw.clone(), cols_valid.clone(), &kleft / 8i64, 4));
+            b.copy_async(ds, ws_src);
+        }
     };
 
     b.map(acc, 0.0f64);
@@ -113,6 +131,10 @@ pub fn build(c: &Fp8Cfg, kb_align: u32, out_vec: u32) -> Result<Kernel, OpError>
     b.for_("kt", 0i64, k_tiles.clone(), 1i64, |b, kt| {
         // Slice kt has landed (this thread's copies; the barrier makes everyone's visible).
         b.wait(st - 2);
+        if let Some((_, _, full)) = tma {
+            let slot = &kt % st as i64;
+            b.mbar_wait(full, slot, (&kt / st as i64) % 2i64);
+        }
         b.barrier();
         let next = &kt + (st - 1) as i64;
         // Its slot was last read by slice kt - 1, whose products and conversions are complete.
@@ -120,7 +142,20 @@ pub fn build(c: &Fp8Cfg, kb_align: u32, out_vec: u32) -> Result<Kernel, OpError>
         b.commit();
         let slot = b.let_("slot", &kt % st as i64);
         convert_weights(b, sq, sw, &slot, bn, threads);
-        scale_factors(b, (sxs, sfa, bm), (ss, sfb, bn), &slot, threads);
+        // PROMOTE=reg: the activation factors of this thread's rows in registers (row vectors, one per block);
+        // smem: both factor vectors in shared memory, read per element.
+        let fa: Vec<VecId> = if c.fa_reg {
+            (0..bk / 32)
+                .map(|j| {
+                    let v = fa_vecs[j as usize];
+                    b.vec_map(v, e8m0(Expr::shared_load(sxs, slot.clone(), Expr::RowIdx, j as i64)));
+                    v
+                })
+                .collect()
+        } else {
+            vec![]
+        };
+        scale_factors(b, (!c.fa_reg).then_some((sxs, sfa, bm)), (ss, sfb, bn), &slot, threads);
         // The ordinary shared stores above, fenced for the async proxy, then visible to every warpgroup.
         b.wait(st - 1);
         b.barrier();
@@ -130,8 +165,11 @@ pub fn build(c: &Fp8Cfg, kb_align: u32, out_vec: u32) -> Result<Kernel, OpError>
             b.mma_async_init(t, a, w, false);
         };
         let promote = |b: &mut KernelBuilder, j: u32, t: TileId| {
-            let f = Expr::shared_load(sfa, 0i64, j as i64, Expr::RowIdx)
-                * Expr::shared_load(sfb, 0i64, j as i64, Expr::ColIdx);
+            let a = match fa.get(j as usize) {
+                Some(&v) => Expr::RowVal(v),
+                None => Expr::shared_load(sfa, 0i64, j as i64, Expr::RowIdx),
+            };
+            let f = a * Expr::shared_load(sfb, 0i64, j as i64, Expr::ColIdx);
             b.map(acc, Expr::Elem(acc) + Expr::Elem(t) * f);
         };
         let blocks = bk / 32;
@@ -188,12 +226,12 @@ fn convert_weights(b: &mut KernelBuilder, sq: SharedId, sw: SharedId, slot: &Exp
 /// vectors `fa: [4, BM]` and `fb: [4, BN]` (one row per 32-wide block of the slice).
 fn scale_factors(
     b: &mut KernelBuilder,
-    (sxs, sfa, bm): (SharedId, SharedId, u32),
-    (ss, sfb, bn): (SharedId, SharedId, u32),
+    act: Option<(SharedId, SharedId, u32)>,
+    wgt: (SharedId, SharedId, u32),
     slot: &Expr,
     threads: u32,
 ) {
-    for (src, dst, rows) in [(sxs, sfa, bm), (ss, sfb, bn)] {
+    for (src, dst, rows) in act.into_iter().chain([wgt]) {
         let total = (rows * 4) as i64;
         let per = (total + threads as i64 - 1) / threads as i64;
         b.threads(|b| {

@@ -25,9 +25,23 @@ pub struct Fp8Cfg {
     pub stages: u32,
     /// Temporary accumulators (2: the next block's product in flight during a promotion).
     pub tmps: u32,
+    /// F8V >= 2: the code tiles by TMA on per-slot mbarriers (F8V=1: every thread's cp.async with per-row
+    /// bounds, the first kernel of 2026-12-06).
+    pub tma: bool,
+    /// F8V >= 2: the activation scale factors of a thread's rows in registers (row vectors; F8V=1: a shared
+    /// f32 vector read per element).
+    pub fa_reg: bool,
 }
 
+/// The newest kernel generation (knob `F8V`).
+pub const LATEST: u32 = 2;
+
 impl Fp8Cfg {
+    /// The generation these flags make (knob `F8V`).
+    pub fn version(&self) -> u32 {
+        if self.tma { 2 } else { 1 }
+    }
+
     /// As knobs (recorded in the kernel; re-resolving them gives the same kernel).
     pub fn knobs(&self) -> Knobs {
         Knobs::new()
@@ -36,6 +50,7 @@ impl Fp8Cfg {
             .with("BN", self.bn)
             .with("BK", 128i64)
             .with("STAGES", self.stages)
+            .with("F8V", self.version())
     }
 }
 
@@ -70,6 +85,12 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs) -> Result<Fp8Cfg, OpError> {
             ),
         ));
     }
+    // F8V: the kernel generation (0 = the newest; see `Fp8Cfg::tma` and `fa_reg`).
+    let ver = get("F8V", LATEST)?;
+    if !(1..=LATEST).contains(&ver) {
+        return Err(invalid(knobs, format!("MMA=fp8 takes F8V 0 (newest) or 1..={LATEST} (got F8V={ver})")));
+    }
+    let (tma, fa_reg) = (ver >= 2, ver >= 2);
     let mut missing = vec![];
     if !spec.act8 {
         missing.push("MXFP8 activations");
@@ -88,7 +109,7 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs) -> Result<Fp8Cfg, OpError> {
     }
     // Registers per thread: the accumulator and the temporaries, BN/2 each per 64 rows.
     let tmps = if bn <= 128 { 2 } else { 1 };
-    Ok(Fp8Cfg { bm, bn, stages, tmps })
+    Ok(Fp8Cfg { bm, bn, stages, tmps, tma, fa_reg })
 }
 
 /// The kernels of the FP8 path (one launch).
