@@ -4,12 +4,14 @@
 //! Per CTA a `BM x BN` output tile (BM/64 warpgroups, each its 64 token rows). A `STAGES`-deep `cp.async` ring
 //! stages, per 128-wide K slice, the activation codes `[BM, 32]` words (128-byte Xor16B rows: the wgmma A operand
 //! as they lie in memory), the activation scales `[BM, 4]`, the weight words `[BN, 16]` and scales `[BN, 4]`.
-//! Then per slice:
+//! (F8V >= 2: the two code tiles by TMA on per-slot mbarriers, the scale rows by cp.async; F8V=1 copies all
+//! four by every thread's cp.async.) Then per slice:
 //! - a threads region converts each weight word (eight E2M1 codes) into two words of E4M3 codes in the shared
 //!   B tile `[BN, 32]` words: code `s.e1e0.m` -> byte `s.0000.e1e0m.00`, which is the E2M1 value times 2^-6
 //!   exactly (e = 0: the E4M3 subnormal m 2^-7 = 0.5 m 2^-6; else 2^(e-7)(1 + m/2) = 2^(e-1)(1 + m/2) 2^-6), so
 //!   every product of the tensor core is exact; the 2^6 is applied once to the finished f32 accumulator;
-//! - a threads region writes the slice's scale factors `2^(s - 127)` (NaN for 255) as f32 vectors;
+//! - a threads region writes the slice's scale factors `2^(s - 127)` (NaN for 255) as f32 vectors (F8V >= 2:
+//!   the weights' only; each thread's activation rows' factors go to row vectors in registers);
 //! - per 32-wide scale block j: one `wgmma m64nBNk32 e4m3` into a temporary accumulator (two temporaries
 //!   alternate, so block j+1's product runs while block j is promoted), then
 //!   `acc += tmp * (fa[m, j] * fb[n, j])`: the factor is a product of two powers of two, exact in f32 wherever
