@@ -35,6 +35,8 @@ fn fp8_dense_matches_reference() {
             fp8(&[("BM", 64), ("BN", 64), ("STAGES", 3)]),
             fp8(&[("BM", 128), ("BN", 136)]),
             fp8(&[("BM", 64), ("BN", 72), ("F8V", 1)]),
+            // F8V=3: folded weight scales where the rows allow (wide = 0), else the F8V=2 kernel (wide = 1).
+            fp8(&[("BM", 128), ("BN", 64), ("F8V", 3)]),
         ] {
             run(&dense(m, k, n, wide), rng.random(), &kn);
         }
@@ -79,7 +81,7 @@ fn fp8_kernels_assemble_without_spills() {
     let op = Mxfp4Matmul;
     let p = Preset::new("M4096", &[("M", 4096), ("N", 6144), ("K", 3584), ("act", 1)]);
     // (BN=256 with one temporary takes 255 registers and spills: 2 x 128 accumulator registers per thread.)
-    for kn in [fp8(&[]), fp8(&[("BM", 64), ("BN", 128)]), fp8(&[("F8V", 1)])] {
+    for kn in [fp8(&[]), fp8(&[("BM", 64), ("BN", 128)]), fp8(&[("F8V", 1)]), fp8(&[("F8V", 3)])] {
         for k in op.kernels(&p, &kn).unwrap() {
             let m = build(&k, BuildOptions { assemble: true }).unwrap_or_else(|e| panic!("{}: {e}", k.name));
             let r = m.resources.clone().unwrap();

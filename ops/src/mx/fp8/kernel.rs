@@ -58,6 +58,18 @@ pub fn e4m3_words_lean(w: Expr) -> (Expr, Expr) {
     (f(spread(w.clone().bitand(0xffffi64))), f(spread(w.shr(16i64))))
 }
 
+/// An E4M3 word of [`e4m3_words`] bytes `B = s.0.e1e0.m.00` (the E2M1 value v times 2^-6) -> the bytes of v times
+/// 2^(u-6), exactly, for u in 0..=12: a nonzero magnitude adds u to the exponent field (`+ 8u`), except the
+/// subnormal 0.5 (B = 4), which becomes the normal 2^(u-7) (`8u`, so `- 4`) when u >= 1; 6 x 2^6 = 384 <= 448,
+/// no carry into the sign bit (28 + 96 < 128). Per byte, SIMD within the word.
+pub fn fold_word(b: &mut KernelBuilder, w: Expr, u: &Expr) -> Expr {
+    let w = b.let_("fw", w);
+    let (b1, b2) = (w.shr(1i64), w.shr(2i64));
+    let nz = w.clone().bitor(b1.clone()).bitor(b2.clone()).bitand(0x0404_0404i64);
+    let one = w.clone().bitand(b1.bitxor(-1i64)).bitand(b2.bitxor(-1i64)).bitand(0x0404_0404i64);
+    w + nz * (u.clone() * 2i64) - one * (u.clone() + 15i64).shr(4i64)
+}
+
 /// Build the dense kernel. Tensors: `xq: [M, KX] u32` (E4M3 codes, four per word), `xs: [M, KB] u8`,
 /// `wq: [N, KW] u32` (natural layout words), `ws: [N, KB] u8`, `y: [M, N] bf16`; K = 4 KX = 8 KW = 32 KB.
 pub fn build(c: &Fp8Cfg, kb_align: u32, out_vec: u32) -> Result<Kernel, OpError> {
@@ -65,7 +77,12 @@ pub fn build(c: &Fp8Cfg, kb_align: u32, out_vec: u32) -> Result<Kernel, OpError>
     let bk = 128u32;
     let wgs = bm / 64;
     let threads = 128 * wgs;
-    let v2 = format!("{}{}", if c.tma { "_tma" } else { "" }, if c.fa_reg { "_fr" } else { "" });
+    let v2 = format!(
+        "{}{}{}",
+        if c.tma { "_tma" } else { "" },
+        if c.fa_reg { "_fr" } else { "" },
+        if c.fold { "_fold" } else { "" }
+    );
     let name = format!("k3k_mxfp4_mm8_dense_s{kb_align}_o{out_vec}_bm{bm}_bn{bn}_st{st}_t{}{v2}", c.tmps);
     let mut b = KernelBuilder::new(&name, threads);
     b.knobs(c.knobs());
@@ -79,6 +96,8 @@ pub fn build(c: &Fp8Cfg, kb_align: u32, out_vec: u32) -> Result<Kernel, OpError>
     let wq = b.tensor("wq", DType::U32, &[n.clone(), kw.clone()], Access::Read);
     let ws = b.tensor("ws", DType::U8, &[n.clone(), kb.clone()], Access::Read);
     let y = b.tensor("y", DType::Bf16, &[m.clone(), n.clone()], Access::Write);
+    // F8V=3 (fold): `ws` holds the shifts u = sw - lo_n (0..=12) and `wl: [N] u8` the rows' lo_n.
+    let wl = c.fold.then(|| b.tensor("wl", DType::U8, std::slice::from_ref(&n), Access::Read));
     let kd = kb.clone() * BLOCK as i64;
 
     let sxq = b.shared("sxq", DType::U32, bm, bk / 4, st, Swizzle::Xor16B);
@@ -155,7 +174,8 @@ pub fn build(c: &Fp8Cfg, kb_align: u32, out_vec: u32) -> Result<Kernel, OpError>
         b.if_(next.lt(k_tiles.clone()), |b| load(b, next.clone(), &next % st as i64));
         b.commit();
         let slot = b.let_("slot", &kt % st as i64);
-        convert_weights(b, (sq, sw), &slot, bn, threads, c.tma);
+        let fold = c.fold.then_some((ss, slot.clone()));
+        convert_weights(b, (sq, sw), &slot, bn, threads, c.tma, fold);
         // PROMOTE=reg: the activation factors of this thread's rows in registers (row vectors, one per block);
         // smem: both factor vectors in shared memory, read per element.
         let fa: Vec<VecId> = if c.fa_reg {
@@ -169,7 +189,9 @@ pub fn build(c: &Fp8Cfg, kb_align: u32, out_vec: u32) -> Result<Kernel, OpError>
         } else {
             vec![]
         };
-        scale_factors(b, (!c.fa_reg).then_some((sxs, sfa, bm)), (ss, sfb, bn), &slot, threads);
+        if !c.fold {
+            scale_factors(b, (!c.fa_reg).then_some((sxs, sfa, bm)), (ss, sfb, bn), &slot, threads);
+        }
         // The ordinary shared stores above, fenced for the async proxy, then visible to every warpgroup.
         b.wait(st - 1);
         b.barrier();
@@ -183,7 +205,7 @@ pub fn build(c: &Fp8Cfg, kb_align: u32, out_vec: u32) -> Result<Kernel, OpError>
                 Some(&v) => Expr::RowVal(v),
                 None => Expr::shared_load(sfa, 0i64, j as i64, Expr::RowIdx),
             };
-            let f = a * Expr::shared_load(sfb, 0i64, j as i64, Expr::ColIdx);
+            let f = if c.fold { a } else { a * Expr::shared_load(sfb, 0i64, j as i64, Expr::ColIdx) };
             b.map(acc, Expr::Elem(acc) + Expr::Elem(t) * f);
         };
         let blocks = bk / 32;
@@ -211,7 +233,25 @@ pub fn build(c: &Fp8Cfg, kb_align: u32, out_vec: u32) -> Result<Kernel, OpError>
     });
     b.wait(0);
     // The conversion's 2^-6 per weight value.
-    b.map(acc, Expr::Elem(acc) * 64.0f64);
+    match wl {
+        // The folded weights' 2^(lo_n - 127) per column (the last tile's columns past N read row N - 1).
+        Some(wl) => {
+            let swl = b.shared("swl", DType::F32, 1, bn, 1, Swizzle::None);
+            let per = bn.div_ceil(threads) as i64;
+            b.threads(|b| {
+                b.for_unrolled("i", 0i64, per, 1i64, |b, i| {
+                    let idx = b.let_("idx", Expr::thread_idx() + i * threads as i64);
+                    b.if_(idx.lt(bn as i64), |b| {
+                        let col = (n0.clone() + idx.clone()).min(n.clone() - 1i64);
+                        b.shared_store(swl, 0i64, 0i64, idx, e8m0(Expr::load(wl, col)) * 64.0f64);
+                    });
+                });
+            });
+            b.barrier();
+            b.map(acc, Expr::Elem(acc) * Expr::shared_load(swl, 0i64, 0i64, Expr::ColIdx));
+        }
+        None => b.map(acc, Expr::Elem(acc) * 64.0f64),
+    }
     let off = &m0 * n.clone() + n0.clone();
     b.store(acc, Place::Global(view(y, off, n.clone(), rows_valid.clone(), cols_valid.clone(), out_vec)));
     Ok(b.finish()?)
@@ -219,6 +259,8 @@ pub fn build(c: &Fp8Cfg, kb_align: u32, out_vec: u32) -> Result<Kernel, OpError>
 
 /// The weight words of slot `slot` (`[BN, 16]`, eight E2M1 codes each) -> the E4M3 words of `sw` (`[BN, 32]`).
 /// `lean` (F8V >= 2): [`e4m3_words_lean`], and no bounds test where the threads divide the words.
+/// `fold` (F8V=3): the weight scales folded into the codes: each word of block j of row r times 2^u with u =
+/// `ss[slot][r][j]` in 0..=12 ([`fold_word`]).
 fn convert_weights(
     b: &mut KernelBuilder,
     (sq, sw): (SharedId, SharedId),
@@ -226,6 +268,7 @@ fn convert_weights(
     bn: u32,
     threads: u32,
     lean: bool,
+    fold: Option<(SharedId, Expr)>,
 ) {
     let words = (bn * 16) as i64;
     let per = (words + threads as i64 - 1) / threads as i64;
@@ -233,7 +276,12 @@ fn convert_weights(
         let r = b.let_("r", idx.shr(4i64));
         let col = b.let_("col", idx.bitand(15i64));
         let w = b.let_("w", Expr::shared_load(sq, slot.clone(), r.clone(), col.clone()));
-        let (o0, o1) = if lean { e4m3_words_lean(w) } else { e4m3_words(w) };
+        let (mut o0, mut o1) = if lean { e4m3_words_lean(w) } else { e4m3_words(w) };
+        if let Some((ss, sslot)) = &fold {
+            let u = b.let_("u", Expr::shared_load(*ss, sslot.clone(), r.clone(), col.shr(2i64)));
+            o0 = fold_word(b, o0, &u);
+            o1 = fold_word(b, o1, &u);
+        }
         b.shared_store(sw, 0i64, r.clone(), col.shl(1i64), o0);
         b.shared_store(sw, 0i64, r, col.shl(1i64) + 1i64, o1);
     };
