@@ -4,12 +4,14 @@
 //! Per CTA a `BM x BN` output tile (BM/64 warpgroups, each its 64 token rows). A `STAGES`-deep `cp.async` ring
 //! stages, per 128-wide K slice, the activation codes `[BM, 32]` words (128-byte Xor16B rows: the wgmma A operand
 //! as they lie in memory), the activation scales `[BM, 4]`, the weight words `[BN, 16]` and scales `[BN, 4]`.
-//! Then per slice:
+//! (F8V >= 2: the two code tiles by TMA on per-slot mbarriers, the scale rows by cp.async; F8V=1 copies all
+//! four by every thread's cp.async.) Then per slice:
 //! - a threads region converts each weight word (eight E2M1 codes) into two words of E4M3 codes in the shared
 //!   B tile `[BN, 32]` words: code `s.e1e0.m` -> byte `s.0000.e1e0m.00`, which is the E2M1 value times 2^-6
 //!   exactly (e = 0: the E4M3 subnormal m 2^-7 = 0.5 m 2^-6; else 2^(e-7)(1 + m/2) = 2^(e-1)(1 + m/2) 2^-6), so
 //!   every product of the tensor core is exact; the 2^6 is applied once to the finished f32 accumulator;
-//! - a threads region writes the slice's scale factors `2^(s - 127)` (NaN for 255) as f32 vectors;
+//! - a threads region writes the slice's scale factors `2^(s - 127)` (NaN for 255) as f32 vectors (F8V >= 2:
+//!   the weights' only; each thread's activation rows' factors go to row vectors in registers);
 //! - per 32-wide scale block j: one `wgmma m64nBNk32 e4m3` into a temporary accumulator (two temporaries
 //!   alternate, so block j+1's product runs while block j is promoted), then
 //!   `acc += tmp * (fa[m, j] * fb[n, j])`: the factor is a product of two powers of two, exact in f32 wherever
@@ -44,6 +46,30 @@ pub fn e4m3_words(w: Expr) -> (Expr, Expr) {
     (out0, out1)
 }
 
+/// [`e4m3_words`] in fewer operations on 32-bit values (F8V >= 2; the same bytes): each half word's four codes
+/// spread to the low nibbles of four bytes (`(x | x << 8) & 0x00ff00ff`, then `(s | s << 4) & 0x0f0f0f0f`),
+/// then per byte `sign << 4 | mag << 2` as `z * 4 + (z & 0x08080808) * 12` (the sign moved from bit 5 to 7).
+pub fn e4m3_words_lean(w: Expr) -> (Expr, Expr) {
+    let spread = |x: Expr| {
+        let s = x.clone().bitor(x.shl(8i64)).bitand(0x00ff_00ffi64);
+        s.clone().bitor(s.shl(4i64)).bitand(0x0f0f_0f0fi64)
+    };
+    let f = |z: Expr| z.clone() * 4i64 + z.bitand(0x0808_0808i64) * 12i64;
+    (f(spread(w.clone().bitand(0xffffi64))), f(spread(w.shr(16i64))))
+}
+
+/// An E4M3 word of [`e4m3_words`] bytes `B = s.0.e1e0.m.00` (the E2M1 value v times 2^-6) -> the bytes of v times
+/// 2^(u-6), exactly, for u in 0..=12: a nonzero magnitude adds u to the exponent field (`+ 8u`), except the
+/// subnormal 0.5 (B = 4), which becomes the normal 2^(u-7) (`8u`, so `- 4`) when u >= 1; 6 x 2^6 = 384 <= 448,
+/// no carry into the sign bit (28 + 96 < 128). Per byte, SIMD within the word.
+pub fn fold_word(b: &mut KernelBuilder, w: Expr, u: &Expr) -> Expr {
+    let w = b.let_("fw", w);
+    let (b1, b2) = (w.shr(1i64), w.shr(2i64));
+    let nz = w.clone().bitor(b1.clone()).bitor(b2.clone()).bitand(0x0404_0404i64);
+    let one = w.clone().bitand(b1.bitxor(-1i64)).bitand(b2.bitxor(-1i64)).bitand(0x0404_0404i64);
+    w + nz * (u.clone() * 2i64) - one * (u.clone() + 15i64).shr(4i64)
+}
+
 /// Build the dense kernel. Tensors: `xq: [M, KX] u32` (E4M3 codes, four per word), `xs: [M, KB] u8`,
 /// `wq: [N, KW] u32` (natural layout words), `ws: [N, KB] u8`, `y: [M, N] bf16`; K = 4 KX = 8 KW = 32 KB.
 pub fn build(c: &Fp8Cfg, kb_align: u32, out_vec: u32) -> Result<Kernel, OpError> {
@@ -51,7 +77,13 @@ pub fn build(c: &Fp8Cfg, kb_align: u32, out_vec: u32) -> Result<Kernel, OpError>
     let bk = 128u32;
     let wgs = bm / 64;
     let threads = 128 * wgs;
-    let name = format!("k3k_mxfp4_mm8_dense_s{kb_align}_o{out_vec}_bm{bm}_bn{bn}_st{st}_t{}", c.tmps);
+    let v2 = format!(
+        "{}{}{}",
+        if c.tma { "_tma" } else { "" },
+        if c.fa_reg { "_fr" } else { "" },
+        if c.fold { "_fold" } else { "" }
+    );
+    let name = format!("k3k_mxfp4_mm8_dense_s{kb_align}_o{out_vec}_bm{bm}_bn{bn}_st{st}_t{}{v2}", c.tmps);
     let mut b = KernelBuilder::new(&name, threads);
     b.knobs(c.knobs());
     let m = b.dim("M");
@@ -64,6 +96,8 @@ pub fn build(c: &Fp8Cfg, kb_align: u32, out_vec: u32) -> Result<Kernel, OpError>
     let wq = b.tensor("wq", DType::U32, &[n.clone(), kw.clone()], Access::Read);
     let ws = b.tensor("ws", DType::U8, &[n.clone(), kb.clone()], Access::Read);
     let y = b.tensor("y", DType::Bf16, &[m.clone(), n.clone()], Access::Write);
+    // F8V=3 (fold): `ws` holds the shifts u = sw - lo_n (0..=12) and `wl: [N] u8` the rows' lo_n.
+    let wl = c.fold.then(|| b.tensor("wl", DType::U8, std::slice::from_ref(&n), Access::Read));
     let kd = kb.clone() * BLOCK as i64;
 
     let sxq = b.shared("sxq", DType::U32, bm, bk / 4, st, Swizzle::Xor16B);
@@ -74,6 +108,8 @@ pub fn build(c: &Fp8Cfg, kb_align: u32, out_vec: u32) -> Result<Kernel, OpError>
     let sfa = b.shared("sfa", DType::F32, bk / 32, bm, 1, Swizzle::None);
     let sfb = b.shared("sfb", DType::F32, bk / 32, bn, 1, Swizzle::None);
     let acc = b.tile("acc", DType::F32, bm, bn, [4 * wgs, 1]);
+    let fa_vecs: Vec<VecId> =
+        (0..if c.fa_reg { bk / 32 } else { 0 }).map(|j| b.vec(&format!("fa{j}"), bm, [4 * wgs, 1])).collect();
     let tmps: Vec<TileId> = (0..c.tmps).map(|i| b.tile(&format!("tmp{i}"), DType::F32, bm, bn, [4 * wgs, 1])).collect();
 
     b.grid(m.ceil_div(bm as i64), n.ceil_div(bn as i64), 1i64);
@@ -85,23 +121,38 @@ pub fn build(c: &Fp8Cfg, kb_align: u32, out_vec: u32) -> Result<Kernel, OpError>
     // Scale rows: the widest cp.async the alignment of KB allows (4 bytes per row and slice at most).
     let svec = [4u32, 2, 1].into_iter().find(|v| kb_align.is_multiple_of(*v)).unwrap_or(1);
 
+    // LOAD=tma: the code tiles by TMA (one thread, completing on per-slot mbarriers; rows and K past the
+    // ends read zero), the scale rows by cp.async (4-byte rows are below TMA's 16-byte box minimum).
+    let tma = c.tma.then(|| {
+        let xm = b.tensor_map("xq_map", xq, &[bk / 4, bm], Swizzle::Xor16B);
+        let wm = b.tensor_map("wq_map", wq, &[bk / 8, bn], Swizzle::None);
+        let full = b.mbarriers("full", st);
+        b.mbar_init(full, 1);
+        (xm, wm, full)
+    });
+    let stage_bytes = bm * bk + bn * bk / 2;
     let load = |b: &mut KernelBuilder, kt: Expr, slot: Expr| {
         let k0 = b.let_("k0", kt * bk as i64);
         let kleft = kd.clone() - k0.clone();
-        let dq = b.slot(sxq, slot.clone());
-        b.copy_async(dq, view(xq, &m0 * kx.clone() + &k0 / 4i64, kx.clone(), rows_valid.clone(), &kleft / 4i64, 4));
-        let ds = b.slot(sxs, slot.clone());
-        b.copy_async(
-            ds,
-            view(xs, &m0 * kb.clone() + &k0 / 32i64, kb.clone(), rows_valid.clone(), &kleft / 32i64, svec),
-        );
-        let dq = b.slot(sq, slot.clone());
-        b.copy_async(dq, view(wq, &n0 * kw.clone() + &k0 / 8i64, kw.clone(), cols_valid.clone(), &kleft / 8i64, 4));
-        let ds = b.slot(ss, slot);
-        b.copy_async(
-            ds,
-            view(ws, &n0 * kb.clone() + &k0 / 32i64, kb.clone(), cols_valid.clone(), &kleft / 32i64, svec),
-        );
+        let xs_src = view(xs, &m0 * kb.clone() + &k0 / 32i64, kb.clone(), rows_valid.clone(), &kleft / 32i64, svec);
+        let ws_src = view(ws, &n0 * kb.clone() + &k0 / 32i64, kb.clone(), cols_valid.clone(), &kleft / 32i64, svec);
+        let (dxq, dxs, dq, ds) =
+            (b.slot(sxq, slot.clone()), b.slot(sxs, slot.clone()), b.slot(sq, slot.clone()), b.slot(ss, slot.clone()));
+        if let Some((xm, wm, full)) = tma {
+            b.mbar_arrive_expect_tx(full, slot.clone(), stage_bytes);
+            b.tma_load(xm, dxq, vec![&k0 / 4i64, m0.clone()], full, slot.clone());
+            b.tma_load(wm, dq, vec![&k0 / 8i64, n0.clone()], full, slot);
+            b.copy_async(dxs, xs_src);
+            b.copy_async(ds, ws_src);
+        } else {
+            b.copy_async(
+                dxq,
+                view(xq, &m0 * kx.clone() + &k0 / 4i64, kx.clone(), rows_valid.clone(), &kleft / 4i64, 4),
+            );
+            b.copy_async(dxs, xs_src);
+            b.copy_async(dq, view(wq, &n0 * kw.clone() + &k0 / 8i64, kw.clone(), cols_valid.clone(), &kleft / 8i64, 4));
+            b.copy_async(ds, ws_src);
+        }
     };
 
     b.map(acc, 0.0f64);
@@ -113,14 +164,34 @@ pub fn build(c: &Fp8Cfg, kb_align: u32, out_vec: u32) -> Result<Kernel, OpError>
     b.for_("kt", 0i64, k_tiles.clone(), 1i64, |b, kt| {
         // Slice kt has landed (this thread's copies; the barrier makes everyone's visible).
         b.wait(st - 2);
+        if let Some((_, _, full)) = tma {
+            let slot = &kt % st as i64;
+            b.mbar_wait(full, slot, (&kt / st as i64) % 2i64);
+        }
         b.barrier();
         let next = &kt + (st - 1) as i64;
         // Its slot was last read by slice kt - 1, whose products and conversions are complete.
         b.if_(next.lt(k_tiles.clone()), |b| load(b, next.clone(), &next % st as i64));
         b.commit();
         let slot = b.let_("slot", &kt % st as i64);
-        convert_weights(b, sq, sw, &slot, bn, threads);
-        scale_factors(b, (sxs, sfa, bm), (ss, sfb, bn), &slot, threads);
+        let fold = c.fold.then_some((ss, slot.clone()));
+        convert_weights(b, (sq, sw), &slot, bn, threads, c.tma, fold);
+        // PROMOTE=reg: the activation factors of this thread's rows in registers (row vectors, one per block);
+        // smem: both factor vectors in shared memory, read per element.
+        let fa: Vec<VecId> = if c.fa_reg {
+            (0..bk / 32)
+                .map(|j| {
+                    let v = fa_vecs[j as usize];
+                    b.vec_map(v, e8m0(Expr::shared_load(sxs, slot.clone(), Expr::RowIdx, j as i64)));
+                    v
+                })
+                .collect()
+        } else {
+            vec![]
+        };
+        if !c.fold {
+            scale_factors(b, (!c.fa_reg).then_some((sxs, sfa, bm)), (ss, sfb, bn), &slot, threads);
+        }
         // The ordinary shared stores above, fenced for the async proxy, then visible to every warpgroup.
         b.wait(st - 1);
         b.barrier();
@@ -130,8 +201,11 @@ pub fn build(c: &Fp8Cfg, kb_align: u32, out_vec: u32) -> Result<Kernel, OpError>
             b.mma_async_init(t, a, w, false);
         };
         let promote = |b: &mut KernelBuilder, j: u32, t: TileId| {
-            let f = Expr::shared_load(sfa, 0i64, j as i64, Expr::RowIdx)
-                * Expr::shared_load(sfb, 0i64, j as i64, Expr::ColIdx);
+            let a = match fa.get(j as usize) {
+                Some(&v) => Expr::RowVal(v),
+                None => Expr::shared_load(sfa, 0i64, j as i64, Expr::RowIdx),
+            };
+            let f = if c.fold { a } else { a * Expr::shared_load(sfb, 0i64, j as i64, Expr::ColIdx) };
             b.map(acc, Expr::Elem(acc) + Expr::Elem(t) * f);
         };
         let blocks = bk / 32;
@@ -159,27 +233,66 @@ pub fn build(c: &Fp8Cfg, kb_align: u32, out_vec: u32) -> Result<Kernel, OpError>
     });
     b.wait(0);
     // The conversion's 2^-6 per weight value.
-    b.map(acc, Expr::Elem(acc) * 64.0f64);
+    match wl {
+        // The folded weights' 2^(lo_n - 127) per column (the last tile's columns past N read row N - 1).
+        Some(wl) => {
+            let swl = b.shared("swl", DType::F32, 1, bn, 1, Swizzle::None);
+            let per = bn.div_ceil(threads) as i64;
+            b.threads(|b| {
+                b.for_unrolled("i", 0i64, per, 1i64, |b, i| {
+                    let idx = b.let_("idx", Expr::thread_idx() + i * threads as i64);
+                    b.if_(idx.lt(bn as i64), |b| {
+                        let col = (n0.clone() + idx.clone()).min(n.clone() - 1i64);
+                        b.shared_store(swl, 0i64, 0i64, idx, e8m0(Expr::load(wl, col)) * 64.0f64);
+                    });
+                });
+            });
+            b.barrier();
+            b.map(acc, Expr::Elem(acc) * Expr::shared_load(swl, 0i64, 0i64, Expr::ColIdx));
+        }
+        None => b.map(acc, Expr::Elem(acc) * 64.0f64),
+    }
     let off = &m0 * n.clone() + n0.clone();
     b.store(acc, Place::Global(view(y, off, n.clone(), rows_valid.clone(), cols_valid.clone(), out_vec)));
     Ok(b.finish()?)
 }
 
 /// The weight words of slot `slot` (`[BN, 16]`, eight E2M1 codes each) -> the E4M3 words of `sw` (`[BN, 32]`).
-fn convert_weights(b: &mut KernelBuilder, sq: SharedId, sw: SharedId, slot: &Expr, bn: u32, threads: u32) {
+/// `lean` (F8V >= 2): [`e4m3_words_lean`], and no bounds test where the threads divide the words.
+/// `fold` (F8V=3): the weight scales folded into the codes: each word of block j of row r times 2^u with u =
+/// `ss[slot][r][j]` in 0..=12 ([`fold_word`]).
+fn convert_weights(
+    b: &mut KernelBuilder,
+    (sq, sw): (SharedId, SharedId),
+    slot: &Expr,
+    bn: u32,
+    threads: u32,
+    lean: bool,
+    fold: Option<(SharedId, Expr)>,
+) {
     let words = (bn * 16) as i64;
     let per = (words + threads as i64 - 1) / threads as i64;
+    let body = |b: &mut KernelBuilder, idx: Expr| {
+        let r = b.let_("r", idx.shr(4i64));
+        let col = b.let_("col", idx.bitand(15i64));
+        let w = b.let_("w", Expr::shared_load(sq, slot.clone(), r.clone(), col.clone()));
+        let (mut o0, mut o1) = if lean { e4m3_words_lean(w) } else { e4m3_words(w) };
+        if let Some((ss, sslot)) = &fold {
+            let u = b.let_("u", Expr::shared_load(*ss, sslot.clone(), r.clone(), col.shr(2i64)));
+            o0 = fold_word(b, o0, &u);
+            o1 = fold_word(b, o1, &u);
+        }
+        b.shared_store(sw, 0i64, r.clone(), col.shl(1i64), o0);
+        b.shared_store(sw, 0i64, r, col.shl(1i64) + 1i64, o1);
+    };
     b.threads(|b| {
         b.for_unrolled("i", 0i64, per, 1i64, |b, i| {
             let idx = b.let_("idx", Expr::thread_idx() + i * threads as i64);
-            b.if_(idx.lt(words), |b| {
-                let r = b.let_("r", idx.shr(4i64));
-                let col = b.let_("col", idx.bitand(15i64));
-                let w = b.let_("w", Expr::shared_load(sq, slot.clone(), r.clone(), col.clone()));
-                let (o0, o1) = e4m3_words(w);
-                b.shared_store(sw, 0i64, r.clone(), col.shl(1i64), o0);
-                b.shared_store(sw, 0i64, r, col.shl(1i64) + 1i64, o1);
-            });
+            if lean && words % threads as i64 == 0 {
+                body(b, idx);
+            } else {
+                b.if_(idx.lt(words), |b| body(b, idx.clone()));
+            }
         });
     });
 }
@@ -188,12 +301,12 @@ fn convert_weights(b: &mut KernelBuilder, sq: SharedId, sw: SharedId, slot: &Exp
 /// vectors `fa: [4, BM]` and `fb: [4, BN]` (one row per 32-wide block of the slice).
 fn scale_factors(
     b: &mut KernelBuilder,
-    (sxs, sfa, bm): (SharedId, SharedId, u32),
-    (ss, sfb, bn): (SharedId, SharedId, u32),
+    act: Option<(SharedId, SharedId, u32)>,
+    wgt: (SharedId, SharedId, u32),
     slot: &Expr,
     threads: u32,
 ) {
-    for (src, dst, rows) in [(sxs, sfa, bm), (ss, sfb, bn)] {
+    for (src, dst, rows) in act.into_iter().chain([wgt]) {
         let total = (rows * 4) as i64;
         let per = (total + threads as i64 - 1) / threads as i64;
         b.threads(|b| {

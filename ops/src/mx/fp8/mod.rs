@@ -25,9 +25,34 @@ pub struct Fp8Cfg {
     pub stages: u32,
     /// Temporary accumulators (2: the next block's product in flight during a promotion).
     pub tmps: u32,
+    /// F8V >= 2: the code tiles by TMA on per-slot mbarriers (F8V=1: every thread's cp.async with per-row
+    /// bounds, the first kernel of 2026-12-06).
+    pub tma: bool,
+    /// F8V >= 2: the activation scale factors of a thread's rows in registers (row vectors; F8V=1: a shared
+    /// f32 vector read per element).
+    pub fa_reg: bool,
+    /// F8V=3: the weight scales folded into the E4M3 codes (rows whose scale bytes span <= 12, no NaN; the plan
+    /// falls back to F8V=2 otherwise), the promotion one FFMA per element.
+    pub fold: bool,
 }
 
+/// The newest kernel generation (knob `F8V`).
+pub const LATEST: u32 = 3;
+/// The generation `F8V=0` means (the newest measured one).
+pub const DEFAULT: u32 = 2;
+
 impl Fp8Cfg {
+    /// The generation these flags make (knob `F8V`).
+    pub fn version(&self) -> u32 {
+        if self.fold {
+            3
+        } else if self.tma {
+            2
+        } else {
+            1
+        }
+    }
+
     /// As knobs (recorded in the kernel; re-resolving them gives the same kernel).
     pub fn knobs(&self) -> Knobs {
         Knobs::new()
@@ -36,6 +61,7 @@ impl Fp8Cfg {
             .with("BN", self.bn)
             .with("BK", 128i64)
             .with("STAGES", self.stages)
+            .with("F8V", self.version())
     }
 }
 
@@ -70,6 +96,12 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs) -> Result<Fp8Cfg, OpError> {
             ),
         ));
     }
+    // F8V: the kernel generation (0 = the newest; see `Fp8Cfg::tma` and `fa_reg`).
+    let ver = get("F8V", DEFAULT)?;
+    if !(1..=LATEST).contains(&ver) {
+        return Err(invalid(knobs, format!("MMA=fp8 takes F8V 0 (newest) or 1..={LATEST} (got F8V={ver})")));
+    }
+    let (tma, fa_reg, fold) = (ver >= 2, ver >= 2, ver >= 3);
     let mut missing = vec![];
     if !spec.act8 {
         missing.push("MXFP8 activations");
@@ -88,7 +120,7 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs) -> Result<Fp8Cfg, OpError> {
     }
     // Registers per thread: the accumulator and the temporaries, BN/2 each per 64 rows.
     let tmps = if bn <= 128 { 2 } else { 1 };
-    Ok(Fp8Cfg { bm, bn, stages, tmps })
+    Ok(Fp8Cfg { bm, bn, stages, tmps, tma, fa_reg, fold })
 }
 
 /// The kernels of the FP8 path (one launch).
@@ -105,9 +137,13 @@ pub fn plan(
     sh: &ShapeFacts,
     knobs: &Knobs,
 ) -> Result<Plan, OpError> {
-    let c = resolve(spec, knobs)?;
-    let main = kernel::build(&c, spec.kb_align, spec.out_vec)?;
+    let mut c = resolve(spec, knobs)?;
     let (n, k) = (w.n, w.k);
+    // F8V=3: every row's scale bytes within 12 of its minimum and none NaN, else the F8V=2 kernel.
+    let kb = k / BLOCK;
+    let lo: Option<Vec<u8>> = if c.fold { fold_rows(&w.s, n, kb) } else { None };
+    c.fold = lo.is_some();
+    let main = kernel::build(&c, spec.kb_align, spec.out_vec)?;
     let mut plan = Plan::default();
     let Act::Mxfp8(t) = inp.x else {
         return Err(OpError::Internal("MMA=fp8 resolved without MXFP8 activations".into()));
@@ -123,8 +159,28 @@ pub fn plan(
     let xq = plan.input("xq", HostTensor::from_bytes(DType::U32, &[m, k / 4], t.q.clone()));
     let xs = plan.input("xs", HostTensor::from_bytes(DType::U8, &[m, k / BLOCK], t.s.clone()));
     let wq = plan.input("wq", HostTensor::from_bytes(DType::U32, &[n, k / 8], q.clone()));
-    let ws = plan.input("ws", HostTensor::from_bytes(DType::U8, &[n, k / BLOCK], w.s.clone()));
-    let y = plan.output("y", DType::Bf16, &[m, n]);
-    plan.step(main, &[xq, xs, wq, ws, y], &[]);
+    let y;
+    if let Some(lo) = lo {
+        let u: Vec<u8> = w.s.iter().enumerate().map(|(i, &s)| s - lo[i / kb]).collect();
+        let ws = plan.input("ws", HostTensor::from_bytes(DType::U8, &[n, kb], u));
+        y = plan.output("y", DType::Bf16, &[m, n]);
+        let wl = plan.input("wl", HostTensor::from_bytes(DType::U8, &[n], lo));
+        plan.step(main, &[xq, xs, wq, ws, y, wl], &[]);
+    } else {
+        let ws = plan.input("ws", HostTensor::from_bytes(DType::U8, &[n, kb], w.s.clone()));
+        y = plan.output("y", DType::Bf16, &[m, n]);
+        plan.step(main, &[xq, xs, wq, ws, y], &[]);
+    }
     Ok(plan)
+}
+
+/// The rows' minimum scale bytes when every row of `s` (`[n, kb]`) spans at most 12 and holds no NaN (255).
+fn fold_rows(s: &[u8], n: usize, kb: usize) -> Option<Vec<u8>> {
+    (0..n)
+        .map(|r| {
+            let row = &s[r * kb..(r + 1) * kb];
+            let (lo, hi) = (*row.iter().min()?, *row.iter().max()?);
+            (hi != 255 && hi - lo <= 12).then_some(lo)
+        })
+        .collect()
 }

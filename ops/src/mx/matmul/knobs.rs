@@ -60,6 +60,15 @@ pub fn knob_space() -> KnobSpace {
              natural-layout weights, no epilogue; BM 64|128, BN <= 256, BK 128, STAGES)",
             ["fp8"],
         )
+        .accepts(
+            "F8V",
+            "MMA=fp8 kernel generation: 1 = the first (cp.async with per-row bounds for every tile, both scale \
+             factors read from shared f32 vectors per element), 2 = the code tiles by TMA on per-slot mbarriers, \
+             the activation factors in registers, 3 = as 2 with the weight scales folded into the E4M3 codes \
+             (rows whose scale bytes span <= 12 and hold no NaN, else 2), the promotion one FFMA per element; \
+             0 = 2 (the newest measured)",
+            [0i64, 1, 2, 3],
+        )
         .axis(
             "MMA",
             "sync: mma.sync with the dequantized weights as register A operand; wgmma: weights dequantized into a \
