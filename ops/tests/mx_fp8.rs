@@ -30,11 +30,12 @@ fn dense(m: i64, k: i64, n: i64, wide: i64) -> Preset {
 fn fp8_dense_matches_reference() {
     let mut rng = StdRng::seed_from_u64(rand::rng().random());
     for (m, k, n, wide) in [(1i64, 32i64, 8i64, 0i64), (17, 96, 40, 1), (65, 160, 72, 0), (63, 288, 17, 1)] {
-        // The newest generation (F8V=0) and the first (F8V=1: cp.async tiles, factors in shared memory).
+        // The default generation (F8V=0 = 1: cp.async tiles, factors in shared memory) and the second (F8V=2: TMA
+        // code tiles, activation factors in registers).
         for kn in [
-            fp8(&[("BM", 64), ("BN", 64), ("STAGES", 3)]),
-            fp8(&[("BM", 128), ("BN", 136)]),
-            fp8(&[("BM", 64), ("BN", 72), ("F8V", 1)]),
+            fp8(&[("BM", 64), ("BN", 64), ("STAGES", 3), ("F8V", 2)]),
+            fp8(&[("BM", 128), ("BN", 136), ("F8V", 2)]),
+            fp8(&[("BM", 64), ("BN", 72)]),
             // F8V=3: folded weight scales where the rows allow (wide = 0), else the F8V=2 kernel (wide = 1).
             fp8(&[("BM", 128), ("BN", 64), ("F8V", 3)]),
         ] {
@@ -81,7 +82,7 @@ fn fp8_kernels_assemble_without_spills() {
     let op = Mxfp4Matmul;
     let p = Preset::new("M4096", &[("M", 4096), ("N", 6144), ("K", 3584), ("act", 1)]);
     // (BN=256 with one temporary takes 255 registers and spills: 2 x 128 accumulator registers per thread.)
-    for kn in [fp8(&[]), fp8(&[("BM", 64), ("BN", 128)]), fp8(&[("F8V", 1)]), fp8(&[("F8V", 3)])] {
+    for kn in [fp8(&[]), fp8(&[("BM", 64), ("BN", 128), ("F8V", 2)]), fp8(&[("F8V", 2)]), fp8(&[("F8V", 3)])] {
         for k in op.kernels(&p, &kn).unwrap() {
             let m = build(&k, BuildOptions { assemble: true }).unwrap_or_else(|e| panic!("{}: {e}", k.name));
             let r = m.resources.clone().unwrap();

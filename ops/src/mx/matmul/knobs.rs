@@ -66,7 +66,7 @@ pub fn knob_space() -> KnobSpace {
              factors read from shared f32 vectors per element), 2 = the code tiles by TMA on per-slot mbarriers, \
              the activation factors in registers, 3 = as 2 with the weight scales folded into the E4M3 codes \
              (rows whose scale bytes span <= 12 and hold no NaN, else 2), the promotion one FFMA per element; \
-             0 = 2 (the newest measured)",
+             0 = 1 (the one run on a GPU so far)",
             [0i64, 1, 2, 3],
         )
         .axis(
