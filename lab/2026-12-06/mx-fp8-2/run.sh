@@ -1,6 +1,6 @@
 #!/bin/bash
 # MMA=fp8 generations (issue 45, lab/2026-12-06/mx-fp8-2.md): F8V=1 (the first kernel), F8V=2 (TMA code tiles,
-# activation factors in registers, leaner weight conversion; the new default of MMA=fp8), F8V=3 (2 + the weight
+# activation factors in registers, leaner weight conversion; F8V=0 means 1 until 2 is measured), F8V=3 (2 + the weight
 # scales folded into the E4M3 codes; the bench's realistic scales allow it) at two tile shapes, and
 # the operator's default path, at M 64 and 4096 (N6144 K3584, MXFP8 activations). Every row is checked against
 # the f64 reference by `k3k bench` (a failing row has no time). One device call (< 3 minutes), from the
