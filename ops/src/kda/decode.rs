@@ -101,14 +101,13 @@ impl DecodeLayout {
     /// against the head dims and the registers of a lane (with a gate bias, see [`MAX_LANE_VALUES`]).
     pub fn resolve(knobs: &Knobs, dk: u32, dv: u32, gate_bias: bool) -> Result<DecodeLayout, OpError> {
         let invalid = |why: String| OpError::InvalidKnobs { op: "kda.decode", knobs: knobs.to_string(), why };
-        let get =
-            |name: &str| -> Result<u32, OpError> { Ok(if knobs.0.contains_key(name) { knobs.u32(name)? } else { 0 }) };
+        let t = DecodeKnobs::from_knobs(knobs)?;
         let auto = DecodeLayout::auto(dk, dv, gate_bias);
-        let kl = match get("KL")? {
+        let kl = match t.kl {
             0 => auto.kl,
             v => v,
         };
-        let vpl = match get("VPL")? {
+        let vpl = match t.vpl {
             0 => auto.vpl,
             v => v,
         };
@@ -119,14 +118,14 @@ impl DecodeLayout {
             return Err(invalid(format!("VPL={vpl}: 0 (auto), 1, 2 or 4")));
         }
         let warp_cols = 32 / kl * vpl;
-        let warps = match get("DW")? {
+        let warps = match t.dw {
             0 => auto_warps(dv, warp_cols),
             v => v,
         };
         if !matches!(warps, 1 | 2 | 4 | 8) {
             return Err(invalid(format!("DW={warps}: 0 (auto), 1, 2, 4 or 8")));
         }
-        let wide = match get("SW")? {
+        let wide = match t.sw {
             0 => vpl > 1,
             1 => true,
             2 => false,
@@ -541,31 +540,48 @@ pub fn decode_plan_with(pb: &DecodeProblem, d: &KdaData, knobs: &Knobs) -> Resul
     Ok(plan)
 }
 
-/// The tuning knobs of `kda.decode` (the thread layout, see [`DecodeLayout`]).
+crate::typed_knobs::knob_set! {
+    /// The knobs of `kda.decode`: the thread layout (see [`DecodeLayout`]), each 0 (the default, and what a record
+    /// without the knob means) for the automatic value of [`DecodeLayout::auto`].
+    pub struct DecodeKnobs for "kda.decode" {
+        /// `KL`: lanes along K per warp.
+        kl: u32 = "KL" => {
+            axis: "lanes along K per warp, the sums over K finished by xor shuffles (0 = auto: 4)" [0, 1, 2, 4, 8],
+            default: 0,
+            absent: 0,
+        },
+        /// `VPL`: value columns per lane.
+        vpl: u32 = "VPL" => {
+            axis: "value columns per lane, each in every state row the lane holds (0 = auto: 4, 2 with a gate bias at K = 128)"
+                [0, 1, 2, 4],
+            default: 0,
+            absent: 0,
+        },
+        /// `DW`: warps per block.
+        dw: u32 = "DW" => {
+            axis: "warps per block, side by side along V (0 = auto: up to 2)" [0, 1, 2, 4, 8],
+            default: 0,
+            absent: 0,
+        },
+        /// `SW`: the state rows' access width (1 wide, 2 four bytes).
+        sw: u32 = "SW" => {
+            axis: "1: a lane's VPL columns consecutive, each state row moved as one 8/16-byte access (VPL 2/4); 2: 4-byte \
+             accesses; 0 = auto: 1 where VPL >= 2"
+                [0, 1, 2],
+            default: 0,
+            absent: 0,
+        },
+    }
+}
+
+/// The tuning knobs of `kda.decode` (the thread layout, see [`DecodeKnobs`]).
 pub fn knob_space() -> KnobSpace {
-    KnobSpace::default()
-        .axis(
-            "KL",
-            "lanes along K per warp, the sums over K finished by xor shuffles (0 = auto: 4)",
-            [0i64, 1, 2, 4, 8],
-        )
-        .axis(
-            "VPL",
-            "value columns per lane, each in every state row the lane holds (0 = auto: 4, 2 with a gate bias at K = 128)",
-            [0i64, 1, 2, 4],
-        )
-        .axis("DW", "warps per block, side by side along V (0 = auto: up to 2)", [0i64, 1, 2, 4, 8])
-        .axis(
-            "SW",
-            "1: a lane's VPL columns consecutive, each state row moved as one 8/16-byte access (VPL 2/4); 2: 4-byte \
-             accesses; 0 = auto: 1 where VPL >= 2",
-            [0i64, 1, 2],
-        )
+    DecodeKnobs::space()
 }
 
 /// The knobs used when nothing is tuned: the automatic layout.
 pub fn default_knobs() -> Knobs {
-    Knobs::new().with("KL", 0i64).with("VPL", 0i64).with("DW", 0i64).with("SW", 0i64)
+    DecodeKnobs::defaults()
 }
 
 /// Recurrent KDA decode (`kda.decode`).

@@ -23,17 +23,18 @@ use super::{KdaSpec, grid};
 use crate::OpError;
 use k3k_ir::*;
 
-/// The order of the state pass's blocks (knob `SGRID`, not an axis of the knob space).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum StateGrid {
-    /// Grid `(N, HV, V / BV)`: sequences fastest, value blocks slowest (`SGRID=seqs`, the default).
-    Seqs,
-    /// Grid `(V / BV, N, HV)`: the value blocks of one (sequence, value head) pair are consecutive, so they are
-    /// resident together and read the pair's chunk operands from L2 once between them also when the grid takes
-    /// several waves (`SGRID=vb`; kernel names end in `_gv`). With `Seqs` and more blocks than fit at once (e.g.
-    /// varlen 8 x 1024 at H96: 3072 blocks, 528 resident), the value blocks of a pair run in different waves and
-    /// each reads the operands from DRAM.
-    ValueBlocks,
+crate::typed_knobs::knob_enum! {
+    /// The order of the state pass's blocks (knob `SGRID`, not an axis of the knob space; absent: `vb`).
+    pub enum StateGrid: str {
+        /// Grid `(N, HV, V / BV)`: sequences fastest, value blocks slowest (`SGRID=seqs`).
+        Seqs = "seqs",
+        /// Grid `(V / BV, N, HV)`: the value blocks of one (sequence, value head) pair are consecutive, so they are
+        /// resident together and read the pair's chunk operands from L2 once between them also when the grid takes
+        /// several waves (`SGRID=vb`; kernel names end in `_gv`). With `Seqs` and more blocks than fit at once (e.g.
+        /// varlen 8 x 1024 at H96: 3072 blocks, 528 resident), the value blocks of a pair run in different waves and
+        /// each reads the operands from DRAM.
+        ValueBlocks = "vb",
+    }
 }
 
 /// Build kernel 2 for a variant, chunk size, value block and warp count (blocks in the [`StateGrid::Seqs`] order).
