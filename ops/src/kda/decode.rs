@@ -183,9 +183,9 @@ fn chain_sum(b: &mut KernelBuilder, name: &str, terms: Vec<Expr>) -> Expr {
     acc.pop().unwrap_or(Expr::Float(0.0))
 }
 
-/// Build the decode kernel.
-pub fn build_decode(spec: &DecodeSpec) -> Result<Kernel, OpError> {
-    let (dk, dv) = (spec.dk as i64, spec.dv as i64);
+/// The layout checks of [`build_decode`]: the values each knob takes, a block's columns dividing V, the lane's
+/// registers ([`DecodeLayout::check`]), a wide layout's VPL.
+fn check_layout(spec: &DecodeSpec) -> Result<(), OpError> {
     let lay = spec.layout;
     let bad_layout = |why: String| OpError::InvalidKnobs { op: "kda.decode", knobs: format!("{lay:?}"), why };
     if !matches!(lay.kl, 1 | 2 | 4 | 8) || !matches!(lay.vpl, 1 | 2 | 4) || !matches!(lay.warps, 1 | 2 | 4 | 8) {
@@ -195,17 +195,19 @@ pub fn build_decode(spec: &DecodeSpec) -> Result<Kernel, OpError> {
         return Err(bad_layout(format!("a block of {} columns must divide V = {}", lay.block_cols(), spec.dv)));
     }
     lay.check(spec.dk, spec.gate.has_bias()).map_err(bad_layout)?;
-    let (kl, cl, vpl) = (lay.kl as i64, lay.cl() as i64, lay.vpl as usize);
-    if lay.wide && vpl == 1 {
+    if lay.wide && lay.vpl == 1 {
         return Err(bad_layout("a wide layout (SW=1) needs VPL 2 or 4".into()));
     }
-    // Column u of a lane is `c0 + u * ust`: strided by the lanes along V, or consecutive in a wide layout.
-    let ust = if lay.wide { 1 } else { cl };
-    let lane_cols = if lay.wide { vpl as i64 } else { 1 };
-    let rows = (spec.dk / lay.kl) as usize;
-    let threads = lay.warps * 32;
-    let name = format!(
-        "k3k_kda_decode_k{dk}_v{dv}_{}{}{}{}_kl{}_vpl{}_w{}{}",
+    Ok(())
+}
+
+/// The kernel name of a decode variant.
+fn decode_name(spec: &DecodeSpec) -> String {
+    let lay = spec.layout;
+    format!(
+        "k3k_kda_decode_k{}_v{}_{}{}{}{}_kl{}_vpl{}_w{}{}",
+        spec.dk,
+        spec.dv,
         spec.gate.name(),
         if spec.l2norm { "_l2" } else { "" },
         if spec.beta_sigmoid { "_bsig" } else { "" },
@@ -214,8 +216,21 @@ pub fn build_decode(spec: &DecodeSpec) -> Result<Kernel, OpError> {
         lay.vpl,
         lay.warps,
         if lay.wide { "_sw" } else { "" }
-    );
-    let mut b = KernelBuilder::new(&name, threads);
+    )
+}
+
+/// Build the decode kernel.
+pub fn build_decode(spec: &DecodeSpec) -> Result<Kernel, OpError> {
+    let (dk, dv) = (spec.dk as i64, spec.dv as i64);
+    let lay = spec.layout;
+    check_layout(spec)?;
+    let (kl, cl, vpl) = (lay.kl as i64, lay.cl() as i64, lay.vpl as usize);
+    // Column u of a lane is `c0 + u * ust`: strided by the lanes along V, or consecutive in a wide layout.
+    let ust = if lay.wide { 1 } else { cl };
+    let lane_cols = if lay.wide { vpl as i64 } else { 1 };
+    let rows = (spec.dk / lay.kl) as usize;
+    let threads = lay.warps * 32;
+    let mut b = KernelBuilder::new(&decode_name(spec), threads);
     let mut knobs = Knobs::new().with("KL", lay.kl as i64).with("VPL", lay.vpl as i64).with("DW", lay.warps as i64);
     if lay.wide {
         knobs = knobs.with("SW", 1i64);

@@ -80,6 +80,13 @@
 //! Checks compare with `k3k_reference::kda::kda_recurrent` (f64) per (sequence, value head) pair: every pair for
 //! small problems, a documented sample of pairs (first, last and seeded others; every o row and state element of
 //! each) for the benchmark sizes, whose full f64 recurrence would take minutes on a CPU.
+//!
+//! Where each part lives: [`problem`] (the gate forms, [`KdaSpec`], the preset dims, [`KdaProblem`] with its
+//! validation and chunk tables, the host gate check, the seeded inputs [`KdaData`]), [`knobs`] (the knobs declared
+//! once in [`KdaKnobs`], resolved for a problem by [`Launch::resolve`]), [`plan`] (the kernels of a problem,
+//! [`chunk_plan`] and the `TSPLIT` split plan), [`check`] (the comparison with the f64 recurrence), [`presets`]
+//! (benchmark, FlashKDA and random presets), [`intra`] and [`state`] (the two chunked kernels), [`decode`]
+//! (`kda.decode`), [`varlen`]; this file holds the [`Operator`] impl of `kda`.
 
 pub mod check;
 pub mod decode;
