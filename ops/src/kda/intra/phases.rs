@@ -5,8 +5,8 @@
 use super::*;
 
 impl Intra {
-    /// 1. The loads (bias, q, k, v, beta) and the gate: its form, the scan into G~ (log2 units) in sG, the `xdiag`
-    /// flag.
+    /// Phase 1, the loads (bias, q, k, v, beta) and the gate: its form, the scan into G~ (log2 units) in sG, the
+    /// `xdiag` flag.
     pub(super) fn loads_and_scan(&self, b: &mut KernelBuilder) {
         let Intra {
             spec,
@@ -152,7 +152,7 @@ impl Intra {
         b.barrier();
     }
 
-    /// 2. Qbar, Kbar and gamma for the state pass.
+    /// Phase 2, Qbar, Kbar and gamma for the state pass.
     pub(super) fn qbar_kbar_gamma(&self, b: &mut KernelBuilder) {
         let Intra { dk, c, kc, threads, kk, cc, qb, kb, gam, sk, sg, svec, sq, tx, tgr, txin, vnq, vnk, .. } = *self;
         let scale = self.scale.clone();
@@ -255,7 +255,7 @@ impl Intra {
         }
     }
 
-    /// 3. The diagonal tiles (midpoint-anchored, or the exact hierarchy), P's exact diagonal, the masks, into sD;
+    /// Phase 3, the diagonal tiles (midpoint-anchored, or the exact hierarchy), P's exact diagonal, the masks, into sD;
     /// with `slim` the copy of v into sQ's bytes. Returns the `xdiag` flag (block-uniform) where there is one.
     pub(super) fn diagonal_tiles(&self, b: &mut KernelBuilder) -> Option<Expr> {
         let Intra { spec, dk, opk, midoff, slim, vv, v, sk, sxd, sq, sop, sd, sv, top, dp, dl, dself, .. } = *self;
@@ -342,7 +342,7 @@ impl Intra {
         xd_ok
     }
 
-    /// 4a. N_ii = (I + L_ii)^-1 - I by forward substitution into sN.
+    /// Phase 4a, N_ii = (I + L_ii)^-1 - I by forward substitution into sN.
     pub(super) fn forward_substitution(&self, b: &mut KernelBuilder) {
         let Intra { cc, sn, sd, .. } = *self;
         // 4a. N_ii = (I + L_ii)^-1 - I by forward substitution: thread t < C owns column t%16 of tile t/16.
@@ -376,8 +376,8 @@ impl Intra {
         });
     }
 
-    /// 4b. The off-diagonal tiles (the level pass, or with `midoff` the one tile from the diagonal operands), then
-    /// L (with beta) into sLb and the full P to the scratch.
+    /// Phase 4b, the off-diagonal tiles (the level pass, or with `midoff` the one tile from the diagonal operands),
+    /// then L (with beta) into sLb and the full P to the scratch.
     pub(super) fn off_diagonal(&self, b: &mut KernelBuilder, xd_ok: Option<Expr>) {
         let Intra { c, arena, midoff, slim, cc, pm, sop, sd, slb, top, tot_p, tot_l, .. } = *self;
         let scale = self.scale.clone();
@@ -455,7 +455,7 @@ impl Intra {
         }
     }
 
-    /// 5b. The block substitution, row tile by row tile: W and U into sXW, sXU and the scratch.
+    /// Phase 5b, the block substitution, row tile by row tile: W and U into sXW, sXU and the scratch.
     pub(super) fn block_substitution(&self, b: &mut KernelBuilder) {
         let Intra {
             spec,
