@@ -101,14 +101,13 @@ impl DecodeLayout {
     /// against the head dims and the registers of a lane (with a gate bias, see [`MAX_LANE_VALUES`]).
     pub fn resolve(knobs: &Knobs, dk: u32, dv: u32, gate_bias: bool) -> Result<DecodeLayout, OpError> {
         let invalid = |why: String| OpError::InvalidKnobs { op: "kda.decode", knobs: knobs.to_string(), why };
-        let get =
-            |name: &str| -> Result<u32, OpError> { Ok(if knobs.0.contains_key(name) { knobs.u32(name)? } else { 0 }) };
+        let t = DecodeKnobs::from_knobs(knobs)?;
         let auto = DecodeLayout::auto(dk, dv, gate_bias);
-        let kl = match get("KL")? {
+        let kl = match t.kl {
             0 => auto.kl,
             v => v,
         };
-        let vpl = match get("VPL")? {
+        let vpl = match t.vpl {
             0 => auto.vpl,
             v => v,
         };
@@ -119,14 +118,14 @@ impl DecodeLayout {
             return Err(invalid(format!("VPL={vpl}: 0 (auto), 1, 2 or 4")));
         }
         let warp_cols = 32 / kl * vpl;
-        let warps = match get("DW")? {
+        let warps = match t.dw {
             0 => auto_warps(dv, warp_cols),
             v => v,
         };
         if !matches!(warps, 1 | 2 | 4 | 8) {
             return Err(invalid(format!("DW={warps}: 0 (auto), 1, 2, 4 or 8")));
         }
-        let wide = match get("SW")? {
+        let wide = match t.sw {
             0 => vpl > 1,
             1 => true,
             2 => false,
@@ -184,9 +183,9 @@ fn chain_sum(b: &mut KernelBuilder, name: &str, terms: Vec<Expr>) -> Expr {
     acc.pop().unwrap_or(Expr::Float(0.0))
 }
 
-/// Build the decode kernel.
-pub fn build_decode(spec: &DecodeSpec) -> Result<Kernel, OpError> {
-    let (dk, dv) = (spec.dk as i64, spec.dv as i64);
+/// The layout checks of [`build_decode`]: the values each knob takes, a block's columns dividing V, the lane's
+/// registers ([`DecodeLayout::check`]), a wide layout's VPL.
+fn check_layout(spec: &DecodeSpec) -> Result<(), OpError> {
     let lay = spec.layout;
     let bad_layout = |why: String| OpError::InvalidKnobs { op: "kda.decode", knobs: format!("{lay:?}"), why };
     if !matches!(lay.kl, 1 | 2 | 4 | 8) || !matches!(lay.vpl, 1 | 2 | 4) || !matches!(lay.warps, 1 | 2 | 4 | 8) {
@@ -196,17 +195,19 @@ pub fn build_decode(spec: &DecodeSpec) -> Result<Kernel, OpError> {
         return Err(bad_layout(format!("a block of {} columns must divide V = {}", lay.block_cols(), spec.dv)));
     }
     lay.check(spec.dk, spec.gate.has_bias()).map_err(bad_layout)?;
-    let (kl, cl, vpl) = (lay.kl as i64, lay.cl() as i64, lay.vpl as usize);
-    if lay.wide && vpl == 1 {
+    if lay.wide && lay.vpl == 1 {
         return Err(bad_layout("a wide layout (SW=1) needs VPL 2 or 4".into()));
     }
-    // Column u of a lane is `c0 + u * ust`: strided by the lanes along V, or consecutive in a wide layout.
-    let ust = if lay.wide { 1 } else { cl };
-    let lane_cols = if lay.wide { vpl as i64 } else { 1 };
-    let rows = (spec.dk / lay.kl) as usize;
-    let threads = lay.warps * 32;
-    let name = format!(
-        "k3k_kda_decode_k{dk}_v{dv}_{}{}{}{}_kl{}_vpl{}_w{}{}",
+    Ok(())
+}
+
+/// The kernel name of a decode variant.
+fn decode_name(spec: &DecodeSpec) -> String {
+    let lay = spec.layout;
+    format!(
+        "k3k_kda_decode_k{}_v{}_{}{}{}{}_kl{}_vpl{}_w{}{}",
+        spec.dk,
+        spec.dv,
         spec.gate.name(),
         if spec.l2norm { "_l2" } else { "" },
         if spec.beta_sigmoid { "_bsig" } else { "" },
@@ -215,8 +216,21 @@ pub fn build_decode(spec: &DecodeSpec) -> Result<Kernel, OpError> {
         lay.vpl,
         lay.warps,
         if lay.wide { "_sw" } else { "" }
-    );
-    let mut b = KernelBuilder::new(&name, threads);
+    )
+}
+
+/// Build the decode kernel.
+pub fn build_decode(spec: &DecodeSpec) -> Result<Kernel, OpError> {
+    let (dk, dv) = (spec.dk as i64, spec.dv as i64);
+    let lay = spec.layout;
+    check_layout(spec)?;
+    let (kl, cl, vpl) = (lay.kl as i64, lay.cl() as i64, lay.vpl as usize);
+    // Column u of a lane is `c0 + u * ust`: strided by the lanes along V, or consecutive in a wide layout.
+    let ust = if lay.wide { 1 } else { cl };
+    let lane_cols = if lay.wide { vpl as i64 } else { 1 };
+    let rows = (spec.dk / lay.kl) as usize;
+    let threads = lay.warps * 32;
+    let mut b = KernelBuilder::new(&decode_name(spec), threads);
     let mut knobs = Knobs::new().with("KL", lay.kl as i64).with("VPL", lay.vpl as i64).with("DW", lay.warps as i64);
     if lay.wide {
         knobs = knobs.with("SW", 1i64);
@@ -541,31 +555,48 @@ pub fn decode_plan_with(pb: &DecodeProblem, d: &KdaData, knobs: &Knobs) -> Resul
     Ok(plan)
 }
 
-/// The tuning knobs of `kda.decode` (the thread layout, see [`DecodeLayout`]).
+crate::typed_knobs::knob_set! {
+    /// The knobs of `kda.decode`: the thread layout (see [`DecodeLayout`]), each 0 (the default, and what a record
+    /// without the knob means) for the automatic value of [`DecodeLayout::auto`].
+    pub struct DecodeKnobs for "kda.decode" {
+        /// `KL`: lanes along K per warp.
+        kl: u32 = "KL" => {
+            axis: "lanes along K per warp, the sums over K finished by xor shuffles (0 = auto: 4)" [0, 1, 2, 4, 8],
+            default: 0,
+            absent: 0,
+        },
+        /// `VPL`: value columns per lane.
+        vpl: u32 = "VPL" => {
+            axis: "value columns per lane, each in every state row the lane holds (0 = auto: 4, 2 with a gate bias at K = 128)"
+                [0, 1, 2, 4],
+            default: 0,
+            absent: 0,
+        },
+        /// `DW`: warps per block.
+        dw: u32 = "DW" => {
+            axis: "warps per block, side by side along V (0 = auto: up to 2)" [0, 1, 2, 4, 8],
+            default: 0,
+            absent: 0,
+        },
+        /// `SW`: the state rows' access width (1 wide, 2 four bytes).
+        sw: u32 = "SW" => {
+            axis: "1: a lane's VPL columns consecutive, each state row moved as one 8/16-byte access (VPL 2/4); 2: 4-byte \
+             accesses; 0 = auto: 1 where VPL >= 2"
+                [0, 1, 2],
+            default: 0,
+            absent: 0,
+        },
+    }
+}
+
+/// The tuning knobs of `kda.decode` (the thread layout, see [`DecodeKnobs`]).
 pub fn knob_space() -> KnobSpace {
-    KnobSpace::default()
-        .axis(
-            "KL",
-            "lanes along K per warp, the sums over K finished by xor shuffles (0 = auto: 4)",
-            [0i64, 1, 2, 4, 8],
-        )
-        .axis(
-            "VPL",
-            "value columns per lane, each in every state row the lane holds (0 = auto: 4, 2 with a gate bias at K = 128)",
-            [0i64, 1, 2, 4],
-        )
-        .axis("DW", "warps per block, side by side along V (0 = auto: up to 2)", [0i64, 1, 2, 4, 8])
-        .axis(
-            "SW",
-            "1: a lane's VPL columns consecutive, each state row moved as one 8/16-byte access (VPL 2/4); 2: 4-byte \
-             accesses; 0 = auto: 1 where VPL >= 2",
-            [0i64, 1, 2],
-        )
+    DecodeKnobs::space()
 }
 
 /// The knobs used when nothing is tuned: the automatic layout.
 pub fn default_knobs() -> Knobs {
-    Knobs::new().with("KL", 0i64).with("VPL", 0i64).with("DW", 0i64).with("SW", 0i64)
+    DecodeKnobs::defaults()
 }
 
 /// Recurrent KDA decode (`kda.decode`).

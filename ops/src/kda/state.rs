@@ -23,17 +23,187 @@ use super::{KdaSpec, grid};
 use crate::OpError;
 use k3k_ir::*;
 
-/// The order of the state pass's blocks (knob `SGRID`, not an axis of the knob space).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum StateGrid {
-    /// Grid `(N, HV, V / BV)`: sequences fastest, value blocks slowest (`SGRID=seqs`, the default).
-    Seqs,
-    /// Grid `(V / BV, N, HV)`: the value blocks of one (sequence, value head) pair are consecutive, so they are
-    /// resident together and read the pair's chunk operands from L2 once between them also when the grid takes
-    /// several waves (`SGRID=vb`; kernel names end in `_gv`). With `Seqs` and more blocks than fit at once (e.g.
-    /// varlen 8 x 1024 at H96: 3072 blocks, 528 resident), the value blocks of a pair run in different waves and
-    /// each reads the operands from DRAM.
-    ValueBlocks,
+crate::typed_knobs::knob_enum! {
+    /// The order of the state pass's blocks (knob `SGRID`, not an axis of the knob space; absent: `vb`).
+    pub enum StateGrid: str {
+        /// Grid `(N, HV, V / BV)`: sequences fastest, value blocks slowest (`SGRID=seqs`).
+        Seqs = "seqs",
+        /// Grid `(V / BV, N, HV)`: the value blocks of one (sequence, value head) pair are consecutive, so they are
+        /// resident together and read the pair's chunk operands from L2 once between them also when the grid takes
+        /// several waves (`SGRID=vb`; kernel names end in `_gv`). With `Seqs` and more blocks than fit at once (e.g.
+        /// varlen 8 x 1024 at H96: 3072 blocks, 528 resident), the value blocks of a pair run in different waves and
+        /// each reads the operands from DRAM.
+        ValueBlocks = "vb",
+    }
+}
+
+/// The kernel name of a state-pass variant.
+#[allow(clippy::too_many_arguments)]
+fn state_name(
+    spec: &KdaSpec,
+    c: u32,
+    bv: u32,
+    warps: u32,
+    op_dt: DType,
+    stages: u32,
+    two_bars: bool,
+    order: StateGrid,
+) -> String {
+    let (dk, dv) = (spec.dk, spec.dv);
+    let sfx = match (stages, two_bars) {
+        (1, _) => String::new(),
+        (s, false) => format!("_s{s}"),
+        (s, true) => format!("_s{s}b2"),
+    };
+    format!(
+        "k3k_kda_state_k{dk}_v{dv}{}_c{c}_bv{bv}_w{warps}_{op_dt}{sfx}{}",
+        if spec.h0 { "_h0" } else { "" },
+        if order == StateGrid::ValueBlocks { "_gv" } else { "" }
+    )
+}
+
+/// The state pass's dims, tensors, grid, shared buffers and register tiles, declared in this order by
+/// [`StateBufs::declare`], and its two per-chunk phases.
+struct StateBufs {
+    hv: Expr,
+    nch: Expr,
+    vv: i64,
+    bvv: i64,
+    wu: TensorId,
+    qb: TensorId,
+    kb: TensorId,
+    pm: TensorId,
+    gam: TensorId,
+    ctab: TensorId,
+    stab: TensorId,
+    h0: Option<TensorId>,
+    o: TensorId,
+    ht: TensorId,
+    sw: SharedId,
+    su: SharedId,
+    sqb: SharedId,
+    skb: SharedId,
+    sp: SharedId,
+    sgam: SharedId,
+    ss: SharedId,
+    svt: SharedId,
+    st: TileId,
+    vgam: VecId,
+    acc_v: TileId,
+    acc_o: TileId,
+    tu: TileId,
+}
+
+impl StateBufs {
+    #[allow(clippy::too_many_arguments)]
+    fn declare(
+        b: &mut KernelBuilder,
+        spec: &KdaSpec,
+        c: u32,
+        bv: u32,
+        warps: u32,
+        op_dt: DType,
+        stages: u32,
+        order: StateGrid,
+    ) -> StateBufs {
+        let (dk, dv) = (spec.dk, spec.dv);
+        let (kk, vv, cc, bvv) = (dk as i64, dv as i64, c as i64, bv as i64);
+        let tt = b.dim("TT");
+        let hv = b.dim("HV");
+        let nch = b.dim("NCH");
+        let n = b.dim("N");
+        let wu = b.tensor("wu", op_dt, &[hv.clone(), nch.clone(), Expr::Int(cc), Expr::Int(kk + vv)], Access::Read);
+        let qb = b.tensor("qb", op_dt, &[hv.clone(), nch.clone(), Expr::Int(cc), Expr::Int(kk)], Access::Read);
+        let kb = b.tensor("kb", op_dt, &[hv.clone(), nch.clone(), Expr::Int(cc), Expr::Int(kk)], Access::Read);
+        let pm = b.tensor("pm", op_dt, &[hv.clone(), nch.clone(), Expr::Int(cc), Expr::Int(cc)], Access::Read);
+        let gam = b.tensor("gam", DType::F32, &[hv.clone(), nch.clone(), Expr::Int(kk)], Access::Read);
+        let ctab = b.tensor("ctab", DType::I32, &[nch.clone(), Expr::Int(2)], Access::Read);
+        let stab = b.tensor("stab", DType::I32, &[n.clone(), Expr::Int(2)], Access::Read);
+        let h0 = spec
+            .h0
+            .then(|| b.tensor("h0", DType::F32, &[n.clone(), hv.clone(), Expr::Int(kk), Expr::Int(vv)], Access::Read));
+        let o = b.tensor("o", DType::Bf16, &[tt.clone(), hv.clone(), Expr::Int(vv)], Access::Write);
+        let ht = b.tensor("ht", DType::F32, &[n.clone(), hv.clone(), Expr::Int(kk), Expr::Int(vv)], Access::Write);
+        match order {
+            StateGrid::Seqs => b.grid(n.clone(), hv.clone(), vv / bvv),
+            StateGrid::ValueBlocks => b.grid(vv / bvv, n.clone(), hv.clone()),
+        }
+
+        let sw = b.shared("sW", op_dt, c, dk, stages, Swizzle::Xor16B);
+        let su = b.shared("sU", op_dt, c, bv, stages, Swizzle::Xor16B);
+        let sqb = b.shared("sQb", op_dt, c, dk, stages, Swizzle::Xor16B);
+        let skb = b.shared("sKb", op_dt, c, dk, stages, Swizzle::Xor16B);
+        let sp = b.shared("sP", op_dt, c, c, stages, Swizzle::Xor16B);
+        let sgam = b.shared("sGam", DType::F32, 1, dk, stages, Swizzle::None);
+        let ss = b.shared("sS", op_dt, dk, bv, 1, Swizzle::Xor16B);
+        let svt = b.shared("sVt", op_dt, c, bv, 1, Swizzle::Xor16B);
+
+        let sgrid = grid(dk, bv, warps, 16);
+        let st = b.tile("S", DType::F32, dk, bv, sgrid);
+        let vgam = b.vec("gamma", dk, sgrid);
+        let og = grid(c, bv, warps, 16);
+        let acc_v = b.tile("accV", DType::F32, c, bv, og);
+        let acc_o = b.tile("accO", DType::F32, c, bv, og);
+        let tu = b.tile("tU", DType::F32, c, bv, og);
+        StateBufs {
+            hv,
+            nch,
+            vv,
+            bvv,
+            wu,
+            qb,
+            kb,
+            pm,
+            gam,
+            ctab,
+            stab,
+            h0,
+            o,
+            ht,
+            sw,
+            su,
+            sqb,
+            skb,
+            sp,
+            sgam,
+            ss,
+            svt,
+            st,
+            vgam,
+            acc_v,
+            acc_o,
+            tu,
+        }
+    }
+
+    /// Phase 1 (after S and the chunk's operands in ring slot `cur` are visible): V' = U - W S and the q S part of
+    /// o, V' into sVt, published by a barrier.
+    fn values(&self, b: &mut KernelBuilder, cur: &Expr) {
+        let StateBufs { acc_v, acc_o, ss, sw, sqb, su, tu, svt, .. } = *self;
+        b.map(acc_v, 0.0);
+        b.map(acc_o, 0.0);
+        let s_op = Operand::Shared { src: b.slot(ss, 0i64), transpose: false };
+        b.mma(acc_v, Operand::Shared { src: b.slot(sw, cur.clone()), transpose: false }, s_op.clone());
+        b.mma(acc_o, Operand::Shared { src: b.slot(sqb, cur.clone()), transpose: false }, s_op);
+        let d = b.slot(su, cur.clone());
+        b.load(tu, Place::Shared(d));
+        b.map(acc_v, Expr::Elem(tu) - Expr::Elem(acc_v));
+        let d = b.slot(svt, 0i64);
+        b.store(acc_v, Place::Shared(d));
+        b.barrier();
+    }
+
+    /// Phase 2: o += P V', its store (the chunk's `len` rows from element `o_off` of o, `o_vec`-byte groups), and
+    /// the state update S = diag(gamma) S + K^T V'.
+    fn output_and_state(&self, b: &mut KernelBuilder, cur: &Expr, o_off: Expr, len: &Expr, o_vec: u32) {
+        let StateBufs { acc_o, svt, sp, o, vgam, sgam, st, skb, vv, bvv, .. } = *self;
+        let vt = Operand::Shared { src: b.slot(svt, 0i64), transpose: false };
+        b.mma(acc_o, Operand::Shared { src: b.slot(sp, cur.clone()), transpose: false }, vt.clone());
+        b.store(acc_o, Place::Global(view(o, o_off, self.hv.clone() * vv, len.clone(), bvv, o_vec)));
+        b.vec_map(vgam, Expr::shared_load(sgam, cur.clone(), 0i64, Expr::RowIdx));
+        b.map(st, Expr::Elem(st) * Expr::RowVal(vgam));
+        b.mma(st, Operand::Shared { src: b.slot(skb, cur.clone()), transpose: true }, vt);
+    }
 }
 
 /// Build kernel 2 for a variant, chunk size, value block and warp count (blocks in the [`StateGrid::Seqs`] order).
@@ -67,55 +237,11 @@ pub fn build_state_in(
     }
     // Two barriers a chunk need a ring (the single-buffer pass refills its groups between them).
     let two_bars = two_bars && stages >= 2;
-    let sfx = match (stages, two_bars) {
-        (1, _) => String::new(),
-        (s, false) => format!("_s{s}"),
-        (s, true) => format!("_s{s}b2"),
-    };
-    let name = format!(
-        "k3k_kda_state_k{dk}_v{dv}{}_c{c}_bv{bv}_w{warps}_{op_dt}{sfx}{}",
-        if spec.h0 { "_h0" } else { "" },
-        if order == StateGrid::ValueBlocks { "_gv" } else { "" }
-    );
-    let mut b = KernelBuilder::new(&name, 32 * warps);
+    let mut b = KernelBuilder::new(&state_name(spec, chunk, bv, warps, op_dt, stages, two_bars, order), 32 * warps);
     let (kk, vv, cc, bvv) = (dk as i64, dv as i64, c as i64, bv as i64);
-    let tt = b.dim("TT");
-    let hv = b.dim("HV");
-    let nch = b.dim("NCH");
-    let n = b.dim("N");
-    let wu = b.tensor("wu", op_dt, &[hv.clone(), nch.clone(), Expr::Int(cc), Expr::Int(kk + vv)], Access::Read);
-    let qb = b.tensor("qb", op_dt, &[hv.clone(), nch.clone(), Expr::Int(cc), Expr::Int(kk)], Access::Read);
-    let kb = b.tensor("kb", op_dt, &[hv.clone(), nch.clone(), Expr::Int(cc), Expr::Int(kk)], Access::Read);
-    let pm = b.tensor("pm", op_dt, &[hv.clone(), nch.clone(), Expr::Int(cc), Expr::Int(cc)], Access::Read);
-    let gam = b.tensor("gam", DType::F32, &[hv.clone(), nch.clone(), Expr::Int(kk)], Access::Read);
-    let ctab = b.tensor("ctab", DType::I32, &[nch.clone(), Expr::Int(2)], Access::Read);
-    let stab = b.tensor("stab", DType::I32, &[n.clone(), Expr::Int(2)], Access::Read);
-    let h0 = spec
-        .h0
-        .then(|| b.tensor("h0", DType::F32, &[n.clone(), hv.clone(), Expr::Int(kk), Expr::Int(vv)], Access::Read));
-    let o = b.tensor("o", DType::Bf16, &[tt.clone(), hv.clone(), Expr::Int(vv)], Access::Write);
-    let ht = b.tensor("ht", DType::F32, &[n.clone(), hv.clone(), Expr::Int(kk), Expr::Int(vv)], Access::Write);
-    match order {
-        StateGrid::Seqs => b.grid(n.clone(), hv.clone(), vv / bvv),
-        StateGrid::ValueBlocks => b.grid(vv / bvv, n.clone(), hv.clone()),
-    }
-
-    let sw = b.shared("sW", op_dt, c, dk, stages, Swizzle::Xor16B);
-    let su = b.shared("sU", op_dt, c, bv, stages, Swizzle::Xor16B);
-    let sqb = b.shared("sQb", op_dt, c, dk, stages, Swizzle::Xor16B);
-    let skb = b.shared("sKb", op_dt, c, dk, stages, Swizzle::Xor16B);
-    let sp = b.shared("sP", op_dt, c, c, stages, Swizzle::Xor16B);
-    let sgam = b.shared("sGam", DType::F32, 1, dk, stages, Swizzle::None);
-    let ss = b.shared("sS", op_dt, dk, bv, 1, Swizzle::Xor16B);
-    let svt = b.shared("sVt", op_dt, c, bv, 1, Swizzle::Xor16B);
-
-    let sgrid = grid(dk, bv, warps, 16);
-    let st = b.tile("S", DType::F32, dk, bv, sgrid);
-    let vgam = b.vec("gamma", dk, sgrid);
-    let og = grid(c, bv, warps, 16);
-    let acc_v = b.tile("accV", DType::F32, c, bv, og);
-    let acc_o = b.tile("accO", DType::F32, c, bv, og);
-    let tu = b.tile("tU", DType::F32, c, bv, og);
+    let bufs = StateBufs::declare(&mut b, spec, chunk, bv, warps, op_dt, stages, order);
+    let StateBufs { wu, qb, kb, pm, gam, ctab, stab, h0, ht, sw, su, sqb, skb, sp, sgam, ss, st, .. } = bufs;
+    let (hv, nch) = (bufs.hv.clone(), bufs.nch.clone());
 
     let (seq, hvi, v0) = match order {
         StateGrid::Seqs => {
@@ -210,40 +336,10 @@ pub fn build_state_in(
             (None, 2) => b.let_("cur", j.clone().bitand(1i64)),
             (None, _) => b.let_("cur", &j % (stages as i64)),
         };
-        // Phase 1 (after S and the chunk's operands are visible): V' = U - W S and the q S part of o, V' into sVt,
-        // published by a barrier.
-        let values = |b: &mut KernelBuilder| {
-            b.map(acc_v, 0.0);
-            b.map(acc_o, 0.0);
-            let s_op = Operand::Shared { src: b.slot(ss, 0i64), transpose: false };
-            b.mma(acc_v, Operand::Shared { src: b.slot(sw, cur.clone()), transpose: false }, s_op.clone());
-            b.mma(acc_o, Operand::Shared { src: b.slot(sqb, cur.clone()), transpose: false }, s_op);
-            let d = b.slot(su, cur.clone());
-            b.load(tu, Place::Shared(d));
-            b.map(acc_v, Expr::Elem(tu) - Expr::Elem(acc_v));
-            let d = b.slot(svt, 0i64);
-            b.store(acc_v, Place::Shared(d));
-            b.barrier();
-        };
-        // Phase 2: o += P V', its store, and the state update S = diag(gamma) S + K^T V'.
-        let output_and_state = |b: &mut KernelBuilder| {
-            let vt = Operand::Shared { src: b.slot(svt, 0i64), transpose: false };
-            b.mma(acc_o, Operand::Shared { src: b.slot(sp, cur.clone()), transpose: false }, vt.clone());
-            b.store(
-                acc_o,
-                Place::Global(view(
-                    o,
-                    (&row0 * hv.clone() + hvi.clone()) * vv + v0.clone(),
-                    hv.clone() * vv,
-                    len.clone(),
-                    bvv,
-                    o_vec,
-                )),
-            );
-            b.vec_map(vgam, Expr::shared_load(sgam, cur.clone(), 0i64, Expr::RowIdx));
-            b.map(st, Expr::Elem(st) * Expr::RowVal(vgam));
-            b.mma(st, Operand::Shared { src: b.slot(skb, cur.clone()), transpose: true }, vt);
-        };
+        // Phase 1 (V' = U - W S, see `StateBufs::values`) and phase 2 (o and the state update).
+        let values = |b: &mut KernelBuilder| bufs.values(b, &cur);
+        let o_off = (&row0 * hv.clone() + hvi.clone()) * vv + v0.clone();
+        let output_and_state = |b: &mut KernelBuilder| bufs.output_and_state(b, &cur, o_off.clone(), &len, o_vec);
         if two_bars {
             // Two barriers a chunk. Wait for this chunk's group (the S - 2 younger ones may be in flight), write
             // S, then one barrier: the chunk's operands and sS are visible to every warp, and every warp is done

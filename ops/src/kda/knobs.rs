@@ -1,0 +1,514 @@
+//! The knobs of `kda`: their declaration ([`KdaKnobs`]: the knob space, the default record and what a record
+//! written before a knob existed means) and [`Launch`], the knobs resolved and checked for one problem.
+
+use super::*;
+use crate::typed_knobs::{knob_enum, knob_set};
+
+/// The knob `GSWZ` (`pairs` | `rows`, absent = `pairs`, the default), not an axis of the knob space (so the
+/// tuner's samples, which lack it, take the default): see [`Launch::g_pairs`].
+pub const GSWZ_KNOB: &str = "GSWZ";
+
+/// The knob `SGRID` (`vb` | `seqs`, absent = `vb`), accepted but not an axis of the knob space: the order of the
+/// state pass's blocks, see [`state::StateGrid`]. `vb` is as fast or faster everywhere it was timed (H100,
+/// 2026-12-06, same run, ms: B1 T8192 H96 with every in-kernel option 2.035 vs 2.066 `seqs`, B4 T4096 H64 2.742 vs
+/// 2.997, varlen 8 x 1024 H96 2.087 vs 2.581): with more state blocks than fit on the GPU at once, `seqs` puts a
+/// pair's value blocks in different waves and each reads the pair's scratch from DRAM. Records written before it
+/// (codegen 8 or earlier) no longer match their keys, so an absent knob need not mean the old grid.
+pub const SGRID_KNOB: &str = "SGRID";
+
+knob_enum! {
+    /// `ARENA`: the intra-chunk kernel's shared layout.
+    pub enum IntraLayout: u32 {
+        /// Separate buffers (191 KB at chunk 64, K = V = 128).
+        Separate = 0,
+        /// The phase-aliased arena with K-chunked level operands (108 KB).
+        Arena = 1,
+        /// The separate-buffer kernel with its phase-disjoint buffers aliased where that applies (see
+        /// [`Launch::slim`]), else as `Separate`.
+        Slim = 2,
+    }
+}
+
+knob_enum! {
+    /// `XDIAG`: the exact path's diagonal tiles.
+    pub enum ExactDiag: u32 {
+        /// Always the level hierarchy.
+        Hierarchy = 0,
+        /// The safe path's midpoint anchor on every chunk whose gates allow it, else the hierarchy.
+        Adaptive = 1,
+    }
+}
+
+knob_enum! {
+    /// `ODIAG`: the chunk-32 off-diagonal tile.
+    pub enum OffDiag: u32 {
+        /// A level pass.
+        Levels = 0,
+        /// From the diagonal pass's midpoint-anchored operands (where that applies, see [`Launch::midoff`]).
+        Midpoint = 1,
+    }
+}
+
+knob_enum! {
+    /// `SYNC`: the state pass's barriers per chunk with a ring.
+    pub enum StateSync: u32 {
+        /// Two barriers (rings only).
+        Two = 2,
+        /// Four barriers (the old order).
+        Four = 4,
+    }
+}
+
+knob_enum! {
+    /// `EX2`: the intra kernel's `2^x`.
+    pub enum Exp2: str {
+        /// One `ex2.approx.ftz` (results below 2^-126 flushed to 0).
+        Ftz = "ftz",
+        /// `exp2f` (range test and two scalings for subnormal results).
+        Exact = "exact",
+    }
+}
+
+knob_enum! {
+    /// `OPDT`, `LVLDT`: a 16-bit operand type.
+    pub enum Half: str {
+        F16 = "f16",
+        Bf16 = "bf16",
+    }
+}
+
+impl Half {
+    /// The IR type.
+    pub fn dtype(self) -> DType {
+        match self {
+            Half::F16 => DType::F16,
+            Half::Bf16 => DType::Bf16,
+        }
+    }
+}
+
+knob_enum! {
+    /// `GSWZ`: the layout of the intra kernel's f32 G~ buffer.
+    pub enum GSwizzle: str {
+        /// The 16-bit operands' XOR swizzle (2-way bank conflicts on its 8-byte pair accesses).
+        Rows = "rows",
+        /// `Swizzle::Xor16BPairs` (no conflicts).
+        Pairs = "pairs",
+    }
+}
+
+knob_set! {
+    /// The knobs of `kda`, read from a record by [`KdaKnobs::from_knobs`] and resolved for a problem by
+    /// [`Launch::resolve`]. `absent` is what a record written before the knob existed means.
+    ///
+    /// The default record: chunk and intra warps automatic (see [`Launch::resolve`]). `ARENA=2` (the slim intra
+    /// layout, three blocks per SM where it applies, else the separate buffers) measured faster on every safe preset
+    /// of the H200 (2026-12-01, same run: T8192 H96 1.685 vs 1.790 ms, T65536 H32 5.795 vs 6.111, T16384 H32 1.461
+    /// vs 1.543, B4 T4096 H64 2.329 vs 2.477).
+    pub struct KdaKnobs for "kda" {
+        /// `CHUNK`: tokens per chunk (0: automatic).
+        chunk: u32 = "CHUNK" => {
+            axis: "chunk size (tokens per chunk); 0 = auto: 32 at K = V = 128 (measured fastest), else 64" [0, 64, 32],
+            default: 0,
+        },
+        /// `W1`: warps of the intra-chunk kernel (0: automatic).
+        w1: u32 = "W1" => {
+            axis: "warps of the intra-chunk kernel; 0 = auto: 8 at chunk 32 with K = V = 128, else 16" [0, 16, 8, 4],
+            default: 0,
+        },
+        /// `ARENA` (absent: the separate buffers).
+        arena: IntraLayout = "ARENA" => {
+            axis: "intra-chunk shared layout: 0 separate buffers (191 KB at chunk 64, K = V = 128), 1 phase-aliased arena \
+             with K-chunked level operands (108 KB; two blocks per SM at W1 <= 8), 2 the separate-buffer kernel with \
+             its phase-disjoint buffers aliased (safe path, chunk 32, ODIAG=1, W1 <= 8, V <= K: 71 KB, three blocks per SM; \
+             elsewhere as 0)"
+                [IntraLayout::Separate, IntraLayout::Arena, IntraLayout::Slim],
+            default: IntraLayout::Slim,
+            absent: IntraLayout::Separate,
+        },
+        /// `XDIAG` (absent: the hierarchy).
+        xdiag: ExactDiag = "XDIAG" => {
+            axis: "exact path's diagonal tiles: 1 per chunk the safe path's midpoint anchor when every |G~_r - G~_anchor| is \
+             within 48 (log2 units), else the level hierarchy, all tile operands bf16; 0 always the hierarchy with \
+             LVLDT operands (the old path)"
+                [ExactDiag::Adaptive, ExactDiag::Hierarchy],
+            default: ExactDiag::Adaptive,
+            absent: ExactDiag::Hierarchy,
+        },
+        /// `BV`: value columns per state-pass block (0: automatic).
+        bv: u32 = "BV" => {
+            axis: "value columns per state-pass block (0: chosen from the problem)" [0, 16, 32, 64],
+            accepts: "128: one state-pass block per (sequence, value head), reading each chunk's operands once (with W2=16)"
+                [128],
+            default: 0,
+        },
+        /// `W2`: warps of the state-pass kernel (0: automatic).
+        w2: u32 = "W2" => {
+            axis: "warps of the state-pass kernel (0: chosen from the problem)" [0, 4, 8, 16],
+            default: 0,
+        },
+        /// `STAGES` (absent: 1, the single-buffer pass): the state pass's operand ring (0: automatic).
+        stages: u32 = "STAGES" => {
+            axis: "state-pass operand buffers: 1 (two load groups, each refilled after its last reader), 2 (double-buffered \
+             chunks), 3 (a ring of three: loads two chunks ahead), 0 (the deepest that keeps the resident blocks the \
+             grid needs, see Launch::resolve)"
+                [0, 1, 2, 3],
+            default: 0,
+            absent: 1,
+        },
+        /// `ODIAG` (absent: the level pass).
+        odiag: OffDiag = "ODIAG" => {
+            axis: "chunk 32 with ARENA=0, safe path and XDIAG chunks within the bound: 1 the off-diagonal 16x16 tile from the \
+             diagonal pass's midpoint-anchored operands plus one 16-row key operand (no level pass), 0 the level pass"
+                [OffDiag::Midpoint, OffDiag::Levels],
+            default: OffDiag::Midpoint,
+            absent: OffDiag::Levels,
+        },
+        /// `EX2` (absent: exp2f).
+        ex2: Exp2 = "EX2" => {
+            axis: "intra-chunk 2^x: ftz (one ex2.approx.ftz, results below 2^-126 flushed to 0) or exact (exp2f: range test \
+             and two scalings for subnormal results)"
+                [Exp2::Ftz, Exp2::Exact],
+            default: Exp2::Ftz,
+            absent: Exp2::Exact,
+        },
+        /// `SYNC` (absent: four barriers).
+        sync: StateSync = "SYNC" => {
+            axis: "state-pass barriers per chunk with a ring (STAGES >= 2): 2 (wait, S store, one barrier, loads of chunk j + \
+             S - 1; Vt barrier) or 4 (the old order: barriers after the wait, the S store, Vt and at the end)"
+                [StateSync::Two, StateSync::Four],
+            default: StateSync::Two,
+            absent: StateSync::Four,
+        },
+        /// `OPDT`: the scratch and the tensor-core operands built from it.
+        op_dt: Half = "OPDT" => {
+            axis: "16-bit type of the scratch and of the tensor-core operands built from it" [Half::F16, Half::Bf16],
+            default: Half::F16,
+        },
+        /// `LVLDT`: the off-diagonal and exact-diagonal tile operands.
+        lvl_dt: Half = "LVLDT" => {
+            axis: "16-bit type of the off-diagonal and exact-diagonal tile operands" [Half::F16, Half::Bf16],
+            default: Half::F16,
+        },
+        /// `SGRID` (accepted, not an axis; absent: `vb`, see [`SGRID_KNOB`]).
+        state_grid: state::StateGrid = SGRID_KNOB => {
+            accepts: "state-pass block order: vb (absent: grid V/BV x N x HV, a pair's value blocks consecutive, so they \
+             share its chunk operands in L2 also when the grid takes several waves) or seqs (N x HV x V/BV)"
+                [state::StateGrid::ValueBlocks, state::StateGrid::Seqs],
+            absent: state::StateGrid::ValueBlocks,
+        },
+        /// `GSWZ` (neither an axis nor accepted; absent: `pairs`, see [`GSWZ_KNOB`]).
+        g_swizzle: GSwizzle = GSWZ_KNOB => {
+            default: GSwizzle::Pairs,
+            absent: GSwizzle::Pairs,
+        },
+        /// `TSPLIT` (a plan knob, see `Kda::plan_knobs`; absent: 1, the one-part plan; 0: [`auto_tsplit`]).
+        tsplit: u32 = "TSPLIT" => {
+            default: 0,
+            absent: 1,
+        },
+    }
+}
+
+/// The tuning knobs of `kda` (see [`KdaKnobs`]).
+pub fn knob_space() -> KnobSpace {
+    KdaKnobs::space()
+}
+
+/// The knobs used when nothing is tuned (see [`KdaKnobs`]).
+pub fn default_knobs() -> Knobs {
+    KdaKnobs::defaults()
+}
+
+/// Knobs resolved for one problem.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Launch {
+    pub chunk: u32,
+    pub w1: u32,
+    /// The intra-chunk kernel's phase-aliased shared layout (knob `ARENA`).
+    pub arena: bool,
+    /// The separate-buffer intra kernel with its phase-disjoint buffers aliased (knob `ARENA=2`).
+    pub slim: bool,
+    /// The exact path's adaptive diagonal tiles (knob `XDIAG`).
+    pub xdiag: bool,
+    /// The intra kernel's `2^x` as one `ex2.approx.ftz` (knob `EX2=ftz`).
+    pub ex2_ftz: bool,
+    /// The chunk-32 off-diagonal tile from the midpoint-anchored operands (knob `ODIAG=1`; safe path or
+    /// `XDIAG=1`, `ARENA=0` only).
+    pub midoff: bool,
+    /// Two barriers per state-pass chunk instead of four (knob `SYNC=2`; rings only).
+    pub two_bars: bool,
+    /// The intra kernel's f32 gate-cumsum buffer in the pair-friendly swizzle (knob `GSWZ=pairs`).
+    pub g_pairs: bool,
+    pub bv: u32,
+    pub w2: u32,
+    /// Operand buffers of the state pass (1 or 2).
+    pub stages: u32,
+    pub op_dt: DType,
+    pub lvl_dt: DType,
+    /// Parts of the chunk sequence along time (knob `TSPLIT`; 1 = one intra launch and one state pass), see
+    /// [`chunk_plan`].
+    pub tsplit: u32,
+    /// The state pass's block order (knob `SGRID`).
+    pub state_grid: state::StateGrid,
+}
+
+/// `TSPLIT=0`: the parts along time for a problem. The overlap pays where the state pass is the long pole, i.e.
+/// few (sequence, value head) pairs over many chunks: measured on the H200 (2026-12-02, same
+/// run), B1 H32 gains at T16384 (1.450 -> 1.353 ms at 4 parts; 8 parts 1.636) and T65536 (5.746 -> 4.958 at 4,
+/// 4.910 at 8), while B1 H96 T8192 (1.669 -> 1.686 at 4) and B4 H64 T4096 (2.317 -> 2.544) lose: their intra
+/// kernel is the long pole and their state pass already fills the GPU. So: one part per 128 chunks (a power of
+/// two, at most 8) when there are at most 32 pairs, else one part.
+pub fn auto_tsplit(pb: &KdaProblem, chunk: u32) -> u32 {
+    if pb.num_seqs() * pb.hv > 32 {
+        return 1;
+    }
+    let nch = pb.chunk_tables(chunk as usize).0.len() / 2;
+    let parts = (nch / 128).clamp(1, 8) as u32;
+    1 << parts.ilog2()
+}
+
+/// The values knob `TSPLIT` takes.
+pub const TSPLIT_VALUES: [u32; 5] = [1, 2, 4, 8, 16];
+
+/// Streaming multiprocessors assumed by the automatic value-block choice (H100/H200).
+const ASSUMED_SMS: usize = 132;
+
+/// Dynamic shared memory one block may use (sm_90: 227 KB).
+const MAX_SHARED_BYTES: u32 = 232448;
+
+/// Shared memory of one SM (sm_90: 228 KB, of which each resident block reserves 1 KB).
+const SM_SHARED_BYTES: u32 = 233472;
+
+/// Shared bytes of the state pass (16-bit operands): per stage W, Qbar, Kbar (C x K), U (C x BV), P (C x C) and
+/// gamma (K f32); once S (K x BV) and Vt (C x BV).
+pub fn state_shared_bytes(dk: u32, chunk: u32, bv: u32, stages: u32) -> u32 {
+    stages * (2 * chunk * (3 * dk + bv + chunk) + 4 * dk) + 2 * (dk + chunk) * bv
+}
+
+impl Launch {
+    /// Read and check the knobs for a problem. `STAGES = 0` picks the deepest operand ring (3, 2 or 1 chunks)
+    /// with which the resident blocks the grid needs still fit on an SM (a knob set without `STAGES`, from
+    /// before it existed, means 1). `XDIAG` (exact path; missing: 0) picks the adaptive diagonal tiles.
+    /// `BV = 0` picks 32 value columns per state-pass block, 16 when
+    /// that would leave more than half the SMs idle (fewer than ~66 blocks), 64 when 64 still makes two blocks per
+    /// SM; every value block re-reads the chunk's W, Qbar, Kbar and P, so narrower blocks cost L2 bandwidth. `W2 = 0` picks 8 warps for BV > 32,
+    /// else 4.
+    pub fn resolve(knobs: &Knobs, pb: &KdaProblem) -> Result<Launch, OpError> {
+        let invalid = |why: String| OpError::InvalidKnobs { op: "kda", knobs: knobs.to_string(), why };
+        let t = KdaKnobs::from_knobs(knobs)?;
+        // CHUNK = 0 / W1 = 0: chunk 32 on 8 warps at K = V = 128, the fastest point of the H200 run of
+        // 2026-12-01 on every preset it timed (B1 T8192 H96 safe 2.045 ms vs 2.687 at chunk 64 on 16 warps; B1
+        // T16384 H32 exact 2.396 vs 2.708; B4 T4096 H64 safe 2.854 vs 3.900; FLA chunk_kda 2.417 / 1.955 /
+        // 3.105 in the same lease); chunk 64 on 16 warps for other head dims (not timed; chunk 32 on 8 warps
+        // spills 4 bytes at K = 64, V = 128 on the exact path).
+        let wide = pb.dk == 128 && pb.dv == 128;
+        let chunk = match t.chunk {
+            0 if wide => 32,
+            0 => 64,
+            c => c,
+        };
+        let w1 = match t.w1 {
+            0 if chunk == 32 && wide => 8,
+            0 => 16,
+            w => w,
+        };
+        let mut bv = t.bv;
+        let mut w2 = t.w2;
+        // Knob sets written before STAGES existed mean the single-buffer pass (see [`KdaKnobs`]).
+        let mut stages = t.stages;
+        if stages > 3 {
+            return Err(invalid(format!("STAGES={stages}: 0, 1, 2 or 3")));
+        }
+        if chunk != 32 && chunk != 64 {
+            return Err(invalid(format!("CHUNK={chunk}: 0 (auto), 32 or 64")));
+        }
+        if !matches!(w1, 4 | 8 | 16) {
+            return Err(invalid(format!("W1={w1}: 0 (auto), 4, 8 or 16")));
+        }
+        if w1 == 4 && chunk == 64 && pb.dk.max(pb.dv) >= 128 {
+            return Err(invalid("W1=4 with CHUNK=64 and head dim 128 runs out of registers (spills): use W1=8".into()));
+        }
+        let dv = pb.dv as u32;
+        if bv == 0 {
+            // 16 when 32 would leave more than half the SMs idle; 64 when even 64 gives two blocks per SM (every
+            // value block re-reads its pair's chunk operands: wider blocks read fewer bytes from L2). Measured on the
+            // H100 (2026-12-06, same run, with SGRID=vb): BV=64 on 8 warps with 2 stages 2.576 ms vs 2.742 at BV=32
+            // (B4 T4096 H64, 512 blocks of 64) and 1.957 vs 2.087 (varlen 8 x 1024 H96, 1536 blocks), while B1 T8192
+            // H96 (192 blocks of 64) took 2.100 vs 2.035: there BV=32 stays.
+            let heads = pb.num_seqs() * pb.hv;
+            bv = if 2 * heads * pb.dv / 32 < ASSUMED_SMS {
+                16
+            } else if pb.dv.is_multiple_of(64) && heads * pb.dv / 64 >= 2 * ASSUMED_SMS {
+                64
+            } else {
+                32
+            };
+        }
+        if !matches!(bv, 16 | 32 | 64 | 128) || bv > dv || !dv.is_multiple_of(bv) {
+            return Err(invalid(format!("BV={bv} must be 16, 32, 64 or 128 and divide V={dv}")));
+        }
+        if w2 == 0 {
+            // 8 warps for value blocks wider than 32, else 4: a chunk-32 x 32 output tile does not split over 8
+            // warps (half of them duplicate its products). Measured on the H200 (2026-12-01, same run, chunk 32,
+            // 3 stages, where 8 warps had been picked because the 128 blocks fit on the SMs at once): W2=4 took
+            // 6.819 ms at B1 T65536 H32 (8 warps 7.340), 1.879 at T16384 H32 safe (1.945), 1.980 exact (2.114).
+            w2 = if bv > 32 { 8 } else { 4 };
+        }
+        if !matches!(w2, 4 | 8 | 16) {
+            return Err(invalid(format!("W2={w2}: 0, 4, 8 or 16")));
+        }
+        if stages == 0 && bv == 64 && w2 == 8 {
+            // 64 columns on 8 warps: 2 stages (ptxas, 2026-12-06: 128 registers, two blocks per SM; 3 stages
+            // take 154 registers, one block per SM, which the register model below does not see).
+            stages = 2;
+        }
+        if stages == 0 {
+            // More operand stages multiply the chunk buffers (38 -> 67 -> 96 KB at chunk 32, K = V = 128, BV = 32)
+            // and let chunk j + S - 1's loads overlap S - 1 chunks of work instead of half of one; they are free
+            // as long as they cost none of the resident blocks the grid needs. So: the deepest ring (3, 2, 1)
+            // with which `min(ceil(blocks / SMs), blocks per SM by registers)` blocks still fit on an SM, the
+            // registers taken as 128 a thread (ptxas: 123-128 at 1 and 3 stages; 153 for 2 stages on 4 warps,
+            // i.e. 3 blocks per SM, which shared memory caps at anyway: 3 x 67 KB) -- e.g. 3 stages at H32 (128
+            // blocks, one per SM), 2 at H96 (384 blocks: 3 per SM, 3 x 67 KB), 1 at B4 H64 (1024 blocks: 4 per SM
+            // by registers at 4 warps, 4 x 38 KB).
+            let blocks = pb.num_seqs() * pb.hv * pb.dv / bv as usize;
+            let want = blocks.div_ceil(ASSUMED_SMS).min(65536 / (128 * 32 * w2 as usize)).max(1) as u32;
+            let fits = |s: u32| want * (state_shared_bytes(pb.dk as u32, chunk, bv, s) + 1024) <= SM_SHARED_BYTES;
+            stages = [3, 2].into_iter().find(|&s| fits(s)).unwrap_or(1);
+        }
+        if state_shared_bytes(pb.dk as u32, chunk, bv, stages) > MAX_SHARED_BYTES {
+            return Err(invalid(format!(
+                "STAGES={stages} at chunk {chunk}, BV={bv}: {} bytes of shared memory (max {MAX_SHARED_BYTES})",
+                state_shared_bytes(pb.dk as u32, chunk, bv, stages)
+            )));
+        }
+        // f32 accumulator registers per thread: the state and the two chunk accumulators.
+        let regs = (pb.dk as u32 + 2 * chunk) * bv / (32 * w2);
+        if regs > 64 {
+            return Err(invalid(format!(
+                "state K={} x BV={bv} and two {chunk} x {bv} accumulators on {w2} warps: {regs} registers a thread (max 64)",
+                pb.dk
+            )));
+        }
+        // Knob sets written before ARENA, XDIAG, EX2, ODIAG, SYNC, GSWZ, TSPLIT or SGRID existed read as the
+        // separate buffers, the hierarchy, exp2f, the level pass, four barriers, pairs, one part and vb (the
+        // `absent` values of [`KdaKnobs`]).
+        let arena = t.arena == IntraLayout::Arena;
+        let xdiag = t.xdiag == ExactDiag::Adaptive;
+        let ex2_ftz = t.ex2 == Exp2::Ftz;
+        let midoff = t.odiag == OffDiag::Midpoint && (pb.safe || xdiag) && chunk == 32 && !arena;
+        // ARENA=2: the slim layout of the separate-buffer kernel (see `intra::IntraOpts::slim`) where it applies
+        // (safe path, chunk 32, ODIAG=1, W1 <= 8, V <= K); elsewhere the separate buffers, as ODIAG does.
+        // (The phase-B buffers fit in sQ + sOp's bytes for V <= K.)
+        let slim = t.arena == IntraLayout::Slim && pb.safe && midoff && w1 <= 8 && pb.dv <= pb.dk;
+        let two_bars = t.sync == StateSync::Two && stages >= 2;
+        // GSWZ (not an axis of the knob space; absent = pairs: knob sets written before it were made at codegen
+        // v8 or earlier, whose records no longer match their keys): the layout of the intra kernel's f32 G~ buffer.
+        // `rows`: the 16-bit operands' XOR swizzle, 2-way bank conflicts on its 8-byte pair accesses (13.4 M of the
+        // kernel's 132.5 M shared wavefronts at B1 T8192 H96, ncu, 2026-12-02). `pairs`: Swizzle::Xor16BPairs, no
+        // conflicts: faster on every preset (H200, 2026-12-04, same run, with W and U regrouped into 8-byte
+        // stores as the kernel does on its plain variants: T8192 H96 1.545 vs 1.577 ms, T65536 H32 4.483 vs 4.581,
+        // T16384 safe 1.176 vs 1.198, exact 1.351 vs 1.379, B4 T4096 H64 2.153 vs 2.195).
+        let g_pairs = t.g_swizzle == GSwizzle::Pairs;
+        // TSPLIT 0 (the default) is the automatic choice of [`auto_tsplit`].
+        let tsplit = match t.tsplit {
+            0 => auto_tsplit(pb, chunk),
+            parts => parts,
+        };
+        if !TSPLIT_VALUES.contains(&tsplit) {
+            return Err(invalid(format!("TSPLIT={tsplit}: 0 (auto) or one of {TSPLIT_VALUES:?}")));
+        }
+        Ok(Launch {
+            chunk,
+            w1,
+            arena,
+            slim,
+            xdiag,
+            ex2_ftz,
+            midoff,
+            two_bars,
+            g_pairs,
+            bv,
+            w2,
+            stages,
+            op_dt: t.op_dt.dtype(),
+            lvl_dt: t.lvl_dt.dtype(),
+            tsplit,
+            state_grid: t.state_grid,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn problem(safe: i64) -> KdaProblem {
+        KdaProblem::from_preset(&Preset::new("p", &[("B", 1), ("T", 256), ("H", 2), ("K", 128), ("safe", safe)]))
+            .unwrap()
+    }
+
+    /// The default record as it was written out before the declaration (2026-12-06).
+    #[test]
+    fn the_default_record_is_the_old_one() {
+        let old = Knobs::new()
+            .with("ARENA", 2i64)
+            .with("CHUNK", 0i64)
+            .with("W1", 0i64)
+            .with("BV", 0i64)
+            .with("W2", 0i64)
+            .with("STAGES", 0i64)
+            .with("XDIAG", 1i64)
+            .with(GSWZ_KNOB, "pairs")
+            .with("ODIAG", 1i64)
+            .with("EX2", "ftz")
+            .with("SYNC", 2i64)
+            .with("OPDT", "f16")
+            .with("LVLDT", "f16")
+            .with("TSPLIT", 0i64);
+        assert_eq!(default_knobs(), old);
+        let space = knob_space();
+        let names: Vec<&str> = space.axes.iter().map(|a| a.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["CHUNK", "W1", "ARENA", "XDIAG", "BV", "W2", "STAGES", "ODIAG", "EX2", "SYNC", "OPDT", "LVLDT"]
+        );
+        let accepted: Vec<&str> = space.accepted.iter().map(|a| a.name.as_str()).collect();
+        assert_eq!(accepted, ["BV", SGRID_KNOB]);
+    }
+
+    /// A record from before the optional knobs reads with their legacy meanings; the required ones are named when
+    /// missing; words and numbers outside a knob's values are refused naming the knob.
+    #[test]
+    fn old_records_and_bad_values() {
+        let pb = problem(1);
+        let old = Knobs::new()
+            .with("CHUNK", 32i64)
+            .with("W1", 8i64)
+            .with("BV", 32i64)
+            .with("W2", 4i64)
+            .with("OPDT", "f16")
+            .with("LVLDT", "bf16");
+        let l = Launch::resolve(&old, &pb).unwrap();
+        assert_eq!((l.stages, l.tsplit, l.lvl_dt), (1, 1, DType::Bf16));
+        assert!(!l.arena && !l.slim && !l.xdiag && !l.ex2_ftz && !l.midoff && !l.two_bars && l.g_pairs);
+        assert_eq!(l.state_grid, state::StateGrid::ValueBlocks);
+        let mut no_chunk = old.clone();
+        no_chunk.0.remove("CHUNK");
+        assert!(matches!(Launch::resolve(&no_chunk, &pb), Err(OpError::Knob(KnobError::Missing { .. }))));
+        for (k, v) in [("ARENA", 3i64), ("XDIAG", 2), ("ODIAG", 2), ("SYNC", 3)] {
+            let e = Launch::resolve(&default_knobs().with(k, v), &pb).unwrap_err().to_string();
+            assert!(e.contains(&format!("{k} must be")) && e.ends_with(&format!("got {v}")), "{e}");
+        }
+        for (k, v) in [("EX2", "fast"), ("OPDT", "f32"), (GSWZ_KNOB, "cols"), (SGRID_KNOB, "rows")] {
+            let e = Launch::resolve(&default_knobs().with(k, v), &pb).unwrap_err().to_string();
+            assert!(e.contains(&format!("{k} must be")) && e.ends_with(&format!("got {v}")), "{e}");
+        }
+        let e = Launch::resolve(&default_knobs().with("CHUNK", 16i64), &pb).unwrap_err().to_string();
+        assert!(e.ends_with("CHUNK=16: 0 (auto), 32 or 64"), "{e}");
+        let d = Launch::resolve(&default_knobs(), &problem(0)).unwrap();
+        assert!(d.xdiag && d.ex2_ftz && d.two_bars && d.g_pairs && d.midoff && !d.slim && !d.arena);
+        assert_eq!((d.chunk, d.w1, d.op_dt, d.lvl_dt), (32, 8, DType::F16, DType::F16));
+    }
+}
