@@ -890,13 +890,13 @@ fn ex2_and_sync_knobs() {
     assert!(!kda::Launch::resolve(&base.clone().with("STAGES", 1i64), &pb).unwrap().two_bars);
     assert!(kda::Launch::resolve(&base.clone().with("SYNC", 3i64), &pb).is_err());
     assert!(kda::Launch::resolve(&base.clone().with("EX2", "fast"), &pb).is_err());
-    let (i1, s1) = kda::chunk_kernels(&pb, &l).unwrap();
-    let (i0, s0) = kda::chunk_kernels(&pb, &lo).unwrap();
+    let (i1, st1) = kda::chunk_kernels(&pb, &l).unwrap();
+    let (i0, st0) = kda::chunk_kernels(&pb, &lo).unwrap();
     assert_ne!(i1.name, i0.name);
-    assert_ne!(s1.name, s0.name);
+    assert_ne!(st1.name, st0.name);
     // Barriers in the state kernel's chunk loop: 2 against 4.
     let bars = |k: &k3k_ir::Kernel| format!("{k:?}").matches("Barrier").count();
-    assert_eq!(bars(&s0) - bars(&s1), 2, "{} vs {}", s0.name, s1.name);
+    assert_eq!(bars(&st0) - bars(&st1), 2, "{} vs {}", st0.name, st1.name);
 }
 
 /// `ARENA=2` (safe path, chunk 32, ODIAG=1: the separate-buffer kernel with sQ/sOp and sV/sXW/sTW/sXU/sTU/sLb

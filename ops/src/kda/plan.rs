@@ -87,7 +87,7 @@ pub fn chunk_plan(pb: &KdaProblem, d: &KdaData, knobs: &Knobs) -> Result<Plan, O
     let pm = plan.scratch("p", l.op_dt, &[hv, nch, c, c]);
     let gam = plan.scratch("gamma", DType::F32, &[hv, nch, dk]);
     a1.extend([ct, wu, qb, kb, pm, gam]);
-    let s1 = intra_scalars(pb);
+    let sc1 = intra_scalars(pb);
     let mut a2 = vec![wu, qb, kb, pm, gam, ct, st];
     if let Some(h0) = &d.h0 {
         a2.push(plan.input("h0", h0.clone()));
@@ -96,7 +96,7 @@ pub fn chunk_plan(pb: &KdaProblem, d: &KdaData, knobs: &Knobs) -> Result<Plan, O
     let ht = plan.output("ht", DType::F32, &[n, hv, dk, dv]);
     a2.extend([o, ht]);
     if nch > 0 {
-        plan.step(k1, &a1, &s1);
+        plan.step(k1, &a1, &sc1);
     }
     plan.step(k2, &a2, &[]);
     Ok(plan)
@@ -123,11 +123,11 @@ fn token_inputs(plan: &mut Plan, d: &KdaData) -> Vec<usize> {
 
 /// The scalars of the intra kernel.
 pub fn intra_scalars(pb: &KdaProblem) -> Vec<(&'static str, SymValue)> {
-    let mut s1 = vec![("scale", SymValue::Float(pb.scale()))];
+    let mut sc1 = vec![("scale", SymValue::Float(pb.scale()))];
     if matches!(pb.gate, GateForm::Safe { .. }) {
-        s1.push(("lb", SymValue::Float(LOWER_BOUND)));
+        sc1.push(("lb", SymValue::Float(LOWER_BOUND)));
     }
-    s1
+    sc1
 }
 
 /// The `TSPLIT > 1` plan of [`chunk_plan`] over at least two parts.
@@ -150,7 +150,7 @@ fn split_plan(
     let mut prev_state = d.h0.as_ref().map(|h0| plan.input("h0", h0.clone()));
     let o = plan.output("o", DType::Bf16, &[tt, hv, dv]);
     let ht = plan.output("ht", DType::F32, &[n, hv, dk, dv]);
-    let s1 = intra_scalars(pb);
+    let sc1 = intra_scalars(pb);
     for (p, &(lo, hi)) in parts.iter().enumerate() {
         let m = hi - lo;
         let ct = plan.input(&format!("ctab@{p}"), HostTensor::from_i64(DType::I32, &[m, 2], &ctab[2 * lo..2 * hi]));
@@ -163,7 +163,7 @@ fn split_plan(
         let gam = plan.scratch(&format!("gamma@{p}"), DType::F32, &[hv, m, dk]);
         let mut a1 = a1_common.clone();
         a1.extend([ct, wu, qb, kb, pm, gam]);
-        let intra = plan.step_on(k1.clone(), &a1, &s1, 0, &[]);
+        let intra = plan.step_on(k1.clone(), &a1, &sc1, 0, &[]);
         let out_state =
             if p + 1 == parts.len() { ht } else { plan.scratch(&format!("h@{p}"), DType::F32, &[n, hv, dk, dv]) };
         let mut a2 = vec![wu, qb, kb, pm, gam, ct, st];

@@ -66,7 +66,7 @@ impl GemmKernel<'_> {
     /// starts at group `g0`, before which `seen0` tiles lie (a block's tiles only move forward), and updates both.
     pub fn search(&self, b: &mut KernelBuilder, t: Expr, grp: VarId, local: VarId, from: Option<(VarId, VarId)>) {
         let (start, seen_init) = match from {
-            Some((g0, s0)) => (Expr::Var(g0), Expr::Var(s0)),
+            Some((g0, st0)) => (Expr::Var(g0), Expr::Var(st0)),
             None => (Expr::Int(0), Expr::Int(0)),
         };
         let seen = b.let_var("seen", seen_init);
@@ -89,9 +89,9 @@ impl GemmKernel<'_> {
                 b.assign(seen, Expr::Var(seen) + tg);
             });
         });
-        if let (Some((g0, s0)), Some(f)) = (from, found) {
+        if let (Some((g0, st0)), Some(f)) = (from, found) {
             b.assign(g0, Expr::Var(grp));
-            b.assign(s0, Expr::Var(f));
+            b.assign(st0, Expr::Var(f));
         }
     }
 
