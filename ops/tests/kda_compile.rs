@@ -112,6 +112,7 @@ fn variants_and_knob_points_compile() {
     // FlashKDA's gate form (lb * sigmoid(exp(A_log) * (x + bias))) with every in-kernel option, on both paths.
     add(with(&[("safe", 1), ("gate", 3), ("bias", 1), ("l2norm", 1), ("bsig", 1), ("h0", 1)]), &slim, 3);
     add(with(&[("safe", 0), ("gate", 3), ("bias", 1), ("l2norm", 1), ("bsig", 1)]), &def, 1);
+    add(with(&[("safe", 0), ("gate", 3), ("bias", 1), ("gbf16", 1), ("l2norm", 1), ("bsig", 1)]), &def, 1);
     add(with(&[("safe", 1), ("h0", 1)]), &slim.clone().with("W1", 4i64), 1);
     // Smaller head dims.
     for (k, v) in [(64i64, 64i64), (32, 32), (64, 128), (128, 32)] {
@@ -129,6 +130,8 @@ fn variants_and_knob_points_compile() {
                 2 => kda::GateForm::Standard { bias: true },
                 _ => kda::GateForm::Safe { bias: true, a_log: true },
             },
+            // (FlashKDA's form with the bf16 raw gate of its presets.)
+            g_bf16: gate == 3,
             l2norm: l2,
             beta_sigmoid: l2,
             in_place: inplace,

@@ -2,8 +2,8 @@
 //! head), all chunks of all sequences in parallel.
 //!
 //! Per block (rows `row0..row0+len` of one sequence, value head `hv`, chunk size C, tiles of 16 rows):
-//! 1. `cp.async` q, k (head `hv / (HV/H)`), v into swizzled shared tiles; the gate tile into registers, the gate
-//!    form applied there (`lb*sigmoid(x+bias)` or `-exp(A_log)*softplus(x+dt_bias)`), converted to log2 units
+//! 1. `cp.async` q, k (head `hv / (HV/H)`), v into swizzled shared tiles; the gate tile into registers (from
+//!    f32, or bf16 with `g_bf16`), the gate form applied there (`lb*sigmoid(x+bias)` or `-exp(A_log)*softplus(x+dt_bias)`), converted to log2 units
 //!    and scanned down the rows: `G~ = cumsum(g) / ln 2` stays in shared memory (`exp2` everywhere after).
 //!    beta (optionally through a sigmoid) and the optional L2-norm factors `1/sqrt(sum x^2 + 1e-6)` of the q and
 //!    k rows go to a small shared table; the norms are folded into every operand built from q or k.
@@ -311,7 +311,9 @@ impl Intra {
         let q = b.tensor("q", DType::Bf16, &[tt.clone(), h.clone(), Expr::Int(kk)], Access::Read);
         let k = b.tensor("k", DType::Bf16, &[tt.clone(), h.clone(), Expr::Int(kk)], Access::Read);
         let v = b.tensor("v", DType::Bf16, &[tt.clone(), hv.clone(), Expr::Int(vv)], Access::Read);
-        let g = b.tensor("g", DType::F32, &[tt.clone(), hv.clone(), Expr::Int(kk)], Access::Read);
+        // (`g_bf16`: the raw gate input in bf16, converted to f32 on the load into the gate tile.)
+        let g_dt = if spec.g_bf16 { DType::Bf16 } else { DType::F32 };
+        let g = b.tensor("g", g_dt, &[tt.clone(), hv.clone(), Expr::Int(kk)], Access::Read);
         let beta = b.tensor("beta", DType::Bf16, &[tt.clone(), hv.clone()], Access::Read);
         let bias =
             spec.gate.has_bias().then(|| b.tensor("bias", DType::F32, &[hv.clone(), Expr::Int(kk)], Access::Read));
