@@ -277,3 +277,21 @@ fn wide_decode_state_moves_as_vector_accesses() {
     eprintln!("{}: {ld} v4 loads, {st} v4 stores", k.name);
     assert_eq!((ld, st), (16, 16), "{}", k.name);
 }
+
+/// The intra kernel's knobs of 2026-12-07 (`FULLC=1`, `GSIG=fast`, both) at the FlashKDA presets' options and on the
+/// plain safe path: no more spill than the default kernels of the same variant.
+#[test]
+fn full_chunk_and_fast_gate_knobs_compile() {
+    let fk: Vec<(&str, i64)> = [("B", 1i64), ("T", 8192), ("H", 8)].into_iter().chain(kda::FLASHKDA_OPTIONS).collect();
+    let plain = vec![("B", 1i64), ("T", 8192), ("H", 8), ("K", 128), ("V", 128), ("safe", 1)];
+    let def = kda::default_knobs();
+    for dims in [&fk, &plain] {
+        for knobs in [
+            def.clone().with("FULLC", 1i64),
+            def.clone().with("GSIG", "fast"),
+            def.clone().with("FULLC", 1i64).with("GSIG", "fast"),
+        ] {
+            assemble(&chunk_kernels(dims, &knobs).0);
+        }
+    }
+}

@@ -141,7 +141,8 @@ impl Operator for Kda {
         // every in-kernel option).
         let n = &kernel.name;
         let intra = n.starts_with("k3k_kda_intra_");
-        if intra && n.contains("_pre_c") && n.ends_with("_gp") {
+        // (`_gp` then, at the name's end or before the `FULLC` / `GSIG` suffixes `_fc`, `_gsf`.)
+        if intra && n.contains("_pre_c") && (n.ends_with("_gp") || n.contains("_gp_")) {
             16
         } else if intra && n.contains("_l2_") {
             8

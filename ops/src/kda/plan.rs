@@ -20,6 +20,8 @@ pub fn chunk_kernels(pb: &KdaProblem, l: &Launch) -> Result<(Kernel, Kernel), Op
                 ex2_ftz: l.ex2_ftz,
                 midoff: l.midoff,
                 g_pairs: l.g_pairs,
+                full_chunks: l.full_chunks,
+                fast_gate_sigmoid: l.fast_gate_sigmoid,
             },
         )?,
         state_kernel(&spec, l)?,

@@ -97,6 +97,18 @@ pub struct IntraOpts {
     pub slim: bool,
     /// The f32 buffer of G~ (`sG`) in [`Swizzle::Xor16BPairs`] instead of `Xor16B` (knob `GSWZ=pairs`).
     pub g_pairs: bool,
+    /// (Knob `FULLC=1`) The phases twice behind one block-uniform branch on `len == C`: the copy of full chunks
+    /// has the length the constant C, so the row masks of the maps (`r < len`), the row bounds of the tile loads
+    /// and stores and the midpoint anchors (`min(8, len - 1 - t0)`) fold to constants; a sequence's partial last
+    /// chunk runs the generic copy. The same arithmetic on the same values in both copies: the same bits. The
+    /// code doubles, but a block runs one copy. (The SASS of the default kernel at B1 T8192 H96 is ~44% integer
+    /// and address instructions with ~4,700 issued per warp against an issue floor near the measured time:
+    /// `lab/2026-12-06/2340-h100-profile/findings.md`.)
+    pub full_chunks: bool,
+    /// (Knob `GSIG=fast`) The `lb * sigmoid(..)` gate forms' sigmoid as `rsqrt(1 + 2^(-z log2 e))^2` (one
+    /// `ex2.approx.ftz`, one `rsqrt.approx`: no IEEE `expf` and division with their per-element slow-path branches)
+    /// and `exp(A_log)` once per block.
+    pub fast_gate_sigmoid: bool,
 }
 
 /// `e` times `f` where there is one.
@@ -196,6 +208,7 @@ fn shared_layout(
 /// The intra kernel being built: its options, dims, tensors, shared buffers, register tiles and block
 /// coordinates, declared by [`Intra::declare`]; each phase of [`build_intra`] is a method, called in the order
 /// the kernel runs them.
+#[derive(Clone)]
 struct Intra {
     spec: KdaSpec,
     dk: u32,
@@ -209,6 +222,7 @@ struct Intra {
     ex2_ftz: bool,
     midoff: bool,
     slim: bool,
+    fast_gate_sigmoid: bool,
     kk: i64,
     vv: i64,
     cc: i64,
@@ -282,7 +296,8 @@ impl Intra {
         lvl_dt: DType,
         o: IntraOpts,
     ) -> Result<(KernelBuilder, Intra), OpError> {
-        let IntraOpts { arena, xdiag, ex2_ftz, midoff, slim, g_pairs } = o;
+        let IntraOpts { arena, xdiag, ex2_ftz, midoff, slim, g_pairs, full_chunks, fast_gate_sigmoid } = o;
+        let fast_gate_sigmoid = fast_gate_sigmoid && matches!(spec.gate, GateForm::Safe { .. });
         let (dk, dv, c) = (spec.dk, spec.dv, chunk);
         let nt = c / 16;
         let xdiag = xdiag && !spec.safe;
@@ -293,14 +308,16 @@ impl Intra {
         let lvl_dt = if spec.safe || xdiag { DType::Bf16 } else { lvl_dt };
         let threads = 32 * warps;
         let name = format!(
-            "k3k_kda_intra_{}_c{c}_w{warps}_{op_dt}_{lvl_dt}{}{}{}{}{}{}",
+            "k3k_kda_intra_{}_c{c}_w{warps}_{op_dt}_{lvl_dt}{}{}{}{}{}{}{}{}",
             spec.tag(),
             if arena { "_a" } else { "" },
             if xdiag { "_xd" } else { "" },
             if ex2_ftz { "_ftz" } else { "" },
             if midoff { "_mo" } else { "" },
             if slim { "_sl" } else { "" },
-            if g_pairs { "_gp" } else { "" }
+            if g_pairs { "_gp" } else { "" },
+            if full_chunks { "_fc" } else { "" },
+            if fast_gate_sigmoid { "_gsf" } else { "" }
         );
         let mut b = KernelBuilder::new(&name, threads);
         let (kk, vv, cc) = (dk as i64, dv as i64, c as i64);
@@ -408,6 +425,7 @@ impl Intra {
                 ex2_ftz,
                 midoff,
                 slim,
+                fast_gate_sigmoid,
                 kk,
                 vv,
                 cc,
@@ -542,14 +560,29 @@ pub fn build_intra(
     o: IntraOpts,
 ) -> Result<Kernel, OpError> {
     let (mut b, x) = Intra::declare(spec, chunk, warps, op_dt, lvl_dt, o)?;
-    x.loads_and_scan(&mut b);
-    if spec.l2norm {
-        x.l2_norms(&mut b);
+    if o.full_chunks {
+        // (`FULLC=1`) Full chunks: the same phases with the length (and the last row) constants.
+        let c = chunk as i64;
+        let full = Intra { len: Expr::Int(c), last: Expr::Int(c - 1), ..x.clone() };
+        let is_full = x.len.clone().eq(c);
+        b.if_else(is_full, |b| full.phases(b), |b| x.phases(b));
+    } else {
+        x.phases(&mut b);
     }
-    x.qbar_kbar_gamma(&mut b);
-    let xd_ok = x.diagonal_tiles(&mut b);
-    x.forward_substitution(&mut b);
-    x.off_diagonal(&mut b, xd_ok);
-    x.block_substitution(&mut b);
     Ok(b.finish()?)
+}
+
+impl Intra {
+    /// Every phase, in the kernel's order.
+    fn phases(&self, b: &mut KernelBuilder) {
+        self.loads_and_scan(b);
+        if self.spec.l2norm {
+            self.l2_norms(b);
+        }
+        self.qbar_kbar_gamma(b);
+        let xd_ok = self.diagonal_tiles(b);
+        self.forward_substitution(b);
+        self.off_diagonal(b, xd_ok);
+        self.block_substitution(b);
+    }
 }
