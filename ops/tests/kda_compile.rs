@@ -294,4 +294,15 @@ fn full_chunk_and_fast_gate_knobs_compile() {
             assemble(&chunk_kernels(dims, &knobs).0);
         }
     }
+    // `L2R=unrolled` spills under the 80-register cap (ptxas 13.0, 2026-12-07: 40 bytes alone, the loads of all
+    // of a warp's rows in flight): a knob to time, not a default; it builds and assembles.
+    for knobs in [def.clone().with("L2R", "unrolled"), def.clone().with("L2R", "unrolled").with("FULLC", 1i64)] {
+        let k = chunk_kernels(&fk, &knobs).0;
+        let r = build(&k, BuildOptions { assemble: true })
+            .unwrap_or_else(|e| panic!("{}: {e}", k.name))
+            .resources
+            .clone()
+            .unwrap();
+        eprintln!("{}: {r:?}", k.name);
+    }
 }

@@ -2,7 +2,8 @@
 //! JIT: `FULLC=1` (full chunks on a copy of the phases with a constant length) computes the same bits as the
 //! generic kernel on sequences with full and partial chunks, both paths, every gate form; `GSIG=fast` (the gate's
 //! sigmoid from `ex2.approx` and `rsqrt`) changes the outputs, stays within SEMANTICS.md section 3 of the f64
-//! recurrence, and leaves the forms without that sigmoid alone.
+//! recurrence, and leaves the forms without that sigmoid alone; `L2R=unrolled` (the L2 norms' column loop unrolled)
+//! computes the same bits.
 
 use k3k_codegen::cpu::interp::InterpOptions;
 use k3k_codegen::cpu::jit;
@@ -118,6 +119,20 @@ fn full_chunk_copy_is_bit_identical() {
         let (a, b) = (checked(&pb, &d, &base, s), checked(&pb, &d, &fc, s));
         for (x, y) in a.iter().zip(&b) {
             same_bits(x, y, &format!("{dims:?} FULLC=1"));
+        }
+        // `L2R=unrolled`: the same sums in the same order (a new kernel only with the in-kernel L2 norms).
+        let l2u = base.clone().with("L2R", "unrolled");
+        let k2 = kda::chunk_kernels(&pb, &Launch::resolve(&l2u, &pb).unwrap()).unwrap().0;
+        if pb.l2norm {
+            assert_eq!(k2.name, format!("{}_l2u", k0.0.name));
+            for knobs in [l2u.clone(), l2u.clone().with("FULLC", 1i64)] {
+                let c = checked(&pb, &d, &knobs, s);
+                for (x, y) in a.iter().zip(&c) {
+                    same_bits(x, y, &format!("{dims:?} [{knobs}]"));
+                }
+            }
+        } else {
+            assert_eq!(k2, k0.0, "L2R without the in-kernel norms");
         }
     }
 }

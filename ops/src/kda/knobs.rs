@@ -121,6 +121,16 @@ knob_enum! {
     }
 }
 
+knob_enum! {
+    /// `L2R`: the in-kernel L2 norms' column loop (accepted, not an axis; absent = `loop`).
+    pub enum L2Rows: str {
+        /// A runtime loop per row (`for i = lane; i < K; i += 32`).
+        Loop = "loop",
+        /// Unrolled: K/32 independent loads a row and lane, the rows of a warp in straight-line code.
+        Unrolled = "unrolled",
+    }
+}
+
 knob_set! {
     /// The knobs of `kda`, read from a record by [`KdaKnobs::from_knobs`] and resolved for a problem by
     /// [`Launch::resolve`]. `absent` is what a record written before the knob existed means.
@@ -235,6 +245,13 @@ knob_set! {
                 [GateSigmoid::Exact, GateSigmoid::Fast],
             absent: GateSigmoid::Exact,
         },
+        /// `L2R` (accepted, not an axis; absent: `loop`).
+        l2_rows: L2Rows = "L2R" => {
+            accepts: "intra kernel, in-kernel L2 norms: unrolled (K/32 independent loads a row and lane) or loop (a runtime \
+             loop per row)"
+                [L2Rows::Loop, L2Rows::Unrolled],
+            absent: L2Rows::Loop,
+        },
         /// `GSWZ` (neither an axis nor accepted; absent: `pairs`, see [`GSWZ_KNOB`]).
         g_swizzle: GSwizzle = GSWZ_KNOB => {
             default: GSwizzle::Pairs,
@@ -293,6 +310,8 @@ pub struct Launch {
     pub full_chunks: bool,
     /// The intra kernel's gate sigmoid from `ex2.approx` and `rsqrt` (knob `GSIG=fast`).
     pub fast_gate_sigmoid: bool,
+    /// The intra kernel's L2-norm column loop unrolled (knob `L2R=unrolled`).
+    pub l2_unrolled: bool,
 }
 
 /// `TSPLIT=0`: the parts along time for a problem. The overlap pays where the state pass is the long pole, i.e.
@@ -480,6 +499,7 @@ impl Launch {
             state_grid: t.state_grid,
             full_chunks: t.full_chunks == FullChunks::Specialised,
             fast_gate_sigmoid: t.gate_sigmoid == GateSigmoid::Fast,
+            l2_unrolled: t.l2_rows == L2Rows::Unrolled,
         })
     }
 }
@@ -519,7 +539,7 @@ mod tests {
             ["CHUNK", "W1", "ARENA", "XDIAG", "BV", "W2", "STAGES", "ODIAG", "EX2", "SYNC", "OPDT", "LVLDT"]
         );
         let accepted: Vec<&str> = space.accepted.iter().map(|a| a.name.as_str()).collect();
-        assert_eq!(accepted, ["BV", SGRID_KNOB, "FULLC", "GSIG"]);
+        assert_eq!(accepted, ["BV", SGRID_KNOB, "FULLC", "GSIG", "L2R"]);
     }
 
     /// A record from before the optional knobs reads with their legacy meanings; the required ones are named when

@@ -22,6 +22,7 @@ pub fn chunk_kernels(pb: &KdaProblem, l: &Launch) -> Result<(Kernel, Kernel), Op
                 g_pairs: l.g_pairs,
                 full_chunks: l.full_chunks,
                 fast_gate_sigmoid: l.fast_gate_sigmoid,
+                l2_unrolled: l.l2_unrolled,
             },
         )?,
         state_kernel(&spec, l)?,

@@ -109,6 +109,11 @@ pub struct IntraOpts {
     /// `ex2.approx.ftz`, one `rsqrt.approx`: no IEEE `expf` and division with their per-element slow-path branches)
     /// and `exp(A_log)` once per block.
     pub fast_gate_sigmoid: bool,
+    /// (Knob `L2R=unrolled`) The L2 norms' column loop unrolled (K/32 independent shared loads a row and lane,
+    /// all rows of a warp in straight-line code) instead of a runtime loop per row. The ncu source profile of
+    /// 2026-12-06 23:54 UTC (H100, B1 T8192 H96) gave this segment 19% of the kernel's stall samples, 47% of them
+    /// short scoreboard: each row's loads and shuffles waited on one another.
+    pub l2_unrolled: bool,
 }
 
 /// `e` times `f` where there is one.
@@ -223,6 +228,7 @@ struct Intra {
     midoff: bool,
     slim: bool,
     fast_gate_sigmoid: bool,
+    l2_unrolled: bool,
     kk: i64,
     vv: i64,
     cc: i64,
@@ -296,7 +302,8 @@ impl Intra {
         lvl_dt: DType,
         o: IntraOpts,
     ) -> Result<(KernelBuilder, Intra), OpError> {
-        let IntraOpts { arena, xdiag, ex2_ftz, midoff, slim, g_pairs, full_chunks, fast_gate_sigmoid } = o;
+        let IntraOpts { arena, xdiag, ex2_ftz, midoff, slim, g_pairs, full_chunks, fast_gate_sigmoid, l2_unrolled } = o;
+        let l2_unrolled = l2_unrolled && spec.l2norm;
         let fast_gate_sigmoid = fast_gate_sigmoid && matches!(spec.gate, GateForm::Safe { .. });
         let (dk, dv, c) = (spec.dk, spec.dv, chunk);
         let nt = c / 16;
@@ -308,7 +315,7 @@ impl Intra {
         let lvl_dt = if spec.safe || xdiag { DType::Bf16 } else { lvl_dt };
         let threads = 32 * warps;
         let name = format!(
-            "k3k_kda_intra_{}_c{c}_w{warps}_{op_dt}_{lvl_dt}{}{}{}{}{}{}{}{}",
+            "k3k_kda_intra_{}_c{c}_w{warps}_{op_dt}_{lvl_dt}{}{}{}{}{}{}{}{}{}",
             spec.tag(),
             if arena { "_a" } else { "" },
             if xdiag { "_xd" } else { "" },
@@ -317,7 +324,8 @@ impl Intra {
             if slim { "_sl" } else { "" },
             if g_pairs { "_gp" } else { "" },
             if full_chunks { "_fc" } else { "" },
-            if fast_gate_sigmoid { "_gsf" } else { "" }
+            if fast_gate_sigmoid { "_gsf" } else { "" },
+            if l2_unrolled { "_l2u" } else { "" }
         );
         let mut b = KernelBuilder::new(&name, threads);
         let (kk, vv, cc) = (dk as i64, dv as i64, c as i64);
@@ -426,6 +434,7 @@ impl Intra {
                 midoff,
                 slim,
                 fast_gate_sigmoid,
+                l2_unrolled,
                 kk,
                 vv,
                 cc,

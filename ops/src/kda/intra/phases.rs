@@ -148,12 +148,22 @@ impl Intra {
                 let r = b.let_("r", &row % cc);
                 let is_q = b.let_("is_q", row.lt(cc));
                 let ss = b.let_var("ss", 0.0);
-                b.if_(row.lt(2 * cc), |b| {
-                    b.for_("i", lane.clone(), kk, 32i64, |b, i| {
+                if self.l2_unrolled {
+                    // (`L2R=unrolled`) K/32 independent loads (a row past 2C reads row r of k again, unused).
+                    for m in 0..kk / 32 {
+                        let i = &lane + 32 * m;
                         let xv = b.let_("xv", Expr::select(is_q.clone(), qs(r.clone(), i.clone()), ks(r.clone(), i)));
                         b.assign(ss, Expr::Var(ss) + &xv * xv.clone());
+                    }
+                } else {
+                    b.if_(row.lt(2 * cc), |b| {
+                        b.for_("i", lane.clone(), kk, 32i64, |b, i| {
+                            let xv =
+                                b.let_("xv", Expr::select(is_q.clone(), qs(r.clone(), i.clone()), ks(r.clone(), i)));
+                            b.assign(ss, Expr::Var(ss) + &xv * xv.clone());
+                        });
                     });
-                });
+                }
                 for mask in [16u32, 8, 4, 2, 1] {
                     let other = b.warp_shuffle("ssx", WarpOp::ShflXor(mask), Expr::Var(ss));
                     b.assign(ss, Expr::Var(ss) + other);
