@@ -44,7 +44,7 @@ step() { local name=$1 max=$2 reserve=$3; shift 3
 pack() { tar czf "$OUT/bench.tgz" -C "$W" bench sweep logs $(cd "$W" && ls peers*.json 2>/dev/null) 2>/dev/null
   tar czf "$OUT/ncu.tgz" -C "$W" ncu 2>/dev/null; true; }
 
-S="K128 safe lbsigab l2 bsig h0"
+S="K128 safe lbsigab gbf16 l2 bsig h0"
 P1="B1 T8192 H96 $S"; P2="B1 T65536 H32 $S"; P3="B1 T8192 H64 $S"; P4="B4 T4096 H64 $S"
 P5="varlen 8x1024 H96 $S"; P6="varlen [1300,547,2048,963,271,3063] H96 $S"
 ALL="$P1;$P2;$P3;$P4;$P5;$P6"
@@ -197,7 +197,7 @@ for line in open(os.path.join(w, "logs", "bench.txt")) if os.path.exists(os.path
     if m and cur:
         st = steps.setdefault(cur, {})  # summed over a TSPLIT plan's parts
         st[m.group(2)] = st.get(m.group(2), 0.0) + float(m.group(3))
-short = lambda p: p.replace(" K128 safe lbsigab l2 bsig h0", "")
+short = lambda p: p.replace(" K128 safe lbsigab gbf16 l2 bsig h0", "")
 print("# kda vs FlashKDA and FLA (Triton), same run\n")
 print("| preset | k3k ms | intra ms | state ms | FlashKDA ms | FLA ms | k3k vs FlashKDA | k3k vs FLA | rel err | FLA vs FlashKDA rel o |")
 print("|---|---|---|---|---|---|---|---|---|---|")

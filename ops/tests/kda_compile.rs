@@ -112,6 +112,7 @@ fn variants_and_knob_points_compile() {
     // FlashKDA's gate form (lb * sigmoid(exp(A_log) * (x + bias))) with every in-kernel option, on both paths.
     add(with(&[("safe", 1), ("gate", 3), ("bias", 1), ("l2norm", 1), ("bsig", 1), ("h0", 1)]), &slim, 3);
     add(with(&[("safe", 0), ("gate", 3), ("bias", 1), ("l2norm", 1), ("bsig", 1)]), &def, 1);
+    add(with(&[("safe", 0), ("gate", 3), ("bias", 1), ("gbf16", 1), ("l2norm", 1), ("bsig", 1)]), &def, 1);
     add(with(&[("safe", 1), ("h0", 1)]), &slim.clone().with("W1", 4i64), 1);
     // Smaller head dims.
     for (k, v) in [(64i64, 64i64), (32, 32), (64, 128), (128, 32)] {
@@ -129,6 +130,8 @@ fn variants_and_knob_points_compile() {
                 2 => kda::GateForm::Standard { bias: true },
                 _ => kda::GateForm::Safe { bias: true, a_log: true },
             },
+            // (FlashKDA's form with the bf16 raw gate of its presets.)
+            g_bf16: gate == 3,
             l2norm: l2,
             beta_sigmoid: l2,
             in_place: inplace,
@@ -273,4 +276,33 @@ fn wide_decode_state_moves_as_vector_accesses() {
     let (ld, st) = (count("ld.global.v4.f32") + count("ld.global.v4.u32"), count("st.global.v4"));
     eprintln!("{}: {ld} v4 loads, {st} v4 stores", k.name);
     assert_eq!((ld, st), (16, 16), "{}", k.name);
+}
+
+/// The intra kernel's knobs of 2026-12-07 (`FULLC=1`, `GSIG=fast`, both) at the FlashKDA presets' options and on the
+/// plain safe path: no more spill than the default kernels of the same variant.
+#[test]
+fn full_chunk_and_fast_gate_knobs_compile() {
+    let fk: Vec<(&str, i64)> = [("B", 1i64), ("T", 8192), ("H", 8)].into_iter().chain(kda::FLASHKDA_OPTIONS).collect();
+    let plain = vec![("B", 1i64), ("T", 8192), ("H", 8), ("K", 128), ("V", 128), ("safe", 1)];
+    let def = kda::default_knobs();
+    for dims in [&fk, &plain] {
+        for knobs in [
+            def.clone().with("FULLC", 1i64),
+            def.clone().with("GSIG", "fast"),
+            def.clone().with("FULLC", 1i64).with("GSIG", "fast"),
+        ] {
+            assemble(&chunk_kernels(dims, &knobs).0);
+        }
+    }
+    // `L2R=unrolled` spills under the 80-register cap (ptxas 13.0, 2026-12-07: 40 bytes alone, the loads of all
+    // of a warp's rows in flight): a knob to time, not a default; it builds and assembles.
+    for knobs in [def.clone().with("L2R", "unrolled"), def.clone().with("L2R", "unrolled").with("FULLC", 1i64)] {
+        let k = chunk_kernels(&fk, &knobs).0;
+        let r = build(&k, BuildOptions { assemble: true })
+            .unwrap_or_else(|e| panic!("{}: {e}", k.name))
+            .resources
+            .clone()
+            .unwrap();
+        eprintln!("{}: {r:?}", k.name);
+    }
 }

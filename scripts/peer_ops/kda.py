@@ -14,8 +14,11 @@ path and log(sigmoid(N(0,1))) otherwise, raw gate inputs N(0,1) with a bias ~ N(
 the in-kernel gate forms, h0 ~ N(0,1) f32 when the problem has one. Every peer returns the final state
 (output_final_state=True, or FlashKDA's final_state buffer), the work k3k's kernels do.
 
-FlashKDA differs from k3k in what it reads: the raw gate as bf16 (k3k: f32) and the states as [N, H, V, K] (k3k:
-[N, HV, K, V]); h0 is transposed to its order before timing, outside the timed region. It normalises q and k and
+The raw gate input is drawn in the problem's `g_dtype` (k3k's `gbf16` dim: bf16, as FlashKDA's API takes it and as
+the FlashKDA presets pass it, so both sides read the same bytes; else f32) and handed to every peer in that dtype:
+FlashKDA gets a bf16 gate unchanged (an f32 one is rounded to bf16 before timing, its API's dtype), FLA's gate kernel
+reads either. FlashKDA's states are [N, H, V, K] (k3k: [N, HV, K, V]); h0 is transposed to its order before timing,
+outside the timed region. It normalises q and k and
 applies the beta sigmoid whatever the problem says, so it runs only problems with the in-kernel beta sigmoid, K = V
 = 128, no GVA and a lower-bound sigmoid gate (A_log = 0 where the problem's form has no exp(A_log) factor, a zero
 bias where it has no bias: the same function). The FLA peer runs FlashKDA once, untimed, on its own inputs and
@@ -114,6 +117,9 @@ def _inputs(pb, lead):
     v = torch.randn(*lead, HV, V, device=dev, dtype=torch.bfloat16)
     x = torch.randn(*lead, HV, K, device=dev, dtype=torch.float32)
     gate = pb["gate"]
+    if pb.get("g_dtype") == "bf16" and gate != "pre":
+        # k3k's `gbf16`: the raw gate input in bf16, as every peer then reads it.
+        x = x.to(torch.bfloat16)
     kw = {}
     lb = pb.get("lower_bound", -5.0)
     if gate == "pre":
@@ -163,7 +169,7 @@ def _flashkda_unsupported(pb):
 
 def _flashkda_call(pb, q, k, v, g, beta, bias, a_log, h0_kv, cu_t):
     """A closure running flash_kda.fwd once on k3k-layout inputs, and its (o, final state [N, H, V, K]) buffers.
-    g is passed as bf16 (FlashKDA's dtype); h0 [N, H, K, V] is transposed to [N, H, V, K] here, before any timing;
+    g is passed as bf16 (FlashKDA's dtype: a bf16 gate unchanged, an f32 one rounded here, before any timing); h0 [N, H, K, V] is transposed to [N, H, V, K] here, before any timing;
     a form without bias or A_log gets zeros (the same function)."""
     fk = _flash_kda()
     H, K, V = pb["H"], pb["K"], pb["V"]
@@ -173,7 +179,7 @@ def _flashkda_call(pb, q, k, v, g, beta, bias, a_log, h0_kv, cu_t):
     h0 = h0_kv.transpose(-1, -2).contiguous() if h0_kv is not None else None
     ht = torch.empty(n, H, V, K, device=dev, dtype=torch.float32)
     out = torch.empty_like(v)
-    g16 = g.to(torch.bfloat16)
+    g16 = g if g.dtype == torch.bfloat16 else g.to(torch.bfloat16)
     lb, scale = pb.get("lower_bound", -5.0), pb["scale"]
     fn = lambda: fk.fwd(q, k, v, g16, beta, scale, out, a_log, dt_bias, lb, initial_state=h0, final_state=ht,
                         cu_seqlens=cu_t)
@@ -206,6 +212,7 @@ def peer_flashkda(pb):
     fn()
     torch.cuda.synchronize()
     extra = {"state_order": "[N, H, V, K], h0 transposed outside the timing", "g_dtype": "bf16",
+             "g_dtype_problem": pb.get("g_dtype", "f32"),
              "finite": bool(torch.isfinite(out).all() and torch.isfinite(ht).all())}
     return "FlashKDA 1ce47ea (CUTLASS)", ms, extra
 
@@ -226,7 +233,7 @@ def peer_fla_kda(pb):
     chunk_kda = _fla("chunk_kda")
     q, k, v, g, beta, kw, cu_t, h0 = _problem_inputs(pb)
     fk_ok = _flashkda_unsupported(pb) is None
-    if fk_ok:
+    if fk_ok and g.dtype != torch.bfloat16:
         g = g.to(torch.bfloat16).float()
     fn = _run_fla_chunk(chunk_kda, pb, q, k, v, g, beta, h0, cu_t, kw)
     fn()

@@ -22,6 +22,8 @@ pub struct DecodeSpec {
     pub dk: u32,
     pub dv: u32,
     pub gate: GateForm,
+    /// The raw gate input is bf16 (see [`KdaProblem::g_bf16`](super::KdaProblem::g_bf16)).
+    pub g_bf16: bool,
     pub l2norm: bool,
     pub beta_sigmoid: bool,
     /// Update one `state` tensor in place (else read `h0`, write `ht`).
@@ -205,10 +207,11 @@ fn check_layout(spec: &DecodeSpec) -> Result<(), OpError> {
 fn decode_name(spec: &DecodeSpec) -> String {
     let lay = spec.layout;
     format!(
-        "k3k_kda_decode_k{}_v{}_{}{}{}{}_kl{}_vpl{}_w{}{}",
+        "k3k_kda_decode_k{}_v{}_{}{}{}{}{}_kl{}_vpl{}_w{}{}",
         spec.dk,
         spec.dv,
         spec.gate.name(),
+        if spec.g_bf16 { "_gbf16" } else { "" },
         if spec.l2norm { "_l2" } else { "" },
         if spec.beta_sigmoid { "_bsig" } else { "" },
         if spec.in_place { "_inplace" } else { "" },
@@ -243,7 +246,8 @@ pub fn build_decode(spec: &DecodeSpec) -> Result<Kernel, OpError> {
     let q = b.tensor("q", DType::Bf16, &[n.clone(), t.clone(), h.clone(), Expr::Int(dk)], Access::Read);
     let k = b.tensor("k", DType::Bf16, &[n.clone(), t.clone(), h.clone(), Expr::Int(dk)], Access::Read);
     let v = b.tensor("v", DType::Bf16, &[n.clone(), t.clone(), hv.clone(), Expr::Int(dv)], Access::Read);
-    let g = b.tensor("g", DType::F32, &[n.clone(), t.clone(), hv.clone(), Expr::Int(dk)], Access::Read);
+    let g_dt = if spec.g_bf16 { DType::Bf16 } else { DType::F32 };
+    let g = b.tensor("g", g_dt, &[n.clone(), t.clone(), hv.clone(), Expr::Int(dk)], Access::Read);
     let beta = b.tensor("beta", DType::Bf16, &[n.clone(), t.clone(), hv.clone()], Access::Read);
     let bias = spec.gate.has_bias().then(|| b.tensor("bias", DType::F32, &[hv.clone(), Expr::Int(dk)], Access::Read));
     let a_log = spec.gate.has_a_log().then(|| b.tensor("a_log", DType::F32, std::slice::from_ref(&hv), Access::Read));
@@ -428,6 +432,7 @@ pub const DIMS: &[DimDecl] = &[
     DimDecl::optional("V", 1, 128, "value head dim: 32, 64 or 128 (default K)"),
     DimDecl::optional("gate", 0, 3, "gate form: 0 pre-computed, 1 lb*sigmoid, 2 standard, 3 lb*sigmoid(exp(A_log)*..)"),
     DimDecl::flag("bias", "1: the gate's bias"),
+    DimDecl::flag("gbf16", "1: the raw gate input in bf16 (in-kernel gate forms; default f32)"),
     DimDecl::flag("l2norm", "1: in-kernel l2norm of q and k"),
     DimDecl::flag("bsig", "1: in-kernel sigmoid of beta"),
     DimDecl::flag("safe", "taken so that kda's dims serve both operators; the decode step has one path"),
@@ -443,12 +448,14 @@ pub struct DecodeProblem {
     pub dk: usize,
     pub dv: usize,
     pub gate: GateForm,
+    /// The raw gate input is bf16 (dim `gbf16`, see [`KdaProblem::g_bf16`](super::KdaProblem::g_bf16)).
+    pub g_bf16: bool,
     pub l2norm: bool,
     pub beta_sigmoid: bool,
 }
 
 impl DecodeProblem {
-    /// Dims `N`, `H`, `K`, optional `T` (1), `HV` (H), `V` (K), `gate`, `bias`, `l2norm`, `bsig`.
+    /// Dims `N`, `H`, `K`, optional `T` (1), `HV` (H), `V` (K), `gate`, `bias`, `gbf16`, `l2norm`, `bsig`.
     pub fn from_preset(p: &Preset) -> Result<Self, OpError> {
         let h = p.get("H")? as usize;
         let dk = p.get("K")? as usize;
@@ -460,6 +467,7 @@ impl DecodeProblem {
             dk,
             dv: p.get_or("V", dk as i64) as usize,
             gate: GateForm::from_code(p.get_or("gate", 0), p.get_or("bias", 0) != 0)?,
+            g_bf16: p.get_or("gbf16", 0) != 0,
             l2norm: p.get_or("l2norm", 0) != 0,
             beta_sigmoid: p.get_or("bsig", 0) != 0,
         };
@@ -473,6 +481,9 @@ impl DecodeProblem {
                 "HV",
                 format!("HV = {} must be a positive multiple of H = {} (N = {})", pb.hv, pb.h, pb.n),
             ));
+        }
+        if pb.g_bf16 && pb.gate == GateForm::Pre {
+            return Err(bad("gbf16", "a bf16 gate needs an in-kernel gate form (gate=1..3)".into()));
         }
         Ok(pb)
     }
@@ -489,6 +500,7 @@ impl DecodeProblem {
             lens: None,
             safe: false,
             gate: self.gate,
+            g_bf16: self.g_bf16,
             l2norm: self.l2norm,
             beta_sigmoid: self.beta_sigmoid,
             h0: true,
@@ -509,6 +521,7 @@ impl DecodeProblem {
             dk: self.dk as u32,
             dv: self.dv as u32,
             gate: self.gate,
+            g_bf16: self.g_bf16,
             l2norm: self.l2norm,
             beta_sigmoid: self.beta_sigmoid,
             in_place,
@@ -646,6 +659,8 @@ impl Operator for KdaDecode {
             ("bias", rng.random_bool(0.5) as i64),
             ("l2norm", rng.random_bool(0.4) as i64),
             ("bsig", rng.random_bool(0.4) as i64),
+            // (Drawn last: the draws before it are those of the cases from before the option existed.)
+            ("gbf16", (gate != 0 && rng.random_bool(0.5)) as i64),
         ];
         Preset::new(&format!("kda.decode N{n} T{t} H{h} HV{hv} K{dk} V{dv} gate{gate}"), &dims)
     }
@@ -695,17 +710,19 @@ impl Instance for DecodeInstance {
     fn work(&self) -> Work {
         let pb = &self.pb;
         let (n, t, h, hv, dk, dv) = (pb.n as f64, pb.t as f64, pb.h as f64, pb.hv as f64, pb.dk as f64, pb.dv as f64);
+        let g_bytes = if pb.g_bf16 { 2.0 } else { 4.0 };
         Work {
             flops: n * t * hv * dk * dv * 8.0,
-            bytes: 2.0 * n * hv * dk * dv * 4.0 + n * t * (2.0 * h * dk * 2.0 + hv * (2.0 * dv * 2.0 + dk * 4.0 + 2.0)),
+            bytes: 2.0 * n * hv * dk * dv * 4.0
+                + n * t * (2.0 * h * dk * 2.0 + hv * (2.0 * dv * 2.0 + dk * g_bytes + 2.0)),
         }
     }
     fn problem(&self) -> serde_json::Value {
         let pb = &self.pb;
         serde_json::json!({
             "N": pb.n, "T": pb.t, "H": pb.h, "HV": pb.hv, "K": pb.dk, "V": pb.dv, "gate": pb.gate.name(),
-            "gate_bias": pb.gate.has_bias(), "l2norm": pb.l2norm, "beta_sigmoid": pb.beta_sigmoid,
-            "lower_bound": LOWER_BOUND, "scale": (1.0 / (pb.dk as f64).sqrt()) as f32,
+            "gate_bias": pb.gate.has_bias(), "g_dtype": if pb.g_bf16 { "bf16" } else { "f32" },
+            "l2norm": pb.l2norm, "beta_sigmoid": pb.beta_sigmoid, "lower_bound": LOWER_BOUND, "scale": (1.0 / (pb.dk as f64).sqrt()) as f32,
         })
     }
 }

@@ -97,6 +97,40 @@ knob_enum! {
     }
 }
 
+knob_enum! {
+    /// `FULLC`: how the intra kernel treats a full chunk (accepted, not an axis; absent = `0`).
+    pub enum FullChunks: u32 {
+        /// One code path for every chunk, its length a runtime value (every map masks `row < len`, every load
+        /// and store checks its rows against it, the midpoint anchors are computed per element).
+        Generic = 0,
+        /// A chunk of C tokens runs a second copy of the phases with the length the constant C (the masks, the
+        /// row bounds and the anchors fold away); partial chunks (a sequence's last) run the generic copy. The
+        /// same arithmetic on the same values: the same bits (see [`intra::IntraOpts::full_chunks`]).
+        Specialised = 1,
+    }
+}
+
+knob_enum! {
+    /// `GSIG`: the sigmoid of the in-kernel `lb * sigmoid(..)` gate forms (accepted, not an axis; absent = `exact`).
+    pub enum GateSigmoid: str {
+        /// `1 / (1 + expf(-z))` (IEEE `expf` and division: their slow paths branch per element).
+        Exact = "exact",
+        /// `rsqrt(1 + 2^(-z log2 e))^2` from `ex2.approx.ftz` and `rsqrt.approx` (five instructions, relative
+        /// error ~1e-6, where the check allows 5e-3), with `exp(A_log)` taken once per block.
+        Fast = "fast",
+    }
+}
+
+knob_enum! {
+    /// `L2R`: the in-kernel L2 norms' column loop (accepted, not an axis; absent = `loop`).
+    pub enum L2Rows: str {
+        /// A runtime loop per row (`for i = lane; i < K; i += 32`).
+        Loop = "loop",
+        /// Unrolled: K/32 independent loads a row and lane, the rows of a warp in straight-line code.
+        Unrolled = "unrolled",
+    }
+}
+
 knob_set! {
     /// The knobs of `kda`, read from a record by [`KdaKnobs::from_knobs`] and resolved for a problem by
     /// [`Launch::resolve`]. `absent` is what a record written before the knob existed means.
@@ -197,6 +231,27 @@ knob_set! {
                 [state::StateGrid::ValueBlocks, state::StateGrid::Seqs],
             absent: state::StateGrid::ValueBlocks,
         },
+        /// `FULLC` (accepted, not an axis; absent: one code path for every chunk).
+        full_chunks: FullChunks = "FULLC" => {
+            accepts: "intra kernel: 1 full chunks run a copy of the phases with the chunk length a constant (masks, row \
+             bounds and anchors folded; partial chunks the generic copy), 0 one path for every chunk"
+                [FullChunks::Generic, FullChunks::Specialised],
+            absent: FullChunks::Generic,
+        },
+        /// `GSIG` (accepted, not an axis; absent: `exact`).
+        gate_sigmoid: GateSigmoid = "GSIG" => {
+            accepts: "intra kernel, lb*sigmoid gate forms: fast (rsqrt(1 + ex2.approx(-z log2 e))^2, exp(A_log) once per \
+             block) or exact (1 / (1 + expf(-z)))"
+                [GateSigmoid::Exact, GateSigmoid::Fast],
+            absent: GateSigmoid::Exact,
+        },
+        /// `L2R` (accepted, not an axis; absent: `loop`).
+        l2_rows: L2Rows = "L2R" => {
+            accepts: "intra kernel, in-kernel L2 norms: unrolled (K/32 independent loads a row and lane) or loop (a runtime \
+             loop per row)"
+                [L2Rows::Loop, L2Rows::Unrolled],
+            absent: L2Rows::Loop,
+        },
         /// `GSWZ` (neither an axis nor accepted; absent: `pairs`, see [`GSWZ_KNOB`]).
         g_swizzle: GSwizzle = GSWZ_KNOB => {
             default: GSwizzle::Pairs,
@@ -251,6 +306,12 @@ pub struct Launch {
     pub tsplit: u32,
     /// The state pass's block order (knob `SGRID`).
     pub state_grid: state::StateGrid,
+    /// The intra kernel's full chunks on their own code path with a constant length (knob `FULLC=1`).
+    pub full_chunks: bool,
+    /// The intra kernel's gate sigmoid from `ex2.approx` and `rsqrt` (knob `GSIG=fast`).
+    pub fast_gate_sigmoid: bool,
+    /// The intra kernel's L2-norm column loop unrolled (knob `L2R=unrolled`).
+    pub l2_unrolled: bool,
 }
 
 /// `TSPLIT=0`: the parts along time for a problem. The overlap pays where the state pass is the long pole, i.e.
@@ -436,6 +497,9 @@ impl Launch {
             lvl_dt: t.lvl_dt.dtype(),
             tsplit,
             state_grid: t.state_grid,
+            full_chunks: t.full_chunks == FullChunks::Specialised,
+            fast_gate_sigmoid: t.gate_sigmoid == GateSigmoid::Fast,
+            l2_unrolled: t.l2_rows == L2Rows::Unrolled,
         })
     }
 }
@@ -475,7 +539,7 @@ mod tests {
             ["CHUNK", "W1", "ARENA", "XDIAG", "BV", "W2", "STAGES", "ODIAG", "EX2", "SYNC", "OPDT", "LVLDT"]
         );
         let accepted: Vec<&str> = space.accepted.iter().map(|a| a.name.as_str()).collect();
-        assert_eq!(accepted, ["BV", SGRID_KNOB]);
+        assert_eq!(accepted, ["BV", SGRID_KNOB, "FULLC", "GSIG", "L2R"]);
     }
 
     /// A record from before the optional knobs reads with their legacy meanings; the required ones are named when

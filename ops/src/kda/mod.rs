@@ -1,7 +1,7 @@
 //! `kda` and `kda.decode`: the Kimi Delta Attention forward of SEMANTICS.md section 2.3 as IR tile programs.
 //!
 //! Layouts (time-major, row-major): `q, k: [B, T, H, K]` bf16, `v: [B, T, HV, V]` bf16, `g: [B, T, HV, K]` f32
-//! (the log-decay, or the raw gate input for the in-kernel gate forms), `beta: [B, T, HV]` bf16 (post-sigmoid,
+//! (the log-decay, or the raw gate input for the in-kernel gate forms, which may also be bf16: dim `gbf16`), `beta: [B, T, HV]` bf16 (post-sigmoid,
 //! or logits with the in-kernel sigmoid), optional `h0: [N, HV, K, V]` f32; outputs `o: [B, T, HV, V]` bf16 and
 //! the final state `ht: [N, HV, K, V]` f32. Value head `hv` reads q/k head `hv / (HV/H)` (GVA). Varlen: B = 1
 //! and sequence lengths (`cu_seqlens`); chunks never cross a sequence and T need not be a multiple of the chunk.
@@ -141,7 +141,8 @@ impl Operator for Kda {
         // every in-kernel option).
         let n = &kernel.name;
         let intra = n.starts_with("k3k_kda_intra_");
-        if intra && n.contains("_pre_c") && n.ends_with("_gp") {
+        // (`_gp` then, at the name's end or before the `FULLC` / `GSIG` suffixes `_fc`, `_gsf`.)
+        if intra && n.contains("_pre_c") && (n.ends_with("_gp") || n.contains("_gp_")) {
             16
         } else if intra && n.contains("_l2_") {
             8
@@ -223,9 +224,10 @@ impl Instance for KdaInstance {
         // The paper's count per head (Eq. 13, chunk 64), as the anchor script uses it.
         let flops = hv * tt * (6.0 * dk * dv + 3.0 * 64.0 * dk + 64.0 * 64.0);
         let state = n * hv * dk * dv * 4.0;
+        let g_bytes = if pb.g_bf16 { 2.0 } else { 4.0 };
         let bytes = 2.0 * tt * h * dk * 2.0
             + tt * hv * dv * 2.0
-            + tt * hv * dk * 4.0
+            + tt * hv * dk * g_bytes
             + tt * hv * 2.0
             + if pb.h0 { state } else { 0.0 }
             + tt * hv * dv * 2.0
@@ -242,7 +244,8 @@ impl Instance for KdaInstance {
         serde_json::json!({
             "B": pb.b, "T": pb.t, "H": pb.h, "HV": pb.hv, "K": pb.dk, "V": pb.dv,
             "cu_seqlens": cu, "safe": pb.safe, "lower_bound": LOWER_BOUND, "gate": pb.gate.name(),
-            "gate_bias": pb.gate.has_bias(), "gate_a_log": pb.gate.has_a_log(), "l2norm": pb.l2norm,
+            "gate_bias": pb.gate.has_bias(), "gate_a_log": pb.gate.has_a_log(),
+            "g_dtype": if pb.g_bf16 { "bf16" } else { "f32" }, "l2norm": pb.l2norm,
             "beta_sigmoid": pb.beta_sigmoid, "h0": pb.h0, "output_final_state": true, "scale": pb.scale(),
         })
     }

@@ -5,13 +5,24 @@ use super::*;
 
 /// The in-kernel options of the FlashKDA comparison (issue 42), as preset dims: K = V = 128 on the safe path, L2
 /// norm of q and k, the gate `lb * sigmoid(exp(A_log[h]) * (g + bias))` with a `[H, K]` bias (`gate=3`, FlashKDA's
-/// form), beta sigmoid, an f32 initial state (the final state is always written).
-pub const FLASHKDA_OPTIONS: [(&str, i64); 8] =
-    [("K", 128), ("V", 128), ("safe", 1), ("gate", 3), ("bias", 1), ("l2norm", 1), ("bsig", 1), ("h0", 1)];
+/// form) read from a bf16 raw gate (`gbf16`: FlashKDA's API takes the gate as bf16, so both sides read the same
+/// 2 bytes a gate; with an f32 gate k3k read 201 MB more at B1 T8192 H96), beta sigmoid, an f32 initial state
+/// (the final state is always written).
+pub const FLASHKDA_OPTIONS: [(&str, i64); 9] = [
+    ("K", 128),
+    ("V", 128),
+    ("safe", 1),
+    ("gate", 3),
+    ("bias", 1),
+    ("gbf16", 1),
+    ("l2norm", 1),
+    ("bsig", 1),
+    ("h0", 1),
+];
 
 /// The suffix of the FlashKDA comparison presets' names (the options of [`FLASHKDA_OPTIONS`], named as the
 /// kernel tags name them).
-pub const FLASHKDA_SUFFIX: &str = "K128 safe lbsigab l2 bsig h0";
+pub const FLASHKDA_SUFFIX: &str = "K128 safe lbsigab gbf16 l2 bsig h0";
 
 /// The six shapes FlashKDA is compared on (issue 42), with [`FLASHKDA_OPTIONS`]: three single sequences, a batch
 /// of four, and two varlen batches (8 x 1024 and six ragged lengths) at 96 heads.
@@ -88,6 +99,8 @@ pub fn random_case(rng: &mut StdRng) -> Preset {
     dims.push(("bsig".into(), rng.random_bool(0.3) as i64));
     dims.push(("h0".into(), rng.random_bool(0.5) as i64));
     dims.push(("extreme".into(), (!safe && gate == 0 && rng.random_bool(0.5)) as i64));
+    // (Drawn last: the draws before it are those of the cases from before the option existed.)
+    dims.push(("gbf16".into(), (gate != 0 && rng.random_bool(0.5)) as i64));
     Preset {
         name: format!("kda [{desc}] H{h} HV{hv} K{dk} V{dv} {}", if safe { "safe" } else { "exact" }),
         dims: dims.into_iter().collect(),
@@ -114,7 +127,7 @@ mod tests {
             assert_eq!((pb.tokens(), pb.num_seqs(), pb.hv, pb.h), (tokens, seqs, heads, heads), "{}", p.name);
             assert_eq!((pb.dk, pb.dv, pb.safe), (128, 128, true), "{}", p.name);
             assert_eq!(pb.gate, GateForm::Safe { bias: true, a_log: true }, "{}", p.name);
-            assert!(pb.l2norm && pb.beta_sigmoid && pb.h0 && !pb.extreme, "{}", p.name);
+            assert!(pb.l2norm && pb.beta_sigmoid && pb.h0 && pb.g_bf16 && !pb.extreme, "{}", p.name);
         }
         let ragged = KdaProblem::from_preset(fk[5]).unwrap();
         assert_eq!(ragged.lens.as_deref(), Some(&[1300, 547, 2048, 963, 271, 3063][..]));
@@ -133,6 +146,7 @@ mod tests {
             (j["gate"].as_str(), j["gate_bias"].as_bool(), j["gate_a_log"].as_bool()),
             (Some("lbsigab"), Some(true), Some(true))
         );
+        assert_eq!(j["g_dtype"].as_str(), Some("bf16"));
         assert_eq!(
             (j["l2norm"].as_bool(), j["beta_sigmoid"].as_bool(), j["h0"].as_bool()),
             (Some(true), Some(true), Some(true))

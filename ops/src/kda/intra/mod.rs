@@ -2,8 +2,8 @@
 //! head), all chunks of all sequences in parallel.
 //!
 //! Per block (rows `row0..row0+len` of one sequence, value head `hv`, chunk size C, tiles of 16 rows):
-//! 1. `cp.async` q, k (head `hv / (HV/H)`), v into swizzled shared tiles; the gate tile into registers, the gate
-//!    form applied there (`lb*sigmoid(x+bias)` or `-exp(A_log)*softplus(x+dt_bias)`), converted to log2 units
+//! 1. `cp.async` q, k (head `hv / (HV/H)`), v into swizzled shared tiles; the gate tile into registers (from
+//!    f32, or bf16 with `g_bf16`), the gate form applied there (`lb*sigmoid(x+bias)` or `-exp(A_log)*softplus(x+dt_bias)`), converted to log2 units
 //!    and scanned down the rows: `G~ = cumsum(g) / ln 2` stays in shared memory (`exp2` everywhere after).
 //!    beta (optionally through a sigmoid) and the optional L2-norm factors `1/sqrt(sum x^2 + 1e-6)` of the q and
 //!    k rows go to a small shared table; the norms are folded into every operand built from q or k.
@@ -97,6 +97,23 @@ pub struct IntraOpts {
     pub slim: bool,
     /// The f32 buffer of G~ (`sG`) in [`Swizzle::Xor16BPairs`] instead of `Xor16B` (knob `GSWZ=pairs`).
     pub g_pairs: bool,
+    /// (Knob `FULLC=1`) The phases twice behind one block-uniform branch on `len == C`: the copy of full chunks
+    /// has the length the constant C, so the row masks of the maps (`r < len`), the row bounds of the tile loads
+    /// and stores and the midpoint anchors (`min(8, len - 1 - t0)`) fold to constants; a sequence's partial last
+    /// chunk runs the generic copy. The same arithmetic on the same values in both copies: the same bits. The
+    /// code doubles, but a block runs one copy. (The SASS of the default kernel at B1 T8192 H96 is ~44% integer
+    /// and address instructions with ~4,700 issued per warp against an issue floor near the measured time:
+    /// `lab/2026-12-06/2340-h100-profile/findings.md`.)
+    pub full_chunks: bool,
+    /// (Knob `GSIG=fast`) The `lb * sigmoid(..)` gate forms' sigmoid as `rsqrt(1 + 2^(-z log2 e))^2` (one
+    /// `ex2.approx.ftz`, one `rsqrt.approx`: no IEEE `expf` and division with their per-element slow-path branches)
+    /// and `exp(A_log)` once per block.
+    pub fast_gate_sigmoid: bool,
+    /// (Knob `L2R=unrolled`) The L2 norms' column loop unrolled (K/32 independent shared loads a row and lane,
+    /// all rows of a warp in straight-line code) instead of a runtime loop per row. The ncu source profile of
+    /// 2026-12-06 23:54 UTC (H100, B1 T8192 H96) gave this segment 19% of the kernel's stall samples, 47% of them
+    /// short scoreboard: each row's loads and shuffles waited on one another.
+    pub l2_unrolled: bool,
 }
 
 /// `e` times `f` where there is one.
@@ -196,6 +213,7 @@ fn shared_layout(
 /// The intra kernel being built: its options, dims, tensors, shared buffers, register tiles and block
 /// coordinates, declared by [`Intra::declare`]; each phase of [`build_intra`] is a method, called in the order
 /// the kernel runs them.
+#[derive(Clone)]
 struct Intra {
     spec: KdaSpec,
     dk: u32,
@@ -209,6 +227,8 @@ struct Intra {
     ex2_ftz: bool,
     midoff: bool,
     slim: bool,
+    fast_gate_sigmoid: bool,
+    l2_unrolled: bool,
     kk: i64,
     vv: i64,
     cc: i64,
@@ -282,7 +302,9 @@ impl Intra {
         lvl_dt: DType,
         o: IntraOpts,
     ) -> Result<(KernelBuilder, Intra), OpError> {
-        let IntraOpts { arena, xdiag, ex2_ftz, midoff, slim, g_pairs } = o;
+        let IntraOpts { arena, xdiag, ex2_ftz, midoff, slim, g_pairs, full_chunks, fast_gate_sigmoid, l2_unrolled } = o;
+        let l2_unrolled = l2_unrolled && spec.l2norm;
+        let fast_gate_sigmoid = fast_gate_sigmoid && matches!(spec.gate, GateForm::Safe { .. });
         let (dk, dv, c) = (spec.dk, spec.dv, chunk);
         let nt = c / 16;
         let xdiag = xdiag && !spec.safe;
@@ -293,14 +315,17 @@ impl Intra {
         let lvl_dt = if spec.safe || xdiag { DType::Bf16 } else { lvl_dt };
         let threads = 32 * warps;
         let name = format!(
-            "k3k_kda_intra_{}_c{c}_w{warps}_{op_dt}_{lvl_dt}{}{}{}{}{}{}",
+            "k3k_kda_intra_{}_c{c}_w{warps}_{op_dt}_{lvl_dt}{}{}{}{}{}{}{}{}{}",
             spec.tag(),
             if arena { "_a" } else { "" },
             if xdiag { "_xd" } else { "" },
             if ex2_ftz { "_ftz" } else { "" },
             if midoff { "_mo" } else { "" },
             if slim { "_sl" } else { "" },
-            if g_pairs { "_gp" } else { "" }
+            if g_pairs { "_gp" } else { "" },
+            if full_chunks { "_fc" } else { "" },
+            if fast_gate_sigmoid { "_gsf" } else { "" },
+            if l2_unrolled { "_l2u" } else { "" }
         );
         let mut b = KernelBuilder::new(&name, threads);
         let (kk, vv, cc) = (dk as i64, dv as i64, c as i64);
@@ -311,7 +336,9 @@ impl Intra {
         let q = b.tensor("q", DType::Bf16, &[tt.clone(), h.clone(), Expr::Int(kk)], Access::Read);
         let k = b.tensor("k", DType::Bf16, &[tt.clone(), h.clone(), Expr::Int(kk)], Access::Read);
         let v = b.tensor("v", DType::Bf16, &[tt.clone(), hv.clone(), Expr::Int(vv)], Access::Read);
-        let g = b.tensor("g", DType::F32, &[tt.clone(), hv.clone(), Expr::Int(kk)], Access::Read);
+        // (`g_bf16`: the raw gate input in bf16, converted to f32 on the load into the gate tile.)
+        let g_dt = if spec.g_bf16 { DType::Bf16 } else { DType::F32 };
+        let g = b.tensor("g", g_dt, &[tt.clone(), hv.clone(), Expr::Int(kk)], Access::Read);
         let beta = b.tensor("beta", DType::Bf16, &[tt.clone(), hv.clone()], Access::Read);
         let bias =
             spec.gate.has_bias().then(|| b.tensor("bias", DType::F32, &[hv.clone(), Expr::Int(kk)], Access::Read));
@@ -406,6 +433,8 @@ impl Intra {
                 ex2_ftz,
                 midoff,
                 slim,
+                fast_gate_sigmoid,
+                l2_unrolled,
                 kk,
                 vv,
                 cc,
@@ -540,14 +569,29 @@ pub fn build_intra(
     o: IntraOpts,
 ) -> Result<Kernel, OpError> {
     let (mut b, x) = Intra::declare(spec, chunk, warps, op_dt, lvl_dt, o)?;
-    x.loads_and_scan(&mut b);
-    if spec.l2norm {
-        x.l2_norms(&mut b);
+    if o.full_chunks {
+        // (`FULLC=1`) Full chunks: the same phases with the length (and the last row) constants.
+        let c = chunk as i64;
+        let full = Intra { len: Expr::Int(c), last: Expr::Int(c - 1), ..x.clone() };
+        let is_full = x.len.clone().eq(c);
+        b.if_else(is_full, |b| full.phases(b), |b| x.phases(b));
+    } else {
+        x.phases(&mut b);
     }
-    x.qbar_kbar_gamma(&mut b);
-    let xd_ok = x.diagonal_tiles(&mut b);
-    x.forward_substitution(&mut b);
-    x.off_diagonal(&mut b, xd_ok);
-    x.block_substitution(&mut b);
     Ok(b.finish()?)
+}
+
+impl Intra {
+    /// Every phase, in the kernel's order.
+    fn phases(&self, b: &mut KernelBuilder) {
+        self.loads_and_scan(b);
+        if self.spec.l2norm {
+            self.l2_norms(b);
+        }
+        self.qbar_kbar_gamma(b);
+        let xd_ok = self.diagonal_tiles(b);
+        self.forward_substitution(b);
+        self.off_diagonal(b, xd_ok);
+        self.block_substitution(b);
+    }
 }

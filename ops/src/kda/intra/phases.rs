@@ -82,12 +82,27 @@ impl Intra {
             Some(sb) => Expr::shared_load(sb, 0i64, 0i64, col),
             None => Expr::Float(0.0),
         };
+        // (`GSIG=fast`) sigmoid(z) = rsqrt(1 + 2^(-z log2 e))^2: 2^(-z log2 e) is +inf for z below about -88
+        // (rsqrt(inf) = 0) and 0 above about 88 (rsqrt(1) = 1).
+        let sigmoid = |z: Expr| {
+            if self.fast_gate_sigmoid {
+                let r = (Expr::Float(1.0) + (z * -LOG2E).exp2_ftz()).rsqrt();
+                r.clone() * r
+            } else {
+                z.sigmoid()
+            }
+        };
+        // exp(A_log[hv]): once per block with `GSIG=fast`, else inside the map (as the kernels measured so far).
+        let a_coef = match a_log {
+            Some(a) if self.fast_gate_sigmoid => Some(b.let_("a_coef", Expr::load(a, hvi.clone()).exp())),
+            Some(a) => Some(Expr::load(a, hvi.clone()).exp()),
+            None => None,
+        };
         let gate = match spec.gate {
             GateForm::Pre => x.clone(),
-            GateForm::Safe { a_log: false, .. } => lb.clone().unwrap() * (x.clone() + bias_at(Expr::ColIdx)).sigmoid(),
+            GateForm::Safe { a_log: false, .. } => lb.clone().unwrap() * sigmoid(x.clone() + bias_at(Expr::ColIdx)),
             GateForm::Safe { a_log: true, .. } => {
-                lb.clone().unwrap()
-                    * (Expr::load(a_log.unwrap(), hvi.clone()).exp() * (x.clone() + bias_at(Expr::ColIdx))).sigmoid()
+                lb.clone().unwrap() * sigmoid(a_coef.clone().unwrap() * (x.clone() + bias_at(Expr::ColIdx)))
             }
             GateForm::Standard { .. } => {
                 -Expr::load(a_log.unwrap(), hvi.clone()).exp() * (x.clone() + bias_at(Expr::ColIdx)).softplus()
@@ -133,12 +148,22 @@ impl Intra {
                 let r = b.let_("r", &row % cc);
                 let is_q = b.let_("is_q", row.lt(cc));
                 let ss = b.let_var("ss", 0.0);
-                b.if_(row.lt(2 * cc), |b| {
-                    b.for_("i", lane.clone(), kk, 32i64, |b, i| {
+                if self.l2_unrolled {
+                    // (`L2R=unrolled`) K/32 independent loads (a row past 2C reads row r of k again, unused).
+                    for m in 0..kk / 32 {
+                        let i = &lane + 32 * m;
                         let xv = b.let_("xv", Expr::select(is_q.clone(), qs(r.clone(), i.clone()), ks(r.clone(), i)));
                         b.assign(ss, Expr::Var(ss) + &xv * xv.clone());
+                    }
+                } else {
+                    b.if_(row.lt(2 * cc), |b| {
+                        b.for_("i", lane.clone(), kk, 32i64, |b, i| {
+                            let xv =
+                                b.let_("xv", Expr::select(is_q.clone(), qs(r.clone(), i.clone()), ks(r.clone(), i)));
+                            b.assign(ss, Expr::Var(ss) + &xv * xv.clone());
+                        });
                     });
-                });
+                }
                 for mask in [16u32, 8, 4, 2, 1] {
                     let other = b.warp_shuffle("ssx", WarpOp::ShflXor(mask), Expr::Var(ss));
                     b.assign(ss, Expr::Var(ss) + other);

@@ -1,0 +1,163 @@
+//! The intra kernel's instruction-cutting knobs of 2026-12-07 (issue 42), on the CPU interpreter and the Cranelift
+//! JIT: `FULLC=1` (full chunks on a copy of the phases with a constant length) computes the same bits as the
+//! generic kernel on sequences with full and partial chunks, both paths, every gate form; `GSIG=fast` (the gate's
+//! sigmoid from `ex2.approx` and `rsqrt`) changes the outputs, stays within SEMANTICS.md section 3 of the f64
+//! recurrence, and leaves the forms without that sigmoid alone; `L2R=unrolled` (the L2 norms' column loop unrolled)
+//! computes the same bits.
+
+use k3k_codegen::cpu::interp::InterpOptions;
+use k3k_codegen::cpu::jit;
+use k3k_ir::Knobs;
+use k3k_ops::kda::{self, FLASHKDA_OPTIONS, KdaData, KdaProblem, Launch};
+use k3k_ops::op::Preset;
+use k3k_ops::plan::{Executor, Outputs, Plan};
+
+fn seed() -> u64 {
+    let s =
+        std::env::var("K3K_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(k3k_reference::random::fresh_seed);
+    eprintln!("seed {s}");
+    s
+}
+
+fn run_plan_jit(plan: &Plan) -> Outputs {
+    let bufs = plan
+        .run_host(|kernel, args, scalars| {
+            let jk = jit::compile(kernel).unwrap_or_else(|e| panic!("jit {}: {e}", kernel.name));
+            jk.run(args, scalars, InterpOptions::default()).unwrap();
+            Ok(())
+        })
+        .unwrap();
+    plan.outputs(bufs)
+}
+
+fn problem(dims: &[(&str, i64)]) -> KdaProblem {
+    KdaProblem::from_preset(&Preset::new("test", dims)).unwrap_or_else(|e| panic!("{dims:?}: {e}"))
+}
+
+/// Outputs of a problem at `knobs` on the interpreter and the JIT, each checked against the f64 recurrence.
+fn checked(pb: &KdaProblem, d: &KdaData, knobs: &Knobs, seed: u64) -> Vec<Outputs> {
+    let plan = kda::chunk_plan(pb, d, knobs).unwrap();
+    let (pairs, scope) = kda::check_scope(pb, seed);
+    let outs = vec![Executor::Cpu.run(&plan).unwrap(), run_plan_jit(&plan)];
+    for (ex, out) in ["cpu-interp", "cpu-jit"].iter().zip(&outs) {
+        let r = kda::check_pairs(pb, d, out, &pairs, scope.clone()).unwrap();
+        eprintln!("{} [{knobs}] {ex}: rel {:.3e}", pb_name(pb), r.max_rel_err);
+        assert!(r.passed, "{} [{knobs}] on {ex}, seed {seed}: {} (rel {:.3e})", pb_name(pb), r.detail, r.max_rel_err);
+    }
+    outs
+}
+
+fn pb_name(pb: &KdaProblem) -> String {
+    format!(
+        "{:?} T{} H{} HV{} K{} V{} safe={} gate={}",
+        pb.lens,
+        pb.t,
+        pb.h,
+        pb.hv,
+        pb.dk,
+        pb.dv,
+        pb.safe,
+        pb.gate.name()
+    )
+}
+
+fn same_bits(a: &Outputs, b: &Outputs, what: &str) {
+    for name in ["o", "ht"] {
+        assert_eq!(a.get(name).unwrap().data, b.get(name).unwrap().data, "{what}: {name} differs");
+    }
+}
+
+/// The cases: FlashKDA's options on a varlen batch whose sequences end in full and partial chunks (chunk 32: 64
+/// tokens, 40, 0, 96 + 5), gate 1 with GVA at small heads, the exact path with the standard gate and extreme
+/// pre-computed gates, the plain safe path with pre-computed gates at chunk 64.
+fn cases() -> Vec<(Vec<(&'static str, i64)>, i64)> {
+    let fk: Vec<(&str, i64)> = [("N", 4i64), ("L0", 64), ("L1", 40), ("L2", 0), ("L3", 101), ("H", 1)]
+        .into_iter()
+        .chain(FLASHKDA_OPTIONS)
+        .collect();
+    vec![
+        (fk, 0),
+        (
+            vec![("B", 2), ("T", 80), ("H", 1), ("HV", 2), ("K", 32), ("V", 32), ("safe", 1), ("gate", 1), ("bias", 1)],
+            32,
+        ),
+        (
+            vec![
+                ("B", 1),
+                ("T", 70),
+                ("H", 1),
+                ("K", 64),
+                ("V", 32),
+                ("safe", 0),
+                ("gate", 2),
+                ("bias", 1),
+                ("l2norm", 1),
+            ],
+            32,
+        ),
+        (vec![("B", 1), ("T", 96), ("H", 2), ("K", 32), ("V", 64), ("safe", 0), ("extreme", 1)], 32),
+        (vec![("B", 1), ("T", 130), ("H", 1), ("K", 32), ("V", 32), ("safe", 1)], 64),
+    ]
+}
+
+/// `FULLC=1`: the same bits as the generic kernel (interpreter and JIT), within the reference's tolerance; its
+/// intra kernel is named `_fc`, the state pass is unchanged.
+#[test]
+fn full_chunk_copy_is_bit_identical() {
+    let s = seed();
+    for (i, (dims, chunk)) in cases().into_iter().enumerate() {
+        let pb = problem(&dims);
+        let d = KdaData::generate(&pb, s ^ i as u64);
+        let base = kda::default_knobs().with("CHUNK", chunk);
+        let fc = base.clone().with("FULLC", 1i64);
+        let (k0, k1) = (
+            kda::chunk_kernels(&pb, &Launch::resolve(&base, &pb).unwrap()).unwrap(),
+            kda::chunk_kernels(&pb, &Launch::resolve(&fc, &pb).unwrap()).unwrap(),
+        );
+        assert_eq!(k1.0.name, format!("{}_fc", k0.0.name));
+        assert_eq!(k0.1, k1.1, "the state pass does not change");
+        let (a, b) = (checked(&pb, &d, &base, s), checked(&pb, &d, &fc, s));
+        for (x, y) in a.iter().zip(&b) {
+            same_bits(x, y, &format!("{dims:?} FULLC=1"));
+        }
+        // `L2R=unrolled`: the same sums in the same order (a new kernel only with the in-kernel L2 norms).
+        let l2u = base.clone().with("L2R", "unrolled");
+        let k2 = kda::chunk_kernels(&pb, &Launch::resolve(&l2u, &pb).unwrap()).unwrap().0;
+        if pb.l2norm {
+            assert_eq!(k2.name, format!("{}_l2u", k0.0.name));
+            for knobs in [l2u.clone(), l2u.clone().with("FULLC", 1i64)] {
+                let c = checked(&pb, &d, &knobs, s);
+                for (x, y) in a.iter().zip(&c) {
+                    same_bits(x, y, &format!("{dims:?} [{knobs}]"));
+                }
+            }
+        } else {
+            assert_eq!(k2, k0.0, "L2R without the in-kernel norms");
+        }
+    }
+}
+
+/// `GSIG=fast`: the lb*sigmoid forms' outputs change (the kernel differs) and stay within the tolerance of the f64
+/// recurrence; with `FULLC=1` too; the standard form and pre-computed gates get the same kernel as without it.
+#[test]
+fn fast_gate_sigmoid_matches_reference() {
+    let s = seed();
+    for (i, (dims, chunk)) in cases().into_iter().enumerate() {
+        let pb = problem(&dims);
+        let d = KdaData::generate(&pb, s ^ i as u64);
+        let base = kda::default_knobs().with("CHUNK", chunk);
+        let fast = base.clone().with("GSIG", "fast");
+        let k0 = kda::chunk_kernels(&pb, &Launch::resolve(&base, &pb).unwrap()).unwrap().0;
+        let k1 = kda::chunk_kernels(&pb, &Launch::resolve(&fast, &pb).unwrap()).unwrap().0;
+        if !matches!(pb.gate, kda::GateForm::Safe { .. }) {
+            assert_eq!(k0, k1, "{dims:?}: GSIG applies to the lb*sigmoid forms only");
+            continue;
+        }
+        assert_eq!(k1.name, format!("{}_gsf", k0.name));
+        let a = checked(&pb, &d, &base, s);
+        let b = checked(&pb, &d, &fast, s);
+        assert_ne!(a[0].get("ht").unwrap().data, b[0].get("ht").unwrap().data, "{dims:?}: GSIG=fast changes the state");
+        let both = checked(&pb, &d, &fast.clone().with("FULLC", 1i64), s);
+        same_bits(&both[0], &b[0], &format!("{dims:?} GSIG=fast FULLC=1"));
+    }
+}
