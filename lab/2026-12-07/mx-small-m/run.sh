@@ -29,9 +29,9 @@ $B bench --merge-peers $W/sweep/peers.json --out $W/sweep >> $W/sweep/bench.txt 
 cand() { local tag=$1 t=$2 ms=$3 sets=$4
   timeout $t $B $BENCH --dims "$(dims $ms)" --knobs "$sets" --out $W/cand/$tag > $W/cand/$tag.txt 2>&1; log "cand $tag rc=$?"; }
 cand m8_16 45 "8 16" "XDQ=auto;PATH=tile,BK=256,SPLIT=1;PATH=tile,BK=256,SPLIT=2;PATH=tile"
-cand m32 40 "32" "XDQ=auto;XDQ=tile;BK=256,SPLIT=1;BK=256,SPLIT=2;BK=128,SPLIT=2;BK=128,SPLIT=4,STAGES=3"
-cand m64 45 "64" "XDQ=auto;XDQ=tile;BK=256,SPLIT=1,STAGES=3;BK=256,SPLIT=1,WB=2;BK=128,SPLIT=2,STAGES=3;BK=128,SPLIT=1,STAGES=3;BK=64,SPLIT=4,STAGES=3"
-cand m128 45 "128" "XDQ=auto;XDQ=tile;BM=64,BK=256,SPLIT=1;BM=64,BK=128,SPLIT=1,STAGES=3;BM=64,BK=64,SPLIT=2,STAGES=3;MMA=wgmma,BM=128,BN=256,SPLIT=4;MMA=wgmma,BM=128,BN=128,SPLIT=2"
+cand m32 45 "32" "XDQ=auto;XDQ=tile;BK=256,SPLIT=1;BK=256,SPLIT=2;BK=128,SPLIT=2;BK=128,SPLIT=4,STAGES=3;BN=128,WA=8,BK=128,SPLIT=4"
+cand m64 50 "64" "XDQ=auto;XDQ=tile;BK=256,SPLIT=1,WB=2;BK=128,SPLIT=2,STAGES=3;BK=64,SPLIT=4,STAGES=3;BK=64,SPLIT=4,STAGES=3,WB=2;BN=128,WA=8,BK=128,SPLIT=2;BN=128,WA=8,BK=256,SPLIT=2,STAGES=3"
+cand m128 45 "128" "XDQ=auto;XDQ=tile;BM=64,BN=128,WA=8,BK=128,SPLIT=1;BM=64,BK=128,SPLIT=1,STAGES=3;BM=64,BK=64,SPLIT=2,STAGES=3;MMA=wgmma,BM=128,BN=256,SPLIT=4;MMA=wgmma,BM=128,BN=128,SPLIT=2"
 cand m256 50 "256" "XDQ=auto;PATH=tile;PATH=tile,SPLIT=2;PATH=tile,BM=64,BK=64,SPLIT=1,STAGES=3;PATH=tile,BM=64,BK=256,SPLIT=1"
 timeout 30 $B $BENCH --dims "G=28,per=16,N=6144,K=3584,act=1,packed=1" --knobs "XDQ=auto;XDQ=tile" --out $W/cand/g28 \
   > $W/cand/g28.txt 2>&1; log "cand g28x16 rc=$?"
