@@ -35,7 +35,8 @@ try:
 except Exception:
     pass
 print("== defaults of i45c vs peers (same run); floor = max(flops/bf16 rate, bytes/HBM), bytes floor = bytes/HBM")
-print(f"{'M':>6} {'k3k ms':>8} {'cuBLAS':>8} {'x':>6} {'fp8 mm':>8} {'x':>6} {'floor':>7} {'k/fl':>6} {'bytes fl':>8} {'k/bfl':>6}  config")
+print("(speedup = peer ms / k3k ms; k/fl = k3k ms / floor)")
+print(f"{'M':>6} {'k3k ms':>8} {'cuBLAS':>8} {'speedup':>7} {'fp8 mm':>8} {'speedup':>7} {'floor':>7} {'k/fl':>6} {'bytes fl':>8} {'k/bfl':>6}  config")
 for rep in reports(os.path.join(w, "sweep")):
     for r in rep.get("rows", []):
         cb = r.get("peer_ms")
@@ -45,7 +46,7 @@ for rep in reports(os.path.join(w, "sweep")):
         kk = knobs_of(r.get("kernel_knobs") or r.get("config") or {})
         cfg = ",".join(f"{a}={kk[a]}" for a in ["PATH", "MMA", "BM", "BN", "BK", "SPLIT", "STAGES", "XDQ"] if a in kk)
         f = lambda v: f"{v:8.4f}" if v else "       -"
-        x = lambda v: f"{v / k:6.2f}" if v else "     -"
+        x = lambda v: f"{v / k:7.2f}" if v else "      -"
         print(f"{mdims(r['preset']):>6} {k:8.4f} {f(cb)} {x(cb)} {f(sm)} {x(sm)} {r['floor_ms']:7.4f} "
               f"{k / r['floor_ms']:6.2f} {bfl:8.4f} {k / bfl:6.2f}  {cfg}")
 print()
