@@ -9,6 +9,7 @@ use k3k_ops::op::{Operator, Preset};
 use rand::{Rng, SeedableRng, rngs::StdRng};
 
 #[path = "common/mx_run.rs"]
+#[allow(dead_code)]
 mod mx_run;
 use mx_run::{knobs, run};
 
