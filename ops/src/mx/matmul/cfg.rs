@@ -51,6 +51,9 @@ pub struct Cfg {
     /// PATH=gemv's hardware-scheduled grouped grid: the last `ts` groups' tiles split in two along K (knob `TS`),
     /// their halves' partials (`part: [2, M, N]`) summed by the second to arrive; 0 none.
     pub ts: u32,
+    /// MXFP8 activations converted on chip per stage into the bf16 x tile (knob `XDQ=tile`) instead of dequantized
+    /// by a first launch ([`act_dequant_first`]); false with bf16 activations and on PATH=gemv.
+    pub act_tile: bool,
 }
 
 impl Cfg {
@@ -90,6 +93,8 @@ impl Cfg {
         let k = if self.xa != 1 || self.xa_auto() != 1 { k.with("XA", self.xa) } else { k };
         let k = if self.sk { k.with("SK", 1i64) } else { k };
         let k = if self.ts > 0 { k.with("TS", self.ts) } else { k };
+        // XDQ: recorded where the activations are converted on chip (absent means the first launch).
+        let k = if self.act_tile { k.with("XDQ", "tile") } else { k };
         if self.bulk { k.with("COPY", "bulk") } else { k }
     }
     /// Partial outputs (`part: [S, M, N]`) instead of the finished `y`: a K split, or the split tiles of stream-K or

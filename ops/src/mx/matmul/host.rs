@@ -203,8 +203,15 @@ fn facts(w: &Fp4Weights, glu: bool, counts: &[usize]) -> ShapeFacts {
 /// 28 experts x 4 tokens, K3584) into a scratch `xd: [M, K]`, and the main kernel is the bf16-activation one. Every
 /// activation is the bf16 the tile path's on-chip dequant feeds the tensor cores (an E4M3 value times a power of
 /// two), so the two paths differ only in the order of the f32 sums.
+///
+/// PATH=tile and stream do the same unless `XDQ=tile` ([`Cfg::act_tile`]): their on-chip conversion runs once per
+/// stage in every CTA, i.e. every activation once per weight tile (96 times at N6144 with 64-row tiles), in a
+/// threads region between two barriers that the products wait for; at M64 N6144 K3584 it made the kernel 2.1x
+/// slower than on bf16 activations (H100, 0.0830 ms on 2026-12-06 against 0.0389 in the tune records, same
+/// resolved knobs). The first launch converts each activation once (M*K*(1 + 1/32) bytes read, 2*M*K written:
+/// 0.23 + 0.46 MB at M64 K3584).
 pub fn act_dequant_first(spec: &MatSpec, c: &Cfg) -> bool {
-    spec.act8 && c.gemv
+    spec.act8 && !c.act_tile
 }
 
 /// The variant the main kernel is built for: `spec`, with bf16 activations when [`act_dequant_first`].

@@ -69,6 +69,16 @@ pub fn knob_space() -> KnobSpace {
              0 = 1 (the one run on a GPU so far)",
             [0i64, 1, 2, 3],
         )
+        .accepts(
+            "XDQ",
+            "MXFP8 activations on PATH=tile and stream: first (a first launch dequantizes them once into a bf16 \
+             scratch `[M, K]`, `mx.dequantize`'s kernel, as PATH=gemv always does, and the main kernel is the \
+             bf16-activation one), tile (each CTA converts its stages' E4M3 codes on chip: every activation once per \
+             weight tile, 96 times at N6144 BN64: at M64 N6144 K3584 an H100 took 0.0830 ms on 2026-12-06, bf16 \
+             activations 0.0389 at the same resolved knobs in its tune records); auto (and absent): first. Refused with PATH=gemv \
+             (tile), meaningless with bf16 activations (ignored)",
+            ["auto", "first", "tile"],
+        )
         .axis(
             "MMA",
             "sync: mma.sync with the dequantized weights as register A operand; wgmma: weights dequantized into a \
@@ -226,6 +236,12 @@ pub(super) fn two_way(knobs: &Knobs, name: &str, absent: bool, choices: &[(&str,
 /// launch (`kernel`); `auto` means `auto_last`, and an absent knob (knob sets from before it existed) `kernel`.
 pub(super) fn fin_last(knobs: &Knobs, auto_last: bool) -> Result<bool, OpError> {
     two_way(knobs, "FIN", false, &[("auto", auto_last), ("kernel", false), ("last", true)])
+}
+
+/// `XDQ`: whether MXFP8 activations on PATH=tile and stream are converted on chip per stage (`tile`) rather than
+/// dequantized by a first launch (`first`; `auto` and an absent knob mean first).
+pub(super) fn act_tile_knob(knobs: &Knobs) -> Result<bool, OpError> {
+    two_way(knobs, "XDQ", false, &[("auto", false), ("first", false), ("tile", true)])
 }
 
 /// `SK` (stream-K on PATH=gemv's persistent grid): 1 on, 0 or absent off; any other value is refused.

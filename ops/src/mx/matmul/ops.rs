@@ -235,6 +235,14 @@ impl Operator for Mxfp4Matmul {
             d.extend([("packed", 1), ("act", 1)]);
             out.push(Preset::new(&format!("{name} mxfp8-act"), &d));
         }
+        // Issue 45's batches between decode and prefill (speculative decoding, small-batch serving), MXFP8
+        // activations: M = 8..256, where the weight bytes are the floor for a kernel at the FP8 rate.
+        for m in [8i64, 16, 32, 64, 128, 256] {
+            out.push(Preset::new(
+                &format!("MXFP4 linear M{m} N6144 K3584 mxfp8-act"),
+                &[("M", m), ("N", 6144), ("K", 3584), ("packed", 1), ("act", 1)],
+            ));
+        }
         // Prefill over 28 ragged experts (latent_moe_gemm's G28 mean1024 shape; PATH=dq_gemm by default).
         out.push(Preset::new(
             "MXFP4 prefill 28 experts mean1024 N6144 K3584",

@@ -65,6 +65,7 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, Op
         xa: xa_knob(knobs)?.unwrap_or(1),
         sk: sk_knob(knobs)?,
         ts: super::prefill::int_or0(knobs, "TS")?,
+        act_tile: spec.act8 && act_tile_knob(knobs)?,
     };
     split_tiles(spec, knobs, sh, c, wide_rows)
 }
@@ -192,6 +193,8 @@ fn tile_shape(
         "BK",
         if stream {
             bk_stream
+        } else if mid_batch(spec, sh, bm, wgmma, knobs)? {
+            256
         } else if decode && !wgmma {
             128
         } else {
@@ -245,6 +248,8 @@ fn split_tiles(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts, mut c: Cfg, wide_
     } else {
         (2 * target).div_ceil(tiles).clamp(1, k_tiles.min(32))
     };
+    // The mid batches of `mid_batch`: one CTA per weight tile over the whole K range.
+    let split_auto = if !stream && mid_batch(spec, sh, bm, c.wgmma, knobs)? { 1 } else { split_auto };
     // No empty splits: as many as the K tiles per split need (at most the count chosen).
     let split_auto = k_tiles.div_ceil(k_tiles.div_ceil(split_auto.max(1)));
     c.split = pick(knobs, "SPLIT", split_auto as u32)?;
@@ -266,6 +271,22 @@ fn split_tiles(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts, mut c: Cfg, wide_
     };
     validate(spec, &c, knobs)?;
     Ok(c)
+}
+
+/// Dense MXFP8 activations dequantized first (`XDQ` auto), 33..=64 tokens on 64-token mma.sync tiles, no GLU: the
+/// main kernel is the bf16-activation one, whose best measured shape at M64 N6144 K3584 is BK=256 with no K split
+/// (96 CTAs of 64 rows, the whole K range each; one per SM at 4 stages): on the H200 0.0250-0.0256 ms against
+/// 0.0380-0.0402 for the automatic split of 6 at BK=128 (2026-12-04 tune records), on an H100 0.0252 against 0.0389;
+/// a split of 2 read 0.0320, 4 0.0382, 8 0.0539 (H200). Automatic BK and SPLIT follow it there. (bf16 activations
+/// keep the automatic shape: their tune records, keyed by the default kernels, select it.)
+fn mid_batch(spec: &MatSpec, sh: &ShapeFacts, bm: u32, wgmma: bool, knobs: &Knobs) -> Result<bool, OpError> {
+    Ok(spec.act8
+        && !act_tile_knob(knobs)?
+        && !spec.grouped
+        && !sh.glu
+        && !wgmma
+        && bm == 64
+        && (33..=64).contains(&sh.max_rows))
 }
 
 /// PATH=gemv: `Some(true)` explicit, `Some(false)` automatic (at most 16 tokens per group, 8 per expert when
@@ -439,6 +460,8 @@ pub(super) fn resolve_gemv(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Re
         xa: 1,
         sk,
         ts,
+        // (Validated: an explicit XDQ=tile is refused, the gemv statement reads bf16 activations only.)
+        act_tile: spec.act8 && act_tile_knob(knobs)?,
     };
     // L2PF and XA auto: see `Cfg::l2pf_auto` and `Cfg::xa_auto`.
     let c = Cfg { l2pf: l2pf_knob(knobs)?.unwrap_or(c.l2pf_auto()), xa: xa_knob(knobs)?.unwrap_or(c.xa_auto()), ..c };

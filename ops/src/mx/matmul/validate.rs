@@ -11,6 +11,9 @@ pub(super) fn validate(spec: &MatSpec, c: &Cfg, knobs: &Knobs) -> Result<(), OpE
         if c.wgmma || c.wb != 1 {
             return invalid("PATH=gemv needs MMA=sync and WB=1".into());
         }
+        if c.act_tile {
+            return invalid("PATH=gemv reads bf16 activations: MXFP8 ones are dequantized first (XDQ=tile refused)".into());
+        }
         if !matches!(c.bm, 8 | 16) || !matches!(c.bk, 128 | 256 | 512 | 1024) {
             return invalid(format!(
                 "PATH=gemv needs BM 8 or 16 and BK 128, 256, 512 or 1024 (got BM={}, BK={})",

@@ -44,9 +44,12 @@ pub(super) fn dequant_x(
     b.threads(|b| {
         b.for_unrolled("i", 0i64, per_thread, 1i64, |b, i| {
             let idx = b.let_("idx", Expr::thread_idx() + i * threads as i64);
-            let r = b.let_("r", idx.shr(wpr.trailing_zeros() as i64));
+            // Row and word of `idx` (>= 0): a shift and a mask where BK/4 is a power of two, else a division (BK=96:
+            // the shift by its trailing zeros read rows past the tile).
+            let pow2 = (wpr as u64).is_power_of_two();
+            let r = b.let_("r", if pow2 { idx.shr(wpr.trailing_zeros() as i64) } else { &idx / wpr });
             b.if_(r.lt(rows_valid.clone()).and(idx.lt(words)), |b| {
-                let w = b.let_("wi", idx.bitand(wpr - 1));
+                let w = b.let_("wi", if pow2 { idx.bitand(wpr - 1) } else { &idx % wpr });
                 let word = b.let_("word", Expr::shared_load(sxq, slot.clone(), r.clone(), w.clone()));
                 let scale = b.let_("scale", e8m0(Expr::shared_load(sxs, slot.clone(), r.clone(), w.shr(3i64))));
                 for p in 0..4i64 {
