@@ -116,6 +116,24 @@ pub struct IntraOpts {
     pub l2_unrolled: bool,
 }
 
+impl IntraOpts {
+    /// The kernel-name suffix of the options (as resolved for a variant).
+    fn name_suffix(&self) -> String {
+        let flags = [
+            (self.arena, "_a"),
+            (self.xdiag, "_xd"),
+            (self.ex2_ftz, "_ftz"),
+            (self.midoff, "_mo"),
+            (self.slim, "_sl"),
+            (self.g_pairs, "_gp"),
+            (self.full_chunks, "_fc"),
+            (self.fast_gate_sigmoid, "_gsf"),
+            (self.l2_unrolled, "_l2u"),
+        ];
+        flags.iter().filter(|f| f.0).map(|f| f.1).collect()
+    }
+}
+
 /// `e` times `f` where there is one.
 fn times(e: Expr, f: Option<Expr>) -> Expr {
     match f {
@@ -302,7 +320,7 @@ impl Intra {
         lvl_dt: DType,
         o: IntraOpts,
     ) -> Result<(KernelBuilder, Intra), OpError> {
-        let IntraOpts { arena, xdiag, ex2_ftz, midoff, slim, g_pairs, full_chunks, fast_gate_sigmoid, l2_unrolled } = o;
+        let IntraOpts { arena, xdiag, ex2_ftz, midoff, slim, g_pairs, fast_gate_sigmoid, l2_unrolled, .. } = o;
         let l2_unrolled = l2_unrolled && spec.l2norm;
         let fast_gate_sigmoid = fast_gate_sigmoid && matches!(spec.gate, GateForm::Safe { .. });
         let (dk, dv, c) = (spec.dk, spec.dv, chunk);
@@ -314,19 +332,8 @@ impl Intra {
         // bf16 there (f16 would overflow).
         let lvl_dt = if spec.safe || xdiag { DType::Bf16 } else { lvl_dt };
         let threads = 32 * warps;
-        let name = format!(
-            "k3k_kda_intra_{}_c{c}_w{warps}_{op_dt}_{lvl_dt}{}{}{}{}{}{}{}{}{}",
-            spec.tag(),
-            if arena { "_a" } else { "" },
-            if xdiag { "_xd" } else { "" },
-            if ex2_ftz { "_ftz" } else { "" },
-            if midoff { "_mo" } else { "" },
-            if slim { "_sl" } else { "" },
-            if g_pairs { "_gp" } else { "" },
-            if full_chunks { "_fc" } else { "" },
-            if fast_gate_sigmoid { "_gsf" } else { "" },
-            if l2_unrolled { "_l2u" } else { "" }
-        );
+        let resolved = IntraOpts { xdiag, midoff, slim, fast_gate_sigmoid, l2_unrolled, ..o };
+        let name = format!("k3k_kda_intra_{}_c{c}_w{warps}_{op_dt}_{lvl_dt}{}", spec.tag(), resolved.name_suffix());
         let mut b = KernelBuilder::new(&name, threads);
         let (kk, vv, cc) = (dk as i64, dv as i64, c as i64);
         let tt = b.dim("TT");
