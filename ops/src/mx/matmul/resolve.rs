@@ -276,9 +276,9 @@ fn split_tiles(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts, mut c: Cfg, wide_
 /// Dense MXFP8 activations dequantized first (`XDQ` auto), 33..=64 tokens on 64-token mma.sync tiles, no GLU: the
 /// main kernel is the bf16-activation one, whose best measured shape at M64 N6144 K3584 is BK=256 with no K split
 /// (96 CTAs of 64 rows, the whole K range each; one per SM at 4 stages): on the H200 0.0250-0.0256 ms against
-/// 0.0380-0.0402 for the automatic split of 6 at BK=128 (2026-12-04 tune records), on an H100 0.0252 against 0.0389;
-/// a split of 2 read 0.0320, 4 0.0382, 8 0.0539 (H200). Automatic BK and SPLIT follow it there. (bf16 activations
-/// keep the automatic shape: their tune records, keyed by the default kernels, select it.)
+/// 0.0380-0.0402 for the automatic split of 6 at BK=128, on an H100 0.0252 against 0.0389; a split of 2 read
+/// 0.0320, 4 0.0382, 8 0.0539 (H200; the tune records in `results/`). Automatic BK and SPLIT follow it there.
+/// (bf16 activations keep the automatic shape: their tune records, keyed by the default kernels, select it.)
 fn mid_batch(spec: &MatSpec, sh: &ShapeFacts, bm: u32, wgmma: bool, knobs: &Knobs) -> Result<bool, OpError> {
     Ok(spec.act8
         && !act_tile_knob(knobs)?

@@ -12,7 +12,9 @@ pub(super) fn validate(spec: &MatSpec, c: &Cfg, knobs: &Knobs) -> Result<(), OpE
             return invalid("PATH=gemv needs MMA=sync and WB=1".into());
         }
         if c.act_tile {
-            return invalid("PATH=gemv reads bf16 activations: MXFP8 ones are dequantized first (XDQ=tile refused)".into());
+            return invalid(
+                "PATH=gemv reads bf16 activations: MXFP8 ones are dequantized first (XDQ=tile refused)".into(),
+            );
         }
         if !matches!(c.bm, 8 | 16) || !matches!(c.bk, 128 | 256 | 512 | 1024) {
             return invalid(format!(
