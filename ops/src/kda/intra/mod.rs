@@ -97,6 +97,10 @@ pub struct IntraOpts {
     pub slim: bool,
     /// The f32 buffer of G~ (`sG`) in [`Swizzle::Xor16BPairs`] instead of `Xor16B` (knob `GSWZ=pairs`).
     pub g_pairs: bool,
+    /// (`USTATE=1`) No v, no U half of the block substitution: the kernel writes W alone (`w`, C x K) and the
+    /// factors the state pass forms U from: `nf` (N_ii, C x 16), `lf` (rows 16.. and columns ..C-16 of L with beta,
+    /// the strictly lower blocks), `bf` (beta as applied, C f32). Kernel names end in `_us`.
+    pub u_state: bool,
 }
 
 /// `e` times `f` where there is one.
@@ -212,6 +216,8 @@ struct Intra {
     kk: i64,
     vv: i64,
     cc: i64,
+    /// (`USTATE=1`) The factor outputs `nf`, `lf`, `bf` (see [`IntraOpts::u_state`]).
+    ufac: Option<(TensorId, TensorId, TensorId)>,
     q: TensorId,
     k: TensorId,
     v: TensorId,
@@ -282,7 +288,7 @@ impl Intra {
         lvl_dt: DType,
         o: IntraOpts,
     ) -> Result<(KernelBuilder, Intra), OpError> {
-        let IntraOpts { arena, xdiag, ex2_ftz, midoff, slim, g_pairs } = o;
+        let IntraOpts { arena, xdiag, ex2_ftz, midoff, slim, g_pairs, u_state } = o;
         let (dk, dv, c) = (spec.dk, spec.dv, chunk);
         let nt = c / 16;
         let xdiag = xdiag && !spec.safe;
@@ -293,14 +299,15 @@ impl Intra {
         let lvl_dt = if spec.safe || xdiag { DType::Bf16 } else { lvl_dt };
         let threads = 32 * warps;
         let name = format!(
-            "k3k_kda_intra_{}_c{c}_w{warps}_{op_dt}_{lvl_dt}{}{}{}{}{}{}",
+            "k3k_kda_intra_{}_c{c}_w{warps}_{op_dt}_{lvl_dt}{}{}{}{}{}{}{}",
             spec.tag(),
             if arena { "_a" } else { "" },
             if xdiag { "_xd" } else { "" },
             if ex2_ftz { "_ftz" } else { "" },
             if midoff { "_mo" } else { "" },
             if slim { "_sl" } else { "" },
-            if g_pairs { "_gp" } else { "" }
+            if g_pairs { "_gp" } else { "" },
+            if u_state { "_us" } else { "" }
         );
         let mut b = KernelBuilder::new(&name, threads);
         let (kk, vv, cc) = (dk as i64, dv as i64, c as i64);
@@ -318,11 +325,21 @@ impl Intra {
         let a_log =
             spec.gate.has_a_log().then(|| b.tensor("a_log", DType::F32, std::slice::from_ref(&hv), Access::Read));
         let ctab = b.tensor("ctab", DType::I32, &[nch.clone(), Expr::Int(2)], Access::Read);
-        let wu = b.tensor("wu", op_dt, &[hv.clone(), nch.clone(), Expr::Int(cc), Expr::Int(kk + vv)], Access::Write);
+        let (wu_name, wu_cols) = if u_state { ("w", kk) } else { ("wu", kk + vv) };
+        let wu = b.tensor(wu_name, op_dt, &[hv.clone(), nch.clone(), Expr::Int(cc), Expr::Int(wu_cols)], Access::Write);
         let qb = b.tensor("qb", op_dt, &[hv.clone(), nch.clone(), Expr::Int(cc), Expr::Int(kk)], Access::Write);
         let kb = b.tensor("kb", op_dt, &[hv.clone(), nch.clone(), Expr::Int(cc), Expr::Int(kk)], Access::Write);
         let pm = b.tensor("pm", op_dt, &[hv.clone(), nch.clone(), Expr::Int(cc), Expr::Int(cc)], Access::Write);
         let gam = b.tensor("gam", DType::F32, &[hv.clone(), nch.clone(), Expr::Int(kk)], Access::Write);
+        let ufac = u_state.then(|| {
+            let m = cc - 16;
+            let slots = |n: i64| [hv.clone(), nch.clone(), Expr::Int(n)];
+            (
+                b.tensor("nf", op_dt, &[hv.clone(), nch.clone(), Expr::Int(cc), Expr::Int(16)], Access::Write),
+                b.tensor("lf", op_dt, &slots(m * m), Access::Write),
+                b.tensor("bf", DType::F32, &slots(cc), Access::Write),
+            )
+        });
         let scale = b.float_arg("scale");
         let lb = matches!(spec.gate, GateForm::Safe { .. }).then(|| b.float_arg("lb"));
         b.grid(nch.clone(), hv.clone(), 1i64);
@@ -409,6 +426,7 @@ impl Intra {
                 kk,
                 vv,
                 cc,
+                ufac,
                 q,
                 k,
                 v,
