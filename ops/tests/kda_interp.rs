@@ -1311,9 +1311,19 @@ fn ustate_matches_reference_and_the_default_bit_for_bit() {
     assert!(!l0.u_state);
     assert!(kda::Launch::resolve(&kda::default_knobs().with(kda::USTATE_KNOB, 2i64), &pb).is_err());
     // At the FlashKDA presets' shapes the state pass keeps its rings and blocks per SM.
-    for (dims, stages) in [(&[("B", 1i64), ("T", 8192), ("H", 96)][..], 2u32), (&[("B", 4), ("T", 4096), ("H", 64)], 2)] {
+    for (dims, stages) in [(&[("B", 1i64), ("T", 8192), ("H", 96)][..], 2u32), (&[("B", 4), ("T", 4096), ("H", 64)], 2)]
+    {
         let mut dd = dims.to_vec();
-        dd.extend([("K", 128), ("V", 128), ("safe", 1), ("gate", 3), ("bias", 1), ("l2norm", 1), ("bsig", 1), ("h0", 1)]);
+        dd.extend([
+            ("K", 128),
+            ("V", 128),
+            ("safe", 1),
+            ("gate", 3),
+            ("bias", 1),
+            ("l2norm", 1),
+            ("bsig", 1),
+            ("h0", 1),
+        ]);
         let pb = problem(&dd);
         let l = kda::Launch::resolve(&us(&kda::default_knobs()), &pb).unwrap();
         let (_, k2) = kda::chunk_kernels(&pb, &l).unwrap();

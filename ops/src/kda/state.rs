@@ -359,7 +359,14 @@ pub fn build_state_in(
     let (kk, vv, cc, bvv) = (dk as i64, dv as i64, c as i64, bv as i64);
     let bufs = StateBufs::declare(&mut b, spec, chunk, bv, warps, op_dt, stages, order, u_state);
     if u_state && grid(c, bv, warps, 16)[0] != c / 16 {
-        return Err(OpError::Internal(format!("kda state pass USTATE=1: {warps} warps do not split {c} rows in 16-row bands")));
+        return Err(OpError::Internal(format!(
+            "kda state pass USTATE=1: {warps} warps do not split {c} rows in 16-row bands"
+        )));
+    }
+    if u_state && warps == 8 {
+        // Two blocks per SM, as without USTATE (ptxas, 2026-12-07: BV=64 on 8 warps with 2 stages took 157 registers
+        // unbounded, one block per SM; 128 under the bound).
+        b.min_blocks_per_sm(2);
     }
     let StateBufs { wu, qb, kb, pm, gam, ctab, stab, h0, ht, sw, su, sqb, skb, sp, sgam, ss, st, .. } = bufs;
     let (hv, nch) = (bufs.hv.clone(), bufs.nch.clone());
@@ -419,7 +426,17 @@ pub fn build_state_in(
                 // v's value block (the chunk's rows of the sequence) and the factors of U.
                 let row0 = Expr::load(ctab, &ch * 2i64);
                 let d = b.slot(su, sl.clone());
-                b.copy_async(d, view(u.v, (row0 * hv.clone() + hvi.clone()) * vv + v0.clone(), hv.clone() * vv, rows.clone(), bvv, 8));
+                b.copy_async(
+                    d,
+                    view(
+                        u.v,
+                        (row0 * hv.clone() + hvi.clone()) * vv + v0.clone(),
+                        hv.clone() * vv,
+                        rows.clone(),
+                        bvv,
+                        8,
+                    ),
+                );
                 let d = b.slot(u.snf, sl.clone());
                 b.copy_async(d, view(u.nf, &slot * (cc * 16), 16i64, cc, 16i64, 8));
                 let m = cc - 16;
