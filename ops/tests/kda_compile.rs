@@ -306,3 +306,28 @@ fn full_chunk_and_fast_gate_knobs_compile() {
         eprintln!("{}: {r:?}", k.name);
     }
 }
+
+/// `USTATE=1` (U formed in the state pass): the kernels of the six FlashKDA presets (every in-kernel option, both
+/// state-pass value-block widths and rings they resolve to) and of the exact path and chunk 64 assemble with no more
+/// spill than their default counterparts may have.
+#[test]
+fn ustate_kernels_compile() {
+    let op = kda::Kda;
+    let us = op.default_knobs().with(kda::USTATE_KNOB, 1i64);
+    let mut names = std::collections::BTreeSet::new();
+    for p in op.bench_presets().iter().filter(|p| p.name.ends_with(kda::FLASHKDA_SUFFIX)) {
+        for k in op.kernels(p, &us).unwrap() {
+            assert!(k.name.ends_with("_us"), "{}", k.name);
+            if names.insert(k.name.clone()) {
+                assemble(&k);
+            }
+        }
+    }
+    let base = [("B", 1i64), ("T", 8192), ("H", 8), ("K", 128), ("V", 128), ("h0", 1)];
+    for (safe, chunk) in [(0i64, 32i64), (1, 64)] {
+        let dims: Vec<(&str, i64)> = base.iter().copied().chain([("safe", safe)]).collect();
+        let (a, b) = chunk_kernels(&dims, &us.clone().with("CHUNK", chunk));
+        assemble(&a);
+        assemble(&b);
+    }
+}

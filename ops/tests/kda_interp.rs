@@ -1217,3 +1217,117 @@ fn kda_state_grid_orders_are_bit_identical() {
         kda::Kda.checked_knobs().check(&Knobs::new().with(kda::SGRID_KNOB, "rows"), &kda::default_knobs()).is_err()
     );
 }
+
+/// `USTATE=1` (issue 42: U = (I + L)^-1 Diag(beta) v formed in the state pass from v and the factors the intra kernel
+/// writes instead of U) against the f64 recurrence, and bit for bit against the default (the same substitution with
+/// the same operands, K and order): varlen with a partial and an empty sequence, h0, GVA, both paths, chunk 32 and
+/// 64, the intra layouts (ARENA=0/1/2), the state pass's rings (STAGES=1/2/3, SYNC=4 and 2) and TSPLIT; K = V = 128 at
+/// the FlashKDA presets' knobs and smaller head dims.
+#[test]
+fn ustate_matches_reference_and_the_default_bit_for_bit() {
+    let s = seed();
+    let us = |k: &Knobs| k.clone().with(kda::USTATE_KNOB, 1i64);
+    let varlen = |safe: i64, k: i64, v: i64| {
+        vec![
+            ("N", 4i64),
+            ("L0", 17),
+            ("L1", 0),
+            ("L2", 64),
+            ("L3", 45),
+            ("H", 1),
+            ("HV", 2),
+            ("K", k),
+            ("V", v),
+            ("safe", safe),
+            ("h0", 1),
+        ]
+    };
+    let presets_like = [
+        ("N", 3i64),
+        ("L0", 70),
+        ("L1", 0),
+        ("L2", 33),
+        ("H", 1),
+        ("HV", 2),
+        ("K", 128),
+        ("V", 128),
+        ("safe", 1),
+        ("gate", 3),
+        ("bias", 1),
+        ("l2norm", 1),
+        ("bsig", 1),
+        ("h0", 1),
+    ];
+    let mut cases: Vec<(Vec<(&str, i64)>, Knobs)> = vec![
+        (presets_like.to_vec(), kda::default_knobs()),
+        (presets_like.to_vec(), kda::default_knobs().with("BV", 64i64).with("W2", 8i64).with("STAGES", 2i64)),
+        (presets_like.to_vec(), kda::default_knobs().with("TSPLIT", 2i64).with("STAGES", 3i64)),
+        (presets_like.to_vec(), kda::default_knobs().with("BV", 128i64).with("W2", 16i64)),
+        (varlen(1, 32, 32), knobs(32)),
+        (varlen(0, 32, 32), knobs(32)),
+        (varlen(1, 64, 32), knobs(64)),
+        (varlen(0, 32, 64), knobs(64).with("STAGES", 1i64)),
+        (varlen(1, 64, 64), knobs(32).with("ARENA", 1i64).with("STAGES", 2i64).with("SYNC", 4i64)),
+        (varlen(0, 64, 64), knobs(32).with("ARENA", 0i64).with("STAGES", 3i64)),
+        (varlen(1, 32, 32), knobs(64).with("ARENA", 1i64).with("TSPLIT", 4i64)),
+    ];
+    // An extreme-gate exact case (the hierarchy's chunks) at chunk 32.
+    cases.push((
+        vec![("B", 1), ("T", 50), ("H", 1), ("K", 32), ("V", 32), ("safe", 0), ("extreme", 1)],
+        knobs(32).with("STAGES", 1i64),
+    ));
+    for (i, (dims, k)) in cases.iter().enumerate() {
+        let seed = s ^ (0x4200 + i as u64);
+        run_with(dims, &us(k), seed);
+        let pb = problem(dims);
+        let d = KdaData::generate(&pb, seed);
+        let (pu, p0) = (kda::chunk_plan(&pb, &d, &us(k)).unwrap(), kda::chunk_plan(&pb, &d, k).unwrap());
+        assert!(pu.steps.iter().all(|st| st.kernel.name.ends_with("_us")), "{dims:?} [{k}]");
+        let (a, b) = (Executor::Cpu.run(&pu).unwrap(), Executor::Cpu.run(&p0).unwrap());
+        for n in ["o", "ht"] {
+            assert_eq!(a.get(n).unwrap().data, b.get(n).unwrap().data, "{dims:?} [{k}]: {n} differs (seed {seed})");
+        }
+    }
+    // The Cranelift JIT runs both kernels like the interpreter (the preset-like case).
+    let pb = problem(&presets_like);
+    let d = KdaData::generate(&pb, s);
+    let plan = kda::chunk_plan(&pb, &d, &us(&kda::default_knobs())).unwrap();
+    let jit = run_plan_jit(&plan);
+    let interp = Executor::Cpu.run(&plan).unwrap();
+    for n in ["o", "ht"] {
+        assert_eq!(jit.get(n).unwrap().data, interp.get(n).unwrap().data, "JIT USTATE=1: {n}");
+    }
+    // The scratch: W alone (C x K) and the factors instead of [W | U]; the intra kernel no longer reads v.
+    let bytes = |pl: &Plan| -> usize {
+        pl.buffers.iter().filter(|b| b.role == k3k_ops::plan::Role::Scratch).map(|b| b.tensor.data.len()).sum()
+    };
+    let plain = kda::chunk_plan(&pb, &d, &kda::default_knobs()).unwrap();
+    let (nch, hv) = (pb.chunk_tables(32).0.len() / 2, pb.hv);
+    // Per chunk and value head: U (32 x 128 f16) out; N (32 x 16 f16), L (16 x 16 f16), beta (32 f32) in.
+    assert_eq!(bytes(&plain) - bytes(&plan), nch * hv * (8192 - 1024 - 512 - 128));
+    // The default knobs and USTATE=0 are today's kernels.
+    let l0 = kda::Launch::resolve(&kda::default_knobs().with(kda::USTATE_KNOB, 0i64), &pb).unwrap();
+    assert_eq!(l0, kda::Launch::resolve(&kda::default_knobs(), &pb).unwrap());
+    assert!(!l0.u_state);
+    assert!(kda::Launch::resolve(&kda::default_knobs().with(kda::USTATE_KNOB, 2i64), &pb).is_err());
+    // At the FlashKDA presets' shapes the state pass keeps its rings and blocks per SM.
+    for (dims, stages) in [(&[("B", 1i64), ("T", 8192), ("H", 96)][..], 2u32), (&[("B", 4), ("T", 4096), ("H", 64)], 2)]
+    {
+        let mut dd = dims.to_vec();
+        dd.extend([
+            ("K", 128),
+            ("V", 128),
+            ("safe", 1),
+            ("gate", 3),
+            ("bias", 1),
+            ("l2norm", 1),
+            ("bsig", 1),
+            ("h0", 1),
+        ]);
+        let pb = problem(&dd);
+        let l = kda::Launch::resolve(&us(&kda::default_knobs()), &pb).unwrap();
+        let (_, k2) = kda::chunk_kernels(&pb, &l).unwrap();
+        assert_eq!(l.stages, stages, "{dd:?}");
+        assert_eq!(k2.shared_bytes() as u32, kda::state_shared_bytes_u(128, 32, l.bv, l.stages), "{}", k2.name);
+    }
+}

@@ -16,6 +16,10 @@ pub const GSWZ_KNOB: &str = "GSWZ";
 /// (codegen 8 or earlier) no longer match their keys, so an absent knob need not mean the old grid.
 pub const SGRID_KNOB: &str = "SGRID";
 
+/// The knob `USTATE` (`0` | `1`, absent = `0`), accepted but not an axis of the knob space: where `U = (I + L)^-1
+/// Diag(beta) v` is formed, see [`UPlace`].
+pub const USTATE_KNOB: &str = "USTATE";
+
 knob_enum! {
     /// `ARENA`: the intra-chunk kernel's shared layout.
     pub enum IntraLayout: u32 {
@@ -26,6 +30,21 @@ knob_enum! {
         /// The separate-buffer kernel with its phase-disjoint buffers aliased where that applies (see
         /// [`Launch::slim`]), else as `Separate`.
         Slim = 2,
+    }
+}
+
+knob_enum! {
+    /// `USTATE`: which kernel forms `U = X_u = (I + L)^-1 Diag(beta) v` (issue 42).
+    pub enum UPlace: u32 {
+        /// The intra kernel: it reads v, runs both halves of the block substitution and writes `[W | U]` to the
+        /// scratch (C x (K + V) per chunk and value head), which the state pass reads back.
+        Intra = 0,
+        /// The state pass: the intra kernel writes W (C x K) and the U substitution's factors instead of U (the
+        /// diagonal inverses' `N_ii`, C x 16, and the strictly lower blocks of L, (C - 16) x (C - 16), in the
+        /// scratch's 16-bit type, and beta as applied, C f32); each state-pass block reads its value block of v
+        /// and forms `X_u` for its BV columns with the same substitution before the chunk's `W S` (see
+        /// [`state`](super::state)). The same bits as `Intra` on the CPU backends.
+        State = 1,
     }
 }
 
@@ -252,6 +271,14 @@ knob_set! {
                 [L2Rows::Loop, L2Rows::Unrolled],
             absent: L2Rows::Loop,
         },
+        /// `USTATE` (accepted, not an axis; absent: `0`, see [`USTATE_KNOB`]).
+        u_place: UPlace = USTATE_KNOB => {
+            accepts: "where U = (I + L)^-1 Diag(beta) v is formed: 0 (absent) the intra kernel, which writes [W | U]; 1 the \
+             state pass, from v and the factors the intra kernel writes instead of U (N_ii, the strictly lower blocks \
+             of L, beta)"
+                [UPlace::Intra, UPlace::State],
+            absent: UPlace::Intra,
+        },
         /// `GSWZ` (neither an axis nor accepted; absent: `pairs`, see [`GSWZ_KNOB`]).
         g_swizzle: GSwizzle = GSWZ_KNOB => {
             default: GSwizzle::Pairs,
@@ -312,6 +339,8 @@ pub struct Launch {
     pub fast_gate_sigmoid: bool,
     /// The intra kernel's L2-norm column loop unrolled (knob `L2R=unrolled`).
     pub l2_unrolled: bool,
+    /// U formed in the state pass from v and the intra kernel's factors (knob `USTATE=1`).
+    pub u_state: bool,
 }
 
 /// `TSPLIT=0`: the parts along time for a problem. The overlap pays where the state pass is the long pole, i.e.
@@ -345,6 +374,13 @@ const SM_SHARED_BYTES: u32 = 233472;
 /// gamma (K f32); once S (K x BV) and Vt (C x BV).
 pub fn state_shared_bytes(dk: u32, chunk: u32, bv: u32, stages: u32) -> u32 {
     stages * (2 * chunk * (3 * dk + bv + chunk) + 4 * dk) + 2 * (dk + chunk) * bv
+}
+
+/// [`state_shared_bytes`] of the pass that forms U (`USTATE=1`): per stage v (C x BV bf16) instead of U, plus
+/// N (C x 16), the lower blocks of L (C x 16 at chunk 32, C x C at 64) and beta (C f32); once T (C x BV).
+pub fn state_shared_bytes_u(dk: u32, chunk: u32, bv: u32, stages: u32) -> u32 {
+    let lcols = (chunk - 16).next_power_of_two();
+    state_shared_bytes(dk, chunk, bv, stages) + stages * (2 * chunk * (16 + lcols) + 4 * chunk) + 2 * chunk * bv
 }
 
 impl Launch {
@@ -419,6 +455,14 @@ impl Launch {
         if !matches!(w2, 4 | 8 | 16) {
             return Err(invalid(format!("W2={w2}: 0, 4, 8 or 16")));
         }
+        let u_state = t.u_place == UPlace::State;
+        let shared_of = |s: u32| {
+            if u_state {
+                state_shared_bytes_u(pb.dk as u32, chunk, bv, s)
+            } else {
+                state_shared_bytes(pb.dk as u32, chunk, bv, s)
+            }
+        };
         if stages == 0 && bv == 64 && w2 == 8 {
             // 64 columns on 8 warps: 2 stages (ptxas, 2026-12-06: 128 registers, two blocks per SM; 3 stages
             // take 154 registers, one block per SM, which the register model below does not see).
@@ -435,13 +479,13 @@ impl Launch {
             // by registers at 4 warps, 4 x 38 KB).
             let blocks = pb.num_seqs() * pb.hv * pb.dv / bv as usize;
             let want = blocks.div_ceil(ASSUMED_SMS).min(65536 / (128 * 32 * w2 as usize)).max(1) as u32;
-            let fits = |s: u32| want * (state_shared_bytes(pb.dk as u32, chunk, bv, s) + 1024) <= SM_SHARED_BYTES;
+            let fits = |s: u32| want * (shared_of(s) + 1024) <= SM_SHARED_BYTES;
             stages = [3, 2].into_iter().find(|&s| fits(s)).unwrap_or(1);
         }
-        if state_shared_bytes(pb.dk as u32, chunk, bv, stages) > MAX_SHARED_BYTES {
+        if shared_of(stages) > MAX_SHARED_BYTES {
             return Err(invalid(format!(
                 "STAGES={stages} at chunk {chunk}, BV={bv}: {} bytes of shared memory (max {MAX_SHARED_BYTES})",
-                state_shared_bytes(pb.dk as u32, chunk, bv, stages)
+                shared_of(stages)
             )));
         }
         // f32 accumulator registers per thread: the state and the two chunk accumulators.
@@ -500,6 +544,7 @@ impl Launch {
             full_chunks: t.full_chunks == FullChunks::Specialised,
             fast_gate_sigmoid: t.gate_sigmoid == GateSigmoid::Fast,
             l2_unrolled: t.l2_rows == L2Rows::Unrolled,
+            u_state,
         })
     }
 }

@@ -23,6 +23,7 @@ pub fn chunk_kernels(pb: &KdaProblem, l: &Launch) -> Result<(Kernel, Kernel), Op
                 full_chunks: l.full_chunks,
                 fast_gate_sigmoid: l.fast_gate_sigmoid,
                 l2_unrolled: l.l2_unrolled,
+                u_state: l.u_state,
             },
         )?,
         state_kernel(&spec, l)?,
@@ -31,7 +32,39 @@ pub fn chunk_kernels(pb: &KdaProblem, l: &Launch) -> Result<(Kernel, Kernel), Op
 
 /// The state pass of a variant at resolved knobs.
 pub fn state_kernel(spec: &KdaSpec, l: &Launch) -> Result<Kernel, OpError> {
-    state::build_state_in(spec, l.chunk, l.bv, l.w2, l.op_dt, l.stages, l.two_bars, l.state_grid)
+    state::build_state_in(spec, l.chunk, l.bv, l.w2, l.op_dt, l.stages, l.two_bars, l.state_grid, l.u_state)
+}
+
+/// The scratch between the kernels for `m` chunks (buffer names end in `tag`), in the kernels' argument order:
+/// `[W | U]` (or W alone with `USTATE=1`), Qbar, Kbar, P, gamma, and with `USTATE=1` the factors of U (N_ii, the
+/// strictly lower blocks of L, beta).
+fn scratch(plan: &mut Plan, pb: &KdaProblem, l: &Launch, m: usize, tag: &str) -> Vec<usize> {
+    let (hv, dk, dv, c) = (pb.hv, pb.dk, pb.dv, l.chunk as usize);
+    let wcols = if l.u_state { dk } else { dk + dv };
+    let mut v = vec![
+        plan.scratch(&format!("wu{tag}"), l.op_dt, &[hv, m, c, wcols]),
+        plan.scratch(&format!("qbar{tag}"), l.op_dt, &[hv, m, c, dk]),
+        plan.scratch(&format!("kbar{tag}"), l.op_dt, &[hv, m, c, dk]),
+        plan.scratch(&format!("p{tag}"), l.op_dt, &[hv, m, c, c]),
+        plan.scratch(&format!("gamma{tag}"), DType::F32, &[hv, m, dk]),
+    ];
+    if l.u_state {
+        v.extend([
+            plan.scratch(&format!("nf{tag}"), l.op_dt, &[hv, m, c, 16]),
+            plan.scratch(&format!("lf{tag}"), l.op_dt, &[hv, m, (c - 16) * (c - 16)]),
+            plan.scratch(&format!("betaf{tag}"), DType::F32, &[hv, m, c]),
+        ]);
+    }
+    v
+}
+
+/// The state pass's leading arguments: the scratch, then v (`USTATE=1`).
+fn state_args(scratch: &[usize], v: usize, l: &Launch) -> Vec<usize> {
+    let mut a = scratch.to_vec();
+    if l.u_state {
+        a.push(v);
+    }
+    a
 }
 
 /// The chunk ranges `[lo, hi)` of the parts of a `TSPLIT = parts` plan over `nch` chunks: part p is
@@ -79,19 +112,17 @@ pub fn chunk_plan(pb: &KdaProblem, d: &KdaData, knobs: &Knobs) -> Result<Plan, O
     if parts.len() > 1 {
         return split_plan(pb, d, &l, k1, &ctab, &stab, &parts);
     }
-    let (tt, hv, dk, dv, c, n) = (pb.tokens(), pb.hv, pb.dk, pb.dv, l.chunk as usize, pb.num_seqs());
+    let (tt, hv, dk, dv, n) = (pb.tokens(), pb.hv, pb.dk, pb.dv, pb.num_seqs());
     let mut plan = Plan::default();
     let mut a1 = token_inputs(&mut plan, d);
     let ct = plan.input("ctab", HostTensor::from_i64(DType::I32, &[nch, 2], &ctab));
     let st = plan.input("stab", HostTensor::from_i64(DType::I32, &[n, 2], &stab));
-    let wu = plan.scratch("wu", l.op_dt, &[hv, nch, c, dk + dv]);
-    let qb = plan.scratch("qbar", l.op_dt, &[hv, nch, c, dk]);
-    let kb = plan.scratch("kbar", l.op_dt, &[hv, nch, c, dk]);
-    let pm = plan.scratch("p", l.op_dt, &[hv, nch, c, c]);
-    let gam = plan.scratch("gamma", DType::F32, &[hv, nch, dk]);
-    a1.extend([ct, wu, qb, kb, pm, gam]);
+    let sc = scratch(&mut plan, pb, &l, nch, "");
+    a1.push(ct);
+    a1.extend(&sc);
     let sc1 = intra_scalars(pb);
-    let mut a2 = vec![wu, qb, kb, pm, gam, ct, st];
+    let mut a2 = state_args(&sc, a1[2], &l);
+    a2.extend([ct, st]);
     if let Some(h0) = &d.h0 {
         a2.push(plan.input("h0", h0.clone()));
     }
@@ -143,7 +174,7 @@ fn split_plan(
     stab: &[i64],
     parts: &[(usize, usize)],
 ) -> Result<Plan, OpError> {
-    let (tt, hv, dk, dv, c, n) = (pb.tokens(), pb.hv, pb.dk, pb.dv, l.chunk as usize, pb.num_seqs());
+    let (tt, hv, dk, dv, n) = (pb.tokens(), pb.hv, pb.dk, pb.dv, pb.num_seqs());
     // The state pass from zeros (part 0 without h0) and from a given state (every other part).
     let spec = pb.spec();
     let k2_from = state_kernel(&KdaSpec { h0: true, ..spec }, l)?;
@@ -159,17 +190,15 @@ fn split_plan(
         let ct = plan.input(&format!("ctab@{p}"), HostTensor::from_i64(DType::I32, &[m, 2], &ctab[2 * lo..2 * hi]));
         let st =
             plan.input(&format!("stab@{p}"), HostTensor::from_i64(DType::I32, &[n, 2], &part_seq_table(stab, lo, hi)));
-        let wu = plan.scratch(&format!("wu@{p}"), l.op_dt, &[hv, m, c, dk + dv]);
-        let qb = plan.scratch(&format!("qbar@{p}"), l.op_dt, &[hv, m, c, dk]);
-        let kb = plan.scratch(&format!("kbar@{p}"), l.op_dt, &[hv, m, c, dk]);
-        let pm = plan.scratch(&format!("p@{p}"), l.op_dt, &[hv, m, c, c]);
-        let gam = plan.scratch(&format!("gamma@{p}"), DType::F32, &[hv, m, dk]);
+        let sc = scratch(&mut plan, pb, l, m, &format!("@{p}"));
         let mut a1 = a1_common.clone();
-        a1.extend([ct, wu, qb, kb, pm, gam]);
+        a1.push(ct);
+        a1.extend(&sc);
         let intra = plan.step_on(k1.clone(), &a1, &sc1, 0, &[]);
         let out_state =
             if p + 1 == parts.len() { ht } else { plan.scratch(&format!("h@{p}"), DType::F32, &[n, hv, dk, dv]) };
-        let mut a2 = vec![wu, qb, kb, pm, gam, ct, st];
+        let mut a2 = state_args(&sc, a1_common[2], l);
+        a2.extend([ct, st]);
         let kernel = match prev_state {
             Some(h) => {
                 a2.push(h);

@@ -48,6 +48,7 @@ fn state_name(
     stages: u32,
     two_bars: bool,
     order: StateGrid,
+    u_state: bool,
 ) -> String {
     let (dk, dv) = (spec.dk, spec.dv);
     let sfx = match (stages, two_bars) {
@@ -56,10 +57,29 @@ fn state_name(
         (s, true) => format!("_s{s}b2"),
     };
     format!(
-        "k3k_kda_state_k{dk}_v{dv}{}_c{c}_bv{bv}_w{warps}_{op_dt}{sfx}{}",
+        "k3k_kda_state_k{dk}_v{dv}{}_c{c}_bv{bv}_w{warps}_{op_dt}{sfx}{}{}",
         if spec.h0 { "_h0" } else { "" },
-        if order == StateGrid::ValueBlocks { "_gv" } else { "" }
+        if order == StateGrid::ValueBlocks { "_gv" } else { "" },
+        if u_state { "_us" } else { "" }
     )
+}
+
+/// (`USTATE=1`) What the state pass forms U from: the intra kernel's factors (`nf`: N_ii, C x 16; `lf`: the strictly
+/// lower blocks of L with beta, (C - 16) x (C - 16) from row 16; `bf`: beta, C f32), v, their ring buffers (sV
+/// takes U's place; sLf is C x `lcols` with rows 0..16 zero, so the product with it leaves the first row tile's T
+/// alone), the buffer of T (sT; the X rows that later row tiles read go to sVt) and beta as a row vector.
+#[derive(Clone, Copy)]
+struct UIn {
+    nf: TensorId,
+    lf: TensorId,
+    bf: TensorId,
+    v: TensorId,
+    snf: SharedId,
+    slf: SharedId,
+    sbeta: SharedId,
+    stt: SharedId,
+    vbeta: VecId,
+    lcols: u32,
 }
 
 /// The state pass's dims, tensors, grid, shared buffers and register tiles, declared in this order by
@@ -92,6 +112,8 @@ struct StateBufs {
     acc_v: TileId,
     acc_o: TileId,
     tu: TileId,
+    /// (`USTATE=1`) See [`UIn`]; `su` is then v's ring (bf16).
+    u: Option<UIn>,
 }
 
 impl StateBufs {
@@ -105,6 +127,7 @@ impl StateBufs {
         op_dt: DType,
         stages: u32,
         order: StateGrid,
+        u_state: bool,
     ) -> StateBufs {
         let (dk, dv) = (spec.dk, spec.dv);
         let (kk, vv, cc, bvv) = (dk as i64, dv as i64, c as i64, bv as i64);
@@ -112,11 +135,22 @@ impl StateBufs {
         let hv = b.dim("HV");
         let nch = b.dim("NCH");
         let n = b.dim("N");
-        let wu = b.tensor("wu", op_dt, &[hv.clone(), nch.clone(), Expr::Int(cc), Expr::Int(kk + vv)], Access::Read);
+        let (wu_name, wu_cols) = if u_state { ("w", kk) } else { ("wu", kk + vv) };
+        let wu = b.tensor(wu_name, op_dt, &[hv.clone(), nch.clone(), Expr::Int(cc), Expr::Int(wu_cols)], Access::Read);
         let qb = b.tensor("qb", op_dt, &[hv.clone(), nch.clone(), Expr::Int(cc), Expr::Int(kk)], Access::Read);
         let kb = b.tensor("kb", op_dt, &[hv.clone(), nch.clone(), Expr::Int(cc), Expr::Int(kk)], Access::Read);
         let pm = b.tensor("pm", op_dt, &[hv.clone(), nch.clone(), Expr::Int(cc), Expr::Int(cc)], Access::Read);
         let gam = b.tensor("gam", DType::F32, &[hv.clone(), nch.clone(), Expr::Int(kk)], Access::Read);
+        let ufac = u_state.then(|| {
+            let m = cc - 16;
+            let slots = |n: i64| [hv.clone(), nch.clone(), Expr::Int(n)];
+            (
+                b.tensor("nf", op_dt, &[hv.clone(), nch.clone(), Expr::Int(cc), Expr::Int(16)], Access::Read),
+                b.tensor("lf", op_dt, &slots(m * m), Access::Read),
+                b.tensor("bf", DType::F32, &slots(cc), Access::Read),
+                b.tensor("v", DType::Bf16, &[tt.clone(), hv.clone(), Expr::Int(vv)], Access::Read),
+            )
+        });
         let ctab = b.tensor("ctab", DType::I32, &[nch.clone(), Expr::Int(2)], Access::Read);
         let stab = b.tensor("stab", DType::I32, &[n.clone(), Expr::Int(2)], Access::Read);
         let h0 = spec
@@ -130,13 +164,27 @@ impl StateBufs {
         }
 
         let sw = b.shared("sW", op_dt, c, dk, stages, Swizzle::Xor16B);
-        let su = b.shared("sU", op_dt, c, bv, stages, Swizzle::Xor16B);
+        let su = if u_state {
+            b.shared("sV", DType::Bf16, c, bv, stages, Swizzle::Xor16B)
+        } else {
+            b.shared("sU", op_dt, c, bv, stages, Swizzle::Xor16B)
+        };
         let sqb = b.shared("sQb", op_dt, c, dk, stages, Swizzle::Xor16B);
         let skb = b.shared("sKb", op_dt, c, dk, stages, Swizzle::Xor16B);
         let sp = b.shared("sP", op_dt, c, c, stages, Swizzle::Xor16B);
         let sgam = b.shared("sGam", DType::F32, 1, dk, stages, Swizzle::None);
         let ss = b.shared("sS", op_dt, dk, bv, 1, Swizzle::Xor16B);
         let svt = b.shared("sVt", op_dt, c, bv, 1, Swizzle::Xor16B);
+        // (Power-of-two columns for the swizzle: 16 at chunk 32, C at 64.)
+        let lcols = (c - 16).next_power_of_two();
+        let ubufs = ufac.map(|(nf, lf, bf, v)| {
+            let snf = b.shared("sNf", op_dt, c, 16, stages, Swizzle::Xor16B);
+            let slf = b.shared("sLf", op_dt, c, lcols, stages, Swizzle::Xor16B);
+            let stt = b.shared("sT", op_dt, c, bv, 1, Swizzle::Xor16B);
+            // (Last: after it no swizzled buffer needs its 1 KB alignment.)
+            let sbeta = b.shared("sBeta", DType::F32, 1, c, stages, Swizzle::None);
+            (nf, lf, bf, v, snf, slf, sbeta, stt)
+        });
 
         let sgrid = grid(dk, bv, warps, 16);
         let st = b.tile("S", DType::F32, dk, bv, sgrid);
@@ -145,6 +193,18 @@ impl StateBufs {
         let acc_v = b.tile("accV", DType::F32, c, bv, og);
         let acc_o = b.tile("accO", DType::F32, c, bv, og);
         let tu = b.tile("tU", DType::F32, c, bv, og);
+        let u = ubufs.map(|(nf, lf, bf, v, snf, slf, sbeta, stt)| UIn {
+            nf,
+            lf,
+            bf,
+            v,
+            snf,
+            slf,
+            sbeta,
+            stt,
+            vbeta: b.vec("betaU", c, og),
+            lcols,
+        });
         StateBufs {
             hv,
             nch,
@@ -173,7 +233,60 @@ impl StateBufs {
             acc_v,
             acc_o,
             tu,
+            u,
         }
+    }
+
+    /// (`USTATE=1`, after chunk `cur`'s v, beta and factors are visible; sVt and sT free) `X_u = (I + L)^-1 Diag(beta)
+    /// v` for the block's BV columns into `tU`, rounded to the scratch type as the intra kernel's U store rounds it,
+    /// by the intra kernel's block substitution (`T_i = R_i - L_{i,<i} X_{<i}`, `X_i = T_i + N_ii op(T_i)`, `R =
+    /// Diag(beta) v`): pass p computes every row tile, the first p + 1 of them final (tiles past p read only their own
+    /// T, so what they hold until their pass is never read by a final row). Each product has the intra kernel's
+    /// operands, K and order (the extra terms of later passes are exact zeros), so U has the same bits. The `N_ii`
+    /// products read only T rows the warp wrote itself (the row bands of `tU` are the warps' rows, its columns the
+    /// warps' columns): a warp sync; the `L` products read other warps' rows of X: a barrier.
+    fn form_u(&self, b: &mut KernelBuilder, cur: &Expr, nt: u32) {
+        let StateBufs { su, svt, tu, acc_v, acc_o, .. } = *self;
+        let UIn { snf, slf, sbeta, stt, vbeta, .. } = self.u.expect("USTATE=1");
+        let (c, bv) = (16 * nt, self.bvv as u32);
+        let sync_warps = |b: &mut KernelBuilder| b.threads(|b| b.warp_sync());
+        b.vec_map(vbeta, Expr::shared_load(sbeta, cur.clone(), 0i64, Expr::RowIdx));
+        // v (f32), kept for every pass.
+        let d = b.slot(su, cur.clone());
+        b.load(acc_o, Place::Shared(d));
+        let rv = || Expr::RowVal(vbeta) * Expr::Elem(acc_o);
+        let n_times_t = |b: &mut KernelBuilder| {
+            // tU += N_ii op(T_i) on every row tile i (its band), T from sVt.
+            let d = b.slot(svt, 0i64);
+            b.store(tu, Place::Shared(d));
+            sync_warps(b);
+            let na = b.window(snf, cur.clone(), 0, 0, c, 16);
+            let tb = b.window(svt, 0i64, 0, 0, 16, bv);
+            b.mma(tu, Operand::Shared { src: na, transpose: false }, Operand::Banded { src: tb, transpose: false });
+        };
+        b.map(tu, rv());
+        n_times_t(b);
+        for p in 1..nt {
+            if p > 1 {
+                // (Chunk 64) Every warp is done with the previous pass's reads of sT.
+                b.barrier();
+            }
+            // X (row tiles < p final) for the L products of the other warps' rows.
+            let d = b.slot(stt, 0i64);
+            b.store(tu, Place::Shared(d));
+            b.barrier();
+            b.map(acc_v, 0.0);
+            let la = b.window(slf, cur.clone(), 0, 0, c, 16 * p);
+            let xa = b.window(stt, 0i64, 0, 0, 16 * p, bv);
+            b.mma(acc_v, Operand::Shared { src: la, transpose: false }, Operand::Shared { src: xa, transpose: false });
+            b.map(tu, rv() - Expr::Elem(acc_v));
+            n_times_t(b);
+        }
+        // The scratch type's rounding (each thread reads back the elements it wrote).
+        let d = b.slot(svt, 0i64);
+        b.store(tu, Place::Shared(d));
+        let d = b.slot(svt, 0i64);
+        b.load(tu, Place::Shared(d));
     }
 
     /// Phase 1 (after S and the chunk's operands in ring slot `cur` are visible): V' = U - W S and the q S part of
@@ -185,8 +298,10 @@ impl StateBufs {
         let s_op = Operand::Shared { src: b.slot(ss, 0i64), transpose: false };
         b.mma(acc_v, Operand::Shared { src: b.slot(sw, cur.clone()), transpose: false }, s_op.clone());
         b.mma(acc_o, Operand::Shared { src: b.slot(sqb, cur.clone()), transpose: false }, s_op);
-        let d = b.slot(su, cur.clone());
-        b.load(tu, Place::Shared(d));
+        if self.u.is_none() {
+            let d = b.slot(su, cur.clone());
+            b.load(tu, Place::Shared(d));
+        }
         b.map(acc_v, Expr::Elem(tu) - Expr::Elem(acc_v));
         let d = b.slot(svt, 0i64);
         b.store(acc_v, Place::Shared(d));
@@ -216,10 +331,11 @@ pub fn build_state(
     stages: u32,
     two_bars: bool,
 ) -> Result<Kernel, OpError> {
-    build_state_in(spec, chunk, bv, warps, op_dt, stages, two_bars, StateGrid::Seqs)
+    build_state_in(spec, chunk, bv, warps, op_dt, stages, two_bars, StateGrid::Seqs, false)
 }
 
-/// [`build_state`] with the blocks in the order `order`.
+/// [`build_state`] with the blocks in the order `order`; `u_state` (`USTATE=1`): U formed here from v and the intra
+/// kernel's factors (see [`StateBufs::form_u`]).
 #[allow(clippy::too_many_arguments)]
 pub fn build_state_in(
     spec: &KdaSpec,
@@ -230,6 +346,7 @@ pub fn build_state_in(
     stages: u32,
     two_bars: bool,
     order: StateGrid,
+    u_state: bool,
 ) -> Result<Kernel, OpError> {
     let (dk, dv, c) = (spec.dk, spec.dv, chunk);
     if !(1..=3).contains(&stages) {
@@ -237,9 +354,20 @@ pub fn build_state_in(
     }
     // Two barriers a chunk need a ring (the single-buffer pass refills its groups between them).
     let two_bars = two_bars && stages >= 2;
-    let mut b = KernelBuilder::new(&state_name(spec, chunk, bv, warps, op_dt, stages, two_bars, order), 32 * warps);
+    let name = state_name(spec, chunk, bv, warps, op_dt, stages, two_bars, order, u_state);
+    let mut b = KernelBuilder::new(&name, 32 * warps);
     let (kk, vv, cc, bvv) = (dk as i64, dv as i64, c as i64, bv as i64);
-    let bufs = StateBufs::declare(&mut b, spec, chunk, bv, warps, op_dt, stages, order);
+    let bufs = StateBufs::declare(&mut b, spec, chunk, bv, warps, op_dt, stages, order, u_state);
+    if u_state && grid(c, bv, warps, 16)[0] != c / 16 {
+        return Err(OpError::Internal(format!(
+            "kda state pass USTATE=1: {warps} warps do not split {c} rows in 16-row bands"
+        )));
+    }
+    if u_state && warps == 8 {
+        // Two blocks per SM, as without USTATE (ptxas, 2026-12-07: BV=64 on 8 warps with 2 stages took 157 registers
+        // unbounded, one block per SM; 128 under the bound).
+        b.min_blocks_per_sm(2);
+    }
     let StateBufs { wu, qb, kb, pm, gam, ctab, stab, h0, ht, sw, su, sqb, skb, sp, sgam, ss, st, .. } = bufs;
     let (hv, nch) = (bufs.hv.clone(), bufs.nch.clone());
 
@@ -262,6 +390,18 @@ pub fn build_state_in(
         Some(h0) => b.load(st, Place::Global(view(h0, state_off.clone(), vv, kk, bvv, 2))),
         None => b.map(st, 0.0),
     }
+    if let Some(u) = bufs.u {
+        // Rows 0..16 of every sLf slot stay zero (the loads fill rows 16..), ordered before their first read by the
+        // barriers of the first chunk.
+        let lc = u.lcols as i64;
+        b.threads(|b| {
+            b.for_("e", Expr::thread_idx(), stages as i64 * 16 * lc, 32 * warps as i64, |b, e| {
+                let sl = b.let_("sl", &e / (16 * lc));
+                let r = b.let_("r", (&e / lc) % 16i64);
+                b.shared_store(u.slf, sl, r, &e % lc, 0.0);
+            });
+        });
+    }
 
     // o's stores: 8-byte regrouped pairs (every offset is a multiple of BV >= 16) at chunk 32; at chunk 64 the
     // kernel holds 168 registers and the regrouping's temporaries spill 4 bytes (BV=32, 4 warps), so pairs.
@@ -273,11 +413,39 @@ pub fn build_state_in(
     let issue_a = |b: &mut KernelBuilder, ch: Expr, sl: Expr, rows: Option<Expr>| {
         let slot = b.let_("slot_a", slot_of(&ch));
         let rows = b.let_("rows_a", rows.unwrap_or_else(|| len_of(&ch)));
-        let base = b.let_("wu_base", &slot * (cc * (kk + vv)));
+        let wrow = if u_state { kk } else { kk + vv };
+        let base = b.let_("wu_base", &slot * (cc * wrow));
         let d = b.slot(sw, sl.clone());
-        b.copy_async(d, view(wu, base.clone(), kk + vv, rows.clone(), kk, 8));
-        let d = b.slot(su, sl.clone());
-        b.copy_async(d, view(wu, base + kk + v0.clone(), kk + vv, rows.clone(), bvv, 8));
+        b.copy_async(d, view(wu, base.clone(), wrow, rows.clone(), kk, 8));
+        match bufs.u {
+            None => {
+                let d = b.slot(su, sl.clone());
+                b.copy_async(d, view(wu, base + kk + v0.clone(), kk + vv, rows.clone(), bvv, 8));
+            }
+            Some(u) => {
+                // v's value block (the chunk's rows of the sequence) and the factors of U.
+                let row0 = Expr::load(ctab, &ch * 2i64);
+                let d = b.slot(su, sl.clone());
+                b.copy_async(
+                    d,
+                    view(
+                        u.v,
+                        (row0 * hv.clone() + hvi.clone()) * vv + v0.clone(),
+                        hv.clone() * vv,
+                        rows.clone(),
+                        bvv,
+                        8,
+                    ),
+                );
+                let d = b.slot(u.snf, sl.clone());
+                b.copy_async(d, view(u.nf, &slot * (cc * 16), 16i64, cc, 16i64, 8));
+                let m = cc - 16;
+                let d = b.window(u.slf, sl.clone(), 16, 0, c - 16, c - 16);
+                b.copy_async(d, view(u.lf, &slot * (m * m), m, m, m, 8));
+                let d = b.slot(u.sbeta, sl.clone());
+                b.copy_async(d, view(u.bf, &slot * cc, cc, 1i64, cc, 4));
+            }
+        }
         let d = b.slot(sqb, sl);
         b.copy_async(d, view(qb, &slot * (cc * kk), kk, rows, kk, 8));
     };
@@ -337,7 +505,13 @@ pub fn build_state_in(
             (None, _) => b.let_("cur", &j % (stages as i64)),
         };
         // Phase 1 (V' = U - W S, see `StateBufs::values`) and phase 2 (o and the state update).
-        let values = |b: &mut KernelBuilder| bufs.values(b, &cur);
+        // (`USTATE=1`: U formed first, from the chunk's v and factors; it does not depend on S.)
+        let values = |b: &mut KernelBuilder| {
+            if bufs.u.is_some() {
+                bufs.form_u(b, &cur, c / 16);
+            }
+            bufs.values(b, &cur)
+        };
         let o_off = (&row0 * hv.clone() + hvi.clone()) * vv + v0.clone();
         let output_and_state = |b: &mut KernelBuilder| bufs.output_and_state(b, &cur, o_off.clone(), &len, o_vec);
         if two_bars {

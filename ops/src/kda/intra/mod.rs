@@ -114,6 +114,10 @@ pub struct IntraOpts {
     /// 2026-12-06 23:54 UTC (H100, B1 T8192 H96) gave this segment 19% of the kernel's stall samples, 47% of them
     /// short scoreboard: each row's loads and shuffles waited on one another.
     pub l2_unrolled: bool,
+    /// (`USTATE=1`) No v, no U half of the block substitution: the kernel writes W alone (`w`, C x K) and the
+    /// factors the state pass forms U from: `nf` (N_ii, C x 16), `lf` (rows 16.. and columns ..C-16 of L with beta,
+    /// the strictly lower blocks), `bf` (beta as applied, C f32). Kernel names end in `_us`.
+    pub u_state: bool,
 }
 
 impl IntraOpts {
@@ -129,6 +133,7 @@ impl IntraOpts {
             (self.full_chunks, "_fc"),
             (self.fast_gate_sigmoid, "_gsf"),
             (self.l2_unrolled, "_l2u"),
+            (self.u_state, "_us"),
         ];
         flags.iter().filter(|f| f.0).map(|f| f.1).collect()
     }
@@ -250,6 +255,8 @@ struct Intra {
     kk: i64,
     vv: i64,
     cc: i64,
+    /// (`USTATE=1`) The factor outputs `nf`, `lf`, `bf` (see [`IntraOpts::u_state`]).
+    ufac: Option<(TensorId, TensorId, TensorId)>,
     q: TensorId,
     k: TensorId,
     v: TensorId,
@@ -320,7 +327,7 @@ impl Intra {
         lvl_dt: DType,
         o: IntraOpts,
     ) -> Result<(KernelBuilder, Intra), OpError> {
-        let IntraOpts { arena, xdiag, ex2_ftz, midoff, slim, g_pairs, fast_gate_sigmoid, l2_unrolled, .. } = o;
+        let IntraOpts { arena, xdiag, ex2_ftz, midoff, slim, g_pairs, fast_gate_sigmoid, l2_unrolled, u_state, .. } = o;
         let l2_unrolled = l2_unrolled && spec.l2norm;
         let fast_gate_sigmoid = fast_gate_sigmoid && matches!(spec.gate, GateForm::Safe { .. });
         let (dk, dv, c) = (spec.dk, spec.dv, chunk);
@@ -352,11 +359,21 @@ impl Intra {
         let a_log =
             spec.gate.has_a_log().then(|| b.tensor("a_log", DType::F32, std::slice::from_ref(&hv), Access::Read));
         let ctab = b.tensor("ctab", DType::I32, &[nch.clone(), Expr::Int(2)], Access::Read);
-        let wu = b.tensor("wu", op_dt, &[hv.clone(), nch.clone(), Expr::Int(cc), Expr::Int(kk + vv)], Access::Write);
+        let (wu_name, wu_cols) = if u_state { ("w", kk) } else { ("wu", kk + vv) };
+        let wu = b.tensor(wu_name, op_dt, &[hv.clone(), nch.clone(), Expr::Int(cc), Expr::Int(wu_cols)], Access::Write);
         let qb = b.tensor("qb", op_dt, &[hv.clone(), nch.clone(), Expr::Int(cc), Expr::Int(kk)], Access::Write);
         let kb = b.tensor("kb", op_dt, &[hv.clone(), nch.clone(), Expr::Int(cc), Expr::Int(kk)], Access::Write);
         let pm = b.tensor("pm", op_dt, &[hv.clone(), nch.clone(), Expr::Int(cc), Expr::Int(cc)], Access::Write);
         let gam = b.tensor("gam", DType::F32, &[hv.clone(), nch.clone(), Expr::Int(kk)], Access::Write);
+        let ufac = u_state.then(|| {
+            let m = cc - 16;
+            let slots = |n: i64| [hv.clone(), nch.clone(), Expr::Int(n)];
+            (
+                b.tensor("nf", op_dt, &[hv.clone(), nch.clone(), Expr::Int(cc), Expr::Int(16)], Access::Write),
+                b.tensor("lf", op_dt, &slots(m * m), Access::Write),
+                b.tensor("bf", DType::F32, &slots(cc), Access::Write),
+            )
+        });
         let scale = b.float_arg("scale");
         let lb = matches!(spec.gate, GateForm::Safe { .. }).then(|| b.float_arg("lb"));
         b.grid(nch.clone(), hv.clone(), 1i64);
@@ -445,6 +462,7 @@ impl Intra {
                 kk,
                 vv,
                 cc,
+                ufac,
                 q,
                 k,
                 v,

@@ -52,7 +52,8 @@ impl Intra {
         let d = b.slot(sk, 0i64);
         b.copy_async(d, view(k, qk_off, h.clone() * kk, len.clone(), kk, 8));
         let v_off = (&row0 * hv.clone() + hvi.clone()) * vv;
-        if !slim {
+        // (`USTATE=1`: no v, the state pass reads it.)
+        if !slim && self.ufac.is_none() {
             let d = b.slot(sv, 0i64);
             b.copy_async(d, view(v, v_off.clone(), hv.clone() * vv, len.clone(), vv, 8));
         }
@@ -358,7 +359,7 @@ impl Intra {
         let d = b.slot(sd, 1i64);
         b.store(dl, Place::Shared(d));
         b.barrier();
-        if slim {
+        if slim && self.ufac.is_none() {
             // sQ's last reads are behind the barrier above: v lands in its bytes while the chunk's solve runs.
             let d = b.slot(sv, 0i64);
             b.copy_async(d, view(v, v_off.clone(), hv.clone() * vv, len.clone(), vv, 8));
@@ -480,8 +481,33 @@ impl Intra {
         }
     }
 
-    /// Phase 5b, the block substitution, row tile by row tile: W and U into sXW, sXU and the scratch.
+    /// (`USTATE=1`) The factors of the U substitution to the scratch: N_ii (sN, C x 16), the strictly lower blocks of
+    /// L with beta (rows 16.. and columns ..C-16 of sLb) and beta as applied (sVec row 0), every row of the chunk
+    /// (rows past its end are zero: beta is, so L's and N's rows are). Coalesced 2-byte (4-byte) stores.
+    fn u_factors(&self, b: &mut KernelBuilder) {
+        let Some((nf, lf, bf)) = self.ufac else { return };
+        let Intra { threads, cc, sn, slb, .. } = *self;
+        let slot_base = self.slot_base.clone();
+        let m = cc - 16;
+        b.threads(|b| {
+            let t = Expr::thread_idx();
+            b.for_("e", t.clone(), cc * 16, threads as i64, |b, e| {
+                let v = Expr::shared_load(sn, 0i64, &e / 16i64, e.bitand(15i64));
+                b.store_scalar(nf, &slot_base * (cc * 16) + e, v);
+            });
+            b.for_("e", t.clone(), m * m, threads as i64, |b, e| {
+                let v = Expr::shared_load(slb, 0i64, &e / m + 16i64, &e % m);
+                b.store_scalar(lf, &slot_base * (m * m) + e, v);
+            });
+            b.if_(t.lt(cc), |b| b.store_scalar(bf, &slot_base * cc + t.clone(), self.beta_at(t.clone())));
+        });
+    }
+
+    /// Phase 5b, the block substitution, row tile by row tile: W and U into sXW, sXU and the scratch (`USTATE=1`: W
+    /// alone, and the U substitution's factors, see [`Intra::u_factors`]).
     pub(super) fn block_substitution(&self, b: &mut KernelBuilder) {
+        self.u_factors(b);
+        let u_half = self.ufac.is_none();
         let Intra {
             spec,
             dk,
@@ -532,7 +558,9 @@ impl Intra {
             };
             let r0 = (16 * i) as i64;
             b.map(acc_w, 0.0);
-            b.map(acc_u, 0.0);
+            if u_half {
+                b.map(acc_u, 0.0);
+            }
             if i > 0 {
                 let la = b.window(slb, 0i64, 16 * i, 0, 16, 16 * i);
                 b.mma(
@@ -540,31 +568,41 @@ impl Intra {
                     Operand::Shared { src: la.clone(), transpose: false },
                     Operand::Shared { src: xw(b, 16 * i), transpose: false },
                 );
-                let xu = b.window(sxu, 0i64, 0, 0, 16 * i, dv);
-                b.mma(
-                    acc_u,
-                    Operand::Shared { src: la, transpose: false },
-                    Operand::Shared { src: xu, transpose: false },
-                );
+                if u_half {
+                    let xu = b.window(sxu, 0i64, 0, 0, 16 * i, dv);
+                    b.mma(
+                        acc_u,
+                        Operand::Shared { src: la, transpose: false },
+                        Operand::Shared { src: xu, transpose: false },
+                    );
+                }
             }
             let rr = Expr::RowIdx + r0;
             let d = b.window(sk, 0i64, 16 * i, 0, 16, dk);
             b.load(tk16, Place::Shared(d));
             let d = b.window(sg, 0i64, 16 * i, 0, 16, dk);
             b.load(tg16, Place::Shared(d));
-            let d = b.window(sv, 0i64, 16 * i, 0, 16, dv);
-            b.load(tv16, Place::Shared(d));
+            if u_half {
+                let d = b.window(sv, 0i64, 16 * i, 0, 16, dv);
+                b.load(tv16, Place::Shared(d));
+            }
             b.vec_map(vbw, beta_at(rr.clone()));
-            b.vec_map(vbu, beta_at(rr.clone()));
+            if u_half {
+                b.vec_map(vbu, beta_at(rr.clone()));
+            }
             let mut rw = Expr::RowVal(vbw) * Expr::Elem(tk16) * ex2(Expr::Elem(tg16));
             if let Some(v) = vnk16 {
                 b.vec_map(v, Expr::shared_load(svec, 0i64, 2i64, rr.clone()));
                 rw = rw * Expr::RowVal(v);
             }
             b.map(acc_w, rw - Expr::Elem(acc_w));
-            b.map(acc_u, Expr::RowVal(vbu) * Expr::Elem(tv16) - Expr::Elem(acc_u));
+            if u_half {
+                b.map(acc_u, Expr::RowVal(vbu) * Expr::Elem(tv16) - Expr::Elem(acc_u));
+            }
             b.store(acc_w, Place::Shared(tw.clone()));
-            b.store(acc_u, Place::Shared(tu.clone()));
+            if u_half {
+                b.store(acc_u, Place::Shared(tu.clone()));
+            }
             b.barrier();
             let na = b.window(sn, 0i64, 16 * i, 0, 16, 16);
             b.mma(
@@ -572,19 +610,30 @@ impl Intra {
                 Operand::Shared { src: na.clone(), transpose: false },
                 Operand::Shared { src: tw.clone(), transpose: false },
             );
-            b.mma(acc_u, Operand::Shared { src: na, transpose: false }, Operand::Shared { src: tu, transpose: false });
+            if u_half {
+                b.mma(
+                    acc_u,
+                    Operand::Shared { src: na, transpose: false },
+                    Operand::Shared { src: tu, transpose: false },
+                );
+            }
             if st.is_none() {
                 // Every warp has read T_i before X_i overwrites it.
                 b.barrier();
             }
             let d = b.window(sxw, 0i64, 16 * i, 0, 16, dk);
             b.store(acc_w, Place::Shared(d));
-            let d = b.window(sxu, 0i64, 16 * i, 0, 16, dv);
-            b.store(acc_u, Place::Shared(d));
+            if u_half {
+                let d = b.window(sxu, 0i64, 16 * i, 0, 16, dv);
+                b.store(acc_u, Place::Shared(d));
+            }
             let rows = len.clone() - r0;
-            let base = (&slot_base * cc + r0) * (kk + vv);
-            b.store(acc_w, Place::Global(view(wu, base.clone(), kk + vv, rows.clone(), kk, wu_vec)));
-            b.store(acc_u, Place::Global(view(wu, base + kk, kk + vv, rows, vv, wu_vec)));
+            let stride = if u_half { kk + vv } else { kk };
+            let base = (&slot_base * cc + r0) * stride;
+            b.store(acc_w, Place::Global(view(wu, base.clone(), stride, rows.clone(), kk, wu_vec)));
+            if u_half {
+                b.store(acc_u, Place::Global(view(wu, base + kk, stride, rows, vv, wu_vec)));
+            }
             b.barrier();
         }
     }
