@@ -16,6 +16,8 @@ T0=$(date +%s); END=$(( T0 + ${BUDGET_S:-400} ))
 left() { echo $(( END - $(date +%s) )); }
 OUT=${OUT:-./gpu-out}; mkdir -p "$OUT"
 W=/tmp/kda-intra; rm -rf "$W"; mkdir -p "$W/bench" "$W/warm" "$W/logs"
+# SEED=1: start from the committed reports (rows of presets not timed here are kept, marked with their run).
+[ "${SEED:-0}" = 1 ] && cp -r results/bench/. "$W/bench/" && rm -rf "$W/bench/cpu"
 BIN=$PWD/.dev/bin/k3k
 FK_BUILD=/tmp/flashkda-build
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
@@ -72,7 +74,7 @@ K3K_BENCH_STEPS=1 step bench-old 30 35 "$BIN" bench --op kda --preset "B1 T8192 
 pack
 
 # 3. FlashKDA on the report's problems (its bf16 gate as k3k reads it), merged into the report.
-SLUG=$(ls "$W/bench" 2>/dev/null | head -1)
+SLUG=$(cd "$W/bench" 2>/dev/null && ls -t */kda.json 2>/dev/null | head -1 | cut -d/ -f1)
 if [ -n "$BUILD" ] && [ -n "$SLUG" ]; then
   PYTHONPATH=$FK_BUILD${PYTHONPATH:+:$PYTHONPATH} step peers 60 5 python3 scripts/peers.py "$W/bench/$SLUG" --ops kda \
     --ranks 0 --out "$W/peers-0.json"
@@ -104,7 +106,7 @@ def parse(log):
     return res
 short_k = lambda k: ",".join(x for x in k.split(",") if x.split("=")[0] in ("FULLC", "GSIG", "L2R")) or "defaults"
 main = parse(os.path.join(w, "logs", "bench.txt"))
-rep = next(iter(glob.glob(os.path.join(w, "bench", "*", "kda.json"))), None)
+rep = max(glob.glob(os.path.join(w, "bench", "*", "kda.json")), key=os.path.getmtime, default=None)
 rows = {r["preset"]: r for r in json.load(open(rep))["rows"]} if rep else {}
 print("# kda intra variants vs FlashKDA (same run)\n")
 print("| preset | variant | k3k ms | intra ms | state ms | FlashKDA ms | k3k vs FlashKDA | rel err |")
