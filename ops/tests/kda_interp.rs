@@ -629,10 +629,16 @@ fn decode_continues_a_prefill() {
     // ... and against the whole prefill, itself within 5e-3 of the truth: two approximations of one value, so
     // within the sum of their tolerances (a one-token o of 64 bf16 values differs by up to ~6e-3 between two
     // correct paths on some seeds: o rounded to bf16 twice, the exact path's XDIAG tiles).
+    // The o row is compared on the scale the prefill's own tolerance uses (SEMANTICS.md section 3 takes the
+    // relative L2 error over the whole output): the row's difference over the root-mean-square row norm of the
+    // whole prefill. Relative to its own norm, one row can be ~1.5e-2 off on the prefill side while the output
+    // as a whole is within 5e-3 (seed 8719203468528236522: the row is small against the terms that cancel in it).
     let rs = rel_l2(&dec_s, &out_full.get("ht").unwrap().to_f64_vec());
     let o_full = out_full.get("o").unwrap().to_f64_vec();
-    let ro = rel_l2(&dec_o, &o_full[t * 64..]);
-    eprintln!("prefill + decode vs f64: state {ts:.2e} o {to:.2e}; vs the whole prefill: state {rs:.2e} o {ro:.2e}");
+    let rms_row = (o_full.iter().map(|x| x * x).sum::<f64>() / (t + 1) as f64).sqrt();
+    let diff = dec_o.iter().zip(&o_full[t * 64..]).map(|(a, b)| (a - b) * (a - b)).sum::<f64>().sqrt();
+    let ro = diff / rms_row;
+    eprintln!("prefill + decode vs f64: state {ts:.2e} o {to:.2e}; vs the whole prefill: state {rs:.2e} o {ro:.2e} (of the rms row)");
     assert!(ts < 5e-3 && to < 5e-3, "prefill + decode vs the f64 recurrence: state {ts} o {to} (seed {s})");
     assert!(rs < 2e-3 && ro < 1e-2, "prefill + decode vs the whole prefill: state {rs} o {ro} (seed {s})");
 }
