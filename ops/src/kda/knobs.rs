@@ -584,7 +584,7 @@ mod tests {
             ["CHUNK", "W1", "ARENA", "XDIAG", "BV", "W2", "STAGES", "ODIAG", "EX2", "SYNC", "OPDT", "LVLDT"]
         );
         let accepted: Vec<&str> = space.accepted.iter().map(|a| a.name.as_str()).collect();
-        assert_eq!(accepted, ["BV", SGRID_KNOB, "FULLC", "GSIG", "L2R"]);
+        assert_eq!(accepted, ["BV", SGRID_KNOB, "FULLC", "GSIG", "L2R", USTATE_KNOB]);
     }
 
     /// A record from before the optional knobs reads with their legacy meanings; the required ones are named when

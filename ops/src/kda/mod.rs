@@ -77,6 +77,12 @@
 //! CPU backends). Measured (H200, 2026-12-02): B1 T65536 H32 5.746 -> 4.910 ms at 8 parts (4.772 with STAGES=2),
 //! T16384 H32 1.450 -> 1.353 at 4; shapes with many (sequence, head) pairs lose, hence the automatic choice.
 //!
+//! 2026-12-07: `USTATE=1` (knob, not the default; issue 42) forms `U = (I + L)^-1 Diag(beta) v` in the state pass
+//! instead of the intra kernel: the intra kernel no longer reads v and writes W with the U substitution's factors
+//! (N_ii, the strictly lower blocks of L, beta: 1.6 KB instead of U's 8 KB per chunk and value head at K = V = 128),
+//! and each state-pass block reads its value block of v and runs the same substitution (`state::StateBufs::form_u`),
+//! bit for bit the same U on the CPU backends (`lab/2026-12-07/kda-ustate.md`).
+//!
 //! Checks compare with `k3k_reference::kda::kda_recurrent` (f64) per (sequence, value head) pair: every pair for
 //! small problems, a documented sample of pairs (first, last and seeded others; every o row and state element of
 //! each) for the benchmark sizes, whose full f64 recurrence would take minutes on a CPU.

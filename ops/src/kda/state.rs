@@ -87,6 +87,7 @@ struct UIn {
 struct StateBufs {
     hv: Expr,
     nch: Expr,
+    kk: i64,
     vv: i64,
     bvv: i64,
     wu: TensorId,
@@ -142,14 +143,8 @@ impl StateBufs {
         let pm = b.tensor("pm", op_dt, &[hv.clone(), nch.clone(), Expr::Int(cc), Expr::Int(cc)], Access::Read);
         let gam = b.tensor("gam", DType::F32, &[hv.clone(), nch.clone(), Expr::Int(kk)], Access::Read);
         let ufac = u_state.then(|| {
-            let m = cc - 16;
-            let slots = |n: i64| [hv.clone(), nch.clone(), Expr::Int(n)];
-            (
-                b.tensor("nf", op_dt, &[hv.clone(), nch.clone(), Expr::Int(cc), Expr::Int(16)], Access::Read),
-                b.tensor("lf", op_dt, &slots(m * m), Access::Read),
-                b.tensor("bf", DType::F32, &slots(cc), Access::Read),
-                b.tensor("v", DType::Bf16, &[tt.clone(), hv.clone(), Expr::Int(vv)], Access::Read),
-            )
+            let (nf, lf, bf) = u_factor_tensors(b, op_dt, c, Access::Read);
+            (nf, lf, bf, b.tensor("v", DType::Bf16, &[tt.clone(), hv.clone(), Expr::Int(vv)], Access::Read))
         });
         let ctab = b.tensor("ctab", DType::I32, &[nch.clone(), Expr::Int(2)], Access::Read);
         let stab = b.tensor("stab", DType::I32, &[n.clone(), Expr::Int(2)], Access::Read);
@@ -208,6 +203,7 @@ impl StateBufs {
         StateBufs {
             hv,
             nch,
+            kk,
             vv,
             bvv,
             wu,
@@ -235,6 +231,61 @@ impl StateBufs {
             tu,
             u,
         }
+    }
+
+    /// (`USTATE=1`) Rows 0..16 of every sLf slot stay zero (the loads fill rows 16..), ordered before their first read
+    /// by the barriers of the first chunk.
+    fn zero_lf_rows(&self, b: &mut KernelBuilder, stages: u32, threads: u32) {
+        let Some(u) = self.u else { return };
+        let lc = u.lcols as i64;
+        b.threads(|b| {
+            b.for_("e", Expr::thread_idx(), stages as i64 * 16 * lc, threads as i64, |b, e| {
+                let sl = b.let_("sl", &e / (16 * lc));
+                let r = b.let_("r", (&e / lc) % 16i64);
+                b.shared_store(u.slf, sl, r, &e % lc, 0.0);
+            });
+        });
+    }
+
+    /// The loads of U of chunk `ch` (scratch slot `slot`, `rows` long) into ring slot `sl`: its value block from `[W |
+    /// U]` (from W's row at `base`), or with `USTATE=1` v's value block (the chunk's rows of value head `hvi` from column
+    /// `v0`) and the factors of U.
+    #[allow(clippy::too_many_arguments)]
+    fn issue_u(
+        &self,
+        b: &mut KernelBuilder,
+        ch: &Expr,
+        slot: &Expr,
+        sl: Expr,
+        rows: &Expr,
+        at: (&Expr, &Expr, Expr),
+        cc: i64,
+    ) {
+        let (hv, vv, bvv) = (self.hv.clone(), self.vv, self.bvv);
+        let (hvi, v0, base) = at;
+        let Some(u) = self.u else {
+            let (kk, d) = (self.kk, b.slot(self.su, sl));
+            b.copy_async(d, view(self.wu, base + kk + v0.clone(), kk + vv, rows.clone(), bvv, 8));
+            return;
+        };
+        let row0 = Expr::load(self.ctab, ch * 2i64);
+        let d = b.slot(self.su, sl.clone());
+        b.copy_async(d, view(u.v, (row0 * hv.clone() + hvi.clone()) * vv + v0.clone(), hv * vv, rows.clone(), bvv, 8));
+        let d = b.slot(u.snf, sl.clone());
+        b.copy_async(d, view(u.nf, slot * (cc * 16), 16i64, cc, 16i64, 8));
+        let m = cc - 16;
+        let d = b.window(u.slf, sl.clone(), 16, 0, m as u32, m as u32);
+        b.copy_async(d, view(u.lf, slot * (m * m), m, m, m, 8));
+        let d = b.slot(u.sbeta, sl);
+        b.copy_async(d, view(u.bf, slot * cc, cc, 1i64, cc, 4));
+    }
+
+    /// [`StateBufs::form_u`] (`USTATE=1`), then [`StateBufs::values`].
+    fn form_u_and_values(&self, b: &mut KernelBuilder, cur: &Expr, nt: u32) {
+        if self.u.is_some() {
+            self.form_u(b, cur, nt);
+        }
+        self.values(b, cur);
     }
 
     /// (`USTATE=1`, after chunk `cur`'s v, beta and factors are visible; sVt and sT free) `X_u = (I + L)^-1 Diag(beta)
@@ -334,6 +385,42 @@ pub fn build_state(
     build_state_in(spec, chunk, bv, warps, op_dt, stages, two_bars, StateGrid::Seqs, false)
 }
 
+/// (`USTATE=1`) The factor tensors of U in the scratch, `nf` (N_ii, `[HV, NCH, C, 16]`), `lf` (the strictly lower
+/// blocks of L, `[HV, NCH, (C - 16)^2]`) and `bf` (beta, `[HV, NCH, C]` f32), declared with `access`.
+pub(crate) fn u_factor_tensors(
+    b: &mut KernelBuilder,
+    op_dt: DType,
+    c: u32,
+    access: Access,
+) -> (TensorId, TensorId, TensorId) {
+    let (hv, nch, cc) = (b.dim("HV"), b.dim("NCH"), c as i64);
+    let m = cc - 16;
+    let slots = |n: i64| [hv.clone(), nch.clone(), Expr::Int(n)];
+    (
+        b.tensor("nf", op_dt, &[hv.clone(), nch.clone(), Expr::Int(cc), Expr::Int(16)], access),
+        b.tensor("lf", op_dt, &slots(m * m), access),
+        b.tensor("bf", DType::F32, &slots(cc), access),
+    )
+}
+
+/// (`USTATE=1`) The row bands of `form_u` are the accumulators' warp rows; at 8 warps two blocks per SM, as without
+/// USTATE (ptxas, 2026-12-07: BV=64 on 8 warps with 2 stages took 157 registers unbounded, one block per SM; 127
+/// under the bound, no spill).
+fn u_bounds(b: &mut KernelBuilder, u_state: bool, c: u32, bv: u32, warps: u32) -> Result<(), OpError> {
+    if !u_state {
+        return Ok(());
+    }
+    if grid(c, bv, warps, 16)[0] != c / 16 {
+        return Err(OpError::Internal(format!(
+            "kda state pass USTATE=1: {warps} warps do not split {c} rows in 16-row bands"
+        )));
+    }
+    if warps == 8 {
+        b.min_blocks_per_sm(2);
+    }
+    Ok(())
+}
+
 /// [`build_state`] with the blocks in the order `order`; `u_state` (`USTATE=1`): U formed here from v and the intra
 /// kernel's factors (see [`StateBufs::form_u`]).
 #[allow(clippy::too_many_arguments)]
@@ -354,21 +441,12 @@ pub fn build_state_in(
     }
     // Two barriers a chunk need a ring (the single-buffer pass refills its groups between them).
     let two_bars = two_bars && stages >= 2;
-    let name = state_name(spec, chunk, bv, warps, op_dt, stages, two_bars, order, u_state);
-    let mut b = KernelBuilder::new(&name, 32 * warps);
+    let mut b =
+        KernelBuilder::new(&state_name(spec, chunk, bv, warps, op_dt, stages, two_bars, order, u_state), 32 * warps);
     let (kk, vv, cc, bvv) = (dk as i64, dv as i64, c as i64, bv as i64);
     let bufs = StateBufs::declare(&mut b, spec, chunk, bv, warps, op_dt, stages, order, u_state);
-    if u_state && grid(c, bv, warps, 16)[0] != c / 16 {
-        return Err(OpError::Internal(format!(
-            "kda state pass USTATE=1: {warps} warps do not split {c} rows in 16-row bands"
-        )));
-    }
-    if u_state && warps == 8 {
-        // Two blocks per SM, as without USTATE (ptxas, 2026-12-07: BV=64 on 8 warps with 2 stages took 157 registers
-        // unbounded, one block per SM; 128 under the bound).
-        b.min_blocks_per_sm(2);
-    }
-    let StateBufs { wu, qb, kb, pm, gam, ctab, stab, h0, ht, sw, su, sqb, skb, sp, sgam, ss, st, .. } = bufs;
+    u_bounds(&mut b, u_state, c, bv, warps)?;
+    let StateBufs { wu, qb, kb, pm, gam, ctab, stab, h0, ht, sw, sqb, skb, sp, sgam, ss, st, .. } = bufs;
     let (hv, nch) = (bufs.hv.clone(), bufs.nch.clone());
 
     let (seq, hvi, v0) = match order {
@@ -390,18 +468,7 @@ pub fn build_state_in(
         Some(h0) => b.load(st, Place::Global(view(h0, state_off.clone(), vv, kk, bvv, 2))),
         None => b.map(st, 0.0),
     }
-    if let Some(u) = bufs.u {
-        // Rows 0..16 of every sLf slot stay zero (the loads fill rows 16..), ordered before their first read by the
-        // barriers of the first chunk.
-        let lc = u.lcols as i64;
-        b.threads(|b| {
-            b.for_("e", Expr::thread_idx(), stages as i64 * 16 * lc, 32 * warps as i64, |b, e| {
-                let sl = b.let_("sl", &e / (16 * lc));
-                let r = b.let_("r", (&e / lc) % 16i64);
-                b.shared_store(u.slf, sl, r, &e % lc, 0.0);
-            });
-        });
-    }
+    bufs.zero_lf_rows(&mut b, stages, 32 * warps);
 
     // o's stores: 8-byte regrouped pairs (every offset is a multiple of BV >= 16) at chunk 32; at chunk 64 the
     // kernel holds 168 registers and the regrouping's temporaries spill 4 bytes (BV=32, 4 warps), so pairs.
@@ -417,35 +484,7 @@ pub fn build_state_in(
         let base = b.let_("wu_base", &slot * (cc * wrow));
         let d = b.slot(sw, sl.clone());
         b.copy_async(d, view(wu, base.clone(), wrow, rows.clone(), kk, 8));
-        match bufs.u {
-            None => {
-                let d = b.slot(su, sl.clone());
-                b.copy_async(d, view(wu, base + kk + v0.clone(), kk + vv, rows.clone(), bvv, 8));
-            }
-            Some(u) => {
-                // v's value block (the chunk's rows of the sequence) and the factors of U.
-                let row0 = Expr::load(ctab, &ch * 2i64);
-                let d = b.slot(su, sl.clone());
-                b.copy_async(
-                    d,
-                    view(
-                        u.v,
-                        (row0 * hv.clone() + hvi.clone()) * vv + v0.clone(),
-                        hv.clone() * vv,
-                        rows.clone(),
-                        bvv,
-                        8,
-                    ),
-                );
-                let d = b.slot(u.snf, sl.clone());
-                b.copy_async(d, view(u.nf, &slot * (cc * 16), 16i64, cc, 16i64, 8));
-                let m = cc - 16;
-                let d = b.window(u.slf, sl.clone(), 16, 0, c - 16, c - 16);
-                b.copy_async(d, view(u.lf, &slot * (m * m), m, m, m, 8));
-                let d = b.slot(u.sbeta, sl.clone());
-                b.copy_async(d, view(u.bf, &slot * cc, cc, 1i64, cc, 4));
-            }
-        }
+        bufs.issue_u(b, &ch, &slot, sl.clone(), &rows, (&hvi, &v0, base), cc);
         let d = b.slot(sqb, sl);
         b.copy_async(d, view(qb, &slot * (cc * kk), kk, rows, kk, 8));
     };
@@ -506,12 +545,7 @@ pub fn build_state_in(
         };
         // Phase 1 (V' = U - W S, see `StateBufs::values`) and phase 2 (o and the state update).
         // (`USTATE=1`: U formed first, from the chunk's v and factors; it does not depend on S.)
-        let values = |b: &mut KernelBuilder| {
-            if bufs.u.is_some() {
-                bufs.form_u(b, &cur, c / 16);
-            }
-            bufs.values(b, &cur)
-        };
+        let values = |b: &mut KernelBuilder| bufs.form_u_and_values(b, &cur, c / 16);
         let o_off = (&row0 * hv.clone() + hvi.clone()) * vv + v0.clone();
         let output_and_state = |b: &mut KernelBuilder| bufs.output_and_state(b, &cur, o_off.clone(), &len, o_vec);
         if two_bars {

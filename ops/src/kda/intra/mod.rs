@@ -365,15 +365,7 @@ impl Intra {
         let kb = b.tensor("kb", op_dt, &[hv.clone(), nch.clone(), Expr::Int(cc), Expr::Int(kk)], Access::Write);
         let pm = b.tensor("pm", op_dt, &[hv.clone(), nch.clone(), Expr::Int(cc), Expr::Int(cc)], Access::Write);
         let gam = b.tensor("gam", DType::F32, &[hv.clone(), nch.clone(), Expr::Int(kk)], Access::Write);
-        let ufac = u_state.then(|| {
-            let m = cc - 16;
-            let slots = |n: i64| [hv.clone(), nch.clone(), Expr::Int(n)];
-            (
-                b.tensor("nf", op_dt, &[hv.clone(), nch.clone(), Expr::Int(cc), Expr::Int(16)], Access::Write),
-                b.tensor("lf", op_dt, &slots(m * m), Access::Write),
-                b.tensor("bf", DType::F32, &slots(cc), Access::Write),
-            )
-        });
+        let ufac = u_state.then(|| super::state::u_factor_tensors(&mut b, op_dt, c, Access::Write));
         let scale = b.float_arg("scale");
         let lb = matches!(spec.gate, GateForm::Safe { .. }).then(|| b.float_arg("lb"));
         b.grid(nch.clone(), hv.clone(), 1i64);
