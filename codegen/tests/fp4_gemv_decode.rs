@@ -2,12 +2,14 @@
 //! compute plain values and sums): the natural layout's 4-op pair decode `fp4_pair_lh` (bit-exact against
 //! `fp4_pair` and the e2m1 table, under the PTX `prmt` semantics), the packed layout's `fp4_packed_bits` (the
 //! constants of `k3k_ir::fp4`, exact against the e2m1 table), and `fp4_gemv`'s k-step order (each mma's A pairs
-//! and B pairs are the same columns of the block). Transcriptions of codegen/prelude/tiles.cuh: keep them in step
-//! with it.
+//! and B pairs are the same columns of the block). Transcriptions of `codegen/prelude/tiles/mx_decode.cuh` and
+//! `tiles/fp4_gemv.cuh`: keep them in step with them.
 
 use k3k_ir::fp4;
 
-const TILES: &str = include_str!("../prelude/tiles.cuh");
+/// The MXFP4 tile decode (`fp4_packed_bits`) and the `Fp4Gemv` primitive (`prmt_b32`, `fp4_pair_lh`, the ring).
+const DECODE: &str = include_str!("../prelude/tiles/mx_decode.cuh");
+const GEMV: &str = include_str!("../prelude/tiles/fp4_gemv.cuh");
 
 /// PTX `prmt.b32 d, a, b, c` (generic mode): byte n of d is byte (c_n & 7) of {b, a}, or that byte's sign
 /// replicated when c_n & 8.
@@ -96,12 +98,12 @@ fn fp4_pair_lh_needs_the_prmt_sign_mode() {
     let bad = words().into_iter().filter(|&q| (0..4).any(|f| pair_lh(q, f, byte_perm) != pair_old(q, f))).count();
     assert!(bad > 0);
     // The prelude's decode goes through inline PTX prmt, not `__byte_perm`.
-    let start = TILES.find("unsigned fp4_pair_lh(").expect("fp4_pair_lh in tiles.cuh");
-    let body = &TILES[start..start + TILES[start..].find("\n}\n").expect("end of fp4_pair_lh")];
+    let start = GEMV.find("unsigned fp4_pair_lh(").expect("fp4_pair_lh in fp4_gemv.cuh");
+    let body = &GEMV[start..start + GEMV[start..].find("\n}\n").expect("end of fp4_pair_lh")];
     assert!(body.contains("prmt_b32(lo, hi,"), "{body}");
     assert!(!body.contains("__byte_perm"), "{body}");
-    let p = TILES.find("unsigned prmt_b32(").expect("prmt_b32 in tiles.cuh");
-    let pbody = &TILES[p..p + TILES[p..].find("\n}\n").expect("end of prmt_b32")];
+    let p = GEMV.find("unsigned prmt_b32(").expect("prmt_b32 in fp4_gemv.cuh");
+    let pbody = &GEMV[p..p + GEMV[p..].find("\n}\n").expect("end of prmt_b32")];
     assert!(pbody.contains("asm(\"prmt.b32 %0, %1, %2, %3;\""), "{pbody}");
 }
 
@@ -120,7 +122,7 @@ fn fp4_gemv_k_steps_pair_a_and_b_columns() {
     for packed in [false, true] {
         let mut seen = [0u32; 32];
         for st in 0..8usize {
-            // As in tiles.cuh.
+            // As in fp4_gemv.cuh.
             let i = if packed { st & 3 } else { st >> 1 };
             let j = if packed { st >> 2 } else { st & 1 };
             let (wa, wb) = if packed { (2 * j, 2 * j + 1) } else { (i, i) };
@@ -142,8 +144,8 @@ fn fp4_gemv_k_steps_pair_a_and_b_columns() {
 
 #[test]
 fn fp4_packed_bits_spells_the_ir_layout_and_decodes_every_pair_exactly() {
-    let start = TILES.find("unsigned fp4_packed_bits(").expect("fp4_packed_bits in tiles.cuh");
-    let body = &TILES[start..start + TILES[start..].find("\n}\n").expect("end of fp4_packed_bits")];
+    let start = DECODE.find("unsigned fp4_packed_bits(").expect("fp4_packed_bits in mx_decode.cuh");
+    let body = &DECODE[start..start + DECODE[start..].find("\n}\n").expect("end of fp4_packed_bits")];
     // The prelude's constants are those of `k3k_ir::fp4`, which its own tests check against the layout.
     for c in [
         format!("{:#010X}u", fp4::PAIR3_SOURCE),
@@ -171,7 +173,7 @@ fn fp4_packed_bits_spells_the_ir_layout_and_decodes_every_pair_exactly() {
 /// from its stage (words at `rl + 16 * 32 * p`, scales at `rl + (WOFF - 16 * lane + 4 * g) + 64 * (p >> 1) + 32 *
 /// (p & 1)`, byte l picked) are the tile-major bytes of its row's block `4 quad + l` ([`fp4::tile_major`]). No
 /// stage byte is written twice, the per-lane stage fits its NB x 1088 bytes, and the bulk copies stay clear of
-/// the barrier. Transcriptions of tiles.cuh: the expressions are checked to be there.
+/// the barrier. Transcriptions of fp4_gemv.cuh: the expressions are checked to be there.
 #[test]
 fn fp4_gemv_tiled_ring_reads_each_lanes_blocks() {
     for needle in [
@@ -193,7 +195,7 @@ fn fp4_gemv_tiled_ring_reads_each_lanes_blocks() {
         "wq += (TILED ? 1024 : 64) * dq;",
         "sq += (TILED ? 64 : 4) * dq;",
     ] {
-        assert!(TILES.contains(needle), "tiles.cuh no longer has `{needle}`: update this transcription");
+        assert!(GEMV.contains(needle), "fp4_gemv.cuh no longer has `{needle}`: update this transcription");
     }
     use std::collections::HashMap;
     for nb in [1usize, 2, 4, 8] {

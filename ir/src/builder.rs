@@ -147,7 +147,7 @@ impl KernelBuilder {
         SharedRef { buf, index: index.into(), row0, col0, rows, cols }
     }
 
-    fn push(&mut self, s: Stmt) {
+    pub(crate) fn push(&mut self, s: Stmt) {
         self.stack.last_mut().expect("body stack").push(s);
     }
 
@@ -297,45 +297,6 @@ impl KernelBuilder {
             fold,
             finite,
             prefetch: Some(Box::new(prefetch)),
-        });
-    }
-    /// Streamed MXFP4 weights times a few bf16 activation rows into shared memory, split over the block's warps
-    /// (see [`Stmt::Fp4Gemv`]), its ring in registers or in shared memory stages of `scratch` ([`Fp4Ring`]).
-    #[allow(clippy::too_many_arguments)]
-    pub fn fp4_gemv(
-        &mut self,
-        out: SharedRef,
-        scratch: SharedId,
-        words: GlobalView,
-        scales: GlobalView,
-        x: GlobalView,
-        flags: Fp4Flags,
-        chunk: u32,
-        ring: Fp4Ring,
-    ) {
-        let Fp4Flags { packed, fold, finite } = flags;
-        let (staged, Fp4Staging { stages, l2_prefetch, tiled, bulk, x_two_ahead }) = match ring {
-            Fp4Ring::Registers(stages) => {
-                (false, Fp4Staging { stages, l2_prefetch: 0, tiled: false, bulk: false, x_two_ahead: false })
-            }
-            Fp4Ring::Shared(staging) => (true, staging),
-        };
-        self.push(Stmt::Fp4Gemv {
-            out,
-            scratch,
-            words,
-            scales,
-            x,
-            packed,
-            fold,
-            finite,
-            chunk,
-            ring: stages,
-            staged,
-            l2_prefetch,
-            tiled,
-            bulk,
-            x_two_ahead,
         });
     }
     /// Start `acc += a @ b` on the warpgroup tensor cores (see [`Stmt::MmaAsync`]).

@@ -59,6 +59,7 @@ pub mod cluster;
 pub mod dtype;
 pub mod expr;
 pub mod fp4;
+pub mod fp4_gemv;
 pub mod hash;
 pub mod kernel;
 pub mod knob;
@@ -71,6 +72,7 @@ pub use bind::{BindError, NUM_SMS, SymValue, TensorShape, bind, eval_grid, eval_
 pub use builder::{KernelBuilder, vec_view, view};
 pub use dtype::{DType, ScalarTy};
 pub use expr::{ArrId, BinOp, Expr, SharedId, Special, SymId, TensorId, TileId, UnOp, VarId, VecId};
+pub use fp4_gemv::{Fp4Ring, Fp4Staging};
 pub use hash::stable_hash;
 pub use kernel::*;
 pub use knob::{KnobAxis, KnobError, KnobSpace, KnobValue, Knobs};

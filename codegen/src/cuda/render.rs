@@ -1,5 +1,5 @@
 //! IR -> self-contained CUDA C. Every statement maps onto one generic primitive of the device prelude
-//! (`prelude/*.cuh`); no per-operator CUDA exists anywhere.
+//! (`prelude/*.cuh`, `prelude/tiles/*.cuh`); no per-operator CUDA exists anywhere.
 //!
 //! This module renders the kernel signature and declarations and hands each statement to its family, one file
 //! each: scalar control and nested bodies (`control`), barriers and copies (`sync`), register tiles and row
@@ -37,11 +37,32 @@ pub fn smem_asm_cvta(k: &Kernel) -> bool {
     k.threads >= SMEM_ASM_CVTA_THREADS || !wgmma::shapes(k).is_empty()
 }
 
-/// The device prelude, concatenated.
+/// The device prelude, concatenated: part 1 (`core.cuh`: scalar types, conversions, math), part 2 (the tile
+/// primitives, one fragment a family in `prelude/tiles/`, joined in this order), part 3 (`simt.cuh`: threads
+/// regions). Part 2's fragments are pieces of one `namespace k3k` block, not headers of their own: `warp.cuh`
+/// opens it (after part 2's heading) and `wgmma.cuh` closes it, and each fragment may use what the ones before it
+/// define. Every kernel's source holds all three parts, the same bytes as before the split (2026-12-07).
 pub const PRELUDE: &str = concat!(
     include_str!("../../prelude/core.cuh"),
     "\n",
-    include_str!("../../prelude/tiles.cuh"),
+    // Shared addresses, shuffles, the block barrier, warpgroup turns.
+    include_str!("../../prelude/tiles/warp.cuh"),
+    // Register tiles (f32 and i32 accumulators, packed bf16/f16) and row vectors.
+    include_str!("../../prelude/tiles/regs.cuh"),
+    // Shared tile layouts and the `cp.async` global -> shared copies.
+    include_str!("../../prelude/tiles/shared.cuh"),
+    // Element moves between register tiles and global or shared memory.
+    include_str!("../../prelude/tiles/moves.cuh"),
+    // Row reductions and column scans.
+    include_str!("../../prelude/tiles/reduce.cuh"),
+    // `mma.sync` products with `ldmatrix` operand loads.
+    include_str!("../../prelude/tiles/mma.cuh"),
+    // MXFP4 decode into bf16 register tiles, from shared or global memory (`Stmt::DequantFp4*`).
+    include_str!("../../prelude/tiles/mx_decode.cuh"),
+    // The MXFP4 decode GEMV (`Stmt::Fp4Gemv`) and the loads and copies only it uses.
+    include_str!("../../prelude/tiles/fp4_gemv.cuh"),
+    // `wgmma` descriptors, fences and waits (the per-shape wrappers are rendered per kernel).
+    include_str!("../../prelude/tiles/wgmma.cuh"),
     "\n",
     include_str!("../../prelude/simt.cuh")
 );

@@ -6,6 +6,7 @@ mod unit {
     use super::*;
     use crate::builder::{KernelBuilder, view};
     use crate::expr::TensorId;
+    use crate::fp4_gemv::{Fp4Ring, Fp4Staging};
 
     fn small() -> KernelBuilder {
         let mut b = KernelBuilder::new("t", 128);

@@ -1,8 +1,12 @@
-//! The MXFP4 statements on the CPU: shared and streamed FP4 decodes and the FP4 GEMV (the decode and the
-//! GEMV's sums are `tiles::dequant_fp4_value` and `tiles::fp4_gemv_sums`, shared with the JIT's runtime).
+//! The MXFP4 statements on the CPU: shared and streamed FP4 decodes and the FP4 GEMV (run by [`fp4_gemv`]; the
+//! decode and the GEMV's sums are `tiles::dequant_fp4_value` and [`fp4_gemv_sums`], shared with the JIT's
+//! runtime).
 
-use super::tiles::{dequant_fp4_value, fp4_gemv_sums};
+mod fp4_gemv;
+
+use super::tiles::dequant_fp4_value;
 use super::{Block, InterpError};
+pub(crate) use fp4_gemv::fp4_gemv_sums;
 use k3k_ir::*;
 
 impl<'a> Block<'a> {
@@ -66,41 +70,7 @@ impl<'a> Block<'a> {
                 }
                 self.tiles[tile.0 as usize] = out;
             }
-            Stmt::Fp4Gemv { out, scratch, words, scales, x, packed, fold, finite, tiled, .. } => {
-                let (qo, qs, qr, qc) = self.view(words, tensors)?;
-                let (so, ss, sr, sc) = self.view(scales, tensors)?;
-                let (xo, xs, xr, xc) = self.view(x, tensors)?;
-                let base = self.shared_base(out, tensors)?;
-                let (rows, cols) = (out.rows as usize, out.cols as usize);
-                let res = fp4_gemv_sums(
-                    (rows, cols),
-                    [(qo, qs, qr, qc), (so, ss, sr, sc), (xo, xs, xr, xc)],
-                    (*packed, *fold, *finite, *tiled),
-                    |i| {
-                        let si = self.global_index("fp4_gemv scales", scales.tensor, i, tensors)?;
-                        Ok(tensors[scales.tensor.0 as usize].get_i64(si) as u32)
-                    },
-                    |i| {
-                        let qi = self.global_index("fp4_gemv words", words.tensor, i, tensors)?;
-                        Ok(tensors[words.tensor.0 as usize].get_i64(qi) as u32)
-                    },
-                    |i| {
-                        let xi = self.global_index("fp4_gemv x", x.tensor, i, tensors)?;
-                        Ok(tensors[x.tensor.0 as usize].get_f32(xi))
-                    },
-                )?;
-                // The GPU leaves its warps' partials in `scratch`: unspecified, poisoned here.
-                self.claim(*scratch);
-                self.shared[scratch.0 as usize].poison(DType::F32);
-                self.claim(out.buf);
-                let d = &k.shared[out.buf.0 as usize];
-                for r in 0..rows {
-                    for c in 0..cols {
-                        let at = base + (out.row0 as usize + r) * d.cols as usize + out.col0 as usize + c;
-                        self.shared[out.buf.0 as usize].set_f64(d.dtype, at, res[r * cols + c] as f64);
-                    }
-                }
-            }
+            Stmt::Fp4Gemv { .. } => self.fp4_gemv(s, tensors)?,
             _ => unreachable!("not a MXFP4 statement"),
         }
         Ok(())

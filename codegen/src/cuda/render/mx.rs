@@ -1,10 +1,11 @@
-//! The MXFP4 statements: shared and streamed FP4 decodes and the FP4 GEMV.
+//! The MXFP4 statements: shared and streamed FP4 decodes and the FP4 GEMV (rendered by [`fp4_gemv`]).
+
+mod fp4_gemv;
 
 use super::*;
 
 impl<'a> Renderer<'a> {
     pub(super) fn mx_stmt(&mut self, s: &Stmt) {
-        let k = self.k;
         match s {
             Stmt::DequantFp4 { tile, words, scales, packed, fold, finite } => {
                 let line = format!(
@@ -46,48 +47,7 @@ impl<'a> Renderer<'a> {
                 );
                 self.line(&line);
             }
-            Stmt::Fp4Gemv {
-                out,
-                scratch,
-                words,
-                scales,
-                x,
-                packed,
-                fold,
-                finite,
-                chunk,
-                ring,
-                staged,
-                l2_prefetch,
-                tiled,
-                bulk,
-                x_two_ahead,
-            } => {
-                let line = format!(
-                    "k3k::fp4_gemv<{packed}, {fold}, {finite}, {}, {}, {}, {chunk}, {ring}, {}, {}{}>({}, {}, {}, s{}, {}, {}, {});",
-                    out.rows,
-                    out.cols,
-                    k.threads / 32,
-                    self.shared_layout(out.buf),
-                    self.shared_layout(*scratch),
-                    match (*staged, *l2_prefetch, *tiled, *bulk, *x_two_ahead) {
-                        (false, ..) => String::new(),
-                        (true, n, t, b, true) => format!(", true, {n}, {t}, {b}, true"),
-                        (true, 0, false, _, false) => ", true".to_string(),
-                        (true, n, false, _, false) => format!(", true, {n}"),
-                        (true, n, true, false, false) => format!(", true, {n}, true"),
-                        (true, n, true, true, false) => format!(", true, {n}, true, true"),
-                    },
-                    self.shared_ptr(out),
-                    out.row0,
-                    out.col0,
-                    scratch.0,
-                    self.view_args(words),
-                    self.view_args(scales),
-                    self.view_args(x)
-                );
-                self.line(&line);
-            }
+            Stmt::Fp4Gemv { .. } => self.fp4_gemv(s),
             _ => unreachable!("not a MXFP4 statement"),
         }
     }

@@ -1,4 +1,6 @@
-//! MXFP4 statements (`dequant_fp4`, `dequant_fp4_stream`, `fp4_gemv`), through the runtime.
+//! MXFP4 statements (`dequant_fp4`, `dequant_fp4_stream`, `fp4_gemv` in [`fp4_gemv`]), through the runtime.
+
+mod fp4_gemv;
 
 use super::*;
 
@@ -22,13 +24,7 @@ impl<'a, 'f> Lower<'a, 'f> {
                 }
                 self.host_tile(s, &args);
             }
-            Stmt::Fp4Gemv { out, words, scales, x, .. } => {
-                let mut args = vec![self.shared_index(out)?];
-                args.extend(self.global_view(words)?);
-                args.extend(self.global_view(scales)?);
-                args.extend(self.global_view(x)?);
-                self.host_tile(s, &args);
-            }
+            Stmt::Fp4Gemv { .. } => self.fp4_gemv(s)?,
             _ => unreachable!("not a MXFP4 statement"),
         }
         Ok(())

@@ -11,6 +11,10 @@
 //!   reads both elements from shared memory.
 //! - dequantize: `cp.async` the element bytes; a map decodes each element from its bits (exact products with
 //!   powers of two) times the block's E8M0 scale (255: NaN for the whole block).
+//!
+//! The knobs of both kernels (BR, W) are declared once in [`knobs`] ([`MxKnobs`]).
+
+mod knobs;
 
 use super::*;
 use crate::check::compare;
@@ -21,6 +25,7 @@ use crate::plan::{Outputs, Plan};
 use k3k_ir::*;
 use k3k_reference::metrics::Tolerance;
 use k3k_reference::mx as rmx;
+pub use knobs::MxKnobs;
 use rand::Rng;
 use rand::rngs::StdRng;
 use rayon::prelude::*;
@@ -45,30 +50,14 @@ pub struct DequantSpec {
     pub out: DType,
 }
 
-/// Knobs of both kernels.
+/// Knobs of both kernels ([`MxKnobs::space`]).
 pub fn knob_space() -> KnobSpace {
-    KnobSpace::default().axis("BR", "MX blocks (rows of the [R*K/32, 32] view) per CTA", [64i64, 128, 256]).axis(
-        "W",
-        "warps per CTA",
-        [1i64, 2, 4, 8],
-    )
+    MxKnobs::space()
 }
 
-/// Default knobs.
+/// Default knobs ([`MxKnobs::defaults`]).
 pub fn default_knobs() -> Knobs {
-    Knobs::new().with("BR", 128i64).with("W", 4i64)
-}
-
-fn cfg(op: &'static str, k: &Knobs) -> Result<(u32, u32), OpError> {
-    let (br, w) = (k.u32("BR")?, k.u32("W")?);
-    if w == 0 || w > 16 || br == 0 || !br.is_multiple_of(16 * w) || br > 512 {
-        return Err(OpError::InvalidKnobs {
-            op,
-            knobs: k.to_string(),
-            why: format!("BR={br} must be a multiple of 16*W (W={w}), W in 1..=16, BR <= 512"),
-        });
-    }
-    Ok((br, w))
+    MxKnobs::defaults()
 }
 
 fn dtype_tag(d: DType) -> &'static str {
@@ -78,7 +67,7 @@ fn dtype_tag(d: DType) -> &'static str {
 /// The quantize kernel: `x: [R, K]` (src dtype) -> `q: [R, K/2] u8` (fp4, dims `R, KH`) or `[R, K] u8` (e4m3
 /// bytes) and `s: [R, KB] u8` (KB = K/32; the launcher guarantees K = 32 KB and, for fp4, K = 2 KH).
 pub fn build_quantize(spec: &QuantSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
-    let (br, w) = cfg(QOP, knobs)?;
+    let MxKnobs { br, w } = MxKnobs::resolve(QOP, knobs)?;
     if !matches!(spec.src, DType::F32 | DType::Bf16) {
         return Err(OpError::BadInput {
             op: QOP,
@@ -197,7 +186,7 @@ pub fn encode_e4m3(y: Expr) -> Expr {
 
 /// The dequantize kernel: `q` (`[R, KH]` fp4 or `[R, K]` e4m3 bytes) and `s: [R, KB]` -> `y: [R, K]`.
 pub fn build_dequantize(spec: &DequantSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
-    let (br, w) = cfg(DOP, knobs)?;
+    let MxKnobs { br, w } = MxKnobs::resolve(DOP, knobs)?;
     if !matches!(spec.out, DType::F32 | DType::Bf16) {
         return Err(OpError::BadInput {
             op: DOP,
