@@ -327,13 +327,15 @@ fn kda() -> BoxedStrategy<Preset> {
     ];
     let dense = (size(KDA_T, 130), 1..=2i64).prop_map(|(t, b)| (None, t, b));
     let varlen = proptest::collection::vec(count(KDA_LEN, 65, 1), 1..=4).prop_map(|l| (Some(l), 0, 1));
-    let flags = (flag(0.5), flag(0.3), flag(0.3), flag(0.5), flag(0.6));
+    let flags = (flag(0.5), flag(0.3), flag(0.3), flag(0.5), flag(0.6), flag(0.3));
     (heads, 1..=2i64, 1..=2i64, flag(0.5), 0..4i64, prop_oneof![7 => dense, 3 => varlen], flags)
-        .prop_map(|((dk, dv, big), h, mult, safe, gate, (lens, t, b), (bias, l2, bsig, h0, extreme))| {
+        .prop_map(|((dk, dv, big), h, mult, safe, gate, (lens, t, b), (bias, l2, bsig, h0, extreme, gbf))| {
             // The safe path needs bounded gates (no standard form; the lb*sigmoid forms 1 and 3 are bounded) and
             // no -1000 gates.
             let gate = if safe == 1 && gate == 2 { 1 } else { gate };
             let extreme = (safe == 0 && gate == 0 && extreme == 1) as i64;
+            // A bf16 raw gate only where the gate form is in the kernel (a pre-computed log-decay stays f32).
+            let gbf = (gate != 0 && gbf == 1) as i64;
             let mut dims = vec![
                 d("H", h),
                 d("HV", h * mult),
@@ -346,6 +348,7 @@ fn kda() -> BoxedStrategy<Preset> {
                 d("bsig", bsig),
                 d("h0", h0),
                 d("extreme", extreme),
+                d("gbf16", gbf),
             ];
             match lens {
                 Some(lens) => {
@@ -366,9 +369,9 @@ fn kda() -> BoxedStrategy<Preset> {
 
 fn kda_decode() -> BoxedStrategy<Preset> {
     let hd = || select(vec![32i64, 64, 128]);
-    let flags = (flag(0.5), flag(0.4), flag(0.4));
+    let flags = (flag(0.5), flag(0.4), flag(0.4), flag(0.3));
     (hd(), hd(), 1..=2i64, 1..=2i64, 1..=3i64, select(vec![1i64, 2, 5]), 0..4i64, flags)
-        .prop_map(|(dk, dv, h, mult, n, t, gate, (bias, l2, bsig))| {
+        .prop_map(|(dk, dv, h, mult, n, t, gate, (bias, l2, bsig, gbf))| {
             preset(
                 "kda.decode",
                 vec![
@@ -382,6 +385,7 @@ fn kda_decode() -> BoxedStrategy<Preset> {
                     d("bias", bias),
                     d("l2norm", l2),
                     d("bsig", bsig),
+                    d("gbf16", (gate != 0 && gbf == 1) as i64),
                 ],
             )
         })

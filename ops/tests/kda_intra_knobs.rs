@@ -142,6 +142,9 @@ fn full_chunk_copy_is_bit_identical() {
 #[test]
 fn fast_gate_sigmoid_matches_reference() {
     let s = seed();
+    // Whether any output bit moved: on a small problem the sigmoid's ~1e-7 difference can round away in every
+    // output (f16 scratch, bf16 o), so the effect is asserted over all the cases, not per case.
+    let mut changed = false;
     for (i, (dims, chunk)) in cases().into_iter().enumerate() {
         let pb = problem(&dims);
         let d = KdaData::generate(&pb, s ^ i as u64);
@@ -156,8 +159,9 @@ fn fast_gate_sigmoid_matches_reference() {
         assert_eq!(k1.name, format!("{}_gsf", k0.name));
         let a = checked(&pb, &d, &base, s);
         let b = checked(&pb, &d, &fast, s);
-        assert_ne!(a[0].get("ht").unwrap().data, b[0].get("ht").unwrap().data, "{dims:?}: GSIG=fast changes the state");
+        changed |= ["ht", "o"].iter().any(|t| a[0].get(t).unwrap().data != b[0].get(t).unwrap().data);
         let both = checked(&pb, &d, &fast.clone().with("FULLC", 1i64), s);
         same_bits(&both[0], &b[0], &format!("{dims:?} GSIG=fast FULLC=1"));
     }
+    assert!(changed, "GSIG=fast left every output of every case bit-identical (seed {s}): is the knob applied?");
 }
