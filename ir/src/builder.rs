@@ -314,13 +314,13 @@ impl KernelBuilder {
         ring: Fp4Ring,
     ) {
         let Fp4Flags { packed, fold, finite } = flags;
-        let (staged, Fp4Staging { stages, l2_prefetch, tiled, bulk, x_two_ahead }) = match ring {
+        let (staged, Fp4Staging { stages: ring, l2_prefetch, tiled, bulk, x_two_ahead }) = match ring {
             Fp4Ring::Registers(stages) => {
                 (false, Fp4Staging { stages, l2_prefetch: 0, tiled: false, bulk: false, x_two_ahead: false })
             }
             Fp4Ring::Shared(staging) => (true, staging),
         };
-        self.push(Stmt::Fp4Gemv {
+        self.push(Stmt::Fp4Gemv(Fp4Gemv {
             out,
             scratch,
             words,
@@ -330,13 +330,13 @@ impl KernelBuilder {
             fold,
             finite,
             chunk,
-            ring: stages,
+            ring,
             staged,
             l2_prefetch,
             tiled,
             bulk,
             x_two_ahead,
-        });
+        }));
     }
     /// Start `acc += a @ b` on the warpgroup tensor cores (see [`Stmt::MmaAsync`]).
     pub fn mma_async(&mut self, acc: TileId, a: Operand, b: Operand) {

@@ -17,6 +17,7 @@ use crate::dtype::DType;
 use crate::dtype::ScalarTy;
 use crate::expr::{ArrId, Expr, SharedId, SymId, TensorId, TileId, VarId, VecId};
 use crate::knob::Knobs;
+use crate::mx::{Fp4Gemv, Fp4Prefetch};
 use crate::tma::{MbarDecl, MbarId, MbarRef, TensorMapDecl, TmaLoad, TmaStore};
 use serde::{Deserialize, Serialize};
 
@@ -575,7 +576,7 @@ pub enum Stmt {
     /// quads are copied by `cp.async` (each lane its own blocks and scale words) into per-warp stages of `scratch`,
     /// `ring - 1` quads in flight while one is multiplied (the copies are waited for in
     /// commit order, so every stage stays in flight; a register ring's loads share the six hardware scoreboards).
-    /// `scratch` then needs [`Fp4Staging::scratch_bytes`] bytes in all, whatever its tiles' shape: `16 + warps x
+    /// `scratch` then needs [`crate::Fp4Staging::scratch_bytes`] bytes in all, whatever its tiles' shape: `16 + warps x
     /// ring x R / 16 x` the stage bytes of 16 rows (1088 with tiled words and per-lane copies: 1 KB of words and the
     /// 64 scale bytes of the block; else 1280: 32 per-lane scale words per 8 rows), and each warp's partials take
     /// the start of its own ring once it has drained.
@@ -597,81 +598,7 @@ pub enum Stmt {
     /// `x_two_ahead` (staged 8-token tiles only; schedule only): each warp loads a quad's activations into
     /// registers two quads ahead of their product instead of one (a second register set live across each product,
     /// which then hides the activations' L2 latency).
-    Fp4Gemv {
-        out: SharedRef,
-        scratch: SharedId,
-        words: GlobalView,
-        scales: GlobalView,
-        x: GlobalView,
-        packed: bool,
-        fold: bool,
-        finite: bool,
-        chunk: u32,
-        ring: u32,
-        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-        staged: bool,
-        #[serde(default, skip_serializing_if = "is_zero")]
-        l2_prefetch: u32,
-        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-        tiled: bool,
-        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-        bulk: bool,
-        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-        x_two_ahead: bool,
-    },
-}
-
-/// The weight layout and scale promises of an MXFP4 statement (see [`Stmt::DequantFp4`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Fp4Flags {
-    pub packed: bool,
-    pub fold: bool,
-    pub finite: bool,
-}
-
-/// The shared-memory ring of a staged [`Stmt::Fp4Gemv`]: its stages per warp, the L2 prefetch size of its
-/// copies, whether the words and scales are tile-major, whether they are copied in whole blocks (`bulk`), and
-/// whether the activations are loaded two quads ahead (`x_two_ahead`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Fp4Staging {
-    pub stages: u32,
-    pub l2_prefetch: u32,
-    pub tiled: bool,
-    pub bulk: bool,
-    pub x_two_ahead: bool,
-}
-
-/// Where [`crate::KernelBuilder::fp4_gemv`] keeps its ring of quads (see [`Stmt::Fp4Gemv`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Fp4Ring {
-    /// That many register stages per warp.
-    Registers(u32),
-    /// Stages in shared memory (`staged`), with their L2 prefetch and layout.
-    Shared(Fp4Staging),
-}
-
-impl Fp4Staging {
-    /// Bytes of one warp's stage per 16 rows of the tile: 1 KB of words, then the scales, 64 bytes copied whole
-    /// with tiled words and per-lane copies, else 32 per-lane 4-byte words per 8 rows (the bulk ring's barrier
-    /// sits past its 64 bytes).
-    pub fn stage_bytes_per_16_rows(&self) -> u64 {
-        if self.tiled && !self.bulk { 1088 } else { 1280 }
-    }
-
-    /// The shared memory a staged [`Stmt::Fp4Gemv`] of `warps` warps and `rows` tile rows needs in its `scratch`,
-    /// bytes: the warps' rings from the buffer's first 16-byte boundary (the partials alias them).
-    pub fn scratch_bytes(&self, warps: u32, rows: u32) -> u64 {
-        16 + warps as u64 * self.stages as u64 * (rows as u64 / 16).max(1) * self.stage_bytes_per_16_rows()
-    }
-}
-
-/// The next views of a prefetching [`Stmt::DequantFp4Stream`]: words and scales as the statement's own, and
-/// `first` (a block-uniform bool): the statement loads its own views itself (the pipeline's first slice).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Fp4Prefetch {
-    pub words: GlobalView,
-    pub scales: GlobalView,
-    pub first: Expr,
+    Fp4Gemv(Fp4Gemv),
 }
 
 /// The lane exchanges of [`Stmt::WarpShuffle`]; lane `l` of a warp receives:
@@ -756,7 +683,7 @@ pub struct Kernel {
     pub elected_warpgroup: u32,
 }
 
-fn is_zero(v: &u32) -> bool {
+pub(crate) fn is_zero(v: &u32) -> bool {
     *v == 0
 }
 
@@ -934,7 +861,7 @@ impl Stmt {
             | Stmt::StoreVec { .. }
             | Stmt::Scan { .. } => StmtFamily::Tiles,
             Stmt::Mma { .. } | Stmt::MmaAsync { .. } | Stmt::MmaWait { .. } => StmtFamily::Mma,
-            Stmt::DequantFp4 { .. } | Stmt::DequantFp4Stream { .. } | Stmt::Fp4Gemv { .. } => StmtFamily::Mx,
+            Stmt::DequantFp4 { .. } | Stmt::DequantFp4Stream { .. } | Stmt::Fp4Gemv(_) => StmtFamily::Mx,
             Stmt::Threads { .. }
             | Stmt::StoreScalar { .. }
             | Stmt::SharedStore { .. }

@@ -62,6 +62,7 @@ pub mod fp4;
 pub mod hash;
 pub mod kernel;
 pub mod knob;
+pub mod mx;
 pub mod print;
 pub mod tensor;
 pub mod tma;
@@ -74,6 +75,7 @@ pub use expr::{ArrId, BinOp, Expr, SharedId, Special, SymId, TensorId, TileId, U
 pub use hash::stable_hash;
 pub use kernel::*;
 pub use knob::{KnobAxis, KnobError, KnobSpace, KnobValue, Knobs};
+pub use mx::{Fp4Flags, Fp4Gemv, Fp4Prefetch, Fp4Ring, Fp4Staging};
 pub use tensor::HostTensor;
 pub use tma::{
     MbarDecl, MbarId, MbarRef, StageRing, TENSOR_MAP_BYTES, TMA_MAX_BOX, TensorMapDecl, TmaLoad, TmaStore, TmapId,

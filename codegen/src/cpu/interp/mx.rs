@@ -1,7 +1,7 @@
 //! The MXFP4 statements on the CPU: shared and streamed FP4 decodes and the FP4 GEMV (the decode and the
-//! GEMV's sums are `tiles::dequant_fp4_value` and `tiles::fp4_gemv_sums`, shared with the JIT's runtime).
+//! GEMV's sums are `tiles::dequant_fp4_at` and `tiles::fp4_gemv_sums`, shared with the JIT's runtime).
 
-use super::tiles::{dequant_fp4_value, fp4_gemv_sums};
+use super::tiles::{dequant_fp4_at, fp4_gemv_sums};
 use super::{Block, InterpError};
 use k3k_ir::*;
 
@@ -18,11 +18,9 @@ impl<'a> Block<'a> {
                 let mut out = vec![0.0f64; rows * cols];
                 for r in 0..rows {
                     for c in 0..cols {
-                        let (w, p) = fp4::slot(c % 32, *packed);
-                        let word = self.shared_at(words, qb, r, 4 * (c / 32) + w) as u32;
-                        let nib = fp4::code(word, p, *packed);
-                        let s = self.shared_at(scales, sb, r, c / 32) as u32;
-                        out[r * cols + c] = dequant_fp4_value(nib, s, *fold, *finite) as f64;
+                        let word = |i| Ok(self.shared_at(words, qb, r, i) as u32);
+                        let scale = |b| Ok(self.shared_at(scales, sb, r, b) as u32);
+                        out[r * cols + c] = dequant_fp4_at(c, (*packed, *fold, *finite), word, scale)?;
                     }
                 }
                 self.tiles[tile.0 as usize] = out;
@@ -50,23 +48,20 @@ impl<'a> Block<'a> {
                 let mut out = vec![0.0f64; rows * cols];
                 for r in 0..rows {
                     for c in 0..cols {
-                        let (w, p) = fp4::slot(c % 32, *packed);
                         let (ri, bl) = (r as i64, (c / 32) as i64);
                         if ri >= qr || ri >= sr || bl >= qc / 4 || bl >= sc {
                             continue;
                         }
-                        let at = qo + ri * qs + 4 * bl + w as i64;
-                        let qi = self.global_index("dequant_fp4_stream words", words.tensor, at, tensors)?;
-                        let word = tensors[words.tensor.0 as usize].get_i64(qi) as u32;
-                        let si =
-                            self.global_index("dequant_fp4_stream scales", scales.tensor, so + ri * ss + bl, tensors)?;
-                        let s = tensors[scales.tensor.0 as usize].get_i64(si) as u32;
-                        out[r * cols + c] = dequant_fp4_value(fp4::code(word, p, *packed), s, *fold, *finite) as f64;
+                        let read = |what, t, at| Ok(self.global_read(what, t, at, true, tensors)? as u32);
+                        let word = |i: usize| read("dequant_fp4_stream words", words.tensor, qo + ri * qs + i as i64);
+                        let scale =
+                            |b: usize| read("dequant_fp4_stream scales", scales.tensor, so + ri * ss + b as i64);
+                        out[r * cols + c] = dequant_fp4_at(c, (*packed, *fold, *finite), word, scale)?;
                     }
                 }
                 self.tiles[tile.0 as usize] = out;
             }
-            Stmt::Fp4Gemv { out, scratch, words, scales, x, packed, fold, finite, tiled, .. } => {
+            Stmt::Fp4Gemv(Fp4Gemv { out, scratch, words, scales, x, packed, fold, finite, tiled, .. }) => {
                 let (qo, qs, qr, qc) = self.view(words, tensors)?;
                 let (so, ss, sr, sc) = self.view(scales, tensors)?;
                 let (xo, xs, xr, xc) = self.view(x, tensors)?;
@@ -76,18 +71,9 @@ impl<'a> Block<'a> {
                     (rows, cols),
                     [(qo, qs, qr, qc), (so, ss, sr, sc), (xo, xs, xr, xc)],
                     (*packed, *fold, *finite, *tiled),
-                    |i| {
-                        let si = self.global_index("fp4_gemv scales", scales.tensor, i, tensors)?;
-                        Ok(tensors[scales.tensor.0 as usize].get_i64(si) as u32)
-                    },
-                    |i| {
-                        let qi = self.global_index("fp4_gemv words", words.tensor, i, tensors)?;
-                        Ok(tensors[words.tensor.0 as usize].get_i64(qi) as u32)
-                    },
-                    |i| {
-                        let xi = self.global_index("fp4_gemv x", x.tensor, i, tensors)?;
-                        Ok(tensors[x.tensor.0 as usize].get_f32(xi))
-                    },
+                    |i| Ok(self.global_read("fp4_gemv scales", scales.tensor, i, true, tensors)? as u32),
+                    |i| Ok(self.global_read("fp4_gemv words", words.tensor, i, true, tensors)? as u32),
+                    |i| Ok(self.global_read("fp4_gemv x", x.tensor, i, false, tensors)? as f32),
                 )?;
                 // The GPU leaves its warps' partials in `scratch`: unspecified, poisoned here.
                 self.claim(*scratch);

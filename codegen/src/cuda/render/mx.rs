@@ -46,31 +46,18 @@ impl<'a> Renderer<'a> {
                 );
                 self.line(&line);
             }
-            Stmt::Fp4Gemv {
-                out,
-                scratch,
-                words,
-                scales,
-                x,
-                packed,
-                fold,
-                finite,
-                chunk,
-                ring,
-                staged,
-                l2_prefetch,
-                tiled,
-                bulk,
-                x_two_ahead,
-            } => {
+            Stmt::Fp4Gemv(g) => {
+                let (out, Fp4Flags { packed, fold, finite }) = (&g.out, g.flags());
                 let line = format!(
-                    "k3k::fp4_gemv<{packed}, {fold}, {finite}, {}, {}, {}, {chunk}, {ring}, {}, {}{}>({}, {}, {}, s{}, {}, {}, {});",
+                    "k3k::fp4_gemv<{packed}, {fold}, {finite}, {}, {}, {}, {}, {}, {}, {}{}>({}, {}, {}, s{}, {}, {}, {});",
                     out.rows,
                     out.cols,
                     k.threads / 32,
+                    g.chunk,
+                    g.ring,
                     self.shared_layout(out.buf),
-                    self.shared_layout(*scratch),
-                    match (*staged, *l2_prefetch, *tiled, *bulk, *x_two_ahead) {
+                    self.shared_layout(g.scratch),
+                    match (g.staged, g.l2_prefetch, g.tiled, g.bulk, g.x_two_ahead) {
                         (false, ..) => String::new(),
                         (true, n, t, b, true) => format!(", true, {n}, {t}, {b}, true"),
                         (true, 0, false, _, false) => ", true".to_string(),
@@ -81,10 +68,10 @@ impl<'a> Renderer<'a> {
                     self.shared_ptr(out),
                     out.row0,
                     out.col0,
-                    scratch.0,
-                    self.view_args(words),
-                    self.view_args(scales),
-                    self.view_args(x)
+                    g.scratch.0,
+                    self.view_args(&g.words),
+                    self.view_args(&g.scales),
+                    self.view_args(&g.x)
                 );
                 self.line(&line);
             }

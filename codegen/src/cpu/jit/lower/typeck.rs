@@ -187,7 +187,7 @@ impl<'a> Types<'a> {
                         }
                     }
                 }
-                Stmt::Fp4Gemv { out, words, scales, x, .. } => {
+                Stmt::Fp4Gemv(Fp4Gemv { out, words, scales, x, .. }) => {
                     self.window(out, 1)?;
                     self.global_view(words)?;
                     self.global_view(scales)?;
