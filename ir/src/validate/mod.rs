@@ -7,6 +7,7 @@
 use crate::dtype::{DType, ScalarTy};
 use crate::expr::{ArrId, BinOp, Expr, SharedId, Special, TileId, UnOp, VarId, VecId};
 use crate::kernel::*;
+use crate::mx::*;
 use std::collections::{HashMap, HashSet};
 
 mod decls;

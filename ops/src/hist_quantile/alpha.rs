@@ -560,10 +560,8 @@ fn lower_bound_and_count(b: &mut KernelBuilder, vals: &[Expr], k: u32) -> (Expr,
     let m = b.let_("m", tree(vals.to_vec(), &|x, y| x.max(y)));
     let l = warp_kth_largest_rows(b, vec![m], k).remove(0);
     let l = b.let_("l", l);
-    let cnt = b.let_(
-        "cnt",
-        tree(vals.iter().map(|v| Expr::select(v.ge(l.clone()), 1.0f64, 0.0f64)).collect(), &|x, y| x + y),
-    );
+    let cnt = b
+        .let_("cnt", tree(vals.iter().map(|v| Expr::select(v.ge(l.clone()), 1.0f64, 0.0f64)).collect(), &|x, y| x + y));
     (l, cnt)
 }
 
