@@ -139,7 +139,7 @@ fn producer_warp_kernels_compile_without_spills_as_two_role_slices() {
     ];
     for (spec, knobs) in cases {
         let k = build_kernel(&spec, &knobs).unwrap();
-        assert_renders(
+        let src = assert_renders(
             &k,
             &knobs,
             &[

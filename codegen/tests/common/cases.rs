@@ -669,8 +669,8 @@ pub fn threads_divergent() -> Case {
     let blocks = 3usize;
     let mut b = KernelBuilder::new("p_threads", threads);
     let x = b.tensor("x", DType::I32, &[Expr::Int(8)], Access::Read);
-    let y = matrix(&mut b, "y", DType::I64, [blocks, threads], Access::Write);
-    let z = matrix(&mut b, "z", DType::F32, [blocks, threads], Access::Write);
+    let y = matrix(&mut b, "y", DType::I64, [blocks, threads as usize], Access::Write);
+    let z = matrix(&mut b, "z", DType::F32, [blocks, threads as usize], Access::Write);
     b.grid(blocks as i64, 1i64, 1i64);
     let base = b.let_("base", Expr::block_idx(0) * threads as i64);
     b.threads(|b| {

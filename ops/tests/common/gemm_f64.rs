@@ -27,13 +27,14 @@ pub fn seeded() -> (u64, StdRng) {
     (seed, StdRng::seed_from_u64(seed))
 }
 
-/// Asserts that the CUDA C of kernel `k` (built at `knobs`) holds every line of `wants`.
+/// The CUDA C of kernel `k` (built at `knobs`), asserting that it holds every line of `wants`.
 #[allow(dead_code)]
-pub fn assert_renders(k: &Kernel, knobs: &Knobs, wants: &[&str]) {
+pub fn assert_renders(k: &Kernel, knobs: &Knobs, wants: &[&str]) -> String {
     let src = k3k_codegen::render(k).unwrap();
     for want in wants {
         assert!(src.contains(want), "{knobs}: no `{want}` in the CUDA");
     }
+    src
 }
 
 /// One case's shape: the rows of each group (`grouped`: one weight matrix a group, else one dense matrix), the
