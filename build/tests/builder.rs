@@ -235,7 +235,7 @@ fn plan_records_tables_scalars_and_io() {
 #[test]
 fn kda_plan_embeds_shape_only_tables() {
     let out = tempfile::tempdir().unwrap();
-    let (report, src) = plan_of(
+    let (_, src) = plan_of(
         out.path(),
         "kda",
         "kda_prefill",
