@@ -58,11 +58,11 @@ fn experiment_names_are_parsed_strictly() {
 /// the validator names it otherwise. (The primitive cases build the staged kernel at every size: `primitives.rs`.)
 #[test]
 fn l2_prefetch_is_validated() {
-    use k3k_ir::{Fp4Gemv, Stmt, validate};
+    use k3k_ir::{Stmt, validate};
     fn set(k: &mut k3k_ir::Kernel, v: u32) {
         for s in &mut k.body {
-            if let Stmt::Fp4Gemv(Fp4Gemv { l2_prefetch, .. }) = s {
-                *l2_prefetch = v;
+            if let Stmt::Fp4Gemv(g) = s {
+                g.l2_prefetch = v;
             }
         }
     }

@@ -321,7 +321,7 @@ impl KernelBuilder {
             }
             Fp4Ring::Shared(staging) => (true, staging),
         };
-        self.push(Stmt::Fp4Gemv(Fp4Gemv {
+        self.push(Stmt::Fp4Gemv(Box::new(Fp4Gemv {
             out,
             scratch,
             words,
@@ -337,7 +337,7 @@ impl KernelBuilder {
             tiled,
             bulk,
             x_two_ahead,
-        }));
+        })));
     }
     /// Start `acc += a @ b` on the warpgroup tensor cores (see [`Stmt::MmaAsync`]).
     pub fn mma_async(&mut self, acc: TileId, a: Operand, b: Operand) {

@@ -598,7 +598,7 @@ pub enum Stmt {
     /// `x_two_ahead` (staged 8-token tiles only; schedule only): each warp loads a quad's activations into
     /// registers two quads ahead of their product instead of one (a second register set live across each product,
     /// which then hides the activations' L2 latency).
-    Fp4Gemv(Fp4Gemv),
+    Fp4Gemv(Box<Fp4Gemv>),
 }
 
 /// The lane exchanges of [`Stmt::WarpShuffle`]; lane `l` of a warp receives:

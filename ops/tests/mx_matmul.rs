@@ -791,9 +791,9 @@ fn gemv_staged_ring_is_a_knob() {
         let count = |k: &k3k_ir::Kernel, want: bool| {
             let mut n = 0;
             k.visit_stmts(&mut |s| {
-                if let k3k_ir::Stmt::Fp4Gemv(k3k_ir::Fp4Gemv { staged, ring, .. }) = s
-                    && *staged == want
-                    && (!want || *ring == stages as u32)
+                if let k3k_ir::Stmt::Fp4Gemv(g) = s
+                    && g.staged == want
+                    && (!want || g.ring == stages as u32)
                 {
                     n += 1;
                 }
@@ -808,9 +808,7 @@ fn gemv_staged_ring_is_a_knob() {
         let main = &auto[0];
         let n = |want: bool| {
             let mut n = 0;
-            main.visit_stmts(&mut |s| {
-                n += matches!(s, k3k_ir::Stmt::Fp4Gemv(k3k_ir::Fp4Gemv { staged, .. }) if *staged == want) as i32
-            });
+            main.visit_stmts(&mut |s| n += matches!(s, k3k_ir::Stmt::Fp4Gemv(g) if g.staged == want) as i32);
             n
         };
         assert_eq!((n(true), n(false)), if staged { (1, 0) } else { (0, 1) }, "{}", p.name);

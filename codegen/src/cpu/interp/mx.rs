@@ -61,7 +61,8 @@ impl<'a> Block<'a> {
                 }
                 self.tiles[tile.0 as usize] = out;
             }
-            Stmt::Fp4Gemv(Fp4Gemv { out, scratch, words, scales, x, packed, fold, finite, tiled, .. }) => {
+            Stmt::Fp4Gemv(g) => {
+                let Fp4Gemv { out, scratch, words, scales, x, packed, fold, finite, tiled, .. } = &**g;
                 let (qo, qs, qr, qc) = self.view(words, tensors)?;
                 let (so, ss, sr, sc) = self.view(scales, tensors)?;
                 let (xo, xs, xr, xc) = self.view(x, tensors)?;

@@ -53,7 +53,8 @@ pub(super) unsafe fn mx_stmt(ctx: &mut Ctx, s: &Stmt, arg: &dyn Fn(usize) -> i64
                     }
                 }
             }
-            Stmt::Fp4Gemv(Fp4Gemv { out, scratch, words, scales, x, packed, fold, finite, tiled, .. }) => {
+            Stmt::Fp4Gemv(g) => {
+                let Fp4Gemv { out, scratch, words, scales, x, packed, fold, finite, tiled, .. } = &**g;
                 // The interpreter's sums: per valid row, its decoded blocks, one f32 sum per token in column order.
                 let base = f.shared_base(out, arg(0));
                 let (qo, qs, qr, qc) = (arg(1), arg(2), arg(3), arg(4));

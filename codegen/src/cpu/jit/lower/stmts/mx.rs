@@ -22,7 +22,8 @@ impl<'a, 'f> Lower<'a, 'f> {
                 }
                 self.host_tile(s, &args);
             }
-            Stmt::Fp4Gemv(Fp4Gemv { out, words, scales, x, .. }) => {
+            Stmt::Fp4Gemv(g) => {
+                let Fp4Gemv { out, words, scales, x, .. } = &**g;
                 let mut args = vec![self.shared_index(out)?];
                 args.extend(self.global_view(words)?);
                 args.extend(self.global_view(scales)?);
