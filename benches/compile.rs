@@ -32,6 +32,19 @@ fn cases() -> Vec<Case> {
         .collect()
 }
 
+/// A group timing `f` on every kernel of each case (one sample: all of a case's kernels).
+fn each_kernel(c: &mut Criterion, group: &str, cases: &[Case], f: impl Fn(&Kernel)) {
+    let mut g = c.benchmark_group(group);
+    g.sample_size(20);
+    for (name, _, kernels) in cases {
+        g.throughput(Throughput::Elements(kernels.len() as u64));
+        g.bench_function(BenchmarkId::from_parameter(name), |b| {
+            b.iter(|| kernels.iter().for_each(|k| f(black_box(k))))
+        });
+    }
+    g.finish();
+}
+
 fn bench(c: &mut Criterion) {
     let cases = cases();
     assert!(!cases.is_empty(), "every operator has a benchmark preset");
@@ -44,34 +57,13 @@ fn bench(c: &mut Criterion) {
     }
     g.finish();
 
-    let mut g = c.benchmark_group("validate + hash");
-    g.sample_size(20);
-    for (name, _, kernels) in &cases {
-        g.throughput(Throughput::Elements(kernels.len() as u64));
-        g.bench_function(BenchmarkId::from_parameter(name), |b| {
-            b.iter(|| {
-                for k in kernels {
-                    validate(black_box(k)).expect("the operator's kernels validate");
-                    black_box(stable_hash(k));
-                }
-            })
-        });
-    }
-    g.finish();
-
-    let mut g = c.benchmark_group("render CUDA");
-    g.sample_size(20);
-    for (name, _, kernels) in &cases {
-        g.throughput(Throughput::Elements(kernels.len() as u64));
-        g.bench_function(BenchmarkId::from_parameter(name), |b| {
-            b.iter(|| {
-                for k in kernels {
-                    black_box(render(black_box(k)).expect("the operator's kernels render"));
-                }
-            })
-        });
-    }
-    g.finish();
+    each_kernel(c, "validate + hash", &cases, |k| {
+        validate(k).expect("the operator's kernels validate");
+        black_box(stable_hash(k));
+    });
+    each_kernel(c, "render CUDA", &cases, |k| {
+        black_box(render(k).expect("the operator's kernels render"));
+    });
 
     // The tuner's planning before any compile: walk the knob space in its fixed order and keep the first 60 points
     // whose kernels build for the preset (`k3k tune` then compiles those in parallel).

@@ -13,6 +13,24 @@ fn parse(path: &Path) -> syn::File {
     syn::parse_file(&src).unwrap_or_else(|e| panic!("generated Rust does not parse: {e}\n{src}"))
 }
 
+/// The plan module that `k3k-build` writes into `out` for `op` (as `alias`) at `dims`, with no tuning records: the
+/// report and the generated Rust (which must parse).
+fn plan_of(out: &Path, op: &str, alias: &str, dims: &[(&str, i64)]) -> (k3k_build::Report, String) {
+    let report = Builder::new()
+        .op(op)
+        .alias(alias)
+        .dims(dims)
+        .plan(true)
+        .results_dir(out.join("none"))
+        .out_dir(out)
+        .cargo_output(false)
+        .build()
+        .unwrap();
+    parse(&report.rust_file);
+    let src = std::fs::read_to_string(&report.rust_file).unwrap();
+    (report, src)
+}
+
 fn fn_params(f: &syn::File, module: &str, ty: &str, func: &str) -> Vec<String> {
     use quote_free::*;
     let m = f
@@ -193,18 +211,9 @@ fn tuned_record_is_used_and_named() {
 #[test]
 fn plan_records_tables_scalars_and_io() {
     let out = tempfile::tempdir().unwrap();
-    let report = Builder::new()
-        .op("hist_quantile.qb")
-        .alias("router_qb")
-        .dims(&[("T", 300), ("E", 16), ("k", 4), ("B", 256)])
-        .plan(true)
-        .results_dir(out.path().join("none"))
-        .out_dir(out.path())
-        .cargo_output(false)
-        .build()
-        .unwrap();
+    let (report, src) =
+        plan_of(out.path(), "hist_quantile.qb", "router_qb", &[("T", 300), ("E", 16), ("k", 4), ("B", 256)]);
     let file = parse(&report.rust_file);
-    let src = std::fs::read_to_string(&report.rust_file).unwrap();
     // Inputs s and b are data (they differ between seeds); outputs alpha, counts, bias.
     assert!(src.contains("pub struct Inputs<'a>"));
     assert!(src.contains("pub s: &'a dyn rt::In<rt::F32>,"), "{src}");
@@ -226,18 +235,12 @@ fn plan_records_tables_scalars_and_io() {
 #[test]
 fn kda_plan_embeds_shape_only_tables() {
     let out = tempfile::tempdir().unwrap();
-    let report = Builder::new()
-        .op("kda")
-        .alias("kda_prefill")
-        .dims(&[("B", 1), ("T", 70), ("H", 2), ("K", 64), ("V", 64), ("safe", 1), ("h0", 1)])
-        .plan(true)
-        .results_dir(out.path().join("none"))
-        .out_dir(out.path())
-        .cargo_output(false)
-        .build()
-        .unwrap();
-    parse(&report.rust_file);
-    let src = std::fs::read_to_string(&report.rust_file).unwrap();
+    let (_, src) = plan_of(
+        out.path(),
+        "kda",
+        "kda_prefill",
+        &[("B", 1), ("T", 70), ("H", 2), ("K", 64), ("V", 64), ("safe", 1), ("h0", 1)],
+    );
     assert!(src.contains(r#"name: "ctab", role: rt::BufRole::Const"#), "{src}");
     assert!(src.contains(r#"name: "q", role: rt::BufRole::Input"#));
     assert!(src.contains(r#"name: "h0", role: rt::BufRole::Input"#));
@@ -322,18 +325,12 @@ fn raw_ir_kernels_get_launchers() {
 #[test]
 fn mxfp8_decode_plan_launches_the_activation_dequant_first() {
     let out = tempfile::tempdir().unwrap();
-    let report = Builder::new()
-        .op("mxfp4_matmul")
-        .alias("expert_up")
-        .dims(&[("G", 3), ("per", 4), ("K", 256), ("N", 64), ("packed", 1), ("act", 1)])
-        .plan(true)
-        .results_dir(out.path().join("none"))
-        .out_dir(out.path())
-        .cargo_output(false)
-        .build()
-        .unwrap();
-    parse(&report.rust_file);
-    let src = std::fs::read_to_string(&report.rust_file).unwrap();
+    let (report, src) = plan_of(
+        out.path(),
+        "mxfp4_matmul",
+        "expert_up",
+        &[("G", 3), ("per", 4), ("K", 256), ("N", 64), ("packed", 1), ("act", 1)],
+    );
     assert!(src.contains(r#"name: "xq", role: rt::BufRole::Input"#), "{src}");
     assert!(src.contains(r#"name: "xd", role: rt::BufRole::Scratch"#), "{src}");
     let names: Vec<&str> = report.kernels.iter().map(|k| k.name.as_str()).collect();

@@ -20,6 +20,25 @@ fn build(b: Builder, out: &Path) -> Result<Report, BuildError> {
         .build()
 }
 
+/// The registered operator of this name.
+fn op_named(name: &str) -> Box<dyn k3k_ops::op::Operator> {
+    k3k_ops::registry::all().into_iter().find(|o| o.name() == name).unwrap()
+}
+
+/// A small grouped GEMM request.
+fn small_gemm() -> Builder {
+    Builder::new().op("latent_moe_gemm").alias("g").dims(&[("G", 2), ("mean", 32), ("K", 256), ("N", 512)])
+}
+
+/// The error of a request that must not build.
+fn build_error(b: Builder) -> String {
+    let out = tempfile::tempdir().unwrap();
+    match build(b, out.path()) {
+        Ok(_) => panic!("the request built; a build error was expected"),
+        Err(e) => e.to_string(),
+    }
+}
+
 fn generated(r: &Report) -> String {
     std::fs::read_to_string(&r.rust_file).unwrap()
 }
@@ -150,7 +169,7 @@ fn run_with(inst: &dyn k3k_ops::op::Instance, knobs: &k3k_ir::Knobs, emitted: &[
 
 #[test]
 fn the_default_mxfp4_launcher_is_right_for_every_scale_byte() {
-    let op = k3k_ops::registry::all().into_iter().find(|o| o.name() == "mxfp4_matmul").unwrap();
+    let op = op_named("mxfp4_matmul");
     for dims in
         [&[("M", 4), ("N", 64), ("K", 256)][..], &[("G", 3), ("per", 5), ("N", 64), ("K", 128), ("epilogue", 1)]]
     {
@@ -235,29 +254,21 @@ fn generated_names_do_not_change_with_knobs() {
 
 #[test]
 fn typos_in_a_request_are_build_errors() {
-    let out = tempfile::tempdir().unwrap();
-    let gemm =
-        || Builder::new().op("latent_moe_gemm").alias("g").dims(&[("G", 2), ("mean", 32), ("K", 256), ("N", 512)]);
-    let err = |b: Builder| match build(b, out.path()) {
-        Ok(_) => panic!("the request built; a build error was expected"),
-        Err(e) => e.to_string(),
-    };
-
-    let e = err(gemm().knobs("bm=64"));
+    let e = build_error(small_gemm().knobs("bm=64"));
     assert!(e.contains("unknown knob `bm`") && e.contains("`BM`"), "{e}");
-    let e = err(gemm().knobs("MMA=tensor"));
+    let e = build_error(small_gemm().knobs("MMA=tensor"));
     assert!(e.contains("`MMA`") && e.contains("tensor"), "{e}");
-    let e = err(gemm().knobs("FOO=1"));
+    let e = build_error(small_gemm().knobs("FOO=1"));
     assert!(e.contains("`FOO`"), "{e}");
-    let e = err(gemm().pin("NX", 3));
+    let e = build_error(small_gemm().pin("NX", 3));
     assert!(e.contains("`.pin(..)` names `NX`") && e.contains("`K`"), "{e}");
-    let e = err(gemm().free_dims(&["MM"]));
+    let e = build_error(small_gemm().free_dims(&["MM"]));
     assert!(e.contains("`.free_dims(..)` names `MM`"), "{e}");
-    let e = err(gemm().roles(&["A", "B"]));
+    let e = build_error(small_gemm().roles(&["A", "B"]));
     assert!(e.contains("`.roles(..)` names 2 kernels"), "{e}");
-    let e = err(gemm().op("latent_moe_gemm").alias("g").dims(&[("M", 4), ("K", 256), ("N", 512)]));
+    let e = build_error(small_gemm().op("latent_moe_gemm").alias("g").dims(&[("M", 4), ("K", 256), ("N", 512)]));
     assert!(e.contains("alias `g` names two requests"), "{e}");
-    let e = err(gemm().assume_folded_scales());
+    let e = build_error(small_gemm().assume_folded_scales());
     assert!(e.contains("`assume_folded_scales()` applies to `mxfp4_matmul` only"), "{e}");
 }
 
@@ -377,7 +388,7 @@ fn varlen_spec(chunk: usize, hv: usize, dk: usize, dv: usize, max_tokens: usize,
 
 #[test]
 fn a_varlen_kda_request_serves_batches_of_any_lengths() {
-    let op = k3k_ops::registry::all().into_iter().find(|o| o.name() == "kda").unwrap();
+    let op = op_named("kda");
     let dims = [("H", 2), ("K", 64), ("V", 64), ("safe", 1), ("gate", 1), ("l2norm", 1), ("bsig", 1)];
     let out = tempfile::tempdir().unwrap();
     let r = build(Builder::new().op("kda").alias("attn").dims(&dims).varlen(4096, 8), out.path()).unwrap();
@@ -468,19 +479,12 @@ fn a_varlen_kda_request_serves_batches_of_any_lengths() {
 
 #[test]
 fn unknown_or_negative_dims_are_build_errors() {
-    let out = tempfile::tempdir().unwrap();
-    let gemm =
-        || Builder::new().op("latent_moe_gemm").alias("g").dims(&[("G", 2), ("mean", 32), ("K", 256), ("N", 512)]);
-    let err = |b: Builder| match build(b, out.path()) {
-        Ok(_) => panic!("the request built; a build error was expected"),
-        Err(e) => e.to_string(),
-    };
     // Dims the operator does not take, misspelt or unknown, name the dim.
-    let e = err(gemm().dims(&[("FOO", 7)]));
+    let e = build_error(small_gemm().dims(&[("FOO", 7)]));
     assert!(e.contains("FOO"), "{e}");
-    let e = err(Builder::new().op("mxfp4_matmul").dims(&[("M", 4), ("N", 64), ("K", 256), ("pakced", 1)]));
+    let e = build_error(Builder::new().op("mxfp4_matmul").dims(&[("M", 4), ("N", 64), ("K", 256), ("pakced", 1)]));
     assert!(e.contains("pakced"), "{e}");
-    let e = err(gemm().dims(&[("G", -1)]));
+    let e = build_error(small_gemm().dims(&[("G", -1)]));
     assert!(e.contains("`G`") || e.contains("G"), "{e}");
 }
 
@@ -489,7 +493,7 @@ fn a_paged_mla_decode_built_for_one_cache_length_serves_others() {
     // The cache length comes as data (a lengths tensor), so no shape check can catch a launcher used past the
     // length it was built for. The launcher built for S = 100 is the one-split kernel (no combine); the
     // operator builds the very same kernel for the one-split plan at every length, and it is right there.
-    let op = k3k_ops::registry::all().into_iter().find(|o| o.name() == "gated_mla.decode").unwrap();
+    let op = op_named("gated_mla.decode");
     let dims = [("B", 2), ("SQ", 1), ("H", 4), ("S", 100)];
     let out = tempfile::tempdir().unwrap();
     let r = build(Builder::new().op("gated_mla.decode").dims(&dims), out.path()).unwrap();
@@ -546,7 +550,7 @@ fn a_grouped_mxfp4_launcher_built_for_few_rows_per_expert_is_right_for_more() {
     // Rows per expert come as data (offsets), so no shape check sees them: the kernel built for 4 rows per
     // expert (the decode-like path) must be right, if slower, for any count; the operator itself picks other
     // paths past it (checked here too: they differ).
-    let op = k3k_ops::registry::all().into_iter().find(|o| o.name() == "mxfp4_matmul").unwrap();
+    let op = op_named("mxfp4_matmul");
     let dims = [("G", 3), ("per", 4), ("N", 64), ("K", 128)];
     let out = tempfile::tempdir().unwrap();
     let r = build(Builder::new().op("mxfp4_matmul").dims(&dims), out.path()).unwrap();
@@ -570,7 +574,7 @@ fn a_grouped_mxfp4_launcher_built_for_few_rows_per_expert_is_right_for_more() {
 #[test]
 fn a_bucketed_mxfp4_launcher_picks_the_kernel_of_the_token_count() {
     assert_eq!([0, 1, 2, 5, 16, 17, 64, 1000].map(|v| rt::pick_bucket(&[1, 4, 16, 64], v)), [0, 0, 1, 2, 2, 3, 3, 3]);
-    let op = k3k_ops::registry::all().into_iter().find(|o| o.name() == "mxfp4_matmul").unwrap();
+    let op = op_named("mxfp4_matmul");
     let dims = [("M", 16), ("N", 64), ("K", 256)];
     let buckets = [1i64, 4, 16];
     let out = tempfile::tempdir().unwrap();
@@ -620,7 +624,7 @@ fn a_bucketed_mxfp4_launcher_picks_the_kernel_of_the_token_count() {
 fn a_varlen_gated_mla_prefill_launcher_serves_other_batches() {
     // The kernel reads cu_seqlens from device memory: a launcher built for one batch takes any other (its
     // kernel is the operator's own for every varlen batch; H stays fixed).
-    let op = k3k_ops::registry::all().into_iter().find(|o| o.name() == "gated_mla.prefill").unwrap();
+    let op = op_named("gated_mla.prefill");
     let base = [("H", 2), ("causal", 1), ("gate", 1)];
     let out = tempfile::tempdir().unwrap();
     let mut dims: Vec<(&str, i64)> = base.to_vec();

@@ -61,8 +61,8 @@ fn l2_prefetch_is_validated() {
     use k3k_ir::{Stmt, validate};
     fn set(k: &mut k3k_ir::Kernel, v: u32) {
         for s in &mut k.body {
-            if let Stmt::Fp4Gemv { l2_prefetch, .. } = s {
-                *l2_prefetch = v;
+            if let Stmt::Fp4Gemv(g) = s {
+                g.l2_prefetch = v;
             }
         }
     }

@@ -5,6 +5,7 @@ use crate::dtype::{DType, ScalarTy};
 use crate::expr::{ArrId, Expr, SharedId, SymId, TensorId, TileId, VarId, VecId};
 use crate::kernel::*;
 use crate::knob::Knobs;
+use crate::mx::*;
 use crate::tma::{MbarDecl, MbarId, MbarRef, TensorMapDecl, TmaLoad, TmaStore, TmapId};
 use crate::validate::{IrError, validate};
 

@@ -14,28 +14,32 @@
 use crate::dtype::ScalarTy;
 use serde::{Deserialize, Serialize};
 
-/// Index of a shape symbol or scalar kernel argument in [`crate::Kernel::syms`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct SymId(pub u32);
-/// Index of a variable in [`crate::Kernel::vars`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct VarId(pub u32);
-/// Index of a tensor argument in [`crate::Kernel::tensors`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct TensorId(pub u32);
-/// Index of a register tile in [`crate::Kernel::tiles`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct TileId(pub u32);
-/// Index of a row vector in [`crate::Kernel::vecs`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct VecId(pub u32);
-/// Index of a shared-memory buffer in [`crate::Kernel::shared`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct SharedId(pub u32);
-/// Index of a per-thread register array in [`crate::Kernel::arrays`] (introduced by [`crate::Stmt::LetArray`]
-/// inside a [`crate::Stmt::Threads`] region).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct ArrId(pub u32);
+/// Index newtypes: `u32` indices into the kernel's declaration lists.
+macro_rules! ids {
+    ($($(#[$doc:meta])* $name:ident;)*) => {$(
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        pub struct $name(pub u32);
+    )*};
+}
+
+ids! {
+    /// Index of a shape symbol or scalar kernel argument in [`crate::Kernel::syms`].
+    SymId;
+    /// Index of a variable in [`crate::Kernel::vars`].
+    VarId;
+    /// Index of a tensor argument in [`crate::Kernel::tensors`].
+    TensorId;
+    /// Index of a register tile in [`crate::Kernel::tiles`].
+    TileId;
+    /// Index of a row vector in [`crate::Kernel::vecs`].
+    VecId;
+    /// Index of a shared-memory buffer in [`crate::Kernel::shared`].
+    SharedId;
+    /// Index of a per-thread register array in [`crate::Kernel::arrays`] (introduced by [`crate::Stmt::LetArray`]
+    /// inside a [`crate::Stmt::Threads`] region).
+    ArrId;
+}
 
 /// Built-in launch coordinates.
 ///
@@ -249,41 +253,24 @@ pub enum Expr {
     ArrayGet(ArrId, Box<Expr>),
 }
 
-impl From<i64> for Expr {
-    fn from(v: i64) -> Self {
-        Expr::Int(v)
-    }
+/// `From` conversions into one variant of [`Expr`]: `variant(as type): source types`.
+macro_rules! expr_from {
+    ($($variant:ident($ty:ty): $($src:ty),+;)*) => {$($(
+        impl From<$src> for Expr {
+            #[allow(clippy::unnecessary_cast)]
+            fn from(v: $src) -> Self {
+                Expr::$variant(v as $ty)
+            }
+        }
+    )+)*};
 }
-impl From<i32> for Expr {
-    fn from(v: i32) -> Self {
-        Expr::Int(v as i64)
-    }
+
+expr_from! {
+    Int(i64): i64, i32, u32, usize;
+    Float(f64): f64, f32;
+    Bool(bool): bool;
 }
-impl From<u32> for Expr {
-    fn from(v: u32) -> Self {
-        Expr::Int(v as i64)
-    }
-}
-impl From<usize> for Expr {
-    fn from(v: usize) -> Self {
-        Expr::Int(v as i64)
-    }
-}
-impl From<f64> for Expr {
-    fn from(v: f64) -> Self {
-        Expr::Float(v)
-    }
-}
-impl From<f32> for Expr {
-    fn from(v: f32) -> Self {
-        Expr::Float(v as f64)
-    }
-}
-impl From<bool> for Expr {
-    fn from(v: bool) -> Self {
-        Expr::Bool(v)
-    }
-}
+
 impl From<SymId> for Expr {
     fn from(v: SymId) -> Self {
         Expr::Sym(v)

@@ -1,6 +1,6 @@
 //! [`Stmt::Fp4Gemv`], the MXFP4 decode GEMV: an operator-specific statement (the decode step of
 //! `mxfp4_matmul` PATH=gemv), kept in an extension module at every stage so that adding or removing it touches
-//! few shared files. This module: its semantics, its ring types and its builder. The other stages:
+//! few shared files. This module: its semantics, its fields ([`Fp4Gemv`]), its ring types and its builder. The other stages:
 //! `validate/stmts/mx/fp4_gemv.rs`, `print/mx/fp4_gemv.rs`, and in `k3k-codegen` `cuda/render/mx/fp4_gemv.rs`
 //! (with the device primitive `prelude/tiles/fp4_gemv.cuh`), `cpu/interp/mx/fp4_gemv.rs`,
 //! `cpu/jit/rt/mx/fp4_gemv.rs` and `cpu/jit/lower/stmts/mx/fp4_gemv.rs`.
@@ -54,7 +54,58 @@
 
 use crate::builder::KernelBuilder;
 use crate::expr::SharedId;
-use crate::kernel::{Fp4Flags, GlobalView, SharedRef, Stmt};
+use crate::kernel::{GlobalView, SharedRef, Stmt, is_zero};
+use crate::mx::Fp4Flags;
+use serde::{Deserialize, Serialize};
+
+/// The fields of a [`Stmt::Fp4Gemv`] (described in this module), in one struct so that a backend reads the fields it
+/// needs (`g.out`, `g.staged`) instead of naming all fifteen; serialized as the statement's own fields.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Fp4Gemv {
+    pub out: SharedRef,
+    pub scratch: SharedId,
+    pub words: GlobalView,
+    pub scales: GlobalView,
+    pub x: GlobalView,
+    pub packed: bool,
+    pub fold: bool,
+    pub finite: bool,
+    pub chunk: u32,
+    pub ring: u32,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub staged: bool,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub l2_prefetch: u32,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub tiled: bool,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub bulk: bool,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub x_two_ahead: bool,
+}
+
+impl Fp4Gemv {
+    /// The layout and scale promises of the weights.
+    pub fn flags(&self) -> Fp4Flags {
+        Fp4Flags { packed: self.packed, fold: self.fold, finite: self.finite }
+    }
+
+    /// The ring as [`crate::KernelBuilder::fp4_gemv`] takes it: `ring` register stages, or (`staged`) stages in
+    /// shared memory with their L2 prefetch and layout.
+    pub fn ring(&self) -> Fp4Ring {
+        if self.staged {
+            Fp4Ring::Shared(Fp4Staging {
+                stages: self.ring,
+                l2_prefetch: self.l2_prefetch,
+                tiled: self.tiled,
+                bulk: self.bulk,
+                x_two_ahead: self.x_two_ahead,
+            })
+        } else {
+            Fp4Ring::Registers(self.ring)
+        }
+    }
+}
 
 /// The shared-memory ring of a staged [`Stmt::Fp4Gemv`]: its stages per warp, the L2 prefetch size of its
 /// copies, whether the words and scales are tile-major, whether they are copied in whole blocks (`bulk`), and
@@ -108,13 +159,13 @@ impl KernelBuilder {
         ring: Fp4Ring,
     ) {
         let Fp4Flags { packed, fold, finite } = flags;
-        let (staged, Fp4Staging { stages, l2_prefetch, tiled, bulk, x_two_ahead }) = match ring {
+        let (staged, Fp4Staging { stages: ring, l2_prefetch, tiled, bulk, x_two_ahead }) = match ring {
             Fp4Ring::Registers(stages) => {
                 (false, Fp4Staging { stages, l2_prefetch: 0, tiled: false, bulk: false, x_two_ahead: false })
             }
             Fp4Ring::Shared(staging) => (true, staging),
         };
-        self.push(Stmt::Fp4Gemv {
+        self.push(Stmt::Fp4Gemv(Box::new(Fp4Gemv {
             out,
             scratch,
             words,
@@ -124,12 +175,12 @@ impl KernelBuilder {
             fold,
             finite,
             chunk,
-            ring: stages,
+            ring,
             staged,
             l2_prefetch,
             tiled,
             bulk,
             x_two_ahead,
-        });
+        })));
     }
 }

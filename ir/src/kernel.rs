@@ -16,7 +16,9 @@
 use crate::dtype::DType;
 use crate::dtype::ScalarTy;
 use crate::expr::{ArrId, Expr, SharedId, SymId, TensorId, TileId, VarId, VecId};
+use crate::fp4_gemv::Fp4Gemv;
 use crate::knob::Knobs;
+use crate::mx::Fp4Prefetch;
 use crate::tma::{MbarDecl, MbarId, MbarRef, TensorMapDecl, TmaLoad, TmaStore};
 use serde::{Deserialize, Serialize};
 
@@ -554,45 +556,7 @@ pub enum Stmt {
     /// The product of streamed MXFP4 weights with a few bf16 activation rows, into shared memory (`out[r, t] =
     /// sum_c w[r, c] * x[t, c]`): an operator-specific statement, kept in an extension module of its own at every
     /// stage. Its semantics, schedule and fields: [`crate::fp4_gemv`].
-    Fp4Gemv {
-        out: SharedRef,
-        scratch: SharedId,
-        words: GlobalView,
-        scales: GlobalView,
-        x: GlobalView,
-        packed: bool,
-        fold: bool,
-        finite: bool,
-        chunk: u32,
-        ring: u32,
-        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-        staged: bool,
-        #[serde(default, skip_serializing_if = "is_zero")]
-        l2_prefetch: u32,
-        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-        tiled: bool,
-        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-        bulk: bool,
-        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-        x_two_ahead: bool,
-    },
-}
-
-/// The weight layout and scale promises of an MXFP4 statement (see [`Stmt::DequantFp4`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Fp4Flags {
-    pub packed: bool,
-    pub fold: bool,
-    pub finite: bool,
-}
-
-/// The next views of a prefetching [`Stmt::DequantFp4Stream`]: words and scales as the statement's own, and
-/// `first` (a block-uniform bool): the statement loads its own views itself (the pipeline's first slice).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Fp4Prefetch {
-    pub words: GlobalView,
-    pub scales: GlobalView,
-    pub first: Expr,
+    Fp4Gemv(Box<Fp4Gemv>),
 }
 
 /// The lane exchanges of [`Stmt::WarpShuffle`]; lane `l` of a warp receives:
@@ -677,7 +641,7 @@ pub struct Kernel {
     pub elected_warpgroup: u32,
 }
 
-fn is_zero(v: &u32) -> bool {
+pub(crate) fn is_zero(v: &u32) -> bool {
     *v == 0
 }
 
@@ -855,7 +819,7 @@ impl Stmt {
             | Stmt::StoreVec { .. }
             | Stmt::Scan { .. } => StmtFamily::Tiles,
             Stmt::Mma { .. } | Stmt::MmaAsync { .. } | Stmt::MmaWait { .. } => StmtFamily::Mma,
-            Stmt::DequantFp4 { .. } | Stmt::DequantFp4Stream { .. } | Stmt::Fp4Gemv { .. } => StmtFamily::Mx,
+            Stmt::DequantFp4 { .. } | Stmt::DequantFp4Stream { .. } | Stmt::Fp4Gemv(_) => StmtFamily::Mx,
             Stmt::Threads { .. }
             | Stmt::StoreScalar { .. }
             | Stmt::SharedStore { .. }

@@ -63,6 +63,7 @@ pub mod fp4_gemv;
 pub mod hash;
 pub mod kernel;
 pub mod knob;
+pub mod mx;
 pub mod print;
 pub mod tensor;
 pub mod tma;
@@ -72,10 +73,11 @@ pub use bind::{BindError, NUM_SMS, SymValue, TensorShape, bind, eval_grid, eval_
 pub use builder::{KernelBuilder, vec_view, view};
 pub use dtype::{DType, ScalarTy};
 pub use expr::{ArrId, BinOp, Expr, SharedId, Special, SymId, TensorId, TileId, UnOp, VarId, VecId};
-pub use fp4_gemv::{Fp4Ring, Fp4Staging};
+pub use fp4_gemv::{Fp4Gemv, Fp4Ring, Fp4Staging};
 pub use hash::stable_hash;
 pub use kernel::*;
 pub use knob::{KnobAxis, KnobError, KnobSpace, KnobValue, Knobs};
+pub use mx::{Fp4Flags, Fp4Prefetch};
 pub use tensor::HostTensor;
 pub use tma::{
     MbarDecl, MbarId, MbarRef, StageRing, TENSOR_MAP_BYTES, TMA_MAX_BOX, TensorMapDecl, TmaLoad, TmaStore, TmapId,

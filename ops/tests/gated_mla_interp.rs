@@ -305,6 +305,44 @@ fn paged_cache(rng: &mut StdRng, lens: &[usize], d: usize, page: usize) -> Paged
     Paged { cache, table, max_blocks, num_blocks }
 }
 
+/// A random paged decode problem: `s_q` queries of `h` heads for each request of `lens` keys, the decode's four
+/// inputs in a plan (q, the cache, the block table, the lengths) and the reference outputs.
+struct DecodeProblem {
+    seed: u64,
+    spec: DecodeSpec,
+    b: usize,
+    dv: usize,
+    plan: Plan,
+    inputs: [usize; 4],
+    want_o: Vec<f64>,
+    want_lse: Vec<f64>,
+}
+
+impl DecodeProblem {
+    fn new(lens: &[usize], s_q: usize, h: usize) -> Self {
+        let seed = fresh_seed();
+        let mut rng = seeded(seed);
+        let spec = DecodeSpec::default();
+        let (d, dv, page) = (spec.d as usize, spec.dv as usize, spec.page as usize);
+        let b = lens.len();
+        let paged = paged_cache(&mut rng, lens, d, page);
+        let q = bf16_normal(&mut rng, b * s_q * h * d, 1.0);
+        let seqlens: Vec<i64> = lens.iter().map(|&l| l as i64).collect();
+        let table: Vec<i64> = paged.table.iter().map(|&x| x as i64).collect();
+        let mut plan = Plan::default();
+        let inputs = [
+            plan.input("q", bf16(&[b, s_q, h, d], &q)),
+            plan.input("kv", bf16(&[paged.num_blocks, page, d], &paged.cache)),
+            plan.input("block_table", i32s(&[b, paged.max_blocks], &table)),
+            plan.input("cache_seqlens", i32s(&[b], &seqlens)),
+        ];
+        let lens32: Vec<i32> = lens.iter().map(|&l| l as i32).collect();
+        let (want_o, want_lse) =
+            mla_decode_paged(&q, &paged.cache, &paged.table, &lens32, b, s_q, h, d, dv, page, TAU as f64).unwrap();
+        DecodeProblem { seed, spec, b, dv, plan, inputs, want_o, want_lse }
+    }
+}
+
 /// Split-KV decode + combine against `mla_decode_paged`; returns the bf16 latent output of the first executor
 /// (for chaining into the gate kernel).
 fn decode_case(lens: &[usize], s_q: usize, h: usize, nsplit: usize, knobs: &Knobs) -> Vec<f32> {
@@ -320,23 +358,11 @@ fn decode_case_combine(
     knobs: &Knobs,
     combine_knobs: &Knobs,
 ) -> Vec<f32> {
-    let seed = fresh_seed();
-    let mut rng = seeded(seed);
-    let spec = DecodeSpec::default();
-    let (d, dv, page) = (spec.d as usize, spec.dv as usize, spec.page as usize);
-    let b = lens.len();
-    let paged = paged_cache(&mut rng, lens, d, page);
-    let q = bf16_normal(&mut rng, b * s_q * h * d, 1.0);
-    let seqlens: Vec<i64> = lens.iter().map(|&l| l as i64).collect();
-    let table: Vec<i64> = paged.table.iter().map(|&x| x as i64).collect();
+    let DecodeProblem { seed, spec, b, dv, mut plan, inputs: [q_i, kv_i, bt_i, sl_i], want_o, want_lse } =
+        DecodeProblem::new(lens, s_q, h);
     let main = build_decode(&spec, knobs).unwrap();
     let combine = build_decode_combine(&spec, combine_knobs).unwrap();
     let what = format!("{} + {} B={b} s_q={s_q} H={h} NSPLIT={nsplit} lens={lens:?}", main.name, combine.name);
-    let mut plan = Plan::default();
-    let q_i = plan.input("q", bf16(&[b, s_q, h, d], &q));
-    let kv_i = plan.input("kv", bf16(&[paged.num_blocks, page, d], &paged.cache));
-    let bt_i = plan.input("block_table", i32s(&[b, paged.max_blocks], &table));
-    let sl_i = plan.input("cache_seqlens", i32s(&[b], &seqlens));
     // The workspace is an output here so that the test sees every element was written.
     let op_i = plan.output("o_part", DType::F32, &[b, nsplit, s_q, h, dv]);
     let lp_i = plan.output("lse_part", DType::F32, &[b, nsplit, s_q, h]);
@@ -344,9 +370,6 @@ fn decode_case_combine(
     let l_i = plan.output("lse", DType::F32, &[b, h, s_q]);
     plan.step(main, &[q_i, kv_i, bt_i, sl_i, op_i, lp_i], &[("scale", SymValue::Float(TAU))]);
     plan.step(combine, &[op_i, lp_i, o_i, l_i], &[]);
-    let lens32: Vec<i32> = lens.iter().map(|&l| l as i32).collect();
-    let (want_o, want_lse) =
-        mla_decode_paged(&q, &paged.cache, &paged.table, &lens32, b, s_q, h, d, dv, page, TAU as f64).unwrap();
     let mut first = None;
     run_everywhere(seed, &what, &plan, |ex, outs| {
         // Partial outputs finite (0 where a split saw no key) and LSEs not NaN: every element was written.
@@ -424,28 +447,13 @@ fn decode_other_knob_points() {
 
 /// The one-split, one-query decode kernel that writes o and lse itself, against `mla_decode_paged`.
 fn decode_direct_case(lens: &[usize], h: usize, knobs: &Knobs) {
-    let seed = fresh_seed();
-    let mut rng = seeded(seed);
-    let spec = DecodeSpec::default();
-    let (d, dv, page) = (spec.d as usize, spec.dv as usize, spec.page as usize);
-    let b = lens.len();
-    let paged = paged_cache(&mut rng, lens, d, page);
-    let q = bf16_normal(&mut rng, b * h * d, 1.0);
-    let seqlens: Vec<i64> = lens.iter().map(|&l| l as i64).collect();
-    let table: Vec<i64> = paged.table.iter().map(|&x| x as i64).collect();
+    let DecodeProblem { seed, spec, b, dv, mut plan, inputs: [q_i, kv_i, bt_i, sl_i], want_o, want_lse } =
+        DecodeProblem::new(lens, 1, h);
     let main = build_decode_direct(&spec, knobs).unwrap();
     let what = format!("{} B={b} H={h} lens={lens:?}", main.name);
-    let mut plan = Plan::default();
-    let q_i = plan.input("q", bf16(&[b, 1, h, d], &q));
-    let kv_i = plan.input("kv", bf16(&[paged.num_blocks, page, d], &paged.cache));
-    let bt_i = plan.input("block_table", i32s(&[b, paged.max_blocks], &table));
-    let sl_i = plan.input("cache_seqlens", i32s(&[b], &seqlens));
     let o_i = plan.output("o", DType::Bf16, &[b, 1, h, dv]);
     let l_i = plan.output("lse", DType::F32, &[b, h, 1]);
     plan.step(main, &[q_i, kv_i, bt_i, sl_i, o_i, l_i], &[("scale", SymValue::Float(TAU))]);
-    let lens32: Vec<i32> = lens.iter().map(|&l| l as i32).collect();
-    let (want_o, want_lse) =
-        mla_decode_paged(&q, &paged.cache, &paged.table, &lens32, b, 1, h, d, dv, page, TAU as f64).unwrap();
     run_everywhere(seed, &what, &plan, |ex, outs| {
         check(&format!("{what} [{ex}] o"), seed, &f32s(outs, "o"), &want_o, BF16_TOL);
         check_lse(&format!("{what} [{ex}] lse"), seed, &f32s(outs, "lse"), &want_lse);

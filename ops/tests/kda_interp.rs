@@ -638,7 +638,9 @@ fn decode_continues_a_prefill() {
     let rms_row = (o_full.iter().map(|x| x * x).sum::<f64>() / (t + 1) as f64).sqrt();
     let diff = dec_o.iter().zip(&o_full[t * 64..]).map(|(a, b)| (a - b) * (a - b)).sum::<f64>().sqrt();
     let ro = diff / rms_row;
-    eprintln!("prefill + decode vs f64: state {ts:.2e} o {to:.2e}; vs the whole prefill: state {rs:.2e} o {ro:.2e} (of the rms row)");
+    eprintln!(
+        "prefill + decode vs f64: state {ts:.2e} o {to:.2e}; vs the whole prefill: state {rs:.2e} o {ro:.2e} (of the rms row)"
+    );
     assert!(ts < 5e-3 && to < 5e-3, "prefill + decode vs the f64 recurrence: state {ts} o {to} (seed {s})");
     assert!(rs < 2e-3 && ro < 1e-2, "prefill + decode vs the whole prefill: state {rs} o {ro} (seed {s})");
 }

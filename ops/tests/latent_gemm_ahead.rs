@@ -11,11 +11,11 @@
 #[path = "common/gemm_f64.rs"]
 mod gemm_f64;
 
-use gemm_f64::{Case, tma_knobs};
+use gemm_f64::{Case, seeded, tma_knobs};
 
 use k3k_ir::*;
 use k3k_ops::latent_moe_gemm::*;
-use rand::{Rng, SeedableRng, rngs::StdRng};
+use rand::rngs::StdRng;
 
 fn ahead_knobs(bm: i64, bn: i64, stages: i64, ahead: i64, release: &str, overlap: &str) -> Knobs {
     tma_knobs(bm, bn, stages)
@@ -59,8 +59,7 @@ fn check_case(seed: u64, rng: &mut StdRng, case: Case, knobs: &Knobs) {
 
 #[test]
 fn ahead_stream_matches_f64_across_tile_boundaries() {
-    let seed: u64 = rand::rng().random();
-    let mut rng = StdRng::seed_from_u64(seed);
+    let (seed, mut rng) = seeded();
     // BM=64: m-tiles 0, 1, 2, 0, 1, 3, 0, 1; N=130 at BN=64: 3 n-tiles; 24 tiles.
     let counts = [0usize, 17, 65, 0, 1, 130, 0, 63];
     let mut i = 0usize;
@@ -75,7 +74,7 @@ fn ahead_stream_matches_f64_across_tile_boundaries() {
                 let overlap = if (i / 2).is_multiple_of(2) { "off" } else { "on" };
                 i += 1;
                 let knobs = ahead_knobs(bm, 64, stages, ahead, release, overlap);
-                check_case(seed, &mut rng, Case(&counts, true, Epilogue::None, false, k, 130), &knobs);
+                check_case(seed, &mut rng, Case::plain(&counts, k, 130), &knobs);
             }
         }
     }
@@ -83,8 +82,7 @@ fn ahead_stream_matches_f64_across_tile_boundaries() {
 
 #[test]
 fn ahead_stream_matches_f64_with_glu_epilogues_routing_weights_dense_and_no_tiles() {
-    let seed: u64 = rand::rng().random();
-    let mut rng = StdRng::seed_from_u64(seed);
+    let (seed, mut rng) = seeded();
     let counts = [3usize, 0, 70, 129];
     for epilogue in [Epilogue::SwiGlu, Epilogue::SituGlu] {
         for (k, n_out) in [(136usize, 40usize), (64, 65)] {

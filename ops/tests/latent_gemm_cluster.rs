@@ -9,11 +9,11 @@
 #[path = "common/gemm_f64.rs"]
 mod gemm_f64;
 
-use gemm_f64::{Case, tma_knobs};
+use gemm_f64::{Case, seeded, tma_knobs};
 
 use k3k_ir::*;
 use k3k_ops::latent_moe_gemm::*;
-use rand::{Rng, SeedableRng, rngs::StdRng};
+use rand::rngs::StdRng;
 
 fn cluster_knobs(bm: i64, bn: i64, stages: i64, along: &str) -> Knobs {
     tma_knobs(bm, bn, stages)
@@ -34,8 +34,7 @@ fn check_case(seed: u64, rng: &mut StdRng, case: Case, knobs: &Knobs) {
 
 #[test]
 fn cluster_pairs_match_f64_on_ragged_groups_k_and_n_tails() {
-    let seed: u64 = rand::rng().random();
-    let mut rng = StdRng::seed_from_u64(seed);
+    let (seed, mut rng) = seeded();
     // BM=64: m-tiles per group 0, 1, 2, 0, 1, 3, 0, 1 (odd counts leave an idle sibling along M).
     let counts = [0usize, 17, 65, 0, 1, 130, 0, 63];
     for (k, n) in [(72usize, 130usize), (200, 64), (8, 65)] {
@@ -43,12 +42,12 @@ fn cluster_pairs_match_f64_on_ragged_groups_k_and_n_tails() {
             for overlap in ["off", "on"] {
                 for knobs in [cluster_knobs(64, 64, 3, along), cluster_knobs(128, 64, 4, along)] {
                     let knobs = knobs.with("OVERLAP", overlap);
-                    check_case(seed, &mut rng, Case(&counts, true, Epilogue::None, false, k, n), &knobs);
+                    check_case(seed, &mut rng, Case::plain(&counts, k, n), &knobs);
                 }
                 // The pair's producer streams (AHEAD): each CTA's producer runs ahead over the common walk.
                 for (stages, ahead) in [(3i64, 2i64), (4, 3), (4, 1)] {
                     let knobs = cluster_knobs(64, 64, stages, along).with("OVERLAP", overlap).with(AHEAD_KNOB, ahead);
-                    check_case(seed, &mut rng, Case(&counts, true, Epilogue::None, false, k, n), &knobs);
+                    check_case(seed, &mut rng, Case::plain(&counts, k, n), &knobs);
                 }
             }
         }
@@ -57,8 +56,7 @@ fn cluster_pairs_match_f64_on_ragged_groups_k_and_n_tails() {
 
 #[test]
 fn cluster_pairs_match_f64_with_glu_epilogues_routing_weights_and_dense() {
-    let seed: u64 = rand::rng().random();
-    let mut rng = StdRng::seed_from_u64(seed);
+    let (seed, mut rng) = seeded();
     let counts = [3usize, 0, 70, 129];
     for along in ["m", "n"] {
         for epilogue in [Epilogue::SwiGlu, Epilogue::SituGlu] {

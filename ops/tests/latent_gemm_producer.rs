@@ -7,11 +7,11 @@
 #[path = "common/gemm_f64.rs"]
 mod gemm_f64;
 
-use gemm_f64::{Case, tma_knobs};
+use gemm_f64::{Case, assert_renders, seeded, tma_knobs};
 
 use k3k_ir::*;
 use k3k_ops::latent_moe_gemm::*;
-use rand::{Rng, SeedableRng, rngs::StdRng};
+use rand::rngs::StdRng;
 
 fn producer_knobs(bm: i64, bn: i64, stages: i64, ahead: i64, overlap: &str) -> Knobs {
     tma_knobs(bm, bn, stages).with(AHEAD_KNOB, ahead).with(OVERLAP_KNOB, overlap).with(PRODUCER_KNOB, "warp")
@@ -64,8 +64,7 @@ fn check_case(seed: u64, rng: &mut StdRng, case: Case, knobs: &Knobs) {
 
 #[test]
 fn producer_warp_matches_f64_across_tile_boundaries() {
-    let seed: u64 = rand::rng().random();
-    let mut rng = StdRng::seed_from_u64(seed);
+    let (seed, mut rng) = seeded();
     // BM=64: ragged groups with empty ones, 3 n-tiles at N=130: every block walks several tiles.
     let counts = [0usize, 17, 65, 0, 1, 130, 0, 63];
     let mut i = 0usize;
@@ -75,7 +74,7 @@ fn producer_warp_matches_f64_across_tile_boundaries() {
                 let overlap = if i.is_multiple_of(2) { "off" } else { "on" };
                 i += 1;
                 let knobs = producer_knobs(bm, 64, stages, ahead, overlap);
-                check_case(seed, &mut rng, Case(&counts, true, Epilogue::None, false, k, 130), &knobs);
+                check_case(seed, &mut rng, Case::plain(&counts, k, 130), &knobs);
             }
         }
     }
@@ -83,12 +82,11 @@ fn producer_warp_matches_f64_across_tile_boundaries() {
 
 #[test]
 fn producer_warp_matches_f64_with_pairs_glu_routing_weights_dense_and_no_tiles() {
-    let seed: u64 = rand::rng().random();
-    let mut rng = StdRng::seed_from_u64(seed);
+    let (seed, mut rng) = seeded();
     let counts = [3usize, 0, 70, 129];
     for along in ["m", "n"] {
         let pair = producer_knobs(64, 64, 4, 2, "on").with(CLUSTER_KNOB, 2i64).with(CLUSTER_ALONG_KNOB, along);
-        check_case(seed, &mut rng, Case(&counts, true, Epilogue::None, false, 200, 130), &pair);
+        check_case(seed, &mut rng, Case::plain(&counts, 200, 130), &pair);
         check_case(
             seed,
             &mut rng,
@@ -141,15 +139,16 @@ fn producer_warp_kernels_compile_without_spills_as_two_role_slices() {
     ];
     for (spec, knobs) in cases {
         let k = build_kernel(&spec, &knobs).unwrap();
-        let src = k3k_codegen::render(&k).unwrap();
-        for want in [
-            "__launch_bounds__(384)",
-            "#define K3K_ELECTED_TID 256",
-            "setmaxnreg.dec.sync.aligned.u32 40;",
-            "setmaxnreg.inc.sync.aligned.u32 232;",
-        ] {
-            assert!(src.contains(want), "{knobs}: no `{want}` in the CUDA");
-        }
+        let src = assert_renders(
+            &k,
+            &knobs,
+            &[
+                "__launch_bounds__(384)",
+                "#define K3K_ELECTED_TID 256",
+                "setmaxnreg.dec.sync.aligned.u32 40;",
+                "setmaxnreg.inc.sync.aligned.u32 232;",
+            ],
+        );
         // The copies are issued in the producer's slice only, the products in the consumers' only.
         let (_, slices) = src.split_once("// the producer warpgroup").expect("the producer's slice");
         let (prod, cons) = slices.split_once("// the consumer warpgroups").expect("the consumers' slice");

@@ -6,11 +6,11 @@
 #[path = "common/gemm_f64.rs"]
 mod gemm_f64;
 
-use gemm_f64::Case;
+use gemm_f64::{Case, assert_renders, seeded};
 
 use k3k_ir::*;
 use k3k_ops::latent_moe_gemm::*;
-use rand::{Rng, SeedableRng, rngs::StdRng};
+use rand::rngs::StdRng;
 
 fn store_knobs(bm: i64, bn: i64) -> Knobs {
     default_knobs().with("BM", bm).with("BN", bn).with("WM", bm / 16).with(STORE_KNOB, "tma")
@@ -30,14 +30,13 @@ fn check_case(seed: u64, rng: &mut StdRng, case: Case, knobs: &Knobs, slices: us
 
 #[test]
 fn bulk_store_epilogue_matches_f64() {
-    let seed: u64 = rand::rng().random();
-    let mut rng = StdRng::seed_from_u64(seed);
+    let (seed, mut rng) = seeded();
     // Full 64- and 128-row tiles next to partial ones and empty groups; N = 200: the last 64-column slice
     // crosses the tensor's edge (the copy engine clips it), the second n-tile of BN=128 holds one partial slice.
     let counts = [0usize, 130, 64, 0, 7, 257, 128];
     for (bm, bn) in [(64i64, 128i64), (128, 128), (128, 256)] {
         let knobs = store_knobs(bm, bn);
-        check_case(seed, &mut rng, Case(&counts, true, Epilogue::None, false, 136, 200), &knobs, bn as usize / 64);
+        check_case(seed, &mut rng, Case::plain(&counts, 136, 200), &knobs, bn as usize / 64);
         check_case(
             seed,
             &mut rng,
@@ -51,7 +50,7 @@ fn bulk_store_epilogue_matches_f64() {
     // store's source at its retiring wait, so it fails such a program; one block walks several tiles).
     for bn in [64i64, 192] {
         let knobs = store_knobs(64, bn);
-        check_case(seed, &mut rng, Case(&counts, true, Epilogue::None, false, 72, 392), &knobs, bn as usize / 64);
+        check_case(seed, &mut rng, Case::plain(&counts, 72, 392), &knobs, bn as usize / 64);
     }
     check_case(seed, &mut rng, Case(&counts, true, Epilogue::SituGlu, true, 72, 136), &store_knobs(64, 128), 1);
     // GLU epilogues with routing weights: 128 accumulator columns of 256, two slices.
@@ -61,7 +60,7 @@ fn bulk_store_epilogue_matches_f64() {
     // Dense, thread-0 producer, pairs along m and n.
     check_case(seed, &mut rng, Case(&[300], false, Epilogue::None, false, 200, 128), &store_knobs(128, 256), 4);
     let thread = store_knobs(64, 128).with(PRODUCER_KNOB, "thread");
-    check_case(seed, &mut rng, Case(&counts, true, Epilogue::None, false, 136, 200), &thread, 2);
+    check_case(seed, &mut rng, Case::plain(&counts, 136, 200), &thread, 2);
     for along in ["m", "n"] {
         let pair = store_knobs(64, 128).with(CLUSTER_KNOB, 2i64).with(CLUSTER_ALONG_KNOB, along);
         check_case(seed, &mut rng, Case(&counts, true, Epilogue::None, true, 136, 200), &pair, 2);
@@ -94,15 +93,16 @@ fn bulk_store_kernels_compile_without_spills_inside_the_shared_memory_limit() {
         (GemmSpec::for_shape(true, Epilogue::None, false, 3584, 6144), store_knobs(128, 256).with(CLUSTER_KNOB, 2i64)),
     ] {
         let k = build_kernel(&spec, &knobs).unwrap();
-        let src = k3k_codegen::render(&k).unwrap();
-        for want in [
-            "k3k::tma_store_fence();",
-            "k3k::tma_store_wait<1>();",
-            "k3k::store_shared_cols<",
-            "k3k::tma_store_drain();",
-        ] {
-            assert!(src.contains(want), "{knobs}: no `{want}` in the CUDA");
-        }
+        assert_renders(
+            &k,
+            &knobs,
+            &[
+                "k3k::tma_store_fence();",
+                "k3k::tma_store_wait<1>();",
+                "k3k::store_shared_cols<",
+                "k3k::tma_store_drain();",
+            ],
+        );
         let (_, total) = k.shared_layout();
         assert!(total <= 227 * 1024, "{knobs}: {total} bytes of shared memory");
         let m = k3k_codegen::build(&k, k3k_codegen::BuildOptions { assemble: true })

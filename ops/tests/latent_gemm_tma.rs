@@ -7,11 +7,11 @@
 #[path = "common/gemm_f64.rs"]
 mod gemm_f64;
 
-use gemm_f64::{Case, tma_knobs};
+use gemm_f64::{Case, seeded, tma_knobs};
 
 use k3k_ir::*;
 use k3k_ops::latent_moe_gemm::*;
-use rand::{Rng, SeedableRng, rngs::StdRng};
+use rand::rngs::StdRng;
 
 /// The shared f64 check at grids of 1 and 3 blocks; the kernel must use tensor maps and mbarriers.
 fn check_case(seed: u64, rng: &mut StdRng, case: Case, knobs: &Knobs) {
@@ -22,14 +22,13 @@ fn check_case(seed: u64, rng: &mut StdRng, case: Case, knobs: &Knobs) {
 
 #[test]
 fn tma_loads_match_f64_on_ragged_groups_k_and_n_tails() {
-    let seed: u64 = rand::rng().random();
-    let mut rng = StdRng::seed_from_u64(seed);
+    let (seed, mut rng) = seeded();
     let counts = [0usize, 17, 65, 0, 1, 130, 0, 63];
     for (k, n) in [(8usize, 130usize), (72, 70), (200, 64)] {
         for overlap in ["off", "on"] {
             for knobs in [tma_knobs(64, 64, 3), tma_knobs(64, 32, 4), tma_knobs(128, 64, 3)] {
                 let knobs = knobs.with("OVERLAP", overlap);
-                check_case(seed, &mut rng, Case(&counts, true, Epilogue::None, false, k, n), &knobs);
+                check_case(seed, &mut rng, Case::plain(&counts, k, n), &knobs);
             }
         }
     }
@@ -37,8 +36,7 @@ fn tma_loads_match_f64_on_ragged_groups_k_and_n_tails() {
 
 #[test]
 fn tma_loads_match_f64_with_glu_epilogues_routing_weights_and_dense() {
-    let seed: u64 = rand::rng().random();
-    let mut rng = StdRng::seed_from_u64(seed);
+    let (seed, mut rng) = seeded();
     let counts = [3usize, 0, 70, 129];
     for epilogue in [Epilogue::SwiGlu, Epilogue::SituGlu] {
         for (k, n_out) in [(136usize, 40usize), (64, 65)] {

@@ -14,7 +14,7 @@ use rand::{Rng, SeedableRng, rngs::StdRng};
 
 #[path = "common/mx_run.rs"]
 mod mx_run;
-use mx_run::{dense_preset, knobs, run};
+use mx_run::{dense_preset, grouped_preset, knobs, run};
 
 #[test]
 fn dense_edge_rows_and_k() {
@@ -31,23 +31,7 @@ fn grouped_empty_groups_epilogues_and_nan_scales() {
     for (epi, pw, packed, wide, act) in
         [(0i64, 0i64, 0i64, 1i64, 0i64), (1, 1, 1, 0, 1), (2, 1, 0, 1, 1), (1, 0, 0, 0, 0)]
     {
-        let p = Preset::new(
-            "grouped",
-            &[
-                ("G", 4),
-                ("c0", 0),
-                ("c1", 17),
-                ("c2", 0),
-                ("c3", 5),
-                ("K", 96),
-                ("N", 34),
-                ("epilogue", epi),
-                ("p", pw),
-                ("packed", packed),
-                ("wide", wide),
-                ("act", act),
-            ],
-        );
+        let p = grouped_preset("grouped", 5, (epi, pw, packed, wide, act));
         run(&p, rng.random(), &default_knobs());
     }
 }
@@ -808,9 +792,9 @@ fn gemv_staged_ring_is_a_knob() {
         let count = |k: &k3k_ir::Kernel, want: bool| {
             let mut n = 0;
             k.visit_stmts(&mut |s| {
-                if let k3k_ir::Stmt::Fp4Gemv { staged, ring, .. } = s
-                    && *staged == want
-                    && (!want || *ring == stages as u32)
+                if let k3k_ir::Stmt::Fp4Gemv(g) = s
+                    && g.staged == want
+                    && (!want || g.ring == stages as u32)
                 {
                     n += 1;
                 }
@@ -825,7 +809,7 @@ fn gemv_staged_ring_is_a_knob() {
         let main = &auto[0];
         let n = |want: bool| {
             let mut n = 0;
-            main.visit_stmts(&mut |s| n += matches!(s, k3k_ir::Stmt::Fp4Gemv { staged, .. } if *staged == want) as i32);
+            main.visit_stmts(&mut |s| n += matches!(s, k3k_ir::Stmt::Fp4Gemv(g) if g.staged == want) as i32);
             n
         };
         assert_eq!((n(true), n(false)), if staged { (1, 0) } else { (0, 1) }, "{}", p.name);

@@ -17,7 +17,7 @@ use rand::{Rng, SeedableRng, rngs::StdRng};
 
 #[path = "common/mx_run.rs"]
 mod mx_run;
-use mx_run::{dense_preset, knobs, run};
+use mx_run::{dense_preset, grouped_preset, knobs, run};
 
 fn dq(pairs: &[(&str, i64)]) -> Knobs {
     knobs(pairs).with("PATH", "dq_gemm")
@@ -215,23 +215,7 @@ fn grouped_epilogues_activations_and_knob_points() {
     for (epi, pw, packed, wide, act) in
         [(0i64, 0i64, 0i64, 1i64, 0i64), (1, 1, 1, 0, 1), (2, 1, 0, 1, 1), (1, 0, 0, 0, 0), (0, 1, 1, 1, 0)]
     {
-        let p = Preset::new(
-            "dq grouped",
-            &[
-                ("G", 4),
-                ("c0", 0),
-                ("c1", 17),
-                ("c2", 0),
-                ("c3", 65),
-                ("K", 96),
-                ("N", 34),
-                ("epilogue", epi),
-                ("p", pw),
-                ("packed", packed),
-                ("wide", wide),
-                ("act", act),
-            ],
-        );
+        let p = grouped_preset("dq grouped", 65, (epi, pw, packed, wide, act));
         for kn in [dq(&[]), dqw(0)] {
             let launches = run(&p, rng.random(), &kn);
             assert_eq!(launches, if act == 1 { 3 } else { 2 });

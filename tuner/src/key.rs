@@ -179,6 +179,25 @@ impl TuneKey {
         GpuKey::new(self.gpu_name.clone(), self.compute_capability, self.sm_count)
     }
 
+    /// The fixed key of the tuner's own tests and of its fake worker: `op`'s program `ir_hash` at the shape `dims`
+    /// on `gpu`, bf16, alignment class `a16`, codegen version 1 and NVRTC 13.0.
+    #[doc(hidden)]
+    pub fn fake(op: &str, ir_hash: &str, dims: &[(&str, u64)], gpu: &GpuKey) -> TuneKey {
+        TuneKey {
+            op: op.into(),
+            ir_hash: ir_hash.into(),
+            codegen_version: 1,
+            nvrtc_version: "13.0".into(),
+            gpu_name: String::new(),
+            compute_capability: (0, 0),
+            sm_count: 0,
+            dtype: "bf16".into(),
+            shape_bucket: ShapeBucket::bucket(dims, BucketPolicy::DEFAULT),
+            alignment: "a16".into(),
+        }
+        .with_gpu(gpu)
+    }
+
     /// Set the device fields from `gpu`.
     pub fn with_gpu(mut self, gpu: &GpuKey) -> Self {
         self.gpu_name = gpu.name.clone();
@@ -240,19 +259,7 @@ pub(crate) mod tests {
     }
 
     pub(crate) fn key(op: &str, dims: &[(&str, u64)]) -> TuneKey {
-        TuneKey {
-            op: op.into(),
-            ir_hash: "abc123".into(),
-            codegen_version: 1,
-            nvrtc_version: "13.0".into(),
-            gpu_name: String::new(),
-            compute_capability: (0, 0),
-            sm_count: 0,
-            dtype: "bf16".into(),
-            shape_bucket: ShapeBucket::bucket(dims, BucketPolicy::DEFAULT),
-            alignment: "a16".into(),
-        }
-        .with_gpu(&h200())
+        TuneKey::fake(op, "abc123", dims, &h200())
     }
 
     #[test]

@@ -2,8 +2,8 @@
 
 use k3k_tuner::protocol::BenchSettings;
 use k3k_tuner::{
-    BucketPolicy, CandidateSpec, FailStage, GpuKey, IsolationFailure, KnobMap, Outcome, ResultsStore, ShapeBucket,
-    TuneEvent, TuneKey, TuneOptions, Worker, WorkerMeasurer, WorkerPool, WorkerSpec, run_isolated, tune,
+    CandidateSpec, FailStage, GpuKey, IsolationFailure, KnobMap, Outcome, ResultsStore, TuneEvent, TuneKey,
+    TuneOptions, Worker, WorkerMeasurer, WorkerPool, WorkerSpec, run_isolated, tune,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -137,19 +137,7 @@ fn knobs(action: &str, ms: f64) -> CandidateSpec {
 fn a_tuning_run_survives_faulting_and_hanging_candidates_and_persists_each_result() {
     let dir = tempfile::tempdir().unwrap();
     let store = ResultsStore::open(dir.path()).unwrap();
-    let key = TuneKey {
-        op: "fake_op".into(),
-        ir_hash: "feed".into(),
-        codegen_version: 1,
-        nvrtc_version: "13.0".into(),
-        gpu_name: String::new(),
-        compute_capability: (0, 0),
-        sm_count: 0,
-        dtype: "bf16".into(),
-        shape_bucket: ShapeBucket::bucket(&[("m", 64)], BucketPolicy::DEFAULT),
-        alignment: "a16".into(),
-    }
-    .with_gpu(&GpuKey::new("Fake GPU", (9, 0), 132));
+    let key = TuneKey::fake("fake_op", "feed", &[("m", 64)], &GpuKey::new("Fake GPU", (9, 0), 132));
     let mut wrong = knobs("ok", 0.5);
     wrong.knobs.insert("wrong".into(), json!(true));
     wrong = CandidateSpec::from_knobs(wrong.knobs);

@@ -22,6 +22,23 @@ pub struct Case {
     pub check: Check,
 }
 
+impl Case {
+    /// A case without scalar arguments.
+    fn new(
+        name: &'static str,
+        kernel: Kernel,
+        tensors: Vec<HostTensor>,
+        check: impl Fn(&[HostTensor]) + 'static,
+    ) -> Case {
+        Case { name, kernel, tensors, scalars: vec![], check: Box::new(check) }
+    }
+
+    /// The same case with these scalar arguments.
+    fn with_scalars(self, scalars: Vec<(&'static str, SymValue)>) -> Case {
+        Case { scalars, ..self }
+    }
+}
+
 /// Every case, for the GPU run.
 pub fn all() -> Vec<Case> {
     vec![
@@ -91,6 +108,11 @@ fn bitwise_f32(out: usize, want: Vec<f32>, r: usize, c: usize, what: &'static st
     })
 }
 
+/// A tensor argument of fixed shape `[rows, cols]`.
+fn matrix(b: &mut KernelBuilder, name: &str, dtype: DType, [rows, cols]: [usize; 2], access: Access) -> TensorId {
+    b.tensor(name, dtype, &[Expr::Int(rows as i64), Expr::Int(cols as i64)], access)
+}
+
 fn poisoned(dtype: DType, shape: &[usize]) -> HostTensor {
     let mut t = HostTensor::zeros(dtype, shape);
     t.poison();
@@ -114,25 +136,22 @@ pub fn map_f32() -> Case {
     b.load(t, Place::Global(v(x)));
     b.map(t, Expr::Elem(t) * 2.0 + Expr::RowIdx.to_float() - Expr::ColIdx.to_float() * 0.5 + alpha);
     b.store(t, Place::Global(v(y)));
-    let k = b.finish().unwrap();
-    let mut rng = Rng::new(1);
-    let xs = rng.vals(DType::F32, m * n, -4.0, 4.0);
-    let xs2 = xs.clone();
-    Case {
-        name: "map_f32",
-        kernel: k,
-        tensors: vec![HostTensor::from_f32(DType::F32, &[m, n], &xs), poisoned(DType::F32, &[m, n])],
-        scalars: vec![("alpha", SymValue::Float(0.25))],
-        check: Box::new(move |ts| {
+    let xs = Rng::new(1).vals(DType::F32, m * n, -4.0, 4.0);
+    Case::new(
+        "map_f32",
+        b.finish().unwrap(),
+        vec![HostTensor::from_f32(DType::F32, &[m, n], &xs), poisoned(DType::F32, &[m, n])],
+        move |ts| {
             let want: Vec<f32> = (0..m * n)
                 .map(|i| {
                     let (r, c) = (i / n, i % n);
-                    xs2[i] * 2.0 + (r % 32) as f32 - c as f32 * 0.5 + 0.25
+                    xs[i] * 2.0 + (r % 32) as f32 - c as f32 * 0.5 + 0.25
                 })
                 .collect();
             close("y", &ts[1].to_f32_vec(), &want, 1e-6);
-        }),
-    }
+        },
+    )
+    .with_scalars(vec![("alpha", SymValue::Float(0.25))])
 }
 
 /// `y = exp2_ftz(x)` over a ragged [40, 24] f32 matrix: arguments from -150 to 20 (subnormal results must be
@@ -151,23 +170,19 @@ pub fn exp2_ftz() -> Case {
     b.load(t, Place::Global(v(x)));
     b.map(t, Expr::Elem(t).exp2_ftz());
     b.store(t, Place::Global(v(y)));
-    let k = b.finish().unwrap();
-    let mut rng = Rng::new(7);
-    let mut xs = rng.vals(DType::F32, m * n, -150.0, 20.0);
+    let mut xs = Rng::new(7).vals(DType::F32, m * n, -150.0, 20.0);
     // Around the subnormal boundary, exact powers, and the specials.
     let edge =
         [-125.5f32, -126.01, -125.99, -127.0, -149.0, -0.0, 0.0, 1.0, -1.0, 0.5, f32::NEG_INFINITY, f32::INFINITY];
     xs[..edge.len()].copy_from_slice(&edge);
     xs[edge.len()] = f32::NAN;
-    let xs2 = xs.clone();
-    Case {
-        name: "exp2_ftz",
-        kernel: k,
-        tensors: vec![HostTensor::from_f32(DType::F32, &[m, n], &xs), poisoned(DType::F32, &[m, n])],
-        scalars: vec![],
-        check: Box::new(move |ts| {
+    Case::new(
+        "exp2_ftz",
+        b.finish().unwrap(),
+        vec![HostTensor::from_f32(DType::F32, &[m, n], &xs), poisoned(DType::F32, &[m, n])],
+        move |ts| {
             let got = ts[1].to_f32_vec();
-            for (i, (&g, &x)) in got.iter().zip(&xs2).enumerate() {
+            for (i, (&g, &x)) in got.iter().zip(&xs).enumerate() {
                 let w = (x as f64).exp2();
                 let ok = if x.is_nan() {
                     g.is_nan()
@@ -180,77 +195,69 @@ pub fn exp2_ftz() -> Case {
                 };
                 assert!(ok, "y[{i}]: exp2_ftz({x}) = {g}, want {w}");
             }
-        }),
-    }
+        },
+    )
 }
 
 /// A bf16 register tile: `y = silu(x)` rounded to bf16, loaded and stored as bf16 pairs.
 pub fn map_bf16() -> Case {
     let (m, n) = (32usize, 48usize);
     let mut b = KernelBuilder::new("p_map_bf16", 64);
-    let x = b.tensor("x", DType::Bf16, &[Expr::Int(m as i64), Expr::Int(n as i64)], Access::Read);
-    let y = b.tensor("y", DType::Bf16, &[Expr::Int(m as i64), Expr::Int(n as i64)], Access::Write);
+    let x = matrix(&mut b, "x", DType::Bf16, [m, n], Access::Read);
+    let y = matrix(&mut b, "y", DType::Bf16, [m, n], Access::Write);
     let t = b.tile("t", DType::Bf16, 32, 48, [2, 1]);
     let v = |tensor| view(tensor, 0i64, n as i64, m as i64, n as i64, 8);
     b.load(t, Place::Global(v(x)));
     b.map(t, Expr::Elem(t).silu());
     let vs = |tensor| view(tensor, 0i64, n as i64, m as i64, n as i64, 2);
     b.store(t, Place::Global(vs(y)));
-    let k = b.finish().unwrap();
-    let mut rng = Rng::new(2);
-    let xs = rng.vals(DType::Bf16, m * n, -6.0, 6.0);
-    let xs2 = xs.clone();
-    Case {
-        name: "map_bf16",
-        kernel: k,
-        tensors: vec![HostTensor::from_f32(DType::Bf16, &[m, n], &xs), poisoned(DType::Bf16, &[m, n])],
-        scalars: vec![],
-        check: Box::new(move |ts| {
-            let want: Vec<f32> = xs2.iter().map(|&v| half::bf16::from_f32(v / (1.0 + (-v).exp())).to_f32()).collect();
+    let xs = Rng::new(2).vals(DType::Bf16, m * n, -6.0, 6.0);
+    Case::new(
+        "map_bf16",
+        b.finish().unwrap(),
+        vec![HostTensor::from_f32(DType::Bf16, &[m, n], &xs), poisoned(DType::Bf16, &[m, n])],
+        move |ts| {
+            let want: Vec<f32> = xs.iter().map(|&v| half::bf16::from_f32(v / (1.0 + (-v).exp())).to_f32()).collect();
             // One bf16 ulp: the GPU's expf may round the other way at a bf16 tie.
             close("y", &ts[1].to_f32_vec(), &want, 8e-3);
-        }),
-    }
+        },
+    )
 }
 
 /// An i32 register tile: integer arithmetic and bit operations, exact.
 pub fn map_i32() -> Case {
     let (m, n) = (16usize, 16usize);
     let mut b = KernelBuilder::new("p_map_i32", 32);
-    let x = b.tensor("x", DType::I32, &[Expr::Int(m as i64), Expr::Int(n as i64)], Access::Read);
-    let y = b.tensor("y", DType::I32, &[Expr::Int(m as i64), Expr::Int(n as i64)], Access::Write);
+    let x = matrix(&mut b, "x", DType::I32, [m, n], Access::Read);
+    let y = matrix(&mut b, "y", DType::I32, [m, n], Access::Write);
     let t = b.tile("t", DType::I32, 16, 16, [1, 1]);
     let v = |tensor, vec| view(tensor, 0i64, n as i64, m as i64, n as i64, vec);
     b.load(t, Place::Global(v(x, 4)));
     let e = Expr::Elem(t);
     b.map(t, ((&e * 3i64 + Expr::RowIdx).bitxor(Expr::ColIdx)).shr(1i64) - (&e % 7i64) + e.abs().min(100i64));
     b.store(t, Place::Global(v(y, 2)));
-    let k = b.finish().unwrap();
-    let mut rng = Rng::new(3);
-    let xs: Vec<i64> = (0..m * n).map(|_| rng.int(-100_000, 100_000)).collect();
-    let xs2 = xs.clone();
-    Case {
-        name: "map_i32",
-        kernel: k,
-        tensors: vec![HostTensor::from_i64(DType::I32, &[m, n], &xs), poisoned(DType::I32, &[m, n])],
-        scalars: vec![],
-        check: Box::new(move |ts| {
-            for (i, &e) in xs2.iter().enumerate() {
+    let xs: Vec<i64> = (0..m * n).map(|_| Rng::new(3).int(-100_000, 100_000)).collect();
+    Case::new(
+        "map_i32",
+        b.finish().unwrap(),
+        vec![HostTensor::from_i64(DType::I32, &[m, n], &xs), poisoned(DType::I32, &[m, n])],
+        move |ts| {
+            for (i, &e) in xs.iter().enumerate() {
                 let (r, c) = ((i / n) as i64, (i % n) as i64);
                 let want = (((e * 3 + r) ^ c) >> 1) - (e % 7) + e.abs().min(100);
                 assert_eq!(ts[1].get_i64(i), want, "y[{i}]");
             }
-        }),
-    }
+        },
+    )
 }
 
 /// `bits`, `from_bits`, `trunc`, `round` in a map (exact).
 pub fn unary_bits() -> Case {
     let n = 16usize;
     let mut b = KernelBuilder::new("p_unary_bits", 32);
-    let x = b.tensor("x", DType::F32, &[Expr::Int(n as i64), Expr::Int(n as i64)], Access::Read);
+    let x = matrix(&mut b, "x", DType::F32, [n, n], Access::Read);
     let yf = b.tensor("yf", DType::F32, &[Expr::Int(3), Expr::Int(n as i64), Expr::Int(n as i64)], Access::Write);
-    let yi = b.tensor("yi", DType::I32, &[Expr::Int(n as i64), Expr::Int(n as i64)], Access::Write);
+    let yi = matrix(&mut b, "yi", DType::I32, [n, n], Access::Write);
     let t = b.tile("t", DType::F32, 16, 16, [1, 1]);
     let u = b.tile("u", DType::F32, 16, 16, [1, 1]);
     let e = b.tile("e", DType::I32, 16, 16, [1, 1]);
@@ -268,8 +275,7 @@ pub fn unary_bits() -> Case {
     b.map(e, Expr::Elem(t).bits().shr(23i64).bitand(0xffi64));
     b.store(e, Place::Global(v(yi, 0)));
     let k = b.finish().unwrap();
-    let mut rng = Rng::new(4);
-    let mut xs = rng.vals(DType::F32, n * n, -100.0, 100.0);
+    let mut xs = Rng::new(4).vals(DType::F32, n * n, -100.0, 100.0);
     // Ties of x * 3.5 (x = k / 7 * 2 gives k.0 or k.5 exactly for small k) and special values.
     xs[0] = 1.0 / 7.0;
     xs[1] = 3.0 / 7.0;
@@ -278,26 +284,24 @@ pub fn unary_bits() -> Case {
     xs[4] = -0.0;
     xs[5] = 1e-40;
     xs[6] = f32::INFINITY;
-    let xs2 = xs.clone();
-    Case {
-        name: "unary_bits",
-        kernel: k,
-        tensors: vec![
+    Case::new(
+        "unary_bits",
+        k,
+        vec![
             HostTensor::from_f32(DType::F32, &[n, n], &xs),
             poisoned(DType::F32, &[3, n, n]),
             poisoned(DType::I32, &[n, n]),
         ],
-        scalars: vec![],
-        check: Box::new(move |ts| {
+        move |ts| {
             let yf = ts[1].to_f32_vec();
-            for (i, &x) in xs2.iter().enumerate() {
+            for (i, &x) in xs.iter().enumerate() {
                 assert_eq!(yf[i].to_bits(), (-x).to_bits(), "neg via bits at {i}");
                 assert_eq!(yf[n * n + i].to_bits(), (x * 3.5).round_ties_even().to_bits(), "round at {i} ({x})");
                 assert_eq!(yf[2 * n * n + i].to_bits(), (x * 3.5).trunc().to_bits(), "trunc at {i}");
                 assert_eq!(ts[2].get_i64(i), ((x.to_bits() >> 23) & 0xff) as i64, "exponent at {i}");
             }
-        }),
-    }
+        },
+    )
 }
 
 /// Register tile -> shared window -> register tile: a bf16 swizzled buffer at a window offset, and an f32
@@ -305,9 +309,9 @@ pub fn unary_bits() -> Case {
 pub fn shared_roundtrip() -> Case {
     let n = 32usize;
     let mut b = KernelBuilder::new("p_shared_roundtrip", 128);
-    let x = b.tensor("x", DType::F32, &[Expr::Int(n as i64), Expr::Int(n as i64)], Access::Read);
-    let y1 = b.tensor("y1", DType::F32, &[Expr::Int(n as i64), Expr::Int(n as i64)], Access::Write);
-    let y2 = b.tensor("y2", DType::F32, &[Expr::Int(n as i64), Expr::Int(n as i64)], Access::Write);
+    let x = matrix(&mut b, "x", DType::F32, [n, n], Access::Read);
+    let y1 = matrix(&mut b, "y1", DType::F32, [n, n], Access::Write);
+    let y2 = matrix(&mut b, "y2", DType::F32, [n, n], Access::Write);
     let sb = b.shared("sb", DType::Bf16, 64, 64, 2, Swizzle::Xor16B);
     let sf = b.shared("sf", DType::F32, 32, 40, 1, Swizzle::None);
     let t = b.tile("t", DType::F32, 32, 32, [2, 2]);
@@ -323,34 +327,30 @@ pub fn shared_roundtrip() -> Case {
     b.store(u, Place::Global(v(y1)));
     b.load(u, Place::Shared(winf));
     b.store(u, Place::Global(v(y2)));
-    let k = b.finish().unwrap();
-    let mut rng = Rng::new(5);
-    let xs = rng.vals(DType::F32, n * n, -3.0, 3.0);
-    let xs2 = xs.clone();
-    Case {
-        name: "shared_roundtrip",
-        kernel: k,
-        tensors: vec![
+    let xs = Rng::new(5).vals(DType::F32, n * n, -3.0, 3.0);
+    Case::new(
+        "shared_roundtrip",
+        b.finish().unwrap(),
+        vec![
             HostTensor::from_f32(DType::F32, &[n, n], &xs),
             poisoned(DType::F32, &[n, n]),
             poisoned(DType::F32, &[n, n]),
         ],
-        scalars: vec![],
-        check: Box::new(move |ts| {
-            let want: Vec<f32> = xs2.iter().map(|&v| half::bf16::from_f32(v).to_f32()).collect();
+        move |ts| {
+            let want: Vec<f32> = xs.iter().map(|&v| half::bf16::from_f32(v).to_f32()).collect();
             close("y1", &ts[1].to_f32_vec(), &want, 0.0);
-            close("y2", &ts[2].to_f32_vec(), &xs2, 0.0);
-        }),
-    }
+            close("y2", &ts[2].to_f32_vec(), &xs, 0.0);
+        },
+    )
 }
 
 /// Row vectors: `v = 2 p + r` (vec_map), `y = x * v` (map with RowVal), `q = v` (store_vec), for 40 of 64 rows.
 pub fn vectors() -> Case {
     let (m, n) = (40usize, 16usize);
     let mut b = KernelBuilder::new("p_vectors", 128);
-    let x = b.tensor("x", DType::F32, &[Expr::Int(m as i64), Expr::Int(n as i64)], Access::Read);
+    let x = matrix(&mut b, "x", DType::F32, [m, n], Access::Read);
     let p = b.tensor("p", DType::Bf16, &[Expr::Int(m as i64)], Access::Read);
-    let y = b.tensor("y", DType::F32, &[Expr::Int(m as i64), Expr::Int(n as i64)], Access::Write);
+    let y = matrix(&mut b, "y", DType::F32, [m, n], Access::Write);
     let q = b.tensor("q", DType::F32, &[Expr::Int(m as i64)], Access::Write);
     let t = b.tile("t", DType::F32, 64, 16, [2, 2]);
     let pv = b.vec("pv", 64, [2, 2]);
@@ -361,35 +361,33 @@ pub fn vectors() -> Case {
     b.map(t, Expr::Elem(t) * Expr::RowVal(pv));
     b.store(t, Place::Global(v(y)));
     b.store_vec(pv, vec_view(q, 0i64, 1i64, m as i64));
-    let k = b.finish().unwrap();
     let mut rng = Rng::new(6);
     let xs = rng.vals(DType::F32, m * n, -2.0, 2.0);
     let ps = rng.vals(DType::Bf16, m, -2.0, 2.0);
     let (xs2, ps2) = (xs.clone(), ps.clone());
-    Case {
-        name: "vectors",
-        kernel: k,
-        tensors: vec![
+    Case::new(
+        "vectors",
+        b.finish().unwrap(),
+        vec![
             HostTensor::from_f32(DType::F32, &[m, n], &xs),
             HostTensor::from_f32(DType::Bf16, &[m], &ps),
             poisoned(DType::F32, &[m, n]),
             poisoned(DType::F32, &[m]),
         ],
-        scalars: vec![],
-        check: Box::new(move |ts| {
+        move |ts| {
             let vs: Vec<f32> = (0..m).map(|r| ps2[r] * 2.0 + r as f32).collect();
             let want: Vec<f32> = (0..m * n).map(|i| xs2[i] * vs[i / n]).collect();
             close("y", &ts[2].to_f32_vec(), &want, 1e-6);
             close("q", &ts[3].to_f32_vec(), &vs, 0.0);
-        }),
-    }
+        },
+    )
 }
 
 /// Row sums, maxima and minima, with and without accumulation, over a [64, 32] tile on [4, 1] warps.
 pub fn reduce_rows() -> Case {
     let (m, n) = (64usize, 32usize);
     let mut b = KernelBuilder::new("p_reduce_rows", 128);
-    let x = b.tensor("x", DType::F32, &[Expr::Int(m as i64), Expr::Int(n as i64)], Access::Read);
+    let x = matrix(&mut b, "x", DType::F32, [m, n], Access::Read);
     let y = b.tensor("y", DType::F32, &[Expr::Int(4), Expr::Int(m as i64)], Access::Write);
     let t = b.tile("t", DType::F32, 64, 32, [4, 1]);
     let vs = b.vec("vs", 64, [4, 1]);
@@ -405,17 +403,13 @@ pub fn reduce_rows() -> Case {
     b.map(t, Expr::Elem(t) * Expr::Elem(t));
     b.reduce(vs, t, ReduceOp::Sum, true);
     b.store_vec(vs, vec_view(y, 3 * m as i64, 1i64, m as i64));
-    let k = b.finish().unwrap();
-    let mut rng = Rng::new(7);
-    let xs = rng.vals(DType::F32, m * n, -5.0, 5.0);
-    let xs2 = xs.clone();
-    Case {
-        name: "reduce_rows",
-        kernel: k,
-        tensors: vec![HostTensor::from_f32(DType::F32, &[m, n], &xs), poisoned(DType::F32, &[4, m])],
-        scalars: vec![],
-        check: Box::new(move |ts| {
-            let row = |r: usize| &xs2[r * n..(r + 1) * n];
+    let xs = Rng::new(7).vals(DType::F32, m * n, -5.0, 5.0);
+    Case::new(
+        "reduce_rows",
+        b.finish().unwrap(),
+        vec![HostTensor::from_f32(DType::F32, &[m, n], &xs), poisoned(DType::F32, &[4, m])],
+        move |ts| {
+            let row = |r: usize| &xs[r * n..(r + 1) * n];
             let sum: Vec<f32> = (0..m).map(|r| row(r).iter().sum()).collect();
             let max: Vec<f32> = (0..m).map(|r| row(r).iter().copied().fold(f32::MIN, f32::max)).collect();
             let min: Vec<f32> = (0..m).map(|r| row(r).iter().copied().fold(f32::MAX, f32::min)).collect();
@@ -425,8 +419,8 @@ pub fn reduce_rows() -> Case {
             close("max", &y[m..2 * m], &max, 0.0);
             close("min", &y[2 * m..3 * m], &min, 0.0);
             close("acc", &y[3 * m..], &acc, 1e-5);
-        }),
-    }
+        },
+    )
 }
 
 /// `c = a @ b^T` with 16-bit operands loaded by the GPU with `cp.async` into shared tiles.
@@ -457,13 +451,7 @@ fn product_case(
 ) -> Case {
     let out = inputs.len();
     inputs.push(poisoned(DType::F32, &[m, n]));
-    Case {
-        name,
-        kernel,
-        tensors: inputs,
-        scalars: vec![],
-        check: Box::new(move |ts| close("c", &ts[out].to_f32_vec(), &want, 1e-4)),
-    }
+    Case::new(name, kernel, inputs, move |ts| close("c", &ts[out].to_f32_vec(), &want, 1e-4))
 }
 
 /// The inputs and check of a GEMM kernel `c[m, n] = a w` (arguments a, w, c): a and w random `dtype` in
@@ -484,17 +472,16 @@ fn gemm_case(
     let want = gemm_check(m, n, kd, &av, a_km, &wv, w_nk);
     let a_shape = if a_km { [kd, m] } else { [m, kd] };
     let w_shape = if w_nk { [n, kd] } else { [kd, n] };
-    Case {
+    Case::new(
         name,
         kernel,
-        tensors: vec![
+        vec![
             HostTensor::from_f32(dtype, &a_shape, &av),
             HostTensor::from_f32(dtype, &w_shape, &wv),
             poisoned(DType::F32, &[m, n]),
         ],
-        scalars: vec![],
-        check: Box::new(move |ts| close("c", &ts[2].to_f32_vec(), &want, 1e-4)),
-    }
+        move |ts| close("c", &ts[2].to_f32_vec(), &want, 1e-4),
+    )
 }
 
 /// bf16 `mma_ss`: A [64, 64] in a swizzled shared tile, B stored [N, K] (transposed operand), acc [64, 64] on
@@ -502,9 +489,9 @@ fn gemm_case(
 pub fn mma_ss_bf16() -> Case {
     let (m, n, kd) = (64usize, 64usize, 64usize);
     let mut b = KernelBuilder::new("p_mma_ss_bf16", 128);
-    let a = b.tensor("a", DType::Bf16, &[Expr::Int(m as i64), Expr::Int(kd as i64)], Access::Read);
-    let w = b.tensor("w", DType::Bf16, &[Expr::Int(n as i64), Expr::Int(kd as i64)], Access::Read);
-    let c = b.tensor("c", DType::F32, &[Expr::Int(m as i64), Expr::Int(n as i64)], Access::Write);
+    let a = matrix(&mut b, "a", DType::Bf16, [m, kd], Access::Read);
+    let w = matrix(&mut b, "w", DType::Bf16, [n, kd], Access::Read);
+    let c = matrix(&mut b, "c", DType::F32, [m, n], Access::Write);
     let sa = b.shared("sa", DType::Bf16, 64, 64, 1, Swizzle::Xor16B);
     let sw = b.shared("sw", DType::Bf16, 64, 64, 1, Swizzle::Xor16B);
     let acc = b.tile("acc", DType::F32, 64, 64, [2, 2]);
@@ -530,9 +517,9 @@ pub fn mma_ss_bf16() -> Case {
 pub fn mma_ss_f16_transposed_a() -> Case {
     let (m, n, kd) = (32usize, 64usize, 32usize);
     let mut b = KernelBuilder::new("p_mma_ss_f16_ta", 128);
-    let a = b.tensor("a", DType::F16, &[Expr::Int(kd as i64), Expr::Int(m as i64)], Access::Read);
-    let w = b.tensor("w", DType::F16, &[Expr::Int(kd as i64), Expr::Int(n as i64)], Access::Read);
-    let c = b.tensor("c", DType::F32, &[Expr::Int(m as i64), Expr::Int(n as i64)], Access::Write);
+    let a = matrix(&mut b, "a", DType::F16, [kd, m], Access::Read);
+    let w = matrix(&mut b, "w", DType::F16, [kd, n], Access::Read);
+    let c = matrix(&mut b, "c", DType::F32, [m, n], Access::Write);
     let sa = b.shared("sa", DType::F16, 32, 48, 1, Swizzle::None);
     let sw = b.shared("sw", DType::F16, 32, 64, 1, Swizzle::Xor16B);
     let ta = b.tile("ta", DType::F16, 32, 32, [2, 1]);
@@ -556,9 +543,9 @@ pub fn mma_ss_f16_transposed_a() -> Case {
 pub fn mma_rs() -> Case {
     let (m, n, kd) = (64usize, 32usize, 48usize);
     let mut b = KernelBuilder::new("p_mma_rs", 128);
-    let a = b.tensor("a", DType::F32, &[Expr::Int(m as i64), Expr::Int(kd as i64)], Access::Read);
-    let w = b.tensor("w", DType::Bf16, &[Expr::Int(n as i64), Expr::Int(kd as i64)], Access::Read);
-    let c = b.tensor("c", DType::F32, &[Expr::Int(m as i64), Expr::Int(n as i64)], Access::Write);
+    let a = matrix(&mut b, "a", DType::F32, [m, kd], Access::Read);
+    let w = matrix(&mut b, "w", DType::Bf16, [n, kd], Access::Read);
+    let c = matrix(&mut b, "c", DType::F32, [m, n], Access::Write);
     let sw = b.shared("sw", DType::Bf16, 32, 48, 1, Swizzle::Xor16B);
     let ta = b.tile("ta", DType::Bf16, 64, 48, [2, 1]);
     let acc = b.tile("acc", DType::F32, 64, 32, [2, 2]);
@@ -592,7 +579,7 @@ pub fn mma_rs() -> Case {
 pub fn copy_async_vecs() -> Case {
     let (m, n) = (20usize, 24usize);
     let mut b = KernelBuilder::new("p_copy_async", 64);
-    let x = b.tensor("x", DType::Bf16, &[Expr::Int(m as i64), Expr::Int(n as i64)], Access::Read);
+    let x = matrix(&mut b, "x", DType::Bf16, [m, n], Access::Read);
     let y = b.tensor("y", DType::F32, &[Expr::Int(4), Expr::Int(32), Expr::Int(32)], Access::Write);
     let s = b.shared("s", DType::Bf16, 32, 32, 4, Swizzle::Xor16B);
     let t = b.tile("t", DType::F32, 32, 32, [2, 1]);
@@ -608,24 +595,20 @@ pub fn copy_async_vecs() -> Case {
         b.load(t, Place::Shared(d));
         b.store(t, Place::Global(view(y, i * 1024, 32i64, 32i64, 32i64, 2)));
     }
-    let k = b.finish().unwrap();
-    let mut rng = Rng::new(11);
-    let xs = rng.vals(DType::Bf16, m * n, -3.0, 3.0);
-    let xs2 = xs.clone();
-    Case {
-        name: "copy_async_vecs",
-        kernel: k,
-        tensors: vec![HostTensor::from_f32(DType::Bf16, &[m, n], &xs), poisoned(DType::F32, &[4, 32, 32])],
-        scalars: vec![],
-        check: Box::new(move |ts| {
+    let xs = Rng::new(11).vals(DType::Bf16, m * n, -3.0, 3.0);
+    Case::new(
+        "copy_async_vecs",
+        b.finish().unwrap(),
+        vec![HostTensor::from_f32(DType::Bf16, &[m, n], &xs), poisoned(DType::F32, &[4, 32, 32])],
+        move |ts| {
             let want: Vec<f32> =
-                (0..1024).map(|i| if i / 32 < m && i % 32 < n { xs2[(i / 32) * n + i % 32] } else { 0.0 }).collect();
+                (0..1024).map(|i| if i / 32 < m && i % 32 < n { xs[(i / 32) * n + i % 32] } else { 0.0 }).collect();
             let y = ts[1].to_f32_vec();
             for s in 0..4 {
                 close(&format!("tile {s}"), &y[s * 1024..(s + 1) * 1024], &want, 0.0);
             }
-        }),
-    }
+        },
+    )
 }
 
 /// `cp.async` of windows lying fully inside their view (the unmasked, strength-reduced path of the prelude) into
@@ -644,7 +627,7 @@ pub fn copy_async_in_bounds_128() -> Case {
 fn copy_async_in_bounds(threads: u32) -> Case {
     let (m, n) = (80usize, 64usize);
     let mut b = KernelBuilder::new(&format!("p_copy_async_in_bounds_{threads}"), threads);
-    let x = b.tensor("x", DType::Bf16, &[Expr::Int(m as i64), Expr::Int(n as i64)], Access::Read);
+    let x = matrix(&mut b, "x", DType::Bf16, [m, n], Access::Read);
     let y = b.tensor("y", DType::F32, &[Expr::Int(2), Expr::Int(64), Expr::Int(64)], Access::Write);
     let s = b.shared("s", DType::Bf16, 64, 64, 2, Swizzle::Xor16B);
     let t = b.tile("t", DType::F32, 64, 64, [1, 1]);
@@ -662,25 +645,21 @@ fn copy_async_in_bounds(threads: u32) -> Case {
         b.load(t, Place::Shared(d));
         b.store(t, Place::Global(view(y, i * 4096, 64i64, 64i64, 64i64, 2)));
     }
-    let k = b.finish().unwrap();
-    let mut rng = Rng::new(12 + threads as u64);
-    let xs = rng.vals(DType::Bf16, m * n, -3.0, 3.0);
-    let xs2 = xs.clone();
+    let xs = Rng::new(12 + threads as u64).vals(DType::Bf16, m * n, -3.0, 3.0);
     let name: &'static str = Box::leak(format!("copy_async_in_bounds_{threads}").into_boxed_str());
-    Case {
+    Case::new(
         name,
-        kernel: k,
-        tensors: vec![HostTensor::from_f32(DType::Bf16, &[m, n], &xs), poisoned(DType::F32, &[2, 64, 64])],
-        scalars: vec![],
-        check: Box::new(move |ts| {
+        b.finish().unwrap(),
+        vec![HostTensor::from_f32(DType::Bf16, &[m, n], &xs), poisoned(DType::F32, &[2, 64, 64])],
+        move |ts| {
             let y = ts[1].to_f32_vec();
-            let first: Vec<f32> = xs2[..4096].to_vec();
+            let first: Vec<f32> = xs[..4096].to_vec();
             let second: Vec<f32> =
-                (0..4096).map(|i| if i / 64 < 16 { xs2[i] } else { xs2[(i / 64 - 16 + 5) * 64 + i % 64] }).collect();
+                (0..4096).map(|i| if i / 64 < 16 { xs[i] } else { xs[(i / 64 - 16 + 5) * 64 + i % 64] }).collect();
             close("slot 0", &y[..4096], &first, 0.0);
             close("slot 1", &y[4096..], &second, 0.0);
-        }),
-    }
+        },
+    )
 }
 
 /// A threads region with divergent control flow: per-thread loops of different lengths, branches on the
@@ -690,8 +669,8 @@ pub fn threads_divergent() -> Case {
     let blocks = 3usize;
     let mut b = KernelBuilder::new("p_threads", threads);
     let x = b.tensor("x", DType::I32, &[Expr::Int(8)], Access::Read);
-    let y = b.tensor("y", DType::I64, &[Expr::Int(blocks as i64), Expr::Int(threads as i64)], Access::Write);
-    let z = b.tensor("z", DType::F32, &[Expr::Int(blocks as i64), Expr::Int(threads as i64)], Access::Write);
+    let y = matrix(&mut b, "y", DType::I64, [blocks, threads as usize], Access::Write);
+    let z = matrix(&mut b, "z", DType::F32, [blocks, threads as usize], Access::Write);
     b.grid(blocks as i64, 1i64, 1i64);
     let base = b.let_("base", Expr::block_idx(0) * threads as i64);
     b.threads(|b| {
@@ -708,22 +687,19 @@ pub fn threads_divergent() -> Case {
         b.store_scalar(y, &base + t.clone(), acc);
         b.store_scalar(z, &base + t.clone(), (t.to_float() * 0.5).sqrt());
     });
-    let k = b.finish().unwrap();
     let xs: Vec<i64> = vec![3, -1, 4, 1, -5, 9, 2, 6];
-    let xs2 = xs.clone();
-    Case {
-        name: "threads_divergent",
-        kernel: k,
-        tensors: vec![
+    Case::new(
+        "threads_divergent",
+        b.finish().unwrap(),
+        vec![
             HostTensor::from_i64(DType::I32, &[8], &xs),
             poisoned(DType::I64, &[blocks, threads as usize]),
             poisoned(DType::F32, &[blocks, threads as usize]),
         ],
-        scalars: vec![],
-        check: Box::new(move |ts| {
+        move |ts| {
             for blk in 0..blocks {
                 for t in 0..threads as i64 {
-                    let mut acc: i64 = (0..t % 5).map(|i| xs2[i as usize] * (i + 1)).sum();
+                    let mut acc: i64 = (0..t % 5).map(|i| xs[i as usize] * (i + 1)).sum();
                     if t % 3 == 0 {
                         acc += (t % 32) * 1000;
                     } else {
@@ -734,8 +710,8 @@ pub fn threads_divergent() -> Case {
                     close("z", &[ts[2].get_f32(i)], &[(t as f32 * 0.5).sqrt()], 1e-6);
                 }
             }
-        }),
-    }
+        },
+    )
 }
 
 /// Per-thread scatter into a swizzled shared tile, a barrier, then reads three ways: a shared load inside a
@@ -743,7 +719,7 @@ pub fn threads_divergent() -> Case {
 pub fn shared_scatter_transpose() -> Case {
     let n = 32usize;
     let mut b = KernelBuilder::new("p_shared_scatter", 64);
-    let x = b.tensor("x", DType::F32, &[Expr::Int(n as i64), Expr::Int(n as i64)], Access::Read);
+    let x = matrix(&mut b, "x", DType::F32, [n, n], Access::Read);
     let y = b.tensor("y", DType::F32, &[Expr::Int(3), Expr::Int(n as i64), Expr::Int(n as i64)], Access::Write);
     let s = b.shared("s", DType::F32, 32, 32, 2, Swizzle::Xor16B);
     let t = b.tile("t", DType::F32, 32, 32, [2, 1]);
@@ -766,25 +742,21 @@ pub fn shared_scatter_transpose() -> Case {
             b.store_scalar(y, &i + (2 * n * n) as i64, v);
         });
     });
-    let k = b.finish().unwrap();
-    let mut rng = Rng::new(12);
-    let xs = rng.vals(DType::F32, n * n, -3.0, 3.0);
-    let xs2 = xs.clone();
-    Case {
-        name: "shared_scatter_transpose",
-        kernel: k,
-        tensors: vec![HostTensor::from_f32(DType::F32, &[n, n], &xs), poisoned(DType::F32, &[3, n, n])],
-        scalars: vec![],
-        check: Box::new(move |ts| {
+    let xs = Rng::new(12).vals(DType::F32, n * n, -3.0, 3.0);
+    Case::new(
+        "shared_scatter_transpose",
+        b.finish().unwrap(),
+        vec![HostTensor::from_f32(DType::F32, &[n, n], &xs), poisoned(DType::F32, &[3, n, n])],
+        move |ts| {
             let y = ts[1].to_f32_vec();
-            let tr: Vec<f32> = (0..n * n).map(|i| xs2[(i % n) * n + i / n] * 2.0).collect();
-            let plain: Vec<f32> = xs2.iter().map(|v| v * 2.0).collect();
+            let tr: Vec<f32> = (0..n * n).map(|i| xs[(i % n) * n + i / n] * 2.0).collect();
+            let plain: Vec<f32> = xs.iter().map(|v| v * 2.0).collect();
             close("map transpose", &y[..n * n], &tr, 0.0);
             close("tile load", &y[n * n..2 * n * n], &plain, 0.0);
             let tr1: Vec<f32> = tr.iter().map(|v| v + 1.0).collect();
             close("thread load", &y[2 * n * n..], &tr1, 0.0);
-        }),
-    }
+        },
+    )
 }
 
 /// Histograms with shared atomics (u32 counts, u64 weighted sums above 2^32), merged into global u32 and
@@ -820,28 +792,24 @@ pub fn histogram_atomics() -> Case {
             b.atomic_add_global(h64, bin.clone(), Expr::shared_load(s64, 0i64, 0i64, bin));
         });
     });
-    let k = b.finish().unwrap();
-    let mut rng = Rng::new(13);
-    let xs: Vec<i64> = (0..len).map(|_| rng.int(0, bins as i64)).collect();
-    let xs2 = xs.clone();
+    let xs: Vec<i64> = (0..len).map(|_| Rng::new(13).int(0, bins as i64)).collect();
     let init32: Vec<i64> = (0..bins as i64).collect();
-    Case {
-        name: "histogram_atomics",
-        kernel: k,
-        tensors: vec![
+    Case::new(
+        "histogram_atomics",
+        b.finish().unwrap(),
+        vec![
             HostTensor::from_i64(DType::I32, &[len], &xs),
             HostTensor::from_i64(DType::U32, &[bins], &init32),
             HostTensor::zeros(DType::U64, &[bins]),
         ],
-        scalars: vec![],
-        check: Box::new(move |ts| {
+        move |ts| {
             for bin in 0..bins {
-                let count = xs2.iter().filter(|&&v| v == bin as i64).count() as i64;
+                let count = xs.iter().filter(|&&v| v == bin as i64).count() as i64;
                 assert_eq!(ts[1].get_i64(bin), bin as i64 + count, "h32[{bin}]");
                 assert_eq!(ts[2].get_i64(bin), count * ((1i64 << 33) + bin as i64), "h64[{bin}]");
             }
-        }),
-    }
+        },
+    )
 }
 
 /// Global atomics of every operator and storage type, and fetching atomics: tickets drawn with a
@@ -918,14 +886,11 @@ pub fn atomic_ops() -> Case {
             );
         });
     });
-    let k = b.finish().unwrap();
-    let mut rng = Rng::new(14);
-    let xs = rng.vals(DType::F32, threads as usize, -50.0, 50.0);
-    let xs2 = xs.clone();
-    Case {
-        name: "atomic_ops",
-        kernel: k,
-        tensors: vec![
+    let xs = Rng::new(14).vals(DType::F32, threads as usize, -50.0, 50.0);
+    Case::new(
+        "atomic_ops",
+        b.finish().unwrap(),
+        vec![
             HostTensor::from_f32(DType::F32, &[threads as usize], &xs),
             HostTensor::from_i64(DType::I32, &[3], &[0, i32::MIN as i64, i32::MAX as i64]),
             HostTensor::from_i64(DType::U32, &[3], &[0, 0, u32::MAX as i64]),
@@ -934,8 +899,7 @@ pub fn atomic_ops() -> Case {
             HostTensor::from_f32(DType::F32, &[3], &[0.0, f32::NAN, f32::INFINITY]),
             poisoned(DType::I32, &[threads as usize]),
         ],
-        scalars: vec![],
-        check: Box::new(move |ts| {
+        move |ts| {
             let n = threads as i64;
             let sv: Vec<i64> = (0..n).map(|t| t - 60).collect();
             assert_eq!(ts[1].get_i64(0), sv.iter().sum::<i64>());
@@ -953,13 +917,13 @@ pub fn atomic_ops() -> Case {
             let fsum: f32 = (0..n).map(|t| (t % 7) as f32).sum();
             let gf = ts[5].to_f32_vec();
             assert_eq!(gf[0], fsum * 2.0, "global and shared f32 sums");
-            assert_eq!(gf[1], xs2.iter().copied().fold(f32::MIN, f32::max), "f32 max ignores the NaN start");
-            assert_eq!(gf[2], xs2.iter().copied().fold(f32::MAX, f32::min));
+            assert_eq!(gf[1], xs.iter().copied().fold(f32::MIN, f32::max), "f32 max ignores the NaN start");
+            assert_eq!(gf[2], xs.iter().copied().fold(f32::MAX, f32::min));
             let mut seen: Vec<i64> = (0..threads as usize).map(|i| ts[6].get_i64(i)).collect();
             seen.sort();
             assert_eq!(seen, (0..n).collect::<Vec<_>>(), "tickets form a permutation");
-        }),
-    }
+        },
+    )
 }
 
 /// `DequantFp4Stream` with `prefetch` over a loop of K slices (two 32-wide blocks each over 9 blocks: the last
@@ -1002,9 +966,7 @@ pub fn dequant_fp4_stream_prefetch() -> Case {
             b.store(t, Place::Global(view(y, off, c as i64, r as i64, c as i64, 2)));
         });
     }
-    let k = b.finish().unwrap();
-    let mut rng = Rng::new(17);
-    let qw: Vec<u32> = (0..rows * kw).map(|_| rng.next_u64() as u32).collect();
+    let qw: Vec<u32> = (0..rows * kw).map(|_| Rng::new(17).next_u64() as u32).collect();
     let sb: Vec<u8> = (0..rows * kb).map(|i| if i % 11 == 5 { 255 } else { 100 + (i % 40) as u8 }).collect();
     let mut want = vec![0f32; 2 * slices * r * c];
     for (v, packed) in [true, false].into_iter().enumerate() {
@@ -1024,17 +986,16 @@ pub fn dequant_fp4_stream_prefetch() -> Case {
         }
     }
     let qbytes: Vec<u8> = qw.iter().flat_map(|w| w.to_le_bytes()).collect();
-    Case {
-        name: "dequant_fp4_stream_prefetch",
-        kernel: k,
-        tensors: vec![
+    Case::new(
+        "dequant_fp4_stream_prefetch",
+        b.finish().unwrap(),
+        vec![
             HostTensor::from_bytes(DType::U32, &[rows, kw], qbytes),
             HostTensor::from_bytes(DType::U8, &[rows, kb], sb),
             poisoned(DType::Bf16, &[2 * slices, r, c]),
         ],
-        scalars: vec![],
-        check: bitwise_f32(2, want, r, c, "prefetch slice"),
-    }
+        bitwise_f32(2, want, r, c, "prefetch slice"),
+    )
 }
 
 /// The last-arriving-block pattern of [`Stmt::Fence`]: each of 37 blocks stores a partial row (every thread one
@@ -1080,25 +1041,23 @@ pub fn last_block_reduction() -> Case {
             b.if_(Expr::thread_idx().eq(0i64), |b| b.store_scalar(sem, 0i64, 0i64));
         });
     });
-    let k = b.finish().unwrap();
-    Case {
-        name: "last_block_reduction",
-        kernel: k,
-        tensors: vec![
+    Case::new(
+        "last_block_reduction",
+        b.finish().unwrap(),
+        vec![
             poisoned(DType::F32, &[blocks as usize, threads as usize]),
             HostTensor::from_i64(DType::I32, &[1], &[0]),
             poisoned(DType::F32, &[threads as usize]),
         ],
-        scalars: vec![],
-        check: Box::new(move |ts| {
+        move |ts| {
             assert_eq!(ts[1].get_i64(0), 0, "the last block resets the counter");
             let got = ts[2].to_f32_vec();
             for (t, g) in got.iter().enumerate() {
                 let want: f64 = (0..blocks).map(|s| (s * 1000 + t as i64) as f64).sum();
                 assert_eq!(*g as f64, want, "thread {t}");
             }
-        }),
-    }
+        },
+    )
 }
 
 /// Per-thread register arrays with unrolled constant indices: each thread keeps 8 floats and 4 ints.
@@ -1125,30 +1084,26 @@ pub fn arrays() -> Case {
             b.store_scalar(z, &t * 4i64 + j.clone(), Expr::array_get(c, j));
         });
     });
-    let k = b.finish().unwrap();
-    let mut rng = Rng::new(15);
-    let xs = rng.vals(DType::F32, threads as usize * 8, -1.0, 1.0);
-    let xs2 = xs.clone();
-    Case {
-        name: "arrays",
-        kernel: k,
-        tensors: vec![
+    let xs = Rng::new(15).vals(DType::F32, threads as usize * 8, -1.0, 1.0);
+    Case::new(
+        "arrays",
+        b.finish().unwrap(),
+        vec![
             HostTensor::from_f32(DType::F32, &[threads as usize, 8], &xs),
             poisoned(DType::F32, &[threads as usize]),
             poisoned(DType::I32, &[threads as usize, 4]),
         ],
-        scalars: vec![],
-        check: Box::new(move |ts| {
+        move |ts| {
             for t in 0..threads as usize {
-                let a: Vec<f32> = (0..8).map(|j| xs2[t * 8 + j] * j as f32).collect();
+                let a: Vec<f32> = (0..8).map(|j| xs[t * 8 + j] * j as f32).collect();
                 let s = (0..8).fold(0f32, |s, j| s + a[7 - j]);
                 close("y", &[ts[1].get_f32(t)], &[s], 1e-5);
                 for j in 0..4 {
                     assert_eq!(ts[2].get_i64(t * 4 + j), (t * 10 + j + (j + 4)) as i64, "z[{t}][{j}]");
                 }
             }
-        }),
-    }
+        },
+    )
 }
 
 fn scan_case(
@@ -1162,25 +1117,21 @@ fn scan_case(
 ) -> Case {
     let (m, n) = (rows as usize, cols as usize);
     let mut b = KernelBuilder::new(kname, threads);
-    let x = b.tensor("x", DType::F32, &[Expr::Int(m as i64), Expr::Int(n as i64)], Access::Read);
-    let y = b.tensor("y", DType::F32, &[Expr::Int(m as i64), Expr::Int(n as i64)], Access::Write);
+    let x = matrix(&mut b, "x", DType::F32, [m, n], Access::Read);
+    let y = matrix(&mut b, "y", DType::F32, [m, n], Access::Write);
     let s = b.shared("scratch", DType::F32, scratch.0, scratch.1, 1, scratch.2);
     let t = b.tile("t", DType::F32, rows, cols, warps);
     let v = view(x, 0i64, n as i64, m as i64, n as i64, 2);
     b.load(t, Place::Global(v));
     b.scan_rows(t, s);
     b.store(t, Place::Global(view(y, 0i64, n as i64, m as i64, n as i64, 2)));
-    let k = b.finish().unwrap();
-    let mut rng = Rng::new(16);
-    let xs = rng.vals(DType::F32, m * n, -1.0, 0.0);
-    let xs2 = xs.clone();
-    Case {
+    let xs = Rng::new(16).vals(DType::F32, m * n, -1.0, 0.0);
+    Case::new(
         name,
-        kernel: k,
-        tensors: vec![HostTensor::from_f32(DType::F32, &[m, n], &xs), poisoned(DType::F32, &[m, n])],
-        scalars: vec![],
-        check: Box::new(move |ts| {
-            let mut want = xs2.clone();
+        b.finish().unwrap(),
+        vec![HostTensor::from_f32(DType::F32, &[m, n], &xs), poisoned(DType::F32, &[m, n])],
+        move |ts| {
+            let mut want = xs.clone();
             for c in 0..n {
                 for r in 1..m {
                     want[r * n + c] += want[(r - 1) * n + c];
@@ -1188,8 +1139,8 @@ fn scan_case(
             }
             // Sequential f32 order on both backends: bitwise.
             close("y", &ts[1].to_f32_vec(), &want, 0.0);
-        }),
-    }
+        },
+    )
 }
 
 /// `scan_rows` on a [64, 64] tile on [2, 2] warps through a swizzled scratch of the same size.
@@ -1228,9 +1179,7 @@ pub fn scalar_store_conversions() -> Case {
             }
         }
     });
-    let k = b.finish().unwrap();
-    let mut rng = Rng::new(17);
-    let mut xs = rng.vals(DType::F32, n, -600.0, 600.0);
+    let mut xs = Rng::new(17).vals(DType::F32, n, -600.0, 600.0);
     xs[0] = 1.0 + 1.0 / 256.0; // a bf16 tie
     xs[1] = 0.0625 * 1.0625; // between two e4m3 values
     xs[2] = 1e6;
@@ -1238,33 +1187,24 @@ pub fn scalar_store_conversions() -> Case {
     let xs2 = xs.clone();
     let mut tensors = vec![HostTensor::from_f32(DType::F32, &[n], &xs)];
     tensors.extend(dts.iter().map(|d| poisoned(*d, &[n])));
-    Case {
-        name: "scalar_store_conversions",
-        kernel: k,
-        tensors,
-        scalars: vec![],
-        check: Box::new(move |ts| {
-            for (di, d) in dts.iter().enumerate() {
-                let out = &ts[1 + di];
-                for (i, &v) in xs2.iter().enumerate() {
-                    if d.is_int() {
-                        if v.is_nan() {
-                            continue; // float -> int of NaN is unspecified
-                        }
-                        let want = HostTensor::from_i64(*d, &[1], &[(v * 1000.0) as i64 - 100_000]);
-                        assert_eq!(out.get_i64(i), want.get_i64(0), "{d}[{i}] from {v}");
-                    } else {
-                        let want = HostTensor::from_f32(*d, &[1], &[v]);
-                        let (g, w) = (out.get_f32(i), want.get_f32(0));
-                        assert!(
-                            g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
-                            "{d}[{i}] from {v}: {g} vs {w}"
-                        );
+    Case::new("scalar_store_conversions", b.finish().unwrap(), tensors, move |ts| {
+        for (di, d) in dts.iter().enumerate() {
+            let out = &ts[1 + di];
+            for (i, &v) in xs2.iter().enumerate() {
+                if d.is_int() {
+                    if v.is_nan() {
+                        continue; // float -> int of NaN is unspecified
                     }
+                    let want = HostTensor::from_i64(*d, &[1], &[(v * 1000.0) as i64 - 100_000]);
+                    assert_eq!(out.get_i64(i), want.get_i64(0), "{d}[{i}] from {v}");
+                } else {
+                    let want = HostTensor::from_f32(*d, &[1], &[v]);
+                    let (g, w) = (out.get_f32(i), want.get_f32(0));
+                    assert!(g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()), "{d}[{i}] from {v}: {g} vs {w}");
                 }
             }
-        }),
-    }
+        }
+    })
 }
 
 /// Byte formats through tiles: E4M3 loads (pairs and singles) into an f32 tile and E4M3 tile stores
@@ -1272,11 +1212,11 @@ pub fn scalar_store_conversions() -> Case {
 pub fn byte_formats() -> Case {
     let (m, n) = (16usize, 32usize);
     let mut b = KernelBuilder::new("p_byte_formats", 32);
-    let q = b.tensor("q", DType::E4m3, &[Expr::Int(m as i64), Expr::Int(n as i64)], Access::Read);
-    let u = b.tensor("u", DType::U8, &[Expr::Int(m as i64), Expr::Int(n as i64)], Access::Read);
+    let q = matrix(&mut b, "q", DType::E4m3, [m, n], Access::Read);
+    let u = matrix(&mut b, "u", DType::U8, [m, n], Access::Read);
     let yq = b.tensor("yq", DType::F32, &[Expr::Int(2), Expr::Int(m as i64), Expr::Int(n as i64)], Access::Write);
-    let zq = b.tensor("zq", DType::E4m3, &[Expr::Int(m as i64), Expr::Int(n as i64)], Access::Write);
-    let yn = b.tensor("yn", DType::I32, &[Expr::Int(m as i64), Expr::Int(n as i64)], Access::Write);
+    let zq = matrix(&mut b, "zq", DType::E4m3, [m, n], Access::Write);
+    let yn = matrix(&mut b, "yn", DType::I32, [m, n], Access::Write);
     let t = b.tile("t", DType::F32, 16, 32, [1, 1]);
     let i = b.tile("i", DType::I32, 16, 32, [1, 1]);
     let v = |tensor, off: i64, vec| view(tensor, off, n as i64, m as i64, n as i64, vec);
@@ -1295,18 +1235,17 @@ pub fn byte_formats() -> Case {
     let qs: Vec<u8> = (0..m * n).map(|i| if i & 0x7f == 0x7f { 0 } else { i as u8 }).collect();
     let us: Vec<u8> = (0..m * n).map(|_| rng.int(0, 256) as u8).collect();
     let (qs2, us2) = (qs.clone(), us.clone());
-    Case {
-        name: "byte_formats",
-        kernel: k,
-        tensors: vec![
+    Case::new(
+        "byte_formats",
+        k,
+        vec![
             HostTensor::from_bytes(DType::E4m3, &[m, n], qs),
             HostTensor::from_bytes(DType::U8, &[m, n], us),
             poisoned(DType::F32, &[2, m, n]),
             poisoned(DType::E4m3, &[m, n]),
             poisoned(DType::I32, &[m, n]),
         ],
-        scalars: vec![],
-        check: Box::new(move |ts| {
+        move |ts| {
             let dec: Vec<f32> = qs2.iter().map(|&c| k3k_ir::tensor::e4m3_to_f32(c)).collect();
             let y = ts[2].to_f32_vec();
             close("pairs", &y[..m * n], &dec, 0.0);
@@ -1316,8 +1255,8 @@ pub fn byte_formats() -> Case {
                 let c = us2[idx] as i64;
                 assert_eq!(ts[4].get_i64(idx), (c >> 4) * 16 - (c & 0xf), "nibbles at {idx}");
             }
-        }),
-    }
+        },
+    )
 }
 
 /// Banded (block-diagonal) products: each 16-row accumulator band multiplies by its own B window. `c1 = A_w @
@@ -1327,7 +1266,7 @@ pub fn byte_formats() -> Case {
 pub fn mma_banded() -> Case {
     let (m, kd) = (64usize, 32usize);
     let mut b = KernelBuilder::new("p_mma_banded", 128);
-    let a = b.tensor("a", DType::Bf16, &[Expr::Int(m as i64), Expr::Int(kd as i64)], Access::Read);
+    let a = matrix(&mut b, "a", DType::Bf16, [m, kd], Access::Read);
     let w1 = b.tensor("w1", DType::Bf16, &[Expr::Int(64), Expr::Int(kd as i64)], Access::Read);
     let w2 = b.tensor("w2", DType::Bf16, &[Expr::Int(128), Expr::Int(16)], Access::Read);
     let c = b.tensor("c", DType::F32, &[Expr::Int(2), Expr::Int(m as i64), Expr::Int(16)], Access::Write);
@@ -1353,23 +1292,21 @@ pub fn mma_banded() -> Case {
     let ob2 = Operand::Banded { src: b.window(sw2, 0i64, 0, 0, 32, 16), transpose: false };
     b.mma(acc, Operand::Reg(ta), ob2);
     b.store(acc, Place::Global(view(c, (m * 16) as i64, 16i64, m as i64, 16i64, 2)));
-    let k = b.finish().unwrap();
     let mut rng = Rng::new(19);
     let av = rng.vals(DType::Bf16, m * kd, -1.0, 1.0);
     let w1v = rng.vals(DType::Bf16, 64 * kd, -1.0, 1.0);
     let w2v = rng.vals(DType::Bf16, 128 * 16, -1.0, 1.0);
     let (av2, w1v2, w2v2) = (av.clone(), w1v.clone(), w2v.clone());
-    Case {
-        name: "mma_banded",
-        kernel: k,
-        tensors: vec![
+    Case::new(
+        "mma_banded",
+        b.finish().unwrap(),
+        vec![
             HostTensor::from_f32(DType::Bf16, &[m, kd], &av),
             HostTensor::from_f32(DType::Bf16, &[64, kd], &w1v),
             HostTensor::from_f32(DType::Bf16, &[128, 16], &w2v),
             poisoned(DType::F32, &[2, m, 16]),
         ],
-        scalars: vec![],
-        check: Box::new(move |ts| {
+        move |ts| {
             let mut want = vec![0f32; 2 * m * 16];
             for band in 0..4 {
                 let arows = &av2[band * 16 * kd..(band + 1) * 16 * kd];
@@ -1381,8 +1318,8 @@ pub fn mma_banded() -> Case {
                 }
             }
             close("c", &ts[3].to_f32_vec(), &want, 1e-4);
-        }),
-    }
+        },
+    )
 }
 
 /// Warp shuffles (xor, broadcast, up) of floats and ints, a ballot, and a syncwarp ordering shared writes of
@@ -1419,22 +1356,20 @@ pub fn warp_shuffles() -> Case {
         b.store_scalar(out_i, &g + n as i64, bl);
         b.store_scalar(out_i, &g + 2 * n as i64, ux);
     });
-    let k = b.finish().unwrap();
     let mut rng = Rng::new(29);
     let xs: Vec<f32> = (0..n).map(|_| rng.f32(0.0, 1.0)).collect();
     let xis: Vec<i64> = (0..n).map(|_| rng.int(-1000, 1000)).collect();
     let (xs2, xis2) = (xs.clone(), xis.clone());
-    Case {
-        name: "warp_shuffles",
-        kernel: k,
-        tensors: vec![
+    Case::new(
+        "warp_shuffles",
+        b.finish().unwrap(),
+        vec![
             HostTensor::from_f32(DType::F32, &[n], &xs),
             HostTensor::from_i64(DType::I32, &[n], &xis),
             poisoned(DType::F32, &[3, n]),
             poisoned(DType::I64, &[3, n]),
         ],
-        scalars: vec![],
-        check: Box::new(move |ts| {
+        move |ts| {
             let v = |g: usize| if g % 2 == 1 { xs2[g] * 2.0 } else { xs2[g] };
             for g in 0..n {
                 let (lane, w0) = (g % 32, g - g % 32);
@@ -1447,8 +1382,8 @@ pub fn warp_shuffles() -> Case {
                 assert_eq!(ts[3].get_i64(n + g), mask, "ballot {g}");
                 assert_eq!(ts[3].get_i64(2 * n + g), 3 * xis2[w0 + (lane ^ 16)], "int xor {g}");
             }
-        }),
-    }
+        },
+    )
 }
 
 /// `DequantFp4` on [128, 64] bf16 tiles over 8 warps from swizzled shared words and scales: packed and natural
@@ -1482,9 +1417,7 @@ pub fn dequant_fp4() -> Case {
         b.dequant_fp4(t, words, sc, packed, fold, finite);
         b.store(t, Place::Global(view(y, (v * r * c) as i64, c as i64, r as i64, c as i64, 2)));
     }
-    let k = b.finish().unwrap();
-    let mut rng = Rng::new(12);
-    let qw: Vec<u32> = (0..r * kw).map(|_| rng.next_u64() as u32).collect();
+    let qw: Vec<u32> = (0..r * kw).map(|_| Rng::new(12).next_u64() as u32).collect();
     // Scale bytes: all 256 values; at most 128 or 255; at most 128.
     let sv: [Vec<u8>; 3] = [
         (0..r * kb).map(|i| i as u8).collect(),
@@ -1506,13 +1439,7 @@ pub fn dequant_fp4() -> Case {
         tensors.push(HostTensor::from_bytes(DType::U8, &[r, kb], v.clone()));
     }
     tensors.push(poisoned(DType::Bf16, &[4, r, c]));
-    Case {
-        name: "dequant_fp4",
-        kernel: k,
-        tensors,
-        scalars: vec![],
-        check: bitwise_f32(4, want, r, c, "dequant_fp4 variant"),
-    }
+    Case::new("dequant_fp4", b.finish().unwrap(), tensors, bitwise_f32(4, want, r, c, "dequant_fp4 variant"))
 }
 
 /// `DequantFp4Stream` on [128, 256] bf16 tiles over 8 warps, straight from global views that start one block
@@ -1540,9 +1467,7 @@ pub fn dequant_fp4_stream() -> Case {
         b.dequant_fp4_stream(t, qv, sv, packed, fold, finite);
         b.store(t, Place::Global(view(y, (v * r * c) as i64, c as i64, r as i64, c as i64, 2)));
     }
-    let k = b.finish().unwrap();
-    let mut rng = Rng::new(13);
-    let qw: Vec<u32> = (0..rows * kw).map(|_| rng.next_u64() as u32).collect();
+    let qw: Vec<u32> = (0..rows * kw).map(|_| Rng::new(13).next_u64() as u32).collect();
     let sv: [Vec<u8>; 3] = [
         (0..rows * kb).map(|i| (i * 7) as u8).collect(),
         (0..rows * kb).map(|i| if i % 7 == 3 { 255 } else { (i % 129) as u8 }).collect(),
@@ -1563,13 +1488,12 @@ pub fn dequant_fp4_stream() -> Case {
         tensors.push(HostTensor::from_bytes(DType::U8, &[rows, kb], v.clone()));
     }
     tensors.push(poisoned(DType::Bf16, &[4, r, c]));
-    Case {
-        name: "dequant_fp4_stream",
-        kernel: k,
+    Case::new(
+        "dequant_fp4_stream",
+        b.finish().unwrap(),
         tensors,
-        scalars: vec![],
-        check: bitwise_f32(4, want, r, c, "dequant_fp4_stream variant"),
-    }
+        bitwise_f32(4, want, r, c, "dequant_fp4_stream variant"),
+    )
 }
 
 /// `wgmma` with A from registers and B stored `[K, N]` (N-contiguous, the transpose mode), as attention's
@@ -1579,9 +1503,9 @@ pub fn dequant_fp4_stream() -> Case {
 pub fn mma_async_rs_bmn() -> Case {
     let (m, n, kd) = (64usize, 64usize, 128usize);
     let mut b = KernelBuilder::new("p_mma_async_rs_bmn", 128);
-    let a = b.tensor("a", DType::F32, &[Expr::Int(m as i64), Expr::Int(kd as i64)], Access::Read);
-    let v = b.tensor("v", DType::Bf16, &[Expr::Int(kd as i64), Expr::Int(n as i64)], Access::Read);
-    let c = b.tensor("c", DType::F32, &[Expr::Int(m as i64), Expr::Int(n as i64)], Access::Write);
+    let a = matrix(&mut b, "a", DType::F32, [m, kd], Access::Read);
+    let v = matrix(&mut b, "v", DType::Bf16, [kd, n], Access::Read);
+    let c = matrix(&mut b, "c", DType::F32, [m, n], Access::Write);
     let sv = b.shared("sv", DType::Bf16, kd as u32, n as u32, 1, Swizzle::Xor16B);
     let ta = b.tile("ta", DType::Bf16, m as u32, kd as u32, [4, 1]);
     let acc = b.tile("acc", DType::F32, m as u32, n as u32, [4, 1]);
@@ -1618,10 +1542,10 @@ pub fn mma_async_rs_bmn() -> Case {
 pub fn mma_async_replicated_and_banded() -> Case {
     let (m, n, kd) = (64usize, 64usize, 64usize);
     let mut b = KernelBuilder::new("p_mma_async_replicated_banded", 256);
-    let a = b.tensor("a", DType::Bf16, &[Expr::Int(m as i64), Expr::Int(kd as i64)], Access::Read);
-    let w = b.tensor("w", DType::Bf16, &[Expr::Int(n as i64), Expr::Int(kd as i64)], Access::Read);
-    let v = b.tensor("v", DType::Bf16, &[Expr::Int(n as i64), Expr::Int(n as i64)], Access::Read);
-    let c = b.tensor("c", DType::F32, &[Expr::Int(m as i64), Expr::Int(n as i64)], Access::Write);
+    let a = matrix(&mut b, "a", DType::Bf16, [m, kd], Access::Read);
+    let w = matrix(&mut b, "w", DType::Bf16, [n, kd], Access::Read);
+    let v = matrix(&mut b, "v", DType::Bf16, [n, n], Access::Read);
+    let c = matrix(&mut b, "c", DType::F32, [m, n], Access::Write);
     let sa = b.shared("sa", DType::Bf16, m as u32, kd as u32, 1, Swizzle::Xor16B);
     let sw = b.shared("sw", DType::Bf16, n as u32, kd as u32, 1, Swizzle::Xor16B);
     let sv = b.shared("sv", DType::Bf16, n as u32, n as u32, 1, Swizzle::Xor16B);
@@ -1648,15 +1572,10 @@ pub fn mma_async_replicated_and_banded() -> Case {
     b.mma_async_init(o, Operand::Reg(p), Operand::Shared { src: dv, transpose: false }, false);
     b.mma_wait(0);
     b.store(o, Place::Global(view(c, 0i64, n as i64, m as i64, n as i64, 2)));
-    let k = b.finish().unwrap();
     let sp = ScoresPv::new(33, m, n, kd);
-    Case {
-        name: "mma_async_replicated_and_banded",
-        kernel: k,
-        tensors: sp.tensors(),
-        scalars: vec![],
-        check: Box::new(move |ts| close("c", &ts[3].to_f32_vec(), &sp.pv, 1e-3)),
-    }
+    Case::new("mma_async_replicated_and_banded", b.finish().unwrap(), sp.tensors(), move |ts| {
+        close("c", &ts[3].to_f32_vec(), &sp.pv, 1e-3)
+    })
 }
 
 /// The data of the `S = A W^T`, `P = bf16(S / 8)`, `P V` cases: A [M, K] and W [N, K] in multiples of 1/8 (so the
@@ -1706,10 +1625,10 @@ impl ScoresPv {
 pub fn first_warpgroups_share_p() -> Case {
     let (m, n, kd) = (64usize, 64usize, 64usize);
     let mut b = KernelBuilder::new("p_first_warpgroups_share_p", 256);
-    let a = b.tensor("a", DType::Bf16, &[Expr::Int(m as i64), Expr::Int(kd as i64)], Access::Read);
-    let w = b.tensor("w", DType::Bf16, &[Expr::Int(n as i64), Expr::Int(kd as i64)], Access::Read);
-    let v = b.tensor("v", DType::Bf16, &[Expr::Int(n as i64), Expr::Int(n as i64)], Access::Read);
-    let c = b.tensor("c", DType::F32, &[Expr::Int(m as i64), Expr::Int(n as i64)], Access::Write);
+    let a = matrix(&mut b, "a", DType::Bf16, [m, kd], Access::Read);
+    let w = matrix(&mut b, "w", DType::Bf16, [n, kd], Access::Read);
+    let v = matrix(&mut b, "v", DType::Bf16, [n, n], Access::Read);
+    let c = matrix(&mut b, "c", DType::F32, [m, n], Access::Write);
     let sa = b.shared("sa", DType::Bf16, m as u32, kd as u32, 1, Swizzle::Xor16B);
     let sw = b.shared("sw", DType::Bf16, n as u32, kd as u32, 1, Swizzle::Xor16B);
     let sv = b.shared("sv", DType::Bf16, n as u32, n as u32, 1, Swizzle::Xor16B);
@@ -1757,7 +1676,6 @@ pub fn first_warpgroups_share_p() -> Case {
     b.mma_wait(0);
     b.map(o, Expr::Elem(o) * Expr::RowVal(ro));
     b.store(o, Place::Global(view(c, 0i64, n as i64, m as i64, n as i64, 2)));
-    let k = b.finish().unwrap();
     let sp = ScoresPv::new(34, m, n, kd);
     let want: Vec<f32> = (0..m * n)
         .map(|i| {
@@ -1766,13 +1684,9 @@ pub fn first_warpgroups_share_p() -> Case {
             sp.pv[i] * max
         })
         .collect();
-    Case {
-        name: "first_warpgroups_share_p",
-        kernel: k,
-        tensors: sp.tensors(),
-        scalars: vec![],
-        check: Box::new(move |ts| close("c", &ts[3].to_f32_vec(), &want, 1e-3)),
-    }
+    Case::new("first_warpgroups_share_p", b.finish().unwrap(), sp.tensors(), move |ts| {
+        close("c", &ts[3].to_f32_vec(), &want, 1e-3)
+    })
 }
 
 /// Two warpgroups (acc [128, 64] on [8, 1] warps), two chained `wgmma` products in flight before one wait:
@@ -1782,11 +1696,11 @@ pub fn first_warpgroups_share_p() -> Case {
 pub fn mma_async_ss_then_rs() -> Case {
     let (m, n, kd) = (128usize, 64usize, 64usize);
     let mut b = KernelBuilder::new("p_mma_async_ss_then_rs", 256);
-    let a = b.tensor("a", DType::Bf16, &[Expr::Int(m as i64), Expr::Int(kd as i64)], Access::Read);
-    let w = b.tensor("w", DType::Bf16, &[Expr::Int(n as i64), Expr::Int(kd as i64)], Access::Read);
-    let t = b.tensor("t", DType::F32, &[Expr::Int(m as i64), Expr::Int(kd as i64)], Access::Read);
-    let v = b.tensor("v", DType::Bf16, &[Expr::Int(kd as i64), Expr::Int(n as i64)], Access::Read);
-    let c = b.tensor("c", DType::F32, &[Expr::Int(m as i64), Expr::Int(n as i64)], Access::Write);
+    let a = matrix(&mut b, "a", DType::Bf16, [m, kd], Access::Read);
+    let w = matrix(&mut b, "w", DType::Bf16, [n, kd], Access::Read);
+    let t = matrix(&mut b, "t", DType::F32, [m, kd], Access::Read);
+    let v = matrix(&mut b, "v", DType::Bf16, [kd, n], Access::Read);
+    let c = matrix(&mut b, "c", DType::F32, [m, n], Access::Write);
     let sa = b.shared("sa", DType::Bf16, m as u32, kd as u32, 1, Swizzle::Xor16B);
     let sw = b.shared("sw", DType::Bf16, n as u32, kd as u32, 1, Swizzle::Xor16B);
     let sv = b.shared("sv", DType::Bf16, 2 * kd as u32, n as u32, 1, Swizzle::Xor16B);
@@ -1941,33 +1855,27 @@ fn fp4_gemv_case(staged: bool) -> Case {
     }
     tensors.push(HostTensor::from_f32(DType::Bf16, &[toks, k], &xvals));
     tensors.push(poisoned(DType::F32, &[4, r, t]));
-    Case {
-        name: if staged { "fp4_gemv_staged" } else { "fp4_gemv" },
-        kernel: kern,
-        tensors,
-        scalars: vec![],
-        check: Box::new(move |ts| {
-            let got = ts[4].to_f32_vec();
-            let mut nans = 0;
-            for (i, (g, &(w, a))) in got.iter().zip(&want).enumerate() {
-                let ok = if w.is_nan() {
-                    nans += 1;
-                    g.is_nan()
-                } else {
-                    (*g as f64 - w).abs() <= 1e-5 * a + 1e-30
-                };
-                assert!(
-                    ok,
-                    "fp4_gemv variant {} row {} token {}: got {g:e}, want {w:e} (sum of |terms| {a:e})",
-                    i / (r * t),
-                    (i / t) % r,
-                    i % t
-                );
-            }
-            // The NaN block (scale byte 4 kb + 1: row 4, block 0 of the view) reaches the general-path variants.
-            assert_eq!(nans, 2 * toks, "NaN rows");
-        }),
-    }
+    Case::new(if staged { "fp4_gemv_staged" } else { "fp4_gemv" }, kern, tensors, move |ts| {
+        let got = ts[4].to_f32_vec();
+        let mut nans = 0;
+        for (i, (g, &(w, a))) in got.iter().zip(&want).enumerate() {
+            let ok = if w.is_nan() {
+                nans += 1;
+                g.is_nan()
+            } else {
+                (*g as f64 - w).abs() <= 1e-5 * a + 1e-30
+            };
+            assert!(
+                ok,
+                "fp4_gemv variant {} row {} token {}: got {g:e}, want {w:e} (sum of |terms| {a:e})",
+                i / (r * t),
+                (i / t) % r,
+                i % t
+            );
+        }
+        // The NaN block (scale byte 4 kb + 1: row 4, block 0 of the view) reaches the general-path variants.
+        assert_eq!(nans, 2 * toks, "NaN rows");
+    })
 }
 
 /// TMA box copies completing on mbarriers, through two phases of a two-stage ring: x bf16 [70, 72] (a 2-D map
@@ -1980,7 +1888,7 @@ fn fp4_gemv_case(staged: bool) -> Case {
 pub fn tma_mbarrier() -> Case {
     let (m, kd, g, n) = (70usize, 72usize, 3usize, 40usize);
     let mut b = KernelBuilder::new("p_tma_mbarrier", 128);
-    let x = b.tensor("x", DType::Bf16, &[Expr::Int(m as i64), Expr::Int(kd as i64)], Access::Read);
+    let x = matrix(&mut b, "x", DType::Bf16, [m, kd], Access::Read);
     let w = b.tensor("w", DType::Bf16, &[Expr::Int(g as i64), Expr::Int(n as i64), Expr::Int(kd as i64)], Access::Read);
     let ya = b.tensor("ya", DType::F32, &[Expr::Int(3), Expr::Int(64), Expr::Int(64)], Access::Write);
     let yw = b.tensor("yw", DType::F32, &[Expr::Int(3), Expr::Int(32), Expr::Int(64)], Access::Write);
@@ -2022,7 +1930,6 @@ pub fn tma_mbarrier() -> Case {
     b.mbar_wait_elected(done, 0i64, 0i64);
     issue(&mut b, rounds[2]);
     read(&mut b, 0, 2, 1);
-    let k = b.finish().unwrap();
     let mut rng = Rng::new(41);
     let xv = rng.vals(DType::Bf16, m * kd, -2.0, 2.0);
     let wv = rng.vals(DType::Bf16, g * n * kd, -2.0, 2.0);
@@ -2046,21 +1953,20 @@ pub fn tma_mbarrier() -> Case {
             }
         }
     }
-    Case {
-        name: "tma_mbarrier",
-        kernel: k,
-        tensors: vec![
+    Case::new(
+        "tma_mbarrier",
+        b.finish().unwrap(),
+        vec![
             HostTensor::from_f32(DType::Bf16, &[m, kd], &xv),
             HostTensor::from_f32(DType::Bf16, &[g, n, kd], &wv),
             poisoned(DType::F32, &[3, 64, 64]),
             poisoned(DType::F32, &[3, 32, 64]),
         ],
-        scalars: vec![],
-        check: Box::new(move |ts| {
+        move |ts| {
             close("ya", &ts[2].to_f32_vec(), &want_a, 0.0);
             close("yw", &ts[3].to_f32_vec(), &want_w, 0.0);
-        }),
-    }
+        },
+    )
 }
 
 /// Thread-block clusters of 2 CTAs (4 blocks, 2 warps each): in each of 3 rounds over a 2-slot ring, CTA r of a
@@ -2075,7 +1981,7 @@ pub fn tma_multicast_cluster_with(drop_peer_release: bool, skip_empty_wait: bool
     let (m, kd) = (90usize, 80usize);
     let rounds: [(i64, i64); 3] = [(0, 0), (16, 24), (40, 50)];
     let mut b = KernelBuilder::new(if drop_peer_release { "p_tma_mc_dropped" } else { "p_tma_multicast_cluster" }, 64);
-    let x = b.tensor("x", DType::Bf16, &[Expr::Int(m as i64), Expr::Int(kd as i64)], Access::Read);
+    let x = matrix(&mut b, "x", DType::Bf16, [m, kd], Access::Read);
     let y = b.tensor("y", DType::F32, &[Expr::Int(4), Expr::Int(3), Expr::Int(64), Expr::Int(64)], Access::Write);
     b.grid(4i64, 1i64, 1i64);
     b.cluster([2, 1, 1]);
@@ -2129,9 +2035,7 @@ pub fn tma_multicast_cluster_with(drop_peer_release: bool, skip_empty_wait: bool
     }
     // No CTA exits while a peer may still arrive on its barriers.
     b.cluster_sync();
-    let k = b.finish().unwrap();
-    let mut rng = Rng::new(43);
-    let xv = rng.vals(DType::Bf16, m * kd, -2.0, 2.0);
+    let xv = Rng::new(43).vals(DType::Bf16, m * kd, -2.0, 2.0);
     let mut want = vec![0.0f32; 4 * 3 * 64 * 64];
     for blk in 0..4i64 {
         for (u, &(k0, m0)) in rounds.iter().enumerate() {
@@ -2146,13 +2050,12 @@ pub fn tma_multicast_cluster_with(drop_peer_release: bool, skip_empty_wait: bool
             }
         }
     }
-    Case {
-        name: if drop_peer_release { "tma_mc_dropped" } else { "tma_multicast_cluster" },
-        kernel: k,
-        tensors: vec![HostTensor::from_f32(DType::Bf16, &[m, kd], &xv), poisoned(DType::F32, &[4, 3, 64, 64])],
-        scalars: vec![],
-        check: Box::new(move |ts| close("y", &ts[1].to_f32_vec(), &want, 0.0)),
-    }
+    Case::new(
+        if drop_peer_release { "tma_mc_dropped" } else { "tma_multicast_cluster" },
+        b.finish().unwrap(),
+        vec![HostTensor::from_f32(DType::Bf16, &[m, kd], &xv), poisoned(DType::F32, &[4, 3, 64, 64])],
+        move |ts| close("y", &ts[1].to_f32_vec(), &want, 0.0),
+    )
 }
 
 /// See [`tma_multicast_cluster_with`].
@@ -2204,7 +2107,6 @@ pub fn wide_access() -> Case {
             b.store_wide(yi, &g * 2i64, w, 0, 2);
         });
     });
-    let k = b.finish().unwrap();
     let mut rng = Rng::new(77);
     let fv = rng.vals(DType::F32, 4 * n, -3.0, 3.0);
     let bv = rng.vals(DType::Bf16, 8 * n, -3.0, 3.0);
@@ -2212,10 +2114,10 @@ pub fn wide_access() -> Case {
     let (fv2, bv2, uv2) = (fv.clone(), bv.clone(), uv.clone());
     let poison = |d: DType, len: usize| poisoned(d, &[len]);
     let (pf, pb, pi) = (poison(DType::F32, 4 * n), poison(DType::Bf16, 8 * n), poison(DType::I32, 2 * n));
-    Case {
-        name: "wide_access",
-        kernel: k,
-        tensors: vec![
+    Case::new(
+        "wide_access",
+        b.finish().unwrap(),
+        vec![
             HostTensor::from_f32(DType::F32, &[4 * n], &fv),
             HostTensor::from_f32(DType::Bf16, &[8 * n], &bv),
             HostTensor::from_i64(DType::U8, &[16 * n], &uv),
@@ -2223,8 +2125,7 @@ pub fn wide_access() -> Case {
             pb.clone(),
             pi.clone(),
         ],
-        scalars: vec![],
-        check: Box::new(move |ts| {
+        move |ts| {
             for g in 0..n {
                 let skip = (g % threads as usize) % 7 == 3;
                 for j in 0..4 {
@@ -2257,8 +2158,8 @@ pub fn wide_access() -> Case {
                     }
                 }
             }
-        }),
-    }
+        },
+    )
 }
 
 /// Tile stores through the wide 16-bit paths (`store_global` with vec 8 / 4: a quad of lanes regroups its pairs
@@ -2287,21 +2188,17 @@ pub fn wide_tile_stores() -> Case {
     b.map(u, Expr::RowIdx.to_float() * 0.5 + Expr::ColIdx.to_float() * 0.25 + Expr::block_idx(0).to_float());
     b.store(u, Place::Global(view(z, &r0 * nz as i64, nz as i64, rows.clone(), nz as i64, 4)));
     b.store(u, Place::Global(view(w, &r0 * nz as i64, nz as i64, rows, nz as i64, 8)));
-    let k = b.finish().unwrap();
-    let mut rng = Rng::new(91);
-    let xs = rng.vals(DType::F32, m * ny, -4.0, 4.0);
-    let xs2 = xs.clone();
-    Case {
-        name: "wide_tile_stores",
-        kernel: k,
-        tensors: vec![
+    let xs = Rng::new(91).vals(DType::F32, m * ny, -4.0, 4.0);
+    Case::new(
+        "wide_tile_stores",
+        b.finish().unwrap(),
+        vec![
             HostTensor::from_f32(DType::F32, &[m, ny], &xs),
             poisoned(DType::Bf16, &[m, ny]),
             poisoned(DType::Bf16, &[m, nz]),
             poisoned(DType::F16, &[m, nz]),
         ],
-        scalars: vec![],
-        check: Box::new(move |ts| {
+        move |ts| {
             let round = |d: DType, v: f32| HostTensor::from_f32(d, &[1], &[v]).get_f32(0);
             for r in 0..m {
                 for c in 0..ny {
@@ -2309,7 +2206,7 @@ pub fn wide_tile_stores() -> Case {
                     if c >= vy {
                         assert!(got.is_nan(), "y[{r}, {c}] past the view was written: {got}");
                     } else {
-                        let want = round(DType::Bf16, xs2[r * ny + c] * 1.5 + (r % 32) as f32 * 0.125 - c as f32);
+                        let want = round(DType::Bf16, xs[r * ny + c] * 1.5 + (r % 32) as f32 * 0.125 - c as f32);
                         assert_eq!(got, want, "y[{r}, {c}]");
                     }
                 }
@@ -2319,8 +2216,8 @@ pub fn wide_tile_stores() -> Case {
                     assert_eq!(ts[3].get_f32(r * nz + c), round(DType::F16, v), "w[{r}, {c}]");
                 }
             }
-        }),
-    }
+        },
+    )
 }
 
 /// The pair-friendly swizzle (`Xor16BPairs`) on f32 buffers of 256-, 64- and 32-byte rows: tile stores and loads
@@ -2330,8 +2227,8 @@ pub fn wide_tile_stores() -> Case {
 pub fn shared_pairs_swizzle() -> Case {
     let n = 32usize;
     let mut b = KernelBuilder::new("p_shared_pairs_swizzle", 128);
-    let x = b.tensor("x", DType::F32, &[Expr::Int(n as i64), Expr::Int(n as i64)], Access::Read);
-    let y1 = b.tensor("y1", DType::F32, &[Expr::Int(n as i64), Expr::Int(n as i64)], Access::Write);
+    let x = matrix(&mut b, "x", DType::F32, [n, n], Access::Read);
+    let y1 = matrix(&mut b, "y1", DType::F32, [n, n], Access::Write);
     let y2 = b.tensor("y2", DType::F32, &[Expr::Int(n as i64), Expr::Int(16)], Access::Write);
     let y3 = b.tensor("y3", DType::F32, &[Expr::Int(n as i64), Expr::Int(8)], Access::Write);
     let sp = b.shared("sp", DType::F32, 32, 64, 1, Swizzle::Xor16BPairs);
@@ -2358,27 +2255,23 @@ pub fn shared_pairs_swizzle() -> Case {
     b.store(h, Place::Global(view(y2, 0i64, 16i64, n as i64, 16i64, 2)));
     b.load(e, Place::Shared(b.slot(sr, 1i64)));
     b.store(e, Place::Global(view(y3, 0i64, 8i64, n as i64, 8i64, 2)));
-    let k = b.finish().unwrap();
-    let mut rng = Rng::new(17);
-    let xs = rng.vals(DType::F32, n * n, -3.0, 3.0);
-    let xs2 = xs.clone();
-    Case {
-        name: "shared_pairs_swizzle",
-        kernel: k,
-        tensors: vec![
+    let xs = Rng::new(17).vals(DType::F32, n * n, -3.0, 3.0);
+    Case::new(
+        "shared_pairs_swizzle",
+        b.finish().unwrap(),
+        vec![
             HostTensor::from_f32(DType::F32, &[n, n], &xs),
             poisoned(DType::F32, &[n, n]),
             poisoned(DType::F32, &[n, 16]),
             poisoned(DType::F32, &[n, 8]),
         ],
-        scalars: vec![],
-        check: Box::new(move |ts| {
-            let t: Vec<f32> = (0..n * n).map(|i| xs2[(i % n) * n + i / n]).collect();
+        move |ts| {
+            let t: Vec<f32> = (0..n * n).map(|i| xs[(i % n) * n + i / n]).collect();
             close("y1", &ts[1].to_f32_vec(), &t, 0.0);
-            let h: Vec<f32> = (0..n * 16).map(|i| xs2[(i / 16) * n + i % 16]).collect();
+            let h: Vec<f32> = (0..n * 16).map(|i| xs[(i / 16) * n + i % 16]).collect();
             close("y2", &ts[2].to_f32_vec(), &h, 0.0);
-            let e: Vec<f32> = (0..n * 8).map(|i| xs2[(i / 8) * n + 8 + i % 8]).collect();
+            let e: Vec<f32> = (0..n * 8).map(|i| xs[(i / 8) * n + 8 + i % 8]).collect();
             close("y3", &ts[3].to_f32_vec(), &e, 0.0);
-        }),
-    }
+        },
+    )
 }

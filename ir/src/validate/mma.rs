@@ -3,6 +3,22 @@
 use super::*;
 
 impl<'a> Checker<'a> {
+    /// A register A operand of an `mma` or `mma_async` (`what` prefixes the message): tile `t` on the accumulator
+    /// `c`'s row bands, warps `[c.warps[0], 1]`.
+    fn reg_a(&self, t: TileId, c: &RegTileDecl, what: &str) -> Result<&'a RegTileDecl, IrError> {
+        let t = self.tile(t)?;
+        if t.warps != [c.warps[0], 1] {
+            return Err(self.err(
+                IrErrorKind::Layout,
+                format!(
+                    "{what}register A operand `{}` must use warps [{}, 1] (the accumulator's row bands)",
+                    t.name, c.warps[0]
+                ),
+            ));
+        }
+        Ok(t)
+    }
+
     /// A shared mma operand is read with `ldmatrix`, 16-byte rows of 8 elements at a time: its rows and its
     /// first column must sit on 16-byte boundaries.
     pub(super) fn mma_shared(&self, src: &SharedRef) -> Result<&'a SharedDecl, IrError> {
@@ -97,16 +113,7 @@ impl<'a> Checker<'a> {
                 (src.rows, src.cols, dt, 64)
             }
             Operand::Reg(t) => {
-                let t = self.tile(*t)?;
-                if t.warps != [c.warps[0], 1] {
-                    return Err(self.err(
-                        IrErrorKind::Layout,
-                        format!(
-                            "mma_async: register A operand `{}` must use warps [{}, 1] (the accumulator's row bands)",
-                            t.name, c.warps[0]
-                        ),
-                    ));
-                }
+                let t = self.reg_a(*t, c, "mma_async: ")?;
                 (t.rows, t.cols, t.dtype, u32::MAX)
             }
             _ => {
@@ -183,16 +190,7 @@ impl<'a> Checker<'a> {
         // Logical [rows, cols] of each operand and its element type.
         let (am, ak, adt) = match a {
             Operand::Reg(t) => {
-                let t = self.tile(*t)?;
-                if t.warps != [c.warps[0], 1] {
-                    return Err(self.err(
-                        IrErrorKind::Layout,
-                        format!(
-                            "register A operand `{}` must use warps [{}, 1] to match the accumulator's row bands",
-                            t.name, c.warps[0]
-                        ),
-                    ));
-                }
+                let t = self.reg_a(*t, c, "")?;
                 (t.rows, t.cols, t.dtype)
             }
             Operand::Shared { src, transpose } => {

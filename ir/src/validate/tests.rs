@@ -7,6 +7,7 @@ mod unit {
     use crate::builder::{KernelBuilder, view};
     use crate::expr::TensorId;
     use crate::fp4_gemv::{Fp4Ring, Fp4Staging};
+    use crate::mx::Fp4Flags;
 
     fn small() -> KernelBuilder {
         let mut b = KernelBuilder::new("t", 128);

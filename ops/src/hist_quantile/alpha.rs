@@ -90,14 +90,7 @@ pub fn build_alpha(spec: &AlphaSpec, c: &Cfg) -> Result<Kernel, OpError> {
                 let base = b.let_("base", &t * e_dim.clone());
                 let gm: Vec<VarId> = (0..g).map(|i| b.let_var(&format!("gmax{i}"), neg_inf())).collect();
                 // All row loads first (EPL coalesced 128-byte lines in flight per warp), then bias, store, maxima.
-                let raws: Vec<Expr> = (0..epl)
-                    .map(|j| {
-                        let e = Expr::lane_idx() + (32 * j) as i64;
-                        let ld = Expr::load(s, &base + e.clone());
-                        let ld = if spec.full { ld } else { Expr::select(in_row(&e), ld, 0.0f64) };
-                        b.let_("raw", ld)
-                    })
-                    .collect();
+                let raws = lane_loads(b, spec, s, &base, &in_row);
                 for (j, raw) in raws.into_iter().enumerate() {
                     let j = j as u32;
                     let e = b.let_("e", Expr::lane_idx() + (32 * j) as i64);
@@ -254,19 +247,7 @@ pub fn build_alpha_warp(spec: &AlphaSpec, c: &Cfg) -> Result<Kernel, OpError> {
                 })
                 .collect();
             // All rows' loads first.
-            let raws: Vec<Vec<Expr>> = bases
-                .iter()
-                .map(|base| {
-                    (0..epl)
-                        .map(|j| {
-                            let e = Expr::lane_idx() + (32 * j) as i64;
-                            let ld = Expr::load(s, base + e.clone());
-                            let ld = if spec.full { ld } else { Expr::select(in_row(&e), ld, 0.0f64) };
-                            b.let_("raw", ld)
-                        })
-                        .collect()
-                })
-                .collect();
+            let raws: Vec<Vec<Expr>> = bases.iter().map(|base| lane_loads(b, spec, s, base, &in_row)).collect();
             let mut vals: Vec<Vec<Expr>> = vec![vec![]; tpw as usize];
             let ms: Vec<VarId> = rows.iter().map(|_| b.let_var("m", neg_inf())).collect();
             for j in 0..epl as usize {
@@ -437,14 +418,8 @@ pub fn build_alpha_ring(spec: &AlphaSpec, c: &Cfg, e: usize) -> Result<Kernel, O
                     b.let_("v", x)
                 })
                 .collect();
-            let m = b.let_("m", tree(vals.clone(), &|x, y| x.max(y)));
-            let l = warp_kth_largest_rows(b, vec![m], k).remove(0);
-            let l = b.let_("l", l);
             // Candidates: this lane's values >= L (counted in f32: exact small integers, 32-bit shuffles).
-            let cnt = b.let_(
-                "cnt",
-                tree(vals.iter().map(|v| Expr::select(v.ge(l.clone()), 1.0f64, 0.0f64)).collect(), &|x, y| x + y),
-            );
+            let (l, cnt) = lower_bound_and_count(b, &vals, k);
             let mut sc = cnt.clone();
             for d in [1u32, 2, 4, 8, 16] {
                 let u = b.warp_shuffle("u", WarpOp::ShflUp(d), sc.clone());
@@ -455,26 +430,9 @@ pub fn build_alpha_ring(spec: &AlphaSpec, c: &Cfg, e: usize) -> Result<Kernel, O
             let pos = b.let_var("pos", (&sc - cnt).to_int());
             // Every lane has read its values from the row before any lane overwrites it with candidates.
             b.warp_sync();
-            for v in &vals {
-                b.if_(v.ge(l.clone()), |b| {
-                    b.shared_store(ring, slot.clone(), Expr::warp_idx(), ival(pos), v.clone());
-                    b.assign(pos, ival(pos) + 1i64);
-                });
-            }
-            b.warp_sync();
-            let mine = Expr::shared_load(ring, slot.clone(), Expr::warp_idx(), Expr::lane_idx().min((ep - 1) as i64));
-            let mine = b.let_("mine", Expr::select(Expr::lane_idx().lt(n.clone()), mine, neg_inf()));
-            let a = warp_kth_largest_rows(b, vec![mine], k).remove(0);
-            b.if_(t.lt(t_dim.clone()), |b| {
-                b.if_else(
-                    n.le(32i64),
-                    |b| b.if_(Expr::lane_idx().eq(0i64), |b| b.store_scalar(alpha, t.clone(), a.clone())),
-                    |b| {
-                        // More (ties): rank every candidate (ties by slot); the one of rank k is alpha.
-                        store_rank_k(b, "cv", (ring, slot.clone(), Expr::warp_idx()), &n, k, alpha, &t);
-                    },
-                );
-            });
+            store_candidates(b, (ring, slot.clone()), &vals, &l, pos);
+            let col = Expr::lane_idx().min((ep - 1) as i64);
+            select_alpha(b, (ring, slot.clone()), col, &n, k, (alpha, &t, &t_dim));
         });
         // Every warp is done with slot `i % ASTAGES` before step `i + 1` copies into it.
         b.barrier();
@@ -543,14 +501,7 @@ pub fn build_alpha_lean(spec: &AlphaSpec, c: &Cfg) -> Result<Kernel, OpError> {
             let t = b.let_("t", &tok0 + Expr::warp_idx());
             let tc = b.let_("tc", t.clone().min(t_dim.clone() - 1i64));
             let base = b.let_("base", &tc * e_dim.clone());
-            let raws: Vec<Expr> = (0..epl)
-                .map(|j| {
-                    let e = Expr::lane_idx() + (32 * j) as i64;
-                    let ld = Expr::load(s, &base + e.clone());
-                    let ld = if spec.full { ld } else { Expr::select(in_row(&e), ld, 0.0f64) };
-                    b.let_("raw", ld)
-                })
-                .collect();
+            let raws = lane_loads(b, spec, s, &base, &in_row);
             let vals: Vec<Expr> = raws
                 .into_iter()
                 .enumerate()
@@ -561,14 +512,8 @@ pub fn build_alpha_lean(spec: &AlphaSpec, c: &Cfg) -> Result<Kernel, OpError> {
                     b.let_("v", v)
                 })
                 .collect();
-            let m = b.let_("m", tree(vals.clone(), &|x, y| x.max(y)));
-            let l = warp_kth_largest_rows(b, vec![m], k).remove(0);
-            let l = b.let_("l", l);
             // This lane's values >= L, counted in f32 (exact small integers; FSET and FADD, a tree).
-            let c = b.let_(
-                "cnt",
-                tree(vals.iter().map(|v| Expr::select(v.ge(l.clone()), 1.0f64, 0.0f64)).collect(), &|x, y| x + y),
-            );
+            let (l, c) = lower_bound_and_count(b, &vals, k);
             // The previous token's reads of the candidate row and the counter are done.
             b.warp_sync();
             // The lane's first slot: one shared atomic per lane with candidates (instead of a warp scan).
@@ -579,33 +524,83 @@ pub fn build_alpha_lean(spec: &AlphaSpec, c: &Cfg) -> Result<Kernel, OpError> {
                 let p0 = b.atomic_fetch("p0", tgt, AtomicOp::Add, c.to_int());
                 b.assign(pos, p0);
             });
-            for v in &vals {
-                b.if_(v.ge(l.clone()), |b| {
-                    b.shared_store(cand, 0i64, Expr::warp_idx(), ival(pos), v.clone());
-                    b.assign(pos, ival(pos) + 1i64);
-                });
-            }
-            b.warp_sync();
+            store_candidates(b, (cand, Expr::Int(0)), &vals, &l, pos);
             let n = b.let_("n", Expr::shared_load(cnt, 0i64, 0i64, Expr::warp_idx()));
-            let mine = Expr::shared_load(cand, 0i64, Expr::warp_idx(), Expr::lane_idx());
-            let mine = b.let_("mine", Expr::select(Expr::lane_idx().lt(n.clone()), mine, neg_inf()));
-            let a = warp_kth_largest_rows(b, vec![mine], k).remove(0);
-            b.if_(t.lt(t_dim.clone()), |b| {
-                b.if_else(
-                    n.le(32i64),
-                    |b| b.if_(Expr::lane_idx().eq(0i64), |b| b.store_scalar(alpha, t.clone(), a.clone())),
-                    |b| {
-                        // More (ties): rank every candidate (ties by slot); the one of rank k is alpha.
-                        store_rank_k(b, "cv", (cand, Expr::Int(0), Expr::warp_idx()), &n, k, alpha, &t);
-                    },
-                );
-            });
+            select_alpha(b, (cand, Expr::Int(0)), Expr::lane_idx(), &n, k, (alpha, &t, &t_dim));
             // Every lane has read the counter: zero it for the next token.
             b.warp_sync();
             b.if_(Expr::lane_idx().eq(0i64), |b| b.shared_store(cnt, 0i64, 0i64, Expr::warp_idx(), 0i64));
         });
     });
     Ok(b.finish()?)
+}
+
+/// This lane's `EPL` values of the row of `s` that starts at `base` (elements `lane + 32 j`), all loaded before
+/// any is used (the warp's coalesced 128-byte lines in flight together); 0 past the row's end.
+fn lane_loads(
+    b: &mut KernelBuilder,
+    spec: &AlphaSpec,
+    s: TensorId,
+    base: &Expr,
+    in_row: &dyn Fn(&Expr) -> Expr,
+) -> Vec<Expr> {
+    (0..spec.epl)
+        .map(|j| {
+            let e = Expr::lane_idx() + (32 * j) as i64;
+            let ld = Expr::load(s, base + e.clone());
+            let ld = if spec.full { ld } else { Expr::select(in_row(&e), ld, 0.0f64) };
+            b.let_("raw", ld)
+        })
+        .collect()
+}
+
+/// The lower bound `L` of a warp's row (the `k`-th largest of its lanes' maxima) and how many of this lane's
+/// `vals` are `>= L`, counted in f32 (exact small integers; FSET and FADD, a tree).
+fn lower_bound_and_count(b: &mut KernelBuilder, vals: &[Expr], k: u32) -> (Expr, Expr) {
+    let m = b.let_("m", tree(vals.to_vec(), &|x, y| x.max(y)));
+    let l = warp_kth_largest_rows(b, vec![m], k).remove(0);
+    let l = b.let_("l", l);
+    let cnt = b
+        .let_("cnt", tree(vals.iter().map(|v| Expr::select(v.ge(l.clone()), 1.0f64, 0.0f64)).collect(), &|x, y| x + y));
+    (l, cnt)
+}
+
+/// This lane's candidates (its `vals` `>= l`) into the warp's row of shared `(buf, slot)` from column `pos` on
+/// (advancing it), then a warp barrier: the candidates are all in place.
+fn store_candidates(b: &mut KernelBuilder, (buf, slot): (SharedId, Expr), vals: &[Expr], l: &Expr, pos: VarId) {
+    for v in vals {
+        b.if_(v.ge(l.clone()), |b| {
+            b.shared_store(buf, slot.clone(), Expr::warp_idx(), ival(pos), v.clone());
+            b.assign(pos, ival(pos) + 1i64);
+        });
+    }
+    b.warp_sync();
+}
+
+/// `alpha[t]` (for a token `t` below `t_dim`) from the `n` candidates in the warp's row of shared `(buf, slot)`:
+/// with at most 32, the `k`-th largest of the lanes' own (lane `l` reads column `col`, masked past `n`); with more
+/// (ties), by ranking every candidate ([`store_rank_k`]).
+fn select_alpha(
+    b: &mut KernelBuilder,
+    (buf, slot): (SharedId, Expr),
+    col: Expr,
+    n: &Expr,
+    k: u32,
+    (alpha, t, t_dim): (TensorId, &Expr, &Expr),
+) {
+    let mine = Expr::shared_load(buf, slot.clone(), Expr::warp_idx(), col);
+    let mine = b.let_("mine", Expr::select(Expr::lane_idx().lt(n.clone()), mine, neg_inf()));
+    let a = warp_kth_largest_rows(b, vec![mine], k).remove(0);
+    b.if_(t.lt(t_dim.clone()), |b| {
+        b.if_else(
+            n.le(32i64),
+            |b| b.if_(Expr::lane_idx().eq(0i64), |b| b.store_scalar(alpha, t.clone(), a.clone())),
+            |b| {
+                // More (ties): rank every candidate (ties by slot); the one of rank k is alpha.
+                store_rank_k(b, "cv", (buf, slot.clone(), Expr::warp_idx()), n, k, alpha, t);
+            },
+        );
+    });
 }
 
 /// The tie fallback of the alpha kernels: each lane ranks the candidates `lane, lane + 32, ..` (< `n`) of shared

@@ -8,7 +8,7 @@ use k3k_codegen::cpu::jit::{self, Engine};
 use k3k_ir::*;
 use k3k_ops::latent_moe_gemm::*;
 use k3k_reference::gemm::{situ_glu, swiglu};
-use rand::{Rng, rngs::StdRng};
+use rand::{Rng, SeedableRng, rngs::StdRng};
 
 fn bf(v: f32) -> f32 {
     half::bf16::from_f32(v).to_f32()
@@ -21,10 +21,34 @@ pub fn tma_knobs(bm: i64, bn: i64, stages: i64) -> Knobs {
     default_knobs().with("BM", bm).with("BN", bn).with("WM", bm / 16).with("STAGES", stages).with(LOAD_KNOB, "tma")
 }
 
+/// A fresh seed (printed by every failure) and its generator.
+pub fn seeded() -> (u64, StdRng) {
+    let seed: u64 = rand::rng().random();
+    (seed, StdRng::seed_from_u64(seed))
+}
+
+/// The CUDA C of kernel `k` (built at `knobs`), asserting that it holds every line of `wants`.
+#[allow(dead_code)]
+pub fn assert_renders(k: &Kernel, knobs: &Knobs, wants: &[&str]) -> String {
+    let src = k3k_codegen::render(k).unwrap();
+    for want in wants {
+        assert!(src.contains(want), "{knobs}: no `{want}` in the CUDA");
+    }
+    src
+}
+
 /// One case's shape: the rows of each group (`grouped`: one weight matrix a group, else one dense matrix), the
 /// epilogue, whether rows carry routing weights, K and the output width N.
 #[derive(Clone, Copy)]
 pub struct Case<'a>(pub &'a [usize], pub bool, pub Epilogue, pub bool, pub usize, pub usize);
+
+impl<'a> Case<'a> {
+    /// Grouped rows `counts`, no epilogue, no routing weights.
+    #[allow(dead_code)]
+    pub fn plain(counts: &'a [usize], k: usize, n: usize) -> Self {
+        Case(counts, true, Epilogue::None, false, k, n)
+    }
+}
 
 pub fn check_case(seed: u64, rng: &mut StdRng, case: Case, knobs: &Knobs, num_sms: &[i64], expect: impl Fn(&Kernel)) {
     let Case(counts, grouped, epilogue, row_scale, k, n_out) = case;

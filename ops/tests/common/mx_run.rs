@@ -33,3 +33,11 @@ pub fn knobs(pairs: &[(&str, i64)]) -> Knobs {
 pub fn dense_preset(what: &str, (m, k, n, packed, wide): (i64, i64, i64, i64, i64)) -> Preset {
     Preset::new(&format!("{what} M{m} K{k} N{n}"), &[("M", m), ("K", k), ("N", n), ("packed", packed), ("wide", wide)])
 }
+
+/// Four groups of 0, 17, 0 and `last` rows, K 96, N 34, with the epilogue, routing weights, weight layout, MXFP8
+/// activations and activation quantization of `(epilogue, p, packed, wide, act)`.
+pub fn grouped_preset(what: &str, last: i64, (epi, pw, packed, wide, act): (i64, i64, i64, i64, i64)) -> Preset {
+    let dims = [("c0", 0), ("c1", 17), ("c2", 0), ("c3", last), ("K", 96), ("N", 34)];
+    let flags = [("epilogue", epi), ("p", pw), ("packed", packed), ("wide", wide), ("act", act)];
+    Preset::new(what, &[&[("G", 4)][..], &dims, &flags].concat())
+}

@@ -14,8 +14,8 @@
 
 use k3k_tuner::protocol::{MeasureRequest, MeasureResponse, Task, serve};
 use k3k_tuner::{
-    Abort, BucketPolicy, CandidateSpec, CheckRecord, GpuKey, KnobMap, Measurer, Outcome, ResultsStore, ShapeBucket,
-    TimingStats, TuneKey, TuneOptions, stable_hash, tune,
+    Abort, CandidateSpec, CheckRecord, GpuKey, KnobMap, Measurer, Outcome, ResultsStore, TimingStats, TuneKey,
+    TuneOptions, stable_hash, tune,
 };
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -90,19 +90,7 @@ fn drive(args: &[String]) -> Result<(), String> {
     let n: u64 = n.parse().map_err(|e| format!("n: {e}"))?;
     let delay: u64 = delay.parse().map_err(|e| format!("delay-ms: {e}"))?;
     let store = ResultsStore::open(dir).map_err(|e| e.to_string())?;
-    let key = TuneKey {
-        op: "fake_op".into(),
-        ir_hash: "0123456789abcdef".into(),
-        codegen_version: 1,
-        nvrtc_version: "13.0".into(),
-        gpu_name: String::new(),
-        compute_capability: (0, 0),
-        sm_count: 0,
-        dtype: "bf16".into(),
-        shape_bucket: ShapeBucket::bucket(&[("m", 100)], BucketPolicy::DEFAULT),
-        alignment: "a16".into(),
-    }
-    .with_gpu(&GpuKey::new("Fake GPU", (9, 0), 132));
+    let key = TuneKey::fake("fake_op", "0123456789abcdef", &[("m", 100)], &GpuKey::new("Fake GPU", (9, 0), 132));
     let plan: Vec<CandidateSpec> =
         (0..n).map(|i| CandidateSpec::from_knobs(KnobMap::from([("i".to_string(), json!(i))]))).collect();
     let opts = TuneOptions { resume: true, retime_top: 2, ..TuneOptions::default() };

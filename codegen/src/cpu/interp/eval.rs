@@ -116,12 +116,7 @@ impl<'a> Block<'a> {
                 Rem => V::I(x.checked_rem(y).ok_or_else(|| self.arith("integer remainder by zero"))?),
                 Min => V::I(x.min(y)),
                 Max => V::I(x.max(y)),
-                Lt => V::B(x < y),
-                Le => V::B(x <= y),
-                Gt => V::B(x > y),
-                Ge => V::B(x >= y),
-                Eq => V::B(x == y),
-                Ne => V::B(x != y),
+                Lt | Le | Gt | Ge | Eq | Ne => V::B(compare(op, x, y)),
                 Shl => V::I(x.wrapping_shl(y as u32)),
                 Shr => V::I(x.wrapping_shr(y as u32)),
                 BitAnd => V::I(x & y),
@@ -138,12 +133,7 @@ impl<'a> Block<'a> {
                 Div => V::F(x / y),
                 Min => V::F(x.min(y)),
                 Max => V::F(x.max(y)),
-                Lt => V::B(x < y),
-                Le => V::B(x <= y),
-                Gt => V::B(x > y),
-                Ge => V::B(x >= y),
-                Eq => V::B(x == y),
-                Ne => V::B(x != y),
+                Lt | Le | Gt | Ge | Eq | Ne => V::B(compare(op, x, y)),
                 _ => unreachable!("validated"),
             },
             (V::B(x), V::B(y)) => match op {
@@ -155,6 +145,20 @@ impl<'a> Block<'a> {
             },
             _ => unreachable!("validated: operand types"),
         })
+    }
+}
+
+/// A comparison `op` (`Lt`, `Le`, `Gt`, `Ge`, `Eq` or `Ne`) of two integers or two floats (IEEE: every comparison
+/// with a NaN is false, but `Ne`).
+fn compare<T: PartialOrd>(op: BinOp, x: T, y: T) -> bool {
+    match op {
+        BinOp::Lt => x < y,
+        BinOp::Le => x <= y,
+        BinOp::Gt => x > y,
+        BinOp::Ge => x >= y,
+        BinOp::Eq => x == y,
+        BinOp::Ne => x != y,
+        _ => unreachable!("not a comparison"),
     }
 }
 

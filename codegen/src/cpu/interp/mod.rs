@@ -23,8 +23,10 @@ use memory::{SharedMem, V};
 pub(crate) use memory::{V as Val, round_to, wrap_int};
 pub(crate) use mx::fp4_gemv_sums;
 pub(crate) use threads::atomic as atomic_value;
-pub(crate) use tiles::{dequant_fp4_value, reduce, tile_value};
-pub(crate) use tma::{MbarOp, MbarState, mbar_error, mbar_index, mbar_step, multicast_ctas, store_box, tma_box};
+pub(crate) use tiles::{dequant_fp4_at, reduce, tile_value};
+pub(crate) use tma::{
+    MbarOp, MbarState, mbar_error, mbar_index, mbar_step, multicast_ctas, store_box, tma_load_values,
+};
 
 /// Why a CPU run failed.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -220,6 +222,21 @@ impl<'a> Block<'a> {
             return Err(self.oob(what, t, i, len));
         }
         Ok(i as usize)
+    }
+
+    /// Element `i` of tensor `t` (bounds-checked as [`Self::global_index`]) as f64: read as an integer when
+    /// `int`, else as f32.
+    fn global_read(
+        &self,
+        what: &'static str,
+        t: TensorId,
+        i: i64,
+        int: bool,
+        tensors: &[HostTensor],
+    ) -> Result<f64, InterpError> {
+        let i = self.global_index(what, t, i, tensors)?;
+        let t = &tensors[t.0 as usize];
+        Ok(if int { t.get_i64(i) as f64 } else { t.get_f32(i) as f64 })
     }
 
     /// The flat index of element (row, col) of tile `index` of a shared buffer, bounds-checked.

@@ -1,10 +1,10 @@
 //! The MXFP4 statements on the CPU: shared and streamed FP4 decodes and the FP4 GEMV (run by [`fp4_gemv`]; the
-//! decode and the GEMV's sums are `tiles::dequant_fp4_value` and [`fp4_gemv_sums`], shared with the JIT's
+//! decode and the GEMV's sums are `tiles::dequant_fp4_at` and [`fp4_gemv_sums`], shared with the JIT's
 //! runtime).
 
 mod fp4_gemv;
 
-use super::tiles::dequant_fp4_value;
+use super::tiles::dequant_fp4_at;
 use super::{Block, InterpError};
 pub(crate) use fp4_gemv::fp4_gemv_sums;
 use k3k_ir::*;
@@ -22,11 +22,9 @@ impl<'a> Block<'a> {
                 let mut out = vec![0.0f64; rows * cols];
                 for r in 0..rows {
                     for c in 0..cols {
-                        let (w, p) = fp4::slot(c % 32, *packed);
-                        let word = self.shared_at(words, qb, r, 4 * (c / 32) + w) as u32;
-                        let nib = fp4::code(word, p, *packed);
-                        let s = self.shared_at(scales, sb, r, c / 32) as u32;
-                        out[r * cols + c] = dequant_fp4_value(nib, s, *fold, *finite) as f64;
+                        let word = |i| Ok(self.shared_at(words, qb, r, i) as u32);
+                        let scale = |b| Ok(self.shared_at(scales, sb, r, b) as u32);
+                        out[r * cols + c] = dequant_fp4_at(c, (*packed, *fold, *finite), word, scale)?;
                     }
                 }
                 self.tiles[tile.0 as usize] = out;
@@ -54,23 +52,20 @@ impl<'a> Block<'a> {
                 let mut out = vec![0.0f64; rows * cols];
                 for r in 0..rows {
                     for c in 0..cols {
-                        let (w, p) = fp4::slot(c % 32, *packed);
                         let (ri, bl) = (r as i64, (c / 32) as i64);
                         if ri >= qr || ri >= sr || bl >= qc / 4 || bl >= sc {
                             continue;
                         }
-                        let at = qo + ri * qs + 4 * bl + w as i64;
-                        let qi = self.global_index("dequant_fp4_stream words", words.tensor, at, tensors)?;
-                        let word = tensors[words.tensor.0 as usize].get_i64(qi) as u32;
-                        let si =
-                            self.global_index("dequant_fp4_stream scales", scales.tensor, so + ri * ss + bl, tensors)?;
-                        let s = tensors[scales.tensor.0 as usize].get_i64(si) as u32;
-                        out[r * cols + c] = dequant_fp4_value(fp4::code(word, p, *packed), s, *fold, *finite) as f64;
+                        let read = |what, t, at| Ok(self.global_read(what, t, at, true, tensors)? as u32);
+                        let word = |i: usize| read("dequant_fp4_stream words", words.tensor, qo + ri * qs + i as i64);
+                        let scale =
+                            |b: usize| read("dequant_fp4_stream scales", scales.tensor, so + ri * ss + b as i64);
+                        out[r * cols + c] = dequant_fp4_at(c, (*packed, *fold, *finite), word, scale)?;
                     }
                 }
                 self.tiles[tile.0 as usize] = out;
             }
-            Stmt::Fp4Gemv { .. } => self.fp4_gemv(s, tensors)?,
+            Stmt::Fp4Gemv(g) => self.fp4_gemv(g, tensors)?,
             _ => unreachable!("not a MXFP4 statement"),
         }
         Ok(())

@@ -69,18 +69,9 @@ impl<'a> Block<'a> {
                         for i in 0..rows {
                             for j in 0..cols {
                                 if (i as i64) < vr && (j as i64) < vc {
-                                    let idx = self.global_index(
-                                        "tile load",
-                                        v.tensor,
-                                        off + i as i64 * stride + j as i64,
-                                        tensors,
-                                    )?;
-                                    let t = &tensors[v.tensor.0 as usize];
-                                    out[i * cols + j] = if d.dtype == DType::I32 {
-                                        t.get_i64(idx) as f64
-                                    } else {
-                                        t.get_f32(idx) as f64
-                                    };
+                                    let at = off + i as i64 * stride + j as i64;
+                                    let int = d.dtype == DType::I32;
+                                    out[i * cols + j] = self.global_read("tile load", v.tensor, at, int, tensors)?;
                                 }
                             }
                         }
@@ -310,6 +301,21 @@ impl<'a> Block<'a> {
         }
         Ok(())
     }
+}
+
+/// Element `c` of a row of a [`Stmt::DequantFp4`] or [`Stmt::DequantFp4Stream`] tile, as the GPU decodes it:
+/// the nibble of column `c % 32` in its block's words (the packed layout, or the natural one of SEMANTICS.md
+/// section 1.3) at the block's scale. `word(i)` reads word `i` of the row (4 per 32-column block), `scale(b)` the
+/// scale of the row's block `b`. Shared by the interpreter and the JIT's host call.
+pub(crate) fn dequant_fp4_at(
+    c: usize,
+    (packed, fold, finite): (bool, bool, bool),
+    word: impl FnOnce(usize) -> Result<u32, InterpError>,
+    scale: impl FnOnce(usize) -> Result<u32, InterpError>,
+) -> Result<f64, InterpError> {
+    let (w, p) = fp4::slot(c % 32, packed);
+    let nib = fp4::code(word(4 * (c / 32) + w)?, p, packed);
+    Ok(dequant_fp4_value(nib, scale(c / 32)?, fold, finite) as f64)
 }
 
 /// One value of [`Stmt::DequantFp4`], as the GPU computes it: the bf16 bits of `e2m1(nib) * 2^-126` (sign to

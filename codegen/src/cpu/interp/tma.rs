@@ -153,6 +153,30 @@ pub(crate) fn multicast_ctas(k: &Kernel, block: [u32; 3], mask: i64, n: usize) -
     Ok((0..n as i64).filter(|r| mask >> r & 1 == 1).collect())
 }
 
+/// What a TMA load of map `m` at `coords` writes into `dst` (a window of buffer `d` whose tile starts at element
+/// `base`): (element of the buffer, value) in box order, 0 outside the tensor `src`. Shared by the interpreter and
+/// the JIT's host call.
+pub(crate) fn tma_load_values(
+    src: &HostTensor,
+    m: &TensorMapDecl,
+    coords: &[i64],
+    d: &SharedDecl,
+    dst: &SharedRef,
+    base: usize,
+) -> Result<Vec<(usize, f64)>, InterpError> {
+    let mut vals = Vec::with_capacity(m.box_elems());
+    tma_box(&src.shape, &m.box_dims, coords, |r, c, flat| {
+        let v = match flat {
+            Some(i) if d.dtype.is_int() => src.get_i64(i) as f64,
+            Some(i) => src.get_f32(i) as f64,
+            None => 0.0,
+        };
+        vals.push((base + (dst.row0 as usize + r) * d.cols as usize + c, v));
+        Ok(())
+    })?;
+    Ok(vals)
+}
+
 /// The elements of one box: calls `f(row, col, flat)` in row-major box order, where (row, col) is the element's
 /// place in the destination window (outer box dims flattened into rows) and `flat` its flat index in the
 /// tensor (`None` outside it: the copy engine fills zero). `shape` is the tensor's (outermost first).
@@ -310,16 +334,7 @@ impl<'a> Block<'a> {
                 };
                 let d = &k.shared[t.dst.buf.0 as usize];
                 let src = &tensors[m.tensor.0 as usize];
-                let mut vals = Vec::with_capacity(m.box_elems());
-                tma_box(&src.shape, &m.box_dims, &coords, |r, c, flat| {
-                    let v = match flat {
-                        Some(i) if d.dtype.is_int() => src.get_i64(i) as f64,
-                        Some(i) => src.get_f32(i) as f64,
-                        None => 0.0,
-                    };
-                    vals.push((base + (t.dst.row0 as usize + r) * d.cols as usize + c, v));
-                    Ok(())
-                })?;
+                let vals = tma_load_values(src, m, &coords, d, &t.dst, base)?;
                 let bytes = d.dtype.storage_bytes(m.box_elems()) as i64;
                 for cta in ctas {
                     self.with_cta(cta, |b| {
@@ -349,14 +364,8 @@ impl<'a> Block<'a> {
                 for r in 0..dst.rows as usize {
                     for c in 0..dst.cols as usize {
                         let v = if (r as i64) < rows && (c as i64) < cols {
-                            let i = self.global_index(
-                                "async copy",
-                                src.tensor,
-                                off + r as i64 * stride + c as i64,
-                                tensors,
-                            )?;
-                            let t = &tensors[src.tensor.0 as usize];
-                            if d.dtype.is_int() { t.get_i64(i) as f64 } else { t.get_f32(i) as f64 }
+                            let at = off + r as i64 * stride + c as i64;
+                            self.global_read("async copy", src.tensor, at, d.dtype.is_int(), tensors)?
                         } else {
                             0.0
                         };

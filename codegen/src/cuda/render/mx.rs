@@ -47,7 +47,7 @@ impl<'a> Renderer<'a> {
                 );
                 self.line(&line);
             }
-            Stmt::Fp4Gemv { .. } => self.fp4_gemv(s),
+            Stmt::Fp4Gemv(g) => self.fp4_gemv(g),
             _ => unreachable!("not a MXFP4 statement"),
         }
     }

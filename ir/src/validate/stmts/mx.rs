@@ -110,7 +110,7 @@ impl<'a> Checker<'a> {
                 }
                 self.path.pop();
             }
-            Stmt::Fp4Gemv { .. } => self.fp4_gemv(s)?,
+            Stmt::Fp4Gemv(g) => self.fp4_gemv(g)?,
             _ => unreachable!("not a MXFP4 statement"),
         }
         Ok(())

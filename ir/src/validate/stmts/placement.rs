@@ -39,7 +39,7 @@ impl<'a> Checker<'a> {
             Stmt::Scan { .. } => ("scan", BlockOnly),
             Stmt::DequantFp4 { .. } => ("dequant_fp4", BlockOnly),
             Stmt::DequantFp4Stream { .. } => ("dequant_fp4_stream", BlockOnly),
-            Stmt::Fp4Gemv { .. } => ("fp4_gemv", BlockOnly),
+            Stmt::Fp4Gemv(_) => ("fp4_gemv", BlockOnly),
             Stmt::Threads { .. } => ("threads region", BlockOnly),
             Stmt::Producer { .. } => ("producer", BlockOnly),
             Stmt::InTurn { .. } => ("in_turn", BlockOnly),
@@ -61,11 +61,9 @@ impl<'a> Checker<'a> {
     /// for the turn this warpgroup holds).
     pub(super) fn turn_placement(&self, s: &Stmt) -> Result<(), IrError> {
         let what = match s {
-            Stmt::Barrier
-            | Stmt::Scan { .. }
-            | Stmt::Fp4Gemv { .. }
-            | Stmt::TmaStore(_)
-            | Stmt::TmaStoreWait { .. } => "a barrier",
+            Stmt::Barrier | Stmt::Scan { .. } | Stmt::Fp4Gemv(_) | Stmt::TmaStore(_) | Stmt::TmaStoreWait { .. } => {
+                "a barrier"
+            }
             Stmt::MbarInit { .. } => "a barrier initialization (a block barrier)",
             Stmt::ClusterSync => "a cluster barrier",
             Stmt::MbarWait { elected: true, .. } if !self.producer => {

@@ -44,6 +44,19 @@ impl DecodeCfg {
         let bars = if self.tma { 128 + 16 * self.stages as usize } else { 0 };
         2 * ((self.bm + self.stages * self.bn) * spec.d) as usize + bars
     }
+
+    /// The block's threads: `WM x WN` warps (mma.sync, where VWG is 1) or `VWG` sets of `WM` warps (wgmma, where
+    /// WN is 1).
+    pub(super) fn threads(&self) -> u32 {
+        32 * self.wm * self.wn * self.vwg
+    }
+
+    /// The kernel's name (both MMA paths).
+    pub(super) fn kernel_name(spec: &DecodeSpec, knobs: &Knobs, direct: bool) -> String {
+        let (d, dv, page) = (spec.d, spec.dv, spec.page);
+        let direct = if direct { "_direct" } else { "" };
+        format!("k3k_mla_decode{direct}_d{d}_{dv}_p{page}_{}", knobs.id().to_lowercase())
+    }
 }
 
 pub(super) fn decode_cfg(spec: &DecodeSpec, k: &Knobs) -> Result<DecodeCfg, OpError> {
@@ -225,7 +238,7 @@ pub(super) const SM_SHARED_RESERVED: usize = 1024;
 /// plus 64 for fragments and addresses, which is above what ptxas allocated over the knob space).
 pub fn decode_blocks_per_sm(spec: &DecodeSpec, knobs: &Knobs) -> Result<usize, OpError> {
     let c = decode_cfg(spec, knobs)?;
-    let threads = (32 * c.wm * c.wn * c.vwg) as usize;
+    let threads = c.threads() as usize;
     let by_smem = SM_SHARED_BYTES / (c.smem + SM_SHARED_RESERVED);
     let regs = ((c.tile_regs as usize + 64).min(255)).next_multiple_of(8);
     let by_regs = 65536 / (regs * threads);

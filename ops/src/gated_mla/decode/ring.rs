@@ -52,6 +52,36 @@ impl KvTma {
 }
 
 impl KvRing {
+    /// The ring of a decode block's KV tiles (the split `blk` of request `blk.bi`'s cache in `io.kv`, through the
+    /// block table `io.bt`) in the stages `skv`: `STAGES - 1` tiles loaded ahead of the one in use, `STAGES - 2`
+    /// with OVERLAP; by bulk tensor copies with `LOAD=tma`.
+    pub(super) fn new(
+        b: &mut KernelBuilder,
+        spec: &DecodeSpec,
+        c: &DecodeCfg,
+        io: &DecodeIo,
+        blk: &DecodeBlock,
+        skv: SharedId,
+    ) -> Self {
+        KvRing {
+            kv: io.kv,
+            bt: io.bt,
+            skv,
+            bi: blk.bi.clone(),
+            maxb: io.maxb.clone(),
+            t0: blk.t0.clone(),
+            s_k: blk.s_k.clone(),
+            count: blk.count.clone(),
+            d: spec.d,
+            bn: c.bn,
+            page: spec.page,
+            st: c.stages,
+            ahead: if c.overlap { c.stages - 2 } else { c.stages - 1 },
+            blk_next: None,
+            tma: c.tma.then(|| KvTma::new(b, io.kv, c.bn, c.stages, c.threads())),
+        }
+    }
+
     /// The cache page of the split's KV tile `j`.
     pub(super) fn blk_of(&self, j: Expr) -> Expr {
         load(self.bt, self.bi.clone() * self.maxb.clone() + (self.t0.clone() + j) * self.bn as i64 / self.page as i64)

@@ -138,13 +138,8 @@ pub(super) fn build_decode_impl(spec: &DecodeSpec, knobs: &Knobs, direct: bool) 
         return build_decode_wgmma(spec, knobs, &c, direct);
     }
     let (bm, bn, st) = (c.bm, c.bn, c.stages);
-    let (d, dv, page) = (spec.d, spec.dv, spec.page);
-    let name = format!(
-        "k3k_mla_decode{}_d{d}_{dv}_p{page}_{}",
-        if direct { "_direct" } else { "" },
-        knobs.id().to_lowercase()
-    );
-    let mut b = KernelBuilder::new(&name, 32 * c.wm * c.wn);
+    let (d, dv) = (spec.d, spec.dv);
+    let mut b = KernelBuilder::new(&DecodeCfg::kernel_name(spec, knobs, direct), c.threads());
     b.knobs(knobs.clone());
     let io = decode_io(&mut b, spec, direct);
     b.grid((io.sqd.clone() * io.h.clone()).ceil_div(bm as i64), io.nsplit.clone(), io.bsz.clone());
@@ -180,27 +175,10 @@ pub(super) fn build_decode_impl(spec: &DecodeSpec, knobs: &Knobs, direct: bool) 
     let lse_v = b.vec("lse_rows", bm, s_warps);
 
     let mt = Expr::block_idx(0);
-    let DecodeBlock { split, bi, rows_total, m0, rows_valid, s_k, t0, count, diag, scale_log2 } =
-        decode_block(&mut b, &io, mt, bm, bn);
-    let DecodeIo { sqd, h, maxb, nsplit, q, kv, bt, o_part, lse_part, .. } = io;
-
-    let mut ring = KvRing {
-        kv,
-        bt,
-        skv,
-        bi: bi.clone(),
-        maxb,
-        t0: t0.clone(),
-        s_k: s_k.clone(),
-        count: count.clone(),
-        d,
-        bn,
-        page,
-        st,
-        ahead: st - 1,
-        blk_next: None,
-        tma: c.tma.then(|| KvTma::new(&mut b, kv, bn, st, 32 * c.wm * c.wn)),
-    };
+    let blk = decode_block(&mut b, &io, mt, bm, bn);
+    let mut ring = KvRing::new(&mut b, spec, &c, &io, &blk, skv);
+    let DecodeBlock { split, bi, rows_total, m0, rows_valid, s_k, t0, count, diag, scale_log2 } = blk;
+    let DecodeIo { sqd, h, nsplit, q, o_part, lse_part, .. } = io;
     ring.prologue(&mut b, q, sq, &rows_total, &m0, &rows_valid, c.bt_prefetch);
     sm.init(&mut b);
     for &acc in &accs {

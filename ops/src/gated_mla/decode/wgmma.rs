@@ -18,19 +18,14 @@ pub(super) fn build_decode_wgmma(
     direct: bool,
 ) -> Result<Kernel, OpError> {
     let (bm, bn, st, dvs) = (c.bm, c.bn, c.stages, c.dvs);
-    let (d, dv, page) = (spec.d, spec.dv, spec.page);
-    let name = format!(
-        "k3k_mla_decode{}_d{d}_{dv}_p{page}_{}",
-        if direct { "_direct" } else { "" },
-        knobs.id().to_lowercase()
-    );
+    let (d, dv) = (spec.d, spec.dv);
     // VWG=2: a second set of warpgroups shares the block's Q tile and K/V stages, and the value accumulators are
     // split by columns, each warpgroup multiplying 32 of every 64 value columns. SCORES=replicated: every
     // warpgroup computes the scores of its rows (the score tile is replicated). SCORES=shared: warpgroup 0 alone
     // computes the scores and the softmax (the score tile, P and the softmax state are its own) and passes P and
     // the row scale to both through shared memory (FlashMLA's split), which saves the second warpgroup's
     // 576-deep score product: a third of the block's tensor work per tile.
-    let mut b = KernelBuilder::new(&name, 32 * c.wm * c.vwg);
+    let mut b = KernelBuilder::new(&DecodeCfg::kernel_name(spec, knobs, direct), c.threads());
     b.knobs(knobs.clone());
     if c.shared_scores && c.tma {
         // Warpgroup 0 carries the critical path (the scores and the softmax); the TMA producer's waits and copies
@@ -61,29 +56,12 @@ pub(super) fn build_decode_wgmma(
 
     let mt = b.let_("mt", Expr::block_idx(0) / dvs as i64);
     let vs = b.let_("vslice", Expr::block_idx(0) % dvs as i64);
-    let DecodeBlock { split, bi, rows_total, m0, rows_valid, s_k, t0, count, diag, scale_log2 } =
-        decode_block(&mut b, &io, mt, bm, bn);
-    let DecodeIo { sqd, h, maxb, nsplit, q, kv, bt, o_part, lse_part, .. } = io;
+    let blk = decode_block(&mut b, &io, mt, bm, bn);
     // The first value chunk of this block's slice.
     let v0 = b.let_("v0", vs.clone() * nvl as i64);
-
-    let mut ring = KvRing {
-        kv,
-        bt,
-        skv,
-        bi: bi.clone(),
-        maxb,
-        t0: t0.clone(),
-        s_k: s_k.clone(),
-        count: count.clone(),
-        d,
-        bn,
-        page,
-        st,
-        ahead: if c.overlap { st - 2 } else { st - 1 },
-        blk_next: None,
-        tma: c.tma.then(|| KvTma::new(&mut b, kv, bn, st, 32 * c.wm * c.vwg)),
-    };
+    let mut ring = KvRing::new(&mut b, spec, c, &io, &blk, skv);
+    let DecodeBlock { split, bi, rows_total, m0, rows_valid, s_k, t0, count, diag, scale_log2 } = blk;
+    let DecodeIo { sqd, h, nsplit, q, o_part, lse_part, .. } = io;
     ring.prologue(&mut b, q, sq, &rows_total, &m0, &rows_valid, c.bt_prefetch);
     let w = WgmmaDecode { c, sq, skv, nch, s, p, accs, sm, shared, v0, m0, h, s_k, sqd, diag, scale_log2 };
     b.first_warpgroups_if(c.shared_scores, 1, |b| w.sm.init(b));

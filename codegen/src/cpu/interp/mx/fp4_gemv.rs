@@ -7,45 +7,32 @@ use k3k_ir::*;
 
 impl<'a> Block<'a> {
     /// Execute an `fp4_gemv` statement.
-    pub(super) fn fp4_gemv(&mut self, s: &Stmt, tensors: &mut [HostTensor]) -> Result<(), InterpError> {
+    pub(super) fn fp4_gemv(&mut self, g: &Fp4Gemv, tensors: &mut [HostTensor]) -> Result<(), InterpError> {
         let k = self.k;
-        match s {
-            Stmt::Fp4Gemv { out, scratch, words, scales, x, packed, fold, finite, tiled, .. } => {
-                let (qo, qs, qr, qc) = self.view(words, tensors)?;
-                let (so, ss, sr, sc) = self.view(scales, tensors)?;
-                let (xo, xs, xr, xc) = self.view(x, tensors)?;
-                let base = self.shared_base(out, tensors)?;
-                let (rows, cols) = (out.rows as usize, out.cols as usize);
-                let res = fp4_gemv_sums(
-                    (rows, cols),
-                    [(qo, qs, qr, qc), (so, ss, sr, sc), (xo, xs, xr, xc)],
-                    (*packed, *fold, *finite, *tiled),
-                    |i| {
-                        let si = self.global_index("fp4_gemv scales", scales.tensor, i, tensors)?;
-                        Ok(tensors[scales.tensor.0 as usize].get_i64(si) as u32)
-                    },
-                    |i| {
-                        let qi = self.global_index("fp4_gemv words", words.tensor, i, tensors)?;
-                        Ok(tensors[words.tensor.0 as usize].get_i64(qi) as u32)
-                    },
-                    |i| {
-                        let xi = self.global_index("fp4_gemv x", x.tensor, i, tensors)?;
-                        Ok(tensors[x.tensor.0 as usize].get_f32(xi))
-                    },
-                )?;
-                // The GPU leaves its warps' partials in `scratch`: unspecified, poisoned here.
-                self.claim(*scratch);
-                self.shared[scratch.0 as usize].poison(DType::F32);
-                self.claim(out.buf);
-                let d = &k.shared[out.buf.0 as usize];
-                for r in 0..rows {
-                    for c in 0..cols {
-                        let at = base + (out.row0 as usize + r) * d.cols as usize + out.col0 as usize + c;
-                        self.shared[out.buf.0 as usize].set_f64(d.dtype, at, res[r * cols + c] as f64);
-                    }
-                }
+        let Fp4Gemv { out, scratch, words, scales, x, packed, fold, finite, tiled, .. } = g;
+        let (qo, qs, qr, qc) = self.view(words, tensors)?;
+        let (so, ss, sr, sc) = self.view(scales, tensors)?;
+        let (xo, xs, xr, xc) = self.view(x, tensors)?;
+        let base = self.shared_base(out, tensors)?;
+        let (rows, cols) = (out.rows as usize, out.cols as usize);
+        let res = fp4_gemv_sums(
+            (rows, cols),
+            [(qo, qs, qr, qc), (so, ss, sr, sc), (xo, xs, xr, xc)],
+            (*packed, *fold, *finite, *tiled),
+            |i| Ok(self.global_read("fp4_gemv scales", scales.tensor, i, true, tensors)? as u32),
+            |i| Ok(self.global_read("fp4_gemv words", words.tensor, i, true, tensors)? as u32),
+            |i| Ok(self.global_read("fp4_gemv x", x.tensor, i, false, tensors)? as f32),
+        )?;
+        // The GPU leaves its warps' partials in `scratch`: unspecified, poisoned here.
+        self.claim(*scratch);
+        self.shared[scratch.0 as usize].poison(DType::F32);
+        self.claim(out.buf);
+        let d = &k.shared[out.buf.0 as usize];
+        for r in 0..rows {
+            for c in 0..cols {
+                let at = base + (out.row0 as usize + r) * d.cols as usize + out.col0 as usize + c;
+                self.shared[out.buf.0 as usize].set_f64(d.dtype, at, res[r * cols + c] as f64);
             }
-            _ => unreachable!("not a `fp4_gemv` statement"),
         }
         Ok(())
     }

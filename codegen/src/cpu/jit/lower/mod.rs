@@ -167,7 +167,7 @@ fn stmt_name(s: &Stmt) -> &'static str {
         Stmt::Scan { .. } => "scan",
         Stmt::DequantFp4 { .. } => "dequant_fp4",
         Stmt::DequantFp4Stream { .. } => "dequant_fp4_stream",
-        Stmt::Fp4Gemv { .. } => "fp4_gemv",
+        Stmt::Fp4Gemv(_) => "fp4_gemv",
         Stmt::WarpShuffle { .. } => "warp_shuffle",
         Stmt::WarpSync => "warp_sync",
         Stmt::Fence => "fence",

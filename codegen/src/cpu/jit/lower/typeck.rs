@@ -187,7 +187,8 @@ impl<'a> Types<'a> {
                         }
                     }
                 }
-                Stmt::Fp4Gemv { out, words, scales, x, .. } => {
+                Stmt::Fp4Gemv(g) => {
+                    let Fp4Gemv { out, words, scales, x, .. } = &**g;
                     self.window(out, 1)?;
                     self.global_view(words)?;
                     self.global_view(scales)?;

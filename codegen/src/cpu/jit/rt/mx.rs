@@ -19,12 +19,9 @@ pub(super) unsafe fn mx_stmt(ctx: &mut Ctx, s: &Stmt, arg: &dyn Fn(usize) -> i64
                 let (qb, sb) = (f.shared_base(words, arg(0)), f.shared_base(scales, arg(1)));
                 for r in 0..rows {
                     for c in 0..cols {
-                        // Word of the block and nibble in it: the packed layout, or the natural (SEMANTICS.md section 1.3) one.
-                        let (w, p) = fp4::slot(c % 32, *packed);
-                        let word = f.shared_at(words, qb, r, 4 * (c / 32) + w) as u32;
-                        let nib = fp4::code(word, p, *packed);
-                        let s = f.shared_at(scales, sb, r, c / 32) as u32;
-                        f.set_tile(*tile, r * cols + c, dequant_fp4_value(nib, s, *fold, *finite) as f64);
+                        let word = |i| Ok(f.shared_at(words, qb, r, i) as u32);
+                        let scale = |b| Ok(f.shared_at(scales, sb, r, b) as u32);
+                        f.set_tile(*tile, r * cols + c, dequant_fp4_at(c, (*packed, *fold, *finite), word, scale)?);
                     }
                 }
             }
@@ -43,24 +40,23 @@ pub(super) unsafe fn mx_stmt(ctx: &mut Ctx, s: &Stmt, arg: &dyn Fn(usize) -> i64
                     let (so, ss, sr, sc) = (arg(base + 4), arg(base + 5), arg(base + 6), arg(base + 7));
                     for r in 0..rows {
                         for c in 0..cols {
-                            let (w, p) = fp4::slot(c % 32, *packed);
                             let (ri, bl) = (r as i64, (c / 32) as i64);
                             let val = if ri >= qr || ri >= sr || bl >= qc / 4 || bl >= sc {
                                 0.0
                             } else {
-                                let at = qo + ri * qs + 4 * bl + w as i64;
-                                let qi = check("dequant_fp4_stream words", wt, at, hosts)?;
-                                let word = hosts[wt.0 as usize].get_i64(qi) as u32;
-                                let si = check("dequant_fp4_stream scales", st, so + ri * ss + bl, hosts)?;
-                                let s = hosts[st.0 as usize].get_i64(si) as u32;
-                                dequant_fp4_value(fp4::code(word, p, *packed), s, *fold, *finite) as f64
+                                let read = |what, t: TensorId, at| {
+                                    Ok(hosts[t.0 as usize].get_i64(check(what, t, at, hosts)?) as u32)
+                                };
+                                let word = |i| read("dequant_fp4_stream words", wt, qo + ri * qs + i as i64);
+                                let scale = |b| read("dequant_fp4_stream scales", st, so + ri * ss + b as i64);
+                                dequant_fp4_at(c, (*packed, *fold, *finite), word, scale)?
                             };
                             f.set_tile(*tile, r * cols + c, val);
                         }
                     }
                 }
             }
-            Stmt::Fp4Gemv { .. } => fp4_gemv::fp4_gemv(ctx, s, arg)?,
+            Stmt::Fp4Gemv(g) => fp4_gemv::fp4_gemv(ctx, g, arg)?,
             _ => unreachable!("not a MXFP4 statement"),
         }
     }

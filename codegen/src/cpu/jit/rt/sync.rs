@@ -79,16 +79,7 @@ pub(super) unsafe fn sync_stmt(ctx: &mut Ctx, s: &Stmt, arg: &dyn Fn(usize) -> i
                         multicast_ctas(k, block, arg(2 + rank), n)?
                     }
                 };
-                let mut vals = Vec::with_capacity(m.box_elems());
-                tma_box(&src.shape, &m.box_dims, &coords, |r, c, flat| {
-                    let v = match flat {
-                        Some(i) if d.dtype.is_int() => src.get_i64(i) as f64,
-                        Some(i) => src.get_f32(i) as f64,
-                        None => 0.0,
-                    };
-                    vals.push((base + (t.dst.row0 as usize + r) * d.cols as usize + c, v));
-                    Ok(())
-                })?;
+                let vals = tma_load_values(src, m, &coords, d, &t.dst, base)?;
                 let bytes = d.dtype.storage_bytes(m.box_elems()) as i64;
                 for cta in ctas {
                     let pf = cta_frame(ctx, &f, block, cta)?;

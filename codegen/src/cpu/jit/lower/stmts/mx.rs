@@ -24,7 +24,7 @@ impl<'a, 'f> Lower<'a, 'f> {
                 }
                 self.host_tile(s, &args);
             }
-            Stmt::Fp4Gemv { .. } => self.fp4_gemv(s)?,
+            Stmt::Fp4Gemv(g) => self.fp4_gemv(s, g)?,
             _ => unreachable!("not a MXFP4 statement"),
         }
         Ok(())
