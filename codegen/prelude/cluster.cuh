@@ -11,7 +11,7 @@ __device__ __forceinline__ void cluster_sync() {
 // memory of cluster CTA CTA: mapa maps the local address to the peer's. The arrival has mbarrier.arrive's default
 // semantics (release at CTA scope), as CUTLASS's ClusterBarrier::arrive: it tells a peer's producer that this
 // warp's reads of a slot are complete, which needs no cluster-scope fence (a `.release.cluster` arrival cost the
-// latent GEMM's pairs 40% of their warps' cycles in MEMBAR stalls on the H200, session 13).
+// latent GEMM's pairs 40% of their warps' cycles in MEMBAR stalls on the H200, 2026-12-04 10:01 UTC).
 __device__ __forceinline__ void mbar_arrive_cluster(unsigned char* bar, unsigned cta) {
   __syncwarp();
   if ((threadIdx.x & 31) == 0) {

@@ -318,7 +318,7 @@ __device__ __forceinline__ void fp4_gemv(unsigned char* ot, int or0, int oc0, un
     //   (advanced per quad, so ptxas has nothing to rematerialize), plus p times a row step the whole warp
     //   shares; no predicates. Under the register caps of many resident CTAs the general form's per-piece
     //   offsets, selects, the slot's remainder by S and the lane's shared address were rebuilt from the thread
-    //   index at every quad (~150 of ~480 instructions per quad step, session 17 ncu of the 28 x 4 decode; the
+    //   index at every quad (~150 of ~480 instructions per quad step, ncu of the 28 x 4 decode, H200, 2026-12-04; the
     //   loop went from 845 to 613 SASS instructions per two quads).
     // - general: per-piece offsets (invalid rows copy the view's first row with a zero source size, their values
     //   reach only their own, discarded outputs) and per-piece byte selects.
@@ -537,7 +537,7 @@ __device__ __forceinline__ void fp4_gemv(unsigned char* ot, int or0, int oc0, un
         }
       }
     };
-    // FAST only for 8-token tiles (the decode shapes it was measured on, session 17 call 7): with 16 tokens the
+    // FAST only for 8-token tiles (the decode shapes it was measured on, H200, 2026-12-04): with 16 tokens the
     // activations' registers double, and keeping both forms made ptxas spill (8 bytes at M16 under MINB=4, 20 in
     // the 4-variant primitive case).
     if constexpr (TT == 1) {
