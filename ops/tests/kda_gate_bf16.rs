@@ -4,8 +4,6 @@
 //! `K3K_GPU=1`), for every in-kernel gate form, both diagonal paths, varlen, GVA, h0 and the TSPLIT plan; a
 //! pre-computed gate in bf16 is refused; without `gbf16` the kernels are those of before (names, f32 `g`).
 
-use k3k_codegen::cpu::interp::InterpOptions;
-use k3k_codegen::cpu::jit;
 use k3k_ir::DType;
 use k3k_ops::OpError;
 use k3k_ops::kda::decode::{self, DecodeProblem, KdaDecode};
@@ -15,25 +13,9 @@ use k3k_ops::plan::{Executor, GpuExec, Outputs, Plan};
 use k3k_reference::metrics::rel_l2;
 use k3k_runtime::Gpu;
 
-/// A fresh seed, or `K3K_SEED` (to replay a printed one).
-fn seed() -> u64 {
-    let s =
-        std::env::var("K3K_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(k3k_reference::random::fresh_seed);
-    eprintln!("seed {s}");
-    s
-}
-
-/// Every step of a plan by the Cranelift JIT, in plan order, outputs poisoned first.
-fn run_plan_jit(plan: &Plan) -> Outputs {
-    let bufs = plan
-        .run_host(|kernel, args, scalars| {
-            let jk = jit::compile(kernel).unwrap_or_else(|e| panic!("jit {}: {e}", kernel.name));
-            jk.run(args, scalars, InterpOptions::default()).unwrap();
-            Ok(())
-        })
-        .unwrap();
-    plan.outputs(bufs)
-}
+#[path = "common/plan_run.rs"]
+mod plan_run;
+use plan_run::{run_plan_jit, seed};
 
 /// The plan's outputs on the interpreter, the JIT, and GPU 0 with `K3K_GPU=1`.
 fn run_everywhere(plan: &Plan, what: &str) -> Vec<(&'static str, Outputs)> {

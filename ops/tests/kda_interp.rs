@@ -14,6 +14,10 @@ use k3k_ops::plan::{Executor, GpuExec, Outputs, Plan};
 use k3k_reference::metrics::rel_l2;
 use k3k_runtime::Gpu;
 
+#[path = "common/plan_run.rs"]
+mod plan_run;
+use plan_run::{run_plan_jit, seed};
+
 /// The CPU interpreter, plus GPU 0 when `K3K_GPU=1`.
 fn executors() -> Vec<Executor> {
     let mut v = vec![Executor::Cpu];
@@ -62,14 +66,6 @@ fn run_with(dims: &[(&str, i64)], knobs: &Knobs, seed: u64) -> f64 {
 
 fn run(dims: &[(&str, i64)], chunk: i64, seed: u64) -> f64 {
     run_with(dims, &knobs(chunk), seed)
-}
-
-/// A fresh seed, or `K3K_SEED` (to replay a printed one).
-fn seed() -> u64 {
-    let s =
-        std::env::var("K3K_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(k3k_reference::random::fresh_seed);
-    eprintln!("seed {s}");
-    s
 }
 
 #[test]
@@ -1038,21 +1034,6 @@ fn tsplit_matches_reference() {
             assert!(r.passed, "{} TSPLIT=4 on {ex} (seed {s}): {}", inst.describe(), r.detail);
         }
     }
-}
-
-/// Every step of a plan run by the Cranelift JIT, in plan order, outputs poisoned first (as `Executor::Cpu` does
-/// with the interpreter); a kernel the JIT does not lower fails the test.
-fn run_plan_jit(plan: &Plan) -> Outputs {
-    use k3k_codegen::cpu::interp::InterpOptions;
-    use k3k_codegen::cpu::jit;
-    let bufs = plan
-        .run_host(|kernel, args, scalars| {
-            let jk = jit::compile(kernel).unwrap_or_else(|e| panic!("jit {}: {e}", kernel.name));
-            jk.run(args, scalars, InterpOptions::default()).unwrap();
-            Ok(())
-        })
-        .unwrap();
-    plan.outputs(bufs)
 }
 
 #[test]

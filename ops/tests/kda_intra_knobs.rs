@@ -5,30 +5,14 @@
 //! recurrence, and leaves the forms without that sigmoid alone; `L2R=unrolled` (the L2 norms' column loop unrolled)
 //! computes the same bits.
 
-use k3k_codegen::cpu::interp::InterpOptions;
-use k3k_codegen::cpu::jit;
 use k3k_ir::Knobs;
 use k3k_ops::kda::{self, FLASHKDA_OPTIONS, KdaData, KdaProblem, Launch};
 use k3k_ops::op::Preset;
-use k3k_ops::plan::{Executor, Outputs, Plan};
+use k3k_ops::plan::{Executor, Outputs};
 
-fn seed() -> u64 {
-    let s =
-        std::env::var("K3K_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(k3k_reference::random::fresh_seed);
-    eprintln!("seed {s}");
-    s
-}
-
-fn run_plan_jit(plan: &Plan) -> Outputs {
-    let bufs = plan
-        .run_host(|kernel, args, scalars| {
-            let jk = jit::compile(kernel).unwrap_or_else(|e| panic!("jit {}: {e}", kernel.name));
-            jk.run(args, scalars, InterpOptions::default()).unwrap();
-            Ok(())
-        })
-        .unwrap();
-    plan.outputs(bufs)
-}
+#[path = "common/plan_run.rs"]
+mod plan_run;
+use plan_run::{run_plan_jit, seed};
 
 fn problem(dims: &[(&str, i64)]) -> KdaProblem {
     KdaProblem::from_preset(&Preset::new("test", dims)).unwrap_or_else(|e| panic!("{dims:?}: {e}"))
