@@ -68,7 +68,7 @@ def main():
     # right after them were the ones that read up to 3x slow (on 2026-12-04: the first two mxfp4 rows of one run, the
     # gate's H12 in another). Until then the file has no ceilings and `k3k bench --merge-peers` keeps the report's own.
     ranks = {int(r) for r in sys.argv[sys.argv.index("--ranks") + 1].split(",")} if "--ranks" in sys.argv else None
-    res = {"ceilings": None, "rows": []}
+    res = {"gpu": torch.cuda.get_device_name(), "ceilings": None, "rows": []}
     work = []  # (rank, op, report row, fn or None)
     for f in sorted(glob.glob(os.path.join(folder, "*.json"))):
         if f.endswith("peers.json"):

@@ -556,6 +556,9 @@ pub fn write_atomic(path: &Path, data: &[u8]) -> std::io::Result<()> {
 /// Peer timings produced by `scripts/peers.py`: `{"ceilings": {...}, "rows": [{"op", "preset", "peer", "ms"}]}`.
 #[derive(Clone, Debug, Deserialize)]
 pub struct PeerFile {
+    /// The GPU the peers ran on (`torch.cuda.get_device_name()`; absent in files written before 2026-12-07).
+    #[serde(default)]
+    pub gpu: Option<String>,
     #[serde(default)]
     pub ceilings: Option<Ceilings>,
     pub rows: Vec<PeerRow>,
@@ -582,6 +585,13 @@ pub struct PeerRow {
 /// file's rows for its op and preset in rank order (ties in file order), the first as `peer` / `peer_ms` and the
 /// others as [`BenchRow::more_peers`] (replacing those of an earlier merge). A row with no peer in the file keeps
 /// what it had.
+/// Whether a peers file speaks of this report: same GPU (where the file names one) and a row of the report's
+/// operator. `k3k bench --merge-peers` rewrites only those reports, so a folder holding reports of other GPUs keeps
+/// them as they were (before 2026-12-07 every report under `--out` took the file's ceilings).
+pub fn peers_apply_to(r: &BenchReport, peers: &PeerFile) -> bool {
+    peers.gpu.as_deref().is_none_or(|g| g == r.gpu) && peers.rows.iter().any(|p| p.op == r.op)
+}
+
 pub fn merge_peers(r: &mut BenchReport, peers: &PeerFile) {
     if let Some(c) = &peers.ceilings {
         r.ceilings = c.clone();
@@ -742,6 +752,7 @@ mod tests {
         assert!(line("B").ends_with("| 2026-12-02 | `new` |"), "{}", line("B"));
         // A peer file timed in a later run fills only the row of this run.
         let peers = PeerFile {
+            gpu: None,
             ceilings: None,
             rows: ["A", "B"]
                 .map(|p| PeerRow {
@@ -760,6 +771,30 @@ mod tests {
         assert_eq!(new.rows[0].peer_ms, Some(2.0), "a kept row's peer is its own run's");
     }
 
+    /// A peers file merges only into the reports of its GPU and its operators: a folder seeded with another GPU's
+    /// reports keeps their ceilings and peers (2026-12-07: an H100 run had rewritten the H200 reports' ceilings).
+    #[test]
+    fn peers_merge_only_into_reports_of_their_gpu_and_op() {
+        let r = report("2026-12-07", "new", vec![row("A", 2.0, None)]);
+        let file = |gpu: Option<&str>, op: &str| PeerFile {
+            gpu: gpu.map(String::from),
+            ceilings: Some(Ceilings { hbm_gbps: 3047.0, bf16_tflops: 700.0, source: "here".into() }),
+            rows: vec![PeerRow {
+                op: op.into(),
+                preset: "A".into(),
+                peer: "FlashKDA".into(),
+                ms: Some(1.0),
+                error: None,
+                rank: 0,
+                extra: None,
+            }],
+        };
+        assert!(peers_apply_to(&r, &file(Some("NVIDIA H200"), "kda")));
+        assert!(!peers_apply_to(&r, &file(Some("NVIDIA H100 80GB HBM3"), "kda")), "another GPU");
+        assert!(!peers_apply_to(&r, &file(Some("NVIDIA H200"), "mxfp4_matmul")), "another operator");
+        assert!(peers_apply_to(&r, &file(None, "kda")), "a file of an older peers.py names no GPU");
+    }
+
     /// Several peers of one op (kda: FlashKDA rank 0, FLA rank 1): the rank-0 peer fills the peer column, the others
     /// `more_peers`, each with a report line and a summary line of its own; ranks order them whatever the file
     /// order; a later merge replaces them; a file of an older peers.py (no ranks: one peer per op) still merges.
@@ -776,6 +811,7 @@ mod tests {
         };
         let mut r = report("2026-12-06", "new", vec![row("A", 2.0, None), row("B", 1.0, None)]);
         let file = PeerFile {
+            gpu: None,
             ceilings: None,
             rows: vec![
                 peer("A", "FLA (Triton)", 1, Some(3.0)),

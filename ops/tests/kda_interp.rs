@@ -226,8 +226,9 @@ fn kda_scaled_safe_gate_matches_reference() {
             assert!(r.passed, "{dims:?} on {ex}, seed {seed}: {} (rel {:.3e})", r.detail, r.max_rel_err);
             let unscaled = KdaProblem { gate: kda::GateForm::Safe { bias: i < 3, a_log: false }, ..pb.clone() };
             let w = kda::check_pairs(&unscaled, &d, &out, &pairs, scope.clone()).unwrap();
+            // (At least twice the 5e-3 tolerance: 2e-2 was above what some draws give, 1.88e-2 on 2026-12-07.)
             assert!(
-                !w.passed && w.max_rel_err > 2e-2,
+                !w.passed && w.max_rel_err > 1e-2,
                 "{dims:?} on {ex}: the A_log factor changes o (rel {:.3e})",
                 w.max_rel_err
             );
@@ -1270,7 +1271,9 @@ fn ustate_matches_reference_and_the_default_bit_for_bit() {
         run_with(dims, &us(k), seed);
         let pb = problem(dims);
         let d = KdaData::generate(&pb, seed);
-        let (pu, p0) = (kda::chunk_plan(&pb, &d, &us(k)).unwrap(), kda::chunk_plan(&pb, &d, k).unwrap());
+        // USTATE=1 runs the exact gate sigmoid (`Launch::resolve`), so its bits are those of GSIG=exact.
+        let k0 = k.clone().with("GSIG", "exact");
+        let (pu, p0) = (kda::chunk_plan(&pb, &d, &us(k)).unwrap(), kda::chunk_plan(&pb, &d, &k0).unwrap());
         assert!(pu.steps.iter().all(|st| st.kernel.name.ends_with("_us")), "{dims:?} [{k}]");
         let (a, b) = (Executor::Cpu.run(&pu).unwrap(), Executor::Cpu.run(&p0).unwrap());
         for n in ["o", "ht"] {

@@ -83,15 +83,19 @@ pub fn run(mut a: Args) -> anyhow::Result<i32> {
         let bytes = std::fs::read(peers).map_err(|e| anyhow::anyhow!("--merge-peers {}: {e}", peers.display()))?;
         let pf: PeerFile = serde_json::from_slice(&bytes)
             .map_err(|e| anyhow::anyhow!("{}: not a peers file: {e}", peers.display()))?;
-        let files = bench::report_files(&a.out)?;
-        for f in &files {
+        let mut merged = 0;
+        for f in &bench::report_files(&a.out)? {
             let bytes = std::fs::read(f).map_err(|e| anyhow::anyhow!("{}: {e}", f.display()))?;
             let mut r: BenchReport = serde_json::from_slice(&bytes)
                 .map_err(|e| anyhow::anyhow!("{}: not a benchmark report: {e}", f.display()))?;
+            if !bench::peers_apply_to(&r, &pf) {
+                continue;
+            }
             bench::merge_peers(&mut r, &pf);
             bench::write_report(&a.out, &r)?;
+            merged += 1;
         }
-        println!("merged peer timings into {} reports under {}", files.len(), a.out.display());
+        println!("merged peer timings into {merged} reports under {}", a.out.display());
         return Ok(0);
     }
     if let Some(from) = &a.publish {

@@ -250,25 +250,33 @@ knob_set! {
                 [state::StateGrid::ValueBlocks, state::StateGrid::Seqs],
             absent: state::StateGrid::ValueBlocks,
         },
-        /// `FULLC` (accepted, not an axis; absent: one code path for every chunk).
+        /// `FULLC` (accepted, not an axis; default `1`; absent: one code path for every chunk). `FULLC=1`,
+        /// `GSIG=fast` and `L2R=unrolled` became the defaults on the H100 measurement of 2026-12-07 03:01 UTC
+        /// (commit 409f816, same run as FlashKDA): the intra kernel 1.250 -> 1.146 ms at B1 T8192 H96 with the
+        /// first two (the whole plan 1.872 -> 1.755), 3.409 -> 3.125 at B1 T65536 H32, 1.668 -> 1.533 at B4 T4096
+        /// H64, and L2R=unrolled another 1.065 -> 1.042 (measured beside USTATE=1); same errors against f64.
         full_chunks: FullChunks = "FULLC" => {
             accepts: "intra kernel: 1 full chunks run a copy of the phases with the chunk length a constant (masks, row \
-             bounds and anchors folded; partial chunks the generic copy), 0 one path for every chunk"
+             bounds and anchors folded; partial chunks the generic copy) where W1 >= 8, EX2=ftz and USTATE=0 (elsewhere \
+             the copy spills and the generic path runs), 0 one path for every chunk"
                 [FullChunks::Generic, FullChunks::Specialised],
+            default: FullChunks::Specialised,
             absent: FullChunks::Generic,
         },
-        /// `GSIG` (accepted, not an axis; absent: `exact`).
+        /// `GSIG` (accepted, not an axis; default `fast`, see `FULLC`; absent: `exact`).
         gate_sigmoid: GateSigmoid = "GSIG" => {
             accepts: "intra kernel, lb*sigmoid gate forms: fast (rsqrt(1 + ex2.approx(-z log2 e))^2, exp(A_log) once per \
-             block) or exact (1 / (1 + expf(-z)))"
+             block; with USTATE=0, beside USTATE=1 it spills and the exact one runs) or exact (1 / (1 + expf(-z)))"
                 [GateSigmoid::Exact, GateSigmoid::Fast],
+            default: GateSigmoid::Fast,
             absent: GateSigmoid::Exact,
         },
-        /// `L2R` (accepted, not an axis; absent: `loop`).
+        /// `L2R` (accepted, not an axis; default `unrolled`, see `FULLC`; absent: `loop`).
         l2_rows: L2Rows = "L2R" => {
-            accepts: "intra kernel, in-kernel L2 norms: unrolled (K/32 independent loads a row and lane) or loop (a runtime \
-             loop per row)"
+            accepts: "intra kernel, in-kernel L2 norms: unrolled (K/32 independent loads a row and lane; with USTATE=0, \
+             beside USTATE=1 it spills and the loop runs) or loop (a runtime loop per row)"
                 [L2Rows::Loop, L2Rows::Unrolled],
+            default: L2Rows::Unrolled,
             absent: L2Rows::Loop,
         },
         /// `USTATE` (accepted, not an axis; absent: `0`, see [`USTATE_KNOB`]).
@@ -541,9 +549,16 @@ impl Launch {
             lvl_dt: t.lvl_dt.dtype(),
             tsplit,
             state_grid: t.state_grid,
-            full_chunks: t.full_chunks == FullChunks::Specialised,
-            fast_gate_sigmoid: t.gate_sigmoid == GateSigmoid::Fast,
-            l2_unrolled: t.l2_rows == L2Rows::Unrolled,
+            // The full-chunk copy doubles the phases' code: at W1 >= 8 with EX2=ftz and U in the intra kernel it costs
+            // no spill; elsewhere it spills (ptxas 13.0, 2026-12-07: 52 bytes at W1=4, 28 with EX2=exact, 72 beside
+            // USTATE=1), so those points keep the generic path.
+            full_chunks: t.full_chunks == FullChunks::Specialised && w1 >= 8 && ex2_ftz && !u_state,
+            // (Beside USTATE=1 the fast sigmoid spills too, 20 bytes: USTATE keeps the exact one. USTATE=1's intra kernel
+            // is the one measured on 2026-12-07 without these three options' copies: the state pass it feeds lost more
+            // than the intra kernel won, 0.600 -> 0.798 ms at B1 T8192 H96 on the H100.)
+            fast_gate_sigmoid: t.gate_sigmoid == GateSigmoid::Fast && !u_state,
+            // (Beside USTATE=1 the unrolled norms spill, 28 bytes: there the loop.)
+            l2_unrolled: t.l2_rows == L2Rows::Unrolled && !u_state,
             u_state,
         })
     }
@@ -558,7 +573,8 @@ mod tests {
             .unwrap()
     }
 
-    /// The default record as it was written out before the declaration (2026-12-06).
+    /// The default record as it was written out before the declaration (2026-12-06), plus the three intra-kernel
+    /// options made defaults on 2026-12-07 (FULLC, GSIG, L2R).
     #[test]
     fn the_default_record_is_the_old_one() {
         let old = Knobs::new()
@@ -576,7 +592,14 @@ mod tests {
             .with("OPDT", "f16")
             .with("LVLDT", "f16")
             .with("TSPLIT", 0i64);
+        // A record without the three keeps its kernels (their absent meanings are the paths of before).
+        let pb = problem(1);
+        let before = Launch::resolve(&old, &pb).unwrap();
+        let old = old.with("FULLC", 1i64).with("GSIG", "fast").with("L2R", "unrolled");
         assert_eq!(default_knobs(), old);
+        assert!(!before.full_chunks && !before.fast_gate_sigmoid && !before.l2_unrolled);
+        let now = Launch::resolve(&default_knobs(), &pb).unwrap();
+        assert!(now.full_chunks && now.fast_gate_sigmoid && now.l2_unrolled);
         let space = knob_space();
         let names: Vec<&str> = space.axes.iter().map(|a| a.name.as_str()).collect();
         assert_eq!(
