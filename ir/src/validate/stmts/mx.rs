@@ -5,22 +5,29 @@ mod fp4_gemv;
 use super::*;
 
 impl<'a> Checker<'a> {
+    /// The destination tile of a dequant statement `what` (entered into the path): bf16, its columns and each
+    /// warp's column band multiples of 32 (whole scale blocks).
+    fn dequant_tile(&mut self, tile: TileId, what: &str) -> Result<&'a RegTileDecl, IrError> {
+        let t = self.tile(tile)?;
+        self.path.push(format!("{what} `{}`", t.name));
+        let wc = t.cols / t.warps[1].max(1);
+        if t.dtype != DType::Bf16 || !t.cols.is_multiple_of(32) || !wc.is_multiple_of(32) {
+            return Err(self.err(
+                IrErrorKind::Layout,
+                format!(
+                    "{what} decodes into a bf16 tile whose columns and per-warp column band are multiples of 32; \
+                     `{}` is {} {}x{} on {:?} warps",
+                    t.name, t.dtype, t.rows, t.cols, t.warps
+                ),
+            ));
+        }
+        Ok(t)
+    }
+
     pub(super) fn mx_stmt(&mut self, s: &Stmt) -> Result<(), IrError> {
         match s {
             Stmt::DequantFp4 { tile, words, scales, packed, .. } => {
-                let t = self.tile(*tile)?;
-                self.path.push(format!("dequant_fp4 `{}`", t.name));
-                let wc = t.cols / t.warps[1].max(1);
-                if t.dtype != DType::Bf16 || !t.cols.is_multiple_of(32) || !wc.is_multiple_of(32) {
-                    return Err(self.err(
-                        IrErrorKind::Layout,
-                        format!(
-                            "dequant_fp4 decodes into a bf16 tile whose columns and per-warp column band are \
-                             multiples of 32; `{}` is {} {}x{} on {:?} warps",
-                            t.name, t.dtype, t.rows, t.cols, t.warps
-                        ),
-                    ));
-                }
+                let t = self.dequant_tile(*tile, "dequant_fp4")?;
                 let dq = self.shared_ref(words)?;
                 let ds = self.shared_ref(scales)?;
                 if dq.dtype != DType::U32 || words.rows != t.rows || words.cols != t.cols / 8 {
@@ -67,19 +74,7 @@ impl<'a> Checker<'a> {
                 self.path.pop();
             }
             Stmt::DequantFp4Stream { tile, words, scales, prefetch, .. } => {
-                let t = self.tile(*tile)?;
-                self.path.push(format!("dequant_fp4_stream `{}`", t.name));
-                let wc = t.cols / t.warps[1].max(1);
-                if t.dtype != DType::Bf16 || !t.cols.is_multiple_of(32) || !wc.is_multiple_of(32) {
-                    return Err(self.err(
-                        IrErrorKind::Layout,
-                        format!(
-                            "dequant_fp4_stream decodes into a bf16 tile whose columns and per-warp column band \
-                             are multiples of 32; `{}` is {} {}x{} on {:?} warps",
-                            t.name, t.dtype, t.rows, t.cols, t.warps
-                        ),
-                    ));
-                }
+                self.dequant_tile(*tile, "dequant_fp4_stream")?;
                 let mut views = vec![(words, scales, "")];
                 if let Some(p) = prefetch {
                     self.scalar(&p.first, ScalarTy::Bool, "dequant_fp4_stream prefetch first flag")?;
