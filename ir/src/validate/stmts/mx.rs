@@ -24,26 +24,34 @@ impl<'a> Checker<'a> {
         Ok(t)
     }
 
+    /// `what`'s shared window `r` (of buffer `d`): a `dtype` window of `[rows, cols]`.
+    fn window(
+        &self,
+        what: &str,
+        r: &SharedRef,
+        d: &SharedDecl,
+        dtype: DType,
+        [rows, cols]: [u32; 2],
+    ) -> Result<(), IrError> {
+        if d.dtype != dtype || r.rows != rows || r.cols != cols {
+            return Err(self.err(
+                IrErrorKind::Shape,
+                format!(
+                    "{what}: a {dtype} window of {rows}x{cols} is needed, got shared `{}` ({}) {}x{}",
+                    d.name, d.dtype, r.rows, r.cols
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     pub(super) fn mx_stmt(&mut self, s: &Stmt) -> Result<(), IrError> {
         match s {
             Stmt::DequantFp4 { tile, words, scales, packed, .. } => {
                 let t = self.dequant_tile(*tile, "dequant_fp4")?;
                 let dq = self.shared_ref(words)?;
                 let ds = self.shared_ref(scales)?;
-                if dq.dtype != DType::U32 || words.rows != t.rows || words.cols != t.cols / 8 {
-                    return Err(self.err(
-                        IrErrorKind::Shape,
-                        format!(
-                            "dequant_fp4 words: a u32 window of {}x{} is needed, got shared `{}` ({}) {}x{}",
-                            t.rows,
-                            t.cols / 8,
-                            dq.name,
-                            dq.dtype,
-                            words.rows,
-                            words.cols
-                        ),
-                    ));
-                }
+                self.window("dequant_fp4 words", words, dq, DType::U32, [t.rows, t.cols / 8])?;
                 // The natural layout reads a block's four words as one 16-byte access.
                 if !*packed && (!words.col0.is_multiple_of(4) || !dq.row_bytes().is_multiple_of(16)) {
                     return Err(self.err(
@@ -57,20 +65,7 @@ impl<'a> Checker<'a> {
                         ),
                     ));
                 }
-                if ds.dtype != DType::U8 || scales.rows != t.rows || scales.cols != t.cols / 32 {
-                    return Err(self.err(
-                        IrErrorKind::Shape,
-                        format!(
-                            "dequant_fp4 scales: a u8 window of {}x{} is needed, got shared `{}` ({}) {}x{}",
-                            t.rows,
-                            t.cols / 32,
-                            ds.name,
-                            ds.dtype,
-                            scales.rows,
-                            scales.cols
-                        ),
-                    ));
-                }
+                self.window("dequant_fp4 scales", scales, ds, DType::U8, [t.rows, t.cols / 32])?;
                 self.path.pop();
             }
             Stmt::DequantFp4Stream { tile, words, scales, prefetch, .. } => {
