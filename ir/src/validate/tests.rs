@@ -608,26 +608,24 @@ mod unit {
 
     #[test]
     fn scan_scratch_is_checked() {
-        let mut b = KernelBuilder::new("t", 64);
-        let t = b.tile("t", DType::F32, 32, 16, [2, 1]);
-        let s = b.shared("s", DType::F32, 32, 8, 1, Swizzle::None);
-        b.scan_rows(t, s);
-        fails(b, IrErrorKind::Shape, "at least 32x16");
-        let mut b = KernelBuilder::new("t", 64);
-        let t = b.tile("t", DType::F32, 32, 16, [2, 1]);
-        let s = b.shared("s", DType::Bf16, 32, 16, 1, Swizzle::None);
-        b.scan_rows(t, s);
-        fails(b, IrErrorKind::Shape, "must be f32");
-        let mut b = KernelBuilder::new("t", 64);
-        let t = b.tile("t", DType::Bf16, 32, 16, [2, 1]);
-        let s = b.shared("s", DType::F32, 32, 16, 1, Swizzle::None);
-        b.scan_rows(t, s);
-        fails(b, IrErrorKind::Type, "scans run on f32 tiles");
-        let mut b = KernelBuilder::new("t", 64);
-        let t = b.tile("t", DType::F32, 32, 16, [2, 1]);
-        let s = b.shared("s", DType::F32, 40, 24, 1, Swizzle::None);
-        b.threads(|b| b.scan_rows(t, s));
-        fails(b, IrErrorKind::Scope, "`scan` is a block-level statement");
+        // A 32x16 tile scanned through a scratch buffer: (tile dtype, scratch dtype, scratch rows and columns,
+        // inside a threads region, the error).
+        for (tile_dt, scratch_dt, [rows, cols], in_threads, kind, msg) in [
+            (DType::F32, DType::F32, [32, 8], false, IrErrorKind::Shape, "at least 32x16"),
+            (DType::F32, DType::Bf16, [32, 16], false, IrErrorKind::Shape, "must be f32"),
+            (DType::Bf16, DType::F32, [32, 16], false, IrErrorKind::Type, "scans run on f32 tiles"),
+            (DType::F32, DType::F32, [40, 24], true, IrErrorKind::Scope, "`scan` is a block-level statement"),
+        ] {
+            let mut b = KernelBuilder::new("t", 64);
+            let t = b.tile("t", tile_dt, 32, 16, [2, 1]);
+            let s = b.shared("s", scratch_dt, rows, cols, 1, Swizzle::None);
+            if in_threads {
+                b.threads(|b| b.scan_rows(t, s));
+            } else {
+                b.scan_rows(t, s);
+            }
+            fails(b, kind, msg);
+        }
     }
 
     #[test]
