@@ -630,20 +630,16 @@ mod unit {
 
     #[test]
     fn ldmatrix_and_cp_async_alignment() {
-        let mut b = small();
-        let acc = b.tile("acc", DType::F32, 32, 32, [2, 2]);
-        let sa = b.shared("sa", DType::Bf16, 32, 40, 1, Swizzle::None);
-        let sb = b.shared("sb", DType::Bf16, 32, 32, 1, Swizzle::None);
-        let (ra, rb) = (b.window(sa, 0i64, 0, 4, 32, 32), b.slot(sb, 0i64));
-        b.mma(acc, Operand::Shared { src: ra, transpose: false }, Operand::Shared { src: rb, transpose: true });
-        fails(b, IrErrorKind::Layout, "16-byte aligned");
-        let mut b = small();
-        let acc = b.tile("acc", DType::F32, 32, 32, [2, 2]);
-        let sa = b.shared("sa", DType::Bf16, 32, 36, 1, Swizzle::None);
-        let sb = b.shared("sb", DType::Bf16, 32, 32, 1, Swizzle::None);
-        let (ra, rb) = (b.window(sa, 0i64, 0, 0, 32, 32), b.slot(sb, 0i64));
-        b.mma(acc, Operand::Shared { src: ra, transpose: false }, Operand::Shared { src: rb, transpose: true });
-        fails(b, IrErrorKind::Layout, "rows of 72 bytes");
+        // A's 32x32 window at column `col0` of a buffer `cols` wide: ldmatrix reads 16-byte aligned rows.
+        for (cols, col0, msg) in [(40, 4, "16-byte aligned"), (36, 0, "rows of 72 bytes")] {
+            let mut b = small();
+            let acc = b.tile("acc", DType::F32, 32, 32, [2, 2]);
+            let sa = b.shared("sa", DType::Bf16, 32, cols, 1, Swizzle::None);
+            let sb = b.shared("sb", DType::Bf16, 32, 32, 1, Swizzle::None);
+            let (ra, rb) = (b.window(sa, 0i64, 0, col0, 32, 32), b.slot(sb, 0i64));
+            b.mma(acc, Operand::Shared { src: ra, transpose: false }, Operand::Shared { src: rb, transpose: true });
+            fails(b, IrErrorKind::Layout, msg);
+        }
         let mut b = KernelBuilder::new("t", 32);
         let x = b.tensor("x", DType::Bf16, &[Expr::Int(64)], Access::Read);
         let s = b.shared("s", DType::Bf16, 4, 12, 1, Swizzle::None);
