@@ -154,7 +154,7 @@ impl GemmKernel<'_> {
             let cur_grp = b.let_var("cur_grp", 0i64);
             let cur_local = b.let_var("cur_local", 0i64);
             b.if_(self.before_end(&first), |b| self.search(b, first.clone(), cur_grp, cur_local, Some(from)));
-            self.overlapped_tiles(b, from, (cur_grp, cur_local), &|_, _, _| {});
+            self.overlapped_tiles(b, from, (cur_grp, cur_local), |_, _, _, _| {});
         } else {
             b.for_("tile", first, total, step, |b, t| {
                 let grp = b.let_var("grp", 0i64);
@@ -183,7 +183,7 @@ impl GemmKernel<'_> {
             self.prologue(b, Some(&cs));
         });
         b.if_(first.ge(Expr::Var(total)), |b| self.prologue(b, None));
-        self.overlapped_tiles(b, from, (cur_grp, cur_local), &|b, next, (nxt_grp, nxt_local)| {
+        self.overlapped_tiles(b, from, (cur_grp, cur_local), |b, next, nxt_grp, nxt_local| {
             // Every warp is done reading the shared tiles before the next tile's first stages overwrite them.
             b.barrier();
             // One commit group per stage on both branches (the conditions are block-uniform).
@@ -207,7 +207,7 @@ impl GemmKernel<'_> {
         b: &mut KernelBuilder,
         from: (VarId, VarId),
         (cur_grp, cur_local): (VarId, VarId),
-        refill: &dyn Fn(&mut KernelBuilder, &Expr, (VarId, VarId)),
+        refill: impl Fn(&mut KernelBuilder, &Expr, VarId, VarId),
     ) {
         let (first, step, total) = (self.walk.first.clone(), self.walk.step.clone(), self.walk.total);
         b.for_("tile", first, total, step.clone(), |b, t| {
@@ -219,7 +219,7 @@ impl GemmKernel<'_> {
                 b.if_(self.before_end(&next), |b| self.search(b, next.clone(), nxt_grp, nxt_local, Some(from)))
             });
             self.advance(b);
-            refill(b, &next, (nxt_grp, nxt_local));
+            refill(b, &next, nxt_grp, nxt_local);
             self.epilogue(b, &cs);
             b.assign(cur_grp, Expr::Var(nxt_grp));
             b.assign(cur_local, Expr::Var(nxt_local));
