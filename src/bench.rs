@@ -243,11 +243,14 @@ fn measure(
 }
 
 /// Time and check every preset of `op` under each knob set `knobs_for` lists (tuned or default first); the
-/// row reports the fastest knob set whose run passed its check. `on_row` sees the report so far after every
-/// preset (a preset on which no knob set ran is logged and left out; the call then fails after the last preset,
-/// naming them).
+/// row reports the fastest knob set whose run passed its check. The report is written into `dir` after every
+/// preset ([`write_report_keeping`], rows of the earlier report that this run has not timed kept in the
+/// operator's preset order), so a run cut short (a timeout, a killed job, a GPU fault) keeps every preset it
+/// finished. A preset on which no knob set ran is logged and left out; the call then fails after the last
+/// preset, naming them. Returns the path and the last write's note.
 #[allow(clippy::too_many_arguments)]
-pub fn bench_op(
+pub fn bench_op_into(
+    dir: &Path,
     exec: &mut GpuExec,
     op: &dyn Operator,
     presets: &[Preset],
@@ -255,8 +258,9 @@ pub fn bench_op(
     timing: TimingOptions,
     ceilings: &Ceilings,
     log: &mut dyn FnMut(&str),
-    on_row: &mut dyn FnMut(&BenchReport) -> anyhow::Result<()>,
-) -> anyhow::Result<BenchReport> {
+) -> anyhow::Result<(PathBuf, Option<String>)> {
+    let order = preset_order(op);
+    let mut last = None;
     let mut report = BenchReport {
         schema: 1,
         op: op.name().into(),
@@ -351,35 +355,11 @@ pub fn bench_op(
             if m.check.passed { "ok" } else { "CHECK FAILED" }
         ));
         report.rows.push(row);
-        on_row(&report)?;
+        last = Some(write_report_keeping(dir, report.clone(), &order)?);
     }
     if !not_run.is_empty() {
         anyhow::bail!("{}: no knob set ran on preset(s) {}", op.name(), not_run.join(", "));
     }
-    Ok(report)
-}
-
-/// [`bench_op`] with the report written into `dir` after every preset ([`write_report_keeping`], rows of the
-/// earlier report that this run has not timed kept in the operator's preset order), so a run cut short (a
-/// timeout, a killed job, a GPU fault) keeps every preset it finished. Returns the path and the last write's
-/// note.
-#[allow(clippy::too_many_arguments)]
-pub fn bench_op_into(
-    dir: &Path,
-    exec: &mut GpuExec,
-    op: &dyn Operator,
-    presets: &[Preset],
-    knobs_for: &dyn Fn(&Preset) -> Vec<Knobs>,
-    timing: TimingOptions,
-    ceilings: &Ceilings,
-    log: &mut dyn FnMut(&str),
-) -> anyhow::Result<(PathBuf, Option<String>)> {
-    let order = preset_order(op);
-    let mut last = None;
-    bench_op(exec, op, presets, knobs_for, timing, ceilings, log, &mut |r| {
-        last = Some(write_report_keeping(dir, r.clone(), &order)?);
-        Ok(())
-    })?;
     last.ok_or_else(|| anyhow::anyhow!("{}: no preset to benchmark", op.name()))
 }
 

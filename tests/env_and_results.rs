@@ -169,16 +169,22 @@ fn tune(results: &Path) -> Run {
     )
 }
 
+/// A fresh results folder after one successful [`tune`], and the results file it wrote.
+fn tuned_results() -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let r = tune(dir.path());
+    assert_eq!(r.code, Some(0), "{}", r.all());
+    let file = dir.path().join("cpu-interp").join("latent_moe_gemm.json");
+    (dir, file)
+}
+
 fn mode(p: &Path) -> u32 {
     std::fs::metadata(p).unwrap().permissions().mode() & 0o7777
 }
 
 #[test]
 fn a_corrupt_results_file_is_warned_about_and_reported_by_doctor() {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("cpu-interp").join("latent_moe_gemm.json");
-    let r = tune(dir.path());
-    assert_eq!(r.code, Some(0), "{}", r.all());
+    let (dir, file) = tuned_results();
     let len = std::fs::metadata(&file).unwrap().len();
     std::fs::write(&file, &std::fs::read(&file).unwrap()[..(len / 2) as usize]).unwrap();
     // doctor parses it, names it, exits 1 and moves nothing.
@@ -207,10 +213,7 @@ fn a_corrupt_results_file_is_warned_about_and_reported_by_doctor() {
 
 #[test]
 fn results_files_keep_their_mode_and_a_read_only_one_is_not_replaced() {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("cpu-interp").join("latent_moe_gemm.json");
-    let r = tune(dir.path());
-    assert_eq!(r.code, Some(0), "{}", r.all());
+    let (dir, file) = tuned_results();
     assert_eq!(mode(&file), 0o644, "a new results file is 0644");
     std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o640)).unwrap();
     let r = tune(dir.path());

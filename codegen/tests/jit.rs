@@ -35,6 +35,22 @@ fn jit_matches_the_interpreter_bit_for_bit_on_every_primitive_case() {
     assert_eq!(compiled.len(), common::cases::all().len());
 }
 
+/// A one-block, one-warp kernel over a tensor `x [N]` f32 and an integer argument `D`, whose threads run `body`
+/// (given `x` and `D`): the kernels [`same_error`] runs.
+fn x_and_d_kernel(
+    name: &str,
+    body: impl FnOnce(&mut k3k_ir::KernelBuilder, k3k_ir::TensorId, k3k_ir::Expr),
+) -> k3k_ir::Kernel {
+    use k3k_ir::*;
+    let mut b = KernelBuilder::new(name, 32);
+    let n = b.dim("N");
+    let x = b.tensor("x", DType::F32, &[n], Access::ReadWrite);
+    let d = b.int_arg("D");
+    b.grid(1i64, 1i64, 1i64);
+    b.threads(|b| body(b, x, d));
+    b.finish().unwrap()
+}
+
 /// Kernel `k` on a tensor `x` of `len` ones with `D = dv` fails with the same error on the interpreter and the
 /// JIT, and the message contains `frag`.
 fn same_error(k: &k3k_ir::Kernel, len: usize, dv: i64, frag: &str) {
@@ -51,16 +67,10 @@ fn same_error(k: &k3k_ir::Kernel, len: usize, dv: i64, frag: &str) {
 #[test]
 fn jit_reports_the_interpreters_errors() {
     use k3k_ir::*;
-    let mut b = KernelBuilder::new("jit_errors", 32);
-    let n = b.dim("N");
-    let x = b.tensor("x", DType::F32, &[n], Access::ReadWrite);
-    let d = b.int_arg("D");
-    b.grid(1i64, 1i64, 1i64);
-    b.threads(|b| {
+    let k = x_and_d_kernel("jit_errors", |b, x, d| {
         let t = Expr::thread_idx();
-        b.store_scalar(x, t.clone(), Expr::load(x, t.clone() / d.clone()) + 1.0);
+        b.store_scalar(x, t.clone(), Expr::load(x, t.clone() / d) + 1.0);
     });
-    let k = b.finish().unwrap();
     for (len, dv, frag) in [(16usize, 1i64, "outside tensor `x`"), (64, 0, "division by zero")] {
         same_error(&k, len, dv, frag);
     }
@@ -457,18 +467,12 @@ fn jit_runs_warp_regions_in_lockstep_like_the_interpreter() {
 #[test]
 fn jit_reports_the_interpreters_wide_access_errors() {
     use k3k_ir::*;
-    let mut b = KernelBuilder::new("jit_wide_errors", 32);
-    let n = b.dim("N");
-    let x = b.tensor("x", DType::F32, &[n], Access::ReadWrite);
-    let d = b.int_arg("D");
-    b.grid(1i64, 1i64, 1i64);
-    b.threads(|b| {
+    let k = x_and_d_kernel("jit_wide_errors", |b, x, d| {
         let a = b.let_array("a", 4, ScalarTy::Float, 0.0);
-        let i = Expr::thread_idx() * 4i64 + d.clone();
+        let i = Expr::thread_idx() * 4i64 + d;
         b.load_wide(a, 0, x, i.clone(), 4);
         b.store_wide(x, i, a, 0, 4);
     });
-    let k = b.finish().unwrap();
     for (len, dv, frag) in [(128usize, 1i64, "not a multiple of its 4 lanes"), (126, 0, "outside tensor `x`")] {
         same_error(&k, len, dv, frag);
     }

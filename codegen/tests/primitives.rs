@@ -92,27 +92,29 @@ fn every_case_is_listed() {
 /// as `.v4.u32`-class 16-byte accesses, i32 x 2 as one 8-byte `.v2` store.
 #[test]
 fn wide_accesses_are_vector_instructions() {
-    let k = cases::wide_access().kernel;
-    let m = k3k_codegen::build(&k, k3k_codegen::BuildOptions { assemble: true }).unwrap();
-    let count = |pat: &str| m.ptx.lines().filter(|l| l.contains(pat)).count();
-    let (ld4, st4, st2) = (count("ld.global.v4"), count("st.global.v4"), count("st.global.v2"));
-    eprintln!("ld.global.v4: {ld4}, st.global.v4: {st4}, st.global.v2: {st2}");
-    assert!(ld4 + count("ld.global.nc.v4") >= 3, "three 16-byte loads expected:\n{}", m.ptx);
-    assert!(st4 >= 2 && st2 >= 1, "two 16-byte and one 8-byte store expected:\n{}", m.ptx);
+    let (ptx, [ld4, ldnc4, st4, st2]) =
+        ptx_counts(&cases::wide_access().kernel, ["ld.global.v4", "ld.global.nc.v4", "st.global.v4", "st.global.v2"]);
+    assert!(ld4 + ldnc4 >= 3, "three 16-byte loads expected:\n{ptx}");
+    assert!(st4 >= 2 && st2 >= 1, "two 16-byte and one 8-byte store expected:\n{ptx}");
 }
 
 /// The tile stores of `wide_tile_stores` take the wide paths: 16-byte stores for `y` (vec 8, 8 fragments per
 /// warp), 8-byte ones for `z` and `w` (2 fragments), with the quad's regrouping shuffles before them.
 #[test]
 fn wide_tile_stores_are_vector_instructions() {
-    let k = cases::wide_tile_stores().kernel;
-    let m = k3k_codegen::build(&k, k3k_codegen::BuildOptions { assemble: true }).unwrap();
-    let count = |pat: &str| m.ptx.lines().filter(|l| l.contains(pat)).count();
-    let (st4, st2, shfl) = (count("st.global.v4"), count("st.global.v2"), count("shfl.sync"));
-    eprintln!("st.global.v4: {st4}, st.global.v2: {st2}, shfl.sync: {shfl}");
-    assert!(st4 >= 2, "16-byte stores expected for y:\n{}", m.ptx);
-    assert!(st2 >= 2, "8-byte stores expected for z and w:\n{}", m.ptx);
-    assert!(shfl >= 4, "the quad regrouping shuffles expected:\n{}", m.ptx);
+    let (ptx, [st4, st2, shfl]) =
+        ptx_counts(&cases::wide_tile_stores().kernel, ["st.global.v4", "st.global.v2", "shfl.sync"]);
+    assert!(st4 >= 2, "16-byte stores expected for y:\n{ptx}");
+    assert!(st2 >= 2, "8-byte stores expected for z and w:\n{ptx}");
+    assert!(shfl >= 4, "the quad regrouping shuffles expected:\n{ptx}");
+}
+
+/// The PTX of `k` (NVRTC, checked by ptxas) and how many of its lines contain each of `patterns` (also printed).
+fn ptx_counts<const N: usize>(k: &k3k_ir::Kernel, patterns: [&str; N]) -> (String, [usize; N]) {
+    let m = k3k_codegen::build(k, k3k_codegen::BuildOptions { assemble: true }).unwrap();
+    let counts = patterns.map(|pat| m.ptx.lines().filter(|l| l.contains(pat)).count());
+    eprintln!("{:?}", patterns.iter().zip(counts).collect::<Vec<_>>());
+    (m.ptx.clone(), counts)
 }
 
 /// A view whose offset or row stride breaks its `vec` promise is a typed error of the interpreter (naming the

@@ -199,60 +199,40 @@ mod tests {
         b.finish().unwrap()
     }
 
+    /// Bind [`kern`]'s tensors `x` and `y`, each given as (dtype, shape), on `num_sms` SMs.
+    fn bind_xy(
+        k: &Kernel,
+        (xt, x): (DType, &[usize]),
+        (yt, y): (DType, &[usize]),
+        num_sms: i64,
+    ) -> Result<Vec<SymValue>, BindError> {
+        bind(k, &[TensorShape { dtype: xt, shape: x }, TensorShape { dtype: yt, shape: y }], &[], num_sms)
+    }
+
     #[test]
     fn binds_and_evaluates_grid() {
         let k = kern();
-        let v = bind(
-            &k,
-            &[TensorShape { dtype: DType::Bf16, shape: &[33, 7] }, TensorShape { dtype: DType::F32, shape: &[33, 4] }],
-            &[],
-            132,
-        )
-        .unwrap();
+        let v = bind_xy(&k, (DType::Bf16, &[33, 7]), (DType::F32, &[33, 4]), 132).unwrap();
         assert_eq!(eval_grid(&k, &v).unwrap(), Some([132, 3, 1]));
     }
 
     #[test]
     fn mismatches_name_the_argument() {
         let k = kern();
-        let e = bind(
-            &k,
-            &[TensorShape { dtype: DType::Bf16, shape: &[33, 7] }, TensorShape { dtype: DType::F32, shape: &[32, 4] }],
-            &[],
-            1,
-        )
-        .unwrap_err();
+        let e = bind_xy(&k, (DType::Bf16, &[33, 7]), (DType::F32, &[32, 4]), 1).unwrap_err();
         assert!(matches!(&e, BindError::Mismatch { arg, sym, .. } if arg == "y" && sym == "M"), "{e}");
         let e = bind(&k, &[TensorShape { dtype: DType::F32, shape: &[33, 7] }], &[], 1).unwrap_err();
         assert!(matches!(e, BindError::Count { .. }));
-        let e = bind(
-            &k,
-            &[TensorShape { dtype: DType::F32, shape: &[33, 7] }, TensorShape { dtype: DType::F32, shape: &[33, 4] }],
-            &[],
-            1,
-        )
-        .unwrap_err();
+        let e = bind_xy(&k, (DType::F32, &[33, 7]), (DType::F32, &[33, 4]), 1).unwrap_err();
         assert!(e.to_string().contains("argument `x`"), "{e}");
-        let e = bind(
-            &k,
-            &[TensorShape { dtype: DType::Bf16, shape: &[33, 7] }, TensorShape { dtype: DType::F32, shape: &[33, 5] }],
-            &[],
-            1,
-        )
-        .unwrap_err();
+        let e = bind_xy(&k, (DType::Bf16, &[33, 7]), (DType::F32, &[33, 5]), 1).unwrap_err();
         assert!(matches!(e, BindError::Const { dim: 1, .. }));
     }
 
     #[test]
     fn empty_grid_is_none() {
         let k = kern();
-        let v = bind(
-            &k,
-            &[TensorShape { dtype: DType::Bf16, shape: &[0, 7] }, TensorShape { dtype: DType::F32, shape: &[0, 4] }],
-            &[],
-            1,
-        )
-        .unwrap();
+        let v = bind_xy(&k, (DType::Bf16, &[0, 7]), (DType::F32, &[0, 4]), 1).unwrap();
         assert_eq!(eval_grid(&k, &v).unwrap(), None);
     }
 }

@@ -138,6 +138,13 @@ pub struct KnobAxis {
     pub doc: String,
 }
 
+impl KnobAxis {
+    /// Knob `name` with `values`, described by `doc`.
+    fn new<V: Into<KnobValue>>(name: &str, doc: &str, values: impl IntoIterator<Item = V>) -> Self {
+        KnobAxis { name: name.into(), values: values.into_iter().map(Into::into).collect(), doc: doc.into() }
+    }
+}
+
 /// The Cartesian product of knob axes an operator offers the tuner. Invalid combinations are removed by the
 /// operator's own pruning (shared memory, registers, divisibility) before anything is compiled.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -152,21 +159,13 @@ pub struct KnobSpace {
 impl KnobSpace {
     /// Add an axis.
     pub fn axis<V: Into<KnobValue>>(mut self, name: &str, doc: &str, values: impl IntoIterator<Item = V>) -> Self {
-        self.axes.push(KnobAxis {
-            name: name.into(),
-            values: values.into_iter().map(Into::into).collect(),
-            doc: doc.into(),
-        });
+        self.axes.push(KnobAxis::new(name, doc, values));
         self
     }
 
     /// Accept `values` of knob `name` too (see [`KnobSpace::accepted`]).
     pub fn accepts<V: Into<KnobValue>>(mut self, name: &str, doc: &str, values: impl IntoIterator<Item = V>) -> Self {
-        self.accepted.push(KnobAxis {
-            name: name.into(),
-            values: values.into_iter().map(Into::into).collect(),
-            doc: doc.into(),
-        });
+        self.accepted.push(KnobAxis::new(name, doc, values));
         self
     }
 

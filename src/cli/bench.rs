@@ -155,7 +155,7 @@ pub fn run(mut a: Args) -> anyhow::Result<i32> {
     for (op, presets, sets) in work {
         // Without `--knobs`: the defaults and, where this GPU has a tuned record for the preset's shape bucket,
         // the tuned config too (both timed in this run; the row reports the faster that passed, and both stay
-        // in the JSON's `variants`). `bench_op` asks once per preset, as the preset starts: the bar counts the
+        // in the JSON's `variants`). `bench_op_into` asks once per preset, as the preset starts: the bar counts the
         // presets started.
         let knobs_for = |p: &k3k::ops::op::Preset| -> Vec<k3k::ir::Knobs> {
             bar.set_message(format!("{}: {}", op.name(), p.name));

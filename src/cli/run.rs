@@ -115,7 +115,7 @@ pub fn run(mut a: Args) -> anyhow::Result<i32> {
             let ops = registry::all();
             let bar = Progress::new(ops.iter().map(|op| op.bench_presets().len() as u64).sum(), "bench");
             for op in ops {
-                // `bench_op` asks once per preset, as the preset starts: the bar counts the presets started.
+                // `bench_op_into` asks once per preset, as the preset starts: the bar counts the presets started.
                 let knobs_for = |p: &k3k::ops::op::Preset| {
                     bar.set_message(format!("{}: {}", op.name(), p.name));
                     bar.inc(1);

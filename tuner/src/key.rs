@@ -206,28 +206,28 @@ impl TuneKey {
         self
     }
 
+    /// The same operator and element types on the same device (GPU name, compute capability and SM count).
+    fn same_op_and_device(&self, other: &TuneKey) -> bool {
+        self.op == other.op
+            && self.gpu_name == other.gpu_name
+            && self.compute_capability == other.compute_capability
+            && self.sm_count == other.sm_count
+            && self.dtype == other.dtype
+    }
+
     /// The same problem on the same device (operator, GPU, dtype and shape bucket), whatever the program, codegen
     /// and NVRTC versions or alignment class it was tuned with: a record of such a key may hold a winner worth
     /// timing again after any of those change.
     pub fn same_problem(&self, other: &TuneKey) -> bool {
-        self.op == other.op
-            && self.gpu_name == other.gpu_name
-            && self.compute_capability == other.compute_capability
-            && self.sm_count == other.sm_count
-            && self.dtype == other.dtype
-            && self.shape_bucket == other.shape_bucket
+        self.same_op_and_device(other) && self.shape_bucket == other.shape_bucket
     }
 
     /// Equal in every field except the shape bucket.
     pub fn same_except_bucket(&self, other: &TuneKey) -> bool {
-        self.op == other.op
+        self.same_op_and_device(other)
             && self.ir_hash == other.ir_hash
             && self.codegen_version == other.codegen_version
             && self.nvrtc_version == other.nvrtc_version
-            && self.gpu_name == other.gpu_name
-            && self.compute_capability == other.compute_capability
-            && self.sm_count == other.sm_count
-            && self.dtype == other.dtype
             && self.alignment == other.alignment
     }
 }

@@ -405,13 +405,28 @@ mod tests {
         assert_eq!(store.list().unwrap(), vec![("nvidia-h200".to_string(), "kda".to_string())]);
     }
 
-    #[test]
-    fn corrupt_file_is_moved_aside_with_a_clear_error_and_never_overwritten() {
+    /// A store in a fresh folder (gone with the `TempDir`) where candidate `a` of a `kda` key (t=64) took 1 ms.
+    fn store_with_one_candidate() -> (tempfile::TempDir, ResultsStore, TuneKey) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ResultsStore::open(dir.path()).unwrap();
+        let k = key("kda", &[("t", 64)]);
+        store.record_candidate(&k, timed("a", 1.0)).unwrap();
+        (dir, store, k)
+    }
+
+    /// A store in a fresh folder whose `nvidia-h200/kda.json` holds `bytes` (the folder goes with the `TempDir`).
+    fn store_with_kda_file(bytes: &[u8]) -> (tempfile::TempDir, ResultsStore, PathBuf) {
         let dir = tempfile::tempdir().unwrap();
         let store = ResultsStore::open(dir.path()).unwrap();
         let path = store.path_for("nvidia-h200", "kda").unwrap();
         fs::create_dir_all(path.parent().unwrap()).unwrap();
-        fs::write(&path, b"{\"schema\": 1, \"op\": \"kda\", \"entr").unwrap();
+        fs::write(&path, bytes).unwrap();
+        (dir, store, path)
+    }
+
+    #[test]
+    fn corrupt_file_is_moved_aside_with_a_clear_error_and_never_overwritten() {
+        let (_dir, store, path) = store_with_kda_file(b"{\"schema\": 1, \"op\": \"kda\", \"entr");
         let err = store.load("nvidia-h200", "kda").unwrap_err();
         let StoreError::Corrupt { moved_to, reason, .. } = &err else { panic!("{err}") };
         let moved_to = moved_to.clone().unwrap();
@@ -442,11 +457,7 @@ mod tests {
 
     #[test]
     fn newer_schema_is_left_in_place() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = ResultsStore::open(dir.path()).unwrap();
-        let path = store.path_for("nvidia-h200", "kda").unwrap();
-        fs::create_dir_all(path.parent().unwrap()).unwrap();
-        fs::write(&path, br#"{"schema": 7, "whatever": true}"#).unwrap();
+        let (_dir, store, path) = store_with_kda_file(br#"{"schema": 7, "whatever": true}"#);
         let err = store.load("nvidia-h200", "kda").unwrap_err();
         assert!(matches!(err, StoreError::UnsupportedSchema { found: 7, .. }), "{err}");
         assert!(err.to_string().contains("newer k3k"));
@@ -460,10 +471,7 @@ mod tests {
 
     #[test]
     fn a_gpu_sharing_the_slug_is_refused() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = ResultsStore::open(dir.path()).unwrap();
-        let k = key("kda", &[("t", 64)]);
-        store.record_candidate(&k, timed("a", 1.0)).unwrap();
+        let (_dir, store, k) = store_with_one_candidate();
         let other = GpuKey { sm_count: 114, ..h200() };
         let err = store.record_candidate(&k.clone().with_gpu(&other), timed("a", 1.0)).unwrap_err();
         assert!(matches!(err, StoreError::GpuMismatch { .. }), "{err}");
@@ -473,10 +481,7 @@ mod tests {
 
     #[test]
     fn invalid_timings_are_refused_before_writing() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = ResultsStore::open(dir.path()).unwrap();
-        let k = key("kda", &[("t", 64)]);
-        store.record_candidate(&k, timed("a", 1.0)).unwrap();
+        let (_dir, store, k) = store_with_one_candidate();
         let err = store.record_candidate(&k, timed("b", f64::NAN)).unwrap_err();
         assert!(matches!(err, StoreError::Invalid { .. }), "{err}");
         let f = store.load("nvidia-h200", "kda").unwrap().unwrap();

@@ -480,6 +480,13 @@ mod tests {
         }
     }
 
+    /// A store in a fresh folder (gone with the `TempDir`), the key of a `gemm` at m=64 and a fresh fake.
+    fn gemm_store() -> (tempfile::TempDir, ResultsStore, TuneKey, Fake) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ResultsStore::open(dir.path()).unwrap();
+        (dir, store, key("gemm", &[("m", 64)]), Fake::new())
+    }
+
     fn plan(n: u64) -> Vec<CandidateSpec> {
         (0..n)
             .map(|i| {
@@ -492,10 +499,7 @@ mod tests {
 
     #[test]
     fn tune_measures_retimes_checks_and_picks_the_fastest_correct() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = ResultsStore::open(dir.path()).unwrap();
-        let k = key("gemm", &[("m", 64)]);
-        let mut m = Fake::new();
+        let (_dir, store, k, mut m) = gemm_store();
         // i=0 and i=10 take 1 ms, i=3 takes 2 ms
         m.wrong = vec!["i=0".into()];
         m.crash = vec!["i=10".into()];
@@ -551,10 +555,7 @@ mod tests {
 
     #[test]
     fn a_deadline_stops_measuring_after_the_minimum_and_still_checks_a_winner() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = ResultsStore::open(dir.path()).unwrap();
-        let k = key("gemm", &[("m", 64)]);
-        let mut m = Fake::new();
+        let (_dir, store, k, mut m) = gemm_store();
         m.delay = Duration::from_millis(20);
         let start = Instant::now();
         let opts = TuneOptions {
@@ -585,10 +586,7 @@ mod tests {
 
     #[test]
     fn consecutive_crashes_abort_and_duplicates_are_refused() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = ResultsStore::open(dir.path()).unwrap();
-        let k = key("gemm", &[("m", 64)]);
-        let mut m = Fake::new();
+        let (_dir, store, k, mut m) = gemm_store();
         m.crash = plan(10).into_iter().map(|c| c.id).collect();
         let opts = TuneOptions { max_consecutive_transient: 3, ..TuneOptions::default() };
         let err = tune(&store, &k, &plan(10), &opts, &mut m, &mut |_| {}).unwrap_err();

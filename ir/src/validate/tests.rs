@@ -608,44 +608,38 @@ mod unit {
 
     #[test]
     fn scan_scratch_is_checked() {
-        let mut b = KernelBuilder::new("t", 64);
-        let t = b.tile("t", DType::F32, 32, 16, [2, 1]);
-        let s = b.shared("s", DType::F32, 32, 8, 1, Swizzle::None);
-        b.scan_rows(t, s);
-        fails(b, IrErrorKind::Shape, "at least 32x16");
-        let mut b = KernelBuilder::new("t", 64);
-        let t = b.tile("t", DType::F32, 32, 16, [2, 1]);
-        let s = b.shared("s", DType::Bf16, 32, 16, 1, Swizzle::None);
-        b.scan_rows(t, s);
-        fails(b, IrErrorKind::Shape, "must be f32");
-        let mut b = KernelBuilder::new("t", 64);
-        let t = b.tile("t", DType::Bf16, 32, 16, [2, 1]);
-        let s = b.shared("s", DType::F32, 32, 16, 1, Swizzle::None);
-        b.scan_rows(t, s);
-        fails(b, IrErrorKind::Type, "scans run on f32 tiles");
-        let mut b = KernelBuilder::new("t", 64);
-        let t = b.tile("t", DType::F32, 32, 16, [2, 1]);
-        let s = b.shared("s", DType::F32, 40, 24, 1, Swizzle::None);
-        b.threads(|b| b.scan_rows(t, s));
-        fails(b, IrErrorKind::Scope, "`scan` is a block-level statement");
+        // A 32x16 tile scanned through a scratch buffer: (tile dtype, scratch dtype, scratch rows and columns,
+        // inside a threads region, the error).
+        for (tile_dt, scratch_dt, [rows, cols], in_threads, kind, msg) in [
+            (DType::F32, DType::F32, [32, 8], false, IrErrorKind::Shape, "at least 32x16"),
+            (DType::F32, DType::Bf16, [32, 16], false, IrErrorKind::Shape, "must be f32"),
+            (DType::Bf16, DType::F32, [32, 16], false, IrErrorKind::Type, "scans run on f32 tiles"),
+            (DType::F32, DType::F32, [40, 24], true, IrErrorKind::Scope, "`scan` is a block-level statement"),
+        ] {
+            let mut b = KernelBuilder::new("t", 64);
+            let t = b.tile("t", tile_dt, 32, 16, [2, 1]);
+            let s = b.shared("s", scratch_dt, rows, cols, 1, Swizzle::None);
+            if in_threads {
+                b.threads(|b| b.scan_rows(t, s));
+            } else {
+                b.scan_rows(t, s);
+            }
+            fails(b, kind, msg);
+        }
     }
 
     #[test]
     fn ldmatrix_and_cp_async_alignment() {
-        let mut b = small();
-        let acc = b.tile("acc", DType::F32, 32, 32, [2, 2]);
-        let sa = b.shared("sa", DType::Bf16, 32, 40, 1, Swizzle::None);
-        let sb = b.shared("sb", DType::Bf16, 32, 32, 1, Swizzle::None);
-        let (ra, rb) = (b.window(sa, 0i64, 0, 4, 32, 32), b.slot(sb, 0i64));
-        b.mma(acc, Operand::Shared { src: ra, transpose: false }, Operand::Shared { src: rb, transpose: true });
-        fails(b, IrErrorKind::Layout, "16-byte aligned");
-        let mut b = small();
-        let acc = b.tile("acc", DType::F32, 32, 32, [2, 2]);
-        let sa = b.shared("sa", DType::Bf16, 32, 36, 1, Swizzle::None);
-        let sb = b.shared("sb", DType::Bf16, 32, 32, 1, Swizzle::None);
-        let (ra, rb) = (b.window(sa, 0i64, 0, 0, 32, 32), b.slot(sb, 0i64));
-        b.mma(acc, Operand::Shared { src: ra, transpose: false }, Operand::Shared { src: rb, transpose: true });
-        fails(b, IrErrorKind::Layout, "rows of 72 bytes");
+        // A's 32x32 window at column `col0` of a buffer `cols` wide: ldmatrix reads 16-byte aligned rows.
+        for (cols, col0, msg) in [(40, 4, "16-byte aligned"), (36, 0, "rows of 72 bytes")] {
+            let mut b = small();
+            let acc = b.tile("acc", DType::F32, 32, 32, [2, 2]);
+            let sa = b.shared("sa", DType::Bf16, 32, cols, 1, Swizzle::None);
+            let sb = b.shared("sb", DType::Bf16, 32, 32, 1, Swizzle::None);
+            let (ra, rb) = (b.window(sa, 0i64, 0, col0, 32, 32), b.slot(sb, 0i64));
+            b.mma(acc, Operand::Shared { src: ra, transpose: false }, Operand::Shared { src: rb, transpose: true });
+            fails(b, IrErrorKind::Layout, msg);
+        }
         let mut b = KernelBuilder::new("t", 32);
         let x = b.tensor("x", DType::Bf16, &[Expr::Int(64)], Access::Read);
         let s = b.shared("s", DType::Bf16, 4, 12, 1, Swizzle::None);

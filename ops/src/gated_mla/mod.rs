@@ -69,15 +69,38 @@ const POS_INF: f64 = f64::INFINITY;
 /// Column width of the shared chunks the score product walks (and of each value accumulator tile).
 const KC: u32 = 64;
 
-/// `s += Q K^T` over `n` KC-wide chunks: Q chunk c is tile c of `sq`, K chunk c is tile `k_base + c` of `sk`
-/// (stored `[BN, KC]`, read transposed). Rolled by default: fully unrolling the 576-deep decode product lets
-/// ptxas hoist so many fragment loads that it runs out of registers; the 192-deep prefill product may unroll
-/// (`QK_UNROLL`, measured 5-20% faster on an H200).
-fn qk_chunks(b: &mut KernelBuilder, s: TileId, sq: SharedId, sk: SharedId, k_base: Expr, n: u32, unroll: bool) {
+/// The tensor-core product `qk_chunks` issues per chunk.
+#[derive(Clone, Copy)]
+enum QkMma {
+    /// `mma.sync` into the register tile (`s += ...`).
+    Sync,
+    /// Asynchronous wgmma products; the first chunk starts the accumulator (`s = ...`), the rest add to it.
+    Async,
+}
+
+/// `s += Q K^T` (with [`QkMma::Async`]: `s = Q K^T`) over `n` KC-wide chunks: Q chunk c is tile c of `sq`, K
+/// chunk c is tile `k_base + c` of `sk` (stored `[BN, KC]`, read transposed). Rolled by default: fully unrolling
+/// the 576-deep decode product lets ptxas hoist so many fragment loads that it runs out of registers; the 192-deep
+/// prefill product may unroll (`QK_UNROLL`, measured 5-20% faster on an H200). Unrolled wgmma products keep their
+/// operands in shared memory: their descriptors fold into constants plus the slot offset.
+#[allow(clippy::too_many_arguments)]
+fn qk_chunks(
+    b: &mut KernelBuilder,
+    s: TileId,
+    sq: SharedId,
+    sk: SharedId,
+    k_base: Expr,
+    n: u32,
+    unroll: bool,
+    mma: QkMma,
+) {
     let chunk = |b: &mut KernelBuilder, c: Expr| {
         let qa = Operand::Shared { src: b.slot(sq, c.clone()), transpose: false };
-        let kb = Operand::Shared { src: b.slot(sk, k_base + c), transpose: true };
-        b.mma(s, qa, kb);
+        let kb = Operand::Shared { src: b.slot(sk, k_base.clone() + c.clone()), transpose: true };
+        match mma {
+            QkMma::Sync => b.mma(s, qa, kb),
+            QkMma::Async => b.mma_async_init(s, qa, kb, c.gt(0i64)),
+        }
     };
     if unroll {
         b.for_unrolled("chunk", 0i64, n as i64, 1i64, chunk);

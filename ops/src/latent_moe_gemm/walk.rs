@@ -154,19 +154,7 @@ impl GemmKernel<'_> {
             let cur_grp = b.let_var("cur_grp", 0i64);
             let cur_local = b.let_var("cur_local", 0i64);
             b.if_(self.before_end(&first), |b| self.search(b, first.clone(), cur_grp, cur_local, Some(from)));
-            b.for_("tile", first.clone(), total, step.clone(), |b, t| {
-                let cs = self.coords(b, Expr::Var(cur_grp), Expr::Var(cur_local));
-                let next = &t + step.clone();
-                let nxt_grp = b.let_var("nxt_grp", 0i64);
-                let nxt_local = b.let_var("nxt_local", 0i64);
-                self.main_loop(b, &cs, &|b: &mut KernelBuilder| {
-                    b.if_(self.before_end(&next), |b| self.search(b, next.clone(), nxt_grp, nxt_local, Some(from)))
-                });
-                self.advance(b);
-                self.epilogue(b, &cs);
-                b.assign(cur_grp, Expr::Var(nxt_grp));
-                b.assign(cur_local, Expr::Var(nxt_local));
-            });
+            self.overlapped_tiles(b, from, (cur_grp, cur_local), |_, _, _, _| {});
         } else {
             b.for_("tile", first, total, step, |b, t| {
                 let grp = b.let_var("grp", 0i64);
@@ -188,38 +176,54 @@ impl GemmKernel<'_> {
         let from = (b.let_var("walk_g", 0i64), b.let_var("walk_seen", 0i64));
         let cur_grp = b.let_var("cur_grp", 0i64);
         let cur_local = b.let_var("cur_local", 0i64);
-        let (first, step, total) = (self.walk.first.clone(), self.walk.step.clone(), self.walk.total);
+        let (first, total) = (self.walk.first.clone(), self.walk.total);
         b.if_(self.before_end(&first), |b| {
             self.search(b, first.clone(), cur_grp, cur_local, Some(from));
             let cs = self.coords(b, Expr::Var(cur_grp), Expr::Var(cur_local));
             self.prologue(b, Some(&cs));
         });
         b.if_(first.ge(Expr::Var(total)), |b| self.prologue(b, None));
-        b.for_("tile", first.clone(), total, step.clone(), |b, t| {
-            let cs = self.coords(b, Expr::Var(cur_grp), Expr::Var(cur_local));
-            let next = &t + step.clone();
-            let nxt_grp = b.let_var("nxt_grp", 0i64);
-            let nxt_local = b.let_var("nxt_local", 0i64);
-            // The search runs while the tile's last product is still in flight.
-            self.main_loop(b, &cs, &|b: &mut KernelBuilder| {
-                b.if_(self.before_end(&next), |b| self.search(b, next.clone(), nxt_grp, nxt_local, Some(from)))
-            });
-            self.advance(b);
+        self.overlapped_tiles(b, from, (cur_grp, cur_local), |b, next, nxt_grp, nxt_local| {
             // Every warp is done reading the shared tiles before the next tile's first stages overwrite them.
             b.barrier();
             // One commit group per stage on both branches (the conditions are block-uniform).
-            b.if_(self.before_end(&next), |b| {
+            b.if_(self.before_end(next), |b| {
                 let ns = self.coords(b, Expr::Var(nxt_grp), Expr::Var(nxt_local));
                 self.prologue(b, Some(&ns));
             });
             b.if_(next.ge(Expr::Var(total)), |b| self.prologue(b, None));
-            self.epilogue(b, &cs);
-            b.assign(cur_grp, Expr::Var(nxt_grp));
-            b.assign(cur_local, Expr::Var(nxt_local));
         });
         if !self.c.tma {
             b.wait(0);
         }
+    }
+
+    /// The tile loop of both overlapped walks (the producer stream with OVERLAP=on, and [`Self::walk_overlapped`]):
+    /// a tile's group and local index `cur` were found by the previous iteration (or before the loop); the next
+    /// tile's search runs while the tile's last product is still in flight, into `nxt_grp` / `nxt_local`. `refill`
+    /// runs after the main loop, before the epilogue, with the next tile's start and those two variables.
+    fn overlapped_tiles(
+        &self,
+        b: &mut KernelBuilder,
+        from: (VarId, VarId),
+        (cur_grp, cur_local): (VarId, VarId),
+        refill: impl Fn(&mut KernelBuilder, &Expr, VarId, VarId),
+    ) {
+        let (first, step, total) = (self.walk.first.clone(), self.walk.step.clone(), self.walk.total);
+        b.for_("tile", first, total, step.clone(), |b, t| {
+            let cs = self.coords(b, Expr::Var(cur_grp), Expr::Var(cur_local));
+            let next = &t + step.clone();
+            let nxt_grp = b.let_var("nxt_grp", 0i64);
+            let nxt_local = b.let_var("nxt_local", 0i64);
+            self.main_loop(b, &cs, &|b: &mut KernelBuilder| {
+                b.if_(self.before_end(&next), |b| self.search(b, next.clone(), nxt_grp, nxt_local, Some(from)))
+            });
+            self.advance(b);
+            refill(b, &next, nxt_grp, nxt_local);
+            self.epilogue(b, &cs);
+            b.assign(cur_grp, Expr::Var(nxt_grp));
+            b.assign(cur_local, Expr::Var(nxt_local));
+        });
     }
 
     /// The plain walk: each tile searches its group from group 0, fills its pipeline, computes and stores.

@@ -77,11 +77,17 @@ pub(crate) fn mbar_step(st: &mut MbarState, op: MbarOp) -> Result<(), String> {
     if st[0] == 0 {
         return Err("used before mbar_init".into());
     }
-    let complete = |st: &mut MbarState| {
+    // With every arrival in, the phase may not have received more bytes than announced (`delivered` says by
+    // what); it completes when the bytes are in too.
+    let settle = |st: &mut MbarState, delivered: &str| {
+        if st[1] == 0 && st[2] < 0 {
+            return Err(format!("phase {}: {delivered} {} bytes more than expect_tx announced", st[3], -st[2]));
+        }
         if st[1] == 0 && st[2] == 0 {
             st[3] += 1;
             st[1] = st[0];
         }
+        Ok(())
     };
     match op {
         MbarOp::Init(_) => unreachable!(),
@@ -94,23 +100,11 @@ pub(crate) fn mbar_step(st: &mut MbarState, op: MbarOp) -> Result<(), String> {
                 ));
             }
             st[1] -= n;
-            if st[1] == 0 && st[2] < 0 {
-                return Err(format!(
-                    "phase {}: copies delivered {} bytes more than expect_tx announced",
-                    st[3], -st[2]
-                ));
-            }
-            complete(st);
+            settle(st, "copies delivered")?;
         }
         MbarOp::Complete(bytes) => {
             st[2] -= bytes;
-            if st[1] == 0 && st[2] < 0 {
-                return Err(format!(
-                    "phase {}: a copy of {bytes} bytes delivers {} bytes more than expect_tx announced",
-                    st[3], -st[2]
-                ));
-            }
-            complete(st);
+            settle(st, &format!("a copy of {bytes} bytes delivers"))?;
         }
         MbarOp::Wait(parity) => {
             if !(0..=1).contains(&parity) {

@@ -4,6 +4,14 @@
 use super::*;
 
 impl<'a> Renderer<'a> {
+    /// A bulk tensor copy's CUDA operands: the shared address of window `r`'s first row, and the box
+    /// coordinates as ints.
+    fn tma_operands(&self, r: &SharedRef, coords: &[Expr]) -> (String, String) {
+        let row = format!("{} + {} * {}::ROW_BYTES", self.shared_ptr(r), r.row0, self.shared_layout(r.buf));
+        let coords: Vec<String> = coords.iter().map(|c| format!("(int)({})", self.e(c, Ctx::Scalar))).collect();
+        (row, coords.join(", "))
+    }
+
     pub(super) fn sync_stmt(&mut self, s: &Stmt) {
         let k = self.k;
         match s {
@@ -33,36 +41,18 @@ impl<'a> Renderer<'a> {
                 self.line(&line);
             }
             Stmt::TmaLoad(t) => {
-                let coords: Vec<String> =
-                    t.coords.iter().map(|c| format!("(int)({})", self.e(c, Ctx::Scalar))).collect();
+                let (dst, coords) = self.tma_operands(&t.dst, &t.coords);
                 let (f, mask) = match &t.multicast {
                     Some(m) => ("tma_load_mc", format!(", (unsigned short)({})", self.e(m, Ctx::Scalar))),
                     None => ("tma_load", String::new()),
                 };
-                let line = format!(
-                    "k3k::{f}({} + {} * {}::ROW_BYTES, &tm{}, {}{mask}, {});",
-                    self.shared_ptr(&t.dst),
-                    t.dst.row0,
-                    self.shared_layout(t.dst.buf),
-                    t.map.0,
-                    self.mbar_ptr(&t.bar),
-                    coords.join(", ")
-                );
+                let line = format!("k3k::{f}({dst}, &tm{}, {}{mask}, {coords});", t.map.0, self.mbar_ptr(&t.bar));
                 self.line(&line);
             }
             Stmt::TmaStore(t) => {
-                let coords: Vec<String> =
-                    t.coords.iter().map(|c| format!("(int)({})", self.e(c, Ctx::Scalar))).collect();
+                let (src, coords) = self.tma_operands(&t.src, &t.coords);
                 self.line("k3k::tma_store_fence();");
-                let line = format!(
-                    "k3k::tma_store({} + {} * {}::ROW_BYTES, &tm{}, {});",
-                    self.shared_ptr(&t.src),
-                    t.src.row0,
-                    self.shared_layout(t.src.buf),
-                    t.map.0,
-                    coords.join(", ")
-                );
-                self.line(&line);
+                self.line(&format!("k3k::tma_store({src}, &tm{}, {coords});", t.map.0));
             }
             Stmt::TmaStoreWait { pending } => self.line(&format!("k3k::tma_store_wait<{pending}>();")),
             // Without a cluster the block is rank 0 of a one-CTA cluster (the only rank the validator and the

@@ -79,18 +79,10 @@ impl<'a> Renderer<'a> {
                     format!("a{}[(int)({})] = {};", arr.0, self.e(index, Ctx::Scalar), self.e(value, Ctx::Scalar));
                 self.line(&line);
             }
-            Stmt::LoadWide { arr, at, tensor, index, lanes } => {
+            Stmt::LoadWide { arr, at, tensor, index, lanes } | Stmt::StoreWide { tensor, index, arr, at, lanes } => {
+                let f = if matches!(s, Stmt::LoadWide { .. }) { "ld_wide" } else { "st_wide" };
                 let line = format!(
-                    "k3k::ld_wide<{lanes}>({} + ({}), &a{}[{at}]);",
-                    tensor_arg(k, *tensor),
-                    self.e(index, Ctx::Scalar),
-                    arr.0
-                );
-                self.line(&line);
-            }
-            Stmt::StoreWide { tensor, index, arr, at, lanes } => {
-                let line = format!(
-                    "k3k::st_wide<{lanes}>({} + ({}), &a{}[{at}]);",
+                    "k3k::{f}<{lanes}>({} + ({}), &a{}[{at}]);",
                     tensor_arg(k, *tensor),
                     self.e(index, Ctx::Scalar),
                     arr.0

@@ -17,6 +17,25 @@ pub fn combine_default_knobs() -> Knobs {
     Knobs::new().with("BM", 16i64).with("WM", 1i64).with("WN", 4i64).with("BC", 128i64)
 }
 
+/// The split partials, written by the split kernels ([`build_decode`]) and read by the combine: `o_part [B,
+/// NSPLIT, SQ, H, DV]` f32 and `lse_part [B, NSPLIT, SQ, H]` f32, from the dims `[B, NSPLIT, SQ, H]`.
+pub(super) fn split_partials(b: &mut KernelBuilder, dims: [&Expr; 4], dv: u32, access: Access) -> (TensorId, TensorId) {
+    let [bsz, nsplit, sqd, h] = dims.map(Expr::clone);
+    let o_part =
+        b.tensor("o_part", DType::F32, &[bsz.clone(), nsplit.clone(), sqd.clone(), h.clone(), Expr::from(dv)], access);
+    let lse_part = b.tensor("lse_part", DType::F32, &[bsz, nsplit, sqd, h], access);
+    (o_part, lse_part)
+}
+
+/// The decode's outputs, written by the combine or by the one-split kernel ([`build_decode_direct`]): `o [B, SQ,
+/// H, DV]` bf16 and `lse [B, H, SQ]` f32, from the dims `[B, SQ, H]`.
+pub(super) fn decode_outputs(b: &mut KernelBuilder, dims: [&Expr; 3], dv: u32) -> (TensorId, TensorId) {
+    let [bsz, sqd, h] = dims.map(Expr::clone);
+    let o = b.tensor("o", DType::Bf16, &[bsz.clone(), sqd.clone(), h.clone(), Expr::from(dv)], Access::Write);
+    let lse = b.tensor("lse", DType::F32, &[bsz, h, sqd], Access::Write);
+    (o, lse)
+}
+
 /// Build the split-merge kernel of decode.
 ///
 /// Tensor arguments, in order: `o_part [B, NSPLIT, SQ, H, DV]` f32 and `lse_part [B, NSPLIT, SQ, H]` f32 (as
@@ -46,16 +65,8 @@ pub fn build_decode_combine(spec: &DecodeSpec, knobs: &Knobs) -> Result<Kernel, 
     let nsplit = b.dim("NSPLIT");
     let sqd = b.dim("SQ");
     let h = b.dim("H");
-    let o_part = b.tensor(
-        "o_part",
-        DType::F32,
-        &[bsz.clone(), nsplit.clone(), sqd.clone(), h.clone(), Expr::from(dv)],
-        Access::Read,
-    );
-    let lse_part =
-        b.tensor("lse_part", DType::F32, &[bsz.clone(), nsplit.clone(), sqd.clone(), h.clone()], Access::Read);
-    let o = b.tensor("o", DType::Bf16, &[bsz.clone(), sqd.clone(), h.clone(), Expr::from(dv)], Access::Write);
-    let lse = b.tensor("lse", DType::F32, &[bsz.clone(), h.clone(), sqd.clone()], Access::Write);
+    let (o_part, lse_part) = split_partials(&mut b, [&bsz, &nsplit, &sqd, &h], dv, Access::Read);
+    let (o, lse) = decode_outputs(&mut b, [&bsz, &sqd, &h], dv);
     b.grid(h.ceil_div(bm as i64) * ncb, sqd.clone(), bsz);
 
     let warps = [wm, wn];

@@ -57,19 +57,9 @@ pub(super) fn decode_io(b: &mut KernelBuilder, spec: &DecodeSpec, direct: bool) 
     let seqlens = b.tensor("cache_seqlens", DType::I32, std::slice::from_ref(&bsz), Access::Read);
     // Split-KV: normalised f32 partials and log2-domain LSEs; direct: o (bf16) and the natural-log lse.
     let (o_part, lse_part) = if direct {
-        let o = b.tensor("o", DType::Bf16, &[bsz.clone(), sqd.clone(), h.clone(), Expr::from(dv)], Access::Write);
-        let lse = b.tensor("lse", DType::F32, &[bsz.clone(), h.clone(), sqd.clone()], Access::Write);
-        (o, lse)
+        decode_outputs(b, [&bsz, &sqd, &h], dv)
     } else {
-        let o_part = b.tensor(
-            "o_part",
-            DType::F32,
-            &[bsz.clone(), nsplit.clone(), sqd.clone(), h.clone(), Expr::from(dv)],
-            Access::Write,
-        );
-        let lse_part =
-            b.tensor("lse_part", DType::F32, &[bsz.clone(), nsplit.clone(), sqd.clone(), h.clone()], Access::Write);
-        (o_part, lse_part)
+        split_partials(b, [&bsz, &nsplit, &sqd, &h], dv, Access::Write)
     };
     let scale = b.float_arg("scale");
     DecodeIo { bsz, sqd, h, maxb, nsplit, q, kv, bt, seqlens, o_part, lse_part, scale }
@@ -194,7 +184,7 @@ pub(super) fn build_decode_impl(spec: &DecodeSpec, knobs: &Knobs, direct: bool) 
         let kv0 = b.let_("kv0", (t0.clone() + j.clone()) * bn as i64);
         b.map(s_calc, 0.0f64);
         if s_parts.is_empty() {
-            qk_chunks(b, s_calc, sq, skv, slot.clone() * nch as i64, nch, false);
+            qk_chunks(b, s_calc, sq, skv, slot.clone() * nch as i64, nch, false, QkMma::Sync);
         } else {
             // Chunk c goes to partial c % QK_ACCS: QK_ACCS independent chains of products, summed after.
             let all: Vec<TileId> = std::iter::once(s_calc).chain(s_parts.iter().copied()).collect();

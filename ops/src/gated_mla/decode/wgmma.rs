@@ -185,17 +185,8 @@ impl WgmmaDecode<'_> {
     /// K chunks. Unrolled, their shared-memory descriptors fold into constants plus the slot offset (the operands
     /// stay in shared memory, so no fragments are hoisted into registers).
     fn qk_async(&self, b: &mut KernelBuilder, slot: &Expr) {
-        let nch = self.nch;
-        let chunk = |b: &mut KernelBuilder, cc: Expr| {
-            let qa = Operand::Shared { src: b.slot(self.sq, cc.clone()), transpose: false };
-            let kb = Operand::Shared { src: b.slot(self.skv, slot.clone() * nch as i64 + cc.clone()), transpose: true };
-            b.mma_async_init(self.s, qa, kb, cc.gt(0i64));
-        };
-        if self.c.qk_unroll {
-            b.for_unrolled("chunk", 0i64, nch as i64, 1i64, chunk);
-        } else {
-            b.for_("chunk", 0i64, nch as i64, 1i64, chunk);
-        }
+        let k_base = slot.clone() * self.nch as i64;
+        qk_chunks(b, self.s, self.sq, self.skv, k_base, self.nch, self.c.qk_unroll, QkMma::Async);
     }
 
     /// O += P V: this slice's chunks of the first DV columns of the slot's cache rows, stored [keys, values]; P

@@ -27,17 +27,7 @@ impl PrefillKernel<'_> {
 
     /// wgmma: S = Q K^T over the three 64-column chunks (the first starts the tile).
     pub(super) fn qk_async(&self, b: &mut KernelBuilder, slot: Expr) {
-        let nqk = self.nqk;
-        let chunk = |b: &mut KernelBuilder, cc: Expr| {
-            let qa = Operand::Shared { src: b.slot(self.sq, cc.clone()), transpose: false };
-            let kb = Operand::Shared { src: b.slot(self.sk, slot.clone() * nqk as i64 + cc.clone()), transpose: true };
-            b.mma_async_init(self.s, qa, kb, cc.gt(0i64));
-        };
-        if self.c.qk_unroll {
-            b.for_unrolled("chunk", 0i64, nqk as i64, 1i64, chunk);
-        } else {
-            b.for_("chunk", 0i64, nqk as i64, 1i64, chunk);
-        }
+        qk_chunks(b, self.s, self.sq, self.sk, slot * self.nqk as i64, self.nqk, self.c.qk_unroll, QkMma::Async);
     }
 
     /// The score product as three statements (no loop): inside a turn (PINGPONG), so that the renderer sees

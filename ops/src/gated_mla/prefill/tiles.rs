@@ -103,7 +103,8 @@ impl PrefillKernel<'_> {
                 }
             } else {
                 b.map(self.s, 0.0f64);
-                qk_chunks(b, self.s, self.sq, self.sk, slot.clone() * self.nqk as i64, self.nqk, c.qk_unroll);
+                let k_base = slot.clone() * self.nqk as i64;
+                qk_chunks(b, self.s, self.sq, self.sk, k_base, self.nqk, c.qk_unroll, QkMma::Sync);
             }
             self.scale_mask(b, it, kv0);
             self.softmax_scores(b);
