@@ -38,6 +38,11 @@ fn fp8_dense_matches_reference() {
             fp8(&[("BM", 64), ("BN", 72)]),
             // F8V=3: folded weight scales where the rows allow (wide = 0), else the F8V=2 kernel (wide = 1).
             fp8(&[("BM", 128), ("BN", 64), ("F8V", 3)]),
+            // F8V=4: the folded weights converted by a first launch, then the producer-warp GEMM (wide = 1: the
+            // F8V=2 kernel); two temporaries, a 3-deep ring, one temporary at BN 200.
+            fp8(&[("F8V", 4)]),
+            fp8(&[("BM", 64), ("BN", 72), ("STAGES", 3), ("F8V", 4)]),
+            fp8(&[("BM", 128), ("BN", 200), ("F8V", 4)]),
         ] {
             run(&dense(m, k, n, wide), rng.random(), &kn);
         }
@@ -82,12 +87,88 @@ fn fp8_kernels_assemble_without_spills() {
     let op = Mxfp4Matmul;
     let p = Preset::new("M4096", &[("M", 4096), ("N", 6144), ("K", 3584), ("act", 1)]);
     // (BN=256 with one temporary takes 255 registers and spills: 2 x 128 accumulator registers per thread.)
-    for kn in [fp8(&[]), fp8(&[("BM", 64), ("BN", 128), ("F8V", 2)]), fp8(&[("F8V", 2)]), fp8(&[("F8V", 3)])] {
+    for kn in [
+        fp8(&[]),
+        fp8(&[("BM", 64), ("BN", 128), ("F8V", 2)]),
+        fp8(&[("F8V", 2)]),
+        fp8(&[("F8V", 3)]),
+        // F8V=4: the first launch and the main kernel at the device script's tile shapes.
+        fp8(&[("F8V", 4)]),
+        fp8(&[("F8V", 4), ("BN", 192)]),
+        fp8(&[("F8V", 4), ("BM", 64), ("BN", 128)]),
+        fp8(&[("F8V", 4), ("BN", 64)]),
+    ] {
         for k in op.kernels(&p, &kn).unwrap() {
             let m = build(&k, BuildOptions { assemble: true }).unwrap_or_else(|e| panic!("{}: {e}", k.name));
             let r = m.resources.clone().unwrap();
             eprintln!("{}: {r:?} smem {}", k.name, k.shared_bytes());
             assert!(!r.spills(), "{}: {r:?}", k.name);
+        }
+    }
+}
+
+/// F8V=4 on hand-made weight scales at the fold's edges, against an f64 reference per output column (each column
+/// is one weight row, so a wrong shift shows in its own column): rows spanning exactly 12 (u = 0 and 12 both
+/// present; a row whose only u = 12 block has zero codes, so its whole product sits at u = 0, the E4M3
+/// subnormals; a row at u = 12 but for one zero block: E4M3 up to 384), activation scales with a NaN block. The
+/// plan has the first launch (two steps); one row spanning 13, or one NaN weight block, makes it the F8V=2
+/// kernel (one step) with the same check.
+#[test]
+fn first_launch_fold_edges_match_the_reference() {
+    use k3k_ops::mx::matmul::{Act, Fp4Weights, MatInputs, WeightBytes, matmul_plan};
+    use k3k_ops::plan::Executor;
+    use k3k_reference::mx::{MxFormat, MxTensor, dequantize};
+    let mut rng = StdRng::seed_from_u64(rand::rng().random());
+    let (m, n, k) = (70usize, 40usize, 416usize);
+    let kb = k / 32;
+    let codes = |rng: &mut StdRng, len: usize| -> Vec<u8> { (0..len).map(|_| rng.random()).collect() };
+    let xq: Vec<u8> = (0..m * k).map(|_| rng.random::<u8>()).map(|c| if c & 0x7f == 0x7f { 0x38 } else { c }).collect();
+    let mut xs: Vec<u8> = (0..m * kb).map(|_| rng.random_range(112u8..=140)).collect();
+    xs[5 * kb + 3] = 255;
+    let x = MxTensor { rows: m, k, q: xq, s: xs, format: MxFormat::Fp8 };
+    for case in ["fold", "span13", "nan"] {
+        let mut q = codes(&mut rng, n * k / 2);
+        let mut s = vec![0u8; n * kb];
+        for r in 0..n {
+            let lo = rng.random_range(90u8..=130);
+            let row = &mut s[r * kb..(r + 1) * kb];
+            match r % 3 {
+                0 => row.iter_mut().for_each(|b| *b = lo + rng.random_range(0u8..=12)),
+                1 => row.iter_mut().for_each(|b| *b = lo),
+                _ => row.iter_mut().for_each(|b| *b = lo + 12),
+            }
+            let (edge, other) = (rng.random_range(0..kb), rng.random_range(0..kb));
+            let other = if other == edge { (edge + 1) % kb } else { other };
+            row[edge] = if r % 3 == 1 { lo + 12 } else { lo };
+            row[other] = if r % 3 == 1 { lo } else { lo + 12 };
+            if r % 3 != 0 {
+                // The odd block's codes are zero: the row's whole product sits at the other shift.
+                q[r * k / 2 + edge * 16..r * k / 2 + edge * 16 + 16].fill(0);
+            }
+        }
+        match case {
+            "span13" => s[7 * kb + 2] = s[7 * kb..8 * kb].iter().copied().min().unwrap() + 13,
+            "nan" => s[11 * kb + 5] = 255,
+            _ => {}
+        }
+        let w = Fp4Weights { groups: 1, n, k, q: WeightBytes::Natural(q.clone()), s: s.clone() };
+        let inp =
+            MatInputs { x: Act::Mxfp8(&x), offs: None, p: None, epilogue: k3k_ops::latent_moe_gemm::Epilogue::None };
+        for kn in [fp8(&[("F8V", 4)]), fp8(&[("F8V", 4), ("BM", 64), ("BN", 24), ("STAGES", 3)])] {
+            let plan = matmul_plan(&w, &inp, &kn).unwrap();
+            assert_eq!(plan.steps.len(), if case == "fold" { 2 } else { 1 }, "{case} [{kn}]");
+            let out = Executor::Cpu.run(&plan).unwrap();
+            let got = out.get("y").unwrap().to_f64_vec();
+            let xv = dequantize(&x).unwrap();
+            let wv = dequantize(&MxTensor { rows: n, k, q: q.clone(), s: s.clone(), format: MxFormat::Fp4 }).unwrap();
+            for c in 0..n {
+                let want: Vec<f64> =
+                    (0..m).map(|r| (0..k).map(|i| xv[r * k + i] as f64 * wv[c * k + i] as f64).sum::<f64>()).collect();
+                let col: Vec<f64> = (0..m).map(|r| got[r * n + c]).collect();
+                k3k_reference::metrics::check(&col, &want, k3k_reference::metrics::Tolerance::Bf16).unwrap_or_else(
+                    |e| panic!("{case} column {c} (row scales {:?}) [{kn}]: {e}", &s[c * kb..(c + 1) * kb]),
+                );
+            }
         }
     }
 }

@@ -10,6 +10,7 @@ use crate::OpError;
 use crate::plan::Plan;
 use k3k_ir::{DType, HostTensor, Kernel, Knobs};
 
+pub mod first;
 pub mod kernel;
 
 const OP: &str = "mxfp4_matmul";
@@ -34,10 +35,14 @@ pub struct Fp8Cfg {
     /// F8V=3: the weight scales folded into the E4M3 codes (rows whose scale bytes span <= 12, no NaN; the plan
     /// falls back to F8V=2 otherwise), the promotion one FFMA per element.
     pub fold: bool,
+    /// F8V=4: the (folded) weights converted to E4M3 by a first launch into a scratch `[N, K/4]` words, the main
+    /// kernel a plain FP8 x FP8 GEMM with a producer warpgroup ([`first`]; the same fold condition and fallback
+    /// to F8V=2 as F8V=3).
+    pub first: bool,
 }
 
 /// The newest kernel generation (knob `F8V`).
-pub const LATEST: u32 = 3;
+pub const LATEST: u32 = 4;
 /// The generation `F8V=0` means: the one that has run on a GPU (the H100, 2026-12-06: correct, 1.049 ms at M4096
 /// N6144 K3584); 2 and 3 pass the CPU checks and assemble without spills but have not run on a GPU yet.
 pub const DEFAULT: u32 = 1;
@@ -45,7 +50,9 @@ pub const DEFAULT: u32 = 1;
 impl Fp8Cfg {
     /// The generation these flags make (knob `F8V`).
     pub fn version(&self) -> u32 {
-        if self.fold {
+        if self.first {
+            4
+        } else if self.fold {
             3
         } else if self.tma {
             2
@@ -81,7 +88,15 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs) -> Result<Fp8Cfg, OpError> {
         let v = if knobs.0.contains_key(name) { knobs.u32(name)? } else { 0 };
         Ok(if v == 0 { auto } else { v })
     };
-    let (bm, bn, stages) = (get("BM", 128)?, get("BN", 128)?, get("STAGES", 4)?);
+    // F8V: the kernel generation (0 = the newest; see `Fp8Cfg::tma` and `fa_reg`).
+    let ver = get("F8V", DEFAULT)?;
+    if !(1..=LATEST).contains(&ver) {
+        return Err(invalid(knobs, format!("MMA=fp8 takes F8V 0 (newest) or 1..={LATEST} (got F8V={ver})")));
+    }
+    let (bm, bn) = (get("BM", 128)?, get("BN", 128)?);
+    // F8V=4: the deepest ring up to 6 that fits the shared memory.
+    let st_auto = if ver == 4 { (FIRST_SMEM / first::stage_bytes(bm, bn)).clamp(3, 6) } else { 4 };
+    let stages = get("STAGES", st_auto)?;
     let bk = get("BK", 128)?;
     if !matches!(bm, 64 | 128)
         || bn == 0
@@ -97,12 +112,16 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs) -> Result<Fp8Cfg, OpError> {
             ),
         ));
     }
-    // F8V: the kernel generation (0 = the newest; see `Fp8Cfg::tma` and `fa_reg`).
-    let ver = get("F8V", DEFAULT)?;
-    if !(1..=LATEST).contains(&ver) {
-        return Err(invalid(knobs, format!("MMA=fp8 takes F8V 0 (newest) or 1..={LATEST} (got F8V={ver})")));
+    let (tma, fa_reg, fold, first) = (ver >= 2, ver >= 2, ver >= 3, ver >= 4);
+    if first && stages * first::stage_bytes(bm, bn) > FIRST_SMEM {
+        return Err(invalid(
+            knobs,
+            format!(
+                "MMA=fp8,F8V=4: STAGES={stages} x {} bytes per stage at BM={bm} BN={bn} is over the {FIRST_SMEM} bytes of shared memory a block may take",
+                first::stage_bytes(bm, bn)
+            ),
+        ));
     }
-    let (tma, fa_reg, fold) = (ver >= 2, ver >= 2, ver >= 3);
     let mut missing = vec![];
     if !spec.act8 {
         missing.push("MXFP8 activations");
@@ -121,12 +140,18 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs) -> Result<Fp8Cfg, OpError> {
     }
     // Registers per thread: the accumulator and the temporaries, BN/2 each per 64 rows.
     let tmps = if bn <= 128 { 2 } else { 1 };
-    Ok(Fp8Cfg { bm, bn, stages, tmps, tma, fa_reg, fold })
+    Ok(Fp8Cfg { bm, bn, stages, tmps, tma, fa_reg, fold, first })
 }
+
+/// Shared memory a block of the F8V=4 main kernel may take for its ring (227 KB less room for the barriers).
+const FIRST_SMEM: u32 = 227 * 1024 - 1024;
 
 /// The kernels of the FP8 path (one launch).
 pub fn kernels(spec: &MatSpec, knobs: &Knobs) -> Result<Vec<Kernel>, OpError> {
     let c = resolve(spec, knobs)?;
+    if c.first {
+        return Ok(vec![first::build_convert(c.knobs())?, first::build_main(&c, spec.out_vec)?]);
+    }
     Ok(vec![kernel::build(&c, spec.kb_align, spec.out_vec)?])
 }
 
@@ -144,7 +169,11 @@ pub fn plan(
     let kb = k / BLOCK;
     let lo: Option<Vec<u8>> = if c.fold { fold_rows(&w.s, n, kb) } else { None };
     c.fold = lo.is_some();
-    let main = kernel::build(&c, spec.kb_align, spec.out_vec)?;
+    if c.first && !c.fold {
+        // F8V=4 falls back to the F8V=2 kernel at its ring depth (at most 4: its stages hold other tiles).
+        c.first = false;
+        c.stages = c.stages.min(4);
+    }
     let mut plan = Plan::default();
     let Act::Mxfp8(t) = inp.x else {
         return Err(OpError::Internal("MMA=fp8 resolved without MXFP8 activations".into()));
@@ -160,6 +189,20 @@ pub fn plan(
     let xq = plan.input("xq", HostTensor::from_bytes(DType::U32, &[m, k / 4], t.q.clone()));
     let xs = plan.input("xs", HostTensor::from_bytes(DType::U8, &[m, k / BLOCK], t.s.clone()));
     let wq = plan.input("wq", HostTensor::from_bytes(DType::U32, &[n, k / 8], q.clone()));
+    if let (true, Some(lo)) = (c.first, &lo) {
+        // F8V=4: the first launch converts the weights and the activation factors, then the GEMM.
+        let u: Vec<u8> = w.s.iter().enumerate().map(|(i, &s)| s - lo[i / kb]).collect();
+        let ws = plan.input("ws", HostTensor::from_bytes(DType::U8, &[n, kb], u));
+        let mp = m.next_multiple_of(4);
+        let w8 = plan.scratch("w8", DType::U32, &[n, k / 4]);
+        let fa = plan.scratch("fa", DType::F32, &[kb, mp]);
+        plan.step(first::build_convert(c.knobs())?, &[wq, ws, xs, w8, fa], &[]);
+        let wl = plan.input("wl", HostTensor::from_bytes(DType::U8, &[n], lo.clone()));
+        let y = plan.output("y", DType::Bf16, &[m, n]);
+        plan.step(first::build_main(&c, spec.out_vec)?, &[xq, fa, w8, wl, y], &[]);
+        return Ok(plan);
+    }
+    let main = kernel::build(&c, spec.kb_align, spec.out_vec)?;
     let y;
     if let Some(lo) = lo {
         let u: Vec<u8> = w.s.iter().enumerate().map(|(i, &s)| s - lo[i / kb]).collect();

@@ -1,0 +1,243 @@
+//! `MMA=fp8,F8V=4`: the weights converted E2M1 -> E4M3 by a first launch, then a plain FP8 x FP8 `wgmma` GEMM
+//! (lab/2026-12-07/mx-fp8-3.md). What F8V=3 does per slice and CTA in its K loop, [`build_convert`] does once per
+//! weight word, as `PATH=dq_gemm` dequantizes to bf16 first:
+//!
+//! 1. **Convert** (one launch, two parts by block index):
+//!    - weights: each thread takes one 32-wide block of a weight row (four E2M1 words, one 16-byte load, and its
+//!      shift byte `u = sw - lo_n`, 0..=12: the host's per-row fold of F8V=3) and writes its eight E4M3 words
+//!      ([`super::kernel::e4m3_words_lean`] then [`super::kernel::fold_word`]: the value times 2^(u-6), exact)
+//!      as two 16-byte stores into the scratch `w8: [N, K/4]` u32;
+//!    - activation factors: `fa[kb, m] = 2^(xs[m, kb] - 127)` (NaN for 255), f32, transposed into the scratch
+//!      `[KB, MP]` (MP = M rounded up to 4, the copy engine's 16-byte row stride; rows past M are 0), so that
+//!      the main kernel's copy engine moves a slice's four factor rows as one box.
+//! 2. **Main** ([`build_main`]): a producer warpgroup (its lane 0 issues) fills a `STAGES`-deep ring by TMA:
+//!    activation codes `[BM, 32]` words and E4M3 weights `[BN, 32]` words (both Xor16B: the wgmma operands as
+//!    they land) and the factor rows `[4, BM]`, on per-slot full and empty barriers. Each consumer warpgroup
+//!    (BM/64 of them, 64 token rows each) per 128-wide slice: the four factor rows of its rows into registers,
+//!    then per 32-wide block one `wgmma m64nBNk32 e4m3` into a temporary (two temporaries alternate at BN <=
+//!    128: block j+1's product runs during block j's promotion) and `acc += tmp * fa[m, j]`: one FFMA per
+//!    accumulator element and block, no conversion and no weight factor in the loop. The slot is released (one
+//!    arrival per warp) after the slice's last product and factor read. At the end `acc * 64 * 2^(lo_n - 127)`
+//!    per column (`wl`), then the bf16 store.
+//!
+//! Exactness: as F8V=3 (every E4M3 product exact, each block's 32 products summed by the tensor core, then
+//! scaled by a power of two; the fold's condition is checked on the host, rows that span more than 12 or hold
+//! a NaN scale make the plan fall back to the F8V=2 kernel).
+
+use super::super::e8m0;
+use super::Fp8Cfg;
+use super::kernel::{e4m3_words_lean, fold_word};
+use crate::OpError;
+use k3k_ir::*;
+
+/// Threads per block of [`build_convert`].
+pub const CVT_THREADS: u32 = 256;
+/// Scale blocks per thread of the activation-factor part of [`build_convert`].
+const CVT_KB: u32 = 4;
+
+/// Bytes of shared memory one ring stage of [`build_main`] takes.
+pub fn stage_bytes(bm: u32, bn: u32) -> u32 {
+    bm * 128 + bn * 128 + 4 * 4 * bm
+}
+
+/// The first launch. Tensors: `wq: [N, KW] u32` (natural-layout E2M1 words), `ws: [N, KB] u8` (the fold's
+/// shifts u, 0..=12), `xs: [M, KB] u8` (the activations' E8M0 scales), `w8: [N, KX] u32` (written: E4M3 words),
+/// `fa: [KB, MP] f32` (written: activation factors, transposed). The launcher guarantees KX = 2 KW = 8 KB,
+/// MP = M rounded up to a multiple of 4.
+pub fn build_convert(knobs: Knobs) -> Result<Kernel, OpError> {
+    let t = CVT_THREADS;
+    let mut b = KernelBuilder::new(&format!("k3k_mxfp4_mm8_cvt_t{t}"), t);
+    b.knobs(knobs);
+    let n = b.dim("N");
+    let kw = b.dim("KW");
+    let kb = b.dim("KB");
+    let kx = b.dim("KX");
+    let m = b.dim("M");
+    let mp = b.dim("MP");
+    let wq = b.tensor("wq", DType::U32, &[n.clone(), kw.clone()], Access::Read);
+    let ws = b.tensor("ws", DType::U8, &[n.clone(), kb.clone()], Access::Read);
+    let xs = b.tensor("xs", DType::U8, &[m.clone(), kb.clone()], Access::Read);
+    let w8 = b.tensor("w8", DType::U32, &[n.clone(), kx], Access::Write);
+    let fa = b.tensor("fa", DType::F32, &[kb.clone(), mp.clone()], Access::Write);
+    // Weight blocks: one 32-wide block (4 words) per thread; N*KW is a multiple of 4 (KW = 4 KB).
+    let words = n * kw;
+    let wblocks = words.ceil_div((4 * t) as i64);
+    let a_mt = mp.ceil_div(t as i64);
+    let a_kq = kb.ceil_div(CVT_KB as i64);
+    b.grid(wblocks.clone() + a_mt.clone() * a_kq, 1i64, 1i64);
+    let bx = b.let_("bx", Expr::block_idx(0));
+    b.if_else(
+        bx.lt(wblocks.clone()),
+        |b| {
+            b.threads(|b| {
+                let i0 = b.let_("i0", (&bx * t as i64 + Expr::thread_idx()) * 4i64);
+                b.if_(i0.lt(words.clone()), |b| {
+                    let q = b.let_array("q", 4, ScalarTy::Int, 0i64);
+                    b.load_wide(q, 0, wq, i0.clone(), 4);
+                    let u = b.let_("u", Expr::load(ws, i0.shr(2i64)));
+                    let o = b.let_array("o", 8, ScalarTy::Int, 0i64);
+                    for l in 0..4u32 {
+                        let (lo, hi) = e4m3_words_lean(Expr::array_get(q, l as i64));
+                        let lo = fold_word(b, lo, &u);
+                        b.array_set(o, (2 * l) as i64, lo);
+                        let hi = fold_word(b, hi, &u);
+                        b.array_set(o, (2 * l + 1) as i64, hi);
+                    }
+                    b.store_wide(w8, &i0 * 2i64, o, 0, 4);
+                    b.store_wide(w8, &i0 * 2i64 + 4i64, o, 4, 4);
+                });
+            });
+        },
+        |b| {
+            // Activation factors: block (mt, kq) takes rows mt*T.. of MP and scale blocks kq*4..kq*4+3; the
+            // warp's stores cover consecutive rows of `fa`.
+            let r = b.let_("ab", &bx - wblocks.clone());
+            let mt = b.let_("mt", &r % a_mt.clone());
+            let kq = b.let_("kq", &r / a_mt.clone());
+            b.threads(|b| {
+                let row = b.let_("row", &mt * t as i64 + Expr::thread_idx());
+                b.if_(row.lt(mp.clone()), |b| {
+                    b.for_unrolled("j", 0i64, CVT_KB as i64, 1i64, |b, j| {
+                        let blk = b.let_("blk", &kq * CVT_KB as i64 + j);
+                        b.if_(blk.lt(kb.clone()), |b| {
+                            let at = &blk * mp.clone() + row.clone();
+                            b.if_else(
+                                row.lt(m.clone()),
+                                |b| {
+                                    b.store_scalar(
+                                        fa,
+                                        at.clone(),
+                                        e8m0(Expr::load(xs, &row * kb.clone() + blk.clone())),
+                                    )
+                                },
+                                |b| b.store_scalar(fa, at.clone(), 0.0f64),
+                            );
+                        });
+                    });
+                });
+            });
+        },
+    );
+    Ok(b.finish()?)
+}
+
+/// The main kernel. Tensors: `xq: [M, KX] u32` (activation E4M3 codes, four per word), `fa: [KB, MP] f32`,
+/// `w8: [N, KX] u32` (the first launch's E4M3 weights), `wl: [N] u8` (the rows' fold bases lo_n), `y: [M, N]
+/// bf16`. K = 4 KX = 32 KB.
+pub fn build_main(c: &Fp8Cfg, out_vec: u32) -> Result<Kernel, OpError> {
+    let (bm, bn, st) = (c.bm, c.bn, c.stages);
+    let wgs = bm / 64;
+    let threads = 128 * wgs;
+    let name = format!("k3k_mxfp4_mm8_first_dense_o{out_vec}_bm{bm}_bn{bn}_st{st}_t{}", c.tmps);
+    let mut b = KernelBuilder::new(&name, threads);
+    b.knobs(c.knobs());
+    b.producer_warp();
+    let m = b.dim("M");
+    let n = b.dim("N");
+    let kb = b.dim("KB");
+    let kx = b.dim("KX");
+    let mp = b.dim("MP");
+    let xq = b.tensor("xq", DType::U32, &[m.clone(), kx.clone()], Access::Read);
+    let fa = b.tensor("fa", DType::F32, &[kb, mp], Access::Read);
+    let w8 = b.tensor("w8", DType::U32, &[n.clone(), kx.clone()], Access::Read);
+    let wl = b.tensor("wl", DType::U8, std::slice::from_ref(&n), Access::Read);
+    let y = b.tensor("y", DType::Bf16, &[m.clone(), n.clone()], Access::Write);
+
+    let sa = b.shared("sa", DType::U32, bm, 32, st, Swizzle::Xor16B);
+    let sb = b.shared("sb", DType::U32, bn, 32, st, Swizzle::Xor16B);
+    let sf = b.shared("sf", DType::F32, 4, bm, st, Swizzle::None);
+    let acc = b.tile("acc", DType::F32, bm, bn, [4 * wgs, 1]);
+    let tmps: Vec<TileId> = (0..c.tmps).map(|i| b.tile(&format!("tmp{i}"), DType::F32, bm, bn, [4 * wgs, 1])).collect();
+    let fv: Vec<VecId> = (0..4).map(|j| b.vec(&format!("fa{j}"), bm, [4 * wgs, 1])).collect();
+
+    b.grid(m.ceil_div(bm as i64), n.ceil_div(bn as i64), 1i64);
+    let m0 = b.let_("m0", Expr::block_idx(0) * bm as i64);
+    let n0 = b.let_("n0", Expr::block_idx(1) * bn as i64);
+    let rows_valid = b.let_("rows_valid", m.clone() - m0.clone());
+    let cols_valid = b.let_("cols_valid", n.clone() - n0.clone());
+    let k_tiles = b.let_("k_tiles", kx.ceil_div(32i64));
+
+    let xm = b.tensor_map("xq_map", xq, &[32, bm], Swizzle::Xor16B);
+    let wm = b.tensor_map("w8_map", w8, &[32, bn], Swizzle::Xor16B);
+    let fm = b.tensor_map("fa_map", fa, &[bm, 4], Swizzle::None);
+    // The fold's 2^(lo_n - 127) per column of the tile (columns past N read row N - 1; never stored), ordered
+    // before the epilogue's reads by the barrier initializations' block barrier.
+    let swl = b.shared("swl", DType::F32, 1, bn, 1, Swizzle::None);
+    let per = bn.div_ceil(threads) as i64;
+    b.threads(|b| {
+        b.for_unrolled("i", 0i64, per, 1i64, |b, i| {
+            let idx = b.let_("idx", Expr::thread_idx() + i * threads as i64);
+            b.if_(idx.lt(bn as i64), |b| {
+                let col = (n0.clone() + idx.clone()).min(n.clone() - 1i64);
+                b.shared_store(swl, 0i64, 0i64, idx, e8m0(Expr::load(wl, col)));
+            });
+        });
+    });
+    let full = b.mbarriers("full", st);
+    let empty = b.mbarriers("empty", st);
+    b.mbar_init(full, 1);
+    // One arrival per consumer warp releases a slot.
+    b.mbar_init(empty, threads / 32);
+    let ring = StageRing::new(st, true);
+    let bytes = stage_bytes(bm, bn);
+    // The producer's fill of slice `u` (rows past M or N and K past the end read zero).
+    let load = |b: &mut KernelBuilder, u: Expr| {
+        let slot = b.let_("ps", ring.slot(u.clone()));
+        b.mbar_wait_elected(empty, slot.clone(), ring.empty_parity(u.clone()));
+        b.mbar_arrive_expect_tx(full, slot.clone(), bytes);
+        let k0 = b.let_("pk", &u * 32i64);
+        b.tma_load(xm, b.slot(sa, slot.clone()), vec![k0.clone(), m0.clone()], full, slot.clone());
+        b.tma_load(wm, b.slot(sb, slot.clone()), vec![k0, n0.clone()], full, slot.clone());
+        b.tma_load(fm, b.slot(sf, slot.clone()), vec![m0.clone(), &u * 4i64], full, slot);
+    };
+
+    b.map(acc, 0.0f64);
+    b.producer(|b| {
+        b.for_("s", 0i64, st as i64, 1i64, |b, s| b.if_(s.lt(k_tiles.clone()), |b| load(b, s.clone())));
+    });
+    b.for_("kt", 0i64, k_tiles.clone(), 1i64, |b, kt| {
+        let slot = b.let_("slot", ring.slot(kt.clone()));
+        b.mbar_wait(full, slot.clone(), ring.phase(kt.clone()));
+        for (j, &v) in fv.iter().enumerate() {
+            b.vec_map(v, Expr::shared_load(sf, slot.clone(), j as i64, Expr::RowIdx));
+        }
+        let prod = |b: &mut KernelBuilder, j: u32, t: TileId| {
+            let a = Operand::Shared { src: b.window(sa, slot.clone(), 0, 8 * j, bm, 8), transpose: false };
+            let w = Operand::Shared { src: b.window(sb, slot.clone(), 0, 8 * j, bn, 8), transpose: true };
+            b.mma_async_init(t, a, w, false);
+        };
+        let promote = |b: &mut KernelBuilder, j: u32, t: TileId| {
+            b.map(acc, Expr::Elem(acc) + Expr::Elem(t) * Expr::RowVal(fv[j as usize]));
+        };
+        if tmps.len() == 1 {
+            for j in 0..4 {
+                prod(b, j, tmps[0]);
+                b.mma_wait(0);
+                promote(b, j, tmps[0]);
+            }
+        } else {
+            prod(b, 0, tmps[0]);
+            for j in 0..4u32 {
+                if j < 3 {
+                    prod(b, j + 1, tmps[((j + 1) % 2) as usize]);
+                    b.mma_wait(1);
+                } else {
+                    b.mma_wait(0);
+                }
+                promote(b, j, tmps[(j % 2) as usize]);
+            }
+        }
+        // The slice's products are complete and its factors read: release the slot, then the producer refills
+        // it with slice kt + STAGES.
+        b.mbar_arrive_cluster(empty, slot.clone(), 0i64);
+        b.producer(|b| {
+            let next = b.let_("next", &kt + st as i64);
+            b.if_(next.lt(k_tiles.clone()), |b| load(b, next.clone()));
+        });
+    });
+    // The conversion's 2^-6, then the fold's 2^(lo_n - 127) per column.
+    b.map(acc, Expr::Elem(acc) * 64.0f64 * Expr::shared_load(swl, 0i64, 0i64, Expr::ColIdx));
+    let off = &m0 * n.clone() + n0.clone();
+    b.store(acc, Place::Global(view(y, off, n, rows_valid, cols_valid, out_vec)));
+    Ok(b.finish()?)
+}
