@@ -74,6 +74,12 @@ pub fn knob_space() -> KnobSpace {
             [0i64, 1, 2, 3, 4],
         )
         .accepts(
+            "BN",
+            "MMA=fp8: 192 weight rows per tile (any multiple of 8 up to 256 is accepted there; one temporary \
+             accumulator above 128)",
+            [192i64],
+        )
+        .accepts(
             "XDQ",
             "MXFP8 activations on PATH=tile and stream: first (a first launch dequantizes them once into a bf16 \
              scratch `[M, K]`, `mx.dequantize`'s kernel, as PATH=gemv always does, and the main kernel is the \
