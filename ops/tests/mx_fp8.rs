@@ -43,6 +43,10 @@ fn fp8_dense_matches_reference() {
             fp8(&[("F8V", 4)]),
             fp8(&[("BM", 64), ("BN", 72), ("STAGES", 3), ("F8V", 4)]),
             fp8(&[("BM", 128), ("BN", 200), ("F8V", 4)]),
+            // CPS=1: the persistent walk (4 blocks on the CPU backends: several tiles per block, the producer's
+            // cursor crossing tiles when a tile has fewer slices than the ring).
+            fp8(&[("F8V", 4), ("CPS", 1)]),
+            fp8(&[("BM", 64), ("BN", 24), ("STAGES", 3), ("F8V", 4), ("CPS", 1)]),
         ] {
             run(&dense(m, k, n, wide), rng.random(), &kn);
         }
@@ -53,6 +57,11 @@ fn fp8_dense_matches_reference() {
 fn fp8_one_temporary_and_wide_tiles() {
     let mut rng = StdRng::seed_from_u64(rand::rng().random());
     run(&dense(70, 384, 200, 1), rng.random(), &fp8(&[("BM", 64), ("BN", 200), ("STAGES", 3)]));
+    // F8V=4 over many tiles: 3 x 9 of them, one per block or 6-7 per persistent block.
+    for cps in [0, 1] {
+        let kn = fp8(&[("BM", 64), ("BN", 24), ("STAGES", 4), ("F8V", 4), ("CPS", cps)]);
+        assert_eq!(run(&dense(130, 160, 200, 0), rng.random(), &kn), 2);
+    }
 }
 
 #[test]
@@ -74,6 +83,10 @@ fn fp8_refuses_what_it_does_not_cover() {
     let inst = op.instance(&dense(4, 64, 16, 0), seed).unwrap();
     assert!(matches!(inst.plan(&fp8(&[("BM", 96)])), Err(OpError::InvalidKnobs { .. })));
     assert!(matches!(inst.plan(&fp8(&[("F8V", 9)])), Err(OpError::InvalidKnobs { .. })));
+    // F8V=4: CPS 0 or 1; a ring that does not fit the shared memory.
+    assert!(matches!(inst.plan(&fp8(&[("F8V", 4), ("CPS", 4)])), Err(OpError::InvalidKnobs { .. })));
+    let big = fp8(&[("F8V", 4), ("BN", 256), ("STAGES", 6)]);
+    assert!(matches!(inst.plan(&big), Err(OpError::InvalidKnobs { why, .. }) if why.contains("shared memory")));
     // K not a multiple of 32: the operator's typed error, whatever the path.
     let bad = Preset::new("K48", &[("M", 4), ("K", 48), ("N", 16), ("act", 1)]);
     assert!(op.instance(&bad, seed).is_err() || op.instance(&bad, seed).unwrap().plan(&fp8(&[])).is_err());
@@ -97,6 +110,8 @@ fn fp8_kernels_assemble_without_spills() {
         fp8(&[("F8V", 4), ("BN", 192)]),
         fp8(&[("F8V", 4), ("BM", 64), ("BN", 128)]),
         fp8(&[("F8V", 4), ("BN", 64)]),
+        fp8(&[("F8V", 4), ("CPS", 1)]),
+        fp8(&[("F8V", 4), ("CPS", 1), ("BN", 192)]),
     ] {
         for k in op.kernels(&p, &kn).unwrap() {
             let m = build(&k, BuildOptions { assemble: true }).unwrap_or_else(|e| panic!("{}: {e}", k.name));
@@ -154,7 +169,11 @@ fn first_launch_fold_edges_match_the_reference() {
         let w = Fp4Weights { groups: 1, n, k, q: WeightBytes::Natural(q.clone()), s: s.clone() };
         let inp =
             MatInputs { x: Act::Mxfp8(&x), offs: None, p: None, epilogue: k3k_ops::latent_moe_gemm::Epilogue::None };
-        for kn in [fp8(&[("F8V", 4)]), fp8(&[("F8V", 4), ("BM", 64), ("BN", 24), ("STAGES", 3)])] {
+        for kn in [
+            fp8(&[("F8V", 4)]),
+            fp8(&[("F8V", 4), ("BM", 64), ("BN", 24), ("STAGES", 3)]),
+            fp8(&[("F8V", 4), ("BM", 64), ("BN", 16), ("STAGES", 3), ("CPS", 1)]),
+        ] {
             let plan = matmul_plan(&w, &inp, &kn).unwrap();
             assert_eq!(plan.steps.len(), if case == "fold" { 2 } else { 1 }, "{case} [{kn}]");
             let out = Executor::Cpu.run(&plan).unwrap();

@@ -2,7 +2,7 @@
 # Issue 45, MMA=fp8,F8V=4 (lab/2026-12-07/mx-fp8-3.md): the MXFP4 weights converted E2M1 -> E4M3 (weight scales
 # folded) by a first launch, then a producer-warpgroup FP8 x FP8 wgmma GEMM. `k3k bench` at M 64 and 4096 (N6144
 # K3584, MXFP8 activations) of the default (PATH=dq_gemm at M4096), F8V=3 (the best FP8 kernel so far) and F8V=4
-# at four tile shapes, every row checked against the f64 reference (a failing set has no time); then
+# at four tile shapes and two persistent ones (CPS=1), every row checked against the f64 reference (a failing set has no time); then
 # scripts/peers.py (cuBLAS bf16 on the dequantized weights, torch._scaled_mm FP8 rowwise) on the same problems,
 # merged into the report; the table last. One device call, < 4 minutes, from the repository root with the
 # stripped release binary of branch i45d carried:
@@ -23,17 +23,18 @@ save() { tar czf $OUT/reports.tgz -C $W . 2>/dev/null; cp $W/bench.txt $OUT/benc
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee -a $L
 D4="M=4096,N=6144,K=3584,act=1"
 # 1. ptxas resources of the new kernels (registers, spills, shared memory).
-for kn in "MMA=fp8,F8V=4" "MMA=fp8,F8V=4,BN=192" "MMA=fp8,F8V=4,BM=64,BN=128" "MMA=fp8,F8V=4,BN=64"; do
+for kn in "MMA=fp8,F8V=4" "MMA=fp8,F8V=4,BN=192" "MMA=fp8,F8V=4,BM=64,BN=128" "MMA=fp8,F8V=4,BN=64" "MMA=fp8,F8V=4,CPS=1"; do
   echo "$kn: $(timeout 30 $B emit --op mxfp4_matmul --emit resources --dims $D4 --knobs "$kn" 2>&1 | tr '\n' ' ')"
 done >> $L 2>&1; log "resources"
 # 2. the variants (MMA=auto is the default knob set), M64 then M4096.
-SETS="MMA=auto;MMA=fp8,F8V=3;MMA=fp8,F8V=4;MMA=fp8,F8V=4,BN=192;MMA=fp8,F8V=4,BM=64,BN=128;MMA=fp8,F8V=4,BN=64"
+SETS="MMA=auto;MMA=fp8,F8V=3;MMA=fp8,F8V=4;MMA=fp8,F8V=4,CPS=1;MMA=fp8,F8V=4,BN=192;MMA=fp8,F8V=4,BN=192,CPS=1"
+SETS="$SETS;MMA=fp8,F8V=4,BM=64,BN=128;MMA=fp8,F8V=4,BN=64"
 timeout 150 $B bench --op mxfp4_matmul --dims "M=64,N=6144,K=3584,act=1;$D4" --knobs "$SETS" --window-ms 100 \
   --out $W/b > $W/bench.txt 2>&1; log "bench rc=$?"
 save
 # 3. the peers on exactly those problems, merged into the report.
 SLUG=$(ls $W/b | head -1)
-timeout 60 python3 scripts/peers.py $W/b/$SLUG --out $W/peers.json > $W/peers.txt 2>&1; log "peers rc=$?"
+timeout 50 python3 scripts/peers.py $W/b/$SLUG --out $W/peers.json > $W/peers.txt 2>&1; log "peers rc=$?"
 $B bench --merge-peers $W/peers.json --out $W/b >> $W/bench.txt 2>&1
 save
 # 4. the table, last.

@@ -124,11 +124,16 @@ pub fn build_convert(knobs: Knobs) -> Result<Kernel, OpError> {
 /// The main kernel. Tensors: `xq: [M, KX] u32` (activation E4M3 codes, four per word), `fa: [KB, MP] f32`,
 /// `w8: [N, KX] u32` (the first launch's E4M3 weights), `wl: [N] u8` (the rows' fold bases lo_n), `y: [M, N]
 /// bf16`. K = 4 KX = 32 KB.
+///
+/// The grid walks the `BM x BN` output tiles in M-fastest order (neighbouring blocks share a weight tile in L2):
+/// one tile per block, or (`persist`, CPS=1) one block per SM taking every grid-th tile, the producer's cursor
+/// running on into the block's next tile while the consumers store the current one.
 pub fn build_main(c: &Fp8Cfg, out_vec: u32) -> Result<Kernel, OpError> {
     let (bm, bn, st) = (c.bm, c.bn, c.stages);
     let wgs = bm / 64;
     let threads = 128 * wgs;
-    let name = format!("k3k_mxfp4_mm8_first_dense_o{out_vec}_bm{bm}_bn{bn}_st{st}_t{}", c.tmps);
+    let p = if c.persist { "_p" } else { "" };
+    let name = format!("k3k_mxfp4_mm8_first_dense_o{out_vec}_bm{bm}_bn{bn}_st{st}_t{}{p}", c.tmps);
     let mut b = KernelBuilder::new(&name, threads);
     b.knobs(c.knobs());
     b.producer_warp();
@@ -146,98 +151,134 @@ pub fn build_main(c: &Fp8Cfg, out_vec: u32) -> Result<Kernel, OpError> {
     let sa = b.shared("sa", DType::U32, bm, 32, st, Swizzle::Xor16B);
     let sb = b.shared("sb", DType::U32, bn, 32, st, Swizzle::Xor16B);
     let sf = b.shared("sf", DType::F32, 4, bm, st, Swizzle::None);
+    let swl = b.shared("swl", DType::F32, 1, bn, 1, Swizzle::None);
     let acc = b.tile("acc", DType::F32, bm, bn, [4 * wgs, 1]);
     let tmps: Vec<TileId> = (0..c.tmps).map(|i| b.tile(&format!("tmp{i}"), DType::F32, bm, bn, [4 * wgs, 1])).collect();
     let fv: Vec<VecId> = (0..4).map(|j| b.vec(&format!("fa{j}"), bm, [4 * wgs, 1])).collect();
 
-    b.grid(m.ceil_div(bm as i64), n.ceil_div(bn as i64), 1i64);
-    let m0 = b.let_("m0", Expr::block_idx(0) * bm as i64);
-    let n0 = b.let_("n0", Expr::block_idx(1) * bn as i64);
-    let rows_valid = b.let_("rows_valid", m.clone() - m0.clone());
-    let cols_valid = b.let_("cols_valid", n.clone() - n0.clone());
+    let m_tiles = m.ceil_div(bm as i64);
+    let total = m_tiles.clone() * n.ceil_div(bn as i64);
+    if c.persist {
+        let num_sms = b.int_arg(NUM_SMS);
+        b.grid(num_sms.min(total.clone()), 1i64, 1i64);
+    } else {
+        b.grid(total.clone(), 1i64, 1i64);
+    }
+    let m_tiles = b.let_("m_tiles", m_tiles);
+    let total = b.let_("total", total);
     let k_tiles = b.let_("k_tiles", kx.ceil_div(32i64));
-
     let xm = b.tensor_map("xq_map", xq, &[32, bm], Swizzle::Xor16B);
     let wm = b.tensor_map("w8_map", w8, &[32, bn], Swizzle::Xor16B);
     let fm = b.tensor_map("fa_map", fa, &[bm, 4], Swizzle::None);
-    // The fold's 2^(lo_n - 127) per column of the tile (columns past N read row N - 1; never stored), ordered
-    // before the epilogue's reads by the barrier initializations' block barrier.
-    let swl = b.shared("swl", DType::F32, 1, bn, 1, Swizzle::None);
-    let per = bn.div_ceil(threads) as i64;
-    b.threads(|b| {
-        b.for_unrolled("i", 0i64, per, 1i64, |b, i| {
-            let idx = b.let_("idx", Expr::thread_idx() + i * threads as i64);
-            b.if_(idx.lt(bn as i64), |b| {
-                let col = (n0.clone() + idx.clone()).min(n.clone() - 1i64);
-                b.shared_store(swl, 0i64, 0i64, idx, e8m0(Expr::load(wl, col)));
-            });
-        });
-    });
     let full = b.mbarriers("full", st);
     let empty = b.mbarriers("empty", st);
     b.mbar_init(full, 1);
     // One arrival per consumer warp releases a slot.
     b.mbar_init(empty, threads / 32);
-    let ring = StageRing::new(st, true);
     let bytes = stage_bytes(bm, bn);
-    // The producer's fill of slice `u` (rows past M or N and K past the end read zero).
-    let load = |b: &mut KernelBuilder, u: Expr| {
-        let slot = b.let_("ps", ring.slot(u.clone()));
-        b.mbar_wait_elected(empty, slot.clone(), ring.empty_parity(u.clone()));
-        b.mbar_arrive_expect_tx(full, slot.clone(), bytes);
-        let k0 = b.let_("pk", &u * 32i64);
-        b.tma_load(xm, b.slot(sa, slot.clone()), vec![k0.clone(), m0.clone()], full, slot.clone());
-        b.tma_load(wm, b.slot(sb, slot.clone()), vec![k0, n0.clone()], full, slot.clone());
-        b.tma_load(fm, b.slot(sf, slot.clone()), vec![m0.clone(), &u * 4i64], full, slot);
-    };
 
-    b.map(acc, 0.0f64);
-    b.producer(|b| {
-        b.for_("s", 0i64, st as i64, 1i64, |b, s| b.if_(s.lt(k_tiles.clone()), |b| load(b, s.clone())));
-    });
-    b.for_("kt", 0i64, k_tiles.clone(), 1i64, |b, kt| {
-        let slot = b.let_("slot", ring.slot(kt.clone()));
-        b.mbar_wait(full, slot.clone(), ring.phase(kt.clone()));
-        for (j, &v) in fv.iter().enumerate() {
-            b.vec_map(v, Expr::shared_load(sf, slot.clone(), j as i64, Expr::RowIdx));
-        }
-        let prod = |b: &mut KernelBuilder, j: u32, t: TileId| {
-            let a = Operand::Shared { src: b.window(sa, slot.clone(), 0, 8 * j, bm, 8), transpose: false };
-            let w = Operand::Shared { src: b.window(sb, slot.clone(), 0, 8 * j, bn, 8), transpose: true };
-            b.mma_async_init(t, a, w, false);
-        };
-        let promote = |b: &mut KernelBuilder, j: u32, t: TileId| {
-            b.map(acc, Expr::Elem(acc) + Expr::Elem(t) * Expr::RowVal(fv[j as usize]));
-        };
-        if tmps.len() == 1 {
-            for j in 0..4 {
-                prod(b, j, tmps[0]);
-                b.mma_wait(0);
-                promote(b, j, tmps[0]);
-            }
-        } else {
-            prod(b, 0, tmps[0]);
-            for j in 0..4u32 {
-                if j < 3 {
-                    prod(b, j + 1, tmps[((j + 1) % 2) as usize]);
-                    b.mma_wait(1);
-                } else {
-                    b.mma_wait(0);
-                }
-                promote(b, j, tmps[(j % 2) as usize]);
-            }
-        }
-        // The slice's products are complete and its factors read: release the slot, then the producer refills
-        // it with slice kt + STAGES.
-        b.mbar_arrive_cluster(empty, slot.clone(), 0i64);
-        b.producer(|b| {
-            let next = b.let_("next", &kt + st as i64);
-            b.if_(next.lt(k_tiles.clone()), |b| load(b, next.clone()));
+    // The producer's cursor (assigned and read in producer bodies only): its tile, k-step, ring slot and phase.
+    let pt = b.let_var("p_tile", Expr::block_idx(0));
+    let pk = b.let_var("p_kt", 0i64);
+    let ps = b.let_var("p_slot", 0i64);
+    let pp = b.let_var("p_phase", 0i64);
+    // Fill the next slice of the walk into slot p_slot, once its previous use is released (a fresh barrier
+    // passes parity 1 at once); rows past M or N and K past the end read zero.
+    let produce = |b: &mut KernelBuilder| {
+        b.if_(Expr::Var(pt).lt(total.clone()), |b| {
+            let slot = Expr::Var(ps);
+            b.mbar_wait_elected(empty, slot.clone(), Expr::Var(pp).bitxor(1i64));
+            b.mbar_arrive_expect_tx(full, slot.clone(), bytes);
+            let pm0 = b.let_("pm0", (Expr::Var(pt) % m_tiles.clone()) * bm as i64);
+            let pn0 = b.let_("pn0", (Expr::Var(pt) / m_tiles.clone()) * bn as i64);
+            let k0 = b.let_("pk0", Expr::Var(pk) * 32i64);
+            b.tma_load(xm, b.slot(sa, slot.clone()), vec![k0.clone(), pm0.clone()], full, slot.clone());
+            b.tma_load(wm, b.slot(sb, slot.clone()), vec![k0, pn0], full, slot.clone());
+            b.tma_load(fm, b.slot(sf, slot.clone()), vec![pm0, Expr::Var(pk) * 4i64], full, slot);
+            advance(b, ps, pp, st);
+            b.assign(pk, Expr::Var(pk) + 1i64);
+            b.if_(Expr::Var(pk).ge(k_tiles.clone()), |b| {
+                b.assign(pk, 0i64);
+                b.assign(pt, Expr::Var(pt) + Expr::grid_dim(0));
+            });
         });
+    };
+    b.producer(|b| b.for_("s", 0i64, st as i64, 1i64, |b, _| produce(b)));
+
+    // The consumers' ring slot and phase.
+    let cs = b.let_var("c_slot", 0i64);
+    let cp = b.let_var("c_phase", 0i64);
+    b.for_("tile", Expr::block_idx(0), total.clone(), Expr::grid_dim(0), |b, tile| {
+        let m0 = b.let_("m0", (&tile % m_tiles.clone()) * bm as i64);
+        let n0 = b.let_("n0", (&tile / m_tiles.clone()) * bn as i64);
+        // The fold's 2^(lo_n - 127) per column (columns past N read row N - 1; never stored); the previous
+        // tile's epilogue read it before the barrier that ends its iteration.
+        let per = bn.div_ceil(threads) as i64;
+        b.threads(|b| {
+            b.for_unrolled("i", 0i64, per, 1i64, |b, i| {
+                let idx = b.let_("idx", Expr::thread_idx() + i * threads as i64);
+                b.if_(idx.lt(bn as i64), |b| {
+                    let col = (n0.clone() + idx.clone()).min(n.clone() - 1i64);
+                    b.shared_store(swl, 0i64, 0i64, idx, e8m0(Expr::load(wl, col)));
+                });
+            });
+        });
+        b.map(acc, 0.0f64);
+        b.for_("kt", 0i64, k_tiles.clone(), 1i64, |b, _| {
+            let slot = b.let_("slot", Expr::Var(cs));
+            b.mbar_wait(full, slot.clone(), Expr::Var(cp));
+            for (j, &v) in fv.iter().enumerate() {
+                b.vec_map(v, Expr::shared_load(sf, slot.clone(), j as i64, Expr::RowIdx));
+            }
+            let prod = |b: &mut KernelBuilder, j: u32, t: TileId| {
+                let a = Operand::Shared { src: b.window(sa, slot.clone(), 0, 8 * j, bm, 8), transpose: false };
+                let w = Operand::Shared { src: b.window(sb, slot.clone(), 0, 8 * j, bn, 8), transpose: true };
+                b.mma_async_init(t, a, w, false);
+            };
+            let promote = |b: &mut KernelBuilder, j: u32, t: TileId| {
+                b.map(acc, Expr::Elem(acc) + Expr::Elem(t) * Expr::RowVal(fv[j as usize]));
+            };
+            if tmps.len() == 1 {
+                for j in 0..4 {
+                    prod(b, j, tmps[0]);
+                    b.mma_wait(0);
+                    promote(b, j, tmps[0]);
+                }
+            } else {
+                prod(b, 0, tmps[0]);
+                for j in 0..4u32 {
+                    if j < 3 {
+                        prod(b, j + 1, tmps[((j + 1) % 2) as usize]);
+                        b.mma_wait(1);
+                    } else {
+                        b.mma_wait(0);
+                    }
+                    promote(b, j, tmps[(j % 2) as usize]);
+                }
+            }
+            // The slice's products are complete and its factors read: release the slot; the producer refills
+            // it with the walk's slice STAGES ahead.
+            b.mbar_arrive_cluster(empty, slot, 0i64);
+            advance(b, cs, cp, st);
+            b.producer(produce);
+        });
+        // The swl stores above are visible to every consumer (a barrier of the consumers: nested in a loop).
+        b.barrier();
+        // The conversion's 2^-6, then the fold's 2^(lo_n - 127) per column.
+        b.map(acc, Expr::Elem(acc) * 64.0f64 * Expr::shared_load(swl, 0i64, 0i64, Expr::ColIdx));
+        let off = &m0 * n.clone() + n0.clone();
+        let rows_valid = m.clone() - m0.clone();
+        let cols_valid = n.clone() - n0.clone();
+        b.store(acc, Place::Global(view(y, off, n.clone(), rows_valid, cols_valid, out_vec)));
+        // Every consumer has read swl before the next tile rewrites it.
+        b.barrier();
     });
-    // The conversion's 2^-6, then the fold's 2^(lo_n - 127) per column.
-    b.map(acc, Expr::Elem(acc) * 64.0f64 * Expr::shared_load(swl, 0i64, 0i64, Expr::ColIdx));
-    let off = &m0 * n.clone() + n0.clone();
-    b.store(acc, Place::Global(view(y, off, n, rows_valid, cols_valid, out_vec)));
     Ok(b.finish()?)
+}
+
+/// A ring position one slot on: `slot + 1`, wrapping to 0 with the phase flipped.
+fn advance(b: &mut KernelBuilder, slot: VarId, phase: VarId, st: u32) {
+    let wrap = b.let_("wrap", (Expr::Var(slot) + 1i64).eq(st as i64));
+    b.assign(phase, Expr::select(wrap.clone(), Expr::Var(phase).bitxor(1i64), Expr::Var(phase)));
+    b.assign(slot, Expr::select(wrap, 0i64, Expr::Var(slot) + 1i64));
 }

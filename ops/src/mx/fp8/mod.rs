@@ -39,6 +39,9 @@ pub struct Fp8Cfg {
     /// kernel a plain FP8 x FP8 GEMM with a producer warpgroup ([`first`]; the same fold condition and fallback
     /// to F8V=2 as F8V=3).
     pub first: bool,
+    /// F8V=4 with CPS=1: a persistent grid (one block per SM walks every grid-th tile, its producer running on
+    /// into the next tile during the epilogue); CPS=0: one block per tile.
+    pub persist: bool,
 }
 
 /// The newest kernel generation (knob `F8V`).
@@ -63,13 +66,15 @@ impl Fp8Cfg {
 
     /// As knobs (recorded in the kernel; re-resolving them gives the same kernel).
     pub fn knobs(&self) -> Knobs {
-        Knobs::new()
+        let k = Knobs::new()
             .with("MMA", "fp8")
             .with("BM", self.bm)
             .with("BN", self.bn)
             .with("BK", 128i64)
             .with("STAGES", self.stages)
-            .with("F8V", self.version())
+            .with("F8V", self.version());
+        // (CPS only where it means something, so the other generations' recorded knobs stay as they were.)
+        if self.persist { k.with("CPS", 1i64) } else { k }
     }
 }
 
@@ -113,6 +118,15 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs) -> Result<Fp8Cfg, OpError> {
         ));
     }
     let (tma, fa_reg, fold, first) = (ver >= 2, ver >= 2, ver >= 3, ver >= 4);
+    // CPS (F8V=4): 0 one block per tile, 1 the persistent walk; ignored by the other generations.
+    let cps = get("CPS", 0)?;
+    if first && cps > 1 {
+        return Err(invalid(
+            knobs,
+            format!("MMA=fp8,F8V=4 takes CPS 0 (a block per tile) or 1 (persistent), got {cps}"),
+        ));
+    }
+    let persist = first && cps == 1;
     if first && stages * first::stage_bytes(bm, bn) > FIRST_SMEM {
         return Err(invalid(
             knobs,
@@ -140,7 +154,7 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs) -> Result<Fp8Cfg, OpError> {
     }
     // Registers per thread: the accumulator and the temporaries, BN/2 each per 64 rows.
     let tmps = if bn <= 128 { 2 } else { 1 };
-    Ok(Fp8Cfg { bm, bn, stages, tmps, tma, fa_reg, fold, first })
+    Ok(Fp8Cfg { bm, bn, stages, tmps, tma, fa_reg, fold, first, persist })
 }
 
 /// Shared memory a block of the F8V=4 main kernel may take for its ring (227 KB less room for the barriers).
@@ -172,6 +186,7 @@ pub fn plan(
     if c.first && !c.fold {
         // F8V=4 falls back to the F8V=2 kernel at its ring depth (at most 4: its stages hold other tiles).
         c.first = false;
+        c.persist = false;
         c.stages = c.stages.min(4);
     }
     let mut plan = Plan::default();

@@ -80,6 +80,12 @@ pub fn knob_space() -> KnobSpace {
             [192i64],
         )
         .accepts(
+            "CPS",
+            "MMA=fp8,F8V=4: 1 = a persistent grid, one block per SM walking every grid-th output tile (its producer \
+             warp loads the next tile's first slices during the epilogue); 0 = one block per tile",
+            [1i64],
+        )
+        .accepts(
             "XDQ",
             "MXFP8 activations on PATH=tile and stream: first (a first launch dequantizes them once into a bf16 \
              scratch `[M, K]`, `mx.dequantize`'s kernel, as PATH=gemv always does, and the main kernel is the \
