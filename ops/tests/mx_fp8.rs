@@ -64,6 +64,37 @@ fn fp8_one_temporary_and_wide_tiles() {
     }
 }
 
+/// F8V=4 grouped: ragged experts with empty groups (the first, between and last), a group smaller than a tile,
+/// groups spanning several m-tiles, one block per tile and the persistent walk (4 blocks on the CPU backends:
+/// the producer's cursor crossing groups), K not a multiple of the slice.
+#[test]
+fn first_launch_grouped_matches_reference() {
+    let mut rng = StdRng::seed_from_u64(rand::rng().random());
+    let cases: [&[(&str, i64)]; 3] = [
+        &[("G", 4), ("c0", 0), ("c1", 17), ("c2", 0), ("c3", 70), ("K", 96), ("N", 34)],
+        &[("G", 5), ("c0", 130), ("c1", 1), ("c2", 64), ("c3", 0), ("c4", 65), ("K", 160), ("N", 40)],
+        &[("G", 3), ("c0", 0), ("c1", 0), ("c2", 9), ("K", 416), ("N", 8)],
+    ];
+    for dims in cases {
+        let p = Preset::new("fp8 grouped", &[dims, &[("act", 1)]].concat());
+        for kn in [
+            fp8(&[("F8V", 4)]),
+            fp8(&[("F8V", 4), ("BM", 64), ("BN", 16), ("STAGES", 3)]),
+            fp8(&[("F8V", 4), ("BM", 64), ("BN", 24), ("STAGES", 4), ("CPS", 1)]),
+            fp8(&[("F8V", 4), ("BN", 200), ("CPS", 1)]),
+        ] {
+            assert_eq!(run(&p, rng.random(), &kn), 2, "{dims:?} [{kn}]");
+        }
+    }
+    // Grouped weights that do not fold: a typed error (the F8V=2 fallback is dense only).
+    let op = Mxfp4Matmul;
+    let wide = Preset::new("wide", &[("G", 2), ("c0", 5), ("c1", 9), ("K", 2048), ("N", 64), ("act", 1), ("wide", 1)]);
+    match op.instance(&wide, 3).unwrap().plan(&fp8(&[("F8V", 4)])) {
+        Err(OpError::InvalidKnobs { why, .. }) => assert!(why.contains("grouped"), "{why}"),
+        other => panic!("expected a knob error, got {:?}", other.map(|_| ())),
+    }
+}
+
 #[test]
 fn fp8_refuses_what_it_does_not_cover() {
     let op = Mxfp4Matmul;
@@ -117,7 +148,16 @@ fn fp8_kernels_assemble_without_spills() {
             let m = build(&k, BuildOptions { assemble: true }).unwrap_or_else(|e| panic!("{}: {e}", k.name));
             let r = m.resources.clone().unwrap();
             eprintln!("{}: {r:?} smem {}", k.name, k.shared_bytes());
-            assert!(!r.spills(), "{}: {r:?}", k.name);
+            assert!(!r.spills() && !r.wgmma_serialized, "{}: {r:?}", k.name);
+        }
+    }
+    // F8V=4 grouped at the 28-expert prefill shape.
+    let g = Preset::new("G28", &[("G", 28), ("mean", 1024), ("N", 6144), ("K", 3584), ("act", 1)]);
+    for kn in [fp8(&[("F8V", 4)]), fp8(&[("F8V", 4), ("CPS", 1)])] {
+        for k in op.kernels(&g, &kn).unwrap() {
+            let m = build(&k, BuildOptions { assemble: true }).unwrap_or_else(|e| panic!("{}: {e}", k.name));
+            let r = m.resources.clone().unwrap();
+            assert!(!r.spills() && !r.wgmma_serialized, "{}: {r:?}", k.name);
         }
     }
 }

@@ -40,13 +40,13 @@ pub fn stage_bytes(bm: u32, bn: u32) -> u32 {
     bm * 128 + bn * 128 + 4 * 4 * bm
 }
 
-/// The first launch. Tensors: `wq: [N, KW] u32` (natural-layout E2M1 words), `ws: [N, KB] u8` (the fold's
+/// The first launch. Tensors (grouped: `[G, N, ..]` weights): `wq: [N, KW] u32` (natural-layout E2M1 words), `ws: [N, KB] u8` (the fold's
 /// shifts u, 0..=12), `xs: [M, KB] u8` (the activations' E8M0 scales), `w8: [N, KX] u32` (written: E4M3 words),
 /// `fa: [KB, MP] f32` (written: activation factors, transposed). The launcher guarantees KX = 2 KW = 8 KB,
 /// MP = M rounded up to a multiple of 4.
-pub fn build_convert(knobs: Knobs) -> Result<Kernel, OpError> {
+pub fn build_convert(knobs: Knobs, grouped: bool) -> Result<Kernel, OpError> {
     let t = CVT_THREADS;
-    let mut b = KernelBuilder::new(&format!("k3k_mxfp4_mm8_cvt_t{t}"), t);
+    let mut b = KernelBuilder::new(&format!("k3k_mxfp4_mm8_cvt{}_t{t}", if grouped { "_g" } else { "" }), t);
     b.knobs(knobs);
     let n = b.dim("N");
     let kw = b.dim("KW");
@@ -54,13 +54,18 @@ pub fn build_convert(knobs: Knobs) -> Result<Kernel, OpError> {
     let kx = b.dim("KX");
     let m = b.dim("M");
     let mp = b.dim("MP");
-    let wq = b.tensor("wq", DType::U32, &[n.clone(), kw.clone()], Access::Read);
-    let ws = b.tensor("ws", DType::U8, &[n.clone(), kb.clone()], Access::Read);
+    // Grouped: `[G, N, ..]` weights, indexed flat as the `[G*N, ..]` matrix of all groups' rows.
+    let g = if grouped { b.dim("G") } else { Expr::Int(1) };
+    let rows = |last: &Expr| -> Vec<Expr> {
+        if grouped { vec![g.clone(), n.clone(), last.clone()] } else { vec![n.clone(), last.clone()] }
+    };
+    let wq = b.tensor("wq", DType::U32, &rows(&kw), Access::Read);
+    let ws = b.tensor("ws", DType::U8, &rows(&kb), Access::Read);
     let xs = b.tensor("xs", DType::U8, &[m.clone(), kb.clone()], Access::Read);
-    let w8 = b.tensor("w8", DType::U32, &[n.clone(), kx], Access::Write);
+    let w8 = b.tensor("w8", DType::U32, &rows(&kx), Access::Write);
     let fa = b.tensor("fa", DType::F32, &[kb.clone(), mp.clone()], Access::Write);
-    // Weight blocks: one 32-wide block (4 words) per thread; N*KW is a multiple of 4 (KW = 4 KB).
-    let words = n * kw;
+    // Weight blocks: one 32-wide block (4 words) per thread; G*N*KW is a multiple of 4 (KW = 4 KB).
+    let words = g * n * kw;
     let wblocks = words.ceil_div((4 * t) as i64);
     let a_mt = mp.ceil_div(t as i64);
     let a_kq = kb.ceil_div(CVT_KB as i64);
@@ -128,12 +133,13 @@ pub fn build_convert(knobs: Knobs) -> Result<Kernel, OpError> {
 /// The grid walks the `BM x BN` output tiles in M-fastest order (neighbouring blocks share a weight tile in L2):
 /// one tile per block, or (`persist`, CPS=1) one block per SM taking every grid-th tile, the producer's cursor
 /// running on into the block's next tile while the consumers store the current one.
-pub fn build_main(c: &Fp8Cfg, out_vec: u32) -> Result<Kernel, OpError> {
+pub fn build_main(c: &Fp8Cfg, grouped: bool, out_vec: u32) -> Result<Kernel, OpError> {
     let (bm, bn, st) = (c.bm, c.bn, c.stages);
     let wgs = bm / 64;
     let threads = 128 * wgs;
     let p = if c.persist { "_p" } else { "" };
-    let name = format!("k3k_mxfp4_mm8_first_dense_o{out_vec}_bm{bm}_bn{bn}_st{st}_t{}{p}", c.tmps);
+    let kind = if grouped { "grouped" } else { "dense" };
+    let name = format!("k3k_mxfp4_mm8_first_{kind}_o{out_vec}_bm{bm}_bn{bn}_st{st}_t{}{p}", c.tmps);
     let mut b = KernelBuilder::new(&name, threads);
     b.knobs(c.knobs());
     b.producer_warp();
@@ -144,8 +150,17 @@ pub fn build_main(c: &Fp8Cfg, out_vec: u32) -> Result<Kernel, OpError> {
     let mp = b.dim("MP");
     let xq = b.tensor("xq", DType::U32, &[m.clone(), kx.clone()], Access::Read);
     let fa = b.tensor("fa", DType::F32, &[kb, mp], Access::Read);
-    let w8 = b.tensor("w8", DType::U32, &[n.clone(), kx.clone()], Access::Read);
-    let wl = b.tensor("wl", DType::U8, std::slice::from_ref(&n), Access::Read);
+    let (g_count, w8, wl, offs) = if grouped {
+        let g = b.dim("G");
+        let w8 = b.tensor("w8", DType::U32, &[g.clone(), n.clone(), kx.clone()], Access::Read);
+        let wl = b.tensor("wl", DType::U8, &[g.clone(), n.clone()], Access::Read);
+        let offs = b.tensor("offs", DType::I32, std::slice::from_ref(&g), Access::Read);
+        (g, w8, wl, Some(offs))
+    } else {
+        let w8 = b.tensor("w8", DType::U32, &[n.clone(), kx.clone()], Access::Read);
+        let wl = b.tensor("wl", DType::U8, std::slice::from_ref(&n), Access::Read);
+        (Expr::Int(1), w8, wl, None)
+    };
     let y = b.tensor("y", DType::Bf16, &[m.clone(), n.clone()], Access::Write);
 
     let sa = b.shared("sa", DType::U32, bm, 32, st, Swizzle::Xor16B);
@@ -156,19 +171,30 @@ pub fn build_main(c: &Fp8Cfg, out_vec: u32) -> Result<Kernel, OpError> {
     let tmps: Vec<TileId> = (0..c.tmps).map(|i| b.tile(&format!("tmp{i}"), DType::F32, bm, bn, [4 * wgs, 1])).collect();
     let fv: Vec<VecId> = (0..4).map(|j| b.vec(&format!("fa{j}"), bm, [4 * wgs, 1])).collect();
 
-    let m_tiles = m.ceil_div(bm as i64);
-    let total = m_tiles.clone() * n.ceil_div(bn as i64);
+    // Tiles: dense ceil(M/BM) x ceil(N/BN); grouped the sum over groups of ceil(rows_g/BM) x ceil(N/BN) (empty
+    // groups have none), at most (ceil(M/BM) + G) x ceil(N/BN): the grid's bound.
+    let n_tiles = n.ceil_div(bn as i64);
+    let bound = (m.ceil_div(bm as i64) + if grouped { g_count.clone() } else { Expr::Int(0) }) * n_tiles.clone();
     if c.persist {
         let num_sms = b.int_arg(NUM_SMS);
-        b.grid(num_sms.min(total.clone()), 1i64, 1i64);
+        b.grid(num_sms.min(bound), 1i64, 1i64);
     } else {
-        b.grid(total.clone(), 1i64, 1i64);
+        b.grid(bound, 1i64, 1i64);
     }
-    let m_tiles = b.let_("m_tiles", m_tiles);
-    let total = b.let_("total", total);
+    let n_tiles = b.let_("n_tiles", n_tiles);
+    let total = b.let_var("total", 0i64);
+    b.for_("g", 0i64, g_count.clone(), 1i64, |b, g| {
+        let rows = group_end(offs, &m, &g) - group_start(offs, &g);
+        b.assign(total, Expr::Var(total) + rows.ceil_div(bm as i64) * n_tiles.clone());
+    });
+    let total = Expr::Var(total);
     let k_tiles = b.let_("k_tiles", kx.ceil_div(32i64));
     let xm = b.tensor_map("xq_map", xq, &[32, bm], Swizzle::Xor16B);
-    let wm = b.tensor_map("w8_map", w8, &[32, bn], Swizzle::Xor16B);
+    let wm = if grouped {
+        b.tensor_map("w8_map", w8, &[32, bn, 1], Swizzle::Xor16B)
+    } else {
+        b.tensor_map("w8_map", w8, &[32, bn], Swizzle::Xor16B)
+    };
     let fm = b.tensor_map("fa_map", fa, &[bm, 4], Swizzle::None);
     let full = b.mbarriers("full", st);
     let empty = b.mbarriers("empty", st);
@@ -189,11 +215,12 @@ pub fn build_main(c: &Fp8Cfg, out_vec: u32) -> Result<Kernel, OpError> {
             let slot = Expr::Var(ps);
             b.mbar_wait_elected(empty, slot.clone(), Expr::Var(pp).bitxor(1i64));
             b.mbar_arrive_expect_tx(full, slot.clone(), bytes);
-            let pm0 = b.let_("pm0", (Expr::Var(pt) % m_tiles.clone()) * bm as i64);
-            let pn0 = b.let_("pn0", (Expr::Var(pt) / m_tiles.clone()) * bn as i64);
+            let t = locate(b, "p", Expr::Var(pt), offs, (&m, &g_count, &n_tiles), bm, bn);
             let k0 = b.let_("pk0", Expr::Var(pk) * 32i64);
+            let pm0 = t.r0;
             b.tma_load(xm, b.slot(sa, slot.clone()), vec![k0.clone(), pm0.clone()], full, slot.clone());
-            b.tma_load(wm, b.slot(sb, slot.clone()), vec![k0, pn0], full, slot.clone());
+            let wc = if grouped { vec![k0, t.n0, t.g] } else { vec![k0, t.n0] };
+            b.tma_load(wm, b.slot(sb, slot.clone()), wc, full, slot.clone());
             b.tma_load(fm, b.slot(sf, slot.clone()), vec![pm0, Expr::Var(pk) * 4i64], full, slot);
             advance(b, ps, pp, st);
             b.assign(pk, Expr::Var(pk) + 1i64);
@@ -209,8 +236,8 @@ pub fn build_main(c: &Fp8Cfg, out_vec: u32) -> Result<Kernel, OpError> {
     let cs = b.let_var("c_slot", 0i64);
     let cp = b.let_var("c_phase", 0i64);
     b.for_("tile", Expr::block_idx(0), total.clone(), Expr::grid_dim(0), |b, tile| {
-        let m0 = b.let_("m0", (&tile % m_tiles.clone()) * bm as i64);
-        let n0 = b.let_("n0", (&tile / m_tiles.clone()) * bn as i64);
+        let t = locate(b, "c", tile, offs, (&m, &g_count, &n_tiles), bm, bn);
+        let (m0, n0) = (t.r0.clone(), t.n0.clone());
         // The fold's 2^(lo_n - 127) per column (columns past N read row N - 1; never stored); the previous
         // tile's epilogue read it before the barrier that ends its iteration.
         let per = bn.div_ceil(threads) as i64;
@@ -219,7 +246,7 @@ pub fn build_main(c: &Fp8Cfg, out_vec: u32) -> Result<Kernel, OpError> {
                 let idx = b.let_("idx", Expr::thread_idx() + i * threads as i64);
                 b.if_(idx.lt(bn as i64), |b| {
                     let col = (n0.clone() + idx.clone()).min(n.clone() - 1i64);
-                    b.shared_store(swl, 0i64, 0i64, idx, e8m0(Expr::load(wl, col)));
+                    b.shared_store(swl, 0i64, 0i64, idx, e8m0(Expr::load(wl, &t.g * n.clone() + col)));
                 });
             });
         });
@@ -267,7 +294,7 @@ pub fn build_main(c: &Fp8Cfg, out_vec: u32) -> Result<Kernel, OpError> {
         // The conversion's 2^-6, then the fold's 2^(lo_n - 127) per column.
         b.map(acc, Expr::Elem(acc) * 64.0f64 * Expr::shared_load(swl, 0i64, 0i64, Expr::ColIdx));
         let off = &m0 * n.clone() + n0.clone();
-        let rows_valid = m.clone() - m0.clone();
+        let rows_valid = t.rows;
         let cols_valid = n.clone() - n0.clone();
         b.store(acc, Place::Global(view(y, off, n.clone(), rows_valid, cols_valid, out_vec)));
         // Every consumer has read swl before the next tile rewrites it.
@@ -281,4 +308,68 @@ fn advance(b: &mut KernelBuilder, slot: VarId, phase: VarId, st: u32) {
     let wrap = b.let_("wrap", (Expr::Var(slot) + 1i64).eq(st as i64));
     b.assign(phase, Expr::select(wrap.clone(), Expr::Var(phase).bitxor(1i64), Expr::Var(phase)));
     b.assign(slot, Expr::select(wrap, 0i64, Expr::Var(slot) + 1i64));
+}
+
+/// Where a tile of the walk lies: its group, first row of x and y, rows left in its group from there, and first
+/// output column.
+struct TileAt {
+    g: Expr,
+    r0: Expr,
+    rows: Expr,
+    n0: Expr,
+}
+
+/// The first row of group `g` (grouped: `offs[g - 1]`, 0 for the first group).
+fn group_start(offs: Option<TensorId>, g: &Expr) -> Expr {
+    match offs {
+        Some(o) => Expr::select(g.gt(0i64), Expr::load(o, g - 1i64), Expr::Int(0)),
+        None => Expr::Int(0),
+    }
+}
+
+/// The end of group `g`'s rows (grouped: `offs[g]`; dense: M).
+fn group_end(offs: Option<TensorId>, m: &Expr, g: &Expr) -> Expr {
+    match offs {
+        Some(o) => Expr::load(o, g.clone()),
+        None => m.clone(),
+    }
+}
+
+/// Tile `t` of the walk: dense, m-tile `t % ceil(M/BM)` of n-tile `t / ceil(M/BM)` (M fastest: neighbouring
+/// blocks share a weight tile); grouped, the group whose tiles hold `t` (a scan over the groups, G loads per
+/// tile), then the same order inside it. `tag` prefixes the variables (one walk per role).
+fn locate(
+    b: &mut KernelBuilder,
+    tag: &str,
+    t: Expr,
+    offs: Option<TensorId>,
+    (m, g_count, n_tiles): (&Expr, &Expr, &Expr),
+    bm: u32,
+    bn: u32,
+) -> TileAt {
+    let (g, local) = if offs.is_some() {
+        let seen = b.let_var(&format!("{tag}_seen"), 0i64);
+        let grp = b.let_var(&format!("{tag}_grp"), 0i64);
+        let local = b.let_var(&format!("{tag}_local"), 0i64);
+        b.for_(&format!("{tag}_g"), 0i64, g_count.clone(), 1i64, |b, g| {
+            let rows = group_end(offs, m, &g) - group_start(offs, &g);
+            let tg = b.let_(&format!("{tag}_tg"), rows.ceil_div(bm as i64) * n_tiles.clone());
+            b.if_(t.ge(Expr::Var(seen)).and(t.lt(Expr::Var(seen) + tg.clone())), |b| {
+                b.assign(grp, g.clone());
+                b.assign(local, &t - Expr::Var(seen));
+            });
+            b.assign(seen, Expr::Var(seen) + tg);
+        });
+        (Expr::Var(grp), Expr::Var(local))
+    } else {
+        (Expr::Int(0), t)
+    };
+    let start = b.let_(&format!("{tag}_start"), group_start(offs, &g));
+    let rows_g = b.let_(&format!("{tag}_rows_g"), group_end(offs, m, &g) - start.clone());
+    let mt_count = rows_g.ceil_div(bm as i64);
+    let mt = b.let_(&format!("{tag}_mt"), &local % mt_count.clone());
+    let n0 = b.let_(&format!("{tag}_n0"), (&local / mt_count) * bn as i64);
+    let r0 = b.let_(&format!("{tag}_r0"), start + &mt * bm as i64);
+    let rows = b.let_(&format!("{tag}_rows"), rows_g - &mt * bm as i64);
+    TileAt { g, r0, rows, n0 }
 }

@@ -140,8 +140,8 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs) -> Result<Fp8Cfg, OpError> {
     if !spec.act8 {
         missing.push("MXFP8 activations");
     }
-    if spec.grouped {
-        missing.push("dense problems only (grouped: not yet)");
+    if spec.grouped && !first {
+        missing.push("dense problems only (grouped: F8V=4)");
     }
     if spec.epilogue.is_glu() || spec.row_scale {
         missing.push("no epilogue or routing weight (not yet)");
@@ -164,7 +164,10 @@ const FIRST_SMEM: u32 = 227 * 1024 - 1024;
 pub fn kernels(spec: &MatSpec, knobs: &Knobs) -> Result<Vec<Kernel>, OpError> {
     let c = resolve(spec, knobs)?;
     if c.first {
-        return Ok(vec![first::build_convert(c.knobs())?, first::build_main(&c, spec.out_vec)?]);
+        return Ok(vec![
+            first::build_convert(c.knobs(), spec.grouped)?,
+            first::build_main(&c, spec.grouped, spec.out_vec)?,
+        ]);
     }
     Ok(vec![kernel::build(&c, spec.kb_align, spec.out_vec)?])
 }
@@ -178,11 +181,19 @@ pub fn plan(
     knobs: &Knobs,
 ) -> Result<Plan, OpError> {
     let mut c = resolve(spec, knobs)?;
-    let (n, k) = (w.n, w.k);
+    let (g, n, k) = (w.groups, w.n, w.k);
     // F8V=3: every row's scale bytes within 12 of its minimum and none NaN, else the F8V=2 kernel.
     let kb = k / BLOCK;
-    let lo: Option<Vec<u8>> = if c.fold { fold_rows(&w.s, n, kb) } else { None };
+    let lo: Option<Vec<u8>> = if c.fold { fold_rows(&w.s, g * n, kb) } else { None };
     c.fold = lo.is_some();
+    if c.first && !c.fold && spec.grouped {
+        return Err(invalid(
+            knobs,
+            "MMA=fp8,F8V=4 on grouped problems needs weight rows whose scale bytes span at most 12 and hold no NaN \
+             (the F8V=2 fallback is dense only)"
+                .into(),
+        ));
+    }
     if c.first && !c.fold {
         // F8V=4 falls back to the F8V=2 kernel at its ring depth (at most 4: its stages hold other tiles).
         c.first = false;
@@ -203,20 +214,32 @@ pub fn plan(
     };
     let xq = plan.input("xq", HostTensor::from_bytes(DType::U32, &[m, k / 4], t.q.clone()));
     let xs = plan.input("xs", HostTensor::from_bytes(DType::U8, &[m, k / BLOCK], t.s.clone()));
-    let wq = plan.input("wq", HostTensor::from_bytes(DType::U32, &[n, k / 8], q.clone()));
     if let (true, Some(lo)) = (c.first, &lo) {
-        // F8V=4: the first launch converts the weights and the activation factors, then the GEMM.
+        // F8V=4: the first launch converts the weights (all groups' rows as one [G*N, K] matrix) and the
+        // activation factors, then the GEMM.
+        let rows = |last: usize| if spec.grouped { vec![g, n, last] } else { vec![n, last] };
+        let wq = plan.input("wq", HostTensor::from_bytes(DType::U32, &rows(k / 8), q.clone()));
         let u: Vec<u8> = w.s.iter().enumerate().map(|(i, &s)| s - lo[i / kb]).collect();
-        let ws = plan.input("ws", HostTensor::from_bytes(DType::U8, &[n, kb], u));
+        let ws = plan.input("ws", HostTensor::from_bytes(DType::U8, &rows(kb), u));
         let mp = m.next_multiple_of(4);
-        let w8 = plan.scratch("w8", DType::U32, &[n, k / 4]);
+        let w8 = plan.scratch("w8", DType::U32, &rows(k / 4));
         let fa = plan.scratch("fa", DType::F32, &[kb, mp]);
-        plan.step(first::build_convert(c.knobs())?, &[wq, ws, xs, w8, fa], &[]);
-        let wl = plan.input("wl", HostTensor::from_bytes(DType::U8, &[n], lo.clone()));
+        plan.step(first::build_convert(c.knobs(), spec.grouped)?, &[wq, ws, xs, w8, fa], &[]);
+        let main = first::build_main(&c, spec.grouped, spec.out_vec)?;
         let y = plan.output("y", DType::Bf16, &[m, n]);
-        plan.step(first::build_main(&c, spec.out_vec)?, &[xq, fa, w8, wl, y], &[]);
+        if spec.grouped {
+            let offs = inp.offs.ok_or_else(|| OpError::Internal("grouped MMA=fp8 without offs".into()))?;
+            let offs: Vec<i64> = offs.iter().map(|&v| v as i64).collect();
+            let offs = plan.input("offs", HostTensor::from_i64(DType::I32, &[g], &offs));
+            let wl = plan.input("wl", HostTensor::from_bytes(DType::U8, &[g, n], lo.clone()));
+            plan.step(main, &[xq, fa, w8, wl, offs, y], &[]);
+        } else {
+            let wl = plan.input("wl", HostTensor::from_bytes(DType::U8, &[n], lo.clone()));
+            plan.step(main, &[xq, fa, w8, wl, y], &[]);
+        }
         return Ok(plan);
     }
+    let wq = plan.input("wq", HostTensor::from_bytes(DType::U32, &[n, k / 8], q.clone()));
     let main = kernel::build(&c, spec.kb_align, spec.out_vec)?;
     let y;
     if let Some(lo) = lo {
