@@ -1,15 +1,25 @@
-"""The table of lab/2026-12-07/mx-fp8-3/run.sh: one row per (variant, M) from `k3k bench`'s per-knob-set lines
-("  custom DIMS  T ms rel E ok [knobs]", or "FAILED to run"), with cuBLAS bf16 and torch._scaled_mm FP8 rowwise
-from peers.json (same run, same problems). Usage: python3 table.py bench.txt [peers.json]"""
-import json, re, sys
+"""The table of lab/2026-12-07/mx-fp8-3/run.sh: one row per (variant, problem) from `k3k bench`'s per-knob-set
+lines ("  custom DIMS  T ms rel E ok [knobs]", or "FAILED to run"), the problem's FLOPs from the bench reports,
+and the peers of the same run and problems from the peers files (cuBLAS bf16 / torch._grouped_mm bf16, and
+torch._scaled_mm / _scaled_grouped_mm FP8 rowwise). Usage: python3 table.py WORK (bench*.txt, peers*.json and the
+reports under it)"""
+import glob, json, os, re, sys
 
-lines = open(sys.argv[1]).read().splitlines()
-peers = {}
-try:
-    for r in json.load(open(sys.argv[2])).get("rows", []):
-        peers[(r["preset"], "fp8" if "scaled" in r["peer"] else "bf16")] = r["ms"]
-except Exception as e:  # no peers (a call cut short, or no torch): the k3k rows alone
-    print(f"(no peers: {e})")
+w = sys.argv[1]
+flops, peers = {}, {}
+for f in glob.glob(os.path.join(w, "**", "mxfp4_matmul.json"), recursive=True):
+    try:
+        for r in json.load(open(f)).get("rows", []):
+            flops[r["preset"]] = r.get("flops")
+    except Exception as e:  # a report cut short: say so, keep going
+        print(f"(unreadable {f}: {e})")
+for f in sorted(glob.glob(os.path.join(w, "peers*.json"))):
+    try:
+        for r in json.load(open(f)).get("rows", []):
+            if r.get("ms"):
+                peers[(r["preset"], "fp8" if "scaled" in r["peer"] else "bf16")] = (r["peer"], r["ms"])
+    except Exception as e:  # no peers (a call cut short, or no torch): the k3k rows alone
+        print(f"(no peers in {f}: {e})")
 
 
 def variant(kn):
@@ -23,28 +33,34 @@ def variant(kn):
     return v
 
 
-print(f"{'variant':<34} {'M':>5} {'ms':>8} {'TFLOP/s':>8} {'xcuBLAS':>7} {'x_smm':>6}  check")
+def short(preset):
+    g = re.search(r"G=(\d+),mean=(\d+)", preset)
+    return f"G{g.group(1)}x{g.group(2)}" if g else "M" + re.search(r"M=(\d+)", preset).group(1)
+
+
+print("(x bf16 = the bf16 peer's ms / k3k ms: cuBLAS dense, torch._grouped_mm grouped; x fp8 = torch._scaled_mm")
+print(" or _scaled_grouped_mm FP8 rowwise; both peers timed in this run on the same problems)")
+print(f"{'variant':<30} {'problem':>9} {'ms':>8} {'TFLOP/s':>8} {'x bf16':>7} {'x fp8':>6}  check")
 rows = []
-for ln in lines:
-    m = re.match(r"^  (custom \S+)\s+(\S+) ms rel (\S+) (ok|CHECK FAILED) \[(.*)\]", ln)
-    f = re.match(r"^  (custom \S+)\s+FAILED to run \[(.*?)\]", ln)
-    if not (m or f):
-        continue
-    preset = (m or f).group(1)
-    mm = int(re.search(r"M=(\d+)", preset).group(1))
-    n = int(re.search(r"N=(\d+)", preset).group(1))
-    k = int(re.search(r"K=(\d+)", preset).group(1))
-    if f:
-        rows.append((mm, f"{variant(f.group(2)):<34} {mm:>5} {'-':>8} {'-':>8} {'-':>7} {'-':>6}  FAILED to run"))
-        continue
-    ms = float(m.group(2))
-    tf = 2 * mm * n * k / (ms * 1e-3) / 1e12
-    cb, sm = peers.get((preset, "bf16")), peers.get((preset, "fp8"))
-    x = lambda p: f"{p / ms:7.2f}" if p else "      -"
-    rows.append((mm, f"{variant(m.group(5)):<34} {mm:>5} {ms:8.4f} {tf:8.1f} {x(cb)} {x(sm)[1:]}  {m.group(3)} {m.group(4)}"))
-for _, r in sorted(rows, key=lambda r: r[0]):
+for f in sorted(glob.glob(os.path.join(w, "bench*.txt"))):
+    for ln in open(f).read().splitlines():
+        m = re.match(r"^  (custom \S+)\s+(\S+) ms rel (\S+) (ok|CHECK FAILED) \[(.*)\]", ln)
+        e = re.match(r"^  (custom \S+)\s+FAILED to run \[(.*?)\]", ln)
+        if not (m or e):
+            continue
+        preset = (m or e).group(1)
+        if e:
+            rows.append(f"{variant(e.group(2)):<30} {short(preset):>9} {'-':>8} {'-':>8} {'-':>7} {'-':>6}  FAILED to run")
+            continue
+        ms = float(m.group(2))
+        fl = flops.get(preset)
+        tf = f"{fl / (ms * 1e-3) / 1e12:8.1f}" if fl else "       -"
+        cb, sm = peers.get((preset, "bf16")), peers.get((preset, "fp8"))
+        x = lambda p: f"{p[1] / ms:7.2f}" if p else "      -"
+        rows.append(f"{variant(m.group(5)):<30} {short(preset):>9} {ms:8.4f} {tf} {x(cb)} {x(sm)[1:]}  {m.group(3)} {m.group(4)}")
+for r in rows:
     print(r)
-for (preset, kind), ms in sorted(peers.items()):
-    mm, n, k = (int(re.search(rf"{d}=(\d+)", preset).group(1)) for d in "MNK")
-    name = "cuBLAS bf16" if kind == "bf16" else "torch._scaled_mm fp8 rowwise"
-    print(f"{'peer ' + name:<34} {mm:>5} {ms:8.4f} {2 * mm * n * k / (ms * 1e-3) / 1e12:8.1f}")
+for (preset, _), (name, ms) in sorted(peers.items()):
+    fl = flops.get(preset)
+    tf = f"{fl / (ms * 1e-3) / 1e12:8.1f}" if fl else "       -"
+    print(f"{'peer ' + name[:25]:<30} {short(preset):>9} {ms:8.4f} {tf}")
