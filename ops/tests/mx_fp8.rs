@@ -47,6 +47,9 @@ fn fp8_dense_matches_reference() {
             // cursor crossing tiles when a tile has fewer slices than the ring).
             fp8(&[("F8V", 4), ("CPS", 1)]),
             fp8(&[("BM", 64), ("BN", 24), ("STAGES", 3), ("F8V", 4), ("CPS", 1)]),
+            // F8V=5: the next slice's first product before a slice's last promotion (K32: one slice per tile).
+            fp8(&[("F8V", 5)]),
+            fp8(&[("BM", 64), ("BN", 24), ("STAGES", 3), ("F8V", 5), ("CPS", 1)]),
         ] {
             run(&dense(m, k, n, wide), rng.random(), &kn);
         }
@@ -58,9 +61,10 @@ fn fp8_one_temporary_and_wide_tiles() {
     let mut rng = StdRng::seed_from_u64(rand::rng().random());
     run(&dense(70, 384, 200, 1), rng.random(), &fp8(&[("BM", 64), ("BN", 200), ("STAGES", 3)]));
     // F8V=4 over many tiles: 3 x 9 of them, one per block or 6-7 per persistent block.
-    for cps in [0, 1] {
-        let kn = fp8(&[("BM", 64), ("BN", 24), ("STAGES", 4), ("F8V", 4), ("CPS", cps)]);
+    for (v, cps) in [(4, 0), (4, 1), (5, 0), (5, 1)] {
+        let kn = fp8(&[("BM", 64), ("BN", 24), ("STAGES", 4), ("F8V", v), ("CPS", cps)]);
         assert_eq!(run(&dense(130, 160, 200, 0), rng.random(), &kn), 2);
+        assert_eq!(run(&dense(70, 800, 40, 0), rng.random(), &kn), 2);
     }
 }
 
@@ -82,6 +86,7 @@ fn first_launch_grouped_matches_reference() {
             fp8(&[("F8V", 4), ("BM", 64), ("BN", 16), ("STAGES", 3)]),
             fp8(&[("F8V", 4), ("BM", 64), ("BN", 24), ("STAGES", 4), ("CPS", 1)]),
             fp8(&[("F8V", 4), ("BN", 200), ("CPS", 1)]),
+            fp8(&[("F8V", 5), ("BM", 64), ("BN", 24), ("STAGES", 3), ("CPS", 1)]),
         ] {
             assert_eq!(run(&p, rng.random(), &kn), 2, "{dims:?} [{kn}]");
         }
@@ -116,6 +121,7 @@ fn fp8_refuses_what_it_does_not_cover() {
     assert!(matches!(inst.plan(&fp8(&[("F8V", 9)])), Err(OpError::InvalidKnobs { .. })));
     // F8V=4: CPS 0 or 1; a ring that does not fit the shared memory.
     assert!(matches!(inst.plan(&fp8(&[("F8V", 4), ("CPS", 4)])), Err(OpError::InvalidKnobs { .. })));
+    assert!(matches!(inst.plan(&fp8(&[("F8V", 5), ("BN", 192)])), Err(OpError::InvalidKnobs { .. })));
     let big = fp8(&[("F8V", 4), ("BN", 256), ("STAGES", 6)]);
     assert!(matches!(inst.plan(&big), Err(OpError::InvalidKnobs { why, .. }) if why.contains("shared memory")));
     // K not a multiple of 32: the operator's typed error, whatever the path.
@@ -143,6 +149,8 @@ fn fp8_kernels_assemble_without_spills() {
         fp8(&[("F8V", 4), ("BN", 64)]),
         fp8(&[("F8V", 4), ("CPS", 1)]),
         fp8(&[("F8V", 4), ("CPS", 1), ("BN", 192)]),
+        fp8(&[("F8V", 5)]),
+        fp8(&[("F8V", 5), ("CPS", 1)]),
     ] {
         for k in op.kernels(&p, &kn).unwrap() {
             let m = build(&k, BuildOptions { assemble: true }).unwrap_or_else(|e| panic!("{}: {e}", k.name));
@@ -213,6 +221,7 @@ fn first_launch_fold_edges_match_the_reference() {
             fp8(&[("F8V", 4)]),
             fp8(&[("F8V", 4), ("BM", 64), ("BN", 24), ("STAGES", 3)]),
             fp8(&[("F8V", 4), ("BM", 64), ("BN", 16), ("STAGES", 3), ("CPS", 1)]),
+            fp8(&[("F8V", 5), ("BM", 64), ("BN", 16), ("STAGES", 3)]),
         ] {
             let plan = matmul_plan(&w, &inp, &kn).unwrap();
             assert_eq!(plan.steps.len(), if case == "fold" { 2 } else { 1 }, "{case} [{kn}]");

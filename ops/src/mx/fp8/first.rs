@@ -139,7 +139,8 @@ pub fn build_main(c: &Fp8Cfg, grouped: bool, out_vec: u32) -> Result<Kernel, OpE
     let threads = 128 * wgs;
     let p = if c.persist { "_p" } else { "" };
     let kind = if grouped { "grouped" } else { "dense" };
-    let name = format!("k3k_mxfp4_mm8_first_{kind}_o{out_vec}_bm{bm}_bn{bn}_st{st}_t{}{p}", c.tmps);
+    let x = if c.cross { "_x" } else { "" };
+    let name = format!("k3k_mxfp4_mm8_first_{kind}_o{out_vec}_bm{bm}_bn{bn}_st{st}_t{}{x}{p}", c.tmps);
     let mut b = KernelBuilder::new(&name, threads);
     b.knobs(c.knobs());
     b.producer_warp();
@@ -251,44 +252,24 @@ pub fn build_main(c: &Fp8Cfg, grouped: bool, out_vec: u32) -> Result<Kernel, OpE
             });
         });
         b.map(acc, 0.0f64);
-        b.for_("kt", 0i64, k_tiles.clone(), 1i64, |b, _| {
-            let slot = b.let_("slot", Expr::Var(cs));
-            b.mbar_wait(full, slot.clone(), Expr::Var(cp));
-            for (j, &v) in fv.iter().enumerate() {
-                b.vec_map(v, Expr::shared_load(sf, slot.clone(), j as i64, Expr::RowIdx));
-            }
-            let prod = |b: &mut KernelBuilder, j: u32, t: TileId| {
-                let a = Operand::Shared { src: b.window(sa, slot.clone(), 0, 8 * j, bm, 8), transpose: false };
-                let w = Operand::Shared { src: b.window(sb, slot.clone(), 0, 8 * j, bn, 8), transpose: true };
-                b.mma_async_init(t, a, w, false);
-            };
-            let promote = |b: &mut KernelBuilder, j: u32, t: TileId| {
-                b.map(acc, Expr::Elem(acc) + Expr::Elem(t) * Expr::RowVal(fv[j as usize]));
-            };
-            if tmps.len() == 1 {
-                for j in 0..4 {
-                    prod(b, j, tmps[0]);
-                    b.mma_wait(0);
-                    promote(b, j, tmps[0]);
-                }
-            } else {
-                prod(b, 0, tmps[0]);
-                for j in 0..4u32 {
-                    if j < 3 {
-                        prod(b, j + 1, tmps[((j + 1) % 2) as usize]);
-                        b.mma_wait(1);
-                    } else {
-                        b.mma_wait(0);
-                    }
-                    promote(b, j, tmps[(j % 2) as usize]);
-                }
-            }
-            // The slice's products are complete and its factors read: release the slot; the producer refills
-            // it with the walk's slice STAGES ahead.
-            b.mbar_arrive_cluster(empty, slot, 0i64);
-            advance(b, cs, cp, st);
+        let sl = Slices { sa, sb, sf, full, empty, acc, bm, bn, st };
+        if c.cross {
+            // F8V=5: the slice's first product issued by the previous slice (or here, for the tile's first).
+            sl.enter(b, Expr::Var(cs), Expr::Var(cp), &fv);
+            sl.product(b, Expr::Var(cs), 0, tmps[0]);
+            b.for_("kt", 0i64, k_tiles.clone() - 1i64, 1i64, |b, _| {
+                sl.slice(b, (cs, cp), &fv, &tmps, (true, true));
+                b.producer(produce);
+            });
+            sl.slice(b, (cs, cp), &fv, &tmps, (true, false));
             b.producer(produce);
-        });
+        } else {
+            b.for_("kt", 0i64, k_tiles.clone(), 1i64, |b, _| {
+                sl.enter(b, Expr::Var(cs), Expr::Var(cp), &fv);
+                sl.slice(b, (cs, cp), &fv, &tmps, (false, false));
+                b.producer(produce);
+            });
+        }
         // The swl stores above are visible to every consumer (a barrier of the consumers: nested in a loop).
         b.barrier();
         // The conversion's 2^-6, then the fold's 2^(lo_n - 127) per column.
@@ -301,6 +282,99 @@ pub fn build_main(c: &Fp8Cfg, grouped: bool, out_vec: u32) -> Result<Kernel, OpE
         b.barrier();
     });
     Ok(b.finish()?)
+}
+
+/// The consumers' side of the ring: the shared tiles, barriers and the accumulator a slice's products use.
+struct Slices {
+    sa: SharedId,
+    sb: SharedId,
+    sf: SharedId,
+    full: MbarId,
+    empty: MbarId,
+    acc: TileId,
+    bm: u32,
+    bn: u32,
+    st: u32,
+}
+
+impl Slices {
+    /// Wait for the slice in ring slot `slot` (phase parity `phase`) and take its factor rows into registers.
+    fn enter(&self, b: &mut KernelBuilder, slot: Expr, phase: Expr, fv: &[VecId]) {
+        b.mbar_wait(self.full, slot.clone(), phase);
+        for (j, &v) in fv.iter().enumerate() {
+            b.vec_map(v, Expr::shared_load(self.sf, slot.clone(), j as i64, Expr::RowIdx));
+        }
+    }
+
+    /// Issue block `j`'s product of the slice in `slot` into the temporary `t` (scale-d 0).
+    fn product(&self, b: &mut KernelBuilder, slot: Expr, j: u32, t: TileId) {
+        let a = Operand::Shared { src: b.window(self.sa, slot.clone(), 0, 8 * j, self.bm, 8), transpose: false };
+        let w = Operand::Shared { src: b.window(self.sb, slot, 0, 8 * j, self.bn, 8), transpose: true };
+        b.mma_async_init(t, a, w, false);
+    }
+
+    /// `acc += t * fa_j` per row: one FFMA per element.
+    fn promote(&self, b: &mut KernelBuilder, t: TileId, f: VecId) {
+        b.map(self.acc, Expr::Elem(self.acc) + Expr::Elem(t) * Expr::RowVal(f));
+    }
+
+    /// The products and promotions of the slice in ring slot `cs` (entered), then its release and the ring's
+    /// advance. Two temporaries: block j+1's product runs during block j's promotion. F8V=5 (`pre`): block 0's
+    /// product was issued before (by the previous slice, or the tile's start: it runs during that slice's last
+    /// promotion, release and bookkeeping); `next`: the next slice's block 0 is issued after waiting for that
+    /// slice and before this one's last promotion, and its factors are taken after the release.
+    fn slice(
+        &self,
+        b: &mut KernelBuilder,
+        (cs, cp): (VarId, VarId),
+        fv: &[VecId],
+        tmps: &[TileId],
+        (pre, next): (bool, bool),
+    ) {
+        let slot = b.let_("slot", Expr::Var(cs));
+        if pre {
+            // Block 0's product (issued during the previous slice's last promotion) completes here, at the top of
+            // the loop body: ptxas serializes every wgmma of the kernel when one issued before the loop's back
+            // edge is still in flight as the next iteration issues its products (ptxas 13.0, C7514).
+            b.mma_wait(0);
+        }
+        if tmps.len() == 1 {
+            for j in 0..4 {
+                self.product(b, slot.clone(), j, tmps[0]);
+                b.mma_wait(0);
+                self.promote(b, tmps[0], fv[j as usize]);
+            }
+        } else {
+            if !pre {
+                self.product(b, slot.clone(), 0, tmps[0]);
+            }
+            for j in 0..3u32 {
+                self.product(b, slot.clone(), j + 1, tmps[((j + 1) % 2) as usize]);
+                b.mma_wait(1);
+                self.promote(b, tmps[(j % 2) as usize], fv[j as usize]);
+            }
+            if next {
+                let wrap = b.let_("nwrap", (Expr::Var(cs) + 1i64).eq(self.st as i64));
+                let next = b.let_("nslot", Expr::select(wrap.clone(), 0i64, Expr::Var(cs) + 1i64));
+                let phase = Expr::select(wrap, Expr::Var(cp).bitxor(1i64), Expr::Var(cp));
+                b.mbar_wait(self.full, next.clone(), phase);
+                self.product(b, next, 0, tmps[0]);
+                b.mma_wait(1);
+            } else {
+                b.mma_wait(0);
+            }
+            self.promote(b, tmps[1], fv[3]);
+        }
+        // The slice's products are complete and its factors read: release the slot; the producer refills it with
+        // the walk's slice STAGES ahead.
+        b.mbar_arrive_cluster(self.empty, slot, 0i64);
+        advance(b, cs, cp, self.st);
+        if next {
+            for (j, &v) in fv.iter().enumerate() {
+                b.vec_map(v, Expr::shared_load(self.sf, Expr::Var(cs), j as i64, Expr::RowIdx));
+            }
+        }
+    }
 }
 
 /// A ring position one slot on: `slot + 1`, wrapping to 0 with the phase flipped.

@@ -42,10 +42,13 @@ pub struct Fp8Cfg {
     /// F8V=4 with CPS=1: a persistent grid (one block per SM walks every grid-th tile, its producer running on
     /// into the next tile during the epilogue); CPS=0: one block per tile.
     pub persist: bool,
+    /// F8V=5: as 4, with the next slice's first product issued before a slice's last promotion (two
+    /// temporaries, BN <= 128).
+    pub cross: bool,
 }
 
 /// The newest kernel generation (knob `F8V`).
-pub const LATEST: u32 = 4;
+pub const LATEST: u32 = 5;
 /// The generation `F8V=0` means: the one that has run on a GPU (the H100, 2026-12-06: correct, 1.049 ms at M4096
 /// N6144 K3584); 2 and 3 pass the CPU checks and assemble without spills but have not run on a GPU yet.
 pub const DEFAULT: u32 = 1;
@@ -53,7 +56,9 @@ pub const DEFAULT: u32 = 1;
 impl Fp8Cfg {
     /// The generation these flags make (knob `F8V`).
     pub fn version(&self) -> u32 {
-        if self.first {
+        if self.cross {
+            5
+        } else if self.first {
             4
         } else if self.fold {
             3
@@ -100,7 +105,7 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs) -> Result<Fp8Cfg, OpError> {
     }
     let (bm, bn) = (get("BM", 128)?, get("BN", 128)?);
     // F8V=4: the deepest ring up to 6 that fits the shared memory.
-    let st_auto = if ver == 4 { (FIRST_SMEM / first::stage_bytes(bm, bn)).clamp(3, 6) } else { 4 };
+    let st_auto = if ver >= 4 { (FIRST_SMEM / first::stage_bytes(bm, bn)).clamp(3, 6) } else { 4 };
     let stages = get("STAGES", st_auto)?;
     let bk = get("BK", 128)?;
     if !matches!(bm, 64 | 128)
@@ -123,7 +128,7 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs) -> Result<Fp8Cfg, OpError> {
     if first && cps > 1 {
         return Err(invalid(
             knobs,
-            format!("MMA=fp8,F8V=4 takes CPS 0 (a block per tile) or 1 (persistent), got {cps}"),
+            format!("MMA=fp8,F8V={ver} takes CPS 0 (a block per tile) or 1 (persistent), got {cps}"),
         ));
     }
     let persist = first && cps == 1;
@@ -131,7 +136,7 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs) -> Result<Fp8Cfg, OpError> {
         return Err(invalid(
             knobs,
             format!(
-                "MMA=fp8,F8V=4: STAGES={stages} x {} bytes per stage at BM={bm} BN={bn} is over the {FIRST_SMEM} bytes of shared memory a block may take",
+                "MMA=fp8,F8V={ver}: STAGES={stages} x {} bytes per stage at BM={bm} BN={bn} is over the {FIRST_SMEM} bytes of shared memory a block may take",
                 first::stage_bytes(bm, bn)
             ),
         ));
@@ -154,7 +159,11 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs) -> Result<Fp8Cfg, OpError> {
     }
     // Registers per thread: the accumulator and the temporaries, BN/2 each per 64 rows.
     let tmps = if bn <= 128 { 2 } else { 1 };
-    Ok(Fp8Cfg { bm, bn, stages, tmps, tma, fa_reg, fold, first, persist })
+    let cross = ver == 5;
+    if cross && tmps != 2 {
+        return Err(invalid(knobs, format!("MMA=fp8,F8V=5 needs two temporaries: BN <= 128 (got BN={bn})")));
+    }
+    Ok(Fp8Cfg { bm, bn, stages, tmps, tma, fa_reg, fold, first, persist, cross })
 }
 
 /// Shared memory a block of the F8V=4 main kernel may take for its ring (227 KB less room for the barriers).
@@ -198,6 +207,7 @@ pub fn plan(
         // F8V=4 falls back to the F8V=2 kernel at its ring depth (at most 4: its stages hold other tiles).
         c.first = false;
         c.persist = false;
+        c.cross = false;
         c.stages = c.stages.min(4);
     }
     let mut plan = Plan::default();

@@ -70,8 +70,9 @@ pub fn knob_space() -> KnobSpace {
              dequantizes first; same fold condition and fallback to 2), then a plain FP8 x FP8 wgmma GEMM: a \
              producer warpgroup fills a TMA ring (STAGES auto: up to 6) of activation codes, E4M3 weights and \
              activation factors, the promotion one FFMA per element with the activation factor only; \
+             5 = as 4, with the next slice's first product issued before a slice's last promotion (BN <= 128); \
              0 = 1 (the one run on a GPU so far)",
-            [0i64, 1, 2, 3, 4],
+            [0i64, 1, 2, 3, 4, 5],
         )
         .accepts(
             "BN",
@@ -81,7 +82,7 @@ pub fn knob_space() -> KnobSpace {
         )
         .accepts(
             "CPS",
-            "MMA=fp8,F8V=4: 1 = a persistent grid, one block per SM walking every grid-th output tile (its producer \
+            "MMA=fp8,F8V=4 and 5: 1 = a persistent grid, one block per SM walking every grid-th output tile (its producer \
              warp loads the next tile's first slices during the epilogue); 0 = one block per tile",
             [1i64],
         )
