@@ -12,6 +12,8 @@ use rand::{Rng, SeedableRng, rngs::StdRng};
 #[allow(dead_code)]
 mod mx_run;
 use mx_run::run;
+#[path = "common/plan_run.rs"]
+mod plan_run;
 
 fn fp8(pairs: &[(&str, i64)]) -> Knobs {
     let mut k = k3k_ops::mx::matmul::default_knobs();
@@ -237,6 +239,27 @@ fn first_launch_fold_edges_match_the_reference() {
                     |e| panic!("{case} column {c} (row scales {:?}) [{kn}]: {e}", &s[c * kb..(c + 1) * kb]),
                 );
             }
+        }
+    }
+}
+
+/// The Cranelift JIT (the second CPU backend) runs the first launch and the producer-warp GEMM, dense and grouped,
+/// one block per tile and persistent, F8V 4 and 5, against the same f64 check.
+#[test]
+fn first_launch_runs_on_the_jit() {
+    let op = Mxfp4Matmul;
+    let seed = plan_run::seed();
+    let grouped = Preset::new("g", &[("G", 3), ("c0", 40), ("c1", 0), ("c2", 77), ("K", 288), ("N", 40), ("act", 1)]);
+    for p in [dense(70, 416, 56, 0), grouped] {
+        let inst = op.instance(&p, seed).unwrap();
+        for kn in [
+            fp8(&[("F8V", 4), ("BM", 64), ("BN", 24), ("STAGES", 3)]),
+            fp8(&[("F8V", 5), ("BM", 64), ("BN", 16), ("STAGES", 3), ("CPS", 1)]),
+        ] {
+            let plan = inst.plan(&kn).unwrap();
+            assert_eq!(plan.steps.len(), 2);
+            let r = inst.check(&plan_run::run_plan_jit(&plan)).unwrap();
+            assert!(r.passed, "{} [{kn}]: rel {:.3e} {}", p.name, r.max_rel_err, r.detail);
         }
     }
 }
