@@ -1,5 +1,5 @@
-//! `MMA=fp8,F8V=4`: the weights converted E2M1 -> E4M3 by a first launch, then a plain FP8 x FP8 `wgmma` GEMM
-//! (lab/2026-12-07/mx-fp8-3.md). What F8V=3 does per slice and CTA in its K loop, [`build_convert`] does once per
+//! `MMA=fp8,F8V=4` (and 5): the weights converted E2M1 -> E4M3 by a first launch, then a plain FP8 x FP8 `wgmma`
+//! GEMM (lab/2026-12-07/mx-fp8-3.md), dense or grouped. What F8V=3 does per slice and CTA in its K loop, [`build_convert`] does once per
 //! weight word, as `PATH=dq_gemm` dequantizes to bf16 first:
 //!
 //! 1. **Convert** (one launch, two parts by block index):
@@ -18,11 +18,13 @@
 //!    128: block j+1's product runs during block j's promotion) and `acc += tmp * fa[m, j]`: one FFMA per
 //!    accumulator element and block, no conversion and no weight factor in the loop. The slot is released (one
 //!    arrival per warp) after the slice's last product and factor read. At the end `acc * 64 * 2^(lo_n - 127)`
-//!    per column (`wl`), then the bf16 store.
+//!    per column (`wl`), then the bf16 store. F8V=5: the next slice's first product runs during a slice's last
+//!    promotion ([`Slices::slice`]). The tile walk: one block per tile, or persistent (CPS=1); grouped, the tiles
+//!    of each group with tokens.
 //!
 //! Exactness: as F8V=3 (every E4M3 product exact, each block's 32 products summed by the tensor core, then
 //! scaled by a power of two; the fold's condition is checked on the host, rows that span more than 12 or hold
-//! a NaN scale make the plan fall back to the F8V=2 kernel).
+//! a NaN scale make a dense plan fall back to the F8V=2 kernel and a grouped one a typed error).
 
 use super::super::e8m0;
 use super::Fp8Cfg;
@@ -40,10 +42,10 @@ pub fn stage_bytes(bm: u32, bn: u32) -> u32 {
     bm * 128 + bn * 128 + 4 * 4 * bm
 }
 
-/// The first launch. Tensors (grouped: `[G, N, ..]` weights): `wq: [N, KW] u32` (natural-layout E2M1 words), `ws: [N, KB] u8` (the fold's
-/// shifts u, 0..=12), `xs: [M, KB] u8` (the activations' E8M0 scales), `w8: [N, KX] u32` (written: E4M3 words),
-/// `fa: [KB, MP] f32` (written: activation factors, transposed). The launcher guarantees KX = 2 KW = 8 KB,
-/// MP = M rounded up to a multiple of 4.
+/// The first launch. Tensors: `wq: [N, KW] u32` (natural-layout E2M1 words), `ws: [N, KB] u8` (the fold's shifts
+/// u, 0..=12), `xs: [M, KB] u8` (the activations' E8M0 scales), `w8: [N, KX] u32` (written: E4M3 words), `fa: [KB,
+/// MP] f32` (written: activation factors, transposed); grouped, the weight tensors are `[G, N, ..]`. The launcher
+/// guarantees KX = 2 KW = 8 KB, MP = M rounded up to a multiple of 4.
 pub fn build_convert(knobs: Knobs, grouped: bool) -> Result<Kernel, OpError> {
     let t = CVT_THREADS;
     let mut b = KernelBuilder::new(&format!("k3k_mxfp4_mm8_cvt{}_t{t}", if grouped { "_g" } else { "" }), t);
@@ -204,11 +206,21 @@ pub fn build_main(c: &Fp8Cfg, grouped: bool, out_vec: u32) -> Result<Kernel, OpE
     b.mbar_init(empty, threads / 32);
     let bytes = stage_bytes(bm, bn);
 
-    // The producer's cursor (assigned and read in producer bodies only): its tile, k-step, ring slot and phase.
+    // The producer's cursor (assigned and read in producer bodies only): its tile, k-step, ring slot and phase,
+    // and the tile's coordinates (found once per tile: the producer warp shares a scheduler with consumer warps).
     let pt = b.let_var("p_tile", Expr::block_idx(0));
     let pk = b.let_var("p_kt", 0i64);
     let ps = b.let_var("p_slot", 0i64);
     let pp = b.let_var("p_phase", 0i64);
+    let (pr0, pn0, pg) = (b.let_var("p_r0", 0i64), b.let_var("p_n0", 0i64), b.let_var("p_g", 0i64));
+    let relocate = |b: &mut KernelBuilder| {
+        b.if_(Expr::Var(pt).lt(total.clone()), |b| {
+            let t = locate(b, "p", Expr::Var(pt), offs, (&m, &g_count, &n_tiles), bm, bn);
+            b.assign(pr0, t.r0);
+            b.assign(pn0, t.n0);
+            b.assign(pg, t.g);
+        });
+    };
     // Fill the next slice of the walk into slot p_slot, once its previous use is released (a fresh barrier
     // passes parity 1 at once); rows past M or N and K past the end read zero.
     let produce = |b: &mut KernelBuilder| {
@@ -216,22 +228,26 @@ pub fn build_main(c: &Fp8Cfg, grouped: bool, out_vec: u32) -> Result<Kernel, OpE
             let slot = Expr::Var(ps);
             b.mbar_wait_elected(empty, slot.clone(), Expr::Var(pp).bitxor(1i64));
             b.mbar_arrive_expect_tx(full, slot.clone(), bytes);
-            let t = locate(b, "p", Expr::Var(pt), offs, (&m, &g_count, &n_tiles), bm, bn);
             let k0 = b.let_("pk0", Expr::Var(pk) * 32i64);
-            let pm0 = t.r0;
-            b.tma_load(xm, b.slot(sa, slot.clone()), vec![k0.clone(), pm0.clone()], full, slot.clone());
-            let wc = if grouped { vec![k0, t.n0, t.g] } else { vec![k0, t.n0] };
+            let xc = vec![k0.clone(), Expr::Var(pr0)];
+            b.tma_load(xm, b.slot(sa, slot.clone()), xc, full, slot.clone());
+            let wc = if grouped { vec![k0, Expr::Var(pn0), Expr::Var(pg)] } else { vec![k0, Expr::Var(pn0)] };
             b.tma_load(wm, b.slot(sb, slot.clone()), wc, full, slot.clone());
-            b.tma_load(fm, b.slot(sf, slot.clone()), vec![pm0, Expr::Var(pk) * 4i64], full, slot);
+            let fc = vec![Expr::Var(pr0), Expr::Var(pk) * 4i64];
+            b.tma_load(fm, b.slot(sf, slot.clone()), fc, full, slot);
             advance(b, ps, pp, st);
             b.assign(pk, Expr::Var(pk) + 1i64);
             b.if_(Expr::Var(pk).ge(k_tiles.clone()), |b| {
                 b.assign(pk, 0i64);
                 b.assign(pt, Expr::Var(pt) + Expr::grid_dim(0));
+                relocate(b);
             });
         });
     };
-    b.producer(|b| b.for_("s", 0i64, st as i64, 1i64, |b, _| produce(b)));
+    b.producer(|b| {
+        relocate(b);
+        b.for_("s", 0i64, st as i64, 1i64, |b, _| produce(b));
+    });
 
     // The consumers' ring slot and phase.
     let cs = b.let_var("c_slot", 0i64);

@@ -1,8 +1,10 @@
 //! `mxfp4_matmul` with MXFP8 activations on FP8 tensor cores (knob `MMA=fp8`): the MXFP4 weights converted
 //! exactly to E4M3 on the way into shared memory, the activations' E4M3 codes fed to `wgmma ... .e4m3.e4m3` as
 //! they lie in memory, and the per-32 E8M0 scales of both operands applied exactly to an f32 accumulator per
-//! 32-wide K block ([`kernel`]). Dense problems with natural-layout weights and no epilogue so far; other
-//! variants are refused with a typed error naming what is missing (lab/2026-12-06/mx-fp8.md: the plan).
+//! 32-wide K block ([`kernel`]); F8V=4 and 5 convert the weights by a first launch instead and run a plain FP8
+//! GEMM with a producer warpgroup ([`first`], lab/2026-12-07/mx-fp8-3.md), dense or grouped. Natural-layout
+//! weights and no epilogue so far; other variants are refused with a typed error naming what is missing
+//! (lab/2026-12-06/mx-fp8.md: the plan).
 
 use super::BLOCK;
 use super::matmul::{Act, Fp4Weights, MatInputs, MatSpec, ShapeFacts, WeightBytes};
@@ -49,8 +51,9 @@ pub struct Fp8Cfg {
 
 /// The newest kernel generation (knob `F8V`).
 pub const LATEST: u32 = 5;
-/// The generation `F8V=0` means: the one that has run on a GPU (the H100, 2026-12-06: correct, 1.049 ms at M4096
-/// N6144 K3584); 2 and 3 pass the CPU checks and assemble without spills but have not run on a GPU yet.
+/// The generation `F8V=0` means: the first one run on a GPU (the H100, 2026-12-06: correct, 1.049 ms at M4096
+/// N6144 K3584; 2 and 3 ran there at 23:54 UTC: 0.909 and 0.774 ms); 4 and 5 pass the CPU checks and assemble
+/// without spills but have not run on a GPU yet (lab/2026-12-07/mx-fp8-3/run.sh).
 pub const DEFAULT: u32 = 1;
 
 impl Fp8Cfg {
@@ -98,10 +101,10 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs) -> Result<Fp8Cfg, OpError> {
         let v = if knobs.0.contains_key(name) { knobs.u32(name)? } else { 0 };
         Ok(if v == 0 { auto } else { v })
     };
-    // F8V: the kernel generation (0 = the newest; see `Fp8Cfg::tma` and `fa_reg`).
+    // F8V: the kernel generation (0 = DEFAULT; see the `Fp8Cfg` flags).
     let ver = get("F8V", DEFAULT)?;
     if !(1..=LATEST).contains(&ver) {
-        return Err(invalid(knobs, format!("MMA=fp8 takes F8V 0 (newest) or 1..={LATEST} (got F8V={ver})")));
+        return Err(invalid(knobs, format!("MMA=fp8 takes F8V 0 (= {DEFAULT}) or 1..={LATEST} (got F8V={ver})")));
     }
     let (bm, bn) = (get("BM", 128)?, get("BN", 128)?);
     // F8V=4: the deepest ring up to 6 that fits the shared memory.
@@ -169,7 +172,7 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs) -> Result<Fp8Cfg, OpError> {
 /// Shared memory a block of the F8V=4 main kernel may take for its ring (227 KB less room for the barriers).
 const FIRST_SMEM: u32 = 227 * 1024 - 1024;
 
-/// The kernels of the FP8 path (one launch).
+/// The kernels of the FP8 path (one launch; F8V=4 and 5: the first launch and the GEMM).
 pub fn kernels(spec: &MatSpec, knobs: &Knobs) -> Result<Vec<Kernel>, OpError> {
     let c = resolve(spec, knobs)?;
     if c.first {
