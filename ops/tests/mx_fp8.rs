@@ -12,6 +12,8 @@ use rand::{Rng, SeedableRng, rngs::StdRng};
 #[allow(dead_code)]
 mod mx_run;
 use mx_run::run;
+#[path = "common/plan_run.rs"]
+mod plan_run;
 
 fn fp8(pairs: &[(&str, i64)]) -> Knobs {
     let mut k = k3k_ops::mx::matmul::default_knobs();
@@ -38,6 +40,18 @@ fn fp8_dense_matches_reference() {
             fp8(&[("BM", 64), ("BN", 72)]),
             // F8V=3: folded weight scales where the rows allow (wide = 0), else the F8V=2 kernel (wide = 1).
             fp8(&[("BM", 128), ("BN", 64), ("F8V", 3)]),
+            // F8V=4: the folded weights converted by a first launch, then the producer-warp GEMM (wide = 1: the
+            // F8V=2 kernel); two temporaries, a 3-deep ring, one temporary at BN 200.
+            fp8(&[("F8V", 4)]),
+            fp8(&[("BM", 64), ("BN", 72), ("STAGES", 3), ("F8V", 4)]),
+            fp8(&[("BM", 128), ("BN", 200), ("F8V", 4)]),
+            // CPS=1: the persistent walk (4 blocks on the CPU backends: several tiles per block, the producer's
+            // cursor crossing tiles when a tile has fewer slices than the ring).
+            fp8(&[("F8V", 4), ("CPS", 1)]),
+            fp8(&[("BM", 64), ("BN", 24), ("STAGES", 3), ("F8V", 4), ("CPS", 1)]),
+            // F8V=5: the next slice's first product before a slice's last promotion (K32: one slice per tile).
+            fp8(&[("F8V", 5)]),
+            fp8(&[("BM", 64), ("BN", 24), ("STAGES", 3), ("F8V", 5), ("CPS", 1)]),
         ] {
             run(&dense(m, k, n, wide), rng.random(), &kn);
         }
@@ -48,6 +62,44 @@ fn fp8_dense_matches_reference() {
 fn fp8_one_temporary_and_wide_tiles() {
     let mut rng = StdRng::seed_from_u64(rand::rng().random());
     run(&dense(70, 384, 200, 1), rng.random(), &fp8(&[("BM", 64), ("BN", 200), ("STAGES", 3)]));
+    // F8V=4 over many tiles: 3 x 9 of them, one per block or 6-7 per persistent block.
+    for (v, cps) in [(4, 0), (4, 1), (5, 0), (5, 1)] {
+        let kn = fp8(&[("BM", 64), ("BN", 24), ("STAGES", 4), ("F8V", v), ("CPS", cps)]);
+        assert_eq!(run(&dense(130, 160, 200, 0), rng.random(), &kn), 2);
+        assert_eq!(run(&dense(70, 800, 40, 0), rng.random(), &kn), 2);
+    }
+}
+
+/// F8V=4 grouped: ragged experts with empty groups (the first, between and last), a group smaller than a tile,
+/// groups spanning several m-tiles, one block per tile and the persistent walk (4 blocks on the CPU backends:
+/// the producer's cursor crossing groups), K not a multiple of the slice.
+#[test]
+fn first_launch_grouped_matches_reference() {
+    let mut rng = StdRng::seed_from_u64(rand::rng().random());
+    let cases: [&[(&str, i64)]; 3] = [
+        &[("G", 4), ("c0", 0), ("c1", 17), ("c2", 0), ("c3", 70), ("K", 96), ("N", 34)],
+        &[("G", 5), ("c0", 130), ("c1", 1), ("c2", 64), ("c3", 0), ("c4", 65), ("K", 160), ("N", 40)],
+        &[("G", 3), ("c0", 0), ("c1", 0), ("c2", 9), ("K", 416), ("N", 8)],
+    ];
+    for dims in cases {
+        let p = Preset::new("fp8 grouped", &[dims, &[("act", 1)]].concat());
+        for kn in [
+            fp8(&[("F8V", 4)]),
+            fp8(&[("F8V", 4), ("BM", 64), ("BN", 16), ("STAGES", 3)]),
+            fp8(&[("F8V", 4), ("BM", 64), ("BN", 24), ("STAGES", 4), ("CPS", 1)]),
+            fp8(&[("F8V", 4), ("BN", 200), ("CPS", 1)]),
+            fp8(&[("F8V", 5), ("BM", 64), ("BN", 24), ("STAGES", 3), ("CPS", 1)]),
+        ] {
+            assert_eq!(run(&p, rng.random(), &kn), 2, "{dims:?} [{kn}]");
+        }
+    }
+    // Grouped weights that do not fold: a typed error (the F8V=2 fallback is dense only).
+    let op = Mxfp4Matmul;
+    let wide = Preset::new("wide", &[("G", 2), ("c0", 5), ("c1", 9), ("K", 2048), ("N", 64), ("act", 1), ("wide", 1)]);
+    match op.instance(&wide, 3).unwrap().plan(&fp8(&[("F8V", 4)])) {
+        Err(OpError::InvalidKnobs { why, .. }) => assert!(why.contains("grouped"), "{why}"),
+        other => panic!("expected a knob error, got {:?}", other.map(|_| ())),
+    }
 }
 
 #[test]
@@ -69,6 +121,11 @@ fn fp8_refuses_what_it_does_not_cover() {
     let inst = op.instance(&dense(4, 64, 16, 0), seed).unwrap();
     assert!(matches!(inst.plan(&fp8(&[("BM", 96)])), Err(OpError::InvalidKnobs { .. })));
     assert!(matches!(inst.plan(&fp8(&[("F8V", 9)])), Err(OpError::InvalidKnobs { .. })));
+    // F8V=4: CPS 0 or 1; a ring that does not fit the shared memory.
+    assert!(matches!(inst.plan(&fp8(&[("F8V", 4), ("CPS", 4)])), Err(OpError::InvalidKnobs { .. })));
+    assert!(matches!(inst.plan(&fp8(&[("F8V", 5), ("BN", 192)])), Err(OpError::InvalidKnobs { .. })));
+    let big = fp8(&[("F8V", 4), ("BN", 256), ("STAGES", 6)]);
+    assert!(matches!(inst.plan(&big), Err(OpError::InvalidKnobs { why, .. }) if why.contains("shared memory")));
     // K not a multiple of 32: the operator's typed error, whatever the path.
     let bad = Preset::new("K48", &[("M", 4), ("K", 48), ("N", 16), ("act", 1)]);
     assert!(op.instance(&bad, seed).is_err() || op.instance(&bad, seed).unwrap().plan(&fp8(&[])).is_err());
@@ -82,12 +139,127 @@ fn fp8_kernels_assemble_without_spills() {
     let op = Mxfp4Matmul;
     let p = Preset::new("M4096", &[("M", 4096), ("N", 6144), ("K", 3584), ("act", 1)]);
     // (BN=256 with one temporary takes 255 registers and spills: 2 x 128 accumulator registers per thread.)
-    for kn in [fp8(&[]), fp8(&[("BM", 64), ("BN", 128), ("F8V", 2)]), fp8(&[("F8V", 2)]), fp8(&[("F8V", 3)])] {
+    for kn in [
+        fp8(&[]),
+        fp8(&[("BM", 64), ("BN", 128), ("F8V", 2)]),
+        fp8(&[("F8V", 2)]),
+        fp8(&[("F8V", 3)]),
+        // F8V=4: the first launch and the main kernel at the device script's tile shapes.
+        fp8(&[("F8V", 4)]),
+        fp8(&[("F8V", 4), ("BN", 192)]),
+        fp8(&[("F8V", 4), ("BM", 64), ("BN", 128)]),
+        fp8(&[("F8V", 4), ("BN", 64)]),
+        fp8(&[("F8V", 4), ("CPS", 1)]),
+        fp8(&[("F8V", 4), ("CPS", 1), ("BN", 192)]),
+        fp8(&[("F8V", 5)]),
+        fp8(&[("F8V", 5), ("CPS", 1)]),
+    ] {
         for k in op.kernels(&p, &kn).unwrap() {
             let m = build(&k, BuildOptions { assemble: true }).unwrap_or_else(|e| panic!("{}: {e}", k.name));
             let r = m.resources.clone().unwrap();
             eprintln!("{}: {r:?} smem {}", k.name, k.shared_bytes());
-            assert!(!r.spills(), "{}: {r:?}", k.name);
+            assert!(!r.spills() && !r.wgmma_serialized, "{}: {r:?}", k.name);
+        }
+    }
+    // F8V=4 grouped at the 28-expert prefill shape.
+    let g = Preset::new("G28", &[("G", 28), ("mean", 1024), ("N", 6144), ("K", 3584), ("act", 1)]);
+    for kn in [fp8(&[("F8V", 4)]), fp8(&[("F8V", 4), ("CPS", 1)])] {
+        for k in op.kernels(&g, &kn).unwrap() {
+            let m = build(&k, BuildOptions { assemble: true }).unwrap_or_else(|e| panic!("{}: {e}", k.name));
+            let r = m.resources.clone().unwrap();
+            assert!(!r.spills() && !r.wgmma_serialized, "{}: {r:?}", k.name);
+        }
+    }
+}
+
+/// F8V=4 on hand-made weight scales at the fold's edges, against an f64 reference per output column (each column
+/// is one weight row, so a wrong shift shows in its own column): rows spanning exactly 12 (u = 0 and 12 both
+/// present; a row whose only u = 12 block has zero codes, so its whole product sits at u = 0, the E4M3
+/// subnormals; a row at u = 12 but for one zero block: E4M3 up to 384), activation scales with a NaN block. The
+/// plan has the first launch (two steps); one row spanning 13, or one NaN weight block, makes it the F8V=2
+/// kernel (one step) with the same check.
+#[test]
+fn first_launch_fold_edges_match_the_reference() {
+    use k3k_ops::mx::matmul::{Act, Fp4Weights, MatInputs, WeightBytes, matmul_plan};
+    use k3k_ops::plan::Executor;
+    use k3k_reference::mx::{MxFormat, MxTensor, dequantize};
+    let mut rng = StdRng::seed_from_u64(rand::rng().random());
+    let (m, n, k) = (70usize, 40usize, 416usize);
+    let kb = k / 32;
+    let codes = |rng: &mut StdRng, len: usize| -> Vec<u8> { (0..len).map(|_| rng.random()).collect() };
+    let xq: Vec<u8> = (0..m * k).map(|_| rng.random::<u8>()).map(|c| if c & 0x7f == 0x7f { 0x38 } else { c }).collect();
+    let mut xs: Vec<u8> = (0..m * kb).map(|_| rng.random_range(112u8..=140)).collect();
+    xs[5 * kb + 3] = 255;
+    let x = MxTensor { rows: m, k, q: xq, s: xs, format: MxFormat::Fp8 };
+    for case in ["fold", "span13", "nan"] {
+        let mut q = codes(&mut rng, n * k / 2);
+        let mut s = vec![0u8; n * kb];
+        for r in 0..n {
+            let lo = rng.random_range(90u8..=130);
+            let row = &mut s[r * kb..(r + 1) * kb];
+            match r % 3 {
+                0 => row.iter_mut().for_each(|b| *b = lo + rng.random_range(0u8..=12)),
+                1 => row.iter_mut().for_each(|b| *b = lo),
+                _ => row.iter_mut().for_each(|b| *b = lo + 12),
+            }
+            let (edge, other) = (rng.random_range(0..kb), rng.random_range(0..kb));
+            let other = if other == edge { (edge + 1) % kb } else { other };
+            row[edge] = if r % 3 == 1 { lo + 12 } else { lo };
+            row[other] = if r % 3 == 1 { lo } else { lo + 12 };
+            if r % 3 != 0 {
+                // The odd block's codes are zero: the row's whole product sits at the other shift.
+                q[r * k / 2 + edge * 16..r * k / 2 + edge * 16 + 16].fill(0);
+            }
+        }
+        match case {
+            "span13" => s[7 * kb + 2] = s[7 * kb..8 * kb].iter().copied().min().unwrap() + 13,
+            "nan" => s[11 * kb + 5] = 255,
+            _ => {}
+        }
+        let w = Fp4Weights { groups: 1, n, k, q: WeightBytes::Natural(q.clone()), s: s.clone() };
+        let inp =
+            MatInputs { x: Act::Mxfp8(&x), offs: None, p: None, epilogue: k3k_ops::latent_moe_gemm::Epilogue::None };
+        for kn in [
+            fp8(&[("F8V", 4)]),
+            fp8(&[("F8V", 4), ("BM", 64), ("BN", 24), ("STAGES", 3)]),
+            fp8(&[("F8V", 4), ("BM", 64), ("BN", 16), ("STAGES", 3), ("CPS", 1)]),
+            fp8(&[("F8V", 5), ("BM", 64), ("BN", 16), ("STAGES", 3)]),
+        ] {
+            let plan = matmul_plan(&w, &inp, &kn).unwrap();
+            assert_eq!(plan.steps.len(), if case == "fold" { 2 } else { 1 }, "{case} [{kn}]");
+            let out = Executor::Cpu.run(&plan).unwrap();
+            let got = out.get("y").unwrap().to_f64_vec();
+            let xv = dequantize(&x).unwrap();
+            let wv = dequantize(&MxTensor { rows: n, k, q: q.clone(), s: s.clone(), format: MxFormat::Fp4 }).unwrap();
+            for c in 0..n {
+                let want: Vec<f64> =
+                    (0..m).map(|r| (0..k).map(|i| xv[r * k + i] as f64 * wv[c * k + i] as f64).sum::<f64>()).collect();
+                let col: Vec<f64> = (0..m).map(|r| got[r * n + c]).collect();
+                k3k_reference::metrics::check(&col, &want, k3k_reference::metrics::Tolerance::Bf16).unwrap_or_else(
+                    |e| panic!("{case} column {c} (row scales {:?}) [{kn}]: {e}", &s[c * kb..(c + 1) * kb]),
+                );
+            }
+        }
+    }
+}
+
+/// The Cranelift JIT (the second CPU backend) runs the first launch and the producer-warp GEMM, dense and grouped,
+/// one block per tile and persistent, F8V 4 and 5, against the same f64 check.
+#[test]
+fn first_launch_runs_on_the_jit() {
+    let op = Mxfp4Matmul;
+    let seed = plan_run::seed();
+    let grouped = Preset::new("g", &[("G", 3), ("c0", 40), ("c1", 0), ("c2", 77), ("K", 288), ("N", 40), ("act", 1)]);
+    for p in [dense(70, 416, 56, 0), grouped] {
+        let inst = op.instance(&p, seed).unwrap();
+        for kn in [
+            fp8(&[("F8V", 4), ("BM", 64), ("BN", 24), ("STAGES", 3)]),
+            fp8(&[("F8V", 5), ("BM", 64), ("BN", 16), ("STAGES", 3), ("CPS", 1)]),
+        ] {
+            let plan = inst.plan(&kn).unwrap();
+            assert_eq!(plan.steps.len(), 2);
+            let r = inst.check(&plan_run::run_plan_jit(&plan)).unwrap();
+            assert!(r.passed, "{} [{kn}]: rel {:.3e} {}", p.name, r.max_rel_err, r.detail);
         }
     }
 }

@@ -1,8 +1,10 @@
 //! `mxfp4_matmul` with MXFP8 activations on FP8 tensor cores (knob `MMA=fp8`): the MXFP4 weights converted
 //! exactly to E4M3 on the way into shared memory, the activations' E4M3 codes fed to `wgmma ... .e4m3.e4m3` as
 //! they lie in memory, and the per-32 E8M0 scales of both operands applied exactly to an f32 accumulator per
-//! 32-wide K block ([`kernel`]). Dense problems with natural-layout weights and no epilogue so far; other
-//! variants are refused with a typed error naming what is missing (lab/2026-12-06/mx-fp8.md: the plan).
+//! 32-wide K block ([`kernel`]); F8V=4 and 5 convert the weights by a first launch instead and run a plain FP8
+//! GEMM with a producer warpgroup ([`first`], lab/2026-12-07/mx-fp8-3.md), dense or grouped. Natural-layout
+//! weights and no epilogue so far; other variants are refused with a typed error naming what is missing
+//! (lab/2026-12-06/mx-fp8.md: the plan).
 
 use super::BLOCK;
 use super::matmul::{Act, Fp4Weights, MatInputs, MatSpec, ShapeFacts, WeightBytes};
@@ -10,6 +12,7 @@ use crate::OpError;
 use crate::plan::Plan;
 use k3k_ir::{DType, HostTensor, Kernel, Knobs};
 
+pub mod first;
 pub mod kernel;
 
 const OP: &str = "mxfp4_matmul";
@@ -34,18 +37,33 @@ pub struct Fp8Cfg {
     /// F8V=3: the weight scales folded into the E4M3 codes (rows whose scale bytes span <= 12, no NaN; the plan
     /// falls back to F8V=2 otherwise), the promotion one FFMA per element.
     pub fold: bool,
+    /// F8V=4: the (folded) weights converted to E4M3 by a first launch into a scratch `[N, K/4]` words, the main
+    /// kernel a plain FP8 x FP8 GEMM with a producer warpgroup ([`first`]; the same fold condition and fallback
+    /// to F8V=2 as F8V=3).
+    pub first: bool,
+    /// F8V=4 with CPS=1: a persistent grid (one block per SM walks every grid-th tile, its producer running on
+    /// into the next tile during the epilogue); CPS=0: one block per tile.
+    pub persist: bool,
+    /// F8V=5: as 4, with the next slice's first product issued before a slice's last promotion (two
+    /// temporaries, BN <= 128).
+    pub cross: bool,
 }
 
 /// The newest kernel generation (knob `F8V`).
-pub const LATEST: u32 = 3;
-/// The generation `F8V=0` means: the one that has run on a GPU (the H100, 2026-12-06: correct, 1.049 ms at M4096
-/// N6144 K3584); 2 and 3 pass the CPU checks and assemble without spills but have not run on a GPU yet.
+pub const LATEST: u32 = 5;
+/// The generation `F8V=0` means: the first one run on a GPU (the H100, 2026-12-06: correct, 1.049 ms at M4096
+/// N6144 K3584; 2 and 3 ran there at 23:54 UTC: 0.909 and 0.774 ms); 4 and 5 pass the CPU checks and assemble
+/// without spills but have not run on a GPU yet (lab/2026-12-07/mx-fp8-3/run.sh).
 pub const DEFAULT: u32 = 1;
 
 impl Fp8Cfg {
     /// The generation these flags make (knob `F8V`).
     pub fn version(&self) -> u32 {
-        if self.fold {
+        if self.cross {
+            5
+        } else if self.first {
+            4
+        } else if self.fold {
             3
         } else if self.tma {
             2
@@ -56,13 +74,15 @@ impl Fp8Cfg {
 
     /// As knobs (recorded in the kernel; re-resolving them gives the same kernel).
     pub fn knobs(&self) -> Knobs {
-        Knobs::new()
+        let k = Knobs::new()
             .with("MMA", "fp8")
             .with("BM", self.bm)
             .with("BN", self.bn)
             .with("BK", 128i64)
             .with("STAGES", self.stages)
-            .with("F8V", self.version())
+            .with("F8V", self.version());
+        // (CPS only where it means something, so the other generations' recorded knobs stay as they were.)
+        if self.persist { k.with("CPS", 1i64) } else { k }
     }
 }
 
@@ -81,7 +101,15 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs) -> Result<Fp8Cfg, OpError> {
         let v = if knobs.0.contains_key(name) { knobs.u32(name)? } else { 0 };
         Ok(if v == 0 { auto } else { v })
     };
-    let (bm, bn, stages) = (get("BM", 128)?, get("BN", 128)?, get("STAGES", 4)?);
+    // F8V: the kernel generation (0 = DEFAULT; see the `Fp8Cfg` flags).
+    let ver = get("F8V", DEFAULT)?;
+    if !(1..=LATEST).contains(&ver) {
+        return Err(invalid(knobs, format!("MMA=fp8 takes F8V 0 (= {DEFAULT}) or 1..={LATEST} (got F8V={ver})")));
+    }
+    let (bm, bn) = (get("BM", 128)?, get("BN", 128)?);
+    // F8V=4: the deepest ring up to 6 that fits the shared memory.
+    let st_auto = if ver >= 4 { (FIRST_SMEM / first::stage_bytes(bm, bn)).clamp(3, 6) } else { 4 };
+    let stages = get("STAGES", st_auto)?;
     let bk = get("BK", 128)?;
     if !matches!(bm, 64 | 128)
         || bn == 0
@@ -97,18 +125,31 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs) -> Result<Fp8Cfg, OpError> {
             ),
         ));
     }
-    // F8V: the kernel generation (0 = the newest; see `Fp8Cfg::tma` and `fa_reg`).
-    let ver = get("F8V", DEFAULT)?;
-    if !(1..=LATEST).contains(&ver) {
-        return Err(invalid(knobs, format!("MMA=fp8 takes F8V 0 (newest) or 1..={LATEST} (got F8V={ver})")));
+    let (tma, fa_reg, fold, first) = (ver >= 2, ver >= 2, ver >= 3, ver >= 4);
+    // CPS (F8V=4): 0 one block per tile, 1 the persistent walk; ignored by the other generations.
+    let cps = get("CPS", 0)?;
+    if first && cps > 1 {
+        return Err(invalid(
+            knobs,
+            format!("MMA=fp8,F8V={ver} takes CPS 0 (a block per tile) or 1 (persistent), got {cps}"),
+        ));
     }
-    let (tma, fa_reg, fold) = (ver >= 2, ver >= 2, ver >= 3);
+    let persist = first && cps == 1;
+    if first && stages * first::stage_bytes(bm, bn) > FIRST_SMEM {
+        return Err(invalid(
+            knobs,
+            format!(
+                "MMA=fp8,F8V={ver}: STAGES={stages} x {} bytes per stage at BM={bm} BN={bn} is over the {FIRST_SMEM} bytes of shared memory a block may take",
+                first::stage_bytes(bm, bn)
+            ),
+        ));
+    }
     let mut missing = vec![];
     if !spec.act8 {
         missing.push("MXFP8 activations");
     }
-    if spec.grouped {
-        missing.push("dense problems only (grouped: not yet)");
+    if spec.grouped && !first {
+        missing.push("dense problems only (grouped: F8V=4)");
     }
     if spec.epilogue.is_glu() || spec.row_scale {
         missing.push("no epilogue or routing weight (not yet)");
@@ -121,12 +162,25 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs) -> Result<Fp8Cfg, OpError> {
     }
     // Registers per thread: the accumulator and the temporaries, BN/2 each per 64 rows.
     let tmps = if bn <= 128 { 2 } else { 1 };
-    Ok(Fp8Cfg { bm, bn, stages, tmps, tma, fa_reg, fold })
+    let cross = ver == 5;
+    if cross && tmps != 2 {
+        return Err(invalid(knobs, format!("MMA=fp8,F8V=5 needs two temporaries: BN <= 128 (got BN={bn})")));
+    }
+    Ok(Fp8Cfg { bm, bn, stages, tmps, tma, fa_reg, fold, first, persist, cross })
 }
 
-/// The kernels of the FP8 path (one launch).
+/// Shared memory a block of the F8V=4 main kernel may take for its ring (227 KB less room for the barriers).
+const FIRST_SMEM: u32 = 227 * 1024 - 1024;
+
+/// The kernels of the FP8 path (one launch; F8V=4 and 5: the first launch and the GEMM).
 pub fn kernels(spec: &MatSpec, knobs: &Knobs) -> Result<Vec<Kernel>, OpError> {
     let c = resolve(spec, knobs)?;
+    if c.first {
+        return Ok(vec![
+            first::build_convert(c.knobs(), spec.grouped)?,
+            first::build_main(&c, spec.grouped, spec.out_vec)?,
+        ]);
+    }
     Ok(vec![kernel::build(&c, spec.kb_align, spec.out_vec)?])
 }
 
@@ -139,12 +193,26 @@ pub fn plan(
     knobs: &Knobs,
 ) -> Result<Plan, OpError> {
     let mut c = resolve(spec, knobs)?;
-    let (n, k) = (w.n, w.k);
+    let (g, n, k) = (w.groups, w.n, w.k);
     // F8V=3: every row's scale bytes within 12 of its minimum and none NaN, else the F8V=2 kernel.
     let kb = k / BLOCK;
-    let lo: Option<Vec<u8>> = if c.fold { fold_rows(&w.s, n, kb) } else { None };
+    let lo: Option<Vec<u8>> = if c.fold { fold_rows(&w.s, g * n, kb) } else { None };
     c.fold = lo.is_some();
-    let main = kernel::build(&c, spec.kb_align, spec.out_vec)?;
+    if c.first && !c.fold && spec.grouped {
+        return Err(invalid(
+            knobs,
+            "MMA=fp8,F8V=4 on grouped problems needs weight rows whose scale bytes span at most 12 and hold no NaN \
+             (the F8V=2 fallback is dense only)"
+                .into(),
+        ));
+    }
+    if c.first && !c.fold {
+        // F8V=4 falls back to the F8V=2 kernel at its ring depth (at most 4: its stages hold other tiles).
+        c.first = false;
+        c.persist = false;
+        c.cross = false;
+        c.stages = c.stages.min(4);
+    }
     let mut plan = Plan::default();
     let Act::Mxfp8(t) = inp.x else {
         return Err(OpError::Internal("MMA=fp8 resolved without MXFP8 activations".into()));
@@ -159,7 +227,33 @@ pub fn plan(
     };
     let xq = plan.input("xq", HostTensor::from_bytes(DType::U32, &[m, k / 4], t.q.clone()));
     let xs = plan.input("xs", HostTensor::from_bytes(DType::U8, &[m, k / BLOCK], t.s.clone()));
+    if let (true, Some(lo)) = (c.first, &lo) {
+        // F8V=4: the first launch converts the weights (all groups' rows as one [G*N, K] matrix) and the
+        // activation factors, then the GEMM.
+        let rows = |last: usize| if spec.grouped { vec![g, n, last] } else { vec![n, last] };
+        let wq = plan.input("wq", HostTensor::from_bytes(DType::U32, &rows(k / 8), q.clone()));
+        let u: Vec<u8> = w.s.iter().enumerate().map(|(i, &s)| s - lo[i / kb]).collect();
+        let ws = plan.input("ws", HostTensor::from_bytes(DType::U8, &rows(kb), u));
+        let mp = m.next_multiple_of(4);
+        let w8 = plan.scratch("w8", DType::U32, &rows(k / 4));
+        let fa = plan.scratch("fa", DType::F32, &[kb, mp]);
+        plan.step(first::build_convert(c.knobs(), spec.grouped)?, &[wq, ws, xs, w8, fa], &[]);
+        let main = first::build_main(&c, spec.grouped, spec.out_vec)?;
+        let y = plan.output("y", DType::Bf16, &[m, n]);
+        if spec.grouped {
+            let offs = inp.offs.ok_or_else(|| OpError::Internal("grouped MMA=fp8 without offs".into()))?;
+            let offs: Vec<i64> = offs.iter().map(|&v| v as i64).collect();
+            let offs = plan.input("offs", HostTensor::from_i64(DType::I32, &[g], &offs));
+            let wl = plan.input("wl", HostTensor::from_bytes(DType::U8, &[g, n], lo.clone()));
+            plan.step(main, &[xq, fa, w8, wl, offs, y], &[]);
+        } else {
+            let wl = plan.input("wl", HostTensor::from_bytes(DType::U8, &[n], lo.clone()));
+            plan.step(main, &[xq, fa, w8, wl, y], &[]);
+        }
+        return Ok(plan);
+    }
     let wq = plan.input("wq", HostTensor::from_bytes(DType::U32, &[n, k / 8], q.clone()));
+    let main = kernel::build(&c, spec.kb_align, spec.out_vec)?;
     let y;
     if let Some(lo) = lo {
         let u: Vec<u8> = w.s.iter().enumerate().map(|(i, &s)| s - lo[i / kb]).collect();

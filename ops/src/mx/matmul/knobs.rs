@@ -66,8 +66,25 @@ pub fn knob_space() -> KnobSpace {
              factors read from shared f32 vectors per element), 2 = the code tiles by TMA on per-slot mbarriers, \
              the activation factors in registers, 3 = as 2 with the weight scales folded into the E4M3 codes \
              (rows whose scale bytes span <= 12 and hold no NaN, else 2), the promotion one FFMA per element; \
+             4 = the folded weights converted to E4M3 by a first launch into a scratch `[N, K/4]` (as PATH=dq_gemm \
+             dequantizes first; same fold condition and fallback to 2), then a plain FP8 x FP8 wgmma GEMM: a \
+             producer warpgroup fills a TMA ring (STAGES auto: up to 6) of activation codes, E4M3 weights and \
+             activation factors, the promotion one FFMA per element with the activation factor only; \
+             5 = as 4, with the next slice's first product issued before a slice's last promotion (BN <= 128); \
              0 = 1 (the one run on a GPU so far)",
-            [0i64, 1, 2, 3],
+            [0i64, 1, 2, 3, 4, 5],
+        )
+        .accepts(
+            "BN",
+            "MMA=fp8: 192 weight rows per tile (any multiple of 8 up to 256 is accepted there; one temporary \
+             accumulator above 128)",
+            [192i64],
+        )
+        .accepts(
+            "CPS",
+            "MMA=fp8,F8V=4 and 5: 1 = a persistent grid, one block per SM walking every grid-th output tile (its producer \
+             warp loads the next tile's first slices during the epilogue); 0 = one block per tile",
+            [1i64],
         )
         .accepts(
             "XDQ",

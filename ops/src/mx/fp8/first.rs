@@ -1,0 +1,465 @@
+//! `MMA=fp8,F8V=4` (and 5): the weights converted E2M1 -> E4M3 by a first launch, then a plain FP8 x FP8 `wgmma`
+//! GEMM (lab/2026-12-07/mx-fp8-3.md), dense or grouped. What F8V=3 does per slice and CTA in its K loop, [`build_convert`] does once per
+//! weight word, as `PATH=dq_gemm` dequantizes to bf16 first:
+//!
+//! 1. **Convert** (one launch, two parts by block index):
+//!    - weights: each thread takes one 32-wide block of a weight row (four E2M1 words, one 16-byte load, and its
+//!      shift byte `u = sw - lo_n`, 0..=12: the host's per-row fold of F8V=3) and writes its eight E4M3 words
+//!      ([`super::kernel::e4m3_words_lean`] then [`super::kernel::fold_word`]: the value times 2^(u-6), exact)
+//!      as two 16-byte stores into the scratch `w8: [N, K/4]` u32;
+//!    - activation factors: `fa[kb, m] = 2^(xs[m, kb] - 127)` (NaN for 255), f32, transposed into the scratch
+//!      `[KB, MP]` (MP = M rounded up to 4, the copy engine's 16-byte row stride; rows past M are 0), so that
+//!      the main kernel's copy engine moves a slice's four factor rows as one box.
+//! 2. **Main** ([`build_main`]): a producer warpgroup (its lane 0 issues) fills a `STAGES`-deep ring by TMA:
+//!    activation codes `[BM, 32]` words and E4M3 weights `[BN, 32]` words (both Xor16B: the wgmma operands as
+//!    they land) and the factor rows `[4, BM]`, on per-slot full and empty barriers. Each consumer warpgroup
+//!    (BM/64 of them, 64 token rows each) per 128-wide slice: the four factor rows of its rows into registers,
+//!    then per 32-wide block one `wgmma m64nBNk32 e4m3` into a temporary (two temporaries alternate at BN <=
+//!    128: block j+1's product runs during block j's promotion) and `acc += tmp * fa[m, j]`: one FFMA per
+//!    accumulator element and block, no conversion and no weight factor in the loop. The slot is released (one
+//!    arrival per warp) after the slice's last product and factor read. At the end `acc * 64 * 2^(lo_n - 127)`
+//!    per column (`wl`), then the bf16 store. F8V=5: the next slice's first product runs during a slice's last
+//!    promotion ([`Slices::slice`]). The tile walk: one block per tile, or persistent (CPS=1); grouped, the tiles
+//!    of each group with tokens.
+//!
+//! Exactness: as F8V=3 (every E4M3 product exact, each block's 32 products summed by the tensor core, then
+//! scaled by a power of two; the fold's condition is checked on the host, rows that span more than 12 or hold
+//! a NaN scale make a dense plan fall back to the F8V=2 kernel and a grouped one a typed error).
+
+use super::super::e8m0;
+use super::Fp8Cfg;
+use super::kernel::{e4m3_words_lean, fold_word};
+use crate::OpError;
+use k3k_ir::*;
+
+/// Threads per block of [`build_convert`].
+pub const CVT_THREADS: u32 = 256;
+/// Scale blocks per thread of the activation-factor part of [`build_convert`].
+const CVT_KB: u32 = 4;
+
+/// Bytes of shared memory one ring stage of [`build_main`] takes.
+pub fn stage_bytes(bm: u32, bn: u32) -> u32 {
+    bm * 128 + bn * 128 + 4 * 4 * bm
+}
+
+/// The first launch. Tensors: `wq: [N, KW] u32` (natural-layout E2M1 words), `ws: [N, KB] u8` (the fold's shifts
+/// u, 0..=12), `xs: [M, KB] u8` (the activations' E8M0 scales), `w8: [N, KX] u32` (written: E4M3 words), `fa: [KB,
+/// MP] f32` (written: activation factors, transposed); grouped, the weight tensors are `[G, N, ..]`. The launcher
+/// guarantees KX = 2 KW = 8 KB, MP = M rounded up to a multiple of 4.
+pub fn build_convert(knobs: Knobs, grouped: bool) -> Result<Kernel, OpError> {
+    let t = CVT_THREADS;
+    let mut b = KernelBuilder::new(&format!("k3k_mxfp4_mm8_cvt{}_t{t}", if grouped { "_g" } else { "" }), t);
+    b.knobs(knobs);
+    let n = b.dim("N");
+    let kw = b.dim("KW");
+    let kb = b.dim("KB");
+    let kx = b.dim("KX");
+    let m = b.dim("M");
+    let mp = b.dim("MP");
+    // Grouped: `[G, N, ..]` weights, indexed flat as the `[G*N, ..]` matrix of all groups' rows.
+    let g = if grouped { b.dim("G") } else { Expr::Int(1) };
+    let rows = |last: &Expr| -> Vec<Expr> {
+        if grouped { vec![g.clone(), n.clone(), last.clone()] } else { vec![n.clone(), last.clone()] }
+    };
+    let wq = b.tensor("wq", DType::U32, &rows(&kw), Access::Read);
+    let ws = b.tensor("ws", DType::U8, &rows(&kb), Access::Read);
+    let xs = b.tensor("xs", DType::U8, &[m.clone(), kb.clone()], Access::Read);
+    let w8 = b.tensor("w8", DType::U32, &rows(&kx), Access::Write);
+    let fa = b.tensor("fa", DType::F32, &[kb.clone(), mp.clone()], Access::Write);
+    // Weight blocks: one 32-wide block (4 words) per thread; G*N*KW is a multiple of 4 (KW = 4 KB).
+    let words = g * n * kw;
+    let wblocks = words.ceil_div((4 * t) as i64);
+    let a_mt = mp.ceil_div(t as i64);
+    let a_kq = kb.ceil_div(CVT_KB as i64);
+    b.grid(wblocks.clone() + a_mt.clone() * a_kq, 1i64, 1i64);
+    let bx = b.let_("bx", Expr::block_idx(0));
+    b.if_else(
+        bx.lt(wblocks.clone()),
+        |b| {
+            b.threads(|b| {
+                let i0 = b.let_("i0", (&bx * t as i64 + Expr::thread_idx()) * 4i64);
+                b.if_(i0.lt(words.clone()), |b| {
+                    let q = b.let_array("q", 4, ScalarTy::Int, 0i64);
+                    b.load_wide(q, 0, wq, i0.clone(), 4);
+                    let u = b.let_("u", Expr::load(ws, i0.shr(2i64)));
+                    let o = b.let_array("o", 8, ScalarTy::Int, 0i64);
+                    for l in 0..4u32 {
+                        let (lo, hi) = e4m3_words_lean(Expr::array_get(q, l as i64));
+                        let lo = fold_word(b, lo, &u);
+                        b.array_set(o, (2 * l) as i64, lo);
+                        let hi = fold_word(b, hi, &u);
+                        b.array_set(o, (2 * l + 1) as i64, hi);
+                    }
+                    b.store_wide(w8, &i0 * 2i64, o, 0, 4);
+                    b.store_wide(w8, &i0 * 2i64 + 4i64, o, 4, 4);
+                });
+            });
+        },
+        |b| {
+            // Activation factors: block (mt, kq) takes rows mt*T.. of MP and scale blocks kq*4..kq*4+3; the
+            // warp's stores cover consecutive rows of `fa`.
+            let r = b.let_("ab", &bx - wblocks.clone());
+            let mt = b.let_("mt", &r % a_mt.clone());
+            let kq = b.let_("kq", &r / a_mt.clone());
+            b.threads(|b| {
+                let row = b.let_("row", &mt * t as i64 + Expr::thread_idx());
+                b.if_(row.lt(mp.clone()), |b| {
+                    b.for_unrolled("j", 0i64, CVT_KB as i64, 1i64, |b, j| {
+                        let blk = b.let_("blk", &kq * CVT_KB as i64 + j);
+                        b.if_(blk.lt(kb.clone()), |b| {
+                            let at = &blk * mp.clone() + row.clone();
+                            b.if_else(
+                                row.lt(m.clone()),
+                                |b| {
+                                    b.store_scalar(
+                                        fa,
+                                        at.clone(),
+                                        e8m0(Expr::load(xs, &row * kb.clone() + blk.clone())),
+                                    )
+                                },
+                                |b| b.store_scalar(fa, at.clone(), 0.0f64),
+                            );
+                        });
+                    });
+                });
+            });
+        },
+    );
+    Ok(b.finish()?)
+}
+
+/// The main kernel. Tensors: `xq: [M, KX] u32` (activation E4M3 codes, four per word), `fa: [KB, MP] f32`,
+/// `w8: [N, KX] u32` (the first launch's E4M3 weights), `wl: [N] u8` (the rows' fold bases lo_n), `y: [M, N]
+/// bf16`. K = 4 KX = 32 KB.
+///
+/// The grid walks the `BM x BN` output tiles in M-fastest order (neighbouring blocks share a weight tile in L2):
+/// one tile per block, or (`persist`, CPS=1) one block per SM taking every grid-th tile, the producer's cursor
+/// running on into the block's next tile while the consumers store the current one.
+pub fn build_main(c: &Fp8Cfg, grouped: bool, out_vec: u32) -> Result<Kernel, OpError> {
+    let (bm, bn, st) = (c.bm, c.bn, c.stages);
+    let wgs = bm / 64;
+    let threads = 128 * wgs;
+    let p = if c.persist { "_p" } else { "" };
+    let kind = if grouped { "grouped" } else { "dense" };
+    let x = if c.cross { "_x" } else { "" };
+    let name = format!("k3k_mxfp4_mm8_first_{kind}_o{out_vec}_bm{bm}_bn{bn}_st{st}_t{}{x}{p}", c.tmps);
+    let mut b = KernelBuilder::new(&name, threads);
+    b.knobs(c.knobs());
+    b.producer_warp();
+    let m = b.dim("M");
+    let n = b.dim("N");
+    let kb = b.dim("KB");
+    let kx = b.dim("KX");
+    let mp = b.dim("MP");
+    let xq = b.tensor("xq", DType::U32, &[m.clone(), kx.clone()], Access::Read);
+    let fa = b.tensor("fa", DType::F32, &[kb, mp], Access::Read);
+    let (g_count, w8, wl, offs) = if grouped {
+        let g = b.dim("G");
+        let w8 = b.tensor("w8", DType::U32, &[g.clone(), n.clone(), kx.clone()], Access::Read);
+        let wl = b.tensor("wl", DType::U8, &[g.clone(), n.clone()], Access::Read);
+        let offs = b.tensor("offs", DType::I32, std::slice::from_ref(&g), Access::Read);
+        (g, w8, wl, Some(offs))
+    } else {
+        let w8 = b.tensor("w8", DType::U32, &[n.clone(), kx.clone()], Access::Read);
+        let wl = b.tensor("wl", DType::U8, std::slice::from_ref(&n), Access::Read);
+        (Expr::Int(1), w8, wl, None)
+    };
+    let y = b.tensor("y", DType::Bf16, &[m.clone(), n.clone()], Access::Write);
+
+    let sa = b.shared("sa", DType::U32, bm, 32, st, Swizzle::Xor16B);
+    let sb = b.shared("sb", DType::U32, bn, 32, st, Swizzle::Xor16B);
+    let sf = b.shared("sf", DType::F32, 4, bm, st, Swizzle::None);
+    let swl = b.shared("swl", DType::F32, 1, bn, 1, Swizzle::None);
+    let acc = b.tile("acc", DType::F32, bm, bn, [4 * wgs, 1]);
+    let tmps: Vec<TileId> = (0..c.tmps).map(|i| b.tile(&format!("tmp{i}"), DType::F32, bm, bn, [4 * wgs, 1])).collect();
+    let fv: Vec<VecId> = (0..4).map(|j| b.vec(&format!("fa{j}"), bm, [4 * wgs, 1])).collect();
+
+    // Tiles: dense ceil(M/BM) x ceil(N/BN); grouped the sum over groups of ceil(rows_g/BM) x ceil(N/BN) (empty
+    // groups have none), at most (ceil(M/BM) + G) x ceil(N/BN): the grid's bound.
+    let n_tiles = n.ceil_div(bn as i64);
+    let bound = (m.ceil_div(bm as i64) + if grouped { g_count.clone() } else { Expr::Int(0) }) * n_tiles.clone();
+    if c.persist {
+        let num_sms = b.int_arg(NUM_SMS);
+        b.grid(num_sms.min(bound), 1i64, 1i64);
+    } else {
+        b.grid(bound, 1i64, 1i64);
+    }
+    let n_tiles = b.let_("n_tiles", n_tiles);
+    let total = b.let_var("total", 0i64);
+    b.for_("g", 0i64, g_count.clone(), 1i64, |b, g| {
+        let rows = group_end(offs, &m, &g) - group_start(offs, &g);
+        b.assign(total, Expr::Var(total) + rows.ceil_div(bm as i64) * n_tiles.clone());
+    });
+    let total = Expr::Var(total);
+    let k_tiles = b.let_("k_tiles", kx.ceil_div(32i64));
+    let xm = b.tensor_map("xq_map", xq, &[32, bm], Swizzle::Xor16B);
+    let wm = if grouped {
+        b.tensor_map("w8_map", w8, &[32, bn, 1], Swizzle::Xor16B)
+    } else {
+        b.tensor_map("w8_map", w8, &[32, bn], Swizzle::Xor16B)
+    };
+    let fm = b.tensor_map("fa_map", fa, &[bm, 4], Swizzle::None);
+    let full = b.mbarriers("full", st);
+    let empty = b.mbarriers("empty", st);
+    b.mbar_init(full, 1);
+    // One arrival per consumer warp releases a slot.
+    b.mbar_init(empty, threads / 32);
+    let bytes = stage_bytes(bm, bn);
+
+    // The producer's cursor (assigned and read in producer bodies only): its tile, k-step, ring slot and phase,
+    // and the tile's coordinates (found once per tile: the producer warp shares a scheduler with consumer warps).
+    let pt = b.let_var("p_tile", Expr::block_idx(0));
+    let pk = b.let_var("p_kt", 0i64);
+    let ps = b.let_var("p_slot", 0i64);
+    let pp = b.let_var("p_phase", 0i64);
+    let (pr0, pn0, pg) = (b.let_var("p_r0", 0i64), b.let_var("p_n0", 0i64), b.let_var("p_g", 0i64));
+    let relocate = |b: &mut KernelBuilder| {
+        b.if_(Expr::Var(pt).lt(total.clone()), |b| {
+            let t = locate(b, "p", Expr::Var(pt), offs, (&m, &g_count, &n_tiles), bm, bn);
+            b.assign(pr0, t.r0);
+            b.assign(pn0, t.n0);
+            b.assign(pg, t.g);
+        });
+    };
+    // Fill the next slice of the walk into slot p_slot, once its previous use is released (a fresh barrier
+    // passes parity 1 at once); rows past M or N and K past the end read zero.
+    let produce = |b: &mut KernelBuilder| {
+        b.if_(Expr::Var(pt).lt(total.clone()), |b| {
+            let slot = Expr::Var(ps);
+            b.mbar_wait_elected(empty, slot.clone(), Expr::Var(pp).bitxor(1i64));
+            b.mbar_arrive_expect_tx(full, slot.clone(), bytes);
+            let k0 = b.let_("pk0", Expr::Var(pk) * 32i64);
+            let xc = vec![k0.clone(), Expr::Var(pr0)];
+            b.tma_load(xm, b.slot(sa, slot.clone()), xc, full, slot.clone());
+            let wc = if grouped { vec![k0, Expr::Var(pn0), Expr::Var(pg)] } else { vec![k0, Expr::Var(pn0)] };
+            b.tma_load(wm, b.slot(sb, slot.clone()), wc, full, slot.clone());
+            let fc = vec![Expr::Var(pr0), Expr::Var(pk) * 4i64];
+            b.tma_load(fm, b.slot(sf, slot.clone()), fc, full, slot);
+            advance(b, ps, pp, st);
+            b.assign(pk, Expr::Var(pk) + 1i64);
+            b.if_(Expr::Var(pk).ge(k_tiles.clone()), |b| {
+                b.assign(pk, 0i64);
+                b.assign(pt, Expr::Var(pt) + Expr::grid_dim(0));
+                relocate(b);
+            });
+        });
+    };
+    b.producer(|b| {
+        relocate(b);
+        b.for_("s", 0i64, st as i64, 1i64, |b, _| produce(b));
+    });
+
+    // The consumers' ring slot and phase.
+    let cs = b.let_var("c_slot", 0i64);
+    let cp = b.let_var("c_phase", 0i64);
+    b.for_("tile", Expr::block_idx(0), total.clone(), Expr::grid_dim(0), |b, tile| {
+        let t = locate(b, "c", tile, offs, (&m, &g_count, &n_tiles), bm, bn);
+        let (m0, n0) = (t.r0.clone(), t.n0.clone());
+        // The fold's 2^(lo_n - 127) per column (columns past N read row N - 1; never stored); the previous
+        // tile's epilogue read it before the barrier that ends its iteration.
+        let per = bn.div_ceil(threads) as i64;
+        b.threads(|b| {
+            b.for_unrolled("i", 0i64, per, 1i64, |b, i| {
+                let idx = b.let_("idx", Expr::thread_idx() + i * threads as i64);
+                b.if_(idx.lt(bn as i64), |b| {
+                    let col = (n0.clone() + idx.clone()).min(n.clone() - 1i64);
+                    b.shared_store(swl, 0i64, 0i64, idx, e8m0(Expr::load(wl, &t.g * n.clone() + col)));
+                });
+            });
+        });
+        b.map(acc, 0.0f64);
+        let sl = Slices { sa, sb, sf, full, empty, acc, bm, bn, st };
+        if c.cross {
+            // F8V=5: the slice's first product issued by the previous slice (or here, for the tile's first).
+            sl.enter(b, Expr::Var(cs), Expr::Var(cp), &fv);
+            sl.product(b, Expr::Var(cs), 0, tmps[0]);
+            b.for_("kt", 0i64, k_tiles.clone() - 1i64, 1i64, |b, _| {
+                sl.slice(b, (cs, cp), &fv, &tmps, (true, true));
+                b.producer(produce);
+            });
+            sl.slice(b, (cs, cp), &fv, &tmps, (true, false));
+            b.producer(produce);
+        } else {
+            b.for_("kt", 0i64, k_tiles.clone(), 1i64, |b, _| {
+                sl.enter(b, Expr::Var(cs), Expr::Var(cp), &fv);
+                sl.slice(b, (cs, cp), &fv, &tmps, (false, false));
+                b.producer(produce);
+            });
+        }
+        // The swl stores above are visible to every consumer (a barrier of the consumers: nested in a loop).
+        b.barrier();
+        // The conversion's 2^-6, then the fold's 2^(lo_n - 127) per column.
+        b.map(acc, Expr::Elem(acc) * 64.0f64 * Expr::shared_load(swl, 0i64, 0i64, Expr::ColIdx));
+        let off = &m0 * n.clone() + n0.clone();
+        let rows_valid = t.rows;
+        let cols_valid = n.clone() - n0.clone();
+        b.store(acc, Place::Global(view(y, off, n.clone(), rows_valid, cols_valid, out_vec)));
+        // Every consumer has read swl before the next tile rewrites it.
+        b.barrier();
+    });
+    Ok(b.finish()?)
+}
+
+/// The consumers' side of the ring: the shared tiles, barriers and the accumulator a slice's products use.
+struct Slices {
+    sa: SharedId,
+    sb: SharedId,
+    sf: SharedId,
+    full: MbarId,
+    empty: MbarId,
+    acc: TileId,
+    bm: u32,
+    bn: u32,
+    st: u32,
+}
+
+impl Slices {
+    /// Wait for the slice in ring slot `slot` (phase parity `phase`) and take its factor rows into registers.
+    fn enter(&self, b: &mut KernelBuilder, slot: Expr, phase: Expr, fv: &[VecId]) {
+        b.mbar_wait(self.full, slot.clone(), phase);
+        for (j, &v) in fv.iter().enumerate() {
+            b.vec_map(v, Expr::shared_load(self.sf, slot.clone(), j as i64, Expr::RowIdx));
+        }
+    }
+
+    /// Issue block `j`'s product of the slice in `slot` into the temporary `t` (scale-d 0).
+    fn product(&self, b: &mut KernelBuilder, slot: Expr, j: u32, t: TileId) {
+        let a = Operand::Shared { src: b.window(self.sa, slot.clone(), 0, 8 * j, self.bm, 8), transpose: false };
+        let w = Operand::Shared { src: b.window(self.sb, slot, 0, 8 * j, self.bn, 8), transpose: true };
+        b.mma_async_init(t, a, w, false);
+    }
+
+    /// `acc += t * fa_j` per row: one FFMA per element.
+    fn promote(&self, b: &mut KernelBuilder, t: TileId, f: VecId) {
+        b.map(self.acc, Expr::Elem(self.acc) + Expr::Elem(t) * Expr::RowVal(f));
+    }
+
+    /// The products and promotions of the slice in ring slot `cs` (entered), then its release and the ring's
+    /// advance. Two temporaries: block j+1's product runs during block j's promotion. F8V=5 (`pre`): block 0's
+    /// product was issued before (by the previous slice, or the tile's start: it runs during that slice's last
+    /// promotion, release and bookkeeping); `next`: the next slice's block 0 is issued after waiting for that
+    /// slice and before this one's last promotion, and its factors are taken after the release.
+    fn slice(
+        &self,
+        b: &mut KernelBuilder,
+        (cs, cp): (VarId, VarId),
+        fv: &[VecId],
+        tmps: &[TileId],
+        (pre, next): (bool, bool),
+    ) {
+        let slot = b.let_("slot", Expr::Var(cs));
+        if pre {
+            // Block 0's product (issued during the previous slice's last promotion) completes here, at the top of
+            // the loop body: ptxas serializes every wgmma of the kernel when one issued before the loop's back
+            // edge is still in flight as the next iteration issues its products (ptxas 13.0, C7514).
+            b.mma_wait(0);
+        }
+        if tmps.len() == 1 {
+            for j in 0..4 {
+                self.product(b, slot.clone(), j, tmps[0]);
+                b.mma_wait(0);
+                self.promote(b, tmps[0], fv[j as usize]);
+            }
+        } else {
+            if !pre {
+                self.product(b, slot.clone(), 0, tmps[0]);
+            }
+            for j in 0..3u32 {
+                self.product(b, slot.clone(), j + 1, tmps[((j + 1) % 2) as usize]);
+                b.mma_wait(1);
+                self.promote(b, tmps[(j % 2) as usize], fv[j as usize]);
+            }
+            if next {
+                let wrap = b.let_("nwrap", (Expr::Var(cs) + 1i64).eq(self.st as i64));
+                let next = b.let_("nslot", Expr::select(wrap.clone(), 0i64, Expr::Var(cs) + 1i64));
+                let phase = Expr::select(wrap, Expr::Var(cp).bitxor(1i64), Expr::Var(cp));
+                b.mbar_wait(self.full, next.clone(), phase);
+                self.product(b, next, 0, tmps[0]);
+                b.mma_wait(1);
+            } else {
+                b.mma_wait(0);
+            }
+            self.promote(b, tmps[1], fv[3]);
+        }
+        // The slice's products are complete and its factors read: release the slot; the producer refills it with
+        // the walk's slice STAGES ahead.
+        b.mbar_arrive_cluster(self.empty, slot, 0i64);
+        advance(b, cs, cp, self.st);
+        if next {
+            for (j, &v) in fv.iter().enumerate() {
+                b.vec_map(v, Expr::shared_load(self.sf, Expr::Var(cs), j as i64, Expr::RowIdx));
+            }
+        }
+    }
+}
+
+/// A ring position one slot on: `slot + 1`, wrapping to 0 with the phase flipped.
+fn advance(b: &mut KernelBuilder, slot: VarId, phase: VarId, st: u32) {
+    let wrap = b.let_("wrap", (Expr::Var(slot) + 1i64).eq(st as i64));
+    b.assign(phase, Expr::select(wrap.clone(), Expr::Var(phase).bitxor(1i64), Expr::Var(phase)));
+    b.assign(slot, Expr::select(wrap, 0i64, Expr::Var(slot) + 1i64));
+}
+
+/// Where a tile of the walk lies: its group, first row of x and y, rows left in its group from there, and first
+/// output column.
+struct TileAt {
+    g: Expr,
+    r0: Expr,
+    rows: Expr,
+    n0: Expr,
+}
+
+/// The first row of group `g` (grouped: `offs[g - 1]`, 0 for the first group).
+fn group_start(offs: Option<TensorId>, g: &Expr) -> Expr {
+    match offs {
+        Some(o) => Expr::select(g.gt(0i64), Expr::load(o, g - 1i64), Expr::Int(0)),
+        None => Expr::Int(0),
+    }
+}
+
+/// The end of group `g`'s rows (grouped: `offs[g]`; dense: M).
+fn group_end(offs: Option<TensorId>, m: &Expr, g: &Expr) -> Expr {
+    match offs {
+        Some(o) => Expr::load(o, g.clone()),
+        None => m.clone(),
+    }
+}
+
+/// Tile `t` of the walk: dense, m-tile `t % ceil(M/BM)` of n-tile `t / ceil(M/BM)` (M fastest: neighbouring
+/// blocks share a weight tile); grouped, the group whose tiles hold `t` (a scan over the groups, G loads per
+/// tile), then the same order inside it. `tag` prefixes the variables (one walk per role).
+fn locate(
+    b: &mut KernelBuilder,
+    tag: &str,
+    t: Expr,
+    offs: Option<TensorId>,
+    (m, g_count, n_tiles): (&Expr, &Expr, &Expr),
+    bm: u32,
+    bn: u32,
+) -> TileAt {
+    let (g, local) = if offs.is_some() {
+        let seen = b.let_var(&format!("{tag}_seen"), 0i64);
+        let grp = b.let_var(&format!("{tag}_grp"), 0i64);
+        let local = b.let_var(&format!("{tag}_local"), 0i64);
+        b.for_(&format!("{tag}_g"), 0i64, g_count.clone(), 1i64, |b, g| {
+            let rows = group_end(offs, m, &g) - group_start(offs, &g);
+            let tg = b.let_(&format!("{tag}_tg"), rows.ceil_div(bm as i64) * n_tiles.clone());
+            b.if_(t.ge(Expr::Var(seen)).and(t.lt(Expr::Var(seen) + tg.clone())), |b| {
+                b.assign(grp, g.clone());
+                b.assign(local, &t - Expr::Var(seen));
+            });
+            b.assign(seen, Expr::Var(seen) + tg);
+        });
+        (Expr::Var(grp), Expr::Var(local))
+    } else {
+        (Expr::Int(0), t)
+    };
+    let start = b.let_(&format!("{tag}_start"), group_start(offs, &g));
+    let rows_g = b.let_(&format!("{tag}_rows_g"), group_end(offs, m, &g) - start.clone());
+    let mt_count = rows_g.ceil_div(bm as i64);
+    let mt = b.let_(&format!("{tag}_mt"), &local % mt_count.clone());
+    let n0 = b.let_(&format!("{tag}_n0"), (&local / mt_count) * bn as i64);
+    let r0 = b.let_(&format!("{tag}_r0"), start + &mt * bm as i64);
+    let rows = b.let_(&format!("{tag}_rows"), rows_g - &mt * bm as i64);
+    TileAt { g, r0, rows, n0 }
+}
