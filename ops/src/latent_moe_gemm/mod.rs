@@ -45,7 +45,7 @@ mod walk;
 pub use kernel::build_kernel;
 pub use knobs::*;
 pub use mainloop::weight_products;
-pub use problem::{DIMS, GemmProblem, gemm_footprint, ragged_counts};
+pub use problem::{DIMS, GemmProblem, epilogue_of, gemm_footprint, group_counts, ragged_counts};
 pub use spec::{Epilogue, GemmSpec};
 
 use crate::OpError;

@@ -46,17 +46,38 @@ pub fn ragged_counts(g: usize, mean: usize, align: usize, seed: u64) -> Vec<usiz
         .collect()
 }
 
-fn epilogue_of(code: i64) -> Result<Epilogue, OpError> {
-    match code {
-        0 => Ok(Epilogue::None),
-        1 => Ok(Epilogue::SituGlu),
-        2 => Ok(Epilogue::SwiGlu),
-        _ => Err(OpError::BadInput {
-            op: "latent_moe_gemm",
-            arg: "epilogue".into(),
-            why: format!("unknown code {code}"),
-        }),
+/// The epilogue of a `latent_moe_gemm` or `mxfp4_matmul` preset (dim `epilogue`: 0 none, the default, 1
+/// SiTU-GLU, 2 SwiGLU) for `n` weight columns, which a GLU epilogue needs even; errors name `op`.
+pub fn epilogue_of(op: &'static str, p: &Preset, n: usize) -> Result<Epilogue, OpError> {
+    let bad = |arg: &str, why| OpError::BadInput { op, arg: arg.into(), why };
+    let epilogue = match p.get_or("epilogue", 0) {
+        0 => Epilogue::None,
+        1 => Epilogue::SituGlu,
+        2 => Epilogue::SwiGlu,
+        e => return Err(bad("epilogue", format!("0, 1 or 2, got {e}"))),
+    };
+    if epilogue.is_glu() && !n.is_multiple_of(2) {
+        return Err(bad("N", format!("a GLU epilogue needs an even N, got {n}")));
     }
+    Ok(epilogue)
+}
+
+/// The rows per group of a `latent_moe_gemm` or `mxfp4_matmul` preset, `(grouped, counts)`: `M` (a dense
+/// product, one group), else `G` groups of `c0..` rows (explicit), `per` rows each (`mxfp4_matmul`) or `mean`
+/// rows on average ([`ragged_counts`] with `seed`, default 1, multiples of 8).
+pub fn group_counts(p: &Preset) -> Result<(bool, Vec<usize>), OpError> {
+    if let Some(&m) = p.dims.get("M") {
+        return Ok((false, vec![m as usize]));
+    }
+    let g = p.get("G")? as usize;
+    let counts = if p.dims.contains_key("c0") {
+        (0..g).map(|i| p.get_or(&format!("c{i}"), 0) as usize).collect()
+    } else if let Some(&per) = p.dims.get("per") {
+        vec![per as usize; g]
+    } else {
+        ragged_counts(g, p.get("mean")? as usize, 8, p.get_or("seed", 1) as u64)
+    };
+    Ok((true, counts))
 }
 
 /// A concrete problem.
@@ -76,24 +97,9 @@ impl GemmProblem {
     pub fn from_preset(p: &Preset) -> Result<Self, OpError> {
         let k = p.get("K")? as usize;
         let n = p.get("N")? as usize;
-        let epilogue = epilogue_of(p.get_or("epilogue", 0))?;
+        let epilogue = epilogue_of("latent_moe_gemm", p, n)?;
         let row_scale = p.get_or("p", 0) == 1;
-        let (grouped, counts) = if let Some(&m) = p.dims.get("M") {
-            (false, vec![m as usize])
-        } else if p.dims.contains_key("c0") {
-            let g = p.get("G")? as usize;
-            (true, (0..g).map(|i| p.get_or(&format!("c{i}"), 0) as usize).collect())
-        } else {
-            let g = p.get("G")? as usize;
-            (true, ragged_counts(g, p.get("mean")? as usize, 8, p.get_or("seed", 1) as u64))
-        };
-        if epilogue.is_glu() && !n.is_multiple_of(2) {
-            return Err(OpError::BadInput {
-                op: "latent_moe_gemm",
-                arg: "N".into(),
-                why: format!("a GLU epilogue needs an even N, got {n}"),
-            });
-        }
+        let (grouped, counts) = group_counts(p)?;
         Ok(GemmProblem { grouped, counts, k, n, epilogue, row_scale })
     }
     /// Total rows.

@@ -20,7 +20,7 @@ pub mod prefill;
 pub mod quant;
 
 use crate::OpError;
-use k3k_ir::Expr;
+use k3k_ir::{Expr, KernelBuilder};
 pub use k3k_reference::mx::{MxFormat, ScaleRule};
 
 /// Elements per E8M0 scale.
@@ -88,6 +88,19 @@ pub fn rule_name(r: ScaleRule) -> &'static str {
 // ------------------------------------------------------------------------------------------------------------
 // Exact decoders as IR expressions (integer byte in, f32 out). Every one is exact: bit patterns and products
 // with powers of two, so the GPU and the interpreter give the reference's bits.
+
+/// A threads region in which each thread takes the items `thread_idx + i * threads` of `0..items`, `i` in
+/// `0..ceil(items / threads)` (an unrolled loop): `body` gets the item index `idx`, which can pass `items` on the
+/// last step where the threads do not divide the items (the body tests it where it must).
+pub fn per_thread(b: &mut KernelBuilder, items: i64, threads: u32, body: impl FnOnce(&mut KernelBuilder, Expr)) {
+    let per = (items + threads as i64 - 1) / threads as i64;
+    b.threads(|b| {
+        b.for_unrolled("i", 0i64, per, 1i64, |b, i| {
+            let idx = b.let_("idx", Expr::thread_idx() + i * threads as i64);
+            body(b, idx);
+        });
+    });
+}
 
 /// 2^126 as an f32 (exact).
 pub const TWO_126: f64 = 8.507059173023462e37;

@@ -26,7 +26,7 @@
 //! scaled by a power of two; the fold's condition is checked on the host, rows that span more than 12 or hold
 //! a NaN scale make a dense plan fall back to the F8V=2 kernel and a grouped one a typed error).
 
-use super::super::e8m0;
+use super::super::{e8m0, per_thread};
 use super::Fp8Cfg;
 use super::kernel::{e4m3_words_lean, fold_word};
 use crate::OpError;
@@ -257,14 +257,10 @@ pub fn build_main(c: &Fp8Cfg, grouped: bool, out_vec: u32) -> Result<Kernel, OpE
         let (m0, n0) = (t.r0.clone(), t.n0.clone());
         // The fold's 2^(lo_n - 127) per column (columns past N read row N - 1; never stored); the previous
         // tile's epilogue read it before the barrier that ends its iteration.
-        let per = bn.div_ceil(threads) as i64;
-        b.threads(|b| {
-            b.for_unrolled("i", 0i64, per, 1i64, |b, i| {
-                let idx = b.let_("idx", Expr::thread_idx() + i * threads as i64);
-                b.if_(idx.lt(bn as i64), |b| {
-                    let col = (n0.clone() + idx.clone()).min(n.clone() - 1i64);
-                    b.shared_store(swl, 0i64, 0i64, idx, e8m0(Expr::load(wl, &t.g * n.clone() + col)));
-                });
+        per_thread(b, bn as i64, threads, |b, idx| {
+            b.if_(idx.lt(bn as i64), |b| {
+                let col = (n0.clone() + idx.clone()).min(n.clone() - 1i64);
+                b.shared_store(swl, 0i64, 0i64, idx, e8m0(Expr::load(wl, &t.g * n.clone() + col)));
             });
         });
         b.map(acc, 0.0f64);

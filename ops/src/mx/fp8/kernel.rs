@@ -23,7 +23,7 @@
 //! Hopper rates of 128 FP32 lanes and 4096 FP8 MACs per SM and clock the promotion takes twice the product's
 //! time; see lab/2026-12-06/mx-fp8.md for the plan that cuts it to one op).
 
-use super::super::{BLOCK, e8m0};
+use super::super::{BLOCK, e8m0, per_thread};
 use super::Fp8Cfg;
 use crate::OpError;
 use k3k_ir::*;
@@ -237,14 +237,10 @@ pub fn build(c: &Fp8Cfg, kb_align: u32, out_vec: u32) -> Result<Kernel, OpError>
         // The folded weights' 2^(lo_n - 127) per column (the last tile's columns past N read row N - 1).
         Some(wl) => {
             let swl = b.shared("swl", DType::F32, 1, bn, 1, Swizzle::None);
-            let per = bn.div_ceil(threads) as i64;
-            b.threads(|b| {
-                b.for_unrolled("i", 0i64, per, 1i64, |b, i| {
-                    let idx = b.let_("idx", Expr::thread_idx() + i * threads as i64);
-                    b.if_(idx.lt(bn as i64), |b| {
-                        let col = (n0.clone() + idx.clone()).min(n.clone() - 1i64);
-                        b.shared_store(swl, 0i64, 0i64, idx, e8m0(Expr::load(wl, col)) * 64.0f64);
-                    });
+            per_thread(&mut b, bn as i64, threads, |b, idx| {
+                b.if_(idx.lt(bn as i64), |b| {
+                    let col = (n0.clone() + idx.clone()).min(n.clone() - 1i64);
+                    b.shared_store(swl, 0i64, 0i64, idx, e8m0(Expr::load(wl, col)) * 64.0f64);
                 });
             });
             b.barrier();
@@ -271,7 +267,6 @@ fn convert_weights(
     fold: Option<(SharedId, Expr)>,
 ) {
     let words = (bn * 16) as i64;
-    let per = (words + threads as i64 - 1) / threads as i64;
     let body = |b: &mut KernelBuilder, idx: Expr| {
         let r = b.let_("r", idx.shr(4i64));
         let col = b.let_("col", idx.bitand(15i64));
@@ -285,15 +280,12 @@ fn convert_weights(
         b.shared_store(sw, 0i64, r.clone(), col.shl(1i64), o0);
         b.shared_store(sw, 0i64, r, col.shl(1i64) + 1i64, o1);
     };
-    b.threads(|b| {
-        b.for_unrolled("i", 0i64, per, 1i64, |b, i| {
-            let idx = b.let_("idx", Expr::thread_idx() + i * threads as i64);
-            if lean && words % threads as i64 == 0 {
-                body(b, idx);
-            } else {
-                b.if_(idx.lt(words), |b| body(b, idx.clone()));
-            }
-        });
+    per_thread(b, words, threads, |b, idx| {
+        if lean && words % threads as i64 == 0 {
+            body(b, idx);
+        } else {
+            b.if_(idx.lt(words), |b| body(b, idx.clone()));
+        }
     });
 }
 
@@ -308,16 +300,12 @@ fn scale_factors(
 ) {
     for (src, dst, rows) in act.into_iter().chain([wgt]) {
         let total = (rows * 4) as i64;
-        let per = (total + threads as i64 - 1) / threads as i64;
-        b.threads(|b| {
-            b.for_unrolled("i", 0i64, per, 1i64, |b, i| {
-                let idx = b.let_("idx", Expr::thread_idx() + i * threads as i64);
-                b.if_(idx.lt(total), |b| {
-                    let r = b.let_("r", idx.shr(2i64));
-                    let j = b.let_("j", idx.bitand(3i64));
-                    let s = Expr::shared_load(src, slot.clone(), r.clone(), j.clone());
-                    b.shared_store(dst, 0i64, j, r, e8m0(s));
-                });
+        per_thread(b, total, threads, |b, idx| {
+            b.if_(idx.lt(total), |b| {
+                let r = b.let_("r", idx.shr(2i64));
+                let j = b.let_("j", idx.bitand(3i64));
+                let s = Expr::shared_load(src, slot.clone(), r.clone(), j.clone());
+                b.shared_store(dst, 0i64, j, r, e8m0(s));
             });
         });
     }

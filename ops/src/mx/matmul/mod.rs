@@ -36,7 +36,7 @@
 use super::*;
 use crate::check::{compare, error_pattern};
 use crate::data;
-use crate::latent_moe_gemm::{Epilogue, ragged_counts};
+use crate::latent_moe_gemm::{Epilogue, epilogue_of, group_counts};
 use crate::op::{CheckReport, Instance, Operator, Preset, Work};
 use crate::plan::{Outputs, Plan};
 use k3k_ir::*;

@@ -51,28 +51,8 @@ impl MatProblem {
         let k = p.get("K")? as usize;
         let n = p.get("N")? as usize;
         check_k(OP, "K", k)?;
-        let epilogue = match p.get_or("epilogue", 0) {
-            0 => Epilogue::None,
-            1 => Epilogue::SituGlu,
-            2 => Epilogue::SwiGlu,
-            e => return Err(bad("epilogue", format!("0, 1 or 2, got {e}"))),
-        };
-        let (grouped, counts) = if let Some(&m) = p.dims.get("M") {
-            (false, vec![m as usize])
-        } else {
-            let g = p.get("G")? as usize;
-            let counts = if p.dims.contains_key("c0") {
-                (0..g).map(|i| p.get_or(&format!("c{i}"), 0) as usize).collect()
-            } else if let Some(&per) = p.dims.get("per") {
-                vec![per as usize; g]
-            } else {
-                ragged_counts(g, p.get("mean")? as usize, 8, p.get_or("seed", 1) as u64)
-            };
-            (true, counts)
-        };
-        if epilogue.is_glu() && !n.is_multiple_of(2) {
-            return Err(bad("N", format!("a GLU epilogue needs an even N, got {n}")));
-        }
+        let epilogue = epilogue_of(OP, p, n)?;
+        let (grouped, counts) = group_counts(p)?;
         let tiles = p.get_or("tiles", 0) == 1;
         if tiles && (!n.is_multiple_of(32) || !k.is_multiple_of(128)) {
             return Err(bad(

@@ -40,23 +40,19 @@ pub(super) fn dequant_x(
 ) {
     let wpr = (bk / 4) as i64;
     let words = bm as i64 * wpr;
-    let per_thread = (words + threads as i64 - 1) / threads as i64;
-    b.threads(|b| {
-        b.for_unrolled("i", 0i64, per_thread, 1i64, |b, i| {
-            let idx = b.let_("idx", Expr::thread_idx() + i * threads as i64);
-            // Row and word of `idx` (>= 0): a shift and a mask where BK/4 is a power of two, else a division (BK=96:
-            // the shift by its trailing zeros read rows past the tile).
-            let pow2 = (wpr as u64).is_power_of_two();
-            let r = b.let_("r", if pow2 { idx.shr(wpr.trailing_zeros() as i64) } else { &idx / wpr });
-            b.if_(r.lt(rows_valid.clone()).and(idx.lt(words)), |b| {
-                let w = b.let_("wi", if pow2 { idx.bitand(wpr - 1) } else { &idx % wpr });
-                let word = b.let_("word", Expr::shared_load(sxq, slot.clone(), r.clone(), w.clone()));
-                let scale = b.let_("scale", e8m0(Expr::shared_load(sxs, slot.clone(), r.clone(), w.shr(3i64))));
-                for p in 0..4i64 {
-                    let v = fp8_value(word.shr(8 * p).bitand(0xffi64)) * scale.clone();
-                    b.shared_store(dst, index.clone(), r.clone(), w.shl(2i64) + p, v);
-                }
-            });
+    per_thread(b, words, threads, |b, idx| {
+        // Row and word of `idx` (>= 0): a shift and a mask where BK/4 is a power of two, else a division (BK=96:
+        // the shift by its trailing zeros read rows past the tile).
+        let pow2 = (wpr as u64).is_power_of_two();
+        let r = b.let_("r", if pow2 { idx.shr(wpr.trailing_zeros() as i64) } else { &idx / wpr });
+        b.if_(r.lt(rows_valid.clone()).and(idx.lt(words)), |b| {
+            let w = b.let_("wi", if pow2 { idx.bitand(wpr - 1) } else { &idx % wpr });
+            let word = b.let_("word", Expr::shared_load(sxq, slot.clone(), r.clone(), w.clone()));
+            let scale = b.let_("scale", e8m0(Expr::shared_load(sxs, slot.clone(), r.clone(), w.shr(3i64))));
+            for p in 0..4i64 {
+                let v = fp8_value(word.shr(8 * p).bitand(0xffi64)) * scale.clone();
+                b.shared_store(dst, index.clone(), r.clone(), w.shl(2i64) + p, v);
+            }
         });
     });
 }
@@ -84,37 +80,33 @@ pub(super) fn dequant_words(
 ) {
     let wpr = (bk / 8) as i64;
     let words = bn as i64 * wpr;
-    let per_thread = (words + threads as i64 - 1) / threads as i64;
-    b.threads(|b| {
-        b.for_unrolled("i", 0i64, per_thread, 1i64, |b, i| {
-            let idx = b.let_("idx", Expr::thread_idx() + i * threads as i64);
-            let body = |b: &mut KernelBuilder| {
-                let r = b.let_("r", idx.shr(wpr.trailing_zeros() as i64));
-                let w = b.let_("wi", idx.bitand(wpr - 1));
-                let word = b.let_("word", Expr::shared_load(sq, slot.clone(), r.clone(), w.clone()));
-                let sb = Expr::shared_load(ss, slot.clone(), r.clone(), w.shr(2i64));
-                // Folded: one multiplier 2^(e-1); else the value times 2^126, then times the scale (exact both
-                // ways; 2^126 * 2^(e-127) overflows f32 for e > 128).
-                let mult = b.let_("mult", if spec.fold { scale_mult(spec, sb) } else { e8m0(sb) });
-                for p in 0..8i64 {
-                    let (col, bits) = if spec.packed {
-                        // Word l of block k holds columns 2l + 8 (p / 2) + p % 2 of the block: pair p / 2, half
-                        // p % 2.
-                        let col = w.shr(2i64).shl(5i64) + w.bitand(3i64).shl(1i64) + (8 * (p / 2) + p % 2);
-                        (col, packed_fp4_bits(&word, p / 2, p % 2))
-                    } else {
-                        (w.shl(3i64) + p, fp4_bits(word.shr(4 * p).bitand(15i64)))
-                    };
-                    let v = if spec.fold { bits * mult.clone() } else { bits * TWO_126 * mult.clone() };
-                    b.shared_store(dst, index.clone(), r.clone(), col, v);
-                }
-            };
-            if words % threads as i64 == 0 {
-                body(b);
-            } else {
-                b.if_(idx.lt(words), body);
+    per_thread(b, words, threads, |b, idx| {
+        let body = |b: &mut KernelBuilder| {
+            let r = b.let_("r", idx.shr(wpr.trailing_zeros() as i64));
+            let w = b.let_("wi", idx.bitand(wpr - 1));
+            let word = b.let_("word", Expr::shared_load(sq, slot.clone(), r.clone(), w.clone()));
+            let sb = Expr::shared_load(ss, slot.clone(), r.clone(), w.shr(2i64));
+            // Folded: one multiplier 2^(e-1); else the value times 2^126, then times the scale (exact both
+            // ways; 2^126 * 2^(e-127) overflows f32 for e > 128).
+            let mult = b.let_("mult", if spec.fold { scale_mult(spec, sb) } else { e8m0(sb) });
+            for p in 0..8i64 {
+                let (col, bits) = if spec.packed {
+                    // Word l of block k holds columns 2l + 8 (p / 2) + p % 2 of the block: pair p / 2, half
+                    // p % 2.
+                    let col = w.shr(2i64).shl(5i64) + w.bitand(3i64).shl(1i64) + (8 * (p / 2) + p % 2);
+                    (col, packed_fp4_bits(&word, p / 2, p % 2))
+                } else {
+                    (w.shl(3i64) + p, fp4_bits(word.shr(4 * p).bitand(15i64)))
+                };
+                let v = if spec.fold { bits * mult.clone() } else { bits * TWO_126 * mult.clone() };
+                b.shared_store(dst, index.clone(), r.clone(), col, v);
             }
-        });
+        };
+        if words % threads as i64 == 0 {
+            body(b);
+        } else {
+            b.if_(idx.lt(words), body);
+        }
     });
 }
 
