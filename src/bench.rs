@@ -564,15 +564,14 @@ pub struct PeerRow {
 /// Fill peer figures (and measured ceilings, recomputing floors) into a report: on each row of this run, the
 /// file's rows for its op and preset in rank order (ties in file order), the first as `peer` / `peer_ms` and the
 /// others as [`BenchRow::more_peers`] (replacing those of an earlier merge). A row with no peer in the file keeps
-/// what it had.
-/// Whether a peers file speaks of this report: same GPU (where the file names one) and a row of the report's
-/// operator. `k3k bench --merge-peers` rewrites only those reports, so a folder holding reports of other GPUs keeps
-/// them as they were (before 2026-12-07 every report under `--out` took the file's ceilings).
-pub fn peers_apply_to(r: &BenchReport, peers: &PeerFile) -> bool {
-    peers.gpu.as_deref().is_none_or(|g| g == r.gpu) && peers.rows.iter().any(|p| p.op == r.op)
-}
-
-pub fn merge_peers(r: &mut BenchReport, peers: &PeerFile) {
+/// what it had. A file that does not speak of this report (another GPU, where the file names one, or no row of
+/// the report's operator) leaves it as it is and gives `false`: `k3k bench --merge-peers` rewrites only the reports
+/// that took a merge, so a folder holding reports of other GPUs keeps them as they were (before 2026-12-07 every
+/// report under `--out` took the file's ceilings).
+pub fn merge_peers(r: &mut BenchReport, peers: &PeerFile) -> bool {
+    if !(peers.gpu.as_deref().is_none_or(|g| g == r.gpu) && peers.rows.iter().any(|p| p.op == r.op)) {
+        return false;
+    }
     if let Some(c) = &peers.ceilings {
         r.ceilings = c.clone();
         for row in &mut r.rows {
@@ -591,6 +590,7 @@ pub fn merge_peers(r: &mut BenchReport, peers: &PeerFile) {
             .map(|p| PeerTiming { peer: p.peer.clone(), ms: p.ms, error: p.error.clone(), extra: p.extra.clone() })
             .collect();
     }
+    true
 }
 
 #[cfg(test)]
@@ -769,10 +769,21 @@ mod tests {
                 extra: None,
             }],
         };
-        assert!(peers_apply_to(&r, &file(Some("NVIDIA H200"), "kda")));
-        assert!(!peers_apply_to(&r, &file(Some("NVIDIA H100 80GB HBM3"), "kda")), "another GPU");
-        assert!(!peers_apply_to(&r, &file(Some("NVIDIA H200"), "mxfp4_matmul")), "another operator");
-        assert!(peers_apply_to(&r, &file(None, "kda")), "a file of an older peers.py names no GPU");
+        let merged = |f: PeerFile| {
+            let mut m = r.clone();
+            (merge_peers(&mut m, &f), m)
+        };
+        let (took, m) = merged(file(Some("NVIDIA H200"), "kda"));
+        assert!(took && m.ceilings.hbm_gbps == 3047.0 && m.rows[0].peer_ms == Some(1.0));
+        for (f, what) in [
+            (file(Some("NVIDIA H100 80GB HBM3"), "kda"), "another GPU"),
+            (file(Some("NVIDIA H200"), "mxfp4_matmul"), "another operator"),
+        ] {
+            let (took, m) = merged(f);
+            assert!(!took, "{what}");
+            assert_eq!((m.ceilings.hbm_gbps, m.rows[0].peer_ms), (r.ceilings.hbm_gbps, r.rows[0].peer_ms), "{what}");
+        }
+        assert!(merged(file(None, "kda")).0, "a file of an older peers.py names no GPU");
     }
 
     /// Several peers of one op (kda: FlashKDA rank 0, FLA rank 1): the rank-0 peer fills the peer column, the others

@@ -1232,22 +1232,10 @@ fn ustate_matches_reference_and_the_default_bit_for_bit() {
             ("h0", 1),
         ]
     };
-    let presets_like = [
-        ("N", 3i64),
-        ("L0", 70),
-        ("L1", 0),
-        ("L2", 33),
-        ("H", 1),
-        ("HV", 2),
-        ("K", 128),
-        ("V", 128),
-        ("safe", 1),
-        ("gate", 3),
-        ("bias", 1),
-        ("l2norm", 1),
-        ("bsig", 1),
-        ("h0", 1),
-    ];
+    // FlashKDA's options with the f32 raw gate (the state pass does not read the gate).
+    let fk_f32 = || kda::FLASHKDA_OPTIONS.into_iter().filter(|(k, _)| *k != "gbf16");
+    let presets_like: Vec<(&str, i64)> =
+        [("N", 3i64), ("L0", 70), ("L1", 0), ("L2", 33), ("H", 1), ("HV", 2)].into_iter().chain(fk_f32()).collect();
     let mut cases: Vec<(Vec<(&str, i64)>, Knobs)> = vec![
         (presets_like.to_vec(), kda::default_knobs()),
         (presets_like.to_vec(), kda::default_knobs().with("BV", 64i64).with("W2", 8i64).with("STAGES", 2i64)),
@@ -1306,16 +1294,7 @@ fn ustate_matches_reference_and_the_default_bit_for_bit() {
     for (dims, stages) in [(&[("B", 1i64), ("T", 8192), ("H", 96)][..], 2u32), (&[("B", 4), ("T", 4096), ("H", 64)], 2)]
     {
         let mut dd = dims.to_vec();
-        dd.extend([
-            ("K", 128),
-            ("V", 128),
-            ("safe", 1),
-            ("gate", 3),
-            ("bias", 1),
-            ("l2norm", 1),
-            ("bsig", 1),
-            ("h0", 1),
-        ]);
+        dd.extend(fk_f32());
         let pb = problem(&dd);
         let l = kda::Launch::resolve(&us(&kda::default_knobs()), &pb).unwrap();
         let (_, k2) = kda::chunk_kernels(&pb, &l).unwrap();

@@ -88,12 +88,10 @@ pub fn run(mut a: Args) -> anyhow::Result<i32> {
             let bytes = std::fs::read(f).map_err(|e| anyhow::anyhow!("{}: {e}", f.display()))?;
             let mut r: BenchReport = serde_json::from_slice(&bytes)
                 .map_err(|e| anyhow::anyhow!("{}: not a benchmark report: {e}", f.display()))?;
-            if !bench::peers_apply_to(&r, &pf) {
-                continue;
+            if bench::merge_peers(&mut r, &pf) {
+                bench::write_report(&a.out, &r)?;
+                merged += 1;
             }
-            bench::merge_peers(&mut r, &pf);
-            bench::write_report(&a.out, &r)?;
-            merged += 1;
         }
         println!("merged peer timings into {merged} reports under {}", a.out.display());
         return Ok(0);
