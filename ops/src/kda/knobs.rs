@@ -162,6 +162,9 @@ knob_set! {
         /// `CHUNK`: tokens per chunk (0: automatic).
         chunk: u32 = "CHUNK" => {
             axis: "chunk size (tokens per chunk); 0 = auto: 32 at K = V = 128 (measured fastest), else 64" [0, 64, 32],
+            accepts: "16: FlashKDA's chunk (one 16x16 diagonal tile a chunk: no off-diagonal tile and no block \
+             substitution in the intra kernel, twice the state pass's steps; W1 auto 8; not with USTATE=1)"
+                [16],
             default: 0,
         },
         /// `W1`: warps of the intra-chunk kernel (0: automatic).
@@ -415,6 +418,8 @@ impl Launch {
         };
         let w1 = match t.w1 {
             0 if chunk == 32 && wide => 8,
+            // Chunk 16 (accepted, not an axis): 16 rows do not split over 16 warps.
+            0 if chunk == 16 => 8,
             0 => 16,
             w => w,
         };
@@ -425,8 +430,8 @@ impl Launch {
         if stages > 3 {
             return Err(invalid(format!("STAGES={stages}: 0, 1, 2 or 3")));
         }
-        if chunk != 32 && chunk != 64 {
-            return Err(invalid(format!("CHUNK={chunk}: 0 (auto), 32 or 64")));
+        if !matches!(chunk, 16 | 32 | 64) {
+            return Err(invalid(format!("CHUNK={chunk}: 0 (auto), 16, 32 or 64")));
         }
         if !matches!(w1, 4 | 8 | 16) {
             return Err(invalid(format!("W1={w1}: 0 (auto), 4, 8 or 16")));
@@ -464,6 +469,12 @@ impl Launch {
             return Err(invalid(format!("W2={w2}: 0, 4, 8 or 16")));
         }
         let u_state = t.u_place == UPlace::State;
+        if u_state && chunk == 16 {
+            // The U substitution's factors are N_ii and the strictly lower blocks of L from row 16: none at chunk 16.
+            return Err(invalid(
+                "USTATE=1 needs CHUNK=32 or 64 (at chunk 16 there is no lower block of L to pass)".into(),
+            ));
+        }
         let shared_of = |s: u32| {
             if u_state {
                 state_shared_bytes_u(pb.dk as u32, chunk, bv, s)
@@ -607,7 +618,7 @@ mod tests {
             ["CHUNK", "W1", "ARENA", "XDIAG", "BV", "W2", "STAGES", "ODIAG", "EX2", "SYNC", "OPDT", "LVLDT"]
         );
         let accepted: Vec<&str> = space.accepted.iter().map(|a| a.name.as_str()).collect();
-        assert_eq!(accepted, ["BV", SGRID_KNOB, "FULLC", "GSIG", "L2R", USTATE_KNOB]);
+        assert_eq!(accepted, ["CHUNK", "BV", SGRID_KNOB, "FULLC", "GSIG", "L2R", USTATE_KNOB]);
     }
 
     /// A record from before the optional knobs reads with their legacy meanings; the required ones are named when
@@ -637,8 +648,11 @@ mod tests {
             let e = Launch::resolve(&default_knobs().with(k, v), &pb).unwrap_err().to_string();
             assert!(e.contains(&format!("{k} must be")) && e.ends_with(&format!("got {v}")), "{e}");
         }
-        let e = Launch::resolve(&default_knobs().with("CHUNK", 16i64), &pb).unwrap_err().to_string();
-        assert!(e.ends_with("CHUNK=16: 0 (auto), 32 or 64"), "{e}");
+        let e = Launch::resolve(&default_knobs().with("CHUNK", 24i64), &pb).unwrap_err().to_string();
+        assert!(e.contains("CHUNK") && e.contains("24"), "{e}");
+        // Chunk 16 is accepted (not an axis) and takes 8 intra warps when W1 is automatic.
+        let c16 = Launch::resolve(&default_knobs().with("CHUNK", 16i64), &pb).unwrap();
+        assert_eq!((c16.chunk, c16.w1), (16, 8));
         let d = Launch::resolve(&default_knobs(), &problem(0)).unwrap();
         assert!(d.xdiag && d.ex2_ftz && d.two_bars && d.g_pairs && d.midoff && !d.slim && !d.arena);
         assert_eq!((d.chunk, d.w1, d.op_dt, d.lvl_dt), (32, 8, DType::F16, DType::F16));
