@@ -159,7 +159,7 @@ fn check(spec: &MatSpec, c: &Cfg, knobs: &Knobs, sh: &ShapeFacts) -> Result<(), 
         return invalid(format!("MMA=f8sync: SPLIT={} x XK={} does not cover K={}", c.split, c.xk, sh.k));
     }
     let smem = c.shared_bytes(spec.tiled);
-    if smem > MAX_SHARED_BYTES as usize {
+    if smem > MAX_SHARED_BYTES {
         return invalid(format!(
             "MMA=f8sync: {smem} bytes of shared memory (max {MAX_SHARED_BYTES}): the staged activations are BM x \
              K/SPLIT = {} x {} bytes; raise SPLIT or lower BM",
