@@ -105,3 +105,29 @@ fn f8sync_refusals() {
     let big = Preset::new("big", &[("M", 128), ("N", 256), ("K", 3584), ("act", 1)]);
     refused(&big, &f8(&[("SPLIT", 1)]), &["shared memory", "SPLIT"]);
 }
+
+/// The shared-memory estimate that refuses knob sets (`Cfg::shared_bytes`) is never below what the kernel
+/// declares: near the limit (the staged activations are BM x K/SPLIT bytes), every knob set either builds a kernel
+/// within the SM's shared memory or is refused by name; and the limit is reached (some sets are refused).
+#[test]
+fn f8sync_shared_memory_is_checked_before_the_build() {
+    let op = Mxfp4Matmul;
+    let mut refusals = 0;
+    for (m, bm) in [(64, 64), (128, 128), (256, 128)] {
+        let p = Preset::new("p", &[("M", m), ("N", 6144), ("K", 3584), ("packed", 1), ("act", 1)]);
+        for split in 1..=8 {
+            for (bk, st) in [(64, 4), (128, 2), (128, 4), (256, 3)] {
+                let kn = f8(&[("BM", bm), ("SPLIT", split), ("BK", bk), ("STAGES", st)]);
+                match op.kernels(&p, &kn) {
+                    Ok(ks) => {
+                        let smem = ks[0].shared_bytes();
+                        assert!(smem <= k3k_ir::MAX_SHARED_BYTES, "M{m} [{kn}]: {smem} bytes");
+                    }
+                    Err(OpError::InvalidKnobs { why, .. }) if why.contains("shared memory") => refusals += 1,
+                    Err(e) => panic!("M{m} [{kn}]: {e}"),
+                }
+            }
+        }
+    }
+    assert!(refusals > 0);
+}
