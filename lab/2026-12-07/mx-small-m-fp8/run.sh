@@ -34,10 +34,12 @@ $B bench --merge-peers $W/peers.json --out $W/sweep >> $W/sweep.txt 2>&1
 save
 # 2. f8sync candidates: the split (CTAs per SM vs the staged activations' shared memory), wider weight tiles (half
 #    the activation re-reads from L2), the ring depth, a longer K step.
-#    (Values from the knob axes: SPLIT 1|2|4|8|16, STAGES 3|4, BK 64..512, BN 32..256, WA 4|8, MINB 4|6.)
+#    (Values the CLI accepts: SPLIT 1|2|4|8|16, STAGES 3|4, BK 64..512, BN 32..256, WA 4|8, MINB 2|3|4|6.)
 C="MMA=f8sync,SPLIT=2;MMA=f8sync,SPLIT=4;MMA=f8sync,SPLIT=8;MMA=f8sync,BN=128,WA=8;MMA=f8sync,BN=128,WA=8,SPLIT=4"
 C="$C;MMA=f8sync,STAGES=3;MMA=f8sync,BK=256,STAGES=3;MMA=f8sync,BK=64,SPLIT=8"
-timeout 40 $B $BENCH --dims "$(dims 1 64 32)" --knobs "$C" --out $W/cand > $W/cand.txt 2>&1; log "cand M64 M32 rc=$?"
+#    Register caps (uncapped 238-255 registers, two CTAs per SM): MINB=3 (168; at M64 ptxas spills 8 bytes).
+C="$C;MMA=f8sync,MINB=3;MMA=f8sync,BK=64,SPLIT=8,MINB=3"
+timeout 45 $B $BENCH --dims "$(dims 1 64 32)" --knobs "$C" --out $W/cand > $W/cand.txt 2>&1; log "cand M64 M32 rc=$?"
 save
 timeout 15 $B $BENCH --dims "$(dims 1 128)" --knobs "MMA=f8sync,BM=64;MMA=f8sync,SPLIT=4;MMA=f8sync,BM=64,BN=128,WA=8;MMA=f8sync,BM=64,SPLIT=8" \
   --out $W/cand128 > $W/cand128.txt 2>&1; log "cand M128 rc=$?"

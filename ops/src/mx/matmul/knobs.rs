@@ -71,6 +71,12 @@ pub fn knob_space() -> KnobSpace {
             ["f8sync"],
         )
         .accepts(
+            "MINB",
+            "MMA=f8sync: 2 or 3 blocks per SM for the register cap (uncapped its kernels take 238-255 registers: two \
+             128-thread CTAs per SM; 3 caps them at 168)",
+            [2i64, 3],
+        )
+        .accepts(
             "F8V",
             "MMA=fp8 kernel generation: 1 = the first (cp.async with per-row bounds for every tile, both scale \
              factors read from shared f32 vectors per element), 2 = the code tiles by TMA on per-slot mbarriers, \
