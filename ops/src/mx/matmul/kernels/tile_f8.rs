@@ -83,6 +83,8 @@ impl MainKernel<'_> {
         let kd = self.kd.clone();
         let (kx, kb4) = (kd.clone() / 4i64, kd / 32i64);
         let rows = row0 + m0.clone();
+        // Scale rows: the widest copy K/32 and BK/32 allow (as the ring's weight scales).
+        let svec = scale_vec(spec, c);
         for i in 0..slots {
             let k0 = kbeg + (i * bk) as i64;
             let kleft = (kend - k0.clone()).max(0i64);
@@ -92,7 +94,7 @@ impl MainKernel<'_> {
                 view(x, &rows * kx.clone() + &k0 / 4i64, kx.clone(), rows_valid.clone(), &kleft / 4i64, 4),
             );
             let ds = b.slot(f8.sxs, i as i64);
-            let sv = view(xs, &rows * kb4.clone() + &k0 / 32i64, kb4.clone(), rows_valid.clone(), &kleft / 32i64, 1);
+            let sv = view(xs, &rows * kb4.clone() + &k0 / 32i64, kb4.clone(), rows_valid.clone(), &kleft / 32i64, svec);
             b.copy_async(ds, sv);
         }
         b.commit();
