@@ -80,12 +80,13 @@ primitive!(
     wide_access,
     wide_tile_stores,
     shared_pairs_swizzle,
+    mma_ss_e4m3,
 );
 
 #[test]
 fn every_case_is_listed() {
     // `cases::all` feeds the GPU run; keep it in step with the list above.
-    assert_eq!(cases::all().len(), 42);
+    assert_eq!(cases::all().len(), 43);
 }
 
 /// The wide accesses of `wide_access` are single vector instructions in the PTX: f32 x 4, bf16 x 8 and u8 x 16

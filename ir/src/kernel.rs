@@ -304,6 +304,10 @@ pub enum Stmt {
     /// `vec[r] = op_c tile[r, c]` (or `op(vec[r], ...)` when `accumulate`).
     Reduce { vec: VecId, tile: TileId, op: ReduceOp, accumulate: bool },
     /// `acc += a @ b` with f32 accumulation; a is `[M, K]`, b is `[K, N]`, acc is `[M, N]`, K a multiple of 16.
+    /// E4M3 form (`mma.sync m16n8k32 .e4m3.e4m3`, sm_89+): both operands shared windows of **u32** words, each
+    /// word four E4M3 codes (byte j = element 4c + j of the row), K-contiguous: A `[M, K/4]` not transposed, B
+    /// `[N, K/4]` read transposed, K a multiple of 32 (8 words); read by `ldmatrix` on their b16 view (8 rows of
+    /// 16 codes are one 8-bit fragment). Products of E4M3 values are exact in f32.
     Mma { acc: TileId, a: Operand, b: Operand },
     /// Start `acc += a @ b` on the warpgroup tensor cores (Hopper `wgmma`), asynchronously. A is either a shared
     /// window stored K-contiguous in 128-byte rows (a 64-element bf16/f16 K slice, `Swizzle::Xor16B`) `[M, K]`,

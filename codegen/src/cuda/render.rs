@@ -75,6 +75,18 @@ pub const PRELUDE_TMA: &str = include_str!("../../prelude/tma.cuh");
 /// [`PRELUDE_TMA`] only for kernels that use them.
 pub const PRELUDE_CLUSTER: &str = include_str!("../../prelude/cluster.cuh");
 
+/// The E4M3 `mma.sync` products (`Stmt::Mma` on u32 words of E4M3 codes), appended to the prelude only for
+/// kernels that use them (so every other kernel's source, and its cache key, is unchanged).
+pub const PRELUDE_MMA_E4M3: &str = include_str!("../../prelude/tiles/mma_e4m3.cuh");
+
+/// True when a kernel has an E4M3 `mma` (both operands shared windows of u32 words, validated).
+pub fn uses_mma_e4m3(k: &Kernel) -> bool {
+    k.any_stmt(|s| match s {
+        Stmt::Mma { a: Operand::Shared { src, .. }, .. } => k.shared[src.buf.0 as usize].dtype == DType::U32,
+        _ => false,
+    })
+}
+
 /// True when a kernel declares barriers or tensor maps (or uses the cluster primitives, which build on them).
 pub fn uses_tma(k: &Kernel) -> bool {
     !k.mbarriers.is_empty() || !k.tensor_maps.is_empty() || uses_cluster(k)
@@ -207,6 +219,9 @@ pub fn render(k: &Kernel) -> Result<String, IrError> {
     let mut tma = if uses_tma(k) { format!("\n{PRELUDE_TMA}") } else { String::new() };
     if uses_cluster(k) {
         tma.push_str(&format!("\n{PRELUDE_CLUSTER}"));
+    }
+    if uses_mma_e4m3(k) {
+        tma.push_str(&format!("\n{PRELUDE_MMA_E4M3}"));
     }
     let mut smem = if smem_asm_cvta(k) { "#define K3K_SMEM_ASM_CVTA\n".to_string() } else { String::new() };
     if k.producer_warp {

@@ -84,6 +84,7 @@ pub fn all() -> Vec<Case> {
         wide_access(),
         wide_tile_stores(),
         shared_pairs_swizzle(),
+        mma_ss_e4m3(),
     ]
 }
 
@@ -2272,6 +2273,78 @@ pub fn shared_pairs_swizzle() -> Case {
             close("y2", &ts[2].to_f32_vec(), &h, 0.0);
             let e: Vec<f32> = (0..n * 8).map(|i| xs[(i / 8) * n + 8 + i % 8]).collect();
             close("y3", &ts[3].to_f32_vec(), &e, 0.0);
+        },
+    )
+}
+
+/// The E4M3 form of `mma` (`mma.sync m16n8k32 .e4m3`): A `[64, 96]` codes from a window at word column 8 of a
+/// wider swizzled buffer (128-byte rows), B stored `[N = 32, K]` (96-byte rows, read transposed), acc `[64, 32]` on
+/// [2, 2] warps starting at 1.0 (the product adds to it); every non-NaN code, random. Each element is
+/// `1 + sum_k a[m, k] w[n, k]` of exact f32 products, summed in any order (bounded by 2^-20 of the sum of
+/// magnitudes); the interpreter sums in order k = 0, 1, ... and agrees to the bit with the same sum in Rust.
+pub fn mma_ss_e4m3() -> Case {
+    let (m, n, kd) = (64usize, 32usize, 96usize);
+    let mut b = KernelBuilder::new("p_mma_ss_e4m3", 128);
+    let a = matrix(&mut b, "a", DType::U32, [m, kd / 4], Access::Read);
+    let w = matrix(&mut b, "w", DType::U32, [n, kd / 4], Access::Read);
+    let c = matrix(&mut b, "c", DType::F32, [m, n], Access::Write);
+    let sa = b.shared("sa", DType::U32, 64, 32, 1, Swizzle::Xor16B);
+    let sw = b.shared("sw", DType::U32, 32, 24, 1, Swizzle::Xor16B);
+    let acc = b.tile("acc", DType::F32, 64, 32, [2, 2]);
+    let da = b.window(sa, 0i64, 0, 8, 64, 24);
+    b.copy_async(da.clone(), view(a, 0i64, (kd / 4) as i64, m as i64, (kd / 4) as i64, 4));
+    let dw = b.slot(sw, 0i64);
+    b.copy_async(dw.clone(), view(w, 0i64, (kd / 4) as i64, n as i64, (kd / 4) as i64, 4));
+    b.commit();
+    b.wait(0);
+    b.barrier();
+    b.map(acc, 1.0);
+    b.mma(acc, Operand::Shared { src: da, transpose: false }, Operand::Shared { src: dw, transpose: true });
+    b.store(acc, Place::Global(view(c, 0i64, n as i64, m as i64, n as i64, 2)));
+    let kernel = b.finish().unwrap();
+    let mut rng = Rng::new(45);
+    // Any code but the two NaNs (0x7f, 0xff).
+    let mut codes = |len: usize| -> Vec<u8> {
+        (0..len)
+            .map(|_| {
+                loop {
+                    let c = rng.int(0, 256) as u8;
+                    if c & 0x7f != 0x7f {
+                        break c;
+                    }
+                }
+            })
+            .collect()
+    };
+    let (qa, qw) = (codes(m * kd), codes(n * kd));
+    let val = |c: u8| k3k_ir::tensor::e4m3_to_f32(c);
+    let mut want = vec![0f32; m * n];
+    let mut mag = vec![0f32; m * n];
+    for i in 0..m {
+        for j in 0..n {
+            let mut s = 1f32;
+            for p in 0..kd {
+                let prod = val(qa[i * kd + p]) * val(qw[j * kd + p]);
+                s += prod;
+                mag[i * n + j] += prod.abs();
+            }
+            want[i * n + j] = s;
+        }
+    }
+    Case::new(
+        "mma_ss_e4m3",
+        kernel,
+        vec![
+            HostTensor::from_bytes(DType::U32, &[m, kd / 4], qa),
+            HostTensor::from_bytes(DType::U32, &[n, kd / 4], qw),
+            poisoned(DType::F32, &[m, n]),
+        ],
+        move |ts| {
+            let got = ts[2].to_f32_vec();
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                let tol = (1.0 + mag[i]) * 2f32.powi(-20);
+                assert!((g - w).abs() <= tol, "c[{}, {}]: got {g:e}, want {w:e} (tolerance {tol:e})", i / n, i % n);
+            }
         },
     )
 }

@@ -22,7 +22,12 @@ pub(super) fn tile_stmt(k: &Kernel, st: &Stmt, pad: &str, s: &mut String) {
             );
         }
         Stmt::Mma { acc, a, b } => {
-            let _ = writeln!(s, "{pad}{} += {} @ {}", k.tiles[acc.0 as usize].name, operand(k, a), operand(k, b));
+            // The E4M3 form (u32 words of four codes) is marked; the 16-bit forms print as they always did.
+            let e4m3 = match a {
+                Operand::Shared { src, .. } if k.shared[src.buf.0 as usize].dtype == crate::DType::U32 => " e4m3",
+                _ => "",
+            };
+            let _ = writeln!(s, "{pad}{} += {} @ {}{e4m3}", k.tiles[acc.0 as usize].name, operand(k, a), operand(k, b));
         }
         Stmt::MmaAsync { acc, a, b, accumulate } => {
             let _ = writeln!(

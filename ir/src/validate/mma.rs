@@ -187,6 +187,10 @@ impl<'a> Checker<'a> {
                 ),
             ));
         }
+        if [a, b].iter().any(|o| self.operand_dtype(o) == Some(DType::U32)) {
+            // E4M3 codes packed four to a u32 word (`mma_fp8.rs`).
+            return self.mma_sync_e4m3(c, a, b);
+        }
         // Logical [rows, cols] of each operand and its element type.
         let (am, ak, adt) = match a {
             Operand::Reg(t) => {

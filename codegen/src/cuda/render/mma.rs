@@ -14,6 +14,25 @@ impl<'a> Renderer<'a> {
                     Operand::Banded { src, transpose } => (src, *transpose, src.rows),
                     Operand::Reg(_) => unreachable!("validated: B comes from shared memory"),
                 };
+                if k.shared[bsrc.buf.0 as usize].dtype == DType::U32 {
+                    // The E4M3 form (validated: A [M, K/4] and B [N, K/4] shared word windows).
+                    let Operand::Shared { src: asrc, .. } = a else { unreachable!("validated: E4M3 A is shared") };
+                    let line = format!(
+                        "k3k::mma_ss_e4m3<{}, {}, {}>(t{}, {}, {}, {}, {}, {}, {});",
+                        bsrc.cols,
+                        self.shared_layout(asrc.buf),
+                        self.shared_layout(bsrc.buf),
+                        acc.0,
+                        self.shared_ptr(asrc),
+                        asrc.row0,
+                        asrc.col0,
+                        self.shared_ptr(bsrc),
+                        bsrc.row0,
+                        bsrc.col0,
+                    );
+                    self.line(&line);
+                    return;
+                }
                 let h = c_type(k.shared[bsrc.buf.0 as usize].dtype);
                 let kdim = if tb { bsrc.cols } else { bsrc.rows };
                 let bl = self.shared_layout(bsrc.buf);

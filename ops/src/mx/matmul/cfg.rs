@@ -54,6 +54,13 @@ pub struct Cfg {
     /// MXFP8 activations converted on chip per stage into the bf16 x tile (knob `XDQ=tile`) instead of dequantized
     /// by a first launch ([`act_dequant_first`]); false with bf16 activations and on PATH=gemv.
     pub act_tile: bool,
+    /// `MMA=f8sync` ([`super::f8sync`]): MXFP8 activations on E4M3 `mma.sync` (m16n8k32), never dequantized: each CTA
+    /// stages its tokens' E4M3 codes and scales for its K range once, the weights stream through the ring and are
+    /// converted exactly to E4M3 (times 2^-6), both scales applied per 32-wide block to the f32 accumulator.
+    pub f8: bool,
+    /// `MMA=f8sync`: the K range staged per CTA, `ceil(K / (SPLIT x BK)) x BK` (a multiple of BK; derived from the
+    /// problem's K and SPLIT, not a knob); 0 on the other paths.
+    pub xk: u32,
 }
 
 impl Cfg {
@@ -69,7 +76,16 @@ impl Cfg {
             .with("SPLIT", self.split)
             .with("CPS", self.cps)
             .with("RASTER", if self.raster_m { "m" } else { "n" })
-            .with("MMA", if self.wgmma { "wgmma" } else { "sync" })
+            .with(
+                "MMA",
+                if self.f8 {
+                    "f8sync"
+                } else if self.wgmma {
+                    "wgmma"
+                } else {
+                    "sync"
+                },
+            )
             .with("DEC", if self.dec_bits { "bits" } else { "expr" })
             .with(
                 "PATH",
@@ -146,6 +162,18 @@ impl Cfg {
         }
         let common = if self.stream { 0 } else { al(bn * bk / 2 * st) + al(bn * bk / 32 * st) }
             + if self.fused && self.split > 1 { al(4) } else { 0 };
+        if self.f8 {
+            // The staged activation codes, scales and factors of the K range, the E4M3 weight tile and its
+            // factors, and the accumulator's transpose.
+            let xk = self.xk as usize;
+            return common
+                + al(bm * xk)
+                + al(bm * xk / 32)
+                + al(bm * xk / 32 * 4)
+                + al(bn * bk)
+                + al(bn * bk / 32 * 4)
+                + al(bn * (bm + 1) * 4);
+        }
         if self.wgmma {
             common + al1k(bm * bk * 2 * st) + al1k(bn * bk * 2 * 2) + 1024
         } else {

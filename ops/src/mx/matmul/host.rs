@@ -211,7 +211,7 @@ fn facts(w: &Fp4Weights, glu: bool, counts: &[usize]) -> ShapeFacts {
 /// resolved knobs). The first launch converts each activation once (M*K*(1 + 1/32) bytes read, 2*M*K written:
 /// 0.23 + 0.46 MB at M64 K3584).
 pub fn act_dequant_first(spec: &MatSpec, c: &Cfg) -> bool {
-    spec.act8 && !c.act_tile
+    spec.act8 && !c.act_tile && !c.f8
 }
 
 /// The variant the main kernel is built for: `spec`, with bf16 activations when [`act_dequant_first`].

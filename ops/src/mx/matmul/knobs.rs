@@ -61,6 +61,22 @@ pub fn knob_space() -> KnobSpace {
             ["fp8"],
         )
         .accepts(
+            "MMA",
+            "f8sync: MXFP8 activations on E4M3 mma.sync (m16n8k32), never dequantized (`matmul::f8sync`): per CTA BN \
+             weight rows x BM tokens x one K range of SPLIT, its activation codes and scales staged once in shared \
+             memory, the weights through the STAGES ring converted exactly to E4M3, both scales applied per 32-wide \
+             block to the f32 accumulator, FIN=last sums the splits; dense, plain epilogue; BK 64|128|256; auto: BM \
+             the tokens rounded up to 16 (at most 128), BN 64, BK 128, STAGES 4, SPLIT about two CTAs per SM with \
+             BM x K/SPLIT <= 64 KB. Not an automatic choice yet",
+            ["f8sync"],
+        )
+        .accepts(
+            "MINB",
+            "MMA=f8sync: 2 or 3 blocks per SM for the register cap (uncapped its kernels take 238-255 registers: two \
+             128-thread CTAs per SM; 3 caps them at 168)",
+            [2i64, 3],
+        )
+        .accepts(
             "F8V",
             "MMA=fp8 kernel generation: 1 = the first (cp.async with per-row bounds for every tile, both scale \
              factors read from shared f32 vectors per element), 2 = the code tiles by TMA on per-slot mbarriers, \

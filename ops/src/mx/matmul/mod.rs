@@ -48,6 +48,7 @@ use rand::rngs::StdRng;
 use rayon::prelude::*;
 
 mod cfg;
+mod f8sync;
 mod host;
 mod kernels;
 mod knobs;

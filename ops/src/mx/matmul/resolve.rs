@@ -19,6 +19,9 @@ pub struct ShapeFacts {
 /// token tiles and a K split that gives about two waves of tiles when there are few; prefill: 128x128
 /// tiles), then the combination is validated.
 pub fn resolve(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, OpError> {
+    if super::f8sync::selected(knobs)? {
+        return super::f8sync::resolve(spec, knobs, sh);
+    }
     if spec.tiled {
         return resolve_tiled(spec, knobs, sh);
     }
@@ -66,6 +69,8 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, Op
         sk: sk_knob(knobs)?,
         ts: super::prefill::int_or0(knobs, "TS")?,
         act_tile: spec.act8 && act_tile_knob(knobs)?,
+        f8: false,
+        xk: 0,
     };
     split_tiles(spec, knobs, sh, c, wide_rows)
 }
@@ -462,6 +467,8 @@ pub(super) fn resolve_gemv(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Re
         ts,
         // (Validated: an explicit XDQ=tile is refused, the gemv statement reads bf16 activations only.)
         act_tile: spec.act8 && act_tile_knob(knobs)?,
+        f8: false,
+        xk: 0,
     };
     // L2PF and XA auto: see `Cfg::l2pf_auto` and `Cfg::xa_auto`.
     let c = Cfg { l2pf: l2pf_knob(knobs)?.unwrap_or(c.l2pf_auto()), xa: xa_knob(knobs)?.unwrap_or(c.xa_auto()), ..c };

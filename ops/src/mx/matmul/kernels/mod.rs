@@ -7,6 +7,7 @@ use super::*;
 mod decode;
 mod finalize;
 mod tile;
+mod tile_f8;
 mod tile_sync;
 mod tile_wgmma;
 
@@ -78,16 +79,18 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
     // The bf16 x tile: STAGES slots filled by cp.async, or (MXFP8) one slot per product in flight filled by the
     // on-chip conversion of the E4M3 words and scales staged in `sxq` / `sxs`.
     // (PATH=gemv reads the activations from global memory.)
-    let sx = (!c.gemv).then(|| {
+    // (MMA=f8sync stages its activations as E4M3 words once per tile: `tile_f8.rs`.)
+    let sx = (!c.gemv && !c.f8).then(|| {
         b.shared("sx", DType::Bf16, bm, bk, if spec.act8 { if c.wgmma { 2 } else { 1 } } else { st }, Swizzle::Xor16B)
     });
-    let sx8 = spec.act8.then(|| {
+    let sx8 = (spec.act8 && !c.f8).then(|| {
         (
             b.shared("sxq", DType::U32, bm, bk / 4, st, Swizzle::Xor16B),
             b.shared("sxs", DType::U8, bm, bk / 32, st, Swizzle::None),
         )
     });
     let (sync, wg) = main_tiles(&mut b, spec, c, (partial, fused, bno));
+    let f8 = c.f8.then(|| tile_f8::F8Bufs::declare(&mut b, c));
 
     let group_start = |g: &Expr| -> Expr {
         match offs {
@@ -136,6 +139,7 @@ pub fn build_main(spec: &MatSpec, c: &Cfg) -> Result<Kernel, OpError> {
         sx8,
         sync,
         wg,
+        f8,
         kchunk,
     };
     if let Some(gs) = ts_groups {
@@ -281,6 +285,8 @@ struct MainKernel<'a> {
     sx8: Option<(SharedId, SharedId)>,
     sync: Option<SyncTiles>,
     wg: Option<WgmmaTiles>,
+    /// MMA=f8sync: the staged activations, the E4M3 weight tile and the factors (`tile_f8.rs`).
+    f8: Option<tile_f8::F8Bufs>,
     /// The K range of one split.
     kchunk: Expr,
 }
@@ -314,7 +320,7 @@ fn main_tiles(
         let sacc = b.shared("sacc", DType::F32, bn, bmt + 1, 1, Swizzle::None);
         let acc = (!c.gemv).then(|| b.tile("acc", DType::F32, bn, bm, warps));
         // The decoded weights of one 32-wide block (PATH=stream: of the whole BK slice).
-        let wt = (!c.gemv).then(|| b.tile("w", DType::Bf16, bn, if c.stream { bk } else { 32 }, [c.wa, 1]));
+        let wt = (!c.gemv && !c.f8).then(|| b.tile("w", DType::Bf16, bn, if c.stream { bk } else { 32 }, [c.wa, 1]));
         // Output tile [BM, BNO] (tokens x output columns) on as many warps along columns as divide it.
         let yw = [1u32, 2, 4, 8, 16]
             .into_iter()

@@ -72,7 +72,9 @@ impl MainKernel<'_> {
             let soff = (wrow + nrow) * kb.clone() + &k0 / 32i64;
             b.copy_async(ds, view(ws, soff, kb.clone(), nvalid, &kleft / 32i64, scale_vec(spec, c)));
         }
-        if let (Some((sxq, sxs)), Some(xs)) = (sx8, xs) {
+        if self.f8.is_some() {
+            // MMA=f8sync: the activations are staged once per tile (`tile_f8.rs`), not per stage.
+        } else if let (Some((sxq, sxs)), Some(xs)) = (sx8, xs) {
             let kx = kd.clone() / 4i64;
             let kb4 = kd.clone() / 32i64;
             let rows = row0 + m0.clone();

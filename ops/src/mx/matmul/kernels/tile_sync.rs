@@ -12,7 +12,9 @@ impl MainKernel<'_> {
         let (t, row0, ks, m0, n0, rows_valid, kbeg, kend, wrow) =
             (&tc.t, &tc.row0, &tc.ks, &tc.m0, &tc.n0, &tc.rows_valid, &tc.kbeg, &tc.kend, &tc.wrow);
         let (sacc, acc, wt, yt, pv, sums, spart) = sync;
-        if let (Some(acc), Some(wt)) = (acc, wt) {
+        if let (Some(acc), Some(f8)) = (acc, &self.f8) {
+            self.f8_k_loop(b, tc, acc, f8, sacc);
+        } else if let (Some(acc), Some(wt)) = (acc, wt) {
             self.sync_k_loop(b, tc, acc, wt, sacc);
         } else {
             // PATH=gemv: one statement per weight half over this split's K range, reduced into `sacc`.
