@@ -3,14 +3,16 @@
 # first product issued early) with the two consumer warpgroups taking turns: TURN=mma issues each wgmma in turn,
 # TURN=ffma runs each block's promotion in turn; no block barrier in the tile walk.
 # (1) ptxas resources of the F8V=6 kernels and F8V=5 (registers, spills, shared memory).
+# (1b) `k3k check --backend cuda --seed 45` of F8V=6 on ragged dense and grouped problems.
 # (2) `k3k bench` at M 64 and 4096 (N6144 K3584, MXFP8 activations): the default, F8V=5 (CPS 0 and 1), F8V=6
 #     (CPS 0 and 1, TURN mma and ffma, BN 64, STAGES 4).
 # (3) scripts/peers.py (cuBLAS bf16 on the dequantized weights, torch._scaled_mm FP8 rowwise) on those problems,
 #     merged into the report.
 # (4) the 28-expert prefill (G28 mean1024): the default, F8V=5 CPS=1, F8V=6 CPS=1 (TURN mma and ffma), its peers.
+# (5) ncu of the F8V=5 and 6 main kernels at M4096 (issue slots, stall reasons) if the call is still under ~90 s.
 # Every k3k row is checked against the f64 reference by `k3k bench` (a failing set has no time). The table last.
-# One device call, < 2 minutes, from the repository root with the stripped release binary of branch i45p carried:
-#   bash lab/2026-12-07/mx-fp8-pp/run.sh   (carry [".dev/bin/k3k"]; $OUT: table.txt, bench.txt, log.txt, reports.tgz)
+# One device call, <= 2 minutes, from the repository root with the stripped release binary of branch i45p carried:
+#   bash lab/2026-12-07/mx-fp8-pp/run.sh   (carry [".dev/bin/k3k"]; $OUT: table.txt, bench.txt, log.txt, ncu.txt, reports.tgz)
 set -u
 T0=$(date +%s)
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
@@ -33,6 +35,15 @@ G28="G=28,mean=1024,N=6144,K=3584,act=1"
 for kn in "MMA=fp8,F8V=5,CPS=1" "MMA=fp8,F8V=6,CPS=1" "MMA=fp8,F8V=6,CPS=1,TURN=ffma" "MMA=fp8,F8V=6,CPS=1,BN=64"; do
   echo "$kn: $(timeout 30 $B emit --op mxfp4_matmul --emit resources --dims $D4 --knobs "$kn" 2>&1 | tr '\n' ' ')"
 done >> $L 2>&1; log "resources"
+# 1b. F8V=6 on the GPU against the f64 reference (`k3k check`, seed 45: the same draws every run), ragged dense
+#     and grouped problems (several tiles per persistent block, partial tiles, empty groups), both turn kinds: on
+#     the GPU the turns really interleave the warpgroups (the CPU backends run a turn body in program order).
+for d in "M=200,N=136,K=608,act=1" "M=333,N=520,K=1056,act=1" "G=6,mean=40,N=72,K=352,act=1"; do
+  for kn in "MMA=fp8,F8V=6,CPS=1,BN=32,STAGES=3" "MMA=fp8,F8V=6,CPS=1" "MMA=fp8,F8V=6,TURN=ffma,BN=64,STAGES=4"; do
+    echo "check [$d] [$kn]: $(timeout 20 $B check --backend cuda --op mxfp4_matmul --seed 45 --dims "$d" --knobs "$kn" \
+      --cases 2 2>&1 | tail -1)"
+  done
+done >> $L 2>&1; log "checks"
 # 2. dense: the variants (MMA=auto is the default knob set), M64 then M4096.
 SETS="MMA=auto;MMA=fp8,F8V=5;MMA=fp8,F8V=5,CPS=1;MMA=fp8,F8V=6;MMA=fp8,F8V=6,CPS=1"
 SETS="$SETS;MMA=fp8,F8V=6,TURN=ffma;MMA=fp8,F8V=6,CPS=1,TURN=ffma;MMA=fp8,F8V=6,CPS=1,BN=64"
@@ -52,6 +63,17 @@ save
 timeout 25 python3 scripts/peers.py $W/g/$(ls $W/g | head -1) --out $W/peers-g.json > $W/peers-g.txt 2>&1; log "peers grouped rc=$?"
 $B bench --merge-peers $W/peers-g.json --out $W/g >> $W/bench-g.txt 2>&1
 save
-# 5. the table, last.
+# 5. ncu of the main kernel (F8V=5 and 6, persistent, M4096), while the call is under ~90 s: issue-slot use, the
+#    warp stall reasons (wgmma wait vs barrier vs the turns' named barriers) and the pipes' utilization.
+for kn in "MMA=fp8,F8V=5,CPS=1" "MMA=fp8,F8V=6,CPS=1" "MMA=fp8,F8V=6,CPS=1,TURN=ffma"; do
+  [ $(( $(date +%s) - T0 )) -lt 90 ] || break
+  echo "== ncu $kn" >> $OUT/ncu.txt
+  timeout 25 ncu --clock-control none --kernel-name "regex:mm8_first" --launch-count 1 --section SpeedOfLight \
+    --section SchedulerStats --section WarpStateStats --section ComputeWorkloadAnalysis $B bench --op mxfp4_matmul \
+    --dims "$D4" --knobs "$kn" --reps 1 --window-ms 0 --results /nonexistent --out $W/pb >> $OUT/ncu.txt 2>&1
+  log "ncu $kn rc=$?"
+done
+grep -E "^== ncu|Duration|Issued Warp Per Scheduler|No Eligible|Active Warps Per Scheduler|Warp Cycles Per Issued|Issue Slots Busy|Compute \(SM\) Throughput" $OUT/ncu.txt >> $L 2>/dev/null
+# 6. the table, last.
 cat $OUT/table.txt
 log end
