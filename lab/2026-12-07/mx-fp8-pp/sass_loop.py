@@ -4,14 +4,21 @@ WARPGROUP (arrive/wait) and SYNCS (mbarrier) instructions in it. The consumer K 
 the innermost such loop (one 128-wide slice per iteration). Usage: k3k emit ... --emit sass | python3 sass_loop.py"""
 import re, sys
 
-ins = []  # (address, opcode text)
+funcs = {}  # kernel name -> [(address, opcode text)]
+name = "?"
 for ln in sys.stdin:
+    f = re.search(r"Function : (\S+)", ln)
+    if f:
+        name = f.group(1)
     m = re.match(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*?);", ln)
     if m:
-        ins.append((int(m.group(1), 16), m.group(2).strip()))
-addr = {a: i for i, (a, _) in enumerate(ins)}
-loops = []
-for i, (a, t) in enumerate(ins):
+        funcs.setdefault(name, []).append((int(m.group(1), 16), m.group(2).strip()))
+KINDS = [("FFMA", r"FFMA"), ("QGMMA", r"QGMMA"), ("LDS", r"\bLDS"), ("BAR", r"\bBAR\b"), ("WARPGROUP", r"WARPGROUP"),
+         ("SYNCS", r"SYNCS")]
+for name, ins in funcs.items():
+  addr = {a: i for i, (a, _) in enumerate(ins)}
+  loops = []
+  for i, (a, t) in enumerate(ins):
     b = re.search(r"\bBRA\b.*?(0x[0-9a-f]+)", t)
     if b:
         tgt = int(b.group(1), 16)
@@ -19,8 +26,6 @@ for i, (a, t) in enumerate(ins):
             body = [x for _, x in ins[addr[tgt] : i + 1]]
             if any("QGMMA" in x for x in body):
                 loops.append((len(body), tgt, a, body))
-KINDS = [("FFMA", r"FFMA"), ("QGMMA", r"QGMMA"), ("LDS", r"\bLDS"), ("BAR", r"\bBAR\b"), ("WARPGROUP", r"WARPGROUP"),
-         ("SYNCS", r"SYNCS")]
-for n, s, e, body in sorted(loops):
+  for n, s, e, body in sorted(loops):
     counts = ", ".join(f"{k} {sum(1 for x in body if re.search(r, x))}" for k, r in KINDS)
-    print(f"loop {s:#x}..{e:#x}: {n} instructions, {counts}")
+    print(f"{name} loop {s:#x}..{e:#x}: {n} instructions, {counts}")
