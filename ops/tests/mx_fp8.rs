@@ -24,6 +24,14 @@ fn fp8(pairs: &[(&str, i64)]) -> Knobs {
     k
 }
 
+/// `TURN` given as 0 / 1 in the pair lists stands for `mma` / `ffma`.
+fn turn_names(mut k: Knobs) -> Knobs {
+    if let Ok(t) = k.int("TURN") {
+        k.set("TURN", if t == 0 { "mma" } else { "ffma" });
+    }
+    k
+}
+
 fn dense(m: i64, k: i64, n: i64, wide: i64) -> Preset {
     Preset::new(&format!("fp8 M{m} K{k} N{n} wide{wide}"), &[("M", m), ("K", k), ("N", n), ("wide", wide), ("act", 1)])
 }
@@ -52,7 +60,11 @@ fn fp8_dense_matches_reference() {
             // F8V=5: the next slice's first product before a slice's last promotion (K32: one slice per tile).
             fp8(&[("F8V", 5)]),
             fp8(&[("BM", 64), ("BN", 24), ("STAGES", 3), ("F8V", 5), ("CPS", 1)]),
+            // F8V=6: 5 with the two consumer warpgroups taking turns (products or promotions).
+            fp8(&[("F8V", 6)]),
+            fp8(&[("BN", 24), ("STAGES", 3), ("F8V", 6), ("CPS", 1), ("TURN", 0)]),
         ] {
+            let kn = turn_names(kn);
             run(&dense(m, k, n, wide), rng.random(), &kn);
         }
     }
@@ -67,6 +79,63 @@ fn fp8_one_temporary_and_wide_tiles() {
         let kn = fp8(&[("BM", 64), ("BN", 24), ("STAGES", 4), ("F8V", v), ("CPS", cps)]);
         assert_eq!(run(&dense(130, 160, 200, 0), rng.random(), &kn), 2);
         assert_eq!(run(&dense(70, 800, 40, 0), rng.random(), &kn), 2);
+    }
+    // F8V=6 (BM=128): 3 x 9 tiles of 5 slices (6-7 per persistent block, the turns running on across tiles, a
+    // ragged last m-tile and n-tile), 1 x 2 tiles of 25 (the ring wrapping within a tile), both turn kinds.
+    for (turn, cps) in [(0, 0), (0, 1), (1, 1)] {
+        let kn = turn_names(fp8(&[("BN", 24), ("STAGES", 4), ("F8V", 6), ("CPS", cps), ("TURN", turn)]));
+        assert_eq!(run(&dense(300, 160, 200, 0), rng.random(), &kn), 2, "[{kn}]");
+        assert_eq!(run(&dense(70, 800, 40, 0), rng.random(), &kn), 2, "[{kn}]");
+    }
+}
+
+/// F8V=6 takes its turns where `TURN` says: every `wgmma` issue inside an `in_turn` body (`mma`), or every
+/// promotion and no product (`ffma`), one turn per 32-wide block; F8V=5 takes none. (The CPU backends run a turn
+/// body in program order, so only this test sees where the turns are.)
+#[test]
+fn pingpong_turns_are_where_the_knob_says() {
+    use k3k_ir::Stmt;
+    fn walk(body: &[Stmt], inside: bool, f: &mut dyn FnMut(&Stmt, bool)) {
+        for s in body {
+            f(s, inside);
+            match s {
+                Stmt::For { body, .. } | Stmt::Producer { body } | Stmt::FirstWarpgroups { body, .. } => {
+                    walk(body, inside, f)
+                }
+                Stmt::If { then_body, else_body, .. } => {
+                    walk(then_body, inside, f);
+                    walk(else_body, inside, f);
+                }
+                Stmt::InTurn { body } => walk(body, true, f),
+                _ => {}
+            }
+        }
+    }
+    let op = Mxfp4Matmul;
+    let p = Preset::new("M4096", &[("M", 4096), ("N", 6144), ("K", 3584), ("act", 1)]);
+    for (kn, want) in [
+        (fp8(&[("F8V", 5), ("CPS", 1)]), None),
+        (fp8(&[("F8V", 6), ("CPS", 1)]), Some(true)),
+        (turn_names(fp8(&[("F8V", 6), ("TURN", 1)])), Some(false)),
+    ] {
+        let main = op.kernels(&p, &kn).unwrap().pop().unwrap();
+        let (mut turns, mut mma_in, mut mma_out, mut map_in) = (0, 0, 0, 0);
+        walk(&main.body, false, &mut |s, inside| match s {
+            Stmt::InTurn { .. } => turns += 1,
+            Stmt::MmaAsync { .. } if inside => mma_in += 1,
+            Stmt::MmaAsync { .. } => mma_out += 1,
+            Stmt::Map { .. } if inside => map_in += 1,
+            _ => {}
+        });
+        match want {
+            None => assert!(turns == 0, "[{kn}] {turns} turns"),
+            // The issue points: the tile's first product, 3 + 1 (the next slice's) per looped slice, 3 in the
+            // peeled last slice: 8 products, each in a turn.
+            Some(true) => assert!(turns == 8 && mma_in == 8 && mma_out == 0, "[{kn}]"),
+            // The promotions: 4 per looped slice and 4 in the last.
+            Some(false) => assert!(turns == 8 && map_in == 8 && mma_in == 0, "[{kn}]"),
+        }
+        assert_eq!(main.name.contains("_pp"), want.is_some(), "{}", main.name);
     }
 }
 
@@ -89,6 +158,8 @@ fn first_launch_grouped_matches_reference() {
             fp8(&[("F8V", 4), ("BM", 64), ("BN", 24), ("STAGES", 4), ("CPS", 1)]),
             fp8(&[("F8V", 4), ("BN", 200), ("CPS", 1)]),
             fp8(&[("F8V", 5), ("BM", 64), ("BN", 24), ("STAGES", 3), ("CPS", 1)]),
+            fp8(&[("F8V", 6), ("BN", 24), ("STAGES", 3), ("CPS", 1)]),
+            turn_names(fp8(&[("F8V", 6), ("BN", 16), ("STAGES", 3), ("TURN", 1)])),
         ] {
             assert_eq!(run(&p, rng.random(), &kn), 2, "{dims:?} [{kn}]");
         }
@@ -124,6 +195,13 @@ fn fp8_refuses_what_it_does_not_cover() {
     // F8V=4: CPS 0 or 1; a ring that does not fit the shared memory.
     assert!(matches!(inst.plan(&fp8(&[("F8V", 4), ("CPS", 4)])), Err(OpError::InvalidKnobs { .. })));
     assert!(matches!(inst.plan(&fp8(&[("F8V", 5), ("BN", 192)])), Err(OpError::InvalidKnobs { .. })));
+    // F8V=6: two consumer warpgroups (BM=128), two temporaries (BN <= 128), TURN mma or ffma.
+    assert!(matches!(inst.plan(&fp8(&[("F8V", 6), ("BN", 192)])), Err(OpError::InvalidKnobs { .. })));
+    let bm64 = inst.plan(&fp8(&[("F8V", 6), ("BM", 64)]));
+    assert!(matches!(bm64, Err(OpError::InvalidKnobs { why, .. }) if why.contains("BM=128")));
+    let mut bad_turn = fp8(&[("F8V", 6)]);
+    bad_turn.set("TURN", "both");
+    assert!(matches!(inst.plan(&bad_turn), Err(OpError::InvalidKnobs { why, .. }) if why.contains("TURN")));
     let big = fp8(&[("F8V", 4), ("BN", 256), ("STAGES", 6)]);
     assert!(matches!(inst.plan(&big), Err(OpError::InvalidKnobs { why, .. }) if why.contains("shared memory")));
     // K not a multiple of 32: the operator's typed error, whatever the path.
@@ -153,6 +231,10 @@ fn fp8_kernels_assemble_without_spills() {
         fp8(&[("F8V", 4), ("CPS", 1), ("BN", 192)]),
         fp8(&[("F8V", 5)]),
         fp8(&[("F8V", 5), ("CPS", 1)]),
+        fp8(&[("F8V", 6)]),
+        fp8(&[("F8V", 6), ("CPS", 1)]),
+        fp8(&[("F8V", 6), ("CPS", 1), ("BN", 64)]),
+        turn_names(fp8(&[("F8V", 6), ("CPS", 1), ("TURN", 1)])),
     ] {
         for k in op.kernels(&p, &kn).unwrap() {
             let m = build(&k, BuildOptions { assemble: true }).unwrap_or_else(|e| panic!("{}: {e}", k.name));
@@ -163,7 +245,7 @@ fn fp8_kernels_assemble_without_spills() {
     }
     // F8V=4 grouped at the 28-expert prefill shape.
     let g = Preset::new("G28", &[("G", 28), ("mean", 1024), ("N", 6144), ("K", 3584), ("act", 1)]);
-    for kn in [fp8(&[("F8V", 4)]), fp8(&[("F8V", 4), ("CPS", 1)])] {
+    for kn in [fp8(&[("F8V", 4)]), fp8(&[("F8V", 4), ("CPS", 1)]), fp8(&[("F8V", 6), ("CPS", 1)])] {
         for k in op.kernels(&g, &kn).unwrap() {
             let m = build(&k, BuildOptions { assemble: true }).unwrap_or_else(|e| panic!("{}: {e}", k.name));
             let r = m.resources.clone().unwrap();
@@ -224,6 +306,7 @@ fn first_launch_fold_edges_match_the_reference() {
             fp8(&[("F8V", 4), ("BM", 64), ("BN", 24), ("STAGES", 3)]),
             fp8(&[("F8V", 4), ("BM", 64), ("BN", 16), ("STAGES", 3), ("CPS", 1)]),
             fp8(&[("F8V", 5), ("BM", 64), ("BN", 16), ("STAGES", 3)]),
+            fp8(&[("F8V", 6), ("BN", 16), ("STAGES", 3), ("CPS", 1)]),
         ] {
             let plan = matmul_plan(&w, &inp, &kn).unwrap();
             assert_eq!(plan.steps.len(), if case == "fold" { 2 } else { 1 }, "{case} [{kn}]");
@@ -255,6 +338,8 @@ fn first_launch_runs_on_the_jit() {
         for kn in [
             fp8(&[("F8V", 4), ("BM", 64), ("BN", 24), ("STAGES", 3)]),
             fp8(&[("F8V", 5), ("BM", 64), ("BN", 16), ("STAGES", 3), ("CPS", 1)]),
+            fp8(&[("F8V", 6), ("BN", 16), ("STAGES", 3), ("CPS", 1)]),
+            turn_names(fp8(&[("F8V", 6), ("BN", 24), ("STAGES", 4), ("TURN", 1)])),
         ] {
             let plan = inst.plan(&kn).unwrap();
             assert_eq!(plan.steps.len(), 2);

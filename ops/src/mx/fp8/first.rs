@@ -19,16 +19,19 @@
 //!    accumulator element and block, no conversion and no weight factor in the loop. The slot is released (one
 //!    arrival per warp) after the slice's last product and factor read. At the end `acc * 64 * 2^(lo_n - 127)`
 //!    per column (`wl`), then the bf16 store. F8V=5: the next slice's first product runs during a slice's last
-//!    promotion ([`Slices::slice`]). The tile walk: one block per tile, or persistent (CPS=1); grouped, the tiles
-//!    of each group with tokens.
+//!    promotion ([`Slices::slice`]). F8V=6: as 5, with the two consumer warpgroups taking turns
+//!    ([`Stmt::InTurn`], the ping-pong schedule; lab/2026-12-07/mx-fp8-pp.md): `TURN=mma` issues each product in
+//!    turn (the tensor cores take the warpgroups' products alternately, one warpgroup's promotion runs under the
+//!    other's product), `TURN=ffma` runs each promotion in turn. The tile walk: one block per tile, or
+//!    persistent (CPS=1); grouped, the tiles of each group with tokens.
 //!
 //! Exactness: as F8V=3 (every E4M3 product exact, each block's 32 products summed by the tensor core, then
 //! scaled by a power of two; the fold's condition is checked on the host, rows that span more than 12 or hold
 //! a NaN scale make a dense plan fall back to the F8V=2 kernel and a grouped one a typed error).
 
 use super::super::{e8m0, per_thread};
-use super::Fp8Cfg;
 use super::kernel::{e4m3_words_lean, fold_word};
+use super::{Fp8Cfg, Turn};
 use crate::OpError;
 use k3k_ir::*;
 
@@ -141,7 +144,12 @@ pub fn build_main(c: &Fp8Cfg, grouped: bool, out_vec: u32) -> Result<Kernel, OpE
     let threads = 128 * wgs;
     let p = if c.persist { "_p" } else { "" };
     let kind = if grouped { "grouped" } else { "dense" };
-    let x = if c.cross { "_x" } else { "" };
+    let x = match c.turn {
+        Some(Turn::Mma) => "_pp",
+        Some(Turn::Ffma) => "_ppf",
+        None if c.cross => "_x",
+        None => "",
+    };
     let name = format!("k3k_mxfp4_mm8_first_{kind}_o{out_vec}_bm{bm}_bn{bn}_st{st}_t{}{x}{p}", c.tmps);
     let mut b = KernelBuilder::new(&name, threads);
     b.knobs(c.knobs());
@@ -264,11 +272,11 @@ pub fn build_main(c: &Fp8Cfg, grouped: bool, out_vec: u32) -> Result<Kernel, OpE
             });
         });
         b.map(acc, 0.0f64);
-        let sl = Slices { sa, sb, sf, full, empty, acc, bm, bn, st };
+        let sl = Slices { sa, sb, sf, full, empty, acc, bm, bn, st, turn: c.turn };
         if c.cross {
             // F8V=5: the slice's first product issued by the previous slice (or here, for the tile's first).
             sl.enter(b, Expr::Var(cs), Expr::Var(cp), &fv);
-            sl.product(b, Expr::Var(cs), 0, tmps[0]);
+            sl.issue(b, Expr::Var(cs), 0, tmps[0]);
             b.for_("kt", 0i64, k_tiles.clone() - 1i64, 1i64, |b, _| {
                 sl.slice(b, (cs, cp), &fv, &tmps, (true, true));
                 b.producer(produce);
@@ -307,6 +315,8 @@ struct Slices {
     bm: u32,
     bn: u32,
     st: u32,
+    /// F8V=6: what the consumer warpgroups do in turns.
+    turn: Option<Turn>,
 }
 
 impl Slices {
@@ -325,9 +335,16 @@ impl Slices {
         b.mma_async_init(t, a, w, false);
     }
 
-    /// `acc += t * fa_j` per row: one FFMA per element.
+    /// [`Self::product`], in turn for F8V=6 with `TURN=mma`.
+    fn issue(&self, b: &mut KernelBuilder, slot: Expr, j: u32, t: TileId) {
+        b.in_turn_if(self.turn == Some(Turn::Mma), |b| self.product(b, slot, j, t));
+    }
+
+    /// `acc += t * fa_j` per row: one FFMA per element (in turn for F8V=6 with `TURN=ffma`).
     fn promote(&self, b: &mut KernelBuilder, t: TileId, f: VecId) {
-        b.map(self.acc, Expr::Elem(self.acc) + Expr::Elem(t) * Expr::RowVal(f));
+        b.in_turn_if(self.turn == Some(Turn::Ffma), |b| {
+            b.map(self.acc, Expr::Elem(self.acc) + Expr::Elem(t) * Expr::RowVal(f))
+        });
     }
 
     /// The products and promotions of the slice in ring slot `cs` (entered), then its release and the ring's
@@ -358,10 +375,10 @@ impl Slices {
             }
         } else {
             if !pre {
-                self.product(b, slot.clone(), 0, tmps[0]);
+                self.issue(b, slot.clone(), 0, tmps[0]);
             }
             for j in 0..3u32 {
-                self.product(b, slot.clone(), j + 1, tmps[((j + 1) % 2) as usize]);
+                self.issue(b, slot.clone(), j + 1, tmps[((j + 1) % 2) as usize]);
                 b.mma_wait(1);
                 self.promote(b, tmps[(j % 2) as usize], fv[j as usize]);
             }
@@ -370,7 +387,7 @@ impl Slices {
                 let next = b.let_("nslot", Expr::select(wrap.clone(), 0i64, Expr::Var(cs) + 1i64));
                 let phase = Expr::select(wrap, Expr::Var(cp).bitxor(1i64), Expr::Var(cp));
                 b.mbar_wait(self.full, next.clone(), phase);
-                self.product(b, next, 0, tmps[0]);
+                self.issue(b, next, 0, tmps[0]);
                 b.mma_wait(1);
             } else {
                 b.mma_wait(0);

@@ -2,9 +2,10 @@
 //! exactly to E4M3 on the way into shared memory, the activations' E4M3 codes fed to `wgmma ... .e4m3.e4m3` as
 //! they lie in memory, and the per-32 E8M0 scales of both operands applied exactly to an f32 accumulator per
 //! 32-wide K block ([`kernel`]); F8V=4 and 5 convert the weights by a first launch instead and run a plain FP8
-//! GEMM with a producer warpgroup ([`first`], lab/2026-12-07/mx-fp8-3.md), dense or grouped. Natural-layout
-//! weights and no epilogue so far; other variants are refused with a typed error naming what is missing
-//! (lab/2026-12-06/mx-fp8.md: the plan).
+//! GEMM with a producer warpgroup ([`first`], lab/2026-12-07/mx-fp8-3.md), dense or grouped; F8V=6 is 5 with
+//! the consumer warpgroups taking turns (lab/2026-12-07/mx-fp8-pp.md). Natural-layout weights and no epilogue
+//! so far; other variants are refused with a typed error naming what is missing (lab/2026-12-06/mx-fp8.md: the
+//! plan).
 
 use super::BLOCK;
 use super::matmul::{Act, Fp4Weights, MatInputs, MatSpec, ShapeFacts, WeightBytes};
@@ -47,19 +48,46 @@ pub struct Fp8Cfg {
     /// F8V=5: as 4, with the next slice's first product issued before a slice's last promotion (two
     /// temporaries, BN <= 128).
     pub cross: bool,
+    /// F8V=6: as 5, with the two consumer warpgroups (BM=128) taking turns ([`k3k_ir::Stmt::InTurn`], the
+    /// ping-pong schedule) on what [`Turn`] names ([`first`]).
+    pub turn: Option<Turn>,
+}
+
+/// What the consumer warpgroups of F8V=6 do in turns (knob `TURN`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Turn {
+    /// `TURN=mma` (the default): each `wgmma` issue, so the tensor cores take the warpgroups' products
+    /// alternately and one warpgroup promotes while the other's product runs.
+    Mma,
+    /// `TURN=ffma`: each block's promotion (one FFMA per accumulator element), so the two warpgroups' FFMA
+    /// phases never share the issue slots and one waits for its product while the other promotes.
+    Ffma,
+}
+
+impl Turn {
+    /// The knob value.
+    pub fn name(self) -> &'static str {
+        match self {
+            Turn::Mma => "mma",
+            Turn::Ffma => "ffma",
+        }
+    }
 }
 
 /// The newest kernel generation (knob `F8V`).
-pub const LATEST: u32 = 5;
+pub const LATEST: u32 = 6;
 /// The generation `F8V=0` means: the first one run on a GPU (the H100, 2026-12-06: correct, 1.049 ms at M4096
-/// N6144 K3584; 2 and 3 ran there at 23:54 UTC: 0.909 and 0.774 ms); 4 and 5 pass the CPU checks and assemble
-/// without spills but have not run on a GPU yet (lab/2026-12-07/mx-fp8-3/run.sh).
+/// N6144 K3584; 2 and 3 ran there at 23:54 UTC: 0.909 and 0.774 ms; 4 and 5 on 2026-12-07 ~04:20 UTC: 0.2893 ms
+/// at best, F8V=5 CPS=1, lab/2026-12-07/0420-h100-fp8-kda-old/); 6 passes the CPU checks and assembles without
+/// spills but has not run on a GPU yet (lab/2026-12-07/mx-fp8-pp/run.sh).
 pub const DEFAULT: u32 = 1;
 
 impl Fp8Cfg {
     /// The generation these flags make (knob `F8V`).
     pub fn version(&self) -> u32 {
-        if self.cross {
+        if self.turn.is_some() {
+            6
+        } else if self.cross {
             5
         } else if self.first {
             4
@@ -81,8 +109,13 @@ impl Fp8Cfg {
             .with("BK", 128i64)
             .with("STAGES", self.stages)
             .with("F8V", self.version());
-        // (CPS only where it means something, so the other generations' recorded knobs stay as they were.)
-        if self.persist { k.with("CPS", 1i64) } else { k }
+        // (CPS and TURN only where they mean something, so the other generations' recorded knobs stay as they
+        // were.)
+        let k = if self.persist { k.with("CPS", 1i64) } else { k };
+        match self.turn {
+            Some(t) => k.with("TURN", t.name()),
+            None => k,
+        }
     }
 }
 
@@ -162,11 +195,28 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs) -> Result<Fp8Cfg, OpError> {
     }
     // Registers per thread: the accumulator and the temporaries, BN/2 each per 64 rows.
     let tmps = if bn <= 128 { 2 } else { 1 };
-    let cross = ver == 5;
+    let cross = ver >= 5;
     if cross && tmps != 2 {
-        return Err(invalid(knobs, format!("MMA=fp8,F8V=5 needs two temporaries: BN <= 128 (got BN={bn})")));
+        return Err(invalid(knobs, format!("MMA=fp8,F8V={ver} needs two temporaries: BN <= 128 (got BN={bn})")));
     }
-    Ok(Fp8Cfg { bm, bn, stages, tmps, tma, fa_reg, fold, first, persist, cross })
+    // F8V=6: the two consumer warpgroups take turns (TURN: mma, the default, or ffma).
+    let turn = if ver == 6 {
+        if bm != 128 {
+            return Err(invalid(
+                knobs,
+                format!("MMA=fp8,F8V=6 takes turns of two consumer warpgroups: BM=128 (got BM={bm})"),
+            ));
+        }
+        let t = if knobs.0.contains_key("TURN") { knobs.str("TURN")? } else { "mma" };
+        Some(match t {
+            "mma" => Turn::Mma,
+            "ffma" => Turn::Ffma,
+            _ => return Err(invalid(knobs, format!("MMA=fp8,F8V=6 takes TURN mma or ffma (got TURN={t})"))),
+        })
+    } else {
+        None
+    };
+    Ok(Fp8Cfg { bm, bn, stages, tmps, tma, fa_reg, fold, first, persist, cross, turn })
 }
 
 /// Shared memory a block of the F8V=4 main kernel may take for its ring (227 KB less room for the barriers).
@@ -211,6 +261,7 @@ pub fn plan(
         c.first = false;
         c.persist = false;
         c.cross = false;
+        c.turn = None;
         c.stages = c.stages.min(4);
     }
     let mut plan = Plan::default();

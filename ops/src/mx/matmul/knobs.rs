@@ -87,8 +87,15 @@ pub fn knob_space() -> KnobSpace {
              producer warpgroup fills a TMA ring (STAGES auto: up to 6) of activation codes, E4M3 weights and \
              activation factors, the promotion one FFMA per element with the activation factor only; \
              5 = as 4, with the next slice's first product issued before a slice's last promotion (BN <= 128); \
+             6 = as 5, the two consumer warpgroups (BM=128) taking turns (ping-pong, knob TURN); \
              0 = 1 (the one run on a GPU so far)",
-            [0i64, 1, 2, 3, 4, 5],
+            [0i64, 1, 2, 3, 4, 5, 6],
+        )
+        .accepts(
+            "TURN",
+            "MMA=fp8,F8V=6: what the two consumer warpgroups do in turns: mma (absent: each wgmma issue, the \
+             tensor cores taking their products alternately) or ffma (each block's promotion)",
+            ["mma", "ffma"],
         )
         .accepts(
             "BN",
@@ -98,7 +105,7 @@ pub fn knob_space() -> KnobSpace {
         )
         .accepts(
             "CPS",
-            "MMA=fp8,F8V=4 and 5: 1 = a persistent grid, one block per SM walking every grid-th output tile (its producer \
+            "MMA=fp8,F8V=4, 5 and 6: 1 = a persistent grid, one block per SM walking every grid-th output tile (its producer \
              warp loads the next tile's first slices during the epilogue); 0 = one block per tile",
             [1i64],
         )
