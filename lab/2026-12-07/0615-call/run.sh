@@ -19,7 +19,7 @@ OUT=$O2 timeout 160 bash lab/2026-12-07/mx-fp8-pp/run.sh > $O2/stdout.txt 2>&1
 echo "pp rc=$? at +$(( $(date +%s) - T0 ))s" >> $L
 tar czf $OUT/pp.tgz -C $O2 . ; cp $O2/table.txt $OUT/pp-table.txt 2>/dev/null
 S="K128 safe lbsigab gbf16 l2 bsig h0"
-K3K_BENCH_STEPS=1 timeout ${C16_S:-110} .dev/bin/k3k bench --op kda --window-ms 60 --out /tmp/o-c16 \
+[ "${C16:-1}" = 1 ] && K3K_BENCH_STEPS=1 timeout ${C16_S:-110} .dev/bin/k3k bench --op kda --window-ms 60 --out /tmp/o-c16 \
   --preset "B1 T8192 H96 $S;B4 T4096 H64 $S;varlen 8x1024 H96 $S" \
   --knobs "TSPLIT=0;CHUNK=16;CHUNK=16,W1=4;CHUNK=16,BV=64,W2=8" > $OUT/c16.txt 2>&1
 echo "c16 rc=$? at +$(( $(date +%s) - T0 ))s" >> $L
