@@ -173,6 +173,37 @@ fn first_launch_grouped_matches_reference() {
     }
 }
 
+/// F8V >= 4 with the GLU epilogues (gate rows [0, N/2), up rows [N/2, N)) and the routing weight `p`, dense and
+/// grouped (empty groups first, between and last; a group smaller than a tile; N/2 not a multiple of the tile's
+/// half, so the last tile's gate box reads up rows into columns never stored), one block per tile and
+/// persistent, both turn kinds, SiTU-GLU and SwiGLU, `p` with and without a GLU: the CPU interpreter against the
+/// f64 reference on fresh random inputs.
+#[test]
+fn first_launch_epilogues_match_reference() {
+    let mut rng = StdRng::seed_from_u64(rand::rng().random());
+    let sets = [
+        fp8(&[("F8V", 4), ("BM", 64), ("BN", 32), ("STAGES", 3)]),
+        fp8(&[("F8V", 4), ("BN", 48), ("CPS", 1)]),
+        fp8(&[("F8V", 5), ("BM", 64), ("BN", 16), ("STAGES", 3), ("CPS", 1)]),
+        fp8(&[("F8V", 6), ("BN", 32), ("STAGES", 3), ("CPS", 1)]),
+        turn_names(fp8(&[("F8V", 6), ("BN", 48), ("STAGES", 4), ("TURN", 1)])),
+    ];
+    for (epi, pw) in [(1i64, 1i64), (1, 0), (2, 1), (0, 1)] {
+        let flags = [("epilogue", epi), ("p", pw), ("act", 1)];
+        let cases: [&[(&str, i64)]; 3] = [
+            &[("M", 70), ("K", 160), ("N", 68)],
+            &[("G", 4), ("c0", 0), ("c1", 17), ("c2", 0), ("c3", 70), ("K", 96), ("N", 34)],
+            &[("G", 5), ("c0", 130), ("c1", 1), ("c2", 64), ("c3", 0), ("c4", 0), ("K", 288), ("N", 80)],
+        ];
+        for dims in cases {
+            let p = Preset::new("fp8 epilogue", &[dims, &flags].concat());
+            for kn in &sets {
+                assert_eq!(run(&p, rng.random(), kn), 2, "{dims:?} epilogue {epi} p {pw} [{kn}]");
+            }
+        }
+    }
+}
+
 #[test]
 fn fp8_refuses_what_it_does_not_cover() {
     let op = Mxfp4Matmul;

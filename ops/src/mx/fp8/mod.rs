@@ -184,14 +184,20 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs) -> Result<Fp8Cfg, OpError> {
     if spec.grouped && !first {
         missing.push("dense problems only (grouped: F8V=4)");
     }
-    if spec.epilogue.is_glu() || spec.row_scale {
-        missing.push("no epilogue or routing weight (not yet)");
+    if (spec.epilogue.is_glu() || spec.row_scale) && !first {
+        missing.push("no epilogue or routing weight (GLU and p: F8V >= 4)");
     }
     if spec.packed || spec.tiled {
         missing.push("natural-layout weights (packed, tile-major: not yet)");
     }
     if !missing.is_empty() {
         return Err(invalid(knobs, format!("MMA=fp8 covers {}", missing.join(", "))));
+    }
+    if spec.epilogue.is_glu() && !bn.is_multiple_of(16) {
+        return Err(invalid(
+            knobs,
+            format!("MMA=fp8 with a GLU epilogue needs BN a multiple of 16 (gate and up halves of 8k rows; got BN={bn})"),
+        ));
     }
     // Registers per thread: the accumulator and the temporaries, BN/2 each per 64 rows.
     let tmps = if bn <= 128 { 2 } else { 1 };
@@ -228,7 +234,7 @@ pub fn kernels(spec: &MatSpec, knobs: &Knobs) -> Result<Vec<Kernel>, OpError> {
     if c.first {
         return Ok(vec![
             first::build_convert(c.knobs(), spec.grouped)?,
-            first::build_main(&c, spec.grouped, spec.out_vec)?,
+            first::build_main(&c, spec)?,
         ]);
     }
     Ok(vec![kernel::build(&c, spec.kb_align, spec.out_vec)?])
@@ -248,12 +254,15 @@ pub fn plan(
     let kb = k / BLOCK;
     let lo: Option<Vec<u8>> = if c.fold { fold_rows(&w.s, g * n, kb) } else { None };
     c.fold = lo.is_some();
-    if c.first && !c.fold && spec.grouped {
+    let epilogue = spec.epilogue.is_glu() || spec.row_scale;
+    if c.first && !c.fold && (spec.grouped || epilogue) {
         return Err(invalid(
             knobs,
-            "MMA=fp8,F8V=4 on grouped problems needs weight rows whose scale bytes span at most 12 and hold no NaN \
-             (the F8V=2 fallback is dense only)"
-                .into(),
+            format!(
+                "MMA=fp8,F8V=4 on {} problems needs weight rows whose scale bytes span at most 12 and hold no NaN \
+                 (the F8V=2 fallback is dense without an epilogue only)",
+                if spec.grouped { "grouped" } else { "epilogue (GLU, p)" }
+            ),
         ));
     }
     if c.first && !c.fold {
@@ -289,18 +298,23 @@ pub fn plan(
         let w8 = plan.scratch("w8", DType::U32, &rows(k / 4));
         let fa = plan.scratch("fa", DType::F32, &[kb, mp]);
         plan.step(first::build_convert(c.knobs(), spec.grouped)?, &[wq, ws, xs, w8, fa], &[]);
-        let main = first::build_main(&c, spec.grouped, spec.out_vec)?;
-        let y = plan.output("y", DType::Bf16, &[m, n]);
+        let main = first::build_main(&c, spec)?;
+        let mut args = vec![xq, fa, w8];
         if spec.grouped {
             let offs = inp.offs.ok_or_else(|| OpError::Internal("grouped MMA=fp8 without offs".into()))?;
             let offs: Vec<i64> = offs.iter().map(|&v| v as i64).collect();
             let offs = plan.input("offs", HostTensor::from_i64(DType::I32, &[g], &offs));
-            let wl = plan.input("wl", HostTensor::from_bytes(DType::U8, &[g, n], lo.clone()));
-            plan.step(main, &[xq, fa, w8, wl, offs, y], &[]);
+            args.push(plan.input("wl", HostTensor::from_bytes(DType::U8, &[g, n], lo.clone())));
+            args.push(offs);
         } else {
-            let wl = plan.input("wl", HostTensor::from_bytes(DType::U8, &[n], lo.clone()));
-            plan.step(main, &[xq, fa, w8, wl, y], &[]);
+            args.push(plan.input("wl", HostTensor::from_bytes(DType::U8, &[n], lo.clone())));
         }
+        if spec.row_scale {
+            let p = inp.p.ok_or_else(|| OpError::Internal("MMA=fp8 with a routing weight but no p".into()))?;
+            args.push(plan.input("p", crate::data::tensor(DType::F32, &[m], p)));
+        }
+        args.push(plan.output("y", DType::Bf16, &[m, sh.n_out]));
+        plan.step(main, &args, &[]);
         return Ok(plan);
     }
     let wq = plan.input("wq", HostTensor::from_bytes(DType::U32, &[n, k / 8], q.clone()));
