@@ -276,10 +276,25 @@ fn fp8_kernels_assemble_without_spills() {
     }
     // F8V=4 grouped at the 28-expert prefill shape.
     let g = Preset::new("G28", &[("G", 28), ("mean", 1024), ("N", 6144), ("K", 3584), ("act", 1)]);
-    for kn in [fp8(&[("F8V", 4)]), fp8(&[("F8V", 4), ("CPS", 1)]), fp8(&[("F8V", 6), ("CPS", 1)])] {
-        for k in op.kernels(&g, &kn).unwrap() {
+    // ... and with the SiTU-GLU epilogue and the routing weight (the MoE's first GEMM), grouped and dense, at the
+    // automatic BN (64 with a GLU: 96..128 spill, see `fp8::resolve`).
+    let glu = [("epilogue", 1), ("p", 1)];
+    let g_glu = Preset::new(
+        "G28 GLU",
+        &[&[("G", 28), ("mean", 1024), ("N", 6144), ("K", 3584), ("act", 1)][..], &glu].concat(),
+    );
+    let d_glu = Preset::new("M4096 GLU", &[&[("M", 4096), ("N", 6144), ("K", 3584), ("act", 1)][..], &glu].concat());
+    let sets = [fp8(&[("F8V", 4)]), fp8(&[("F8V", 4), ("CPS", 1)]), fp8(&[("F8V", 6), ("CPS", 1)])];
+    let glu_sets = [
+        fp8(&[("F8V", 5), ("CPS", 1)]),
+        fp8(&[("F8V", 6), ("CPS", 1)]),
+        turn_names(fp8(&[("F8V", 6), ("CPS", 1), ("TURN", 1)])),
+    ];
+    for (pr, kn) in sets.iter().map(|k| (&g, k)).chain(glu_sets.iter().flat_map(|k| [(&g_glu, k), (&d_glu, k)])) {
+        for k in op.kernels(pr, kn).unwrap() {
             let m = build(&k, BuildOptions { assemble: true }).unwrap_or_else(|e| panic!("{}: {e}", k.name));
             let r = m.resources.clone().unwrap();
+            eprintln!("{} {}: {r:?} smem {}", pr.name, k.name, k.shared_bytes());
             assert!(!r.spills() && !r.wgmma_serialized, "{}: {r:?}", k.name);
         }
     }

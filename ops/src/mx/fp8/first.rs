@@ -164,7 +164,11 @@ pub fn build_main(c: &Fp8Cfg, spec: &MatSpec) -> Result<Kernel, OpError> {
     };
     let epi = match (glu, spec.row_scale) {
         (false, false) => String::new(),
-        (g, r) => format!("{}{}", if g { format!("_{}", spec.epilogue.name()) } else { String::new() }, if r { "_p" } else { "" }),
+        (g, r) => format!(
+            "{}{}",
+            if g { format!("_{}", spec.epilogue.name()) } else { String::new() },
+            if r { "_p" } else { "" }
+        ),
     };
     let name = format!("k3k_mxfp4_mm8_first_{kind}{epi}_o{out_vec}_bm{bm}_bn{bn}_st{st}_t{}{x}{p}", c.tmps);
     let mut b = KernelBuilder::new(&name, threads);

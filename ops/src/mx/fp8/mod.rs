@@ -128,7 +128,7 @@ fn invalid(knobs: &Knobs, why: String) -> OpError {
     OpError::InvalidKnobs { op: OP, knobs: knobs.to_string(), why }
 }
 
-/// Resolve the knobs (BM, BN, STAGES; 0 = auto: 128, 128, 4) and check the problem is one the kernel covers.
+/// Resolve the knobs (BM, BN, STAGES; 0 = auto: 128, 128 (64 with a GLU epilogue), 4) and check the problem is one the kernel covers.
 pub fn resolve(spec: &MatSpec, knobs: &Knobs) -> Result<Fp8Cfg, OpError> {
     let get = |name: &str, auto: u32| -> Result<u32, OpError> {
         let v = if knobs.0.contains_key(name) { knobs.u32(name)? } else { 0 };
@@ -139,7 +139,10 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs) -> Result<Fp8Cfg, OpError> {
     if !(1..=LATEST).contains(&ver) {
         return Err(invalid(knobs, format!("MMA=fp8 takes F8V 0 (= {DEFAULT}) or 1..={LATEST} (got F8V={ver})")));
     }
-    let (bm, bn) = (get("BM", 128)?, get("BN", 128)?);
+    // BN auto: 128, or 64 with a GLU epilogue (its gate and up halves as two accumulators and four temporaries
+    // of BN/2 columns: at BN 96..128 the F8V=4..6 main kernels spill 96..1500 bytes under the consumers' 232
+    // registers (ptxas 13.0, 2026-12-07), where one accumulator and two temporaries of 128 do not).
+    let (bm, bn) = (get("BM", 128)?, get("BN", if spec.epilogue.is_glu() { 64 } else { 128 })?);
     // F8V=4: the deepest ring up to 6 that fits the shared memory.
     let st_auto = if ver >= 4 { (FIRST_SMEM / first::stage_bytes(bm, bn)).clamp(3, 6) } else { 4 };
     let stages = get("STAGES", st_auto)?;
@@ -196,7 +199,9 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs) -> Result<Fp8Cfg, OpError> {
     if spec.epilogue.is_glu() && !bn.is_multiple_of(16) {
         return Err(invalid(
             knobs,
-            format!("MMA=fp8 with a GLU epilogue needs BN a multiple of 16 (gate and up halves of 8k rows; got BN={bn})"),
+            format!(
+                "MMA=fp8 with a GLU epilogue needs BN a multiple of 16 (gate and up halves of 8k rows; got BN={bn})"
+            ),
         ));
     }
     // Registers per thread: the accumulator and the temporaries, BN/2 each per 64 rows.
@@ -232,10 +237,7 @@ const FIRST_SMEM: u32 = 227 * 1024 - 1024;
 pub fn kernels(spec: &MatSpec, knobs: &Knobs) -> Result<Vec<Kernel>, OpError> {
     let c = resolve(spec, knobs)?;
     if c.first {
-        return Ok(vec![
-            first::build_convert(c.knobs(), spec.grouped)?,
-            first::build_main(&c, spec)?,
-        ]);
+        return Ok(vec![first::build_convert(c.knobs(), spec.grouped)?, first::build_main(&c, spec)?]);
     }
     Ok(vec![kernel::build(&c, spec.kb_align, spec.out_vec)?])
 }
