@@ -31,7 +31,7 @@
 
 use super::super::matmul::{MatSpec, epilogue_expr};
 use super::super::{e8m0, per_thread};
-use super::kernel::{e4m3_words_lean, fold_word};
+use super::kernel::{e4m3_words_lean, fold_word, packed_e4m3_word};
 use super::{Fp8Cfg, Turn};
 use crate::OpError;
 use k3k_ir::*;
@@ -46,13 +46,15 @@ pub fn stage_bytes(bm: u32, bn: u32) -> u32 {
     bm * 128 + bn * 128 + 4 * 4 * bm
 }
 
-/// The first launch. Tensors: `wq: [N, KW] u32` (natural-layout E2M1 words), `ws: [N, KB] u8` (the fold's shifts
+/// The first launch. Tensors: `wq: [N, KW] u32` (E2M1 words, natural layout or, `packed`, the [`crate::mx::pack`]
+/// layout: a block's four words -> its eight E4M3 words by [`packed_e4m3_word`], the same scratch), `ws: [N, KB] u8` (the fold's shifts
 /// u, 0..=12), `xs: [M, KB] u8` (the activations' E8M0 scales), `w8: [N, KX] u32` (written: E4M3 words), `fa: [KB,
 /// MP] f32` (written: activation factors, transposed); grouped, the weight tensors are `[G, N, ..]`. The launcher
 /// guarantees KX = 2 KW = 8 KB, MP = M rounded up to a multiple of 4.
-pub fn build_convert(knobs: Knobs, grouped: bool) -> Result<Kernel, OpError> {
+pub fn build_convert(knobs: Knobs, grouped: bool, packed: bool) -> Result<Kernel, OpError> {
     let t = CVT_THREADS;
-    let mut b = KernelBuilder::new(&format!("k3k_mxfp4_mm8_cvt{}_t{t}", if grouped { "_g" } else { "" }), t);
+    let (g_tag, p_tag) = (if grouped { "_g" } else { "" }, if packed { "_packed" } else { "" });
+    let mut b = KernelBuilder::new(&format!("k3k_mxfp4_mm8_cvt{g_tag}{p_tag}_t{t}"), t);
     b.knobs(knobs);
     let n = b.dim("N");
     let kw = b.dim("KW");
@@ -87,12 +89,21 @@ pub fn build_convert(knobs: Knobs, grouped: bool) -> Result<Kernel, OpError> {
                     b.load_wide(q, 0, wq, i0.clone(), 4);
                     let u = b.let_("u", Expr::load(ws, i0.shr(2i64)));
                     let o = b.let_array("o", 8, ScalarTy::Int, 0i64);
-                    for l in 0..4u32 {
-                        let (lo, hi) = e4m3_words_lean(Expr::array_get(q, l as i64));
-                        let lo = fold_word(b, lo, &u);
-                        b.array_set(o, (2 * l) as i64, lo);
-                        let hi = fold_word(b, hi, &u);
-                        b.array_set(o, (2 * l + 1) as i64, hi);
+                    if packed {
+                        // Output word 2q + h (columns 8q + 4h ..) from the block's words 2h and 2h + 1.
+                        let w: Vec<Expr> = (0..4).map(|l| b.let_("pw", Expr::array_get(q, l))).collect();
+                        for (qi, h) in (0..4u32).flat_map(|qi| [(qi, 0usize), (qi, 1)]) {
+                            let v = fold_word(b, packed_e4m3_word(&w[2 * h], &w[2 * h + 1], qi), &u);
+                            b.array_set(o, (2 * qi as usize + h) as i64, v);
+                        }
+                    } else {
+                        for l in 0..4u32 {
+                            let (lo, hi) = e4m3_words_lean(Expr::array_get(q, l as i64));
+                            let lo = fold_word(b, lo, &u);
+                            b.array_set(o, (2 * l) as i64, lo);
+                            let hi = fold_word(b, hi, &u);
+                            b.array_set(o, (2 * l + 1) as i64, hi);
+                        }
                     }
                     b.store_wide(w8, &i0 * 2i64, o, 0, 4);
                     b.store_wide(w8, &i0 * 2i64 + 4i64, o, 4, 4);

@@ -190,8 +190,8 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs) -> Result<Fp8Cfg, OpError> {
     if (spec.epilogue.is_glu() || spec.row_scale) && !first {
         missing.push("no epilogue or routing weight (GLU and p: F8V >= 4)");
     }
-    if spec.packed || spec.tiled {
-        missing.push("natural-layout weights (packed, tile-major: not yet)");
+    if spec.tiled || (spec.packed && !first) {
+        missing.push("natural-layout weights (packed: F8V >= 4; tile-major: not yet)");
     }
     if !missing.is_empty() {
         return Err(invalid(knobs, format!("MMA=fp8 covers {}", missing.join(", "))));
@@ -237,7 +237,7 @@ const FIRST_SMEM: u32 = 227 * 1024 - 1024;
 pub fn kernels(spec: &MatSpec, knobs: &Knobs) -> Result<Vec<Kernel>, OpError> {
     let c = resolve(spec, knobs)?;
     if c.first {
-        return Ok(vec![first::build_convert(c.knobs(), spec.grouped)?, first::build_main(&c, spec)?]);
+        return Ok(vec![first::build_convert(c.knobs(), spec.grouped, spec.packed)?, first::build_main(&c, spec)?]);
     }
     Ok(vec![kernel::build(&c, spec.kb_align, spec.out_vec)?])
 }
@@ -257,13 +257,19 @@ pub fn plan(
     let lo: Option<Vec<u8>> = if c.fold { fold_rows(&w.s, g * n, kb) } else { None };
     c.fold = lo.is_some();
     let epilogue = spec.epilogue.is_glu() || spec.row_scale;
-    if c.first && !c.fold && (spec.grouped || epilogue) {
+    if c.first && !c.fold && (spec.grouped || epilogue || spec.packed) {
         return Err(invalid(
             knobs,
             format!(
                 "MMA=fp8,F8V=4 on {} problems needs weight rows whose scale bytes span at most 12 and hold no NaN \
-                 (the F8V=2 fallback is dense without an epilogue only)",
-                if spec.grouped { "grouped" } else { "epilogue (GLU, p)" }
+                 (the F8V=2 fallback is dense, natural-layout and without an epilogue only)",
+                if spec.grouped {
+                    "grouped"
+                } else if epilogue {
+                    "epilogue (GLU, p)"
+                } else {
+                    "packed-weight"
+                }
             ),
         ));
     }
@@ -284,8 +290,11 @@ pub fn plan(
         plan.output("y", DType::Bf16, &[0, sh.n_out]);
         return Ok(plan);
     }
-    let WeightBytes::Natural(q) = &w.q else {
-        return Err(OpError::Internal("MMA=fp8 resolved with re-laid-out weights".into()));
+    // The weight words as bytes: natural, or (F8V >= 4) packed.
+    let q = match &w.q {
+        WeightBytes::Natural(q) => q.clone(),
+        WeightBytes::Packed(p) if c.first => super::pack::words_to_bytes(p),
+        _ => return Err(OpError::Internal("MMA=fp8 resolved with re-laid-out weights".into())),
     };
     let xq = plan.input("xq", HostTensor::from_bytes(DType::U32, &[m, k / 4], t.q.clone()));
     let xs = plan.input("xs", HostTensor::from_bytes(DType::U8, &[m, k / BLOCK], t.s.clone()));
@@ -299,7 +308,7 @@ pub fn plan(
         let mp = m.next_multiple_of(4);
         let w8 = plan.scratch("w8", DType::U32, &rows(k / 4));
         let fa = plan.scratch("fa", DType::F32, &[kb, mp]);
-        plan.step(first::build_convert(c.knobs(), spec.grouped)?, &[wq, ws, xs, w8, fa], &[]);
+        plan.step(first::build_convert(c.knobs(), spec.grouped, spec.packed)?, &[wq, ws, xs, w8, fa], &[]);
         let main = first::build_main(&c, spec)?;
         let mut args = vec![xq, fa, w8];
         if spec.grouped {
