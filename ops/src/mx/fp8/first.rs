@@ -310,20 +310,13 @@ pub fn build_main(c: &Fp8Cfg, spec: &MatSpec) -> Result<Kernel, OpError> {
     let cp = b.let_var("c_phase", 0i64);
     b.for_("tile", Expr::block_idx(0), total.clone(), Expr::grid_dim(0), |b, tile| {
         let t = locate(b, "c", tile, offs, (&m, &g_count, &n_tiles), bm, bnp);
-        let (m0, n0) = (t.r0.clone(), t.n0.clone());
+        let n0 = t.n0.clone();
         // The fold's 2^(lo_n - 127) per column (columns past N read row N - 1; never stored; GLU: the gate rows'
         // in [0, BN/2), the up rows' in [BN/2, BN)); the previous tile's epilogue read it before the barrier that
         // ends its iteration.
         per_thread(b, bn as i64, threads, |b, idx| {
             b.if_(idx.lt(bn as i64), |b| {
-                let col = if glu {
-                    let up = idx.ge(bnp as i64);
-                    let j = Expr::select(up.clone(), &idx - bnp as i64, idx.clone());
-                    let gate = (n0.clone() + j.clone()).min(n_out.clone() - 1i64);
-                    Expr::select(up, (n_out.clone() + n0.clone() + j).min(n.clone() - 1i64), gate)
-                } else {
-                    (n0.clone() + idx.clone()).min(n.clone() - 1i64)
-                };
+                let col = weight_row(&idx, &n0, (&n, &n_out), glu.then_some(bnp));
                 b.shared_store(swl, 0i64, 0i64, idx, e8m0(Expr::load(wl, &t.g * n.clone() + col)));
             });
         });
@@ -350,24 +343,52 @@ pub fn build_main(c: &Fp8Cfg, spec: &MatSpec) -> Result<Kernel, OpError> {
         }
         // The swl stores above are visible to every consumer (a barrier of the consumers: nested in a loop).
         b.barrier();
-        // The conversion's 2^-6, then the fold's 2^(lo_n - 127) per column.
-        b.map(acc, Expr::Elem(acc) * 64.0f64 * Expr::shared_load(swl, 0i64, 0i64, Expr::ColIdx));
-        let rows_valid = t.rows;
-        if let Some(&up) = accs.get(1) {
-            let f = Expr::shared_load(swl, 0i64, 0i64, Expr::ColIdx + bnp as i64);
-            b.map(acc, epilogue_expr(spec.epilogue, Expr::Elem(acc), Expr::Elem(up) * 64.0f64 * f));
-        }
-        if let (Some(pv), Some(p)) = (pv, p_rows) {
-            b.load_vec(pv, vec_view(p, m0.clone(), 1i64, rows_valid.clone()));
-            b.map(acc, Expr::Elem(acc) * Expr::RowVal(pv));
-        }
-        let off = &m0 * n_out.clone() + n0.clone();
-        let cols_valid = n_out.clone() - n0.clone();
-        b.store(acc, Place::Global(view(y, off, n_out.clone(), rows_valid, cols_valid, out_vec)));
+        store_tile(b, spec, (&accs, swl, bnp), pv.zip(p_rows), (y, &n_out), &t);
         // Every consumer has read swl before the next tile rewrites it.
         b.barrier();
     });
     Ok(b.finish()?)
+}
+
+/// The weight row whose fold base column `idx` of a tile at output column `n0` takes: `n0 + idx`, or with a GLU
+/// (`glu` = BN/2) the gate row `n0 + idx` for idx < BN/2 and the up row `NH + n0 + idx - BN/2` above; clamped to
+/// the last row of its half (such columns are never stored).
+fn weight_row(idx: &Expr, n0: &Expr, (n, n_out): (&Expr, &Expr), glu: Option<u32>) -> Expr {
+    match glu {
+        Some(bnp) => {
+            let up = idx.ge(bnp as i64);
+            let j = Expr::select(up.clone(), idx - bnp as i64, idx.clone());
+            let gate = (n0 + j.clone()).min(n_out.clone() - 1i64);
+            Expr::select(up, (n_out.clone() + n0.clone() + j).min(n.clone() - 1i64), gate)
+        }
+        None => (n0 + idx.clone()).min(n.clone() - 1i64),
+    }
+}
+
+/// A tile's epilogue: the conversion's 2^-6 and the fold's 2^(lo_n - 127) per column (`swl`; GLU: the up half's
+/// at column + BN/2), the GLU of the gate and up accumulators, the routing weight per row, the bf16 store of the
+/// tile's rows and columns.
+fn store_tile(
+    b: &mut KernelBuilder,
+    spec: &MatSpec,
+    (accs, swl, bnp): (&[TileId], SharedId, u32),
+    p: Option<(VecId, TensorId)>,
+    (y, n_out): (TensorId, &Expr),
+    t: &TileAt,
+) {
+    let acc = accs[0];
+    b.map(acc, Expr::Elem(acc) * 64.0f64 * Expr::shared_load(swl, 0i64, 0i64, Expr::ColIdx));
+    if let Some(&up) = accs.get(1) {
+        let f = Expr::shared_load(swl, 0i64, 0i64, Expr::ColIdx + bnp as i64);
+        b.map(acc, epilogue_expr(spec.epilogue, Expr::Elem(acc), Expr::Elem(up) * 64.0f64 * f));
+    }
+    if let Some((pv, p)) = p {
+        b.load_vec(pv, vec_view(p, t.r0.clone(), 1i64, t.rows.clone()));
+        b.map(acc, Expr::Elem(acc) * Expr::RowVal(pv));
+    }
+    let off = &t.r0 * n_out.clone() + t.n0.clone();
+    let cols_valid = n_out.clone() - t.n0.clone();
+    b.store(acc, Place::Global(view(y, off, n_out.clone(), t.rows.clone(), cols_valid, spec.out_vec)));
 }
 
 /// The consumers' side of the ring: the shared tiles, barriers and the accumulators a slice's products use (one
