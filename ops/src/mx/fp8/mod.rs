@@ -3,9 +3,10 @@
 //! they lie in memory, and the per-32 E8M0 scales of both operands applied exactly to an f32 accumulator per
 //! 32-wide K block ([`kernel`]); F8V=4 and 5 convert the weights by a first launch instead and run a plain FP8
 //! GEMM with a producer warpgroup ([`first`], lab/2026-12-07/mx-fp8-3.md), dense or grouped; F8V=6 is 5 with
-//! the consumer warpgroups taking turns (lab/2026-12-07/mx-fp8-pp.md). Natural-layout weights and no epilogue
-//! so far; other variants are refused with a typed error naming what is missing (lab/2026-12-06/mx-fp8.md: the
-//! plan).
+//! the consumer warpgroups taking turns (lab/2026-12-07/mx-fp8-pp.md). F8V >= 4 also take packed weights (read
+//! by the first launch) and the GLU and routing-weight epilogues (lab/2026-12-07/mx-fp8-epilogues.md); F8V 1-3
+//! natural-layout weights and no epilogue; other variants are refused with a typed error naming what is missing
+//! (lab/2026-12-06/mx-fp8.md: the plan).
 
 use super::BLOCK;
 use super::matmul::{Act, Fp4Weights, MatInputs, MatSpec, ShapeFacts, WeightBytes};
