@@ -173,11 +173,43 @@ fn first_launch_grouped_matches_reference() {
     }
 }
 
+/// F8V >= 4 with the GLU epilogues (gate rows [0, N/2), up rows [N/2, N)) and the routing weight `p`, dense and
+/// grouped (empty groups first, between and last; a group smaller than a tile; N/2 not a multiple of the tile's
+/// half, so the last tile's gate box reads up rows into columns never stored), one block per tile and
+/// persistent, both turn kinds, SiTU-GLU and SwiGLU, `p` with and without a GLU, natural and packed weights (the
+/// first launch reads the packed layout into the same E4M3 scratch): the CPU interpreter against the f64
+/// reference on fresh random inputs.
+#[test]
+fn first_launch_epilogues_match_reference() {
+    let mut rng = StdRng::seed_from_u64(rand::rng().random());
+    let sets = [
+        fp8(&[("F8V", 4), ("BM", 64), ("BN", 32), ("STAGES", 3)]),
+        fp8(&[("F8V", 4), ("BN", 48), ("CPS", 1)]),
+        fp8(&[("F8V", 5), ("BM", 64), ("BN", 16), ("STAGES", 3), ("CPS", 1)]),
+        fp8(&[("F8V", 6), ("BN", 32), ("STAGES", 3), ("CPS", 1)]),
+        turn_names(fp8(&[("F8V", 6), ("BN", 48), ("STAGES", 4), ("TURN", 1)])),
+    ];
+    for (epi, pw, packed) in [(1i64, 1i64, 0i64), (1, 0, 1), (2, 1, 0), (0, 1, 1), (0, 0, 1), (1, 1, 1)] {
+        let flags = [("epilogue", epi), ("p", pw), ("packed", packed), ("act", 1)];
+        let cases: [&[(&str, i64)]; 3] = [
+            &[("M", 70), ("K", 160), ("N", 68)],
+            &[("G", 4), ("c0", 0), ("c1", 17), ("c2", 0), ("c3", 70), ("K", 96), ("N", 34)],
+            &[("G", 5), ("c0", 130), ("c1", 1), ("c2", 64), ("c3", 0), ("c4", 0), ("K", 288), ("N", 80)],
+        ];
+        for dims in cases {
+            let p = Preset::new("fp8 epilogue", &[dims, &flags].concat());
+            for kn in &sets {
+                assert_eq!(run(&p, rng.random(), kn), 2, "{dims:?} epilogue {epi} p {pw} packed {packed} [{kn}]");
+            }
+        }
+    }
+}
+
 #[test]
 fn fp8_refuses_what_it_does_not_cover() {
     let op = Mxfp4Matmul;
     let seed = 7;
-    // bf16 activations, GLU epilogue, packed weights: typed knob errors.
+    // bf16 activations, and at the default F8V (< 4) a GLU epilogue and packed weights: typed knob errors.
     for p in [
         Preset::new("bf16 act", &[("M", 4), ("K", 64), ("N", 16)]),
         Preset::new("glu", &[("M", 4), ("K", 64), ("N", 16), ("act", 1), ("epilogue", 1)]),
@@ -202,6 +234,10 @@ fn fp8_refuses_what_it_does_not_cover() {
     let mut bad_turn = fp8(&[("F8V", 6)]);
     bad_turn.set("TURN", "both");
     assert!(matches!(inst.plan(&bad_turn), Err(OpError::InvalidKnobs { why, .. }) if why.contains("TURN")));
+    // A GLU epilogue: BN a multiple of 16 (F8V >= 4; F8V < 4 refuses the epilogues, above).
+    let glu = op.instance(&Preset::new("glu", &[("M", 4), ("K", 64), ("N", 16), ("act", 1), ("epilogue", 1)]), seed);
+    let odd = glu.unwrap().plan(&fp8(&[("F8V", 4), ("BN", 24)]));
+    assert!(matches!(odd, Err(OpError::InvalidKnobs { why, .. }) if why.contains("multiple of 16")));
     let big = fp8(&[("F8V", 4), ("BN", 256), ("STAGES", 6)]);
     assert!(matches!(inst.plan(&big), Err(OpError::InvalidKnobs { why, .. }) if why.contains("shared memory")));
     // K not a multiple of 32: the operator's typed error, whatever the path.
@@ -245,10 +281,25 @@ fn fp8_kernels_assemble_without_spills() {
     }
     // F8V=4 grouped at the 28-expert prefill shape.
     let g = Preset::new("G28", &[("G", 28), ("mean", 1024), ("N", 6144), ("K", 3584), ("act", 1)]);
-    for kn in [fp8(&[("F8V", 4)]), fp8(&[("F8V", 4), ("CPS", 1)]), fp8(&[("F8V", 6), ("CPS", 1)])] {
-        for k in op.kernels(&g, &kn).unwrap() {
+    // ... and with the SiTU-GLU epilogue and the routing weight (the MoE's first GEMM), grouped and dense, at the
+    // automatic BN (64 with a GLU: 96..128 spill, see `fp8::resolve`).
+    let glu = [("epilogue", 1), ("p", 1)];
+    let g_glu = Preset::new(
+        "G28 GLU",
+        &[&[("G", 28), ("mean", 1024), ("N", 6144), ("K", 3584), ("act", 1)][..], &glu].concat(),
+    );
+    let d_glu = Preset::new("M4096 GLU", &[&[("M", 4096), ("N", 6144), ("K", 3584), ("act", 1)][..], &glu].concat());
+    let sets = [fp8(&[("F8V", 4)]), fp8(&[("F8V", 4), ("CPS", 1)]), fp8(&[("F8V", 6), ("CPS", 1)])];
+    let glu_sets = [
+        fp8(&[("F8V", 5), ("CPS", 1)]),
+        fp8(&[("F8V", 6), ("CPS", 1)]),
+        turn_names(fp8(&[("F8V", 6), ("CPS", 1), ("TURN", 1)])),
+    ];
+    for (pr, kn) in sets.iter().map(|k| (&g, k)).chain(glu_sets.iter().flat_map(|k| [(&g_glu, k), (&d_glu, k)])) {
+        for k in op.kernels(pr, kn).unwrap() {
             let m = build(&k, BuildOptions { assemble: true }).unwrap_or_else(|e| panic!("{}: {e}", k.name));
             let r = m.resources.clone().unwrap();
+            eprintln!("{} {}: {r:?} smem {}", pr.name, k.name, k.shared_bytes());
             assert!(!r.spills() && !r.wgmma_serialized, "{}: {r:?}", k.name);
         }
     }
@@ -326,20 +377,39 @@ fn first_launch_fold_edges_match_the_reference() {
     }
 }
 
-/// The Cranelift JIT (the second CPU backend) runs the first launch and the producer-warp GEMM, dense and grouped,
-/// one block per tile and persistent, F8V 4 and 5, against the same f64 check.
+/// The Cranelift JIT (the second CPU backend) runs the first launch and the producer-warp GEMM, dense and grouped
+/// (also with SiTU-GLU, p and packed weights), one block per tile and persistent, F8V 4 to 6, against the same
+/// f64 check.
 #[test]
 fn first_launch_runs_on_the_jit() {
     let op = Mxfp4Matmul;
     let seed = plan_run::seed();
     let grouped = Preset::new("g", &[("G", 3), ("c0", 40), ("c1", 0), ("c2", 77), ("K", 288), ("N", 40), ("act", 1)]);
-    for p in [dense(70, 416, 56, 0), grouped] {
+    // Grouped with the SiTU-GLU epilogue, the routing weight and packed weights.
+    let glu = Preset::new(
+        "g glu p packed",
+        &[
+            ("G", 3),
+            ("c0", 40),
+            ("c1", 0),
+            ("c2", 77),
+            ("K", 288),
+            ("N", 96),
+            ("act", 1),
+            ("epilogue", 1),
+            ("p", 1),
+            ("packed", 1),
+        ],
+    );
+    for p in [dense(70, 416, 56, 0), grouped, glu] {
         let inst = op.instance(&p, seed).unwrap();
+        // (A GLU takes BN a multiple of 16: 32 for 24.)
+        let bn24 = if p.dims.get("epilogue").is_some_and(|&e| e > 0) { 32 } else { 24 };
         for kn in [
-            fp8(&[("F8V", 4), ("BM", 64), ("BN", 24), ("STAGES", 3)]),
+            fp8(&[("F8V", 4), ("BM", 64), ("BN", bn24), ("STAGES", 3)]),
             fp8(&[("F8V", 5), ("BM", 64), ("BN", 16), ("STAGES", 3), ("CPS", 1)]),
             fp8(&[("F8V", 6), ("BN", 16), ("STAGES", 3), ("CPS", 1)]),
-            turn_names(fp8(&[("F8V", 6), ("BN", 24), ("STAGES", 4), ("TURN", 1)])),
+            turn_names(fp8(&[("F8V", 6), ("BN", bn24), ("STAGES", 4), ("TURN", 1)])),
         ] {
             let plan = inst.plan(&kn).unwrap();
             assert_eq!(plan.steps.len(), 2);

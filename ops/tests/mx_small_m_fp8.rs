@@ -1,6 +1,7 @@
 //! `mxfp4_matmul` with `MMA=f8sync` (issue 45, 17..256 tokens): MXFP8 activations staged once per tile as E4M3
 //! words, the weights converted exactly to E4M3 and multiplied by E4M3 `mma.sync`, both scales per 32-wide block.
-//! The CPU interpreter against the f64 reference on fresh random inputs; the kernel's shape; refusals by name.
+//! Dense and grouped, with the GLU and routing-weight epilogues. The CPU interpreter against the f64 reference on
+//! fresh random inputs; the kernel's shape; refusals by name.
 use k3k_ir::{DType, Knobs, Operand, Stmt};
 use k3k_ops::OpError;
 use k3k_ops::mx::matmul::*;
@@ -47,6 +48,48 @@ fn f8sync_matches_the_reference() {
     }
 }
 
+/// The GLU epilogues (gate rows [0, N/2), up rows [N/2, N)) and the routing weight, dense and grouped (ragged
+/// experts with empty groups first, between and last; a group of one row; groups over several token tiles),
+/// natural and packed weights, K splits summed in the kernel (FIN=last) and by the finalize launch (FIN=kernel),
+/// N/2 not a multiple of BN/2: the CPU interpreter against the f64 reference on fresh random inputs.
+#[test]
+fn f8sync_epilogues_and_groups_match_the_reference() {
+    let mut rng = StdRng::seed_from_u64(rand::rng().random());
+    let grouped = |cs: &[i64], k: i64, n: i64, rest: &[(&str, i64)]| {
+        let names = ["c0", "c1", "c2", "c3", "c4"];
+        let mut d: Vec<(&str, i64)> = vec![("G", cs.len() as i64), ("K", k), ("N", n), ("act", 1)];
+        d.extend(names.iter().zip(cs).map(|(n, &c)| (*n, c)));
+        d.extend_from_slice(rest);
+        Preset::new(&format!("f8 grouped {cs:?} K{k} N{n} {rest:?}"), &d)
+    };
+    let glu_p = [("epilogue", 1), ("p", 1)];
+    let cases: Vec<(Preset, Knobs, usize)> = vec![
+        (dense(17, 384, 96, &[("epilogue", 1), ("p", 1), ("packed", 1)]), f8(&[("SPLIT", 2)]), 1),
+        (dense(40, 256, 136, &[("epilogue", 2)]), f8(&[("SPLIT", 1), ("BN", 32), ("WA", 2)]), 1),
+        (dense(64, 512, 64, &[("p", 1), ("wide", 1)]), f8(&[("SPLIT", 2), ("STAGES", 3)]).with("FIN", "kernel"), 2),
+        (
+            dense(100, 288, 80, &[("epilogue", 1), ("packed", 1)]),
+            f8(&[("BM", 32), ("SPLIT", 3), ("BK", 64)]).with("FIN", "kernel"),
+            2,
+        ),
+        (grouped(&[0, 17, 0, 70], 96, 34, &[]), f8(&[]), 1),
+        (grouped(&[0, 17, 0, 70], 256, 72, &glu_p), f8(&[("SPLIT", 2)]), 1),
+        (
+            grouped(&[5, 0, 1, 40, 0], 384, 128, &[("epilogue", 1), ("p", 1), ("packed", 1)]),
+            f8(&[("BM", 16), ("SPLIT", 3)]),
+            1,
+        ),
+        (
+            grouped(&[33, 0, 64], 320, 96, &[("p", 1), ("packed", 1)]),
+            f8(&[("BM", 32), ("SPLIT", 2)]).with("FIN", "kernel"),
+            2,
+        ),
+    ];
+    for (p, kn, launches) in &cases {
+        assert_eq!(run(p, rng.random(), kn), *launches, "{} [{kn}]", p.name);
+    }
+}
+
 /// The main kernel records `MMA=f8sync` (re-resolving its knobs gives it back), multiplies E4M3 words
 /// (`Stmt::Mma` on u32 shared windows: the staged activations and the converted weights), and the plan has no
 /// activation dequant launch; the automatic choice is unchanged (MMA=sync behind the dequant launch).
@@ -75,8 +118,7 @@ fn f8sync_kernel_reads_e4m3_words() {
     assert!(auto.iter().any(|k| k.name.starts_with("k3k_mx_dequantize_fp8_bf16")));
 }
 
-/// What the path does not build is refused by name: bf16 activations, grouped weights, the GLU and routing-weight
-/// epilogues, other paths' knobs, shapes past the shared memory or the registers, warps that do not tile.
+/// What the path does not build is refused by name: bf16 activations, tile-major weights, other paths' knobs, shapes past the shared memory or the registers, warps that do not tile.
 #[test]
 fn f8sync_refusals() {
     let op = Mxfp4Matmul;
@@ -91,10 +133,7 @@ fn f8sync_refusals() {
     let base = [("M", 32), ("N", 256), ("K", 512), ("packed", 1)];
     let with = |extra: &[(&str, i64)]| Preset::new("p", &[&base[..], extra].concat());
     refused(&with(&[]), &f8(&[]), &["MXFP8 activations"]);
-    let grouped = Preset::new("g", &[("G", 2), ("c0", 5), ("c1", 9), ("K", 128), ("N", 64), ("act", 1)]);
-    refused(&grouped, &f8(&[]), &["dense", "grouped"]);
-    refused(&with(&[("act", 1), ("epilogue", 1)]), &f8(&[]), &["epilogue", "missing"]);
-    refused(&with(&[("act", 1), ("p", 1)]), &f8(&[]), &["routing-weight"]);
+    refused(&with(&[("act", 1), ("tiles", 1)]), &f8(&[]), &["tile-major"]);
     refused(&with(&[("act", 1)]), &f8(&[]).with("PATH", "gemv"), &["PATH=gemv"]);
     refused(&with(&[("act", 1)]), &f8(&[]).with("XDQ", "tile"), &["XDQ=tile"]);
     refused(&with(&[("act", 1)]), &f8(&[("CPS", 4)]), &["CPS=4"]);
@@ -130,4 +169,21 @@ fn f8sync_shared_memory_is_checked_before_the_build() {
         }
     }
     assert!(refusals > 0);
+}
+
+/// With the SiTU-GLU epilogue and the routing weight, dense at 64 and 256 tokens and grouped (28 experts of 64
+/// tokens on average), the f8sync kernels compile for sm_90a (NVRTC + ptxas) without spills.
+#[test]
+fn f8sync_epilogue_kernels_assemble_without_spills() {
+    use k3k_codegen::{BuildOptions, build};
+    let op = Mxfp4Matmul;
+    let shape = [("N", 6144), ("K", 3584), ("act", 1), ("epilogue", 1), ("p", 1), ("packed", 1)];
+    for lead in [&[("M", 64)][..], &[("M", 256)], &[("G", 28), ("mean", 64)]] {
+        let p = Preset::new("glu p", &[lead, &shape[..]].concat());
+        for k in op.kernels(&p, &f8(&[])).unwrap() {
+            let m = build(&k, BuildOptions { assemble: true }).unwrap_or_else(|e| panic!("{}: {e}", k.name));
+            let r = m.resources.clone().unwrap();
+            assert!(!r.spills(), "{lead:?} {}: {r:?}", k.name);
+        }
+    }
 }

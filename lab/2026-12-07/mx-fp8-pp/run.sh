@@ -10,8 +10,12 @@
 #     merged into the report.
 # (4) ncu of the F8V=5 and 6 main kernels at M4096 (issue slots, stall reasons) if the call is still under ~70 s.
 # (5) the 28-expert prefill (G28 mean1024): the default, F8V=5 CPS=1, F8V=6 CPS=1, its peers; ncu of TURN=ffma.
+# (5b) the 28-expert prefill with the SiTU-GLU epilogue and the routing weight (G28 mean1024 epilogue=1 p=1, the
+#      MoE's first GEMM; F8V>=4 and f8sync take them since 2026-12-07, branch i45e; GLU problems run BN=64 by
+#      default: 96..128 spill): the default (bf16 path), F8V=5 and F8V=6 CPS=1, and the peer
+#      (torch._grouped_mm + torch epilogue); GPU checks of GLU+p (dense and grouped, packed) in (1b).
 # Every k3k row is checked against the f64 reference by `k3k bench` (a failing set has no time). The table last.
-# One device call, <= 2 minutes, from the repository root with the stripped release binary of branch i45p carried:
+# One device call, <= 150 s (the ncu steps only while the call is under 70 / 100 s), from the repository root with the stripped release binary carried (main with i45e merged for step 5b and the GLU checks):
 #   bash lab/2026-12-07/mx-fp8-pp/run.sh   (carry [".dev/bin/k3k"]; $OUT: table.txt, bench.txt, log.txt, ncu.txt, reports.tgz)
 set -u
 T0=$(date +%s)
@@ -46,6 +50,10 @@ done
 for kn in "MMA=fp8,F8V=6,CPS=1,BN=32,STAGES=3" "MMA=fp8,F8V=6,TURN=ffma,BN=64,STAGES=4"; do
   chk "G=6,mean=40,N=72,K=352,act=1" "$kn"
 done
+# GLU + p (2026-12-07, i45e): the gate and up halves as two TMA boxes and two wgmma per block; packed weights
+# read by the first launch; N/2 = 136 not a multiple of BN/2.
+chk "G=6,mean=40,N=272,K=352,act=1,epilogue=1,p=1,packed=1" "MMA=fp8,F8V=6,CPS=1,BN=32,STAGES=3"
+chk "M=333,N=272,K=1056,act=1,epilogue=1,p=1" "MMA=fp8,F8V=5,CPS=1"
 log "checks"
 # 2. dense: the variants (MMA=auto is the default knob set), M64 then M4096.
 SETS="MMA=auto;MMA=fp8,F8V=5;MMA=fp8,F8V=5,CPS=1;MMA=fp8,F8V=6;MMA=fp8,F8V=6,CPS=1"
@@ -70,11 +78,20 @@ prof 70 "MMA=fp8,F8V=5,CPS=1"
 prof 70 "MMA=fp8,F8V=6,CPS=1"
 # 5. the 28-expert prefill and its peers.
 GSETS="MMA=auto;MMA=fp8,F8V=5,CPS=1;MMA=fp8,F8V=6,CPS=1"
-timeout 45 $B bench --op mxfp4_matmul --dims "$G28" --knobs "$GSETS" --window-ms 100 --out $W/g > $W/bench-g.txt 2>&1
+timeout 40 $B bench --op mxfp4_matmul --dims "$G28" --knobs "$GSETS" --window-ms 80 --out $W/g > $W/bench-g.txt 2>&1
 log "bench grouped rc=$?"
 save
 timeout 25 python3 scripts/peers.py $W/g/$(ls $W/g | head -1) --out $W/peers-g.json > $W/peers-g.txt 2>&1; log "peers grouped rc=$?"
 $B bench --merge-peers $W/peers-g.json --out $W/g >> $W/bench-g.txt 2>&1
+save
+# 5b. the 28-expert prefill with SiTU-GLU and the routing weight, and its peer (torch._grouped_mm + torch epilogue).
+G28E="$G28,epilogue=1,p=1"
+timeout 40 $B bench --op mxfp4_matmul --dims "$G28E" --knobs "MMA=auto;MMA=fp8,F8V=5,CPS=1;MMA=fp8,F8V=6,CPS=1" \
+  --window-ms 80 --out $W/e > $W/bench-e.txt 2>&1
+log "bench grouped GLU+p rc=$?"
+save
+timeout 20 python3 scripts/peers.py $W/e/$(ls $W/e | head -1) --out $W/peers-e.json > $W/peers-e.txt 2>&1; log "peers GLU+p rc=$?"
+$B bench --merge-peers $W/peers-e.json --out $W/e >> $W/bench-e.txt 2>&1
 save
 prof 100 "MMA=fp8,F8V=6,CPS=1,TURN=ffma"
 grep -E "^== ncu|Duration|Issued Warp Per Scheduler|No Eligible|Active Warps Per Scheduler|Warp Cycles Per Issued|Issue Slots Busy|Compute \\(SM\\) Throughput" $OUT/ncu.txt >> $L 2>/dev/null

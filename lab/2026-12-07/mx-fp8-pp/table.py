@@ -35,12 +35,14 @@ def variant(kn):
 
 def short(preset):
     g = re.search(r"G=(\d+),mean=(\d+)", preset)
-    return f"G{g.group(1)}x{g.group(2)}" if g else "M" + re.search(r"M=(\d+)", preset).group(1)
+    s = f"G{g.group(1)}x{g.group(2)}" if g else "M" + re.search(r"M=(\d+)", preset).group(1)
+    # The GLU epilogue and routing weight (the MoE's first GEMM): its own rows.
+    return s + ("+glu" if re.search(r"epilogue=[12]", preset) else "") + ("+p" if re.search(r"\bp=1", preset) else "")
 
 
 print("(x bf16 = the bf16 peer's ms / k3k ms: cuBLAS dense, torch._grouped_mm grouped; x fp8 = torch._scaled_mm")
 print(" or _scaled_grouped_mm FP8 rowwise; both peers timed in this run on the same problems)")
-print(f"{'variant':<36} {'problem':>9} {'ms':>8} {'TFLOP/s':>8} {'x bf16':>7} {'x fp8':>6}  check")
+print(f"{'variant':<36} {'problem':>15} {'ms':>8} {'TFLOP/s':>8} {'x bf16':>7} {'x fp8':>6}  check")
 rows = []
 for f in sorted(glob.glob(os.path.join(w, "bench*.txt"))):
     for ln in open(f).read().splitlines():
@@ -50,17 +52,17 @@ for f in sorted(glob.glob(os.path.join(w, "bench*.txt"))):
             continue
         preset = (m or e).group(1)
         if e:
-            rows.append(f"{variant(e.group(2)):<36} {short(preset):>9} {'-':>8} {'-':>8} {'-':>7} {'-':>6}  FAILED to run")
+            rows.append(f"{variant(e.group(2)):<36} {short(preset):>15} {'-':>8} {'-':>8} {'-':>7} {'-':>6}  FAILED to run")
             continue
         ms = float(m.group(2))
         fl = flops.get(preset)
         tf = f"{fl / (ms * 1e-3) / 1e12:8.1f}" if fl else "       -"
         cb, sm = peers.get((preset, "bf16")), peers.get((preset, "fp8"))
         x = lambda p: f"{p[1] / ms:7.2f}" if p else "      -"
-        rows.append(f"{variant(m.group(5)):<36} {short(preset):>9} {ms:8.4f} {tf} {x(cb)} {x(sm)[1:]}  {m.group(3)} {m.group(4)}")
+        rows.append(f"{variant(m.group(5)):<36} {short(preset):>15} {ms:8.4f} {tf} {x(cb)} {x(sm)[1:]}  {m.group(3)} {m.group(4)}")
 for r in rows:
     print(r)
 for (preset, _), (name, ms) in sorted(peers.items()):
     fl = flops.get(preset)
     tf = f"{fl / (ms * 1e-3) / 1e12:8.1f}" if fl else "       -"
-    print(f"{'peer ' + name[:25]:<36} {short(preset):>9} {ms:8.4f} {tf}")
+    print(f"{'peer ' + name[:25]:<36} {short(preset):>15} {ms:8.4f} {tf}")

@@ -29,8 +29,9 @@
 //! scaled by a power of two; the fold's condition is checked on the host, rows that span more than 12 or hold
 //! a NaN scale make a dense plan fall back to the F8V=2 kernel and a grouped one a typed error).
 
+use super::super::matmul::{MatSpec, epilogue_expr};
 use super::super::{e8m0, per_thread};
-use super::kernel::{e4m3_words_lean, fold_word};
+use super::kernel::{e4m3_words_lean, fold_word, packed_e4m3_word};
 use super::{Fp8Cfg, Turn};
 use crate::OpError;
 use k3k_ir::*;
@@ -45,13 +46,15 @@ pub fn stage_bytes(bm: u32, bn: u32) -> u32 {
     bm * 128 + bn * 128 + 4 * 4 * bm
 }
 
-/// The first launch. Tensors: `wq: [N, KW] u32` (natural-layout E2M1 words), `ws: [N, KB] u8` (the fold's shifts
+/// The first launch. Tensors: `wq: [N, KW] u32` (E2M1 words, natural layout or, `packed`, the [`crate::mx::pack`]
+/// layout: a block's four words -> its eight E4M3 words by [`packed_e4m3_word`], the same scratch), `ws: [N, KB] u8` (the fold's shifts
 /// u, 0..=12), `xs: [M, KB] u8` (the activations' E8M0 scales), `w8: [N, KX] u32` (written: E4M3 words), `fa: [KB,
 /// MP] f32` (written: activation factors, transposed); grouped, the weight tensors are `[G, N, ..]`. The launcher
 /// guarantees KX = 2 KW = 8 KB, MP = M rounded up to a multiple of 4.
-pub fn build_convert(knobs: Knobs, grouped: bool) -> Result<Kernel, OpError> {
+pub fn build_convert(knobs: Knobs, grouped: bool, packed: bool) -> Result<Kernel, OpError> {
     let t = CVT_THREADS;
-    let mut b = KernelBuilder::new(&format!("k3k_mxfp4_mm8_cvt{}_t{t}", if grouped { "_g" } else { "" }), t);
+    let (g_tag, p_tag) = (if grouped { "_g" } else { "" }, if packed { "_packed" } else { "" });
+    let mut b = KernelBuilder::new(&format!("k3k_mxfp4_mm8_cvt{g_tag}{p_tag}_t{t}"), t);
     b.knobs(knobs);
     let n = b.dim("N");
     let kw = b.dim("KW");
@@ -86,12 +89,21 @@ pub fn build_convert(knobs: Knobs, grouped: bool) -> Result<Kernel, OpError> {
                     b.load_wide(q, 0, wq, i0.clone(), 4);
                     let u = b.let_("u", Expr::load(ws, i0.shr(2i64)));
                     let o = b.let_array("o", 8, ScalarTy::Int, 0i64);
-                    for l in 0..4u32 {
-                        let (lo, hi) = e4m3_words_lean(Expr::array_get(q, l as i64));
-                        let lo = fold_word(b, lo, &u);
-                        b.array_set(o, (2 * l) as i64, lo);
-                        let hi = fold_word(b, hi, &u);
-                        b.array_set(o, (2 * l + 1) as i64, hi);
+                    if packed {
+                        // Output word 2q + h (columns 8q + 4h ..) from the block's words 2h and 2h + 1.
+                        let w: Vec<Expr> = (0..4).map(|l| b.let_("pw", Expr::array_get(q, l))).collect();
+                        for (qi, h) in (0..4u32).flat_map(|qi| [(qi, 0usize), (qi, 1)]) {
+                            let v = fold_word(b, packed_e4m3_word(&w[2 * h], &w[2 * h + 1], qi), &u);
+                            b.array_set(o, (2 * qi as usize + h) as i64, v);
+                        }
+                    } else {
+                        for l in 0..4u32 {
+                            let (lo, hi) = e4m3_words_lean(Expr::array_get(q, l as i64));
+                            let lo = fold_word(b, lo, &u);
+                            b.array_set(o, (2 * l) as i64, lo);
+                            let hi = fold_word(b, hi, &u);
+                            b.array_set(o, (2 * l + 1) as i64, hi);
+                        }
                     }
                     b.store_wide(w8, &i0 * 2i64, o, 0, 4);
                     b.store_wide(w8, &i0 * 2i64 + 4i64, o, 4, 4);
@@ -132,14 +144,25 @@ pub fn build_convert(knobs: Knobs, grouped: bool) -> Result<Kernel, OpError> {
 }
 
 /// The main kernel. Tensors: `xq: [M, KX] u32` (activation E4M3 codes, four per word), `fa: [KB, MP] f32`,
-/// `w8: [N, KX] u32` (the first launch's E4M3 weights), `wl: [N] u8` (the rows' fold bases lo_n), `y: [M, N]
-/// bf16`. K = 4 KX = 32 KB.
+/// `w8: [N, KX] u32` (the first launch's E4M3 weights), `wl: [N] u8` (the rows' fold bases lo_n), grouped `offs:
+/// [G] i32`, with the routing weight `p: [M] f32`, `y: [M, NO] bf16` (NO = N, or `NH` = N/2 with a GLU epilogue).
+/// K = 4 KX = 32 KB.
+///
+/// A GLU epilogue (SEMANTICS.md 2.1, as the bf16 paths lay the rows out: gate rows `[0, NH)`, up rows `[NH, N)`):
+/// a tile's BN weight rows are BN/2 gate rows from n0 and BN/2 up rows from NH + n0 (two TMA boxes per slice into
+/// two shared tiles), each block's product two `wgmma m64n(BN/2)k32` into a gate and an up temporary, promoted
+/// into the gate and up accumulators (the registers of one BN-wide accumulator); the epilogue
+/// [`epilogue_expr`] of the two, then `p[r]` per row, on output columns `[n0, n0 + BN/2)`.
 ///
 /// The grid walks the `BM x BN` output tiles in M-fastest order (neighbouring blocks share a weight tile in L2):
 /// one tile per block, or (`persist`, CPS=1) one block per SM taking every grid-th tile, the producer's cursor
 /// running on into the block's next tile while the consumers store the current one.
-pub fn build_main(c: &Fp8Cfg, grouped: bool, out_vec: u32) -> Result<Kernel, OpError> {
+pub fn build_main(c: &Fp8Cfg, spec: &MatSpec) -> Result<Kernel, OpError> {
+    let (grouped, out_vec, glu) = (spec.grouped, spec.out_vec, spec.epilogue.is_glu());
     let (bm, bn, st) = (c.bm, c.bn, c.stages);
+    // The weight rows' parts: the whole tile, or its gate and up halves (BNP rows each, BNP output columns).
+    let parts = if glu { 2 } else { 1 };
+    let bnp = bn / parts;
     let wgs = bm / 64;
     let threads = 128 * wgs;
     let p = if c.persist { "_p" } else { "" };
@@ -150,7 +173,15 @@ pub fn build_main(c: &Fp8Cfg, grouped: bool, out_vec: u32) -> Result<Kernel, OpE
         None if c.cross => "_x",
         None => "",
     };
-    let name = format!("k3k_mxfp4_mm8_first_{kind}_o{out_vec}_bm{bm}_bn{bn}_st{st}_t{}{x}{p}", c.tmps);
+    let epi = match (glu, spec.row_scale) {
+        (false, false) => String::new(),
+        (g, r) => format!(
+            "{}{}",
+            if g { format!("_{}", spec.epilogue.name()) } else { String::new() },
+            if r { "_p" } else { "" }
+        ),
+    };
+    let name = format!("k3k_mxfp4_mm8_first_{kind}{epi}_o{out_vec}_bm{bm}_bn{bn}_st{st}_t{}{x}{p}", c.tmps);
     let mut b = KernelBuilder::new(&name, threads);
     b.knobs(c.knobs());
     b.producer_warp();
@@ -172,19 +203,32 @@ pub fn build_main(c: &Fp8Cfg, grouped: bool, out_vec: u32) -> Result<Kernel, OpE
         let wl = b.tensor("wl", DType::U8, std::slice::from_ref(&n), Access::Read);
         (Expr::Int(1), w8, wl, None)
     };
-    let y = b.tensor("y", DType::Bf16, &[m.clone(), n.clone()], Access::Write);
+    let p_rows = spec.row_scale.then(|| b.tensor("p", DType::F32, std::slice::from_ref(&m), Access::Read));
+    // The output's width: N, or NH = N/2 with a GLU epilogue.
+    let n_out = if glu { b.dim("NH") } else { n.clone() };
+    let y = b.tensor("y", DType::Bf16, &[m.clone(), n_out.clone()], Access::Write);
 
     let sa = b.shared("sa", DType::U32, bm, 32, st, Swizzle::Xor16B);
-    let sb = b.shared("sb", DType::U32, bn, 32, st, Swizzle::Xor16B);
+    let sb = b.shared("sb", DType::U32, bnp, 32, st, Swizzle::Xor16B);
+    let sbs: Vec<SharedId> =
+        if glu { vec![sb, b.shared("sbu", DType::U32, bnp, 32, st, Swizzle::Xor16B)] } else { vec![sb] };
     let sf = b.shared("sf", DType::F32, 4, bm, st, Swizzle::None);
     let swl = b.shared("swl", DType::F32, 1, bn, 1, Swizzle::None);
-    let acc = b.tile("acc", DType::F32, bm, bn, [4 * wgs, 1]);
-    let tmps: Vec<TileId> = (0..c.tmps).map(|i| b.tile(&format!("tmp{i}"), DType::F32, bm, bn, [4 * wgs, 1])).collect();
+    let acc = b.tile("acc", DType::F32, bm, bnp, [4 * wgs, 1]);
+    let accs: Vec<TileId> =
+        if glu { vec![acc, b.tile("acc_up", DType::F32, bm, bnp, [4 * wgs, 1])] } else { vec![acc] };
+    let tmps: Vec<Vec<TileId>> = (0..c.tmps)
+        .map(|i| {
+            let t = b.tile(&format!("tmp{i}"), DType::F32, bm, bnp, [4 * wgs, 1]);
+            if glu { vec![t, b.tile(&format!("tmpu{i}"), DType::F32, bm, bnp, [4 * wgs, 1])] } else { vec![t] }
+        })
+        .collect();
     let fv: Vec<VecId> = (0..4).map(|j| b.vec(&format!("fa{j}"), bm, [4 * wgs, 1])).collect();
+    let pv = spec.row_scale.then(|| b.vec("p_rows", bm, [4 * wgs, 1]));
 
     // Tiles: dense ceil(M/BM) x ceil(N/BN); grouped the sum over groups of ceil(rows_g/BM) x ceil(N/BN) (empty
     // groups have none), at most (ceil(M/BM) + G) x ceil(N/BN): the grid's bound.
-    let n_tiles = n.ceil_div(bn as i64);
+    let n_tiles = n_out.ceil_div(bnp as i64);
     let bound = (m.ceil_div(bm as i64) + if grouped { g_count.clone() } else { Expr::Int(0) }) * n_tiles.clone();
     if c.persist {
         let num_sms = b.int_arg(NUM_SMS);
@@ -202,9 +246,9 @@ pub fn build_main(c: &Fp8Cfg, grouped: bool, out_vec: u32) -> Result<Kernel, OpE
     let k_tiles = b.let_("k_tiles", kx.ceil_div(32i64));
     let xm = b.tensor_map("xq_map", xq, &[32, bm], Swizzle::Xor16B);
     let wm = if grouped {
-        b.tensor_map("w8_map", w8, &[32, bn, 1], Swizzle::Xor16B)
+        b.tensor_map("w8_map", w8, &[32, bnp, 1], Swizzle::Xor16B)
     } else {
-        b.tensor_map("w8_map", w8, &[32, bn], Swizzle::Xor16B)
+        b.tensor_map("w8_map", w8, &[32, bnp], Swizzle::Xor16B)
     };
     let fm = b.tensor_map("fa_map", fa, &[bm, 4], Swizzle::None);
     let full = b.mbarriers("full", st);
@@ -223,7 +267,7 @@ pub fn build_main(c: &Fp8Cfg, grouped: bool, out_vec: u32) -> Result<Kernel, OpE
     let (pr0, pn0, pg) = (b.let_var("p_r0", 0i64), b.let_var("p_n0", 0i64), b.let_var("p_g", 0i64));
     let relocate = |b: &mut KernelBuilder| {
         b.if_(Expr::Var(pt).lt(total.clone()), |b| {
-            let t = locate(b, "p", Expr::Var(pt), offs, (&m, &g_count, &n_tiles), bm, bn);
+            let t = locate(b, "p", Expr::Var(pt), offs, (&m, &g_count, &n_tiles), bm, bnp);
             b.assign(pr0, t.r0);
             b.assign(pn0, t.n0);
             b.assign(pg, t.g);
@@ -239,8 +283,12 @@ pub fn build_main(c: &Fp8Cfg, grouped: bool, out_vec: u32) -> Result<Kernel, OpE
             let k0 = b.let_("pk0", Expr::Var(pk) * 32i64);
             let xc = vec![k0.clone(), Expr::Var(pr0)];
             b.tma_load(xm, b.slot(sa, slot.clone()), xc, full, slot.clone());
-            let wc = if grouped { vec![k0, Expr::Var(pn0), Expr::Var(pg)] } else { vec![k0, Expr::Var(pn0)] };
-            b.tma_load(wm, b.slot(sb, slot.clone()), wc, full, slot.clone());
+            // The tile's weight rows from n0 (GLU: the gate half, then the up half from NH + n0).
+            for (i, &sbp) in sbs.iter().enumerate() {
+                let row = if i == 0 { Expr::Var(pn0) } else { n_out.clone() + Expr::Var(pn0) };
+                let wc = if grouped { vec![k0.clone(), row, Expr::Var(pg)] } else { vec![k0.clone(), row] };
+                b.tma_load(wm, b.slot(sbp, slot.clone()), wc, full, slot.clone());
+            }
             let fc = vec![Expr::Var(pr0), Expr::Var(pk) * 4i64];
             b.tma_load(fm, b.slot(sf, slot.clone()), fc, full, slot);
             advance(b, ps, pp, st);
@@ -261,22 +309,25 @@ pub fn build_main(c: &Fp8Cfg, grouped: bool, out_vec: u32) -> Result<Kernel, OpE
     let cs = b.let_var("c_slot", 0i64);
     let cp = b.let_var("c_phase", 0i64);
     b.for_("tile", Expr::block_idx(0), total.clone(), Expr::grid_dim(0), |b, tile| {
-        let t = locate(b, "c", tile, offs, (&m, &g_count, &n_tiles), bm, bn);
-        let (m0, n0) = (t.r0.clone(), t.n0.clone());
-        // The fold's 2^(lo_n - 127) per column (columns past N read row N - 1; never stored); the previous
-        // tile's epilogue read it before the barrier that ends its iteration.
+        let t = locate(b, "c", tile, offs, (&m, &g_count, &n_tiles), bm, bnp);
+        let n0 = t.n0.clone();
+        // The fold's 2^(lo_n - 127) per column (columns past N read row N - 1; never stored; GLU: the gate rows'
+        // in [0, BN/2), the up rows' in [BN/2, BN)); the previous tile's epilogue read it before the barrier that
+        // ends its iteration.
         per_thread(b, bn as i64, threads, |b, idx| {
             b.if_(idx.lt(bn as i64), |b| {
-                let col = (n0.clone() + idx.clone()).min(n.clone() - 1i64);
+                let col = weight_row(&idx, &n0, (&n, &n_out), glu.then_some(bnp));
                 b.shared_store(swl, 0i64, 0i64, idx, e8m0(Expr::load(wl, &t.g * n.clone() + col)));
             });
         });
-        b.map(acc, 0.0f64);
-        let sl = Slices { sa, sb, sf, full, empty, acc, bm, bn, st, turn: c.turn };
+        for &a in &accs {
+            b.map(a, 0.0f64);
+        }
+        let sl = Slices { sa, sbs: &sbs, sf, full, empty, accs: &accs, bm, bnp, st, turn: c.turn };
         if c.cross {
             // F8V=5: the slice's first product issued by the previous slice (or here, for the tile's first).
             sl.enter(b, Expr::Var(cs), Expr::Var(cp), &fv);
-            sl.issue(b, Expr::Var(cs), 0, tmps[0]);
+            sl.issue(b, Expr::Var(cs), 0, &tmps[0]);
             b.for_("kt", 0i64, k_tiles.clone() - 1i64, 1i64, |b, _| {
                 sl.slice(b, (cs, cp), &fv, &tmps, (true, true));
                 b.producer(produce);
@@ -292,34 +343,72 @@ pub fn build_main(c: &Fp8Cfg, grouped: bool, out_vec: u32) -> Result<Kernel, OpE
         }
         // The swl stores above are visible to every consumer (a barrier of the consumers: nested in a loop).
         b.barrier();
-        // The conversion's 2^-6, then the fold's 2^(lo_n - 127) per column.
-        b.map(acc, Expr::Elem(acc) * 64.0f64 * Expr::shared_load(swl, 0i64, 0i64, Expr::ColIdx));
-        let off = &m0 * n.clone() + n0.clone();
-        let rows_valid = t.rows;
-        let cols_valid = n.clone() - n0.clone();
-        b.store(acc, Place::Global(view(y, off, n.clone(), rows_valid, cols_valid, out_vec)));
+        store_tile(b, spec, (&accs, swl, bnp), pv.zip(p_rows), (y, &n_out), &t);
         // Every consumer has read swl before the next tile rewrites it.
         b.barrier();
     });
     Ok(b.finish()?)
 }
 
-/// The consumers' side of the ring: the shared tiles, barriers and the accumulator a slice's products use.
-struct Slices {
+/// The weight row whose fold base column `idx` of a tile at output column `n0` takes: `n0 + idx`, or with a GLU
+/// (`glu` = BN/2) the gate row `n0 + idx` for idx < BN/2 and the up row `NH + n0 + idx - BN/2` above; clamped to
+/// the last row of its half (such columns are never stored).
+fn weight_row(idx: &Expr, n0: &Expr, (n, n_out): (&Expr, &Expr), glu: Option<u32>) -> Expr {
+    match glu {
+        Some(bnp) => {
+            let up = idx.ge(bnp as i64);
+            let j = Expr::select(up.clone(), idx - bnp as i64, idx.clone());
+            let gate = (n0 + j.clone()).min(n_out.clone() - 1i64);
+            Expr::select(up, (n_out.clone() + n0.clone() + j).min(n.clone() - 1i64), gate)
+        }
+        None => (n0 + idx.clone()).min(n.clone() - 1i64),
+    }
+}
+
+/// A tile's epilogue: the conversion's 2^-6 and the fold's 2^(lo_n - 127) per column (`swl`; GLU: the up half's
+/// at column + BN/2), the GLU of the gate and up accumulators, the routing weight per row, the bf16 store of the
+/// tile's rows and columns.
+fn store_tile(
+    b: &mut KernelBuilder,
+    spec: &MatSpec,
+    (accs, swl, bnp): (&[TileId], SharedId, u32),
+    p: Option<(VecId, TensorId)>,
+    (y, n_out): (TensorId, &Expr),
+    t: &TileAt,
+) {
+    let acc = accs[0];
+    b.map(acc, Expr::Elem(acc) * 64.0f64 * Expr::shared_load(swl, 0i64, 0i64, Expr::ColIdx));
+    if let Some(&up) = accs.get(1) {
+        let f = Expr::shared_load(swl, 0i64, 0i64, Expr::ColIdx + bnp as i64);
+        b.map(acc, epilogue_expr(spec.epilogue, Expr::Elem(acc), Expr::Elem(up) * 64.0f64 * f));
+    }
+    if let Some((pv, p)) = p {
+        b.load_vec(pv, vec_view(p, t.r0.clone(), 1i64, t.rows.clone()));
+        b.map(acc, Expr::Elem(acc) * Expr::RowVal(pv));
+    }
+    let off = &t.r0 * n_out.clone() + t.n0.clone();
+    let cols_valid = n_out.clone() - t.n0.clone();
+    b.store(acc, Place::Global(view(y, off, n_out.clone(), t.rows.clone(), cols_valid, spec.out_vec)));
+}
+
+/// The consumers' side of the ring: the shared tiles, barriers and the accumulators a slice's products use (one
+/// per part of the weight rows: the whole tile, or its gate and up halves; a temporary has as many parts).
+struct Slices<'a> {
     sa: SharedId,
-    sb: SharedId,
+    sbs: &'a [SharedId],
     sf: SharedId,
     full: MbarId,
     empty: MbarId,
-    acc: TileId,
+    accs: &'a [TileId],
     bm: u32,
-    bn: u32,
+    /// Weight rows per part.
+    bnp: u32,
     st: u32,
     /// F8V=6: what the consumer warpgroups do in turns.
     turn: Option<Turn>,
 }
 
-impl Slices {
+impl Slices<'_> {
     /// Wait for the slice in ring slot `slot` (phase parity `phase`) and take its factor rows into registers.
     fn enter(&self, b: &mut KernelBuilder, slot: Expr, phase: Expr, fv: &[VecId]) {
         b.mbar_wait(self.full, slot.clone(), phase);
@@ -328,22 +417,31 @@ impl Slices {
         }
     }
 
-    /// Issue block `j`'s product of the slice in `slot` into the temporary `t` (scale-d 0).
-    fn product(&self, b: &mut KernelBuilder, slot: Expr, j: u32, t: TileId) {
-        let a = Operand::Shared { src: b.window(self.sa, slot.clone(), 0, 8 * j, self.bm, 8), transpose: false };
-        let w = Operand::Shared { src: b.window(self.sb, slot, 0, 8 * j, self.bn, 8), transpose: true };
-        b.mma_async_init(t, a, w, false);
+    /// `wgmma` groups one block's product issues (one per part).
+    fn groups(&self) -> u32 {
+        self.sbs.len() as u32
+    }
+
+    /// Issue block `j`'s product of the slice in `slot` into the temporary `t` (scale-d 0), one `wgmma` per part.
+    fn product(&self, b: &mut KernelBuilder, slot: Expr, j: u32, t: &[TileId]) {
+        for (&sb, &tp) in self.sbs.iter().zip(t) {
+            let a = Operand::Shared { src: b.window(self.sa, slot.clone(), 0, 8 * j, self.bm, 8), transpose: false };
+            let w = Operand::Shared { src: b.window(sb, slot.clone(), 0, 8 * j, self.bnp, 8), transpose: true };
+            b.mma_async_init(tp, a, w, false);
+        }
     }
 
     /// [`Self::product`], in turn for F8V=6 with `TURN=mma`.
-    fn issue(&self, b: &mut KernelBuilder, slot: Expr, j: u32, t: TileId) {
+    fn issue(&self, b: &mut KernelBuilder, slot: Expr, j: u32, t: &[TileId]) {
         b.in_turn_if(self.turn == Some(Turn::Mma), |b| self.product(b, slot, j, t));
     }
 
-    /// `acc += t * fa_j` per row: one FFMA per element (in turn for F8V=6 with `TURN=ffma`).
-    fn promote(&self, b: &mut KernelBuilder, t: TileId, f: VecId) {
+    /// `acc += t * fa_j` per row and part: one FFMA per element (in turn for F8V=6 with `TURN=ffma`).
+    fn promote(&self, b: &mut KernelBuilder, t: &[TileId], f: VecId) {
         b.in_turn_if(self.turn == Some(Turn::Ffma), |b| {
-            b.map(self.acc, Expr::Elem(self.acc) + Expr::Elem(t) * Expr::RowVal(f))
+            for (&acc, &tp) in self.accs.iter().zip(t) {
+                b.map(acc, Expr::Elem(acc) + Expr::Elem(tp) * Expr::RowVal(f));
+            }
         });
     }
 
@@ -357,9 +455,10 @@ impl Slices {
         b: &mut KernelBuilder,
         (cs, cp): (VarId, VarId),
         fv: &[VecId],
-        tmps: &[TileId],
+        tmps: &[Vec<TileId>],
         (pre, next): (bool, bool),
     ) {
+        let groups = self.groups();
         let slot = b.let_("slot", Expr::Var(cs));
         if pre {
             // Block 0's product (issued during the previous slice's last promotion) completes here, at the top of
@@ -369,30 +468,30 @@ impl Slices {
         }
         if tmps.len() == 1 {
             for j in 0..4 {
-                self.product(b, slot.clone(), j, tmps[0]);
+                self.product(b, slot.clone(), j, &tmps[0]);
                 b.mma_wait(0);
-                self.promote(b, tmps[0], fv[j as usize]);
+                self.promote(b, &tmps[0], fv[j as usize]);
             }
         } else {
             if !pre {
-                self.issue(b, slot.clone(), 0, tmps[0]);
+                self.issue(b, slot.clone(), 0, &tmps[0]);
             }
             for j in 0..3u32 {
-                self.issue(b, slot.clone(), j + 1, tmps[((j + 1) % 2) as usize]);
-                b.mma_wait(1);
-                self.promote(b, tmps[(j % 2) as usize], fv[j as usize]);
+                self.issue(b, slot.clone(), j + 1, &tmps[((j + 1) % 2) as usize]);
+                b.mma_wait(groups);
+                self.promote(b, &tmps[(j % 2) as usize], fv[j as usize]);
             }
             if next {
                 let wrap = b.let_("nwrap", (Expr::Var(cs) + 1i64).eq(self.st as i64));
                 let next = b.let_("nslot", Expr::select(wrap.clone(), 0i64, Expr::Var(cs) + 1i64));
                 let phase = Expr::select(wrap, Expr::Var(cp).bitxor(1i64), Expr::Var(cp));
                 b.mbar_wait(self.full, next.clone(), phase);
-                self.issue(b, next, 0, tmps[0]);
-                b.mma_wait(1);
+                self.issue(b, next, 0, &tmps[0]);
+                b.mma_wait(groups);
             } else {
                 b.mma_wait(0);
             }
-            self.promote(b, tmps[1], fv[3]);
+            self.promote(b, &tmps[1], fv[3]);
         }
         // The slice's products are complete and its factors read: release the slot; the producer refills it with
         // the walk's slice STAGES ahead.

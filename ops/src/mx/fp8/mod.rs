@@ -3,9 +3,10 @@
 //! they lie in memory, and the per-32 E8M0 scales of both operands applied exactly to an f32 accumulator per
 //! 32-wide K block ([`kernel`]); F8V=4 and 5 convert the weights by a first launch instead and run a plain FP8
 //! GEMM with a producer warpgroup ([`first`], lab/2026-12-07/mx-fp8-3.md), dense or grouped; F8V=6 is 5 with
-//! the consumer warpgroups taking turns (lab/2026-12-07/mx-fp8-pp.md). Natural-layout weights and no epilogue
-//! so far; other variants are refused with a typed error naming what is missing (lab/2026-12-06/mx-fp8.md: the
-//! plan).
+//! the consumer warpgroups taking turns (lab/2026-12-07/mx-fp8-pp.md). F8V >= 4 also take packed weights (read
+//! by the first launch) and the GLU and routing-weight epilogues (lab/2026-12-07/mx-fp8-epilogues.md); F8V 1-3
+//! natural-layout weights and no epilogue; other variants are refused with a typed error naming what is missing
+//! (lab/2026-12-06/mx-fp8.md: the plan).
 
 use super::BLOCK;
 use super::matmul::{Act, Fp4Weights, MatInputs, MatSpec, ShapeFacts, WeightBytes};
@@ -128,7 +129,7 @@ fn invalid(knobs: &Knobs, why: String) -> OpError {
     OpError::InvalidKnobs { op: OP, knobs: knobs.to_string(), why }
 }
 
-/// Resolve the knobs (BM, BN, STAGES; 0 = auto: 128, 128, 4) and check the problem is one the kernel covers.
+/// Resolve the knobs (BM, BN, STAGES; 0 = auto: 128, 128 (64 with a GLU epilogue), 4) and check the problem is one the kernel covers.
 pub fn resolve(spec: &MatSpec, knobs: &Knobs) -> Result<Fp8Cfg, OpError> {
     let get = |name: &str, auto: u32| -> Result<u32, OpError> {
         let v = if knobs.0.contains_key(name) { knobs.u32(name)? } else { 0 };
@@ -139,7 +140,10 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs) -> Result<Fp8Cfg, OpError> {
     if !(1..=LATEST).contains(&ver) {
         return Err(invalid(knobs, format!("MMA=fp8 takes F8V 0 (= {DEFAULT}) or 1..={LATEST} (got F8V={ver})")));
     }
-    let (bm, bn) = (get("BM", 128)?, get("BN", 128)?);
+    // BN auto: 128, or 64 with a GLU epilogue (its gate and up halves as two accumulators and four temporaries
+    // of BN/2 columns: at BN 96..128 the F8V=4..6 main kernels spill 96..1500 bytes under the consumers' 232
+    // registers (ptxas 13.0, 2026-12-07), where one accumulator and two temporaries of 128 do not).
+    let (bm, bn) = (get("BM", 128)?, get("BN", if spec.epilogue.is_glu() { 64 } else { 128 })?);
     // F8V=4: the deepest ring up to 6 that fits the shared memory.
     let st_auto = if ver >= 4 { (FIRST_SMEM / first::stage_bytes(bm, bn)).clamp(3, 6) } else { 4 };
     let stages = get("STAGES", st_auto)?;
@@ -184,14 +188,22 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs) -> Result<Fp8Cfg, OpError> {
     if spec.grouped && !first {
         missing.push("dense problems only (grouped: F8V=4)");
     }
-    if spec.epilogue.is_glu() || spec.row_scale {
-        missing.push("no epilogue or routing weight (not yet)");
+    if (spec.epilogue.is_glu() || spec.row_scale) && !first {
+        missing.push("no epilogue or routing weight (GLU and p: F8V >= 4)");
     }
-    if spec.packed || spec.tiled {
-        missing.push("natural-layout weights (packed, tile-major: not yet)");
+    if spec.tiled || (spec.packed && !first) {
+        missing.push("natural-layout weights (packed: F8V >= 4; tile-major: not yet)");
     }
     if !missing.is_empty() {
         return Err(invalid(knobs, format!("MMA=fp8 covers {}", missing.join(", "))));
+    }
+    if spec.epilogue.is_glu() && !bn.is_multiple_of(16) {
+        return Err(invalid(
+            knobs,
+            format!(
+                "MMA=fp8 with a GLU epilogue needs BN a multiple of 16 (gate and up halves of 8k rows; got BN={bn})"
+            ),
+        ));
     }
     // Registers per thread: the accumulator and the temporaries, BN/2 each per 64 rows.
     let tmps = if bn <= 128 { 2 } else { 1 };
@@ -226,10 +238,7 @@ const FIRST_SMEM: u32 = 227 * 1024 - 1024;
 pub fn kernels(spec: &MatSpec, knobs: &Knobs) -> Result<Vec<Kernel>, OpError> {
     let c = resolve(spec, knobs)?;
     if c.first {
-        return Ok(vec![
-            first::build_convert(c.knobs(), spec.grouped)?,
-            first::build_main(&c, spec.grouped, spec.out_vec)?,
-        ]);
+        return Ok(vec![first::build_convert(c.knobs(), spec.grouped, spec.packed)?, first::build_main(&c, spec)?]);
     }
     Ok(vec![kernel::build(&c, spec.kb_align, spec.out_vec)?])
 }
@@ -248,12 +257,21 @@ pub fn plan(
     let kb = k / BLOCK;
     let lo: Option<Vec<u8>> = if c.fold { fold_rows(&w.s, g * n, kb) } else { None };
     c.fold = lo.is_some();
-    if c.first && !c.fold && spec.grouped {
+    let epilogue = spec.epilogue.is_glu() || spec.row_scale;
+    if c.first && !c.fold && (spec.grouped || epilogue || spec.packed) {
         return Err(invalid(
             knobs,
-            "MMA=fp8,F8V=4 on grouped problems needs weight rows whose scale bytes span at most 12 and hold no NaN \
-             (the F8V=2 fallback is dense only)"
-                .into(),
+            format!(
+                "MMA=fp8,F8V=4 on {} problems needs weight rows whose scale bytes span at most 12 and hold no NaN \
+                 (the F8V=2 fallback is dense, natural-layout and without an epilogue only)",
+                if spec.grouped {
+                    "grouped"
+                } else if epilogue {
+                    "epilogue (GLU, p)"
+                } else {
+                    "packed-weight"
+                }
+            ),
         ));
     }
     if c.first && !c.fold {
@@ -273,8 +291,11 @@ pub fn plan(
         plan.output("y", DType::Bf16, &[0, sh.n_out]);
         return Ok(plan);
     }
-    let WeightBytes::Natural(q) = &w.q else {
-        return Err(OpError::Internal("MMA=fp8 resolved with re-laid-out weights".into()));
+    // The weight words as bytes: natural, or (F8V >= 4) packed.
+    let q = match &w.q {
+        WeightBytes::Natural(q) => q.clone(),
+        WeightBytes::Packed(p) if c.first => super::pack::words_to_bytes(p),
+        _ => return Err(OpError::Internal("MMA=fp8 resolved with re-laid-out weights".into())),
     };
     let xq = plan.input("xq", HostTensor::from_bytes(DType::U32, &[m, k / 4], t.q.clone()));
     let xs = plan.input("xs", HostTensor::from_bytes(DType::U8, &[m, k / BLOCK], t.s.clone()));
@@ -288,19 +309,24 @@ pub fn plan(
         let mp = m.next_multiple_of(4);
         let w8 = plan.scratch("w8", DType::U32, &rows(k / 4));
         let fa = plan.scratch("fa", DType::F32, &[kb, mp]);
-        plan.step(first::build_convert(c.knobs(), spec.grouped)?, &[wq, ws, xs, w8, fa], &[]);
-        let main = first::build_main(&c, spec.grouped, spec.out_vec)?;
-        let y = plan.output("y", DType::Bf16, &[m, n]);
+        plan.step(first::build_convert(c.knobs(), spec.grouped, spec.packed)?, &[wq, ws, xs, w8, fa], &[]);
+        let main = first::build_main(&c, spec)?;
+        let mut args = vec![xq, fa, w8];
         if spec.grouped {
             let offs = inp.offs.ok_or_else(|| OpError::Internal("grouped MMA=fp8 without offs".into()))?;
             let offs: Vec<i64> = offs.iter().map(|&v| v as i64).collect();
             let offs = plan.input("offs", HostTensor::from_i64(DType::I32, &[g], &offs));
-            let wl = plan.input("wl", HostTensor::from_bytes(DType::U8, &[g, n], lo.clone()));
-            plan.step(main, &[xq, fa, w8, wl, offs, y], &[]);
+            args.push(plan.input("wl", HostTensor::from_bytes(DType::U8, &[g, n], lo.clone())));
+            args.push(offs);
         } else {
-            let wl = plan.input("wl", HostTensor::from_bytes(DType::U8, &[n], lo.clone()));
-            plan.step(main, &[xq, fa, w8, wl, y], &[]);
+            args.push(plan.input("wl", HostTensor::from_bytes(DType::U8, &[n], lo.clone())));
         }
+        if spec.row_scale {
+            let p = inp.p.ok_or_else(|| OpError::Internal("MMA=fp8 with a routing weight but no p".into()))?;
+            args.push(plan.input("p", crate::data::tensor(DType::F32, &[m], p)));
+        }
+        args.push(plan.output("y", DType::Bf16, &[m, sh.n_out]));
+        plan.step(main, &args, &[]);
         return Ok(plan);
     }
     let wq = plan.input("wq", HostTensor::from_bytes(DType::U32, &[n, k / 8], q.clone()));

@@ -1,4 +1,4 @@
-//! `MMA=f8sync`: dense MXFP4 weights x MXFP8 activations on E4M3 `mma.sync` (m16n8k32, sm_89+), for the batches
+//! `MMA=f8sync`: MXFP4 weights x MXFP8 activations on E4M3 `mma.sync` (m16n8k32, sm_89+), for the batches
 //! between decode and prefill (17..256 tokens), never dequantizing the activations (the kernel:
 //! `kernels/tile_f8.rs`).
 //!
@@ -11,9 +11,12 @@
 //! f32; NaN scale 255 -> NaN), the conversion's 2^6 folded into the activation factors. K splits are summed by
 //! FIN=last (or the finalize launch).
 //!
-//! Not the automatic choice (yet): selected by `MMA=f8sync` only. Refused by name: bf16 activations, grouped
-//! weights, tile-major weights, the GLU and routing-weight epilogues, PATH other than auto/tile, CPS, the knobs
-//! of other paths.
+//! Dense or grouped (the tile path's group walk: ragged experts, empty groups), with the tile path's epilogues
+//! (GLU: the tile's weight rows are BN/2 gate rows from n0 and BN/2 up rows from N/2 + n0, combined in the
+//! mma.sync epilogue; the routing weight `p`), in the split-K finalize too.
+//!
+//! Not the automatic choice (yet): selected by `MMA=f8sync` only. Refused by name: bf16 activations, tile-major
+//! weights, PATH other than auto/tile, CPS, the knobs of other paths.
 
 use super::*;
 
@@ -37,17 +40,10 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, Op
     if !spec.act8 {
         return Err(invalid("MMA=f8sync needs MXFP8 activations (Act::Mxfp8); bf16 activations have MMA=sync".into()));
     }
-    if spec.grouped || spec.tiled {
+    if spec.tiled {
         return Err(invalid(format!(
-            "MMA=f8sync is dense with row-major weights only (got {} {} weights)",
-            if spec.grouped { "grouped" } else { "dense" },
-            if spec.tiled { "tile-major" } else { "row-major" }
-        )));
-    }
-    if spec.epilogue.is_glu() || spec.row_scale {
-        return Err(invalid(format!(
-            "MMA=f8sync has the plain epilogue only: missing the {} epilogue",
-            if spec.epilogue.is_glu() { spec.epilogue.name() } else { "routing-weight (p)" }
+            "MMA=f8sync takes row-major weights (natural or packed) only (got {} tile-major weights)",
+            if spec.grouped { "grouped" } else { "dense" }
         )));
     }
     // The knobs of the other paths must be absent or at their automatic (no-op) values.

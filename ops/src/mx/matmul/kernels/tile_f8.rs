@@ -5,7 +5,7 @@
 //! is the mma.sync path's (`tile_sync.rs`).
 
 use super::*;
-use crate::mx::fp8::kernel::e4m3_words_lean;
+use crate::mx::fp8::kernel::{e4m3_words_lean, packed_e4m3_word};
 use crate::mx::{e8m0, per_thread};
 
 /// The shared buffers and the temporary accumulator of `MMA=f8sync`.
@@ -38,32 +38,6 @@ impl F8Bufs {
             tmp: b.tile("tmp", DType::F32, bn, bm, [c.wa, c.wb]),
         }
     }
-}
-
-/// One E4M3 word of the packed layout's block ([`super::super::super::pack`]): words `x` and `y` (the block's
-/// words 2h and 2h + 1) hold, in pair q, the codes of columns 8q + 4h + {0, 1} and 8q + 4h + {2, 3}; the result is
-/// output word 2q + h of the block, those four columns' E4M3 bytes (E2M1 value x 2^-6, as
-/// [`e4m3_words_lean`]). Pair q < 3 rotated right by 3q puts its two codes at bits (6, 7, 8, 15) and (22, 23, 24,
-/// 31) (mantissa, exponent low, exponent high, sign; the bf16 position of `Stmt::DequantFp4`); pair 3's bits (3, 4,
-/// 0, 1) get there by one multiply (`fp4::PAIR3_MUL`: copies shifted by 3, 8 and 14, no carries). Then each code
-/// moves to its byte as `s.000.e1e0m.00`.
-fn packed_e4m3_word(x: &Expr, y: &Expr, q: u32) -> Expr {
-    let z = |v: &Expr| -> Expr {
-        match q {
-            0 => v.clone(),
-            1 | 2 => v.shr(3 * q as i64).bitor(v.shl(32 - 3 * q as i64)),
-            _ => v.bitand(0x001b_001bi64) * (k3k_ir::fp4::PAIR3_MUL as i64),
-        }
-    };
-    let (zx, zy) = (z(x), z(y));
-    // x's two codes at (6..8, 15) and y's at (22..24, 31); then x's high code and y's high code likewise.
-    let p = zx.bitand(0x81c0i64).bitor(zy.bitand(0x81c0i64).shl(16i64));
-    let h = zx.shr(16i64).bitand(0x81c0i64).bitor(zy.bitand(0x81c0_0000i64));
-    p.shr(4i64)
-        .bitand(0x001c_001ci64)
-        .bitor(p.shr(8i64).bitand(0x0080_0080i64))
-        .bitor(h.shl(4i64).bitand(0x1c00_1c00i64))
-        .bitor(h.bitand(0x8000_8000u32 as i64))
 }
 
 impl MainKernel<'_> {
