@@ -12,10 +12,10 @@ echo "start $(date -u +%T) on $GPU" > $L
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export K3K_NVRTC=/usr/local/cuda/lib64/libnvrtc.so.13 K3K_PTXAS=/usr/local/cuda/bin/ptxas
 O1=/tmp/o-f8s; O2=/tmp/o-pp; rm -rf $O1 $O2; mkdir -p $O1 $O2
-OUT=$O1 timeout 160 bash lab/2026-12-07/mx-small-m-fp8/run.sh > $O1/stdout.txt 2>&1
+OUT=$O1 timeout ${F8S_S:-160} bash lab/2026-12-07/mx-small-m-fp8/run.sh > $O1/stdout.txt 2>&1
 echo "f8sync rc=$? at +$(( $(date +%s) - T0 ))s" >> $L
 tar czf $OUT/f8s.tgz -C $O1 . ; cp $O1/table.txt $OUT/f8s-table.txt 2>/dev/null
-OUT=$O2 timeout 160 bash lab/2026-12-07/mx-fp8-pp/run.sh > $O2/stdout.txt 2>&1
+OUT=$O2 timeout ${PP_S:-160} bash lab/2026-12-07/mx-fp8-pp/run.sh > $O2/stdout.txt 2>&1
 echo "pp rc=$? at +$(( $(date +%s) - T0 ))s" >> $L
 tar czf $OUT/pp.tgz -C $O2 . ; cp $O2/table.txt $OUT/pp-table.txt 2>/dev/null
 S="K128 safe lbsigab gbf16 l2 bsig h0"
