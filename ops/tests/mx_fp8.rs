@@ -417,6 +417,8 @@ fn first_launch_runs_on_the_jit() {
             fp8(&[("F8V", 5), ("BM", 64), ("BN", 16), ("STAGES", 3), ("CPS", 1)]),
             fp8(&[("F8V", 6), ("BN", 16), ("STAGES", 3), ("CPS", 1)]),
             turn_names(fp8(&[("F8V", 6), ("BN", bn24), ("STAGES", 4), ("TURN", 1)])),
+            // (With a GLU: one product per block, the columns paired in shared memory.)
+            fp8(&[("F8V", 6), ("BN", 96), ("STAGES", 3), ("CPS", 1)]),
         ] {
             let plan = inst.plan(&kn).unwrap();
             assert_eq!(plan.steps.len(), 2);
