@@ -173,8 +173,8 @@ fn first_launch_grouped_matches_reference() {
     }
 }
 
-/// F8V >= 4 with the GLU epilogues (gate rows [0, N/2), up rows [N/2, N)) and the routing weight `p`, dense and
-/// grouped (empty groups first, between and last; a group smaller than a tile; N/2 not a multiple of the tile's
+/// F8V >= 4 with the GLU epilogues (gate rows [0, N/2), up rows [N/2, N); BN <= 64 two half-width products, BN >
+/// 64 one product and the columns paired in shared memory) and the routing weight `p`, dense and grouped (empty groups first, between and last; a group smaller than a tile; N/2 not a multiple of the tile's
 /// half, so the last tile's gate box reads up rows into columns never stored), one block per tile and
 /// persistent, both turn kinds, SiTU-GLU and SwiGLU, `p` with and without a GLU, natural and packed weights (the
 /// first launch reads the packed layout into the same E4M3 scratch): the CPU interpreter against the f64
@@ -188,6 +188,10 @@ fn first_launch_epilogues_match_reference() {
         fp8(&[("F8V", 5), ("BM", 64), ("BN", 16), ("STAGES", 3), ("CPS", 1)]),
         fp8(&[("F8V", 6), ("BN", 32), ("STAGES", 3), ("CPS", 1)]),
         turn_names(fp8(&[("F8V", 6), ("BN", 48), ("STAGES", 4), ("TURN", 1)])),
+        // BN > 64: a GLU takes one product over both halves and pairs the columns in shared memory.
+        fp8(&[("F8V", 4)]),
+        fp8(&[("F8V", 5), ("BM", 64), ("BN", 96), ("STAGES", 3), ("CPS", 1)]),
+        turn_names(fp8(&[("F8V", 6), ("BN", 80), ("STAGES", 3), ("CPS", 1), ("TURN", 1)])),
     ];
     for (epi, pw, packed) in [(1i64, 1i64, 0i64), (1, 0, 1), (2, 1, 0), (0, 1, 1), (0, 0, 1), (1, 1, 1)] {
         let flags = [("epilogue", epi), ("p", pw), ("packed", packed), ("act", 1)];
@@ -282,7 +286,8 @@ fn fp8_kernels_assemble_without_spills() {
     // F8V=4 grouped at the 28-expert prefill shape.
     let g = Preset::new("G28", &[("G", 28), ("mean", 1024), ("N", 6144), ("K", 3584), ("act", 1)]);
     // ... and with the SiTU-GLU epilogue and the routing weight (the MoE's first GEMM), grouped and dense, at the
-    // automatic BN (64 with a GLU: 96..128 spill, see `fp8::resolve`).
+    // automatic BN (128: one product per block, the columns paired in shared memory, 4 stages) and at BN=64 (two
+    // half-width products: at 96..128 those spill, `first::pairs_glu`).
     let glu = [("epilogue", 1), ("p", 1)];
     let g_glu = Preset::new(
         "G28 GLU",
@@ -294,6 +299,8 @@ fn fp8_kernels_assemble_without_spills() {
         fp8(&[("F8V", 5), ("CPS", 1)]),
         fp8(&[("F8V", 6), ("CPS", 1)]),
         turn_names(fp8(&[("F8V", 6), ("CPS", 1), ("TURN", 1)])),
+        fp8(&[("F8V", 5), ("CPS", 1), ("BN", 64)]),
+        fp8(&[("F8V", 6), ("CPS", 1), ("BN", 64)]),
     ];
     for (pr, kn) in sets.iter().map(|k| (&g, k)).chain(glu_sets.iter().flat_map(|k| [(&g_glu, k), (&d_glu, k)])) {
         for k in op.kernels(pr, kn).unwrap() {
@@ -410,6 +417,8 @@ fn first_launch_runs_on_the_jit() {
             fp8(&[("F8V", 5), ("BM", 64), ("BN", 16), ("STAGES", 3), ("CPS", 1)]),
             fp8(&[("F8V", 6), ("BN", 16), ("STAGES", 3), ("CPS", 1)]),
             turn_names(fp8(&[("F8V", 6), ("BN", bn24), ("STAGES", 4), ("TURN", 1)])),
+            // (With a GLU: one product per block, the columns paired in shared memory.)
+            fp8(&[("F8V", 6), ("BN", 96), ("STAGES", 3), ("CPS", 1)]),
         ] {
             let plan = inst.plan(&kn).unwrap();
             assert_eq!(plan.steps.len(), 2);

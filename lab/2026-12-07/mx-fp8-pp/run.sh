@@ -11,8 +11,9 @@
 # (4) ncu of the F8V=5 and 6 main kernels at M4096 (issue slots, stall reasons) if the call is still under ~70 s.
 # (5) the 28-expert prefill (G28 mean1024): the default, F8V=5 CPS=1, F8V=6 CPS=1, its peers; ncu of TURN=ffma.
 # (5b) the 28-expert prefill with the SiTU-GLU epilogue and the routing weight (G28 mean1024 epilogue=1 p=1, the
-#      MoE's first GEMM; F8V>=4 and f8sync take them since 2026-12-07, branch i45e; GLU problems run BN=64 by
-#      default: 96..128 spill): the default (bf16 path), F8V=5 and F8V=6 CPS=1, and the peer
+#      MoE's first GEMM; F8V>=4 and f8sync take them since 2026-12-07, branch i45e; at BN > 64, the default 128,
+#      one product per block over both halves and the columns paired in shared memory, 4 stages; BN <= 64 two
+#      half-width products): the default (bf16 path), F8V=5 and F8V=6 CPS=1 (BN 128), F8V=6 CPS=1 BN=64, the peer
 #      (torch._grouped_mm + torch epilogue); GPU checks of GLU+p (dense and grouped, packed) in (1b).
 # Every k3k row is checked against the f64 reference by `k3k bench` (a failing set has no time). The table last.
 # One device call, <= 150 s (the ncu steps only while the call is under 70 / 100 s), from the repository root with the stripped release binary carried (main with i45e merged for step 5b and the GLU checks):
@@ -50,8 +51,9 @@ done
 for kn in "MMA=fp8,F8V=6,CPS=1,BN=32,STAGES=3" "MMA=fp8,F8V=6,TURN=ffma,BN=64,STAGES=4"; do
   chk "G=6,mean=40,N=72,K=352,act=1" "$kn"
 done
-# GLU + p (2026-12-07, i45e): the gate and up halves as two TMA boxes and two wgmma per block; packed weights
-# read by the first launch; N/2 = 136 not a multiple of BN/2.
+# GLU + p (2026-12-07, i45e): the gate and up halves as two TMA boxes; BN=32 two wgmma per block, BN=128 (the
+# default) one and the columns paired in shared memory; packed weights read by the first launch; N/2 = 136 not a
+# multiple of BN/2.
 chk "G=6,mean=40,N=272,K=352,act=1,epilogue=1,p=1,packed=1" "MMA=fp8,F8V=6,CPS=1,BN=32,STAGES=3"
 chk "M=333,N=272,K=1056,act=1,epilogue=1,p=1" "MMA=fp8,F8V=5,CPS=1"
 log "checks"
@@ -86,7 +88,7 @@ $B bench --merge-peers $W/peers-g.json --out $W/g >> $W/bench-g.txt 2>&1
 save
 # 5b. the 28-expert prefill with SiTU-GLU and the routing weight, and its peer (torch._grouped_mm + torch epilogue).
 G28E="$G28,epilogue=1,p=1"
-timeout 40 $B bench --op mxfp4_matmul --dims "$G28E" --knobs "MMA=auto;MMA=fp8,F8V=5,CPS=1;MMA=fp8,F8V=6,CPS=1" \
+timeout 40 $B bench --op mxfp4_matmul --dims "$G28E" --knobs "MMA=auto;MMA=fp8,F8V=5,CPS=1;MMA=fp8,F8V=6,CPS=1;MMA=fp8,F8V=6,CPS=1,BN=64" \
   --window-ms 80 --out $W/e > $W/bench-e.txt 2>&1
 log "bench grouped GLU+p rc=$?"
 save

@@ -158,31 +158,18 @@ pub fn build_convert(knobs: Knobs, grouped: bool, packed: bool) -> Result<Kernel
 /// one tile per block, or (`persist`, CPS=1) one block per SM taking every grid-th tile, the producer's cursor
 /// running on into the block's next tile while the consumers store the current one.
 pub fn build_main(c: &Fp8Cfg, spec: &MatSpec) -> Result<Kernel, OpError> {
-    let (grouped, out_vec, glu) = (spec.grouped, spec.out_vec, spec.epilogue.is_glu());
+    let (grouped, glu) = (spec.grouped, spec.epilogue.is_glu());
     let (bm, bn, st) = (c.bm, c.bn, c.stages);
-    // The weight rows' parts: the whole tile, or its gate and up halves (BNP rows each, BNP output columns).
-    let parts = if glu { 2 } else { 1 };
+    // Output columns per tile: BN, or BN/2 with a GLU. The weight rows' parts (one product and accumulator each):
+    // the whole tile, or with a GLU at BN <= 64 its gate and up halves (BNP rows each); a GLU at BN > 64 takes
+    // one product over both halves and pairs the columns in shared memory ([`pairs_glu`]).
+    let bno = if glu { bn / 2 } else { bn };
+    let pair = pairs_glu(spec, bn);
+    let parts = if glu && !pair { 2 } else { 1 };
     let bnp = bn / parts;
     let wgs = bm / 64;
     let threads = 128 * wgs;
-    let p = if c.persist { "_p" } else { "" };
-    let kind = if grouped { "grouped" } else { "dense" };
-    let x = match c.turn {
-        Some(Turn::Mma) => "_pp",
-        Some(Turn::Ffma) => "_ppf",
-        None if c.cross => "_x",
-        None => "",
-    };
-    let epi = match (glu, spec.row_scale) {
-        (false, false) => String::new(),
-        (g, r) => format!(
-            "{}{}",
-            if g { format!("_{}", spec.epilogue.name()) } else { String::new() },
-            if r { "_p" } else { "" }
-        ),
-    };
-    let name = format!("k3k_mxfp4_mm8_first_{kind}{epi}_o{out_vec}_bm{bm}_bn{bn}_st{st}_t{}{x}{p}", c.tmps);
-    let mut b = KernelBuilder::new(&name, threads);
+    let mut b = KernelBuilder::new(&main_name(c, spec), threads);
     b.knobs(c.knobs());
     b.producer_warp();
     let m = b.dim("M");
@@ -211,16 +198,19 @@ pub fn build_main(c: &Fp8Cfg, spec: &MatSpec) -> Result<Kernel, OpError> {
     let sa = b.shared("sa", DType::U32, bm, 32, st, Swizzle::Xor16B);
     let sb = b.shared("sb", DType::U32, bnp, 32, st, Swizzle::Xor16B);
     let sbs: Vec<SharedId> =
-        if glu { vec![sb, b.shared("sbu", DType::U32, bnp, 32, st, Swizzle::Xor16B)] } else { vec![sb] };
+        if parts == 2 { vec![sb, b.shared("sbu", DType::U32, bnp, 32, st, Swizzle::Xor16B)] } else { vec![sb] };
+    // The paired GLU's accumulator tile in shared memory, and its output tile.
+    let sacc = pair.then(|| b.shared("sacc", DType::F32, bm, bn, 1, Swizzle::None));
+    let yt = pair.then(|| b.tile("yt", DType::F32, bm, bno, [4 * wgs, 1]));
     let sf = b.shared("sf", DType::F32, 4, bm, st, Swizzle::None);
     let swl = b.shared("swl", DType::F32, 1, bn, 1, Swizzle::None);
     let acc = b.tile("acc", DType::F32, bm, bnp, [4 * wgs, 1]);
     let accs: Vec<TileId> =
-        if glu { vec![acc, b.tile("acc_up", DType::F32, bm, bnp, [4 * wgs, 1])] } else { vec![acc] };
+        if parts == 2 { vec![acc, b.tile("acc_up", DType::F32, bm, bnp, [4 * wgs, 1])] } else { vec![acc] };
     let tmps: Vec<Vec<TileId>> = (0..c.tmps)
         .map(|i| {
             let t = b.tile(&format!("tmp{i}"), DType::F32, bm, bnp, [4 * wgs, 1]);
-            if glu { vec![t, b.tile(&format!("tmpu{i}"), DType::F32, bm, bnp, [4 * wgs, 1])] } else { vec![t] }
+            if parts == 2 { vec![t, b.tile(&format!("tmpu{i}"), DType::F32, bm, bnp, [4 * wgs, 1])] } else { vec![t] }
         })
         .collect();
     let fv: Vec<VecId> = (0..4).map(|j| b.vec(&format!("fa{j}"), bm, [4 * wgs, 1])).collect();
@@ -228,7 +218,7 @@ pub fn build_main(c: &Fp8Cfg, spec: &MatSpec) -> Result<Kernel, OpError> {
 
     // Tiles: dense ceil(M/BM) x ceil(N/BN); grouped the sum over groups of ceil(rows_g/BM) x ceil(N/BN) (empty
     // groups have none), at most (ceil(M/BM) + G) x ceil(N/BN): the grid's bound.
-    let n_tiles = n_out.ceil_div(bnp as i64);
+    let n_tiles = n_out.ceil_div(bno as i64);
     let bound = (m.ceil_div(bm as i64) + if grouped { g_count.clone() } else { Expr::Int(0) }) * n_tiles.clone();
     if c.persist {
         let num_sms = b.int_arg(NUM_SMS);
@@ -246,9 +236,9 @@ pub fn build_main(c: &Fp8Cfg, spec: &MatSpec) -> Result<Kernel, OpError> {
     let k_tiles = b.let_("k_tiles", kx.ceil_div(32i64));
     let xm = b.tensor_map("xq_map", xq, &[32, bm], Swizzle::Xor16B);
     let wm = if grouped {
-        b.tensor_map("w8_map", w8, &[32, bnp, 1], Swizzle::Xor16B)
+        b.tensor_map("w8_map", w8, &[32, bno, 1], Swizzle::Xor16B)
     } else {
-        b.tensor_map("w8_map", w8, &[32, bnp], Swizzle::Xor16B)
+        b.tensor_map("w8_map", w8, &[32, bno], Swizzle::Xor16B)
     };
     let fm = b.tensor_map("fa_map", fa, &[bm, 4], Swizzle::None);
     let full = b.mbarriers("full", st);
@@ -267,7 +257,7 @@ pub fn build_main(c: &Fp8Cfg, spec: &MatSpec) -> Result<Kernel, OpError> {
     let (pr0, pn0, pg) = (b.let_var("p_r0", 0i64), b.let_var("p_n0", 0i64), b.let_var("p_g", 0i64));
     let relocate = |b: &mut KernelBuilder| {
         b.if_(Expr::Var(pt).lt(total.clone()), |b| {
-            let t = locate(b, "p", Expr::Var(pt), offs, (&m, &g_count, &n_tiles), bm, bnp);
+            let t = locate(b, "p", Expr::Var(pt), offs, (&m, &g_count, &n_tiles), bm, bno);
             b.assign(pr0, t.r0);
             b.assign(pn0, t.n0);
             b.assign(pg, t.g);
@@ -283,11 +273,17 @@ pub fn build_main(c: &Fp8Cfg, spec: &MatSpec) -> Result<Kernel, OpError> {
             let k0 = b.let_("pk0", Expr::Var(pk) * 32i64);
             let xc = vec![k0.clone(), Expr::Var(pr0)];
             b.tma_load(xm, b.slot(sa, slot.clone()), xc, full, slot.clone());
-            // The tile's weight rows from n0 (GLU: the gate half, then the up half from NH + n0).
-            for (i, &sbp) in sbs.iter().enumerate() {
+            // The tile's weight rows from n0 (GLU: the gate half, then the up half from NH + n0, into their own
+            // tiles or, paired, rows [BN/2, BN) of the one tile).
+            let dsts: Vec<SharedRef> = if pair {
+                (0..2).map(|i| b.window(sb, slot.clone(), i * bno, 0, bno, 32)).collect()
+            } else {
+                sbs.iter().map(|&t| b.slot(t, slot.clone())).collect()
+            };
+            for (i, dst) in dsts.into_iter().enumerate() {
                 let row = if i == 0 { Expr::Var(pn0) } else { n_out.clone() + Expr::Var(pn0) };
                 let wc = if grouped { vec![k0.clone(), row, Expr::Var(pg)] } else { vec![k0.clone(), row] };
-                b.tma_load(wm, b.slot(sbp, slot.clone()), wc, full, slot.clone());
+                b.tma_load(wm, dst, wc, full, slot.clone());
             }
             let fc = vec![Expr::Var(pr0), Expr::Var(pk) * 4i64];
             b.tma_load(fm, b.slot(sf, slot.clone()), fc, full, slot);
@@ -309,14 +305,14 @@ pub fn build_main(c: &Fp8Cfg, spec: &MatSpec) -> Result<Kernel, OpError> {
     let cs = b.let_var("c_slot", 0i64);
     let cp = b.let_var("c_phase", 0i64);
     b.for_("tile", Expr::block_idx(0), total.clone(), Expr::grid_dim(0), |b, tile| {
-        let t = locate(b, "c", tile, offs, (&m, &g_count, &n_tiles), bm, bnp);
+        let t = locate(b, "c", tile, offs, (&m, &g_count, &n_tiles), bm, bno);
         let n0 = t.n0.clone();
         // The fold's 2^(lo_n - 127) per column (columns past N read row N - 1; never stored; GLU: the gate rows'
         // in [0, BN/2), the up rows' in [BN/2, BN)); the previous tile's epilogue read it before the barrier that
         // ends its iteration.
         per_thread(b, bn as i64, threads, |b, idx| {
             b.if_(idx.lt(bn as i64), |b| {
-                let col = weight_row(&idx, &n0, (&n, &n_out), glu.then_some(bnp));
+                let col = weight_row(&idx, &n0, (&n, &n_out), glu.then_some(bno));
                 b.shared_store(swl, 0i64, 0i64, idx, e8m0(Expr::load(wl, &t.g * n.clone() + col)));
             });
         });
@@ -343,11 +339,39 @@ pub fn build_main(c: &Fp8Cfg, spec: &MatSpec) -> Result<Kernel, OpError> {
         }
         // The swl stores above are visible to every consumer (a barrier of the consumers: nested in a loop).
         b.barrier();
-        store_tile(b, spec, (&accs, swl, bnp), pv.zip(p_rows), (y, &n_out), &t);
+        store_tile(b, spec, (&accs, swl, bno, sacc.zip(yt)), pv.zip(p_rows), (y, &n_out), &t);
         // Every consumer has read swl before the next tile rewrites it.
         b.barrier();
     });
     Ok(b.finish()?)
+}
+
+/// The main kernel's name: the walk, epilogue, routing weight, output alignment, tile, ring and generation.
+fn main_name(c: &Fp8Cfg, spec: &MatSpec) -> String {
+    let (bm, bn, st, out_vec) = (c.bm, c.bn, c.stages, spec.out_vec);
+    let p = if c.persist { "_p" } else { "" };
+    let kind = if spec.grouped { "grouped" } else { "dense" };
+    let x = match c.turn {
+        Some(Turn::Mma) => "_pp",
+        Some(Turn::Ffma) => "_ppf",
+        None if c.cross => "_x",
+        None => "",
+    };
+    let glu = if spec.epilogue.is_glu() { format!("_{}", spec.epilogue.name()) } else { String::new() };
+    let epi = format!("{glu}{}", if spec.row_scale { "_p" } else { "" });
+    format!("k3k_mxfp4_mm8_first_{kind}{epi}_o{out_vec}_bm{bm}_bn{bn}_st{st}_t{}{x}{p}", c.tmps)
+}
+
+/// Whether a GLU problem at BN takes one product per block over the gate and up halves (BN > 64) and pairs the
+/// columns through a `[BM, BN]` f32 shared tile, rather than two half-width products into two accumulators: at BN
+/// 96..128 the two in-flight products per block spill (ptxas 13.0, lab/2026-12-07/mx-fp8-epilogues.md).
+pub fn pairs_glu(spec: &MatSpec, bn: u32) -> bool {
+    spec.epilogue.is_glu() && bn > 64
+}
+
+/// Shared memory the main kernel takes besides its ring: the paired GLU's accumulator tile.
+pub fn extra_smem(spec: &MatSpec, bm: u32, bn: u32) -> u32 {
+    if pairs_glu(spec, bn) { bm * bn * 4 } else { 0 }
 }
 
 /// The weight row whose fold base column `idx` of a tile at output column `n0` takes: `n0 + idx`, or with a GLU
@@ -366,21 +390,30 @@ fn weight_row(idx: &Expr, n0: &Expr, (n, n_out): (&Expr, &Expr), glu: Option<u32
 }
 
 /// A tile's epilogue: the conversion's 2^-6 and the fold's 2^(lo_n - 127) per column (`swl`; GLU: the up half's
-/// at column + BN/2), the GLU of the gate and up accumulators, the routing weight per row, the bf16 store of the
-/// tile's rows and columns.
+/// at column + BN/2), the GLU of the gate and up accumulators (or, `pair`, of the one accumulator's column
+/// halves), the routing weight per row, the bf16 store of the tile's rows and columns.
 fn store_tile(
     b: &mut KernelBuilder,
     spec: &MatSpec,
-    (accs, swl, bnp): (&[TileId], SharedId, u32),
+    (accs, swl, bno, pair): (&[TileId], SharedId, u32, Option<(SharedId, TileId)>),
     p: Option<(VecId, TensorId)>,
     (y, n_out): (TensorId, &Expr),
     t: &TileAt,
 ) {
-    let acc = accs[0];
+    let mut acc = accs[0];
     b.map(acc, Expr::Elem(acc) * 64.0f64 * Expr::shared_load(swl, 0i64, 0i64, Expr::ColIdx));
     if let Some(&up) = accs.get(1) {
-        let f = Expr::shared_load(swl, 0i64, 0i64, Expr::ColIdx + bnp as i64);
+        let f = Expr::shared_load(swl, 0i64, 0i64, Expr::ColIdx + bno as i64);
         b.map(acc, epilogue_expr(spec.epilogue, Expr::Elem(acc), Expr::Elem(up) * 64.0f64 * f));
+    }
+    if let Some((sacc, yt)) = pair {
+        // Paired GLU: the scaled accumulator through shared memory, then gate column j and up column j + BN/2 of
+        // each row into the output tile (the caller's barrier after the store orders the next tile's rewrite).
+        b.store(acc, Place::Shared(b.slot(sacc, 0i64)));
+        b.barrier();
+        let at = |c: u32| Expr::shared_load(sacc, 0i64, Expr::RowIdx, Expr::ColIdx + c as i64);
+        b.map(yt, epilogue_expr(spec.epilogue, at(0), at(bno)));
+        acc = yt;
     }
     if let Some((pv, p)) = p {
         b.load_vec(pv, vec_view(p, t.r0.clone(), 1i64, t.rows.clone()));

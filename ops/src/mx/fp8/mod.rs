@@ -129,7 +129,7 @@ fn invalid(knobs: &Knobs, why: String) -> OpError {
     OpError::InvalidKnobs { op: OP, knobs: knobs.to_string(), why }
 }
 
-/// Resolve the knobs (BM, BN, STAGES; 0 = auto: 128, 128 (64 with a GLU epilogue), 4) and check the problem is one the kernel covers.
+/// Resolve the knobs (BM, BN, STAGES; 0 = auto: 128, 128, 4) and check the problem is one the kernel covers.
 pub fn resolve(spec: &MatSpec, knobs: &Knobs) -> Result<Fp8Cfg, OpError> {
     let get = |name: &str, auto: u32| -> Result<u32, OpError> {
         let v = if knobs.0.contains_key(name) { knobs.u32(name)? } else { 0 };
@@ -140,12 +140,10 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs) -> Result<Fp8Cfg, OpError> {
     if !(1..=LATEST).contains(&ver) {
         return Err(invalid(knobs, format!("MMA=fp8 takes F8V 0 (= {DEFAULT}) or 1..={LATEST} (got F8V={ver})")));
     }
-    // BN auto: 128, or 64 with a GLU epilogue (its gate and up halves as two accumulators and four temporaries
-    // of BN/2 columns: at BN 96..128 the F8V=4..6 main kernels spill 96..1500 bytes under the consumers' 232
-    // registers (ptxas 13.0, 2026-12-07), where one accumulator and two temporaries of 128 do not).
-    let (bm, bn) = (get("BM", 128)?, get("BN", if spec.epilogue.is_glu() { 64 } else { 128 })?);
-    // F8V=4: the deepest ring up to 6 that fits the shared memory.
-    let st_auto = if ver >= 4 { (FIRST_SMEM / first::stage_bytes(bm, bn)).clamp(3, 6) } else { 4 };
+    let (bm, bn) = (get("BM", 128)?, get("BN", 128)?);
+    // F8V=4: the deepest ring up to 6 that fits the shared memory (less the paired GLU's accumulator tile).
+    let ring_smem = FIRST_SMEM.saturating_sub(first::extra_smem(spec, bm, bn));
+    let st_auto = if ver >= 4 { (ring_smem / first::stage_bytes(bm, bn)).clamp(3, 6) } else { 4 };
     let stages = get("STAGES", st_auto)?;
     let bk = get("BK", 128)?;
     if !matches!(bm, 64 | 128)
@@ -172,11 +170,11 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs) -> Result<Fp8Cfg, OpError> {
         ));
     }
     let persist = first && cps == 1;
-    if first && stages * first::stage_bytes(bm, bn) > FIRST_SMEM {
+    if first && stages * first::stage_bytes(bm, bn) > ring_smem {
         return Err(invalid(
             knobs,
             format!(
-                "MMA=fp8,F8V={ver}: STAGES={stages} x {} bytes per stage at BM={bm} BN={bn} is over the {FIRST_SMEM} bytes of shared memory a block may take",
+                "MMA=fp8,F8V={ver}: STAGES={stages} x {} bytes per stage at BM={bm} BN={bn} is over the {ring_smem} bytes of shared memory a block may take for its ring",
                 first::stage_bytes(bm, bn)
             ),
         ));

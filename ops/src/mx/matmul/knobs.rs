@@ -57,9 +57,7 @@ pub fn knob_space() -> KnobSpace {
             "MMA",
             "fp8: MXFP8 activations on FP8 tensor cores (`mx::fp8`: weights converted exactly to E4M3 in shared \
              memory, wgmma e4m3 per 32-wide block, both scales applied exactly to the f32 accumulator; F8V \
-             1-3 dense, natural-layout weights, no epilogue; F8V >= 4 (a first launch converts the weights) also \
-             grouped, packed weights, the GLU and routing-weight epilogues (GLU: BN a multiple of 16, auto 64); BM \
-             64|128, BN <= 256, BK 128, STAGES)",
+             >= 4 also grouped, packed, GLU (BN % 16 = 0) and p; BM 64|128, BN <= 256, BK 128, STAGES)",
             ["fp8"],
         )
         .accepts(
@@ -67,10 +65,9 @@ pub fn knob_space() -> KnobSpace {
             "f8sync: MXFP8 activations on E4M3 mma.sync (m16n8k32), never dequantized (`matmul::f8sync`): per CTA BN \
              weight rows x BM tokens x one K range of SPLIT, its activation codes and scales staged once in shared \
              memory, the weights through the STAGES ring converted exactly to E4M3, both scales applied per 32-wide \
-             block to the f32 accumulator, FIN=last sums the splits; dense or grouped, the GLU and routing-weight \
-             epilogues, natural or packed weights; BK 64|128|256; auto: BM the tokens rounded up to 16 (at most 128), \
-             BN 64, BK 128, STAGES 4, SPLIT about two CTAs per SM with BM x K/SPLIT <= 64 KB. Not an automatic choice \
-             yet",
+             block to the f32 accumulator, FIN=last sums the splits; dense or grouped, GLU and p, natural or packed; \
+             BK 64|128|256; auto: BM the tokens rounded up to 16 (at most 128), BN 64, BK 128, STAGES 4, SPLIT about \
+             two CTAs per SM with BM x K/SPLIT <= 64 KB. Not an automatic choice yet",
             ["f8sync"],
         )
         .accepts(
