@@ -1,5 +1,5 @@
 #!/bin/bash
-# One device call (< 10 minutes), carry [".dev/bin/k3k"]; the binary is main 6979403 (i45s, i45p and i45e merged).
+# One device call (< 10 minutes), carry [".dev/bin/k3k"]; the binary is main (see git log: i45e tip 03057c0 merged) (i45s, i45p and i45e merged).
 # (1) issue 45, MMA=f8sync (E4M3 mma.sync for M 8..256): lab/2026-12-07/mx-small-m-fp8/run.sh (<= 150 s).
 # (2) issue 45, F8V=6 (the FP8 GEMM's consumer warpgroups taking turns): lab/2026-12-07/mx-fp8-pp/run.sh (<= 150 s).
 # (3) issue 42, CHUNK=16 against the defaults at three presets, each kernel alone too (<= 100 s).
