@@ -7,7 +7,7 @@ use super::*;
 pub fn knob_space() -> KnobSpace {
     // The tuner enumerates the product: the axes offer the values worth timing (any other value of the same
     // knobs is accepted too, e.g. BM=16 or RASTER=n; 0 means "chosen from the shape", see `resolve`).
-    KnobSpace::default()
+    let space = KnobSpace::default()
         .axis("BN", "weight rows per tile (gate+up together for GLU); 0 = auto", [0i64, 32, 64, 128, 256])
         .axis("BM", "tokens per tile (mma N; 16, 32, 64 or 128); 0 = auto", [0i64, 64, 128])
         .axis(
@@ -52,63 +52,8 @@ pub fn knob_space() -> KnobSpace {
              packed: the SMs still work through their on-chip data after DRAM stops; 2026-12-05); 0 = none",
             [0i64, 6],
         )
-        .axis("RASTER", "tile order inside a group: m (neighbouring CTAs share weights) or n", ["m"])
-        .accepts(
-            "MMA",
-            "fp8: MXFP8 activations on FP8 tensor cores (`mx::fp8`: weights converted exactly to E4M3 in shared \
-             memory, wgmma e4m3 per 32-wide block, both scales applied exactly to the f32 accumulator; F8V \
-             >= 4 also grouped, packed, GLU (BN % 16 = 0) and p; BM 64|128, BN <= 256, BK 128, STAGES)",
-            ["fp8"],
-        )
-        .accepts(
-            "MMA",
-            "f8sync: MXFP8 activations on E4M3 mma.sync (m16n8k32), never dequantized (`matmul::f8sync`): per CTA BN \
-             weight rows x BM tokens x one K range of SPLIT, its activation codes and scales staged once in shared \
-             memory, the weights through the STAGES ring converted exactly to E4M3, both scales applied per 32-wide \
-             block to the f32 accumulator, FIN=last sums the splits; dense or grouped, GLU and p, natural or packed; \
-             BK 64|128|256; auto: BM the tokens rounded up to 16 (at most 128), BN 64, BK 128, STAGES 4, SPLIT about \
-             two CTAs per SM with BM x K/SPLIT <= 64 KB. Not an automatic choice yet",
-            ["f8sync"],
-        )
-        .accepts(
-            "MINB",
-            "MMA=f8sync: 2 or 3 blocks per SM for the register cap (uncapped its kernels take 238-255 registers: two \
-             128-thread CTAs per SM; 3 caps them at 168)",
-            [2i64, 3],
-        )
-        .accepts(
-            "F8V",
-            "MMA=fp8 kernel generation: 1 = the first (cp.async with per-row bounds for every tile, both scale \
-             factors read from shared f32 vectors per element), 2 = the code tiles by TMA on per-slot mbarriers, \
-             the activation factors in registers, 3 = as 2 with the weight scales folded into the E4M3 codes \
-             (rows whose scale bytes span <= 12 and hold no NaN, else 2), the promotion one FFMA per element; \
-             4 = the folded weights converted to E4M3 by a first launch into a scratch `[N, K/4]` (as PATH=dq_gemm \
-             dequantizes first; same fold condition and fallback to 2), then a plain FP8 x FP8 wgmma GEMM: a \
-             producer warpgroup fills a TMA ring (STAGES auto: up to 6) of activation codes, E4M3 weights and \
-             activation factors, the promotion one FFMA per element with the activation factor only; \
-             5 = as 4, with the next slice's first product issued before a slice's last promotion (BN <= 128); \
-             6 = as 5, the two consumer warpgroups (BM=128) taking turns (ping-pong, knob TURN); \
-             0 = 1 (the one run on a GPU so far)",
-            [0i64, 1, 2, 3, 4, 5, 6],
-        )
-        .accepts(
-            "TURN",
-            "MMA=fp8,F8V=6: what the two consumer warpgroups do in turns: mma (absent: each wgmma issue, the \
-             tensor cores taking their products alternately) or ffma (each block's promotion)",
-            ["mma", "ffma"],
-        )
-        .accepts(
-            "BN",
-            "MMA=fp8: 192 weight rows per tile (any multiple of 8 up to 256 is accepted there; one temporary \
-             accumulator above 128)",
-            [192i64],
-        )
-        .accepts(
-            "CPS",
-            "MMA=fp8,F8V=4, 5 and 6: 1 = a persistent grid, one block per SM walking every grid-th output tile (its producer \
-             warp loads the next tile's first slices during the epilogue); 0 = one block per tile",
-            [1i64],
-        )
+        .axis("RASTER", "tile order inside a group: m (neighbouring CTAs share weights) or n", ["m"]);
+    fp8_knobs(space)
         .accepts(
             "XDQ",
             "MXFP8 activations on PATH=tile and stream: first (a first launch dequantizes them once into a bf16 \
@@ -207,6 +152,68 @@ pub fn knob_space() -> KnobSpace {
              across each product, hiding the activations' L2 latency); 0 = auto: 2 on that ring with 8-token tiles, \
              else 1",
             [0i64, 1],
+        )
+}
+
+/// The values the FP8 paths accept (`MMA=fp8` and `MMA=f8sync`, not axes of the tuning space), in the order of the
+/// knob space's listing.
+fn fp8_knobs(space: KnobSpace) -> KnobSpace {
+    space
+        .accepts(
+            "MMA",
+            "fp8: MXFP8 activations on FP8 tensor cores (`mx::fp8`: weights converted exactly to E4M3 in shared \
+             memory, wgmma e4m3 per 32-wide block, both scales applied exactly to the f32 accumulator; F8V \
+             >= 4 also grouped, packed, GLU (BN % 16 = 0) and p; BM 64|128, BN <= 256, BK 128, STAGES)",
+            ["fp8"],
+        )
+        .accepts(
+            "MMA",
+            "f8sync: MXFP8 activations on E4M3 mma.sync (m16n8k32), never dequantized (`matmul::f8sync`): per CTA BN \
+             weight rows x BM tokens x one K range of SPLIT, its activation codes and scales staged once in shared \
+             memory, the weights through the STAGES ring converted exactly to E4M3, both scales applied per 32-wide \
+             block to the f32 accumulator, FIN=last sums the splits; dense or grouped, GLU and p, natural or packed; \
+             BK 64|128|256; auto: BM the tokens rounded up to 16 (at most 128), BN 64, BK 128, STAGES 4, SPLIT about \
+             two CTAs per SM with BM x K/SPLIT <= 64 KB. Not an automatic choice yet",
+            ["f8sync"],
+        )
+        .accepts(
+            "MINB",
+            "MMA=f8sync: 2 or 3 blocks per SM for the register cap (uncapped its kernels take 238-255 registers: two \
+             128-thread CTAs per SM; 3 caps them at 168)",
+            [2i64, 3],
+        )
+        .accepts(
+            "F8V",
+            "MMA=fp8 kernel generation: 1 = the first (cp.async with per-row bounds for every tile, both scale \
+             factors read from shared f32 vectors per element), 2 = the code tiles by TMA on per-slot mbarriers, \
+             the activation factors in registers, 3 = as 2 with the weight scales folded into the E4M3 codes \
+             (rows whose scale bytes span <= 12 and hold no NaN, else 2), the promotion one FFMA per element; \
+             4 = the folded weights converted to E4M3 by a first launch into a scratch `[N, K/4]` (as PATH=dq_gemm \
+             dequantizes first; same fold condition and fallback to 2), then a plain FP8 x FP8 wgmma GEMM: a \
+             producer warpgroup fills a TMA ring (STAGES auto: up to 6) of activation codes, E4M3 weights and \
+             activation factors, the promotion one FFMA per element with the activation factor only; \
+             5 = as 4, with the next slice's first product issued before a slice's last promotion (BN <= 128); \
+             6 = as 5, the two consumer warpgroups (BM=128) taking turns (ping-pong, knob TURN); \
+             0 = 1 (the one run on a GPU so far)",
+            [0i64, 1, 2, 3, 4, 5, 6],
+        )
+        .accepts(
+            "TURN",
+            "MMA=fp8,F8V=6: what the two consumer warpgroups do in turns: mma (absent: each wgmma issue, the \
+             tensor cores taking their products alternately) or ffma (each block's promotion)",
+            ["mma", "ffma"],
+        )
+        .accepts(
+            "BN",
+            "MMA=fp8: 192 weight rows per tile (any multiple of 8 up to 256 is accepted there; one temporary \
+             accumulator above 128)",
+            [192i64],
+        )
+        .accepts(
+            "CPS",
+            "MMA=fp8,F8V=4, 5 and 6: 1 = a persistent grid, one block per SM walking every grid-th output tile (its producer \
+             warp loads the next tile's first slices during the epilogue); 0 = one block per tile",
+            [1i64],
         )
 }
 
