@@ -46,6 +46,42 @@ impl MainKernel<'_> {
         b.barrier();
     }
 
+    /// The ring's prologue: K tiles `0..STAGES - 1` into their slots, one commit group each (empty past the range).
+    pub(super) fn ring_prologue(&self, b: &mut KernelBuilder, tc: &TileCtx) {
+        for s in 0..self.c.stages - 1 {
+            let s = Expr::Int(s as i64);
+            b.if_(s.lt(tc.k_tiles.clone()), |b| self.load_stage(b, tc, s.clone(), s.clone()));
+            b.commit();
+        }
+    }
+
+    /// The K loop over the ring: per K tile `kt`, wait for its group, issue tile `kt + STAGES - 1` into the slot
+    /// tile `kt - 1` used, then `body(b, kt, slot)`; the slot is kept as a wrapping counter (no 64-bit `%` by a
+    /// non-power of two per iteration). Ends with every group landed.
+    pub(super) fn ring_loop(
+        &self,
+        b: &mut KernelBuilder,
+        tc: &TileCtx,
+        mut body: impl FnMut(&mut KernelBuilder, &Expr, &Expr),
+    ) {
+        let st = self.c.stages;
+        let rslot = b.let_var("rslot", 0i64);
+        b.for_("kt", 0i64, tc.k_tiles.clone(), 1i64, |b, kt| {
+            b.wait(st - 2);
+            b.barrier();
+            let next = &kt + (st - 1) as i64;
+            // (kt + STAGES - 1) % STAGES
+            let nslot = Expr::select(Expr::Var(rslot).eq(0i64), Expr::Int((st - 1) as i64), Expr::Var(rslot) - 1i64);
+            b.if_(next.lt(tc.k_tiles.clone()), |b| self.load_stage(b, tc, next.clone(), nslot));
+            b.commit();
+            let slot = b.let_("slot", Expr::Var(rslot));
+            body(b, &kt, &slot);
+            let inc = Expr::Var(rslot) + 1i64;
+            b.assign(rslot, Expr::select(inc.eq(st as i64), Expr::Int(0), inc));
+        });
+        b.wait(0);
+    }
+
     /// Load K tile `kt` of the tile into pipeline slot `slot` (= kt % STAGES).
     pub(super) fn load_stage(&self, b: &mut KernelBuilder, tc: &TileCtx, kt: Expr, slot: Expr) {
         let (spec, c, glu, bn, bk, words_per_row) =

@@ -48,8 +48,7 @@ impl MainKernel<'_> {
             (self.spec, self.c, self.threads, self.c.bm, self.c.bn, self.c.bk, self.c.stages);
         let (x, xs) = (self.x, self.xs.expect("MXFP8 activation scales"));
         let (sq, ss) = self.sqs.expect("the weight ring");
-        let (row0, m0, rows_valid, kbeg, kend, k_tiles) =
-            (&tc.row0, &tc.m0, &tc.rows_valid, &tc.kbeg, &tc.kend, &tc.k_tiles);
+        let (row0, m0, rows_valid, kbeg, kend) = (&tc.row0, &tc.m0, &tc.rows_valid, &tc.kbeg, &tc.kend);
         let slots = (c.xk / bk).max(1);
         let blocks = bk / 32;
         b.map(acc, 0.0f64);
@@ -72,11 +71,7 @@ impl MainKernel<'_> {
             b.copy_async(ds, sv);
         }
         b.commit();
-        for s in 0..st - 1 {
-            let s = Expr::Int(s as i64);
-            b.if_(s.lt(k_tiles.clone()), |b| self.load_stage(b, tc, s.clone(), s.clone()));
-            b.commit();
-        }
+        self.ring_prologue(b, tc);
         // The activations have landed (the ring's first STAGES - 1 groups may still be in flight): their factors.
         b.wait(st - 1);
         b.barrier();
@@ -93,15 +88,8 @@ impl MainKernel<'_> {
             });
         });
         // (The loop's first barrier orders these stores before the products.)
-        let rslot = b.let_var("rslot", 0i64);
-        b.for_("kt", 0i64, k_tiles.clone(), 1i64, |b, kt| {
-            b.wait(st - 2);
-            b.barrier();
-            let next = &kt + (st - 1) as i64;
-            let nslot = Expr::select(Expr::Var(rslot).eq(0i64), Expr::Int((st - 1) as i64), Expr::Var(rslot) - 1i64);
-            b.if_(next.lt(k_tiles.clone()), |b| self.load_stage(b, tc, next.clone(), nslot));
-            b.commit();
-            let slot = b.let_("slot", Expr::Var(rslot));
+        self.ring_loop(b, tc, |b, kt, slot| {
+            let (kt, slot) = (kt.clone(), slot.clone());
             convert_weights(b, (sq, ss), f8, &slot, (bn, bk, threads), spec.packed);
             b.barrier();
             for j in 0..blocks {
@@ -117,10 +105,7 @@ impl MainKernel<'_> {
                 let fa = Expr::shared_load(f8.sfa, kt.clone(), j as i64, Expr::ColIdx);
                 b.map(acc, Expr::Elem(acc) + Expr::Elem(f8.tmp) * (fw * fa));
             }
-            let inc = Expr::Var(rslot) + 1i64;
-            b.assign(rslot, Expr::select(inc.eq(st as i64), Expr::Int(0), inc));
         });
-        b.wait(0);
         // The transpose through shared memory.
         let sw = b.window(sacc, 0i64, 0, 0, bn, bm);
         b.store(acc, Place::Shared(sw));

@@ -194,29 +194,14 @@ impl MainKernel<'_> {
     /// PATH=tile and stream: the `STAGES`-deep K loop into the `[BN, BM]` accumulator, then its transpose
     /// through `sacc`.
     fn sync_k_loop(&self, b: &mut KernelBuilder, tc: &TileCtx, acc: TileId, wt: TileId, sacc: SharedId) {
-        let (spec, c, threads, bm, bn, bk, st) =
-            (self.spec, self.c, self.threads, self.c.bm, self.c.bn, self.c.bk, self.c.stages);
+        let (spec, c, threads, bm, bn, bk) = (self.spec, self.c, self.threads, self.c.bm, self.c.bn, self.c.bk);
         let (n, kb, kq) = (&self.n, &self.kb, &self.kq);
         let (wq, ws, sqs, sx, sx8) = (self.wq, self.ws, self.sqs, self.sx, self.sx8);
-        let (n0, rows_valid, kbeg, kend, k_tiles, wrow) =
-            (&tc.n0, &tc.rows_valid, &tc.kbeg, &tc.kend, &tc.k_tiles, &tc.wrow);
+        let (n0, rows_valid, kbeg, kend, wrow) = (&tc.n0, &tc.rows_valid, &tc.kbeg, &tc.kend, &tc.wrow);
         b.map(acc, 0.0f64);
-        for s in 0..st - 1 {
-            let s = Expr::Int(s as i64);
-            b.if_(s.lt(k_tiles.clone()), |b| self.load_stage(b, tc, s.clone(), s.clone()));
-            b.commit();
-        }
-        // The slot of `kt` kept as a wrapping counter (no 64-bit `%` by a non-power of two per iteration).
-        let rslot = b.let_var("rslot", 0i64);
-        b.for_("kt", 0i64, k_tiles.clone(), 1i64, |b, kt| {
-            b.wait(st - 2);
-            b.barrier();
-            let next = &kt + (st - 1) as i64;
-            // (kt + STAGES - 1) % STAGES
-            let nslot = Expr::select(Expr::Var(rslot).eq(0i64), Expr::Int((st - 1) as i64), Expr::Var(rslot) - 1i64);
-            b.if_(next.lt(k_tiles.clone()), |b| self.load_stage(b, tc, next.clone(), nslot));
-            b.commit();
-            let slot = b.let_("slot", Expr::Var(rslot));
+        self.ring_prologue(b, tc);
+        self.ring_loop(b, tc, |b, kt, slot| {
+            let (kt, slot) = (kt.clone(), slot.clone());
             let xslot = if let Some((sxq, sxs)) = sx8 {
                 dequant_x(b, sxq, sxs, sx.expect("x tile"), &slot, &Expr::Int(0), rows_valid, bm, bk, threads);
                 b.barrier();
@@ -274,10 +259,7 @@ impl MainKernel<'_> {
                 let xw = b.window(sx.expect("x tile"), xslot.clone(), 0, (sub * 32) as u32, bm, 32);
                 b.mma(acc, Operand::Reg(wt), Operand::Shared { src: xw, transpose: true });
             }
-            let inc = Expr::Var(rslot) + 1i64;
-            b.assign(rslot, Expr::select(inc.eq(st as i64), Expr::Int(0), inc));
         });
-        b.wait(0);
         // Epilogue: transpose the [BN, BM] accumulator through shared memory.
         let sw = b.window(sacc, 0i64, 0, 0, bn, bm);
         b.store(acc, Place::Shared(sw));
