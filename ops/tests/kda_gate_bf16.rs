@@ -9,27 +9,12 @@ use k3k_ops::OpError;
 use k3k_ops::kda::decode::{self, DecodeProblem, KdaDecode};
 use k3k_ops::kda::{self, FLASHKDA_OPTIONS, Kda, KdaData, KdaProblem};
 use k3k_ops::op::{Operator, Preset};
-use k3k_ops::plan::{Executor, GpuExec, Outputs, Plan};
+use k3k_ops::plan::{Executor, Plan};
 use k3k_reference::metrics::rel_l2;
-use k3k_runtime::Gpu;
 
 #[path = "common/plan_run.rs"]
 mod plan_run;
-use plan_run::{run_plan_jit, seed};
-
-/// The plan's outputs on the interpreter, the JIT, and GPU 0 with `K3K_GPU=1`.
-fn run_everywhere(plan: &Plan, what: &str) -> Vec<(&'static str, Outputs)> {
-    let mut outs = vec![];
-    let mut cpu = Executor::Cpu;
-    outs.push(("cpu-interp", cpu.run(plan).unwrap_or_else(|e| panic!("{what} on the interpreter: {e}"))));
-    outs.push(("cpu-jit", run_plan_jit(plan)));
-    if std::env::var("K3K_GPU").is_ok_and(|v| v == "1") {
-        let gpu = Gpu::open(0).unwrap_or_else(|e| panic!("K3K_GPU=1 but no GPU: {e}"));
-        let mut ex = Executor::Gpu(Box::new(GpuExec::new(gpu)));
-        outs.push(("cuda", ex.run(plan).unwrap_or_else(|e| panic!("{what} on the GPU: {e}"))));
-    }
-    outs
-}
+use plan_run::{run_everywhere, seed};
 
 fn problem(dims: &[(&str, i64)]) -> KdaProblem {
     KdaProblem::from_preset(&Preset::new("test", dims)).unwrap_or_else(|e| panic!("{dims:?}: {e}"))

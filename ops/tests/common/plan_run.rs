@@ -1,7 +1,8 @@
 //! What the kda tests share: the seed of a run and a plan run step by step on the Cranelift JIT.
 use k3k_codegen::cpu::interp::InterpOptions;
 use k3k_codegen::cpu::jit;
-use k3k_ops::plan::{Outputs, Plan};
+use k3k_ops::plan::{Executor, GpuExec, Outputs, Plan};
+use k3k_runtime::Gpu;
 
 /// A fresh seed, or `K3K_SEED` (to replay a printed one).
 pub fn seed() -> u64 {
@@ -21,4 +22,18 @@ pub fn run_plan_jit(plan: &Plan) -> Outputs {
         })
         .unwrap();
     plan.outputs(bufs)
+}
+
+/// The plan's outputs on the interpreter, the JIT, and GPU 0 with `K3K_GPU=1`.
+#[allow(dead_code)] // (not every test that includes this module runs all three)
+pub fn run_everywhere(plan: &Plan, what: &str) -> Vec<(&'static str, Outputs)> {
+    let mut outs =
+        vec![("cpu-interp", Executor::Cpu.run(plan).unwrap_or_else(|e| panic!("{what} on the interpreter: {e}")))];
+    outs.push(("cpu-jit", run_plan_jit(plan)));
+    if std::env::var("K3K_GPU").is_ok_and(|v| v == "1") {
+        let gpu = Gpu::open(0).unwrap_or_else(|e| panic!("K3K_GPU=1 but no GPU: {e}"));
+        let mut ex = Executor::Gpu(Box::new(GpuExec::new(gpu)));
+        outs.push(("cuda", ex.run(plan).unwrap_or_else(|e| panic!("{what} on the GPU: {e}"))));
+    }
+    outs
 }
