@@ -109,8 +109,29 @@ fn automatic_shapes_by_batch_size() {
     for m in [8, 16] {
         assert_eq!(shape(m, 1, &d).0, "gemv", "M{m}");
     }
-    // M > 128: the prefill path (the dequantized weights' GEMM).
-    assert_eq!(shape(256, 1, &d).0, "dq_gemm");
+    // 65..=256 tokens whose 128 x 128 tiles fit in one wave: wgmma at 128 x 128 with the K split that keeps one
+    // wave (48 tiles at M128: 2; 96 at M256: 1); more tiles (M512), bf16 activations and GLU: the prefill path
+    // (the dequantized weights' GEMM) above 128 tokens, as before.
+    let mid = |m: i64, act: i64, glu: bool| {
+        let mut dm = dims(m, act);
+        if glu {
+            dm.push(("epilogue", 1));
+        }
+        let (k, _) = resolved(&dm, &d);
+        let path = k.str("PATH").unwrap().to_string();
+        let tile = (path == "tile")
+            .then(|| (k.str("MMA").unwrap().to_string(), k.u32("BN").unwrap(), k.u32("SPLIT").unwrap()));
+        (path, tile)
+    };
+    assert_eq!(mid(128, 1, false), ("tile".into(), Some(("wgmma".into(), 128, 2))));
+    assert_eq!(mid(96, 1, false), ("tile".into(), Some(("wgmma".into(), 128, 2))));
+    assert_eq!(mid(256, 1, false), ("tile".into(), Some(("wgmma".into(), 128, 1))));
+    assert_eq!(mid(257, 1, false).0, "dq_gemm");
+    assert_eq!(mid(512, 1, false).0, "dq_gemm");
+    assert_eq!(mid(256, 0, false).0, "dq_gemm");
+    assert_eq!(mid(256, 1, true).0, "dq_gemm");
+    let (_, bf16_128) = mid(128, 0, false);
+    assert_eq!(bf16_128.map(|t| t.1), Some(256), "bf16 activations keep BN=256 at M128");
 }
 
 /// The M sweep of issue 45 is in the presets (MXFP8 activations, packed weights) and every one resolves.

@@ -144,24 +144,27 @@ fn foreign_knobs(knobs: &Knobs) -> Result<Option<String>, OpError> {
 /// True when the knobs ask for this path (`PATH=dq_gemm`), or leave the choice to the shape (`PATH=auto`, every
 /// other knob automatic) and the shape has at least [`DQ_MTILES_PER_GROUP`] 128-row token tiles per expert with
 /// tokens.
-pub fn selected(knobs: &Knobs, sh: &ShapeFacts) -> Result<bool, OpError> {
+pub fn selected(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<bool, OpError> {
     match str_or(knobs, "PATH", "tile")? {
         PATH_DQ_GEMM => Ok(true),
-        "auto" => auto_selects(knobs, sh),
+        "auto" => auto_selects(spec, knobs, sh),
         _ => Ok(false),
     }
 }
 
 /// The automatic choice (see [`DQ_MTILES_PER_GROUP`]). Explicit tile knobs (BN, BM, BK, STAGES, WA, WB not 0,
 /// MMA not auto) or knobs of the in-kernel paths keep `PATH=auto` on those paths, so knob points chosen for them
-/// keep their meaning.
-pub fn auto_selects(knobs: &Knobs, sh: &ShapeFacts) -> Result<bool, OpError> {
+/// keep their meaning. The mid batches of [`super::matmul::wgmma_one_wave`] stay on the tile path.
+pub fn auto_selects(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<bool, OpError> {
     for k in ["BN", "BM", "BK", "STAGES", "WA", "WB"] {
         if int_or0(knobs, k)? != 0 {
             return Ok(false);
         }
     }
     if str_or(knobs, "MMA", "auto")? != "auto" || foreign_knobs(knobs)?.is_some() {
+        return Ok(false);
+    }
+    if super::matmul::wgmma_one_wave(spec, sh) {
         return Ok(false);
     }
     let used = sh.counts.iter().filter(|&&r| r > 0).count();

@@ -253,7 +253,7 @@ pub fn matmul_plan(w: &Fp4Weights, inp: &MatInputs<'_>, knobs: &Knobs) -> Result
     if super::super::fp8::selected(knobs)? {
         return super::super::fp8::plan(w, inp, &spec, &sh, knobs);
     }
-    if !spec.tiled && super::prefill::selected(knobs, &sh)? {
+    if !spec.tiled && super::prefill::selected(&spec, knobs, &sh)? {
         return super::prefill::plan(w, inp, &spec, &sh, knobs);
     }
     let c = resolve(&spec, knobs, &sh)?;

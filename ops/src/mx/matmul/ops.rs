@@ -304,7 +304,7 @@ impl Operator for Mxfp4Matmul {
         if super::super::fp8::selected(knobs)? {
             return super::super::fp8::kernels(&spec, knobs);
         }
-        if !spec.tiled && super::prefill::selected(knobs, &pb.facts())? {
+        if !spec.tiled && super::prefill::selected(&spec, knobs, &pb.facts())? {
             return super::prefill::kernels(&spec, &pb.facts(), knobs);
         }
         let c = resolve(&spec, knobs, &pb.facts())?;

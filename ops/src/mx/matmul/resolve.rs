@@ -183,7 +183,7 @@ fn tile_shape(
             64
         }
     } else if wgmma && !sh.glu && bm >= 128 {
-        256
+        if wgmma_one_wave(spec, sh) { 128 } else { 256 }
     } else if decode {
         64
     } else {
@@ -255,6 +255,12 @@ fn split_tiles(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts, mut c: Cfg, wide_
     };
     // The mid batches of `mid_batch`: one CTA per weight tile over the whole K range.
     let split_auto = if !stream && mid_batch(spec, sh, bm, c.wgmma, knobs)? { 1 } else { split_auto };
+    // The wgmma mid batches of `wgmma_one_wave`: the K split that keeps the 128 x 128 tiles within one wave.
+    let split_auto = if c.wgmma && c.cps == 0 && bm == 128 && bn == 128 && wgmma_one_wave(spec, sh) {
+        (ASSUMED_SMS / tiles).max(1)
+    } else {
+        split_auto
+    };
     // No empty splits: as many as the K tiles per split need (at most the count chosen).
     let split_auto = k_tiles.div_ceil(k_tiles.div_ceil(split_auto.max(1)));
     c.split = pick(knobs, "SPLIT", split_auto as u32)?;
@@ -292,6 +298,21 @@ fn mid_batch(spec: &MatSpec, sh: &ShapeFacts, bm: u32, wgmma: bool, knobs: &Knob
         && !wgmma
         && bm == 64
         && (33..=64).contains(&sh.max_rows))
+}
+
+/// Dense MXFP8 activations, 65..=256 tokens, no GLU, whose 128 x 128 output tiles fit in one wave of the SMs: the
+/// tile path on wgmma at 128 x 128 with the K split that keeps one wave (automatic BN and SPLIT), and not
+/// `PATH=dq_gemm` (see [`super::super::prefill::auto_selects`]). Measured on an H100 at N6144 K3584, packed weights,
+/// 2026-12-07 (`lab/2026-12-07/0850-h100-mx-mid/`, every row checked, the same run): M128 0.0404 ms at SPLIT=2
+/// against 0.0547 for the earlier choice (BN=256 with a split of 10 and a finalize launch), M256 0.0596 at
+/// SPLIT=1 against 0.0685 for dq_gemm (the whole weight matrix dequantized to bf16 first); at M512, 192 tiles, dq_gemm
+/// stays ahead (0.0704 against 0.1052 at best), and at M 32..64 the mma.sync tiles (0.0298 against 0.0314 at best).
+pub fn wgmma_one_wave(spec: &MatSpec, sh: &ShapeFacts) -> bool {
+    spec.act8
+        && !spec.grouped
+        && !sh.glu
+        && (65..=256).contains(&sh.max_rows)
+        && sh.max_rows.div_ceil(128) * sh.n_out.div_ceil(128) <= ASSUMED_SMS
 }
 
 /// PATH=gemv: `Some(true)` explicit, `Some(false)` automatic (at most 16 tokens per group, 8 per expert when
