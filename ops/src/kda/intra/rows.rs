@@ -30,6 +30,13 @@ impl Intra {
         let passes = (c as i64 / rows_pass).max(1);
         let l2 = self.spec.l2norm;
         let ag = |a: ArrId, j: u32| Expr::array_get(a, j as i64);
+        // gamma = 2^G~_last, as the tile path (first: fewer values live across the barrier).
+        let gam = self.gam;
+        b.threads(|b| {
+            b.for_("i", Expr::thread_idx(), kk, threads as i64, |b, i| {
+                b.store_scalar(gam, &slot_base * kk + i.clone(), self.ex2(self.gs(last.clone(), i)));
+            });
+        });
         b.threads(|b| {
             let t = Expr::thread_idx();
             let cg = b.let_("cg", (&t % lanes_row) * W as i64);
@@ -108,17 +115,12 @@ impl Intra {
                 if rows_ops {
                     g_row(b, ga, self.mid_anchor(Expr::Int(16)));
                     let in0 = rl.lt(16i64);
-                    let e3 = |j: u32| Expr::select(in0.clone(), self.ex2(ag(ga, j) - ag(xg, j)), 0.0);
-                    slot(b, 3, &|j| times(ag(xk, j) * e3(j), fk.clone()));
+                    // (Zeros for the rows of tile 1, whose products the off-diagonal mask drops: the tile maps
+                    // store `(k 0) n_k`, a zero of k's sign, which reaches no output either.)
+                    let e3 = |j: u32| times(ag(xk, j) * self.ex2(ag(ga, j) - ag(xg, j)), fk.clone());
+                    slot(b, 3, &|j| Expr::select(in0.clone(), e3(j), 0.0));
                 }
             }
-        });
-        // gamma = 2^G~_last, as the tile path.
-        let gam = self.gam;
-        b.threads(|b| {
-            b.for_("i", Expr::thread_idx(), kk, threads as i64, |b, i| {
-                b.store_scalar(gam, &slot_base * kk + i.clone(), self.ex2(self.gs(last.clone(), i)));
-            });
         });
         if l2 || rows_ops {
             b.barrier();
