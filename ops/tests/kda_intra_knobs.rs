@@ -167,7 +167,8 @@ fn row_maps_match_reference() {
     for (i, (dims, chunk)) in cases().into_iter().enumerate() {
         let pb = problem(&dims);
         let d = KdaData::generate(&pb, s ^ i as u64);
-        for base in [kda::default_knobs().with("CHUNK", chunk), kda::default_knobs().with("CHUNK", chunk).with("FULLC", 0i64)]
+        for base in
+            [kda::default_knobs().with("CHUNK", chunk), kda::default_knobs().with("CHUNK", chunk).with("FULLC", 0i64)]
         {
             let k0 = kda::chunk_kernels(&pb, &Launch::resolve(&base, &pb).unwrap()).unwrap();
             let a = checked(&pb, &d, &base, s);

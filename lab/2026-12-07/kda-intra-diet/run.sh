@@ -12,5 +12,6 @@ S="K128 safe lbsigab gbf16 l2 bsig h0"
 K3K_BENCH_STEPS=1 timeout 110 $B bench --op kda --window-ms 60 \
   --preset "B1 T8192 H96 $S;B4 T4096 H64 $S;varlen 8x1024 H96 $S" \
   --knobs "TSPLIT=0;TSPLIT=0,IMAP=rows;TSPLIT=0,IMAP=ops" --out $OUT/bench > $OUT/bench.txt 2>&1
-echo "[+$(( $(date +%s) - T0 ))s] bench rc=$?" | tee -a $L
+rc=$?
+echo "[+$(( $(date +%s) - T0 ))s] bench rc=$rc" | tee -a $L
 grep -E "step k3k_kda_intra|knobs|ms rel" $OUT/bench.txt | head -60 >> $L

@@ -251,7 +251,10 @@ impl<'a> Checker<'a> {
         if !matches!(d.dtype, DType::F32 | DType::Bf16 | DType::F16 | DType::I32 | DType::U32) {
             return Err(self.err(
                 IrErrorKind::Type,
-                format!("{what} of shared `{}`: {} elements cannot move wide (f32, bf16, f16, i32, u32)", d.name, d.dtype),
+                format!(
+                    "{what} of shared `{}`: {} elements cannot move wide (f32, bf16, f16, i32, u32)",
+                    d.name, d.dtype
+                ),
             ));
         }
         let size = d.dtype.size_bytes() as u32;

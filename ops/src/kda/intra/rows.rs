@@ -43,7 +43,8 @@ impl Intra {
             let r0 = b.let_("r0", &t / lanes_row);
             let lead = b.let_("lead", (&t % lanes_row).eq(0i64));
             let f = ScalarTy::Float;
-            let (xq, xk, xg) = (b.let_array("xq", W, f, 0.0), b.let_array("xk", W, f, 0.0), b.let_array("xg", W, f, 0.0));
+            let (xq, xk, xg) =
+                (b.let_array("xq", W, f, 0.0), b.let_array("xk", W, f, 0.0), b.let_array("xg", W, f, 0.0));
             // (G~ of an anchor row or of the last row, one at a time: fewer registers live.)
             let (ga, out) = (b.let_array("ga", W, f, 0.0), b.let_array("xo", W, f, 0.0));
             let g_row = |b: &mut KernelBuilder, arr: ArrId, row: Expr| {
