@@ -299,13 +299,12 @@ knob_set! {
             default: L2Rows::Unrolled,
             absent: L2Rows::Loop,
         },
-        /// `IMAP` (accepted, not an axis; default and absent `tiles`): see [`IntraMaps`].
+        /// `IMAP` (accepted, not an axis, not in the default record; absent: `tiles`): see [`IntraMaps`].
         maps: IntraMaps = "IMAP" => {
             accepts: "intra kernel element-wise maps: tiles (MMA-fragment tiles, 4-byte pairs), rows (Qbar, Kbar and the \
              L2 norms in one row-major pass of 16-byte accesses, K/8 lanes a row), ops (rows, and on the safe path with \
              ODIAG=1 the diagonal tiles' operands in the same pass)"
                 [IntraMaps::Tiles, IntraMaps::Rows, IntraMaps::Ops],
-            default: IntraMaps::Tiles,
             absent: IntraMaps::Tiles,
         },
         /// `USTATE` (accepted, not an axis; absent: `0`, see [`USTATE_KNOB`]).

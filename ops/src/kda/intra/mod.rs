@@ -159,6 +159,17 @@ fn times(e: Expr, f: Option<Expr>) -> Expr {
     }
 }
 
+/// (`IMAP`) Whether the row pass fits the shape: K/8 lanes a row dividing the warp (their shuffles stay inside it),
+/// and the chunk's rows and a pass's rows (`threads / (K/8)`, powers of two both) dividing one another.
+fn rows_fit(dk: u32, c: u32, warps: u32) -> bool {
+    let lanes_row = dk / 8;
+    let rows_pass = 32 * warps / lanes_row.max(1);
+    dk.is_multiple_of(8)
+        && lanes_row.is_power_of_two()
+        && lanes_row <= 32
+        && (c.is_multiple_of(rows_pass) || rows_pass.is_multiple_of(c))
+}
+
 /// The shared buffers of the intra kernel that depend on the layout (`slim`, `arena`, or separate):
 /// sQ, sOp, sD, sXW, sXU, sLb, (sTW, sTU) where T has its own buffers, sV.
 type SharedLayout =
@@ -353,15 +364,7 @@ impl Intra {
         // bf16 there (f16 would overflow).
         let lvl_dt = if spec.safe || xdiag { DType::Bf16 } else { lvl_dt };
         let threads = 32 * warps;
-        // (`IMAP`) K/8 lanes a row must divide the warp (their shuffles stay inside it), and the chunk's rows
-        // and a pass's rows (`threads / (K/8)`, powers of two both) divide one another.
-        let lanes_row = dk / 8;
-        let rows_pass = 32 * warps / lanes_row.max(1);
-        let rows_fit = dk.is_multiple_of(8)
-            && lanes_row.is_power_of_two()
-            && lanes_row <= 32
-            && (c.is_multiple_of(rows_pass) || rows_pass.is_multiple_of(c));
-        let rows_qk = o.rows_qk && rows_fit;
+        let rows_qk = o.rows_qk && rows_fit(dk, c, warps);
         let rows_ops = o.rows_ops && rows_qk && spec.safe && midoff;
         let resolved = IntraOpts { xdiag, midoff, slim, fast_gate_sigmoid, l2_unrolled, rows_qk, rows_ops, ..o };
         let name = format!("k3k_kda_intra_{}_c{c}_w{warps}_{op_dt}_{lvl_dt}{}", spec.tag(), resolved.name_suffix());
