@@ -567,6 +567,38 @@ impl KernelBuilder {
     pub fn store_wide(&mut self, tensor: TensorId, index: impl Into<Expr>, arr: ArrId, at: u32, lanes: u32) {
         self.push(Stmt::StoreWide { tensor, index: index.into(), arr, at, lanes });
     }
+    /// Threads regions: `arr[at..at + lanes] = buf[index](row, col..col + lanes)` as one wide shared access (see
+    /// [`Stmt::SharedLoadWide`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn shared_load_wide(
+        &mut self,
+        arr: ArrId,
+        at: u32,
+        buf: SharedId,
+        index: impl Into<Expr>,
+        row: impl Into<Expr>,
+        col: impl Into<Expr>,
+        lanes: u32,
+    ) {
+        let (index, row, col) = (index.into(), row.into(), col.into());
+        self.push(Stmt::SharedLoadWide { arr, at, buf, index, row, col, lanes });
+    }
+    /// Threads regions: `buf[index](row, col..col + lanes) = arr[at..at + lanes]` as one wide shared access (see
+    /// [`Stmt::SharedStoreWide`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn shared_store_wide(
+        &mut self,
+        buf: SharedId,
+        index: impl Into<Expr>,
+        row: impl Into<Expr>,
+        col: impl Into<Expr>,
+        arr: ArrId,
+        at: u32,
+        lanes: u32,
+    ) {
+        let (index, row, col) = (index.into(), row.into(), col.into());
+        self.push(Stmt::SharedStoreWide { buf, index, row, col, arr, at, lanes });
+    }
 
     /// Validate and return the kernel.
     pub fn finish(mut self) -> Result<Kernel, IrError> {

@@ -496,6 +496,17 @@ pub enum Stmt {
     /// Threads regions only: `tensor[index + j] = arr[at + j]` for `j in 0..lanes` (converted to the tensor's
     /// dtype as by `StoreScalar`), as one 8- or 16-byte global store; the rules of [`Stmt::LoadWide`].
     StoreWide { tensor: TensorId, index: Expr, arr: ArrId, at: u32, lanes: u32 },
+    /// Threads regions only: `arr[at + j] = buf[index](row, col + j)` for `j in 0..lanes`, as ONE shared access of
+    /// 8 or 16 bytes (f32/i32 x 2 or 4, bf16/f16 x 4 or 8; on the GPU one `ld.shared.v2/v4`). The swizzles
+    /// permute whole 16-byte chunks, so the access is contiguous when the buffer's rows are whole chunks (row
+    /// bytes a multiple of 16) and `col` is a multiple of `lanes`; the validator rejects a `col` it can prove is
+    /// not, the CPU backends check every access (a typed error). The array has the buffer's expression type and
+    /// `at + lanes` elements at least (`at` a constant).
+    SharedLoadWide { arr: ArrId, at: u32, buf: SharedId, index: Expr, row: Expr, col: Expr, lanes: u32 },
+    /// Threads regions only: `buf[index](row, col + j) = arr[at + j]` for `j in 0..lanes` (converted to the
+    /// buffer's dtype as by `SharedStore`), as one 8- or 16-byte shared store; the rules of
+    /// [`Stmt::SharedLoadWide`].
+    SharedStoreWide { buf: SharedId, index: Expr, row: Expr, col: Expr, arr: ArrId, at: u32, lanes: u32 },
     /// Threads regions only, at the region's top level (not inside its loops or conditionals, so every lane of
     /// every warp executes it): a warp shuffle or vote. Every thread evaluates `value` (after every thread of
     /// the block has run the region's preceding statements), then introduces the per-thread variable `var`
@@ -832,6 +843,8 @@ impl Stmt {
             | Stmt::ArraySet { .. }
             | Stmt::LoadWide { .. }
             | Stmt::StoreWide { .. }
+            | Stmt::SharedLoadWide { .. }
+            | Stmt::SharedStoreWide { .. }
             | Stmt::WarpShuffle { .. }
             | Stmt::WarpSync
             | Stmt::Fence => StmtFamily::Threads,

@@ -331,3 +331,30 @@ fn ustate_kernels_compile() {
         assemble(&b);
     }
 }
+
+/// `IMAP=rows` (Qbar, Kbar and the L2 norms in one row-major pass) assembles within the default kernels' spill
+/// allowance at the FlashKDA options and on the plain safe path, with and without the full-chunk copy (ptxas 13.0,
+/// 2026-12-07: 0 bytes at the FlashKDA options, where the default kernel spills 4). `IMAP=ops` (the diagonal
+/// operands in the same pass) spills 24 bytes there under the 80-register cap: a knob to time, it builds and
+/// assembles.
+#[test]
+fn row_map_knobs_compile() {
+    let fk: Vec<(&str, i64)> = [("B", 1i64), ("T", 8192), ("H", 8)].into_iter().chain(kda::FLASHKDA_OPTIONS).collect();
+    let plain = vec![("B", 1i64), ("T", 8192), ("H", 8), ("K", 128), ("V", 128), ("safe", 1)];
+    let def = kda::default_knobs();
+    for dims in [&fk, &plain] {
+        for knobs in [def.clone().with("IMAP", "rows"), def.clone().with("IMAP", "rows").with("FULLC", 0i64)] {
+            let k = chunk_kernels(dims, &knobs).0;
+            assert!(k.name.ends_with("_rq"), "{}", k.name);
+            assemble(&k);
+        }
+        let k = chunk_kernels(dims, &def.clone().with("IMAP", "ops")).0;
+        assert!(k.name.ends_with("_rq_ro"), "{}", k.name);
+        let r = build(&k, BuildOptions { assemble: true })
+            .unwrap_or_else(|e| panic!("{}: {e}", k.name))
+            .resources
+            .clone()
+            .unwrap();
+        eprintln!("{}: {r:?}", k.name);
+    }
+}

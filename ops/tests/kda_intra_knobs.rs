@@ -155,3 +155,37 @@ fn fast_gate_sigmoid_matches_reference() {
     }
     assert!(changed, "GSIG=fast left every output of every case bit-identical (seed {s}): is the knob applied?");
 }
+
+/// `IMAP=rows` / `ops` (Qbar, Kbar, the L2 norms and, with `ops` on the safe path at chunk 32, the diagonal operands
+/// in one row-major pass of wide accesses): every case is within the tolerance of the f64 recurrence on the
+/// interpreter and the JIT, which agree bit for bit; without the in-kernel norms the pass computes the tile maps'
+/// expressions (the same bits as `IMAP=tiles`), with them only the norms' sums run in another order. Both with
+/// the full-chunk copy (the defaults) and without it; the state pass does not change.
+#[test]
+fn row_maps_match_reference() {
+    let s = seed();
+    for (i, (dims, chunk)) in cases().into_iter().enumerate() {
+        let pb = problem(&dims);
+        let d = KdaData::generate(&pb, s ^ i as u64);
+        for base in
+            [kda::default_knobs().with("CHUNK", chunk), kda::default_knobs().with("CHUNK", chunk).with("FULLC", 0i64)]
+        {
+            let k0 = kda::chunk_kernels(&pb, &Launch::resolve(&base, &pb).unwrap()).unwrap();
+            let a = checked(&pb, &d, &base, s);
+            for m in ["rows", "ops"] {
+                let knobs = base.clone().with("IMAP", m);
+                let l = Launch::resolve(&knobs, &pb).unwrap();
+                let k1 = kda::chunk_kernels(&pb, &l).unwrap();
+                assert_eq!(k0.1, k1.1, "{dims:?} IMAP={m}: the state pass does not change");
+                let ops = m == "ops" && pb.safe && l.midoff;
+                let want = format!("{}_rq{}", k0.0.name, if ops { "_ro" } else { "" });
+                assert_eq!(k1.0.name, want, "{dims:?} IMAP={m}: every case's shape takes the row pass");
+                let b = checked(&pb, &d, &knobs, s);
+                same_bits(&b[0], &b[1], &format!("{dims:?} [{knobs}] interpreter vs JIT"));
+                if !pb.l2norm {
+                    same_bits(&a[0], &b[0], &format!("{dims:?} [{knobs}] vs IMAP=tiles"));
+                }
+            }
+        }
+    }
+}

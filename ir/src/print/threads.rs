@@ -41,6 +41,22 @@ pub(super) fn thread_stmt(k: &Kernel, st: &Stmt, depth: usize, pad: &str, s: &mu
                 expr(k, index)
             );
         }
+        Stmt::SharedLoadWide { arr, at, buf, index, row, col, lanes } => {
+            let _ = writeln!(
+                s,
+                "{pad}{}[{at}..+{lanes}] := wide {}..+{lanes}",
+                array_name(k, *arr),
+                shared_elem(k, *buf, index, row, col)
+            );
+        }
+        Stmt::SharedStoreWide { buf, index, row, col, arr, at, lanes } => {
+            let _ = writeln!(
+                s,
+                "{pad}{}..+{lanes} := wide {}[{at}..+{lanes}]",
+                shared_elem(k, *buf, index, row, col),
+                array_name(k, *arr)
+            );
+        }
         Stmt::StoreWide { tensor, index, arr, at, lanes } => {
             let _ = writeln!(
                 s,

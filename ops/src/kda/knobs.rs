@@ -150,6 +150,23 @@ knob_enum! {
     }
 }
 
+knob_enum! {
+    /// `IMAP`: how the intra kernel's element-wise maps over C x K run (accepted, not an axis; absent = `tiles`).
+    pub enum IntraMaps: str {
+        /// On MMA-fragment register tiles, one K-chunk of 32 columns at a time: each thread moves 2-element pairs
+        /// with a swizzled address per pair and stores Qbar / Kbar as 4-byte pairs; the L2 norms are a pass of
+        /// their own (a warp a row).
+        Tiles = "tiles",
+        /// Qbar, Kbar and the L2 norms in one row-major pass: each thread takes 8 consecutive columns of a row
+        /// (16-byte shared loads of q, k and G~, 16-byte global stores of Qbar and Kbar); the norms are summed from
+        /// the registers that load q and k (the K/8 lanes of a row reduce by shuffles).
+        Rows = "rows",
+        /// `rows`, and (safe path with the midpoint off-diagonal tile, `ODIAG=1`, `ARENA` 0 or 2) the diagonal
+        /// tiles' operands built in the same pass from the same registers, as 16-byte shared stores.
+        Ops = "ops",
+    }
+}
+
 knob_set! {
     /// The knobs of `kda`, read from a record by [`KdaKnobs::from_knobs`] and resolved for a problem by
     /// [`Launch::resolve`]. `absent` is what a record written before the knob existed means.
@@ -282,6 +299,14 @@ knob_set! {
             default: L2Rows::Unrolled,
             absent: L2Rows::Loop,
         },
+        /// `IMAP` (accepted, not an axis, not in the default record; absent: `tiles`): see [`IntraMaps`].
+        maps: IntraMaps = "IMAP" => {
+            accepts: "intra kernel element-wise maps: tiles (MMA-fragment tiles, 4-byte pairs), rows (Qbar, Kbar and the \
+             L2 norms in one row-major pass of 16-byte accesses, K/8 lanes a row), ops (rows, and on the safe path with \
+             ODIAG=1 the diagonal tiles' operands in the same pass)"
+                [IntraMaps::Tiles, IntraMaps::Rows, IntraMaps::Ops],
+            absent: IntraMaps::Tiles,
+        },
         /// `USTATE` (accepted, not an axis; absent: `0`, see [`USTATE_KNOB`]).
         u_place: UPlace = USTATE_KNOB => {
             accepts: "where U = (I + L)^-1 Diag(beta) v is formed: 0 (absent) the intra kernel, which writes [W | U]; 1 the \
@@ -352,6 +377,10 @@ pub struct Launch {
     pub l2_unrolled: bool,
     /// U formed in the state pass from v and the intra kernel's factors (knob `USTATE=1`).
     pub u_state: bool,
+    /// The intra kernel's row-major maps (knob `IMAP`): Qbar, Kbar and the norms (`rows`, `ops`) and the diagonal
+    /// operands (`ops`).
+    pub rows_qk: bool,
+    pub rows_ops: bool,
 }
 
 /// `TSPLIT=0`: the parts along time for a problem. The overlap pays where the state pass is the long pole, i.e.
@@ -571,6 +600,8 @@ impl Launch {
             // (Beside USTATE=1 the unrolled norms spill, 28 bytes: there the loop.)
             l2_unrolled: t.l2_rows == L2Rows::Unrolled && !u_state,
             u_state,
+            rows_qk: t.maps != IntraMaps::Tiles,
+            rows_ops: t.maps == IntraMaps::Ops,
         })
     }
 }
@@ -618,7 +649,8 @@ mod tests {
             ["CHUNK", "W1", "ARENA", "XDIAG", "BV", "W2", "STAGES", "ODIAG", "EX2", "SYNC", "OPDT", "LVLDT"]
         );
         let accepted: Vec<&str> = space.accepted.iter().map(|a| a.name.as_str()).collect();
-        assert_eq!(accepted, ["CHUNK", "BV", SGRID_KNOB, "FULLC", "GSIG", "L2R", USTATE_KNOB]);
+        assert_eq!(accepted, ["CHUNK", "BV", SGRID_KNOB, "FULLC", "GSIG", "L2R", "IMAP", USTATE_KNOB]);
+        assert!(!now.rows_qk && !now.rows_ops);
     }
 
     /// A record from before the optional knobs reads with their legacy meanings; the required ones are named when

@@ -24,6 +24,8 @@ pub fn chunk_kernels(pb: &KdaProblem, l: &Launch) -> Result<(Kernel, Kernel), Op
                 fast_gate_sigmoid: l.fast_gate_sigmoid,
                 l2_unrolled: l.l2_unrolled,
                 u_state: l.u_state,
+                rows_qk: l.rows_qk,
+                rows_ops: l.rows_ops,
             },
         )?,
         state_kernel(&spec, l)?,

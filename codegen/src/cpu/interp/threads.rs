@@ -111,6 +111,34 @@ impl<'a> Block<'a> {
                     }
                 }
             }
+            Stmt::SharedLoadWide { arr, at, buf, index, row, col, lanes }
+            | Stmt::SharedStoreWide { buf, index, row, col, arr, at, lanes } => {
+                // Lane by lane as the scalar statements (their checks and conversions), after the alignment check.
+                let store = matches!(s, Stmt::SharedStoreWide { .. });
+                let c = self.int(col, tensors)?;
+                if c.rem_euclid(*lanes as i64) != 0 {
+                    return Err(InterpError::Misaligned {
+                        kernel: self.k.name.clone(),
+                        block: self.block,
+                        thread: self.thread.unwrap_or(0),
+                        what: if store { "wide shared store" } else { "wide shared load" },
+                        tensor: self.k.shared[buf.0 as usize].name.clone(),
+                        index: c,
+                        lanes: *lanes,
+                    });
+                }
+                for j in 0..*lanes as i64 {
+                    let (cj, aj) = (Expr::Int(c + j), Expr::Int(*at as i64 + j));
+                    let lane = if store {
+                        let value = Expr::array_get(*arr, aj);
+                        Stmt::SharedStore { buf: *buf, index: index.clone(), row: row.clone(), col: cj, value }
+                    } else {
+                        let value = Expr::shared_load(*buf, index.clone(), row.clone(), cj);
+                        Stmt::ArraySet { arr: *arr, index: aj, value }
+                    };
+                    self.thread_stmt(&lane, tensors)?;
+                }
+            }
             _ => unreachable!("not a threads statement (warp statements run in `lockstep`)"),
         }
         Ok(())

@@ -89,6 +89,16 @@ impl<'a> Renderer<'a> {
                 );
                 self.line(&line);
             }
+            Stmt::SharedLoadWide { arr, at, buf, index, row, col, lanes }
+            | Stmt::SharedStoreWide { buf, index, row, col, arr, at, lanes } => {
+                let f = if matches!(s, Stmt::SharedLoadWide { .. }) { "ld_wide" } else { "st_wide" };
+                let line = format!(
+                    "k3k::{f}<{lanes}>({}, &a{}[{at}]);",
+                    self.shared_elem(*buf, index, row, col, Ctx::Scalar),
+                    arr.0
+                );
+                self.line(&line);
+            }
             Stmt::WarpShuffle { var, op, value } => {
                 let ty = self.var_types[var.0 as usize].expect("validated");
                 let v = self.e(value, Ctx::Scalar);

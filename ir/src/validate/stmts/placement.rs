@@ -51,6 +51,8 @@ impl<'a> Checker<'a> {
             Stmt::ArraySet { .. } => ("array_set", RegionOnly),
             Stmt::LoadWide { .. } => ("load_wide", RegionOnly),
             Stmt::StoreWide { .. } => ("store_wide", RegionOnly),
+            Stmt::SharedLoadWide { .. } => ("shared_load_wide", RegionOnly),
+            Stmt::SharedStoreWide { .. } => ("shared_store_wide", RegionOnly),
             Stmt::WarpShuffle { .. } => ("warp_shuffle", RegionOnly),
             Stmt::WarpSync => ("syncwarp", RegionOnly),
             Stmt::Fence => ("fence", RegionOnly),

@@ -127,6 +127,11 @@ impl<'a> Checker<'a> {
                 let store = matches!(s, Stmt::StoreWide { .. });
                 self.wide(*arr, *at, *tensor, index, *lanes, store)?;
             }
+            Stmt::SharedLoadWide { arr, at, buf, index, row, col, lanes }
+            | Stmt::SharedStoreWide { buf, index, row, col, arr, at, lanes } => {
+                let store = matches!(s, Stmt::SharedStoreWide { .. });
+                self.shared_wide(*arr, *at, *buf, [index, row, col], *lanes, store)?;
+            }
             _ => unreachable!("not a per-thread statement"),
         }
         Ok(())
@@ -218,6 +223,85 @@ impl<'a> Checker<'a> {
             return Err(self.err(
                 IrErrorKind::Type,
                 format!("{what}: array `{name}` holds {ty}, tensor `{}` is {}", t.name, t.dtype),
+            ));
+        }
+        if at as u64 + lanes as u64 > len as u64 {
+            return Err(self.err(
+                IrErrorKind::Shape,
+                format!("{what}: array `{name}` of {len} elements cannot hold elements {at}..{}", at + lanes),
+            ));
+        }
+        Ok(())
+    }
+
+    /// A wide shared access ([`Stmt::SharedLoadWide`] / [`Stmt::SharedStoreWide`]): an 8- or 16-byte access of a
+    /// 16- or 32-bit buffer whose rows are whole 16-byte chunks, a column not provably misaligned with the last
+    /// lane inside the row, an array of the buffer's expression type holding `at + lanes` elements.
+    pub(in crate::validate) fn shared_wide(
+        &mut self,
+        arr: ArrId,
+        at: u32,
+        buf: SharedId,
+        [index, row, col]: [&Expr; 3],
+        lanes: u32,
+        store: bool,
+    ) -> Result<(), IrError> {
+        let d = self.shared(buf)?;
+        let what = if store { "wide shared store" } else { "wide shared load" };
+        if !matches!(d.dtype, DType::F32 | DType::Bf16 | DType::F16 | DType::I32 | DType::U32) {
+            return Err(self.err(
+                IrErrorKind::Type,
+                format!(
+                    "{what} of shared `{}`: {} elements cannot move wide (f32, bf16, f16, i32, u32)",
+                    d.name, d.dtype
+                ),
+            ));
+        }
+        let size = d.dtype.size_bytes() as u32;
+        let bytes = size * lanes;
+        if lanes == 0 || !matches!(bytes, 8 | 16) {
+            return Err(self.err(
+                IrErrorKind::Shape,
+                format!("{what} of shared `{}`: {lanes} x {} is {bytes} bytes, not 8 or 16", d.name, d.dtype),
+            ));
+        }
+        if !(d.cols * size).is_multiple_of(16) {
+            return Err(self.err(
+                IrErrorKind::Layout,
+                format!("{what} of shared `{}`: rows of {} bytes are not whole 16-byte chunks", d.name, d.cols * size),
+            ));
+        }
+        for (e, w) in [(index, "tile index"), (row, "row"), (col, "col")] {
+            self.scalar(e, ScalarTy::Int, &format!("{what} {w}"))?;
+        }
+        self.shared_coords(d, index, row, col)?;
+        if let Some(c) = col.as_const_int()
+            && c + lanes as i64 > d.cols as i64
+        {
+            return Err(self.err(
+                IrErrorKind::Shape,
+                format!("{what} of shared `{}`: columns {c}..{} pass the row's {}", d.name, c + lanes as i64, d.cols),
+            ));
+        }
+        if let Some(r) = provable_residue(col, lanes as i64)
+            && r != 0
+        {
+            return Err(self.err(
+                IrErrorKind::Layout,
+                format!(
+                    "{what} of shared `{}`: column {} is {r} modulo {lanes} (misaligned: it must be a multiple of the \
+                     {lanes} lanes)",
+                    d.name,
+                    crate::print::expr(self.k, col)
+                ),
+            ));
+        }
+        let (ty, len) = self.array(arr)?;
+        let name = self.k.arrays.get(arr.0 as usize).map_or("?", |d| &d.name);
+        if ty != ScalarTy::of_dtype(d.dtype) {
+            return Err(self.err(
+                IrErrorKind::Type,
+                format!("{what}: array `{name}` holds {ty}, shared `{}` is {}", d.name, d.dtype),
             ));
         }
         if at as u64 + lanes as u64 > len as u64 {

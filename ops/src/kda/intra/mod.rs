@@ -62,6 +62,7 @@ use crate::OpError;
 use k3k_ir::*;
 
 mod phases;
+mod rows;
 
 /// log2(e).
 pub const LOG2E: f64 = std::f64::consts::LOG2_E;
@@ -118,6 +119,15 @@ pub struct IntraOpts {
     /// factors the state pass forms U from: `nf` (N_ii, C x 16), `lf` (rows 16.. and columns ..C-16 of L with beta,
     /// the strictly lower blocks), `bf` (beta as applied, C f32). Kernel names end in `_us`.
     pub u_state: bool,
+    /// (`IMAP=rows`) Qbar, Kbar and the L2 norms in one row-major pass ([`Intra::qk_rows`]): each thread takes 8
+    /// consecutive columns of a row, moved by 16-byte shared loads and global stores; the norms are summed from
+    /// the registers of q and k (the K/8 lanes of a row reduce by shuffles), replacing the norms' own pass. Where
+    /// the shape does not split so (K/8 lanes a row dividing the warp, whole passes of rows), the tile maps run.
+    pub rows_qk: bool,
+    /// (`IMAP=ops`, with `rows_qk`, on the safe path with `midoff`) The diagonal tiles' operands (slots 0..3 of
+    /// sOp) built in the same pass from the same registers, as 16-byte shared stores, instead of
+    /// [`Intra::build_operands`]' K-chunked tile maps.
+    pub rows_ops: bool,
 }
 
 impl IntraOpts {
@@ -134,6 +144,8 @@ impl IntraOpts {
             (self.fast_gate_sigmoid, "_gsf"),
             (self.l2_unrolled, "_l2u"),
             (self.u_state, "_us"),
+            (self.rows_qk, "_rq"),
+            (self.rows_ops, "_ro"),
         ];
         flags.iter().filter(|f| f.0).map(|f| f.1).collect()
     }
@@ -145,6 +157,17 @@ fn times(e: Expr, f: Option<Expr>) -> Expr {
         Some(f) => e * f,
         None => e,
     }
+}
+
+/// (`IMAP`) Whether the row pass fits the shape: K/8 lanes a row dividing the warp (their shuffles stay inside it),
+/// and the chunk's rows and a pass's rows (`threads / (K/8)`, powers of two both) dividing one another.
+fn rows_fit(dk: u32, c: u32, warps: u32) -> bool {
+    let lanes_row = dk / 8;
+    let rows_pass = 32 * warps / lanes_row.max(1);
+    dk.is_multiple_of(8)
+        && lanes_row.is_power_of_two()
+        && lanes_row <= 32
+        && (c.is_multiple_of(rows_pass) || rows_pass.is_multiple_of(c))
 }
 
 /// The shared buffers of the intra kernel that depend on the layout (`slim`, `arena`, or separate):
@@ -252,6 +275,8 @@ struct Intra {
     slim: bool,
     fast_gate_sigmoid: bool,
     l2_unrolled: bool,
+    rows_qk: bool,
+    rows_ops: bool,
     kk: i64,
     vv: i64,
     cc: i64,
@@ -339,7 +364,9 @@ impl Intra {
         // bf16 there (f16 would overflow).
         let lvl_dt = if spec.safe || xdiag { DType::Bf16 } else { lvl_dt };
         let threads = 32 * warps;
-        let resolved = IntraOpts { xdiag, midoff, slim, fast_gate_sigmoid, l2_unrolled, ..o };
+        let rows_qk = o.rows_qk && rows_fit(dk, c, warps);
+        let rows_ops = o.rows_ops && rows_qk && spec.safe && midoff;
+        let resolved = IntraOpts { xdiag, midoff, slim, fast_gate_sigmoid, l2_unrolled, rows_qk, rows_ops, ..o };
         let name = format!("k3k_kda_intra_{}_c{c}_w{warps}_{op_dt}_{lvl_dt}{}", spec.tag(), resolved.name_suffix());
         let mut b = KernelBuilder::new(&name, threads);
         let (kk, vv, cc) = (dk as i64, dv as i64, c as i64);
@@ -451,6 +478,8 @@ impl Intra {
                 slim,
                 fast_gate_sigmoid,
                 l2_unrolled,
+                rows_qk,
+                rows_ops,
                 kk,
                 vv,
                 cc,
@@ -602,10 +631,14 @@ impl Intra {
     /// Every phase, in the kernel's order.
     fn phases(&self, b: &mut KernelBuilder) {
         self.loads_and_scan(b);
-        if self.spec.l2norm {
-            self.l2_norms(b);
+        if self.rows_qk {
+            self.qk_rows(b);
+        } else {
+            if self.spec.l2norm {
+                self.l2_norms(b);
+            }
+            self.qbar_kbar_gamma(b);
         }
-        self.qbar_kbar_gamma(b);
         let xd_ok = self.diagonal_tiles(b);
         self.forward_substitution(b);
         self.off_diagonal(b, xd_ok);

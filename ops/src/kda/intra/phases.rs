@@ -309,7 +309,13 @@ impl Intra {
                 b.mma(dp, Operand::Shared { src: op_slot(b, 0), transpose: false }, bo.clone());
                 b.mma(dl, Operand::Shared { src: op_slot(b, 1), transpose: false }, bo);
             };
-            self.build_operands(b, sop, top, Expr::Bool(true), Expr::Bool(true), mid_anchor(r.clone()), midoff, &prod);
+            if self.rows_ops {
+                // (`IMAP=ops`) The operands were built by the row pass, behind its barrier.
+                prod(b);
+            } else {
+                let anchor = mid_anchor(r.clone());
+                self.build_operands(b, sop, top, Expr::Bool(true), Expr::Bool(true), anchor, midoff, &prod);
+            }
         };
         // Exact path: levels from fine to coarse, accumulated in place: a level's product also lands on pairs of
         // other blocks (garbage), so everything but the finished pairs is cleared before the next, coarser level

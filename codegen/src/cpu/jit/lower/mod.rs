@@ -49,7 +49,8 @@ enum Fail {
     Misaligned = 7,
 }
 
-const WHAT: [&str; 5] = ["scalar load", "scalar store", "atomic", "wide load", "wide store"];
+const WHAT: [&str; 7] =
+    ["scalar load", "scalar store", "atomic", "wide load", "wide store", "wide shared load", "wide shared store"];
 const SHARED_WHAT: [&str; 3] = ["load", "store", "atomic"];
 
 /// The interpreter's error for a failed block.
@@ -105,7 +106,9 @@ pub(super) fn error(k: &Kernel, block: [u32; 3], err: &[i64; 8], tensors: &[Host
             block,
             thread: err[5] as u32,
             what: WHAT[err[4] as usize],
-            tensor: k.tensors[err[1] as usize].name.clone(),
+            // (Codes 5 and 6, the wide shared accesses, name a shared buffer.)
+            tensor: if err[4] >= 5 { &k.shared[err[1] as usize].name } else { &k.tensors[err[1] as usize].name }
+                .clone(),
             index: err[2],
             lanes: err[3] as u32,
         },
@@ -177,6 +180,8 @@ fn stmt_name(s: &Stmt) -> &'static str {
         Stmt::ArraySet { .. } => "array_set",
         Stmt::LoadWide { .. } => "load_wide",
         Stmt::StoreWide { .. } => "store_wide",
+        Stmt::SharedLoadWide { .. } => "shared_load_wide",
+        Stmt::SharedStoreWide { .. } => "shared_store_wide",
         _ => "statement",
     }
 }

@@ -251,8 +251,15 @@ impl<'a> Types<'a> {
                         return Err(unsupported("array element type"));
                     }
                 }
-                Stmt::LoadWide { arr, index, .. } | Stmt::StoreWide { arr, index, .. } => {
+                Stmt::LoadWide { arr, index, .. }
+                | Stmt::StoreWide { arr, index, .. }
+                | Stmt::SharedLoadWide { arr, index, .. }
+                | Stmt::SharedStoreWide { arr, index, .. } => {
                     self.ty(index)?;
+                    if let Stmt::SharedLoadWide { row, col, .. } | Stmt::SharedStoreWide { row, col, .. } = s {
+                        self.ty(row)?;
+                        self.ty(col)?;
+                    }
                     if self.arrays.get(arr.0 as usize).copied().flatten().is_none() {
                         return Err(unsupported("wide access of an array without a let_array"));
                     }

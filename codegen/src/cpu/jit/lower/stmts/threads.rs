@@ -120,6 +120,33 @@ impl<'a, 'f> Lower<'a, 'f> {
                     }
                 }
             }
+            Stmt::SharedLoadWide { arr, at, buf, index, row, col, lanes }
+            | Stmt::SharedStoreWide { buf, index, row, col, arr, at, lanes } => {
+                // Lane by lane through the scalar statements, after the interpreter's alignment check (the column
+                // evaluated once here and as a constant offset per lane: the expressions are pure).
+                let store = matches!(s, Stmt::SharedStoreWide { .. });
+                let what = if store { 6 } else { 5 };
+                let c = self.int(col)?;
+                let low = self.b.ins().band_imm_s(c, *lanes as i64 - 1);
+                let z = self.iconst(0);
+                let bad = self.b.ins().icmp(IntCC::NotEqual, low, z);
+                let t = self.thread_or_none();
+                let t = self.b.ins().smax(t, z);
+                let (bid, nl, w) = (self.iconst(buf.0 as i64), self.iconst(*lanes as i64), self.iconst(what));
+                self.fail_if(bad, Fail::Misaligned, &[bid, c, nl, w, t]);
+                for j in 0..*lanes as i64 {
+                    let cj = col.clone() + j;
+                    let aj = Expr::Int(*at as i64 + j);
+                    let lane = if store {
+                        let value = Expr::array_get(*arr, aj);
+                        Stmt::SharedStore { buf: *buf, index: index.clone(), row: row.clone(), col: cj, value }
+                    } else {
+                        let value = Expr::shared_load(*buf, index.clone(), row.clone(), cj);
+                        Stmt::ArraySet { arr: *arr, index: aj, value }
+                    };
+                    self.thread_stmt(&lane)?;
+                }
+            }
             _ => unreachable!("not a per-thread statement"),
         }
         Ok(())
