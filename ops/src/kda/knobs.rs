@@ -299,12 +299,18 @@ knob_set! {
             default: L2Rows::Unrolled,
             absent: L2Rows::Loop,
         },
-        /// `IMAP` (accepted, not an axis, not in the default record; absent: `tiles`): see [`IntraMaps`].
+        /// `IMAP` (accepted, not an axis; default `ops`; absent: `tiles`): see [`IntraMaps`]. `ops` became the
+        /// default on the H100 measurement of 2026-12-07 09:05 UTC (main 598f659, `lab/2026-12-07/0905-h100-imap-mx/`,
+        /// FlashKDA's options, each kernel timed alone): the intra kernel 1.107 -> 0.912 ms at B1 T8192 H96,
+        /// 1.486 -> 1.240 at B4 T4096 H64, 1.119 -> 0.928 at varlen 8 x 1024 H96 (`rows`: 0.953, 1.262, 0.945);
+        /// same errors against f64. Its 24 spilled bytes (ptxas keeps the diagonal products' ldmatrix addresses
+        /// live into the next phase) cost less than the instructions it saves.
         maps: IntraMaps = "IMAP" => {
             accepts: "intra kernel element-wise maps: tiles (MMA-fragment tiles, 4-byte pairs), rows (Qbar, Kbar and the \
              L2 norms in one row-major pass of 16-byte accesses, K/8 lanes a row), ops (rows, and on the safe path with \
              ODIAG=1 the diagonal tiles' operands in the same pass)"
                 [IntraMaps::Tiles, IntraMaps::Rows, IntraMaps::Ops],
+            default: IntraMaps::Ops,
             absent: IntraMaps::Tiles,
         },
         /// `USTATE` (accepted, not an axis; absent: `0`, see [`USTATE_KNOB`]).
@@ -615,8 +621,8 @@ mod tests {
             .unwrap()
     }
 
-    /// The default record as it was written out before the declaration (2026-12-06), plus the three intra-kernel
-    /// options made defaults on 2026-12-07 (FULLC, GSIG, L2R).
+    /// The default record as it was written out before the declaration (2026-12-06), plus the intra-kernel options
+    /// made defaults on 2026-12-07 (FULLC, GSIG, L2R; then IMAP).
     #[test]
     fn the_default_record_is_the_old_one() {
         let old = Knobs::new()
@@ -637,9 +643,10 @@ mod tests {
         // A record without the three keeps its kernels (their absent meanings are the paths of before).
         let pb = problem(1);
         let before = Launch::resolve(&old, &pb).unwrap();
-        let old = old.with("FULLC", 1i64).with("GSIG", "fast").with("L2R", "unrolled");
+        let old = old.with("FULLC", 1i64).with("GSIG", "fast").with("L2R", "unrolled").with("IMAP", "ops");
         assert_eq!(default_knobs(), old);
         assert!(!before.full_chunks && !before.fast_gate_sigmoid && !before.l2_unrolled);
+        assert!(!before.rows_qk && !before.rows_ops);
         let now = Launch::resolve(&default_knobs(), &pb).unwrap();
         assert!(now.full_chunks && now.fast_gate_sigmoid && now.l2_unrolled);
         let space = knob_space();
@@ -650,7 +657,7 @@ mod tests {
         );
         let accepted: Vec<&str> = space.accepted.iter().map(|a| a.name.as_str()).collect();
         assert_eq!(accepted, ["CHUNK", "BV", SGRID_KNOB, "FULLC", "GSIG", "L2R", "IMAP", USTATE_KNOB]);
-        assert!(!now.rows_qk && !now.rows_ops);
+        assert!(now.rows_qk && now.rows_ops);
     }
 
     /// A record from before the optional knobs reads with their legacy meanings; the required ones are named when
