@@ -167,6 +167,20 @@ knob_enum! {
     }
 }
 
+knob_enum! {
+    /// `IFOLD`: per-row and per-block factors of the intra kernel's element-wise maps folded once (issue 42,
+    /// 2026-12-07; accepted, not an axis; absent = `0`).
+    pub enum IntraFold: u32 {
+        /// Each element's expression as written: the norm factor multiplied into each operand, the gate's
+        /// `a`, `-log2 e`, `lb` and `log2 e` one at a time.
+        Off = 0,
+        /// The row pass (`IMAP=rows`/`ops`) multiplies q and k by their rows' norm factors once and builds every
+        /// operand from those; the fast gate sigmoid (`GSIG=fast`) takes `-a log2 e` and `lb log2 e` as two
+        /// block constants: 4 multiplies an element of the row pass and 2 of the gate fewer, other roundings.
+        On = 1,
+    }
+}
+
 knob_set! {
     /// The knobs of `kda`, read from a record by [`KdaKnobs::from_knobs`] and resolved for a problem by
     /// [`Launch::resolve`]. `absent` is what a record written before the knob existed means.
@@ -321,6 +335,14 @@ knob_set! {
                 [UPlace::Intra, UPlace::State],
             absent: UPlace::Intra,
         },
+        /// `IFOLD` (accepted, not an axis; absent: `0`): see [`IntraFold`].
+        fold: IntraFold = "IFOLD" => {
+            accepts: "intra kernel: 1 folds the row pass's norm factors into q and k once and the fast gate sigmoid's \
+             constants (-a log2 e, lb log2 e) into two per block (fewer multiplies, other roundings), 0 (absent) each \
+             element's expression as written"
+                [IntraFold::Off, IntraFold::On],
+            absent: IntraFold::Off,
+        },
         /// `GSWZ` (neither an axis nor accepted; absent: `pairs`, see [`GSWZ_KNOB`]).
         g_swizzle: GSwizzle = GSWZ_KNOB => {
             default: GSwizzle::Pairs,
@@ -387,6 +409,8 @@ pub struct Launch {
     /// operands (`ops`).
     pub rows_qk: bool,
     pub rows_ops: bool,
+    /// The intra kernel's per-row and per-block factors folded once (knob `IFOLD=1`).
+    pub fold: bool,
 }
 
 /// `TSPLIT=0`: the parts along time for a problem. The overlap pays where the state pass is the long pole, i.e.
@@ -608,6 +632,7 @@ impl Launch {
             u_state,
             rows_qk: t.maps != IntraMaps::Tiles,
             rows_ops: t.maps == IntraMaps::Ops,
+            fold: t.fold == IntraFold::On,
         })
     }
 }
@@ -646,7 +671,7 @@ mod tests {
         let old = old.with("FULLC", 1i64).with("GSIG", "fast").with("L2R", "unrolled").with("IMAP", "ops");
         assert_eq!(default_knobs(), old);
         assert!(!before.full_chunks && !before.fast_gate_sigmoid && !before.l2_unrolled);
-        assert!(!before.rows_qk && !before.rows_ops);
+        assert!(!before.rows_qk && !before.rows_ops && !before.fold);
         let now = Launch::resolve(&default_knobs(), &pb).unwrap();
         assert!(now.full_chunks && now.fast_gate_sigmoid && now.l2_unrolled);
         let space = knob_space();
@@ -656,7 +681,7 @@ mod tests {
             ["CHUNK", "W1", "ARENA", "XDIAG", "BV", "W2", "STAGES", "ODIAG", "EX2", "SYNC", "OPDT", "LVLDT"]
         );
         let accepted: Vec<&str> = space.accepted.iter().map(|a| a.name.as_str()).collect();
-        assert_eq!(accepted, ["CHUNK", "BV", SGRID_KNOB, "FULLC", "GSIG", "L2R", "IMAP", USTATE_KNOB]);
+        assert_eq!(accepted, ["CHUNK", "BV", SGRID_KNOB, "FULLC", "GSIG", "L2R", "IMAP", USTATE_KNOB, "IFOLD"]);
         assert!(now.rows_qk && now.rows_ops);
     }
 

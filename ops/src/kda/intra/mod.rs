@@ -128,6 +128,9 @@ pub struct IntraOpts {
     /// sOp) built in the same pass from the same registers, as 16-byte shared stores, instead of
     /// [`Intra::build_operands`]' K-chunked tile maps.
     pub rows_ops: bool,
+    /// (`IFOLD=1`) The row pass's norm factors multiplied into q and k once (every operand built from the scaled
+    /// values) and, with `fast_gate_sigmoid`, the gate's `-a log2 e` and `lb log2 e` as block constants.
+    pub fold: bool,
 }
 
 impl IntraOpts {
@@ -146,6 +149,7 @@ impl IntraOpts {
             (self.u_state, "_us"),
             (self.rows_qk, "_rq"),
             (self.rows_ops, "_ro"),
+            (self.fold, "_if"),
         ];
         flags.iter().filter(|f| f.0).map(|f| f.1).collect()
     }
@@ -277,6 +281,7 @@ struct Intra {
     l2_unrolled: bool,
     rows_qk: bool,
     rows_ops: bool,
+    fold: bool,
     kk: i64,
     vv: i64,
     cc: i64,
@@ -366,7 +371,9 @@ impl Intra {
         let threads = 32 * warps;
         let rows_qk = o.rows_qk && rows_fit(dk, c, warps);
         let rows_ops = o.rows_ops && rows_qk && spec.safe && midoff;
-        let resolved = IntraOpts { xdiag, midoff, slim, fast_gate_sigmoid, l2_unrolled, rows_qk, rows_ops, ..o };
+        // (`IFOLD` where it changes something: the row pass with the in-kernel norms, or the fast gate sigmoid.)
+        let fold = o.fold && ((rows_qk && spec.l2norm) || fast_gate_sigmoid);
+        let resolved = IntraOpts { xdiag, midoff, slim, fast_gate_sigmoid, l2_unrolled, rows_qk, rows_ops, fold, ..o };
         let name = format!("k3k_kda_intra_{}_c{c}_w{warps}_{op_dt}_{lvl_dt}{}", spec.tag(), resolved.name_suffix());
         let mut b = KernelBuilder::new(&name, threads);
         let (kk, vv, cc) = (dk as i64, dv as i64, c as i64);
@@ -480,6 +487,7 @@ impl Intra {
                 l2_unrolled,
                 rows_qk,
                 rows_ops,
+                fold,
                 kk,
                 vv,
                 cc,
@@ -592,6 +600,11 @@ impl Intra {
     /// The midpoint anchor of a row's 16-row tile: min(8, valid - 1) rows into the tile.
     fn mid_anchor(&self, r: Expr) -> Expr {
         let t0 = r.bitand(-16i64);
+        if matches!(self.len, Expr::Int(l) if l == self.cc) {
+            // (The full-chunk copy: every tile has 16 valid rows, so the anchor is row 8 of the tile, the same
+            // value without the 64-bit min/max of a runtime row.)
+            return t0 + 8i64;
+        }
         t0.clone() + (self.len.clone() - t0 - 1i64).min(8i64).max(0i64)
     }
 }

@@ -79,7 +79,17 @@ impl Intra {
                         b.shared_store(svec, 0i64, 1i64, rl.clone(), fq.clone());
                         b.shared_store(svec, 0i64, 2i64, rl.clone(), fk.clone());
                     });
-                    (Some(fq), Some(fk))
+                    if self.fold {
+                        // (`IFOLD=1`) q n_q and k n_k once: every operand below is built from them.
+                        for (x, f) in [(xq, &fq), (xk, &fk)] {
+                            for j in 0..W {
+                                b.array_set(x, j as i64, ag(x, j) * f.clone());
+                            }
+                        }
+                        (None, None)
+                    } else {
+                        (Some(fq), Some(fk))
+                    }
                 } else {
                     (None, None)
                 };
