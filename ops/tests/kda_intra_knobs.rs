@@ -84,10 +84,10 @@ fn cases() -> Vec<(Vec<(&'static str, i64)>, i64)> {
     ]
 }
 
-/// The default knobs with the intra kernel's three options of before 2026-12-07 (generic chunks, the exact
-/// sigmoid, the norms' loop): the base each option is compared against.
+/// The default knobs with the intra kernel's four options of before 2026-12-07 (generic chunks, the exact
+/// sigmoid, the norms' loop, the tile maps): the base each option is compared against.
 fn generic() -> Knobs {
-    kda::default_knobs().with("FULLC", 0i64).with("GSIG", "exact").with("L2R", "loop")
+    kda::default_knobs().with("FULLC", 0i64).with("GSIG", "exact").with("L2R", "loop").with("IMAP", "tiles")
 }
 
 /// `FULLC=1`: the same bits as the generic kernel (interpreter and JIT), within the reference's tolerance; its
@@ -167,9 +167,9 @@ fn row_maps_match_reference() {
     for (i, (dims, chunk)) in cases().into_iter().enumerate() {
         let pb = problem(&dims);
         let d = KdaData::generate(&pb, s ^ i as u64);
-        for base in
-            [kda::default_knobs().with("CHUNK", chunk), kda::default_knobs().with("CHUNK", chunk).with("FULLC", 0i64)]
-        {
+        // (The base takes the tile maps: `IMAP=ops` is the default since 2026-12-07 09:05 UTC.)
+        let tiles = kda::default_knobs().with("CHUNK", chunk).with("IMAP", "tiles");
+        for base in [tiles.clone(), tiles.with("FULLC", 0i64)] {
             let k0 = kda::chunk_kernels(&pb, &Launch::resolve(&base, &pb).unwrap()).unwrap();
             let a = checked(&pb, &d, &base, s);
             for m in ["rows", "ops"] {
@@ -188,4 +188,40 @@ fn row_maps_match_reference() {
             }
         }
     }
+}
+
+/// `IFOLD=1` (the row pass's norm factors folded into q and k once, the fast gate sigmoid's constants once per
+/// block): every case within the tolerance of the f64 recurrence on the interpreter and the JIT, which agree bit for
+/// bit, with and without the full-chunk copy; the kernel is named `_if` where the fold applies (the lb*sigmoid gate
+/// forms with `GSIG=fast`, or the row pass with the in-kernel norms), elsewhere it is the kernel without the knob;
+/// the state pass does not change; some output bit moves over the cases (the knob is applied).
+#[test]
+fn folded_factors_match_reference() {
+    let s = seed();
+    let mut changed = false;
+    for (i, (dims, chunk)) in cases().into_iter().enumerate() {
+        let pb = problem(&dims);
+        let d = KdaData::generate(&pb, s ^ i as u64);
+        for base in
+            [kda::default_knobs().with("CHUNK", chunk), kda::default_knobs().with("CHUNK", chunk).with("FULLC", 0i64)]
+        {
+            let l0 = Launch::resolve(&base, &pb).unwrap();
+            let k0 = kda::chunk_kernels(&pb, &l0).unwrap();
+            let knobs = base.clone().with("IFOLD", 1i64);
+            let k1 = kda::chunk_kernels(&pb, &Launch::resolve(&knobs, &pb).unwrap()).unwrap();
+            assert_eq!(k0.1, k1.1, "{dims:?} IFOLD=1: the state pass does not change");
+            let safe_gate = matches!(pb.gate, kda::GateForm::Safe { .. });
+            let applies = (safe_gate && l0.fast_gate_sigmoid) || (pb.l2norm && k0.0.name.contains("_rq"));
+            if !applies {
+                assert_eq!(k0.0, k1.0, "{dims:?}: IFOLD=1 has nothing to fold here");
+                continue;
+            }
+            assert_eq!(k1.0.name, format!("{}_if", k0.0.name), "{dims:?}");
+            let a = checked(&pb, &d, &base, s);
+            let b = checked(&pb, &d, &knobs, s);
+            same_bits(&b[0], &b[1], &format!("{dims:?} [{knobs}] interpreter vs JIT"));
+            changed |= ["ht", "o"].iter().any(|t| a[0].get(t).unwrap().data != b[0].get(t).unwrap().data);
+        }
+    }
+    assert!(changed, "IFOLD=1 left every output of every case bit-identical (seed {s}): is the knob applied?");
 }

@@ -1,0 +1,19 @@
+#!/bin/bash
+# One device call (<= 90 s), carry [".dev/bin/k3k"] built from branch i42n (2026-12-07): issue 42's intra-kernel
+# instruction diet, round 2. Knob sets: the defaults (IMAP=ops; the full-chunk copy's midpoint anchor now folded
+# to t0 + 8, the same kernel results) and IFOLD=1 (the row pass's norm factors folded into q and k once, the fast
+# gate sigmoid's constants per block) at the FlashKDA presets' options, each set checked by the bench.
+# Results under $OUT (bench.txt, the JSON report, log.txt).
+set -u
+T0=$(date +%s)
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+export K3K_NVRTC=/usr/local/cuda/lib64/libnvrtc.so.13 K3K_PTXAS=/usr/local/cuda/bin/ptxas
+B=.dev/bin/k3k; L=$OUT/log.txt
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee -a $L
+S="K128 safe lbsigab gbf16 l2 bsig h0"
+K3K_BENCH_STEPS=1 timeout 85 $B bench --op kda --window-ms 60 \
+  --preset "B1 T8192 H96 $S;B4 T4096 H64 $S;varlen 8x1024 H96 $S" \
+  --knobs "TSPLIT=0;TSPLIT=0,IFOLD=1" --out $OUT/bench > $OUT/bench.txt 2>&1
+rc=$?
+echo "[+$(( $(date +%s) - T0 ))s] bench rc=$rc" | tee -a $L
+grep -E "step k3k_kda_intra|knobs|ms rel" $OUT/bench.txt | head -60 >> $L
