@@ -169,7 +169,10 @@ fn row_maps_match_reference() {
         let d = KdaData::generate(&pb, s ^ i as u64);
         // (The base takes the tile maps: `IMAP=ops` is the default since 2026-12-07 09:05 UTC.)
         let tiles = kda::default_knobs().with("CHUNK", chunk).with("IMAP", "tiles");
-        for base in [tiles.clone(), tiles.with("FULLC", 0i64)] {
+        // (The full-chunk copy's outputs per IMAP value, compared with the generic copy's: the same bits, e.g. the
+        // folded midpoint anchor `t0 + 8` of the full copy.)
+        let mut full: Vec<Outputs> = vec![];
+        for (fi, base) in [tiles.clone(), tiles.with("FULLC", 0i64)].into_iter().enumerate() {
             let k0 = kda::chunk_kernels(&pb, &Launch::resolve(&base, &pb).unwrap()).unwrap();
             let a = checked(&pb, &d, &base, s);
             for m in ["rows", "ops"] {
@@ -182,6 +185,12 @@ fn row_maps_match_reference() {
                 assert_eq!(k1.0.name, want, "{dims:?} IMAP={m}: every case's shape takes the row pass");
                 let b = checked(&pb, &d, &knobs, s);
                 same_bits(&b[0], &b[1], &format!("{dims:?} [{knobs}] interpreter vs JIT"));
+                if fi == 0 {
+                    full.push(b[0].clone());
+                } else {
+                    let j = if m == "rows" { 0 } else { 1 };
+                    same_bits(&full[j], &b[0], &format!("{dims:?} IMAP={m}: FULLC=1 vs FULLC=0"));
+                }
                 if !pb.l2norm {
                     same_bits(&a[0], &b[0], &format!("{dims:?} [{knobs}] vs IMAP=tiles"));
                 }
