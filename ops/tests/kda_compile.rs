@@ -360,8 +360,9 @@ fn row_map_knobs_compile() {
 }
 
 /// `IFOLD=1` on the default kernel (`IMAP=ops`) at the FlashKDA options and on the plain safe path, with and
-/// without the full-chunk copy: it assembles within the default kernels' spill allowance (ptxas 13.0, 2026-12-07:
-/// 0 bytes at the FlashKDA options with the full-chunk copy, where `IMAP=ops` without the fold spills 24).
+/// without the full-chunk copy: at the FlashKDA options it assembles within the default kernels' spill allowance
+/// (ptxas 13.0, 2026-12-07: 0 bytes, where `IMAP=ops` without the fold spills 24); on the plain safe path it is the
+/// kernel without the knob.
 #[test]
 fn folded_factors_compile() {
     let fk: Vec<(&str, i64)> = [("B", 1i64), ("T", 8192), ("H", 8)].into_iter().chain(kda::FLASHKDA_OPTIONS).collect();
@@ -370,9 +371,12 @@ fn folded_factors_compile() {
     for (dims, folds) in [(&fk, true), (&plain, false)] {
         for knobs in [def.clone(), def.clone().with("FULLC", 0i64)] {
             let k = chunk_kernels(dims, &knobs).0;
-            // (The plain safe path has neither the in-kernel norms nor a gate form: nothing to fold.)
+            // (The plain safe path has neither the in-kernel norms nor a gate form: nothing to fold, the default
+            // kernel, which spills 20 bytes on main too, 2026-12-07.)
             assert_eq!(k.name.ends_with("_if"), folds, "{}", k.name);
-            assemble(&k);
+            if folds {
+                assemble(&k);
+            }
         }
     }
 }
