@@ -377,10 +377,7 @@ impl Intra {
         let name = format!("k3k_kda_intra_{}_c{c}_w{warps}_{op_dt}_{lvl_dt}{}", spec.tag(), resolved.name_suffix());
         let mut b = KernelBuilder::new(&name, threads);
         let (kk, vv, cc) = (dk as i64, dv as i64, c as i64);
-        let tt = b.dim("TT");
-        let h = b.dim("H");
-        let hv = b.dim("HV");
-        let nch = b.dim("NCH");
+        let (tt, h, hv, nch) = (b.dim("TT"), b.dim("H"), b.dim("HV"), b.dim("NCH"));
         let q = b.tensor("q", DType::Bf16, &[tt.clone(), h.clone(), Expr::Int(kk)], Access::Read);
         let k = b.tensor("k", DType::Bf16, &[tt.clone(), h.clone(), Expr::Int(kk)], Access::Read);
         let v = b.tensor("v", DType::Bf16, &[tt.clone(), hv.clone(), Expr::Int(vv)], Access::Read);
