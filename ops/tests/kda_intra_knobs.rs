@@ -203,7 +203,10 @@ fn row_maps_match_reference() {
 /// block): every case within the tolerance of the f64 recurrence on the interpreter and the JIT, which agree bit for
 /// bit, with and without the full-chunk copy; the kernel is named `_if` where the fold applies (the lb*sigmoid gate
 /// forms with `GSIG=fast`, or the row pass with the in-kernel norms), elsewhere it is the kernel without the knob;
-/// the state pass does not change; some output bit moves over the cases (the knob is applied).
+/// the state pass does not change; some output bit moves over the cases (the knob is applied). `IFOLD=2` (R built by
+/// the row pass in full chunks, `IMAP=ops`): the same checks, named `_if_rr`. (Its R differs from `IFOLD=1`'s by an
+/// f32 rounding, `(beta (k n_k)) 2^G~` against `((beta k) 2^G~) n_k`, which the f16 scratch usually absorbs: no
+/// bit-difference assertion; a wrong R, or a row the pass left, fails the f64 check.)
 #[test]
 fn folded_factors_match_reference() {
     let s = seed();
@@ -230,6 +233,18 @@ fn folded_factors_match_reference() {
             let b = checked(&pb, &d, &knobs, s);
             same_bits(&b[0], &b[1], &format!("{dims:?} [{knobs}] interpreter vs JIT"));
             changed |= ["ht", "o"].iter().any(|t| a[0].get(t).unwrap().data != b[0].get(t).unwrap().data);
+            // `IFOLD=2`: R by the row pass where the diagonal operands are built there too (`_ro`), in the full-chunk
+            // copy (`_fc`); the partial chunks of the varlen case take the generic copy in the same kernel.
+            let knobs2 = base.clone().with("IFOLD", 2i64);
+            let k2 = kda::chunk_kernels(&pb, &Launch::resolve(&knobs2, &pb).unwrap()).unwrap();
+            assert_eq!(k1.1, k2.1, "{dims:?} IFOLD=2: the state pass does not change");
+            if !(k0.0.name.contains("_ro") && k0.0.name.contains("_fc")) {
+                assert_eq!(k1.0, k2.0, "{dims:?}: IFOLD=2 is IFOLD=1 here");
+                continue;
+            }
+            assert_eq!(k2.0.name, format!("{}_rr", k1.0.name), "{dims:?}");
+            let c = checked(&pb, &d, &knobs2, s);
+            same_bits(&c[0], &c[1], &format!("{dims:?} [{knobs2}] interpreter vs JIT"));
         }
     }
     assert!(changed, "IFOLD=1 left every output of every case bit-identical (seed {s}): is the knob applied?");

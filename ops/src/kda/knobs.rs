@@ -178,6 +178,10 @@ knob_enum! {
         /// operand from those; the fast gate sigmoid (`GSIG=fast`) takes `-a log2 e` and `lb log2 e` as two
         /// block constants: 4 multiplies an element of the row pass and 2 of the gate fewer, other roundings.
         On = 1,
+        /// `1`, and (`IMAP=ops` in the full-chunk copy, `FULLC=1`) the block substitution's `R = beta Gamma k n_k`
+        /// built by the row pass from the registers it holds (k n_k, `2^G~` of Qbar) and written over G~ in sG,
+        /// which the substitution then reads instead of k, G~, beta and n_k.
+        Rows = 2,
     }
 }
 
@@ -338,9 +342,10 @@ knob_set! {
         /// `IFOLD` (accepted, not an axis; absent: `0`): see [`IntraFold`].
         fold: IntraFold = "IFOLD" => {
             accepts: "intra kernel: 1 folds the row pass's norm factors into q and k once and the fast gate sigmoid's \
-             constants (-a log2 e, lb log2 e) into two per block (fewer multiplies, other roundings), 0 (absent) each \
-             element's expression as written"
-                [IntraFold::Off, IntraFold::On],
+             constants (-a log2 e, lb log2 e) into two per block (fewer multiplies, other roundings), 2 also builds the \
+             block substitution's R = beta Gamma k in the row pass (IMAP=ops, full chunks), 0 (absent) each element's \
+             expression as written"
+                [IntraFold::Off, IntraFold::On, IntraFold::Rows],
             absent: IntraFold::Off,
         },
         /// `GSWZ` (neither an axis nor accepted; absent: `pairs`, see [`GSWZ_KNOB`]).
@@ -409,8 +414,10 @@ pub struct Launch {
     /// operands (`ops`).
     pub rows_qk: bool,
     pub rows_ops: bool,
-    /// The intra kernel's per-row and per-block factors folded once (knob `IFOLD=1`).
+    /// The intra kernel's per-row and per-block factors folded once (knob `IFOLD=1`), and (`IFOLD=2`) R built by
+    /// the row pass.
     pub fold: bool,
+    pub r_rows: bool,
 }
 
 /// `TSPLIT=0`: the parts along time for a problem. The overlap pays where the state pass is the long pole, i.e.
@@ -632,7 +639,8 @@ impl Launch {
             u_state,
             rows_qk: t.maps != IntraMaps::Tiles,
             rows_ops: t.maps == IntraMaps::Ops,
-            fold: t.fold == IntraFold::On,
+            fold: t.fold != IntraFold::Off,
+            r_rows: t.fold == IntraFold::Rows,
         })
     }
 }
@@ -671,7 +679,7 @@ mod tests {
         let old = old.with("FULLC", 1i64).with("GSIG", "fast").with("L2R", "unrolled").with("IMAP", "ops");
         assert_eq!(default_knobs(), old);
         assert!(!before.full_chunks && !before.fast_gate_sigmoid && !before.l2_unrolled);
-        assert!(!before.rows_qk && !before.rows_ops && !before.fold);
+        assert!(!before.rows_qk && !before.rows_ops && !before.fold && !before.r_rows);
         let now = Launch::resolve(&default_knobs(), &pb).unwrap();
         assert!(now.full_chunks && now.fast_gate_sigmoid && now.l2_unrolled);
         let space = knob_space();

@@ -27,6 +27,7 @@ pub fn chunk_kernels(pb: &KdaProblem, l: &Launch) -> Result<(Kernel, Kernel), Op
                 rows_qk: l.rows_qk,
                 rows_ops: l.rows_ops,
                 fold: l.fold,
+                r_rows: l.r_rows,
             },
         )?,
         state_kernel(&spec, l)?,

@@ -131,6 +131,9 @@ pub struct IntraOpts {
     /// (`IFOLD=1`) The row pass's norm factors multiplied into q and k once (every operand built from the scaled
     /// values) and, with `fast_gate_sigmoid`, the gate's `-a log2 e` and `lb log2 e` as block constants.
     pub fold: bool,
+    /// (`IFOLD=2`, with `rows_ops` and `full_chunks`) The block substitution's `R = beta Gamma k n_k` built by the
+    /// row pass of full chunks and written over G~ in sG (see [`Intra::qk_rows`]); partial chunks build it as before.
+    pub r_rows: bool,
 }
 
 impl IntraOpts {
@@ -150,6 +153,7 @@ impl IntraOpts {
             (self.rows_qk, "_rq"),
             (self.rows_ops, "_ro"),
             (self.fold, "_if"),
+            (self.r_rows, "_rr"),
         ];
         flags.iter().filter(|f| f.0).map(|f| f.1).collect()
     }
@@ -282,6 +286,7 @@ struct Intra {
     rows_qk: bool,
     rows_ops: bool,
     fold: bool,
+    r_rows: bool,
     kk: i64,
     vv: i64,
     cc: i64,
@@ -372,8 +377,10 @@ impl Intra {
         let rows_qk = o.rows_qk && rows_fit(dk, c, warps);
         let rows_ops = o.rows_ops && rows_qk && spec.safe && midoff;
         // (`IFOLD` where it changes something: the row pass with the in-kernel norms, or the fast gate sigmoid.)
-        let fold = o.fold && ((rows_qk && spec.l2norm) || fast_gate_sigmoid);
-        let resolved = IntraOpts { xdiag, midoff, slim, fast_gate_sigmoid, l2_unrolled, rows_qk, rows_ops, fold, ..o };
+        let (fold, r_rows) = (o.fold && ((rows_qk && spec.l2norm) || fast_gate_sigmoid), o.r_rows && rows_ops);
+        let r_rows = r_rows && o.full_chunks && o.fold;
+        let resolved =
+            IntraOpts { xdiag, midoff, slim, fast_gate_sigmoid, l2_unrolled, rows_qk, rows_ops, fold, r_rows, ..o };
         let name = format!("k3k_kda_intra_{}_c{c}_w{warps}_{op_dt}_{lvl_dt}{}", spec.tag(), resolved.name_suffix());
         let mut b = KernelBuilder::new(&name, threads);
         let (kk, vv, cc) = (dk as i64, dv as i64, c as i64);
@@ -438,15 +445,12 @@ impl Intra {
         let txin = b.tile("tXin", DType::F32, c, kc, cg);
         // Per-row norm factors of q and k for the chunk maps.
         let (vnq, vnk) = if spec.l2norm { (Some(b.vec("nq", c, cg)), Some(b.vec("nk", c, cg))) } else { (None, None) };
-        let ag = grid(c, c, warps, 16);
-        let tot_p = b.tile("totP", DType::F32, c, c, ag);
-        let tot_l = b.tile("totL", DType::F32, c, c, ag);
-        let dg = [nt, 1];
+        let (ag, dg) = (grid(c, c, warps, 16), [nt, 1]);
+        let (tot_p, tot_l) = (b.tile("totP", DType::F32, c, c, ag), b.tile("totL", DType::F32, c, c, ag));
         let dp = b.tile("dP", DType::F32, c, 16, dg);
         let dl = b.tile("dL", DType::F32, c, 16, dg);
         let dself = b.tile("dSelf", DType::F32, c, 16, dg);
-        let wg = grid(16, dk, warps, 16);
-        let ug = grid(16, dv, warps, 16);
+        let (wg, ug) = (grid(16, dk, warps, 16), grid(16, dv, warps, 16));
         let acc_w = b.tile("accW", DType::F32, 16, dk, wg);
         let acc_u = b.tile("accU", DType::F32, 16, dv, ug);
         let tk16 = b.tile("tK16", DType::F32, 16, dk, wg);
@@ -485,6 +489,7 @@ impl Intra {
                 rows_qk,
                 rows_ops,
                 fold,
+                r_rows,
                 kk,
                 vv,
                 cc,
@@ -630,7 +635,9 @@ pub fn build_intra(
         let c = chunk as i64;
         let full = Intra { len: Expr::Int(c), last: Expr::Int(c - 1), ..x.clone() };
         let is_full = x.len.clone().eq(c);
-        b.if_else(is_full, |b| full.phases(b), |b| x.phases(b));
+        // (`IFOLD=2`: R by the row pass in full chunks only.)
+        let generic = Intra { r_rows: false, ..x.clone() };
+        b.if_else(is_full, |b| full.phases(b), |b| generic.phases(b));
     } else {
         x.phases(&mut b);
     }

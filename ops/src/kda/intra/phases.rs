@@ -593,22 +593,30 @@ impl Intra {
                 }
             }
             let rr = Expr::RowIdx + r0;
-            let d = b.window(sk, 0i64, 16 * i, 0, 16, dk);
-            b.load(tk16, Place::Shared(d));
+            if !self.r_rows {
+                let d = b.window(sk, 0i64, 16 * i, 0, 16, dk);
+                b.load(tk16, Place::Shared(d));
+            }
+            // (`IFOLD=2`: sG holds R, built by the row pass.)
             let d = b.window(sg, 0i64, 16 * i, 0, 16, dk);
             b.load(tg16, Place::Shared(d));
             if u_half {
                 let d = b.window(sv, 0i64, 16 * i, 0, 16, dv);
                 b.load(tv16, Place::Shared(d));
             }
-            b.vec_map(vbw, beta_at(rr.clone()));
+            if !self.r_rows {
+                b.vec_map(vbw, beta_at(rr.clone()));
+            }
             if u_half {
                 b.vec_map(vbu, beta_at(rr.clone()));
             }
             let mut rw = Expr::RowVal(vbw) * Expr::Elem(tk16) * ex2(Expr::Elem(tg16));
-            if let Some(v) = vnk16 {
+            if let (Some(v), false) = (vnk16, self.r_rows) {
                 b.vec_map(v, Expr::shared_load(svec, 0i64, 2i64, rr.clone()));
                 rw = rw * Expr::RowVal(v);
+            }
+            if self.r_rows {
+                rw = Expr::Elem(tg16);
             }
             b.map(acc_w, rw - Expr::Elem(acc_w));
             if u_half {

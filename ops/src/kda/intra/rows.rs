@@ -98,10 +98,27 @@ impl Intra {
                 let stored = r.lt(len.clone());
                 let at = (&slot_base * cc + r.clone()) * kk + cg.clone();
                 // Qbar = s q 2^G~ (n_q), Kbar = k 2^(G~_last - G~) (n_k): the tile maps' expressions.
+                // (`IFOLD=2`: 2^G~ kept in `ga` for R.)
+                let e0 = |j: u32| if self.r_rows { ag(ga, j) } else { self.ex2(ag(xg, j)) };
+                if self.r_rows {
+                    for j in 0..W {
+                        b.array_set(ga, j as i64, self.ex2(ag(xg, j)));
+                    }
+                }
                 for j in 0..W {
-                    b.array_set(out, j as i64, times(scale.clone() * ag(xq, j) * self.ex2(ag(xg, j)), fq.clone()));
+                    b.array_set(out, j as i64, times(scale.clone() * ag(xq, j) * e0(j), fq.clone()));
                 }
                 b.if_(stored.clone(), |b| b.store_wide(qb, at.clone(), out, 0, W));
+                if self.r_rows {
+                    // R = beta k n_k 2^G~ over this row's G~ in sG, except the rows other threads still read in
+                    // this pass (the tiles' midpoint anchors and the last row): those after the barrier below.
+                    let beta = b.let_("rb", self.beta_at(rl.clone()));
+                    for j in 0..W {
+                        b.array_set(out, j as i64, beta.clone() * ag(xk, j) * ag(ga, j));
+                    }
+                    let own = rl.bitand(15i64).ne(8i64).and(rl.ne(cc - 1)).and(in_c.clone());
+                    b.if_(own, |b| self.g_store(b, rl.clone(), cg.clone(), out));
+                }
                 // The diagonal operands anchored at the tile's midpoint row (`build_operands` with `lower` and
                 // `upper` true): slot 0 q 2^(G~ - G~_a) n_q, 1 k 2^(G~ - G~_a) n_k, 2 k 2^(G~_a - G~) n_k, 3 (rows
                 // of tile 0) k 2^(G~_a1 - G~) n_k with a1 tile 1's anchor, else 0.
@@ -136,10 +153,54 @@ impl Intra {
         if l2 || rows_ops {
             b.barrier();
         }
+        if self.r_rows {
+            self.r_shared_rows(b);
+        }
         if let (Some(a), Some(bk), false) = (self.vnq, self.vnk, rows_ops) {
             // (The level and diagonal operands of the tile maps take the factors as row vectors.)
             b.vec_map(a, Expr::shared_load(svec, 0i64, 1i64, Expr::RowIdx));
             b.vec_map(bk, Expr::shared_load(svec, 0i64, 2i64, Expr::RowIdx));
         }
+    }
+
+    /// (`IFOLD=2`) 8 f32 of R from `out` over G~ at row `r`, columns `cg..+8` of sG (two 16-byte stores).
+    fn g_store(&self, b: &mut KernelBuilder, r: Expr, cg: Expr, out: ArrId) {
+        b.shared_store_wide(self.sg, 0i64, r.clone(), cg.clone(), out, 0, W / 2);
+        b.shared_store_wide(self.sg, 0i64, r, cg + (W / 2) as i64, out, W / 2, W / 2);
+    }
+
+    /// (`IFOLD=2`, full chunks) R of the rows the row pass leaves (the tiles' midpoint anchors `16 i + 8` and the
+    /// last row, which other threads read during the pass), after its barrier, with the pass's expressions: k n_k
+    /// (n_k from sVec, the value the pass stored) times beta times 2^G~. Ordered before the block substitution by
+    /// the barriers between.
+    fn r_shared_rows(&self, b: &mut KernelBuilder) {
+        let Intra { dk, nt, cc, sk, sg, .. } = *self;
+        let lanes_row = (dk / W) as i64;
+        let scale_k = self.spec.l2norm && self.fold;
+        b.threads(|b| {
+            let t = Expr::thread_idx();
+            b.if_(t.lt((nt as i64 + 1) * lanes_row), |b| {
+                let i = b.let_("ri", &t / lanes_row);
+                let r = b.let_("rr", Expr::select(i.lt(nt as i64), &i * 16i64 + 8i64, cc - 1));
+                let cg = b.let_("rc", (&t % lanes_row) * W as i64);
+                let f = ScalarTy::Float;
+                let (xk, xg, out) =
+                    (b.let_array("rk", W, f, 0.0), b.let_array("rg", W, f, 0.0), b.let_array("ro", W, f, 0.0));
+                b.shared_load_wide(xk, 0, sk, 0i64, r.clone(), cg.clone(), W);
+                b.shared_load_wide(xg, 0, sg, 0i64, r.clone(), cg.clone(), W / 2);
+                b.shared_load_wide(xg, W / 2, sg, 0i64, r.clone(), &cg + (W / 2) as i64, W / 2);
+                let nk = self.nk(r.clone());
+                let beta = b.let_("rb", self.beta_at(r.clone()));
+                let ag = |a: ArrId, j: u32| Expr::array_get(a, j as i64);
+                for j in 0..W {
+                    let kn = match (&nk, scale_k) {
+                        (Some(n), true) => ag(xk, j) * n.clone(),
+                        _ => ag(xk, j),
+                    };
+                    b.array_set(out, j as i64, beta.clone() * kn * self.ex2(ag(xg, j)));
+                }
+                self.g_store(b, r, cg, out);
+            });
+        });
     }
 }
