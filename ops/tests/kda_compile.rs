@@ -362,7 +362,7 @@ fn row_map_knobs_compile() {
 /// `IFOLD=1` on the default kernel (`IMAP=ops`) at the FlashKDA options and on the plain safe path, with and
 /// without the full-chunk copy: at the FlashKDA options it assembles within the default kernels' spill allowance
 /// (ptxas 13.0, 2026-12-07: 0 bytes, where `IMAP=ops` without the fold spills 24); on the plain safe path it is the
-/// kernel without the knob.
+/// kernel without the knob. `IFOLD=2` builds and assembles at the FlashKDA options.
 #[test]
 fn folded_factors_compile() {
     let fk: Vec<(&str, i64)> = [("B", 1i64), ("T", 8192), ("H", 8)].into_iter().chain(kda::FLASHKDA_OPTIONS).collect();
@@ -379,4 +379,10 @@ fn folded_factors_compile() {
             }
         }
     }
+    // `IFOLD=2` (R by the row pass, full chunks): builds and assembles; ptxas 13.0 spills 28 bytes at the FlashKDA
+    // options under the 80-register cap (2026-12-07), a knob to time.
+    let k = chunk_kernels(&fk, &def.clone().with("IFOLD", 2i64)).0;
+    assert!(k.name.ends_with("_if_rr"), "{}", k.name);
+    let r = build(&k, BuildOptions { assemble: true }).unwrap_or_else(|e| panic!("{}: {e}", k.name)).resources.clone();
+    eprintln!("{}: {:?}", k.name, r.unwrap());
 }
