@@ -156,8 +156,9 @@ fn fast_gate_sigmoid_matches_reference() {
     assert!(changed, "GSIG=fast left every output of every case bit-identical (seed {s}): is the knob applied?");
 }
 
-/// `IMAP=rows` / `ops` (Qbar, Kbar, the L2 norms and, with `ops` on the safe path at chunk 32, the diagonal operands
-/// in one row-major pass of wide accesses): every case is within the tolerance of the f64 recurrence on the
+/// `IMAP=rows` / `ops` / `gate` (Qbar, Kbar, the L2 norms and, with `ops` on the safe path at chunk 32, the diagonal
+/// operands in one row-major pass of wide accesses; `gate` also the gate form, the same bits as `ops`, with and
+/// without `IFOLD=1`): every case is within the tolerance of the f64 recurrence on the
 /// interpreter and the JIT, which agree bit for bit; without the in-kernel norms the pass computes the tile maps'
 /// expressions (the same bits as `IMAP=tiles`), with them only the norms' sums run in another order. Both with
 /// the full-chunk copy (the defaults) and without it; the state pass does not change.
@@ -175,21 +176,31 @@ fn row_maps_match_reference() {
         for (fi, base) in [tiles.clone(), tiles.with("FULLC", 0i64)].into_iter().enumerate() {
             let k0 = kda::chunk_kernels(&pb, &Launch::resolve(&base, &pb).unwrap()).unwrap();
             let a = checked(&pb, &d, &base, s);
-            for m in ["rows", "ops"] {
+            for (mi, m) in ["rows", "ops", "gate"].into_iter().enumerate() {
                 let knobs = base.clone().with("IMAP", m);
                 let l = Launch::resolve(&knobs, &pb).unwrap();
                 let k1 = kda::chunk_kernels(&pb, &l).unwrap();
                 assert_eq!(k0.1, k1.1, "{dims:?} IMAP={m}: the state pass does not change");
-                let ops = m == "ops" && pb.safe && l.midoff;
-                let want = format!("{}_rq{}", k0.0.name, if ops { "_ro" } else { "" });
+                let ops = m != "rows" && pb.safe && l.midoff;
+                let gate = if m == "gate" { "_rg" } else { "" };
+                let want = format!("{}_rq{}{gate}", k0.0.name, if ops { "_ro" } else { "" });
                 assert_eq!(k1.0.name, want, "{dims:?} IMAP={m}: every case's shape takes the row pass");
                 let b = checked(&pb, &d, &knobs, s);
                 same_bits(&b[0], &b[1], &format!("{dims:?} [{knobs}] interpreter vs JIT"));
                 if fi == 0 {
                     full.push(b[0].clone());
                 } else {
-                    let j = if m == "rows" { 0 } else { 1 };
-                    same_bits(&full[j], &b[0], &format!("{dims:?} IMAP={m}: FULLC=1 vs FULLC=0"));
+                    same_bits(&full[mi], &b[0], &format!("{dims:?} IMAP={m}: FULLC=1 vs FULLC=0"));
+                }
+                if m == "gate" {
+                    // The gate form in the row layout: the same expressions and scan order as IMAP=ops' tile map.
+                    let ops_out = checked(&pb, &d, &base.clone().with("IMAP", "ops"), s);
+                    same_bits(&ops_out[0], &b[0], &format!("{dims:?} [{knobs}] vs IMAP=ops"));
+                    let f1 = |k: &Knobs| k.clone().with("IFOLD", 1i64);
+                    let (x, y) =
+                        (checked(&pb, &d, &f1(&knobs), s), checked(&pb, &d, &f1(&base.clone().with("IMAP", "ops")), s));
+                    same_bits(&x[0], &y[0], &format!("{dims:?} [{knobs}] IFOLD=1 vs IMAP=ops IFOLD=1"));
+                    same_bits(&x[0], &x[1], &format!("{dims:?} [{knobs}] IFOLD=1 interpreter vs JIT"));
                 }
                 if !pb.l2norm {
                     same_bits(&a[0], &b[0], &format!("{dims:?} [{knobs}] vs IMAP=tiles"));

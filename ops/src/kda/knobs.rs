@@ -164,6 +164,9 @@ knob_enum! {
         /// `rows`, and (safe path with the midpoint off-diagonal tile, `ODIAG=1`, `ARENA` 0 or 2) the diagonal
         /// tiles' operands built in the same pass from the same registers, as 16-byte shared stores.
         Ops = "ops",
+        /// `ops`, and the gate form in the same row layout (16-byte global loads of g and the bias, 16-byte stores
+        /// of the gate to sG), scanned down the columns in place (2026-12-07, issue 42): the same bits as `ops`.
+        Gate = "gate",
     }
 }
 
@@ -326,8 +329,8 @@ knob_set! {
         maps: IntraMaps = "IMAP" => {
             accepts: "intra kernel element-wise maps: tiles (MMA-fragment tiles, 4-byte pairs), rows (Qbar, Kbar and the \
              L2 norms in one row-major pass of 16-byte accesses, K/8 lanes a row), ops (rows, and on the safe path with \
-             ODIAG=1 the diagonal tiles' operands in the same pass)"
-                [IntraMaps::Tiles, IntraMaps::Rows, IntraMaps::Ops],
+             ODIAG=1 the diagonal tiles' operands in the same pass), gate (ops, and the gate form in the row layout)"
+                [IntraMaps::Tiles, IntraMaps::Rows, IntraMaps::Ops, IntraMaps::Gate],
             default: IntraMaps::Ops,
             absent: IntraMaps::Tiles,
         },
@@ -414,6 +417,7 @@ pub struct Launch {
     /// operands (`ops`).
     pub rows_qk: bool,
     pub rows_ops: bool,
+    pub rows_gate: bool,
     /// The intra kernel's per-row and per-block factors folded once (knob `IFOLD=1`), and (`IFOLD=2`) R built by
     /// the row pass.
     pub fold: bool,
@@ -638,7 +642,8 @@ impl Launch {
             l2_unrolled: t.l2_rows == L2Rows::Unrolled && !u_state,
             u_state,
             rows_qk: t.maps != IntraMaps::Tiles,
-            rows_ops: t.maps == IntraMaps::Ops,
+            rows_ops: matches!(t.maps, IntraMaps::Ops | IntraMaps::Gate),
+            rows_gate: t.maps == IntraMaps::Gate,
             fold: t.fold != IntraFold::Off,
             r_rows: t.fold == IntraFold::Rows,
         })
@@ -679,7 +684,7 @@ mod tests {
         let old = old.with("FULLC", 1i64).with("GSIG", "fast").with("L2R", "unrolled").with("IMAP", "ops");
         assert_eq!(default_knobs(), old);
         assert!(!before.full_chunks && !before.fast_gate_sigmoid && !before.l2_unrolled);
-        assert!(!before.rows_qk && !before.rows_ops && !before.fold && !before.r_rows);
+        assert!(!before.rows_qk && !before.rows_ops && !before.fold && !before.r_rows && !before.rows_gate);
         let now = Launch::resolve(&default_knobs(), &pb).unwrap();
         assert!(now.full_chunks && now.fast_gate_sigmoid && now.l2_unrolled);
         let space = knob_space();

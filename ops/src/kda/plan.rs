@@ -26,6 +26,7 @@ pub fn chunk_kernels(pb: &KdaProblem, l: &Launch) -> Result<(Kernel, Kernel), Op
                 u_state: l.u_state,
                 rows_qk: l.rows_qk,
                 rows_ops: l.rows_ops,
+                rows_gate: l.rows_gate,
                 fold: l.fold,
                 r_rows: l.r_rows,
             },

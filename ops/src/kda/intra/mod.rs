@@ -128,6 +128,8 @@ pub struct IntraOpts {
     /// sOp) built in the same pass from the same registers, as 16-byte shared stores, instead of
     /// [`Intra::build_operands`]' K-chunked tile maps.
     pub rows_ops: bool,
+    /// (`IMAP=gate`, with `rows_qk`) The gate form in the row layout, see [`Intra::gate_rows`].
+    pub rows_gate: bool,
     /// (`IFOLD=1`) The row pass's norm factors multiplied into q and k once (every operand built from the scaled
     /// values) and, with `fast_gate_sigmoid`, the gate's `-a log2 e` and `lb log2 e` as block constants.
     pub fold: bool,
@@ -137,6 +139,35 @@ pub struct IntraOpts {
 }
 
 impl IntraOpts {
+    /// The options as they apply to a variant, chunk size and warp count (each where its path exists).
+    fn resolve(self, spec: &KdaSpec, c: u32, warps: u32) -> IntraOpts {
+        let o = self;
+        let l2_unrolled = o.l2_unrolled && spec.l2norm;
+        let fast_gate_sigmoid = o.fast_gate_sigmoid && matches!(spec.gate, GateForm::Safe { .. });
+        let xdiag = o.xdiag && !spec.safe;
+        let midoff = o.midoff && (spec.safe || xdiag) && c == 32 && !o.arena;
+        let slim = o.slim && midoff && spec.safe;
+        let rows_qk = o.rows_qk && rows_fit(spec.dk, c, warps);
+        let rows_ops = o.rows_ops && rows_qk && spec.safe && midoff;
+        // (`IFOLD` where it changes something: the row pass with the in-kernel norms, or the fast gate sigmoid.)
+        let fold = o.fold && ((rows_qk && spec.l2norm) || fast_gate_sigmoid);
+        let r_rows = o.r_rows && rows_ops && o.full_chunks && o.fold;
+        let rows_gate = o.rows_gate && rows_qk;
+        IntraOpts {
+            xdiag,
+            midoff,
+            slim,
+            fast_gate_sigmoid,
+            l2_unrolled,
+            rows_qk,
+            rows_ops,
+            rows_gate,
+            fold,
+            r_rows,
+            ..o
+        }
+    }
+
     /// The kernel-name suffix of the options (as resolved for a variant).
     fn name_suffix(&self) -> String {
         let flags = [
@@ -152,6 +183,7 @@ impl IntraOpts {
             (self.u_state, "_us"),
             (self.rows_qk, "_rq"),
             (self.rows_ops, "_ro"),
+            (self.rows_gate, "_rg"),
             (self.fold, "_if"),
             (self.r_rows, "_rr"),
         ];
@@ -285,6 +317,7 @@ struct Intra {
     l2_unrolled: bool,
     rows_qk: bool,
     rows_ops: bool,
+    rows_gate: bool,
     fold: bool,
     r_rows: bool,
     kk: i64,
@@ -362,25 +395,16 @@ impl Intra {
         lvl_dt: DType,
         o: IntraOpts,
     ) -> Result<(KernelBuilder, Intra), OpError> {
-        let IntraOpts { arena, xdiag, ex2_ftz, midoff, slim, g_pairs, fast_gate_sigmoid, l2_unrolled, u_state, .. } = o;
-        let l2_unrolled = l2_unrolled && spec.l2norm;
-        let fast_gate_sigmoid = fast_gate_sigmoid && matches!(spec.gate, GateForm::Safe { .. });
+        let resolved = o.resolve(spec, chunk, warps);
+        let IntraOpts { arena, xdiag, ex2_ftz, midoff, slim, g_pairs, fast_gate_sigmoid, l2_unrolled, u_state, .. } =
+            resolved;
+        let IntraOpts { rows_qk, rows_ops, rows_gate, fold, r_rows, .. } = resolved;
         let (dk, dv, c) = (spec.dk, spec.dv, chunk);
         let nt = c / 16;
-        let xdiag = xdiag && !spec.safe;
-        let midoff = midoff && (spec.safe || xdiag) && c == 32 && !arena;
-        let slim = slim && midoff && spec.safe;
         // The midpoint-anchored diagonal operands reach e^(8|lb|) on the safe path and 2^XDIAG_BOUND with `xdiag`:
         // bf16 there (f16 would overflow).
         let lvl_dt = if spec.safe || xdiag { DType::Bf16 } else { lvl_dt };
         let threads = 32 * warps;
-        let rows_qk = o.rows_qk && rows_fit(dk, c, warps);
-        let rows_ops = o.rows_ops && rows_qk && spec.safe && midoff;
-        // (`IFOLD` where it changes something: the row pass with the in-kernel norms, or the fast gate sigmoid.)
-        let (fold, r_rows) = (o.fold && ((rows_qk && spec.l2norm) || fast_gate_sigmoid), o.r_rows && rows_ops);
-        let r_rows = r_rows && o.full_chunks && o.fold;
-        let resolved =
-            IntraOpts { xdiag, midoff, slim, fast_gate_sigmoid, l2_unrolled, rows_qk, rows_ops, fold, r_rows, ..o };
         let name = format!("k3k_kda_intra_{}_c{c}_w{warps}_{op_dt}_{lvl_dt}{}", spec.tag(), resolved.name_suffix());
         let mut b = KernelBuilder::new(&name, threads);
         let (kk, vv, cc) = (dk as i64, dv as i64, c as i64);
@@ -488,6 +512,7 @@ impl Intra {
                 l2_unrolled,
                 rows_qk,
                 rows_ops,
+                rows_gate,
                 fold,
                 r_rows,
                 kk,

@@ -70,15 +70,17 @@ impl Intra {
                 b.if_(t.eq(0i64), |b| b.shared_store(sx, 0i64, 0i64, 0i64, 0.0));
             }
         });
-        b.load(
-            tg,
-            Place::Global(view(g, (&row0 * hv.clone() + hvi.clone()) * kk, hv.clone() * kk, len.clone(), kk, 2)),
-        );
-        if bias.is_some() {
-            b.wait(1);
-            b.barrier();
+        // (`IMAP=gate`: the row pass below loads g and the bias itself.)
+        if !self.rows_gate {
+            b.load(
+                tg,
+                Place::Global(view(g, (&row0 * hv.clone() + hvi.clone()) * kk, hv.clone() * kk, len.clone(), kk, 2)),
+            );
+            if bias.is_some() {
+                b.wait(1);
+                b.barrier();
+            }
         }
-        let x = Expr::Elem(tg);
         let bias_at = |col: Expr| match sbias {
             Some(sb) => Expr::shared_load(sb, 0i64, 0i64, col),
             None => Expr::Float(0.0),
@@ -104,23 +106,29 @@ impl Intra {
         let folded = (self.fold && self.fast_gate_sigmoid).then(|| {
             let c = b.let_("g_c", a_coef.clone().map_or(Expr::Float(-LOG2E), |a| a * -LOG2E));
             let l = b.let_("g_l", lb.clone().unwrap() * LOG2E);
-            let r = (Expr::Float(1.0) + ((x.clone() + bias_at(Expr::ColIdx)) * c).exp2_ftz()).rsqrt();
-            r.clone() * r * l
+            (c, l)
         });
-        let gate = match spec.gate {
-            GateForm::Pre => x.clone(),
-            GateForm::Safe { a_log: false, .. } => lb.clone().unwrap() * sigmoid(x.clone() + bias_at(Expr::ColIdx)),
-            GateForm::Safe { a_log: true, .. } => {
-                lb.clone().unwrap() * sigmoid(a_coef.clone().unwrap() * (x.clone() + bias_at(Expr::ColIdx)))
+        // The gate in log2 units of the raw gate `x` and the bias `bs` of its column.
+        let form = |x: Expr, bs: Expr| {
+            if let Some((c, l)) = &folded {
+                let r = (Expr::Float(1.0) + ((x + bs) * c.clone()).exp2_ftz()).rsqrt();
+                return r.clone() * r * l.clone();
             }
-            GateForm::Standard { .. } => {
-                -Expr::load(a_log.unwrap(), hvi.clone()).exp() * (x.clone() + bias_at(Expr::ColIdx)).softplus()
-            }
+            let gate = match spec.gate {
+                GateForm::Pre => x,
+                GateForm::Safe { a_log: false, .. } => lb.clone().unwrap() * sigmoid(x + bs),
+                GateForm::Safe { a_log: true, .. } => lb.clone().unwrap() * sigmoid(a_coef.clone().unwrap() * (x + bs)),
+                GateForm::Standard { .. } => -Expr::load(a_log.unwrap(), hvi.clone()).exp() * (x + bs).softplus(),
+            };
+            gate * LOG2E
         };
         // Rows past the chunk's end decay by nothing (G~ stays at the last valid row).
-        let gate = folded.unwrap_or(gate * LOG2E);
-        b.map(tg, Expr::select(Expr::RowIdx.lt(len.clone()), gate, 0.0));
-        b.scan_rows(tg, sg);
+        if self.rows_gate {
+            self.gate_rows(b, &form);
+        } else {
+            b.map(tg, Expr::select(Expr::RowIdx.lt(len.clone()), form(Expr::Elem(tg), bias_at(Expr::ColIdx)), 0.0));
+            b.scan_rows(tg, sg);
+        }
         if let Some(sx) = sxd {
             // `xdiag`: any |G~_r - G~_anchor| above the bound (or NaN) flags the chunk for the hierarchy. The scan
             // leaves G~ complete and visible in sG; the barrier below orders the flag before its read.

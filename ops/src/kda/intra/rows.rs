@@ -203,4 +203,72 @@ impl Intra {
             });
         });
     }
+
+    /// (`IMAP=gate`) The gate form in the row layout of [`Intra::qk_rows`]: thread `t` loads 8 consecutive raw gate
+    /// values of a row (one 16-byte global load of bf16, two of f32) and the bias of its 8 columns (from global
+    /// memory, once), forms the gate (`form`: the tile map's expression of each element) and stores it to sG with
+    /// two 16-byte stores; after a barrier, one thread a column sums down the rows in place (the order of the
+    /// tile scan: the same bits). Replaces the tile load (a 4-byte load and a swizzled address per pair), the
+    /// tile's store to sG and its reload, and two of the scan's three barriers.
+    pub(super) fn gate_rows(&self, b: &mut KernelBuilder, form: &dyn Fn(Expr, Expr) -> Expr) {
+        let Intra { dk, c, threads, kk, cc, g, bias, sg, .. } = *self;
+        let (hv, hvi, row0, len) = (self.hv.clone(), self.hvi.clone(), self.row0.clone(), self.len.clone());
+        let lanes_row = (dk / W) as i64;
+        let rows_pass = threads as i64 / lanes_row;
+        let passes = (c as i64 / rows_pass).max(1);
+        let g_lanes = if self.spec.g_bf16 { W } else { W / 2 };
+        let ag = |a: ArrId, j: u32| Expr::array_get(a, j as i64);
+        b.threads(|b| {
+            let t = Expr::thread_idx();
+            let cg = b.let_("gcg", (&t % lanes_row) * W as i64);
+            let r0 = b.let_("gr0", &t / lanes_row);
+            let f = ScalarTy::Float;
+            let (xg, xb, out) =
+                (b.let_array("gx", W, f, 0.0), b.let_array("gb", W, f, 0.0), b.let_array("go", W, f, 0.0));
+            if let Some(bt) = bias {
+                b.load_wide(xb, 0, bt, &hvi * kk + cg.clone(), W / 2);
+                b.load_wide(xb, W / 2, bt, &hvi * kk + &cg + (W / 2) as i64, W / 2);
+            }
+            for p in 0..passes {
+                let r = b.let_("gr", &r0 + p * rows_pass);
+                let in_c = if rows_pass > cc { r.lt(cc) } else { Expr::Bool(true) };
+                // (Rows past the chunk's end: 0, G~ stays at the last valid row. In the full-chunk copy every row of
+                // a pass is valid when a pass has at most C rows.)
+                let valid = match len {
+                    Expr::Int(l) if l == cc && rows_pass <= cc => Expr::Bool(true),
+                    _ => r.lt(len.clone()),
+                };
+                let gate = |b: &mut KernelBuilder| {
+                    let at = (&row0 + r.clone()) * hv.clone() * kk + &hvi * kk + cg.clone();
+                    for h in 0..W / g_lanes {
+                        b.load_wide(xg, h * g_lanes, g, at.clone() + (h * g_lanes) as i64, g_lanes);
+                    }
+                    for j in 0..W {
+                        let bs = if bias.is_some() { ag(xb, j) } else { Expr::Float(0.0) };
+                        b.array_set(out, j as i64, form(ag(xg, j), bs));
+                    }
+                };
+                let zero = |b: &mut KernelBuilder| {
+                    for j in 0..W {
+                        b.array_set(out, j as i64, 0.0);
+                    }
+                };
+                b.if_else(valid, gate, zero);
+                b.if_(in_c, |b| {
+                    b.shared_store_wide(sg, 0i64, r.clone(), cg.clone(), out, 0, W / 2);
+                    b.shared_store_wide(sg, 0i64, r.clone(), &cg + (W / 2) as i64, out, W / 2, W / 2);
+                });
+            }
+        });
+        b.barrier();
+        b.threads(|b| {
+            b.for_("gc", Expr::thread_idx(), kk, threads as i64, |b, col| {
+                let acc = b.let_var("gs", Expr::shared_load(sg, 0i64, 0i64, col.clone()));
+                for r in 1..cc {
+                    b.assign(acc, Expr::Var(acc) + Expr::shared_load(sg, 0i64, r, col.clone()));
+                    b.shared_store(sg, 0i64, r, col.clone(), Expr::Var(acc));
+                }
+            });
+        });
+    }
 }
