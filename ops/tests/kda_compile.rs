@@ -379,6 +379,12 @@ fn folded_factors_compile() {
             }
         }
     }
+    // `IMAP=gate` (the gate form in the row layout) alone and with IFOLD=1: within the spill allowance.
+    for knobs in [kda::default_knobs().with("IMAP", "gate"), def.clone().with("IMAP", "gate")] {
+        let k = chunk_kernels(&fk, &knobs).0;
+        assert!(k.name.contains("_rg"), "{}", k.name);
+        assemble(&k);
+    }
     // `IFOLD=2` (R by the row pass, full chunks): builds and assembles; ptxas 13.0 spills 28 bytes at the FlashKDA
     // options under the 80-register cap (2026-12-07), a knob to time.
     let k = chunk_kernels(&fk, &def.clone().with("IFOLD", 2i64)).0;
