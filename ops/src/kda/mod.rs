@@ -102,6 +102,7 @@ pub mod plan;
 pub mod presets;
 pub mod problem;
 pub mod state;
+pub mod state_tma;
 pub mod varlen;
 
 pub use check::*;
