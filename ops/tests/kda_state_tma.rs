@@ -8,7 +8,7 @@
 use k3k_ir::Knobs;
 use k3k_ops::OpError;
 use k3k_ops::kda::{self, KdaData, KdaProblem};
-use k3k_ops::op::Preset;
+use k3k_ops::op::{Operator, Preset};
 
 #[path = "common/plan_run.rs"]
 mod plan_run;
@@ -122,4 +122,48 @@ fn sload_tma_refuses_what_it_cannot_run() {
         other => panic!("K=32: {other:?}"),
     }
     assert!(kda::Launch::resolve(&base.with(kda::SLOAD_KNOB, "bulk"), &pb).is_err());
+    // Accepted by the knob check (`k3k bench --knobs SLOAD=tma`), not an axis of the knob space.
+    let checked = kda::Kda.checked_knobs();
+    assert!(checked.check(&Knobs::new().with(kda::SLOAD_KNOB, "tma"), &kda::default_knobs()).is_ok());
+    assert!(kda::knob_space().axes.iter().all(|a| a.name != kda::SLOAD_KNOB));
+}
+
+/// The state pass of the three presets the issue times (FlashKDA's options), `SLOAD=tma` beside `SLOAD=cp`: NVRTC and
+/// ptxas for sm_90a, no spill and no stack frame. `K3K_DUMP_CUBIN=dir` writes each cubin there (for nvdisasm).
+#[test]
+fn sload_tma_kernels_compile() {
+    use k3k_codegen::{BuildOptions, build};
+    let fk = kda::FLASHKDA_OPTIONS;
+    let shapes: [&[(&str, i64)]; 3] = [
+        &[("B", 1), ("T", 8192), ("H", 96)],
+        &[("B", 4), ("T", 4096), ("H", 64)],
+        &[
+            ("N", 8),
+            ("L0", 1024),
+            ("L1", 1024),
+            ("L2", 1024),
+            ("L3", 1024),
+            ("L4", 1024),
+            ("L5", 1024),
+            ("L6", 1024),
+            ("L7", 1024),
+            ("H", 96),
+        ],
+    ];
+    let dump = std::env::var("K3K_DUMP_CUBIN").ok();
+    for dims in shapes {
+        let dd: Vec<(&str, i64)> = dims.iter().copied().chain(fk).collect();
+        let pb = problem(&dd);
+        for knobs in [kda::default_knobs(), tma(&kda::default_knobs())] {
+            let l = kda::Launch::resolve(&knobs, &pb).unwrap();
+            let k = kda::state_kernel(&pb.spec(), &l).unwrap();
+            let m = build(&k, BuildOptions { assemble: true }).unwrap_or_else(|e| panic!("{}: {e}", k.name));
+            let r = m.resources.clone().unwrap();
+            eprintln!("{}: {r:?} smem {} cluster {}", k.name, k.shared_bytes(), k.cluster_size());
+            assert!(!r.spills_over(0) && r.stack_frame_bytes == 0, "{}: {r:?}", k.name);
+            if let (Some(dir), Some(cubin)) = (&dump, &m.cubin) {
+                std::fs::write(format!("{dir}/{}.cubin", k.name), cubin).unwrap();
+            }
+        }
+    }
 }
