@@ -128,8 +128,8 @@ fn sload_tma_refuses_what_it_cannot_run() {
     assert!(kda::knob_space().axes.iter().all(|a| a.name != kda::SLOAD_KNOB));
 }
 
-/// The state pass of the three presets the issue times (FlashKDA's options), `SLOAD=tma` beside `SLOAD=cp`: NVRTC and
-/// ptxas for sm_90a, no spill and no stack frame. `K3K_DUMP_CUBIN=dir` writes each cubin there (for nvdisasm).
+/// The state pass of the three presets the issue times (FlashKDA's options), `SLOAD=tma` beside `SLOAD=cp` (and with
+/// `STAGES=3`, and with BV=32 on 4 warps): NVRTC and ptxas for sm_90a, no spill and no stack frame. `K3K_DUMP_CUBIN=dir` writes each cubin there (for nvdisasm).
 #[test]
 fn sload_tma_kernels_compile() {
     use k3k_codegen::{BuildOptions, build};
@@ -154,7 +154,9 @@ fn sload_tma_kernels_compile() {
     for dims in shapes {
         let dd: Vec<(&str, i64)> = dims.iter().copied().chain(fk).collect();
         let pb = problem(&dd);
-        for knobs in [kda::default_knobs(), tma(&kda::default_knobs())] {
+        let deeper = tma(&kda::default_knobs()).with("STAGES", 3i64);
+        let narrow = tma(&kda::default_knobs()).with("BV", 32i64).with("W2", 4i64).with("STAGES", 2i64);
+        for knobs in [kda::default_knobs(), tma(&kda::default_knobs()), deeper, narrow] {
             let l = kda::Launch::resolve(&knobs, &pb).unwrap();
             let k = kda::state_kernel(&pb.spec(), &l).unwrap();
             let m = build(&k, BuildOptions { assemble: true }).unwrap_or_else(|e| panic!("{}: {e}", k.name));
