@@ -89,6 +89,11 @@ fn sload_tma_matches_reference_and_cp() {
         (varlen(0, 64, 32), base.clone().with("BV", 16i64).with("STAGES", 3i64)),
         (varlen(1, 64, 64), base.clone().with("CHUNK", 64i64).with("BV", 32i64).with("STAGES", 2i64)),
         (varlen(0, 64, 64), base.clone().with("BV", 32i64).with("STAGES", 2i64).with("TSPLIT", 4i64)),
+        // The exact path with extreme gates (the hierarchy's chunks), a partial last chunk.
+        (
+            vec![("B", 1), ("T", 50), ("H", 1), ("K", 64), ("V", 64), ("safe", 0), ("extreme", 1)],
+            base.clone().with("BV", 16i64).with("STAGES", 2i64),
+        ),
     ];
     for (i, (dims, k)) in cases.iter().enumerate() {
         check(dims, k, s ^ (0x5100 + i as u64));
