@@ -32,7 +32,7 @@ knob_enum! {
         Cp = "cp",
         /// The value blocks of a (sequence, value head) pair form a thread-block cluster; W, Qbar, Kbar and gamma are
         /// copied once for the cluster by TMA and multicast into every block; U and P stay on `cp.async` (see
-        /// [`state_tma`](super::state_tma)). Needs the two-barrier ring (`STAGES` 2 or 3, `SYNC=2`), `SGRID=vb`,
+        /// [`state_tma`]). Needs the two-barrier ring (`STAGES` 2 or 3, `SYNC=2`), `SGRID=vb`,
         /// `USTATE=0`, K a multiple of 64 and at most 8 value blocks a pair.
         Tma = "tma",
     }
