@@ -134,7 +134,8 @@ fn sload_tma_refuses_what_it_cannot_run() {
 }
 
 /// The state pass of the three presets the issue times (FlashKDA's options), `SLOAD=tma` beside `SLOAD=cp` (and with
-/// `STAGES=3`, and with BV=32 on 4 warps): NVRTC and ptxas for sm_90a, no spill and no stack frame. `K3K_DUMP_CUBIN=dir` writes each cubin there (for nvdisasm).
+/// `STAGES=3`, and with BV=32 on 4 warps): NVRTC and ptxas for sm_90a, no spill and no stack frame.
+/// `K3K_DUMP_CUBIN=dir` writes each cubin (for nvdisasm) and CUDA source there.
 #[test]
 fn sload_tma_kernels_compile() {
     use k3k_codegen::{BuildOptions, build};
@@ -170,6 +171,7 @@ fn sload_tma_kernels_compile() {
             assert!(!r.spills_over(0) && r.stack_frame_bytes == 0, "{}: {r:?}", k.name);
             if let (Some(dir), Some(cubin)) = (&dump, &m.cubin) {
                 std::fs::write(format!("{dir}/{}.cubin", k.name), cubin).unwrap();
+                std::fs::write(format!("{dir}/{}.cu", k.name), k3k_codegen::render(&k).unwrap()).unwrap();
             }
         }
     }
