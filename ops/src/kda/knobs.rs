@@ -20,6 +20,24 @@ pub const SGRID_KNOB: &str = "SGRID";
 /// Diag(beta) v` is formed, see [`UPlace`].
 pub const USTATE_KNOB: &str = "USTATE";
 
+/// The knob `SLOAD` (`cp` | `tma`, absent = `cp`), accepted but not an axis of the knob space: how the state pass
+/// loads its chunk operands, see [`StateLoads`] (issue 42, 2026-12-07).
+pub const SLOAD_KNOB: &str = "SLOAD";
+
+knob_enum! {
+    /// `SLOAD`: the state pass's chunk loads.
+    pub enum StateLoads: str {
+        /// Every block copies all of its chunk's operands with `cp.async` (W, Qbar, Kbar, P and gamma once per value
+        /// block: L2 serves the repeats).
+        Cp = "cp",
+        /// The value blocks of a (sequence, value head) pair form a thread-block cluster; W, Qbar, Kbar and gamma are
+        /// copied once for the cluster by TMA and multicast into every block; U and P stay on `cp.async` (see
+        /// [`state_tma`]). Needs the two-barrier ring (`STAGES` 2 or 3, `SYNC=2`), `SGRID=vb`,
+        /// `USTATE=0`, K a multiple of 64 and at most 8 value blocks a pair.
+        Tma = "tma",
+    }
+}
+
 knob_enum! {
     /// `ARENA`: the intra-chunk kernel's shared layout.
     pub enum IntraLayout: u32 {
@@ -351,6 +369,14 @@ knob_set! {
                 [IntraFold::Off, IntraFold::On, IntraFold::Rows],
             absent: IntraFold::Off,
         },
+        /// `SLOAD` (accepted, not an axis; absent: `cp`, see [`SLOAD_KNOB`]).
+        state_loads: StateLoads = SLOAD_KNOB => {
+            accepts: "state-pass chunk loads: cp (absent) every block copies its operands by cp.async; tma the value blocks \
+             of a pair form a cluster and W, Qbar, Kbar and gamma are copied once for it by TMA multicast (needs STAGES 2 \
+             or 3 with SYNC=2, SGRID=vb, USTATE=0, K a multiple of 64)"
+                [StateLoads::Cp, StateLoads::Tma],
+            absent: StateLoads::Cp,
+        },
         /// `GSWZ` (neither an axis nor accepted; absent: `pairs`, see [`GSWZ_KNOB`]).
         g_swizzle: GSwizzle = GSWZ_KNOB => {
             default: GSwizzle::Pairs,
@@ -422,6 +448,8 @@ pub struct Launch {
     /// the row pass.
     pub fold: bool,
     pub r_rows: bool,
+    /// The state pass's K-wide chunk operands by TMA multicast in clusters of value blocks (knob `SLOAD=tma`).
+    pub tma_loads: bool,
 }
 
 /// `TSPLIT=0`: the parts along time for a problem. The overlap pays where the state pass is the long pole, i.e.
@@ -545,8 +573,11 @@ impl Launch {
                 "USTATE=1 needs CHUNK=32 or 64 (at chunk 16 there is no lower block of L to pass)".into(),
             ));
         }
+        let tma_loads = t.state_loads == StateLoads::Tma;
         let shared_of = |s: u32| {
-            if u_state {
+            if tma_loads {
+                state_tma::state_shared_bytes_tma(pb.dk as u32, chunk, bv, s)
+            } else if u_state {
                 state_shared_bytes_u(pb.dk as u32, chunk, bv, s)
             } else {
                 state_shared_bytes(pb.dk as u32, chunk, bv, s)
@@ -597,6 +628,20 @@ impl Launch {
         // (The phase-B buffers fit in sQ + sOp's bytes for V <= K.)
         let slim = t.arena == IntraLayout::Slim && pb.safe && midoff && w1 <= 8 && pb.dv <= pb.dk;
         let two_bars = t.sync == StateSync::Two && stages >= 2;
+        if tma_loads {
+            let why = if u_state {
+                Some("USTATE=1 forms U in the state pass".to_string())
+            } else if !two_bars {
+                Some("the TMA loads need the two-barrier ring (STAGES 2 or 3 with SYNC=2)".to_string())
+            } else if t.state_grid != state::StateGrid::ValueBlocks {
+                Some("the clusters are a pair's consecutive value blocks (SGRID=vb)".to_string())
+            } else {
+                state_tma::tma_unsupported(pb.dk, pb.dv, bv, stages)
+            };
+            if let Some(why) = why {
+                return Err(invalid(format!("SLOAD=tma: {why}")));
+            }
+        }
         // GSWZ (not an axis of the knob space; absent = pairs: knob sets written before it were made at codegen
         // v8 or earlier, whose records no longer match their keys): the layout of the intra kernel's f32 G~ buffer.
         // `rows`: the 16-bit operands' XOR swizzle, 2-way bank conflicts on its 8-byte pair accesses (13.4 M of the
@@ -646,6 +691,7 @@ impl Launch {
             rows_gate: t.maps == IntraMaps::Gate,
             fold: t.fold != IntraFold::Off,
             r_rows: t.fold == IntraFold::Rows,
+            tma_loads,
         })
     }
 }
@@ -694,7 +740,7 @@ mod tests {
             ["CHUNK", "W1", "ARENA", "XDIAG", "BV", "W2", "STAGES", "ODIAG", "EX2", "SYNC", "OPDT", "LVLDT"]
         );
         let accepted: Vec<&str> = space.accepted.iter().map(|a| a.name.as_str()).collect();
-        assert_eq!(accepted, ["CHUNK", "BV", SGRID_KNOB, "FULLC", "GSIG", "L2R", "IMAP", USTATE_KNOB, "IFOLD"]);
+        assert_eq!(accepted, ["CHUNK", "BV", SGRID_KNOB, "FULLC", "GSIG", "L2R", "IMAP", USTATE_KNOB, "IFOLD", SLOAD_KNOB]);
         assert!(now.rows_qk && now.rows_ops);
     }
 

@@ -83,6 +83,11 @@
 //! and each state-pass block reads its value block of v and runs the same substitution (`state::StateBufs::form_u`),
 //! bit for bit the same U on the CPU backends (`lab/2026-12-07/kda-ustate.md`).
 //!
+//! 2026-12-07: `SLOAD=tma` (knob, not the default; issue 42) runs the state pass of [`state_tma`]: the value blocks of
+//! a (sequence, value head) pair form a thread-block cluster and W, Qbar, Kbar and gamma are copied once for it by TMA
+//! multicast (L2 -> SM bytes a chunk and block 28.5 -> 10.1 KB at BV=32, V=128), U and P by `cp.async` as before; the
+//! same bits as `SLOAD=cp` on the CPU backends (`lab/2026-12-07/kda-state-2.md`).
+//!
 //! Checks compare with `k3k_reference::kda::kda_recurrent` (f64) per (sequence, value head) pair: every pair for
 //! small problems, a documented sample of pairs (first, last and seeded others; every o row and state element of
 //! each) for the benchmark sizes, whose full f64 recurrence would take minutes on a CPU.
@@ -91,7 +96,8 @@
 //! validation and chunk tables, the host gate check, the seeded inputs [`KdaData`]), [`knobs`] (the knobs declared
 //! once in [`KdaKnobs`], resolved for a problem by [`Launch::resolve`]), [`plan`] (the kernels of a problem,
 //! [`chunk_plan`] and the `TSPLIT` split plan), [`check`] (the comparison with the f64 recurrence), [`presets`]
-//! (benchmark, FlashKDA and random presets), [`intra`] and [`state`] (the two chunked kernels), [`decode`]
+//! (benchmark, FlashKDA and random presets), [`intra`] and [`state`] (the two chunked kernels; [`state_tma`] the
+//! state pass with `SLOAD=tma`), [`decode`]
 //! (`kda.decode`), [`varlen`]; this file holds the [`Operator`] impl of `kda`.
 
 pub mod check;
@@ -102,6 +108,7 @@ pub mod plan;
 pub mod presets;
 pub mod problem;
 pub mod state;
+pub mod state_tma;
 pub mod varlen;
 
 pub use check::*;

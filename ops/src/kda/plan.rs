@@ -37,6 +37,9 @@ pub fn chunk_kernels(pb: &KdaProblem, l: &Launch) -> Result<(Kernel, Kernel), Op
 
 /// The state pass of a variant at resolved knobs.
 pub fn state_kernel(spec: &KdaSpec, l: &Launch) -> Result<Kernel, OpError> {
+    if l.tma_loads {
+        return state_tma::build_state_tma(spec, l.chunk, l.bv, l.w2, l.op_dt, l.stages);
+    }
     state::build_state_in(spec, l.chunk, l.bv, l.w2, l.op_dt, l.stages, l.two_bars, l.state_grid, l.u_state)
 }
 
