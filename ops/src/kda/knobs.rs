@@ -338,18 +338,21 @@ knob_set! {
             default: L2Rows::Unrolled,
             absent: L2Rows::Loop,
         },
-        /// `IMAP` (accepted, not an axis; default `ops`; absent: `tiles`): see [`IntraMaps`]. `ops` became the
-        /// default on the H100 measurement of 2026-12-07 09:05 UTC (main 598f659, `lab/2026-12-07/0905-h100-imap-mx/`,
-        /// FlashKDA's options, each kernel timed alone): the intra kernel 1.107 -> 0.912 ms at B1 T8192 H96,
-        /// 1.486 -> 1.240 at B4 T4096 H64, 1.119 -> 0.928 at varlen 8 x 1024 H96 (`rows`: 0.953, 1.262, 0.945);
-        /// same errors against f64. Its 24 spilled bytes (ptxas keeps the diagonal products' ldmatrix addresses
-        /// live into the next phase) cost less than the instructions it saves.
+        /// `IMAP` (accepted, not an axis; default `gate`; absent: `tiles`): see [`IntraMaps`]. Measured on an H100,
+        /// FlashKDA's options, each kernel timed alone: `ops` took the intra kernel 1.107 -> 0.912 ms at B1 T8192
+        /// H96, 1.486 -> 1.240 at B4 T4096 H64, 1.119 -> 0.928 at varlen 8 x 1024 H96 (2026-12-07 09:05 UTC, main
+        /// 598f659, `lab/2026-12-07/0905-h100-imap-mx/`; `rows`: 0.953, 1.262, 0.945); `gate` (the same bits as
+        /// `ops`) another 0.915 -> 0.885, 1.222 -> 1.181, 0.920 -> 0.897; `gate` with `IFOLD=1` (other roundings,
+        /// 0-2% more at those three, not a default) 0.623 -> 0.601 at B1 T8192 H64, 0.942 -> 0.901 at the mixed
+        /// varlen batch, 0.314 -> 0.303 at B1 T65536 H32 (09:50 UTC, main 5f50dfd,
+        /// `lab/2026-12-07/0950-h100-kda-candidates/`). The earlier presets: faster than `tiles` everywhere (B1 T8192
+        /// H96 plain safe 0.909 -> 0.832 with `ops`, 0.849 with `gate,IFOLD=1`).
         maps: IntraMaps = "IMAP" => {
             accepts: "intra kernel element-wise maps: tiles (MMA-fragment tiles, 4-byte pairs), rows (Qbar, Kbar and the \
              L2 norms in one row-major pass of 16-byte accesses, K/8 lanes a row), ops (rows, and on the safe path with \
              ODIAG=1 the diagonal tiles' operands in the same pass), gate (ops, and the gate form in the row layout)"
                 [IntraMaps::Tiles, IntraMaps::Rows, IntraMaps::Ops, IntraMaps::Gate],
-            default: IntraMaps::Ops,
+            default: IntraMaps::Gate,
             absent: IntraMaps::Tiles,
         },
         /// `USTATE` (accepted, not an axis; absent: `0`, see [`USTATE_KNOB`]).
@@ -686,9 +689,12 @@ impl Launch {
             // (Beside USTATE=1 the unrolled norms spill, 28 bytes: there the loop.)
             l2_unrolled: t.l2_rows == L2Rows::Unrolled && !u_state,
             u_state,
-            rows_qk: t.maps != IntraMaps::Tiles,
-            rows_ops: matches!(t.maps, IntraMaps::Ops | IntraMaps::Gate),
-            rows_gate: t.maps == IntraMaps::Gate,
+            // (Beside USTATE=1 the row maps spill, 36 bytes at FlashKDA's options: there the tile maps.)
+            rows_qk: t.maps != IntraMaps::Tiles && !u_state,
+            rows_ops: matches!(t.maps, IntraMaps::Ops | IntraMaps::Gate) && !u_state,
+            // (`gate` with a precomputed gate is `ops`: no gate form to move, and its row scan spilled 32 bytes at the
+            // plain safe preset, B1 T8192 H96, where `ops` measured 2% faster; H100, 2026-12-07 09:50 UTC.)
+            rows_gate: t.maps == IntraMaps::Gate && pb.gate != GateForm::Pre && !u_state,
             fold: t.fold != IntraFold::Off,
             r_rows: t.fold == IntraFold::Rows,
             tma_loads,
@@ -727,7 +733,7 @@ mod tests {
         // A record without the three keeps its kernels (their absent meanings are the paths of before).
         let pb = problem(1);
         let before = Launch::resolve(&old, &pb).unwrap();
-        let old = old.with("FULLC", 1i64).with("GSIG", "fast").with("L2R", "unrolled").with("IMAP", "ops");
+        let old = old.with("FULLC", 1i64).with("GSIG", "fast").with("L2R", "unrolled").with("IMAP", "gate");
         assert_eq!(default_knobs(), old);
         assert!(!before.full_chunks && !before.fast_gate_sigmoid && !before.l2_unrolled);
         assert!(!before.rows_qk && !before.rows_ops && !before.fold && !before.r_rows && !before.rows_gate);
@@ -740,7 +746,10 @@ mod tests {
             ["CHUNK", "W1", "ARENA", "XDIAG", "BV", "W2", "STAGES", "ODIAG", "EX2", "SYNC", "OPDT", "LVLDT"]
         );
         let accepted: Vec<&str> = space.accepted.iter().map(|a| a.name.as_str()).collect();
-        assert_eq!(accepted, ["CHUNK", "BV", SGRID_KNOB, "FULLC", "GSIG", "L2R", "IMAP", USTATE_KNOB, "IFOLD", SLOAD_KNOB]);
+        assert_eq!(
+            accepted,
+            ["CHUNK", "BV", SGRID_KNOB, "FULLC", "GSIG", "L2R", "IMAP", USTATE_KNOB, "IFOLD", SLOAD_KNOB]
+        );
         assert!(now.rows_qk && now.rows_ops);
     }
 

@@ -152,10 +152,18 @@ impl Operator for Kda {
         // in-kernel L2 norm: 8 bytes under the 80-register cap of the slim layout since the norms are one warp a
         // row (measured faster with the spill: H100, 2026-12-06, intra kernel 1.39 -> 1.27 ms at B1 T8192 H96 with
         // every in-kernel option).
+        // The row-major maps (`IMAP=rows|ops|gate`, kernel names with `_rq`), measured faster with their spill
+        // (H100, 2026-12-07: the intra kernel 0.909 -> 0.832 ms at the plain safe B1 T8192 H96, 1.107 -> 0.885 with
+        // FlashKDA's options): 24 bytes of stack (20 spilled) on the plain safe path, 16 with the in-kernel options
+        // (the partial-chunk copy with `IFOLD`; the full-chunk copy of the defaults 4).
         let n = &kernel.name;
         let intra = n.starts_with("k3k_kda_intra_");
+        let rows = intra && n.contains("_rq");
         // (`_gp` then, at the name's end or before the `FULLC` / `GSIG` suffixes `_fc`, `_gsf`.)
-        if intra && n.contains("_pre_c") && (n.ends_with("_gp") || n.contains("_gp_")) {
+        let plain_pairs = intra && n.contains("_pre_c") && (n.ends_with("_gp") || n.contains("_gp_"));
+        if rows && n.contains("_pre_c") {
+            24
+        } else if (rows && n.contains("_l2_")) || plain_pairs {
             16
         } else if intra && n.contains("_l2_") {
             8
