@@ -114,10 +114,11 @@ fi
 
 # 3. k3k on the six presets (defaults, or a tuned record of this GPU where results/ has one: none for kda at this
 #    codegen version); K3K_BENCH_STEPS=1 also times each kernel of the plan alone (logged, not in the report).
-K3K_BENCH_STEPS=1 step bench 200 230 "$BIN" bench --op kda --preset "$ALL" --out "$W/bench"
-# OLD=1: the five earlier presets too (pre-computed gates), into the same report.
+# OLD=1: the five earlier presets too (pre-computed gates), in the same `k3k bench` run: a second run into the same
+# report would mark the first one's rows as kept from an earlier run, and the peers skip those.
 OLDP="B1 T8192 H96 K128 safe;B1 T65536 H32 K128 safe;B1 T16384 H32 K128 safe;B1 T16384 H32 K128 exact;B4 T4096 H64 K128 safe"
-[ "${OLD:-0}" = 1 ] && K3K_BENCH_STEPS=1 step bench-old 90 200 "$BIN" bench --op kda --preset "$OLDP" --out "$W/bench"
+PRESETS=$ALL; [ "${OLD:-0}" = 1 ] && PRESETS="$ALL;$OLDP"
+K3K_BENCH_STEPS=1 step bench 290 200 "$BIN" bench --op kda --preset "$PRESETS" --out "$W/bench"
 pack
 SLUG=$(cd "$W/bench" 2>/dev/null && ls -t */kda.json 2>/dev/null | head -1 | cut -d/ -f1)
 REPORT=$W/bench/$SLUG/kda.json
