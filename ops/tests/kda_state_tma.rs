@@ -105,10 +105,32 @@ fn sload_tma_refuses_what_it_cannot_run() {
     let pb = problem(&varlen(1, 64, 64));
     let base = kda::default_knobs().with("BV", 32i64).with("STAGES", 2i64);
     assert!(kda::Launch::resolve(&tma(&base), &pb).unwrap().tma_loads);
-    // Absent and `cp`: the cp.async pass (the default's kernels).
+    // Absent (a record written before the knob) and `cp`: the cp.async pass.
     let cp = kda::Launch::resolve(&base.clone().with(kda::SLOAD_KNOB, "cp"), &pb).unwrap();
-    assert_eq!(cp, kda::Launch::resolve(&base, &pb).unwrap());
+    assert_eq!(
+        cp,
+        kda::Launch::resolve(
+            &{
+                let mut absent = base.clone();
+                absent.0.remove(kda::SLOAD_KNOB);
+                absent
+            },
+            &pb
+        )
+        .unwrap()
+    );
     assert!(!cp.tma_loads);
+    // `auto` (the default): tma where a pair has two value blocks and the pass allows it, else the cp pass, never
+    // an error.
+    assert_eq!(base.str(kda::SLOAD_KNOB).unwrap(), "auto");
+    assert_eq!(kda::Launch::resolve(&base, &pb).unwrap(), kda::Launch::resolve(&tma(&base), &pb).unwrap());
+    for k in
+        [base.clone().with("BV", 16i64), base.clone().with("STAGES", 1i64), base.clone().with(kda::USTATE_KNOB, 1i64)]
+    {
+        let auto = kda::Launch::resolve(&k, &pb).unwrap();
+        assert!(!auto.tma_loads, "[{k}]");
+        assert_eq!(auto, kda::Launch::resolve(&k.clone().with(kda::SLOAD_KNOB, "cp"), &pb).unwrap(), "[{k}]");
+    }
     let refused = [
         (base.clone().with("STAGES", 1i64), "ring"),
         (base.clone().with("SYNC", 4i64), "two-barrier"),

@@ -20,7 +20,7 @@ pub const SGRID_KNOB: &str = "SGRID";
 /// Diag(beta) v` is formed, see [`UPlace`].
 pub const USTATE_KNOB: &str = "USTATE";
 
-/// The knob `SLOAD` (`cp` | `tma`, absent = `cp`), accepted but not an axis of the knob space: how the state pass
+/// The knob `SLOAD` (`cp` | `tma` | `auto`, default `auto`, absent = `cp`), accepted but not an axis of the knob space: how the state pass
 /// loads its chunk operands, see [`StateLoads`] (issue 42, 2026-12-07).
 pub const SLOAD_KNOB: &str = "SLOAD";
 
@@ -35,6 +35,12 @@ knob_enum! {
         /// [`state_tma`]). Needs the two-barrier ring (`STAGES` 2 or 3, `SYNC=2`), `SGRID=vb`,
         /// `USTATE=0`, K a multiple of 64 and at most 8 value blocks a pair.
         Tma = "tma",
+        /// `tma` where a pair has two value blocks (BV = V/2) and the pass allows it, else `cp`. Measured on an H100
+        /// (2026-12-07 09:50 UTC, `lab/2026-12-07/0950-h100-kda-candidates/`, FlashKDA's options, the state pass
+        /// alone): clusters of 2 (BV=64) 0.673 -> 0.643 ms at B4 T4096 H64, 0.524 -> 0.514 at varlen 8 x 1024 H96,
+        /// 0.656 -> 0.622 at the mixed varlen batch; clusters of 4 (BV=32) 0.600 -> 1.030 at B1 T8192 H96, and
+        /// BV=32 clusters at the BV=64 presets 0.898 / 0.682.
+        Auto = "auto",
     }
 }
 
@@ -372,12 +378,14 @@ knob_set! {
                 [IntraFold::Off, IntraFold::On, IntraFold::Rows],
             absent: IntraFold::Off,
         },
-        /// `SLOAD` (accepted, not an axis; absent: `cp`, see [`SLOAD_KNOB`]).
+        /// `SLOAD` (accepted, not an axis; default `auto`; absent: `cp`, see [`SLOAD_KNOB`]).
         state_loads: StateLoads = SLOAD_KNOB => {
             accepts: "state-pass chunk loads: cp (absent) every block copies its operands by cp.async; tma the value blocks \
              of a pair form a cluster and W, Qbar, Kbar and gamma are copied once for it by TMA multicast (needs STAGES 2 \
-             or 3 with SYNC=2, SGRID=vb, USTATE=0, K a multiple of 64)"
-                [StateLoads::Cp, StateLoads::Tma],
+             or 3 with SYNC=2, SGRID=vb, USTATE=0, K a multiple of 64); auto (the default) tma where a pair has two value \
+             blocks and the pass allows it, else cp"
+                [StateLoads::Cp, StateLoads::Tma, StateLoads::Auto],
+            default: StateLoads::Auto,
             absent: StateLoads::Cp,
         },
         /// `GSWZ` (neither an axis nor accepted; absent: `pairs`, see [`GSWZ_KNOB`]).
@@ -576,8 +584,11 @@ impl Launch {
                 "USTATE=1 needs CHUNK=32 or 64 (at chunk 16 there is no lower block of L to pass)".into(),
             ));
         }
-        let tma_loads = t.state_loads == StateLoads::Tma;
-        let shared_of = |s: u32| {
+        // (`auto`: the clusters of two value blocks; `tma_loads` falls back to `cp` below where the pass does not
+        // allow them.)
+        let tma_auto = t.state_loads == StateLoads::Auto;
+        let mut tma_loads = t.state_loads == StateLoads::Tma || (tma_auto && pb.dv == 2 * bv as usize);
+        let shared_of = |tma_loads: bool, s: u32| {
             if tma_loads {
                 state_tma::state_shared_bytes_tma(pb.dk as u32, chunk, bv, s)
             } else if u_state {
@@ -586,30 +597,27 @@ impl Launch {
                 state_shared_bytes(pb.dk as u32, chunk, bv, s)
             }
         };
-        if stages == 0 && bv == 64 && w2 == 8 {
-            // 64 columns on 8 warps: 2 stages (ptxas, 2026-12-06: 128 registers, two blocks per SM; 3 stages
-            // take 154 registers, one block per SM, which the register model below does not see).
-            stages = 2;
-        }
-        if stages == 0 {
-            // More operand stages multiply the chunk buffers (38 -> 67 -> 96 KB at chunk 32, K = V = 128, BV = 32)
-            // and let chunk j + S - 1's loads overlap S - 1 chunks of work instead of half of one; they are free
-            // as long as they cost none of the resident blocks the grid needs. So: the deepest ring (3, 2, 1)
-            // with which `min(ceil(blocks / SMs), blocks per SM by registers)` blocks still fit on an SM, the
-            // registers taken as 128 a thread (ptxas: 123-128 at 1 and 3 stages; 153 for 2 stages on 4 warps,
-            // i.e. 3 blocks per SM, which shared memory caps at anyway: 3 x 67 KB) -- e.g. 3 stages at H32 (128
-            // blocks, one per SM), 2 at H96 (384 blocks: 3 per SM, 3 x 67 KB), 1 at B4 H64 (1024 blocks: 4 per SM
-            // by registers at 4 warps, 4 x 38 KB).
+        // More operand stages multiply the chunk buffers (38 -> 67 -> 96 KB at chunk 32, K = V = 128, BV = 32) and
+        // let chunk j + S - 1's loads overlap S - 1 chunks of work instead of half of one; they are free as long as
+        // they cost none of the resident blocks the grid needs. So: the deepest ring (3, 2, 1) with which
+        // `min(ceil(blocks / SMs), blocks per SM by registers)` blocks still fit on an SM, the registers taken as 128
+        // a thread (ptxas: 123-128 at 1 and 3 stages; 153 for 2 stages on 4 warps, i.e. 3 blocks per SM, which
+        // shared memory caps at anyway: 3 x 67 KB) -- e.g. 3 stages at H32 (128 blocks, one per SM), 2 at H96 (384
+        // blocks: 3 per SM, 3 x 67 KB), 1 at B4 H64 (1024 blocks: 4 per SM by registers at 4 warps, 4 x 38 KB).
+        // 64 columns on 8 warps: 2 stages (ptxas, 2026-12-06: 128 registers, two blocks per SM; 3 stages take 154
+        // registers, one block per SM, which the register model does not see).
+        let auto_stages = stages == 0;
+        let ring_depth = |tma_loads: bool| -> u32 {
+            if bv == 64 && w2 == 8 {
+                return 2;
+            }
             let blocks = pb.num_seqs() * pb.hv * pb.dv / bv as usize;
             let want = blocks.div_ceil(ASSUMED_SMS).min(65536 / (128 * 32 * w2 as usize)).max(1) as u32;
-            let fits = |s: u32| want * (shared_of(s) + 1024) <= SM_SHARED_BYTES;
-            stages = [3, 2].into_iter().find(|&s| fits(s)).unwrap_or(1);
-        }
-        if shared_of(stages) > MAX_SHARED_BYTES {
-            return Err(invalid(format!(
-                "STAGES={stages} at chunk {chunk}, BV={bv}: {} bytes of shared memory (max {MAX_SHARED_BYTES})",
-                shared_of(stages)
-            )));
+            let fits = |s: u32| want * (shared_of(tma_loads, s) + 1024) <= SM_SHARED_BYTES;
+            [3, 2].into_iter().find(|&s| fits(s)).unwrap_or(1)
+        };
+        if auto_stages {
+            stages = ring_depth(tma_loads);
         }
         // f32 accumulator registers per thread: the state and the two chunk accumulators.
         let regs = (pb.dk as u32 + 2 * chunk) * bv / (32 * w2);
@@ -630,20 +638,34 @@ impl Launch {
         // (safe path, chunk 32, ODIAG=1, W1 <= 8, V <= K); elsewhere the separate buffers, as ODIAG does.
         // (The phase-B buffers fit in sQ + sOp's bytes for V <= K.)
         let slim = t.arena == IntraLayout::Slim && pb.safe && midoff && w1 <= 8 && pb.dv <= pb.dk;
-        let two_bars = t.sync == StateSync::Two && stages >= 2;
+        let two_bars_at = |s: u32| t.sync == StateSync::Two && s >= 2;
         if tma_loads {
             let why = if u_state {
                 Some("USTATE=1 forms U in the state pass".to_string())
-            } else if !two_bars {
+            } else if !two_bars_at(stages) {
                 Some("the TMA loads need the two-barrier ring (STAGES 2 or 3 with SYNC=2)".to_string())
             } else if t.state_grid != state::StateGrid::ValueBlocks {
                 Some("the clusters are a pair's consecutive value blocks (SGRID=vb)".to_string())
             } else {
                 state_tma::tma_unsupported(pb.dk, pb.dv, bv, stages)
             };
-            if let Some(why) = why {
-                return Err(invalid(format!("SLOAD=tma: {why}")));
+            match why {
+                Some(_) if tma_auto => tma_loads = false,
+                Some(why) => return Err(invalid(format!("SLOAD=tma: {why}"))),
+                None => {}
             }
+            if !tma_loads && auto_stages {
+                // `auto` fell back to cp: the ring depth for the cp pass's buffers (their bytes differ by the
+                // barriers and the alignment).
+                stages = ring_depth(false);
+            }
+        }
+        let two_bars = two_bars_at(stages);
+        if shared_of(tma_loads, stages) > MAX_SHARED_BYTES {
+            return Err(invalid(format!(
+                "STAGES={stages} at chunk {chunk}, BV={bv}: {} bytes of shared memory (max {MAX_SHARED_BYTES})",
+                shared_of(tma_loads, stages)
+            )));
         }
         // GSWZ (not an axis of the knob space; absent = pairs: knob sets written before it were made at codegen
         // v8 or earlier, whose records no longer match their keys): the layout of the intra kernel's f32 G~ buffer.
@@ -733,7 +755,12 @@ mod tests {
         // A record without the three keeps its kernels (their absent meanings are the paths of before).
         let pb = problem(1);
         let before = Launch::resolve(&old, &pb).unwrap();
-        let old = old.with("FULLC", 1i64).with("GSIG", "fast").with("L2R", "unrolled").with("IMAP", "gate");
+        let old = old
+            .with("FULLC", 1i64)
+            .with("GSIG", "fast")
+            .with("L2R", "unrolled")
+            .with("IMAP", "gate")
+            .with("SLOAD", "auto");
         assert_eq!(default_knobs(), old);
         assert!(!before.full_chunks && !before.fast_gate_sigmoid && !before.l2_unrolled);
         assert!(!before.rows_qk && !before.rows_ops && !before.fold && !before.r_rows && !before.rows_gate);
