@@ -532,13 +532,6 @@ impl Launch {
             0 => 16,
             w => w,
         };
-        let mut bv = t.bv;
-        let mut w2 = t.w2;
-        // Knob sets written before STAGES existed mean the single-buffer pass (see [`KdaKnobs`]).
-        let mut stages = t.stages;
-        if stages > 3 {
-            return Err(invalid(format!("STAGES={stages}: 0, 1, 2 or 3")));
-        }
         if !matches!(chunk, 16 | 32 | 64) {
             return Err(invalid(format!("CHUNK={chunk}: 0 (auto), 16, 32 or 64")));
         }
@@ -548,35 +541,6 @@ impl Launch {
         if w1 == 4 && chunk == 64 && pb.dk.max(pb.dv) >= 128 {
             return Err(invalid("W1=4 with CHUNK=64 and head dim 128 runs out of registers (spills): use W1=8".into()));
         }
-        let dv = pb.dv as u32;
-        if bv == 0 {
-            // 16 when 32 would leave more than half the SMs idle; 64 when even 64 gives two blocks per SM (every
-            // value block re-reads its pair's chunk operands: wider blocks read fewer bytes from L2). Measured on the
-            // H100 (2026-12-06, same run, with SGRID=vb): BV=64 on 8 warps with 2 stages 2.576 ms vs 2.742 at BV=32
-            // (B4 T4096 H64, 512 blocks of 64) and 1.957 vs 2.087 (varlen 8 x 1024 H96, 1536 blocks), while B1 T8192
-            // H96 (192 blocks of 64) took 2.100 vs 2.035: there BV=32 stays.
-            let heads = pb.num_seqs() * pb.hv;
-            bv = if 2 * heads * pb.dv / 32 < ASSUMED_SMS {
-                16
-            } else if pb.dv.is_multiple_of(64) && heads * pb.dv / 64 >= 2 * ASSUMED_SMS {
-                64
-            } else {
-                32
-            };
-        }
-        if !matches!(bv, 16 | 32 | 64 | 128) || bv > dv || !dv.is_multiple_of(bv) {
-            return Err(invalid(format!("BV={bv} must be 16, 32, 64 or 128 and divide V={dv}")));
-        }
-        if w2 == 0 {
-            // 8 warps for value blocks wider than 32, else 4: a chunk-32 x 32 output tile does not split over 8
-            // warps (half of them duplicate its products). Measured on the H200 (2026-12-01, same run, chunk 32,
-            // 3 stages, where 8 warps had been picked because the 128 blocks fit on the SMs at once): W2=4 took
-            // 6.819 ms at B1 T65536 H32 (8 warps 7.340), 1.879 at T16384 H32 safe (1.945), 1.980 exact (2.114).
-            w2 = if bv > 32 { 8 } else { 4 };
-        }
-        if !matches!(w2, 4 | 8 | 16) {
-            return Err(invalid(format!("W2={w2}: 0, 4, 8 or 16")));
-        }
         let u_state = t.u_place == UPlace::State;
         if u_state && chunk == 16 {
             // The U substitution's factors are N_ii and the strictly lower blocks of L from row 16: none at chunk 16.
@@ -584,49 +548,7 @@ impl Launch {
                 "USTATE=1 needs CHUNK=32 or 64 (at chunk 16 there is no lower block of L to pass)".into(),
             ));
         }
-        // (`auto`: the clusters of two value blocks; `tma_loads` falls back to `cp` below where the pass does not
-        // allow them.)
-        let tma_auto = t.state_loads == StateLoads::Auto;
-        let mut tma_loads = t.state_loads == StateLoads::Tma || (tma_auto && pb.dv == 2 * bv as usize);
-        let shared_of = |tma_loads: bool, s: u32| {
-            if tma_loads {
-                state_tma::state_shared_bytes_tma(pb.dk as u32, chunk, bv, s)
-            } else if u_state {
-                state_shared_bytes_u(pb.dk as u32, chunk, bv, s)
-            } else {
-                state_shared_bytes(pb.dk as u32, chunk, bv, s)
-            }
-        };
-        // More operand stages multiply the chunk buffers (38 -> 67 -> 96 KB at chunk 32, K = V = 128, BV = 32) and
-        // let chunk j + S - 1's loads overlap S - 1 chunks of work instead of half of one; they are free as long as
-        // they cost none of the resident blocks the grid needs. So: the deepest ring (3, 2, 1) with which
-        // `min(ceil(blocks / SMs), blocks per SM by registers)` blocks still fit on an SM, the registers taken as 128
-        // a thread (ptxas: 123-128 at 1 and 3 stages; 153 for 2 stages on 4 warps, i.e. 3 blocks per SM, which
-        // shared memory caps at anyway: 3 x 67 KB) -- e.g. 3 stages at H32 (128 blocks, one per SM), 2 at H96 (384
-        // blocks: 3 per SM, 3 x 67 KB), 1 at B4 H64 (1024 blocks: 4 per SM by registers at 4 warps, 4 x 38 KB).
-        // 64 columns on 8 warps: 2 stages (ptxas, 2026-12-06: 128 registers, two blocks per SM; 3 stages take 154
-        // registers, one block per SM, which the register model does not see).
-        let auto_stages = stages == 0;
-        let ring_depth = |tma_loads: bool| -> u32 {
-            if bv == 64 && w2 == 8 {
-                return 2;
-            }
-            let blocks = pb.num_seqs() * pb.hv * pb.dv / bv as usize;
-            let want = blocks.div_ceil(ASSUMED_SMS).min(65536 / (128 * 32 * w2 as usize)).max(1) as u32;
-            let fits = |s: u32| want * (shared_of(tma_loads, s) + 1024) <= SM_SHARED_BYTES;
-            [3, 2].into_iter().find(|&s| fits(s)).unwrap_or(1)
-        };
-        if auto_stages {
-            stages = ring_depth(tma_loads);
-        }
-        // f32 accumulator registers per thread: the state and the two chunk accumulators.
-        let regs = (pb.dk as u32 + 2 * chunk) * bv / (32 * w2);
-        if regs > 64 {
-            return Err(invalid(format!(
-                "state K={} x BV={bv} and two {chunk} x {bv} accumulators on {w2} warps: {regs} registers a thread (max 64)",
-                pb.dk
-            )));
-        }
+        let StatePass { bv, w2, stages, two_bars, tma_loads } = state_pass(&t, pb, chunk, u_state, &invalid)?;
         // Knob sets written before ARENA, XDIAG, EX2, ODIAG, SYNC, GSWZ, TSPLIT or SGRID existed read as the
         // separate buffers, the hierarchy, exp2f, the level pass, four barriers, pairs, one part and vb (the
         // `absent` values of [`KdaKnobs`]).
@@ -638,35 +560,6 @@ impl Launch {
         // (safe path, chunk 32, ODIAG=1, W1 <= 8, V <= K); elsewhere the separate buffers, as ODIAG does.
         // (The phase-B buffers fit in sQ + sOp's bytes for V <= K.)
         let slim = t.arena == IntraLayout::Slim && pb.safe && midoff && w1 <= 8 && pb.dv <= pb.dk;
-        let two_bars_at = |s: u32| t.sync == StateSync::Two && s >= 2;
-        if tma_loads {
-            let why = if u_state {
-                Some("USTATE=1 forms U in the state pass".to_string())
-            } else if !two_bars_at(stages) {
-                Some("the TMA loads need the two-barrier ring (STAGES 2 or 3 with SYNC=2)".to_string())
-            } else if t.state_grid != state::StateGrid::ValueBlocks {
-                Some("the clusters are a pair's consecutive value blocks (SGRID=vb)".to_string())
-            } else {
-                state_tma::tma_unsupported(pb.dk, pb.dv, bv, stages)
-            };
-            match why {
-                Some(_) if tma_auto => tma_loads = false,
-                Some(why) => return Err(invalid(format!("SLOAD=tma: {why}"))),
-                None => {}
-            }
-            if !tma_loads && auto_stages {
-                // `auto` fell back to cp: the ring depth for the cp pass's buffers (their bytes differ by the
-                // barriers and the alignment).
-                stages = ring_depth(false);
-            }
-        }
-        let two_bars = two_bars_at(stages);
-        if shared_of(tma_loads, stages) > MAX_SHARED_BYTES {
-            return Err(invalid(format!(
-                "STAGES={stages} at chunk {chunk}, BV={bv}: {} bytes of shared memory (max {MAX_SHARED_BYTES})",
-                shared_of(tma_loads, stages)
-            )));
-        }
         // GSWZ (not an axis of the knob space; absent = pairs: knob sets written before it were made at codegen
         // v8 or earlier, whose records no longer match their keys): the layout of the intra kernel's f32 G~ buffer.
         // `rows`: the 16-bit operands' XOR swizzle, 2-way bank conflicts on its 8-byte pair accesses (13.4 M of the
@@ -722,6 +615,135 @@ impl Launch {
             tma_loads,
         })
     }
+}
+
+/// The state pass's value blocks, warps, operand ring and loads (see [`Launch::resolve`]).
+struct StatePass {
+    bv: u32,
+    w2: u32,
+    stages: u32,
+    two_bars: bool,
+    tma_loads: bool,
+}
+
+/// [`Launch::resolve`]'s state-pass half: `BV`, `W2`, `STAGES` (0 = automatic), `SYNC` and `SLOAD` for a chunk
+/// size, checked against the registers and the shared memory of a block.
+fn state_pass(
+    t: &KdaKnobs,
+    pb: &KdaProblem,
+    chunk: u32,
+    u_state: bool,
+    invalid: &dyn Fn(String) -> OpError,
+) -> Result<StatePass, OpError> {
+    let mut bv = t.bv;
+    let mut w2 = t.w2;
+    // Knob sets written before STAGES existed mean the single-buffer pass (see [`KdaKnobs`]).
+    let mut stages = t.stages;
+    if stages > 3 {
+        return Err(invalid(format!("STAGES={stages}: 0, 1, 2 or 3")));
+    }
+    let dv = pb.dv as u32;
+    if bv == 0 {
+        // 16 when 32 would leave more than half the SMs idle; 64 when even 64 gives two blocks per SM (every
+        // value block re-reads its pair's chunk operands: wider blocks read fewer bytes from L2). Measured on the
+        // H100 (2026-12-06, same run, with SGRID=vb): BV=64 on 8 warps with 2 stages 2.576 ms vs 2.742 at BV=32
+        // (B4 T4096 H64, 512 blocks of 64) and 1.957 vs 2.087 (varlen 8 x 1024 H96, 1536 blocks), while B1 T8192
+        // H96 (192 blocks of 64) took 2.100 vs 2.035: there BV=32 stays.
+        let heads = pb.num_seqs() * pb.hv;
+        bv = if 2 * heads * pb.dv / 32 < ASSUMED_SMS {
+            16
+        } else if pb.dv.is_multiple_of(64) && heads * pb.dv / 64 >= 2 * ASSUMED_SMS {
+            64
+        } else {
+            32
+        };
+    }
+    if !matches!(bv, 16 | 32 | 64 | 128) || bv > dv || !dv.is_multiple_of(bv) {
+        return Err(invalid(format!("BV={bv} must be 16, 32, 64 or 128 and divide V={dv}")));
+    }
+    if w2 == 0 {
+        // 8 warps for value blocks wider than 32, else 4: a chunk-32 x 32 output tile does not split over 8
+        // warps (half of them duplicate its products). Measured on the H200 (2026-12-01, same run, chunk 32,
+        // 3 stages, where 8 warps had been picked because the 128 blocks fit on the SMs at once): W2=4 took
+        // 6.819 ms at B1 T65536 H32 (8 warps 7.340), 1.879 at T16384 H32 safe (1.945), 1.980 exact (2.114).
+        w2 = if bv > 32 { 8 } else { 4 };
+    }
+    if !matches!(w2, 4 | 8 | 16) {
+        return Err(invalid(format!("W2={w2}: 0, 4, 8 or 16")));
+    }
+    // (`auto`: the clusters of two value blocks; `tma_loads` falls back to `cp` below where the pass does not
+    // allow them.)
+    let tma_auto = t.state_loads == StateLoads::Auto;
+    let mut tma_loads = t.state_loads == StateLoads::Tma || (tma_auto && pb.dv == 2 * bv as usize);
+    let shared_of = |tma_loads: bool, s: u32| {
+        if tma_loads {
+            state_tma::state_shared_bytes_tma(pb.dk as u32, chunk, bv, s)
+        } else if u_state {
+            state_shared_bytes_u(pb.dk as u32, chunk, bv, s)
+        } else {
+            state_shared_bytes(pb.dk as u32, chunk, bv, s)
+        }
+    };
+    // More operand stages multiply the chunk buffers (38 -> 67 -> 96 KB at chunk 32, K = V = 128, BV = 32) and
+    // let chunk j + S - 1's loads overlap S - 1 chunks of work instead of half of one; they are free as long as
+    // they cost none of the resident blocks the grid needs. So: the deepest ring (3, 2, 1) with which
+    // `min(ceil(blocks / SMs), blocks per SM by registers)` blocks still fit on an SM, the registers taken as 128
+    // a thread (ptxas: 123-128 at 1 and 3 stages; 153 for 2 stages on 4 warps, i.e. 3 blocks per SM, which
+    // shared memory caps at anyway: 3 x 67 KB) -- e.g. 3 stages at H32 (128 blocks, one per SM), 2 at H96 (384
+    // blocks: 3 per SM, 3 x 67 KB), 1 at B4 H64 (1024 blocks: 4 per SM by registers at 4 warps, 4 x 38 KB).
+    // 64 columns on 8 warps: 2 stages (ptxas, 2026-12-06: 128 registers, two blocks per SM; 3 stages take 154
+    // registers, one block per SM, which the register model does not see).
+    let auto_stages = stages == 0;
+    let ring_depth = |tma_loads: bool| -> u32 {
+        if bv == 64 && w2 == 8 {
+            return 2;
+        }
+        let blocks = pb.num_seqs() * pb.hv * pb.dv / bv as usize;
+        let want = blocks.div_ceil(ASSUMED_SMS).min(65536 / (128 * 32 * w2 as usize)).max(1) as u32;
+        let fits = |s: u32| want * (shared_of(tma_loads, s) + 1024) <= SM_SHARED_BYTES;
+        [3, 2].into_iter().find(|&s| fits(s)).unwrap_or(1)
+    };
+    if auto_stages {
+        stages = ring_depth(tma_loads);
+    }
+    // f32 accumulator registers per thread: the state and the two chunk accumulators.
+    let regs = (pb.dk as u32 + 2 * chunk) * bv / (32 * w2);
+    if regs > 64 {
+        return Err(invalid(format!(
+            "state K={} x BV={bv} and two {chunk} x {bv} accumulators on {w2} warps: {regs} registers a thread (max 64)",
+            pb.dk
+        )));
+    }
+    let two_bars_at = |s: u32| t.sync == StateSync::Two && s >= 2;
+    if tma_loads {
+        let why = if u_state {
+            Some("USTATE=1 forms U in the state pass".to_string())
+        } else if !two_bars_at(stages) {
+            Some("the TMA loads need the two-barrier ring (STAGES 2 or 3 with SYNC=2)".to_string())
+        } else if t.state_grid != state::StateGrid::ValueBlocks {
+            Some("the clusters are a pair's consecutive value blocks (SGRID=vb)".to_string())
+        } else {
+            state_tma::tma_unsupported(pb.dk, pb.dv, bv, stages)
+        };
+        match why {
+            Some(_) if tma_auto => tma_loads = false,
+            Some(why) => return Err(invalid(format!("SLOAD=tma: {why}"))),
+            None => {}
+        }
+        if !tma_loads && auto_stages {
+            // `auto` fell back to cp: the ring depth for the cp pass's buffers (their bytes differ by the
+            // barriers and the alignment).
+            stages = ring_depth(false);
+        }
+    }
+    let two_bars = two_bars_at(stages);
+    if shared_of(tma_loads, stages) > MAX_SHARED_BYTES {
+        return Err(invalid(format!(
+            "STAGES={stages} at chunk {chunk}, BV={bv}: {} bytes of shared memory (max {MAX_SHARED_BYTES})",
+            shared_of(tma_loads, stages)
+        )));
+    }
+    Ok(StatePass { bv, w2, stages, two_bars, tma_loads })
 }
 
 #[cfg(test)]
