@@ -177,8 +177,9 @@ impl KnobType for L2pf {
 
 knob_set! {
     /// The knobs of `mxfp4_matmul`, read from a record by [`MatKnobs::from_knobs`]. 0 is "chosen from the
-    /// problem shape" for every integer knob but F8V, MINB and the DQ knobs. The tuner enumerates the product of
-    /// the axes, which offer the values worth timing; the `accepts` values are checked but never walked.
+    /// problem shape" for the tile-shape knobs, MINB, GR, XA and DQU (see each axis's doc). The tuner enumerates
+    /// the product of the axes, which offer the values worth timing; the `accepts` values are checked but never
+    /// walked.
     pub struct MatKnobs for "mxfp4_matmul" {
         /// `BN`: weight rows per tile (absent: required by the in-kernel paths, 0 for MMA=fp8 and dq_gemm).
         bn: Option<u32> = "BN" => {
@@ -550,7 +551,10 @@ mod tests {
             "BK=0,BM=0,BN=0,COPY=auto,CPS=0,DEC=auto,DQ=auto,FIN=auto,GR=0,L2PF=auto,MINB=0,MMA=auto,PATH=auto,\
              PF=auto,RASTER=m,SK=0,SPLIT=0,STAGES=0,TS=0,WA=0,WB=0,XA=0"
         );
-        assert_eq!(MatKnobs::from_knobs(&d).unwrap().to_knobs(), d);
+        // Written back: the default record plus the absent meanings of the knobs it leaves out.
+        let back = MatKnobs::from_knobs(&d).unwrap().to_knobs();
+        let extra = d.clone().with("DQP", 0u32).with("DQU", 0u32).with("F8V", 0u32).with("TURN", "mma");
+        assert_eq!(back, extra.with("XDQ", "auto"));
     }
 
     /// An older record (no PATH, FIN, PF, MINB, GR, ...) reads with their legacy meanings; one without the shape
@@ -578,6 +582,28 @@ mod tests {
         assert!(matches!(fp8.raster_m(), Err(OpError::Knob(KnobError::Missing { .. }))));
         assert!(matches!(pick(fp8.bm, "BM", 16), Err(OpError::Knob(KnobError::Missing { .. }))));
         assert_eq!(pick(Some(0), "BM", 16).unwrap(), 16);
+    }
+
+    /// Every record of the tuning results (older ones lack PATH, FIN, PF, MINB, GR, L2PF, ...) reads, and the
+    /// record written back from it holds every knob it held, at the same value.
+    #[test]
+    fn the_tuned_records_read() {
+        let mut n = 0;
+        for gpu in ["nvidia-h200", "nvidia-h100-80gb-hbm3"] {
+            let path = format!("{}/../results/{gpu}/mxfp4_matmul.json", env!("CARGO_MANIFEST_DIR"));
+            let file: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+            for entry in file["entries"].as_array().unwrap() {
+                for cand in entry["candidates"].as_array().unwrap() {
+                    let rec: Knobs = serde_json::from_value(cand["knobs"].clone()).unwrap();
+                    let back = MatKnobs::from_knobs(&rec).unwrap_or_else(|e| panic!("{rec}: {e}")).to_knobs();
+                    for (name, v) in &rec.0 {
+                        assert_eq!(back.0.get(name), Some(v), "{rec}: {name}");
+                    }
+                    n += 1;
+                }
+            }
+        }
+        assert!(n > 1000, "{n} records");
     }
 
     /// A bad value is refused naming the knob and the values it takes.
