@@ -126,9 +126,11 @@ pub(crate) use knob_enum;
 /// A kernel family's knobs, declared once (see the module doc). Each field is
 /// `name: Type = "KNOB" => { axis: "doc" [values], accepts: "doc" [values], default: v, absent: v, }`, every
 /// clause optional and in this order: `axis` is a dimension of the tuning space, `accepts` values the builder
-/// takes beyond it (checked, never walked by the tuner), `default` the value in the default record (a field
-/// without one is left out of it), `absent` the meaning of a record without the knob (without one the knob is
-/// required). Axes and accepted values keep the declaration's order.
+/// takes beyond it (checked, never walked by the tuner; repeated, one entry each, where groups of values have
+/// their own docs), `default` the value in the default record (a field without one is left out of it), `absent`
+/// the meaning of a record without the knob (without one the knob is required; `absent: None` on an `Option<T>`
+/// field where the absence means something no value says, or differs by kernel path). Axes and accepted values
+/// keep the declaration's order.
 macro_rules! knob_set {
     (@absent $knob:expr) => {
         return Err($crate::OpError::Knob($crate::typed_knobs::KnobError::Missing { name: ($knob).to_string() }))
@@ -143,7 +145,7 @@ macro_rules! knob_set {
                 $(#[$fmeta:meta])*
                 $field:ident : $ty:ty = $knob:expr => {
                     $( axis: $adoc:literal [ $($aval:expr),* $(,)? ] , )?
-                    $( accepts: $cdoc:literal [ $($cval:expr),* $(,)? ] , )?
+                    $( accepts: $cdoc:literal [ $($cval:expr),* $(,)? ] , )*
                     $( default: $default:expr , )?
                     $( absent: $absent:expr , )?
                 }
@@ -173,7 +175,7 @@ macro_rules! knob_set {
                     $( let s = s.accepts($knob, $cdoc, {
                         let vals: Vec<$ty> = vec![$($cval),*];
                         vals.into_iter().map($crate::typed_knobs::value_of).collect::<Vec<_>>()
-                    }); )?
+                    }); )*
                 )*
                 s
             }
@@ -225,8 +227,8 @@ mod tests {
             tile: u32 = "TILE" => { axis: "tile" [16, 32], default: 32, },
             /// Accepted only, with a legacy meaning.
             order: Order = "ORDER" => { accepts: "order" [Order::Rows, Order::Cols], absent: Order::Rows, },
-            /// Absent means something no value says.
-            depth: Option<u32> = "DEPTH" => { absent: None, },
+            /// Absent means something no value says; two groups of accepted values.
+            depth: Option<u32> = "DEPTH" => { accepts: "shallow" [Some(1)], accepts: "deep" [Some(8)], absent: None, },
         }
     }
 
@@ -235,6 +237,9 @@ mod tests {
         let s = Toy::space();
         assert_eq!(s.size(), 2);
         assert_eq!(s.accepted[0].values, vec![KnobValue::from("rows"), KnobValue::from("cols")]);
+        let depth: Vec<(&str, &str)> = s.accepted[1..].iter().map(|a| (a.name.as_str(), a.doc.as_str())).collect();
+        assert_eq!(depth, [("DEPTH", "shallow"), ("DEPTH", "deep")]);
+        assert_eq!(s.accepted[2].values, vec![KnobValue::from(8u32)]);
         assert_eq!(Toy::defaults(), Knobs::new().with("TILE", 32u32));
         let t = Toy::from_knobs(&Toy::defaults()).unwrap();
         assert_eq!((t.tile, t.order, t.depth), (32, Order::Rows, None));

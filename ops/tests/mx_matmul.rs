@@ -1098,7 +1098,7 @@ fn bulk_copies_fill_the_tiled_ring() {
         (&packed, default_knobs().with("COPY", "bulk").with("PATH", "gemv"), "tile-major weights"),
         (&tiles, knobs(&[("L2PF", 256)]).with("COPY", "bulk"), "L2PF=0"),
         (&packed, default_knobs().with("COPY", "bulk").with("PATH", "tile"), "COPY=bulk needs PATH=gemv"),
-        (&packed, default_knobs().with("COPY", "tma"), "COPY=tma"),
+        (&packed, default_knobs().with("COPY", "tma"), "COPY must be auto, lanes or bulk, got tma"),
     ] {
         match Mxfp4Matmul.kernels(p, &kn) {
             Err(OpError::InvalidKnobs { why, .. }) => assert!(why.contains(what), "[{kn}]: {why}"),

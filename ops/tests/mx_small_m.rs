@@ -159,7 +159,9 @@ fn xdq_refusals() {
         other => panic!("expected a refusal, got {:?}", other.map(|k| k.len())),
     }
     match op.kernels(&p, &default_knobs().with("XDQ", "later")) {
-        Err(OpError::InvalidKnobs { why, .. }) => assert!(why.contains("XDQ=later"), "{why}"),
+        Err(OpError::InvalidKnobs { why, .. }) => {
+            assert!(why.contains("XDQ must be auto, first or tile, got later"), "{why}")
+        }
         other => panic!("expected a refusal, got {:?}", other.map(|k| k.len())),
     }
     let m8 = [("M", 8), ("N", 256), ("K", 256), ("packed", 1), ("act", 1)];

@@ -26,7 +26,7 @@
 //! When [`auto_selects`] picks it (see there for the arithmetic): when the GEMM has at least
 //! [`DQ_MTILES_PER_GROUP`] 128-row tiles of tokens per expert with tokens, on average.
 
-use super::matmul::{MatInputs, MatSpec, ShapeFacts};
+use super::matmul::{CopyBy, Dec, Dq, Fin, MatInputs, MatKnobs, MatSpec, Mma, Path, Pf, Raster, ShapeFacts};
 use super::*;
 use crate::latent_moe_gemm::{self as lmg, GemmSpec};
 use crate::plan::Plan;
@@ -87,89 +87,58 @@ fn bad_knobs(knobs: &Knobs, why: String) -> OpError {
     OpError::InvalidKnobs { op: OP, knobs: knobs.to_string(), why }
 }
 
-/// An integer knob, 0 when absent (knob sets from before it existed).
-pub(super) fn int_or0(knobs: &Knobs, name: &str) -> Result<u32, OpError> {
-    if knobs.0.contains_key(name) { Ok(knobs.u32(name)?) } else { Ok(0) }
-}
-
-/// A string knob, `default` when absent.
-fn str_or<'a>(knobs: &'a Knobs, name: &str, default: &'a str) -> Result<&'a str, OpError> {
-    if knobs.0.contains_key(name) { Ok(knobs.str(name)?) } else { Ok(default) }
-}
-
-/// The knobs that mean nothing on this path are at their automatic (or no-op) values: SPLIT 0|1, CPS 0,
-/// DEC auto, FIN auto|kernel, PF auto|off, L2PF auto|0, COPY auto|lanes, MINB 0|1, GR 0, XA 0|1, SK 0, TS 0. `None` when they are,
-/// else what is not.
-fn foreign_knobs(knobs: &Knobs) -> Result<Option<String>, OpError> {
-    let mut bad = vec![];
-    if int_or0(knobs, "SPLIT")? > 1 {
-        bad.push("SPLIT > 1");
-    }
-    if int_or0(knobs, "CPS")? != 0 {
-        bad.push("CPS != 0");
-    }
-    if str_or(knobs, "DEC", "auto")? != "auto" {
-        bad.push("DEC != auto");
-    }
-    if !matches!(str_or(knobs, "FIN", "auto")?, "auto" | "kernel") {
-        bad.push("FIN = last");
-    }
-    if !matches!(str_or(knobs, "PF", "auto")?, "auto" | "off") {
-        bad.push("PF = on");
-    }
-    if super::matmul::l2pf_knob(knobs)?.is_some_and(|b| b != 0) {
-        bad.push("L2PF != 0");
-    }
-    if !matches!(str_or(knobs, "COPY", "auto")?, "auto" | "lanes") {
-        bad.push("COPY = bulk");
-    }
-    if int_or0(knobs, "MINB")? > 1 {
-        bad.push("MINB > 1");
-    }
-    if int_or0(knobs, "GR")? != 0 {
-        bad.push("GR != 0");
-    }
-    if int_or0(knobs, "XA")? > 1 {
-        bad.push("XA > 1");
-    }
-    if int_or0(knobs, "SK")? != 0 {
-        bad.push("SK != 0");
-    }
-    if int_or0(knobs, "TS")? != 0 {
-        bad.push("TS != 0");
-    }
-    Ok(if bad.is_empty() { None } else { Some(bad.join(", ")) })
+/// The knobs that mean nothing on this path are at their automatic (or no-op) values, or absent: SPLIT 0|1,
+/// CPS 0, DEC auto, FIN auto|kernel, PF auto|off, L2PF auto|0, COPY auto|lanes, MINB 0|1, GR 0, XA 0|1, SK 0, TS 0.
+/// `None` when they are, else what is not.
+fn foreign_knobs(k: &MatKnobs) -> Option<String> {
+    let bad: Vec<&str> = [
+        (k.split.unwrap_or(0) > 1, "SPLIT > 1"),
+        (k.cps.unwrap_or(0) != 0, "CPS != 0"),
+        (k.dec.is_some_and(|d| d != Dec::Auto), "DEC != auto"),
+        (k.fin == Some(Fin::Last), "FIN = last"),
+        (k.pf == Pf::On, "PF = on"),
+        (k.l2pf_bytes().is_some_and(|b| b != 0), "L2PF != 0"),
+        (k.copy == CopyBy::Bulk, "COPY = bulk"),
+        (k.minb > 1, "MINB > 1"),
+        (k.gr != 0, "GR != 0"),
+        (k.xa > 1, "XA > 1"),
+        (k.sk != 0, "SK != 0"),
+        (k.ts != 0, "TS != 0"),
+    ]
+    .into_iter()
+    .filter_map(|(bad, what)| bad.then_some(what))
+    .collect();
+    (!bad.is_empty()).then(|| bad.join(", "))
 }
 
 /// True when the knobs ask for this path (`PATH=dq_gemm`), or leave the choice to the shape (`PATH=auto`, every
 /// other knob automatic) and the shape has at least [`DQ_MTILES_PER_GROUP`] 128-row token tiles per expert with
-/// tokens.
-pub fn selected(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<bool, OpError> {
-    match str_or(knobs, "PATH", "tile")? {
-        PATH_DQ_GEMM => Ok(true),
-        "auto" => auto_selects(spec, knobs, sh),
-        _ => Ok(false),
+/// tokens (an absent PATH: the tile path).
+pub fn selected(spec: &MatSpec, k: &MatKnobs, sh: &ShapeFacts) -> bool {
+    match k.path {
+        Some(Path::DqGemm) => true,
+        Some(Path::Auto) => auto_selects(spec, k, sh),
+        _ => false,
     }
 }
 
 /// The automatic choice (see [`DQ_MTILES_PER_GROUP`]). Explicit tile knobs (BN, BM, BK, STAGES, WA, WB not 0,
-/// MMA not auto) or knobs of the in-kernel paths keep `PATH=auto` on those paths, so knob points chosen for them
-/// keep their meaning. The mid batches of [`super::matmul::wgmma_one_wave`] stay on the tile path.
-pub fn auto_selects(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<bool, OpError> {
-    for k in ["BN", "BM", "BK", "STAGES", "WA", "WB"] {
-        if int_or0(knobs, k)? != 0 {
-            return Ok(false);
-        }
+/// MMA not auto; absent ones count as 0 and auto) or knobs of the in-kernel paths keep `PATH=auto` on those paths,
+/// so knob points chosen for them keep their meaning. The mid batches of [`super::matmul::wgmma_one_wave`] stay
+/// on the tile path.
+pub fn auto_selects(spec: &MatSpec, k: &MatKnobs, sh: &ShapeFacts) -> bool {
+    if [k.bn, k.bm, k.bk, k.stages, k.wa, k.wb].iter().any(|v| v.unwrap_or(0) != 0) {
+        return false;
     }
-    if str_or(knobs, "MMA", "auto")? != "auto" || foreign_knobs(knobs)?.is_some() {
-        return Ok(false);
+    if k.mma.is_some_and(|m| m != Mma::Auto) || foreign_knobs(k).is_some() {
+        return false;
     }
     if super::matmul::wgmma_one_wave(spec, sh) {
-        return Ok(false);
+        return false;
     }
     let used = sh.counts.iter().filter(|&&r| r > 0).count();
     let m_tiles: usize = sh.counts.iter().map(|r| r.div_ceil(128)).sum();
-    Ok(used > 0 && m_tiles >= DQ_MTILES_PER_GROUP * used)
+    used > 0 && m_tiles >= DQ_MTILES_PER_GROUP * used
 }
 
 /// The resolved knobs of this path: the `latent_moe_gemm` knobs of the GEMM launch, and the `mxfp4_matmul`
@@ -187,50 +156,49 @@ pub struct DqCfg {
 /// Map the `mxfp4_matmul` knobs onto the GEMM's: BM, BN, BK, STAGES, RASTER as they are, WA -> WM (warps
 /// along tokens), WB -> WN, MMA auto -> wgmma; zeros take `latent_moe_gemm`'s defaults for the MMA kind
 /// (wgmma: BM128 BN256 BK64 STAGES4 WM8 WN1; sync: its measured mma.sync set BM128 BN256 BK32 STAGES3 WM2 WN4).
-pub fn resolve(knobs: &Knobs) -> Result<DqCfg, OpError> {
-    if let Some(why) = foreign_knobs(knobs)? {
+/// Absent knobs: 0, MMA auto, RASTER m. `k` is record `knobs` read (the record is named in errors).
+pub fn resolve(k: &MatKnobs, knobs: &Knobs) -> Result<DqCfg, OpError> {
+    if let Some(why) = foreign_knobs(k) {
         return Err(bad_knobs(
             knobs,
             format!("PATH=dq_gemm takes no K split, persistent grid, decode, finalize or prefetch knobs ({why})"),
         ));
     }
-    let mma = str_or(knobs, "MMA", "auto")?;
-    let wgmma = match mma {
-        "auto" | "wgmma" => true,
-        "sync" => false,
-        other => return Err(bad_knobs(knobs, format!("MMA={other}: auto, sync or wgmma"))),
+    let wgmma = match k.mma {
+        None | Some(Mma::Auto | Mma::Wgmma) => true,
+        Some(Mma::Sync) => false,
+        Some(Mma::Fp8 | Mma::F8sync) => {
+            return Err(bad_knobs(knobs, format!("MMA={}: auto, sync or wgmma", k.shown("MMA"))));
+        }
     };
-    let base = if wgmma { lmg::default_knobs() } else { lmg::sync_knobs() };
-    let pick = |mx: &str, gemm: &str| -> Result<u32, OpError> {
-        let v = int_or0(knobs, mx)?;
-        Ok(if v == 0 { base.u32(gemm)? } else { v })
-    };
-    let bm = pick("BM", "BM")?;
-    let bn = pick("BN", "BN")?;
-    let bk = pick("BK", "BK")?;
-    let stages = pick("STAGES", "STAGES")?;
-    // wgmma: one warpgroup per 64 token rows (WM = BM/16), whatever BM is.
-    let wm = match int_or0(knobs, "WA")? {
-        0 if wgmma => bm / 16,
-        0 => base.u32("WM")?,
+    let base_record = if wgmma { lmg::default_knobs() } else { lmg::sync_knobs() };
+    let base = lmg::GemmKnobs::from_knobs(&base_record)?;
+    let pick = |v: Option<u32>, gemm: u32| match v.unwrap_or(0) {
+        0 => gemm,
         v => v,
     };
-    let wn = pick("WB", "WN")?;
-    let raster = str_or(knobs, "RASTER", "m")?;
-    if !matches!(raster, "m" | "n") {
-        return Err(bad_knobs(knobs, format!("RASTER={raster}: m or n")));
-    }
+    let bm = pick(k.bm, base.bm);
+    let bn = pick(k.bn, base.bn);
+    let bk = pick(k.bk, base.bk);
+    let stages = pick(k.stages, base.stages);
+    // wgmma: one warpgroup per 64 token rows (WM = BM/16), whatever BM is.
+    let wm = match k.wa.unwrap_or(0) {
+        0 if wgmma => bm / 16,
+        0 => base.wm,
+        v => v,
+    };
+    let wn = pick(k.wb, base.wn);
+    let raster = k.raster.unwrap_or(Raster::M);
     let mma_name = if wgmma { "wgmma" } else { "sync" };
-    let wide = match str_or(knobs, DQ_KNOB, DQ_TILE)? {
-        DQ_TILE => None,
-        DQ_WIDE | DQ_AUTO => Some(match int_or0(knobs, DQU_KNOB)? {
+    let wide = match k.dq {
+        Dq::Tile => None,
+        Dq::Wide | Dq::Auto => Some(match k.dqu {
             0 => DQW_WORDS,
             u @ (1 | 2 | 4 | 8) => u,
             u => return Err(bad_knobs(knobs, format!("DQU={u}: 1, 2, 4 or 8 words per thread (0 = {DQW_WORDS})"))),
         }),
-        other => return Err(bad_knobs(knobs, format!("DQ={other}: {DQ_AUTO}, {DQ_TILE} or {DQ_WIDE}"))),
     };
-    let persist = match (wide, int_or0(knobs, DQP_KNOB)?) {
+    let persist = match (wide, k.dqp) {
         (_, 0) => 0,
         (Some(_), p @ 1..=32) => p,
         (None, p) => return Err(bad_knobs(knobs, format!("DQP={p}: a persistent dequant grid needs DQ={DQ_WIDE}"))),
@@ -243,7 +211,7 @@ pub fn resolve(knobs: &Knobs) -> Result<DqCfg, OpError> {
         .with("STAGES", stages)
         .with("WM", wm)
         .with("WN", wn)
-        .with("RASTER", raster)
+        .with("RASTER", crate::typed_knobs::value_of(raster))
         .with("MMA", mma_name)
         // The latent GEMM's default: TMA where the copy engine serves the shape (K is a multiple of 32 here),
         // with its measured producer depth.
@@ -253,7 +221,7 @@ pub fn resolve(knobs: &Knobs) -> Result<DqCfg, OpError> {
     // bulk-store epilogue, later that day).
     let gemm = [lmg::OVERLAP_KNOB, lmg::PRODUCER_KNOB, lmg::STORE_KNOB]
         .into_iter()
-        .filter_map(|name| base.0.get(name).map(|v| (name, v.clone())))
+        .filter_map(|name| base_record.0.get(name).map(|v| (name, v.clone())))
         .fold(gemm, |g, (name, v)| g.with(name, v));
     let mx = Knobs::new()
         .with("BN", bn)
@@ -264,7 +232,7 @@ pub fn resolve(knobs: &Knobs) -> Result<DqCfg, OpError> {
         .with("WB", wn)
         .with("SPLIT", 1u32)
         .with("CPS", 0u32)
-        .with("RASTER", raster)
+        .with("RASTER", crate::typed_knobs::value_of(raster))
         .with("MMA", mma_name)
         .with("DEC", "auto")
         .with("PATH", PATH_DQ_GEMM)
@@ -541,8 +509,8 @@ pub(super) fn act_kernel() -> Result<Kernel, OpError> {
 }
 
 /// The kernels of this path, in launch order: weight dequant, (MXFP8) activation dequant, GEMM.
-pub fn kernels(spec: &MatSpec, sh: &ShapeFacts, knobs: &Knobs) -> Result<Vec<Kernel>, OpError> {
-    let c = resolve(knobs)?;
+pub fn kernels(spec: &MatSpec, sh: &ShapeFacts, (k, knobs): (&MatKnobs, &Knobs)) -> Result<Vec<Kernel>, OpError> {
+    let c = resolve(k, knobs)?;
     let mut v = vec![dequant_kernel(spec, &c)?];
     if spec.act8 {
         v.push(act_kernel()?);
@@ -558,10 +526,10 @@ pub fn plan(
     inp: &MatInputs<'_>,
     spec: &MatSpec,
     sh: &ShapeFacts,
-    knobs: &Knobs,
+    (mk, knobs): (&MatKnobs, &Knobs),
 ) -> Result<Plan, OpError> {
     use super::matmul::{Act, WeightBytes};
-    let c = resolve(knobs)?;
+    let c = resolve(mk, knobs)?;
     let (g, n, k) = (w.groups, w.n, w.k);
     let m = inp.x.shape().0;
     let mut plan = Plan::default();

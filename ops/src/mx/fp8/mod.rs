@@ -9,7 +9,8 @@
 //! (lab/2026-12-06/mx-fp8.md: the plan).
 
 use super::BLOCK;
-use super::matmul::{Act, Fp4Weights, MatInputs, MatSpec, ShapeFacts, WeightBytes};
+pub use super::matmul::Turn;
+use super::matmul::{Act, Fp4Weights, MatInputs, MatKnobs, MatSpec, ShapeFacts, WeightBytes};
 use crate::OpError;
 use crate::plan::Plan;
 use k3k_ir::{DType, HostTensor, Kernel, Knobs};
@@ -52,27 +53,6 @@ pub struct Fp8Cfg {
     /// F8V=6: as 5, with the two consumer warpgroups (BM=128) taking turns ([`k3k_ir::Stmt::InTurn`], the
     /// ping-pong schedule) on what [`Turn`] names ([`first`]).
     pub turn: Option<Turn>,
-}
-
-/// What the consumer warpgroups of F8V=6 do in turns (knob `TURN`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Turn {
-    /// `TURN=mma` (the default): each `wgmma` issue, so the tensor cores take the warpgroups' products
-    /// alternately and one warpgroup promotes while the other's product runs.
-    Mma,
-    /// `TURN=ffma`: each block's promotion (one FFMA per accumulator element), so the two warpgroups' FFMA
-    /// phases never share the issue slots and one waits for its product while the other promotes.
-    Ffma,
-}
-
-impl Turn {
-    /// The knob value.
-    pub fn name(self) -> &'static str {
-        match self {
-            Turn::Mma => "mma",
-            Turn::Ffma => "ffma",
-        }
-    }
 }
 
 /// The newest kernel generation (knob `F8V`).
@@ -121,31 +101,32 @@ impl Fp8Cfg {
 }
 
 /// True when the knobs ask for the FP8 path (`MMA=fp8`).
-pub fn selected(knobs: &Knobs) -> Result<bool, OpError> {
-    Ok(knobs.0.contains_key("MMA") && knobs.str("MMA")? == "fp8")
+pub fn selected(k: &MatKnobs) -> bool {
+    k.mma == Some(super::matmul::Mma::Fp8)
 }
 
 fn invalid(knobs: &Knobs, why: String) -> OpError {
     OpError::InvalidKnobs { op: OP, knobs: knobs.to_string(), why }
 }
 
-/// Resolve the knobs (BM, BN, STAGES; 0 = auto: 128, 128, 4) and check the problem is one the kernel covers.
-pub fn resolve(spec: &MatSpec, knobs: &Knobs) -> Result<Fp8Cfg, OpError> {
-    let get = |name: &str, auto: u32| -> Result<u32, OpError> {
-        let v = if knobs.0.contains_key(name) { knobs.u32(name)? } else { 0 };
-        Ok(if v == 0 { auto } else { v })
+/// Resolve the knobs (BM, BN, STAGES; 0 = auto: 128, 128, 4; absent: 0) and check the problem is one the kernel
+/// covers. `k` is record `knobs` read (the record is named in errors).
+pub fn resolve(spec: &MatSpec, k: &MatKnobs, knobs: &Knobs) -> Result<Fp8Cfg, OpError> {
+    let get = |v: Option<u32>, auto: u32| match v.unwrap_or(0) {
+        0 => auto,
+        v => v,
     };
     // F8V: the kernel generation (0 = DEFAULT; see the `Fp8Cfg` flags).
-    let ver = get("F8V", DEFAULT)?;
+    let ver = get(Some(k.f8v), DEFAULT);
     if !(1..=LATEST).contains(&ver) {
         return Err(invalid(knobs, format!("MMA=fp8 takes F8V 0 (= {DEFAULT}) or 1..={LATEST} (got F8V={ver})")));
     }
-    let (bm, bn) = (get("BM", 128)?, get("BN", 128)?);
+    let (bm, bn) = (get(k.bm, 128), get(k.bn, 128));
     // F8V=4: the deepest ring up to 6 that fits the shared memory (less the paired GLU's accumulator tile).
     let ring_smem = FIRST_SMEM.saturating_sub(first::extra_smem(spec, bm, bn));
     let st_auto = if ver >= 4 { (ring_smem / first::stage_bytes(bm, bn)).clamp(3, 6) } else { 4 };
-    let stages = get("STAGES", st_auto)?;
-    let bk = get("BK", 128)?;
+    let stages = get(k.stages, st_auto);
+    let bk = get(k.bk, 128);
     if !matches!(bm, 64 | 128)
         || bn == 0
         || !bn.is_multiple_of(8)
@@ -162,7 +143,7 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs) -> Result<Fp8Cfg, OpError> {
     }
     let (tma, fa_reg, fold, first) = (ver >= 2, ver >= 2, ver >= 3, ver >= 4);
     // CPS (F8V=4): 0 one block per tile, 1 the persistent walk; ignored by the other generations.
-    let cps = get("CPS", 0)?;
+    let cps = get(k.cps, 0);
     if first && cps > 1 {
         return Err(invalid(
             knobs,
@@ -217,12 +198,7 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs) -> Result<Fp8Cfg, OpError> {
                 format!("MMA=fp8,F8V=6 takes turns of two consumer warpgroups: BM=128 (got BM={bm})"),
             ));
         }
-        let t = if knobs.0.contains_key("TURN") { knobs.str("TURN")? } else { "mma" };
-        Some(match t {
-            "mma" => Turn::Mma,
-            "ffma" => Turn::Ffma,
-            _ => return Err(invalid(knobs, format!("MMA=fp8,F8V=6 takes TURN mma or ffma (got TURN={t})"))),
-        })
+        Some(k.turn)
     } else {
         None
     };
@@ -233,8 +209,8 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs) -> Result<Fp8Cfg, OpError> {
 const FIRST_SMEM: u32 = 227 * 1024 - 1024;
 
 /// The kernels of the FP8 path (one launch; F8V=4 and 5: the first launch and the GEMM).
-pub fn kernels(spec: &MatSpec, knobs: &Knobs) -> Result<Vec<Kernel>, OpError> {
-    let c = resolve(spec, knobs)?;
+pub fn kernels(spec: &MatSpec, k: &MatKnobs, knobs: &Knobs) -> Result<Vec<Kernel>, OpError> {
+    let c = resolve(spec, k, knobs)?;
     if c.first {
         return Ok(vec![first::build_convert(c.knobs(), spec.grouped, spec.packed)?, first::build_main(&c, spec)?]);
     }
@@ -247,9 +223,9 @@ pub fn plan(
     inp: &MatInputs<'_>,
     spec: &MatSpec,
     sh: &ShapeFacts,
-    knobs: &Knobs,
+    (k, knobs): (&MatKnobs, &Knobs),
 ) -> Result<Plan, OpError> {
-    let mut c = resolve(spec, knobs)?;
+    let mut c = resolve(spec, k, knobs)?;
     let (g, n, k) = (w.groups, w.n, w.k);
     // F8V=3: every row's scale bytes within 12 of its minimum and none NaN, else the F8V=2 kernel.
     let kb = k / BLOCK;

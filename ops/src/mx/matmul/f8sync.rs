@@ -20,22 +20,15 @@
 
 use super::*;
 
-/// The knob value that selects this path.
-pub const F8SYNC: &str = "f8sync";
-
-/// Whether the knobs select this path (`MMA=f8sync`).
-pub fn selected(knobs: &Knobs) -> Result<bool, OpError> {
-    Ok(knobs.0.contains_key("MMA") && knobs.str("MMA")? == F8SYNC)
-}
-
 /// The most activation bytes (codes) one CTA stages when SPLIT is automatic: the split grows until
 /// `BM x XK` fits (64 KB: with the ring, three CTAs of 64 tokens fit an SM at SPLIT 4..7).
 const X_STAGE_BYTES: usize = 64 * 1024;
 
 /// Resolve `MMA=f8sync` knobs (0 = auto): BM the tokens rounded up to 16 (at most 128, more tokens take several
 /// token tiles), BN 64, BK 128, STAGES 4, WA 4, WB 1 (2 at BM 128), SPLIT enough CTAs for about two per SM with
-/// the staged activations at most [`X_STAGE_BYTES`], FIN last.
-pub fn resolve(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, OpError> {
+/// the staged activations at most [`X_STAGE_BYTES`], FIN last (auto; an absent FIN: the finalize launch). `k` is
+/// record `knobs` read (the record is named in errors).
+pub fn resolve(spec: &MatSpec, k: &MatKnobs, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, OpError> {
     let invalid = |why: String| OpError::InvalidKnobs { op: OP, knobs: knobs.to_string(), why };
     if !spec.act8 {
         return Err(invalid("MMA=f8sync needs MXFP8 activations (Act::Mxfp8); bf16 activations have MMA=sync".into()));
@@ -47,39 +40,35 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, Op
         )));
     }
     // The knobs of the other paths must be absent or at their automatic (no-op) values.
-    let path = if knobs.0.contains_key("PATH") { knobs.str("PATH")? } else { "auto" };
-    if !matches!(path, "auto" | "tile") {
-        return Err(invalid(format!("MMA=f8sync runs on PATH=tile (got PATH={path})")));
+    if !matches!(k.path, None | Some(Path::Auto | Path::Tile)) {
+        return Err(invalid(format!("MMA=f8sync runs on PATH=tile (got PATH={})", k.shown("PATH"))));
     }
-    let mut foreign = vec![];
-    for (name, ok) in [
-        ("CPS", &["0"][..]),
-        ("DEC", &["auto", "expr"][..]),
-        ("PF", &["auto", "off"][..]),
-        ("GR", &["0"][..]),
-        ("L2PF", &["auto", "0"][..]),
-        ("COPY", &["auto", "lanes"][..]),
-        ("XA", &["0", "1"][..]),
-        ("SK", &["0"][..]),
-        ("TS", &["0"][..]),
-        ("XDQ", &["auto"][..]),
-        ("F8V", &["0"][..]),
-    ] {
-        if let Some(v) = knobs.0.get(name)
-            && !ok.contains(&v.to_string().as_str())
-        {
-            foreign.push(format!("{name}={v}"));
-        }
-    }
+    let foreign: Vec<String> = [
+        ("CPS", k.cps.is_some_and(|c| c != 0)),
+        ("DEC", k.dec == Some(Dec::Bits)),
+        ("PF", k.pf == Pf::On),
+        ("GR", k.gr != 0),
+        ("L2PF", k.l2pf_bytes().is_some_and(|b| b != 0)),
+        ("COPY", k.copy == CopyBy::Bulk),
+        ("XA", k.xa > 1),
+        ("SK", k.sk != 0),
+        ("TS", k.ts != 0),
+        ("XDQ", k.xdq != Xdq::Auto),
+        ("F8V", k.f8v != 0),
+    ]
+    .into_iter()
+    .filter(|&(_, bad)| bad)
+    .map(|(name, _)| format!("{name}={}", k.shown(name)))
+    .collect();
     if !foreign.is_empty() {
         return Err(invalid(format!("MMA=f8sync does not take {}", foreign.join(", "))));
     }
-    let bm = pick(knobs, "BM", (sh.max_rows.max(1).next_multiple_of(16)).min(128) as u32)?;
-    let bn = pick(knobs, "BN", 64)?;
-    let bk = pick(knobs, "BK", 128)?;
-    let stages = pick(knobs, "STAGES", 4)?;
-    let wa = pick(knobs, "WA", 4)?;
-    let wb = pick(knobs, "WB", if bm >= 128 { 2 } else { 1 })?;
+    let bm = pick(k.bm, "BM", (sh.max_rows.max(1).next_multiple_of(16)).min(128) as u32)?;
+    let bn = pick(k.bn, "BN", 64)?;
+    let bk = pick(k.bk, "BK", 128)?;
+    let stages = pick(k.stages, "STAGES", 4)?;
+    let wa = pick(k.wa, "WA", 4)?;
+    let wb = pick(k.wb, "WB", if bm >= 128 { 2 } else { 1 })?;
     let k_tiles = sh.k.div_ceil(bk.max(1) as usize).max(1);
     let tiles = sh.max_rows.div_ceil(bm.max(1) as usize).max(1) * sh.n_out.div_ceil(bn.max(1) as usize);
     // About two CTAs per SM, and the staged activations within X_STAGE_BYTES.
@@ -88,8 +77,8 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, Op
     let split_auto = fill.max(fit).clamp(1, k_tiles);
     // No empty splits: as many as the K tiles per split need.
     let split_auto = k_tiles.div_ceil(k_tiles.div_ceil(split_auto));
-    let split = pick(knobs, "SPLIT", split_auto as u32)?;
-    let minb = if knobs.0.contains_key("MINB") { knobs.u32("MINB")? } else { 1 };
+    let split = pick(k.split, "SPLIT", split_auto as u32)?;
+    let minb = k.minb;
     let c = Cfg {
         bn,
         bm,
@@ -99,12 +88,12 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, Op
         wb,
         split,
         cps: 0,
-        raster_m: knobs.str("RASTER")? == "m",
+        raster_m: k.raster_m()?,
         wgmma: false,
         dec_bits: false,
         stream: false,
         gemv: false,
-        fused: fin_last(knobs, true)? && split > 1,
+        fused: k.fin_last(true) && split > 1,
         prefetch: false,
         min_blocks: if minb <= 1 { 0 } else { minb },
         ring: 0,

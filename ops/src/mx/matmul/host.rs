@@ -250,13 +250,14 @@ pub fn matmul_plan(w: &Fp4Weights, inp: &MatInputs<'_>, knobs: &Knobs) -> Result
     let (spec, counts) = spec_for(w, inp)?;
     let glu = inp.epilogue.is_glu();
     let sh = facts(w, glu, &counts);
-    if super::super::fp8::selected(knobs)? {
-        return super::super::fp8::plan(w, inp, &spec, &sh, knobs);
+    let mk = MatKnobs::from_knobs(knobs)?;
+    if super::super::fp8::selected(&mk) {
+        return super::super::fp8::plan(w, inp, &spec, &sh, (&mk, knobs));
     }
-    if !spec.tiled && super::prefill::selected(&spec, knobs, &sh)? {
-        return super::prefill::plan(w, inp, &spec, &sh, knobs);
+    if !spec.tiled && super::prefill::selected(&spec, &mk, &sh) {
+        return super::prefill::plan(w, inp, &spec, &sh, (&mk, knobs));
     }
-    let c = resolve(&spec, knobs, &sh)?;
+    let c = resolve_read(&spec, &mk, knobs, &sh)?;
     let (g, n, k, m) = (w.groups, w.n, w.k, inp.x.shape().0);
     let n_out = if glu { n / 2 } else { n };
     let mut plan = Plan::default();

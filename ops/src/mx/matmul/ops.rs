@@ -301,13 +301,14 @@ impl Operator for Mxfp4Matmul {
         self.check_dims(p)?;
         let pb = MatProblem::from_preset(p)?;
         let spec = pb.spec();
-        if super::super::fp8::selected(knobs)? {
-            return super::super::fp8::kernels(&spec, knobs);
+        let k = MatKnobs::from_knobs(knobs)?;
+        if super::super::fp8::selected(&k) {
+            return super::super::fp8::kernels(&spec, &k, knobs);
         }
-        if !spec.tiled && super::prefill::selected(&spec, knobs, &pb.facts())? {
-            return super::prefill::kernels(&spec, &pb.facts(), knobs);
+        if !spec.tiled && super::prefill::selected(&spec, &k, &pb.facts()) {
+            return super::prefill::kernels(&spec, &pb.facts(), (&k, knobs));
         }
-        let c = resolve(&spec, knobs, &pb.facts())?;
+        let c = resolve_read(&spec, &k, knobs, &pb.facts())?;
         kernels_for(&spec, &c)
     }
     fn bucket_dims(&self, p: &Preset) -> Vec<(String, u64)> {

@@ -19,29 +19,34 @@ pub struct ShapeFacts {
 /// token tiles and a K split that gives about two waves of tiles when there are few; prefill: 128x128
 /// tiles), then the combination is validated.
 pub fn resolve(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, OpError> {
-    if super::f8sync::selected(knobs)? {
-        return super::f8sync::resolve(spec, knobs, sh);
+    resolve_read(spec, &MatKnobs::from_knobs(knobs)?, knobs, sh)
+}
+
+/// [`resolve`] of record `knobs` read as `k`.
+pub(super) fn resolve_read(spec: &MatSpec, k: &MatKnobs, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, OpError> {
+    if k.mma == Some(Mma::F8sync) {
+        return super::f8sync::resolve(spec, k, knobs, sh);
     }
     if spec.tiled {
-        return resolve_tiled(spec, knobs, sh);
+        return resolve_tiled(spec, k, knobs, sh);
     }
-    match gemv_wanted(spec, knobs, sh)? {
-        Some(true) => return resolve_gemv(spec, knobs, sh),
+    match gemv_wanted(spec, k, sh)? {
+        Some(true) => return resolve_gemv(spec, k, knobs, sh),
         // Automatic: unless other explicit knobs rule it out (e.g. BN=128 at BK=256: too many registers).
         Some(false) => {
-            if let Ok(c) = resolve_gemv(spec, knobs, sh) {
+            if let Ok(c) = resolve_gemv(spec, k, knobs, sh) {
                 return Ok(c);
             }
         }
         None => {}
     }
-    let (bm, wgmma, dec_req, stream) = tile_path(spec, knobs, sh)?;
+    let (bm, wgmma, dec_req, stream) = tile_path(spec, k, knobs, sh)?;
     let dec_bits = dec_req.unwrap_or(!wgmma);
     // The bit decode makes a decode tile's weight rows cheap enough that 128 rows per CTA (32 per warp) pay for
     // the token tile's copies and fragment loads; three stages keep four such CTAs per SM (16-token tiles: wider
     // token tiles would need too many accumulator registers).
     let wide_rows = dec_bits && bm <= 16;
-    let [bn, bk, stages, wa, wb] = tile_shape(spec, knobs, sh, (bm, wgmma, stream, wide_rows))?;
+    let [bn, bk, stages, wa, wb] = tile_shape(spec, k, sh, (bm, wgmma, stream, wide_rows))?;
     // wgmma: the weight tile is decoded into registers (16 rows per warp at least) and stored to shared memory.
     let dec_bits = if wgmma { dec_req.unwrap_or(bn.is_multiple_of(16 * wa)) } else { dec_bits };
     let c = Cfg {
@@ -53,7 +58,7 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, Op
         wb,
         split: 1,
         cps: 1,
-        raster_m: knobs.str("RASTER")? == "m",
+        raster_m: k.raster_m()?,
         wgmma,
         dec_bits,
         stream,
@@ -63,23 +68,28 @@ pub fn resolve(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, Op
         min_blocks: 0,
         ring: 0,
         // (auto: none off the gemv ring; an explicit size is refused there.)
-        l2pf: l2pf_knob(knobs)?.unwrap_or(0),
-        bulk: copy_bulk(knobs)?,
-        xa: xa_knob(knobs)?.unwrap_or(1),
-        sk: sk_knob(knobs)?,
-        ts: super::prefill::int_or0(knobs, "TS")?,
-        act_tile: spec.act8 && act_tile_knob(knobs)?,
+        l2pf: k.l2pf_bytes().unwrap_or(0),
+        bulk: k.copy_bulk(),
+        xa: k.xa_quads().unwrap_or(1),
+        sk: k.stream_k(knobs)?,
+        ts: k.ts,
+        act_tile: spec.act8 && k.act_tile(),
         f8: false,
         xk: 0,
     };
-    split_tiles(spec, knobs, sh, c, wide_rows)
+    split_tiles(spec, (k, knobs), sh, c, wide_rows)
 }
 
 /// The tile path's kind: the token tile BM, wgmma or mma.sync, the requested weight decode (`DEC`) and the
 /// streaming weight path (`PATH=stream`), in that order of the knobs read.
-fn tile_path(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<(u32, bool, Option<bool>, bool), OpError> {
+fn tile_path(
+    spec: &MatSpec,
+    k: &MatKnobs,
+    knobs: &Knobs,
+    sh: &ShapeFacts,
+) -> Result<(u32, bool, Option<bool>, bool), OpError> {
     let bm = pick(
-        knobs,
+        k.bm,
         "BM",
         match sh.max_rows {
             0..=16 => 16,
@@ -88,64 +98,53 @@ fn tile_path(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<(u32, boo
             _ => 128,
         },
     )?;
-    let wgmma = match knobs.0.get("MMA") {
+    // MMA absent: sync (records from before wgmma existed).
+    let wgmma = match k.mma {
         None => false,
-        Some(_) => match knobs.str("MMA")? {
-            // wgmma for prefill tiles, unless other explicit knobs rule it out.
-            "auto" => {
-                bm >= 128
-                    && bm.is_multiple_of(64)
-                    && matches!(knobs.u32("BK")?, 0 | 64)
-                    && matches!(knobs.u32("WB")?, 0 | 1)
-                    && (knobs.u32("WA")? == 0 || knobs.u32("WA")? == bm / 16)
-            }
-            m => m == "wgmma",
-        },
+        // wgmma for prefill tiles, unless other explicit knobs rule it out.
+        Some(Mma::Auto) => {
+            bm >= 128
+                && bm.is_multiple_of(64)
+                && matches!(need(k.bk, "BK")?, 0 | 64)
+                && matches!(need(k.wb, "WB")?, 0 | 1)
+                && (need(k.wa, "WA")? == 0 || need(k.wa, "WA")? == bm / 16)
+        }
+        Some(m) => m == Mma::Wgmma,
     };
-    // DEC: Some(true) bits, Some(false) expr, None auto (bits for packed weights where the tile allows).
-    let dec_req = match knobs.0.get("DEC") {
-        None => Some(false),
-        Some(_) => match knobs.str("DEC")? {
-            "auto" => None,
-            "bits" => Some(true),
-            "expr" => Some(false),
-            other => {
-                return Err(OpError::InvalidKnobs {
-                    op: OP,
-                    knobs: knobs.to_string(),
-                    why: format!("DEC={other}: auto, expr or bits"),
-                });
-            }
-        },
+    // DEC: Some(true) bits, Some(false) expr, None auto (bits for packed weights where the tile allows); absent:
+    // expr (records from before the bit decode existed).
+    let dec_req = match k.dec {
+        None | Some(Dec::Expr) => Some(false),
+        Some(Dec::Auto) => None,
+        Some(Dec::Bits) => Some(true),
     };
-    // PATH: the streaming weight path for decode tiles (see the knob's description).
-    let stream = match knobs.0.get("PATH") {
-        None => false,
-        Some(_) => match knobs.str("PATH")? {
-            // Packed weights and bf16 activations only: the natural layout's 16-byte block loads take four times
-            // the registers (the grouped kernel at BK=128 spilled 40 bytes under ptxas), and the MXFP8 grouped
-            // kernel at BK=256 spilled 12 (the tile path stays their default). Dense only: at 28 experts x 4 tokens
-            // the tile path ran 0.224-0.234 ms against 0.30-0.88 for stream knob sets (H200, 2026-12-01).
-            "auto" => {
-                bm <= 16
-                    && !spec.grouped
-                    && spec.packed
-                    && !spec.act8
-                    && !wgmma
-                    && !sh.glu
-                    && matches!(knobs.u32("WB")?, 0 | 1)
-                    && knobs.0.get("DEC").is_none_or(|_| knobs.str("DEC").is_ok_and(|d| d != "expr"))
-            }
-            "tile" => false,
-            "stream" => true,
-            other => {
-                return Err(OpError::InvalidKnobs {
-                    op: OP,
-                    knobs: knobs.to_string(),
-                    why: format!("PATH={other}: auto, tile, stream, gemv or dq_gemm"),
-                });
-            }
-        },
+    // PATH: the streaming weight path for decode tiles (see the knob's description); absent: tile.
+    let stream = match k.path {
+        None | Some(Path::Tile) => false,
+        // Packed weights and bf16 activations only: the natural layout's 16-byte block loads take four times
+        // the registers (the grouped kernel at BK=128 spilled 40 bytes under ptxas), and the MXFP8 grouped
+        // kernel at BK=256 spilled 12 (the tile path stays their default). Dense only: at 28 experts x 4 tokens
+        // the tile path ran 0.224-0.234 ms against 0.30-0.88 for stream knob sets (H200, 2026-12-01).
+        Some(Path::Auto) => {
+            bm <= 16
+                && !spec.grouped
+                && spec.packed
+                && !spec.act8
+                && !wgmma
+                && !sh.glu
+                && matches!(need(k.wb, "WB")?, 0 | 1)
+                // (An absent DEC is no obstacle here.)
+                && k.dec != Some(Dec::Expr)
+        }
+        Some(Path::Stream) => true,
+        // (PATH=gemv resolved before, dq_gemm is `mx::prefill`'s.)
+        Some(Path::Gemv | Path::DqGemm) => {
+            return Err(OpError::InvalidKnobs {
+                op: OP,
+                knobs: knobs.to_string(),
+                why: format!("PATH={}: auto, tile, stream, gemv or dq_gemm", k.shown("PATH")),
+            });
+        }
     };
     Ok((bm, wgmma, dec_req, stream))
 }
@@ -153,7 +152,7 @@ fn tile_path(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<(u32, boo
 /// The tile path's shape: BN, BK, STAGES, WA and WB (explicit, or chosen from the shape and the path).
 fn tile_shape(
     spec: &MatSpec,
-    knobs: &Knobs,
+    k: &MatKnobs,
     sh: &ShapeFacts,
     (bm, wgmma, stream, wide_rows): (u32, bool, bool, bool),
 ) -> Result<[u32; 5], OpError> {
@@ -189,16 +188,16 @@ fn tile_shape(
     } else {
         128
     };
-    let bn = pick(knobs, "BN", bn_auto)?;
+    let bn = pick(k.bn, "BN", bn_auto)?;
     // Stream: 256 packed (eight 4-byte words per row in flight), 128 natural (its 16-byte block loads hold four
     // times the registers: at 256 ptxas spills under the 128-register cap of four CTAs per SM).
     let bk_stream = if spec.packed { 256 } else { 128 };
     let bk = pick(
-        knobs,
+        k.bk,
         "BK",
         if stream {
             bk_stream
-        } else if mid_batch(spec, sh, bm, wgmma, knobs)? {
+        } else if mid_batch(spec, sh, bm, wgmma, k) {
             256
         } else if decode && !wgmma {
             128
@@ -206,7 +205,7 @@ fn tile_shape(
             64
         },
     )?;
-    let stages = pick(knobs, "STAGES", if (decode && !wide_rows) || wgmma || stream { 4 } else { 3 })?;
+    let stages = pick(k.stages, "STAGES", if (decode && !wide_rows) || wgmma || stream { 4 } else { 3 })?;
     // The stream path keeps 16 weight rows per warp (its register tile holds a whole BK slice of them).
     let wa_auto = if wgmma {
         bm / 16
@@ -215,16 +214,22 @@ fn tile_shape(
     } else {
         (bn / 16).min(if decode { 4 } else { 8 })
     };
-    let wa = pick(knobs, "WA", wa_auto)?;
-    let wb = pick(knobs, "WB", 1)?;
+    let wa = pick(k.wa, "WA", wa_auto)?;
+    let wb = pick(k.wb, "WB", 1)?;
     Ok([bn, bk, stages, wa, wb])
 }
 
 /// The tile path's K split (few tiles: enough CTAs for the SMs), the split-K finalize, the register pipeline and
 /// the occupancy cap, then the validation of the whole configuration.
-fn split_tiles(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts, mut c: Cfg, wide_rows: bool) -> Result<Cfg, OpError> {
+fn split_tiles(
+    spec: &MatSpec,
+    (k, knobs): (&MatKnobs, &Knobs),
+    sh: &ShapeFacts,
+    mut c: Cfg,
+    wide_rows: bool,
+) -> Result<Cfg, OpError> {
     let (bm, bn, bk, stream) = (c.bm, c.bn, c.bk, c.stream);
-    c.cps = knobs.u32("CPS")?;
+    c.cps = need(k.cps, "CPS")?;
     // CTAs resident per SM: the persistent count, else an estimate from shared memory (registers permitting).
     let resident =
         if c.cps > 0 { c.cps as usize } else { (200 * 1024 / c.shared_bytes(spec.tiled).max(1)).clamp(1, 4) };
@@ -254,7 +259,7 @@ fn split_tiles(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts, mut c: Cfg, wide_
         (2 * target).div_ceil(tiles).clamp(1, k_tiles.min(32))
     };
     // The mid batches of `mid_batch`: one CTA per weight tile over the whole K range.
-    let split_auto = if !stream && mid_batch(spec, sh, bm, c.wgmma, knobs)? { 1 } else { split_auto };
+    let split_auto = if !stream && mid_batch(spec, sh, bm, c.wgmma, k) { 1 } else { split_auto };
     // The wgmma mid batches of `wgmma_one_wave`: the K split that keeps the 128 x 128 tiles within one wave.
     let split_auto = if c.wgmma && c.cps == 0 && bm == 128 && bn == 128 && wgmma_one_wave(spec, sh) {
         (ASSUMED_SMS / tiles).max(1)
@@ -263,14 +268,14 @@ fn split_tiles(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts, mut c: Cfg, wide_
     };
     // No empty splits: as many as the K tiles per split need (at most the count chosen).
     let split_auto = k_tiles.div_ceil(k_tiles.div_ceil(split_auto.max(1)));
-    c.split = pick(knobs, "SPLIT", split_auto as u32)?;
-    c.fused = fin_last(knobs, !c.wgmma)? && c.split > 1;
-    c.prefetch = prefetch_knob(knobs)?;
+    c.split = pick(k.split, "SPLIT", split_auto as u32)?;
+    c.fused = k.fin_last(!c.wgmma) && c.split > 1;
+    c.prefetch = k.prefetch();
     // GR is a PATH=gemv knob (validated: 0 here).
-    c.ring = if knobs.0.contains_key("GR") { knobs.u32("GR")? } else { 0 };
+    c.ring = k.gr;
     // MINB: ptxas gives the pipelined stream kernel 255 registers (two CTAs per SM); three CTAs fit in 168
     // without spills (ptxas, M1 and 28x4 presets), the occupancy of the unpipelined kernel (145-161 registers).
-    let minb = if knobs.0.contains_key("MINB") { knobs.u32("MINB")? } else { 1 };
+    let minb = k.minb;
     // Auto: 3 CTAs (168 registers) for 16-token tiles on 128 threads, the presets' shape; others uncapped (at
     // 168 registers the 64-thread BN=32 tile spills 96 bytes and the BM=64 tile 32; at 256 threads 3 CTAs
     // leave 85).
@@ -290,14 +295,8 @@ fn split_tiles(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts, mut c: Cfg, wide_
 /// 0.0380-0.0402 for the automatic split of 6 at BK=128, on an H100 0.0252 against 0.0389; a split of 2 read
 /// 0.0320, 4 0.0382, 8 0.0539 (H200; the tune records in `results/`). Automatic BK and SPLIT follow it there.
 /// (bf16 activations keep the automatic shape: their tune records, keyed by the default kernels, select it.)
-fn mid_batch(spec: &MatSpec, sh: &ShapeFacts, bm: u32, wgmma: bool, knobs: &Knobs) -> Result<bool, OpError> {
-    Ok(spec.act8
-        && !act_tile_knob(knobs)?
-        && !spec.grouped
-        && !sh.glu
-        && !wgmma
-        && bm == 64
-        && (33..=64).contains(&sh.max_rows))
+fn mid_batch(spec: &MatSpec, sh: &ShapeFacts, bm: u32, wgmma: bool, k: &MatKnobs) -> bool {
+    spec.act8 && !k.act_tile() && !spec.grouped && !sh.glu && !wgmma && bm == 64 && (33..=64).contains(&sh.max_rows)
 }
 
 /// Dense MXFP8 activations, 65..=256 tokens, no GLU, whose 128 x 128 output tiles fit in one wave of the SMs: the
@@ -321,19 +320,19 @@ pub fn wgmma_one_wave(spec: &MatSpec, sh: &ShapeFacts) -> bool {
 /// [`act_dequant_first`]): at 28 experts x 4 tokens the tile path, their only decode path before, ran
 /// 0.1952 ms against the gemv kernel's 0.1171 on bf16 activations (H200, 2026-12-05 report, same run); the
 /// dequant launch moves 1.2 MB. A prediction until the GPU times both.
-pub(super) fn gemv_wanted(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Option<bool>, OpError> {
-    let Some(_) = knobs.0.get("PATH") else { return Ok(None) };
-    Ok(match knobs.str("PATH")? {
-        "gemv" => Some(true),
+pub(super) fn gemv_wanted(spec: &MatSpec, k: &MatKnobs, sh: &ShapeFacts) -> Result<Option<bool>, OpError> {
+    let Some(path) = k.path else { return Ok(None) };
+    Ok(match path {
+        Path::Gemv => Some(true),
         // Grouped: at most 8 tokens per expert. The gemv kernel of 2026-12-01 lost at 28 experts x 4 tokens (0.531 ms
         // against the tile path's 0.224 on the H200, 2026-12-01); the register-ring kernel with one streaming warp
         // per 16-row tile is predicted at ~0.10-0.13 ms there (SASS: ~240 instructions per 1 KB quad step, 96 KB
         // in flight per SM), a prediction until the GPU measures it.
-        "auto" => (sh.max_rows <= 16
+        Path::Auto => (sh.max_rows <= 16
             && (!spec.grouped || sh.max_rows <= 8)
-            && knobs.0.get("MMA").is_none_or(|_| knobs.str("MMA").is_ok_and(|m| m != "wgmma"))
-            && matches!(knobs.u32("WB")?, 0 | 1)
-            && matches!(knobs.u32("BM")?, 0 | 8 | 16))
+            && k.mma != Some(Mma::Wgmma)
+            && matches!(need(k.wb, "WB")?, 0 | 1)
+            && matches!(need(k.bm, "BM")?, 0 | 8 | 16))
         .then_some(false),
         _ => None,
     })
@@ -342,10 +341,11 @@ pub(super) fn gemv_wanted(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Res
 /// Tile-major weights (`WeightBytes::PackedTiles`): PATH=gemv with the shared-memory ring (STAGES 3 when not
 /// given), 8-token tiles, no K split, and weight tiles that are all full (the GPU code reads tiled words through
 /// the ring's fast form only). Anything else is refused by name.
-pub(super) fn resolve_tiled(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, OpError> {
+pub(super) fn resolve_tiled(spec: &MatSpec, k: &MatKnobs, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, OpError> {
     let bad = |why: String| OpError::InvalidKnobs { op: OP, knobs: knobs.to_string(), why };
-    if knobs.0.contains_key("PATH") && !matches!(knobs.str("PATH")?, "auto" | "gemv") {
-        return Err(bad(format!("tile-major weights are read by PATH=gemv only (got PATH={})", knobs.str("PATH")?)));
+    // (An absent PATH reads as auto here.)
+    if k.path.is_some_and(|p| !matches!(p, Path::Auto | Path::Gemv)) {
+        return Err(bad(format!("tile-major weights are read by PATH=gemv only (got PATH={})", k.shown("PATH"))));
     }
     if sh.max_rows > 8 {
         return Err(OpError::BadInput {
@@ -354,11 +354,13 @@ pub(super) fn resolve_tiled(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> R
             why: format!("tile-major weights serve decode, at most 8 tokens per group (got {})", sh.max_rows),
         });
     }
-    let mut k = knobs.clone();
-    if super::prefill::int_or0(knobs, "STAGES")? == 0 {
-        k.set("STAGES", 3i64);
+    // STAGES absent or 0: 3 (the record named in errors says so too).
+    let (mut k, mut knobs) = (*k, knobs.clone());
+    if k.stages.unwrap_or(0) == 0 {
+        k.stages = Some(3);
+        knobs.set("STAGES", 3i64);
     }
-    let c = resolve_gemv(spec, &k, sh)?;
+    let c = resolve_gemv(spec, &k, &knobs, sh)?;
     let rows = if sh.glu { c.bn / 2 } else { c.bn } as usize;
     if !sh.n_out.is_multiple_of(rows) {
         return Err(bad(format!(
@@ -380,8 +382,8 @@ pub(super) fn resolve_tiled(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> R
 /// quads per row) a 16-row CTA of 7 warps has one batch of 4 quads per warp, 3 of them in flight from the start,
 /// and three such CTAs per SM (80 registers, MINB=3) keep ~63 KB per SM in flight; the M1 preset's 384 CTAs are
 /// all resident at once. At 16 tokens: U = 8, GR = 4, 4 warps (one batch each), three CTAs per SM.
-pub(super) fn resolve_gemv(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, OpError> {
-    let bm = pick(knobs, "BM", if sh.max_rows <= 8 { 8 } else { 16 })?;
+pub(super) fn resolve_gemv(spec: &MatSpec, k: &MatKnobs, knobs: &Knobs, sh: &ShapeFacts) -> Result<Cfg, OpError> {
+    let bm = pick(k.bm, "BM", if sh.max_rows <= 8 { 8 } else { 16 })?;
     let glu = sh.glu;
     // 16 rows per statement (GLU: BN = 32, two statements): wider tiles reuse each activation fragment over more
     // rows but multiply the ring's registers; they are left to the tuner, except for many tiles (below).
@@ -409,25 +411,25 @@ pub(super) fn resolve_gemv(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Re
     } else {
         (unit, if bm == 8 { 512 } else { 1024 })
     };
-    let bn = pick(knobs, "BN", bn_auto)?;
+    let bn = pick(k.bn, "BN", bn_auto)?;
     let rows = if glu { bn / 2 } else { bn };
-    let bk = pick(knobs, "BK", bk_auto)?;
-    let split = pick(knobs, "SPLIT", 1)?;
+    let bk = pick(k.bk, "BK", bk_auto)?;
+    let split = pick(k.split, "SPLIT", 1)?;
     let u = (bk / 128).max(1);
-    let prefetch = prefetch_knob(knobs)?;
+    let prefetch = k.prefetch();
     let nb = (rows / 16).max(1);
     let ring_auto = ((if bm == 8 { 3 } else { 4 }) * if prefetch { 2 } else { 1 } / nb).clamp(1, 8);
-    let ring = if knobs.0.contains_key("GR") { pick(knobs, "GR", ring_auto)? } else { ring_auto };
+    let ring = if k.gr == 0 { ring_auto } else { k.gr };
     let batches = (sh.k / 32).div_ceil(split.max(1) as usize).div_ceil(4 * u as usize).max(1);
     // The fewest warps (at most 8) that reach the smallest number of batches per warp.
     let least = batches.div_ceil(8);
     let wa_auto = if many { 4 } else { (1..=8u32).find(|&w| batches.div_ceil(w as usize) == least).unwrap_or(8) };
-    let wa = pick(knobs, "WA", wa_auto)?;
+    let wa = pick(k.wa, "WA", wa_auto)?;
     // FIN auto: the second launch (FIN=last measured slower on the H200 for the stream kernels).
-    let fin_last = fin_last(knobs, false)?;
-    let sk = sk_knob(knobs)?;
-    let ts = super::prefill::int_or0(knobs, "TS")?;
-    let minb = if knobs.0.contains_key("MINB") { knobs.u32("MINB")? } else { 1 };
+    let fin_last = k.fin_last(false);
+    let sk = k.stream_k(knobs)?;
+    let ts = k.ts;
+    let minb = k.minb;
     // STAGES: 1 or 2 = the register ring of GR slots; 3..=8 = the shared-memory ring of that many cp.async stages
     // per warp (`Stmt::Fp4Gemv` staged; GR is then unused and recorded as the stage count); 0 (or none) = auto:
     // 3 stages for many tiles and for dense 16-token problems without a GLU epilogue (2026-12-04, two runs: M16
@@ -435,13 +437,12 @@ pub(super) fn resolve_gemv(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Re
     // read 0.0117 / 0.0118 against 0.0124 staged at MINB=4, but there the 7-warp CTAs get 72 registers and spill 8
     // bytes: left to the tuner).
     let staged_auto = many || (!spec.grouped && !glu && bm == 16);
-    let stages = match knobs.0.get("STAGES") {
+    // (STAGES absent: the register ring, from before the shared-memory ring existed.)
+    let stages = match k.stages {
         None => 2,
-        Some(_) => match knobs.u32("STAGES")? {
-            0 if staged_auto => 3,
-            0..=2 => 2,
-            s => s,
-        },
+        Some(0) if staged_auto => 3,
+        Some(0..=2) => 2,
+        Some(s) => s,
     };
     let ring = if stages >= 3 { stages } else { ring };
     // MINB auto (0): 5 CTAs per SM for many tiles (above; 4 with tile-major weights), 4 for the automatic staged
@@ -463,36 +464,32 @@ pub(super) fn resolve_gemv(spec: &MatSpec, knobs: &Knobs, sh: &ShapeFacts) -> Re
         bk,
         stages,
         wa,
-        wb: pick(knobs, "WB", 1)?,
+        wb: pick(k.wb, "WB", 1)?,
         split,
-        cps: knobs.u32("CPS")?,
-        raster_m: knobs.str("RASTER")? == "m",
+        cps: need(k.cps, "CPS")?,
+        raster_m: k.raster_m()?,
         // (Validated: an explicit MMA=wgmma is refused.)
-        wgmma: knobs.0.get("MMA").is_some_and(|_| knobs.str("MMA").is_ok_and(|m| m == "wgmma")),
+        wgmma: k.mma == Some(Mma::Wgmma),
         dec_bits: true,
         stream: false,
         gemv: true,
         // (Stream-K and TS sum their split tiles in the kernel: FIN auto means last there, FIN=kernel is refused.)
-        fused: if sk || ts > 0 {
-            two_way(knobs, "FIN", true, &[("auto", true), ("kernel", false), ("last", true)])?
-        } else {
-            fin_last && split > 1
-        },
+        fused: if sk || ts > 0 { k.fin_in_kernel() } else { fin_last && split > 1 },
         prefetch,
         min_blocks: if minb <= 1 { 0 } else { minb },
         ring,
         l2pf: 0,
-        bulk: copy_bulk(knobs)?,
+        bulk: k.copy_bulk(),
         xa: 1,
         sk,
         ts,
         // (Validated: an explicit XDQ=tile is refused, the gemv statement reads bf16 activations only.)
-        act_tile: spec.act8 && act_tile_knob(knobs)?,
+        act_tile: spec.act8 && k.act_tile(),
         f8: false,
         xk: 0,
     };
     // L2PF and XA auto: see `Cfg::l2pf_auto` and `Cfg::xa_auto`.
-    let c = Cfg { l2pf: l2pf_knob(knobs)?.unwrap_or(c.l2pf_auto()), xa: xa_knob(knobs)?.unwrap_or(c.xa_auto()), ..c };
+    let c = Cfg { l2pf: k.l2pf_bytes().unwrap_or(c.l2pf_auto()), xa: k.xa_quads().unwrap_or(c.xa_auto()), ..c };
     validate(spec, &c, knobs)?;
     Ok(c)
 }
