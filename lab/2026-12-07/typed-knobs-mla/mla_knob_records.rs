@@ -114,11 +114,20 @@ fn records() {
         line(&mut out, "decode", k, build_decode(&spec, k));
         line(&mut out, "decode_direct", k, build_decode_direct(&spec, k));
         let occ = (decode_blocks_per_sm(&spec, k), decode_blocks_per_request(&spec, k, 96));
-        let _ = writeln!(out, "decode_occupancy\t{k}\t{:?}\t{:?}", occ.0.map_err(|e| e.to_string()), occ.1.map_err(|e| e.to_string()));
+        let _ = writeln!(
+            out,
+            "decode_occupancy\t{k}\t{:?}\t{:?}",
+            occ.0.map_err(|e| e.to_string()),
+            occ.1.map_err(|e| e.to_string())
+        );
     }
     // Combine.
     let mut comb = combine_knob_space().points();
-    comb.extend([combine_default_knobs(), without(combine_default_knobs(), &["BC"]), combine_default_knobs().with("BC", 256i64)]);
+    comb.extend([
+        combine_default_knobs(),
+        without(combine_default_knobs(), &["BC"]),
+        combine_default_knobs().with("BC", 256i64),
+    ]);
     for k in &comb {
         line(&mut out, "combine", k, build_decode_combine(&spec, k));
     }

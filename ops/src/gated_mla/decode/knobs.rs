@@ -46,7 +46,9 @@ knob_set! {
         bm: u32 = "BM" => { axis: "packed (query, head) rows per block" [16, 32, 48, 64], default: 16, },
         /// `BN`: keys per pipeline stage (divides the page).
         bn: u32 = "BN" => {
-            axis: "keys per pipeline stage (divides the page; 16 only with replicated scores or MMA=wgmma)" [16, 32, 64],
+            axis: "keys per pipeline stage (divides the page; 16 only with replicated scores or \
+             MMA=wgmma)"
+                [16, 32, 64],
             default: 64,
         },
         /// `WM`: warp rows (the score tile is on `[WM, 1]` warps).
@@ -55,8 +57,8 @@ knob_set! {
         wn: u32 = "WN" => { axis: "warp columns splitting the 512 value columns" [1, 2, 4], default: 4, },
         /// `STAGES`: the depth of the K/V ring.
         stages: u32 = "STAGES" => {
-            axis: "cp.async depth of the KV ring (STAGES - 1 tiles in flight while one is used: 4 at BN = 32 keeps three \
-             37 KB tiles in flight in the shared memory of two 64-key stages)"
+            axis: "cp.async depth of the KV ring (STAGES - 1 tiles in flight while one is used: 4 at BN = 32 keeps \
+             three 37 KB tiles in flight in the shared memory of two 64-key stages)"
                 [2, 3, 4],
             default: 2,
         },
@@ -80,8 +82,8 @@ knob_set! {
         },
         /// `BT_PREFETCH` (absent: 0): read the block-table entry of the next tile one loop iteration early.
         bt_prefetch: Flag = "BT_PREFETCH" => {
-            axis: "1: read the block-table entry of the next tile to load one loop iteration early (0: right before its \
-             copies, which then wait for the load)"
+            axis: "1: read the block-table entry of the next tile to load one loop iteration early (0: right before \
+             its copies, which then wait for the load)"
                 [Flag::Off, Flag::On],
             default: Flag::Off,
             absent: Flag::Off,
@@ -96,9 +98,9 @@ knob_set! {
         },
         /// `MMA` (absent: `sync`): the tensor-core path (see the axis text).
         mma: Mma = "MMA" => {
-            axis: "sync: mma.sync on [WM, WN] warps (16-row warp tiles); wgmma: the Hopper warpgroup instructions, BM / 64 \
-             warpgroups of 64 packed rows on [BM / 16, 1] warps (WN=1; SCORES=shared only with VWG=2), the [BM, BN] \
-             scores and a DV / DVS value slice per block, K and V from the same shared stage"
+            axis: "sync: mma.sync on [WM, WN] warps (16-row warp tiles); wgmma: the Hopper warpgroup instructions, \
+             BM / 64 warpgroups of 64 packed rows on [BM / 16, 1] warps (WN=1; SCORES=shared only with VWG=2), the \
+             [BM, BN] scores and a DV / DVS value slice per block, K and V from the same shared stage"
                 [Mma::Sync, Mma::Wgmma],
             default: Mma::Sync,
             absent: Mma::Sync,
@@ -121,31 +123,31 @@ knob_set! {
         },
         /// `OVERLAP` (absent: false; MMA=wgmma): tile j's softmax under tile j-1's `P V` product.
         overlap: bool = "OVERLAP" => {
-            axis: "MMA=wgmma: issue tile j's score product, then tile j-1's P V product, and run tile j's softmax while \
-             P V is in flight (K and V share a stage, so the ring holds two tiles in use and loads STAGES - 2 ahead: \
-             STAGES >= 3); with SCORES=shared, every warpgroup's tile j-1 P V runs under warpgroup 0's tile j \
+            axis: "MMA=wgmma: issue tile j's score product, then tile j-1's P V product, and run tile j's softmax \
+             while P V is in flight (K and V share a stage, so the ring holds two tiles in use and loads STAGES - 2 \
+             ahead: STAGES >= 3); with SCORES=shared, every warpgroup's tile j-1 P V runs under warpgroup 0's tile j \
              softmax"
                 [false, true],
             absent: false,
         },
         /// `VWG` (absent: 1; MMA=wgmma, BM=64): warpgroups per block sharing its Q tile and K/V stages.
         vwg: u32 = "VWG" => {
-            axis: "MMA=wgmma, BM=64: warpgroups per block sharing its Q tile and K/V stages; each computes the scores and \
-             32 of every 64 value columns (DVS=1 at VWG=2 holds all 512 columns in 128 registers per thread)"
+            axis: "MMA=wgmma, BM=64: warpgroups per block sharing its Q tile and K/V stages; each computes the scores \
+             and 32 of every 64 value columns (DVS=1 at VWG=2 holds all 512 columns in 128 registers per thread)"
                 [1, 2],
             absent: 1,
         },
         /// `SOFTMAX` (absent: `exact`; MMA=wgmma): how the online softmax scales the scores.
         softmax: Softmax = "SOFTMAX" => {
-            axis: "MMA=wgmma: exact (scores scaled, then exp2) or fast (max of the raw scores, the scale folded into one \
-             fused multiply-add per exponent, exp2_ftz)"
+            axis: "MMA=wgmma: exact (scores scaled, then exp2) or fast (max of the raw scores, the scale folded into \
+             one fused multiply-add per exponent, exp2_ftz)"
                 [Softmax::Exact, Softmax::Fast],
             absent: Softmax::Exact,
         },
         /// `LOAD` (absent: `cp_async`): how the K/V ring is filled.
         load: RingLoad = "LOAD" => {
-            axis: "the K/V ring by cp.async (every thread copies 16-byte chunks; a wait and a block barrier per tile) or \
-             tma (thread 0 issues one bulk tensor copy per 64-column chunk of a page, on per-slot full / empty \
+            axis: "the K/V ring by cp.async (every thread copies 16-byte chunks; a wait and a block barrier per tile) \
+             or tma (thread 0 issues one bulk tensor copy per 64-column chunk of a page, on per-slot full / empty \
              mbarriers; MMA=wgmma: no block barrier, the warpgroups only meet where they exchange data)"
                 [RingLoad::CpAsync, RingLoad::Tma],
             absent: RingLoad::CpAsync,

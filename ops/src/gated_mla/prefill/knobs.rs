@@ -148,8 +148,8 @@ knob_set! {
         /// against 4.812 with cp.async, T32768 H12 7.912 against 8.663 (BN=64 STAGES=3 with TMA: 6.474 /
         /// 11.818).
         load: PrefillLoad = PREFILL_LOAD_KNOB => {
-            axis: "wgmma: Q/K/V tiles by cp.async (every thread, commit groups and a block barrier per KV tile) or by TMA \
-             (thread 0 issues bulk tensor copies completing on per-slot mbarriers)"
+            axis: "wgmma: Q/K/V tiles by cp.async (every thread, commit groups and a block barrier per KV tile) or by \
+             TMA (thread 0 issues bulk tensor copies completing on per-slot mbarriers)"
                 [PrefillLoad::CpAsync, PrefillLoad::Tma],
             default: PrefillLoad::Auto,
             absent: PrefillLoad::CpAsync,
