@@ -211,6 +211,16 @@ macro_rules! knob_set {
 }
 pub(crate) use knob_set;
 
+/// `true` / `false` knobs (the record's [`KnobValue::Bool`]; any other kind is the record's [`KnobError`]).
+impl KnobType for bool {
+    fn read(_op: &'static str, k: &Knobs, name: &str) -> Result<Self, OpError> {
+        Ok(k.bool(name)?)
+    }
+    fn value(&self) -> Option<KnobValue> {
+        Some(KnobValue::from(*self))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -20,19 +20,31 @@ impl GateSpec {
     }
 }
 
-/// The gate-projection tuning knobs.
-pub fn gate_knob_space() -> KnobSpace {
-    KnobSpace::default()
-        .axis("BM", "tokens per block", [16i64, 32, 64, 128])
-        .axis("BK", "latent slice per pipeline stage", [32i64, 64])
-        .axis("STAGES", "cp.async pipeline depth", [2i64, 3, 4])
-        .axis("WM", "warps along tokens", [1i64, 2, 4])
-        .axis("WN", "warps along the 128 outputs", [2i64, 4])
+knob_set! {
+    /// The knobs of the gate projection ([`build_gate`]), read from a record by [`GateKnobs::from_knobs`]. The
+    /// builder has always required all five, so none has an `absent` meaning.
+    pub struct GateKnobs for "gated_mla_gate" {
+        /// `BM`: tokens per block.
+        bm: u32 = "BM" => { axis: "tokens per block" [16, 32, 64, 128], default: 64, },
+        /// `BK`: latent slice per pipeline stage.
+        bk: u32 = "BK" => { axis: "latent slice per pipeline stage" [32, 64], default: 64, },
+        /// `STAGES`: the cp.async pipeline depth.
+        stages: u32 = "STAGES" => { axis: "cp.async pipeline depth" [2, 3, 4], default: 3, },
+        /// `WM`: warps along tokens.
+        wm: u32 = "WM" => { axis: "warps along tokens" [1, 2, 4], default: 2, },
+        /// `WN`: warps along the 128 outputs.
+        wn: u32 = "WN" => { axis: "warps along the 128 outputs" [2, 4], default: 2, },
+    }
 }
 
-/// The gate-projection knobs used when no tuning record exists.
+/// The gate-projection tuning knobs (see [`GateKnobs`]).
+pub fn gate_knob_space() -> KnobSpace {
+    GateKnobs::space()
+}
+
+/// The gate-projection knobs used when no tuning record exists (see [`GateKnobs`]).
 pub fn gate_default_knobs() -> Knobs {
-    Knobs::new().with("BM", 64i64).with("BK", 64i64).with("STAGES", 3i64).with("WM", 2i64).with("WN", 2i64)
+    GateKnobs::defaults()
 }
 
 /// Build the decode-side output projection `y[t, h, :] = sigmoid(z[t, h, :]) * (o_latent[t, h, :] @
@@ -41,9 +53,8 @@ pub fn gate_default_knobs() -> Knobs {
 /// Tensor arguments, in order: `o_latent [T, H, DL]` bf16, `w_uv [H, DV, DL]` bf16, `z [T, H, DV]` bf16 (when
 /// gated), output `y [T, H, DV]` bf16. Grid: `(ceil(T / BM), H, 1)`.
 pub fn build_gate(spec: &GateSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
-    const OP: &str = "gated_mla_gate";
-    let (bm, bk, st, wm, wn) =
-        (knobs.u32("BM")?, knobs.u32("BK")?, knobs.u32("STAGES")?, knobs.u32("WM")?, knobs.u32("WN")?);
+    const OP: &str = GateKnobs::OP;
+    let GateKnobs { bm, bk, stages: st, wm, wn } = GateKnobs::from_knobs(knobs)?;
     let (dl, dv) = (spec.dl, spec.dv);
     if wm == 0 || wn == 0 || wm * wn > 16 || bm == 0 || bm % (16 * wm) != 0 || dv % (16 * wn) != 0 {
         return invalid(OP, knobs, format!("BM={bm} WM={wm} WN={wn} do not tile {bm}x{dv}"));
@@ -138,4 +149,22 @@ pub fn build_gate(spec: &GateSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
     }
     b.store(acc, Place::Global(view(y, out_off, h * dv as i64, rows, dv as i64, 8)));
     Ok(b.finish()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_gate_record_reads_as_declared_and_every_knob_is_required() {
+        let written =
+            Knobs::new().with("BM", 64i64).with("BK", 64i64).with("STAGES", 3i64).with("WM", 2i64).with("WN", 2i64);
+        assert_eq!(gate_default_knobs(), written);
+        let t = GateKnobs::from_knobs(&written).unwrap();
+        assert_eq!(t, GateKnobs { bm: 64, bk: 64, stages: 3, wm: 2, wn: 2 });
+        let mut no_bk = written;
+        no_bk.0.remove("BK");
+        let e = build_gate(&GateSpec::new(true), &no_bk).unwrap_err().to_string();
+        assert!(e.contains("`BK` is missing"), "{e}");
+    }
 }

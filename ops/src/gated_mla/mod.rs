@@ -4,7 +4,7 @@
 //! * [`build_prefill`]: FlashAttention style prefill (MHA mode, `d_qk = 192`, `d_v = 128`). One block per
 //!   (q-tile of `BM` rows, head[, sequence]); the K/V windows stream through a `STAGES`-deep `cp.async` ring
 //!   (or, `LOAD=tma` with `MMA=wgmma`, a ring of bulk tensor copies on full / empty mbarriers, see
-//!   [`PREFILL_LOAD_KNOB`]);
+//!   [`PrefillKnobs::load`]);
 //!   `S = Q K^T` and `P V` run on `mma.sync` (`MMA=sync`, FA2 style) or on the Hopper warpgroup `wgmma`
 //!   (`MMA=wgmma`, FA3 style: one warpgroup per 64 query rows, Q and K from swizzled shared 64-column chunks,
 //!   P from registers, V read N-contiguous; `OVERLAP` runs each tile's softmax while the previous tile's
@@ -45,12 +45,15 @@
 //! Conventions shared by all kernels: a query row with no visible key gets `o = 0` and `lse = +inf`; the
 //! softmax scale is a float scalar argument `scale` (it must be finite and > 0).
 //!
-//! Files: this module holds what the kernels share (the online softmax, score masking, knob parsing helpers);
-//! `prefill.rs`, `decode/` (the mma.sync kernel, the K/V ring, the split rule and the combine in `mod.rs`, the
-//! wgmma kernel and its tile schedules in `wgmma.rs`) and `gate.rs` build the kernels; [`ops`] wraps them as
-//! the operators `gated_mla.prefill`, `gated_mla.decode` and `gated_mla.gate`.
+//! Files: this module holds what the kernels share (the online softmax, score masking, the knob words [`Mma`]
+//! and [`Softmax`] of both attention kernels); `prefill.rs`, `decode/` (the mma.sync kernel, the K/V ring, the
+//! split rule and the combine in `mod.rs`, the wgmma kernel and its tile schedules in `wgmma.rs`) and `gate.rs`
+//! build the kernels, each family's knobs declared once in its `knobs.rs` (the gate's in `gate.rs`, the
+//! combine's in `decode/combine.rs`); [`ops`] wraps them as the operators `gated_mla.prefill`,
+//! `gated_mla.decode` and `gated_mla.gate`.
 
 use crate::OpError;
+use crate::typed_knobs::{knob_enum, knob_set};
 use k3k_ir::*;
 use std::f64::consts::{LN_2, LOG2_E};
 
@@ -245,30 +248,22 @@ fn step_scores(b: &mut KernelBuilder, sm: &OnlineSoftmax, s: TileId, scale_log2:
     }
 }
 
-/// An optional integer knob (absent: `default`), so that knob sets written before it existed still parse.
-fn opt_u32(k: &Knobs, name: &str, default: u32) -> Result<u32, OpError> {
-    match k.0.get(name) {
-        None => Ok(default),
-        Some(_) => Ok(k.u32(name)?),
+knob_enum! {
+    /// `MMA` (prefill and decode): the tensor-core instructions.
+    pub enum Mma: str {
+        /// `mma.sync` on warp tiles.
+        Sync = "sync",
+        /// The Hopper warpgroup instructions (`wgmma`), one warpgroup per 64 rows.
+        Wgmma = "wgmma",
     }
 }
 
-/// An optional bool knob (absent: false).
-fn opt_bool(k: &Knobs, name: &str) -> Result<bool, OpError> {
-    match k.0.get(name) {
-        None => Ok(false),
-        Some(_) => Ok(k.bool(name)?),
-    }
-}
-
-/// An optional two-valued string knob (absent: `off`): whether it names `on`; any other value is invalid knobs.
-fn opt_choice(op: &'static str, k: &Knobs, name: &str, off: &str, on: &str) -> Result<bool, OpError> {
-    match k.0.get(name) {
-        None => Ok(false),
-        Some(_) => match k.str(name)? {
-            v if v == off => Ok(false),
-            v if v == on => Ok(true),
-            other => invalid(op, k, format!("{name}={other}: {off} or {on}")),
-        },
+knob_enum! {
+    /// `SOFTMAX` (prefill and decode's wgmma kernel): how the online softmax scales the scores.
+    pub enum Softmax: str {
+        /// Scores scaled, then `exp2`.
+        Exact = "exact",
+        /// The row max of the raw scores, the scale folded into one fused multiply-add per exponent, `exp2_ftz`.
+        Fast = "fast",
     }
 }

@@ -585,7 +585,8 @@ pub fn decode_plan(pb: &DecodeProblem, knobs: &Knobs) -> Result<(Knobs, usize, b
     let nsplit = if forced > 0 {
         forced
     } else {
-        let (bm, bn) = (k.u32("BM")? as usize, k.u32("BN")? as usize);
+        let t = DecodeKnobs::from_knobs(&k)?;
+        let (bm, bn) = (t.bm as usize, t.bn as usize);
         // Invalid knobs are reported by the kernel build; the split count does not matter for them.
         let spec = DecodeSpec::default();
         let per_sm = decode_blocks_per_sm(&spec, &k).unwrap_or(1);

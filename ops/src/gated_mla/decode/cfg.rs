@@ -1,4 +1,4 @@
-//! The decode configuration resolved from the knobs ([`decode_cfg`], [`decode_cfg_wgmma`]) and the blocks per
+//! The decode configuration resolved from the typed knobs ([`decode_cfg`], [`decode_cfg_wgmma`]) and the blocks per
 //! request and per SM it gives.
 
 use super::*;
@@ -59,37 +59,27 @@ impl DecodeCfg {
     }
 }
 
+/// The configuration of record `k` ([`DecodeKnobs`]) for `spec`, checked.
 pub(super) fn decode_cfg(spec: &DecodeSpec, k: &Knobs) -> Result<DecodeCfg, OpError> {
-    const OP: &str = "gated_mla_decode";
+    const OP: &str = DecodeKnobs::OP;
+    let t = DecodeKnobs::from_knobs(k)?;
     let mut c = DecodeCfg {
-        bm: k.u32("BM")?,
-        bn: k.u32("BN")?,
-        wm: k.u32("WM")?,
-        wn: k.u32("WN")?,
-        stages: k.u32("STAGES")?,
-        shared_scores: match k.str("SCORES")? {
-            "replicated" => false,
-            "shared" => true,
-            other => return invalid(OP, k, format!("SCORES={other}: replicated or shared")),
-        },
-        swn: opt_u32(k, "SWN", 0)?,
-        qk_accs: opt_u32(k, "QK_ACCS", 1)?,
-        bt_prefetch: match opt_u32(k, "BT_PREFETCH", 0)? {
-            0 => false,
-            1 => true,
-            v => return invalid(OP, k, format!("BT_PREFETCH={v}: 0 or 1")),
-        },
-        wgmma: opt_choice(OP, k, "MMA", "sync", "wgmma")?,
-        dvs: opt_u32(k, "DVS", 1)?,
-        qk_unroll: match opt_u32(k, "QK_UNROLL", 0)? {
-            0 => false,
-            1 => true,
-            v => return invalid(OP, k, format!("QK_UNROLL={v}: 0 or 1")),
-        },
-        overlap: opt_bool(k, "OVERLAP")?,
-        fast_softmax: opt_choice(OP, k, "SOFTMAX", "exact", "fast")?,
-        vwg: opt_u32(k, "VWG", 1)?,
-        tma: opt_choice(OP, k, "LOAD", "cp_async", "tma")?,
+        bm: t.bm,
+        bn: t.bn,
+        wm: t.wm,
+        wn: t.wn,
+        stages: t.stages,
+        shared_scores: t.scores == Scores::Shared,
+        swn: t.swn,
+        qk_accs: t.qk_accs,
+        bt_prefetch: t.bt_prefetch == Flag::On,
+        wgmma: t.mma == Mma::Wgmma,
+        dvs: t.dvs,
+        qk_unroll: t.qk_unroll == Flag::On,
+        overlap: t.overlap,
+        fast_softmax: t.softmax == Softmax::Fast,
+        vwg: t.vwg,
+        tma: t.load == RingLoad::Tma,
         tile_regs: 0,
         smem: 0,
     };
@@ -172,7 +162,7 @@ pub(super) fn decode_cfg(spec: &DecodeSpec, k: &Knobs) -> Result<DecodeCfg, OpEr
 /// score tile is the warpgroups' own accumulator), one score accumulator, `DVS` dividing the value tiles, and
 /// the accumulator registers within what one thread may hold.
 pub(super) fn decode_cfg_wgmma(spec: &DecodeSpec, k: &Knobs, mut c: DecodeCfg) -> Result<DecodeCfg, OpError> {
-    const OP: &str = "gated_mla_decode";
+    const OP: &str = DecodeKnobs::OP;
     if c.bm == 0 || !c.bm.is_multiple_of(64) || c.wm != c.bm / 16 || c.wn != 1 {
         return invalid(OP, k, format!("MMA=wgmma needs BM a multiple of 64, WM = BM / 16 and WN = 1 (BM={})", c.bm));
     }

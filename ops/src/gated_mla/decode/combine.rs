@@ -1,20 +1,35 @@
-//! The log-sum-exp merge of the decode splits ([`build_decode_combine`]) and its knobs.
+//! The log-sum-exp merge of the decode splits ([`build_decode_combine`]) and its knobs ([`CombineKnobs`]).
 
 use super::*;
 
-/// The combine tuning knobs.
-pub fn combine_knob_space() -> KnobSpace {
-    KnobSpace::default()
-        .axis("BM", "heads per block", [16i64, 32])
-        .axis("WM", "warp rows", [1i64, 2])
-        .axis("WN", "warp columns over the value width", [2i64, 4, 8])
-        .axis("BC", "value columns per block (the grid's x covers head tiles times DV / BC)", [128i64, 512])
+knob_set! {
+    /// The knobs of the split merge ([`build_decode_combine`]), read from a record by
+    /// [`CombineKnobs::from_knobs`]. The default record: 128 value columns per block, so that 128 requests of 12
+    /// heads make 512 blocks (one block per request, as before, left most SMs with one block of 4 warps).
+    pub struct CombineKnobs for "gated_mla_decode_combine" {
+        /// `BM`: heads per block.
+        bm: u32 = "BM" => { axis: "heads per block" [16, 32], default: 16, },
+        /// `WM`: warp rows.
+        wm: u32 = "WM" => { axis: "warp rows" [1, 2], default: 1, },
+        /// `WN`: warp columns over the value width.
+        wn: u32 = "WN" => { axis: "warp columns over the value width" [2, 4, 8], default: 4, },
+        /// `BC` (absent: `None`, every value column in one block): value columns per block.
+        bc: Option<u32> = "BC" => {
+            axis: "value columns per block (the grid's x covers head tiles times DV / BC)" [Some(128), Some(512)],
+            default: Some(128),
+            absent: None,
+        },
+    }
 }
 
-/// The combine knobs used when no tuning record exists: 128 value columns per block, so that 128 requests
-/// of 12 heads make 512 blocks (one block per request, as before, left most SMs with one block of 4 warps).
+/// The combine tuning knobs (see [`CombineKnobs`]).
+pub fn combine_knob_space() -> KnobSpace {
+    CombineKnobs::space()
+}
+
+/// The combine knobs used when no tuning record exists (see [`CombineKnobs`]).
 pub fn combine_default_knobs() -> Knobs {
-    Knobs::new().with("BM", 16i64).with("WM", 1i64).with("WN", 4i64).with("BC", 128i64)
+    CombineKnobs::defaults()
 }
 
 /// The split partials, written by the split kernels ([`build_decode`]) and read by the combine: `o_part [B,
@@ -43,9 +58,9 @@ pub(super) fn decode_outputs(b: &mut KernelBuilder, dims: [&Expr; 3], dv: u32) -
 /// for a query that saw no key, whose o is 0). Grid: `(ceil(H / BM) * DV / BC, SQ, B)` (`BC`, the value columns
 /// per block, defaults to DV when absent).
 pub fn build_decode_combine(spec: &DecodeSpec, knobs: &Knobs) -> Result<Kernel, OpError> {
-    const OP: &str = "gated_mla_decode_combine";
-    let (bm, wm, wn) = (knobs.u32("BM")?, knobs.u32("WM")?, knobs.u32("WN")?);
-    let bc = opt_u32(knobs, "BC", spec.dv)?;
+    const OP: &str = CombineKnobs::OP;
+    let t = CombineKnobs::from_knobs(knobs)?;
+    let (bm, wm, wn, bc) = (t.bm, t.wm, t.wn, t.bc.unwrap_or(spec.dv));
     if bc == 0 || !spec.dv.is_multiple_of(bc) {
         return invalid(OP, knobs, format!("BC={bc} must divide DV={}", spec.dv));
     }
@@ -113,4 +128,25 @@ pub fn build_decode_combine(spec: &DecodeSpec, knobs: &Knobs) -> Result<Kernel, 
         b.store_vec(out, vec_view(lse, (bi * h + h0) * sqd.clone() + qi, sqd, rows));
     });
     Ok(b.finish()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_combine_record_reads_as_declared_and_bc_absent_is_every_column() {
+        let written = Knobs::new().with("BM", 16i64).with("WM", 1i64).with("WN", 4i64).with("BC", 128i64);
+        assert_eq!(combine_default_knobs(), written);
+        let mut all = written;
+        all.0.remove("BC");
+        assert_eq!(CombineKnobs::from_knobs(&all).unwrap(), CombineKnobs { bm: 16, wm: 1, wn: 4, bc: None });
+        let spec = DecodeSpec::default();
+        // Without BC a block covers all DV columns: the grid's x is the head tiles alone.
+        let one = build_decode_combine(&spec, &all.clone().with("WN", 8i64)).unwrap();
+        let split = build_decode_combine(&spec, &all.with("WN", 8i64).with("BC", spec.dv as i64)).unwrap();
+        assert_eq!(format!("{:?}", one.grid), format!("{:?}", split.grid));
+        let e = build_decode_combine(&spec, &combine_default_knobs().with("BC", "all")).unwrap_err().to_string();
+        assert!(e.contains("`BC` has value `all`, expected an integer"), "{e}");
+    }
 }

@@ -1,4 +1,4 @@
-//! The prefill configuration resolved from the knobs ([`prefill_cfg`]) and its TMA descriptors.
+//! The prefill configuration resolved from the typed knobs ([`prefill_cfg`]) and its TMA descriptors.
 
 use super::*;
 
@@ -30,52 +30,49 @@ pub(super) struct PrefillCfg {
     pub(super) hgroup: u32,
     /// `SOFTMAX=fast`: max of the raw scores, scale folded into the exponent, `exp2_ftz`.
     pub(super) fast_softmax: bool,
-    /// `SMGUARD`: the overlapped softmax in its own basic block (see [`prefill_knob_space`]).
+    /// `SMGUARD`: the overlapped softmax in its own basic block (see [`PrefillKnobs::smguard`]).
     pub(super) smguard: bool,
-    /// `LOAD=tma`: Q, K and V tiles by bulk tensor copies on mbarriers (see [`PREFILL_LOAD_KNOB`]).
+    /// `LOAD=tma`: Q, K and V tiles by bulk tensor copies on mbarriers (see [`PrefillKnobs::load`]).
     pub(super) tma: bool,
     /// `PRODUCER=warp` (LOAD=tma): the copies come from a dedicated producer warpgroup (see
-    /// [`PREFILL_PRODUCER_KNOB`]).
+    /// [`PrefillKnobs::producer`]).
     pub(super) producer_warp: bool,
     /// `PINGPONG` (OVERLAP, two or more warpgroups): the warpgroups issue their products in turn.
     pub(super) pingpong: bool,
-    /// `PERSIST` (fixed lengths): one block per SM walks the (q-tile, head) items (see [`PREFILL_PERSIST_KNOB`]).
+    /// `PERSIST` (fixed lengths): one block per SM walks the (q-tile, head) items (see [`PrefillKnobs::persist`]).
     pub(super) persist: bool,
 }
 
 /// The K/V bytes an LPT head group may keep in L2 (FA3's 32 MB rule).
 pub(super) const L2_GROUP_BYTES: i64 = 32 << 20;
 
+/// The configuration of record `k` ([`PrefillKnobs`]) for `spec`, checked.
 pub(super) fn prefill_cfg(spec: &PrefillSpec, k: &Knobs) -> Result<PrefillCfg, OpError> {
-    const OP: &str = "gated_mla_prefill";
-    let wgmma = opt_choice(OP, k, "MMA", "sync", "wgmma")?;
-    let overlap = opt_bool(k, "OVERLAP")?;
+    const OP: &str = PrefillKnobs::OP;
+    let t = PrefillKnobs::from_knobs(k)?;
+    let wgmma = t.mma == Mma::Wgmma;
     let c = PrefillCfg {
-        bm: k.u32("BM")?,
-        bn: k.u32("BN")?,
-        wm: k.u32("WM")?,
-        stages: k.u32("STAGES")?,
-        qk_unroll: k.bool("QK_UNROLL")?,
+        bm: t.bm,
+        bn: t.bn,
+        wm: t.wm,
+        stages: t.stages,
+        qk_unroll: t.qk_unroll,
         wgmma,
-        overlap,
-        qorder_lpt: opt_choice(OP, k, "QORDER", "head", "lpt")?,
-        hgroup: opt_u32(k, "HGROUP", 0)?,
-        fast_softmax: opt_choice(OP, k, "SOFTMAX", "exact", "fast")?,
-        smguard: opt_bool(k, "SMGUARD")?,
-        tma: match k.0.get(PREFILL_LOAD_KNOB) {
-            None => false,
-            Some(_) => match k.str(PREFILL_LOAD_KNOB)? {
-                "cp_async" => false,
-                "tma" => true,
-                // Three consumer warpgroups (BM=192) run under the 168-register cap of 384 threads, where the
-                // TMA kernel spills (92 bytes at BN=96, ptxas sm_90a): auto keeps cp.async there.
-                "auto" => wgmma && k.u32("BM")? <= 128,
-                other => return invalid(OP, k, format!("LOAD={other}: cp_async, tma or auto")),
-            },
+        overlap: t.overlap,
+        qorder_lpt: t.qorder == QOrder::Lpt,
+        hgroup: t.hgroup,
+        fast_softmax: t.softmax == Softmax::Fast,
+        smguard: t.smguard,
+        tma: match t.load {
+            PrefillLoad::CpAsync => false,
+            PrefillLoad::Tma => true,
+            // Three consumer warpgroups (BM=192) run under the 168-register cap of 384 threads, where the TMA
+            // kernel spills (92 bytes at BN=96, ptxas sm_90a): auto keeps cp.async there.
+            PrefillLoad::Auto => wgmma && t.bm <= 128,
         },
-        producer_warp: opt_choice(OP, k, PREFILL_PRODUCER_KNOB, "thread", "warp")?,
-        pingpong: opt_bool(k, PREFILL_PINGPONG_KNOB)?,
-        persist: opt_bool(k, PREFILL_PERSIST_KNOB)?,
+        producer_warp: t.producer == Producer::Warp,
+        pingpong: t.pingpong,
+        persist: t.persist,
     };
     // PRODUCER=warp applies to the TMA kernel of one or two consumer warpgroups: cp.async has no copies to hand to a
     // producer warp, and three consumer warpgroups (BM=192) spill under the producer's 512-thread launch (144
