@@ -20,8 +20,8 @@ pub const SGRID_KNOB: &str = "SGRID";
 /// Diag(beta) v` is formed, see [`UPlace`].
 pub const USTATE_KNOB: &str = "USTATE";
 
-/// The knob `SLOAD` (`cp` | `tma` | `auto`, default `auto`, absent = `cp`), accepted but not an axis of the knob space: how the state pass
-/// loads its chunk operands, see [`StateLoads`] (issue 42, 2026-12-07).
+/// The knob `SLOAD` (`cp` | `tma` | `auto`, default `auto`, absent = `cp`), accepted but not an axis of the knob
+/// space: how the state pass loads its chunk operands, see [`StateLoads`] (issue 42, 2026-12-07).
 pub const SLOAD_KNOB: &str = "SLOAD";
 
 knob_enum! {
