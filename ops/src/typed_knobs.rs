@@ -221,6 +221,44 @@ impl KnobType for bool {
     }
 }
 
+/// A knob that is `auto` (the kernel family's own rule picks the value) or a number, e.g. `AHEAD`, `L2PF`. A word
+/// other than `auto` is `OpError::InvalidKnobs` naming the knob; the number's range is the reader's to check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AutoOr {
+    Auto,
+    Value(u32),
+}
+
+impl AutoOr {
+    /// The number, or `None` for `auto`.
+    pub fn number(self) -> Option<u32> {
+        match self {
+            AutoOr::Auto => None,
+            AutoOr::Value(v) => Some(v),
+        }
+    }
+}
+
+impl KnobType for AutoOr {
+    fn read(op: &'static str, k: &Knobs, name: &str) -> Result<Self, OpError> {
+        match k.0.get(name) {
+            Some(KnobValue::Str(s)) if s == "auto" => Ok(AutoOr::Auto),
+            Some(KnobValue::Str(s)) => Err(OpError::InvalidKnobs {
+                op,
+                knobs: k.to_string(),
+                why: format!("{name} must be auto or a number, got {s}"),
+            }),
+            _ => u32::read(op, k, name).map(AutoOr::Value),
+        }
+    }
+    fn value(&self) -> Option<KnobValue> {
+        Some(match self {
+            AutoOr::Auto => KnobValue::from("auto"),
+            AutoOr::Value(v) => KnobValue::from(*v),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -920,7 +920,9 @@ fn l2pf_keeps_the_values_and_is_refused_where_it_means_nothing() {
         }
     }
     match Mxfp4Matmul.kernels(&d, &default_knobs().with("L2PF", "big")) {
-        Err(OpError::InvalidKnobs { why, .. }) => assert!(why.contains("L2PF=big: auto, 0, 64, 128 or 256"), "{why}"),
+        Err(OpError::InvalidKnobs { why, .. }) => {
+            assert!(why.contains("L2PF must be auto or a number, got big"), "{why}")
+        }
         other => panic!("L2PF=big: {other:?}"),
     }
     // The prefill path (dq_gemm) has no such copies.

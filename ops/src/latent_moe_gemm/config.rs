@@ -76,7 +76,7 @@ impl Config {
             // `auto` is resolved once the load path and the cluster are known.
             ahead: k.ahead.map(|a| match a {
                 Ahead::Auto => AHEAD_AUTO,
-                Ahead::Depth(a) => a,
+                Ahead::Value(a) => a,
             }),
             warp_release: k.release == ReleaseBy::Warp,
             producer_warp: k.producer == ProducerBy::Warp,

@@ -2,9 +2,8 @@
 //! tuning space, the default record, and what a record written before a knob existed means (`absent`). The
 //! measurements behind each default are on the field.
 
-use crate::OpError;
-use crate::typed_knobs::{KnobType, knob_enum, knob_set};
-use k3k_ir::{KnobSpace, KnobValue, Knobs};
+use crate::typed_knobs::{AutoOr, knob_enum, knob_set};
+use k3k_ir::{KnobSpace, Knobs};
 
 /// The knob name of [`GemmKnobs::load`].
 pub const LOAD_KNOB: &str = "LOAD";
@@ -122,29 +121,9 @@ knob_enum! {
     }
 }
 
-/// `AHEAD`: stages the producer stream keeps in flight.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Ahead {
-    /// Resolved once the load path, the cluster and the producer are known (see `Config`).
-    Auto,
-    /// A count in 1..=STAGES-1.
-    Depth(u32),
-}
-
-impl KnobType for Ahead {
-    fn read(op: &'static str, k: &Knobs, name: &str) -> Result<Self, OpError> {
-        match k.0.get(name) {
-            Some(KnobValue::Str(a)) if a == "auto" => Ok(Ahead::Auto),
-            _ => u32::read(op, k, name).map(Ahead::Depth),
-        }
-    }
-    fn value(&self) -> Option<KnobValue> {
-        Some(match self {
-            Ahead::Auto => KnobValue::from("auto"),
-            Ahead::Depth(a) => KnobValue::from(*a),
-        })
-    }
-}
+/// `AHEAD`: stages the producer stream keeps in flight: `auto` (resolved once the load path, the cluster and the
+/// producer are known, see `Config`) or a count in 1..=STAGES-1.
+pub type Ahead = AutoOr;
 
 knob_set! {
     /// The knobs of the latent expert GEMM, read from a record by [`GemmKnobs::from_knobs`]. The space, the
@@ -344,6 +323,7 @@ pub fn sync_knobs() -> Knobs {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k3k_ir::KnobValue;
 
     #[test]
     fn the_default_record_reads_as_declared() {
@@ -388,7 +368,7 @@ mod tests {
             k.set(name, v);
             GemmKnobs::from_knobs(&k)
         };
-        assert_eq!(with(AHEAD_KNOB, KnobValue::Int(2)).unwrap().ahead, Some(Ahead::Depth(2)));
+        assert_eq!(with(AHEAD_KNOB, KnobValue::Int(2)).unwrap().ahead, Some(Ahead::Value(2)));
         assert_eq!(with(CLUSTER_KNOB, KnobValue::Int(2)).unwrap().cluster, ClusterSize::Two);
         let e = with(CLUSTER_KNOB, KnobValue::Int(3)).unwrap_err().to_string();
         assert!(e.contains("CLUSTER must be 1 or 2, got 3"), "{e}");

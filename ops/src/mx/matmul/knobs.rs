@@ -11,7 +11,7 @@
 //! and FIN see their fields.
 
 use super::*;
-use crate::typed_knobs::{KnobType, knob_enum, knob_set};
+use crate::typed_knobs::{AutoOr, knob_enum, knob_set};
 
 knob_enum! {
     /// `RASTER`: the tile order inside a group.
@@ -146,34 +146,9 @@ knob_enum! {
     }
 }
 
-/// `L2PF`: the L2 prefetch size of PATH=gemv's shared-memory ring copies.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum L2pf {
-    /// 128 on the ring with per-lane copies, else none ([`Cfg::l2pf_auto`]).
-    Auto,
-    /// This many bytes (validated with the configuration: 0, 64, 128 or 256).
-    Bytes(u32),
-}
-
-impl KnobType for L2pf {
-    fn read(op: &'static str, k: &Knobs, name: &str) -> Result<Self, OpError> {
-        match k.0.get(name) {
-            Some(KnobValue::Str(s)) if s == "auto" => Ok(L2pf::Auto),
-            Some(KnobValue::Int(_)) => Ok(L2pf::Bytes(k.u32(name)?)),
-            other => Err(OpError::InvalidKnobs {
-                op,
-                knobs: k.to_string(),
-                why: format!("{name}={}: auto, 0, 64, 128 or 256", other.map(|v| v.to_string()).unwrap_or_default()),
-            }),
-        }
-    }
-    fn value(&self) -> Option<KnobValue> {
-        Some(match self {
-            L2pf::Auto => KnobValue::from("auto"),
-            L2pf::Bytes(b) => KnobValue::from(*b),
-        })
-    }
-}
+/// `L2PF`: the L2 prefetch size of PATH=gemv's shared-memory ring copies: `auto` (128 on the ring with per-lane
+/// copies, else none, [`Cfg::l2pf_auto`]) or a byte count (validated with the configuration: 0, 64, 128 or 256).
+pub type L2pf = AutoOr;
 
 knob_set! {
     /// The knobs of `mxfp4_matmul`, read from a record by [`MatKnobs::from_knobs`]. 0 is "chosen from the
@@ -371,7 +346,7 @@ knob_set! {
             axis: "PATH=gemv with the shared-memory ring (STAGES >= 3): the L2 prefetch size of its cp.async copies in bytes \
              (`.L2::128B` / `.L2::256B`: L2 fetches the aligned bytes around each 16-byte piece of a weight row, which \
              the warp's and its CTA's next quads of the same rows copy soon after); 0 none (64 accepted too); auto: \
-             128 on that ring with per-lane copies, else none" [L2pf::Auto, L2pf::Bytes(0), L2pf::Bytes(256)],
+             128 on that ring with per-lane copies, else none" [L2pf::Auto, L2pf::Value(0), L2pf::Value(256)],
             default: L2pf::Auto,
             absent: L2pf::Auto,
         },
@@ -462,10 +437,7 @@ impl MatKnobs {
 
     /// `L2PF`: `None` for `auto`, else the explicit size in bytes (validated later: 0, 64, 128, 256).
     pub(in crate::mx) fn l2pf_bytes(&self) -> Option<u32> {
-        match self.l2pf {
-            L2pf::Auto => None,
-            L2pf::Bytes(b) => Some(b),
-        }
+        self.l2pf.number()
     }
 
     /// `COPY`: whether PATH=gemv's ring is filled by whole-block bulk copies (`bulk`) rather than per-lane copies.
@@ -613,7 +585,7 @@ mod tests {
         assert!(bad("PATH", "fast").contains("PATH must be auto, tile, stream, gemv or dq_gemm, got fast"));
         assert!(bad("DEC", "nibbles").contains("DEC must be auto, expr or bits, got nibbles"));
         assert!(bad("TURN", "both").contains("TURN must be mma or ffma, got both"));
-        assert!(bad("L2PF", "big").contains("L2PF=big: auto, 0, 64, 128 or 256"));
+        assert!(bad("L2PF", "big").contains("L2PF must be auto or a number, got big"));
         let e = MatKnobs::from_knobs(&default_knobs().with("SK", 2i64)).unwrap().stream_k(&Knobs::new());
         assert!(e.unwrap_err().to_string().contains("SK=2: 0 or 1"));
     }
