@@ -733,6 +733,50 @@ mod wide {
         assert!(msg(kernel(DType::F32, 4, f, 6, 4, |t| t * 4i64)).contains("cannot hold elements 4..8"));
     }
 
+    /// A shared buffer `s` of `dtype`, `cols` columns, accessed wide at (0, row = thread, `col`).
+    fn shared_kernel(
+        dtype: DType,
+        cols: u32,
+        lanes: u32,
+        arr_ty: ScalarTy,
+        len: u32,
+        at: u32,
+        col: impl Fn(Expr) -> Expr,
+    ) -> Result<Kernel, IrError> {
+        let mut b = KernelBuilder::new("wide_shared", 32);
+        let s = b.shared("s", dtype, 32, cols, 1, Swizzle::None);
+        b.grid(1i64, 1i64, 1i64);
+        b.threads(|b| {
+            let a =
+                b.let_array("a", len, arr_ty, if arr_ty == ScalarTy::Float { Expr::Float(0.0) } else { Expr::Int(0) });
+            let c = col(Expr::thread_idx());
+            b.shared_load_wide(a, at, s, 0i64, Expr::thread_idx(), c.clone(), lanes);
+            b.shared_store_wide(s, 0i64, Expr::thread_idx(), c, a, at, lanes);
+        });
+        b.finish()
+    }
+
+    #[test]
+    fn wide_shared_accesses_check_size_rows_columns_and_array() {
+        let f = ScalarTy::Float;
+        // Good: f32 x 4 and bf16 x 8 at a constant or provably aligned column.
+        assert!(shared_kernel(DType::F32, 16, 4, f, 4, 0, |_| Expr::Int(8)).is_ok());
+        assert!(shared_kernel(DType::Bf16, 64, 8, f, 16, 8, |t| (t % 4i64) * 8i64).is_ok());
+        let msg = |r: Result<Kernel, IrError>| r.unwrap_err().to_string();
+        assert!(msg(shared_kernel(DType::F32, 16, 3, f, 4, 0, |_| Expr::Int(0))).contains("not 8 or 16"));
+        assert!(
+            msg(shared_kernel(DType::U8, 64, 16, ScalarTy::Int, 16, 0, |_| Expr::Int(0))).contains("cannot move wide")
+        );
+        assert!(msg(shared_kernel(DType::F32, 6, 2, f, 2, 0, |_| Expr::Int(0))).contains("not whole 16-byte chunks"));
+        assert!(msg(shared_kernel(DType::F32, 16, 4, f, 4, 0, |_| Expr::Int(14))).contains("pass the row's 16"));
+        let e = msg(shared_kernel(DType::F32, 16, 4, f, 4, 0, |t| (t % 2i64) * 4i64 + 2i64));
+        assert!(e.contains("of shared `s`: column") && e.contains("is 2 modulo 4"), "{e}");
+        assert!(
+            msg(shared_kernel(DType::I32, 16, 4, f, 4, 0, |_| Expr::Int(0))).contains("holds float, shared `s` is i32")
+        );
+        assert!(msg(shared_kernel(DType::F32, 16, 4, f, 6, 4, |_| Expr::Int(0))).contains("cannot hold elements 4..8"));
+    }
+
     #[test]
     fn wide_accesses_are_region_only() {
         let mut b = KernelBuilder::new("wide_block", 32);

@@ -196,42 +196,11 @@ impl<'a> Checker<'a> {
                 ),
             ));
         }
-        let bytes = t.dtype.size_bytes() as u32 * lanes;
-        if lanes == 0 || !matches!(bytes, 8 | 16) {
-            return Err(self.err(
-                IrErrorKind::Shape,
-                format!("{what} of tensor `{}`: {lanes} x {} is {bytes} bytes, not 8 or 16", t.name, t.dtype),
-            ));
-        }
+        let owner = format!("tensor `{}`", t.name);
+        self.wide_bytes(what, &owner, t.dtype, lanes)?;
         self.scalar(index, ScalarTy::Int, &format!("{what} index"))?;
-        if let Some(r) = provable_residue(index, lanes as i64)
-            && r != 0
-        {
-            return Err(self.err(
-                IrErrorKind::Layout,
-                format!(
-                    "{what} of tensor `{}`: index {} is {r} modulo {lanes} (misaligned: it must be a multiple of the \
-                     {lanes} lanes)",
-                    t.name,
-                    crate::print::expr(self.k, index)
-                ),
-            ));
-        }
-        let (ty, len) = self.array(arr)?;
-        let name = self.k.arrays.get(arr.0 as usize).map_or("?", |d| &d.name);
-        if ty != ScalarTy::of_dtype(t.dtype) {
-            return Err(self.err(
-                IrErrorKind::Type,
-                format!("{what}: array `{name}` holds {ty}, tensor `{}` is {}", t.name, t.dtype),
-            ));
-        }
-        if at as u64 + lanes as u64 > len as u64 {
-            return Err(self.err(
-                IrErrorKind::Shape,
-                format!("{what}: array `{name}` of {len} elements cannot hold elements {at}..{}", at + lanes),
-            ));
-        }
-        Ok(())
+        self.wide_aligned(what, &owner, "index", index, lanes)?;
+        self.wide_array(what, &owner, t.dtype, arr, at, lanes)
     }
 
     /// A wide shared access ([`Stmt::SharedLoadWide`] / [`Stmt::SharedStoreWide`]): an 8- or 16-byte access of a
@@ -257,14 +226,9 @@ impl<'a> Checker<'a> {
                 ),
             ));
         }
+        let owner = format!("shared `{}`", d.name);
+        self.wide_bytes(what, &owner, d.dtype, lanes)?;
         let size = d.dtype.size_bytes() as u32;
-        let bytes = size * lanes;
-        if lanes == 0 || !matches!(bytes, 8 | 16) {
-            return Err(self.err(
-                IrErrorKind::Shape,
-                format!("{what} of shared `{}`: {lanes} x {} is {bytes} bytes, not 8 or 16", d.name, d.dtype),
-            ));
-        }
         if !(d.cols * size).is_multiple_of(16) {
             return Err(self.err(
                 IrErrorKind::Layout,
@@ -283,26 +247,53 @@ impl<'a> Checker<'a> {
                 format!("{what} of shared `{}`: columns {c}..{} pass the row's {}", d.name, c + lanes as i64, d.cols),
             ));
         }
-        if let Some(r) = provable_residue(col, lanes as i64)
+        self.wide_aligned(what, &owner, "column", col, lanes)?;
+        self.wide_array(what, &owner, d.dtype, arr, at, lanes)
+    }
+
+    /// A wide access of `lanes` elements of `dtype` in `owner` (`tensor `x`` / `shared `x``) moves 8 or 16 bytes.
+    fn wide_bytes(&self, what: &str, owner: &str, dtype: DType, lanes: u32) -> Result<(), IrError> {
+        let bytes = dtype.size_bytes() as u32 * lanes;
+        if lanes == 0 || !matches!(bytes, 8 | 16) {
+            return Err(self.err(
+                IrErrorKind::Shape,
+                format!("{what} of {owner}: {lanes} x {dtype} is {bytes} bytes, not 8 or 16"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// A wide access's element coordinate (`coord`: `index`, `column`) is not provably misaligned with its lanes.
+    fn wide_aligned(&self, what: &str, owner: &str, coord: &str, e: &Expr, lanes: u32) -> Result<(), IrError> {
+        if let Some(r) = provable_residue(e, lanes as i64)
             && r != 0
         {
             return Err(self.err(
                 IrErrorKind::Layout,
                 format!(
-                    "{what} of shared `{}`: column {} is {r} modulo {lanes} (misaligned: it must be a multiple of the \
+                    "{what} of {owner}: {coord} {} is {r} modulo {lanes} (misaligned: it must be a multiple of the \
                      {lanes} lanes)",
-                    d.name,
-                    crate::print::expr(self.k, col)
+                    crate::print::expr(self.k, e)
                 ),
             ));
         }
+        Ok(())
+    }
+
+    /// A wide access's register array holds `dtype`'s expression type and elements `at..at + lanes`.
+    fn wide_array(
+        &self,
+        what: &str,
+        owner: &str,
+        dtype: DType,
+        arr: ArrId,
+        at: u32,
+        lanes: u32,
+    ) -> Result<(), IrError> {
         let (ty, len) = self.array(arr)?;
         let name = self.k.arrays.get(arr.0 as usize).map_or("?", |d| &d.name);
-        if ty != ScalarTy::of_dtype(d.dtype) {
-            return Err(self.err(
-                IrErrorKind::Type,
-                format!("{what}: array `{name}` holds {ty}, shared `{}` is {}", d.name, d.dtype),
-            ));
+        if ty != ScalarTy::of_dtype(dtype) {
+            return Err(self.err(IrErrorKind::Type, format!("{what}: array `{name}` holds {ty}, {owner} is {dtype}")));
         }
         if at as u64 + lanes as u64 > len as u64 {
             return Err(self.err(
