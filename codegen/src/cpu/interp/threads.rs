@@ -85,17 +85,7 @@ impl<'a> Block<'a> {
                 let store = matches!(s, Stmt::StoreWide { .. });
                 let what = if store { "wide store" } else { "wide load" };
                 let i = self.int(index, tensors)?;
-                if i.rem_euclid(*lanes as i64) != 0 {
-                    return Err(InterpError::Misaligned {
-                        kernel: self.k.name.clone(),
-                        block: self.block,
-                        thread: self.thread.unwrap_or(0),
-                        what,
-                        tensor: self.k.tensors[tensor.0 as usize].name.clone(),
-                        index: i,
-                        lanes: *lanes,
-                    });
-                }
+                self.wide_aligned(what, &self.k.tensors[tensor.0 as usize].name, i, *lanes)?;
                 for j in 0..*lanes {
                     let g = self.global_index(what, *tensor, i + j as i64, tensors)?;
                     let a = self.array_slot(*arr, *at as i64 + j as i64)?;
@@ -111,31 +101,14 @@ impl<'a> Block<'a> {
                     }
                 }
             }
-            Stmt::SharedLoadWide { arr, at, buf, index, row, col, lanes }
-            | Stmt::SharedStoreWide { buf, index, row, col, arr, at, lanes } => {
+            Stmt::SharedLoadWide { buf, col, lanes, .. } | Stmt::SharedStoreWide { buf, col, lanes, .. } => {
                 // Lane by lane as the scalar statements (their checks and conversions), after the alignment check.
                 let store = matches!(s, Stmt::SharedStoreWide { .. });
                 let c = self.int(col, tensors)?;
-                if c.rem_euclid(*lanes as i64) != 0 {
-                    return Err(InterpError::Misaligned {
-                        kernel: self.k.name.clone(),
-                        block: self.block,
-                        thread: self.thread.unwrap_or(0),
-                        what: if store { "wide shared store" } else { "wide shared load" },
-                        tensor: self.k.shared[buf.0 as usize].name.clone(),
-                        index: c,
-                        lanes: *lanes,
-                    });
-                }
+                let what = if store { "wide shared store" } else { "wide shared load" };
+                self.wide_aligned(what, &self.k.shared[buf.0 as usize].name, c, *lanes)?;
                 for j in 0..*lanes as i64 {
-                    let (cj, aj) = (Expr::Int(c + j), Expr::Int(*at as i64 + j));
-                    let lane = if store {
-                        let value = Expr::array_get(*arr, aj);
-                        Stmt::SharedStore { buf: *buf, index: index.clone(), row: row.clone(), col: cj, value }
-                    } else {
-                        let value = Expr::shared_load(*buf, index.clone(), row.clone(), cj);
-                        Stmt::ArraySet { arr: *arr, index: aj, value }
-                    };
+                    let lane = shared_wide_lane(s, Expr::Int(c + j), j);
                     self.thread_stmt(&lane, tensors)?;
                 }
             }
@@ -229,6 +202,40 @@ pub(crate) fn atomic(dtype: DType, op: AtomicOp, old: V, v: V) -> V {
             AtomicOp::Min => a.min(b),
         },
     ))
+}
+
+impl Block<'_> {
+    /// The wide accesses' alignment: element `i` of `name` (a tensor or a shared buffer) is a multiple of `lanes`.
+    fn wide_aligned(&self, what: &'static str, name: &str, i: i64, lanes: u32) -> Result<(), InterpError> {
+        if i.rem_euclid(lanes as i64) != 0 {
+            return Err(InterpError::Misaligned {
+                kernel: self.k.name.clone(),
+                block: self.block,
+                thread: self.thread.unwrap_or(0),
+                what,
+                tensor: name.to_string(),
+                index: i,
+                lanes,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Lane `j` of a [`Stmt::SharedLoadWide`] / [`Stmt::SharedStoreWide`] as the scalar statement both CPU backends run
+/// (its checks and conversions): `arr[at + j] = buf[index](row, col_j)` or the store back, `col_j` the lane's column.
+pub(crate) fn shared_wide_lane(s: &Stmt, col_j: Expr, j: i64) -> Stmt {
+    match s {
+        Stmt::SharedLoadWide { arr, at, buf, index, row, .. } => {
+            let value = Expr::shared_load(*buf, index.clone(), row.clone(), col_j);
+            Stmt::ArraySet { arr: *arr, index: Expr::Int(*at as i64 + j), value }
+        }
+        Stmt::SharedStoreWide { buf, index, row, arr, at, .. } => {
+            let value = Expr::array_get(*arr, Expr::Int(*at as i64 + j));
+            Stmt::SharedStore { buf: *buf, index: index.clone(), row: row.clone(), col: col_j, value }
+        }
+        _ => unreachable!("not a wide shared access"),
+    }
 }
 
 #[cfg(test)]

@@ -94,13 +94,7 @@ impl<'a, 'f> Lower<'a, 'f> {
                 let store = matches!(s, Stmt::StoreWide { .. });
                 let what = if store { 4 } else { 3 };
                 let i = self.int(index)?;
-                let low = self.b.ins().band_imm_s(i, *lanes as i64 - 1);
-                let z = self.iconst(0);
-                let bad = self.b.ins().icmp(IntCC::NotEqual, low, z);
-                let t = self.thread_or_none();
-                let t = self.b.ins().smax(t, z);
-                let (tid, nl, w) = (self.iconst(tensor.0 as i64), self.iconst(*lanes as i64), self.iconst(what));
-                self.fail_if(bad, Fail::Misaligned, &[tid, i, nl, w, t]);
+                self.fail_if_misaligned(i, *lanes, tensor.0 as i64, what);
                 let float = ScalarTy::of_dtype(self.k.tensors[tensor.0 as usize].dtype) == ScalarTy::Float;
                 for j in 0..*lanes as i64 {
                     let ij = self.b.ins().iadd_imm_s(i, j);
@@ -120,35 +114,31 @@ impl<'a, 'f> Lower<'a, 'f> {
                     }
                 }
             }
-            Stmt::SharedLoadWide { arr, at, buf, index, row, col, lanes }
-            | Stmt::SharedStoreWide { buf, index, row, col, arr, at, lanes } => {
+            Stmt::SharedLoadWide { buf, col, lanes, .. } | Stmt::SharedStoreWide { buf, col, lanes, .. } => {
                 // Lane by lane through the scalar statements, after the interpreter's alignment check (the column
                 // evaluated once here and as a constant offset per lane: the expressions are pure).
                 let store = matches!(s, Stmt::SharedStoreWide { .. });
                 let what = if store { 6 } else { 5 };
                 let c = self.int(col)?;
-                let low = self.b.ins().band_imm_s(c, *lanes as i64 - 1);
-                let z = self.iconst(0);
-                let bad = self.b.ins().icmp(IntCC::NotEqual, low, z);
-                let t = self.thread_or_none();
-                let t = self.b.ins().smax(t, z);
-                let (bid, nl, w) = (self.iconst(buf.0 as i64), self.iconst(*lanes as i64), self.iconst(what));
-                self.fail_if(bad, Fail::Misaligned, &[bid, c, nl, w, t]);
+                self.fail_if_misaligned(c, *lanes, buf.0 as i64, what);
                 for j in 0..*lanes as i64 {
-                    let cj = col.clone() + j;
-                    let aj = Expr::Int(*at as i64 + j);
-                    let lane = if store {
-                        let value = Expr::array_get(*arr, aj);
-                        Stmt::SharedStore { buf: *buf, index: index.clone(), row: row.clone(), col: cj, value }
-                    } else {
-                        let value = Expr::shared_load(*buf, index.clone(), row.clone(), cj);
-                        Stmt::ArraySet { arr: *arr, index: aj, value }
-                    };
+                    let lane = crate::cpu::interp::shared_wide_lane(s, col.clone() + j, j);
                     self.thread_stmt(&lane)?;
                 }
             }
             _ => unreachable!("not a per-thread statement"),
         }
         Ok(())
+    }
+    /// The wide accesses' alignment check (the interpreter's `Misaligned`): element `v` of tensor or shared buffer
+    /// `id` a multiple of `lanes`; `what` names the access (3, 4: wide load, store; 5, 6: wide shared load, store).
+    fn fail_if_misaligned(&mut self, v: Value, lanes: u32, id: i64, what: i64) {
+        let low = self.b.ins().band_imm_s(v, lanes as i64 - 1);
+        let z = self.iconst(0);
+        let bad = self.b.ins().icmp(IntCC::NotEqual, low, z);
+        let t = self.thread_or_none();
+        let t = self.b.ins().smax(t, z);
+        let (id, nl, w) = (self.iconst(id), self.iconst(lanes as i64), self.iconst(what));
+        self.fail_if(bad, Fail::Misaligned, &[id, v, nl, w, t]);
     }
 }
