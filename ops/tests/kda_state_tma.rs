@@ -51,7 +51,10 @@ fn check(dims: &[(&str, i64)], k: &Knobs, seed: u64) {
     let l = kda::Launch::resolve(&tma(k), &pb).unwrap();
     assert_eq!(state[0].kernel.cluster_size(), pb.dv as u32 / l.bv, "{dims:?} [{k}]: a cluster per pair");
     let (pairs, scope) = kda::check_scope(&pb, seed);
-    let cp = k3k_ops::plan::Executor::Cpu.run(&kda::chunk_plan(&pb, &d, k).unwrap()).unwrap();
+    // (`SLOAD=cp` named: the defaults' `auto` would take the clusters too where a pair has two value blocks.)
+    let cp_plan = kda::chunk_plan(&pb, &d, &k.clone().with(kda::SLOAD_KNOB, "cp")).unwrap();
+    assert!(cp_plan.steps.iter().all(|s| !s.kernel.name.ends_with("_mc")), "{dims:?} [{k}]: the cp pass");
+    let cp = k3k_ops::plan::Executor::Cpu.run(&cp_plan).unwrap();
     for (ex, out) in run_everywhere(&plan, &format!("{dims:?} [{k}]")) {
         let r = kda::check_pairs(&pb, &d, &out, &pairs, scope.clone()).unwrap();
         eprintln!("{dims:?} [{k}] SLOAD=tma {ex}: rel {:.3e} ({})", r.max_rel_err, r.scope);
