@@ -1,7 +1,7 @@
 //! Every KDA kernel variant renders, compiles with NVRTC and assembles for sm_90a with no spills (and no stack
 //! frame), at the default knobs and at the other knob points the operator offers, but for the operator's one
 //! measured exception (see [`known_spill`]).
-use k3k_codegen::{BuildOptions, build};
+use k3k_codegen::{BuildOptions, Resources, build};
 use k3k_ir::{Kernel, Knobs};
 use k3k_ops::kda::{self, KdaProblem, Launch, decode};
 use k3k_ops::op::{Operator, Preset};
@@ -13,13 +13,17 @@ fn known_spill(k: &Kernel) -> u32 {
     kda::Kda.known_spill_bytes(k)
 }
 
-fn assemble(k: &Kernel) {
-    let m = match build(k, BuildOptions { assemble: true }) {
-        Ok(m) => m,
-        Err(e) => panic!("{}: {e}", k.name),
-    };
+/// Build and assemble a kernel (a failure names it); its ptxas resources, printed.
+fn assembled(k: &Kernel) -> Resources {
+    let m = build(k, BuildOptions { assemble: true }).unwrap_or_else(|e| panic!("{}: {e}", k.name));
     let r = m.resources.clone().unwrap();
     eprintln!("{}: {:?} smem {} nvrtc {:.0} ms", k.name, r, k.shared_bytes(), m.nvrtc_ms);
+    r
+}
+
+/// [`assembled`], within the kernel's spill allowance.
+fn assemble(k: &Kernel) {
+    let r = assembled(k);
     let cap = known_spill(k);
     assert!(!r.spills_over(cap), "{}: {r:?}", k.name);
     assert!(r.stack_frame_bytes <= cap, "{}: {r:?}", k.name);
@@ -298,12 +302,7 @@ fn full_chunk_and_fast_gate_knobs_compile() {
     // of a warp's rows in flight): a knob to time, not a default; it builds and assembles.
     for knobs in [def.clone().with("L2R", "unrolled"), def.clone().with("L2R", "unrolled").with("FULLC", 1i64)] {
         let k = chunk_kernels(&fk, &knobs).0;
-        let r = build(&k, BuildOptions { assemble: true })
-            .unwrap_or_else(|e| panic!("{}: {e}", k.name))
-            .resources
-            .clone()
-            .unwrap();
-        eprintln!("{}: {r:?}", k.name);
+        assembled(&k);
     }
 }
 
@@ -350,12 +349,7 @@ fn row_map_knobs_compile() {
         }
         let k = chunk_kernels(dims, &def.clone().with("IMAP", "ops")).0;
         assert!(k.name.ends_with("_rq_ro"), "{}", k.name);
-        let r = build(&k, BuildOptions { assemble: true })
-            .unwrap_or_else(|e| panic!("{}: {e}", k.name))
-            .resources
-            .clone()
-            .unwrap();
-        eprintln!("{}: {r:?}", k.name);
+        assembled(&k);
     }
 }
 
@@ -389,6 +383,5 @@ fn folded_factors_compile() {
     // options under the 80-register cap (2026-12-07), a knob to time.
     let k = chunk_kernels(&fk, &def.clone().with("IFOLD", 2i64)).0;
     assert!(k.name.ends_with("_if_rr"), "{}", k.name);
-    let r = build(&k, BuildOptions { assemble: true }).unwrap_or_else(|e| panic!("{}: {e}", k.name)).resources.clone();
-    eprintln!("{}: {:?}", k.name, r.unwrap());
+    assembled(&k);
 }
