@@ -97,7 +97,7 @@ fn foreign_knobs(k: &MatKnobs) -> Option<String> {
         (k.dec.is_some_and(|d| d != Dec::Auto), "DEC != auto"),
         (k.fin == Some(Fin::Last), "FIN = last"),
         (k.pf == Pf::On, "PF = on"),
-        (k.l2pf_bytes().is_some_and(|b| b != 0), "L2PF != 0"),
+        (k.l2pf.number().is_some_and(|b| b != 0), "L2PF != 0"),
         (k.copy == CopyBy::Bulk, "COPY = bulk"),
         (k.minb > 1, "MINB > 1"),
         (k.gr != 0, "GR != 0"),

@@ -48,7 +48,7 @@ pub fn resolve(spec: &MatSpec, k: &MatKnobs, knobs: &Knobs, sh: &ShapeFacts) -> 
         ("DEC", k.dec == Some(Dec::Bits)),
         ("PF", k.pf == Pf::On),
         ("GR", k.gr != 0),
-        ("L2PF", k.l2pf_bytes().is_some_and(|b| b != 0)),
+        ("L2PF", k.l2pf.number().is_some_and(|b| b != 0)),
         ("COPY", k.copy == CopyBy::Bulk),
         ("XA", k.xa > 1),
         ("SK", k.sk != 0),

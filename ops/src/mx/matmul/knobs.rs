@@ -435,11 +435,6 @@ impl MatKnobs {
         Ok(need(self.raster, "RASTER")? == Raster::M)
     }
 
-    /// `L2PF`: `None` for `auto`, else the explicit size in bytes (validated later: 0, 64, 128, 256).
-    pub(in crate::mx) fn l2pf_bytes(&self) -> Option<u32> {
-        self.l2pf.number()
-    }
-
     /// `COPY`: whether PATH=gemv's ring is filled by whole-block bulk copies (`bulk`) rather than per-lane copies.
     pub(super) fn copy_bulk(&self) -> bool {
         self.copy == CopyBy::Bulk

@@ -68,7 +68,7 @@ pub(super) fn resolve_read(spec: &MatSpec, k: &MatKnobs, knobs: &Knobs, sh: &Sha
         min_blocks: 0,
         ring: 0,
         // (auto: none off the gemv ring; an explicit size is refused there.)
-        l2pf: k.l2pf_bytes().unwrap_or(0),
+        l2pf: k.l2pf.number().unwrap_or(0),
         bulk: k.copy_bulk(),
         xa: k.xa_quads().unwrap_or(1),
         sk: k.stream_k(knobs)?,
@@ -489,7 +489,7 @@ pub(super) fn resolve_gemv(spec: &MatSpec, k: &MatKnobs, knobs: &Knobs, sh: &Sha
         xk: 0,
     };
     // L2PF and XA auto: see `Cfg::l2pf_auto` and `Cfg::xa_auto`.
-    let c = Cfg { l2pf: k.l2pf_bytes().unwrap_or(c.l2pf_auto()), xa: k.xa_quads().unwrap_or(c.xa_auto()), ..c };
+    let c = Cfg { l2pf: k.l2pf.number().unwrap_or(c.l2pf_auto()), xa: k.xa_quads().unwrap_or(c.xa_auto()), ..c };
     validate(spec, &c, knobs)?;
     Ok(c)
 }
