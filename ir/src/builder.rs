@@ -396,6 +396,10 @@ impl KernelBuilder {
     pub fn cluster_sync(&mut self) {
         self.push(Stmt::ClusterSync);
     }
+    /// A programmatic dependent launch statement ([`Stmt::GridDep`]).
+    pub fn grid_dep(&mut self, d: GridDep) {
+        self.push(Stmt::GridDep(d));
+    }
     /// Load a register tile.
     pub fn load(&mut self, tile: TileId, src: Place) {
         self.push(Stmt::Load { tile, src });

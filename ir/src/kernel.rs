@@ -382,6 +382,13 @@ pub enum Stmt {
     /// Every thread of every CTA of the cluster arrives at and waits on the cluster barrier (release/acquire
     /// at cluster scope; see [`crate::cluster`]).
     ClusterSync,
+    /// Programmatic dependent launch (Hopper's `griddepcontrol`; see [`GridDep`]): every thread waits for the grid
+    /// launched before this one on the stream to complete (`Wait`), or lets the grid launched after this one start
+    /// early (`LaunchDependents`). A kernel with a `Wait` is launched with the stream's programmatic serialization
+    /// (`k3k_runtime`), so its blocks may start while the previous grid runs: everything before the `Wait` must not
+    /// read what that grid writes, nor write what it reads. The CPU interpreter and the JIT run launches one after
+    /// another, where both are no-ops.
+    GridDep(GridDep),
     /// Load a register tile (converting to the tile's dtype).
     Load { tile: TileId, src: Place },
     /// Store a register tile (converting to the destination's dtype; invalid elements skipped).
@@ -774,6 +781,31 @@ impl Kernel {
     pub fn visit_stmts(&self, f: &mut impl FnMut(&Stmt)) {
         self.body.iter().for_each(|s| s.visit(f));
     }
+
+    /// Whether the kernel waits for the grid before it ([`Stmt::GridDep`] `Wait`): the runtime then launches it with
+    /// programmatic stream serialization.
+    pub fn waits_on_prior_grid(&self) -> bool {
+        self.any_stmt(|s| matches!(s, Stmt::GridDep(GridDep::Wait)))
+    }
+
+    /// This kernel with `deps` put first in its body (a programmatic dependent launch, [`Stmt::GridDep`]) and
+    /// `suffix` added to its name (the statements change the kernel, so its name must too).
+    pub fn with_grid_deps(mut self, deps: &[GridDep], suffix: &str) -> Kernel {
+        self.body.splice(0..0, deps.iter().map(|&d| Stmt::GridDep(d)));
+        self.name.push_str(suffix);
+        self
+    }
+}
+
+/// The two halves of a programmatic dependent launch ([`Stmt::GridDep`]), PTX `griddepcontrol`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum GridDep {
+    /// `griddepcontrol.wait`: wait until the prerequisite grid (the one launched before on the stream) has
+    /// completed and its memory operations are visible.
+    Wait,
+    /// `griddepcontrol.launch_dependents`: the dependent grid may launch once every block of this one has said so
+    /// or exited (before the first block of a grid has run it, none of the dependent grid runs: no deadlock).
+    LaunchDependents,
 }
 
 /// The statement families. Each stage (validator, printer, interpreter, JIT, CUDA renderer) keeps a family's
@@ -823,7 +855,8 @@ impl Stmt {
             | Stmt::TmaStore(_)
             | Stmt::TmaStoreWait { .. }
             | Stmt::MbarArriveCluster { .. }
-            | Stmt::ClusterSync => StmtFamily::Sync,
+            | Stmt::ClusterSync
+            | Stmt::GridDep(_) => StmtFamily::Sync,
             Stmt::Map { .. }
             | Stmt::VecMap { .. }
             | Stmt::Reduce { .. }

@@ -368,6 +368,10 @@ pub unsafe fn launch_bound(
         });
     }
     params.extend(maps.iter_mut().map(|m| m as *mut _ as *mut std::ffi::c_void));
+    if k.waits_on_prior_grid() {
+        // SAFETY: as below.
+        return unsafe { launch_dependent(stream, lk, grid, &mut params) };
+    }
     // SAFETY: the parameter count, order and types follow the kernel's signature (above); every shape was checked
     // by `bind`; every pointer was vouched for by its `ArgRef`; the parameter storage outlives the call.
     let r = unsafe {
@@ -381,6 +385,49 @@ pub unsafe fn launch_bound(
         )
     };
     cuda(&format!("launch `{}`", k.name), r)
+}
+
+/// A programmatic dependent launch (`cuLaunchKernelEx` with `PROGRAMMATIC_STREAM_SERIALIZATION`): the kernel's
+/// blocks may start once every block of the grid before it on `stream` has run `griddepcontrol.launch_dependents`
+/// or exited, and its `griddepcontrol.wait` ([`k3k_ir::GridDep::Wait`]) holds them until that grid has completed.
+/// Captured into a CUDA graph, the launch becomes a programmatic edge.
+///
+/// # Safety
+/// As [`launch_bound`]'s call of `cuLaunchKernel`: `params` follow the kernel's signature and outlive the call.
+unsafe fn launch_dependent(
+    stream: cudarc::driver::sys::CUstream,
+    lk: &LoadedKernel,
+    grid: [u32; 3],
+    params: &mut [*mut std::ffi::c_void],
+) -> Result<(), RuntimeError> {
+    use cudarc::driver::sys::{CUlaunchAttribute, CUlaunchAttributeID, CUlaunchAttributeValue, CUlaunchConfig};
+    let k = &lk.kernel;
+    // SAFETY: a plain C union of integers and structs of integers; all-zero is a valid value of each.
+    let mut value: CUlaunchAttributeValue = unsafe { std::mem::zeroed() };
+    value.programmaticStreamSerializationAllowed = 1;
+    let mut attr = CUlaunchAttribute {
+        id: CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+        pad: [0; 4],
+        value,
+    };
+    let config = CUlaunchConfig {
+        gridDimX: grid[0],
+        gridDimY: grid[1],
+        gridDimZ: grid[2],
+        blockDimX: k.launch_threads(),
+        blockDimY: 1,
+        blockDimZ: 1,
+        sharedMemBytes: lk.shared_bytes as u32,
+        hStream: stream,
+        attrs: &mut attr,
+        numAttrs: 1,
+    };
+    // SAFETY: a valid config (its attribute outlives the call), a loaded function of the stream's context, and
+    // the caller's parameters.
+    let r = unsafe {
+        cudarc::driver::sys::cuLaunchKernelEx(&config, lk.func.cu_function(), params.as_mut_ptr(), std::ptr::null_mut())
+    };
+    cuda(&format!("launch `{}` (programmatic dependent launch)", k.name), r.result())
 }
 
 /// Load a compiled kernel into `ctx` (CUBIN when present, else PTX that the driver JIT-compiles); `info` is the

@@ -181,7 +181,8 @@ pub fn producer_registers(k: &Kernel) -> (u32, u32) {
 
 /// In a producer-warp kernel (see [`Stmt::Producer`]): whether only the consumer threads run `s`, which is
 /// `nest` loops or conditionals deep. Both role slices hold the scalar control and the top-level barriers,
-/// barrier initializations and cluster barriers; the producer bodies are the producer slice's only.
+/// barrier initializations, cluster barriers and grid dependencies (the producer's loads wait for the previous
+/// grid too); the producer bodies are the producer slice's only.
 fn consumer_only(s: &Stmt, nest: usize) -> bool {
     match s {
         Stmt::Let { .. }
@@ -190,7 +191,8 @@ fn consumer_only(s: &Stmt, nest: usize) -> bool {
         | Stmt::If { .. }
         | Stmt::Producer { .. }
         | Stmt::MbarInit { .. }
-        | Stmt::ClusterSync => false,
+        | Stmt::ClusterSync
+        | Stmt::GridDep(_) => false,
         Stmt::Barrier => nest > 0,
         _ => true,
     }

@@ -56,6 +56,12 @@ pub(super) fn sync_stmt(k: &Kernel, st: &Stmt, pad: &str, s: &mut String) {
         Stmt::ClusterSync => {
             let _ = writeln!(s, "{pad}cluster_sync");
         }
+        Stmt::GridDep(GridDep::Wait) => {
+            let _ = writeln!(s, "{pad}grid_dep_wait (the grid before this one complete)");
+        }
+        Stmt::GridDep(GridDep::LaunchDependents) => {
+            let _ = writeln!(s, "{pad}grid_dep_launch_dependents");
+        }
         Stmt::AsyncCommit => {
             let _ = writeln!(s, "{pad}commit");
         }

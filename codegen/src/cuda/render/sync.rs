@@ -70,6 +70,12 @@ impl<'a> Renderer<'a> {
                 self.line(&line);
             }
             Stmt::ClusterSync => self.line("k3k::cluster_sync();"),
+            // Programmatic dependent launch (sm_90): the memory clobber keeps the compiler from moving loads of
+            // what the previous grid writes above the wait.
+            Stmt::GridDep(GridDep::Wait) => self.line("asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");"),
+            Stmt::GridDep(GridDep::LaunchDependents) => {
+                self.line("asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\");")
+            }
             Stmt::AsyncWait { pending } => self.line(&format!("k3k::async_wait<{pending}>();")),
             Stmt::CopyAsync { dst, src } => {
                 let t = &k.tensors[src.tensor.0 as usize];

@@ -30,6 +30,7 @@ impl<'a> Checker<'a> {
             Stmt::StoreCols { .. } => ("tile column store", BlockOnly),
             Stmt::MbarArriveCluster { .. } => ("mbar_arrive_cluster", BlockOnly),
             Stmt::ClusterSync => ("cluster_sync", BlockOnly),
+            Stmt::GridDep(_) => ("grid_dep", BlockOnly),
             Stmt::AsyncCommit => ("async commit", BlockOnly),
             Stmt::AsyncWait { .. } => ("async wait", BlockOnly),
             Stmt::Load { .. } => ("tile load", BlockOnly),

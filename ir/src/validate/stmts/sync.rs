@@ -50,7 +50,7 @@ impl<'a> Checker<'a> {
                     return Err(self.err(IrErrorKind::Shape, format!("cluster CTA rank {c} outside 0..{n}")));
                 }
             }
-            Stmt::ClusterSync => {}
+            Stmt::ClusterSync | Stmt::GridDep(_) => {}
             Stmt::CopyAsync { dst, src } => {
                 let d = self.shared_ref(dst)?;
                 let t = self.global_view(src)?;

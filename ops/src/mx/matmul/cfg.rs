@@ -61,6 +61,8 @@ pub struct Cfg {
     /// `MMA=f8sync`: the K range staged per CTA, `ceil(K / (SPLIT x BK)) x BK` (a multiple of BK; derived from the
     /// problem's K and SPLIT, not a knob); 0 on the other paths.
     pub xk: u32,
+    /// Programmatic dependent launches between the plan's kernels (knob `PDL=true`, [`super::host::grid_deps`]).
+    pub pdl: bool,
 }
 
 impl Cfg {
@@ -111,6 +113,8 @@ impl Cfg {
         let k = if self.ts > 0 { k.with("TS", self.ts) } else { k };
         // XDQ: recorded where the activations are converted on chip (absent means the first launch).
         let k = if self.act_tile { k.with("XDQ", "tile") } else { k };
+        // PDL: recorded where set (absent means none).
+        let k = if self.pdl { k.with("PDL", true) } else { k };
         if self.bulk { k.with("COPY", "bulk") } else { k }
     }
     /// Partial outputs (`part: [S, M, N]`) instead of the finished `y`: a K split, or the split tiles of stream-K or

@@ -105,6 +105,7 @@ pub fn resolve(spec: &MatSpec, k: &MatKnobs, knobs: &Knobs, sh: &ShapeFacts) -> 
         act_tile: false,
         f8: true,
         xk: (sh.k.div_ceil(split.max(1) as usize * bk.max(1) as usize) * bk.max(1) as usize) as u32,
+        pdl: k.pdl,
     };
     check(spec, &c, knobs, sh)?;
     Ok(c)

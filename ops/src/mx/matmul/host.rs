@@ -219,16 +219,47 @@ fn main_spec(spec: &MatSpec, c: &Cfg) -> MatSpec {
     MatSpec { act8: spec.act8 && !act_dequant_first(spec, c), ..*spec }
 }
 
+/// The grid dependencies of the plan's kernels with `PDL=true` ([`k3k_ir::Stmt::GridDep`]), as (activation
+/// dequant, main, finalize): a kernel that has one before it in the plan waits for it at its start, a kernel that
+/// has one after it lets it launch at its start. So the next kernel's blocks are resident and waiting when the
+/// one before ends, instead of launching then; nothing before a wait reads what the kernel before writes. Empty
+/// everywhere without `PDL` or with one kernel.
+pub fn grid_deps(spec: &MatSpec, c: &Cfg) -> [Vec<GridDep>; 3] {
+    if !c.pdl {
+        return Default::default();
+    }
+    let before = act_dequant_first(spec, c);
+    let after = c.split > 1 && !c.fused && !c.sk && c.ts == 0;
+    let mut main = Vec::new();
+    if before {
+        main.push(GridDep::Wait);
+    }
+    if after {
+        main.push(GridDep::LaunchDependents);
+    }
+    let act = if before { vec![GridDep::LaunchDependents] } else { vec![] };
+    let fin = if after { vec![GridDep::Wait] } else { vec![] };
+    [act, main, fin]
+}
+
+/// `k` with `deps` first in its body and `_pdl` added to its name, or `k` itself when there are none: the
+/// activation dequant and the finalize, whose names do not come from the knobs (the main kernel's name has
+/// `PDL` in it already).
+fn with_deps(k: Kernel, deps: &[GridDep]) -> Kernel {
+    if deps.is_empty() { k } else { k.with_grid_deps(deps, "_pdl") }
+}
+
 /// The kernels of a problem at these knobs: main first (its knobs are the resolved configuration the tuner and
 /// the reports show), then the finalize when split and the activation dequant of [`act_dequant_first`] (which the
 /// plan launches before main).
 pub fn kernels_for(spec: &MatSpec, c: &Cfg) -> Result<Vec<Kernel>, OpError> {
-    let mut v = vec![build_main(&main_spec(spec, c), c)?];
+    let [act, main, fin] = grid_deps(spec, c);
+    let mut v = vec![build_main(&main_spec(spec, c), c)?.with_grid_deps(&main, "")];
     if act_dequant_first(spec, c) {
-        v.push(super::prefill::act_kernel()?);
+        v.push(with_deps(super::prefill::act_kernel()?, &act));
     }
     if c.partial() && !c.fused {
-        v.push(build_finalize(spec, c.split)?);
+        v.push(with_deps(build_finalize(spec, c.split)?, &fin));
     }
     Ok(v)
 }
@@ -292,7 +323,8 @@ pub fn matmul_plan(w: &Fp4Weights, inp: &MatInputs<'_>, knobs: &Knobs) -> Result
         args.push(plan.input("offs", HostTensor::from_i64(DType::I32, &[g], &o)));
     }
     let p_idx = inp.p.map(|p| plan.input("p", data::tensor(DType::F32, &[m], p)));
-    let main = build_main(&main_spec(&spec, &c), &c)?;
+    let [act_deps, main_deps, fin_deps] = grid_deps(&spec, &c);
+    let main = build_main(&main_spec(&spec, &c), &c)?.with_grid_deps(&main_deps, "");
     if m == 0 {
         // No rows: an empty output and nothing to launch (a grid of zero CTAs is not a valid launch).
         plan.output("y", DType::Bf16, &[0, n_out]);
@@ -301,7 +333,7 @@ pub fn matmul_plan(w: &Fp4Weights, inp: &MatInputs<'_>, knobs: &Knobs) -> Result
     if act_first {
         // [xq, xs] -> the bf16 scratch the main kernel reads in their place.
         let xd = plan.scratch("xd", DType::Bf16, &[m, k]);
-        plan.step(super::prefill::act_kernel()?, &[args[0], args[1], xd], &[]);
+        plan.step(with_deps(super::prefill::act_kernel()?, &act_deps), &[args[0], args[1], xd], &[]);
         args.splice(0..2, [xd]);
     }
     if c.partial() && c.fused {
@@ -318,7 +350,7 @@ pub fn matmul_plan(w: &Fp4Weights, inp: &MatInputs<'_>, knobs: &Knobs) -> Result
         let mut fargs = vec![part];
         fargs.extend(p_idx);
         fargs.push(plan.output("y", DType::Bf16, &[m, n_out]));
-        plan.step(build_finalize(&spec, c.split)?, &fargs, &[]);
+        plan.step(with_deps(build_finalize(&spec, c.split)?, &fin_deps), &fargs, &[]);
     } else {
         args.extend(p_idx);
         args.push(plan.output("y", DType::Bf16, &[m, n_out]));

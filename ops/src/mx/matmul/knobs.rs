@@ -395,6 +395,15 @@ knob_set! {
             default: Dq::Auto,
             absent: Dq::Tile,
         },
+        /// `PDL` (accepted, not an axis; absent: false): programmatic dependent launches between the plan's kernels
+        /// ([`super::host::grid_deps`]).
+        pdl: bool = "PDL" => {
+            accepts: "programmatic dependent launch (Hopper): the kernel after the MXFP8 activation dequant, and a \
+             split's finalize, are launched so that their blocks start while the kernel before them runs, and wait for \
+             it (`griddepcontrol.wait`) before their first instruction; the kernel before lets them start at its own \
+             start. Hides the launch gap between the plan's kernels; false (and absent): plain launches" [true, false],
+            absent: false,
+        },
         /// `DQU`: words per thread of `DQ=wide`, 0 automatic (absent: 0). Not in the tuning space.
         dqu: u32 = "DQU" => {
             absent: 0,

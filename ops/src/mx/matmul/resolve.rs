@@ -76,6 +76,7 @@ pub(super) fn resolve_read(spec: &MatSpec, k: &MatKnobs, knobs: &Knobs, sh: &Sha
         act_tile: spec.act8 && k.act_tile(),
         f8: false,
         xk: 0,
+        pdl: k.pdl,
     };
     split_tiles(spec, (k, knobs), sh, c, wide_rows)
 }
@@ -487,6 +488,7 @@ pub(super) fn resolve_gemv(spec: &MatSpec, k: &MatKnobs, knobs: &Knobs, sh: &Sha
         act_tile: spec.act8 && k.act_tile(),
         f8: false,
         xk: 0,
+        pdl: k.pdl,
     };
     // L2PF and XA auto: see `Cfg::l2pf_auto` and `Cfg::xa_auto`.
     let c = Cfg { l2pf: k.l2pf.number().unwrap_or(c.l2pf_auto()), xa: k.xa_quads().unwrap_or(c.xa_auto()), ..c };

@@ -174,6 +174,7 @@ fn stmt_name(s: &Stmt) -> &'static str {
         Stmt::WarpShuffle { .. } => "warp_shuffle",
         Stmt::WarpSync => "warp_sync",
         Stmt::Fence => "fence",
+        Stmt::GridDep(_) => "grid_dep",
         Stmt::SharedStore { .. } => "shared store",
         Stmt::Atomic { .. } => "atomic",
         Stmt::LetArray { .. } => "let_array",

@@ -115,7 +115,12 @@ impl<'a> Types<'a> {
                     self.stmts(then_body)?;
                     self.stmts(else_body)?;
                 }
-                Stmt::Barrier | Stmt::AsyncCommit | Stmt::AsyncWait { .. } | Stmt::MmaWait { .. } | Stmt::Fence => {}
+                Stmt::Barrier
+                | Stmt::AsyncCommit
+                | Stmt::AsyncWait { .. }
+                | Stmt::MmaWait { .. }
+                | Stmt::Fence
+                | Stmt::GridDep(_) => {}
                 Stmt::Threads { body }
                 | Stmt::Producer { body }
                 | Stmt::InTurn { body }

@@ -27,6 +27,7 @@ impl<'a, 'f> Lower<'a, 'f> {
             | Stmt::AsyncWait { .. }
             | Stmt::MmaWait { .. }
             | Stmt::Fence
+            | Stmt::GridDep(_)
             | Stmt::Threads { .. } => self.control_stmt(s),
             Stmt::WarpShuffle { .. } | Stmt::WarpSync => Err(unsupported(format!("statement {}", stmt_name(s)))),
             _ => match s.family() {
