@@ -151,14 +151,17 @@ if [ -f "$REPORT" ] && [ "${FLA:-1}" != 0 ]; then
   python3 - "$W" <<'PY' >> "$L" 2>&1
 import json, os, sys
 w = sys.argv[1]
-rows, ceilings = [], None
+rows, ceilings, gpu = [], None, None
 for f in ("peers-0.json", "peers-1.json"):
     p = os.path.join(w, f)
     if os.path.exists(p):
         d = json.load(open(p))
         rows += d["rows"]
         ceilings = d.get("ceilings") or ceilings
-json.dump({"ceilings": ceilings, "rows": rows}, open(os.path.join(w, "peers.json"), "w"), indent=1)
+        gpu = d.get("gpu") or gpu
+# The GPU the peers ran on: without it `--merge-peers` would fill these timings into every report of the folder
+# with the same presets, other GPUs' included (SEED=1 puts them all there).
+json.dump({"gpu": gpu, "ceilings": ceilings, "rows": rows}, open(os.path.join(w, "peers.json"), "w"), indent=1)
 print("peers.json:", len(rows), "rows")
 PY
   "$BIN" bench --merge-peers "$W/peers.json" --out "$W/bench" >> "$L" 2>&1 || log "merge rc=$?"
@@ -184,10 +187,12 @@ fi
 
 # 8. The table.
 log "end"
-python3 - "$W" "$ALL" > "$OUT/summary.md" 2>> "$L" <<'PY'
+python3 - "$W" "$ALL" "${SLUG:-}" > "$OUT/summary.md" 2>> "$L" <<'PY'
 import glob, json, os, re, sys
-w, presets = sys.argv[1], sys.argv[2].split(";")
-rep = max(glob.glob(os.path.join(w, "bench", "*", "kda.json")), key=os.path.getmtime, default=None)
+w, presets, slug = sys.argv[1], sys.argv[2].split(";"), sys.argv[3]
+# This run's report (the bench step's GPU folder), not the newest file: a merge may touch other GPUs' reports.
+mine = os.path.join(w, "bench", slug, "kda.json")
+rep = mine if slug and os.path.exists(mine) else None
 rows = {r["preset"]: r for r in json.load(open(rep))["rows"]} if rep else {}
 steps, cur = {}, None
 for line in open(os.path.join(w, "logs", "bench.txt")) if os.path.exists(os.path.join(w, "logs", "bench.txt")) else []:
