@@ -82,6 +82,56 @@ struct UIn {
     lcols: u32,
 }
 
+/// The chunk inputs of a state pass (either `SLOAD`), as the intra kernel writes them and in this argument order:
+/// W and U (`wu`, C x (K + V); with `USTATE=1` W alone, `w`, C x K), Qbar and Kbar (C x K), P (`pm`, C x C), each
+/// `[HV, NCH, C, ..]` of `op_dt`, and gamma (`gam`, `[HV, NCH, K]` f32).
+pub(super) fn chunk_inputs(
+    b: &mut KernelBuilder,
+    spec: &KdaSpec,
+    c: u32,
+    op_dt: DType,
+    u_state: bool,
+) -> [TensorId; 5] {
+    let (kk, vv, cc) = (spec.dk as i64, spec.dv as i64, c as i64);
+    let (hv, nch) = (b.dim("HV"), b.dim("NCH"));
+    let at = |w: i64| [hv.clone(), nch.clone(), Expr::Int(cc), Expr::Int(w)];
+    let (wu_name, wu_cols) = if u_state { ("w", kk) } else { ("wu", kk + vv) };
+    [
+        b.tensor(wu_name, op_dt, &at(wu_cols), Access::Read),
+        b.tensor("qb", op_dt, &at(kk), Access::Read),
+        b.tensor("kb", op_dt, &at(kk), Access::Read),
+        b.tensor("pm", op_dt, &at(cc), Access::Read),
+        b.tensor("gam", DType::F32, &[hv.clone(), nch.clone(), Expr::Int(kk)], Access::Read),
+    ]
+}
+
+/// The chunk and sequence tables, the states and the output of a state pass (either `SLOAD`), in this argument order.
+pub(super) struct SeqTensors {
+    /// Each chunk's first token and length, `[NCH, 2]` i32.
+    pub ctab: TensorId,
+    /// Each sequence's first chunk and chunk count, `[N, 2]` i32.
+    pub stab: TensorId,
+    /// The initial states (with `spec.h0`) and the final ones, `[N, HV, K, V]` f32.
+    pub h0: Option<TensorId>,
+    /// The output, `[TT, HV, V]` bf16.
+    pub o: TensorId,
+    pub ht: TensorId,
+}
+
+/// Declare [`SeqTensors`] (after the chunk inputs, see [`chunk_inputs`]).
+pub(super) fn seq_tensors(b: &mut KernelBuilder, spec: &KdaSpec) -> SeqTensors {
+    let (kk, vv) = (spec.dk as i64, spec.dv as i64);
+    let (tt, hv, nch, n) = (b.dim("TT"), b.dim("HV"), b.dim("NCH"), b.dim("N"));
+    let state_dims = [n.clone(), hv.clone(), Expr::Int(kk), Expr::Int(vv)];
+    SeqTensors {
+        ctab: b.tensor("ctab", DType::I32, &[nch, Expr::Int(2)], Access::Read),
+        stab: b.tensor("stab", DType::I32, &[n, Expr::Int(2)], Access::Read),
+        h0: spec.h0.then(|| b.tensor("h0", DType::F32, &state_dims, Access::Read)),
+        o: b.tensor("o", DType::Bf16, &[tt, hv, Expr::Int(vv)], Access::Write),
+        ht: b.tensor("ht", DType::F32, &state_dims, Access::Write),
+    }
+}
+
 /// The state pass's dims, tensors, grid, shared buffers and register tiles, declared in this order by
 /// [`StateBufs::declare`], and its two per-chunk phases.
 struct StateBufs {
@@ -131,28 +181,17 @@ impl StateBufs {
         u_state: bool,
     ) -> StateBufs {
         let (dk, dv) = (spec.dk, spec.dv);
-        let (kk, vv, cc, bvv) = (dk as i64, dv as i64, c as i64, bv as i64);
+        let (kk, vv, bvv) = (dk as i64, dv as i64, bv as i64);
         let tt = b.dim("TT");
         let hv = b.dim("HV");
         let nch = b.dim("NCH");
         let n = b.dim("N");
-        let (wu_name, wu_cols) = if u_state { ("w", kk) } else { ("wu", kk + vv) };
-        let wu = b.tensor(wu_name, op_dt, &[hv.clone(), nch.clone(), Expr::Int(cc), Expr::Int(wu_cols)], Access::Read);
-        let qb = b.tensor("qb", op_dt, &[hv.clone(), nch.clone(), Expr::Int(cc), Expr::Int(kk)], Access::Read);
-        let kb = b.tensor("kb", op_dt, &[hv.clone(), nch.clone(), Expr::Int(cc), Expr::Int(kk)], Access::Read);
-        let pm = b.tensor("pm", op_dt, &[hv.clone(), nch.clone(), Expr::Int(cc), Expr::Int(cc)], Access::Read);
-        let gam = b.tensor("gam", DType::F32, &[hv.clone(), nch.clone(), Expr::Int(kk)], Access::Read);
+        let [wu, qb, kb, pm, gam] = chunk_inputs(b, spec, c, op_dt, u_state);
         let ufac = u_state.then(|| {
             let (nf, lf, bf) = u_factor_tensors(b, op_dt, c, Access::Read);
             (nf, lf, bf, b.tensor("v", DType::Bf16, &[tt.clone(), hv.clone(), Expr::Int(vv)], Access::Read))
         });
-        let ctab = b.tensor("ctab", DType::I32, &[nch.clone(), Expr::Int(2)], Access::Read);
-        let stab = b.tensor("stab", DType::I32, &[n.clone(), Expr::Int(2)], Access::Read);
-        let h0 = spec
-            .h0
-            .then(|| b.tensor("h0", DType::F32, &[n.clone(), hv.clone(), Expr::Int(kk), Expr::Int(vv)], Access::Read));
-        let o = b.tensor("o", DType::Bf16, &[tt.clone(), hv.clone(), Expr::Int(vv)], Access::Write);
-        let ht = b.tensor("ht", DType::F32, &[n.clone(), hv.clone(), Expr::Int(kk), Expr::Int(vv)], Access::Write);
+        let SeqTensors { ctab, stab, h0, o, ht } = seq_tensors(b, spec);
         match order {
             StateGrid::Seqs => b.grid(n.clone(), hv.clone(), vv / bvv),
             StateGrid::ValueBlocks => b.grid(vv / bvv, n.clone(), hv.clone()),

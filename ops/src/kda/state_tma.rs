@@ -30,6 +30,7 @@
 //! copy refills that slot) and read from there. The TMA copies of a slot happen-before the generic writes of the
 //! short chunk's copy (the full barrier's wait), and no TMA copy follows them.
 
+use super::state::{SeqTensors, chunk_inputs, seq_tensors};
 use super::{KdaSpec, grid};
 use crate::OpError;
 use k3k_ir::cluster::MAX_CLUSTER;
@@ -132,22 +133,12 @@ impl Pass {
         let (dk, dv) = (spec.dk, spec.dv);
         let (kk, vv, cc, bvv) = (dk as i64, dv as i64, c as i64, bv as i64);
         let (n, nh) = (dv / bv, dk / BOX_COLS);
-        let tt = b.dim("TT");
+        b.dim("TT"); // (the kernel's first dim, as in the `SLOAD=cp` pass; `o` reads it)
         let hv = b.dim("HV");
         let nch = b.dim("NCH");
         let nseq = b.dim("N");
-        let at4 = |w: i64| [hv.clone(), nch.clone(), Expr::Int(cc), Expr::Int(w)];
-        let wu = b.tensor("wu", op_dt, &at4(kk + vv), Access::Read);
-        let qb = b.tensor("qb", op_dt, &at4(kk), Access::Read);
-        let kb = b.tensor("kb", op_dt, &at4(kk), Access::Read);
-        let pm = b.tensor("pm", op_dt, &at4(cc), Access::Read);
-        let gam = b.tensor("gam", DType::F32, &[hv.clone(), nch.clone(), Expr::Int(kk)], Access::Read);
-        let ctab = b.tensor("ctab", DType::I32, &[nch.clone(), Expr::Int(2)], Access::Read);
-        let stab = b.tensor("stab", DType::I32, &[nseq.clone(), Expr::Int(2)], Access::Read);
-        let state_dims = [nseq.clone(), hv.clone(), Expr::Int(kk), Expr::Int(vv)];
-        let h0 = spec.h0.then(|| b.tensor("h0", DType::F32, &state_dims, Access::Read));
-        let o = b.tensor("o", DType::Bf16, &[tt, hv.clone(), Expr::Int(vv)], Access::Write);
-        let ht = b.tensor("ht", DType::F32, &state_dims, Access::Write);
+        let [wu, qb, kb, pm, gam] = chunk_inputs(b, spec, c, op_dt, false);
+        let SeqTensors { ctab, stab, h0, o, ht } = seq_tensors(b, spec);
         b.grid(vv / bvv, nseq, hv.clone());
         if n > 1 {
             b.cluster([n, 1, 1]);
