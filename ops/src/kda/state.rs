@@ -37,31 +37,40 @@ crate::typed_knobs::knob_enum! {
     }
 }
 
-/// The kernel name of a state-pass variant.
-#[allow(clippy::too_many_arguments)]
-fn state_name(
-    spec: &KdaSpec,
-    c: u32,
-    bv: u32,
-    warps: u32,
-    op_dt: DType,
-    stages: u32,
-    two_bars: bool,
-    order: StateGrid,
-    u_state: bool,
-) -> String {
-    let (dk, dv) = (spec.dk, spec.dv);
-    let sfx = match (stages, two_bars) {
-        (1, _) => String::new(),
-        (s, false) => format!("_s{s}"),
-        (s, true) => format!("_s{s}b2"),
-    };
-    format!(
-        "k3k_kda_state_k{dk}_v{dv}{}_c{c}_bv{bv}_w{warps}_{op_dt}{sfx}{}{}",
-        if spec.h0 { "_h0" } else { "" },
-        if order == StateGrid::ValueBlocks { "_gv" } else { "" },
-        if u_state { "_us" } else { "" }
-    )
+/// A variant of the state pass (`SLOAD=cp`): its chunk, value block, warps, operand type and the knobs its kernel
+/// name spells (see [`StateVariant::name`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StateVariant {
+    pub chunk: u32,
+    pub bv: u32,
+    pub warps: u32,
+    pub op_dt: DType,
+    /// Operand buffers: 1, 2 or 3 (knob `STAGES`).
+    pub stages: u32,
+    /// Two barriers a chunk (knob `SYNC=2`; rings only, read as false with one stage).
+    pub two_bars: bool,
+    pub order: StateGrid,
+    /// U formed here from v and the intra kernel's factors (knob `USTATE=1`, see [`StateBufs::form_u`]).
+    pub u_state: bool,
+}
+
+impl StateVariant {
+    /// The kernel name of the variant for `spec`.
+    fn name(&self, spec: &KdaSpec) -> String {
+        let StateVariant { chunk: c, bv, warps, op_dt, stages, two_bars, order, u_state } = *self;
+        let (dk, dv) = (spec.dk, spec.dv);
+        let sfx = match (stages, two_bars) {
+            (1, _) => String::new(),
+            (s, false) => format!("_s{s}"),
+            (s, true) => format!("_s{s}b2"),
+        };
+        format!(
+            "k3k_kda_state_k{dk}_v{dv}{}_c{c}_bv{bv}_w{warps}_{op_dt}{sfx}{}{}",
+            if spec.h0 { "_h0" } else { "" },
+            if order == StateGrid::ValueBlocks { "_gv" } else { "" },
+            if u_state { "_us" } else { "" }
+        )
+    }
 }
 
 /// (`USTATE=1`) What the state pass forms U from: the intra kernel's factors (`nf`: N_ii, C x 16; `lf`: the strictly
@@ -168,18 +177,8 @@ struct StateBufs {
 }
 
 impl StateBufs {
-    #[allow(clippy::too_many_arguments)]
-    fn declare(
-        b: &mut KernelBuilder,
-        spec: &KdaSpec,
-        c: u32,
-        bv: u32,
-        warps: u32,
-        op_dt: DType,
-        stages: u32,
-        order: StateGrid,
-        u_state: bool,
-    ) -> StateBufs {
+    fn declare(b: &mut KernelBuilder, spec: &KdaSpec, v: &StateVariant) -> StateBufs {
+        let StateVariant { chunk: c, bv, warps, op_dt, stages, order, u_state, .. } = *v;
         let (dk, dv) = (spec.dk, spec.dv);
         let (kk, vv, bvv) = (dk as i64, dv as i64, bv as i64);
         let tt = b.dim("TT");
@@ -421,7 +420,10 @@ pub fn build_state(
     stages: u32,
     two_bars: bool,
 ) -> Result<Kernel, OpError> {
-    build_state_in(spec, chunk, bv, warps, op_dt, stages, two_bars, StateGrid::Seqs, false)
+    build_state_in(
+        spec,
+        StateVariant { chunk, bv, warps, op_dt, stages, two_bars, order: StateGrid::Seqs, u_state: false },
+    )
 }
 
 /// (`USTATE=1`) The factor tensors of U in the scratch, `nf` (N_ii, `[HV, NCH, C, 16]`), `lf` (the strictly lower
@@ -460,30 +462,20 @@ fn u_bounds(b: &mut KernelBuilder, u_state: bool, c: u32, bv: u32, warps: u32) -
     Ok(())
 }
 
-/// [`build_state`] with the blocks in the order `order`; `u_state` (`USTATE=1`): U formed here from v and the intra
-/// kernel's factors (see [`StateBufs::form_u`]).
-#[allow(clippy::too_many_arguments)]
-pub fn build_state_in(
-    spec: &KdaSpec,
-    chunk: u32,
-    bv: u32,
-    warps: u32,
-    op_dt: DType,
-    stages: u32,
-    two_bars: bool,
-    order: StateGrid,
-    u_state: bool,
-) -> Result<Kernel, OpError> {
+/// The state pass of any [`StateVariant`] ([`build_state`]: blocks in the [`StateGrid::Seqs`] order, U from the
+/// intra kernel).
+pub fn build_state_in(spec: &KdaSpec, variant: StateVariant) -> Result<Kernel, OpError> {
+    let StateVariant { chunk, bv, warps, stages, two_bars, order, u_state, .. } = variant;
     let (dk, dv, c) = (spec.dk, spec.dv, chunk);
     if !(1..=3).contains(&stages) {
         return Err(OpError::Internal(format!("kda state pass: {stages} stages (1, 2 or 3)")));
     }
     // Two barriers a chunk need a ring (the single-buffer pass refills its groups between them).
     let two_bars = two_bars && stages >= 2;
-    let mut b =
-        KernelBuilder::new(&state_name(spec, chunk, bv, warps, op_dt, stages, two_bars, order, u_state), 32 * warps);
+    let variant = StateVariant { two_bars, ..variant };
+    let mut b = KernelBuilder::new(&variant.name(spec), 32 * warps);
     let (kk, vv, cc, bvv) = (dk as i64, dv as i64, c as i64, bv as i64);
-    let bufs = StateBufs::declare(&mut b, spec, chunk, bv, warps, op_dt, stages, order, u_state);
+    let bufs = StateBufs::declare(&mut b, spec, &variant);
     u_bounds(&mut b, u_state, c, bv, warps)?;
     let StateBufs { wu, qb, kb, pm, gam, ctab, stab, h0, ht, sw, sqb, skb, sp, sgam, ss, st, .. } = bufs;
     let (hv, nch) = (bufs.hv.clone(), bufs.nch.clone());
