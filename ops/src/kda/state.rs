@@ -56,7 +56,7 @@ pub struct StateVariant {
 
 impl StateVariant {
     /// The kernel name of the variant for `spec`.
-    fn name(&self, spec: &KdaSpec) -> String {
+    pub(super) fn name(&self, spec: &KdaSpec) -> String {
         let StateVariant { chunk: c, bv, warps, op_dt, stages, two_bars, order, u_state } = *self;
         let (dk, dv) = (spec.dk, spec.dv);
         let sfx = match (stages, two_bars) {

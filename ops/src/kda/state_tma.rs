@@ -30,7 +30,7 @@
 //! copy refills that slot) and read from there. The TMA copies of a slot happen-before the generic writes of the
 //! short chunk's copy (the full barrier's wait), and no TMA copy follows them.
 
-use super::state::{SeqTensors, chunk_inputs, seq_tensors};
+use super::state::{SeqTensors, StateGrid, StateVariant, chunk_inputs, seq_tensors};
 use super::{KdaSpec, grid};
 use crate::OpError;
 use k3k_ir::cluster::MAX_CLUSTER;
@@ -38,13 +38,6 @@ use k3k_ir::*;
 
 /// Columns of one box of a K-wide operand: 128 bytes of a 16-bit type, the row of the 128-byte swizzle.
 const BOX_COLS: u32 = 64;
-
-/// The kernel name of the `SLOAD=tma` pass.
-fn name(spec: &KdaSpec, c: u32, bv: u32, warps: u32, op_dt: DType, stages: u32) -> String {
-    let (dk, dv) = (spec.dk, spec.dv);
-    let h0 = if spec.h0 { "_h0" } else { "" };
-    format!("k3k_kda_state_k{dk}_v{dv}{h0}_c{c}_bv{bv}_w{warps}_{op_dt}_s{stages}b2_gv_mc")
-}
 
 /// Why a point cannot run `SLOAD=tma` (`None`: it can): the ring (2 or 3 stages), K a multiple of 64 (whole boxes),
 /// and at most [`MAX_CLUSTER`] value blocks a pair.
@@ -121,15 +114,8 @@ struct Edges {
 }
 
 impl Pass {
-    fn declare(
-        b: &mut KernelBuilder,
-        spec: &KdaSpec,
-        c: u32,
-        bv: u32,
-        warps: u32,
-        op_dt: DType,
-        stages: u32,
-    ) -> (Pass, Edges) {
+    fn declare(b: &mut KernelBuilder, spec: &KdaSpec, variant: &StateVariant) -> (Pass, Edges) {
+        let StateVariant { chunk: c, bv, warps, op_dt, stages, .. } = *variant;
         let (dk, dv) = (spec.dk, spec.dv);
         let (kk, vv, cc, bvv) = (dk as i64, dv as i64, c as i64, bv as i64);
         let (n, nh) = (dv / bv, dk / BOX_COLS);
@@ -358,21 +344,21 @@ impl Pass {
     }
 }
 
-/// Build the `SLOAD=tma` state pass (see the module docs); `stages` 2 or 3, two barriers a chunk, grid `(V / BV, N,
-/// HV)` in clusters of `V / BV` along x.
-pub fn build_state_tma(
-    spec: &KdaSpec,
-    chunk: u32,
-    bv: u32,
-    warps: u32,
-    op_dt: DType,
-    stages: u32,
-) -> Result<Kernel, OpError> {
-    if let Some(why) = tma_unsupported(spec.dk as usize, spec.dv as usize, bv, stages) {
+/// Build the `SLOAD=tma` state pass of `variant` (see the module docs): `stages` 2 or 3, two barriers a chunk
+/// (`SYNC=2`), grid `(V / BV, N, HV)` (`SGRID=vb`) in clusters of `V / BV` along x, U from the intra kernel
+/// (`USTATE=0`). Its kernel name is the `SLOAD=cp` variant's with `_mc`.
+pub fn build_state_tma(spec: &KdaSpec, variant: StateVariant) -> Result<Kernel, OpError> {
+    let StateVariant { bv, warps, stages, two_bars, order, u_state, .. } = variant;
+    let why = if !two_bars || order != StateGrid::ValueBlocks || u_state {
+        Some(format!("SYNC=2, SGRID=vb and USTATE=0 only, got {variant:?}"))
+    } else {
+        tma_unsupported(spec.dk as usize, spec.dv as usize, bv, stages)
+    };
+    if let Some(why) = why {
         return Err(OpError::Internal(format!("kda state pass SLOAD=tma: {why}")));
     }
-    let mut b = KernelBuilder::new(&name(spec, chunk, bv, warps, op_dt, stages), 32 * warps);
-    let (p, e) = Pass::declare(&mut b, spec, chunk, bv, warps, op_dt, stages);
+    let mut b = KernelBuilder::new(&format!("{}_mc", variant.name(spec)), 32 * warps);
+    let (p, e) = Pass::declare(&mut b, spec, &variant);
     let (kk, vv) = (p.kk, p.vv);
     let seq = b.let_("seq", Expr::block_idx(1));
     let c0 = b.let_("c0", Expr::load(e.stab, &seq * 2i64));
