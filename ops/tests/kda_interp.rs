@@ -16,7 +16,7 @@ use k3k_runtime::Gpu;
 
 #[path = "common/plan_run.rs"]
 mod plan_run;
-use plan_run::{run_plan_jit, seed};
+use plan_run::{run_plan_jit, seed, varlen_mix};
 
 /// The CPU interpreter, plus GPU 0 when `K3K_GPU=1`.
 fn executors() -> Vec<Executor> {
@@ -1222,21 +1222,6 @@ fn kda_state_grid_orders_are_bit_identical() {
 fn ustate_matches_reference_and_the_default_bit_for_bit() {
     let s = seed();
     let us = |k: &Knobs| k.clone().with(kda::USTATE_KNOB, 1i64);
-    let varlen = |safe: i64, k: i64, v: i64| {
-        vec![
-            ("N", 4i64),
-            ("L0", 17),
-            ("L1", 0),
-            ("L2", 64),
-            ("L3", 45),
-            ("H", 1),
-            ("HV", 2),
-            ("K", k),
-            ("V", v),
-            ("safe", safe),
-            ("h0", 1),
-        ]
-    };
     // FlashKDA's options with the f32 raw gate (the state pass does not read the gate).
     let fk_f32 = || kda::FLASHKDA_OPTIONS.into_iter().filter(|(k, _)| *k != "gbf16");
     let presets_like: Vec<(&str, i64)> =
@@ -1246,13 +1231,13 @@ fn ustate_matches_reference_and_the_default_bit_for_bit() {
         (presets_like.to_vec(), kda::default_knobs().with("BV", 64i64).with("W2", 8i64).with("STAGES", 2i64)),
         (presets_like.to_vec(), kda::default_knobs().with("TSPLIT", 2i64).with("STAGES", 3i64)),
         (presets_like.to_vec(), kda::default_knobs().with("BV", 128i64).with("W2", 16i64)),
-        (varlen(1, 32, 32), knobs(32)),
-        (varlen(0, 32, 32), knobs(32)),
-        (varlen(1, 64, 32), knobs(64)),
-        (varlen(0, 32, 64), knobs(64).with("STAGES", 1i64)),
-        (varlen(1, 64, 64), knobs(32).with("ARENA", 1i64).with("STAGES", 2i64).with("SYNC", 4i64)),
-        (varlen(0, 64, 64), knobs(32).with("ARENA", 0i64).with("STAGES", 3i64)),
-        (varlen(1, 32, 32), knobs(64).with("ARENA", 1i64).with("TSPLIT", 4i64)),
+        (varlen_mix(1, 32, 32), knobs(32)),
+        (varlen_mix(0, 32, 32), knobs(32)),
+        (varlen_mix(1, 64, 32), knobs(64)),
+        (varlen_mix(0, 32, 64), knobs(64).with("STAGES", 1i64)),
+        (varlen_mix(1, 64, 64), knobs(32).with("ARENA", 1i64).with("STAGES", 2i64).with("SYNC", 4i64)),
+        (varlen_mix(0, 64, 64), knobs(32).with("ARENA", 0i64).with("STAGES", 3i64)),
+        (varlen_mix(1, 32, 32), knobs(64).with("ARENA", 1i64).with("TSPLIT", 4i64)),
     ];
     // An extreme-gate exact case (the hierarchy's chunks) at chunk 32.
     cases.push((

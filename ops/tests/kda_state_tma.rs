@@ -12,7 +12,7 @@ use k3k_ops::op::{Operator, Preset};
 
 #[path = "common/plan_run.rs"]
 mod plan_run;
-use plan_run::{run_everywhere, seed};
+use plan_run::{run_everywhere, seed, varlen_mix};
 
 fn problem(dims: &[(&str, i64)]) -> KdaProblem {
     KdaProblem::from_preset(&Preset::new("test", dims)).unwrap()
@@ -20,24 +20,6 @@ fn problem(dims: &[(&str, i64)]) -> KdaProblem {
 
 fn tma(k: &Knobs) -> Knobs {
     k.clone().with(kda::SLOAD_KNOB, "tma")
-}
-
-/// Varlen 17, 0, 64, 45 tokens (a partial first chunk, an empty sequence, two full chunks, a full and a partial one),
-/// GVA HV = 2H, h0.
-fn varlen(safe: i64, k: i64, v: i64) -> Vec<(&'static str, i64)> {
-    vec![
-        ("N", 4),
-        ("L0", 17),
-        ("L1", 0),
-        ("L2", 64),
-        ("L3", 45),
-        ("H", 1),
-        ("HV", 2),
-        ("K", k),
-        ("V", v),
-        ("safe", safe),
-        ("h0", 1),
-    ]
 }
 
 /// Check one point: `SLOAD=tma` against f64 on every backend, and o and ht against `SLOAD=cp` on the interpreter: the
@@ -88,10 +70,10 @@ fn sload_tma_matches_reference_and_cp() {
         (presets_like.clone(), base.clone().with("BV", 16i64).with("W2", 4i64).with("STAGES", 3i64)),
         (presets_like.clone(), base.clone().with("BV", 32i64).with("TSPLIT", 2i64).with("STAGES", 3i64)),
         // K = 64 (one box a row), both paths, chunk 32 and 64, TSPLIT.
-        (varlen(1, 64, 64), base.clone().with("BV", 16i64).with("STAGES", 2i64)),
-        (varlen(0, 64, 32), base.clone().with("BV", 16i64).with("STAGES", 3i64)),
-        (varlen(1, 64, 64), base.clone().with("CHUNK", 64i64).with("BV", 32i64).with("STAGES", 2i64)),
-        (varlen(0, 64, 64), base.clone().with("BV", 32i64).with("STAGES", 2i64).with("TSPLIT", 4i64)),
+        (varlen_mix(1, 64, 64), base.clone().with("BV", 16i64).with("STAGES", 2i64)),
+        (varlen_mix(0, 64, 32), base.clone().with("BV", 16i64).with("STAGES", 3i64)),
+        (varlen_mix(1, 64, 64), base.clone().with("CHUNK", 64i64).with("BV", 32i64).with("STAGES", 2i64)),
+        (varlen_mix(0, 64, 64), base.clone().with("BV", 32i64).with("STAGES", 2i64).with("TSPLIT", 4i64)),
         // The exact path with extreme gates (the hierarchy's chunks), a partial last chunk.
         (
             vec![("B", 1), ("T", 50), ("H", 1), ("K", 64), ("V", 64), ("safe", 0), ("extreme", 1)],
@@ -105,7 +87,7 @@ fn sload_tma_matches_reference_and_cp() {
 
 #[test]
 fn sload_tma_refuses_what_it_cannot_run() {
-    let pb = problem(&varlen(1, 64, 64));
+    let pb = problem(&varlen_mix(1, 64, 64));
     let base = kda::default_knobs().with("BV", 32i64).with("STAGES", 2i64);
     assert!(kda::Launch::resolve(&tma(&base), &pb).unwrap().tma_loads);
     // Absent (a record written before the knob) and `cp`: the cp.async pass.
@@ -146,7 +128,7 @@ fn sload_tma_refuses_what_it_cannot_run() {
             other => panic!("[{k}]: {other:?}"),
         }
     }
-    let k32 = problem(&varlen(1, 32, 32));
+    let k32 = problem(&varlen_mix(1, 32, 32));
     match kda::Launch::resolve(&tma(&kda::default_knobs()), &k32) {
         Err(OpError::InvalidKnobs { why, .. }) => assert!(why.contains("64 columns"), "{why}"),
         other => panic!("K=32: {other:?}"),

@@ -9,7 +9,7 @@
 
 use crate::check::{self, Checker, KdaPair, kda_scale, mla_scale};
 use crate::config::*;
-use crate::dev::Buf;
+use crate::dev::{Buf, layer_io};
 use crate::engine::{Cache, Routing};
 use crate::host::*;
 use crate::model::{Each, KdaBufs, Launchers, Prefill};
@@ -131,8 +131,7 @@ impl Step {
     ) -> Res<()> {
         let qkv = [B, 1, HEADS, HEAD_DIM];
         for (l, (a, lw)) in self.kda.iter_mut().zip(&w.kda).enumerate() {
-            let (before, after) = self.xs.split_at_mut(l + 1);
-            let (x, xo) = (&before[l], &mut after[0]);
+            let (x, xo) = layer_io(&mut self.xs, l);
             a.enqueue_inputs(l, k, s, x, lw, each)?;
             each(&format!("KDA{l} kda.decode step (in place)"), &mut || {
                 Ok(k.kda_step.launch(
@@ -152,8 +151,7 @@ impl Step {
             a.enqueue_output(l, k, s, x, lw, xo, each)?;
         }
 
-        let (before, after) = self.xs.split_at_mut(KDA_LAYERS + 1);
-        let (x, xo) = (&before[KDA_LAYERS], &mut after[0]);
+        let (x, xo) = layer_io(&mut self.xs, KDA_LAYERS);
         let (a, mw) = (&mut self.mla, &w.mla);
         each("MLA linear q_a", &mut || k.linear(s, x, &mw.qa, &mut a.qa))?;
         each("MLA linear q_b", &mut || k.linear(s, &a.qa, &mw.qb, &mut a.q))?;
@@ -205,8 +203,7 @@ impl Step {
         each("MLA linear o", &mut || k.linear(s, &a.yg, &mw.o, &mut a.y))?;
         each("MLA residual add (engine)", &mut || k.eng.add(s, x, &a.y, xo))?;
 
-        let (before, after) = self.xs.split_at_mut(KDA_LAYERS + 2);
-        let (x, xo) = (&before[KDA_LAYERS + 1], &mut after[0]);
+        let (x, xo) = layer_io(&mut self.xs, KDA_LAYERS + 1);
         let (a, ew) = (&mut self.moe, &w.moe);
         each("MoE linear latent down", &mut || k.linear(s, x, &ew.down, &mut a.xl))?;
         each("MoE linear router", &mut || k.linear(s, &a.xl, &ew.router, &mut a.logits))?;

@@ -13,6 +13,13 @@ pub struct Buf {
     pub shape: Vec<usize>,
 }
 
+/// The residual stream around layer `l` of `xs` (the model's hidden states between layers): its input `xs[l]` and
+/// its output `xs[l + 1]`.
+pub fn layer_io(xs: &mut [Buf], l: usize) -> (&Buf, &mut Buf) {
+    let (before, after) = xs.split_at_mut(l + 1);
+    (&before[l], &mut after[0])
+}
+
 impl Buf {
     /// A buffer poisoned with 0xFF bytes (NaN in every float format, -1 in i32): whatever a kernel fails to
     /// write shows up in the checks.

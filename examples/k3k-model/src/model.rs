@@ -14,7 +14,7 @@
 
 use crate::check::{self, Checker, KdaCheck, KdaPair, mla_scale};
 use crate::config::*;
-use crate::dev::Buf;
+use crate::dev::{Buf, layer_io};
 use crate::engine::{Cache, Engine, Routing};
 use crate::host::*;
 use crate::kernels;
@@ -337,8 +337,7 @@ impl Prefill {
         let t = PREFILL_TOKENS;
         let cu: Vec<i32> = self.cu.iter().map(|&c| c as i32).collect();
         for (l, (a, lw)) in self.kda.iter_mut().zip(&w.kda).enumerate() {
-            let (before, after) = self.xs.split_at_mut(l + 1);
-            let (x, xo) = (&before[l], &mut after[0]);
+            let (x, xo) = layer_io(&mut self.xs, l);
             a.enqueue_inputs(l, k, s, x, lw, each)?;
             let kk = &mut k.kda;
             each("kda varlen (6 seqs, 8192 tokens)", &mut || {
@@ -361,8 +360,7 @@ impl Prefill {
             a.enqueue_output(l, k, s, x, lw, xo, each)?;
         }
 
-        let (before, after) = self.xs.split_at_mut(KDA_LAYERS + 1);
-        let (x, xo) = (&before[KDA_LAYERS], &mut after[0]);
+        let (x, xo) = layer_io(&mut self.xs, KDA_LAYERS);
         let (a, mw) = (&mut self.mla, &w.mla);
         each("linear q_a", &mut || k.linear(s, x, &mw.qa, &mut a.qa))?;
         each("linear q_b", &mut || k.linear(s, &a.qa, &mw.qb, &mut a.q))?;
@@ -392,8 +390,7 @@ impl Prefill {
         each("residual add (engine)", &mut || k.eng.add(s, x, &a.y, xo))?;
         each("paged cache write (engine)", &mut || k.eng.cache_put(s, &a.c, &a.kr, cache, &self.seq_of, &self.pos_of))?;
 
-        let (before, after) = self.xs.split_at_mut(KDA_LAYERS + 2);
-        let (x, xo) = (&before[KDA_LAYERS + 1], &mut after[0]);
+        let (x, xo) = layer_io(&mut self.xs, KDA_LAYERS + 1);
         let (a, ew) = (&mut self.moe, &w.moe);
         let rows = t * TOP_K;
         each("linear latent down", &mut || k.linear(s, x, &ew.down, &mut a.xl))?;

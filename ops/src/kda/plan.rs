@@ -37,10 +37,17 @@ pub fn chunk_kernels(pb: &KdaProblem, l: &Launch) -> Result<(Kernel, Kernel), Op
 
 /// The state pass of a variant at resolved knobs.
 pub fn state_kernel(spec: &KdaSpec, l: &Launch) -> Result<Kernel, OpError> {
-    if l.tma_loads {
-        return state_tma::build_state_tma(spec, l.chunk, l.bv, l.w2, l.op_dt, l.stages);
-    }
-    state::build_state_in(spec, l.chunk, l.bv, l.w2, l.op_dt, l.stages, l.two_bars, l.state_grid, l.u_state)
+    let variant = state::StateVariant {
+        chunk: l.chunk,
+        bv: l.bv,
+        warps: l.w2,
+        op_dt: l.op_dt,
+        stages: l.stages,
+        two_bars: l.two_bars,
+        order: l.state_grid,
+        u_state: l.u_state,
+    };
+    if l.tma_loads { state_tma::build_state_tma(spec, variant) } else { state::build_state_in(spec, variant) }
 }
 
 /// The scratch between the kernels for `m` chunks (buffer names end in `tag`), in the kernels' argument order:

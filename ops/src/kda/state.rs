@@ -37,31 +37,40 @@ crate::typed_knobs::knob_enum! {
     }
 }
 
-/// The kernel name of a state-pass variant.
-#[allow(clippy::too_many_arguments)]
-fn state_name(
-    spec: &KdaSpec,
-    c: u32,
-    bv: u32,
-    warps: u32,
-    op_dt: DType,
-    stages: u32,
-    two_bars: bool,
-    order: StateGrid,
-    u_state: bool,
-) -> String {
-    let (dk, dv) = (spec.dk, spec.dv);
-    let sfx = match (stages, two_bars) {
-        (1, _) => String::new(),
-        (s, false) => format!("_s{s}"),
-        (s, true) => format!("_s{s}b2"),
-    };
-    format!(
-        "k3k_kda_state_k{dk}_v{dv}{}_c{c}_bv{bv}_w{warps}_{op_dt}{sfx}{}{}",
-        if spec.h0 { "_h0" } else { "" },
-        if order == StateGrid::ValueBlocks { "_gv" } else { "" },
-        if u_state { "_us" } else { "" }
-    )
+/// A variant of the state pass (`SLOAD=cp`): its chunk, value block, warps, operand type and the knobs its kernel
+/// name spells (see [`StateVariant::name`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StateVariant {
+    pub chunk: u32,
+    pub bv: u32,
+    pub warps: u32,
+    pub op_dt: DType,
+    /// Operand buffers: 1, 2 or 3 (knob `STAGES`).
+    pub stages: u32,
+    /// Two barriers a chunk (knob `SYNC=2`; rings only, read as false with one stage).
+    pub two_bars: bool,
+    pub order: StateGrid,
+    /// U formed here from v and the intra kernel's factors (knob `USTATE=1`, see [`StateBufs::form_u`]).
+    pub u_state: bool,
+}
+
+impl StateVariant {
+    /// The kernel name of the variant for `spec`.
+    pub(super) fn name(&self, spec: &KdaSpec) -> String {
+        let StateVariant { chunk: c, bv, warps, op_dt, stages, two_bars, order, u_state } = *self;
+        let (dk, dv) = (spec.dk, spec.dv);
+        let sfx = match (stages, two_bars) {
+            (1, _) => String::new(),
+            (s, false) => format!("_s{s}"),
+            (s, true) => format!("_s{s}b2"),
+        };
+        format!(
+            "k3k_kda_state_k{dk}_v{dv}{}_c{c}_bv{bv}_w{warps}_{op_dt}{sfx}{}{}",
+            if spec.h0 { "_h0" } else { "" },
+            if order == StateGrid::ValueBlocks { "_gv" } else { "" },
+            if u_state { "_us" } else { "" }
+        )
+    }
 }
 
 /// (`USTATE=1`) What the state pass forms U from: the intra kernel's factors (`nf`: N_ii, C x 16; `lf`: the strictly
@@ -80,6 +89,56 @@ struct UIn {
     stt: SharedId,
     vbeta: VecId,
     lcols: u32,
+}
+
+/// The chunk inputs of a state pass (either `SLOAD`), as the intra kernel writes them and in this argument order:
+/// W and U (`wu`, C x (K + V); with `USTATE=1` W alone, `w`, C x K), Qbar and Kbar (C x K), P (`pm`, C x C), each
+/// `[HV, NCH, C, ..]` of `op_dt`, and gamma (`gam`, `[HV, NCH, K]` f32).
+pub(super) fn chunk_inputs(
+    b: &mut KernelBuilder,
+    spec: &KdaSpec,
+    c: u32,
+    op_dt: DType,
+    u_state: bool,
+) -> [TensorId; 5] {
+    let (kk, vv, cc) = (spec.dk as i64, spec.dv as i64, c as i64);
+    let (hv, nch) = (b.dim("HV"), b.dim("NCH"));
+    let at = |w: i64| [hv.clone(), nch.clone(), Expr::Int(cc), Expr::Int(w)];
+    let (wu_name, wu_cols) = if u_state { ("w", kk) } else { ("wu", kk + vv) };
+    [
+        b.tensor(wu_name, op_dt, &at(wu_cols), Access::Read),
+        b.tensor("qb", op_dt, &at(kk), Access::Read),
+        b.tensor("kb", op_dt, &at(kk), Access::Read),
+        b.tensor("pm", op_dt, &at(cc), Access::Read),
+        b.tensor("gam", DType::F32, &[hv.clone(), nch.clone(), Expr::Int(kk)], Access::Read),
+    ]
+}
+
+/// The chunk and sequence tables, the states and the output of a state pass (either `SLOAD`), in this argument order.
+pub(super) struct SeqTensors {
+    /// Each chunk's first token and length, `[NCH, 2]` i32.
+    pub ctab: TensorId,
+    /// Each sequence's first chunk and chunk count, `[N, 2]` i32.
+    pub stab: TensorId,
+    /// The initial states (with `spec.h0`) and the final ones, `[N, HV, K, V]` f32.
+    pub h0: Option<TensorId>,
+    /// The output, `[TT, HV, V]` bf16.
+    pub o: TensorId,
+    pub ht: TensorId,
+}
+
+/// Declare [`SeqTensors`] (after the chunk inputs, see [`chunk_inputs`]).
+pub(super) fn seq_tensors(b: &mut KernelBuilder, spec: &KdaSpec) -> SeqTensors {
+    let (kk, vv) = (spec.dk as i64, spec.dv as i64);
+    let (tt, hv, nch, n) = (b.dim("TT"), b.dim("HV"), b.dim("NCH"), b.dim("N"));
+    let state_dims = [n.clone(), hv.clone(), Expr::Int(kk), Expr::Int(vv)];
+    SeqTensors {
+        ctab: b.tensor("ctab", DType::I32, &[nch, Expr::Int(2)], Access::Read),
+        stab: b.tensor("stab", DType::I32, &[n, Expr::Int(2)], Access::Read),
+        h0: spec.h0.then(|| b.tensor("h0", DType::F32, &state_dims, Access::Read)),
+        o: b.tensor("o", DType::Bf16, &[tt, hv, Expr::Int(vv)], Access::Write),
+        ht: b.tensor("ht", DType::F32, &state_dims, Access::Write),
+    }
 }
 
 /// The state pass's dims, tensors, grid, shared buffers and register tiles, declared in this order by
@@ -118,41 +177,20 @@ struct StateBufs {
 }
 
 impl StateBufs {
-    #[allow(clippy::too_many_arguments)]
-    fn declare(
-        b: &mut KernelBuilder,
-        spec: &KdaSpec,
-        c: u32,
-        bv: u32,
-        warps: u32,
-        op_dt: DType,
-        stages: u32,
-        order: StateGrid,
-        u_state: bool,
-    ) -> StateBufs {
+    fn declare(b: &mut KernelBuilder, spec: &KdaSpec, v: &StateVariant) -> StateBufs {
+        let StateVariant { chunk: c, bv, warps, op_dt, stages, order, u_state, .. } = *v;
         let (dk, dv) = (spec.dk, spec.dv);
-        let (kk, vv, cc, bvv) = (dk as i64, dv as i64, c as i64, bv as i64);
+        let (kk, vv, bvv) = (dk as i64, dv as i64, bv as i64);
         let tt = b.dim("TT");
         let hv = b.dim("HV");
         let nch = b.dim("NCH");
         let n = b.dim("N");
-        let (wu_name, wu_cols) = if u_state { ("w", kk) } else { ("wu", kk + vv) };
-        let wu = b.tensor(wu_name, op_dt, &[hv.clone(), nch.clone(), Expr::Int(cc), Expr::Int(wu_cols)], Access::Read);
-        let qb = b.tensor("qb", op_dt, &[hv.clone(), nch.clone(), Expr::Int(cc), Expr::Int(kk)], Access::Read);
-        let kb = b.tensor("kb", op_dt, &[hv.clone(), nch.clone(), Expr::Int(cc), Expr::Int(kk)], Access::Read);
-        let pm = b.tensor("pm", op_dt, &[hv.clone(), nch.clone(), Expr::Int(cc), Expr::Int(cc)], Access::Read);
-        let gam = b.tensor("gam", DType::F32, &[hv.clone(), nch.clone(), Expr::Int(kk)], Access::Read);
+        let [wu, qb, kb, pm, gam] = chunk_inputs(b, spec, c, op_dt, u_state);
         let ufac = u_state.then(|| {
             let (nf, lf, bf) = u_factor_tensors(b, op_dt, c, Access::Read);
             (nf, lf, bf, b.tensor("v", DType::Bf16, &[tt.clone(), hv.clone(), Expr::Int(vv)], Access::Read))
         });
-        let ctab = b.tensor("ctab", DType::I32, &[nch.clone(), Expr::Int(2)], Access::Read);
-        let stab = b.tensor("stab", DType::I32, &[n.clone(), Expr::Int(2)], Access::Read);
-        let h0 = spec
-            .h0
-            .then(|| b.tensor("h0", DType::F32, &[n.clone(), hv.clone(), Expr::Int(kk), Expr::Int(vv)], Access::Read));
-        let o = b.tensor("o", DType::Bf16, &[tt.clone(), hv.clone(), Expr::Int(vv)], Access::Write);
-        let ht = b.tensor("ht", DType::F32, &[n.clone(), hv.clone(), Expr::Int(kk), Expr::Int(vv)], Access::Write);
+        let SeqTensors { ctab, stab, h0, o, ht } = seq_tensors(b, spec);
         match order {
             StateGrid::Seqs => b.grid(n.clone(), hv.clone(), vv / bvv),
             StateGrid::ValueBlocks => b.grid(vv / bvv, n.clone(), hv.clone()),
@@ -382,7 +420,10 @@ pub fn build_state(
     stages: u32,
     two_bars: bool,
 ) -> Result<Kernel, OpError> {
-    build_state_in(spec, chunk, bv, warps, op_dt, stages, two_bars, StateGrid::Seqs, false)
+    build_state_in(
+        spec,
+        StateVariant { chunk, bv, warps, op_dt, stages, two_bars, order: StateGrid::Seqs, u_state: false },
+    )
 }
 
 /// (`USTATE=1`) The factor tensors of U in the scratch, `nf` (N_ii, `[HV, NCH, C, 16]`), `lf` (the strictly lower
@@ -421,30 +462,20 @@ fn u_bounds(b: &mut KernelBuilder, u_state: bool, c: u32, bv: u32, warps: u32) -
     Ok(())
 }
 
-/// [`build_state`] with the blocks in the order `order`; `u_state` (`USTATE=1`): U formed here from v and the intra
-/// kernel's factors (see [`StateBufs::form_u`]).
-#[allow(clippy::too_many_arguments)]
-pub fn build_state_in(
-    spec: &KdaSpec,
-    chunk: u32,
-    bv: u32,
-    warps: u32,
-    op_dt: DType,
-    stages: u32,
-    two_bars: bool,
-    order: StateGrid,
-    u_state: bool,
-) -> Result<Kernel, OpError> {
+/// The state pass of any [`StateVariant`] ([`build_state`]: blocks in the [`StateGrid::Seqs`] order, U from the
+/// intra kernel).
+pub fn build_state_in(spec: &KdaSpec, variant: StateVariant) -> Result<Kernel, OpError> {
+    let StateVariant { chunk, bv, warps, stages, two_bars, order, u_state, .. } = variant;
     let (dk, dv, c) = (spec.dk, spec.dv, chunk);
     if !(1..=3).contains(&stages) {
         return Err(OpError::Internal(format!("kda state pass: {stages} stages (1, 2 or 3)")));
     }
     // Two barriers a chunk need a ring (the single-buffer pass refills its groups between them).
     let two_bars = two_bars && stages >= 2;
-    let mut b =
-        KernelBuilder::new(&state_name(spec, chunk, bv, warps, op_dt, stages, two_bars, order, u_state), 32 * warps);
+    let variant = StateVariant { two_bars, ..variant };
+    let mut b = KernelBuilder::new(&variant.name(spec), 32 * warps);
     let (kk, vv, cc, bvv) = (dk as i64, dv as i64, c as i64, bv as i64);
-    let bufs = StateBufs::declare(&mut b, spec, chunk, bv, warps, op_dt, stages, order, u_state);
+    let bufs = StateBufs::declare(&mut b, spec, &variant);
     u_bounds(&mut b, u_state, c, bv, warps)?;
     let StateBufs { wu, qb, kb, pm, gam, ctab, stab, h0, ht, sw, sqb, skb, sp, sgam, ss, st, .. } = bufs;
     let (hv, nch) = (bufs.hv.clone(), bufs.nch.clone());

@@ -30,6 +30,7 @@
 //! copy refills that slot) and read from there. The TMA copies of a slot happen-before the generic writes of the
 //! short chunk's copy (the full barrier's wait), and no TMA copy follows them.
 
+use super::state::{SeqTensors, StateGrid, StateVariant, chunk_inputs, seq_tensors};
 use super::{KdaSpec, grid};
 use crate::OpError;
 use k3k_ir::cluster::MAX_CLUSTER;
@@ -37,13 +38,6 @@ use k3k_ir::*;
 
 /// Columns of one box of a K-wide operand: 128 bytes of a 16-bit type, the row of the 128-byte swizzle.
 const BOX_COLS: u32 = 64;
-
-/// The kernel name of the `SLOAD=tma` pass.
-fn name(spec: &KdaSpec, c: u32, bv: u32, warps: u32, op_dt: DType, stages: u32) -> String {
-    let (dk, dv) = (spec.dk, spec.dv);
-    let h0 = if spec.h0 { "_h0" } else { "" };
-    format!("k3k_kda_state_k{dk}_v{dv}{h0}_c{c}_bv{bv}_w{warps}_{op_dt}_s{stages}b2_gv_mc")
-}
 
 /// Why a point cannot run `SLOAD=tma` (`None`: it can): the ring (2 or 3 stages), K a multiple of 64 (whole boxes),
 /// and at most [`MAX_CLUSTER`] value blocks a pair.
@@ -120,34 +114,17 @@ struct Edges {
 }
 
 impl Pass {
-    fn declare(
-        b: &mut KernelBuilder,
-        spec: &KdaSpec,
-        c: u32,
-        bv: u32,
-        warps: u32,
-        op_dt: DType,
-        stages: u32,
-    ) -> (Pass, Edges) {
+    fn declare(b: &mut KernelBuilder, spec: &KdaSpec, variant: &StateVariant) -> (Pass, Edges) {
+        let StateVariant { chunk: c, bv, warps, op_dt, stages, .. } = *variant;
         let (dk, dv) = (spec.dk, spec.dv);
         let (kk, vv, cc, bvv) = (dk as i64, dv as i64, c as i64, bv as i64);
         let (n, nh) = (dv / bv, dk / BOX_COLS);
-        let tt = b.dim("TT");
+        b.dim("TT"); // (the kernel's first dim, as in the `SLOAD=cp` pass; `o` reads it)
         let hv = b.dim("HV");
         let nch = b.dim("NCH");
         let nseq = b.dim("N");
-        let at4 = |w: i64| [hv.clone(), nch.clone(), Expr::Int(cc), Expr::Int(w)];
-        let wu = b.tensor("wu", op_dt, &at4(kk + vv), Access::Read);
-        let qb = b.tensor("qb", op_dt, &at4(kk), Access::Read);
-        let kb = b.tensor("kb", op_dt, &at4(kk), Access::Read);
-        let pm = b.tensor("pm", op_dt, &at4(cc), Access::Read);
-        let gam = b.tensor("gam", DType::F32, &[hv.clone(), nch.clone(), Expr::Int(kk)], Access::Read);
-        let ctab = b.tensor("ctab", DType::I32, &[nch.clone(), Expr::Int(2)], Access::Read);
-        let stab = b.tensor("stab", DType::I32, &[nseq.clone(), Expr::Int(2)], Access::Read);
-        let state_dims = [nseq.clone(), hv.clone(), Expr::Int(kk), Expr::Int(vv)];
-        let h0 = spec.h0.then(|| b.tensor("h0", DType::F32, &state_dims, Access::Read));
-        let o = b.tensor("o", DType::Bf16, &[tt, hv.clone(), Expr::Int(vv)], Access::Write);
-        let ht = b.tensor("ht", DType::F32, &state_dims, Access::Write);
+        let [wu, qb, kb, pm, gam] = chunk_inputs(b, spec, c, op_dt, false);
+        let SeqTensors { ctab, stab, h0, o, ht } = seq_tensors(b, spec);
         b.grid(vv / bvv, nseq, hv.clone());
         if n > 1 {
             b.cluster([n, 1, 1]);
@@ -367,21 +344,21 @@ impl Pass {
     }
 }
 
-/// Build the `SLOAD=tma` state pass (see the module docs); `stages` 2 or 3, two barriers a chunk, grid `(V / BV, N,
-/// HV)` in clusters of `V / BV` along x.
-pub fn build_state_tma(
-    spec: &KdaSpec,
-    chunk: u32,
-    bv: u32,
-    warps: u32,
-    op_dt: DType,
-    stages: u32,
-) -> Result<Kernel, OpError> {
-    if let Some(why) = tma_unsupported(spec.dk as usize, spec.dv as usize, bv, stages) {
+/// Build the `SLOAD=tma` state pass of `variant` (see the module docs): `stages` 2 or 3, two barriers a chunk
+/// (`SYNC=2`), grid `(V / BV, N, HV)` (`SGRID=vb`) in clusters of `V / BV` along x, U from the intra kernel
+/// (`USTATE=0`). Its kernel name is the `SLOAD=cp` variant's with `_mc`.
+pub fn build_state_tma(spec: &KdaSpec, variant: StateVariant) -> Result<Kernel, OpError> {
+    let StateVariant { bv, warps, stages, two_bars, order, u_state, .. } = variant;
+    let why = if !two_bars || order != StateGrid::ValueBlocks || u_state {
+        Some(format!("SYNC=2, SGRID=vb and USTATE=0 only, got {variant:?}"))
+    } else {
+        tma_unsupported(spec.dk as usize, spec.dv as usize, bv, stages)
+    };
+    if let Some(why) = why {
         return Err(OpError::Internal(format!("kda state pass SLOAD=tma: {why}")));
     }
-    let mut b = KernelBuilder::new(&name(spec, chunk, bv, warps, op_dt, stages), 32 * warps);
-    let (p, e) = Pass::declare(&mut b, spec, chunk, bv, warps, op_dt, stages);
+    let mut b = KernelBuilder::new(&format!("{}_mc", variant.name(spec)), 32 * warps);
+    let (p, e) = Pass::declare(&mut b, spec, &variant);
     let (kk, vv) = (p.kk, p.vv);
     let seq = b.let_("seq", Expr::block_idx(1));
     let c0 = b.let_("c0", Expr::load(e.stab, &seq * 2i64));

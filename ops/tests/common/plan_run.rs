@@ -12,6 +12,25 @@ pub fn seed() -> u64 {
     s
 }
 
+/// Varlen 17, 0, 64, 45 tokens (a partial first chunk, an empty sequence, two full chunks, a full and a partial one),
+/// GVA HV = 2H, h0: the state pass's varlen mix, safe or exact path, key and value head dims `k`, `v`.
+#[allow(dead_code)] // (only the state pass's tests use it)
+pub fn varlen_mix(safe: i64, k: i64, v: i64) -> Vec<(&'static str, i64)> {
+    vec![
+        ("N", 4),
+        ("L0", 17),
+        ("L1", 0),
+        ("L2", 64),
+        ("L3", 45),
+        ("H", 1),
+        ("HV", 2),
+        ("K", k),
+        ("V", v),
+        ("safe", safe),
+        ("h0", 1),
+    ]
+}
+
 /// Every step of a plan by the Cranelift JIT, in plan order, outputs poisoned first.
 pub fn run_plan_jit(plan: &Plan) -> Outputs {
     let bufs = plan

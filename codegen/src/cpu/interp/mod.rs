@@ -23,7 +23,7 @@ use memory::{SharedMem, V};
 pub(crate) use memory::{V as Val, round_to, wrap_int};
 pub(crate) use mx::fp4_gemv_sums;
 pub(crate) use threads::{atomic as atomic_value, shared_wide_lane};
-pub(crate) use tiles::{dequant_fp4_at, reduce, tile_value};
+pub(crate) use tiles::{dequant_fp4_at, load_values, reduce, view_element};
 pub(crate) use tma::{
     MbarOp, MbarState, mbar_error, mbar_index, mbar_step, multicast_ctas, store_box, tma_load_values,
 };

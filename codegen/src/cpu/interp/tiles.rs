@@ -53,33 +53,21 @@ impl<'a> Block<'a> {
             }
             Stmt::Load { tile, src } => {
                 let d = &k.tiles[tile.0 as usize];
-                let (rows, cols) = (d.rows as usize, d.cols as usize);
-                let mut out = vec![0.0f64; rows * cols];
-                match src {
+                let out = match src {
                     Place::Shared(r) => {
                         let base = self.shared_base(r, tensors)?;
-                        for i in 0..rows {
-                            for j in 0..cols {
-                                out[i * cols + j] = self.shared_at(r, base, i, j);
-                            }
-                        }
+                        load_values(d, |i, j| Ok(Some(self.shared_at(r, base, i, j))))?
                     }
                     Place::Global(v) => {
-                        let (off, stride, vr, vc) = self.view(v, tensors)?;
-                        for i in 0..rows {
-                            for j in 0..cols {
-                                if (i as i64) < vr && (j as i64) < vc {
-                                    let at = off + i as i64 * stride + j as i64;
-                                    let int = d.dtype == DType::I32;
-                                    out[i * cols + j] = self.global_read("tile load", v.tensor, at, int, tensors)?;
-                                }
-                            }
-                        }
+                        let view = self.view(v, tensors)?;
+                        let int = d.dtype == DType::I32;
+                        load_values(d, |i, j| {
+                            view_element(view, i, j)
+                                .map(|at| self.global_read("tile load", v.tensor, at, int, tensors))
+                                .transpose()
+                        })?
                     }
-                }
-                for v in out.iter_mut() {
-                    *v = tile_value(d.dtype, *v as i64, *v as f32);
-                }
+                };
                 self.tiles[tile.0 as usize] = out;
             }
             Stmt::Store { tile, dst } => {
@@ -339,6 +327,28 @@ pub(crate) fn dequant_fp4_value(nib: u32, s: u32, fold: bool, finite: bool) -> f
         };
         mul(mul(v, bf(0x7e80)), m)
     }
+}
+
+/// What a `Stmt::Load` writes into tile `d`, row-major, as the tile keeps it (see [`tile_value`]): `read(i, j)` of
+/// each element, 0 where it gives `None` (outside a global view). Shared by the interpreter and the JIT's host call.
+pub(crate) fn load_values(
+    d: &RegTileDecl,
+    mut read: impl FnMut(usize, usize) -> Result<Option<f64>, InterpError>,
+) -> Result<Vec<f64>, InterpError> {
+    let (rows, cols) = (d.rows as usize, d.cols as usize);
+    let mut out = Vec::with_capacity(rows * cols);
+    for i in 0..rows {
+        for j in 0..cols {
+            let v = read(i, j)?.unwrap_or(0.0);
+            out.push(tile_value(d.dtype, v as i64, v as f32));
+        }
+    }
+    Ok(out)
+}
+
+/// The flat tensor index of element (i, j) of a global view `(offset, row stride, rows, cols)`; `None` outside it.
+pub(crate) fn view_element((off, stride, rows, cols): (i64, i64, i64, i64), i: usize, j: usize) -> Option<i64> {
+    ((i as i64) < rows && (j as i64) < cols).then(|| off + i as i64 * stride + j as i64)
 }
 
 /// What a register element of `dtype` keeps of a value (i32 tiles wrap the int, float tiles round the float).

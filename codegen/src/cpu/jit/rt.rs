@@ -17,8 +17,8 @@ mod tiles;
 use super::Ctx;
 use crate::cpu::cluster::{Cond, stop_error};
 use crate::cpu::interp::{
-    InterpError, MbarOp, MbarState, atomic_value, dequant_fp4_at, mbar_error, mbar_index, mbar_step, multicast_ctas,
-    reduce, round_to, store_box, tile_value, tma_load_values, wrap_int,
+    InterpError, MbarOp, MbarState, atomic_value, dequant_fp4_at, load_values, mbar_error, mbar_index, mbar_step,
+    multicast_ctas, reduce, round_to, store_box, tma_load_values, view_element, wrap_int,
 };
 use k3k_ir::*;
 

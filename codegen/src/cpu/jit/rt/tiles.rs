@@ -46,36 +46,24 @@ pub(super) unsafe fn tile_stmt(ctx: &mut Ctx, s: &Stmt, arg: &dyn Fn(usize) -> i
             }
             Stmt::Load { tile, src } => {
                 let d = &k.tiles[tile.0 as usize];
-                let (rows, cols) = (d.rows as usize, d.cols as usize);
-                let mut out = vec![0.0f64; rows * cols];
-                match src {
+                let out = match src {
                     Place::Shared(r) => {
                         let base = f.shared_base(r, arg(0));
-                        for i in 0..rows {
-                            for j in 0..cols {
-                                out[i * cols + j] = f.shared_at(r, base, i, j);
-                            }
-                        }
+                        load_values(d, |i, j| Ok(Some(f.shared_at(r, base, i, j))))?
                     }
                     Place::Global(v) => {
-                        let (off, stride, vr, vc) = (arg(0), arg(1), arg(2), arg(3));
-                        for i in 0..rows {
-                            for j in 0..cols {
-                                if (i as i64) < vr && (j as i64) < vc {
-                                    let idx = check("tile load", v.tensor, off + i as i64 * stride + j as i64, hosts)?;
-                                    let t = &hosts[v.tensor.0 as usize];
-                                    out[i * cols + j] = if d.dtype == DType::I32 {
-                                        t.get_i64(idx) as f64
-                                    } else {
-                                        t.get_f32(idx) as f64
-                                    };
-                                }
-                            }
-                        }
+                        let t = &hosts[v.tensor.0 as usize];
+                        load_values(d, |i, j| {
+                            let Some(at) = view_element((arg(0), arg(1), arg(2), arg(3)), i, j) else {
+                                return Ok(None);
+                            };
+                            let idx = check("tile load", v.tensor, at, hosts)?;
+                            Ok(Some(if d.dtype == DType::I32 { t.get_i64(idx) as f64 } else { t.get_f32(idx) as f64 }))
+                        })?
                     }
-                }
+                };
                 for (i, v) in out.into_iter().enumerate() {
-                    f.set_tile(*tile, i, tile_value(d.dtype, v as i64, v as f32));
+                    f.set_tile(*tile, i, v);
                 }
             }
             Stmt::Store { tile, dst } => {
