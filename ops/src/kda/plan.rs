@@ -29,6 +29,8 @@ pub fn chunk_kernels(pb: &KdaProblem, l: &Launch) -> Result<(Kernel, Kernel), Op
                 rows_gate: l.rows_gate,
                 fold: l.fold,
                 r_rows: l.r_rows,
+                solve_wide: l.solve_wide,
+                solve_early: l.solve_early,
             },
         )?,
         state_kernel(&spec, l)?,
