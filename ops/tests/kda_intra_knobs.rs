@@ -3,7 +3,8 @@
 //! generic kernel on sequences with full and partial chunks, both paths, every gate form; `GSIG=fast` (the gate's
 //! sigmoid from `ex2.approx` and `rsqrt`) changes the outputs, stays within SEMANTICS.md section 3 of the f64
 //! recurrence, and leaves the forms without that sigmoid alone; `L2R=unrolled` (the L2 norms' column loop unrolled)
-//! computes the same bits.
+//! computes the same bits; `ISOLVE` and `IREPL` (the forward substitution's wide accesses, the early off-diagonal
+//! products, the solo diagonal tiles) compute the same bits.
 
 use k3k_ir::Knobs;
 use k3k_ops::kda::{self, FLASHKDA_OPTIONS, KdaData, KdaProblem, Launch};
@@ -268,7 +269,9 @@ fn folded_factors_match_reference() {
 /// the same bits as the kernel without the knob, on the interpreter and the JIT, every case (varlen partial chunks,
 /// GVA, the exact path with its extreme gates, chunk 64), with and without the full-chunk copy, with the tile maps,
 /// and beside `IFOLD=2`; each within the tolerance of the f64 recurrence. Names `_sw` / `_sw_se`; `USTATE=1` keeps
-/// its kernel (its factor output reads N row by row); the state pass does not change.
+/// its kernel (its factor output reads N row by row); the state pass does not change. `IREPL=1` (the diagonal tiles
+/// and the [C, C] totals solo, `_so`: on the GPU their replica warps skip them; the CPU backends hold whole tiles)
+/// alone and with both: the validator accepts every case's kernel (the solo tiles' reads), the same bits.
 #[test]
 fn wide_solve_is_bit_identical() {
     let s = seed();
@@ -286,13 +289,19 @@ fn wide_solve_is_bit_identical() {
             let l0 = Launch::resolve(&base, &pb).unwrap();
             let k0 = kda::chunk_kernels(&pb, &l0).unwrap();
             let a = checked(&pb, &d, &base, s);
-            for v in [1i64, 2] {
-                let knobs = base.clone().with("ISOLVE", v);
+            for (v, repl) in [(1i64, 0i64), (2, 0), (0, 1), (1, 1), (2, 1)] {
+                let knobs = base.clone().with("ISOLVE", v).with("IREPL", repl);
                 let k1 = kda::chunk_kernels(&pb, &Launch::resolve(&knobs, &pb).unwrap()).unwrap();
                 assert_eq!(k0.1, k1.1, "{dims:?} [{knobs}]: the state pass does not change");
                 let se = v == 2 && pb.safe && k0.0.name.contains("_sl");
                 early += se as usize;
-                let want = format!("{}_sw{}", k0.0.name, if se { "_se" } else { "" });
+                let want = format!(
+                    "{}{}{}{}",
+                    k0.0.name,
+                    if v > 0 { "_sw" } else { "" },
+                    if se { "_se" } else { "" },
+                    if repl > 0 { "_so" } else { "" }
+                );
                 assert_eq!(k1.0.name, want, "{dims:?} [{knobs}]");
                 let b = checked(&pb, &d, &knobs, s);
                 same_bits(&b[0], &b[1], &format!("{dims:?} [{knobs}] interpreter vs JIT"));

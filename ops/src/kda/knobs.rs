@@ -228,6 +228,19 @@ knob_enum! {
     }
 }
 
+knob_enum! {
+    /// `IREPL`: what the intra kernel's warps past a register tile's warp grid do with it (issue 42, 2026-12-07;
+    /// accepted, not an axis; absent = `0`). The same bits either way.
+    pub enum IntraReplicas: u32 {
+        /// They compute a replica of it (the diagonal tiles on 2 of 8 warps at chunk 32: 6 replicas each; the [C, C]
+        /// totals on 4: 4 replicas), issuing its loads, maps and products.
+        Compute = 0,
+        /// The diagonal tiles (P, L, P's exact diagonal) and the [C, C] totals are solo tiles
+        /// ([`k3k_ir::RegTileDecl::solo`]): their replica warps skip the statements that write them.
+        Idle = 1,
+    }
+}
+
 knob_set! {
     /// The knobs of `kda`, read from a record by [`KdaKnobs::from_knobs`] and resolved for a problem by
     /// [`Launch::resolve`]. `absent` is what a record written before the knob existed means.
@@ -402,6 +415,14 @@ knob_set! {
                 [IntraSolve::Off, IntraSolve::Wide, IntraSolve::Early],
             absent: IntraSolve::Off,
         },
+        /// `IREPL` (accepted, not an axis; absent: `0`): see [`IntraReplicas`].
+        replicas: IntraReplicas = "IREPL" => {
+            accepts: "intra kernel register tiles on fewer warps than the block: 0 (absent) the other warps compute \
+             replicas, 1 the diagonal tiles and the [C, C] totals are solo (the replica warps skip their loads, maps \
+             and products); the same bits"
+                [IntraReplicas::Compute, IntraReplicas::Idle],
+            absent: IntraReplicas::Compute,
+        },
         /// `SLOAD` (accepted, not an axis; default `auto`; absent: `cp`, see [`SLOAD_KNOB`]).
         state_loads: StateLoads = SLOAD_KNOB => {
             accepts: "state-pass chunk loads: cp (absent) every block copies its operands by cp.async; tma the value blocks \
@@ -487,6 +508,8 @@ pub struct Launch {
     /// (`ISOLVE=2`) the off-diagonal products in the diagonal products' segment.
     pub solve_wide: bool,
     pub solve_early: bool,
+    /// The intra kernel's diagonal tiles and [C, C] totals solo: no replica work (knob `IREPL=1`).
+    pub solo: bool,
     /// The state pass's K-wide chunk operands by TMA multicast in clusters of value blocks (knob `SLOAD=tma`).
     pub tma_loads: bool,
 }
@@ -643,6 +666,7 @@ impl Launch {
             // (`USTATE=1` reads N row by row from shared memory for its factor output: there the element stores.)
             solve_wide: t.solve != IntraSolve::Off && !u_state,
             solve_early: t.solve == IntraSolve::Early && !u_state,
+            solo: t.replicas == IntraReplicas::Idle,
             tma_loads,
         })
     }
@@ -828,7 +852,20 @@ mod tests {
         let accepted: Vec<&str> = space.accepted.iter().map(|a| a.name.as_str()).collect();
         assert_eq!(
             accepted,
-            ["CHUNK", "BV", SGRID_KNOB, "FULLC", "GSIG", "L2R", "IMAP", USTATE_KNOB, "IFOLD", "ISOLVE", SLOAD_KNOB]
+            [
+                "CHUNK",
+                "BV",
+                SGRID_KNOB,
+                "FULLC",
+                "GSIG",
+                "L2R",
+                "IMAP",
+                USTATE_KNOB,
+                "IFOLD",
+                "ISOLVE",
+                "IREPL",
+                SLOAD_KNOB
+            ]
         );
         assert!(now.rows_qk && now.rows_ops);
     }

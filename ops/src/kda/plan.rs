@@ -31,6 +31,7 @@ pub fn chunk_kernels(pb: &KdaProblem, l: &Launch) -> Result<(Kernel, Kernel), Op
                 r_rows: l.r_rows,
                 solve_wide: l.solve_wide,
                 solve_early: l.solve_early,
+                solo: l.solo,
             },
         )?,
         state_kernel(&spec, l)?,

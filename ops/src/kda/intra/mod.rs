@@ -144,6 +144,9 @@ pub struct IntraOpts {
     /// 3 of sOp, ready after the row pass) run in the diagonal products' segment, before the barrier after sD,
     /// which then also retires sOp's reads before sLb takes its bytes: one barrier fewer, the same values.
     pub solve_early: bool,
+    /// (`IREPL=1`) The diagonal tiles (dP, dL, dSelf) and the [C, C] totals as solo register tiles: the warps past
+    /// their warp grids skip their loads, maps and products instead of computing replicas. The same values.
+    pub solo: bool,
 }
 
 impl IntraOpts {
@@ -200,6 +203,7 @@ impl IntraOpts {
             (self.r_rows, "_rr"),
             (self.solve_wide, "_sw"),
             (self.solve_early, "_se"),
+            (self.solo, "_so"),
         ];
         flags.iter().filter(|f| f.0).map(|f| f.1).collect()
     }
@@ -490,6 +494,11 @@ impl Intra {
         let dp = b.tile("dP", DType::F32, c, 16, dg);
         let dl = b.tile("dL", DType::F32, c, 16, dg);
         let dself = b.tile("dSelf", DType::F32, c, 16, dg);
+        if resolved.solo {
+            for t in [tot_p, tot_l, dp, dl, dself] {
+                b.solo(t);
+            }
+        }
         let (wg, ug) = (grid(16, dk, warps, 16), grid(16, dv, warps, 16));
         let acc_w = b.tile("accW", DType::F32, 16, dk, wg);
         let acc_u = b.tile("accU", DType::F32, 16, dv, ug);
