@@ -21,7 +21,8 @@ mod unit {
         // Solo tiles on [2, 1] of 8 warps: maps among solo tiles of the same warps, products into a solo
         // accumulator and stores pass; a map into a tile that is not solo, a row reduction, a register A operand of
         // a replicated accumulator fail.
-        let build = |f: &dyn Fn(&mut KernelBuilder, [TileId; 3], VecId, SharedId)| {
+        type Body<'a> = &'a dyn Fn(&mut KernelBuilder, [TileId; 3], VecId, SharedId);
+        let build = |f: Body| {
             let mut b = KernelBuilder::new("s", 256);
             let sh = b.shared("a", DType::Bf16, 32, 32, 1, Swizzle::Xor16B);
             let s0 = b.tile("s0", DType::F32, 32, 32, [2, 1]);
