@@ -455,11 +455,11 @@ impl Intra {
                         let l = Expr::array_get(lrow, Expr::Int(m));
                         b.assign(acc, Expr::Var(acc) + l * Expr::array_get(a, Expr::Int(m)));
                     }
-                    let val = Expr::select(
-                        Expr::Int(ri).eq(cl.clone()),
-                        1.0,
-                        Expr::select(Expr::Int(ri).lt(cl.clone()), 0.0, -Expr::Var(acc)),
-                    );
+                    // (Above the diagonal, ri < cl, this leaves -acc = -0 where the element-wise solve writes +0:
+                    // every a[m] there is a zero, so acc is a sum of zeros that starts at +0, which is +0 in round to
+                    // nearest whatever their signs, and stays the same value once a[cl] = 1 adds the first nonzero
+                    // term; the store below masks those rows. The same N bits, one compare and select a row fewer.)
+                    let val = Expr::select(Expr::Int(ri).eq(cl.clone()), 1.0, -Expr::Var(acc));
                     b.array_set(a, Expr::Int(ri), val);
                 }
                 // N's strictly lower part: the diagonal and above are zero (a thread's own column, so after the
