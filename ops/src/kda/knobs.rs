@@ -236,7 +236,9 @@ knob_enum! {
         /// totals on 4: 4 replicas), issuing its loads, maps and products.
         Compute = 0,
         /// The diagonal tiles (P, L, P's exact diagonal) and the [C, C] totals are solo tiles
-        /// ([`k3k_ir::RegTileDecl::solo`]): their replica warps skip the statements that write them.
+        /// ([`k3k_ir::RegTileDecl::solo`]): their replica warps skip the statements that write them. With
+        /// `ISOLVE=1` the forward substitution moves to the block's last C threads where those own neither (at chunk
+        /// 32 on 8 warps: warp 7), beside the off-diagonal products instead of after them on warp 0.
         Idle = 1,
     }
 }
@@ -419,7 +421,8 @@ knob_set! {
         replicas: IntraReplicas = "IREPL" => {
             accepts: "intra kernel register tiles on fewer warps than the block: 0 (absent) the other warps compute \
              replicas, 1 the diagonal tiles and the [C, C] totals are solo (the replica warps skip their loads, maps \
-             and products); the same bits"
+             and products; with ISOLVE=1 the forward substitution runs on the last C threads, idle replicas); the same \
+             bits"
                 [IntraReplicas::Compute, IntraReplicas::Idle],
             absent: IntraReplicas::Compute,
         },

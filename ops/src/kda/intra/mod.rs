@@ -340,6 +340,10 @@ struct Intra {
     r_rows: bool,
     solve_wide: bool,
     solve_early: bool,
+    /// The first thread of the forward substitution: 0, or (`ISOLVE=1` with `IREPL=1`) the last C threads where
+    /// their warps own neither a diagonal tile nor a band of the [C, C] totals (idle replicas), so the solve runs
+    /// beside the off-diagonal products instead of after them on warp 0.
+    solve_t0: i64,
     kk: i64,
     vv: i64,
     cc: i64,
@@ -499,6 +503,8 @@ impl Intra {
                 b.solo(t);
             }
         }
+        let owners = 32 * (ag[0] * ag[1]).max(nt);
+        let solve_t0 = if solve_wide && resolved.solo && threads >= owners + c { (threads - c) as i64 } else { 0 };
         let (wg, ug) = (grid(16, dk, warps, 16), grid(16, dv, warps, 16));
         let acc_w = b.tile("accW", DType::F32, 16, dk, wg);
         let acc_u = b.tile("accU", DType::F32, 16, dv, ug);
@@ -542,6 +548,7 @@ impl Intra {
                 r_rows,
                 solve_wide,
                 solve_early,
+                solve_t0,
                 kk,
                 vv,
                 cc,

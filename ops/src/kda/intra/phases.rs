@@ -438,10 +438,13 @@ impl Intra {
     /// ri 4-byte ones, and the thread's column of N_ii stored as row `t` of sN (N_ii transposed) by two 16-byte
     /// stores instead of 16 2-byte ones; [`Intra::block_substitution`] reads it as a transposed A operand.
     fn forward_substitution_wide(&self, b: &mut KernelBuilder) {
-        let Intra { cc, sn, sd, .. } = *self;
+        let Intra { cc, sn, sd, solve_t0, .. } = *self;
         b.threads(|b| {
-            let t = Expr::thread_idx();
-            b.if_(t.lt(cc), |b| {
+            // (Thread `solve_t0 + t` takes column t % 16 of tile t / 16, see `Intra::solve_t0`.)
+            let tid = Expr::thread_idx();
+            let inside = if solve_t0 > 0 { tid.ge(solve_t0).and(tid.lt(solve_t0 + cc)) } else { tid.lt(cc) };
+            b.if_(inside, |b| {
+                let t = if solve_t0 > 0 { b.let_("ts", Expr::thread_idx() - solve_t0) } else { Expr::thread_idx() };
                 let t0 = b.let_("t0", t.bitand(-16i64));
                 let cl = b.let_("cl", t.bitand(15i64));
                 let a = b.let_array("a", 16, ScalarTy::Float, 0.0);
