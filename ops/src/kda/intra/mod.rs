@@ -228,6 +228,14 @@ fn rows_fit(dk: u32, c: u32, warps: u32) -> bool {
         && (c.is_multiple_of(rows_pass) || rows_pass.is_multiple_of(c))
 }
 
+/// The first thread of the forward substitution (see `Intra::solve_t0`): with `solve_wide` and `solo`, the last C
+/// threads when their warps own neither a diagonal tile ([C/16, 1] warps) nor a band of the [C, C] totals; else 0.
+fn solve_first_thread(o: &IntraOpts, c: u32, warps: u32) -> i64 {
+    let ag = grid(c, c, warps, 16);
+    let owners = 32 * (ag[0] * ag[1]).max(c / 16);
+    if o.solve_wide && o.solo && 32 * warps >= owners + c { (32 * warps - c) as i64 } else { 0 }
+}
+
 /// The shared buffers of the intra kernel that depend on the layout (`slim`, `arena`, or separate):
 /// sQ, sOp, sD, sXW, sXU, sLb, (sTW, sTU) where T has its own buffers, sV.
 type SharedLayout =
@@ -499,12 +507,9 @@ impl Intra {
         let dl = b.tile("dL", DType::F32, c, 16, dg);
         let dself = b.tile("dSelf", DType::F32, c, 16, dg);
         if resolved.solo {
-            for t in [tot_p, tot_l, dp, dl, dself] {
-                b.solo(t);
-            }
+            [tot_p, tot_l, dp, dl, dself].into_iter().for_each(|t| b.solo(t));
         }
-        let owners = 32 * (ag[0] * ag[1]).max(nt);
-        let solve_t0 = if solve_wide && resolved.solo && threads >= owners + c { (threads - c) as i64 } else { 0 };
+        let solve_t0 = solve_first_thread(&resolved, c, warps);
         let (wg, ug) = (grid(16, dk, warps, 16), grid(16, dv, warps, 16));
         let acc_w = b.tile("accW", DType::F32, 16, dk, wg);
         let acc_u = b.tile("accU", DType::F32, 16, dv, ug);
