@@ -89,8 +89,13 @@ impl KernelBuilder {
     }
     /// A register tile spread over a `warps[0] x warps[1]` warp grid.
     pub fn tile(&mut self, name: &str, dtype: DType, rows: u32, cols: u32, warps: [u32; 2]) -> TileId {
-        self.k.tiles.push(RegTileDecl { name: name.into(), dtype, rows, cols, warps });
+        self.k.tiles.push(RegTileDecl { name: name.into(), dtype, rows, cols, warps, solo: false });
         TileId(self.k.tiles.len() as u32 - 1)
+    }
+
+    /// Make a tile solo (see [`RegTileDecl::solo`]): its replica warps skip the statements that write it.
+    pub fn solo(&mut self, t: TileId) {
+        self.k.tiles[t.0 as usize].solo = true;
     }
 
     /// A row vector matching tiles of `rows` rows on `warps`.

@@ -81,7 +81,8 @@ pub struct ArrayDecl {
 /// Warp (i, j) owns rows `[i*rows/warps[0], (i+1)*rows/warps[0])` and the matching column band. Inside a
 /// warp the elements follow the m16n8 accumulator layout of `mma.sync`: lane `l` holds, in each 16x8
 /// fragment, rows `l/4` and `l/4 + 8` and columns `2*(l%4)` and `2*(l%4)+1`. When the tile uses fewer warps
-/// than the block has, it is replicated over the remaining warps (each replica holds the same values).
+/// than the block has, it is replicated over the remaining warps (each replica holds the same values), unless the
+/// tile is `solo`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RegTileDecl {
     pub name: String,
@@ -90,6 +91,12 @@ pub struct RegTileDecl {
     pub rows: u32,
     pub cols: u32,
     pub warps: [u32; 2],
+    /// The warps past `warps[0] * warps[1]` hold no replica: the statements that write the tile (maps, loads,
+    /// `mma`) do not run on them, and its values leave the tile only through stores (which replicas skip anyway)
+    /// or maps and products into other solo tiles of the same warps (the validator checks it). The same results;
+    /// on the GPU the replica warps issue none of the tile's work. (`ir::RegTileDecl`, 2026-12-07.)
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub solo: bool,
 }
 
 /// A vector of f32 values, one per row of a register tile with the same `rows` and `warps` (the result of a

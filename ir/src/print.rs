@@ -129,7 +129,12 @@ pub fn kernel(k: &Kernel) -> String {
     }
     let _ = writeln!(s, "  grid = ({}, {}, {})", expr(k, &k.grid[0]), expr(k, &k.grid[1]), expr(k, &k.grid[2]));
     for t in &k.tiles {
-        let _ = writeln!(s, "  reg {}: {}[{}x{}] warps={}x{}", t.name, t.dtype, t.rows, t.cols, t.warps[0], t.warps[1]);
+        let solo = if t.solo { " solo" } else { "" };
+        let _ = writeln!(
+            s,
+            "  reg {}: {}[{}x{}] warps={}x{}{solo}",
+            t.name, t.dtype, t.rows, t.cols, t.warps[0], t.warps[1]
+        );
     }
     for v in &k.vecs {
         let _ = writeln!(s, "  vec {}: f32[{}] warps={}x{}", v.name, v.rows, v.warps[0], v.warps[1]);

@@ -385,3 +385,39 @@ fn folded_factors_compile() {
     assert!(k.name.ends_with("_if_rr"), "{}", k.name);
     assembled(&k);
 }
+
+/// `ISOLVE=1` (the forward substitution by 16-byte rows, N stored transposed) and `IREPL=1` (the diagonal tiles and
+/// the [C, C] totals solo: no replica work), alone and together, assemble at the FlashKDA options with no spill
+/// (ptxas 13.0, 2026-12-07; the default kernel spills 4 bytes there); on the plain safe path (where the default
+/// kernel spills 20 bytes) every set with `IREPL=1` spills none, `ISOLVE=1` alone 36 bytes (printed, not asserted).
+/// `IREPL=1`'s CUDA guards the solo tiles' statements by the replica test. `ISOLVE=2` (the off-diagonal products
+/// moved, full chunks) builds and assembles (12 bytes spilled alone at the FlashKDA options, 0 with `IREPL=1`).
+#[test]
+fn solve_and_replica_knobs_compile() {
+    let fk: Vec<(&str, i64)> = [("B", 1i64), ("T", 8192), ("H", 8)].into_iter().chain(kda::FLASHKDA_OPTIONS).collect();
+    let plain = vec![("B", 1i64), ("T", 8192), ("H", 8), ("K", 128), ("V", 128), ("safe", 1)];
+    let d = kda::default_knobs();
+    for (set, suffix) in [
+        (d.clone().with("ISOLVE", 1i64), "_sw"),
+        (d.clone().with("IREPL", 1i64), "_so"),
+        (d.clone().with("ISOLVE", 1i64).with("IREPL", 1i64), "_sw_so"),
+        (d.clone().with("ISOLVE", 2i64).with("IREPL", 1i64), "_sw_se_so"),
+    ] {
+        let k = chunk_kernels(&fk, &set).0;
+        assert!(k.name.ends_with(suffix), "{}", k.name);
+        let r = assembled(&k);
+        assert!(r.spill_store_bytes == 0 && r.stack_frame_bytes == 0, "{}: {r:?}", k.name);
+        if suffix.ends_with("_so") {
+            let cu = k3k_codegen::render(&k).unwrap();
+            assert!(cu.matches("::L::G::replica() == 0) {").count() >= 5, "{}: no replica guards", k.name);
+        }
+        let k = chunk_kernels(&plain, &set).0;
+        let r = assembled(&k);
+        if suffix.ends_with("_so") {
+            assert!(r.spill_store_bytes == 0 && r.stack_frame_bytes == 0, "{}: {r:?}", k.name);
+        }
+    }
+    let k = chunk_kernels(&fk, &d.with("ISOLVE", 2i64)).0;
+    assert!(k.name.ends_with("_sw_se"), "{}", k.name);
+    assembled(&k);
+}

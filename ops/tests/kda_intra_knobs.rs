@@ -3,7 +3,8 @@
 //! generic kernel on sequences with full and partial chunks, both paths, every gate form; `GSIG=fast` (the gate's
 //! sigmoid from `ex2.approx` and `rsqrt`) changes the outputs, stays within SEMANTICS.md section 3 of the f64
 //! recurrence, and leaves the forms without that sigmoid alone; `L2R=unrolled` (the L2 norms' column loop unrolled)
-//! computes the same bits.
+//! computes the same bits; `ISOLVE` and `IREPL` (the forward substitution's wide accesses, the early off-diagonal
+//! products, the solo diagonal tiles) compute the same bits.
 
 use k3k_ir::Knobs;
 use k3k_ops::kda::{self, FLASHKDA_OPTIONS, KdaData, KdaProblem, Launch};
@@ -260,4 +261,58 @@ fn folded_factors_match_reference() {
         }
     }
     assert!(changed, "IFOLD=1 left every output of every case bit-identical (seed {s}): is the knob applied?");
+}
+
+/// `ISOLVE=1` (the forward substitution by 16-byte rows of L, N_ii stored transposed and read as a transposed A
+/// operand) and `ISOLVE=2` (also the off-diagonal tile's products in the diagonal products' segment, one barrier
+/// fewer, on the safe path with `ARENA=2`'s `_sl` kernel, full chunks only): the same values in the same order, so
+/// the same bits as the kernel without the knob, on the interpreter and the JIT, every case (varlen partial chunks,
+/// GVA, the exact path with its extreme gates, chunk 64), with and without the full-chunk copy, with the tile maps,
+/// and beside `IFOLD=2`; each within the tolerance of the f64 recurrence. Names `_sw` / `_sw_se`; `USTATE=1` keeps
+/// its kernel (its factor output reads N row by row); the state pass does not change. `IREPL=1` (the diagonal tiles
+/// and the [C, C] totals solo, `_so`: on the GPU their replica warps skip them; the CPU backends hold whole tiles)
+/// alone and with both: the validator accepts every case's kernel (the solo tiles' reads), the same bits.
+#[test]
+fn wide_solve_is_bit_identical() {
+    let s = seed();
+    let mut early = 0;
+    for (i, (dims, chunk)) in cases().into_iter().enumerate() {
+        let pb = problem(&dims);
+        let d = KdaData::generate(&pb, s ^ i as u64);
+        let dflt = kda::default_knobs().with("CHUNK", chunk);
+        for base in [
+            dflt.clone(),
+            dflt.clone().with("FULLC", 0i64),
+            dflt.clone().with("IMAP", "tiles"),
+            dflt.clone().with("IFOLD", 2i64),
+        ] {
+            let l0 = Launch::resolve(&base, &pb).unwrap();
+            let k0 = kda::chunk_kernels(&pb, &l0).unwrap();
+            let a = checked(&pb, &d, &base, s);
+            for (v, repl) in [(1i64, 0i64), (2, 0), (0, 1), (1, 1), (2, 1)] {
+                let knobs = base.clone().with("ISOLVE", v).with("IREPL", repl);
+                let k1 = kda::chunk_kernels(&pb, &Launch::resolve(&knobs, &pb).unwrap()).unwrap();
+                assert_eq!(k0.1, k1.1, "{dims:?} [{knobs}]: the state pass does not change");
+                let se = v == 2 && pb.safe && k0.0.name.contains("_sl");
+                early += se as usize;
+                let want = format!(
+                    "{}{}{}{}",
+                    k0.0.name,
+                    if v > 0 { "_sw" } else { "" },
+                    if se { "_se" } else { "" },
+                    if repl > 0 { "_so" } else { "" }
+                );
+                assert_eq!(k1.0.name, want, "{dims:?} [{knobs}]");
+                let b = checked(&pb, &d, &knobs, s);
+                same_bits(&b[0], &b[1], &format!("{dims:?} [{knobs}] interpreter vs JIT"));
+                same_bits(&a[0], &b[0], &format!("{dims:?} [{knobs}] vs without ISOLVE"));
+            }
+        }
+        // `USTATE=1`: the element-wise solve (its factor output reads sN by rows).
+        let us = dflt.clone().with("USTATE", 1i64);
+        let ku = kda::chunk_kernels(&pb, &Launch::resolve(&us, &pb).unwrap()).unwrap();
+        let ku1 = kda::chunk_kernels(&pb, &Launch::resolve(&us.clone().with("ISOLVE", 2i64), &pb).unwrap()).unwrap();
+        assert_eq!(ku, ku1, "{dims:?}: ISOLVE beside USTATE=1");
+    }
+    assert!(early > 0, "no case took ISOLVE=2's early products");
 }

@@ -487,6 +487,23 @@ impl<'a> Renderer<'a> {
     }
 
     fn stmt(&mut self, s: &Stmt) {
+        // A statement that writes a solo tile runs on the warps that own it (`RegTileDecl::solo`; warp-uniform).
+        let dst = match s {
+            Stmt::Map { tile, .. } | Stmt::Load { tile, .. } | Stmt::Mma { acc: tile, .. } => Some(*tile),
+            _ => None,
+        };
+        if let Some(t) = dst.filter(|t| self.k.tiles[t.0 as usize].solo) {
+            self.line(&format!("if ({}::L::G::replica() == 0) {{", self.tile_ty(t)));
+            self.depth += 1;
+            self.stmt_family(s);
+            self.depth -= 1;
+            self.line("}");
+            return;
+        }
+        self.stmt_family(s);
+    }
+
+    fn stmt_family(&mut self, s: &Stmt) {
         match s.family() {
             StmtFamily::Control => self.control_stmt(s),
             StmtFamily::Sync => self.sync_stmt(s),

@@ -210,6 +210,12 @@ impl<'a> Checker<'a> {
         let decl = self.tile(*t)?;
         match ctx {
             Ctx::Elem { tile } => {
+                if decl.solo && !tile.solo {
+                    return Err(self.err(
+                        IrErrorKind::Layout,
+                        format!("solo tile `{}` read while mapping `{}`, which is not solo", decl.name, tile.name),
+                    ));
+                }
                 if decl.rows != tile.rows || decl.cols != tile.cols || decl.warps != tile.warps {
                     return Err(self.err(
                         IrErrorKind::Layout,

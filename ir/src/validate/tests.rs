@@ -17,6 +17,59 @@ mod unit {
     }
 
     #[test]
+    fn solo_tile_rules() {
+        // Solo tiles on [2, 1] of 8 warps: maps among solo tiles of the same warps, products into a solo
+        // accumulator and stores pass; a map into a tile that is not solo, a row reduction, a register A operand of
+        // a replicated accumulator fail.
+        type Body<'a> = &'a dyn Fn(&mut KernelBuilder, [TileId; 3], VecId, SharedId);
+        let build = |f: Body| {
+            let mut b = KernelBuilder::new("s", 256);
+            let sh = b.shared("a", DType::Bf16, 32, 32, 1, Swizzle::Xor16B);
+            let s0 = b.tile("s0", DType::F32, 32, 32, [2, 1]);
+            let s1 = b.tile("s1", DType::Bf16, 32, 32, [2, 1]);
+            let r = b.tile("r", DType::F32, 32, 32, [2, 1]);
+            let v = b.vec("v", 32, [2, 1]);
+            b.solo(s0);
+            b.solo(s1);
+            f(&mut b, [s0, s1, r], v, sh);
+            b.finish().map(|_| ()).map_err(|e| e.msg)
+        };
+        let src = |b: &KernelBuilder, sh| Operand::Shared { src: b.slot(sh, 0i64), transpose: false };
+        build(&|b, [s0, s1, _], _, sh| {
+            b.map(s0, 0.0f64);
+            let (x, y) = (src(b, sh), src(b, sh));
+            b.mma(s0, x, y);
+            b.map(s1, Expr::Elem(s0) * 2.0);
+            let y = src(b, sh);
+            b.mma(s0, Operand::Reg(s1), y);
+            b.store(s0, Place::Shared(b.slot(sh, 0i64)));
+        })
+        .unwrap();
+        let e = build(&|b, [s0, _, r], _, _| b.map(r, Expr::Elem(s0))).unwrap_err();
+        assert!(e.contains("not solo"), "{e}");
+        let e = build(&|b, [s0, _, _], v, _| b.reduce(v, s0, ReduceOp::Sum, false)).unwrap_err();
+        assert!(e.contains("solo tile"), "{e}");
+        let e = build(&|b, [_, s1, r], _, sh| {
+            let y = src(b, sh);
+            b.mma(r, Operand::Reg(s1), y)
+        })
+        .unwrap_err();
+        assert!(e.contains("solo accumulator"), "{e}");
+        // The printed kernel (its hash) says which tiles are solo; a kernel without any prints as before.
+        let printed = |solo: bool| {
+            let mut b = KernelBuilder::new("p", 64);
+            let t = b.tile("t", DType::F32, 16, 16, [1, 1]);
+            if solo {
+                b.solo(t);
+            }
+            b.map(t, 0.0f64);
+            crate::print::kernel(&b.finish().unwrap())
+        };
+        let (plain, solo) = (printed(false), printed(true));
+        assert!(!plain.contains("solo") && solo.contains("warps=1x1 solo"), "{solo}");
+    }
+
+    #[test]
     fn mma_async_accumulator_layouts() {
         // A 256-thread block (two warpgroups) multiplying a [64, 64] register A by a [64 keys, 64 cols] B stored
         // [K, N] into an accumulator on `acc_warps`; `transpose` reads B as [N, K] instead.

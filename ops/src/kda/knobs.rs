@@ -212,6 +212,37 @@ knob_enum! {
     }
 }
 
+knob_enum! {
+    /// `ISOLVE`: the intra kernel's forward substitution of the diagonal blocks and the segments around it (issue
+    /// 42, 2026-12-07; accepted, not an axis; absent = `0`). Every value computes the same values in the same
+    /// order: the same bits.
+    pub enum IntraSolve: u32 {
+        /// Each L element by its own 4-byte shared load, each N element by its own 2-byte store.
+        Off = 0,
+        /// The rows of L by 16-byte shared loads, N stored transposed (a thread's column is a row of 16 values:
+        /// two 16-byte stores) and read by the block substitution as a transposed A operand (`USTATE=0`).
+        Wide = 1,
+        /// `1`, and (safe path, `ODIAG=1`, `ARENA=2`) the off-diagonal tile's products moved into the segment of
+        /// the diagonal products (run by two warps while six waited at the barrier): one barrier fewer.
+        Early = 2,
+    }
+}
+
+knob_enum! {
+    /// `IREPL`: what the intra kernel's warps past a register tile's warp grid do with it (issue 42, 2026-12-07;
+    /// accepted, not an axis; absent = `0`). The same bits either way.
+    pub enum IntraReplicas: u32 {
+        /// They compute a replica of it (the diagonal tiles on 2 of 8 warps at chunk 32: 6 replicas each; the [C, C]
+        /// totals on 4: 4 replicas), issuing its loads, maps and products.
+        Compute = 0,
+        /// The diagonal tiles (P, L, P's exact diagonal) and the [C, C] totals are solo tiles
+        /// ([`k3k_ir::RegTileDecl::solo`]): their replica warps skip the statements that write them. With
+        /// `ISOLVE=1` the forward substitution moves to the block's last C threads where those own neither (at chunk
+        /// 32 on 8 warps: warp 7), beside the off-diagonal products instead of after them on warp 0.
+        Idle = 1,
+    }
+}
+
 knob_set! {
     /// The knobs of `kda`, read from a record by [`KdaKnobs::from_knobs`] and resolved for a problem by
     /// [`Launch::resolve`]. `absent` is what a record written before the knob existed means.
@@ -378,6 +409,23 @@ knob_set! {
                 [IntraFold::Off, IntraFold::On, IntraFold::Rows],
             absent: IntraFold::Off,
         },
+        /// `ISOLVE` (accepted, not an axis; absent: `0`): see [`IntraSolve`].
+        solve: IntraSolve = "ISOLVE" => {
+            accepts: "intra kernel forward substitution: 1 loads L's rows by 16-byte shared loads and stores N transposed \
+             by 16-byte stores (USTATE=0), 2 also moves the off-diagonal tile's products into the diagonal products' \
+             segment (safe path, ODIAG=1, ARENA=2; one barrier fewer), 0 (absent) element by element; the same bits"
+                [IntraSolve::Off, IntraSolve::Wide, IntraSolve::Early],
+            absent: IntraSolve::Off,
+        },
+        /// `IREPL` (accepted, not an axis; absent: `0`): see [`IntraReplicas`].
+        replicas: IntraReplicas = "IREPL" => {
+            accepts: "intra kernel register tiles on fewer warps than the block: 0 (absent) the other warps compute \
+             replicas, 1 the diagonal tiles and the [C, C] totals are solo (the replica warps skip their loads, maps \
+             and products; with ISOLVE=1 the forward substitution runs on the last C threads, idle replicas); the same \
+             bits"
+                [IntraReplicas::Compute, IntraReplicas::Idle],
+            absent: IntraReplicas::Compute,
+        },
         /// `SLOAD` (accepted, not an axis; default `auto`; absent: `cp`, see [`SLOAD_KNOB`]).
         state_loads: StateLoads = SLOAD_KNOB => {
             accepts: "state-pass chunk loads: cp (absent) every block copies its operands by cp.async; tma the value blocks \
@@ -459,6 +507,12 @@ pub struct Launch {
     /// the row pass.
     pub fold: bool,
     pub r_rows: bool,
+    /// The intra kernel's forward substitution by 16-byte rows with N stored transposed (knob `ISOLVE=1`), and
+    /// (`ISOLVE=2`) the off-diagonal products in the diagonal products' segment.
+    pub solve_wide: bool,
+    pub solve_early: bool,
+    /// The intra kernel's diagonal tiles and [C, C] totals solo: no replica work (knob `IREPL=1`).
+    pub solo: bool,
     /// The state pass's K-wide chunk operands by TMA multicast in clusters of value blocks (knob `SLOAD=tma`).
     pub tma_loads: bool,
 }
@@ -612,6 +666,10 @@ impl Launch {
             rows_gate: t.maps == IntraMaps::Gate && pb.gate != GateForm::Pre && !u_state,
             fold: t.fold != IntraFold::Off,
             r_rows: t.fold == IntraFold::Rows,
+            // (`USTATE=1` reads N row by row from shared memory for its factor output: there the element stores.)
+            solve_wide: t.solve != IntraSolve::Off && !u_state,
+            solve_early: t.solve == IntraSolve::Early && !u_state,
+            solo: t.replicas == IntraReplicas::Idle,
             tma_loads,
         })
     }
@@ -797,7 +855,20 @@ mod tests {
         let accepted: Vec<&str> = space.accepted.iter().map(|a| a.name.as_str()).collect();
         assert_eq!(
             accepted,
-            ["CHUNK", "BV", SGRID_KNOB, "FULLC", "GSIG", "L2R", "IMAP", USTATE_KNOB, "IFOLD", SLOAD_KNOB]
+            [
+                "CHUNK",
+                "BV",
+                SGRID_KNOB,
+                "FULLC",
+                "GSIG",
+                "L2R",
+                "IMAP",
+                USTATE_KNOB,
+                "IFOLD",
+                "ISOLVE",
+                "IREPL",
+                SLOAD_KNOB
+            ]
         );
         assert!(now.rows_qk && now.rows_ops);
     }

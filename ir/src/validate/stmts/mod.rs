@@ -68,8 +68,14 @@ impl<'a> Checker<'a> {
         match s.family() {
             StmtFamily::Control => self.control_stmt(s),
             StmtFamily::Threads => self.thread_stmt(s),
+            StmtFamily::Mx if self.k.tiles.iter().any(|t| t.solo) => {
+                Err(self.err(IrErrorKind::Layout, "solo tiles are not supported beside the MX statements"))
+            }
             StmtFamily::Mx => self.mx_stmt(s),
-            StmtFamily::Tiles | StmtFamily::Mma => self.tile_stmt(s),
+            StmtFamily::Tiles | StmtFamily::Mma => {
+                self.solo_reads(s)?;
+                self.tile_stmt(s)
+            }
             StmtFamily::Sync => self.sync_stmt(s),
         }
     }

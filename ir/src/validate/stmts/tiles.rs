@@ -4,6 +4,29 @@
 use super::*;
 
 impl<'a> Checker<'a> {
+    /// Solo tiles ([`RegTileDecl::solo`]): their replica warps hold no values, so a solo tile is read only by
+    /// stores, maps into solo tiles (checked with the map's element reads) and products into a solo accumulator
+    /// of the same warps; no reductions, scans or warpgroup products on them.
+    pub(super) fn solo_reads(&self, s: &Stmt) -> Result<(), IrError> {
+        let solo = |t: &TileId| self.k.tiles.get(t.0 as usize).is_some_and(|d| d.solo);
+        let bad = |what: &str| Err(self.err(IrErrorKind::Layout, format!("solo tile: {what}")));
+        match s {
+            Stmt::Reduce { tile, .. } | Stmt::Scan { tile, .. } if solo(tile) => bad("no row reductions or scans"),
+            Stmt::MmaAsync { acc, a, .. } if solo(acc) || matches!(a, Operand::Reg(t) if solo(t)) => {
+                bad("no warpgroup products")
+            }
+            Stmt::Mma { acc, a: Operand::Reg(t), .. } if solo(t) => {
+                let (c, x) = (self.tile(*acc)?, self.tile(*t)?);
+                if c.solo && c.warps == x.warps {
+                    Ok(())
+                } else {
+                    bad("a register A operand needs a solo accumulator of its warps")
+                }
+            }
+            _ => Ok(()),
+        }
+    }
+
     pub(super) fn tile_stmt(&mut self, s: &Stmt) -> Result<(), IrError> {
         match s {
             Stmt::Scan { tile, scratch, op: _ } => {

@@ -136,6 +136,17 @@ pub struct IntraOpts {
     /// (`IFOLD=2`, with `rows_ops` and `full_chunks`) The block substitution's `R = beta Gamma k n_k` built by the
     /// row pass of full chunks and written over G~ in sG (see [`Intra::qk_rows`]); partial chunks build it as before.
     pub r_rows: bool,
+    /// (`ISOLVE=1`) The forward substitution loads L's rows by 16-byte shared loads and stores N transposed in sN
+    /// (thread t's column of N is row t of sN: two 16-byte stores); the block substitution reads N_ii as a
+    /// transposed A operand. The same values in the same order.
+    pub solve_wide: bool,
+    /// (`ISOLVE=2`, with `solve_wide`, on the safe path with `slim`) The off-diagonal tile's products (slots 0, 1,
+    /// 3 of sOp, ready after the row pass) run in the diagonal products' segment, before the barrier after sD,
+    /// which then also retires sOp's reads before sLb takes its bytes: one barrier fewer, the same values.
+    pub solve_early: bool,
+    /// (`IREPL=1`) The diagonal tiles (dP, dL, dSelf) and the [C, C] totals as solo register tiles: the warps past
+    /// their warp grids skip their loads, maps and products instead of computing replicas. The same values.
+    pub solo: bool,
 }
 
 impl IntraOpts {
@@ -153,6 +164,8 @@ impl IntraOpts {
         let fold = o.fold && ((rows_qk && spec.l2norm) || fast_gate_sigmoid);
         let r_rows = o.r_rows && rows_ops && o.full_chunks && o.fold;
         let rows_gate = o.rows_gate && rows_qk;
+        let solve_wide = o.solve_wide && !o.u_state;
+        let solve_early = o.solve_early && solve_wide && slim && spec.safe;
         IntraOpts {
             xdiag,
             midoff,
@@ -164,6 +177,8 @@ impl IntraOpts {
             rows_gate,
             fold,
             r_rows,
+            solve_wide,
+            solve_early,
             ..o
         }
     }
@@ -186,6 +201,9 @@ impl IntraOpts {
             (self.rows_gate, "_rg"),
             (self.fold, "_if"),
             (self.r_rows, "_rr"),
+            (self.solve_wide, "_sw"),
+            (self.solve_early, "_se"),
+            (self.solo, "_so"),
         ];
         flags.iter().filter(|f| f.0).map(|f| f.1).collect()
     }
@@ -208,6 +226,14 @@ fn rows_fit(dk: u32, c: u32, warps: u32) -> bool {
         && lanes_row.is_power_of_two()
         && lanes_row <= 32
         && (c.is_multiple_of(rows_pass) || rows_pass.is_multiple_of(c))
+}
+
+/// The first thread of the forward substitution (see `Intra::solve_t0`): with `solve_wide` and `solo`, the last C
+/// threads when their warps own neither a diagonal tile ([C/16, 1] warps) nor a band of the [C, C] totals; else 0.
+fn solve_first_thread(o: &IntraOpts, c: u32, warps: u32) -> i64 {
+    let ag = grid(c, c, warps, 16);
+    let owners = 32 * (ag[0] * ag[1]).max(c / 16);
+    if o.solve_wide && o.solo && 32 * warps >= owners + c { (32 * warps - c) as i64 } else { 0 }
 }
 
 /// The shared buffers of the intra kernel that depend on the layout (`slim`, `arena`, or separate):
@@ -320,6 +346,12 @@ struct Intra {
     rows_gate: bool,
     fold: bool,
     r_rows: bool,
+    solve_wide: bool,
+    solve_early: bool,
+    /// The first thread of the forward substitution: 0, or (`ISOLVE=1` with `IREPL=1`) the last C threads where
+    /// their warps own neither a diagonal tile nor a band of the [C, C] totals (idle replicas), so the solve runs
+    /// beside the off-diagonal products instead of after them on warp 0.
+    solve_t0: i64,
     kk: i64,
     vv: i64,
     cc: i64,
@@ -398,7 +430,7 @@ impl Intra {
         let resolved = o.resolve(spec, chunk, warps);
         let IntraOpts { arena, xdiag, ex2_ftz, midoff, slim, g_pairs, fast_gate_sigmoid, l2_unrolled, u_state, .. } =
             resolved;
-        let IntraOpts { rows_qk, rows_ops, rows_gate, fold, r_rows, .. } = resolved;
+        let IntraOpts { rows_qk, rows_ops, rows_gate, fold, r_rows, solve_wide, solve_early, .. } = resolved;
         let (dk, dv, c) = (spec.dk, spec.dv, chunk);
         let nt = c / 16;
         // The midpoint-anchored diagonal operands reach e^(8|lb|) on the safe path and 2^XDIAG_BOUND with `xdiag`:
@@ -474,6 +506,10 @@ impl Intra {
         let dp = b.tile("dP", DType::F32, c, 16, dg);
         let dl = b.tile("dL", DType::F32, c, 16, dg);
         let dself = b.tile("dSelf", DType::F32, c, 16, dg);
+        if resolved.solo {
+            [tot_p, tot_l, dp, dl, dself].into_iter().for_each(|t| b.solo(t));
+        }
+        let solve_t0 = solve_first_thread(&resolved, c, warps);
         let (wg, ug) = (grid(16, dk, warps, 16), grid(16, dv, warps, 16));
         let acc_w = b.tile("accW", DType::F32, 16, dk, wg);
         let acc_u = b.tile("accU", DType::F32, 16, dv, ug);
@@ -515,6 +551,9 @@ impl Intra {
                 rows_gate,
                 fold,
                 r_rows,
+                solve_wide,
+                solve_early,
+                solve_t0,
                 kk,
                 vv,
                 cc,
@@ -661,7 +700,8 @@ pub fn build_intra(
         let full = Intra { len: Expr::Int(c), last: Expr::Int(c - 1), ..x.clone() };
         let is_full = x.len.clone().eq(c);
         // (`IFOLD=2`: R by the row pass in full chunks only.)
-        let generic = Intra { r_rows: false, ..x.clone() };
+        // (`ISOLVE=2`: the early products in full chunks only: in the generic copy ptxas spilled 64 bytes.)
+        let generic = Intra { r_rows: false, solve_early: false, ..x.clone() };
         b.if_else(is_full, |b| full.phases(b), |b| generic.phases(b));
     } else {
         x.phases(&mut b);

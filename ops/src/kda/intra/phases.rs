@@ -377,6 +377,11 @@ impl Intra {
         // Masks: P keeps c <= r, L keeps c < r and takes beta_r.
         b.map(dp, Expr::select(col.le(rin.clone()), Expr::Elem(dp), 0.0));
         b.map(dl, Expr::select(col.lt(rin.clone()), Expr::Elem(dl) * beta_at(r.clone()), 0.0));
+        if self.solve_early {
+            // (`ISOLVE=2`) The off-diagonal tile's products here, on every warp, while warps 0-1 finish the
+            // diagonal ones: their operands are behind the row pass's barrier, the barrier below retires their reads.
+            self.midoff_products(b);
+        }
         let d = b.slot(sd, 0i64);
         b.store(dp, Place::Shared(d));
         let d = b.slot(sd, 1i64);
@@ -393,6 +398,9 @@ impl Intra {
 
     /// Phase 4a, N_ii = (I + L_ii)^-1 - I by forward substitution into sN.
     pub(super) fn forward_substitution(&self, b: &mut KernelBuilder) {
+        if self.solve_wide {
+            return self.forward_substitution_wide(b);
+        }
         let Intra { cc, sn, sd, .. } = *self;
         // 4a. N_ii = (I + L_ii)^-1 - I by forward substitution: thread t < C owns column t%16 of tile t/16.
         b.threads(|b| {
@@ -425,6 +433,50 @@ impl Intra {
         });
     }
 
+    /// (`ISOLVE=1`) Phase 4a as [`Intra::forward_substitution`] (the same products, sums and selects in the same
+    /// order) with row ri of L_ii loaded by ceil(ri/4) 16-byte shared loads (the columns it multiplies) instead of
+    /// ri 4-byte ones, and the thread's column of N_ii stored as row `t` of sN (N_ii transposed) by two 16-byte
+    /// stores instead of 16 2-byte ones; [`Intra::block_substitution`] reads it as a transposed A operand.
+    fn forward_substitution_wide(&self, b: &mut KernelBuilder) {
+        let Intra { cc, sn, sd, solve_t0, .. } = *self;
+        b.threads(|b| {
+            // (Thread `solve_t0 + t` takes column t % 16 of tile t / 16, see `Intra::solve_t0`.)
+            let tid = Expr::thread_idx();
+            let inside = if solve_t0 > 0 { tid.ge(solve_t0).and(tid.lt(solve_t0 + cc)) } else { tid.lt(cc) };
+            b.if_(inside, |b| {
+                let t = if solve_t0 > 0 { b.let_("ts", Expr::thread_idx() - solve_t0) } else { Expr::thread_idx() };
+                let t0 = b.let_("t0", t.bitand(-16i64));
+                let cl = b.let_("cl", t.bitand(15i64));
+                let a = b.let_array("a", 16, ScalarTy::Float, 0.0);
+                let lrow = b.let_array("lr", 16, ScalarTy::Float, 0.0);
+                for ri in 0..16i64 {
+                    let acc = b.let_var("acc", 0.0);
+                    for q in 0..(ri as u32).div_ceil(4) {
+                        b.shared_load_wide(lrow, 4 * q, sd, 1i64, &t0 + ri, Expr::Int(4 * q as i64), 4);
+                    }
+                    for m in 0..ri {
+                        let l = Expr::array_get(lrow, Expr::Int(m));
+                        b.assign(acc, Expr::Var(acc) + l * Expr::array_get(a, Expr::Int(m)));
+                    }
+                    // (Above the diagonal, ri < cl, this leaves -acc = -0 where the element-wise solve writes +0:
+                    // every a[m] there is a zero, so acc is a sum of zeros that starts at +0, which is +0 in round to
+                    // nearest whatever their signs, and stays the same value once a[cl] = 1 adds the first nonzero
+                    // term; the store below masks those rows. The same N bits, one compare and select a row fewer.)
+                    let val = Expr::select(Expr::Int(ri).eq(cl.clone()), 1.0, -Expr::Var(acc));
+                    b.array_set(a, Expr::Int(ri), val);
+                }
+                // N's strictly lower part: the diagonal and above are zero (a thread's own column, so after the
+                // last row has used every a[m]).
+                for ri in 0..16i64 {
+                    let keep = Expr::Int(ri).gt(cl.clone());
+                    b.array_set(a, Expr::Int(ri), Expr::select(keep, Expr::array_get(a, Expr::Int(ri)), 0.0));
+                }
+                b.shared_store_wide(sn, 0i64, t.clone(), 0i64, a, 0, 8);
+                b.shared_store_wide(sn, 0i64, t.clone(), 8i64, a, 8, 8);
+            });
+        });
+    }
+
     /// Phase 4b, the off-diagonal tiles (the level pass, or with `midoff` the one tile from the diagonal operands),
     /// then L (with beta) into sLb and the full P to the scratch.
     pub(super) fn off_diagonal(&self, b: &mut KernelBuilder, xd_ok: Option<Expr>) {
@@ -437,9 +489,11 @@ impl Intra {
         let op_slot = |b: &KernelBuilder, i: i64| b.slot(sop, i);
         // (Started here: warps 0-1 solve while the others begin the levels; the levels' barriers order sN.)
         // Off-diagonal tiles by levels (none when the chunk is one tile), fine to coarse, accumulated in place
-        // with the same clearing as inside the tiles.
-        b.map(tot_p, 0.0);
-        b.map(tot_l, 0.0);
+        // with the same clearing as inside the tiles. (`ISOLVE=2`: the totals are the early products already.)
+        if !self.solve_early {
+            b.map(tot_p, 0.0);
+            b.map(tot_l, 0.0);
+        }
         let levels = (c / 16).trailing_zeros() as i64;
         let olvl = |b: &mut KernelBuilder, lvl: Expr| {
             let s = b.let_("s", Expr::Int(16).shl(lvl));
@@ -457,15 +511,12 @@ impl Intra {
             b.map(tot_l, Expr::select(done, Expr::Elem(tot_l), 0.0));
             b.barrier();
         };
-        // The one off-diagonal tile from the diagonal pass's operands (slots 0, 1: A sides anchored at each tile's
-        // midpoint; slot 3: tile 0's keys decayed to tile 1's anchor), ordered by the barrier after sD.
+        // The one off-diagonal tile from the diagonal pass's operands, ordered by the barrier after sD (`ISOLVE=2`:
+        // done before it, see `diagonal_tiles`).
         let midoff_pass = |b: &mut KernelBuilder| {
-            let bt = Operand::Shared { src: op_slot(b, 3), transpose: true };
-            b.mma(tot_p, Operand::Shared { src: op_slot(b, 0), transpose: false }, bt.clone());
-            b.mma(tot_l, Operand::Shared { src: op_slot(b, 1), transpose: false }, bt);
-            let off = r.ge(16i64).and(col.lt(16i64));
-            b.map(tot_p, Expr::select(off.clone(), Expr::Elem(tot_p), 0.0));
-            b.map(tot_l, Expr::select(off, Expr::Elem(tot_l), 0.0));
+            if !self.solve_early {
+                self.midoff_products(b);
+            }
         };
         // (A runtime loop: unrolled, the arena's 128-register cap spills 60 bytes instead of 8.)
         let level_pass = |b: &mut KernelBuilder| b.for_("olvl", 0i64, levels, 1i64, olvl);
@@ -478,8 +529,9 @@ impl Intra {
 
         // Off-diagonal L (with beta) as the bf16 A operand of the block substitution.
         b.map(tot_l, Expr::Elem(tot_l) * beta_at(r.clone()));
-        if slim {
-            // sLb takes sOp's bytes: every warp is done with the off-diagonal products.
+        if slim && !self.solve_early {
+            // sLb takes sOp's bytes: every warp is done with the off-diagonal products (`ISOLVE=2`: retired by
+            // the barrier after sD).
             b.barrier();
         }
         let d = b.slot(slb, 0i64);
@@ -502,6 +554,25 @@ impl Intra {
             // sXU's rows from 16 on take sD's bytes: every warp is done reading P's diagonal tiles.
             b.barrier();
         }
+    }
+
+    /// The one off-diagonal tile (`midoff`) into the totals from the diagonal pass's operands (slots 0, 1: A sides
+    /// anchored at each tile's midpoint; slot 3: tile 0's keys decayed to tile 1's anchor), masked to its pairs.
+    fn midoff_products(&self, b: &mut KernelBuilder) {
+        let Intra { sop, tot_p, tot_l, .. } = *self;
+        let (r, col) = (Expr::RowIdx, Expr::ColIdx);
+        let op_slot = |b: &KernelBuilder, i: i64| b.slot(sop, i);
+        if self.solve_early {
+            // (Else cleared by `off_diagonal`.)
+            b.map(tot_p, 0.0);
+            b.map(tot_l, 0.0);
+        }
+        let bt = Operand::Shared { src: op_slot(b, 3), transpose: true };
+        b.mma(tot_p, Operand::Shared { src: op_slot(b, 0), transpose: false }, bt.clone());
+        b.mma(tot_l, Operand::Shared { src: op_slot(b, 1), transpose: false }, bt);
+        let off = r.ge(16i64).and(col.lt(16i64));
+        b.map(tot_p, Expr::select(off.clone(), Expr::Elem(tot_p), 0.0));
+        b.map(tot_l, Expr::select(off, Expr::Elem(tot_l), 0.0));
     }
 
     /// (`USTATE=1`) The factors of the U substitution to the scratch: N_ii (sN, C x 16), the strictly lower blocks of
@@ -635,18 +706,16 @@ impl Intra {
                 b.store(acc_u, Place::Shared(tu.clone()));
             }
             b.barrier();
+            // (`ISOLVE=1`: sN holds N_ii transposed.)
             let na = b.window(sn, 0i64, 16 * i, 0, 16, 16);
+            let nt = self.solve_wide;
             b.mma(
                 acc_w,
-                Operand::Shared { src: na.clone(), transpose: false },
+                Operand::Shared { src: na.clone(), transpose: nt },
                 Operand::Shared { src: tw.clone(), transpose: false },
             );
             if u_half {
-                b.mma(
-                    acc_u,
-                    Operand::Shared { src: na, transpose: false },
-                    Operand::Shared { src: tu, transpose: false },
-                );
+                b.mma(acc_u, Operand::Shared { src: na, transpose: nt }, Operand::Shared { src: tu, transpose: false });
             }
             if st.is_none() {
                 // Every warp has read T_i before X_i overwrites it.
