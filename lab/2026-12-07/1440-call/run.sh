@@ -1,9 +1,8 @@
 #!/bin/bash
 # Device call (<= 580 s), carry [".dev"].
-# H200: the KDA report with FlashKDA and FLA (issue 42's report) only.
 # (1) PDL (issue 45): GPU checks of mxfp4_matmul with PDL=true (random problems and the chained plans), then the
 #     M sweep with and without PDL, twice in swapped order (defaults otherwise; not merged into the reports).
-# (2) KDA intra round 3 (issue 42): bench of KD_SETS at three FlashKDA presets, each kernel alone, and GPU checks.
+# (2) KDA intra round 3 (issue 42): lab/2026-12-07/kda-intra-3/run.sh (bench of its knob sets, GPU checks).
 set -u
 T0=$(date +%s)
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
@@ -11,12 +10,6 @@ export K3K_NVRTC=/usr/local/cuda/lib64/libnvrtc.so.13 K3K_PTXAS=/usr/local/cuda/
 OUT=${OUT:-/tmp/o1440}; mkdir -p $OUT; L=$OUT/log.txt; B=.dev/bin/k3k
 log() { echo "[+$(( $(date +%s) - T0 ))s] $*" | tee -a $L; }
 GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1); log "$GPU $(git rev-parse --short HEAD 2>/dev/null)"
-if echo "$GPU" | grep -q H200; then
-  OK=/tmp/o-kda; rm -rf $OK; mkdir -p $OK
-  OUT=$OK SEED=1 NCU=0 SWEEP=0 OLD=1 BUDGET_S=555 bash scripts/gpu_kda_flashkda.sh > $OK/stdout.txt 2>&1
-  log "kda report rc=$?"; tar czf $OUT/kda.tgz -C $OK . ; cp $OK/summary.md $OUT/kda-summary.md 2>/dev/null
-  cat $L; head -30 $OUT/kda-summary.md; exit 0
-fi
 # (1)
 {
   timeout 60 $B check --backend cuda --op mxfp4_matmul --knobs "PDL=true" --cases 10 --seed 451 2>&1 | tail -3
@@ -41,16 +34,24 @@ for run in sys.argv[1:]:
                 print(f"| {r['preset']} | {run[-1]} | {t['plain']:.4f} | {t['PDL']:.4f} | {t['plain']/t['PDL']:.3f}x |")
 PY
 # (2)
-if [ -n "${KD_SETS:-}" ]; then
-  S="K128 safe lbsigab gbf16 l2 bsig h0"
-  K3K_BENCH_STEPS=1 timeout 150 $B bench --op kda --window-ms 60 --out /tmp/o-kd \
-    --preset "B1 T8192 H96 $S;B4 T4096 H64 $S;varlen 8x1024 H96 $S" --knobs "TSPLIT=0;$KD_SETS" > $OUT/kd.txt 2>&1
-  log "kd rc=$?"
-  IFS=';' read -ra SETS <<< "$KD_SETS"
-  for kn in "${SETS[@]}"; do
-    echo "kda check [$kn]: $(timeout 40 $B check --backend cuda --op kda --knobs "$kn" --cases 10 --seed 42 2>&1 | tail -1)" >> $L
-  done
+mkdir -p /tmp/i3; OUT=/tmp/i3 bash lab/2026-12-07/kda-intra-3/run.sh > /tmp/i3/stdout.txt 2>&1; log "intra-3 rc=$?"
+tar czf $OUT/intra3.tgz -C /tmp/i3 . 2>/dev/null
+# (3) On an H200 with >= 150 s left: issue 45's rows of this GPU (the M sweep, M4096, the 28-expert prefill, MXFP8
+#     activations) with cuBLAS bf16, torch._scaled_mm and torch._grouped_mm in the same run, into the committed reports.
+LEFT=$(( 575 - ($(date +%s) - T0) ))
+if echo "$GPU" | grep -q H200 && [ $LEFT -ge 150 ]; then
+  W=/tmp/mx-rep; rm -rf $W; mkdir -p $W; cp -r results/bench/. $W/; rm -rf $W/cpu
+  P=""; for m in 8 16 32 64 128 256 4096; do P="$P${P:+;}MXFP4 linear M$m N6144 K3584 mxfp8-act"; done
+  timeout $(( LEFT - 70 )) $B bench --op mxfp4_matmul --window-ms 100 --preset "$P" --out $W > $OUT/mx-bench.txt 2>&1
+  log "mx bench rc=$?"
+  SLUG=$(cd $W && ls -td */ | head -1 | tr -d /)
+  timeout 60 python3 scripts/peers.py $W/$SLUG --ops mxfp4_matmul --out $W/peers-mx.json > $OUT/mx-peers.txt 2>&1
+  log "mx peers rc=$?"
+  $B bench --merge-peers $W/peers-mx.json --out $W >> $OUT/mx-peers.txt 2>&1; log "merge rc=$?"
+  tar czf $OUT/mx.tgz -C $W $SLUG/mxfp4_matmul.json $SLUG/mxfp4_matmul.md peers-mx.json 2>/dev/null
+  grep -E "linear M[0-9]+ .*mxfp8" $W/$SLUG/mxfp4_matmul.md | grep -v kept | cut -d'|' -f2-8 > $OUT/mx-table.txt
 fi
 cat $L; cat $OUT/pdl-table.txt; grep -iE "fail|error" $OUT/pdl-check.txt | head -5; tail -3 $OUT/pdl-check.txt
-grep -E ' ms rel|step ' $OUT/kd.txt 2>/dev/null | sed -E 's/ +/ /g; s/\[ARENA[^]]*\]//' | cut -c1-160 | tail -40
-head -14 $OUT/kda-summary.md 2>/dev/null
+grep -E ' ms rel|step k3k_kda_intra' /tmp/i3/bench.txt 2>/dev/null | sed -E 's/ +/ /g; s/\[ARENA[^]]*\]//' | cut -c1-170 | tail -40
+grep -E "===|kda  |failed|rc=" /tmp/i3/check.txt 2>/dev/null
+cat $OUT/mx-table.txt 2>/dev/null
