@@ -307,15 +307,7 @@ impl<'a> Block<'a> {
                     self.body(else_body, tensors)?;
                 }
             }
-            // Copies and tensor-core products run to completion when issued, so waits have nothing to do.
-            // Blocks and threads run one after another: a fence (threads regions) orders nothing more; launches
-            // run one after another, so a grid dependency has nothing to wait for or release.
-            Stmt::Barrier
-            | Stmt::AsyncCommit
-            | Stmt::AsyncWait { .. }
-            | Stmt::MmaWait { .. }
-            | Stmt::Fence
-            | Stmt::GridDep(_) => {}
+            s if crate::cpu::sequential_noop(s) => {}
             _ => match s.family() {
                 StmtFamily::Tiles | StmtFamily::Mma => self.tile_stmt(s, tensors)?,
                 StmtFamily::Mx => self.mx_stmt(s, tensors)?,

@@ -115,12 +115,7 @@ impl<'a> Types<'a> {
                     self.stmts(then_body)?;
                     self.stmts(else_body)?;
                 }
-                Stmt::Barrier
-                | Stmt::AsyncCommit
-                | Stmt::AsyncWait { .. }
-                | Stmt::MmaWait { .. }
-                | Stmt::Fence
-                | Stmt::GridDep(_) => {}
+                s if crate::cpu::sequential_noop(s) => {}
                 Stmt::Threads { body }
                 | Stmt::Producer { body }
                 | Stmt::InTurn { body }

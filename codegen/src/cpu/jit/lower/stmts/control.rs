@@ -33,14 +33,7 @@ impl<'a, 'f> Lower<'a, 'f> {
                 self.b.switch_to_block(join);
                 self.b.seal_block(join);
             }
-            // Blocks and threads run one after another: the fence orders nothing more; launches too (grid
-            // dependencies).
-            Stmt::Barrier
-            | Stmt::AsyncCommit
-            | Stmt::AsyncWait { .. }
-            | Stmt::MmaWait { .. }
-            | Stmt::Fence
-            | Stmt::GridDep(_) => {}
+            s if crate::cpu::sequential_noop(s) => {}
             // The producer warp's statements take effect in program order (see `Stmt::Producer`).
             Stmt::Producer { body } => self.stmts(body)?,
             // Turns only schedule the warpgroups' issue; the block runs as one (see `Stmt::InTurn`).
