@@ -26,7 +26,7 @@ grep -E "step k3k_kda_intra|knobs|ms rel" $OUT/bench.txt | head -80 >> $L
 FK="N=3,L0=1000,L1=64,L2=37,H=2,HV=4,K=128,V=128,safe=1,gate=3,bias=1,gbf16=1,l2norm=1,bsig=1,h0=1"
 i=0
 for k in ISOLVE=1 IREPL=1 ISOLVE=1,IREPL=1 ISOLVE=2,IREPL=1; do
-  ( timeout 90 $B check --op kda --backend cuda --knobs $k --cases 10 > /tmp/chk$i.txt 2>&1; echo "rc=$?" >> /tmp/chk$i.txt
+  ( timeout 90 $B check --op kda --backend cuda --knobs $k --cases ${CASES:-10} > /tmp/chk$i.txt 2>&1; echo "rc=$?" >> /tmp/chk$i.txt
     timeout 60 $B check --op kda --backend cuda --knobs $k --dims "$FK" --cases 2 >> /tmp/chk$i.txt 2>&1
     echo "rc=$?" >> /tmp/chk$i.txt ) &
   i=$((i + 1))
