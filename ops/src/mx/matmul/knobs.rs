@@ -520,7 +520,8 @@ mod tests {
         );
         assert_eq!(s.size(), 5 * 3 * 5 * 3 * 3 * 2 * 6 * 2 * 2 * 2 * 3 * 2 * 4 * 2 * 2 * 3 * 3 * 3 * 2 * 2);
         let accepted: Vec<String> = s.accepted.iter().map(|a| format!("{}={:?}", a.name, a.values)).collect();
-        assert_eq!(accepted.len(), 8, "{accepted:?}");
+        // (The ninth, PDL, came after the string-knob code.)
+        assert_eq!(accepted.len(), 9, "{accepted:?}");
         let d = default_knobs();
         assert_eq!(
             d.to_string(),
@@ -530,7 +531,7 @@ mod tests {
         // Written back: the default record plus the absent meanings of the knobs it leaves out.
         let back = MatKnobs::from_knobs(&d).unwrap().to_knobs();
         let extra = d.clone().with("DQP", 0u32).with("DQU", 0u32).with("F8V", 0u32).with("TURN", "mma");
-        assert_eq!(back, extra.with("XDQ", "auto"));
+        assert_eq!(back, extra.with("XDQ", "auto").with("PDL", false));
     }
 
     /// An older record (no PATH, FIN, PF, MINB, GR, ...) reads with their legacy meanings; one without the shape
