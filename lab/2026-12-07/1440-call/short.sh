@@ -10,7 +10,7 @@ OUT=${OUT:-/tmp/oshort}; mkdir -p $OUT; L=$OUT/log.txt; B=.dev/bin/k3k
 log() { echo "[+$(( $(date +%s) - T0 ))s] $*" | tee -a $L; }
 GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1); log "$GPU $(git rev-parse --short HEAD 2>/dev/null)"
 S="K128 safe lbsigab gbf16 l2 bsig h0"
-K3K_BENCH_STEPS=1 timeout 90 $B bench --op kda --window-ms 50 --out /tmp/kb \
+K3K_BENCH_STEPS=1 timeout 80 $B bench --op kda --window-ms 40 --out /tmp/kb \
   --preset "B1 T8192 H96 $S;B4 T4096 H64 $S;varlen 8x1024 H96 $S" \
   --knobs "TSPLIT=0;TSPLIT=0,ISOLVE=1;TSPLIT=0,IREPL=1;TSPLIT=0,ISOLVE=1,IREPL=1" > $OUT/kda-bench.txt 2>&1
 log "kda bench rc=$?"
