@@ -331,6 +331,12 @@ fn ustate_kernels_compile() {
     }
 }
 
+/// The default knobs with `ISOLVE` and `IREPL` as they were before they became defaults (2026-12-07): the base of
+/// the knob tests written against that kernel.
+fn defaults_before_the_solve() -> Knobs {
+    kda::default_knobs().with("ISOLVE", 0i64).with("IREPL", 0i64)
+}
+
 /// `IMAP=rows` (Qbar, Kbar and the L2 norms in one row-major pass) assembles within the default kernels' spill
 /// allowance at the FlashKDA options and on the plain safe path, with and without the full-chunk copy (ptxas 13.0,
 /// 2026-12-07: 0 bytes at the FlashKDA options, where the default kernel spills 4). `IMAP=ops` (the diagonal
@@ -340,7 +346,7 @@ fn ustate_kernels_compile() {
 fn row_map_knobs_compile() {
     let fk: Vec<(&str, i64)> = [("B", 1i64), ("T", 8192), ("H", 8)].into_iter().chain(kda::FLASHKDA_OPTIONS).collect();
     let plain = vec![("B", 1i64), ("T", 8192), ("H", 8), ("K", 128), ("V", 128), ("safe", 1)];
-    let def = kda::default_knobs();
+    let def = defaults_before_the_solve();
     for dims in [&fk, &plain] {
         for knobs in [def.clone().with("IMAP", "rows"), def.clone().with("IMAP", "rows").with("FULLC", 0i64)] {
             let k = chunk_kernels(dims, &knobs).0;
@@ -361,7 +367,7 @@ fn row_map_knobs_compile() {
 fn folded_factors_compile() {
     let fk: Vec<(&str, i64)> = [("B", 1i64), ("T", 8192), ("H", 8)].into_iter().chain(kda::FLASHKDA_OPTIONS).collect();
     let plain = vec![("B", 1i64), ("T", 8192), ("H", 8), ("K", 128), ("V", 128), ("safe", 1)];
-    let def = kda::default_knobs().with("IFOLD", 1i64);
+    let def = defaults_before_the_solve().with("IFOLD", 1i64);
     for (dims, folds) in [(&fk, true), (&plain, false)] {
         for knobs in [def.clone(), def.clone().with("FULLC", 0i64)] {
             let k = chunk_kernels(dims, &knobs).0;
@@ -374,7 +380,7 @@ fn folded_factors_compile() {
         }
     }
     // `IMAP=gate` (the gate form in the row layout) alone and with IFOLD=1: within the spill allowance.
-    for knobs in [kda::default_knobs().with("IMAP", "gate"), def.clone().with("IMAP", "gate")] {
+    for knobs in [defaults_before_the_solve().with("IMAP", "gate"), def.clone().with("IMAP", "gate")] {
         let k = chunk_kernels(&fk, &knobs).0;
         assert!(k.name.contains("_rg"), "{}", k.name);
         assemble(&k);
@@ -396,7 +402,7 @@ fn folded_factors_compile() {
 fn solve_and_replica_knobs_compile() {
     let fk: Vec<(&str, i64)> = [("B", 1i64), ("T", 8192), ("H", 8)].into_iter().chain(kda::FLASHKDA_OPTIONS).collect();
     let plain = vec![("B", 1i64), ("T", 8192), ("H", 8), ("K", 128), ("V", 128), ("safe", 1)];
-    let d = kda::default_knobs();
+    let d = defaults_before_the_solve();
     for (set, suffix) in [
         (d.clone().with("ISOLVE", 1i64), "_sw"),
         (d.clone().with("IREPL", 1i64), "_so"),

@@ -214,8 +214,8 @@ knob_enum! {
 
 knob_enum! {
     /// `ISOLVE`: the intra kernel's forward substitution of the diagonal blocks and the segments around it (issue
-    /// 42, 2026-12-07; accepted, not an axis; absent = `0`). Every value computes the same values in the same
-    /// order: the same bits.
+    /// 42, 2026-12-07; accepted, not an axis; default `1`; absent = `0`). Every value computes the same values in
+    /// the same order: the same bits.
     pub enum IntraSolve: u32 {
         /// Each L element by its own 4-byte shared load, each N element by its own 2-byte store.
         Off = 0,
@@ -230,7 +230,7 @@ knob_enum! {
 
 knob_enum! {
     /// `IREPL`: what the intra kernel's warps past a register tile's warp grid do with it (issue 42, 2026-12-07;
-    /// accepted, not an axis; absent = `0`). The same bits either way.
+    /// accepted, not an axis; default `1`; absent = `0`). The same bits either way.
     pub enum IntraReplicas: u32 {
         /// They compute a replica of it (the diagonal tiles on 2 of 8 warps at chunk 32: 6 replicas each; the [C, C]
         /// totals on 4: 4 replicas), issuing its loads, maps and products.
@@ -409,21 +409,27 @@ knob_set! {
                 [IntraFold::Off, IntraFold::On, IntraFold::Rows],
             absent: IntraFold::Off,
         },
-        /// `ISOLVE` (accepted, not an axis; absent: `0`): see [`IntraSolve`].
+        /// `ISOLVE` (accepted, not an axis; default `1`; absent: `0`): see [`IntraSolve`]. Made the default with
+        /// `IREPL=1` on the H100 measurement of 2026-12-07 14:34 UTC (`lab/2026-12-07/1434-h100-intra3-pdl/`, the same
+        /// bits): at FlashKDA's options the intra kernel 0.898 -> 0.760 ms at B1 T8192 H96, 1.188 -> 1.024 at B4 T4096
+        /// H64, 0.898 -> 0.766 at varlen 8 x 1024 H96 (the whole plan 8-10% faster at all six FlashKDA presets);
+        /// `ISOLVE=1` alone 0.861, 1.132, 0.856; `IREPL=1` alone 0.788, 1.042, 0.792.
         solve: IntraSolve = "ISOLVE" => {
             accepts: "intra kernel forward substitution: 1 loads L's rows by 16-byte shared loads and stores N transposed \
              by 16-byte stores (USTATE=0), 2 also moves the off-diagonal tile's products into the diagonal products' \
              segment (safe path, ODIAG=1, ARENA=2; one barrier fewer), 0 (absent) element by element; the same bits"
                 [IntraSolve::Off, IntraSolve::Wide, IntraSolve::Early],
+            default: IntraSolve::Wide,
             absent: IntraSolve::Off,
         },
-        /// `IREPL` (accepted, not an axis; absent: `0`): see [`IntraReplicas`].
+        /// `IREPL` (accepted, not an axis; default `1`, see `ISOLVE`; absent: `0`): see [`IntraReplicas`].
         replicas: IntraReplicas = "IREPL" => {
             accepts: "intra kernel register tiles on fewer warps than the block: 0 (absent) the other warps compute \
              replicas, 1 the diagonal tiles and the [C, C] totals are solo (the replica warps skip their loads, maps \
              and products; with ISOLVE=1 the forward substitution runs on the last C threads, idle replicas); the same \
              bits"
                 [IntraReplicas::Compute, IntraReplicas::Idle],
+            default: IntraReplicas::Idle,
             absent: IntraReplicas::Compute,
         },
         /// `SLOAD` (accepted, not an axis; default `auto`; absent: `cp`, see [`SLOAD_KNOB`]).
@@ -814,7 +820,7 @@ mod tests {
     }
 
     /// The default record as it was written out before the declaration (2026-12-06), plus the intra-kernel options
-    /// made defaults on 2026-12-07 (FULLC, GSIG, L2R; then IMAP).
+    /// made defaults on 2026-12-07 (FULLC, GSIG, L2R; then IMAP; then ISOLVE and IREPL).
     #[test]
     fn the_default_record_is_the_old_one() {
         let old = Knobs::new()
@@ -840,6 +846,8 @@ mod tests {
             .with("GSIG", "fast")
             .with("L2R", "unrolled")
             .with("IMAP", "gate")
+            .with("ISOLVE", 1i64)
+            .with("IREPL", 1i64)
             .with("SLOAD", "auto");
         assert_eq!(default_knobs(), old);
         assert!(!before.full_chunks && !before.fast_gate_sigmoid && !before.l2_unrolled);
