@@ -401,7 +401,8 @@ knob_set! {
             accepts: "programmatic dependent launch (Hopper): the kernel after the MXFP8 activation dequant, and a \
              split's finalize, are launched so that their blocks start while the kernel before them runs, and wait for \
              it (`griddepcontrol.wait`) before their first instruction; the kernel before lets them start at its own \
-             start. Hides the launch gap between the plan's kernels; false (and absent): plain launches" [true, false],
+             start. Hides the launch gap between the plan's kernels. The tile, stream and gemv paths; PATH=dq_gemm and \
+             MMA=fp8 launch as without it. false (and absent): plain launches" [true, false],
             absent: false,
         },
         /// `DQU`: words per thread of `DQ=wide`, 0 automatic (absent: 0). Not in the tuning space.
