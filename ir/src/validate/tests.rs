@@ -25,33 +25,33 @@ mod unit {
         let build = |f: Body| {
             let mut b = KernelBuilder::new("s", 256);
             let sh = b.shared("a", DType::Bf16, 32, 32, 1, Swizzle::Xor16B);
-            let s0 = b.tile("s0", DType::F32, 32, 32, [2, 1]);
-            let s1 = b.tile("s1", DType::Bf16, 32, 32, [2, 1]);
+            let acc = b.tile("acc", DType::F32, 32, 32, [2, 1]);
+            let op = b.tile("op", DType::Bf16, 32, 32, [2, 1]);
             let r = b.tile("r", DType::F32, 32, 32, [2, 1]);
             let v = b.vec("v", 32, [2, 1]);
-            b.solo(s0);
-            b.solo(s1);
-            f(&mut b, [s0, s1, r], v, sh);
+            b.solo(acc);
+            b.solo(op);
+            f(&mut b, [acc, op, r], v, sh);
             b.finish().map(|_| ()).map_err(|e| e.msg)
         };
         let src = |b: &KernelBuilder, sh| Operand::Shared { src: b.slot(sh, 0i64), transpose: false };
-        build(&|b, [s0, s1, _], _, sh| {
-            b.map(s0, 0.0f64);
+        build(&|b, [acc, op, _], _, sh| {
+            b.map(acc, 0.0f64);
             let (x, y) = (src(b, sh), src(b, sh));
-            b.mma(s0, x, y);
-            b.map(s1, Expr::Elem(s0) * 2.0);
+            b.mma(acc, x, y);
+            b.map(op, Expr::Elem(acc) * 2.0);
             let y = src(b, sh);
-            b.mma(s0, Operand::Reg(s1), y);
-            b.store(s0, Place::Shared(b.slot(sh, 0i64)));
+            b.mma(acc, Operand::Reg(op), y);
+            b.store(acc, Place::Shared(b.slot(sh, 0i64)));
         })
         .unwrap();
-        let e = build(&|b, [s0, _, r], _, _| b.map(r, Expr::Elem(s0))).unwrap_err();
+        let e = build(&|b, [acc, _, r], _, _| b.map(r, Expr::Elem(acc))).unwrap_err();
         assert!(e.contains("not solo"), "{e}");
-        let e = build(&|b, [s0, _, _], v, _| b.reduce(v, s0, ReduceOp::Sum, false)).unwrap_err();
+        let e = build(&|b, [acc, _, _], v, _| b.reduce(v, acc, ReduceOp::Sum, false)).unwrap_err();
         assert!(e.contains("solo tile"), "{e}");
-        let e = build(&|b, [_, s1, r], _, sh| {
+        let e = build(&|b, [_, op, r], _, sh| {
             let y = src(b, sh);
-            b.mma(r, Operand::Reg(s1), y)
+            b.mma(r, Operand::Reg(op), y)
         })
         .unwrap_err();
         assert!(e.contains("solo accumulator"), "{e}");
