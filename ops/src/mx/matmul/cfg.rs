@@ -122,6 +122,11 @@ impl Cfg {
     pub fn partial(&self) -> bool {
         self.split > 1 || self.sk || self.ts > 0
     }
+    /// A second kernel (the finalize) sums the partials: a K split not summed in the main kernel (`FIN=kernel`;
+    /// stream-K and TS always sum theirs there, validated).
+    pub fn finalize_launch(&self) -> bool {
+        self.partial() && !self.fused
+    }
     /// The partial slots per tile, `S` (the splits, or the two contributors of a stream-K or tail-split tile).
     pub fn part_slots(&self) -> u32 {
         if self.sk || self.ts > 0 { 2 } else { self.split }

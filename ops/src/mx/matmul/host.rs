@@ -229,7 +229,7 @@ pub fn grid_deps(spec: &MatSpec, c: &Cfg) -> [Vec<GridDep>; 3] {
         return Default::default();
     }
     let before = act_dequant_first(spec, c);
-    let after = c.split > 1 && !c.fused && !c.sk && c.ts == 0;
+    let after = c.finalize_launch();
     let mut main = Vec::new();
     if before {
         main.push(GridDep::Wait);
@@ -258,7 +258,7 @@ pub fn kernels_for(spec: &MatSpec, c: &Cfg) -> Result<Vec<Kernel>, OpError> {
     if act_dequant_first(spec, c) {
         v.push(with_deps(super::prefill::act_kernel()?, &act));
     }
-    if c.partial() && !c.fused {
+    if c.finalize_launch() {
         v.push(with_deps(build_finalize(spec, c.split)?, &fin));
     }
     Ok(v)
@@ -343,7 +343,7 @@ pub fn matmul_plan(w: &Fp4Weights, inp: &MatInputs<'_>, knobs: &Knobs) -> Result
         args.extend(p_idx);
         args.push(plan.output("y", DType::Bf16, &[m, n_out]));
         plan.step(main, &args, &[]);
-    } else if c.split > 1 {
+    } else if c.finalize_launch() {
         let part = plan.scratch("part", DType::F32, &[c.split as usize, m, n]);
         args.push(part);
         plan.step(main, &args, &[]);

@@ -22,13 +22,7 @@ impl<'a, 'f> Lower<'a, 'f> {
         match s {
             // The no-op synchronisation statements and threads regions are lowered with the scalar control;
             // warp statements only inside lockstep regions (`lockstep`).
-            Stmt::Barrier
-            | Stmt::AsyncCommit
-            | Stmt::AsyncWait { .. }
-            | Stmt::MmaWait { .. }
-            | Stmt::Fence
-            | Stmt::GridDep(_)
-            | Stmt::Threads { .. } => self.control_stmt(s),
+            s if crate::cpu::sequential_noop(s) || matches!(s, Stmt::Threads { .. }) => self.control_stmt(s),
             Stmt::WarpShuffle { .. } | Stmt::WarpSync => Err(unsupported(format!("statement {}", stmt_name(s)))),
             _ => match s.family() {
                 StmtFamily::Control => self.control_stmt(s),
