@@ -99,6 +99,18 @@ fn main() {
     }
     // A dense MXFP4 projection at decode-like token counts: one kernel per bucket of M, picked at each launch.
     b = b.op("mxfp4_matmul").alias("mx_dense").dims(&[("M", 16), ("K", l), ("N", 2 * m)]).buckets("M", &[1, 4, 16]);
+    // The same projection with MXFP8 activations, split four ways: three kernels (activation dequant, main,
+    // finalize), launched plainly and with programmatic dependent launch (each kernel released by the one before
+    // it). `dense.rs` runs both eagerly and captured in a CUDA graph, and compares the bits.
+    for (alias, pdl) in [("mx_dense_split", false), ("mx_dense_pdl", true)] {
+        b = b
+            .op("mxfp4_matmul")
+            .alias(alias)
+            .dims(&[("M", 16), ("K", l), ("N", 2 * m), ("act", 1)])
+            .knobs(&format!("PDL={pdl},SPLIT=4,FIN=kernel"))
+            .free_dims(&["M"])
+            .roles(&["Main", "ActDequant", "Finalize"]);
+    }
 
     // KDA with K3's in-kernel options: the safe gate lb*sigmoid(x + bias) with a [H, K] bias, L2-normalised q
     // and k, beta sigmoid. The prefill takes a varlen batch (sequence lengths at run time, cu_seqlens, up to

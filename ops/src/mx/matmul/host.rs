@@ -250,8 +250,8 @@ fn with_deps(k: Kernel, deps: &[GridDep]) -> Kernel {
 }
 
 /// The kernels of a problem at these knobs: main first (its knobs are the resolved configuration the tuner and
-/// the reports show), then the finalize when split and the activation dequant of [`act_dequant_first`] (which the
-/// plan launches before main).
+/// the reports show), then the activation dequant of [`act_dequant_first`] (which the plan launches before main),
+/// then the finalize of a split ([`Cfg::finalize_launch`]).
 pub fn kernels_for(spec: &MatSpec, c: &Cfg) -> Result<Vec<Kernel>, OpError> {
     let [act, main, fin] = grid_deps(spec, c);
     let mut v = vec![build_main(&main_spec(spec, c), c)?.with_grid_deps(&main, "")];
