@@ -11,13 +11,14 @@ OUT=${OUT:-/tmp/o1700}; mkdir -p $OUT; L=$OUT/log.txt; B=.dev/bin/k3k
 log() { echo "[+$(( $(date +%s) - T0 ))s] $*" | tee -a $L; }
 GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1); log "$GPU $(git rev-parse --short HEAD 2>/dev/null)"
 if echo "$GPU" | grep -q H200; then
-  OUT=$OUT SEED=1 NCU=0 SWEEP=0 OLD=1 BUDGET_S=${BUDGET_S:-540} bash scripts/gpu_kda_flashkda.sh > $OUT/report-stdout.txt 2>&1
+  OUT=$OUT SEED=1 NCU=0 SWEEP=0 OLD=1 FLA=${FLA:-1} BUDGET_S=${BUDGET_S:-540} bash scripts/gpu_kda_flashkda.sh > $OUT/report-stdout.txt 2>&1
   log "report rc=$?"; cat $OUT/summary.md 2>/dev/null | head -12; exit 0
 fi
 NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 W=/tmp/prof; rm -rf $W; mkdir -p $W
 S="K128 safe lbsigab gbf16 l2 bsig h0"
-for pair in "b4|B4 T4096 H64 $S" "h96|B1 T8192 H96 $S"; do
+PAIRS=("b4|B4 T4096 H64 $S"); [ "${ONLY_B4:-0}" = 1 ] || PAIRS+=("h96|B1 T8192 H96 $S")
+for pair in "${PAIRS[@]}"; do
   tag=${pair%%|*}; p=${pair#*|}
   $B emit --op kda --preset "$p" --emit cuda > $W/$tag-kernels.cu 2>&1
   for k in intra state; do
