@@ -33,7 +33,7 @@
 //! | sK (bf16 C x K) | 16 KB | 1 | 5b (R = beta Gamma k) |
 //! | sV (bf16 C x V) | 16 KB | 1 | 5b |
 //! | sG (f32 C x K, G~) | 32 KB | 1 (scan) | 5b |
-//! | sVec, sBias, sN | 0.75 + 0.5 + 2 KB | 1, 1, 4a | 5b |
+//! | sVec, sBias (not with `IMAP=gate`), sN | 0.75 + 0.5 + 2 KB | 1, 1, 4a | 5b |
 //! | sQ (bf16 C x K) | 16 KB | 1 | 3 (last off-diagonal level) |
 //! | sOp (3 operand slots) | 48 KB (3 x C x K), 12 KB K-chunked | 3, 4 (each level) | the same level |
 //! | sD (f32 diagonal P, L tiles) | 8 KB | 4 | P to the scratch (after the levels) |
@@ -475,7 +475,9 @@ impl Intra {
         let sg = b.shared("sG", DType::F32, c, dk, 1, if g_pairs { Swizzle::Xor16BPairs } else { Swizzle::Xor16B });
         // Row table: beta (0), q norm factor (1), k norm factor (2).
         let svec = b.shared("sVec", DType::F32, 3, c, 1, Swizzle::None);
-        let sbias = spec.gate.has_bias().then(|| b.shared("sBias", DType::F32, 1, dk, 1, Swizzle::None));
+        // (`IMAP=gate`: the row pass reads the bias from global memory itself, so no copy of it here.)
+        let sbias =
+            (spec.gate.has_bias() && !rows_gate).then(|| b.shared("sBias", DType::F32, 1, dk, 1, Swizzle::None));
         let sn = b.shared("sN", op_dt, c, 16, 1, Swizzle::Xor16B);
         // `xdiag`: the chunk's flag (0: every |G~_r - G~_anchor| within the bound).
         let sxd = xdiag.then(|| b.shared("sXd", DType::F32, 1, 4, 1, Swizzle::None));

@@ -41,6 +41,8 @@ impl Intra {
         let hq = self.hq.clone();
         let mid_anchor = |x0: Expr| self.mid_anchor(x0);
         // 1. Loads.
+        // (The bias tile exists only where the gate map reads it: not with `IMAP=gate`, whose row pass loads the
+        // bias of its columns from global memory.)
         if let (Some(bt), Some(sb)) = (bias, sbias) {
             let d = b.slot(sb, 0i64);
             b.copy_async(d, view(bt, &hvi * kk, kk, 1i64, kk, 4));
