@@ -320,7 +320,14 @@ fn the_tools_are_found_under_k3k_home() {
     std::fs::create_dir_all(home.path().join("results")).unwrap();
     std::fs::create_dir_all(home.path().join(".tools")).unwrap();
     std::os::unix::fs::symlink(&tools, home.path().join(".tools/cuda")).unwrap();
-    let r = k3k(&["doctor"], &[("K3K_HOME", home.path().to_str().unwrap())]);
+    // (The tool variables name tools outright and win over K3K_HOME: a developer's own settings are dropped.)
+    let cache = tempfile::tempdir().unwrap();
+    let mut c = k3k_command();
+    c.args(["doctor"]).env("K3K_HOME", home.path()).env("K3K_CACHE_DIR", cache.path());
+    for var in ["K3K_PTXAS", "K3K_NVRTC", "K3K_CUDA_TOOLS", "K3K_EXPERIMENT"] {
+        c.env_remove(var);
+    }
+    let r = run(c, "doctor", Duration::from_secs(60));
     let ptxas = home.path().join(".tools/cuda/nvidia/cu13/bin/ptxas");
     assert!(r.stdout.contains(&format!("ptxas          {}", ptxas.display())), "{}", r.all());
 }
