@@ -98,7 +98,11 @@ impl Chains {
                     &View::<U8>::of(b.ws, s, &[n, k / 32])?,
                     &mut ViewMut::<F32>::of(&mut b.part, s, &[4, m, n])?,
                 )?;
-                f.launch(s, &View::<F32>::of(&b.part, s, &[4, m, n])?, &mut ViewMut::<Bf16>::of(&mut b.y, s, &[m, n])?)?;
+                f.launch(
+                    s,
+                    &View::<F32>::of(&b.part, s, &[4, m, n])?,
+                    &mut ViewMut::<Bf16>::of(&mut b.y, s, &[m, n])?,
+                )?;
             }};
         }
         if pdl {
@@ -155,7 +159,14 @@ fn split_chain(
                 let y = HostTensor::from_bytes(DType::Bf16, &[m, n], bytes.clone());
                 let got: Vec<f32> = (0..m * n).map(|i| y.get_f32(i)).collect();
                 let how = format!("{name}, {}", if graph { "graph" } else { "eager" });
-                rep.add("dense", "mxfp4_matmul MXFP8 SPLIT=4", &format!("M{m} K{k} N{n} ({how})"), err(&got, &want), 5e-3, "");
+                rep.add(
+                    "dense",
+                    "mxfp4_matmul MXFP8 SPLIT=4",
+                    &format!("M{m} K{k} N{n} ({how})"),
+                    err(&got, &want),
+                    5e-3,
+                    "",
+                );
                 runs.push((how, bytes));
             }
             // 20 chains in one graph, replayed once untimed and once between events.

@@ -475,7 +475,6 @@ impl Intra {
         let sg = b.shared("sG", DType::F32, c, dk, 1, if g_pairs { Swizzle::Xor16BPairs } else { Swizzle::Xor16B });
         // Row table: beta (0), q norm factor (1), k norm factor (2).
         let svec = b.shared("sVec", DType::F32, 3, c, 1, Swizzle::None);
-        // (`IMAP=gate`: the row pass reads the bias from global memory itself, so no copy of it here.)
         let sbias =
             (spec.gate.has_bias() && !rows_gate).then(|| b.shared("sBias", DType::F32, 1, dk, 1, Swizzle::None));
         let sn = b.shared("sN", op_dt, c, 16, 1, Swizzle::Xor16B);
