@@ -146,15 +146,19 @@ fn split_chain(
                 for buf in [&b.xb, &b.part, &b.y] {
                     poison(s, buf)?;
                 }
-                if graph {
+                // (The graph lives until its output has been copied back.)
+                let _graph = if graph {
                     s.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
                     let captured = ch.launch(s, pdl, &mut b, m);
                     let g = s.end_capture(sys::CUgraphInstantiate_flags(0))?;
                     captured?;
-                    g.ok_or("the capture recorded no graph")?.launch()?;
+                    let g = g.ok_or("the capture recorded no graph")?;
+                    g.launch()?;
+                    Some(g)
                 } else {
                     ch.launch(s, pdl, &mut b, m)?;
-                }
+                    None
+                };
                 let bytes = s.clone_dtoh(&b.y)?;
                 let y = HostTensor::from_bytes(DType::Bf16, &[m, n], bytes.clone());
                 let got: Vec<f32> = (0..m * n).map(|i| y.get_f32(i)).collect();
