@@ -16,7 +16,7 @@ use crate::model::{Each, KdaBufs, Launchers, Prefill};
 use crate::weights::Weights;
 use k3k_build::reference::gemm::{self as rg, Epilogue};
 use k3k_build::reference::mla as rmla;
-use k3k_build::rt::cudarc::driver::{CudaStream, sys};
+use k3k_build::rt::cudarc::driver::CudaStream;
 use k3k_build::rt::{Bf16, DType, F32, I32, U8, U32};
 use std::sync::Arc;
 
@@ -373,19 +373,6 @@ struct Before<'a> {
     bias: &'a [f32],
 }
 
-/// GPU time of one launch without the host in the way: `f` captured 20 times into a graph, replayed once
-/// untimed and once between events; the time per launch.
-fn launch_us(s: &Arc<CudaStream>, f: &mut dyn FnMut() -> Res<()>) -> Res<f64> {
-    const REPS: usize = 20;
-    s.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
-    let captured = (0..REPS).try_for_each(|_| f());
-    let graph = s.end_capture(sys::CUgraphInstantiate_flags(0))?;
-    captured?;
-    let graph = graph.ok_or("the capture recorded no graph")?;
-    graph.launch()?;
-    Ok(stream_us(s, || Ok(graph.launch()?))? / REPS as f64)
-}
-
 /// Run the decode steps after the prefill `p`: eagerly (checked at the first and last step), then as graph
 /// replays of one captured step; compare, time, report.
 pub fn run(
@@ -453,11 +440,7 @@ pub fn run(
     // The graph: one step captured, replayed per step with the new tokens copied in first.
     st.reset(s, p, cache)?;
     s.synchronize()?;
-    s.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
-    let captured = st.enqueue(k, s, w, cache, bias_ptr, &mut |_, f| f());
-    let graph = s.end_capture(sys::CUgraphInstantiate_flags(0))?;
-    captured?;
-    let graph = graph.ok_or("the capture recorded no graph")?;
+    let graph = capture(s, || st.enqueue(k, s, w, cache, bias_ptr, &mut |_, f| f()))?;
     let (mut replayed, mut graph_us) = (vec![], 0.0);
     for x in &tokens {
         s.memcpy_htod(&k3k_build::rt::HostTensor::from_f32(DType::Bf16, &[B, HIDDEN], x).data, &mut st.xs[0].d)?;

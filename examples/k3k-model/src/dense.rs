@@ -10,7 +10,7 @@ use crate::host::*;
 use crate::kernels;
 use k3k_build::reference::gemm as rg;
 use k3k_build::reference::mx::{self as rmx, MxFormat, ScaleRule};
-use k3k_build::rt::cudarc::driver::{CudaSlice, CudaStream, sys};
+use k3k_build::rt::cudarc::driver::{CudaSlice, CudaStream};
 use k3k_build::rt::{Bf16, DType, F32, HostTensor, U8, U32, View, ViewMut};
 use std::sync::Arc;
 
@@ -148,11 +148,7 @@ fn split_chain(
                 }
                 // (The graph lives until its output has been copied back.)
                 let _graph = if graph {
-                    s.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
-                    let captured = ch.launch(s, pdl, &mut b, m);
-                    let g = s.end_capture(sys::CUgraphInstantiate_flags(0))?;
-                    captured?;
-                    let g = g.ok_or("the capture recorded no graph")?;
+                    let g = capture(s, || ch.launch(s, pdl, &mut b, m))?;
                     g.launch()?;
                     Some(g)
                 } else {
@@ -173,14 +169,7 @@ fn split_chain(
                 );
                 runs.push((how, bytes));
             }
-            // 20 chains in one graph, replayed once untimed and once between events.
-            s.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
-            let captured = (0..20).try_for_each(|_| ch.launch(s, pdl, &mut b, m));
-            let g = s.end_capture(sys::CUgraphInstantiate_flags(0))?;
-            captured?;
-            let g = g.ok_or("the capture recorded no graph")?;
-            g.launch()?;
-            times.push(stream_us(s, || Ok(g.launch()?))? / 20.0);
+            times.push(launch_us(s, &mut || ch.launch(s, pdl, &mut b, m))?);
         }
         let differ: Vec<&str> = runs.iter().filter(|r| r.1 != runs[0].1).map(|r| r.0.as_str()).collect();
         rep.add(

@@ -3,7 +3,8 @@
 use k3k_build::reference::metrics::rel_l2;
 use k3k_build::reference::mx::bf16_round;
 use k3k_build::rt;
-use k3k_build::rt::cudarc::driver::{CudaSlice, CudaStream, DevicePtr, sys};
+use k3k_build::rt::cudarc::driver::{CudaGraph, CudaSlice, CudaStream, DevicePtr, sys};
+use std::sync::Arc;
 
 pub type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
@@ -147,6 +148,25 @@ pub fn stream_us(s: &CudaStream, f: impl FnOnce() -> Res<()>) -> Res<f64> {
     b.record(s)?;
     b.synchronize()?;
     Ok(a.elapsed_ms(&b)? as f64 * 1e3)
+}
+
+/// The work `f` enqueues on `s`, captured into a CUDA graph (not launched). `f`'s error, if any, comes after the
+/// capture has ended, so the stream is never left capturing.
+pub fn capture(s: &Arc<CudaStream>, f: impl FnOnce() -> Res<()>) -> Res<CudaGraph> {
+    s.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
+    let captured = f();
+    let graph = s.end_capture(sys::CUgraphInstantiate_flags(0))?;
+    captured?;
+    Ok(graph.ok_or("the capture recorded no graph")?)
+}
+
+/// GPU time of one launch without the host in the way: `f` captured 20 times into a graph, replayed once
+/// untimed and once between events; the time per launch.
+pub fn launch_us(s: &Arc<CudaStream>, f: &mut dyn FnMut() -> Res<()>) -> Res<f64> {
+    const REPS: usize = 20;
+    let graph = capture(s, || (0..REPS).try_for_each(|_| f()))?;
+    graph.launch()?;
+    Ok(stream_us(s, || Ok(graph.launch()?))? / REPS as f64)
 }
 
 /// Fill a device buffer with 0xFF bytes (NaN in every float format), ordered on `s`.
