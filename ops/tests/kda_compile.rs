@@ -5,6 +5,10 @@ use k3k_codegen::{BuildOptions, Resources, build};
 use k3k_ir::{Kernel, Knobs};
 use k3k_ops::kda::{self, KdaProblem, Launch, decode};
 use k3k_ops::op::{Operator, Preset};
+#[path = "common/plan_run.rs"]
+#[allow(dead_code)] // (the knob base only)
+mod plan_run;
+use plan_run::kda_knobs_before_the_solve;
 
 /// The bytes a kernel may spill: [`Operator::known_spill_bytes`] (16 for the plain intra kernels with
 /// `GSWZ=pairs`, 8 for the intra kernels with the in-kernel L2 norm, each measured fastest with it; 0 for every
@@ -331,12 +335,6 @@ fn ustate_kernels_compile() {
     }
 }
 
-/// The default knobs with `ISOLVE` and `IREPL` as they were before they became defaults (2026-12-07): the base of
-/// the knob tests written against that kernel.
-fn defaults_before_the_solve() -> Knobs {
-    kda::default_knobs().with("ISOLVE", 0i64).with("IREPL", 0i64)
-}
-
 /// `IMAP=rows` (Qbar, Kbar and the L2 norms in one row-major pass) assembles within the default kernels' spill
 /// allowance at the FlashKDA options and on the plain safe path, with and without the full-chunk copy (ptxas 13.0,
 /// 2026-12-07: 0 bytes at the FlashKDA options, where the default kernel spills 4). `IMAP=ops` (the diagonal
@@ -346,7 +344,7 @@ fn defaults_before_the_solve() -> Knobs {
 fn row_map_knobs_compile() {
     let fk: Vec<(&str, i64)> = [("B", 1i64), ("T", 8192), ("H", 8)].into_iter().chain(kda::FLASHKDA_OPTIONS).collect();
     let plain = vec![("B", 1i64), ("T", 8192), ("H", 8), ("K", 128), ("V", 128), ("safe", 1)];
-    let def = defaults_before_the_solve();
+    let def = kda_knobs_before_the_solve();
     for dims in [&fk, &plain] {
         for knobs in [def.clone().with("IMAP", "rows"), def.clone().with("IMAP", "rows").with("FULLC", 0i64)] {
             let k = chunk_kernels(dims, &knobs).0;
@@ -367,7 +365,7 @@ fn row_map_knobs_compile() {
 fn folded_factors_compile() {
     let fk: Vec<(&str, i64)> = [("B", 1i64), ("T", 8192), ("H", 8)].into_iter().chain(kda::FLASHKDA_OPTIONS).collect();
     let plain = vec![("B", 1i64), ("T", 8192), ("H", 8), ("K", 128), ("V", 128), ("safe", 1)];
-    let def = defaults_before_the_solve().with("IFOLD", 1i64);
+    let def = kda_knobs_before_the_solve().with("IFOLD", 1i64);
     for (dims, folds) in [(&fk, true), (&plain, false)] {
         for knobs in [def.clone(), def.clone().with("FULLC", 0i64)] {
             let k = chunk_kernels(dims, &knobs).0;
@@ -380,7 +378,7 @@ fn folded_factors_compile() {
         }
     }
     // `IMAP=gate` (the gate form in the row layout) alone and with IFOLD=1: within the spill allowance.
-    for knobs in [defaults_before_the_solve().with("IMAP", "gate"), def.clone().with("IMAP", "gate")] {
+    for knobs in [kda_knobs_before_the_solve().with("IMAP", "gate"), def.clone().with("IMAP", "gate")] {
         let k = chunk_kernels(&fk, &knobs).0;
         assert!(k.name.contains("_rg"), "{}", k.name);
         assemble(&k);
@@ -404,7 +402,7 @@ fn folded_factors_compile() {
 fn solve_and_replica_knobs_compile() {
     let fk: Vec<(&str, i64)> = [("B", 1i64), ("T", 8192), ("H", 8)].into_iter().chain(kda::FLASHKDA_OPTIONS).collect();
     let plain = vec![("B", 1i64), ("T", 8192), ("H", 8), ("K", 128), ("V", 128), ("safe", 1)];
-    let d = defaults_before_the_solve();
+    let d = kda_knobs_before_the_solve();
     for (set, suffix) in [
         (d.clone().with("ISOLVE", 1i64), "_sw"),
         (d.clone().with("IREPL", 1i64), "_so"),

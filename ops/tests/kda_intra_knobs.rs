@@ -13,14 +13,7 @@ use k3k_ops::plan::{Executor, Outputs};
 
 #[path = "common/plan_run.rs"]
 mod plan_run;
-use plan_run::{run_plan_jit, seed};
-
-/// The default knobs with `ISOLVE` and `IREPL` as they were before they became defaults (2026-12-07 14:34 UTC): the
-/// kernel these tests' knobs are compared against and named after (`wide_solve_is_bit_identical` turns the two on
-/// over each of its bases).
-fn base_knobs() -> Knobs {
-    kda::default_knobs().with("ISOLVE", 0i64).with("IREPL", 0i64)
-}
+use plan_run::{kda_knobs_before_the_solve, run_plan_jit, seed};
 
 fn problem(dims: &[(&str, i64)]) -> KdaProblem {
     KdaProblem::from_preset(&Preset::new("test", dims)).unwrap_or_else(|e| panic!("{dims:?}: {e}"))
@@ -95,7 +88,7 @@ fn cases() -> Vec<(Vec<(&'static str, i64)>, i64)> {
 /// The default knobs with the intra kernel's four options of before 2026-12-07 (generic chunks, the exact
 /// sigmoid, the norms' loop, the tile maps): the base each option is compared against.
 fn generic() -> Knobs {
-    base_knobs().with("FULLC", 0i64).with("GSIG", "exact").with("L2R", "loop").with("IMAP", "tiles")
+    kda_knobs_before_the_solve().with("FULLC", 0i64).with("GSIG", "exact").with("L2R", "loop").with("IMAP", "tiles")
 }
 
 /// `FULLC=1`: the same bits as the generic kernel (interpreter and JIT), within the reference's tolerance; its
@@ -177,7 +170,7 @@ fn row_maps_match_reference() {
         let pb = problem(&dims);
         let d = KdaData::generate(&pb, s ^ i as u64);
         // (The base takes the tile maps: `IMAP=ops` is the default since 2026-12-07 09:05 UTC.)
-        let tiles = base_knobs().with("CHUNK", chunk).with("IMAP", "tiles");
+        let tiles = kda_knobs_before_the_solve().with("CHUNK", chunk).with("IMAP", "tiles");
         // (The full-chunk copy's outputs per IMAP value, compared with the generic copy's: the same bits, e.g. the
         // folded midpoint anchor `t0 + 8` of the full copy.)
         let mut full: Vec<Outputs> = vec![];
@@ -234,7 +227,10 @@ fn folded_factors_match_reference() {
     for (i, (dims, chunk)) in cases().into_iter().enumerate() {
         let pb = problem(&dims);
         let d = KdaData::generate(&pb, s ^ i as u64);
-        for base in [base_knobs().with("CHUNK", chunk), base_knobs().with("CHUNK", chunk).with("FULLC", 0i64)] {
+        for base in [
+            kda_knobs_before_the_solve().with("CHUNK", chunk),
+            kda_knobs_before_the_solve().with("CHUNK", chunk).with("FULLC", 0i64),
+        ] {
             let l0 = Launch::resolve(&base, &pb).unwrap();
             let k0 = kda::chunk_kernels(&pb, &l0).unwrap();
             let knobs = base.clone().with("IFOLD", 1i64);
@@ -284,7 +280,7 @@ fn wide_solve_is_bit_identical() {
     for (i, (dims, chunk)) in cases().into_iter().enumerate() {
         let pb = problem(&dims);
         let d = KdaData::generate(&pb, s ^ i as u64);
-        let dflt = base_knobs().with("CHUNK", chunk);
+        let dflt = kda_knobs_before_the_solve().with("CHUNK", chunk);
         for base in [
             dflt.clone(),
             dflt.clone().with("FULLC", 0i64),
