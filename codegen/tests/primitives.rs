@@ -81,12 +81,16 @@ primitive!(
     wide_tile_stores,
     shared_pairs_swizzle,
     mma_ss_e4m3,
+    mma_ss_bf16_origins,
+    mma_ss_f16_transposed_a_origins,
+    mma_rs_origins,
+    mma_banded_origins,
 );
 
 #[test]
 fn every_case_is_listed() {
     // `cases::all` feeds the GPU run; keep it in step with the list above.
-    assert_eq!(cases::all().len(), 43);
+    assert_eq!(cases::all().len(), 47);
 }
 
 /// The wide accesses of `wide_access` are single vector instructions in the PTX: f32 x 4, bf16 x 8 and u8 x 16

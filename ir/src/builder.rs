@@ -38,6 +38,7 @@ impl KernelBuilder {
                 cluster: crate::cluster::no_cluster(),
                 producer_warp: false,
                 elected_warpgroup: 0,
+                mma_origins: false,
             },
             stack: vec![vec![]],
         }
@@ -132,6 +133,11 @@ impl KernelBuilder {
     /// Ask for `n` resident blocks per SM (`__launch_bounds__(threads, n)`: ptxas caps the registers to fit).
     pub fn min_blocks_per_sm(&mut self, n: u32) {
         self.k.min_blocks_per_sm = n;
+    }
+
+    /// Address the `mma.sync` operand loads from per-thread origins (see [`Kernel::mma_origins`]).
+    pub fn mma_origins(&mut self, on: bool) {
+        self.k.mma_origins = on;
     }
 
     /// The whole tile `index` of a shared buffer.

@@ -668,6 +668,13 @@ pub struct Kernel {
     /// anyway. No effect on the CPU backends, which run the block as one.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub elected_warpgroup: u32,
+    /// How the GPU code of [`Stmt::Mma`] (16-bit `mma.sync`) addresses its `ldmatrix` operand loads: false, each
+    /// load computes its swizzled shared offset; true, each thread computes its offsets once per product and every
+    /// load adds a constant step (the prelude's `mma_origin.cuh`: the same loads and results, fewer instructions).
+    /// A kernel choice rather than the renderer's so that kernels whose tuned records were measured with the
+    /// per-load form keep their source. No effect on the CPU backends.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub mma_origins: bool,
 }
 
 pub(crate) fn is_zero(v: &u32) -> bool {

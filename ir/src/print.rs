@@ -169,6 +169,9 @@ pub fn kernel(k: &Kernel) -> String {
     if k.min_blocks_per_sm > 0 {
         let _ = writeln!(s, "  min_blocks_per_sm = {}", k.min_blocks_per_sm);
     }
+    if k.mma_origins {
+        let _ = writeln!(s, "  mma_origins = true");
+    }
     let _ = writeln!(s, "  shared_bytes = {}", k.shared_bytes());
     let _ = writeln!(s, "body:");
     body(k, &k.body, 1, &mut s);

@@ -39,6 +39,33 @@ impl Case {
     }
 }
 
+/// A product case with its `mma.sync` loads addressed from per-thread origins ([`Kernel::mma_origins`]): the
+/// GPU must give what the per-load form gives.
+fn with_origins(c: Case) -> Case {
+    let mut kernel = c.kernel;
+    kernel.mma_origins = true;
+    kernel.name.push_str("_oa");
+    let name: &'static str = Box::leak(format!("{}_origins", c.name).into_boxed_str());
+    Case { name, kernel, ..c }
+}
+
+/// [`mma_ss_bf16`] addressed from origins.
+pub fn mma_ss_bf16_origins() -> Case {
+    with_origins(mma_ss_bf16())
+}
+/// [`mma_ss_f16_transposed_a`] addressed from origins.
+pub fn mma_ss_f16_transposed_a_origins() -> Case {
+    with_origins(mma_ss_f16_transposed_a())
+}
+/// [`mma_rs`] addressed from origins.
+pub fn mma_rs_origins() -> Case {
+    with_origins(mma_rs())
+}
+/// [`mma_banded`] addressed from origins.
+pub fn mma_banded_origins() -> Case {
+    with_origins(mma_banded())
+}
+
 /// Every case, for the GPU run.
 pub fn all() -> Vec<Case> {
     vec![
@@ -52,6 +79,10 @@ pub fn all() -> Vec<Case> {
         mma_ss_bf16(),
         mma_ss_f16_transposed_a(),
         mma_rs(),
+        mma_ss_bf16_origins(),
+        mma_ss_f16_transposed_a_origins(),
+        mma_rs_origins(),
+        mma_banded_origins(),
         copy_async_vecs(),
         copy_async_in_bounds_32(),
         copy_async_in_bounds_64(),

@@ -243,6 +243,20 @@ knob_enum! {
     }
 }
 
+knob_enum! {
+    /// `MADDR`: how the kernels' `mma.sync` products address their `ldmatrix` operand loads (issue 42, 2026-12-07;
+    /// accepted, not an axis; default `origin`; absent = `load`). The same loads and bits either way.
+    pub enum MmaAddressing: u32 {
+        /// Each load computes its swizzled shared offset (the form every record before the knob was measured with).
+        Load = 0,
+        /// Each thread computes its offsets once per product and every load adds a constant step
+        /// ([`k3k_ir::Kernel::mma_origins`]): at FlashKDA's options (B4 T4096 H64, ptxas 13.0) the intra kernel's
+        /// SASS 5,288 -> 5,152 instructions (its four K = 128 products 475 -> 300), the state pass's registers
+        /// 153-157 -> 127-128 at BV=32.
+        Origin = 1,
+    }
+}
+
 knob_set! {
     /// The knobs of `kda`, read from a record by [`KdaKnobs::from_knobs`] and resolved for a problem by
     /// [`Launch::resolve`]. `absent` is what a record written before the knob existed means.
@@ -432,6 +446,14 @@ knob_set! {
             default: IntraReplicas::Idle,
             absent: IntraReplicas::Compute,
         },
+        /// `MADDR` (accepted, not an axis; default `origin`; absent: `load`): see [`MmaAddressing`].
+        mma_addr: MmaAddressing = "MADDR" => {
+            accepts: "mma.sync operand loads of both kernels: origin (each thread's shared offsets computed once per \
+             product, a constant step per load), load (absent) each load's offset computed; the same bits"
+                [MmaAddressing::Load, MmaAddressing::Origin],
+            default: MmaAddressing::Origin,
+            absent: MmaAddressing::Load,
+        },
         /// `SLOAD` (accepted, not an axis; default `auto`; absent: `cp`, see [`SLOAD_KNOB`]).
         state_loads: StateLoads = SLOAD_KNOB => {
             accepts: "state-pass chunk loads: cp (absent) every block copies its operands by cp.async; tma the value blocks \
@@ -521,6 +543,8 @@ pub struct Launch {
     pub solo: bool,
     /// The state pass's K-wide chunk operands by TMA multicast in clusters of value blocks (knob `SLOAD=tma`).
     pub tma_loads: bool,
+    /// Both kernels' `mma.sync` loads addressed from per-thread origins (knob `MADDR=origin`).
+    pub mma_origins: bool,
 }
 
 /// `TSPLIT=0`: the parts along time for a problem. The overlap pays where the state pass is the long pole, i.e.
@@ -677,6 +701,7 @@ impl Launch {
             solve_early: t.solve == IntraSolve::Early && !u_state,
             solo: t.replicas == IntraReplicas::Idle,
             tma_loads,
+            mma_origins: t.mma_addr == MmaAddressing::Origin,
         })
     }
 }

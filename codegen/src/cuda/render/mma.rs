@@ -37,9 +37,11 @@ impl<'a> Renderer<'a> {
                 let kdim = if tb { bsrc.cols } else { bsrc.rows };
                 let bl = self.shared_layout(bsrc.buf);
                 let bptr = self.shared_ptr(bsrc);
+                // (`Kernel::mma_origins`: the forms addressed from per-thread origins, same arguments.)
+                let o = if k.mma_origins { "_o" } else { "" };
                 let line = match a {
                     Operand::Shared { src, transpose } => format!(
-                        "k3k::mma_ss<{h}, {kdim}, {}, {}, {tb}, {bl}>(t{}, {}, {}, {}, {bptr}, {}, {}{});",
+                        "k3k::mma_ss{o}<{h}, {kdim}, {}, {}, {tb}, {bl}>(t{}, {}, {}, {}, {bptr}, {}, {}{});",
                         transpose,
                         self.shared_layout(src.buf),
                         acc.0,
@@ -51,7 +53,7 @@ impl<'a> Renderer<'a> {
                         if bshift > 0 { format!(", {bshift}") } else { String::new() }
                     ),
                     Operand::Reg(t) => format!(
-                        "k3k::mma_rs<{h}, {kdim}, {tb}, {bl}>(t{}, t{}, {bptr}, {}, {}{});",
+                        "k3k::mma_rs{o}<{h}, {kdim}, {tb}, {bl}>(t{}, t{}, {bptr}, {}, {}{});",
                         acc.0,
                         t.0,
                         bsrc.row0,
