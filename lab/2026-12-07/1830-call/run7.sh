@@ -4,7 +4,7 @@
 # kernels byte-identical), .dev/bin/k3k-head (main f11172f), .dev/bin/k3k-old (2a45191, before the kda bias change),
 # .dev/bin/gpu_primitives (codegen's primitive cases on the GPU, with the four mma forms addressed from origins).
 # (1) GPU checks: the primitive cases, kda random cases, kda's FlashKDA options with a varlen batch and a partial chunk.
-# (2) kda A/B, interleaved new head old new head, at the old and the FlashKDA presets.
+# (2) kda A/B, interleaved new head new head, at the old and the FlashKDA presets.
 # (3) With the time left: on an H200, issue 42's report with the new binary (FLA=0); on an H100, issue 45's
 #     wide-tile rows (1600-call/run5.sh).
 set -u
@@ -23,7 +23,7 @@ timeout 40 .dev/bin/k3k check --backend cuda --op kda --seed 4712 --cases 2 \
 log "check kda varlen FK rc=$?: $(grep -E 'kda +cuda' $OUT/check-kda-fk.txt | tr -s ' ')"
 S="K128 safe lbsigab gbf16 l2 bsig h0"
 P="B1 T8192 H96 K128 safe;B1 T65536 H32 K128 safe;B1 T8192 H96 $S;B4 T4096 H64 $S;varlen 8x1024 H96 $S"
-for b in k3k k3k-head k3k-old k3k k3k-head; do
+for b in k3k k3k-head k3k k3k-head; do
   timeout 70 .dev/bin/$b bench --op kda --window-ms 100 --preset "$P" --out /tmp/ab-$b > $OUT/ab/kda-$b-$(date +%s).txt 2>&1
   log "kda $b rc=$?"
 done
