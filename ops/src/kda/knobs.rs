@@ -244,15 +244,16 @@ knob_enum! {
 }
 
 knob_enum! {
-    /// `MADDR`: how the kernels' `mma.sync` products address their `ldmatrix` operand loads (issue 42, 2026-12-07;
-    /// accepted, not an axis; default `origin`; absent = `load`). The same loads and bits either way.
+    /// `MADDR`: how the intra kernel's `mma.sync` products address their `ldmatrix` operand loads (issue 42,
+    /// 2026-12-07; accepted, not an axis; default `origin`; absent = `load`). The same loads and bits either way.
+    /// (The state pass keeps the per-load form: with origins its registers fell at BV=32, 153-157 -> 127-128, but
+    /// its `CHUNK=64,BV=128,W2=16` point spilled 4 bytes; not measured yet.)
     pub enum MmaAddressing: u32 {
         /// Each load computes its swizzled shared offset (the form every record before the knob was measured with).
         Load = 0,
         /// Each thread computes its offsets once per product and every load adds a constant step
         /// ([`k3k_ir::Kernel::mma_origins`]): at FlashKDA's options (B4 T4096 H64, ptxas 13.0) the intra kernel's
-        /// SASS 5,288 -> 5,152 instructions (its four K = 128 products 475 -> 300), the state pass's registers
-        /// 153-157 -> 127-128 at BV=32.
+        /// SASS 5,288 -> 5,152 instructions (its four K = 128 products 475 -> 300).
         Origin = 1,
     }
 }
@@ -448,7 +449,7 @@ knob_set! {
         },
         /// `MADDR` (accepted, not an axis; default `origin`; absent: `load`): see [`MmaAddressing`].
         mma_addr: MmaAddressing = "MADDR" => {
-            accepts: "mma.sync operand loads of both kernels: origin (each thread's shared offsets computed once per \
+            accepts: "mma.sync operand loads of the intra kernel: origin (each thread's shared offsets computed once per \
              product, a constant step per load), load (absent) each load's offset computed; the same bits"
                 [MmaAddressing::Load, MmaAddressing::Origin],
             default: MmaAddressing::Origin,
@@ -543,7 +544,7 @@ pub struct Launch {
     pub solo: bool,
     /// The state pass's K-wide chunk operands by TMA multicast in clusters of value blocks (knob `SLOAD=tma`).
     pub tma_loads: bool,
-    /// Both kernels' `mma.sync` loads addressed from per-thread origins (knob `MADDR=origin`).
+    /// The intra kernel's `mma.sync` loads addressed from per-thread origins (knob `MADDR=origin`).
     pub mma_origins: bool,
 }
 

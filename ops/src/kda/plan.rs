@@ -32,21 +32,11 @@ pub fn chunk_kernels(pb: &KdaProblem, l: &Launch) -> Result<(Kernel, Kernel), Op
                 solve_wide: l.solve_wide,
                 solve_early: l.solve_early,
                 solo: l.solo,
+                mma_origins: l.mma_origins,
             },
-        )
-        .map(|k| addressed(k, l))?,
+        )?,
         state_kernel(&spec, l)?,
     ))
-}
-
-/// (`MADDR=origin`) A kernel with `mma.sync` products gets its loads addressed from per-thread origins
-/// ([`Kernel::mma_origins`]) and the name suffix `_oa`.
-fn addressed(mut k: Kernel, l: &Launch) -> Kernel {
-    if l.mma_origins && k.any_stmt(|s| matches!(s, Stmt::Mma { .. })) {
-        k.mma_origins = true;
-        k.name.push_str("_oa");
-    }
-    k
 }
 
 /// The state pass of a variant at resolved knobs.
@@ -61,8 +51,7 @@ pub fn state_kernel(spec: &KdaSpec, l: &Launch) -> Result<Kernel, OpError> {
         order: l.state_grid,
         u_state: l.u_state,
     };
-    let k = if l.tma_loads { state_tma::build_state_tma(spec, variant) } else { state::build_state_in(spec, variant) };
-    k.map(|k| addressed(k, l))
+    if l.tma_loads { state_tma::build_state_tma(spec, variant) } else { state::build_state_in(spec, variant) }
 }
 
 /// The scratch between the kernels for `m` chunks (buffer names end in `tag`), in the kernels' argument order:

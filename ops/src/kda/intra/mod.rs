@@ -147,6 +147,8 @@ pub struct IntraOpts {
     /// (`IREPL=1`) The diagonal tiles (dP, dL, dSelf) and the [C, C] totals as solo register tiles: the warps past
     /// their warp grids skip their loads, maps and products instead of computing replicas. The same values.
     pub solo: bool,
+    /// (`MADDR=origin`) The `mma.sync` loads addressed from per-thread origins ([`Kernel::mma_origins`]).
+    pub mma_origins: bool,
 }
 
 impl IntraOpts {
@@ -186,6 +188,7 @@ impl IntraOpts {
     /// The kernel-name suffix of the options (as resolved for a variant).
     fn name_suffix(&self) -> String {
         let flags = [
+            (self.mma_origins, "_oa"),
             (self.arena, "_a"),
             (self.xdiag, "_xd"),
             (self.ex2_ftz, "_ftz"),
@@ -439,6 +442,7 @@ impl Intra {
         let threads = 32 * warps;
         let name = format!("k3k_kda_intra_{}_c{c}_w{warps}_{op_dt}_{lvl_dt}{}", spec.tag(), resolved.name_suffix());
         let mut b = KernelBuilder::new(&name, threads);
+        b.mma_origins(resolved.mma_origins);
         let (kk, vv, cc) = (dk as i64, dv as i64, c as i64);
         let (tt, h, hv, nch) = (b.dim("TT"), b.dim("H"), b.dim("HV"), b.dim("NCH"));
         let q = b.tensor("q", DType::Bf16, &[tt.clone(), h.clone(), Expr::Int(kk)], Access::Read);
