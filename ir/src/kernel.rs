@@ -670,7 +670,7 @@ pub struct Kernel {
     pub elected_warpgroup: u32,
     /// How the GPU code of [`Stmt::Mma`] (16-bit `mma.sync`) addresses its `ldmatrix` operand loads: false, each
     /// load computes its swizzled shared offset; true, each thread computes its offsets once per product and every
-    /// load adds a constant step (the prelude's `mma_origin.cuh`: the same loads and results, fewer instructions).
+    /// load adds a constant step (the prelude's `mma_origins.cuh`: the same loads and results, fewer instructions).
     /// A kernel choice rather than the renderer's so that kernels whose tuned records were measured with the
     /// per-load form keep their source. No effect on the CPU backends.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]

@@ -81,7 +81,7 @@ pub const PRELUDE_MMA_E4M3: &str = include_str!("../../prelude/tiles/mma_e4m3.cu
 
 /// The `mma.sync` products addressed from per-thread origins ([`Kernel::mma_origins`]), appended to the prelude
 /// only for kernels that ask for them (so every other kernel's source, and its cache key, is unchanged).
-pub const PRELUDE_MMA_ORIGIN: &str = include_str!("../../prelude/tiles/mma_origin.cuh");
+pub const PRELUDE_MMA_ORIGINS: &str = include_str!("../../prelude/tiles/mma_origins.cuh");
 
 /// True when a kernel has an E4M3 `mma` (both operands shared windows of u32 words, validated).
 pub fn uses_mma_e4m3(k: &Kernel) -> bool {
@@ -230,7 +230,7 @@ pub fn render(k: &Kernel) -> Result<String, IrError> {
         tma.push_str(&format!("\n{PRELUDE_MMA_E4M3}"));
     }
     if k.mma_origins {
-        tma.push_str(&format!("\n{PRELUDE_MMA_ORIGIN}"));
+        tma.push_str(&format!("\n{PRELUDE_MMA_ORIGINS}"));
     }
     let mut smem = if smem_asm_cvta(k) { "#define K3K_SMEM_ASM_CVTA\n".to_string() } else { String::new() };
     if k.producer_warp {

@@ -1,8 +1,10 @@
 // k3k device prelude, `mma.sync` products addressed from per-thread origins (included only by kernels with
 // `Kernel::mma_origins`, so every other kernel's source is unchanged). The same ldmatrix loads and products as
 // mma_ss / mma_rs: each thread computes its row and column at step (0, 0) once per product, and every load adds
-// its step (the k, m or n offset, a constant after unrolling) through `off_step`, so the swizzle costs a few
-// registers per product instead of address math per load.
+// its step (the k, m or n offset, a constant after unrolling) through `OffStep`, so the swizzle costs a few
+// registers per product instead of address math per load. (The register-tile moves `load_shared` /
+// `store_shared` addressed the same way gave no fewer instructions in the kda intra kernel, 2026-12-07: their few
+// accesses a statement do not pay for the setup.)
 namespace k3k {
 
 // SL<T, ROWS, COLS, SWZ>::off(r + dr, c + dc) for r, c >= 0 and steps dr, dc >= 0 known after unrolling. The
