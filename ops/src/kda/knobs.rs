@@ -248,13 +248,13 @@ knob_enum! {
     /// 2026-12-07; accepted, not an axis; default `origin`; absent = `load`). The same loads and bits either way.
     /// (The state pass keeps the per-load form: with origins its registers fell at BV=32, 153-157 -> 127-128, but
     /// its `CHUNK=64,BV=128,W2=16` point spilled 4 bytes; not measured yet.)
-    pub enum MmaAddressing: u32 {
+    pub enum MmaAddressing: str {
         /// Each load computes its swizzled shared offset (the form every record before the knob was measured with).
-        Load = 0,
+        Load = "load",
         /// Each thread computes its offsets once per product and every load adds a constant step
         /// ([`k3k_ir::Kernel::mma_origins`]): at FlashKDA's options (B4 T4096 H64, ptxas 13.0) the intra kernel's
         /// SASS 5,288 -> 5,152 instructions (its four K = 128 products 475 -> 300).
-        Origin = 1,
+        Origin = "origin",
     }
 }
 
