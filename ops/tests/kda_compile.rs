@@ -390,20 +390,20 @@ fn folded_factors_compile() {
     assembled(&k);
 }
 
-/// `MADDR=origin` (the default): the intra kernel's `mma.sync` loads come from per-thread origins (`_oa`, the
-/// prelude's `mma_ss_o`), and it assembles within the operator's allowance at the FlashKDA options (ptxas 13.0,
-/// 2026-12-07: no spill) and on the plain safe path (4 bytes, 0 with `MADDR=load`); `MADDR=load` is the per-load
+/// `MADDR=origin`: the intra kernel's `mma.sync` loads come from per-thread origins (`_oa`, the prelude's
+/// `mma_ss_o`), and it assembles within the operator's allowance at the FlashKDA options (ptxas 13.0, 2026-12-07:
+/// no spill) and on the plain safe path (4 bytes, 0 with `MADDR=load`); `MADDR=load` (the default) is the per-load
 /// kernel.
 #[test]
 fn mma_origin_kernels_compile() {
     let fk: Vec<(&str, i64)> = [("B", 1i64), ("T", 8192), ("H", 8)].into_iter().chain(kda::FLASHKDA_OPTIONS).collect();
     let plain = vec![("B", 1i64), ("T", 8192), ("H", 8), ("K", 128), ("V", 128), ("safe", 1)];
     for dims in [&fk, &plain] {
-        let k = chunk_kernels(dims, &kda::default_knobs()).0;
+        let k = chunk_kernels(dims, &kda::default_knobs().with("MADDR", "origin")).0;
         let cu = k3k_codegen::render(&k).unwrap();
         assert!(k.mma_origins && k.name.contains("_bf16_oa_") && cu.contains("k3k::mma_ss_o<"), "{}", k.name);
         assemble(&k);
-        let per_load = chunk_kernels(dims, &kda::default_knobs().with("MADDR", "load")).0;
+        let per_load = chunk_kernels(dims, &kda::default_knobs()).0;
         let cu = k3k_codegen::render(&per_load).unwrap();
         assert!(!per_load.mma_origins && !per_load.name.contains("_oa") && !cu.contains("mma_ss_o<"), "{}", per_load.name);
         assert_eq!(per_load.name, k.name.replace("_oa_", "_"));

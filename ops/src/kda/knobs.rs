@@ -245,7 +245,8 @@ knob_enum! {
 
 knob_enum! {
     /// `MADDR`: how the intra kernel's `mma.sync` products address their `ldmatrix` operand loads (issue 42,
-    /// 2026-12-07; accepted, not an axis; default `origin`; absent = `load`). The same loads and bits either way.
+    /// 2026-12-07; accepted, not an axis; default and absent `load`). The same loads and bits either way. `origin`
+    /// is a knob to time: its GPU checks and timing have not run yet (no GPU was lent on 2026-12-07 evening).
     /// (The state pass keeps the per-load form: with origins its registers fell at BV=32, 153-157 -> 127-128, but
     /// its `CHUNK=64,BV=128,W2=16` point spilled 4 bytes; not measured yet.)
     pub enum MmaAddressing: str {
@@ -447,12 +448,12 @@ knob_set! {
             default: IntraReplicas::Idle,
             absent: IntraReplicas::Compute,
         },
-        /// `MADDR` (accepted, not an axis; default `origin`; absent: `load`): see [`MmaAddressing`].
+        /// `MADDR` (accepted, not an axis; default and absent: `load`): see [`MmaAddressing`].
         mma_addr: MmaAddressing = "MADDR" => {
             accepts: "mma.sync operand loads of the intra kernel: origin (each thread's shared offsets computed once per \
              product, a constant step per load), load (absent) each load's offset computed; the same bits"
                 [MmaAddressing::Load, MmaAddressing::Origin],
-            default: MmaAddressing::Origin,
+            default: MmaAddressing::Load,
             absent: MmaAddressing::Load,
         },
         /// `SLOAD` (accepted, not an axis; default `auto`; absent: `cp`, see [`SLOAD_KNOB`]).
