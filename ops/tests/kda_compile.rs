@@ -405,7 +405,11 @@ fn mma_origin_kernels_compile() {
         assemble(&k);
         let per_load = chunk_kernels(dims, &kda::default_knobs()).0;
         let cu = k3k_codegen::render(&per_load).unwrap();
-        assert!(!per_load.mma_origins && !per_load.name.contains("_oa") && !cu.contains("mma_ss_o<"), "{}", per_load.name);
+        assert!(
+            !per_load.mma_origins && !per_load.name.contains("_oa") && !cu.contains("mma_ss_o<"),
+            "{}",
+            per_load.name
+        );
         assert_eq!(per_load.name, k.name.replace("_oa_", "_"));
     }
 }
