@@ -875,7 +875,8 @@ mod tests {
             .with("IMAP", "gate")
             .with("ISOLVE", 1i64)
             .with("IREPL", 1i64)
-            .with("SLOAD", "auto");
+            .with("SLOAD", "auto")
+            .with("MADDR", "load");
         assert_eq!(default_knobs(), old);
         assert!(!before.full_chunks && !before.fast_gate_sigmoid && !before.l2_unrolled);
         assert!(!before.rows_qk && !before.rows_ops && !before.fold && !before.r_rows && !before.rows_gate);
@@ -902,10 +903,11 @@ mod tests {
                 "IFOLD",
                 "ISOLVE",
                 "IREPL",
+                "MADDR",
                 SLOAD_KNOB
             ]
         );
-        assert!(now.rows_qk && now.rows_ops);
+        assert!(now.rows_qk && now.rows_ops && !now.mma_origins);
     }
 
     /// A record from before the optional knobs reads with their legacy meanings; the required ones are named when
