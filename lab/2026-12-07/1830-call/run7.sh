@@ -24,6 +24,7 @@ log "check kda varlen FK rc=$?: $(grep -E 'kda +cuda' $OUT/check-kda-fk.txt | tr
 S="K128 safe lbsigab gbf16 l2 bsig h0"
 P="B1 T8192 H96 K128 safe;B1 T65536 H32 K128 safe;B1 T8192 H96 $S;B4 T4096 H64 $S;varlen 8x1024 H96 $S"
 for b in k3k k3k-head k3k k3k-head; do
+  [ $(left) -lt 75 ] && { log "kda $b: skipped ($(left)s left)"; continue; }
   timeout 70 .dev/bin/$b bench --op kda --window-ms 100 --preset "$P" --out /tmp/ab-$b > $OUT/ab/kda-$b-$(date +%s).txt 2>&1
   log "kda $b rc=$?"
 done
