@@ -246,7 +246,9 @@ knob_enum! {
 knob_enum! {
     /// `MADDR`: how the intra kernel's `mma.sync` products address their `ldmatrix` operand loads (issue 42,
     /// 2026-12-07; accepted, not an axis; default and absent `load`). The same loads and bits either way. `origin`
-    /// is a knob to time: its GPU checks and timing have not run yet (no GPU was lent on 2026-12-07 evening).
+    /// passes the GPU checks and times the same as `load` (H100, 2026-12-07 19:59 UTC, interleaved runs: 0.995-1.002x
+    /// at the two older safe presets and three FlashKDA presets, `lab/2026-12-07/1959-h100-mma-origins/`): the
+    /// instructions it saves are not on the kernel's critical path, so the default stays `load`.
     /// (The state pass keeps the per-load form: with origins its registers fell at BV=32, 153-157 -> 127-128, but
     /// its `CHUNK=64,BV=128,W2=16` point spilled 4 bytes; not measured yet.)
     pub enum MmaAddressing: str {
