@@ -442,7 +442,6 @@ impl Intra {
         let threads = 32 * warps;
         let name = format!("k3k_kda_intra_{}_c{c}_w{warps}_{op_dt}_{lvl_dt}{}", spec.tag(), resolved.name_suffix());
         let mut b = KernelBuilder::new(&name, threads);
-        b.mma_origins(resolved.mma_origins);
         let (kk, vv, cc) = (dk as i64, dv as i64, c as i64);
         let (tt, h, hv, nch) = (b.dim("TT"), b.dim("H"), b.dim("HV"), b.dim("NCH"));
         let q = b.tensor("q", DType::Bf16, &[tt.clone(), h.clone(), Expr::Int(kk)], Access::Read);
@@ -699,6 +698,7 @@ pub fn build_intra(
     o: IntraOpts,
 ) -> Result<Kernel, OpError> {
     let (mut b, x) = Intra::declare(spec, chunk, warps, op_dt, lvl_dt, o)?;
+    b.mma_origins(o.mma_origins);
     if o.full_chunks {
         // (`FULLC=1`) Full chunks: the same phases with the length (and the last row) constants.
         let c = chunk as i64;
