@@ -2,7 +2,8 @@
 // `Kernel::mma_origins`, so every other kernel's source is unchanged). The same ldmatrix loads and products as
 // mma_ss / mma_rs: each thread computes its row and column at step (0, 0) once per product, and every load adds
 // its step (the k, m or n offset, a constant after unrolling) through `OffStep`, so the swizzle costs a few
-// registers per product instead of address math per load. (The register-tile moves `load_shared` /
+// registers per product instead of address math per load (fewer instructions, but no faster in the kda intra
+// kernel: H100, 2026-12-07, see kda's `MADDR` knob). (The register-tile moves `load_shared` /
 // `store_shared` addressed the same way gave no fewer instructions in the kda intra kernel, 2026-12-07: their few
 // accesses a statement do not pay for the setup.)
 namespace k3k {
