@@ -33,6 +33,13 @@ fn assemble(k: &Kernel) {
     assert!(r.stack_frame_bytes <= cap, "{}: {r:?}", k.name);
 }
 
+/// The two problems of the knob tests: B1 T8192 H8 with the FlashKDA options, and the plain safe path.
+fn fk_and_plain() -> (Vec<(&'static str, i64)>, Vec<(&'static str, i64)>) {
+    let fk = [("B", 1i64), ("T", 8192), ("H", 8)].into_iter().chain(kda::FLASHKDA_OPTIONS).collect();
+    let plain = vec![("B", 1i64), ("T", 8192), ("H", 8), ("K", 128), ("V", 128), ("safe", 1)];
+    (fk, plain)
+}
+
 fn chunk_kernels(dims: &[(&str, i64)], knobs: &Knobs) -> (Kernel, Kernel) {
     let pb = KdaProblem::from_preset(&Preset::new("t", dims)).unwrap();
     kda::chunk_kernels(&pb, &Launch::resolve(knobs, &pb).unwrap()).unwrap()
@@ -290,8 +297,7 @@ fn wide_decode_state_moves_as_vector_accesses() {
 /// plain safe path: no more spill than the default kernels of the same variant.
 #[test]
 fn full_chunk_and_fast_gate_knobs_compile() {
-    let fk: Vec<(&str, i64)> = [("B", 1i64), ("T", 8192), ("H", 8)].into_iter().chain(kda::FLASHKDA_OPTIONS).collect();
-    let plain = vec![("B", 1i64), ("T", 8192), ("H", 8), ("K", 128), ("V", 128), ("safe", 1)];
+    let (fk, plain) = fk_and_plain();
     let def = kda::default_knobs();
     for dims in [&fk, &plain] {
         for knobs in [
@@ -342,8 +348,7 @@ fn ustate_kernels_compile() {
 /// assembles.
 #[test]
 fn row_map_knobs_compile() {
-    let fk: Vec<(&str, i64)> = [("B", 1i64), ("T", 8192), ("H", 8)].into_iter().chain(kda::FLASHKDA_OPTIONS).collect();
-    let plain = vec![("B", 1i64), ("T", 8192), ("H", 8), ("K", 128), ("V", 128), ("safe", 1)];
+    let (fk, plain) = fk_and_plain();
     let def = kda_knobs_before_the_solve();
     for dims in [&fk, &plain] {
         for knobs in [def.clone().with("IMAP", "rows"), def.clone().with("IMAP", "rows").with("FULLC", 0i64)] {
@@ -363,8 +368,7 @@ fn row_map_knobs_compile() {
 /// kernel without the knob. `IFOLD=2` builds and assembles at the FlashKDA options.
 #[test]
 fn folded_factors_compile() {
-    let fk: Vec<(&str, i64)> = [("B", 1i64), ("T", 8192), ("H", 8)].into_iter().chain(kda::FLASHKDA_OPTIONS).collect();
-    let plain = vec![("B", 1i64), ("T", 8192), ("H", 8), ("K", 128), ("V", 128), ("safe", 1)];
+    let (fk, plain) = fk_and_plain();
     let def = kda_knobs_before_the_solve().with("IFOLD", 1i64);
     for (dims, folds) in [(&fk, true), (&plain, false)] {
         for knobs in [def.clone(), def.clone().with("FULLC", 0i64)] {
@@ -396,8 +400,7 @@ fn folded_factors_compile() {
 /// kernel.
 #[test]
 fn mma_origin_kernels_compile() {
-    let fk: Vec<(&str, i64)> = [("B", 1i64), ("T", 8192), ("H", 8)].into_iter().chain(kda::FLASHKDA_OPTIONS).collect();
-    let plain = vec![("B", 1i64), ("T", 8192), ("H", 8), ("K", 128), ("V", 128), ("safe", 1)];
+    let (fk, plain) = fk_and_plain();
     for dims in [&fk, &plain] {
         let k = chunk_kernels(dims, &kda::default_knobs().with("MADDR", "origin")).0;
         let cu = k3k_codegen::render(&k).unwrap();
@@ -424,8 +427,7 @@ fn mma_origin_kernels_compile() {
 /// moved, full chunks) builds and assembles (12 bytes spilled alone at the FlashKDA options, 0 with `IREPL=1`).
 #[test]
 fn solve_and_replica_knobs_compile() {
-    let fk: Vec<(&str, i64)> = [("B", 1i64), ("T", 8192), ("H", 8)].into_iter().chain(kda::FLASHKDA_OPTIONS).collect();
-    let plain = vec![("B", 1i64), ("T", 8192), ("H", 8), ("K", 128), ("V", 128), ("safe", 1)];
+    let (fk, plain) = fk_and_plain();
     let d = kda_knobs_before_the_solve();
     for (set, suffix) in [
         (d.clone().with("ISOLVE", 1i64), "_sw"),
