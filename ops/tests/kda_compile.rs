@@ -33,8 +33,11 @@ fn assemble(k: &Kernel) {
     assert!(r.stack_frame_bytes <= cap, "{}: {r:?}", k.name);
 }
 
+/// A problem's dims, as [`Preset::new`] takes them.
+type Dims = Vec<(&'static str, i64)>;
+
 /// The two problems of the knob tests: B1 T8192 H8 with the FlashKDA options, and the plain safe path.
-fn fk_and_plain() -> (Vec<(&'static str, i64)>, Vec<(&'static str, i64)>) {
+fn fk_and_plain() -> (Dims, Dims) {
     let fk = [("B", 1i64), ("T", 8192), ("H", 8)].into_iter().chain(kda::FLASHKDA_OPTIONS).collect();
     let plain = vec![("B", 1i64), ("T", 8192), ("H", 8), ("K", 128), ("V", 128), ("safe", 1)];
     (fk, plain)
