@@ -1,11 +1,10 @@
 #!/bin/bash
 # Device call, carry [".dev/bin", ".dev/peers", ".dev/whl"]: .dev/bin/k3k = release build of main (kda defaults of
 # 3ef79f2, MADDR=load).
-# (1) ncu full set with source counters of the kda intra kernel at B4 T4096 H64 (FlashKDA options): the stall
-#     reasons by line that issue 42's next step needs (either GPU).
+# (1) ncu full set with source counters of the kda intra kernel at B4 T4096 H64 (FlashKDA options), then of the
+#     state kernel: the stall reasons by line that issue 42's next step needs (either GPU).
 # (2) On an H200: issue 42's report at the current defaults (scripts/gpu_kda_flashkda.sh SEED=1 OLD=1 NCU=0 SWEEP=0,
-#     FLA rows while the box lasts). On an H100: the same profile of the state kernel, then of the intra kernel at
-#     B1 T8192 H96.
+#     FLA rows while the box lasts). On an H100: the intra kernel's profile at B1 T8192 H96.
 set -u
 T0=$(date +%s); BUDGET=${BUDGET_S:-570}; left() { echo $(( BUDGET - ($(date +%s) - T0) )); }
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
@@ -31,11 +30,11 @@ prof() { # tag preset kernel box
   tar czf $OUT/profile.tgz --exclude="*.ncu-rep" -C $W . 2>/dev/null
 }
 prof b4 "B4 T4096 H64 $S" intra 150
+prof b4 "B4 T4096 H64 $S" state 100
 if echo "$GPU" | grep -q H200 && [ $(left) -ge 200 ] && [ -d .dev/peers ]; then
   mkdir -p $OUT/rep; OUT=$OUT/rep SEED=1 NCU=0 SWEEP=0 OLD=1 FLA=${FLA:-1} BUDGET_S=$(( $(left) - 10 )) bash scripts/gpu_kda_flashkda.sh > /tmp/report-stdout.txt 2>&1
   log "report rc=$?"; cat $OUT/rep/summary.md 2>/dev/null | head -14
 else
-  prof b4 "B4 T4096 H64 $S" state 120
   prof h96 "B1 T8192 H96 $S" intra 120
 fi
 cat $L
