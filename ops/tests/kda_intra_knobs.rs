@@ -317,3 +317,32 @@ fn wide_solve_is_bit_identical() {
     }
     assert!(early > 0, "no case took ISOLVE=2's early products");
 }
+
+/// `IWU=wide` (W and U to the scratch by 16-byte stores, fragments regrouped across a quad, also with the in-kernel
+/// options): the same values to the same places, so the same bits as `auto` on the interpreter and the JIT, every
+/// case (varlen partial chunks, whose rows past the length are not stored, GVA, the exact path, chunk 64); the
+/// kernel is named `_ww` where it changes (not on the plain variants, which store so already); the state pass does
+/// not change.
+#[test]
+fn wide_wu_stores_are_bit_identical() {
+    let s = seed();
+    let mut changed = 0;
+    for (i, (dims, chunk)) in cases().into_iter().enumerate() {
+        let pb = problem(&dims);
+        let d = KdaData::generate(&pb, s ^ (0x1e0 + i as u64));
+        let base = kda::default_knobs().with("CHUNK", chunk);
+        let wide = base.clone().with("IWU", "wide");
+        let [k0, k1] = [&base, &wide].map(|k| kda::chunk_kernels(&pb, &Launch::resolve(k, &pb).unwrap()).unwrap());
+        assert_eq!(k0.1, k1.1, "{dims:?}: the state pass does not change");
+        if pb.spec().plain() {
+            assert_eq!(k0.0, k1.0, "{dims:?}: the plain variant stores W and U wide already");
+            continue;
+        }
+        changed += 1;
+        assert_eq!(k1.0.name, format!("{}_ww", k0.0.name), "{dims:?}");
+        let (a, b) = (checked(&pb, &d, &base, s), checked(&pb, &d, &wide, s));
+        same_bits(&b[0], &b[1], &format!("{dims:?} IWU=wide interpreter vs JIT"));
+        same_bits(&a[0], &b[0], &format!("{dims:?} IWU=wide vs auto"));
+    }
+    assert!(changed >= 3, "only {changed} cases had pair stores to widen");
+}

@@ -41,6 +41,9 @@ knob_enum! {
         /// 0.656 -> 0.622 at the mixed varlen batch; clusters of 4 (BV=32) 0.600 -> 1.030 at B1 T8192 H96, and
         /// BV=32 clusters at the BV=64 presets 0.898 / 0.682.
         Auto = "auto",
+        /// As `tma`, and each block's U (its C x 64 columns of `[W | U]`) by a TMA box of its own instead of
+        /// `cp.async`: no per-thread copy of U a chunk. Needs BV = 64 (one 128-byte-swizzled box a row).
+        TmaU = "tmau",
     }
 }
 
@@ -261,6 +264,21 @@ knob_enum! {
     }
 }
 
+knob_enum! {
+    /// `IWU` (accepted, not an axis; default and absent: `auto`): how the intra kernel stores W and U to the
+    /// scratch. The ncu profile of the H100 (2026-12-07 21:47 UTC, B4 T4096 H64, FlashKDA's options) counted 35%
+    /// of the intra kernel's L2 sectors as excess, from 4-byte stores that fill a sector each in parts; the pair
+    /// stores of W and U are half of those.
+    pub enum IntraWuStores: str {
+        /// 16-byte stores (fragments regrouped across a quad) on the plain variants (precomputed gates, no
+        /// in-kernel norms or beta sigmoid); 4-byte pair stores with the in-kernel options, where the regrouping's
+        /// temporaries spilled under the 80-register cap when they were measured (2026-12-04).
+        Auto = "auto",
+        /// 16-byte stores on every variant (no spill at FlashKDA's options with ptxas 13.0, 2026-12-07).
+        Wide = "wide",
+    }
+}
+
 knob_set! {
     /// The knobs of `kda`, read from a record by [`KdaKnobs::from_knobs`] and resolved for a problem by
     /// [`Launch::resolve`]. `absent` is what a record written before the knob existed means.
@@ -458,13 +476,21 @@ knob_set! {
             default: MmaAddressing::Load,
             absent: MmaAddressing::Load,
         },
+        /// `IWU` (accepted, not an axis; default and absent: `auto`): see [`IntraWuStores`].
+        wu_stores: IntraWuStores = "IWU" => {
+            accepts: "intra kernel's stores of W and U: auto (absent) 16-byte stores on the plain variants, 4-byte \
+             pairs with the in-kernel gate, norm or beta options; wide 16-byte stores on every variant"
+                [IntraWuStores::Auto, IntraWuStores::Wide],
+            default: IntraWuStores::Auto,
+            absent: IntraWuStores::Auto,
+        },
         /// `SLOAD` (accepted, not an axis; default `auto`; absent: `cp`, see [`SLOAD_KNOB`]).
         state_loads: StateLoads = SLOAD_KNOB => {
             accepts: "state-pass chunk loads: cp (absent) every block copies its operands by cp.async; tma the value blocks \
              of a pair form a cluster and W, Qbar, Kbar and gamma are copied once for it by TMA multicast (needs STAGES 2 \
              or 3 with SYNC=2, SGRID=vb, USTATE=0, K a multiple of 64); auto (the default) tma where a pair has two value \
-             blocks and the pass allows it, else cp"
-                [StateLoads::Cp, StateLoads::Tma, StateLoads::Auto],
+             blocks and the pass allows it, else cp; tmau as tma, and each block's U by a TMA box of its own (BV=64)"
+                [StateLoads::Cp, StateLoads::Tma, StateLoads::Auto, StateLoads::TmaU],
             default: StateLoads::Auto,
             absent: StateLoads::Cp,
         },
@@ -547,8 +573,12 @@ pub struct Launch {
     pub solo: bool,
     /// The state pass's K-wide chunk operands by TMA multicast in clusters of value blocks (knob `SLOAD=tma`).
     pub tma_loads: bool,
+    /// With `tma_loads`, each block's U by a TMA box of its own (knob `SLOAD=tmau`).
+    pub u_tma: bool,
     /// The intra kernel's `mma.sync` loads addressed from per-thread origins (knob `MADDR=origin`).
     pub mma_origins: bool,
+    /// The intra kernel's W and U by 16-byte stores also with the in-kernel options (knob `IWU=wide`).
+    pub wide_wu: bool,
 }
 
 /// `TSPLIT=0`: the parts along time for a problem. The overlap pays where the state pass is the long pole, i.e.
@@ -636,7 +666,7 @@ impl Launch {
                 "USTATE=1 needs CHUNK=32 or 64 (at chunk 16 there is no lower block of L to pass)".into(),
             ));
         }
-        let StatePass { bv, w2, stages, two_bars, tma_loads } = state_pass(&t, pb, chunk, u_state, &invalid)?;
+        let StatePass { bv, w2, stages, two_bars, tma_loads, u_tma } = state_pass(&t, pb, chunk, u_state, &invalid)?;
         // Knob sets written before ARENA, XDIAG, EX2, ODIAG, SYNC, GSWZ, TSPLIT or SGRID existed read as the
         // separate buffers, the hierarchy, exp2f, the level pass, four barriers, pairs, one part and vb (the
         // `absent` values of [`KdaKnobs`]).
@@ -705,7 +735,9 @@ impl Launch {
             solve_early: t.solve == IntraSolve::Early && !u_state,
             solo: t.replicas == IntraReplicas::Idle,
             tma_loads,
+            u_tma,
             mma_origins: t.mma_addr == MmaAddressing::Origin,
+            wide_wu: t.wu_stores == IntraWuStores::Wide,
         })
     }
 }
@@ -717,6 +749,7 @@ struct StatePass {
     stages: u32,
     two_bars: bool,
     tma_loads: bool,
+    u_tma: bool,
 }
 
 /// [`Launch::resolve`]'s state-pass half: `BV`, `W2`, `STAGES` (0 = automatic), `SYNC` and `SLOAD` for a chunk
@@ -767,7 +800,9 @@ fn state_pass(
     // (`auto`: the clusters of two value blocks; `tma_loads` falls back to `cp` below where the pass does not
     // allow them.)
     let tma_auto = t.state_loads == StateLoads::Auto;
-    let mut tma_loads = t.state_loads == StateLoads::Tma || (tma_auto && pb.dv == 2 * bv as usize);
+    let u_tma = t.state_loads == StateLoads::TmaU;
+    let mut tma_loads =
+        matches!(t.state_loads, StateLoads::Tma | StateLoads::TmaU) || (tma_auto && pb.dv == 2 * bv as usize);
     let shared_of = |tma_loads: bool, s: u32| {
         if tma_loads {
             state_tma::state_shared_bytes_tma(pb.dk as u32, chunk, bv, s)
@@ -820,7 +855,10 @@ fn state_pass(
         };
         match why {
             Some(_) if tma_auto => tma_loads = false,
-            Some(why) => return Err(invalid(format!("SLOAD=tma: {why}"))),
+            Some(why) => {
+                let word = if u_tma { "tmau" } else { "tma" };
+                return Err(invalid(format!("SLOAD={word}: {why}")));
+            }
             None => {}
         }
         if !tma_loads && auto_stages {
@@ -836,7 +874,10 @@ fn state_pass(
             shared_of(tma_loads, stages)
         )));
     }
-    Ok(StatePass { bv, w2, stages, two_bars, tma_loads })
+    if u_tma && bv != 64 {
+        return Err(invalid(format!("SLOAD=tmau: U's TMA box is 64 columns of 16 bits, so BV must be 64 (got {bv})")));
+    }
+    Ok(StatePass { bv, w2, stages, two_bars, tma_loads, u_tma })
 }
 
 #[cfg(test)]

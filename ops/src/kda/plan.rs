@@ -33,6 +33,7 @@ pub fn chunk_kernels(pb: &KdaProblem, l: &Launch) -> Result<(Kernel, Kernel), Op
                 solve_early: l.solve_early,
                 solo: l.solo,
                 mma_origins: l.mma_origins,
+                wide_wu: l.wide_wu,
             },
         )?,
         state_kernel(&spec, l)?,
@@ -51,7 +52,7 @@ pub fn state_kernel(spec: &KdaSpec, l: &Launch) -> Result<Kernel, OpError> {
         order: l.state_grid,
         u_state: l.u_state,
     };
-    if l.tma_loads { state_tma::build_state_tma(spec, variant) } else { state::build_state_in(spec, variant) }
+    if l.tma_loads { state_tma::build_state_tma(spec, variant, l.u_tma) } else { state::build_state_in(spec, variant) }
 }
 
 /// The scratch between the kernels for `m` chunks (buffer names end in `tag`), in the kernels' argument order:

@@ -70,6 +70,10 @@ pub struct KdaSpec {
 }
 
 impl KdaSpec {
+    /// No in-kernel option: precomputed gates, no L2 norms, no beta sigmoid.
+    pub fn plain(&self) -> bool {
+        self.gate == GateForm::Pre && !self.l2norm && !self.beta_sigmoid
+    }
     /// The variant part of kernel names.
     pub fn tag(&self) -> String {
         format!(

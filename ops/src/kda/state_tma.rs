@@ -8,7 +8,9 @@
 //! copied once for the cluster: box `i` of the chunk by the CTA of rank `i % (V / BV)`, multicast into every CTA of
 //! the cluster, completing on each CTA's `full` barrier of the ring slot. So the L2 -> SM bytes of those operands drop
 //! by `V / BV` (4 at BV = 32, V = 128); U (the block's own columns of `[W | U]`) and P (C x C, 64-byte rows, which the
-//! 128-byte swizzle cannot take) stay on `cp.async`, one commit group a chunk, as before.
+//! 128-byte swizzle cannot take) stay on `cp.async`, one commit group a chunk, as before. With `SLOAD=tmau` (BV = 64:
+//! U's C x 64 columns are one box) each block copies its U by a TMA box of its own onto the same `full` barrier, and
+//! only P is left to `cp.async`.
 //!
 //! The K-wide operands sit in K/64 tiles of C x 64 per ring slot, so the state is K/64 register tiles of 64 x BV
 //! (`S_h`, rows `64h..64h+64`): `W S = sum_h W_h S_h` and `Qbar S` likewise (the halves in K order, as the one product
@@ -101,8 +103,10 @@ struct Pass {
     hvi: Expr,
     v0: Expr,
     ring: StageRing,
-    /// Bytes each CTA's full barrier receives a chunk (every box lands in every CTA).
+    /// Bytes each CTA's full barrier receives a chunk (every box lands in every CTA, and its own U box).
     tx: u32,
+    /// U by a TMA box of the block's own (`SLOAD=tmau`), else by `cp.async`.
+    u_tma: bool,
     o_vec: u32,
 }
 
@@ -114,7 +118,7 @@ struct Edges {
 }
 
 impl Pass {
-    fn declare(b: &mut KernelBuilder, spec: &KdaSpec, variant: &StateVariant) -> (Pass, Edges) {
+    fn declare(b: &mut KernelBuilder, spec: &KdaSpec, variant: &StateVariant, u_tma: bool) -> (Pass, Edges) {
         let StateVariant { chunk: c, bv, warps, op_dt, stages, .. } = *variant;
         let (dk, dv) = (spec.dk, spec.dv);
         let (kk, vv, cc, bvv) = (dk as i64, dv as i64, c as i64, bv as i64);
@@ -130,12 +134,14 @@ impl Pass {
             b.cluster([n, 1, 1]);
         }
 
-        // The TMA destinations first (their tiles on 1 KB), then the cp.async buffers.
+        // The TMA destinations first (their tiles on 1 KB), then the cp.async buffers. (U is one of the former
+        // with `SLOAD=tmau`: before gamma, whose 4 * K bytes a slot would leave it off the 1 KB grid.)
         let sw = b.shared("sW", op_dt, c, BOX_COLS, stages * nh, Swizzle::Xor16B);
         let sqb = b.shared("sQb", op_dt, c, BOX_COLS, stages * nh, Swizzle::Xor16B);
         let skb = b.shared("sKb", op_dt, c, BOX_COLS, stages * nh, Swizzle::Xor16B);
+        let su_first = u_tma.then(|| b.shared("sU", op_dt, c, bv, stages, Swizzle::Xor16B));
         let sgam = b.shared("sGam", DType::F32, 1, dk, stages, Swizzle::None);
-        let su = b.shared("sU", op_dt, c, bv, stages, Swizzle::Xor16B);
+        let su = su_first.unwrap_or_else(|| b.shared("sU", op_dt, c, bv, stages, Swizzle::Xor16B));
         let sp = b.shared("sP", op_dt, c, c, stages, Swizzle::Xor16B);
         let ss = b.shared("sS", op_dt, dk, bv, 1, Swizzle::Xor16B);
         let svt = b.shared("sVt", op_dt, c, bv, 1, Swizzle::Xor16B);
@@ -203,7 +209,8 @@ impl Pass {
             hvi,
             v0,
             ring: StageRing::new(stages, true),
-            tx: 3 * nh * c * BOX_COLS * op_dt.bits() / 8 + 4 * dk,
+            tx: 3 * nh * c * BOX_COLS * op_dt.bits() / 8 + 4 * dk + if u_tma { c * bv * op_dt.bits() / 8 } else { 0 },
+            u_tma,
             // o's stores as the cp.async pass makes them (8-byte regrouped pairs at chunk 32, pairs at 64).
             o_vec: if c == 32 { 8 } else { 2 },
         };
@@ -221,7 +228,8 @@ impl Pass {
 
     /// The loads of chunk `ch` (use `u` of the ring, slot `sl`, `rows` long): thread 0 waits for the slot's release
     /// by the whole cluster, announces the chunk's bytes and copies its share of the boxes (box `i` by rank `i % n`:
-    /// the K-wide operands' 64-column boxes, then gamma); every thread copies U and P.
+    /// the K-wide operands' 64-column boxes, then gamma) and, with `SLOAD=tmau`, its block's U box; every thread
+    /// copies P, and U without `tmau`.
     fn issue(&self, b: &mut KernelBuilder, ch: Expr, u: Expr, sl: Expr, rows: Expr) {
         let (n, nh, full) = (self.n, self.nh, self.full);
         b.mbar_wait_elected(self.empty, sl.clone(), self.ring.empty_parity(u));
@@ -253,12 +261,20 @@ impl Pass {
             });
         }
         let (kk, vv, cc) = (self.kk, self.vv, self.cc);
-        let slot = b.let_("slot", self.slot_of(&ch));
         let d = b.slot(self.su, sl.clone());
-        b.copy_async(
-            d,
-            view(self.wu, &slot * (cc * (kk + vv)) + kk + self.v0.clone(), kk + vv, rows.clone(), self.bvv, 8),
-        );
+        if self.u_tma {
+            // Columns K + v0.. of `[W | U]`: all C rows (a short chunk's rows past its length are masked where Vt is
+            // formed, by a select, so what the scratch holds there never reaches a product).
+            let coords = vec![self.v0.clone() + kk, Expr::Int(0), ch.clone(), self.hvi.clone()];
+            b.tma_load(self.maps[0].0, d.clone(), coords, self.full, sl.clone());
+        }
+        let slot = b.let_("slot", self.slot_of(&ch));
+        if !self.u_tma {
+            b.copy_async(
+                d,
+                view(self.wu, &slot * (cc * (kk + vv)) + kk + self.v0.clone(), kk + vv, rows.clone(), self.bvv, 8),
+            );
+        }
         let d = b.slot(self.sp, sl);
         b.copy_async(d, view(self.pm, &slot * (cc * cc), cc, rows, cc, 8));
     }
@@ -346,19 +362,22 @@ impl Pass {
 
 /// Build the `SLOAD=tma` state pass of `variant` (see the module docs): `stages` 2 or 3, two barriers a chunk
 /// (`SYNC=2`), grid `(V / BV, N, HV)` (`SGRID=vb`) in clusters of `V / BV` along x, U from the intra kernel
-/// (`USTATE=0`). Its kernel name is the `SLOAD=cp` variant's with `_mc`.
-pub fn build_state_tma(spec: &KdaSpec, variant: StateVariant) -> Result<Kernel, OpError> {
+/// (`USTATE=0`); `u_tma` (`SLOAD=tmau`, BV = 64) copies each block's U by a TMA box of its own. Its kernel name is
+/// the `SLOAD=cp` variant's with `_mc` (`_mcu` with `u_tma`).
+pub fn build_state_tma(spec: &KdaSpec, variant: StateVariant, u_tma: bool) -> Result<Kernel, OpError> {
     let StateVariant { bv, warps, stages, two_bars, order, u_state, .. } = variant;
     let why = if !two_bars || order != StateGrid::ValueBlocks || u_state {
         Some(format!("SYNC=2, SGRID=vb and USTATE=0 only, got {variant:?}"))
     } else {
         tma_unsupported(spec.dk as usize, spec.dv as usize, bv, stages)
     };
+    let why = why.or_else(|| (u_tma && bv != BOX_COLS).then(|| format!("SLOAD=tmau needs BV={BOX_COLS}, got {bv}")));
     if let Some(why) = why {
         return Err(OpError::Internal(format!("kda state pass SLOAD=tma: {why}")));
     }
-    let mut b = KernelBuilder::new(&format!("{}_mc", variant.name(spec)), 32 * warps);
-    let (p, e) = Pass::declare(&mut b, spec, &variant);
+    let name = format!("{}_mc{}", variant.name(spec), if u_tma { "u" } else { "" });
+    let mut b = KernelBuilder::new(&name, 32 * warps);
+    let (p, e) = Pass::declare(&mut b, spec, &variant, u_tma);
     let (kk, vv) = (p.kk, p.vv);
     let seq = b.let_("seq", Expr::block_idx(1));
     let c0 = b.let_("c0", Expr::load(e.stab, &seq * 2i64));

@@ -149,6 +149,9 @@ pub struct IntraOpts {
     pub solo: bool,
     /// (`MADDR=origin`) The `mma.sync` loads addressed from per-thread origins ([`Kernel::mma_origins`]).
     pub mma_origins: bool,
+    /// (`IWU=wide`) W and U to the scratch by 16-byte stores (fragments regrouped across a quad) also where the
+    /// in-kernel gate, norm or beta options run; the plain variants always store so.
+    pub wide_wu: bool,
 }
 
 impl IntraOpts {
@@ -168,6 +171,7 @@ impl IntraOpts {
         let rows_gate = o.rows_gate && rows_qk;
         let solve_wide = o.solve_wide && !o.u_state;
         let solve_early = o.solve_early && solve_wide && slim && spec.safe;
+        let wide_wu = o.wide_wu && !spec.plain();
         IntraOpts {
             xdiag,
             midoff,
@@ -181,6 +185,7 @@ impl IntraOpts {
             r_rows,
             solve_wide,
             solve_early,
+            wide_wu,
             ..o
         }
     }
@@ -207,6 +212,7 @@ impl IntraOpts {
             (self.solve_wide, "_sw"),
             (self.solve_early, "_se"),
             (self.solo, "_so"),
+            (self.wide_wu, "_ww"),
         ];
         flags.iter().filter(|f| f.0).map(|f| f.1).collect()
     }
@@ -351,6 +357,8 @@ struct Intra {
     r_rows: bool,
     solve_wide: bool,
     solve_early: bool,
+    /// W and U by 16-byte stores (`IWU=wide`, or a plain variant).
+    wide_wu: bool,
     /// The first thread of the forward substitution: 0, or (`ISOLVE=1` with `IREPL=1`) the last C threads where
     /// their warps own neither a diagonal tile nor a band of the [C, C] totals (idle replicas), so the solve runs
     /// beside the off-diagonal products instead of after them on warp 0.
@@ -507,9 +515,7 @@ impl Intra {
         let (vnq, vnk) = if spec.l2norm { (Some(b.vec("nq", c, cg)), Some(b.vec("nk", c, cg))) } else { (None, None) };
         let (ag, dg) = (grid(c, c, warps, 16), [nt, 1]);
         let (tot_p, tot_l) = (b.tile("totP", DType::F32, c, c, ag), b.tile("totL", DType::F32, c, c, ag));
-        let dp = b.tile("dP", DType::F32, c, 16, dg);
-        let dl = b.tile("dL", DType::F32, c, 16, dg);
-        let dself = b.tile("dSelf", DType::F32, c, 16, dg);
+        let [dp, dl, dself] = ["dP", "dL", "dSelf"].map(|n| b.tile(n, DType::F32, c, 16, dg));
         if resolved.solo {
             [tot_p, tot_l, dp, dl, dself].into_iter().for_each(|t| b.solo(t));
         }
@@ -557,6 +563,7 @@ impl Intra {
                 r_rows,
                 solve_wide,
                 solve_early,
+                wide_wu: resolved.wide_wu,
                 solve_t0,
                 kk,
                 vv,

@@ -641,9 +641,9 @@ impl Intra {
         // ms with them vs 1.608 with pair stores, T65536 H32 4.483 vs 4.633, in both calls against FLA chunk_kda
         // 2.42 / 6.89-6.90 ms in the same call. Under the 80-register cap their temporaries cost ptxas 8-16 spilled
         // bytes with GSWZ=pairs (see `kda_compile.rs`), which those timings include. With the in-kernel gate, norm and
-        // beta options the spill would reach 36 bytes: pair stores there.
-        let plain = spec.gate == GateForm::Pre && !spec.l2norm && !spec.beta_sigmoid;
-        let wu_vec = if plain { 8 } else { 2 };
+        // beta options the spill would reach 36 bytes: pair stores there, unless `IWU=wide` (no spill at
+        // FlashKDA's options with ptxas 13.0, 2026-12-07).
+        let wu_vec = if spec.plain() || self.wide_wu { 8 } else { 2 };
         // 5b. Block substitution, row tile by row tile.
         let xw = |b: &KernelBuilder, rows: u32| b.window(sxw, 0i64, 0, 0, rows, dk);
         for i in 0..nt {
