@@ -120,6 +120,9 @@ impl<'a> Types<'a> {
                 | Stmt::Producer { body }
                 | Stmt::InTurn { body }
                 | Stmt::FirstWarpgroups { body, .. } => self.stmts(body)?,
+                Stmt::PrefetchL2 { index, .. } => {
+                    self.ty(index)?;
+                }
                 Stmt::StoreScalar { tensor, index, value } => {
                     self.ty(index)?;
                     let vt = self.ty(value)?;
