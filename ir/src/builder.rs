@@ -500,10 +500,6 @@ impl KernelBuilder {
     pub fn store_scalar(&mut self, tensor: TensorId, index: impl Into<Expr>, value: impl Into<Expr>) {
         self.push(Stmt::StoreScalar { tensor, index: index.into(), value: value.into() });
     }
-    /// Threads regions: prefetch the line of `tensor[index]` into L2 (see [`Stmt::PrefetchL2`]).
-    pub fn prefetch_l2(&mut self, tensor: TensorId, index: impl Into<Expr>) {
-        self.push(Stmt::PrefetchL2 { tensor, index: index.into() });
-    }
     /// Threads regions: element (row, col) of tile `index` of a shared buffer `= value`.
     pub fn shared_store(
         &mut self,

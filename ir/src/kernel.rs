@@ -486,10 +486,6 @@ pub enum Stmt {
     /// Threads regions only: `tensor[index] = value` (flat element index; the value converts to the tensor's
     /// dtype: floats round to nearest even, E4M3 saturates, ints wrap).
     StoreScalar { tensor: TensorId, index: Expr, value: Expr },
-    /// Threads regions only: a hint that brings the 128-byte line holding element `index` of `tensor` toward the L2
-    /// cache (`prefetch.global.L2`), for a load that comes later (this block's or another's); it changes no value.
-    /// `index` is inside the tensor (the CPU backends check it, a typed error, as for a load). Any tensor.
-    PrefetchL2 { tensor: TensorId, index: Expr },
     /// Threads regions only: element (row, col) of tile `index` of a shared buffer `= value` (converted to the
     /// buffer's dtype as by `StoreScalar`).
     SharedStore { buf: SharedId, index: Expr, row: Expr, col: Expr, value: Expr },
@@ -888,7 +884,6 @@ impl Stmt {
             Stmt::DequantFp4 { .. } | Stmt::DequantFp4Stream { .. } | Stmt::Fp4Gemv(_) => StmtFamily::Mx,
             Stmt::Threads { .. }
             | Stmt::StoreScalar { .. }
-            | Stmt::PrefetchL2 { .. }
             | Stmt::SharedStore { .. }
             | Stmt::Atomic { .. }
             | Stmt::LetArray { .. }

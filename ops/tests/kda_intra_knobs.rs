@@ -346,34 +346,3 @@ fn wide_wu_stores_are_bit_identical() {
     }
     assert!(changed >= 3, "only {changed} cases had pair stores to widen");
 }
-
-/// `IPF=1` (each block prefetches into L2 the rows of the block `PREFETCH_AHEAD` places later in launch order): a
-/// hint, so the same bits as without it on the interpreter and the JIT, both of which check that every prefetched
-/// element is inside its tensor. The first problem has more blocks than `PREFETCH_AHEAD` (two value heads of GVA
-/// over 205 chunks of two sequences, the second ending in a partial chunk), so its early blocks prefetch for later
-/// ones, up to the last partial chunk; the small cases have none to prefetch for. Name `_pf`; the state pass does
-/// not change.
-#[test]
-fn l2_prefetch_is_bit_identical() {
-    let s = seed();
-    let big: Vec<(&str, i64)> = [("N", 2i64), ("L0", 3200), ("L1", 3333), ("H", 1), ("HV", 2), ("K", 32), ("V", 32)]
-        .into_iter()
-        .chain([("safe", 1), ("gate", 3), ("bias", 1), ("gbf16", 1), ("l2norm", 1), ("bsig", 1), ("h0", 1)])
-        .collect();
-    let pb = problem(&big);
-    assert!(pb.spec().dk == 32 && 2 * (100 + 105) > kda::intra::PREFETCH_AHEAD as usize, "the big case prefetches");
-    // (With the other cases' exact path, extreme gates and chunk 64: they have no later block to prefetch for.)
-    let all = std::iter::once((big, 32)).chain(cases().into_iter().skip(2));
-    for (i, (dims, chunk)) in all.enumerate() {
-        let pb = problem(&dims);
-        let d = KdaData::generate(&pb, s ^ (0x1f0 + i as u64));
-        let base = kda::default_knobs().with("CHUNK", chunk);
-        let pf = base.clone().with("IPF", 1i64);
-        let [k0, k1] = [&base, &pf].map(|k| kda::chunk_kernels(&pb, &Launch::resolve(k, &pb).unwrap()).unwrap());
-        assert_eq!(k0.1, k1.1, "{dims:?}: the state pass does not change");
-        assert_eq!(k1.0.name, format!("{}_pf", k0.0.name), "{dims:?}");
-        let (a, b) = (checked(&pb, &d, &base, s), checked(&pb, &d, &pf, s));
-        same_bits(&b[0], &b[1], &format!("{dims:?} IPF=1 interpreter vs JIT"));
-        same_bits(&a[0], &b[0], &format!("{dims:?} IPF=1 vs without"));
-    }
-}

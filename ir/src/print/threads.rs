@@ -69,9 +69,6 @@ pub(super) fn thread_stmt(k: &Kernel, st: &Stmt, depth: usize, pad: &str, s: &mu
         Stmt::WarpShuffle { var, op, value } => {
             let _ = writeln!(s, "{pad}let {} = warp_{}({})", expr(k, &Expr::Var(*var)), op.name(), expr(k, value));
         }
-        Stmt::PrefetchL2 { tensor, index } => {
-            let _ = writeln!(s, "{pad}prefetch_l2 {}[{}]", tensor_name(k, tensor.0), expr(k, index));
-        }
         Stmt::WarpSync => {
             let _ = writeln!(s, "{pad}syncwarp");
         }

@@ -1,10 +1,9 @@
 #!/bin/bash
 # Device call, carry [".dev/bin", ".dev/peers", ".dev/whl"]: .dev/bin/k3k = release build of this checkout (kda knobs
 # IWU=wide and SLOAD=tmau added, defaults unchanged).
-# (1) kda A/B at FlashKDA's options, interleaved D W U P PW PWU, then D P PWU, each kernel also timed alone
-#     (K3K_BENCH_STEPS=1): D = defaults, W = IWU=wide (W and U by 16-byte stores), U = SLOAD=tmau (the state
-#     pass's U by TMA; the BV=64 presets only), P = IPF=1 (the intra kernel's L2 prefetch of a later block's rows),
-#     and their combinations. Every row is checked against f64 by k3k bench.
+# (1) kda A/B at FlashKDA's options, interleaved D W U WU D W U WU, each kernel also timed alone (K3K_BENCH_STEPS=1):
+#     D = defaults, W = IWU=wide (W and U by 16-byte stores), U = SLOAD=tmau (the state pass's U by TMA; the BV=64
+#     presets only), WU = both. Every row is checked against f64 by k3k bench.
 # (2) On an H200 with the time left: issue 42's report at the current defaults (FLA=0) -> kda.tgz.
 set -u
 T0=$(date +%s); BUDGET=${BUDGET_S:-575}; left() { echo $(( BUDGET - ($(date +%s) - T0) )); }
@@ -16,13 +15,12 @@ GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1); log "$GPU $(
 S="K128 safe lbsigab gbf16 l2 bsig h0"
 P64="B4 T4096 H64 $S;varlen 8x1024 H96 $S;varlen [1300,547,2048,963,271,3063] H96 $S"
 P32="B1 T8192 H96 $S;B1 T65536 H32 $S;B1 T8192 H64 $S"
-declare -A KN=([D]="SLOAD=auto" [W]="IWU=wide" [U]="SLOAD=tmau" [P]="IPF=1" [PW]="IPF=1,IWU=wide" [PWU]="IPF=1,IWU=wide,SLOAD=tmau")
-RESERVE=0
+declare -A KN=([D]="SLOAD=auto" [W]="IWU=wide" [U]="SLOAD=tmau" [WU]="IWU=wide,SLOAD=tmau")
+RESERVE=0; echo "$GPU" | grep -q H200 && RESERVE=230
 for round in 1 2; do
-  SETS="D W U P PW PWU"; [ $round = 2 ] && SETS="D P PWU"
-  for s in $SETS; do
+  for s in D W U WU; do
     [ $(( $(left) - RESERVE )) -lt 45 ] && { log "$s r$round: skipped ($(left)s left)"; continue; }
-    P="$P64"; case $s in *U) ;; *) P="$P64;$P32";; esac
+    P="$P64"; { [ $s = D ] || [ $s = W ]; } && P="$P64;$P32"
     K3K_BENCH_STEPS=1 timeout $(( $(left) - RESERVE - 5 )) $B bench --op kda --window-ms 100 --knobs "${KN[$s]}" --preset "$P" \
       --out /tmp/ab-$s > $OUT/ab/$s-r$round.txt 2>&1
     log "$s r$round rc=$?"

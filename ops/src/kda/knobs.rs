@@ -484,14 +484,6 @@ knob_set! {
             default: IntraWuStores::Auto,
             absent: IntraWuStores::Auto,
         },
-        /// `IPF` (accepted, not an axis; default and absent: 0): see [`intra::PREFETCH_AHEAD`].
-        prefetch: u32 = "IPF" => {
-            accepts: "intra kernel: 1 each block prefetches into L2 the q, k, v and g rows of the block about one \
-             residency later in launch order (a hint; the same bits), 0 (absent) none"
-                [0, 1],
-            default: 0,
-            absent: 0,
-        },
         /// `SLOAD` (accepted, not an axis; default `auto`; absent: `cp`, see [`SLOAD_KNOB`]).
         state_loads: StateLoads = SLOAD_KNOB => {
             accepts: "state-pass chunk loads: cp (absent) every block copies its operands by cp.async; tma the value blocks \
@@ -587,8 +579,6 @@ pub struct Launch {
     pub mma_origins: bool,
     /// The intra kernel's W and U by 16-byte stores also with the in-kernel options (knob `IWU=wide`).
     pub wide_wu: bool,
-    /// The intra kernel's L2 prefetch of a later block's rows (knob `IPF=1`).
-    pub prefetch: bool,
 }
 
 /// `TSPLIT=0`: the parts along time for a problem. The overlap pays where the state pass is the long pole, i.e.
@@ -748,7 +738,6 @@ impl Launch {
             u_tma,
             mma_origins: t.mma_addr == MmaAddressing::Origin,
             wide_wu: t.wu_stores == IntraWuStores::Wide,
-            prefetch: t.prefetch == 1,
         })
     }
 }

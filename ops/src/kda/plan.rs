@@ -34,7 +34,6 @@ pub fn chunk_kernels(pb: &KdaProblem, l: &Launch) -> Result<(Kernel, Kernel), Op
                 solo: l.solo,
                 mma_origins: l.mma_origins,
                 wide_wu: l.wide_wu,
-                prefetch: l.prefetch,
             },
         )?,
         state_kernel(&spec, l)?,

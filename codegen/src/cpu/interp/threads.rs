@@ -28,10 +28,6 @@ impl<'a> Block<'a> {
                     other => t.set_i64(i, other.i()),
                 }
             }
-            Stmt::PrefetchL2 { tensor, index } => {
-                let i = self.int(index, tensors)?;
-                self.global_index("L2 prefetch", *tensor, i, tensors)?;
-            }
             Stmt::SharedStore { buf, index, row, col, value } => {
                 let (index, row, col) = (self.int(index, tensors)?, self.int(row, tensors)?, self.int(col, tensors)?);
                 let i = self.shared_element("store", *buf, index, row, col)?;

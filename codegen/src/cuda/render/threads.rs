@@ -27,14 +27,6 @@ impl<'a> Renderer<'a> {
                 );
                 self.line(&line);
             }
-            Stmt::PrefetchL2 { tensor, index } => {
-                let line = format!(
-                    "asm volatile(\"prefetch.global.L2 [%0];\" :: \"l\"({} + ({})));",
-                    tensor_arg(k, *tensor),
-                    self.e(index, Ctx::Scalar)
-                );
-                self.line(&line);
-            }
             Stmt::SharedStore { buf, index, row, col, value } => {
                 let line = format!(
                     "k3k::st_elem({}, {});",

@@ -46,7 +46,6 @@ impl<'a> Checker<'a> {
             Stmt::InTurn { .. } => ("in_turn", BlockOnly),
             Stmt::FirstWarpgroups { .. } => ("first_warpgroups", BlockOnly),
             Stmt::StoreScalar { .. } => ("store_scalar", RegionOnly),
-            Stmt::PrefetchL2 { .. } => ("prefetch_l2", RegionOnly),
             Stmt::SharedStore { .. } => ("shared_store", RegionOnly),
             Stmt::Atomic { .. } => ("atomic", RegionOnly),
             Stmt::LetArray { .. } => ("let_array", RegionOnly),

@@ -60,10 +60,6 @@ impl<'a> Checker<'a> {
                 self.scalar(index, ScalarTy::Int, "store index")?;
                 self.scalar(value, want, "stored value")?;
             }
-            Stmt::PrefetchL2 { tensor, index } => {
-                self.tensor(*tensor)?;
-                self.scalar(index, ScalarTy::Int, "prefetch index")?;
-            }
             Stmt::SharedStore { buf, index, row, col, value } => {
                 let d = self.shared(*buf)?;
                 let want = self.scalar_storage(d.dtype, &format!("shared `{}`", d.name))?;

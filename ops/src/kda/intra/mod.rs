@@ -62,10 +62,7 @@ use crate::OpError;
 use k3k_ir::*;
 
 mod phases;
-mod prefetch;
 mod rows;
-
-pub use prefetch::PREFETCH_AHEAD;
 
 /// log2(e).
 pub const LOG2E: f64 = std::f64::consts::LOG2_E;
@@ -155,9 +152,6 @@ pub struct IntraOpts {
     /// (`IWU=wide`) W and U to the scratch by 16-byte stores (fragments regrouped across a quad) also where the
     /// in-kernel gate, norm or beta options run; the plain variants always store so.
     pub wide_wu: bool,
-    /// (`IPF=1`) Each block prefetches into L2 the q, k, v and g rows of the block [`PREFETCH_AHEAD`] places after
-    /// it in launch order (see [`Intra::prefetch_ahead`]).
-    pub prefetch: bool,
 }
 
 impl IntraOpts {
@@ -219,7 +213,6 @@ impl IntraOpts {
             (self.solve_early, "_se"),
             (self.solo, "_so"),
             (self.wide_wu, "_ww"),
-            (self.prefetch, "_pf"),
         ];
         flags.iter().filter(|f| f.0).map(|f| f.1).collect()
     }
@@ -366,8 +359,6 @@ struct Intra {
     solve_early: bool,
     /// W and U by 16-byte stores (`IWU=wide`, or a plain variant).
     wide_wu: bool,
-    /// (`IPF=1`) The chunk table and the chunk count, for the prefetch of a later block's rows.
-    prefetch: Option<(TensorId, Expr)>,
     /// The first thread of the forward substitution: 0, or (`ISOLVE=1` with `IREPL=1`) the last C threads where
     /// their warps own neither a diagonal tile nor a band of the [C, C] totals (idle replicas), so the solve runs
     /// beside the off-diagonal products instead of after them on warp 0.
@@ -530,11 +521,13 @@ impl Intra {
         }
         let solve_t0 = solve_first_thread(&resolved, c, warps);
         let (wg, ug) = (grid(16, dk, warps, 16), grid(16, dv, warps, 16));
-        let (acc_w, acc_u) = (b.tile("accW", DType::F32, 16, dk, wg), b.tile("accU", DType::F32, 16, dv, ug));
+        let acc_w = b.tile("accW", DType::F32, 16, dk, wg);
+        let acc_u = b.tile("accU", DType::F32, 16, dv, ug);
         let tk16 = b.tile("tK16", DType::F32, 16, dk, wg);
         let tg16 = b.tile("tG16", DType::F32, 16, dk, wg);
         let tv16 = b.tile("tV16", DType::F32, 16, dv, ug);
-        let [vbw, vbu] = [("betaW", wg), ("betaU", ug)].map(|(n, g)| b.vec(n, 16, g));
+        let vbw = b.vec("betaW", 16, wg);
+        let vbu = b.vec("betaU", 16, ug);
         let vnk16 = spec.l2norm.then(|| b.vec("nk16", 16, wg));
 
         // Block coordinates.
@@ -571,7 +564,6 @@ impl Intra {
                 solve_wide,
                 solve_early,
                 wide_wu: resolved.wide_wu,
-                prefetch: o.prefetch.then_some((ctab, nch)),
                 solve_t0,
                 kk,
                 vv,

@@ -71,7 +71,6 @@ impl Intra {
                 // (Ordered before the check by the scan's barriers.)
                 b.if_(t.eq(0i64), |b| b.shared_store(sx, 0i64, 0i64, 0i64, 0.0));
             }
-            self.prefetch_ahead(b, &t);
         });
         // (`IMAP=gate`: the row pass below loads g and the bias itself.)
         if !self.rows_gate {

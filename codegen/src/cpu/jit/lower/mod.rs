@@ -49,16 +49,8 @@ enum Fail {
     Misaligned = 7,
 }
 
-const WHAT: [&str; 8] = [
-    "scalar load",
-    "scalar store",
-    "atomic",
-    "wide load",
-    "wide store",
-    "wide shared load",
-    "wide shared store",
-    "L2 prefetch",
-];
+const WHAT: [&str; 7] =
+    ["scalar load", "scalar store", "atomic", "wide load", "wide store", "wide shared load", "wide shared store"];
 const SHARED_WHAT: [&str; 3] = ["load", "store", "atomic"];
 
 /// The interpreter's error for a failed block.
@@ -184,7 +176,6 @@ fn stmt_name(s: &Stmt) -> &'static str {
         Stmt::Fence => "fence",
         Stmt::GridDep(_) => "grid_dep",
         Stmt::SharedStore { .. } => "shared store",
-        Stmt::PrefetchL2 { .. } => "prefetch_l2",
         Stmt::Atomic { .. } => "atomic",
         Stmt::LetArray { .. } => "let_array",
         Stmt::ArraySet { .. } => "array_set",

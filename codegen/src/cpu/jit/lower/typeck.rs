@@ -120,9 +120,6 @@ impl<'a> Types<'a> {
                 | Stmt::Producer { body }
                 | Stmt::InTurn { body }
                 | Stmt::FirstWarpgroups { body, .. } => self.stmts(body)?,
-                Stmt::PrefetchL2 { index, .. } => {
-                    self.ty(index)?;
-                }
                 Stmt::StoreScalar { tensor, index, value } => {
                     self.ty(index)?;
                     let vt = self.ty(value)?;

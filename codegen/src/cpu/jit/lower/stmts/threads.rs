@@ -18,11 +18,6 @@ impl<'a, 'f> Lower<'a, 'f> {
                     }
                 }
             }
-            Stmt::PrefetchL2 { tensor, index } => {
-                // No effect but the interpreter's bounds check (its message: WHAT[7]).
-                let i = self.int(index)?;
-                self.check_index(*tensor, i, 7);
-            }
             Stmt::SharedStore { buf, index, row, col, value } => {
                 let a = self.shared_element(*buf, index, row, col, 1)?;
                 let (v, t) = self.expr(value)?;
