@@ -420,19 +420,20 @@ fn mma_origin_kernels_compile() {
     }
 }
 
-/// `IWU=wide`: W and U go to the scratch by 16-byte stores at the FlashKDA options too (`_ww`, no spill and no stack
-/// frame with ptxas 13.0, 2026-12-07; `auto` keeps the pair stores there); the plain variants store so under either
-/// value, so their kernel does not change.
+/// `IWU=wide` (the default): W and U go to the scratch by 16-byte stores at the FlashKDA options too (`_ww`, no spill
+/// and no stack frame with ptxas 13.0, 2026-12-07; `auto` keeps the pair stores there); the plain variants store so
+/// under either value, so their kernel does not change.
 #[test]
 fn wide_wu_store_kernels_compile() {
     let (fk, plain) = fk_and_plain();
-    let wide = kda::default_knobs().with("IWU", "wide");
+    let (wide, auto) = (kda::default_knobs(), kda::default_knobs().with("IWU", "auto"));
+    assert_eq!(wide.str("IWU").unwrap(), "wide");
     let k = chunk_kernels(&fk, &wide).0;
     assert!(k.name.ends_with("_ww"), "{}", k.name);
     let r = assembled(&k);
     assert!(!r.spills_over(0) && r.stack_frame_bytes == 0, "{}: {r:?}", k.name);
-    assert_eq!(chunk_kernels(&fk, &kda::default_knobs()).0.name, k.name.trim_end_matches("_ww"));
-    assert_eq!(chunk_kernels(&plain, &wide), chunk_kernels(&plain, &kda::default_knobs()), "plain: already wide");
+    assert_eq!(chunk_kernels(&fk, &auto).0.name, k.name.trim_end_matches("_ww"));
+    assert_eq!(chunk_kernels(&plain, &wide), chunk_kernels(&plain, &auto), "plain: already wide");
 }
 
 /// `ISOLVE=1` (the forward substitution by 16-byte rows, N stored transposed) and `IREPL=1` (the diagonal tiles and

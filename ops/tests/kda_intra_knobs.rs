@@ -330,7 +330,7 @@ fn wide_wu_stores_are_bit_identical() {
     for (i, (dims, chunk)) in cases().into_iter().enumerate() {
         let pb = problem(&dims);
         let d = KdaData::generate(&pb, s ^ (0x1e0 + i as u64));
-        let base = kda::default_knobs().with("CHUNK", chunk);
+        let base = kda::default_knobs().with("CHUNK", chunk).with("IWU", "auto");
         let wide = base.clone().with("IWU", "wide");
         let [k0, k1] = [&base, &wide].map(|k| kda::chunk_kernels(&pb, &Launch::resolve(k, &pb).unwrap()).unwrap());
         assert_eq!(k0.1, k1.1, "{dims:?}: the state pass does not change");

@@ -110,6 +110,12 @@ fn sload_tma_u_matches_reference_and_cp() {
         check_sload(dims, k, "_mcu", s ^ (0x5200 + i as u64));
     }
     let pb = problem(&cases[0].0);
+    // `auto` (the default) takes U by TMA too where the pair's two value blocks are 64 wide, and `tma` elsewhere.
+    let auto = kda::default_knobs().with("BV", 64i64).with("W2", 8i64);
+    assert!(kda::Launch::resolve(&auto, &pb).unwrap().u_tma, "auto at BV=64");
+    let k64 = problem(&varlen_mix(1, 64, 64));
+    let l = kda::Launch::resolve(&kda::default_knobs().with("BV", 32i64).with("STAGES", 2i64), &k64).unwrap();
+    assert!(l.tma_loads && !l.u_tma, "auto at BV=32: tma without U");
     match kda::Launch::resolve(&base.clone().with("BV", 32i64).with("W2", 4i64), &pb) {
         Err(OpError::InvalidKnobs { why, .. }) => assert!(why.contains("SLOAD=tmau") && why.contains("BV"), "{why}"),
         other => panic!("BV=32: {other:?}"),

@@ -35,11 +35,13 @@ knob_enum! {
         /// [`state_tma`]). Needs the two-barrier ring (`STAGES` 2 or 3, `SYNC=2`), `SGRID=vb`,
         /// `USTATE=0`, K a multiple of 64 and at most 8 value blocks a pair.
         Tma = "tma",
-        /// `tma` where a pair has two value blocks (BV = V/2) and the pass allows it, else `cp`. Measured on an H100
-        /// (2026-12-07 09:50 UTC, `lab/2026-12-07/0950-h100-kda-candidates/`, FlashKDA's options, the state pass
-        /// alone): clusters of 2 (BV=64) 0.673 -> 0.643 ms at B4 T4096 H64, 0.524 -> 0.514 at varlen 8 x 1024 H96,
-        /// 0.656 -> 0.622 at the mixed varlen batch; clusters of 4 (BV=32) 0.600 -> 1.030 at B1 T8192 H96, and
-        /// BV=32 clusters at the BV=64 presets 0.898 / 0.682.
+        /// `tma` where a pair has two value blocks (BV = V/2) and the pass allows it (`tmau` where those blocks are
+        /// 64 columns wide), else `cp`. Measured on an H100 (2026-12-07 09:50 UTC,
+        /// `lab/2026-12-07/0950-h100-kda-candidates/`, FlashKDA's options, the state pass alone): clusters of 2
+        /// (BV=64) 0.673 -> 0.643 ms at B4 T4096 H64, 0.524 -> 0.514 at varlen 8 x 1024 H96, 0.656 -> 0.622 at the
+        /// mixed varlen batch; clusters of 4 (BV=32) 0.600 -> 1.030 at B1 T8192 H96, and BV=32 clusters at the
+        /// BV=64 presets 0.898 / 0.682. U by TMA as well (`tmau`, 2026-12-07 22:22 UTC,
+        /// `lab/2026-12-07/2221-h100-kda-ab/`): 0.646 -> 0.634, 0.517 -> 0.495 and 0.622 -> 0.596 at those three.
         Auto = "auto",
         /// As `tma`, and each block's U (its C x 64 columns of `[W | U]`) by a TMA box of its own instead of
         /// `cp.async`: no per-thread copy of U a chunk. Needs BV = 64 (one 128-byte-swizzled box a row).
@@ -265,10 +267,12 @@ knob_enum! {
 }
 
 knob_enum! {
-    /// `IWU` (accepted, not an axis; default and absent: `auto`): how the intra kernel stores W and U to the
+    /// `IWU` (accepted, not an axis; default `wide`, absent `auto`): how the intra kernel stores W and U to the
     /// scratch. The ncu profile of the H100 (2026-12-07 21:47 UTC, B4 T4096 H64, FlashKDA's options) counted 35%
     /// of the intra kernel's L2 sectors as excess, from 4-byte stores that fill a sector each in parts; the pair
-    /// stores of W and U are half of those.
+    /// stores of W and U are half of those. `wide` took the intra kernel 0.746 -> 0.719 ms at B1 T8192 H96,
+    /// 1.005 -> 0.971 at B4 T4096 H64, 0.746 -> 0.720 at varlen 8 x 1024 H96 (H100, 2026-12-07 22:22 UTC,
+    /// `lab/2026-12-07/2221-h100-kda-ab/`, the same bits).
     pub enum IntraWuStores: str {
         /// 16-byte stores (fragments regrouped across a quad) on the plain variants (precomputed gates, no
         /// in-kernel norms or beta sigmoid); 4-byte pair stores with the in-kernel options, where the regrouping's
@@ -476,12 +480,12 @@ knob_set! {
             default: MmaAddressing::Load,
             absent: MmaAddressing::Load,
         },
-        /// `IWU` (accepted, not an axis; default and absent: `auto`): see [`IntraWuStores`].
+        /// `IWU` (accepted, not an axis; default `wide`, absent `auto`): see [`IntraWuStores`].
         wu_stores: IntraWuStores = "IWU" => {
             accepts: "intra kernel's stores of W and U: auto (absent) 16-byte stores on the plain variants, 4-byte \
              pairs with the in-kernel gate, norm or beta options; wide 16-byte stores on every variant"
                 [IntraWuStores::Auto, IntraWuStores::Wide],
-            default: IntraWuStores::Auto,
+            default: IntraWuStores::Wide,
             absent: IntraWuStores::Auto,
         },
         /// `SLOAD` (accepted, not an axis; default `auto`; absent: `cp`, see [`SLOAD_KNOB`]).
@@ -489,7 +493,8 @@ knob_set! {
             accepts: "state-pass chunk loads: cp (absent) every block copies its operands by cp.async; tma the value blocks \
              of a pair form a cluster and W, Qbar, Kbar and gamma are copied once for it by TMA multicast (needs STAGES 2 \
              or 3 with SYNC=2, SGRID=vb, USTATE=0, K a multiple of 64); auto (the default) tma where a pair has two value \
-             blocks and the pass allows it, else cp; tmau as tma, and each block's U by a TMA box of its own (BV=64)"
+             blocks and the pass allows it (tmau where they are 64 wide), else cp; tmau as tma, and each block's U by a \
+             TMA box of its own (BV=64)"
                 [StateLoads::Cp, StateLoads::Tma, StateLoads::Auto, StateLoads::TmaU],
             default: StateLoads::Auto,
             absent: StateLoads::Cp,
@@ -800,7 +805,7 @@ fn state_pass(
     // (`auto`: the clusters of two value blocks; `tma_loads` falls back to `cp` below where the pass does not
     // allow them.)
     let tma_auto = t.state_loads == StateLoads::Auto;
-    let u_tma = t.state_loads == StateLoads::TmaU;
+    let named_u = t.state_loads == StateLoads::TmaU;
     let mut tma_loads =
         matches!(t.state_loads, StateLoads::Tma | StateLoads::TmaU) || (tma_auto && pb.dv == 2 * bv as usize);
     let shared_of = |tma_loads: bool, s: u32| {
@@ -856,7 +861,7 @@ fn state_pass(
         match why {
             Some(_) if tma_auto => tma_loads = false,
             Some(why) => {
-                let word = if u_tma { "tmau" } else { "tma" };
+                let word = if named_u { "tmau" } else { "tma" };
                 return Err(invalid(format!("SLOAD={word}: {why}")));
             }
             None => {}
@@ -874,7 +879,9 @@ fn state_pass(
             shared_of(tma_loads, stages)
         )));
     }
-    if u_tma && bv != 64 {
+    // (`auto`: U by TMA too where its box fits, BV = 64.)
+    let u_tma = tma_loads && (named_u || (tma_auto && bv == 64));
+    if named_u && bv != 64 {
         return Err(invalid(format!("SLOAD=tmau: U's TMA box is 64 columns of 16 bits, so BV must be 64 (got {bv})")));
     }
     Ok(StatePass { bv, w2, stages, two_bars, tma_loads, u_tma })

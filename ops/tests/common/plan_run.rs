@@ -13,11 +13,11 @@ pub fn seed() -> u64 {
 }
 
 /// kda's default knobs with `ISOLVE` and `IREPL` as they were before they became defaults (2026-12-07 14:34 UTC),
-/// and `MADDR` as it was then: the kernel the knob tests written against it compare with and are named after, whose
+/// and `MADDR` and `IWU` as they were then: the kernel the knob tests written against it compare with and are named after, whose
 /// spills they state.
 #[allow(dead_code)] // (only the kda knob tests use it)
 pub fn kda_knobs_before_the_solve() -> k3k_ir::Knobs {
-    k3k_ops::kda::default_knobs().with("ISOLVE", 0i64).with("IREPL", 0i64).with("MADDR", "load")
+    k3k_ops::kda::default_knobs().with("ISOLVE", 0i64).with("IREPL", 0i64).with("MADDR", "load").with("IWU", "auto")
 }
 
 /// Varlen 17, 0, 64, 45 tokens (a partial first chunk, an empty sequence, two full chunks, a full and a partial one),
