@@ -7,7 +7,7 @@ export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 OUT=${OUT:-/tmp/o11}; mkdir -p $OUT
 K=/tmp/kdarep; rm -rf $K; mkdir -p $K
 nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tee $OUT/log.txt
-OUT=$K SEED=1 NCU=0 SWEEP=0 OLD=1 FLA=0 BUDGET_S=${BUDGET_S:-440} bash scripts/gpu_kda_flashkda.sh > $K/stdout.txt 2>&1
+OUT=$K SEED=1 NCU=0 SWEEP=0 OLD=${OLD:-1} FLA=0 BUDGET_S=${BUDGET_S:-440} bash scripts/gpu_kda_flashkda.sh > $K/stdout.txt 2>&1
 echo "report rc=$?" | tee -a $OUT/log.txt
 tar czf $OUT/kda.tgz -C $K . 2>/dev/null; cp $K/summary.md $OUT/ 2>/dev/null
 cat $K/log.txt | tail -20; cat $K/summary.md 2>/dev/null | head -14
