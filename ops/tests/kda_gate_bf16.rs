@@ -201,17 +201,18 @@ fn f32_gate_kernels_keep_their_names() {
     let dims: Vec<(&str, i64)> = [("B", 1i64), ("T", 8192), ("H", 96)].into_iter().chain(f32_opts).collect();
     let ks = Kda.kernels(&Preset::new("t", &dims), &kda::default_knobs()).unwrap();
     // (`_fc_gsf_l2u`: the defaults of 2026-12-07, FULLC=1, GSIG=fast, L2R=unrolled; `_rq_ro_rg`: IMAP=gate, the
-    // default since the H100 measurement of 2026-12-07 09:50 UTC; `_sw_so`: ISOLVE=1, IREPL=1, since 14:34 UTC.)
+    // default since the H100 measurement of 2026-12-07 09:50 UTC; `_sw_so`: ISOLVE=1, IREPL=1, since 14:34 UTC;
+    // `_ww`: IWU=wide, since 22:22 UTC.)
     assert_eq!(
         ks[0].name,
-        "k3k_kda_intra_k128_v128_safe_lbsigab_l2_bsig_c32_w8_f16_bf16_ftz_mo_sl_gp_fc_gsf_l2u_rq_ro_rg_sw_so"
+        "k3k_kda_intra_k128_v128_safe_lbsigab_l2_bsig_c32_w8_f16_bf16_ftz_mo_sl_gp_fc_gsf_l2u_rq_ro_rg_sw_so_ww"
     );
     assert_eq!(ks[0].tensors.iter().find(|t| t.name == "g").unwrap().dtype, DType::F32);
     let dims16: Vec<(&str, i64)> = [("B", 1i64), ("T", 8192), ("H", 96)].into_iter().chain(FLASHKDA_OPTIONS).collect();
     let ks16 = Kda.kernels(&Preset::new("t", &dims16), &kda::default_knobs()).unwrap();
     assert_eq!(
         ks16[0].name,
-        "k3k_kda_intra_k128_v128_safe_lbsigab_gbf16_l2_bsig_c32_w8_f16_bf16_ftz_mo_sl_gp_fc_gsf_l2u_rq_ro_rg_sw_so"
+        "k3k_kda_intra_k128_v128_safe_lbsigab_gbf16_l2_bsig_c32_w8_f16_bf16_ftz_mo_sl_gp_fc_gsf_l2u_rq_ro_rg_sw_so_ww"
     );
     assert_eq!(ks16[1], ks[1], "the state pass does not read the gate");
 }

@@ -897,7 +897,7 @@ mod tests {
     }
 
     /// The default record as it was written out before the declaration (2026-12-06), plus the intra-kernel options
-    /// made defaults on 2026-12-07 (FULLC, GSIG, L2R; then IMAP; then ISOLVE and IREPL).
+    /// made defaults on 2026-12-07 (FULLC, GSIG, L2R; then IMAP; then ISOLVE and IREPL; then IWU).
     #[test]
     fn the_default_record_is_the_old_one() {
         let old = Knobs::new()
@@ -926,7 +926,8 @@ mod tests {
             .with("ISOLVE", 1i64)
             .with("IREPL", 1i64)
             .with("SLOAD", "auto")
-            .with("MADDR", "load");
+            .with("MADDR", "load")
+            .with("IWU", "wide");
         assert_eq!(default_knobs(), old);
         assert!(!before.full_chunks && !before.fast_gate_sigmoid && !before.l2_unrolled);
         assert!(!before.rows_qk && !before.rows_ops && !before.fold && !before.r_rows && !before.rows_gate);
@@ -954,10 +955,13 @@ mod tests {
                 "ISOLVE",
                 "IREPL",
                 "MADDR",
+                "IWU",
                 SLOAD_KNOB
             ]
         );
-        assert!(now.rows_qk && now.rows_ops && !now.mma_origins);
+        assert!(now.rows_qk && now.rows_ops && !now.mma_origins && !before.wide_wu);
+        // (`IWU=wide` is read here; it applies to the variants with in-kernel options, not to this plain problem.)
+        assert!(now.wide_wu);
     }
 
     /// A record from before the optional knobs reads with their legacy meanings; the required ones are named when
