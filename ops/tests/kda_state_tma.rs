@@ -59,13 +59,17 @@ fn check_sload(dims: &[(&str, i64)], k: &Knobs, suffix: &str, seed: u64) {
     }
 }
 
+/// FlashKDA's options with an f32 gate on a varlen mix (70, 0, 33 tokens: an empty sequence, partial chunks), GVA.
+fn presets_like() -> Vec<(&'static str, i64)> {
+    let fk_f32 = kda::FLASHKDA_OPTIONS.into_iter().filter(|(k, _)| *k != "gbf16");
+    [("N", 3i64), ("L0", 70), ("L1", 0), ("L2", 33), ("H", 1), ("HV", 2)].into_iter().chain(fk_f32).collect()
+}
+
 #[test]
 fn sload_tma_matches_reference_and_cp() {
     let s = seed();
     let base = kda::default_knobs();
-    let fk_f32 = || kda::FLASHKDA_OPTIONS.into_iter().filter(|(k, _)| *k != "gbf16");
-    let presets_like: Vec<(&str, i64)> =
-        [("N", 3i64), ("L0", 70), ("L1", 0), ("L2", 33), ("H", 1), ("HV", 2)].into_iter().chain(fk_f32()).collect();
+    let presets_like = presets_like();
     let cases: Vec<(Vec<(&str, i64)>, Knobs)> = vec![
         // K = V = 128: clusters of 4 (BV=32), 2 (BV=64 on 8 warps), 1 (BV=128) and 8 (BV=16: 7 boxes, one CTA
         // copies none).
@@ -98,9 +102,7 @@ fn sload_tma_matches_reference_and_cp() {
 fn sload_tma_u_matches_reference_and_cp() {
     let s = seed();
     let base = kda::default_knobs().with(kda::SLOAD_KNOB, "tmau").with("BV", 64i64).with("W2", 8i64);
-    let fk_f32 = || kda::FLASHKDA_OPTIONS.into_iter().filter(|(k, _)| *k != "gbf16");
-    let mix: Vec<(&str, i64)> =
-        [("N", 3i64), ("L0", 70), ("L1", 0), ("L2", 33), ("H", 1), ("HV", 2)].into_iter().chain(fk_f32()).collect();
+    let mix = presets_like();
     let cases = [
         (mix.clone(), base.clone().with("STAGES", 2i64)),
         (mix.clone(), base.clone().with("STAGES", 3i64)),

@@ -880,8 +880,8 @@ fn state_pass(
         )));
     }
     // (`auto`: U by TMA too where its box fits, BV = 64.)
-    let u_tma = tma_loads && (named_u || (tma_auto && bv == 64));
-    if named_u && bv != 64 {
+    let u_tma = tma_loads && (named_u || (tma_auto && state_tma::u_box_fits(bv)));
+    if named_u && !state_tma::u_box_fits(bv) {
         return Err(invalid(format!("SLOAD=tmau: U's TMA box is 64 columns of 16 bits, so BV must be 64 (got {bv})")));
     }
     Ok(StatePass { bv, w2, stages, two_bars, tma_loads, u_tma })

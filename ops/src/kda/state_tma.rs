@@ -56,6 +56,12 @@ pub fn tma_unsupported(dk: usize, dv: usize, bv: u32, stages: u32) -> Option<Str
     None
 }
 
+/// Whether a block's U (its C x BV columns of `[W | U]`) is one TMA box (`SLOAD=tmau`): BV = 64, one 128-byte row of
+/// the box a row of U.
+pub fn u_box_fits(bv: u32) -> bool {
+    bv == BOX_COLS
+}
+
 /// Shared bytes of the `SLOAD=tma` pass: [`super::state_shared_bytes`]'s buffers (the same sizes, the K-wide ones
 /// split into 64-column tiles) and the `full` and `empty` barriers of each slot, after 128-byte alignment.
 pub fn state_shared_bytes_tma(dk: u32, chunk: u32, bv: u32, stages: u32) -> u32 {
@@ -371,7 +377,7 @@ pub fn build_state_tma(spec: &KdaSpec, variant: StateVariant, u_tma: bool) -> Re
     } else {
         tma_unsupported(spec.dk as usize, spec.dv as usize, bv, stages)
     };
-    let why = why.or_else(|| (u_tma && bv != BOX_COLS).then(|| format!("SLOAD=tmau needs BV={BOX_COLS}, got {bv}")));
+    let why = why.or_else(|| (u_tma && !u_box_fits(bv)).then(|| format!("SLOAD=tmau needs BV={BOX_COLS}, got {bv}")));
     if let Some(why) = why {
         return Err(OpError::Internal(format!("kda state pass SLOAD=tma: {why}")));
     }
