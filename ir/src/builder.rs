@@ -39,6 +39,7 @@ impl KernelBuilder {
                 producer_warp: false,
                 elected_warpgroup: 0,
                 mma_origins: false,
+                pinned_wide_stores: false,
             },
             stack: vec![vec![]],
         }
@@ -138,6 +139,12 @@ impl KernelBuilder {
     /// Address the `mma.sync` operand loads from per-thread origins (see [`Kernel::mma_origins`]).
     pub fn mma_origins(&mut self, on: bool) {
         self.k.mma_origins = on;
+    }
+
+    /// Store 16-byte [`Stmt::StoreWide`]s by one vector instruction that the compiler cannot split (see
+    /// [`Kernel::pinned_wide_stores`]).
+    pub fn pinned_wide_stores(&mut self, on: bool) {
+        self.k.pinned_wide_stores = on;
     }
 
     /// The whole tile `index` of a shared buffer.

@@ -675,6 +675,14 @@ pub struct Kernel {
     /// per-load form keep their source. No effect on the CPU backends.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub mma_origins: bool,
+    /// How the GPU code of a 16-byte [`Stmt::StoreWide`] (global) stores: false, through a `uint4` store that the
+    /// compiler may split into narrower stores (seen: four 4-byte stores on one of two unrolled rows, each filling a
+    /// 32-byte sector in parts); true, by one `st.global.v4.b32` in inline PTX (the prelude's `st_wide_v.cuh`),
+    /// which it cannot split. The same values in the same places. A kernel choice rather than the renderer's so that
+    /// kernels whose tuned records were measured with the plain form keep their source. No effect on the CPU
+    /// backends.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub pinned_wide_stores: bool,
 }
 
 pub(crate) fn is_zero(v: &u32) -> bool {

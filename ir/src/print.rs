@@ -172,6 +172,9 @@ pub fn kernel(k: &Kernel) -> String {
     if k.mma_origins {
         let _ = writeln!(s, "  mma_origins = true");
     }
+    if k.pinned_wide_stores {
+        let _ = writeln!(s, "  pinned_wide_stores = true");
+    }
     let _ = writeln!(s, "  shared_bytes = {}", k.shared_bytes());
     let _ = writeln!(s, "body:");
     body(k, &k.body, 1, &mut s);

@@ -1,7 +1,7 @@
 //! Every KDA kernel variant renders, compiles with NVRTC and assembles for sm_90a with no spills (and no stack
 //! frame), at the default knobs and at the other knob points the operator offers, but for the operator's one
 //! measured exception (see [`known_spill`]).
-use k3k_codegen::{BuildOptions, Resources, build};
+use k3k_codegen::{BuildOptions, Resources, build, render};
 use k3k_ir::{Kernel, Knobs};
 use k3k_ops::kda::{self, KdaProblem, Launch, decode};
 use k3k_ops::op::{Operator, Preset};
@@ -434,6 +434,30 @@ fn wide_wu_store_kernels_compile() {
     assert!(!r.spills_over(0) && r.stack_frame_bytes == 0, "{}: {r:?}", k.name);
     assert_eq!(chunk_kernels(&fk, &auto).0.name, k.name.trim_end_matches("_ww"));
     assert_eq!(chunk_kernels(&plain, &wide), chunk_kernels(&plain, &auto), "plain: already wide");
+}
+
+/// `IWU=pinned`: `wide`, and the intra kernel's 16-byte global stores (Qbar and Kbar rows) by one `st.global.v4`
+/// ([`Kernel::pinned_wide_stores`]). The IR is `wide`'s but for the flag and the name (`_pv`), the state pass does
+/// not change, the CUDA calls the pinned form where `wide`'s calls the plain one, and it assembles with no spill
+/// at the FlashKDA options and on the plain safe path.
+#[test]
+fn pinned_store_kernels_compile() {
+    let (fk, plain) = fk_and_plain();
+    let (wide, pinned) = (kda::default_knobs(), kda::default_knobs().with("IWU", "pinned"));
+    for dims in [&fk, &plain] {
+        let ((kw, sw), (kp, sp)) = (chunk_kernels(dims, &wide), chunk_kernels(dims, &pinned));
+        assert_eq!(sw, sp, "{dims:?}: the state pass does not change");
+        assert!(kp.pinned_wide_stores && !kw.pinned_wide_stores, "{dims:?}");
+        assert_eq!(kp.name, format!("{}_pv", kw.name));
+        assert_eq!(Kernel { name: kw.name.clone(), pinned_wide_stores: false, ..kp.clone() }, kw, "{dims:?}");
+        let (cw, cp) = (render(&kw).unwrap(), render(&kp).unwrap());
+        assert!(!cw.contains("st_wide_v"), "{}", kw.name);
+        assert_eq!(cp.matches("k3k::st_wide_v<").count(), cw.matches("k3k::st_wide<8>(p_").count(), "{}", kp.name);
+        let r = assembled(&kp);
+        assert!(!r.spills_over(known_spill(&kp)) && r.stack_frame_bytes <= known_spill(&kp), "{}: {r:?}", kp.name);
+    }
+    let cp = render(&chunk_kernels(&fk, &pinned).0).unwrap();
+    assert!(cp.contains("k3k::st_wide_v<8>(p_qb") && cp.contains("k3k::st_wide_v<8>(p_kb"), "FlashKDA options");
 }
 
 /// `ISOLVE=1` (the forward substitution by 16-byte rows, N stored transposed) and `IREPL=1` (the diagonal tiles and

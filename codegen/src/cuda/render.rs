@@ -83,6 +83,10 @@ pub const PRELUDE_MMA_E4M3: &str = include_str!("../../prelude/tiles/mma_e4m3.cu
 /// only for kernels that ask for them (so every other kernel's source, and its cache key, is unchanged).
 pub const PRELUDE_MMA_ORIGINS: &str = include_str!("../../prelude/tiles/mma_origins.cuh");
 
+/// The 16-byte global stores by one `st.global.v4.b32` ([`Kernel::pinned_wide_stores`]), appended to the prelude
+/// only for kernels that ask for them (so every other kernel's source, and its cache key, is unchanged).
+pub const PRELUDE_PINNED_STORES: &str = include_str!("../../prelude/st_wide_v.cuh");
+
 /// True when a kernel has an E4M3 `mma` (both operands shared windows of u32 words, validated).
 pub fn uses_mma_e4m3(k: &Kernel) -> bool {
     k.any_stmt(|s| match s {
@@ -231,6 +235,9 @@ pub fn render(k: &Kernel) -> Result<String, IrError> {
     }
     if k.mma_origins {
         tma.push_str(&format!("\n{PRELUDE_MMA_ORIGINS}"));
+    }
+    if k.pinned_wide_stores {
+        tma.push_str(&format!("\n{PRELUDE_PINNED_STORES}"));
     }
     let mut smem = if smem_asm_cvta(k) { "#define K3K_SMEM_ASM_CVTA\n".to_string() } else { String::new() };
     if k.producer_warp {

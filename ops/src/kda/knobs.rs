@@ -280,6 +280,10 @@ knob_enum! {
         Auto = "auto",
         /// 16-byte stores on every variant (no spill at FlashKDA's options with ptxas 13.0, 2026-12-07).
         Wide = "wide",
+        /// `wide`, and every 16-byte global store of the intra kernel (W, U, Qbar, Kbar) by one `st.global.v4` in
+        /// inline PTX ([`k3k_ir::Kernel::pinned_wide_stores`]): with the plain `uint4` store the compiler split one
+        /// of each two unrolled Qbar and Kbar rows into four 4-byte stores (ptxas 13.0, FlashKDA's options).
+        Pinned = "pinned",
     }
 }
 
@@ -483,8 +487,10 @@ knob_set! {
         /// `IWU` (accepted, not an axis; default `wide`, absent `auto`): see [`IntraWuStores`].
         wu_stores: IntraWuStores = "IWU" => {
             accepts: "intra kernel's stores of W and U: auto (absent) 16-byte stores on the plain variants, 4-byte \
-             pairs with the in-kernel gate, norm or beta options; wide 16-byte stores on every variant"
-                [IntraWuStores::Auto, IntraWuStores::Wide],
+             pairs with the in-kernel gate, norm or beta options; wide 16-byte stores on every variant; pinned wide, \
+             and every 16-byte global store of the kernel (W, U, Qbar, Kbar) by one st.global.v4 the compiler cannot \
+             split"
+                [IntraWuStores::Auto, IntraWuStores::Wide, IntraWuStores::Pinned],
             default: IntraWuStores::Wide,
             absent: IntraWuStores::Auto,
         },
@@ -584,6 +590,8 @@ pub struct Launch {
     pub mma_origins: bool,
     /// The intra kernel's W and U by 16-byte stores also with the in-kernel options (knob `IWU=wide`).
     pub wide_wu: bool,
+    /// The intra kernel's 16-byte global stores by one `st.global.v4` each (knob `IWU=pinned`).
+    pub pinned_stores: bool,
 }
 
 /// `TSPLIT=0`: the parts along time for a problem. The overlap pays where the state pass is the long pole, i.e.
@@ -742,7 +750,8 @@ impl Launch {
             tma_loads,
             u_tma,
             mma_origins: t.mma_addr == MmaAddressing::Origin,
-            wide_wu: t.wu_stores == IntraWuStores::Wide,
+            wide_wu: matches!(t.wu_stores, IntraWuStores::Wide | IntraWuStores::Pinned),
+            pinned_stores: t.wu_stores == IntraWuStores::Pinned,
         })
     }
 }

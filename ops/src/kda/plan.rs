@@ -34,6 +34,7 @@ pub fn chunk_kernels(pb: &KdaProblem, l: &Launch) -> Result<(Kernel, Kernel), Op
                 solo: l.solo,
                 mma_origins: l.mma_origins,
                 wide_wu: l.wide_wu,
+                pinned_stores: l.pinned_stores,
             },
         )?,
         state_kernel(&spec, l)?,

@@ -80,7 +80,16 @@ impl<'a> Renderer<'a> {
                 self.line(&line);
             }
             Stmt::LoadWide { arr, at, tensor, index, lanes } | Stmt::StoreWide { tensor, index, arr, at, lanes } => {
-                let f = if matches!(s, Stmt::LoadWide { .. }) { "ld_wide" } else { "st_wide" };
+                let f = match s {
+                    Stmt::LoadWide { .. } => "ld_wide",
+                    // (`Kernel::pinned_wide_stores`: 16-byte stores by one `st.global.v4.b32`.)
+                    _ if self.k.pinned_wide_stores
+                        && *lanes as usize * k.tensors[tensor.0 as usize].dtype.size_bytes() == 16 =>
+                    {
+                        "st_wide_v"
+                    }
+                    _ => "st_wide",
+                };
                 let line = format!(
                     "k3k::{f}<{lanes}>({} + ({}), &a{}[{at}]);",
                     tensor_arg(k, *tensor),

@@ -152,6 +152,9 @@ pub struct IntraOpts {
     /// (`IWU=wide`) W and U to the scratch by 16-byte stores (fragments regrouped across a quad) also where the
     /// in-kernel gate, norm or beta options run; the plain variants always store so.
     pub wide_wu: bool,
+    /// (`IWU=pinned`) Every 16-byte global store of the kernel (W, U, Qbar, Kbar) by one `st.global.v4` that the
+    /// compiler cannot split ([`Kernel::pinned_wide_stores`]). The same values.
+    pub pinned_stores: bool,
 }
 
 impl IntraOpts {
@@ -213,6 +216,7 @@ impl IntraOpts {
             (self.solve_early, "_se"),
             (self.solo, "_so"),
             (self.wide_wu, "_ww"),
+            (self.pinned_stores, "_pv"),
         ];
         flags.iter().filter(|f| f.0).map(|f| f.1).collect()
     }
@@ -706,6 +710,7 @@ pub fn build_intra(
 ) -> Result<Kernel, OpError> {
     let (mut b, x) = Intra::declare(spec, chunk, warps, op_dt, lvl_dt, o)?;
     b.mma_origins(o.mma_origins);
+    b.pinned_wide_stores(o.pinned_stores);
     if o.full_chunks {
         // (`FULLC=1`) Full chunks: the same phases with the length (and the last row) constants.
         let c = chunk as i64;
