@@ -104,8 +104,13 @@ if [ "${PROFILE:-0}" = 1 ]; then
   grep -E "Duration|Warp Cycles Per Issued|Issue Slots Busy|No Eligible|L1/TEX Hit|Bank" "$W/profile/details.txt" | head -12 >> "$L"
 fi
 
+# The seconds each step leaves for the ones after it. Lean (no ncu, no FLA, no sweep, no profile): only the k3k rows
+# and the FlashKDA peer follow the build, so a call of ~400 s holds the whole report.
+RES_BUILD=340 RES_BENCH=200 RES_PEERS=200
+[ "${NCU:-1}" = 0 ] && [ "${FLA:-1}" = 0 ] && [ "${SWEEP:-1}" = 0 ] && [ "${PROFILE:-0}" != 1 ] \
+  && RES_BUILD=150 RES_BENCH=70 RES_PEERS=10
 if [ -n "$BUILD" ]; then
-  t=$(( $(left) - 340 )); [ $t -lt 10 ] && t=10
+  t=$(( $(left) - RES_BUILD )); [ $t -lt 10 ] && t=10
   for _ in $(seq $t); do kill -0 $BUILD 2>/dev/null || break; sleep 1; done
   if kill -0 $BUILD 2>/dev/null; then log "flashkda build: still running, stopped"; kill -- -$BUILD 2>/dev/null; fi
   log "flashkda build: rc=$(cat "$W/flashkda-build.rc" 2>/dev/null || echo none)"
@@ -118,7 +123,7 @@ fi
 # report would mark the first one's rows as kept from an earlier run, and the peers skip those.
 OLDP="B1 T8192 H96 K128 safe;B1 T65536 H32 K128 safe;B1 T16384 H32 K128 safe;B1 T16384 H32 K128 exact;B4 T4096 H64 K128 safe"
 PRESETS=$ALL; [ "${OLD:-0}" = 1 ] && PRESETS="$ALL;$OLDP"
-K3K_BENCH_STEPS=1 step bench 290 200 "$BIN" bench --op kda --preset "$PRESETS" --out "$W/bench"
+K3K_BENCH_STEPS=1 step bench 290 "$RES_BENCH" "$BIN" bench --op kda --preset "$PRESETS" --out "$W/bench"
 pack
 SLUG=$(cd "$W/bench" 2>/dev/null && ls -t */kda.json 2>/dev/null | head -1 | cut -d/ -f1)
 REPORT=$W/bench/$SLUG/kda.json
@@ -126,7 +131,7 @@ REPORT=$W/bench/$SLUG/kda.json
 
 # 4. Peers, rank 0 (FlashKDA) now; FLA (rank 1) after FlashKDA's ncu.
 if [ -f "$REPORT" ]; then
-  step peers-flashkda 60 200 python3 scripts/peers.py "$W/bench/$SLUG" --ops kda --ranks 0 --out "$W/peers-0.json"
+  step peers-flashkda 90 "$RES_PEERS" python3 scripts/peers.py "$W/bench/$SLUG" --ops kda --ranks 0 --out "$W/peers-0.json"
   grep '^{' "$W/logs/peers-flashkda.txt" | cut -c1-300 >> "$L"
   [ -f "$W/peers-0.json" ] && "$BIN" bench --merge-peers "$W/peers-0.json" --out "$W/bench" >> "$L" 2>&1
   pack
