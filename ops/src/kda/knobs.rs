@@ -280,9 +280,10 @@ knob_enum! {
         Auto = "auto",
         /// 16-byte stores on every variant (no spill at FlashKDA's options with ptxas 13.0, 2026-12-07).
         Wide = "wide",
-        /// `wide`, and every 16-byte global store of the intra kernel (W, U, Qbar, Kbar) by one `st.global.v4` in
-        /// inline PTX ([`k3k_ir::Kernel::pinned_wide_stores`]): with the plain `uint4` store the compiler split one
-        /// of each two unrolled Qbar and Kbar rows into four 4-byte stores (ptxas 13.0, FlashKDA's options).
+        /// `wide`, and every 16-byte row store of the intra kernel (Qbar and Kbar, `Stmt::StoreWide`) by one
+        /// `st.global.v4` in inline PTX ([`k3k_ir::Kernel::pinned_wide_stores`]): with the plain `uint4` store the
+        /// compiler split one of each two unrolled rows into four 4-byte stores (ptxas 13.0, FlashKDA's options).
+        /// (W and U go through the register-tile stores, whose vector stores are inline PTX already.)
         Pinned = "pinned",
     }
 }
@@ -488,7 +489,7 @@ knob_set! {
         wu_stores: IntraWuStores = "IWU" => {
             accepts: "intra kernel's stores of W and U: auto (absent) 16-byte stores on the plain variants, 4-byte \
              pairs with the in-kernel gate, norm or beta options; wide 16-byte stores on every variant; pinned wide, \
-             and every 16-byte global store of the kernel (W, U, Qbar, Kbar) by one st.global.v4 the compiler cannot \
+             and the kernel's 16-byte row stores of Qbar and Kbar by one st.global.v4 each, which the compiler cannot \
              split"
                 [IntraWuStores::Auto, IntraWuStores::Wide, IntraWuStores::Pinned],
             default: IntraWuStores::Wide,
@@ -590,7 +591,7 @@ pub struct Launch {
     pub mma_origins: bool,
     /// The intra kernel's W and U by 16-byte stores also with the in-kernel options (knob `IWU=wide`).
     pub wide_wu: bool,
-    /// The intra kernel's 16-byte global stores by one `st.global.v4` each (knob `IWU=pinned`).
+    /// The intra kernel's 16-byte row stores (Qbar, Kbar) by one `st.global.v4` each (knob `IWU=pinned`).
     pub pinned_stores: bool,
 }
 

@@ -83,7 +83,7 @@ impl<'a> Renderer<'a> {
                 let f = match s {
                     Stmt::LoadWide { .. } => "ld_wide",
                     // (`Kernel::pinned_wide_stores`: 16-byte stores by one `st.global.v4.b32`.)
-                    _ if self.k.pinned_wide_stores
+                    _ if k.pinned_wide_stores
                         && *lanes as usize * k.tensors[tensor.0 as usize].dtype.size_bytes() == 16 =>
                     {
                         "st_wide_v"

@@ -152,8 +152,8 @@ pub struct IntraOpts {
     /// (`IWU=wide`) W and U to the scratch by 16-byte stores (fragments regrouped across a quad) also where the
     /// in-kernel gate, norm or beta options run; the plain variants always store so.
     pub wide_wu: bool,
-    /// (`IWU=pinned`) Every 16-byte global store of the kernel (W, U, Qbar, Kbar) by one `st.global.v4` that the
-    /// compiler cannot split ([`Kernel::pinned_wide_stores`]). The same values.
+    /// (`IWU=pinned`) Every 16-byte `StoreWide` of the kernel (the Qbar and Kbar rows) by one `st.global.v4` that
+    /// the compiler cannot split ([`Kernel::pinned_wide_stores`]). The same values.
     pub pinned_stores: bool,
 }
 
