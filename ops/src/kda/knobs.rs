@@ -274,11 +274,12 @@ knob_enum! {
     /// 1.005 -> 0.971 at B4 T4096 H64, 0.746 -> 0.720 at varlen 8 x 1024 H96 (H100, 2026-12-07 22:22 UTC,
     /// `lab/2026-12-07/2221-h100-kda-ab/`, the same bits).
     pub enum IntraWuStores: str {
-        /// 16-byte stores (fragments regrouped across a quad) on the plain variants (precomputed gates, no
-        /// in-kernel norms or beta sigmoid); 4-byte pair stores with the in-kernel options, where the regrouping's
+        /// Vector stores (fragments regrouped across a quad: 16 bytes a lane, or 8 where a warp's tile is 16
+        /// columns wide, as at 8 warps; either way a quad writes whole 32-byte sectors) on the plain variants
+        /// (precomputed gates, no in-kernel norms or beta sigmoid); 4-byte pair stores with the in-kernel options, where the regrouping's
         /// temporaries spilled under the 80-register cap when they were measured (2026-12-04).
         Auto = "auto",
-        /// 16-byte stores on every variant (no spill at FlashKDA's options with ptxas 13.0, 2026-12-07).
+        /// Those vector stores on every variant (no spill at FlashKDA's options with ptxas 13.0, 2026-12-07).
         Wide = "wide",
         /// `wide`, and every 16-byte row store of the intra kernel (Qbar and Kbar, `Stmt::StoreWide`) by one
         /// `st.global.v4` in inline PTX ([`k3k_ir::Kernel::pinned_wide_stores`]): with the plain `uint4` store the
@@ -487,8 +488,9 @@ knob_set! {
         },
         /// `IWU` (accepted, not an axis; default `wide`, absent `auto`): see [`IntraWuStores`].
         wu_stores: IntraWuStores = "IWU" => {
-            accepts: "intra kernel's stores of W and U: auto (absent) 16-byte stores on the plain variants, 4-byte \
-             pairs with the in-kernel gate, norm or beta options; wide 16-byte stores on every variant; pinned wide, \
+            accepts: "intra kernel's stores of W and U: auto (absent) vector stores (8 or 16 bytes a lane, fragments \
+             regrouped across a quad) on the plain variants, 4-byte pairs with the in-kernel gate, norm or beta options; \
+             wide vector stores on every variant; pinned wide, \
              and the kernel's 16-byte row stores of Qbar and Kbar by one st.global.v4 each, which the compiler cannot \
              split"
                 [IntraWuStores::Auto, IntraWuStores::Wide, IntraWuStores::Pinned],
@@ -589,7 +591,7 @@ pub struct Launch {
     pub u_tma: bool,
     /// The intra kernel's `mma.sync` loads addressed from per-thread origins (knob `MADDR=origin`).
     pub mma_origins: bool,
-    /// The intra kernel's W and U by 16-byte stores also with the in-kernel options (knob `IWU=wide`).
+    /// The intra kernel's W and U by vector stores also with the in-kernel options (knob `IWU=wide`).
     pub wide_wu: bool,
     /// The intra kernel's 16-byte row stores (Qbar, Kbar) by one `st.global.v4` each (knob `IWU=pinned`).
     pub pinned_stores: bool,

@@ -149,8 +149,9 @@ pub struct IntraOpts {
     pub solo: bool,
     /// (`MADDR=origin`) The `mma.sync` loads addressed from per-thread origins ([`Kernel::mma_origins`]).
     pub mma_origins: bool,
-    /// (`IWU=wide`) W and U to the scratch by 16-byte stores (fragments regrouped across a quad) also where the
-    /// in-kernel gate, norm or beta options run; the plain variants always store so.
+    /// (`IWU=wide`) W and U to the scratch by vector stores (fragments regrouped across a quad: 8 or 16 bytes a lane,
+    /// whole 32-byte sectors a quad) also where the in-kernel gate, norm or beta options run; the plain variants
+    /// always store so.
     pub wide_wu: bool,
     /// (`IWU=pinned`) Every 16-byte `StoreWide` of the kernel (the Qbar and Kbar rows) by one `st.global.v4` that
     /// the compiler cannot split ([`Kernel::pinned_wide_stores`]). The same values.
