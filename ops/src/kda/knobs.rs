@@ -276,8 +276,9 @@ knob_enum! {
     pub enum IntraWuStores: str {
         /// Vector stores (fragments regrouped across a quad: 16 bytes a lane, or 8 where a warp's tile is 16
         /// columns wide, as at 8 warps; either way a quad writes whole 32-byte sectors) on the plain variants
-        /// (precomputed gates, no in-kernel norms or beta sigmoid); 4-byte pair stores with the in-kernel options, where the regrouping's
-        /// temporaries spilled under the 80-register cap when they were measured (2026-12-04).
+        /// (precomputed gates, no in-kernel norms or beta sigmoid); 4-byte pair stores with the in-kernel options,
+        /// where the regrouping's temporaries spilled under the 80-register cap when they were measured
+        /// (2026-12-04).
         Auto = "auto",
         /// Those vector stores on every variant (no spill at FlashKDA's options with ptxas 13.0, 2026-12-07).
         Wide = "wide",
@@ -490,9 +491,8 @@ knob_set! {
         wu_stores: IntraWuStores = "IWU" => {
             accepts: "intra kernel's stores of W and U: auto (absent) vector stores (8 or 16 bytes a lane, fragments \
              regrouped across a quad) on the plain variants, 4-byte pairs with the in-kernel gate, norm or beta options; \
-             wide vector stores on every variant; pinned wide, \
-             and the kernel's 16-byte row stores of Qbar and Kbar by one st.global.v4 each, which the compiler cannot \
-             split"
+             wide vector stores on every variant; pinned wide, and the kernel's 16-byte row stores of Qbar and Kbar by \
+             one st.global.v4 each, which the compiler cannot split"
                 [IntraWuStores::Auto, IntraWuStores::Wide, IntraWuStores::Pinned],
             default: IntraWuStores::Wide,
             absent: IntraWuStores::Auto,

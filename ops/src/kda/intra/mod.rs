@@ -362,7 +362,7 @@ struct Intra {
     r_rows: bool,
     solve_wide: bool,
     solve_early: bool,
-    /// W and U by 16-byte stores also with the in-kernel options (`IWU=wide`; the plain variants always store so).
+    /// W and U by vector stores also with the in-kernel options (`IWU=wide`; the plain variants always store so).
     wide_wu: bool,
     /// The first thread of the forward substitution: 0, or (`ISOLVE=1` with `IREPL=1`) the last C threads where
     /// their warps own neither a diagonal tile nor a band of the [C, C] totals (idle replicas), so the solve runs
